@@ -284,7 +284,7 @@ def dry_run_rows(work: Path, runs: int) -> list[str]:
         row(f"apply --dry-run -q (plan + checks), warm, {what}; load {load:.1f}", wall, tools_wall, named, "≤ 1.5x"),
         row("the same, warm, CPU time (user + system)", cpu, tools_cpu, named, "≤ 1.5x"),
     ]
-    # Warm, the checks' verdicts are remembered across runs (checks/remembered.py, the pyflakes
+    # Warm, the checks' verdicts are remembered across runs (base/remembered.py, the pyflakes
     # cache): every run after the first takes them from the cache. Cold: none remembered, as the
     # reference remembers none: each run of ours gets a new, empty PATCHKIT_CACHE_DIR, emptied
     # before the run, untimed (both sides: files in the page cache, their code's bytecode compiled).

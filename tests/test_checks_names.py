@@ -8,7 +8,8 @@ import uuid
 
 from helpers import MODEL_PY, SPEC_PY, make_patch, snapshot, write_library
 
-from patchkit.checks import ERROR, WARNING, CheckContext, names, remembered, syntax
+from patchkit.base import remembered
+from patchkit.checks import ERROR, WARNING, CheckContext, names, syntax
 from patchkit.checks.names import CHECK, findings, introduced
 from patchkit.checks.parsed import parsed
 from patchkit.checks.registry import run_checks

@@ -550,7 +550,7 @@ def test_parse_requirements_rejects_a_non_list():
 
 
 def test_remembered_verdicts_are_the_evaluated_ones_and_a_forged_one_is_not_believed(run, tmp_path, stock, monkeypatch):
-    """The contract's results on a content are kept across runs (checks/remembered.py): the same
+    """The contract's results on a content are kept across runs (base/remembered.py): the same
     results, in the same order; an entry this user's patchkit did not seal is evaluated again."""
     from patchkit.checks import contract
 
@@ -577,8 +577,7 @@ def test_remembered_verdicts_are_the_evaluated_ones_and_a_forged_one_is_not_beli
 def test_a_remembered_verdict_whose_level_is_no_check_level_is_evaluated_again(run, tmp_path, stock, monkeypatch):
     """A sealed entry whose failing rows carry a level patchkit does not know (neither error nor
     warning) is not believed: read as it was, the failure would not count and verify would pass."""
-    from patchkit.base import seal
-    from patchkit.checks import remembered
+    from patchkit.base import remembered, seal
 
     monkeypatch.setenv("PATCHKIT_CACHE_DIR", str(tmp_path / "cache"))
     path, (old, new), expected = FAULTS["missing method"]

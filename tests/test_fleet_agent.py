@@ -495,6 +495,9 @@ def test_a_partial_tree_names_one_fix_in_status_and_its_fleet_row(tmp_path):
         assert (row["state"], row["ok"], code) == ("partial", False, 1), row
         assert row["hint"] == json.loads(stdout)["hint"] and row["hint"].count("`patchkit") == 1, row["hint"]
         assert f"`patchkit apply --target {site} --patches {library}`" in row["hint"]
+        # verify fails a partial set as status does (audit23 F5); phase 1 is ready: its apply completes it
+        prepared = node.run_step("prepare", request, run_in_process)
+        assert (prepared["state"], prepared["ok"]) == ("ready", True), prepared
         assert node.run_step("apply", {**request, "extra": ["--no-import"]}, run_in_process)["ok"]
         assert node.run_step("status", request, run_in_process)["ok"]
 

@@ -833,6 +833,29 @@ def test_an_unlistable_pycache_is_judged_by_the_names_this_python_opens(tmp_path
     assert problem.startswith(f"vllm/models/__pycache__/{mine.name} {target_guard.STALE_BYTECODE} {MODEL}")
 
 
+def test_status_on_another_python_than_vllms_judges_an_unlistable_pycache_as_vllms_launch_does(
+    patched, run, monkeypatch
+):
+    """Review 17 M1: status from a patchkit on another Python (pipx on 3.12, vLLM on 3.11) looked in an
+    unlistable __pycache__ for its own names only, missed vLLM's stale .pyc and said "applied" while
+    the launch refused. Status opens every CPython 3's names there, as it judges a listable one."""
+    site, _, _ = patched
+    cache = site / "vllm/models/__pycache__"
+    other = "cpython-311" if sys.implementation.cache_tag == "cpython-310" else "cpython-310"  # not patchkit's
+    vllms = _unchecked_pyc_of(cache, MODEL_PY.encode(), f"model.{other}.pyc")  # of the stock bytes: stale
+    real_scandir = os.scandir
+
+    def unlistable(path):
+        if not isinstance(path, int) and os.fspath(path).endswith("__pycache__"):
+            raise PermissionError(13, "Permission denied", os.fspath(path))
+        return real_scandir(path)
+
+    monkeypatch.setattr(target_guard.os, "scandir", unlistable)
+    done = run("status", "--target", site)
+    assert done.exit_code == 1, done.output
+    assert f"__pycache__/{vllms.name}" in " ".join(done.output.split()), done.output
+
+
 def test_bytecode_that_is_no_regular_file_is_never_read(patched):
     """__pycache__ is untrusted: a fifo (a read would hang) or a symlink to a stale .pyc elsewhere
     named as the module's bytecode is not read, nor is a symlinked __pycache__ listed."""
@@ -875,7 +898,9 @@ def test_stale_bytecode_under_the_pycache_prefix_stops_the_launch_and_status_nam
     assert fix == str(pyc), status.stdout
     subprocess.run(["rm", "-f", "--", fix], check=True)
     assert _load(site, PYTHONPYCACHEPREFIX=str(prefix)).returncode == 0
-    assert run_cli("status", "--target", site, "--patch", diff, env={"PYTHONPYCACHEPREFIX": str(prefix)}).returncode == 0
+    assert (
+        run_cli("status", "--target", site, "--patch", diff, env={"PYTHONPYCACHEPREFIX": str(prefix)}).returncode == 0
+    )
 
 
 def test_bytecode_under_the_pycache_prefix_that_is_no_regular_file_is_never_read(patched, tmp_path):
@@ -887,7 +912,7 @@ def test_bytecode_under_the_pycache_prefix_that_is_no_regular_file_is_never_read
     mirror.mkdir(parents=True)
     os.mkfifo(mirror / f"model.{sys.implementation.cache_tag}.pyc")
     _unchecked_pyc_of(mirror, (site / MODEL).read_bytes(), f"model.{sys.implementation.cache_tag}.opt-1.pyc")
-    assert target_guard.stale_bytecode(str(site), [MODEL], str(prefix)) == []
+    assert target_guard.stale_bytecode(str(site), [MODEL], prefix=str(prefix)) == []
     _unchecked_pyc_of(mirror, MODEL_PY.encode(), f"model.{sys.implementation.cache_tag}.opt-2.pyc")
-    (problem,) = target_guard.stale_bytecode(str(site), [MODEL], str(prefix))
+    (problem,) = target_guard.stale_bytecode(str(site), [MODEL], prefix=str(prefix))
     assert problem.startswith(f"{mirror}/model.{sys.implementation.cache_tag}.opt-2.pyc (under the pycache prefix)")

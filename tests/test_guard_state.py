@@ -157,3 +157,14 @@ def test_each_edge_value_at_each_place_gets_one_verdict():
             for as_key in (False, True):
                 record = _mutated(place, value, as_key, False)
                 assert (state_damage(record) is not None) == _commands_refuse(record), (place, value, as_key)
+
+
+def test_a_patch_applys_record_naming_a_file_outside_vllm_is_damaged_to_both():
+    """Review 17 H3: a planted --patch record naming another package's file (a --patch file changes
+    only vllm/) made revert write the record's bytes there. Both call it damaged; under vllm/ both read it."""
+    record = copy.deepcopy(VALID)
+    entry = record["entries"][0]
+    entry["set"] = "adhoc-0123456789ab"
+    assert not _commands_refuse(record) and state_damage(record) is None
+    entry["files"]["mypkg/notes.py"] = {"before": DIGEST, "after": DIGEST}
+    assert _commands_refuse(record) and "mypkg/notes.py" in str(state_damage(record))

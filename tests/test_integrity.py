@@ -388,3 +388,94 @@ def test_a_recorded_original_unlike_vllms_file_is_written_back_only_with_a_copy_
     assert f"not stock: {SPEC}" in " ".join(done.output.split()), done.output
     kept = [p.read_bytes() for p in (tree / ".patchkit/saved").rglob("*") if p.is_file()]
     assert patched in kept, done.output
+
+
+PLANTED = b"precious = 666  # not what the file held\n"
+
+
+def _plant(tree: Path, set_name: str, path: str, patches: list | None = None) -> dict:
+    """Review 17 H3's planted record: an entry of `set_name` saying `path` held PLANTED before the
+    apply and holds its present bytes now, with PLANTED in the object store. The record as planted."""
+    digest = hashlib.sha256(PLANTED).hexdigest()
+    (tree / ".patchkit/objects").mkdir(parents=True, exist_ok=True)
+    (tree / ".patchkit/objects" / digest).write_bytes(PLANTED)
+    state_file = tree / ".patchkit/state.json"
+    state = json.loads(state_file.read_text()) if state_file.exists() else {"format": 1, "entries": []}
+    entry = next((e for e in state["entries"] if e["set"] == set_name), None)
+    if entry is None:
+        entry = {"set": set_name, "vllm_version": "0.16.0", "files": {}, "patches": patches or []}
+        state["entries"].append(entry)
+    now = hashlib.sha256((tree / path).read_bytes()).hexdigest()
+    entry["files"][path] = {"before": digest, "after": now}
+    state_file.write_text(json.dumps(state))
+    return state
+
+
+@pytest.mark.parametrize("path", ["mypkg/notes.py", "vllm/__init__.py"])
+@pytest.mark.parametrize("applied", [True, False])
+def test_a_sets_record_naming_a_file_its_patches_do_not_change_is_acted_on_by_no_command(
+    run, tree, library, path, applied
+):
+    """Review 17 H3 (a): a planted entry of a library set naming a file none of its patches changes
+    (another package's, or vLLM's own) made revert write the planted bytes there, no copy kept, and
+    apply carry the entry into its new record. status, revert and apply refuse it; nothing is written."""
+    write_record(tree)
+    (tree / "mypkg").mkdir()
+    (tree / "mypkg/notes.py").write_text("precious = 3\n")
+    if applied:
+        assert apply(run, tree, library)[0].exit_code == 0
+    planted = _plant(tree, "demo", path)
+    before = snapshot(tree)
+    for command in ("status", "revert", "apply"):
+        done = run(command, "--target", tree, "--patches", library)
+        said = " ".join(done.output.split())
+        assert done.exit_code == 2, (command, said)
+        assert f"records {path} for set demo, but none of its patches changes it" in said, (command, said)
+        assert "state.json.damaged" in said, said
+    assert snapshot(tree) == before
+    assert json.loads((tree / ".patchkit/state.json").read_text()) == planted
+
+
+def test_a_patch_applys_record_naming_a_file_outside_vllm_is_damaged(run, tree):
+    """Review 17 H3 (c): a planted --patch entry naming another package's file (its patch file gone)
+    made a plain revert overwrite it and remove .patchkit/, leaving no trace. A --patch file changes
+    only vllm/: such a record is damaged, and every command says so."""
+    (tree / "mypkg").mkdir()
+    (tree / "mypkg/notes.py").write_text("precious = 3\n")
+    gone = [{"name": "x.patch", "path": "/nonexistent/x.patch", "sha256": "0" * 64}]
+    _plant(tree, "adhoc-0123456789ab", "mypkg/notes.py", gone)
+    before = snapshot(tree)
+    for command in ("status", "revert"):
+        done = run(command, "--target", tree)
+        said = " ".join(done.output.split())
+        assert done.exit_code == 2 and "state.json is damaged" in said, said
+        assert "names 'mypkg/notes.py', outside vllm/" in said, said
+    assert snapshot(tree) == before
+
+
+def test_a_recorded_original_nothing_vouches_for_is_written_back_only_with_a_copy_of_what_it_replaces(
+    run, tree, library
+):
+    """Review 17 H3 (b): with no vLLM RECORD (a source tree), a planted original of a file the set does
+    patch was written back with no copy of the file it replaced. The patches reversed do not give it,
+    so the file is kept, and the summary says the record alone vouches for it."""
+    assert apply(run, tree, library)[0].exit_code == 0
+    patched = (tree / SPEC).read_bytes()
+    _plant(tree, "demo", SPEC)
+    done = run("revert", "--target", tree, "--patches", library)
+    said = " ".join(done.output.split())
+    assert done.exit_code == 0, said
+    assert f"1 as only the record says: {SPEC}" in said, said
+    kept = [p.read_bytes() for p in (tree / ".patchkit/saved").rglob("*") if p.is_file()]
+    assert kept == [patched], said
+
+
+def test_an_honest_record_of_a_tree_without_vllms_record_is_reverted_with_no_copy(run, tree, library):
+    """The other side of H3 (b): an honest record on a source tree (no RECORD) is reverted as before:
+    the series reversed gives each original, so nothing is kept aside."""
+    stock = snapshot(tree)
+    assert apply(run, tree, library)[0].exit_code == 0
+    done = run("revert", "--target", tree, "--patches", library)
+    assert done.exit_code == 0, done.output
+    assert "only the record" not in done.output and not (tree / ".patchkit").exists()
+    assert snapshot(tree) == stock

@@ -731,3 +731,27 @@ def test_a_planted_ad_hoc_record_naming_a_file_with_its_hash_never_loses_that_fi
     assert notes.exists() or [p.read_text() for p in kept] == ["precious = 3\n"], done.output
     if not notes.exists():
         assert str(kept[0].relative_to(tree)) in " ".join(done.output.split()) or ".patchkit/saved" in done.output
+
+
+def test_a_file_deleted_on_the_records_word_alone_is_said_as_a_copy_kept_not_an_edit_or_stock(run, tree):
+    """Review 17 L1: after the H2 deletion (a --patch file gone, the file holding what the record says
+    patchkit wrote) revert said "your edits to X were saved" and counted X "restored to stock": X was
+    not edited, and only the record says it was not there before."""
+    import hashlib
+
+    notes = tree / "vllm" / "notes.py"
+    notes.write_text("precious = 3\n")
+    (tree / ".patchkit").mkdir()
+    entry = {
+        "set": "adhoc-0123456789ab",
+        "vllm_version": "0.16.0",
+        "files": {"vllm/notes.py": {"before": None, "after": hashlib.sha256(b"precious = 3\n").hexdigest()}},
+        "patches": [{"name": "x.patch", "path": "/nonexistent/x.patch", "sha256": "0" * 64}],
+    }
+    (tree / ".patchkit/state.json").write_text(json.dumps({"format": 1, "entries": [entry]}))
+    done = run("revert", "--target", tree)
+    said = " ".join(done.output.split())
+    assert done.exit_code == 0 and not notes.exists(), said
+    assert "your edits" not in said and "restored to stock" not in said, said
+    assert "vllm/notes.py as it was before the revert was saved under" in said, said
+    assert "(1 as only the record says: vllm/notes.py)" in said, said

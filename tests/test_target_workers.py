@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 import patchkit._target
+from patchkit.base import remembered
 from patchkit.base.errors import TargetError
-from patchkit.checks import remembered
 from patchkit.tree import process
 from patchkit.tree import target as target_mod
 from patchkit.tree.target import WorkerFailed, run_worker

@@ -507,3 +507,28 @@ def test_without_a_record_revert_says_it_reversed_the_hunks_and_keeps_the_files_
     assert "already hold this set's change with no apply recorded: upstream, or applied by hand" in said, said
     assert "nothing to revert" in said, said
     assert (tree / PARSER).read_bytes() == as_it_was
+
+
+@pytest.mark.parametrize("fmt", ["text", "json", "junit"])
+def test_verify_of_a_partial_tree_fails_as_status_does_and_says_it_passes_once_applied(run, two_patch_set, fmt):
+    """audit23 F5: the first patch of a two-patch set applied by hand (RECORD: not upstream's), the
+    second not: status said partial, exit 1; verify said `ok`, exit 0, JSON ok:true (a CI gate passed a
+    half-patched tree). verify now fails it too, its words and its document agreeing."""
+    tree, library = two_patch_set
+    (tree / ROUTER).write_text(ROUTER_PY.replace("'chat': 'v1/chat',", "'chat': 'v1/chat',\n    'tools': 'v1/tools',"))
+    on_tree = ("--target", tree, "--patches", library, "--set", "two")
+    assert run("status", *on_tree).exit_code == 1
+    done = run("verify", *on_tree, "--format", fmt)
+    assert done.exit_code == 1, done.output
+    if fmt == "json":
+        document = json.loads(done.output)
+        assert (document["ok"], document["state"], document["exit_code"]) == (False, "partial", 1), document
+        assert f"patchkit apply --target {tree}" in document["hint"]
+    elif fmt == "junit":
+        assert '<testcase classname="patchkit.two" name="partial"' in done.output, done.output
+        assert "1 of 2 patches applied; the others are not" in done.output
+    else:
+        last = done.output.strip().splitlines()[-1]
+        assert last.startswith("verify: FAILED: partial: 1 of 2 patches applied; ok if applied: "), last
+    assert run("apply", *on_tree).exit_code == 0
+    assert run("verify", *on_tree).exit_code == 0

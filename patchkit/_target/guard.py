@@ -40,7 +40,7 @@ ENV = "PATCHKIT_GUARD"
 # The number of the guard's checks: patchkit tells an older build's guard that judges a tree as it
 # does (the same number: a note, `apply` updates it) from one that may not (a failure until `apply`).
 # tests/test_guard_format.py holds it to this module's code: a change of the code bumps it.
-GUARD_FORMAT = 5
+GUARD_FORMAT = 6
 MAX_RECORD_BYTES = 16 * 1024 * 1024
 if TYPE_CHECKING:  # (vllm version or None, {path: recorded sha256 or None}, {path: its original's sha256 or None})
     Record = tuple[str | None, dict[str, str | None], dict[str, str | None]]
@@ -158,8 +158,9 @@ class Verdict:
         self.whole = whole
 
 
-def judge(site: str) -> Verdict:
-    """find_problems, with which refused files are stock again (patchkit's status says the same)."""
+def judge(site: str, tags: Iterable[str] | None = None) -> Verdict:
+    """find_problems, with which refused files are stock again (patchkit's status says the same).
+    `tags`: the bytecode cache tags an unlistable __pycache__ is opened by (None: this Python's own)."""
     problems, upgraded = [], False
     expected: dict[str, str | None] = {}
     original: dict[str, str | None] = {}
@@ -194,7 +195,7 @@ def judge(site: str) -> Verdict:
     changed = {rel for rel, _, _ in differing}
     kept = [rel for rel, sha in sorted(expected.items()) if sha and rel not in changed]
     try:
-        problems += stale_bytecode(site, kept) + _shadowed(site, kept)
+        problems += stale_bytecode(site, kept, tags) + _shadowed(site, kept)
     except TreeChanged as exc:
         return Verdict([*problems, str(exc)])
     return Verdict(sorted(set(problems), key=problems.index), again, whole)
@@ -264,13 +265,16 @@ _MAX_CACHE_ENTRIES = 1 << 16  # a package's __pycache__: a few hundred; more is 
 _UNCHECKED_HASH = 1  # PEP 552's flags word: hash-based (bit 0), without check_source (bit 1)
 
 
-def stale_bytecode(site: str, paths: list[str], prefix: str | None = None) -> list[str]:
+def stale_bytecode(
+    site: str, paths: list[str], tags: Iterable[str] | None = None, prefix: str | None = None
+) -> list[str]:
     """Each unchecked-hash .pyc (PEP 552) of a recorded source whose hash is not of its bytes:
     Python imports it without reading the source, so the patched file is not what runs.
     Every interpreter's is judged, keyed by the magic number in its own header, so that
     patchkit's interpreter (status) and vLLM's (a launch) say the same. __pycache__ is untrusted:
     listed bounded, never through a symlink; a .pyc that is not a regular file is not read.
-    `prefix`: the pycache prefix whose mirror of the tree is judged too (None: this process's; "": none)."""
+    `tags`: as judge's; `prefix`: the pycache prefix whose mirror of the tree is judged too (None:
+    this process's; "": none)."""
     mirrors = prefix_mirrors(site, sys.pycache_prefix if prefix is None else prefix)
     found = []
     for rel in paths:
@@ -278,10 +282,12 @@ def stale_bytecode(site: str, paths: list[str], prefix: str | None = None) -> li
         if not name.endswith(".py"):
             continue
         places = [(os.path.join(site, directory, "__pycache__"), directory + "/__pycache__/", "")]
-        places += [(os.path.join(mirror, directory), os.path.join(mirror, directory, ""), PREFIXED) for mirror in mirrors]
+        places += [
+            (os.path.join(mirror, directory), os.path.join(mirror, directory, ""), PREFIXED) for mirror in mirrors
+        ]
         source: list[bytes | None] = []  # read once, at the first unchecked-hash .pyc
         for cache, shown, where in places:
-            for pyc in _compiled(cache, name[: -len(".py")]):
+            for pyc in _compiled(cache, name[: -len(".py")], tags):
                 if _stale(os.path.join(cache, pyc), os.path.join(site, rel), source):
                     found.append(shown + pyc + where + " " + STALE_BYTECODE + " " + rel + RUNS_IN_ITS_PLACE)
     return found
@@ -316,7 +322,7 @@ def _stale(pyc: str, source_path: str, source: list[bytes | None]) -> bool:
     return keyed is not None and keyed != header[8:16]
 
 
-def _compiled(cache: str, stem: str) -> list[str]:
+def _compiled(cache: str, stem: str, tags: Iterable[str] | None = None) -> list[str]:
     """The names in `cache` of a module `stem`'s bytecode, any interpreter's and optimization's
     (`stem.<tag>.pyc`, `stem.<tag>.opt-N.pyc`); none through a symlink."""
     if os.path.islink(cache) or not os.path.isdir(cache):
@@ -325,7 +331,7 @@ def _compiled(cache: str, stem: str) -> list[str]:
     try:
         entries = os.scandir(cache)
     except OSError:  # not ours to list (root's under umask 027): Python opens only its own names there
-        return _own_compiled(cache, stem)
+        return _own_compiled(cache, stem, tags)
     with entries:
         for count, entry in enumerate(entries):
             if count >= _MAX_CACHE_ENTRIES:
@@ -341,13 +347,14 @@ def _compiled(cache: str, stem: str) -> list[str]:
     return sorted(found)
 
 
-def _own_compiled(cache: str, stem: str) -> list[str]:
+def _own_compiled(cache: str, stem: str, tags: Iterable[str] | None = None) -> list[str]:
     """The names this interpreter would load `stem`'s bytecode by (any optimization), of those it can
-    open: what an unlistable __pycache__ can hand this launch's imports."""
-    tag = sys.implementation.cache_tag
-    if tag is None:  # it writes and reads no bytecode
-        return []
-    names = [stem + "." + tag + ".pyc"] + [stem + "." + tag + ".opt-" + str(level) + ".pyc" for level in (1, 2)]
+    open: what an unlistable __pycache__ can hand this launch's imports. `tags`: another interpreter's
+    (patchkit's status judging for vLLM's Python, which may be another version)."""
+    own = sys.implementation.cache_tag
+    if tags is None:
+        tags = [own] if own is not None else []  # None: it writes and reads no bytecode
+    names = [stem + "." + tag + suffix for tag in tags for suffix in (".pyc", ".opt-1.pyc", ".opt-2.pyc")]
     return [name for name in names if _header(os.path.join(cache, name)) is not None]
 
 
@@ -587,6 +594,16 @@ def _entry_damage(entry: object) -> str | None:
         found = _file_damage(path, shas)
         if found is not None:
             return found
+    return _adhoc_damage(entry["set"], files)
+
+
+def _adhoc_damage(set_name: str, files: dict) -> str | None:
+    """A --patch apply records only files under vllm/ (no --patch file changes another package)."""
+    if not set_name.startswith("adhoc-"):
+        return None
+    for path in files:
+        if path.split("/", 1)[0] != "vllm":
+            return "a --patch apply's record names " + repr(path) + ", outside vllm/, which no --patch file changes"
     return None
 
 

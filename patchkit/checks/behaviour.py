@@ -12,7 +12,7 @@ or on a directory target, in the interpreter running patchkit with the script's 
 on disk, or (nothing written yet) a scratch copy of the planned contents. One result per set: a short
 line (the first failing split and what was lost), the first failures below it for a person.
 
-A verdict with vLLM's classes (an import of vLLM: seconds) is remembered (checks/remembered.py,
+A verdict with vLLM's classes (an import of vLLM: seconds) is remembered (base/remembered.py,
 sealed) under a key over the interpreter, the set's scripts, the judged files and the installed
 vLLM's RECORD, and believed while the other files the script says it read (`read`) are unchanged.
 """
@@ -29,11 +29,11 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from patchkit.base import fsutil, hints
+from patchkit.base import fsutil, hints, remembered
 from patchkit.base.fsutil import atomic_write, load_json_text
 from patchkit.base.hashing import sha256
 from patchkit.base.locks import seconds_from_env
-from patchkit.checks import ERROR, WARNING, CheckContext, CheckResult, remembered
+from patchkit.checks import ERROR, WARNING, CheckContext, CheckResult
 from patchkit.tree.target import WorkerFailed, flooded, run_script, vllm_metadata_dirs
 from patchkit.tree.version import release_version
 

@@ -46,7 +46,8 @@ from functools import lru_cache, partial
 
 from packaging.version import Version
 
-from patchkit.checks import WARNING, CheckContext, CheckResult, remembered
+from patchkit.base import remembered
+from patchkit.checks import WARNING, CheckContext, CheckResult
 from patchkit.checks.parsed import LARGEST_KEPT, parsed
 from patchkit.series.requirements import ACCESSES, Requirement, Target
 
@@ -90,7 +91,7 @@ class ContractCheck:
 
 def _file_verdicts(reqs: list[Requirement], data: bytes | None, version: Version | None) -> list[CheckResult]:
     """The requirements on one file, judged on its content: remembered across runs by everything
-    they depend on (checks/remembered.py), else evaluated on its parsed tree."""
+    they depend on (base/remembered.py), else evaluated on its parsed tree."""
     if data is None:
         return [evaluate(req, None, version) for req in reqs]
     code = remembered.code_of("patchkit.checks.contract", "patchkit.series.requirements")

@@ -9,7 +9,8 @@ import stat
 import sys
 
 from patchkit._target.compile_sources import verdicts
-from patchkit.checks import CheckContext, CheckResult, remembered, too_large_to_parse
+from patchkit.base import remembered
+from patchkit.checks import CheckContext, CheckResult, too_large_to_parse
 from patchkit.checks.parsed import parsed
 from patchkit.tree.target import run_worker, same_interpreter
 
@@ -42,7 +43,7 @@ def compile_sources(sources: dict[str, bytes], python: str | None) -> dict[str, 
     (patchkit/_target/compile_sources.py). A content this process has had judged by the same
     interpreter is not compiled again: apply checks the same contents as planned and as written,
     and fleet's node agent in phase 1 and again in phase 2. Across runs, the verdicts are
-    remembered (checks/remembered.py) by the content and the interpreter's identity."""
+    remembered (base/remembered.py) by the content and the interpreter's identity."""
     interpreter = _interpreter(python)
     if interpreter is None:  # no interpreter known by its file: nothing remembered for it
         return _judge(sources, python)

@@ -287,6 +287,11 @@ def launch_refusal(root: Path, state: State | None = None) -> list[str]:
     return launch_verdict(root, state).problems
 
 
+# The bytecode names an unlistable __pycache__ is judged by here: patchkit may run on another Python than
+# vLLM's (pipx on 3.12, vLLM on 3.11), so every CPython 3's, as a listable one is judged
+EVERY_CPYTHON = tuple(f"cpython-3{minor}" for minor in range(100))
+
+
 def launch_verdict(root: Path, state: State | None = None) -> Verdict:
     """What the installed guard finds (no problem: no guard runs, or it passes): this patchkit's
     guard check, run here as vLLM would run it, so that status, verify, preflight and run fail
@@ -301,7 +306,7 @@ def launch_verdict(root: Path, state: State | None = None) -> Verdict:
     closed = ", ".join(f"{path} ({stat.S_IMODE(mode):04o})" for path, mode in unreadable_by_others(root, state))
     hidden = [f"{OTHERS_CANNOT_READ} {closed}"] if closed else []
     try:
-        found = judge(str(root))
+        found = judge(str(root), EVERY_CPYTHON)
     except Exception as exc:  # what check() catches and refuses for (guard.check): a refusal all the same
         return Verdict([*unknown, *hidden, str(exc)])
     return Verdict(unknown + hidden + found.problems, found.stock_again, found.whole)

@@ -92,9 +92,19 @@ from patchkit.engine.transaction import (
     save_originals,
 )
 from patchkit.engine.unrecorded_edits import edited_unrecorded, unlike_stock, unproven
+from patchkit.engine.vouched import patches_at_hand, refuse_unvouched
 from patchkit.series.library import adhoc_set_name
 from patchkit.series.patchfile import Patch, read_patch, touched_paths
-from patchkit.series.plan import PatchStep, Plan, Restored, View, plan_apply, plan_revert, restore_recorded
+from patchkit.series.plan import (
+    PatchStep,
+    Plan,
+    Restored,
+    View,
+    plan_apply,
+    plan_revert,
+    restore_recorded,
+    reverse_file,
+)
 from patchkit.store.journal import journal_path
 from patchkit.store.objects import prune_objects
 from patchkit.store.saved import keep_copies
@@ -272,6 +282,9 @@ class _Applying:
         self.state = state
         self.open_to_others(state, dry_run=dry_run)
         self.stale = stale_entries(root, state, self.resolved.vllm_version)
+        for entry in state.entries:  # a record revert would refuse is never carried into the new one
+            if entry.set_name not in self.stale:
+                refuse_unvouched(root, entry, self.patches)
         for names, note in stale_grouped(self.stale):  # several sets' records say the same note: said once
             them = "them" if len(names) > 1 else "it"
             said = stale_said([shown_name(name, state) for name in names], note)
@@ -736,6 +749,11 @@ class VerifyResult:
 
     @property
     def ok(self) -> bool:
+        """As status: a partial tree fails (exit 1) even where its checks pass once applied."""
+        return self.passes_if_applied and self.status.state != TreeState.PARTIAL
+
+    @property
+    def passes_if_applied(self) -> bool:
         status = self.status
         return not any(r.failed for r in self.checks) and not self.conflicts and not status.drifted and not status.guard
 
@@ -774,14 +792,14 @@ def _failing_after_the_drift_fix(resolved: Resolved, status: TreeStatus, checks:
     return frozenset(r.check for r in run_checks(context, failed) if r.failed)
 
 
-def refuse_unchangeable(resolved: Resolved) -> None:
+def refuse_unchangeable(resolved: Resolved, known: Sequence[Patch] = ()) -> None:
     """A series file behind a symlinked directory, or a symlink or special file in its place: apply
     and revert refuse to write it (exit 2), so status and verify refuse it too rather than report a
     state patchkit could not change (or pass a phase 1 whose phase 2 would refuse). After the plan,
     as apply checks it: a path no file can have is the plan's refusal (exit 2), not this one's.
     Likewise a record revert refuses."""
 
-    refuse_unrevertable_record(resolved, read_state(resolved.target.root))
+    refuse_unrevertable_record(resolved, read_state(resolved.target.root), known)
     if resolved.selection.kind != SelectionKind.PATCH:
         return
     paths = sorted({file.path for patch in resolved.patches for file in patch.files})
@@ -1038,6 +1056,7 @@ class _Reverting:
         ]
         for entry in undo.entries:
             _refuse_created_stock_files(self.root, entry, undo.installed)
+            refuse_unvouched(self.root, entry, self.patches)
             _refuse_another_releases_originals(self.root, entry, undo.installed)
         view = View(self.root)
         restored = _restore_from_record(view, undo, self.patches, force=force)
@@ -1112,6 +1131,25 @@ class _Reverting:
         said = _nothing_said(self.root, self.undo, self.only, left, removed, self.patches)
         return RevertResult(Outcome.NOT_APPLIED, said, warnings=self.warnings, record=left)
 
+    def on_the_records_word(self, view: View, changes: Changes) -> list[str]:
+        """The files written back with an original that neither vLLM's RECORD lists nor the recorded
+        patches reversed give: only the record says so, and it is read back from the tree (a planted
+        one names any bytes), so the file it replaces is kept."""
+        recorded = {(p["name"], p["sha256"]) for e in self.undo.entries for p in e.patches}
+        given = [p for p in self.patches if (p.name, p.sha256) in recorded]
+        own = given + [
+            p for e in self.undo.entries for p in patches_at_hand(e) if p.sha256 not in {g.sha256 for g in given}
+        ]
+        restored = {path for e in self.undo.entries for path in e.files}
+        written = {path: data for path, data in _written(changes).items() if path in restored}
+        listed = _tree_record(self.root, list(written))
+        return sorted(
+            path
+            for path, data in written.items()
+            if (listed is None or path not in listed.hashes)
+            and reverse_file(view.original_content(path), path, own) != data
+        )
+
     def write(
         self,
         plan: Plan,
@@ -1127,9 +1165,11 @@ class _Reverting:
         # and where the record's original is not vLLM's own file (the user's edit apply --force took, or
         # a planted record's bytes: the file it replaces is kept)
         unlike = _unlike_record(root, plan.changes)
+        # and where nothing but the record (read back from the tree) says what the file held before
+        alone = sorted({*self.on_the_records_word(view, plan.changes), *restored.alone})
         copied = [
             *restored.edited,
-            *(p for p in [*unsure, *unlike] if p not in restored.edited and os.path.lexists(root / p)),
+            *(p for p in [*unsure, *unlike, *alone] if p not in restored.edited and os.path.lexists(root / p)),
         ]
         copied = list(dict.fromkeys(copied))
         saved = keep_copies(root, copied) if copied else None
@@ -1139,7 +1179,7 @@ class _Reverting:
         files = sorted(plan.changes)
         result = RevertResult(
             Outcome.REVERTED,
-            f"reverted: {_reverted_said(len(files), len(unsure), unlike)}{removed}",
+            f"reverted: {_reverted_said(len(files), len(unsure), unlike, alone)}{removed}",
             files,
             checks=bytecode,
             saved=saved,
@@ -1154,26 +1194,38 @@ class _Reverting:
 def _unlike_record(root: Path, changes: Changes) -> list[str]:
     """The files a revert writes back unlike vLLM's RECORD lists them: apply --force took them
     edited, so their original is the user's edit, not stock."""
-    written = {path: after for path, (_before, after) in changes.items() if after is not None}
-    record = find_record(root)
-    if record is None or not written or labelled_by_patchkit(record.parent.name):  # a patched wheel's RECORD lists them
-        return []
-    try:
-        parsed = parsed_record(read_record_file(root, record), record.parent.name + "/RECORD", only=list(written))
-    except OSError:
-        return []
+    written = _written(changes)
+    parsed = _tree_record(root, list(written))
     if parsed is None:
         return []
     return sorted(path for path, data in written.items() if path in parsed.hashes and not parsed.matches(path, data))
 
 
-def _reverted_said(count: int, unsure: int, unlike: list[str]) -> str:
+def _written(changes: Changes) -> dict[str, bytes]:
+    return {path: after for path, (_before, after) in changes.items() if after is not None}
+
+
+def _tree_record(root: Path, paths: list[str]) -> Record | None:
+    """vLLM's RECORD as it lists `paths` (None: no RECORD, or a patched wheel's, which lists them patched)."""
+    record = find_record(root)
+    if record is None or not paths or labelled_by_patchkit(record.parent.name):
+        return None
+    try:
+        return parsed_record(read_record_file(root, record), record.parent.name + "/RECORD", only=paths)
+    except OSError:
+        return None
+
+
+def _reverted_said(count: int, unsure: int, unlike: list[str], alone: Sequence[str] = ()) -> str:
     """How many files a revert wrote, and how many of them it can call stock (revert27: without a
-    RECORD, a series reversed is all it can say; `unlike`: those back unlike vLLM's RECORD)."""
+    RECORD, a series reversed is all it can say; `unlike`: those back unlike vLLM's RECORD; `alone`:
+    those back as only the record says they were)."""
     reversed_ = "the series' hunks reversed (no vLLM RECORD proves them stock)"
-    if unlike:
-        also = f"; {unsure} with {reversed_}" if unsure else ""
-        return f"{count} file(s) restored as before apply ({len(unlike)} not stock: {', '.join(unlike)}{also})"
+    if unlike or alone:
+        said = [f"{len(unlike)} not stock: {', '.join(unlike)}"] if unlike else []
+        said += [f"{len(alone)} as only the record says: {', '.join(alone)}"] if alone else []
+        said += [f"{unsure} with {reversed_}"] if unsure else []
+        return f"{count} file(s) restored as before apply ({'; '.join(said)})"
     if not unsure:
         return f"{count} file(s) restored to stock"
     if unsure == count:
@@ -1372,13 +1424,14 @@ def _stock_by_record(root: Path, paths: list[str]) -> set[str]:
     return {path for path in paths if path in parsed.hashes and _as_recorded(root, path, parsed)}
 
 
-def refuse_unrevertable_record(resolved: Resolved, state: State) -> None:
+def refuse_unrevertable_record(resolved: Resolved, state: State, known: Sequence[Patch] = ()) -> None:
     """A record revert refuses (a file it says patchkit created is an installed distribution's own):
     status and verify refuse it as revert does (exit 2), never "applied" beside a revert that fails."""
     root, installed = resolved.target.root, resolved.vllm_version
     for entry in state.entries:
         if stale_note(root, entry, installed) is None:
             _refuse_created_stock_files(root, entry, installed)
+            refuse_unvouched(root, entry, [*resolved.patches, *known])
 
 
 def _refuse_created_stock_files(root: Path, entry: Entry, installed: Version | None) -> None:

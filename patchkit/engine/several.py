@@ -345,12 +345,13 @@ def status_sets(chosen: list[Chosen]) -> tuple[SetsStatus, str | None]:
     assert covering and covering[0].resolved is not None
     root = covering[0].resolved.target.root
     statuses = []
+    series = [p for each in covering if each.resolved is not None for p in each.resolved.patches]
     with consistent_read(root) as recovered:
         for each in covering:
             assert each.resolved is not None
             found = inspection.inspect(each.resolved, check_upstream=True, import_probe=False)
             statuses.append(with_stock_judged(each.resolved, found))
-            refuse_unchangeable(each.resolved)
+            refuse_unchangeable(each.resolved, series)  # every set's series: what each record may name
         record = read_state(root)
     adhoc = tuple(e for e in record.entries if is_adhoc(e.set_name))
     return (

@@ -136,10 +136,12 @@ def _prepared(document: dict[str, Any], code: int, state: str, detail: str) -> t
         return NodeState.READY, True, ""
     if _apply_repairs(document):
         return NodeState.READY, True, f"{_guard_said(document)}: the apply repairs it"
+    if _apply_completes(document):
+        return NodeState.READY, True, "partial: the apply applies the patches not applied"
     parts = _set_parts(document) or [document]
     if any(p.get("state") == TreeState.NOT_APPLIED and _failed_checks(p) for p in parts):
         return Outcome.CHECK_FAILED, False, detail
-    if any(isinstance(patch, dict) and patch.get("state") == Outcome.CONFLICT for p in parts for patch in _patches(p)):
+    if any(_conflicting(p) for p in parts):
         return Outcome.CONFLICT, False, detail
     return state, False, detail
 
@@ -159,6 +161,25 @@ def _apply_repairs(document: dict[str, Any]) -> bool:
         and not _failed_checks(p)
         for p in parts
     )
+
+
+def _apply_completes(document: dict[str, Any]) -> bool:
+    """Whether verify failed only because a set is partial (status's verdict, exit 1) while every
+    check passes as the apply of phase 2 would leave it: that apply completes the series."""
+    parts = _set_parts(document) or [document]
+    return (
+        not document.get("error")
+        and any(p.get("state") == TreeState.PARTIAL for p in parts)
+        and all(p.get("ok") is not False or p.get("state") == TreeState.PARTIAL for p in parts)
+        and all(
+            not p.get("drifted") and not _guard_refuses(p) and not _failed_checks(p) and not _conflicting(p)
+            for p in parts
+        )
+    )
+
+
+def _conflicting(part: dict[str, Any]) -> bool:
+    return any(isinstance(patch, dict) and patch.get("state") == Outcome.CONFLICT for patch in _patches(part))
 
 
 def _guard_refuses(part: dict[str, Any]) -> list[str]:

@@ -16,13 +16,14 @@ import hashlib
 import os
 import shlex
 import sys
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from packaging.version import Version
 
-from patchkit.base import fsutil
+from patchkit.base import fsutil, remembered
 from patchkit.base.enums import SelectionKind
 from patchkit.base.errors import BadInput, NoPatchSet
 from patchkit.base.fsutil import atomic_write, unsafe_reason
@@ -596,13 +597,28 @@ def _probe_script(name: str | None, directory: Path, origin: Path, what: str = "
     return path
 
 
+_PARSED_TOML = "toml"  # the verdicts cache's directory for parsed TOML files (base.remembered)
+
+
 def read_toml(path: Path, what: str) -> dict:
     try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise BadInput(f"cannot read the {what} {path}: {exc.strerror}") from exc
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+    except UnicodeDecodeError as exc:
         raise BadInput(f"unreadable {what} {path}: {exc}") from exc
+    # tomllib is pure Python (~0.4 ms a manifest, six a run): the parse of the same text is kept
+    key = remembered.key_of([_PARSED_TOML, tomllib.__name__, sys.version_info[:3], text])
+    kept = remembered.recall(_PARSED_TOML, key)
+    if isinstance(kept, dict):
+        return kept
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise BadInput(f"unreadable {what} {path}: {exc}") from exc
+    with suppress(TypeError, ValueError):  # a TOML date is no JSON: such a file is parsed each time
+        remembered.remember(_PARSED_TOML, key, data)
+    return data
 
 
 def load_library(root: Path) -> dict[str, PatchSetDef]:

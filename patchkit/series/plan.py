@@ -255,6 +255,8 @@ class Restored:
     """What restore_recorded did beyond putting originals back."""
 
     edited: list[str] = field(default_factory=list)  # changed since the apply: kept aside by --force
+    # deleted on the record's word alone (its --patch file gone): kept aside, said as what it was
+    alone: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # originals rebuilt by reverse-applying
 
 
@@ -285,7 +287,7 @@ def restore_recorded(
         if created and _require_creator(
             entry, path, own, first, wrote_it=current == shas["after"], notes=restored.notes
         ):
-            restored.edited.append(path)  # only the record vouches for it: a copy is kept, as for an edit
+            restored.alone.append(path)  # only the record vouches for it: a copy is kept
         if current != shas["after"]:
             if not force:
                 if content is None:  # nothing of the user's to keep
@@ -348,7 +350,7 @@ def _original(view: View, path: str, digest: str | None, patches: list[Patch], n
     try:
         return read_object(view.root, digest)
     except BadInput as damaged:
-        rebuilt = _reverse_file(view.read(path), path, patches)
+        rebuilt = reverse_file(view.read(path), path, patches)
         if rebuilt is None or sha256(rebuilt) != digest:
             raise BadInput(
                 f"{damaged.message}, and reverse-applying the recorded patches does not give the original "
@@ -359,7 +361,7 @@ def _original(view: View, path: str, digest: str | None, patches: list[Patch], n
         return rebuilt
 
 
-def _reverse_file(content: bytes | None, path: str, patches: list[Patch]) -> bytes | None:
+def reverse_file(content: bytes | None, path: str, patches: list[Patch]) -> bytes | None:
     """`content` with every change the patches make to `path` undone, last patch first; None
     when one does not reverse (or the patches rename, add or delete it)."""
     parts = [f for p in patches for f in p.files if path in (f.path, f.source_path)]

@@ -474,6 +474,7 @@ def _recorded_patch(patch: NamedPatch, *, adhoc: bool) -> RecordedPatch:
 
 
 ADHOC_PREFIX = "adhoc-"  # series.library.adhoc_set_name: the record's name of a --patch apply
+ADHOC_ROOT = "vllm"  # series.patchfile.DEFAULT_ROOTS: the one package a --patch file may change
 
 
 def is_adhoc(set_name: str) -> bool:
@@ -678,7 +679,20 @@ def _checked_entry(data: object, origin: Path) -> Entry:
         checked_digest(shas["before"], origin)
         checked_digest(shas["after"], origin)
         _checked_mode(shas.get("mode", 0), path, origin)
+    if is_adhoc(data["set"]):
+        _checked_adhoc_paths(files, origin)
     return Entry.from_json(data)
+
+
+def _checked_adhoc_paths(files: dict[str, Any], origin: Path) -> None:
+    """A --patch apply records only files under vllm/: a --patch file changes nothing else (it is read
+    with patchfile's default roots). A path outside is no record patchkit wrote, and a revert would
+    write the record's bytes there."""
+    outside = next((path for path in files if path.split("/", 1)[0] != ADHOC_ROOT), None)
+    if outside is not None:
+        raise _damaged(
+            origin, f"a --patch apply's record names {outside!r}, outside vllm/, which no --patch file changes"
+        )
 
 
 def _checked_mode(mode: object, path: str, origin: Path) -> None:

@@ -69,7 +69,8 @@ def command(
 ) -> Finished | VerifyResult | SetsVerified:
     """Run the checks on the patched files: as they are, or as `apply` would leave them.
 
-    Exit 0 when the series applies (or is applied) and every check passes; 1 otherwise. On an
+    Exit 0 when the series applies (or is applied) and every check passes; 1 otherwise (a partial
+    series too, as status). On an
     upstream release, the set's checks run on the stock files; a failure is an upstream regression (1).
 
     With --vllm-version V (no --target/--python), --all or --latest: verify real releases instead,

@@ -377,7 +377,12 @@ def _verified_cases(verified: VerifyResult) -> list[JUnitCase]:
         CheckResult("drift", path, False, f"{path} was edited after patchkit patched it")
         for path in verified.status.drifted
     ]
-    return check_cases(conflicts + drifted + verified.checks)
+    partial = (  # failed as status fails it, though its checks pass once applied
+        [CheckResult("partial", None, False, f"{_applied_count(verified.status)}; the others are not")]
+        if verified.status.state == TreeState.PARTIAL
+        else []
+    )
+    return check_cases(conflicts + drifted + partial + verified.checks)
 
 
 def verified_target_json(ui: Screen, resolved: Resolved, verified: VerifyResult) -> None:
@@ -469,6 +474,8 @@ def _verify_verdict(ui: Screen, resolved: Resolved, verified: VerifyResult, *, r
         )
     elif verified.ok:
         ui.verdict(f"verify: ok: {counted}", ok=True)
+    elif verified.passes_if_applied and status.state == TreeState.PARTIAL:  # status's verdict too: not a pass
+        ui.verdict(f"verify: FAILED: partial: {_applied_count(status)}; ok if applied: {counted}", ok=False)
     elif status.upstream_regression:
         ui.verdict(f"verify: FAILED: upstream regression: the stock files fail the set's checks ({counted})", ok=False)
     else:

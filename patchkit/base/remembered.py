@@ -1,6 +1,6 @@
 """Verdicts of checks that are pure functions of their inputs, kept across runs: a module's syntax
 (its bytes, the interpreter) and the contract's results on a file (its bytes, the requirements,
-the release, the contract's code). Parsing and compiling vLLM's modules is most of a check's time,
+the release, the contract's code); and the library's TOML files as parsed (series.library). Parsing and compiling vLLM's modules is most of a check's time,
 and `patchkit wheel` or `apply` on the same release checks the same contents again.
 
     <cache>/verdicts/<check>/<key[:2]>/<key>.json   {"seal": ..., "verdict": ...}

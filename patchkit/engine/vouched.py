@@ -1,0 +1,116 @@
+"""Which files a library set's record may name: those its series' patches change.
+
+state.json is read back from the tree: an entry naming another file (any package's, in a
+`--target site-packages`) with a planted original in objects/ would have revert write those bytes
+there. apply records only the files the set's patches change, so a record naming another is none
+patchkit wrote: every command refuses it, as it refuses a record saying patchkit created a file an
+installed distribution lists (operations._refuse_created_stock_files). A --patch apply's record is
+held to vllm/ when it is parsed (store.state), as no --patch file changes anything else.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+from pathlib import Path
+
+from packaging.version import InvalidVersion, Version
+
+from patchkit.base import hints
+from patchkit.base.errors import BadInput, PatchkitError
+from patchkit.series.library import PatchSetDef, Release, load_library, locate
+from patchkit.series.patchfile import DEFAULT_ROOTS, Patch, read_patch, touched_paths
+from patchkit.store.state import Entry, is_adhoc, state_path
+
+
+def refuse_unvouched(root: Path, entry: Entry, known: Sequence[Patch] = ()) -> None:
+    """A library set's record naming a file it edited that none of the set's patches changes is
+    refused (exit 2); with the set in no library at hand, only files under vllm/ are taken on its
+    word (revert keeps a copy of what it replaces where nothing else vouches for the original)."""
+    if is_adhoc(entry.set_name):
+        return
+    allowed = series_paths(entry, known)
+    # a file it says patchkit created is revert's to judge (plan._require_creator): deleted only on the
+    # word of a patch that creates it, kept otherwise, nothing written over it
+    edited = sorted(path for path, shas in entry.files.items() if shas["before"] is not None)
+    stray = [
+        path
+        for path in edited
+        if (path not in allowed if allowed is not None else path.split("/", 1)[0] not in DEFAULT_ROOTS)
+    ]
+    if not stray:
+        return
+    origin = state_path(root)
+    why = "none of its patches changes it" if allowed is not None else "no library at hand holds that set"
+    elsewhere = (
+        f"give --patches {shlex.quote(entry.library)} (the library it was applied from); else "
+        if allowed is None and entry.library is not None
+        else ""
+    )
+    raise BadInput(
+        f"{origin} records {stray[0]} for set {entry.set_name}, but {why}: patchkit records no such file, "
+        "and reverting that record would write its bytes there; nothing was written",
+        hint=f"{elsewhere}inspect it, or move it aside (mv {shlex.quote(str(origin))} "
+        f"{shlex.quote(f'{origin}.damaged')}); then {hints.command('revert')} undoes the series it finds applied",
+    )
+
+
+# what a series of patches changes, by their (name, sha256): the bytes decide it, so it is kept per
+# process (status judges every record once per set it shows)
+_TOUCHED: dict[frozenset[tuple[str, str]], frozenset[str]] = {}
+
+
+def series_paths(entry: Entry, known: Sequence[Patch] = ()) -> frozenset[str] | None:
+    """Every path the patches the entry records change, found by their sha256 among `known` (the
+    series at hand) or in the library at hand; when that library holds other bytes of the set now,
+    what its series for the entry's vLLM version changes (every release's when none covers it).
+    None when no library at hand holds the set, or it cannot be read."""
+    recorded = frozenset((p["name"], p["sha256"]) for p in entry.patches)
+    found = _TOUCHED.get(recorded) or _own_touched(recorded, known)
+    if found is None:
+        try:
+            patch_set = load_library(locate(hints.current().library).path).get(entry.set_name)
+            if patch_set is None:
+                return None
+            releases = _covering(patch_set, entry.vllm_version) or list(patch_set.releases)
+            series = [p for r in releases for p in r.read_patches(patch_set.roots)]
+        except PatchkitError:
+            return None
+        found = _own_touched(recorded, series)
+        if found is None:  # the library's set is not what was applied: what it changes now
+            return frozenset(touched_paths(series))
+    _TOUCHED[recorded] = found
+    return found
+
+
+def _own_touched(recorded: frozenset[tuple[str, str]], patches: Sequence[Patch]) -> frozenset[str] | None:
+    """What the recorded patches change, when `patches` holds every one of them (by sha256)."""
+    own = {(p.name, p.sha256): p for p in patches if (p.name, p.sha256) in recorded}
+    if not recorded or own.keys() != recorded:
+        return None
+    return frozenset(touched_paths(list(own.values())))
+
+
+def _covering(patch_set: PatchSetDef, version: str | None) -> list[Release]:
+    try:
+        found = Version(version) if version else None
+    except InvalidVersion:
+        return []
+    return [r for r in patch_set.releases if found is not None and r.covers(found)]
+
+
+def patches_at_hand(entry: Entry) -> list[Patch]:
+    """A --patch apply's patches still where it read them, those very bytes (the record's sha256):
+    what a revert may reverse to tell the record's originals true."""
+    if not is_adhoc(entry.set_name):
+        return []
+    found = []
+    for recorded in entry.patches:
+        where = recorded.get("path")
+        try:
+            patch = read_patch(Path(where), follow_symlinks=True) if where else None
+        except (OSError, PatchkitError):  # moved, unreadable, no diff: nothing at hand
+            continue
+        if patch is not None and patch.sha256 == recorded["sha256"]:
+            found.append(patch)
+    return found
