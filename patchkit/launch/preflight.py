@@ -27,7 +27,7 @@ from patchkit.base.fsutil import read_regular
 from patchkit.base.options import Options
 from patchkit.checks import shadow
 from patchkit.checks.bytecode import failures, scan
-from patchkit.engine.guard import prefixed_bytecode, refusal_text
+from patchkit.engine.guard import EVERY_CPYTHON, prefixed_bytecode, refusal_text
 from patchkit.engine.inspection import (
     TreeStatus,
     apply_finishes,
@@ -303,7 +303,7 @@ def prefix_findings(resolved: Resolved, status: TreeStatus, command: LaunchComma
     paths = sorted(_series_paths(resolved, status))
     found = [
         p
-        for p in target_guard.stale_bytecode(str(resolved.target.root), paths, prefix=prefix)
+        for p in target_guard.stale_bytecode(str(resolved.target.root), paths, EVERY_CPYTHON, prefix=prefix)
         if prefixed_bytecode([p])
     ]
     fix = f"run {hints.remove_files(prefixed_bytecode(found))} (Python compiles the source again)"
