@@ -15,6 +15,10 @@ XDIST := -n $(WORKERS) --dist loadgroup
 # tests start would compile patchkit and the tests' helpers from source (~80 ms a command, 3 s a worker):
 # compile them once, as pip does an installed package. Up-to-date files are skipped; a stale one is never read.
 COMPILE := $(PY) -m compileall -q patchkit tests
+# pytest also rewrites the asserts of the plugins packages declare (hypothesis, xdist, platformdirs: ~90 modules,
+# ~0.9 s of CPU a process) and, the setting being set, never kept them: every worker of every run did it again.
+# Written once for the venv (`pytest --help` loads them); a stale one is rewritten, never read.
+REWRITTEN := $(VENV)/.plugins-rewritten
 # test-fast's temporary directories (pytest's tmp_path: trees written and fsynced file by file) on tmpfs where
 # /dev/shm has 2 GB free: less CPU than on a disk. A passed test's directory is removed at its end (~1 GB a run
 # kept in memory otherwise). Not for the release tier, which writes GBs there (real wheels).
@@ -28,6 +32,10 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test,lint]'
+	touch $@
+
+$(REWRITTEN): $(VENV)/.installed
+	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest --help > /dev/null
 	touch $@
 
 # The main job on a real stock release read from the package index:
@@ -46,15 +54,15 @@ demo: $(VENV)/.installed
 	@echo "demo: vllm $(DEMO_VERSION) patched, verified and reverted byte-for-byte"
 
 # Everything, including the tests that read real releases from the package index (marker `release`).
-test: $(VENV)/.installed
+test: $(VENV)/.installed $(REWRITTEN)
 	$(COMPILE)
 	$(PY) -m pytest -q $(XDIST) $(PYTEST_ARGS)
 
-test-fast: $(VENV)/.installed
+test-fast: $(VENV)/.installed $(REWRITTEN)
 	$(COMPILE)
 	$(FAST_TMP) $(PY) -m pytest -q $(XDIST) $(FAST_KEEP) -m "not release and not slow" $(PYTEST_ARGS)
 
-test-release: $(VENV)/.installed
+test-release: $(VENV)/.installed $(REWRITTEN)
 	$(COMPILE)
 	$(PY) -m pytest -q $(XDIST) -m release $(PYTEST_ARGS)
 

@@ -4,12 +4,13 @@ and stderr, for the same arguments, environment and working directory."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 
 import pytest
-from cli_server import run_patchkit
-from helpers import write_tree
+from cli_server import run_patchkit, run_python_code
+from helpers import LOAD_LIKE_VLLM, MODEL, MODEL_PY, make_patch, write_tree
 
 
 def fresh(args: list[str], env: dict[str, str], cwd) -> subprocess.CompletedProcess:
@@ -66,3 +67,79 @@ def test_a_variable_the_servers_imports_read_runs_a_fresh_interpreter(tmp_path, 
     assert started == []
     run_patchkit(["--version"], {**os.environ, "HOME": str(tmp_path)}, tmp_path, 300)
     assert started == [[sys.executable, "-m", "patchkit", "--version"]]
+
+
+# A module patchkit imports after the server's imports (`fleet` imports Ray): where the command finds it
+# shows its sys.path, the same in a fork as in a fresh interpreter.
+FAKE_RAY = """\
+import os, sys
+print("ray found on", sys.path)
+sys.stdout.flush()
+os._exit(7)
+"""
+
+
+def _started_fresh(monkeypatch) -> list:
+    started: list = []
+    real_run = subprocess.run
+    monkeypatch.setattr(subprocess, "run", lambda argv, **kw: started.append(argv) or real_run(argv, **kw))
+    return started
+
+
+def test_a_pythonpath_of_directories_the_server_imported_nothing_from_is_forked_with_its_sys_path(
+    tmp_path, monkeypatch
+):
+    """PYTHONPATH's entries (relative to the working directory, an empty one the directory itself, a repeat
+    kept once) come after sys.path[0] in the fork as in a fresh interpreter, and the command imports from them."""
+    (tmp_path / "extra/ray").mkdir(parents=True)
+    (tmp_path / "extra/ray/__init__.py").write_text(FAKE_RAY)
+    started = _started_fresh(monkeypatch)
+    for pythonpath in ("extra", f"extra::{tmp_path / 'nowhere'}:extra"):
+        env = {**os.environ, "PYTHONPATH": pythonpath}
+        forked = run_patchkit(["fleet", "status"], env, tmp_path, 300)
+        assert started == []
+        assert forked.stdout.startswith(f"ray found on ['{tmp_path}', '{tmp_path / 'extra'}'"), forked.stdout
+        assert answer(forked) == answer(fresh(["fleet", "status"], env, tmp_path))
+        assert forked.returncode == 7
+        started.clear()  # fresh's
+
+
+@pytest.mark.parametrize("shadow", ["click.py", "rich", "sitecustomize.py"])
+def test_a_pythonpath_holding_a_module_the_server_imported_runs_a_fresh_interpreter(tmp_path, monkeypatch, shadow):
+    """A directory holding a module the server imported (which the command would import from there), or a
+    sitecustomize the interpreter's start-up runs: started, not forked."""
+    (tmp_path / "extra/ray").mkdir(parents=True)
+    (tmp_path / "extra/ray/__init__.py").write_text(FAKE_RAY)
+    (tmp_path / "extra" / shadow).mkdir() if "." not in shadow else (tmp_path / "extra" / shadow).write_text("")
+    started = _started_fresh(monkeypatch)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "extra")}
+    run_patchkit(["fleet", "status"], env, tmp_path, 300)
+    assert started == [[sys.executable, "-m", "patchkit", "fleet", "status"]]
+
+
+def test_the_guard_loaded_in_a_fork_answers_as_in_a_fresh_interpreter(tmp_path, scratch, monkeypatch):
+    """run_python_code (helpers.load_plugins_like_vllm) forks a server that imported importlib.metadata: on a
+    tree the guard passes and one it refuses (its traceback), the answer is a fresh `python -c`'s, and the
+    guard's bytecode is written as that one writes it."""
+    site = write_tree(tmp_path / "site")
+    diff = tmp_path / "model.diff"
+    diff.write_bytes(make_patch(scratch, site, {MODEL: MODEL_PY.replace("return x", "return x * 2")}))
+    assert (
+        run_patchkit(["apply", "--target", str(site), "--patch", str(diff)], dict(os.environ), None, 300).returncode
+        == 0
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("PATCHKIT_GUARD", "PYTHONDONTWRITEBYTECODE")}
+    argv = [sys.executable, "-c", LOAD_LIKE_VLLM, str(site)]
+    for edit in ("", "# tuned\n"):
+        with open(site / MODEL, "a") as fh:
+            fh.write(edit)
+        started = _started_fresh(monkeypatch)
+        forked = run_python_code(LOAD_LIKE_VLLM, [str(site)], env, 300)
+        assert started == []
+        monkeypatch.undo()
+        written = sorted(p.name for p in (site / "__pycache__").iterdir())
+        shutil.rmtree(site / "__pycache__")
+        assert answer(forked) == answer(subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300))
+        assert written == sorted(p.name for p in (site / "__pycache__").iterdir())
+        shutil.rmtree(site / "__pycache__")
+        assert forked.returncode == (1 if edit else 0), forked.stdout + forked.stderr

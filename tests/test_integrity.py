@@ -479,3 +479,17 @@ def test_an_honest_record_of_a_tree_without_vllms_record_is_reverted_with_no_cop
     assert done.exit_code == 0, done.output
     assert "only the record" not in done.output and not (tree / ".patchkit").exists()
     assert snapshot(tree) == stock
+
+
+def test_a_record_of_patches_the_library_no_longer_holds_is_still_reverted(run, tree, library, scratch):
+    """The other side of H3 (a): after an upgrade of the library (a patch dropped, another rewritten),
+    the record names files the set's series no longer changes. Nothing at hand says what those patches
+    changed, so vLLM's own files are taken on the record's word, as before: status and revert work."""
+    stock = snapshot(tree)
+    assert apply(run, tree, library)[0].exit_code == 0
+    newer = make_patch(scratch, tree, {SPEC: PATCHED_SPEC + "# reworded\n"}, "Description: accept deepseek\n")
+    library = write_library(library.parent / "newer", {"0.16.0": [newer]})
+    assert run("status", "--target", tree, "--patches", library).exit_code != 2
+    done = run("revert", "--target", tree, "--patches", library)
+    assert done.exit_code == 0, done.output
+    assert snapshot(tree) == stock

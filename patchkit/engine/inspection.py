@@ -54,7 +54,7 @@ from patchkit.store.state import (
     recorded_patch_files,
     shown_set,
 )
-from patchkit.tree.target import stock_files_command
+from patchkit.tree.target import checkout_restore, stock_files_command
 
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Mapping, Sequence
@@ -666,10 +666,9 @@ def local_edit_fix(root: Path, version: Version | str | None, files: list[str]) 
     if owner is not None:
         return f"{undo_command(owner[0], len(owner[1].entries))} undoes it, then {hints.command('apply')} applies the new one"
     which = "that file" if len(files) == 1 else "those files"
-    return (
-        f"copy your edit of {which} elsewhere, run {stock_files_command(root, version)} "
-        f"(the stock files back), then {hints.command('apply')}"
-    )
+    # a checkout's files: git (or the user's source) has them, not pip: it installs no checkout's files
+    back = checkout_restore(root, files) or f"run {stock_files_command(root, version)}"
+    return f"copy your edit of {which} elsewhere, {back} (the stock files back), then {hints.command('apply')}"
 
 
 def _earlier_owner(root: Path, files: list[str]) -> tuple[Entry, State] | None:

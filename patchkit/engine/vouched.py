@@ -25,8 +25,8 @@ from patchkit.store.state import Entry, is_adhoc, state_path
 
 def refuse_unvouched(root: Path, entry: Entry, known: Sequence[Patch] = ()) -> None:
     """A library set's record naming a file it edited that none of the set's patches changes is
-    refused (exit 2); with the set in no library at hand, only files under vllm/ are taken on its
-    word (revert keeps a copy of what it replaces where nothing else vouches for the original)."""
+    refused (exit 2); with the patches it records in no library at hand, only files under vllm/ are
+    taken on its word (revert keeps a copy of what it replaces where nothing else vouches for the original)."""
     if is_adhoc(entry.set_name):
         return
     allowed = series_paths(entry, known)
@@ -41,7 +41,7 @@ def refuse_unvouched(root: Path, entry: Entry, known: Sequence[Patch] = ()) -> N
     if not stray:
         return
     origin = state_path(root)
-    why = "none of its patches changes it" if allowed is not None else "no library at hand holds that set"
+    why = "none of its patches changes it" if allowed is not None else "its patches are in no library at hand"
     elsewhere = (
         f"give --patches {shlex.quote(entry.library)} (the library it was applied from); else "
         if allowed is None and entry.library is not None
@@ -62,9 +62,9 @@ _TOUCHED: dict[frozenset[tuple[str, str]], frozenset[str]] = {}
 
 def series_paths(entry: Entry, known: Sequence[Patch] = ()) -> frozenset[str] | None:
     """Every path the patches the entry records change, found by their sha256 among `known` (the
-    series at hand) or in the library at hand; when that library holds other bytes of the set now,
-    what its series for the entry's vLLM version changes (every release's when none covers it).
-    None when no library at hand holds the set, or it cannot be read."""
+    series at hand) or in the library at hand; an entry recording no patch (none apply wrote), what
+    that library's series for its vLLM version changes (every release's when none covers it). None
+    when the patches it records are not at hand (the library changed since: judged by vllm/ alone)."""
     recorded = frozenset((p["name"], p["sha256"]) for p in entry.patches)
     found = _TOUCHED.get(recorded) or _own_touched(recorded, known)
     if found is None:
@@ -76,9 +76,11 @@ def series_paths(entry: Entry, known: Sequence[Patch] = ()) -> frozenset[str] | 
             series = [p for r in releases for p in r.read_patches(patch_set.roots)]
         except PatchkitError:
             return None
-        found = _own_touched(recorded, series)
-        if found is None:  # the library's set is not what was applied: what it changes now
+        if not recorded:
             return frozenset(touched_paths(series))
+        found = _own_touched(recorded, series)
+        if found is None:
+            return None
     _TOUCHED[recorded] = found
     return found
 

@@ -38,7 +38,7 @@ from patchkit.engine.inspection import (
     record_of,
     upgrade_said,
 )
-from patchkit.engine.resolve import Resolved
+from patchkit.engine.resolve import Resolved, cached_stock
 from patchkit.launch import toolparsers
 from patchkit.launch.command import ALIASES, LaunchCommand
 from patchkit.launch.engine import LaunchContext, Reader, apply_fix, launch_python_version, set_checks, tree_reader
@@ -795,9 +795,6 @@ def _as_its_conflict_fix_leaves(resolved: Resolved, files: list[str]) -> Reader 
     """The set's files as the fix of a local edit inside a hunk leaves them (its stock files back,
     then apply): the series on the stock files the fetch cache holds (a check judged
     on the edited files would fail where that fix makes it pass). None: no cached stock, or a conflict."""
-    # lazy: the integrity check (and the fetch cache's reader) load only for a conflict, off `run`'s fast path
-    from patchkit.checks.integrity import cached_stock
-
     stock = cached_stock(resolved.target.root, resolved.vllm_version, files)
     if not files or stock is None:
         return None

@@ -402,3 +402,20 @@ def stock_files_command(tree: Path, version: object | None) -> str:
     if chosen is not None and not any((chosen / name).exists() for name in ("INSTALLER", "WHEEL")):
         return hints.command("fetch", str(version or "VERSION"), "--dest", str(tree), "--force")
     return hints.pip_reinstall(version)
+
+
+def in_git_work_tree(root: Path) -> bool:
+    """Whether `root` is in a git work tree: a `.git` (a directory, or a worktree's file) in it or a
+    directory above (git's own rule, without running git)."""
+    return any(os.path.lexists(where / ".git") for where in (root, *root.resolve().parents))
+
+
+def checkout_restore(root: Path, paths: Sequence[str]) -> str | None:
+    """How a source checkout's files (no .dist-info: pip reinstalls no checkout's files) are put
+    back: `git checkout` in a git work tree, else from the user's own source; None for an installed
+    or fetched tree (stock_files_command's)."""
+    if any(d.name.lower().endswith(".dist-info") for d in vllm_metadata_dirs(root)) or not paths:
+        return None
+    if in_git_work_tree(root):
+        return "run `" + shlex.join(["git", "-C", str(root), "checkout", "--", *paths]) + "`"
+    return f"restore {', '.join(paths)} from your source"

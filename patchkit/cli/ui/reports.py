@@ -8,7 +8,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from patchkit.base import hints
-from patchkit.base.enums import CheckStatus, PatchState, ReleaseOutcome, TreeState
+from patchkit.base.enums import CheckStatus, Holder, PatchState, ReleaseOutcome, TreeState
 from patchkit.checks import CheckResult, integrity, shadow
 from patchkit.checks import bytecode as pyc
 from patchkit.cli.ui.findings import GUARD, Failure, check_failures, count_line, fold, located
@@ -163,7 +163,8 @@ def show_sets_status(ui: Screen, found: list[tuple[Resolved, TreeStatus]], where
     for resolved, status in found:
         counted = _applied_count(status)
         if status.checks and not status.upstream_regression:  # counted as verify counts them
-            counted = f"on its stock files {count_line(status.checks, verbose=True)}"
+            files = checked_files(resolved) + ":" * (resolved.selection.holder not in (None, Holder.STOCK))
+            counted = f"on {files} {count_line(status.checks, verbose=True)}"
         series = [f"series {resolved.selection.release.directory.name}"] if resolved.selection.release else []
         counted = "; ".join([counted, *status_problems(status, guard=False), *series]).strip("; ")  # the guard's: above
         line = f"set      {resolved.set_name:<{names}}  {status.state:<{states}}  {counted}".rstrip()
@@ -468,7 +469,9 @@ def _verify_verdict(ui: Screen, resolved: Resolved, verified: VerifyResult, *, r
     if verified.ok and status.state == TreeState.NOT_APPLIED:
         # a dry check passing is no pass of the tree: the last line says so
         ui.verdict(f"verify: ok if applied: {counted}", ok=True)
-    elif verified.ok and resolved.selection.in_stock:  # found, not declared: the set's range is the maintainer's
+    elif (
+        verified.ok and resolved.selection.holder == Holder.STOCK
+    ):  # found, not declared: the range is the maintainer's
         ui.verdict(
             f"verify: ok: {counted}; {in_stock_fix(resolved.vllm_version, resolved.selection.patch_set)}", ok=True
         )
@@ -501,8 +504,9 @@ def _without_version(verb: str) -> str:
 
 def _checked_as(verified: VerifyResult, resolved: Resolved) -> str:
     status = verified.status
-    if resolved.selection.in_stock:
-        return f"upstream: {resolved.selection.note}; the set's checks ran on them"
+    if resolved.selection.in_stock:  # "upstream" only where the stock files are proven to hold it
+        said = "upstream: " * (resolved.selection.holder == Holder.STOCK)
+        return f"{said}{resolved.selection.note}; the set's checks ran on them"
     if status.state == TreeState.UPSTREAM:
         return "upstream: this vLLM release ships the change; the set's checks ran on its stock files"
     if status.drifted:
@@ -510,6 +514,14 @@ def _checked_as(verified: VerifyResult, resolved: Resolved) -> str:
     if verified.checks and status.state != TreeState.APPLIED:
         return "checked as the tree would be after apply (nothing written)"
     return ""
+
+
+def checked_files(resolved: Resolved) -> str:
+    """The files an upstream set's checks ran on: the stock files, unless nothing proves them so."""
+    holder = resolved.selection.holder
+    if holder == Holder.HAND:
+        return "its files, applied by hand"
+    return "its files (upstream's or a hand's)" if holder == Holder.UNKNOWN else "its stock files"
 
 
 def _applied_count(status: TreeStatus) -> str:
