@@ -13,6 +13,7 @@ import pytest
 from helpers import assert_clean_failure, on_a_terminal, run_cli, terminal_screen
 from importable_vllm import make_importable, venv_importing, write_refusing_engine_args
 from launch_fixtures import (
+    DEEPSEEK,
     DEEPSEEK_V3,
     DRAFTER,
     KIMI_DRAFTER,
@@ -20,6 +21,7 @@ from launch_fixtures import (
     apply_fix,
     findings,
     serve,
+    stale_pyc_under_prefix,
     write_eagle3_setup,
     write_model,
 )
@@ -515,27 +517,11 @@ def test_stale_unchecked_bytecode_fails_the_tree_state(setup, tmp_path):
     assert "stale bytecode" in findings(done)["tree-state"]["message"]
 
 
-def stale_pyc_under_prefix(prefix: Path, tree: Path, path: str) -> Path:
-    """An unchecked-hash .pyc of other bytes than `path`'s where Python reads its bytecode under the
-    pycache `prefix` (PREFIX/<the source's absolute directory>/<stem>.<tag>.pyc)."""
-    import py_compile
-
-    mirror = prefix / str(tree.resolve() / path).lstrip("/")
-    mirror.parent.mkdir(parents=True, exist_ok=True)
-    other = prefix.parent / "other.py"
-    other.write_text("STOCK = True\n")
-    pyc = mirror.parent / f"{mirror.stem}.{sys.implementation.cache_tag}.pyc"
-    mode = py_compile.PycInvalidationMode.UNCHECKED_HASH
-    return Path(py_compile.compile(str(other), cfile=str(pyc), doraise=True, invalidation_mode=mode))
-
-
 def test_stale_bytecode_under_the_launchs_pycache_prefix_fails_naming_its_removal(setup, tmp_path):
     """Issue 20 (review 18 H1): the launch's PYTHONPYCACHEPREFIX makes Python read bytecode under it,
     never __pycache__; an unchecked-hash .pyc of other bytes there runs instead of the patched file.
     preflight judges the prefix the launch runs with (its env prefix, or patchkit's own environment
     unless the launch drops it), and its fix, run, makes it pass."""
-    from launch_fixtures import DEEPSEEK
-
     tree, library, models = setup
     assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     prefix = tmp_path / "pfx"

@@ -24,6 +24,7 @@ from launch_fixtures import (
     SPEC,
     patchkit_run,
     serve,
+    stale_pyc_under_prefix,
     stand_in_launch,
     write_model,
 )
@@ -560,8 +561,6 @@ def test_stale_bytecode_under_the_launchs_pycache_prefix_is_not_launched_and_its
     """Issue 20 (review 18 H1): run's fast path reads the tree's state from its record and imports
     nothing, so only the bytecode under the launch's PYTHONPYCACHEPREFIX tells that the patch would
     never run; a warm run judges it again, and the named fix, run, lets the launch go."""
-    from test_preflight import stale_pyc_under_prefix
-
     tree, library, command, env, marker = launch
     env, _ = own_cache(env, tmp_path)
     assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0

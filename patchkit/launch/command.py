@@ -119,9 +119,11 @@ class LaunchCommand:
             name, _, value = option.partition("=")
             if name == "pycache_prefix":
                 return os.path.join(self.working_directory(), value) if value else None
+        value = self.environ.get("PYTHONPYCACHEPREFIX", "")
+        if not value:  # the usual launch: its interpreter's options not read (a shebang, a PATH search)
+            return None
         options = "".join(self.python_options())
-        value = "" if "E" in options or "I" in options else self.environ.get("PYTHONPYCACHEPREFIX", "")
-        return os.path.join(self.working_directory(), value) if value else None
+        return None if "E" in options or "I" in options else os.path.join(self.working_directory(), value)
 
     def short_options(self) -> set[str]:
         """The short aliases the command uses (`-tp`, `-sc`), as written."""
