@@ -74,6 +74,10 @@ _PATCH_STATE = {
     StepState.CONFLICT: PatchState.CONFLICT,
 }
 
+# the guard's fix of a tree the record no longer matches (after a vLLM upgrade): the apply of every
+# set recorded, which preflight offers in place of a set's own (that apply drops the others' records)
+RECORDS_AS_IS = "(it records the tree as it is, or drops what no longer applies)"
+
 
 @dataclass
 class PatchReport:
@@ -206,7 +210,7 @@ class TreeStatus:
         if self.some_stock_again:  # not "records the tree as it is": it patches them again
             files = "that file" if self.some_stock_again == 1 else f"those {self.some_stock_again} files"
             return f"run {self.apply_chosen} (it patches {files} again)"
-        return f"run {self.apply_recorded} (it records the tree as it is, or drops what no longer applies)"
+        return f"run {self.apply_recorded} {RECORDS_AS_IS}"
 
     @property
     def apply_recorded(self) -> str:

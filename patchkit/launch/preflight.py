@@ -29,6 +29,7 @@ from patchkit.checks import shadow
 from patchkit.checks.bytecode import failures, scan
 from patchkit.engine.guard import EVERY_CPYTHON, prefixed_bytecode, refusal_text
 from patchkit.engine.inspection import (
+    RECORDS_AS_IS,
     TreeStatus,
     apply_finishes,
     as_its_fix_leaves,
@@ -442,6 +443,11 @@ def one_apply(findings: list[Finding], names: list[str]) -> list[Finding]:
     if len({f.fix for f in findings if f.fix and not f.ok}) < 2:
         return findings  # no hint built for a launch with nothing to fix (`run`'s passing path builds none)
     per_set = {apply_fix(_NeededSet(name)): name for name in names}
+    restoring = _restoring_apply(
+        findings, {name for fix, name in per_set.items() if any(f.fix == fix for f in findings)}
+    )
+    if restoring is not None:  # a set's own apply would drop the other sets' records: one apply of them all
+        return [dataclasses.replace(f, fix=restoring) if f.fix in per_set else f for f in findings]
     every = apply_fix()
     if every not in per_set and any(f.check == TREE and f.fix == every for f in findings):
         # apply of every set is needed anyway (a set every launch needs lacks, or the guard's files are
@@ -454,6 +460,20 @@ def one_apply(findings: list[Finding], names: list[str]) -> list[Finding]:
     words = [word for name in sets for word in ("--set", name)]
     one = f"run {hints.command('apply', *words, chosen=hints.for_set(None))}"
     return [dataclasses.replace(f, fix=one) if f in applying else f for f in findings]
+
+
+def _restoring_apply(findings: list[Finding], sets: set[str]) -> str | None:
+    """The guard's fix after a vLLM upgrade (an apply of every recorded set), when it applies each
+    of `sets` too: the one fix that restores what was applied."""
+    for finding in findings:
+        fix = finding.fix or ""
+        if finding.ok or finding.check != TREE or not fix.endswith(RECORDS_AS_IS):
+            continue
+        words = shlex.split(fix.partition("`")[2].partition("`")[0])
+        named = {words[i + 1] for i, word in enumerate(words[:-1]) if word == "--set"}
+        if "apply" in words[:4] and (not named or sets <= named):
+            return fix
+    return None
 
 
 @dataclass(frozen=True)
