@@ -12,7 +12,10 @@ sitecustomize): the fork puts them on sys.path where the interpreter would, so w
 them as it would. Only the modules' teardown at exit is skipped (`run_and_exit`). The server starts with the
 session's environment, never a test's, so no test's monkeypatching reaches it.
 
-    python tests/cli_server.py SOCKET     # serve on SOCKET (the tests start it: helpers.run_cli)
+The same server runs `python -c CODE ARGS` (run_python_code: how the tests load the launch guard as vLLM
+does) from an interpreter that imported only importlib.metadata, with the command's start-up environment.
+
+    python tests/cli_server.py SOCKET [code]   # serve on SOCKET (the tests start it: helpers.run_cli)
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ import tempfile
 import threading
 import time
 import traceback
+import types
 from collections.abc import Iterator, MutableMapping
 from contextlib import suppress
 from pathlib import Path
@@ -60,18 +64,21 @@ def start_up_environment(env: dict[str, str]) -> dict[str, str]:
 
 _SESSION_ENV = dict(os.environ)  # as the session started, before any test's monkeypatch
 _server: _Server | None = None
+# run_python_code's servers, by the start-up environment they were started with (another user's: its HOME)
+_code_servers: dict[tuple[tuple[str, str], ...], _Server] = {}
 
 
 class _Server:
     """The server process of this test session (one per xdist worker), started on first use."""
 
-    def __init__(self) -> None:
+    def __init__(self, env: dict[str, str] = _SESSION_ENV, mode: str = "patchkit") -> None:
         self.home = Path(tempfile.mkdtemp(prefix="pk-cli-"))  # short: a unix socket's path is at most 107 bytes
         self.socket = str(self.home / "s")
+        self.env = env
         with (self.home / "server.log").open("wb") as log:
             self.process = subprocess.Popen(
-                [sys.executable, __file__, self.socket],
-                env=_SESSION_ENV,
+                [sys.executable, __file__, self.socket, mode],
+                env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=log,
@@ -131,6 +138,27 @@ def run_patchkit(args: list[str], env: dict[str, str], cwd: Path | str | None, t
     return _forked(argv, env, cwd, timeout, path)[1]
 
 
+def run_python_code(code: str, args: list[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
+    """`python -c CODE ARGS` with `env` in this directory, its output captured as text: a fork of a server
+    that imported importlib.metadata alone, started with the command's start-up environment and HOME (which
+    site reads for the user's site-packages). Never as another user: the interpreter they start may be
+    another one (this one's home unreadable to them, a venv's python falls back to the system's)."""
+    argv = [sys.executable, "-c", code, *args]
+    start = {**start_up_environment(env), "HOME": env.get("HOME", "")}
+    server = _code_server(tuple(sorted(start.items())), env)
+    if server is None or server.read_once(env) != server.read_once(server.env):
+        return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout)
+    return _forked(argv, env, None, timeout, [], server=server, code=code)[1]
+
+
+def _code_server(key: tuple[tuple[str, str], ...], env: dict[str, str]) -> _Server | None:
+    if not hasattr(os, "pidfd_open"):
+        return None
+    if key not in _code_servers:
+        _code_servers[key] = _Server(env, "code")
+    return _code_servers[key]
+
+
 def run_patchkit_with_pid(
     args: list[str], env: dict[str, str], cwd: Path | str | None, timeout: float
 ) -> tuple[int, subprocess.CompletedProcess]:
@@ -159,17 +187,25 @@ def _fork_path(env: dict[str, str], cwd: Path | str | None) -> list[str] | None:
 
 
 def _forked(
-    argv: list[str], env: dict[str, str], cwd: Path | str | None, timeout: float, path: list[str]
+    argv: list[str],
+    env: dict[str, str],
+    cwd: Path | str | None,
+    timeout: float,
+    path: list[str],
+    server: _Server | None = None,
+    code: str | None = None,
 ) -> tuple[int, subprocess.CompletedProcess]:
-    """`argv` (python -m patchkit ...) as a fork of the server, `path` after its sys.path[0]: (its pid, its
-    CompletedProcess)."""
-    assert _server is not None
+    """`argv` (python -m patchkit ..., or python -c `code` ... on a code server) as a fork of the server,
+    `path` after its sys.path[0]: (its pid, its CompletedProcess)."""
+    server = server or _server
+    assert server is not None
     args = argv[3:]
     out_read, out_write = os.pipe()
     err_read, err_write = os.pipe()
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
-        connection.connect(_server.socket)
-        body = json.dumps({"args": args, "env": env, "cwd": os.path.abspath(cwd or os.getcwd()), "path": path}).encode()
+        connection.connect(server.socket)
+        request = {"args": args, "env": env, "cwd": os.path.abspath(cwd or os.getcwd()), "path": path}
+        body = json.dumps({**request, "code": code}).encode()
         connection.sendmsg(
             [_LENGTH.pack(len(body)), body],
             [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [0, out_write, err_write]))],
@@ -315,7 +351,8 @@ def _receive(connection: socket.socket) -> tuple[dict, list[int]]:
 
 
 def _become_the_command(request: dict, fds: list[int]) -> None:
-    """This process as `python -m patchkit ARGS` would start: fds 0-2, environment, cwd, argv."""
+    """This process as `python -m patchkit ARGS` (or `python -c CODE ARGS`) would start: fds 0-2, environment,
+    cwd, argv."""
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
         os.close(fd)
@@ -323,6 +360,12 @@ def _become_the_command(request: dict, fds: list[int]) -> None:
     os.environ.clear()
     os.environ.update(request["env"])
     os.chdir(request["cwd"])
+    if request["code"] is not None:
+        sys.path[0] = ""  # -c puts the working directory first, as ''
+        sys.argv = ["-c", *request["args"]]
+        sys.modules["__main__"] = types.ModuleType("__main__")  # -c runs the code in a __main__ of its own
+        sys.modules["__main__"].__dict__["__code__"] = request["code"]
+        return
     sys.path[0] = os.getcwd()  # -m puts the working directory first
     sys.path[1:1] = request["path"]  # then PYTHONPATH's entries
     sys.argv = ["-m", *request["args"]]  # runpy makes argv[0] patchkit/__main__.py, as -m does
@@ -352,7 +395,7 @@ def _fresh_standard_streams() -> None:
         setattr(sys, f"__{name}__", stream)
 
 
-def run_and_exit() -> NoReturn:
+def run_and_exit(code_to_run: str | None = None) -> NoReturn:
     """Run patchkit as `python -m patchkit` runs it, and end as the interpreter ends: SystemExit's code
     (a message printed: 1), an uncaught exception's traceback (1), KeyboardInterrupt by SIGINT, then
     threads joined, atexit, stdout flushed (a failed flush: 120). Only the modules' teardown is skipped:
@@ -360,11 +403,16 @@ def run_and_exit() -> NoReturn:
     code = 0
     interrupted = False
     try:
-        runpy.run_module("patchkit", run_name="__main__", alter_sys=True)
+        if code_to_run is None:
+            runpy.run_module("patchkit", run_name="__main__", alter_sys=True)
+        else:
+            exec(compile(code_to_run, "<string>", "exec"), sys.modules["__main__"].__dict__)
     except SystemExit as stop:
         code = _exit_code(stop.code)
     except BaseException as error:
         interrupted = isinstance(error, KeyboardInterrupt)
+        if code_to_run is not None and error.__traceback__ is not None:  # python -c's starts in the code
+            error.with_traceback(error.__traceback__.tb_next)
         sys.excepthook(type(error), error, error.__traceback__)
         code = 1
     threading._shutdown()  # type: ignore[attr-defined]  # the interpreter's wait for non-daemon threads
@@ -485,12 +533,28 @@ def _import_all() -> None:
     gc.freeze()  # the children's collections leave these objects alone: fewer pages copied after the fork
 
 
+def warm_code_imports() -> set[str]:
+    """What `python -c` loading plugins as vLLM does imports first (importlib.metadata: half its CPU), and the
+    environment variables that import read."""
+    reads = _EnvironmentReads(os.environ)
+    os.environ = reads  # type: ignore[assignment]  # noqa: B003
+    try:
+        importlib.import_module("importlib.metadata")
+    finally:
+        os.environ = reads.real  # type: ignore[assignment]  # noqa: B003
+    gc.freeze()
+    return reads.read
+
+
 if __name__ == "__main__":
     sys.path[0] = os.getcwd()  # not tests/: what -m puts first
-    read = warm_imports()
+    mode = sys.argv[2]
+    read = warm_code_imports() if mode == "code" else warm_imports()
     Path(sys.argv[1] + ".read").write_text(json.dumps(sorted(read)))
     started = {"modules": sorted({name.split(".")[0] for name in sys.modules}), "path": sys.path[1:]}
     Path(sys.argv[1] + ".started").write_text(json.dumps(started))
     serve(sys.argv[1])
     if sys.argv[0] == "-m":  # the command's process
         run_and_exit()
+    if sys.argv[0] == "-c":
+        run_and_exit(sys.modules["__main__"].__dict__.pop("__code__"))

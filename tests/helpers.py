@@ -24,7 +24,7 @@ import types
 import zipfile
 from pathlib import Path
 
-from cli_server import run_patchkit
+from cli_server import run_patchkit, run_python_code
 from click.testing import CliRunner
 from hypothesis import strategies as st
 from packaging.version import Version
@@ -323,15 +323,10 @@ print(sorted(plugins))
 
 def load_plugins_like_vllm(site: Path, **env: str) -> subprocess.CompletedProcess:
     """The general plugins installed in `site` (the launch guard) as vLLM runs them: discovered by
-    entry point, in a fresh interpreter that writes bytecode. A refusal is a non-zero exit."""
+    entry point, in an interpreter of its own that writes bytecode (forked by cli_server from one that
+    imported importlib.metadata alone, as python -c would start). A refusal is a non-zero exit."""
     clean = {k: v for k, v in os.environ.items() if k not in ("PATCHKIT_GUARD", "PYTHONDONTWRITEBYTECODE")}
-    return subprocess.run(
-        [sys.executable, "-c", LOAD_LIKE_VLLM, str(site)],
-        capture_output=True,
-        text=True,
-        env={**clean, **env},
-        timeout=60,
-    )
+    return run_python_code(LOAD_LIKE_VLLM, [str(site)], {**clean, **env}, 60)
 
 
 NOBODY = 65534

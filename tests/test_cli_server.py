@@ -4,12 +4,13 @@ and stderr, for the same arguments, environment and working directory."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 
 import pytest
-from cli_server import run_patchkit
-from helpers import write_tree
+from cli_server import run_patchkit, run_python_code
+from helpers import LOAD_LIKE_VLLM, MODEL, MODEL_PY, make_patch, write_tree
 
 
 def fresh(args: list[str], env: dict[str, str], cwd) -> subprocess.CompletedProcess:
@@ -114,3 +115,31 @@ def test_a_pythonpath_holding_a_module_the_server_imported_runs_a_fresh_interpre
     env = {**os.environ, "PYTHONPATH": str(tmp_path / "extra")}
     run_patchkit(["fleet", "status"], env, tmp_path, 300)
     assert started == [[sys.executable, "-m", "patchkit", "fleet", "status"]]
+
+
+def test_the_guard_loaded_in_a_fork_answers_as_in_a_fresh_interpreter(tmp_path, scratch, monkeypatch):
+    """run_python_code (helpers.load_plugins_like_vllm) forks a server that imported importlib.metadata: on a
+    tree the guard passes and one it refuses (its traceback), the answer is a fresh `python -c`'s, and the
+    guard's bytecode is written as that one writes it."""
+    site = write_tree(tmp_path / "site")
+    diff = tmp_path / "model.diff"
+    diff.write_bytes(make_patch(scratch, site, {MODEL: MODEL_PY.replace("return x", "return x * 2")}))
+    assert (
+        run_patchkit(["apply", "--target", str(site), "--patch", str(diff)], dict(os.environ), None, 300).returncode
+        == 0
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("PATCHKIT_GUARD", "PYTHONDONTWRITEBYTECODE")}
+    argv = [sys.executable, "-c", LOAD_LIKE_VLLM, str(site)]
+    for edit in ("", "# tuned\n"):
+        with open(site / MODEL, "a") as fh:
+            fh.write(edit)
+        started = _started_fresh(monkeypatch)
+        forked = run_python_code(LOAD_LIKE_VLLM, [str(site)], env, 300)
+        assert started == []
+        monkeypatch.undo()
+        written = sorted(p.name for p in (site / "__pycache__").iterdir())
+        shutil.rmtree(site / "__pycache__")
+        assert answer(forked) == answer(subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300))
+        assert written == sorted(p.name for p in (site / "__pycache__").iterdir())
+        shutil.rmtree(site / "__pycache__")
+        assert forked.returncode == (1 if edit else 0), forked.stdout + forked.stderr

@@ -827,9 +827,9 @@ def test_an_unlistable_pycache_is_judged_by_the_names_this_python_opens(tmp_path
         return real_scandir(path)
 
     monkeypatch.setattr(target_guard.os, "scandir", unlistable)
-    assert target_guard._stale_bytecode(str(site), [MODEL]) == []
+    assert target_guard.stale_bytecode(str(site), [MODEL]) == []
     mine = _unchecked_pyc_of(cache, MODEL_PY.encode(), f"model.{sys.implementation.cache_tag}.pyc")
-    (problem,) = target_guard._stale_bytecode(str(site), [MODEL])
+    (problem,) = target_guard.stale_bytecode(str(site), [MODEL])
     assert problem.startswith(f"vllm/models/__pycache__/{mine.name} {target_guard.STALE_BYTECODE} {MODEL}")
 
 
@@ -856,9 +856,10 @@ def test_status_on_another_python_than_vllms_judges_an_unlistable_pycache_as_vll
     assert f"__pycache__/{vllms.name}" in " ".join(done.output.split()), done.output
 
 
-def test_bytecode_that_is_no_regular_file_is_never_read(patched):
-    """__pycache__ is untrusted: a fifo (a read would hang) or a symlink to a stale .pyc elsewhere
-    named as the module's bytecode is not read, nor is a symlinked __pycache__ listed."""
+def test_bytecode_that_is_no_regular_file_is_never_read_and_a_symlink_is_followed_as_python_does(patched):
+    """__pycache__ is untrusted: a fifo (a read would hang) named as the module's bytecode is not
+    read. A symlink to a stale .pyc elsewhere, or a symlinked __pycache__ holding one, Python's import
+    follows: the patch never runs, so it is refused, naming the link (it was passed)."""
     site, _, _ = patched
     tag = sys.implementation.cache_tag
     cache = site / "vllm/models/__pycache__"
@@ -866,11 +867,86 @@ def test_bytecode_that_is_no_regular_file_is_never_read(patched):
     os.mkfifo(cache / f"model.{tag}.pyc")
     elsewhere = _unchecked_pyc_of(site.parent / "elsewhere", MODEL_PY.encode(), f"model.{tag}.opt-1.pyc")
     (cache / elsewhere.name).symlink_to(elsewhere)
-    done = subprocess.run(
-        [sys.executable, "-c", "import patchkit_guard, sys; print(patchkit_guard.find_problems(sys.argv[1]))", site],
-        cwd=site,
-        capture_output=True,
-        text=True,
-        timeout=60,
+
+    def problems() -> str:
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "import patchkit_guard, sys; print(patchkit_guard.find_problems(sys.argv[1]))",
+                site,
+            ],
+            cwd=site,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    found = problems()
+    assert f"vllm/models/__pycache__/{elsewhere.name} is unchecked-hash bytecode compiled from other bytes" in found
+    assert f"(reached through the symlink vllm/models/__pycache__/{elsewhere.name})" in found, found
+    (cache / elsewhere.name).unlink()
+    assert problems() == "[]\n"
+    shutil.rmtree(cache)
+    cache.symlink_to(elsewhere.parent)
+    assert "(reached through the symlink vllm/models/__pycache__)" in problems()
+
+
+def test_stale_bytecode_under_the_pycache_prefix_stops_the_launch_and_status_names_its_removal(patched, tmp_path):
+    """Issue 20 (review 18 H1): under PYTHONPYCACHEPREFIX Python reads a module's bytecode from
+    PREFIX/<the source's absolute directory>/, never __pycache__: an unchecked-hash .pyc of the stock
+    file there runs the stock code. The guard judges its own process's prefix; status judges the
+    prefix of its own environment, and names the exact removal (apply looks in __pycache__ only)."""
+    site, diff, _ = patched
+    prefix = tmp_path / "pfx"
+    mirror = prefix / str(site.resolve()).lstrip("/") / "vllm/models"
+    mirror.parent.mkdir(parents=True)
+    pyc = _unchecked_pyc_of(mirror, MODEL_PY.encode(), f"model.{sys.implementation.cache_tag}.pyc")
+    assert _load(site).returncode == 0  # no prefix: that .pyc is never read
+    done = _load(site, PYTHONPYCACHEPREFIX=str(prefix))
+    assert done.returncode != 0
+    said = f"{pyc} (under the pycache prefix) is unchecked-hash bytecode compiled from other bytes than {MODEL}"
+    assert said in done.stderr, done.stderr[-800:]
+    assert run_cli("status", "--target", site, "--patch", diff).returncode == 0  # not in its environment: nothing new
+    status = run_cli("status", "--target", site, "--patch", diff, env={"PYTHONPYCACHEPREFIX": str(prefix)})
+    assert status.returncode != 0 and said in " ".join(status.stdout.split()), status.stdout
+    fix = " ".join(status.stdout.split()).partition("run `rm -f -- ")[2].partition("`")[0]
+    assert fix == str(pyc), status.stdout
+    subprocess.run(["rm", "-f", "--", fix], check=True)
+    assert _load(site, PYTHONPYCACHEPREFIX=str(prefix)).returncode == 0
+    assert (
+        run_cli("status", "--target", site, "--patch", diff, env={"PYTHONPYCACHEPREFIX": str(prefix)}).returncode == 0
     )
-    assert done.returncode == 0 and done.stdout == "[]\n", done.stderr
+
+
+def test_bytecode_under_the_pycache_prefix_that_is_no_regular_file_is_never_read(patched, tmp_path):
+    """The prefix's mirror is untrusted as __pycache__ is: a fifo named as the module's bytecode is
+    not read (a read would hang), an unchecked-hash .pyc of the patched bytes passes."""
+    site, _, _ = patched
+    prefix = tmp_path / "pfx"
+    mirror = prefix / str(site.resolve()).lstrip("/") / "vllm/models"
+    mirror.mkdir(parents=True)
+    os.mkfifo(mirror / f"model.{sys.implementation.cache_tag}.pyc")
+    _unchecked_pyc_of(mirror, (site / MODEL).read_bytes(), f"model.{sys.implementation.cache_tag}.opt-1.pyc")
+    assert target_guard.stale_bytecode(str(site), [MODEL], prefix=str(prefix)) == []
+    _unchecked_pyc_of(mirror, MODEL_PY.encode(), f"model.{sys.implementation.cache_tag}.opt-2.pyc")
+    (problem,) = target_guard.stale_bytecode(str(site), [MODEL], prefix=str(prefix))
+    assert problem.startswith(f"{mirror}/model.{sys.implementation.cache_tag}.opt-2.pyc (under the pycache prefix)")
+
+
+def test_bytecode_under_the_pycache_prefix_is_judged_by_the_path_vllm_is_imported_from(patched, tmp_path):
+    """Python keys bytecode under a prefix by the source's path as the import path names it, symlinks
+    kept: a site-packages reached through a symlinked directory has its .pyc under that path."""
+    site, _, _ = patched
+    link = tmp_path / "venv-link"
+    link.symlink_to(site, target_is_directory=True)
+    prefix = tmp_path / "pfx"
+    mirror = prefix / str(link).lstrip("/") / "vllm/models"
+    mirror.parent.mkdir(parents=True)
+    pyc = _unchecked_pyc_of(mirror, MODEL_PY.encode(), f"model.{sys.implementation.cache_tag}.pyc")
+    done = _load(link, PYTHONPYCACHEPREFIX=str(prefix))
+    assert done.returncode != 0 and f"{pyc} (under the pycache prefix) is unchecked-hash" in done.stderr, done.stderr
+    pyc.unlink()
+    assert _load(link, PYTHONPYCACHEPREFIX=str(prefix)).returncode == 0

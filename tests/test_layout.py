@@ -337,7 +337,7 @@ LAZY_IMPORTS = {
     "pyflakes": "a warm dry run recalls the names check's findings: pyflakes runs on a miss (2.2 ms of CPU)",
 }
 # Issue 21 allows fewer than 30, each for a start-up gain measured in bench/ (README): never raise it past 29.
-MOST_LAZY_IMPORTS = 29  # 29: preflight reads the cached stock files for a conflict only (off run's fast path)
+MOST_LAZY_IMPORTS = 29  # 29: the cached stock read for a conflict or a checkout holding a change (resolve._integrity)
 
 
 def lazy_imports(package: Path = PACKAGE) -> list[tuple[str, int, str]]:

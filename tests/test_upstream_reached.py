@@ -5,7 +5,9 @@ patchkit never records, or reverses, a change it did not write."""
 from __future__ import annotations
 
 import json
+import re
 import shlex
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -26,6 +28,7 @@ from helpers import (
     verify,
     write_library,
     write_tree,
+    write_wheel,
 )
 
 from patchkit.store.state import read_state
@@ -73,6 +76,9 @@ def test_a_checkout_holding_the_change_is_not_recorded_nor_reversed(run, tmp_pat
     status = run("status", "--target", co, "--patches", open_library, "--format", "json")
     assert json.loads(status.stdout)["state"] == "upstream", status.output
     assert "upstream, or applied by hand" in run("status", "--target", co, "--patches", open_library).output
+    verified = run("verify", "--target", co, "--patches", open_library)  # audit23 F1: nothing proves it stock
+    assert verified.exit_code == 0 and "close the set's range" not in verified.output, verified.output
+    assert "stock" not in verified.output, verified.output
 
     applied = run("apply", "--target", co, "--patches", open_library)
     assert applied.exit_code == 0, applied.output
@@ -82,6 +88,65 @@ def test_a_checkout_holding_the_change_is_not_recorded_nor_reversed(run, tmp_pat
     reverted = run("revert", "--target", co, "--patches", open_library)
     assert reverted.exit_code == 0, reverted.output
     assert spec_and_model(co) == {p: c.encode() for p, c in FIXED.items()}
+
+
+def _git(root: Path, *args: str) -> None:
+    who = ["-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(["git", "-C", str(root), *who, *args], check=True, capture_output=True)
+
+
+def _printed(text: str) -> list[list[str]]:
+    """The commands a message prints in backquotes, in order, as argument lists."""
+    return [shlex.split(c) for c in re.findall(r"`([^`]+)`", " ".join(text.split()))]
+
+
+@pytest.fixture
+def hand_patched(tmp_path) -> Path:
+    """A git checkout of "0.17.0" (no RECORD) whose files got the set's change by hand."""
+    co = checkout(tmp_path / "co", {SPEC: SPEC_PY, MODEL: MODEL_PY}, version="0.17.0")
+    _git(co, "init", "-q")
+    _git(co, "add", "-A")
+    _git(co, "commit", "-qm", "0.17.0")
+    for path, content in FIXED.items():
+        (co / path).write_text(content)
+    return co
+
+
+def test_a_hand_patched_checkout_of_a_cached_release_is_said_so_with_the_commands_that_hand_it_over(
+    run, tmp_path, open_library, hand_patched
+):
+    """audit23 F1, F2: the fetch cache holds 0.17.0's published RECORD, unlike these files: status
+    called them upstream "on its stock files" and verify told to close the set's range, with no
+    command to give the change to patchkit. Now: applied by hand; the printed commands, run in order,
+    leave it applied with a record, and revert gives the checkout's own files."""
+    write_wheel(tmp_path / "wheels", "0.17.0", {SPEC: SPEC_PY.encode(), MODEL: MODEL_PY.encode()})
+    co = hand_patched
+    status = run("status", "--target", co, "--patches", open_library)
+    said = " ".join(status.output.split())
+    assert status.exit_code == 0, status.output
+    assert "unlike its stock files (the fetch cache's): applied by hand" in said, said
+    assert "stock files 6" not in said and "on its files, applied by hand" in said, said
+    verified = run("verify", "--target", co, "--patches", open_library)
+    assert verified.exit_code == 0, verified.output
+    assert "close the set's range" not in verified.output and "upstream:" not in verified.output, verified.output
+
+    restore, apply = _printed(status.output)[:2]
+    assert restore[:4] == ["git", "-C", str(co), "checkout"] and set(restore[5:]) == {SPEC, MODEL}, restore
+    subprocess.run(restore, check=True, capture_output=True)
+    assert apply[:3] == ["patchkit", "apply", "--target"], apply
+    assert run(*apply[1:]).exit_code == 0
+    assert state_of(run, co, open_library) == "applied" and read_state(co).entries
+    assert run("revert", "--target", co, "--patches", open_library).exit_code == 0
+    assert spec_and_model(co) == {SPEC: SPEC_PY.encode(), MODEL: MODEL_PY.encode()}
+
+
+def test_a_checkout_whose_files_are_the_cached_releases_own_is_stock(run, tmp_path, open_library, hand_patched):
+    """The other side of F1: the cached RECORD lists these very files: the release ships the change."""
+    write_wheel(tmp_path / "wheels", "0.17.0", {p: c.encode() for p, c in FIXED.items()})
+    verified = run("verify", "--target", hand_patched, "--patches", open_library)
+    assert verified.exit_code == 0, verified.output
+    assert "the stock files of vLLM 0.17.0 already hold this set's change" in verified.output
+    assert "close the set's range" in verified.output
 
 
 def test_a_checkout_patchkit_patched_still_reverts(run, tmp_path, open_library):
@@ -219,3 +284,102 @@ def test_the_conflict_fix_verify_prints_for_an_open_ended_set_works_as_printed(t
     for version, series in (("0.99.0", "0.99.0"), ("0.16.0", "0.16.0")):
         done = release_of(verify(library, version))
         assert (done["outcome"], done["series"]) == ("patched", series), done
+
+
+@pytest.mark.parametrize("git", [True, False])
+def test_a_local_edit_in_a_checkout_gets_a_fix_that_puts_its_own_file_back_not_pip(run, tmp_path, open_library, git):
+    """audit23 F4: a checkout (no dist-info) with a line the series changes edited: the conflict's fix
+    was `pip install --force-reinstall vllm==...`, which restores no checkout's file (and would
+    replace an editable install). In a git work tree the fix is `git checkout -- FILE`, and following
+    it lets apply patch; elsewhere, the file from the user's own source."""
+    co = checkout(tmp_path / "co", {SPEC: SPEC_PY, MODEL: MODEL_PY}, version="0.17.0")
+    if git:
+        _git(co, "init", "-q")
+        _git(co, "add", "-A")
+        _git(co, "commit", "-qm", "0.17.0")
+    (co / MODEL).write_text(MODEL_PY.replace("SupportsPP):", "SupportsPP):  # mine"))
+    status = run("status", "--target", co, "--patches", open_library)
+    said = " ".join(status.output.split())
+    assert status.exit_code == 1 and "conflict" in said, status.output
+    assert "pip" not in said, said
+    if not git:
+        assert f"restore {MODEL} from your source (the stock files back), then `patchkit apply" in said, said
+        return
+    restore, apply = _printed(said.split("fix: ", 1)[1])[:2]
+    assert restore == ["git", "-C", str(co), "checkout", "--", MODEL], restore
+    subprocess.run(restore, check=True, capture_output=True)
+    assert run(*apply[1:]).exit_code == 0
+    assert state_of(run, co, open_library) == "applied"
+
+
+def _git_out(root: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True, text=True).stdout
+
+
+@pytest.fixture
+def two_tags(tmp_path) -> Path:
+    """A git checkout tagged v0.16.0 and v0.17.0 (each file changed by the later release, away from
+    the hunks), at v0.16.0; `.patchkit/` ignored, as a user keeps it out of git."""
+    co = tmp_path / "co"
+    for version in ("0.16.0", "0.17.0"):
+        later = "" if version == "0.16.0" else f"# {version}\n"
+        checkout(co, {SPEC: SPEC_PY + later, MODEL: MODEL_PY + later, ".gitignore": ".patchkit/\n"}, version)
+        if version == "0.16.0":
+            _git(co, "init", "-q")
+        _git(co, "add", "-A")
+        _git(co, "commit", "-qm", version)
+        _git(co, "tag", f"v{version}")
+    _git(co, "checkout", "-q", "v0.16.0")
+    return co
+
+
+@pytest.mark.parametrize("way_out", [("revert", "--force"), ("revert",), ("apply",)])
+def test_a_checkout_moved_to_another_release_under_its_record_has_a_way_out(run, open_library, two_tags, way_out):
+    """audit23 F3: patched at v0.16.0, then `git checkout -f v0.17.0` with `.patchkit/` kept: status
+    said drifted (and partial), revert --force was refused naming a pip reinstall (no help on a
+    checkout) and apply named revert --force: a loop, `rm -r .patchkit` said nowhere. The record is
+    another release's: said stale; revert drops it writing no file, apply discards it and patches."""
+    co = two_tags
+    on_tree = ("--target", co, "--patches", open_library)
+    assert run("apply", *on_tree).exit_code == 0
+    _git(co, "checkout", "-q", "-f", "v0.17.0")
+    moved = spec_and_model(co)
+
+    status = run("status", *on_tree)
+    said = " ".join(status.output.split())
+    assert status.exit_code == 0, status.output
+    assert "recorded 0.16.0, the checkout is 0.17.0 now: the old record is stale" in said, said
+    assert "drifted" not in said and "partial" not in said and "pip" not in said, said
+
+    done = run(*way_out, *on_tree)
+    assert done.exit_code == 0, done.output
+    if way_out[0] == "revert":
+        assert spec_and_model(co) == moved and not read_state(co).entries
+        assert _git_out(co, "status", "--porcelain") == ""
+        assert run("apply", *on_tree).exit_code == 0
+    assert state_of(run, co, open_library) == "applied"
+    assert read_state(co).entries[0].vllm_version == "0.17.0"
+    assert run("revert", *on_tree).exit_code == 0
+    assert _git_out(co, "status", "--porcelain") == "" and spec_and_model(co) == moved
+
+
+def test_a_moved_checkout_with_one_file_still_patchkits_gets_gits_fix_not_pip(run, open_library, two_tags):
+    """The same move, one file kept as patchkit wrote it at v0.16.0: not stale (that file is the
+    record's), and revert refuses to mix the releases; its fix was a pip reinstall, which restores no
+    checkout's file. Now git's checkout of the recorded files; following it, apply patches v0.17.0."""
+    co = two_tags
+    on_tree = ("--target", co, "--patches", open_library)
+    assert run("apply", *on_tree).exit_code == 0
+    kept = (co / SPEC).read_bytes()
+    _git(co, "checkout", "-q", "-f", "v0.17.0")
+    (co / SPEC).write_bytes(kept)
+
+    refused = run("revert", *on_tree, "--force")
+    said = " ".join(refused.output.split())
+    assert refused.exit_code == 1 and "pip" not in said, said
+    restore, apply = _printed(said.split("hint: ", 1)[1])[:2]
+    assert restore[:5] == ["git", "-C", str(co), "checkout", "--"] and set(restore[5:]) == {SPEC, MODEL}, restore
+    subprocess.run(restore, check=True, capture_output=True)
+    assert run(*apply[1:]).exit_code == 0
+    assert state_of(run, co, open_library) == "applied"
+    assert read_state(co).entries[0].vllm_version == "0.17.0"

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shlex
 import subprocess
 import sys
 import sysconfig
@@ -55,7 +54,7 @@ def step(runs: list[str], marker: str) -> str:
 
 def test_the_dockerfile_pins_what_the_readme_says():
     args, runs = dockerfile_steps()
-    assert args == {"VLLM_VERSION": "0.16.0", "PATCHKIT_SET": "eagle3"}
+    assert args == {"VLLM_VERSION": "0.16.0", "PATCHKIT_SET": "", "PATCHKIT": "."}
     assert "--no-deps" in step(runs, "pip install --no-deps")
     assert "--out /wheels" in step(runs, "patchkit wheel")
     assert "COPY --from=patched-wheel /wheels/ /wheels/" in DOCKERFILE.read_text()
@@ -83,8 +82,11 @@ def stock_index(tmp_path, monkeypatch):
     server.stop()
 
 
-def run_step(command: str, env: dict[str, str]) -> None:
-    done = subprocess.run(["bash", "-euc", command], env={**os.environ, **env}, capture_output=True, text=True)
+def run_step(command: str, env: dict[str, str], args: dict[str, str] | None = None) -> None:
+    """`command` as a RUN step runs it: the build's ARGs are its environment, sh expands them."""
+    done = subprocess.run(
+        ["sh", "-euc", command], env={**os.environ, **env, **(args or {})}, capture_output=True, text=True
+    )
     assert done.returncode == 0, f"{command}\n{done.stdout}\n{done.stderr}"
 
 
@@ -94,11 +96,9 @@ def test_the_dockerfile_steps_build_and_install_a_patched_vllm(tmp_path, stock_i
     values = {**args, "VLLM_VERSION": VERSION, "PATCHKIT_SET": "demo"}
 
     def as_here(command: str) -> str:
-        for name, value in values.items():
-            command = command.replace(f"${{{name}}}", shlex.quote(value))
         return command.replace("/wheels", str(wheels))
 
-    run_step(as_here(step(runs, "patchkit wheel")), stock_index)
+    run_step(as_here(step(runs, "patchkit wheel")), stock_index, values)
     assert [p.name for p in wheels.iterdir()] == [f"vllm-{VERSION}+patchkit.demo-cp38-abi3-manylinux_2_31_x86_64.whl"]
     install = as_here(step(runs, "pip install --no-deps")).replace("pip install", f"pip install --prefix {prefix}", 1)
     run_step(install, stock_index)
@@ -123,8 +123,8 @@ def test_pip_uninstall_still_removes_a_reverted_install(tmp_path, stock_index):
     """revert leaves the dist-info as pip installed it: pip uninstall removes every file, reverted or not."""
     _args, runs = dockerfile_steps()
     wheels = tmp_path / "wheels"
-    build = step(runs, "patchkit wheel").replace("${VLLM_VERSION}", VERSION).replace("${PATCHKIT_SET}", "demo")
-    run_step(build.replace("/wheels", str(wheels)), stock_index)
+    build = step(runs, "patchkit wheel").replace("/wheels", str(wheels))
+    run_step(build, stock_index, {"VLLM_VERSION": VERSION, "PATCHKIT_SET": "demo"})
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
     python = venv / "bin" / "python"
@@ -149,3 +149,42 @@ def test_pip_uninstall_still_removes_a_reverted_install(tmp_path, stock_index):
     assert done.returncode == 0, done.stdout + done.stderr
     left = sorted(p.relative_to(site).as_posix() for p in site.rglob("*") if "vllm" in p.as_posix())
     assert left == []
+
+
+def test_the_dockerfile_by_default_builds_a_wheel_status_calls_applied(tmp_path, stock_index):
+    """Its defaults build every set of the release, so `status` (which judges every set covering the
+    version) says applied on the image, as the file's comment says; one set would leave it FAILED."""
+    tree = write_tree(
+        tmp_path / "stock-tools", VERSION, {"vllm/entrypoints/cli.py": STOCK_FILES["vllm/entrypoints/cli.py"]}
+    )
+    patch = make_patch(tmp_path, tree, {"vllm/entrypoints/cli.py": "def main():\n    print('vllm, patched')\n"})
+    write_library(Path(stock_index["PATCHKIT_LIBRARY"]), {VERSION: [patch]}, name="tools")
+    args, runs = dockerfile_steps()
+    wheels, prefix = tmp_path / "wheels", tmp_path / "prefix"
+    run_step(
+        step(runs, "patchkit wheel").replace("/wheels", str(wheels)), stock_index, {**args, "VLLM_VERSION": VERSION}
+    )
+    install = step(runs, "pip install --no-deps").replace("/wheels", str(wheels))
+    run_step(install.replace("pip install", f"pip install --prefix {prefix}", 1), stock_index)
+    site = Path(sysconfig.get_path("purelib", vars={"base": str(prefix), "platbase": str(prefix)}))
+    env = {k: v for k, v in stock_index.items() if k != "PATH"}
+    status = run_cli("status", "--target", site, "--format", "json", env=env)
+    assert status.returncode == 0, status.stdout + status.stderr
+    assert json.loads(status.stdout)["vllm_version"] == f"{VERSION}+patchkit.demo.tools"
+
+
+def test_the_dockerfile_installs_patchkit_from_a_checkout_or_its_wheel(tmp_path):
+    """The PATCHKIT build-arg: `.` installs the checkout COPY put in /src/patchkit, a file name the
+    wheel put beside the Dockerfile (a pip or pipx user's build, no clone)."""
+    _args, runs = dockerfile_steps()
+    command = step(runs, "pip install --no-cache-dir")
+    said = {}
+    for value in (".", "vllm_patchkit-0.1.0-py3-none-any.whl"):
+        echo = command.replace("python3 -m pip install --no-cache-dir", "printf %s", 1)
+        said[value] = subprocess.run(
+            ["sh", "-euc", echo], env={**os.environ, "PATCHKIT": value}, capture_output=True, text=True, check=True
+        ).stdout
+    assert said == {
+        ".": "/src/patchkit/.",
+        "vllm_patchkit-0.1.0-py3-none-any.whl": "/src/patchkit/vllm_patchkit-0.1.0-py3-none-any.whl",
+    }

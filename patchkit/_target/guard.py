@@ -40,7 +40,7 @@ ENV = "PATCHKIT_GUARD"
 # The number of the guard's checks: patchkit tells an older build's guard that judges a tree as it
 # does (the same number: a note, `apply` updates it) from one that may not (a failure until `apply`).
 # tests/test_guard_format.py holds it to this module's code: a change of the code bumps it.
-GUARD_FORMAT = 5
+GUARD_FORMAT = 8
 MAX_RECORD_BYTES = 16 * 1024 * 1024
 if TYPE_CHECKING:  # (vllm version or None, {path: recorded sha256 or None}, {path: its original's sha256 or None})
     Record = tuple[str | None, dict[str, str | None], dict[str, str | None]]
@@ -105,15 +105,7 @@ def imported_sites() -> list[str]:
 
 
 def _linked_package_parent() -> str | None:
-    module = sys.modules.get("vllm")
-    locations = list(getattr(module, "__path__", None) or []) if module is not None else []
-    if module is None:
-        try:
-            spec = importlib.util.find_spec("vllm")
-        except (ImportError, ValueError):
-            return None
-        locations = list(spec.submodule_search_locations or []) if spec is not None else []
-    found = [entry for entry in locations if isinstance(entry, str) and entry]
+    found = _vllm_locations()
     if not found or not os.path.islink(found[0].rstrip(os.sep)):
         return None
     return os.path.dirname(os.path.abspath(found[0].rstrip(os.sep)))
@@ -123,6 +115,15 @@ def imported_site() -> str | None:
     """The site directory of the vllm this process imported (what it runs), symlinks resolved: not
     the one beside this file, which PYTHONPATH, a user site or a second venv may shadow. Before
     vllm is imported, the one an import would load; None: no vllm at all."""
+    found = _vllm_locations()
+    if not found:
+        return None
+    return os.path.dirname(os.path.realpath(found[0]))
+
+
+def _vllm_locations() -> list[str]:
+    """The directories of the vllm package this process imported, as its import path names them
+    (symlinks kept); before vllm is imported, those an import would load; none: no vllm at all."""
     module = sys.modules.get("vllm")
     if module is not None:
         locations = getattr(module, "__path__", None)
@@ -130,13 +131,10 @@ def imported_site() -> str | None:
         try:
             spec = importlib.util.find_spec("vllm")
         except (ImportError, ValueError):
-            return None
+            return []
         locations = spec.submodule_search_locations if spec is not None else None
     # the package's directory (a namespace package, as a tree cut to a few files, has no __file__)
-    found = [entry for entry in list(locations or []) if isinstance(entry, str) and entry]
-    if not found:
-        return None
-    return os.path.dirname(os.path.realpath(found[0]))
+    return [entry for entry in list(locations or []) if isinstance(entry, str) and entry]
 
 
 def find_problems(site: str) -> list[str]:
@@ -195,7 +193,7 @@ def judge(site: str, tags: Iterable[str] | None = None) -> Verdict:
     changed = {rel for rel, _, _ in differing}
     kept = [rel for rel, sha in sorted(expected.items()) if sha and rel not in changed]
     try:
-        problems += _stale_bytecode(site, kept, tags) + _shadowed(site, kept)
+        problems += stale_bytecode(site, kept, tags) + _shadowed(site, kept)
     except TreeChanged as exc:
         return Verdict([*problems, str(exc)])
     return Verdict(sorted(set(problems), key=problems.index), again, whole)
@@ -265,34 +263,91 @@ _MAX_CACHE_ENTRIES = 1 << 16  # a package's __pycache__: a few hundred; more is 
 _UNCHECKED_HASH = 1  # PEP 552's flags word: hash-based (bit 0), without check_source (bit 1)
 
 
-def _stale_bytecode(site: str, paths: list[str], tags: Iterable[str] | None = None) -> list[str]:
+def stale_bytecode(
+    site: str, paths: list[str], tags: Iterable[str] | None = None, prefix: str | None = None
+) -> list[str]:
     """Each unchecked-hash .pyc (PEP 552) of a recorded source whose hash is not of its bytes:
     Python imports it without reading the source, so the patched file is not what runs.
     Every interpreter's is judged, keyed by the magic number in its own header, so that
     patchkit's interpreter (status) and vLLM's (a launch) say the same. __pycache__ is untrusted:
-    listed bounded, never through a symlink; a .pyc that is not a regular file is not read."""
+    listed bounded, through a symlink as Python's import follows one (said, since apply's fix
+    writes through none); a .pyc that is not a regular file is not read. `tags`: as judge's;
+    `prefix`: the pycache prefix whose mirror of the tree is judged too (None: this process's; "":
+    none)."""
+    mirrors = prefix_mirrors(site, sys.pycache_prefix if prefix is None else prefix)
     found = []
     for rel in paths:
         directory, _, name = rel.rpartition("/")
         if not name.endswith(".py"):
             continue
-        cache = os.path.join(site, directory, "__pycache__")
-        source: bytes | None = None
-        for pyc in _compiled(cache, name[: -len(".py")], tags):
-            header = _header(os.path.join(cache, pyc))
-            if header is None or int.from_bytes(header[4:8], "little") & 3 != _UNCHECKED_HASH:
-                continue
-            source = source if source is not None else _read_regular(os.path.join(site, rel), MAX_FILE_BYTES)
-            keyed = _source_hash(header[:4], source) if source is not None else None
-            if keyed is not None and keyed != header[8:16]:
-                found.append(directory + "/__pycache__/" + pyc + " " + STALE_BYTECODE + " " + rel + RUNS_IN_ITS_PLACE)
+        places = [(os.path.join(site, directory, "__pycache__"), directory + "/__pycache__/", "")]
+        places += [
+            (os.path.join(mirror, directory), os.path.join(mirror, directory, ""), PREFIXED) for mirror in mirrors
+        ]
+        source: list[bytes | None] = []  # read once, at the first unchecked-hash .pyc
+        for cache, shown, where in places:
+            for pyc in _compiled(cache, name[: -len(".py")], tags):
+                if _stale(os.path.join(cache, pyc), os.path.join(site, rel), source):
+                    said = shown + pyc + where + " " + STALE_BYTECODE + " " + rel + RUNS_IN_ITS_PLACE
+                    found.append(said + ("" if where else _through_link(site, directory + "/__pycache__", pyc)))
     return found
+
+
+PREFIXED = " (under the pycache prefix)"  # a stale .pyc where PYTHONPYCACHEPREFIX or -X pycache_prefix puts them
+
+
+def prefix_mirrors(site: str, prefix: str | None) -> list[str]:
+    """Where Python looks for the bytecode of site's files under a pycache prefix (sys.pycache_prefix:
+    `prefix/<the source's absolute directory>`, importlib's cache_from_source): by the path given and by
+    its real path, the one the guard judges; none without a prefix."""
+    if not prefix:
+        return []
+    found = []
+    for where in (os.path.abspath(site), os.path.realpath(site), *_imported_from(site)):
+        mirror = os.path.join(prefix, os.path.splitdrive(where)[1].lstrip(os.sep))
+        if mirror not in found:
+            found.append(mirror)
+    return found
+
+
+def _imported_from(site: str) -> list[str]:
+    """The directory this process imports site's vllm from, as its import path names it: Python keys
+    bytecode under a prefix by that path, symlinks kept (none: it imports another vllm, or none)."""
+    found = _vllm_locations()
+    parent = os.path.dirname(os.path.abspath(found[0].rstrip(os.sep))) if found else None
+    if parent is None or os.path.realpath(found[0]) != os.path.realpath(os.path.join(site, "vllm")):
+        return []
+    return [parent]
+
+
+def _stale(pyc: str, source_path: str, source: list[bytes | None]) -> bool:
+    """Whether `pyc` is unchecked-hash bytecode keyed by another hash than `source_path`'s bytes
+    (`source`: those bytes once read, shared by a file's .pyc files)."""
+    header = _header(pyc)
+    if header is None or int.from_bytes(header[4:8], "little") & 3 != _UNCHECKED_HASH:
+        return False
+    if not source:
+        source.append(_read_regular(source_path, MAX_FILE_BYTES))
+    keyed = _source_hash(header[:4], source[0]) if source[0] is not None else None
+    return keyed is not None and keyed != header[8:16]
+
+
+THROUGH_SYMLINK = " (reached through the symlink "  # apply writes no bytecode through one: the user removes it
+
+
+def _through_link(site: str, cache: str, pyc: str) -> str:
+    """Where a stale .pyc is reached through a symlink (its __pycache__, or itself): that link."""
+    for rel in (cache, cache + "/" + pyc):
+        if os.path.islink(os.path.join(site, rel)):
+            return THROUGH_SYMLINK + rel + ")"
+    return ""
 
 
 def _compiled(cache: str, stem: str, tags: Iterable[str] | None = None) -> list[str]:
     """The names in `cache` of a module `stem`'s bytecode, any interpreter's and optimization's
-    (`stem.<tag>.pyc`, `stem.<tag>.opt-N.pyc`); none through a symlink."""
-    if os.path.islink(cache) or not os.path.isdir(cache):
+    (`stem.<tag>.pyc`, `stem.<tag>.opt-N.pyc`); `cache` a symlink to a directory is listed, as
+    Python's import follows it."""
+    if not os.path.isdir(cache):
         return []
     found, prefix = [], stem + "."
     try:
@@ -326,9 +381,10 @@ def _own_compiled(cache: str, stem: str, tags: Iterable[str] | None = None) -> l
 
 
 def _header(pyc: str) -> bytes | None:
-    """A .pyc's 16-byte header (PEP 552); None when it is no regular file or is shorter."""
+    """A .pyc's 16-byte header (PEP 552), through a symlink as Python reads it; None when it is no
+    regular file (a fifo is opened without waiting, and not read) or is shorter."""
     try:
-        fd = os.open(pyc, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+        fd = os.open(pyc, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except OSError:
         return None
     with os.fdopen(fd, "rb") as fh:

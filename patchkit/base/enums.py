@@ -63,6 +63,14 @@ class SelectionKind(StrEnum):
     UNSUPPORTED = "unsupported"
 
 
+class Holder(StrEnum):
+    """Who put a series' change in files that hold it with no apply of patchkit's recorded."""
+
+    STOCK = "stock"  # the release's stock files: its RECORD (or the fetch cache's) lists them so
+    UNKNOWN = "upstream-or-hand"  # nothing tells (a checkout, no cached release to compare with)
+    HAND = "hand"  # unlike the release's stock files in the fetch cache: applied by hand
+
+
 class ReleaseOutcome(StrEnum):
     """A release verified from its stock files (`verify --vllm-version/--all/--latest`)."""
 

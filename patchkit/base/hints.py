@@ -114,6 +114,12 @@ def pip_reinstall(version: object | None) -> str:
     return text if python else f"{text} (with the Python of that environment)"
 
 
+def remove_files(paths: list[str]) -> str:
+    """The exact command that removes `paths` (stale bytecode patchkit does not write: Python then
+    compiles the sources again)."""
+    return "`" + shlex.join(["rm", "-f", "--", *paths]) + "`"
+
+
 def replace_symlink(path: os.PathLike[str] | str, *, directory: bool) -> str:
     """What to do with a symlink patchkit will not write through (nor trust the guard through): a
     real file or directory in its place, holding what it points to."""

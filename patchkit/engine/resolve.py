@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from types import ModuleType
 from typing import TYPE_CHECKING
 
 from packaging.version import InvalidVersion, Version
 
 from patchkit.base import hints
-from patchkit.base.enums import SelectionKind, StepState
+from patchkit.base.enums import Holder, SelectionKind, StepState
 from patchkit.base.errors import Conflict, NoPatchSet, TargetError
 from patchkit.base.fsutil import read_file
 from patchkit.base.options import Options
 from patchkit.base.values import Value
 from patchkit.distinfo import installed_record, installed_wheel_reader
-from patchkit.distinfo.record import has_provenance
+from patchkit.distinfo.record import has_provenance, local_label
 from patchkit.engine.guard import launch_refusal
 from patchkit.engine.stale import stale_note
 from patchkit.series import dry_run, library
@@ -23,7 +24,7 @@ from patchkit.series.patchfile import Patch, touched_paths
 from patchkit.store.state import WORKSPACE_RECORD, Entry, applied_on, earlier_applies, read_state, record_apply
 from patchkit.tree import target as target_mod
 from patchkit.tree import version as version_mod
-from patchkit.tree.target import Target
+from patchkit.tree.target import Target, checkout_restore
 from patchkit.tree.version import DetectedVersion
 
 if TYPE_CHECKING:
@@ -144,7 +145,8 @@ def _upstream_in_stock(tgt: Target, selection: Selection) -> Selection:
     """The patches of a series whose change the tree already holds with no apply of patchkit's
     recorded (a stale record, which an upgrade of vLLM left, is none): upstream's, so apply and revert
     leave their files alone. With the tree's RECORD their files must match it (stock, proven); with no
-    RECORD (a checkout) nothing proves stock, so the change is upstream's or a hand's, never patchkit's.
+    RECORD (a checkout) the change is upstream's or a hand's, never patchkit's: the fetch cache's
+    copy of the release, where it holds one, tells which (Holder).
     All of them: the set is upstream on this tree; some (the rest apply cleanly, on other files): the
     set is the rest. Not a patched wheel's RECORD (it lists the patched files)."""
     if selection.kind != SelectionKind.PATCH or not selection.patches:
@@ -169,13 +171,23 @@ def _upstream_in_stock(tgt: Target, selection: Selection) -> Selection:
     rest = [p for p in selection.patches if p not in held]
     if not held or set(touched_paths(held)) & set(touched_paths(rest)):
         return selection  # (a file both upstream's and still to patch: the series as it is, conflicts said)
+    holder = Holder.STOCK if proven else _holder(root, selection.version, touched_paths(held))
+    # a build with a local label of its own: its RECORD lists what it packed, maybe patched
+    local = local_label(record.label.partition("/")[0]) if record is not None and proven else ""
     if not rest:
-        return replace(selection, kind=SelectionKind.UPSTREAM, note=_held(selection, proven), in_stock=True)
-    names = ", ".join(p.name for p in held)
-    said = (
-        f"{_held(selection, proven, names)}; the set applies its other patches ({len(rest)} of {len(held) + len(rest)})"
-    )
-    return replace(selection, patches=rest, note=said)
+        said = _held(root, selection, holder, held, local=local)
+        return replace(selection, kind=SelectionKind.UPSTREAM, note=said, in_stock=True, holder=holder)
+    said = f"{_held(root, selection, holder, held, all_of=False, local=local)}; the set applies its other patches "
+    return replace(selection, patches=rest, note=f"{said}({len(rest)} of {len(held) + len(rest)})", holder=holder)
+
+
+def _holder(root: Path, version: Version | None, paths: list[str]) -> Holder:
+    """Who put a change in files no RECORD of the tree proves stock: the release's stock files as
+    the fetch cache holds them (no fetch) tell, where they list every file; else nothing does."""
+    record = _integrity().published_record(version, set(paths))
+    if record is None or not all(path in record.hashes for path in paths):
+        return Holder.UNKNOWN
+    return Holder.STOCK if all(_as_listed(root, path, record) for path in paths) else Holder.HAND
 
 
 def _unrecorded(root: Path, selection: Selection) -> list[Patch]:
@@ -191,12 +203,30 @@ def _unrecorded(root: Path, selection: Selection) -> list[Patch]:
     return [p for p in selection.patches if p.name not in recorded and not set(touched_paths([p])) & set(entry.files)]
 
 
-def _held(selection: Selection, proven: bool, names: str = "") -> str:
-    """Who holds the change: the stock files (RECORD says so), or, unproven, upstream or a hand."""
-    what = f"the change of {names}" if names else "this set's change"
-    if proven:
-        return f"the stock files of vLLM {selection.version} already hold {what}"
-    return f"vLLM {selection.version}'s files already hold {what} with no apply recorded: upstream, or applied by hand"
+def _held(
+    root: Path, selection: Selection, holder: Holder, held: list[Patch], *, all_of: bool = True, local: str = ""
+) -> str:
+    """Who holds the change: the stock files (a RECORD says so); else a hand, or either, with the
+    way to hand it to patchkit (the files put back, then apply: its record, revert and guard). A
+    build of a `local` label's RECORD lists its own files, which proves no release's stock files."""
+    what = "this set's change" if all_of else f"the change of {', '.join(p.name for p in held)}"
+    version = selection.version
+    if holder == Holder.STOCK and local:
+        return (
+            f"the files of this build of vLLM {version} (local label +{local}) already hold {what}, as its "
+            "RECORD lists them: patched before it was built (`patchkit wheel --local-label`?), or upstream's"
+        )
+    if holder == Holder.STOCK:
+        return f"the stock files of vLLM {version} already hold {what}"
+    paths = touched_paths(held)
+    back = checkout_restore(root, paths) or f"run {target_mod.stock_files_command(root, version)}"
+    then = f"{back}, then {hints.command('apply')} applies it with a record"
+    if holder == Holder.HAND:
+        return (
+            f"vLLM {version}'s files hold {what} with no apply recorded, unlike its stock files (the fetch "
+            f"cache's): applied by hand; {then}"
+        )
+    return f"vLLM {version}'s files already hold {what} with no apply recorded: upstream, or applied by hand ({then})"
 
 
 def in_stock_fix(version: object, patch_set: PatchSetDef | None) -> str:
@@ -204,6 +234,21 @@ def in_stock_fix(version: object, patch_set: PatchSetDef | None) -> str:
     pending = patch_set.pending_fix if patch_set else None
     merged = f" (was {pending} merged?)" if pending else ""
     return f"upstream may have fixed this in {version}{merged}: close the set's range"
+
+
+def cached_stock(root: Path, version: Version | None, paths: list[str]) -> dict[str, bytes] | None:
+    """The stock bytes of `paths` the fetch cache holds (checks.integrity.cached_stock), no fetch."""
+    found: dict[str, bytes] | None = _integrity().cached_stock(root, version, paths)
+    return found
+
+
+def _integrity() -> ModuleType:
+    """The integrity check's module, for its readers of the fetch cache."""
+    # lazy: it (and the fetch cache's reader) loads only to judge files against the cached stock (a
+    # conflict, a checkout holding a change), off `run`'s fast path
+    from patchkit.checks import integrity
+
+    return integrity
 
 
 def _as_listed(root: Path, path: str, record: Record) -> bool:

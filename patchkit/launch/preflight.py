@@ -19,6 +19,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
+from patchkit._target import guard as target_guard
 from patchkit.base import hints
 from patchkit.base.enums import Outcome, TreeState
 from patchkit.base.errors import BadInput, PatchkitError, TargetError
@@ -27,8 +28,9 @@ from patchkit.base.options import Options
 from patchkit.base.values import FrozenValue, Value
 from patchkit.checks import shadow
 from patchkit.checks.bytecode import failures, scan
-from patchkit.engine.guard import refusal_text
+from patchkit.engine.guard import EVERY_CPYTHON, prefixed_bytecode, refusal_text
 from patchkit.engine.inspection import (
+    RECORDS_AS_IS,
     TreeStatus,
     apply_finishes,
     as_its_fix_leaves,
@@ -38,7 +40,7 @@ from patchkit.engine.inspection import (
     record_of,
     upgrade_said,
 )
-from patchkit.engine.resolve import Resolved
+from patchkit.engine.resolve import Resolved, cached_stock
 from patchkit.launch import toolparsers
 from patchkit.launch.command import ALIASES, LaunchCommand
 from patchkit.launch.engine import LaunchContext, Reader, apply_fix, launch_python_version, set_checks, tree_reader
@@ -248,10 +250,13 @@ def preflight(
 
     if status is None:
         status = inspect(resolved, check_upstream=False, import_probe=False)
+    status = _without_own_prefix(status)  # the launch's pycache prefix is judged instead (prefix_findings)
     # launched: the command as written, what vLLM's own parser is asked to read
     result = PreflightResult(command, tree_state=str(status.state), launched=command)
     needed = needs.needs(resolved.set_name)
     result.findings += tree_findings(resolved, status, needs, result)
+    stale = prefix_findings(resolved, status, command) if (needed or needs.guard_runs) and result.ok else []
+    result.findings = stale or result.findings  # in place of the passing tree-state finding
     result.findings += _parser_findings(resolved, command)
     try:
         target, drafter, served, command = _models(command, result.missing)
@@ -281,6 +286,30 @@ def preflight(
     result.unjudged_plugins = context.general_plugins() if context.python is None else []
     result.findings += kept_findings(context, launch_findings) if kept else launch_findings(context)
     return result
+
+
+def _without_own_prefix(status: TreeStatus) -> TreeStatus:
+    """`status` less the guard's refusals for bytecode under patchkit's own pycache prefix: the launch
+    reads bytecode under its own (prefix_findings), which may differ."""
+    kept = [problem for problem in status.guard if not prefixed_bytecode([problem])]
+    return status if len(kept) == len(status.guard) else dataclasses.replace(status, guard=kept)
+
+
+def prefix_findings(resolved: Resolved, status: TreeStatus, command: LaunchCommand) -> list[Finding]:
+    """Stale unchecked-hash bytecode of the set's files under the launch's pycache prefix
+    (PYTHONPYCACHEPREFIX, -X pycache_prefix): Python reads it there instead of __pycache__ and runs
+    it without reading the patched source, the guard refuses it, and apply does not look there."""
+    prefix = command.pycache_prefix()
+    if prefix is None:
+        return []
+    paths = sorted(_series_paths(resolved, status))
+    found = [
+        p
+        for p in target_guard.stale_bytecode(str(resolved.target.root), paths, EVERY_CPYTHON, prefix=prefix)
+        if prefixed_bytecode([p])
+    ]
+    fix = f"run {hints.remove_files(prefixed_bytecode(found))} (Python compiles the source again)"
+    return [Finding(TREE, False, "; ".join(found), fix)] if found else []
 
 
 def _parser_findings(resolved: Resolved, command: LaunchCommand) -> list[Finding]:
@@ -415,6 +444,11 @@ def one_apply(findings: list[Finding], names: list[str]) -> list[Finding]:
     if len({f.fix for f in findings if f.fix and not f.ok}) < 2:
         return findings  # no hint built for a launch with nothing to fix (`run`'s passing path builds none)
     per_set = {apply_fix(_NeededSet(name)): name for name in names}
+    restoring = _restoring_apply(
+        findings, {name for fix, name in per_set.items() if any(f.fix == fix for f in findings)}
+    )
+    if restoring is not None:  # a set's own apply would drop the other sets' records: one apply of them all
+        return [dataclasses.replace(f, fix=restoring) if f.fix in per_set else f for f in findings]
     every = apply_fix()
     if every not in per_set and any(f.check == TREE and f.fix == every for f in findings):
         # apply of every set is needed anyway (a set every launch needs lacks, or the guard's files are
@@ -427,6 +461,20 @@ def one_apply(findings: list[Finding], names: list[str]) -> list[Finding]:
     words = [word for name in sets for word in ("--set", name)]
     one = f"run {hints.command('apply', *words, chosen=hints.for_set(None))}"
     return [dataclasses.replace(f, fix=one) if f in applying else f for f in findings]
+
+
+def _restoring_apply(findings: list[Finding], sets: set[str]) -> str | None:
+    """The guard's fix after a vLLM upgrade (an apply of every recorded set), when it applies each
+    of `sets` too: the one fix that restores what was applied."""
+    for finding in findings:
+        fix = finding.fix or ""
+        if finding.ok or finding.check != TREE or not fix.endswith(RECORDS_AS_IS):
+            continue
+        words = shlex.split(fix.partition("`")[2].partition("`")[0])
+        named = {words[i + 1] for i, word in enumerate(words[:-1]) if word == "--set"}
+        if "apply" in words[:4] and (not named or sets <= named):
+            return fix
+    return None
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -768,9 +816,6 @@ def _as_its_conflict_fix_leaves(resolved: Resolved, files: list[str]) -> Reader 
     """The set's files as the fix of a local edit inside a hunk leaves them (its stock files back,
     then apply): the series on the stock files the fetch cache holds (a check judged
     on the edited files would fail where that fix makes it pass). None: no cached stock, or a conflict."""
-    # lazy: the integrity check (and the fetch cache's reader) load only for a conflict, off `run`'s fast path
-    from patchkit.checks.integrity import cached_stock
-
     stock = cached_stock(resolved.target.root, resolved.vllm_version, files)
     if not files or stock is None:
         return None
@@ -822,8 +867,12 @@ def _shadowed(resolved: Resolved) -> str | None:
     return f"{found[0].path}: {found[0].message}" if found else None
 
 
-def _stale_bytecode(resolved: Resolved, status: TreeStatus) -> str | None:
+def _series_paths(resolved: Resolved, status: TreeStatus) -> set[str]:
     # an applied tree's state taken from its record has no plan: the series' files are the plan's
-    paths = status.plan.touched_paths if status.plan is not None else touched_paths(resolved.patches)
+    return set(status.plan.touched_paths if status.plan is not None else touched_paths(resolved.patches))
+
+
+def _stale_bytecode(resolved: Resolved, status: TreeStatus) -> str | None:
+    paths = _series_paths(resolved, status)
     results = scan(resolved.target.root, paths, resolved.target.python)
     return failures(results) if any(r.failed for r in results) else None

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from packaging.version import Version
 
 from patchkit.base import fsutil, remembered
-from patchkit.base.enums import SelectionKind
+from patchkit.base.enums import Holder, SelectionKind
 from patchkit.base.errors import BadInput, NoPatchSet
 from patchkit.base.fsutil import atomic_write, unsafe_reason
 from patchkit.base.values import FrozenValue, Value
@@ -306,8 +306,9 @@ class Selection(Value):
     release: Release | None = None
     note: str | None = None
     patch_set: PatchSetDef | None = None  # None for ad-hoc --patch diffs
-    # upstream because the tree's stock files (as its RECORD lists them) already hold the series' change
+    # upstream because the tree's files already hold the series' change (no apply of patchkit's recorded)
     in_stock: bool = False
+    holder: Holder | None = None  # who put that change there, as far as anything proves it
 
 
 # set.toml's fields: the TOML types each may have, and whether it must be there

@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import re
 import shlex
 import shutil
 import sys
@@ -197,13 +198,20 @@ def _probe(
     return info
 
 
-_SCRIPT_HEAD = 4096  # a console script's first lines: its #! line and pip's /bin/sh wrapper line
+_SCRIPT_HEAD = 64 << 10  # a console script, or an interpreter wrapper: a few lines; more is neither
+# a Python-written interpreter wrapper (HPC module systems): it hands its arguments to another program
+_HANDS_ON = re.compile(
+    rb"\bos\.(?:exec[lv]p?e?|posix_spawnp?|spawn[lv]p?e?)\s*\(|\bsubprocess\.(?:run|call|check_call|Popen)\s*\("
+)
 
 
 def _refuse_a_python_script(python: str) -> None:
     """--python naming a Python script (`$(which vllm)`: vLLM's own command) and not an interpreter:
     running it would start that program with the probe's arguments (vLLM's CLI loads torch for
-    half a minute, then fails on them). A shell script (a pyenv shim) is left to run."""
+    half a minute, then fails on them). A shell script (a pyenv shim) is left to run, and so is a
+    Python script that hands its arguments on to another program (os.exec*, subprocess): an
+    interpreter wrapper, which the probe then runs once, as a launch would, and whose answer (the
+    interpreter it reached, or none) decides."""
     try:
         head = read_regular(python, _SCRIPT_HEAD, follow_symlinks=True, head=True)
     except OSError:  # not there, a directory...: the run says why (_why_not_run)
@@ -213,6 +221,8 @@ def _refuse_a_python_script(python: str) -> None:
     program = words[1] if len(words) > 1 and Path(words[0]).name == "env" else (words[0] if words else "")
     wrapped = Path(program).name == "sh" and len(lines) > 1 and lines[1].startswith(b"'''exec' ")
     if not (Path(program).name.startswith(("python", "pypy")) or wrapped):
+        return
+    if not wrapped and _HANDS_ON.search(head):  # an interpreter wrapper, not a program
         return
     beside = Path(python).parent / "python"
     if beside.is_file():
@@ -403,3 +413,26 @@ def stock_files_command(tree: Path, version: object | None) -> str:
     if chosen is not None and not any((chosen / name).exists() for name in ("INSTALLER", "WHEEL")):
         return hints.command("fetch", str(version or "VERSION"), "--dest", str(tree), "--force")
     return hints.pip_reinstall(version)
+
+
+def in_git_work_tree(root: Path) -> bool:
+    """Whether `root` is in a git work tree: a `.git` (a directory, or a worktree's file) in it or a
+    directory above (git's own rule, without running git)."""
+    return any(os.path.lexists(where / ".git") for where in (root, *root.resolve().parents))
+
+
+def is_checkout(root: Path) -> bool:
+    """A vLLM source checkout: no vllm .dist-info (an egg-info of `pip install -e` at most), so no
+    RECORD; pip installs none of its files."""
+    return not any(d.name.lower().endswith(".dist-info") for d in vllm_metadata_dirs(root))
+
+
+def checkout_restore(root: Path, paths: Sequence[str]) -> str | None:
+    """How a source checkout's files (pip reinstalls none of them) are put back: `git checkout` in
+    a git work tree, else from the user's own source; None for an installed or fetched tree
+    (stock_files_command's)."""
+    if not is_checkout(root) or not paths:
+        return None
+    if in_git_work_tree(root):
+        return "run `" + shlex.join(["git", "-C", str(root), "checkout", "--", *paths]) + "`"
+    return f"restore {', '.join(paths)} from your source"

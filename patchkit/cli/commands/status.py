@@ -12,7 +12,14 @@ from patchkit.cli.commands import make_ui, resolve_telling
 from patchkit.cli.commands.options import format_option, target_options
 from patchkit.cli.ui.console import UI
 from patchkit.cli.ui.json_views import status_json, target_json, tree_version_json
-from patchkit.cli.ui.reports import show_checks, show_sets_status, show_status, status_problems, status_verdict
+from patchkit.cli.ui.reports import (
+    checked_files,
+    show_checks,
+    show_sets_status,
+    show_status,
+    status_problems,
+    status_verdict,
+)
 from patchkit.cli.ui.text import STATE_STYLES
 from patchkit.engine import inspection
 from patchkit.engine.guard import refusal_summary
@@ -63,7 +70,7 @@ def command(opts: Options, quiet: bool, verbose: int, fmt: str) -> inspection.Tr
         if status.upstream_regression:  # the verdict names it; the failures, their fix
             show_checks(ui, status.checks, label="stock", resolved=resolved)
         elif status.checks:
-            ui.line(f"checks   {sum(r.ok for r in status.checks)} passed on the stock files", style="green")
+            ui.line(f"checks   {sum(r.ok for r in status.checks)} passed on {checked_files(resolved)}", style="green")
     if status.state == TreeState.UNSUPPORTED and not ui.json_mode:
         ui.error(resolved.selection.note or "unsupported vLLM version")
     elif not ui.json_mode:

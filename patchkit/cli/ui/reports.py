@@ -8,7 +8,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from patchkit.base import hints
-from patchkit.base.enums import CheckStatus, PatchState, ReleaseOutcome, TreeState
+from patchkit.base.enums import CheckStatus, Holder, PatchState, ReleaseOutcome, TreeState
 from patchkit.checks import CheckResult, integrity, shadow
 from patchkit.checks import bytecode as pyc
 from patchkit.cli.ui.findings import GUARD, Failure, check_failures, count_line, fold, located
@@ -17,8 +17,15 @@ from patchkit.cli.ui.junit import JUnitCase, check_cases, junit_suites
 from patchkit.cli.ui.run import write_junit
 from patchkit.cli.ui.screen import Screen
 from patchkit.cli.ui.text import NAME_ROOM, STATE_STYLES, broken
-from patchkit.engine.guard import refusal_summary, refusal_text
-from patchkit.engine.inspection import STALE_PREFIX, local_edit_fix, local_edit_said, stale_said, upgrade_said
+from patchkit.engine.guard import UNRECORDED_GUARD, refusal_summary, refusal_text
+from patchkit.engine.inspection import (
+    STALE_PREFIX,
+    found_edit_said,
+    local_edit_fix,
+    local_edit_said,
+    stale_said,
+    upgrade_said,
+)
 from patchkit.engine.resolve import in_stock_fix
 from patchkit.store.state import adhoc_files, is_adhoc
 from patchkit.tree.version import release_version
@@ -146,7 +153,9 @@ def show_sets_status(ui: Screen, found: list[tuple[Resolved, TreeStatus]], where
     set's own named), then a line per set (its patches under it with -v); the caller says the verdict."""
     show_target(ui, found[0][0])
     show_library(ui, where)
-    said: set[str] = set()
+    # a set found applied with an edit: apply records nothing then, so no set's note says it will
+    edited = any(status.found_edited for _, status in found)
+    said = {n for _, status in found for n in status.guard_notes if edited and n.startswith(UNRECORDED_GUARD)}
     for resolved, status in found:
         for note in [n for n in resolved.notes + status.guard_notes + status.store_notes if n not in said]:
             said.add(note)
@@ -163,7 +172,8 @@ def show_sets_status(ui: Screen, found: list[tuple[Resolved, TreeStatus]], where
     for resolved, status in found:
         counted = _applied_count(status)
         if status.checks and not status.upstream_regression:  # counted as verify counts them
-            counted = f"on its stock files {count_line(status.checks, verbose=True)}"
+            files = checked_files(resolved) + ":" * (resolved.selection.holder not in (None, Holder.STOCK))
+            counted = f"on {files} {count_line(status.checks, verbose=True)}"
         series = [f"series {resolved.selection.release.directory.name}"] if resolved.selection.release else []
         counted = "; ".join([counted, *status_problems(status, guard=False), *series]).strip("; ")  # the guard's: above
         line = f"set      {resolved.set_name:<{names}}  {status.state:<{states}}  {counted}".rstrip()
@@ -204,6 +214,9 @@ def status_failures(resolved: Resolved, status: TreeStatus) -> list[Failure]:
         failures.append(_local_edit(resolved, status))
     if status.not_stock:
         failures += _not_stock(resolved, status.not_stock)
+    for path in status.found_edited:  # what apply says when it refuses to record the set found applied
+        message, fix = found_edit_said(resolved, path)
+        failures.append(Failure(integrity.NAME, f"{message.removeprefix(path + ' ')}: apply refuses it", path, fix=fix))
     failures += [
         Failure(
             STALE,
@@ -468,7 +481,9 @@ def _verify_verdict(ui: Screen, resolved: Resolved, verified: VerifyResult, *, r
     if verified.ok and status.state == TreeState.NOT_APPLIED:
         # a dry check passing is no pass of the tree: the last line says so
         ui.verdict(f"verify: ok if applied: {counted}", ok=True)
-    elif verified.ok and resolved.selection.in_stock:  # found, not declared: the set's range is the maintainer's
+    elif (
+        verified.ok and resolved.selection.holder == Holder.STOCK
+    ):  # found, not declared: the range is the maintainer's
         ui.verdict(
             f"verify: ok: {counted}; {in_stock_fix(resolved.vllm_version, resolved.selection.patch_set)}", ok=True
         )
@@ -501,8 +516,9 @@ def _without_version(verb: str) -> str:
 
 def _checked_as(verified: VerifyResult, resolved: Resolved) -> str:
     status = verified.status
-    if resolved.selection.in_stock:
-        return f"upstream: {resolved.selection.note}; the set's checks ran on them"
+    if resolved.selection.in_stock:  # "upstream" only where the stock files are proven to hold it
+        said = "upstream: " * (resolved.selection.holder == Holder.STOCK)
+        return f"{said}{resolved.selection.note}; the set's checks ran on them"
     if status.state == TreeState.UPSTREAM:
         return "upstream: this vLLM release ships the change; the set's checks ran on its stock files"
     if status.drifted:
@@ -510,6 +526,14 @@ def _checked_as(verified: VerifyResult, resolved: Resolved) -> str:
     if verified.checks and status.state != TreeState.APPLIED:
         return "checked as the tree would be after apply (nothing written)"
     return ""
+
+
+def checked_files(resolved: Resolved) -> str:
+    """The files an upstream set's checks ran on: the stock files, unless nothing proves them so."""
+    holder = resolved.selection.holder
+    if holder == Holder.HAND:
+        return "its files, applied by hand"
+    return "its files (upstream's or a hand's)" if holder == Holder.UNKNOWN else "its stock files"
 
 
 def _applied_count(status: TreeStatus) -> str:
@@ -539,6 +563,7 @@ def status_problems(status: TreeStatus, *, guard: bool = True) -> list[str]:
         refusal_summary(status.guard) if status.guard and guard else "",
         "upstream regression" if status.upstream_regression else "",
         f"{len(status.not_stock)} file(s) not stock" if status.not_stock else "",
+        "a file edited beyond the set's change (no record): apply refuses it" if status.found_edited else "",
     ]
     return [p for p in problems if p]
 

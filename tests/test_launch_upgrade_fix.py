@@ -1,0 +1,54 @@
+"""newuser26: after a vLLM upgrade under a tree with eagle3 and tools applied, preflight and run
+offered `apply --set eagle3` for the eagle3 findings beside the guard's `apply`; following the
+first (listed first) dropped the tools set's record. The one fix offered restores both."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+
+from helpers import make_patch, pip_install, run_cli, write_library
+from launch_fixtures import (
+    DEEPSEEK_V3,
+    DRAFTER,
+    PARSER,
+    declare,
+    serve,
+    stock_files,
+    write_eagle3_setup,
+    write_model,
+)
+
+from patchkit.store.state import read_state
+
+PARSER_STOCK = "def parse(text):\n    return text\n"
+
+
+def test_after_a_vllm_upgrade_the_one_fix_offered_applies_every_set_that_was_applied(tmp_path):
+    tree, lib = write_eagle3_setup(tmp_path)
+    (tree / PARSER).parent.mkdir(parents=True, exist_ok=True)
+    (tree / PARSER).write_text(PARSER_STOCK)
+    patch = make_patch(tmp_path, tree, {PARSER: "def parse(text):\n    return text.strip()\n"})
+    write_library(lib, {"0.16.0": [patch]}, name="tools", upstream=None, versions={"0.16.0": ">=0.16.0"})
+    declare(lib / "eagle3", 'speculative_methods = ["eagle3"]')
+    declare(lib / "tools", 'tool_call_parsers = ["demo"]')
+    (lib / "library.toml").write_text('order = ["eagle3", "tools"]\n')
+    _, newer = write_eagle3_setup(tmp_path / "newer", "0.17.0")  # eagle3's series for 0.17.0 beside 0.16.0's
+    shutil.copytree(newer / "eagle3" / "0.17.0", lib / "eagle3" / "0.17.0")
+    with (lib / "eagle3" / "set.toml").open("a") as manifest:
+        manifest.write('\n[[releases]]\nversions = "==0.17.0"\ndir = "0.17.0"\n')
+    selection = ("--target", str(tree), "--patches", str(lib))
+    assert run_cli("apply", *selection, "--no-import").returncode == 0
+    pip_install(tree, "0.17.0", {**stock_files("0.17.0"), PARSER: PARSER_STOCK})  # the upgrade: stock files
+    launch = serve(write_model(tmp_path / "target", DEEPSEEK_V3), write_model(tmp_path / "drafter", DRAFTER))
+    no_vllm = {**os.environ, "PATH": str(tmp_path / "empty")}
+    for command in (("preflight", "--no-import"), ("run",)):
+        done = run_cli(*command, *selection, "--", *launch, env=no_vllm)
+        fixes = set(re.findall(r"fix(?: \(all \d+ above\))?: run `(patchkit apply[^`]*)`", done.stdout))
+        assert done.returncode == 1 and len(fixes) == 1, (command, done.stdout)
+    (fix,) = fixes
+    assert run_cli(*shlex.split(fix)[1:], "--no-import").returncode == 0
+    entries = read_state(tree).entries
+    assert sorted((e.set_name, e.vllm_version) for e in entries) == [("eagle3", "0.17.0"), ("tools", "0.17.0")]
