@@ -456,8 +456,53 @@ def _report(run: Run | None, message: str, hint: str | None = None, *, note: str
         ui.note(note)
 
 
+OWN_DIST = "vllm_patchkit"
+RECORD_LIMIT = 16 << 20  # a dist-info RECORD read to see whether it lists patchkit/ (patchkit's own is ~100 KB)
+
+
+def other_owners(package_dir: str) -> list[str]:
+    """The distributions besides vllm-patchkit whose RECORD lists files of `package_dir` (the
+    pre-rename `patchkit` installed under it: `pip uninstall patchkit` then deletes this one's
+    files). Only `patchkit-*.dist-info` is read: the name that owned the package before."""
+    # lazy: only --version reads other distributions (the fsutil module is no start-up's)
+    from patchkit.base.fsutil import read_regular
+
+    site, package = os.path.split(package_dir)
+    try:
+        names = sorted(n for n in os.listdir(site) if n.lower().startswith(f"{package}-") and n.endswith(".dist-info"))
+    except OSError:
+        return []
+    owners = []
+    for name in names:
+        try:
+            record = read_regular(os.path.join(site, name, "RECORD"), RECORD_LIMIT)
+        except OSError:
+            continue
+        if any(line.startswith(f"{package}/".encode()) for line in record.splitlines()):
+            owners.append(name.removesuffix(".dist-info"))
+    return owners
+
+
+def _version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    """`patchkit --version`, with a warning while another distribution owns the package too."""
+    if not value or ctx.resilient_parsing:
+        return
+    ui = _ui().UI()
+    ui.line(f"patchkit, version {__version__}")
+    owners = other_owners(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    if owners:
+        ui.warn(
+            f"{', '.join(owners)} (the pre-rename name) owns patchkit/ too: `pip uninstall patchkit` deletes this",
+            "`pip install --force-reinstall --no-deps vllm_patchkit-*.whl`, or with pipx: "
+            "`pipx uninstall patchkit && pipx reinstall vllm-patchkit`",
+        )
+    ctx.exit()
+
+
 @click.group(cls=PatchkitGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="patchkit")
+@click.option(
+    "--version", is_flag=True, expose_value=False, is_eager=True, callback=_version, help="Show the version and exit."
+)
 @click.option("-q", "--quiet", is_flag=True, help="Only errors and warnings (as COMMAND -q).")
 @click.option("-v", "--verbose", count=True, help="More detail (as COMMAND -v).")
 @click.pass_context
