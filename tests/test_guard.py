@@ -916,3 +916,19 @@ def test_bytecode_under_the_pycache_prefix_that_is_no_regular_file_is_never_read
     _unchecked_pyc_of(mirror, MODEL_PY.encode(), f"model.{sys.implementation.cache_tag}.opt-2.pyc")
     (problem,) = target_guard.stale_bytecode(str(site), [MODEL], prefix=str(prefix))
     assert problem.startswith(f"{mirror}/model.{sys.implementation.cache_tag}.opt-2.pyc (under the pycache prefix)")
+
+
+def test_bytecode_under_the_pycache_prefix_is_judged_by_the_path_vllm_is_imported_from(patched, tmp_path):
+    """Python keys bytecode under a prefix by the source's path as the import path names it, symlinks
+    kept: a site-packages reached through a symlinked directory has its .pyc under that path."""
+    site, _, _ = patched
+    link = tmp_path / "venv-link"
+    link.symlink_to(site, target_is_directory=True)
+    prefix = tmp_path / "pfx"
+    mirror = prefix / str(link).lstrip("/") / "vllm/models"
+    mirror.parent.mkdir(parents=True)
+    pyc = _unchecked_pyc_of(mirror, MODEL_PY.encode(), f"model.{sys.implementation.cache_tag}.pyc")
+    done = _load(link, PYTHONPYCACHEPREFIX=str(prefix))
+    assert done.returncode != 0 and f"{pyc} (under the pycache prefix) is unchecked-hash" in done.stderr, done.stderr
+    pyc.unlink()
+    assert _load(link, PYTHONPYCACHEPREFIX=str(prefix)).returncode == 0

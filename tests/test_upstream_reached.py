@@ -310,3 +310,76 @@ def test_a_local_edit_in_a_checkout_gets_a_fix_that_puts_its_own_file_back_not_p
     subprocess.run(restore, check=True, capture_output=True)
     assert run(*apply[1:]).exit_code == 0
     assert state_of(run, co, open_library) == "applied"
+
+
+def _git_out(root: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True, text=True).stdout
+
+
+@pytest.fixture
+def two_tags(tmp_path) -> Path:
+    """A git checkout tagged v0.16.0 and v0.17.0 (each file changed by the later release, away from
+    the hunks), at v0.16.0; `.patchkit/` ignored, as a user keeps it out of git."""
+    co = tmp_path / "co"
+    for version in ("0.16.0", "0.17.0"):
+        later = "" if version == "0.16.0" else f"# {version}\n"
+        checkout(co, {SPEC: SPEC_PY + later, MODEL: MODEL_PY + later, ".gitignore": ".patchkit/\n"}, version)
+        if version == "0.16.0":
+            _git(co, "init", "-q")
+        _git(co, "add", "-A")
+        _git(co, "commit", "-qm", version)
+        _git(co, "tag", f"v{version}")
+    _git(co, "checkout", "-q", "v0.16.0")
+    return co
+
+
+@pytest.mark.parametrize("way_out", [("revert", "--force"), ("revert",), ("apply",)])
+def test_a_checkout_moved_to_another_release_under_its_record_has_a_way_out(run, open_library, two_tags, way_out):
+    """audit23 F3: patched at v0.16.0, then `git checkout -f v0.17.0` with `.patchkit/` kept: status
+    said drifted (and partial), revert --force was refused naming a pip reinstall (no help on a
+    checkout) and apply named revert --force: a loop, `rm -r .patchkit` said nowhere. The record is
+    another release's: said stale; revert drops it writing no file, apply discards it and patches."""
+    co = two_tags
+    on_tree = ("--target", co, "--patches", open_library)
+    assert run("apply", *on_tree).exit_code == 0
+    _git(co, "checkout", "-q", "-f", "v0.17.0")
+    moved = spec_and_model(co)
+
+    status = run("status", *on_tree)
+    said = " ".join(status.output.split())
+    assert status.exit_code == 0, status.output
+    assert "recorded 0.16.0, the checkout is 0.17.0 now: the old record is stale" in said, said
+    assert "drifted" not in said and "partial" not in said and "pip" not in said, said
+
+    done = run(*way_out, *on_tree)
+    assert done.exit_code == 0, done.output
+    if way_out[0] == "revert":
+        assert spec_and_model(co) == moved and not read_state(co).entries
+        assert _git_out(co, "status", "--porcelain") == ""
+        assert run("apply", *on_tree).exit_code == 0
+    assert state_of(run, co, open_library) == "applied"
+    assert read_state(co).entries[0].vllm_version == "0.17.0"
+    assert run("revert", *on_tree).exit_code == 0
+    assert _git_out(co, "status", "--porcelain") == "" and spec_and_model(co) == moved
+
+
+def test_a_moved_checkout_with_one_file_still_patchkits_gets_gits_fix_not_pip(run, open_library, two_tags):
+    """The same move, one file kept as patchkit wrote it at v0.16.0: not stale (that file is the
+    record's), and revert refuses to mix the releases; its fix was a pip reinstall, which restores no
+    checkout's file. Now git's checkout of the recorded files; following it, apply patches v0.17.0."""
+    co = two_tags
+    on_tree = ("--target", co, "--patches", open_library)
+    assert run("apply", *on_tree).exit_code == 0
+    kept = (co / SPEC).read_bytes()
+    _git(co, "checkout", "-q", "-f", "v0.17.0")
+    (co / SPEC).write_bytes(kept)
+
+    refused = run("revert", *on_tree, "--force")
+    said = " ".join(refused.output.split())
+    assert refused.exit_code == 1 and "pip" not in said, said
+    restore, apply = _printed(said.split("hint: ", 1)[1])[:2]
+    assert restore[:5] == ["git", "-C", str(co), "checkout", "--"] and set(restore[5:]) == {SPEC, MODEL}, restore
+    subprocess.run(restore, check=True, capture_output=True)
+    assert run(*apply[1:]).exit_code == 0
+    assert state_of(run, co, open_library) == "applied"
+    assert read_state(co).entries[0].vllm_version == "0.17.0"

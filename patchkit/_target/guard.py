@@ -40,7 +40,7 @@ ENV = "PATCHKIT_GUARD"
 # The number of the guard's checks: patchkit tells an older build's guard that judges a tree as it
 # does (the same number: a note, `apply` updates it) from one that may not (a failure until `apply`).
 # tests/test_guard_format.py holds it to this module's code: a change of the code bumps it.
-GUARD_FORMAT = 6
+GUARD_FORMAT = 7
 MAX_RECORD_BYTES = 16 * 1024 * 1024
 if TYPE_CHECKING:  # (vllm version or None, {path: recorded sha256 or None}, {path: its original's sha256 or None})
     Record = tuple[str | None, dict[str, str | None], dict[str, str | None]]
@@ -105,15 +105,7 @@ def imported_sites() -> list[str]:
 
 
 def _linked_package_parent() -> str | None:
-    module = sys.modules.get("vllm")
-    locations = list(getattr(module, "__path__", None) or []) if module is not None else []
-    if module is None:
-        try:
-            spec = importlib.util.find_spec("vllm")
-        except (ImportError, ValueError):
-            return None
-        locations = list(spec.submodule_search_locations or []) if spec is not None else []
-    found = [entry for entry in locations if isinstance(entry, str) and entry]
+    found = _vllm_locations()
     if not found or not os.path.islink(found[0].rstrip(os.sep)):
         return None
     return os.path.dirname(os.path.abspath(found[0].rstrip(os.sep)))
@@ -123,6 +115,15 @@ def imported_site() -> str | None:
     """The site directory of the vllm this process imported (what it runs), symlinks resolved: not
     the one beside this file, which PYTHONPATH, a user site or a second venv may shadow. Before
     vllm is imported, the one an import would load; None: no vllm at all."""
+    found = _vllm_locations()
+    if not found:
+        return None
+    return os.path.dirname(os.path.realpath(found[0]))
+
+
+def _vllm_locations() -> list[str]:
+    """The directories of the vllm package this process imported, as its import path names them
+    (symlinks kept); before vllm is imported, those an import would load; none: no vllm at all."""
     module = sys.modules.get("vllm")
     if module is not None:
         locations = getattr(module, "__path__", None)
@@ -130,13 +131,10 @@ def imported_site() -> str | None:
         try:
             spec = importlib.util.find_spec("vllm")
         except (ImportError, ValueError):
-            return None
+            return []
         locations = spec.submodule_search_locations if spec is not None else None
     # the package's directory (a namespace package, as a tree cut to a few files, has no __file__)
-    found = [entry for entry in list(locations or []) if isinstance(entry, str) and entry]
-    if not found:
-        return None
-    return os.path.dirname(os.path.realpath(found[0]))
+    return [entry for entry in list(locations or []) if isinstance(entry, str) and entry]
 
 
 def find_problems(site: str) -> list[str]:
@@ -303,11 +301,21 @@ def prefix_mirrors(site: str, prefix: str | None) -> list[str]:
     if not prefix:
         return []
     found = []
-    for where in (os.path.abspath(site), os.path.realpath(site)):
+    for where in (os.path.abspath(site), os.path.realpath(site), *_imported_from(site)):
         mirror = os.path.join(prefix, os.path.splitdrive(where)[1].lstrip(os.sep))
         if mirror not in found:
             found.append(mirror)
     return found
+
+
+def _imported_from(site: str) -> list[str]:
+    """The directory this process imports site's vllm from, as its import path names it: Python keys
+    bytecode under a prefix by that path, symlinks kept (none: it imports another vllm, or none)."""
+    found = _vllm_locations()
+    parent = os.path.dirname(os.path.abspath(found[0].rstrip(os.sep))) if found else None
+    if parent is None or os.path.realpath(found[0]) != os.path.realpath(os.path.join(site, "vllm")):
+        return []
+    return [parent]
 
 
 def _stale(pyc: str, source_path: str, source: list[bytes | None]) -> bool:

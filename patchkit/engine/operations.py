@@ -117,7 +117,7 @@ from patchkit.store.state import (
     remove_empty_store,
     state_path,
 )
-from patchkit.tree.target import Target, stock_files_command
+from patchkit.tree.target import Target, checkout_restore, stock_files_command
 from patchkit.tree.version import detect
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -1462,10 +1462,14 @@ def _refuse_another_releases_originals(root: Path, entry: Entry, installed: Vers
     for path, shas in sorted(entry.files.items()):
         current = sha256(read_file(root / path))
         if current not in (shas["before"], shas["after"]):
+            # a checkout's files are put back by git (or its source), not pip: stale once none is patchkit's
+            back = checkout_restore(root, sorted(entry.files))
             raise Drift(
                 f"{path} is not the file patchkit patched: the record is of vLLM {entry.vllm_version}, vLLM "
                 f"{installed} is installed, and the originals it saved would mix the two; nothing was written",
-                hint=f"reinstall vLLM ({hints.pip_reinstall(installed)}), then "
+                hint=f"{back} (vLLM {installed}'s files back), then {hints.command('apply')} (it drops the record)"
+                if back
+                else f"reinstall vLLM ({hints.pip_reinstall(installed)}), then "
                 f"{hints.command('apply')} (it drops the record once its files are stock)",
             )
 

@@ -9,6 +9,7 @@ from patchkit.base.fsutil import read_file
 from patchkit.base.hashing import sha256
 from patchkit.distinfo import installed_record, installed_wheel_reader
 from patchkit.distinfo.record import find_record, has_provenance, is_dist_info_of
+from patchkit.tree.target import is_checkout
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -37,6 +38,8 @@ def stale_note(root: Path, entry: Entry, installed: Version | str | None) -> str
     stale on the version alone."""
     if installed is None or not entry.vllm_version or entry.vllm_version == str(installed):
         return None
+    if is_checkout(root):
+        return _moved_checkout(root, entry, installed)
     own = find_record(root, installed)  # the installed release's own RECORD, not another's left behind
     if own is None or not is_dist_info_of(own.parent, installed):
         return None
@@ -54,6 +57,21 @@ def stale_note(root: Path, entry: Entry, installed: Version | str | None) -> str
         if not record.matches(path, data) and sha256(data) != patched.get(path):
             return None
     return f"recorded {entry.vllm_version}, installed {installed}: the old record is stale"
+
+
+def _moved_checkout(root: Path, entry: Entry, installed: Version | str) -> str | None:
+    """A source checkout (no dist-info, so no RECORD) now of another version than the record's
+    (`git checkout -f` to another release, `.patchkit/` kept): stale when not one file it saved an
+    original of is there as patchkit left it or as it found it. Those files are the other release's;
+    the originals it saved would mix the two, so the record is dropped, never restored."""
+    replaced = [(path, shas) for path, shas in entry.files.items() if shas["before"] is not None]
+    for path, shas in replaced:
+        data = read_file(root / path)
+        if data is None or sha256(data) in (shas["before"], shas["after"]):
+            return None
+    if not replaced:
+        return None
+    return f"recorded {entry.vllm_version}, the checkout is {installed} now: the old record is stale"
 
 
 def _patched_by_the_wheel(root: Path) -> dict[str, str]:

@@ -410,11 +410,17 @@ def in_git_work_tree(root: Path) -> bool:
     return any(os.path.lexists(where / ".git") for where in (root, *root.resolve().parents))
 
 
+def is_checkout(root: Path) -> bool:
+    """A vLLM source checkout: no vllm .dist-info (an egg-info of `pip install -e` at most), so no
+    RECORD; pip installs none of its files."""
+    return not any(d.name.lower().endswith(".dist-info") for d in vllm_metadata_dirs(root))
+
+
 def checkout_restore(root: Path, paths: Sequence[str]) -> str | None:
-    """How a source checkout's files (no .dist-info: pip reinstalls no checkout's files) are put
-    back: `git checkout` in a git work tree, else from the user's own source; None for an installed
-    or fetched tree (stock_files_command's)."""
-    if any(d.name.lower().endswith(".dist-info") for d in vllm_metadata_dirs(root)) or not paths:
+    """How a source checkout's files (pip reinstalls none of them) are put back: `git checkout` in
+    a git work tree, else from the user's own source; None for an installed or fetched tree
+    (stock_files_command's)."""
+    if not is_checkout(root) or not paths:
         return None
     if in_git_work_tree(root):
         return "run `" + shlex.join(["git", "-C", str(root), "checkout", "--", *paths]) + "`"
