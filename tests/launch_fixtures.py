@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+import py_compile
 import shutil
 import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -319,3 +321,15 @@ def eagle3_and_tools(tmp_path: Path) -> tuple[Path, Path, Path, Path]:
     declare(lib / "tools", 'tool_call_parsers = ["demo", "demo_v2"]')
     (lib / "library.toml").write_text('order = ["eagle3", "tools"]\n')
     return tree, lib, write_model(tmp_path / "target", DEEPSEEK_V3), write_model(tmp_path / "drafter", DRAFTER)
+
+
+def stale_pyc_under_prefix(prefix: Path, tree: Path, path: str) -> Path:
+    """An unchecked-hash .pyc of other bytes than `path`'s where Python reads its bytecode under the
+    pycache `prefix` (PREFIX/<the source's absolute directory>/<stem>.<tag>.pyc)."""
+    mirror = prefix / str(tree.resolve() / path).lstrip("/")
+    mirror.parent.mkdir(parents=True, exist_ok=True)
+    other = prefix.parent / "other.py"
+    other.write_text("STOCK = True\n")
+    pyc = mirror.parent / f"{mirror.stem}.{sys.implementation.cache_tag}.pyc"
+    mode = py_compile.PycInvalidationMode.UNCHECKED_HASH
+    return Path(py_compile.compile(str(other), cfile=str(pyc), doraise=True, invalidation_mode=mode))

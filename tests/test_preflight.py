@@ -13,6 +13,7 @@ import pytest
 from helpers import assert_clean_failure, on_a_terminal, run_cli, terminal_screen
 from importable_vllm import make_importable, venv_importing, write_refusing_engine_args
 from launch_fixtures import (
+    DEEPSEEK,
     DEEPSEEK_V3,
     DRAFTER,
     KIMI_DRAFTER,
@@ -20,6 +21,7 @@ from launch_fixtures import (
     apply_fix,
     findings,
     serve,
+    stale_pyc_under_prefix,
     write_eagle3_setup,
     write_model,
 )
@@ -513,6 +515,57 @@ def test_stale_unchecked_bytecode_fails_the_tree_state(setup, tmp_path):
     assert_clean_failure(done, 1)
     assert failed(done) == {"tree-state"}
     assert "stale bytecode" in findings(done)["tree-state"]["message"]
+
+
+def test_stale_bytecode_under_the_launchs_pycache_prefix_fails_naming_its_removal(setup, tmp_path):
+    """Issue 20 (review 18 H1): the launch's PYTHONPYCACHEPREFIX makes Python read bytecode under it,
+    never __pycache__; an unchecked-hash .pyc of other bytes there runs instead of the patched file.
+    preflight judges the prefix the launch runs with (its env prefix, or patchkit's own environment
+    unless the launch drops it), and its fix, run, makes it pass."""
+    tree, library, models = setup
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    prefix = tmp_path / "pfx"
+    pyc = stale_pyc_under_prefix(prefix, tree, DEEPSEEK)
+    command = serve(models["deepseek"], models["drafter"])
+    assert preflight(tree, library, *command).returncode == 0  # no prefix: that .pyc is never read
+    inherited = {**os.environ, "PYTHONPYCACHEPREFIX": str(prefix)}
+    dropped = preflight(tree, library, "env", "-u", "PYTHONPYCACHEPREFIX", *command, env=inherited)
+    assert dropped.returncode == 0, dropped.stdout
+    for launch, env in ((["env", f"PYTHONPYCACHEPREFIX={prefix}", *command], None), (command, inherited)):
+        done = preflight(tree, library, *launch, env=env)
+        assert_clean_failure(done, 1)
+        assert failed(done) == {"tree-state"}, done.stdout
+        tree_state = findings(done)["tree-state"]
+        assert tree_state["message"].startswith(f"{pyc} (under the pycache prefix) is unchecked-hash bytecode")
+        assert tree_state["fix"] == f"run `rm -f -- {pyc}` (Python compiles the source again)"
+    pyc.unlink()
+    assert preflight(tree, library, "env", f"PYTHONPYCACHEPREFIX={prefix}", *command).returncode == 0
+
+
+@pytest.mark.parametrize(
+    ("launch", "env", "prefix"),
+    [
+        (["env", "PYTHONPYCACHEPREFIX=/p", "vllm"], {}, "/p"),
+        (["vllm"], {"PYTHONPYCACHEPREFIX": "rel"}, "{cwd}/rel"),
+        (["env", "-i", "vllm"], {"PYTHONPYCACHEPREFIX": "/p"}, None),
+        (["env", "PYTHONPYCACHEPREFIX=", "vllm"], {"PYTHONPYCACHEPREFIX": "/p"}, None),
+        (["python3", "-X", "pycache_prefix=/x", "-X", "pycache_prefix=/y", "-m"], {"PYTHONPYCACHEPREFIX": "/p"}, "/x"),
+        (["python3", "-Xpycache_prefix=/x", "-E", "-m"], {}, "/x"),
+        (["python3", "-X", "pycache_prefix", "-m"], {"PYTHONPYCACHEPREFIX": "/p"}, None),
+        (["python3", "-X", "pycache_prefix=", "-m"], {"PYTHONPYCACHEPREFIX": "/p"}, None),
+        (["python3", "-sE", "-m"], {"PYTHONPYCACHEPREFIX": "/p"}, None),
+        (["python3", "-I", "-m"], {"PYTHONPYCACHEPREFIX": "/p"}, None),
+        (["python3", "-X", "dev", "-m"], {"PYTHONPYCACHEPREFIX": "/p"}, "/p"),
+    ],
+)
+def test_the_launchs_pycache_prefix_is_read_as_python_reads_it(launch, env, prefix, monkeypatch):
+    """sys.pycache_prefix as CPython sets it: the first -X pycache_prefix (without a value: none, the
+    variable ignored), else PYTHONPYCACHEPREFIX (empty: none) unless -E or -I; relative to the cwd."""
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    module = ["vllm.entrypoints.cli.main"] if launch[-1] == "-m" else []
+    command = parse([*launch, *module, "serve", "MODEL"])
+    assert command.pycache_prefix() == (prefix.format(cwd=os.getcwd()) if prefix else None)
 
 
 # --- untrusted input ----------------------------------------------------------------------------------

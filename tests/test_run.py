@@ -24,6 +24,7 @@ from launch_fixtures import (
     SPEC,
     patchkit_run,
     serve,
+    stale_pyc_under_prefix,
     stand_in_launch,
     write_model,
 )
@@ -554,3 +555,25 @@ def test_run_help_states_the_exit_codes_a_failed_preflight_gives(run):
     assert "exit code is 1." not in said
     for code, why in (("1", "a check failed"), ("3", "no patch set"), ("4", "config.json")):
         assert f"{code} " in said and why in said, said
+
+
+def test_stale_bytecode_under_the_launchs_pycache_prefix_is_not_launched_and_its_removal_is_named(launch, tmp_path):
+    """Issue 20 (review 18 H1): run's fast path reads the tree's state from its record and imports
+    nothing, so only the bytecode under the launch's PYTHONPYCACHEPREFIX tells that the patch would
+    never run; a warm run judges it again, and the named fix, run, lets the launch go."""
+    tree, library, command, env, marker = launch
+    env, _ = own_cache(env, tmp_path)
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    prefix = tmp_path / "pfx"
+    prefixed = ["env", f"PYTHONPYCACHEPREFIX={prefix}", *command]
+    assert patchkit_run(tree, library, prefixed, env)[1].returncode == 7  # warm: its findings kept
+    marker.unlink()
+    pyc = stale_pyc_under_prefix(prefix, tree, KIMI)
+    _, done = patchkit_run(tree, library, prefixed, env)
+    assert_clean_failure(done, 1)
+    said = " ".join(done.stdout.split())
+    assert not marker.exists() and f"{pyc} (under the pycache prefix) is unchecked-hash bytecode" in said, said
+    fix = said.partition("run `rm -f -- ")[2].partition("`")[0]
+    assert fix == str(pyc), said
+    subprocess.run(["rm", "-f", "--", fix], check=True)
+    assert patchkit_run(tree, library, prefixed, env)[1].returncode == 7

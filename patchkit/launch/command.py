@@ -80,6 +80,7 @@ class LaunchCommand:
     exact: bool = True  # that parser is the installed release's own (else the nearest recorded one)
     unread: list[str] = field(default_factory=list)  # arguments that parser does not know (not exact)
     python_flags: list[str] = field(default_factory=list)  # `python -E -m ...`: the interpreter's options
+    xoptions: list[str] = field(default_factory=list)  # `python -X NAME[=VALUE]`: each value, in order
 
     @property
     def environ(self) -> dict[str, str]:
@@ -109,6 +110,20 @@ class LaunchCommand:
             return cwd
         found = shutil.which(self.program, path=self.environ.get("PATH", os.defpath))
         return os.path.dirname(os.path.realpath(os.path.join(cwd, found))) if found else None
+
+    def pycache_prefix(self) -> str | None:
+        """The pycache prefix the launch's Python reads bytecode under (its sys.pycache_prefix), made
+        absolute against the launch's working directory: the first `-X pycache_prefix` (without a value:
+        none, the variable ignored), else PYTHONPYCACHEPREFIX unless -E or -I; None: __pycache__."""
+        for option in self.xoptions:
+            name, _, value = option.partition("=")
+            if name == "pycache_prefix":
+                return os.path.join(self.working_directory(), value) if value else None
+        value = self.environ.get("PYTHONPYCACHEPREFIX", "")
+        if not value:  # the usual launch: its interpreter's options not read (a shebang, a PATH search)
+            return None
+        options = "".join(self.python_options())
+        return None if "E" in options or "I" in options else os.path.join(self.working_directory(), value)
 
     def short_options(self) -> set[str]:
         """The short aliases the command uses (`-tp`, `-sc`), as written."""
@@ -255,12 +270,13 @@ def frame(argv: list[str]) -> LaunchCommand:
         )
     name = Path(program).name
     flags: list[str] = []
+    xoptions: list[str] = []
     if name == "vllm":
         if not args or args[0] != "serve":
             raise BadInput(f"not a vLLM launch: `vllm {args[0] if args else ''}` (expected `vllm serve MODEL`)")
         arguments, serve = args[1:], True
     elif name.startswith("python"):
-        flags, args = _python_options(args)
+        flags, xoptions, args = _python_options(args)
         arguments, serve = _module_arguments(name, args)
     else:
         raise BadInput(f"not a vLLM launch: '{program}' (expected `vllm serve` or `python -m {API_SERVER}`)")
@@ -274,16 +290,19 @@ def frame(argv: list[str]) -> LaunchCommand:
         arguments=list(arguments),
         serve=serve,
         python_flags=flags,
+        xoptions=xoptions,
     )
 
 
-def _python_options(args: list[str]) -> tuple[list[str], list[str]]:
+def _python_options(args: list[str]) -> tuple[list[str], list[str], list[str]]:
     """A `python` launch's own options, read as Python reads them (a cluster of flags, which may end
     in -W, -X or -m with its value attached or next): (its flags that take no value, kept for the
-    launch's Python: -E, -sP ...; the rest from `-m MODULE` on). -W and -X change no import path and
-    are not kept, nor `--check-hash-based-pycs MODE`; anything else ends the reading
-    (_module_arguments says what it expected)."""
+    launch's Python: -E, -sP ...; its -X values, one of which may set where bytecode is read from;
+    the rest from `-m MODULE` on). -W changes no import path and is not kept, nor
+    `--check-hash-based-pycs MODE`; anything else ends the reading (_module_arguments says what it
+    expected)."""
     flags: list[str] = []
+    xoptions: list[str] = []
     index = 0
     while index < len(args):
         if args[index] in _PYTHON_LONG and _at(args, index + 1) in _PYTHON_LONG[args[index]]:
@@ -299,10 +318,11 @@ def _python_options(args: list[str]) -> tuple[list[str], list[str]]:
             continue
         value, index = (cluster["value"], index + 1) if cluster["value"] else (_at(args, index + 1), index + 2)
         if value is None:
-            return flags, args[index - 1 :]
+            return flags, xoptions, args[index - 1 :]
         if cluster["valued"] == "m":
-            return flags, ["-m", value, *args[index:]]
-    return flags, args[index:]
+            return flags, xoptions, ["-m", value, *args[index:]]
+        xoptions += [value] if cluster["valued"] == "X" else []
+    return flags, xoptions, args[index:]
 
 
 def _at(args: list[str], index: int) -> str | None:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
+from patchkit._target import guard as target_guard
 from patchkit.base import hints
 from patchkit.base.enums import Outcome, TreeState
 from patchkit.base.errors import BadInput, PatchkitError, TargetError
@@ -26,7 +27,7 @@ from patchkit.base.fsutil import read_regular
 from patchkit.base.options import Options
 from patchkit.checks import shadow
 from patchkit.checks.bytecode import failures, scan
-from patchkit.engine.guard import refusal_text
+from patchkit.engine.guard import EVERY_CPYTHON, prefixed_bytecode, refusal_text
 from patchkit.engine.inspection import (
     RECORDS_AS_IS,
     TreeStatus,
@@ -253,10 +254,13 @@ def preflight(
 
     if status is None:
         status = inspect(resolved, check_upstream=False, import_probe=False)
+    status = _without_own_prefix(status)  # the launch's pycache prefix is judged instead (prefix_findings)
     # launched: the command as written, what vLLM's own parser is asked to read
     result = PreflightResult(command, tree_state=str(status.state), launched=command)
     needed = needs.needs(resolved.set_name)
     result.findings += tree_findings(resolved, status, needs, result)
+    stale = prefix_findings(resolved, status, command) if (needed or needs.guard_runs) and result.ok else []
+    result.findings = stale or result.findings  # in place of the passing tree-state finding
     result.findings += _parser_findings(resolved, command)
     try:
         target, drafter, served, command = _models(command, result.missing)
@@ -286,6 +290,30 @@ def preflight(
     result.unjudged_plugins = context.general_plugins() if context.python is None else []
     result.findings += kept_findings(context, launch_findings) if kept else launch_findings(context)
     return result
+
+
+def _without_own_prefix(status: TreeStatus) -> TreeStatus:
+    """`status` less the guard's refusals for bytecode under patchkit's own pycache prefix: the launch
+    reads bytecode under its own (prefix_findings), which may differ."""
+    kept = [problem for problem in status.guard if not prefixed_bytecode([problem])]
+    return status if len(kept) == len(status.guard) else dataclasses.replace(status, guard=kept)
+
+
+def prefix_findings(resolved: Resolved, status: TreeStatus, command: LaunchCommand) -> list[Finding]:
+    """Stale unchecked-hash bytecode of the set's files under the launch's pycache prefix
+    (PYTHONPYCACHEPREFIX, -X pycache_prefix): Python reads it there instead of __pycache__ and runs
+    it without reading the patched source, the guard refuses it, and apply does not look there."""
+    prefix = command.pycache_prefix()
+    if prefix is None:
+        return []
+    paths = sorted(_series_paths(resolved, status))
+    found = [
+        p
+        for p in target_guard.stale_bytecode(str(resolved.target.root), paths, EVERY_CPYTHON, prefix=prefix)
+        if prefixed_bytecode([p])
+    ]
+    fix = f"run {hints.remove_files(prefixed_bytecode(found))} (Python compiles the source again)"
+    return [Finding(TREE, False, "; ".join(found), fix)] if found else []
 
 
 def _parser_findings(resolved: Resolved, command: LaunchCommand) -> list[Finding]:
@@ -843,8 +871,12 @@ def _shadowed(resolved: Resolved) -> str | None:
     return f"{found[0].path}: {found[0].message}" if found else None
 
 
-def _stale_bytecode(resolved: Resolved, status: TreeStatus) -> str | None:
+def _series_paths(resolved: Resolved, status: TreeStatus) -> set[str]:
     # an applied tree's state taken from its record has no plan: the series' files are the plan's
-    paths = status.plan.touched_paths if status.plan is not None else touched_paths(resolved.patches)
+    return set(status.plan.touched_paths if status.plan is not None else touched_paths(resolved.patches))
+
+
+def _stale_bytecode(resolved: Resolved, status: TreeStatus) -> str | None:
+    paths = _series_paths(resolved, status)
     results = scan(resolved.target.root, paths, resolved.target.python)
     return failures(results) if any(r.failed for r in results) else None
