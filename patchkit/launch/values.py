@@ -41,7 +41,7 @@ def read_named_file(path: Path | str, limit: int, what: str) -> bytes:
         if exc.errno == errno.EFBIG:  # vLLM reads any size: the limit is patchkit's bound on what it reads
             raise BadInput(
                 f"{what} {path}: {exc.strerror}, patchkit's limit (not vLLM's)",
-                hint="`patchkit run --no-preflight` launches it without these checks",
+                hint="run's --no-preflight launches it without these checks",
             ) from None
         raise BadInput(f"{what} {path}: {exc.strerror}") from None
     except OSError as exc:
