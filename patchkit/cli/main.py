@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TextIO, TypeVar
 
+from patchkit.base.values import FrozenValue
+
 # A run keeps nearly all its objects to the end, so collecting every 700 allocations walks them
 # again and again (~40 ms of a large dry run); every 200,000 (as mypy sets it) it seldom collects.
 # Set before click is imported: importing it and the commands is a fifth of those collections. The
@@ -65,8 +67,8 @@ EXIT_CODES = (
 )
 
 
-@dataclass(frozen=True)
-class Listed:
+@dataclass(frozen=True, eq=False, repr=False)
+class Listed(FrozenValue):
     """A command as `patchkit --help` lists it, known without importing its module: the module
     is imported when the command runs or its own --help is asked."""
 

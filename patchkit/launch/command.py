@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from patchkit.base import hints
 from patchkit.base.errors import BadInput, TargetError
+from patchkit.base.values import Value
 from patchkit.launch.interpreter import cannot_tell, script_python
 from patchkit.launch.models import redirected
 from patchkit.launch.serve_parser import read as read_arguments
@@ -61,8 +62,8 @@ _ENV_LONG = {
 }
 
 
-@dataclass
-class LaunchCommand:
+@dataclass(eq=False, repr=False)
+class LaunchCommand(Value):
     """A vLLM launch command as vLLM would read it: its environment, its options, its model."""
 
     argv: list[str]  # what `run` executes (the whole command, env prefix included)
@@ -408,8 +409,8 @@ def _spells(token: str, option: str) -> bool:
     return token == option or token.startswith((f"{option}=", f"{option}."))
 
 
-@dataclass
-class _EnvPrefix:
+@dataclass(eq=False, repr=False)
+class _EnvPrefix(Value):
     """`env [OPTION]... [NAME=VALUE]... COMMAND`, read as GNU env reads it: options (-i, -, -u NAME,
     -C DIR, -v, clustered or long) up to the first other argument, then the assignments."""
 

@@ -25,6 +25,7 @@ from patchkit.base.enums import Outcome, TreeState
 from patchkit.base.errors import BadInput, PatchkitError, TargetError
 from patchkit.base.fsutil import read_regular
 from patchkit.base.options import Options
+from patchkit.base.values import FrozenValue, Value
 from patchkit.checks import shadow
 from patchkit.checks.bytecode import failures, scan
 from patchkit.engine.guard import EVERY_CPYTHON, prefixed_bytecode, refusal_text
@@ -65,8 +66,8 @@ ARG_UTILS = "vllm/engine/arg_utils.py"
 CHAT_TEMPLATES = "vllm/transformers_utils/chat_templates"  # vLLM's built-in --chat-template files
 
 
-@dataclass
-class PreflightResult:
+@dataclass(eq=False, repr=False)
+class PreflightResult(Value):
     """A preflight's findings on one launch, and what the run said of them."""
 
     command: LaunchCommand
@@ -335,8 +336,8 @@ def _found_models_findings(
     return found + [f for f in (_architectures_finding(m) for m in models) if f is not None]
 
 
-@dataclass
-class _Planned:
+@dataclass(eq=False, repr=False)
+class _Planned(Value):
     """What the series would leave of the tree for the launch checks to read, and the fix that
     leaves it so (see LaunchContext); empty where the launch does not need the set."""
 
@@ -481,8 +482,8 @@ def _restoring_apply(findings: list[Finding], sets: set[str]) -> str | None:
     return None
 
 
-@dataclass(frozen=True)
-class _NeededSet:
+@dataclass(frozen=True, eq=False, repr=False)
+class _NeededSet(FrozenValue):
     """A set as apply_fix names it when a launch needs it: with --set."""
 
     name: str

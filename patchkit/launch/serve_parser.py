@@ -30,6 +30,7 @@ from typing import Any, NoReturn
 from packaging.version import InvalidVersion, Version
 
 from patchkit.base.errors import BadInput
+from patchkit.base.values import FrozenValue, Shown
 from patchkit.launch import argtypes
 from patchkit.launch.values import load_json, load_yaml_config, within_limits
 from patchkit.tree.version import release_version
@@ -40,8 +41,8 @@ MAX_OPTIONS = 1024  # of those, the ones that look like options ("-..."): argpar
 _NAME = re.compile(r"(?<=--)[^.]*")  # vLLM's: everything between the first `--` and the first `.`
 
 
-@dataclass(frozen=True)
-class Reading:
+@dataclass(frozen=True, eq=False, repr=False)
+class Reading(FrozenValue):
     """The launch's arguments as a release's parser reads them."""
 
     options: dict[str, object]  # dest, dashed (`speculative-config`) -> value, for the options given
@@ -50,8 +51,8 @@ class Reading:
     unread: tuple[str, ...] = ()  # arguments the (lenient) spec does not know: its release may read them
 
 
-@dataclass(frozen=True, eq=False)
-class Spec:
+@dataclass(frozen=True, eq=False, repr=False)
+class Spec(Shown):
     """A release's recorded parser: which release, and whether it is the installed one's own."""
 
     release: str
