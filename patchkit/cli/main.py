@@ -8,6 +8,7 @@ import gc
 import importlib
 import io
 import os
+import stat
 import sys
 import threading
 from collections.abc import Callable, Iterable
@@ -466,23 +467,28 @@ def other_owners(package_dir: str) -> list[str]:
     """The distributions besides vllm-patchkit whose RECORD lists files of `package_dir` (the
     pre-rename `patchkit` installed under it: `pip uninstall patchkit` then deletes this one's
     files). Only `patchkit-*.dist-info` is read: the name that owned the package before."""
-    # lazy: only --version reads other distributions (the fsutil module is no start-up's)
-    from patchkit.base.fsutil import read_regular
-
     site, package = os.path.split(package_dir)
     try:
         names = sorted(n for n in os.listdir(site) if n.lower().startswith(f"{package}-") and n.endswith(".dist-info"))
     except OSError:
         return []
-    owners = []
-    for name in names:
-        try:
-            record = read_regular(os.path.join(site, name, "RECORD"), RECORD_LIMIT)
-        except OSError:
-            continue
-        if any(line.startswith(f"{package}/".encode()) for line in record.splitlines()):
-            owners.append(name.removesuffix(".dist-info"))
-    return owners
+    lists = f"\n{package}/".encode()
+    return [n.removesuffix(".dist-info") for n in names if lists in b"\n" + _record(os.path.join(site, n, "RECORD"))]
+
+
+def _record(path: str) -> bytes:
+    """A RECORD's first RECORD_LIMIT bytes, read without blocking or following a symlink (b"" for
+    anything but a regular file): a tree's files are untrusted. Not fsutil: --version loads no more."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return b""
+    try:
+        return os.read(fd, RECORD_LIMIT) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
+    except OSError:
+        return b""
+    finally:
+        os.close(fd)
 
 
 def _version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
