@@ -393,7 +393,9 @@ def _no_model(served: object, serve: bool, positional: object) -> BadInput:
         )
     if not names:
         return BadInput(
-            "the launch command names no model (" + ("positional MODEL or --model)" if serve else "--model MODEL)"),
+            "the launch command names no model ("
+            + ("positional MODEL or --model" if serve else "--model MODEL")
+            + "): vLLM would serve its default model (Qwen/Qwen3-0.6B in 0.16.0), not one you chose",
             hint=fix,
         )
     return BadInput(

@@ -128,6 +128,11 @@ def launch_target_finding(resolved: Resolved, command: LaunchCommand) -> Finding
     except TargetError as exc:
         if not shutil.which(command.program, path=command.environ.get("PATH", os.defpath)):
             return None
+        opts = hints.current()
+        if opts.python and not opts.python_of_launch:  # its hint ("give --python") was followed already
+            why = f"the launch's {command.program} is a wrapper patchkit cannot follow ({exc.message})"
+            fix = f"check that --python {shlex.quote(str(opts.python))} is the interpreter it runs"
+            return cannot_judge(LAUNCH_TARGET, why, fix)
         return cannot_judge(LAUNCH_TARGET, f"{exc.message}: not compared with {resolved.target.found_by}", exc.hint)
     first_path = command.first_path()
     own_setting = (

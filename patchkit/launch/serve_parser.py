@@ -90,6 +90,7 @@ def read(arguments: list[str], *, serve: bool, spec: Spec) -> Reading:
     """The options and model vLLM reads from `arguments` (what follows `vllm serve` or the module)."""
     release = Version(spec.release)
     args = _model_to_front(arguments, release) if serve else list(arguments)
+    _config_with_equals(args)
     if "--config" in args:
         args = _with_config_file(args, serve, _negations(spec.release, serve))
     if serve and release >= Version("0.17.0"):
@@ -179,6 +180,17 @@ def _negations(release: str, serve: bool) -> frozenset[str]:
     if Version(release) < Version("0.28.0"):
         return frozenset()
     return frozenset(s for s in _parser(release, serve)._option_string_actions if s.startswith("--no-"))
+
+
+def _config_with_equals(args: list[str]) -> None:
+    """`--config=FILE`: vLLM reads a config file only as `--config FILE`; it logs that it cannot
+    read "--config=FILE" and serves without the file's options (and model): refused, with the fix."""
+    given = next((a for a in args if a.startswith("--config=")), None)
+    if given is not None:
+        raise BadInput(
+            f"vLLM ignores {given}: it reads a config file only as `--config FILE`, and would serve without its options",
+            hint=f"write --config {given.partition('=')[2]}",
+        )
 
 
 def _with_config_file(args: list[str], serve: bool, negations: frozenset[str]) -> list[str]:
