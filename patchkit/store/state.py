@@ -29,6 +29,7 @@ state.json:
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import os
 import re
@@ -563,7 +564,19 @@ def read_state(root: Path) -> State:
     check_meta_dir(root)
     path = state_path(root)
     raw = read_meta_file(path)
-    return State([]) if raw is None else parse_state(raw, path)
+    if raw is None:
+        return State([])
+    # one run asks for the same record several times (resolve, inspect, the guard's check): the
+    # same bytes are validated once, and each caller gets its own copy to change
+    key = (path, raw)
+    if key not in _parsed:
+        _parsed[key] = parse_state(raw, path)
+        while len(_parsed) > 4:
+            del _parsed[next(iter(_parsed))]
+    return copy.deepcopy(_parsed[key])
+
+
+_parsed: dict[tuple[Path, bytes], State] = {}
 
 
 def parse_state(raw: bytes, origin: Path) -> State:
