@@ -856,9 +856,10 @@ def test_status_on_another_python_than_vllms_judges_an_unlistable_pycache_as_vll
     assert f"__pycache__/{vllms.name}" in " ".join(done.output.split()), done.output
 
 
-def test_bytecode_that_is_no_regular_file_is_never_read(patched):
-    """__pycache__ is untrusted: a fifo (a read would hang) or a symlink to a stale .pyc elsewhere
-    named as the module's bytecode is not read, nor is a symlinked __pycache__ listed."""
+def test_bytecode_that_is_no_regular_file_is_never_read_and_a_symlink_is_followed_as_python_does(patched):
+    """__pycache__ is untrusted: a fifo (a read would hang) named as the module's bytecode is not
+    read. A symlink to a stale .pyc elsewhere, or a symlinked __pycache__ holding one, Python's import
+    follows: the patch never runs, so it is refused, naming the link (it was passed)."""
     site, _, _ = patched
     tag = sys.implementation.cache_tag
     cache = site / "vllm/models/__pycache__"
@@ -866,14 +867,31 @@ def test_bytecode_that_is_no_regular_file_is_never_read(patched):
     os.mkfifo(cache / f"model.{tag}.pyc")
     elsewhere = _unchecked_pyc_of(site.parent / "elsewhere", MODEL_PY.encode(), f"model.{tag}.opt-1.pyc")
     (cache / elsewhere.name).symlink_to(elsewhere)
-    done = subprocess.run(
-        [sys.executable, "-c", "import patchkit_guard, sys; print(patchkit_guard.find_problems(sys.argv[1]))", site],
-        cwd=site,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 0 and done.stdout == "[]\n", done.stderr
+
+    def problems() -> str:
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "import patchkit_guard, sys; print(patchkit_guard.find_problems(sys.argv[1]))",
+                site,
+            ],
+            cwd=site,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    found = problems()
+    assert f"vllm/models/__pycache__/{elsewhere.name} is unchecked-hash bytecode compiled from other bytes" in found
+    assert f"(reached through the symlink vllm/models/__pycache__/{elsewhere.name})" in found, found
+    (cache / elsewhere.name).unlink()
+    assert problems() == "[]\n"
+    shutil.rmtree(cache)
+    cache.symlink_to(elsewhere.parent)
+    assert "(reached through the symlink vllm/models/__pycache__)" in problems()
 
 
 def test_stale_bytecode_under_the_pycache_prefix_stops_the_launch_and_status_names_its_removal(patched, tmp_path):

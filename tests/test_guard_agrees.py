@@ -1019,11 +1019,35 @@ def test_a_guard_of_other_checks_fails_status_until_apply_updates_it(tmp_path):
     status = tree.cli("status")
     assert status.returncode == 1, status.stdout + status.stderr
     assert "is an older patchkit's launch guard (patchkit" in status.stdout
+    # review 16 L3: said as what it is, an upgrade of patchkit, in the guard line and the verdict
+    assert "guard: the launch guard is from before an upgrade of patchkit: " in status.stdout, status.stdout
+    assert "applied; the launch guard is from before an upgrade of patchkit" in status.stdout, status.stdout
     assert "fix: run `patchkit apply " in status.stdout and "--guard" not in status.stdout
-    assert tree.cli("apply", "--no-import").returncode == 0
+    dry = tree.cli("apply", "--no-import", "--dry-run")
+    assert "launch guard would be updated to this patchkit's (it was" in dry.stdout, dry.stdout
+    assert "still refuses" not in dry.stdout + dry.stderr, dry.stdout + dry.stderr
+    done = tree.cli("apply", "--no-import")
+    # review 16 L2: the apply says it updated the guard, not "already applied" alone
+    assert done.returncode == 0 and "already applied; launch guard updated to this patchkit's (it was" in done.stdout
     assert (tree.site / "patchkit_guard.py").read_bytes() == (
         Path(__file__).parents[1] / "patchkit/_target/guard.py"
     ).read_bytes()
+    assert tree.cli("status").returncode == 0
+
+
+def test_a_newer_builds_guard_is_called_newer_and_apply_says_it_replaced_it(tmp_path):
+    """Review 16 L4: a guard of a higher check format (a newer build applied the tree, this older
+    one runs now) was called "an older patchkit's" and apply said it "updates" it."""
+    tree = _tree(tmp_path)
+    _applied(tree)
+    _rebuilt_guard(tree, lambda module: re.sub(rb"\nGUARD_FORMAT = [0-9]+\n", b"\nGUARD_FORMAT = 999\n", module))
+    status = tree.cli("status")
+    said = status.stdout + status.stderr
+    assert status.returncode == 1 and "older" not in said, said
+    assert "guard: the launch guard is a newer patchkit build's: " in said and "check format 999" in said, said
+    assert "fix: use the newer patchkit that applied this tree, or run `patchkit apply " in said, said
+    done = tree.cli("apply", "--no-import")
+    assert done.returncode == 0 and "launch guard replaced with this patchkit's, of older checks" in done.stdout
     assert tree.cli("status").returncode == 0
 
 
@@ -1067,3 +1091,35 @@ def test_apply_fixes_the_stale_bytecode_the_guard_refuses_and_says_no_refusal_is
         done = tree.cli("apply", "--no-import", *args)
         assert done.returncode == 0 and "still refuses" not in done.stdout + done.stderr, done.stdout + done.stderr
     assert load_plugins_like_vllm(tree.site).returncode == 0
+
+
+def test_stale_bytecode_through_a_symlinked_pycache_fails_and_an_overfull_pycache_names_a_fix_that_works(tmp_path):
+    """Review 16 L5: a symlinked __pycache__ holding a stale unchecked-hash .pyc was passed by the
+    guard and status (never followed), while Python follows it and the patch never runs. L1: a
+    __pycache__ of over 65,536 entries was refused with `apply` as the fix, which leaves it. Each
+    fails with a fix that clears it (apply writes no bytecode through a symlink, nor empties a
+    directory it did not write)."""
+    tree = _tree(tmp_path)
+    _applied(tree)
+    cache = _unchecked_pyc(tree, stock_files("0.16.0")[SPEC]).parent
+    shutil.move(cache, tmp_path / "elsewhere")
+    cache.symlink_to(tmp_path / "elsewhere")
+    for _ in range(2):
+        status = tree.cli("status")
+        said = " ".join(status.stdout.split())
+        assert status.returncode == 1 and "(reached through the symlink vllm/config/__pycache__)" in said, said
+        assert f"fix: remove the symlink {cache} (Python then compiles the source), then run `patchkit status" in said
+        assert load_plugins_like_vllm(tree.site).returncode != 0
+        assert tree.cli("apply", "--no-import").returncode in (0, 1)  # not the fix: it leaves the link
+    cache.unlink()
+    assert tree.cli("status").returncode == 0 and load_plugins_like_vllm(tree.site).returncode == 0
+
+    cache.mkdir()
+    for index in range(65_537):
+        (cache / f"x{index}").touch()
+    status = tree.cli("status")
+    said = " ".join(status.stdout.split())
+    assert status.returncode == 1 and f"{cache} holds more than 65536 files" in said, said
+    assert f"fix: remove {cache} (Python writes its bytecode there again), then run `patchkit status" in said, said
+    shutil.rmtree(cache)
+    assert tree.cli("status").returncode == 0 and load_plugins_like_vllm(tree.site).returncode == 0

@@ -47,3 +47,21 @@ def test_a_shell_script_that_execs_a_python_still_runs_as_the_interpreter(tmp_pa
     shim = _script(tmp_path / "python-shim", f'#!/bin/sh\nexec {sys.executable} "$@"\n')
     done = run_cli("status", "--python", shim, cwd=tmp_path)
     assert "is a Python script" not in done.stdout + done.stderr
+
+
+@pytest.mark.parametrize(
+    "hands_on", ["os.execv(real, [real, *sys.argv[1:]])", "sys.exit(subprocess.run([real, *sys.argv[1:]]).returncode)"]
+)
+def test_a_python_written_interpreter_wrapper_runs_as_the_interpreter_it_hands_on_to(tmp_path, hands_on):
+    """Review 17 L2: an HPC module system's `#!/usr/bin/env python3` wrapper that execs the real
+    interpreter was refused by its #! line alone. It hands its arguments on, so it is run once, as a
+    launch would run it, and the interpreter it reaches answers: here, one with no vllm."""
+    real = sys.executable
+    wrapper = _script(
+        tmp_path / "python-wrapper",
+        f"#!/usr/bin/env python3\nimport os, subprocess, sys\nreal = {real!r}\n{hands_on}\n",
+    )
+    done = run_cli("status", "--python", wrapper, cwd=tmp_path)
+    said = done.stdout + done.stderr
+    assert "is a Python script" not in said, said
+    assert done.returncode == 4 and f"vLLM is not installed for {wrapper}" in said, said

@@ -440,6 +440,8 @@ def test_apply_on_a_lost_record_refuses_an_edit_away_from_the_hunks_and_its_fix_
     assert refused.exit_code == 1, refused.output
     assert f"{ROUTER} differs from stock vLLM 0.17.1 beyond the set's change" in said, said
     assert "cannot record it as its own; nothing was written" in said, said
+    # record28: the run recorded parsers first, so "nothing was written" is said of routes alone
+    assert "nothing was written for routes" in said and "parsers, found applied, is recorded now" in said, said
     assert (tree / ROUTER).read_bytes() == edited[ROUTER]  # the set before it is recorded, as found
     assert [e.set_name for e in read_state(tree).entries] == ["parsers"]
     fix = re.search(
@@ -453,6 +455,36 @@ def test_apply_on_a_lost_record_refuses_an_edit_away_from_the_hunks_and_its_fix_
     assert run("status", "--target", tree, "--patches", library).exit_code == 0
     assert run("revert", "--target", tree, "--patches", library).exit_code == 0
     assert {path: data for path, data in snapshot(tree).items() if not path.startswith(".patchkit")} == before
+
+
+def test_status_on_a_lost_record_with_an_edit_away_from_the_hunks_says_what_apply_will(
+    run, stock, tmp_path, monkeypatch
+):
+    """record28: on that tree (record lost, a patched file edited away from its hunks) status said
+    "applied", exit 0, and its guard note that `apply` records the tree as it is; apply refuses it.
+    status names the file and apply's own fix; a lost record with no edit still passes."""
+    tree, library = stock
+    Releases(tmp_path / "index", monkeypatch).add("0.17.1", {PARSER: PARSER_PY, ROUTER: ROUTER_PY})
+    assert run("apply", "--target", tree, "--patches", library).exit_code == 0
+    shutil.rmtree(tree / ".patchkit")
+    assert run("status", "--target", tree, "--patches", library).exit_code == 0  # found applied, as it was
+    (tree / ROUTER).write_text("# tuned by hand\n" + (tree / ROUTER).read_text())
+
+    status = run("status", "--target", tree, "--patches", library)
+    said = " ".join(status.output.split())
+    assert status.exit_code == 1, status.output
+    assert f"{ROUTER}: integrity: differs from stock vLLM 0.17.1 beyond the set's change" in said, said
+    assert "routes: a file edited beyond the set's change (no record): apply refuses it" in said, said
+    assert "records the tree as it is" not in said, said
+    applied = run("apply", "--target", tree, "--patches", library)
+    fix = re.search(
+        r"fix: (`patchkit revert [^`]*--force` \(keeps a copy of the edits\), then `patchkit apply [^`]*`)", said
+    )
+    assert applied.exit_code == 1 and fix and fix.group(1) in " ".join(applied.output.split()), said
+    document = json.loads(
+        run("status", "--target", tree, "--patches", library, "--set", "routes", "--format", "json").output
+    )
+    assert document["found_not_stock"] == [ROUTER], document
 
 
 def test_apply_on_a_lost_record_records_the_files_it_finds_patched_so_revert_gives_stock(run, two_patch_set):
@@ -507,6 +539,29 @@ def test_without_a_record_revert_says_it_reversed_the_hunks_and_keeps_the_files_
     assert "already hold this set's change with no apply recorded: upstream, or applied by hand" in said, said
     assert "nothing to revert" in said, said
     assert (tree / PARSER).read_bytes() == as_it_was
+
+
+def test_a_found_applied_patch_recorded_without_a_vllm_record_is_reverted_as_hunks_reversed(run, tmp_path, scratch):
+    """record28: on a tree with no vLLM RECORD, a `--patch` found applied with its record lost is
+    recorded with the original its hunks reversed give; a later revert said "restored to stock",
+    which nothing proved. The record marks the file found, and revert words it (and keeps a copy)
+    as the unrecorded revert does."""
+    tree = write_tree(tmp_path / "checkout", "0.17.1", {PARSER: PARSER_PY, ROUTER: ROUTER_PY})
+    patch = scratch / "strip.patch"
+    patch.write_bytes(make_patch(scratch, tree, {PARSER: PARSER_PY.replace("append(line)", "append(line.strip())")}))
+    assert run("apply", "--target", tree, "--patch", patch).exit_code == 0
+    shutil.rmtree(tree / ".patchkit")
+    found = run("apply", "--target", tree, "--patch", patch)
+    assert found.exit_code == 0 and "already applied, with no record of it; recorded" in found.output, found.output
+    patched = (tree / PARSER).read_bytes()
+
+    reverted = run("revert", "--target", tree, "--patch", patch)
+    said = " ".join(reverted.output.split())
+    assert reverted.exit_code == 0, reverted.output
+    assert "restored to stock" not in said, said
+    assert "reverted: 1 file(s) with the series' hunks reversed (no vLLM RECORD proves them stock)" in said, said
+    assert (tree / PARSER).read_text() == PARSER_PY
+    assert [p.read_bytes() for p in (tree / ".patchkit/saved").rglob("toolcall.py")] == [patched]
 
 
 @pytest.mark.parametrize("fmt", ["text", "json", "junit"])

@@ -113,3 +113,18 @@ def test_verify_of_a_release_holding_the_change_runs_the_behaviour_test_on_its_s
         assert release["hint"] == "upstream may have fixed this in 0.99.0: close the set's range"
     else:
         assert "fail the set's behaviour test" in release["detail"]
+
+
+def test_a_local_label_build_whose_record_holds_the_change_is_not_called_the_stock_files(run, tmp_path, open_library):
+    """Review 15 L3: a wheel built with `patchkit wheel --local-label corp1`, its patchkit.json
+    stripped, installed: its RECORD lists the patched files, and status called them "the stock files
+    of vLLM 0.16.0". A build with a local label of its own proves no release's stock files."""
+    site = tmp_path / "corp"
+    pip_install(site, "0.16.0+corp1", {SPEC: patched_spec(), MODEL: EAGLE_MODEL})
+    for command in ("status", "apply"):
+        done = run(command, "--target", site, "--patches", open_library)
+        said = " ".join(done.output.split())
+        assert done.exit_code == 0, done.output
+        assert "the stock files of" not in said, said
+        assert "this build of vLLM 0.16.0 (local label +corp1) already hold this set's change" in said, said
+        assert "patched before it was built (`patchkit wheel --local-label`?), or upstream's" in said, said

@@ -539,3 +539,54 @@ def test_an_index_changed_in_pip_conf_is_seen_and_a_change_beside_it_costs_one_q
     conf.write_text(f"[global]\nindex-url = {other_index.index()}\n")
     pipconfig.forget_settings()
     assert stock_wheel(VERSION).read_bytes() == second
+
+
+def _held_at(path: Path):
+    from patchkit.wheel.published import held_to_release
+
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return held_to_release(VERSION, NATIVE, fd, NATIVE, path.absolute())
+    finally:
+        os.close(fd)
+
+
+def test_wheel_file_outside_the_cache_is_hashed_once_while_unchanged(
+    server, cache, published, hashes, file_hashes, tmp_path, monkeypatch
+):
+    """issue 20 (low29 item 10): `wheel FILE` of a wheel outside the cache hashed its 0.5 GB on
+    every run. Its sha256 is sealed in the cache by its path and identity (device, inode, size,
+    mtime, ctime): an unchanged file is not hashed again; a changed one, or an entry this user's
+    patchkit did not seal (another key, a symlink, not JSON), is only a hash."""
+    from patchkit.wheel import stock
+
+    monkeypatch.setattr(stock, "SEAL_AFTER_NS", -1)  # the file was just written: sealed all the same
+    copy = tmp_path / "wheels" / NATIVE
+    copy.parent.mkdir()
+    copy.write_bytes(stock_wheel(VERSION).read_bytes())
+    assert _held_at(copy).same and len(file_hashes) == 1
+    with monkeypatch.context() as offline:
+        no_network(offline)
+        assert _held_at(copy).same and len(file_hashes) == 1  # not hashed again
+    (entry,) = (cache / stock.WHEEL_FILES).iterdir()
+
+    data = bytearray(copy.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    _same_size_same_mtime(copy, bytes(data))
+    assert not _held_at(copy).same and len(file_hashes) == 2  # changed in place: hashed, and caught
+
+    copy.write_bytes(published[NATIVE])
+    assert _held_at(copy).same and len(file_hashes) == 3
+    sealed = json.loads(entry.read_text())
+    forged = {**sealed, "seal": hmac.new(b"k" * 32, b"anything", hashlib.sha256).hexdigest()}
+    for planted in (json.dumps(forged), "{"):
+        entry.write_text(planted)
+        assert _held_at(copy).same
+    assert len(file_hashes) == 5
+    elsewhere = tmp_path / "planted.json"
+    elsewhere.write_text(json.dumps(sealed))
+    entry.unlink()
+    entry.symlink_to(elsewhere)
+    assert _held_at(copy).same and len(file_hashes) == 6  # never read through a link
+    assert _held_at(copy).same and len(file_hashes) == 6  # sealed again, as a file
+    assert entry.is_file() and not entry.is_symlink()

@@ -40,7 +40,7 @@ ENV = "PATCHKIT_GUARD"
 # The number of the guard's checks: patchkit tells an older build's guard that judges a tree as it
 # does (the same number: a note, `apply` updates it) from one that may not (a failure until `apply`).
 # tests/test_guard_format.py holds it to this module's code: a change of the code bumps it.
-GUARD_FORMAT = 7
+GUARD_FORMAT = 8
 MAX_RECORD_BYTES = 16 * 1024 * 1024
 if TYPE_CHECKING:  # (vllm version or None, {path: recorded sha256 or None}, {path: its original's sha256 or None})
     Record = tuple[str | None, dict[str, str | None], dict[str, str | None]]
@@ -270,9 +270,10 @@ def stale_bytecode(
     Python imports it without reading the source, so the patched file is not what runs.
     Every interpreter's is judged, keyed by the magic number in its own header, so that
     patchkit's interpreter (status) and vLLM's (a launch) say the same. __pycache__ is untrusted:
-    listed bounded, never through a symlink; a .pyc that is not a regular file is not read.
-    `tags`: as judge's; `prefix`: the pycache prefix whose mirror of the tree is judged too (None:
-    this process's; "": none)."""
+    listed bounded, through a symlink as Python's import follows one (said, since apply's fix
+    writes through none); a .pyc that is not a regular file is not read. `tags`: as judge's;
+    `prefix`: the pycache prefix whose mirror of the tree is judged too (None: this process's; "":
+    none)."""
     mirrors = prefix_mirrors(site, sys.pycache_prefix if prefix is None else prefix)
     found = []
     for rel in paths:
@@ -287,7 +288,8 @@ def stale_bytecode(
         for cache, shown, where in places:
             for pyc in _compiled(cache, name[: -len(".py")], tags):
                 if _stale(os.path.join(cache, pyc), os.path.join(site, rel), source):
-                    found.append(shown + pyc + where + " " + STALE_BYTECODE + " " + rel + RUNS_IN_ITS_PLACE)
+                    said = shown + pyc + where + " " + STALE_BYTECODE + " " + rel + RUNS_IN_ITS_PLACE
+                    found.append(said + ("" if where else _through_link(site, directory + "/__pycache__", pyc)))
     return found
 
 
@@ -330,10 +332,22 @@ def _stale(pyc: str, source_path: str, source: list[bytes | None]) -> bool:
     return keyed is not None and keyed != header[8:16]
 
 
+THROUGH_SYMLINK = " (reached through the symlink "  # apply writes no bytecode through one: the user removes it
+
+
+def _through_link(site: str, cache: str, pyc: str) -> str:
+    """Where a stale .pyc is reached through a symlink (its __pycache__, or itself): that link."""
+    for rel in (cache, cache + "/" + pyc):
+        if os.path.islink(os.path.join(site, rel)):
+            return THROUGH_SYMLINK + rel + ")"
+    return ""
+
+
 def _compiled(cache: str, stem: str, tags: Iterable[str] | None = None) -> list[str]:
     """The names in `cache` of a module `stem`'s bytecode, any interpreter's and optimization's
-    (`stem.<tag>.pyc`, `stem.<tag>.opt-N.pyc`); none through a symlink."""
-    if os.path.islink(cache) or not os.path.isdir(cache):
+    (`stem.<tag>.pyc`, `stem.<tag>.opt-N.pyc`); `cache` a symlink to a directory is listed, as
+    Python's import follows it."""
+    if not os.path.isdir(cache):
         return []
     found, prefix = [], stem + "."
     try:
@@ -367,9 +381,10 @@ def _own_compiled(cache: str, stem: str, tags: Iterable[str] | None = None) -> l
 
 
 def _header(pyc: str) -> bytes | None:
-    """A .pyc's 16-byte header (PEP 552); None when it is no regular file or is shorter."""
+    """A .pyc's 16-byte header (PEP 552), through a symlink as Python reads it; None when it is no
+    regular file (a fifo is opened without waiting, and not read) or is shorter."""
     try:
-        fd = os.open(pyc, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+        fd = os.open(pyc, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except OSError:
         return None
     with os.fdopen(fd, "rb") as fh:

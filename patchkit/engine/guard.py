@@ -263,7 +263,12 @@ def _edited(root: Path, path: str, digest: str, wanted: bytes) -> bool:
 
 
 UNKNOWN_GUARD = "is not this patchkit's launch guard"
-STALE_GUARD = "is an older patchkit's launch guard"  # of other checks: apply updates it
+OLDER_GUARD = "is an older patchkit's launch guard"  # of other checks: apply updates it
+NEWER_GUARD = "is a newer patchkit's launch guard"  # of other checks: this apply would replace it
+STALE_GUARD = (OLDER_GUARD, NEWER_GUARD)  # another build's, of other checks than this one's
+# refusal_text's leads for those: what the user did (an upgrade of patchkit), no ": " inside
+UPGRADED_LEAD = "the launch guard is from before an upgrade of patchkit: "
+NEWER_LEAD = "the launch guard is a newer patchkit build's: "
 GUARD_REFUSES = "the launch guard refuses this tree: "
 NOT_OURS = "the installed launch guard is not this patchkit's: "
 
@@ -274,10 +279,21 @@ def refusal_summary(problems: list[str]) -> str:
     return refusal_text(problems).partition(": ")[0].replace("this tree", "the tree")
 
 
+def of_other_checks(problem: str) -> bool:
+    """The problem is another patchkit build's guard, as it wrote it, of other checks than this one's."""
+    return any(said in problem for said in STALE_GUARD)
+
+
 def refusal_text(problems: list[str]) -> str:
     """launch_refusal's problems as status, verify, preflight and run say them: a guard module that
-    is not this patchkit's (edited, another's) refuses nothing patchkit can tell, so it is said as such."""
-    lead = NOT_OURS if any(UNKNOWN_GUARD in p or STALE_GUARD in p for p in problems) else GUARD_REFUSES
+    is not this patchkit's (edited, another's) refuses nothing patchkit can tell, so it is said as
+    such; another build's is said as what made it so (most often an upgrade of patchkit)."""
+    if any(OLDER_GUARD in p for p in problems):
+        lead = UPGRADED_LEAD
+    elif any(NEWER_GUARD in p for p in problems):
+        lead = NEWER_LEAD
+    else:
+        lead = NOT_OURS if any(UNKNOWN_GUARD in p for p in problems) else GUARD_REFUSES
     return lead + "; ".join(problems)
 
 
@@ -314,7 +330,8 @@ def launch_verdict(root: Path, state: State | None = None) -> Verdict:
 
 def _unknown_module(root: Path, state: State | None) -> list[str]:
     """The installed guard module as a problem when this patchkit cannot tell what it refuses: not
-    a patchkit's as it wrote it, or an older build's of other checks (`apply` updates that one)."""
+    a patchkit's as it wrote it, or another build's of other checks (`apply` updates that one):
+    older or newer by its check format, the one number that orders builds (versions may be equal)."""
     if _own_module(root):
         return []
     older = older_guard(root, state)
@@ -323,8 +340,9 @@ def _unknown_module(root: Path, state: State | None) -> list[str]:
     version, found = older
     if found == target_guard.GUARD_FORMAT:
         return []
+    said = OLDER_GUARD if found < target_guard.GUARD_FORMAT else NEWER_GUARD
     return [
-        f"{root / MODULE} {STALE_GUARD} (patchkit {version}'s, of check format {found}; this patchkit's is "
+        f"{root / MODULE} {said} (patchkit {version}'s, of check format {found}; this patchkit's is "
         f"{target_guard.GUARD_FORMAT}), so what it refuses may differ from what this patchkit finds"
     ]
 
@@ -455,6 +473,16 @@ def guard_format(module: bytes) -> int:
     return int(found.group(1)) if found else 1
 
 
+def other_build(root: Path, state: State | None = None) -> tuple[str, bool] | None:
+    """The version of another patchkit build whose guard is installed here as it wrote it (an
+    apply updates it to this build's), and whether its checks are newer than this build's; None:
+    this build's, none, or not a patchkit's."""
+    if not is_installed(root) or _own_module(root):
+        return None
+    found = older_guard(root, state)
+    return (found[0], found[1] > target_guard.GUARD_FORMAT) if found is not None else None
+
+
 def judges_as_this_build(root: Path, state: State | None = None) -> bool:
     """Whether the installed guard module judges a tree as this patchkit does: its own, or an older
     build's of the same check format, as that build wrote it."""
@@ -506,6 +534,9 @@ def older_guard_notes(root: Path, state: State | None = None) -> list[str]:
     return [f"the launch guard is patchkit {older}'s (this is {__version__}): {hints.command('apply')} updates it"]
 
 
+UNRECORDED_GUARD = "the launch guard is installed, but no record names it"
+
+
 def unrecorded_guard_notes(root: Path, state: State | None = None) -> list[str]:
     """This patchkit's guard installed where no record names it (state.json removed by hand): it
     checks nothing (the guard passes), and `revert` removes it."""
@@ -517,7 +548,7 @@ def unrecorded_guard_notes(root: Path, state: State | None = None) -> list[str]:
         return []
     # apply first: it records the sets it finds applied, and the guard checks the tree again
     return [
-        f"the launch guard is installed, but no record names it, so it checks nothing: "
+        f"{UNRECORDED_GUARD}, so it checks nothing: "
         f"{hints.command('apply')} records the tree as it is ({hints.command('revert')} removes the guard and any patches applied)"
     ]
 
@@ -572,6 +603,8 @@ def several_vllms_refusal(root: Path) -> TargetError | None:
 SEVERAL = target_guard.SEVERAL  # the guard's words for several vllm-*.dist-info (its fix is SEVERAL_FIX)
 SHADOWED = target_guard.SHADOWED  # a package or extension module imported instead of a recorded file
 STALE_BYTECODE = target_guard.STALE_BYTECODE  # a stale unchecked-hash .pyc of a recorded file (apply fixes it)
+THROUGH_SYMLINK = target_guard.THROUGH_SYMLINK  # that .pyc reached through a symlink (apply writes through none)
+CACHE_OVERFULL = re.compile(r"(\S+/__pycache__) holds more than [0-9]+ files")  # no cache Python wrote
 _PREFIXED_STALE = target_guard.PREFIXED + " " + STALE_BYTECODE
 
 

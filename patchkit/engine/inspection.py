@@ -20,17 +20,20 @@ from patchkit.checks import CheckContext, shadow
 from patchkit.distinfo import installed_wheel_reader
 from patchkit.distinfo.record import has_provenance
 from patchkit.engine.guard import (
+    CACHE_OVERFULL,
     CHANGED_SINCE,
+    NEWER_GUARD,
     OTHERS_CANNOT_READ,
     SEVERAL,
     SEVERAL_FIX,
     SHADOWED,
     STALE_BYTECODE,
-    STALE_GUARD,
+    THROUGH_SYMLINK,
     UNKNOWN_GUARD,
     is_installed,
     launch_verdict,
     missing_guard,
+    of_other_checks,
     older_guard_notes,
     prefixed_bytecode,
     replace_fix,
@@ -132,6 +135,9 @@ class TreeStatus:
     # a set apply would go on with: the files it would patch that are not stock (apply refuses them;
     # status fills it: operations.with_stock_judged)
     not_stock: list[CheckResult] = field(default_factory=list)
+    # a set found applied with no record of it: the file that is not stock beyond its change (apply
+    # refuses to record it; status fills it: operations.with_found_judged)
+    found_edited: list[str] = field(default_factory=list)
 
     def fix_command(self, verb: str, *args: str) -> str:
         """`hints.command` for a fix: without --set where the set's files came with a wheel of
@@ -188,7 +194,12 @@ class TreeStatus:
                 f"reinstall the installed vLLM release ({hints.pip_reinstall(None)}), "
                 f"then run {hints.command('apply')} (it drops the record, stale once the files are stock)"
             )
-        if any(STALE_GUARD in problem for problem in self.guard) and not self.drifted:  # apply replaces it
+        if any(NEWER_GUARD in problem for problem in self.guard) and not self.drifted:  # apply would downgrade it
+            return (
+                f"use the newer patchkit that applied this tree, or run {hints.command('apply')} "
+                "(it replaces the launch guard with this patchkit's)"
+            )
+        if any(of_other_checks(problem) for problem in self.guard) and not self.drifted:  # apply replaces it
             return f"run {hints.command('apply')} (it updates the launch guard to this patchkit's)"
         if any(UNKNOWN_GUARD in problem for problem in self.guard):
             revert = self.fix_command("revert", "--force")
@@ -205,6 +216,12 @@ class TreeStatus:
             return shadow.fix(shadowed[0].partition(" ")[0])
         if all(STALE_BYTECODE in problem for problem in self.guard):  # apply's bytecode fix, as after a write
             return _bytecode_fix(self.guard)
+        overfull = next((found for problem in self.guard if (found := CACHE_OVERFULL.search(problem))), None)
+        if overfull:  # apply leaves a __pycache__ alone: no cache Python wrote holds that many
+            return (
+                f"remove {overfull.group(1)} (Python writes its bytecode there again), "
+                f"then run {hints.command('status')}"
+            )
         if all(problem.startswith(OTHERS_CANNOT_READ) for problem in self.guard):
             return f"run {hints.command('apply')} (it makes them readable, as pip installs files)"
         if self.some_stock_again:  # not "records the tree as it is": it patches them again
@@ -258,6 +275,7 @@ class TreeStatus:
             or self.upstream_regression
             or self.guard
             or self.not_stock
+            or self.found_edited
         ):
             return Outcome.CHECK_FAILED
         return Outcome.OK
@@ -277,6 +295,18 @@ def _bytecode_fix(problems: list[str]) -> str:
 UPGRADED = " is installed, but the patches were applied to "  # the guard's words for another vLLM version
 STOCK_AGAIN_WORDS = (" holds its stock bytes again", " is gone, as before patchkit created it")  # the guard's words
 EDITED = (" was changed after patchkit patched it", " is missing", " exists, but the patches removed it")  # a file's
+
+
+def found_edit_said(resolved: Resolved, path: str) -> tuple[str, str]:
+    """Why apply refuses to record a set found applied whose file is not stock beyond the set's
+    change, and the fix: status and apply say the same."""
+    version, name = resolved.vllm_version, resolved.set_name
+    message = (
+        f"{path} differs from stock vLLM {version} beyond the set's change (your edit?): the tree records no "
+        f"apply of {name}, so patchkit cannot record it as its own"
+    )
+    # this same apply after: every set it chose (the record so far names only the earlier ones)
+    return message, f"{hints.command('revert', '--force')} (keeps a copy of the edits), then {hints.command('apply')}"
 
 
 def upgrade_said(problems: list[str], shown: int = 2) -> list[str]:
@@ -493,7 +523,11 @@ def _symlink_fix(root: Path, refused: list[str], state: State | None) -> str | N
         found = first_symlink(root, rel)
         if found is not None:
             return hints.replace_symlink(found[0], directory=found[1])
-    return None
+    # a stale .pyc Python reaches through a symlink: apply's bytecode fix writes through none
+    linked = [
+        problem.partition(THROUGH_SYMLINK)[2].removesuffix(")") for problem in refused if THROUGH_SYMLINK in problem
+    ]
+    return f"remove the symlink {root / linked[0]} (Python then compiles the source)" if linked else None
 
 
 def _recorded_sets(state: State | None) -> tuple[str, ...]:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from packaging.version import Version
 
-from patchkit import fetch
+from patchkit import __version__, fetch
 from patchkit.base import hints
 from patchkit.base.enums import Outcome, SelectionKind, StepState, TreeState
 from patchkit.base.errors import BadInput, CheckFailed, Conflict, Drift, NoPatchSet, PatchkitError
@@ -46,12 +46,16 @@ from patchkit.distinfo.record import (
 from patchkit.engine.guard import (
     MODULE,
     STALE_BYTECODE,
+    STALE_GUARD,
     STOPS_EVERY_LAUNCH,
+    THROUGH_SYMLINK,
+    UNRECORDED_GUARD,
     dist_info,
     foreign_files,
     install_changes,
     installed_vllm_version,
     make_readable,
+    other_build,
     own_unrecorded,
     prefixed_bytecode,
     removal_changes,
@@ -69,6 +73,7 @@ from patchkit.engine.inspection import (
     chosen_sets,
     conflicting_files,
     drifted_files,
+    found_edit_said,
     guard_refusal,
     inspect,
     local_edit_fix,
@@ -91,7 +96,7 @@ from patchkit.engine.transaction import (
     read_only_view,
     save_originals,
 )
-from patchkit.engine.unrecorded_edits import edited_unrecorded, unlike_stock, unproven
+from patchkit.engine.unrecorded_edits import edited_unrecorded, unlike_stock, unproven, unproven_found
 from patchkit.engine.vouched import patches_at_hand, refuse_unvouched
 from patchkit.series.library import adhoc_set_name
 from patchkit.series.patchfile import Patch, read_patch, touched_paths
@@ -250,6 +255,7 @@ class _Applying:
     warnings: list[str] = field(default_factory=list)
     stale: dict[str, str] = field(default_factory=dict)  # set name -> why its record is stale
     guard_installed: bool = False  # this apply wrote the launch guard
+    guard_was: tuple[str, bool] | None = None  # the other patchkit build whose guard it replaced (other_build)
     guard_replaced: list[str] = field(default_factory=list)  # guard files patchkit did not write, replaced
     guard_removed: dict = field(default_factory=dict)  # the guard's removal (--no-guard)
     state: State = field(default_factory=lambda: State([]))  # the tree's record, read once (see run)
@@ -399,7 +405,7 @@ class _Applying:
                 f"already applied; {len(self.made_readable)} file(s) {'would be ' if dry_run else ''}made readable"
             )
         if self.settle_record(dry_run=dry_run):
-            noun, verb = ("launch guard", "installed") if self.guard_installed else ("record", "updated")
+            noun, verb = ("launch guard", self.guard_verb()) if self.guard_installed else ("record", "updated")
             noun, verb = ("launch guard", "removed") if self.guard_removed else (noun, verb)
             message = f"already applied; {noun} {'would be ' if dry_run else ''}{verb}"
             if self.found_recorded:  # the tree recorded no apply of it: said, with the guard's fate
@@ -423,7 +429,14 @@ class _Applying:
         does. A `dry_run` leaves out the stale bytecode the apply itself would fix."""
         root = self.resolved.target.root
         refused = guard_refusal(root, self.resolved.set_name, self.state)
-        apply_fixes = [p for p in refused[0] if STALE_BYTECODE in p and not prefixed_bytecode([p])] if refused else []
+        # what the dry run's apply would fix: stale bytecode in __pycache__ (none reached through a
+        # symlink), and another build's guard it updates
+        apply_fixes = (
+            [p for p in refused[0] if STALE_BYTECODE in p and not prefixed_bytecode([p]) and THROUGH_SYMLINK not in p]
+            if refused
+            else []
+        )
+        apply_fixes += [p for p in refused[0] if self.guard_was and any(s in p for s in STALE_GUARD)] if refused else []
         left = [p for p in refused[0] if not (dry_run and p in apply_fixes)] if refused is not None else []
         refused = (left, refused[1]) if refused is not None and left else None
         if refused is not None:
@@ -543,30 +556,36 @@ class _Applying:
         does not list as stock is an edit since, not patchkit's: refused, nothing written (else
         a revert restores the edit and calls it stock). A patched wheel's files are its
         provenance's, not an apply's: left to it."""
-        root, name = self.resolved.target.root, self.resolved.set_name
-        stale = self.state.entry(name) is not None and name in self.stale
-        if (self.state.entry(name) is not None and not stale) or has_provenance(root):
+        stale = self.resolved.set_name in self.stale
+        found = found_applied(self.resolved, self.state, plan, stale=stale)
+        if found is None:
             return None, {}
-        applied = [step.patch for step in plan.steps if step.state == StepState.ALREADY_APPLIED]
-        undo = plan_revert(root, applied)
-        if not applied or undo.conflicts or not undo.changes:
-            return None, {}
-        found = {path: (original, now) for path, (now, original) in undo.changes.items()}
-        edited = unlike_stock(root, self.resolved.vllm_version, {path: pair[0] for path, pair in found.items()})
+        edited = unlike_stock(
+            self.resolved.target.root, self.resolved.vllm_version, {path: pair[0] for path, pair in found.items()}
+        )
         if edited:
-            raise Drift(
-                f"{edited[0]} differs from stock vLLM {self.resolved.vllm_version} beyond the set's change (your "
-                f"edit?): the tree records no apply of {name}, so patchkit cannot record it as its own; "
-                "nothing was written",
-                # this same apply after: every set it chose (the record so far names only the earlier ones)
-                hint=f"{hints.command('revert', '--force')} (keeps a copy of the edits), then {hints.command('apply')}",
-            )
+            message, fix = found_edit_said(self.resolved, edited[0])
+            raise Drift(f"{message}; nothing was written", hint=fix)
         originals = [data for data, _now in found.values() if data is not None]  # a file a patch created has none
-        return self.resolved.apply_record(found, None), {str(sha256(data)): data for data in originals}
+        entry = self.resolved.apply_record(found, None)
+        for path in found:  # their originals are the hunks reversed, which a revert says (unproven_found)
+            entry.files[path]["found"] = True
+        return entry, {str(sha256(data)): data for data in originals}
+
+    def guard_verb(self) -> str:
+        """What this apply did to the guard it wrote: another build's updated is said so (its
+        output was "installed", or nothing, where status had named apply to update it)."""
+        if self.guard_was is None:
+            return "installed"
+        version, newer = self.guard_was
+        whose = f"{'another build of ' if version == __version__ else ''}patchkit {version}'s"
+        if newer:  # a downgrade is no update
+            return f"replaced with this patchkit's, of older checks (it was {whose})"
+        return f"updated to this patchkit's (it was {whose})"
 
     def guard_said(self) -> str:
         if self.guard_installed:
-            return "; launch guard installed"
+            return f"; launch guard {self.guard_verb()}"
         return "; launch guard removed" if self.guard_removed else ""
 
     def with_guard(self, state: State) -> tuple[dict[str, tuple[bytes | None, bytes | None]], State]:
@@ -591,12 +610,14 @@ class _Applying:
         entry = state.entry(self.resolved.set_name)
         version = entry.vllm_version if entry else None
         root, asked = self.resolved.target.root, self.guard_choice is True  # --guard: replace one not patchkit's
+        was = other_build(root, state)
         changes, recorded, why_not = install_changes(root, state.guard, version, replace=asked)
         if why_not:
             self.warn(why_not)
         if why_not and STOPS_EVERY_LAUNCH in why_not and state.guard:  # an earlier apply's guard would too
             return self.without_guard(state)
         self.guard_installed = bool(changes)
+        self.guard_was = was if changes else None
         self.guard_replaced = [p for p in replaced_files(root, state.guard) if p in changes] if asked else []
         users = {p: str(sha256(changes[p][0])) for p in foreign_files(root, state.guard) if p in self.guard_replaced}
         return changes, state.with_guard(recorded).with_guard_replaced(users)  # revert puts them back
@@ -617,12 +638,49 @@ class _Applying:
 
 
 _APPLY_GOES_ON = (TreeState.NOT_APPLIED, TreeState.PARTIAL)  # the states apply writes from
+_FOUND_APPLIED = (TreeState.APPLIED, TreeState.PARTIAL)  # the states whose patches apply may find unrecorded
+
+
+def found_applied(
+    resolved: Resolved, state: State, plan: Plan, *, stale: bool = False
+) -> dict[str, tuple[bytes | None, bytes | None]] | None:
+    """The files of the set's patches `plan` finds applied where the tree records no apply of the
+    set (`stale`: its entry is one an upgrade of vLLM made stale): path -> (original the patches
+    reversed give, bytes now). None: recorded, none found, or a patched wheel's (its provenance's)."""
+    root = resolved.target.root
+    if (state.entry(resolved.set_name) is not None and not stale) or has_provenance(root):
+        return None
+    applied = [step.patch for step in plan.steps if step.state == StepState.ALREADY_APPLIED]
+    undo = plan_revert(root, applied) if applied else None
+    if undo is None or undo.conflicts or not undo.changes:
+        return None
+    return {path: (original, now) for path, (now, original) in undo.changes.items()}
+
+
+def with_found_judged(resolved: Resolved, status: TreeStatus) -> TreeStatus:
+    """`status` of a set found applied that the tree does not record (its .patchkit/ lost): a file
+    vLLM's RECORD says is not stock once the set's hunks are reversed is an edit apply refuses to
+    record, so status says what apply will. Only that path pays for the RECORD read."""
+    record, plan = status.record, status.plan
+    if status.state not in _FOUND_APPLIED or status.drifted or record is None or plan is None:
+        return status
+    if record.entry(resolved.set_name) is not None:  # ordinary status: recorded (a stale record says so)
+        return status
+    found = found_applied(resolved, record, plan)
+    if found is None:
+        return status
+    edited = unlike_stock(resolved.target.root, resolved.vllm_version, {path: pair[0] for path, pair in found.items()})
+    if not edited:
+        return status
+    notes = [note for note in status.guard_notes if not note.startswith(UNRECORDED_GUARD)]  # "apply records it": no
+    return replace(status, found_edited=edited[:1], guard_notes=notes)
 
 
 def with_stock_judged(resolved: Resolved, status: TreeStatus) -> TreeStatus:
     """`status` with the files apply would patch that are not the release's stock files: apply
     refuses them on integrity, so status says so with its fix, never "apply" alone. Status
     only: the launch's fast path never loads the integrity check."""
+    status = with_found_judged(resolved, status)
     plan = status.plan
     if status.state not in _APPLY_GOES_ON or status.drifted or plan is None or not plan.changed_paths:
         return status
@@ -1131,6 +1189,13 @@ class _Reverting:
         said = _nothing_said(self.root, self.undo, self.only, left, removed, self.patches)
         return RevertResult(Outcome.NOT_APPLIED, said, warnings=self.warnings, record=left)
 
+    def found_unproven(self, changes: Changes) -> list[str]:
+        """The files this revert writes back to an original an apply found by reversing the hunks
+        (no record of the set then) that no vLLM RECORD vouches for: nothing proved them stock."""
+        found = _found_files(self.undo.entries)
+        written = {path: after for path, (_before, after) in changes.items() if path in found}
+        return unproven_found(self.root, self.undo.installed, written)
+
     def on_the_records_word(self, view: View, changes: Changes) -> list[str]:
         """The files written back with an original that neither vLLM's RECORD lists nor the recorded
         patches reversed give: only the record says so, and it is read back from the tree (a planted
@@ -1165,6 +1230,7 @@ class _Reverting:
         # and where the record's original is not vLLM's own file (the user's edit apply --force took, or
         # a planted record's bytes: the file it replaces is kept)
         unlike = _unlike_record(root, plan.changes)
+        unsure += [path for path in self.found_unproven(plan.changes) if path not in unsure + unlike]
         # and where nothing but the record (read back from the tree) says what the file held before
         alone = sorted({*self.on_the_records_word(view, plan.changes), *restored.alone})
         copied = [
@@ -1189,6 +1255,11 @@ class _Reverting:
             record=new_state,
         )
         return _refuse_stale_revert(result)
+
+
+def _found_files(entries: list[Entry]) -> set[str]:
+    """The files the entries record as found patched (their original is the hunks reversed)."""
+    return {path for entry in entries for path, shas in entry.files.items() if shas.get("found") is True}
 
 
 def _unlike_record(root: Path, changes: Changes) -> list[str]:

@@ -14,7 +14,7 @@ from patchkit.base.errors import Conflict, NoPatchSet, TargetError
 from patchkit.base.fsutil import read_file
 from patchkit.base.options import Options
 from patchkit.distinfo import installed_record, installed_wheel_reader
-from patchkit.distinfo.record import has_provenance
+from patchkit.distinfo.record import has_provenance, local_label
 from patchkit.engine.guard import launch_refusal
 from patchkit.engine.stale import stale_note
 from patchkit.series import dry_run, library
@@ -171,10 +171,12 @@ def _upstream_in_stock(tgt: Target, selection: Selection) -> Selection:
     if not held or set(touched_paths(held)) & set(touched_paths(rest)):
         return selection  # (a file both upstream's and still to patch: the series as it is, conflicts said)
     holder = Holder.STOCK if proven else _holder(root, selection.version, touched_paths(held))
+    # a build with a local label of its own: its RECORD lists what it packed, maybe patched
+    local = local_label(record.label.partition("/")[0]) if record is not None and proven else ""
     if not rest:
-        said = _held(root, selection, holder, held)
+        said = _held(root, selection, holder, held, local=local)
         return replace(selection, kind=SelectionKind.UPSTREAM, note=said, in_stock=True, holder=holder)
-    said = f"{_held(root, selection, holder, held, all_of=False)}; the set applies its other patches "
+    said = f"{_held(root, selection, holder, held, all_of=False, local=local)}; the set applies its other patches "
     return replace(selection, patches=rest, note=f"{said}({len(rest)} of {len(held) + len(rest)})", holder=holder)
 
 
@@ -200,11 +202,19 @@ def _unrecorded(root: Path, selection: Selection) -> list[Patch]:
     return [p for p in selection.patches if p.name not in recorded and not set(touched_paths([p])) & set(entry.files)]
 
 
-def _held(root: Path, selection: Selection, holder: Holder, held: list[Patch], *, all_of: bool = True) -> str:
+def _held(
+    root: Path, selection: Selection, holder: Holder, held: list[Patch], *, all_of: bool = True, local: str = ""
+) -> str:
     """Who holds the change: the stock files (a RECORD says so); else a hand, or either, with the
-    way to hand it to patchkit (the files put back, then apply: its record, revert and guard)."""
+    way to hand it to patchkit (the files put back, then apply: its record, revert and guard). A
+    build of a `local` label's RECORD lists its own files, which proves no release's stock files."""
     what = "this set's change" if all_of else f"the change of {', '.join(p.name for p in held)}"
     version = selection.version
+    if holder == Holder.STOCK and local:
+        return (
+            f"the files of this build of vLLM {version} (local label +{local}) already hold {what}, as its "
+            "RECORD lists them: patched before it was built (`patchkit wheel --local-label`?), or upstream's"
+        )
     if holder == Holder.STOCK:
         return f"the stock files of vLLM {version} already hold {what}"
     paths = touched_paths(held)

@@ -143,17 +143,23 @@ def _first_drifted(chosen: list[Chosen]) -> int | None:
 
 GUARD_REMOVED = ("; launch guard removed", "; launch guard would be removed")
 GUARD_INSTALLED = ("; launch guard installed", "; launch guard would be installed")
+GUARD_UPDATED = ("; launch guard updated to this patchkit's", "; launch guard would be updated to this patchkit's")
 
 
 def _guard_said_once(done: list[SetApplied]) -> list[SetApplied]:
     """A set that dropped the last record removes the guard, and a later set of the same run
     installs it again: its fate is said once, by the last set that changed it (the guard is there)."""
     results = [d.result for d in done if d.result is not None]
-    installed = [i for i, r in enumerate(results) if r.message.endswith(GUARD_INSTALLED)]
+    installed = [i for i, r in enumerate(results) if r.message.endswith(GUARD_INSTALLED) or _updates_guard(r.message)]
     for result in results[: installed[-1]] if installed else []:
         for said in GUARD_REMOVED:
             result.message = result.message.replace(said, "")
     return done
+
+
+def _updates_guard(message: str) -> bool:
+    """The set's apply replaced another patchkit build's guard with this one's (its last words)."""
+    return any(said in message for said in GUARD_UPDATED)
 
 
 def _failed_as(exc: PatchkitError) -> Outcome:
@@ -191,18 +197,27 @@ def _summary(done: list[SetApplied], *, dry_run: bool) -> str:
     return "; ".join(said) + (f"; {', '.join(others)}" if others else "")
 
 
+NOTHING_WRITTEN = "nothing was written"  # a set's refusal: true of that set only, once another wrote
+
+
 def _failed(done: list[SetApplied], name: str, result: ApplyResult, *, dry_run: bool) -> SetsApplied:
     """The run ended at set `name`: its error, saying what stays applied and what was not tried."""
     assert result.error is not None
     kept = [d.chosen.name for d in done if d.result is not None and d.result.outcome == Outcome.APPLIED]
     untried = [d.chosen.name for d in done if d.skipped == NOT_TRIED]
+    # a set found applied with no record of it, recorded by this run before the failure
+    recorded = [d.chosen.name for d in done if d.result is not None and d.result.recorded and d.chosen.name not in kept]
     error = copy.copy(result.error)
     error.message = f"set {name}: {error.message}"
+    if (kept or recorded) and not dry_run:  # the run wrote the earlier sets' files or record: this set's nothing
+        error.message = error.message.replace(NOTHING_WRITTEN, f"nothing was written for {name}")
     after = []
     if kept and not dry_run:
         after.append(
             f"{_listed(kept)} {_verb(kept, 'stays', 'stay')} applied ({hints.command('revert')} undoes every set)"
         )
+    if recorded and not dry_run:
+        after.append(f"{_listed(recorded)}, found applied, {_verb(recorded, 'is', 'are')} recorded now")
     if untried:
         after.append(_not_tried(done, untried))
     if after:

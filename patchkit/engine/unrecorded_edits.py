@@ -59,6 +59,15 @@ def unproven(root: Path, view: View, reversed_: list[Patch], installed: Version 
     return [path for path in paths if record is None or not _as_listed(record, path, view.read(path))]
 
 
+def unproven_found(root: Path, installed: Version | None, written: dict[str, bytes | None]) -> list[str]:
+    """Of the files a recorded revert writes back (path -> bytes) whose original an apply found by
+    reversing the set's hunks (recorded "found"), those no vLLM RECORD vouches for as stock."""
+    if not written:
+        return []
+    record = _tree_record(root, installed, sorted(written))
+    return [path for path, data in sorted(written.items()) if record is None or not _as_listed(record, path, data)]
+
+
 def _as_listed(record: Record, path: str, data: bytes | None) -> bool:
     """`data` is what RECORD lists at `path`: the file with its hash, or no file where it lists none."""
     if path in record.hashes:

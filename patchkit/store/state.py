@@ -233,6 +233,9 @@ class RecordedFile(_Hashes, total=False):
     permission bits (`mode`), which apply may widen (o+r) and revert puts back."""
 
     mode: int
+    # true: apply found the file patched with no record of it, and its "before" is what reversing
+    # the set's hunks gave, not a file apply saw (revert says so unless vLLM's RECORD vouches for it)
+    found: bool
 
 
 # What a recorded mode may hold: permission bits only (never setuid, setgid or sticky).

@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import re
 import shlex
 import shutil
 import sys
@@ -196,13 +197,20 @@ def _probe(
     return info
 
 
-_SCRIPT_HEAD = 4096  # a console script's first lines: its #! line and pip's /bin/sh wrapper line
+_SCRIPT_HEAD = 64 << 10  # a console script, or an interpreter wrapper: a few lines; more is neither
+# a Python-written interpreter wrapper (HPC module systems): it hands its arguments to another program
+_HANDS_ON = re.compile(
+    rb"\bos\.(?:exec[lv]p?e?|posix_spawnp?|spawn[lv]p?e?)\s*\(|\bsubprocess\.(?:run|call|check_call|Popen)\s*\("
+)
 
 
 def _refuse_a_python_script(python: str) -> None:
     """--python naming a Python script (`$(which vllm)`: vLLM's own command) and not an interpreter:
     running it would start that program with the probe's arguments (vLLM's CLI loads torch for
-    half a minute, then fails on them). A shell script (a pyenv shim) is left to run."""
+    half a minute, then fails on them). A shell script (a pyenv shim) is left to run, and so is a
+    Python script that hands its arguments on to another program (os.exec*, subprocess): an
+    interpreter wrapper, which the probe then runs once, as a launch would, and whose answer (the
+    interpreter it reached, or none) decides."""
     try:
         head = read_regular(python, _SCRIPT_HEAD, follow_symlinks=True, head=True)
     except OSError:  # not there, a directory...: the run says why (_why_not_run)
@@ -212,6 +220,8 @@ def _refuse_a_python_script(python: str) -> None:
     program = words[1] if len(words) > 1 and Path(words[0]).name == "env" else (words[0] if words else "")
     wrapped = Path(program).name == "sh" and len(lines) > 1 and lines[1].startswith(b"'''exec' ")
     if not (Path(program).name.startswith(("python", "pypy")) or wrapped):
+        return
+    if not wrapped and _HANDS_ON.search(head):  # an interpreter wrapper, not a program
         return
     beside = Path(python).parent / "python"
     if beside.is_file():

@@ -279,7 +279,8 @@ def _hold_to_release(wheel: StockWheel, pool: ThreadPoolExecutor, say: Say) -> F
     if not claims_a_release(wheel.version):
         say(f"{wheel.version} has a local label: a build of its own, held to its own RECORD only (every member hashed)")
         return None
-    return pool.submit(held_to_release, str(wheel.version), wheel.path.name, wheel.fd, wheel.label)
+    path = wheel.path.absolute()
+    return pool.submit(held_to_release, str(wheel.version), wheel.path.name, wheel.fd, wheel.label, path)
 
 
 class _Output:

@@ -21,11 +21,13 @@ import hashlib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from packaging.version import Version
 
 from patchkit.base import hints
 from patchkit.base.errors import BadInput, FetchError
+from patchkit.base.fsutil import file_identity
 from patchkit.distinfo.record import parse_record, record_algorithm
 from patchkit.fetch.published import (
     Published,
@@ -36,7 +38,7 @@ from patchkit.fetch.published import (
     read_record,
 )
 from patchkit.wheel import rawzip
-from patchkit.wheel.stock import is_sealed_cached
+from patchkit.wheel.stock import is_sealed_cached, known_sha256, remember_sha256
 
 _CHUNK = 1 << 20
 _SHOWN = 3  # members named in the refusal; the rest counted
@@ -67,13 +69,14 @@ def file_sha256(fd: int) -> str:
     return digest.hexdigest()
 
 
-def held_to_release(version: str, wheel: str, fd: int, label: str) -> Held:
-    """The file open as `fd` (named `wheel`) against the published wheel of that name (on a thread:
-    it says nothing). FetchError, with what to do, when no published wheel can be read."""
+def held_to_release(version: str, wheel: str, fd: int, label: str, path: Path | None = None) -> Held:
+    """The file open as `fd` (named `wheel`; at `path`, a FILE outside the cache whose hash is
+    remembered) against the published wheel of that name (on a thread: it says nothing).
+    FetchError, with what to do, when no published wheel can be read."""
     pin = pinned_sha256(version, wheel)  # what patchkit recorded for that name wins over any index
     if pin is not None and is_sealed_cached(version, wheel, pin.sha256, fd):
         return Held(version, pin.source, True)  # the cache's file that hashed to it, unchanged since
-    sha256 = file_sha256(fd)
+    sha256 = _sha256_of(fd, path)
     if pin is not None and pin.sha256 == sha256:
         return Held(version, pin.source, True)
     published = cached_published(version, wheel)
@@ -87,6 +90,18 @@ def held_to_release(version: str, wheel: str, fd: int, label: str) -> Held:
         return Held(version, published.source, False, read_record(published, version))
     except FetchError as exc:
         return Held(version, published.source, False, record_error=exc.message)
+
+
+def _sha256_of(fd: int, path: Path | None) -> str:
+    """The open file's sha256: the one sealed for it while it is unchanged, else hashed (and sealed)."""
+    known = known_sha256(path, fd) if path is not None else None
+    if known is not None:
+        return known
+    before = file_identity(os.fstat(fd))
+    sha256 = file_sha256(fd)
+    if path is not None:
+        remember_sha256(path, fd, sha256, before)
+    return sha256
 
 
 def _from_the_index(version: str, wheel: str, label: str) -> Published:

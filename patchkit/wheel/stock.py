@@ -25,6 +25,7 @@ holds no fitting wheel.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -251,6 +252,53 @@ def is_sealed_cached(version: str, wheel: str, sha256: str, fd: int) -> bool:
     ver = normalize_version(version)
     root = cache_dir() / "wheels" / ver
     return _sealed_identity(root, f"{ver}/{wheel}", wheel, sha256) == file_identity(os.fstat(fd))
+
+
+WHEEL_FILES = "wheel-files"  # the sha256 of each wheel FILE outside the cache, keyed by its path
+FILE_SEAL_KIND = "wheel-file-sha256"
+
+
+def known_sha256(path: Path, fd: int) -> str | None:
+    """The sha256 this user's patchkit sealed for the wheel FILE at `path`, when the open file is
+    still the one it hashed (its identity: device, inode, size, mtime and ctime, which no one sets
+    back): `wheel FILE` of an unchanged file need not hash it again. The entry is untrusted: read
+    bounded, never through a symlink, believed only when its seal verifies with this user's key."""
+    name = _file_key(path)
+    try:
+        entry = json.loads(read_regular(cache_dir() / WHEEL_FILES, name, limit=MAX_SEAL_BYTES))
+        sha256, ident = entry["sha256"], tuple(entry["identity"])
+        if not (isinstance(sha256, str) and _SHA256.fullmatch(sha256)) or len(ident) != 5:
+            return None
+        if not all(type(n) is int for n in ident) or ident != file_identity(os.fstat(fd)):
+            return None
+        if seal.sealed(FILE_SEAL_KIND, f"{path}\0{name}", _seal_payload(sha256, ident), entry.get("seal")):
+            return sha256
+    except (OSError, Damaged, ValueError, RecursionError, TypeError, KeyError):
+        pass
+    return None
+
+
+def remember_sha256(path: Path, fd: int, sha256: str, before: Identity) -> None:
+    """Seal `sha256` for the wheel FILE at `path` when the open file was not changed while it was
+    hashed, nor within a timestamp tick (a write then could leave its ctime as it was)."""
+    if file_identity(os.fstat(fd)) != before or time.time_ns() - before[4] <= SEAL_AFTER_NS:
+        return
+    name = _file_key(path)
+    mark = seal.seal(FILE_SEAL_KIND, f"{path}\0{name}", _seal_payload(sha256, before))
+    root = cache_dir() / WHEEL_FILES
+    with suppress(FetchError, OSError):  # a cache that cannot be written: the file is hashed again next time
+        root.mkdir(parents=True, exist_ok=True)
+        if root.is_symlink() or not root.is_dir():
+            return  # never written through a link
+        entry = root / name
+        if entry.is_symlink() or (entry.exists() and not entry.is_file()):
+            remove_entry(entry)
+        write_cached(entry, (json.dumps({"sha256": sha256, "identity": list(before), "seal": mark}) + "\n").encode())
+
+
+def _file_key(path: Path) -> str:
+    """The entry's name for a wheel FILE: its absolute path's sha256 (any path, one safe name)."""
+    return hashlib.sha256(os.fsencode(path)).hexdigest() + ".json"
 
 
 def _from_a_configured_index(

@@ -17,8 +17,15 @@ from patchkit.cli.ui.junit import JUnitCase, check_cases, junit_suites
 from patchkit.cli.ui.run import write_junit
 from patchkit.cli.ui.screen import Screen
 from patchkit.cli.ui.text import NAME_ROOM, STATE_STYLES, broken
-from patchkit.engine.guard import refusal_summary, refusal_text
-from patchkit.engine.inspection import STALE_PREFIX, local_edit_fix, local_edit_said, stale_said, upgrade_said
+from patchkit.engine.guard import UNRECORDED_GUARD, refusal_summary, refusal_text
+from patchkit.engine.inspection import (
+    STALE_PREFIX,
+    found_edit_said,
+    local_edit_fix,
+    local_edit_said,
+    stale_said,
+    upgrade_said,
+)
 from patchkit.engine.resolve import in_stock_fix
 from patchkit.store.state import adhoc_files, is_adhoc
 from patchkit.tree.version import release_version
@@ -146,7 +153,9 @@ def show_sets_status(ui: Screen, found: list[tuple[Resolved, TreeStatus]], where
     set's own named), then a line per set (its patches under it with -v); the caller says the verdict."""
     show_target(ui, found[0][0])
     show_library(ui, where)
-    said: set[str] = set()
+    # a set found applied with an edit: apply records nothing then, so no set's note says it will
+    edited = any(status.found_edited for _, status in found)
+    said = {n for _, status in found for n in status.guard_notes if edited and n.startswith(UNRECORDED_GUARD)}
     for resolved, status in found:
         for note in [n for n in resolved.notes + status.guard_notes + status.store_notes if n not in said]:
             said.add(note)
@@ -205,6 +214,9 @@ def status_failures(resolved: Resolved, status: TreeStatus) -> list[Failure]:
         failures.append(_local_edit(resolved, status))
     if status.not_stock:
         failures += _not_stock(resolved, status.not_stock)
+    for path in status.found_edited:  # what apply says when it refuses to record the set found applied
+        message, fix = found_edit_said(resolved, path)
+        failures.append(Failure(integrity.NAME, f"{message.removeprefix(path + ' ')}: apply refuses it", path, fix=fix))
     failures += [
         Failure(
             STALE,
@@ -551,6 +563,7 @@ def status_problems(status: TreeStatus, *, guard: bool = True) -> list[str]:
         refusal_summary(status.guard) if status.guard and guard else "",
         "upstream regression" if status.upstream_regression else "",
         f"{len(status.not_stock)} file(s) not stock" if status.not_stock else "",
+        "a file edited beyond the set's change (no record): apply refuses it" if status.found_edited else "",
     ]
     return [p for p in problems if p]
 
