@@ -86,8 +86,10 @@ CLI = STOCK_FILES["vllm/entrypoints/cli.py"]
 def test_a_same_size_change_its_record_does_not_list_is_refused(tmp_path, library, name, data):
     said = refused(tmp_path, labelled(tmp_path / "in", {name: data}), library)
     assert f"vllm-0.16.0+corp-cp38-abi3-manylinux_2_31_x86_64.whl is not true to its RECORD: '{name}'" in said, said
-    assert f"'{name}' hashes to {record_hash(data)}, RECORD says '{record_hash(STOCK_FILES[name])}'" in said, said
-    assert "hint: the member changed after RECORD was written: download the wheel again, or build it again" in said
+    assert f"'{name}' hashes to '{record_hash(data)}', RECORD says '{record_hash(STOCK_FILES[name])}'" in said, said
+    assert (
+        "hint: its contents changed after its RECORD was written: download the wheel again, or build it again" in said
+    )
 
 
 def test_a_same_size_change_to_a_dist_info_member_is_refused(tmp_path, library):

@@ -82,7 +82,7 @@ METADATA_LIMIT = 16 << 20
 WHEEL_VERSION_MAJOR = 1  # the Wheel-Version pip installs (1.x; a later 1.y with a warning)
 SIGNATURES = ("RECORD.jws", "RECORD.p7s")  # they sign the stock RECORD: meaningless for the new one
 OUT_HINT = "give --out a directory you can write to (it is created if missing), such as ./dist"
-DAMAGED_HINT = "download the wheel again, or build it again (`python -m zipfile -t FILE` tests a wheel)"
+DAMAGED_HINT = "download the wheel again, or build it again"
 # what zipfile raises on a damaged archive or member (its decompressors' own errors included)
 _DAMAGED = (OSError, zipfile.BadZipFile, EOFError, ValueError, NotImplementedError, zlib.error, lzma.LZMAError)
 
@@ -1176,9 +1176,9 @@ def _true_to_record(wheel: StockWheel, entries: list[rawzip.Entry], stock_record
             return  # the build ended without this: no one reads the answer
         if got != said:
             raise BadInput(
-                f"{wheel.label} is not true to its RECORD: {rawzip.shown(member.name)} hashes to {got or '?'}, "
+                f"{wheel.label} is not true to its RECORD: {rawzip.shown(member.name)} hashes to {got!r}, "
                 f"RECORD says {rawzip.shown(said)}; refusing the wheel",
-                hint=f"the member changed after RECORD was written: {DAMAGED_HINT}",
+                hint=f"its contents changed after its RECORD was written: {DAMAGED_HINT}",
             )
 
 
@@ -1188,7 +1188,8 @@ def _stock_digest(wheel: StockWheel, member: rawzip.Member, stock_record: dict[s
     if size and size != str(member.info.file_size):
         raise BadInput(
             f"{wheel.label} is not true to its RECORD: {rawzip.shown(member.name)} is {member.info.file_size} bytes, "
-            f"RECORD says {size}"
+            f"RECORD says {size}",
+            hint=f"its contents changed after its RECORD was written: {DAMAGED_HINT}",
         )
     if digest and size and record_algorithm(digest) in HASHES:
         return digest
