@@ -1071,7 +1071,7 @@ def test_a_local_directory_named_as_the_hub_id_is_what_vllm_reads(setup, tmp_pat
         ({"method": "eagle3", "model": "", "num_speculative_tokens": 3}, 'model ""', '"model"'),
         ({"method": "Eagle3", "model": "DRAFTER", "num_speculative_tokens": 3}, "'Eagle3'", '"method": "eagle3"'),
         ({"method": "eagle4", "model": "DRAFTER", "num_speculative_tokens": 3}, "'eagle4'", "one of"),
-        ({"method": "[ngram]", "num_speculative_tokens": 3}, "'[ngram]'", "one of"),
+        ({"method": "[ngram]", "num_speculative_tokens": 3}, "'[ngram]'", 'write "method": "ngram"'),
         ({"model": "PLAIN", "num_speculative_tokens": 3}, "no method", '"method"'),  # its name tells none
         ({"method": "eagle3", "model": "DRAFTER"}, "n_predict", '"num_speculative_tokens"'),
         ({"method": "eagle3", "model": "DRAFTER", "num_speculative_tokens": 0}, "no count above 0", "above 0"),

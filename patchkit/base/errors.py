@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from patchkit.base.enums import Outcome
+from patchkit.base.values import FrozenValue
 
 OK = 0
 CHECK_FAILED = 1
@@ -118,8 +119,8 @@ class IndexNotRead(NoIndex):
     hint says what works instead."""
 
 
-@dataclass(frozen=True)
-class Finished:
+@dataclass(frozen=True, eq=False, repr=False)
+class Finished(FrozenValue):
     """What a command without a richer result hands the CLI: its outcome, and the error to report."""
 
     outcome: Outcome = Outcome.OK

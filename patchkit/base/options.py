@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from patchkit.base.values import FrozenValue
 
-@dataclass(frozen=True)
-class Options:
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Options(FrozenValue):
     """What the command line chose: the target, the library, the sets, the versions."""
 
     target_dir: str | None = None

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from patchkit.base.enums import CheckLevel, CheckStatus
+from patchkit.base.values import FrozenValue
 
 if TYPE_CHECKING:
     from packaging.version import Version
@@ -30,8 +31,8 @@ Reader = Callable[[str], "bytes | None"]
 LARGEST_PARSED = 8 * 1024 * 1024
 
 
-@dataclass(frozen=True)
-class CheckResult:
+@dataclass(frozen=True, eq=False, repr=False)
+class CheckResult(FrozenValue):
     """One check's verdict on one file (or the tree): passed, or why not and how badly."""
 
     check: str
@@ -74,8 +75,8 @@ def too_large_to_parse(check: str, path: str, data: bytes) -> CheckResult | None
     return CheckResult(check, path, True, f"not checked: {size:.0f} MiB is beyond the {limit} MiB parsed", WARNING)
 
 
-@dataclass(frozen=True)
-class CheckContext:
+@dataclass(frozen=True, eq=False, repr=False)
+class CheckContext(FrozenValue):
     """What a check reads: the paths, their planned, stock and current contents, the tree and set."""
 
     paths: list[str]  # the files the series touches

@@ -25,6 +25,7 @@ import pyflakes
 
 from patchkit.base import fsutil, seal
 from patchkit.base.usercache import cache_dir, prune, touch, usable_cache_dir
+from patchkit.base.values import FrozenValue
 from patchkit.checks import ERROR, WARNING, CheckContext, CheckResult, too_large_to_parse
 from patchkit.checks.parsed import parsed
 
@@ -38,8 +39,8 @@ _LINE_ARGUMENT = frozenset(
 )
 
 
-@dataclass(frozen=True)
-class Finding:
+@dataclass(frozen=True, eq=False, repr=False)
+class Finding(FrozenValue):
     """One pyflakes message on a file, kept as plain values (the cache stores them)."""
 
     kind: str  # the pyflakes message class name

@@ -8,6 +8,7 @@ import gc
 import importlib
 import io
 import os
+import stat
 import sys
 import threading
 from collections.abc import Callable, Iterable
@@ -15,6 +16,8 @@ from contextlib import redirect_stderr, redirect_stdout, suppress
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TextIO, TypeVar
+
+from patchkit.base.values import FrozenValue
 
 # A run keeps nearly all its objects to the end, so collecting every 700 allocations walks them
 # again and again (~40 ms of a large dry run); every 200,000 (as mypy sets it) it seldom collects.
@@ -65,8 +68,8 @@ EXIT_CODES = (
 )
 
 
-@dataclass(frozen=True)
-class Listed:
+@dataclass(frozen=True, eq=False, repr=False)
+class Listed(FrozenValue):
     """A command as `patchkit --help` lists it, known without importing its module: the module
     is imported when the command runs or its own --help is asked."""
 
@@ -456,8 +459,58 @@ def _report(run: Run | None, message: str, hint: str | None = None, *, note: str
         ui.note(note)
 
 
+OWN_DIST = "vllm_patchkit"
+RECORD_LIMIT = 16 << 20  # a dist-info RECORD read to see whether it lists patchkit/ (patchkit's own is ~100 KB)
+
+
+def other_owners(package_dir: str) -> list[str]:
+    """The distributions besides vllm-patchkit whose RECORD lists files of `package_dir` (the
+    pre-rename `patchkit` installed under it: `pip uninstall patchkit` then deletes this one's
+    files). Only `patchkit-*.dist-info` is read: the name that owned the package before."""
+    site, package = os.path.split(package_dir)
+    try:
+        names = sorted(n for n in os.listdir(site) if n.lower().startswith(f"{package}-") and n.endswith(".dist-info"))
+    except OSError:
+        return []
+    lists = f"\n{package}/".encode()
+    return [n.removesuffix(".dist-info") for n in names if lists in b"\n" + _record(os.path.join(site, n, "RECORD"))]
+
+
+def _record(path: str) -> bytes:
+    """A RECORD's first RECORD_LIMIT bytes, read without blocking or following a symlink (b"" for
+    anything but a regular file): a tree's files are untrusted. Not fsutil: --version loads no more."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return b""
+    try:
+        return os.read(fd, RECORD_LIMIT) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
+    except OSError:
+        return b""
+    finally:
+        os.close(fd)
+
+
+def _version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    """`patchkit --version`, with a warning while another distribution owns the package too."""
+    if not value or ctx.resilient_parsing:
+        return
+    ui = _ui().UI()
+    ui.line(f"patchkit, version {__version__}")
+    owners = other_owners(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    if owners:
+        ui.warn(
+            f"{', '.join(owners)} (the pre-rename name) owns patchkit/ too: `pip uninstall patchkit` deletes this",
+            "`pip install --force-reinstall --no-deps vllm_patchkit-*.whl`, or with pipx: "
+            "`pipx uninstall patchkit && pipx reinstall vllm-patchkit`",
+        )
+    ctx.exit()
+
+
 @click.group(cls=PatchkitGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="patchkit")
+@click.option(
+    "--version", is_flag=True, expose_value=False, is_eager=True, callback=_version, help="Show the version and exit."
+)
 @click.option("-q", "--quiet", is_flag=True, help="Only errors and warnings (as COMMAND -q).")
 @click.option("-v", "--verbose", count=True, help="More detail (as COMMAND -v).")
 @click.pass_context

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from patchkit.base import fsutil
 from patchkit.base.errors import FetchError
 from patchkit.base.hashing import sha256
+from patchkit.base.values import FrozenValue
 from patchkit.tree.target import vllm_metadata_dirs
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -120,8 +121,8 @@ def read_record_file(tree: Path, path: Path) -> bytes:
     return fsutil.read_regular(path, RECORD_LIMIT)
 
 
-@dataclass(frozen=True)
-class Listings:
+@dataclass(frozen=True, eq=False, repr=False)
+class Listings(FrozenValue):
     """Which of some paths each installed distribution's RECORD lists, from one walk of the tree's
     *.dist-info/RECORD files. A RECORD that cannot be read plainly lists nothing (the tree is
     untrusted input: bounded, no symlink followed)."""
@@ -172,8 +173,8 @@ def listings(tree: Path, paths: Collection[str]) -> Listings:
     return Listings(rows)
 
 
-@dataclass(frozen=True)
-class Record:
+@dataclass(frozen=True, eq=False, repr=False)
+class Record(FrozenValue):
     """One RECORD file: path -> 'algo=urlsafe-b64-digest', for the entries whose algorithm wheels
     allow (record.HASHES); the others are kept apart, not trusted."""
 

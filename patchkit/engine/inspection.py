@@ -16,6 +16,7 @@ from patchkit.base.errors import PatchkitError
 from patchkit.base.fsutil import Landed, first_symlink, read_file
 from patchkit.base.hashing import sha256
 from patchkit.base.options import Options
+from patchkit.base.values import Value
 from patchkit.checks import CheckContext, shadow
 from patchkit.distinfo import installed_wheel_reader
 from patchkit.distinfo.record import has_provenance
@@ -82,8 +83,8 @@ _PATCH_STATE = {
 RECORDS_AS_IS = "(it records the tree as it is, or drops what no longer applies)"
 
 
-@dataclass
-class PatchReport:
+@dataclass(eq=False, repr=False)
+class PatchReport(Value):
     """One patch's state on the tree, and the problem when there is one."""
 
     name: str
@@ -93,8 +94,8 @@ class PatchReport:
     problem: str | None = None
 
 
-@dataclass
-class TreeStatus:
+@dataclass(eq=False, repr=False)
+class TreeStatus(Value):
     """What status finds on the tree: its state, each patch's, drift, checks and the guard."""
 
     state: TreeState

@@ -31,6 +31,7 @@ from patchkit.base.errors import BadInput, CheckFailed, Conflict, Drift, NoPatch
 from patchkit.base.fsutil import Landed, read_file
 from patchkit.base.hashing import sha256
 from patchkit.base.options import Options
+from patchkit.base.values import Value
 from patchkit.checks import WARNING, Check, CheckResult, integrity, shadow
 from patchkit.checks import bytecode as pyc  # `bytecode` names the results of a fix here
 from patchkit.distinfo import installed_wheel_reader
@@ -159,8 +160,8 @@ class Unwatched:
         pass
 
 
-@dataclass
-class ApplyResult:
+@dataclass(eq=False, repr=False)
+class ApplyResult(Value):
     """What an apply (or its dry run) did: its outcome, plan, checks and the files written."""
 
     outcome: Outcome
@@ -178,8 +179,8 @@ class ApplyResult:
     guard_refuses: tuple[list[str], str] | None = None
 
 
-@dataclass
-class RevertResult:
+@dataclass(eq=False, repr=False)
+class RevertResult(Value):
     """What a revert did: its outcome, the files restored, the checks and warnings."""
 
     outcome: Outcome
@@ -789,8 +790,8 @@ def fix_bytecode(target: Target, paths: Iterable[str]) -> list[CheckResult]:
 # --------------------------------------------------------------------------- verify
 
 
-@dataclass
-class VerifyResult:
+@dataclass(eq=False, repr=False)
+class VerifyResult(Value):
     """`verify` on a target: its status, and the checks on its files as they are (applied,
     upstream) or as apply would leave them."""
 
@@ -1389,8 +1390,8 @@ def _as_recorded(root: Path, path: str, record: Record) -> bool:
     return path in record.hashes and record.matches(path, data)
 
 
-@dataclass
-class _Undo:
+@dataclass(eq=False, repr=False)
+class _Undo(Value):
     """What a revert undoes: the recorded sets it restores, those an upgrade of vLLM left stale
     (their records dropped, no file written), and a patched wheel's own patches."""
 

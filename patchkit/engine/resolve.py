@@ -13,6 +13,7 @@ from patchkit.base.enums import Holder, SelectionKind, StepState
 from patchkit.base.errors import Conflict, NoPatchSet, TargetError
 from patchkit.base.fsutil import read_file
 from patchkit.base.options import Options
+from patchkit.base.values import Value
 from patchkit.distinfo import installed_record, installed_wheel_reader
 from patchkit.distinfo.record import has_provenance, local_label
 from patchkit.engine.guard import launch_refusal
@@ -33,8 +34,8 @@ if TYPE_CHECKING:
     from patchkit.distinfo.record import Record
 
 
-@dataclass
-class Resolved:
+@dataclass(eq=False, repr=False)
+class Resolved(Value):
     """The target, its vLLM version and what the set holds for it."""
 
     target: Target
@@ -316,8 +317,8 @@ def several(opts: Options, sets: dict[str, PatchSetDef] | None = None) -> bool:
 NOT_COVERED = "not-covered"
 
 
-@dataclass
-class Chosen:
+@dataclass(eq=False, repr=False)
+class Chosen(Value):
     """One set of the library for the target: its series (None: the library has none for this version)."""
 
     name: str

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from patchkit.base import hints, signals
 from patchkit.base.enums import Outcome, SelectionKind, TreeState
 from patchkit.base.errors import CHECK_FAILED, Conflict, PatchkitError
+from patchkit.base.values import Value
 from patchkit.engine import inspection
 from patchkit.engine.inspection import TreeStatus
 from patchkit.engine.operations import (
@@ -55,8 +56,8 @@ def require_order(opts: Options, chosen: list[Chosen], sets: dict[str, PatchSetD
     library.refuse_unordered(root, sets if sets is not None else library.load_library(root), files)
 
 
-@dataclass
-class SetApplied:
+@dataclass(eq=False, repr=False)
+class SetApplied(Value):
     """What the run did with one set: its result, or why it was not applied."""
 
     chosen: Chosen
@@ -68,8 +69,8 @@ class SetApplied:
         return str(self.result.outcome) if self.result is not None else self.skipped
 
 
-@dataclass
-class SetsApplied:
+@dataclass(eq=False, repr=False)
+class SetsApplied(Value):
     """`apply` of several sets: one entry per set, in the order tried; the first error ends the run."""
 
     sets: list[SetApplied]
@@ -314,8 +315,8 @@ def _drift_fix(name: str, files: list[str]) -> str:
 _STATE_ORDER = (TreeState.UPSTREAM, TreeState.APPLIED, TreeState.NOT_APPLIED, TreeState.PARTIAL, TreeState.CONFLICT)
 
 
-@dataclass
-class SetsStatus:
+@dataclass(eq=False, repr=False)
+class SetsStatus(Value):
     """`status` of several sets: each covering set's status, in the library's order. `unchosen`: the
     sets not applied that no apply of this tree chose (State.chosen): `apply --set X` or `run
     --apply` leave them so on purpose, so they are named, not a partial tree."""
@@ -384,8 +385,8 @@ def _unchosen(covering: list[Chosen], statuses: list[TreeStatus], record: State)
     return tuple(c.name for c, s in pairs if s.state == TreeState.NOT_APPLIED and c.name not in wanted)
 
 
-@dataclass
-class SetsVerified:
+@dataclass(eq=False, repr=False)
+class SetsVerified(Value):
     """`verify` of several sets on a target: each covering set's result; the worst is the run's."""
 
     chosen: list[Chosen]

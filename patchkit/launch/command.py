@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from patchkit.base import hints
 from patchkit.base.errors import BadInput, TargetError
+from patchkit.base.values import Value
 from patchkit.launch.interpreter import cannot_tell, script_python
 from patchkit.launch.models import redirected
 from patchkit.launch.serve_parser import read as read_arguments
@@ -61,8 +62,8 @@ _ENV_LONG = {
 }
 
 
-@dataclass
-class LaunchCommand:
+@dataclass(eq=False, repr=False)
+class LaunchCommand(Value):
     """A vLLM launch command as vLLM would read it: its environment, its options, its model."""
 
     argv: list[str]  # what `run` executes (the whole command, env prefix included)
@@ -392,7 +393,9 @@ def _no_model(served: object, serve: bool, positional: object) -> BadInput:
         )
     if not names:
         return BadInput(
-            "the launch command names no model (" + ("positional MODEL or --model)" if serve else "--model MODEL)"),
+            "the launch command names no model ("
+            + ("positional MODEL or --model" if serve else "--model MODEL")
+            + "): vLLM would serve its default model (Qwen/Qwen3-0.6B in 0.16.0), not one you chose",
             hint=fix,
         )
     return BadInput(
@@ -406,8 +409,8 @@ def _spells(token: str, option: str) -> bool:
     return token == option or token.startswith((f"{option}=", f"{option}."))
 
 
-@dataclass
-class _EnvPrefix:
+@dataclass(eq=False, repr=False)
+class _EnvPrefix(Value):
     """`env [OPTION]... [NAME=VALUE]... COMMAND`, read as GNU env reads it: options (-i, -, -u NAME,
     -C DIR, -v, clustered or long) up to the first other argument, then the assignments."""
 

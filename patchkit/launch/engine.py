@@ -27,6 +27,7 @@ from patchkit.base import hints
 from patchkit.base.errors import BadInput, TargetError
 from patchkit.base.fsutil import inside, read_regular, unsafe_reason
 from patchkit.base.hashing import sha256
+from patchkit.base.values import Value
 from patchkit.distinfo.entry_points import group_entry_points
 from patchkit.engine.guard import ENTRY_POINT_GROUP
 from patchkit.launch.command import LaunchCommand
@@ -57,8 +58,8 @@ def apply_fix(patch_set: object | None = None) -> str:
 UNJUDGED = "cannot judge"  # a contract requirement's verdict on a file that does not parse (checks/contract.py)
 
 
-@dataclass
-class LaunchContext:
+@dataclass(eq=False, repr=False)
+class LaunchContext(Value):
     """What a set's launch checks read: the command, the tree, the drafter, the release."""
 
     command: LaunchCommand

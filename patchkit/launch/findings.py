@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from patchkit.base.values import Value
+
 PASS, FAIL, CANNOT_JUDGE = "pass", "fail", "cannot judge"
 
 
-@dataclass
-class Finding:
+@dataclass(eq=False, repr=False)
+class Finding(Value):
     """One preflight finding: its check, whether it passed, what was found and the fix."""
 
     check: str
@@ -34,8 +36,8 @@ def cannot_judge(check: str, reason: str, gives: str | None) -> Finding:
     return Finding(check, True, f"cannot judge: {reason}", gives, judged=False)
 
 
-@dataclass
-class VllmVerdict:
+@dataclass(eq=False, repr=False)
+class VllmVerdict(Value):
     """What vLLM itself answered, imported in the target's interpreter; None: not asked or no answer."""
 
     result: bool | None

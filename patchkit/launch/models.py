@@ -23,6 +23,7 @@ from typing import Any
 
 from patchkit.base.errors import BadInput, TargetError
 from patchkit.base.fsutil import unsafe_reason
+from patchkit.base.values import Value
 from patchkit.launch.values import REF_LIMIT, file_name, load_json, read_head, read_named_file
 
 CONFIG = "config.json"
@@ -33,8 +34,8 @@ MAX_CONFIG_BYTES = 16 << 20
 TRANSFORMERS_CACHE_VARIABLES = ("TRANSFORMERS_CACHE", "PYTORCH_TRANSFORMERS_CACHE", "PYTORCH_PRETRAINED_BERT_CACHE")
 
 
-@dataclass
-class ModelConfig:
+@dataclass(eq=False, repr=False)
+class ModelConfig(Value):
     """A model the launch names: its name, its directory and its config.json."""
 
     name: str  # as the command names it

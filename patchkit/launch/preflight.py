@@ -25,6 +25,7 @@ from patchkit.base.enums import Outcome, TreeState
 from patchkit.base.errors import BadInput, PatchkitError, TargetError
 from patchkit.base.fsutil import read_regular
 from patchkit.base.options import Options
+from patchkit.base.values import FrozenValue, Value
 from patchkit.checks import shadow
 from patchkit.checks.bytecode import failures, scan
 from patchkit.engine.guard import EVERY_CPYTHON, prefixed_bytecode, refusal_text
@@ -65,8 +66,8 @@ ARG_UTILS = "vllm/engine/arg_utils.py"
 CHAT_TEMPLATES = "vllm/transformers_utils/chat_templates"  # vLLM's built-in --chat-template files
 
 
-@dataclass
-class PreflightResult:
+@dataclass(eq=False, repr=False)
+class PreflightResult(Value):
     """A preflight's findings on one launch, and what the run said of them."""
 
     command: LaunchCommand
@@ -127,6 +128,11 @@ def launch_target_finding(resolved: Resolved, command: LaunchCommand) -> Finding
     except TargetError as exc:
         if not shutil.which(command.program, path=command.environ.get("PATH", os.defpath)):
             return None
+        opts = hints.current()
+        if opts.python and not opts.python_of_launch:  # its hint ("give --python") was followed already
+            why = f"the launch's {command.program} is a wrapper patchkit cannot follow ({exc.message})"
+            fix = f"check that --python {shlex.quote(str(opts.python))} is the interpreter it runs"
+            return cannot_judge(LAUNCH_TARGET, why, fix)
         return cannot_judge(LAUNCH_TARGET, f"{exc.message}: not compared with {resolved.target.found_by}", exc.hint)
     first_path = command.first_path()
     own_setting = (
@@ -330,8 +336,8 @@ def _found_models_findings(
     return found + [f for f in (_architectures_finding(m) for m in models) if f is not None]
 
 
-@dataclass
-class _Planned:
+@dataclass(eq=False, repr=False)
+class _Planned(Value):
     """What the series would leave of the tree for the launch checks to read, and the fix that
     leaves it so (see LaunchContext); empty where the launch does not need the set."""
 
@@ -476,8 +482,8 @@ def _restoring_apply(findings: list[Finding], sets: set[str]) -> str | None:
     return None
 
 
-@dataclass(frozen=True)
-class _NeededSet:
+@dataclass(frozen=True, eq=False, repr=False)
+class _NeededSet(FrozenValue):
     """A set as apply_fix names it when a launch needs it: with --set."""
 
     name: str

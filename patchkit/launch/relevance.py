@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from patchkit.base.values import FrozenValue
 from patchkit.engine.guard import ENTRY_POINT_NAME
 from patchkit.launch.command import LaunchCommand
 from patchkit.launch.engine import loaded_plugins
@@ -61,8 +62,8 @@ def guard_off_words(environ: dict[str, str]) -> str:
     return f"VLLM_PLUGINS={environ.get('VLLM_PLUGINS', '')} does not load it"
 
 
-@dataclass(frozen=True)
-class LaunchNeeds:
+@dataclass(frozen=True, eq=False, repr=False)
+class LaunchNeeds(FrozenValue):
     """The library's sets this launch does not need (name -> what each serves), and whether the
     launch guard refuses in it. A set not named here (no rule, another library's, ad-hoc) is needed."""
 

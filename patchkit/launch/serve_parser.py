@@ -30,6 +30,7 @@ from typing import Any, NoReturn
 from packaging.version import InvalidVersion, Version
 
 from patchkit.base.errors import BadInput
+from patchkit.base.values import FrozenValue, Shown
 from patchkit.launch import argtypes
 from patchkit.launch.values import load_json, load_yaml_config, within_limits
 from patchkit.tree.version import release_version
@@ -40,8 +41,8 @@ MAX_OPTIONS = 1024  # of those, the ones that look like options ("-..."): argpar
 _NAME = re.compile(r"(?<=--)[^.]*")  # vLLM's: everything between the first `--` and the first `.`
 
 
-@dataclass(frozen=True)
-class Reading:
+@dataclass(frozen=True, eq=False, repr=False)
+class Reading(FrozenValue):
     """The launch's arguments as a release's parser reads them."""
 
     options: dict[str, object]  # dest, dashed (`speculative-config`) -> value, for the options given
@@ -50,8 +51,8 @@ class Reading:
     unread: tuple[str, ...] = ()  # arguments the (lenient) spec does not know: its release may read them
 
 
-@dataclass(frozen=True, eq=False)
-class Spec:
+@dataclass(frozen=True, eq=False, repr=False)
+class Spec(Shown):
     """A release's recorded parser: which release, and whether it is the installed one's own."""
 
     release: str
@@ -89,6 +90,7 @@ def read(arguments: list[str], *, serve: bool, spec: Spec) -> Reading:
     """The options and model vLLM reads from `arguments` (what follows `vllm serve` or the module)."""
     release = Version(spec.release)
     args = _model_to_front(arguments, release) if serve else list(arguments)
+    _config_with_equals(args)
     if "--config" in args:
         args = _with_config_file(args, serve, _negations(spec.release, serve))
     if serve and release >= Version("0.17.0"):
@@ -178,6 +180,17 @@ def _negations(release: str, serve: bool) -> frozenset[str]:
     if Version(release) < Version("0.28.0"):
         return frozenset()
     return frozenset(s for s in _parser(release, serve)._option_string_actions if s.startswith("--no-"))
+
+
+def _config_with_equals(args: list[str]) -> None:
+    """`--config=FILE`: vLLM reads a config file only as `--config FILE`; it logs that it cannot
+    read "--config=FILE" and serves without the file's options (and model): refused, with the fix."""
+    given = next((a for a in args if a.startswith("--config=")), None)
+    if given is not None:
+        raise BadInput(
+            f"vLLM ignores {given}: it reads a config file only as `--config FILE`, and would serve without its options",
+            hint=f"write --config {given.partition('=')[2]}",
+        )
 
 
 def _with_config_file(args: list[str], serve: bool, negations: frozenset[str]) -> list[str]:

@@ -33,15 +33,20 @@ def speculative_findings(context: LaunchContext) -> list[Finding]:
     methods = literals.get(METHODS)
     if methods is None:
         return []
-    refusal = (
-        _unknown_key(spec, config_fields(source))
-        or _refusal(spec, methods, literals.get(MTP_TYPES, set()), context)
-        or _out_of_bounds(spec, field_bounds(source))
-        or _draft_tensor_parallel_size(spec, source, context)
-    )
-    if refusal is None:
+    refusals = [
+        refusal
+        for refusal in (
+            _unknown_key(spec, config_fields(source)),
+            _refusal(spec, methods, literals.get(MTP_TYPES, set()), context),
+            _out_of_bounds(spec, field_bounds(source)),
+            _draft_tensor_parallel_size(spec, source, context),
+        )
+        if refusal is not None
+    ]  # each, not the first: every fault in one run
+    if not refusals:
         return []
-    return [Finding(CHECK, False, f"vLLM refuses --speculative-config: {refusal[0]}", refusal[1])]
+    why, fix = "; ".join(r[0] for r in refusals), "; ".join(r[1] for r in refusals)
+    return [Finding(CHECK, False, f"vLLM refuses --speculative-config: {why}", fix)]
 
 
 def _unknown_key(spec: dict, fields: set[str]) -> tuple[str, str] | None:
@@ -49,7 +54,33 @@ def _unknown_key(spec: dict, fields: set[str]) -> tuple[str, str] | None:
     unknown = sorted(key for key in spec if fields and key not in fields)
     if not unknown:
         return None
+    near = {key: _near(key, fields) for key in unknown}
+    if all(near.values()):
+        return f"it has no field {', '.join(unknown)}", "; ".join(f'write "{near[k]}" for "{k}"' for k in unknown)
     return f"it has no field {', '.join(unknown)}", "drop it, or spell it as vLLM's SpeculativeConfig does"
+
+
+def _near(word: str, known: set[str]) -> str | None:
+    """The one of `known` that `word` misspells: the same but for case and punctuation ("eagle-3",
+    "Eagle3"), else the only one it shortens ("num_spec_tokens"); None when none or several.
+    (No difflib: `run`'s fast path imports this module, and start-up is measured.)"""
+    letters = _letters(word)
+    same = [k for k in sorted(known) if _letters(k) == letters]
+    if same:
+        return same[0]
+    longer = [k for k in sorted(known) if len(letters) >= 4 and _shortens(letters, _letters(k))]
+    return longer[0] if len(longer) == 1 else None
+
+
+def _shortens(short: str, word: str) -> bool:
+    """Whether `short` is `word` with a few letters left out (its letters in order, the first the
+    same, most of them kept: "num_spec_tokens", not "modle" for max_model_len)."""
+    rest = iter(word)
+    return short[:1] == word[:1] and 5 * len(short) >= 3 * len(word) and all(c in rest for c in short)
+
+
+def _letters(word: str) -> str:
+    return "".join(c for c in word.lower() if c.isalnum())
 
 
 def _refusal(spec: dict, methods: set[str], mtp_types: set[str], context: LaunchContext) -> tuple[str, str] | None:
@@ -58,7 +89,7 @@ def _refusal(spec: dict, methods: set[str], mtp_types: set[str], context: Launch
     method, model, tokens = spec.get("method"), spec.get("model"), spec.get("num_speculative_tokens")
     known = ", ".join(sorted(methods))
     if method is not None and (not isinstance(method, str) or method not in methods):
-        near = next((m for m in sorted(methods) if isinstance(method, str) and m.lower() == method.lower()), None)
+        near = _near(method, methods) if isinstance(method, str) else None
         fix = f'write "method": "{near}"' if near else f'give "method" one of: {known}'
         return f"method {method!r} is none of its methods ({known})", fix
     if spec.get("tensor_parallel_size") is not None:

@@ -26,14 +26,15 @@ from packaging.version import InvalidVersion, Version
 from patchkit.base import hints
 from patchkit.base.errors import BadInput
 from patchkit.base.fsutil import inside, read_regular
+from patchkit.base.values import FrozenValue
 from patchkit.launch.engine import TREE_FILE_LIMIT
 from patchkit.launch.findings import Finding, cannot_judge
 from patchkit.launch.values import load_json
 from patchkit.tree.version import release_version
 
 
-@dataclass(frozen=True)
-class ParserKind:
+@dataclass(frozen=True, eq=False, repr=False)
+class ParserKind(FrozenValue):
     """One kind of parser a launch names: its option, where its registry is, what vLLM holds to it."""
 
     option: str  # the launch's option naming the parser
@@ -113,8 +114,8 @@ def _json_kind(value: object) -> str:
     return "an object" if isinstance(value, dict) else "a list"
 
 
-@dataclass(frozen=True)
-class Named:
+@dataclass(frozen=True, eq=False, repr=False)
+class Named(FrozenValue):
     """A parser name the launch gives: where it gives it, and when vLLM holds it to the registry."""
 
     kind: ParserKind
@@ -152,8 +153,8 @@ def given(options: dict[str, object], version: object, *, same_python: bool = Fa
     return named
 
 
-@dataclass(frozen=True)
-class Plugin:
+@dataclass(frozen=True, eq=False, repr=False)
+class Plugin(FrozenValue):
     """A parser file of the user's that vLLM imports before it looks a name up, and the names its
     `register_module` decorators give (empty: it may register in a way patchkit does not read)."""
 

@@ -38,6 +38,11 @@ def read_named_file(path: Path | str, limit: int, what: str) -> bytes:
     except NotRegularFile as exc:
         if exc.errno == errno.ENOTDIR:  # a file on the way: no such file
             raise FileNotFoundError(errno.ENOENT, "no such file", str(path)) from None
+        if exc.errno == errno.EFBIG:  # vLLM reads any size: the limit is patchkit's bound on what it reads
+            raise BadInput(
+                f"{what} {path}: {exc.strerror}, patchkit's limit (not vLLM's)",
+                hint="run's --no-preflight launches it without these checks",
+            ) from None
         raise BadInput(f"{what} {path}: {exc.strerror}") from None
     except OSError as exc:
         if exc.errno == errno.ENAMETOOLONG:  # a name no file can have: absent, as transformers finds it

@@ -27,6 +27,7 @@ from patchkit.base import fsutil, remembered
 from patchkit.base.enums import Holder, SelectionKind
 from patchkit.base.errors import BadInput, NoPatchSet
 from patchkit.base.fsutil import atomic_write, unsafe_reason
+from patchkit.base.values import FrozenValue, Value
 from patchkit.series.patchfile import DEFAULT_ROOTS, Patch, read_patch
 from patchkit.series.requirements import parse_requirements
 from patchkit.tree.version import in_range, release_version, specifier
@@ -59,8 +60,8 @@ FROM_OPTION = "--patches"
 INSTALLED = "installed"
 
 
-@dataclass(frozen=True)
-class Location:
+@dataclass(frozen=True, eq=False, repr=False)
+class Location(FrozenValue):
     """Which library root a command uses, and what chose it (--patches, PATCHKIT_LIBRARY or installed)."""
 
     path: Path
@@ -133,8 +134,8 @@ def default_root() -> Path:
     return Path(__file__).resolve().parents[2] / "patches"
 
 
-@dataclass(frozen=True)
-class Release:
+@dataclass(frozen=True, eq=False, repr=False)
+class Release(FrozenValue):
     """A release entry of a set: the versions it covers and its series' directory."""
 
     versions: SpecifierSet
@@ -220,8 +221,8 @@ WHEN = "when"
 VERSIONS = "versions"
 
 
-@dataclass(frozen=True)
-class LaunchFacts:
+@dataclass(frozen=True, eq=False, repr=False)
+class LaunchFacts(FrozenValue):
     """What a launch names, as vLLM serves it, for the rule: its speculative method (as vLLM settles
     it), its --tool-call-parser, its target model's architectures (config.json's, overrides applied)."""
 
@@ -239,8 +240,8 @@ class LaunchFacts:
         return getattr(self, key[: -len("s")]) in names
 
 
-@dataclass(frozen=True)
-class LaunchRule:
+@dataclass(frozen=True, eq=False, repr=False)
+class LaunchRule(FrozenValue):
     """Which launches need the set (set.toml's [needed_by]): one that names any entry of a key here
     (its speculative method as vLLM settles it, --tool-call-parser, target architecture), or that
     matches every key of one `when` entry (on the releases of its `versions`, when it gives them). A
@@ -273,8 +274,8 @@ class LaunchRule:
         return f"{NEEDED_BY[key]} {'/'.join(getattr(self, key))}"
 
 
-@dataclass(frozen=True)
-class PatchSetDef:
+@dataclass(frozen=True, eq=False, repr=False)
+class PatchSetDef(FrozenValue):
     """A patch set as its set.toml declares it."""
 
     name: str
@@ -294,8 +295,8 @@ class PatchSetDef:
     pending_fix: str | None = None  # [upstream_fix]'s pull request while its state is "pending"
 
 
-@dataclass
-class Selection:
+@dataclass(eq=False, repr=False)
+class Selection(Value):
     """What the library says about one vLLM version."""
 
     set_name: str

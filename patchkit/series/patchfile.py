@@ -22,6 +22,7 @@ from patchkit.base import fsutil
 from patchkit.base.enums import FileKind
 from patchkit.base.errors import BadInput
 from patchkit.base.fsutil import unsafe_reason
+from patchkit.base.values import FrozenValue
 
 ENCODING = "utf-8"
 ERRORS = "surrogateescape"
@@ -111,8 +112,8 @@ class Hunk:
         return f"Hunk({self.header}, source={self.source!r}, target={self.target!r})"
 
 
-@dataclass(frozen=True)
-class FilePatch:
+@dataclass(frozen=True, eq=False, repr=False)
+class FilePatch(FrozenValue):
     """The part of a diff that concerns one file."""
 
     source_path: str | None  # None for a new file
@@ -137,8 +138,8 @@ class FilePatch:
         return FilePatch(self.target_path, self.source_path, tuple(h.reversed() for h in self.hunks))
 
 
-@dataclass(frozen=True)
-class Patch:
+@dataclass(frozen=True, eq=False, repr=False)
+class Patch(FrozenValue):
     """A patch file: its name, its bytes and the files it changes."""
 
     name: str

@@ -20,6 +20,7 @@ from patchkit.base.enums import FileKind, StepState
 from patchkit.base.errors import BadInput, Drift
 from patchkit.base.fsutil import Origin, read_file_and_origin
 from patchkit.base.hashing import hash_soon, joined, sha256
+from patchkit.base.values import FrozenValue, Value
 from patchkit.series.patchfile import (
     FilePatch,
     Hunk,
@@ -44,8 +45,8 @@ class Placement(NamedTuple):
         return self.line - expected
 
 
-@dataclass(frozen=True)
-class Mismatch:
+@dataclass(frozen=True, eq=False, repr=False)
+class Mismatch(FrozenValue):
     """Why a file part of a patch does not apply: which hunk, what it expected, what is there."""
 
     path: str
@@ -65,8 +66,8 @@ class Mismatch:
         return text if self.reason == "context does not match" else f"{text} ({self.reason})"
 
 
-@dataclass(frozen=True)
-class FileStep:
+@dataclass(frozen=True, eq=False, repr=False)
+class FileStep(FrozenValue):
     """What one patch does to one file: its content before, where each hunk goes."""
 
     patch: FilePatch
@@ -79,8 +80,8 @@ class FileStep:
         return None if self.patch.kind == FileKind.DELETE else splice(self.before or b"", self.placements)
 
 
-@dataclass
-class PatchStep:
+@dataclass(eq=False, repr=False)
+class PatchStep(Value):
     """One patch of the plan: its state on the tree and its files."""
 
     patch: Patch
@@ -144,8 +145,8 @@ class View:
         return self.read(path) != self.original[path]
 
 
-@dataclass
-class Plan:
+@dataclass(eq=False, repr=False)
+class Plan(Value):
     """A series planned on a tree: each patch's step, the contents they leave."""
 
     root: Path
@@ -250,8 +251,8 @@ def _special_hint(full: str) -> str:
     )
 
 
-@dataclass
-class Restored:
+@dataclass(eq=False, repr=False)
+class Restored(Value):
     """What restore_recorded did beyond putting originals back."""
 
     edited: list[str] = field(default_factory=list)  # changed since the apply: kept aside by --force

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from patchkit.base.errors import BadInput
 from patchkit.base.fsutil import unsafe_reason
+from patchkit.base.values import FrozenValue
 from patchkit.tree.version import in_range, specifier
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -20,8 +21,8 @@ if TYPE_CHECKING:  # pragma: no cover
 ACCESSES = {"load": "reads", "store": "assigns", "any": "references"}
 
 
-@dataclass(frozen=True)
-class Target:
+@dataclass(frozen=True, eq=False, repr=False)
+class Target(FrozenValue):
     """What a guarded read is judged against: the class of the target and what its object holds."""
 
     cls: str
@@ -29,8 +30,8 @@ class Target:
     lacks: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
-class Requirement:
+@dataclass(frozen=True, eq=False, repr=False)
+class Requirement(FrozenValue):
     """One requirement of a set's contract on a file of vLLM."""
 
     file: str

@@ -46,6 +46,7 @@ from patchkit.base import hints
 from patchkit.base.errors import BadInput
 from patchkit.base.fsutil import atomic_write, load_json_text, read_regular, unsafe_reason
 from patchkit.base.hashing import hash_side_by_side, sha256
+from patchkit.base.values import Value
 
 FORMAT = 1
 META_DIR = ".patchkit"
@@ -242,8 +243,8 @@ class RecordedFile(_Hashes, total=False):
 MODE_BITS = 0o777
 
 
-@dataclass
-class Entry:
+@dataclass(eq=False, repr=False)
+class Entry(Value):
     """One set's record in state.json: its release, patches and files."""
 
     set_name: str
@@ -278,8 +279,8 @@ class Entry:
         )
 
 
-@dataclass
-class State:
+@dataclass(eq=False, repr=False)
+class State(Value):
     """state.json: each applied set's entry, and the guard's."""
 
     entries: list[Entry]

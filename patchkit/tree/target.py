@@ -20,6 +20,7 @@ from typing import Any
 from patchkit.base import hints
 from patchkit.base.errors import TargetError
 from patchkit.base.fsutil import read_regular
+from patchkit.base.values import FrozenValue
 
 # a worker's process (subprocess, its waits) is patchkit.tree.process, imported where a worker runs:
 # a command given --target alone (a dry run of a large diff, `run` on an applied tree) starts none.
@@ -27,8 +28,8 @@ from patchkit.base.fsutil import read_regular
 PACKAGE = "vllm"
 
 
-@dataclass(frozen=True)
-class Target:
+@dataclass(frozen=True, eq=False, repr=False)
+class Target(FrozenValue):
     """Where vLLM is: its site directory, how it was found, its Python."""
 
     root: Path  # the directory that contains vllm/

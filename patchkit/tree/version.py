@@ -16,6 +16,7 @@ from packaging.version import InvalidVersion, Version
 from patchkit.base import hints
 from patchkit.base.errors import BadInput, PatchkitError, TargetError
 from patchkit.base.fsutil import NotRegularFile, inside, read_regular
+from patchkit.base.values import FrozenValue
 from patchkit.store.state import read_state
 from patchkit.tree.target import PACKAGE, Target, vllm_metadata_dirs
 
@@ -26,8 +27,8 @@ if TYPE_CHECKING:  # pragma: no cover
 METADATA_HEAD = 1 << 20
 
 
-@dataclass(frozen=True)
-class DetectedVersion:
+@dataclass(frozen=True, eq=False, repr=False)
+class DetectedVersion(FrozenValue):
     """The tree's vLLM version and where it was read."""
 
     version: Version

@@ -12,6 +12,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from patchkit.base.enums import OutputFormat
+from patchkit.base.values import Value
 from patchkit.cli.ui import run
 from patchkit.cli.ui.text import (
     GAP,
@@ -70,8 +71,8 @@ def _hanging(text: str) -> int:
     return label.end() if label and label.end() == LABEL_WIDTH else 2
 
 
-@dataclass
-class UI:
+@dataclass(eq=False, repr=False)
+class UI(Value):
     """The console of one run: its format, -q and -v."""
 
     fmt: str = OutputFormat.TEXT

@@ -9,14 +9,15 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 
 from patchkit.base.enums import CheckStatus
+from patchkit.base.values import FrozenValue
 from patchkit.checks import CheckResult
 
 # The patterns here are text, compiled on first use (re keeps them): start-up compiles none a run does not use.
 _LINE_FIRST = r"(?s)line (\d+): (.*)"
 
 
-@dataclass(frozen=True)
-class Failure:
+@dataclass(frozen=True, eq=False, repr=False)
+class Failure(FrozenValue):
     """One thing that failed, as a person reads it: where, what, and what to do."""
 
     what: str  # the check (or `drifted`, `conflict`...)

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from patchkit.base.enums import CheckStatus, ReleaseOutcome
+from patchkit.base.values import FrozenValue
 from patchkit.cli.ui.text import visible
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -13,8 +14,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from patchkit.releases.check import ReleaseResult
 
 
-@dataclass(frozen=True)
-class JUnitCase:
+@dataclass(frozen=True, eq=False, repr=False)
+class JUnitCase(FrozenValue):
     """One <testcase> of a JUnit report: passed, failed, skipped or an error."""
 
     name: str

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from patchkit.base.enums import OutputFormat
+from patchkit.base.values import Value
 from patchkit.cli.ui.junit import error_junit
 from patchkit.cli.ui.notes import show_notes
 
@@ -15,8 +16,8 @@ from patchkit.cli.ui.notes import show_notes
 SCHEMA_VERSION = 1
 
 
-@dataclass
-class Run:
+@dataclass(eq=False, repr=False)
+class Run(Value):
     """What one CLI run says on stdout in a machine-readable format. The command's JSON document
     is held until the CLI knows the exit code, so that it says whether the run succeeded (`ok`,
     `exit_code`) and why not (`error`, `hint`); a run that fails before making one still prints

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import TextIO, cast
 
+from patchkit.base.values import Value
+
 
 def rich() -> SimpleNamespace:
     """The parts of rich the console draws with (box, console, table, text), loaded at the first
@@ -333,8 +335,8 @@ def _name_floor(cells: list[str], header: str) -> int:
     return min(max(longest, len(header)), max(min(NAME_ROOM, longest), header_piece))
 
 
-@dataclass
-class FittedTable:
+@dataclass(eq=False, repr=False)
+class FittedTable(Value):
     """A table fitted to a width: the columns kept on the row's line (`widths`), each row (the
     header first) as its cells' lines, and the lines under it of the columns put there (`below`)."""
 

@@ -1,0 +1,156 @@
+"""Issue 21: the value classes on the start-up paths share one `__eq__`, `__hash__` and `__repr__`
+(patchkit/base/values.py) instead of compiling their own at import. They behave as a dataclass's
+generated methods do, held here side by side on classes of the test's own, and no dataclass of a
+module a start-up path loads compiles its own again."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from patchkit.base.values import FrozenValue, Shown, Value
+
+RECORDED = Path(__file__).parent / "startup_modules.json"
+
+
+@dataclass(frozen=True)
+class GenFrozen:
+    name: str
+    size: int = 0
+    note: str = field(default="", compare=False)
+    bag: dict = field(default_factory=dict, hash=False)
+    secret: str = field(default="", repr=False)
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class SharedFrozen(FrozenValue):
+    name: str
+    size: int = 0
+    note: str = field(default="", compare=False)
+    bag: dict = field(default_factory=dict, hash=False)
+    secret: str = field(default="", repr=False)
+
+
+@dataclass
+class GenPlain:
+    items: list
+    one: float = 0.0
+
+
+@dataclass(eq=False, repr=False)
+class SharedPlain(Value):
+    items: list
+    one: float = 0.0
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class SharedOne(FrozenValue):
+    only: str
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class SharedNone(FrozenValue):
+    pass
+
+
+def _same(kind: str, a: tuple, b: tuple) -> None:
+    """`a` and `b` are the same arguments given to the generated class and to the shared one."""
+    gen, shared = (GenFrozen, SharedFrozen) if kind == "frozen" else (GenPlain, SharedPlain)
+    ga, gb, sa, sb = gen(*a), gen(*b), shared(*a), shared(*b)
+    assert (sa == sb, sa != sb) == (ga == gb, ga != gb)
+    assert repr(sa) == repr(ga).replace(gen.__name__, shared.__name__)
+    if kind == "frozen":
+        assert (hash(sa), hash(sb)) == (hash(ga), hash(gb))  # the same fields, as one tuple
+
+
+@pytest.mark.parametrize(
+    "a, b",
+    [
+        (("x", 1), ("x", 1)),
+        (("x", 1), ("x", 2)),
+        (("x", 1, "a note"), ("x", 1, "another")),  # compare=False: equal
+        (("x", 1, "", {"k": 1}), ("x", 1, "", {"k": 2})),  # hash=False, but compared
+        (("x", 1, "", {}, "hidden"), ("x", 1, "", {}, "hidden")),
+    ],
+)
+def test_a_frozen_value_compares_hashes_and_reads_as_a_generated_one(a, b):
+    _same("frozen", a, b)
+
+
+@pytest.mark.parametrize(
+    "a, b",
+    [
+        (([1, 2],), ([1, 2],)),
+        (([1],), ([2],)),
+        (([], math.nan), ([], math.nan)),  # different NaN objects: unequal, as tuples of them are
+    ],
+)
+def test_a_mutable_value_compares_and_reads_as_a_generated_one(a, b):
+    _same("plain", a, b)
+
+
+def test_the_same_nan_object_compares_equal_as_in_a_tuple():
+    items, nan = [], math.nan
+    assert (SharedPlain(items, nan) == SharedPlain(items, nan)) == (GenPlain(items, nan) == GenPlain(items, nan))
+
+
+def test_a_mutable_value_is_unhashable_and_a_frozen_one_stays_frozen():
+    with pytest.raises(TypeError, match="unhashable"):
+        hash(SharedPlain([]))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        SharedFrozen("x").name = "y"  # type: ignore[misc]
+
+
+def test_values_of_other_classes_are_never_equal():
+    assert SharedFrozen("x") != GenFrozen("x")
+    assert SharedPlain([]) != SharedFrozen("x")
+    assert SharedFrozen("x").__eq__(SharedOne("x")) is NotImplemented
+
+
+def test_one_field_and_no_field_values():
+    assert SharedOne("a") == SharedOne("a") and SharedOne("a") != SharedOne("b")
+    assert hash(SharedOne("a")) == hash(("a",)) and hash(SharedNone()) == hash(())
+    assert SharedNone() == SharedNone() and repr(SharedNone()) == "SharedNone()"
+    assert {SharedOne("a"), SharedOne("a")} == {SharedOne("a")}
+
+
+def test_a_value_holding_itself_reads_as_a_generated_one():
+    gen, shared = GenPlain([]), SharedPlain([])
+    gen.items.append(gen)
+    shared.items.append(shared)
+    assert repr(shared) == repr(gen).replace("GenPlain", "SharedPlain")
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class SharedIdentity(Shown):
+    name: str
+
+
+def test_an_identity_value_reads_as_a_generated_one_and_is_itself_alone():
+    one = SharedIdentity("x")
+    assert repr(one) == "SharedIdentity(name='x')"
+    assert one != SharedIdentity("x") and one == one and hash(one) == object.__hash__(one)
+
+
+def _startup_modules() -> list[str]:
+    recorded = json.loads(RECORDED.read_text())
+    return sorted({m for kinds in recorded.values() for m in kinds["patchkit"]})
+
+
+def test_no_dataclass_a_start_up_path_loads_compiles_its_own_eq_or_repr():
+    """Each is one more `exec` at every start-up: a value class is `@dataclass(eq=False, repr=False)`
+    over Value (frozen: FrozenValue), or over Shown where identity is its equality."""
+    compiled = []
+    for name in _startup_modules():
+        for cls in vars(importlib.import_module(name)).values():
+            if isinstance(cls, type) and cls.__module__ == name and dataclasses.is_dataclass(cls):
+                params = cls.__dataclass_params__  # type: ignore[attr-defined]
+                if params.eq or params.repr:
+                    compiled.append(f"{name}.{cls.__qualname__}")
+    assert compiled == []
