@@ -231,9 +231,7 @@ def build_patched_wheel(
         hashing = _hash_on(pool, wheel, early + untouched, stock_record) if own else []
         checked = _plan_and_check_sets(wheel, scratch, resolved, chosen, stock_record)
         checked.warnings[:0] = notes
-        output.wait(copies)
-        for job in hashing:
-            job.result()
+        output.wait([*copies, *hashing])  # a member untrue to RECORD: BadInput
         if held is not None:
             refuse_unpublished(held.result(), wheel.label, wheel.members, stock_record, wheel.digest_of, say)
         if checked.error is not None:
@@ -242,8 +240,7 @@ def build_patched_wheel(
         final = Path(out_dir) / _file_name(wheel, version)
         say(f"writing {final.name}")
         rest = _entries(wheel, checked.changes, result, early + untouched, stock_record)
-        if own:
-            _true_to_record(wheel, rest, stock_record)
+        _true_to_record(wheel, rest if own else [], stock_record)
         output.write(writer, rest)
         result.path = output.commit(final)
         return result
@@ -325,7 +322,7 @@ class _Output:
             _remove_empty(self.created)  # no empty --out this run made, nor its parents
 
     def wait(self, copies: list[Future]) -> None:
-        """The copies' end; an OSError (a full disk) as the write failure it is."""
+        """The jobs' end (the copies, the members' hashes); an OSError (a full disk) as the write failure it is."""
         try:
             for copying in copies:
                 copying.result()
