@@ -240,8 +240,7 @@ def build_patched_wheel(
         final = Path(out_dir) / _file_name(wheel, version)
         say(f"writing {final.name}")
         rest = _entries(wheel, checked.changes, result, early + untouched, stock_record)
-        _true_to_record(wheel, rest if own else [], stock_record)
-        output.write(writer, rest)
+        output.write(writer, _true_to_record(wheel, rest, stock_record) if own else rest)
         result.path = output.commit(final)
         return result
 
@@ -1149,7 +1148,7 @@ def _hash_on(
     entries: list[rawzip.Entry],
     stock_record: dict[str, tuple[str, str]],
     parts: int = 2,
-) -> list[Future[None]]:
+) -> list[Future[list[rawzip.Entry]]]:
     """_true_to_record of `entries` on the pool, in `parts` jobs of about equal size (zlib and
     hashlib let go of the GIL: two jobs inflate on two cores)."""
     jobs: list[list[rawzip.Entry]] = [[] for _ in range(parts)]
@@ -1161,9 +1160,12 @@ def _hash_on(
     return [pool.submit(_true_to_record, wheel, job, stock_record) for job in jobs if job]
 
 
-def _true_to_record(wheel: StockWheel, entries: list[rawzip.Entry], stock_record: dict[str, tuple[str, str]]) -> None:
-    """BadInput unless each copied member whose row the new RECORD takes from the stock RECORD has
-    that hash (inflated, so zipfile also checks its CRC): a wheel held to its own RECORD only."""
+def _true_to_record(
+    wheel: StockWheel, entries: list[rawzip.Entry], stock_record: dict[str, tuple[str, str]]
+) -> list[rawzip.Entry]:
+    """`entries`, once each copied member whose row the new RECORD takes from the stock RECORD has
+    that hash (inflated, so zipfile also checks its CRC), else BadInput: for a wheel held to its
+    own RECORD only."""
     for entry in entries:
         member = entry.source
         if member is None or member.is_dir or entry.digest != stock_record.get(member.name, ("", ""))[0]:
@@ -1171,13 +1173,14 @@ def _true_to_record(wheel: StockWheel, entries: list[rawzip.Entry], stock_record
         said = entry.digest
         got = wheel.digest_of(member, record_algorithm(said))
         if wheel.abandoned.is_set():
-            return  # the build ended without this: no one reads the answer
+            break  # the build ended without this: no one reads the answer
         if got != said:
             raise BadInput(
                 f"{wheel.label} is not true to its RECORD: {rawzip.shown(member.name)} hashes to {got!r}, "
                 f"RECORD says {rawzip.shown(said)}; refusing the wheel",
                 hint=f"its contents changed after its RECORD was written: {DAMAGED_HINT}",
             )
+    return entries
 
 
 def _stock_digest(wheel: StockWheel, member: rawzip.Member, stock_record: dict[str, tuple[str, str]]) -> str:
