@@ -8,7 +8,6 @@ from __future__ import annotations
 import base64
 import csv
 import errno
-import functools
 import hashlib
 import io
 import os
@@ -222,15 +221,30 @@ def parsed_record(data: bytes, label: str, only: Collection[str] | None = None) 
     return Record(label, hashes=trusted, untrusted=untrusted)
 
 
-@functools.lru_cache(maxsize=4)
+def parse_record_once(data: bytes) -> dict[str, tuple[str, str]]:
+    """parse_record(data, once=True), kept for the run's checks of the same bytes (a wheel build
+    parses its stock RECORD, then the integrity check reads it): without a path listed twice, the
+    rows are the same either way."""
+    rows = parse_record(data, once=True)
+    _kept[data] = rows
+    return rows
+
+
 def _rows(data: bytes) -> dict[str, tuple[str, str]] | None:
     """A RECORD's rows (parse_record), or None for a RECORD csv cannot read. Kept for the run: the
     target's RECORD and the fetch cache's are often the same bytes (a tree laid out from the
     cache), and each set's checks ask for their own files of it: parsed once."""
-    try:
-        return parse_record(data)
-    except FetchError:
-        return None
+    if data not in _kept:
+        try:
+            _kept[data] = parse_record(data)
+        except FetchError:
+            _kept[data] = None
+    while len(_kept) > 4:  # the oldest first: a run reads a few RECORDs
+        del _kept[next(iter(_kept))]
+    return _kept.get(data)
+
+
+_kept: dict[bytes, dict[str, tuple[str, str]] | None] = {}
 
 
 def local_label(dist_info: str) -> str:

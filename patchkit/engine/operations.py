@@ -1213,7 +1213,7 @@ class _Reverting:
             path
             for path, data in written.items()
             if (listed is None or path not in listed.hashes)
-            and reverse_file(view.original_content(path), path, own) != data
+            and reverse_file(view.original_content(path), path, own, digest=False) != data
         )
 
     def write(

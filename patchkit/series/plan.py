@@ -362,9 +362,10 @@ def _original(view: View, path: str, digest: str | None, patches: list[Patch], n
         return rebuilt
 
 
-def reverse_file(content: bytes | None, path: str, patches: list[Patch]) -> bytes | None:
+def reverse_file(content: bytes | None, path: str, patches: list[Patch], *, digest: bool = True) -> bytes | None:
     """`content` with every change the patches make to `path` undone, last patch first; None
-    when one does not reverse (or the patches rename, add or delete it)."""
+    when one does not reverse (or the patches rename, add or delete it). `digest=False`: the result
+    is only compared, so a large one is not hashed on the side."""
     parts = [f for p in patches for f in p.files if path in (f.path, f.source_path)]
     if content is None or not parts or any(f.kind != FileKind.MODIFY for f in parts):
         return None
@@ -372,7 +373,7 @@ def reverse_file(content: bytes | None, path: str, patches: list[Patch]) -> byte
         placements = place_hunks(path, content, part.reversed().hunks)
         if isinstance(placements, Mismatch):
             return None
-        content = splice(content, placements)
+        content = splice(content, placements, digest=digest)
     return content
 
 
@@ -492,8 +493,9 @@ def place_hunks(path: str, data: bytes, hunks: tuple[Hunk, ...]) -> tuple[Placem
     return tuple(placements)
 
 
-def splice(data: bytes, placements: tuple[Placement, ...]) -> bytes:
-    """`data` with each placed hunk's source lines replaced by its target lines."""
+def splice(data: bytes, placements: tuple[Placement, ...], *, digest: bool = True) -> bytes:
+    """`data` with each placed hunk's source lines replaced by its target lines (`digest`: a large
+    result's sha256 computed on the side, for the record and the journal that will want it)."""
     whole = memoryview(data)  # its slices are views: the file is copied once, into the result
     out: list[bytes | memoryview] = []
     position = 0
@@ -501,7 +503,7 @@ def splice(data: bytes, placements: tuple[Placement, ...]) -> bytes:
         out += (whole[position : placement.position], placement.hunk.target)
         position = placement.position + len(placement.hunk.source)
     out.append(whole[position:])
-    return joined(out, prefix_of=data)  # out[0] is the start of data
+    return joined(out, prefix_of=data) if digest else b"".join(out)  # out[0] is the start of data
 
 
 def _locate(data: bytes, wanted: int, position: int, line: int) -> tuple[int, int]:

@@ -56,7 +56,7 @@ from patchkit.base.options import Options
 from patchkit.checks import ERROR, LARGEST_PARSED, WARNING, CheckResult, integrity, probe, shadow
 from patchkit.distinfo.entry_points import parse_entry_points
 from patchkit.distinfo.provenance import FileRecord, PatchRecord, Provenance, SetRecord, provenance_files
-from patchkit.distinfo.record import HASHES, RECORD_LIMIT, parse_record, record_algorithm, record_digest
+from patchkit.distinfo.record import HASHES, RECORD_LIMIT, parse_record_once, record_algorithm, record_digest
 from patchkit.engine.operations import apply_series
 from patchkit.engine.resolve import (
     Chosen,
@@ -1209,7 +1209,7 @@ def _stock_record(wheel: StockWheel) -> dict[str, tuple[str, str]]:
             "refusing the wheel"
         )
     try:
-        return parse_record(raw, once=True)
+        return parse_record_once(raw)
     except PatchkitError as exc:
         raise BadInput(f"{wheel.label}: {exc.message}") from None
 
