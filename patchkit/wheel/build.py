@@ -11,7 +11,8 @@
    patched files deflated, the dist-info renamed to the labelled version (label.py) with its
    METADATA's Version rewritten, the provenance (provenance.py) added, and RECORD regenerated:
    every member's hash and size (an unchanged member keeps the stock RECORD's row, checked against
-   the member's size; one the stock RECORD lacks is hashed here), RECORD's own row empty. It is
+   the member's size, and for a labelled wheel FILE, which nothing else vouches for, against its
+   contents; one the stock RECORD lacks is hashed here), RECORD's own row empty. It is
    written under a temporary name in the output directory and renamed into place. The members no
    patch touches (nearly all the bytes) are copied while step 2 runs, first in the new wheel.
 """
@@ -31,6 +32,7 @@ import secrets
 import shutil
 import stat
 import tempfile
+import threading
 import time
 import zipfile
 import zlib
@@ -81,6 +83,7 @@ METADATA_LIMIT = 16 << 20
 WHEEL_VERSION_MAJOR = 1  # the Wheel-Version pip installs (1.x; a later 1.y with a warning)
 SIGNATURES = ("RECORD.jws", "RECORD.p7s")  # they sign the stock RECORD: meaningless for the new one
 OUT_HINT = "give --out a directory you can write to (it is created if missing), such as ./dist"
+DAMAGED_HINT = "download the wheel again, or build it again"
 # what zipfile raises on a damaged archive or member (its decompressors' own errors included)
 _DAMAGED = (OSError, zipfile.BadZipFile, EOFError, ValueError, NotImplementedError, zlib.error, lzma.LZMAError)
 
@@ -124,6 +127,7 @@ class StockWheel:
     version: Version
     dist_info: str  # e.g. vllm-0.16.0.dist-info
     installs: dict[str, str]  # a file's path in site-packages (folded) -> the member installed there
+    abandoned: threading.Event = field(default_factory=threading.Event)  # the build ended: hashing stops
 
     @property
     def label(self) -> str:
@@ -170,10 +174,12 @@ class StockWheel:
             return ""  # an algorithm hashlib lacks matches nothing
         try:
             with self.zf.open(member.info) as stream:
-                while chunk := stream.read(1 << 20):
+                while not self.abandoned.is_set() and (chunk := stream.read(1 << 20)):
                     digest.update(chunk)
         except _DAMAGED as exc:
-            raise BadInput(f"{self.label}: cannot read {rawzip.shown(member.name)} (a damaged wheel?): {exc}") from None
+            raise BadInput(
+                f"{self.label}: {rawzip.shown(member.name)} is damaged ({exc}); refusing the wheel", hint=DAMAGED_HINT
+            ) from None
         return record_digest(digest.digest(), algorithm)
 
 
@@ -204,9 +210,13 @@ def build_patched_wheel(
         open_stock(stock, expect_identity) as wheel,
         _scratch_tree(say) as scratch,
         _Output(Path(out_dir), wheel.path.name, say, again) as output,
-        ThreadPoolExecutor(max_workers=3) as pool,  # the copies and the file's hash; this thread places every member
+        ThreadPoolExecutor(
+            max_workers=4
+        ) as pool,  # the copies, the file's or the members' hashes; this thread places every member
+        _abandoned_on_exit(wheel),  # before the pool waits for its jobs: the hashing stops
     ):
         stock_record = _stock_record(wheel)
+        own = expect_identity is None and not claims_a_release(wheel.version)  # only its RECORD vouches for it
         writer = rawzip.Writer(output.fd, wheel.fd, wheel.label)
         early = _never_patched(wheel, stock_record)
         copies = [pool.submit(writer.fill, output.place(writer, early))]
@@ -218,9 +228,10 @@ def build_patched_wheel(
         untouched = _untouched(wheel, resolved, stock_record, copied)
         say("copying the unchanged members; planning and checking the series on the wheel's files")
         copies.append(pool.submit(writer.fill, output.place(writer, untouched)))
+        hashing = _hash_on(pool, wheel, early + untouched, stock_record) if own else []
         checked = _plan_and_check_sets(wheel, scratch, resolved, chosen, stock_record)
         checked.warnings[:0] = notes
-        output.wait(copies)
+        output.wait([*copies, *hashing])  # a member untrue to RECORD: BadInput
         if held is not None:
             refuse_unpublished(held.result(), wheel.label, wheel.members, stock_record, wheel.digest_of, say)
         if checked.error is not None:
@@ -228,9 +239,20 @@ def build_patched_wheel(
         result = _passed(checked, stock, version, added)
         final = Path(out_dir) / _file_name(wheel, version)
         say(f"writing {final.name}")
-        output.write(writer, _entries(wheel, checked.changes, result, early + untouched, stock_record))
+        rest = _entries(wheel, checked.changes, result, early + untouched, stock_record)
+        output.write(writer, _true_to_record(wheel, rest, stock_record) if own else rest)
         result.path = output.commit(final)
         return result
+
+
+@contextmanager
+def _abandoned_on_exit(wheel: StockWheel) -> Iterator[None]:
+    """The wheel marked abandoned when the build ends (a refusal, an interrupt): members still being
+    hashed on the pool stop at their next chunk, so the pool's exit does not wait for them."""
+    try:
+        yield
+    finally:
+        wheel.abandoned.set()
 
 
 def _passed(checked: _Checked, stock: Path, version: Version, label: str) -> WheelResult:
@@ -252,7 +274,7 @@ def _hold_to_release(wheel: StockWheel, pool: ThreadPoolExecutor, say: Say) -> F
     """A wheel FILE that claims to be a release (no local label) is held whole to the published
     wheel of its name, on a thread (published.py); a labelled one is another build, said (-v)."""
     if not claims_a_release(wheel.version):
-        say(f"{wheel.version} has a local label: a build of its own, held to its own RECORD only")
+        say(f"{wheel.version} has a local label: a build of its own, held to its own RECORD only (every member hashed)")
         return None
     path = wheel.path.absolute()
     return pool.submit(held_to_release, str(wheel.version), wheel.path.name, wheel.fd, wheel.label, path)
@@ -299,7 +321,7 @@ class _Output:
             _remove_empty(self.created)  # no empty --out this run made, nor its parents
 
     def wait(self, copies: list[Future]) -> None:
-        """The copies' end; an OSError (a full disk) as the write failure it is."""
+        """The jobs' end (the copies, the members' hashes); an OSError (a full disk) as the write failure it is."""
         try:
             for copying in copies:
                 copying.result()
@@ -1120,13 +1142,55 @@ def _raw(wheel: StockWheel, member: rawzip.Member, name: str, stock_record: dict
     return entry
 
 
+def _hash_on(
+    pool: ThreadPoolExecutor,
+    wheel: StockWheel,
+    entries: list[rawzip.Entry],
+    stock_record: dict[str, tuple[str, str]],
+    parts: int = 2,
+) -> list[Future[list[rawzip.Entry]]]:
+    """_true_to_record of `entries` on the pool, in `parts` jobs of about equal size (zlib and
+    hashlib let go of the GIL: two jobs inflate on two cores)."""
+    jobs: list[list[rawzip.Entry]] = [[] for _ in range(parts)]
+    sizes = [0] * parts
+    for entry in sorted(entries, key=lambda e: e.file_size, reverse=True):
+        least = sizes.index(min(sizes))
+        jobs[least].append(entry)
+        sizes[least] += entry.file_size
+    return [pool.submit(_true_to_record, wheel, job, stock_record) for job in jobs if job]
+
+
+def _true_to_record(
+    wheel: StockWheel, entries: list[rawzip.Entry], stock_record: dict[str, tuple[str, str]]
+) -> list[rawzip.Entry]:
+    """`entries`, once each copied member whose row the new RECORD takes from the stock RECORD has
+    that hash (inflated, so zipfile also checks its CRC), else BadInput: for a wheel held to its
+    own RECORD only."""
+    for entry in entries:
+        member = entry.source
+        if member is None or member.is_dir or entry.digest != stock_record.get(member.name, ("", ""))[0]:
+            continue  # written here, or hashed here already (_stock_digest)
+        said = entry.digest
+        got = wheel.digest_of(member, record_algorithm(said))
+        if wheel.abandoned.is_set():
+            break  # the build ended without this: no one reads the answer
+        if got != said:
+            raise BadInput(
+                f"{wheel.label} is not true to its RECORD: {rawzip.shown(member.name)} hashes to {got!r}, "
+                f"RECORD says {rawzip.shown(said)}; refusing the wheel",
+                hint=f"its contents changed after its RECORD was written: {DAMAGED_HINT}",
+            )
+    return entries
+
+
 def _stock_digest(wheel: StockWheel, member: rawzip.Member, stock_record: dict[str, tuple[str, str]]) -> str:
     """A member's RECORD hash: the stock RECORD's (its size must be the member's), else computed."""
     digest, size = stock_record.get(member.name, ("", ""))
     if size and size != str(member.info.file_size):
         raise BadInput(
             f"{wheel.label} is not true to its RECORD: {rawzip.shown(member.name)} is {member.info.file_size} bytes, "
-            f"RECORD says {size}"
+            f"RECORD says {size}",
+            hint=f"its contents changed after its RECORD was written: {DAMAGED_HINT}",
         )
     if digest and size and record_algorithm(digest) in HASHES:
         return digest

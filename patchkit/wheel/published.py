@@ -12,7 +12,8 @@ the published one. Otherwise the published RECORD (the release cache's, else rea
 range requests) names what differs: a member missing or extra, a size, a hash the wheel's own
 RECORD gives; if that names nothing (the published RECORD copied over other contents, or a re-zip),
 every member is inflated and hashed (slow, only for a file that is not the published one byte for
-byte). A labelled version (`0.16.0+cu129`) is another build: held to its own RECORD only.
+byte). A labelled version (`0.16.0+cu129`) is another build: held to its own RECORD only (build.py
+hashes each member against its row).
 """
 
 from __future__ import annotations
