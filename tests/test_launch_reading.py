@@ -80,7 +80,9 @@ def test_negative_numbers_and_the_double_dash_follow_argparse():
 def test_a_value_of_the_wrong_type_is_refused_as_vllms_parser_refuses_it():
     with pytest.raises(BadInput, match="--seed: 'forty-two' is not a whole number"):
         read16("org/m", "--seed", "forty-two")
-    with pytest.raises(BadInput, match=r"--default-chat-template-kwargs: not valid JSON \(.* at column 2\): \{not json"):
+    with pytest.raises(
+        BadInput, match=r"--default-chat-template-kwargs: not valid JSON \(.* at column 2\): \{not json"
+    ):
         read16("org/m", "--default-chat-template-kwargs", "{not json")
 
 

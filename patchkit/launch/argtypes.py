@@ -74,7 +74,7 @@ def _near(text: str, pos: int) -> str:
 def _json_hint(text: str, exc: json.JSONDecodeError) -> str:
     """The fix of the shell mistakes that make bad JSON: single quotes, a trailing comma, double
     quotes the shell removed (the value not in single quotes)."""
-    quoting = "in the shell, put the whole JSON in single quotes: '{\"method\": \"eagle3\", ...}'"
+    quoting = 'in the shell, put the whole JSON in single quotes: \'{"method": "eagle3", ...}\''
     before = text[: exc.pos].rstrip()
     if before.endswith(",") and text[exc.pos : exc.pos + 1] in "}]":
         return f"remove the comma before the {text[exc.pos]} at column {exc.colno} (JSON allows no trailing comma)"
