@@ -243,6 +243,36 @@ def test_status_fails_a_set_an_apply_chose_and_stopped_before(run, tree, library
     assert run("status", "--target", tree, "--patches", library).exit_code == 0
 
 
+@pytest.mark.parametrize("fmt", ["text", "json", "junit"])
+def test_verify_of_sets_an_apply_chose_and_stopped_before_fails_as_status_does(run, tree, library, fmt):
+    """checkout29 F5, several sets: model applied, spec chosen and not: status said partial, exit 1;
+    verify said `ok if applied`, exit 0 (a CI gate passed a half-patched tree). Now both fail it."""
+    (tree / SPEC).write_text("x = 1\n")  # the spec patch does not apply: the apply stops after model
+    assert run("apply", "--target", tree, "--patches", library, "--no-guard").exit_code == 1
+    (tree / SPEC).write_text(SPEC_PY)
+    on_tree = ("--target", tree, "--patches", library, "--no-import")
+    assert run("status", "--target", tree, "--patches", library).exit_code == 1
+    done = run("verify", *on_tree, "--format", fmt)
+    assert done.exit_code == 1, done.output
+    if fmt == "json":
+        document = json_of(done)
+        assert (document["ok"], document["state"]) == (False, "partial"), document
+    elif fmt == "junit":
+        root = ET.fromstring(done.stdout)
+        failing = {
+            s.get("name"): [c.get("name") for c in s.iter("testcase") if c.find("failure") is not None]
+            for s in root.findall("testsuite")
+        }
+        assert failing == {"patchkit.model": [], "patchkit.spec": ["partial"], "patchkit.old": []}, failing
+    else:
+        assert done.output.splitlines()[-2:] == [
+            f"note: chosen, not applied: spec: `patchkit apply --target {tree} --patches {library}` applies them",
+            "verify: FAILED: partial: spec not applied; ok if applied: all 3 sets pass",
+        ], done.output
+    assert run("apply", "--target", tree, "--patches", library, "--no-guard").exit_code == 0
+    assert run("verify", *on_tree, "--format", fmt).exit_code == 0
+
+
 def test_status_exit_code_is_the_worst_sets(run, tree, library):
     assert run("apply", "--target", tree, "--patches", library).exit_code == 0
     (tree / MODEL).write_text(EAGLE_MODEL + "# edited\n")  # drift in one set's file

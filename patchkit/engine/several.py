@@ -391,15 +391,28 @@ class SetsVerified(Value):
 
     chosen: list[Chosen]
     results: list[VerifyResult]
+    unchosen: tuple[str, ...] = ()  # as SetsStatus's: not applied, and no apply chose them
 
     @property
     def ok(self) -> bool:
+        """As status: chosen sets applied and not applied side by side fail, each set passing or not."""
+        return self.passes_if_applied and self.state != TreeState.PARTIAL
+
+    @property
+    def passes_if_applied(self) -> bool:
         return all(r.ok for r in self.results)
 
     @property
     def state(self) -> TreeState:
         """The tree's overall state, as status says it (SetsStatus.state)."""
-        return SetsStatus(self.chosen, [r.status for r in self.results]).state
+        return SetsStatus(self.chosen, [r.status for r in self.results], self.unchosen).state
+
+    def not_applied(self) -> list[str]:
+        """On a partial tree, the chosen sets not applied: those the apply status names completes."""
+        if self.state != TreeState.PARTIAL:
+            return []
+        pairs = zip(self.chosen, self.results, strict=True)
+        return [c.name for c, r in pairs if r.status.state == TreeState.NOT_APPLIED and c.name not in self.unchosen]
 
     @property
     def outcome(self) -> Outcome:
@@ -412,10 +425,14 @@ def verify_sets(
     """verify_tree for each covering set, in the library's order."""
     covering = judged(chosen)
     results = []
+    root = None
     for each in covering:
         assert each.resolved is not None
+        root = each.resolved.target.root
         results.append(verify_tree(each.resolved, import_probe=import_probe, watch=watch, verifying=verifying))
-    return SetsVerified(covering, _guard_blames_the_drifted(results))
+    # status's partial: the sets an apply chose, not those left out on purpose
+    unchosen = _unchosen(covering, [r.status for r in results], read_state(root)) if root is not None else ()
+    return SetsVerified(covering, _guard_blames_the_drifted(results), unchosen)
 
 
 def _guard_blames_the_drifted(results: list[VerifyResult]) -> list[VerifyResult]:

@@ -169,7 +169,8 @@ def _apply_completes(document: dict[str, Any]) -> bool:
     parts = _set_parts(document) or [document]
     return (
         not document.get("error")
-        and any(p.get("state") == TreeState.PARTIAL for p in parts)
+        # a partial set, or (several sets) chosen sets applied and not applied side by side
+        and (document.get("state") == TreeState.PARTIAL or any(p.get("state") == TreeState.PARTIAL for p in parts))
         and all(p.get("ok") is not False or p.get("state") == TreeState.PARTIAL for p in parts)
         and all(
             not p.get("drifted") and not _guard_refuses(p) and not _failed_checks(p) and not _conflicting(p)

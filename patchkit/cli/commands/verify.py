@@ -254,7 +254,7 @@ def _verify_sets(
     verified = verify_sets(chosen, import_probe=import_probe, watch=Shown(ui), verifying=VERIFYING)
     pairs = [(c.resolved, r) for c, r in zip(verified.chosen, verified.results, strict=True) if c.resolved is not None]
     if fmt == OutputFormat.JUNIT:
-        reports.verified_target_junit(pairs)
+        reports.verified_target_junit(pairs, not_applied=verified.not_applied())
     elif ui.json_mode:
         documents = [reports.verified_target_document(r, v) for r, v in pairs]
         ui.json({"ok": verified.ok, "state": verified.state, "sets": documents})
@@ -284,6 +284,14 @@ def _sets_verdict(ui: UI, verified: SetsVerified) -> None:
     if failed:
         others = f"the other {passed} set(s) pass" if passed else "no set passes"
         ui.verdict(f"verify: FAILED: {', '.join(failed)} ({others})", ok=False)
+        return
+    missing = verified.not_applied()
+    if missing:  # status's verdict too: an apply chose them and stopped before (a CI gate must not pass it)
+        ui.note(f"chosen, not applied: {', '.join(missing)}: {hints.command('apply')} applies them")
+        ui.verdict(
+            f"verify: FAILED: partial: {', '.join(missing)} not applied; ok if applied: all {passed} sets pass",
+            ok=False,
+        )
         return
     if planned and len(planned) == passed:
         ui.note(f"none is applied: {hints.command('apply')} applies them")

@@ -31,6 +31,8 @@ from patchkit.store.state import adhoc_files, is_adhoc
 from patchkit.tree.version import release_version
 
 if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Sequence
+
     from packaging.specifiers import SpecifierSet
 
     from patchkit.engine.inspection import TreeStatus
@@ -376,13 +378,16 @@ def _release_failure(release: ReleaseResult, result: CheckResult) -> Failure:
     return Failure(f"{release.version} {result.check}", message, where, result.excerpt)
 
 
-def verified_target_junit(pairs: list[tuple[Resolved, VerifyResult]]) -> None:
+def verified_target_junit(pairs: list[tuple[Resolved, VerifyResult]], *, not_applied: Sequence[str] = ()) -> None:
     """`verify` on a target as JUnit: one document, a <testsuite> per set ("patchkit.SET"), a
-    testcase per conflict, drifted file and check."""
-    write_junit(junit_suites([(f"patchkit.{r.set_name}", _verified_cases(v)) for r, v in pairs]))
+    testcase per conflict, drifted file and check; a failed `partial` one in each set of
+    `not_applied` (chosen sets of a partial tree, not applied: status fails it)."""
+    write_junit(
+        junit_suites([(f"patchkit.{r.set_name}", _verified_cases(v, r.set_name in not_applied)) for r, v in pairs])
+    )
 
 
-def _verified_cases(verified: VerifyResult) -> list[JUnitCase]:
+def _verified_cases(verified: VerifyResult, chosen_not_applied: bool = False) -> list[JUnitCase]:
     conflicts = [
         CheckResult("apply", s.mismatch.path, False, s.mismatch.describe()) for s in verified.conflicts if s.mismatch
     ]
@@ -393,6 +398,8 @@ def _verified_cases(verified: VerifyResult) -> list[JUnitCase]:
     partial = (  # failed as status fails it, though its checks pass once applied
         [CheckResult("partial", None, False, f"{_applied_count(verified.status)}; the others are not")]
         if verified.status.state == TreeState.PARTIAL
+        else [CheckResult("partial", None, False, "chosen by an apply, not applied; other sets are")]
+        if chosen_not_applied
         else []
     )
     return check_cases(conflicts + drifted + partial + verified.checks)
