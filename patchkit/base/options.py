@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from patchkit.base.values import FrozenValue
+from patchkit.base.values import FrozenValue, frozen
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@frozen
 class Options(FrozenValue):
     """What the command line chose: the target, the library, the sets, the versions."""
 

@@ -13,11 +13,10 @@ import sys
 import threading
 from collections.abc import Callable, Iterable
 from contextlib import redirect_stderr, redirect_stdout, suppress
-from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TextIO, TypeVar
 
-from patchkit.base.values import FrozenValue
+from patchkit.base.values import FrozenValue, frozen
 
 # A run keeps nearly all its objects to the end, so collecting every 700 allocations walks them
 # again and again (~40 ms of a large dry run); every 200,000 (as mypy sets it) it seldom collects.
@@ -68,7 +67,7 @@ EXIT_CODES = (
 )
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@frozen
 class Listed(FrozenValue):
     """A command as `patchkit --help` lists it, known without importing its module: the module
     is imported when the command runs or its own --help is asked."""

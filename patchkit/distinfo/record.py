@@ -12,14 +12,14 @@ import hashlib
 import io
 import os
 from collections.abc import Collection
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from patchkit.base import fsutil
 from patchkit.base.errors import FetchError
 from patchkit.base.hashing import sha256
-from patchkit.base.values import FrozenValue
+from patchkit.base.values import FrozenValue, frozen
 from patchkit.tree.target import vllm_metadata_dirs
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -120,7 +120,7 @@ def read_record_file(tree: Path, path: Path) -> bytes:
     return fsutil.read_regular(path, RECORD_LIMIT)
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@frozen
 class Listings(FrozenValue):
     """Which of some paths each installed distribution's RECORD lists, from one walk of the tree's
     *.dist-info/RECORD files. A RECORD that cannot be read plainly lists nothing (the tree is
@@ -172,7 +172,7 @@ def listings(tree: Path, paths: Collection[str]) -> Listings:
     return Listings(rows)
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@frozen
 class Record(FrozenValue):
     """One RECORD file: path -> 'algo=urlsafe-b64-digest', for the entries whose algorithm wheels
     allow (record.HASHES); the others are kept apart, not trusted."""

@@ -46,7 +46,7 @@ from patchkit.base import hints, locks, signals
 from patchkit.base.errors import BadInput, LockBusy, TargetError
 from patchkit.base.fsutil import NO_SPACE, Landed, Origin, fsync, fsync_dir, read_file, size_said, unsafe_reason
 from patchkit.base.hashing import sha256
-from patchkit.base.values import FrozenValue, Value
+from patchkit.base.values import FrozenValue, Value, frozen
 from patchkit.distinfo.record import listings, record_digest
 from patchkit.engine.guard import guard_files
 from patchkit.store import journal as store_journal
@@ -79,7 +79,7 @@ LOCK_TIMEOUT_ENV, DEFAULT_LOCK_TIMEOUT = "PATCHKIT_LOCK_TIMEOUT", 60.0
 _WRITABLE_HINT = "patchkit records its state inside the target tree; it must be writable"
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@frozen
 class FileWrite(FrozenValue):
     """One file a transaction writes: its path, its content before and after, its mode."""
 
@@ -470,7 +470,7 @@ def _written_by_it(root: Path, journal: dict, theirs: set[str], spare: set[str])
     return written, sorted(e["path"] for e in holding if e["path"] not in written)
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@frozen
 class _Vouched(FrozenValue):
     """What a rollback may put back at a path without the file's ctime as evidence: an original
     that vLLM's RECORD or patchkit's record names for that path (then the file in place, holding

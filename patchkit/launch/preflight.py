@@ -25,7 +25,7 @@ from patchkit.base.enums import Outcome, TreeState
 from patchkit.base.errors import BadInput, PatchkitError, TargetError
 from patchkit.base.fsutil import read_regular
 from patchkit.base.options import Options
-from patchkit.base.values import FrozenValue, Value
+from patchkit.base.values import FrozenValue, Value, frozen
 from patchkit.checks import shadow
 from patchkit.checks.bytecode import failures, scan
 from patchkit.engine.guard import EVERY_CPYTHON, prefixed_bytecode, refusal_text
@@ -482,7 +482,7 @@ def _restoring_apply(findings: list[Finding], sets: set[str]) -> str | None:
     return None
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@frozen
 class _NeededSet(FrozenValue):
     """A set as apply_fix names it when a launch needs it: with --set."""
 

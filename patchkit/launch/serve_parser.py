@@ -23,7 +23,6 @@ import json
 import re
 import shlex
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any, NoReturn
@@ -31,7 +30,7 @@ from typing import Any, NoReturn
 from packaging.version import InvalidVersion, Version
 
 from patchkit.base.errors import BadInput
-from patchkit.base.values import FrozenValue, Shown
+from patchkit.base.values import FrozenValue, Shown, frozen
 from patchkit.launch import argtypes
 from patchkit.launch.values import load_json, load_yaml_config, within_limits
 from patchkit.tree.version import release_version
@@ -42,7 +41,7 @@ MAX_OPTIONS = 1024  # of those, the ones that look like options ("-..."): argpar
 _NAME = re.compile(r"(?<=--)[^.]*")  # vLLM's: everything between the first `--` and the first `.`
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@frozen
 class Reading(FrozenValue):
     """The launch's arguments as a release's parser reads them."""
 
@@ -52,7 +51,7 @@ class Reading(FrozenValue):
     unread: tuple[str, ...] = ()  # arguments the (lenient) spec does not know: its release may read them
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@frozen
 class Spec(Shown):
     """A release's recorded parser: which release, and whether it is the installed one's own."""
 

@@ -20,7 +20,7 @@ from patchkit.base.enums import FileKind, StepState
 from patchkit.base.errors import BadInput, Drift
 from patchkit.base.fsutil import Origin, read_file_and_origin
 from patchkit.base.hashing import hash_soon, joined, sha256
-from patchkit.base.values import FrozenValue, Value
+from patchkit.base.values import FrozenValue, Value, frozen
 from patchkit.series.patchfile import (
     FilePatch,
     Hunk,
@@ -45,7 +45,7 @@ class Placement(NamedTuple):
         return self.line - expected
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@frozen
 class Mismatch(FrozenValue):
     """Why a file part of a patch does not apply: which hunk, what it expected, what is there."""
 
@@ -66,7 +66,7 @@ class Mismatch(FrozenValue):
         return text if self.reason == "context does not match" else f"{text} ({self.reason})"
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@frozen
 class FileStep(FrozenValue):
     """What one patch does to one file: its content before, where each hunk goes."""
 

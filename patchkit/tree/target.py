@@ -12,7 +12,6 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -20,7 +19,7 @@ from typing import Any
 from patchkit.base import hints
 from patchkit.base.errors import TargetError
 from patchkit.base.fsutil import read_regular
-from patchkit.base.values import FrozenValue
+from patchkit.base.values import FrozenValue, frozen
 
 # a worker's process (subprocess, its waits) is patchkit.tree.process, imported where a worker runs:
 # a command given --target alone (a dry run of a large diff, `run` on an applied tree) starts none.
@@ -28,7 +27,7 @@ from patchkit.base.values import FrozenValue
 PACKAGE = "vllm"
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@frozen
 class Target(FrozenValue):
     """Where vLLM is: its site directory, how it was found, its Python."""
 
