@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from patchkit.base.values import FrozenValue, frozen
 
+# ctx.meta (shared by a run's click contexts): the --format click read for the command, so that the
+# run's end (cli.main) need not parse the command line a second time to learn it
+CHOSEN_FORMAT = "patchkit.chosen-format"
+
 
 @frozen
 class Options(FrozenValue):

@@ -39,6 +39,7 @@ from patchkit.base.errors import (  # noqa: E402
     PatchkitError,
     exit_code_for,
 )
+from patchkit.base.options import CHOSEN_FORMAT  # noqa: E402
 from patchkit.cli.helpformat import HelpContext  # noqa: E402
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -307,6 +308,9 @@ def _chosen_format(ctx: click.Context) -> str:
     name, command, args = ctx.meta.get(INVOKED, (None, None, []))
     if command is None or not any(p.name == "fmt" for p in command.params):
         return OutputFormat.TEXT
+    if CHOSEN_FORMAT in ctx.meta:  # click read it for the command (options.format_option)
+        chosen: str = ctx.meta[CHOSEN_FORMAT]
+        return chosen
     try:
         with command.make_context(name, list(args), parent=ctx, resilient_parsing=True) as seen:
             return seen.params.get("fmt") or OutputFormat.TEXT
