@@ -18,7 +18,6 @@ kept in Reading.unread, for the preflight to say it cannot judge the command.
 from __future__ import annotations
 
 import argparse
-import difflib
 import json
 import re
 import shlex
@@ -32,7 +31,7 @@ from packaging.version import InvalidVersion, Version
 from patchkit.base.errors import BadInput
 from patchkit.base.values import FrozenValue, Shown, frozen
 from patchkit.launch import argtypes
-from patchkit.launch.values import load_json, load_yaml_config, within_limits
+from patchkit.launch.values import closest, load_json, load_yaml_config, within_limits
 from patchkit.tree.version import release_version
 
 SPECS = Path(__file__).with_name("specs")
@@ -452,9 +451,9 @@ def _spelling_hint(words: list[str], parser: argparse.ArgumentParser) -> str:
     options = [option for option in parser._option_string_actions if option.startswith("--")]
     for word in words:
         typed = word.split("=", 1)[0]
-        close = difflib.get_close_matches(typed, options, n=1, cutoff=0.8) if typed.startswith("--") else []
+        close = closest(typed, options, cutoff=0.8) if typed.startswith("--") else None
         if close:
-            return f"did you mean {close[0]}? spell it so in the launch, then run it again"
+            return f"did you mean {close}? spell it so in the launch, then run it again"
     return "remove it, or check its spelling: `vllm serve --help` lists this vLLM's options"
 
 

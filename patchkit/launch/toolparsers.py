@@ -28,7 +28,7 @@ from patchkit.base.fsutil import inside, read_regular
 from patchkit.base.values import FrozenValue, frozen
 from patchkit.launch.engine import TREE_FILE_LIMIT
 from patchkit.launch.findings import Finding, cannot_judge
-from patchkit.launch.values import load_json
+from patchkit.launch.values import closest, load_json
 from patchkit.tree.version import release_version
 
 
@@ -361,10 +361,7 @@ def _closest(name: str, names: set[str]) -> str | None:
     same = sorted(n for n in names if plain(n) == plain(name))
     if same:
         return same[0]
-    import difflib  # lazy: a misspelt parser's name only; `run`'s fast path loads this module
-
-    close = difflib.get_close_matches(name, sorted(names), n=1, cutoff=0.75)
-    return close[0] if close else None
+    return closest(name, sorted(names), cutoff=0.75)
 
 
 def _parsed(data: bytes | None) -> ast.Module | None:
