@@ -12,6 +12,7 @@ from patchkit.base.enums import CheckStatus, Holder, PatchState, ReleaseOutcome,
 from patchkit.checks import CheckResult, integrity, shadow
 from patchkit.checks import bytecode as pyc
 from patchkit.cli.ui.findings import GUARD, Failure, check_failures, count_line, fold, located
+from patchkit.cli.ui.header import show_header, show_library, show_target
 from patchkit.cli.ui.json_views import plan_json, status_json
 from patchkit.cli.ui.junit import JUnitCase, check_cases, junit_suites
 from patchkit.cli.ui.run import write_junit
@@ -27,85 +28,20 @@ from patchkit.engine.inspection import (
     upgrade_said,
 )
 from patchkit.engine.resolve import in_stock_fix
-from patchkit.store.state import adhoc_files, is_adhoc
 from patchkit.tree.version import release_version
 
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Sequence
 
-    from packaging.specifiers import SpecifierSet
-
     from patchkit.engine.inspection import TreeStatus
     from patchkit.engine.operations import VerifyResult
     from patchkit.engine.resolve import Resolved
     from patchkit.releases.check import ReleaseResult
-    from patchkit.series.library import Location, Release
+    from patchkit.series.library import Location
 
 BEHAVIOUR = "behaviour"  # the set's behaviour test (checks/behaviour.py): said when it passes too
 UNGUARDED = "unguarded"  # the recorded launch guard is gone (the tree's: said once)
 STALE = "stale"  # a record an upgrade of vLLM left behind (the tree's: each note names its set)
-
-
-def show_header(ui: Screen, resolved: Resolved, said: set[str] | None = None, *, target: bool = True) -> None:
-    """Where vLLM is and its version (`target`: a later set of the same tree says only its set),
-    the set and its series in words, and the notes; `said`: the notes already said for another
-    set of this command (said once), updated."""
-    sel = resolved.selection
-    if target:
-        show_target(ui, resolved)
-    if sel.patch_set is None and is_adhoc(sel.set_name):  # --patch files: by their names, not adhoc-<hex>
-        ui.line(f"patch    {adhoc_files([p.name for p in sel.patches])}")
-    else:
-        ui.line(f"set      {sel.set_name}" + (f"  {series_words(sel.release)}" if sel.release else ""))
-    show_notes(ui, resolved, said)
-
-
-def show_target(ui: Screen, resolved: Resolved) -> None:
-    version = resolved.version
-    ui.line(f"vLLM     {resolved.target.package_dir}  (found by {resolved.target.found_by})")
-    if version:
-        ui.line(f"version  {version.version}  (from {_source_words(str(version.version), version.source)})")
-
-
-def _source_words(version: str, source: str) -> str:
-    """Where the version was read; a dist-info named by a long local version (a patched wheel's
-    +patchkit… label) as "its dist-info's METADATA": the name again is wider than a terminal's line."""
-    for name in (f"vllm-{version}.dist-info", f"vllm-{version.replace('-', '_')}.dist-info"):
-        if "+" in version and source.lower().startswith(name.lower() + "/"):
-            return f"its dist-info's {source[len(name) + 1 :]}"
-    return source
-
-
-def series_words(release: Release) -> str:
-    """`series 0.13.0 (covers 0.13.0 to before 0.19.0)`, not `<0.19.0,>=0.13.0 [0.13.0]`:
-    the release the series was made for, and the releases it is used for when that is more."""
-    made = release.directory.name
-    used = _range_words(release.versions)
-    return f"series {made}" if used == made else f"series {made} (covers {used})"
-
-
-def _range_words(versions: SpecifierSet) -> str:
-    bounds = {spec.operator: spec.version for spec in versions}
-    if set(bounds) == {"=="}:
-        return bounds["=="]
-    if set(bounds) == {">=", "<"}:
-        return f"{bounds['>=']} to before {bounds['<']}"
-    if set(bounds) == {">="}:
-        return f"{bounds['>=']} and later"
-    return str(versions)
-
-
-def show_notes(ui: Screen, resolved: Resolved, said: set[str] | None) -> None:
-    said = set() if said is None else said
-    for note in resolved.notes:
-        if note not in said:
-            said.add(note)
-            ui.note(note)
-
-
-def show_library(ui: Screen, where: Location) -> None:
-    """Which library root, and what chose it (--patches, PATCHKIT_LIBRARY or installed)."""
-    ui.line(f"library  {where.path}  ({where.source})")
 
 
 def show_status(
