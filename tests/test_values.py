@@ -207,13 +207,21 @@ def test_no_dataclass_a_start_up_path_loads_compiles_its_own_eq_or_repr():
     assert compiled == []
 
 
+# Frozen dataclasses a start-up path loads that keep `frozen=True`, with why: an instance of a
+# `@frozen` class is slower to make (its __init__ sets each field through a Python __setattr__).
+STAYS_FROZEN = {
+    "patchkit.checks.CheckResult": "~6,000 a dry run of a 1,294-file diff (+67 M instructions as @frozen)",
+}
+
+
 def test_no_dataclass_a_start_up_path_loads_compiles_its_own_setattr_or_delattr():
     """`frozen=True` compiles a `__setattr__` and a `__delattr__` per class (~0.25 ms each class at every
-    start-up): a frozen value class is `@frozen` (patchkit.base.values), which shares one of each."""
+    start-up): a frozen value class is `@frozen` (patchkit.base.values), which makes one of each
+    without compiling, but for the few made in bulk (STAYS_FROZEN)."""
     compiled = []
     for name in _startup_modules():
         for cls in vars(importlib.import_module(name)).values():
             ours = isinstance(cls, type) and cls.__module__ == name and dataclasses.is_dataclass(cls)
             if ours and cls.__dataclass_params__.frozen:  # type: ignore[union-attr]
                 compiled.append(f"{name}.{cls.__qualname__}")
-    assert compiled == []
+    assert sorted(compiled) == sorted(STAYS_FROZEN)

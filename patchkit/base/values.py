@@ -87,19 +87,25 @@ C = TypeVar("C")
 def frozen(cls: type[C]) -> type[C]:
     """`@dataclass(frozen=True, eq=False, repr=False)`, but for the `__setattr__` and `__delattr__`
     that `frozen=True` compiles per class (~0.25 ms of start-up each, ~26 classes a dry run):
-    these shared ones refuse what those refuse, a field set (FrozenInstanceError) or any other
-    name, and let `__init__` set each field once."""
+    these refuse what those refuse, a field set (FrozenInstanceError) or any other name, and let
+    `__init__` set each field once. (An instance costs more to make: a class made in the thousands
+    a run stays a frozen dataclass.)"""
     made: Any = dataclasses.dataclass(eq=False, repr=False)(cls)
-    made._frozen_fields = frozenset(f.name for f in dataclasses.fields(made))
-    made.__setattr__ = _set_once
+    made.__setattr__ = _set_once(frozenset(f.name for f in dataclasses.fields(made)))
     made.__delattr__ = _never_delete
     return cls
 
 
-def _set_once(self: Any, name: str, value: object) -> None:
-    if name in self.__dict__ or name not in self._frozen_fields:
+def _set_once(fields: frozenset[str]) -> Callable[[Any, str, object], None]:
+    """A class's `__setattr__`: a closure, made without compiling anything."""
+
+    def set_once(self: Any, name: str, value: object, _set: Callable[..., None] = object.__setattr__) -> None:
+        if name in fields and name not in self.__dict__:
+            _set(self, name, value)
+            return
         raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
-    object.__setattr__(self, name, value)
+
+    return set_once
 
 
 def _never_delete(self: Any, name: str) -> None:
