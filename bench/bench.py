@@ -851,6 +851,50 @@ def wheel_row(work: Path, runs: int, megabytes: int) -> str:
     return row(f"wheel, eagle3 on a synthetic {size:.0f} MB 0.16.0 wheel", patched, reference, "cp", "≤ 3x cp")
 
 
+def relabelled_wheel(wheel: Path, where: Path, label: str = "corp") -> Path:
+    """`wheel` (a stock vLLM wheel) as the labelled build `VERSION+label`: every member's compressed
+    bytes copied as they are (patchkit's rawzip), the dist-info renamed, METADATA's Version and RECORD's
+    rows made to match. A build of its own, true to its RECORD: `wheel FILE` holds it to its RECORD only."""
+    import base64
+    import csv
+    import hashlib
+    import io
+    import zipfile
+
+    from patchkit.wheel import rawzip
+
+    _name, version, *_ = wheel.name.split("-", 2)
+    old, new = f"vllm-{version}.dist-info", f"vllm-{version}+{label}.dist-info"
+    path = where / wheel.name.replace(f"-{version}-", f"-{version}+{label}-", 1)
+    where.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(wheel) as zf, open(wheel, "rb") as source, open(path, "wb") as out:
+        members = rawzip.members(zf, source.fileno(), wheel.name)
+        metadata = zf.read(f"{old}/METADATA").replace(
+            f"\nVersion: {version}\n".encode(), f"\nVersion: {version}+{label}\n".encode(), 1
+        )
+        rows = list(csv.reader(io.StringIO(zf.read(f"{old}/RECORD").decode())))
+        digest = "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(metadata).digest()).rstrip(b"=").decode()
+        record = io.StringIO()
+        writer = csv.writer(record, lineterminator="\n")
+        for name, hashed, size in rows:
+            if name == f"{old}/METADATA":
+                hashed, size = digest, str(len(metadata))
+            writer.writerow([name.replace(f"{old}/", f"{new}/", 1), hashed, size])
+        writer = rawzip.Writer(out.fileno(), source.fileno(), wheel.name)
+        entries = []
+        for member in members:
+            name = member.name.replace(f"{old}/", f"{new}/", 1)
+            if member.name == f"{old}/METADATA":
+                entries.append(rawzip.deflated(name, metadata, member, member.info.date_time))
+            elif member.name == f"{old}/RECORD":
+                entries.append(rawzip.deflated(name, record.getvalue().encode(), member, member.info.date_time))
+            else:
+                entries.append(rawzip.raw(member, name))
+        writer.add(entries)
+        writer.finish()
+    return path
+
+
 def real_wheel_rows(work: Path, runs: int) -> list[str]:
 
     from patchkit.wheel.stock import stock_wheel
