@@ -198,8 +198,8 @@ def build_patched_wheel(
     """The patched wheel of `stock` in `out_dir`, for the set or --patch files `chosen` names
     (`label`: the local label instead of patchkit.<set>; `expect_identity`: the file's, as
     stock.py checked the cached wheel with it; `again`: the command that builds it again, for an
-    interrupt's hint). A conflict or a failed check is a result with its
-    error, nothing written; bad input raises.
+    interrupt's hint). A conflict or a failed check is a result with its error, nothing written;
+    bad input raises.
 
     The members no patch touches are copied into the new wheel's temporary file while the plan and
     the checks run (the copy is the kernel's, the checks are Python's); those too large for any
@@ -212,9 +212,7 @@ def build_patched_wheel(
         open_stock(stock, expect_identity) as wheel,
         _scratch_tree(say) as scratch,
         _Output(Path(out_dir), wheel.path.name, say, again) as output,
-        ThreadPoolExecutor(
-            max_workers=4
-        ) as pool,  # the copies, the file's or the members' hashes; this thread places every member
+        ThreadPoolExecutor(max_workers=4) as pool,  # the copies and the hashes; this thread places every member
         _abandoned_on_exit(wheel),  # before the pool waits for its jobs: the hashing stops
     ):
         stock_record = _stock_record(wheel)
@@ -226,8 +224,7 @@ def build_patched_wheel(
         held = _hold_to_release(wheel, pool, say) if expect_identity is None else None
         added = labels.normalized_label(label or labels.default_label([r.set_name for r in resolved]))
         version = labels.labelled_version(wheel.version, added)
-        copied = {e.source.name for e in early if e.source is not None}
-        untouched = _untouched(wheel, resolved, stock_record, copied)
+        untouched = _untouched(wheel, resolved, stock_record, {e.source.name for e in early if e.source})
         say("copying the unchanged members; planning and checking the series on the wheel's files")
         copies.append(pool.submit(writer.fill, output.place(writer, untouched)))
         hashing = own.hash_on(pool, early + untouched) if own else []
@@ -243,8 +240,7 @@ def build_patched_wheel(
         result = _passed(checked, stock, version, added)
         final = Path(out_dir) / _file_name(wheel, version)
         say(f"writing {final.name}")
-        rest = _entries(wheel, checked.changes, result, early + untouched, stock_record)
-        output.write(writer, rest)
+        output.write(writer, _entries(wheel, checked.changes, result, early + untouched, stock_record))
         if own:
             own.unchanged()  # the bytes copied are those hashed (or sealed as true)
         result.path = output.commit(final)
