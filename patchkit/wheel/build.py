@@ -12,9 +12,10 @@
    METADATA's Version rewritten, the provenance (provenance.py) added, and RECORD regenerated:
    every member's hash and size (an unchanged member keeps the stock RECORD's row, checked against
    the member's size, and for a labelled wheel FILE, which nothing else vouches for, against its
-   contents, once per unchanged file: _OwnRecord; one the stock RECORD lacks is hashed here), RECORD's own row empty. It is
-   written under a temporary name in the output directory and renamed into place. The members no
-   patch touches (nearly all the bytes) are copied while step 2 runs, first in the new wheel.
+   contents, once per unchanged file: _OwnRecord; one the stock RECORD lacks is hashed here),
+   RECORD's own row empty. It is written under a temporary name in the output directory and
+   renamed into place. The members no patch touches (nearly all the bytes) are copied while step 2
+   runs, first in the new wheel.
 """
 
 from __future__ import annotations
