@@ -1168,9 +1168,9 @@ class _OwnRecord:
         fingerprint = _fingerprint(wheel)
         vouched = members_vouched(wheel.path.absolute(), wheel.fd, wheel.identity, fingerprint)
         say(
-            "its members hashed true to its RECORD before, and it is unchanged since: not hashed again"
+            "its members hashed true before; the file is unchanged: not hashed again"
             if vouched
-            else "hashing every member against its RECORD (once: sealed in the cache while the file is unchanged)"
+            else "hashing every member against its RECORD"
         )
         return cls(wheel, stock_record, fingerprint, vouched)
 
