@@ -1206,8 +1206,10 @@ def _fingerprint(wheel: StockWheel) -> str:
     size = wheel.identity[2]
     start = wheel.zf.start_dir
     record = wheel.member(f"{wheel.dist_info}/RECORD")
-    if record is None or not 0 <= start <= size or size - start > rawzip.DIRECTORY_LIMIT + (1 << 17):
+    if record is None or record.info.compress_size > RECORD_LIMIT:
         return ""
+    if not 0 <= start <= size or size - start > rawzip.DIRECTORY_LIMIT + (1 << 17):
+        return ""  # the end records' comment is at most 64 KiB
     digest = hashlib.sha256(os.pread(wheel.fd, size - start, start))
     digest.update(os.pread(wheel.fd, record.info.compress_size, record.data_offset))
     return digest.hexdigest()
