@@ -1232,6 +1232,8 @@ def test_under_a_pycache_prefix_the_guard_refuses_exactly_when_the_commands_fail
     assert failing == (set(said) if refuses else set()), (refuses, said, status.stdout)
     if build in (prefix_held_stock_bytecode_before_apply, prefix_held_stock_bytecode_before_another_records_apply):
         assert not refuses  # apply in that environment removed the .pyc its write made stale
+    if build is pycache_holds_stock_bytecode_unread_under_the_prefix:
+        assert not refuses  # Python under a prefix never reads __pycache__: the patched source runs
     for words in _named_commands((json.loads(status.stdout).get("guard") or {}).get("fix") or ""):
         done = run_cli(*words[1:], env=env) if words[0] == "patchkit" else subprocess.run(words, check=False)
         assert done.returncode == 0, words

@@ -67,9 +67,14 @@ def test_the_one_fix_is_told_by_a_value_and_survives_the_guards_fix_reworded(run
     words (it ended in RECORDS_AS_IS, its command parsed back from the text): reworded, preflight
     offered both again. The finding carries which sets that apply restores."""
     _tree, selection, launch = _upgraded(tmp_path)
-    monkeypatch.setattr(inspection, "RECORDS_AS_IS", "(said in other words)")
+    # a set of the library for another release: the restoring apply names the recorded sets (--set)
+    other = b"--- /dev/null\n+++ b/vllm/other.py\n@@ -0,0 +1 @@\n+OTHER = 1\n"
+    write_library(Path(selection[3]), {"0.15.0": [other]}, name="other", upstream=None)
+    worded = inspection.TreeStatus.guard_fix.fget
+    monkeypatch.setattr(inspection.TreeStatus, "guard_fix", property(lambda self: f"to settle it, {worded(self)}."))
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     done = run("preflight", "--no-import", *selection, "--", *launch)
-    fixes = set(re.findall(r"fix(?: \(all \d+ above\))?: run `(patchkit apply[^`]*)`", done.output))
+    fixes = set(re.findall(r"fix(?: \(all \d+ above\))?: [^`]*`(patchkit apply[^`]*)`", done.output))
     assert done.exit_code == 1 and len(fixes) == 1, done.output
-    assert "(said in other words)" in " ".join(done.output.split()), done.output
+    (fix,) = fixes
+    assert "--set eagle3 --set tools" in fix and "to settle it, run" in " ".join(done.output.split()), done.output
