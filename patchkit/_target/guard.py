@@ -281,9 +281,9 @@ def stale_bytecode(
 def stale_places(
     site: str, paths: list[str], tags: Iterable[str] | None = None, prefix: str | None = None
 ) -> list[tuple[str, str, str]]:
-    """stale_bytecode's findings, each as (the recorded source, the finding, the .pyc's path). Under a pycache prefix Python reads a
-    source's bytecode there alone (importlib's cache_from_source), never __pycache__: only the
-    prefix's mirror is judged then."""
+    """stale_bytecode's findings, each as (the recorded source, the finding, the .pyc's path).
+    Under a pycache prefix Python reads a source's bytecode there alone (importlib's
+    cache_from_source), never __pycache__: only the prefix's mirror is judged then."""
     mirrors = prefix_mirrors(site, sys.pycache_prefix if prefix is None else prefix)
     found = []
     for rel in paths:
