@@ -187,8 +187,7 @@ class TreeStatus(Value):
         return (chosen,) if chosen else ()
 
     def _guard_fix_of_its_cause(self) -> str | None:
-        """guard_fix where a cause of the refusal has its own fix; None: the apply that records the
-        tree as it is."""
+        """guard_fix where a cause of the refusal has its own fix; None: apply's, of the tree as it is."""
         if self.state == TreeState.UNSUPPORTED:
             return (
                 f"run {hints.command('revert')} (this vLLM has no series: the old record goes, and the guard with it)"
