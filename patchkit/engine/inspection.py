@@ -19,7 +19,7 @@ from patchkit.base.options import Options
 from patchkit.base.values import Value
 from patchkit.checks import CheckContext, shadow
 from patchkit.distinfo import installed_wheel_reader
-from patchkit.distinfo.record import has_provenance
+from patchkit.distinfo.record import has_provenance, unlike_stock
 from patchkit.engine.guard import (
     CACHE_OVERFULL,
     CHANGED_SINCE,
@@ -31,6 +31,7 @@ from patchkit.engine.guard import (
     STALE_BYTECODE,
     THROUGH_SYMLINK,
     UNKNOWN_GUARD,
+    UNRECORDED_GUARD,
     is_installed,
     launch_verdict,
     missing_guard,
@@ -137,7 +138,7 @@ class TreeStatus(Value):
     # status fills it: operations.with_stock_judged)
     not_stock: list[CheckResult] = field(default_factory=list)
     # a set found applied with no record of it: the file that is not stock beyond its change (apply
-    # refuses to record it; status fills it: operations.with_found_judged)
+    # refuses to record it; status, preflight and run fill it: with_found_judged)
     found_edited: list[str] = field(default_factory=list)
 
     def fix_command(self, verb: str, *args: str) -> str:
@@ -171,6 +172,22 @@ class TreeStatus(Value):
     @property
     def guard_fix(self) -> str:
         """The command that brings the tree to one the guard lets launch."""
+        return self._guard_fix_of_its_cause() or f"run {self.apply_recorded} {RECORDS_AS_IS}"
+
+    @property
+    def restores(self) -> tuple[str, ...] | None:
+        """The sets guard_fix applies when it is the apply that records the tree as it is (after a
+        vLLM upgrade, the recorded sets; empty: every set, or the one the selection names); None
+        when it is another fix. A value to compare, where the fix's words are for a person."""
+        if self._guard_fix_of_its_cause() is not None:
+            return None
+        if (self.stale or any(UPGRADED in problem for problem in self.guard)) and self.recorded_sets:
+            return self.recorded_sets
+        chosen = hints.current().set_name
+        return (chosen,) if chosen else ()
+
+    def _guard_fix_of_its_cause(self) -> str | None:
+        """guard_fix where a cause of the refusal has its own fix; None: apply's, of the tree as it is."""
         if self.state == TreeState.UNSUPPORTED:
             return (
                 f"run {hints.command('revert')} (this vLLM has no series: the old record goes, and the guard with it)"
@@ -228,7 +245,7 @@ class TreeStatus(Value):
         if self.some_stock_again:  # not "records the tree as it is": it patches them again
             files = "that file" if self.some_stock_again == 1 else f"those {self.some_stock_again} files"
             return f"run {self.apply_chosen} (it patches {files} again)"
-        return f"run {self.apply_recorded} {RECORDS_AS_IS}"
+        return None
 
     @property
     def apply_recorded(self) -> str:
@@ -903,3 +920,41 @@ def run_upstream_checks(
     paths = touched_paths(resolved.selection.patches) or upstream_check_paths(resolved.selection.patch_set)
     context = upstream_context(resolved, paths, import_probe=import_probe)
     return run_checks(context, verifying=verifying) if paths else []
+
+
+_FOUND_APPLIED = (TreeState.APPLIED, TreeState.PARTIAL)  # the states whose patches apply may find unrecorded
+
+
+def found_applied(
+    resolved: Resolved, state: State, plan: Plan, *, stale: bool = False
+) -> dict[str, tuple[bytes | None, bytes | None]] | None:
+    """The files of the set's patches `plan` finds applied where the tree records no apply of the
+    set (`stale`: its entry is one an upgrade of vLLM made stale): path -> (original the patches
+    reversed give, bytes now). None: recorded, none found, or a patched wheel's (its provenance's)."""
+    root = resolved.target.root
+    if (state.entry(resolved.set_name) is not None and not stale) or has_provenance(root):
+        return None
+    applied = [step.patch for step in plan.steps if step.state == StepState.ALREADY_APPLIED]
+    undo = dry_run(root, [patch.reversed() for patch in reversed(applied)]) if applied else None
+    if undo is None or undo.conflicts or not undo.changes:
+        return None
+    return {path: (original, now) for path, (now, original) in undo.changes.items()}
+
+
+def with_found_judged(resolved: Resolved, status: TreeStatus) -> TreeStatus:
+    """`status` of a set found applied that the tree does not record (its .patchkit/ lost): a file
+    vLLM's RECORD says is not stock once the set's hunks are reversed is an edit apply refuses to
+    record, so status says what apply will. Only that path pays for the RECORD read."""
+    record, plan = status.record, status.plan
+    if status.state not in _FOUND_APPLIED or status.drifted or record is None or plan is None:
+        return status
+    if record.entry(resolved.set_name) is not None:  # ordinary status: recorded (a stale record says so)
+        return status
+    found = found_applied(resolved, record, plan)
+    if found is None:
+        return status
+    edited = unlike_stock(resolved.target.root, resolved.vllm_version, {path: pair[0] for path, pair in found.items()})
+    if not edited:
+        return status
+    notes = [note for note in status.guard_notes if not note.startswith(UNRECORDED_GUARD)]  # "apply records it": no
+    return replace(status, found_edited=edited[:1], guard_notes=notes)

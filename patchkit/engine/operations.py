@@ -43,6 +43,7 @@ from patchkit.distinfo.record import (
     listings,
     parsed_record,
     read_record_file,
+    unlike_stock,
 )
 from patchkit.engine.guard import (
     MODULE,
@@ -50,7 +51,6 @@ from patchkit.engine.guard import (
     STALE_GUARD,
     STOPS_EVERY_LAUNCH,
     THROUGH_SYMLINK,
-    UNRECORDED_GUARD,
     dist_info,
     foreign_files,
     install_changes,
@@ -58,11 +58,11 @@ from patchkit.engine.guard import (
     make_readable,
     other_build,
     own_unrecorded,
-    prefixed_bytecode,
     removal_changes,
     remove_empty_cache,
     replaced_files,
     several_vllms_refusal,
+    stale_under_prefix,
     unreadable_by_others,
     unseen_guard_note,
 )
@@ -74,6 +74,7 @@ from patchkit.engine.inspection import (
     chosen_sets,
     conflicting_files,
     drifted_files,
+    found_applied,
     found_edit_said,
     guard_refusal,
     inspect,
@@ -84,6 +85,7 @@ from patchkit.engine.inspection import (
     shown_name,
     stale_grouped,
     stale_said,
+    with_found_judged,
 )
 from patchkit.engine.resolve import Resolved, judged, require_patches, resolve, resolve_sets, resolve_target, several
 from patchkit.engine.stale import stale_entries, stale_note
@@ -97,7 +99,7 @@ from patchkit.engine.transaction import (
     read_only_view,
     save_originals,
 )
-from patchkit.engine.unrecorded_edits import edited_unrecorded, unlike_stock, unproven, unproven_found
+from patchkit.engine.unrecorded_edits import edited_unrecorded, unproven, unproven_found
 from patchkit.engine.vouched import patches_at_hand, refuse_unvouched
 from patchkit.series.library import adhoc_set_name
 from patchkit.series.patchfile import Patch, read_patch, touched_paths
@@ -432,11 +434,7 @@ class _Applying:
         refused = guard_refusal(root, self.resolved.set_name, self.state)
         # what the dry run's apply would fix: stale bytecode in __pycache__ (none reached through a
         # symlink), and another build's guard it updates
-        apply_fixes = (
-            [p for p in refused[0] if STALE_BYTECODE in p and not prefixed_bytecode([p]) and THROUGH_SYMLINK not in p]
-            if refused
-            else []
-        )
+        apply_fixes = [p for p in refused[0] if STALE_BYTECODE in p and THROUGH_SYMLINK not in p] if refused else []
         apply_fixes += [p for p in refused[0] if self.guard_was and any(s in p for s in STALE_GUARD)] if refused else []
         left = [p for p in refused[0] if not (dry_run and p in apply_fixes)] if refused is not None else []
         refused = (left, refused[1]) if refused is not None and left else None
@@ -639,42 +637,6 @@ class _Applying:
 
 
 _APPLY_GOES_ON = (TreeState.NOT_APPLIED, TreeState.PARTIAL)  # the states apply writes from
-_FOUND_APPLIED = (TreeState.APPLIED, TreeState.PARTIAL)  # the states whose patches apply may find unrecorded
-
-
-def found_applied(
-    resolved: Resolved, state: State, plan: Plan, *, stale: bool = False
-) -> dict[str, tuple[bytes | None, bytes | None]] | None:
-    """The files of the set's patches `plan` finds applied where the tree records no apply of the
-    set (`stale`: its entry is one an upgrade of vLLM made stale): path -> (original the patches
-    reversed give, bytes now). None: recorded, none found, or a patched wheel's (its provenance's)."""
-    root = resolved.target.root
-    if (state.entry(resolved.set_name) is not None and not stale) or has_provenance(root):
-        return None
-    applied = [step.patch for step in plan.steps if step.state == StepState.ALREADY_APPLIED]
-    undo = plan_revert(root, applied) if applied else None
-    if undo is None or undo.conflicts or not undo.changes:
-        return None
-    return {path: (original, now) for path, (now, original) in undo.changes.items()}
-
-
-def with_found_judged(resolved: Resolved, status: TreeStatus) -> TreeStatus:
-    """`status` of a set found applied that the tree does not record (its .patchkit/ lost): a file
-    vLLM's RECORD says is not stock once the set's hunks are reversed is an edit apply refuses to
-    record, so status says what apply will. Only that path pays for the RECORD read."""
-    record, plan = status.record, status.plan
-    if status.state not in _FOUND_APPLIED or status.drifted or record is None or plan is None:
-        return status
-    if record.entry(resolved.set_name) is not None:  # ordinary status: recorded (a stale record says so)
-        return status
-    found = found_applied(resolved, record, plan)
-    if found is None:
-        return status
-    edited = unlike_stock(resolved.target.root, resolved.vllm_version, {path: pair[0] for path, pair in found.items()})
-    if not edited:
-        return status
-    notes = [note for note in status.guard_notes if not note.startswith(UNRECORDED_GUARD)]  # "apply records it": no
-    return replace(status, found_edited=edited[:1], guard_notes=notes)
 
 
 def with_stock_judged(resolved: Resolved, status: TreeStatus) -> TreeStatus:
@@ -783,8 +745,32 @@ def _refuse_stale_bytecode(result: ApplyResult, done: str) -> ApplyResult:
 
 def fix_bytecode(target: Target, paths: Iterable[str]) -> list[CheckResult]:
     """After apply or revert: rebuild or remove compiled bytecode that would keep running the old
-    code of the changed files (unchecked-hash pycs)."""
-    return pyc.fix(target.root, paths, target.python)
+    code of the changed files (unchecked-hash pycs), in __pycache__ and under this environment's
+    pycache prefix (a launch from it reads them there, and the guard refuses them)."""
+    paths = list(paths)
+    return pyc.fix(target.root, paths, target.python) + _remove_prefixed(target.root, paths)
+
+
+def _remove_prefixed(root: Path, paths: list[str]) -> list[CheckResult]:
+    """The stale unchecked-hash .pyc files of `paths` under this process's pycache prefix, removed:
+    Python compiles the source again (no interpreter of the tree is asked to rebuild them there)."""
+    results = []
+    for rel, found in stale_under_prefix(root, sorted(p for p in paths if p.endswith(".py")), None):
+        try:
+            found.unlink()
+            results.append(CheckResult(pyc.NAME, rel, True, f"{found} (under the pycache prefix): stale: removed"))
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            results.append(
+                CheckResult(
+                    pyc.NAME,
+                    rel,
+                    False,
+                    f"{found} (under the pycache prefix), stale; could not remove it: {exc.strerror or exc}",
+                )
+            )
+    return results
 
 
 # --------------------------------------------------------------------------- verify

@@ -28,17 +28,18 @@ from patchkit.base.options import Options
 from patchkit.base.values import FrozenValue, Value, frozen
 from patchkit.checks import shadow
 from patchkit.checks.bytecode import failures, scan
-from patchkit.engine.guard import EVERY_CPYTHON, prefixed_bytecode, refusal_text
+from patchkit.engine.guard import EVERY_CPYTHON, STALE_BYTECODE, launch_verdict, prefixed_bytecode, refusal_text
 from patchkit.engine.inspection import (
-    RECORDS_AS_IS,
     TreeStatus,
     apply_finishes,
     as_its_fix_leaves,
+    found_edit_said,
     inspect,
     local_edit_fix,
     local_edit_said,
     record_of,
     upgrade_said,
+    with_found_judged,
 )
 from patchkit.engine.resolve import Resolved, cached_stock
 from patchkit.launch import toolparsers
@@ -255,7 +256,8 @@ def preflight(
 
     if status is None:
         status = inspect(resolved, check_upstream=False, import_probe=False)
-    status = _without_own_prefix(status)  # the launch's pycache prefix is judged instead (prefix_findings)
+    status = with_found_judged(resolved, status)  # a lost record over an edit: apply refuses to record it
+    status = for_launch_prefix(resolved.target.root, status, command)
     # launched: the command as written, what vLLM's own parser is asked to read
     result = PreflightResult(command, tree_state=str(status.state), launched=command)
     needed = needs.needs(resolved.set_name)
@@ -293,11 +295,18 @@ def preflight(
     return result
 
 
-def _without_own_prefix(status: TreeStatus) -> TreeStatus:
-    """`status` less the guard's refusals for bytecode under patchkit's own pycache prefix: the launch
-    reads bytecode under its own (prefix_findings), which may differ."""
-    kept = [problem for problem in status.guard if not prefixed_bytecode([problem])]
-    return status if len(kept) == len(status.guard) else dataclasses.replace(status, guard=kept)
+def for_launch_prefix(root: Path, status: TreeStatus, command: LaunchCommand) -> TreeStatus:
+    """`status` with the guard's bytecode refusals as the launch meets them: status judged bytecode
+    where patchkit's own environment reads it, and the launch reads it under its own pycache prefix
+    alone, or in __pycache__ alone without one. The guard judges every recorded file (each set's, a
+    patched wheel's), so its own judging, with the launch's prefix, says which."""
+    launch, own = command.pycache_prefix() or "", sys.pycache_prefix or ""
+    if launch == (os.path.abspath(own) if own else ""):
+        return status
+    judged = launch_verdict(root, status.record, prefix=launch).problems
+    kept = [problem for problem in status.guard if STALE_BYTECODE not in problem]
+    guard = kept + [problem for problem in judged if STALE_BYTECODE in problem]
+    return status if guard == status.guard else dataclasses.replace(status, guard=guard)
 
 
 def prefix_findings(resolved: Resolved, status: TreeStatus, command: LaunchCommand) -> list[Finding]:
@@ -472,13 +481,10 @@ def _restoring_apply(findings: list[Finding], sets: set[str]) -> str | None:
     """The guard's fix after a vLLM upgrade (an apply of every recorded set), when it applies each
     of `sets` too: the one fix that restores what was applied."""
     for finding in findings:
-        fix = finding.fix or ""
-        if finding.ok or finding.check != TREE or not fix.endswith(RECORDS_AS_IS):
+        if finding.ok or finding.check != TREE or finding.restores is None:
             continue
-        words = shlex.split(fix.partition("`")[2].partition("`")[0])
-        named = {words[i + 1] for i, word in enumerate(words[:-1]) if word == "--set"}
-        if "apply" in words[:4] and (not named or sets <= named):
-            return fix
+        if not finding.restores or sets <= set(finding.restores):
+            return finding.fix
     return None
 
 
@@ -737,18 +743,15 @@ def _set_state_findings(
 ) -> list[Finding]:
     if needs.needs(resolved.set_name):
         unsaid = _not_said_by_judged(resolved, status, needs) if status.guard else []
-        return [
-            tree_finding(
-                resolved, _guard_for_launch(resolved, dataclasses.replace(status, guard=unsaid), needs, result)
-            )
-        ]
+        launched = _guard_for_launch(resolved, dataclasses.replace(status, guard=unsaid), needs, result)
+        return [tree_finding(resolved, launched, prefixed=bool(result.command.pycache_prefix()))]
     if needs.guard_runs and status.guard:
         unsaid = _not_said_by_judged(resolved, status, needs)
         refusal = _guard_refusal(dataclasses.replace(status, guard=unsaid))
         if status.drifted:  # its own files: their fix names the set (apply alone would apply every set)
             chosen = hints.for_set(resolved.set_name)
             revert, apply = hints.command("revert", "--force", chosen=chosen), hints.command("apply", chosen=chosen)
-            refusal.fix = f"run {revert} (it keeps a copy of the edits), then {apply}"
+            refusal.fix, refusal.restores = f"run {revert} (it keeps a copy of the edits), then {apply}", None
         return [refusal] if unsaid else []
     words = _state_words(status)
     if words:
@@ -805,13 +808,15 @@ def _guard_for_launch(
 
 
 def _guard_refusal(status: TreeStatus) -> Finding:
-    return Finding(TREE, False, refusal_text(upgrade_said(status.guard)), status.guard_fix)
+    return Finding(TREE, False, refusal_text(upgrade_said(status.guard)), status.guard_fix, restores=status.restores)
 
 
-def tree_finding(resolved: Resolved, status: TreeStatus) -> Finding:
+def tree_finding(resolved: Resolved, status: TreeStatus, *, prefixed: bool = False) -> Finding:
+    """The set's tree-state finding; `prefixed`: the launch reads bytecode under a pycache prefix,
+    never from __pycache__ (prefix_findings judges it there)."""
     if status.guard and status.symlink_fix:  # a symlink on the way: what else is found follows from it
         return _guard_refusal(status)
-    finding = _state_finding(resolved, status)
+    finding = _state_finding(resolved, status, prefixed=prefixed)
     if finding.ok and status.guard:  # vLLM's plugin loader stops this launch all the same
         return _guard_refusal(status)
     return finding
@@ -828,7 +833,7 @@ def _as_its_conflict_fix_leaves(resolved: Resolved, files: list[str]) -> Reader 
     return None if plan.conflicts else plan.content
 
 
-def _state_finding(resolved: Resolved, status: TreeStatus) -> Finding:
+def _state_finding(resolved: Resolved, status: TreeStatus, *, prefixed: bool = False) -> Finding:
 
     version = resolved.vllm_version
     if status.state == TreeState.UPSTREAM:
@@ -849,7 +854,10 @@ def _state_finding(resolved: Resolved, status: TreeStatus) -> Finding:
         if apply_finishes(status):
             return Finding(TREE, False, message, apply_fix(resolved.selection.patch_set))
         return Finding(TREE, False, message, f"run {hints.command('status')}, then {hints.command('apply')}")
-    stale = _stale_bytecode(resolved, status)
+    if status.found_edited:  # status's words and fix: apply refuses to record the set found applied
+        message, fix = found_edit_said(resolved, status.found_edited[0])
+        return Finding(TREE, False, f"{message}: apply refuses it", f"run {fix}")
+    stale = None if prefixed else _stale_bytecode(resolved, status)
     if stale:
         return Finding(TREE, False, f"stale bytecode: {stale}", f"run {hints.command('apply', '--force')}")
     shadowed = _shadowed(resolved)
