@@ -174,11 +174,13 @@ def _sets_in(found: SetsStatus, state: TreeState | None = None) -> list[str]:
 
 def _counted(found: SetsStatus, *, not_applied: list[str] | None = None) -> str:
     """ "1 of 1 set(s) applied (a), 2 upstream (b, c)": a set vLLM ships (upstream) has nothing to
-    apply, so it is counted as such, not as one missing."""
+    apply, so it is counted as such, not as one missing; a set applied in part is counted apart."""
     applied, upstream, judged = found.applied(), _sets_in(found, TreeState.UPSTREAM), len(_sets_in(found))
     if not judged:
         return f"all {len(upstream)} set(s) upstream (this vLLM ships them: nothing to apply)"
     said = f"{len(applied)} of {judged} set(s) applied" + (f" ({', '.join(applied)})" if applied else "")
+    partly = _sets_in(found, TreeState.PARTIAL)  # a set with some of its patches applied: not "0 of N" alone
+    said += f", {len(partly)} in part ({', '.join(partly)})" if partly else ""
     said += f", not {', '.join(not_applied)}" if not_applied else ""
     return said + (f"; {len(upstream)} upstream ({', '.join(upstream)})" if upstream else "")
 
