@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import stat
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -704,10 +705,15 @@ def local_edit_fix(root: Path, version: Version | str | None, files: list[str]) 
     owner = _earlier_owner(root, files)
     if owner is not None:
         return f"{undo_command(owner[0], len(owner[1].entries))} undoes it, then {hints.command('apply')} applies the new one"
-    which = "that file" if len(files) == 1 else "those files"
+    which = "file" if len(files) == 1 else "files"
     # a checkout's files: git (or the user's source) has them, not pip: it installs no checkout's files
     back = checkout_restore(root, files) or f"run {stock_files_command(root, version)}"
-    return f"copy your edit of {which} elsewhere, {back} (the stock files back), then {hints.command('apply')}"
+    keep = " && ".join(shlex.join(["cp", "-p", "--", str(root / f), f"{root / f}.mine"]) for f in files)
+    steps = [keep, back.removeprefix("run "), hints.command("apply")]
+    if all(step.startswith("`") and step.endswith("`") and step.count("`") == 2 for step in steps[1:]):
+        # each a whole command: one line to paste, each step only once the one before it succeeded
+        return f"keep your edit as .mine, put the stock {which} back, apply: `{' && '.join(s.strip('`') for s in steps)}`"
+    return f"keep your edit (`{keep}`), {back} (the stock {which} back), then {steps[2]}"
 
 
 def _earlier_owner(root: Path, files: list[str]) -> tuple[Entry, State] | None:
