@@ -128,7 +128,6 @@ def test_preflight_judges_the_launch_on_what_the_fix_of_the_local_edit_leaves(st
     assert run_cli("preflight", "--target", tree, "--no-import", "--", *launch).returncode == 0
 
 
-
 @pytest.mark.release
 def test_the_fix_is_one_command_that_pasted_keeps_the_edit_and_applies(stock, tmp_path):
     """words30 item 8: the fix said "copy your edit of that file elsewhere, run `…` (the stock files

@@ -18,6 +18,7 @@ from patchkit.distinfo import installed_record, installed_wheel_reader
 from patchkit.distinfo.record import has_provenance, local_label
 from patchkit.engine.guard import launch_refusal
 from patchkit.engine.stale import stale_note
+from patchkit.engine.vouched import needs_force
 from patchkit.series import dry_run, library
 from patchkit.series.library import PatchSetDef, Selection
 from patchkit.series.patchfile import Patch, touched_paths
@@ -118,8 +119,14 @@ def _refuse_over_earlier_text(root: Path, paths: tuple[str, ...], set_name: str)
     names = ", ".join(p["name"] for e in earlier for p in e.patches)
     raise Conflict(
         f"an earlier {names} (applied {applied_on(earlier[-1])}) is applied here; the file changed since",
-        hint=f"{hints.command('revert')} undoes it, then {hints.command('apply')} applies the new one",
+        hint=f"{hints.command('revert', *_force_for(root, earlier))} undoes it, then {hints.command('apply')} "
+        "applies the new one",
     )
+
+
+def _force_for(root: Path, entries: list[Entry]) -> tuple[str, ...]:
+    """--force where only the record vouches for what the revert of these applies writes back."""
+    return ("--force",) if any(needs_force(root, entry) for entry in entries) else ()
 
 
 def _as_applied(tgt: Target, set_name: str, detected: DetectedVersion) -> tuple[DetectedVersion, list[str]]:

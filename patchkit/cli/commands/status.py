@@ -192,7 +192,7 @@ def _adhoc_line(entry: Entry, root: Path) -> str:
     files = f"{len(entry.files)} file(s)"
     moved = moved_patches(entry)
     if moved:
-        undo = undo_command(entry, len(read_state(root).entries))
+        undo = undo_command(entry, len(read_state(root).entries), root)
         return f"{shown_set(entry).removeprefix('the ')} recorded ({files}), {', '.join(moved)} moved since: {undo} undoes it"
     status, revert = hints.command("status", chosen=chosen), hints.command("revert", chosen=chosen)
     return f"{shown_set(entry).removeprefix('the ')} recorded ({files}): {status} judges it, {revert} undoes it"
