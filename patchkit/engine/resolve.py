@@ -183,9 +183,10 @@ def _upstream_in_stock(tgt: Target, selection: Selection) -> Selection:
     local = local_label(record.label.partition("/")[0]) if record is not None and proven else ""
     if not rest:
         said = _held(root, selection, holder, held, local=local)
-        return replace(selection, kind=SelectionKind.UPSTREAM, note=said, in_stock=True, holder=holder)
+        return replace(selection, kind=SelectionKind.UPSTREAM, note=said, in_stock=True, holder=holder, local=local)
     said = f"{_held(root, selection, holder, held, all_of=False, local=local)}; the set applies its other patches "
-    return replace(selection, patches=rest, note=f"{said}({len(rest)} of {len(held) + len(rest)})", holder=holder)
+    note = f"{said}({len(rest)} of {len(held) + len(rest)})"
+    return replace(selection, patches=rest, note=note, holder=holder, local=local)
 
 
 def _holder(root: Path, version: Version | None, paths: list[str]) -> Holder:
