@@ -5,9 +5,26 @@ A public release's stock files still get those words (issue 20 residuals, words3
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
-from helpers import BEHAVIOUR_JUDGE, pip_install
-from test_upstream_in_stock import FAILING_JUDGE, FIXED, PARSER, judged_library
+from helpers import BEHAVIOUR_JUDGE, make_patch, pip_install, write_library, write_tree
+
+# a judge that finds every file it is given broken: the change is in, the behaviour is not
+FAILING_JUDGE = BEHAVIOUR_JUDGE.replace('"BROKEN = True" in f.read_text()', "True")
+PARSER = "vllm/tool_parsers/demo_parser.py"
+STOCK, FIXED = "class DemoParser:\n    BROKEN = True\n", "class DemoParser:\n    BROKEN = False\n"
+
+
+def judged_library(scratch: Path, judge: str) -> Path:
+    """An open-ended set fixing DemoParser, with a behaviour test: `judge`."""
+    stock = write_tree(scratch / "stock", "0.16.0", {PARSER: STOCK})
+    patch = make_patch(scratch, stock, {PARSER: FIXED})
+    root = write_library(scratch / "judged", {"0.16.0": [patch]}, versions={"0.16.0": ">=0.16.0"}, upstream=None)
+    (root / "demo" / "judge.py").write_text(judge)
+    manifest = root / "demo" / "set.toml"
+    manifest.write_text('behaviour = "judge.py"\n' + manifest.read_text())
+    return root
 
 
 @pytest.mark.parametrize(("judge", "code"), [(BEHAVIOUR_JUDGE, 0), (FAILING_JUDGE, 1)])
