@@ -74,7 +74,7 @@ def test_a_checkout_holding_the_change_is_not_recorded_nor_reversed(run, tmp_pat
     hand; apply records nothing, revert leaves them."""
     co = checkout(tmp_path / "co", FIXED)
     status = run("status", "--target", co, "--patches", open_library, "--format", "json")
-    assert json.loads(status.stdout)["state"] == "upstream", status.output
+    assert json.loads(status.stdout)["state"] == "unrecorded", status.output  # nothing proves upstream (words30)
     assert "upstream, or applied by hand" in run("status", "--target", co, "--patches", open_library).output
     verified = run("verify", "--target", co, "--patches", open_library)  # audit23 F1: nothing proves it stock
     assert verified.exit_code == 0 and "close the set's range" not in verified.output, verified.output

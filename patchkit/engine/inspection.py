@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from packaging.version import InvalidVersion, Version
 
 from patchkit.base import hints
-from patchkit.base.enums import Outcome, PatchState, SelectionKind, StepState, TreeState
+from patchkit.base.enums import Holder, Outcome, PatchState, SelectionKind, StepState, TreeState
 from patchkit.base.errors import PatchkitError
 from patchkit.base.fsutil import Landed, first_symlink, read_file
 from patchkit.base.hashing import sha256
@@ -276,6 +276,7 @@ class TreeStatus(Value):
             self.state in (TreeState.PARTIAL, TreeState.CONFLICT)
             or self.drifted
             or self.upstream_regression
+            or (self.state == TreeState.UNRECORDED and any(r.failed for r in self.checks))
             or self.guard
             or self.not_stock
             or self.found_edited
@@ -348,8 +349,9 @@ def _inspect(resolved: Resolved, *, check_upstream: bool, import_probe: bool, ve
         checks = run_upstream_checks(resolved, import_probe=import_probe, verifying=verifying) if check_upstream else []
         state = read_state(root)
         stale = stale_entries(root, state, resolved.vllm_version)
+        held = resolved.selection.holder in (Holder.UNKNOWN, Holder.HAND)  # nothing proves them stock
         return TreeStatus(
-            TreeState.UPSTREAM,
+            TreeState.UNRECORDED if held else TreeState.UPSTREAM,
             checks=checks,
             stale=_named(stale, state),
             record=state,

@@ -226,15 +226,21 @@ def _held(
         )
     if holder == Holder.STOCK:
         return f"the stock files of vLLM {version} already hold {what}"
-    paths = touched_paths(held)
-    back = checkout_restore(root, paths) or f"run {target_mod.stock_files_command(root, version)}"
-    then = f"{back}, then {hints.command('apply')} applies it with a record"
+    then = unrecorded_fix(root, version, held)
     if holder == Holder.HAND:
         return (
             f"vLLM {version}'s files hold {what} with no apply recorded, unlike its stock files (the fetch "
             f"cache's): applied by hand; {then}"
         )
     return f"vLLM {version}'s files already hold {what} with no apply recorded: upstream, or applied by hand ({then})"
+
+
+def unrecorded_fix(root: Path, version: Version | None, held: list[Patch]) -> str:
+    """How files that hold a change with no apply recorded are handed to patchkit: the files put
+    back (git or the user's source in a checkout, else the release's), then apply records it."""
+    paths = touched_paths(held)
+    back = checkout_restore(root, paths) or f"run {target_mod.stock_files_command(root, version)}"
+    return f"{back}, then {hints.command('apply')} applies it with a record"
 
 
 def in_stock_fix(version: object, patch_set: PatchSetDef | None) -> str:

@@ -854,6 +854,9 @@ def _state_finding(resolved: Resolved, status: TreeStatus) -> Finding:
     version = resolved.vllm_version
     if status.state == TreeState.UPSTREAM:
         return Finding(TREE, True, f"vLLM {version} ships the {resolved.set_name} change itself (upstream)")
+    if status.state == TreeState.UNRECORDED:  # the launch gets the change; the record is what is missing
+        held = f"vLLM {version}'s files hold the {resolved.set_name} change with no apply recorded (upstream's or a hand's)"
+        return Finding(TREE, True, held)
     if status.state == TreeState.UNSUPPORTED:
         return Finding(TREE, False, resolved.selection.note or f"no patch set for vLLM {version}")
     if status.state == TreeState.NOT_APPLIED:

@@ -181,6 +181,8 @@ def _counted(found: SetsStatus, *, not_applied: list[str] | None = None) -> str:
     said = f"{len(applied)} of {judged} set(s) applied" + (f" ({', '.join(applied)})" if applied else "")
     partly = _sets_in(found, TreeState.PARTIAL)  # a set with some of its patches applied: not "0 of N" alone
     said += f", {len(partly)} in part ({', '.join(partly)})" if partly else ""
+    unrecorded = _sets_in(found, TreeState.UNRECORDED)  # the change in its files, no apply recorded
+    said += f", {len(unrecorded)} in the files, not recorded ({', '.join(unrecorded)})" if unrecorded else ""
     said += f", not {', '.join(not_applied)}" if not_applied else ""
     return said + (f"; {len(upstream)} upstream ({', '.join(upstream)})" if upstream else "")
 

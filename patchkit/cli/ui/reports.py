@@ -26,7 +26,7 @@ from patchkit.engine.inspection import (
     stale_said,
     upgrade_said,
 )
-from patchkit.engine.resolve import in_stock_fix
+from patchkit.engine.resolve import in_stock_fix, unrecorded_fix
 from patchkit.store.state import adhoc_files, is_adhoc
 from patchkit.tree.target import stock_files_command
 from patchkit.tree.version import release_version
@@ -418,7 +418,7 @@ def verified_target_document(resolved: Resolved, verified: VerifyResult) -> dict
         **status_json(resolved, status),
         "ok": verified.ok,
         "checked": "as-is"
-        if status.state in (TreeState.APPLIED, TreeState.UPSTREAM) or status.drifted
+        if status.state in (TreeState.APPLIED, TreeState.UPSTREAM, TreeState.UNRECORDED) or status.drifted
         else "as-planned",
         "plan": plan_json(status.plan) if status.plan else [],
         "checks": [r.to_json() for r in verified.checks],
@@ -598,6 +598,8 @@ def _check_fix(resolved: Resolved, status: TreeStatus) -> str:
         return f"{status.fix_command('revert')} (the stock files back); report the series"
     if status.state == TreeState.UPSTREAM:
         return _upstream_fix(resolved)
+    if status.state == TreeState.UNRECORDED:  # upstream's or a hand's: handed to patchkit, then judged
+        return f"{unrecorded_fix(resolved.target.root, resolved.vllm_version, resolved.selection.patches)}; if it still fails, report the series"
     return as_planned_fix()
 
 
@@ -657,7 +659,7 @@ def _fixes_by_check(status: TreeStatus) -> dict[str, str]:
     (as apply's refusal says), and, on a tree not patched yet, so is a file that is not the release's
     stock file."""
     fixes = {shadow.NAME: shadow.fix(), pyc.NAME: pyc.FIX}
-    if status.drifted or status.state in (TreeState.APPLIED, TreeState.UPSTREAM):
+    if status.drifted or status.state in (TreeState.APPLIED, TreeState.UPSTREAM, TreeState.UNRECORDED):
         return fixes
     if status.state == TreeState.CONFLICT:  # --force accepts a file unlike the RECORD, never a hunk that does not match
         return fixes | {"integrity": "as the conflict's fix (above)"}
