@@ -905,7 +905,8 @@ def test_a_local_edit_inside_a_hunk_of_a_tree_never_applied_fails_the_commands_n
     }
     assert {command: done.returncode for command, done in said.items()} == dict.fromkeys(said, 1), said
     assert f"{SPEC} differs from stock vLLM 0.16.0" in " ".join(said["verify"].stdout.split())
-    assert "(the stock files back), then `patchkit apply" in " ".join(tree.cli("status").stdout.split())
+    fix = " ".join(tree.cli("status").stdout.split())
+    assert "put the stock file back, apply: `cp -p" in fix and " && patchkit apply" in fix, fix
     (tree.site / SPEC).write_text(stock_files("0.16.0")[SPEC])
     assert tree.cli("apply", "--no-import").returncode == 0
     assert load_plugins_like_vllm(tree.site).returncode == 0 and tree.cli("status").returncode == 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import stat
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -11,7 +12,7 @@ from typing import TYPE_CHECKING
 from packaging.version import InvalidVersion, Version
 
 from patchkit.base import hints
-from patchkit.base.enums import Outcome, PatchState, SelectionKind, StepState, TreeState
+from patchkit.base.enums import Holder, Outcome, PatchState, SelectionKind, StepState, TreeState
 from patchkit.base.errors import PatchkitError
 from patchkit.base.fsutil import Landed, first_symlink, read_file
 from patchkit.base.hashing import sha256
@@ -43,6 +44,7 @@ from patchkit.engine.guard import (
     unseen_guard_note,
 )
 from patchkit.engine.stale import stale_entries, stale_note
+from patchkit.engine.vouched import needs_force
 from patchkit.series import dry_run
 from patchkit.series.library import has_series, load_library, locate
 from patchkit.series.patchfile import touched_paths
@@ -291,6 +293,7 @@ class TreeStatus(Value):
             self.state in (TreeState.PARTIAL, TreeState.CONFLICT)
             or self.drifted
             or self.upstream_regression
+            or (self.state == TreeState.UNRECORDED and any(r.failed for r in self.checks))
             or self.guard
             or self.not_stock
             or self.found_edited
@@ -363,8 +366,9 @@ def _inspect(resolved: Resolved, *, check_upstream: bool, import_probe: bool, ve
         checks = run_upstream_checks(resolved, import_probe=import_probe, verifying=verifying) if check_upstream else []
         state = read_state(root)
         stale = stale_entries(root, state, resolved.vllm_version)
+        held = resolved.selection.holder in (Holder.UNKNOWN, Holder.HAND)  # nothing proves them stock
         return TreeStatus(
-            TreeState.UPSTREAM,
+            TreeState.UNRECORDED if held else TreeState.UPSTREAM,
             checks=checks,
             stale=_named(stale, state),
             record=state,
@@ -720,11 +724,19 @@ def local_edit_fix(root: Path, version: Version | str | None, files: list[str]) 
     (--force would not help: it accepts files that differ from the RECORD, never a hunk that does not match)."""
     owner = _earlier_owner(root, files)
     if owner is not None:
-        return f"{undo_command(owner[0], len(owner[1].entries))} undoes it, then {hints.command('apply')} applies the new one"
-    which = "that file" if len(files) == 1 else "those files"
+        return f"{undo_command(owner[0], len(owner[1].entries), root)} undoes it, then {hints.command('apply')} applies the new one"
+    which = "file" if len(files) == 1 else "files"
     # a checkout's files: git (or the user's source) has them, not pip: it installs no checkout's files
     back = checkout_restore(root, files) or f"run {stock_files_command(root, version)}"
-    return f"copy your edit of {which} elsewhere, {back} (the stock files back), then {hints.command('apply')}"
+    there = [f for f in files if os.path.isfile(root / f)]  # a file gone has no edit to keep
+    keep = " && ".join(shlex.join(["cp", "-p", "--", str(root / f), f"{root / f}.mine"]) for f in there)
+    steps = [f"`{keep}`"] * bool(there) + [back.removeprefix("run "), hints.command("apply")]
+    said = ["keep your edit as .mine"] * bool(there) + [f"put the stock {which} back", "apply"]
+    if all(step.startswith("`") and step.endswith("`") and step.count("`") == 2 for step in steps):
+        # each a whole command: one line to paste, each step only once the one before it succeeded
+        return f"{', '.join(said)}: `{' && '.join(step.strip('`') for step in steps)}`"
+    kept = f"keep your edit ({steps[0]}), " if there else ""
+    return f"{kept}{back} (the stock {which} back), then {steps[-1]}"
 
 
 def _earlier_owner(root: Path, files: list[str]) -> tuple[Entry, State] | None:
@@ -744,14 +756,16 @@ def _applied_as(entry: Entry) -> str:
     return f"{who} (applied {applied_on(entry)})"
 
 
-def undo_command(entry: Entry, recorded: int) -> str:
+def undo_command(entry: Entry, recorded: int, root: Path) -> str:
     """The revert of that one recorded set: its --set or --patch files; a --patch apply whose files
-    moved since by its record's name, or plain `revert` when it is all the tree records."""
+    moved since by its record's name, or plain `revert` when it is all the tree records; with
+    --force where only the record vouches for what it writes back (revert asks for it then)."""
+    force = ("--force",) if needs_force(root, entry) else ()
     if not moved_patches(entry):
-        return hints.command("revert", chosen=selection_of(entry))
+        return hints.command("revert", *force, chosen=selection_of(entry))
     if recorded == 1:  # `recorded`: how many sets the tree records
-        return hints.command("revert", chosen=hints.for_set(None))
-    return hints.command("revert", chosen=hints.for_set(entry.set_name))
+        return hints.command("revert", *force, chosen=hints.for_set(None))
+    return hints.command("revert", *force, chosen=hints.for_set(entry.set_name))
 
 
 def _lost_to_drift(reports: list[PatchReport], drifted: list[str], entry: Entry | None) -> list[str]:

@@ -1088,6 +1088,7 @@ class _Reverting:
     only: str | None
     undo: _Undo
     warnings: list[str] = field(default_factory=list)
+    alone: list[str] = field(default_factory=list)  # written back on the record's word alone (--force)
 
     @property
     def root(self) -> Path:
@@ -1116,6 +1117,7 @@ class _Reverting:
             restored.edited += edited_unrecorded(self.root, view, unrecorded, installed, force=force, dry_run=dry_run)
             unsure = unproven(self.root, view, unrecorded, installed)
         files = sorted(plan.changes)
+        self.refuse_unvouched_originals(view, plan, restored, force=force)
         preflight(self.root, files, writable=not dry_run)
         if dry_run:
             return RevertResult(Outcome.DRY_RUN, f"would restore {len(files)} file(s)", files, warnings=self.warnings)
@@ -1176,6 +1178,22 @@ class _Reverting:
         said = _nothing_said(self.root, self.undo, self.only, left, removed, self.patches)
         return RevertResult(Outcome.NOT_APPLIED, said, warnings=self.warnings, record=left)
 
+    def refuse_unvouched_originals(self, view: View, plan: Plan, restored: Restored, *, force: bool) -> None:
+        """Without --force, no file goes back to an original only the record vouches for (no vLLM
+        RECORD lists it, the recorded patches reversed do not give it): the record is read back from
+        the tree, and a planted one names any bytes. With it, they go back and a copy of each file
+        they replace is kept (write)."""
+        self.alone = sorted({*self.on_the_records_word(view, plan.changes), *restored.alone})
+        if not self.alone or force:
+            return
+        named = ", ".join(self.alone[:3]) + (f" and {len(self.alone) - 3} more" if len(self.alone) > 3 else "")
+        raise CheckFailed(
+            f"nothing but {state_path(self.root)} vouches for what revert would put back at {named} (no vLLM "
+            "RECORD lists it, and the recorded patches reversed do not give it); nothing was written",
+            hint=f"if that record is yours, {hints.command('revert', '--force')} puts it back and keeps a copy of "
+            f"what it replaces; else put the stock files back with {stock_files_command(self.root, self.undo.installed)}",
+        )
+
     def found_unproven(self, changes: Changes) -> list[str]:
         """The files this revert writes back to an original an apply found by reversing the hunks
         (no record of the set then) that no vLLM RECORD vouches for: nothing proved them stock."""
@@ -1190,7 +1208,10 @@ class _Reverting:
         recorded = {(p["name"], p["sha256"]) for e in self.undo.entries for p in e.patches}
         given = [p for p in self.patches if (p.name, p.sha256) in recorded]
         own = given + [
-            p for e in self.undo.entries for p in patches_at_hand(e) if p.sha256 not in {g.sha256 for g in given}
+            p
+            for e in self.undo.entries
+            for p in patches_at_hand(e, self.root)
+            if p.sha256 not in {g.sha256 for g in given}
         ]
         restored = {path for e in self.undo.entries for path in e.files}
         written = {path: data for path, data in _written(changes).items() if path in restored}
@@ -1218,8 +1239,8 @@ class _Reverting:
         # a planted record's bytes: the file it replaces is kept)
         unlike = _unlike_record(root, plan.changes)
         unsure += [path for path in self.found_unproven(plan.changes) if path not in unsure + unlike]
-        # and where nothing but the record (read back from the tree) says what the file held before
-        alone = sorted({*self.on_the_records_word(view, plan.changes), *restored.alone})
+        # and where nothing but the record (read back from the tree) says what the file held before (--force)
+        alone = self.alone
         copied = [
             *restored.edited,
             *(p for p in [*unsure, *unlike, *alone] if p not in restored.edited and os.path.lexists(root / p)),

@@ -154,7 +154,7 @@ def _apply_repairs(document: dict[str, Any]) -> bool:
     if document.get("error") or not any(_guard_refuses(p) or p.get("stale") for p in parts):
         return False
     return all(
-        p.get("state") in (TreeState.APPLIED, TreeState.NOT_APPLIED, TreeState.UPSTREAM)
+        p.get("state") in (TreeState.APPLIED, TreeState.NOT_APPLIED, TreeState.UPSTREAM, TreeState.UNRECORDED)
         and not p.get("drifted")
         and not p.get("does_not_compile")
         and not p.get("error")

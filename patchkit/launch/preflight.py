@@ -291,7 +291,12 @@ def preflight(
         not_asked=not_asked if no_import else another or "no interpreter known for this target (give --python)",
     )
     result.unjudged_plugins = context.general_plugins() if context.python is None else []
-    result.findings += kept_findings(context, launch_findings) if kept else launch_findings(context)
+    if kept and context.read_planned is None:
+        result.findings += kept_findings(context, launch_findings)
+        return result
+    commands = command_findings(context)  # launch_findings' order: the command's, then the set's
+    own = set_checks(context)
+    result.findings = _as_stock_accepts(resolved, status, result.findings, own) + commands + own
     return result
 
 
@@ -307,6 +312,22 @@ def for_launch_prefix(root: Path, status: TreeStatus, command: LaunchCommand) ->
     kept = [problem for problem in status.guard if STALE_BYTECODE not in problem]
     guard = kept + [problem for problem in judged if STALE_BYTECODE in problem]
     return status if guard == status.guard else dataclasses.replace(status, guard=guard)
+
+
+def _as_stock_accepts(
+    resolved: Resolved, status: TreeStatus, findings: list[Finding], own: list[Finding]
+) -> list[Finding]:
+    """`findings` with the set's "not applied" a pass where the launch needs nothing it changes:
+    on the stock files, the set's every launch check passes, judged (vLLM's own whitelist takes a
+    llama target for EAGLE-3, say). A check that could not judge leaves the failure standing."""
+    if status.state != TreeState.NOT_APPLIED or not own or not all(f.ok and f.judged for f in own):
+        return findings
+    said = (
+        f"the {resolved.set_name} series is not applied to vLLM {resolved.vllm_version}, and this launch "
+        "needs nothing it changes: the set's launch checks pass on the stock files"
+    )
+    not_applied = f"the {resolved.set_name} series is not applied to vLLM {resolved.vllm_version}"
+    return [Finding(TREE, True, said) if f.check == TREE and f.message == not_applied else f for f in findings]
 
 
 def prefix_findings(resolved: Resolved, status: TreeStatus, command: LaunchCommand) -> list[Finding]:
@@ -838,6 +859,9 @@ def _state_finding(resolved: Resolved, status: TreeStatus, *, prefixed: bool = F
     version = resolved.vllm_version
     if status.state == TreeState.UPSTREAM:
         return Finding(TREE, True, f"vLLM {version} ships the {resolved.set_name} change itself (upstream)")
+    if status.state == TreeState.UNRECORDED:  # the launch gets the change; the record is what is missing
+        held = f"vLLM {version}'s files hold the {resolved.set_name} change with no apply recorded (upstream's or a hand's)"
+        return Finding(TREE, True, held)
     if status.state == TreeState.UNSUPPORTED:
         return Finding(TREE, False, resolved.selection.note or f"no patch set for vLLM {version}")
     if status.state == TreeState.NOT_APPLIED:

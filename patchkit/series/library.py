@@ -309,6 +309,7 @@ class Selection(Value):
     # upstream because the tree's files already hold the series' change (no apply of patchkit's recorded)
     in_stock: bool = False
     holder: Holder | None = None  # who put that change there, as far as anything proves it
+    local: str = ""  # the build's own local label (+corp) whose RECORD lists the files: no release's stock files
 
 
 # set.toml's fields: the TOML types each may have, and whether it must be there

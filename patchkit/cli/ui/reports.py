@@ -27,11 +27,16 @@ from patchkit.engine.inspection import (
     stale_said,
     upgrade_said,
 )
-from patchkit.engine.resolve import in_stock_fix
+from patchkit.engine.resolve import in_stock_fix, unrecorded_fix
+from patchkit.store.state import adhoc_files, is_adhoc
+from patchkit.tree.target import stock_files_command
 from patchkit.tree.version import release_version
 
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Sequence
+
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import Version
 
     from patchkit.engine.inspection import TreeStatus
     from patchkit.engine.operations import VerifyResult
@@ -352,7 +357,7 @@ def verified_target_document(resolved: Resolved, verified: VerifyResult) -> dict
         **status_json(resolved, status),
         "ok": verified.ok,
         "checked": "as-is"
-        if status.state in (TreeState.APPLIED, TreeState.UPSTREAM) or status.drifted
+        if status.state in (TreeState.APPLIED, TreeState.UPSTREAM, TreeState.UNRECORDED) or status.drifted
         else "as-planned",
         "plan": plan_json(status.plan) if status.plan else [],
         "checks": [r.to_json() for r in verified.checks],
@@ -424,6 +429,8 @@ def _verify_verdict(ui: Screen, resolved: Resolved, verified: VerifyResult, *, r
     if verified.ok and status.state == TreeState.NOT_APPLIED:
         # a dry check passing is no pass of the tree: the last line says so
         ui.verdict(f"verify: ok if applied: {counted}", ok=True)
+    elif verified.ok and resolved.selection.local:  # a build of its own: its RECORD proves no release's files
+        ui.verdict(f"verify: ok: {counted}; this build (+{resolved.selection.local}) holds the change itself", ok=True)
     elif (
         verified.ok and resolved.selection.holder == Holder.STOCK
     ):  # found, not declared: the range is the maintainer's
@@ -434,6 +441,9 @@ def _verify_verdict(ui: Screen, resolved: Resolved, verified: VerifyResult, *, r
         ui.verdict(f"verify: ok: {counted}", ok=True)
     elif verified.passes_if_applied and status.state == TreeState.PARTIAL:  # status's verdict too: not a pass
         ui.verdict(f"verify: FAILED: partial: {_applied_count(status)}; ok if applied: {counted}", ok=False)
+    elif status.upstream_regression and resolved.selection.local:
+        own = f"vLLM {resolved.vllm_version}'s own files, not the release's"
+        ui.verdict(f"verify: FAILED: this build's files fail the set's checks ({own}; {counted})", ok=False)
     elif status.upstream_regression:
         ui.verdict(f"verify: FAILED: upstream regression: the stock files fail the set's checks ({counted})", ok=False)
     else:
@@ -460,7 +470,7 @@ def _without_version(verb: str) -> str:
 def _checked_as(verified: VerifyResult, resolved: Resolved) -> str:
     status = verified.status
     if resolved.selection.in_stock:  # "upstream" only where the stock files are proven to hold it
-        said = "upstream: " * (resolved.selection.holder == Holder.STOCK)
+        said = "upstream: " * (resolved.selection.holder == Holder.STOCK and not resolved.selection.local)
         return f"{said}{resolved.selection.note}; the set's checks ran on them"
     if status.state == TreeState.UPSTREAM:
         return "upstream: this vLLM release ships the change; the set's checks ran on its stock files"
@@ -527,6 +537,8 @@ def _check_fix(resolved: Resolved, status: TreeStatus) -> str:
         return f"{status.fix_command('revert')} (the stock files back); report the series"
     if status.state == TreeState.UPSTREAM:
         return _upstream_fix(resolved)
+    if status.state == TreeState.UNRECORDED:  # upstream's or a hand's: handed to patchkit, then judged
+        return f"{unrecorded_fix(resolved.target.root, resolved.vllm_version, resolved.selection.patches)}; if it still fails, report the series"
     return as_planned_fix()
 
 
@@ -541,6 +553,8 @@ def _upstream_fix(resolved: Resolved) -> str:
     """A build before a release (0.23.0.dev5) is judged as that release, upstream for the set, though
     its files may be the release below's: naming that release is the first thing to try."""
     version = resolved.vllm_version
+    if resolved.selection.local and version is not None:
+        return _local_build_fix(resolved, version)
     if version is None or not (version.is_devrelease or version.is_prerelease):
         return UPSTREAM_FIX
     base = release_version(version)
@@ -549,6 +563,19 @@ def _upstream_fix(resolved: Resolved) -> str:
         f"{version.public} comes before release {base}, whose stock files the set's upstream range judges: "
         f"first try {retry}, RELEASE the release it derives from (the last before {base}); "
         "if that fails too, report the upstream regression"
+    )
+
+
+def _local_build_fix(resolved: Resolved, version: Version) -> str:
+    """A build with a local label of its own (0.16.0+corp) whose files hold the change and fail a
+    check: its files are its builder's, not the release's, so nothing says upstream changed. The
+    release's stock files back, then apply; or the build made again from them."""
+    release = version.public
+    back = stock_files_command(resolved.target.root, release)
+    wheel = hints.command("wheel", release, "--local-label", resolved.selection.local)
+    return (
+        f"this build differs from vLLM {release}: put the release's files back with {back} and run "
+        f"{hints.command('apply')}, or build it again from them with {wheel}"
     )
 
 
@@ -571,7 +598,7 @@ def _fixes_by_check(status: TreeStatus) -> dict[str, str]:
     (as apply's refusal says), and, on a tree not patched yet, so is a file that is not the release's
     stock file."""
     fixes = {shadow.NAME: shadow.fix(), pyc.NAME: pyc.FIX}
-    if status.drifted or status.state in (TreeState.APPLIED, TreeState.UPSTREAM):
+    if status.drifted or status.state in (TreeState.APPLIED, TreeState.UPSTREAM, TreeState.UNRECORDED):
         return fixes
     if status.state == TreeState.CONFLICT:  # --force accepts a file unlike the RECORD, never a hunk that does not match
         return fixes | {"integrity": "as the conflict's fix (above)"}
