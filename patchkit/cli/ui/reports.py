@@ -28,14 +28,12 @@ from patchkit.engine.inspection import (
     upgrade_said,
 )
 from patchkit.engine.resolve import in_stock_fix, unrecorded_fix
-from patchkit.store.state import adhoc_files, is_adhoc
 from patchkit.tree.target import stock_files_command
 from patchkit.tree.version import release_version
 
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Sequence
 
-    from packaging.specifiers import SpecifierSet
     from packaging.version import Version
 
     from patchkit.engine.inspection import TreeStatus
