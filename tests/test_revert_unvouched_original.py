@@ -67,3 +67,18 @@ def test_the_library_the_record_names_vouches_without_force_or_copies(run, tree,
     assert done.exit_code == 0, done.output
     assert "only the record" not in done.output and snapshot(tree) == stock
     assert not (tree / ".patchkit/saved").exists(), done.output
+
+
+def test_a_file_the_patch_deleted_comes_back_without_force(run, tree, scratch, tmp_path):
+    """The patch given vouches for what it deleted (its removed lines): no --force, no copy kept, the
+    tree back as it was (a rename: test_operations' module turned into a package)."""
+    moved = "vllm/models/moved.py"
+    patch = make_patch(scratch, tree, {SPEC: None, MODEL: None, moved: MODEL_PY.replace("return x", "return x * 2")})
+    (tmp_path / "p.diff").write_bytes(patch)
+    stock = snapshot(tree)
+    assert run("apply", "--target", tree, "--patch", tmp_path / "p.diff", "--no-guard").exit_code == 0
+    assert not (tree / SPEC).exists() and not (tree / MODEL).exists()
+
+    done = run("revert", "--target", tree, "--patch", tmp_path / "p.diff")
+    assert done.exit_code == 0, done.output
+    assert snapshot(tree) == stock and not (tree / ".patchkit/saved").exists()

@@ -1220,7 +1220,7 @@ class _Reverting:
             path
             for path, data in written.items()
             if (listed is None or path not in listed.hashes)
-            and reverse_file(view.original_content(path), path, own, digest=False) != data
+            and reverse_file(view.original_content, path, own, digest=False) != data
         )
 
     def write(

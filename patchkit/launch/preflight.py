@@ -273,8 +273,7 @@ def preflight(
         return result
     result.command = command
     result.findings += _found_models_findings(result.missing, served, (target, drafter))
-    template = _chat_template_finding(command, resolved.target.root)  # never kept: a file outside the tree
-    result.findings += [template] if template is not None else []
+    result.findings += _chat_template_findings(command, resolved.target.root)  # never kept: a file outside the tree
     planned = _Planned.of(resolved, status) if needed else _Planned()
     result.fixable = planned.fixable
     context = LaunchContext(
@@ -626,25 +625,25 @@ def _architectures_finding(model: ModelConfig | None) -> Finding | None:
     return Finding(MODELS, False, message, "give config.json's architectures as class names (strings) only")
 
 
-def _chat_template_finding(command: LaunchCommand, root: Path) -> Finding | None:
-    """A failed `command` finding when vLLM cannot load --chat-template (load_chat_template: a file
-    it opens, else text with `{`, `}` or a line break taken as the template, else its built-in
-    template of that name): it refuses the launch then, once the model has loaded."""
+def _chat_template_findings(command: LaunchCommand, root: Path) -> list[Finding]:
+    """A failed `command` finding (in a list; else none) when vLLM cannot load --chat-template
+    (load_chat_template: a file it opens, else text with `{`, `}` or a line break taken as the
+    template, else its built-in template of that name): it refuses the launch once the model loaded."""
     value = command.optional_text("chat-template")
     if value is None or any(c in value for c in "{}\n"):
-        return None
+        return []
     try:
         read_regular(os.path.join(command.working_directory(), value), 1, follow_symlinks=True, head=True)
-        return None
+        return []
     except OSError as exc:  # a fifo too: vLLM's open() would wait on it
         why = "no such file" if isinstance(exc, FileNotFoundError) else exc.strerror or str(exc)
     if os.path.isfile(root / CHAT_TEMPLATES / value):
-        return None
+        return []
     message = (
         f"--chat-template {value}: {why}, nor a template vLLM ships (under {CHAT_TEMPLATES}): vLLM refuses "
         "the launch once the model has loaded"
     )
-    return Finding(COMMAND, False, message, "give a readable template file's path, as the launch's directory sees it")
+    return [Finding(COMMAND, False, message, "give a readable template file's path, as the launch's directory sees it")]
 
 
 def _spec_drafter(command: LaunchCommand, missing: list[TargetError] | None, config_format: str) -> ModelConfig | None:
