@@ -34,7 +34,7 @@ from patchkit.base.hashing import sha256
 from patchkit.distinfo.entry_points import metadata_directories, parse_entry_points
 from patchkit.store.objects import read_object
 from patchkit.store.state import META_DIR, State, read_state, state_path
-from patchkit.tree.target import Target, vllm_metadata_dirs
+from patchkit.tree.target import Target, names_of, vllm_metadata_dirs
 
 DISTRIBUTION = "patchkit-guard"
 MODULE = "patchkit_guard.py"
@@ -325,9 +325,21 @@ def launch_verdict(root: Path, state: State | None = None, prefix: str | None = 
     hidden = [f"{OTHERS_CANNOT_READ} {closed}"] if closed else []
     try:
         found = judge(str(root), EVERY_CPYTHON, prefix)
+        named = _prefixed_as_named(root, prefix, found.problems)
     except Exception as exc:  # what check() catches and refuses for (guard.check): a refusal all the same
         return Verdict([*unknown, *hidden, str(exc)])
-    return Verdict(unknown + hidden + found.problems, found.stock_again, found.whole)
+    return Verdict(unknown + hidden + found.problems + named, found.stock_again, found.whole)
+
+
+def _prefixed_as_named(root: Path, prefix: str | None, said: list[str]) -> list[str]:
+    """The stale bytecode under the pycache prefix at the other paths this run reached the tree by
+    (a symlinked site): Python keys it by the import path as given, and the guard judges it there."""
+    if not (sys.pycache_prefix if prefix is None else prefix):
+        return []
+    found: list[str] = []
+    for name in names_of(root):
+        found += [p for p in judge(name, EVERY_CPYTHON, prefix).problems if _PREFIXED_STALE in p]
+    return [p for p in dict.fromkeys(found) if p not in said]
 
 
 def _unknown_module(root: Path, state: State | None) -> list[str]:
@@ -615,7 +627,12 @@ def stale_under_prefix(root: Path, paths: list[str], prefix: str | None) -> list
     this process's), which Python reads in place of __pycache__: none without a prefix."""
     if not (sys.pycache_prefix if prefix is None else prefix):
         return []
-    return [(rel, Path(pyc)) for rel, _said, pyc in target_guard.stale_places(str(root), paths, EVERY_CPYTHON, prefix)]
+    # the tree as named too (a symlinked site): the path Python keys the launch's bytecode by
+    found: dict[str, str] = {}
+    for site in (str(root), *names_of(root)):
+        for rel, _said, pyc in target_guard.stale_places(site, paths, EVERY_CPYTHON, prefix):
+            found.setdefault(pyc, rel)
+    return [(rel, Path(pyc)) for pyc, rel in found.items()]
 
 
 def prefixed_bytecode(problems: list[str]) -> list[str]:
