@@ -93,6 +93,8 @@ def _record(files: dict[str, bytes], own: str) -> bytes:
 
 
 STOPS_EVERY_LAUNCH = "it would stop every launch"
+NOT_INSTALLED_VLLM = "the target is not an installed vLLM (no vllm-*.dist-info beside vllm/)"
+NO_DIST_INFO = target_guard.NO_DIST_INFO  # the guard's words for it: apply removes a guard there
 
 
 def unseen_guard_note(target: Target) -> str:
@@ -134,8 +136,7 @@ def install_changes(
     A guard file patchkit did not write, or that changed since, is replaced only with `replace`
     (the caller keeps a copy of it: replaced_files)."""
     if not is_site_packages(root):
-        why = "the target is not an installed vLLM (no vllm-*.dist-info beside vllm/)"
-        return {}, recorded, f"{why}: no guard installed"
+        return {}, recorded, f"{NOT_INSTALLED_VLLM}: no guard installed"
     installed = installed_vllm_version(root)
     if vllm_version is not None and installed != vllm_version:
         read = f"vLLM {installed}" if installed else "no one vLLM version (none, or several vllm-*.dist-info)"

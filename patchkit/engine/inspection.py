@@ -25,6 +25,7 @@ from patchkit.engine.guard import (
     CACHE_OVERFULL,
     CHANGED_SINCE,
     NEWER_GUARD,
+    NO_DIST_INFO,
     OTHERS_CANNOT_READ,
     SEVERAL,
     SEVERAL_FIX,
@@ -206,6 +207,8 @@ class TreeStatus(Value):
             return f"run {revert} (it keeps a copy of the edits), then {apply}"
         if any(SEVERAL in problem for problem in self.guard):  # apply refuses until one is left
             return f"{SEVERAL_FIX}, then run {hints.command('status')}"
+        if any(problem.startswith(NO_DIST_INFO) for problem in self.guard) and not self.drifted:
+            return f"run {hints.command('apply')} (the guard cannot tell vLLM's version there: it removes the guard)"
         upgraded = [problem for problem in self.guard if UPGRADED in problem]
         if upgraded and len(upgraded) < len(self.guard) and not self.stale:
             # vLLM was upgraded under the record, and its files are not all the new release's: no

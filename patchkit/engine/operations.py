@@ -47,6 +47,7 @@ from patchkit.distinfo.record import (
 )
 from patchkit.engine.guard import (
     MODULE,
+    NOT_INSTALLED_VLLM,
     STALE_BYTECODE,
     STALE_GUARD,
     STOPS_EVERY_LAUNCH,
@@ -55,6 +56,7 @@ from patchkit.engine.guard import (
     foreign_files,
     install_changes,
     installed_vllm_version,
+    is_site_packages,
     make_readable,
     other_build,
     own_unrecorded,
@@ -611,6 +613,11 @@ class _Applying:
         root, asked = self.resolved.target.root, self.guard_choice is True  # --guard: replace one not patchkit's
         was = other_build(root, state)
         changes, recorded, why_not = install_changes(root, state.guard, version, replace=asked)
+        if why_not and state.guard and not is_site_packages(root):  # it cannot tell the version it compares
+            self.warn(
+                f"{NOT_INSTALLED_VLLM}: the launch guard an earlier apply installed cannot tell which vLLM runs: removed"
+            )
+            return self.without_guard(state)
         if why_not:
             self.warn(why_not)
         if why_not and STOPS_EVERY_LAUNCH in why_not and state.guard:  # an earlier apply's guard would too
