@@ -519,7 +519,7 @@ def _guard_fields(root: Path, set_name: str, state: State | None, *, stale: bool
         "guard_notes": older_guard_notes(root, state)
         + unrecorded_guard_notes(root, state)
         + _wheel_without_guard(root, state),
-        "store_notes": left_by_a_killed_command(root, state),
+        "store_notes": left_by_a_killed_command(root, state) + records_unjudged(state),
         "guard_installed": is_installed(root),
         "others_fix": _others_fix(state, set_name, refused, verdict.stock_again) if state is not None else None,
         "whole_wheel": state is not None and _of_a_wheel_of_several_sets(root, set_name, state),
@@ -528,6 +528,29 @@ def _guard_fields(root: Path, set_name: str, state: State | None, *, stale: bool
         "guard_missing": missing,
         "symlink_fix": _symlink_fix(root, refused, state),
     }
+
+
+def records_unjudged(state: State | None) -> list[str]:
+    """A note for each set the record holds that the library at hand lacks (applied from another
+    library, or a record nobody wrote): no set judged here names it, and revert would write back
+    what its record says."""
+    if state is None or not state.entries or hints.current().adhoc:
+        return []
+    try:
+        known = set(load_library(locate(hints.current().library).path))
+    except PatchkitError:
+        return []
+    found = []
+    for entry in (e for e in state.entries if not is_adhoc(e.set_name) and e.set_name not in known):
+        files = sorted(entry.files)
+        named = ", ".join(files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
+        chosen = hints.for_set(entry.set_name, library=entry.library) if entry.library else None
+        judge = f"{hints.command('status', chosen=chosen)} judges it" if chosen else "no library is named"
+        found.append(
+            f"the record also holds {shown_set(entry)} ({named or 'no file'}), which the library at hand does not "
+            f"have: not judged here ({judge})"
+        )
+    return found
 
 
 def _stock_again_only(refused: list[str], verdict: Verdict) -> int:

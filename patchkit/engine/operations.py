@@ -125,6 +125,7 @@ from patchkit.store.state import (
     meta_dir,
     read_state,
     remove_empty_store,
+    shown_set,
     state_path,
 )
 from patchkit.tree.target import Target, checkout_restore, stock_files_command
@@ -1127,7 +1128,9 @@ class _Reverting:
         self.refuse_unvouched_originals(view, plan, restored, force=force)
         preflight(self.root, files, writable=not dry_run)
         if dry_run:
-            return RevertResult(Outcome.DRY_RUN, f"would restore {len(files)} file(s)", files, warnings=self.warnings)
+            return RevertResult(
+                Outcome.DRY_RUN, _would_restore(files, self.undo.entries), files, warnings=self.warnings
+            )
         guard_changes, new_state, removed = self.record_after()
         if not plan.changes:
             return self.record_only(guard_changes, new_state, removed)
@@ -1194,9 +1197,11 @@ class _Reverting:
         if not self.alone or force:
             return
         named = ", ".join(self.alone[:3]) + (f" and {len(self.alone) - 3} more" if len(self.alone) > 3 else "")
+        sets = ", ".join(shown_set(e) for e in self.undo.entries if set(e.files) & set(self.alone))
         raise CheckFailed(
-            f"nothing but {state_path(self.root)} vouches for what revert would put back at {named} (no vLLM "
-            "RECORD lists it, and the recorded patches reversed do not give it); nothing was written",
+            f"nothing but {state_path(self.root)} vouches for what revert would put back at {named} (the record "
+            f"of {sets}: no vLLM RECORD lists those bytes there, and the recorded patches reversed do not give "
+            "them); nothing was written",
             hint=f"if that record is yours, {hints.command('revert', '--force')} puts it back and keeps a copy of "
             f"what it replaces; else put the stock files back with {stock_files_command(self.root, self.undo.installed)}",
         )
@@ -1223,10 +1228,11 @@ class _Reverting:
         restored = {path for e in self.undo.entries for path in e.files}
         written = {path: data for path, data in _written(changes).items() if path in restored}
         listed = _tree_record(self.root, list(written))
+        # vouched for: vLLM's RECORD lists these very bytes (a path it lists with others' is no proof)
         return sorted(
             path
             for path, data in written.items()
-            if (listed is None or path not in listed.hashes)
+            if (listed is None or path not in listed.hashes or not listed.matches(path, data))
             and reverse_file(view.original_content, path, own, digest=False) != data
         )
 
@@ -1285,6 +1291,16 @@ def _unlike_record(root: Path, changes: Changes) -> list[str]:
     if parsed is None:
         return []
     return sorted(path for path, data in written.items() if path in parsed.hashes and not parsed.matches(path, data))
+
+
+def _would_restore(files: list[str], entries: list[Entry]) -> str:
+    """A dry run's line: the files, and the records of the sets it undoes (a set the library at hand
+    lacks is named here, or nowhere)."""
+    named = ", ".join(files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
+    sets = ", ".join(shown_set(e) for e in entries)
+    return f"would restore {len(files)} file(s){': ' + named if files else ''}" + (
+        f" (the record of {sets})" if sets else ""
+    )
 
 
 def _written(changes: Changes) -> dict[str, bytes]:
