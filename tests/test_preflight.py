@@ -411,6 +411,8 @@ def test_a_launch_python_without_vllm_is_told_to_launch_vllms_interpreter(setup)
     assert not check["ok"] and "vLLM is not installed for" in check["message"], check
     assert check["fix"].startswith("launch with the interpreter of the venv whose vLLM this is"), check
     assert "point patchkit" not in check["fix"], check
+    # review30 L2: the placeholder named the program by its base name, never with its path glued on
+    assert f"(`-- /path/to/venv/bin/{os.path.basename(sys.executable)} ...`)" in check["fix"], check
 
 
 def test_preflight_v_says_cannot_judge_once_in_a_row(setup):

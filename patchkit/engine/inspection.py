@@ -189,6 +189,15 @@ class TreeStatus(Value):
         chosen = hints.current().set_name
         return (chosen,) if chosen else ()
 
+    def _dist_info_fix(self) -> str | None:
+        """The fix of a refusal for vLLM's dist-info: several (apply refuses until one is left), or none
+        (the guard cannot tell the version: apply removes it, as it installs none on such a tree)."""
+        if any(SEVERAL in problem for problem in self.guard):
+            return f"{SEVERAL_FIX}, then run {hints.command('status')}"
+        if any(problem.startswith(NO_DIST_INFO) for problem in self.guard) and not self.drifted:
+            return f"run {hints.command('apply')} (the guard cannot tell vLLM's version there: it removes the guard)"
+        return None
+
     def _guard_fix_of_its_cause(self) -> str | None:
         """guard_fix where a cause of the refusal has its own fix; None: apply's, of the tree as it is."""
         if self.state == TreeState.UNSUPPORTED:
@@ -205,10 +214,8 @@ class TreeStatus(Value):
             # a wheel's file: this set's apply leaves it; the wheel's sets go together
             revert, apply = (hints.command(verb, *args, chosen=_without_a_set()) for verb, *args in _EVERY_SET)
             return f"run {revert} (it keeps a copy of the edits), then {apply}"
-        if any(SEVERAL in problem for problem in self.guard):  # apply refuses until one is left
-            return f"{SEVERAL_FIX}, then run {hints.command('status')}"
-        if any(problem.startswith(NO_DIST_INFO) for problem in self.guard) and not self.drifted:
-            return f"run {hints.command('apply')} (the guard cannot tell vLLM's version there: it removes the guard)"
+        if (dist_info := self._dist_info_fix()) is not None:
+            return dist_info
         upgraded = [problem for problem in self.guard if UPGRADED in problem]
         if upgraded and len(upgraded) < len(self.guard) and not self.stale:
             # vLLM was upgraded under the record, and its files are not all the new release's: no

@@ -151,7 +151,7 @@ def launch_target_finding(resolved: Resolved, command: LaunchCommand) -> Finding
         runs = found.root
     except TargetError as exc:  # the hint of a --python given is not this one's: the launch's program is
         fix = (
-            f"launch with the interpreter of the venv whose vLLM this is (`-- /path/to/venv/bin/{command.program} ...`),"
+            f"launch with the interpreter of the venv whose vLLM this is (`-- /path/to/venv/bin/{os.path.basename(command.program)} ...`),"
             " or activate that venv"
         )
         return Finding(LAUNCH_TARGET, False, f"the command's {command.program} runs {python}: {exc.message}", fix)
