@@ -13,6 +13,7 @@ source checkout the target root is no site-packages, and no entry point there wo
 
 from __future__ import annotations
 
+import _imp
 import base64
 import csv
 import hashlib
@@ -95,6 +96,8 @@ def _record(files: dict[str, bytes], own: str) -> bytes:
 STOPS_EVERY_LAUNCH = "it would stop every launch"
 NOT_INSTALLED_VLLM = "the target is not an installed vLLM (no vllm-*.dist-info beside vllm/)"
 NO_DIST_INFO = target_guard.NO_DIST_INFO  # the guard's words for it: apply removes a guard there
+NOT_BYTECODE = target_guard.NOT_BYTECODE  # a fifo or a device named as a recorded file's bytecode
+PREFIXED = target_guard.PREFIXED  # a .pyc under the pycache prefix
 
 
 def unseen_guard_note(target: Target) -> str:
@@ -305,6 +308,28 @@ def launch_refusal(root: Path, state: State | None = None) -> list[str]:
     return launch_verdict(root, state).problems
 
 
+def _site_minor(root: Path) -> str | None:
+    """The minor version of the Python 3 whose site-packages `root` is (ENV/lib/python3.X/site-packages:
+    only that interpreter imports from there); None: the directory does not say."""
+    match = re.fullmatch(r"python3\.([0-9]+)t?", root.parent.name) if root.name == "site-packages" else None
+    return match.group(1) if match else None
+
+
+def launch_tags(root: Path) -> tuple[str, ...]:
+    """The bytecode tags of the Python that imports root's vllm, as its site-packages names it; else every CPython 3's."""
+    minor = _site_minor(root)
+    return (f"cpython-3{minor}",) if minor is not None else EVERY_CPYTHON
+
+
+def launch_extensions(root: Path) -> tuple[str, ...]:
+    """The extension module suffixes the Python that imports root's vllm imports: this one's, its
+    version's tag in them made that Python's (every CPython 3's where the site does not say)."""
+    own, tag = _imp.extension_suffixes(), sys.implementation.cache_tag or ""
+    versioned = [suffix for suffix in own if tag and suffix.startswith(f".{tag}")]
+    tags = {suffix.replace(tag, other, 1) for suffix in versioned for other in launch_tags(root)}
+    return tuple(sorted({*own} - {*versioned} | tags))
+
+
 # The bytecode names an unlistable __pycache__ is judged by here: patchkit may run on another Python than
 # vLLM's (pipx on 3.12, vLLM on 3.11), so every CPython 3's, as a listable one is judged
 EVERY_CPYTHON = tuple(f"cpython-3{minor}" for minor in range(100))
@@ -325,7 +350,7 @@ def launch_verdict(root: Path, state: State | None = None, prefix: str | None = 
     closed = ", ".join(f"{path} ({stat.S_IMODE(mode):04o})" for path, mode in unreadable_by_others(root, state))
     hidden = [f"{OTHERS_CANNOT_READ} {closed}"] if closed else []
     try:
-        found = judge(str(root), EVERY_CPYTHON, prefix)
+        found = judge(str(root), launch_tags(root), prefix, launch_extensions(root))
         named = _prefixed_as_named(root, prefix, found.problems)
     except Exception as exc:  # what check() catches and refuses for (guard.check): a refusal all the same
         return Verdict([*unknown, *hidden, str(exc)])

@@ -26,7 +26,9 @@ from patchkit.engine.guard import (
     CHANGED_SINCE,
     NEWER_GUARD,
     NO_DIST_INFO,
+    NOT_BYTECODE,
     OTHERS_CANNOT_READ,
+    PREFIXED,
     SEVERAL,
     SEVERAL_FIX,
     SHADOWED,
@@ -582,7 +584,12 @@ def _symlink_fix(root: Path, refused: list[str], state: State | None) -> str | N
     linked = [
         problem.partition(THROUGH_SYMLINK)[2].removesuffix(")") for problem in refused if THROUGH_SYMLINK in problem
     ]
-    return f"remove the symlink {root / linked[0]} (Python then compiles the source)" if linked else None
+    if linked:
+        return f"remove the symlink {root / linked[0]} (Python then compiles the source)"
+    # a fifo or a device named as a recorded file's bytecode: the import would wait on it; no command removes it
+    blocking = [p.partition(" " + NOT_BYTECODE)[0].removesuffix(PREFIXED) for p in refused if NOT_BYTECODE in p]
+    paths = [str(root / path) if not os.path.isabs(path) else path for path in blocking]
+    return f"run {hints.remove_files(paths)} (Python writes its bytecode again)" if paths else None
 
 
 def _recorded_sets(state: State | None) -> tuple[str, ...]:
