@@ -1501,3 +1501,16 @@ def test_the_launch_target_fix_quotes_a_python_path_with_a_space(setup, tmp_path
     done = preflight(tree, library, str(script), *serve(models["deepseek"], models["drafter"])[1:])
     assert_clean_failure(done, 1)
     assert f"--python {shlex.quote(str(python))})" in findings(done)["launch-target"]["fix"], done.stdout
+
+
+def test_a_model_config_that_is_a_fifo_is_refused_with_what_to_do(setup):
+    """review30 L2: "model config .../config.json: not a regular file (a fifo, a device or a directory)",
+    and no hint."""
+    tree, library, models = setup
+    config = models["deepseek"] / "config.json"
+    config.unlink()
+    os.mkfifo(config)
+    done = preflight(tree, library, *serve(models["deepseek"], models["drafter"]), fmt="text")
+    said = " ".join(done.stderr.split())
+    assert done.returncode == 2 and f"model config {config}: not a regular file" in said, said
+    assert f"hint: put the file itself there (vLLM reads {config} as a file too)" in said, said
