@@ -811,7 +811,7 @@ def _differing(site: str, files: dict[str, str | None]) -> list[tuple[str, str |
     for rel, expected in sorted(files.items()):
         full = _inside(site, rel)
         if full is None and _plain_path(rel):  # the file there leads out (a symlink), not the record
-            found.append((rel, "", rel + " leads outside " + site + " (a symlink): not the file patchkit wrote"))
+            found.append((rel, "", repr(rel) + " leads outside " + site + " (a symlink): not the file patchkit wrote"))
             continue
         if full is None:
             found.append((rel, "", repr(rel) + " is recorded with a path outside " + site))
