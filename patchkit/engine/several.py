@@ -322,6 +322,21 @@ _STATE_ORDER = (
 )
 
 
+def overall_state(states: set[TreeState]) -> TreeState:
+    """Several sets' states as one (status and preflight alike): an upstream set has nothing to
+    apply, so it counts only when every set is upstream; sets applied (recorded or not) beside
+    sets not applied make a partial tree; none applied: the worst."""
+    if not states:
+        return TreeState.NOT_APPLIED
+    if states <= {TreeState.UPSTREAM}:
+        return TreeState.UPSTREAM
+    states = states - {TreeState.UPSTREAM}
+    held = {TreeState.APPLIED, TreeState.UNRECORDED}  # the change in, recorded or not: no partial tree
+    if len(states) > 1 and states & {*held, TreeState.PARTIAL} and not states <= held:
+        return TreeState.PARTIAL
+    return max(states, key=_STATE_ORDER.index)  # none applied: not-applied, or a conflict
+
+
 @dataclass(eq=False, repr=False)
 class SetsStatus(Value):
     """`status` of several sets: each covering set's status, in the library's order. `unchosen`: the
@@ -339,16 +354,9 @@ class SetsStatus(Value):
         """applied when every set chosen is; not-applied when none is; partial otherwise (or when
         one set is partial); conflict when none is applied and a set does not apply; upstream when
         every set is."""
-        states = {s.state for c, s in zip(self.chosen, self.statuses, strict=True) if c.name not in self.unchosen}
-        if not states:
-            return TreeState.NOT_APPLIED
-        if states <= {TreeState.UPSTREAM}:
-            return TreeState.UPSTREAM
-        states.discard(TreeState.UPSTREAM)
-        held = {TreeState.APPLIED, TreeState.UNRECORDED}  # the change in, recorded or not: no partial tree
-        if len(states) > 1 and states & {*held, TreeState.PARTIAL} and not states <= held:
-            return TreeState.PARTIAL
-        return max(states, key=_STATE_ORDER.index)  # none applied: not-applied, or a conflict
+        return overall_state(
+            {s.state for c, s in zip(self.chosen, self.statuses, strict=True) if c.name not in self.unchosen}
+        )
 
     @property
     def outcome(self) -> Outcome:
