@@ -16,9 +16,8 @@ from patchkit.cli.ui.findings import Failure, fix_once
 from patchkit.cli.ui.json_views import target_json
 from patchkit.cli.ui.junit import JUnitCase, junit
 from patchkit.cli.ui.run import write_junit
-from patchkit.engine.inspection import inspect
+from patchkit.engine.inspection import inspect, overall_state
 from patchkit.engine.resolve import judged, library_sets, resolve_sets, resolve_target, several
-from patchkit.engine.several import overall_state
 from patchkit.launch.command import LaunchCommand, frame, read
 from patchkit.launch.findings import PASS, Finding
 from patchkit.launch.preflight import (
