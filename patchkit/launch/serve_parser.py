@@ -18,7 +18,6 @@ kept in Reading.unread, for the preflight to say it cannot judge the command.
 from __future__ import annotations
 
 import argparse
-import difflib
 import json
 import re
 import shlex
@@ -318,8 +317,7 @@ class _Refused(argparse.ArgumentParser):
     """argparse whose refusals are BadInput (never an exit, never a print)."""
 
     def error(self, message: str) -> NoReturn:
-        said, _, hint = message.partition(argtypes.HINT)
-        raise BadInput(f"vLLM's `{self.prog}` parser refuses the command: {said}", hint=hint or None)
+        raise BadInput(f"vLLM's `{self.prog}` parser refuses the command: {message}")
 
     def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
         raise BadInput(f"vLLM's `{self.prog}` parser refuses the command: {message or status}")
@@ -423,7 +421,7 @@ def _parsed(
         raise BadInput(
             f"vLLM's `{parser.prog}` parser refuses the command: unrecognized arguments: "
             + " ".join(map(shlex.quote, words)),
-            hint=_one_word_hint(joined) if joined else _spelling_hint(words, parser),
+            hint=_one_word_hint(joined) if joined else None,
         )
     return dict(vars(namespace)), unread
 
@@ -445,18 +443,6 @@ def _a_dotted_value(word: str, unread: list[str]) -> bool:
     """`word` is the JSON a dotted option's keys were merged into, after that option (said by it)."""
     at = unread.index(word)
     return at > 0 and unread[at - 1].startswith("-") and word.startswith("{")
-
-
-def _spelling_hint(words: list[str], parser: argparse.ArgumentParser) -> str:
-    """The fix of an option the release does not know: the option it most looks like (a typo),
-    else where its options are listed."""
-    options = [option for option in parser._option_string_actions if option.startswith("--")]
-    for word in words:
-        typed = word.split("=", 1)[0]
-        close = difflib.get_close_matches(typed, options, n=1, cutoff=0.8) if typed.startswith("--") else []
-        if close:
-            return f"did you mean {close[0]}? spell it so in the launch, then run it again"
-    return "remove it, or check its spelling: `vllm serve --help` lists this vLLM's options"
 
 
 def _one_word_hint(word: str) -> str:
