@@ -42,7 +42,7 @@ import threading
 import time
 import traceback
 import types
-from collections.abc import Iterator, MutableMapping
+from collections.abc import Callable, Iterator, MutableMapping
 from contextlib import suppress
 from pathlib import Path
 from typing import NoReturn
@@ -136,6 +136,27 @@ def run_patchkit(args: list[str], env: dict[str, str], cwd: Path | str | None, t
     if path is None:
         return subprocess.run(argv, capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout)
     return _forked(argv, env, cwd, timeout, path)[1]
+
+
+def run_patchkit_on(args: list[str], env: dict[str, str], fds: list[int], read: Callable[[], None]) -> int | None:
+    """`python -m patchkit ARGS` with `env` in this directory as a fork of the server, its stdin, stdout and
+    stderr the caller's `fds` (a terminal's), closed here once handed over; `read()` runs while it runs and
+    returns when its output ended. Its exit code; None where a fork would start otherwise (`fds` left open)."""
+    path = _fork_path(env, None)
+    if path is None:
+        return None
+    assert _server is not None
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
+        connection.connect(_server.socket)
+        body = json.dumps({"args": args, "env": env, "cwd": os.getcwd(), "path": path, "code": None}).encode()
+        rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))]
+        connection.sendmsg([_LENGTH.pack(len(body)), body], rights)
+        for fd in set(fds):
+            os.close(fd)  # the command's own copies alone keep a terminal open: its end is the reader's EOF
+        _read_exactly(connection, _STATUS.size)
+        read()
+        _, status = _STATUS.unpack(_read_exactly(connection, _STATUS.size))
+    return os.waitstatus_to_exitcode(status)
 
 
 def run_python_code(code: str, args: list[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:

@@ -163,7 +163,10 @@ REFUSED_VALUES = [
     (["--max-num-seqs", "1.0"], "--max-num-seqs: '1.0' is not a whole number"),
     (["--eplb-config", "[]"], "--eplb-config: '[]' is not a JSON object"),
     (["--kernel-config.nope", "1"], "--kernel-config: unknown key 'nope'; the keys are: enable_flashinfer_autotune"),
-    (["--default-chat-template-kwargs", "{x"], "--default-chat-template-kwargs: '{x' is not valid JSON"),
+    (
+        ["--default-chat-template-kwargs", "{x"],
+        "--default-chat-template-kwargs: not valid JSON (Expecting property name enclosed in double quotes at column 2): {x",
+    ),
     (["--lora-modules", '{"path": "/l"}'], "Invalid fields for --lora-modules"),
     (["--lora-modules", "[x"], "Invalid JSON format for --lora-modules"),
 ]

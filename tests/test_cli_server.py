@@ -8,9 +8,10 @@ import shutil
 import subprocess
 import sys
 
+import helpers
 import pytest
 from cli_server import run_patchkit, run_python_code
-from helpers import LOAD_LIKE_VLLM, MODEL, MODEL_PY, make_patch, write_tree
+from helpers import LOAD_LIKE_VLLM, MODEL, MODEL_PY, make_patch, on_a_terminal, write_tree
 
 
 def fresh(args: list[str], env: dict[str, str], cwd) -> subprocess.CompletedProcess:
@@ -143,3 +144,26 @@ def test_the_guard_loaded_in_a_fork_answers_as_in_a_fresh_interpreter(tmp_path, 
         assert written == sorted(p.name for p in (site / "__pycache__").iterdir())
         shutil.rmtree(site / "__pycache__")
         assert forked.returncode == (1 if edit else 0), forked.stdout + forked.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "stdout_terminal"),
+    [(["--help"], True), (["status", "--target", "site"], True), (["status", "--target", "missing"], False)],
+)
+def test_a_command_on_a_terminal_is_forked_and_draws_what_a_fresh_interpreter_draws(
+    tmp_path, monkeypatch, args, stdout_terminal
+):
+    write_tree(tmp_path / "site")
+    monkeypatch.chdir(tmp_path)
+    fresh_drawn = []
+
+    def fresh_only(*given: object) -> None:  # the fork refused: on_a_terminal starts a fresh interpreter
+        fresh_drawn.append(True)
+
+    with monkeypatch.context() as fresh_start:
+        fresh_start.setattr(helpers, "run_patchkit_on", fresh_only)
+        expected = on_a_terminal(args, width=50, stdout_terminal=stdout_terminal, drop_env=("COLUMNS", "LINES"))
+    assert fresh_drawn
+    monkeypatch.setattr(helpers, "subprocess", None)  # no fresh interpreter: the fork server's
+    assert on_a_terminal(args, width=50, stdout_terminal=stdout_terminal, drop_env=("COLUMNS", "LINES")) == expected
+    assert expected[1]  # something was drawn to compare

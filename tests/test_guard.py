@@ -921,6 +921,41 @@ def test_stale_bytecode_under_the_pycache_prefix_stops_the_launch_and_status_nam
     )
 
 
+def test_under_a_pycache_prefix_stale_bytecode_in_pycache_is_never_read_and_never_refused(patched, tmp_path):
+    """launch30 item 1c: under a pycache prefix Python reads a module's bytecode from the prefix's
+    mirror alone (importlib's cache_from_source), never __pycache__: the guard refused a stale
+    unchecked-hash .pyc there all the same, stopping a launch that would have run the patched file."""
+    site, diff, _ = patched
+    pyc = _unchecked_pyc_of(
+        site / "vllm/models/__pycache__", MODEL_PY.encode(), f"model.{sys.implementation.cache_tag}.pyc"
+    )
+    assert _load(site).returncode != 0  # no prefix: Python reads it, and runs the stock code
+    prefix = {"PYTHONPYCACHEPREFIX": str(tmp_path / "pfx")}
+    assert _load(site, **prefix).returncode == 0, _load(site, **prefix).stderr[-600:]
+    assert target_guard.stale_bytecode(str(site), [MODEL], prefix=str(tmp_path / "pfx")) == []
+    assert run_cli("status", "--target", site, "--patch", diff, env=prefix).returncode == 0
+    assert pyc.exists()
+
+
+def test_apply_in_a_pycache_prefixs_environment_removes_the_bytecode_its_write_makes_stale(tmp_path, scratch):
+    """launch30 item 1b: an image compiled the stock tree under its prefix (unchecked-hash), then
+    `apply` ran in that environment: apply fixed __pycache__ alone, so every launch from there was
+    refused (and would have run the stock code). It removes those too, and says so."""
+    site = write_tree(tmp_path / "site")
+    diff = tmp_path / "model.diff"
+    diff.write_bytes(make_patch(scratch, site, {MODEL: MODEL_PY.replace("return x", "return x * 2")}))
+    prefix = tmp_path / "pfx"
+    mirror = prefix / str(site.resolve()).lstrip("/") / "vllm/models"
+    mirror.parent.mkdir(parents=True)
+    pyc = _unchecked_pyc_of(mirror, MODEL_PY.encode(), f"model.{sys.implementation.cache_tag}.pyc")
+    env = {"PYTHONPYCACHEPREFIX": str(prefix)}
+    done = run_cli("apply", "--target", site, "--patch", diff, "-v", env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert not pyc.exists() and f"{pyc} (under the pycache prefix): stale: removed" in " ".join(done.stdout.split())
+    assert _load(site, **env).returncode == 0
+    assert run_cli("status", "--target", site, "--patch", diff, env=env).returncode == 0
+
+
 def test_bytecode_under_the_pycache_prefix_that_is_no_regular_file_is_never_read(patched, tmp_path):
     """The prefix's mirror is untrusted as __pycache__ is: a fifo named as the module's bytecode is
     not read (a read would hang), an unchecked-hash .pyc of the patched bytes passes."""

@@ -19,7 +19,10 @@ import importlib.util
 import json
 import py_compile
 import re
+import shlex
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -902,7 +905,8 @@ def test_a_local_edit_inside_a_hunk_of_a_tree_never_applied_fails_the_commands_n
     }
     assert {command: done.returncode for command, done in said.items()} == dict.fromkeys(said, 1), said
     assert f"{SPEC} differs from stock vLLM 0.16.0" in " ".join(said["verify"].stdout.split())
-    assert "(the stock files back), then `patchkit apply" in " ".join(tree.cli("status").stdout.split())
+    fix = " ".join(tree.cli("status").stdout.split())
+    assert "put the stock file back, apply: `cp -p" in fix and " && patchkit apply" in fix, fix
     (tree.site / SPEC).write_text(stock_files("0.16.0")[SPEC])
     assert tree.cli("apply", "--no-import").returncode == 0
     assert load_plugins_like_vllm(tree.site).returncode == 0 and tree.cli("status").returncode == 0
@@ -1123,3 +1127,116 @@ def test_stale_bytecode_through_a_symlinked_pycache_fails_and_an_overfull_pycach
     assert f"fix: remove {cache} (Python writes its bytecode there again), then run `patchkit status" in said, said
     shutil.rmtree(cache)
     assert tree.cli("status").returncode == 0 and load_plugins_like_vllm(tree.site).returncode == 0
+
+
+# -- launches under a pycache prefix (PYTHONPYCACHEPREFIX, -X pycache_prefix): Python reads a source's
+# bytecode there alone, never __pycache__; each state is judged with the prefix in patchkit's own
+# environment (the launch inherits it) and with the prefix set by the launch alone (`env VAR=...`)
+
+
+def _prefix(tree: Tree) -> Path:
+    return tree.site.parent / "pfx"
+
+
+def _prefixed_pyc(tree: Tree, rel: str, source: str) -> Path:
+    """An unchecked-hash .pyc of `source` where Python under the prefix reads `rel`'s bytecode."""
+    mirror = _prefix(tree) / str(tree.site.resolve() / rel).lstrip("/")
+    mirror.parent.mkdir(parents=True, exist_ok=True)
+    scratch = tree.site.parent / "scratch.py"
+    scratch.write_text(source)
+    cfile = mirror.parent / f"{mirror.stem}.{sys.implementation.cache_tag}.pyc"
+    mode = py_compile.PycInvalidationMode.UNCHECKED_HASH
+    return Path(py_compile.compile(str(scratch), cfile=str(cfile), doraise=True, invalidation_mode=mode))
+
+
+def _prefixed_env(tree: Tree) -> dict[str, str]:
+    return {"PYTHONPYCACHEPREFIX": str(_prefix(tree))}
+
+
+def _model_patched_ad_hoc(tree: Tree, env: dict[str, str] | None = None) -> None:
+    """A --patch apply changing MODEL: a record beside the set's, which the guard judges too."""
+    addon = tree.site.parent / "model.patch"
+    addon.write_bytes(make_patch(tree.site.parent, tree.site, {MODEL: (tree.site / MODEL).read_text() + "TUNED = 1\n"}))
+    done = run_cli("apply", "--no-import", "--target", tree.site, "--patch", addon, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def prefix_holds_stock_bytecode_of_the_sets_file(tree: Tree) -> None:
+    _applied(tree)
+    _prefixed_pyc(tree, SPEC, stock_files("0.16.0")[SPEC])
+
+
+def prefix_holds_stock_bytecode_of_another_records_file(tree: Tree) -> None:
+    """The launch needs the set; the guard refuses for another record's file (an ad-hoc --patch's)."""
+    _applied(tree)
+    _model_patched_ad_hoc(tree)
+    _prefixed_pyc(tree, MODEL, stock_files("0.16.0")[MODEL])
+
+
+def prefix_holds_bytecode_of_the_patched_file(tree: Tree) -> None:
+    _applied(tree)
+    _prefixed_pyc(tree, SPEC, (tree.site / SPEC).read_text())
+
+
+def pycache_holds_stock_bytecode_unread_under_the_prefix(tree: Tree) -> None:
+    stock_bytecode_beside_the_patched_file(tree)
+
+
+def prefix_held_stock_bytecode_before_apply(tree: Tree) -> None:
+    """An image compiled vLLM under its prefix, then `apply` ran in that environment."""
+    _prefixed_pyc(tree, SPEC, stock_files("0.16.0")[SPEC])
+    done = run_cli("apply", "--no-import", "--target", tree.site, "--patches", tree.library, env=_prefixed_env(tree))
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def prefix_held_stock_bytecode_before_another_records_apply(tree: Tree) -> None:
+    _applied(tree)
+    _prefixed_pyc(tree, MODEL, stock_files("0.16.0")[MODEL])
+    _model_patched_ad_hoc(tree, _prefixed_env(tree))
+
+
+PREFIXED_LAUNCHES: list[Callable[[Tree], None]] = [
+    applied,
+    prefix_holds_stock_bytecode_of_the_sets_file,
+    prefix_holds_stock_bytecode_of_another_records_file,
+    prefix_holds_bytecode_of_the_patched_file,
+    pycache_holds_stock_bytecode_unread_under_the_prefix,
+    prefix_held_stock_bytecode_before_apply,
+    prefix_held_stock_bytecode_before_another_records_apply,
+]
+
+
+def _named_commands(text: str) -> list[list[str]]:
+    """The commands a fix names in backquotes, as words."""
+    return [shlex.split(found) for found in re.findall(r"`([^`]*)`", " ".join(text.split()))]
+
+
+@pytest.mark.parametrize("build", PREFIXED_LAUNCHES, ids=lambda build: build.__name__)
+def test_under_a_pycache_prefix_the_guard_refuses_exactly_when_the_commands_fail_and_the_fix_clears_it(tmp_path, build):
+    tree = _tree(tmp_path)
+    build(tree)
+    env = _prefixed_env(tree)
+    refuses = load_plugins_like_vllm(tree.site, **env).returncode != 0
+    status = run_cli("status", "--format", "json", "--target", tree.site, "--patches", tree.library, env=env)
+    assert status.returncode in (0, 1), status.stdout + status.stderr
+    own = ("--target", tree.site, "--patches", tree.library)
+    launch = (str(tree.bin / "vllm"), "serve", str(tree.model))
+    prefixed = ("env", *(f"{k}={v}" for k, v in env.items()), *launch)
+    said = {
+        "status": status.returncode,
+        "preflight": run_cli("preflight", *own, "--no-import", "--", *launch, env=env).returncode,
+        "preflight, the prefix the launch's own": run_cli("preflight", *own, "--no-import", "--", *prefixed).returncode,
+        "run": run_cli("run", *own, "--", *launch, env=env).returncode,
+        "run, the prefix the launch's own": run_cli("run", *own, "--", *prefixed).returncode,
+    }
+    failing = {command for command, code in said.items() if code != 0}
+    assert failing == (set(said) if refuses else set()), (refuses, said, status.stdout)
+    if build in (prefix_held_stock_bytecode_before_apply, prefix_held_stock_bytecode_before_another_records_apply):
+        assert not refuses  # apply in that environment removed the .pyc its write made stale
+    if build is pycache_holds_stock_bytecode_unread_under_the_prefix:
+        assert not refuses  # Python under a prefix never reads __pycache__: the patched source runs
+    for words in _named_commands((json.loads(status.stdout).get("guard") or {}).get("fix") or ""):
+        done = run_cli(*words[1:], env=env) if words[0] == "patchkit" else subprocess.run(words, check=False)
+        assert done.returncode == 0, words
+    assert load_plugins_like_vllm(tree.site, **env).returncode == 0
+    assert run_cli("run", *own, "--", *prefixed).returncode == 0

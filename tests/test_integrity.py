@@ -462,7 +462,7 @@ def test_a_recorded_original_nothing_vouches_for_is_written_back_only_with_a_cop
     assert apply(run, tree, library)[0].exit_code == 0
     patched = (tree / SPEC).read_bytes()
     _plant(tree, "demo", SPEC)
-    done = run("revert", "--target", tree, "--patches", library)
+    done = run("revert", "--target", tree, "--patches", library, "--force")  # words30 item 2: --force
     said = " ".join(done.output.split())
     assert done.exit_code == 0, said
     assert f"1 as only the record says: {SPEC}" in said, said

@@ -80,7 +80,9 @@ def test_negative_numbers_and_the_double_dash_follow_argparse():
 def test_a_value_of_the_wrong_type_is_refused_as_vllms_parser_refuses_it():
     with pytest.raises(BadInput, match="--seed: 'forty-two' is not a whole number"):
         read16("org/m", "--seed", "forty-two")
-    with pytest.raises(BadInput, match=r"--default-chat-template-kwargs: '\{not json' is not valid JSON"):
+    with pytest.raises(
+        BadInput, match=r"--default-chat-template-kwargs: not valid JSON \(.* at column 2\): \{not json"
+    ):
         read16("org/m", "--default-chat-template-kwargs", "{not json")
 
 
@@ -659,3 +661,30 @@ def test_env_unset_takes_the_variable_out_of_what_the_launch_reads(tmp_path):
         env={"VLLM_USE_MODELSCOPE": "true"},
     )  # fmt: skip
     assert done.returncode in (0, 1), done.stdout + done.stderr
+
+
+@pytest.mark.parametrize(
+    ("typed", "meant"),
+    [("--tensor-paralel-size", "--tensor-parallel-size"), ("--speculative-confg", "--speculative-config")],
+)
+def test_a_mistyped_option_is_refused_with_the_option_it_looks_like(typed, meant):
+    with pytest.raises(BadInput, match=f"unrecognized arguments: {typed}") as refused:
+        read16("org/m", typed, "8")
+    assert refused.value.hint is not None and refused.value.hint.startswith(f"did you mean {meant}?")
+    with pytest.raises(BadInput) as unlike:  # nothing close: where the options are listed, no guess
+        read16("org/m", "--zzz-qqq")
+    assert unlike.value.hint is not None and "did you mean" not in unlike.value.hint
+
+
+def test_bad_json_shows_where_json_stopped_and_the_shell_fix():
+    """New-user trial 26 s3: the excerpt was the first 60 characters, the column past them (83)."""
+    trailing = '{"method": "eagle3", "model": "some/drafter-model-dir", "num_speculative_tokens": 3,}'
+    with pytest.raises(BadInput) as refused:
+        read16("org/m", "--speculative-config", trailing)
+    assert "at column 85): …" in refused.value.message and refused.value.message.endswith('tokens": 3,}')
+    assert refused.value.hint == "remove the comma before the } at column 85 (JSON allows no trailing comma)"
+    for typed in ("{'method': 'eagle3'}", "{method: eagle3}"):  # single quotes; the shell ate the double ones
+        with pytest.raises(BadInput) as quoted:
+            read16("org/m", "--speculative-config", typed)
+        assert quoted.value.hint is not None and "put the whole JSON in single quotes" in quoted.value.hint
+        assert "\n" not in quoted.value.message

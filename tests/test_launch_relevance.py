@@ -255,5 +255,7 @@ def test_run_apply_says_it_skipped_a_set_whose_file_has_a_local_edit_with_the_fi
     assert done.returncode == 1 and "not launched: the preflight failed" in done.stderr, done.stdout + done.stderr
     summary = " ".join(line for line in done.stdout.splitlines() if "set(s) applied" in line)
     assert summary.startswith("1 set(s) applied (tools); eagle3 not applied: ") and SPEC in summary, done.stdout
-    fix = f"then `patchkit apply --target {tree} --patches {lib} --set eagle3`"
-    assert "copy your edit of that file elsewhere" in summary and summary.endswith(fix), summary
+    fix = f" && patchkit apply --target {tree} --patches {lib} --set eagle3`"
+    assert "keep your edit as .mine, put the stock file back, apply: `cp -p" in summary and summary.endswith(fix), (
+        summary
+    )

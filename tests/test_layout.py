@@ -333,7 +333,7 @@ LAZY_IMPORTS = {
     "patchkit.series.plan": "`run`'s fast path reads the record and never plans",
     "patchkit.cli.commands.apply": "`run`'s fast path never applies: apply's command (the engine's operations) loads for --apply",
     "patchkit.engine.transaction": "`run`'s fast path takes no lock (2.7 ms of CPU, bench/README)",
-    "difflib": "`run`'s fast path loads launch.toolparsers, which suggests a name only for a misspelt parser (~1 ms)",
+    "difflib": "`run`'s fast path loads launch.values, which suggests a name only for a misspelt option or parser (~1 ms)",
     "pyflakes": "a warm dry run recalls the names check's findings: pyflakes runs on a miss (2.2 ms of CPU)",
 }
 # Issue 21 allows fewer than 30, each for a start-up gain measured in bench/ (README): never raise it past 29.

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -41,15 +43,13 @@ def args(tree, library, *extra):
 def test_status_says_the_file_differs_from_stock_not_partly_applied(run, edited, library):
     data = json.loads(run("status", *args(edited, library), "--format", "json").stdout)
     assert data["state"] == "conflict"
-    assert re.search(rf"`patchkit fetch [^`]*0\.16\.0 --dest {edited} --force`.*then `patchkit apply", data["hint"]), (
-        data
-    )
+    assert re.search(rf" && patchkit fetch [^`]*0\.16\.0 --dest {edited} --force && patchkit apply", data["hint"]), data
     assert [p["state"] for p in data["patches"]] == ["conflict", "not-applied"]
     result = run("status", *args(edited, library))
     assert result.exit_code == 1
     assert "partial" not in result.output and "partly" not in result.output, result.output
     assert f"{SPEC} differs from stock vLLM 0.16.0" in result.output
-    fix = rf"fix: copy your edit .* `patchkit fetch [^`]*0\.16\.0 --dest {edited} --force` .*, then `patchkit apply"
+    fix = rf"fix: keep your edit as \.mine, .*: `cp -p .* && patchkit fetch [^`]*0\.16\.0 --dest {edited} --force && patchkit apply"
     assert re.search(fix, " ".join(result.output.split())), result.output
 
 
@@ -67,7 +67,7 @@ def test_apply_names_the_edited_file_and_the_fix(run, edited, library):
     assert result.exit_code == 1
     said = " ".join(result.output.split())
     assert f"hint: {SPEC} differs from stock vLLM 0.16.0" in said, said
-    assert re.search(rf"`patchkit fetch [^`]*0\.16\.0 --dest {edited} --force`.*then `patchkit apply", said), said
+    assert re.search(rf" && patchkit fetch [^`]*0\.16\.0 --dest {edited} --force && patchkit apply", said), said
     assert snapshot(edited) == before
 
 
@@ -122,7 +122,29 @@ def test_preflight_judges_the_launch_on_what_the_fix_of_the_local_edit_leaves(st
     assert found["tree_state"] == "conflict" and set(failed) == {"tree-state", "whitelist"}, failed
     assert "partly" not in failed["tree-state"]["message"]
     fix = {f["fix"] for f in failed.values()}
-    assert len(fix) == 1 and f"`patchkit fetch 0.16.0 --dest {tree} --force`" in fix.pop(), failed
+    assert len(fix) == 1 and f" && patchkit fetch 0.16.0 --dest {tree} --force && " in fix.pop(), failed
     assert run_cli("fetch", "0.16.0", "--dest", tree, "--force").returncode == 0
     assert run_cli("apply", "--target", tree).returncode == 0
     assert run_cli("preflight", "--target", tree, "--no-import", "--", *launch).returncode == 0
+
+
+@pytest.mark.release
+def test_the_fix_is_one_command_that_pasted_keeps_the_edit_and_applies(stock, tmp_path):
+    """words30 item 8: the fix said "copy your edit of that file elsewhere, run `…` (the stock files
+    back), then `…`": a chore, not a command. It is one command now; run step by step as a shell runs
+    `a && b && c`, it keeps the edit beside the file and leaves the tree applied."""
+    tree = tmp_path / "edited"
+    shutil.copytree(stock / "stock", tree)
+    spec = tree / "vllm/config/speculative.py"
+    edit = spec.read_text().replace('"hunyuan_v1_dense",', '"hunyuan_v1_dense", "mymodel",', 1)
+    spec.write_text(edit)
+    done = run_cli("status", "--target", tree, "--format", "json")
+    [line] = re.findall(r"`([^`]+)`", json.loads(done.stdout)["hint"])
+    steps = [shlex.split(step) for step in line.split(" && ")]
+    assert [step[:2] for step in steps] == [["cp", "-p"], ["patchkit", "fetch"], ["patchkit", "apply"]], steps
+    subprocess.run(steps[0], check=True)
+    for step in steps[1:]:
+        done = run_cli(*step[1:])
+        assert done.returncode == 0, done.stdout + done.stderr
+    assert (tree / "vllm/config/speculative.py.mine").read_text() == edit
+    assert json.loads(run_cli("status", "--target", tree, "--format", "json").stdout)["state"] == "applied"

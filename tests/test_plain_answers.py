@@ -115,7 +115,7 @@ def test_a_check_failing_on_a_local_edit_names_its_fix_first_when_the_stock_file
     failed = {f["check"]: f for f in found["findings"] if not f["ok"] and f["result"] == "fail"}
     assert found["tree_state"] == "conflict" and "whitelist" in failed, failed
     local_edit = failed["tree-state"]["fix"]
-    assert local_edit.startswith("copy your edit of that file elsewhere"), local_edit
+    assert local_edit.startswith("keep your edit as .mine, put the stock file back, apply: `cp -p"), local_edit
     for check, finding in failed.items():
         assert finding["fix"].startswith(local_edit), (check, finding)
     assert failed["whitelist"]["fix"].startswith(f"{local_edit}; if it still fails: "), failed["whitelist"]

@@ -661,8 +661,10 @@ def test_a_created_file_whose_patch_file_is_gone_is_deleted_only_while_it_holds_
         assert f"{created} is gone" in said and "delete vllm/made.py yourself" in said, said
         assert (tree / "vllm/made.py").read_text() == "MADE = 3\n"
 
-    (tree / "vllm/made.py").write_text("MADE = 2\n")  # the bytes patchkit wrote: its own to delete
-    done = run("revert", "--target", tree)
+    (tree / "vllm/made.py").write_text("MADE = 2\n")  # the bytes patchkit wrote, as only the record says
+    done = run("revert", "--target", tree)  # words30 item 2: on the record's word alone, --force
+    assert done.exit_code == 1 and "--force" in done.output and (tree / "vllm/made.py").exists(), done.output
+    done = run("revert", "--target", tree, "--force")
     assert done.exit_code == 0, done.output
     assert snapshot(tree) == stock
 
@@ -749,7 +751,7 @@ def test_a_file_deleted_on_the_records_word_alone_is_said_as_a_copy_kept_not_an_
         "patches": [{"name": "x.patch", "path": "/nonexistent/x.patch", "sha256": "0" * 64}],
     }
     (tree / ".patchkit/state.json").write_text(json.dumps({"format": 1, "entries": [entry]}))
-    done = run("revert", "--target", tree)
+    done = run("revert", "--target", tree, "--force")  # on the record's word alone: --force (words30 item 2)
     said = " ".join(done.output.split())
     assert done.exit_code == 0 and not notes.exists(), said
     assert "your edits" not in said and "restored to stock" not in said, said

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import time
@@ -417,3 +419,27 @@ def test_a_revert_with_no_record_says_stock_only_as_vllms_record_vouches(run, tr
     said = " ".join(result.output.split())
     assert result.exit_code == 0 and "is stock" not in said, said
     assert f"the tree records no apply, but {SPEC} differs from vLLM's RECORD" in said and "--force" in said, said
+
+
+def test_a_planted_journal_naming_a_users_file_is_never_met_with_a_hint_to_delete_it(tmp_path):
+    """words30 item 1: a planted journal that says patchkit created a file of the user's (older than
+    the journal) got "put the stock files back …, or remove the files it created": a delete on the
+    journal's word. The hint says patchkit deletes nothing on its word and gives the safe command,
+    which removes the journal alone; then every command goes on and the file is as it was."""
+    tree = write_tree(tmp_path / "site")
+    mine = b"SETTINGS = {'mine': True}\n"
+    (tree / "mypkg").mkdir()
+    (tree / "mypkg/settings.py").write_bytes(mine)
+    time.sleep(0.02)
+    entry = {"path": "mypkg/settings.py", "before": None, "after": sha256(mine), "staged": None}
+    _forged_journal(tree, [{**entry, "created_dirs": ["mypkg"]}])
+    done = _patchkit("recover", "--target", tree)
+    assert done.returncode == 2, done.stderr
+    hint = " ".join(done.stderr.split()).split("hint: ", 1)[1]
+    assert "remove the files" not in hint and "delete the" not in hint, hint
+    assert "patchkit changes and deletes none of these files on the journal's word" in hint, hint
+    [forget, status] = [shlex.split(c) for c in re.findall(r"`([^`]+)`", hint)]
+    assert forget == ["rm", "--", str(tree / ".patchkit/journal.json")], hint
+    subprocess.run(forget, check=True)
+    assert _patchkit(*status[1:]).returncode != 2
+    assert (tree / "mypkg/settings.py").read_bytes() == mine and not (tree / ".patchkit/journal.json").exists()

@@ -81,8 +81,11 @@ def test_the_patch_hint_names_the_file_applied_wherever_it_is_run(tmp_path, scra
     assert shlex.quote(str(tmp_path / "my patches" / "first.diff")) in done.stdout + done.stderr, done.stderr
     (tmp_path / "my patches" / "first.diff").write_text("--- moved on\n")
     done = run_cli("revert", "--target", tree, cwd=elsewhere)
-    # the patch is no longer at hand, but the file it created still holds what patchkit wrote: revert
-    # removes it and says which recorded patch created it, never a basename made absolute from here
+    # the patch is no longer at hand: only the record vouches for the originals (words30: --force)
+    assert done.returncode == 1 and f"`patchkit revert --target {tree} --force`" in done.stderr, done.stderr
+    done = run_cli("revert", "--target", tree, "--force", cwd=elsewhere)
+    # the file it created still holds what patchkit wrote: revert removes it and says which recorded
+    # patch created it, never a basename made absolute from here
     assert done.returncode == 0, done.stdout + done.stderr
     assert not (tree / CREATED).exists()
     # only the record vouches for its bytes: a copy is kept (review 16 H2)

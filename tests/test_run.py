@@ -577,3 +577,16 @@ def test_stale_bytecode_under_the_launchs_pycache_prefix_is_not_launched_and_its
     assert fix == str(pyc), said
     subprocess.run(["rm", "-f", "--", fix], check=True)
     assert patchkit_run(tree, library, prefixed, env)[1].returncode == 7
+
+
+def test_a_mistyped_option_is_not_launched_and_gets_the_option_it_looks_like(launch):
+    """New-user trial 26 s3: `--tensor-paralel-size 8` was refused with the parser's words alone:
+    no `did you mean`, no fix, no line saying the launch did not run."""
+    tree, library, command, env, marker = launch
+    _, done = patchkit_run(tree, library, [*command, "--tensor-paralel-size", "8"], env)
+    assert_clean_failure(done, 2)
+    assert not marker.exists()
+    said = " ".join(done.stderr.split())
+    assert "unrecognized arguments: --tensor-paralel-size 8" in said, said
+    assert "hint: did you mean --tensor-parallel-size?" in said, said
+    assert said.rstrip().endswith("error: not launched: fix the launch command, then run it again"), said

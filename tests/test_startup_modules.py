@@ -172,3 +172,23 @@ def test_the_recorded_lists_name_no_module_that_does_not_exist() -> None:
             module = Path(__file__).parent.parent / Path(*name.split("."))
             assert module.with_suffix(".py").is_file() or (module / "__init__.py").is_file(), (path, name)
         assert set(kinds["stdlib"]) <= set(HEAVY_STDLIB), path
+
+
+def test_a_dry_run_of_one_set_loads_neither_the_several_set_steps_nor_the_reports(tmp_path: Path) -> None:
+    """`apply --dry-run -q --set eagle3` in a library of two sets: one set's steps, and no check table
+    (it passed), so neither engine.several nor the reports (their findings and JUnit) load."""
+    tree, library, _command, env, _ = stand_in_launch(tmp_path)
+    env["PATCHKIT_CACHE_DIR"] = str(tmp_path / "cache")
+    (tree / TOOLS).parent.mkdir(parents=True)
+    (tree / TOOLS).write_text("def parse(text):\n    return text\n")
+    patch = make_patch(tmp_path, tree, {TOOLS: "def parse(text):\n    return text.strip()\n"})
+    write_library(library, {"0.16.0": [patch]}, name="tools")
+    found = loaded("apply", "--dry-run", "-q", "--set", "eagle3", "--target", tree, "--patches", library, env=env)
+    unwanted = (
+        "patchkit.engine.several",
+        "patchkit.cli.ui.reports",
+        "patchkit.cli.ui.findings",
+        "patchkit.cli.ui.junit",
+    )
+    assert [m for m in unwanted if m in found] == []
+    assert "patchkit.series.plan" in found and "patchkit.cli.ui.header" in found  # it planned, and said its set

@@ -4,9 +4,13 @@ and the tree's RECORD is parsed once a run however many sets ask for their files
 
 from __future__ import annotations
 
-import pytest
-from helpers import MODEL, MODEL_PY, SPEC, SPEC_PY, make_patch, patched_spec, pip_install, write_library
+from pathlib import Path
 
+import click
+import pytest
+from helpers import MODEL, MODEL_PY, SPEC, SPEC_PY, cli_runner, make_patch, patched_spec, pip_install, write_library
+
+from patchkit.base import usercache
 from patchkit.base.enums import SelectionKind
 from patchkit.base.errors import BadInput
 from patchkit.base.options import Options
@@ -131,3 +135,39 @@ def test_a_manifest_json_cannot_hold_is_parsed_each_time(tmp_path, monkeypatch):
     path.write_text("name = 'x'\nwhen = 2026-12-03\n")
     assert library.read_toml(path, "manifest") == library.read_toml(path, "manifest")
     assert str(library.read_toml(path, "manifest")["when"]) == "2026-12-03"
+
+
+def test_the_runs_end_takes_the_format_click_read_and_parses_the_command_line_once(tmp_path, monkeypatch):
+    parses = []
+    real = click.Command.make_context
+
+    def counted(self, info_name, args, parent=None, **extra):
+        if info_name != "cli":  # the group's own context
+            parses.append((info_name, extra.get("resilient_parsing", False)))
+        return real(self, info_name, args, parent=parent, **extra)
+
+    monkeypatch.setattr(click.Command, "make_context", counted)
+    invoke = cli_runner()
+    said = invoke("status", "--target", tmp_path)  # no vLLM there: an error, said as text
+    assert said.exit_code != 0 and "error:" in said.output
+    assert parses == [("status", False)]  # click's own parse; the run's end asks no second one
+    parses.clear()
+    said = invoke("status", "--format", "json", "--target", tmp_path)
+    assert said.exit_code != 0 and '"command": "status"' in said.output  # the JSON document, as asked
+    assert parses == [("status", False)]
+
+
+def test_the_user_cache_directory_is_asked_of_platformdirs_once_while_its_environment_stays(tmp_path, monkeypatch):
+    asked = []
+    real = usercache.platformdirs.user_cache_dir
+    monkeypatch.setattr(usercache.platformdirs, "user_cache_dir", lambda name: asked.append(name) or real(name))
+    monkeypatch.delenv("PATCHKIT_CACHE_DIR", raising=False)
+    monkeypatch.setattr(usercache, "_USER_CACHE", {}, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "one"))
+    first = [usercache.cache_dir() for _ in range(5)]
+    assert len(asked) == 1 and set(first) == {Path(real("patchkit"))}
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "two"))  # another environment: asked again
+    assert usercache.cache_dir() == Path(real("patchkit")) and usercache.cache_dir().parent == tmp_path / "two"
+    assert len(asked) == 2
+    monkeypatch.setenv("PATCHKIT_CACHE_DIR", str(tmp_path / "own"))
+    assert usercache.cache_dir() == tmp_path / "own" and len(asked) == 2

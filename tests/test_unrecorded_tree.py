@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from helpers import Releases, load_plugins_like_vllm, make_patch, snapshot, write_library, write_tree
+from helpers import Releases, load_plugins_like_vllm, make_patch, run_cli, snapshot, write_library, write_tree
 
 from patchkit.store.state import read_state
 
@@ -587,3 +587,39 @@ def test_verify_of_a_partial_tree_fails_as_status_does_and_says_it_passes_once_a
         assert last.startswith("verify: FAILED: partial: 1 of 2 patches applied; ok if applied: "), last
     assert run("apply", *on_tree).exit_code == 0
     assert run("verify", *on_tree).exit_code == 0
+
+
+def test_preflight_and_run_on_a_lost_record_with_an_edit_away_from_the_hunks_say_what_status_says(
+    run, stock, tmp_path, monkeypatch
+):
+    """launch30 item 2: status fails that tree (record lost, a patched file edited away from its
+    hunks: apply refuses to record it), but preflight said "applied, no drift" and run launched it.
+    Both fail it now, in status's words and with its fix; a lost record with no edit still launches."""
+    tree, library = stock
+    Releases(tmp_path / "index", monkeypatch).add("0.17.1", {PARSER: PARSER_PY, ROUTER: ROUTER_PY})
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"model_type": "llama", "architectures": ["LlamaForCausalLM"]}))
+    stand_in = tmp_path / "vllm"
+    stand_in.write_text("#!/bin/sh\nexit 7\n")
+    stand_in.chmod(0o755)
+    launch = ["--", str(stand_in), "serve", str(model)]
+    assert run("apply", "--target", tree, "--patches", library).exit_code == 0
+    shutil.rmtree(tree / ".patchkit")
+    assert run_cli("run", "--target", tree, "--patches", library, *launch).returncode == 7  # found applied
+    (tree / ROUTER).write_text("# tuned by hand\n" + (tree / ROUTER).read_text())
+
+    status = " ".join(run("status", "--target", tree, "--patches", library).output.split())
+    said = run("preflight", "--target", tree, "--patches", library, "--no-import", "--format", "json", *launch)
+    assert said.exit_code == 1, said.output
+    (finding,) = [f for f in json.loads(said.output)["findings"] if not f["ok"]]
+    message = f"{ROUTER} differs from stock vLLM 0.17.1 beyond the set's change (your edit?): the tree records no apply"
+    assert finding["check"] == "tree-state" and finding["message"].startswith(message), finding
+    assert finding["message"].endswith("of routes, so patchkit cannot record it as its own: apply refuses it"), finding
+    fix = re.search(
+        r"fix: (`patchkit revert [^`]*--force` \(keeps a copy of the edits\), then `patchkit apply [^`]*`)", status
+    )
+    assert fix and finding["fix"] == f"run {fix.group(1)}", (finding, status)
+    ran = run_cli("run", "--target", tree, "--patches", library, *launch)
+    assert ran.returncode == 1 and "not launched" in ran.stderr, ran.stdout + ran.stderr
+    assert "beyond the set's change" in " ".join(ran.stdout.split()), ran.stdout

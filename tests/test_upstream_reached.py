@@ -74,7 +74,7 @@ def test_a_checkout_holding_the_change_is_not_recorded_nor_reversed(run, tmp_pat
     hand; apply records nothing, revert leaves them."""
     co = checkout(tmp_path / "co", FIXED)
     status = run("status", "--target", co, "--patches", open_library, "--format", "json")
-    assert json.loads(status.stdout)["state"] == "upstream", status.output
+    assert json.loads(status.stdout)["state"] == "unrecorded", status.output  # nothing proves upstream (words30)
     assert "upstream, or applied by hand" in run("status", "--target", co, "--patches", open_library).output
     verified = run("verify", "--target", co, "--patches", open_library)  # audit23 F1: nothing proves it stock
     assert verified.exit_code == 0 and "close the set's range" not in verified.output, verified.output
@@ -303,10 +303,12 @@ def test_a_local_edit_in_a_checkout_gets_a_fix_that_puts_its_own_file_back_not_p
     assert status.exit_code == 1 and "conflict" in said, status.output
     assert "pip" not in said, said
     if not git:
-        assert f"restore {MODEL} from your source (the stock files back), then `patchkit apply" in said, said
+        assert f"restore {MODEL} from your source (the stock file back), then `patchkit apply" in said, said
         return
-    restore, apply = _printed(said.split("fix: ", 1)[1])[:2]
-    assert restore == ["git", "-C", str(co), "checkout", "--", MODEL], restore
+    [chain] = re.findall(r"`([^`]+)`", said.split("fix: ", 1)[1].split(" note:")[0])
+    keep, restore, apply = (shlex.split(step) for step in chain.split(" && "))
+    assert keep[:3] == ["cp", "-p", "--"] and restore == ["git", "-C", str(co), "checkout", "--", MODEL], chain
+    subprocess.run(keep, check=True, capture_output=True)
     subprocess.run(restore, check=True, capture_output=True)
     assert run(*apply[1:]).exit_code == 0
     assert state_of(run, co, open_library) == "applied"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from patchkit.base.values import FrozenValue, Shown, Value
+from patchkit.base.values import FrozenValue, Shown, Value, frozen
 
 RECORDED = Path(__file__).parent / "startup_modules.json"
 
@@ -138,6 +138,57 @@ def test_an_identity_value_reads_as_a_generated_one_and_is_itself_alone():
     assert one != SharedIdentity("x") and one == one and hash(one) == object.__hash__(one)
 
 
+@frozen
+class OnceFrozen(FrozenValue):
+    name: str
+    size: int = 0
+    note: str = field(default="", compare=False)
+    bag: dict = field(default_factory=dict, hash=False)
+    secret: str = field(default="", repr=False)
+
+
+@frozen
+class OnceDerived(FrozenValue):
+    text: str
+    length: int = field(init=False, default=0)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "length", len(self.text))
+
+
+def _refusal(action) -> str:
+    with pytest.raises(dataclasses.FrozenInstanceError) as refused:
+        action()
+    return str(refused.value)
+
+
+@pytest.mark.parametrize("name", ["name", "size", "bag", "secret", "other"])
+def test_a_frozen_value_refuses_a_change_as_a_generated_frozen_one_does(name):
+    made, generated = OnceFrozen("x", 1, "n", {"k": 1}, "s"), GenFrozen("x", 1, "n", {"k": 1}, "s")
+
+    def assign(value):
+        return lambda: setattr(value, name, "y")
+
+    def delete(value):
+        return lambda: delattr(value, name)
+
+    assert _refusal(assign(made)) == _refusal(assign(generated))
+    assert _refusal(delete(made)) == _refusal(delete(generated))
+    assert (made.name, made.size, made.bag, made.secret) == ("x", 1, {"k": 1}, "s")  # unchanged
+
+
+def test_a_frozen_value_is_made_replaced_and_derived_as_a_generated_one():
+    made = OnceFrozen("x")
+    assert (made.size, made.note, made.bag, made.secret) == (0, "", {}, "")
+    assert made.bag is not OnceFrozen("x").bag  # a default_factory per instance
+    changed = dataclasses.replace(made, size=2)
+    assert (changed.name, changed.size, made.size) == ("x", 2, 0)
+    assert repr(changed) == repr(GenFrozen("x", 2)).replace("GenFrozen", "OnceFrozen")
+    derived = OnceDerived("abc")
+    assert derived.length == 3 and derived == OnceDerived("abc") and hash(derived) == hash(("abc", 3))
+    assert dataclasses.fields(OnceFrozen) and dataclasses.is_dataclass(made)
+
+
 def _startup_modules() -> list[str]:
     recorded = json.loads(RECORDED.read_text())
     return sorted({m for kinds in recorded.values() for m in kinds["patchkit"]})
@@ -154,3 +205,23 @@ def test_no_dataclass_a_start_up_path_loads_compiles_its_own_eq_or_repr():
                 if params.eq or params.repr:
                     compiled.append(f"{name}.{cls.__qualname__}")
     assert compiled == []
+
+
+# Frozen dataclasses a start-up path loads that keep `frozen=True`, with why: an instance of a
+# `@frozen` class is slower to make (its __init__ sets each field through a Python __setattr__).
+STAYS_FROZEN = {
+    "patchkit.checks.CheckResult": "~6,000 a dry run of a 1,294-file diff (+67 M instructions as @frozen)",
+}
+
+
+def test_no_dataclass_a_start_up_path_loads_compiles_its_own_setattr_or_delattr():
+    """`frozen=True` compiles a `__setattr__` and a `__delattr__` per class (~0.25 ms each class at every
+    start-up): a frozen value class is `@frozen` (patchkit.base.values), which makes one of each
+    without compiling, but for the few made in bulk (STAYS_FROZEN)."""
+    compiled = []
+    for name in _startup_modules():
+        for cls in vars(importlib.import_module(name)).values():
+            ours = isinstance(cls, type) and cls.__module__ == name and dataclasses.is_dataclass(cls)
+            if ours and cls.__dataclass_params__.frozen:  # type: ignore[union-attr]
+                compiled.append(f"{name}.{cls.__qualname__}")
+    assert sorted(compiled) == sorted(STAYS_FROZEN)

@@ -5,7 +5,10 @@ refused, not copied (review 18's M3: only the sizes were compared)."""
 from __future__ import annotations
 
 import csv
+import hashlib
+import hmac
 import io
+import json
 import os
 import zipfile
 from pathlib import Path
@@ -24,6 +27,7 @@ from helpers import (
     write_wheel,
 )
 
+from patchkit.base.errors import BadInput
 from patchkit.checks import LARGEST_PARSED
 
 VERSION = "0.16.0+corp"
@@ -139,3 +143,128 @@ def test_a_true_labelled_wheel_builds_with_a_record_true_to_every_member(tmp_pat
                 assert (digest, size) == (record_hash(zf.read(name)), str(zf.getinfo(name).file_size)), name
         assert len(rows) == len(zf.namelist())
     install(patched, tmp_path / "prefix")
+
+
+# --------------------------------------------------------------------------- the members' seal
+# Hashing every member costs what inflating the whole wheel costs (1.3 GB for vLLM 0.16.0), on every
+# build: once they all hashed true, the cache seals that for the file as it was (issue 20's speed).
+
+
+@pytest.fixture
+def hashed(monkeypatch) -> list[str]:
+    """The members each build inflates to hash, in order; every file sealed though just written."""
+    from patchkit.wheel import build, stock
+
+    monkeypatch.setattr(stock, "SEAL_AFTER_NS", -1)
+    names: list[str] = []
+    digest_of = build.StockWheel.digest_of
+
+    def counted(self, member, algorithm):
+        names.append(member.name)
+        return digest_of(self, member, algorithm)
+
+    monkeypatch.setattr(build.StockWheel, "digest_of", counted)
+    return names
+
+
+def build_of(stock: Path, out: Path, library: Path, say=lambda message: None):
+    from patchkit.base.options import Options
+    from patchkit.wheel.build import build_patched_wheel
+
+    return build_patched_wheel(stock, out, Options(library=str(library)), label=None, say=say)
+
+
+BIG = os.urandom(LARGEST_PARSED + 1)
+
+
+def sealed_labelled(tmp_path: Path, library: Path, hashed: list[str]) -> Path:
+    """A true labelled wheel (a stored member copied first, as vLLM's .so files are) built once:
+    every member with a hash in its RECORD hashed, and sealed."""
+    stock = labelled(tmp_path / "in", extra={"vllm/_big.abi3.so": BIG})
+    assert build_of(stock, tmp_path / "out0", library).path is not None
+    assert {"vllm/_big.abi3.so", "vllm/_C.abi3.so", "vllm/entrypoints/cli.py"} <= set(hashed)
+    hashed.clear()
+    return stock
+
+
+def test_an_unchanged_labelled_wheel_is_not_hashed_again(tmp_path, library, hashed):
+    stock = sealed_labelled(tmp_path, library, hashed)
+    said: list[str] = []
+    again = build_of(stock, tmp_path / "out1", library, said.append)
+    assert again.path is not None and hashed == [], hashed
+    assert "its members hashed true before; the file is unchanged: not hashed again" in said
+    first, second = (next((tmp_path / d).iterdir()).read_bytes() for d in ("out0", "out1"))
+    assert first == second  # the same wheel, byte for byte
+    copy = tmp_path / "copy" / stock.name  # the same bytes elsewhere: another file, hashed
+    copy.parent.mkdir()
+    copy.write_bytes(stock.read_bytes())
+    assert build_of(copy, tmp_path / "out2", library).path is not None and "vllm/_big.abi3.so" in hashed
+
+
+def test_a_touched_labelled_wheel_is_hashed_again(tmp_path, library, hashed):
+    stock = sealed_labelled(tmp_path, library, hashed)
+    os.utime(stock)  # the same bytes, a new mtime and ctime: another file for all patchkit knows
+    assert build_of(stock, tmp_path / "out1", library).path is not None and "vllm/_big.abi3.so" in hashed
+    hashed.clear()
+    assert build_of(stock, tmp_path / "out2", library).path is not None and hashed == []  # sealed again
+
+
+def _untrue_same_size(tmp_path: Path, stock: Path) -> bytes:
+    """The bytes of a wheel of `stock`'s size whose stored `vllm/_big.abi3.so` differs in one byte
+    (its CRC made to match), while its RECORD still gives the sealed wheel's hash."""
+    other = labelled(tmp_path / "other", {"vllm/_big.abi3.so": same_length(BIG, 9)}, {"vllm/_big.abi3.so": BIG})
+    data = other.read_bytes()
+    assert len(data) == stock.stat().st_size
+    return data
+
+
+@pytest.mark.parametrize("how", ["edited in place, its mtime set back", "replaced by a file of the same size"])
+def test_a_sealed_labelled_wheel_that_changed_is_never_trusted(tmp_path, library, hashed, how):
+    stock = sealed_labelled(tmp_path, library, hashed)
+    before = stock.stat()
+    data = _untrue_same_size(tmp_path, stock)
+    if how.startswith("edited"):
+        with stock.open("r+b") as handle:  # the same inode
+            handle.write(data)
+    else:
+        stock.with_suffix(".new").write_bytes(data)
+        os.replace(stock.with_suffix(".new"), stock)
+    os.utime(stock, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert stock.stat().st_size == before.st_size and stock.stat().st_mtime_ns == before.st_mtime_ns
+    with pytest.raises(BadInput, match=r"is not true to its RECORD: 'vllm/_big\.abi3\.so' hashes to"):
+        build_of(stock, tmp_path / "out1", library)
+    assert not (tmp_path / "out1").exists()
+
+
+def test_a_forged_or_linked_seal_is_only_a_hash(tmp_path, library, hashed):
+    from patchkit.base.usercache import cache_dir
+    from patchkit.wheel import stock as stock_module
+
+    stock = sealed_labelled(tmp_path, library, hashed)
+    (entry,) = (cache_dir() / stock_module.WHEEL_FILES).glob(f"*{stock_module.MEMBERS_SUFFIX}")
+    sealed = json.loads(entry.read_text())
+    forged = {**sealed, "seal": hmac.new(b"k" * 32, b"anything", hashlib.sha256).hexdigest()}
+    elsewhere = tmp_path / "planted.json"
+    elsewhere.write_text(json.dumps(sealed))
+    for plant in (lambda: entry.write_text(json.dumps(forged)), lambda: entry.symlink_to(elsewhere)):
+        entry.unlink()
+        plant()
+        assert build_of(stock, tmp_path / f"out{len(hashed)}", library).path is not None
+        assert "vllm/_big.abi3.so" in hashed  # not believed: hashed (and sealed again, as a file)
+        hashed.clear()
+    assert entry.is_file() and not entry.is_symlink()
+    assert build_of(stock, tmp_path / "out-last", library).path is not None and hashed == []
+
+
+def test_a_wheel_changed_while_it_is_read_is_refused(tmp_path, library, hashed):
+    """Sealed or not, the copies are taken from the file as it was when its members were vouched
+    for: a write during the build (its ctime moves) is refused, nothing written."""
+    stock = sealed_labelled(tmp_path, library, hashed)
+
+    def touch(message: str) -> None:
+        if message.startswith("copying the unchanged members"):
+            os.utime(stock)
+
+    with pytest.raises(BadInput, match="changed while it was read; refusing the wheel"):
+        build_of(stock, tmp_path / "out1", library, touch)
+    assert not (tmp_path / "out1").exists()

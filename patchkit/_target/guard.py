@@ -40,7 +40,7 @@ ENV = "PATCHKIT_GUARD"
 # The number of the guard's checks: patchkit tells an older build's guard that judges a tree as it
 # does (the same number: a note, `apply` updates it) from one that may not (a failure until `apply`).
 # tests/test_guard_format.py holds it to this module's code: a change of the code bumps it.
-GUARD_FORMAT = 8
+GUARD_FORMAT = 9
 MAX_RECORD_BYTES = 16 * 1024 * 1024
 if TYPE_CHECKING:  # (vllm version or None, {path: recorded sha256 or None}, {path: its original's sha256 or None})
     Record = tuple[str | None, dict[str, str | None], dict[str, str | None]]
@@ -156,9 +156,10 @@ class Verdict:
         self.whole = whole
 
 
-def judge(site: str, tags: Iterable[str] | None = None) -> Verdict:
+def judge(site: str, tags: Iterable[str] | None = None, prefix: str | None = None) -> Verdict:
     """find_problems, with which refused files are stock again (patchkit's status says the same).
-    `tags`: the bytecode cache tags an unlistable __pycache__ is opened by (None: this Python's own)."""
+    `tags`: the bytecode cache tags an unlistable __pycache__ is opened by (None: this Python's own);
+    `prefix`: the pycache prefix of the launch judged (stale_bytecode's; None: this process's)."""
     problems, upgraded = [], False
     expected: dict[str, str | None] = {}
     original: dict[str, str | None] = {}
@@ -193,7 +194,7 @@ def judge(site: str, tags: Iterable[str] | None = None) -> Verdict:
     changed = {rel for rel, _, _ in differing}
     kept = [rel for rel, sha in sorted(expected.items()) if sha and rel not in changed]
     try:
-        problems += stale_bytecode(site, kept, tags) + _shadowed(site, kept)
+        problems += stale_bytecode(site, kept, tags, prefix) + _shadowed(site, kept)
     except TreeChanged as exc:
         return Verdict([*problems, str(exc)])
     return Verdict(sorted(set(problems), key=problems.index), again, whole)
@@ -272,24 +273,33 @@ def stale_bytecode(
     patchkit's interpreter (status) and vLLM's (a launch) say the same. __pycache__ is untrusted:
     listed bounded, through a symlink as Python's import follows one (said, since apply's fix
     writes through none); a .pyc that is not a regular file is not read. `tags`: as judge's;
-    `prefix`: the pycache prefix whose mirror of the tree is judged too (None: this process's; "":
-    none)."""
+    `prefix`: the pycache prefix whose mirror of the tree is judged in place of __pycache__ (None:
+    this process's; "": none)."""
+    return [said for _rel, said, _pyc in stale_places(site, paths, tags, prefix)]
+
+
+def stale_places(
+    site: str, paths: list[str], tags: Iterable[str] | None = None, prefix: str | None = None
+) -> list[tuple[str, str, str]]:
+    """stale_bytecode's findings, each as (the recorded source, the finding, the .pyc's path).
+    Under a pycache prefix Python reads a source's bytecode there alone (importlib's
+    cache_from_source), never __pycache__: only the prefix's mirror is judged then."""
     mirrors = prefix_mirrors(site, sys.pycache_prefix if prefix is None else prefix)
     found = []
     for rel in paths:
         directory, _, name = rel.rpartition("/")
         if not name.endswith(".py"):
             continue
-        places = [(os.path.join(site, directory, "__pycache__"), directory + "/__pycache__/", "")]
-        places += [
+        places = [
             (os.path.join(mirror, directory), os.path.join(mirror, directory, ""), PREFIXED) for mirror in mirrors
-        ]
+        ] or [(os.path.join(site, directory, "__pycache__"), directory + "/__pycache__/", "")]
         source: list[bytes | None] = []  # read once, at the first unchecked-hash .pyc
         for cache, shown, where in places:
             for pyc in _compiled(cache, name[: -len(".py")], tags):
                 if _stale(os.path.join(cache, pyc), os.path.join(site, rel), source):
                     said = shown + pyc + where + " " + STALE_BYTECODE + " " + rel + RUNS_IN_ITS_PLACE
-                    found.append(said + ("" if where else _through_link(site, directory + "/__pycache__", pyc)))
+                    said += "" if where else _through_link(site, directory + "/__pycache__", pyc)
+                    found.append((rel, said, os.path.join(cache, pyc)))
     return found
 
 

@@ -52,6 +52,9 @@ class TreeState(StrEnum):
     # no patch applied, and one does not apply: a file differs from stock there (a local edit)
     CONFLICT = "conflict"
     UPSTREAM = "upstream"
+    # the files hold the set's change with no apply recorded, and nothing proves them the release's
+    # stock files (a checkout, a lost record): upstream's or a hand's, never called upstream
+    UNRECORDED = "unrecorded"
     UNSUPPORTED = "unsupported"
 
 

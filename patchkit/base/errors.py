@@ -16,10 +16,8 @@ maps to the exit code with exit_code_for; an error carries its own code. Nothing
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from patchkit.base.enums import Outcome
-from patchkit.base.values import FrozenValue
+from patchkit.base.values import FrozenValue, frozen
 
 OK = 0
 CHECK_FAILED = 1
@@ -119,7 +117,7 @@ class IndexNotRead(NoIndex):
     hint says what works instead."""
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@frozen
 class Finished(FrozenValue):
     """What a command without a richer result hands the CLI: its outcome, and the error to report."""
 

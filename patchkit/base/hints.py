@@ -22,6 +22,9 @@ from dataclasses import replace
 from patchkit.base.options import Options
 
 _SELECTION: ContextVar[Options | None] = ContextVar("patchkit_selection", default=None)
+# the interpreter of the tree the command works on, where patchkit found it without --python (the
+# one running patchkit, a venv's own beside its site-packages): a pip hint runs it
+_INTERPRETER: ContextVar[str | None] = ContextVar("patchkit_interpreter", default=None)
 
 # What each command takes of the selection (cli/commands: target_options(without=...)); a verb not
 # listed takes none of it (workspace, refresh...).
@@ -49,11 +52,17 @@ _FLAGS = {
 @contextmanager
 def selected(opts: Options) -> Iterator[None]:
     """The user's selection for every hint built inside (one command's run)."""
-    token = _SELECTION.set(opts)
+    token, known = _SELECTION.set(opts), _INTERPRETER.set(None)
     try:
         yield
     finally:
+        _INTERPRETER.reset(known)
         _SELECTION.reset(token)
+
+
+def knows_interpreter(python: str | None) -> None:
+    """The interpreter that runs the tree this command works on, found without --python."""
+    _INTERPRETER.set(python)
 
 
 def current() -> Options:
@@ -105,9 +114,9 @@ def for_set(set_name: str | None, adhoc: tuple[str, ...] = (), library: str | No
 
 def pip_reinstall(version: object | None) -> str:
     """The pip command that puts back a release's stock files (None: VERSION, not known here), run
-    by the tree's interpreter when the user named it (--python), else `python -m pip` with a word
-    on which one."""
-    python = current().python
+    by the tree's interpreter when the user named it (--python) or patchkit found it, else `python
+    -m pip` with a word on which one."""
+    python = current().python or _INTERPRETER.get()
     release = version or current().vllm_version or "VERSION"
     words = [python or "python", "-m", "pip", "install", "--force-reinstall", "--no-deps", f"vllm=={release}"]
     text = "`" + shlex.join(words) + "`"

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from patchkit.base.values import FrozenValue, frozen
 
-from patchkit.base.values import FrozenValue
+# ctx.meta (shared by a run's click contexts): the --format click read for the command, so that the
+# run's end (cli.main) need not parse the command line a second time to learn it
+CHOSEN_FORMAT = "patchkit.chosen-format"
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@frozen
 class Options(FrozenValue):
     """What the command line chose: the target, the library, the sets, the versions."""
 

@@ -20,8 +20,17 @@ def cache_dir() -> Path:
     env = os.environ.get("PATCHKIT_CACHE_DIR", "").strip()
     if env:
         return Path(env).expanduser()
+    # asked ~20 times a dry run: platformdirs' answer is kept while what it reads stays the same
+    key = tuple(os.environ.get(name) for name in _PLATFORM_DIRS_READ)
+    found = _USER_CACHE.get(key)
+    if found is None:
+        found = _USER_CACHE[key] = Path(platformdirs.user_cache_dir("patchkit"))
+    return found
 
-    return Path(platformdirs.user_cache_dir("patchkit"))
+
+# The environment platformdirs reads for the user cache directory (Linux, macOS, Windows)
+_PLATFORM_DIRS_READ = ("XDG_CACHE_HOME", "HOME", "USERPROFILE", "LOCALAPPDATA")
+_USER_CACHE: dict[tuple[str | None, ...], Path] = {}
 
 
 UNUSED_DAYS = 30  # a cache entry nothing read for this long is removed

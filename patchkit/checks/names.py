@@ -17,7 +17,6 @@ import json
 import os
 import sys
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,7 +24,7 @@ import pyflakes
 
 from patchkit.base import fsutil, seal
 from patchkit.base.usercache import cache_dir, prune, touch, usable_cache_dir
-from patchkit.base.values import FrozenValue
+from patchkit.base.values import FrozenValue, frozen
 from patchkit.checks import ERROR, WARNING, CheckContext, CheckResult, too_large_to_parse
 from patchkit.checks.parsed import parsed
 
@@ -39,7 +38,7 @@ _LINE_ARGUMENT = frozenset(
 )
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@frozen
 class Finding(FrozenValue):
     """One pyflakes message on a file, kept as plain values (the cache stores them)."""
 

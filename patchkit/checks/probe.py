@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import signal
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from patchkit.base.enums import CheckLevel
 from patchkit.base.locks import seconds_from_env
-from patchkit.base.values import FrozenValue
+from patchkit.base.values import FrozenValue, frozen
 from patchkit.checks import ERROR, WARNING, CheckContext, CheckResult
 from patchkit.tree.target import WorkerFailed, run_worker
 from patchkit.tree.version import release_version
@@ -152,7 +151,7 @@ def probe_timeout() -> float:
     return seconds_from_env(TIMEOUT_ENV, DEFAULT_TIMEOUT)
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@frozen
 class ProbeProblem(FrozenValue):
     """Why the probe gave no full report. `module`: the patched module it was importing when its
     process ended (None: another step); `patch_fault`: that module (or the set's probe script)

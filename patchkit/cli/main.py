@@ -13,11 +13,10 @@ import sys
 import threading
 from collections.abc import Callable, Iterable
 from contextlib import redirect_stderr, redirect_stdout, suppress
-from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TextIO, TypeVar
 
-from patchkit.base.values import FrozenValue
+from patchkit.base.values import FrozenValue, frozen
 
 # A run keeps nearly all its objects to the end, so collecting every 700 allocations walks them
 # again and again (~40 ms of a large dry run); every 200,000 (as mypy sets it) it seldom collects.
@@ -40,6 +39,7 @@ from patchkit.base.errors import (  # noqa: E402
     PatchkitError,
     exit_code_for,
 )
+from patchkit.base.options import CHOSEN_FORMAT  # noqa: E402
 from patchkit.cli.helpformat import HelpContext  # noqa: E402
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -68,7 +68,7 @@ EXIT_CODES = (
 )
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@frozen
 class Listed(FrozenValue):
     """A command as `patchkit --help` lists it, known without importing its module: the module
     is imported when the command runs or its own --help is asked."""
@@ -308,6 +308,9 @@ def _chosen_format(ctx: click.Context) -> str:
     name, command, args = ctx.meta.get(INVOKED, (None, None, []))
     if command is None or not any(p.name == "fmt" for p in command.params):
         return OutputFormat.TEXT
+    if CHOSEN_FORMAT in ctx.meta:  # click read it for the command (options.format_option)
+        chosen: str = ctx.meta[CHOSEN_FORMAT]
+        return chosen
     try:
         with command.make_context(name, list(args), parent=ctx, resilient_parsing=True) as seen:
             return seen.params.get("fmt") or OutputFormat.TEXT

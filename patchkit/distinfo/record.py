@@ -12,14 +12,14 @@ import hashlib
 import io
 import os
 from collections.abc import Collection
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from patchkit.base import fsutil
 from patchkit.base.errors import FetchError
 from patchkit.base.hashing import sha256
-from patchkit.base.values import FrozenValue
+from patchkit.base.values import FrozenValue, frozen
 from patchkit.tree.target import vllm_metadata_dirs
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -120,7 +120,7 @@ def read_record_file(tree: Path, path: Path) -> bytes:
     return fsutil.read_regular(path, RECORD_LIMIT)
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@frozen
 class Listings(FrozenValue):
     """Which of some paths each installed distribution's RECORD lists, from one walk of the tree's
     *.dist-info/RECORD files. A RECORD that cannot be read plainly lists nothing (the tree is
@@ -172,7 +172,7 @@ def listings(tree: Path, paths: Collection[str]) -> Listings:
     return Listings(rows)
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@frozen
 class Record(FrozenValue):
     """One RECORD file: path -> 'algo=urlsafe-b64-digest', for the entries whose algorithm wheels
     allow (record.HASHES); the others are kept apart, not trusted."""
@@ -256,3 +256,28 @@ def labelled_by_patchkit(dist_info: str) -> bool:
     """Whether a vLLM dist-info's name carries the local label `patchkit wheel` gives (`+patchkit.…`)."""
     label = dist_info.lower().removesuffix(".dist-info").partition("+")[2]
     return "patchkit" in label.replace("_", ".").split(".")
+
+
+def unlike_stock(root: Path, installed: Version | None, originals: dict[str, bytes | None]) -> list[str]:
+    """Of the originals a series reversed gives (path -> bytes, None: a file it created), those vLLM's
+    RECORD lists with other bytes: not stock, so not what patchkit's apply found (an edit since)."""
+    record = tree_record(root, installed, sorted(originals))
+    if record is None:  # nothing tells stock: the series reversed is all there is
+        return []
+    return [
+        path
+        for path, data in sorted(originals.items())
+        if path in record.hashes and (data is None or not record.matches(path, data))
+    ]
+
+
+def tree_record(root: Path, installed: Version | None, paths: list[str]) -> Record | None:
+    """vLLM's RECORD as evidence of stock: none where there is none, or where it is a patched build's
+    (`patchkit wheel` labels it, and its RECORD lists the patched files)."""
+    found = find_record(root, installed)
+    if found is None or labelled_by_patchkit(found.parent.name):
+        return None
+    try:
+        return parsed_record(read_record_file(root, found), found.parent.name + "/RECORD", only=paths)
+    except OSError:
+        return None

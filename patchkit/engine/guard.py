@@ -20,6 +20,7 @@ import io
 import os
 import re
 import stat
+import sys
 from contextlib import suppress
 from pathlib import Path
 
@@ -308,13 +309,14 @@ def launch_refusal(root: Path, state: State | None = None) -> list[str]:
 EVERY_CPYTHON = tuple(f"cpython-3{minor}" for minor in range(100))
 
 
-def launch_verdict(root: Path, state: State | None = None) -> Verdict:
+def launch_verdict(root: Path, state: State | None = None, prefix: str | None = None) -> Verdict:
     """What the installed guard finds (no problem: no guard runs, or it passes): this patchkit's
     guard check, run here as vLLM would run it, so that status, verify, preflight and run fail
     exactly when a launch would, and say the files stock again as it does. An installed module that
     is not this patchkit's guard (edited, another patchkit's) is a failure itself: what it does
     cannot be told; so is a guard's entry_points.txt vLLM's plugin loader could not read (a fifo
-    hangs it). `state`: the record as the caller parsed it (None: parsed here, where needed)."""
+    hangs it). `state`: the record as the caller parsed it (None: parsed here, where needed);
+    `prefix`: the launch's pycache prefix (None: this process's, "": none), where its bytecode is judged."""
     declared, unreadable = _declared(root)
     if unreadable or not (declared and (root / MODULE).is_file()):
         return Verdict(unreadable)
@@ -322,7 +324,7 @@ def launch_verdict(root: Path, state: State | None = None) -> Verdict:
     closed = ", ".join(f"{path} ({stat.S_IMODE(mode):04o})" for path, mode in unreadable_by_others(root, state))
     hidden = [f"{OTHERS_CANNOT_READ} {closed}"] if closed else []
     try:
-        found = judge(str(root), EVERY_CPYTHON)
+        found = judge(str(root), EVERY_CPYTHON, prefix)
     except Exception as exc:  # what check() catches and refuses for (guard.check): a refusal all the same
         return Verdict([*unknown, *hidden, str(exc)])
     return Verdict(unknown + hidden + found.problems, found.stock_again, found.whole)
@@ -606,6 +608,14 @@ STALE_BYTECODE = target_guard.STALE_BYTECODE  # a stale unchecked-hash .pyc of a
 THROUGH_SYMLINK = target_guard.THROUGH_SYMLINK  # that .pyc reached through a symlink (apply writes through none)
 CACHE_OVERFULL = re.compile(r"(\S+/__pycache__) holds more than [0-9]+ files")  # no cache Python wrote
 _PREFIXED_STALE = target_guard.PREFIXED + " " + STALE_BYTECODE
+
+
+def stale_under_prefix(root: Path, paths: list[str], prefix: str | None) -> list[tuple[str, Path]]:
+    """(source, .pyc) for each stale unchecked-hash .pyc of `paths` under the pycache `prefix` (None:
+    this process's), which Python reads in place of __pycache__: none without a prefix."""
+    if not (sys.pycache_prefix if prefix is None else prefix):
+        return []
+    return [(rel, Path(pyc)) for rel, _said, pyc in target_guard.stale_places(str(root), paths, EVERY_CPYTHON, prefix)]
 
 
 def prefixed_bytecode(problems: list[str]) -> list[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import stat
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -11,7 +12,7 @@ from typing import TYPE_CHECKING
 from packaging.version import InvalidVersion, Version
 
 from patchkit.base import hints
-from patchkit.base.enums import Outcome, PatchState, SelectionKind, StepState, TreeState
+from patchkit.base.enums import Holder, Outcome, PatchState, SelectionKind, StepState, TreeState
 from patchkit.base.errors import PatchkitError
 from patchkit.base.fsutil import Landed, first_symlink, read_file
 from patchkit.base.hashing import sha256
@@ -19,7 +20,7 @@ from patchkit.base.options import Options
 from patchkit.base.values import Value
 from patchkit.checks import CheckContext, shadow
 from patchkit.distinfo import installed_wheel_reader
-from patchkit.distinfo.record import has_provenance
+from patchkit.distinfo.record import has_provenance, unlike_stock
 from patchkit.engine.guard import (
     CACHE_OVERFULL,
     CHANGED_SINCE,
@@ -31,6 +32,7 @@ from patchkit.engine.guard import (
     STALE_BYTECODE,
     THROUGH_SYMLINK,
     UNKNOWN_GUARD,
+    UNRECORDED_GUARD,
     is_installed,
     launch_verdict,
     missing_guard,
@@ -42,6 +44,7 @@ from patchkit.engine.guard import (
     unseen_guard_note,
 )
 from patchkit.engine.stale import stale_entries, stale_note
+from patchkit.engine.vouched import needs_force
 from patchkit.series import dry_run
 from patchkit.series.library import has_series, load_library, locate
 from patchkit.series.patchfile import touched_paths
@@ -137,7 +140,7 @@ class TreeStatus(Value):
     # status fills it: operations.with_stock_judged)
     not_stock: list[CheckResult] = field(default_factory=list)
     # a set found applied with no record of it: the file that is not stock beyond its change (apply
-    # refuses to record it; status fills it: operations.with_found_judged)
+    # refuses to record it; status, preflight and run fill it: with_found_judged)
     found_edited: list[str] = field(default_factory=list)
 
     def fix_command(self, verb: str, *args: str) -> str:
@@ -171,6 +174,22 @@ class TreeStatus(Value):
     @property
     def guard_fix(self) -> str:
         """The command that brings the tree to one the guard lets launch."""
+        return self._guard_fix_of_its_cause() or f"run {self.apply_recorded} {RECORDS_AS_IS}"
+
+    @property
+    def restores(self) -> tuple[str, ...] | None:
+        """The sets guard_fix applies when it is the apply that records the tree as it is (after a
+        vLLM upgrade, the recorded sets; empty: every set, or the one the selection names); None
+        when it is another fix. A value to compare, where the fix's words are for a person."""
+        if self._guard_fix_of_its_cause() is not None:
+            return None
+        if (self.stale or any(UPGRADED in problem for problem in self.guard)) and self.recorded_sets:
+            return self.recorded_sets
+        chosen = hints.current().set_name
+        return (chosen,) if chosen else ()
+
+    def _guard_fix_of_its_cause(self) -> str | None:
+        """guard_fix where a cause of the refusal has its own fix; None: apply's, of the tree as it is."""
         if self.state == TreeState.UNSUPPORTED:
             return (
                 f"run {hints.command('revert')} (this vLLM has no series: the old record goes, and the guard with it)"
@@ -228,7 +247,7 @@ class TreeStatus(Value):
         if self.some_stock_again:  # not "records the tree as it is": it patches them again
             files = "that file" if self.some_stock_again == 1 else f"those {self.some_stock_again} files"
             return f"run {self.apply_chosen} (it patches {files} again)"
-        return f"run {self.apply_recorded} {RECORDS_AS_IS}"
+        return None
 
     @property
     def apply_recorded(self) -> str:
@@ -274,6 +293,7 @@ class TreeStatus(Value):
             self.state in (TreeState.PARTIAL, TreeState.CONFLICT)
             or self.drifted
             or self.upstream_regression
+            or (self.state == TreeState.UNRECORDED and any(r.failed for r in self.checks))
             or self.guard
             or self.not_stock
             or self.found_edited
@@ -346,8 +366,9 @@ def _inspect(resolved: Resolved, *, check_upstream: bool, import_probe: bool, ve
         checks = run_upstream_checks(resolved, import_probe=import_probe, verifying=verifying) if check_upstream else []
         state = read_state(root)
         stale = stale_entries(root, state, resolved.vllm_version)
+        held = resolved.selection.holder in (Holder.UNKNOWN, Holder.HAND)  # nothing proves them stock
         return TreeStatus(
-            TreeState.UPSTREAM,
+            TreeState.UNRECORDED if held else TreeState.UPSTREAM,
             checks=checks,
             stale=_named(stale, state),
             record=state,
@@ -703,11 +724,19 @@ def local_edit_fix(root: Path, version: Version | str | None, files: list[str]) 
     (--force would not help: it accepts files that differ from the RECORD, never a hunk that does not match)."""
     owner = _earlier_owner(root, files)
     if owner is not None:
-        return f"{undo_command(owner[0], len(owner[1].entries))} undoes it, then {hints.command('apply')} applies the new one"
-    which = "that file" if len(files) == 1 else "those files"
+        return f"{undo_command(owner[0], len(owner[1].entries), root)} undoes it, then {hints.command('apply')} applies the new one"
+    which = "file" if len(files) == 1 else "files"
     # a checkout's files: git (or the user's source) has them, not pip: it installs no checkout's files
     back = checkout_restore(root, files) or f"run {stock_files_command(root, version)}"
-    return f"copy your edit of {which} elsewhere, {back} (the stock files back), then {hints.command('apply')}"
+    there = [f for f in files if os.path.isfile(root / f)]  # a file gone has no edit to keep
+    keep = " && ".join(shlex.join(["cp", "-p", "--", str(root / f), f"{root / f}.mine"]) for f in there)
+    steps = [f"`{keep}`"] * bool(there) + [back.removeprefix("run "), hints.command("apply")]
+    said = ["keep your edit as .mine"] * bool(there) + [f"put the stock {which} back", "apply"]
+    if all(step.startswith("`") and step.endswith("`") and step.count("`") == 2 for step in steps):
+        # each a whole command: one line to paste, each step only once the one before it succeeded
+        return f"{', '.join(said)}: `{' && '.join(step.strip('`') for step in steps)}`"
+    kept = f"keep your edit ({steps[0]}), " if there else ""
+    return f"{kept}{back} (the stock {which} back), then {steps[-1]}"
 
 
 def _earlier_owner(root: Path, files: list[str]) -> tuple[Entry, State] | None:
@@ -727,14 +756,16 @@ def _applied_as(entry: Entry) -> str:
     return f"{who} (applied {applied_on(entry)})"
 
 
-def undo_command(entry: Entry, recorded: int) -> str:
+def undo_command(entry: Entry, recorded: int, root: Path) -> str:
     """The revert of that one recorded set: its --set or --patch files; a --patch apply whose files
-    moved since by its record's name, or plain `revert` when it is all the tree records."""
+    moved since by its record's name, or plain `revert` when it is all the tree records; with
+    --force where only the record vouches for what it writes back (revert asks for it then)."""
+    force = ("--force",) if needs_force(root, entry) else ()
     if not moved_patches(entry):
-        return hints.command("revert", chosen=selection_of(entry))
+        return hints.command("revert", *force, chosen=selection_of(entry))
     if recorded == 1:  # `recorded`: how many sets the tree records
-        return hints.command("revert", chosen=hints.for_set(None))
-    return hints.command("revert", chosen=hints.for_set(entry.set_name))
+        return hints.command("revert", *force, chosen=hints.for_set(None))
+    return hints.command("revert", *force, chosen=hints.for_set(entry.set_name))
 
 
 def _lost_to_drift(reports: list[PatchReport], drifted: list[str], entry: Entry | None) -> list[str]:
@@ -903,3 +934,41 @@ def run_upstream_checks(
     paths = touched_paths(resolved.selection.patches) or upstream_check_paths(resolved.selection.patch_set)
     context = upstream_context(resolved, paths, import_probe=import_probe)
     return run_checks(context, verifying=verifying) if paths else []
+
+
+_FOUND_APPLIED = (TreeState.APPLIED, TreeState.PARTIAL)  # the states whose patches apply may find unrecorded
+
+
+def found_applied(
+    resolved: Resolved, state: State, plan: Plan, *, stale: bool = False
+) -> dict[str, tuple[bytes | None, bytes | None]] | None:
+    """The files of the set's patches `plan` finds applied where the tree records no apply of the
+    set (`stale`: its entry is one an upgrade of vLLM made stale): path -> (original the patches
+    reversed give, bytes now). None: recorded, none found, or a patched wheel's (its provenance's)."""
+    root = resolved.target.root
+    if (state.entry(resolved.set_name) is not None and not stale) or has_provenance(root):
+        return None
+    applied = [step.patch for step in plan.steps if step.state == StepState.ALREADY_APPLIED]
+    undo = dry_run(root, [patch.reversed() for patch in reversed(applied)]) if applied else None
+    if undo is None or undo.conflicts or not undo.changes:
+        return None
+    return {path: (original, now) for path, (now, original) in undo.changes.items()}
+
+
+def with_found_judged(resolved: Resolved, status: TreeStatus) -> TreeStatus:
+    """`status` of a set found applied that the tree does not record (its .patchkit/ lost): a file
+    vLLM's RECORD says is not stock once the set's hunks are reversed is an edit apply refuses to
+    record, so status says what apply will. Only that path pays for the RECORD read."""
+    record, plan = status.record, status.plan
+    if status.state not in _FOUND_APPLIED or status.drifted or record is None or plan is None:
+        return status
+    if record.entry(resolved.set_name) is not None:  # ordinary status: recorded (a stale record says so)
+        return status
+    found = found_applied(resolved, record, plan)
+    if found is None:
+        return status
+    edited = unlike_stock(resolved.target.root, resolved.vllm_version, {path: pair[0] for path, pair in found.items()})
+    if not edited:
+        return status
+    notes = [note for note in status.guard_notes if not note.startswith(UNRECORDED_GUARD)]  # "apply records it": no
+    return replace(status, found_edited=edited[:1], guard_notes=notes)

@@ -43,6 +43,7 @@ from patchkit.distinfo.record import (
     listings,
     parsed_record,
     read_record_file,
+    unlike_stock,
 )
 from patchkit.engine.guard import (
     MODULE,
@@ -50,7 +51,6 @@ from patchkit.engine.guard import (
     STALE_GUARD,
     STOPS_EVERY_LAUNCH,
     THROUGH_SYMLINK,
-    UNRECORDED_GUARD,
     dist_info,
     foreign_files,
     install_changes,
@@ -58,11 +58,11 @@ from patchkit.engine.guard import (
     make_readable,
     other_build,
     own_unrecorded,
-    prefixed_bytecode,
     removal_changes,
     remove_empty_cache,
     replaced_files,
     several_vllms_refusal,
+    stale_under_prefix,
     unreadable_by_others,
     unseen_guard_note,
 )
@@ -74,6 +74,7 @@ from patchkit.engine.inspection import (
     chosen_sets,
     conflicting_files,
     drifted_files,
+    found_applied,
     found_edit_said,
     guard_refusal,
     inspect,
@@ -84,6 +85,7 @@ from patchkit.engine.inspection import (
     shown_name,
     stale_grouped,
     stale_said,
+    with_found_judged,
 )
 from patchkit.engine.resolve import Resolved, judged, require_patches, resolve, resolve_sets, resolve_target, several
 from patchkit.engine.stale import stale_entries, stale_note
@@ -97,7 +99,7 @@ from patchkit.engine.transaction import (
     read_only_view,
     save_originals,
 )
-from patchkit.engine.unrecorded_edits import edited_unrecorded, unlike_stock, unproven, unproven_found
+from patchkit.engine.unrecorded_edits import edited_unrecorded, unproven, unproven_found
 from patchkit.engine.vouched import patches_at_hand, refuse_unvouched
 from patchkit.series.library import adhoc_set_name
 from patchkit.series.patchfile import Patch, read_patch, touched_paths
@@ -432,11 +434,7 @@ class _Applying:
         refused = guard_refusal(root, self.resolved.set_name, self.state)
         # what the dry run's apply would fix: stale bytecode in __pycache__ (none reached through a
         # symlink), and another build's guard it updates
-        apply_fixes = (
-            [p for p in refused[0] if STALE_BYTECODE in p and not prefixed_bytecode([p]) and THROUGH_SYMLINK not in p]
-            if refused
-            else []
-        )
+        apply_fixes = [p for p in refused[0] if STALE_BYTECODE in p and THROUGH_SYMLINK not in p] if refused else []
         apply_fixes += [p for p in refused[0] if self.guard_was and any(s in p for s in STALE_GUARD)] if refused else []
         left = [p for p in refused[0] if not (dry_run and p in apply_fixes)] if refused is not None else []
         refused = (left, refused[1]) if refused is not None and left else None
@@ -639,42 +637,6 @@ class _Applying:
 
 
 _APPLY_GOES_ON = (TreeState.NOT_APPLIED, TreeState.PARTIAL)  # the states apply writes from
-_FOUND_APPLIED = (TreeState.APPLIED, TreeState.PARTIAL)  # the states whose patches apply may find unrecorded
-
-
-def found_applied(
-    resolved: Resolved, state: State, plan: Plan, *, stale: bool = False
-) -> dict[str, tuple[bytes | None, bytes | None]] | None:
-    """The files of the set's patches `plan` finds applied where the tree records no apply of the
-    set (`stale`: its entry is one an upgrade of vLLM made stale): path -> (original the patches
-    reversed give, bytes now). None: recorded, none found, or a patched wheel's (its provenance's)."""
-    root = resolved.target.root
-    if (state.entry(resolved.set_name) is not None and not stale) or has_provenance(root):
-        return None
-    applied = [step.patch for step in plan.steps if step.state == StepState.ALREADY_APPLIED]
-    undo = plan_revert(root, applied) if applied else None
-    if undo is None or undo.conflicts or not undo.changes:
-        return None
-    return {path: (original, now) for path, (now, original) in undo.changes.items()}
-
-
-def with_found_judged(resolved: Resolved, status: TreeStatus) -> TreeStatus:
-    """`status` of a set found applied that the tree does not record (its .patchkit/ lost): a file
-    vLLM's RECORD says is not stock once the set's hunks are reversed is an edit apply refuses to
-    record, so status says what apply will. Only that path pays for the RECORD read."""
-    record, plan = status.record, status.plan
-    if status.state not in _FOUND_APPLIED or status.drifted or record is None or plan is None:
-        return status
-    if record.entry(resolved.set_name) is not None:  # ordinary status: recorded (a stale record says so)
-        return status
-    found = found_applied(resolved, record, plan)
-    if found is None:
-        return status
-    edited = unlike_stock(resolved.target.root, resolved.vllm_version, {path: pair[0] for path, pair in found.items()})
-    if not edited:
-        return status
-    notes = [note for note in status.guard_notes if not note.startswith(UNRECORDED_GUARD)]  # "apply records it": no
-    return replace(status, found_edited=edited[:1], guard_notes=notes)
 
 
 def with_stock_judged(resolved: Resolved, status: TreeStatus) -> TreeStatus:
@@ -783,8 +745,32 @@ def _refuse_stale_bytecode(result: ApplyResult, done: str) -> ApplyResult:
 
 def fix_bytecode(target: Target, paths: Iterable[str]) -> list[CheckResult]:
     """After apply or revert: rebuild or remove compiled bytecode that would keep running the old
-    code of the changed files (unchecked-hash pycs)."""
-    return pyc.fix(target.root, paths, target.python)
+    code of the changed files (unchecked-hash pycs), in __pycache__ and under this environment's
+    pycache prefix (a launch from it reads them there, and the guard refuses them)."""
+    paths = list(paths)
+    return pyc.fix(target.root, paths, target.python) + _remove_prefixed(target.root, paths)
+
+
+def _remove_prefixed(root: Path, paths: list[str]) -> list[CheckResult]:
+    """The stale unchecked-hash .pyc files of `paths` under this process's pycache prefix, removed:
+    Python compiles the source again (no interpreter of the tree is asked to rebuild them there)."""
+    results = []
+    for rel, found in stale_under_prefix(root, sorted(p for p in paths if p.endswith(".py")), None):
+        try:
+            found.unlink()
+            results.append(CheckResult(pyc.NAME, rel, True, f"{found} (under the pycache prefix): stale: removed"))
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            results.append(
+                CheckResult(
+                    pyc.NAME,
+                    rel,
+                    False,
+                    f"{found} (under the pycache prefix), stale; could not remove it: {exc.strerror or exc}",
+                )
+            )
+    return results
 
 
 # --------------------------------------------------------------------------- verify
@@ -1102,6 +1088,7 @@ class _Reverting:
     only: str | None
     undo: _Undo
     warnings: list[str] = field(default_factory=list)
+    alone: list[str] = field(default_factory=list)  # written back on the record's word alone (--force)
 
     @property
     def root(self) -> Path:
@@ -1130,6 +1117,7 @@ class _Reverting:
             restored.edited += edited_unrecorded(self.root, view, unrecorded, installed, force=force, dry_run=dry_run)
             unsure = unproven(self.root, view, unrecorded, installed)
         files = sorted(plan.changes)
+        self.refuse_unvouched_originals(view, plan, restored, force=force)
         preflight(self.root, files, writable=not dry_run)
         if dry_run:
             return RevertResult(Outcome.DRY_RUN, f"would restore {len(files)} file(s)", files, warnings=self.warnings)
@@ -1190,6 +1178,22 @@ class _Reverting:
         said = _nothing_said(self.root, self.undo, self.only, left, removed, self.patches)
         return RevertResult(Outcome.NOT_APPLIED, said, warnings=self.warnings, record=left)
 
+    def refuse_unvouched_originals(self, view: View, plan: Plan, restored: Restored, *, force: bool) -> None:
+        """Without --force, no file goes back to an original only the record vouches for (no vLLM
+        RECORD lists it, the recorded patches reversed do not give it): the record is read back from
+        the tree, and a planted one names any bytes. With it, they go back and a copy of each file
+        they replace is kept (write)."""
+        self.alone = sorted({*self.on_the_records_word(view, plan.changes), *restored.alone})
+        if not self.alone or force:
+            return
+        named = ", ".join(self.alone[:3]) + (f" and {len(self.alone) - 3} more" if len(self.alone) > 3 else "")
+        raise CheckFailed(
+            f"nothing but {state_path(self.root)} vouches for what revert would put back at {named} (no vLLM "
+            "RECORD lists it, and the recorded patches reversed do not give it); nothing was written",
+            hint=f"if that record is yours, {hints.command('revert', '--force')} puts it back and keeps a copy of "
+            f"what it replaces; else put the stock files back with {stock_files_command(self.root, self.undo.installed)}",
+        )
+
     def found_unproven(self, changes: Changes) -> list[str]:
         """The files this revert writes back to an original an apply found by reversing the hunks
         (no record of the set then) that no vLLM RECORD vouches for: nothing proved them stock."""
@@ -1204,7 +1208,10 @@ class _Reverting:
         recorded = {(p["name"], p["sha256"]) for e in self.undo.entries for p in e.patches}
         given = [p for p in self.patches if (p.name, p.sha256) in recorded]
         own = given + [
-            p for e in self.undo.entries for p in patches_at_hand(e) if p.sha256 not in {g.sha256 for g in given}
+            p
+            for e in self.undo.entries
+            for p in patches_at_hand(e, self.root)
+            if p.sha256 not in {g.sha256 for g in given}
         ]
         restored = {path for e in self.undo.entries for path in e.files}
         written = {path: data for path, data in _written(changes).items() if path in restored}
@@ -1213,7 +1220,7 @@ class _Reverting:
             path
             for path, data in written.items()
             if (listed is None or path not in listed.hashes)
-            and reverse_file(view.original_content(path), path, own, digest=False) != data
+            and reverse_file(view.original_content, path, own, digest=False) != data
         )
 
     def write(
@@ -1232,8 +1239,8 @@ class _Reverting:
         # a planted record's bytes: the file it replaces is kept)
         unlike = _unlike_record(root, plan.changes)
         unsure += [path for path in self.found_unproven(plan.changes) if path not in unsure + unlike]
-        # and where nothing but the record (read back from the tree) says what the file held before
-        alone = sorted({*self.on_the_records_word(view, plan.changes), *restored.alone})
+        # and where nothing but the record (read back from the tree) says what the file held before (--force)
+        alone = self.alone
         copied = [
             *restored.edited,
             *(p for p in [*unsure, *unlike, *alone] if p not in restored.edited and os.path.lexists(root / p)),

@@ -18,6 +18,7 @@ from patchkit.distinfo import installed_record, installed_wheel_reader
 from patchkit.distinfo.record import has_provenance, local_label
 from patchkit.engine.guard import launch_refusal
 from patchkit.engine.stale import stale_note
+from patchkit.engine.vouched import needs_force
 from patchkit.series import dry_run, library
 from patchkit.series.library import PatchSetDef, Selection
 from patchkit.series.patchfile import Patch, touched_paths
@@ -118,8 +119,14 @@ def _refuse_over_earlier_text(root: Path, paths: tuple[str, ...], set_name: str)
     names = ", ".join(p["name"] for e in earlier for p in e.patches)
     raise Conflict(
         f"an earlier {names} (applied {applied_on(earlier[-1])}) is applied here; the file changed since",
-        hint=f"{hints.command('revert')} undoes it, then {hints.command('apply')} applies the new one",
+        hint=f"{hints.command('revert', *_force_for(root, earlier))} undoes it, then {hints.command('apply')} "
+        "applies the new one",
     )
+
+
+def _force_for(root: Path, entries: list[Entry]) -> tuple[str, ...]:
+    """--force where only the record vouches for what the revert of these applies writes back."""
+    return ("--force",) if any(needs_force(root, entry) for entry in entries) else ()
 
 
 def _as_applied(tgt: Target, set_name: str, detected: DetectedVersion) -> tuple[DetectedVersion, list[str]]:
@@ -176,9 +183,10 @@ def _upstream_in_stock(tgt: Target, selection: Selection) -> Selection:
     local = local_label(record.label.partition("/")[0]) if record is not None and proven else ""
     if not rest:
         said = _held(root, selection, holder, held, local=local)
-        return replace(selection, kind=SelectionKind.UPSTREAM, note=said, in_stock=True, holder=holder)
+        return replace(selection, kind=SelectionKind.UPSTREAM, note=said, in_stock=True, holder=holder, local=local)
     said = f"{_held(root, selection, holder, held, all_of=False, local=local)}; the set applies its other patches "
-    return replace(selection, patches=rest, note=f"{said}({len(rest)} of {len(held) + len(rest)})", holder=holder)
+    note = f"{said}({len(rest)} of {len(held) + len(rest)})"
+    return replace(selection, patches=rest, note=note, holder=holder, local=local)
 
 
 def _holder(root: Path, version: Version | None, paths: list[str]) -> Holder:
@@ -218,15 +226,21 @@ def _held(
         )
     if holder == Holder.STOCK:
         return f"the stock files of vLLM {version} already hold {what}"
-    paths = touched_paths(held)
-    back = checkout_restore(root, paths) or f"run {target_mod.stock_files_command(root, version)}"
-    then = f"{back}, then {hints.command('apply')} applies it with a record"
+    then = unrecorded_fix(root, version, held)
     if holder == Holder.HAND:
         return (
             f"vLLM {version}'s files hold {what} with no apply recorded, unlike its stock files (the fetch "
             f"cache's): applied by hand; {then}"
         )
     return f"vLLM {version}'s files already hold {what} with no apply recorded: upstream, or applied by hand ({then})"
+
+
+def unrecorded_fix(root: Path, version: Version | None, held: list[Patch]) -> str:
+    """How files that hold a change with no apply recorded are handed to patchkit: the files put
+    back (git or the user's source in a checkout, else the release's), then apply records it."""
+    paths = touched_paths(held)
+    back = checkout_restore(root, paths) or f"run {target_mod.stock_files_command(root, version)}"
+    return f"{back}, then {hints.command('apply')} applies it with a record"
 
 
 def in_stock_fix(version: object, patch_set: PatchSetDef | None) -> str:

@@ -312,7 +312,14 @@ def _drift_fix(name: str, files: list[str]) -> str:
 
 # A set's state, worst last: the overall state is the worst of the covering sets' (upstream ones
 # have nothing to apply: they count only when every set is upstream).
-_STATE_ORDER = (TreeState.UPSTREAM, TreeState.APPLIED, TreeState.NOT_APPLIED, TreeState.PARTIAL, TreeState.CONFLICT)
+_STATE_ORDER = (
+    TreeState.UPSTREAM,
+    TreeState.APPLIED,
+    TreeState.UNRECORDED,
+    TreeState.NOT_APPLIED,
+    TreeState.PARTIAL,
+    TreeState.CONFLICT,
+)
 
 
 @dataclass(eq=False, repr=False)
@@ -338,7 +345,8 @@ class SetsStatus(Value):
         if states <= {TreeState.UPSTREAM}:
             return TreeState.UPSTREAM
         states.discard(TreeState.UPSTREAM)
-        if len(states) > 1 and states & {TreeState.APPLIED, TreeState.PARTIAL}:
+        held = {TreeState.APPLIED, TreeState.UNRECORDED}  # the change in, recorded or not: no partial tree
+        if len(states) > 1 and states & {*held, TreeState.PARTIAL} and not states <= held:
             return TreeState.PARTIAL
         return max(states, key=_STATE_ORDER.index)  # none applied: not-applied, or a conflict
 

@@ -33,6 +33,7 @@ import errno
 import fcntl
 import mmap
 import os
+import shlex
 import signal
 import stat
 from collections import Counter
@@ -46,7 +47,7 @@ from patchkit.base import hints, locks, signals
 from patchkit.base.errors import BadInput, LockBusy, TargetError
 from patchkit.base.fsutil import NO_SPACE, Landed, Origin, fsync, fsync_dir, read_file, size_said, unsafe_reason
 from patchkit.base.hashing import sha256
-from patchkit.base.values import FrozenValue, Value
+from patchkit.base.values import FrozenValue, Value, frozen
 from patchkit.distinfo.record import listings, record_digest
 from patchkit.engine.guard import guard_files
 from patchkit.store import journal as store_journal
@@ -79,7 +80,7 @@ LOCK_TIMEOUT_ENV, DEFAULT_LOCK_TIMEOUT = "PATCHKIT_LOCK_TIMEOUT", 60.0
 _WRITABLE_HINT = "patchkit records its state inside the target tree; it must be writable"
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@frozen
 class FileWrite(FrozenValue):
     """One file a transaction writes: its path, its content before and after, its mode."""
 
@@ -470,7 +471,7 @@ def _written_by_it(root: Path, journal: dict, theirs: set[str], spare: set[str])
     return written, sorted(e["path"] for e in holding if e["path"] not in written)
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@frozen
 class _Vouched(FrozenValue):
     """What a rollback may put back at a path without the file's ctime as evidence: an original
     that vLLM's RECORD or patchkit's record names for that path (then the file in place, holding
@@ -513,8 +514,10 @@ class _Vouched(FrozenValue):
 
 def _undecided(root: Path, paths: list[str], journal: dict) -> BadInput:
     """Recovery that cannot tell whether the interrupted transaction wrote these files stops: the
-    journal and the saved originals stay, the files are named, and the way on is the stock files.
-    A saved original that is damaged is the cause when it is one (it alone would have vouched)."""
+    journal and the saved originals stay, the files are named, and so are the ways on. A journal
+    is read back from the tree and may be none of patchkit's: no file is deleted on its word alone,
+    so the hint never says to delete the files it names. A saved original that is damaged is the
+    cause when it is one (it alone would have vouched)."""
     kept = f"nothing was touched, and the journal and the saved originals are kept in {meta_dir(root)}"
     damaged = _damaged_originals(root, paths, journal)
     if damaged:
@@ -525,12 +528,27 @@ def _undecided(root: Path, paths: list[str], journal: dict) -> BadInput:
     else:
         said = (
             f"an interrupted patchkit transaction may have written {_some(paths)}, but nothing shows it: "
-            f"the tree was copied, or its files' times changed, after the interruption; {kept}"
+            f"each is older than {journal_path(root)} (a tree copied after a crash, or a journal patchkit "
+            f"did not write); {kept}"
         )
-    return BadInput(
-        said,
-        hint=f"put the stock files back with {stock_files_command(root, None)}, or remove the files it "
-        f"created; then run {hints.command('recover')}. The saved originals are in {objects_dir(root)}",
+    return BadInput(said, hint=_undecided_hint(root, paths, journal))
+
+
+def _undecided_hint(root: Path, paths: list[str], journal: dict) -> str:
+    """What patchkit will and will not do with the files, and the commands that go on safely: the
+    journal removed (every file stays as it is), or vLLM's stock files back, then recover."""
+    created = {entry["path"] for entry in journal["files"] if entry["before"] is None}
+    forget = "`" + shlex.join(["rm", "--", str(journal_path(root))]) + "`"
+    said = (
+        "patchkit changes and deletes none of these files on the journal's word. If no apply or revert "
+        f"of yours was cut short here, the journal is not patchkit's: {forget} removes it (every file stays "
+        f"as it is), then {hints.command('status')} judges the tree"
+    )
+    if all(path in created for path in paths):  # vLLM's stock files back would leave these as they are
+        return said
+    return (
+        f"{said}. If one was, put the stock files back with {stock_files_command(root, None)}, then run "
+        f"{hints.command('recover')}. The saved originals are in {objects_dir(root)}"
     )
 
 

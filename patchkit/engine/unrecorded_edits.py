@@ -14,7 +14,7 @@ from patchkit import fetch
 from patchkit.base import hints
 from patchkit.base.errors import BadInput, Drift, PatchkitError
 from patchkit.base.fsutil import read_regular
-from patchkit.distinfo.record import Record, find_record, labelled_by_patchkit, parsed_record, read_record_file
+from patchkit.distinfo.record import Record, tree_record
 from patchkit.series.patchfile import Patch, touched_paths
 from patchkit.series.plan import View
 from patchkit.tree.target import stock_files_command
@@ -29,7 +29,7 @@ def edited_unrecorded(
     applied). Without `force`: Drift, nothing written. With it: the release's own file goes in `view`
     in their place (not fetched in a dry run), and they are returned, to be kept aside."""
     paths = touched_paths(reversed_)
-    record = _tree_record(root, installed, paths)
+    record = tree_record(root, installed, paths)
     if record is None:  # no RECORD to tell stock by: the series reversed is all there is
         return []
     edited = [path for path in paths if _unlike(record, path, view)]
@@ -55,7 +55,7 @@ def unproven(root: Path, view: View, reversed_: list[Patch], installed: Version 
     paths = [path for path in touched_paths(reversed_) if path in changed]
     if not paths:
         return []
-    record = _tree_record(root, installed, paths)
+    record = tree_record(root, installed, paths)
     return [path for path in paths if record is None or not _as_listed(record, path, view.read(path))]
 
 
@@ -64,7 +64,7 @@ def unproven_found(root: Path, installed: Version | None, written: dict[str, byt
     reversing the set's hunks (recorded "found"), those no vLLM RECORD vouches for as stock."""
     if not written:
         return []
-    record = _tree_record(root, installed, sorted(written))
+    record = tree_record(root, installed, sorted(written))
     return [path for path, data in sorted(written.items()) if record is None or not _as_listed(record, path, data)]
 
 
@@ -73,31 +73,6 @@ def _as_listed(record: Record, path: str, data: bytes | None) -> bool:
     if path in record.hashes:
         return data is not None and record.matches(path, data)
     return data is None and path not in record.untrusted
-
-
-def unlike_stock(root: Path, installed: Version | None, originals: dict[str, bytes | None]) -> list[str]:
-    """Of the originals a series reversed gives (path -> bytes, None: a file it created), those vLLM's
-    RECORD lists with other bytes: not stock, so not what patchkit's apply found (an edit since)."""
-    record = _tree_record(root, installed, sorted(originals))
-    if record is None:  # nothing tells stock: the series reversed is all there is
-        return []
-    return [
-        path
-        for path, data in sorted(originals.items())
-        if path in record.hashes and (data is None or not record.matches(path, data))
-    ]
-
-
-def _tree_record(root: Path, installed: Version | None, paths: list[str]) -> Record | None:
-    """vLLM's RECORD as evidence of stock: none where there is none, or where it is a patched build's
-    (`patchkit wheel` labels it, and its RECORD lists the patched files)."""
-    found = find_record(root, installed)
-    if found is None or labelled_by_patchkit(found.parent.name):
-        return None
-    try:
-        return parsed_record(read_record_file(root, found), found.parent.name + "/RECORD", only=paths)
-    except OSError:
-        return None
 
 
 def _unlike(record: Record, path: str, view: View) -> bool:

@@ -18,6 +18,7 @@ from packaging.version import InvalidVersion, Version
 
 from patchkit.base import hints
 from patchkit.base.errors import BadInput, PatchkitError
+from patchkit.distinfo.record import listings, record_digest
 from patchkit.series.library import PatchSetDef, Release, load_library, locate
 from patchkit.series.patchfile import DEFAULT_ROOTS, Patch, read_patch, touched_paths
 from patchkit.store.state import Entry, is_adhoc, state_path
@@ -101,11 +102,12 @@ def _covering(patch_set: PatchSetDef, version: str | None) -> list[Release]:
     return [r for r in patch_set.releases if found is not None and r.covers(found)]
 
 
-def patches_at_hand(entry: Entry) -> list[Patch]:
-    """A --patch apply's patches still where it read them, those very bytes (the record's sha256):
-    what a revert may reverse to tell the record's originals true."""
+def patches_at_hand(entry: Entry, root: Path) -> list[Patch]:
+    """A --patch apply's patches still where it read them, those very bytes (the record's sha256);
+    a library set's, in the library the record says it was applied from (outside the tree `root`:
+    one inside is as untrusted as the record): what a revert may reverse to tell the originals true."""
     if not is_adhoc(entry.set_name):
-        return []
+        return _in_recorded_library(entry, root)
     found = []
     for recorded in entry.patches:
         where = recorded.get("path")
@@ -116,3 +118,33 @@ def patches_at_hand(entry: Entry) -> list[Patch]:
         if patch is not None and patch.sha256 == recorded["sha256"]:
             found.append(patch)
     return found
+
+
+def _in_recorded_library(entry: Entry, root: Path) -> list[Patch]:
+    """The patches the entry records (by name and sha256) in the library it names, still there."""
+    if entry.library is None or Path(entry.library).resolve().is_relative_to(root.resolve()):
+        return []
+    recorded = {(p["name"], p["sha256"]) for p in entry.patches}
+    try:
+        patch_set = load_library(locate(entry.library).path).get(entry.set_name)
+        series = [p for r in patch_set.releases for p in r.read_patches(patch_set.roots)] if patch_set else []
+    except (OSError, PatchkitError):  # gone, moved, damaged: nothing at hand
+        return []
+    return list({p.sha256: p for p in series if (p.name, p.sha256) in recorded}.values())
+
+
+def needs_force(root: Path, entry: Entry) -> bool:
+    """Whether reverting the entry writes back an original that only its record vouches for (revert
+    then asks for --force): its patches are not all at hand, and vLLM's RECORD does not list each
+    original (a file it created: none, so the delete is on the record's word)."""
+    at_hand = {p.sha256 for p in patches_at_hand(entry, root)}
+    if entry.patches and all(p["sha256"] in at_hand for p in entry.patches):
+        return False
+    listed: dict[str, set[str]] = {}
+    for name, rows in listings(root, list(entry.files)).rows.items():
+        for path, hash_entry in (rows or {}).items() if name.startswith("vllm-") else ():
+            listed.setdefault(path, set()).add(hash_entry)
+    return any(
+        shas["before"] is None or record_digest(bytes.fromhex(shas["before"]), "sha256") not in listed.get(path, ())
+        for path, shas in entry.files.items()
+    )

@@ -59,6 +59,32 @@ def _shown(text: str) -> str:
     return repr(text) if len(text) <= _SHOWN else f"{text[:_SHOWN]!r}…"
 
 
+HINT = "\n"  # parts a refusal from its fix (argparse keeps only the text of a type's error)
+_BEFORE, _AFTER = 40, 12  # the excerpt of bad JSON: mostly what json read before it stopped
+
+
+def _near(text: str, pos: int) -> str:
+    """The JSON around where json stopped (its column can be past a start-of-text excerpt)."""
+    start, end = max(0, pos - _BEFORE), min(len(text), pos + _AFTER)
+    excerpt = text[start:end]
+    shown = excerpt if excerpt.isprintable() else repr(excerpt)[1:-1]
+    return ("…" if start else "") + shown + ("…" if end < len(text) else "")
+
+
+def _json_hint(text: str, exc: json.JSONDecodeError) -> str:
+    """The fix of the shell mistakes that make bad JSON: single quotes, a trailing comma, double
+    quotes the shell removed (the value not in single quotes)."""
+    quoting = 'in the shell, put the whole JSON in single quotes: \'{"method": "eagle3", ...}\''
+    before = text[: exc.pos].rstrip()
+    if before.endswith(",") and text[exc.pos : exc.pos + 1] in "}]":
+        return f"remove the comma before the {text[exc.pos]} at column {exc.colno} (JSON allows no trailing comma)"
+    if text[exc.pos : exc.pos + 1] == "'":
+        return f"JSON wants double quotes around its names and strings; {quoting}"
+    if exc.msg.startswith("Expecting property name") or exc.msg.startswith("Expecting value"):
+        return f"its double quotes may have been removed by the shell; {quoting}"
+    return quoting
+
+
 def _whole(text: str) -> int:
     try:
         return int(text)
@@ -78,9 +104,9 @@ def _json(text: str) -> str:
         json.loads(text)
     except RecursionError:
         raise argparse.ArgumentTypeError("its JSON is nested too deeply") from None
-    except json.JSONDecodeError as exc:  # where json stopped: the typo is there, often past what is quoted
+    except json.JSONDecodeError as exc:  # where json stopped: the typo is there, so the excerpt ends there
         raise argparse.ArgumentTypeError(
-            f"{_shown(text)} is not valid JSON ({exc.msg} at column {exc.colno})"
+            f"not valid JSON ({exc.msg} at column {exc.colno}): {_near(text, exc.pos)}{HINT}{_json_hint(text, exc)}"
         ) from None
     except ValueError:
         raise argparse.ArgumentTypeError(f"{_shown(text)} is not valid JSON") from None

@@ -20,6 +20,9 @@ class Finding(Value):
     fix: str | None = None  # what to do; for a check that could not judge, what gives it what it lacks
     judged: bool = True  # False: the check lacked what it needs; not a failure (ok), and never a pass
     note: bool = False  # a pass preflight and run say as a note too (a needed set --set left out, applied)
+    # the guard's fix is the apply that records the tree as it is, of these sets (empty: every set);
+    # None: another fix (TreeStatus.restores)
+    restores: tuple[str, ...] | None = None
 
     @property
     def result(self) -> str:

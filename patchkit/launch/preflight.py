@@ -25,20 +25,21 @@ from patchkit.base.enums import Outcome, TreeState
 from patchkit.base.errors import BadInput, PatchkitError, TargetError
 from patchkit.base.fsutil import read_regular
 from patchkit.base.options import Options
-from patchkit.base.values import FrozenValue, Value
+from patchkit.base.values import FrozenValue, Value, frozen
 from patchkit.checks import shadow
 from patchkit.checks.bytecode import failures, scan
-from patchkit.engine.guard import EVERY_CPYTHON, prefixed_bytecode, refusal_text
+from patchkit.engine.guard import EVERY_CPYTHON, STALE_BYTECODE, launch_verdict, prefixed_bytecode, refusal_text
 from patchkit.engine.inspection import (
-    RECORDS_AS_IS,
     TreeStatus,
     apply_finishes,
     as_its_fix_leaves,
+    found_edit_said,
     inspect,
     local_edit_fix,
     local_edit_said,
     record_of,
     upgrade_said,
+    with_found_judged,
 )
 from patchkit.engine.resolve import Resolved, cached_stock
 from patchkit.launch import toolparsers
@@ -255,7 +256,8 @@ def preflight(
 
     if status is None:
         status = inspect(resolved, check_upstream=False, import_probe=False)
-    status = _without_own_prefix(status)  # the launch's pycache prefix is judged instead (prefix_findings)
+    status = with_found_judged(resolved, status)  # a lost record over an edit: apply refuses to record it
+    status = for_launch_prefix(resolved.target.root, status, command)
     # launched: the command as written, what vLLM's own parser is asked to read
     result = PreflightResult(command, tree_state=str(status.state), launched=command)
     needed = needs.needs(resolved.set_name)
@@ -271,8 +273,7 @@ def preflight(
         return result
     result.command = command
     result.findings += _found_models_findings(result.missing, served, (target, drafter))
-    template = _chat_template_finding(command, resolved.target.root)  # never kept: a file outside the tree
-    result.findings += [template] if template is not None else []
+    result.findings += _chat_template_findings(command, resolved.target.root)  # never kept: a file outside the tree
     planned = _Planned.of(resolved, status) if needed else _Planned()
     result.fixable = planned.fixable
     context = LaunchContext(
@@ -289,15 +290,43 @@ def preflight(
         not_asked=not_asked if no_import else another or "no interpreter known for this target (give --python)",
     )
     result.unjudged_plugins = context.general_plugins() if context.python is None else []
-    result.findings += kept_findings(context, launch_findings) if kept else launch_findings(context)
+    if kept and context.read_planned is None:
+        result.findings += kept_findings(context, launch_findings)
+        return result
+    commands = command_findings(context)  # launch_findings' order: the command's, then the set's
+    own = set_checks(context)
+    result.findings = _as_stock_accepts(resolved, status, result.findings, own) + commands + own
     return result
 
 
-def _without_own_prefix(status: TreeStatus) -> TreeStatus:
-    """`status` less the guard's refusals for bytecode under patchkit's own pycache prefix: the launch
-    reads bytecode under its own (prefix_findings), which may differ."""
-    kept = [problem for problem in status.guard if not prefixed_bytecode([problem])]
-    return status if len(kept) == len(status.guard) else dataclasses.replace(status, guard=kept)
+def for_launch_prefix(root: Path, status: TreeStatus, command: LaunchCommand) -> TreeStatus:
+    """`status` with the guard's bytecode refusals as the launch meets them: status judged bytecode
+    where patchkit's own environment reads it, and the launch reads it under its own pycache prefix
+    alone, or in __pycache__ alone without one. The guard judges every recorded file (each set's, a
+    patched wheel's), so its own judging, with the launch's prefix, says which."""
+    launch, own = command.pycache_prefix() or "", sys.pycache_prefix or ""
+    if launch == (os.path.abspath(own) if own else ""):
+        return status
+    judged = launch_verdict(root, status.record, prefix=launch).problems
+    kept = [problem for problem in status.guard if STALE_BYTECODE not in problem]
+    guard = kept + [problem for problem in judged if STALE_BYTECODE in problem]
+    return status if guard == status.guard else dataclasses.replace(status, guard=guard)
+
+
+def _as_stock_accepts(
+    resolved: Resolved, status: TreeStatus, findings: list[Finding], own: list[Finding]
+) -> list[Finding]:
+    """`findings` with the set's "not applied" a pass where the launch needs nothing it changes:
+    on the stock files, the set's every launch check passes, judged (vLLM's own whitelist takes a
+    llama target for EAGLE-3, say). A check that could not judge leaves the failure standing."""
+    if status.state != TreeState.NOT_APPLIED or not own or not all(f.ok and f.judged for f in own):
+        return findings
+    said = (
+        f"the {resolved.set_name} series is not applied to vLLM {resolved.vllm_version}, and this launch "
+        "needs nothing it changes: the set's launch checks pass on the stock files"
+    )
+    not_applied = f"the {resolved.set_name} series is not applied to vLLM {resolved.vllm_version}"
+    return [Finding(TREE, True, said) if f.check == TREE and f.message == not_applied else f for f in findings]
 
 
 def prefix_findings(resolved: Resolved, status: TreeStatus, command: LaunchCommand) -> list[Finding]:
@@ -472,17 +501,14 @@ def _restoring_apply(findings: list[Finding], sets: set[str]) -> str | None:
     """The guard's fix after a vLLM upgrade (an apply of every recorded set), when it applies each
     of `sets` too: the one fix that restores what was applied."""
     for finding in findings:
-        fix = finding.fix or ""
-        if finding.ok or finding.check != TREE or not fix.endswith(RECORDS_AS_IS):
+        if finding.ok or finding.check != TREE or finding.restores is None:
             continue
-        words = shlex.split(fix.partition("`")[2].partition("`")[0])
-        named = {words[i + 1] for i, word in enumerate(words[:-1]) if word == "--set"}
-        if "apply" in words[:4] and (not named or sets <= named):
-            return fix
+        if not finding.restores or sets <= set(finding.restores):
+            return finding.fix
     return None
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@frozen
 class _NeededSet(FrozenValue):
     """A set as apply_fix names it when a launch needs it: with --set."""
 
@@ -599,25 +625,25 @@ def _architectures_finding(model: ModelConfig | None) -> Finding | None:
     return Finding(MODELS, False, message, "give config.json's architectures as class names (strings) only")
 
 
-def _chat_template_finding(command: LaunchCommand, root: Path) -> Finding | None:
-    """A failed `command` finding when vLLM cannot load --chat-template (load_chat_template: a file
-    it opens, else text with `{`, `}` or a line break taken as the template, else its built-in
-    template of that name): it refuses the launch then, once the model has loaded."""
+def _chat_template_findings(command: LaunchCommand, root: Path) -> list[Finding]:
+    """A failed `command` finding (in a list; else none) when vLLM cannot load --chat-template
+    (load_chat_template: a file it opens, else text with `{`, `}` or a line break taken as the
+    template, else its built-in template of that name): it refuses the launch once the model loaded."""
     value = command.optional_text("chat-template")
     if value is None or any(c in value for c in "{}\n"):
-        return None
+        return []
     try:
         read_regular(os.path.join(command.working_directory(), value), 1, follow_symlinks=True, head=True)
-        return None
+        return []
     except OSError as exc:  # a fifo too: vLLM's open() would wait on it
         why = "no such file" if isinstance(exc, FileNotFoundError) else exc.strerror or str(exc)
     if os.path.isfile(root / CHAT_TEMPLATES / value):
-        return None
+        return []
     message = (
         f"--chat-template {value}: {why}, nor a template vLLM ships (under {CHAT_TEMPLATES}): vLLM refuses "
         "the launch once the model has loaded"
     )
-    return Finding(COMMAND, False, message, "give a readable template file's path, as the launch's directory sees it")
+    return [Finding(COMMAND, False, message, "give a readable template file's path, as the launch's directory sees it")]
 
 
 def _spec_drafter(command: LaunchCommand, missing: list[TargetError] | None, config_format: str) -> ModelConfig | None:
@@ -737,18 +763,15 @@ def _set_state_findings(
 ) -> list[Finding]:
     if needs.needs(resolved.set_name):
         unsaid = _not_said_by_judged(resolved, status, needs) if status.guard else []
-        return [
-            tree_finding(
-                resolved, _guard_for_launch(resolved, dataclasses.replace(status, guard=unsaid), needs, result)
-            )
-        ]
+        launched = _guard_for_launch(resolved, dataclasses.replace(status, guard=unsaid), needs, result)
+        return [tree_finding(resolved, launched, prefixed=bool(result.command.pycache_prefix()))]
     if needs.guard_runs and status.guard:
         unsaid = _not_said_by_judged(resolved, status, needs)
         refusal = _guard_refusal(dataclasses.replace(status, guard=unsaid))
         if status.drifted:  # its own files: their fix names the set (apply alone would apply every set)
             chosen = hints.for_set(resolved.set_name)
             revert, apply = hints.command("revert", "--force", chosen=chosen), hints.command("apply", chosen=chosen)
-            refusal.fix = f"run {revert} (it keeps a copy of the edits), then {apply}"
+            refusal.fix, refusal.restores = f"run {revert} (it keeps a copy of the edits), then {apply}", None
         return [refusal] if unsaid else []
     words = _state_words(status)
     if words:
@@ -805,13 +828,15 @@ def _guard_for_launch(
 
 
 def _guard_refusal(status: TreeStatus) -> Finding:
-    return Finding(TREE, False, refusal_text(upgrade_said(status.guard)), status.guard_fix)
+    return Finding(TREE, False, refusal_text(upgrade_said(status.guard)), status.guard_fix, restores=status.restores)
 
 
-def tree_finding(resolved: Resolved, status: TreeStatus) -> Finding:
+def tree_finding(resolved: Resolved, status: TreeStatus, *, prefixed: bool = False) -> Finding:
+    """The set's tree-state finding; `prefixed`: the launch reads bytecode under a pycache prefix,
+    never from __pycache__ (prefix_findings judges it there)."""
     if status.guard and status.symlink_fix:  # a symlink on the way: what else is found follows from it
         return _guard_refusal(status)
-    finding = _state_finding(resolved, status)
+    finding = _state_finding(resolved, status, prefixed=prefixed)
     if finding.ok and status.guard:  # vLLM's plugin loader stops this launch all the same
         return _guard_refusal(status)
     return finding
@@ -828,11 +853,14 @@ def _as_its_conflict_fix_leaves(resolved: Resolved, files: list[str]) -> Reader 
     return None if plan.conflicts else plan.content
 
 
-def _state_finding(resolved: Resolved, status: TreeStatus) -> Finding:
+def _state_finding(resolved: Resolved, status: TreeStatus, *, prefixed: bool = False) -> Finding:
 
     version = resolved.vllm_version
     if status.state == TreeState.UPSTREAM:
         return Finding(TREE, True, f"vLLM {version} ships the {resolved.set_name} change itself (upstream)")
+    if status.state == TreeState.UNRECORDED:  # the launch gets the change; the record is what is missing
+        held = f"vLLM {version}'s files hold the {resolved.set_name} change with no apply recorded (upstream's or a hand's)"
+        return Finding(TREE, True, held)
     if status.state == TreeState.UNSUPPORTED:
         return Finding(TREE, False, resolved.selection.note or f"no patch set for vLLM {version}")
     if status.state == TreeState.NOT_APPLIED:
@@ -849,7 +877,10 @@ def _state_finding(resolved: Resolved, status: TreeStatus) -> Finding:
         if apply_finishes(status):
             return Finding(TREE, False, message, apply_fix(resolved.selection.patch_set))
         return Finding(TREE, False, message, f"run {hints.command('status')}, then {hints.command('apply')}")
-    stale = _stale_bytecode(resolved, status)
+    if status.found_edited:  # status's words and fix: apply refuses to record the set found applied
+        message, fix = found_edit_said(resolved, status.found_edited[0])
+        return Finding(TREE, False, f"{message}: apply refuses it", f"run {fix}")
+    stale = None if prefixed else _stale_bytecode(resolved, status)
     if stale:
         return Finding(TREE, False, f"stale bytecode: {stale}", f"run {hints.command('apply', '--force')}")
     shadowed = _shadowed(resolved)

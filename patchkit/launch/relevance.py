@@ -11,10 +11,10 @@ launch's environment turns it off, and it refuses a tree for any recorded set's 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING
 
-from patchkit.base.values import FrozenValue
+from patchkit.base.values import FrozenValue, frozen
 from patchkit.engine.guard import ENTRY_POINT_NAME
 from patchkit.launch.command import LaunchCommand
 from patchkit.launch.engine import loaded_plugins
@@ -62,7 +62,7 @@ def guard_off_words(environ: dict[str, str]) -> str:
     return f"VLLM_PLUGINS={environ.get('VLLM_PLUGINS', '')} does not load it"
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@frozen
 class LaunchNeeds(FrozenValue):
     """The library's sets this launch does not need (name -> what each serves), and whether the
     launch guard refuses in it. A set not named here (no rule, another library's, ad-hoc) is needed."""

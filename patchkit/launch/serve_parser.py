@@ -22,7 +22,6 @@ import json
 import re
 import shlex
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any, NoReturn
@@ -30,9 +29,9 @@ from typing import Any, NoReturn
 from packaging.version import InvalidVersion, Version
 
 from patchkit.base.errors import BadInput
-from patchkit.base.values import FrozenValue, Shown
+from patchkit.base.values import FrozenValue, Shown, frozen
 from patchkit.launch import argtypes
-from patchkit.launch.values import load_json, load_yaml_config, within_limits
+from patchkit.launch.values import closest, load_json, load_yaml_config, within_limits
 from patchkit.tree.version import release_version
 
 SPECS = Path(__file__).with_name("specs")
@@ -41,7 +40,7 @@ MAX_OPTIONS = 1024  # of those, the ones that look like options ("-..."): argpar
 _NAME = re.compile(r"(?<=--)[^.]*")  # vLLM's: everything between the first `--` and the first `.`
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@frozen
 class Reading(FrozenValue):
     """The launch's arguments as a release's parser reads them."""
 
@@ -51,7 +50,7 @@ class Reading(FrozenValue):
     unread: tuple[str, ...] = ()  # arguments the (lenient) spec does not know: its release may read them
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@frozen
 class Spec(Shown):
     """A release's recorded parser: which release, and whether it is the installed one's own."""
 
@@ -317,7 +316,8 @@ class _Refused(argparse.ArgumentParser):
     """argparse whose refusals are BadInput (never an exit, never a print)."""
 
     def error(self, message: str) -> NoReturn:
-        raise BadInput(f"vLLM's `{self.prog}` parser refuses the command: {message}")
+        said, _, hint = message.partition(argtypes.HINT)
+        raise BadInput(f"vLLM's `{self.prog}` parser refuses the command: {said}", hint=hint or None)
 
     def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
         raise BadInput(f"vLLM's `{self.prog}` parser refuses the command: {message or status}")
@@ -421,7 +421,7 @@ def _parsed(
         raise BadInput(
             f"vLLM's `{parser.prog}` parser refuses the command: unrecognized arguments: "
             + " ".join(map(shlex.quote, words)),
-            hint=_one_word_hint(joined) if joined else None,
+            hint=_one_word_hint(joined) if joined else _spelling_hint(words, parser),
         )
     return dict(vars(namespace)), unread
 
@@ -443,6 +443,18 @@ def _a_dotted_value(word: str, unread: list[str]) -> bool:
     """`word` is the JSON a dotted option's keys were merged into, after that option (said by it)."""
     at = unread.index(word)
     return at > 0 and unread[at - 1].startswith("-") and word.startswith("{")
+
+
+def _spelling_hint(words: list[str], parser: argparse.ArgumentParser) -> str:
+    """The fix of an option the release does not know: the option it most looks like (a typo),
+    else where its options are listed."""
+    options = [option for option in parser._option_string_actions if option.startswith("--")]
+    for word in words:
+        typed = word.split("=", 1)[0]
+        close = closest(typed, options, cutoff=0.8) if typed.startswith("--") else None
+        if close:
+            return f"did you mean {close}? spell it so in the launch, then run it again"
+    return "remove it, or check its spelling: `vllm serve --help` lists this vLLM's options"
 
 
 def _one_word_hint(word: str) -> str:

@@ -5,16 +5,14 @@ command's is dropped)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from patchkit.base.errors import BadInput
-from patchkit.base.values import FrozenValue
+from patchkit.base.values import FrozenValue, frozen
 from patchkit.launch.models import ModelConfig
 
 SUPPORTED_TYPES = ("eagle3",)  # configs/speculators/algos.py: the algorithms vLLM converts
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@frozen
 class Speculator(FrozenValue):
     """A speculators-format checkpoint: its verifier, its speculative config, its drafter."""
 

@@ -18,7 +18,6 @@ import os
 import stat
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
@@ -26,14 +25,14 @@ from packaging.version import InvalidVersion, Version
 from patchkit.base import hints
 from patchkit.base.errors import BadInput
 from patchkit.base.fsutil import inside, read_regular
-from patchkit.base.values import FrozenValue
+from patchkit.base.values import FrozenValue, frozen
 from patchkit.launch.engine import TREE_FILE_LIMIT
 from patchkit.launch.findings import Finding, cannot_judge
-from patchkit.launch.values import load_json
+from patchkit.launch.values import closest, load_json
 from patchkit.tree.version import release_version
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@frozen
 class ParserKind(FrozenValue):
     """One kind of parser a launch names: its option, where its registry is, what vLLM holds to it."""
 
@@ -114,7 +113,7 @@ def _json_kind(value: object) -> str:
     return "an object" if isinstance(value, dict) else "a list"
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@frozen
 class Named(FrozenValue):
     """A parser name the launch gives: where it gives it, and when vLLM holds it to the registry."""
 
@@ -153,7 +152,7 @@ def given(options: dict[str, object], version: object, *, same_python: bool = Fa
     return named
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@frozen
 class Plugin(FrozenValue):
     """A parser file of the user's that vLLM imports before it looks a name up, and the names its
     `register_module` decorators give (empty: it may register in a way patchkit does not read)."""
@@ -362,10 +361,7 @@ def _closest(name: str, names: set[str]) -> str | None:
     same = sorted(n for n in names if plain(n) == plain(name))
     if same:
         return same[0]
-    import difflib  # lazy: a misspelt parser's name only; `run`'s fast path loads this module
-
-    close = difflib.get_close_matches(name, sorted(names), n=1, cutoff=0.75)
-    return close[0] if close else None
+    return closest(name, sorted(names), cutoff=0.75)
 
 
 def _parsed(data: bytes | None) -> ast.Module | None:

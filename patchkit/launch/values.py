@@ -178,3 +178,11 @@ def _why(exc: BaseException) -> str:
     if isinstance(exc, RecursionError):
         return f"nested deeper than {MAX_DEPTH} levels"
     return str(exc).split(";")[0]
+
+
+def closest(word: str, words: list[str], cutoff: float) -> str | None:
+    """The one of `words` that `word` most looks like (a typo of it), or None."""
+    import difflib  # lazy: a misspelt option or parser only; `run`'s fast path loads this module
+
+    close = difflib.get_close_matches(word, words, n=1, cutoff=cutoff)
+    return close[0] if close else None

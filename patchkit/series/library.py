@@ -27,7 +27,7 @@ from patchkit.base import fsutil, remembered
 from patchkit.base.enums import Holder, SelectionKind
 from patchkit.base.errors import BadInput, NoPatchSet
 from patchkit.base.fsutil import atomic_write, unsafe_reason
-from patchkit.base.values import FrozenValue, Value
+from patchkit.base.values import FrozenValue, Value, frozen
 from patchkit.series.patchfile import DEFAULT_ROOTS, Patch, read_patch
 from patchkit.series.requirements import parse_requirements
 from patchkit.tree.version import in_range, release_version, specifier
@@ -60,7 +60,7 @@ FROM_OPTION = "--patches"
 INSTALLED = "installed"
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@frozen
 class Location(FrozenValue):
     """Which library root a command uses, and what chose it (--patches, PATCHKIT_LIBRARY or installed)."""
 
@@ -134,7 +134,7 @@ def default_root() -> Path:
     return Path(__file__).resolve().parents[2] / "patches"
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@frozen
 class Release(FrozenValue):
     """A release entry of a set: the versions it covers and its series' directory."""
 
@@ -221,7 +221,7 @@ WHEN = "when"
 VERSIONS = "versions"
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@frozen
 class LaunchFacts(FrozenValue):
     """What a launch names, as vLLM serves it, for the rule: its speculative method (as vLLM settles
     it), its --tool-call-parser, its target model's architectures (config.json's, overrides applied)."""
@@ -240,7 +240,7 @@ class LaunchFacts(FrozenValue):
         return getattr(self, key[: -len("s")]) in names
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@frozen
 class LaunchRule(FrozenValue):
     """Which launches need the set (set.toml's [needed_by]): one that names any entry of a key here
     (its speculative method as vLLM settles it, --tool-call-parser, target architecture), or that
@@ -274,7 +274,7 @@ class LaunchRule(FrozenValue):
         return f"{NEEDED_BY[key]} {'/'.join(getattr(self, key))}"
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@frozen
 class PatchSetDef(FrozenValue):
     """A patch set as its set.toml declares it."""
 
@@ -309,6 +309,7 @@ class Selection(Value):
     # upstream because the tree's files already hold the series' change (no apply of patchkit's recorded)
     in_stock: bool = False
     holder: Holder | None = None  # who put that change there, as far as anything proves it
+    local: str = ""  # the build's own local label (+corp) whose RECORD lists the files: no release's stock files
 
 
 # set.toml's fields: the TOML types each may have, and whether it must be there

@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import cached_property, partial
 from pathlib import Path
 
@@ -22,7 +21,7 @@ from patchkit.base import fsutil
 from patchkit.base.enums import FileKind
 from patchkit.base.errors import BadInput
 from patchkit.base.fsutil import unsafe_reason
-from patchkit.base.values import FrozenValue
+from patchkit.base.values import FrozenValue, frozen
 
 ENCODING = "utf-8"
 ERRORS = "surrogateescape"
@@ -112,7 +111,7 @@ class Hunk:
         return f"Hunk({self.header}, source={self.source!r}, target={self.target!r})"
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@frozen
 class FilePatch(FrozenValue):
     """The part of a diff that concerns one file."""
 
@@ -138,7 +137,7 @@ class FilePatch(FrozenValue):
         return FilePatch(self.target_path, self.source_path, tuple(h.reversed() for h in self.hunks))
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@frozen
 class Patch(FrozenValue):
     """A patch file: its name, its bytes and the files it changes."""
 

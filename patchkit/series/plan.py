@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -20,7 +21,7 @@ from patchkit.base.enums import FileKind, StepState
 from patchkit.base.errors import BadInput, Drift
 from patchkit.base.fsutil import Origin, read_file_and_origin
 from patchkit.base.hashing import hash_soon, joined, sha256
-from patchkit.base.values import FrozenValue, Value
+from patchkit.base.values import FrozenValue, Value, frozen
 from patchkit.series.patchfile import (
     FilePatch,
     Hunk,
@@ -45,7 +46,7 @@ class Placement(NamedTuple):
         return self.line - expected
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@frozen
 class Mismatch(FrozenValue):
     """Why a file part of a patch does not apply: which hunk, what it expected, what is there."""
 
@@ -66,7 +67,7 @@ class Mismatch(FrozenValue):
         return text if self.reason == "context does not match" else f"{text} ({self.reason})"
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@frozen
 class FileStep(FrozenValue):
     """What one patch does to one file: its content before, where each hunk goes."""
 
@@ -351,7 +352,7 @@ def _original(view: View, path: str, digest: str | None, patches: list[Patch], n
     try:
         return read_object(view.root, digest)
     except BadInput as damaged:
-        rebuilt = reverse_file(view.read(path), path, patches)
+        rebuilt = reverse_file(view.read, path, patches)
         if rebuilt is None or sha256(rebuilt) != digest:
             raise BadInput(
                 f"{damaged.message}, and reverse-applying the recorded patches does not give the original "
@@ -362,18 +363,26 @@ def _original(view: View, path: str, digest: str | None, patches: list[Patch], n
         return rebuilt
 
 
-def reverse_file(content: bytes | None, path: str, patches: list[Patch], *, digest: bool = True) -> bytes | None:
-    """`content` with every change the patches make to `path` undone, last patch first; None
-    when one does not reverse (or the patches rename, add or delete it). `digest=False`: the result
-    is only compared, so a large one is not hashed on the side."""
+def reverse_file(
+    read: Callable[[str], bytes | None], path: str, patches: list[Patch], *, digest: bool = True
+) -> bytes | None:
+    """What `path` held before the patches, from the tree as `read` gives it: every change they
+    make to it undone, last patch first (a deleted file comes back from the lines the patch removed,
+    a renamed one from its new name); None when one does not reverse, or a patch adds it or renames
+    it before the last. `digest=False`: the result is only compared, so a large one is not hashed."""
     parts = [f for p in patches for f in p.files if path in (f.path, f.source_path)]
-    if content is None or not parts or any(f.kind != FileKind.MODIFY for f in parts):
+    if not parts or any(f.kind == FileKind.ADD or (f.kind == FileKind.RENAME and f is not parts[-1]) for f in parts):
         return None
+    if parts[-1].kind == FileKind.RENAME and parts[-1].source_path != path:
+        return None  # `path` is where it went: before the patches it was not there
+    content = read(parts[-1].path)
     for part in reversed(parts):
-        placements = place_hunks(path, content, part.reversed().hunks)
+        if (content is None) != (part.kind == FileKind.DELETE):
+            return None
+        placements = place_hunks(path, content or b"", part.reversed().hunks)
         if isinstance(placements, Mismatch):
             return None
-        content = splice(content, placements, digest=digest)
+        content = splice(content or b"", placements, digest=digest)
     return content
 
 

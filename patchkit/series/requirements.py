@@ -6,12 +6,12 @@ Below the library, so that loading a set needs nothing from the checks (which us
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
 from patchkit.base.errors import BadInput
 from patchkit.base.fsutil import unsafe_reason
-from patchkit.base.values import FrozenValue
+from patchkit.base.values import FrozenValue, frozen
 from patchkit.tree.version import in_range, specifier
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # pragma: no cover
 ACCESSES = {"load": "reads", "store": "assigns", "any": "references"}
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@frozen
 class Target(FrozenValue):
     """What a guarded read is judged against: the class of the target and what its object holds."""
 
@@ -30,7 +30,7 @@ class Target(FrozenValue):
     lacks: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@frozen
 class Requirement(FrozenValue):
     """One requirement of a set's contract on a file of vLLM."""
 

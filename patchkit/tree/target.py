@@ -12,7 +12,6 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -20,7 +19,7 @@ from typing import Any
 from patchkit.base import hints
 from patchkit.base.errors import TargetError
 from patchkit.base.fsutil import read_regular
-from patchkit.base.values import FrozenValue
+from patchkit.base.values import FrozenValue, frozen
 
 # a worker's process (subprocess, its waits) is patchkit.tree.process, imported where a worker runs:
 # a command given --target alone (a dry run of a large diff, `run` on an applied tree) starts none.
@@ -28,7 +27,7 @@ from patchkit.base.values import FrozenValue
 PACKAGE = "vllm"
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@frozen
 class Target(FrozenValue):
     """Where vLLM is: its site directory, how it was found, its Python."""
 
@@ -251,6 +250,10 @@ def resolve(target_dir: str | None, python: str | None, *, here: bool = False) -
     against it (a worker script puts no working directory on sys.path itself). Else from /."""
     python = interpreter_path(python) if python is not None else None
     cwd = _working_directory() if here and python is not None else None
+    if python is None:  # found here: the pip hints name it (a --python is the selection's own)
+        found = from_directory(target_dir) if target_dir else from_interpreter(None)
+        hints.knows_interpreter(found.python or venv_interpreter(found.root))
+        return found
     if target_dir and python:
         # The interpreter still judges syntax; the directory says where the files are.
         info = _probe(python, cwd=cwd)
@@ -261,9 +264,19 @@ def resolve(target_dir: str | None, python: str | None, *, here: bool = False) -
             python=info["python"],
             python_vllm=own if isinstance(own, str) else "",
         )
-    if target_dir:
-        return from_directory(target_dir)
     return from_interpreter(python, cwd=cwd)
+
+
+def venv_interpreter(root: Path) -> str | None:
+    """The interpreter of the environment whose site-packages `root` is (ENV/lib/pythonX.Y/site-packages,
+    ENV a venv or a conda environment): ENV/bin/python; None for any other directory."""
+    env = root.parent.parent.parent
+    if root.name != "site-packages" or not root.parent.name.startswith("python"):
+        return None
+    if not ((env / "pyvenv.cfg").is_file() or (env / "conda-meta").is_dir()):
+        return None
+    python = env / "bin" / "python"
+    return str(python) if os.access(python, os.X_OK) else None
 
 
 def _working_directory() -> str | None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import ast
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, overload
 
@@ -16,7 +15,7 @@ from packaging.version import InvalidVersion, Version
 from patchkit.base import hints
 from patchkit.base.errors import BadInput, PatchkitError, TargetError
 from patchkit.base.fsutil import NotRegularFile, inside, read_regular
-from patchkit.base.values import FrozenValue
+from patchkit.base.values import FrozenValue, frozen
 from patchkit.store.state import read_state
 from patchkit.tree.target import PACKAGE, Target, vllm_metadata_dirs
 
@@ -27,7 +26,7 @@ if TYPE_CHECKING:  # pragma: no cover
 METADATA_HEAD = 1 << 20
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@frozen
 class DetectedVersion(FrozenValue):
     """The tree's vLLM version and where it was read."""
 

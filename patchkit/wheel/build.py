@@ -12,9 +12,10 @@
    METADATA's Version rewritten, the provenance (provenance.py) added, and RECORD regenerated:
    every member's hash and size (an unchanged member keeps the stock RECORD's row, checked against
    the member's size, and for a labelled wheel FILE, which nothing else vouches for, against its
-   contents; one the stock RECORD lacks is hashed here), RECORD's own row empty. It is
-   written under a temporary name in the output directory and renamed into place. The members no
-   patch touches (nearly all the bytes) are copied while step 2 runs, first in the new wheel.
+   contents, once per unchanged file: _OwnRecord; one the stock RECORD lacks is hashed here),
+   RECORD's own row empty. It is written under a temporary name in the output directory and
+   renamed into place. The members no patch touches (nearly all the bytes) are copied while step 2
+   runs, first in the new wheel.
 """
 
 from __future__ import annotations
@@ -70,6 +71,7 @@ from patchkit.engine.resolve import (
 from patchkit.wheel import label as labels
 from patchkit.wheel import rawzip
 from patchkit.wheel.published import Held, claims_a_release, held_to_release, refuse_unpublished
+from patchkit.wheel.stock import members_vouched, remember_members
 
 if TYPE_CHECKING:  # imported where used: the big members are being copied by then
     from patchkit.distinfo.provenance import Provenance
@@ -127,6 +129,7 @@ class StockWheel:
     version: Version
     dist_info: str  # e.g. vllm-0.16.0.dist-info
     installs: dict[str, str]  # a file's path in site-packages (folded) -> the member installed there
+    identity: fsutil.Identity  # the open file's when it was opened: what its members were read as
     abandoned: threading.Event = field(default_factory=threading.Event)  # the build ended: hashing stops
 
     @property
@@ -196,8 +199,8 @@ def build_patched_wheel(
     """The patched wheel of `stock` in `out_dir`, for the set or --patch files `chosen` names
     (`label`: the local label instead of patchkit.<set>; `expect_identity`: the file's, as
     stock.py checked the cached wheel with it; `again`: the command that builds it again, for an
-    interrupt's hint). A conflict or a failed check is a result with its
-    error, nothing written; bad input raises.
+    interrupt's hint). A conflict or a failed check is a result with its error, nothing written;
+    bad input raises.
 
     The members no patch touches are copied into the new wheel's temporary file while the plan and
     the checks run (the copy is the kernel's, the checks are Python's); those too large for any
@@ -210,13 +213,11 @@ def build_patched_wheel(
         open_stock(stock, expect_identity) as wheel,
         _scratch_tree(say) as scratch,
         _Output(Path(out_dir), wheel.path.name, say, again) as output,
-        ThreadPoolExecutor(
-            max_workers=4
-        ) as pool,  # the copies, the file's or the members' hashes; this thread places every member
+        ThreadPoolExecutor(max_workers=4) as pool,  # the copies and the hashes; this thread places every member
         _abandoned_on_exit(wheel),  # before the pool waits for its jobs: the hashing stops
     ):
         stock_record = _stock_record(wheel)
-        own = expect_identity is None and not claims_a_release(wheel.version)  # only its RECORD vouches for it
+        own = _OwnRecord.of(wheel, expect_identity, stock_record, say)  # None: held to the published wheel
         writer = rawzip.Writer(output.fd, wheel.fd, wheel.label)
         early = _never_patched(wheel, stock_record)
         copies = [pool.submit(writer.fill, output.place(writer, early))]
@@ -224,11 +225,10 @@ def build_patched_wheel(
         held = _hold_to_release(wheel, pool, say) if expect_identity is None else None
         added = labels.normalized_label(label or labels.default_label([r.set_name for r in resolved]))
         version = labels.labelled_version(wheel.version, added)
-        copied = {e.source.name for e in early if e.source is not None}
-        untouched = _untouched(wheel, resolved, stock_record, copied)
+        untouched = _untouched(wheel, resolved, stock_record, {e.source.name for e in early if e.source})
         say("copying the unchanged members; planning and checking the series on the wheel's files")
         copies.append(pool.submit(writer.fill, output.place(writer, untouched)))
-        hashing = _hash_on(pool, wheel, early + untouched, stock_record) if own else []
+        hashing = own.hash_on(pool, early + untouched) if own else []
         checked = _plan_and_check_sets(wheel, scratch, resolved, chosen, stock_record)
         checked.warnings[:0] = notes
         output.wait([*copies, *hashing])  # a member untrue to RECORD: BadInput
@@ -236,11 +236,14 @@ def build_patched_wheel(
             refuse_unpublished(held.result(), wheel.label, wheel.members, stock_record, wheel.digest_of, say)
         if checked.error is not None:
             return checked
+        if own:
+            own.finish()  # the members not hashed on the pool hashed here; then sealed as true
         result = _passed(checked, stock, version, added)
         final = Path(out_dir) / _file_name(wheel, version)
         say(f"writing {final.name}")
-        rest = _entries(wheel, checked.changes, result, early + untouched, stock_record)
-        output.write(writer, _true_to_record(wheel, rest, stock_record) if own else rest)
+        output.write(writer, _entries(wheel, checked.changes, result, early + untouched, stock_record))
+        if own:
+            own.unchanged()  # the bytes copied are those hashed (or sealed as true)
         result.path = output.commit(final)
         return result
 
@@ -274,7 +277,7 @@ def _hold_to_release(wheel: StockWheel, pool: ThreadPoolExecutor, say: Say) -> F
     """A wheel FILE that claims to be a release (no local label) is held whole to the published
     wheel of its name, on a thread (published.py); a labelled one is another build, said (-v)."""
     if not claims_a_release(wheel.version):
-        say(f"{wheel.version} has a local label: a build of its own, held to its own RECORD only (every member hashed)")
+        say(f"{wheel.version} has a local label: a build of its own, held to its own RECORD only")
         return None
     path = wheel.path.absolute()
     return pool.submit(held_to_release, str(wheel.version), wheel.path.name, wheel.fd, wheel.label, path)
@@ -629,8 +632,9 @@ def open_stock(path: Path, expect_identity: tuple[int, ...] | None = None) -> It
             dist_info = _dist_info(members, version, label)
             installs = _installs(members, dist_info, label)
             wheel = StockWheel(
-                path, fd, zf, members, path.name[: -len(".whl")].split("-"), version, dist_info, installs
-            )
+                path, fd, zf, members, path.name[: -len(".whl")].split("-"), version, dist_info, installs,
+                fsutil.file_identity(info),
+            )  # fmt: skip
             _refuse_other_scripts(wheel)
             _refuse_a_wheel_pip_refuses(wheel)
             yield wheel
@@ -1142,45 +1146,111 @@ def _raw(wheel: StockWheel, member: rawzip.Member, name: str, stock_record: dict
     return entry
 
 
+@dataclass
+class _OwnRecord:
+    """A labelled wheel FILE, which only its own RECORD vouches for: each member its RECORD gives a
+    hash is inflated and hashed against it (zipfile checks its CRC as it inflates), once. Then the
+    cache seals that (stock.remember_members: the file's identity and `fingerprint`), and a later
+    build of the same unchanged file hashes nothing; a changed or replaced file is hashed again."""
+
+    wheel: StockWheel
+    stock_record: dict[str, tuple[str, str]]
+    fingerprint: str
+    vouched: bool  # sealed as true, and unchanged since: nothing to hash
+    hashed: set[str] = field(default_factory=set)  # the members hashed on the pool
+
+    @classmethod
+    def of(
+        cls, wheel: StockWheel, expect: tuple[int, ...] | None, stock_record: dict[str, tuple[str, str]], say: Say
+    ) -> _OwnRecord | None:
+        if expect is not None or claims_a_release(wheel.version):
+            return None  # the cache's wheel of VERSION, or a FILE held to the published wheel
+        fingerprint = _fingerprint(wheel)
+        vouched = members_vouched(wheel.path.absolute(), wheel.fd, wheel.identity, fingerprint)
+        say(
+            "its members hashed true before; the file is unchanged: not hashed again"
+            if vouched
+            else "hashing every member against its RECORD"
+        )
+        return cls(wheel, stock_record, fingerprint, vouched)
+
+    def hash_on(self, pool: ThreadPoolExecutor, entries: list[rawzip.Entry]) -> list[Future[bool]]:
+        if self.vouched:
+            return []
+        members = [e.source for e in entries if e.source is not None]
+        self.hashed.update(m.name for m in members)
+        return _hash_on(pool, self.wheel, members, self.stock_record)
+
+    def finish(self) -> None:
+        """The members the pool did not hash (the dist-info's, the patched files) hashed here, once
+        the pool's all passed; then every member is true, sealed for the file as it was opened."""
+        if self.vouched:
+            return
+        rest = [m for m in self.wheel.members if m.name not in self.hashed]
+        if _true_to_record(self.wheel, rest, self.stock_record) and not self.wheel.abandoned.is_set():
+            remember_members(self.wheel.path.absolute(), self.wheel.fd, self.fingerprint, self.wheel.identity)
+
+    def unchanged(self) -> None:
+        """BadInput unless the file is the one opened: a write while it was read could have put
+        other bytes in the copies than those hashed."""
+        if fsutil.file_identity(os.fstat(self.wheel.fd)) != self.wheel.identity:
+            raise BadInput(
+                f"{self.wheel.label} changed while it was read; refusing the wheel",
+                hint="run the command again once nothing writes the file",
+            )
+
+
+def _fingerprint(wheel: StockWheel) -> str:
+    """The sha256 of the file's central directory and end records (every member's name, CRC, sizes
+    and place) and of RECORD's stored bytes: "" when they are not where a true archive has them."""
+    size = wheel.identity[2]
+    start = wheel.zf.start_dir
+    record = wheel.member(f"{wheel.dist_info}/RECORD")
+    if record is None or record.info.compress_size > RECORD_LIMIT:
+        return ""
+    if not 0 <= start <= size or size - start > rawzip.DIRECTORY_LIMIT + (1 << 17):
+        return ""  # the end records' comment is at most 64 KiB
+    digest = hashlib.sha256(os.pread(wheel.fd, size - start, start))
+    digest.update(os.pread(wheel.fd, record.info.compress_size, record.data_offset))
+    return digest.hexdigest()
+
+
 def _hash_on(
     pool: ThreadPoolExecutor,
     wheel: StockWheel,
-    entries: list[rawzip.Entry],
+    members: list[rawzip.Member],
     stock_record: dict[str, tuple[str, str]],
     parts: int = 2,
-) -> list[Future[list[rawzip.Entry]]]:
-    """_true_to_record of `entries` on the pool, in `parts` jobs of about equal size (zlib and
+) -> list[Future[bool]]:
+    """_true_to_record of `members` on the pool, in `parts` jobs of about equal size (zlib and
     hashlib let go of the GIL: two jobs inflate on two cores)."""
-    jobs: list[list[rawzip.Entry]] = [[] for _ in range(parts)]
+    jobs: list[list[rawzip.Member]] = [[] for _ in range(parts)]
     sizes = [0] * parts
-    for entry in sorted(entries, key=lambda e: e.file_size, reverse=True):
+    for member in sorted(members, key=lambda m: m.info.file_size, reverse=True):
         least = sizes.index(min(sizes))
-        jobs[least].append(entry)
-        sizes[least] += entry.file_size
+        jobs[least].append(member)
+        sizes[least] += member.info.file_size
     return [pool.submit(_true_to_record, wheel, job, stock_record) for job in jobs if job]
 
 
-def _true_to_record(
-    wheel: StockWheel, entries: list[rawzip.Entry], stock_record: dict[str, tuple[str, str]]
-) -> list[rawzip.Entry]:
-    """`entries`, once each copied member whose row the new RECORD takes from the stock RECORD has
-    that hash (inflated, so zipfile also checks its CRC), else BadInput: for a wheel held to its
-    own RECORD only."""
-    for entry in entries:
-        member = entry.source
-        if member is None or member.is_dir or entry.digest != stock_record.get(member.name, ("", ""))[0]:
-            continue  # written here, or hashed here already (_stock_digest)
-        said = entry.digest
+def _true_to_record(wheel: StockWheel, members: list[rawzip.Member], stock_record: dict[str, tuple[str, str]]) -> bool:
+    """True once each of `members` that its RECORD row gives a hash wheels may use has that hash
+    (inflated, so zipfile also checks its CRC), else BadInput; False when the build ended first.
+    A member without such a row gets the hash computed here (_stock_digest): nothing to hold."""
+    for member in members:
+        said, size = stock_record.get(member.name, ("", ""))
+        if member.is_dir or not (said and size) or record_algorithm(said) not in HASHES:
+            continue
         got = wheel.digest_of(member, record_algorithm(said))
         if wheel.abandoned.is_set():
-            break  # the build ended without this: no one reads the answer
+            return False  # the build ended without this: no one reads the answer
         if got != said:
             raise BadInput(
                 f"{wheel.label} is not true to its RECORD: {rawzip.shown(member.name)} hashes to {got!r}, "
                 f"RECORD says {rawzip.shown(said)}; refusing the wheel",
                 hint=f"its contents changed after its RECORD was written: {DAMAGED_HINT}",
             )
-    return entries
+    return True
 
 
 def _stock_digest(wheel: StockWheel, member: rawzip.Member, stock_record: dict[str, tuple[str, str]]) -> str:

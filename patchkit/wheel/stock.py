@@ -256,6 +256,9 @@ def is_sealed_cached(version: str, wheel: str, sha256: str, fd: int) -> bool:
 
 WHEEL_FILES = "wheel-files"  # the sha256 of each wheel FILE outside the cache, keyed by its path
 FILE_SEAL_KIND = "wheel-file-sha256"
+# A labelled wheel FILE each of whose members hashed true to its RECORD row, keyed by its path
+MEMBERS_SEAL_KIND = "wheel-file-members-1"
+MEMBERS_SUFFIX = ".members.json"
 
 
 def known_sha256(path: Path, fd: int) -> str | None:
@@ -263,28 +266,55 @@ def known_sha256(path: Path, fd: int) -> str | None:
     still the one it hashed (its identity: device, inode, size, mtime and ctime, which no one sets
     back): `wheel FILE` of an unchanged file need not hash it again. The entry is untrusted: read
     bounded, never through a symlink, believed only when its seal verifies with this user's key."""
-    name = _file_key(path)
-    try:
-        entry = json.loads(read_regular(cache_dir() / WHEEL_FILES, name, limit=MAX_SEAL_BYTES))
-        sha256, ident = entry["sha256"], tuple(entry["identity"])
-        if not (isinstance(sha256, str) and _SHA256.fullmatch(sha256)) or len(ident) != 5:
-            return None
-        if not all(type(n) is int for n in ident) or ident != file_identity(os.fstat(fd)):
-            return None
-        if seal.sealed(FILE_SEAL_KIND, f"{path}\0{name}", _seal_payload(sha256, ident), entry.get("seal")):
-            return sha256
-    except (OSError, Damaged, ValueError, RecursionError, TypeError, KeyError):
-        pass
-    return None
+    entry = _file_entry(path, ".json", FILE_SEAL_KIND, "sha256", file_identity(os.fstat(fd)))
+    return entry if entry is not None and _SHA256.fullmatch(entry) else None
 
 
 def remember_sha256(path: Path, fd: int, sha256: str, before: Identity) -> None:
     """Seal `sha256` for the wheel FILE at `path` when the open file was not changed while it was
     hashed, nor within a timestamp tick (a write then could leave its ctime as it was)."""
+    _write_file_entry(path, fd, ".json", FILE_SEAL_KIND, "sha256", sha256, before)
+
+
+def members_vouched(path: Path, fd: int, ident: Identity, fingerprint: str) -> bool:
+    """Whether this user's patchkit sealed, for the wheel FILE at `path`, that each of its members
+    hashed true to its RECORD row while the file had the identity `ident` (the open file's now too)
+    and this central directory and RECORD (`fingerprint`): then they need not be inflated again.
+    Any write, a replacement or a touch changes the identity; the entry is read as known_sha256's."""
+    if not fingerprint or file_identity(os.fstat(fd)) != ident:
+        return False
+    return _file_entry(path, MEMBERS_SUFFIX, MEMBERS_SEAL_KIND, "fingerprint", ident) == fingerprint
+
+
+def remember_members(path: Path, fd: int, fingerprint: str, before: Identity) -> None:
+    """Seal that every member of the wheel FILE at `path` hashed true to its RECORD, when the open
+    file is still `before` (the identity it had when it was opened) and older than a timestamp tick."""
+    if fingerprint:
+        _write_file_entry(path, fd, MEMBERS_SUFFIX, MEMBERS_SEAL_KIND, "fingerprint", fingerprint, before)
+
+
+def _file_entry(path: Path, suffix: str, kind: str, key: str, ident: Identity) -> str | None:
+    """The sealed `key` of the wheel-files entry of `path`, when its identity is `ident`."""
+    name = _file_key(path, suffix)
+    try:
+        entry = json.loads(read_regular(cache_dir() / WHEEL_FILES, name, limit=MAX_SEAL_BYTES))
+        value, sealed_ident = entry[key], tuple(entry["identity"])
+        if not isinstance(value, str) or len(sealed_ident) != 5:
+            return None
+        if not all(type(n) is int for n in sealed_ident) or sealed_ident != ident:
+            return None
+        if seal.sealed(kind, f"{path}\0{name}", _file_payload(key, value, sealed_ident), entry.get("seal")):
+            return value
+    except (OSError, Damaged, ValueError, RecursionError, TypeError, KeyError):
+        pass
+    return None
+
+
+def _write_file_entry(path: Path, fd: int, suffix: str, kind: str, key: str, value: str, before: Identity) -> None:
     if file_identity(os.fstat(fd)) != before or time.time_ns() - before[4] <= SEAL_AFTER_NS:
         return
-    name = _file_key(path)
-    mark = seal.seal(FILE_SEAL_KIND, f"{path}\0{name}", _seal_payload(sha256, before))
+    name = _file_key(path, suffix)
+    mark = seal.seal(kind, f"{path}\0{name}", _file_payload(key, value, before))
     root = cache_dir() / WHEEL_FILES
     with suppress(FetchError, OSError):  # a cache that cannot be written: the file is hashed again next time
         root.mkdir(parents=True, exist_ok=True)
@@ -293,12 +323,16 @@ def remember_sha256(path: Path, fd: int, sha256: str, before: Identity) -> None:
         entry = root / name
         if entry.is_symlink() or (entry.exists() and not entry.is_file()):
             remove_entry(entry)
-        write_cached(entry, (json.dumps({"sha256": sha256, "identity": list(before), "seal": mark}) + "\n").encode())
+        write_cached(entry, (json.dumps({key: value, "identity": list(before), "seal": mark}) + "\n").encode())
 
 
-def _file_key(path: Path) -> str:
+def _file_payload(key: str, value: str, ident: Identity) -> bytes:
+    return seal.canonical({key: value, "identity": list(ident)})
+
+
+def _file_key(path: Path, suffix: str = ".json") -> str:
     """The entry's name for a wheel FILE: its absolute path's sha256 (any path, one safe name)."""
-    return hashlib.sha256(os.fsencode(path)).hexdigest() + ".json"
+    return hashlib.sha256(os.fsencode(path)).hexdigest() + suffix
 
 
 def _from_a_configured_index(

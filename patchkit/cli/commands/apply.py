@@ -4,12 +4,13 @@ from typing import TYPE_CHECKING
 
 import click
 
+from patchkit import engine
 from patchkit.base.enums import Outcome, SelectionKind
 from patchkit.cli.commands import make_ui, resolve_telling
 from patchkit.cli.commands.options import dry_run_option, force_option, format_option, no_import_option, target_options
 from patchkit.cli.ui.console import UI
+from patchkit.cli.ui.header import show_header
 from patchkit.cli.ui.json_views import plan_json, resolved_json, target_json, tree_version_json
-from patchkit.cli.ui.reports import show_header
 from patchkit.cli.ui.steps import Shown
 from patchkit.engine.operations import ApplyResult, apply_series
 from patchkit.engine.resolve import (
@@ -21,7 +22,6 @@ from patchkit.engine.resolve import (
     several,
     why_not,
 )
-from patchkit.engine.several import NOT_TRIED, SetApplied, SetsApplied, apply_needed, apply_sets, require_order
 from patchkit.store.state import read_state
 
 if TYPE_CHECKING:
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from packaging.version import Version
 
     from patchkit.base.options import Options
+    from patchkit.engine.several import SetApplied, SetsApplied
     from patchkit.launch.relevance import LaunchNeeds
     from patchkit.series.library import PatchSetDef
 
@@ -98,7 +99,7 @@ def _apply_sets(
     ui.knows(target_json(target))
     chosen = resolve_sets(opts, target, sets=sets)
     ui.knows(tree_version_json(chosen))
-    require_order(opts, chosen, sets)
+    engine.several.require_order(opts, chosen, sets)
     if not ui.json_mode:
         for each in chosen:
             if each.resolved is None or each.kind == SelectionKind.UNSUPPORTED:
@@ -113,7 +114,7 @@ def _apply_sets(
             show_header(ui, each.resolved, said, target=each is chosen[0])
         return Shown(ui, dry_run=dry_run, said=warned)
 
-    result = apply_sets(
+    result = engine.several.apply_sets(
         chosen,
         watch_for=watch_for,
         dry_run=dry_run,
@@ -143,7 +144,7 @@ def _set_json(each: SetApplied) -> dict:
     part: dict = {**found, "result": each.state}
     if each.result is not None:
         part |= _result_json(each.result)
-    elif each.chosen.resolved is None or each.skipped != NOT_TRIED:
+    elif each.chosen.resolved is None or each.skipped != engine.several.NOT_TRIED:
         part["note"] = why_not(each.chosen)
     return part
 
@@ -193,7 +194,7 @@ def apply_for_launch(
         target = resolve_target(chosen)
         ui.knows(target_json(target))
         covering = resolve_sets(chosen, target, sets=sets)
-        require_order(chosen, covering, sets)
+        engine.several.require_order(chosen, covering, sets)
     else:
         resolved = resolve_telling(ui, chosen, sets=sets)
         covering = [Chosen(resolved.set_name, resolved)]
@@ -211,11 +212,11 @@ def apply_for_launch(
             show_header(ui, each.resolved, said, target=each is covering[0])
         return Shown(ui, said=warned)
 
-    result = apply_needed(covering, watch_for=watch_for, several=many)
+    result = engine.several.apply_needed(covering, watch_for=watch_for, several=many)
     if result is not None and result.error is None:
-        for each in result.sets if isinstance(result, SetsApplied) else []:
+        for each in result.sets if isinstance(result, engine.several.SetsApplied) else []:
             if each.result is not None:
                 ui.line(f"{each.chosen.name}: {each.result.message}")
-        drifted = isinstance(result, SetsApplied) and " changed after apply (" in result.message
+        drifted = isinstance(result, engine.several.SetsApplied) and " changed after apply (" in result.message
         ui.line(result.message, style=None if drifted else "green")  # a drifted set: the preflight fails on it
     return result

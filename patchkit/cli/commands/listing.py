@@ -11,8 +11,8 @@ from patchkit.base.options import Options
 from patchkit.cli.commands import make_ui
 from patchkit.cli.commands.options import format_option, patches
 from patchkit.cli.commands.options import quiet as quiet_option
+from patchkit.cli.ui.header import show_library
 from patchkit.cli.ui.matrix import LibraryPatchState, from_library
-from patchkit.cli.ui.reports import show_library
 from patchkit.series.library import PatchSetDef, load_library, locate, refuse_unordered
 from patchkit.series.patchfile import read_patch
 

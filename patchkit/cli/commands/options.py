@@ -12,7 +12,7 @@ import click
 
 from patchkit.base import hints
 from patchkit.base.enums import OutputFormat
-from patchkit.base.options import Options
+from patchkit.base.options import CHOSEN_FORMAT, Options
 
 F = TypeVar("F", bound=Callable[..., Any])
 Command = Callable[..., Any]  # a command function: target_options changes its parameters
@@ -205,8 +205,9 @@ def format_option(
     return option(func) if func else option
 
 
-def _output_format(_ctx: click.Context, _param: click.Parameter, value: str) -> OutputFormat:
-    return OutputFormat(value)
+def _output_format(ctx: click.Context, _param: click.Parameter, value: str) -> OutputFormat:
+    chosen = ctx.meta[CHOSEN_FORMAT] = OutputFormat(value)
+    return chosen
 
 
 def dry_run_option(help: str) -> Callable[[F], F]:

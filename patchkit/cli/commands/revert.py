@@ -9,8 +9,8 @@ from patchkit.base.enums import Outcome
 from patchkit.cli.commands import make_ui
 from patchkit.cli.commands.options import dry_run_option, force_option, format_option, target_options
 from patchkit.cli.ui.console import UI
+from patchkit.cli.ui.header import show_header
 from patchkit.cli.ui.json_views import resolved_json, target_json, version_json
-from patchkit.cli.ui.reports import show_header
 from patchkit.cli.ui.steps import Shown
 from patchkit.engine.operations import (
     RevertResult,

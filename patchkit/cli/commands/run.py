@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, NoReturn
 import click
 
 from patchkit.base import hints
-from patchkit.base.errors import TargetError
+from patchkit.base.errors import PatchkitError, TargetError
 from patchkit.base.options import Options
 from patchkit.cli.commands import make_ui
 from patchkit.cli.commands.options import target_options
@@ -67,7 +67,10 @@ def _checked(
             return applied
     if not preflight:
         return None
-    result = run_preflight(ui, opts, launch_command, no_import=True, shortcut=True)
+    try:
+        result = run_preflight(ui, opts, launch_command, no_import=True, shortcut=True)
+    except PatchkitError as exc:
+        raise _not_launched(ui, exc) from None
     if result.ok:
         if ui.verbose:  # each finding (the sets not used too), what could not be judged, before a long load
             show(ui, result, "text")
@@ -85,6 +88,15 @@ def _checked(
         f"{_full_preflight(ui, opts, launch_command)} checks it in full",
     )
     return result
+
+
+def _not_launched(ui: UI, error: PatchkitError) -> PatchkitError:
+    """A preflight that could not finish (a command vLLM's parser refuses): its error and fix said,
+    then that nothing ran, as after a failed preflight; the exit code stays the error's."""
+    ui.error(error.message, error.hint)
+    stop = PatchkitError("not launched: fix the launch command, then run it again")
+    stop.exit_code = error.exit_code
+    return stop
 
 
 def _full_preflight(ui: UI, opts: Options, launch_command: LaunchCommand) -> str:

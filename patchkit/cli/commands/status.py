@@ -174,11 +174,15 @@ def _sets_in(found: SetsStatus, state: TreeState | None = None) -> list[str]:
 
 def _counted(found: SetsStatus, *, not_applied: list[str] | None = None) -> str:
     """ "1 of 1 set(s) applied (a), 2 upstream (b, c)": a set vLLM ships (upstream) has nothing to
-    apply, so it is counted as such, not as one missing."""
+    apply, so it is counted as such, not as one missing; a set applied in part is counted apart."""
     applied, upstream, judged = found.applied(), _sets_in(found, TreeState.UPSTREAM), len(_sets_in(found))
     if not judged:
         return f"all {len(upstream)} set(s) upstream (this vLLM ships them: nothing to apply)"
     said = f"{len(applied)} of {judged} set(s) applied" + (f" ({', '.join(applied)})" if applied else "")
+    partly = _sets_in(found, TreeState.PARTIAL)  # a set with some of its patches applied: not "0 of N" alone
+    said += f", {len(partly)} in part ({', '.join(partly)})" if partly else ""
+    unrecorded = _sets_in(found, TreeState.UNRECORDED)  # the change in its files, no apply recorded
+    said += f", {len(unrecorded)} in the files, not recorded ({', '.join(unrecorded)})" if unrecorded else ""
     said += f", not {', '.join(not_applied)}" if not_applied else ""
     return said + (f"; {len(upstream)} upstream ({', '.join(upstream)})" if upstream else "")
 
@@ -190,7 +194,7 @@ def _adhoc_line(entry: Entry, root: Path) -> str:
     files = f"{len(entry.files)} file(s)"
     moved = moved_patches(entry)
     if moved:
-        undo = undo_command(entry, len(read_state(root).entries))
+        undo = undo_command(entry, len(read_state(root).entries), root)
         return f"{shown_set(entry).removeprefix('the ')} recorded ({files}), {', '.join(moved)} moved since: {undo} undoes it"
     status, revert = hints.command("status", chosen=chosen), hints.command("revert", chosen=chosen)
     return f"{shown_set(entry).removeprefix('the ')} recorded ({files}): {status} judges it, {revert} undoes it"

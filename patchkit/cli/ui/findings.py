@@ -6,17 +6,17 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 
 from patchkit.base.enums import CheckStatus
-from patchkit.base.values import FrozenValue
+from patchkit.base.values import FrozenValue, frozen
 from patchkit.checks import CheckResult
 
 # The patterns here are text, compiled on first use (re keeps them): start-up compiles none a run does not use.
 _LINE_FIRST = r"(?s)line (\d+): (.*)"
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@frozen
 class Failure(FrozenValue):
     """One thing that failed, as a person reads it: where, what, and what to do."""
 

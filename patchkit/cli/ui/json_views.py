@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from patchkit.base.enums import TreeState
 from patchkit.engine.inspection import local_edit_fix
+from patchkit.engine.resolve import unrecorded_fix
 from patchkit.store.state import is_adhoc
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -98,12 +99,18 @@ def status_json(resolved: Resolved, status: TreeStatus, where: Location | None =
         },
         **(
             {"upstream_regression": status.upstream_regression, "checks": [r.to_json() for r in status.checks]}
-            if status.state == TreeState.UPSTREAM
+            if status.state in (TreeState.UPSTREAM, TreeState.UNRECORDED)
             else {}
         ),
+        **({"hint": _unrecorded_fix(resolved)} if status.state == TreeState.UNRECORDED else {}),
         **({"hint": status.partial_fix} if status.partial_fix else {}),  # its one fix, as the text's
         **({"hint": _local_edit_fix(resolved, status)} if status.state == TreeState.CONFLICT else {}),
     }
+
+
+def _unrecorded_fix(resolved: Resolved) -> str:
+    """The change in the files with no apply recorded: what hands it to patchkit, as the note says."""
+    return unrecorded_fix(resolved.target.root, resolved.vllm_version, resolved.selection.patches)
 
 
 def _local_edit_fix(resolved: Resolved, status: TreeStatus) -> str:

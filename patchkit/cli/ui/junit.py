@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from patchkit.base.enums import CheckStatus, ReleaseOutcome
-from patchkit.base.values import FrozenValue
+from patchkit.base.values import FrozenValue, frozen
 from patchkit.cli.ui.text import visible
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -14,7 +13,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from patchkit.releases.check import ReleaseResult
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@frozen
 class JUnitCase(FrozenValue):
     """One <testcase> of a JUnit report: passed, failed, skipped or an error."""
 

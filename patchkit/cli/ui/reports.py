@@ -12,6 +12,7 @@ from patchkit.base.enums import CheckStatus, Holder, PatchState, ReleaseOutcome,
 from patchkit.checks import CheckResult, integrity, shadow
 from patchkit.checks import bytecode as pyc
 from patchkit.cli.ui.findings import GUARD, Failure, check_failures, count_line, fold, located
+from patchkit.cli.ui.header import show_header, show_library, show_target
 from patchkit.cli.ui.json_views import plan_json, status_json
 from patchkit.cli.ui.junit import JUnitCase, check_cases, junit_suites
 from patchkit.cli.ui.run import write_junit
@@ -26,86 +27,24 @@ from patchkit.engine.inspection import (
     stale_said,
     upgrade_said,
 )
-from patchkit.engine.resolve import in_stock_fix
-from patchkit.store.state import adhoc_files, is_adhoc
+from patchkit.engine.resolve import in_stock_fix, unrecorded_fix
+from patchkit.tree.target import stock_files_command
 from patchkit.tree.version import release_version
 
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Sequence
 
-    from packaging.specifiers import SpecifierSet
+    from packaging.version import Version
 
     from patchkit.engine.inspection import TreeStatus
     from patchkit.engine.operations import VerifyResult
     from patchkit.engine.resolve import Resolved
     from patchkit.releases.check import ReleaseResult
-    from patchkit.series.library import Location, Release
+    from patchkit.series.library import Location
 
 BEHAVIOUR = "behaviour"  # the set's behaviour test (checks/behaviour.py): said when it passes too
 UNGUARDED = "unguarded"  # the recorded launch guard is gone (the tree's: said once)
 STALE = "stale"  # a record an upgrade of vLLM left behind (the tree's: each note names its set)
-
-
-def show_header(ui: Screen, resolved: Resolved, said: set[str] | None = None, *, target: bool = True) -> None:
-    """Where vLLM is and its version (`target`: a later set of the same tree says only its set),
-    the set and its series in words, and the notes; `said`: the notes already said for another
-    set of this command (said once), updated."""
-    sel = resolved.selection
-    if target:
-        show_target(ui, resolved)
-    if sel.patch_set is None and is_adhoc(sel.set_name):  # --patch files: by their names, not adhoc-<hex>
-        ui.line(f"patch    {adhoc_files([p.name for p in sel.patches])}")
-    else:
-        ui.line(f"set      {sel.set_name}" + (f"  {series_words(sel.release)}" if sel.release else ""))
-    show_notes(ui, resolved, said)
-
-
-def show_target(ui: Screen, resolved: Resolved) -> None:
-    version = resolved.version
-    ui.line(f"vLLM     {resolved.target.package_dir}  (found by {resolved.target.found_by})")
-    if version:
-        ui.line(f"version  {version.version}  (from {_source_words(str(version.version), version.source)})")
-
-
-def _source_words(version: str, source: str) -> str:
-    """Where the version was read; a dist-info named by a long local version (a patched wheel's
-    +patchkit… label) as "its dist-info's METADATA": the name again is wider than a terminal's line."""
-    for name in (f"vllm-{version}.dist-info", f"vllm-{version.replace('-', '_')}.dist-info"):
-        if "+" in version and source.lower().startswith(name.lower() + "/"):
-            return f"its dist-info's {source[len(name) + 1 :]}"
-    return source
-
-
-def series_words(release: Release) -> str:
-    """`series 0.13.0 (covers 0.13.0 to before 0.19.0)`, not `<0.19.0,>=0.13.0 [0.13.0]`:
-    the release the series was made for, and the releases it is used for when that is more."""
-    made = release.directory.name
-    used = _range_words(release.versions)
-    return f"series {made}" if used == made else f"series {made} (covers {used})"
-
-
-def _range_words(versions: SpecifierSet) -> str:
-    bounds = {spec.operator: spec.version for spec in versions}
-    if set(bounds) == {"=="}:
-        return bounds["=="]
-    if set(bounds) == {">=", "<"}:
-        return f"{bounds['>=']} to before {bounds['<']}"
-    if set(bounds) == {">="}:
-        return f"{bounds['>=']} and later"
-    return str(versions)
-
-
-def show_notes(ui: Screen, resolved: Resolved, said: set[str] | None) -> None:
-    said = set() if said is None else said
-    for note in resolved.notes:
-        if note not in said:
-            said.add(note)
-            ui.note(note)
-
-
-def show_library(ui: Screen, where: Location) -> None:
-    """Which library root, and what chose it (--patches, PATCHKIT_LIBRARY or installed)."""
-    ui.line(f"library  {where.path}  ({where.source})")
 
 
 def show_status(
@@ -416,7 +355,7 @@ def verified_target_document(resolved: Resolved, verified: VerifyResult) -> dict
         **status_json(resolved, status),
         "ok": verified.ok,
         "checked": "as-is"
-        if status.state in (TreeState.APPLIED, TreeState.UPSTREAM) or status.drifted
+        if status.state in (TreeState.APPLIED, TreeState.UPSTREAM, TreeState.UNRECORDED) or status.drifted
         else "as-planned",
         "plan": plan_json(status.plan) if status.plan else [],
         "checks": [r.to_json() for r in verified.checks],
@@ -488,6 +427,8 @@ def _verify_verdict(ui: Screen, resolved: Resolved, verified: VerifyResult, *, r
     if verified.ok and status.state == TreeState.NOT_APPLIED:
         # a dry check passing is no pass of the tree: the last line says so
         ui.verdict(f"verify: ok if applied: {counted}", ok=True)
+    elif verified.ok and resolved.selection.local:  # a build of its own: its RECORD proves no release's files
+        ui.verdict(f"verify: ok: {counted}; this build (+{resolved.selection.local}) holds the change itself", ok=True)
     elif (
         verified.ok and resolved.selection.holder == Holder.STOCK
     ):  # found, not declared: the range is the maintainer's
@@ -498,6 +439,9 @@ def _verify_verdict(ui: Screen, resolved: Resolved, verified: VerifyResult, *, r
         ui.verdict(f"verify: ok: {counted}", ok=True)
     elif verified.passes_if_applied and status.state == TreeState.PARTIAL:  # status's verdict too: not a pass
         ui.verdict(f"verify: FAILED: partial: {_applied_count(status)}; ok if applied: {counted}", ok=False)
+    elif status.upstream_regression and resolved.selection.local:
+        own = f"vLLM {resolved.vllm_version}'s own files, not the release's"
+        ui.verdict(f"verify: FAILED: this build's files fail the set's checks ({own}; {counted})", ok=False)
     elif status.upstream_regression:
         ui.verdict(f"verify: FAILED: upstream regression: the stock files fail the set's checks ({counted})", ok=False)
     else:
@@ -524,7 +468,7 @@ def _without_version(verb: str) -> str:
 def _checked_as(verified: VerifyResult, resolved: Resolved) -> str:
     status = verified.status
     if resolved.selection.in_stock:  # "upstream" only where the stock files are proven to hold it
-        said = "upstream: " * (resolved.selection.holder == Holder.STOCK)
+        said = "upstream: " * (resolved.selection.holder == Holder.STOCK and not resolved.selection.local)
         return f"{said}{resolved.selection.note}; the set's checks ran on them"
     if status.state == TreeState.UPSTREAM:
         return "upstream: this vLLM release ships the change; the set's checks ran on its stock files"
@@ -591,6 +535,8 @@ def _check_fix(resolved: Resolved, status: TreeStatus) -> str:
         return f"{status.fix_command('revert')} (the stock files back); report the series"
     if status.state == TreeState.UPSTREAM:
         return _upstream_fix(resolved)
+    if status.state == TreeState.UNRECORDED:  # upstream's or a hand's: handed to patchkit, then judged
+        return f"{unrecorded_fix(resolved.target.root, resolved.vllm_version, resolved.selection.patches)}; if it still fails, report the series"
     return as_planned_fix()
 
 
@@ -605,6 +551,8 @@ def _upstream_fix(resolved: Resolved) -> str:
     """A build before a release (0.23.0.dev5) is judged as that release, upstream for the set, though
     its files may be the release below's: naming that release is the first thing to try."""
     version = resolved.vllm_version
+    if resolved.selection.local and version is not None:
+        return _local_build_fix(resolved, version)
     if version is None or not (version.is_devrelease or version.is_prerelease):
         return UPSTREAM_FIX
     base = release_version(version)
@@ -613,6 +561,19 @@ def _upstream_fix(resolved: Resolved) -> str:
         f"{version.public} comes before release {base}, whose stock files the set's upstream range judges: "
         f"first try {retry}, RELEASE the release it derives from (the last before {base}); "
         "if that fails too, report the upstream regression"
+    )
+
+
+def _local_build_fix(resolved: Resolved, version: Version) -> str:
+    """A build with a local label of its own (0.16.0+corp) whose files hold the change and fail a
+    check: its files are its builder's, not the release's, so nothing says upstream changed. The
+    release's stock files back, then apply; or the build made again from them."""
+    release = version.public
+    back = stock_files_command(resolved.target.root, release)
+    wheel = hints.command("wheel", release, "--local-label", resolved.selection.local)
+    return (
+        f"this build differs from vLLM {release}: put the release's files back with {back} and run "
+        f"{hints.command('apply')}, or build it again from them with {wheel}"
     )
 
 
@@ -635,7 +596,7 @@ def _fixes_by_check(status: TreeStatus) -> dict[str, str]:
     (as apply's refusal says), and, on a tree not patched yet, so is a file that is not the release's
     stock file."""
     fixes = {shadow.NAME: shadow.fix(), pyc.NAME: pyc.FIX}
-    if status.drifted or status.state in (TreeState.APPLIED, TreeState.UPSTREAM):
+    if status.drifted or status.state in (TreeState.APPLIED, TreeState.UPSTREAM, TreeState.UNRECORDED):
         return fixes
     if status.state == TreeState.CONFLICT:  # --force accepts a file unlike the RECORD, never a hunk that does not match
         return fixes | {"integrity": "as the conflict's fix (above)"}

@@ -7,9 +7,9 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+import patchkit.cli.ui as views
 from patchkit.base.enums import OutputFormat
 from patchkit.base.values import Value
-from patchkit.cli.ui.junit import error_junit
 from patchkit.cli.ui.notes import show_notes
 
 # Every JSON document patchkit prints carries it at the top level; it grows when a key changes meaning or goes.
@@ -61,7 +61,7 @@ def finish_run(run: Run, *, fmt: str, command: str | None, exit_code: int) -> No
     elif fmt == OutputFormat.JUNIT and not run.junit_written and exit_code != 0:
         suite = f"patchkit.{run.known['set']}" if run.known.get("set") else "patchkit"
         said = run.error or f"exit code {exit_code}"
-        sys.stdout.write(error_junit(suite, said, run.hint, exit_code, command or "verify"))
+        sys.stdout.write(views.junit.error_junit(suite, said, run.hint, exit_code, command or "verify"))
 
 
 def write_junit(document: str) -> None:

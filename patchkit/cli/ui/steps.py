@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import patchkit.cli.ui as views
 from patchkit.checks import bytecode
 from patchkit.cli.ui.plan import show_plan
-from patchkit.cli.ui.reports import show_checks
 
 if TYPE_CHECKING:  # pragma: no cover
     from patchkit.checks import CheckResult
@@ -39,7 +39,7 @@ class Shown:
             return
         if not self.tables and _bytecode_passed(results) and not self.ui.verbose:  # revert's one check: -v shows it
             return
-        show_checks(self.ui, results, label="checks" if not self.tables else "written")
+        views.reports.show_checks(self.ui, results, label="checks" if not self.tables else "written")
         self.tables += 1
 
 

@@ -1,0 +1,62 @@
+"""An EAGLE-3 launch stock vLLM accepts (a llama target: its own whitelist takes llama, and
+LlamaForCausalLM implements SupportsEagle3) was refused on a stock tree: "the eagle3 series is not
+applied". preflight does not refuse what stock vLLM accepts; a target the stock files refuse still
+fails (issue 20 residuals, words30 item 3, review L4)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from helpers import run_cli
+from launch_fixtures import DEEPSEEK_V3, DRAFTER, serve, write_model
+
+LLAMA = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 5120,
+    "num_hidden_layers": 40,
+    "num_attention_heads": 40,
+    "intermediate_size": 13824,
+    "vocab_size": 64000,
+}
+LLAMA_DRAFTER = {
+    "architectures": ["LlamaForCausalLMEagle3"],
+    "model_type": "llama",
+    "hidden_size": 5120,
+    "num_hidden_layers": 1,
+    "num_attention_heads": 40,
+    "intermediate_size": 13824,
+    "vocab_size": 64000,
+    "draft_vocab_size": 16000,
+}
+
+
+@pytest.fixture(scope="module")
+def stock(tmp_path_factory) -> Path:
+    base = tmp_path_factory.mktemp("stock-accepts")
+    done = run_cli("fetch", "0.16.0", "--all", "--dest", base / "tree")
+    assert done.returncode == 0, done.stderr
+    return base
+
+
+@pytest.mark.release
+def test_a_llama_eagle3_launch_stock_vllm_accepts_passes_on_a_stock_tree(stock, tmp_path):
+    launch = serve(write_model(tmp_path / "llama", LLAMA), write_model(tmp_path / "drafter", LLAMA_DRAFTER))
+    done = run_cli("preflight", "--target", stock / "tree", "--no-import", "--format", "json", "--", *launch)
+    found = json.loads(done.stdout)
+    assert done.returncode == 0, done.stdout + done.stderr
+    [tree] = [f for f in found["findings"] if f["check"] == "tree-state"]
+    assert tree["ok"] and "needs nothing it changes" in tree["message"], tree
+    assert found["tree_state"] == "not-applied"
+    assert all(f["ok"] for f in found["findings"]), found["findings"]
+
+
+@pytest.mark.release
+def test_a_deepseek_eagle3_launch_the_stock_files_refuse_still_fails(stock, tmp_path):
+    launch = serve(write_model(tmp_path / "dsv3", DEEPSEEK_V3), write_model(tmp_path / "drafter", DRAFTER))
+    done = run_cli("preflight", "--target", stock / "tree", "--no-import", "--format", "json", "--", *launch)
+    assert done.returncode == 1, done.stdout + done.stderr
+    failed = {f["check"] for f in json.loads(done.stdout)["findings"] if not f["ok"]}
+    assert {"tree-state", "whitelist", "supports-eagle3"} <= failed, failed

@@ -1,0 +1,84 @@
+"""revert writes a file back to an original only something other than the record vouches for: vLLM's
+RECORD lists it, or the recorded patches reversed give it (in the library given, or the one the
+record says the set came from). An original only the record (read back from the tree) vouches for
+goes back with --force alone, a copy of what it replaces kept; without it, exit 1, nothing written
+and the command named (issue 20 residuals, words30 item 2)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shlex
+
+from helpers import MODEL, MODEL_PY, SPEC, SPEC_PY, make_patch, snapshot, write_library
+
+MINE = b"# an original nobody but the record vouches for\nACCEPTED = ['anything']\n"
+
+
+def _library(tree, scratch, where):
+    patches = [
+        make_patch(scratch, tree, {SPEC: SPEC_PY.replace('"qwen"', '"deepseek"')}),
+        make_patch(scratch, tree, {MODEL: MODEL_PY + "# eagle3\n"}),
+    ]
+    return write_library(where, {"0.16.0": patches})
+
+
+def _record_original(tree, path: str, data: bytes) -> None:
+    """The record says `path` held `data` before the apply, the object store holding those bytes."""
+    digest = hashlib.sha256(data).hexdigest()
+    (tree / ".patchkit/objects" / digest).write_bytes(data)
+    state = json.loads((tree / ".patchkit/state.json").read_text())
+    state["entries"][0]["files"][path]["before"] = digest
+    (tree / ".patchkit/state.json").write_text(json.dumps(state))
+
+
+def test_an_original_only_the_record_vouches_for_needs_force(run, tree, scratch, tmp_path):
+    library = _library(tree, scratch, tmp_path / "lib")
+    assert run("apply", "--target", tree, "--patches", library, "--no-guard").exit_code == 0
+    _record_original(tree, SPEC, MINE)
+    before = snapshot(tree)
+
+    for dry in ((), ("--dry-run",)):
+        done = run("revert", "--target", tree, "--patches", library, *dry)
+        said = " ".join(done.output.split())
+        assert done.exit_code == 1, said
+        assert f"state.json vouches for what revert would put back at {SPEC}" in said, said
+        assert "nothing was written" in said, said
+        forced = [shlex.split(c) for c in re.findall(r"`([^`]+)`", said) if "--force" in c and "revert" in c]
+        assert forced == [["patchkit", "revert", "--target", str(tree), "--patches", str(library), "--force"]], said
+        assert snapshot(tree) == before and not (tree / ".patchkit/saved").exists()
+
+    patched = (tree / SPEC).read_bytes()
+    done = run(*forced[0][1:])
+    assert done.exit_code == 0, done.output
+    assert (tree / SPEC).read_bytes() == MINE and (tree / MODEL).read_text() == MODEL_PY
+    kept = [p.read_bytes() for p in (tree / ".patchkit/saved").rglob("*") if p.is_file()]
+    assert kept == [patched], done.output
+
+
+def test_the_library_the_record_names_vouches_without_force_or_copies(run, tree, scratch, tmp_path):
+    """Applied from a library given with --patches, reverted without it: the recorded patches, found
+    by sha256 in the library the record names, vouch for the originals; no --force, no copy."""
+    stock = snapshot(tree)
+    library = _library(tree, scratch, tmp_path / "lib")
+    assert run("apply", "--target", tree, "--patches", library, "--no-guard").exit_code == 0
+    done = run("revert", "--target", tree)
+    assert done.exit_code == 0, done.output
+    assert "only the record" not in done.output and snapshot(tree) == stock
+    assert not (tree / ".patchkit/saved").exists(), done.output
+
+
+def test_a_file_the_patch_deleted_comes_back_without_force(run, tree, scratch, tmp_path):
+    """The patch given vouches for what it deleted (its removed lines): no --force, no copy kept, the
+    tree back as it was (a rename: test_operations' module turned into a package)."""
+    moved = "vllm/models/moved.py"
+    patch = make_patch(scratch, tree, {SPEC: None, MODEL: None, moved: MODEL_PY.replace("return x", "return x * 2")})
+    (tmp_path / "p.diff").write_bytes(patch)
+    stock = snapshot(tree)
+    assert run("apply", "--target", tree, "--patch", tmp_path / "p.diff", "--no-guard").exit_code == 0
+    assert not (tree / SPEC).exists() and not (tree / MODEL).exists()
+
+    done = run("revert", "--target", tree, "--patch", tmp_path / "p.diff")
+    assert done.exit_code == 0, done.output
+    assert snapshot(tree) == stock and not (tree / ".patchkit/saved").exists()
