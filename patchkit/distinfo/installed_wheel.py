@@ -167,8 +167,8 @@ def _held_to_the_install(found: Provenance) -> None:
     if expected is None or installed != expected:
         raise untrusted(
             found,
-            f"is no patched wheel's: it names vLLM {record.vllm_version} labelled +{record.label}, "
-            f"but the dist-info is {found.dist_info}",
+            f"is no patched wheel's: it names vLLM {expected or record.vllm_version}, but the dist-info "
+            f"is {found.dist_info}",
             installed=False,
         )
     try:
@@ -278,7 +278,9 @@ def untrusted(found: Provenance, what: str, *, installed: bool = True, library: 
         return BadInput(message, hint=f"remove it to treat the tree as the plain install it is: `{remove}`")
     reinstall = f"reinstall vLLM ({hints.pip_reinstall(found.vllm_version)}), then {hints.command('apply')}"
     if library:
-        return BadInput(message, hint=f"if the wheel was built with another library, add --patches DIR; else {reinstall}")
+        return BadInput(
+            message, hint=f"if the wheel was built with another library, add --patches DIR; else {reinstall}"
+        )
     return BadInput(message, hint=reinstall)
 
 
@@ -322,8 +324,9 @@ def selection(found: Provenance, version: Version, library: str | Path | None) -
 
 def stock_hashes(root: Path, record: dict[str, str]) -> dict[str, str]:
     """A RECORD's {path: 'sha256=...'} with each file the wheel patched given its stock hash: the
-    reference the integrity check holds a stock file to. Only where RECORD lists the patched hash
-    (a RECORD that disagrees with the provenance stays as it is, and fails)."""
+    reference the integrity check holds a stock file to, and none for a file it created (the stock
+    release has none). Only where RECORD lists the patched hash (find() refuses a RECORD that
+    disagrees with the provenance)."""
 
     found = find(root)
     if found is None:
@@ -331,9 +334,11 @@ def stock_hashes(root: Path, record: dict[str, str]) -> dict[str, str]:
     out = dict(record)
     for path, shas in found.files.items():
         listed = out.get(path)
-        if shas.patched_sha256 is None or shas.stock_sha256 is None or listed is None:
+        if shas.patched_sha256 is None or listed != record_digest(bytes.fromhex(shas.patched_sha256), "sha256"):
             continue
-        if listed == record_digest(bytes.fromhex(shas.patched_sha256), "sha256"):
+        if shas.stock_sha256 is None:
+            del out[path]
+        else:
             out[path] = record_digest(bytes.fromhex(shas.stock_sha256), "sha256")
     return out
 
