@@ -972,3 +972,30 @@ def with_found_judged(resolved: Resolved, status: TreeStatus) -> TreeStatus:
         return status
     notes = [note for note in status.guard_notes if not note.startswith(UNRECORDED_GUARD)]  # "apply records it": no
     return replace(status, found_edited=edited[:1], guard_notes=notes)
+
+
+# A set's state, worst last: the overall state is the worst of the covering sets' (upstream ones
+# have nothing to apply: they count only when every set is upstream).
+_STATE_ORDER = (
+    TreeState.UPSTREAM,
+    TreeState.APPLIED,
+    TreeState.UNRECORDED,
+    TreeState.NOT_APPLIED,
+    TreeState.PARTIAL,
+    TreeState.CONFLICT,
+)
+
+
+def overall_state(states: set[TreeState]) -> TreeState:
+    """Several sets' states as one (status and preflight alike): an upstream set has nothing to
+    apply, so it counts only when every set is upstream; sets applied (recorded or not) beside
+    sets not applied make a partial tree; none applied: the worst."""
+    if not states:
+        return TreeState.NOT_APPLIED
+    if states <= {TreeState.UPSTREAM}:
+        return TreeState.UPSTREAM
+    states = states - {TreeState.UPSTREAM}
+    held = {TreeState.APPLIED, TreeState.UNRECORDED}  # the change in, recorded or not: no partial tree
+    if len(states) > 1 and states & {*held, TreeState.PARTIAL} and not states <= held:
+        return TreeState.PARTIAL
+    return max(states, key=_STATE_ORDER.index)  # none applied: not-applied, or a conflict
