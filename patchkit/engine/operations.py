@@ -1119,11 +1119,11 @@ class _Reverting:
         refused = self.refused(plan, unrecorded)
         if refused is not None:
             return refused
-        unsure: list[str] = []
+        unsure = list(restored.unvouched)  # a patched wheel's, on its own word: a copy is kept
         if undo.wheel is None:  # a patched wheel's RECORD lists its patched files: no stock to tell edits by
             installed = undo.installed
             restored.edited += edited_unrecorded(self.root, view, unrecorded, installed, force=force, dry_run=dry_run)
-            unsure = unproven(self.root, view, unrecorded, installed)
+            unsure += unproven(self.root, view, unrecorded, installed)
         files = sorted(plan.changes)
         self.refuse_unvouched_originals(view, plan, restored, force=force)
         preflight(self.root, files, writable=not dry_run)
@@ -1473,6 +1473,7 @@ def _restore_from_record(view: View, undo: _Undo, patches: list[Patch], *, force
         )
         restored.edited += from_wheel.edited
         restored.notes += from_wheel.notes
+        restored.unvouched += from_wheel.unvouched
     return restored
 
 
