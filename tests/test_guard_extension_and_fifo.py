@@ -65,3 +65,23 @@ def test_a_fifo_as_a_recorded_files_bytecode_is_refused_and_the_named_removal_fi
     fifo.unlink()
     assert load_plugins_like_vllm(site).returncode == 0
     assert _status(site, diff).returncode == 0
+
+
+def test_an_apply_that_fixes_stale_bytecode_says_so_not_nothing_to_do(site):
+    """review30 L2: plain `apply` removed or rebuilt a stale unchecked-hash .pyc the guard refused, and
+    said "already applied: nothing to do"."""
+    import py_compile
+
+    site, diff = site
+    stock = site.parent / "stock-model.py"
+    stock.write_text(MODEL_PY)
+    pyc = site / "vllm/models/__pycache__" / f"model.{sys.implementation.cache_tag}.pyc"
+    pyc.parent.mkdir(exist_ok=True)
+    mode = py_compile.PycInvalidationMode.UNCHECKED_HASH
+    py_compile.compile(str(stock), cfile=str(pyc), invalidation_mode=mode, doraise=True)
+    assert load_plugins_like_vllm(site).returncode != 0
+    done = run_cli("apply", "--target", site, "--patch", diff)
+    said = " ".join(done.stdout.split())
+    assert done.returncode == 0 and "nothing to do" not in said, said
+    assert f"already applied; stale bytecode of {MODEL} fixed" in said, said
+    assert load_plugins_like_vllm(site).returncode == 0

@@ -419,6 +419,9 @@ class _Applying:
                 message = found + (f"; {noun} {'would be ' if dry_run else ''}{verb}" if noun != "record" else "")
         # before the guard is judged: a stale .pyc it refuses is what this fixes
         bytecode = [] if dry_run else self.show(fix_bytecode(self.resolved.target, plan.touched_paths))
+        fixed = sorted({r.path or "" for r in bytecode if r.ok and any(w in r.message for w in _BYTECODE_FIXED)})
+        if fixed and message.endswith(": nothing to do"):  # what it did is said, not "nothing"
+            message = f"already applied; stale bytecode of {', '.join(fixed)} fixed (-v shows each)"
         if self.judge_guard and self.warn_of_what_the_guard_refuses(dry_run=dry_run):
             message = (
                 message.replace(": nothing to do", "") + "; the launch guard still refuses the tree (see the warning)"
@@ -749,6 +752,9 @@ def _refuse_stale_bytecode(result: ApplyResult, done: str) -> ApplyResult:
             hint=f"{pyc.FIX}; {hints.command('verify')} reports any stale bytecode left",
         )
     return result
+
+
+_BYTECODE_FIXED = (": removed", "stale: recompiled")  # fix_bytecode's words for a .pyc it changed
 
 
 def fix_bytecode(target: Target, paths: Iterable[str]) -> list[CheckResult]:
