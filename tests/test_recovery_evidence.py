@@ -18,12 +18,11 @@ from pathlib import Path
 
 import pytest
 from cli_server import run_patchkit
-from helpers import MODEL_PY, SPEC_PY, make_patch, snapshot, write_tree
+from helpers import MODEL_PY, SPEC_PY, make_patch, mark_staged, snapshot, write_tree
 
 from patchkit.base.hashing import sha256
 from patchkit.distinfo.record import record_hash
 from patchkit.engine import transaction
-from patchkit.store import journal as store_journal
 from patchkit.store.journal import staged_name
 from patchkit.store.state import read_state
 
@@ -193,12 +192,6 @@ def _forged_journal(tree: Path, files: list[dict], previous: str | None = None) 
     (tree / ".patchkit" / "journal.json").write_text(json.dumps(journal))
 
 
-def _marked(tree: Path, *paths: str, txid: str = "f00d") -> None:
-    """The marker a commit writes once it staged `paths` (their identities as they are now)."""
-    staged = {path: store_journal.file_identity(os.lstat(tree / path)) for path in paths}
-    store_journal.mark_staged(tree, txid, staged, tick=lambda: None)
-
-
 def test_a_forged_journal_reaching_every_file_deletes_and_overwrites_nothing(tmp_path):
     """Review 5 H1: no staged file left made every entry "reached", so a journal alone could make
     the next command delete user files (listed as created) or overwrite one (with a planted
@@ -242,7 +235,7 @@ def test_a_deleted_file_the_commit_reached_still_gets_its_original_back(tmp_path
     (tree / ".patchkit/objects").mkdir(parents=True)
     (tree / ".patchkit/objects" / sha256(original)).write_bytes(original)
     _forged_journal(tree, [{"path": "vllm/__init__.py", "before": sha256(original), "after": None, "staged": None}])
-    _marked(tree)
+    mark_staged(tree, "f00d")
     (tree / "vllm/__init__.py").unlink()
     said = transaction.recover(tree)
     assert "1 file(s) restored" in (said or ""), said
