@@ -474,9 +474,8 @@ def _undecided(root: Path, paths: list[str], journal: dict) -> BadInput:
     so the hint never says to delete the files it names."""
     kept = f"nothing was touched, and the journal and the saved originals are kept in {meta_dir(root)}"
     said = (
-        f"an interrupted patchkit transaction may have written {_some(paths)}, but the saved original "
-        f"of {_some(paths)} is damaged or missing (no file in {objects_dir(root)} holds its sha256's bytes), "
-        f"so it cannot go back; {kept}"
+        f"the saved original of {_some(paths)} is damaged or missing (no file in {objects_dir(root)} "
+        f"holds its sha256's bytes), so an interrupted patchkit transaction cannot be rolled back; {kept}"
     )
     return BadInput(said, hint=_undecided_hint(root, paths, journal))
 
