@@ -134,12 +134,16 @@ def test_a_running_step_given_up_on_says_whether_another_commands_step_waits(blo
         thread.join(5)
 
 
-def test_a_retired_agent_takes_no_claim_and_ends_once_idle_though_held():
+def test_a_retired_agent_takes_no_claim_and_ends_once_the_runs_holding_it_release_it():
+    """A run that holds it may have a step on its way (sent, not yet running here): a retired agent
+    ending under it would lose that node from the run; once released, no keep-alive keeps it."""
     agent = Watched(hold=60)
     assert agent.claim("run-1", 600)["held"] is True
     agent.retire()
     assert agent.claim("run-2", 600) == {"held": False, "current": False, "pid": agent.claim("x", 1)["pid"]}
-    assert agent.ended.wait(2)  # run-1's hold does not keep a retired agent
+    assert not agent.ended.wait(0.3)  # idle, but run-1 holds it
+    agent.release("run-1", keep_alive=600)
+    assert agent.ended.wait(2)
 
 
 def test_a_step_given_up_on_holds_nothing_after_it(monkeypatch):

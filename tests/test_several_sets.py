@@ -892,3 +892,27 @@ def test_apply_of_several_sets_through_a_symlinked_directory_names_the_fix(run, 
     said = " ".join(done.output.split())
     assert done.exit_code == 2, said
     assert f"replace the symlink {models} with a real directory holding a copy of what it points to" in said, said
+
+
+def test_preflight_calls_an_upstream_set_beside_an_applied_one_applied_as_status_does(tmp_path):
+    """A set upstream fixed in this release has nothing to apply: beside an applied set the tree is
+    applied, not partial, for preflight as for status."""
+    from helpers import run_cli
+    from launch_fixtures import DEEPSEEK_V3, DRAFTER, serve, write_eagle3_setup, write_model
+
+    tree, lib = write_eagle3_setup(tmp_path)
+    parser = "vllm/tool_parsers/fixed_tool_parser.py"
+    (tree / parser).parent.mkdir(parents=True, exist_ok=True)
+    (tree / parser).write_text("def parse(text):\n    return text.strip()\n")
+    patch = make_patch(tmp_path, tree, {parser: "def parse(text):\n    return text.strip() or None\n"})
+    write_library(lib, {"0.15.0": [patch]}, name="fixed", upstream=">=0.16.0")
+    target = write_model(tmp_path / "target", DEEPSEEK_V3)
+    drafter = write_model(tmp_path / "drafter", DRAFTER)
+    assert run_cli("apply", "--target", tree, "--patches", lib, "--no-import").returncode == 0
+
+    status = run_cli("status", "--target", tree, "--patches", lib, "--format", "json")
+    assert json_of(status)["state"] == "applied", status.stdout
+    launch = ["--target", tree, "--patches", lib, "--no-import", "--format", "json", "--", *serve(target, drafter)]
+    done = run_cli("preflight", *launch)
+    assert json_of(done)["tree_state"] == "applied", done.stdout + done.stderr
+    assert done.returncode == 0, done.stdout + done.stderr

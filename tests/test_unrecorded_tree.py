@@ -518,6 +518,16 @@ def test_a_revert_force_whose_stock_fetch_fails_leaves_no_patchkit_directory(run
     assert snapshot(tree) == edited and not (tree / ".patchkit").exists()
 
 
+def _reverted_not_as_stock(run, *args: object) -> str:
+    """`revert ARGS` passes without calling the files "restored to stock" (nothing proves them stock):
+    what it said, on one line."""
+    reverted = run("revert", *args)
+    said = " ".join(reverted.output.split())
+    assert reverted.exit_code == 0, reverted.output
+    assert "restored to stock" not in said, said
+    return said
+
+
 def test_without_a_record_revert_says_it_reversed_the_hunks_and_keeps_the_files_as_they_were(run, tmp_path, scratch):
     """Revert27's note: a tree with no vLLM RECORD (a source tree, a checkout), the record lost and a
     line added away from the hunks: revert said "restored to stock" and the file kept the edit.
@@ -532,10 +542,7 @@ def test_without_a_record_revert_says_it_reversed_the_hunks_and_keeps_the_files_
     (tree / PARSER).write_text((tree / PARSER).read_text() + "# mine\n")
     as_it_was = (tree / PARSER).read_bytes()
 
-    reverted = run("revert", "--target", tree, "--patches", library)
-    said = " ".join(reverted.output.split())
-    assert reverted.exit_code == 0, reverted.output
-    assert "restored to stock" not in said, said
+    said = _reverted_not_as_stock(run, "--target", tree, "--patches", library)
     assert "already hold this set's change with no apply recorded: upstream, or applied by hand" in said, said
     assert "nothing to revert" in said, said
     assert (tree / PARSER).read_bytes() == as_it_was
@@ -555,10 +562,7 @@ def test_a_found_applied_patch_recorded_without_a_vllm_record_is_reverted_as_hun
     assert found.exit_code == 0 and "already applied, with no record of it; recorded" in found.output, found.output
     patched = (tree / PARSER).read_bytes()
 
-    reverted = run("revert", "--target", tree, "--patch", patch)
-    said = " ".join(reverted.output.split())
-    assert reverted.exit_code == 0, reverted.output
-    assert "restored to stock" not in said, said
+    said = _reverted_not_as_stock(run, "--target", tree, "--patch", patch)
     assert "reverted: 1 file(s) with the series' hunks reversed (no vLLM RECORD proves them stock)" in said, said
     assert (tree / PARSER).read_text() == PARSER_PY
     assert [p.read_bytes() for p in (tree / ".patchkit/saved").rglob("toolcall.py")] == [patched]

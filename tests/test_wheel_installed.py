@@ -120,13 +120,22 @@ def test_without_provenance_the_patched_record_fails_integrity(wheel):
     assert done.returncode == 1 and "differs from the stock file" in done.stdout
 
 
-def test_the_series_is_read_from_the_wheel_when_the_library_has_another(wheel, tmp_path):
+def test_a_wheel_naming_a_set_the_library_holds_otherwise_is_not_believed(wheel, tmp_path):
+    """The library's set of that name has another series for the release: the record, read back
+    from the tree, could put the set's name over any patch, so it is refused (exit 2) with the fix,
+    never taken as that set applied; a set the library lacks is the wheel's own texts."""
     other = make_patch(tmp_path, tmp_path / "stock", {"vllm/config/spec.py": SPEC_PY + "# other\n"})
     shutil.rmtree(wheel.library)
     write_library(wheel.library, {STOCK: [other]}, name="demo")
-    done = wheel.cli("status", "--format", "json")
-    assert done.returncode == 0, done.stderr
-    report = json.loads(done.stdout)
+    for command in ("status", "revert"):
+        done = wheel.cli(command)
+        assert_clean_failure(done, 2)
+        assert "names set demo, but its patches are not demo's series" in done.stderr, done.stderr
+        assert "--patches DIR" in done.stderr and "--force-reinstall" in done.stderr
+    assert {p: wheel.site.joinpath(p).read_text() for p in CHANGES} == CHANGES
+    shutil.rmtree(wheel.library)
+    write_library(wheel.library, {STOCK: [other]}, name="another")
+    report = json.loads(wheel.cli("status", "--format", "json").stdout)
     assert report["state"] == "applied" and report["set"] == "demo" and report["series"] is None
     assert any("read from there" in note for note in report["notes"])
     assert [p["name"] for p in report["patches"]] == ["0001-change.patch"]

@@ -9,7 +9,12 @@ tree, but the dist-info says what was applied.
 It is read back from the tree, so it is untrusted input like `.patchkit/state.json`:
 `patchkit.distinfo.provenance.read_provenance` reads it (regular files only, never through a symlink,
 size-limited, checked field by field, each text against its sha256), and its paths must also pass
-the recorded-path rule, since revert writes them. Anything else is BadInput naming the file.
+the recorded-path rule, since revert writes them. It is believed only where a patched wheel's
+install put it: a dist-info whose version is the release's with the label it names, whose RECORD
+lists each file as it says the wheel holds it; and a set it names that the library at hand holds
+must be that set's series for the release (patch names and sha256). Anything else is BadInput
+naming the file and the fix. Even then, revert keeps a copy of each file it deletes or overwrites
+on the wheel's own word alone (its texts reversed, where the library's patches are not the same).
 
 What it gives: the series (status, verify, apply, revert judge the tree by it), the stock sha256 of
 each patched file (the integrity check's reference, since the wheel's RECORD holds the patched
@@ -22,8 +27,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shlex
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 
@@ -33,10 +39,10 @@ from patchkit.base import fsutil, hints
 from patchkit.base.enums import FileKind
 from patchkit.base.errors import BadInput, Drift, PatchkitError
 from patchkit.base.hashing import sha256
-from patchkit.distinfo.provenance import FileRecord, read_provenance
+from patchkit.distinfo.provenance import PATCH_DIR, FileRecord, read_provenance
 from patchkit.distinfo.provenance import Provenance as Record
-from patchkit.distinfo.record import PROVENANCE, record_digest
-from patchkit.series.library import PATCH, Selection, load_chosen, select
+from patchkit.distinfo.record import PROVENANCE, parse_record, read_record_file, record_digest
+from patchkit.series.library import PATCH, PatchSetDef, Selection, load_chosen, load_library, locate, select
 from patchkit.series.patchfile import DEFAULT_ROOTS, Patch, parse_patch
 from patchkit.series.plan import View, plan_revert
 from patchkit.store.state import checked_path
@@ -54,6 +60,9 @@ class Provenance:
     root: Path
     dist_info: str  # the directory's name
     record: Record
+    # every set it names is the library's own series (patch names and sha256): reversing them vouches
+    # for a stock file; else only the wheel's texts do, and revert keeps a copy of what it replaces
+    library_held: bool = False
 
     @property
     def origin(self) -> str:
@@ -80,7 +89,7 @@ class Provenance:
         alone = replace(self.record, set_name=name, patches=chosen.patches, sets=())
         touched = {p for patch in Provenance(self.root, self.dist_info, alone).patches() for p in _paths(patch)}
         files = {path: shas for path, shas in self.record.files.items() if path in touched}
-        return Provenance(self.root, self.dist_info, replace(alone, files=files))
+        return Provenance(self.root, self.dist_info, replace(alone, files=files), self.library_held)
 
     @property
     def files(self) -> dict[str, FileRecord]:
@@ -117,7 +126,8 @@ def find(root: Path) -> Provenance | None:
     """The provenance of the vLLM installed in `root`, or None when its dist-info has none (a
     stock install, a source checkout, several vllm dist-infos: version detection says so).
     read_provenance checks it whole; here, beyond that, every file it names must pass the
-    recorded-path rule (revert writes them) and its release must be a version."""
+    recorded-path rule (revert writes them), its release must be a version, the install must be a
+    patched wheel's (_held_to_the_install) and a library set it names the library's (held_sets)."""
 
     dist_infos = [p.name for p in vllm_metadata_dirs(root) if p.name.lower().endswith(".dist-info")]
     if len(dist_infos) != 1:
@@ -132,17 +142,109 @@ def find(root: Path) -> Provenance | None:
     origin = root / dist_info / PROVENANCE
     for path in record.files:
         checked_path(path, origin, guard=False)
-    found = Provenance(root, dist_info, record)
-    wrong = _unlike_the_series(record.files, found.patches())
-    if wrong:
-        raise _refuse(f"{dist_info}/{PROVENANCE}", f"lists {wrong} otherwise than its own patches touch it")
     try:
         Version(record.vllm_version)
     except InvalidVersion:
         raise _refuse(
             f"{dist_info}/{PROVENANCE}", f"has a vllm_version {record.vllm_version!r} that is not a version"
         ) from None
-    return found
+    found = Provenance(root, dist_info, record)
+    _held_to_the_install(found)
+    wrong = _unlike_the_series(record.files, found.patches())
+    if wrong:
+        raise _refuse(f"{dist_info}/{PROVENANCE}", f"lists {wrong} otherwise than its own patches touch it")
+    return replace(found, library_held=held_sets(found, hints.current().library))
+
+
+def _held_to_the_install(found: Provenance) -> None:
+    """A record is believed only in the dist-info a patched wheel's install has: its version the
+    release's with the label the record names (`patchkit wheel` renames it so), and its RECORD
+    listing each file as the record says the wheel holds it (the patched sha256; a file the wheel
+    deletes, not at all). One planted in a stock install, or beside files pip did not write, fails."""
+    record = found.record
+    expected = _labelled(record.vllm_version, record.label)
+    installed = _version_of(found.dist_info)
+    if expected is None or installed != expected:
+        raise untrusted(
+            found,
+            f"is no patched wheel's: it names vLLM {expected or record.vllm_version}, but the dist-info "
+            f"is {found.dist_info}",
+            installed=False,
+        )
+    try:
+        rows = parse_record(
+            read_record_file(found.root, found.root / found.dist_info / "RECORD"), only=set(record.files)
+        )
+    except (OSError, PatchkitError):
+        raise untrusted(found, "is beside no readable RECORD: nothing shows pip installed what it names") from None
+    for path, shas in sorted(record.files.items()):
+        wanted = None if shas.patched_sha256 is None else record_digest(bytes.fromhex(shas.patched_sha256), "sha256")
+        listed = rows[path][0] if path in rows else None
+        if listed != wanted:
+            said = "installed no file" if wanted is None else "installed the patched file"
+            raise untrusted(found, f"says the wheel {said} at {path}, but {found.dist_info}/RECORD lists it otherwise")
+
+
+def _labelled(stock: str, label: str) -> Version | None:
+    """The version `patchkit wheel` gives a wheel of release `stock` labelled `label` (a local label
+    the stock version has already is extended with '.'), or None when it cannot be one."""
+    try:
+        release, local = Version(stock), Version(f"0+{label}").local
+    except InvalidVersion:
+        return None
+    if not local:
+        return None
+    return Version(f"{release.public}+{release.local + '.' if release.local else ''}{local}")
+
+
+def _version_of(dist_info: str) -> Version | None:
+    """The version a dist-info's name gives (`vllm-0.16.0+patchkit.eagle3.dist-info`), or None."""
+    text = dist_info[: -len(".dist-info")].partition("-")[2]
+    try:
+        return Version(text)
+    except InvalidVersion:
+        return None
+
+
+def held_sets(found: Provenance, library: str | Path | None) -> bool:
+    """Whether every set the record names is `library`'s own series for its release (patch names
+    and sha256, in order). A set the library holds with other patches, or with no series for that
+    release, is refused: a record read back from the tree could put the library's set name over
+    any patch. A set the library lacks (a wheel built with another library) leaves the wheel's own
+    texts as the only word on it: False, as for `--patch` files."""
+    names = found.set_names
+    if not names:
+        return False
+    try:
+        sets = load_library(locate(library).path)
+    except PatchkitError:  # no library to hold it to: the wheel's texts are all there is
+        return False
+    held = True
+    for name in names:
+        if name not in sets:
+            held = False
+            continue
+        shipped = found.patch_hashes if len(names) == 1 else _hashes_of(found, name)
+        if _series_hashes(sets[name], Version(found.vllm_version)) != shipped:
+            raise untrusted(
+                found,
+                f"names set {name}, but its patches are not {name}'s series for vLLM "
+                f"{Version(found.vllm_version).public} in the library at {locate(library).path}",
+                library=True,
+            )
+    return held
+
+
+def _hashes_of(found: Provenance, name: str) -> tuple[tuple[str, str], ...]:
+    return next(tuple((p.name, p.sha256) for p in s.patches) for s in found.record.sets if s.name == name)
+
+
+def _series_hashes(patch_set: PatchSetDef, version: Version) -> tuple[tuple[str, str], ...] | None:
+    try:
+        chosen = select(patch_set, version)
+    except PatchkitError:
+        return None
+    return tuple((p.name, p.sha256) for p in chosen.patches) if chosen.kind == PATCH else None
 
 
 def _unlike_the_series(files: dict[str, FileRecord], patches: list[Patch]) -> str | None:
@@ -165,6 +267,23 @@ def _paths(patch: Patch) -> set[str]:
     return {p for f in patch.files for p in (f.source_path, f.target_path) if p}
 
 
+def untrusted(found: Provenance, what: str, *, installed: bool = True, library: bool = False) -> BadInput:
+    """The refusal of a record patchkit will not believe, with what fixes it: in a dist-info pip
+    did not install from a patched wheel, the record removed (it is then a plain install); else
+    the stock release reinstalled (or, for a library set, the library it was built with named)."""
+    where = found.root / found.dist_info
+    message = f"{found.origin} {what}: not believed"
+    if not installed:
+        remove = shlex.join(["rm", "-rf", "--", str(where / PROVENANCE), str(where / PATCH_DIR)])
+        return BadInput(message, hint=f"remove it to treat the tree as the plain install it is: `{remove}`")
+    reinstall = f"reinstall vLLM ({hints.pip_reinstall(found.vllm_version)}), then {hints.command('apply')}"
+    if library:
+        return BadInput(
+            message, hint=f"if the wheel was built with another library, add --patches DIR; else {reinstall}"
+        )
+    return BadInput(message, hint=reinstall)
+
+
 def _refuse(where: str, what: str) -> BadInput:
     return BadInput(
         f"{where} {what}",
@@ -178,12 +297,13 @@ def _refuse(where: str, what: str) -> BadInput:
 
 def selection(found: Provenance, version: Version, library: str | Path | None) -> tuple[Selection, str]:
     """The series the wheel was built with, as a library Selection, and a note saying so. When the
-    library's series for this release is the same patches (names and sha256), that selection (its
-    release directory shown); otherwise the shipped patch texts, with the library's set (if it has
-    one of that name) for the contract and the probe."""
+    library holds the set, its series for this release must be the same patches (names and sha256:
+    held_sets, else refused), and that selection is it (its release directory shown); a set the
+    library lacks (another library's, or `--patch` files) is the shipped patch texts."""
 
     if Version(found.vllm_version).public != Version(str(version)).public:
         raise _refuse(found.origin, f"describes vLLM {found.vllm_version}, but the dist-info is vLLM {version}")
+    held_sets(found, library)  # `library`: the command's, which find() took from the selection too
     patch_set = chosen = None
     if found.set_name:
         try:
@@ -204,8 +324,9 @@ def selection(found: Provenance, version: Version, library: str | Path | None) -
 
 def stock_hashes(root: Path, record: dict[str, str]) -> dict[str, str]:
     """A RECORD's {path: 'sha256=...'} with each file the wheel patched given its stock hash: the
-    reference the integrity check holds a stock file to. Only where RECORD lists the patched hash
-    (a RECORD that disagrees with the provenance stays as it is, and fails)."""
+    reference the integrity check holds a stock file to, and none for a file it created (the stock
+    release has none). Only where RECORD lists the patched hash (find() refuses a RECORD that
+    disagrees with the provenance)."""
 
     found = find(root)
     if found is None:
@@ -213,9 +334,11 @@ def stock_hashes(root: Path, record: dict[str, str]) -> dict[str, str]:
     out = dict(record)
     for path, shas in found.files.items():
         listed = out.get(path)
-        if shas.patched_sha256 is None or shas.stock_sha256 is None or listed is None:
+        if shas.patched_sha256 is None or listed != record_digest(bytes.fromhex(shas.patched_sha256), "sha256"):
             continue
-        if listed == record_digest(bytes.fromhex(shas.patched_sha256), "sha256"):
+        if shas.stock_sha256 is None:
+            del out[path]
+        else:
             out[path] = record_digest(bytes.fromhex(shas.stock_sha256), "sha256")
     return out
 
@@ -257,6 +380,9 @@ class StockRestore:
 
     edited: list[str]
     notes: list[str]
+    # deleted, or given back as the wheel's own texts reversed give them, on its word alone (its
+    # patches are not the library's, nor the release's file that one): kept aside
+    unvouched: list[str] = field(default_factory=list)
 
 
 def restore_stock(view: View, found: Provenance, *, force: bool, fetch_release: FetchRelease) -> StockRestore:
@@ -283,27 +409,35 @@ def restore_stock(view: View, found: Provenance, *, force: bool, fetch_release: 
             if content is not None:
                 done.edited.append(path)
         todo.append(path)
-    originals = _originals(found, todo, done.notes, fetch_release) if todo else {}
+    originals = _originals(view, found, todo, done, fetch_release) if todo else {}
     for path in todo:
         view.write(path, originals[path])
     return done
 
 
 def _originals(
-    found: Provenance, paths: list[str], notes: list[str], fetch_release: FetchRelease
+    view: View, found: Provenance, paths: list[str], done: StockRestore, fetch_release: FetchRelease
 ) -> dict[str, bytes | None]:
+    """The stock bytes of `paths` (None: a file the wheel created). Where nothing but the wheel's
+    own record vouches for them (no library series of the same patches, not the release's file),
+    the path goes to done.unvouched, so that revert keeps the file it replaces."""
     wanted = {p: found.files[p].stock_sha256 for p in paths}
     out: dict[str, bytes | None] = {p: None for p, digest in wanted.items() if digest is None}
     needed = [p for p in paths if p not in out]
-    if not needed:
-        return out
-    fetched = _fetched(found, needed, notes, fetch_release)
+    fetched = _fetched(found, needed, done.notes, fetch_release) if needed else {}
+    alone = list(out)  # a created file's deletion: only the patches say the release lacks it
     for path in needed:
         data = fetched.get(path)
-        if data is None or sha256(data) != wanted[path]:
-            data = _reversed(found, path, wanted[path])
-            notes.append(f"{path}: restored by reverse-applying the wheel's patches (sha256 checked)")
-        out[path] = data
+        if data is not None and sha256(data) == wanted[path]:
+            out[path] = data
+            continue
+        if data is not None and sha256(data) == sha256(view.read(path)) == found.files[path].patched_sha256:
+            raise untrusted(found, f"says the wheel patched {path}, but it holds vLLM {found.vllm_version}'s own file")
+        out[path] = _reversed(found, path, wanted[path])
+        alone.append(path)
+        done.notes.append(f"{path}: restored by reverse-applying the wheel's patches (sha256 checked)")
+    if not found.library_held:
+        done.unvouched += sorted(p for p in alone if p not in done.edited and view.read(p) is not None)
     return out
 
 

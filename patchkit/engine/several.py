@@ -18,7 +18,7 @@ from patchkit.base.enums import Outcome, SelectionKind, TreeState
 from patchkit.base.errors import CHECK_FAILED, Conflict, PatchkitError
 from patchkit.base.values import Value
 from patchkit.engine import inspection
-from patchkit.engine.inspection import TreeStatus
+from patchkit.engine.inspection import TreeStatus, overall_state
 from patchkit.engine.operations import (
     ApplyResult,
     VerifyResult,
@@ -310,17 +310,6 @@ def _drift_fix(name: str, files: list[str]) -> str:
 
 # --------------------------------------------------------------------------- status and verify
 
-# A set's state, worst last: the overall state is the worst of the covering sets' (upstream ones
-# have nothing to apply: they count only when every set is upstream).
-_STATE_ORDER = (
-    TreeState.UPSTREAM,
-    TreeState.APPLIED,
-    TreeState.UNRECORDED,
-    TreeState.NOT_APPLIED,
-    TreeState.PARTIAL,
-    TreeState.CONFLICT,
-)
-
 
 @dataclass(eq=False, repr=False)
 class SetsStatus(Value):
@@ -339,16 +328,9 @@ class SetsStatus(Value):
         """applied when every set chosen is; not-applied when none is; partial otherwise (or when
         one set is partial); conflict when none is applied and a set does not apply; upstream when
         every set is."""
-        states = {s.state for c, s in zip(self.chosen, self.statuses, strict=True) if c.name not in self.unchosen}
-        if not states:
-            return TreeState.NOT_APPLIED
-        if states <= {TreeState.UPSTREAM}:
-            return TreeState.UPSTREAM
-        states.discard(TreeState.UPSTREAM)
-        held = {TreeState.APPLIED, TreeState.UNRECORDED}  # the change in, recorded or not: no partial tree
-        if len(states) > 1 and states & {*held, TreeState.PARTIAL} and not states <= held:
-            return TreeState.PARTIAL
-        return max(states, key=_STATE_ORDER.index)  # none applied: not-applied, or a conflict
+        return overall_state(
+            {s.state for c, s in zip(self.chosen, self.statuses, strict=True) if c.name not in self.unchosen}
+        )
 
     @property
     def outcome(self) -> Outcome:

@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from patchkit.base import hints, locks, signals
+from patchkit.base import hints, locks, notes, signals
 from patchkit.base.errors import BadInput, LockBusy, TargetError
 from patchkit.base.fsutil import NO_SPACE, Landed, Origin, fsync, fsync_dir, read_file, size_said, unsafe_reason
 from patchkit.base.hashing import sha256
@@ -220,14 +220,22 @@ def _acquire(root: Path, timeout: float | None) -> BaseFileLock:
         except OSError as exc:
             raise TargetError(f"cannot create {meta}: {exc.strerror}", hint=_WRITABLE_HINT) from exc
 
+    def waiting() -> None:  # said once the lock is not free at once: a wait of up to a minute is no hang
+        notes.say(
+            f"note: another patchkit is working on {root}{locks.holder(meta / 'lock')}; waiting up to {timeout:g} s "
+            f"for it ({LOCK_TIMEOUT_ENV} sets the wait)"
+        )
+
     return locks.acquire(
         meta / "lock",
         timeout,
         prepare=prepare,
         busy=lambda waited: LockBusy(
-            f"another patchkit is working on {root} (waited {waited:.0f} s)", hint="try again when it has finished"
+            f"another patchkit is working on {root} (waited {waited:.0f} s{locks.holder(meta / 'lock')})",
+            hint="try again when it has finished",
         ),
         unusable=lambda exc: TargetError(f"cannot create the lock in {meta}: {exc.strerror}", hint=_WRITABLE_HINT),
+        on_wait=waiting if timeout > locks.QUIET_WAIT else None,
     )
 
 

@@ -372,7 +372,7 @@ class Agent:
         return {"held": current, "current": current, "pid": os.getpid()}
 
     def retire(self) -> None:
-        """No more claims; the steps it has run or has queued finish, then it ends."""
+        """No more claims; the runs that hold it finish their steps, then it ends."""
         with self.guard:
             self.retired = True
 
@@ -430,12 +430,15 @@ class Agent:
             time.sleep(AGENT_TICK)
             with self.guard:
                 now = time.monotonic()
-                unwanted = now > self.linger_until and all(t < now for t in self.holds.values())
+                held = any(t >= now for t in self.holds.values())
+                unwanted = now > self.linger_until and not held
                 busy = self.running is not None or bool(self.waiting)
                 # A step this far past its time limit hangs (its driver stopped waiting long ago, or
                 # died): ending the agent stops it, else every later command here would wait behind it.
                 overdue = self.running is not None and now > self.overdue_at
-                self.ending = overdue or (not busy and (self.retired or unwanted))
+                # retired: no keep-alive, but a run that holds it may still send a step (one in flight
+                # is neither running nor waiting here yet)
+                self.ending = overdue or (not busy and (unwanted or (self.retired and not held)))
             if self.ending:
                 self.end()
                 return

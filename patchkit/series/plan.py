@@ -260,6 +260,8 @@ class Restored(Value):
     # deleted on the record's word alone (its --patch file gone): kept aside, said as what it was
     alone: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # originals rebuilt by reverse-applying
+    # a patched wheel's files put back on its own record's word alone (its texts reversed): kept aside
+    unvouched: list[str] = field(default_factory=list)
 
 
 def restore_recorded(

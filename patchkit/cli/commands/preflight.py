@@ -16,7 +16,7 @@ from patchkit.cli.ui.findings import Failure, fix_once
 from patchkit.cli.ui.json_views import target_json
 from patchkit.cli.ui.junit import JUnitCase, junit
 from patchkit.cli.ui.run import write_junit
-from patchkit.engine.inspection import inspect
+from patchkit.engine.inspection import inspect, overall_state
 from patchkit.engine.resolve import judged, library_sets, resolve_sets, resolve_target, several
 from patchkit.launch.command import LaunchCommand, frame, read
 from patchkit.launch.findings import PASS, Finding
@@ -321,10 +321,10 @@ def merged(results: list[PreflightResult]) -> PreflightResult:
 
 
 def _overall(states: set[str | None]) -> str | None:
-    """The sets' states as one: partial where they differ, but a conflict where none is applied."""
+    """The sets' states as one, by status's rule (an upstream set beside applied ones is no partial tree)."""
     if len(states) == 1:
         return states.pop()
-    return str(TreeState.CONFLICT if states == {TreeState.NOT_APPLIED, TreeState.CONFLICT} else TreeState.PARTIAL)
+    return str(overall_state({TreeState(s) for s in states if s is not None}))
 
 
 def _first_said(notes: list[dict[str, str]]) -> dict[str, str]:
