@@ -4,11 +4,14 @@ and the tree's RECORD is parsed once a run however many sets ask for their files
 
 from __future__ import annotations
 
+import itertools
+import random
 from pathlib import Path
 
 import click
 import pytest
 from helpers import MODEL, MODEL_PY, SPEC, SPEC_PY, cli_runner, make_patch, patched_spec, pip_install, write_library
+from packaging.specifiers import SpecifierSet
 
 from patchkit.base import usercache
 from patchkit.base.enums import SelectionKind
@@ -41,6 +44,29 @@ def test_a_sets_ranges_are_bounded_once_each_not_once_per_pair(tmp_path, monkeyp
     loaded = library.load_set(_set_of(tmp_path, ranges, upstream=">=0.41.0"))
     assert len(loaded.releases) == 30
     assert len(bounded) == 31  # each entry's one specifier, and upstream's
+
+
+def test_a_sets_ranges_are_met_once_each_not_once_per_pair_when_none_is_shared(tmp_path, monkeypatch):
+    ranges = [f">=0.{minor}.0,<0.{minor + 1}.0" for minor in range(11, 41)]  # 30 entries: 435 pairs
+    met = []
+    real = library._meet
+    monkeypatch.setattr(library, "_meet", lambda first, second: met.append(1) or real(first, second))
+    loaded = library.load_set(_set_of(tmp_path, ranges, upstream=">=0.41.0"))
+    assert len(loaded.releases) == 30
+    # each entry's two specifiers and upstream's one, each entry against upstream, 29 in the sweep
+    assert len(met) == 61 + 30 + 29
+
+
+def test_the_sweep_finds_a_shared_version_where_the_pairs_do(monkeypatch):
+    chosen = random.Random(21)
+    texts = [">=0.16.0", ">0.16.0", "<0.17.0", "<=0.17.0", "==0.16.*", "~=0.16.1", "==0.17.0", ">=0.18.0", "<0.16.0"]
+    for _ in range(400):
+        spans = []
+        for _ in range(chosen.randint(2, 5)):
+            spans.append(library._span(SpecifierSet(",".join(chosen.sample(texts, chosen.randint(1, 2))))))
+        spans = [span for span in spans if not library._empty(span)]
+        paired = any(not library._empty(library._meet(a, b)) for a, b in itertools.combinations(spans, 2))
+        assert library._any_shared(spans) == paired, spans
 
 
 @pytest.mark.parametrize(

@@ -493,12 +493,13 @@ def _refuse_ranges(
     # each range's bounds once: two ranges share a version where the tighter of their bounds still hold one
     ranges = [(i, text, _span(versions)) for i, (text, versions) in enumerate(releases, 1)]
     problems = [f"[[releases]] entry {i} `versions` {text!r} holds no version" for i, text, r in ranges if _empty(r)]
-    problems += [
-        f"[[releases]] entries {i} and {j} cover the same release ({a!r}, {b!r})"
-        for i, a, first in ranges
-        for j, b, second in ranges
-        if i < j and not _empty(_meet(first, second))
-    ]
+    if _any_shared([r for _, _, r in ranges if not _empty(r)]):  # the pairs are named only when one shares
+        problems += [
+            f"[[releases]] entries {i} and {j} cover the same release ({a!r}, {b!r})"
+            for i, a, first in ranges
+            for j, b, second in ranges
+            if i < j and not _empty(_meet(first, second))
+        ]
     if shipped is not None:
         span = _span(shipped)
         problems += [
@@ -511,6 +512,30 @@ def _refuse_ranges(
             f"manifest {manifest}: {'; '.join(problems)}",
             hint='give each release one [[releases]] entry, outside `upstream` (e.g. "==0.16.0", ">=0.17.0,<0.19.0")',
         )
+
+
+def _any_shared(spans: list[tuple[_Bound, _Bound]]) -> bool:
+    """Whether two of these (non-empty) ranges share a version, in one pass sorted by low bound: a
+    range shares one with an earlier range only if it shares one with the earlier one reaching highest."""
+    highest: tuple[_Bound, _Bound] | None = None
+    for span in sorted(spans, key=_low_key):
+        if highest is not None and not _empty(_meet(highest, span)):
+            return True
+        if highest is None or _high_key(span) > _high_key(highest):
+            highest = span
+    return False
+
+
+def _low_key(span: tuple[_Bound, _Bound]) -> tuple:
+    """A low bound's place, as _meet orders them: none lowest, an excluded version above an included one."""
+    low = span[0]
+    return (0,) if low is None else (1, low[0], not low[1])
+
+
+def _high_key(span: tuple[_Bound, _Bound]) -> tuple:
+    """A high bound's place, as _meet orders them: none highest, an included version above an excluded one."""
+    high = span[1]
+    return (1,) if high is None else (0, high[0], high[1])
 
 
 def _span(versions: SpecifierSet) -> tuple[_Bound, _Bound]:
