@@ -329,6 +329,9 @@ def trial(
         )
     if following in ("apply", "revert", "recover") and again != 0:
         tally.failures.append(f"{where}: `{following}` exit {again}: {said.strip()[-300:]}")
+    # patchkit's own crash: every file recovery replaces or removes is the very one its commit staged
+    if (tree / ".patchkit/saved").exists() or "kept, not written by it" in out + said:
+        tally.failures.append(f"{where}: a file kept aside or as it was: {(out + said).strip()[-300:]}")
     return code
 
 

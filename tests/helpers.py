@@ -97,6 +97,16 @@ def write_tree(root: Path, version: str = "0.16.0", files: dict[str, str | bytes
     return root
 
 
+def mark_staged(tree: Path, txid: str, *paths: str) -> None:
+    """The marker (.patchkit/staged.json) a commit writes once it has staged `paths` (their
+    identities as they are now) and before it replaces a file: a hand-made journal of a crash
+    after that point needs it, as a planted journal lacks it."""
+    from patchkit.store import journal as store_journal
+
+    staged = {path: store_journal.file_identity(os.lstat(tree / path)) for path in paths}
+    store_journal.mark_staged(tree, txid, staged, tick=lambda: None)
+
+
 def _git(cwd: Path, *args: str) -> bytes:
     env = {
         **os.environ,

@@ -140,3 +140,27 @@ def test_read_only_tree_is_exit_4_naming_the_file_with_nothing_changed(tmp_path,
     assert done.returncode == 4 and "Traceback" not in done.stderr
     assert status.returncode == 0 and json.loads(status.stdout)["state"] == "not-applied"
     assert snapshot(tree) == stock
+
+
+def test_a_wait_for_the_lock_is_said_at_once_naming_the_holder(tree_and_patch):
+    """review30 L2: status and preflight waited for a held lock up to PATCHKIT_LOCK_TIMEOUT (60 s)
+    with no word, and the timeout's message did not name the other writer, as guarantees.md says."""
+    tree, patch = tree_and_patch
+    (tree / ".patchkit").mkdir()
+    code = (
+        "import time; from filelock import FileLock; "
+        f"lock = FileLock({str(tree / '.patchkit' / 'lock')!r}); lock.acquire(); print('held', flush=True); "
+        "time.sleep(60)"
+    )
+    holder = subprocess.Popen([sys.executable, "-c", code, "holder-mark"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        proc = _patchkit("status", "--target", tree, "--patch", patch, env={"PATCHKIT_LOCK_TIMEOUT": "2"})
+        _out, err = proc.communicate(timeout=60)
+    finally:
+        holder.kill()
+        holder.wait()
+    said = " ".join(err.split())
+    assert proc.returncode == 4 and f"note: another patchkit is working on {tree}" in said, said
+    assert "waiting up to 2 s for it (PATCHKIT_LOCK_TIMEOUT sets the wait)" in said, said
+    assert f"(waited 2 s; held by pid {holder.pid}: {sys.executable} -c " in said, said

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import crash_trials as ct
 import pytest
-from helpers import record_rows
+from helpers import mark_staged, record_rows
 
 from patchkit.base import signals
 
@@ -246,6 +246,7 @@ def test_a_journal_naming_the_directory_its_delete_removed_is_rolled_back(tmp_pa
             "removed_dirs": ["vllm/gone", "vllm/gone/sub"],
         },
     )
+    mark_staged(tree, "abc123")
     assert "1 file(s) restored" in transaction.recover(tree)
     assert (tree / "vllm/gone/sub/mod.py").read_bytes() == b"X = 1\n"
     assert not (tree / ".patchkit/journal.json").exists()
@@ -271,6 +272,7 @@ def test_a_planted_journal_cannot_delete_files_it_did_not_write(tmp_path):
     (tree / ".patchkit/journal.json").write_text(json.dumps({"id": "abc123", "previous_state": None, "files": files}))
     kept = ct.fingerprint(tree)
     (tree / "vllm/new.py").write_bytes(written)  # after the journal, as its commit would
+    mark_staged(tree, "abc123", "vllm/new.py")
     _code, out = ct.run_cli(["status", "--target", str(tree)])
     assert "1 file(s) it had created removed" in out, out
     assert "kept, not written by it or changed since: vllm/engine/core.py, vllm/extra.py" in out, out
@@ -339,6 +341,7 @@ def test_a_planted_journal_removes_a_file_vllm_lists_only_when_its_bytes_stay_sa
     }
     (tree / ".patchkit/journal.json").write_text(json.dumps(journal))
     (tree / "vllm/listed.py").write_bytes(b"LISTED = 3\n")  # after the journal, as its commit would
+    mark_staged(tree, "abc123", "vllm/listed.py")
     from patchkit.engine import transaction
 
     said = transaction.recover(tree)
@@ -597,6 +600,7 @@ def test_a_planted_journal_cannot_delete_another_packages_files(tmp_path):
     (tree / ".patchkit/journal.json").write_text(json.dumps({"id": "abc123", "previous_state": None, "files": files}))
     for path, data in (("torch/__init__.py", theirs), ("mypkg/new.py", ours)):
         (tree / path).write_bytes(data)  # after the journal: only the RECORD keeps torch's
+    mark_staged(tree, "abc123", "torch/__init__.py", "mypkg/new.py")
     _code, out = ct.run_cli(["status", "--target", str(tree)])
     assert "kept, an installed distribution's own file: torch/__init__.py" in out, out
     assert (tree / "torch/__init__.py").read_bytes() == theirs and not (tree / "mypkg/new.py").exists()

@@ -26,6 +26,7 @@ FORMATS = {
     7: "b133c9569c86bbbd955fad82b425bf734ed520c9d68bbe480230abee5691a152",  # the prefix by the path vllm is imported from
     8: "8770133608c63230240ba16a644218f6536bf560dbfb953a87dfd9c58e511b7e",  # a symlinked __pycache__ or .pyc followed, as Python follows it
     9: "eb4d7d1bd12f62e00b73237916b6567ab215c3b80ad9213ba0b589edefdc3577",  # under a pycache prefix, its mirror alone (not __pycache__)
+    10: "e0ab67b251ea5e53cb05d93626277818cc7c4275d2ed50cf2d9a25461b1036de",  # no vllm-*.dist-info said as such; the launch's extension suffixes; a fifo as bytecode; a file leading out
 }
 _SKIPPED = {tokenize.COMMENT, tokenize.NL, tokenize.ENCODING, tokenize.ENDMARKER}
 _STATEMENT_START = {tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, None}

@@ -411,6 +411,8 @@ def test_a_launch_python_without_vllm_is_told_to_launch_vllms_interpreter(setup)
     assert not check["ok"] and "vLLM is not installed for" in check["message"], check
     assert check["fix"].startswith("launch with the interpreter of the venv whose vLLM this is"), check
     assert "point patchkit" not in check["fix"], check
+    # review30 L2: the placeholder named the program by its base name, never with its path glued on
+    assert f"(`-- /path/to/venv/bin/{os.path.basename(sys.executable)} ...`)" in check["fix"], check
 
 
 def test_preflight_v_says_cannot_judge_once_in_a_row(setup):
@@ -1499,3 +1501,16 @@ def test_the_launch_target_fix_quotes_a_python_path_with_a_space(setup, tmp_path
     done = preflight(tree, library, str(script), *serve(models["deepseek"], models["drafter"])[1:])
     assert_clean_failure(done, 1)
     assert f"--python {shlex.quote(str(python))})" in findings(done)["launch-target"]["fix"], done.stdout
+
+
+def test_a_model_config_that_is_a_fifo_is_refused_with_what_to_do(setup):
+    """review30 L2: "model config .../config.json: not a regular file (a fifo, a device or a directory)",
+    and no hint."""
+    tree, library, models = setup
+    config = models["deepseek"] / "config.json"
+    config.unlink()
+    os.mkfifo(config)
+    done = preflight(tree, library, *serve(models["deepseek"], models["drafter"]), fmt="text")
+    said = " ".join(done.stderr.split())
+    assert done.returncode == 2 and f"model config {config}: not a regular file" in said, said
+    assert f"hint: put the file itself there (vLLM reads {config} as a file too)" in said, said

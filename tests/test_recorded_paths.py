@@ -12,7 +12,7 @@ import stat
 from pathlib import Path
 
 import pytest
-from helpers import SPEC_PY, fingerprint, make_patch, patched_spec
+from helpers import SPEC_PY, fingerprint, make_patch, mark_staged, patched_spec
 
 SPEC = "vllm/config/spec.py"
 
@@ -167,6 +167,7 @@ def test_an_older_guards_original_is_not_brought_back_but_removed(run, applied):
     plant_journal(tree, {"path": "patchkit_guard.py", "before": old_guard, "after": written, "staged": None})
     guard = tree / "patchkit_guard.py"
     guard.write_bytes(guard.read_bytes())  # after the journal, as the commit writes it
+    mark_staged(tree, "c0ffee", "patchkit_guard.py")
     result = run("status", "--target", tree, "--patch", patch)
     assert result.exit_code in (0, 1), result.output
     assert not (tree / "patchkit_guard.py").exists()

@@ -4,6 +4,7 @@ files replaced by something that is not a file."""
 
 from __future__ import annotations
 
+import importlib.machinery
 import json
 import os
 from pathlib import Path
@@ -690,7 +691,9 @@ def test_a_library_record_claiming_a_created_file_names_no_patch_files(run, tree
 
 
 @pytest.mark.parametrize(
-    "planted", ["vllm/config/spec.cpython-312-x86_64-linux-gnu.so", "vllm/config/spec/__init__.py"]
+    # this Python's own extension suffix: another Python's .so is never imported, nor refused (review30 L2)
+    "planted",
+    [f"vllm/config/spec{importlib.machinery.EXTENSION_SUFFIXES[0]}", "vllm/config/spec/__init__.py"],
 )
 def test_a_module_planted_after_apply_that_shadows_a_patched_file_fails_status_and_the_guard(run, tree, diffs, planted):
     """Review 15 L6: an extension module (or a package) put beside a patched file after the apply is

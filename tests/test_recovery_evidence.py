@@ -1,7 +1,9 @@
 """Recovery after a crash rolls a file back only with evidence that the interrupted transaction
-wrote it (issue 20, M1-M3): its bytes are the journal's "after" bytes and it changed after the
-journal was written, or the commit reached it (it comes before the first file still staged, every
-original saved). Anything else stays as it is and is named; only the originals put back are read."""
+wrote it (issue 20, M1-M3): its bytes are the journal's "after" bytes and the commit reached it
+(its marker, staged.json, is there, and the file comes before the first one still staged). Anything
+else stays as it is and is named; only the originals put back are read. A file's times are no
+evidence (a copy, chmod or chown of the tree changes them); a file that is not the very one the
+commit staged (its identity) is kept aside before it is replaced or removed."""
 
 from __future__ import annotations
 
@@ -16,9 +18,8 @@ from pathlib import Path
 
 import pytest
 from cli_server import run_patchkit
-from helpers import MODEL_PY, SPEC_PY, make_patch, snapshot, write_tree
+from helpers import MODEL_PY, SPEC_PY, make_patch, mark_staged, snapshot, write_tree
 
-from patchkit.base.errors import BadInput
 from patchkit.base.hashing import sha256
 from patchkit.distinfo.record import record_hash
 from patchkit.engine import transaction
@@ -131,26 +132,19 @@ def test_a_file_holding_the_journals_bytes_that_the_commit_never_reached_is_kept
     assert not (tree / staged).exists() and not (tree / ".patchkit/journal.json").exists()
 
 
-def test_a_file_the_commit_wrote_after_its_journal_is_rolled_back_though_nothing_else_shows_it(tmp_path):
-    """The ctime half of the evidence: a file changed after the journal, holding its bytes, goes back."""
+def test_a_file_changed_after_the_journal_is_no_file_the_commit_wrote_without_its_marker(tmp_path):
+    """Review 30 H1: a file holding the journal's bytes that changed after the journal (as a chmod
+    or chown of the tree makes every file) was rolled back on that alone. The commit writes its
+    marker before it replaces any file: without it, the file stays and is named."""
     tree = write_tree(tmp_path / "site", files={SPEC: SPEC_PY})
     (tree / ".patchkit/objects").mkdir(parents=True)
     (tree / ".patchkit/objects" / sha256(SPEC_PY.encode())).write_text(SPEC_PY)
-    staged = staged_name(MODEL, "abc123")
-    (tree / "vllm/models").mkdir()
-    (tree / staged).write_text("M = 1\n")
-    _journal(
-        tree,
-        [
-            {"path": MODEL, "before": None, "after": sha256(b"M = 1\n"), "staged": staged, "created_dirs": []},
-            {"path": SPEC, "before": sha256(SPEC_PY.encode()), "after": sha256(b"X = 1\n"), "staged": None},
-        ],
-    )
+    _journal(tree, [{"path": SPEC, "before": sha256(SPEC_PY.encode()), "after": sha256(b"X = 1\n"), "staged": None}])
     time.sleep(0.05)
     (tree / SPEC).write_text("X = 1\n")
     said = transaction.recover(tree)
-    assert "1 file(s) restored" in said and "kept" not in said, said
-    assert (tree / SPEC).read_text() == SPEC_PY
+    assert "restored" not in said and f"kept, not written by it or changed since: {SPEC}" in said, said
+    assert (tree / SPEC).read_text() == "X = 1\n" and not (tree / ".patchkit/journal.json").exists()
 
 
 # --- M3, the record's half: revert deletes a created file only for a patch at hand that creates it ---
@@ -192,7 +186,7 @@ def test_a_record_naming_a_users_file_as_created_never_deletes_it(run, tree, cre
 
 
 def _forged_journal(tree: Path, files: list[dict], previous: str | None = None) -> None:
-    """A journal written after the files it names, every one "reached" (no staged file left)."""
+    """A journal written after the files it names, no staged file left."""
     (tree / ".patchkit").mkdir(exist_ok=True)
     journal = {"id": "f00d", "previous_state": previous, "files": files}
     (tree / ".patchkit" / "journal.json").write_text(json.dumps(journal))
@@ -201,7 +195,7 @@ def _forged_journal(tree: Path, files: list[dict], previous: str | None = None) 
 def test_a_forged_journal_reaching_every_file_deletes_and_overwrites_nothing(tmp_path):
     """Review 5 H1: no staged file left made every entry "reached", so a journal alone could make
     the next command delete user files (listed as created) or overwrite one (with a planted
-    original). Files older than the journal are kept and named."""
+    original). Without the commit's marker nothing was replaced: every file stays, named."""
     tree = write_tree(tmp_path / "site")
     mine, other = b"MINE = 1\n", b"VALUE = 42\n"
     (tree / "vllm/userdir").mkdir()
@@ -219,10 +213,10 @@ def test_a_forged_journal_reaching_every_file_deletes_and_overwrites_nothing(tmp
     ]
     overwritten = {"path": SPEC, "before": sha256(planted), "after": sha256(SPEC_PY.encode()), "staged": None}
     _forged_journal(tree, [*created, overwritten])
-    with pytest.raises(BadInput) as refused:  # no evidence either way: it stops, naming them
-        transaction.recover(tree)
-    assert f"may have written otherpkg/mod.py, {SPEC}, vllm/userdir/mine.py" in refused.value.message
-    assert snapshot(tree) == before and (tree / ".patchkit/journal.json").exists()
+    said = transaction.recover(tree)
+    assert f"kept, not written by it or changed since: otherpkg/mod.py, {SPEC}, vllm/userdir/mine.py" in said
+    assert snapshot(tree) == before and (tree / "otherpkg/mod.py").read_bytes() == other
+    assert not (tree / ".patchkit/saved").exists()
 
 
 def test_a_forged_journal_with_no_previous_record_keeps_an_older_state_json(tree, created):
@@ -235,12 +229,13 @@ def test_a_forged_journal_with_no_previous_record_keeps_an_older_state_json(tree
 
 
 def test_a_deleted_file_the_commit_reached_still_gets_its_original_back(tmp_path):
-    """A delete leaves nothing to carry a ctime: reached by the commit, its original returns."""
+    """A delete leaves no file to show: reached by the commit (its marker), its original returns."""
     tree = write_tree(tmp_path / "site")
     original = (tree / "vllm/__init__.py").read_bytes()
     (tree / ".patchkit/objects").mkdir(parents=True)
     (tree / ".patchkit/objects" / sha256(original)).write_bytes(original)
     _forged_journal(tree, [{"path": "vllm/__init__.py", "before": sha256(original), "after": None, "staged": None}])
+    mark_staged(tree, "f00d")
     (tree / "vllm/__init__.py").unlink()
     said = transaction.recover(tree)
     assert "1 file(s) restored" in (said or ""), said
@@ -337,24 +332,23 @@ def test_a_tree_copied_or_chmodded_after_a_crash_still_gets_its_originals_back(c
     assert not (tree / ".patchkit/journal.json").exists()
 
 
-def test_a_copied_tree_whose_originals_nothing_vouches_for_keeps_the_journal_and_names_the_files(crashed, tmp_path):
-    """No RECORD lists the originals and no record names them: recovery cannot tell, so it touches
-    nothing, keeps the journal and the saved originals, and exits 2 naming the files; once the
-    stock files are back, recover finishes."""
+def test_a_copied_tree_is_rolled_back_keeping_aside_the_files_it_replaces(crashed, tmp_path):
+    """A copy of the tree after the crash (new inodes): the marker shows the commit reached both
+    files, but neither is the very file it staged. They go back to their originals, whatever
+    vouches for those (here nothing: no RECORD), and a copy of each file replaced is kept, said
+    with the command that puts it back."""
     tree, stock = crashed
     (tree / "vllm-0.16.0.dist-info/RECORD").unlink()
-    (tree / ".patchkit/state.json").unlink(missing_ok=True)  # the new record, if the crash came after writing it
     tree = _moved(tree, tmp_path / "moved")
     patched = snapshot(tree)
     done = _patchkit("recover", "--target", tree)
-    assert done.returncode == 2, done.stderr
-    assert f"may have written {SPEC}, {MODEL}" in done.stderr and "recover --target" in done.stderr, done.stderr
-    assert snapshot(tree) == patched and (tree / ".patchkit/journal.json").exists()
-    for path in (SPEC, MODEL):
-        (tree / path).write_bytes(stock[path])
-    done = _patchkit("recover", "--target", tree)
     assert done.returncode == 0, done.stderr
-    assert not (tree / ".patchkit/journal.json").exists()
+    said = " ".join(done.stdout.split())
+    assert "2 file(s) restored" in said and f"nothing showed it wrote {MODEL}, {SPEC}, so a copy is kept in" in said
+    assert snapshot(tree) == stock and not (tree / ".patchkit/journal.json").exists()
+    [back] = re.findall(r"`([^`]+)`", said)
+    subprocess.run(shlex.split(back), check=True)
+    assert snapshot(tree) == patched
 
 
 def _deepest_brackets(text: str) -> int:
@@ -368,9 +362,10 @@ def _deepest_brackets(text: str) -> int:
 def test_a_fetched_tree_whose_record_was_removed_is_told_to_fetch_it_again(crashed, tmp_path):
     """Review 11 L5: the refusal named `pip install --force-reinstall` for a tree `fetch --dest` laid
     out (no environment to reinstall into), inside nested brackets, and not where the originals are."""
-    tree, _stock = crashed
+    tree, stock = crashed
     (tree / "vllm-0.16.0.dist-info/RECORD").unlink()
     (tree / ".patchkit/state.json").unlink(missing_ok=True)
+    (tree / ".patchkit/objects" / sha256(stock[SPEC])).unlink()  # an original gone: it cannot go back
     tree = _moved(tree, tmp_path / "moved")
     done = _patchkit("recover", "--target", tree)
     assert done.returncode == 2, done.stderr
@@ -388,7 +383,9 @@ def test_a_damaged_saved_original_is_named_as_the_cause(crashed, tmp_path):
     done = _patchkit("recover", "--target", tree)
     assert done.returncode == 2, done.stderr
     assert f"the saved original of {SPEC} is damaged" in done.stderr, done.stderr
-    assert "nothing shows it" not in done.stderr and "copied" not in done.stderr, done.stderr
+    assert "copied" not in done.stderr, done.stderr
+    hint = " ".join(done.stderr.split()).split("hint: ", 1)[1]
+    assert "remove the files" not in hint and "delete the" not in hint, hint
 
 
 @pytest.mark.parametrize("command", ["status", "recover"])
@@ -421,11 +418,10 @@ def test_a_revert_with_no_record_says_stock_only_as_vllms_record_vouches(run, tr
     assert f"the tree records no apply, but {SPEC} differs from vLLM's RECORD" in said and "--force" in said, said
 
 
-def test_a_planted_journal_naming_a_users_file_is_never_met_with_a_hint_to_delete_it(tmp_path):
+def test_a_planted_journal_naming_a_users_file_leaves_it_and_says_so(tmp_path):
     """words30 item 1: a planted journal that says patchkit created a file of the user's (older than
     the journal) got "put the stock files back …, or remove the files it created": a delete on the
-    journal's word. The hint says patchkit deletes nothing on its word and gives the safe command,
-    which removes the journal alone; then every command goes on and the file is as it was."""
+    journal's word. Without the commit's marker it names the file as kept and goes on."""
     tree = write_tree(tmp_path / "site")
     mine = b"SETTINGS = {'mine': True}\n"
     (tree / "mypkg").mkdir()
@@ -434,12 +430,6 @@ def test_a_planted_journal_naming_a_users_file_is_never_met_with_a_hint_to_delet
     entry = {"path": "mypkg/settings.py", "before": None, "after": sha256(mine), "staged": None}
     _forged_journal(tree, [{**entry, "created_dirs": ["mypkg"]}])
     done = _patchkit("recover", "--target", tree)
-    assert done.returncode == 2, done.stderr
-    hint = " ".join(done.stderr.split()).split("hint: ", 1)[1]
-    assert "remove the files" not in hint and "delete the" not in hint, hint
-    assert "patchkit changes and deletes none of these files on the journal's word" in hint, hint
-    [forget, status] = [shlex.split(c) for c in re.findall(r"`([^`]+)`", hint)]
-    assert forget == ["rm", "--", str(tree / ".patchkit/journal.json")], hint
-    subprocess.run(forget, check=True)
-    assert _patchkit(*status[1:]).returncode != 2
+    assert done.returncode == 0, done.stderr
+    assert "kept, not written by it or changed since: mypkg/settings.py" in done.stdout, done.stdout
     assert (tree / "mypkg/settings.py").read_bytes() == mine and not (tree / ".patchkit/journal.json").exists()

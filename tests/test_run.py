@@ -271,6 +271,19 @@ def test_kept_findings_are_not_reused_for_a_launch_environment_that_imports_or_p
     assert len(list(kept.glob("*.json"))) == 3
 
 
+def test_a_launch_program_that_is_not_executable_says_which_file_and_how_to_fix_it(launch, tmp_path):
+    """review30 L2: `vllm` on PATH without its executable bit: "cannot run vllm: Permission denied", no hint."""
+    tree, library, command, env, marker = launch
+    script = Path(env["PATH"].split(os.pathsep)[0]) / "vllm"
+    script.chmod(0o644)
+    _, done = patchkit_run(tree, library, command, env, "--no-preflight")
+    assert_clean_failure(done, 4)
+    said = " ".join(done.stderr.split())
+    assert "cannot run vllm: Permission denied" in said, said
+    assert f"{script} is not executable by you: make it so (`chmod +x {script}`)" in said, said
+    assert not marker.exists()
+
+
 def test_a_launch_program_not_on_path_says_how_to_name_it(launch, tmp_path):
     """`vllm` not on PATH: exit 4 with what to do, not a bare "No such file or directory"."""
     tree, library, command, env, marker = launch

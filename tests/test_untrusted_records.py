@@ -6,11 +6,22 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import time
 from pathlib import Path
 
 import pytest
-from helpers import SPEC_PY, fingerprint, make_patch, patched_spec, run_patchkit, snapshot, write_tree
+from helpers import (
+    MODEL_PY,
+    SPEC_PY,
+    fingerprint,
+    make_patch,
+    mark_staged,
+    patched_spec,
+    run_patchkit,
+    snapshot,
+    write_tree,
+)
+
+from patchkit.store.journal import staged_name
 
 SPEC = "vllm/config/spec.py"
 MODEL = "vllm/models/model.py"
@@ -83,9 +94,9 @@ def test_a_journal_needing_a_missing_original_is_refused_before_any_file_is_rest
             {"path": SPEC, "before": sha(SPEC_PY), "after": sha(patched_spec()), "staged": None},
         ],
     )
-    time.sleep(0.05)  # both written after the journal, as its commit would: evidence that it wrote them
-    (tree / MODEL).write_text("# changed\n")
+    (tree / MODEL).write_text("# changed\n")  # both written by the commit, which reached them
     (tree / SPEC).write_text(patched_spec())
+    mark_staged(tree, "9f8e7d", MODEL, SPEC)
     before = fingerprint(tree)
     result = run("recover", "--target", tree)
     assert result.exit_code == 2 and "missing" in result.output
@@ -93,18 +104,22 @@ def test_a_journal_needing_a_missing_original_is_refused_before_any_file_is_rest
 
 
 def test_a_valid_journal_still_rolls_back_with_its_staged_file(run, applied):
+    """SPEC replaced by the commit, MODEL's new content still staged (half written) when it died."""
     tree, patch = applied
-    staged = tree / "vllm" / "config" / ".spec.py.patchkit-ab12.tmp"
+    staged = tree / "vllm" / "models" / ".model.py.patchkit-ab12.tmp"
     staged.write_text("half written\n")
-    entry = {"path": SPEC, "before": sha(SPEC_PY), "after": sha(patched_spec()), "staged": staged.relative_to(tree)}
-    _plant_journal(tree, [{**entry, "staged": entry["staged"].as_posix(), "mode": 0o644}], txid="ab12")
-    time.sleep(0.05)
-    (tree / SPEC).write_text(patched_spec())  # changed after the journal: the commit's write
-    state = tree / ".patchkit" / "state.json"
-    state.write_bytes(state.read_bytes())  # the record its journal (no previous one) says it wrote
+    files = [
+        {"path": SPEC, "before": sha(SPEC_PY), "after": sha(patched_spec()), "staged": ".x", "mode": 0o644},
+        {"path": MODEL, "before": sha(MODEL_PY), "after": sha("half written\n"), "staged": ".x", "mode": 0o644},
+    ]
+    for entry in files:
+        entry["staged"] = staged_name(entry["path"], "ab12")
+    _plant_journal(tree, files, txid="ab12")
+    (tree / SPEC).write_text(patched_spec())  # the commit's write, before MODEL's
+    mark_staged(tree, "ab12", SPEC)
     result = run("status", "--target", tree, "--patch", patch)
     assert result.exit_code == 0 and "1 file(s) restored" in result.output, result.output
-    assert (tree / SPEC).read_text() == SPEC_PY and not staged.exists()
+    assert (tree / SPEC).read_text() == SPEC_PY and (tree / MODEL).read_text() == MODEL_PY and not staged.exists()
 
 
 # -- defect 2: state entries with unsafe paths --------------------------------------------------------

@@ -241,3 +241,11 @@ def test_status_after_reverting_an_installed_wheel_says_its_files_are_stock_agai
     assert "installs no launch guard" not in said, said
     assert f"the files the patched wheel (+{LABEL}) changed hold their stock bytes again (reverted)" in said, said
     assert "reinstalling the stock vLLM wheel makes it agree" in said, said
+
+
+def test_a_local_label_note_of_the_one_wheel_is_said_once_not_once_per_set(run, tmp_path, library):
+    """review30 L2: `wheel vllm-0.16.0+cu129-...whl` said "local version label +cu129 ignored" per set."""
+    wheel = write_wheel(tmp_path / "in", "0.16.0+cu129", published=False)
+    done = run("wheel", wheel, "--out", tmp_path / "out", "--patches", library)
+    assert done.exit_code == 0, done.output
+    assert done.output.count("local version label +cu129 ignored") == 1, done.output

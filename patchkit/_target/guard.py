@@ -157,10 +157,13 @@ class Verdict:
         self.whole = whole
 
 
-def judge(site: str, tags: Iterable[str] | None = None, prefix: str | None = None) -> Verdict:
+def judge(
+    site: str, tags: Iterable[str] | None = None, prefix: str | None = None, extensions: Iterable[str] | None = None
+) -> Verdict:
     """find_problems, with which refused files are stock again (patchkit's status says the same).
     `tags`: the bytecode cache tags an unlistable __pycache__ is opened by (None: this Python's own);
-    `prefix`: the pycache prefix of the launch judged (stale_bytecode's; None: this process's)."""
+    `prefix`: the pycache prefix of the launch judged (stale_bytecode's; None: this process's);
+    `extensions`: the extension module suffixes the launch's Python imports (None: this one's)."""
     problems, upgraded = [], False
     expected: dict[str, str | None] = {}
     original: dict[str, str | None] = {}
@@ -195,41 +198,45 @@ def judge(site: str, tags: Iterable[str] | None = None, prefix: str | None = Non
     changed = {rel for rel, _, _ in differing}
     kept = [rel for rel, sha in sorted(expected.items()) if sha and rel not in changed]
     try:
-        problems += stale_bytecode(site, kept, tags, prefix) + _shadowed(site, kept)
+        problems += stale_bytecode(site, kept, tags, prefix) + _shadowed(site, kept, extensions)
     except TreeChanged as exc:
         return Verdict([*problems, str(exc)])
     return Verdict(sorted(set(problems), key=problems.index), again, whole)
 
 
 # patchkit.checks.shadow's rule, for the recorded files: FileFinder imports a package `<stem>/`, then
-# an extension module `<stem>.<tag>.so`, before `<stem>.py` (each a regular file, through symlinks)
-_EXTENSION = re.compile(r"(?:\.(?:cpython-[A-Za-z0-9_-]+|pypy[A-Za-z0-9_-]+|cp\d+-[A-Za-z0-9_-]+|abi3))?\.(?:so|pyd)")
-_PACKAGE_INIT = re.compile(r"__init__(?:\.py|\.pyc|" + _EXTENSION.pattern + ")")
+# an extension module `<stem><suffix>`, before `<stem>.py` (each a regular file, through symlinks); the
+# suffixes are the importing Python's own (importlib.machinery.EXTENSION_SUFFIXES, _imp's): another Python's
+# .so, or a .pyd on Linux, is never imported
 SHADOWED = "is imported instead of"
 _MAX_DIRECTORY_ENTRIES = 1 << 16  # vLLM's largest directory holds a few hundred
 
 
-def _shadowed(site: str, paths: list[str]) -> list[str]:
+def _shadowed(site: str, paths: list[str], extensions: Iterable[str] | None = None) -> list[str]:
     """Each recorded source a package or an extension module beside it keeps from being imported
     (apply refuses such a tree; one planted after it leaves the patch dead): a listing of the
-    directories of the recorded files, nothing read."""
+    directories of the recorded files, nothing read. `extensions`: as judge's."""
     found, listed = [], {}  # type: list[str], dict[str, list[str]]
+    suffixes = set(_imp.extension_suffixes() if extensions is None else extensions)
     for rel in paths:
         directory, _, name = rel.rpartition("/")
         if not name.endswith(".py") or name == "__init__.py":
             continue
         stem = name[: -len(".py")]
         package = os.path.join(directory, stem)
-        inits = [n for n in _regular_names(site, package, listed) if _PACKAGE_INIT.fullmatch(n)]
-        beside = [
-            n
-            for n in _regular_names(site, directory, listed)
-            if n.startswith(stem + ".") and _EXTENSION.fullmatch(n[len(stem) :])
+        inits = [
+            n for n in _regular_names(site, package, listed) if _split(n, "__init__") in suffixes | {".py", ".pyc"}
         ]
+        beside = [n for n in _regular_names(site, directory, listed) if _split(n, stem) in suffixes]
         shadow = package + "/" + min(inits) if inits else directory + "/" + min(beside) if beside else None
         if shadow is not None:
             found.append(shadow + " " + SHADOWED + " " + rel + ": the patch never runs")
     return found
+
+
+def _split(name: str, stem: str) -> str | None:
+    """What follows `stem` in `name` (`.py`, `.cpython-311-x86_64-linux-gnu.so`); None: another stem's."""
+    return name[len(stem) :] if name.startswith(stem + ".") else None
 
 
 def _regular_names(site: str, directory: str, listed: dict[str, list[str]]) -> list[str]:
@@ -297,11 +304,32 @@ def stale_places(
         source: list[bytes | None] = []  # read once, at the first unchecked-hash .pyc
         for cache, shown, where in places:
             for pyc in _compiled(cache, name[: -len(".py")], tags):
-                if _stale(os.path.join(cache, pyc), os.path.join(site, rel), source):
+                if _blocks(os.path.join(cache, pyc), pyc, tags):
+                    found.append(
+                        (rel, shown + pyc + where + " " + NOT_BYTECODE + rel + WAITS, os.path.join(cache, pyc))
+                    )
+                elif _stale(os.path.join(cache, pyc), os.path.join(site, rel), source):
                     said = shown + pyc + where + " " + STALE_BYTECODE + " " + rel + RUNS_IN_ITS_PLACE
                     said += "" if where else _through_link(site, directory + "/__pycache__", pyc)
                     found.append((rel, said, os.path.join(cache, pyc)))
     return found
+
+
+NOT_BYTECODE = "is a fifo or a device, not bytecode: importing "  # patchkit.engine.inspection names its removal
+WAITS = " opens it, and waits on it or reads it without end"
+
+
+def _blocks(path: str, name: str, tags: Iterable[str] | None) -> bool:
+    """Whether `path`, a .pyc the importing Python opens (its own tags': `tags`, None: this one's) before
+    the source, is a fifo or a device (through a symlink, as the import opens it): a hang, not a cache."""
+    own = sys.implementation.cache_tag
+    if name.split(".")[1] not in (([own] if own else []) if tags is None else tags):
+        return False
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
 
 
 PREFIXED = " (under the pycache prefix)"  # a stale .pyc where PYTHONPYCACHEPREFIX or -X pycache_prefix puts them
@@ -848,7 +876,13 @@ def _version_problems(site: str, recorded: str | None) -> list[str]:
             + "), so the guard cannot tell which one runs; the patches were applied to vLLM "
             + recorded
         ]
-    return ["vLLM " + str(installed) + " is installed, but the patches were applied to vLLM " + recorded]
+    if installed is None:  # never "vLLM None": no dist-info (a slimmed image), or one naming no version
+        why = several[0] + " names no version" if several else NO_DIST_INFO
+        return [why + ", so the guard cannot tell which vLLM runs; the patches were applied to vLLM " + recorded]
+    return ["vLLM " + installed + " is installed, but the patches were applied to vLLM " + recorded]
+
+
+NO_DIST_INFO = "no vllm-*.dist-info is beside vllm/"  # patchkit.engine.inspection names the fix by it
 
 
 SEVERAL = "several vLLM distributions are installed"  # patchkit.engine.inspection names the fix by it
@@ -892,6 +926,9 @@ def _differing(site: str, files: dict[str, str | None]) -> list[tuple[str, str |
     found: list[tuple[str, str | None, str]] = []
     for rel, expected in sorted(files.items()):
         full = _inside(site, rel)
+        if full is None and _plain_path(rel):  # the file there leads out (a symlink), not the record
+            found.append((rel, "", repr(rel) + " leads outside " + site + " (a symlink): not the file patchkit wrote"))
+            continue
         if full is None:
             found.append((rel, "", repr(rel) + " is recorded with a path outside " + site))
             continue
@@ -922,6 +959,11 @@ def _inside(site: str, rel: object) -> str | None:
     root = os.path.realpath(site)
     full = os.path.realpath(os.path.join(root, rel))
     return full if full.startswith(root + os.sep) else None
+
+
+def _plain_path(rel: str) -> bool:
+    """Whether `rel` is a relative path with no `..` (a record's path as patchkit writes it)."""
+    return bool(rel) and "\x00" not in rel and "\\" not in rel and not os.path.isabs(rel) and ".." not in rel.split("/")
 
 
 def _resolves_inside(site: str, path: str) -> bool:

@@ -89,6 +89,29 @@ def acquire(
         lock.release()
 
 
+def holder(path: Path) -> str:
+    """'; held by pid N: its command line' for the process that holds an flock on the file `path`, as
+    Linux's /proc/locks lists it; '' where that cannot be told (another OS, the holder gone)."""
+    try:
+        inode = str(os.stat(path).st_ino)
+        with open("/proc/locks", encoding="ascii", errors="replace") as fh:
+            lines = fh.read(1 << 20).splitlines()
+    except OSError:
+        return ""
+    for line in lines:  # "1: FLOCK  ADVISORY  WRITE 4242 08:01:131 0 EOF"; a waiter's has "->"
+        parts = line.split()
+        if len(parts) >= 6 and parts[1] == "FLOCK" and parts[5].rpartition(":")[2] == inode:
+            pid = parts[4]
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                    argv = fh.read(4096).decode(errors="replace").split("\0")
+            except OSError:
+                argv = []
+            shown = " ".join(word for word in argv if word)
+            return f"; held by pid {pid}" + (f": {shown[:100]}" if shown else "")
+    return ""
+
+
 def _still_the_file(lock: BaseFileLock, path: Path) -> bool:
     """Whether the file `lock` holds is still the one at `path` (not removed or replaced since)."""
     context = getattr(lock, "_context", None)  # filelock keeps the descriptor there (3.12 to 4.x)

@@ -13,6 +13,7 @@ source checkout the target root is no site-packages, and no entry point there wo
 
 from __future__ import annotations
 
+import _imp
 import base64
 import csv
 import hashlib
@@ -34,7 +35,7 @@ from patchkit.base.hashing import sha256
 from patchkit.distinfo.entry_points import metadata_directories, parse_entry_points
 from patchkit.store.objects import read_object
 from patchkit.store.state import META_DIR, State, read_state, state_path
-from patchkit.tree.target import Target, vllm_metadata_dirs
+from patchkit.tree.target import Target, names_of, vllm_metadata_dirs
 
 DISTRIBUTION = "patchkit-guard"
 MODULE = "patchkit_guard.py"
@@ -93,6 +94,10 @@ def _record(files: dict[str, bytes], own: str) -> bytes:
 
 
 STOPS_EVERY_LAUNCH = "it would stop every launch"
+NOT_INSTALLED_VLLM = "the target is not an installed vLLM (no vllm-*.dist-info beside vllm/)"
+NO_DIST_INFO = target_guard.NO_DIST_INFO  # the guard's words for it: apply removes a guard there
+NOT_BYTECODE = target_guard.NOT_BYTECODE  # a fifo or a device named as a recorded file's bytecode
+PREFIXED = target_guard.PREFIXED  # a .pyc under the pycache prefix
 
 
 def unseen_guard_note(target: Target) -> str:
@@ -134,8 +139,7 @@ def install_changes(
     A guard file patchkit did not write, or that changed since, is replaced only with `replace`
     (the caller keeps a copy of it: replaced_files)."""
     if not is_site_packages(root):
-        why = "the target is not an installed vLLM (no vllm-*.dist-info beside vllm/)"
-        return {}, recorded, f"{why}: no guard installed"
+        return {}, recorded, f"{NOT_INSTALLED_VLLM}: no guard installed"
     installed = installed_vllm_version(root)
     if vllm_version is not None and installed != vllm_version:
         read = f"vLLM {installed}" if installed else "no one vLLM version (none, or several vllm-*.dist-info)"
@@ -304,6 +308,28 @@ def launch_refusal(root: Path, state: State | None = None) -> list[str]:
     return launch_verdict(root, state).problems
 
 
+def _site_minor(root: Path) -> str | None:
+    """The minor version of the Python 3 whose site-packages `root` is (ENV/lib/python3.X/site-packages:
+    only that interpreter imports from there); None: the directory does not say."""
+    match = re.fullmatch(r"python3\.([0-9]+)t?", root.parent.name) if root.name == "site-packages" else None
+    return match.group(1) if match else None
+
+
+def launch_tags(root: Path) -> tuple[str, ...]:
+    """The bytecode tags of the Python that imports root's vllm, as its site-packages names it; else every CPython 3's."""
+    minor = _site_minor(root)
+    return (f"cpython-3{minor}",) if minor is not None else EVERY_CPYTHON
+
+
+def launch_extensions(root: Path) -> tuple[str, ...]:
+    """The extension module suffixes the Python that imports root's vllm imports: this one's, its
+    version's tag in them made that Python's (every CPython 3's where the site does not say)."""
+    own, tag = _imp.extension_suffixes(), sys.implementation.cache_tag or ""
+    versioned = [suffix for suffix in own if tag and suffix.startswith(f".{tag}")]
+    tags = {suffix.replace(tag, other, 1) for suffix in versioned for other in launch_tags(root)}
+    return tuple(sorted({*own} - {*versioned} | tags))
+
+
 # The bytecode names an unlistable __pycache__ is judged by here: patchkit may run on another Python than
 # vLLM's (pipx on 3.12, vLLM on 3.11), so every CPython 3's, as a listable one is judged
 EVERY_CPYTHON = tuple(f"cpython-3{minor}" for minor in range(100))
@@ -324,10 +350,22 @@ def launch_verdict(root: Path, state: State | None = None, prefix: str | None = 
     closed = ", ".join(f"{path} ({stat.S_IMODE(mode):04o})" for path, mode in unreadable_by_others(root, state))
     hidden = [f"{OTHERS_CANNOT_READ} {closed}"] if closed else []
     try:
-        found = judge(str(root), EVERY_CPYTHON, prefix)
+        found = judge(str(root), launch_tags(root), prefix, launch_extensions(root))
+        named = _prefixed_as_named(root, prefix, found.problems)
     except Exception as exc:  # what check() catches and refuses for (guard.check): a refusal all the same
         return Verdict([*unknown, *hidden, str(exc)])
-    return Verdict(unknown + hidden + found.problems, found.stock_again, found.whole)
+    return Verdict(unknown + hidden + found.problems + named, found.stock_again, found.whole)
+
+
+def _prefixed_as_named(root: Path, prefix: str | None, said: list[str]) -> list[str]:
+    """The stale bytecode under the pycache prefix at the other paths this run reached the tree by
+    (a symlinked site): Python keys it by the import path as given, and the guard judges it there."""
+    if not (sys.pycache_prefix if prefix is None else prefix):
+        return []
+    found: list[str] = []
+    for name in names_of(root):
+        found += [p for p in judge(name, EVERY_CPYTHON, prefix).problems if _PREFIXED_STALE in p]
+    return [p for p in dict.fromkeys(found) if p not in said]
 
 
 def _unknown_module(root: Path, state: State | None) -> list[str]:
@@ -615,7 +653,12 @@ def stale_under_prefix(root: Path, paths: list[str], prefix: str | None) -> list
     this process's), which Python reads in place of __pycache__: none without a prefix."""
     if not (sys.pycache_prefix if prefix is None else prefix):
         return []
-    return [(rel, Path(pyc)) for rel, _said, pyc in target_guard.stale_places(str(root), paths, EVERY_CPYTHON, prefix)]
+    # the tree as named too (a symlinked site): the path Python keys the launch's bytecode by
+    found: dict[str, str] = {}
+    for site in (str(root), *names_of(root)):
+        for rel, _said, pyc in target_guard.stale_places(site, paths, EVERY_CPYTHON, prefix):
+            found.setdefault(pyc, rel)
+    return [(rel, Path(pyc)) for pyc, rel in found.items()]
 
 
 def prefixed_bytecode(problems: list[str]) -> list[str]:

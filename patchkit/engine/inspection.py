@@ -25,7 +25,10 @@ from patchkit.engine.guard import (
     CACHE_OVERFULL,
     CHANGED_SINCE,
     NEWER_GUARD,
+    NO_DIST_INFO,
+    NOT_BYTECODE,
     OTHERS_CANNOT_READ,
+    PREFIXED,
     SEVERAL,
     SEVERAL_FIX,
     SHADOWED,
@@ -188,6 +191,15 @@ class TreeStatus(Value):
         chosen = hints.current().set_name
         return (chosen,) if chosen else ()
 
+    def _dist_info_fix(self) -> str | None:
+        """The fix of a refusal for vLLM's dist-info: several (apply refuses until one is left), or none
+        (the guard cannot tell the version: apply removes it, as it installs none on such a tree)."""
+        if any(SEVERAL in problem for problem in self.guard):
+            return f"{SEVERAL_FIX}, then run {hints.command('status')}"
+        if any(problem.startswith(NO_DIST_INFO) for problem in self.guard) and not self.drifted:
+            return f"run {hints.command('apply')} (the guard cannot tell vLLM's version there: it removes the guard)"
+        return None
+
     def _guard_fix_of_its_cause(self) -> str | None:
         """guard_fix where a cause of the refusal has its own fix; None: apply's, of the tree as it is."""
         if self.state == TreeState.UNSUPPORTED:
@@ -204,8 +216,8 @@ class TreeStatus(Value):
             # a wheel's file: this set's apply leaves it; the wheel's sets go together
             revert, apply = (hints.command(verb, *args, chosen=_without_a_set()) for verb, *args in _EVERY_SET)
             return f"run {revert} (it keeps a copy of the edits), then {apply}"
-        if any(SEVERAL in problem for problem in self.guard):  # apply refuses until one is left
-            return f"{SEVERAL_FIX}, then run {hints.command('status')}"
+        if (dist_info := self._dist_info_fix()) is not None:
+            return dist_info
         upgraded = [problem for problem in self.guard if UPGRADED in problem]
         if upgraded and len(upgraded) < len(self.guard) and not self.stale:
             # vLLM was upgraded under the record, and its files are not all the new release's: no
@@ -516,7 +528,7 @@ def _guard_fields(root: Path, set_name: str, state: State | None, *, stale: bool
         "guard_notes": older_guard_notes(root, state)
         + unrecorded_guard_notes(root, state)
         + _wheel_without_guard(root, state),
-        "store_notes": left_by_a_killed_command(root, state),
+        "store_notes": left_by_a_killed_command(root, state) + records_unjudged(state),
         "guard_installed": is_installed(root),
         "others_fix": _others_fix(state, set_name, refused, verdict.stock_again) if state is not None else None,
         "whole_wheel": state is not None and _of_a_wheel_of_several_sets(root, set_name, state),
@@ -525,6 +537,29 @@ def _guard_fields(root: Path, set_name: str, state: State | None, *, stale: bool
         "guard_missing": missing,
         "symlink_fix": _symlink_fix(root, refused, state),
     }
+
+
+def records_unjudged(state: State | None) -> list[str]:
+    """A note for each set the record holds that the library at hand lacks (applied from another
+    library, or a record nobody wrote): no set judged here names it, and revert would write back
+    what its record says."""
+    if state is None or not state.entries or hints.current().adhoc:
+        return []
+    try:
+        known = set(load_library(locate(hints.current().library).path))
+    except PatchkitError:
+        return []
+    found = []
+    for entry in (e for e in state.entries if not is_adhoc(e.set_name) and e.set_name not in known):
+        files = sorted(entry.files)
+        named = ", ".join(files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
+        chosen = hints.for_set(entry.set_name, library=entry.library) if entry.library else None
+        judge = f"{hints.command('status', chosen=chosen)} judges it" if chosen else "no library is named"
+        found.append(
+            f"the record also holds {shown_set(entry)} ({named or 'no file'}), which the library at hand does not "
+            f"have: not judged here ({judge})"
+        )
+    return found
 
 
 def _stock_again_only(refused: list[str], verdict: Verdict) -> int:
@@ -549,7 +584,12 @@ def _symlink_fix(root: Path, refused: list[str], state: State | None) -> str | N
     linked = [
         problem.partition(THROUGH_SYMLINK)[2].removesuffix(")") for problem in refused if THROUGH_SYMLINK in problem
     ]
-    return f"remove the symlink {root / linked[0]} (Python then compiles the source)" if linked else None
+    if linked:
+        return f"remove the symlink {root / linked[0]} (Python then compiles the source)"
+    # a fifo or a device named as a recorded file's bytecode: the import would wait on it; no command removes it
+    blocking = [p.partition(" " + NOT_BYTECODE)[0].removesuffix(PREFIXED) for p in refused if NOT_BYTECODE in p]
+    paths = [str(root / path) if not os.path.isabs(path) else path for path in blocking]
+    return f"run {hints.remove_files(paths)} (Python writes its bytecode again)" if paths else None
 
 
 def _recorded_sets(state: State | None) -> tuple[str, ...]:

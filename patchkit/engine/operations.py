@@ -47,6 +47,7 @@ from patchkit.distinfo.record import (
 )
 from patchkit.engine.guard import (
     MODULE,
+    NOT_INSTALLED_VLLM,
     STALE_BYTECODE,
     STALE_GUARD,
     STOPS_EVERY_LAUNCH,
@@ -55,6 +56,7 @@ from patchkit.engine.guard import (
     foreign_files,
     install_changes,
     installed_vllm_version,
+    is_site_packages,
     make_readable,
     other_build,
     own_unrecorded,
@@ -123,6 +125,7 @@ from patchkit.store.state import (
     meta_dir,
     read_state,
     remove_empty_store,
+    shown_set,
     state_path,
 )
 from patchkit.tree.target import Target, checkout_restore, stock_files_command
@@ -416,6 +419,9 @@ class _Applying:
                 message = found + (f"; {noun} {'would be ' if dry_run else ''}{verb}" if noun != "record" else "")
         # before the guard is judged: a stale .pyc it refuses is what this fixes
         bytecode = [] if dry_run else self.show(fix_bytecode(self.resolved.target, plan.touched_paths))
+        fixed = sorted({r.path or "" for r in bytecode if r.ok and any(w in r.message for w in _BYTECODE_FIXED)})
+        if fixed and message.endswith(": nothing to do"):  # what it did is said, not "nothing"
+            message = f"already applied; stale bytecode of {', '.join(fixed)} fixed (-v shows each)"
         if self.judge_guard and self.warn_of_what_the_guard_refuses(dry_run=dry_run):
             message = (
                 message.replace(": nothing to do", "") + "; the launch guard still refuses the tree (see the warning)"
@@ -611,6 +617,11 @@ class _Applying:
         root, asked = self.resolved.target.root, self.guard_choice is True  # --guard: replace one not patchkit's
         was = other_build(root, state)
         changes, recorded, why_not = install_changes(root, state.guard, version, replace=asked)
+        if why_not and state.guard and not is_site_packages(root):  # it cannot tell the version it compares
+            self.warn(
+                f"{NOT_INSTALLED_VLLM}: the launch guard an earlier apply installed cannot tell which vLLM runs: removed"
+            )
+            return self.without_guard(state)
         if why_not:
             self.warn(why_not)
         if why_not and STOPS_EVERY_LAUNCH in why_not and state.guard:  # an earlier apply's guard would too
@@ -741,6 +752,9 @@ def _refuse_stale_bytecode(result: ApplyResult, done: str) -> ApplyResult:
             hint=f"{pyc.FIX}; {hints.command('verify')} reports any stale bytecode left",
         )
     return result
+
+
+_BYTECODE_FIXED = (": removed", "stale: recompiled")  # fix_bytecode's words for a .pyc it changed
 
 
 def fix_bytecode(target: Target, paths: Iterable[str]) -> list[CheckResult]:
@@ -1120,7 +1134,9 @@ class _Reverting:
         self.refuse_unvouched_originals(view, plan, restored, force=force)
         preflight(self.root, files, writable=not dry_run)
         if dry_run:
-            return RevertResult(Outcome.DRY_RUN, f"would restore {len(files)} file(s)", files, warnings=self.warnings)
+            return RevertResult(
+                Outcome.DRY_RUN, _would_restore(files, self.undo.entries), files, warnings=self.warnings
+            )
         guard_changes, new_state, removed = self.record_after()
         if not plan.changes:
             return self.record_only(guard_changes, new_state, removed)
@@ -1187,9 +1203,11 @@ class _Reverting:
         if not self.alone or force:
             return
         named = ", ".join(self.alone[:3]) + (f" and {len(self.alone) - 3} more" if len(self.alone) > 3 else "")
+        sets = ", ".join(shown_set(e) for e in self.undo.entries if set(e.files) & set(self.alone))
         raise CheckFailed(
-            f"nothing but {state_path(self.root)} vouches for what revert would put back at {named} (no vLLM "
-            "RECORD lists it, and the recorded patches reversed do not give it); nothing was written",
+            f"nothing but {state_path(self.root)} vouches for what revert would put back at {named} (the record "
+            f"of {sets}: no vLLM RECORD lists those bytes there, and the recorded patches reversed do not give "
+            "them); nothing was written",
             hint=f"if that record is yours, {hints.command('revert', '--force')} puts it back and keeps a copy of "
             f"what it replaces; else put the stock files back with {stock_files_command(self.root, self.undo.installed)}",
         )
@@ -1216,10 +1234,11 @@ class _Reverting:
         restored = {path for e in self.undo.entries for path in e.files}
         written = {path: data for path, data in _written(changes).items() if path in restored}
         listed = _tree_record(self.root, list(written))
+        # vouched for: vLLM's RECORD lists these very bytes (a path it lists with others' is no proof)
         return sorted(
             path
             for path, data in written.items()
-            if (listed is None or path not in listed.hashes)
+            if (listed is None or path not in listed.hashes or not listed.matches(path, data))
             and reverse_file(view.original_content, path, own, digest=False) != data
         )
 
@@ -1278,6 +1297,16 @@ def _unlike_record(root: Path, changes: Changes) -> list[str]:
     if parsed is None:
         return []
     return sorted(path for path, data in written.items() if path in parsed.hashes and not parsed.matches(path, data))
+
+
+def _would_restore(files: list[str], entries: list[Entry]) -> str:
+    """A dry run's line: the files, and the records of the sets it undoes (a set the library at hand
+    lacks is named here, or nowhere)."""
+    named = ", ".join(files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
+    sets = ", ".join(shown_set(e) for e in entries)
+    return f"would restore {len(files)} file(s){': ' + named if files else ''}" + (
+        f" (the record of {sets})" if sets else ""
+    )
 
 
 def _written(changes: Changes) -> dict[str, bytes]:

@@ -4,13 +4,19 @@ Order of operations:
   1. preflight: every path inside the root, no symlinks on the way, every directory writable;
   2. write the journal (the files, their before/after hashes, the previous state.json);
   3. save each original to the object store and stage each new content as a temp file in the
-     destination directory (same filesystem, so os.replace is atomic);
+     destination directory (same filesystem, so os.replace is atomic), then write the marker
+     staged.json (the journal's id, each staged file's identity);
   4. replace/delete the files (a delete that empties a directory removes it), then write the new
      state.json, the old one kept under a second name;
   5. delete the journal: this is the commit point.
 A journal found later means the transaction did not finish: `recover` rolls it back, restoring
 every file to its recorded original. Originals are saved before any file changes, so this is
-always possible. The rollback needs no new space: objects and the old state.json go back by
+always possible. It acts on a file only on evidence the commit made, never on the journal's word
+(a journal is read back from the tree and may be planted): without the marker the commit replaced
+nothing; with it, the files before the first one still staged were replaced, and one that also
+has its staged identity is the very file the commit wrote. A file replaced or removed without
+that identity (a tree copied after the crash, or a planted marker) is kept aside first in
+.patchkit/saved/, and recovery says where. The rollback needs no new space: objects and the old state.json go back by
 rename, and the directories the journal says the commit removed are made again. It and the
 commit point defer SIGINT/SIGTERM/SIGHUP (patchkit.base.signals); each of its steps leaves the journal
 true, so one cut short by SIGKILL is finished by the next command.
@@ -43,17 +49,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from patchkit.base import hints, locks, signals
+from patchkit.base import hints, locks, notes, signals
 from patchkit.base.errors import BadInput, LockBusy, TargetError
 from patchkit.base.fsutil import NO_SPACE, Landed, Origin, fsync, fsync_dir, read_file, size_said, unsafe_reason
 from patchkit.base.hashing import sha256
 from patchkit.base.values import FrozenValue, Value, frozen
-from patchkit.distinfo.record import listings, record_digest
+from patchkit.distinfo.record import listings
 from patchkit.engine.guard import guard_files
 from patchkit.store import journal as store_journal
 from patchkit.store.journal import UNSETTLED, journal_path, journal_refusal, settled_record, staged_name
 from patchkit.store.objects import objects_dir, prune_objects, read_object, save_original, take_object
-from patchkit.store.saved import remove_if_empty
+from patchkit.store.saved import Aside, remove_if_empty
 from patchkit.store.state import (
     GUARD_PATH,
     PERMISSIONS,
@@ -214,14 +220,22 @@ def _acquire(root: Path, timeout: float | None) -> BaseFileLock:
         except OSError as exc:
             raise TargetError(f"cannot create {meta}: {exc.strerror}", hint=_WRITABLE_HINT) from exc
 
+    def waiting() -> None:  # said once the lock is not free at once: a wait of up to a minute is no hang
+        notes.say(
+            f"note: another patchkit is working on {root}{locks.holder(meta / 'lock')}; waiting up to {timeout:g} s "
+            f"for it ({LOCK_TIMEOUT_ENV} sets the wait)"
+        )
+
     return locks.acquire(
         meta / "lock",
         timeout,
         prepare=prepare,
         busy=lambda waited: LockBusy(
-            f"another patchkit is working on {root} (waited {waited:.0f} s)", hint="try again when it has finished"
+            f"another patchkit is working on {root} (waited {waited:.0f} s{locks.holder(meta / 'lock')})",
+            hint="try again when it has finished",
         ),
         unusable=lambda exc: TargetError(f"cannot create the lock in {meta}: {exc.strerror}", hint=_WRITABLE_HINT),
+        on_wait=waiting if timeout > locks.QUIET_WAIT else None,
     )
 
 
@@ -284,7 +298,7 @@ def _committed_or_rolled_back(
     committed = False
     try:
         store_journal.begin(root, journal, tick=_tick)
-        landed = _write_files(root, writes, journal["files"])
+        landed = _write_files(root, writes, journal)
         with signals.deferred():  # the record and the commit point, whole: a signal waits for them
             # the previous record keeps a second name: the rollback then puts it back by a rename
             store_journal.commit_point(root, journal["id"], new_state, previous=had_previous, tick=_tick)
@@ -320,14 +334,17 @@ def _journal(root: Path, writes: list[FileWrite], previous: bytes | None) -> dic
     return {"id": txid, "previous_state": previous.decode() if previous else None, "files": entries}
 
 
-def _write_files(root: Path, writes: list[FileWrite], entries: list[dict]) -> dict[str, tuple[Landed, bytes]]:
-    """Save every original and stage every new content, then replace the files (see _landed)."""
+def _write_files(root: Path, writes: list[FileWrite], journal: dict) -> dict[str, tuple[Landed, bytes]]:
+    """Save every original and stage every new content, mark it so, then replace the files (see _landed)."""
+    entries = journal["files"]
     written = {
         w.path: (origin, w.after)
         for w, entry in zip(writes, entries, strict=True)
         if (origin := _stage(root, w, entry)) and w.after is not None
     }
     fsync_dir(objects_dir(root))  # every original is on disk before the first file is replaced
+    staged = {path: (o.inode, o.size, o.mtime_ns) for path, (o, _data) in written.items()}
+    store_journal.mark_staged(root, journal["id"], staged, tick=_tick)
     changed_dirs = {_install(root, entry) for entry in entries}
     changed_dirs |= {(root / rel).parent for entry in entries for rel in entry["created_dirs"]}
     for directory in sorted(changed_dirs):
@@ -396,35 +413,31 @@ def _recover(root: Path) -> tuple[str | None, State]:
     """recover's message, and the record as it leaves it (read once)."""
     check_meta_dir(root)
     journal = _checked_journal(root)
-    undone, kept = _Count(), list[str]()
+    undoing = None
     if journal:
-        created = [e["path"] for e in journal["files"] if e["before"] is None]
-        listed = listings(root, created)  # vLLM's files, or another distribution's: never deleted
-        spare = _kept_by_the_record(root, journal)
-        theirs = (listed.by_vllm() | listed.by_others()) - spare
-        written, undecided = _written_by_it(root, journal, theirs, spare)
-        if undecided:
-            raise _undecided(root, undecided, journal)
-        needed = _needed_originals(root, journal, written)
+        evidence = _evidence(root, journal)
+        needed = _needed_originals(root, journal, evidence.written)
         try:
             with signals.deferred():  # a second Ctrl-C cannot cut it: it ends, then the signal acts
-                undone, kept = _rollback(root, journal, needed, not_ours=theirs, written=written)
+                undoing = _rollback(root, journal, needed, evidence)
         except OSError as exc:
             raise _unfinished_rollback(root, exc) from exc
+    else:
+        store_journal.remove_stale_marker(root)
     managed = {entry["path"] for entry in journal["files"]} if journal else set()
     state = read_state(root)  # rolled back
     managed |= {path for entry in state.entries for path in entry.files} | set(state.guard)
     store_journal.remove_leftovers(root, managed)
-    if journal is None:
+    if undoing is None or undoing.evidence is None:
         return None, state
-    said = f"rolled back an interrupted patchkit transaction: {undone.said()}"
-    listed_kept = [path for path in kept if path in theirs]
-    changed = [path for path in kept if path not in theirs]
+    said = f"rolled back an interrupted patchkit transaction: {undoing.count.said()}"
+    listed_kept = [path for path in undoing.kept if path in undoing.evidence.theirs]
+    changed = [path for path in undoing.kept if path not in undoing.evidence.theirs]
     if changed:
-        said += f"; kept, not written by it or changed since: {_some(changed)}"
+        said += f"; kept, not written by it or changed since: {_some(sorted(changed))}"
     if listed_kept:
-        said += f"; kept, an installed distribution's own file: {_some(listed_kept)}"
-    return said, state
+        said += f"; kept, an installed distribution's own file: {_some(sorted(listed_kept))}"
+    return said + undoing.aside.said(), state
 
 
 @dataclass(eq=False, repr=False)
@@ -444,93 +457,34 @@ def _some(paths: list[str]) -> str:
     return ", ".join(paths[:5]) + (f" and {len(paths) - 5} more" if len(paths) > 5 else "")
 
 
-def _written_by_it(root: Path, journal: dict, theirs: set[str], spare: set[str]) -> tuple[set[str], list[str]]:
-    """The files the interrupted transaction wrote, as far as the tree shows it, and those it
-    cannot tell about. Evidence that it wrote a file in place holding its entry's `after`: the file
-    changed since its journal was written (ctime; a commit stages every file after its journal), or
-    the commit reached it (it comes before the first file still staged, every original saved: the
-    replaces run in the journal's order) and what a rollback puts there instead is vouched for
-    (_vouched). A deletion counts once reached. A ctime alone is not enough to keep a file: a copy,
-    chmod or chown of the tree gives every file a new one. A file the commit cannot have reached is
-    kept (a planted journal destroys nothing); one it reached, holding the journal's bytes, with no
-    evidence either way is named, and recovery stops there (_undecided). `theirs`: created files an
-    installed distribution lists (kept whatever); `spare`: created files whose bytes the record
-    keeps a copy of (removing them loses nothing)."""
+def _evidence(root: Path, journal: dict) -> _Evidence:
+    """What the tree shows the interrupted commit did (see _Evidence). The marker is written once
+    every original is saved and every content staged, and the replaces run in the journal's
+    order: the files before the first one still staged were replaced or deleted. Without the
+    marker, none was (a commit cut short while staging, or a journal patchkit did not write).
+    A created file an installed distribution's RECORD lists is theirs, unless the record the
+    rollback returns to keeps its bytes (a revert put it back: removing it again loses nothing)."""
     files = journal["files"]
-    since = os.lstat(journal_path(root)).st_ctime_ns
-    staged = [i for i, e in enumerate(files) if e.get("staged") and os.path.lexists(root / e["staged"])]
-    reached = staged[0] if staged else len(files)
-    if not all(_original_saved(root, entry) for entry in files):  # the crash came while staging
-        reached = 0
-    deleted = {entry["path"] for entry in files[:reached] if entry["after"] is None}
-    written = deleted | {e["path"] for e in files if e["after"] is not None and _changed_since(root, e, since)}
-    holding = [e for e in files[:reached] if e["after"] is not None and e["path"] not in written | theirs]
-    holding = [e for e in holding if file_sha(root, e["path"]) == e["after"] != e["before"]]
-    vouched = _Vouched.of(root, [e["path"] for e in holding])
-    written |= {e["path"] for e in holding if e["path"] in spare or vouched.restorable(e)}
-    return written, sorted(e["path"] for e in holding if e["path"] not in written)
-
-
-@frozen
-class _Vouched(FrozenValue):
-    """What a rollback may put back at a path without the file's ctime as evidence: an original
-    that vLLM's RECORD or patchkit's record names for that path (then the file in place, holding
-    the journal's `after`, is this patchkit's own writing over it), or, for a file the commit
-    created, the launch guard's own bytes (patchkit writes them again on the next apply)."""
-
-    root: Path
-    listed: dict[str, set[str]]  # path -> the RECORD hash entries vLLM's dist-info gives it
-    recorded: dict[str, set[str]]  # path -> the sha256s state.json records for it
-
-    @classmethod
-    def of(cls, root: Path, paths: list[str]) -> _Vouched:
-        listed: dict[str, set[str]] = {}
-        for name, rows in listings(root, paths).rows.items():
-            for path, hash_entry in (rows or {}).items() if name.startswith("vllm-") else ():
-                listed.setdefault(path, set()).add(hash_entry)
-        recorded: dict[str, set[str]] = {}
-        with suppress(BadInput, OSError):  # a damaged record vouches for nothing
-            for recorded_set in read_state(root).entries if paths else ():
-                for path, shas in recorded_set.files.items():
-                    recorded.setdefault(path, set()).update(v for v in shas.values() if isinstance(v, str))
-        return cls(root, listed, recorded)
-
-    def restorable(self, entry: dict) -> bool:
-        path, before = entry["path"], entry["before"]
-        if before is None:
-            own = guard_files().get(path)
-            return GUARD_PATH.fullmatch(path) is not None and own is not None and sha256(own) == entry["after"]
-        if before not in self.recorded.get(path, set()) and not self._listed(path, before):
-            return False
-        try:
-            read_object(self.root, before)  # there, a regular file, its bytes the digest's
-        except BadInput:
-            return False
-        return True
-
-    def _listed(self, path: str, digest: str) -> bool:
-        return record_digest(bytes.fromhex(digest), "sha256") in self.listed.get(path, set())
+    identities = store_journal.staged_identities(root, journal)
+    reached = 0
+    if identities is not None:
+        staged = [i for i, e in enumerate(files) if e.get("staged") and os.path.lexists(root / e["staged"])]
+        reached = staged[0] if staged else len(files)
+    listed = listings(root, [e["path"] for e in files if e["before"] is None])
+    theirs = (listed.by_vllm() | listed.by_others()) - _kept_by_the_record(root, journal)
+    return _Evidence(frozenset(e["path"] for e in files[:reached]), identities, frozenset(theirs))
 
 
 def _undecided(root: Path, paths: list[str], journal: dict) -> BadInput:
-    """Recovery that cannot tell whether the interrupted transaction wrote these files stops: the
+    """Recovery whose originals for these files cannot go back (damaged or gone) stops: the
     journal and the saved originals stay, the files are named, and so are the ways on. A journal
     is read back from the tree and may be none of patchkit's: no file is deleted on its word alone,
-    so the hint never says to delete the files it names. A saved original that is damaged is the
-    cause when it is one (it alone would have vouched)."""
+    so the hint never says to delete the files it names."""
     kept = f"nothing was touched, and the journal and the saved originals are kept in {meta_dir(root)}"
-    damaged = _damaged_originals(root, paths, journal)
-    if damaged:
-        said = (
-            f"an interrupted patchkit transaction may have written {_some(paths)}, but the saved original "
-            f"of {_some(damaged)} is damaged (its bytes no longer match its sha256), so it cannot go back; {kept}"
-        )
-    else:
-        said = (
-            f"an interrupted patchkit transaction may have written {_some(paths)}, but nothing shows it: "
-            f"each is older than {journal_path(root)} (a tree copied after a crash, or a journal patchkit "
-            f"did not write); {kept}"
-        )
+    said = (
+        f"the saved original of {_some(paths)} is damaged or missing (no file in {objects_dir(root)} "
+        f"holds its sha256's bytes), so an interrupted patchkit transaction cannot be rolled back; {kept}"
+    )
     return BadInput(said, hint=_undecided_hint(root, paths, journal))
 
 
@@ -550,39 +504,6 @@ def _undecided_hint(root: Path, paths: list[str], journal: dict) -> str:
         f"{said}. If one was, put the stock files back with {stock_files_command(root, None)}, then run "
         f"{hints.command('recover')}. The saved originals are in {objects_dir(root)}"
     )
-
-
-def _damaged_originals(root: Path, paths: list[str], journal: dict) -> list[str]:
-    """The paths among `paths` whose saved original is in the store but does not hold its digest's bytes."""
-    damaged = []
-    for entry in journal["files"]:
-        if entry["path"] not in paths or entry["before"] is None:
-            continue
-        if not os.path.lexists(objects_dir(root) / entry["before"]):  # missing: the times decide, as said
-            continue
-        try:
-            read_object(root, entry["before"])
-        except BadInput:
-            damaged.append(entry["path"])
-    return damaged
-
-
-def _original_saved(root: Path, entry: dict) -> bool:
-    """The entry's original is in the store (not read), or back in place already (a rollback cut short)."""
-    digest = entry["before"]
-    if digest is None:
-        return True
-    with suppress(OSError):
-        if stat.S_ISREG(os.lstat(objects_dir(root) / digest).st_mode):
-            return True
-    return file_sha(root, entry["path"]) == digest
-
-
-def _changed_since(root: Path, entry: dict, since: int) -> bool:
-    try:
-        return os.lstat(root / entry["path"]).st_ctime_ns >= since
-    except OSError:
-        return False
 
 
 def _kept_by_the_record(root: Path, journal: dict) -> set[str]:
@@ -653,16 +574,23 @@ def _guard_original(path: str, digest: str) -> str | None:
     return digest if own is not None and sha256(own) == digest else None
 
 
-def _needed_originals(root: Path, journal: dict, written: set[str]) -> dict[str, bytes]:
+def _needed_originals(root: Path, journal: dict, written: frozenset[str]) -> dict[str, bytes]:
     """Every original the rollback will put back, read and checked by sha256 before it starts; no
-    other (a file it keeps needs none, so a lost original of one stops nothing)."""
-    return {
-        entry["before"]: read_object(root, entry["before"])
-        for entry in journal["files"]
-        if entry["before"] is not None
-        and entry["path"] in written
-        and file_sha(root, entry["path"]) == entry["after"] != entry["before"]
-    }
+    other (a file it keeps needs none, so a lost original of one stops nothing). One that cannot
+    be read stops recovery before it touches a file (_undecided)."""
+    needed, lost = {}, []
+    for entry in journal["files"]:
+        if entry["before"] is None or entry["path"] not in written:
+            continue
+        if file_sha(root, entry["path"]) != entry["after"] or entry["after"] == entry["before"]:
+            continue
+        try:
+            needed[entry["before"]] = read_object(root, entry["before"])
+        except BadInput:
+            lost.append(entry["path"])
+    if lost:
+        raise _undecided(root, sorted(lost), journal)
+    return needed
 
 
 @contextmanager
@@ -844,27 +772,44 @@ def _install(root: Path, entry: dict) -> Path:
 
 
 def _rollback(
-    root: Path,
-    journal: dict,
-    originals: dict[str, bytes] | None = None,
-    not_ours: frozenset[str] | set[str] = frozenset(),
-    written: set[str] | None = None,
-) -> tuple[_Count, list[str]]:
+    root: Path, journal: dict, originals: dict[str, bytes] | None = None, evidence: _Evidence | None = None
+) -> _Undoing:
     """Undo the journal's writes, needing no new space: each saved original goes back by a rename
     (see _put_back). `originals` (digest -> bytes, checked) are the fallback when one cannot be
     renamed; a failure inside commit holds them in memory, recovery read them beforehand. Each step
     leaves the journal true, so a rollback cut short (SIGKILL) is finished by the next command.
     Only a file that is still what the commit wrote (its `after`) is undone: one holding other
-    bytes, or in `not_ours`, or (recovery) not among the files it is known to have `written`, is
-    no file of this transaction and is kept. Returns (what it undid, what it kept)."""
-    undoing = _Undoing.of(root, journal, originals or {}, not_ours, written)
+    bytes, or (recovery) not shown by its `evidence` to be written by the commit, is no file of
+    this transaction and is kept. Returns the rollback: what it undid, kept and kept aside."""
+    undoing = _Undoing.of(root, journal, originals or {}, evidence)
     for entry in reversed(journal.get("files", [])):
         undoing.undo(entry)
-    store_journal.restore_state(root, journal, tick=_tick)
+    reached = evidence is None or evidence.identities is not None
+    store_journal.restore_state(root, journal, reached=reached, tick=_tick)
     for directory in sorted(undoing.changed):
         fsync_dir(directory)
     store_journal.end(root, tick=_tick)
-    return undoing.count, sorted(undoing.kept)
+    return undoing
+
+
+@frozen
+class _Evidence(FrozenValue):
+    """What recovery found the interrupted commit did: the files it replaced or deleted (those
+    before the first one still staged, once its marker is there), the marker's identities of its
+    staged files (None: no marker, nothing was replaced), and the created files an installed
+    distribution lists (kept whatever)."""
+
+    written: frozenset[str]
+    identities: dict[str, tuple[int, int, int]] | None
+    theirs: frozenset[str]
+
+    def proven(self, root: Path, path: str) -> bool:
+        """The file in place is the very file the commit staged (a rename keeps the identity)."""
+        try:
+            info = os.lstat(root / path)
+        except OSError:
+            return False
+        return self.identities is not None and self.identities.get(path) == store_journal.file_identity(info)
 
 
 # a step of one command, never compared nor printed: no __eq__ or __repr__ compiled at every start-up
@@ -874,34 +819,41 @@ class _Undoing:
 
     root: Path
     originals: dict[str, bytes]
-    not_ours: frozenset[str] | set[str]
+    evidence: _Evidence | None  # recovery's (None: the failing commit's own rollback, which knows)
     uses: Counter[str]  # digest -> the files still to get it back
     keep: set[str]  # the objects the record it returns to names
-    written: set[str] | None  # recovery: the files the transaction is known to have written (None: any)
     count: _Count = field(default_factory=_Count)
     changed: set[Path] = field(default_factory=set)  # directories whose entries changed
     kept: list[str] = field(default_factory=list)
+    aside: Aside = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.aside = Aside(self.root)
 
     @classmethod
-    def of(
-        cls,
-        root: Path,
-        journal: dict,
-        originals: dict[str, bytes],
-        not_ours: frozenset[str] | set[str],
-        written: set[str] | None,
-    ) -> _Undoing:
+    def of(cls, root: Path, journal: dict, originals: dict[str, bytes], evidence: _Evidence | None) -> _Undoing:
         files = journal.get("files", [])
         to_restore = [e for e in files if e["before"] is not None and file_sha(root, e["path"]) != e["before"]]
         keep = store_journal.previous_state(root, journal).referenced_objects()
-        return cls(root, originals, not_ours, Counter(e["before"] for e in to_restore), keep, written)
+        return cls(root, originals, evidence, Counter(e["before"] for e in to_restore), keep)
 
     def ours(self, entry: dict, current: str | None) -> bool:
         """Whether the file is what this transaction wrote there."""
-        path = entry["path"]
-        return (
-            current == entry["after"] and path not in self.not_ours and (self.written is None or path in self.written)
+        path, evidence = entry["path"], self.evidence
+        return current == entry["after"] and (
+            evidence is None or (path in evidence.written and path not in evidence.theirs)
         )
+
+    def set_aside(self, entry: dict, *, move: bool) -> None:
+        """A file the rollback replaces or removes is kept aside first, unless it is the one staged
+        or holds this patchkit's own guard bytes for its path (any apply writes them again)."""
+        path = entry["path"]
+        if self.evidence is None or self.evidence.proven(self.root, path):
+            return
+        own = guard_files().get(path) if GUARD_PATH.fullmatch(path) else None
+        if own is None or sha256(own) != entry["after"]:
+            _faults.tick()
+            self.aside.keep(path, move=move)
 
     def undo(self, entry: dict) -> None:
         if entry.get("staged"):  # first: a created directory holding it could not be removed
@@ -920,8 +872,9 @@ class _Undoing:
     def remove_created(self, entry: dict, *, present: bool) -> None:
         full = self.root / entry["path"]
         if present:
+            self.set_aside(entry, move=True)
             _faults.tick()
-            full.unlink()
+            full.unlink(missing_ok=True)  # gone already when kept aside
             self.count.removed += 1
             self.changed.add(full.parent)
         for rel in reversed(entry.get("created_dirs", [])):
@@ -935,6 +888,8 @@ class _Undoing:
         digest = entry["before"]
         self.uses[digest] -= 1
         last_use = not self.uses[digest] and digest not in self.keep
+        if os.path.lexists(self.root / entry["path"]):
+            self.set_aside(entry, move=False)
         _put_back(self.root, entry, self.originals, consume=last_use)
         self.count.restored += 1
         self.changed.add((self.root / entry["path"]).parent)

@@ -57,7 +57,7 @@ from patchkit.series import dry_run, library
 from patchkit.series.library import PatchSetDef
 from patchkit.series.patchfile import touched_paths
 from patchkit.store.state import State, read_state
-from patchkit.tree.target import Target, from_interpreter
+from patchkit.tree.target import Target, from_interpreter, names_of
 
 TREE = "tree-state"
 MODELS = "models"
@@ -151,7 +151,7 @@ def launch_target_finding(resolved: Resolved, command: LaunchCommand) -> Finding
         runs = found.root
     except TargetError as exc:  # the hint of a --python given is not this one's: the launch's program is
         fix = (
-            f"launch with the interpreter of the venv whose vLLM this is (`-- /path/to/venv/bin/{command.program} ...`),"
+            f"launch with the interpreter of the venv whose vLLM this is (`-- /path/to/venv/bin/{os.path.basename(command.program)} ...`),"
             " or activate that venv"
         )
         return Finding(LAUNCH_TARGET, False, f"the command's {command.program} runs {python}: {exc.message}", fix)
@@ -336,12 +336,14 @@ def prefix_findings(resolved: Resolved, status: TreeStatus, command: LaunchComma
     prefix = command.pycache_prefix()
     if prefix is None:
         return []
-    paths = sorted(_series_paths(resolved, status))
-    found = [
+    paths, root = sorted(_series_paths(resolved, status)), resolved.target.root
+    found = [  # at the tree's real path and each it was named by (a symlinked site: Python keys it so)
         p
-        for p in target_guard.stale_bytecode(str(resolved.target.root), paths, EVERY_CPYTHON, prefix=prefix)
+        for site in (str(root), *names_of(root))
+        for p in target_guard.stale_bytecode(site, paths, EVERY_CPYTHON, prefix=prefix)
         if prefixed_bytecode([p])
     ]
+    found = list(dict.fromkeys(found))
     fix = f"run {hints.remove_files(prefixed_bytecode(found))} (Python compiles the source again)"
     return [Finding(TREE, False, "; ".join(found), fix)] if found else []
 

@@ -43,7 +43,10 @@ def read_named_file(path: Path | str, limit: int, what: str) -> bytes:
                 f"{what} {path}: {exc.strerror}, patchkit's limit (not vLLM's)",
                 hint="run's --no-preflight launches it without these checks",
             ) from None
-        raise BadInput(f"{what} {path}: {exc.strerror}") from None
+        raise BadInput(
+            f"{what} {path}: {exc.strerror}",
+            hint=f"put the file itself there (vLLM reads {path} as a file too), then run the same command again",
+        ) from None
     except OSError as exc:
         if exc.errno == errno.ENAMETOOLONG:  # a name no file can have: absent, as transformers finds it
             raise FileNotFoundError(errno.ENOENT, "no such file", str(path)) from None

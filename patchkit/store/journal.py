@@ -5,6 +5,12 @@ commit point. It names each file (its before/after sha256, its staged temp name,
 directories its commit creates or removes) and holds the previous state.json, which the commit
 also keeps under a second name so that a rollback renames it back and needs no new space.
 
+Beside it, <root>/.patchkit/staged.json, the reached-order marker: written once every original is
+saved and every new content staged, before the first file is replaced, with the journal's id and
+each staged file's identity (inode, size, mtime: a rename keeps them). A journal without it
+replaced nothing, whatever the tree holds; with it, the files before the first one still staged
+were replaced, and a file with its staged identity is the very file the commit put there.
+
 Like everything under .patchkit/ it is read back from the tree, so it is untrusted input: every
 path by the one path rule, staged files only by their own temp name beside their file, hashes as
 digests, modes as permission bits; a journal that fails is refused whole (exit 2).
@@ -39,6 +45,7 @@ from patchkit.store.state import (
 UNSETTLED = object()
 # The patterns here are text, compiled on first use (re keeps them): start-up compiles none a run does not use.
 _TXID = r"[0-9A-Za-z]{1,64}"
+Identity = tuple[int, int, int]  # a staged file's inode, size and mtime (ns)
 
 
 def journal_path(root: Path) -> Path:
@@ -70,6 +77,22 @@ def staged_name(path: str, txid: str) -> str:
     return f"{parent}/.{name}.patchkit-{txid}.tmp" if parent else f".{name}.patchkit-{txid}.tmp"
 
 
+def staged_path(root: Path) -> Path:
+    return meta_dir(root) / "staged.json"
+
+
+def mark_staged(root: Path, txid: str, staged: dict[str, Identity], *, tick: Tick) -> None:
+    """The reached-order marker (see the module docstring), on disk before the first file is replaced."""
+    marker = {"id": txid, "staged": {path: list(identity) for path, identity in staged.items()}}
+    durable_write(staged_path(root), json.dumps(marker).encode(), tick=tick)
+    fsync_dir(meta_dir(root))
+
+
+def file_identity(info: os.stat_result) -> Identity:
+    """What staged.json keeps of a staged file: a rename into place keeps all three."""
+    return (info.st_ino, info.st_size, info.st_mtime_ns)
+
+
 def begin(root: Path, journal: dict, *, tick: Tick) -> None:
     """Write the journal (and make objects/): both on disk before anything they describe."""
     tick()
@@ -87,6 +110,7 @@ def commit_point(root: Path, txid: str, state: State, *, previous: bool, tick: T
     write_state(root, state, tick=tick)
     tick()
     journal_path(root).unlink()
+    staged_path(root).unlink(missing_ok=True)  # after the journal: a journal never outlives its marker
     fsync_dir(meta_dir(root))
 
 
@@ -103,42 +127,56 @@ def _previous_state_link(root: Path, txid: str) -> Path:
 # --------------------------------------------------------------------------- rolling back
 
 
-def restore_state(root: Path, journal: dict, *, tick: Tick) -> None:
-    """state.json as it was before the commit, rewritten only when it differs: by renaming back
-    the second name the commit gave it, so this too needs no new space."""
+def restore_state(root: Path, journal: dict, *, reached: bool, tick: Tick) -> None:
+    """state.json as it was before the commit, changed only on evidence that the commit changed it:
+    the second name the commit gave the previous one, renamed back (no new space needed), or, with
+    no previous record, the marker (`reached`: a commit writes its record after it). Else the
+    record stays as it is: one the journal alone says is other is no record of its commit."""
     previous = journal.get("previous_state")
     path = state_path(root)
     kept = _previous_state_link(root, journal["id"])
     tick()
     if previous is None:
-        if _written_since_journal(path, root):  # else a record the journal alone names: kept
-            path.unlink()
-    elif read_file(path, follow_symlinks=False) != previous.encode():
-        if read_file(kept, follow_symlinks=False) == previous.encode():
-            os.replace(kept, path)
-        else:
-            durable_write(path, previous.encode(), tick=tick)
+        if reached:
+            path.unlink(missing_ok=True)
+    elif read_file(path, follow_symlinks=False) != previous.encode() == read_file(kept, follow_symlinks=False):
+        os.replace(kept, path)
     kept.unlink(missing_ok=True)
 
 
-def _written_since_journal(path: Path, root: Path) -> bool:
-    """Whether the file is there and changed after the journal was written (ctime), as every file
-    a commit writes is: a commit that started with no record writes state.json at its end."""
-    try:
-        written = os.lstat(path).st_ctime_ns
-    except FileNotFoundError:
-        return False
-    try:
-        return written >= os.lstat(journal_path(root)).st_ctime_ns
-    except FileNotFoundError:  # a commit cut short just after removing its journal: its own record
-        return True
-
-
 def end(root: Path, *, tick: Tick) -> None:
-    """The journal removed once its rollback is done."""
+    """The journal removed once its rollback is done, then its marker."""
     tick()
     journal_path(root).unlink(missing_ok=True)
+    staged_path(root).unlink(missing_ok=True)
     fsync_dir(meta_dir(root))
+
+
+def staged_identities(root: Path, journal: dict) -> dict[str, Identity] | None:
+    """The marker's identities of the journal's staged files (None: no marker of this journal, so
+    its commit replaced nothing). Untrusted, as the journal: a damaged one is refused whole."""
+    raw = read_meta_file(staged_path(root))
+    if raw is None:
+        return None
+    try:
+        marker = load_json_text(raw)
+    except (ValueError, RecursionError) as exc:
+        raise journal_refusal(root, f"{staged_path(root).name} is not JSON: {exc}") from exc
+    if not isinstance(marker, dict) or marker.get("id") != journal["id"]:
+        return None  # another transaction's, left by a crash after its journal went
+    staged = marker.get("staged")
+    if not isinstance(staged, dict) or not all(
+        isinstance(v, list) and len(v) == 3 and all(type(n) is int for n in v) for v in staged.values()
+    ):
+        raise journal_refusal(root, f"{staged_path(root).name} holds no staged files' identities")
+    return {path: (v[0], v[1], v[2]) for path, v in staged.items()}
+
+
+def remove_stale_marker(root: Path) -> None:
+    """A marker with no journal: left by a crash between the two removals."""
+    if not os.path.lexists(journal_path(root)):
+        with suppress(OSError):
+            staged_path(root).unlink()
 
 
 def previous_state(root: Path, journal: dict) -> State:
@@ -239,7 +277,7 @@ def remove_leftovers(root: Path, managed: set[str]) -> None:
     killed process left beside a file it manages: the recorded files, the state, the journal and
     the objects. Only those names; a directory on the way that is a symlink is not entered."""
     meta = meta_dir(root)
-    _remove_temp_files(meta, {"state.json", "journal.json"})
+    _remove_temp_files(meta, {"state.json", "journal.json", "staged.json"})
     _remove_temp_files(meta / "objects", None)
     by_parent: dict[str, set[str]] = {}
     for path in managed:

@@ -1,9 +1,15 @@
-"""The saved copies, <root>/.patchkit/saved/<time>-<random>/: a user's edits kept aside where a forced revert (or --guard) overwrites them."""
+"""The saved copies, <root>/.patchkit/saved/<time>-<random>/: a user's edits kept aside where a
+forced revert (or --guard) overwrites them, and the files a recovery replaces or removes with
+nothing to show the interrupted transaction wrote them."""
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import os
+import shlex
 import tempfile
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
@@ -12,11 +18,9 @@ from patchkit.base.fsutil import atomic_write, inside, read_file
 from patchkit.store.state import meta_dir
 
 
-def keep_copies(root: Path, paths: list[str]) -> Path:
-    """Copies of the files a forced revert overwrites, under .patchkit/saved/<time>-<random>/: a
-    directory of its own per run, created exclusively (mkdtemp), so no run overwrites the copies
-    of another; a symlinked saved/ is refused, never followed."""
-
+def _copies_dir(root: Path) -> Path:
+    """A directory of its own per run under saved/, created exclusively (mkdtemp), so no run
+    overwrites the copies of another; a symlinked saved/ is refused, never followed."""
     saved = meta_dir(root) / "saved"
     try:
         saved.mkdir(exist_ok=True)
@@ -24,8 +28,13 @@ def keep_copies(root: Path, paths: list[str]) -> Path:
         raise TargetError(f"cannot create {saved}: {exc.strerror}") from exc
     if saved.is_symlink() or not saved.is_dir() or not inside(root, saved):
         raise BadInput(f"{saved} is a symlink or not a directory; refusing to keep your edits there")
+    return Path(tempfile.mkdtemp(prefix=datetime.now().strftime("%Y%m%dT%H%M%S-"), dir=saved))
+
+
+def keep_copies(root: Path, paths: list[str]) -> Path:
+    """Copies of the files a forced revert overwrites, under .patchkit/saved/<time>-<random>/."""
     try:
-        where = Path(tempfile.mkdtemp(prefix=datetime.now().strftime("%Y%m%dT%H%M%S-"), dir=saved))
+        where = _copies_dir(root)
         for path in paths:
             # The contents (a regular file's, never through a symlink swapped in), readable by their
             # owner only: never a mode (a setuid bit) patchkit would then own.
@@ -34,6 +43,7 @@ def keep_copies(root: Path, paths: list[str]) -> Path:
                 raise BadInput(f"{path} is no longer a regular file; refusing to save it")
             atomic_write(where / path, data, mode=0o600)
     except OSError as exc:  # a full disk: before any tree file changed
+        saved = meta_dir(root) / "saved"
         raise TargetError(f"cannot keep copies of your edits in {saved}: {exc.strerror}; nothing was reverted") from exc
     return where
 
@@ -43,3 +53,48 @@ def remove_if_empty(root: Path) -> None:
     never followed through a symlink (rmdir takes neither a full directory nor a link)."""
     with contextlib.suppress(OSError):
         (meta_dir(root) / "saved").rmdir()
+
+
+# a file system that takes no hard link (or not across a mount) gets a copy instead
+_NO_LINK = {errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EOPNOTSUPP}
+
+
+@dataclass(eq=False, repr=False)
+class Aside:
+    """The files one recovery keeps aside before it replaces or removes them, in a directory of
+    its own made on first use: by a rename or a hard link (no new space, so a full disk cannot
+    stop it), else a copy. A failure is an OSError, raised before the file is touched."""
+
+    root: Path
+    where: Path | None = None
+    paths: list[str] = field(default_factory=list)
+
+    def keep(self, path: str, *, move: bool) -> None:
+        """Keep the file at `path` (a regular file) aside: `move` it there (it is to be removed) or link it."""
+        if self.where is None:
+            self.where = _copies_dir(self.root)
+        source, dest = self.root / path, self.where / path
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            if move:
+                os.rename(source, dest)
+            else:
+                os.link(source, dest, follow_symlinks=False)
+        except OSError as exc:
+            if exc.errno not in _NO_LINK:
+                raise
+            data = read_file(source, follow_symlinks=False)
+            if data is None:
+                raise
+            atomic_write(dest, data, mode=0o600)
+            if move:
+                source.unlink()
+        self.paths.append(path)
+
+    def said(self) -> str:
+        """Where the copies are and the command that puts them back (nothing when none was kept)."""
+        if self.where is None:
+            return ""
+        back = shlex.join(["cp", "-a", "--", f"{self.where}/.", f"{self.root}/"])
+        some = ", ".join(self.paths[:5]) + (f" and {len(self.paths) - 5} more" if len(self.paths) > 5 else "")
+        return f"; nothing showed it wrote {some}, so a copy is kept in {self.where} (`{back}` puts it back)"

@@ -3,7 +3,8 @@
     <root>/.patchkit/state.json        one small JSON: cheap for a launch guard to read (here)
     <root>/.patchkit/objects/<sha256>  the original bytes of every file patchkit changed (objects.py)
     <root>/.patchkit/journal.json      exists only while a transaction is unfinished (journal.py)
-    <root>/.patchkit/saved/            user edits kept aside by `revert --force` (saved.py)
+    <root>/.patchkit/staged.json       with it, once the commit staged every file (journal.py)
+    <root>/.patchkit/saved/            user edits kept aside by `revert --force` or a recovery (saved.py)
     <root>/.patchkit/lock              the target's lock (engine/transaction.py)
 
 Everything here is read back from the tree, so it is untrusted input, exactly like a diff:
@@ -57,7 +58,7 @@ WORKSPACE_RECORD = ".patchkit-workspace.json"
 MAX_RECORD_BYTES = 16 * 1024 * 1024
 DIGEST = re.compile(r"[0-9a-f]{64}")
 # What .patchkit/ may hold, and of which kind (anything else in it is left alone, never read).
-_META_FILES = ("state.json", "journal.json")
+_META_FILES = ("state.json", "journal.json", "staged.json")
 _META_DIRS = ("objects", "saved")
 # The mode bits a written file may have. Never setuid, setgid or sticky: patchkit often runs as root on
 # a tree another account may own, and a root-owned setuid copy of a file would be a privilege it gave.

@@ -55,8 +55,26 @@ class Target(FrozenValue):
         return self.root / PACKAGE
 
 
+# The paths this run found each tree by, symlinks kept (an interpreter's sys.path entry, a --target
+# given through a symlinked directory): Python keys bytecode under a pycache prefix by that path, so
+# the prefix is judged there too, as the guard judges it in the launch (engine.guard.launch_verdict).
+_NAMED_AS: dict[Path, list[str]] = {}
+
+
+def _named_as(root: Path, name: str) -> None:
+    names = _NAMED_AS.setdefault(root, [])
+    if name != str(root) and name not in names:
+        names.append(name)
+
+
+def names_of(root: Path) -> list[str]:
+    """The paths other than `root` itself this run reached the tree `root` by (symlinks kept)."""
+    return list(_NAMED_AS.get(root, ()))
+
+
 def from_directory(directory: str | os.PathLike) -> Target:
     root = Path(directory).resolve()
+    given = os.path.abspath(directory)
     if not root.exists():
         raise TargetError(  # a next step, not a bare refusal
             f"target directory {directory} does not exist",
@@ -66,13 +84,14 @@ def from_directory(directory: str | os.PathLike) -> Target:
     if not root.is_dir():
         raise TargetError(f"target {directory} is not a directory")
     if root.name == PACKAGE and _is_the_package(root):
-        root = root.parent  # the user pointed at the package itself
+        root, given = root.parent, os.path.dirname(given.rstrip(os.sep))  # the user pointed at the package itself
     if not (root / PACKAGE).is_dir():
         raise TargetError(
             f"no {PACKAGE}/ package in {root}",
             hint="--target takes the directory that contains vllm/ (site-packages, "
             "an unpacked wheel or a source checkout)",
         )
+    _named_as(root, given)
     return Target(root=root, found_by=f"--target {directory}")
 
 
@@ -128,8 +147,10 @@ def from_interpreter(
         )
     _refuse_an_archive(Path(package_dir), python or sys.executable)
     found_by = f"--python {python}" if python else f"the current interpreter ({sys.executable})"
+    root = Path(package_dir).resolve().parent
+    _named_as(root, os.path.dirname(os.path.abspath(package_dir.rstrip(os.sep))))
     return Target(
-        root=Path(package_dir).resolve().parent,
+        root=root,
         found_by=found_by,
         python=info["python"],
         installed_version=info.get("version"),

@@ -269,7 +269,7 @@ def _passed(checked: _Checked, stock: Path, version: Version, label: str) -> Whe
         patches=checked.patches,
         sets=checked.sets,
         checks=checked.checks,
-        warnings=checked.warnings,
+        warnings=list(dict.fromkeys(checked.warnings)),  # each set's notes of the one wheel (its label): once
     )
 
 

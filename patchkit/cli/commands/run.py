@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import errno
 import os
+import shlex
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
@@ -152,8 +153,28 @@ def _exec(argv: list[str], python: str | None) -> NoReturn:
         missing = exc.errno == errno.ENOENT and os.sep not in argv[0]
         raise TargetError(
             f"cannot run {argv[0]}: " + ("it is not on PATH" if missing else f"{exc.strerror or exc}"),
-            hint=_not_on_path_hint(argv[0], python) if missing else None,
+            hint=_not_on_path_hint(argv[0], python) if missing else _not_runnable_hint(argv[0], exc),
         ) from None
+
+
+def _not_runnable_hint(name: str, exc: OSError) -> str | None:
+    """What to do when the launch's program is found but cannot run (not executable, say)."""
+    if exc.errno != errno.EACCES:
+        return None
+    found = name if os.sep in name else _first_on_path(name)
+    return (
+        f"{found or name} is not executable by you: make it so (`{shlex.join(['chmod', '+x', found or name])}`) if it "
+        f"is vLLM's script, or give the script's path: `-- VENV/bin/{os.path.basename(name)} ...`"
+    )
+
+
+def _first_on_path(name: str) -> str | None:
+    """The first file named `name` in PATH's directories, executable or not (execvp tries them in turn)."""
+    for directory in os.environ.get("PATH", os.defpath).split(os.pathsep):
+        candidate = os.path.join(directory or ".", name)
+        if os.path.isfile(candidate):
+            return candidate
+    return None
 
 
 def _not_on_path_hint(name: str, python: str | None) -> str:

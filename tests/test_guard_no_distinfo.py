@@ -1,0 +1,66 @@
+"""An applied tree whose vllm-*.dist-info is gone (a slimmed image, a dist-info lost): the guard cannot
+tell which vLLM runs and refuses every launch. Its words say so (never "vLLM None is installed"), and
+status, preflight and apply agree with it: the fix they name, run, gives a tree the guard lets launch
+and status calls fine; apply, which installs no guard on such a tree, removes the one it refuses with."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+
+import pytest
+from helpers import load_plugins_like_vllm, run_cli
+from launch_fixtures import DEEPSEEK_V3, DRAFTER, findings, serve, write_eagle3_setup, write_model
+
+
+@pytest.fixture
+def bare(tmp_path):
+    """(tree, library): eagle3 applied with the guard, then the tree's vllm-*.dist-info removed (its
+    version still told by vllm/_version.py, as a built vLLM holds it)."""
+    tree, library = write_eagle3_setup(tmp_path)
+    (tree / "vllm" / "_version.py").write_text("__version__ = version = '0.16.0'\n")
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    shutil.rmtree(tree / "vllm-0.16.0.dist-info")
+    return tree, library
+
+
+def _fix(said: str) -> list[str]:
+    command = re.search(r"run `(patchkit [^`]*)`", " ".join(said.split()))
+    assert command is not None, said
+    return shlex.split(command.group(1))[1:]
+
+
+def test_the_guards_refusal_says_no_dist_info_and_the_named_fix_ends_the_refusal(bare, tmp_path):
+    tree, library = bare
+    refused = load_plugins_like_vllm(tree)
+    assert refused.returncode != 0 and "vLLM None" not in refused.stderr, refused.stderr[-600:]
+    assert "no vllm-*.dist-info" in refused.stderr, refused.stderr[-600:]
+    status = run_cli("status", "--target", tree, "--patches", library)
+    assert status.returncode == 1 and "vLLM None" not in status.stdout, status.stdout
+    assert "no vllm-*.dist-info" in status.stdout, status.stdout
+    command = serve(write_model(tmp_path / "ds", DEEPSEEK_V3), write_model(tmp_path / "drafter", DRAFTER))
+    pre = ("preflight", "--target", tree, "--patches", library, "--format", "json", "--no-import", "--", *command)
+    found = findings(run_cli(*pre))["tree-state"]
+    assert not found["ok"] and "vLLM None" not in found["message"], found
+    fix = _fix(status.stdout)
+    assert fix[0] == "apply" and _fix(found["fix"]) == fix, (status.stdout, found)
+    applied = run_cli(*fix, "--no-import")
+    said = " ".join((applied.stdout + applied.stderr).split())
+    assert applied.returncode == 0 and "still refuses" not in said, said
+    assert "launch guard removed" in said and "no vllm-*.dist-info" in said, said
+    assert load_plugins_like_vllm(tree).returncode == 0
+    assert run_cli("status", "--target", tree, "--patches", library).returncode == 0
+    assert findings(run_cli(*pre))["tree-state"]["ok"]
+
+
+def test_a_dist_info_without_a_version_is_said_as_such(bare):
+    tree, _ = bare
+    info = tree / "vllm-0.16.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\n")
+    code = f"import patchkit_guard; print(patchkit_guard.find_problems({str(tree)!r}))"
+    done = subprocess.run([sys.executable, "-c", code], cwd=tree, capture_output=True, text=True, check=True)
+    assert "vLLM None" not in done.stdout and "vllm-0.16.0.dist-info names no version" in done.stdout, done.stdout
