@@ -1309,3 +1309,56 @@ def test_the_guard_judges_a_wheels_provenance_as_status_does(tmp_path, build):
     assert said in problems[0], (said, problems)
     refused = load_plugins_like_vllm(tree.site)
     assert refused.returncode != 0 and f"patchkit status --target {tree.site}" in refused.stderr
+
+
+VERSIONS = [
+    "0.16.0",
+    "0.16",
+    "0.16.0.0",
+    "v0.16.0",
+    "1!0.16.0",
+    "0.16.0rc1",
+    "0.16.0-RC.1",
+    "0.16.0c1",
+    "0.16.0.post1",
+    "0.16.0-1",
+    "0.16.0.dev0",
+    "0.16.0dev",
+    "0.16.0a0.post0.dev0",
+    "0.16.0+cu129",
+    "0.16.0+CU_129",
+    "0.16.0+cu129.01",
+    "0.16.0+cu129.1",
+    "0.16.0.x",
+    "0.16.0+",
+    "",
+    " 0.16.0 ",
+]
+LABELS = ["patchkit.eagle3", "corp1", "Corp-1", "patchkit_x.01", "", "a+b", "..", "patchkit.eagle3.deepseek.tool.calls"]
+
+
+def test_the_guards_version_rule_is_packagings():
+    """The guard (stdlib only) tells versions equal exactly when packaging.version does, and names
+    the version `patchkit wheel` labels a release with as installed_wheel._labelled does."""
+    from packaging.version import InvalidVersion, Version
+
+    from patchkit._target import guard
+    from patchkit.distinfo.installed_wheel import _labelled
+
+    def parsed(text):
+        try:
+            return Version(text)
+        except InvalidVersion:
+            return None
+
+    for a in VERSIONS:
+        assert (guard._version_key(a) is None) == (parsed(a) is None), a
+        for b in VERSIONS:
+            if parsed(a) is not None and parsed(b) is not None:
+                assert (guard._version_key(a) == guard._version_key(b)) == (parsed(a) == parsed(b)), (a, b)
+        for label in LABELS:
+            expected = _labelled(a, label) if parsed(a) is not None else None
+            key = guard._labelled_key(a, label)
+            assert (key is None) == (expected is None), (a, label)
+            if expected is not None:
+                assert key == guard._version_key(str(expected)), (a, label)
