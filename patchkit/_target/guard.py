@@ -15,7 +15,8 @@ for shape, every path kept inside the site-packages directory.
 
 PATCHKIT_GUARD=warn logs the finding instead of raising; PATCHKIT_GUARD=off skips the check.
 Records come from `_RECORD_READERS`: the provenance of a vLLM installed from a wheel `patchkit
-wheel` built (`vllm-*.dist-info/patchkit.json`), then `.patchkit/state.json`.
+wheel` built (`vllm-*.dist-info/patchkit.json`, believed only where a patched wheel's install
+put it, as patchkit's commands believe it), then `.patchkit/state.json`.
 """
 
 from __future__ import annotations

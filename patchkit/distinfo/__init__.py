@@ -66,11 +66,18 @@ def _with_stock_hashes(root: Path, record: Record) -> Record:
 def patched_build(root: Path, dist_info: Path) -> bool:
     """Whether `dist_info` is a patched wheel's install, so that its RECORD lists patched files and
     proves no file stock: it holds a provenance, which find() must believe (else BadInput, naming
-    the fix). Not its label's text: `--local-label corp1` names no patchkit, and a label is no proof."""
+    the fix), whatever its label (`--local-label corp1` names no patchkit). A `+patchkit…` label
+    with no provenance is one whose record was lost: its RECORD is no evidence either."""
     if not os.path.lexists(dist_info / PROVENANCE):
-        return False
+        return _labelled_by_patchkit(dist_info.name)
     installed_wheel_reader().find(root)  # refuses one it does not believe; several dist-infos: None, still no stock
     return True
+
+
+def _labelled_by_patchkit(dist_info: str) -> bool:
+    """Whether a vLLM dist-info's name carries the local label `patchkit wheel` gives (`+patchkit.…`)."""
+    label = dist_info.lower().removesuffix(".dist-info").partition("+")[2]
+    return "patchkit" in label.replace("_", ".").split(".")
 
 
 def unlike_stock(root: Path, installed: Version | None, originals: dict[str, bytes | None]) -> list[str]:
