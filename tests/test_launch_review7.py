@@ -345,7 +345,9 @@ SLOW = """
 
     def register():
         pathlib.Path({started!r}).touch()
-        time.sleep(25)
+        deadline = time.monotonic() + 25
+        while not pathlib.Path({answer!r}).exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
 """
 
 
@@ -354,8 +356,8 @@ def test_the_tree_lock_is_free_while_vllm_is_asked(tmp_path):
     command = serve(write_model(tmp_path / "models" / "dsv3", DEEPSEEK_V3), write_model(tmp_path / "drafter", DRAFTER))
     env = importable_with_plugins(tree)
     applied(tree, library)
-    started = tmp_path / "asked"
-    plug = write_plugin(tmp_path / "plug", "slow", SLOW.format(started=str(started)))
+    started, answer = tmp_path / "asked", tmp_path / "answer"  # vLLM answers once the test says so (25 s at most)
+    plug = write_plugin(tmp_path / "plug", "slow", SLOW.format(started=str(started), answer=str(answer)))
     args = [
         "preflight",
         "--target",
@@ -379,6 +381,7 @@ def test_the_tree_lock_is_free_while_vllm_is_asked(tmp_path):
         second = run_cli(*args, "--no-import", "--", *command, env={"PATCHKIT_LOCK_TIMEOUT": "2"})
         assert second.returncode == 0, second.stdout + second.stderr  # before: "another patchkit is working on"
         assert first.poll() is None  # the first was still waiting for vLLM's answer all that time
+        answer.touch()
         stdout, _ = first.communicate(timeout=200)
         assert first.returncode == 0 and findings(subprocess.CompletedProcess([], 0, stdout))["supports-eagle3"]["ok"]
     finally:

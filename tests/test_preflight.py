@@ -517,6 +517,11 @@ def test_stale_unchecked_bytecode_fails_the_tree_state(setup, tmp_path):
     assert_clean_failure(done, 1)
     assert failed(done) == {"tree-state"}
     assert "stale bytecode" in findings(done)["tree-state"]["message"]
+    # review30 L2: the fix named `apply --force`; plain apply fixes it (nothing to patch, nothing forced)
+    fix = findings(done)["tree-state"]["fix"]
+    assert fix == f"{apply_fix(tree, library)} (it recompiles or removes the stale .pyc)", fix
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    assert preflight(tree, library, *serve(models["deepseek"], models["drafter"])).returncode == 0
 
 
 def test_stale_bytecode_under_the_launchs_pycache_prefix_fails_naming_its_removal(setup, tmp_path):

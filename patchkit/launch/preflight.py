@@ -884,7 +884,8 @@ def _state_finding(resolved: Resolved, status: TreeStatus, *, prefixed: bool = F
         return Finding(TREE, False, f"{message}: apply refuses it", f"run {fix}")
     stale = None if prefixed else _stale_bytecode(resolved, status)
     if stale:
-        return Finding(TREE, False, f"stale bytecode: {stale}", f"run {hints.command('apply', '--force')}")
+        fix = f"run {hints.command('apply')} (it recompiles or removes the stale .pyc)"  # no --force: nothing to patch
+        return Finding(TREE, False, f"stale bytecode: {stale}", fix)
     shadowed = _shadowed(resolved)
     if shadowed:
         return Finding(TREE, False, shadowed, shadow.fix("that file"))
