@@ -14,6 +14,7 @@ from patchkit.distinfo.record import (
     Record,
     find_record,
     has_provenance,
+    labelled_by_patchkit,
     parsed_record,
     read_record_file,
 )
@@ -69,15 +70,9 @@ def patched_build(root: Path, dist_info: Path) -> bool:
     the fix), whatever its label (`--local-label corp1` names no patchkit). A `+patchkit…` label
     with no provenance is one whose record was lost: its RECORD is no evidence either."""
     if not os.path.lexists(dist_info / PROVENANCE):
-        return _labelled_by_patchkit(dist_info.name)
+        return labelled_by_patchkit(dist_info.name)
     installed_wheel_reader().find(root)  # refuses one it does not believe; several dist-infos: None, still no stock
     return True
-
-
-def _labelled_by_patchkit(dist_info: str) -> bool:
-    """Whether a vLLM dist-info's name carries the local label `patchkit wheel` gives (`+patchkit.…`)."""
-    label = dist_info.lower().removesuffix(".dist-info").partition("+")[2]
-    return "patchkit" in label.replace("_", ".").split(".")
 
 
 def unlike_stock(root: Path, installed: Version | None, originals: dict[str, bytes | None]) -> list[str]:

@@ -250,3 +250,9 @@ _kept: dict[bytes, dict[str, tuple[str, str]] | None] = {}
 def local_label(dist_info: str) -> str:
     """The local label of a vLLM dist-info's version (`vllm-0.16.0+corp1.dist-info`: corp1), or ""."""
     return dist_info.removesuffix(".dist-info").partition("+")[2]
+
+
+def labelled_by_patchkit(dist_info: str) -> bool:
+    """Whether a vLLM dist-info's name carries the local label `patchkit wheel` gives (`+patchkit.…`)."""
+    label = dist_info.lower().removesuffix(".dist-info").partition("+")[2]
+    return "patchkit" in label.replace("_", ".").split(".")
