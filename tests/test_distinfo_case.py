@@ -4,6 +4,7 @@ first asks importlib.metadata itself that the renamed directory is still vLLM's 
 
 from __future__ import annotations
 
+import base64
 import importlib.metadata
 import json
 import sys
@@ -131,8 +132,15 @@ def test_a_patched_wheels_provenance_is_read_under_a_renamed_dist_info(tmp_path)
 
 def test_the_launch_guard_reads_a_patched_wheels_record_under_a_renamed_dist_info(tmp_path):
     """_target/guard.py's _wheel_records: a file changed since the patched wheel was installed is a
-    problem whatever the dist-info's letter case (the old test found no record: nothing to check)."""
-    root = renamed(write_tree(tmp_path / "site"), "VLLM-0.16.0.DIST-INFO")
-    shas = {"stock_sha256": "0" * 64, "patched_sha256": "1" * 64}
-    (root / "VLLM-0.16.0.DIST-INFO" / PROVENANCE).write_text(json.dumps({"files": {"vllm/config/spec.py": shas}}))
-    assert [p for p in target_guard.find_problems(str(root)) if "vllm/config/spec.py" in p]
+    problem whatever the dist-info's letter case (the old test found no record: nothing to check);
+    the record believed as patchkit believes it, by the version the dist-info's name gives."""
+    root = write_tree(tmp_path / "site")
+    dist = "VLLM-0.16.0+PATCHKIT.MINE.DIST-INFO"
+    (root / "vllm-0.16.0.dist-info").rename(root / dist)
+    patched = "1" * 64
+    shas = {"stock_sha256": "0" * 64, "patched_sha256": patched}
+    record = {"vllm_version": "0.16.0", "label": "patchkit.mine", "files": {"vllm/config/spec.py": shas}}
+    (root / dist / PROVENANCE).write_text(json.dumps(record))
+    listed = base64.urlsafe_b64encode(bytes.fromhex(patched)).rstrip(b"=").decode()
+    (root / dist / "RECORD").write_text(f"vllm/config/spec.py,sha256={listed},1\n")
+    assert [p for p in target_guard.find_problems(str(root)) if p.startswith("vllm/config/spec.py was changed")]

@@ -506,6 +506,46 @@ def record_says_patchkit_created_a_stock_file(tree: Tree) -> None:
     tree.write_state(state)
 
 
+def _provenance(stock_version: str, label: str) -> dict:
+    stock, new = stock_files(stock_version), patched(stock_files(stock_version))
+    return {
+        "schema_version": 1,
+        "patchkit": __version__,
+        "vllm_version": stock_version,
+        "label": label,
+        "set": None,
+        "patches": [{"name": "0001-mine.patch", "sha256": "0" * 64}],
+        "files": {SPEC: {"stock_sha256": sha(stock[SPEC]), "patched_sha256": sha(new[SPEC])}},
+    }
+
+
+def provenance_planted_in_the_applied_stock_install(tree: Tree) -> None:
+    """A patchkit.json written into the stock dist-info of an applied tree, naming the applied file
+    as patched: no patched wheel's install put it there (the dist-info is not labelled), so status
+    refuses it (exit 2); the guard believed it and let vLLM launch."""
+    _applied(tree)
+    (tree.site / "vllm-0.16.0.dist-info/patchkit.json").write_text(json.dumps(_provenance("0.16.0", "patchkit.mine")))
+
+
+def guarded_patched_wheel_its_record_relabelled(tree: Tree) -> None:
+    """The guarded patched wheel's patchkit.json edited to name another label than its dist-info's."""
+    guarded_patched_wheel(tree)
+    path = tree.site / f"vllm-0.16.0+patchkit.{SET}.dist-info/patchkit.json"
+    path.write_text(path.read_text().replace(f'"patchkit.{SET}"', '"patchkit.other"'))
+
+
+def guarded_patched_wheel_its_record_unlike_pips(tree: Tree) -> None:
+    """The guarded patched wheel's RECORD lists spec.py with its stock hash (what pip installed is
+    not what the provenance says): status refuses the provenance (exit 2), the guard let it launch."""
+    guarded_patched_wheel(tree)
+    record = tree.site / f"vllm-0.16.0+patchkit.{SET}.dist-info/RECORD"
+    stock = stock_files("0.16.0")[SPEC].encode()
+    lines = [
+        _record_line(SPEC, stock) if line.startswith(SPEC + ",") else line for line in record.read_text().splitlines()
+    ]
+    record.write_text("\n".join(lines) + "\n")
+
+
 def recorded_file_a_symlink_to_its_copy(tree: Tree) -> None:
     """A recorded file replaced by an in-tree symlink to the very bytes patchkit wrote."""
     _applied(tree)
@@ -570,6 +610,9 @@ REFUSED_RECORDS = [
     record_chosen_a_string,
     record_of_another_format,
     record_mode_out_of_range,
+    provenance_planted_in_the_applied_stock_install,
+    guarded_patched_wheel_its_record_relabelled,
+    guarded_patched_wheel_its_record_unlike_pips,
 ]
 
 
@@ -1240,3 +1283,82 @@ def test_under_a_pycache_prefix_the_guard_refuses_exactly_when_the_commands_fail
         assert done.returncode == 0, words
     assert load_plugins_like_vllm(tree.site, **env).returncode == 0
     assert run_cli("run", *own, "--", *prefixed).returncode == 0
+
+
+PLANTED_PROVENANCE = [
+    provenance_planted_in_the_applied_stock_install,
+    guarded_patched_wheel_its_record_relabelled,
+    guarded_patched_wheel_its_record_unlike_pips,
+]
+
+
+@pytest.mark.parametrize("build", PLANTED_PROVENANCE, ids=lambda build: build.__name__)
+def test_the_guard_judges_a_wheels_provenance_as_status_does(tmp_path, build):
+    """A provenance no patched wheel's install put there (the dist-info unlabelled or labelled
+    otherwise, its RECORD unlike it): status refuses it (exit 2, its fix named), and so does the
+    guard, in the same words, pointing to status; it let vLLM launch before."""
+    from patchkit._target import guard
+
+    tree = _tree(tmp_path)
+    build(tree)
+    status = tree.cli("status")
+    assert status.returncode == 2 and "not believed" in status.stderr, status.stderr
+    problems = guard.find_problems(str(tree.site))
+    assert len(problems) == 1 and problems[0].endswith("not believed"), problems
+    said = status.stderr.split("error: ", 1)[-1].split(": not believed")[0].split("patchkit.json ", 1)[1]
+    assert said in problems[0], (said, problems)
+    refused = load_plugins_like_vllm(tree.site)
+    assert refused.returncode != 0 and f"patchkit status --target {tree.site}" in refused.stderr
+
+
+VERSIONS = [
+    "0.16.0",
+    "0.16",
+    "0.16.0.0",
+    "v0.16.0",
+    "1!0.16.0",
+    "0.16.0rc1",
+    "0.16.0-RC.1",
+    "0.16.0c1",
+    "0.16.0.post1",
+    "0.16.0-1",
+    "0.16.0.dev0",
+    "0.16.0dev",
+    "0.16.0a0.post0.dev0",
+    "0.16.0+cu129",
+    "0.16.0+CU_129",
+    "0.16.0+cu129.01",
+    "0.16.0+cu129.1",
+    "0.16.0.x",
+    "0.16.0+",
+    "",
+    " 0.16.0 ",
+]
+LABELS = ["patchkit.eagle3", "corp1", "Corp-1", "patchkit_x.01", "", "a+b", "..", "patchkit.eagle3.deepseek.tool.calls"]
+
+
+def test_the_guards_version_rule_is_packagings():
+    """The guard (stdlib only) tells versions equal exactly when packaging.version does, and names
+    the version `patchkit wheel` labels a release with as installed_wheel._labelled does."""
+    from packaging.version import InvalidVersion, Version
+
+    from patchkit._target import guard
+    from patchkit.distinfo.installed_wheel import _labelled
+
+    def parsed(text):
+        try:
+            return Version(text)
+        except InvalidVersion:
+            return None
+
+    for a in VERSIONS:
+        assert (guard._version_key(a) is None) == (parsed(a) is None), a
+        for b in VERSIONS:
+            if parsed(a) is not None and parsed(b) is not None:
+                assert (guard._version_key(a) == guard._version_key(b)) == (parsed(a) == parsed(b)), (a, b)
+        for label in LABELS:
+            expected = _labelled(a, label) if parsed(a) is not None else None
+            key = guard._labelled_key(a, label)
+            assert (key is None) == (expected is None), (a, label)
+            if expected is not None:
+                assert key == guard._version_key(str(expected)), (a, label)

@@ -259,3 +259,36 @@ def test_patchkit_wheels_own_output_round_trips(tmp_path):
         shutil.rmtree(site / ".patchkit", ignore_errors=True)
         report = json.loads(run_cli("status", *common, "--format", "json").stdout)
         assert report["state"] == "not-applied", report
+
+
+def test_a_local_label_wheels_record_proves_no_file_stock(tmp_path):
+    """A wheel built with `--local-label corp1` (no "patchkit" in its label), installed: its RECORD
+    lists the patched files, so it is no evidence of stock. revert, with the release's own files in
+    the cache, gives stock and says so (it called the restored spec.py "not stock" by that RECORD);
+    after apply installed the guard too; status and verify call the install applied."""
+    stock_wheel = write_wheel(tmp_path / "in")
+    stock = {p: d for p, d in STOCK_FILES.items() if p.startswith("vllm/")}
+    stock_files_fetched(stock)
+    library = write_library(
+        tmp_path / "lib", {VERSION: [make_patch(tmp_path, write_tree(tmp_path / "t"), {SPEC: patched_spec()})]}
+    )
+    done = run_cli(
+        "wheel", stock_wheel, "--out", tmp_path / "out", "--patches", library, "--set", "demo", "--local-label", "corp1"
+    )
+    assert done.returncode == 0, done.stderr
+    (built,) = (tmp_path / "out").iterdir()
+    assert "+corp1-" in built.name
+    for guarded in (False, True):
+        site = install(built, tmp_path / f"prefix-{guarded}")
+        common = ("--target", site, "--patches", library)
+        if guarded:
+            assert run_cli("apply", *common, "--no-import").returncode == 0
+        report = json.loads(run_cli("status", *common, "--format", "json").stdout)
+        assert report["state"] == "applied" and report["ok"], report
+        done = run_cli("verify", *common, "--no-import")
+        assert done.returncode == 0, done.stdout + done.stderr
+        done = run_cli("revert", *common, env=OFFLINE)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "not stock" not in done.stdout, done.stdout
+        assert "1 file(s) restored to stock" in done.stdout, done.stdout
+        assert {p: d for p, d in snapshot(site).items() if p.startswith("vllm/")} == stock

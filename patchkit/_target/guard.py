@@ -15,12 +15,14 @@ for shape, every path kept inside the site-packages directory.
 
 PATCHKIT_GUARD=warn logs the finding instead of raising; PATCHKIT_GUARD=off skips the check.
 Records come from `_RECORD_READERS`: the provenance of a vLLM installed from a wheel `patchkit
-wheel` built (`vllm-*.dist-info/patchkit.json`), then `.patchkit/state.json`.
+wheel` built (`vllm-*.dist-info/patchkit.json`, believed only where a patched wheel's install
+put it, as patchkit's commands believe it), then `.patchkit/state.json`.
 """
 
 from __future__ import annotations
 
 import _imp
+import base64
 import csv
 import hashlib
 import importlib.util
@@ -40,7 +42,7 @@ ENV = "PATCHKIT_GUARD"
 # The number of the guard's checks: patchkit tells an older build's guard that judges a tree as it
 # does (the same number: a note, `apply` updates it) from one that may not (a failure until `apply`).
 # tests/test_guard_format.py holds it to this module's code: a change of the code bumps it.
-GUARD_FORMAT = 10
+GUARD_FORMAT = 11
 MAX_RECORD_BYTES = 16 * 1024 * 1024
 if TYPE_CHECKING:  # (vllm version or None, {path: recorded sha256 or None}, {path: its original's sha256 or None})
     Record = tuple[str | None, dict[str, str | None], dict[str, str | None]]
@@ -716,16 +718,19 @@ def _wheel_records(site: str) -> list[Record]:
     """(None, {path: patched sha256}, {}) when vLLM was installed from a wheel `patchkit wheel` built:
     its dist-info's patchkit.json. It describes the installed vLLM itself (pip replaces it with the
     dist-info), so no version is compared. A tree whose files are all back to stock (`patchkit
-    revert`) records nothing; any other mix is a change."""
-    found = _vllm_dist_infos(site)
+    revert`) records nothing; any other mix is a change. The record is believed only where a patched
+    wheel's install put it (_held_to_the_install), as patchkit's commands believe it: else refused."""
+    found = [name for name in _vllm_dist_infos(site) if name.lower().endswith(".dist-info")]
     if len(found) != 1:
         return []
     path = os.path.join(site, found[0], "patchkit.json")
-    data = _read_json(path)
-    if data is None:
+    if not os.path.lexists(path):
         return []
+    if not stat.S_ISDIR(os.lstat(os.path.join(site, found[0])).st_mode):
+        raise TreeChanged(os.path.join(site, found[0]) + " is not a directory (a symlink?)")
+    data = _read_json(path)
     files = data.get("files") if isinstance(data, dict) else None
-    if not isinstance(files, dict):
+    if not isinstance(files, dict) or not files:
         raise TreeChanged(path + " is not a patchkit provenance record")
     patched, stock = {}, {}
     for rel, shas in files.items():
@@ -733,8 +738,120 @@ def _wheel_records(site: str) -> list[Record]:
             _digest_or_none(shas.get(k)) for k in ("stock_sha256", "patched_sha256")
         ):
             raise TreeChanged(path + " records " + repr(rel) + " without its sha256")
+        if _file_damage(rel, {"before": None, "after": None}) is not None:
+            raise TreeChanged(path + " records " + repr(rel) + ", no file a patch changes")
         patched[rel], stock[rel] = shas["patched_sha256"], shas["stock_sha256"]
+    _held_to_the_install(site, found[0], data, patched)
     return [] if not _differing(site, stock) else [(None, patched, {})]
+
+
+NOT_BELIEVED = ": not believed"  # patchkit.distinfo.installed_wheel.untrusted's word for the same refusal
+
+
+def _held_to_the_install(site: str, dist_info: str, data: dict, patched: dict[str, str | None]) -> None:
+    """patchkit.distinfo.installed_wheel._held_to_the_install: the dist-info's version is the release's
+    with the label the record names, and its RECORD lists each file as the record says the wheel
+    holds it (the patched sha256; a file the wheel deletes, not at all)."""
+    origin = os.path.join(site, dist_info, "patchkit.json")
+    stock, label = data.get("vllm_version"), data.get("label")
+    expected = _labelled_key(stock, label)
+    if expected is None or _version_key(dist_info[: -len(".dist-info")].partition("-")[2]) != expected:
+        raise TreeChanged(
+            origin
+            + " is no patched wheel's: it names vLLM "
+            + str(stock)
+            + "+"
+            + str(label)
+            + ", but the dist-info is "
+            + dist_info
+            + NOT_BELIEVED
+        )
+    rows = _record_hashes(os.path.join(site, dist_info, "RECORD"), list(patched))
+    if rows is None:
+        raise TreeChanged(
+            origin + " is beside no readable RECORD: nothing shows pip installed what it names" + NOT_BELIEVED
+        )
+    for rel, sha in sorted(patched.items()):
+        wanted = None if sha is None else "sha256=" + base64.urlsafe_b64encode(bytes.fromhex(sha)).rstrip(b"=").decode()
+        if rows.get(rel) != wanted:
+            said = "installed no file" if wanted is None else "installed the patched file"
+            raise TreeChanged(
+                origin
+                + " says the wheel "
+                + said
+                + " at "
+                + rel
+                + ", but "
+                + dist_info
+                + "/RECORD lists it otherwise"
+                + NOT_BELIEVED
+            )
+
+
+def _record_hashes(path: str, paths: list[str]) -> dict[str, str] | None:
+    """{path: its hash entry} of the RECORD rows of `paths`, by patchkit.distinfo.record.parse_record's
+    rule (a row without a hash never replaces one with a hash; two different hashes are neither:
+    "twice"); None when the RECORD cannot be read plainly."""
+    try:
+        raw = _read_regular(path, MAX_RECORD_BYTES)
+        rows = list(csv.reader(io.StringIO(raw.decode("utf-8")))) if raw is not None else None
+    except (TreeChanged, UnicodeDecodeError, csv.Error):
+        return None
+    if rows is None:
+        return None
+    wanted, out, twice = set(paths), {}, set()  # type: set[str], dict[str, str], set[str]
+    for row in rows:
+        if not row or row[0] not in wanted:
+            continue
+        digest, earlier = row[1] if len(row) > 1 else "", out.get(row[0])
+        if earlier and digest != earlier:
+            if digest:
+                twice.add(row[0])
+            continue
+        out[row[0]] = digest
+    return {**out, **{rel: "twice" for rel in twice}}
+
+
+# PEP 440 (packaging.version's pattern, which this stdlib-only module cannot import), in groups
+_PEP440 = re.compile(
+    r"\s*v?(?:(?P<epoch>[0-9]+)!)?(?P<release>[0-9]+(?:\.[0-9]+)*)"
+    r"(?:[-_.]?(?P<pre_l>alpha|a|beta|b|preview|pre|c|rc)[-_.]?(?P<pre_n>[0-9]+)?)?"
+    r"(?:-(?P<post_n1>[0-9]+)|[-_.]?(?P<post_l>post|rev|r)[-_.]?(?P<post_n2>[0-9]+)?)?"
+    r"(?:[-_.]?(?P<dev_l>dev)[-_.]?(?P<dev_n>[0-9]+)?)?(?:\+(?P<local>[a-z0-9]+(?:[-_.][a-z0-9]+)*))?\s*",
+    re.IGNORECASE | re.ASCII,
+)
+_PRE = {"alpha": "a", "beta": "b", "c": "rc", "pre": "rc", "preview": "rc"}
+
+
+def _version_key(text: object) -> tuple | None:
+    """What packaging.version.Version compares two versions by (equal keys: equal versions), or None
+    when `text` is no version."""
+    found = _PEP440.fullmatch(text) if isinstance(text, str) and len(text) <= 200 else None
+    if found is None:
+        return None
+    group = found.groupdict()
+    release = [int(part) for part in group["release"].split(".")]
+    while len(release) > 1 and release[-1] == 0:
+        release.pop()
+    pre = (
+        None
+        if group["pre_l"] is None
+        else (_PRE.get(group["pre_l"].lower(), group["pre_l"].lower()), int(group["pre_n"] or 0))
+    )
+    post = group["post_n1"] or group["post_n2"] or ("0" if group["post_l"] else None)
+    dev = None if group["dev_l"] is None else int(group["dev_n"] or 0)
+    local = tuple(re.split(r"[-_.]", group["local"].lower())) if group["local"] else ()
+    local_key = tuple(int(part) if part.isdigit() else part for part in local)
+    return (int(group["epoch"] or 0), tuple(release), pre, None if post is None else int(post), dev, local_key)
+
+
+def _labelled_key(stock: object, label: object) -> tuple | None:
+    """The key of the version `patchkit wheel` gives a wheel of release `stock` labelled `label`
+    (patchkit.distinfo.installed_wheel._labelled: a local label the release has already is extended)."""
+    release, local = _version_key(stock), _version_key("0+" + label) if isinstance(label, str) else None
+    if release is None or local is None or not local[-1]:
+        return None
+    return (*release[:-1], release[-1] + local[-1])
 
 
 def _digest_or_none(value: object) -> bool:

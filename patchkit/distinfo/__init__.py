@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
+from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
@@ -19,7 +21,6 @@ from patchkit.distinfo.record import (
 
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Collection
-    from pathlib import Path
 
     from packaging.version import Version
 
@@ -49,7 +50,7 @@ def installed_record(
         record = None
     if record is None:
         return None, f"{label} is unreadable"
-    return replace(_with_stock_hashes(root, record), patched_wheel=labelled_by_patchkit(path.parent.name)), ""
+    return replace(_with_stock_hashes(root, record), patched_wheel=patched_build(root, path.parent)), ""
 
 
 def _with_stock_hashes(root: Path, record: Record) -> Record:
@@ -61,3 +62,39 @@ def _with_stock_hashes(root: Path, record: Record) -> Record:
     if hashes == record.hashes:
         return record
     return replace(record, label=f"{record.label} (stock hashes from {PROVENANCE})", hashes=hashes)
+
+
+def patched_build(root: Path, dist_info: Path) -> bool:
+    """Whether `dist_info` is a patched wheel's install, so that its RECORD lists patched files and
+    proves no file stock: it holds a provenance, which find() must believe (else BadInput, naming
+    the fix), whatever its label (`--local-label corp1` names no patchkit). A `+patchkit…` label
+    with no provenance is one whose record was lost: its RECORD is no evidence either."""
+    if not os.path.lexists(dist_info / PROVENANCE):
+        return labelled_by_patchkit(dist_info.name)
+    installed_wheel_reader().find(root)  # refuses one it does not believe; several dist-infos: None, still no stock
+    return True
+
+
+def unlike_stock(root: Path, installed: Version | None, originals: dict[str, bytes | None]) -> list[str]:
+    """Of the originals a series reversed gives (path -> bytes, None: a file it created), those vLLM's
+    RECORD lists with other bytes: not stock, so not what patchkit's apply found (an edit since)."""
+    record = tree_record(root, installed, sorted(originals))
+    if record is None:  # nothing tells stock: the series reversed is all there is
+        return []
+    return [
+        path
+        for path, data in sorted(originals.items())
+        if path in record.hashes and (data is None or not record.matches(path, data))
+    ]
+
+
+def tree_record(root: Path, installed: Version | str | None, paths: Collection[str]) -> Record | None:
+    """vLLM's RECORD as evidence of stock: none where there is none, or where it is a patched build's
+    (patched_build: its RECORD lists the patched files)."""
+    found = find_record(root, installed)
+    if found is None or patched_build(root, found.parent):
+        return None
+    try:
+        return parsed_record(read_record_file(root, found), found.parent.name + "/RECORD", only=paths)
+    except OSError:
+        return None

@@ -256,28 +256,3 @@ def labelled_by_patchkit(dist_info: str) -> bool:
     """Whether a vLLM dist-info's name carries the local label `patchkit wheel` gives (`+patchkit.…`)."""
     label = dist_info.lower().removesuffix(".dist-info").partition("+")[2]
     return "patchkit" in label.replace("_", ".").split(".")
-
-
-def unlike_stock(root: Path, installed: Version | None, originals: dict[str, bytes | None]) -> list[str]:
-    """Of the originals a series reversed gives (path -> bytes, None: a file it created), those vLLM's
-    RECORD lists with other bytes: not stock, so not what patchkit's apply found (an edit since)."""
-    record = tree_record(root, installed, sorted(originals))
-    if record is None:  # nothing tells stock: the series reversed is all there is
-        return []
-    return [
-        path
-        for path, data in sorted(originals.items())
-        if path in record.hashes and (data is None or not record.matches(path, data))
-    ]
-
-
-def tree_record(root: Path, installed: Version | None, paths: list[str]) -> Record | None:
-    """vLLM's RECORD as evidence of stock: none where there is none, or where it is a patched build's
-    (`patchkit wheel` labels it, and its RECORD lists the patched files)."""
-    found = find_record(root, installed)
-    if found is None or labelled_by_patchkit(found.parent.name):
-        return None
-    try:
-        return parsed_record(read_record_file(root, found), found.parent.name + "/RECORD", only=paths)
-    except OSError:
-        return None

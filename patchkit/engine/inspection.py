@@ -19,8 +19,8 @@ from patchkit.base.hashing import sha256
 from patchkit.base.options import Options
 from patchkit.base.values import Value
 from patchkit.checks import CheckContext, shadow
-from patchkit.distinfo import installed_wheel_reader
-from patchkit.distinfo.record import has_provenance, unlike_stock
+from patchkit.distinfo import installed_wheel_reader, unlike_stock
+from patchkit.distinfo.record import has_provenance
 from patchkit.engine.guard import (
     CACHE_OVERFULL,
     CHANGED_SINCE,

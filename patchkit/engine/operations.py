@@ -34,16 +34,14 @@ from patchkit.base.options import Options
 from patchkit.base.values import Value
 from patchkit.checks import WARNING, Check, CheckResult, integrity, shadow
 from patchkit.checks import bytecode as pyc  # `bytecode` names the results of a fix here
-from patchkit.distinfo import installed_wheel_reader
+from patchkit.distinfo import installed_wheel_reader, tree_record, unlike_stock
 from patchkit.distinfo.record import (
     Record,
     find_record,
     has_provenance,
-    labelled_by_patchkit,
     listings,
     parsed_record,
     read_record_file,
-    unlike_stock,
 )
 from patchkit.engine.guard import (
     MODULE,
@@ -1315,13 +1313,7 @@ def _written(changes: Changes) -> dict[str, bytes]:
 
 def _tree_record(root: Path, paths: list[str]) -> Record | None:
     """vLLM's RECORD as it lists `paths` (None: no RECORD, or a patched wheel's, which lists them patched)."""
-    record = find_record(root)
-    if record is None or not paths or labelled_by_patchkit(record.parent.name):
-        return None
-    try:
-        return parsed_record(read_record_file(root, record), record.parent.name + "/RECORD", only=paths)
-    except OSError:
-        return None
+    return tree_record(root, None, paths) if paths else None
 
 
 def _reverted_said(count: int, unsure: int, unlike: list[str], alone: Sequence[str] = ()) -> str:

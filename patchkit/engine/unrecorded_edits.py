@@ -14,7 +14,8 @@ from patchkit import fetch
 from patchkit.base import hints
 from patchkit.base.errors import BadInput, Drift, PatchkitError
 from patchkit.base.fsutil import read_regular
-from patchkit.distinfo.record import Record, tree_record
+from patchkit.distinfo import tree_record
+from patchkit.distinfo.record import Record
 from patchkit.series.patchfile import Patch, touched_paths
 from patchkit.series.plan import View
 from patchkit.tree.target import stock_files_command
