@@ -13,12 +13,14 @@ import pytest
 from helpers import MODEL, MODEL_PY, SPEC, SPEC_PY, cli_runner, make_patch, patched_spec, pip_install, write_library
 from packaging.specifiers import SpecifierSet
 
+from patchkit._target import guard as target_guard
 from patchkit.base import usercache
 from patchkit.base.enums import SelectionKind
 from patchkit.base.errors import BadInput
 from patchkit.base.options import Options
 from patchkit.distinfo import installed_record
 from patchkit.distinfo import record as record_mod
+from patchkit.engine import guard as guard_mod
 from patchkit.engine import operations, transaction
 from patchkit.engine import resolve as resolve_mod
 from patchkit.series import library
@@ -197,3 +199,12 @@ def test_the_user_cache_directory_is_asked_of_platformdirs_once_while_its_enviro
     assert len(asked) == 2
     monkeypatch.setenv("PATCHKIT_CACHE_DIR", str(tmp_path / "own"))
     assert usercache.cache_dir() == tmp_path / "own" and len(asked) == 2
+
+
+@pytest.mark.parametrize(
+    "word", ["NO_DIST_INFO", "NOT_BYTECODE", "PREFIXED", "SEVERAL", "SHADOWED", "STALE_BYTECODE", "THROUGH_SYMLINK"]
+)
+def test_the_engines_words_for_the_guards_findings_are_the_guards_own(word):
+    """engine.guard spells them so that a dry run need not import the guard (bench/README): the
+    findings they match are the guard's."""
+    assert getattr(guard_mod, word) == getattr(target_guard, word)

@@ -23,11 +23,11 @@ import re
 import stat
 import sys
 from contextlib import suppress
+from importlib import import_module
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from patchkit import __version__
-from patchkit._target import guard as target_guard
-from patchkit._target.guard import TreeChanged, Verdict, judge
 from patchkit.base import hints
 from patchkit.base.errors import BadInput, PatchkitError, TargetError
 from patchkit.base.fsutil import NotRegularFile, read_file, read_regular
@@ -43,6 +43,17 @@ ENTRY_POINT_NAME = "patchkit_guard"  # what a VLLM_PLUGINS allow-list must name
 ENTRY_POINT_GROUP = "vllm.general_plugins"
 
 Changes = dict[str, tuple[bytes | None, bytes | None]]
+
+if TYPE_CHECKING:  # pragma: no cover
+    from types import ModuleType
+
+    from patchkit._target.guard import Verdict
+
+
+def _target_guard() -> ModuleType:
+    """The guard module (patchkit/_target/guard.py), loaded on first use: a dry run judges no launch,
+    and importing it is ~11 M instructions of one (bench/README)."""
+    return import_module("patchkit._target.guard")
 
 
 def dist_info() -> str:
@@ -60,7 +71,7 @@ OWN_ENTRY_POINTS = f"[{ENTRY_POINT_GROUP}]\n{ENTRY_POINT_NAME} = patchkit_guard:
 def _own_source() -> bytes:
     """This patchkit's guard module, read from the file it was imported from (importlib.resources,
     which says the same of a package on disk, costs its imports: tempfile, zipfile, ~3 ms)."""
-    return Path(target_guard.__file__).read_bytes()
+    return Path(_target_guard().__file__ or "").read_bytes()
 
 
 def guard_files() -> dict[str, bytes]:
@@ -95,9 +106,9 @@ def _record(files: dict[str, bytes], own: str) -> bytes:
 
 STOPS_EVERY_LAUNCH = "it would stop every launch"
 NOT_INSTALLED_VLLM = "the target is not an installed vLLM (no vllm-*.dist-info beside vllm/)"
-NO_DIST_INFO = target_guard.NO_DIST_INFO  # the guard's words for it: apply removes a guard there
-NOT_BYTECODE = target_guard.NOT_BYTECODE  # a fifo or a device named as a recorded file's bytecode
-PREFIXED = target_guard.PREFIXED  # a .pyc under the pycache prefix
+NO_DIST_INFO = "no vllm-*.dist-info is beside vllm/"  # the guard's words for it: apply removes a guard there
+NOT_BYTECODE = "is a fifo or a device, not bytecode: importing "  # a fifo or device named as a .pyc
+PREFIXED = " (under the pycache prefix)"  # a .pyc under the pycache prefix
 
 
 def unseen_guard_note(target: Target) -> str:
@@ -114,8 +125,8 @@ def installed_vllm_version(root: Path) -> str | None:
     """The vLLM version the guard reads (vllm-*.dist-info/METADATA; None: none, or several), or a
     TargetError naming the file when it cannot be read: a tree problem, never patchkit's bug."""
     try:
-        return target_guard.installed_vllm_version(str(root))
-    except (TreeChanged, OSError) as exc:
+        return _target_guard().installed_vllm_version(str(root))
+    except (_target_guard().TreeChanged, OSError) as exc:
         raise TargetError(
             f"the launch guard cannot read vLLM's version: {exc}",
             hint=f"put vLLM's own files back ({hints.pip_reinstall(None)}), then {hints.command('status')}",
@@ -345,16 +356,16 @@ def launch_verdict(root: Path, state: State | None = None, prefix: str | None = 
     `prefix`: the launch's pycache prefix (None: this process's, "": none), where its bytecode is judged."""
     declared, unreadable = _declared(root)
     if unreadable or not (declared and (root / MODULE).is_file()):
-        return Verdict(unreadable)
+        return _target_guard().Verdict(unreadable)
     unknown = _unknown_module(root, state)
     closed = ", ".join(f"{path} ({stat.S_IMODE(mode):04o})" for path, mode in unreadable_by_others(root, state))
     hidden = [f"{OTHERS_CANNOT_READ} {closed}"] if closed else []
     try:
-        found = judge(str(root), launch_tags(root), prefix, launch_extensions(root))
+        found = _target_guard().judge(str(root), launch_tags(root), prefix, launch_extensions(root))
         named = _prefixed_as_named(root, prefix, found.problems)
     except Exception as exc:  # what check() catches and refuses for (guard.check): a refusal all the same
-        return Verdict([*unknown, *hidden, str(exc)])
-    return Verdict(unknown + hidden + found.problems + named, found.stock_again, found.whole)
+        return _target_guard().Verdict([*unknown, *hidden, str(exc)])
+    return _target_guard().Verdict(unknown + hidden + found.problems + named, found.stock_again, found.whole)
 
 
 def _prefixed_as_named(root: Path, prefix: str | None, said: list[str]) -> list[str]:
@@ -364,7 +375,7 @@ def _prefixed_as_named(root: Path, prefix: str | None, said: list[str]) -> list[
         return []
     found: list[str] = []
     for name in names_of(root):
-        found += [p for p in judge(name, EVERY_CPYTHON, prefix).problems if _PREFIXED_STALE in p]
+        found += [p for p in _target_guard().judge(name, EVERY_CPYTHON, prefix).problems if _PREFIXED_STALE in p]
     return [p for p in dict.fromkeys(found) if p not in said]
 
 
@@ -378,12 +389,12 @@ def _unknown_module(root: Path, state: State | None) -> list[str]:
     if older is None:
         return [f"{root / MODULE} {UNKNOWN_GUARD} (edited, or another patchkit's)"]
     version, found = older
-    if found == target_guard.GUARD_FORMAT:
+    if found == _target_guard().GUARD_FORMAT:
         return []
-    said = OLDER_GUARD if found < target_guard.GUARD_FORMAT else NEWER_GUARD
+    said = OLDER_GUARD if found < _target_guard().GUARD_FORMAT else NEWER_GUARD
     return [
         f"{root / MODULE} {said} (patchkit {version}'s, of check format {found}; this patchkit's is "
-        f"{target_guard.GUARD_FORMAT}), so what it refuses may differ from what this patchkit finds"
+        f"{_target_guard().GUARD_FORMAT}), so what it refuses may differ from what this patchkit finds"
     ]
 
 
@@ -461,7 +472,7 @@ def _open_to_others(path: Path, *, directory: bool, mode: int | None = None) -> 
 
 
 def older_guard(root: Path, state: State | None = None) -> tuple[str, int] | None:
-    """The version and check format (target_guard.GUARD_FORMAT) of another patchkit build whose
+    """The version and check format (the guard's GUARD_FORMAT) of another patchkit build whose
     guard is installed as it wrote it, or None. Recorded in state.json: every guard file it recorded
     has its recorded bytes; recorded nowhere (the record lost): its dist-info's RECORD holds them."""
     try:
@@ -520,7 +531,7 @@ def other_build(root: Path, state: State | None = None) -> tuple[str, bool] | No
     if not is_installed(root) or _own_module(root):
         return None
     found = older_guard(root, state)
-    return (found[0], found[1] > target_guard.GUARD_FORMAT) if found is not None else None
+    return (found[0], found[1] > _target_guard().GUARD_FORMAT) if found is not None else None
 
 
 def judges_as_this_build(root: Path, state: State | None = None) -> bool:
@@ -529,7 +540,7 @@ def judges_as_this_build(root: Path, state: State | None = None) -> bool:
     if _own_module(root):
         return True
     older = older_guard(root, state)
-    return older is not None and older[1] == target_guard.GUARD_FORMAT
+    return older is not None and older[1] == _target_guard().GUARD_FORMAT
 
 
 RECORD_BYTES = 1 << 16  # a guard's RECORD is five lines
@@ -566,7 +577,7 @@ def _current_bounded(root: Path, path: str, limit: int) -> bytes | None:
 def older_guard_notes(root: Path, state: State | None = None) -> list[str]:
     """An older build's guard of this build's checks: it refuses what this patchkit finds (a note)."""
     found = older_guard(root, state) if is_installed(root) and not _own_module(root) else None
-    if found is None or found[1] != target_guard.GUARD_FORMAT:
+    if found is None or found[1] != _target_guard().GUARD_FORMAT:
         return []
     older = found[0]
     if older == __version__:
@@ -622,7 +633,7 @@ def _unguarded_among_several(root: Path, state: State | None) -> str | None:
     if len(names) < 2:
         return None
     return (
-        f"no launch guard: {target_guard.SEVERAL} ({', '.join(names)}), which stops a guard, "
+        f"no launch guard: {_target_guard().SEVERAL} ({', '.join(names)}), which stops a guard, "
         "so none is installed: vLLM launches this tree unchecked"
     )
 
@@ -640,12 +651,12 @@ def several_vllms_refusal(root: Path) -> TargetError | None:
     )
 
 
-SEVERAL = target_guard.SEVERAL  # the guard's words for several vllm-*.dist-info (its fix is SEVERAL_FIX)
-SHADOWED = target_guard.SHADOWED  # a package or extension module imported instead of a recorded file
-STALE_BYTECODE = target_guard.STALE_BYTECODE  # a stale unchecked-hash .pyc of a recorded file (apply fixes it)
-THROUGH_SYMLINK = target_guard.THROUGH_SYMLINK  # that .pyc reached through a symlink (apply writes through none)
+SEVERAL = "several vLLM distributions are installed"  # the guard's words for several vllm-*.dist-info (its fix is SEVERAL_FIX)
+SHADOWED = "is imported instead of"  # a package or extension module imported instead of a recorded file
+STALE_BYTECODE = "is unchecked-hash bytecode compiled from other bytes than"  # a stale unchecked-hash .pyc of a recorded file (apply fixes it)
+THROUGH_SYMLINK = " (reached through the symlink "  # that .pyc reached through a symlink (apply writes through none)
 CACHE_OVERFULL = re.compile(r"(\S+/__pycache__) holds more than [0-9]+ files")  # no cache Python wrote
-_PREFIXED_STALE = target_guard.PREFIXED + " " + STALE_BYTECODE
+_PREFIXED_STALE = PREFIXED + " " + STALE_BYTECODE
 
 
 def stale_under_prefix(root: Path, paths: list[str], prefix: str | None) -> list[tuple[str, Path]]:
@@ -656,7 +667,7 @@ def stale_under_prefix(root: Path, paths: list[str], prefix: str | None) -> list
     # the tree as named too (a symlinked site): the path Python keys the launch's bytecode by
     found: dict[str, str] = {}
     for site in (str(root), *names_of(root)):
-        for rel, _said, pyc in target_guard.stale_places(site, paths, EVERY_CPYTHON, prefix):
+        for rel, _said, pyc in _target_guard().stale_places(site, paths, EVERY_CPYTHON, prefix):
             found.setdefault(pyc, rel)
     return [(rel, Path(pyc)) for pyc, rel in found.items()]
 
