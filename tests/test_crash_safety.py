@@ -6,6 +6,8 @@ whole sweep (hundreds of trials), and the `slow` test below a smaller one of it.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import os
 import random
@@ -18,7 +20,7 @@ import crash_trials as ct
 import pytest
 from helpers import mark_staged, record_rows
 
-from patchkit.base import signals
+from patchkit.base import seal, signals
 
 
 @pytest.fixture(scope="module")
@@ -605,3 +607,27 @@ def test_a_planted_journal_cannot_delete_another_packages_files(tmp_path):
     assert "kept, an installed distribution's own file: torch/__init__.py" in out, out
     assert (tree / "torch/__init__.py").read_bytes() == theirs and not (tree / "mypkg/new.py").exists()
     assert not (tree / ".patchkit/journal.json").exists()
+
+
+@pytest.mark.parametrize("sealed_by", ["this user", "another key"])
+def test_an_interrupted_apply_is_rolled_back_by_status_with_copies_only_under_another_key(
+    scenario, work, steps, sealed_by
+):
+    """A kill past the apply's last replace: `status` rolls it back. Sealed by this user's key, the
+    marker proves each file is the one the commit staged: no copy. Sealed by another key (another
+    user's or machine's crash), its identities prove nothing: each file is kept in .patchkit/saved/."""
+    tree = scenario.fresh("stock", work)
+    code, _ = ct.run_cli(["apply", *scenario.args(tree, "apply")], f"{steps['apply'] - 1}:kill")
+    assert code == -signal.SIGKILL and (tree / ".patchkit/staged.json").exists()
+    if sealed_by == "another key":
+        marker = json.loads((tree / ".patchkit/staged.json").read_text())
+        del marker["seal"]
+        payload = b"staged-marker\0" + str(tree.resolve()).encode() + b"\0" + seal.canonical(marker)
+        marker["seal"] = hmac.new(os.urandom(32), payload, hashlib.sha256).hexdigest()
+        (tree / ".patchkit/staged.json").write_text(json.dumps(marker))
+    code, said = ct.run_cli(["status", *scenario.args(tree)])
+    assert "rolled back" in said and not (tree / ".patchkit/journal.json").exists(), said
+    assert scenario.whole(tree) == "stock", said
+    copies = tree / ".patchkit/saved"
+    assert copies.exists() is (sealed_by == "another key"), said
+    assert ("a copy is kept in" in said) is (sealed_by == "another key"), said

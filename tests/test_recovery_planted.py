@@ -8,6 +8,8 @@ it back."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import os
 import re
@@ -23,8 +25,10 @@ import pytest
 from cli_server import run_patchkit
 from helpers import SPEC, SPEC_PY, record_rows, write_tree
 
+from patchkit.base import seal
 from patchkit.base.hashing import sha256
 from patchkit.distinfo.record import record_hash
+from patchkit.store.journal import file_identity
 
 MINE = b"API_KEY_FILE = '/etc/app/key'  # the user's own module\n"
 HOTFIX = SPEC_PY.encode() + b"# my local hotfix\n"
@@ -212,3 +216,31 @@ def test_a_planted_journal_on_a_tree_copied_with_cp_a_is_left_alone(tmp_path):
     code, said = _status(copy)
     assert (copy / "mydata/notes.py").read_bytes() == MINE and (copy / SPEC).read_bytes() == HOTFIX, said
     assert code != 2 and f"kept, not written by it or changed since: mydata/notes.py, {SPEC}" in said
+
+
+def _stat_marker(tree: Path, paths: list[str], key: bytes | None) -> None:
+    """A marker beside the planted journal holding each file's real identity (anyone's `stat`),
+    with no seal, or sealed with a key that is not this user's."""
+    staged = {path: list(file_identity(os.lstat(tree / path))) for path in paths}
+    marker: dict = {"id": "abc123", "staged": staged}
+    if key is not None:
+        payload = b"staged-marker\0" + str(tree.resolve()).encode() + b"\0" + seal.canonical(marker)
+        marker["seal"] = hmac.new(key, payload, hashlib.sha256).hexdigest()
+    (tree / ".patchkit/staged.json").write_text(json.dumps(marker))
+
+
+@pytest.mark.parametrize("key", [None, b"k" * 32], ids=["unsealed", "another-key"])
+def test_a_planted_marker_copying_the_files_stat_proves_nothing(tmp_path, key):
+    """The marker's identities are three numbers `stat` shows: planted with the real ones, recovery
+    still keeps a copy of the user's file it removes and of the hotfix it overwrites, and names the
+    command that puts them back."""
+    tree = _tree(tmp_path)
+    _plant(tree, [_created_mine(), _edited_spec(SPEC_PY.encode())], [SPEC_PY.encode()])
+    _stat_marker(tree, ["mydata/notes.py", SPEC], key)
+    code, said = _status(tree)
+    assert code != 2, said
+    assert f"nothing showed it wrote {SPEC}, mydata/notes.py, so a copy is kept in" in said, said
+    assert list((tree / ".patchkit/saved").rglob("notes.py")), said
+    [back] = [c for c in re.findall(r"`([^`]+)`", said) if c.startswith("cp ")]
+    subprocess.run(shlex.split(back), check=True)
+    assert (tree / "mydata/notes.py").read_bytes() == MINE and (tree / SPEC).read_bytes() == HOTFIX

@@ -14,8 +14,9 @@ every file to its recorded original. Originals are saved before any file changes
 always possible. It acts on a file only on evidence the commit made, never on the journal's word
 (a journal is read back from the tree and may be planted): without the marker the commit replaced
 nothing; with it, the files before the first one still staged were replaced, and one that also
-has its staged identity is the very file the commit wrote. A file replaced or removed without
-that identity (a tree copied after the crash, or a planted marker) is kept aside first in
+has its staged identity, by a marker sealed with this user's key, is the very file the commit
+wrote. A file replaced or removed without that (a tree copied after the crash, a planted marker,
+another user's crash) is kept aside first in
 .patchkit/saved/, and recovery says where. The rollback needs no new space: objects and the old state.json go back by
 rename, and the directories the journal says the commit removed are made again. It and the
 commit point defer SIGINT/SIGTERM/SIGHUP (patchkit.base.signals); each of its steps leaves the journal
@@ -472,7 +473,8 @@ def _evidence(root: Path, journal: dict) -> _Evidence:
         reached = staged[0] if staged else len(files)
     listed = listings(root, [e["path"] for e in files if e["before"] is None])
     theirs = (listed.by_vllm() | listed.by_others()) - _kept_by_the_record(root, journal)
-    return _Evidence(frozenset(e["path"] for e in files[:reached]), identities, frozenset(theirs))
+    sealed = identities is not None and store_journal.marker_sealed(root, journal)
+    return _Evidence(frozenset(e["path"] for e in files[:reached]), identities, sealed, frozenset(theirs))
 
 
 def _undecided(root: Path, paths: list[str], journal: dict) -> BadInput:
@@ -796,15 +798,19 @@ def _rollback(
 class _Evidence(FrozenValue):
     """What recovery found the interrupted commit did: the files it replaced or deleted (those
     before the first one still staged, once its marker is there), the marker's identities of its
-    staged files (None: no marker, nothing was replaced), and the created files an installed
-    distribution lists (kept whatever)."""
+    staged files (None: no marker, nothing was replaced), whether this user's key sealed the
+    marker, and the created files an installed distribution lists (kept whatever)."""
 
     written: frozenset[str]
     identities: dict[str, tuple[int, int, int]] | None
+    sealed: bool  # identities are anyone's `stat`: only a sealed marker proves a file
     theirs: frozenset[str]
 
     def proven(self, root: Path, path: str) -> bool:
-        """The file in place is the very file the commit staged (a rename keeps the identity)."""
+        """The file in place is the very file the commit staged (a rename keeps the identity),
+        by a marker this user's patchkit sealed for this tree."""
+        if not self.sealed:
+            return False
         try:
             info = os.lstat(root / path)
         except OSError:

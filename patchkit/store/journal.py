@@ -7,9 +7,11 @@ also keeps under a second name so that a rollback renames it back and needs no n
 
 Beside it, <root>/.patchkit/staged.json, the reached-order marker: written once every original is
 saved and every new content staged, before the first file is replaced, with the journal's id and
-each staged file's identity (inode, size, mtime: a rename keeps them). A journal without it
-replaced nothing, whatever the tree holds; with it, the files before the first one still staged
-were replaced, and a file with its staged identity is the very file the commit put there.
+each staged file's identity (inode, size, mtime: a rename keeps them), sealed with this user's
+key (patchkit.base.seal). A journal without it replaced nothing, whatever the tree holds; with
+it, the files before the first one still staged were replaced, and, when its seal verifies, a
+file with its staged identity is the very file the commit put there (an identity alone is
+anyone's `stat`: an unsealed marker proves no file).
 
 Like everything under .patchkit/ it is read back from the tree, so it is untrusted input: every
 path by the one path rule, staged files only by their own temp name beside their file, hashes as
@@ -24,6 +26,7 @@ import re
 from contextlib import suppress
 from pathlib import Path
 
+from patchkit.base import seal
 from patchkit.base.errors import BadInput
 from patchkit.base.fsutil import fsync_dir, load_json_text, read_file
 from patchkit.store.objects import objects_dir
@@ -84,8 +87,31 @@ def staged_path(root: Path) -> Path:
 def mark_staged(root: Path, txid: str, staged: dict[str, Identity], *, tick: Tick) -> None:
     """The reached-order marker (see the module docstring), on disk before the first file is replaced."""
     marker = {"id": txid, "staged": {path: list(identity) for path, identity in staged.items()}}
+    marker["seal"] = seal.seal(SEAL_KIND, _sealed_name(root), seal.canonical(marker))
     durable_write(staged_path(root), json.dumps(marker).encode(), tick=tick)
     fsync_dir(meta_dir(root))
+
+
+SEAL_KIND = "staged-marker"
+
+
+def _sealed_name(root: Path) -> str:
+    """The tree a marker is sealed for: one moved or copied elsewhere is not the tree the commit wrote."""
+    return str(root.resolve())
+
+
+def marker_sealed(root: Path, journal: dict) -> bool:
+    """Whether the marker was written by this user's patchkit for this tree (sealed with the key
+    in the user's state directory): its identities are anyone's `stat`, its seal is not."""
+    raw = read_meta_file(staged_path(root))
+    try:
+        marker = load_json_text(raw) if raw is not None else None
+    except (ValueError, RecursionError):
+        return False
+    if not isinstance(marker, dict) or marker.get("id") != journal["id"]:
+        return False
+    mark = marker.pop("seal", None)
+    return seal.sealed(SEAL_KIND, _sealed_name(root), seal.canonical(marker), mark)
 
 
 def file_identity(info: os.stat_result) -> Identity:
