@@ -14,7 +14,8 @@ install put it: a dist-info whose version is the release's with the label it nam
 lists each file as it says the wheel holds it; and a set it names that the library at hand holds
 must be that set's series for the release (patch names and sha256). Anything else is BadInput
 naming the file and the fix. Even then, revert keeps a copy of each file it deletes or overwrites
-on the wheel's own word alone (its texts reversed, where the library's patches are not the same).
+on the wheel's own word alone (its texts reversed, where the library's patches are not the same),
+and replaces a file only when it is what the wheel's patches make of the original it puts back.
 
 What it gives: the series (status, verify, apply, revert judge the tree by it), the stock sha256 of
 each patched file (the integrity check's reference, since the wheel's RECORD holds the patched
@@ -390,7 +391,8 @@ def restore_stock(view: View, found: Provenance, *, force: bool, fetch_release: 
     are the release's own files (fetch cache, else the index; checked against the release's RECORD
     by the fetcher), each held to the provenance's stock sha256; when they cannot be fetched, the
     shipped patches are reverse-applied and held to the same sha256. A file that is neither the
-    patched nor the stock one is drift (with `force`: restored, and listed to be kept aside).
+    patched nor the stock one, or not what the patches make of that original, is drift (with
+    `force`: restored, and listed to be kept aside).
     `fetch_release` is patchkit.fetch.release_tree, handed down (the fetcher stands above this module)."""
     done = StockRestore([], [])
     todo = []
