@@ -10,7 +10,17 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import MODEL_PY, SPEC_PY, make_patch, patched_spec, record_rows, snapshot, write_library, write_tree
+from helpers import (
+    MODEL_PY,
+    SPEC_PY,
+    make_patch,
+    mark_staged,
+    patched_spec,
+    record_rows,
+    snapshot,
+    write_library,
+    write_tree,
+)
 
 CHECKOUT = Path(__file__).resolve().parent.parent
 
@@ -354,6 +364,7 @@ def test_recover_command_rolls_back_an_interrupted_transaction(run, tree, librar
         )
     )
     (tree / SPEC).write_text(patched_spec())  # after its journal, as the commit writes it
+    mark_staged(tree, "x", SPEC)  # staged before the replace, as the commit marks it
     result = run("recover", "--target", tree)
     assert result.exit_code == 0 and "rolled back" in result.output and "1 file(s) restored" in result.output
     assert snapshot(tree) == stock and not journal_path(tree).exists()
