@@ -14,6 +14,7 @@ unsupported version) are raised.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 from collections.abc import Callable, Iterable, Sequence
@@ -1257,11 +1258,10 @@ class _Reverting:
         originals = {path: after for path, (_before, after) in changes.items()}
         for entry in reversed(self.undo.entries):  # the first set's original last: the one it started from
             for path, shas in entry.files.items():
-                if shas["before"] is not None and path in changes:
-                    try:
+                # a damaged object: rebuilt by reversing, and the revert writes that
+                with contextlib.suppress(BadInput):
+                    if shas["before"] is not None and path in changes:
                         originals[path] = read_object(self.root, shas["before"])
-                    except BadInput:  # damaged: rebuilt by reversing, and written as the revert's own
-                        pass
         made = plan_apply(self.root, [at_hand[key] for key in recorded], View.holding(self.root, originals))
         return sorted({path for path in paths if made.content(path) != changes[path][0]})
 
