@@ -370,7 +370,8 @@ def test_a_record_as_pip_writes_it_crlf_and_quoted_vouches_for_the_touched_files
 
 def test_a_recorded_original_unlike_vllms_file_is_written_back_only_with_a_copy_of_what_it_replaces(run, tree, library):
     """Review 17 H3: a planted record (an original's digest changed) and object made revert overwrite a
-    file vLLM's RECORD lists with other bytes, keeping nothing. The file it replaces is kept aside."""
+    file vLLM's RECORD lists with other bytes, keeping nothing. Now plain revert refuses (nothing
+    written, --force named); with --force the file it replaces is kept aside."""
 
     write_record(tree)
     result, _data = apply(run, tree, library)
@@ -383,7 +384,10 @@ def test_a_recorded_original_unlike_vllms_file_is_written_back_only_with_a_copy_
     state = json.loads(state_file.read_text())
     state["entries"][0]["files"][SPEC]["before"] = digest
     state_file.write_text(json.dumps(state))
-    done = run("revert", "--target", tree)
+    refused = run("revert", "--target", tree)
+    assert refused.exit_code == 1 and "--force" in refused.output, refused.output
+    assert (tree / SPEC).read_bytes() == patched and not (tree / ".patchkit/saved").exists()
+    done = run("revert", "--target", tree, "--force")
     assert done.exit_code == 0, done.output
     assert f"not stock: {SPEC}" in " ".join(done.output.split()), done.output
     kept = [p.read_bytes() for p in (tree / ".patchkit/saved").rglob("*") if p.is_file()]

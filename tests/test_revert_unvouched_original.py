@@ -11,7 +11,7 @@ import json
 import re
 import shlex
 
-from helpers import MODEL, MODEL_PY, SPEC, SPEC_PY, make_patch, snapshot, write_library
+from helpers import MODEL, MODEL_PY, SPEC, SPEC_PY, make_patch, record_rows, snapshot, write_library
 
 MINE = b"# an original nobody but the record vouches for\nACCEPTED = ['anything']\n"
 
@@ -82,3 +82,28 @@ def test_a_file_the_patch_deleted_comes_back_without_force(run, tree, scratch, t
     done = run("revert", "--target", tree, "--patch", tmp_path / "p.diff")
     assert done.exit_code == 0, done.output
     assert snapshot(tree) == stock and not (tree / ".patchkit/saved").exists()
+
+
+def test_a_record_whose_after_names_a_hotfix_keeps_it(run, tree, scratch, tmp_path):
+    """A record whose "after" is the sha256 of the user's hotfixed file (its "before" the stock file,
+    vLLM's RECORD's own) is no proof the file is patchkit's: the recorded patches applied to that
+    original do not give it, so revert keeps a copy of the hotfix under .patchkit/saved/ and says so."""
+    (tree / "vllm-0.16.0.dist-info/RECORD").write_text(record_rows(tree, "vllm-0.16.0.dist-info"))
+    stock = snapshot(tree)
+    library = _library(tree, scratch, tmp_path / "lib")
+    assert run("apply", "--target", tree, "--patches", library, "--no-guard").exit_code == 0
+    hotfix = SPEC_PY.encode() + b"# my local hotfix\n"
+    (tree / SPEC).write_bytes(hotfix)
+    state = json.loads((tree / ".patchkit/state.json").read_text())
+    state["entries"][0]["files"][SPEC]["after"] = hashlib.sha256(hotfix).hexdigest()
+    (tree / ".patchkit/state.json").write_text(json.dumps(state))
+
+    done = run("revert", "--target", tree, "--patches", library)
+    said = " ".join(done.output.split())
+    assert done.exit_code == 0, said
+    assert (tree / SPEC).read_text() == SPEC_PY and (tree / MODEL).read_text() == MODEL_PY
+    kept = [p.read_bytes() for p in (tree / ".patchkit/saved").rglob("*") if p.is_file()]
+    assert kept == [hotfix], said
+    assert f"{SPEC} held bytes the recorded patches do not make of its original" in said, said
+    assert f"{SPEC} as it was before the revert was saved under" in said, said
+    assert snapshot(tree) == stock

@@ -133,6 +133,8 @@ def test_revert_gives_the_release_files_back(installed):
     provenance = read_provenance(installed / f"vllm-{LABELLED}.dist-info")
     done = run_cli("revert", "--set", "eagle3", "--target", installed)
     assert done.returncode == 0, done.stdout + done.stderr
+    # each file is what eagle3's series makes of the release's: replaced with no copy kept
+    assert "saved under" not in done.stderr and not (installed / ".patchkit" / "saved").exists(), done.stderr
     stock = release_tree(VERSION, sorted(provenance.files))
     for path in provenance.files:
         assert (installed / path).read_bytes() == (stock / path).read_bytes(), path

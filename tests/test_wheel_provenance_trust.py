@@ -56,18 +56,24 @@ class Planted:
             tmp / "lib", {VERSION: [make_patch(tmp, write_tree(tmp / "clean", VERSION), {SPEC: patched_spec()})]}
         )
 
-    def plant(self, patch: bytes, files: dict[str, tuple[str | None, str | None]], set_name: str | None) -> None:
-        """patchkit.json naming `patch` and `files` (path -> (stock, patched) content, None: absent)."""
+    def plant(
+        self,
+        patch: bytes,
+        files: dict[str, tuple[str | None, str | None]],
+        set_name: str | None,
+        name: str = "0001-mine.patch",
+    ) -> None:
+        """patchkit.json naming `patch` (as `name`) and `files` (path -> (stock, patched) content, None: absent)."""
         label = f"patchkit.{set_name or 'mine'}"
         (self.site / self.dist / "patchkit").mkdir(exist_ok=True)
-        (self.site / self.dist / "patchkit" / "0001-mine.patch").write_bytes(patch)
+        (self.site / self.dist / "patchkit" / name).write_bytes(patch)
         record = {
             "schema_version": 1,
             "patchkit": "0.1.0",
             "vllm_version": VERSION,
             "label": label,
             "set": set_name,
-            "patches": [{"name": "0001-mine.patch", "sha256": sha(patch)}],
+            "patches": [{"name": name, "sha256": sha(patch)}],
             "files": {
                 path: {"stock_sha256": None if a is None else sha(a), "patched_sha256": None if b is None else sha(b)}
                 for path, (a, b) in files.items()
@@ -218,6 +224,60 @@ def test_a_file_that_is_the_releases_own_is_never_overwritten(tmp_path, monkeypa
     assert_clean_failure(done, 2)
     assert f"says the wheel patched {SPEC}, but it holds vLLM {VERSION}'s own file" in done.stderr, done.stderr
     assert (tree.site / SPEC).read_text() == SPEC_PY
+
+
+def test_revert_keeps_a_hotfix_a_record_of_the_librarys_own_set_calls_patched(tmp_path):
+    """A labelled dist-info (RECORD true to the files) naming the library's set with the library's
+    own patch, whose record calls a user's hotfixed spec.py, and a user's module the set would
+    create with other bytes, "patched": neither is what the set makes of the stock files, so revert
+    refuses (exit 1) and writes nothing; --force gives the stock files and keeps a copy of each."""
+    tree = Planted(tmp_path)
+    write_wheel(tmp_path / "in")  # the release, published to the test's cache
+    stock_files_fetched({SPEC: SPEC_PY.encode()})  # its own spec.py: no reverse-apply needed
+    mine = "ON_START = ['my own hook']\n"
+    patch = (
+        created_by_a_patch(tmp_path, HOOK, HOOK_PY)
+        + make_patch(tmp_path, tree.site, {SPEC: patched_spec()}).split(b"---\n", 1)[1]
+    )
+    tree.library = write_library(tmp_path / "lib-hooks", {VERSION: [patch]})
+    stock = snapshot(tree.site)
+    hotfix = SPEC_PY + "# hotfix: keep the retry loop\n"
+    (tree.site / SPEC).write_text(hotfix)
+    (tree.site / HOOK).write_text(mine)
+    tree.plant(patch, {HOOK: (None, mine), SPEC: (SPEC_PY, hotfix)}, "demo", name="0001-change.patch")
+    tree.relabel()
+    mine_now = snapshot(tree.site)
+    for dry_run in (("--dry-run",), ()):
+        done = tree.cli("revert", *dry_run)
+        assert_clean_failure(done, 1)
+        assert "is not what the wheel's patches make of vLLM" in done.stderr, done.stderr
+        assert "keeping your version" in done.stderr and "--force` restores the stock file" in done.stderr, done.stderr
+        assert snapshot(tree.site) == mine_now
+    done = tree.cli("revert", "--force")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert snapshot(tree.site) == stock
+    kept = {p.name: p.read_text() for p in (tree.site / ".patchkit" / "saved").rglob("*.py")}
+    assert kept == {"site_hooks.py": mine, "spec.py": hotfix}
+    assert "saved under" in done.stderr, done.stderr
+
+
+def test_a_genuine_wheel_of_a_library_set_reverts_with_no_copies_offline(tmp_path):
+    """`patchkit wheel --set demo` (a set that patches spec.py and creates a module), installed, and
+    reverted with no release files at hand (the set's patches reversed): stock, no copy kept."""
+    stock_wheel = write_wheel(tmp_path / "in")
+    stock = {p: d for p, d in STOCK_FILES.items() if p.startswith("vllm/")}
+    patch = make_patch(tmp_path, write_tree(tmp_path / "t", files=stock), {HOOK: HOOK_PY, SPEC: patched_spec()})
+    library = write_library(tmp_path / "lib", {VERSION: [patch]})
+    done = run_cli("wheel", stock_wheel, "--out", tmp_path / "out", "--patches", library, "--set", "demo")
+    assert done.returncode == 0, done.stderr
+    (built,) = (tmp_path / "out").iterdir()
+    site = install(built, tmp_path / "prefix")
+    assert (site / HOOK).read_text() == HOOK_PY
+    done = run_cli("revert", "--target", site, "--patches", library, env=OFFLINE)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert snapshot(site) == stock
+    assert not (site / ".patchkit" / "saved").exists()
+    assert "saved under" not in done.stderr, done.stderr
 
 
 # --------------------------------------------------------------------------- patchkit wheel's own output

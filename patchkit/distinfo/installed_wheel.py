@@ -14,7 +14,8 @@ install put it: a dist-info whose version is the release's with the label it nam
 lists each file as it says the wheel holds it; and a set it names that the library at hand holds
 must be that set's series for the release (patch names and sha256). Anything else is BadInput
 naming the file and the fix. Even then, revert keeps a copy of each file it deletes or overwrites
-on the wheel's own word alone (its texts reversed, where the library's patches are not the same).
+on the wheel's own word alone (its texts reversed, where the library's patches are not the same),
+and replaces a file only when it is what the wheel's patches make of the original it puts back.
 
 What it gives: the series (status, verify, apply, revert judge the tree by it), the stock sha256 of
 each patched file (the integrity check's reference, since the wheel's RECORD holds the patched
@@ -43,8 +44,8 @@ from patchkit.distinfo.provenance import PATCH_DIR, FileRecord, read_provenance
 from patchkit.distinfo.provenance import Provenance as Record
 from patchkit.distinfo.record import PROVENANCE, parse_record, read_record_file, record_digest
 from patchkit.series.library import PATCH, PatchSetDef, Selection, load_chosen, load_library, locate, select
-from patchkit.series.patchfile import DEFAULT_ROOTS, Patch, parse_patch
-from patchkit.series.plan import View, plan_revert
+from patchkit.series.patchfile import DEFAULT_ROOTS, Patch, parse_patch, touched_paths
+from patchkit.series.plan import View, plan_apply, plan_revert
 from patchkit.store.state import checked_path
 from patchkit.tree.target import vllm_metadata_dirs
 
@@ -390,7 +391,8 @@ def restore_stock(view: View, found: Provenance, *, force: bool, fetch_release: 
     are the release's own files (fetch cache, else the index; checked against the release's RECORD
     by the fetcher), each held to the provenance's stock sha256; when they cannot be fetched, the
     shipped patches are reverse-applied and held to the same sha256. A file that is neither the
-    patched nor the stock one is drift (with `force`: restored, and listed to be kept aside).
+    patched nor the stock one, or not what the patches make of that original, is drift (with
+    `force`: restored, and listed to be kept aside).
     `fetch_release` is patchkit.fetch.release_tree, handed down (the fetcher stands above this module)."""
     done = StockRestore([], [])
     todo = []
@@ -410,9 +412,43 @@ def restore_stock(view: View, found: Provenance, *, force: bool, fetch_release: 
                 done.edited.append(path)
         todo.append(path)
     originals = _originals(view, found, todo, done, fetch_release) if todo else {}
+    _hold_to_the_series(view, found, originals, done, force=force)
     for path in todo:
         view.write(path, originals[path])
     return done
+
+
+def _hold_to_the_series(
+    view: View, found: Provenance, originals: dict[str, bytes | None], done: StockRestore, *, force: bool
+) -> None:
+    """A file revert replaces must be what the wheel's series makes of the original it gets back,
+    reproduced here: the record's patched sha256 is read back from the tree, and a planted one names
+    any bytes (a user's hotfix). Any other file is drift: refused, or with `force` kept aside."""
+    unlike = [p for p in _unlike_the_output(view, found, originals) if p not in done.edited]
+    if not unlike:
+        return
+    if not force:
+        more = f" (and {len(unlike) - 1} more)" if len(unlike) > 1 else ""
+        raise Drift(
+            f"{unlike[0]}{more} is not what the wheel's patches make of vLLM {found.vllm_version}'s "
+            f"file: edited after the install, or {found.origin} is not the wheel's; keeping your version",
+            hint=f"{hints.command('revert', '--force')} restores the stock file and keeps a copy of your edit",
+        )
+    done.edited += [p for p in unlike if view.read(p) is not None]
+    done.unvouched = [p for p in done.unvouched if p not in done.edited]
+
+
+def _unlike_the_output(view: View, found: Provenance, originals: dict[str, bytes | None]) -> list[str]:
+    """Those of `originals`' paths whose bytes in `view` are not what the wheel's patches, applied
+    to those originals (and to the other files they touch as `view` holds them), make of them."""
+    if not originals:
+        return []
+    patches = found.patches()
+    contents = {p: view.read(p) for p in touched_paths(patches)}
+    applied = plan_apply(found.root, patches, View.holding(found.root, {**contents, **originals}))
+    if applied.conflicts:  # the series does not even apply to them: nothing made these bytes
+        return sorted(originals)
+    return sorted(p for p in originals if applied.content(p) != view.read(p))
 
 
 def _originals(

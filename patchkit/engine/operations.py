@@ -14,6 +14,7 @@ unsupported version) are raised.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 from collections.abc import Callable, Iterable, Sequence
@@ -114,7 +115,7 @@ from patchkit.series.plan import (
     reverse_file,
 )
 from patchkit.store.journal import journal_path
-from patchkit.store.objects import prune_objects
+from patchkit.store.objects import prune_objects, read_object
 from patchkit.store.saved import keep_copies
 from patchkit.store.state import (
     Entry,
@@ -1240,6 +1241,30 @@ class _Reverting:
             and reverse_file(view.original_content, path, own, digest=False) != data
         )
 
+    def not_the_patches_output(self, changes: Changes) -> list[str]:
+        """The recorded files this revert writes over whose bytes are not what the recorded patches
+        make of their originals: the record's "after" is read back from the tree (a planted one names
+        any bytes, a hotfix's), so only the series applied again proves them patchkit's; with its
+        patches not at hand, nothing does."""
+        paths = [p for e in self.undo.entries for p in e.files if p in changes and changes[p][0] is not None]
+        if not paths:
+            return []
+        recorded = list(dict.fromkeys((p["name"], p["sha256"]) for e in self.undo.entries for p in e.patches))
+        at_hand = {(p.name, p.sha256): p for p in self.patches}
+        for entry in self.undo.entries if any(key not in at_hand for key in recorded) else ():
+            at_hand.update({(p.name, p.sha256): p for p in patches_at_hand(entry, self.root)})
+        if any(key not in at_hand for key in recorded):
+            return sorted(set(paths))
+        originals = {path: after for path, (_before, after) in changes.items()}
+        for entry in reversed(self.undo.entries):  # the first set's original last: the one it started from
+            for path, shas in entry.files.items():
+                # a damaged object: rebuilt by reversing, and the revert writes that
+                with contextlib.suppress(BadInput):
+                    if shas["before"] is not None and path in changes:
+                        originals[path] = read_object(self.root, shas["before"])
+        made = plan_apply(self.root, [at_hand[key] for key in recorded], View.holding(self.root, originals))
+        return sorted({path for path in paths if made.content(path) != changes[path][0]})
+
     def write(
         self,
         plan: Plan,
@@ -1256,11 +1281,16 @@ class _Reverting:
         # a planted record's bytes: the file it replaces is kept)
         unlike = _unlike_record(root, plan.changes)
         unsure += [path for path in self.found_unproven(plan.changes) if path not in unsure + unlike]
+        unmade = [p for p in self.not_the_patches_output(plan.changes) if p not in restored.edited]
+        self.warnings += [
+            f"{path} held bytes the recorded patches do not make of its original (edited since?): a copy is kept"
+            for path in unmade
+        ]
         # and where nothing but the record (read back from the tree) says what the file held before (--force)
         alone = self.alone
         copied = [
             *restored.edited,
-            *(p for p in [*unsure, *unlike, *alone] if p not in restored.edited and os.path.lexists(root / p)),
+            *(p for p in [*unsure, *unlike, *alone, *unmade] if p not in restored.edited and os.path.lexists(root / p)),
         ]
         copied = list(dict.fromkeys(copied))
         saved = keep_copies(root, copied) if copied else None
