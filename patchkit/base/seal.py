@@ -97,7 +97,7 @@ def canonical(data: object) -> bytes:
 
 def seal(kind: str, name: str, payload: bytes) -> str:
     """The seal of one entry: its kind (which cache), its name (its key there) and its content."""
-    message = kind.encode() + b"\0" + name.encode() + b"\0" + payload
+    message = kind.encode() + b"\0" + name.encode("utf-8", "surrogateescape") + b"\0" + payload  # a path of any bytes
     return hmac.new(_key(), message, hashlib.sha256).hexdigest()
 
 

@@ -14,7 +14,6 @@ unsupported version) are raised.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shlex
 from collections.abc import Callable, Iterable, Sequence
@@ -115,7 +114,7 @@ from patchkit.series.plan import (
     reverse_file,
 )
 from patchkit.store.journal import journal_path
-from patchkit.store.objects import prune_objects, read_object
+from patchkit.store.objects import prune_objects
 from patchkit.store.saved import keep_copies
 from patchkit.store.state import (
     Entry,
@@ -1244,8 +1243,8 @@ class _Reverting:
     def not_the_patches_output(self, changes: Changes) -> list[str]:
         """The recorded files this revert writes over whose bytes are not what the recorded patches
         make of their originals: the record's "after" is read back from the tree (a planted one names
-        any bytes, a hotfix's), so only the series applied again proves them patchkit's; with its
-        patches not at hand, nothing does."""
+        any bytes, a hotfix's), so only the series reversed back to the original proves them
+        patchkit's; with its patches not at hand, nothing does."""
         paths = [p for e in self.undo.entries for p in e.files if p in changes and changes[p][0] is not None]
         if not paths:
             return []
@@ -1255,15 +1254,15 @@ class _Reverting:
             at_hand.update({(p.name, p.sha256): p for p in patches_at_hand(entry, self.root)})
         if any(key not in at_hand for key in recorded):
             return sorted(set(paths))
+        # what the revert writes: the first set's original, read (and its sha256 checked) once by the plan
         originals = {path: after for path, (_before, after) in changes.items()}
-        for entry in reversed(self.undo.entries):  # the first set's original last: the one it started from
-            for path, shas in entry.files.items():
-                # a damaged object: rebuilt by reversing, and the revert writes that
-                with contextlib.suppress(BadInput):
-                    if shas["before"] is not None and path in changes:
-                        originals[path] = read_object(self.root, shas["before"])
-        made = plan_apply(self.root, [at_hand[key] for key in recorded], View.holding(self.root, originals))
-        return sorted({path for path in paths if made.content(path) != changes[path][0]})
+        # the recorded series reversed from the bytes there gives the original only where those bytes are its
+        # output (an edit outside its hunks stays, one inside them does not reverse); compared, never hashed
+        series = [at_hand[key] for key in recorded]
+        there = {path: before for path, (before, _after) in changes.items()}
+        return sorted(
+            {path for path in paths if reverse_file(there.get, path, series, digest=False) != originals[path]}
+        )
 
     def write(
         self,
