@@ -178,16 +178,24 @@ def end(root: Path, *, tick: Tick) -> None:
     fsync_dir(meta_dir(root))
 
 
-def staged_identities(root: Path, journal: dict) -> dict[str, Identity] | None:
-    """The marker's identities of the journal's staged files (None: no marker of this journal, so
-    its commit replaced nothing). Untrusted, as the journal: a damaged one is refused whole."""
-    raw = read_meta_file(staged_path(root))
+def _meta_json(root: Path, path: Path, said: str) -> object:
+    """The JSON value of a `.patchkit/` file (None: no such file); not JSON: refused (journal_refusal),
+    `said` naming the file before "not JSON"."""
+    raw = read_meta_file(path)
     if raw is None:
         return None
     try:
-        marker = load_json_text(raw)
+        return load_json_text(raw)
     except (ValueError, RecursionError) as exc:
-        raise journal_refusal(root, f"{staged_path(root).name} is not JSON: {exc}") from exc
+        raise journal_refusal(root, f"{said}not JSON: {exc}") from exc
+
+
+def staged_identities(root: Path, journal: dict) -> dict[str, Identity] | None:
+    """The marker's identities of the journal's staged files (None: no marker of this journal, so
+    its commit replaced nothing). Untrusted, as the journal: a damaged one is refused whole."""
+    marker = _meta_json(root, staged_path(root), f"{staged_path(root).name} is ")
+    if marker is None:
+        return None
     if not isinstance(marker, dict) or marker.get("id") != journal["id"]:
         return None  # another transaction's, left by a crash after its journal went
     staged = marker.get("staged")
@@ -225,13 +233,9 @@ def journal_refusal(root: Path, what: str) -> BadInput:
 def read_journal(root: Path) -> dict | None:
     """The journal (None: no transaction is unfinished), every field checked before recovery acts
     on any; a damaged one is refused (journal_refusal)."""
-    raw = read_meta_file(journal_path(root))
-    if raw is None:
+    journal = _meta_json(root, journal_path(root), "")
+    if journal is None:
         return None
-    try:
-        journal = load_json_text(raw)
-    except (ValueError, RecursionError) as exc:
-        raise journal_refusal(root, f"not JSON: {exc}") from exc
     if not isinstance(journal, dict) or not isinstance(journal.get("files"), list):
         raise journal_refusal(root, "not an object with a list of 'files'")
     txid = journal.get("id")
