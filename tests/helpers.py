@@ -148,13 +148,8 @@ def _files_git_sees(root: Path) -> str:
     return repr(sorted(files))
 
 
-def _git_diff(tmp: Path, tree: Path, edits: dict[str, bytes | None]) -> bytes:
-    """The stock files staged, the edits in the work tree (new files staged as intended): `git diff` of the
-    two is the diff a commit of each would give, in four git runs, not five, and no hook templates copied."""
-    work = Path(tempfile.mkdtemp(dir=tmp))
-    shutil.copytree(tree / "vllm", work / "vllm")
-    _git(work, "init", "-q", "--template=")
-    _git(work, "add", "-A")
+def write_edits(work: Path, edits: dict[str, bytes | None]) -> None:
+    """Each edit written under `work` (None deletes the file)."""
     for rel, content in edits.items():
         path = work / rel
         if content is None:
@@ -162,6 +157,16 @@ def _git_diff(tmp: Path, tree: Path, edits: dict[str, bytes | None]) -> bytes:
         else:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(content)
+
+
+def _git_diff(tmp: Path, tree: Path, edits: dict[str, bytes | None]) -> bytes:
+    """The stock files staged, the edits in the work tree (new files staged as intended): `git diff` of the
+    two is the diff a commit of each would give, in four git runs, not five, and no hook templates copied."""
+    work = Path(tempfile.mkdtemp(dir=tmp))
+    shutil.copytree(tree / "vllm", work / "vllm")
+    _git(work, "init", "-q", "--template=")
+    _git(work, "add", "-A")
+    write_edits(work, edits)
     _git(work, "add", "--intent-to-add", "--ignore-removal", ".")
     diff = _git(work, "diff", "--no-renames", "--no-color")
     shutil.rmtree(work)

@@ -19,13 +19,7 @@ def _committed_diff(tmp: Path, tree: Path, edits: dict[str, bytes | None]) -> by
     helpers._git(work, "init", "-q")
     helpers._git(work, "add", "-A")
     helpers._git(work, "commit", "-qm", "stock")
-    for rel, content in edits.items():
-        path = work / rel
-        if content is None:
-            path.unlink()
-        else:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(content)
+    helpers.write_edits(work, edits)
     helpers._git(work, "add", "-A")
     helpers._git(work, "commit", "-qm", "edited", "--allow-empty")
     return helpers._git(work, "diff", "--no-renames", "--no-color", "HEAD~1", "HEAD")
