@@ -10,6 +10,7 @@ import hashlib
 import json
 import re
 import shlex
+import shutil
 
 from helpers import MODEL, MODEL_PY, SPEC, SPEC_PY, make_patch, record_rows, snapshot, write_library
 
@@ -107,3 +108,33 @@ def test_a_record_whose_after_names_a_hotfix_keeps_it(run, tree, scratch, tmp_pa
     assert f"{SPEC} held bytes the recorded patches do not make of its original" in said, said
     assert f"{SPEC} as it was before the revert was saved under" in said, said
     assert snapshot(tree) == stock
+
+
+def test_a_created_file_whose_after_names_other_bytes_keeps_them(run, tree, scratch, tmp_path):
+    """A file the patches created has no original to reverse to: revert deletes it. A record whose
+    "after" names other bytes (the user's own, planted) is no proof they are the patches' output: the
+    added file made again from nothing differs, so a copy is kept and said; the patch's own output
+    goes without one."""
+    created = "vllm/models/added.py"
+    library = write_library(tmp_path / "lib", {"0.16.0": [make_patch(scratch, tree, {created: "ADDED = 1\n"})]})
+    stock = snapshot(tree)
+    assert run("apply", "--target", tree, "--patches", library, "--no-guard").exit_code == 0
+    mine = b"ADDED = 1\n# the user's own line\n"
+    (tree / created).write_bytes(mine)
+    state = json.loads((tree / ".patchkit/state.json").read_text())
+    state["entries"][0]["files"][created]["after"] = hashlib.sha256(mine).hexdigest()
+    (tree / ".patchkit/state.json").write_text(json.dumps(state))
+
+    done = run("revert", "--target", tree, "--patches", library)
+    said = " ".join(done.output.split())
+    assert done.exit_code == 0, said
+    assert snapshot(tree) == stock, said
+    kept = [p.read_bytes() for p in (tree / ".patchkit/saved").rglob("*") if p.is_file()]
+    assert kept == [mine], said
+    assert f"{created} held bytes the recorded patches do not make of its original" in said, said
+
+    assert run("apply", "--target", tree, "--patches", library, "--no-guard").exit_code == 0
+    shutil.rmtree(tree / ".patchkit/saved")
+    done = run("revert", "--target", tree, "--patches", library)
+    assert done.exit_code == 0 and snapshot(tree) == stock, done.output
+    assert not (tree / ".patchkit/saved").exists(), done.output

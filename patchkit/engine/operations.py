@@ -108,6 +108,7 @@ from patchkit.series.plan import (
     Plan,
     Restored,
     View,
+    made_file,
     plan_apply,
     plan_revert,
     restore_recorded,
@@ -1260,8 +1261,17 @@ class _Reverting:
         # output (an edit outside its hunks stays, one inside them does not reverse); compared, never hashed
         series = [at_hand[key] for key in recorded]
         there = {path: before for path, (before, _after) in changes.items()}
+        # a file the series created (the revert deletes it) has no original to reverse to: made forward instead
         return sorted(
-            {path for path in paths if reverse_file(there.get, path, series, digest=False) != originals[path]}
+            {
+                path
+                for path in paths
+                if (
+                    made_file(originals.get, path, series, digest=False) != there[path]
+                    if originals[path] is None
+                    else reverse_file(there.get, path, series, digest=False) != originals[path]
+                )
+            }
         )
 
     def write(

@@ -388,6 +388,26 @@ def reverse_file(
     return content
 
 
+def made_file(
+    read: Callable[[str], bytes | None], path: str, patches: list[Patch], *, digest: bool = True
+) -> bytes | None:
+    """What the patches make of `path`, from the files before them as `read` gives them: a file they
+    add grows from nothing, a renamed one from its old name; None when a part does not apply or the
+    patches delete it or move it away."""
+    parts = [f for p in patches for f in p.files if path in (f.path, f.source_path)]
+    if not parts:
+        return read(path)
+    content = None if parts[0].kind == FileKind.ADD else read(parts[0].source_path or path)
+    for part in parts:
+        if (content is None) != (part.kind == FileKind.ADD) or part.kind == FileKind.DELETE:
+            return None
+        placements = place_hunks(path, content or b"", part.hunks)
+        if isinstance(placements, Mismatch):
+            return None
+        content = splice(content or b"", placements, digest=digest)
+    return content if parts[-1].path == path else None
+
+
 def plan_revert(root: Path, patches: list[Patch], view: View | None = None, *, found_only: bool = False) -> Plan:
     """Reverse-apply the series, last patch first. A patch not present counts as `applied` (done).
     `found_only`: only the patches found in the tree (each reverses, cleanly) and those that neither
