@@ -12,7 +12,6 @@ import importlib.machinery
 import json
 import os
 import shlex
-import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +45,7 @@ from patchkit.launch import toolparsers
 from patchkit.launch.command import ALIASES, LaunchCommand
 from patchkit.launch.engine import LaunchContext, Reader, apply_fix, launch_python_version, set_checks, tree_reader
 from patchkit.launch.findings import Finding, cannot_judge
+from patchkit.launch.interpreter import exec_search
 from patchkit.launch.models import ModelConfig, offline, offline_model_path, redirected, resolve_model, with_overrides
 from patchkit.launch.relevance import EVERY, LaunchNeeds, launch_needs
 from patchkit.launch.shortcut import as_written, kept_findings
@@ -127,8 +127,8 @@ def launch_target_finding(resolved: Resolved, command: LaunchCommand) -> Finding
     try:
         python, options = command.launch_python()
     except TargetError as exc:
-        if not shutil.which(command.program, path=command.environ.get("PATH", os.defpath)):
-            return None
+        if exec_search(command.program, command.environ.get("PATH")) is None:
+            return _not_on_its_path(command)
         opts = hints.current()
         if opts.python and not opts.python_of_launch:  # its hint ("give --python") was followed already
             why = f"the launch's {command.program} is a wrapper patchkit cannot follow ({exc.message})"
@@ -170,6 +170,25 @@ def launch_target_finding(resolved: Resolved, command: LaunchCommand) -> Finding
         )
     else:
         fix = f"check the tree the command runs (--python {shlex.quote(str(python))}), or launch the checked tree's own vllm"
+    return Finding(LAUNCH_TARGET, False, message, fix)
+
+
+def _not_on_its_path(command: LaunchCommand) -> Finding | None:
+    """The launch's program is on no directory of its PATH. Where the command sets that PATH itself
+    (`env -i`, `env -u PATH`, `env PATH=...`), the launch fails wherever it runs; else its PATH is
+    the shell's or the unit's that starts it, which patchkit does not see: not judged (None)."""
+    if not command.sets_search_path:
+        return None
+    path = command.environ.get("PATH")
+    name = os.path.basename(command.program)
+    where = f"its PATH ({path})" if path is not None else f"no PATH, so execvp searches {os.defpath}"
+    message = (
+        f"the launch's env finds no executable {command.program} on {where}: env exits 127 "
+        "and vLLM never starts"
+    )
+    ours = exec_search(command.program, os.environ.get("PATH"))
+    script = os.path.abspath(ours) if ours else f"/path/to/venv/bin/{name}"
+    fix = f"name it by its path in the launch (`env ... {script} ...`), or give env PATH=DIR"
     return Finding(LAUNCH_TARGET, False, message, fix)
 
 
