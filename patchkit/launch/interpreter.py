@@ -44,12 +44,12 @@ def cannot_tell(script: object, why: str) -> TargetError:
     return TargetError(f"patchkit cannot tell which Python runs {script}: {why}", hint=HINT)
 
 
-def script_interpreter(script: Path, path: str | None) -> str:
+def script_interpreter(script: Path, path: str | None = None) -> str:
     """The Python `script` runs (script_python)."""
     return script_python(script, path)[0]
 
 
-def script_python(script: Path, path: str | None) -> tuple[str, list[str]]:
+def script_python(script: Path, path: str | None = None) -> tuple[str, list[str]]:
     """(the Python `script` runs, the interpreter options it runs it with): its shebang's interpreter
     (`env`'s program looked up on the launch's PATH `path`, None: it has none) and what follows it, or, for the `/bin/sh` wrapper pip
     writes when the venv's path cannot be a shebang, what its `exec` line names. TargetError when

@@ -57,6 +57,7 @@ from patchkit.series import dry_run, library
 from patchkit.series.library import PatchSetDef
 from patchkit.series.patchfile import touched_paths
 from patchkit.store.state import State, read_state
+from patchkit.tree.modules import hanging_fix, hanging_modules, hanging_said
 from patchkit.tree.target import Target, from_interpreter, names_of
 
 TREE = "tree-state"
@@ -556,6 +557,9 @@ def vllm_validation(resolved: Resolved, result: PreflightResult, another: str) -
         return cannot_judge(VALIDATION, "not run: no interpreter known for this target", gives + also)
     if another:  # its answer would be about another vLLM's files
         return cannot_judge(VALIDATION, f"not run: {another}", whose_vllm_fix(resolved.target.package_dir))
+    hanging = hanging_modules(resolved.target.root)
+    if hanging:  # vLLM's import would wait on it: the tree-state finding names it and its fix
+        return cannot_judge(VALIDATION, f"not run: importing vLLM would hang on {hanging[0]}", "fix the tree-state finding above")
     if result.missing:  # vLLM would look for the model on the hub: patchkit never downloads
         return cannot_judge(
             VALIDATION,
@@ -772,7 +776,9 @@ def tree_findings(resolved: Resolved, status: TreeStatus, needs: LaunchNeeds, re
     for any recorded set); otherwise its state is noted in `result.unused`. A recorded guard that is
     gone fails a launch that would load it: the launch the user guarded runs unchecked."""
     gone = [_guard_gone(status)] if needs.guard_runs and status.guard_missing else []
-    return gone + _set_state_findings(resolved, status, needs, result)
+    root, hanging = resolved.target.root, status.hanging
+    hangs = [Finding(TREE, False, hanging_said(hanging), hanging_fix(root, hanging, resolved.vllm_version))] if hanging else []
+    return hangs + gone + _set_state_findings(resolved, status, needs, result)
 
 
 def _guard_gone(status: TreeStatus) -> Finding:
