@@ -37,6 +37,7 @@ from patchkit.engine.guard import (
     UNKNOWN_GUARD,
     UNRECORDED_GUARD,
     is_installed,
+    launch_tags,
     launch_verdict,
     missing_guard,
     of_other_checks,
@@ -539,7 +540,9 @@ def _guard_fields(root: Path, set_name: str, state: State | None, *, stale: bool
         "wheel_refused": state is not None and _refuses_the_wheels_files(root, state, refused),
         "recorded_sets": _recorded_sets(state) if refused or missing or stale else (),
         "guard_missing": missing,
-        "hanging": hanging_modules(root),
+        "hanging": hanging_modules(
+            root, launch_tags(root), [p for e in (state.entries if state else []) for p in e.files]
+        ),
         "symlink_fix": _symlink_fix(root, refused, state),
     }
 

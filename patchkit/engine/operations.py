@@ -55,6 +55,7 @@ from patchkit.engine.guard import (
     install_changes,
     installed_vllm_version,
     is_site_packages,
+    launch_tags,
     make_readable,
     other_build,
     own_unrecorded,
@@ -839,7 +840,7 @@ def verify_tree(
             warnings.append(recovered)
             (watch or Unwatched()).warning(recovered)
         # a module the import would hang on: no import probe (status's failure names it)
-        import_probe = import_probe and not hanging_modules(resolved.target.root)
+        import_probe = import_probe and not hanging_modules(resolved.target.root, launch_tags(resolved.target.root))
         status = inspect(resolved, check_upstream=True, import_probe=import_probe, verifying=verifying)
         refuse_unchangeable(resolved)  # as status does; and fleet's phase 1 is this verify
         checks = _tree_checks(resolved, status, import_probe, verifying)

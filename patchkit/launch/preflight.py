@@ -27,7 +27,14 @@ from patchkit.base.options import Options
 from patchkit.base.values import FrozenValue, Value, frozen
 from patchkit.checks import shadow
 from patchkit.checks.bytecode import failures, scan
-from patchkit.engine.guard import EVERY_CPYTHON, STALE_BYTECODE, launch_verdict, prefixed_bytecode, refusal_text
+from patchkit.engine.guard import (
+    EVERY_CPYTHON,
+    STALE_BYTECODE,
+    launch_tags,
+    launch_verdict,
+    prefixed_bytecode,
+    refusal_text,
+)
 from patchkit.engine.inspection import (
     TreeStatus,
     apply_finishes,
@@ -183,10 +190,7 @@ def _not_on_its_path(command: LaunchCommand) -> Finding | None:
     path = command.environ.get("PATH")
     name = os.path.basename(command.program)
     where = f"its PATH ({path})" if path is not None else f"no PATH, so execvp searches {os.defpath}"
-    message = (
-        f"the launch's env finds no executable {command.program} on {where}: env exits 127 "
-        "and vLLM never starts"
-    )
+    message = f"the launch's env finds no executable {command.program} on {where}: env exits 127 and vLLM never starts"
     ours = exec_search(command.program, os.environ.get("PATH"))
     script = os.path.abspath(ours) if ours else f"/path/to/venv/bin/{name}"
     fix = f"name it by its path in the launch (`env ... {script} ...`), or give env PATH=DIR"
@@ -557,9 +561,11 @@ def vllm_validation(resolved: Resolved, result: PreflightResult, another: str) -
         return cannot_judge(VALIDATION, "not run: no interpreter known for this target", gives + also)
     if another:  # its answer would be about another vLLM's files
         return cannot_judge(VALIDATION, f"not run: {another}", whose_vllm_fix(resolved.target.package_dir))
-    hanging = hanging_modules(resolved.target.root)
+    hanging = hanging_modules(resolved.target.root, launch_tags(resolved.target.root))
     if hanging:  # vLLM's import would wait on it: the tree-state finding names it and its fix
-        return cannot_judge(VALIDATION, f"not run: importing vLLM would hang on {hanging[0]}", "fix the tree-state finding above")
+        return cannot_judge(
+            VALIDATION, f"not run: importing vLLM would hang on {hanging[0]}", "fix the tree-state finding above"
+        )
     if result.missing:  # vLLM would look for the model on the hub: patchkit never downloads
         return cannot_judge(
             VALIDATION,
@@ -777,7 +783,7 @@ def tree_findings(resolved: Resolved, status: TreeStatus, needs: LaunchNeeds, re
     gone fails a launch that would load it: the launch the user guarded runs unchecked."""
     gone = [_guard_gone(status)] if needs.guard_runs and status.guard_missing else []
     root, hanging = resolved.target.root, status.hanging
-    hangs = [Finding(TREE, False, hanging_said(hanging), hanging_fix(root, hanging, resolved.vllm_version))] if hanging else []
+    hangs = [Finding(TREE, False, hanging_said(hanging), hanging_fix(root, hanging))] if hanging else []
     return hangs + gone + _set_state_findings(resolved, status, needs, result)
 
 

@@ -171,7 +171,7 @@ def status_failures(resolved: Resolved, status: TreeStatus) -> list[Failure]:
     ]
     if status.hanging:  # first: no other fix is tried while the launch hangs
         root = resolved.target.root
-        failures.insert(0, Failure(HANGS, hanging_said(status.hanging), fix=hanging_fix(root, status.hanging, resolved.vllm_version)))
+        failures.insert(0, Failure(HANGS, hanging_said(status.hanging), fix=hanging_fix(root, status.hanging)))
     if status.guard:
         failures.append(Failure("guard", refusal_text(upgrade_said(status.guard)), fix=status.guard_fix))
     if status.guard_missing:
