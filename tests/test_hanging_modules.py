@@ -14,7 +14,16 @@ from pathlib import Path
 import pytest
 from cli_server import run_patchkit
 from helpers import MODEL_PY, make_patch, write_tree
-from launch_fixtures import DEEPSEEK_V3, DRAFTER, applied, findings, serve, write_eagle3_setup, write_model
+from launch_fixtures import (
+    DEEPSEEK_V3,
+    DRAFTER,
+    applied,
+    findings,
+    serve,
+    stand_in_launch,
+    write_eagle3_setup,
+    write_model,
+)
 
 from patchkit.tree.modules import hanging_modules
 
@@ -101,7 +110,7 @@ def test_only_what_the_import_opens_counts(site):
     """A fifo named as a source is passed over by the import (no hang: the module is missing to it);
     a fifo .pyc of another Python's tag, or of no source, is never opened; a dangling symlink fails
     at once: none is a hang."""
-    site, diff = site
+    site, _diff = site
     other = f"cpython-3{sys.version_info[1] + 1}"
     _stand_in(site / "vllm/_version.py", "fifo")
     assert not _hangs(site, "import vllm")  # ImportError at once: not this check's
@@ -147,3 +156,15 @@ def test_a_fifo_metadata_never_hangs_the_probe_of_python(site, tmp_path):
     done = _patchkit("status", "--python", venv / "bin" / "python", "--patch", diff)
     assert done.returncode == 2, done.stdout + done.stderr
     assert "vllm-0.16.0.dist-info/METADATA is not a regular file" in done.stderr, done.stderr
+
+
+def test_run_does_not_launch_over_it_on_its_fast_path(tmp_path):
+    tree, library, command, env, marker = stand_in_launch(tmp_path)
+    applied(tree, library)
+    args = ["run", "--target", tree, "--patches", library, "--", *command]
+    assert run_patchkit([str(a) for a in args], env, None, LIMIT).returncode == 7 and marker.exists()  # launched
+    marker.unlink()
+    _stand_in(_pyc(tree, "vllm/__init__.py"), "fifo")
+    done = run_patchkit([str(a) for a in args], env, None, LIMIT)
+    assert done.returncode == 1 and not marker.exists(), done.stdout + done.stderr
+    assert "is a fifo or a device, not bytecode" in done.stdout + done.stderr

@@ -43,7 +43,7 @@ def _setup(tmp_path):
 
 
 def _preflight(setup, prefix: list[str], *, cwd: Path | None = None, env: dict[str, str] | None = None):
-    tree, library, python, _, arguments = setup
+    _tree, library, python, _, arguments = setup
     args = ["preflight", "--python", python, "--patches", library, "--no-import", "--format", "json", "--"]
     return run_cli(*args, *prefix, "vllm", *arguments, cwd=cwd, env=env)
 
@@ -61,7 +61,7 @@ def _launched(prefix: list[str], arguments: list[str], *, cwd: Path | None = Non
     [["env", "-i"], ["env", "-u", "PATH"], ["env", "--unset=PATH"], ["/usr/bin/env", "-i", "HOME=/"]],
 )
 def test_a_launch_with_no_path_finds_no_vllm_outside_bin_and_preflight_says_so(setup, prefix):
-    tree, library, python, bin_dir, arguments = setup
+    _tree, _library, _python, bin_dir, arguments = setup
     env = {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}  # patchkit's own PATH finds the stand-in
     assert _launched(prefix, arguments, env={**os.environ, **env}) == (127, False)  # the truth: no vllm runs
     done = _preflight(setup, prefix, env=env)
@@ -73,7 +73,7 @@ def test_a_launch_with_no_path_finds_no_vllm_outside_bin_and_preflight_says_so(s
 
 
 def test_a_launch_path_without_vllm_is_said_and_one_with_it_passes(setup, tmp_path):
-    tree, library, python, bin_dir, arguments = setup
+    _tree, _library, _python, bin_dir, arguments = setup
     empty = tmp_path / "empty"
     empty.mkdir()
     assert _launched(["env", f"PATH={empty}"], arguments) == (127, False)
@@ -90,7 +90,7 @@ def test_a_launch_path_without_vllm_is_said_and_one_with_it_passes(setup, tmp_pa
 def test_an_empty_path_entry_is_the_working_directory_and_its_vllm_is_read(setup, tmp_path, path):
     """execvp reads an empty PATH entry as the working directory (shutil.which does not): the `vllm`
     there runs, and it is patchkit's own Python, which imports no vLLM: the launch runs no tree checked."""
-    tree, library, python, bin_dir, arguments = setup
+    _tree, _library, _python, _bin_dir, arguments = setup
     empty = tmp_path / "empty"
     empty.mkdir()
     here = _stand_in(tmp_path / "here", sys.executable).parent
@@ -130,8 +130,9 @@ def test_a_shebangs_env_that_unsets_path_looks_its_python_up_in_bin_only(tmp_pat
     script.chmod(0o755)
     for unset in (["-u", "PATH"], ["-uPATH"], ["--unset=PATH"], ["-i"]):
         script.write_text(f"#!/usr/bin/env -S {' '.join(unset)} {name}\nprint({RAN!r})\n")
-        done = subprocess.run([str(script)], env={"PATH": str(bin_dir)}, capture_output=True, text=True,
-                              timeout=60, check=False)
+        done = subprocess.run(
+            [str(script)], env={"PATH": str(bin_dir)}, capture_output=True, text=True, timeout=60, check=False
+        )
         assert done.returncode == 127 and RAN not in done.stdout, (unset, done)
         with pytest.raises(Exception, match="not on the launch's PATH"):
             script_python(script, str(bin_dir))
