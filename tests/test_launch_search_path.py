@@ -13,7 +13,17 @@ from pathlib import Path
 import pytest
 from helpers import run_cli
 from importable_vllm import venv_importing
-from launch_fixtures import DEEPSEEK_V3, DRAFTER, applied, findings, serve, write_eagle3_setup, write_model
+from launch_fixtures import (
+    DEEPSEEK_V3,
+    DRAFTER,
+    applied,
+    findings,
+    patchkit_run,
+    serve,
+    stand_in_launch,
+    write_eagle3_setup,
+    write_model,
+)
 
 from patchkit.launch.interpreter import exec_search, script_python
 
@@ -138,3 +148,13 @@ def test_a_shebangs_env_that_unsets_path_looks_its_python_up_in_bin_only(tmp_pat
             script_python(script, str(bin_dir))
     script.write_text(f"#!/usr/bin/env -S {name}\nprint({RAN!r})\n")
     assert script_python(script, str(bin_dir))[0] == str(bin_dir / name)
+
+
+def test_run_refuses_a_launch_whose_env_finds_no_vllm_and_launches_one_that_does(tmp_path):
+    tree, library, command, env, marker = stand_in_launch(tmp_path)
+    applied(tree, library)
+    _, done = patchkit_run(tree, library, ["env", "-i", *command], env)
+    assert done.returncode == 1 and not marker.exists(), done.stdout + done.stderr  # was: env's exit 127
+    assert "no PATH, so execvp searches" in done.stdout + done.stderr
+    _, done = patchkit_run(tree, library, ["env", "-i", f"PATH={tmp_path / 'bin'}:/usr/bin:/bin", *command], env)
+    assert done.returncode == 7 and marker.exists(), done.stdout + done.stderr  # the stand-in ran
