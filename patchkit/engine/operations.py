@@ -34,7 +34,7 @@ from patchkit.base.options import Options
 from patchkit.base.values import Value
 from patchkit.checks import WARNING, Check, CheckResult, integrity, shadow
 from patchkit.checks import bytecode as pyc  # `bytecode` names the results of a fix here
-from patchkit.distinfo import installed_wheel_reader, tree_record, unlike_stock
+from patchkit.distinfo import installed_wheel_reader, patched_build, tree_record, unlike_stock
 from patchkit.distinfo.record import (
     Record,
     find_record,
@@ -1429,6 +1429,8 @@ def _stock_said(root: Path, patches: list[Patch]) -> str:
         return "the tree records no apply"
     if record is None:
         return "the tree records no apply (no RECORD to compare its files with)"
+    if patched_build(root, record.parent):  # its RECORD lists the patched files: no proof of stock
+        return _patched_build_said(root, record.parent)
     label = record.parent.name + "/RECORD"
     try:
         parsed = parsed_record(read_record_file(root, record), label, only=paths)
@@ -1444,6 +1446,20 @@ def _stock_said(root: Path, patches: list[Patch]) -> str:
         f"{'differs' if len(differ) == 1 else 'differ'} from vLLM's RECORD; {stock_files_command(root, None)} "
         "puts the stock files back"
     )
+
+
+def _patched_build_said(root: Path, dist_info: Path) -> str:
+    """A tree installed from a patched wheel that records no apply: never "stock", and what undoes
+    the wheel (a revert of it; its provenance lost, the stock wheel reinstalled)."""
+    if installed_wheel_reader().find(root) is None:  # a `+patchkit…` label, its record lost
+        version, _, label = dist_info.name[len("vllm-") : -len(".dist-info")].partition("+")
+        local = label.lower().replace("_", ".").split(".")
+        stock = ".".join(local[: local.index("patchkit")] if "patchkit" in local else local)
+        undo = f"{stock_files_command(root, version + ('+' + stock if stock else ''))} puts the stock files back"
+    else:
+        every = hints.command("revert", chosen=replace(hints.current(), set_name=None, set_names=()))
+        undo = f"{every} reverts the wheel's patches"
+    return f"the tree records no apply, but its vLLM is a patched wheel's ({dist_info.name}), not stock; {undo}"
 
 
 def _as_recorded(root: Path, path: str, record: Record) -> bool:

@@ -1,0 +1,73 @@
+"""What revert and status say of a vLLM installed from a patched wheel (`patchkit wheel`), and of a
+record a hotfix or a planted `after` no longer matches: true words, and the command that follows.
+A patched wheel's RECORD lists its patched files, so it proves no file stock."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from helpers import (  # isort: skip
+    MODEL,
+    MODEL_PY,
+    SPEC,
+    STOCK_FILES,
+    install,
+    make_patch,
+    patched_spec,
+    run_cli,
+    stock_files_fetched,
+    write_library,
+    write_tree,
+    write_wheel,
+)
+
+VERSION = "0.16.0"
+OFFLINE = {"PIP_NO_INDEX": "1", "PIP_CONFIG_FILE": os.devnull}
+MODEL_FIXED = MODEL_PY + "\nMAX_DRAFT = 4  # the other set's change\n"
+
+
+def two_set_library(tmp: Path) -> Path:
+    """Set `demo` patches spec.py, set `other` patches model.py."""
+    clean = write_tree(tmp / "clean", VERSION)
+    library = write_library(tmp / "lib", {VERSION: [make_patch(tmp, clean, {SPEC: patched_spec()})]})
+    return write_library(library, {VERSION: [make_patch(tmp, clean, {MODEL: MODEL_FIXED})]}, name="other")
+
+
+def wheel_install(tmp: Path, library: Path, *label: str) -> Path:
+    """`patchkit wheel --set demo` (with `label`: e.g. --local-label corp1), installed: its site."""
+    stock_wheel = write_wheel(tmp / "in")  # published: the cache holds its release
+    stock_files_fetched({p: d for p, d in STOCK_FILES.items() if p.startswith("vllm/")})
+    built = run_cli(
+        "wheel", stock_wheel, "--out", tmp / "out", "--patches", library, "--set", "demo", *label
+    )
+    assert built.returncode == 0, built.stderr
+    (wheel,) = (tmp / "out").iterdir()
+    return install(wheel, tmp / "prefix")
+
+
+def test_revert_of_another_set_on_a_patched_wheel_never_calls_the_tree_stock(tmp_path):
+    """`revert --set other` on a tree installed from a wheel of `demo` (no apply): spec.py is the
+    wheel's patched file, so "the tree is stock (its files are as vLLM's RECORD lists them)" was
+    false. It says the install is a patched wheel's, and the revert that undoes it."""
+    library = two_set_library(tmp_path)
+    for n, label in enumerate(((), ("--local-label", "corp1"))):
+        site = wheel_install(tmp_path / f"w{n}", library, *label)
+        done = run_cli("revert", "--target", site, "--patches", library, "--set", "other", env=OFFLINE)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "stock (" not in done.stdout and "is stock" not in done.stdout, done.stdout
+        assert "patched wheel" in done.stdout, done.stdout
+        assert f"`patchkit revert --target {site} --patches {library}`" in done.stdout, done.stdout
+        assert patched_spec() == (site / SPEC).read_text()
+
+
+def test_a_patched_wheels_install_whose_provenance_is_lost_names_the_stock_release(tmp_path):
+    """A `+patchkit.demo` install whose patchkit.json is gone: nothing reverts it, and the stock
+    files come from the release's own wheel, not from the patched version it names."""
+    site = wheel_install(tmp_path, two_set_library(tmp_path))
+    (dist_info,) = site.glob("vllm-*.dist-info")
+    (dist_info / "patchkit.json").unlink()
+    done = run_cli("revert", "--target", site, "--patches", tmp_path / "lib", "--set", "other", env=OFFLINE)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "is stock" not in done.stdout and f"vllm=={VERSION}`" in done.stdout, done.stdout
