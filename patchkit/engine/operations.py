@@ -194,6 +194,7 @@ class RevertResult(Value):
     saved: Path | None = None  # where copies of edited files were kept (--force)
     saved_files: list[str] = field(default_factory=list)  # the edited files copied there
     unproven: list[str] = field(default_factory=list)  # hunks reversed, no RECORD to prove them stock (copied)
+    kept: list[str] = field(default_factory=list)  # a dry run's: the files the revert would keep a copy of
     warnings: list[str] = field(default_factory=list)
     error: PatchkitError | None = None
     record: State | None = None  # the tree's record as the revert left it (None: not written)
@@ -1133,9 +1134,9 @@ class _Reverting:
         self.refuse_unvouched_originals(view, plan, restored, force=force)
         preflight(self.root, files, writable=not dry_run)
         if dry_run:
-            return RevertResult(
-                Outcome.DRY_RUN, _would_restore(files, self.undo.entries), files, warnings=self.warnings
-            )
+            _unlike, copied = self.to_keep(plan, restored, unsure, dry_run=True)
+            said = _would_restore(files, self.undo.entries) + _would_keep(self.root, copied)
+            return RevertResult(Outcome.DRY_RUN, said, files, warnings=self.warnings, kept=copied)
         guard_changes, new_state, removed = self.record_after()
         if not plan.changes:
             return self.record_only(guard_changes, new_state, removed)
@@ -1274,6 +1275,25 @@ class _Reverting:
             }
         )
 
+    def to_keep(self, plan: Plan, restored: Restored, unsure: list[str], *, dry_run: bool = False) -> tuple[list[str], list[str]]:
+        """The files written back unlike vLLM's RECORD, and those the revert keeps a copy of (`unsure`
+        grows by the found files nothing proves stock), said for a dry run as for the revert."""
+        # the files as they were, where nothing proves the revert gives stock: the user's edit, maybe;
+        # and where the record's original is not vLLM's own file (the user's edit apply --force took, or
+        # a planted record's bytes: the file it replaces is kept)
+        unlike = _unlike_record(self.root, plan.changes)
+        unsure += [path for path in self.found_unproven(plan.changes) if path not in unsure + unlike]
+        unmade = [p for p in self.not_the_patches_output(plan.changes) if p not in restored.edited]
+        kept = "a copy would be kept" if dry_run else "a copy is kept"
+        self.warnings += [
+            f"{path} held bytes the recorded patches do not make of its original (edited since?): {kept}"
+            for path in unmade
+        ]
+        # and where nothing but the record (read back from the tree) says what the file held before (--force)
+        others = [*unsure, *unlike, *self.alone, *unmade]
+        copied = [*restored.edited, *(p for p in others if p not in restored.edited and os.path.lexists(self.root / p))]
+        return unlike, list(dict.fromkeys(copied))
+
     def write(
         self,
         plan: Plan,
@@ -1285,23 +1305,8 @@ class _Reverting:
         """The files and the record written in one commit, their bytecode fixed."""
         guard_changes, new_state, removed = after
         root = self.root
-        # the files as they were, where nothing proves the revert gives stock: the user's edit, maybe;
-        # and where the record's original is not vLLM's own file (the user's edit apply --force took, or
-        # a planted record's bytes: the file it replaces is kept)
-        unlike = _unlike_record(root, plan.changes)
-        unsure += [path for path in self.found_unproven(plan.changes) if path not in unsure + unlike]
-        unmade = [p for p in self.not_the_patches_output(plan.changes) if p not in restored.edited]
-        self.warnings += [
-            f"{path} held bytes the recorded patches do not make of its original (edited since?): a copy is kept"
-            for path in unmade
-        ]
-        # and where nothing but the record (read back from the tree) says what the file held before (--force)
+        unlike, copied = self.to_keep(plan, restored, unsure)
         alone = self.alone
-        copied = [
-            *restored.edited,
-            *(p for p in [*unsure, *unlike, *alone, *unmade] if p not in restored.edited and os.path.lexists(root / p)),
-        ]
-        copied = list(dict.fromkeys(copied))
         saved = keep_copies(root, copied) if copied else None
         modes = _recorded_modes(self.undo.entries, plan.changes)
         commit_changes(root, {**plan.changes, **guard_changes}, new_state, origins=view.origins, modes=modes)
@@ -1344,6 +1349,14 @@ def _would_restore(files: list[str], entries: list[Entry]) -> str:
     return f"would restore {len(files)} file(s){': ' + named if files else ''}" + (
         f" (the record of {sets})" if sets else ""
     )
+
+
+def _would_keep(root: Path, copied: list[str]) -> str:
+    """A dry run's word on the copies the revert would keep, as the revert names them."""
+    if not copied:
+        return ""
+    named = ", ".join(copied) if len(copied) <= 3 else f"the {len(copied)} files"
+    return f"; would keep a copy of {named} under {meta_dir(root) / 'saved'}/"
 
 
 def _written(changes: Changes) -> dict[str, bytes]:

@@ -15,6 +15,7 @@ from helpers import (  # isort: skip
     STOCK_FILES,
     install,
     make_patch,
+    record_rows,
     patched_spec,
     run_cli,
     stock_files_fetched,
@@ -71,3 +72,33 @@ def test_a_patched_wheels_install_whose_provenance_is_lost_names_the_stock_relea
     done = run_cli("revert", "--target", site, "--patches", tmp_path / "lib", "--set", "other", env=OFFLINE)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "is stock" not in done.stdout and f"vllm=={VERSION}`" in done.stdout, done.stdout
+
+
+def applied_tree(tmp: Path, library: Path) -> Path:
+    """A stock install (a RECORD true to its files) with set `demo` applied."""
+    site = write_tree(tmp / "site", VERSION)
+    dist = f"vllm-{VERSION}.dist-info"
+    (site / dist / "RECORD").write_text(record_rows(site, dist))
+    done = run_cli("apply", "--target", site, "--patches", library, "--set", "demo", "--no-import", "--no-guard")
+    assert done.returncode == 0, done.stdout + done.stderr
+    return site
+
+
+def test_a_dry_run_names_the_copies_the_revert_keeps(tmp_path):
+    """`revert --dry-run --force` of an applied tree with a hotfix, and of a patched wheel's install
+    with one: the dry run names the file the revert keeps a copy of and where (it said nothing), and
+    the revert then keeps exactly that one there; --format json lists them."""
+    library = two_set_library(tmp_path)
+    for site in (applied_tree(tmp_path, library), wheel_install(tmp_path / "w", library)):
+        with (site / SPEC).open("a") as spec:
+            spec.write("# hotfix: keep the retry loop\n")
+        common = ("revert", "--target", site, "--patches", library, "--force")
+        done = run_cli(*common, "--dry-run", env=OFFLINE)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert f"would keep a copy of {SPEC} under {site / '.patchkit' / 'saved'}/" in done.stdout, done.stdout
+        said = json.loads(run_cli(*common, "--dry-run", "--format", "json", env=OFFLINE).stdout)
+        assert said["would_keep"] == [SPEC], said
+        done = run_cli(*common, env=OFFLINE)
+        assert done.returncode == 0, done.stdout + done.stderr
+        (kept,) = (site / ".patchkit" / "saved").iterdir()
+        assert sorted(p.relative_to(kept).as_posix() for p in kept.rglob("*") if p.is_file()) == [SPEC]
