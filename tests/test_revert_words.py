@@ -4,6 +4,7 @@ A patched wheel's RECORD lists its patched files, so it proves no file stock."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -102,3 +103,24 @@ def test_a_dry_run_names_the_copies_the_revert_keeps(tmp_path):
         assert done.returncode == 0, done.stdout + done.stderr
         (kept,) = (site / ".patchkit" / "saved").iterdir()
         assert sorted(p.relative_to(kept).as_posix() for p in kept.rglob("*") if p.is_file()) == [SPEC]
+
+
+def test_status_says_a_file_the_record_calls_patched_was_edited_since_apply(tmp_path):
+    """A hotfix after apply, and the record's "after" then made to name it (by hand, or planted):
+    status said nothing (the file matches its record). It says the file was edited since apply and
+    that revert keeps a copy; a plain apply gets no such note."""
+    library = two_set_library(tmp_path)
+    site = applied_tree(tmp_path, library)
+    common = ("status", "--target", site, "--patches", library, "--set", "demo")
+    clean = run_cli(*common)
+    assert clean.returncode == 0 and "edited since apply" not in clean.stdout, clean.stdout
+    with (site / SPEC).open("a") as spec:
+        spec.write("# hotfix: keep the retry loop\n")
+    record = json.loads((site / ".patchkit" / "state.json").read_text())
+    record["entries"][0]["files"][SPEC]["after"] = hashlib.sha256((site / SPEC).read_bytes()).hexdigest()
+    (site / ".patchkit" / "state.json").write_text(json.dumps(record))
+    done = run_cli(*common)
+    assert f"{SPEC}: edited since apply" in done.stdout, done.stdout
+    assert f"`patchkit revert --target {site} --patches {library} --set demo` keeps a copy of it" in done.stdout
+    notes = json.loads(run_cli(*common, "--format", "json").stdout)["store_notes"]
+    assert any(note.startswith(f"{SPEC}: edited since apply") for note in notes), notes
