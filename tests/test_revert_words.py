@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 from pathlib import Path
 
 from helpers import (  # isort: skip
@@ -77,6 +78,7 @@ def test_a_patched_wheels_install_whose_provenance_is_lost_names_the_stock_relea
 
 def applied_tree(tmp: Path, library: Path) -> Path:
     """A stock install (a RECORD true to its files) with set `demo` applied."""
+    tmp.mkdir(exist_ok=True)
     site = write_tree(tmp / "site", VERSION)
     dist = f"vllm-{VERSION}.dist-info"
     (site / dist / "RECORD").write_text(record_rows(site, dist))
@@ -124,3 +126,38 @@ def test_status_says_a_file_the_record_calls_patched_was_edited_since_apply(tmp_
     assert f"`patchkit revert --target {site} --patches {library} --set demo` keeps a copy of it" in done.stdout
     notes = json.loads(run_cli(*common, "--format", "json").stdout)["store_notes"]
     assert any(note.startswith(f"{SPEC}: edited since apply") for note in notes), notes
+
+
+def test_a_refusal_of_several_files_names_each(tmp_path):
+    """revert's refusals of several files said the first "(and 1 more)" / "and N more": the others
+    were named nowhere. Each is named, one a line: a patched wheel's files edited after the install,
+    and originals only a (hand-changed) record vouches for."""
+    clean = write_tree(tmp_path / "clean", VERSION)
+    library = write_library(
+        tmp_path / "lib", {VERSION: [make_patch(tmp_path, clean, {SPEC: patched_spec(), MODEL: MODEL_FIXED})]}
+    )
+    wheel_site = wheel_install(tmp_path / "w", library)
+    site = applied_tree(tmp_path, library)
+    record = json.loads((site / ".patchkit" / "state.json").read_text())
+    for path in (SPEC, MODEL):
+        with (wheel_site / path).open("a") as hotfix:
+            hotfix.write("# hotfix: keep the retry loop\n")
+        mine = b"# the team's own build of this module\n"
+        (site / ".patchkit" / "objects" / hashlib.sha256(mine).hexdigest()).write_bytes(mine)
+        record["entries"][0]["files"][path]["before"] = hashlib.sha256(mine).hexdigest()
+    (site / ".patchkit" / "state.json").write_text(json.dumps(record))
+    hotfixed = applied_tree(tmp_path / "h", library)  # edited since the apply
+    unrecorded = applied_tree(tmp_path / "u", library)  # and with no record of the apply
+    shutil.rmtree(unrecorded / ".patchkit")
+    for tree, path in ((t, p) for t in (hotfixed, unrecorded) for p in (SPEC, MODEL)):
+        with (tree / path).open("a") as hotfix:
+            hotfix.write("# hotfix: keep the retry loop\n")
+    said = []
+    for where in (wheel_site, site, hotfixed, unrecorded):
+        done = run_cli("revert", "--target", where, "--patches", library, "--dry-run", env=OFFLINE)
+        assert done.returncode == 1, done.stdout + done.stderr
+        listed = [line.split()[0] for line in done.stderr.splitlines() if line.startswith("  ")]
+        assert "2 files" in done.stderr and listed == [SPEC, MODEL], done.stderr
+        assert "more" not in done.stderr, done.stderr
+        said.append(next(line for line in done.stderr.splitlines() if line.startswith("error: ")).split(":")[1])
+    assert len(set(said)) == 4, said  # four refusals of their own

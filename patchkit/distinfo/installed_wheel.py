@@ -396,26 +396,40 @@ def restore_stock(view: View, found: Provenance, *, force: bool, fetch_release: 
     `fetch_release` is patchkit.fetch.release_tree, handed down (the fetcher stands above this module)."""
     done = StockRestore([], [])
     todo = []
+    changed = {}  # edited or deleted since the install: each named
     for path, shas in sorted(found.files.items()):
         content = view.read(path)
         current = sha256(content)
         if current == shas.stock_sha256:
             continue
         if current != shas.patched_sha256:
-            if not force:
-                what = "deleted" if content is None else "edited"
-                raise Drift(
-                    f"{path} was {what} after the patched wheel installed it; keeping your version",
-                    hint=f"{hints.command('revert', '--force')} restores the stock file and keeps a copy of your edit",
-                )
+            changed[path] = "deleted" if content is None else "edited"
             if content is not None:
                 done.edited.append(path)
         todo.append(path)
+    if changed and not force:
+        _refuse_changed(changed)
     originals = _originals(view, found, todo, done, fetch_release) if todo else {}
     _hold_to_the_series(view, found, originals, done, force=force)
     for path in todo:
         view.write(path, originals[path])
     return done
+
+
+def _refuse_changed(changed: dict[str, str]) -> None:
+    """Drift naming each file the wheel patched that was edited or deleted since (one a line, as git)."""
+    fix = hints.command("revert", "--force")
+    if len(changed) == 1:
+        ((path, what),) = changed.items()
+        raise Drift(
+            f"{path} was {what} after the patched wheel installed it; keeping your version",
+            hint=f"{fix} restores the stock file and keeps a copy of your edit",
+        )
+    listed = "".join(f"\n  {path} ({what})" for path, what in changed.items())
+    raise Drift(
+        f"{len(changed)} files were changed after the patched wheel installed them; keeping your versions:{listed}",
+        hint=f"{fix} restores the stock files and keeps a copy of your edits",
+    )
 
 
 def _hold_to_the_series(
@@ -428,11 +442,19 @@ def _hold_to_the_series(
     if not unlike:
         return
     if not force:
-        more = f" (and {len(unlike) - 1} more)" if len(unlike) > 1 else ""
+        why = f"edited after the install, or {found.origin} is not the wheel's"
+        fix = hints.command("revert", "--force")
+        if len(unlike) == 1:
+            raise Drift(
+                f"{unlike[0]} is not what the wheel's patches make of vLLM {found.vllm_version}'s file: {why}; "
+                "keeping your version",
+                hint=f"{fix} restores the stock file and keeps a copy of your edit",
+            )
+        listed = "".join(f"\n  {path}" for path in unlike)  # each named, one a line, as git names them
         raise Drift(
-            f"{unlike[0]}{more} is not what the wheel's patches make of vLLM {found.vllm_version}'s "
-            f"file: edited after the install, or {found.origin} is not the wheel's; keeping your version",
-            hint=f"{hints.command('revert', '--force')} restores the stock file and keeps a copy of your edit",
+            f"{len(unlike)} files are not what the wheel's patches make of vLLM {found.vllm_version}'s files ({why}); "
+            f"keeping your versions:{listed}",
+            hint=f"{fix} restores the stock files and keeps a copy of your edits",
         )
     done.edited += [p for p in unlike if view.read(p) is not None]
     done.unvouched = [p for p in done.unvouched if p not in done.edited]

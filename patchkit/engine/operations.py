@@ -1202,12 +1202,13 @@ class _Reverting:
         self.alone = sorted({*self.on_the_records_word(view, plan.changes), *restored.alone})
         if not self.alone or force:
             return
-        named = ", ".join(self.alone[:3]) + (f" and {len(self.alone) - 3} more" if len(self.alone) > 3 else "")
         sets = ", ".join(shown_set(e) for e in self.undo.entries if set(e.files) & set(self.alone))
+        where = self.alone[0] if len(self.alone) == 1 else f"{len(self.alone)} files"
+        listed = "".join(f"\n  {path}" for path in self.alone) if len(self.alone) > 1 else ""  # one a line, as git
         raise CheckFailed(
-            f"nothing but {state_path(self.root)} vouches for what revert would put back at {named} (the record "
+            f"nothing but {state_path(self.root)} vouches for what revert would put back at {where} (the record "
             f"of {sets}: no vLLM RECORD lists those bytes there, and the recorded patches reversed do not give "
-            "them); nothing was written",
+            f"them); nothing was written{':' if listed else ''}{listed}",
             hint=f"if that record is yours, {hints.command('revert', '--force')} puts it back and keeps a copy of "
             f"what it replaces; else put the stock files back with {stock_files_command(self.root, self.undo.installed)}",
         )
