@@ -42,9 +42,7 @@ def wheel_install(tmp: Path, library: Path, *label: str) -> Path:
     """`patchkit wheel --set demo` (with `label`: e.g. --local-label corp1), installed: its site."""
     stock_wheel = write_wheel(tmp / "in")  # published: the cache holds its release
     stock_files_fetched({p: d for p, d in STOCK_FILES.items() if p.startswith("vllm/")})
-    built = run_cli(
-        "wheel", stock_wheel, "--out", tmp / "out", "--patches", library, "--set", "demo", *label
-    )
+    built = run_cli("wheel", stock_wheel, "--out", tmp / "out", "--patches", library, "--set", "demo", *label)
     assert built.returncode == 0, built.stderr
     (wheel,) = (tmp / "out").iterdir()
     return install(wheel, tmp / "prefix")

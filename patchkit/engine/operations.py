@@ -1276,7 +1276,9 @@ class _Reverting:
             }
         )
 
-    def to_keep(self, plan: Plan, restored: Restored, unsure: list[str], *, dry_run: bool = False) -> tuple[list[str], list[str]]:
+    def to_keep(
+        self, plan: Plan, restored: Restored, unsure: list[str], *, dry_run: bool = False
+    ) -> tuple[list[str], list[str]]:
         """The files written back unlike vLLM's RECORD, and those the revert keeps a copy of (`unsure`
         grows by the found files nothing proves stock), said for a dry run as for the revert."""
         # the files as they were, where nothing proves the revert gives stock: the user's edit, maybe;

@@ -173,9 +173,10 @@ def not_made_by_the_series(root: Path, entry: Entry, known: Sequence[Patch] = ()
             data = there(path)
             if data is None or shas.get("after") != sha256(data):  # drift, or a later set's file: judged there
                 continue
-            if shas.get("before") is None:  # created by the series: made from nothing
+            before = shas.get("before")
+            if before is None:  # created by the series: made from nothing
                 unmade += [path] if made_file(lambda _: None, path, series, digest=False) != data else []
-            elif reverse_file(there, path, series, digest=False) != read_object(root, shas["before"]):
+            elif reverse_file(there, path, series, digest=False) != read_object(root, before):
                 unmade.append(path)
         except (OSError, PatchkitError):  # unreadable, its original lost: other checks say so
             continue

@@ -294,9 +294,8 @@ def restore_recorded(
             entry, path, own, first, wrote_it=current == shas["after"], notes=restored.notes
         ):
             restored.alone.append(path)  # only the record vouches for it: a copy is kept
-        if current != shas["after"]:
-            if content is not None:  # a deleted file has nothing to keep
-                restored.edited.append(path)
+        if current != shas["after"] and content is not None:  # (--force) a deleted file has nothing to keep
+            restored.edited.append(path)
         view.write(path, _original(view, path, shas["before"], own, restored.notes))
     return restored
 
