@@ -4,6 +4,7 @@ A patched wheel's RECORD lists its patched files, so it proves no file stock."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -159,3 +160,44 @@ def test_a_refusal_of_several_files_names_each(tmp_path):
         assert "more" not in done.stderr, done.stderr
         said.append(next(line for line in done.stderr.splitlines() if line.startswith("error: ")).split(":")[1])
     assert len(set(said)) == 4, said  # four refusals of their own
+
+
+def record_names(site: Path, path: str) -> None:
+    """The install's record (patchkit.json and pip's RECORD) made to name `path`'s bytes as patched."""
+    (dist_info,) = site.glob("vllm-*.dist-info")
+    data = (site / path).read_bytes()
+    provenance = json.loads((dist_info / "patchkit.json").read_text())
+    provenance["files"][path]["patched_sha256"] = hashlib.sha256(data).hexdigest()
+    (dist_info / "patchkit.json").write_text(json.dumps(provenance))
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    rows = [
+        f"{path},sha256={digest},{len(data)}" if row.startswith(f"{path},") else row
+        for row in (dist_info / "RECORD").read_text().splitlines()
+    ]
+    (dist_info / "RECORD").write_text("\n".join(rows) + "\n")
+
+
+def test_status_judges_a_patched_wheels_file_by_its_series_not_its_records_hash(tmp_path):
+    """A patched wheel's install: its own files pass; an edit after the install is drift; a stock
+    file is a patch not applied; a hotfix its record was made to name as patched (status said
+    `applied`, nothing else) is said: edited since the install, and revert refuses it."""
+    library = two_set_library(tmp_path)
+    common = ("status", "--target", None, "--patches", library, "--set", "demo")
+    site = wheel_install(tmp_path, library)
+    status = lambda: run_cli(*(site if a is None else a for a in common))  # noqa: E731
+    done = status()
+    assert done.returncode == 0 and "edited since" not in done.stdout, done.stdout
+    with (site / SPEC).open("a") as spec:
+        spec.write("# hotfix: keep the retry loop\n")
+    done = status()
+    assert done.returncode == 1 and f"{SPEC}: drifted" in done.stdout, done.stdout
+    record_names(site, SPEC)
+    done = status()
+    said = " ".join(done.stdout.split())
+    assert f"{SPEC}: edited since the install" in said, said
+    assert f"`patchkit revert --target {site} --patches {library}` refuses to replace it without --force" in said
+    refused = run_cli("revert", "--target", site, "--patches", library, env=OFFLINE)
+    assert refused.returncode == 1 and f"{SPEC} is not what the wheel's patches make" in refused.stderr
+    (site / SPEC).write_bytes(STOCK_FILES[SPEC])
+    done = status()
+    assert "not-applied" in done.stdout and "edited since" not in done.stdout, done.stdout  # not patched

@@ -45,7 +45,7 @@ from patchkit.distinfo.provenance import Provenance as Record
 from patchkit.distinfo.record import PROVENANCE, parse_record, read_record_file, record_digest
 from patchkit.series.library import PATCH, PatchSetDef, Selection, load_chosen, load_library, locate, select
 from patchkit.series.patchfile import DEFAULT_ROOTS, Patch, parse_patch, touched_paths
-from patchkit.series.plan import View, plan_apply, plan_revert
+from patchkit.series.plan import View, made_file, plan_apply, plan_revert, reverse_file
 from patchkit.store.state import checked_path
 from patchkit.tree.target import vllm_metadata_dirs
 
@@ -370,6 +370,34 @@ def drifted(root: Path, read: Callable[[Path], bytes | None], set_name: str | No
     return sorted(
         p for p, shas in found.files.items() if sha256(read(root / p)) not in (shas.stock_sha256, shas.patched_sha256)
     )
+
+
+def not_the_series_output(root: Path, read: Callable[[Path], bytes | None], set_name: str | None = None) -> list[str]:
+    """The files the wheel patched whose bytes are its record's patched sha256 but not what its
+    patches make of the stock file it records (reversed from them, the stock sha256 is not what
+    comes back): that record is read back from the tree (a hotfix a planted one names). As drifted
+    chooses the files; a record whose patches do not parse: none said here (find judges it)."""
+    found = find(root)
+    if found is None or (set_name is not None and set_name not in (*found.set_names, found.name)):
+        return []
+    if set_name in found.set_names and len(found.set_names) > 1:
+        found = found.for_set(set_name)
+    try:
+        patches = found.patches()
+    except PatchkitError:
+        return []
+    there = lambda path: read(root / path)  # noqa: E731
+    unlike = []
+    for path, shas in sorted(found.files.items()):
+        data = there(path)
+        if data is None or shas.patched_sha256 is None or sha256(data) != shas.patched_sha256:
+            continue  # stock, deleted or edited: drifted and the plan say those
+        if shas.stock_sha256 is None:  # created by the wheel: made from nothing
+            made = made_file(lambda _: None, path, patches, digest=False)
+            unlike += [path] if made != data else []
+        elif sha256(reverse_file(there, path, patches)) != shas.stock_sha256:
+            unlike.append(path)
+    return unlike
 
 
 # --------------------------------------------------------------------------- revert

@@ -428,9 +428,22 @@ def edited_since_apply(resolved: Resolved, state: State, drifted: list[str]) -> 
     """A note of the set's recorded files that its record calls patched but that are not what its
     patches make of their originals (a hotfix, the record then changed), and what revert does."""
     entry = state.entry(resolved.set_name)
-    if entry is None or resolved.patches is None or stale_note(resolved.target.root, entry, resolved.vllm_version):
+    root = resolved.target.root
+    if entry is None and has_provenance(root):  # a patched wheel's install: its record's patched files
+        recorded = {path for other in state.entries for path in other.files}  # a later apply's: judged by it
+        read = lambda path: read_file(path, follow_symlinks=False)  # noqa: E731
+        unlike = installed_wheel_reader().not_the_series_output(root, read, resolved.set_name)
+        files = [p for p in unlike if p not in recorded and p not in drifted]
+        if not files:
+            return []
+        revert = hints.command("revert", chosen=replace(hints.current(), set_name=None, set_names=()))
+        return [
+            f"{', '.join(files)}: edited since the install (not what the wheel's patches make of the stock "
+            f"file, though its record says so); {revert} refuses to replace it without --force (which keeps a copy)"
+        ]
+    if entry is None or resolved.patches is None or stale_note(root, entry, resolved.vllm_version):
         return []
-    files = [p for p in not_made_by_the_series(resolved.target.root, entry, resolved.patches) if p not in drifted]
+    files = [p for p in not_made_by_the_series(root, entry, resolved.patches) if p not in drifted]
     if not files:
         return []
     copy = "a copy of it" if len(files) == 1 else "copies of them"
