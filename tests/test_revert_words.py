@@ -21,6 +21,7 @@ from helpers import (  # isort: skip
     record_rows,
     patched_spec,
     run_cli,
+    snapshot,
     stock_files_fetched,
     write_library,
     write_tree,
@@ -201,3 +202,19 @@ def test_status_judges_a_patched_wheels_file_by_its_series_not_its_records_hash(
     (site / SPEC).write_bytes(STOCK_FILES[SPEC])
     done = status()
     assert "not-applied" in done.stdout and "edited since" not in done.stdout, done.stdout  # not patched
+
+
+def test_revert_of_a_local_label_wheel_with_a_set_applied_on_it_calls_the_files_stock(tmp_path):
+    """A `--local-label corp1` wheel of demo, `apply` of the other set on it (the guard too), then
+    revert: every file back to the release's, and said so; never "N not stock" by the corp1 RECORD,
+    which lists the wheel's patched files."""
+    library = two_set_library(tmp_path)
+    site = wheel_install(tmp_path, library, "--local-label", "corp1")
+    common = ("--target", site, "--patches", library)
+    assert run_cli("apply", *common, "--no-import").returncode == 0
+    done = run_cli("revert", *common, env=OFFLINE)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "not stock" not in done.stdout and "2 file(s) restored to stock" in done.stdout, done.stdout
+    assert {p: d for p, d in snapshot(site).items() if p in STOCK_FILES} == {
+        p: d for p, d in STOCK_FILES.items() if p.startswith("vllm/")
+    }
