@@ -36,6 +36,7 @@ from helpers import (
     make_patch,
     pip_install,
     run_cli,
+    warm_pycache_prefix,
     write_library,
     write_tree,
 )
@@ -1198,7 +1199,8 @@ def test_stale_bytecode_through_a_symlinked_pycache_fails_and_an_overfull_pycach
 
 
 def _prefix(tree: Tree) -> Path:
-    return tree.site.parent / "pfx"
+    prefix = tree.site.parent / "pfx"
+    return prefix if prefix.exists() else warm_pycache_prefix(prefix)
 
 
 def _prefixed_pyc(tree: Tree, rel: str, source: str) -> Path:

@@ -127,6 +127,9 @@ def default_options(opts: Options, command: LaunchCommand) -> Options:
     """Without --target/--python: the interpreter of the command's `vllm` script or `python`."""
     if opts.target_dir or opts.python:
         return opts
+    missing = _not_on_its_path(command) if exec_search(command.program, command.environ.get("PATH")) is None else None
+    if missing is not None:  # the launch's own PATH holds no such program: no Python to ask, and no launch
+        raise BadInput(missing.message, hint=missing.fix)
     return dataclasses.replace(opts, python=command.interpreter(), python_of_launch=True)
 
 
@@ -191,8 +194,11 @@ def _not_on_its_path(command: LaunchCommand) -> Finding | None:
         return None
     path = command.environ.get("PATH")
     name = os.path.basename(command.program)
-    where = f"its PATH ({path})" if path is not None else f"no PATH, so execvp searches {os.defpath}"
-    message = f"the launch's env finds no executable {command.program} on {where}: env exits 127 and vLLM never starts"
+    if path is None:
+        where = f"the launch's env has no PATH, so execvp looks in {os.defpath} only, where there is"
+    else:
+        where = f"the launch's PATH ({path}) holds"
+    message = f"{where} no executable {command.program}: env exits 127 and vLLM never starts"
     ours = exec_search(command.program, os.environ.get("PATH"))
     script = os.path.abspath(ours) if ours else f"/path/to/venv/bin/{name}"
     fix = f"name it by its path in the launch (`env ... {script} ...`), or give env PATH=DIR"
