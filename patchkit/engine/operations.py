@@ -338,7 +338,7 @@ class _Applying:
             return None
         files = conflicting_files(plan.conflicts)
         said = local_edit_said(files, self.resolved.vllm_version, self.resolved.target.root)
-        return f"{said}: {local_edit_fix(self.resolved.target.root, self.resolved.vllm_version, files)}"
+        return f"{said}: {local_edit_fix(self.resolved.target.root, self.resolved.vllm_version, files, self.resolved.set_name)}"
 
     def open_to_others(self, state: State, *, dry_run: bool) -> None:
         """Make readable what an older patchkit wrote under a strict umask (0600), or what this
