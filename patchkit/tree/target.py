@@ -18,8 +18,8 @@ from typing import Any
 
 from patchkit.base import hints
 from patchkit.base.errors import TargetError
-from patchkit.base.options import Options
 from patchkit.base.fsutil import read_regular
+from patchkit.base.options import Options
 from patchkit.base.values import FrozenValue, frozen
 
 # a worker's process (subprocess, its waits) is patchkit.tree.process, imported where a worker runs:
