@@ -6,7 +6,6 @@ from __future__ import annotations
 import importlib
 import json
 import os
-import re
 import shlex
 import shutil
 import sys
@@ -19,6 +18,7 @@ from typing import Any
 from patchkit.base import hints
 from patchkit.base.errors import TargetError
 from patchkit.base.fsutil import read_regular
+from patchkit.base.patterns import LazyPattern
 from patchkit.base.values import FrozenValue, frozen
 
 # a worker's process (subprocess, its waits) is patchkit.tree.process, imported where a worker runs:
@@ -220,7 +220,7 @@ def _probe(
 
 _SCRIPT_HEAD = 64 << 10  # a console script, or an interpreter wrapper: a few lines; more is neither
 # a Python-written interpreter wrapper (HPC module systems): it hands its arguments to another program
-_HANDS_ON = re.compile(
+_HANDS_ON = LazyPattern(
     rb"\bos\.(?:exec[lv]p?e?|posix_spawnp?|spawn[lv]p?e?)\s*\(|\bsubprocess\.(?:run|call|check_call|Popen)\s*\("
 )
 
