@@ -83,8 +83,9 @@ def from_directory(directory: str | os.PathLike) -> Target:
         )
     if not root.is_dir():
         raise TargetError(f"target {directory} is not a directory")
-    if root.name == PACKAGE and _is_the_package(root):
-        root, given = root.parent, os.path.dirname(given.rstrip(os.sep))  # the user pointed at the package itself
+    if root.name == PACKAGE and _is_the_package(root):  # the user pointed at the package itself
+        given = os.path.dirname(given.rstrip(os.sep))
+        root = _tree_of(Path(directory), given) if Path(directory).is_symlink() else root.parent
     if not (root / PACKAGE).is_dir():
         raise TargetError(
             f"no {PACKAGE}/ package in {root}",
@@ -147,8 +148,9 @@ def from_interpreter(
         )
     _refuse_an_archive(Path(package_dir), python or sys.executable)
     found_by = f"--python {python}" if python else f"the current interpreter ({sys.executable})"
-    root = Path(package_dir).resolve().parent
-    _named_as(root, os.path.dirname(os.path.abspath(package_dir.rstrip(os.sep))))
+    named = os.path.dirname(os.path.abspath(package_dir.rstrip(os.sep)))
+    root = _tree_of(Path(package_dir), named)
+    _named_as(root, named)
     return Target(
         root=root,
         found_by=found_by,
@@ -156,6 +158,17 @@ def from_interpreter(
         installed_version=info.get("version"),
         guard_unseen=info.get("dir_on_path") is False,
     )
+
+
+def _tree_of(package_dir: Path, named: str) -> Path:
+    """The directory holding the vllm/ an interpreter imports: the one its sys.path entry names
+    (real path), where vLLM's dist-info, patchkit's record and the guard are, even when vllm/ there
+    is a symlink (moved to another volume); a vllm/ linked from a directory that holds none of them
+    (a checkout's, linked in by hand) is judged where it really is."""
+    site = Path(named).resolve()
+    if package_dir.is_symlink() and not (vllm_metadata_dirs(site) or (site / ".patchkit").is_dir()):
+        return package_dir.resolve().parent
+    return site
 
 
 def _no_vllm_hint(python: str | None) -> str:
