@@ -957,9 +957,20 @@ def _inside(site: str, rel: object) -> str | None:
         return None
     if ".." in rel.split("/"):
         return None
-    root = os.path.realpath(site)
-    full = os.path.realpath(os.path.join(root, rel))
+    root, rest = _base(site, rel)
+    full = os.path.realpath(os.path.join(root, rest))
     return full if full.startswith(root + os.sep) else None
+
+
+def _base(site: str, rel: str) -> tuple[str, str]:
+    """(the real directory `rel` is judged inside, rel below it): vllm/ moved to another volume, a
+    symlink to a directory left in its place (Python imports through it; patchkit applies through
+    it), holds the files under vllm/; any other symlink leads out."""
+    first, _, rest = rel.partition("/")
+    linked = os.path.join(site, first)
+    if first == "vllm" and rest and os.path.islink(linked) and os.path.isdir(linked):
+        return os.path.realpath(linked), rest
+    return os.path.realpath(site), rel
 
 
 def _plain_path(rel: str) -> bool:
@@ -974,8 +985,8 @@ def _resolves_inside(site: str, path: str) -> bool:
 
 def _through_symlink(site: str, rel: str) -> bool:
     """Whether site/rel is, or is reached through, a symlink: not the file patchkit wrote there."""
-    root = os.path.realpath(site)
-    return os.path.realpath(os.path.join(root, rel)) != os.path.normpath(os.path.join(root, rel))
+    root, rest = _base(site, rel)
+    return os.path.realpath(os.path.join(root, rest)) != os.path.normpath(os.path.join(root, rest))
 
 
 def _read_regular(path: str, limit: int | None, *, follow: bool = False) -> bytes | None:

@@ -35,7 +35,7 @@ from patchkit.base.hashing import sha256
 from patchkit.distinfo.entry_points import metadata_directories, parse_entry_points
 from patchkit.store.objects import read_object
 from patchkit.store.state import META_DIR, State, read_state, state_path
-from patchkit.tree.target import Target, names_of, vllm_metadata_dirs
+from patchkit.tree.target import Target, names_of, startup_prefix, vllm_metadata_dirs
 
 DISTRIBUTION = "patchkit-guard"
 MODULE = "patchkit_guard.py"
@@ -357,6 +357,7 @@ def launch_verdict(root: Path, state: State | None = None, prefix: str | None = 
     declared, unreadable = _declared(root)
     if unreadable or not (declared and (root / MODULE).is_file()):
         return _target_guard().Verdict(unreadable)
+    prefix = launch_prefix(root) if prefix is None else prefix
     unknown = _unknown_module(root, state)
     closed = ", ".join(f"{path} ({stat.S_IMODE(mode):04o})" for path, mode in unreadable_by_others(root, state))
     hidden = [f"{OTHERS_CANNOT_READ} {closed}"] if closed else []
@@ -368,10 +369,17 @@ def launch_verdict(root: Path, state: State | None = None, prefix: str | None = 
     return _target_guard().Verdict(unknown + hidden + found.problems + named, found.stock_again, found.whole)
 
 
+def launch_prefix(root: Path) -> str:
+    """The pycache prefix a launch of `root` from this environment reads bytecode under ("": none):
+    the one its interpreter's start-up sets (a .pth line, sitecustomize), else this process's."""
+    found = startup_prefix(root)
+    return (sys.pycache_prefix or "") if found is None else found
+
+
 def _prefixed_as_named(root: Path, prefix: str | None, said: list[str]) -> list[str]:
     """The stale bytecode under the pycache prefix at the other paths this run reached the tree by
     (a symlinked site): Python keys it by the import path as given, and the guard judges it there."""
-    if not (sys.pycache_prefix if prefix is None else prefix):
+    if not (launch_prefix(root) if prefix is None else prefix):
         return []
     found: list[str] = []
     for name in names_of(root):
@@ -661,8 +669,9 @@ _PREFIXED_STALE = PREFIXED + " " + STALE_BYTECODE
 
 def stale_under_prefix(root: Path, paths: list[str], prefix: str | None) -> list[tuple[str, Path]]:
     """(source, .pyc) for each stale unchecked-hash .pyc of `paths` under the pycache `prefix` (None:
-    this process's), which Python reads in place of __pycache__: none without a prefix."""
-    if not (sys.pycache_prefix if prefix is None else prefix):
+    the launch's, launch_prefix), which Python reads in place of __pycache__: none without a prefix."""
+    prefix = launch_prefix(root) if prefix is None else prefix
+    if not prefix:
         return []
     # the tree as named too (a symlinked site): the path Python keys the launch's bytecode by
     found: dict[str, str] = {}

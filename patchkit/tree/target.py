@@ -72,6 +72,23 @@ def names_of(root: Path) -> list[str]:
     return list(_NAMED_AS.get(root, ()))
 
 
+# The pycache prefix the interpreter of a tree sets at its start-up (a .pth line, sitecustomize:
+# `sys.pycache_prefix = ...`), as its probe found it: every launch of it reads bytecode there, whatever
+# its environment says, and the guard in it judges that mirror; patchkit's own process never ran that code.
+_STARTUP_PREFIX: dict[Path, str] = {}
+
+
+def startup_prefix(root: Path) -> str | None:
+    """The pycache prefix the start-up of `root`'s interpreter sets ("": it clears one), None: none known."""
+    return _STARTUP_PREFIX.get(root)
+
+
+def _note_startup_prefix(root: Path, info: dict, cwd: str | None) -> None:
+    prefix = info.get("pycache_prefix")
+    if info.get("prefix_set_at_startup") is True and isinstance(prefix, (str, type(None))):
+        _STARTUP_PREFIX[root] = os.path.join(cwd or os.sep, prefix) if prefix else ""
+
+
 def from_directory(directory: str | os.PathLike) -> Target:
     root = Path(directory).resolve()
     given = os.path.abspath(directory)
@@ -151,6 +168,7 @@ def from_interpreter(
     named = os.path.dirname(os.path.abspath(package_dir.rstrip(os.sep)))
     root = _tree_of(Path(package_dir), named)
     _named_as(root, named)
+    _note_startup_prefix(root, info, cwd)
     return Target(
         root=root,
         found_by=found_by,
@@ -292,8 +310,11 @@ def resolve(target_dir: str | None, python: str | None, *, here: bool = False) -
         # The interpreter still judges syntax; the directory says where the files are.
         info = _probe(python, cwd=cwd)
         own = info.get("package_dir")
+        root = from_directory(target_dir).root
+        if isinstance(own, str) and os.path.realpath(own) == os.path.realpath(root / PACKAGE):
+            _note_startup_prefix(root, info, cwd)  # that interpreter runs this tree: its start-up is the launch's
         return Target(
-            root=from_directory(target_dir).root,
+            root=root,
             found_by=f"--target {target_dir}",
             python=info["python"],
             python_vllm=own if isinstance(own, str) else "",
