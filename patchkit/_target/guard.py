@@ -42,7 +42,7 @@ ENV = "PATCHKIT_GUARD"
 # The number of the guard's checks: patchkit tells an older build's guard that judges a tree as it
 # does (the same number: a note, `apply` updates it) from one that may not (a failure until `apply`).
 # tests/test_guard_format.py holds it to this module's code: a change of the code bumps it.
-GUARD_FORMAT = 11
+GUARD_FORMAT = 12
 MAX_RECORD_BYTES = 16 * 1024 * 1024
 if TYPE_CHECKING:  # (vllm version or None, {path: recorded sha256 or None}, {path: its original's sha256 or None})
     Record = tuple[str | None, dict[str, str | None], dict[str, str | None]]
@@ -97,8 +97,8 @@ def refusal(site: str, problems: list[str]) -> str:
 
 def imported_sites() -> list[str]:
     """The site directory of the vllm this process imported (see imported_site); and when its
-    vllm/ is a symlink, the directory that symlink is in too: a record there (patchkit's apply
-    through it) is judged as well, and its files, reached through a symlink, are a change."""
+    vllm/ is a symlink, the directory that symlink is in too: vllm/ moved to another volume, its
+    dist-info and patchkit's record left there (patchkit applies through that one symlink)."""
     site = imported_site()
     if site is None:
         return []
