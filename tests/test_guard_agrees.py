@@ -618,6 +618,16 @@ def saved_a_symlink_out_of_the_tree(tree: Tree) -> None:
     (tree.site / ".patchkit/saved").symlink_to(elsewhere)
 
 
+def created_file_closed_then_vllm_moved(tree: Tree) -> None:
+    """A file an older patchkit created 0600, then vllm/ moved to another volume: another user's
+    launch is refused for it there too."""
+    created_file_closed_by_an_older_patchkit(tree)
+    elsewhere = tree.site.parent / "elsewhere"
+    elsewhere.mkdir()
+    (tree.site / "vllm").rename(elsewhere / "vllm")
+    (tree.site / "vllm").symlink_to(elsewhere / "vllm")
+
+
 SYMLINKED = [
     recorded_file_a_symlink_to_its_copy,
     vllm_moved_elsewhere_holding_a_symlink_out,
@@ -643,6 +653,7 @@ CLOSED_TO_OTHERS = [
     record_closed_by_an_older_patchkit,
     guard_closed_by_an_older_patchkit,
     created_file_closed_by_an_older_patchkit,
+    created_file_closed_then_vllm_moved,
 ]
 
 

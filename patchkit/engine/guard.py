@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 from patchkit import __version__
 from patchkit.base import hints
 from patchkit.base.errors import BadInput, PatchkitError, TargetError
-from patchkit.base.fsutil import NotRegularFile, read_file, read_regular
+from patchkit.base.fsutil import NotRegularFile, judged_inside, read_file, read_regular
 from patchkit.base.hashing import sha256
 from patchkit.distinfo.entry_points import metadata_directories, parse_entry_points
 from patchkit.store.objects import read_object
@@ -457,7 +457,9 @@ def _closed_mode(root: Path, real_root: str, rel: str, *, directory: bool) -> in
     """The mode of root/rel when it is a regular file (or directory) other users cannot read; None
     otherwise (absent, a symlink, under one: never changed through it, or open to them). `real_root`:
     os.path.realpath(root)."""
-    if ".." in rel.split("/") or os.path.realpath(root / rel) != os.path.join(real_root, rel):
+    base = judged_inside(root, rel)  # a moved vllm/ (a symlink to its directory): its files are judged there
+    real = os.path.join(real_root, rel) if base == root else os.path.join(os.path.realpath(base), rel.partition("/")[2])
+    if ".." in rel.split("/") or os.path.realpath(root / rel) != real:
         return None
     try:
         info = os.lstat(root / rel)
