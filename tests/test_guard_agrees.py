@@ -1411,15 +1411,18 @@ class Venv:
     site: Path
     library: Path
     model: Path
+    by: str = "--python"  # how the commands name it: --python, or --target its site-packages
+
+    def own(self) -> tuple[object, ...]:
+        return (self.by, self.python if self.by == "--python" else self.site, "--patches", self.library)
 
     def cli(self, *args: object):
-        return run_cli(*args, "--python", self.python, "--patches", self.library)
+        return run_cli(*args, *self.own())
 
     def launch(self, command: str):
         extra = ("--no-import",) if command == "preflight" else ()
         stand_in = str(self.python.parent / "vllm")
-        own = ("--python", self.python, "--patches", self.library)
-        return run_cli(command, *own, *extra, "--", stand_in, "serve", str(self.model))
+        return run_cli(command, *self.own(), *extra, "--", stand_in, "serve", str(self.model))
 
     def guard(self) -> subprocess.CompletedProcess:
         """The guard as vLLM loads it, in the venv's own interpreter (its start-up, its .pth files)."""
@@ -1428,7 +1431,7 @@ class Venv:
         return subprocess.run(command, capture_output=True, text=True, env=clean, timeout=60, check=False)
 
 
-def _venv(tmp_path: Path) -> Venv:
+def _venv(tmp_path: Path, by: str = "--python") -> Venv:
     tree = _tree(tmp_path)
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", tmp_path / "venv"], check=True)
     python = tmp_path / "venv" / "bin" / "python"
@@ -1436,7 +1439,7 @@ def _venv(tmp_path: Path) -> Venv:
     pip_install(site, "0.16.0", stock_files("0.16.0"))
     (python.parent / "vllm").write_text("#!/bin/sh\nexit 0\n")
     (python.parent / "vllm").chmod(0o755)
-    return Venv(python, site, tree.library, tree.model)
+    return Venv(python, site, tree.library, tree.model, by)
 
 
 def _venv_applied(venv: Venv) -> None:
@@ -1502,6 +1505,13 @@ def startup_prefix_holds_patched_bytecode(venv: Venv) -> None:
     _prefixed_unchecked_pyc(venv, _startup_prefix(venv), (venv.site / SPEC).read_text())
 
 
+def sitecustomize_prefix_holds_stock_bytecode(venv: Venv) -> None:
+    _venv_applied(venv)
+    prefix = venv.site.parents[3] / "pfx"
+    (venv.site / "sitecustomize.py").write_text(f"import sys\nsys.pycache_prefix = {str(prefix)!r}\n")
+    _prefixed_unchecked_pyc(venv, prefix, stock_files("0.16.0")[SPEC])
+
+
 def vllm_moved_and_startup_prefix_holds_stock_bytecode(venv: Venv) -> None:
     vllm_moved_to_another_volume(venv)
     _prefixed_unchecked_pyc(venv, _startup_prefix(venv), stock_files("0.16.0")[SPEC])
@@ -1514,15 +1524,17 @@ VENV_CATALOGUE: list[Callable[[Venv], None]] = [
     vllm_moved_to_another_volume_before_apply,
     startup_prefix_holds_stock_bytecode,
     startup_prefix_holds_patched_bytecode,
+    sitecustomize_prefix_holds_stock_bytecode,
     vllm_moved_and_startup_prefix_holds_stock_bytecode,
 ]
 
 
+@pytest.mark.parametrize("by", ["--python", "--target"])
 @pytest.mark.parametrize("build", VENV_CATALOGUE, ids=lambda build: build.__name__)
-def test_through_the_interpreter_the_guard_refuses_exactly_when_the_commands_fail_and_the_fix_clears_it(
-    tmp_path, build
-):
-    venv = _venv(tmp_path)
+def test_in_a_venv_the_guard_refuses_exactly_when_the_commands_fail_and_the_fix_clears_it(tmp_path, build, by):
+    """--target names the venv's site-packages: its interpreter is asked too where its start-up code
+    names pycache_prefix."""
+    venv = _venv(tmp_path, by)
     build(venv)
     refuses = venv.guard().returncode != 0
     status = venv.cli("status", "--format", "json")

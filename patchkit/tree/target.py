@@ -305,6 +305,8 @@ def resolve(target_dir: str | None, python: str | None, *, here: bool = False) -
     if python is None:  # found here: the pip hints name it (a --python is the selection's own)
         found = from_directory(target_dir) if target_dir else from_interpreter(None)
         hints.knows_interpreter(found.python or venv_interpreter(found.root))
+        if target_dir:
+            _ask_startup_prefix(found.root)
         return found
     if target_dir and python:
         # The interpreter still judges syntax; the directory says where the files are.
@@ -320,6 +322,45 @@ def resolve(target_dir: str | None, python: str | None, *, here: bool = False) -
             python_vllm=own if isinstance(own, str) else "",
         )
     return from_interpreter(python, cwd=cwd)
+
+
+_IMPORTED = re.compile(r"^import\s+([A-Za-z_]\w*)", re.MULTILINE)
+_STARTUP_HEAD = 64 << 10  # a .pth file or a start-up module: a few lines
+
+
+def _ask_startup_prefix(root: Path) -> None:
+    """--target alone on a venv's site-packages whose start-up code names pycache_prefix (a .pth line,
+    sitecustomize or usercustomize there, a module of it a .pth line imports): the venv's interpreter
+    is asked what its start-up sets, as --python would be. Any other tree starts no interpreter."""
+    python = venv_interpreter(root)
+    if python is None or not _startup_names_prefix(root):
+        return
+    try:
+        info = _probe(python)
+    except TargetError:  # it cannot be asked: judged as before, by this process's prefix
+        return
+    own = info.get("package_dir")
+    if isinstance(own, str) and os.path.realpath(own) == os.path.realpath(root / PACKAGE):
+        _note_startup_prefix(root, info, None)
+
+
+def _startup_names_prefix(root: Path) -> bool:
+    try:
+        names = set(os.listdir(root))
+    except OSError:
+        return False
+    hooks = [n for n in names if n.endswith(".pth") or n in ("sitecustomize.py", "usercustomize.py")]
+    texts = [_head_of(root / name) for name in hooks]
+    imported = {f"{m}.py" for text in texts for m in _IMPORTED.findall(text.decode(errors="replace"))}
+    texts += [_head_of(root / name) for name in sorted(imported & names)]
+    return any(b"pycache_prefix" in text for text in texts)
+
+
+def _head_of(path: Path) -> bytes:
+    try:
+        return read_regular(path, _STARTUP_HEAD, follow_symlinks=True, head=True)
+    except OSError:
+        return b""
 
 
 def venv_interpreter(root: Path) -> str | None:
