@@ -1476,6 +1476,17 @@ def vllm_moved_to_another_volume_before_apply(venv: Venv) -> None:
     _venv_applied(venv)
 
 
+def vllm_moved_then_applied_at_its_volume_and_at_its_site(venv: Venv) -> None:
+    """An older patchkit applied the moved vllm/ as a tree of its own (its record beside it, no
+    dist-info there, no guard); this one records the site and installs the guard there: the record
+    left at the volume is no tree's the interpreter runs, for the guard as for the commands."""
+    volume = _move_vllm(venv).parent
+    done = run_cli("apply", "--no-import", "--target", volume, "--patches", venv.library, "--vllm-version", "0.16.0")
+    assert done.returncode == 0 and (volume / ".patchkit").is_dir(), done.stdout + done.stderr
+    done = venv.cli("apply", "--no-import")
+    assert done.returncode == 0 and (venv.site / "patchkit_guard.py").exists(), done.stdout + done.stderr
+
+
 def _startup_prefix(venv: Venv) -> Path:
     """A .pth line that sets the pycache prefix at start-up, as an image's sitecustomize may."""
     prefix = venv.site.parents[3] / "pfx"
@@ -1522,6 +1533,7 @@ VENV_CATALOGUE: list[Callable[[Venv], None]] = [
     vllm_moved_to_another_volume,
     vllm_moved_to_another_volume_then_edited,
     vllm_moved_to_another_volume_before_apply,
+    vllm_moved_then_applied_at_its_volume_and_at_its_site,
     startup_prefix_holds_stock_bytecode,
     startup_prefix_holds_patched_bytecode,
     sitecustomize_prefix_holds_stock_bytecode,

@@ -96,14 +96,22 @@ def refusal(site: str, problems: list[str]) -> str:
 
 
 def imported_sites() -> list[str]:
-    """The site directory of the vllm this process imported (see imported_site); and when its
-    vllm/ is a symlink, the directory that symlink is in too: vllm/ moved to another volume, its
-    dist-info and patchkit's record left there (patchkit applies through that one symlink)."""
+    """The site directory of the vllm this process imported (see imported_site). When its vllm/ is
+    a symlink, the directory that symlink is in, if that holds vLLM's dist-info or patchkit's record
+    (vllm/ moved to another volume: patchkit applies through that one symlink and keeps its record
+    there), else where it leads (a checkout's vllm/ linked in): the tree patchkit's commands judge
+    (patchkit.tree.target._tree_of)."""
     site = imported_site()
     if site is None:
         return []
     linked = _linked_package_parent()
-    return [site] + ([linked] if linked is not None and linked != site else [])
+    if linked is None or linked == site:
+        return [site]
+    try:
+        beside = bool(_vllm_dist_infos(linked)) or os.path.isdir(os.path.join(linked, ".patchkit"))
+    except OSError:  # not listable: not where patchkit applied
+        beside = False
+    return [linked] if beside else [site]
 
 
 def _linked_package_parent() -> str | None:
