@@ -332,6 +332,8 @@ def trial(
     # patchkit's own crash: every file recovery replaces or removes is the very one its commit staged
     if (tree / ".patchkit/saved").exists() or "kept, not written by it" in out + said:
         tally.failures.append(f"{where}: a file kept aside or as it was: {(out + said).strip()[-300:]}")
+    if "is not sealed with this user's key" in out + said:  # its own marker, sealed: never refused
+        tally.failures.append(f"{where}: its own journal refused as unsealed: {(out + said).strip()[-300:]}")
     return code
 
 

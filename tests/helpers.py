@@ -10,6 +10,7 @@ import importlib.util
 import json
 import os
 import pty
+import py_compile
 import re
 import shutil
 import signal
@@ -218,6 +219,18 @@ def open_ended_library(tree: Path, scratch: Path) -> Path:
     0002 patches the model file; what a release holding both changes is held against."""
     patches = [make_patch(scratch, tree, {SPEC: patched_spec()}), make_patch(scratch, tree, {MODEL: EAGLE_MODEL})]
     return write_library(scratch / "lib", {"0.16.0": patches}, versions={"0.16.0": ">=0.16.0"}, upstream=None)
+
+
+def stale_pyc_under_prefix(prefix: Path, site: Path, path: str) -> Path:
+    """An unchecked-hash .pyc of other bytes than `path`'s under the pycache `prefix`, where Python reads
+    it when it imports from `site` as named (no symlink resolved): PREFIX/<directory>/<stem>.<tag>.pyc."""
+    mirror = prefix / str(site / path).lstrip("/")
+    mirror.parent.mkdir(parents=True, exist_ok=True)
+    other = prefix.parent / "other.py"
+    other.write_text("STOCK = True\n")
+    pyc = mirror.parent / f"{mirror.stem}.{sys.implementation.cache_tag}.pyc"
+    mode = py_compile.PycInvalidationMode.UNCHECKED_HASH
+    return Path(py_compile.compile(str(other), cfile=str(pyc), doraise=True, invalidation_mode=mode))
 
 
 def spec_and_model(site: Path) -> dict[str, bytes]:
@@ -671,6 +684,23 @@ document = {"ok": not broken, "error": None, "loaded": "stand-ins", "runs": 8 * 
 print(json.dumps(document))
 sys.exit(1 if broken else 0)
 """
+
+# a judge that finds every file it is given broken: the change is in, the behaviour is not
+FAILING_JUDGE = BEHAVIOUR_JUDGE.replace('"BROKEN = True" in f.read_text()', "True")
+PARSER = "vllm/tool_parsers/demo_parser.py"
+PARSER_STOCK = "class DemoParser:\n    BROKEN = True\n"
+PARSER_FIXED = "class DemoParser:\n    BROKEN = False\n"
+
+
+def judged_library(scratch: Path, judge: str = BEHAVIOUR_JUDGE) -> Path:
+    """An open-ended set fixing DemoParser (PARSER_STOCK -> PARSER_FIXED) with a behaviour test: `judge`."""
+    stock = write_tree(scratch / "stock", "0.16.0", {PARSER: PARSER_STOCK})
+    patch = make_patch(scratch, stock, {PARSER: PARSER_FIXED})
+    root = write_library(scratch / "judged", {"0.16.0": [patch]}, versions={"0.16.0": ">=0.16.0"}, upstream=None)
+    (root / "demo" / "judge.py").write_text(judge)
+    manifest = root / "demo" / "set.toml"
+    manifest.write_text('behaviour = "judge.py"\n' + manifest.read_text())
+    return root
 
 
 def install(wheel: Path, prefix: Path) -> Path:

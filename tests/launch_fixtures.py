@@ -8,16 +8,14 @@ from __future__ import annotations
 
 import json
 import os
-import py_compile
 import shutil
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 from cli_server import run_patchkit_with_pid
-from helpers import make_patch, run_cli, write_library, write_tree
+from helpers import make_patch, run_cli, stale_pyc_under_prefix, write_library, write_tree
 from packaging.version import Version
 
 from patchkit.series.library import default_root
@@ -261,6 +259,19 @@ def patchkit_run(
     return run_patchkit_with_pid(args, env, None, 120)
 
 
+def stale_under_a_prefix(
+    site: Path, library: Path, command: list[str], env: dict[str, str], marker: Path, prefix: Path, path: str
+) -> tuple[list[str], Path, subprocess.CompletedProcess[str]]:
+    """`patchkit run` of `command` under the pycache `prefix` launches (7) while nothing is stale there;
+    then, an unchecked-hash .pyc of other bytes than `path`'s planted there, it runs again:
+    (the launch under the prefix, the .pyc, that run)."""
+    prefixed = ["env", f"PYTHONPYCACHEPREFIX={prefix}", *command]
+    assert patchkit_run(site, library, prefixed, env)[1].returncode == 7  # launched: nothing stale yet
+    marker.unlink()
+    pyc = stale_pyc_under_prefix(prefix, site, path)
+    return prefixed, pyc, patchkit_run(site, library, prefixed, env)[1]
+
+
 def findings(done: subprocess.CompletedProcess[str]) -> dict[str, dict]:
     """A `--format json` preflight's findings by check name."""
     document = json.loads(done.stdout)
@@ -321,15 +332,3 @@ def eagle3_and_tools(tmp_path: Path) -> tuple[Path, Path, Path, Path]:
     declare(lib / "tools", 'tool_call_parsers = ["demo", "demo_v2"]')
     (lib / "library.toml").write_text('order = ["eagle3", "tools"]\n')
     return tree, lib, write_model(tmp_path / "target", DEEPSEEK_V3), write_model(tmp_path / "drafter", DRAFTER)
-
-
-def stale_pyc_under_prefix(prefix: Path, tree: Path, path: str) -> Path:
-    """An unchecked-hash .pyc of other bytes than `path`'s where Python reads its bytecode under the
-    pycache `prefix` (PREFIX/<the source's absolute directory>/<stem>.<tag>.pyc)."""
-    mirror = prefix / str(tree.resolve() / path).lstrip("/")
-    mirror.parent.mkdir(parents=True, exist_ok=True)
-    other = prefix.parent / "other.py"
-    other.write_text("STOCK = True\n")
-    pyc = mirror.parent / f"{mirror.stem}.{sys.implementation.cache_tag}.pyc"
-    mode = py_compile.PycInvalidationMode.UNCHECKED_HASH
-    return Path(py_compile.compile(str(other), cfile=str(pyc), doraise=True, invalidation_mode=mode))

@@ -8,11 +8,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from helpers import BEHAVIOUR_JUDGE, Releases, cli_runner, make_patch, write_library, write_tree
+from helpers import PARSER, PARSER_STOCK, Releases, cli_runner, judged_library
 
-PARSER = "vllm/tool_parsers/demo_parser.py"
-STOCK = "class DemoParser:\n    BROKEN = True\n"
-FIXED = "class DemoParser:\n    BROKEN = False\n"
 FIXED_UPSTREAM = "class DemoParser:\n    BROKEN = None  # fixed upstream, another way\n"
 CHANGED_STILL_BROKEN = "class DemoParser:\n    KIND = 2\n    BROKEN = True\n"
 
@@ -25,18 +22,12 @@ def private_cache(tmp_path, monkeypatch):
 @pytest.fixture
 def library(tmp_path):
     """An open-ended set (its fix pending upstream) with a behaviour test."""
-    tree = write_tree(tmp_path / "base", "0.16.0", {PARSER: STOCK})
-    patch = make_patch(tmp_path, tree, {PARSER: FIXED})
-    root = write_library(tmp_path / "lib", {"0.16.0": [patch]}, versions={"0.16.0": ">=0.16.0"}, upstream=None)
-    (root / "demo" / "judge.py").write_text(BEHAVIOUR_JUDGE)
-    manifest = root / "demo" / "set.toml"
-    manifest.write_text('behaviour = "judge.py"\n' + manifest.read_text())
-    return root
+    return judged_library(tmp_path)
 
 
 def latest(tmp_path, monkeypatch, library, newest: str, fmt: str = "json"):
     releases = Releases(tmp_path / "index", monkeypatch)
-    releases.add("0.16.0", {PARSER: STOCK})
+    releases.add("0.16.0", {PARSER: PARSER_STOCK})
     releases.add("0.17.0", {PARSER: newest})
     return cli_runner()("verify", "--latest", "--patches", library, "--format", fmt)
 

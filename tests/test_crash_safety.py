@@ -12,6 +12,8 @@ import json
 import os
 import random
 import signal
+import subprocess
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -610,24 +612,57 @@ def test_a_planted_journal_cannot_delete_another_packages_files(tmp_path):
 
 
 @pytest.mark.parametrize("sealed_by", ["this user", "another key"])
-def test_an_interrupted_apply_is_rolled_back_by_status_with_copies_only_under_another_key(
-    scenario, work, steps, sealed_by
-):
-    """A kill past the apply's last replace: `status` rolls it back. Sealed by this user's key, the
-    marker proves each file is the one the commit staged: no copy. Sealed by another key (another
-    user's or machine's crash), its identities prove nothing: each file is kept in .patchkit/saved/."""
+def test_an_interrupted_apply_is_rolled_back_by_status_only_under_this_users_key(scenario, work, steps, sealed_by):
+    """A kill past the apply's last replace: `status` rolls it back, no copy kept, when this user's
+    key sealed the marker. Sealed by another key (another user's or machine's crash, or planted), it
+    proves nothing: `status` refuses (exit 2), changing nothing, and names `recover --roll-back`,
+    which rolls it back on the user's word, keeping each file it replaces in .patchkit/saved/."""
     tree = scenario.fresh("stock", work)
     code, _ = ct.run_cli(["apply", *scenario.args(tree, "apply")], f"{steps['apply'] - 1}:kill")
     assert code == -signal.SIGKILL and (tree / ".patchkit/staged.json").exists()
-    if sealed_by == "another key":
-        marker = json.loads((tree / ".patchkit/staged.json").read_text())
-        del marker["seal"]
-        payload = b"staged-marker\0" + str(tree.resolve()).encode() + b"\0" + seal.canonical(marker)
-        marker["seal"] = hmac.new(os.urandom(32), payload, hashlib.sha256).hexdigest()
-        (tree / ".patchkit/staged.json").write_text(json.dumps(marker))
+    if sealed_by == "this user":
+        code, said = ct.run_cli(["status", *scenario.args(tree)])
+        assert "rolled back" in said and not (tree / ".patchkit/journal.json").exists(), said
+        assert scenario.whole(tree) == "stock" and not (tree / ".patchkit/saved").exists(), said
+        assert "a copy is kept in" not in said, said
+        return
+    marker = json.loads((tree / ".patchkit/staged.json").read_text())
+    del marker["seal"]
+    payload = b"staged-marker\0" + str(tree.resolve()).encode() + b"\0" + seal.canonical(marker)
+    marker["seal"] = hmac.new(os.urandom(32), payload, hashlib.sha256).hexdigest()
+    (tree / ".patchkit/staged.json").write_text(json.dumps(marker))
+    crashed = ct.fingerprint(tree)
     code, said = ct.run_cli(["status", *scenario.args(tree)])
-    assert "rolled back" in said and not (tree / ".patchkit/journal.json").exists(), said
-    assert scenario.whole(tree) == "stock", said
-    copies = tree / ".patchkit/saved"
-    assert copies.exists() is (sealed_by == "another key"), said
-    assert ("a copy is kept in" in said) is (sealed_by == "another key"), said
+    assert code == 2 and "is not sealed with this user's key" in said and "nothing was touched" in said, said
+    assert ct.fingerprint(tree) == crashed and (tree / ".patchkit/journal.json").exists(), said
+    said = " ".join(said.split())
+    assert f"recover --target {tree} --roll-back" in said and f"recover --target {tree} --discard" in said, said
+    code, said = ct.run_cli(["recover", "--roll-back", *scenario.args(tree, "recover")])
+    assert code == 0 and "rolled back" in said and "a copy is kept in" in said, said
+    assert scenario.whole(tree) == "stock" and not (tree / ".patchkit/journal.json").exists(), said
+
+
+def test_a_crash_under_a_key_that_could_not_be_kept_is_refused_saying_why(scenario, work, steps, tmp_path):
+    """The state directory cannot hold the key (here a file in its place): each run seals with a key
+    of its own, so the next run cannot verify a genuine crash's marker. It refuses, changing nothing,
+    names what to fix, and `recover --roll-back` rolls the crash back (copies kept)."""
+    tree = scenario.fresh("stock", work)
+    (tmp_path / "state").write_text("not a directory")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PATCHKIT_FAULT")}
+    env |= {"XDG_STATE_HOME": str(tmp_path / "state"), "PATCHKIT_FAULT_MODE": "kill"}
+
+    def patchkit(*args: str, plan: str = "") -> subprocess.CompletedProcess:
+        command = [sys.executable, "-m", "patchkit", *args]
+        return subprocess.run(command, env={**env, "PATCHKIT_FAULT_AFTER": plan}, capture_output=True, text=True)
+
+    killed = patchkit("apply", *scenario.args(tree, "apply"), plan=str(steps["apply"] - 1))
+    assert killed.returncode == -signal.SIGKILL and (tree / ".patchkit/staged.json").exists(), killed.stderr
+    crashed = ct.fingerprint(tree)
+    done = patchkit("status", *scenario.args(tree))
+    said = " ".join(done.stderr.split())
+    assert done.returncode == 2 and "this run could not keep its key" in said, said
+    assert f"cannot use {tmp_path / 'state'}" in said and f"make {tmp_path / 'state'}/patchkit a directory" in said
+    assert ct.fingerprint(tree) == crashed, said
+    done = patchkit("recover", "--roll-back", *scenario.args(tree, "recover"))
+    assert done.returncode == 0 and "a copy is kept in" in done.stdout + done.stderr, done.stderr
+    assert scenario.whole(tree) == "stock" and not (tree / ".patchkit/journal.json").exists()

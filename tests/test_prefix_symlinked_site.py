@@ -5,13 +5,19 @@ one the user named (--target) or the interpreter imports vllm from (--python), n
 
 from __future__ import annotations
 
-import py_compile
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
-from helpers import MODEL_PY, load_plugins_like_vllm, make_patch, purelib, run_cli, write_tree
+from helpers import (
+    MODEL_PY,
+    load_plugins_like_vllm,
+    make_patch,
+    purelib,
+    run_cli,
+    stale_pyc_under_prefix,
+    write_tree,
+)
 from launch_fixtures import (
     DEEPSEEK,
     DEEPSEEK_V3,
@@ -20,24 +26,13 @@ from launch_fixtures import (
     findings,
     patchkit_run,
     serve,
+    stale_under_a_prefix,
     stand_in_launch,
     write_eagle3_setup,
     write_model,
 )
 
 MODEL = "vllm/models/model.py"
-
-
-def _stale_pyc(prefix: Path, site_as_named: Path, path: str) -> Path:
-    """An unchecked-hash .pyc of other bytes than `path`'s under `prefix`, at the path Python keys it
-    by when it imports from `site_as_named` (no symlink resolved)."""
-    mirror = prefix / str(site_as_named / path).lstrip("/")
-    mirror.parent.mkdir(parents=True, exist_ok=True)
-    other = prefix.parent / "other-source.py"
-    other.write_text("STOCK = True\n")
-    pyc = mirror.parent / f"{mirror.stem}.{sys.implementation.cache_tag}.pyc"
-    mode = py_compile.PycInvalidationMode.UNCHECKED_HASH
-    return Path(py_compile.compile(str(other), cfile=str(pyc), doraise=True, invalidation_mode=mode))
 
 
 @pytest.fixture
@@ -55,7 +50,7 @@ def linked(tmp_path, scratch):
 def test_status_through_a_symlinked_target_judges_the_prefix_where_the_launch_reads_it(linked, tmp_path):
     link, diff = linked
     prefix = tmp_path / "pfx"
-    pyc = _stale_pyc(prefix, link, MODEL)
+    pyc = stale_pyc_under_prefix(prefix, link, MODEL)
     env = {"PYTHONPYCACHEPREFIX": str(prefix)}
     assert load_plugins_like_vllm(link, **env).returncode != 0  # the guard refuses: the stock .pyc would run
     done = run_cli("status", "--target", link, "--patch", diff, env=env)
@@ -75,7 +70,7 @@ def test_status_through_an_interpreter_importing_from_a_symlinked_path_judges_th
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
     (purelib(venv / "bin" / "python") / "site-link.pth").write_text(f"{link}\n")
     prefix = tmp_path / "pfx"
-    pyc = _stale_pyc(prefix, link, MODEL)
+    pyc = stale_pyc_under_prefix(prefix, link, MODEL)
     env = {"PYTHONPYCACHEPREFIX": str(prefix)}
     done = run_cli("status", "--python", venv / "bin" / "python", "--patch", diff, env=env)
     assert done.returncode != 0 and f"{pyc} (under the pycache prefix)" in " ".join(done.stdout.split()), done.stdout
@@ -85,7 +80,7 @@ def test_apply_through_a_symlinked_target_removes_the_stale_bytecode_the_launch_
     """apply fixes what the guard refuses: the stale .pyc under the prefix at the path named."""
     link, diff = linked
     prefix = tmp_path / "pfx"
-    pyc = _stale_pyc(prefix, link, MODEL)
+    pyc = stale_pyc_under_prefix(prefix, link, MODEL)
     env = {"PYTHONPYCACHEPREFIX": str(prefix)}
     done = run_cli("apply", "--target", link, "--patch", diff, env=env)
     assert done.returncode == 0 and not pyc.exists(), done.stdout + done.stderr
@@ -98,7 +93,7 @@ def test_preflight_through_a_symlinked_target_fails_where_the_guard_refuses(tmp_
     link = tmp_path / "site-link"
     link.symlink_to(tree, target_is_directory=True)
     prefix = tmp_path / "pfx"
-    pyc = _stale_pyc(prefix, link, DEEPSEEK)
+    pyc = stale_pyc_under_prefix(prefix, link, DEEPSEEK)
     command = serve(write_model(tmp_path / "ds", DEEPSEEK_V3), write_model(tmp_path / "drafter", DRAFTER))
     launch = ["env", f"PYTHONPYCACHEPREFIX={prefix}", *command]
     args = ("preflight", "--target", link, "--patches", library, "--format", "json", "--no-import", "--")
@@ -117,12 +112,7 @@ def test_run_through_a_symlinked_target_does_not_launch_what_the_guard_refuses(t
     assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     link = tmp_path / "site-link"
     link.symlink_to(tree, target_is_directory=True)
-    prefix = tmp_path / "pfx"
-    prefixed = ["env", f"PYTHONPYCACHEPREFIX={prefix}", *command]
-    assert patchkit_run(link, library, prefixed, env)[1].returncode == 7  # launched: nothing stale yet
-    marker.unlink()
-    pyc = _stale_pyc(prefix, link, KIMI)
-    _, done = patchkit_run(link, library, prefixed, env)
+    prefixed, pyc, done = stale_under_a_prefix(link, library, command, env, marker, tmp_path / "pfx", KIMI)
     said = " ".join(done.stdout.split())
     assert done.returncode == 1 and not marker.exists(), said + done.stderr
     assert f"{pyc} (under the pycache prefix) is unchecked-hash bytecode" in said, said

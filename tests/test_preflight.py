@@ -532,7 +532,7 @@ def test_stale_bytecode_under_the_launchs_pycache_prefix_fails_naming_its_remova
     tree, library, models = setup
     assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     prefix = tmp_path / "pfx"
-    pyc = stale_pyc_under_prefix(prefix, tree, DEEPSEEK)
+    pyc = stale_pyc_under_prefix(prefix, tree.resolve(), DEEPSEEK)
     command = serve(models["deepseek"], models["drafter"])
     assert preflight(tree, library, *command).returncode == 0  # no prefix: that .pyc is never read
     inherited = {**os.environ, "PYTHONPYCACHEPREFIX": str(prefix)}

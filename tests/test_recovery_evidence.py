@@ -322,10 +322,16 @@ def _chmodded(tree: Path) -> Path:
 def test_a_tree_copied_or_chmodded_after_a_crash_still_gets_its_originals_back(crashed, tmp_path, how):
     """The ctime alone decided: after `cp -a` (every ctime new) or a chmod of the journal, recovery
     kept the patched files, dropped the journal and the saved originals, and `revert` said the tree
-    was stock. Their bytes are the journal's and the originals are vLLM's own (RECORD): restore."""
+    was stock. Their bytes are the journal's and the originals are vLLM's own (RECORD): restore.
+    A copy is another tree, for which the marker was not sealed: only on the user's word."""
     tree, stock = crashed
     tree = _moved(tree, tmp_path / "moved") if how == "copy" else _chmodded(tree)
-    done = _patchkit("recover", "--target", tree)
+    if how == "copy":
+        patched = snapshot(tree)
+        refused = _patchkit("recover", "--target", tree)
+        assert refused.returncode == 2 and "is not sealed with this user's key" in refused.stderr, refused.stderr
+        assert snapshot(tree) == patched
+    done = _patchkit("recover", "--target", tree, *(["--roll-back"] if how == "copy" else []))
     assert done.returncode == 0, done.stderr
     assert "2 file(s) restored" in done.stdout, done.stdout
     assert snapshot(tree) == stock
@@ -336,12 +342,13 @@ def test_a_copied_tree_is_rolled_back_keeping_aside_the_files_it_replaces(crashe
     """A copy of the tree after the crash (new inodes): the marker shows the commit reached both
     files, but neither is the very file it staged. They go back to their originals, whatever
     vouches for those (here nothing: no RECORD), and a copy of each file replaced is kept, said
-    with the command that puts it back."""
+    with the command that puts it back. The marker was sealed for the other tree: only on the
+    user's `recover --roll-back`."""
     tree, stock = crashed
     (tree / "vllm-0.16.0.dist-info/RECORD").unlink()
     tree = _moved(tree, tmp_path / "moved")
     patched = snapshot(tree)
-    done = _patchkit("recover", "--target", tree)
+    done = _patchkit("recover", "--target", tree, "--roll-back")
     assert done.returncode == 0, done.stderr
     said = " ".join(done.stdout.split())
     assert "2 file(s) restored" in said and f"nothing showed it wrote {MODEL}, {SPEC}, so a copy is kept in" in said
@@ -367,7 +374,7 @@ def test_a_fetched_tree_whose_record_was_removed_is_told_to_fetch_it_again(crash
     (tree / ".patchkit/state.json").unlink(missing_ok=True)
     (tree / ".patchkit/objects" / sha256(stock[SPEC])).unlink()  # an original gone: it cannot go back
     tree = _moved(tree, tmp_path / "moved")
-    done = _patchkit("recover", "--target", tree)
+    done = _patchkit("recover", "--target", tree, "--roll-back")
     assert done.returncode == 2, done.stderr
     assert f"`patchkit fetch 0.16.0 --dest {tree} --force`" in done.stderr and "pip" not in done.stderr, done.stderr
     assert f"The saved originals are in {tree}/.patchkit/objects" in done.stderr, done.stderr
@@ -380,7 +387,7 @@ def test_a_damaged_saved_original_is_named_as_the_cause(crashed, tmp_path):
     tree = _moved(tree, tmp_path / "moved")
     with open(tree / ".patchkit/objects" / sha256(stock[SPEC]), "ab") as fh:
         fh.write(b"x\n")
-    done = _patchkit("recover", "--target", tree)
+    done = _patchkit("recover", "--target", tree, "--roll-back")
     assert done.returncode == 2, done.stderr
     assert f"the saved original of {SPEC} is damaged" in done.stderr, done.stderr
     assert "copied" not in done.stderr, done.stderr

@@ -2,9 +2,9 @@
 next command, `status` included, delete or overwrite a file with no copy kept (issue 20, review
 30 H1). Recovery acts on a file only on evidence its commit made (the marker staged.json, the
 staged file's identity); a file's ctime is no evidence, since a `chmod -R`, a `chown -R` or a tar
-round trip gives every file a new one. Where it acts without the file's identity (a planted
-marker), the file it replaces or removes is kept in .patchkit/saved/, with the command that puts
-it back."""
+round trip gives every file a new one. A marker not sealed with this user's key (planted) is
+refused, nothing touched, the record included; on the user's `recover --roll-back` each file it
+replaces or removes is kept in .patchkit/saved/, with the command that puts it back."""
 
 from __future__ import annotations
 
@@ -37,8 +37,14 @@ PIP = b"__version__ = '25.0'\n"
 
 
 def _status(tree: Path) -> tuple[int, str]:
+    return _run(tree, "status")
+
+
+def _run(tree: Path, *args: str) -> tuple[int, str]:
+    """patchkit ARGS on the tree (`--target` added unless given): its exit code and its output, one line."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PATCHKIT_FAULT")}
-    done = run_patchkit(["status", "--target", str(tree)], env, None, 120)
+    target = [] if "--target" in args else ["--target", str(tree)]
+    done = run_patchkit([*args, *target], env, None, 120)
     return done.returncode, " ".join((done.stdout + done.stderr).split())
 
 
@@ -191,16 +197,20 @@ def _planted_marker(tree: Path, paths: list[str]) -> None:
 
 
 @pytest.mark.parametrize("change", ["chmod-R", "tar", "none"])
-def test_a_planted_journal_and_marker_keep_a_copy_of_every_file_they_replace_or_remove(tmp_path, change):
-    """With a planted marker too, recovery takes the files as reached; none is the very file a
-    commit staged, so each is kept in .patchkit/saved/ before it goes, and the command it names
-    puts them back: nothing is lost."""
+def test_a_planted_journal_and_marker_are_refused_and_rolled_back_only_on_the_users_word(tmp_path, change):
+    """With a planted marker too (not sealed), recovery changes nothing and refuses (exit 2), naming
+    the two ways on. `recover --roll-back` (the user's word) takes the files as reached; none is the
+    very file a commit staged, so each is kept in .patchkit/saved/ before it goes, and the command
+    it names puts them back: nothing is lost."""
     tree = _tree(tmp_path)
     _plant(tree, [_created_mine(), _edited_spec(SPEC_PY.encode())], [SPEC_PY.encode()])
     _planted_marker(tree, ["mydata/notes.py", SPEC])
     tree = CHANGES[change](tree)
     code, said = _status(tree)
-    assert code != 2, said
+    assert code == 2 and "is not sealed with this user's key" in said, said
+    assert (tree / "mydata/notes.py").read_bytes() == MINE and (tree / SPEC).read_bytes() == HOTFIX
+    code, said = _run(tree, "recover", "--roll-back")
+    assert code == 0, said
     assert f"nothing showed it wrote {SPEC}, mydata/notes.py, so a copy is kept in" in said, said
     [back] = [c for c in re.findall(r"`([^`]+)`", said) if c.startswith("cp ")]
     subprocess.run(shlex.split(back), check=True)
@@ -230,17 +240,57 @@ def _stat_marker(tree: Path, paths: list[str], key: bytes | None) -> None:
 
 
 @pytest.mark.parametrize("key", [None, b"k" * 32], ids=["unsealed", "another-key"])
-def test_a_planted_marker_copying_the_files_stat_proves_nothing(tmp_path, key):
-    """The marker's identities are three numbers `stat` shows: planted with the real ones, recovery
-    still keeps a copy of the user's file it removes and of the hotfix it overwrites, and names the
-    command that puts them back."""
+def test_a_planted_marker_copying_the_files_stat_changes_nothing(tmp_path, key):
+    """The marker's identities are three numbers `stat` shows: planted with the real ones, unsealed
+    or sealed with a key not the user's, recovery writes no planted byte and removes no file: it
+    refuses (exit 2), says what it found, and names `recover --discard`, which removes the journal
+    and leaves every file as it is."""
     tree = _tree(tmp_path)
     _plant(tree, [_created_mine(), _edited_spec(SPEC_PY.encode())], [SPEC_PY.encode()])
     _stat_marker(tree, ["mydata/notes.py", SPEC], key)
-    code, said = _status(tree)
-    assert code != 2, said
-    assert f"nothing showed it wrote {SPEC}, mydata/notes.py, so a copy is kept in" in said, said
-    assert list((tree / ".patchkit/saved").rglob("notes.py")), said
-    [back] = [c for c in re.findall(r"`([^`]+)`", said) if c.startswith("cp ")]
-    subprocess.run(shlex.split(back), check=True)
+    for _ in range(2):  # a second command refuses as the first did: nothing was touched
+        code, said = _status(tree)
+        assert code == 2 and "names an unfinished transaction (abc123, 2 file(s): mydata/notes.py" in said, said
+        assert f"mydata/notes.py, {SPEC}), but its marker" in said and "nothing was touched" in said, said
+        assert (tree / "mydata/notes.py").read_bytes() == MINE and (tree / SPEC).read_bytes() == HOTFIX
+        assert not (tree / ".patchkit/saved").exists() and (tree / ".patchkit/journal.json").exists()
+    [discard] = [c for c in re.findall(r"`([^`]+)`", said) if c.endswith("--discard")]
+    code, said = _run(tree, *shlex.split(discard)[1:])
+    assert code == 0 and "removed the journal of an unfinished transaction (abc123); no file changed" in said
     assert (tree / "mydata/notes.py").read_bytes() == MINE and (tree / SPEC).read_bytes() == HOTFIX
+    assert not (tree / ".patchkit/journal.json").exists() and not (tree / ".patchkit/staged.json").exists()
+    assert not (tree / ".patchkit/saved").exists()
+    assert _status(tree)[0] != 2
+
+
+def _applied_record(tree: Path) -> bytes:
+    """A real apply's record of the user's hotfix (its original in the store): the record a planted
+    journal would erase."""
+    entry = {
+        "set": "demo",
+        "vllm_version": "0.16.0",
+        "release": None,
+        "applied_at": "2026-01-01T00:00:00+00:00",
+        "patches": [{"name": "p.diff", "sha256": "3" * 64}],
+        "files": {SPEC: {"before": sha256(SPEC_PY.encode()), "after": sha256(HOTFIX)}},
+    }
+    (tree / ".patchkit/objects").mkdir(parents=True)
+    (tree / ".patchkit/objects" / sha256(SPEC_PY.encode())).write_bytes(SPEC_PY.encode())
+    (tree / ".patchkit/state.json").write_text(json.dumps({"format": 1, "entries": [entry]}))
+    return (tree / ".patchkit/state.json").read_bytes()
+
+
+@pytest.mark.parametrize("key", [None, b"k" * 32], ids=["unsealed", "another-key"])
+@pytest.mark.parametrize("way", ["status", "recover --roll-back", "recover --discard"])
+def test_a_planted_journal_of_no_files_erases_no_record(tmp_path, key, way):
+    """A journal of no files whose previous record is none, with a marker of its id, removed the
+    tree's state.json (the guard then checked nothing, status said ok). The record changes only
+    under a marker sealed with this user's key: refused, and neither of the user's ways touches it."""
+    tree = _tree(tmp_path)
+    ours = _applied_record(tree)
+    _plant(tree, [], [], previous=None)
+    _stat_marker(tree, [], key)
+    code, said = _run(tree, *way.split())
+    assert (tree / ".patchkit/state.json").read_bytes() == ours, said
+    assert (code == 2) is (way == "status"), said
+    assert (tree / ".patchkit/objects" / sha256(SPEC_PY.encode())).exists()

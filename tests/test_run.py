@@ -24,7 +24,7 @@ from launch_fixtures import (
     SPEC,
     patchkit_run,
     serve,
-    stale_pyc_under_prefix,
+    stale_under_a_prefix,
     stand_in_launch,
     write_model,
 )
@@ -577,12 +577,8 @@ def test_stale_bytecode_under_the_launchs_pycache_prefix_is_not_launched_and_its
     tree, library, command, env, marker = launch
     env, _ = own_cache(env, tmp_path)
     assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
-    prefix = tmp_path / "pfx"
-    prefixed = ["env", f"PYTHONPYCACHEPREFIX={prefix}", *command]
-    assert patchkit_run(tree, library, prefixed, env)[1].returncode == 7  # warm: its findings kept
-    marker.unlink()
-    pyc = stale_pyc_under_prefix(prefix, tree, KIMI)
-    _, done = patchkit_run(tree, library, prefixed, env)
+    # the first launch is warm: its findings kept
+    prefixed, pyc, done = stale_under_a_prefix(tree, library, command, env, marker, tmp_path / "pfx", KIMI)
     assert_clean_failure(done, 1)
     said = " ".join(done.stdout.split())
     assert not marker.exists() and f"{pyc} (under the pycache prefix) is unchecked-hash bytecode" in said, said

@@ -22,9 +22,14 @@ pytestmark = [pytest.mark.release, pytest.mark.slow]
 
 PATCHKIT = [sys.executable, "-m", "patchkit"]
 KILLS = 12
+# The kills in parts of PART, each part a group of its own (tests/xdist_groups.py): make test's workers
+# share them, where the 12 kills in one test were minutes of one worker's wall time.
+PART = 3
+PARTS = [pytest.param(first, marks=pytest.mark.xdist_group(f"sigkill-{first}")) for first in range(0, KILLS, PART)]
 
 
-def test_sigkill_during_a_large_apply_leaves_old_or_new(tmp_path):
+@pytest.mark.parametrize("first", PARTS)
+def test_sigkill_during_a_large_apply_leaves_old_or_new(tmp_path, first):
     old = release_tree("0.32.0", all_python=True)
     new = release_tree("0.33.0", all_python=True)
     diff = tmp_path / "release.diff"
@@ -43,10 +48,10 @@ def test_sigkill_during_a_large_apply_leaves_old_or_new(tmp_path):
     subprocess.run([*PATCHKIT, "revert", "-q", *args], check=True, env=env)
     assert snapshot(site) == old_tree
 
-    rng = random.Random(20261129)
+    rng = random.Random(20261129 + first)
     outcomes = []
     journal = site / ".patchkit" / "journal.json"
-    for attempt in range(KILLS):
+    for attempt in range(first, first + PART):
         proc = subprocess.Popen(
             [*PATCHKIT, "apply", "-q", *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )

@@ -12,17 +12,18 @@ import pytest
 from helpers import (
     BEHAVIOUR_JUDGE,
     EAGLE_MODEL,
+    FAILING_JUDGE,
     MODEL,
     MODEL_PY,
+    PARSER,
+    PARSER_FIXED,
     SPEC,
     Releases,
-    make_patch,
+    judged_library,
     patched_spec,
     pip_install,
     spec_and_model,
     verify,
-    write_library,
-    write_tree,
 )
 
 from patchkit.store.state import read_state
@@ -76,34 +77,12 @@ def test_revert_without_a_record_reverses_only_what_is_not_stock(run, tmp_path, 
     assert (site / SPEC).read_text() == patched_spec()  # as RECORD lists it
 
 
-# a judge that finds every file it is given broken: the change is in, the behaviour is not
-FAILING_JUDGE = BEHAVIOUR_JUDGE.replace('"BROKEN = True" in f.read_text()', "True")
-PARSER = "vllm/tool_parsers/demo_parser.py"
-STOCK = "class DemoParser:\n    BROKEN = True\n"
-FIXED = "class DemoParser:\n    BROKEN = False\n"
-
-
-def judged_library(scratch: Path, judge: str) -> Path:
-    """An open-ended set fixing DemoParser, with a behaviour test: `judge` (helpers.BEHAVIOUR_JUDGE)."""
-    stock = write_tree(scratch / "stock", "0.16.0", {PARSER: STOCK})
-    root = write_library(
-        scratch / "judged",
-        {"0.16.0": [make_patch(scratch, stock, {PARSER: FIXED})]},
-        versions={"0.16.0": ">=0.16.0"},
-        upstream=None,
-    )
-    (root / "demo" / "judge.py").write_text(judge)
-    manifest = root / "demo" / "set.toml"
-    manifest.write_text('behaviour = "judge.py"\n' + manifest.read_text())
-    return root
-
-
 @pytest.mark.parametrize(("judge", "verdict"), [(BEHAVIOUR_JUDGE, "passes"), (FAILING_JUDGE, "fails")])
 def test_verify_of_a_release_holding_the_change_runs_the_behaviour_test_on_its_stock_files(
     tmp_path, scratch, monkeypatch, judge, verdict
 ):
     library = judged_library(scratch, judge)
-    Releases(tmp_path / "index", monkeypatch).add("0.99.0", {PARSER: FIXED})
+    Releases(tmp_path / "index", monkeypatch).add("0.99.0", {PARSER: PARSER_FIXED})
     done = verify(library, "0.99.0")
     assert done.exit_code == 1, done.output
     [release] = json.loads(done.stdout)["releases"]

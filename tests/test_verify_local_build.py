@@ -5,33 +5,15 @@ A public release's stock files still get those words (issue 20 residuals, words3
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-from helpers import BEHAVIOUR_JUDGE, make_patch, pip_install, write_library, write_tree
-
-# a judge that finds every file it is given broken: the change is in, the behaviour is not
-FAILING_JUDGE = BEHAVIOUR_JUDGE.replace('"BROKEN = True" in f.read_text()', "True")
-PARSER = "vllm/tool_parsers/demo_parser.py"
-STOCK, FIXED = "class DemoParser:\n    BROKEN = True\n", "class DemoParser:\n    BROKEN = False\n"
-
-
-def judged_library(scratch: Path, judge: str) -> Path:
-    """An open-ended set fixing DemoParser, with a behaviour test: `judge`."""
-    stock = write_tree(scratch / "stock", "0.16.0", {PARSER: STOCK})
-    patch = make_patch(scratch, stock, {PARSER: FIXED})
-    root = write_library(scratch / "judged", {"0.16.0": [patch]}, versions={"0.16.0": ">=0.16.0"}, upstream=None)
-    (root / "demo" / "judge.py").write_text(judge)
-    manifest = root / "demo" / "set.toml"
-    manifest.write_text('behaviour = "judge.py"\n' + manifest.read_text())
-    return root
+from helpers import BEHAVIOUR_JUDGE, FAILING_JUDGE, PARSER, PARSER_FIXED, judged_library, pip_install
 
 
 @pytest.mark.parametrize(("judge", "code"), [(BEHAVIOUR_JUDGE, 0), (FAILING_JUDGE, 1)])
 def test_a_local_build_is_never_told_upstream_fixed_or_broke_it(run, tmp_path, scratch, judge, code):
     library = judged_library(scratch, judge)
     site = tmp_path / "corp"
-    pip_install(site, "0.16.0+corp7", {PARSER: FIXED})
+    pip_install(site, "0.16.0+corp7", {PARSER: PARSER_FIXED})
     done = run("verify", "--target", site, "--patches", library)
     said = " ".join(done.output.split())
     assert done.exit_code == code, said
@@ -48,6 +30,6 @@ def test_a_local_build_is_never_told_upstream_fixed_or_broke_it(run, tmp_path, s
 def test_a_public_releases_stock_files_still_say_upstream(run, tmp_path, scratch):
     library = judged_library(scratch, BEHAVIOUR_JUDGE)
     site = tmp_path / "release"
-    pip_install(site, "0.17.0", {PARSER: FIXED})
+    pip_install(site, "0.17.0", {PARSER: PARSER_FIXED})
     done = run("verify", "--target", site, "--patches", library)
     assert "upstream may have fixed this in 0.17.0: close the set's range" in done.output, done.output

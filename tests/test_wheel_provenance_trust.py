@@ -250,7 +250,8 @@ def test_revert_keeps_a_hotfix_a_record_of_the_librarys_own_set_calls_patched(tm
     for dry_run in (("--dry-run",), ()):
         done = tree.cli("revert", *dry_run)
         assert_clean_failure(done, 1)
-        assert "is not what the wheel's patches make of vLLM" in done.stderr, done.stderr
+        assert "are not what the wheel's patches make of vLLM" in done.stderr, done.stderr
+        assert f"\n  {SPEC}\n  {HOOK}\n" in done.stderr, done.stderr
         assert "keeping your version" in done.stderr and "--force` restores the stock file" in done.stderr, done.stderr
         assert snapshot(tree.site) == mine_now
     done = tree.cli("revert", "--force")

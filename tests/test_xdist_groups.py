@@ -47,3 +47,26 @@ def test_tests_that_share_a_module_fixture_build_it_once_under_loadgroup(tmp_pat
     )
     assert "16 passed" in done.stdout, done.stdout + done.stderr
     assert len(builds.read_text().splitlines()) == 1, builds.read_text()
+
+
+GROUPS = """
+def pytest_collection_finish(session):
+    for item in session.items:
+        names = sorted(str(mark.args[0]) for mark in item.iter_markers("xdist_group"))
+        print("GROUPS", item.nodeid, ",".join(names))
+"""
+
+
+def test_the_sigkill_kills_are_parts_each_in_a_group_of_its_own(tmp_path):
+    """make test's long pole was test_sigkill's 12 kills in one test, one worker's minutes: its parts
+    each name a group of their own and are held in no group of their module's."""
+    (tmp_path / "print_groups.py").write_text(GROUPS)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(TESTS)])}
+    args = ["--collect-only", "-q", "-p", "print_groups", "-p", "no:cacheprovider", "tests/test_sigkill.py"]
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", *args], cwd=TESTS.parent, env=env, capture_output=True, text=True, timeout=120
+    )
+    groups = [line.split()[2:] for line in done.stdout.splitlines() if line.startswith("GROUPS ")]
+    assert len(groups) >= 4, done.stdout + done.stderr
+    assert all(len(names) == 1 and "," not in names[0] for names in groups), groups
+    assert len({names[0] for names in groups}) == len(groups), groups

@@ -23,8 +23,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def shared_set_up(item: pytest.Item) -> str | None:
     """The group of the tests `item` shares its set-up with: its module's fixtures wider than a test it
-    uses (tests/test_x.py::scenario,steps), else its module for the release and Ray tiers; None: alone.
+    uses (tests/test_x.py::scenario,steps), else its module for the release and Ray tiers; None: alone
+    or in the group the test names itself (an xdist_group mark: its parts spread over the workers).
     No `]` in a name: xdist takes a node id's group only from after the last `]` (a parameter's own `@`)."""
+    if item.get_closest_marker("xdist_group") is not None:
+        return None
     module = item.nodeid.split("::")[0]
     fixtures = getattr(item, "_fixtureinfo", None)
     definitions = fixtures.name2fixturedefs.items() if fixtures is not None else []

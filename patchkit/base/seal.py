@@ -29,12 +29,17 @@ def key_path() -> Path:
     return Path(platformdirs.user_state_dir("patchkit")) / KEY_FILE
 
 
-_unusable: list[str] = []  # why this run's key is a throw-away one, when the key file cannot be used
+_unusable: list[tuple[str, str]] = []  # why this run's key is a throw-away one, and what fixes it
 
 
 def unusable_key() -> str | None:
     """Why the key file was not used this run (what it sealed is computed again each time), if so."""
-    return _unusable[0] if _unusable else None
+    return _unusable[0][0] if _unusable else None
+
+
+def unusable_fix() -> str | None:
+    """What makes the key file usable (a command or a step), when unusable_key() says why it is not."""
+    return _unusable[0][1] if _unusable else None
 
 
 @cache
@@ -47,12 +52,21 @@ def _key() -> bytes:
     except FileNotFoundError:
         pass
     except OSError as exc:
-        _unusable.append(str(exc))
+        _unusable.append(_problem(path, exc, "use"))
         return secrets.token_bytes(KEY_BYTES)
     try:
         return _create_key(path)
-    except OSError:
+    except OSError as exc:
+        _unusable.append(_problem(path, exc, "create"))
         return secrets.token_bytes(KEY_BYTES)
+
+
+def _problem(path: Path, exc: OSError, doing: str) -> tuple[str, str]:
+    """Why the key file cannot be used, and the fix: its mode (a file that is there), or its directory."""
+    if os.path.lexists(path) and not os.path.isdir(path):
+        return str(exc), f"`chmod 600 {path}` if only you could read it, else remove it"
+    why = f"cannot {doing} {exc.filename or path}: {exc.strerror or exc}"
+    return why, f"make {path.parent} a directory you can write (or set XDG_STATE_HOME to one that is)"
 
 
 def _read_key(path: Path) -> bytes:

@@ -45,7 +45,7 @@ from patchkit.distinfo.provenance import Provenance as Record
 from patchkit.distinfo.record import PROVENANCE, parse_record, read_record_file, record_digest
 from patchkit.series.library import PATCH, PatchSetDef, Selection, load_chosen, load_library, locate, select
 from patchkit.series.patchfile import DEFAULT_ROOTS, Patch, parse_patch, touched_paths
-from patchkit.series.plan import View, plan_apply, plan_revert
+from patchkit.series.plan import View, made_file, plan_apply, plan_revert, reverse_file
 from patchkit.store.state import checked_path
 from patchkit.tree.target import vllm_metadata_dirs
 
@@ -372,6 +372,34 @@ def drifted(root: Path, read: Callable[[Path], bytes | None], set_name: str | No
     )
 
 
+def not_the_series_output(root: Path, read: Callable[[Path], bytes | None], set_name: str | None = None) -> list[str]:
+    """The files the wheel patched whose bytes are its record's patched sha256 but not what its
+    patches make of the stock file it records (reversed from them, the stock sha256 is not what
+    comes back): that record is read back from the tree (a hotfix a planted one names). As drifted
+    chooses the files; a record whose patches do not parse: none said here (find judges it)."""
+    found = find(root)
+    if found is None or (set_name is not None and set_name not in (*found.set_names, found.name)):
+        return []
+    if set_name in found.set_names and len(found.set_names) > 1:
+        found = found.for_set(set_name)
+    try:
+        patches = found.patches()
+    except PatchkitError:
+        return []
+    there = lambda path: read(root / path)  # noqa: E731
+    unlike = []
+    for path, shas in sorted(found.files.items()):
+        data = there(path)
+        if data is None or shas.patched_sha256 is None or sha256(data) != shas.patched_sha256:
+            continue  # stock, deleted or edited: drifted and the plan say those
+        if shas.stock_sha256 is None:  # created by the wheel: made from nothing
+            made = made_file(lambda _: None, path, patches, digest=False)
+            unlike += [path] if made != data else []
+        elif sha256(reverse_file(there, path, patches)) != shas.stock_sha256:
+            unlike.append(path)
+    return unlike
+
+
 # --------------------------------------------------------------------------- revert
 
 
@@ -396,26 +424,40 @@ def restore_stock(view: View, found: Provenance, *, force: bool, fetch_release: 
     `fetch_release` is patchkit.fetch.release_tree, handed down (the fetcher stands above this module)."""
     done = StockRestore([], [])
     todo = []
+    changed = {}  # edited or deleted since the install: each named
     for path, shas in sorted(found.files.items()):
         content = view.read(path)
         current = sha256(content)
         if current == shas.stock_sha256:
             continue
         if current != shas.patched_sha256:
-            if not force:
-                what = "deleted" if content is None else "edited"
-                raise Drift(
-                    f"{path} was {what} after the patched wheel installed it; keeping your version",
-                    hint=f"{hints.command('revert', '--force')} restores the stock file and keeps a copy of your edit",
-                )
+            changed[path] = "deleted" if content is None else "edited"
             if content is not None:
                 done.edited.append(path)
         todo.append(path)
+    if changed and not force:
+        _refuse_changed(changed)
     originals = _originals(view, found, todo, done, fetch_release) if todo else {}
     _hold_to_the_series(view, found, originals, done, force=force)
     for path in todo:
         view.write(path, originals[path])
     return done
+
+
+def _refuse_changed(changed: dict[str, str]) -> None:
+    """Drift naming each file the wheel patched that was edited or deleted since (one a line, as git)."""
+    fix = hints.command("revert", "--force")
+    if len(changed) == 1:
+        ((path, what),) = changed.items()
+        raise Drift(
+            f"{path} was {what} after the patched wheel installed it; keeping your version",
+            hint=f"{fix} restores the stock file and keeps a copy of your edit",
+        )
+    listed = "".join(f"\n  {path} ({what})" for path, what in changed.items())
+    raise Drift(
+        f"{len(changed)} files were changed after the patched wheel installed them; keeping your versions:{listed}",
+        hint=f"{fix} restores the stock files and keeps a copy of your edits",
+    )
 
 
 def _hold_to_the_series(
@@ -428,11 +470,19 @@ def _hold_to_the_series(
     if not unlike:
         return
     if not force:
-        more = f" (and {len(unlike) - 1} more)" if len(unlike) > 1 else ""
+        why = f"edited after the install, or {found.origin} is not the wheel's"
+        fix = hints.command("revert", "--force")
+        if len(unlike) == 1:
+            raise Drift(
+                f"{unlike[0]} is not what the wheel's patches make of vLLM {found.vllm_version}'s file: {why}; "
+                "keeping your version",
+                hint=f"{fix} restores the stock file and keeps a copy of your edit",
+            )
+        listed = "".join(f"\n  {path}" for path in unlike)  # each named, one a line, as git names them
         raise Drift(
-            f"{unlike[0]}{more} is not what the wheel's patches make of vLLM {found.vllm_version}'s "
-            f"file: edited after the install, or {found.origin} is not the wheel's; keeping your version",
-            hint=f"{hints.command('revert', '--force')} restores the stock file and keeps a copy of your edit",
+            f"{len(unlike)} files are not what the wheel's patches make of vLLM {found.vllm_version}'s files ({why}); "
+            f"keeping your versions:{listed}",
+            hint=f"{fix} restores the stock files and keeps a copy of your edits",
         )
     done.edited += [p for p in unlike if view.read(p) is not None]
     done.unvouched = [p for p in done.unvouched if p not in done.edited]

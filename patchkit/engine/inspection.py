@@ -47,7 +47,7 @@ from patchkit.engine.guard import (
     unseen_guard_note,
 )
 from patchkit.engine.stale import stale_entries, stale_note
-from patchkit.engine.vouched import needs_force
+from patchkit.engine.vouched import needs_force, not_made_by_the_series
 from patchkit.series import dry_run
 from patchkit.series.library import has_series, load_library, locate
 from patchkit.series.patchfile import touched_paths
@@ -407,6 +407,8 @@ def _inspect(resolved: Resolved, *, check_upstream: bool, import_probe: bool, ve
     reports = _applied_though_drifted(reports, drifted, state.entry(resolved.set_name))
     lost = _lost_to_drift(reports, drifted, state.entry(resolved.set_name))
     overall = _overall([replace(r, state=PatchState.APPLIED) if r.name in lost else r for r in reports])
+    fields = _guard_fields(root, resolved.set_name, state, stale=bool(stale))
+    fields["store_notes"] += edited_since_apply(resolved, state, drifted)
     return TreeStatus(
         # the state as recorded: a patch lost to the drift is that drift (its fix), not a partial series
         overall,
@@ -418,8 +420,37 @@ def _inspect(resolved: Resolved, *, check_upstream: bool, import_probe: bool, ve
         lost=lost,
         record=state,
         chosen_sets=chosen_sets(state, resolved.vllm_version) if drifted else (),
-        **_guard_fields(root, resolved.set_name, state, stale=bool(stale)),
+        **fields,
     )
+
+
+def edited_since_apply(resolved: Resolved, state: State, drifted: list[str]) -> list[str]:
+    """A note of the set's recorded files that its record calls patched but that are not what its
+    patches make of their originals (a hotfix, the record then changed), and what revert does."""
+    entry = state.entry(resolved.set_name)
+    root = resolved.target.root
+    if entry is None and has_provenance(root):  # a patched wheel's install: its record's patched files
+        recorded = {path for other in state.entries for path in other.files}  # a later apply's: judged by it
+        read = lambda path: read_file(path, follow_symlinks=False)  # noqa: E731
+        unlike = installed_wheel_reader().not_the_series_output(root, read, resolved.set_name)
+        files = [p for p in unlike if p not in recorded and p not in drifted]
+        if not files:
+            return []
+        revert = hints.command("revert", chosen=replace(hints.current(), set_name=None, set_names=()))
+        return [
+            f"{', '.join(files)}: edited since the install (not what the wheel's patches make of the stock "
+            f"file, though its record says so); {revert} refuses to replace it without --force (which keeps a copy)"
+        ]
+    if entry is None or resolved.patches is None or stale_note(root, entry, resolved.vllm_version):
+        return []
+    files = [p for p in not_made_by_the_series(root, entry, resolved.patches) if p not in drifted]
+    if not files:
+        return []
+    copy = "a copy of it" if len(files) == 1 else "copies of them"
+    return [
+        f"{', '.join(files)}: edited since apply (not what the recorded patches make of the original, "
+        f"though the record says so); {hints.command('revert')} keeps {copy}"
+    ]
 
 
 def apply_finishes(status: TreeStatus) -> bool:

@@ -34,7 +34,7 @@ from patchkit.base.options import Options
 from patchkit.base.values import Value
 from patchkit.checks import WARNING, Check, CheckResult, integrity, shadow
 from patchkit.checks import bytecode as pyc  # `bytecode` names the results of a fix here
-from patchkit.distinfo import installed_wheel_reader, tree_record, unlike_stock
+from patchkit.distinfo import installed_wheel_reader, patched_build, tree_record, unlike_stock
 from patchkit.distinfo.record import (
     Record,
     find_record,
@@ -194,6 +194,7 @@ class RevertResult(Value):
     saved: Path | None = None  # where copies of edited files were kept (--force)
     saved_files: list[str] = field(default_factory=list)  # the edited files copied there
     unproven: list[str] = field(default_factory=list)  # hunks reversed, no RECORD to prove them stock (copied)
+    kept: list[str] = field(default_factory=list)  # a dry run's: the files the revert would keep a copy of
     warnings: list[str] = field(default_factory=list)
     error: PatchkitError | None = None
     record: State | None = None  # the tree's record as the revert left it (None: not written)
@@ -1133,9 +1134,9 @@ class _Reverting:
         self.refuse_unvouched_originals(view, plan, restored, force=force)
         preflight(self.root, files, writable=not dry_run)
         if dry_run:
-            return RevertResult(
-                Outcome.DRY_RUN, _would_restore(files, self.undo.entries), files, warnings=self.warnings
-            )
+            _unlike, copied = self.to_keep(plan, restored, unsure, dry_run=True)
+            said = _would_restore(files, self.undo.entries) + _would_keep(self.root, copied)
+            return RevertResult(Outcome.DRY_RUN, said, files, warnings=self.warnings, kept=copied)
         guard_changes, new_state, removed = self.record_after()
         if not plan.changes:
             return self.record_only(guard_changes, new_state, removed)
@@ -1201,12 +1202,13 @@ class _Reverting:
         self.alone = sorted({*self.on_the_records_word(view, plan.changes), *restored.alone})
         if not self.alone or force:
             return
-        named = ", ".join(self.alone[:3]) + (f" and {len(self.alone) - 3} more" if len(self.alone) > 3 else "")
         sets = ", ".join(shown_set(e) for e in self.undo.entries if set(e.files) & set(self.alone))
+        where = self.alone[0] if len(self.alone) == 1 else f"{len(self.alone)} files"
+        listed = "".join(f"\n  {path}" for path in self.alone) if len(self.alone) > 1 else ""  # one a line, as git
         raise CheckFailed(
-            f"nothing but {state_path(self.root)} vouches for what revert would put back at {named} (the record "
+            f"nothing but {state_path(self.root)} vouches for what revert would put back at {where} (the record "
             f"of {sets}: no vLLM RECORD lists those bytes there, and the recorded patches reversed do not give "
-            "them); nothing was written",
+            f"them); nothing was written{':' if listed else ''}{listed}",
             hint=f"if that record is yours, {hints.command('revert', '--force')} puts it back and keeps a copy of "
             f"what it replaces; else put the stock files back with {stock_files_command(self.root, self.undo.installed)}",
         )
@@ -1274,6 +1276,27 @@ class _Reverting:
             }
         )
 
+    def to_keep(
+        self, plan: Plan, restored: Restored, unsure: list[str], *, dry_run: bool = False
+    ) -> tuple[list[str], list[str]]:
+        """The files written back unlike vLLM's RECORD, and those the revert keeps a copy of (`unsure`
+        grows by the found files nothing proves stock), said for a dry run as for the revert."""
+        # the files as they were, where nothing proves the revert gives stock: the user's edit, maybe;
+        # and where the record's original is not vLLM's own file (the user's edit apply --force took, or
+        # a planted record's bytes: the file it replaces is kept)
+        unlike = _unlike_record(self.root, plan.changes)
+        unsure += [path for path in self.found_unproven(plan.changes) if path not in unsure + unlike]
+        unmade = [p for p in self.not_the_patches_output(plan.changes) if p not in restored.edited]
+        kept = "a copy would be kept" if dry_run else "a copy is kept"
+        self.warnings += [
+            f"{path} held bytes the recorded patches do not make of its original (edited since?): {kept}"
+            for path in unmade
+        ]
+        # and where nothing but the record (read back from the tree) says what the file held before (--force)
+        others = [*unsure, *unlike, *self.alone, *unmade]
+        copied = [*restored.edited, *(p for p in others if p not in restored.edited and os.path.lexists(self.root / p))]
+        return unlike, list(dict.fromkeys(copied))
+
     def write(
         self,
         plan: Plan,
@@ -1285,23 +1308,8 @@ class _Reverting:
         """The files and the record written in one commit, their bytecode fixed."""
         guard_changes, new_state, removed = after
         root = self.root
-        # the files as they were, where nothing proves the revert gives stock: the user's edit, maybe;
-        # and where the record's original is not vLLM's own file (the user's edit apply --force took, or
-        # a planted record's bytes: the file it replaces is kept)
-        unlike = _unlike_record(root, plan.changes)
-        unsure += [path for path in self.found_unproven(plan.changes) if path not in unsure + unlike]
-        unmade = [p for p in self.not_the_patches_output(plan.changes) if p not in restored.edited]
-        self.warnings += [
-            f"{path} held bytes the recorded patches do not make of its original (edited since?): a copy is kept"
-            for path in unmade
-        ]
-        # and where nothing but the record (read back from the tree) says what the file held before (--force)
+        unlike, copied = self.to_keep(plan, restored, unsure)
         alone = self.alone
-        copied = [
-            *restored.edited,
-            *(p for p in [*unsure, *unlike, *alone, *unmade] if p not in restored.edited and os.path.lexists(root / p)),
-        ]
-        copied = list(dict.fromkeys(copied))
         saved = keep_copies(root, copied) if copied else None
         modes = _recorded_modes(self.undo.entries, plan.changes)
         commit_changes(root, {**plan.changes, **guard_changes}, new_state, origins=view.origins, modes=modes)
@@ -1344,6 +1352,14 @@ def _would_restore(files: list[str], entries: list[Entry]) -> str:
     return f"would restore {len(files)} file(s){': ' + named if files else ''}" + (
         f" (the record of {sets})" if sets else ""
     )
+
+
+def _would_keep(root: Path, copied: list[str]) -> str:
+    """A dry run's word on the copies the revert would keep, as the revert names them."""
+    if not copied:
+        return ""
+    named = ", ".join(copied) if len(copied) <= 3 else f"the {len(copied)} files"
+    return f"; would keep a copy of {named} under {meta_dir(root) / 'saved'}/"
 
 
 def _written(changes: Changes) -> dict[str, bytes]:
@@ -1429,6 +1445,8 @@ def _stock_said(root: Path, patches: list[Patch]) -> str:
         return "the tree records no apply"
     if record is None:
         return "the tree records no apply (no RECORD to compare its files with)"
+    if patched_build(root, record.parent):  # its RECORD lists the patched files: no proof of stock
+        return _patched_build_said(root, record.parent)
     label = record.parent.name + "/RECORD"
     try:
         parsed = parsed_record(read_record_file(root, record), label, only=paths)
@@ -1444,6 +1462,20 @@ def _stock_said(root: Path, patches: list[Patch]) -> str:
         f"{'differs' if len(differ) == 1 else 'differ'} from vLLM's RECORD; {stock_files_command(root, None)} "
         "puts the stock files back"
     )
+
+
+def _patched_build_said(root: Path, dist_info: Path) -> str:
+    """A tree installed from a patched wheel that records no apply: never "stock", and what undoes
+    the wheel (a revert of it; its provenance lost, the stock wheel reinstalled)."""
+    if installed_wheel_reader().find(root) is None:  # a `+patchkit…` label, its record lost
+        version, _, label = dist_info.name[len("vllm-") : -len(".dist-info")].partition("+")
+        local = label.lower().replace("_", ".").split(".")
+        stock = ".".join(local[: local.index("patchkit")] if "patchkit" in local else local)
+        undo = f"{stock_files_command(root, version + ('+' + stock if stock else ''))} puts the stock files back"
+    else:
+        every = hints.command("revert", chosen=replace(hints.current(), set_name=None, set_names=()))
+        undo = f"{every} reverts the wheel's patches"
+    return f"the tree records no apply, but its vLLM is a patched wheel's ({dist_info.name}), not stock; {undo}"
 
 
 def _as_recorded(root: Path, path: str, record: Record) -> bool:

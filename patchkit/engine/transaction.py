@@ -14,10 +14,11 @@ every file to its recorded original. Originals are saved before any file changes
 always possible. It acts on a file only on evidence the commit made, never on the journal's word
 (a journal is read back from the tree and may be planted): without the marker the commit replaced
 nothing; with it, the files before the first one still staged were replaced, and one that also
-has its staged identity, by a marker sealed with this user's key, is the very file the commit
-wrote. A file replaced or removed without that (a tree copied after the crash, a planted marker,
-another user's crash) is kept aside first in
-.patchkit/saved/, and recovery says where. The rollback needs no new space: objects and the old state.json go back by
+has its staged identity is the very file the commit wrote. The marker counts only when sealed with
+this user's key for this tree: one that is not (planted, another user's crash, a tree moved since,
+a key that could not be kept) is refused, nothing touched, until the user says `recover
+--roll-back` (copies kept) or `--discard`. A file replaced or removed that is not the very one
+staged (a tree restored from a tar) is kept aside first in .patchkit/saved/, and recovery says where. The rollback needs no new space: objects and the old state.json go back by
 rename, and the directories the journal says the commit removed are made again. It and the
 commit point defer SIGINT/SIGTERM/SIGHUP (patchkit.base.signals); each of its steps leaves the journal
 true, so one cut short by SIGKILL is finished by the next command.
@@ -36,6 +37,7 @@ before the first file is touched. A journal that fails is refused whole (exit 2)
 
 from __future__ import annotations
 
+import enum
 import errno
 import fcntl
 import mmap
@@ -50,7 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from patchkit.base import hints, locks, notes, signals
+from patchkit.base import hints, locks, notes, seal, signals
 from patchkit.base.errors import BadInput, LockBusy, TargetError
 from patchkit.base.fsutil import (
     NO_SPACE,
@@ -149,20 +151,32 @@ def _tick() -> None:
     _faults.tick()
 
 
+class Unsealed(enum.Enum):
+    """What recovery does with a journal whose marker's seal does not verify: nothing shows this
+    user's patchkit wrote it for this tree, so only the user decides (`recover --discard` or
+    `--roll-back`); every other command refuses it, changing nothing."""
+
+    REFUSE = "refuse"
+    DISCARD = "discard"  # the journal and its marker removed, every file and the record as they are
+    ROLL_BACK = "roll-back"  # rolled back as it says, a copy kept of each file replaced or removed
+
+
 @contextmanager
-def target_lock(root: Path, timeout: float | None = None) -> Iterator[str | None]:
+def target_lock(root: Path, timeout: float | None = None, unsealed: Unsealed = Unsealed.REFUSE) -> Iterator[str | None]:
     """One writer per target. flock dies with its process, so a killed patchkit never blocks.
 
     Yields the recovery message, if an interrupted transaction had to be rolled back first.
     """
-    with locked_record(root, timeout) as (recovered, state):
+    with locked_record(root, timeout, unsealed) as (recovered, state):
         yield recovered
         if recovered:
             _without_emptied_store(root, state)
 
 
 @contextmanager
-def locked_record(root: Path, timeout: float | None = None) -> Iterator[tuple[str | None, State]]:
+def locked_record(
+    root: Path, timeout: float | None = None, unsealed: Unsealed = Unsealed.REFUSE
+) -> Iterator[tuple[str | None, State]]:
     """target_lock that also yields the tree's record as the recovery left it: read once, under
     the lock, for the operation that takes the lock to work on. A tree that had no .patchkit/
     keeps none when the command records nothing (it failed, or found nothing to write): the
@@ -175,7 +189,7 @@ def locked_record(root: Path, timeout: float | None = None) -> Iterator[tuple[st
             remove_empty_store(root, State(entries=[]))
         raise
     try:
-        yield _recover(root)
+        yield _recover(root, unsealed)
     finally:
         try:
             if fresh and not os.path.lexists(state_path(root)):
@@ -420,25 +434,29 @@ def recover(root: Path) -> str | None:
     return _recover(root)[0]
 
 
-def _recover(root: Path) -> tuple[str | None, State]:
-    """recover's message, and the record as it leaves it (read once)."""
+def _recover(root: Path, unsealed: Unsealed = Unsealed.REFUSE) -> tuple[str | None, State]:
+    """recover's message, and the record as it leaves it (read once). A journal whose marker is
+    there but not sealed is refused, changing nothing, unless `unsealed` says what the user chose."""
     check_meta_dir(root)
     journal = _checked_journal(root)
-    undoing = None
+    undoing, discarded = None, None
     if journal:
         evidence = _evidence(root, journal)
-        needed = _needed_originals(root, journal, evidence.written)
-        try:
-            with signals.deferred():  # a second Ctrl-C cannot cut it: it ends, then the signal acts
-                undoing = _rollback(root, journal, needed, evidence)
-        except OSError as exc:
-            raise _unfinished_rollback(root, exc) from exc
+        if evidence.identities is not None and not evidence.sealed and unsealed is not Unsealed.ROLL_BACK:
+            if unsealed is Unsealed.REFUSE:
+                raise _unsealed_refusal(root, journal)
+            discarded = _discard(root, journal)
+        else:
+            undoing = _roll_back_interrupted(root, journal, evidence)
     else:
         store_journal.remove_stale_marker(root)
     managed = {entry["path"] for entry in journal["files"]} if journal else set()
     state = read_state(root)  # rolled back
     managed |= {path for entry in state.entries for path in entry.files} | set(state.guard)
     store_journal.remove_leftovers(root, managed)
+    if discarded:
+        said = f"removed the journal of an unfinished transaction ({discarded}); no file changed"
+        return f"{said}: {hints.command('status')} judges the tree", state
     if undoing is None or undoing.evidence is None:
         return None, state
     said = f"rolled back an interrupted patchkit transaction: {undoing.count.said()}"
@@ -449,6 +467,53 @@ def _recover(root: Path) -> tuple[str | None, State]:
     if listed_kept:
         said += f"; kept, an installed distribution's own file: {_some(sorted(listed_kept))}"
     return said + undoing.aside.said(), state
+
+
+def _roll_back_interrupted(root: Path, journal: dict, evidence: _Evidence) -> _Undoing:
+    needed = _needed_originals(root, journal, evidence.written)
+    try:
+        with signals.deferred():  # a second Ctrl-C cannot cut it: it ends, then the signal acts
+            return _rollback(root, journal, needed, evidence)
+    except OSError as exc:
+        raise _unfinished_rollback(root, exc) from exc
+
+
+def _discard(root: Path, journal: dict) -> str:
+    """The user's `recover --discard`: the journal, its marker and its staged files (patchkit's own
+    temp names) removed; every file and state.json stay as they are. Returns the journal's id."""
+    try:
+        for entry in journal["files"]:
+            if entry.get("staged"):
+                (root / entry["staged"]).unlink(missing_ok=True)
+        store_journal.end(root, tick=_tick)
+    except OSError as exc:
+        raise _unfinished_rollback(root, exc) from exc
+    return journal["id"]
+
+
+def _unsealed_refusal(root: Path, journal: dict) -> BadInput:
+    """A marker whose seal does not verify: nothing shows that this user's patchkit wrote the
+    journal for this tree, so nothing is touched, and the user is told why and how to go on."""
+    paths = [entry["path"] for entry in journal["files"]]
+    problem = seal.unusable_key()
+    why = (
+        f"this run could not keep its key, so no marker verifies ({problem})"
+        if problem
+        else "another user's or machine's, a tree moved or copied since, a key since lost, or planted"
+    )
+    files = f"{len(paths)} file(s): {_some(paths)}" if paths else "no file"
+    said = (
+        f"{journal_path(root)} names an unfinished transaction ({journal['id']}, {files}), but its "
+        f"marker {store_journal.staged_path(root)} is not sealed with this user's key ({seal.key_path()}) "
+        f"for {root}, so nothing shows this user's patchkit wrote it here ({why}); nothing was touched"
+    )
+    fix = f"{seal.unusable_fix()}, so that a later crash recovers by itself. For this one: " if problem else ""
+    hint = (
+        f"{fix}if an apply or revert of yours was cut short here, {hints.command('recover', '--roll-back')} "
+        "rolls it back, keeping a copy of each file it replaces or removes (state.json stays as it is); "
+        f"if not, {hints.command('recover', '--discard')} removes the journal and changes no file"
+    )
+    return BadInput(said, hint=hint)
 
 
 @dataclass(eq=False, repr=False)
@@ -798,8 +863,8 @@ def _rollback(
     undoing = _Undoing.of(root, journal, originals or {}, evidence)
     for entry in reversed(journal.get("files", [])):
         undoing.undo(entry)
-    reached = evidence is None or evidence.identities is not None
-    store_journal.restore_state(root, journal, reached=reached, tick=_tick)
+    sealed = evidence is None or evidence.sealed  # a failing commit's own rollback knows what it did
+    store_journal.restore_state(root, journal, sealed=sealed, tick=_tick)
     for directory in sorted(undoing.changed):
         fsync_dir(directory)
     store_journal.end(root, tick=_tick)

@@ -37,10 +37,19 @@ def edited_unrecorded(
     if not edited:
         return []
     if not force:
+        fix = hints.command("revert", "--force")
+        why = "no apply is recorded: the series reversed leaves {} unlike vLLM's RECORD"
+        if len(edited) == 1:
+            raise Drift(
+                f"{edited[0]} was edited after patchkit patched it; keeping your version ({why.format('it')}); "
+                "nothing was written",
+                hint=f"{fix} restores the original and keeps a copy of your edit",
+            )
+        listed = "".join(f"\n  {path}" for path in edited)  # each named, one a line, as git names them
         raise Drift(
-            f"{edited[0]} was edited after patchkit patched it; keeping your version (no apply is recorded: "
-            "the series reversed leaves it unlike vLLM's RECORD); nothing was written",
-            hint=f"{hints.command('revert', '--force')} restores the original and keeps a copy of your edit",
+            f"{len(edited)} files were edited after patchkit patched them ({why.format('them')}); "
+            f"nothing was written, keeping your versions:{listed}",
+            hint=f"{fix} restores the originals and keeps a copy of your edits",
         )
     if not dry_run:
         for path, data in _release_files(root, installed, edited, record).items():

@@ -18,9 +18,13 @@ from packaging.version import InvalidVersion, Version
 
 from patchkit.base import hints
 from patchkit.base.errors import BadInput, PatchkitError
+from patchkit.base.fsutil import read_file
+from patchkit.base.hashing import sha256
 from patchkit.distinfo.record import listings, record_digest
 from patchkit.series.library import PatchSetDef, Release, load_library, locate
 from patchkit.series.patchfile import DEFAULT_ROOTS, Patch, read_patch, touched_paths
+from patchkit.series.plan import made_file, reverse_file
+from patchkit.store.objects import read_object
 from patchkit.store.state import Entry, is_adhoc, state_path
 
 
@@ -148,3 +152,32 @@ def needs_force(root: Path, entry: Entry) -> bool:
         shas["before"] is None or record_digest(bytes.fromhex(shas["before"]), "sha256") not in listed.get(path, ())
         for path, shas in entry.files.items()
     )
+
+
+def not_made_by_the_series(root: Path, entry: Entry, known: Sequence[Patch] = ()) -> list[str]:
+    """The files `entry` wrote last (their bytes its recorded "after") that are not what its recorded
+    patches make of the original it saved: that "after" is read back from the tree (a hotfix the
+    record was then made to name, or a planted one), so revert keeps a copy of them. Only the
+    recorded patches at hand judge (`known`, else where the record says they were): none, none said."""
+    recorded = [(p["name"], p["sha256"]) for p in entry.patches]
+    at_hand = {(p.name, p.sha256): p for p in known}
+    if any(key not in at_hand for key in recorded):
+        at_hand.update({(p.name, p.sha256): p for p in patches_at_hand(entry, root)})
+    if not recorded or any(key not in at_hand for key in recorded):
+        return []
+    series = [at_hand[key] for key in recorded]
+    there = lambda path: read_file(root / path, follow_symlinks=False)  # noqa: E731
+    unmade = []
+    for path, shas in sorted(entry.files.items()):
+        try:
+            data = there(path)
+            if data is None or shas.get("after") != sha256(data):  # drift, or a later set's file: judged there
+                continue
+            before = shas.get("before")
+            if before is None:  # created by the series: made from nothing
+                unmade += [path] if made_file(lambda _: None, path, series, digest=False) != data else []
+            elif reverse_file(there, path, series, digest=False) != read_object(root, before):
+                unmade.append(path)
+        except (OSError, PatchkitError):  # unreadable, its original lost: other checks say so
+            continue
+    return unmade

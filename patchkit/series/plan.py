@@ -282,6 +282,8 @@ def restore_recorded(
     restored = restored or Restored()
     recorded = {(p["name"], p["sha256"]) for p in entry.patches}
     own = [p for p in patches or [] if (p.name, p.sha256) in recorded]
+    if not force:
+        _refuse_drift(view, entry)
     for path, shas in sorted(entry.files.items()):
         content = view.read(path)
         current = sha256(content)
@@ -292,21 +294,36 @@ def restore_recorded(
             entry, path, own, first, wrote_it=current == shas["after"], notes=restored.notes
         ):
             restored.alone.append(path)  # only the record vouches for it: a copy is kept
-        if current != shas["after"]:
-            if not force:
-                if content is None:  # nothing of the user's to keep
-                    raise Drift(
-                        f"{path} was deleted after patchkit patched it",
-                        hint=f"{hints.command('revert', '--force')} restores the original",
-                    )
-                raise Drift(
-                    f"{path} was edited after patchkit patched it; keeping your version",
-                    hint=f"{hints.command('revert', '--force')} restores the original and keeps a copy of your edit",
-                )
-            if content is not None:  # a deleted file has nothing to keep
-                restored.edited.append(path)
+        if current != shas["after"] and content is not None:  # (--force) a deleted file has nothing to keep
+            restored.edited.append(path)
         view.write(path, _original(view, path, shas["before"], own, restored.notes))
     return restored
+
+
+def _refuse_drift(view: View, entry: Entry) -> None:
+    """Drift naming every recorded file edited or deleted since the apply (each, one a line, as git
+    names the files a checkout would overwrite), before any is written back."""
+    drifted = {}
+    for path, shas in sorted(entry.files.items()):
+        content = view.read(path)
+        if sha256(content) not in (shas["before"], shas["after"]):
+            drifted[path] = "deleted" if content is None else "edited"
+    if not drifted:
+        return
+    fix = hints.command("revert", "--force")
+    if len(drifted) == 1:
+        ((path, what),) = drifted.items()
+        if what == "deleted":  # nothing of the user's to keep
+            raise Drift(f"{path} was deleted after patchkit patched it", hint=f"{fix} restores the original")
+        raise Drift(
+            f"{path} was edited after patchkit patched it; keeping your version",
+            hint=f"{fix} restores the original and keeps a copy of your edit",
+        )
+    listed = "".join(f"\n  {path} ({what})" for path, what in drifted.items())
+    raise Drift(
+        f"{len(drifted)} files were changed after patchkit patched them; keeping your versions:{listed}",
+        hint=f"{fix} restores the originals and keeps a copy of your edits",
+    )
 
 
 def _require_creator(

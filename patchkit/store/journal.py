@@ -9,9 +9,9 @@ Beside it, <root>/.patchkit/staged.json, the reached-order marker: written once 
 saved and every new content staged, before the first file is replaced, with the journal's id and
 each staged file's identity (inode, size, mtime: a rename keeps them), sealed with this user's
 key (patchkit.base.seal). A journal without it replaced nothing, whatever the tree holds; with
-it, the files before the first one still staged were replaced, and, when its seal verifies, a
-file with its staged identity is the very file the commit put there (an identity alone is
-anyone's `stat`: an unsealed marker proves no file).
+it, the files before the first one still staged were replaced, and a file with its staged
+identity is the very file the commit put there. Only a marker whose seal verifies says so (an
+identity alone is anyone's `stat`): recovery refuses a journal whose marker does not verify.
 
 Like everything under .patchkit/ it is read back from the tree, so it is untrusted input: every
 path by the one path rule, staged files only by their own temp name beside their file, hashes as
@@ -153,20 +153,22 @@ def _previous_state_link(root: Path, txid: str) -> Path:
 # --------------------------------------------------------------------------- rolling back
 
 
-def restore_state(root: Path, journal: dict, *, reached: bool, tick: Tick) -> None:
-    """state.json as it was before the commit, changed only on evidence that the commit changed it:
-    the second name the commit gave the previous one, renamed back (no new space needed), or, with
-    no previous record, the marker (`reached`: a commit writes its record after it). Else the
-    record stays as it is: one the journal alone says is other is no record of its commit."""
+def restore_state(root: Path, journal: dict, *, sealed: bool, tick: Tick) -> None:
+    """state.json as it was before the commit, changed only when the marker is sealed (this user's
+    patchkit wrote the journal for this tree: a planted one with no previous record would erase the
+    real one) and on evidence that the commit changed it: the second name the commit gave the
+    previous one, renamed back (no new space needed), or, with no previous record, the marker (a
+    commit writes its record after it). Else the record stays as it is."""
     previous = journal.get("previous_state")
     path = state_path(root)
     kept = _previous_state_link(root, journal["id"])
     tick()
-    if previous is None:
-        if reached:
-            path.unlink(missing_ok=True)
-    elif read_file(path, follow_symlinks=False) != previous.encode() == read_file(kept, follow_symlinks=False):
-        os.replace(kept, path)
+    if sealed and previous is None:  # unsealed: the record stays, nothing shows the journal is ours
+        path.unlink(missing_ok=True)
+    elif sealed and previous is not None:
+        current, before = read_file(path, follow_symlinks=False), read_file(kept, follow_symlinks=False)
+        if current != previous.encode() == before:
+            os.replace(kept, path)
     kept.unlink(missing_ok=True)
 
 

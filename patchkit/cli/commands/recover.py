@@ -7,15 +7,30 @@ import click
 from patchkit.cli.commands import make_ui
 from patchkit.cli.commands.options import target_options
 from patchkit.engine.resolve import resolve_target
-from patchkit.engine.transaction import never_locked, read_only_view, target_lock
+from patchkit.engine.transaction import Unsealed, never_locked, read_only_view, target_lock
 
 if TYPE_CHECKING:
     from patchkit.base.options import Options
 
 
 @click.command()
+@click.option(
+    "--roll-back",
+    "unsealed",
+    flag_value=Unsealed.ROLL_BACK.value,
+    help="Roll back a journal whose marker is not sealed with your key (recovery refuses it otherwise), "
+    "keeping a copy of each file it replaces or removes in .patchkit/saved/. For an apply or revert "
+    "of yours that was cut short.",
+)
+@click.option(
+    "--discard",
+    "unsealed",
+    flag_value=Unsealed.DISCARD.value,
+    help="Remove a journal whose marker is not sealed with your key, changing no file and not the record. "
+    "For a journal no apply or revert of yours left.",
+)
 @target_options(without={"vllm_version", "library", "adhoc", "set_name", "verbose"})  # the tree alone
-def command(opts: Options, quiet: bool, verbose: int) -> None:
+def command(opts: Options, quiet: bool, verbose: int, unsealed: str | None) -> None:
     """Roll back a transaction that a crash left unfinished (other commands do this first too)."""
     ui = make_ui("text", quiet, verbose)
     root = resolve_target(opts).root
@@ -24,6 +39,6 @@ def command(opts: Options, quiet: bool, verbose: int) -> None:
         with read_only_view(root, "recover") as settled:
             pass
     if not settled:
-        with target_lock(root) as message:
+        with target_lock(root, unsealed=Unsealed(unsealed or Unsealed.REFUSE.value)) as message:
             pass
     ui.line(message or "nothing to recover: no unfinished transaction")

@@ -84,6 +84,8 @@ def _written_json(result: RevertResult) -> dict:
 
     if result.outcome == Outcome.REVERTED:
         return {"saved": str(result.saved) if result.saved else None, "checks": [r.to_json() for r in result.checks]}
+    if result.outcome == Outcome.DRY_RUN:
+        return {"would_keep": result.kept}
     if result.outcome == Outcome.BYTECODE_FAILED:
         return {"checks": [r.to_json() for r in result.checks]}
     return {}

@@ -201,7 +201,7 @@ def _say_if_seals_are_off(ui: UI) -> None:
     if problem:
         ui.warn(
             f"{problem}: nothing patchkit cached is trusted, so the cached wheel is hashed and the checks run "
-            f"again on every run; `chmod 600 {seal.key_path()}` if only you could read it, else remove it"
+            f"again on every run; {seal.unusable_fix()}"
         )
 
 

@@ -137,10 +137,13 @@ def status_failures(resolved: Resolved, status: TreeStatus) -> list[Failure]:
     said so: "edited" sends the user looking for an edit to keep)."""
     drift_fix = status.drift_fix
     deleted = {path for path in status.drifted if not os.path.lexists(resolved.target.root / path)}
+    # a patched wheel's install with no apply of the set: the wheel wrote the file, as revert says it
+    by_wheel = status.record is not None and status.record.entry(resolved.set_name) is None
+    after = "after the patched wheel installed it" if by_wheel else "after patchkit patched it"
     failures = [
-        Failure("drifted", "deleted after patchkit patched it", path, fix=status.deleted_fix)
+        Failure("drifted", f"deleted {after}", path, fix=status.deleted_fix)
         if path in deleted
-        else Failure("drifted", "edited after patchkit patched it", path, fix=drift_fix)
+        else Failure("drifted", f"edited {after}", path, fix=drift_fix)
         for path in status.drifted
     ]
     for result in status.does_not_compile:  # the drifted file's syntax error leads its line
