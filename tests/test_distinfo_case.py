@@ -5,6 +5,7 @@ first asks importlib.metadata itself that the renamed directory is still vLLM's 
 from __future__ import annotations
 
 import base64
+import hashlib
 import importlib.metadata
 import json
 import sys
@@ -139,7 +140,11 @@ def test_the_launch_guard_reads_a_patched_wheels_record_under_a_renamed_dist_inf
     (root / "vllm-0.16.0.dist-info").rename(root / dist)
     patched = "1" * 64
     shas = {"stock_sha256": "0" * 64, "patched_sha256": patched}
-    record = {"vllm_version": "0.16.0", "label": "patchkit.mine", "files": {"vllm/config/spec.py": shas}}
+    (root / dist / "patchkit").mkdir()
+    (root / dist / "patchkit" / "0001-mine.patch").write_bytes(b"the patch\n")
+    patches = [{"name": "0001-mine.patch", "sha256": hashlib.sha256(b"the patch\n").hexdigest()}]
+    record = {"schema_version": 1, "patchkit": "0.1.0", "vllm_version": "0.16.0", "label": "patchkit.mine"}
+    record |= {"set": None, "patches": patches, "files": {"vllm/config/spec.py": shas}}
     (root / dist / PROVENANCE).write_text(json.dumps(record))
     listed = base64.urlsafe_b64encode(bytes.fromhex(patched)).rstrip(b"=").decode()
     (root / dist / "RECORD").write_text(f"vllm/config/spec.py,sha256={listed},1\n")

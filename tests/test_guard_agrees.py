@@ -39,6 +39,7 @@ from helpers import (
     pip_install,
     purelib,
     run_cli,
+    warm_pycache_prefix,
     write_library,
     write_tree,
 )
@@ -549,6 +550,24 @@ def guarded_patched_wheel_its_record_unlike_pips(tree: Tree) -> None:
     record.write_text("\n".join(lines) + "\n")
 
 
+def guarded_patched_wheel_its_record_of_another_shape(tree: Tree) -> None:
+    """The guarded patched wheel's patchkit.json without its "patchkit" field: status refuses it as
+    damaged (exit 2); the guard read only its files and let vLLM launch."""
+    guarded_patched_wheel(tree)
+    path = tree.site / f"vllm-0.16.0+patchkit.{SET}.dist-info/patchkit.json"
+    data = json.loads(path.read_text())
+    del data["patchkit"]
+    path.write_text(json.dumps(data))
+
+
+def guarded_patched_wheel_its_patch_text_edited(tree: Tree) -> None:
+    """The patch the guarded patched wheel ships (its series, read back by revert) edited: status
+    refuses it, its sha256 not the recorded one (exit 2); the guard never read it and let vLLM launch."""
+    guarded_patched_wheel(tree)
+    [patch] = (tree.site / f"vllm-0.16.0+patchkit.{SET}.dist-info/patchkit").iterdir()
+    patch.write_bytes(patch.read_bytes() + b"\n")
+
+
 def recorded_file_a_symlink_to_its_copy(tree: Tree) -> None:
     """A recorded file replaced by an in-tree symlink to the very bytes patchkit wrote."""
     _applied(tree)
@@ -646,6 +665,8 @@ REFUSED_RECORDS = [
     provenance_planted_in_the_applied_stock_install,
     guarded_patched_wheel_its_record_relabelled,
     guarded_patched_wheel_its_record_unlike_pips,
+    guarded_patched_wheel_its_record_of_another_shape,
+    guarded_patched_wheel_its_patch_text_edited,
 ]
 
 
@@ -1214,7 +1235,8 @@ def test_stale_bytecode_through_a_symlinked_pycache_fails_and_an_overfull_pycach
 
 
 def _prefix(tree: Tree) -> Path:
-    return tree.site.parent / "pfx"
+    prefix = tree.site.parent / "pfx"
+    return prefix if prefix.exists() else warm_pycache_prefix(prefix)
 
 
 def _prefixed_pyc(tree: Tree, rel: str, source: str) -> Path:

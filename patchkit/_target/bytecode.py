@@ -55,10 +55,12 @@ def one(job: Job, fix: bool, tag: str) -> Outcome:
     )
     data: bytes | None = None
     st: os.stat_result | None = None
-    try:
-        with open(source, "rb") as f:
-            data = f.read()
-        st = os.stat(source)
+    try:  # never blocks: a fifo or device put there since patchkit looked is no source
+        fd = os.open(source, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(fd)
+            data = f.read() if stat.S_ISREG(st.st_mode) else None
+        st = st if data is not None else None
     except OSError:
         data = st = None
     out["stale"] = _stale(out, header, data, st, fix, job["legacy"])

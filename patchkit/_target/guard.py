@@ -42,7 +42,7 @@ ENV = "PATCHKIT_GUARD"
 # The number of the guard's checks: patchkit tells an older build's guard that judges a tree as it
 # does (the same number: a note, `apply` updates it) from one that may not (a failure until `apply`).
 # tests/test_guard_format.py holds it to this module's code: a change of the code bumps it.
-GUARD_FORMAT = 12
+GUARD_FORMAT = 13
 MAX_RECORD_BYTES = 16 * 1024 * 1024
 if TYPE_CHECKING:  # (vllm version or None, {path: recorded sha256 or None}, {path: its original's sha256 or None})
     Record = tuple[str | None, dict[str, str | None], dict[str, str | None]]
@@ -737,9 +737,10 @@ def _wheel_records(site: str) -> list[Record]:
     if not stat.S_ISDIR(os.lstat(os.path.join(site, found[0])).st_mode):
         raise TreeChanged(os.path.join(site, found[0]) + " is not a directory (a symlink?)")
     data = _read_json(path)
-    files = data.get("files") if isinstance(data, dict) else None
-    if not isinstance(files, dict) or not files:
-        raise TreeChanged(path + " is not a patchkit provenance record")
+    damage = provenance_damage(data)
+    if damage is not None:
+        raise TreeChanged(path + " is damaged: " + damage)
+    files = data["files"]
     patched, stock = {}, {}
     for rel, shas in files.items():
         if not isinstance(shas, dict) or not all(
@@ -750,7 +751,119 @@ def _wheel_records(site: str) -> list[Record]:
             raise TreeChanged(path + " records " + repr(rel) + ", no file a patch changes")
         patched[rel], stock[rel] = shas["patched_sha256"], shas["stock_sha256"]
     _held_to_the_install(site, found[0], data, patched)
+    _shipped_patches(os.path.join(site, found[0]), data)
     return [] if not _differing(site, stock) else [(None, patched, {})]
+
+
+def _shipped_patches(dist_info: str, data: dict) -> None:
+    """patchkit.distinfo.provenance.Provenance.patch_text: each patch the record names is in the
+    dist-info (patchkit/, or patchkit/SET/ for a wheel of several sets; no symlink on the way), a
+    regular file whose sha256 is the recorded one. (The files its diff touches are not compared
+    here: that needs a diff parser, which status has.)"""
+    sets = data["sets"] if "sets" in data else [{"set": "", "patches": data["patches"]}]
+    for item in sets:
+        directory = (
+            os.path.join(dist_info, "patchkit", item["set"]) if item["set"] else os.path.join(dist_info, "patchkit")
+        )
+        for place in (os.path.join(dist_info, "patchkit"), directory):
+            if os.path.lexists(place) and not stat.S_ISDIR(os.lstat(place).st_mode):
+                raise TreeChanged(directory + " is not a plain directory (a symlink?); refusing to read it")
+        for patch in item["patches"]:
+            path = os.path.join(directory, patch["name"])
+            try:
+                raw = _read_regular(path, _PATCH_TEXT_BYTES)
+            except TreeChanged:  # a symlink, a fifo, a device, too large: not the file the wheel put there
+                raise TreeChanged("cannot read " + path + ": not a regular file of at most 16 MiB") from None
+            if raw is None:
+                raise TreeChanged("cannot read " + path + ": No such file or directory")
+            if hashlib.sha256(raw).hexdigest() != patch["sha256"]:
+                raise TreeChanged(path + " is not the patch patchkit.json records (sha256 differs)")
+
+
+_PATCH_TEXT_BYTES = 16 << 20  # patchkit.distinfo.provenance.LIMIT
+
+
+# -- a patched wheel's patchkit.json, by patchkit.distinfo.provenance.read_provenance's rules
+# (tests/test_guard_provenance.py holds the two to the same verdict)
+_PROVENANCE_KEYS = {"schema_version", "patchkit", "vllm_version", "label", "set", "patches", "files"}
+_SEVERAL_SETS_KEYS = {"schema_version", "patchkit", "vllm_version", "label", "sets", "files"}
+
+
+def provenance_damage(data: object) -> str | None:
+    """Why a patchkit.json value is no record `patchkit wheel` wrote (what status calls it damaged
+    for), or None."""
+    if isinstance(data, dict) and data.get("schema_version") == 2:
+        return _several_sets_damage(data)
+    if not isinstance(data, dict) or set(data) != _PROVENANCE_KEYS:
+        return "not a patchkit provenance record"
+    if type(data["schema_version"]) is not int or data["schema_version"] != 1:
+        return "schema_version " + repr(data["schema_version"]) + " is not 1"
+    found = _texts_damage(data)
+    name = data["set"]
+    if found is None and name is not None and (not isinstance(name, str) or not name):
+        found = "set is neither a name nor null"
+    return found or _patch_list_damage(data["patches"]) or _provenance_files_damage(data["files"])
+
+
+def _several_sets_damage(data: dict) -> str | None:
+    if set(data) != _SEVERAL_SETS_KEYS or type(data["schema_version"]) is not int:
+        return "not a patchkit provenance record of several sets"
+    found = _texts_damage(data)
+    sets = data["sets"]
+    if found is None and (not isinstance(sets, list) or not 2 <= len(sets) <= 64):
+        found = "sets is not a list of 2 to 64 sets"
+    for item in sets if found is None else []:
+        if not isinstance(item, dict) or set(item) != {"set", "patches"}:
+            return "a set entry is not {set, patches}"
+        if not _plain_name(item["set"]):
+            return "set name " + repr(item["set"]) + " is not a plain name"
+        found = found or _patch_list_damage(item["patches"])
+    if found is None and len({item["set"] for item in sets}) != len(sets):
+        found = "a set appears twice"
+    return found or _provenance_files_damage(data["files"])
+
+
+def _texts_damage(data: dict) -> str | None:
+    for key in ("patchkit", "vllm_version", "label"):
+        value = data[key]
+        if not isinstance(value, str) or not value or len(value) > 200:
+            return key + " is not a short string"
+    return None
+
+
+def _plain_name(name: object) -> bool:
+    """patchkit.base.fsutil.plain_name_problem's rule: one safe path component."""
+    if not isinstance(name, str) or not name or name in (".", ".."):
+        return False
+    return not any(c in name for c in "/\\\x00") and re.match(r"[A-Za-z]:", name) is None
+
+
+def _patch_list_damage(patches: object) -> str | None:
+    if not isinstance(patches, list) or not patches:
+        return "patches is not a non-empty list"
+    for item in patches:
+        if not isinstance(item, dict) or set(item) != {"name", "sha256"}:
+            return "a patch entry is not {name, sha256}"
+        if not _plain_name(item["name"]):
+            return "patch name " + repr(item["name"]) + " is not a plain file name"
+        if not _is_digest(item["sha256"]):
+            return "the sha256 of " + str(item["name"]) + " is not 64 lowercase hex digits"
+    if len({item["name"] for item in patches}) != len(patches):
+        return "a patch name appears twice"
+    return None
+
+
+def _provenance_files_damage(files: object) -> str | None:
+    if not isinstance(files, dict) or not files:
+        return "files is not a non-empty object"
+    for path, item in files.items():
+        if not isinstance(item, dict) or set(item) != {"stock_sha256", "patched_sha256"}:
+            return "the entry of " + path + " is not {stock_sha256, patched_sha256}"
+        if item["stock_sha256"] is None and item["patched_sha256"] is None:
+            return "the entry of " + path + " records neither a stock nor a patched file"
+        if not all(digest is None or _is_digest(digest) for digest in item.values()):
+            return "the sha256 of " + path + " is not 64 lowercase hex digits"
+    return None
 
 
 NOT_BELIEVED = ": not believed"  # patchkit.distinfo.installed_wheel.untrusted's word for the same refusal

@@ -7,6 +7,7 @@ import importlib.metadata
 import importlib.util
 import json
 import os
+import stat
 import sys
 
 
@@ -31,11 +32,31 @@ def work(request: dict) -> dict:
     out["prefix_set_at_startup"] = sys.pycache_prefix != (configured if isinstance(configured, str) else None)
     try:
         dist = importlib.metadata.distribution(package)
-        out["version"] = dist.version
+        unreadable = _not_regular(dist)
+        if unreadable:  # importlib.metadata would open it and wait: patchkit's own reading says what it is
+            out["metadata_error"] = unreadable
+        else:
+            out["version"] = dist.version
         out["dist_root"] = str(dist.locate_file(""))
     except importlib.metadata.PackageNotFoundError:
         pass
     return out
+
+
+def _not_regular(dist: importlib.metadata.Distribution) -> str | None:
+    """The dist-info file `dist.version` reads (METADATA, an egg-info's PKG-INFO) when it is there but
+    not a regular file (a fifo, a device): reading it may never end. Never opened here but without
+    blocking; None: a regular file, none, or a distribution not on a path."""
+    base = getattr(dist, "_path", None)
+    for name in ("METADATA", "PKG-INFO"):
+        path = os.path.join(str(base), name) if base is not None else None
+        if path is None or not os.path.lexists(path):
+            continue
+        try:
+            return None if stat.S_ISREG(os.stat(path).st_mode) else f"{path} is not a regular file"
+        except OSError:
+            return None
+    return None
 
 
 def _on_path(directory: str) -> bool:

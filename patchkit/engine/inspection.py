@@ -37,6 +37,7 @@ from patchkit.engine.guard import (
     UNKNOWN_GUARD,
     UNRECORDED_GUARD,
     is_installed,
+    launch_tags,
     launch_verdict,
     missing_guard,
     of_other_checks,
@@ -64,6 +65,7 @@ from patchkit.store.state import (
     recorded_patch_files,
     shown_set,
 )
+from patchkit.tree.modules import hanging_modules
 from patchkit.tree.target import checkout_restore, stock_files_command
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -129,6 +131,8 @@ class TreeStatus(Value):
     # the guard refuses a recorded file reached through a symlink: what replaces it (apply refuses it)
     symlink_fix: str | None = None
     guard_missing: str | None = None  # the recorded guard is gone (missing_guard): no launch is checked
+    # modules that are a fifo or a device (tree.modules): the launch's import hangs on them, before the guard
+    hanging: list[str] = field(default_factory=list)
     # the guard refuses recorded files only for holding their originals again (a same-version reinstall
     # of vLLM), every recorded file: apply records them again
     all_stock_again: bool = False
@@ -309,6 +313,7 @@ class TreeStatus(Value):
             or self.guard
             or self.not_stock
             or self.found_edited
+            or self.hanging
         ):
             return Outcome.CHECK_FAILED
         return Outcome.OK
@@ -566,6 +571,9 @@ def _guard_fields(root: Path, set_name: str, state: State | None, *, stale: bool
         "wheel_refused": state is not None and _refuses_the_wheels_files(root, state, refused),
         "recorded_sets": _recorded_sets(state) if refused or missing or stale else (),
         "guard_missing": missing,
+        "hanging": hanging_modules(
+            root, launch_tags(root), [p for e in (state.entries if state else []) for p in e.files]
+        ),
         "symlink_fix": _symlink_fix(root, refused, state),
     }
 

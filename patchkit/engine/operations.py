@@ -55,6 +55,7 @@ from patchkit.engine.guard import (
     install_changes,
     installed_vllm_version,
     is_site_packages,
+    launch_tags,
     make_readable,
     other_build,
     own_unrecorded,
@@ -127,6 +128,7 @@ from patchkit.store.state import (
     shown_set,
     state_path,
 )
+from patchkit.tree.modules import hanging_modules
 from patchkit.tree.target import Target, checkout_restore, stock_files_command
 from patchkit.tree.version import detect
 
@@ -814,7 +816,13 @@ class VerifyResult(Value):
     @property
     def passes_if_applied(self) -> bool:
         status = self.status
-        return not any(r.failed for r in self.checks) and not self.conflicts and not status.drifted and not status.guard
+        return (
+            not any(r.failed for r in self.checks)
+            and not self.conflicts
+            and not status.drifted
+            and not status.guard
+            and not status.hanging
+        )
 
     @property
     def outcome(self) -> Outcome:
@@ -832,6 +840,8 @@ def verify_tree(
         if recovered:
             warnings.append(recovered)
             (watch or Unwatched()).warning(recovered)
+        # a module the import would hang on: no import probe (status's failure names it)
+        import_probe = import_probe and not hanging_modules(resolved.target.root, launch_tags(resolved.target.root))
         status = inspect(resolved, check_upstream=True, import_probe=import_probe, verifying=verifying)
         refuse_unchangeable(resolved)  # as status does; and fleet's phase 1 is this verify
         checks = _tree_checks(resolved, status, import_probe, verifying)

@@ -16,7 +16,6 @@ import dataclasses
 import os
 import re
 import shlex
-import shutil
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -25,7 +24,7 @@ from typing import TYPE_CHECKING
 from patchkit.base import hints
 from patchkit.base.errors import BadInput, TargetError
 from patchkit.base.values import Value
-from patchkit.launch.interpreter import cannot_tell, script_python
+from patchkit.launch.interpreter import cannot_tell, exec_search, script_python
 from patchkit.launch.models import redirected
 from patchkit.launch.serve_parser import read as read_arguments
 from patchkit.launch.serve_parser import spec_for
@@ -94,6 +93,12 @@ class LaunchCommand(Value):
         os.environ decodes every variable, and a `run` of three sets asked ~45 times."""
         return {} if self.clean_env else {k: v for k, v in os.environ.items() if k not in self.unset}
 
+    @property
+    def sets_search_path(self) -> bool:
+        """Whether the command itself says the PATH its program is looked up on (`env -i`, `env -u
+        PATH`, `env PATH=...`), rather than inheriting the one it is started with."""
+        return self.clean_env or "PATH" in self.unset or "PATH" in self.env
+
     def working_directory(self) -> str:
         """The directory the launch runs in (absolute)."""
         return os.path.abspath(os.path.join(os.getcwd(), self.cwd or os.curdir))
@@ -109,7 +114,7 @@ class LaunchCommand(Value):
         cwd = self.working_directory()
         if Path(self.program).name.startswith("python"):
             return cwd
-        found = shutil.which(self.program, path=self.environ.get("PATH", os.defpath))
+        found = exec_search(self.program, self.environ.get("PATH"))
         return os.path.dirname(os.path.realpath(os.path.join(cwd, found))) if found else None
 
     def pycache_prefix(self) -> str | None:
@@ -235,8 +240,8 @@ class LaunchCommand(Value):
         """(the Python that will run this launch, its interpreter options): the `vllm` script's
         (patchkit/launch/interpreter.py), or the `python` named; a relative path made absolute against
         the launch's working directory, as execvp finds it there. TargetError when that cannot be told."""
-        path = self.environ.get("PATH", os.defpath)  # `env -i`: execvp's default
-        found = shutil.which(self.program, path=path)
+        path = self.environ.get("PATH")  # None (`env -i`, `env -u PATH`): execvp's default
+        found = exec_search(self.program, path)
         if found is None:
             raise cannot_tell(self.program, "it is not on the launch's PATH")
         python, options = (

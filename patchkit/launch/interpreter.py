@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import shutil
 from pathlib import Path
 
 from patchkit.base.errors import TargetError
@@ -28,6 +27,19 @@ _ENV_UNSETS = ("-u", "--unset")
 HINT = "give --python /path/to/venv/bin/python (the interpreter that runs vLLM for this launch)"
 
 
+def exec_search(program: str, path: str | None) -> str | None:
+    """The file execvp (glibc's, which env and `run` use) starts for `program` under the launch's PATH
+    `path` (None: no PATH at all, `env -i`: glibc's default /bin:/usr/bin): a name with a slash as it
+    is, else each entry in turn, an empty one (`PATH=`, `PATH=:/x`) the working directory, as
+    shutil.which does not; the first regular file executable by us (execvp passes over the others)."""
+    entries = [""] if "/" in program else (os.defpath if path is None else path).split(os.pathsep)
+    for entry in entries:
+        candidate = os.path.join(entry, program)
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
 def cannot_tell(script: object, why: str) -> TargetError:
     return TargetError(f"patchkit cannot tell which Python runs {script}: {why}", hint=HINT)
 
@@ -39,7 +51,7 @@ def script_interpreter(script: Path, path: str | None = None) -> str:
 
 def script_python(script: Path, path: str | None = None) -> tuple[str, list[str]]:
     """(the Python `script` runs, the interpreter options it runs it with): its shebang's interpreter
-    (`env`'s program looked up on `path`) and what follows it, or, for the `/bin/sh` wrapper pip
+    (`env`'s program looked up on the launch's PATH `path`, None: it has none) and what follows it, or, for the `/bin/sh` wrapper pip
     writes when the venv's path cannot be a shebang, what its `exec` line names. TargetError when
     that is not a Python, or its options are not ones patchkit can pass on (python_options)."""
     lines = read_head(script, SCRIPT_HEAD).split(b"\n")
@@ -92,11 +104,12 @@ def _after_env_options(script: Path, words: list[str], path: str | None) -> tupl
     while index < len(words):
         word = words[index]
         if word in _ENV_CLEARS:
-            path = os.defpath  # no PATH left: execvp's default
+            path = None  # no PATH left: execvp's default
         elif word in _ENV_UNSETS:
             index += 1
+            path = None if words[index : index + 1] == ["PATH"] else path
         elif word.startswith(("-u", "--unset=")):
-            pass
+            path = None if word in ("-uPATH", "--unset=PATH") else path
         elif word == "--":
             index += 1
             break
@@ -116,7 +129,7 @@ def _after_env_options(script: Path, words: list[str], path: str | None) -> tupl
 def _on_path(script: Path, program: str, path: str | None) -> str:
     if "/" in program:
         return program
-    found = shutil.which(program, path=path)
+    found = exec_search(program, path)
     if found is None:
         raise cannot_tell(script, f"its `env` runs {program}, which is not on the launch's PATH")
     return found

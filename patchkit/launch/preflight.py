@@ -12,7 +12,6 @@ import importlib.machinery
 import json
 import os
 import shlex
-import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +31,7 @@ from patchkit.engine.guard import (
     EVERY_CPYTHON,
     STALE_BYTECODE,
     launch_prefix,
+    launch_tags,
     launch_verdict,
     prefixed_bytecode,
     refusal_text,
@@ -53,6 +53,7 @@ from patchkit.launch import toolparsers
 from patchkit.launch.command import ALIASES, LaunchCommand
 from patchkit.launch.engine import LaunchContext, Reader, apply_fix, launch_python_version, set_checks, tree_reader
 from patchkit.launch.findings import Finding, cannot_judge
+from patchkit.launch.interpreter import exec_search
 from patchkit.launch.models import ModelConfig, offline, offline_model_path, redirected, resolve_model, with_overrides
 from patchkit.launch.relevance import EVERY, LaunchNeeds, launch_needs
 from patchkit.launch.shortcut import as_written, kept_findings
@@ -64,6 +65,7 @@ from patchkit.series import dry_run, library
 from patchkit.series.library import PatchSetDef
 from patchkit.series.patchfile import touched_paths
 from patchkit.store.state import State, read_state
+from patchkit.tree.modules import hanging_fix, hanging_modules, hanging_said
 from patchkit.tree.target import Target, from_interpreter, names_of, startup_prefix
 
 TREE = "tree-state"
@@ -134,8 +136,8 @@ def launch_target_finding(resolved: Resolved, command: LaunchCommand) -> Finding
     try:
         python, options = command.launch_python()
     except TargetError as exc:
-        if not shutil.which(command.program, path=command.environ.get("PATH", os.defpath)):
-            return None
+        if exec_search(command.program, command.environ.get("PATH")) is None:
+            return _not_on_its_path(command)
         opts = hints.current()
         if opts.python and not opts.python_of_launch:  # its hint ("give --python") was followed already
             why = f"the launch's {command.program} is a wrapper patchkit cannot follow ({exc.message})"
@@ -177,6 +179,22 @@ def launch_target_finding(resolved: Resolved, command: LaunchCommand) -> Finding
         )
     else:
         fix = f"check the tree the command runs (--python {shlex.quote(str(python))}), or launch the checked tree's own vllm"
+    return Finding(LAUNCH_TARGET, False, message, fix)
+
+
+def _not_on_its_path(command: LaunchCommand) -> Finding | None:
+    """The launch's program is on no directory of its PATH. Where the command sets that PATH itself
+    (`env -i`, `env -u PATH`, `env PATH=...`), the launch fails wherever it runs; else its PATH is
+    the shell's or the unit's that starts it, which patchkit does not see: not judged (None)."""
+    if not command.sets_search_path:
+        return None
+    path = command.environ.get("PATH")
+    name = os.path.basename(command.program)
+    where = f"its PATH ({path})" if path is not None else f"no PATH, so execvp searches {os.defpath}"
+    message = f"the launch's env finds no executable {command.program} on {where}: env exits 127 and vLLM never starts"
+    ours = exec_search(command.program, os.environ.get("PATH"))
+    script = os.path.abspath(ours) if ours else f"/path/to/venv/bin/{name}"
+    fix = f"name it by its path in the launch (`env ... {script} ...`), or give env PATH=DIR"
     return Finding(LAUNCH_TARGET, False, message, fix)
 
 
@@ -552,6 +570,11 @@ def vllm_validation(resolved: Resolved, result: PreflightResult, another: str) -
         return cannot_judge(VALIDATION, "not run: no interpreter known for this target", gives + also)
     if another:  # its answer would be about another vLLM's files
         return cannot_judge(VALIDATION, f"not run: {another}", whose_vllm_fix(resolved.target.package_dir))
+    hanging = hanging_modules(resolved.target.root, launch_tags(resolved.target.root))
+    if hanging:  # vLLM's import would wait on it: the tree-state finding names it and its fix
+        return cannot_judge(
+            VALIDATION, f"not run: importing vLLM would hang on {hanging[0]}", "fix the tree-state finding above"
+        )
     if result.missing:  # vLLM would look for the model on the hub: patchkit never downloads
         return cannot_judge(
             VALIDATION,
@@ -768,7 +791,9 @@ def tree_findings(resolved: Resolved, status: TreeStatus, needs: LaunchNeeds, re
     for any recorded set); otherwise its state is noted in `result.unused`. A recorded guard that is
     gone fails a launch that would load it: the launch the user guarded runs unchecked."""
     gone = [_guard_gone(status)] if needs.guard_runs and status.guard_missing else []
-    return gone + _set_state_findings(resolved, status, needs, result)
+    root, hanging = resolved.target.root, status.hanging
+    hangs = [Finding(TREE, False, hanging_said(hanging), hanging_fix(root, hanging))] if hanging else []
+    return hangs + gone + _set_state_findings(resolved, status, needs, result)
 
 
 def _guard_gone(status: TreeStatus) -> Finding:

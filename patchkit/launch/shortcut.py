@@ -45,7 +45,7 @@ from patchkit.base.errors import PatchkitError
 from patchkit.base.fsutil import inside, read_file, read_regular
 from patchkit.base.hashing import sha256
 from patchkit.base.usercache import cache_dir, prune, touch, usable_cache_dir
-from patchkit.engine.guard import launch_refusal, missing_guard
+from patchkit.engine.guard import launch_refusal, launch_tags, missing_guard
 from patchkit.engine.inspection import TreeStatus
 from patchkit.engine.resolve import Resolved
 from patchkit.launch.command import LaunchCommand
@@ -55,6 +55,7 @@ from patchkit.launch.models import ModelConfig
 from patchkit.series.patchfile import touched_paths
 from patchkit.store.journal import settled_record
 from patchkit.store.state import State, parse_state, state_path
+from patchkit.tree.modules import hanging_modules
 
 KIND = "launch-findings"
 ENTRY_LIMIT = 1 << 20  # a few findings: far below this
@@ -74,6 +75,7 @@ def recorded_state(root: Path) -> State | None:
             and as_written(root, state)
             and not launch_refusal(root, state)
             and missing_guard(root, state) is None
+            and not hanging_modules(root, launch_tags(root))  # the full inspection names it
         )
         return state if answers and _settled_record(root) == before else None
     except (PatchkitError, OSError):  # damaged, of the wrong kind, unreadable: the full inspection says so

@@ -228,11 +228,10 @@ def _read_metadata(target: Target, path: Path, where: str) -> str:
 
     if not inside(target.root, path):
         raise refuse("leads outside the target (a symlink)")
-    if not path.is_file():
-        raise refuse("is not a regular file")
-    try:
-        with path.open("rb") as f:
-            head = f.read(METADATA_HEAD)
+    try:  # never blocks, never reads past its head: a fifo or /dev/zero put there is refused
+        head = read_regular(path, METADATA_HEAD, follow_symlinks=True, head=True)
+    except NotRegularFile:
+        raise refuse("is not a regular file") from None
     except OSError as exc:
         raise refuse(f"cannot be read: {exc.strerror or exc}") from exc
     try:

@@ -86,6 +86,7 @@ def status_json(resolved: Resolved, status: TreeStatus, where: Location | None =
         "does_not_compile": {r.path: r.message for r in status.does_not_compile},
         "not_stock": {r.path: r.message for r in status.not_stock},  # apply refuses these on integrity
         "found_not_stock": status.found_edited,  # found applied, unrecorded, not stock beyond it: apply refuses
+        "hanging": status.hanging,  # a fifo or device as a module: the launch's import hangs on it
         "stale": status.stale,
         "guard_notes": status.guard_notes,
         "store_notes": status.store_notes,

@@ -28,6 +28,7 @@ from patchkit.engine.inspection import (
     upgrade_said,
 )
 from patchkit.engine.resolve import in_stock_fix, unrecorded_fix
+from patchkit.tree.modules import hanging_fix, hanging_said
 from patchkit.tree.target import stock_files_command
 from patchkit.tree.version import release_version
 
@@ -45,6 +46,7 @@ if TYPE_CHECKING:  # pragma: no cover
 BEHAVIOUR = "behaviour"  # the set's behaviour test (checks/behaviour.py): said when it passes too
 UNGUARDED = "unguarded"  # the recorded launch guard is gone (the tree's: said once)
 STALE = "stale"  # a record an upgrade of vLLM left behind (the tree's: each note names its set)
+HANGS = "import"  # a module the launch's import hangs on (the tree's: said once)
 
 
 def show_status(
@@ -128,7 +130,7 @@ def show_sets_status(ui: Screen, found: list[tuple[Resolved, TreeStatus]], where
 def _of_set(name: str, failures: list[Failure]) -> list[Failure]:
     """A failure that names no file, named by its set (`partial`: which set is); the guard's
     refusal and the stale records (each note names its set) are the tree's."""
-    tree_wide = (GUARD, STALE, UNGUARDED)
+    tree_wide = (GUARD, STALE, UNGUARDED, HANGS)
     return [f if f.where or f.what in tree_wide else replace(f, message=f"{name}: {f.message}") for f in failures]
 
 
@@ -170,6 +172,9 @@ def status_failures(resolved: Resolved, status: TreeStatus) -> list[Failure]:
         )
         for note, it in _stale_said(status.stale)
     ]
+    if status.hanging:  # first: no other fix is tried while the launch hangs
+        root = resolved.target.root
+        failures.insert(0, Failure(HANGS, hanging_said(status.hanging), fix=hanging_fix(root, status.hanging)))
     if status.guard:
         failures.append(Failure("guard", refusal_text(upgrade_said(status.guard)), fix=status.guard_fix))
     if status.guard_missing:
@@ -451,7 +456,8 @@ def _verify_verdict(ui: Screen, resolved: Resolved, verified: VerifyResult, *, r
         # the guard's refusal is named only where no check failed, else the count alone says FAILED
         none_failed = all(r.status != CheckStatus.FAIL for r in results)
         refused = refusal_summary(status.guard) if status.guard else "the launch guard refuses the tree"
-        above = f"; {refused} (above)" if refused_above and none_failed else ""
+        refused = "the launch hangs in its import" if status.hanging else refused
+        above = f"; {refused} (above)" if (refused_above or status.hanging) and none_failed else ""
         ui.verdict(f"verify: FAILED: {counted}{above}", ok=False)
 
 
@@ -518,6 +524,7 @@ def status_problems(status: TreeStatus, *, guard: bool = True) -> list[str]:
         "upstream regression" if status.upstream_regression else "",
         f"{len(status.not_stock)} file(s) not stock" if status.not_stock else "",
         "a file edited beyond the set's change (no record): apply refuses it" if status.found_edited else "",
+        "the launch hangs in its import" if status.hanging else "",
     ]
     return [p for p in problems if p]
 
