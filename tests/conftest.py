@@ -62,6 +62,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))  # stable: else as collected
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _a_pycache_template_of_the_session(tmp_path_factory) -> None:
+    """helpers.warm_pycache_prefix's template: in the session's temporary root, made once for all its workers."""
+    base = tmp_path_factory.getbasetemp()
+    helpers.PYCACHE_TEMPLATE = (base.parent if "PYTEST_XDIST_WORKER" in os.environ else base) / "pycache-template"
+
+
 @pytest.fixture
 def tree(tmp_path) -> Path:
     return write_tree(tmp_path / "site")

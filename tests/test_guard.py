@@ -22,6 +22,7 @@ from helpers import (
     make_patch,
     purelib,
     run_cli,
+    warm_pycache_prefix,
     write_tree,
 )
 
@@ -906,7 +907,7 @@ def test_stale_bytecode_under_the_pycache_prefix_stops_the_launch_and_status_nam
     file there runs the stock code. The guard judges its own process's prefix; status judges the
     prefix of its own environment, and names the exact removal (apply looks in __pycache__ only)."""
     site, diff, _ = patched
-    prefix = tmp_path / "pfx"
+    prefix = warm_pycache_prefix(tmp_path / "pfx")
     mirror = prefix / str(site.resolve()).lstrip("/") / "vllm/models"
     mirror.parent.mkdir(parents=True)
     pyc = _unchecked_pyc_of(mirror, MODEL_PY.encode(), f"model.{sys.implementation.cache_tag}.pyc")
@@ -936,7 +937,7 @@ def test_under_a_pycache_prefix_stale_bytecode_in_pycache_is_never_read_and_neve
         site / "vllm/models/__pycache__", MODEL_PY.encode(), f"model.{sys.implementation.cache_tag}.pyc"
     )
     assert _load(site).returncode != 0  # no prefix: Python reads it, and runs the stock code
-    prefix = {"PYTHONPYCACHEPREFIX": str(tmp_path / "pfx")}
+    prefix = {"PYTHONPYCACHEPREFIX": str(warm_pycache_prefix(tmp_path / "pfx"))}
     assert _load(site, **prefix).returncode == 0, _load(site, **prefix).stderr[-600:]
     assert target_guard.stale_bytecode(str(site), [MODEL], prefix=str(tmp_path / "pfx")) == []
     assert run_cli("status", "--target", site, "--patch", diff, env=prefix).returncode == 0
@@ -950,7 +951,7 @@ def test_apply_in_a_pycache_prefixs_environment_removes_the_bytecode_its_write_m
     site = write_tree(tmp_path / "site")
     diff = tmp_path / "model.diff"
     diff.write_bytes(make_patch(scratch, site, {MODEL: MODEL_PY.replace("return x", "return x * 2")}))
-    prefix = tmp_path / "pfx"
+    prefix = warm_pycache_prefix(tmp_path / "pfx")
     mirror = prefix / str(site.resolve()).lstrip("/") / "vllm/models"
     mirror.parent.mkdir(parents=True)
     pyc = _unchecked_pyc_of(mirror, MODEL_PY.encode(), f"model.{sys.implementation.cache_tag}.pyc")
@@ -987,7 +988,7 @@ def test_bytecode_under_the_pycache_prefix_is_judged_by_the_path_vllm_is_importe
     site, _, _ = patched
     link = tmp_path / "venv-link"
     link.symlink_to(site, target_is_directory=True)
-    prefix = tmp_path / "pfx"
+    prefix = warm_pycache_prefix(tmp_path / "pfx")
     mirror = prefix / str(link).lstrip("/") / "vllm/models"
     mirror.parent.mkdir(parents=True)
     pyc = _unchecked_pyc_of(mirror, MODEL_PY.encode(), f"model.{sys.implementation.cache_tag}.pyc")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import sys
 from pathlib import Path
@@ -17,6 +18,18 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 PACKAGE = Path(patchkit.__file__).parent
+
+
+def walked(path: Path) -> tuple[ast.AST, ...]:
+    """Every node of `path`'s syntax tree (ast.walk's order): the checks below each walk every module,
+    parsed once a process (read again each time: a planted file's bytes are its own)."""
+    return _walked(path.read_bytes())
+
+
+@functools.cache
+def _walked(source: bytes) -> tuple[ast.AST, ...]:
+    return tuple(ast.walk(ast.parse(source)))
+
 
 # Lower layers never import higher ones (docs/architecture.md's table, bottom up).
 LAYERS = [
@@ -40,7 +53,7 @@ def imports(path: Path, package: Path = PACKAGE) -> set[str]:
     """Every patchkit module this file imports, at any depth (lazy imports inside functions count).
     `from package import module` names the module alone; `from package import name`, the package."""
     found = set()
-    for node in ast.walk(ast.parse(path.read_bytes())):
+    for node in walked(path):
         if isinstance(node, ast.Import):
             found |= {a.name for a in node.names if a.name.startswith("patchkit")}
         elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("patchkit"):
@@ -208,7 +221,7 @@ def literal_states(package: Path = PACKAGE) -> list[str]:
     found = []
     for path in sorted(package.rglob("*.py")):
         rel = path.relative_to(package).as_posix()
-        for node in ast.walk(ast.parse(path.read_bytes())):
+        for node in walked(path):
             if not isinstance(node, ast.Compare) or rel in NAMES_NOT_OURS:
                 continue
             sides = [node.left, *node.comparators]
@@ -279,7 +292,7 @@ def imports_of_test_modules(tests: Path = TESTS) -> list[tuple[str, int, str]]:
     modules = {path.stem for path in tests.rglob("test_*.py")}
     found = []
     for path in sorted(tests.rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_bytes())):
+        for node in walked(path):
             found += [
                 (path.relative_to(tests).as_posix(), getattr(node, "lineno", 0), name)
                 for name in _imported_names(node)
@@ -344,7 +357,7 @@ def lazy_imports(package: Path = PACKAGE) -> list[tuple[str, int, str]]:
     """(file, line, module) of each import inside a function body."""
     found = set()
     for path in sorted(package.rglob("*.py")):
-        for function in ast.walk(ast.parse(path.read_bytes())):
+        for function in walked(path):
             if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue
             for node in ast.walk(function):
@@ -473,7 +486,7 @@ def test_every_dataclass_says_what_it_is():
     (~0.1 ms each; 24 of them on `run`'s fast path, issue 21): each says what it is instead."""
     missing = []
     for path in sorted(PACKAGE.rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_bytes())):
+        for node in walked(path):
             decorated = isinstance(node, ast.ClassDef) and any(
                 "dataclass" in ast.unparse(d) for d in node.decorator_list
             )
@@ -513,9 +526,9 @@ def output_outside_the_ui(package: Path = PACKAGE) -> list[tuple[str, str]]:
         rel = path.relative_to(package).as_posix()
         if rel.startswith("cli/ui/"):
             continue
-        tree = ast.parse(path.read_bytes())
-        functions = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
-        for node in ast.walk(tree):
+        nodes = walked(path)
+        functions = [n for n in nodes if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        for node in nodes:
             if _writes_output(node):
                 around = [f for f in functions if f.lineno <= node.lineno <= (f.end_lineno or f.lineno)]
                 found.append((rel, around[-1].name if around else "<module>"))
@@ -546,7 +559,7 @@ def long_functions(package: Path = PACKAGE) -> list[str]:
     """ "file:line name (N lines)" of each function or method, at any depth, longer than LONGEST_FUNCTION."""
     found = []
     for path in sorted(package.rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_bytes())):
+        for node in walked(path):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 length = (node.end_lineno or node.lineno) - node.lineno + 1
                 if length > LONGEST_FUNCTION:

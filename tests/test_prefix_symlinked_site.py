@@ -16,6 +16,7 @@ from helpers import (
     purelib,
     run_cli,
     stale_pyc_under_prefix,
+    warm_pycache_prefix,
     write_tree,
 )
 from launch_fixtures import (
@@ -49,7 +50,7 @@ def linked(tmp_path, scratch):
 
 def test_status_through_a_symlinked_target_judges_the_prefix_where_the_launch_reads_it(linked, tmp_path):
     link, diff = linked
-    prefix = tmp_path / "pfx"
+    prefix = warm_pycache_prefix(tmp_path / "pfx")
     pyc = stale_pyc_under_prefix(prefix, link, MODEL)
     env = {"PYTHONPYCACHEPREFIX": str(prefix)}
     assert load_plugins_like_vllm(link, **env).returncode != 0  # the guard refuses: the stock .pyc would run
@@ -69,7 +70,7 @@ def test_status_through_an_interpreter_importing_from_a_symlinked_path_judges_th
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
     (purelib(venv / "bin" / "python") / "site-link.pth").write_text(f"{link}\n")
-    prefix = tmp_path / "pfx"
+    prefix = warm_pycache_prefix(tmp_path / "pfx")
     pyc = stale_pyc_under_prefix(prefix, link, MODEL)
     env = {"PYTHONPYCACHEPREFIX": str(prefix)}
     done = run_cli("status", "--python", venv / "bin" / "python", "--patch", diff, env=env)
@@ -79,7 +80,7 @@ def test_status_through_an_interpreter_importing_from_a_symlinked_path_judges_th
 def test_apply_through_a_symlinked_target_removes_the_stale_bytecode_the_launch_would_read(linked, tmp_path):
     """apply fixes what the guard refuses: the stale .pyc under the prefix at the path named."""
     link, diff = linked
-    prefix = tmp_path / "pfx"
+    prefix = warm_pycache_prefix(tmp_path / "pfx")
     pyc = stale_pyc_under_prefix(prefix, link, MODEL)
     env = {"PYTHONPYCACHEPREFIX": str(prefix)}
     done = run_cli("apply", "--target", link, "--patch", diff, env=env)

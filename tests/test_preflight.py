@@ -10,7 +10,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import assert_clean_failure, on_a_terminal, run_cli, terminal_screen
+from helpers import (
+    assert_clean_failure,
+    on_a_terminal,
+    run_cli,
+    stale_pyc_under_prefix,
+    terminal_screen,
+    warm_pycache_prefix,
+)
 from importable_vllm import make_importable, venv_importing, write_refusing_engine_args
 from launch_fixtures import (
     DEEPSEEK,
@@ -21,7 +28,6 @@ from launch_fixtures import (
     apply_fix,
     findings,
     serve,
-    stale_pyc_under_prefix,
     write_eagle3_setup,
     write_model,
 )
@@ -531,7 +537,7 @@ def test_stale_bytecode_under_the_launchs_pycache_prefix_fails_naming_its_remova
     unless the launch drops it), and its fix, run, makes it pass."""
     tree, library, models = setup
     assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
-    prefix = tmp_path / "pfx"
+    prefix = warm_pycache_prefix(tmp_path / "pfx")
     pyc = stale_pyc_under_prefix(prefix, tree.resolve(), DEEPSEEK)
     command = serve(models["deepseek"], models["drafter"])
     assert preflight(tree, library, *command).returncode == 0  # no prefix: that .pyc is never read
