@@ -117,7 +117,15 @@ def test_the_name_line_is_read_only_where_it_alone_tells_the_name(tmp_path):
         assert library._name_line(manifest) == said, text
 
 
-PATTERNS = ("[0-9a-f]{64}", "patchkit_guard\\.py|", "^GUARD_FORMAT", "holds more than", "( --all)?", "subprocess\\.")
+PATTERNS = (
+    "[0-9a-f]{64}",
+    "patchkit_guard\\.py|",
+    "^GUARD_FORMAT",
+    "holds more than",
+    "( --all)?",
+    "subprocess\\.",
+    "^import\\s+",
+)
 COMPILED = """
 import json, re, sys
 import patchkit.store.state, patchkit.engine.guard, patchkit.tree.version, patchkit.tree.target
@@ -135,11 +143,14 @@ def test_importing_the_engine_compiles_none_of_its_patterns_before_they_are_used
 def test_a_lazy_pattern_finds_what_the_compiled_one_does(text):
     for pattern, flags in (("[0-9a-f]{64}", 0), ("^[0-9]+$", re.MULTILINE)):
         lazy, compiled = LazyPattern(pattern, flags), re.compile(pattern, flags)
-        for method in ("search", "fullmatch"):
+        for method in ("search", "fullmatch", "findall"):
             for pos, endpos in ((0, len(text)), (1, len(text)), (0, 64)):
                 found = getattr(lazy, method)(text, pos, endpos)
                 expected = getattr(compiled, method)(text, pos, endpos)
-                assert (found and found.span()) == (expected and expected.span())
+                if method == "findall":
+                    assert found == expected
+                else:
+                    assert (found and found.span()) == (expected and expected.span())
     assert LazyPattern(rb"^GUARD_FORMAT = ([0-9]+)$", re.MULTILINE).search(b"x\nGUARD_FORMAT = 11\n").group(1) == b"11"
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 import sys
-from typing import AnyStr, Generic
+from typing import Any, AnyStr, Generic
 
 
 class LazyPattern(Generic[AnyStr]):
@@ -28,3 +28,6 @@ class LazyPattern(Generic[AnyStr]):
 
     def fullmatch(self, string: AnyStr, pos: int = 0, endpos: int = sys.maxsize) -> re.Match[AnyStr] | None:
         return self.compiled().fullmatch(string, pos, endpos)
+
+    def findall(self, string: AnyStr, pos: int = 0, endpos: int = sys.maxsize) -> list[Any]:
+        return self.compiled().findall(string, pos, endpos)

@@ -16,7 +16,6 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from patchkit import series as series_package  # its plan module loads on first use: `run`'s fast path never plans
 from patchkit.base import hints
 from patchkit.base.errors import BadInput, PatchkitError
 from patchkit.base.fsutil import read_file
@@ -176,10 +175,8 @@ def not_made_by_the_series(root: Path, entry: Entry, known: Sequence[Patch] = ()
                 continue
             before = shas.get("before")
             if before is None:  # created by the series: made from nothing
-                unmade += (
-                    [path] if series_package.plan.made_file(lambda _: None, path, series, digest=False) != data else []
-                )
-            elif series_package.plan.reverse_file(there, path, series, digest=False) != read_object(root, before):
+                unmade += [path] if made_file(lambda _: None, path, series, digest=False) != data else []
+            elif reverse_file(there, path, series, digest=False) != read_object(root, before):
                 unmade.append(path)
         except (OSError, PatchkitError):  # unreadable, its original lost: other checks say so
             continue

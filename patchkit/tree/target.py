@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import re
 import shlex
 import shutil
 import sys
@@ -324,7 +325,7 @@ def resolve(target_dir: str | None, python: str | None, *, here: bool = False) -
     return from_interpreter(python, cwd=cwd)
 
 
-_IMPORTED = re.compile(r"^import\s+([A-Za-z_]\w*)", re.MULTILINE)
+_IMPORTED = LazyPattern(r"^import\s+([A-Za-z_]\w*)", re.MULTILINE)
 _STARTUP_HEAD = 64 << 10  # a .pth file or a start-up module: a few lines
 
 
