@@ -956,7 +956,12 @@ def _state_finding(resolved: Resolved, status: TreeStatus, *, prefixed: bool = F
         return Finding(TREE, False, f"changed after patchkit wrote them: {files}", _drift_fix(resolved))
     if status.state == TreeState.CONFLICT:
         message = f"the {resolved.set_name} series does not apply: {local_edit_said(status.edited_in_hunks, version, resolved.target.root)}"
-        return Finding(TREE, False, message, local_edit_fix(resolved.target.root, version, status.edited_in_hunks, resolved.set_name))
+        return Finding(
+            TREE,
+            False,
+            message,
+            local_edit_fix(resolved.target.root, version, status.edited_in_hunks, resolved.set_name),
+        )
     if status.state == TreeState.PARTIAL:
         message = f"the {resolved.set_name} series is partly applied to vLLM {version}"
         if apply_finishes(status):
