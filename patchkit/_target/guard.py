@@ -42,7 +42,7 @@ ENV = "PATCHKIT_GUARD"
 # The number of the guard's checks: patchkit tells an older build's guard that judges a tree as it
 # does (the same number: a note, `apply` updates it) from one that may not (a failure until `apply`).
 # tests/test_guard_format.py holds it to this module's code: a change of the code bumps it.
-GUARD_FORMAT = 13
+GUARD_FORMAT = 14
 MAX_RECORD_BYTES = 16 * 1024 * 1024
 if TYPE_CHECKING:  # (vllm version or None, {path: recorded sha256 or None}, {path: its original's sha256 or None})
     Record = tuple[str | None, dict[str, str | None], dict[str, str | None]]
@@ -96,14 +96,22 @@ def refusal(site: str, problems: list[str]) -> str:
 
 
 def imported_sites() -> list[str]:
-    """The site directory of the vllm this process imported (see imported_site); and when its
-    vllm/ is a symlink, the directory that symlink is in too: a record there (patchkit's apply
-    through it) is judged as well, and its files, reached through a symlink, are a change."""
+    """The site directory of the vllm this process imported (see imported_site). When its vllm/ is
+    a symlink, the directory that symlink is in, if that holds vLLM's dist-info or patchkit's record
+    (vllm/ moved to another volume: patchkit applies through that one symlink and keeps its record
+    there), else where it leads (a checkout's vllm/ linked in): the tree patchkit's commands judge
+    (patchkit.tree.target._tree_of)."""
     site = imported_site()
     if site is None:
         return []
     linked = _linked_package_parent()
-    return [site] + ([linked] if linked is not None and linked != site else [])
+    if linked is None or linked == site:
+        return [site]
+    try:
+        beside = bool(_vllm_dist_infos(linked)) or os.path.isdir(os.path.join(linked, ".patchkit"))
+    except OSError:  # not listable: not where patchkit applied
+        beside = False
+    return [linked] if beside else [site]
 
 
 def _linked_package_parent() -> str | None:
@@ -1099,9 +1107,20 @@ def _inside(site: str, rel: object) -> str | None:
         return None
     if ".." in rel.split("/"):
         return None
-    root = os.path.realpath(site)
-    full = os.path.realpath(os.path.join(root, rel))
+    root, rest = _base(site, rel)
+    full = os.path.realpath(os.path.join(root, rest))
     return full if full.startswith(root + os.sep) else None
+
+
+def _base(site: str, rel: str) -> tuple[str, str]:
+    """(the real directory `rel` is judged inside, rel below it): vllm/ moved to another volume, a
+    symlink to a directory left in its place (Python imports through it; patchkit applies through
+    it), holds the files under vllm/; any other symlink leads out."""
+    first, _, rest = rel.partition("/")
+    linked = os.path.join(site, first)
+    if first == "vllm" and rest and os.path.islink(linked) and os.path.isdir(linked):
+        return os.path.realpath(linked), rest
+    return os.path.realpath(site), rel
 
 
 def _plain_path(rel: str) -> bool:
@@ -1116,8 +1135,8 @@ def _resolves_inside(site: str, path: str) -> bool:
 
 def _through_symlink(site: str, rel: str) -> bool:
     """Whether site/rel is, or is reached through, a symlink: not the file patchkit wrote there."""
-    root = os.path.realpath(site)
-    return os.path.realpath(os.path.join(root, rel)) != os.path.normpath(os.path.join(root, rel))
+    root, rest = _base(site, rel)
+    return os.path.realpath(os.path.join(root, rest)) != os.path.normpath(os.path.join(root, rest))
 
 
 def _read_regular(path: str, limit: int | None, *, follow: bool = False) -> bytes | None:

@@ -30,7 +30,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from patchkit.base.errors import TargetError
-from patchkit.base.fsutil import inside
+from patchkit.base.fsutil import inside, judged_inside
 from patchkit.checks import ERROR, WARNING, CheckResult
 from patchkit.tree.target import run_worker
 
@@ -74,7 +74,7 @@ def compiled_files(root: Path, path: str) -> list[dict]:
     One that may not be touched (see the module's doc) is an item with a "refused" reason instead."""
     source = root / path
     stem = source.name[: -len(".py")]
-    if not inside(root, source.parent):
+    if not inside(judged_inside(root, path), source.parent):
         return [_refused(path, Path(path).parent.as_posix() + "/", "leads outside the target")]
     found = []
     cache = source.parent / "__pycache__"

@@ -30,12 +30,12 @@ from typing import TYPE_CHECKING
 from patchkit import __version__
 from patchkit.base import hints
 from patchkit.base.errors import BadInput, PatchkitError, TargetError
-from patchkit.base.fsutil import NotRegularFile, read_file, read_regular
+from patchkit.base.fsutil import NotRegularFile, judged_inside, read_file, read_regular
 from patchkit.base.hashing import sha256
 from patchkit.distinfo.entry_points import metadata_directories, parse_entry_points
 from patchkit.store.objects import read_object
 from patchkit.store.state import META_DIR, State, read_state, state_path
-from patchkit.tree.target import Target, names_of, vllm_metadata_dirs
+from patchkit.tree.target import Target, names_of, startup_prefix, vllm_metadata_dirs
 
 DISTRIBUTION = "patchkit-guard"
 MODULE = "patchkit_guard.py"
@@ -358,6 +358,7 @@ def launch_verdict(root: Path, state: State | None = None, prefix: str | None = 
     declared, unreadable = _declared(root)
     if unreadable or not (declared and (root / MODULE).is_file()):
         return _target_guard().Verdict(unreadable)
+    prefix = launch_prefix(root) if prefix is None else prefix
     unknown = _unknown_module(root, state)
     closed = ", ".join(f"{path} ({stat.S_IMODE(mode):04o})" for path, mode in unreadable_by_others(root, state))
     hidden = [f"{OTHERS_CANNOT_READ} {closed}"] if closed else []
@@ -369,10 +370,17 @@ def launch_verdict(root: Path, state: State | None = None, prefix: str | None = 
     return _target_guard().Verdict(unknown + hidden + found.problems + named, found.stock_again, found.whole)
 
 
+def launch_prefix(root: Path) -> str:
+    """The pycache prefix a launch of `root` from this environment reads bytecode under ("": none):
+    the one its interpreter's start-up sets (a .pth line, sitecustomize), else this process's."""
+    found = startup_prefix(root)
+    return (sys.pycache_prefix or "") if found is None else found
+
+
 def _prefixed_as_named(root: Path, prefix: str | None, said: list[str], never: bool = False) -> list[str]:
     """The stale bytecode under the pycache prefix at the other paths this run reached the tree by
     (a symlinked site): Python keys it by the import path as given, and the guard judges it there."""
-    if not (sys.pycache_prefix if prefix is None else prefix):
+    if not (launch_prefix(root) if prefix is None else prefix):
         return []
     found: list[str] = []
     for name in names_of(root):
@@ -450,7 +458,9 @@ def _closed_mode(root: Path, real_root: str, rel: str, *, directory: bool) -> in
     """The mode of root/rel when it is a regular file (or directory) other users cannot read; None
     otherwise (absent, a symlink, under one: never changed through it, or open to them). `real_root`:
     os.path.realpath(root)."""
-    if ".." in rel.split("/") or os.path.realpath(root / rel) != os.path.join(real_root, rel):
+    base = judged_inside(root, rel)  # a moved vllm/ (a symlink to its directory): its files are judged there
+    real = os.path.join(real_root, rel) if base == root else os.path.join(os.path.realpath(base), rel.partition("/")[2])
+    if ".." in rel.split("/") or os.path.realpath(root / rel) != real:
         return None
     try:
         info = os.lstat(root / rel)
@@ -668,8 +678,9 @@ def _stale_prefixed(problem: str) -> bool:
 
 def stale_under_prefix(root: Path, paths: list[str], prefix: str | None) -> list[tuple[str, Path]]:
     """(source, .pyc) for each stale unchecked-hash .pyc of `paths` under the pycache `prefix` (None:
-    this process's), which Python reads in place of __pycache__: none without a prefix."""
-    if not (sys.pycache_prefix if prefix is None else prefix):
+    the launch's, launch_prefix), which Python reads in place of __pycache__: none without a prefix."""
+    prefix = launch_prefix(root) if prefix is None else prefix
+    if not prefix:
         return []
     # the tree as named too (a symlinked site): the path Python keys the launch's bytecode by
     found: dict[str, str] = {}

@@ -31,6 +31,7 @@ from patchkit.checks.bytecode import failures, scan
 from patchkit.engine.guard import (
     EVERY_CPYTHON,
     STALE_BYTECODE,
+    launch_prefix,
     launch_tags,
     launch_verdict,
     prefixed_bytecode,
@@ -66,7 +67,7 @@ from patchkit.series.library import PatchSetDef
 from patchkit.series.patchfile import touched_paths
 from patchkit.store.state import State, read_state
 from patchkit.tree.modules import hanging_fix, hanging_modules, hanging_said
-from patchkit.tree.target import Target, from_interpreter, names_of
+from patchkit.tree.target import Target, from_interpreter, names_of, startup_prefix
 
 TREE = "tree-state"
 MODELS = "models"
@@ -336,7 +337,7 @@ def for_launch_prefix(root: Path, status: TreeStatus, command: LaunchCommand) ->
     where patchkit's own environment reads it, and the launch reads it under its own pycache prefix
     alone, or in __pycache__ alone without one. The guard judges every recorded file (each set's, a
     patched wheel's), so its own judging, with the launch's prefix, says which."""
-    launch, own = command.pycache_prefix() or "", sys.pycache_prefix or ""
+    launch, own = command_prefix(root, command) or "", launch_prefix(root)
     if launch == (os.path.abspath(own) if own else ""):
         return status
     judged = launch_verdict(root, status.record, prefix=launch).problems
@@ -361,16 +362,24 @@ def _as_stock_accepts(
     return [Finding(TREE, True, said) if f.check == TREE and f.message == not_applied else f for f in findings]
 
 
+def command_prefix(root: Path, command: LaunchCommand) -> str | None:
+    """The pycache prefix the launch of `root` reads bytecode under: the one its interpreter's start-up
+    sets (a .pth line, sitecustomize: it wins over the command's options and environment), else the
+    command's (-X pycache_prefix, PYTHONPYCACHEPREFIX); None or "": __pycache__."""
+    found = startup_prefix(root)
+    return command.pycache_prefix() if found is None else found
+
+
 def prefix_findings(resolved: Resolved, status: TreeStatus, command: LaunchCommand) -> list[Finding]:
     """Stale unchecked-hash bytecode of the set's files under the launch's pycache prefix
     (PYTHONPYCACHEPREFIX, -X pycache_prefix): Python reads it there instead of __pycache__ and runs
     it without reading the patched source, the guard refuses it, and apply does not look there.
     Under --check-hash-based-pycs never, stale checked-hash bytecode too, wherever the launch reads
     it: status judges the default mode, where Python re-validates it."""
-    prefix, never = command.pycache_prefix(), command.hash_pycs == "never"
-    if prefix is None and not never:
-        return []
     paths, root = sorted(_series_paths(resolved, status)), resolved.target.root
+    prefix, never = command_prefix(root, command), command.hash_pycs == "never"
+    if not prefix and not never:
+        return []
     found: dict[str, str] = {}  # at the tree's real path and each it was named by (a symlinked site: Python keys it so)
     for site in (str(root), *names_of(root)):
         for _rel, said, pyc in target_guard.stale_places(site, paths, EVERY_CPYTHON, prefix or "", never):
@@ -839,7 +848,8 @@ def _set_state_findings(
     if needs.needs(resolved.set_name):
         unsaid = _not_said_by_judged(resolved, status, needs) if status.guard else []
         launched = _guard_for_launch(resolved, dataclasses.replace(status, guard=unsaid), needs, result)
-        return [tree_finding(resolved, launched, prefixed=bool(result.command.pycache_prefix()))]
+        prefixed = bool(command_prefix(resolved.target.root, result.command))
+        return [tree_finding(resolved, launched, prefixed=prefixed)]
     if needs.guard_runs and status.guard:
         unsaid = _not_said_by_judged(resolved, status, needs)
         refusal = _guard_refusal(dataclasses.replace(status, guard=unsaid))
