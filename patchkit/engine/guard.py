@@ -384,7 +384,9 @@ def _prefixed_as_named(root: Path, prefix: str | None, said: list[str], never: b
         return []
     found: list[str] = []
     for name in names_of(root):
-        found += [p for p in _target_guard().judge(name, EVERY_CPYTHON, prefix, None, never).problems if _stale_prefixed(p)]
+        found += [
+            p for p in _target_guard().judge(name, EVERY_CPYTHON, prefix, None, never).problems if _stale_prefixed(p)
+        ]
     return [p for p in dict.fromkeys(found) if p not in said]
 
 
