@@ -32,6 +32,7 @@ from patchkit.base import hints
 from patchkit.base.errors import BadInput, PatchkitError, TargetError
 from patchkit.base.fsutil import NotRegularFile, judged_inside, read_file, read_regular
 from patchkit.base.hashing import sha256
+from patchkit.base.patterns import LazyPattern
 from patchkit.distinfo.entry_points import metadata_directories, parse_entry_points
 from patchkit.store.objects import read_object
 from patchkit.store.state import META_DIR, State, read_state, state_path
@@ -528,7 +529,7 @@ def _guard_dist_infos(root: Path) -> list[str]:
     return sorted(n for n in found if (root / n).is_dir() and not (root / n).is_symlink())
 
 
-_FORMAT_LINE = re.compile(rb"^GUARD_FORMAT = ([0-9]{1,9})$", re.MULTILINE)
+_FORMAT_LINE = LazyPattern(rb"^GUARD_FORMAT = ([0-9]{1,9})$", re.MULTILINE)
 
 
 def guard_format(module: bytes) -> int:
@@ -668,7 +669,7 @@ SEVERAL = "several vLLM distributions are installed"  # the guard's words for se
 SHADOWED = "is imported instead of"  # a package or extension module imported instead of a recorded file
 STALE_BYTECODE = "is unchecked-hash bytecode compiled from other bytes than"  # a stale unchecked-hash .pyc of a recorded file (apply fixes it)
 THROUGH_SYMLINK = " (reached through the symlink "  # that .pyc reached through a symlink (apply writes through none)
-CACHE_OVERFULL = re.compile(r"(\S+/__pycache__) holds more than [0-9]+ files")  # no cache Python wrote
+CACHE_OVERFULL = LazyPattern(r"(\S+/__pycache__) holds more than [0-9]+ files")  # no cache Python wrote
 _PREFIXED_STALE = PREFIXED + " " + STALE_BYTECODE
 # a stale checked-hash .pyc, which only a launch's Python run with --check-hash-based-pycs never loads
 STALE_CHECKED = "is checked-hash bytecode compiled from other bytes than"

@@ -249,7 +249,7 @@ def restore_recorded(
     recorded = {(p["name"], p["sha256"]) for p in entry.patches}
     own = [p for p in patches or [] if (p.name, p.sha256) in recorded]
     if not force:
-        _refuse_drift(view, entry)
+        _refuse_drift(view, entry, own)
     for path, shas in sorted(entry.files.items()):
         content = view.read(path)
         current = sha256(content)
@@ -266,12 +266,15 @@ def restore_recorded(
     return restored
 
 
-def _refuse_drift(view: View, entry: Entry) -> None:
+def _refuse_drift(view: View, entry: Entry, own: list[Patch]) -> None:
     """Drift naming every recorded file edited or deleted since the apply (each, one a line, as git
-    names the files a checkout would overwrite), before any is written back."""
+    names the files a checkout would overwrite), before any is written back. A created file no patch
+    at hand creates is left to _require_creator: --force would not delete it either."""
     drifted = {}
     for path, shas in sorted(entry.files.items()):
         content = view.read(path)
+        if shas["before"] is None and content is not None and not _creates(own, path):
+            continue
         if sha256(content) not in (shas["before"], shas["after"]):
             drifted[path] = "deleted" if content is None else "edited"
     if not drifted:
@@ -299,7 +302,7 @@ def _require_creator(
     names creates it: the record alone is no evidence (it is read back from the tree). A --patch
     file that is gone leaves only the record's word that the file holds the bytes patchkit wrote:
     deleted with a copy kept (True), since a planted record could name any file with its hash."""
-    if any(f.target_path == path and f.source_path != path for p in own for f in p.files):
+    if _creates(own, path):
         return False
     gone = missing_patch_files(entry) if is_adhoc(entry.set_name) else ()
     if gone and wrote_it:
@@ -329,6 +332,10 @@ def _require_creator(
         "creates it: kept, nothing was written",
         hint=f"a revert deletes a created file only when you name the patch that created it: {order}",
     )
+
+
+def _creates(patches: list[Patch], path: str) -> bool:
+    return any(f.target_path == path and f.source_path != path for p in patches for f in p.files)
 
 
 def _original(view: View, path: str, digest: str | None, patches: list[Patch], notes: list[str]) -> bytes | None:

@@ -19,6 +19,7 @@ from typing import Any
 from patchkit.base import hints
 from patchkit.base.errors import TargetError
 from patchkit.base.fsutil import read_regular
+from patchkit.base.patterns import LazyPattern
 from patchkit.base.values import FrozenValue, frozen
 
 # a worker's process (subprocess, its waits) is patchkit.tree.process, imported where a worker runs:
@@ -251,7 +252,7 @@ def _probe(
 
 _SCRIPT_HEAD = 64 << 10  # a console script, or an interpreter wrapper: a few lines; more is neither
 # a Python-written interpreter wrapper (HPC module systems): it hands its arguments to another program
-_HANDS_ON = re.compile(
+_HANDS_ON = LazyPattern(
     rb"\bos\.(?:exec[lv]p?e?|posix_spawnp?|spawn[lv]p?e?)\s*\(|\bsubprocess\.(?:run|call|check_call|Popen)\s*\("
 )
 
@@ -324,7 +325,7 @@ def resolve(target_dir: str | None, python: str | None, *, here: bool = False) -
     return from_interpreter(python, cwd=cwd)
 
 
-_IMPORTED = re.compile(r"^import\s+([A-Za-z_]\w*)", re.MULTILINE)
+_IMPORTED = LazyPattern(r"^import\s+([A-Za-z_]\w*)", re.MULTILINE)
 _STARTUP_HEAD = 64 << 10  # a .pth file or a start-up module: a few lines
 
 
