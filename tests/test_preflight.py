@@ -551,8 +551,9 @@ def test_stale_checked_hash_bytecode_fails_a_launch_that_never_checks_hashes(set
     never = [api[0], "--check-hash-based-pycs", "never", *api[1:]]
     tree_state = findings(preflight(tree, library, *never))["tree-state"]
     assert not tree_state["ok"], tree_state
-    assert f"__pycache__/{os.path.basename(pyc)} is checked-hash bytecode compiled from other bytes" in (
-        tree_state["message"]
+    assert (
+        f"__pycache__/{os.path.basename(pyc)} is checked-hash bytecode compiled from other bytes"
+        in (tree_state["message"])
     ), tree_state
     assert tree_state["fix"] == f"run `rm -f -- {pyc}` (Python compiles the source again)", tree_state
     os.unlink(pyc)
