@@ -373,19 +373,19 @@ def command_prefix(root: Path, command: LaunchCommand) -> str | None:
 def prefix_findings(resolved: Resolved, status: TreeStatus, command: LaunchCommand) -> list[Finding]:
     """Stale unchecked-hash bytecode of the set's files under the launch's pycache prefix
     (PYTHONPYCACHEPREFIX, -X pycache_prefix): Python reads it there instead of __pycache__ and runs
-    it without reading the patched source, the guard refuses it, and apply does not look there."""
+    it without reading the patched source, the guard refuses it, and apply does not look there.
+    Under --check-hash-based-pycs never, stale checked-hash bytecode too, wherever the launch reads
+    it: status judges the default mode, where Python re-validates it."""
     paths, root = sorted(_series_paths(resolved, status)), resolved.target.root
-    prefix = command_prefix(root, command)
-    if not prefix:
+    prefix, never = command_prefix(root, command), command.hash_pycs == "never"
+    if not prefix and not never:
         return []
-    found = [  # at the tree's real path and each it was named by (a symlinked site: Python keys it so)
-        p
-        for site in (str(root), *names_of(root))
-        for p in target_guard.stale_bytecode(site, paths, EVERY_CPYTHON, prefix=prefix)
-        if prefixed_bytecode([p])
-    ]
-    found = list(dict.fromkeys(found))
-    fix = f"run {hints.remove_files(prefixed_bytecode(found))} (Python compiles the source again)"
+    found: dict[str, str] = {}  # at the tree's real path and each it was named by (a symlinked site: Python keys it so)
+    for site in (str(root), *names_of(root)):
+        for _rel, said, pyc in target_guard.stale_places(site, paths, EVERY_CPYTHON, prefix or "", never):
+            if prefixed_bytecode([said]) or target_guard.STALE_CHECKED in said:
+                found.setdefault(said, pyc)
+    fix = f"run {hints.remove_files(list(dict.fromkeys(found.values())))} (Python compiles the source again)"
     return [Finding(TREE, False, "; ".join(found), fix)] if found else []
 
 
