@@ -7,6 +7,7 @@ from helpers import SPEC_PY, make_patch, patched_spec, write_tree
 
 from patchkit.base.enums import StepState
 from patchkit.base.errors import BadInput
+from patchkit.series import hunks
 from patchkit.series.patchfile import parse_patch
 from patchkit.series.plan import plan_apply, plan_revert
 
@@ -184,7 +185,7 @@ def test_a_hunk_whose_first_lines_repeat_lands_where_its_whole_block_is(tmp_path
 
 
 class _CountingBytes(bytes):
-    """bytes that count their whole-block comparisons (plan._find's startswith)."""
+    """bytes that count their whole-block comparisons (hunks._find's startswith)."""
 
     compares = 0
 
@@ -197,12 +198,11 @@ class _CountingBytes(bytes):
 def test_a_block_whose_head_starts_every_line_is_searched_in_linear_time(present):
     """Every line is the block's first 64 bytes but the block is nowhere (or once, at the end):
     comparing the whole block at each of them was lines x block bytes (a hostile diff's hang)."""
-    from patchkit.series import plan
 
     line = b"x" * 63 + b"\n"
     block = line * 300 + b"y\n"
     data = _CountingBytes(line * 5000 + (line * 300 + b"y\n" if present else b"") + line * 3)
     _CountingBytes.compares = 0
-    found = plan._find(data, block, 0, 0, 0)
+    found = hunks._find(data, block, 0, 0, 0)
     assert found == ((5000, 5000 * 64) if present else None)
     assert _CountingBytes.compares <= 10  # a few misses, then the whole block is searched for

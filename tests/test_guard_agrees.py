@@ -17,6 +17,7 @@ import base64
 import hashlib
 import importlib.util
 import json
+import os
 import py_compile
 import re
 import shlex
@@ -29,12 +30,14 @@ from pathlib import Path
 
 import pytest
 from helpers import (
+    LOAD_LIKE_VLLM,
     MODEL_PY,
     SPEC_PY,
     load_plugins_as_another_user,
     load_plugins_like_vllm,
     make_patch,
     pip_install,
+    purelib,
     run_cli,
     warm_pycache_prefix,
     write_library,
@@ -575,7 +578,8 @@ def recorded_file_a_symlink_to_its_copy(tree: Tree) -> None:
 
 
 def vllm_a_symlink_to_an_edited_copy(tree: Tree) -> None:
-    """vllm/ a symlink to a copy elsewhere, where a recorded file was then edited."""
+    """vllm/ a symlink to a copy elsewhere, where a recorded file was then edited: a drift of the
+    files under the moved vllm/, judged, refused and fixed there."""
     _applied(tree)
     elsewhere = tree.site.parent / "elsewhere"
     elsewhere.mkdir()
@@ -583,6 +587,25 @@ def vllm_a_symlink_to_an_edited_copy(tree: Tree) -> None:
     (tree.site / "vllm").symlink_to(elsewhere / "vllm")
     with open(elsewhere / SPEC, "a") as fh:
         fh.write("# tuned\n")
+
+
+def vllm_moved_elsewhere(tree: Tree) -> None:
+    """vllm/ moved to another volume after apply, a symlink in its place: the same files, guarded."""
+    _applied(tree)
+    elsewhere = tree.site.parent / "elsewhere"
+    elsewhere.mkdir()
+    (tree.site / "vllm").rename(elsewhere / "vllm")
+    (tree.site / "vllm").symlink_to(elsewhere / "vllm")
+
+
+def vllm_moved_elsewhere_holding_a_symlink_out(tree: Tree) -> None:
+    """Under the moved vllm/, a recorded file a symlink out of it: still no file patchkit wrote."""
+    vllm_moved_elsewhere(tree)
+    spec = tree.site.parent / "elsewhere" / SPEC
+    copy = tree.site.parent / "spec_copy.py"
+    copy.write_bytes(spec.read_bytes())
+    spec.unlink()
+    spec.symlink_to(copy)
 
 
 def vllm_dist_info_a_symlink_out_of_the_tree(tree: Tree) -> None:
@@ -614,9 +637,19 @@ def saved_a_symlink_out_of_the_tree(tree: Tree) -> None:
     (tree.site / ".patchkit/saved").symlink_to(elsewhere)
 
 
+def created_file_closed_then_vllm_moved(tree: Tree) -> None:
+    """A file an older patchkit created 0600, then vllm/ moved to another volume: another user's
+    launch is refused for it there too."""
+    created_file_closed_by_an_older_patchkit(tree)
+    elsewhere = tree.site.parent / "elsewhere"
+    elsewhere.mkdir()
+    (tree.site / "vllm").rename(elsewhere / "vllm")
+    (tree.site / "vllm").symlink_to(elsewhere / "vllm")
+
+
 SYMLINKED = [
     recorded_file_a_symlink_to_its_copy,
-    vllm_a_symlink_to_an_edited_copy,
+    vllm_moved_elsewhere_holding_a_symlink_out,
     vllm_dist_info_a_symlink_out_of_the_tree,
     objects_a_symlink_out_of_the_tree,
     journal_a_directory,
@@ -641,6 +674,7 @@ CLOSED_TO_OTHERS = [
     record_closed_by_an_older_patchkit,
     guard_closed_by_an_older_patchkit,
     created_file_closed_by_an_older_patchkit,
+    created_file_closed_then_vllm_moved,
 ]
 
 
@@ -683,6 +717,8 @@ CATALOGUE: list[Callable[[Tree], None]] = [
     guard_entry_point_respelled_then_upgraded,
     guard_declared_by_an_egg_info_then_upgraded,
     guard_module_symlinked_to_a_copy,
+    vllm_moved_elsewhere,
+    vllm_a_symlink_to_an_edited_copy,
     *CLOSED_TO_OTHERS,
     *SYMLINKED,
     *REFUSED_RECORDS,
@@ -1384,3 +1420,171 @@ def test_the_guards_version_rule_is_packagings():
             assert (key is None) == (expected is None), (a, label)
             if expected is not None:
                 assert key == guard._version_key(str(expected)), (a, label)
+
+
+# -- the same property for a venv judged through its interpreter (--python): what its start-up does
+# (a .pth line setting sys.pycache_prefix) and where its vllm/ really is (moved to another volume,
+# a symlink in its place) are the launch's, and the guard's in it
+
+
+@dataclass
+class Venv:
+    python: Path
+    site: Path
+    library: Path
+    model: Path
+    by: str = "--python"  # how the commands name it: --python, or --target its site-packages
+
+    def own(self) -> tuple[object, ...]:
+        return (self.by, self.python if self.by == "--python" else self.site, "--patches", self.library)
+
+    def cli(self, *args: object):
+        return run_cli(*args, *self.own())
+
+    def launch(self, command: str):
+        extra = ("--no-import",) if command == "preflight" else ()
+        stand_in = str(self.python.parent / "vllm")
+        return run_cli(command, *self.own(), *extra, "--", stand_in, "serve", str(self.model))
+
+    def guard(self) -> subprocess.CompletedProcess:
+        """The guard as vLLM loads it, in the venv's own interpreter (its start-up, its .pth files)."""
+        clean = {k: v for k, v in os.environ.items() if k not in ("PATCHKIT_GUARD", "PYTHONDONTWRITEBYTECODE")}
+        command = [str(self.python), "-c", LOAD_LIKE_VLLM, str(self.site)]
+        return subprocess.run(command, capture_output=True, text=True, env=clean, timeout=60, check=False)
+
+
+def _venv(tmp_path: Path, by: str = "--python") -> Venv:
+    tree = _tree(tmp_path)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", tmp_path / "venv"], check=True)
+    python = tmp_path / "venv" / "bin" / "python"
+    site = purelib(python)
+    pip_install(site, "0.16.0", stock_files("0.16.0"))
+    (python.parent / "vllm").write_text("#!/bin/sh\nexit 0\n")
+    (python.parent / "vllm").chmod(0o755)
+    return Venv(python, site, tree.library, tree.model, by)
+
+
+def _venv_applied(venv: Venv) -> None:
+    done = venv.cli("apply", "--no-import")
+    assert done.returncode == 0 and (venv.site / "patchkit_guard.py").exists(), done.stdout + done.stderr
+
+
+def _move_vllm(venv: Venv) -> Path:
+    """vllm/ moved to another volume, a symlink left in its place (`site-packages/vllm -> /data/vllm`)."""
+    volume = venv.site.parents[3] / "volume"
+    volume.mkdir()
+    (venv.site / "vllm").rename(volume / "vllm")
+    (venv.site / "vllm").symlink_to(volume / "vllm", target_is_directory=True)
+    return volume / "vllm"
+
+
+def venv_applied(venv: Venv) -> None:
+    _venv_applied(venv)
+
+
+def vllm_moved_to_another_volume(venv: Venv) -> None:
+    _venv_applied(venv)
+    _move_vllm(venv)
+
+
+def vllm_moved_to_another_volume_then_edited(venv: Venv) -> None:
+    _venv_applied(venv)
+    with open(_move_vllm(venv) / "config/spec.py", "a") as fh:
+        fh.write("# tuned\n")
+
+
+def vllm_moved_to_another_volume_before_apply(venv: Venv) -> None:
+    _move_vllm(venv)
+    _venv_applied(venv)
+
+
+def vllm_moved_then_applied_at_its_volume_and_at_its_site(venv: Venv) -> None:
+    """An older patchkit applied the moved vllm/ as a tree of its own (its record beside it, no
+    dist-info there, no guard); this one records the site and installs the guard there: the record
+    left at the volume is no tree's the interpreter runs, for the guard as for the commands."""
+    volume = _move_vllm(venv).parent
+    done = run_cli("apply", "--no-import", "--target", volume, "--patches", venv.library, "--vllm-version", "0.16.0")
+    assert done.returncode == 0 and (volume / ".patchkit").is_dir(), done.stdout + done.stderr
+    done = venv.cli("apply", "--no-import")
+    assert done.returncode == 0 and (venv.site / "patchkit_guard.py").exists(), done.stdout + done.stderr
+
+
+def _startup_prefix(venv: Venv) -> Path:
+    """A .pth line that sets the pycache prefix at start-up, as an image's sitecustomize may."""
+    prefix = venv.site.parents[3] / "pfx"
+    (venv.site / "zz_prefix.pth").write_text(f"import sys; sys.pycache_prefix = {str(prefix)!r}\n")
+    return prefix
+
+
+def _prefixed_unchecked_pyc(venv: Venv, prefix: Path, source: str) -> Path:
+    """An unchecked-hash .pyc of `source` where Python under `prefix` reads SPEC's bytecode: keyed by
+    the path it imports SPEC by (the site's, through a moved vllm/'s symlink)."""
+    mirror = prefix / str(venv.site / SPEC).lstrip("/")
+    mirror.parent.mkdir(parents=True, exist_ok=True)
+    scratch = venv.site.parents[3] / "scratch.py"
+    scratch.write_text(source)
+    cfile = mirror.parent / f"{mirror.stem}.{sys.implementation.cache_tag}.pyc"
+    mode = py_compile.PycInvalidationMode.UNCHECKED_HASH
+    return Path(py_compile.compile(str(scratch), cfile=str(cfile), doraise=True, invalidation_mode=mode))
+
+
+def startup_prefix_holds_stock_bytecode(venv: Venv) -> None:
+    _venv_applied(venv)
+    _prefixed_unchecked_pyc(venv, _startup_prefix(venv), stock_files("0.16.0")[SPEC])
+
+
+def startup_prefix_holds_patched_bytecode(venv: Venv) -> None:
+    _venv_applied(venv)
+    _prefixed_unchecked_pyc(venv, _startup_prefix(venv), (venv.site / SPEC).read_text())
+
+
+def sitecustomize_prefix_holds_stock_bytecode(venv: Venv) -> None:
+    _venv_applied(venv)
+    prefix = venv.site.parents[3] / "pfx"
+    (venv.site / "sitecustomize.py").write_text(f"import sys\nsys.pycache_prefix = {str(prefix)!r}\n")
+    _prefixed_unchecked_pyc(venv, prefix, stock_files("0.16.0")[SPEC])
+
+
+def vllm_moved_and_startup_prefix_holds_stock_bytecode(venv: Venv) -> None:
+    vllm_moved_to_another_volume(venv)
+    _prefixed_unchecked_pyc(venv, _startup_prefix(venv), stock_files("0.16.0")[SPEC])
+
+
+VENV_CATALOGUE: list[Callable[[Venv], None]] = [
+    venv_applied,
+    vllm_moved_to_another_volume,
+    vllm_moved_to_another_volume_then_edited,
+    vllm_moved_to_another_volume_before_apply,
+    vllm_moved_then_applied_at_its_volume_and_at_its_site,
+    startup_prefix_holds_stock_bytecode,
+    startup_prefix_holds_patched_bytecode,
+    sitecustomize_prefix_holds_stock_bytecode,
+    vllm_moved_and_startup_prefix_holds_stock_bytecode,
+]
+
+
+@pytest.mark.parametrize("by", ["--python", "--target"])
+@pytest.mark.parametrize("build", VENV_CATALOGUE, ids=lambda build: build.__name__)
+def test_in_a_venv_the_guard_refuses_exactly_when_the_commands_fail_and_the_fix_clears_it(tmp_path, build, by):
+    """--target names the venv's site-packages: its interpreter is asked too where its start-up code
+    names pycache_prefix."""
+    venv = _venv(tmp_path, by)
+    build(venv)
+    refuses = venv.guard().returncode != 0
+    status = venv.cli("status", "--format", "json")
+    assert status.returncode in (0, 1), status.stdout + status.stderr
+    said = {
+        "status": status.returncode,
+        "verify": venv.cli("verify", "--no-import").returncode,
+        "preflight": venv.launch("preflight").returncode,
+        "run": venv.launch("run").returncode,
+    }
+    failing = {command for command, code in said.items() if code != 0}
+    assert failing == (set(said) if refuses else set()), (refuses, said, status.stdout)
+    report = json.loads(status.stdout)
+    for words in _named_commands((report.get("guard") or {}).get("fix") or report.get("hint") or ""):
+        done = run_cli(*words[1:]) if words[0] == "patchkit" else subprocess.run(words, check=False)
+        assert done.returncode == 0, (words, getattr(done, "stdout", ""))
+    after = venv.guard()
+    assert after.returncode == 0 and "patchkit_guard" in after.stdout, after.stderr[-600:]
+    assert venv.cli("status").returncode == 0 and venv.launch("run").returncode == 0

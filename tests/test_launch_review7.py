@@ -36,6 +36,7 @@ from launch_fixtures import (
 
 from patchkit.base.errors import BadInput
 from patchkit.launch.command import parse
+from patchkit.launch.preflight import launch_text_encoding
 from patchkit.launch.validation import plugin_stopped
 from patchkit.tree.target import WorkerFailed, run_worker
 
@@ -402,3 +403,37 @@ def test_a_record_that_changed_while_vllm_was_asked_is_cannot_judge(tmp_path):
     plug = write_plugin(tmp_path / "plug", "writer", body)
     done = preflight_importing(tree, library, command, {"PYTHONPATH": f"{env['PYTHONPATH']}:{plug}"})
     assert done.returncode == 4 and "changed while preflight read it" in done.stdout + done.stderr, done.stdout
+
+
+def test_a_chat_template_that_is_not_text_in_the_launch_encoding_is_refused(launch, tmp_path):
+    """vLLM reads --chat-template with open().read() after the model loaded: bytes that do not decode
+    raise UnicodeDecodeError, no OSError, so no built-in template stands in for them."""
+    tree, library, command, env, marker = launch
+    applied(tree, library)
+    (tmp_path / "utf8.jinja").write_bytes("{{ messages }} été".encode())
+    (tmp_path / "latin1.jinja").write_bytes("{{ messages }} été".encode("latin-1"))
+    utf8 = {**env, "LC_ALL": "C.UTF-8"}
+    _, done = patchkit_run(tree, library, [*command, "--chat-template", str(tmp_path / "utf8.jinja")], utf8)
+    assert done.returncode == 7, done.stdout + done.stderr
+    marker.unlink()
+    _, done = patchkit_run(tree, library, [*command, "--chat-template", str(tmp_path / "latin1.jinja")], utf8)
+    said = " ".join(done.stdout.split())
+    assert done.returncode == 1 and not marker.exists(), said + done.stderr
+    assert f"--chat-template {tmp_path / 'latin1.jinja'}: not utf-8 text (byte 0xe9 at offset 15)" in said, said
+    assert "save the template as utf-8 text" in said, said
+
+
+@pytest.mark.parametrize(
+    ("environ", "encoding"),
+    [
+        ({}, "utf-8"),
+        ({"LANG": "C"}, "utf-8"),
+        ({"LANG": "en_US.ISO-8859-1"}, "iso8859-1"),
+        ({"LANG": "en_US.ISO-8859-1", "PYTHONUTF8": "1"}, "utf-8"),
+        ({"LANG": "de_DE.ISO-8859-15@euro", "LC_ALL": "POSIX"}, "utf-8"),
+        ({"LC_CTYPE": "ja_JP.eucJP"}, "euc_jp"),
+        ({"LANG": "xx_XX.no-such-codeset"}, "utf-8"),
+    ],
+)
+def test_the_launch_encoding_follows_its_locale(environ, encoding):
+    assert launch_text_encoding(environ) == encoding

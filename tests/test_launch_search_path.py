@@ -78,7 +78,9 @@ def test_a_launch_with_no_path_finds_no_vllm_outside_bin_and_preflight_says_so(s
     assert done.returncode == 1, done.stdout + done.stderr
     target = findings(done)["launch-target"]
     assert not target["ok"], target
-    assert f"no PATH, so execvp searches {os.defpath}: env exits 127" in target["message"], target
+    assert (
+        f"has no PATH, so execvp looks in {os.defpath} only, where there is no executable vllm" in target["message"]
+    ), target
     assert str(bin_dir / "vllm") in target["fix"], target  # the one patchkit's PATH finds, by its path
 
 
@@ -89,7 +91,10 @@ def test_a_launch_path_without_vllm_is_said_and_one_with_it_passes(setup, tmp_pa
     assert _launched(["env", f"PATH={empty}"], arguments) == (127, False)
     done = _preflight(setup, ["env", f"PATH={empty}"])
     assert done.returncode == 1, done.stdout + done.stderr
-    assert f"on its PATH ({empty}): env exits 127" in findings(done)["launch-target"]["message"]
+    assert (
+        f"the launch's PATH ({empty}) holds no executable vllm: env exits 127"
+        in findings(done)["launch-target"]["message"]
+    )
     assert _launched(["env", "-i", f"PATH={bin_dir}"], arguments) == (0, True)
     done = _preflight(setup, ["env", "-i", f"PATH={bin_dir}"])
     assert done.returncode == 0, done.stdout + done.stderr
@@ -155,6 +160,18 @@ def test_run_refuses_a_launch_whose_env_finds_no_vllm_and_launches_one_that_does
     applied(tree, library)
     _, done = patchkit_run(tree, library, ["env", "-i", *command], env)
     assert done.returncode == 1 and not marker.exists(), done.stdout + done.stderr  # was: env's exit 127
-    assert "no PATH, so execvp searches" in done.stdout + done.stderr
+    assert "has no PATH, so execvp looks in" in done.stdout + done.stderr
     _, done = patchkit_run(tree, library, ["env", "-i", f"PATH={tmp_path / 'bin'}:/usr/bin:/bin", *command], env)
     assert done.returncode == 7 and marker.exists(), done.stdout + done.stderr  # the stand-in ran
+
+
+def test_without_target_or_python_a_launch_its_env_finds_no_vllm_for_is_a_bad_command(setup):
+    """No Python to ask where vLLM is: it said "patchkit cannot tell which Python runs vllm" (exit 4)
+    and to give --python; the launch itself is what fails, and that is said, with its fix (exit 2)."""
+    _, library, _, bin_dir, arguments = setup
+    env = {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    for verb in ("preflight", "run"):
+        done = run_cli(verb, "--patches", library, "--", "env", "-i", "vllm", *arguments, env=env)
+        assert done.returncode == 2, done.stdout + done.stderr
+        assert "env exits 127 and vLLM never starts" in done.stderr, done.stderr
+        assert f"name it by its path in the launch (`env ... {bin_dir / 'vllm'} ...`)" in done.stderr

@@ -471,6 +471,14 @@ def test_no_module_is_exempt_from_strict_typing():
     config = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["mypy"]
     assert config["disallow_untyped_defs"] is True and config["files"] == ["patchkit"]
     assert [o["module"] for o in config.get("overrides", []) if o.get("disallow_untyped_defs") is False] == []
+    held = (
+        "disallow_incomplete_defs",
+        "disallow_subclassing_any",
+        "strict_equality",
+        "extra_checks",
+        "check_untyped_defs",
+    )
+    assert {flag: config.get(flag) for flag in held} == dict.fromkeys(held, True)  # --strict's, as far as it holds
 
 
 def test_every_dataclass_says_what_it_is():

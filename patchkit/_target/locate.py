@@ -23,6 +23,13 @@ def work(request: dict) -> dict:
         out["package_dir"] = next(iter(spec.submodule_search_locations))
         # False: found by a finder (an editable install's), its directory not on sys.path
         out["dir_on_path"] = _on_path(os.path.dirname(out["package_dir"]))
+    # what start-up left (a .pth line or sitecustomize may set it), and whether it is more than the
+    # interpreter's options and environment give: then the launch has it whatever they say
+    out["pycache_prefix"] = sys.pycache_prefix
+    configured = sys._xoptions.get("pycache_prefix")
+    if configured is None and not sys.flags.ignore_environment:
+        configured = os.environ.get("PYTHONPYCACHEPREFIX") or None
+    out["prefix_set_at_startup"] = sys.pycache_prefix != (configured if isinstance(configured, str) else None)
     try:
         dist = importlib.metadata.distribution(package)
         unreadable = _not_regular(dist)

@@ -348,12 +348,33 @@ def _refuse_too_large(path: Path | str, size: int) -> None:
         )
 
 
+MOVABLE = "vllm"  # the package directory a user may move to another volume, a symlink left in its place
+
+
+def moved_package(root: Path | str, part: str) -> bool:
+    """Whether root/part is vLLM's package directory moved away (`vllm -> /data/vllm`): a symlink to a
+    directory, which Python imports through as the directory itself; patchkit writes through it
+    (the files under it are vLLM's own), never through any other symlink."""
+    path = os.path.join(root, part)
+    return part == MOVABLE and os.path.islink(path) and os.path.isdir(path)
+
+
+def judged_inside(root: Path, rel: str) -> Path:
+    """The directory root/rel must stay inside, symlinks resolved: a moved vllm/'s own (moved_package)
+    for a file under it, else `root`."""
+    first, _, rest = rel.partition("/")
+    return root / first if rest and moved_package(root, first) else root
+
+
 def first_symlink(root: Path | str, rel: str) -> tuple[Path, bool] | None:
     """The first symlink on the way from `root` to root/rel (rel itself included), and whether
-    more of the path lies under it (a symlinked directory); None when there is none."""
+    more of the path lies under it (a symlinked directory); None when there is none. A moved
+    vllm/ (moved_package) is none."""
     parts = [p for p in rel.split("/") if p not in ("", ".")]
     for depth in range(1, len(parts) + 1):
         path = Path(root, *parts[:depth])
+        if depth == 1 < len(parts) and moved_package(root, parts[0]):
+            continue
         if os.path.islink(path):
             return path, depth < len(parts)
         if not os.path.isdir(path):

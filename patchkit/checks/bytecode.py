@@ -9,8 +9,9 @@ files and
     pyc's own invalidation mode and optimization level;
   - removes a stale one of another interpreter (it cannot be rebuilt here; Python rebuilds it);
   - removes a legacy one (only imported once the source is gone) and those of deleted sources;
-  - leaves timestamp and checked-hash pycs alone: Python re-validates them against the new source
-    (timestamp: mtime and size changed with the write), and says so.
+  - treats a checked-hash pyc as an unchecked-hash one: Python re-validates it against the new source,
+    except when run with --check-hash-based-pycs never, which loads it unchecked;
+  - leaves timestamp pycs alone: Python re-validates them (mtime and size changed with the write).
 scan() reports the same without changing anything (verify): a stale unchecked-hash pyc is a failure.
 
 The work runs inside the target interpreter (patchkit/_target/bytecode.py; in-process when it is the one
@@ -29,7 +30,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from patchkit.base.errors import TargetError
-from patchkit.base.fsutil import inside
+from patchkit.base.fsutil import inside, judged_inside
 from patchkit.checks import ERROR, WARNING, CheckResult
 from patchkit.tree.target import run_worker
 
@@ -73,7 +74,7 @@ def compiled_files(root: Path, path: str) -> list[dict]:
     One that may not be touched (see the module's doc) is an item with a "refused" reason instead."""
     source = root / path
     stem = source.name[: -len(".py")]
-    if not inside(root, source.parent):
+    if not inside(judged_inside(root, path), source.parent):
         return [_refused(path, Path(path).parent.as_posix() + "/", "leads outside the target")]
     found = []
     cache = source.parent / "__pycache__"

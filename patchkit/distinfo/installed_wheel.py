@@ -43,9 +43,10 @@ from patchkit.base.hashing import sha256
 from patchkit.distinfo.provenance import PATCH_DIR, FileRecord, read_provenance
 from patchkit.distinfo.provenance import Provenance as Record
 from patchkit.distinfo.record import PROVENANCE, parse_record, read_record_file, record_digest
+from patchkit.series.hunks import made_file, reverse_file
 from patchkit.series.library import PATCH, PatchSetDef, Selection, load_chosen, load_library, locate, select
 from patchkit.series.patchfile import DEFAULT_ROOTS, Patch, parse_patch, touched_paths
-from patchkit.series.plan import View, made_file, plan_apply, plan_revert, reverse_file
+from patchkit.series.plan import View, plan_apply, plan_revert
 from patchkit.store.state import checked_path
 from patchkit.tree.target import vllm_metadata_dirs
 

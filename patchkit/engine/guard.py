@@ -30,12 +30,13 @@ from typing import TYPE_CHECKING
 from patchkit import __version__
 from patchkit.base import hints
 from patchkit.base.errors import BadInput, PatchkitError, TargetError
-from patchkit.base.fsutil import NotRegularFile, read_file, read_regular
+from patchkit.base.fsutil import NotRegularFile, judged_inside, read_file, read_regular
 from patchkit.base.hashing import sha256
+from patchkit.base.patterns import LazyPattern
 from patchkit.distinfo.entry_points import metadata_directories, parse_entry_points
 from patchkit.store.objects import read_object
 from patchkit.store.state import META_DIR, State, read_state, state_path
-from patchkit.tree.target import Target, names_of, vllm_metadata_dirs
+from patchkit.tree.target import Target, names_of, startup_prefix, vllm_metadata_dirs
 
 DISTRIBUTION = "patchkit-guard"
 MODULE = "patchkit_guard.py"
@@ -346,36 +347,47 @@ def launch_extensions(root: Path) -> tuple[str, ...]:
 EVERY_CPYTHON = tuple(f"cpython-3{minor}" for minor in range(100))
 
 
-def launch_verdict(root: Path, state: State | None = None, prefix: str | None = None) -> Verdict:
+def launch_verdict(root: Path, state: State | None = None, prefix: str | None = None, never: bool = False) -> Verdict:
     """What the installed guard finds (no problem: no guard runs, or it passes): this patchkit's
     guard check, run here as vLLM would run it, so that status, verify, preflight and run fail
     exactly when a launch would, and say the files stock again as it does. An installed module that
     is not this patchkit's guard (edited, another patchkit's) is a failure itself: what it does
     cannot be told; so is a guard's entry_points.txt vLLM's plugin loader could not read (a fifo
     hangs it). `state`: the record as the caller parsed it (None: parsed here, where needed);
-    `prefix`: the launch's pycache prefix (None: this process's, "": none), where its bytecode is judged."""
+    `prefix`: the launch's pycache prefix (None: this process's, "": none), where its bytecode is judged;
+    `never`: the launch's Python runs with --check-hash-based-pycs never (status: the default mode)."""
     declared, unreadable = _declared(root)
     if unreadable or not (declared and (root / MODULE).is_file()):
         return _target_guard().Verdict(unreadable)
+    prefix = launch_prefix(root) if prefix is None else prefix
     unknown = _unknown_module(root, state)
     closed = ", ".join(f"{path} ({stat.S_IMODE(mode):04o})" for path, mode in unreadable_by_others(root, state))
     hidden = [f"{OTHERS_CANNOT_READ} {closed}"] if closed else []
     try:
-        found = _target_guard().judge(str(root), launch_tags(root), prefix, launch_extensions(root))
-        named = _prefixed_as_named(root, prefix, found.problems)
+        found = _target_guard().judge(str(root), launch_tags(root), prefix, launch_extensions(root), never)
+        named = _prefixed_as_named(root, prefix, found.problems, never)
     except Exception as exc:  # what check() catches and refuses for (guard.check): a refusal all the same
         return _target_guard().Verdict([*unknown, *hidden, str(exc)])
     return _target_guard().Verdict(unknown + hidden + found.problems + named, found.stock_again, found.whole)
 
 
-def _prefixed_as_named(root: Path, prefix: str | None, said: list[str]) -> list[str]:
+def launch_prefix(root: Path) -> str:
+    """The pycache prefix a launch of `root` from this environment reads bytecode under ("": none):
+    the one its interpreter's start-up sets (a .pth line, sitecustomize), else this process's."""
+    found = startup_prefix(root)
+    return (sys.pycache_prefix or "") if found is None else found
+
+
+def _prefixed_as_named(root: Path, prefix: str | None, said: list[str], never: bool = False) -> list[str]:
     """The stale bytecode under the pycache prefix at the other paths this run reached the tree by
     (a symlinked site): Python keys it by the import path as given, and the guard judges it there."""
-    if not (sys.pycache_prefix if prefix is None else prefix):
+    if not (launch_prefix(root) if prefix is None else prefix):
         return []
     found: list[str] = []
     for name in names_of(root):
-        found += [p for p in _target_guard().judge(name, EVERY_CPYTHON, prefix).problems if _PREFIXED_STALE in p]
+        found += [
+            p for p in _target_guard().judge(name, EVERY_CPYTHON, prefix, None, never).problems if _stale_prefixed(p)
+        ]
     return [p for p in dict.fromkeys(found) if p not in said]
 
 
@@ -449,7 +461,9 @@ def _closed_mode(root: Path, real_root: str, rel: str, *, directory: bool) -> in
     """The mode of root/rel when it is a regular file (or directory) other users cannot read; None
     otherwise (absent, a symlink, under one: never changed through it, or open to them). `real_root`:
     os.path.realpath(root)."""
-    if ".." in rel.split("/") or os.path.realpath(root / rel) != os.path.join(real_root, rel):
+    base = judged_inside(root, rel)  # a moved vllm/ (a symlink to its directory): its files are judged there
+    real = os.path.join(real_root, rel) if base == root else os.path.join(os.path.realpath(base), rel.partition("/")[2])
+    if ".." in rel.split("/") or os.path.realpath(root / rel) != real:
         return None
     try:
         info = os.lstat(root / rel)
@@ -515,7 +529,7 @@ def _guard_dist_infos(root: Path) -> list[str]:
     return sorted(n for n in found if (root / n).is_dir() and not (root / n).is_symlink())
 
 
-_FORMAT_LINE = re.compile(rb"^GUARD_FORMAT = ([0-9]{1,9})$", re.MULTILINE)
+_FORMAT_LINE = LazyPattern(rb"^GUARD_FORMAT = ([0-9]{1,9})$", re.MULTILINE)
 
 
 def guard_format(module: bytes) -> int:
@@ -655,19 +669,26 @@ SEVERAL = "several vLLM distributions are installed"  # the guard's words for se
 SHADOWED = "is imported instead of"  # a package or extension module imported instead of a recorded file
 STALE_BYTECODE = "is unchecked-hash bytecode compiled from other bytes than"  # a stale unchecked-hash .pyc of a recorded file (apply fixes it)
 THROUGH_SYMLINK = " (reached through the symlink "  # that .pyc reached through a symlink (apply writes through none)
-CACHE_OVERFULL = re.compile(r"(\S+/__pycache__) holds more than [0-9]+ files")  # no cache Python wrote
+CACHE_OVERFULL = LazyPattern(r"(\S+/__pycache__) holds more than [0-9]+ files")  # no cache Python wrote
 _PREFIXED_STALE = PREFIXED + " " + STALE_BYTECODE
+# a stale checked-hash .pyc, which only a launch's Python run with --check-hash-based-pycs never loads
+STALE_CHECKED = "is checked-hash bytecode compiled from other bytes than"
+
+
+def _stale_prefixed(problem: str) -> bool:
+    return _PREFIXED_STALE in problem or PREFIXED + " " + STALE_CHECKED in problem
 
 
 def stale_under_prefix(root: Path, paths: list[str], prefix: str | None) -> list[tuple[str, Path]]:
     """(source, .pyc) for each stale unchecked-hash .pyc of `paths` under the pycache `prefix` (None:
-    this process's), which Python reads in place of __pycache__: none without a prefix."""
-    if not (sys.pycache_prefix if prefix is None else prefix):
+    the launch's, launch_prefix), which Python reads in place of __pycache__: none without a prefix."""
+    prefix = launch_prefix(root) if prefix is None else prefix
+    if not prefix:
         return []
     # the tree as named too (a symlinked site): the path Python keys the launch's bytecode by
     found: dict[str, str] = {}
     for site in (str(root), *names_of(root)):
-        for rel, _said, pyc in _target_guard().stale_places(site, paths, EVERY_CPYTHON, prefix):
+        for rel, _said, pyc in _target_guard().stale_places(site, paths, EVERY_CPYTHON, prefix, False):
             found.setdefault(pyc, rel)
     return [(rel, Path(pyc)) for pyc, rel in found.items()]
 
@@ -675,7 +696,7 @@ def stale_under_prefix(root: Path, paths: list[str], prefix: str | None) -> list
 def prefixed_bytecode(problems: list[str]) -> list[str]:
     """The stale .pyc files under a pycache prefix the guard's `problems` name (apply, which looks in
     __pycache__ only, leaves them: each is removed by hand)."""
-    return [problem.partition(_PREFIXED_STALE)[0] for problem in problems if _PREFIXED_STALE in problem]
+    return [problem.partition(PREFIXED + " ")[0] for problem in problems if _stale_prefixed(problem)]
 
 
 SEVERAL_FIX = "remove the stale vllm-*.dist-info directories (pip left them; keep the installed vLLM's)"

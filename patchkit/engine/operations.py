@@ -102,6 +102,7 @@ from patchkit.engine.transaction import (
 )
 from patchkit.engine.unrecorded_edits import edited_unrecorded, unproven, unproven_found
 from patchkit.engine.vouched import patches_at_hand, refuse_unvouched
+from patchkit.series.hunks import made_file, reverse_file
 from patchkit.series.library import adhoc_set_name
 from patchkit.series.patchfile import Patch, read_patch, touched_paths
 from patchkit.series.plan import (
@@ -109,11 +110,9 @@ from patchkit.series.plan import (
     Plan,
     Restored,
     View,
-    made_file,
     plan_apply,
     plan_revert,
     restore_recorded,
-    reverse_file,
 )
 from patchkit.store.journal import journal_path
 from patchkit.store.objects import prune_objects
@@ -339,7 +338,7 @@ class _Applying:
             return None
         files = conflicting_files(plan.conflicts)
         said = local_edit_said(files, self.resolved.vllm_version, self.resolved.target.root)
-        return f"{said}: {local_edit_fix(self.resolved.target.root, self.resolved.vllm_version, files)}"
+        return f"{said}: {local_edit_fix(self.resolved.target.root, self.resolved.vllm_version, files, self.resolved.set_name)}"
 
     def open_to_others(self, state: State, *, dry_run: bool) -> None:
         """Make readable what an older patchkit wrote under a strict umask (0600), or what this

@@ -99,9 +99,11 @@ def resolve(
     if wheel is not None and opts.set_name in (None, wheel.set_name):  # a vLLM installed from a patched wheel
         selection, said = installed_wheel_reader().selection(wheel, detected.version, opts.library)
         return Resolved(tgt, detected, selection, [said])
-    if sets is None:
-        sets = library.load_library(library.locate(opts.library).path)
-    patch_set = library.choose_set(sets, opts.set_name)
+    if sets is not None or opts.set_name is None:
+        loaded = sets if sets is not None else library.load_library(library.locate(opts.library).path)
+        patch_set = library.choose_set(loaded, opts.set_name)
+    else:  # one set named: the other sets are not read
+        patch_set = library.load_named(library.locate(opts.library).path, opts.set_name)
     detected, notes = _as_applied(tgt, patch_set.name, detected)
     selection = _upstream_in_stock(tgt, _selection(tgt, patch_set, detected))
     notes += [selection.note] if selection.note else []

@@ -54,7 +54,17 @@ from typing import TYPE_CHECKING
 
 from patchkit.base import hints, locks, notes, seal, signals
 from patchkit.base.errors import BadInput, LockBusy, TargetError
-from patchkit.base.fsutil import NO_SPACE, Landed, Origin, fsync, fsync_dir, read_file, size_said, unsafe_reason
+from patchkit.base.fsutil import (
+    NO_SPACE,
+    Landed,
+    Origin,
+    fsync,
+    fsync_dir,
+    moved_package,
+    read_file,
+    size_said,
+    unsafe_reason,
+)
 from patchkit.base.hashing import sha256
 from patchkit.base.values import FrozenValue, Value, frozen
 from patchkit.distinfo.record import listings
@@ -744,6 +754,8 @@ def _checked_directories(root: Path, rel: str, known: dict[str, bool]) -> str:
         directory = "/".join(parts[:depth])
         if directory not in known:
             info = _lstat(root, directory)
+            if depth == 1 and moved_package(root, directory):  # vllm/ on another volume: its files are vLLM's
+                info = os.stat(os.path.join(root, directory))
             if info is not None and stat.S_ISLNK(info.st_mode):
                 raise BadInput(
                     f"{rel}: the path goes through a symlink ({root / directory}); refusing to write",

@@ -21,9 +21,9 @@ from patchkit.base.errors import BadInput, PatchkitError
 from patchkit.base.fsutil import read_file
 from patchkit.base.hashing import sha256
 from patchkit.distinfo.record import listings, record_digest
+from patchkit.series.hunks import made_file, reverse_file
 from patchkit.series.library import PatchSetDef, Release, load_library, locate
 from patchkit.series.patchfile import DEFAULT_ROOTS, Patch, read_patch, touched_paths
-from patchkit.series.plan import made_file, reverse_file
 from patchkit.store.objects import read_object
 from patchkit.store.state import Entry, is_adhoc, state_path
 

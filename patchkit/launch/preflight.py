@@ -7,6 +7,7 @@ outcome (a failed finding: 1).
 
 from __future__ import annotations
 
+import codecs
 import dataclasses
 import importlib.machinery
 import json
@@ -30,6 +31,7 @@ from patchkit.checks.bytecode import failures, scan
 from patchkit.engine.guard import (
     EVERY_CPYTHON,
     STALE_BYTECODE,
+    launch_prefix,
     launch_tags,
     launch_verdict,
     prefixed_bytecode,
@@ -65,13 +67,14 @@ from patchkit.series.library import PatchSetDef
 from patchkit.series.patchfile import touched_paths
 from patchkit.store.state import State, read_state
 from patchkit.tree.modules import hanging_fix, hanging_modules, hanging_said
-from patchkit.tree.target import Target, from_interpreter, names_of
+from patchkit.tree.target import Target, from_interpreter, names_of, startup_prefix
 
 TREE = "tree-state"
 MODELS = "models"
 LAUNCH_TARGET = "launch-target"
 COMMAND = "command"
 ARG_UTILS = "vllm/engine/arg_utils.py"
+TEMPLATE_LIMIT = 16 << 20  # the bytes of a --chat-template judged; a larger one's tail is not
 CHAT_TEMPLATES = "vllm/transformers_utils/chat_templates"  # vLLM's built-in --chat-template files
 
 
@@ -125,6 +128,9 @@ def default_options(opts: Options, command: LaunchCommand) -> Options:
     """Without --target/--python: the interpreter of the command's `vllm` script or `python`."""
     if opts.target_dir or opts.python:
         return opts
+    missing = _not_on_its_path(command) if exec_search(command.program, command.environ.get("PATH")) is None else None
+    if missing is not None:  # the launch's own PATH holds no such program: no Python to ask, and no launch
+        raise BadInput(missing.message, hint=missing.fix)
     return dataclasses.replace(opts, python=command.interpreter(), python_of_launch=True)
 
 
@@ -189,8 +195,11 @@ def _not_on_its_path(command: LaunchCommand) -> Finding | None:
         return None
     path = command.environ.get("PATH")
     name = os.path.basename(command.program)
-    where = f"its PATH ({path})" if path is not None else f"no PATH, so execvp searches {os.defpath}"
-    message = f"the launch's env finds no executable {command.program} on {where}: env exits 127 and vLLM never starts"
+    if path is None:
+        where = f"the launch's env has no PATH, so execvp looks in {os.defpath} only, where there is"
+    else:
+        where = f"the launch's PATH ({path}) holds"
+    message = f"{where} no executable {command.program}: env exits 127 and vLLM never starts"
     ours = exec_search(command.program, os.environ.get("PATH"))
     script = os.path.abspath(ours) if ours else f"/path/to/venv/bin/{name}"
     fix = f"name it by its path in the launch (`env ... {script} ...`), or give env PATH=DIR"
@@ -328,7 +337,7 @@ def for_launch_prefix(root: Path, status: TreeStatus, command: LaunchCommand) ->
     where patchkit's own environment reads it, and the launch reads it under its own pycache prefix
     alone, or in __pycache__ alone without one. The guard judges every recorded file (each set's, a
     patched wheel's), so its own judging, with the launch's prefix, says which."""
-    launch, own = command.pycache_prefix() or "", sys.pycache_prefix or ""
+    launch, own = command_prefix(root, command) or "", launch_prefix(root)
     if launch == (os.path.abspath(own) if own else ""):
         return status
     judged = launch_verdict(root, status.record, prefix=launch).problems
@@ -353,22 +362,30 @@ def _as_stock_accepts(
     return [Finding(TREE, True, said) if f.check == TREE and f.message == not_applied else f for f in findings]
 
 
+def command_prefix(root: Path, command: LaunchCommand) -> str | None:
+    """The pycache prefix the launch of `root` reads bytecode under: the one its interpreter's start-up
+    sets (a .pth line, sitecustomize: it wins over the command's options and environment), else the
+    command's (-X pycache_prefix, PYTHONPYCACHEPREFIX); None or "": __pycache__."""
+    found = startup_prefix(root)
+    return command.pycache_prefix() if found is None else found
+
+
 def prefix_findings(resolved: Resolved, status: TreeStatus, command: LaunchCommand) -> list[Finding]:
     """Stale unchecked-hash bytecode of the set's files under the launch's pycache prefix
     (PYTHONPYCACHEPREFIX, -X pycache_prefix): Python reads it there instead of __pycache__ and runs
-    it without reading the patched source, the guard refuses it, and apply does not look there."""
-    prefix = command.pycache_prefix()
-    if prefix is None:
-        return []
+    it without reading the patched source, the guard refuses it, and apply does not look there.
+    Under --check-hash-based-pycs never, stale checked-hash bytecode too, wherever the launch reads
+    it: status judges the default mode, where Python re-validates it."""
     paths, root = sorted(_series_paths(resolved, status)), resolved.target.root
-    found = [  # at the tree's real path and each it was named by (a symlinked site: Python keys it so)
-        p
-        for site in (str(root), *names_of(root))
-        for p in target_guard.stale_bytecode(site, paths, EVERY_CPYTHON, prefix=prefix)
-        if prefixed_bytecode([p])
-    ]
-    found = list(dict.fromkeys(found))
-    fix = f"run {hints.remove_files(prefixed_bytecode(found))} (Python compiles the source again)"
+    prefix, never = command_prefix(root, command), command.hash_pycs == "never"
+    if not prefix and not never:
+        return []
+    found: dict[str, str] = {}  # at the tree's real path and each it was named by (a symlinked site: Python keys it so)
+    for site in (str(root), *names_of(root)):
+        for _rel, said, pyc in target_guard.stale_places(site, paths, EVERY_CPYTHON, prefix or "", never):
+            if prefixed_bytecode([said]) or target_guard.STALE_CHECKED in said:
+                found.setdefault(said, pyc)
+    fix = f"run {hints.remove_files(list(dict.fromkeys(found.values())))} (Python compiles the source again)"
     return [Finding(TREE, False, "; ".join(found), fix)] if found else []
 
 
@@ -412,7 +429,7 @@ class _Planned(Value):
         if status.state != TreeState.CONFLICT:
             return cls()
         as_fixed = _as_its_conflict_fix_leaves(resolved, status.edited_in_hunks)
-        fix = local_edit_fix(resolved.target.root, resolved.vllm_version, status.edited_in_hunks)
+        fix = local_edit_fix(resolved.target.root, resolved.vllm_version, status.edited_in_hunks, resolved.set_name)
         if as_fixed is None:  # the stock files not cached: not judged
             return cls(pending_fix=fix)
         return cls(as_fixed, fix=fix)
@@ -664,10 +681,13 @@ def _chat_template_findings(command: LaunchCommand, root: Path) -> list[Finding]
     if value is None or any(c in value for c in "{}\n"):
         return []
     try:
-        read_regular(os.path.join(command.working_directory(), value), 1, follow_symlinks=True, head=True)
-        return []
+        data = read_regular(
+            os.path.join(command.working_directory(), value), TEMPLATE_LIMIT, follow_symlinks=True, head=True
+        )
     except OSError as exc:  # a fifo too: vLLM's open() would wait on it
         why = "no such file" if isinstance(exc, FileNotFoundError) else exc.strerror or str(exc)
+    else:
+        return _undecodable_template(value, data, command.environ)
     if os.path.isfile(root / CHAT_TEMPLATES / value):
         return []
     message = (
@@ -675,6 +695,37 @@ def _chat_template_findings(command: LaunchCommand, root: Path) -> list[Finding]
         "the launch once the model has loaded"
     )
     return [Finding(COMMAND, False, message, "give a readable template file's path, as the launch's directory sees it")]
+
+
+def _undecodable_template(value: str, data: bytes, environ: dict[str, str]) -> list[Finding]:
+    """A failed `command` finding when the template's bytes are not text in the encoding vLLM's
+    open() reads them in: its UnicodeDecodeError is no OSError, so no built-in template stands in."""
+    encoding = launch_text_encoding(environ)
+    try:  # incremental: a file cut at the limit may end inside a character
+        codecs.getincrementaldecoder(encoding)().decode(data, final=len(data) < TEMPLATE_LIMIT)
+        return []
+    except UnicodeDecodeError as exc:
+        message = (
+            f"--chat-template {value}: not {exc.encoding} text (byte 0x{data[exc.start]:02x} at offset {exc.start}): "
+            "vLLM refuses the launch once the model has loaded"
+        )
+    return [Finding(COMMAND, False, message, f"save the template as {encoding} text (e.g. with iconv -t {encoding})")]
+
+
+def launch_text_encoding(environ: dict[str, str]) -> str:
+    """The encoding open() without one reads text in under the launch's environment: UTF-8 in
+    Python's UTF-8 mode (PYTHONUTF8=1, or a C/POSIX locale, which Python coerces), else the codeset
+    the locale names (UTF-8 when it names none this Python knows)."""
+    if environ.get("PYTHONUTF8") == "1":
+        return "utf-8"
+    name = environ.get("LC_ALL") or environ.get("LC_CTYPE") or environ.get("LANG") or "C"
+    if name in ("C", "POSIX") or "." not in name:
+        return "utf-8"
+    codeset = name.split(".", 1)[1].split("@", 1)[0]
+    try:
+        return codecs.lookup(codeset).name
+    except LookupError:
+        return "utf-8"
 
 
 def _spec_drafter(command: LaunchCommand, missing: list[TargetError] | None, config_format: str) -> ModelConfig | None:
@@ -797,7 +848,8 @@ def _set_state_findings(
     if needs.needs(resolved.set_name):
         unsaid = _not_said_by_judged(resolved, status, needs) if status.guard else []
         launched = _guard_for_launch(resolved, dataclasses.replace(status, guard=unsaid), needs, result)
-        return [tree_finding(resolved, launched, prefixed=bool(result.command.pycache_prefix()))]
+        prefixed = bool(command_prefix(resolved.target.root, result.command))
+        return [tree_finding(resolved, launched, prefixed=prefixed)]
     if needs.guard_runs and status.guard:
         unsaid = _not_said_by_judged(resolved, status, needs)
         refusal = _guard_refusal(dataclasses.replace(status, guard=unsaid))
@@ -904,7 +956,12 @@ def _state_finding(resolved: Resolved, status: TreeStatus, *, prefixed: bool = F
         return Finding(TREE, False, f"changed after patchkit wrote them: {files}", _drift_fix(resolved))
     if status.state == TreeState.CONFLICT:
         message = f"the {resolved.set_name} series does not apply: {local_edit_said(status.edited_in_hunks, version, resolved.target.root)}"
-        return Finding(TREE, False, message, local_edit_fix(resolved.target.root, version, status.edited_in_hunks))
+        return Finding(
+            TREE,
+            False,
+            message,
+            local_edit_fix(resolved.target.root, version, status.edited_in_hunks, resolved.set_name),
+        )
     if status.state == TreeState.PARTIAL:
         message = f"the {resolved.set_name} series is partly applied to vLLM {version}"
         if apply_finishes(status):

@@ -661,6 +661,41 @@ def load_library(root: Path) -> dict[str, PatchSetDef]:
     return {name: sets[name] for name in [*declared, *(n for n in sets if n not in declared)]}
 
 
+def load_named(root: Path, name: str) -> PatchSetDef:
+    """choose_set(load_library(root), name), reading and checking the named set alone: another set
+    is known by its set.toml's `name` line and checked by the commands that use it (one whose name
+    line does not tell its name is loaded whole). No set of that name: the whole library says why."""
+    chosen = None
+    if root.is_dir():
+        for directory in sorted(root.iterdir()):  # each of that name: the last wins, as in load_library
+            if (directory / MANIFEST).is_file() and _name_line(directory / MANIFEST) in (None, name):
+                patch_set = load_set(directory)
+                chosen = patch_set if patch_set.name == name else chosen
+    return chosen if chosen is not None else choose_set(load_library(root), name)
+
+
+def _name_line(manifest: Path) -> str | None:
+    """The set's name from its top-level `name = "..."` line, read without TOML; None where a line
+    alone cannot tell it (no such line, a table, an array or a multi-line string before it, an
+    escape in it, an unreadable file): then TOML reads the file. No regular expression: compiling
+    one costs more than this whole read."""
+    try:
+        text = manifest.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    for line in text.split("\n"):
+        if "[" in line or '"""' in line or "'''" in line:
+            return None
+        key, equals, value = line.partition("=")
+        if equals and key.strip() == "name":
+            value = value.strip()
+            end = value.find('"', 1)
+            said, rest = value[1:end], value[end + 1 :].strip()
+            plain = value.startswith('"') and end > 1 and "\\" not in said and "\r" not in said
+            return said if plain and (not rest or rest.startswith("#")) else None
+    return None
+
+
 def declared_order(root: Path, sets: dict[str, PatchSetDef]) -> list[str]:
     """library.toml's `order`: the set names in the order they apply (none: [])."""
     path = root / LIBRARY_MANIFEST

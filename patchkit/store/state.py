@@ -33,7 +33,6 @@ import contextlib
 import copy
 import json
 import os
-import re
 import shlex
 import stat
 from collections.abc import Callable, Iterable, Sequence
@@ -48,6 +47,7 @@ from patchkit.base import hints
 from patchkit.base.errors import BadInput
 from patchkit.base.fsutil import atomic_write, load_json_text, read_regular, unsafe_reason
 from patchkit.base.hashing import hash_side_by_side, sha256
+from patchkit.base.patterns import LazyPattern
 from patchkit.base.values import Value
 
 FORMAT = 1
@@ -56,7 +56,7 @@ META_DIR = ".patchkit"
 WORKSPACE_RECORD = ".patchkit-workspace.json"
 # state.json and journal.json: a few hundred bytes a file; far above any real record, far below harm.
 MAX_RECORD_BYTES = 16 * 1024 * 1024
-DIGEST = re.compile(r"[0-9a-f]{64}")
+DIGEST = LazyPattern(r"[0-9a-f]{64}")
 # What .patchkit/ may hold, and of which kind (anything else in it is left alone, never read).
 _META_FILES = ("state.json", "journal.json", "staged.json")
 _META_DIRS = ("objects", "saved")
@@ -173,11 +173,11 @@ def checked_path(path: object, origin: Path, *, directory: bool = False, guard: 
 
 
 # The one exception: the files of the launch guard `apply` installs beside vllm/ (patchkit.engine.guard).
-GUARD_PATH = re.compile(
+GUARD_PATH = LazyPattern(
     r"patchkit_guard\.py|patchkit_guard-[A-Za-z0-9_.+!]+\.dist-info(?:/(?:METADATA|RECORD|INSTALLER|entry_points\.txt))?"
 )
 # The guard's files themselves (its dist-info directory aside): all that state.json's "guard" may name.
-GUARD_FILE = re.compile(
+GUARD_FILE = LazyPattern(
     r"patchkit_guard\.py|patchkit_guard-[A-Za-z0-9_.+!]+\.dist-info/(?:METADATA|RECORD|INSTALLER|entry_points\.txt)"
 )
 

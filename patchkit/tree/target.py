@@ -19,6 +19,8 @@ from typing import Any
 from patchkit.base import hints
 from patchkit.base.errors import TargetError
 from patchkit.base.fsutil import read_regular
+from patchkit.base.options import Options
+from patchkit.base.patterns import LazyPattern
 from patchkit.base.values import FrozenValue, frozen
 
 # a worker's process (subprocess, its waits) is patchkit.tree.process, imported where a worker runs:
@@ -72,6 +74,23 @@ def names_of(root: Path) -> list[str]:
     return list(_NAMED_AS.get(root, ()))
 
 
+# The pycache prefix the interpreter of a tree sets at its start-up (a .pth line, sitecustomize:
+# `sys.pycache_prefix = ...`), as its probe found it: every launch of it reads bytecode there, whatever
+# its environment says, and the guard in it judges that mirror; patchkit's own process never ran that code.
+_STARTUP_PREFIX: dict[Path, str] = {}
+
+
+def startup_prefix(root: Path) -> str | None:
+    """The pycache prefix the start-up of `root`'s interpreter sets ("": it clears one), None: none known."""
+    return _STARTUP_PREFIX.get(root)
+
+
+def _note_startup_prefix(root: Path, info: dict, cwd: str | None) -> None:
+    prefix = info.get("pycache_prefix")
+    if info.get("prefix_set_at_startup") is True and isinstance(prefix, (str, type(None))):
+        _STARTUP_PREFIX[root] = os.path.join(cwd or os.sep, prefix) if prefix else ""
+
+
 def from_directory(directory: str | os.PathLike) -> Target:
     root = Path(directory).resolve()
     given = os.path.abspath(directory)
@@ -83,8 +102,9 @@ def from_directory(directory: str | os.PathLike) -> Target:
         )
     if not root.is_dir():
         raise TargetError(f"target {directory} is not a directory")
-    if root.name == PACKAGE and _is_the_package(root):
-        root, given = root.parent, os.path.dirname(given.rstrip(os.sep))  # the user pointed at the package itself
+    if root.name == PACKAGE and _is_the_package(root):  # the user pointed at the package itself
+        given = os.path.dirname(given.rstrip(os.sep))
+        root = _tree_of(Path(directory), given) if Path(directory).is_symlink() else root.parent
     if not (root / PACKAGE).is_dir():
         raise TargetError(
             f"no {PACKAGE}/ package in {root}",
@@ -147,8 +167,10 @@ def from_interpreter(
         )
     _refuse_an_archive(Path(package_dir), python or sys.executable)
     found_by = f"--python {python}" if python else f"the current interpreter ({sys.executable})"
-    root = Path(package_dir).resolve().parent
-    _named_as(root, os.path.dirname(os.path.abspath(package_dir.rstrip(os.sep))))
+    named = os.path.dirname(os.path.abspath(package_dir.rstrip(os.sep)))
+    root = _tree_of(Path(package_dir), named)
+    _named_as(root, named)
+    _note_startup_prefix(root, info, cwd)
     return Target(
         root=root,
         found_by=found_by,
@@ -156,6 +178,17 @@ def from_interpreter(
         installed_version=info.get("version"),
         guard_unseen=info.get("dir_on_path") is False,
     )
+
+
+def _tree_of(package_dir: Path, named: str) -> Path:
+    """The directory holding the vllm/ an interpreter imports: the one its sys.path entry names
+    (real path), where vLLM's dist-info, patchkit's record and the guard are, even when vllm/ there
+    is a symlink (moved to another volume); a vllm/ linked from a directory that holds none of them
+    (a checkout's, linked in by hand) is judged where it really is."""
+    site = Path(named).resolve()
+    if package_dir.is_symlink() and not (vllm_metadata_dirs(site) or (site / ".patchkit").is_dir()):
+        return package_dir.resolve().parent
+    return site
 
 
 def _no_vllm_hint(python: str | None) -> str:
@@ -220,7 +253,7 @@ def _probe(
 
 _SCRIPT_HEAD = 64 << 10  # a console script, or an interpreter wrapper: a few lines; more is neither
 # a Python-written interpreter wrapper (HPC module systems): it hands its arguments to another program
-_HANDS_ON = re.compile(
+_HANDS_ON = LazyPattern(
     rb"\bos\.(?:exec[lv]p?e?|posix_spawnp?|spawn[lv]p?e?)\s*\(|\bsubprocess\.(?:run|call|check_call|Popen)\s*\("
 )
 
@@ -274,18 +307,62 @@ def resolve(target_dir: str | None, python: str | None, *, here: bool = False) -
     if python is None:  # found here: the pip hints name it (a --python is the selection's own)
         found = from_directory(target_dir) if target_dir else from_interpreter(None)
         hints.knows_interpreter(found.python or venv_interpreter(found.root))
+        if target_dir:
+            _ask_startup_prefix(found.root)
         return found
     if target_dir and python:
         # The interpreter still judges syntax; the directory says where the files are.
         info = _probe(python, cwd=cwd)
         own = info.get("package_dir")
+        root = from_directory(target_dir).root
+        if isinstance(own, str) and os.path.realpath(own) == os.path.realpath(root / PACKAGE):
+            _note_startup_prefix(root, info, cwd)  # that interpreter runs this tree: its start-up is the launch's
         return Target(
-            root=from_directory(target_dir).root,
+            root=root,
             found_by=f"--target {target_dir}",
             python=info["python"],
             python_vllm=own if isinstance(own, str) else "",
         )
     return from_interpreter(python, cwd=cwd)
+
+
+_IMPORTED = LazyPattern(r"^import\s+([A-Za-z_]\w*)", re.MULTILINE)
+_STARTUP_HEAD = 64 << 10  # a .pth file or a start-up module: a few lines
+
+
+def _ask_startup_prefix(root: Path) -> None:
+    """--target alone on a venv's site-packages whose start-up code names pycache_prefix (a .pth line,
+    sitecustomize or usercustomize there, a module of it a .pth line imports): the venv's interpreter
+    is asked what its start-up sets, as --python would be. Any other tree starts no interpreter."""
+    python = venv_interpreter(root)
+    if python is None or not _startup_names_prefix(root):
+        return
+    try:
+        info = _probe(python)
+    except TargetError:  # it cannot be asked: judged as before, by this process's prefix
+        return
+    own = info.get("package_dir")
+    if isinstance(own, str) and os.path.realpath(own) == os.path.realpath(root / PACKAGE):
+        _note_startup_prefix(root, info, None)
+
+
+def _startup_names_prefix(root: Path) -> bool:
+    try:
+        names = set(os.listdir(root))
+    except OSError:
+        return False
+    hooks = [n for n in names if n.endswith(".pth") or n in ("sitecustomize.py", "usercustomize.py")]
+    texts = [_head_of(root / name) for name in hooks]
+    imported = {f"{m}.py" for text in texts for m in _IMPORTED.findall(text.decode(errors="replace"))}
+    texts += [_head_of(root / name) for name in sorted(imported & names)]
+    return any(b"pycache_prefix" in text for text in texts)
+
+
+def _head_of(path: Path) -> bytes:
+    try:
+        return read_regular(path, _STARTUP_HEAD, follow_symlinks=True, head=True)
+    except OSError:
+        return b""
 
 
 def venv_interpreter(root: Path) -> str | None:
@@ -433,11 +510,12 @@ def same_interpreter(python: str | None) -> bool:
         return False
 
 
-def stock_files_command(tree: Path, version: object | None) -> str:
+def stock_files_command(tree: Path, version: object | None, selection: Options | None = None) -> str:
     """The command that puts a tree's stock files back: for a tree `patchkit fetch --dest` laid out
     (its dist-info holds only METADATA and RECORD: no INSTALLER or WHEEL, which installers write),
     laying it out again; for an installed vLLM, reinstalling it. Without `version`, the one the
-    tree's own dist-info names: never the word VERSION where the tree says it."""
+    tree's own dist-info names: never the word VERSION where the tree says it. `selection`: what
+    the fetch takes (a set's: it then lays out that set's files only)."""
     dirs = vllm_metadata_dirs(tree)
     if version is None and len(dirs) == 1:
         version = dirs[0].name[len("vllm-") :].rsplit(".", 1)[0]
@@ -445,7 +523,7 @@ def stock_files_command(tree: Path, version: object | None) -> str:
     exact = [d for d in with_record if version is not None and d.name.lower() == f"vllm-{version}.dist-info".lower()]
     chosen = next(iter(exact or with_record or dirs), None)  # RECORD removed: the dist-info still tells how it came
     if chosen is not None and not any((chosen / name).exists() for name in ("INSTALLER", "WHEEL")):
-        return hints.command("fetch", str(version or "VERSION"), "--dest", str(tree), "--force")
+        return hints.command("fetch", str(version or "VERSION"), "--dest", str(tree), "--force", chosen=selection)
     return hints.pip_reinstall(version)
 
 

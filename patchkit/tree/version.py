@@ -15,6 +15,7 @@ from packaging.version import InvalidVersion, Version
 from patchkit.base import hints
 from patchkit.base.errors import BadInput, PatchkitError, TargetError
 from patchkit.base.fsutil import NotRegularFile, inside, read_regular
+from patchkit.base.patterns import LazyPattern
 from patchkit.base.values import FrozenValue, frozen
 from patchkit.store.state import read_state
 from patchkit.tree.target import PACKAGE, Target, vllm_metadata_dirs
@@ -97,7 +98,7 @@ def detect(target: Target, override: str | None = None) -> DetectedVersion:
 
 # In DEST while `fetch --dest` lays a release out (it names the release): a kill leaves it behind.
 LAYOUT_MARK = ".patchkit-fetch"
-_RELEASE = re.compile(r"[0-9][0-9A-Za-z.+!_-]{0,63}( --all)?")  # a mark patchkit wrote: the release, --all
+_RELEASE = LazyPattern(r"[0-9][0-9A-Za-z.+!_-]{0,63}( --all)?")  # a mark patchkit wrote: the release, --all
 
 
 def marked_release(root: Path) -> str | None:

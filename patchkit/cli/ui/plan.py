@@ -10,7 +10,8 @@ from patchkit.cli.ui.screen import Screen
 from patchkit.cli.ui.text import STATE_STYLES, FittedTable, broken, fit_table, rich, visible, write_plainly
 
 if TYPE_CHECKING:  # pragma: no cover
-    from patchkit.series.plan import FileStep, Placement, Plan
+    from patchkit.series.hunks import Placement
+    from patchkit.series.plan import FileStep, Plan
 
 PLAN_FILE_HEADER = ("file", "hunks", "lines", "note")
 PLAN_HUNK_HEADER = ("file", "hunk", "note")  # -v
