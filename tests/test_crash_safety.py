@@ -376,16 +376,20 @@ def test_the_interrupt_report_is_per_command():
     assert "before any change" in signals.interrupted_report()[0]
 
 
+# apply's and revert's sweeps each a group of its own (tests/xdist_groups.py): make test's workers share them
+SWEEPS = [pytest.param(op, marks=pytest.mark.xdist_group(f"crash-sweep-{op}")) for op in ("apply", "revert")]
+
+
 @pytest.mark.slow
-def test_random_and_aimed_crash_sweep(scenario, work):
+@pytest.mark.parametrize("op", SWEEPS)
+def test_random_and_aimed_crash_sweep(scenario, work, op):
     """A smaller run of crash_trials.py's sweep: random SIGKILL, SIGTERM, SIGHUP, double SIGINT and
     SIGTERM-then-SIGKILL moments, and every commit step under each mode."""
     tally = ct.Tally()
-    rng = random.Random(int(os.environ.get("PATCHKIT_CRASH_SEED", "7")))
-    for op in ("apply", "revert"):
-        for mode in ("kill", "term", "hup", "int", "exit", "raise"):
-            ct.aimed_commit(scenario, work, op, mode, tally)
-        ct.random_trials(scenario, work, op, 40, rng, tally)
+    rng = random.Random(f"{os.environ.get('PATCHKIT_CRASH_SEED', '7')}-{op}")
+    for mode in ("kill", "term", "hup", "int", "exit", "raise"):
+        ct.aimed_commit(scenario, work, op, mode, tally)
+    ct.random_trials(scenario, work, op, 40, rng, tally)
     _clean(tally)
     print(tally.report())
 

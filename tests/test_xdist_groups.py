@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 TESTS = Path(__file__).parent
 
 SHARED = """
@@ -57,16 +59,21 @@ def pytest_collection_finish(session):
 """
 
 
-def test_the_sigkill_kills_are_parts_each_in_a_group_of_its_own(tmp_path):
-    """make test's long pole was test_sigkill's 12 kills in one test, one worker's minutes: its parts
-    each name a group of their own and are held in no group of their module's."""
+@pytest.mark.parametrize(
+    ("selected", "parts"),
+    [(["tests/test_sigkill.py"], 4), (["tests/test_crash_safety.py", "-k", "random_and_aimed"], 2)],
+)
+def test_the_long_kill_sweeps_are_parts_each_in_a_group_of_its_own(tmp_path, selected, parts):
+    """make test's long poles were test_sigkill's 12 kills in one test and the crash sweep of apply
+    and revert in one, each one worker's minutes: their parts each name a group of their own and are
+    held in no group of their module's."""
     (tmp_path / "print_groups.py").write_text(GROUPS)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(TESTS)])}
-    args = ["--collect-only", "-q", "-p", "print_groups", "-p", "no:cacheprovider", "tests/test_sigkill.py"]
+    args = ["--collect-only", "-q", "-p", "print_groups", "-p", "no:cacheprovider", *selected]
     done = subprocess.run(
         [sys.executable, "-m", "pytest", *args], cwd=TESTS.parent, env=env, capture_output=True, text=True, timeout=120
     )
     groups = [line.split()[2:] for line in done.stdout.splitlines() if line.startswith("GROUPS ")]
-    assert len(groups) >= 4, done.stdout + done.stderr
+    assert len(groups) >= parts, done.stdout + done.stderr
     assert all(len(names) == 1 and "," not in names[0] for names in groups), groups
     assert len({names[0] for names in groups}) == len(groups), groups
