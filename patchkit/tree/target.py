@@ -139,7 +139,8 @@ def from_directory(directory: str | os.PathLike) -> Target:
         )
     if not root.is_dir():
         raise TargetError(f"target {directory} is not a directory")
-    if root.name == PACKAGE and _is_the_package(root):  # the user pointed at the package itself
+    link = Path(directory).is_symlink() and Path(directory).name == PACKAGE  # a moved vllm/, by any name
+    if (root.name == PACKAGE or link) and _is_the_package(Path(directory) if link else root):  # the package itself
         given = os.path.dirname(given.rstrip(os.sep))
         root = _tree_of(Path(directory), given) if Path(directory).is_symlink() else root.parent
     if not (root / PACKAGE).is_dir():
