@@ -20,6 +20,7 @@ FLAG = "vllm/flag.py"
 STOCK = 'VALUE = "stock"\n'
 PATCHED = 'VALUE = "patched"\n'
 UNCHECKED = py_compile.PycInvalidationMode.UNCHECKED_HASH
+CHECKED = py_compile.PycInvalidationMode.CHECKED_HASH
 PY312 = Path("/root/.pyenv/versions/3.12.1/bin/python")
 
 
@@ -33,11 +34,11 @@ def library(tmp_path, flag_tree, scratch) -> Path:
     return write_library(tmp_path / "lib", {"0.16.0": [make_patch(scratch, flag_tree, {FLAG: PATCHED})]})
 
 
-def imported_value(root: Path, python: str | Path = sys.executable) -> str:
+def imported_value(root: Path, python: str | Path = sys.executable, options: tuple[str, ...] = ()) -> str:
     """vllm.flag.VALUE as a fresh interpreter imports it from `root` (writing no bytecode itself)."""
     code = f"import sys; sys.path.insert(0, {str(root)!r}); import vllm.flag as m; print(m.VALUE)"
     done = subprocess.run(
-        [str(python), "-c", code],
+        [str(python), *options, "-c", code],
         capture_output=True,
         text=True,
         cwd=root.parent,
@@ -132,23 +133,58 @@ def test_a_pyc_that_cannot_be_rebuilt_is_exit_1_naming_the_file(run, monkeypatch
     assert (flag_tree / FLAG).read_text() == PATCHED  # the change itself is in place
 
 
-def test_timestamp_and_checked_hash_pycs_are_left_to_python(run, flag_tree, library):
+def test_timestamp_pycs_are_left_to_python(run, flag_tree, library):
     source = str(flag_tree / FLAG)
     timestamp = Path(
         py_compile.compile(source, doraise=True, invalidation_mode=py_compile.PycInvalidationMode.TIMESTAMP)
     )
-    checked = Path(
-        py_compile.compile(
-            source, doraise=True, optimize=2, invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH
-        )
-    )
-    before = {timestamp: timestamp.read_bytes(), checked: checked.read_bytes()}
+    before = timestamp.read_bytes()
     result = run("apply", "--target", flag_tree, "--patches", library, "--format", "json")
     assert result.exit_code == 0, result.output
-    assert {p: p.read_bytes() for p in before} == before
+    assert timestamp.read_bytes() == before
     assert imported_value(flag_tree) == "patched"
     [row] = bytecode_rows(json.loads(result.stdout))
     assert "timestamp, no longer matches the source's mtime/size: Python recompiles it" in row["message"]
+
+
+NEVER = ("--check-hash-based-pycs", "never")
+
+
+def test_checked_hash_pycs_are_rebuilt_as_python_never_checking_them_would_run_the_stock_code(
+    run, tmp_path, flag_tree, library
+):
+    """An image compiled with SOURCE_DATE_EPOCH set holds checked-hash pycs: under
+    --check-hash-based-pycs never Python loads them without comparing the hash."""
+    source = str(flag_tree / FLAG)
+    checked = Path(py_compile.compile(source, doraise=True, invalidation_mode=CHECKED))
+    checked_opt = Path(py_compile.compile(source, doraise=True, optimize=2, invalidation_mode=CHECKED))
+    other = checked.with_name("flag.cpython-39.pyc")  # another interpreter's: cannot be rebuilt here
+    shutil.copy(checked, other)
+    assert imported_value(patched_by_hand_copy(flag_tree, tmp_path / "plain", PATCHED), options=NEVER) == "stock"
+
+    result = run("apply", "--target", flag_tree, "--patches", library, "--format", "json")
+    assert result.exit_code == 0, result.output
+    assert imported_value(flag_tree, options=NEVER) == "patched"
+    for compiled in (checked, checked_opt):  # still checked-hash, now of the new source
+        assert header(compiled) == (3, importlib.util.source_hash((flag_tree / FLAG).read_bytes()))
+    assert not other.exists()
+    [row] = bytecode_rows(json.loads(result.stdout))
+    assert row["ok"] and f"__pycache__/{checked.name}: checked-hash, stale: recompiled" in row["message"]
+
+    result = run("revert", "--target", flag_tree, "--patches", library)
+    assert result.exit_code == 0, result.output
+    assert imported_value(flag_tree, options=NEVER) == "stock"
+    assert header(checked) == (3, importlib.util.source_hash(STOCK.encode()))
+
+
+def test_an_up_to_date_checked_hash_pyc_is_left_alone_by_verify(run, flag_tree, library):
+    assert run("apply", "--target", flag_tree, "--patches", library).exit_code == 0
+    checked = Path(py_compile.compile(str(flag_tree / FLAG), doraise=True, invalidation_mode=CHECKED))
+    before = checked.read_bytes()
+    result = run("verify", "--target", flag_tree, "--patches", library, "--format", "json")
+    assert result.exit_code == 0, result.output
+    assert checked.read_bytes() == before
+    [row] = bytecode_rows(json.loads(result.stdout))
     assert "checked-hash: Python re-validates it against the source hash" in row["message"]
 
 

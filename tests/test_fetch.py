@@ -939,7 +939,7 @@ def test_a_full_disk_in_dest_leaves_no_release_that_looks_whole_and_the_same_com
     assert [p for p in dest.rglob("*") if p.is_file()], "the file written before the disk filled is kept"
 
     freed()  # the same lay-out completes it
-    laid, written, _kept, resumed = release_files.lay_out_said(tree, dest)
+    laid, written, _kept, resumed, _replaced, _saved = release_files.lay_out_said(tree, dest)
     assert len(written) == len(laid) - 1 and resumed == f"{VERSION} --all"
     assert sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file()) == laid
     for rel in laid:
@@ -1039,3 +1039,36 @@ def test_a_lay_out_for_another_command_leaves_its_interrupt_report_alone(fetched
     signals.new_run()
     release_files.lay_out(tree, tmp_path / "scratch")
     assert signals.interrupted_report()[0] == "interrupted before any change was made to the target"
+
+
+def test_fetch_dest_force_keeps_a_copy_of_what_it_replaces_a_recorded_patch_over_a_hotfix_too(fetched, tmp_path):
+    """A set applied with --force over a site hotfix: the tree-state fix's `fetch --dest --force`
+    replaced that patched file (hotfix and patch) by the stock file, no copy kept, nothing said.
+    Every file --force replaces is copied first, and said, the recorded set's file by its set."""
+    from helpers import run_cli
+
+    dest = tmp_path / "site"
+    assert fetched(dest).returncode == 0
+    spec = dest / "vllm/config/speculative.py"
+    spec.write_bytes(b"# SITE HOTFIX: keep me\n" + FILES["vllm/config/speculative.py"])
+    applied = run_cli("apply", "--target", dest, "--patches", _spec_library(tmp_path), "--no-guard", "--force")
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    patched = spec.read_bytes()
+    assert patched.startswith(b"# SITE HOTFIX") and b"# patched\n" in patched
+    done = fetched(dest, "--force")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert spec.read_bytes() == FILES["vllm/config/speculative.py"]
+    (copy,) = (dest / ".patchkit" / "saved").glob("*/vllm/config/speculative.py")
+    assert copy.read_bytes() == patched
+    said = " ".join(done.stderr.split())
+    assert "vllm/config/speculative.py is recorded as set demo's patched file" in said, done.stderr
+    assert f"`cp -a -- {copy.parent.parent.parent}/. {dest.resolve()}/` puts it back" in said, done.stderr
+    # an edit in a tree no apply recorded (no .patchkit/ yet): kept and said too
+    other = tmp_path / "other"
+    assert fetched(other).returncode == 0
+    (other / "vllm/config/speculative.py").write_bytes(FILES["vllm/config/speculative.py"] + b"# my edit\n")
+    again = fetched(other, "--force")
+    assert again.returncode == 0 and "recorded as" not in again.stderr, again.stderr
+    (copy,) = (other / ".patchkit" / "saved").glob("*/vllm/config/speculative.py")
+    assert copy.read_bytes().endswith(b"# my edit\n")
+    assert "--force replaced 1 file(s) that held other contents (vllm/config/speculative.py)" in again.stderr

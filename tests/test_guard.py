@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from helpers import (
+    LOAD_LIKE_VLLM,
     MODEL_PY,
     assert_clean_failure,
     fingerprint,
@@ -810,6 +811,36 @@ def test_stale_unchecked_bytecode_of_a_recorded_file_stops_the_launch_naming_it(
     )
     _unchecked_pyc_of(pyc.parent, (site / MODEL).read_bytes(), pyc.name)
     assert _load(site).returncode == 0, _load(site).stderr[-600:]
+
+
+def test_stale_checked_bytecode_stops_a_launch_that_never_checks_hashes(patched):
+    """A checked-hash .pyc of the stock file (an image compiled with SOURCE_DATE_EPOCH set) is
+    re-validated by default, and runs unchecked under --check-hash-based-pycs never: the guard
+    of a launch run so refuses it, and passes one of the patched bytes."""
+    import py_compile  # only these tests compile
+
+    site, diff, _ = patched
+    cache, tag = site / "vllm/models/__pycache__", sys.implementation.cache_tag
+    scratch = site.parent / "stock-model.py"
+    scratch.write_text(MODEL_PY)
+    pyc = cache / f"model.{tag}.pyc"
+    py_compile.compile(str(scratch), cfile=str(pyc), invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH)
+    env = {k: v for k, v in os.environ.items() if k not in ("PATCHKIT_GUARD", "PYTHONDONTWRITEBYTECODE")}
+
+    def load(*options: str) -> subprocess.CompletedProcess:
+        argv = [sys.executable, *options, "-c", LOAD_LIKE_VLLM, str(site)]
+        return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60)
+
+    assert load().returncode == 0, load().stderr[-600:]  # Python compares the hash: the patched source runs
+    done = load("--check-hash-based-pycs", "never")
+    assert done.returncode != 0
+    said = f"vllm/models/__pycache__/{pyc.name} is checked-hash bytecode compiled from other bytes than {MODEL}"
+    assert said + ": Python run with --check-hash-based-pycs never loads it" in " ".join(done.stderr.split())
+    assert run_cli("status", "--target", site, "--patch", diff).returncode == 0  # status: the default mode
+    scratch.write_bytes((site / MODEL).read_bytes())
+    py_compile.compile(str(scratch), cfile=str(pyc), invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH)
+    done = load("--check-hash-based-pycs", "never")
+    assert done.returncode == 0, done.stderr[-600:]
 
 
 def test_an_unlistable_pycache_is_judged_by_the_names_this_python_opens(tmp_path, monkeypatch):

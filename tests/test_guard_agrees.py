@@ -1633,3 +1633,24 @@ def test_a_startup_prefix_the_launchs_env_i_drops_is_not_held_against_it(tmp_pat
     assert venv.cli("status").returncode == 1  # as patchkit itself would start it: the bytecode is read
     done = _launch_with(venv, "preflight", "-i")
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_apply_updating_the_guard_leaves_no_unchecked_hash_pyc_of_the_old_guard(tmp_path):
+    """Review: an image compiled with unchecked-hash .pycs: `apply` updated patchkit_guard.py, but
+    the old guard's __pycache__/patchkit_guard.cpython-*.pyc stayed, and that is what vLLM ran."""
+    import importlib.util
+    import py_compile
+
+    tree = _tree(tmp_path)
+    guard_of_other_checks(tree)
+    source = tree.site / "patchkit_guard.py"
+    old = source.read_bytes()
+    compiled = Path(importlib.util.cache_from_source(str(source)))
+    py_compile.compile(str(source), str(compiled), invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+    assert tree.cli("apply", "--no-import").returncode == 0
+    assert source.read_bytes() != old
+    for pyc in compiled.parent.glob("patchkit_guard.*.pyc") if compiled.parent.is_dir() else []:
+        data = pyc.read_bytes()
+        flags = int.from_bytes(data[4:8], "little")
+        stale = flags & 0b1 and not flags & 0b10 and data[8:16] != importlib.util.source_hash(source.read_bytes())
+        assert not stale, f"{pyc}: the old guard's unchecked-hash bytecode stayed"

@@ -30,6 +30,7 @@ FORMATS = {
     11: "ca19f0b5d392cb7818cd17de21d480ca3bd0110050711f1c2480bbe17005e636",  # a wheel's provenance believed only in a labelled dist-info whose RECORD lists its patched hashes
     12: "8705b356ad1fb7e2aaaeb093b2d9a603b5bd43be55c6d2cb79f7ccc42e61c9d1",  # a provenance of status's shape, its shipped patches of the recorded sha256
     13: "3209885c98ef05e0b1527f1d584942b7144c73585ae42549bda552165cb10299",  # vllm/ moved to another volume (a symlink in its place): its files judged inside it, the site it is in judged
+    14: "3a6303f73ca3767de3beac13cf622bd14b83a3891ecf636a34daadb99edfd24f",  # checked-hash bytecode judged too under --check-hash-based-pycs never
 }
 _SKIPPED = {tokenize.COMMENT, tokenize.NL, tokenize.ENCODING, tokenize.ENDMARKER}
 _STATEMENT_START = {tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, None}

@@ -259,3 +259,19 @@ def test_run_apply_says_it_skipped_a_set_whose_file_has_a_local_edit_with_the_fi
     assert "keep your edit as .mine, put the stock file back, apply: `cp -p" in summary and summary.endswith(fix), (
         summary
     )
+
+
+def test_the_fix_of_a_set_that_does_not_apply_names_the_set_on_its_fetch_and_apply(setup):
+    """Review: preflight's (and run's) tree-state fix for a set that does not apply dropped --set
+    (apply's own named it): its `fetch VERSION --dest TREE --force` then laid out every set's files,
+    replacing another set's patched file. Preflight and a plain `apply` name the set on both."""
+    tree, lib, target, _ = setup
+    assert run_cli("apply", "--target", tree, "--patches", lib, "--set", "eagle3", "--no-import").returncode == 0
+    (tree / PARSER).write_text("def parse(text):\n    return text  # site edit\n")
+    fetch = f"patchkit fetch --patches {lib} --set tools 0.16.0 --dest {tree} --force && "
+    apply = f"patchkit apply --target {tree} --patches {lib} --set tools`"
+    done, document = preflight(tree, lib, ["vllm", "serve", str(target), *TOOLS], "--format", "json")
+    (fix,) = [f["fix"] for f in document["findings"] if f["check"] == "tree-state" and not f["ok"]]
+    assert done.returncode == 1 and f"{fetch}{apply}" in fix, fix
+    plain = run_cli("apply", "--target", tree, "--patches", lib, "--no-import")
+    assert plain.returncode != 0 and f"{fetch}{apply}" in plain.stderr, plain.stderr

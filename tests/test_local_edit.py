@@ -122,7 +122,7 @@ def test_preflight_judges_the_launch_on_what_the_fix_of_the_local_edit_leaves(st
     assert found["tree_state"] == "conflict" and set(failed) == {"tree-state", "whitelist"}, failed
     assert "partly" not in failed["tree-state"]["message"]
     fix = {f["fix"] for f in failed.values()}
-    assert len(fix) == 1 and f" && patchkit fetch 0.16.0 --dest {tree} --force && " in fix.pop(), failed
+    assert len(fix) == 1 and f" && patchkit fetch --set eagle3 0.16.0 --dest {tree} --force && " in fix.pop(), failed
     assert run_cli("fetch", "0.16.0", "--dest", tree, "--force").returncode == 0
     assert run_cli("apply", "--target", tree).returncode == 0
     assert run_cli("preflight", "--target", tree, "--no-import", "--", *launch).returncode == 0

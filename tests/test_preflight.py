@@ -530,6 +530,36 @@ def test_stale_unchecked_bytecode_fails_the_tree_state(setup, tmp_path):
     assert preflight(tree, library, *serve(models["deepseek"], models["drafter"])).returncode == 0
 
 
+def test_stale_checked_hash_bytecode_fails_a_launch_that_never_checks_hashes(setup, tmp_path):
+    """A checked-hash .pyc of the stock file is re-validated by default; a launch's Python run with
+    --check-hash-based-pycs never loads it unchecked: the stock code runs, and the guard refuses it."""
+    import importlib.util
+    import py_compile
+
+    from launch_fixtures import DEEPSEEK, DEEPSEEK_STOCK
+
+    tree, library, models = setup
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    stale_source = tmp_path / "deepseek_v2.py"
+    stale_source.write_text(DEEPSEEK_STOCK)
+    pyc = importlib.util.cache_from_source(str(tree / DEEPSEEK))
+    checked = py_compile.PycInvalidationMode.CHECKED_HASH
+    py_compile.compile(str(stale_source), cfile=pyc, doraise=True, invalidation_mode=checked)
+    spec = serve(models["deepseek"], models["drafter"])[3:]
+    api = ["python3", "-m", "vllm.entrypoints.openai.api_server", "--model", str(models["deepseek"]), *spec]
+    assert findings(preflight(tree, library, *api))["tree-state"]["ok"]  # Python compares the hash
+    never = [api[0], "--check-hash-based-pycs", "never", *api[1:]]
+    tree_state = findings(preflight(tree, library, *never))["tree-state"]
+    assert not tree_state["ok"], tree_state
+    assert (
+        f"__pycache__/{os.path.basename(pyc)} is checked-hash bytecode compiled from other bytes"
+        in (tree_state["message"])
+    ), tree_state
+    assert tree_state["fix"] == f"run `rm -f -- {pyc}` (Python compiles the source again)", tree_state
+    os.unlink(pyc)
+    assert findings(preflight(tree, library, *never))["tree-state"]["ok"]
+
+
 def test_stale_bytecode_under_the_launchs_pycache_prefix_fails_naming_its_removal(setup, tmp_path):
     """Issue 20 (review 18 H1): the launch's PYTHONPYCACHEPREFIX makes Python read bytecode under it,
     never __pycache__; an unchecked-hash .pyc of other bytes there runs instead of the patched file.
@@ -1525,3 +1555,22 @@ def test_a_model_config_that_is_a_fifo_is_refused_with_what_to_do(setup):
     said = " ".join(done.stderr.split())
     assert done.returncode == 2 and f"model config {config}: not a regular file" in said, said
     assert f"hint: put the file itself there (vLLM reads {config} as a file too)" in said, said
+
+
+def test_vllms_own_answers_load_the_bytecode_the_launch_would(monkeypatch):
+    """vllm-validation and vLLM's model questions run with the launch's options that change which
+    bytecode its imports load (under --check-hash-based-pycs never a stale checked-hash .pyc runs)."""
+    seen: list[list[str]] = []
+
+    def worker(*args, options=(), **kwargs):
+        seen.append(list(options))
+        return {"status": "ok"}
+
+    monkeypatch.setattr(validation, "run_worker", worker)
+    api = ["-m", "vllm.entrypoints.openai.api_server", "--model", "m"]
+    launch = parse(["python3", "-X", "dev", "-Xpycache_prefix=/x", "--check-hash-based-pycs", "never", *api])
+    validation.engine_validation(sys.executable, launch)
+    validation.model_interface(sys.executable, launch, ["DeepseekV3ForCausalLM"], "supports_eagle3")
+    assert seen == [["-Xpycache_prefix=/x", "--check-hash-based-pycs", "never"]] * 2
+    validation.engine_validation(sys.executable, parse(["python3", *api]))
+    assert seen[-1] == []

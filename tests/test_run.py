@@ -599,3 +599,35 @@ def test_a_mistyped_option_is_not_launched_and_gets_the_option_it_looks_like(lau
     assert "unrecognized arguments: --tensor-paralel-size 8" in said, said
     assert "hint: did you mean --tensor-parallel-size?" in said, said
     assert said.rstrip().endswith("error: not launched: fix the launch command, then run it again"), said
+
+
+def test_stale_checked_hash_bytecode_stops_a_run_whose_python_never_checks_hashes(launch):
+    """A checked-hash .pyc of the stock file runs unchecked under --check-hash-based-pycs never:
+    run reads the option from the launch and does not launch; the .pyc gone, it launches."""
+    import importlib.util
+    import py_compile
+
+    tree, library, command, env, marker = launch
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    python = Path(env["PATH"].split(os.pathsep)[0]) / "python3"  # the stand-in's launch; else this Python
+    stand_in = (python.parent / "vllm").read_text().partition("\n")[2]
+    python.write_text(f'#!/bin/sh\ncase " $* " in *" -m "*)\n{stand_in};;\nesac\nexec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    env = {**env, "PYTHONPATH": str(tree)}  # its vLLM: the tree's
+    stock = tree.parent / "stock-kimi_k25.py"
+    stock.write_bytes(b"# the stock file, as an image compiled it\n")
+    pyc = importlib.util.cache_from_source(str(tree / KIMI))
+    checked = py_compile.PycInvalidationMode.CHECKED_HASH
+    py_compile.compile(str(stock), cfile=pyc, doraise=True, invalidation_mode=checked)
+    api = ["python3", "-m", "vllm.entrypoints.openai.api_server", "--model", *command[2:]]
+    first = patchkit_run(tree, library, api, env)[1]
+    assert first.returncode == 7, first.stdout + first.stderr  # Python compares the hash: launched
+    marker.unlink()
+    never = ["python3", "--check-hash-based-pycs", "never", *api[1:]]
+    _, done = patchkit_run(tree, library, never, env)
+    assert_clean_failure(done, 1)
+    said = " ".join(done.stdout.split())
+    assert not marker.exists() and "is checked-hash bytecode compiled from other bytes than " + KIMI in said, said
+    assert f"run `rm -f -- {pyc}`" in said, said
+    os.unlink(pyc)
+    assert patchkit_run(tree, library, never, env)[1].returncode == 7

@@ -98,7 +98,7 @@ def _stale(
     kind = out["kind"]
     if data is None or st is None:
         return legacy  # a legacy pyc is imported once its source is gone; __pycache__ ones are not
-    if legacy or kind in ("damaged", "checked-hash"):
+    if legacy or kind == "damaged" or (kind == "checked-hash" and not fix):
         return False  # ignored beside a source / rejected / re-validated against the source hash
     if kind == "timestamp":
         mtime = int.from_bytes(header[8:12], "little")
@@ -106,6 +106,7 @@ def _stale(
         # The header still fits a file just rewritten: compiled in the same second from other bytes
         # of the same size. Python would trust it.
         return bool(fix) and (mtime, size) == (int(st.st_mtime) & 0xFFFFFFFF, st.st_size & 0xFFFFFFFF)
+    # a written file's checked-hash pyc too: Python run with --check-hash-based-pycs never loads it unchecked
     if not out["mine"]:
         return None  # its hash is keyed by another interpreter's magic number
     return header[8:16] != importlib.util.source_hash(data)
@@ -114,7 +115,7 @@ def _stale(
 def _needs_fixing(out: Outcome, job: Job, data: bytes | None) -> bool:
     if job["legacy"] or data is None:
         return True
-    if out["kind"] == "unchecked-hash":
+    if out["kind"] in ("unchecked-hash", "checked-hash"):
         return out["stale"] is not False
     return out["stale"] is True
 

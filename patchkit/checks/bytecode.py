@@ -9,8 +9,9 @@ files and
     pyc's own invalidation mode and optimization level;
   - removes a stale one of another interpreter (it cannot be rebuilt here; Python rebuilds it);
   - removes a legacy one (only imported once the source is gone) and those of deleted sources;
-  - leaves timestamp and checked-hash pycs alone: Python re-validates them against the new source
-    (timestamp: mtime and size changed with the write), and says so.
+  - treats a checked-hash pyc as an unchecked-hash one: Python re-validates it against the new source,
+    except when run with --check-hash-based-pycs never, which loads it unchecked;
+  - leaves timestamp pycs alone: Python re-validates them (mtime and size changed with the write).
 scan() reports the same without changing anything (verify): a stale unchecked-hash pyc is a failure.
 
 The work runs inside the target interpreter (patchkit/_target/bytecode.py; in-process when it is the one

@@ -347,14 +347,15 @@ def launch_extensions(root: Path) -> tuple[str, ...]:
 EVERY_CPYTHON = tuple(f"cpython-3{minor}" for minor in range(100))
 
 
-def launch_verdict(root: Path, state: State | None = None, prefix: str | None = None) -> Verdict:
+def launch_verdict(root: Path, state: State | None = None, prefix: str | None = None, never: bool = False) -> Verdict:
     """What the installed guard finds (no problem: no guard runs, or it passes): this patchkit's
     guard check, run here as vLLM would run it, so that status, verify, preflight and run fail
     exactly when a launch would, and say the files stock again as it does. An installed module that
     is not this patchkit's guard (edited, another patchkit's) is a failure itself: what it does
     cannot be told; so is a guard's entry_points.txt vLLM's plugin loader could not read (a fifo
     hangs it). `state`: the record as the caller parsed it (None: parsed here, where needed);
-    `prefix`: the launch's pycache prefix (None: this process's, "": none), where its bytecode is judged."""
+    `prefix`: the launch's pycache prefix (None: this process's, "": none), where its bytecode is judged;
+    `never`: the launch's Python runs with --check-hash-based-pycs never (status: the default mode)."""
     declared, unreadable = _declared(root)
     if unreadable or not (declared and (root / MODULE).is_file()):
         return _target_guard().Verdict(unreadable)
@@ -363,8 +364,8 @@ def launch_verdict(root: Path, state: State | None = None, prefix: str | None = 
     closed = ", ".join(f"{path} ({stat.S_IMODE(mode):04o})" for path, mode in unreadable_by_others(root, state))
     hidden = [f"{OTHERS_CANNOT_READ} {closed}"] if closed else []
     try:
-        found = _target_guard().judge(str(root), launch_tags(root), prefix, launch_extensions(root))
-        named = _prefixed_as_named(root, prefix, found.problems)
+        found = _target_guard().judge(str(root), launch_tags(root), prefix, launch_extensions(root), never)
+        named = _prefixed_as_named(root, prefix, found.problems, never)
     except Exception as exc:  # what check() catches and refuses for (guard.check): a refusal all the same
         return _target_guard().Verdict([*unknown, *hidden, str(exc)])
     return _target_guard().Verdict(unknown + hidden + found.problems + named, found.stock_again, found.whole)
@@ -377,14 +378,16 @@ def launch_prefix(root: Path) -> str:
     return (sys.pycache_prefix or "") if found is None else found
 
 
-def _prefixed_as_named(root: Path, prefix: str | None, said: list[str]) -> list[str]:
+def _prefixed_as_named(root: Path, prefix: str | None, said: list[str], never: bool = False) -> list[str]:
     """The stale bytecode under the pycache prefix at the other paths this run reached the tree by
     (a symlinked site): Python keys it by the import path as given, and the guard judges it there."""
     if not (launch_prefix(root) if prefix is None else prefix):
         return []
     found: list[str] = []
     for name in names_of(root):
-        found += [p for p in _target_guard().judge(name, EVERY_CPYTHON, prefix).problems if _PREFIXED_STALE in p]
+        found += [
+            p for p in _target_guard().judge(name, EVERY_CPYTHON, prefix, None, never).problems if _stale_prefixed(p)
+        ]
     return [p for p in dict.fromkeys(found) if p not in said]
 
 
@@ -668,6 +671,12 @@ STALE_BYTECODE = "is unchecked-hash bytecode compiled from other bytes than"  # 
 THROUGH_SYMLINK = " (reached through the symlink "  # that .pyc reached through a symlink (apply writes through none)
 CACHE_OVERFULL = LazyPattern(r"(\S+/__pycache__) holds more than [0-9]+ files")  # no cache Python wrote
 _PREFIXED_STALE = PREFIXED + " " + STALE_BYTECODE
+# a stale checked-hash .pyc, which only a launch's Python run with --check-hash-based-pycs never loads
+STALE_CHECKED = "is checked-hash bytecode compiled from other bytes than"
+
+
+def _stale_prefixed(problem: str) -> bool:
+    return _PREFIXED_STALE in problem or PREFIXED + " " + STALE_CHECKED in problem
 
 
 def stale_under_prefix(root: Path, paths: list[str], prefix: str | None) -> list[tuple[str, Path]]:
@@ -679,7 +688,7 @@ def stale_under_prefix(root: Path, paths: list[str], prefix: str | None) -> list
     # the tree as named too (a symlinked site): the path Python keys the launch's bytecode by
     found: dict[str, str] = {}
     for site in (str(root), *names_of(root)):
-        for rel, _said, pyc in _target_guard().stale_places(site, paths, EVERY_CPYTHON, prefix):
+        for rel, _said, pyc in _target_guard().stale_places(site, paths, EVERY_CPYTHON, prefix, False):
             found.setdefault(pyc, rel)
     return [(rel, Path(pyc)) for pyc, rel in found.items()]
 
@@ -687,7 +696,7 @@ def stale_under_prefix(root: Path, paths: list[str], prefix: str | None) -> list
 def prefixed_bytecode(problems: list[str]) -> list[str]:
     """The stale .pyc files under a pycache prefix the guard's `problems` name (apply, which looks in
     __pycache__ only, leaves them: each is removed by hand)."""
-    return [problem.partition(_PREFIXED_STALE)[0] for problem in problems if _PREFIXED_STALE in problem]
+    return [problem.partition(PREFIXED + " ")[0] for problem in problems if _stale_prefixed(problem)]
 
 
 SEVERAL_FIX = "remove the stale vllm-*.dist-info directories (pip left them; keep the installed vLLM's)"

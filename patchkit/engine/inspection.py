@@ -798,18 +798,22 @@ def local_edit_said(files: list[str], version: Version | str | None, root: Path)
     return f"{', '.join(files)} {differ} from stock vLLM {version} where the series changes it (a local edit?)"
 
 
-def local_edit_fix(root: Path, version: Version | str | None, files: list[str]) -> str:
+def local_edit_fix(root: Path, version: Version | str | None, files: list[str], set_name: str | None = None) -> str:
     """The fix of that: the earlier apply undone, then apply; else the stock files back, then apply
-    (--force would not help: it accepts files that differ from the RECORD, never a hunk that does not match)."""
+    (--force would not help: it accepts files that differ from the RECORD, never a hunk that does not match).
+    `set_name`: the set that does not apply, named on the fetch (which then lays out its files only,
+    never another set's patched ones) and on the apply."""
+    chosen = hints.for_set(set_name) if set_name and not is_adhoc(set_name) else None
     owner = _earlier_owner(root, files)
     if owner is not None:
-        return f"{undo_command(owner[0], len(owner[1].entries), root)} undoes it, then {hints.command('apply')} applies the new one"
+        again = hints.command("apply", chosen=chosen)
+        return f"{undo_command(owner[0], len(owner[1].entries), root)} undoes it, then {again} applies the new one"
     which = "file" if len(files) == 1 else "files"
     # a checkout's files: git (or the user's source) has them, not pip: it installs no checkout's files
-    back = checkout_restore(root, files) or f"run {stock_files_command(root, version)}"
+    back = checkout_restore(root, files) or f"run {stock_files_command(root, version, chosen)}"
     there = [f for f in files if os.path.isfile(root / f)]  # a file gone has no edit to keep
     keep = " && ".join(shlex.join(["cp", "-p", "--", str(root / f), f"{root / f}.mine"]) for f in there)
-    steps = [f"`{keep}`"] * bool(there) + [back.removeprefix("run "), hints.command("apply")]
+    steps = [f"`{keep}`"] * bool(there) + [back.removeprefix("run "), hints.command("apply", chosen=chosen)]
     said = ["keep your edit as .mine"] * bool(there) + [f"put the stock {which} back", "apply"]
     if all(step.startswith("`") and step.endswith("`") and step.count("`") == 2 for step in steps):
         # each a whole command: one line to paste, each step only once the one before it succeeded

@@ -338,7 +338,7 @@ class _Applying:
             return None
         files = conflicting_files(plan.conflicts)
         said = local_edit_said(files, self.resolved.vllm_version, self.resolved.target.root)
-        return f"{said}: {local_edit_fix(self.resolved.target.root, self.resolved.vllm_version, files)}"
+        return f"{said}: {local_edit_fix(self.resolved.target.root, self.resolved.vllm_version, files, self.resolved.set_name)}"
 
     def open_to_others(self, state: State, *, dry_run: bool) -> None:
         """Make readable what an older patchkit wrote under a strict umask (0600), or what this
@@ -470,7 +470,7 @@ class _Applying:
         with self.timed("apply"):
             all_changes, state, written, new_state = self.commit(plan)
             bytecode = fix_bytecode(resolved.target, changes)  # before the probe imports the modules
-            _fix_guard_bytecode(resolved.target, self.guard_removed)
+            _fix_guard_bytecode(resolved.target, {p: c for p, c in all_changes.items() if p not in changes})
         with self.timed("checks"):
             on_disk = run_checks(
                 check_context(resolved, plan, on_disk=True, import_probe=self.import_probe, written=written)
@@ -542,7 +542,8 @@ class _Applying:
             self.keep_replaced_guard()
             save_originals(root, originals)  # before the record that names them
             commit_changes(root, guard_changes, settled)
-            _fix_guard_bytecode(self.resolved.target, self.guard_removed)
+            # the guard written (updated too, not only removed): an old unchecked-hash .pyc of it would run
+            _fix_guard_bytecode(self.resolved.target, guard_changes)
             self.state = settled  # the record as it now is (the guard's check reads it)
         return True
 

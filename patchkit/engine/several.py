@@ -294,8 +294,7 @@ def _conflict_fix(chosen: Chosen, status: TreeStatus) -> str:
     """A set skipped for a local edit where its series changes a file, and the fix (status's)."""
     assert chosen.resolved is not None
     files, version = status.edited_in_hunks, chosen.resolved.vllm_version
-    with hints.selected(hints.for_set(chosen.name)):
-        fix = inspection.local_edit_fix(chosen.resolved.target.root, version, files)
+    fix = inspection.local_edit_fix(chosen.resolved.target.root, version, files, chosen.name)
     return f"{chosen.name} not applied: {inspection.local_edit_said(files, version, chosen.resolved.target.root)}; fix: {fix}"
 
 

@@ -81,6 +81,7 @@ class LaunchCommand(Value):
     unread: list[str] = field(default_factory=list)  # arguments that parser does not know (not exact)
     python_flags: list[str] = field(default_factory=list)  # `python -E -m ...`: the interpreter's options
     xoptions: list[str] = field(default_factory=list)  # `python -X NAME[=VALUE]`: each value, in order
+    hash_pycs: str = "default"  # `python --check-hash-based-pycs MODE`: never loads checked-hash .pyc unchecked
 
     @property
     def environ(self) -> dict[str, str]:
@@ -130,6 +131,12 @@ class LaunchCommand(Value):
             return None
         options = "".join(self.python_options())
         return None if "E" in options or "I" in options else os.path.join(self.working_directory(), value)
+
+    def loading_options(self) -> list[str]:
+        """The launch's own interpreter options that change which bytecode its imports load (its -X
+        pycache_prefix, its --check-hash-based-pycs): a subprocess asking vLLM runs with them too."""
+        options = [f"-X{x}" for x in self.xoptions if x.partition("=")[0] == "pycache_prefix"]
+        return options + (["--check-hash-based-pycs", self.hash_pycs] if self.hash_pycs != "default" else [])
 
     def short_options(self) -> set[str]:
         """The short aliases the command uses (`-tp`, `-sc`), as written."""
@@ -277,12 +284,13 @@ def frame(argv: list[str]) -> LaunchCommand:
     name = Path(program).name
     flags: list[str] = []
     xoptions: list[str] = []
+    hash_pycs = ["default"]
     if name == "vllm":
         if not args or args[0] != "serve":
             raise BadInput(f"not a vLLM launch: `vllm {args[0] if args else ''}` (expected `vllm serve MODEL`)")
         arguments, serve = args[1:], True
     elif name.startswith("python"):
-        flags, xoptions, args = _python_options(args)
+        flags, xoptions, args = _python_options(args, hash_pycs)
         arguments, serve = _module_arguments(name, args)
     else:
         raise BadInput(f"not a vLLM launch: '{program}' (expected `vllm serve` or `python -m {API_SERVER}`)")
@@ -297,21 +305,23 @@ def frame(argv: list[str]) -> LaunchCommand:
         serve=serve,
         python_flags=flags,
         xoptions=xoptions,
+        hash_pycs=hash_pycs[-1],
     )
 
 
-def _python_options(args: list[str]) -> tuple[list[str], list[str], list[str]]:
+def _python_options(args: list[str], hash_pycs: list[str]) -> tuple[list[str], list[str], list[str]]:
     """A `python` launch's own options, read as Python reads them (a cluster of flags, which may end
     in -W, -X or -m with its value attached or next): (its flags that take no value, kept for the
     launch's Python: -E, -sP ...; its -X values, one of which may set where bytecode is read from;
-    the rest from `-m MODULE` on). -W changes no import path and is not kept, nor
-    `--check-hash-based-pycs MODE`; anything else ends the reading (_module_arguments says what it
-    expected)."""
+    the rest from `-m MODULE` on). -W changes no import path and is not kept;
+    `--check-hash-based-pycs MODE` is appended to `hash_pycs` (the last one counts); anything else
+    ends the reading (_module_arguments says what it expected)."""
     flags: list[str] = []
     xoptions: list[str] = []
     index = 0
     while index < len(args):
         if args[index] in _PYTHON_LONG and _at(args, index + 1) in _PYTHON_LONG[args[index]]:
+            hash_pycs.append(args[index + 1])
             index += 2  # its one long option with a value (exact, the value next: as CPython's getopt)
             continue
         cluster = re.compile(_PYTHON_CLUSTER).fullmatch(args[index])

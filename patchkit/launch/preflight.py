@@ -387,19 +387,19 @@ def _launch_startup_prefix(root: Path, command: LaunchCommand) -> str | None:
 def prefix_findings(resolved: Resolved, status: TreeStatus, command: LaunchCommand) -> list[Finding]:
     """Stale unchecked-hash bytecode of the set's files under the launch's pycache prefix
     (PYTHONPYCACHEPREFIX, -X pycache_prefix): Python reads it there instead of __pycache__ and runs
-    it without reading the patched source, the guard refuses it, and apply does not look there."""
+    it without reading the patched source, the guard refuses it, and apply does not look there.
+    Under --check-hash-based-pycs never, stale checked-hash bytecode too, wherever the launch reads
+    it: status judges the default mode, where Python re-validates it."""
     paths, root = sorted(_series_paths(resolved, status)), resolved.target.root
-    prefix = command_prefix(root, command)
-    if not prefix:
+    prefix, never = command_prefix(root, command), command.hash_pycs == "never"
+    if not prefix and not never:
         return []
-    found = [  # at the tree's real path and each it was named by (a symlinked site: Python keys it so)
-        p
-        for site in (str(root), *names_of(root))
-        for p in target_guard.stale_bytecode(site, paths, EVERY_CPYTHON, prefix=prefix)
-        if prefixed_bytecode([p])
-    ]
-    found = list(dict.fromkeys(found))
-    fix = f"run {hints.remove_files(prefixed_bytecode(found))} (Python compiles the source again)"
+    found: dict[str, str] = {}  # at the tree's real path and each it was named by (a symlinked site: Python keys it so)
+    for site in (str(root), *names_of(root)):
+        for _rel, said, pyc in target_guard.stale_places(site, paths, EVERY_CPYTHON, prefix or "", never):
+            if prefixed_bytecode([said]) or target_guard.STALE_CHECKED in said:
+                found.setdefault(said, pyc)
+    fix = f"run {hints.remove_files(list(dict.fromkeys(found.values())))} (Python compiles the source again)"
     return [Finding(TREE, False, "; ".join(found), fix)] if found else []
 
 
@@ -443,7 +443,7 @@ class _Planned(Value):
         if status.state != TreeState.CONFLICT:
             return cls()
         as_fixed = _as_its_conflict_fix_leaves(resolved, status.edited_in_hunks)
-        fix = local_edit_fix(resolved.target.root, resolved.vllm_version, status.edited_in_hunks)
+        fix = local_edit_fix(resolved.target.root, resolved.vllm_version, status.edited_in_hunks, resolved.set_name)
         if as_fixed is None:  # the stock files not cached: not judged
             return cls(pending_fix=fix)
         return cls(as_fixed, fix=fix)
@@ -970,7 +970,12 @@ def _state_finding(resolved: Resolved, status: TreeStatus, *, prefixed: bool = F
         return Finding(TREE, False, f"changed after patchkit wrote them: {files}", _drift_fix(resolved))
     if status.state == TreeState.CONFLICT:
         message = f"the {resolved.set_name} series does not apply: {local_edit_said(status.edited_in_hunks, version, resolved.target.root)}"
-        return Finding(TREE, False, message, local_edit_fix(resolved.target.root, version, status.edited_in_hunks))
+        return Finding(
+            TREE,
+            False,
+            message,
+            local_edit_fix(resolved.target.root, version, status.edited_in_hunks, resolved.set_name),
+        )
     if status.state == TreeState.PARTIAL:
         message = f"the {resolved.set_name} series is partly applied to vLLM {version}"
         if apply_finishes(status):

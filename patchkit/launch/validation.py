@@ -41,6 +41,7 @@ def engine_validation(python: str | None, command: LaunchCommand, *, fix: str | 
             in_process=False,
             isolated=False,
             env=command.environ,  # the launch's own: `env -i` leaves vLLM only its prefix
+            options=command.loading_options(),  # vLLM loads the bytecode the launch would
             cwd=command.working_directory(),  # where relative PYTHONPATH entries point, as for the launch
         )
     except WorkerFailed as exc:
@@ -131,6 +132,7 @@ def model_interface(python: str, command: LaunchCommand, architectures: list[str
             in_process=False,
             isolated=False,
             env=command.environ,
+            options=command.loading_options(),
             cwd=command.working_directory(),
         )
     except WorkerFailed as exc:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 from collections.abc import Iterable
 from pathlib import Path
 from typing import NamedTuple
@@ -26,7 +27,8 @@ from patchkit.series.library import (
     outside_every_range,
     select,
 )
-from patchkit.store.state import read_state
+from patchkit.store.saved import keep_copies
+from patchkit.store.state import read_state, shown_set
 from patchkit.tree.version import LAYOUT_MARK, marked_release, parse
 
 RELEASE_MARKERS = frozenset({"vllm/__init__.py", "vllm/_version.py"})  # with the dist-info: what names a tree's release
@@ -124,6 +126,9 @@ def lay_out_said(
             hint="they may be your edits: choose another directory, or pass --force to overwrite them",
         )
     to_write = [rel for rel in files if rel in differing or (rel not in patched and not (root / rel).exists())]
+    # --force: what it replaces may be an edit, or patchkit's patch of a file that was not stock
+    # (a set applied with --force): a copy is kept, before any file is written
+    saved = keep_copies(root, differing, untouched="nothing was laid out") if differing else None
     resumed = marked_release(root)
     mark = _dist_info(tree).removeprefix("vllm-").removesuffix(".dist-info") + (" --all" if paths is None else "")
     written: list[str] = []
@@ -142,7 +147,7 @@ def lay_out_said(
         (root / LAYOUT_MARK).unlink(missing_ok=True)
     if target and to_write:
         _interrupt_says(f"interrupted after the lay-out was written: {root} holds vllm {mark}'s files", None, root)
-    return Laid(sorted(files), sorted(written), sorted(patched), resumed)
+    return Laid(sorted(files), sorted(written), sorted(patched), resumed, differing, saved)
 
 
 def _interrupt_says(message: str, mark: str | None, root: Path) -> None:
@@ -152,13 +157,34 @@ def _interrupt_says(message: str, mark: str | None, root: Path) -> None:
 
 
 class Laid(NamedTuple):
-    """What lay_out_said did: every file, those written, those kept as patchkit patched them, and
-    the release of a lay-out cut short it found and finished (None: none; "": a mark not patchkit's)."""
+    """What lay_out_said did: every file, those written, those kept as patchkit patched them, the
+    release of a lay-out cut short it found and finished (None: none; "": a mark not patchkit's),
+    and those --force replaced that held other contents, with where their copies are."""
 
     files: list[str]
     written: list[str]
     kept: list[str]
     resumed: str | None
+    replaced: list[str]
+    saved: Path | None
+
+
+def replaced_said(root: Path, replaced: list[str], saved: Path) -> str:
+    """What --force replaced, the files a record names as patchkit's among them (their set's record
+    now calls them drifted), where the copies are and the command that puts them back."""
+    try:
+        entries = read_state(root).entries
+    except PatchkitError:
+        entries = []
+    owned = {rel: shown_set(e) for e in entries for rel in replaced if rel in e.files}
+    some = ", ".join(replaced[:5]) + (f" and {len(replaced) - 5} more" if len(replaced) > 5 else "")
+    theirs = "; ".join(f"{rel} is recorded as {who}'s patched file" for rel, who in owned.items())
+    back = shlex.join(["cp", "-a", "--", f"{saved}/.", f"{root}/"])
+    return (
+        f"--force replaced {len(replaced)} file(s) that held other contents ({some})"
+        + (f"; {theirs}" if theirs else "")
+        + f": a copy is kept in {saved} (`{back}` puts it back)"
+    )
 
 
 def _markers_last(rels: list[str]) -> list[str]:

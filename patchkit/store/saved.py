@@ -23,6 +23,8 @@ def _copies_dir(root: Path) -> Path:
     overwrites the copies of another; a symlinked saved/ is refused, never followed."""
     saved = meta_dir(root) / "saved"
     try:
+        if not os.path.lexists(saved.parent):  # a tree no apply recorded (`fetch --dest --force`)
+            saved.parent.mkdir()
         saved.mkdir(exist_ok=True)
     except OSError as exc:
         raise TargetError(f"cannot create {saved}: {exc.strerror}") from exc
@@ -31,8 +33,9 @@ def _copies_dir(root: Path) -> Path:
     return Path(tempfile.mkdtemp(prefix=datetime.now().strftime("%Y%m%dT%H%M%S-"), dir=saved))
 
 
-def keep_copies(root: Path, paths: list[str]) -> Path:
-    """Copies of the files a forced revert overwrites, under .patchkit/saved/<time>-<random>/."""
+def keep_copies(root: Path, paths: list[str], *, untouched: str = "nothing was reverted") -> Path:
+    """Copies of the files a forced revert (or `fetch --dest --force`) overwrites, under
+    .patchkit/saved/<time>-<random>/. `untouched`: what a failure to keep them says of the tree."""
     try:
         where = _copies_dir(root)
         for path in paths:
@@ -44,7 +47,7 @@ def keep_copies(root: Path, paths: list[str]) -> Path:
             atomic_write(where / path, data, mode=0o600)
     except OSError as exc:  # a full disk: before any tree file changed
         saved = meta_dir(root) / "saved"
-        raise TargetError(f"cannot keep copies of your edits in {saved}: {exc.strerror}; nothing was reverted") from exc
+        raise TargetError(f"cannot keep copies of your edits in {saved}: {exc.strerror}; {untouched}") from exc
     return where
 
 

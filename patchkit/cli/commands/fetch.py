@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from patchkit import fetch
@@ -8,7 +10,7 @@ from patchkit.base.errors import NoPatchSet
 from patchkit.base.options import Options
 from patchkit.cli.commands import make_ui
 from patchkit.cli.commands.options import all_python_option, force_option, library_options, output_options
-from patchkit.releases.files import files_for, lay_out_said, not_covered
+from patchkit.releases.files import files_for, lay_out_said, not_covered, replaced_said
 
 
 @click.command()
@@ -51,7 +53,11 @@ def command(
     ui.line(f"vllm {version}: {tree}")
     if dest:
         # what this fetch asked for, not whatever earlier fetches left in the cache's tree
-        laid, written, kept, resumed = lay_out_said(tree, dest, None if all_python else paths, force=force, target=True)
+        laid, written, kept, resumed, replaced, saved = lay_out_said(
+            tree, dest, None if all_python else paths, force=force, target=True
+        )
+        if saved is not None:
+            ui.warn(replaced_said(Path(dest).resolve(), replaced, saved))
         if resumed is not None:  # what the next run found, said: a kill prints nothing itself
             of = f" of vllm {resumed.removesuffix(' --all')}" if resumed else ""
             narrower = resumed.endswith(" --all") and not all_python  # this fetch writes the sets' files only

@@ -116,4 +116,4 @@ def _unrecorded_fix(resolved: Resolved) -> str:
 
 def _local_edit_fix(resolved: Resolved, status: TreeStatus) -> str:
     """A set in conflict's one fix, as the text's: the stock files back, then apply."""
-    return local_edit_fix(resolved.target.root, resolved.vllm_version, status.edited_in_hunks)
+    return local_edit_fix(resolved.target.root, resolved.vllm_version, status.edited_in_hunks, resolved.set_name)

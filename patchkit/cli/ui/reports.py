@@ -195,7 +195,7 @@ def _not_stock(resolved: Resolved, failed: list[CheckResult]) -> list[Failure]:
 def _local_edit(resolved: Resolved, status: TreeStatus) -> Failure:
     """A series that records nothing and does not apply: which file differs, and the fix that works."""
     files, version = status.edited_in_hunks, resolved.vllm_version
-    fix = local_edit_fix(resolved.target.root, version, files)
+    fix = local_edit_fix(resolved.target.root, version, files, resolved.set_name)
     return Failure(
         "conflict", f"the series does not apply: {local_edit_said(files, version, resolved.target.root)}", fix=fix
     )
