@@ -198,3 +198,20 @@ def test_verify_of_releases_judges_kimi_on_every_upstream_release_with_the_engin
         version = Version(release["vllm_version"])
         assert ("vllm/tool_parsers/tool_strict_level.py" in stock) == (version >= Version("0.31.0"))
         assert stock >= ENGINE_FILES or version < Version("0.25.0")
+
+
+@pytest.mark.parametrize(("set_name", "runs"), [(DEEPSEEK, 170), (KIMI, 70)])
+def test_applied_then_moved_under_another_name_passes_through_the_link(tmp_path, run, set_name, runs):
+    """vllm/ moved to another volume as vllm-pkg, a symlink left in its place: the behaviour test reads
+    the parser (and the serving code it tops up with) through the link, as status judges the tree."""
+    tree = stock_016(tmp_path, set_name)
+    library = ("--patches", LIBRARY, "--set", set_name)
+    assert run("apply", "--target", tree, *library).exit_code == 0
+    volume = tmp_path / "vol" / "pkgs"
+    volume.mkdir(parents=True)
+    (tree / "vllm").rename(volume / "vllm-pkg")
+    (tree / "vllm").symlink_to(volume / "vllm-pkg", target_is_directory=True)
+    for target in (tree, tree / "vllm"):
+        moved = run("verify", "--target", target, *library)
+        said = f"behaviour: 0 of {runs} runs differ (stand-ins for vLLM's classes)"
+        assert moved.exit_code == 0 and said in moved.stdout, moved.output[-2000:]

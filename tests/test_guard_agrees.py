@@ -1588,3 +1588,69 @@ def test_in_a_venv_the_guard_refuses_exactly_when_the_commands_fail_and_the_fix_
     after = venv.guard()
     assert after.returncode == 0 and "patchkit_guard" in after.stdout, after.stderr[-600:]
     assert venv.cli("status").returncode == 0 and venv.launch("run").returncode == 0
+
+
+def _prefix_from_a_variable(venv: Venv) -> Path:
+    """A .pth line that sets the pycache prefix from a variable only the launch's `env` gives, holding
+    the stock bytecode of the set's file."""
+    _venv_applied(venv)
+    (venv.site / "zz_myprefix.pth").write_text(
+        "import os, sys; p = os.environ.get('MYPREFIX'); p and setattr(sys, 'pycache_prefix', p)\n"
+    )
+    prefix = venv.site.parents[3] / "pp8"
+    _prefixed_unchecked_pyc(venv, prefix, stock_files("0.16.0")[SPEC])
+    return prefix
+
+
+def _launch_with(venv: Venv, command: str, *env_prefix: str):
+    extra = ("--no-import",) if command == "preflight" else ()
+    launch = ["env", *env_prefix, str(venv.python), "-m", "vllm.entrypoints.cli.main", "serve", str(venv.model)]
+    return run_cli(command, *venv.own(), *extra, "--", *launch)
+
+
+@pytest.mark.parametrize("by", ["--python", "--target"])
+def test_a_startup_prefix_given_by_the_launchs_env_is_judged_as_the_guard_judges_it(tmp_path, by):
+    """The start-up prefix is asked for in the launch's environment (its `env VAR=...`): there the
+    guard refuses the stale bytecode, so preflight and run fail naming it."""
+    venv = _venv(tmp_path, by)
+    prefix = _prefix_from_a_variable(venv)
+    guard = [str(venv.python), "-c", LOAD_LIKE_VLLM, str(venv.site)]
+    clean = {k: v for k, v in os.environ.items() if k not in ("PATCHKIT_GUARD", "PYTHONDONTWRITEBYTECODE")}
+    refused = subprocess.run(guard, capture_output=True, text=True, env={**clean, "MYPREFIX": str(prefix)}, check=False)
+    assert refused.returncode != 0 and "pp8" in refused.stderr, refused.stderr[-600:]
+    assert venv.cli("status").returncode == 0  # patchkit's own environment sets no prefix
+    for command in ("preflight", "run"):
+        done = _launch_with(venv, command, f"MYPREFIX={prefix}")
+        assert done.returncode == 1 and "pp8" in done.stdout + done.stderr, (command, done.stdout + done.stderr)
+
+
+def test_a_startup_prefix_the_launchs_env_i_drops_is_not_held_against_it(tmp_path, monkeypatch):
+    """patchkit's own environment gives the variable, the launch's `env -i` drops it: its start-up
+    sets no prefix and the guard passes, so preflight passes too (no fix to remove bytecode it never reads)."""
+    venv = _venv(tmp_path)
+    prefix = _prefix_from_a_variable(venv)
+    monkeypatch.setenv("MYPREFIX", str(prefix))
+    assert venv.cli("status").returncode == 1  # as patchkit itself would start it: the bytecode is read
+    done = _launch_with(venv, "preflight", "-i")
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_apply_updating_the_guard_leaves_no_unchecked_hash_pyc_of_the_old_guard(tmp_path):
+    """Review: an image compiled with unchecked-hash .pycs: `apply` updated patchkit_guard.py, but
+    the old guard's __pycache__/patchkit_guard.cpython-*.pyc stayed, and that is what vLLM ran."""
+    import importlib.util
+    import py_compile
+
+    tree = _tree(tmp_path)
+    guard_of_other_checks(tree)
+    source = tree.site / "patchkit_guard.py"
+    old = source.read_bytes()
+    compiled = Path(importlib.util.cache_from_source(str(source)))
+    py_compile.compile(str(source), str(compiled), invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+    assert tree.cli("apply", "--no-import").returncode == 0
+    assert source.read_bytes() != old
+    for pyc in compiled.parent.glob("patchkit_guard.*.pyc") if compiled.parent.is_dir() else []:
+        data = pyc.read_bytes()
+        flags = int.from_bytes(data[4:8], "little")
+        stale = flags & 0b1 and not flags & 0b10 and data[8:16] != importlib.util.source_hash(source.read_bytes())
+        assert not stale, f"{pyc}: the old guard's unchecked-hash bytecode stayed"

@@ -340,14 +340,25 @@ def load_module(path: Path, name: str) -> types.ModuleType:
     return module
 
 
+def in_package(path: Path) -> tuple[Path, Path] | None:
+    """(the vllm/ package directory `path` is in, `path` as seen from it): by the path as given, where a
+    vllm/ moved to another volume under another name (`vllm -> /data/vllm-pkg`) is still `vllm`, else
+    with symlinks resolved; None: in no vllm package."""
+    for seen in (Path.cwd() / path, path.resolve()):
+        package = next((parent for parent in seen.parents if parent.name == "vllm"), None)
+        if package is not None:
+            return package, seen
+    return None
+
+
 def load_parser_module(path: Path) -> types.ModuleType:
     """Execute the parser file with vllm.* served by stand-ins (and the `regex` package by `re`)."""
     sys.dont_write_bytecode = True  # the file's tree is not the harness's to write into
     if not any(isinstance(finder, _VllmStandIns) for finder in sys.meta_path):
         _VllmStandIns.foreign = tuple(name for name in FOREIGN if importlib.util.find_spec(name) is None)
         sys.meta_path.insert(0, _VllmStandIns())
-    package = next((parent for parent in path.resolve().parents if parent.name == "vllm"), None)
-    _VllmStandIns.tree = package.parent if package else Path()
+    package = in_package(path)
+    _VllmStandIns.tree = package[0].parent if package else Path()
     if importlib.util.find_spec("regex") is None:
         sys.modules["regex"] = re  # the parsers' patterns are plain `re` patterns
     return load_module(path, f"behaviour_parser_{path.stem}")
@@ -355,11 +366,10 @@ def load_parser_module(path: Path) -> types.ModuleType:
 
 def load_installed_module(path: Path) -> types.ModuleType:
     """The parser file imported as the module it is in this interpreter's vLLM: vLLM's real classes."""
-    resolved = path.resolve()
-    root = next((parent for parent in resolved.parents if parent.name == "vllm"), None)
-    if root is None:
+    resolved, package = path.resolve(), in_package(path)
+    if package is None:
         raise ImportError(f"{path} is not in a vllm package")
-    name = ".".join(resolved.relative_to(root.parent).with_suffix("").parts)
+    name = ".".join(package[1].relative_to(package[0].parent).with_suffix("").parts)
     module = importlib.import_module(name)
     if Path(module.__file__ or "").resolve() != resolved:
         raise ImportError(f"this interpreter imports {name} from {module.__file__}, not from {path}")
@@ -495,7 +505,8 @@ def top_up_of_version(version: str) -> TopUp:
 
 def top_up_of_tree(parser_file: Path) -> tuple[TopUp, Path] | None:
     """The top-up the serving code of the tree `parser_file` is in runs, and the file it was read from."""
-    root = next((p for p in parser_file.resolve().parents if p.name == "vllm"), None)
+    package = in_package(parser_file)
+    root = package[0] if package else None
     serving = next((root / rel for rel in SERVING_FILES if (root / rel).is_file()), None) if root else None
     if root is None or serving is None:
         return None

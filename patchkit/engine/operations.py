@@ -470,7 +470,7 @@ class _Applying:
         with self.timed("apply"):
             all_changes, state, written, new_state = self.commit(plan)
             bytecode = fix_bytecode(resolved.target, changes)  # before the probe imports the modules
-            _fix_guard_bytecode(resolved.target, self.guard_removed)
+            _fix_guard_bytecode(resolved.target, {p: c for p, c in all_changes.items() if p not in changes})
         with self.timed("checks"):
             on_disk = run_checks(
                 check_context(resolved, plan, on_disk=True, import_probe=self.import_probe, written=written)
@@ -542,7 +542,8 @@ class _Applying:
             self.keep_replaced_guard()
             save_originals(root, originals)  # before the record that names them
             commit_changes(root, guard_changes, settled)
-            _fix_guard_bytecode(self.resolved.target, self.guard_removed)
+            # the guard written (updated too, not only removed): an old unchecked-hash .pyc of it would run
+            _fix_guard_bytecode(self.resolved.target, guard_changes)
             self.state = settled  # the record as it now is (the guard's check reads it)
         return True
 

@@ -25,7 +25,7 @@ from packaging.version import Version
 
 from patchkit.base import hints
 from patchkit.base.errors import BadInput, TargetError
-from patchkit.base.fsutil import inside, read_regular, unsafe_reason
+from patchkit.base.fsutil import inside, judged_inside, read_regular, unsafe_reason
 from patchkit.base.hashing import sha256
 from patchkit.base.values import Value
 from patchkit.distinfo.entry_points import group_entry_points
@@ -307,7 +307,12 @@ def tree_reader(root: Path) -> Callable[[str], bytes | None]:
     """A reader of the tree's files as LaunchContext.read reads them (nothing recorded)."""
 
     def read(path: str) -> bytes | None:
-        return None if unsafe_reason(path) or not inside(root, root / path) else _tree_file(root / path)
+        # a moved vllm/ (`vllm -> /data/vllm`) is read through its link, as status judges it
+        return (
+            None
+            if unsafe_reason(path) or not inside(judged_inside(root, path), root / path)
+            else _tree_file(root / path)
+        )
 
     return read
 

@@ -67,7 +67,7 @@ from patchkit.series.library import PatchSetDef
 from patchkit.series.patchfile import touched_paths
 from patchkit.store.state import State, read_state
 from patchkit.tree.modules import hanging_fix, hanging_modules, hanging_said
-from patchkit.tree.target import Target, from_interpreter, names_of, startup_prefix
+from patchkit.tree.target import Target, from_interpreter, launch_startup_prefix, names_of, startup_prefix
 
 TREE = "tree-state"
 MODELS = "models"
@@ -366,8 +366,22 @@ def command_prefix(root: Path, command: LaunchCommand) -> str | None:
     """The pycache prefix the launch of `root` reads bytecode under: the one its interpreter's start-up
     sets (a .pth line, sitecustomize: it wins over the command's options and environment), else the
     command's (-X pycache_prefix, PYTHONPYCACHEPREFIX); None or "": __pycache__."""
-    found = startup_prefix(root)
+    found = _launch_startup_prefix(root, command)
     return command.pycache_prefix() if found is None else found
+
+
+def _launch_startup_prefix(root: Path, command: LaunchCommand) -> str | None:
+    """What the start-up of the launch's interpreter sets, asked in the launch's environment (`env
+    VAR=...`, `env -i`, `-C DIR`) and with its options: a .pth line may read any variable it gives."""
+    try:
+        python, options = command.launch_python()
+    except TargetError:  # not found: its exec fails by itself
+        return startup_prefix(root)
+    changed = command.clean_env or bool(command.env or command.unset or command.cwd)
+    cwd, first = command.working_directory(), command.first_path()
+    return launch_startup_prefix(
+        root, python, env=command.environ, options=options, cwd=cwd, first_path=first, changed=changed
+    )
 
 
 def prefix_findings(resolved: Resolved, status: TreeStatus, command: LaunchCommand) -> list[Finding]:

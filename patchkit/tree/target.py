@@ -91,6 +91,44 @@ def _note_startup_prefix(root: Path, info: dict, cwd: str | None) -> None:
         _STARTUP_PREFIX[root] = os.path.join(cwd or os.sep, prefix) if prefix else ""
 
 
+_LAUNCH_PROBES: dict[tuple, dict] = {}
+
+
+def launch_startup_prefix(
+    root: Path,
+    python: str,
+    *,
+    env: dict[str, str],
+    options: list[str],
+    cwd: str,
+    first_path: str | None,
+    changed: bool,
+) -> str | None:
+    """The pycache prefix the start-up of `python`, run as the launch runs it (its environment, options
+    and directory), sets for `root` ("": it clears one; None: it sets none). Start-up code may read
+    any variable the launch's `env` gives, so it is asked there when the launch's environment is not
+    patchkit's (`changed`) and the tree's start-up may set one; else, or unasked, startup_prefix(root)."""
+    known = startup_prefix(root)
+    if not (changed or options) or (known is None and not _startup_names_prefix(root)):
+        return known
+    key = (root, python, tuple(sorted(env.items())), tuple(options), cwd, first_path)
+    if key not in _LAUNCH_PROBES:  # asked once a command: preflight asks per set and per finding
+        try:
+            _LAUNCH_PROBES[key] = _probe(python, env, first_path, options, cwd)
+        except TargetError:  # it cannot be asked: judged as before
+            _LAUNCH_PROBES[key] = {}
+    info = _LAUNCH_PROBES[key]
+    if not info:
+        return known
+    own = info.get("package_dir")
+    if not isinstance(own, str) or os.path.realpath(own) != os.path.realpath(root / PACKAGE):
+        return known  # it imports another tree (the launch-target check says so)
+    prefix = info.get("pycache_prefix")
+    if info.get("prefix_set_at_startup") is not True or not isinstance(prefix, (str, type(None))):
+        return None
+    return os.path.join(cwd, prefix) if prefix else ""
+
+
 def from_directory(directory: str | os.PathLike) -> Target:
     root = Path(directory).resolve()
     given = os.path.abspath(directory)
@@ -102,7 +140,8 @@ def from_directory(directory: str | os.PathLike) -> Target:
         )
     if not root.is_dir():
         raise TargetError(f"target {directory} is not a directory")
-    if root.name == PACKAGE and _is_the_package(root):  # the user pointed at the package itself
+    link = Path(directory).is_symlink() and Path(directory).name == PACKAGE  # a moved vllm/, by any name
+    if (root.name == PACKAGE or link) and _is_the_package(Path(directory) if link else root):  # the package itself
         given = os.path.dirname(given.rstrip(os.sep))
         root = _tree_of(Path(directory), given) if Path(directory).is_symlink() else root.parent
     if not (root / PACKAGE).is_dir():
