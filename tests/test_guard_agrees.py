@@ -1654,3 +1654,58 @@ def test_apply_updating_the_guard_leaves_no_unchecked_hash_pyc_of_the_old_guard(
         flags = int.from_bytes(data[4:8], "little")
         stale = flags & 0b1 and not flags & 0b10 and data[8:16] != importlib.util.source_hash(source.read_bytes())
         assert not stale, f"{pyc}: the old guard's unchecked-hash bytecode stayed"
+
+
+def _guard_compiled_from_other_bytes(tree: Tree, prefixed: bool) -> Path:
+    """An unchecked-hash .pyc of patchkit_guard.py compiled from an older text of it (an image built
+    with `compileall --invalidation-mode unchecked-hash`), where the launch reads the guard's bytecode:
+    __pycache__, or under the pycache prefix."""
+    source = tree.site / "patchkit_guard.py"
+    older = source.read_text() + "\nOLDER_GUARD = True\n"
+    if prefixed:
+        return _prefixed_pyc(tree, "patchkit_guard.py", older)
+    current = source.read_bytes()
+    source.write_text(older)
+    compiled = py_compile.compile(
+        str(source), doraise=True, invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH
+    )
+    source.write_bytes(current)
+    return Path(compiled)
+
+
+@pytest.mark.parametrize("prefixed", [False, True], ids=["pycache", "prefix"])
+def test_stale_bytecode_of_the_guard_itself_fails_the_commands_and_the_named_fix_clears_it(tmp_path, prefixed):
+    """Review: vLLM runs an unchecked-hash .pyc of patchkit_guard.py compiled from other bytes in place
+    of the installed guard, which cannot judge itself (it is that bytecode): status, verify, preflight
+    and run fail naming the .pyc; the fix they name clears it. A status-only failure: the guard passes."""
+    tree = _tree(tmp_path)
+    env = _prefixed_env(tree) if prefixed else {}
+    own = ("--target", tree.site, "--patches", tree.library)
+    done = run_cli("apply", "--no-import", *own, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    compiled = _guard_compiled_from_other_bytes(tree, prefixed)
+    assert compiled.is_file()
+    launch = (str(tree.bin / "vllm"), "serve", str(tree.model))
+    said = {
+        "status": run_cli("status", *own, env=env),
+        "verify": run_cli("verify", "--no-import", *own, env=env),
+        "preflight": run_cli("preflight", *own, "--no-import", "--", *launch, env=env),
+        "run": run_cli("run", *own, "--", *launch, env=env),
+    }
+    for command, result in said.items():
+        text = " ".join((result.stdout + result.stderr).split())
+        assert result.returncode == 1 and "patchkit_guard." in text and compiled.name in text, (command, text)
+    status = run_cli("status", "--format", "json", *own, env=env)
+    fix = (json.loads(status.stdout).get("guard") or {}).get("fix") or ""
+    named = _named_commands(fix)
+    assert named, fix
+    if prefixed:
+        assert ["rm", "-f", "--", str(compiled)] in named, fix
+    else:
+        assert any(words[:2] == ["patchkit", "apply"] for words in named), fix
+    for words in named:
+        done = run_cli(*words[1:], *own, env=env) if words[0] == "patchkit" else subprocess.run(words, check=False)
+        assert done.returncode == 0, words
+    status = run_cli("status", *own, env=env)
+    assert status.returncode == 0, status.stdout + status.stderr
+    assert run_cli("run", *own, "--", *launch, env=env).returncode == 0

@@ -365,10 +365,21 @@ def launch_verdict(root: Path, state: State | None = None, prefix: str | None = 
     hidden = [f"{OTHERS_CANNOT_READ} {closed}"] if closed else []
     try:
         found = _target_guard().judge(str(root), launch_tags(root), prefix, launch_extensions(root), never)
-        named = _prefixed_as_named(root, prefix, found.problems, never)
+        named = _prefixed_as_named(root, prefix, found.problems, never) + _own_bytecode(root, prefix, never)
     except Exception as exc:  # what check() catches and refuses for (guard.check): a refusal all the same
         return _target_guard().Verdict([*unknown, *hidden, str(exc)])
     return _target_guard().Verdict(unknown + hidden + found.problems + named, found.stock_again, found.whole)
+
+
+def _own_bytecode(root: Path, prefix: str, never: bool) -> list[str]:
+    """The guard module's own stale bytecode, judged as a recorded file's: vLLM runs it in place of
+    patchkit_guard.py, so the guard (that bytecode) cannot judge it; status and preflight do."""
+    found: list[str] = []
+    for site in (str(root), *(names_of(root) if prefix else ())):
+        for _rel, said, _pyc in _target_guard().stale_places(site, [MODULE], launch_tags(root), prefix, never):
+            # a file at the top of site-packages: no directory before its __pycache__
+            found.append(said[1:] if said.startswith("/__pycache__/") else said)
+    return list(dict.fromkeys(found))
 
 
 def launch_prefix(root: Path) -> str:

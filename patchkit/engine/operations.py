@@ -419,7 +419,9 @@ class _Applying:
                 found = f"already applied, with no record of it; {'would be ' if dry_run else ''}recorded"
                 message = found + (f"; {noun} {'would be ' if dry_run else ''}{verb}" if noun != "record" else "")
         # before the guard is judged: a stale .pyc it refuses is what this fixes
-        bytecode = [] if dry_run else self.show(fix_bytecode(self.resolved.target, plan.touched_paths))
+        # the guard's own too: a stale .pyc of it is what vLLM runs (status names apply as the fix)
+        guarded = [MODULE] if (self.resolved.target.root / MODULE).is_file() else []
+        bytecode = [] if dry_run else self.show(fix_bytecode(self.resolved.target, [*plan.touched_paths, *guarded]))
         fixed = sorted({r.path or "" for r in bytecode if r.ok and any(w in r.message for w in _BYTECODE_FIXED)})
         if fixed and message.endswith(": nothing to do"):  # what it did is said, not "nothing"
             message = f"already applied; stale bytecode of {', '.join(fixed)} fixed (-v shows each)"
