@@ -1695,6 +1695,7 @@ def test_stale_bytecode_of_the_guard_itself_fails_the_commands_and_the_named_fix
     for command, result in said.items():
         text = " ".join((result.stdout + result.stderr).split())
         assert result.returncode == 1 and "patchkit_guard." in text and compiled.name in text, (command, text)
+        assert "guard vLLM runs is stale bytecode" in text and "guard refuses" not in text, (command, text)
     status = run_cli("status", "--format", "json", *own, env=env)
     fix = (json.loads(status.stdout).get("guard") or {}).get("fix") or ""
     named = _named_commands(fix)

@@ -288,6 +288,9 @@ UPGRADED_LEAD = "the launch guard is from before an upgrade of patchkit: "
 NEWER_LEAD = "the launch guard is a newer patchkit build's: "
 GUARD_REFUSES = "the launch guard refuses this tree: "
 NOT_OURS = "the installed launch guard is not this patchkit's: "
+# the guard module's own stale .pyc runs in its place: what that refuses cannot be told
+STALE_OWN_LEAD = "the launch guard vLLM runs is stale bytecode, not the installed source: "
+_OWN_STALE = " than " + MODULE + ":"  # _own_bytecode's findings name the guard module as their source
 
 
 def refusal_summary(problems: list[str]) -> str:
@@ -305,7 +308,9 @@ def refusal_text(problems: list[str]) -> str:
     """launch_refusal's problems as status, verify, preflight and run say them: a guard module that
     is not this patchkit's (edited, another's) refuses nothing patchkit can tell, so it is said as
     such; another build's is said as what made it so (most often an upgrade of patchkit)."""
-    if any(OLDER_GUARD in p for p in problems):
+    if any(_OWN_STALE in p for p in problems):
+        lead = STALE_OWN_LEAD
+    elif any(OLDER_GUARD in p for p in problems):
         lead = UPGRADED_LEAD
     elif any(NEWER_GUARD in p for p in problems):
         lead = NEWER_LEAD
