@@ -1574,3 +1574,28 @@ def test_vllms_own_answers_load_the_bytecode_the_launch_would(monkeypatch):
     assert seen == [["-Xpycache_prefix=/x", "--check-hash-based-pycs", "never"]] * 2
     validation.engine_validation(sys.executable, parse(["python3", *api]))
     assert seen[-1] == []
+
+
+def test_stale_checked_hash_bytecode_of_the_guard_fails_a_launch_that_never_checks_hashes(setup, tmp_path):
+    """The guard module's own checked-hash .pyc of other bytes: a launch run with
+    --check-hash-based-pycs never runs it in place of patchkit_guard.py, so preflight fails naming it."""
+    import importlib.util
+    import py_compile
+
+    tree, library, models = setup
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    older = tmp_path / "patchkit_guard.py"
+    older.write_text((tree / "patchkit_guard.py").read_text() + "\nOLDER_GUARD = True\n")
+    pyc = importlib.util.cache_from_source(str(tree / "patchkit_guard.py"))
+    checked = py_compile.PycInvalidationMode.CHECKED_HASH
+    py_compile.compile(str(older), cfile=pyc, doraise=True, invalidation_mode=checked)
+    spec = serve(models["deepseek"], models["drafter"])[3:]
+    api = ["python3", "-m", "vllm.entrypoints.openai.api_server", "--model", str(models["deepseek"]), *spec]
+    assert findings(preflight(tree, library, *api))["tree-state"]["ok"]  # Python compares the hash
+    never = [api[0], "--check-hash-based-pycs", "never", *api[1:]]
+    tree_state = findings(preflight(tree, library, *never))["tree-state"]
+    assert not tree_state["ok"], tree_state
+    assert tree_state["message"].startswith(f"__pycache__/{os.path.basename(pyc)} is checked-hash bytecode"), tree_state
+    assert tree_state["fix"] == f"run `rm -f -- {pyc}` (Python compiles the source again)", tree_state
+    os.unlink(pyc)
+    assert findings(preflight(tree, library, *never))["tree-state"]["ok"]

@@ -30,6 +30,7 @@ from patchkit.checks import shadow
 from patchkit.checks.bytecode import failures, scan
 from patchkit.engine.guard import (
     EVERY_CPYTHON,
+    MODULE,
     STALE_BYTECODE,
     launch_prefix,
     launch_tags,
@@ -391,6 +392,7 @@ def prefix_findings(resolved: Resolved, status: TreeStatus, command: LaunchComma
     Under --check-hash-based-pycs never, stale checked-hash bytecode too, wherever the launch reads
     it: status judges the default mode, where Python re-validates it."""
     paths, root = sorted(_series_paths(resolved, status)), resolved.target.root
+    paths += [MODULE] if (root / MODULE).is_file() else []  # the guard's own runs in its place too
     prefix, never = command_prefix(root, command), command.hash_pycs == "never"
     if not prefix and not never:
         return []
@@ -398,7 +400,7 @@ def prefix_findings(resolved: Resolved, status: TreeStatus, command: LaunchComma
     for site in (str(root), *names_of(root)):
         for _rel, said, pyc in target_guard.stale_places(site, paths, EVERY_CPYTHON, prefix or "", never):
             if prefixed_bytecode([said]) or target_guard.STALE_CHECKED in said:
-                found.setdefault(said, pyc)
+                found.setdefault(said[1:] if said.startswith("/__pycache__/") else said, pyc)
     fix = f"run {hints.remove_files(list(dict.fromkeys(found.values())))} (Python compiles the source again)"
     return [Finding(TREE, False, "; ".join(found), fix)] if found else []
 
