@@ -290,7 +290,7 @@ GUARD_REFUSES = "the launch guard refuses this tree: "
 NOT_OURS = "the installed launch guard is not this patchkit's: "
 # the guard module's own stale .pyc runs in its place: what that refuses cannot be told
 STALE_OWN_LEAD = "the launch guard vLLM runs is stale bytecode, not the installed source: "
-_OWN_STALE = " than " + MODULE + ":"  # _own_bytecode's findings name the guard module as their source
+_OWN_STALE = " than " + MODULE + ":"  # own_stale_bytecode's findings name the guard module as their source
 
 
 def refusal_summary(problems: list[str]) -> str:
@@ -370,13 +370,13 @@ def launch_verdict(root: Path, state: State | None = None, prefix: str | None = 
     hidden = [f"{OTHERS_CANNOT_READ} {closed}"] if closed else []
     try:
         found = _target_guard().judge(str(root), launch_tags(root), prefix, launch_extensions(root), never)
-        named = _prefixed_as_named(root, prefix, found.problems, never) + _own_bytecode(root, prefix, never)
+        named = _prefixed_as_named(root, prefix, found.problems, never) + own_stale_bytecode(root, prefix, never)
     except Exception as exc:  # what check() catches and refuses for (guard.check): a refusal all the same
         return _target_guard().Verdict([*unknown, *hidden, str(exc)])
     return _target_guard().Verdict(unknown + hidden + found.problems + named, found.stock_again, found.whole)
 
 
-def _own_bytecode(root: Path, prefix: str, never: bool) -> list[str]:
+def own_stale_bytecode(root: Path, prefix: str, never: bool = False) -> list[str]:
     """The guard module's own stale bytecode, judged as a recorded file's: vLLM runs it in place of
     patchkit_guard.py, so the guard (that bytecode) cannot judge it; status and preflight do."""
     found: list[str] = []

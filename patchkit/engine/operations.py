@@ -55,9 +55,11 @@ from patchkit.engine.guard import (
     install_changes,
     installed_vllm_version,
     is_site_packages,
+    launch_prefix,
     launch_tags,
     make_readable,
     other_build,
+    own_stale_bytecode,
     own_unrecorded,
     removal_changes,
     remove_empty_cache,
@@ -419,8 +421,10 @@ class _Applying:
                 found = f"already applied, with no record of it; {'would be ' if dry_run else ''}recorded"
                 message = found + (f"; {noun} {'would be ' if dry_run else ''}{verb}" if noun != "record" else "")
         # before the guard is judged: a stale .pyc it refuses is what this fixes
-        # the guard's own too: a stale .pyc of it is what vLLM runs (status names apply as the fix)
-        guarded = [MODULE] if (self.resolved.target.root / MODULE).is_file() else []
+        # the guard's own too, when status judges it stale: a stale .pyc of it is what vLLM runs (status names
+        # apply as the fix); an up-to-date one is left alone, not said to be fixed
+        root = self.resolved.target.root
+        guarded = [MODULE] if own_stale_bytecode(root, launch_prefix(root)) else []
         bytecode = [] if dry_run else self.show(fix_bytecode(self.resolved.target, [*plan.touched_paths, *guarded]))
         fixed = sorted({r.path or "" for r in bytecode if r.ok and any(w in r.message for w in _BYTECODE_FIXED)})
         if fixed and message.endswith(": nothing to do"):  # what it did is said, not "nothing"
