@@ -436,7 +436,9 @@ def _versions_problems(entry: dict[str, Any], where: str) -> list[str]:
     return [] if valid else [f'{where} `{VERSIONS}` must be a version range ("<0.23.0", ">=0.16.0")']
 
 
-def _keys_problems(table: dict[str, Any], where: str, may_be_empty: bool, takes: tuple[str, ...] = tuple(NEEDED_BY)) -> list[str]:
+def _keys_problems(
+    table: dict[str, Any], where: str, may_be_empty: bool, takes: tuple[str, ...] = tuple(NEEDED_BY)
+) -> list[str]:
     unknown = [key for key in table if key not in NEEDED_BY]
     if unknown:
         return [f"{where} has no key {unknown[0]!r} (it takes {', '.join(takes)})"]

@@ -14,8 +14,8 @@ from collections.abc import Callable
 from functools import cached_property, partial
 from pathlib import Path
 
-from unidiff.patch import PatchedFile, PatchSet
 from unidiff.errors import UnidiffParseError
+from unidiff.patch import PatchedFile, PatchSet
 
 from patchkit.base import fsutil
 from patchkit.base.enums import FileKind

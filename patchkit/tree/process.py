@@ -108,7 +108,9 @@ class _Output:
         return data.decode("utf-8", "replace")
 
 
-def _exchange(process: subprocess.Popen[bytes], request: bytes, outputs: dict[IO[bytes], _Output], deadline: float) -> None:
+def _exchange(
+    process: subprocess.Popen[bytes], request: bytes, outputs: dict[IO[bytes], _Output], deadline: float
+) -> None:
     """Write `request` to the worker's stdin and keep what it writes on `outputs` until it exits
     (then what is already in the pipes, without waiting); TimedOut past `deadline`."""
     assert process.stdin is not None

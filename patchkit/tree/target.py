@@ -91,8 +91,9 @@ def _note_startup_prefix(root: Path, info: dict[str, Any], cwd: str | None) -> N
         _STARTUP_PREFIX[root] = os.path.join(cwd or os.sep, prefix) if prefix else ""
 
 
+_ProbeKey = tuple[Path, str, tuple[tuple[str, str], ...], tuple[str, ...], str, str | None]
 # (root, python, env items, options, cwd, first path) -> what locate answered there ({}: it could not be asked)
-_LAUNCH_PROBES: dict[tuple[Path, str, tuple[tuple[str, str], ...], tuple[str, ...], str, str | None], dict[str, Any]] = {}
+_LAUNCH_PROBES: dict[_ProbeKey, dict[str, Any]] = {}
 
 
 def launch_startup_prefix(
@@ -433,7 +434,13 @@ class WorkerFailed(TargetError):
     `stderr`: the end of its error output."""
 
     def __init__(
-        self, message: str, *, partial: dict[str, Any], timed_out: bool = False, status: int | None = None, stderr: str = ""
+        self,
+        message: str,
+        *,
+        partial: dict[str, Any],
+        timed_out: bool = False,
+        status: int | None = None,
+        stderr: str = "",
     ):
         super().__init__(message)
         self.partial = partial
