@@ -7,7 +7,7 @@ import shlex
 import stat
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from packaging.version import InvalidVersion, Version
 
@@ -550,7 +550,7 @@ def stale_grouped(stale: dict[str, str]) -> list[tuple[list[str], str]]:
     return [(names, note) for note, names in by_note.items()]
 
 
-def _guard_fields(root: Path, set_name: str, state: State | None, *, stale: bool = False) -> dict:
+def _guard_fields(root: Path, set_name: str, state: State | None, *, stale: bool = False) -> dict[str, Any]:
     """What the installed guard refuses, its notes, and the fix when another set's record (in
     `state`, None: not asked) is what it refuses. The recorded sets (the library loaded again)
     only where a fix names them: a refusal, a guard gone, a `stale` record."""
