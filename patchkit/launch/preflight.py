@@ -965,7 +965,7 @@ def _state_finding(resolved: Resolved, status: TreeStatus, *, prefixed: bool = F
     if status.state == TreeState.UNSUPPORTED:
         return Finding(TREE, False, resolved.selection.note or f"no patch set for vLLM {version}")
     if status.state == TreeState.NOT_APPLIED:
-        message = f"the {resolved.set_name} series is not applied to vLLM {version}"
+        message = f"the {resolved.set_name} series is not applied to vLLM {version}" + _reinstalled_said(status)
         return Finding(TREE, False, message, apply_fix(resolved.selection.patch_set))
     if status.drifted:  # before partly applied: apply refuses an edited file, its fix is the drift's
         files = ", ".join(status.drifted)
@@ -979,7 +979,7 @@ def _state_finding(resolved: Resolved, status: TreeStatus, *, prefixed: bool = F
             local_edit_fix(resolved.target.root, version, status.edited_in_hunks, resolved.set_name),
         )
     if status.state == TreeState.PARTIAL:
-        message = f"the {resolved.set_name} series is partly applied to vLLM {version}"
+        message = f"the {resolved.set_name} series is partly applied to vLLM {version}" + _reinstalled_said(status)
         if apply_finishes(status):
             return Finding(TREE, False, message, apply_fix(resolved.selection.patch_set))
         return Finding(TREE, False, message, f"run {hints.command('status')}, then {hints.command('apply')}")
@@ -994,6 +994,13 @@ def _state_finding(resolved: Resolved, status: TreeStatus, *, prefixed: bool = F
     if shadowed:
         return Finding(TREE, False, shadowed, shadow.fix("that file"))
     return Finding(TREE, True, f"the {resolved.set_name} series is applied to vLLM {version}, no drift")
+
+
+def _reinstalled_said(status: TreeStatus) -> str:
+    """Why a recorded set is no longer applied when pip wrote its files (vLLM reinstalled): no edit."""
+    if not status.reinstalled:
+        return ""
+    return f": vLLM was reinstalled (pip wrote {', '.join(status.reinstalled)}: its RECORD lists the bytes)"
 
 
 def _drift_fix(resolved: Resolved) -> str:
