@@ -52,6 +52,7 @@ from patchkit.engine.inspection import (
 )
 from patchkit.engine.resolve import Resolved, cached_stock
 from patchkit.launch import toolparsers
+from patchkit.launch.bounds import bounds_findings
 from patchkit.launch.command import ALIASES, LaunchCommand
 from patchkit.launch.engine import LaunchContext, Reader, apply_fix, launch_python_version, set_checks, tree_reader
 from patchkit.launch.findings import Finding, cannot_judge
@@ -324,12 +325,7 @@ def preflight(
         python=None if no_import or another else resolved.target.python,
         not_asked=not_asked if no_import else another or "no interpreter known for this target (give --python)",
     )
-    unread = _plugin_file_finding(context)  # before vLLM is asked anything: its loader would read the file
-    if unread is not None:
-        result.findings.append(unread)
-        result.loader_fails = context.not_asked = unread.message
-        context.python = None
-    result.unjudged_plugins = context.general_plugins() if context.python is None and unread is None else []
+    _judge_plugin_files(context, result)  # before vLLM is asked anything: its loader reads them first
     if kept and context.read_planned is None:
         result.findings += kept_findings(context, launch_findings)
         return result
@@ -337,6 +333,18 @@ def preflight(
     own = set_checks(context)
     result.findings = _as_stock_accepts(resolved, status, result.findings, own) + commands + own
     return result
+
+
+def _judge_plugin_files(context: LaunchContext, result: PreflightResult) -> None:
+    """An entry_points.txt vLLM's plugin loader cannot read fails the launch, and vLLM is then not
+    asked (its loader would read it in patchkit's worker too); else the general plugins the launch
+    loads, where vLLM is not asked what they do."""
+    unread = _plugin_file_finding(context)
+    if unread is not None:
+        result.findings.append(unread)
+        result.loader_fails = context.not_asked = unread.message
+        context.python = None
+    result.unjudged_plugins = context.general_plugins() if context.python is None and unread is None else []
 
 
 def _plugin_file_finding(context: LaunchContext) -> Finding | None:
@@ -846,7 +854,7 @@ def command_findings(context: LaunchContext) -> list[Finding]:
         if declared is not None and f'"{option}"'.encode() not in declared:
             message = f"the installed vLLM has no option {option} ({ARG_UTILS} declares none): it refuses the command"
             found.append(Finding(COMMAND, False, message, f"write --{ALIASES[option[1:]]}"))
-    return found + speculative_findings(context)
+    return found + bounds_findings(COMMAND, context) + speculative_findings(context)
 
 
 def _lenient_reading(command: LaunchCommand, version: Version | None) -> Finding:
