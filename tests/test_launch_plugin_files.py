@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -118,8 +119,9 @@ def test_each_kind_of_file_is_said_as_what_it_is(tmp_path):
     with huge.open("wb") as file:
         file.truncate(ENTRY_POINTS_LIMIT + 1)
     sock = _other_distribution(tmp_path, "sock")
-    with socket.socket(socket.AF_UNIX) as server:
-        server.bind(str(sock))
+    with tempfile.TemporaryDirectory(prefix="pk") as short, socket.socket(socket.AF_UNIX) as server:
+        server.bind(os.path.join(short, "s"))  # a socket's path is short: linked to from the dist-info
+        sock.symlink_to(os.path.join(short, "s"))
         found = group_entry_points([str(tmp_path)], "vllm.general_plugins", lambda module: False)
     said = dict(found.unreadable)
     assert f"{ENTRY_POINTS_LIMIT + 1:,} bytes, more than patchkit reads" in said[str(huge)], said
