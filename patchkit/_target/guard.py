@@ -42,7 +42,7 @@ ENV = "PATCHKIT_GUARD"
 # The number of the guard's checks: patchkit tells an older build's guard that judges a tree as it
 # does (the same number: a note, `apply` updates it) from one that may not (a failure until `apply`).
 # tests/test_guard_format.py holds it to this module's code: a change of the code bumps it.
-GUARD_FORMAT = 14
+GUARD_FORMAT = 15
 MAX_RECORD_BYTES = 16 * 1024 * 1024
 if TYPE_CHECKING:  # (vllm version or None, {path: recorded sha256 or None}, {path: its original's sha256 or None})
     Record = tuple[str | None, dict[str, str | None], dict[str, str | None]]
@@ -675,6 +675,8 @@ def _entry_damage(entry: object) -> str | None:
     for key, kind in kinds.items():
         if (key in entry or key == "set") and not isinstance(entry.get(key), kind):
             return "'" + key + "' is missing or of the wrong type"
+    if not _set_name(entry["set"]):
+        return "it names a set " + repr(entry["set"]) + ", which is no set name"
     patches = entry.get("patches", [])
     if not isinstance(patches, list):
         return "'patches' is missing or of the wrong type"
@@ -737,9 +739,16 @@ def _chosen_damage(chosen: object, key: str) -> str | None:
     if not isinstance(chosen, list) or len(chosen) > _MAX_CHOSEN:
         return "'" + key + "' is not a list of set names"
     for name in chosen:
-        if not (isinstance(name, str) and 0 < len(name) <= 200 and name.isprintable()):
+        if not _set_name(name):
             return "'" + key + "' names " + repr(name) + ", which is no set name"
     return None
+
+
+def _set_name(name: object) -> bool:
+    """patchkit.base.fsutil.set_name_problem's rule: printable, no '/' or '\\', not '.' or '..', no leading '-'."""
+    if not (isinstance(name, str) and 0 < len(name) <= 200 and name.isprintable()):
+        return False
+    return "/" not in name and "\\" not in name and name not in (".", "..") and not name.startswith("-")
 
 
 def _entry_record(entry: dict) -> Record:

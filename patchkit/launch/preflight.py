@@ -69,7 +69,7 @@ from patchkit.series.library import PatchSetDef
 from patchkit.series.patchfile import touched_paths
 from patchkit.store.state import State, read_state
 from patchkit.tree.modules import hanging_fix, hanging_modules, hanging_said
-from patchkit.tree.target import Target, from_interpreter, launch_startup_prefix, names_of, startup_prefix
+from patchkit.tree.target import Target, ask_python, from_interpreter, launch_startup_prefix, names_of, startup_prefix
 
 TREE = "tree-state"
 MODELS = "models"
@@ -732,7 +732,7 @@ def _chat_template_findings(command: LaunchCommand, root: Path) -> list[Finding]
     except OSError as exc:  # a fifo too: vLLM's open() would wait on it
         why = "no such file" if isinstance(exc, FileNotFoundError) else exc.strerror or str(exc)
     else:
-        return _undecodable_template(value, data, command.environ)
+        return _undecodable_template(value, data, command)
     if os.path.isfile(root / CHAT_TEMPLATES / value):
         return []
     message = (
@@ -742,10 +742,12 @@ def _chat_template_findings(command: LaunchCommand, root: Path) -> list[Finding]
     return [Finding(COMMAND, False, message, "give a readable template file's path, as the launch's directory sees it")]
 
 
-def _undecodable_template(value: str, data: bytes, environ: dict[str, str]) -> list[Finding]:
+def _undecodable_template(value: str, data: bytes, command: LaunchCommand) -> list[Finding]:
     """A failed `command` finding when the template's bytes are not text in the encoding vLLM's
     open() reads them in: its UnicodeDecodeError is no OSError, so no built-in template stands in."""
-    encoding = launch_text_encoding(environ)
+    if data.isascii():  # every codeset a locale names reads ASCII alike: no interpreter to ask
+        return []
+    encoding = launch_text_encoding(command)
     try:  # incremental: a file cut at the limit may end inside a character
         codecs.getincrementaldecoder(encoding)().decode(data, final=len(data) < TEMPLATE_LIMIT)
         return []
@@ -757,8 +759,25 @@ def _undecodable_template(value: str, data: bytes, environ: dict[str, str]) -> l
     return [Finding(COMMAND, False, message, f"save the template as {encoding} text (e.g. with iconv -t {encoding})")]
 
 
-def launch_text_encoding(environ: dict[str, str]) -> str:
-    """The encoding open() without one reads text in under the launch's environment: UTF-8 in
+# what open() without an encoding reads text in, as the interpreter decided it at its start
+_OPEN_ENCODING = "import os, sys; sys.stdout.write(open(os.devnull).encoding)"
+
+
+def launch_text_encoding(command: LaunchCommand) -> str:
+    """The encoding open() without one reads text in when the launch runs: its own Python asked, with
+    the launch's options, environment and directory (a locale that is not installed, UTF-8 mode, -E and
+    -X utf8 decide it as only that Python knows); the locale's name read when it cannot be asked."""
+    try:
+        python, options = command.launch_python()
+        options = [*options, *(f"-X{x}" for x in command.xoptions)]
+        said = ask_python(python, options, _OPEN_ENCODING, env=command.environ, cwd=command.working_directory())
+        return codecs.lookup(said.strip()).name
+    except (TargetError, LookupError):
+        return locale_text_encoding(command.environ)
+
+
+def locale_text_encoding(environ: dict[str, str]) -> str:
+    """The encoding open() reads text in under `environ`, told from the variables alone: UTF-8 in
     Python's UTF-8 mode (PYTHONUTF8=1, or a C/POSIX locale, which Python coerces), else the codeset
     the locale names (UTF-8 when it names none this Python knows)."""
     if environ.get("PYTHONUTF8") == "1":
