@@ -433,7 +433,7 @@ def _inspect(resolved: Resolved, *, check_upstream: bool, import_probe: bool, ve
     )
 
 
-def _reinstalled_note(files: list[str], fields: dict) -> list[str]:
+def _reinstalled_note(files: list[str], fields: dict[str, Any]) -> list[str]:
     """The set's recorded files pip wrote since its apply, where the guard does not say so itself
     (none installed): no edit, and apply records them afresh."""
     if not files or any(problem.endswith(PIP_WROTE) or PIP_WROTE_ALL in problem for problem in fields["guard"]):

@@ -138,7 +138,7 @@ def _out_of_bounds(spec: dict[str, Any], bounds: dict[str, dict[str, int]]) -> t
 _WORDS = {"ge": "at least", "gt": "above", "le": "at most", "lt": "below"}
 
 
-def _not_text(spec: dict, fields: set[str]) -> tuple[str, str] | None:
+def _not_text(spec: dict[str, Any], fields: set[str]) -> tuple[str, str] | None:
     """A field declared `str` (or `str | None`) given a value that is not a string: pydantic does
     not turn a number, a boolean or a list into one ("Input should be a valid string"). The drafter's
     `model` is judged by _refusal."""

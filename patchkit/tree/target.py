@@ -507,7 +507,8 @@ def ask_python(python: str, options: Sequence[str], code: str, *, env: dict[str,
     command = [python, *options, "-S", "-c", code]
     process = _process()
     try:
-        status, out = process.run(command, "", 30, env, cwd, stdout=True)
+        ran: tuple[int, str] = process.run(command, "", 30, env, cwd, stdout=True)  # its signature
+        status, out = ran
     except OSError as exc:
         raise WorkerFailed(f"cannot run {python}: {_why_not_run(exc, python)}", partial={}) from exc
     except process.TimedOut:
