@@ -36,7 +36,7 @@ from patchkit.base.patterns import LazyPattern
 from patchkit.distinfo.entry_points import metadata_directories, parse_entry_points
 from patchkit.store.objects import read_object
 from patchkit.store.state import META_DIR, State, read_state, state_path
-from patchkit.tree.target import Target, names_of, startup_prefix, vllm_metadata_dirs
+from patchkit.tree.target import Target, launch_prefix, names_of, vllm_metadata_dirs
 
 DISTRIBUTION = "patchkit-guard"
 MODULE = "patchkit_guard.py"
@@ -126,7 +126,8 @@ def installed_vllm_version(root: Path) -> str | None:
     """The vLLM version the guard reads (vllm-*.dist-info/METADATA; None: none, or several), or a
     TargetError naming the file when it cannot be read: a tree problem, never patchkit's bug."""
     try:
-        return _target_guard().installed_vllm_version(str(root))
+        version: str | None = _target_guard().installed_vllm_version(str(root))  # its signature, through ModuleType
+        return version
     except (_target_guard().TreeChanged, OSError) as exc:
         raise TargetError(
             f"the launch guard cannot read vLLM's version: {exc}",
@@ -143,6 +144,27 @@ def replace_hint() -> str:
     return f"{hints.command('apply', '--guard')} replaces it with this patchkit's guard (keeping a copy)"
 
 
+def _unlike_version(root: Path, installed: str | None, applied_to: str) -> str:
+    """Why the guard is not installed where the version it would read (vllm-*.dist-info's METADATA;
+    apply refused several before) is not the one the series was applied to, and the fix: pip writes
+    the dist-info (and vLLM's stock files) again, then apply patches them again."""
+    found = vllm_metadata_dirs(root)
+    where = f"{found[0].name}/METADATA" if len(found) == 1 else "vllm-*.dist-info/METADATA"
+    if installed == "":
+        read = f"{where}'s Version is empty, so the guard would read no vLLM version"
+    elif installed is None:
+        read = f"{where} has no Version, so the guard would read no vLLM version"
+    else:
+        read = f"the guard would read vLLM {installed} from {where}"
+        if _VERSION_TEXT.fullmatch(installed):  # a release of its own: the series was applied by --vllm-version
+            return f"{read}, but the series is applied to {applied_to}: no guard installed ({STOPS_EVERY_LAUNCH})"
+    fix = f"{hints.pip_reinstall(applied_to)} writes it again, then {hints.command('apply')}"
+    return f"{read}, but the series is applied to {applied_to}: no guard installed ({STOPS_EVERY_LAUNCH}); {fix}"
+
+
+_VERSION_TEXT = LazyPattern(r"[0-9]+(\.[0-9]+)*((a|b|rc)[0-9]+)?(\.post[0-9]+)?(\.dev[0-9]+)?(\+[a-z0-9.]+)?")
+
+
 def install_changes(
     root: Path, recorded: dict[str, str], vllm_version: str | None, *, replace: bool = False
 ) -> tuple[Changes, dict[str, str], str | None]:
@@ -154,9 +176,7 @@ def install_changes(
         return {}, recorded, f"{NOT_INSTALLED_VLLM}: no guard installed"
     installed = installed_vllm_version(root)
     if vllm_version is not None and installed != vllm_version:
-        read = f"vLLM {installed}" if installed else "no one vLLM version (none, or several vllm-*.dist-info)"
-        why = f"the guard would read {read} from its dist-info, but the series is recorded as applied to {vllm_version}"
-        return {}, recorded, f"{why}: no guard installed ({STOPS_EVERY_LAUNCH})"
+        return {}, recorded, _unlike_version(root, installed, vllm_version)
     wanted = guard_files()
     recorded = recorded or own_unrecorded(root)  # the record lost: an older build's guard is updated all the same
     foreign, edited = _not_patchkits(root, recorded, wanted)
@@ -362,8 +382,9 @@ def launch_verdict(root: Path, state: State | None = None, prefix: str | None = 
     `prefix`: the launch's pycache prefix (None: this process's, "": none), where its bytecode is judged;
     `never`: the launch's Python runs with --check-hash-based-pycs never (status: the default mode)."""
     declared, unreadable = _declared(root)
+    verdict: type[Verdict] = _target_guard().Verdict  # the guard's class, seen through ModuleType
     if unreadable or not (declared and (root / MODULE).is_file()):
-        return _target_guard().Verdict(unreadable)
+        return verdict(unreadable)
     prefix = launch_prefix(root) if prefix is None else prefix
     unknown = _unknown_module(root, state)
     closed = ", ".join(f"{path} ({stat.S_IMODE(mode):04o})" for path, mode in unreadable_by_others(root, state))
@@ -372,8 +393,8 @@ def launch_verdict(root: Path, state: State | None = None, prefix: str | None = 
         found = _target_guard().judge(str(root), launch_tags(root), prefix, launch_extensions(root), never)
         named = _prefixed_as_named(root, prefix, found.problems, never) + own_stale_bytecode(root, prefix, never)
     except Exception as exc:  # what check() catches and refuses for (guard.check): a refusal all the same
-        return _target_guard().Verdict([*unknown, *hidden, str(exc)])
-    return _target_guard().Verdict(unknown + hidden + found.problems + named, found.stock_again, found.whole)
+        return verdict([*unknown, *hidden, str(exc)])
+    return verdict(unknown + hidden + found.problems + named, found.stock_again, found.whole)
 
 
 def own_stale_bytecode(root: Path, prefix: str, never: bool = False) -> list[str]:
@@ -385,13 +406,6 @@ def own_stale_bytecode(root: Path, prefix: str, never: bool = False) -> list[str
             # a file at the top of site-packages: no directory before its __pycache__
             found.append(said[1:] if said.startswith("/__pycache__/") else said)
     return list(dict.fromkeys(found))
-
-
-def launch_prefix(root: Path) -> str:
-    """The pycache prefix a launch of `root` from this environment reads bytecode under ("": none):
-    the one its interpreter's start-up sets (a .pth line, sitecustomize), else this process's."""
-    found = startup_prefix(root)
-    return (sys.pycache_prefix or "") if found is None else found
 
 
 def _prefixed_as_named(root: Path, prefix: str | None, said: list[str], never: bool = False) -> list[str]:
