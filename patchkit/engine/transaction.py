@@ -62,6 +62,7 @@ from patchkit.base.fsutil import (
     fsync_dir,
     moved_package,
     read_file,
+    room_on,
     size_said,
     unsafe_reason,
 )
@@ -243,7 +244,7 @@ def _acquire(root: Path, timeout: float | None) -> BaseFileLock:
         try:
             make_readable_dir(meta)
         except OSError as exc:
-            raise TargetError(f"cannot create {meta}: {exc.strerror}", hint=_WRITABLE_HINT) from exc
+            raise TargetError(f"cannot create {meta}: {exc.strerror}", hint=_unwritable_hint(root, exc)) from exc
 
     def waiting() -> None:  # said once the lock is not free at once: a wait of up to a minute is no hang
         notes.say(
@@ -259,7 +260,9 @@ def _acquire(root: Path, timeout: float | None) -> BaseFileLock:
             f"another patchkit is working on {root} (waited {waited:.0f} s{locks.holder(meta / 'lock')})",
             hint="try again when it has finished",
         ),
-        unusable=lambda exc: TargetError(f"cannot create the lock in {meta}: {exc.strerror}", hint=_WRITABLE_HINT),
+        unusable=lambda exc: TargetError(
+            f"cannot create the lock in {meta}: {exc.strerror}", hint=_unwritable_hint(root, exc)
+        ),
         on_wait=waiting if timeout > locks.QUIET_WAIT else None,
     )
 
@@ -343,12 +346,32 @@ def _committed_or_rolled_back(
     return landed
 
 
+def _unwritable_hint(root: Path, exc: OSError) -> str:
+    """A store that cannot be made: a full device (of bytes or inodes) says what it needs."""
+    return _no_space_hint(root, []) if exc.errno in NO_SPACE else _WRITABLE_HINT
+
+
 def _no_space_hint(root: Path, writes: list[FileWrite]) -> str:
     """What a commit on a full disk needs: room for every new content it stages, in whole 4 KB
     blocks (the originals it keeps are hard links where the file system allows), and 128 KB for the
-    record, the journal and directories."""
+    record, the journal and directories; and an inode for each file it creates (a staged content, a
+    saved original, the record's and journal's files and directories). A device out of inodes with
+    bytes to spare is said as such: freeing megabytes would not help."""
     need = sum(-(-len(w.after) // 4096) * 4096 for w in writes if w.after is not None) + (128 << 10)
-    return f"it needs about {size_said(need)} free on the device holding {root}: make room, then run the same command again"
+    files = sum((w.after is not None) + (w.before is not None) for w in writes) + 16
+    free, inodes = room_on(root) or (0, None)
+    again = "then run the same command again"
+    if inodes is not None and inodes < files and free >= need:
+        return (
+            f"the device holding {root} is out of inodes (one per file), not space ({size_said(free)} free): "
+            f"it needs about {files} free inodes and has {inodes}; remove some files there (`df -i` counts "
+            f"them), {again}"
+        )
+    if inodes is not None and inodes < files:
+        return (
+            f"it needs about {size_said(need)} and {files} inodes free on the device holding {root}: make room, {again}"
+        )
+    return f"it needs about {size_said(need)} free on the device holding {root}: make room, {again}"
 
 
 def _journal(root: Path, writes: list[FileWrite], previous: bytes | None) -> dict:
