@@ -1072,3 +1072,33 @@ def test_fetch_dest_force_keeps_a_copy_of_what_it_replaces_a_recorded_patch_over
     (copy,) = (other / ".patchkit" / "saved").glob("*/vllm/config/speculative.py")
     assert copy.read_bytes().endswith(b"# my edit\n")
     assert "--force replaced 1 file(s) that held other contents (vllm/config/speculative.py)" in again.stderr
+
+
+def test_fetch_dest_over_a_symlinked_vllm_names_the_link_and_the_way_round_it(fetched, tmp_path):
+    """review32 L1: `fetch --dest` over a `vllm` that is a symlink to a directory (vllm/ moved to
+    another volume) said "vllm is not a plain directory (Not a directory)". It names the link and
+    where it leads, writes nothing through it, and its fix, run, puts the files there."""
+    import re
+    import shlex
+    import subprocess
+
+    from helpers import assert_clean_failure, fingerprint
+
+    moved = tmp_path / "volume" / "vllm-pkg"
+    moved.mkdir(parents=True)
+    (moved / "__init__.py").write_text("# moved here\n")
+    dest = tmp_path / "site"
+    dest.mkdir()
+    (dest / "vllm").symlink_to(moved, target_is_directory=True)
+    before = fingerprint(moved)
+    for options in [(), ("--force",)]:
+        done = fetched(dest, *options)
+        assert_clean_failure(done, 2)
+        text = " ".join(done.stderr.split())
+        assert f"vllm is a symlink to {moved}" in text and "Not a directory" not in text, text
+        assert fingerprint(moved) == before
+    copy = re.search(r"then `([^`]*)` copies them into", text)
+    assert copy and "--dest NEW" in text, text
+    assert fetched(tmp_path / "new").returncode == 0
+    subprocess.run(shlex.split(copy[1].replace("NEW", str(tmp_path / "new"))), check=True)
+    assert (moved / "config" / "speculative.py").read_bytes() == FILES["vllm/config/speculative.py"]

@@ -324,8 +324,26 @@ def _differing_in_dest(root: Path, dest: str | Path, files: dict[str, bytes]) ->
         except FileNotFoundError:
             continue
         except Damaged as e:
-            raise BadInput(
-                f"refusing to lay files out under {dest}: {e}",
-                hint="patchkit never writes through a symlink or over a directory or special file; move it away",
-            ) from None
+            raise _in_the_way(root, dest, rel, e) from None
     return sorted(differing)
+
+
+def _in_the_way(root: Path, dest: str | Path, rel: str, problem: Damaged) -> BadInput:
+    """The refusal of a symlink, directory or special file on the way to a file to write. A symlink
+    to a directory (a vllm/ moved to another volume) is named with where it leads, and the way round
+    it: the files laid out in a new directory, then copied through the link by the user."""
+    parts = rel.split("/")
+    for n in range(1, len(parts)):
+        where = root.joinpath(*parts[:n])
+        if where.is_symlink() and where.is_dir():
+            name, leads = "/".join(parts[:n]), where.resolve()
+            copy = shlex.join(["cp", "-a", "--", f"NEW/{name}/.", f"{leads}/"])
+            return BadInput(
+                f"refusing to lay files out under {dest}: {name} is a symlink to {os.readlink(where)} "
+                "(patchkit writes no file through one)",
+                hint=f"run the same command with --dest NEW (a new directory), then `{copy}` copies them into {leads}",
+            )
+    return BadInput(
+        f"refusing to lay files out under {dest}: {problem}",
+        hint="patchkit never writes through a symlink or over a directory or special file; move it away",
+    )
