@@ -73,7 +73,7 @@ from patchkit.engine.guard import guard_files
 from patchkit.store import journal as store_journal
 from patchkit.store.journal import UNSETTLED, journal_path, journal_refusal, settled_record, staged_name
 from patchkit.store.objects import objects_dir, prune_objects, read_object, save_original, take_object
-from patchkit.store.saved import Aside, remove_if_empty
+from patchkit.store.saved import SHOWN, Aside, one_a_line, remove_if_empty
 from patchkit.store.state import (
     GUARD_PATH,
     PERMISSIONS,
@@ -483,13 +483,28 @@ def _recover(root: Path, unsealed: Unsealed = Unsealed.REFUSE) -> tuple[str | No
     if undoing is None or undoing.evidence is None:
         return None, state
     said = f"rolled back an interrupted patchkit transaction: {undoing.count.said()}"
-    listed_kept = [path for path in undoing.kept if path in undoing.evidence.theirs]
-    changed = [path for path in undoing.kept if path not in undoing.evidence.theirs]
+    listed_kept = sorted(path for path in undoing.kept if path in undoing.evidence.theirs)
+    changed = sorted(path for path in undoing.kept if path not in undoing.evidence.theirs)
+    every = _kept_list(root, journal, [*changed, *listed_kept]) if journal else None
     if changed:
-        said += f"; kept, not written by it or changed since: {_some(sorted(changed))}"
+        said += f"\nkept, not written by it or changed since:{one_a_line(changed, every or '')}"
     if listed_kept:
-        said += f"; kept, an installed distribution's own file: {_some(sorted(listed_kept))}"
+        files = "file" if len(listed_kept) == 1 else "files"
+        said += f"\nkept, an installed distribution's own {files}:{one_a_line(listed_kept, every or '')}"
     return said + undoing.aside.said(), state
+
+
+def _kept_list(root: Path, journal: dict, paths: list[str]) -> str | None:
+    """Where every file a recovery kept is listed, once there are more than a message names: a file
+    of its own in .patchkit/ (the journal that named them is gone). None: a list short enough."""
+    if len(paths) <= SHOWN:
+        return None
+    where = meta_dir(root) / f"recovered-{journal['id']}.txt"
+    try:
+        _write_atomic(where, "".join(f"{path}\n" for path in paths).encode())
+    except OSError as exc:  # a full disk: the count alone, and why there is no list
+        return f"not listed: {where} could not be written ({exc.strerror})"
+    return f"{where} lists every one"
 
 
 def _roll_back_interrupted(root: Path, journal: dict, evidence: _Evidence) -> _Undoing:
@@ -524,7 +539,7 @@ def _unsealed_refusal(root: Path, journal: dict) -> BadInput:
         if problem
         else "another user's or machine's, a tree moved or copied since, a key since lost, or planted"
     )
-    files = f"{len(paths)} file(s): {_some(paths)}" if paths else "no file"
+    files = f"{len(paths)} file(s)" if paths else "no file"
     said = (
         f"{journal_path(root)} names an unfinished transaction ({journal['id']}, {files}), but its "
         f"marker {store_journal.staged_path(root)} is not sealed with this user's key ({seal.key_path()}) "
@@ -536,7 +551,9 @@ def _unsealed_refusal(root: Path, journal: dict) -> BadInput:
         "rolls it back, keeping a copy of each file it replaces or removes (state.json stays as it is); "
         f"if not, {hints.command('recover', '--discard')} removes the journal and changes no file"
     )
-    return BadInput(said, hint=hint)
+    return BadInput(
+        said + (":" + one_a_line(paths, f"{journal_path(root)} lists every one") if paths else ""), hint=hint
+    )
 
 
 @dataclass(eq=False, repr=False)
@@ -550,10 +567,6 @@ class _Count(Value):
         parts = [f"{self.restored} file(s) restored"] if self.restored else []
         parts += [f"{self.removed} file(s) it had created removed"] if self.removed else []
         return ", ".join(parts) or "no file had changed yet"
-
-
-def _some(paths: list[str]) -> str:
-    return ", ".join(paths[:5]) + (f" and {len(paths) - 5} more" if len(paths) > 5 else "")
 
 
 def _evidence(root: Path, journal: dict) -> _Evidence:
@@ -582,10 +595,15 @@ def _undecided(root: Path, paths: list[str], journal: dict) -> BadInput:
     so the hint never says to delete the files it names."""
     kept = f"nothing was touched, and the journal and the saved originals are kept in {meta_dir(root)}"
     said = (
-        f"the saved original of {_some(paths)} is damaged or missing (no file in {objects_dir(root)} "
+        f"the saved original of {_one_or_count(paths)} is damaged or missing (no file in {objects_dir(root)} "
         f"holds its sha256's bytes), so an interrupted patchkit transaction cannot be rolled back; {kept}"
+        + (":" + one_a_line(paths, f"{journal_path(root)} lists every one") if len(paths) > 1 else "")
     )
     return BadInput(said, hint=_undecided_hint(root, paths, journal))
+
+
+def _one_or_count(paths: list[str]) -> str:
+    return paths[0] if len(paths) == 1 else f"{len(paths)} files"
 
 
 def _undecided_hint(root: Path, paths: list[str], journal: dict) -> str:
