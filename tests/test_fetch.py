@@ -1102,3 +1102,26 @@ def test_fetch_dest_over_a_symlinked_vllm_names_the_link_and_the_way_round_it(fe
     assert fetched(tmp_path / "new").returncode == 0
     subprocess.run(shlex.split(copy[1].replace("NEW", str(tmp_path / "new"))), check=True)
     assert (moved / "config" / "speculative.py").read_bytes() == FILES["vllm/config/speculative.py"]
+
+
+def test_a_dest_out_of_inodes_is_said_as_such_and_the_same_command_completes_it(
+    server, cache, monkeypatch, inode_tmpfs
+):
+    """The lay-out's full disk by inodes (a tmpfs with megabytes free and three inodes to spare) said
+    "no space left ...: free at least 0.1 MB there". It names inodes, and once there are more, the
+    same lay-out completes the tree."""
+    from patchkit.releases import files as release_files
+
+    mount, remount = inode_tmpfs
+    server.publish(WHEEL, build_wheel())
+    use_index(monkeypatch, server.index())
+    tree = fetch.release_tree(VERSION, all_python=True)
+    dest = mount / "t"
+    remount(3)
+    with pytest.raises(TargetError, match="no free inode") as caught:
+        release_files.lay_out_said(tree, dest)
+    assert "df -i" in caught.value.hint and "free at least" not in caught.value.hint, caught.value.hint
+    assert "same command again" in caught.value.hint
+    remount(64)
+    laid = release_files.lay_out_said(tree, dest)[0]
+    assert all((dest / rel).read_bytes() == (tree / rel).read_bytes() for rel in laid)

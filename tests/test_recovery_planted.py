@@ -259,7 +259,7 @@ def test_a_planted_marker_copying_the_files_stat_changes_nothing(tmp_path, key):
             and "touched: mydata/notes.py vllm/config" in said
         ), said
         assert (
-            f"(abc123, 2 file(s)), but its marker" in said and f"nothing was touched: mydata/notes.py {SPEC}" in said
+            "(abc123, 2 file(s)), but its marker" in said and f"nothing was touched: mydata/notes.py {SPEC}" in said
         ), said
         assert (tree / "mydata/notes.py").read_bytes() == MINE and (tree / SPEC).read_bytes() == HOTFIX
         assert not (tree / ".patchkit/saved").exists() and (tree / ".patchkit/journal.json").exists()

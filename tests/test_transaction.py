@@ -154,26 +154,6 @@ def test_a_full_disk_on_revert_says_how_much_to_free_then_the_same_command(monke
     assert snapshot(tree) == stock
 
 
-@pytest.fixture
-def inode_tmpfs(tmp_path):
-    """remount(n): a tmpfs (64 MiB, root only) with room for `n` more inodes than it holds now."""
-    import subprocess
-
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root (test_out_of_inodes_said_without_a_mount covers the words)")
-    mount = tmp_path / "mnt"
-    mount.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m,nr_inodes=4096", "tmpfs", mount]).returncode:
-        pytest.skip("cannot mount a tmpfs here")
-
-    def remount(more: int) -> None:
-        st = os.statvfs(mount)
-        subprocess.run(["mount", "-o", f"remount,nr_inodes={st.f_files - st.f_ffree + more}", mount], check=True)
-
-    yield mount, remount
-    subprocess.run(["umount", mount], check=True)
-
-
 def _out_of_inodes_until_done(run, argv, tree, remount, expected):
     """Run argv with 0, 1, 2, ... inodes to spare until it gets through: each run short of inodes is
     exit 4, the tree as before, no journal, and the hint says inodes (not bytes) with the count."""

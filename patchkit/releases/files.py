@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 from patchkit.base import hints, signals
 from patchkit.base.errors import BadInput, FetchError, NoPatchSet, PatchkitError, TargetError
-from patchkit.base.fsutil import NO_SPACE, atomic_write, size_said
+from patchkit.base.fsutil import NO_SPACE, atomic_write, room_on, size_said
 from patchkit.base.hashing import sha256
 from patchkit.distinfo.record import parse_record, vllm_metadata_dirs
 from patchkit.engine.inspection import upstream_check_paths
@@ -209,10 +209,18 @@ def _write_error(dest: str | Path, rel: str, e: OSError, unwritten: dict[str, by
         return TargetError(f"cannot write {Path(dest) / rel}: {e.strerror}")
     need = sum(len(data) for data in unwritten.values())
     whole = any(".dist-info/" in r or r in RELEASE_MARKERS for r in unwritten)
+    free, inodes = room_on(dest) or (0, None)
+    if inodes is not None and inodes < len(unwritten) and free >= need:  # out of inodes, not bytes
+        said, room = (
+            "no free inode (one per file) on",
+            f"remove some files there (about {len(unwritten)} inodes; `df -i` counts them)",
+        )
+    else:
+        said, room = "no space left on", f"free at least {size_said(need)} there"
     return TargetError(
-        f"no space left on the device holding {dest}: {len(unwritten)} file(s) ({size_said(need)}) not written"
+        f"{said} the device holding {dest}: {len(unwritten)} file(s) ({size_said(need)}) not written"
         + (" (those that say which release it is among them: no command takes it for one yet)" if whole else ""),
-        hint=f"free at least {size_said(need)} there, then run the same command again: it writes only the missing files",
+        hint=f"{room}, then run the same command again: it writes only the missing files",
     )
 
 
