@@ -353,7 +353,7 @@ def test_a_copied_tree_is_rolled_back_keeping_aside_the_files_it_replaces(crashe
     said = " ".join(done.stdout.split())
     assert (
         "2 file(s) restored" in said
-        and "nothing showed it wrote these, so a copy of each is kept in" in said
+        and "nothing showed it wrote these, so a copy is kept in" in said
         and f"back): {MODEL} {SPEC}" in said
     )
     assert snapshot(tree) == stock and not (tree / ".patchkit/journal.json").exists()

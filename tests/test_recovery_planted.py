@@ -211,10 +211,9 @@ def test_a_planted_journal_and_marker_are_refused_and_rolled_back_only_on_the_us
     assert (tree / "mydata/notes.py").read_bytes() == MINE and (tree / SPEC).read_bytes() == HOTFIX
     code, said = _run(tree, "recover", "--roll-back")
     assert code == 0, said
-    assert (
-        "nothing showed it wrote these, so a copy of each is kept in" in said
-        and f"back): {SPEC} mydata/notes.py" in said
-    ), said
+    assert "nothing showed it wrote these, so a copy is kept in" in said and f"back): {SPEC} mydata/notes.py" in said, (
+        said
+    )
     [back] = [c for c in re.findall(r"`([^`]+)`", said) if c.startswith("cp ")]
     subprocess.run(shlex.split(back), check=True)
     assert (tree / "mydata/notes.py").read_bytes() == MINE and (tree / SPEC).read_bytes() == HOTFIX

@@ -105,7 +105,7 @@ class Aside:
                 f"\nnothing showed it wrote {self.paths[0]}, so a copy is kept in {self.where} (`{back}` puts it back)"
             )
         return (
-            f"\nnothing showed it wrote these, so a copy of each is kept in {self.where} (`{back}` puts them "
+            f"\nnothing showed it wrote these, so a copy is kept in {self.where} (`{back}` puts them "
             f"back):{one_a_line(self.paths, every)}"
         )
 
