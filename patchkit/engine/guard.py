@@ -22,6 +22,7 @@ import os
 import re
 import stat
 import sys
+from collections.abc import Iterator
 from contextlib import suppress
 from importlib import import_module
 from pathlib import Path
@@ -398,12 +399,20 @@ def launch_verdict(root: Path, state: State | None = None, prefix: str | None = 
 def own_stale_bytecode(root: Path, prefix: str, never: bool = False) -> list[str]:
     """The guard module's own stale bytecode, judged as a recorded file's: vLLM runs it in place of
     patchkit_guard.py, so the guard (that bytecode) cannot judge it; status and preflight do."""
-    found: list[str] = []
+    return list(dict.fromkeys(said for _rel, said in _stale_bytecode(root, [MODULE], prefix, never)))
+
+
+def with_stale_bytecode(root: Path, paths: list[str], prefix: str) -> list[str]:
+    """Those of `paths` whose bytecode status judges stale (or a fifo or device), as the guard's own."""
+    return list(dict.fromkeys(rel for rel, _said in _stale_bytecode(root, paths, prefix)))
+
+
+def _stale_bytecode(root: Path, paths: list[str], prefix: str, never: bool = False) -> Iterator[tuple[str, str]]:
+    """(source, finding) for each stale .pyc of `paths`, in the tree and each path it was reached by."""
     for site in (str(root), *(names_of(root) if prefix else ())):
-        for _rel, said, _pyc in _target_guard().stale_places(site, [MODULE], launch_tags(root), prefix, never):
+        for rel, said, _pyc in _target_guard().stale_places(site, paths, launch_tags(root), prefix, never):
             # a file at the top of site-packages: no directory before its __pycache__
-            found.append(said[1:] if said.startswith("/__pycache__/") else said)
-    return list(dict.fromkeys(found))
+            yield rel, said[1:] if said.startswith("/__pycache__/") else said
 
 
 def _prefixed_as_named(root: Path, prefix: str | None, said: list[str], never: bool = False) -> list[str]:
