@@ -52,6 +52,7 @@ from patchkit.engine.inspection import (
 )
 from patchkit.engine.resolve import Resolved, cached_stock
 from patchkit.launch import toolparsers
+from patchkit.launch.bounds import bounds_findings
 from patchkit.launch.command import ALIASES, LaunchCommand
 from patchkit.launch.engine import LaunchContext, Reader, apply_fix, launch_python_version, set_checks, tree_reader
 from patchkit.launch.findings import Finding, cannot_judge
@@ -95,6 +96,7 @@ class PreflightResult(Value):
     # the sets this launch does not need whose state is not as apply leaves it: name -> that state, in words
     unused: dict[str, str] = field(default_factory=dict)
     guard_off: str | None = None  # how the launch turns the guard off, when that is why a drift is only noted
+    loader_fails: str | None = None  # an entry_points.txt vLLM's plugin loader would hang or fail on: vLLM not asked
 
     @property
     def unused_note(self) -> str | None:
@@ -323,7 +325,7 @@ def preflight(
         python=None if no_import or another else resolved.target.python,
         not_asked=not_asked if no_import else another or "no interpreter known for this target (give --python)",
     )
-    result.unjudged_plugins = context.general_plugins() if context.python is None else []
+    _judge_plugin_files(context, result)  # before vLLM is asked anything: its loader reads them first
     if kept and context.read_planned is None:
         result.findings += kept_findings(context, launch_findings)
         return result
@@ -331,6 +333,31 @@ def preflight(
     own = set_checks(context)
     result.findings = _as_stock_accepts(resolved, status, result.findings, own) + commands + own
     return result
+
+
+def _judge_plugin_files(context: LaunchContext, result: PreflightResult) -> None:
+    """An entry_points.txt vLLM's plugin loader cannot read fails the launch, and vLLM is then not
+    asked (its loader would read it in patchkit's worker too); else the general plugins the launch
+    loads, where vLLM is not asked what they do."""
+    unread = _plugin_file_finding(context)
+    if unread is not None:
+        result.findings.append(unread)
+        result.loader_fails = context.not_asked = unread.message
+        context.python = None
+    result.unjudged_plugins = context.general_plugins() if context.python is None and unread is None else []
+
+
+def _plugin_file_finding(context: LaunchContext) -> Finding | None:
+    """An entry_points.txt on the launch's sys.path that vLLM's plugin loader, which reads every
+    distribution's at start, would read without end, block on or raise on: the launch fails before
+    the model loads (or never starts), and patchkit must not ask vLLM either."""
+    unread = context.plugin_files().unreadable
+    if not unread:
+        return None
+    path, what = unread[0]
+    more = f" (and {len(unread) - 1} more such file{'s' * (len(unread) > 2)})" if len(unread) > 1 else ""
+    fix = f"remove it ({hints.remove_files([path])}) or reinstall the distribution it belongs to"
+    return Finding(LAUNCH_TARGET, False, f"{path} is {what}{more}", fix)
 
 
 def for_launch_prefix(root: Path, status: TreeStatus, command: LaunchCommand) -> TreeStatus:
@@ -594,6 +621,8 @@ def vllm_validation(resolved: Resolved, result: PreflightResult, another: str) -
         return cannot_judge(VALIDATION, "not run: no interpreter known for this target", gives + also)
     if another:  # its answer would be about another vLLM's files
         return cannot_judge(VALIDATION, f"not run: {another}", whose_vllm_fix(resolved.target.package_dir))
+    if result.loader_fails:  # asked, vLLM would read that file too: the finding above names it
+        return cannot_judge(VALIDATION, f"not run: {result.loader_fails}", "fix the launch-target finding above")
     hanging = hanging_modules(resolved.target.root, launch_tags(resolved.target.root))
     if hanging:  # vLLM's import would wait on it: the tree-state finding names it and its fix
         return cannot_judge(
@@ -844,7 +873,7 @@ def command_findings(context: LaunchContext) -> list[Finding]:
         if declared is not None and f'"{option}"'.encode() not in declared:
             message = f"the installed vLLM has no option {option} ({ARG_UTILS} declares none): it refuses the command"
             found.append(Finding(COMMAND, False, message, f"write --{ALIASES[option[1:]]}"))
-    return found + speculative_findings(context)
+    return found + bounds_findings(COMMAND, context) + speculative_findings(context)
 
 
 def _lenient_reading(command: LaunchCommand, version: Version | None) -> Finding:
@@ -984,7 +1013,7 @@ def _state_finding(resolved: Resolved, status: TreeStatus, *, prefixed: bool = F
     if status.state == TreeState.UNSUPPORTED:
         return Finding(TREE, False, resolved.selection.note or f"no patch set for vLLM {version}")
     if status.state == TreeState.NOT_APPLIED:
-        message = f"the {resolved.set_name} series is not applied to vLLM {version}"
+        message = f"the {resolved.set_name} series is not applied to vLLM {version}" + _reinstalled_said(status)
         return Finding(TREE, False, message, apply_fix(resolved.selection.patch_set))
     if status.drifted:  # before partly applied: apply refuses an edited file, its fix is the drift's
         files = ", ".join(status.drifted)
@@ -998,7 +1027,7 @@ def _state_finding(resolved: Resolved, status: TreeStatus, *, prefixed: bool = F
             local_edit_fix(resolved.target.root, version, status.edited_in_hunks, resolved.set_name),
         )
     if status.state == TreeState.PARTIAL:
-        message = f"the {resolved.set_name} series is partly applied to vLLM {version}"
+        message = f"the {resolved.set_name} series is partly applied to vLLM {version}" + _reinstalled_said(status)
         if apply_finishes(status):
             return Finding(TREE, False, message, apply_fix(resolved.selection.patch_set))
         return Finding(TREE, False, message, f"run {hints.command('status')}, then {hints.command('apply')}")
@@ -1013,6 +1042,13 @@ def _state_finding(resolved: Resolved, status: TreeStatus, *, prefixed: bool = F
     if shadowed:
         return Finding(TREE, False, shadowed, shadow.fix("that file"))
     return Finding(TREE, True, f"the {resolved.set_name} series is applied to vLLM {version}, no drift")
+
+
+def _reinstalled_said(status: TreeStatus) -> str:
+    """Why a recorded set is no longer applied when pip wrote its files (vLLM reinstalled): no edit."""
+    if not status.reinstalled:
+        return ""
+    return f": vLLM was reinstalled (pip wrote {', '.join(status.reinstalled)}: its RECORD lists the bytes)"
 
 
 def _drift_fix(resolved: Resolved) -> str:

@@ -268,6 +268,11 @@ class Entry(Value):
         }
         return data if self.library is None else {**data, "library": self.library}
 
+    def without_files(self, paths: Iterable[str]) -> Entry:
+        """The entry with no record of `paths` (pip wrote them since: an apply records them afresh)."""
+        dropped = set(paths)
+        return replace(self, files={path: shas for path, shas in self.files.items() if path not in dropped})
+
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Entry:  # checked by _entry first
         return cls(
