@@ -57,6 +57,7 @@ from patchkit.launch.command import ALIASES, LaunchCommand
 from patchkit.launch.engine import LaunchContext, Reader, apply_fix, launch_python_version, set_checks, tree_reader
 from patchkit.launch.findings import Finding, cannot_judge
 from patchkit.launch.interpreter import exec_search
+from patchkit.launch.late_files import late_file_problems
 from patchkit.launch.models import ModelConfig, offline, offline_model_path, redirected, resolve_model, with_overrides
 from patchkit.launch.relevance import EVERY, LaunchNeeds, launch_needs
 from patchkit.launch.shortcut import as_written, kept_findings
@@ -310,6 +311,7 @@ def preflight(
     result.command = command
     result.findings += _found_models_findings(result.missing, served, (target, drafter))
     result.findings += _chat_template_findings(command, resolved.target.root)  # never kept: a file outside the tree
+    result.findings += [Finding(COMMAND, False, message, fix) for message, fix in late_file_problems(command)]
     planned = _Planned.of(resolved, status) if needed else _Planned()
     result.fixable = planned.fixable
     context = LaunchContext(
