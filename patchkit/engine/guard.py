@@ -37,7 +37,7 @@ from patchkit.checks import shadow
 from patchkit.distinfo.entry_points import metadata_directories, parse_entry_points
 from patchkit.store.objects import read_object
 from patchkit.store.state import META_DIR, State, read_state, state_path
-from patchkit.tree.target import Target, names_of, startup_prefix, vllm_metadata_dirs
+from patchkit.tree.target import Target, launch_prefix, names_of, vllm_metadata_dirs
 
 DISTRIBUTION = "patchkit-guard"
 MODULE = "patchkit_guard.py"
@@ -409,13 +409,6 @@ def own_stale_bytecode(root: Path, prefix: str, never: bool = False) -> list[str
             # a file at the top of site-packages: no directory before its __pycache__
             found.append(said[1:] if said.startswith("/__pycache__/") else said)
     return list(dict.fromkeys(found))
-
-
-def launch_prefix(root: Path) -> str:
-    """The pycache prefix a launch of `root` from this environment reads bytecode under ("": none):
-    the one its interpreter's start-up sets (a .pth line, sitecustomize), else this process's."""
-    found = startup_prefix(root)
-    return (sys.pycache_prefix or "") if found is None else found
 
 
 def _prefixed_as_named(root: Path, prefix: str | None, said: list[str], never: bool = False) -> list[str]:

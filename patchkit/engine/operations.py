@@ -55,7 +55,6 @@ from patchkit.engine.guard import (
     install_changes,
     installed_vllm_version,
     is_site_packages,
-    launch_prefix,
     launch_tags,
     make_readable,
     other_build,
@@ -130,7 +129,7 @@ from patchkit.store.state import (
     state_path,
 )
 from patchkit.tree.modules import hanging_modules
-from patchkit.tree.target import Target, checkout_restore, stock_files_command
+from patchkit.tree.target import Target, checkout_restore, launch_prefix, stock_files_command
 from patchkit.tree.version import detect
 
 if TYPE_CHECKING:  # pragma: no cover

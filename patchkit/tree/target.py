@@ -94,22 +94,47 @@ def _note_startup_prefix(root: Path, info: dict, cwd: str | None) -> None:
 _LAUNCH_PROBES: dict[tuple, dict] = {}
 
 
-def launch_startup_prefix(
-    root: Path,
-    python: str,
-    *,
-    env: dict[str, str],
-    options: list[str],
-    cwd: str,
-    first_path: str | None,
-    changed: bool,
-) -> str | None:
-    """The pycache prefix the start-up of `python`, run as the launch runs it (its environment, options
-    and directory), sets for `root` ("": it clears one; None: it sets none). Start-up code may read
-    any variable the launch's `env` gives, so it is asked there when the launch's environment is not
-    patchkit's (`changed`) and the tree's start-up may set one; else, or unasked, startup_prefix(root)."""
+class Launch:
+    """A launch of a tree, as far as the pycache prefix it reads bytecode under goes: its interpreter
+    (None: not found, its exec fails by itself) run with `options` in `env` from `cwd` (`changed`: an
+    environment not patchkit's), its first sys.path entry, and the prefix its options and `env` give.
+    A plain class: a NamedTuple or dataclass costs the start-up of `run`'s fast path ~0.3 ms."""
+
+    __slots__ = ("changed", "cwd", "env", "first_path", "given", "options", "python")
+
+    def __init__(
+        self,
+        python: str | None,
+        env: dict[str, str],
+        options: list[str],
+        cwd: str,
+        first_path: str | None,
+        changed: bool,
+        given: str | None,
+    ) -> None:
+        self.python, self.env, self.options, self.cwd = python, env, options, cwd
+        self.first_path, self.changed, self.given = first_path, changed, given
+
+
+def launch_prefix(root: Path, launch: Launch | None = None) -> str:
+    """The pycache prefix a launch of `root` reads bytecode under ("": none, __pycache__): the one its
+    interpreter's start-up sets (a .pth line, sitecustomize: it wins over the launch's options and
+    environment), else the one `launch` gives; no `launch`: a launch from this environment, this process's."""
+    if launch is None:
+        found, given = startup_prefix(root), sys.pycache_prefix
+    else:
+        found, given = _launch_startup_prefix(root, launch), launch.given
+    return (given or "") if found is None else found
+
+
+def _launch_startup_prefix(root: Path, launch: Launch) -> str | None:
+    """The pycache prefix the start-up of the launch's interpreter, run as the launch runs it, sets for
+    `root` ("": it clears one; None: it sets none). Start-up code may read any variable the launch's
+    environment gives, so it is asked there when that is not patchkit's (`changed`) and the tree's
+    start-up may set one; else, or unasked, startup_prefix(root)."""
+    python, env, options, cwd, first_path = launch.python, launch.env, launch.options, launch.cwd, launch.first_path
     known = startup_prefix(root)
-    if not (changed or options) or (known is None and not _startup_names_prefix(root)):
+    if python is None or not (launch.changed or options) or (known is None and not _startup_names_prefix(root)):
         return known
     key = (root, python, tuple(sorted(env.items())), tuple(options), cwd, first_path)
     if key not in _LAUNCH_PROBES:  # asked once a command: preflight asks per set and per finding
