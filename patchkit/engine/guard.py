@@ -127,7 +127,8 @@ def installed_vllm_version(root: Path) -> str | None:
     """The vLLM version the guard reads (vllm-*.dist-info/METADATA; None: none, or several), or a
     TargetError naming the file when it cannot be read: a tree problem, never patchkit's bug."""
     try:
-        return _target_guard().installed_vllm_version(str(root))
+        version: str | None = _target_guard().installed_vllm_version(str(root))  # its signature, through ModuleType
+        return version
     except (_target_guard().TreeChanged, OSError) as exc:
         raise TargetError(
             f"the launch guard cannot read vLLM's version: {exc}",
@@ -386,8 +387,9 @@ def launch_verdict(root: Path, state: State | None = None, prefix: str | None = 
     `prefix`: the launch's pycache prefix (None: this process's, "": none), where its bytecode is judged;
     `never`: the launch's Python runs with --check-hash-based-pycs never (status: the default mode)."""
     declared, unreadable = _declared(root)
+    verdict: type[Verdict] = _target_guard().Verdict  # the guard's class, seen through ModuleType
     if unreadable or not (declared and (root / MODULE).is_file()):
-        return _target_guard().Verdict(unreadable)
+        return verdict(unreadable)
     prefix = launch_prefix(root) if prefix is None else prefix
     unknown = _shadowing_module(root) or _unknown_module(root, state)
     closed = ", ".join(f"{path} ({stat.S_IMODE(mode):04o})" for path, mode in unreadable_by_others(root, state))
@@ -396,8 +398,8 @@ def launch_verdict(root: Path, state: State | None = None, prefix: str | None = 
         found = _target_guard().judge(str(root), launch_tags(root), prefix, launch_extensions(root), never)
         named = _prefixed_as_named(root, prefix, found.problems, never) + own_stale_bytecode(root, prefix, never)
     except Exception as exc:  # what check() catches and refuses for (guard.check): a refusal all the same
-        return _target_guard().Verdict([*unknown, *hidden, str(exc)])
-    return _target_guard().Verdict(unknown + hidden + found.problems + named, found.stock_again, found.whole)
+        return verdict([*unknown, *hidden, str(exc)])
+    return verdict(unknown + hidden + found.problems + named, found.stock_again, found.whole)
 
 
 def own_stale_bytecode(root: Path, prefix: str, never: bool = False) -> list[str]:
