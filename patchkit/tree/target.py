@@ -85,13 +85,15 @@ def startup_prefix(root: Path) -> str | None:
     return _STARTUP_PREFIX.get(root)
 
 
-def _note_startup_prefix(root: Path, info: dict, cwd: str | None) -> None:
+def _note_startup_prefix(root: Path, info: dict[str, Any], cwd: str | None) -> None:
     prefix = info.get("pycache_prefix")
     if info.get("prefix_set_at_startup") is True and isinstance(prefix, (str, type(None))):
         _STARTUP_PREFIX[root] = os.path.join(cwd or os.sep, prefix) if prefix else ""
 
 
-_LAUNCH_PROBES: dict[tuple, dict] = {}
+_ProbeKey = tuple[Path, str, tuple[tuple[str, str], ...], tuple[str, ...], str, str | None]
+# (root, python, env items, options, cwd, first path) -> what locate answered there ({}: it could not be asked)
+_LAUNCH_PROBES: dict[_ProbeKey, dict[str, Any]] = {}
 
 
 class Launch:
@@ -154,7 +156,7 @@ def _launch_startup_prefix(root: Path, launch: Launch) -> str | None:
     return os.path.join(cwd, prefix) if prefix else ""
 
 
-def from_directory(directory: str | os.PathLike) -> Target:
+def from_directory(directory: str | os.PathLike[str]) -> Target:
     root = Path(directory).resolve()
     given = os.path.abspath(directory)
     if not root.exists():
@@ -286,7 +288,7 @@ def _probe(
     first_path: str | None = None,
     options: Sequence[str] = (),
     cwd: str | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """What `python` (None: the one running patchkit) says about its vllm: _target/locate.py."""
     # A --python, even this very interpreter, is asked in a subprocess run from /, so that a vllm/ in
     # our working directory cannot shadow its own. Not isolated (-I): PYTHONPATH and the user's
@@ -457,7 +459,13 @@ class WorkerFailed(TargetError):
     `stderr`: the end of its error output."""
 
     def __init__(
-        self, message: str, *, partial: dict, timed_out: bool = False, status: int | None = None, stderr: str = ""
+        self,
+        message: str,
+        *,
+        partial: dict[str, Any],
+        timed_out: bool = False,
+        status: int | None = None,
+        stderr: str = "",
     ):
         super().__init__(message)
         self.partial = partial
@@ -478,7 +486,7 @@ def run_worker(
     env: dict[str, str] | None = None,
     options: Sequence[str] = (),
     cwd: str | None = None,
-) -> Any:
+) -> dict[str, Any]:
     """The answer of patchkit/_target/<worker>.py to `request` (JSON in, JSON out), computed by `python`.
 
     In-process (the module's work(request)) when `in_process` allows it and `python` is the
@@ -494,7 +502,8 @@ def run_worker(
     """
     module = importlib.import_module(f"patchkit._target.{worker}")
     if in_process and env is None and not options and cwd is None and same_interpreter(python):
-        return module.work(request)
+        worked: dict[str, Any] = module.work(request)  # each worker's work() answers an object
+        return worked
     assert python is not None and module.__file__ is not None
     flags = ["-I", "-B", *options] if isolated else ["-B", *options]
     with tempfile.TemporaryDirectory(prefix="patchkit-worker-") as scratch:
@@ -523,7 +532,8 @@ def ask_python(python: str, options: Sequence[str], code: str, *, env: dict[str,
     command = [python, *options, "-S", "-c", code]
     process = _process()
     try:
-        status, out = process.run(command, "", 30, env, cwd, stdout=True)
+        ran: tuple[int, str] = process.run(command, "", 30, env, cwd, stdout=True)  # its signature
+        status, out = ran
     except OSError as exc:
         raise WorkerFailed(f"cannot run {python}: {_why_not_run(exc, python)}", partial={}) from exc
     except process.TimedOut:
@@ -543,7 +553,8 @@ def _process() -> ModuleType:
 
 def flooded(out: str) -> bool:
     """Whether run_script's output is a script's head and end only (it wrote past OUTPUT_LIMIT)."""
-    return len(out) > _process().OUTPUT_LIMIT
+    limit: int = _process().OUTPUT_LIMIT  # through ModuleType: typed here
+    return len(out) > limit
 
 
 def run_script(
@@ -555,7 +566,8 @@ def run_script(
     command = [python, *(["-I", "-B"] if isolated else ["-B"]), str(script), *args]
     process = _process()
     try:
-        return process.run_with_errors(command, "", timeout)
+        ran: tuple[int, str, str] = process.run_with_errors(command, "", timeout)  # its signature
+        return ran
     except OSError as exc:
         raise WorkerFailed(f"cannot run {python}: {_why_not_run(exc, python)}", partial={}) from exc
     except process.TimedOut:
@@ -572,7 +584,7 @@ def _why_not_run(exc: OSError, python: str) -> str:
     return str(exc)
 
 
-def _read_answer(path: Path) -> dict | None:
+def _read_answer(path: Path) -> dict[str, Any] | None:
 
     try:
         answer = json.loads(path.read_text(encoding="utf-8"))
