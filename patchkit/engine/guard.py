@@ -438,8 +438,11 @@ def _prefixed_as_named(root: Path, prefix: str | None, said: list[str], never: b
 def _shadowing_module(root: Path) -> list[str]:
     """A package or extension module named as the guard beside it: vLLM's entry point imports that
     in its place (FileFinder's order), so the guard never runs and what runs cannot be told."""
-    found = shadow.shadow(MODULE, lambda directory: shadow.regular_names(root / directory))
-    return [f"{root / found} {INSTEAD_OF_GUARD}: what a launch runs cannot be told"] if found else []
+    stem, loaded = MODULE.removesuffix(".py"), launch_extensions(root)  # the launch's Python's suffixes only
+    inits = {"__init__.py", "__init__.pyc", *(f"__init__{suffix}" for suffix in loaded)}
+    found = [f"{stem}/{name}" for name in sorted(inits & {*shadow.regular_names(root / stem)})]
+    found += [stem + suffix for suffix in loaded if os.path.isfile(root / (stem + suffix))]
+    return [f"{root / found[0]} {INSTEAD_OF_GUARD}: what a launch runs cannot be told"] if found else []
 
 
 def _unknown_module(root: Path, state: State | None) -> list[str]:

@@ -734,6 +734,9 @@ def _chat_template_findings(command: LaunchCommand, root: Path) -> list[Finding]
         return _undecodable_template(value, data, command)
     if os.path.isfile(root / CHAT_TEMPLATES / value):
         return []
+    if not os.path.isdir(root / CHAT_TEMPLATES):  # a fetched tree: vLLM's Python files, not its templates
+        reason = f"--chat-template {value}: {why}; this tree holds no {CHAT_TEMPLATES}/ to tell whether vLLM ships it"
+        return [cannot_judge(COMMAND, reason, "judge the launch on the installed vLLM: --python PATH")]
     message = (
         f"--chat-template {value}: {why}, nor a template vLLM ships (under {CHAT_TEMPLATES}): vLLM refuses "
         "the launch once the model has loaded"
