@@ -512,6 +512,7 @@ def default_signals() -> None:
 
 
 # Small vLLM wheels (test_wheel and the Dockerfile's test build them).
+OFFLINE = {"PIP_NO_INDEX": "1", "PIP_CONFIG_FILE": os.devnull}  # pip asks no index: the cache alone answers
 TAGS = "cp38-abi3-manylinux_2_31_x86_64"
 STOCK_FILES = {
     "vllm/__init__.py": b'__version__ = "0.16.0"\n',
