@@ -13,6 +13,7 @@ import importlib.machinery
 import json
 import os
 import shlex
+import stat
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -720,41 +721,77 @@ def _architectures_finding(model: ModelConfig | None) -> Finding | None:
 
 def _chat_template_findings(command: LaunchCommand, root: Path) -> list[Finding]:
     """A failed `command` finding (in a list; else none) when vLLM cannot load --chat-template
-    (load_chat_template: a file it opens, else text with `{`, `}` or a line break taken as the
-    template, else its built-in template of that name): it refuses the launch once the model loaded."""
+    (load_chat_template: a file it opens and reads, else text with `{`, `}` or a line break taken as
+    the template, else its built-in template of that name, opened and read the same way): it refuses
+    the launch once the model loaded. A file larger than patchkit reads: cannot judge its tail."""
     value = command.optional_text("chat-template")
     if value is None or any(c in value for c in "{}\n"):
         return []
-    try:
-        data = read_regular(
-            os.path.join(command.working_directory(), value), TEMPLATE_LIMIT, follow_symlinks=True, head=True
+    path = os.path.join(command.working_directory(), value)
+    given = _template_text(path)
+    if isinstance(given, bytes):
+        return _undecodable_template(value, given, command.environ, path)
+    if _never_ends(path):  # vLLM's open() or read() waits, with no OSError: no built-in template stands in
+        message = (
+            f"--chat-template {value}: {given}: vLLM would wait on it or read it without end once the model loaded"
         )
-    except OSError as exc:  # a fifo too: vLLM's open() would wait on it
-        why = "no such file" if isinstance(exc, FileNotFoundError) else exc.strerror or str(exc)
-    else:
-        return _undecodable_template(value, data, command.environ)
-    if os.path.isfile(root / CHAT_TEMPLATES / value):
-        return []
+        return [Finding(COMMAND, False, message, "give a template file's path, as the launch's directory sees it")]
+    builtin = str(root / CHAT_TEMPLATES / value)  # an absolute value: that path again
+    fallback = _template_text(builtin)
+    if isinstance(fallback, bytes):
+        return _undecodable_template(value, fallback, command.environ, builtin)
     message = (
-        f"--chat-template {value}: {why}, nor a template vLLM ships (under {CHAT_TEMPLATES}): vLLM refuses "
+        f"--chat-template {value}: {given}, nor a template vLLM ships (under {CHAT_TEMPLATES}): vLLM refuses "
         "the launch once the model has loaded"
     )
     return [Finding(COMMAND, False, message, "give a readable template file's path, as the launch's directory sees it")]
 
 
-def _undecodable_template(value: str, data: bytes, environ: dict[str, str]) -> list[Finding]:
+def _template_text(path: str) -> bytes | str:
+    """The bytes of a template file, read as vLLM's open().read() reads it (bounded: a file larger
+    than TEMPLATE_LIMIT gives TEMPLATE_LIMIT + 1 bytes); else why it cannot be read (a fifo too:
+    vLLM's open() would wait on it; a read that fails, as /proc/self/mem's does)."""
+    try:
+        return read_regular(path, TEMPLATE_LIMIT + 1, follow_symlinks=True, head=True)
+    except OSError as exc:
+        if _never_ends(path) and os.stat(path).st_rdev == os.stat(os.devnull).st_rdev:
+            return b""  # /dev/null reads as an empty file
+        return "no such file" if isinstance(exc, FileNotFoundError) else exc.strerror or str(exc)
+
+
+def _never_ends(path: str) -> bool:
+    """Whether `path` is a fifo or a device: open() waits on the one, read() may never end on the other."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+
+
+def _undecodable_template(value: str, data: bytes, environ: dict[str, str], path: str) -> list[Finding]:
     """A failed `command` finding when the template's bytes are not text in the encoding vLLM's
-    open() reads them in: its UnicodeDecodeError is no OSError, so no built-in template stands in."""
+    open() reads them in: its UnicodeDecodeError is no OSError, so no built-in template stands in.
+    A template larger than patchkit reads whose head decodes: cannot judge (never a pass)."""
     encoding = launch_text_encoding(environ)
+    larger = len(data) > TEMPLATE_LIMIT
     try:  # incremental: a file cut at the limit may end inside a character
-        codecs.getincrementaldecoder(encoding)().decode(data, final=len(data) < TEMPLATE_LIMIT)
-        return []
+        codecs.getincrementaldecoder(encoding)().decode(data[:TEMPLATE_LIMIT], final=not larger)
     except UnicodeDecodeError as exc:
         message = (
             f"--chat-template {value}: not {exc.encoding} text (byte 0x{data[exc.start]:02x} at offset {exc.start}): "
             "vLLM refuses the launch once the model has loaded"
         )
-    return [Finding(COMMAND, False, message, f"save the template as {encoding} text (e.g. with iconv -t {encoding})")]
+        return [
+            Finding(COMMAND, False, message, f"save the template as {encoding} text (e.g. with iconv -t {encoding})")
+        ]
+    if not larger:
+        return []
+    why = (
+        f"--chat-template {value} is larger than the {TEMPLATE_LIMIT >> 20} MiB patchkit reads: its first "
+        f"{TEMPLATE_LIMIT >> 20} MiB are {encoding} text, the rest is not judged (vLLM reads it whole, after the model loads)"
+    )
+    check = f"iconv -f {encoding} -t {encoding} {shlex.quote(path)} > /dev/null"
+    return [cannot_judge(COMMAND, why, f"check it decodes whole (`{check}` prints no error), or keep it smaller")]
 
 
 def launch_text_encoding(environ: dict[str, str]) -> str:
