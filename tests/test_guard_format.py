@@ -31,6 +31,7 @@ FORMATS = {
     12: "8705b356ad1fb7e2aaaeb093b2d9a603b5bd43be55c6d2cb79f7ccc42e61c9d1",  # a provenance of status's shape, its shipped patches of the recorded sha256
     13: "3209885c98ef05e0b1527f1d584942b7144c73585ae42549bda552165cb10299",  # vllm/ moved to another volume (a symlink in its place): its files judged inside it, the site it is in judged
     14: "3a6303f73ca3767de3beac13cf622bd14b83a3891ecf636a34daadb99edfd24f",  # checked-hash bytecode judged too under --check-hash-based-pycs never
+    15: "4358a7fafbc3f1d22b8b66972c52d6fdb2dd30a65bcf9e62cdc49d14be72b0f3",  # no hash-based bytecode judged stale under --check-hash-based-pycs always
 }
 _SKIPPED = {tokenize.COMMENT, tokenize.NL, tokenize.ENCODING, tokenize.ENDMARKER}
 _STATEMENT_START = {tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, None}

@@ -57,7 +57,7 @@ from patchkit.launch.bounds import bounds_findings
 from patchkit.launch.command import ALIASES, LaunchCommand
 from patchkit.launch.engine import LaunchContext, Reader, apply_fix, launch_python_version, set_checks, tree_reader
 from patchkit.launch.findings import Finding, cannot_judge
-from patchkit.launch.interpreter import exec_search
+from patchkit.launch.interpreter import RefusedByPython, exec_search
 from patchkit.launch.models import ModelConfig, offline, offline_model_path, redirected, resolve_model, with_overrides
 from patchkit.launch.relevance import EVERY, LaunchNeeds, launch_needs
 from patchkit.launch.shortcut import as_written, kept_findings
@@ -144,6 +144,8 @@ def launch_target_finding(resolved: Resolved, command: LaunchCommand) -> Finding
     (its exec fails by itself)."""
     try:
         python, options = command.launch_python()
+    except RefusedByPython as exc:  # the launch fails at once
+        return Finding(LAUNCH_TARGET, False, exc.message, exc.hint)
     except TargetError as exc:
         if exec_search(command.program, command.environ.get("PATH")) is None:
             return _not_on_its_path(command)
@@ -366,10 +368,10 @@ def for_launch_prefix(root: Path, status: TreeStatus, command: LaunchCommand) ->
     where patchkit's own environment reads it, and the launch reads it under its own pycache prefix
     alone, or in __pycache__ alone without one. The guard judges every recorded file (each set's, a
     patched wheel's), so its own judging, with the launch's prefix, says which."""
-    launch, own = command_prefix(root, command) or "", launch_prefix(root)
-    if launch == (os.path.abspath(own) if own else ""):
+    launch, own, mode = command_prefix(root, command) or "", launch_prefix(root), command.hash_pycs_mode()
+    if launch == (os.path.abspath(own) if own else "") and mode != "always":
         return status
-    judged = launch_verdict(root, status.record, prefix=launch).problems
+    judged = launch_verdict(root, status.record, prefix=launch, mode=mode).problems
     kept = [problem for problem in status.guard if STALE_BYTECODE not in problem]
     guard = kept + [problem for problem in judged if STALE_BYTECODE in problem]
     return status if guard == status.guard else dataclasses.replace(status, guard=guard)
@@ -421,12 +423,12 @@ def prefix_findings(resolved: Resolved, status: TreeStatus, command: LaunchComma
     it: status judges the default mode, where Python re-validates it."""
     paths, root = sorted(_series_paths(resolved, status)), resolved.target.root
     paths += [MODULE] if (root / MODULE).is_file() else []  # the guard's own runs in its place too
-    prefix, never = command_prefix(root, command), command.hash_pycs == "never"
-    if not prefix and not never:
+    prefix, mode = command_prefix(root, command), command.hash_pycs_mode()
+    if not prefix and mode != "never":
         return []
     found: dict[str, str] = {}  # at the tree's real path and each it was named by (a symlinked site: Python keys it so)
     for site in (str(root), *names_of(root)):
-        for _rel, said, pyc in target_guard.stale_places(site, paths, EVERY_CPYTHON, prefix or "", never):
+        for _rel, said, pyc in target_guard.stale_places(site, paths, EVERY_CPYTHON, prefix or "", mode):
             if prefixed_bytecode([said]) or target_guard.STALE_CHECKED in said:
                 found.setdefault(said[1:] if said.startswith("/__pycache__/") else said, pyc)
     fix = f"run {hints.remove_files(list(dict.fromkeys(found.values())))} (Python compiles the source again)"
@@ -930,8 +932,10 @@ def _set_state_findings(
     if needs.needs(resolved.set_name):
         unsaid = _not_said_by_judged(resolved, status, needs) if status.guard else []
         launched = _guard_for_launch(resolved, dataclasses.replace(status, guard=unsaid), needs, result)
-        prefixed = bool(command_prefix(resolved.target.root, result.command))
-        return [tree_finding(resolved, launched, prefixed=prefixed)]
+        # under a pycache prefix prefix_findings judges the bytecode; under `always` Python checks every hash-based .pyc
+        unread = bool(command_prefix(resolved.target.root, result.command))
+        unread = unread or result.command.hash_pycs_mode() == "always"
+        return [tree_finding(resolved, launched, prefixed=unread)]
     if needs.guard_runs and status.guard:
         unsaid = _not_said_by_judged(resolved, status, needs)
         refusal = _guard_refusal(dataclasses.replace(status, guard=unsaid))
@@ -999,8 +1003,9 @@ def _guard_refusal(status: TreeStatus) -> Finding:
 
 
 def tree_finding(resolved: Resolved, status: TreeStatus, *, prefixed: bool = False) -> Finding:
-    """The set's tree-state finding; `prefixed`: the launch reads bytecode under a pycache prefix,
-    never from __pycache__ (prefix_findings judges it there)."""
+    """The set's tree-state finding; `prefixed`: the launch loads no bytecode from __pycache__ unchecked
+    (it reads it under a pycache prefix, where prefix_findings judges it; or it runs with
+    --check-hash-based-pycs always)."""
     if status.guard and status.symlink_fix:  # a symlink on the way: what else is found follows from it
         return _guard_refusal(status)
     finding = _state_finding(resolved, status, prefixed=prefixed)
