@@ -70,7 +70,7 @@ from patchkit.series.library import PatchSetDef
 from patchkit.series.patchfile import touched_paths
 from patchkit.store.state import State, read_state
 from patchkit.tree.modules import hanging_fix, hanging_modules, hanging_said
-from patchkit.tree.target import Target, from_interpreter, launch_startup_prefix, names_of, startup_prefix
+from patchkit.tree.target import Target, ask_python, from_interpreter, launch_startup_prefix, names_of, startup_prefix
 
 TREE = "tree-state"
 MODELS = "models"
@@ -732,7 +732,7 @@ def _chat_template_findings(command: LaunchCommand, root: Path) -> list[Finding]
     path = os.path.join(command.working_directory(), value)
     given = _template_text(path)
     if isinstance(given, bytes):
-        return _undecodable_template(value, given, command.environ, path)
+        return _undecodable_template(value, given, command, path)
     if _never_ends(path):  # vLLM's open() or read() waits, with no OSError: no built-in template stands in
         message = (
             f"--chat-template {value}: {given}: vLLM would wait on it or read it without end once the model loaded"
@@ -741,7 +741,7 @@ def _chat_template_findings(command: LaunchCommand, root: Path) -> list[Finding]
     builtin = str(root / CHAT_TEMPLATES / value)  # an absolute value: that path again
     fallback = _template_text(builtin)
     if isinstance(fallback, bytes):
-        return _undecodable_template(value, fallback, command.environ, builtin)
+        return _undecodable_template(value, fallback, command, builtin)
     message = (
         f"--chat-template {value}: {given}, nor a template vLLM ships (under {CHAT_TEMPLATES}): vLLM refuses "
         "the launch once the model has loaded"
@@ -770,12 +770,14 @@ def _never_ends(path: str) -> bool:
     return stat.S_ISFIFO(mode) or stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
 
 
-def _undecodable_template(value: str, data: bytes, environ: dict[str, str], path: str) -> list[Finding]:
+def _undecodable_template(value: str, data: bytes, command: LaunchCommand, path: str) -> list[Finding]:
     """A failed `command` finding when the template's bytes are not text in the encoding vLLM's
     open() reads them in: its UnicodeDecodeError is no OSError, so no built-in template stands in.
     A template larger than patchkit reads whose head decodes: cannot judge (never a pass)."""
-    encoding = launch_text_encoding(environ)
     larger = len(data) > TEMPLATE_LIMIT
+    if data.isascii() and not larger:  # every codeset a locale names reads ASCII alike: no interpreter to ask
+        return []
+    encoding = launch_text_encoding(command)
     try:  # incremental: a file cut at the limit may end inside a character
         codecs.getincrementaldecoder(encoding)().decode(data[:TEMPLATE_LIMIT], final=not larger)
     except UnicodeDecodeError as exc:
@@ -796,8 +798,25 @@ def _undecodable_template(value: str, data: bytes, environ: dict[str, str], path
     return [cannot_judge(COMMAND, why, f"check it decodes whole (`{check}` prints no error), or keep it smaller")]
 
 
-def launch_text_encoding(environ: dict[str, str]) -> str:
-    """The encoding open() without one reads text in under the launch's environment: UTF-8 in
+# what open() without an encoding reads text in, as the interpreter decided it at its start
+_OPEN_ENCODING = "import os, sys; sys.stdout.write(open(os.devnull).encoding)"
+
+
+def launch_text_encoding(command: LaunchCommand) -> str:
+    """The encoding open() without one reads text in when the launch runs: its own Python asked, with
+    the launch's options, environment and directory (a locale that is not installed, UTF-8 mode, -E and
+    -X utf8 decide it as only that Python knows); the locale's name read when it cannot be asked."""
+    try:
+        python, options = command.launch_python()
+        options = [*options, *(f"-X{x}" for x in command.xoptions)]
+        said = ask_python(python, options, _OPEN_ENCODING, env=command.environ, cwd=command.working_directory())
+        return codecs.lookup(said.strip()).name
+    except (TargetError, LookupError):
+        return locale_text_encoding(command.environ)
+
+
+def locale_text_encoding(environ: dict[str, str]) -> str:
+    """The encoding open() reads text in under `environ`, told from the variables alone: UTF-8 in
     Python's UTF-8 mode (PYTHONUTF8=1, or a C/POSIX locale, which Python coerces), else the codeset
     the locale names (UTF-8 when it names none this Python knows)."""
     if environ.get("PYTHONUTF8") == "1":
@@ -1036,7 +1055,7 @@ def _state_finding(resolved: Resolved, status: TreeStatus, *, prefixed: bool = F
     if status.state == TreeState.UNSUPPORTED:
         return Finding(TREE, False, resolved.selection.note or f"no patch set for vLLM {version}")
     if status.state == TreeState.NOT_APPLIED:
-        message = f"the {resolved.set_name} series is not applied to vLLM {version}"
+        message = f"the {resolved.set_name} series is not applied to vLLM {version}" + _reinstalled_said(status)
         return Finding(TREE, False, message, apply_fix(resolved.selection.patch_set))
     if status.drifted:  # before partly applied: apply refuses an edited file, its fix is the drift's
         files = ", ".join(status.drifted)
@@ -1050,7 +1069,7 @@ def _state_finding(resolved: Resolved, status: TreeStatus, *, prefixed: bool = F
             local_edit_fix(resolved.target.root, version, status.edited_in_hunks, resolved.set_name),
         )
     if status.state == TreeState.PARTIAL:
-        message = f"the {resolved.set_name} series is partly applied to vLLM {version}"
+        message = f"the {resolved.set_name} series is partly applied to vLLM {version}" + _reinstalled_said(status)
         if apply_finishes(status):
             return Finding(TREE, False, message, apply_fix(resolved.selection.patch_set))
         return Finding(TREE, False, message, f"run {hints.command('status')}, then {hints.command('apply')}")
@@ -1065,6 +1084,13 @@ def _state_finding(resolved: Resolved, status: TreeStatus, *, prefixed: bool = F
     if shadowed:
         return Finding(TREE, False, shadowed, shadow.fix("that file"))
     return Finding(TREE, True, f"the {resolved.set_name} series is applied to vLLM {version}, no drift")
+
+
+def _reinstalled_said(status: TreeStatus) -> str:
+    """Why a recorded set is no longer applied when pip wrote its files (vLLM reinstalled): no edit."""
+    if not status.reinstalled:
+        return ""
+    return f": vLLM was reinstalled (pip wrote {', '.join(status.reinstalled)}: its RECORD lists the bytes)"
 
 
 def _drift_fix(resolved: Resolved) -> str:

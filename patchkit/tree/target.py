@@ -491,6 +491,23 @@ def run_worker(
         return result
 
 
+def ask_python(python: str, options: Sequence[str], code: str, *, env: dict[str, str], cwd: str) -> str:
+    """What `python` (with `options`, -S: no site start-up runs) writes for `code` in `env` and `cwd`: a
+    question about how that interpreter starts, asked as a launch would start it. WorkerFailed when
+    it cannot run, fails or is past 30 s."""
+    command = [python, *options, "-S", "-c", code]
+    process = _process()
+    try:
+        status, out = process.run(command, "", 30, env, cwd, stdout=True)
+    except OSError as exc:
+        raise WorkerFailed(f"cannot run {python}: {_why_not_run(exc, python)}", partial={}) from exc
+    except process.TimedOut:
+        raise WorkerFailed(f"{python} did not finish within 30 s", partial={}, timed_out=True) from None
+    if status != 0:
+        raise WorkerFailed(f"{python} failed (exit status {status})", partial={}, status=status)
+    return out
+
+
 def _process() -> ModuleType:
     """patchkit.tree.process (a worker's process and its waits), loaded when a worker runs."""
     # lazy: only a worker's run needs it, and the waits (subprocess, selectors: start-up of a dry run)
