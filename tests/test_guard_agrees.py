@@ -1656,7 +1656,9 @@ def test_a_startup_prefix_set_outside_the_site_on_the_launchs_path_is_judged(tmp
     _prefixed_unchecked_pyc(venv, prefix, stock_files("0.16.0")[SPEC])
     guard = [str(venv.python), "-c", LOAD_LIKE_VLLM, str(venv.site)]
     clean = {k: v for k, v in os.environ.items() if k not in ("PATCHKIT_GUARD", "PYTHONDONTWRITEBYTECODE")}
-    refused = subprocess.run(guard, capture_output=True, text=True, env={**clean, "PYTHONPATH": str(custom)}, check=False)
+    refused = subprocess.run(
+        guard, capture_output=True, text=True, env={**clean, "PYTHONPATH": str(custom)}, check=False
+    )
     assert refused.returncode != 0 and "pp9" in refused.stderr, refused.stderr[-600:]
     assert venv.cli("status").returncode == 0  # patchkit's own environment sets no prefix
     for command in ("preflight", "run"):
