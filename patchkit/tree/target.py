@@ -109,8 +109,9 @@ def launch_startup_prefix(
     any variable the launch's `env` gives, so it is asked there when the launch's environment is not
     patchkit's (`changed`) and the tree's start-up may set one; else, or unasked, startup_prefix(root)."""
     known = startup_prefix(root)
-    names = _startup_names_prefix(root) or _path_names_prefix(env, options, cwd)
-    if not (changed or options) or (known is None and not names):
+    if not (changed or options):
+        return known
+    if known is None and not (_startup_names_prefix(root) or _path_names_prefix(env, options, cwd)):
         return known
     key = (root, python, tuple(sorted(env.items())), tuple(options), cwd, first_path)
     if key not in _LAUNCH_PROBES:  # asked once a command: preflight asks per set and per finding
