@@ -33,6 +33,7 @@ from patchkit.base.errors import BadInput, PatchkitError, TargetError
 from patchkit.base.fsutil import NotRegularFile, judged_inside, read_file, read_regular
 from patchkit.base.hashing import sha256
 from patchkit.base.patterns import LazyPattern
+from patchkit.checks import shadow
 from patchkit.distinfo.entry_points import metadata_directories, parse_entry_points
 from patchkit.store.objects import read_object
 from patchkit.store.state import META_DIR, State, read_state, state_path
@@ -308,6 +309,8 @@ UPGRADED_LEAD = "the launch guard is from before an upgrade of patchkit: "
 NEWER_LEAD = "the launch guard is a newer patchkit build's: "
 GUARD_REFUSES = "the launch guard refuses this tree: "
 NOT_OURS = "the installed launch guard is not this patchkit's: "
+INSTEAD_OF_GUARD = "is imported instead of " + MODULE  # a file vLLM imports in the guard's place
+SHADOWED_LEAD = "vLLM never runs the launch guard: "
 # the guard module's own stale .pyc runs in its place: what that refuses cannot be told
 STALE_OWN_LEAD = "the launch guard vLLM runs is stale bytecode, not the installed source: "
 _OWN_STALE = " than " + MODULE + ":"  # own_stale_bytecode's findings name the guard module as their source
@@ -328,7 +331,9 @@ def refusal_text(problems: list[str]) -> str:
     """launch_refusal's problems as status, verify, preflight and run say them: a guard module that
     is not this patchkit's (edited, another's) refuses nothing patchkit can tell, so it is said as
     such; another build's is said as what made it so (most often an upgrade of patchkit)."""
-    if any(_OWN_STALE in p for p in problems):
+    if any(INSTEAD_OF_GUARD in p for p in problems):
+        lead = SHADOWED_LEAD
+    elif any(_OWN_STALE in p for p in problems):
         lead = STALE_OWN_LEAD
     elif any(OLDER_GUARD in p for p in problems):
         lead = UPGRADED_LEAD
@@ -386,7 +391,7 @@ def launch_verdict(root: Path, state: State | None = None, prefix: str | None = 
     if unreadable or not (declared and (root / MODULE).is_file()):
         return verdict(unreadable)
     prefix = launch_prefix(root) if prefix is None else prefix
-    unknown = _unknown_module(root, state)
+    unknown = _shadowing_module(root) or _unknown_module(root, state)
     closed = ", ".join(f"{path} ({stat.S_IMODE(mode):04o})" for path, mode in unreadable_by_others(root, state))
     hidden = [f"{OTHERS_CANNOT_READ} {closed}"] if closed else []
     try:
@@ -419,6 +424,13 @@ def _prefixed_as_named(root: Path, prefix: str | None, said: list[str], mode: st
             p for p in _target_guard().judge(name, EVERY_CPYTHON, prefix, None, mode).problems if _stale_prefixed(p)
         ]
     return [p for p in dict.fromkeys(found) if p not in said]
+
+
+def _shadowing_module(root: Path) -> list[str]:
+    """A package or extension module named as the guard beside it: vLLM's entry point imports that
+    in its place (FileFinder's order), so the guard never runs and what runs cannot be told."""
+    found = shadow.shadow(MODULE, lambda directory: shadow.regular_names(root / directory))
+    return [f"{root / found} {INSTEAD_OF_GUARD}: what a launch runs cannot be told"] if found else []
 
 
 def _unknown_module(root: Path, state: State | None) -> list[str]:
