@@ -42,7 +42,7 @@ ENV = "PATCHKIT_GUARD"
 # The number of the guard's checks: patchkit tells an older build's guard that judges a tree as it
 # does (the same number: a note, `apply` updates it) from one that may not (a failure until `apply`).
 # tests/test_guard_format.py holds it to this module's code: a change of the code bumps it.
-GUARD_FORMAT = 16
+GUARD_FORMAT = 17
 MAX_RECORD_BYTES = 16 * 1024 * 1024
 if TYPE_CHECKING:  # (vllm version or None, {path: recorded sha256 or None}, {path: its original's sha256 or None})
     Record = tuple[str | None, dict[str, str | None], dict[str, str | None]]
@@ -171,13 +171,13 @@ def judge(
     tags: Iterable[str] | None = None,
     prefix: str | None = None,
     extensions: Iterable[str] | None = None,
-    never: bool | None = None,
+    mode: str | None = None,
 ) -> Verdict:
     """find_problems, with which refused files are stock again (patchkit's status says the same).
     `tags`: the bytecode cache tags an unlistable __pycache__ is opened by (None: this Python's own);
     `prefix`: the pycache prefix of the launch judged (stale_bytecode's; None: this process's);
     `extensions`: the extension module suffixes the launch's Python imports (None: this one's);
-    `never`: whether the launch's Python runs with --check-hash-based-pycs never (None: this one's)."""
+    `mode`: the launch's Python's --check-hash-based-pycs (default, always, never; None: this one's)."""
     problems, upgraded = [], False
     expected: dict[str, str | None] = {}
     original: dict[str, str | None] = {}
@@ -218,7 +218,7 @@ def judge(
     changed = {rel for rel, _, _ in differing}
     kept = [rel for rel, sha in sorted(expected.items()) if sha and rel not in changed]
     try:
-        problems += stale_bytecode(site, kept, tags, prefix, never) + _shadowed(site, kept, extensions)
+        problems += stale_bytecode(site, kept, tags, prefix, mode) + _shadowed(site, kept, extensions)
     except TreeChanged as exc:
         return Verdict([*problems, str(exc)])
     return Verdict(sorted(set(problems), key=problems.index), again + pip, whole)
@@ -324,6 +324,8 @@ NEVER_CHECKED = ": Python run with --check-hash-based-pycs never loads it withou
 _MAX_CACHE_ENTRIES = 1 << 16  # a package's __pycache__: a few hundred; more is no cache Python wrote
 _UNCHECKED_HASH = 1  # PEP 552's flags word: hash-based (bit 0), without check_source (bit 1)
 _CHECKED_HASH = 3  # with check_source
+# the hash-based kinds Python loads without reading the source, by its --check-hash-based-pycs (default: unchecked)
+_UNCHECKED_KINDS = {"never": (_UNCHECKED_HASH, _CHECKED_HASH), "always": ()}
 
 
 def stale_bytecode(
@@ -331,7 +333,7 @@ def stale_bytecode(
     paths: list[str],
     tags: Iterable[str] | None = None,
     prefix: str | None = None,
-    never: bool | None = None,
+    mode: str | None = None,
 ) -> list[str]:
     """Each unchecked-hash .pyc (PEP 552) of a recorded source whose hash is not of its bytes:
     Python imports it without reading the source, so the patched file is not what runs.
@@ -340,9 +342,10 @@ def stale_bytecode(
     listed bounded, through a symlink as Python's import follows one (said, since apply's fix
     writes through none); a .pyc that is not a regular file is not read. `tags`: as judge's;
     `prefix`: the pycache prefix whose mirror of the tree is judged in place of __pycache__ (None:
-    this process's; "": none); `never`: checked-hash bytecode is judged too, as Python under
-    --check-hash-based-pycs never loads it unchecked (None: when this process runs so)."""
-    return [said for _rel, said, _pyc in stale_places(site, paths, tags, prefix, never)]
+    this process's; "": none); `mode`: the launch's --check-hash-based-pycs (None: this process's):
+    under `never` checked-hash bytecode is judged too (Python loads it unchecked), under `always` none
+    is (Python checks every hash-based .pyc against its source)."""
+    return [said for _rel, said, _pyc in stale_places(site, paths, tags, prefix, mode)]
 
 
 def stale_places(
@@ -350,13 +353,13 @@ def stale_places(
     paths: list[str],
     tags: Iterable[str] | None = None,
     prefix: str | None = None,
-    never: bool | None = None,
+    mode: str | None = None,
 ) -> list[tuple[str, str, str]]:
     """stale_bytecode's findings, each as (the recorded source, the finding, the .pyc's path).
     Under a pycache prefix Python reads a source's bytecode there alone (importlib's
     cache_from_source), never __pycache__: only the prefix's mirror is judged then."""
-    if never is None:
-        never = getattr(_imp, "check_hash_based_pycs", "default") == "never"
+    mode = getattr(_imp, "check_hash_based_pycs", "default") if mode is None else mode
+    kinds = _UNCHECKED_KINDS.get(mode, (_UNCHECKED_HASH,))
     mirrors = prefix_mirrors(site, sys.pycache_prefix if prefix is None else prefix)
     found = []
     for rel in paths:
@@ -373,7 +376,7 @@ def stale_places(
                     found.append(
                         (rel, shown + pyc + where + " " + NOT_BYTECODE + rel + WAITS, os.path.join(cache, pyc))
                     )
-                elif _stale(os.path.join(cache, pyc), os.path.join(site, rel), source, never):
+                elif _stale(os.path.join(cache, pyc), os.path.join(site, rel), source, kinds):
                     checked = _flags(os.path.join(cache, pyc)) == _CHECKED_HASH
                     kind, runs = (STALE_CHECKED, NEVER_CHECKED) if checked else (STALE_BYTECODE, RUNS_IN_ITS_PLACE)
                     said = shown + pyc + where + " " + kind + " " + rel + runs
@@ -426,11 +429,10 @@ def _imported_from(site: str) -> list[str]:
     return [parent]
 
 
-def _stale(pyc: str, source_path: str, source: list[bytes | None], never: bool = False) -> bool:
-    """Whether `pyc` is unchecked-hash bytecode (checked-hash too when `never`) keyed by another hash
-    than `source_path`'s bytes (`source`: those bytes once read, shared by a file's .pyc files)."""
+def _stale(pyc: str, source_path: str, source: list[bytes | None], kinds: tuple[int, ...]) -> bool:
+    """Whether `pyc` is hash-based bytecode of `kinds` (those Python loads without checking) keyed by
+    another hash than `source_path`'s bytes (`source`: those bytes once read, shared by a file's .pyc files)."""
     header = _header(pyc)
-    kinds = (_UNCHECKED_HASH, _CHECKED_HASH) if never else (_UNCHECKED_HASH,)
     if header is None or int.from_bytes(header[4:8], "little") & 3 not in kinds:
         return False
     if not source:
