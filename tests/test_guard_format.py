@@ -33,6 +33,7 @@ FORMATS = {
     14: "3a6303f73ca3767de3beac13cf622bd14b83a3891ecf636a34daadb99edfd24f",  # checked-hash bytecode judged too under --check-hash-based-pycs never
     15: "cac00c7a7c983f95497014b45dafe727d5b049d4ec979923ae67f7f8f89a7faf",  # a record's set name that is no set name ('../x', '-x') is damaged
     16: "c5d9330201f3acbbd3cf539ff21d11c3b7018d1c2dba8840d843ea92c5dfe929",  # a recorded file pip wrote (vLLM's RECORD lists its bytes) said as a reinstall
+    17: "d641708844796c6ba17fc347b4933b74d3acb8860f686551c7a079cb19c4471f",  # a recorded patch's name that is no file name ('../x', '..') is damaged
 }
 _SKIPPED = {tokenize.COMMENT, tokenize.NL, tokenize.ENCODING, tokenize.ENDMARKER}
 _STATEMENT_START = {tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, None}
