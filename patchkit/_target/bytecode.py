@@ -16,8 +16,8 @@ import stat
 import sys
 from typing import Any
 
-Job = dict  # {"pyc", "source", "tag", "optimize", "legacy", "name"}: one pyc of one source
-Outcome = dict  # what became of one job: {"pyc", "source", "kind", "mine", "stale", "action", "error"}
+Job = dict[str, Any]  # {"pyc", "source", "tag", "optimize", "legacy", "name"}: one pyc of one source
+Outcome = dict[str, Any]  # what became of one job: {"pyc", "source", "kind", "mine", "stale", "action", "error"}
 
 MODES = {
     "timestamp": py_compile.PycInvalidationMode.TIMESTAMP,
@@ -26,7 +26,7 @@ MODES = {
 }
 
 
-def work(request: dict) -> dict:
+def work(request: dict[str, Any]) -> dict[str, Any]:
     """{"jobs": [...], "fix": bool} -> {"tag": this interpreter's cache tag, "results": [outcome per job]}."""
     tag = sys.implementation.cache_tag
     return {"tag": tag, "results": [one(job, request["fix"], tag) for job in request["jobs"]]}
@@ -147,7 +147,8 @@ def _compiled_as(blob: bytes) -> str | None:
     """The file name the image compiled it under (compileall -d / -s rewrite it), kept on rebuild."""
     try:
         code: Any = marshal.loads(blob[16:])
-        return code.co_filename
+        filename: str = code.co_filename  # a code object's (else AttributeError, caught below)
+        return filename
     except Exception:
         return None
 

@@ -8,12 +8,12 @@ import sys
 import warnings
 
 
-def work(request: dict) -> dict:
+def work(request: dict[str, dict[str, str]]) -> dict[str, str]:
     """{"sources": {path: text}} -> {path: error} for each source that does not compile."""
     return verdicts({path: text.encode("utf-8", "surrogateescape") for path, text in request["sources"].items()})
 
 
-def verdicts(sources: dict) -> dict:
+def verdicts(sources: dict[str, bytes]) -> dict[str, str]:
     """{path: bytes} -> {path: error}. Warnings are no verdict ("is" with a literal, an invalid
     escape): the module imports under the default filters, whatever filters this process has."""
     errors = {}

@@ -28,7 +28,7 @@ GENERAL_PLUGINS = "vllm.general_plugins"  # vllm.plugins.DEFAULT_PLUGINS_GROUP
 ANSWER: list[str] = []  # the answer file, when run by path (in-process: none)
 
 
-def work(request: dict) -> dict:
+def work(request: dict[str, Any]) -> dict[str, Any]:
     # run in the launch's own environment (patchkit passes it whole); offline added: nothing downloaded
     launch_offline = _offline(os.environ)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -137,7 +137,7 @@ def _plain(value: Any) -> Any:
         return repr(value)
 
 
-def _parsed(AsyncEngineArgs: Any, request: dict) -> Any:
+def _parsed(AsyncEngineArgs: Any, request: dict[str, Any]) -> Any:
     """The arguments as the launch's own parser reads them: `vllm serve`'s subcommand parser or the
     api_server's, with their checks; else (a vLLM without them) the engine's arguments alone."""
     parser_class = _parser_class()
@@ -170,7 +170,10 @@ def _parsed(AsyncEngineArgs: Any, request: dict) -> Any:
 def _parser_class() -> type[argparse.ArgumentParser]:
     for module in ("vllm.utils.argparse_utils", "vllm.utils"):
         try:
-            found = getattr(importlib.import_module(module), "FlexibleArgumentParser", None)
+            # vLLM's subclass of argparse's parser
+            found: type[argparse.ArgumentParser] | None = getattr(
+                importlib.import_module(module), "FlexibleArgumentParser", None
+            )
         except ImportError:
             continue
         if found is not None:

@@ -28,10 +28,10 @@ def norm(path: str) -> str:
 class Probe:
     """request: {"root", "modules", "probe", "version", "files"}; the answer is saved to `answer_path`."""
 
-    def __init__(self, request: dict, answer_path: str) -> None:
+    def __init__(self, request: dict[str, Any], answer_path: str) -> None:
         self.request = request
         self.answer_path = answer_path
-        self.report: dict = {"done": False, "modules": {}}
+        self.report: dict[str, Any] = {"done": False, "modules": {}}
         self.package_dir = norm(os.path.join(request["root"], "vllm"))
         self.patched = {norm(p) for p in request["files"]}
 
@@ -59,7 +59,7 @@ class Probe:
 
     def attempt(
         self, step: str, action: Callable[[], Any], own_code: bool = False, module: str | None = None
-    ) -> tuple[dict, Any]:
+    ) -> tuple[dict[str, Any], Any]:
         """`module`: the patched module this step imports, saved with the step so that patchkit can
         name it if the process ends (os._exit, a signal) before the step does."""
         self.report.pop("module", None)
@@ -71,7 +71,7 @@ class Probe:
             return self.failure(exc, started, own_code), None
         return {"ok": True, "seconds": time.perf_counter() - started}, value
 
-    def failure(self, exc: BaseException, started: float, own_code: bool) -> dict:
+    def failure(self, exc: BaseException, started: float, own_code: bool) -> dict[str, Any]:
         frames = [
             f for f in traceback.extract_tb(exc.__traceback__) if norm(f.filename).startswith(self.package_dir + os.sep)
         ]
@@ -129,7 +129,7 @@ class Probe:
             tree_file = next((p for p in expected if p in self.patched), expected[0])
             raise ImportedElsewhere(f"{name} is imported from {imported}, not from {tree_file}")
 
-    def run_script(self) -> list:
+    def run_script(self) -> list[list[str | bool]]:
         namespace = runpy.run_path(self.request["probe"], run_name="__patchkit_probe__")
         return [
             [str(subject), bool(ok), str(message)]

@@ -9,11 +9,12 @@ import json
 import os
 import stat
 import sys
+from typing import Any  # loaded already: importlib.metadata imports typing
 
 
-def work(request: dict) -> dict:
+def work(request: dict[str, Any]) -> dict[str, Any]:
     package = request.get("package", "vllm")
-    out: dict = {"python": sys.executable, "python_version": list(sys.version_info[:3])}
+    out: dict[str, Any] = {"python": sys.executable, "python_version": list(sys.version_info[:3])}
     try:
         spec = importlib.util.find_spec(package)
     except Exception as exc:  # a broken finder or package: reported, not raised

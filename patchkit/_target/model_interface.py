@@ -35,7 +35,7 @@ class PluginFailed(Exception):
         self.name, self.error = name, error
 
 
-def work(request: dict) -> dict:
+def work(request: dict[str, Any]) -> dict[str, Any]:
     # run in the launch's own environment (patchkit passes it whole); offline added: nothing downloaded
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:

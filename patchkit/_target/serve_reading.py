@@ -32,7 +32,7 @@ FIELDS = (
 )
 
 
-def readings(lines: list[dict]) -> dict:
+def readings(lines: list[dict[str, Any]]) -> dict[str, Any]:
     try:
         _force_cpu_platform_when_none()
         serve = importlib.import_module("vllm.entrypoints.cli.serve")
@@ -49,7 +49,9 @@ def _make_arg_parser() -> Any:
     return _first("make_arg_parser", *modules, "vllm.entrypoints.common.cli_args")
 
 
-def _read(serve: Any, make_arg_parser: Any, parser_class: type[argparse.ArgumentParser], line: dict) -> dict:
+def _read(
+    serve: Any, make_arg_parser: Any, parser_class: type[argparse.ArgumentParser], line: dict[str, Any]
+) -> dict[str, Any]:
     said = io.StringIO()
     try:
         with contextlib.redirect_stderr(said), contextlib.redirect_stdout(said):
@@ -76,7 +78,8 @@ def _plain(value: Any) -> Any:
 
 
 def _parser_class() -> type[argparse.ArgumentParser]:
-    return _first("FlexibleArgumentParser", "vllm.utils.argparse_utils", "vllm.utils")
+    found: type[argparse.ArgumentParser] = _first("FlexibleArgumentParser", "vllm.utils.argparse_utils", "vllm.utils")
+    return found
 
 
 def _first(name: str, *modules: str) -> Any:
@@ -104,7 +107,7 @@ def _force_cpu_platform_when_none() -> None:
         pass
 
 
-def work(request: dict) -> dict:
+def work(request: dict[str, Any]) -> dict[str, Any]:
     return readings(request["lines"])
 
 

@@ -29,7 +29,7 @@ KINDS = {
 }
 
 
-def describe(action: argparse.Action, parser: argparse.ArgumentParser) -> dict:
+def describe(action: argparse.Action, parser: argparse.ArgumentParser) -> dict[str, Any]:
     kind = next((name for cls, name in KINDS.items() if isinstance(action, cls)), "store")
     nargs = (
         0
@@ -72,13 +72,13 @@ NAMED_TYPES = {
 }
 
 
-def _value_rules(action: argparse.Action) -> dict:
+def _value_rules(action: argparse.Action) -> dict[str, Any]:
     """What the parser holds a value to: its type (`value_type`: int, float, str, json,
     human_readable_int, human_readable_int_or_auto, dict_or_str, dataclass; None: not known, not
     held), whether "" and "None" are None (vLLM's optional_type), the choices, a config dataclass's
     fields (it forbids others), and api_server's --lora-modules action with its LoRAModulePath fields."""
     converter, optional = _unwrapped(action.type)
-    rules: dict = {"value_type": _kind(converter), "optional": optional}
+    rules: dict[str, Any] = {"value_type": _kind(converter), "optional": optional}
     if action.choices is not None:
         rules["choices"] = json.loads(json.dumps(list(action.choices)))
     if rules["value_type"] == "dataclass":
@@ -131,11 +131,11 @@ def _lora_fields(action: argparse.Action) -> tuple[list[str], list[str]]:
     return [f.name for f in fields], required
 
 
-def actions(parser: argparse.ArgumentParser) -> list[dict]:
+def actions(parser: argparse.ArgumentParser) -> list[dict[str, Any]]:
     return [describe(a, parser) for a in parser._actions if not isinstance(a, argparse._SubParsersAction)]
 
 
-def parsers() -> dict:
+def parsers() -> dict[str, Any]:
     _force_cpu_platform_when_none()
     parser_class = _parser_class()
     make_arg_parser = _first(
@@ -160,7 +160,8 @@ def parsers() -> dict:
 
 
 def _parser_class() -> type[argparse.ArgumentParser]:
-    return _first("FlexibleArgumentParser", "vllm.utils.argparse_utils", "vllm.utils")
+    found: type[argparse.ArgumentParser] = _first("FlexibleArgumentParser", "vllm.utils.argparse_utils", "vllm.utils")
+    return found
 
 
 def _first(name: str, *modules: str) -> Any:
@@ -188,7 +189,7 @@ def _force_cpu_platform_when_none() -> None:
         pass
 
 
-def work(request: dict) -> dict:
+def work(request: dict[str, Any]) -> dict[str, Any]:
     return parsers()
 
 

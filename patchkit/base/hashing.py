@@ -136,7 +136,8 @@ _digests: dict[int, tuple[bytes, str | _Hashing]] = {}
 def stream_sha256(fh: BinaryIO) -> str:
     """The sha256 of what is left to read in an open binary file."""
     if hasattr(hashlib, "file_digest"):
-        return hashlib.file_digest(fh, "sha256").hexdigest()
+        found: str = hashlib.file_digest(fh, "sha256").hexdigest()  # 3.11+: unknown to mypy at 3.10
+        return found
     digest = hashlib.sha256()
     for chunk in iter(lambda: fh.read(1 << 20), b""):
         digest.update(chunk)

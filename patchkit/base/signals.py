@@ -221,7 +221,7 @@ def note(what: str) -> None:
 
 def interrupted_report() -> tuple[str, str | None]:
     """What an interrupt left, and the hint: truthful about whether this run's change is in place."""
-    report = getattr(_run, "report", None)
+    report: tuple[str, str | None] | None = getattr(_run, "report", None)  # note_report's
     if report:
         return report
     sets = getattr(_run, "sets", None)

@@ -25,7 +25,7 @@ else:
         return lambda decorated: decorated
 
 
-Getter = Callable[[Any], tuple]
+Getter = Callable[[Any], tuple[Any, ...]]
 
 # Per class, the getters of its compared, hashed and shown fields: made at the first use, not at import.
 _GETTERS: dict[type, tuple[Getter, Getter, tuple[str, ...]]] = {}

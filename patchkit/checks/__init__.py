@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from patchkit.base.enums import CheckLevel, CheckStatus
 from patchkit.base.values import FrozenValue, frozen
@@ -58,7 +58,7 @@ class CheckResult(FrozenValue):
             return CheckStatus.PASS if self.level != WARNING else CheckStatus.SKIPPED
         return CheckStatus.FAIL if self.failed else CheckStatus.WARNING
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         del data["excerpt"]  # the JSON document keeps its keys; the text report shows the excerpt
         return data

@@ -146,8 +146,8 @@ def version_keys(script: Path, versions: list[Version]) -> dict[Version, str]:
     return {version: f"said {key}" if isinstance(key, str) else own[version] for version, key in said.items()}
 
 
-def _said_version_keys(script: Path, asked: list[str]) -> dict | None:
-    """The script's {version: key}, remembered (sealed) under the set's scripts and the versions: a
+def _said_version_keys(script: Path, asked: list[str]) -> dict[str, object] | None:
+    """The script's {version: key} (its JSON: the caller takes the keys that are text), remembered (sealed) under the set's scripts and the versions: a
     pure function of them, so a warm `verify --all` starts no interpreter for it."""
     try:
         inputs = [

@@ -28,6 +28,7 @@ from __future__ import annotations
 import stat
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from patchkit.base.errors import TargetError
 from patchkit.base.fsutil import inside, judged_inside
@@ -35,6 +36,9 @@ from patchkit.checks import ERROR, WARNING, CheckResult
 from patchkit.tree.target import run_worker
 
 NAME = "bytecode"
+# one .pyc: a job for the worker (path, source, pyc, tag, optimize, legacy, name), a refusal (path, name,
+# refused), or a job with the worker's result for it (kind, mine, stale, action, attempt, error)
+Item = dict[str, Any]
 # a failure here is the tree's (a .pyc that could not be fixed, a symlink planted where bytecode
 # goes), never the series': the fix is the same after apply, revert and verify
 FIX = "remove what each line names (a .pyc file, or a symlink or special file where bytecode goes): Python then compiles the sources"
@@ -59,8 +63,8 @@ def _report(root: Path, paths: Iterable[str], python: str | None, *, fix: bool) 
     if not found:
         return [CheckResult(NAME, None, True, "no compiled bytecode for the changed files")]
     jobs = [item for item in found if "refused" not in item]
-    answer: dict = _run_worker(jobs, fix, python) if jobs else {"tag": "?", "results": []}
-    by_path: dict[str, list[dict]] = {}
+    answer: dict[str, Any] = _run_worker(jobs, fix, python) if jobs else {"tag": "?", "results": []}
+    by_path: dict[str, list[Item]] = {}
     for job, result in zip(jobs, answer["results"], strict=False):
         by_path.setdefault(job["path"], []).append({**job, **result})
     for item in found:
@@ -69,7 +73,7 @@ def _report(root: Path, paths: Iterable[str], python: str | None, *, fix: bool) 
     return [_summarize(path, items, answer["tag"], fix) for path, items in by_path.items()]
 
 
-def compiled_files(root: Path, path: str) -> list[dict]:
+def compiled_files(root: Path, path: str) -> list[Item]:
     """The .pyc files of one source: every interpreter's in __pycache__, and a legacy one beside it.
     One that may not be touched (see the module's doc) is an item with a "refused" reason instead."""
     source = root / path
@@ -89,14 +93,14 @@ def compiled_files(root: Path, path: str) -> list[dict]:
     return found + _legacy(path, source)
 
 
-def _legacy(path: str, source: Path) -> list[dict]:
+def _legacy(path: str, source: Path) -> list[Item]:
     legacy = source.with_suffix(".pyc")
     if legacy.is_symlink() or legacy.is_file():
         return [_checked(_job(path, source, legacy, None, 0, legacy=True))]
     return []
 
 
-def _checked(job: dict) -> dict:
+def _checked(job: Item) -> Item:
     """The job, or a refusal when its .pyc is a symlink or not a regular file."""
     try:
         mode = Path(job["pyc"]).lstat().st_mode
@@ -109,11 +113,11 @@ def _checked(job: dict) -> dict:
     return job
 
 
-def _refused(path: str, name: str, why: str) -> dict:
+def _refused(path: str, name: str, why: str) -> Item:
     return {"path": path, "name": name, "refused": why}
 
 
-def _job(path: str, source: Path, pyc: Path, tag: str | None, optimize: int, *, legacy: bool) -> dict:
+def _job(path: str, source: Path, pyc: Path, tag: str | None, optimize: int, *, legacy: bool) -> Item:
     return {
         "path": path,
         "source": str(source),
@@ -125,7 +129,7 @@ def _job(path: str, source: Path, pyc: Path, tag: str | None, optimize: int, *, 
     }
 
 
-def _summarize(path: str, items: list[dict], tag: str, fix: bool) -> CheckResult:
+def _summarize(path: str, items: list[Item], tag: str, fix: bool) -> CheckResult:
     notes, level, ok = [], None, True
     for item in items:
         note, severity = _describe(item, tag, fix)
@@ -137,7 +141,7 @@ def _summarize(path: str, items: list[dict], tag: str, fix: bool) -> CheckResult
     return CheckResult(NAME, path, ok, "; ".join(notes), level or ERROR)
 
 
-def _describe(item: dict, tag: str, fix: bool) -> tuple[str, str | None]:
+def _describe(item: Item, tag: str, fix: bool) -> tuple[str, str | None]:
     """What one pyc is and what was (or would have to be) done; severity None when fine."""
     if "refused" in item:
         return f"{item['refused']}: not followed, so not checked or changed; remove it", ERROR
@@ -174,7 +178,7 @@ def _describe(item: dict, tag: str, fix: bool) -> tuple[str, str | None]:
     return f"{kind}: Python rejects it and compiles the source", None
 
 
-def _why_removed(item: dict) -> str:
+def _why_removed(item: Item) -> str:
     if not Path(item["source"]).is_file():
         return "its source is gone"
     if item["legacy"]:
@@ -184,7 +188,7 @@ def _why_removed(item: dict) -> str:
     return "stale"
 
 
-def _run_worker(jobs: list[dict], fix: bool, python: str | None) -> dict:
+def _run_worker(jobs: list[Item], fix: bool, python: str | None) -> dict[str, Any]:
     request = {"jobs": [{k: v for k, v in job.items() if k != "path"} for job in jobs], "fix": fix}
     try:
         return run_worker(python, "bytecode", request, timeout=300)
@@ -192,7 +196,7 @@ def _run_worker(jobs: list[dict], fix: bool, python: str | None) -> dict:
         return _all_failed(jobs, exc.message)
 
 
-def _all_failed(jobs: list[dict], why: str) -> dict:
+def _all_failed(jobs: list[Item], why: str) -> dict[str, Any]:
     return {
         "tag": "?",
         "results": [

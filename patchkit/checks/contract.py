@@ -443,7 +443,7 @@ def check_guarded_read(req: Requirement, module: Module) -> Verdict:
     return True, f"{len(reads)} read(s) of {subject}, each closed to a {target.cls} target"
 
 
-def _enclosing(node: ast.AST, parents: dict) -> str:
+def _enclosing(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> str:
     names = []
     while node in parents:
         node = parents[node]
@@ -452,7 +452,7 @@ def _enclosing(node: ast.AST, parents: dict) -> str:
     return ".".join(reversed(names)) or "the module"
 
 
-def _guarded(read: ast.Attribute, parents: dict, target: Target) -> bool:
+def _guarded(read: ast.Attribute, parents: dict[ast.AST, ast.AST], target: Target) -> bool:
     obj = ast.unparse(read.value)
     child: ast.AST = read
     while child in parents:

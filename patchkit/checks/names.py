@@ -43,7 +43,9 @@ class Finding(FrozenValue):
     """One pyflakes message on a file, kept as plain values (the cache stores them)."""
 
     kind: str  # the pyflakes message class name
-    args: tuple  # its arguments without line numbers: what identifies it across line shifts
+    args: tuple[
+        str | int | float | bool | None, ...
+    ]  # its arguments without line numbers: what identifies it across line shifts
     line: int
     text: str
     doubt: str | None = None  # why an undefined name may be a false alarm: then only a warning

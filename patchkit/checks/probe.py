@@ -14,6 +14,7 @@ from __future__ import annotations
 import signal
 import time
 from pathlib import Path
+from typing import Any
 
 from patchkit.base.enums import CheckLevel
 from patchkit.base.locks import seconds_from_env
@@ -64,7 +65,9 @@ class ProbeCheck:
     def skipped(self, reason: str) -> CheckResult:
         return CheckResult(self.name, None, True, reason, WARNING)
 
-    def results(self, report: dict, modules: dict[str, str], python: str, elapsed: float) -> list[CheckResult]:
+    def results(
+        self, report: dict[str, Any], modules: dict[str, str], python: str, elapsed: float
+    ) -> list[CheckResult]:
         vllm = report["vllm"]
         if not vllm["ok"]:
             error = str(vllm["error"])
@@ -110,7 +113,7 @@ CHECK = ProbeCheck()
 IMPORTED_ELSEWHERE = "ImportedElsewhere: "  # the worker's error for a module, or vllm.__path__, not the tree's
 
 
-def probe_request(ctx: CheckContext, modules: dict[str, str], script: Path | None) -> dict:
+def probe_request(ctx: CheckContext, modules: dict[str, str], script: Path | None) -> dict[str, Any]:
     """What the worker is asked: the set's probe gets the release the target is judged as
     (version.release_version), so that it needs no version rule of its own."""
     assert ctx.root is not None
@@ -123,7 +126,7 @@ def probe_request(ctx: CheckContext, modules: dict[str, str], script: Path | Non
     }
 
 
-def _level(outcome: dict) -> CheckLevel:
+def _level(outcome: dict[str, Any]) -> CheckLevel:
     return ERROR if outcome.get("patch_fault") else WARNING
 
 
@@ -162,7 +165,9 @@ class ProbeProblem(FrozenValue):
     patch_fault: bool = False
 
 
-def run_import_probe(python: str, request: dict, timeout: float) -> tuple[dict, ProbeProblem | None]:
+def run_import_probe(
+    python: str, request: dict[str, Any], timeout: float
+) -> tuple[dict[str, Any], ProbeProblem | None]:
     """Run patchkit/_target/import_probe.py in `python`: (its report, None), or (partial report, why
     it gave no full one). Its own session, from /, killed with its children at the timeout."""
     try:
@@ -183,7 +188,7 @@ def run_import_probe(python: str, request: dict, timeout: float) -> tuple[dict, 
     return report, None
 
 
-def ended(report: dict, request: dict, how: str) -> ProbeProblem:
+def ended(report: dict[str, Any], request: dict[str, Any], how: str) -> ProbeProblem:
     """The probe's process ended by itself: a patched module's import (or the set's probe script) that
     does so is the patches' fault; during `import vllm` it is the environment's, as any failure there."""
     module = report.get("module")

@@ -80,13 +80,13 @@ def excerpt(data: bytes, error: str) -> str:
     number = int(found.group(1))
     source = lines[number - 1].rstrip()
     tree = parsed(data, "")
-    column = getattr(tree, "offset", None) if getattr(tree, "lineno", None) == number else None
+    column: int | None = getattr(tree, "offset", None) if getattr(tree, "lineno", None) == number else None
     if not column or column > len(source) + 1:
         return source
     return source + "\n" + " " * (column - 1) + "^"
 
 
-def _lasting(interpreter: tuple) -> list:
+def _lasting(interpreter: Interpreter) -> list[str | int | None]:
     """An interpreter's identity beyond this process: this one's file and version for (None,)."""
     if interpreter == (None,):
         return [sys.executable, sys.hexversion, sys.implementation.cache_tag]
@@ -100,10 +100,12 @@ def _judge(sources: dict[str, bytes], python: str | None) -> dict[str, str]:
     return run_worker(python, "compile_sources", {"sources": texts}, timeout=120, doing=" to compile the patched files")
 
 
-_JUDGED: dict[tuple[tuple, str], str | None] = {}  # (interpreter, sha256) -> its error, None: compiles
+# this process's compiler (None,), or an interpreter's path, inode and mtime (ns)
+Interpreter = tuple[None] | tuple[str, int, int]
+_JUDGED: dict[tuple[Interpreter, str], str | None] = {}  # (interpreter, sha256) -> its error, None: compiles
 
 
-def _interpreter(python: str | None) -> tuple | None:
+def _interpreter(python: str | None) -> Interpreter | None:
     """Names the compiler: this process's (None), or the interpreter's path and its file as it is now
     (a replaced one is another). None when that file does not name it: a script (`#!`, a wrapper
     that may start another Python each time), not a regular file, or unreadable."""

@@ -459,7 +459,7 @@ def _exit_code(result: CommandResult | None, run: Run) -> int:
     """A command's result: None (nothing to say: ok), or anything with an `outcome` and maybe an `error`."""
     if result is None:
         return OK
-    error = getattr(result, "error", None)
+    error: PatchkitError | None = getattr(result, "error", None)  # a result's error is a PatchkitError
     if error is None:
         return exit_code_for(result.outcome)
     if getattr(result, "shown", False):  # printed among the result's findings: for the JSON document only

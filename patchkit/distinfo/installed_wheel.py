@@ -387,7 +387,7 @@ def not_the_series_output(root: Path, read: Callable[[Path], bytes | None], set_
         patches = found.patches()
     except PatchkitError:
         return []
-    there = lambda path: read(root / path)  # noqa: E731
+    there: Callable[[str], bytes | None] = lambda path: read(root / path)  # noqa: E731
     unlike = []
     for path, shas in sorted(found.files.items()):
         data = there(path)

@@ -29,6 +29,7 @@ import re
 import stat
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from patchkit.base import fsutil
 from patchkit.base.errors import BadInput
@@ -91,7 +92,7 @@ class Provenance:
         patches = tuple(p for s in placed for p in s.patches)
         return Provenance(patchkit, vllm_version, label, None, patches, files, sets=placed)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         if self.sets:
             return {
                 "schema_version": SEVERAL_SETS_SCHEMA,
@@ -111,7 +112,7 @@ class Provenance:
             "files": self._files_json(),
         }
 
-    def _files_json(self) -> dict:
+    def _files_json(self) -> dict[str, dict[str, str | None]]:
         return {
             path: {"stock_sha256": f.stock_sha256, "patched_sha256": f.patched_sha256}
             for path, f in sorted(self.files.items())
@@ -143,7 +144,7 @@ class Provenance:
         return [parse_patch(self.patch_text(p.name, p.folder), p.name) for p in self.patches]
 
 
-def _patches_json(patches: tuple[PatchRecord, ...]) -> list[dict]:
+def _patches_json(patches: tuple[PatchRecord, ...]) -> list[dict[str, str]]:
     return [{"name": p.name, "sha256": p.sha256} for p in patches]
 
 
@@ -201,7 +202,7 @@ def _validated(data: object, dist_info: Path) -> Provenance:
     )
 
 
-def _validated_sets(data: dict, dist_info: Path) -> Provenance:
+def _validated_sets(data: dict[str, Any], dist_info: Path) -> Provenance:
     """A wheel of several sets' record (schema_version 2): each set a name and its patches."""
     if set(data) != _SEVERAL_KEYS or type(data["schema_version"]) is not int:
         raise ValueError(f"not a patchkit provenance record of several sets (keys {sorted(_SEVERAL_KEYS)} expected)")
@@ -225,7 +226,7 @@ def _validated_sets(data: dict, dist_info: Path) -> Provenance:
     return replace(found, dist_info=dist_info)
 
 
-def _text(data: dict, key: str) -> str:
+def _text(data: dict[str, Any], key: str) -> str:
     value = data[key]
     if not isinstance(value, str) or not value or len(value) > 200:
         raise ValueError(f"{key} is not a short string")

@@ -36,7 +36,7 @@ from patchkit.base.patterns import LazyPattern
 from patchkit.distinfo.entry_points import metadata_directories, parse_entry_points
 from patchkit.store.objects import read_object
 from patchkit.store.state import META_DIR, State, read_state, state_path
-from patchkit.tree.target import Target, names_of, startup_prefix, vllm_metadata_dirs
+from patchkit.tree.target import Target, launch_prefix, names_of, vllm_metadata_dirs
 
 DISTRIBUTION = "patchkit-guard"
 MODULE = "patchkit_guard.py"
@@ -126,7 +126,8 @@ def installed_vllm_version(root: Path) -> str | None:
     """The vLLM version the guard reads (vllm-*.dist-info/METADATA; None: none, or several), or a
     TargetError naming the file when it cannot be read: a tree problem, never patchkit's bug."""
     try:
-        return _target_guard().installed_vllm_version(str(root))
+        version: str | None = _target_guard().installed_vllm_version(str(root))  # its signature, through ModuleType
+        return version
     except (_target_guard().TreeChanged, OSError) as exc:
         raise TargetError(
             f"the launch guard cannot read vLLM's version: {exc}",
@@ -381,8 +382,9 @@ def launch_verdict(root: Path, state: State | None = None, prefix: str | None = 
     `prefix`: the launch's pycache prefix (None: this process's, "": none), where its bytecode is judged;
     `never`: the launch's Python runs with --check-hash-based-pycs never (status: the default mode)."""
     declared, unreadable = _declared(root)
+    verdict: type[Verdict] = _target_guard().Verdict  # the guard's class, seen through ModuleType
     if unreadable or not (declared and (root / MODULE).is_file()):
-        return _target_guard().Verdict(unreadable)
+        return verdict(unreadable)
     prefix = launch_prefix(root) if prefix is None else prefix
     unknown = _unknown_module(root, state)
     closed = ", ".join(f"{path} ({stat.S_IMODE(mode):04o})" for path, mode in unreadable_by_others(root, state))
@@ -391,8 +393,8 @@ def launch_verdict(root: Path, state: State | None = None, prefix: str | None = 
         found = _target_guard().judge(str(root), launch_tags(root), prefix, launch_extensions(root), never)
         named = _prefixed_as_named(root, prefix, found.problems, never) + own_stale_bytecode(root, prefix, never)
     except Exception as exc:  # what check() catches and refuses for (guard.check): a refusal all the same
-        return _target_guard().Verdict([*unknown, *hidden, str(exc)])
-    return _target_guard().Verdict(unknown + hidden + found.problems + named, found.stock_again, found.whole)
+        return verdict([*unknown, *hidden, str(exc)])
+    return verdict(unknown + hidden + found.problems + named, found.stock_again, found.whole)
 
 
 def own_stale_bytecode(root: Path, prefix: str, never: bool = False) -> list[str]:
@@ -404,13 +406,6 @@ def own_stale_bytecode(root: Path, prefix: str, never: bool = False) -> list[str
             # a file at the top of site-packages: no directory before its __pycache__
             found.append(said[1:] if said.startswith("/__pycache__/") else said)
     return list(dict.fromkeys(found))
-
-
-def launch_prefix(root: Path) -> str:
-    """The pycache prefix a launch of `root` from this environment reads bytecode under ("": none):
-    the one its interpreter's start-up sets (a .pth line, sitecustomize), else this process's."""
-    found = startup_prefix(root)
-    return (sys.pycache_prefix or "") if found is None else found
 
 
 def _prefixed_as_named(root: Path, prefix: str | None, said: list[str], never: bool = False) -> list[str]:

@@ -7,7 +7,7 @@ import shlex
 import stat
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from packaging.version import InvalidVersion, Version
 
@@ -433,7 +433,7 @@ def _inspect(resolved: Resolved, *, check_upstream: bool, import_probe: bool, ve
     )
 
 
-def _reinstalled_note(files: list[str], fields: dict) -> list[str]:
+def _reinstalled_note(files: list[str], fields: dict[str, Any]) -> list[str]:
     """The set's recorded files pip wrote since its apply, where the guard does not say so itself
     (none installed): no edit, and apply records them afresh."""
     if not files or any(problem.endswith(PIP_WROTE) or PIP_WROTE_ALL in problem for problem in fields["guard"]):
@@ -567,7 +567,7 @@ def stale_grouped(stale: dict[str, str]) -> list[tuple[list[str], str]]:
     return [(names, note) for note, names in by_note.items()]
 
 
-def _guard_fields(root: Path, set_name: str, state: State | None, *, stale: bool = False) -> dict:
+def _guard_fields(root: Path, set_name: str, state: State | None, *, stale: bool = False) -> dict[str, Any]:
     """What the installed guard refuses, its notes, and the fix when another set's record (in
     `state`, None: not asked) is what it refuses. The recorded sets (the library loaded again)
     only where a fix names them: a refusal, a guard gone, a `stale` record."""

@@ -55,7 +55,6 @@ from patchkit.engine.guard import (
     install_changes,
     installed_vllm_version,
     is_site_packages,
-    launch_prefix,
     launch_tags,
     make_readable,
     other_build,
@@ -130,7 +129,7 @@ from patchkit.store.state import (
     state_path,
 )
 from patchkit.tree.modules import hanging_modules
-from patchkit.tree.target import Target, checkout_restore, stock_files_command
+from patchkit.tree.target import Target, checkout_restore, launch_prefix, stock_files_command
 from patchkit.tree.version import detect
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -266,7 +265,7 @@ class _Applying:
     guard_installed: bool = False  # this apply wrote the launch guard
     guard_was: tuple[str, bool] | None = None  # the other patchkit build whose guard it replaced (other_build)
     guard_replaced: list[str] = field(default_factory=list)  # guard files patchkit did not write, replaced
-    guard_removed: dict = field(default_factory=dict)  # the guard's removal (--no-guard)
+    guard_removed: Changes = field(default_factory=dict)  # the guard's removal (--no-guard)
     state: State = field(default_factory=lambda: State([]))  # the tree's record, read once (see run)
     made_readable: list[str] = field(default_factory=list)  # files an older patchkit left 0600, opened
     chosen: tuple[str, ...] = ()  # the sets this run sets out to apply (the record remembers them)
@@ -1772,7 +1771,7 @@ def _unrecorded_guard_removed(root: Path, changes: dict[str, tuple[bytes | None,
     return [f"removed {whose} launch guard's dist-info ({', '.join(infos)}): no record named it{kept}"]
 
 
-def _fix_guard_bytecode(target: Target, removed: dict) -> list[CheckResult]:
+def _fix_guard_bytecode(target: Target, removed: Changes) -> list[CheckResult]:
     """The guard's .pyc goes with its source (and the __pycache__/ that held only it). Only a .pyc
     that could not be removed is reported: the guard is no file of the series."""
     if not removed:

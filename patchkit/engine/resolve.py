@@ -383,7 +383,8 @@ def _installed_wheel(root: Path) -> Provenance | None:
     only for a tree that has a provenance file."""
     if not has_provenance(root):
         return None
-    return installed_wheel_reader().find(root)
+    found: Provenance | None = installed_wheel_reader().find(root)  # its signature, through ModuleType
+    return found
 
 
 def require_patches(resolved: Resolved) -> list[Patch]:

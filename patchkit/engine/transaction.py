@@ -70,7 +70,15 @@ from patchkit.base.values import FrozenValue, Value, frozen
 from patchkit.distinfo.record import listings
 from patchkit.engine.guard import guard_files
 from patchkit.store import journal as store_journal
-from patchkit.store.journal import UNSETTLED, journal_path, journal_refusal, settled_record, staged_name
+from patchkit.store.journal import (
+    UNSETTLED,
+    Journal,
+    JournalEntry,
+    journal_path,
+    journal_refusal,
+    settled_record,
+    staged_name,
+)
 from patchkit.store.objects import objects_dir, prune_objects, read_object, save_original, take_object
 from patchkit.store.saved import Aside, remove_if_empty
 from patchkit.store.state import (
@@ -318,7 +326,7 @@ def commit(root: Path, writes: list[FileWrite], new_state: State) -> dict[str, t
 
 
 def _committed_or_rolled_back(
-    root: Path, writes: list[FileWrite], journal: dict, new_state: State, had_previous: bool
+    root: Path, writes: list[FileWrite], journal: Journal, new_state: State, had_previous: bool
 ) -> dict[str, tuple[Landed, bytes]]:
     committed = False
     try:
@@ -351,7 +359,7 @@ def _no_space_hint(root: Path, writes: list[FileWrite]) -> str:
     return f"it needs about {size_said(need)} free on the device holding {root}: make room, then run the same command again"
 
 
-def _journal(root: Path, writes: list[FileWrite], previous: bytes | None) -> dict:
+def _journal(root: Path, writes: list[FileWrite], previous: bytes | None) -> Journal:
     """The journal of a commit: each write's entry, and the record it starts from."""
     txid = store_journal.new_id()
     emptied = _emptied_directories(root, writes)
@@ -359,7 +367,7 @@ def _journal(root: Path, writes: list[FileWrite], previous: bytes | None) -> dic
     return {"id": txid, "previous_state": previous.decode() if previous else None, "files": entries}
 
 
-def _write_files(root: Path, writes: list[FileWrite], journal: dict) -> dict[str, tuple[Landed, bytes]]:
+def _write_files(root: Path, writes: list[FileWrite], journal: Journal) -> dict[str, tuple[Landed, bytes]]:
     """Save every original and stage every new content, mark it so, then replace the files (see _landed)."""
     entries = journal["files"]
     written = {
@@ -377,14 +385,14 @@ def _write_files(root: Path, writes: list[FileWrite], journal: dict) -> dict[str
     return _landed(root, written)
 
 
-def _roll_back_failed_commit(root: Path, journal: dict, writes: list[FileWrite], cause: BaseException) -> None:
+def _roll_back_failed_commit(root: Path, journal: Journal, writes: list[FileWrite], cause: BaseException) -> None:
     with signals.deferred():  # a second Ctrl-C cannot cut the rollback: it acts once it ends
         _rollback_or_keep_journal(root, journal, _in_memory(writes), cause)
         signals.note(signals.ROLLED_BACK)
         _forget_objects(root, journal)
 
 
-def _rollback_or_keep_journal(root: Path, journal: dict, originals: dict[str, bytes], cause: BaseException) -> None:
+def _rollback_or_keep_journal(root: Path, journal: Journal, originals: dict[str, bytes], cause: BaseException) -> None:
     """Roll back a failed commit; when even that fails (the disk, the machine), keep the journal
     for the next command and say so (exit 4), never a traceback."""
     try:
@@ -413,7 +421,7 @@ def _landed(root: Path, written: dict[str, tuple[Origin, bytes]]) -> dict[str, t
     return landed
 
 
-def _forget_objects(root: Path, journal: dict) -> None:
+def _forget_objects(root: Path, journal: Journal) -> None:
     """After a failed commit's rollback: the originals it saved that the state before does not
     name are removed (a hard-linked one would stay a second link to a tree file until the next
     commit pruned it). Best effort: the rollback has restored the tree already."""
@@ -469,7 +477,7 @@ def _recover(root: Path, unsealed: Unsealed = Unsealed.REFUSE) -> tuple[str | No
     return said + undoing.aside.said(), state
 
 
-def _roll_back_interrupted(root: Path, journal: dict, evidence: _Evidence) -> _Undoing:
+def _roll_back_interrupted(root: Path, journal: Journal, evidence: _Evidence) -> _Undoing:
     needed = _needed_originals(root, journal, evidence.written)
     try:
         with signals.deferred():  # a second Ctrl-C cannot cut it: it ends, then the signal acts
@@ -478,7 +486,7 @@ def _roll_back_interrupted(root: Path, journal: dict, evidence: _Evidence) -> _U
         raise _unfinished_rollback(root, exc) from exc
 
 
-def _discard(root: Path, journal: dict) -> str:
+def _discard(root: Path, journal: Journal) -> str:
     """The user's `recover --discard`: the journal, its marker and its staged files (patchkit's own
     temp names) removed; every file and state.json stay as they are. Returns the journal's id."""
     try:
@@ -488,10 +496,11 @@ def _discard(root: Path, journal: dict) -> str:
         store_journal.end(root, tick=_tick)
     except OSError as exc:
         raise _unfinished_rollback(root, exc) from exc
-    return journal["id"]
+    txid: str = journal["id"]  # text: read_journal checked it
+    return txid
 
 
-def _unsealed_refusal(root: Path, journal: dict) -> BadInput:
+def _unsealed_refusal(root: Path, journal: Journal) -> BadInput:
     """A marker whose seal does not verify: nothing shows that this user's patchkit wrote the
     journal for this tree, so nothing is touched, and the user is told why and how to go on."""
     paths = [entry["path"] for entry in journal["files"]]
@@ -533,7 +542,7 @@ def _some(paths: list[str]) -> str:
     return ", ".join(paths[:5]) + (f" and {len(paths) - 5} more" if len(paths) > 5 else "")
 
 
-def _evidence(root: Path, journal: dict) -> _Evidence:
+def _evidence(root: Path, journal: Journal) -> _Evidence:
     """What the tree shows the interrupted commit did (see _Evidence). The marker is written once
     every original is saved and every content staged, and the replaces run in the journal's
     order: the files before the first one still staged were replaced or deleted. Without the
@@ -552,7 +561,7 @@ def _evidence(root: Path, journal: dict) -> _Evidence:
     return _Evidence(frozenset(e["path"] for e in files[:reached]), identities, sealed, frozenset(theirs))
 
 
-def _undecided(root: Path, paths: list[str], journal: dict) -> BadInput:
+def _undecided(root: Path, paths: list[str], journal: Journal) -> BadInput:
     """Recovery whose originals for these files cannot go back (damaged or gone) stops: the
     journal and the saved originals stay, the files are named, and so are the ways on. A journal
     is read back from the tree and may be none of patchkit's: no file is deleted on its word alone,
@@ -565,7 +574,7 @@ def _undecided(root: Path, paths: list[str], journal: dict) -> BadInput:
     return BadInput(said, hint=_undecided_hint(root, paths, journal))
 
 
-def _undecided_hint(root: Path, paths: list[str], journal: dict) -> str:
+def _undecided_hint(root: Path, paths: list[str], journal: Journal) -> str:
     """What patchkit will and will not do with the files, and the commands that go on safely: the
     journal removed (every file stays as it is), or vLLM's stock files back, then recover."""
     created = {entry["path"] for entry in journal["files"] if entry["before"] is None}
@@ -583,7 +592,7 @@ def _undecided_hint(root: Path, paths: list[str], journal: dict) -> str:
     )
 
 
-def _kept_by_the_record(root: Path, journal: dict) -> set[str]:
+def _kept_by_the_record(root: Path, journal: Journal) -> set[str]:
     """The created files whose bytes the record the rollback returns to keeps, intact, as the saved
     original of a file its patches delete: what a revert put back, vLLM's own files among them (a
     release diff deletes some). Removing them again loses no byte: the next revert restores them."""
@@ -605,7 +614,7 @@ def _kept_by_the_record(root: Path, journal: dict) -> set[str]:
     return kept
 
 
-def _checked_journal(root: Path) -> dict | None:
+def _checked_journal(root: Path) -> Journal | None:
     """The journal (store.journal checks its fields), held to the tree before recovery acts on it:
     its paths pass preflight, the guard's files get back only this patchkit's bytes, and no
     original returns into a directory its commit did not remove."""
@@ -627,7 +636,7 @@ def _checked_journal(root: Path) -> dict | None:
     return journal
 
 
-def _unrestorable_directory(root: Path, entry: dict) -> str | None:
+def _unrestorable_directory(root: Path, entry: JournalEntry) -> str | None:
     """Why an original may not come back (None: it may): it returns into its directory, or into one
     the journal says this very commit emptied and removed, inside a package that is still there
     (or the guard's dist-info, whose files get back only patchkit's own bytes). Never a new package."""
@@ -651,7 +660,7 @@ def _guard_original(path: str, digest: str) -> str | None:
     return digest if own is not None and sha256(own) == digest else None
 
 
-def _needed_originals(root: Path, journal: dict, written: frozenset[str]) -> dict[str, bytes]:
+def _needed_originals(root: Path, journal: Journal, written: frozenset[str]) -> dict[str, bytes]:
     """Every original the rollback will put back, read and checked by sha256 before it starts; no
     other (a file it keeps needs none, so a lost original of one stops nothing). One that cannot
     be read stops recovery before it touches a file (_undecided)."""
@@ -782,7 +791,7 @@ def _lstat(root: Path, rel: str) -> os.stat_result | None:
         raise TargetError(f"cannot look at {root / rel}: {exc.strerror}") from None
 
 
-def _journal_entry(root: Path, w: FileWrite, txid: str, emptied: set[str]) -> dict:
+def _journal_entry(root: Path, w: FileWrite, txid: str, emptied: set[str]) -> JournalEntry:
     full = root / w.path
     ancestors = w.path.split("/")[:-1]
     return {
@@ -825,7 +834,7 @@ def _emptied_directories(root: Path, writes: list[FileWrite]) -> set[str]:
     return {d for d in candidates if emptied(d)}
 
 
-def _stage(root: Path, w: FileWrite, entry: dict) -> Origin | None:
+def _stage(root: Path, w: FileWrite, entry: JournalEntry) -> Origin | None:
     """Save the original and stage the new content beside its file (the file written, if any). No
     target file changes."""
     if w.before is not None:
@@ -839,9 +848,9 @@ def _stage(root: Path, w: FileWrite, entry: dict) -> Origin | None:
     return _write_file(root / entry["staged"], w.after, entry["mode"] if w.mode is None else w.mode)
 
 
-def _install(root: Path, entry: dict) -> Path:
+def _install(root: Path, entry: JournalEntry) -> Path:
     """Replace (or delete) the file; the directory whose entries changed."""
-    full = root / entry["path"]
+    full: Path = root / entry["path"]
     _faults.tick()
     if entry["after"] is None:
         full.unlink()
@@ -851,7 +860,7 @@ def _install(root: Path, entry: dict) -> Path:
 
 
 def _rollback(
-    root: Path, journal: dict, originals: dict[str, bytes] | None = None, evidence: _Evidence | None = None
+    root: Path, journal: Journal, originals: dict[str, bytes] | None = None, evidence: _Evidence | None = None
 ) -> _Undoing:
     """Undo the journal's writes, needing no new space: each saved original goes back by a rename
     (see _put_back). `originals` (digest -> bytes, checked) are the fallback when one cannot be
@@ -914,20 +923,20 @@ class _Undoing:
         self.aside = Aside(self.root)
 
     @classmethod
-    def of(cls, root: Path, journal: dict, originals: dict[str, bytes], evidence: _Evidence | None) -> _Undoing:
+    def of(cls, root: Path, journal: Journal, originals: dict[str, bytes], evidence: _Evidence | None) -> _Undoing:
         files = journal.get("files", [])
         to_restore = [e for e in files if e["before"] is not None and file_sha(root, e["path"]) != e["before"]]
         keep = store_journal.previous_state(root, journal).referenced_objects()
         return cls(root, originals, evidence, Counter(e["before"] for e in to_restore), keep)
 
-    def ours(self, entry: dict, current: str | None) -> bool:
+    def ours(self, entry: JournalEntry, current: str | None) -> bool:
         """Whether the file is what this transaction wrote there."""
         path, evidence = entry["path"], self.evidence
         return current == entry["after"] and (
             evidence is None or (path in evidence.written and path not in evidence.theirs)
         )
 
-    def set_aside(self, entry: dict, *, move: bool) -> None:
+    def set_aside(self, entry: JournalEntry, *, move: bool) -> None:
         """A file the rollback replaces or removes is kept aside first, unless it is the one staged
         or holds this patchkit's own guard bytes for its path (any apply writes them again)."""
         path = entry["path"]
@@ -938,7 +947,7 @@ class _Undoing:
             _faults.tick()
             self.aside.keep(path, move=move)
 
-    def undo(self, entry: dict) -> None:
+    def undo(self, entry: JournalEntry) -> None:
         if entry.get("staged"):  # first: a created directory holding it could not be removed
             _faults.tick()
             (self.root / entry["staged"]).unlink(missing_ok=True)
@@ -952,7 +961,7 @@ class _Undoing:
         elif current != entry["before"]:
             self.put_original_back(entry)
 
-    def remove_created(self, entry: dict, *, present: bool) -> None:
+    def remove_created(self, entry: JournalEntry, *, present: bool) -> None:
         full = self.root / entry["path"]
         if present:
             self.set_aside(entry, move=True)
@@ -964,7 +973,7 @@ class _Undoing:
             with suppress(OSError):
                 (self.root / rel).rmdir()
 
-    def put_original_back(self, entry: dict) -> None:
+    def put_original_back(self, entry: JournalEntry) -> None:
         for rel in entry.get("removed_dirs", []):
             _faults.tick()
             make_readable_dir(self.root / rel)
@@ -978,7 +987,7 @@ class _Undoing:
         self.changed.add((self.root / entry["path"]).parent)
 
 
-def _put_back(root: Path, entry: dict, originals: dict[str, bytes], *, consume: bool) -> None:
+def _put_back(root: Path, entry: JournalEntry, originals: dict[str, bytes], *, consume: bool) -> None:
     """The original of entry's file back in place: its object renamed there when this is its last
     use (no byte written, so a full disk cannot stop it), else a new file of its bytes."""
     full, digest = root / entry["path"], entry["before"]

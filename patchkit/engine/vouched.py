@@ -11,7 +11,7 @@ held to vllm/ when it is parsed (store.state), as no --patch file changes anythi
 from __future__ import annotations
 
 import shlex
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
@@ -166,7 +166,7 @@ def not_made_by_the_series(root: Path, entry: Entry, known: Sequence[Patch] = ()
     if not recorded or any(key not in at_hand for key in recorded):
         return []
     series = [at_hand[key] for key in dict.fromkeys(recorded)]
-    there = lambda path: read_file(root / path, follow_symlinks=False)  # noqa: E731
+    there: Callable[[str], bytes | None] = lambda path: read_file(root / path, follow_symlinks=False)  # noqa: E731
     unmade = []
     for path, shas in sorted(entry.files.items()):
         try:

@@ -110,7 +110,8 @@ def _checked_state(raw: bytes, ver: str) -> State | None:
         _remember_sound(known, sealed)
     if not sealed:
         data["seal"] = None  # saved again, it stays unsealed: a save never vouches for what it read
-    return data
+    checked: State = data  # _shape_problem passed (these very bytes, or now)
+    return checked
 
 
 # release.json's bytes (sha256), version and seal key -> sealed, for bytes that passed _checked_state:

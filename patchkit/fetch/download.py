@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from patchkit.base.errors import FetchError
-from patchkit.fetch.cache import NO_SPACE, cache_write_error, remove_entry
+from patchkit.base.fsutil import NO_SPACE
+from patchkit.fetch.cache import cache_write_error, remove_entry
 from patchkit.fetch.net import Progress, redact
 
 Transferred = Callable[[int, int], None]  # (bytes so far, total or 0): a progress bar's feed

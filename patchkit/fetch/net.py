@@ -123,7 +123,9 @@ def _session_class(base: type[requests.Session], pip_cert: str | None) -> type[r
         ) -> _Settings:
             if verify is None and pip_cert:
                 verify = pip_cert
-            return super().merge_environment_settings(url, proxies, stream, verify, cert)
+            # super(): `base`, typed as a Session but seen as Any through the ignore above
+            settings: _Settings = super().merge_environment_settings(url, proxies, stream, verify, cert)
+            return settings
 
     return _Session
 

@@ -158,7 +158,7 @@ def _pip_commands() -> list[list[str]]:
     return cmds
 
 
-_CACHE: dict[tuple, PipSettings] = {}
+_CACHE: dict[tuple[str, tuple[tuple[str, str], ...]], PipSettings] = {}
 _WATCHED = ("HOME", "XDG_CONFIG_HOME", "XDG_CONFIG_DIRS", "VIRTUAL_ENV", "APPDATA")  # where pip looks for its files
 MAX_CONFIG_BYTES = 1 << 20
 
@@ -167,7 +167,7 @@ def _watched_environ() -> tuple[tuple[str, str], ...]:
     return tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("PIP_") or k in _WATCHED))
 
 
-def _cache_key() -> tuple:
+def _cache_key() -> tuple[str, tuple[tuple[str, str], ...]]:
     return (sys.executable, _watched_environ())
 
 

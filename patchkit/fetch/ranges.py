@@ -82,7 +82,8 @@ class RemoteWheel:
         self.tail_start = max(0, self.size - TAIL_BYTES) if self.start_dir >= self.size - TAIL_BYTES else self.size
 
     def infolist(self) -> list[zipfile.ZipInfo]:
-        return self.zf.infolist()
+        infos: list[zipfile.ZipInfo] = self.zf.infolist()  # remotezip's ZipFile, untyped
+        return infos
 
     def _span(self, info: zipfile.ZipInfo) -> tuple[int, int]:
         return info.header_offset, self._next.get(info.header_offset, self.start_dir)

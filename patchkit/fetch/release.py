@@ -434,8 +434,9 @@ class _Fetcher:
         return intact
 
     def _local_wheel_path(self, state: State) -> Path:
-        check_wheel_name(state["wheel"])
-        return self.root / state["wheel"]
+        wheel: str = state["wheel"]  # a wheel's file name: _shape_problem checked it, and so does check_wheel_name
+        check_wheel_name(wheel)
+        return self.root / wheel
 
     def _download(self, state: State) -> Path:
         self.stats.full_download = True

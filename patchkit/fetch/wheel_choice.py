@@ -17,6 +17,8 @@ from patchkit.fetch.index import Pages, no_project_error, project_pages
 from patchkit.fetch.net import Progress, redact
 
 if TYPE_CHECKING:  # pragma: no cover
+    from packaging.tags import Tag
+
     from patchkit.fetch.pipconfig import PipSettings
 
 
@@ -57,7 +59,7 @@ def find_wheel(
     }
 
 
-def vllm_wheel_tags(filename: str, version: str) -> frozenset | None:
+def vllm_wheel_tags(filename: str, version: str) -> frozenset[Tag] | None:
     """The tags of `filename` when it is a vLLM wheel of exactly `version` (else None)."""
 
     try:

@@ -13,10 +13,10 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from patchkit.base.errors import BadInput
 from patchkit.fleet.node import AGENT_THREADS, CONTROL_THREADS, Agent, PatchkitRun
@@ -25,6 +25,8 @@ from patchkit.fleet.states import NodeState, RayFailure
 
 if TYPE_CHECKING:  # pragma: no cover
     from ray import ObjectRef
+
+_Method = TypeVar("_Method", bound=Callable[..., Any])
 
 # not `pip install 'patchkit[ray]'`: the `patchkit` on PyPI is another project
 INSTALL = "install Ray beside patchkit: `pip install ray` (pipx: `pipx inject vllm-patchkit ray`)"
@@ -121,20 +123,23 @@ def agent_class(ray: ModuleType) -> Any:
     (a concurrency group), so that no number of waiting steps can hold them up. Any: Ray makes the
     actor's `.remote` methods at run time."""
 
+    # ray.method(...)'s decorator only marks a method's concurrency group and returns it: typed so
+    control: Callable[[_Method], _Method] = ray.method(concurrency_group="control")
+
     class RayAgent(Agent):
-        @ray.method(concurrency_group="control")
+        @control
         def claim(self, run: str, hold: float) -> dict[str, Any]:
             return super().claim(run, hold)
 
-        @ray.method(concurrency_group="control")
+        @control
         def retire(self) -> None:
             super().retire()
 
-        @ray.method(concurrency_group="control")
+        @control
         def give_up(self, ticket: str) -> dict[str, bool]:
             return super().give_up(ticket)
 
-        @ray.method(concurrency_group="control")
+        @control
         def release(self, run: str, keep_alive: float) -> None:
             super().release(run, keep_alive)
 
@@ -263,7 +268,8 @@ class RayRunner:
             scheduling_strategy=self.affinity(node_id=node.node_id, soft=False),
         ).remote(hold, self.patchkit)
         self.agents[node] = agent
-        return agent.claim.remote(self.run_id, hold)
+        claimed: ObjectRef[Any] = agent.claim.remote(self.run_id, hold)  # an actor method's remote(): its ObjectRef
+        return claimed
 
     def _collect_claims(
         self,

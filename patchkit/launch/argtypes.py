@@ -29,7 +29,7 @@ _EXPANDS_JSON = Version("0.20.0")
 _LORA_PATH_KEEPS_EQUALS = Version("0.30.0")  # LoRAParserAction's item.split("=", 1)
 
 
-def converter(action: dict, release: Version, *, all_kinds: bool = True) -> Callable[[str], Any]:
+def converter(action: dict[str, Any], release: Version, *, all_kinds: bool = True) -> Callable[[str], Any]:
     """The type function of a recorded action in vLLM `release`: its kind, wrapped as optional_type
     wraps it (not `all_kinds`: only the int, float and JSON of its `type`, as a spec before
     value_type has it)."""

@@ -19,7 +19,7 @@ import shlex
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from patchkit.base import hints
 from patchkit.base.errors import BadInput, TargetError
@@ -150,7 +150,7 @@ class LaunchCommand(Value):
         return rest if "model" in self.options else ["--model", str(self.model), *rest]
 
     @property
-    def speculative_config(self) -> dict | None:
+    def speculative_config(self) -> dict[str, Any] | None:
         """The JSON given (None when not, or given as vLLM's optional_type reads no config: "", None or
         null), with the keys of the releases' own flags (--spec-method, --spec-model, --spec-tokens:
         0.33.0's create_speculative_config) merged in."""
@@ -192,7 +192,7 @@ class LaunchCommand(Value):
         return redirected(drafter, self.environ, self.cwd)
 
     @property
-    def hf_overrides(self) -> dict:
+    def hf_overrides(self) -> dict[str, Any]:
         return self._json("hf-overrides") or {}
 
     def optional_text(self, name: str) -> str | None:
@@ -219,7 +219,7 @@ class LaunchCommand(Value):
         except ValueError:
             raise BadInput(f"--tensor-parallel-size '{value}' is not a whole number") from None
 
-    def _json(self, name: str, *, optional: bool = False) -> dict | None:
+    def _json(self, name: str, *, optional: bool = False) -> dict[str, Any] | None:
 
         value = self.options.get(name)
         if value is None or isinstance(value, dict):

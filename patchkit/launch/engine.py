@@ -76,8 +76,8 @@ class LaunchContext(Value):
     python: str | None = None  # the target's interpreter, asked for vLLM's own answers (None: not asked)
     not_asked: str = "--no-import"  # why vLLM is not asked, when python is None
     reads: dict[str, str | None] | None = None  # when a dict: path -> sha256 of each file read (None: absent)
-    _registries: dict = field(default_factory=dict)
-    _answers: dict = field(default_factory=dict)
+    _registries: dict[Reader, dict[str, dict[str, tuple[str, str]]]] = field(default_factory=dict)
+    _answers: dict[tuple[tuple[str, ...], str], VllmVerdict] = field(default_factory=dict)
     _plugins: Found | None = None
 
     def read(self, path: str) -> bytes | None:
@@ -143,7 +143,7 @@ class LaunchContext(Value):
             self._plugins = group_entry_points(import_path(self.command, self.root), ENTRY_POINT_GROUP, _own_code)
         return self._plugins
 
-    def requirements(self, kind: str) -> list:
+    def requirements(self, kind: str) -> list[Requirement]:
         """The set's contract entries of one kind that apply to the installed release."""
         contract = getattr(self.patch_set, "contract", ())
         return [r for r in contract if r.kind == kind and (self.version is None or r.applies_to(self.version))]

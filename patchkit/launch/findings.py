@@ -4,6 +4,7 @@ launch checks, vLLM's own validation and a set's launch script share."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from patchkit.base.values import Value
 
@@ -30,7 +31,7 @@ class Finding(Value):
             return CANNOT_JUDGE
         return PASS if self.ok else FAIL
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"check": self.check, "ok": self.ok, "result": self.result, "message": self.message, "fix": self.fix}
 
 

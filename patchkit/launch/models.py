@@ -40,13 +40,13 @@ class ModelConfig(Value):
 
     name: str  # as the command names it
     path: Path  # its config.json
-    config: dict
+    config: dict[str, Any]
 
     def get(self, key: str, default: Any = None) -> Any:  # config.json's values: JSON, checked where used
         return self.config.get(key, default)
 
     @property
-    def text_config(self) -> dict:
+    def text_config(self) -> dict[str, Any]:
         """The language model's config: text_config when present (Kimi-K2.5), else the config."""
         inner = self.config.get("text_config")
         return inner if isinstance(inner, dict) else self.config
@@ -100,7 +100,7 @@ def resolve_model(
     name: str,
     environ: dict[str, str],
     *,
-    overrides: dict | None = None,
+    overrides: dict[str, Any] | None = None,
     role: str = "model",
     revision: str | None = None,
     config_path: str | None = None,
@@ -290,7 +290,7 @@ def _ref_commit(ref: Path, role: str, name: str, revision: str) -> str:
     return raw.replace("\r\n", "\n").replace("\r", "\n")
 
 
-def _load(name: str, path: Path, raw: bytes, overrides: dict | None) -> ModelConfig:
+def _load(name: str, path: Path, raw: bytes, overrides: dict[str, Any] | None) -> ModelConfig:
     try:
         text = raw.decode("utf-8")  # as transformers reads it: a BOM or UTF-16 is no JSON to it
     except UnicodeDecodeError as exc:
@@ -301,11 +301,11 @@ def _load(name: str, path: Path, raw: bytes, overrides: dict | None) -> ModelCon
     return ModelConfig(name, path, _merged(config, overrides or {}))
 
 
-def with_overrides(model: ModelConfig, overrides: dict) -> ModelConfig:
+def with_overrides(model: ModelConfig, overrides: dict[str, Any]) -> ModelConfig:
     return ModelConfig(model.name, model.path, _merged(model.config, overrides)) if overrides else model
 
 
-def _merged(config: dict, overrides: dict) -> dict:
+def _merged(config: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
     """--hf-overrides, applied as vLLM applies them: nested objects merged key by key."""
     merged = dict(config)
     for key, value in overrides.items():

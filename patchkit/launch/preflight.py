@@ -32,7 +32,6 @@ from patchkit.engine.guard import (
     EVERY_CPYTHON,
     MODULE,
     STALE_BYTECODE,
-    launch_prefix,
     launch_tags,
     launch_verdict,
     prefixed_bytecode,
@@ -69,7 +68,7 @@ from patchkit.series.library import PatchSetDef
 from patchkit.series.patchfile import touched_paths
 from patchkit.store.state import State, read_state
 from patchkit.tree.modules import hanging_fix, hanging_modules, hanging_said
-from patchkit.tree.target import Target, ask_python, from_interpreter, launch_startup_prefix, names_of, startup_prefix
+from patchkit.tree.target import Launch, Target, ask_python, from_interpreter, launch_prefix, names_of
 
 TREE = "tree-state"
 MODELS = "models"
@@ -390,26 +389,19 @@ def _as_stock_accepts(
     return [Finding(TREE, True, said) if f.check == TREE and f.message == not_applied else f for f in findings]
 
 
-def command_prefix(root: Path, command: LaunchCommand) -> str | None:
-    """The pycache prefix the launch of `root` reads bytecode under: the one its interpreter's start-up
-    sets (a .pth line, sitecustomize: it wins over the command's options and environment), else the
-    command's (-X pycache_prefix, PYTHONPYCACHEPREFIX); None or "": __pycache__."""
-    found = _launch_startup_prefix(root, command)
-    return command.pycache_prefix() if found is None else found
-
-
-def _launch_startup_prefix(root: Path, command: LaunchCommand) -> str | None:
-    """What the start-up of the launch's interpreter sets, asked in the launch's environment (`env
-    VAR=...`, `env -i`, `-C DIR`) and with its options: a .pth line may read any variable it gives."""
+def command_prefix(root: Path, command: LaunchCommand) -> str:
+    """The pycache prefix the launch of `root` reads bytecode under ("": __pycache__): the one its
+    interpreter's start-up sets, asked in the launch's environment (`env VAR=...`, `env -i`, `-C DIR`)
+    and with its options (a .pth line may read any variable it gives), else the command's (-X
+    pycache_prefix, PYTHONPYCACHEPREFIX)."""
+    given = command.pycache_prefix()
     try:
         python, options = command.launch_python()
-    except TargetError:  # not found: its exec fails by itself
-        return startup_prefix(root)
+    except TargetError:  # not found: its exec fails by itself, and no start-up of it is asked
+        return launch_prefix(root, Launch(None, {}, [], "", None, False, given))
     changed = command.clean_env or bool(command.env or command.unset or command.cwd)
     cwd, first = command.working_directory(), command.first_path()
-    return launch_startup_prefix(
-        root, python, env=command.environ, options=options, cwd=cwd, first_path=first, changed=changed
-    )
+    return launch_prefix(root, Launch(python, command.environ, options, cwd, first, changed, given))
 
 
 def prefix_findings(resolved: Resolved, status: TreeStatus, command: LaunchCommand) -> list[Finding]:

@@ -23,7 +23,7 @@ from patchkit.series.library import LaunchFacts
 if TYPE_CHECKING:
     from packaging.version import Version
 
-    from patchkit.series.library import PatchSetDef
+    from patchkit.series.library import LaunchRule, PatchSetDef
 
 GUARD_ENV = "PATCHKIT_GUARD"  # the guard's own switch (_target/guard.py): off skips it, warn only logs
 GUARD_QUIET = ("off", "warn")
@@ -32,7 +32,7 @@ GUARD_QUIET = ("off", "warn")
 def unneeded_reason(patch_set: PatchSetDef | None, launch: LaunchFacts) -> str | None:
     """None when the launch needs the set (it declares no rule, or the launch names what it serves);
     else what the set serves, in the launch's words (`--tool-call-parser kimi_k2`)."""
-    rule = getattr(patch_set, "needed_by", None)
+    rule: LaunchRule | None = getattr(patch_set, "needed_by", None)
     if rule is None or rule.needs(launch):
         return None
     return rule.described()

@@ -55,8 +55,8 @@ class Spec(Shown):
     """A release's recorded parser: which release, and whether it is the installed one's own."""
 
     release: str
-    serve: tuple[dict, ...]
-    api_server: tuple[dict, ...]
+    serve: tuple[dict[str, Any], ...]
+    api_server: tuple[dict[str, Any], ...]
     exact: bool  # recorded for this very release: what it refuses is refused
 
 
@@ -228,7 +228,7 @@ def _config_file_args(path: str, negations: frozenset[str]) -> list[str]:
     return args
 
 
-def _as_json(value: dict, what: str) -> str:
+def _as_json(value: dict[str, Any], what: str) -> str:
     """A config file's object as the JSON vLLM makes of it; what json.dumps cannot write (a YAML date,
     !!binary or !!set) is refused, as vLLM's json.dumps fails on it."""
     try:
@@ -268,11 +268,11 @@ def _level(release: Version, value: str | None) -> list[str]:
     return [key] if value is None else [f"{key}={value}"]
 
 
-def _dotted_objects(args: list[str]) -> tuple[list[str], dict[str, dict]]:
+def _dotted_objects(args: list[str]) -> tuple[list[str], dict[str, dict[str, Any]]]:
     """`--name.key VALUE` (the next token, whatever it is) and `--name.key=VALUE` taken out and
     merged into one object per name, as vLLM does (it passes them after every other argument)."""
     kept: list[str] = []
-    objects: dict[str, dict] = {}
+    objects: dict[str, dict[str, Any]] = {}
     index = 0
     while index < len(args):
         arg = args[index]
@@ -301,7 +301,7 @@ def _dotted_objects(args: list[str]) -> tuple[list[str], dict[str, dict]]:
     return kept, objects
 
 
-def _merge(original: dict, update: dict) -> None:
+def _merge(original: dict[str, Any], update: dict[str, Any]) -> None:
     """vLLM's merge of key-by-key values: objects key by key, lists appended, anything else replaced."""
     for key, value in update.items():
         if isinstance(value, dict) and isinstance(original.get(key), dict):

@@ -36,6 +36,7 @@ from contextlib import suppress
 from dataclasses import asdict
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import packaging
 
@@ -271,7 +272,7 @@ def _recall(directory: Path, path: Path, key: str, context: LaunchContext) -> li
     return findings
 
 
-def _finding(data: dict) -> Finding:
+def _finding(data: dict[str, Any]) -> Finding:
     finding = Finding(data["check"], data["ok"], data["message"], data["fix"], data["result"] != CANNOT_JUDGE)
     if not (
         isinstance(finding.check, str)
@@ -284,7 +285,7 @@ def _finding(data: dict) -> Finding:
     return finding
 
 
-def _keep(directory: Path, path: Path, key: str, findings: list[Finding], reads: dict) -> None:
+def _keep(directory: Path, path: Path, key: str, findings: list[Finding], reads: dict[str, str | None]) -> None:
 
     data = {"findings": [f.to_json() for f in findings], "reads": reads}
     entry = {"seal": seal.seal(KIND, key, seal.canonical(data)), "entry": data}

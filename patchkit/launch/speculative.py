@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import functools
 import re
+from typing import Any
 
 from patchkit.launch.engine import LaunchContext
 from patchkit.launch.findings import Finding
@@ -51,7 +52,7 @@ def speculative_findings(context: LaunchContext) -> list[Finding]:
     return [Finding(CHECK, False, f"vLLM refuses --speculative-config: {why}", fix)]
 
 
-def _unknown_key(spec: dict, fields: set[str]) -> tuple[str, str] | None:
+def _unknown_key(spec: dict[str, Any], fields: set[str]) -> tuple[str, str] | None:
     """SpeculativeConfig forbids a key it has no field for (pydantic extra="forbid")."""
     unknown = sorted(key for key in spec if fields and key not in fields)
     if not unknown:
@@ -85,7 +86,9 @@ def _letters(word: str) -> str:
     return "".join(c for c in word.lower() if c.isalnum())
 
 
-def _refusal(spec: dict, methods: set[str], mtp_types: set[str], context: LaunchContext) -> tuple[str, str] | None:
+def _refusal(
+    spec: dict[str, Any], methods: set[str], mtp_types: set[str], context: LaunchContext
+) -> tuple[str, str] | None:
     """(why, fix) as SpeculativeConfig refuses `spec` (its field types, then __post_init__ and
     _verify_args, in that order), or None."""
     method, model, tokens = spec.get("method"), spec.get("model"), spec.get("num_speculative_tokens")
@@ -119,7 +122,7 @@ def _refusal(spec: dict, methods: set[str], mtp_types: set[str], context: Launch
     return None
 
 
-def _out_of_bounds(spec: dict, bounds: dict[str, dict[str, int]]) -> tuple[str, str] | None:
+def _out_of_bounds(spec: dict[str, Any], bounds: dict[str, dict[str, int]]) -> tuple[str, str] | None:
     """A whole-number field outside the bounds its `Field(ge=, gt=, le=, lt=)` declares (pydantic
     refuses it: disable_by_batch_size 1 under ge=2), or no whole number at all."""
     for key, bound in sorted(bounds.items()):
@@ -135,7 +138,7 @@ def _out_of_bounds(spec: dict, bounds: dict[str, dict[str, int]]) -> tuple[str, 
 _WORDS = {"ge": "at least", "gt": "above", "le": "at most", "lt": "below"}
 
 
-def _not_text(spec: dict, fields: set[str]) -> tuple[str, str] | None:
+def _not_text(spec: dict[str, Any], fields: set[str]) -> tuple[str, str] | None:
     """A field declared `str` (or `str | None`) given a value that is not a string: pydantic does
     not turn a number, a boolean or a list into one ("Input should be a valid string"). The drafter's
     `model` is judged by _refusal."""
@@ -154,7 +157,9 @@ def _holds(value: int, rule: str, limit: int) -> bool:
     return {"ge": value >= limit, "gt": value > limit, "le": value <= limit, "lt": value < limit}[rule]
 
 
-def _draft_tensor_parallel_size(spec: dict, source: bytes | None, context: LaunchContext) -> tuple[str, str] | None:
+def _draft_tensor_parallel_size(
+    spec: dict[str, Any], source: bytes | None, context: LaunchContext
+) -> tuple[str, str] | None:
     """A drafter's draft_tensor_parallel_size is 1 or the target's -tp (vLLM's
     _verify_and_get_draft_tp, for every method with a drafter model: not ngram or suffix)."""
     value = _token_count(spec.get("draft_tensor_parallel_size"))

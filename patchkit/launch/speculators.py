@@ -5,6 +5,8 @@ command's is dropped)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from patchkit.base.errors import BadInput
 from patchkit.base.values import FrozenValue, frozen
 from patchkit.launch.models import ModelConfig
@@ -17,7 +19,7 @@ class Speculator(FrozenValue):
     """A speculators-format checkpoint: its verifier, its speculative config, its drafter."""
 
     verifier: str  # the model vLLM serves
-    speculative_config: dict  # what vLLM makes of it: method, tokens, this model as the drafter
+    speculative_config: dict[str, Any]  # what vLLM makes of it: method, tokens, this model as the drafter
     drafter: ModelConfig  # this model's config as vLLM builds the drafter's from it
 
 

@@ -19,6 +19,7 @@ import stat
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
@@ -234,7 +235,7 @@ def _release(version: object) -> Version | None:
         return None
 
 
-def _structured(options: dict[str, object]) -> dict:
+def _structured(options: dict[str, object]) -> dict[str, Any]:
     """--structured-outputs-config as vLLM reads it (JSON, dotted or from --config: one JSON text by
     now); {} when not given or not an object (its parser refuses that itself)."""
     value = options.get("structured-outputs-config")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+from typing import Any
 
 from patchkit.base.enums import WorkerStatus
 from patchkit.launch.command import LaunchCommand
@@ -155,7 +156,7 @@ def model_interface(python: str, command: LaunchCommand, architectures: list[str
     return VllmVerdict(False, f"vLLM cannot load its class for {architecture}: {error}")
 
 
-def worker_status(answer: dict) -> WorkerStatus | None:
+def worker_status(answer: dict[str, Any]) -> WorkerStatus | None:
     """The worker's status as the enum: the one place its plain string is read (None: none, or unknown)."""
     status = answer.get("status")
     try:
@@ -164,7 +165,7 @@ def worker_status(answer: dict) -> WorkerStatus | None:
         return None
 
 
-def plugin_stopped(answer: dict, failed: WorkerFailed | None = None) -> tuple[str, str] | None:
+def plugin_stopped(answer: dict[str, Any], failed: WorkerFailed | None = None) -> tuple[str, str] | None:
     """(message, fix) when a vLLM general plugin stopped the worker, as it stops the launch: it raised
     (or called sys.exit), or it was running when the worker hung (`failed`, timed out) or ended
     (os._exit, a signal; the answer file then names it). None otherwise."""
@@ -181,7 +182,7 @@ def plugin_stopped(answer: dict, failed: WorkerFailed | None = None) -> tuple[st
     return f"vLLM's launch ends at {named}: it ended the process{ended}", fix
 
 
-def _answered(asked: str, answer: dict) -> VllmVerdict:
+def _answered(asked: str, answer: dict[str, Any]) -> VllmVerdict:
     result, name, architecture = bool(answer.get("result")), answer.get("class"), answer.get("architecture")
     if answer.get("plugin") is not True:
         return VllmVerdict(result, f"{asked} is {result} for {name}")

@@ -13,7 +13,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from patchkit.base.errors import BadInput
 from patchkit.base.fsutil import NotRegularFile, read_regular
@@ -21,6 +21,7 @@ from patchkit.base.fsutil import NotRegularFile, read_regular
 if TYPE_CHECKING:  # pragma: no cover
     from yaml.events import Event
 
+_Value = TypeVar("_Value")  # a JSON or YAML value, returned as it was given
 MAX_DEPTH = 64  # far beyond any vLLM config (they nest 3 or 4 deep), far below the interpreter's stack
 MAX_NODES = 100_000  # values in one document, aliases expanded (a YAML alias bomb expands to 10^8)
 CONFIG_FILE_LIMIT = 1 << 20  # a `--config` YAML: options, a few KB
@@ -91,7 +92,7 @@ def load_json(text: str | bytes, what: str, *, strict: bool = True) -> Any:
     return within_limits(value, what)
 
 
-def load_yaml_config(path: str) -> dict:
+def load_yaml_config(path: str) -> dict[str, Any]:
     """A `--config` YAML file: a mapping, within the limits (its aliases counted expanded, before
     anything is built from them)."""
     # lazy: PyYAML loads only for a launch that names a --config file
@@ -116,10 +117,10 @@ def load_yaml_config(path: str) -> dict:
     return within_limits(data, where)
 
 
-def within_limits(value: Any, what: str) -> Any:
+def within_limits(value: _Value, what: str) -> _Value:
     """`value` when no deeper than MAX_DEPTH, of at most MAX_NODES values, and its text encodable
     (a JSON `\\ud800` is no file name, no environment value, no output); else BadInput."""
-    stack = [(value, 1)]
+    stack: list[tuple[object, int]] = [(value, 1)]
     count = 0
     while stack:
         item, depth = stack.pop()
@@ -151,7 +152,7 @@ def _check_events(yaml: ModuleType, events: Iterable[Event], what: str) -> None:
     events (of `yaml`, PyYAML loaded by the caller) as they come (an anchor's size is known once its
     node ends): nothing is built."""
     sizes: dict[str, int] = {}
-    open_nodes: list[list] = [[0, None]]  # [values so far, anchor] of each node not ended yet
+    open_nodes: list[list[Any]] = [[0, None]]  # [values so far (int), anchor (str | None)] of each node not ended yet
     for event in events:
         if isinstance(event, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
             open_nodes.append([1, event.anchor])

@@ -146,9 +146,10 @@ def _read_regular(path: Path) -> bytes:
 
 
 def _typed(data: dict[str, Any], name: str, kind: type[T]) -> T:
-    if not isinstance(data[name], kind):
+    value = data[name]
+    if not isinstance(value, kind):
         raise TypeError(f"{name} is not a {kind.__name__}")
-    return data[name]
+    return value
 
 
 def _plain_name(name: object) -> bool:
@@ -159,7 +160,7 @@ def _sealed_name(directory: Path) -> str:
     return str(directory.resolve())
 
 
-def _sealed_content(data: dict) -> bytes:
+def _sealed_content(data: dict[str, Any]) -> bytes:
     return seal.canonical({k: v for k, v in data.items() if k != "seal"})
 
 

@@ -17,7 +17,7 @@ from patchkit.base import hints
 from patchkit.base.enums import StepState
 from patchkit.base.errors import BadInput, Conflict, PatchkitError
 from patchkit.base.fsutil import read_file, unsafe_reason
-from patchkit.maintainer.gitrepo import git_diff
+from patchkit.maintainer.gitrepo import Changes, git_diff
 from patchkit.maintainer.merge import conflict_lines
 from patchkit.maintainer.meta import STOCK_TAG, PatchRecord, WorkspaceMeta
 from patchkit.maintainer.patchtext import join_header, keep_or_touch, split_header, today_iso
@@ -172,7 +172,8 @@ def _blob(commit: git.Commit, path: str) -> bytes | None:
         return None
     if blob.type != "blob" or blob.mode not in (0o100644, 0o100755):
         raise BadInput(f"{path} in the stock commit is not a regular file (mode {blob.mode:o})")
-    return blob.data_stream.read()
+    data: bytes = blob.data_stream.read()  # GitPython's OStream: untyped
+    return data
 
 
 def _refuse_conflict_markers(work: Contents, stock: Contents) -> None:
@@ -208,12 +209,12 @@ def _new_record(name: str, records: list[PatchRecord], today: str) -> PatchRecor
 
 def split_changes(
     records: list[PatchRecord], stock: Contents, work: Contents, roots: list[str]
-) -> tuple[dict[str, dict], list[str]]:
+) -> tuple[dict[str, Changes], list[str]]:
     """Each patch's (before, after) per file. A file a patch touched stays with it; a file no patch
     touched goes to the last patch; a file several patches change keeps the earlier patches' parts
     (when they still apply) and the rest goes to the last of them."""
     owners = _owners(records)
-    assigned: dict[str, dict] = {r.name: {} for r in records}
+    assigned: dict[str, Changes] = {r.name: {} for r in records}
     notes = []
     for path in sorted(stock):
         chain = owners.get(path) or [records[-1]]
@@ -279,7 +280,7 @@ def _apply_part(record: PatchRecord, path: str, before: bytes | None, roots: lis
 
 
 def _new_texts(
-    records: list[PatchRecord], assigned: dict[str, dict], series_dir: Path, today: str, roots: list[str]
+    records: list[PatchRecord], assigned: dict[str, Changes], series_dir: Path, today: str, roots: list[str]
 ) -> tuple[dict[str, str], list[PatchOutcome]]:
     texts, outcomes = {}, []
     for record in records:

@@ -42,6 +42,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field, replace
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 from packaging.version import Version
 
@@ -108,7 +109,7 @@ class ReleaseResult:
     def label(self) -> str:
         return "upstream-regression" if self.upstream_regression else self.outcome
 
-    def to_json(self, set_name: str) -> dict:
+    def to_json(self, set_name: str) -> dict[str, Any]:
         return {
             "vllm_version": str(self.version),
             "outcome": self.outcome,
@@ -329,7 +330,7 @@ def _fetch(job: _Job, paths: Iterable[str]) -> tuple[Path, float]:
     return tree, time.perf_counter() - start
 
 
-def _record(tree: Path, paths: set[str]) -> dict | None:
+def _record(tree: Path, paths: set[str]) -> dict[str, tuple[str, str]] | None:
     """The rows of `paths` in the tree's RECORD (vLLM's has ~5,000 rows: building them all is most
     of a warm `verify --all`)."""
     found = find_record(tree)
@@ -395,8 +396,8 @@ class ResultStore:
         touch(path)
         return result, None
 
-    def _believe(self, key: str, job: _Job, entry: dict) -> ReleaseResult:
-        data = entry["result"]
+    def _believe(self, key: str, job: _Job, entry: dict[str, Any]) -> ReleaseResult:
+        data = entry["result"]  # a cache file's JSON: a wrong shape fails as the TypeError recall catches
         if not seal.sealed(self.KIND, key, seal.canonical(data), entry.get("seal")):
             raise ValueError("not sealed by this user's patchkit (edited, or made on another machine)")
         if data["vllm_version"] != str(job.version) or data["series"] != job.series:

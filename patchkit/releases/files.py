@@ -12,7 +12,7 @@ from patchkit.base import hints, signals
 from patchkit.base.errors import BadInput, FetchError, NoPatchSet, PatchkitError, TargetError
 from patchkit.base.fsutil import NO_SPACE, atomic_write, size_said
 from patchkit.base.hashing import sha256
-from patchkit.distinfo.record import parse_record, vllm_metadata_dirs
+from patchkit.distinfo.record import parse_record
 from patchkit.engine.inspection import upstream_check_paths
 from patchkit.fetch.cache import Damaged, mismatch, read_regular
 from patchkit.series.library import (
@@ -29,6 +29,7 @@ from patchkit.series.library import (
 )
 from patchkit.store.saved import keep_copies
 from patchkit.store.state import read_state, shown_set
+from patchkit.tree.target import vllm_metadata_dirs
 from patchkit.tree.version import LAYOUT_MARK, marked_release, parse
 
 RELEASE_MARKERS = frozenset({"vllm/__init__.py", "vllm/_version.py"})  # with the dist-info: what names a tree's release
@@ -298,7 +299,7 @@ def _dist_info(tree: Path) -> str:
     return found[0]
 
 
-def _is_dist_info(entry: os.DirEntry) -> bool:
+def _is_dist_info(entry: os.DirEntry[str]) -> bool:
     return entry.name.startswith("vllm-") and entry.name.endswith(".dist-info") and entry.is_dir(follow_symlinks=False)
 
 

@@ -19,7 +19,7 @@ import sys
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from packaging.version import Version
 
@@ -331,7 +331,7 @@ _MANIFEST_FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
 _TOML_TYPES: dict[type, str] = {str: "a string", list: "an array", dict: "a table"}
 
 
-def _manifest_problems(data: dict) -> list[str]:
+def _manifest_problems(data: dict[str, Any]) -> list[str]:
     """What is missing from a set.toml, or of the wrong type (empty: nothing)."""
     missing = [key for key, (_, required) in _MANIFEST_FIELDS.items() if required and not data.get(key)]
     problems = [f"no {' and no '.join(missing)}"] if missing else []
@@ -363,7 +363,7 @@ def _manifest_problems(data: dict) -> list[str]:
     return problems
 
 
-def _behaviour_reads_problems(paths: list, has_behaviour: bool) -> list[str]:
+def _behaviour_reads_problems(paths: list[object], has_behaviour: bool) -> list[str]:
     """`behaviour_reads`: release files (relative POSIX paths, e.g. vllm/parser/utils.py) fetched for
     the set's behaviour test, which it must have."""
     if not has_behaviour:
@@ -378,7 +378,7 @@ def _behaviour_reads_problems(paths: list, has_behaviour: bool) -> list[str]:
 UPSTREAM_FIX = ("state", "issue", "pull_request")  # [upstream_fix]: each a string
 
 
-def _upstream_fix_problems(table: dict) -> list[str]:
+def _upstream_fix_problems(table: dict[str, Any]) -> list[str]:
     """What is wrong with an [upstream_fix] table (empty: nothing): known keys, each a string."""
     unknown = [key for key in table if key not in UPSTREAM_FIX]
     if unknown:
@@ -415,7 +415,7 @@ def _edits(a: str, b: str) -> int:
     return rows[-1][-1]
 
 
-def _rule_problems(table: dict) -> list[str]:
+def _rule_problems(table: dict[str, Any]) -> list[str]:
     """What is wrong with a [needed_by] table (empty: nothing): known keys, each a list of names;
     `when`, an array of tables of those keys."""
     entries = table.get(WHEN, [])
@@ -430,7 +430,7 @@ def _rule_problems(table: dict) -> list[str]:
     return problems
 
 
-def _versions_problems(entry: dict, where: str) -> list[str]:
+def _versions_problems(entry: dict[str, Any], where: str) -> list[str]:
     """A `when` entry's `versions`: a version range as [[releases]] writes one."""
     value = entry.get(VERSIONS, "")
     try:
@@ -440,7 +440,9 @@ def _versions_problems(entry: dict, where: str) -> list[str]:
     return [] if valid else [f'{where} `{VERSIONS}` must be a version range ("<0.23.0", ">=0.16.0")']
 
 
-def _keys_problems(table: dict, where: str, may_be_empty: bool, takes: tuple[str, ...] = tuple(NEEDED_BY)) -> list[str]:
+def _keys_problems(
+    table: dict[str, Any], where: str, may_be_empty: bool, takes: tuple[str, ...] = tuple(NEEDED_BY)
+) -> list[str]:
     unknown = [key for key in table if key not in NEEDED_BY]
     if unknown:
         return [f"{where} has no key {unknown[0]!r} (it takes {', '.join(takes)})"]
@@ -530,13 +532,13 @@ def _any_shared(spans: list[tuple[_Bound, _Bound]]) -> bool:
     return False
 
 
-def _low_key(span: tuple[_Bound, _Bound]) -> tuple:
+def _low_key(span: tuple[_Bound, _Bound]) -> tuple[int] | tuple[int, Version, bool]:
     """A low bound's place, as _meet orders them: none lowest, an excluded version above an included one."""
     low = span[0]
     return (0,) if low is None else (1, low[0], not low[1])
 
 
-def _high_key(span: tuple[_Bound, _Bound]) -> tuple:
+def _high_key(span: tuple[_Bound, _Bound]) -> tuple[int] | tuple[int, Version, bool]:
     """A high bound's place, as _meet orders them: none highest, an included version above an excluded one."""
     high = span[1]
     return (1,) if high is None else (0, high[0], high[1])
@@ -593,12 +595,12 @@ def _next_prefix(release: tuple[int, ...]) -> Version:
     return Version(".".join(map(str, (*release[:-1], release[-1] + 1))))
 
 
-def _pending_fix(table: dict | None) -> str | None:
+def _pending_fix(table: dict[str, Any] | None) -> str | None:
     """The pull request of an upstream fix not yet released (said by `list` and `verify`'s hints)."""
     return table.get("pull_request") if table and table.get("state") == "pending" else None
 
 
-def _launch_rule(table: dict | None) -> LaunchRule | None:
+def _launch_rule(table: dict[str, Any] | None) -> LaunchRule | None:
     """set.toml's [needed_by] (checked by _rule_problems), or None: every launch needs the set."""
     if table is None:
         return None
@@ -632,7 +634,7 @@ def _probe_script(name: str | None, directory: Path, origin: Path, what: str = "
 _PARSED_TOML = "toml"  # the verdicts cache's directory for parsed TOML files (base.remembered)
 
 
-def read_toml(path: Path, what: str) -> dict:
+def read_toml(path: Path, what: str) -> dict[str, Any]:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:

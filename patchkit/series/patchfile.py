@@ -14,8 +14,8 @@ from collections.abc import Callable
 from functools import cached_property, partial
 from pathlib import Path
 
-from unidiff import PatchedFile, PatchSet
 from unidiff.errors import UnidiffParseError
+from unidiff.patch import PatchedFile, PatchSet
 
 from patchkit.base import fsutil
 from patchkit.base.enums import FileKind
@@ -98,7 +98,7 @@ class Hunk:
             self.target_start, self.source_start, self.target, self.source, self.target_count, self.source_count
         )
 
-    def _key(self) -> tuple:
+    def _key(self) -> tuple[int, int, bytes, bytes, int, int]:
         return self.source_start, self.target_start, self.source, self.target, self.source_count, self.target_count
 
     def __eq__(self, other: object) -> bool:
@@ -410,7 +410,7 @@ def _plain_hunk(
     return Hunk(int(header[1]), int(header[3]), b"\n".join(source_lines), target, source_count, target_count)
 
 
-def _block(side: re.Pattern, text: bytes, start: int, end: int) -> bytes:
+def _block(side: re.Pattern[bytes], text: bytes, start: int, end: int) -> bytes:
     """One side of a plain body: the lines it keeps, each without its first character."""
     return b"\n".join(side.findall(text, start, end)) + b"\n"
 

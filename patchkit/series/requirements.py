@@ -36,7 +36,7 @@ class Requirement(FrozenValue):
 
     file: str
     kind: str
-    fields: dict = field(hash=False)
+    fields: dict[str, Any] = field(hash=False)  # the kind's own fields, as parse_requirements checked them
     versions: SpecifierSet | None = None
     reason: str = ""
 
@@ -119,7 +119,7 @@ def _check_type(value: object, expected: str, where: str) -> None:
         )
 
 
-def _parse_target(table: dict, where: str) -> Target:
+def _parse_target(table: dict[str, Any], where: str) -> Target:
     unknown = sorted(set(table) - {"class", "has", "lacks"})
     if unknown or "class" not in table:
         raise BadInput(f"{where} takes class (required), has, lacks; got {', '.join(sorted(table)) or 'nothing'}")

@@ -25,6 +25,7 @@ import os
 import re
 from contextlib import suppress
 from pathlib import Path
+from typing import Any
 
 from patchkit.base import seal
 from patchkit.base.errors import BadInput
@@ -49,6 +50,10 @@ UNSETTLED = object()
 # The patterns here are text, compiled on first use (re keeps them): start-up compiles none a run does not use.
 _TXID = r"[0-9A-Za-z]{1,64}"
 Identity = tuple[int, int, int]  # a staged file's inode, size and mtime (ns)
+# journal.json (id, files, previous_state) and one of its files (path, before, after, staged, mode,
+# created_dirs, removed_dirs): JSON read back from the tree, every field checked by read_journal
+Journal = dict[str, Any]
+JournalEntry = dict[str, Any]
 
 
 def journal_path(root: Path) -> Path:
@@ -100,7 +105,7 @@ def _sealed_name(root: Path) -> str:
     return str(root.resolve())
 
 
-def marker_sealed(root: Path, journal: dict) -> bool:
+def marker_sealed(root: Path, journal: Journal) -> bool:
     """Whether the marker was written by this user's patchkit for this tree (sealed with the key
     in the user's state directory): its identities are anyone's `stat`, its seal is not."""
     raw = read_meta_file(staged_path(root))
@@ -119,7 +124,7 @@ def file_identity(info: os.stat_result) -> Identity:
     return (info.st_ino, info.st_size, info.st_mtime_ns)
 
 
-def begin(root: Path, journal: dict, *, tick: Tick) -> None:
+def begin(root: Path, journal: Journal, *, tick: Tick) -> None:
     """Write the journal (and make objects/): both on disk before anything they describe."""
     tick()
     objects_dir(root).mkdir(parents=True, exist_ok=True)
@@ -153,7 +158,7 @@ def _previous_state_link(root: Path, txid: str) -> Path:
 # --------------------------------------------------------------------------- rolling back
 
 
-def restore_state(root: Path, journal: dict, *, sealed: bool, tick: Tick) -> None:
+def restore_state(root: Path, journal: Journal, *, sealed: bool, tick: Tick) -> None:
     """state.json as it was before the commit, changed only when the marker is sealed (this user's
     patchkit wrote the journal for this tree: a planted one with no previous record would erase the
     real one) and on evidence that the commit changed it: the second name the commit gave the
@@ -192,7 +197,7 @@ def _meta_json(root: Path, path: Path, said: str) -> object:
         raise journal_refusal(root, f"{said}not JSON: {exc}") from exc
 
 
-def staged_identities(root: Path, journal: dict) -> dict[str, Identity] | None:
+def staged_identities(root: Path, journal: Journal) -> dict[str, Identity] | None:
     """The marker's identities of the journal's staged files (None: no marker of this journal, so
     its commit replaced nothing). Untrusted, as the journal: a damaged one is refused whole."""
     marker = _meta_json(root, staged_path(root), f"{staged_path(root).name} is ")
@@ -215,7 +220,7 @@ def remove_stale_marker(root: Path) -> None:
             staged_path(root).unlink()
 
 
-def previous_state(root: Path, journal: dict) -> State:
+def previous_state(root: Path, journal: Journal) -> State:
     """The record the journal's transaction started from (checked by read_journal)."""
     previous = journal.get("previous_state")
     return State([]) if previous is None else parse_state(previous.encode(), journal_path(root))
@@ -232,7 +237,7 @@ def journal_refusal(root: Path, what: str) -> BadInput:
     )
 
 
-def read_journal(root: Path) -> dict | None:
+def read_journal(root: Path) -> Journal | None:
     """The journal (None: no transaction is unfinished), every field checked before recovery acts
     on any; a damaged one is refused (journal_refusal)."""
     journal = _meta_json(root, journal_path(root), "")
@@ -287,14 +292,14 @@ def _check_entry(entry: object, txid: str, origin: Path) -> None:
     _check_directories(removed, "removed", path, origin)
 
 
-def _listed(entry: dict, key: str, path: str) -> list:
+def _listed(entry: JournalEntry, key: str, path: str) -> list[object]:
     directories = entry.get(key, [])
     if not isinstance(directories, list):
         raise BadInput(f"{path}: '{key}' is not a list")
     return directories
 
 
-def _check_directories(directories: list, what: str, path: str, origin: Path) -> None:
+def _check_directories(directories: list[object], what: str, path: str, origin: Path) -> None:
     """The directories an entry says its commit created (or removed) hold its file."""
     for directory in directories:
         if not path.startswith(checked_path(directory, origin, directory=True) + "/"):

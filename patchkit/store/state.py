@@ -384,7 +384,7 @@ class State(Value):
         )
 
     def to_bytes(self) -> bytes:
-        data: dict = {"format": FORMAT, "entries": [e.to_json() for e in self.entries]}
+        data: dict[str, Any] = {"format": FORMAT, "entries": [e.to_json() for e in self.entries]}
         if self.guard:
             data["guard"] = self.guard
         if self.no_guard:

@@ -108,7 +108,9 @@ class _Output:
         return data.decode("utf-8", "replace")
 
 
-def _exchange(process: subprocess.Popen, request: bytes, outputs: dict[IO[bytes], _Output], deadline: float) -> None:
+def _exchange(
+    process: subprocess.Popen[bytes], request: bytes, outputs: dict[IO[bytes], _Output], deadline: float
+) -> None:
     """Write `request` to the worker's stdin and keep what it writes on `outputs` until it exits
     (then what is already in the pipes, without waiting); TimedOut past `deadline`."""
     assert process.stdin is not None
@@ -143,7 +145,7 @@ def _exchange(process: subprocess.Popen, request: bytes, outputs: dict[IO[bytes]
     process.wait()  # it exited: reaped at once
 
 
-def _exit_watch(process: subprocess.Popen) -> int | None:
+def _exit_watch(process: subprocess.Popen[bytes]) -> int | None:
     """A descriptor readable once the worker exits (Linux's pidfd), or None where there is none."""
     try:
         return os.pidfd_open(process.pid)
@@ -160,7 +162,7 @@ def _closing(descriptor: int | None) -> Iterator[None]:
             os.close(descriptor)
 
 
-def _exited(process: subprocess.Popen) -> bool:
+def _exited(process: subprocess.Popen[bytes]) -> bool:
     """Whether the worker exited, seen without reaping it: its process group (the leftover children
     of a plugin) is then killed while its id is surely still the worker's."""
     try:
@@ -174,7 +176,7 @@ def _exited(process: subprocess.Popen) -> bool:
     return True
 
 
-def _sleep(seconds: float) -> list:
+def _sleep(seconds: float) -> list[tuple[selectors.SelectorKey, int]]:
     time.sleep(seconds)
     return []
 
@@ -216,7 +218,7 @@ def _close(*pipes: IO[bytes] | None) -> None:
                 pipe.close()
 
 
-def _kill_group(process: subprocess.Popen) -> None:
+def _kill_group(process: subprocess.Popen[bytes]) -> None:
     """Kill the worker and its process group, and reap it (a process SIGKILL ends: a bounded wait)."""
     try:
         os.killpg(process.pid, signal.SIGKILL)

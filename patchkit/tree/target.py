@@ -85,31 +85,58 @@ def startup_prefix(root: Path) -> str | None:
     return _STARTUP_PREFIX.get(root)
 
 
-def _note_startup_prefix(root: Path, info: dict, cwd: str | None) -> None:
+def _note_startup_prefix(root: Path, info: dict[str, Any], cwd: str | None) -> None:
     prefix = info.get("pycache_prefix")
     if info.get("prefix_set_at_startup") is True and isinstance(prefix, (str, type(None))):
         _STARTUP_PREFIX[root] = os.path.join(cwd or os.sep, prefix) if prefix else ""
 
 
-_LAUNCH_PROBES: dict[tuple, dict] = {}
+_ProbeKey = tuple[Path, str, tuple[tuple[str, str], ...], tuple[str, ...], str, str | None]
+# (root, python, env items, options, cwd, first path) -> what locate answered there ({}: it could not be asked)
+_LAUNCH_PROBES: dict[_ProbeKey, dict[str, Any]] = {}
 
 
-def launch_startup_prefix(
-    root: Path,
-    python: str,
-    *,
-    env: dict[str, str],
-    options: list[str],
-    cwd: str,
-    first_path: str | None,
-    changed: bool,
-) -> str | None:
-    """The pycache prefix the start-up of `python`, run as the launch runs it (its environment, options
-    and directory), sets for `root` ("": it clears one; None: it sets none). Start-up code may read
-    any variable the launch's `env` gives, so it is asked there when the launch's environment is not
-    patchkit's (`changed`) and the tree's start-up may set one; else, or unasked, startup_prefix(root)."""
+class Launch:
+    """A launch of a tree, as far as the pycache prefix it reads bytecode under goes: its interpreter
+    (None: not found, its exec fails by itself) run with `options` in `env` from `cwd` (`changed`: an
+    environment not patchkit's), its first sys.path entry, and the prefix its options and `env` give.
+    A plain class: a NamedTuple or dataclass costs the start-up of `run`'s fast path ~0.3 ms."""
+
+    __slots__ = ("changed", "cwd", "env", "first_path", "given", "options", "python")
+
+    def __init__(
+        self,
+        python: str | None,
+        env: dict[str, str],
+        options: list[str],
+        cwd: str,
+        first_path: str | None,
+        changed: bool,
+        given: str | None,
+    ) -> None:
+        self.python, self.env, self.options, self.cwd = python, env, options, cwd
+        self.first_path, self.changed, self.given = first_path, changed, given
+
+
+def launch_prefix(root: Path, launch: Launch | None = None) -> str:
+    """The pycache prefix a launch of `root` reads bytecode under ("": none, __pycache__): the one its
+    interpreter's start-up sets (a .pth line, sitecustomize: it wins over the launch's options and
+    environment), else the one `launch` gives; no `launch`: a launch from this environment, this process's."""
+    if launch is None:
+        found, given = startup_prefix(root), sys.pycache_prefix
+    else:
+        found, given = _launch_startup_prefix(root, launch), launch.given
+    return (given or "") if found is None else found
+
+
+def _launch_startup_prefix(root: Path, launch: Launch) -> str | None:
+    """The pycache prefix the start-up of the launch's interpreter, run as the launch runs it, sets for
+    `root` ("": it clears one; None: it sets none). Start-up code may read any variable the launch's
+    environment gives, so it is asked there when that is not patchkit's (`changed`) and the tree's
+    start-up may set one; else, or unasked, startup_prefix(root)."""
+    python, env, options, cwd, first_path = launch.python, launch.env, launch.options, launch.cwd, launch.first_path
     known = startup_prefix(root)
-    if not (changed or options) or (known is None and not _startup_names_prefix(root)):
+    if python is None or not (launch.changed or options) or (known is None and not _startup_names_prefix(root)):
         return known
     key = (root, python, tuple(sorted(env.items())), tuple(options), cwd, first_path)
     if key not in _LAUNCH_PROBES:  # asked once a command: preflight asks per set and per finding
@@ -129,7 +156,7 @@ def launch_startup_prefix(
     return os.path.join(cwd, prefix) if prefix else ""
 
 
-def from_directory(directory: str | os.PathLike) -> Target:
+def from_directory(directory: str | os.PathLike[str]) -> Target:
     root = Path(directory).resolve()
     given = os.path.abspath(directory)
     if not root.exists():
@@ -261,7 +288,7 @@ def _probe(
     first_path: str | None = None,
     options: Sequence[str] = (),
     cwd: str | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """What `python` (None: the one running patchkit) says about its vllm: _target/locate.py."""
     # A --python, even this very interpreter, is asked in a subprocess run from /, so that a vllm/ in
     # our working directory cannot shadow its own. Not isolated (-I): PYTHONPATH and the user's
@@ -432,7 +459,13 @@ class WorkerFailed(TargetError):
     `stderr`: the end of its error output."""
 
     def __init__(
-        self, message: str, *, partial: dict, timed_out: bool = False, status: int | None = None, stderr: str = ""
+        self,
+        message: str,
+        *,
+        partial: dict[str, Any],
+        timed_out: bool = False,
+        status: int | None = None,
+        stderr: str = "",
     ):
         super().__init__(message)
         self.partial = partial
@@ -453,7 +486,7 @@ def run_worker(
     env: dict[str, str] | None = None,
     options: Sequence[str] = (),
     cwd: str | None = None,
-) -> Any:
+) -> dict[str, Any]:
     """The answer of patchkit/_target/<worker>.py to `request` (JSON in, JSON out), computed by `python`.
 
     In-process (the module's work(request)) when `in_process` allows it and `python` is the
@@ -469,7 +502,8 @@ def run_worker(
     """
     module = importlib.import_module(f"patchkit._target.{worker}")
     if in_process and env is None and not options and cwd is None and same_interpreter(python):
-        return module.work(request)
+        worked: dict[str, Any] = module.work(request)  # each worker's work() answers an object
+        return worked
     assert python is not None and module.__file__ is not None
     flags = ["-I", "-B", *options] if isolated else ["-B", *options]
     with tempfile.TemporaryDirectory(prefix="patchkit-worker-") as scratch:
@@ -498,7 +532,8 @@ def ask_python(python: str, options: Sequence[str], code: str, *, env: dict[str,
     command = [python, *options, "-S", "-c", code]
     process = _process()
     try:
-        status, out = process.run(command, "", 30, env, cwd, stdout=True)
+        ran: tuple[int, str] = process.run(command, "", 30, env, cwd, stdout=True)  # its signature
+        status, out = ran
     except OSError as exc:
         raise WorkerFailed(f"cannot run {python}: {_why_not_run(exc, python)}", partial={}) from exc
     except process.TimedOut:
@@ -518,7 +553,8 @@ def _process() -> ModuleType:
 
 def flooded(out: str) -> bool:
     """Whether run_script's output is a script's head and end only (it wrote past OUTPUT_LIMIT)."""
-    return len(out) > _process().OUTPUT_LIMIT
+    limit: int = _process().OUTPUT_LIMIT  # through ModuleType: typed here
+    return len(out) > limit
 
 
 def run_script(
@@ -530,7 +566,8 @@ def run_script(
     command = [python, *(["-I", "-B"] if isolated else ["-B"]), str(script), *args]
     process = _process()
     try:
-        return process.run_with_errors(command, "", timeout)
+        ran: tuple[int, str, str] = process.run_with_errors(command, "", timeout)  # its signature
+        return ran
     except OSError as exc:
         raise WorkerFailed(f"cannot run {python}: {_why_not_run(exc, python)}", partial={}) from exc
     except process.TimedOut:
@@ -547,7 +584,7 @@ def _why_not_run(exc: OSError, python: str) -> str:
     return str(exc)
 
 
-def _read_answer(path: Path) -> dict | None:
+def _read_answer(path: Path) -> dict[str, Any] | None:
 
     try:
         answer = json.loads(path.read_text(encoding="utf-8"))

@@ -323,7 +323,7 @@ class _Output:
             self.temporary.unlink(missing_ok=True)
             _remove_empty(self.created)  # no empty --out this run made, nor its parents
 
-    def wait(self, copies: list[Future]) -> None:
+    def wait(self, copies: list[Future[None] | Future[bool]]) -> None:
         """The jobs' end (the copies, the members' hashes); an OSError (a full disk) as the write failure it is."""
         try:
             for copying in copies:

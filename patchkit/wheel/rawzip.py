@@ -24,6 +24,7 @@ import unicodedata
 import zipfile
 import zlib
 from dataclasses import dataclass, field
+from typing import Any
 
 from patchkit.base.errors import BadInput
 from patchkit.base.fsutil import unsafe_reason
@@ -260,7 +261,7 @@ class _NameTree:
     found in time linear in the name's length (never by building each of its prefixes)."""
 
     def __init__(self) -> None:
-        self.root: dict = {}
+        self.root: dict[str | None, Any] = {}  # a part -> the node of the names under it; _FILE -> True
 
     def add(self, name: str) -> str | None:
         """Record `name` (a directory entry if it ends in '/'); why it clashes, or None."""
@@ -322,7 +323,7 @@ def _data_offset(info: zipfile.ZipInfo, fd: int, size: int, label: str) -> int:
     encoding = "utf-8" if info.flag_bits & _UTF8_NAME else "cp437"
     if name.decode(encoding, "replace") != info.orig_filename:
         raise BadInput(f"{label}: the local header of {shown(info.orig_filename)} names another file")
-    start = info.header_offset + _LOCAL.size + name_length + extra_length
+    start: int = info.header_offset + _LOCAL.size + name_length + extra_length  # unpack_from's "<2H": ints
     if start + info.compress_size > size:
         raise BadInput(f"{label}: the data of {shown(info.orig_filename)} runs past the end of the file (truncated?)")
     return start

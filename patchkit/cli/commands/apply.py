@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -139,9 +139,9 @@ def _finish_sets(ui: UI, result: SetsApplied) -> None:
         ui.line(result.message, style="green")
 
 
-def _set_json(each: SetApplied) -> dict:
+def _set_json(each: SetApplied) -> dict[str, Any]:
     found = resolved_json(each.chosen.resolved) if each.chosen.resolved is not None else {"set": each.chosen.name}
-    part: dict = {**found, "result": each.state}
+    part: dict[str, Any] = {**found, "result": each.state}
     if each.result is not None:
         part |= _result_json(each.result)
     elif each.chosen.resolved is None or each.skipped != engine.several.NOT_TRIED:
@@ -149,14 +149,14 @@ def _set_json(each: SetApplied) -> dict:
     return part
 
 
-def _result_json(result: ApplyResult) -> dict:
+def _result_json(result: ApplyResult) -> dict[str, Any]:
     plan = {"plan": plan_json(result.plan)} if result.plan is not None else {}
     checks = {"checks": [r.to_json() for r in result.checks]} if result.checks is not None else {}
     error = {"error": result.error.message} if result.error is not None else {}
     return {**plan, **checks, **error, **_guard_json(result)}
 
 
-def _guard_json(result: ApplyResult) -> dict:
+def _guard_json(result: ApplyResult) -> dict[str, Any]:
     """What the launch guard still refuses once the set is applied, and the fix, as status's `guard`."""
     if result.guard_refuses is None:
         return {}

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -61,7 +61,7 @@ def command(library: str | None, fmt: str, quiet: bool) -> Finished:
     return finished
 
 
-def _files_changed(described: dict) -> set[str]:
+def _files_changed(described: dict[str, Any]) -> set[str]:
     """Every path a set's series change, in any release."""
     return {path for r in described["releases"] for p in r["patches"] for path in p["files"]}
 
@@ -71,7 +71,7 @@ def _verify_all(library: str | None) -> str:
     return hints.command("verify", "--all", chosen=Options(library=library))
 
 
-def _patches_once(described: dict) -> list[list[str]]:
+def _patches_once(described: dict[str, Any]) -> list[list[str]]:
     """Each patch name of a set once (its releases' copies share it), its worst state: a damaged
     copy is shown with what is wrong with it."""
     rows: dict[str, list[str]] = {}
@@ -85,7 +85,7 @@ def _patches_once(described: dict) -> list[list[str]]:
     return [rows[name] for name in sorted(rows)]
 
 
-def _describe(patch_set: PatchSetDef) -> dict:
+def _describe(patch_set: PatchSetDef) -> dict[str, Any]:
     releases = []
     for release in patch_set.releases:
         releases.append(
@@ -107,7 +107,7 @@ def _describe(patch_set: PatchSetDef) -> dict:
     }
 
 
-def _patch_entry(path: Path, digest: str | None, roots: tuple[str, ...]) -> dict:
+def _patch_entry(path: Path, digest: str | None, roots: tuple[str, ...]) -> dict[str, Any]:
     """A patch as `list` shows it; a damaged one is reported, not fatal."""
     try:
         patch = read_patch(path, roots)

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -388,7 +388,7 @@ def show_findings(ui: UI, result: PreflightResult) -> None:
         ui.verdict(f"preflight: FAILED: {failed} of {total} checks failed, {passed} passed{cannot}{more}", ok=False)
 
 
-def findings_json(result: PreflightResult) -> list[dict]:
+def findings_json(result: PreflightResult) -> list[dict[str, Any]]:
     return [f.to_json() for f in result.findings]
 
 

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -80,7 +80,7 @@ def _finish(ui: UI, result: RevertResult) -> None:
         ui.line(result.message, style="green")
 
 
-def _written_json(result: RevertResult) -> dict:
+def _written_json(result: RevertResult) -> dict[str, Any]:
 
     if result.outcome == Outcome.REVERTED:
         return {"saved": str(result.saved) if result.saved else None, "checks": [r.to_json() for r in result.checks]}

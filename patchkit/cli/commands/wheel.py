@@ -4,6 +4,7 @@ import os
 import re
 import shlex
 from pathlib import Path
+from typing import Any
 
 import click
 from packaging.version import Version
@@ -224,7 +225,7 @@ def _require_a_series(version: str, chosen: Options) -> None:
     raise NoPatchSet("; ".join(s.note or f"{s.set_name}: no series for vLLM {release}" for s in selections))
 
 
-def _document(result: WheelResult) -> dict:
+def _document(result: WheelResult) -> dict[str, Any]:
     return {
         "result": result.outcome,
         "wheel": str(result.path) if result.path else None,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from patchkit.base.enums import TreeState
 from patchkit.engine.inspection import local_edit_fix
@@ -18,7 +18,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from patchkit.tree.version import DetectedVersion
 
 
-def plan_json(plan: Plan) -> list[dict]:
+def plan_json(plan: Plan) -> list[dict[str, Any]]:
     return [
         {
             "patch": step.patch.name,
@@ -37,25 +37,25 @@ def plan_json(plan: Plan) -> list[dict]:
     ]
 
 
-def target_json(target: Target) -> dict:
+def target_json(target: Target) -> dict[str, Any]:
     return {"target": str(target.root), "found_by": target.found_by}
 
 
-def tree_version_json(chosen: list[Chosen]) -> dict:
+def tree_version_json(chosen: list[Chosen]) -> dict[str, Any]:
     """The tree's vLLM version for a run of several sets: one tree, so one version, at the top of
     the document as a run of one set has it (scripts read it there)."""
     found = next((c.resolved for c in chosen if c.resolved is not None and c.resolved.version), None)
     return version_json(found.version if found is not None else None)
 
 
-def version_json(detected: DetectedVersion | None) -> dict:
+def version_json(detected: DetectedVersion | None) -> dict[str, Any]:
     """The version keys of a document (none when the version is unknown)."""
     if detected is None:
         return {}
     return {"vllm_version": str(detected.version), "version_source": detected.source}
 
 
-def resolved_json(resolved: Resolved) -> dict:
+def resolved_json(resolved: Resolved) -> dict[str, Any]:
     """The target, its version and the series chosen, as status reports them (and error documents)."""
     return {
         **target_json(resolved.target),
@@ -72,7 +72,7 @@ def _adhoc(resolved: Resolved) -> bool:
     return resolved.selection.patch_set is None and is_adhoc(resolved.selection.set_name)
 
 
-def status_json(resolved: Resolved, status: TreeStatus, where: Location | None = None) -> dict:
+def status_json(resolved: Resolved, status: TreeStatus, where: Location | None = None) -> dict[str, Any]:
     return {
         "state": status.state,
         "library": where.to_json() if where else None,

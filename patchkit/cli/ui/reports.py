@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections import Counter
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from patchkit.base import hints
 from patchkit.base.enums import CheckStatus, Holder, PatchState, ReleaseOutcome, TreeState
@@ -356,7 +356,7 @@ def verified_target_json(ui: Screen, resolved: Resolved, verified: VerifyResult)
     ui.json(verified_target_document(resolved, verified))
 
 
-def verified_target_document(resolved: Resolved, verified: VerifyResult) -> dict:
+def verified_target_document(resolved: Resolved, verified: VerifyResult) -> dict[str, Any]:
     """`verify` of one set on a target, as JSON (several sets: one of these per set)."""
     status = verified.status
     return {
