@@ -79,6 +79,7 @@ from patchkit.engine.inspection import (
     found_applied,
     found_edit_said,
     guard_refusal,
+    in_the_way,
     inspect,
     local_edit_fix,
     local_edit_said,
@@ -362,9 +363,10 @@ class _Applying:
         (an edit by hand): its stock file back, then apply."""
         if self.state.entry(self.resolved.set_name) is not None:
             return None
-        files = conflicting_files(plan.conflicts)
-        said = local_edit_said(files, self.resolved.vllm_version, self.resolved.target.root)
-        return f"{said}: {local_edit_fix(self.resolved.target.root, self.resolved.vllm_version, files, self.resolved.set_name)}"
+        files, there = conflicting_files(plan.conflicts), in_the_way(plan.conflicts)
+        root, version = self.resolved.target.root, self.resolved.vllm_version
+        said = local_edit_said(files, version, root, there)
+        return f"{said}: {local_edit_fix(root, version, files, self.resolved.set_name, there)}"
 
     def open_to_others(self, state: State, *, dry_run: bool) -> None:
         """Make readable what an older patchkit wrote under a strict umask (0600), or what this
