@@ -527,6 +527,14 @@ def record_says_patchkit_created_a_stock_file(tree: Tree) -> None:
     tree.write_state(state)
 
 
+def record_patch_named_as_a_path(tree: Tree) -> None:
+    """review32 L1 s_pname: a recorded patch named `../../../etc/passwd`: no patch file's name."""
+    _applied(tree)
+    state = tree.state()
+    state["entries"][0]["patches"][0]["name"] = "../../../etc/passwd"
+    tree.write_state(state)
+
+
 def _provenance(stock_version: str, label: str) -> dict:
     stock, new = stock_files(stock_version), patched(stock_files(stock_version))
     return {
@@ -676,6 +684,7 @@ SYMLINKED = [
 # records no command acts on (exit 2, its hint to inspect or remove the record): the guard refuses
 REFUSED_RECORDS = [
     record_says_patchkit_created_a_stock_file,
+    record_patch_named_as_a_path,
     record_chosen_a_string,
     record_of_another_format,
     record_mode_out_of_range,

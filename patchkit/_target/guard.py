@@ -42,7 +42,7 @@ ENV = "PATCHKIT_GUARD"
 # The number of the guard's checks: patchkit tells an older build's guard that judges a tree as it
 # does (the same number: a note, `apply` updates it) from one that may not (a failure until `apply`).
 # tests/test_guard_format.py holds it to this module's code: a change of the code bumps it.
-GUARD_FORMAT = 17
+GUARD_FORMAT = 18
 MAX_RECORD_BYTES = 16 * 1024 * 1024
 if TYPE_CHECKING:  # (vllm version or None, {path: recorded sha256 or None}, {path: its original's sha256 or None})
     Record = tuple[str | None, dict[str, str | None], dict[str, str | None]]
@@ -721,6 +721,8 @@ def _entry_damage(entry: object) -> str | None:
     for patch in patches:
         if not (isinstance(patch, dict) and isinstance(patch.get("name"), str)):
             return "a recorded patch has no name"
+        if not _file_name(patch["name"]):
+            return "a recorded patch's name " + repr(patch["name"]) + " is no file name"
         if not _is_digest(patch.get("sha256")):
             return repr(patch.get("sha256")) + " is not a sha256 hex digest"
         if not _is_absolute(patch.get("path", "/")):
@@ -780,6 +782,13 @@ def _chosen_damage(chosen: object, key: str) -> str | None:
         if not _set_name(name):
             return "'" + key + "' names " + repr(name) + ", which is no set name"
     return None
+
+
+def _file_name(name: str) -> bool:
+    """patchkit.base.fsutil.file_name_problem's rule: a patch is named by its file (Path.name)."""
+    if name in ("", ".", "..") or "/" in name or "\x00" in name:
+        return False
+    return len(name.encode("utf-8", "surrogateescape")) <= 255
 
 
 def _set_name(name: object) -> bool:

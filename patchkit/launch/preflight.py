@@ -468,7 +468,8 @@ class _Planned(Value):
         if status.state != TreeState.CONFLICT:
             return cls()
         as_fixed = _as_its_conflict_fix_leaves(resolved, status.edited_in_hunks)
-        fix = local_edit_fix(resolved.target.root, resolved.vllm_version, status.edited_in_hunks, resolved.set_name)
+        root, edited = resolved.target.root, status.edited_in_hunks
+        fix = local_edit_fix(root, resolved.vllm_version, edited, resolved.set_name, status.in_the_way)
         if as_fixed is None:  # the stock files not cached: not judged
             return cls(pending_fix=fix)
         return cls(as_fixed, fix=fix)
@@ -1063,13 +1064,9 @@ def _state_finding(resolved: Resolved, status: TreeStatus, *, prefixed: bool = F
         files = ", ".join(status.drifted)
         return Finding(TREE, False, f"changed after patchkit wrote them: {files}", _drift_fix(resolved))
     if status.state == TreeState.CONFLICT:
-        message = f"the {resolved.set_name} series does not apply: {local_edit_said(status.edited_in_hunks, version, resolved.target.root)}"
-        return Finding(
-            TREE,
-            False,
-            message,
-            local_edit_fix(resolved.target.root, version, status.edited_in_hunks, resolved.set_name),
-        )
+        root, edited, there = resolved.target.root, status.edited_in_hunks, status.in_the_way
+        message = f"the {resolved.set_name} series does not apply: {local_edit_said(edited, version, root, there)}"
+        return Finding(TREE, False, message, local_edit_fix(root, version, edited, resolved.set_name, there))
     if status.state == TreeState.PARTIAL:
         message = f"the {resolved.set_name} series is partly applied to vLLM {version}" + _reinstalled_said(status)
         if apply_finishes(status):
