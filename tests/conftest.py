@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -24,6 +25,12 @@ pytest_plugins = ("xdist_groups",)
 # they read them. A test that needs a key of its own takes a cache directory of its own too.
 SESSION_STATE = Path(platformdirs.user_state_dir("patchkit-tests"))
 os.environ["XDG_STATE_HOME"] = str(SESSION_STATE)
+
+# A shell starts a background job (`make test &`, nohup, some CI runners) with SIGINT ignored, and every
+# process the tests start inherits that: Python then never raises KeyboardInterrupt, and the tests that
+# send a real Ctrl-C to patchkit failed. The tests model a person at a terminal: SIGINT as Python sets it.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # The modules that take longest (pytest --durations on this 2-core machine): started first, so that
 # the workers end together rather than one of them running the longest module last.

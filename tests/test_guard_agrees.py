@@ -264,6 +264,23 @@ def reinstalled_same_version(tree: Tree) -> None:
     pip_install(tree.site, "0.16.0", stock_files("0.16.0"))
 
 
+def _another_build(files: dict[str, str]) -> dict[str, str]:
+    """A vendor's build of the same release: spec.py holds a backport (pip's RECORD lists its bytes)."""
+    return {**files, SPEC: "# acme build 3: a backported fix\n" + files[SPEC]}
+
+
+def reinstalled_another_build(tree: Tree) -> None:
+    """review32 F6: another build of the same version installed over the applied tree by pip: the
+    recorded file is neither the original patchkit saved nor what it wrote, but pip's (RECORD)."""
+    _applied(tree)
+    pip_install(tree.site, "0.16.0", _another_build(stock_files("0.16.0")))
+
+
+def reinstalled_another_build_unguarded(tree: Tree) -> None:
+    applied_without_guard(tree)
+    pip_install(tree.site, "0.16.0", _another_build(stock_files("0.16.0")))
+
+
 def record_lost(tree: Tree) -> None:
     """.patchkit/ left behind by `cp -r tree/*`, `rsync --exclude '.*'` or a .dockerignore."""
     _applied(tree)
@@ -696,6 +713,8 @@ CATALOGUE: list[Callable[[Tree], None]] = [
     *GUARDED_WHEEL_REPLACED,
     guard_uninstalled_by_pip,
     reinstalled_same_version,
+    reinstalled_another_build,
+    reinstalled_another_build_unguarded,
     record_lost,
     record_emptied,
     record_without_entries,
@@ -1710,3 +1729,61 @@ def test_stale_bytecode_of_the_guard_itself_fails_the_commands_and_the_named_fix
     status = run_cli("status", *own, env=env)
     assert status.returncode == 0, status.stdout + status.stderr
     assert run_cli("run", *own, "--", *launch, env=env).returncode == 0
+
+
+def test_another_build_reinstalled_under_the_record_is_said_as_pips_and_apply_moves_the_record_forward(tmp_path):
+    """review32 F6: pip installed another build of the recorded version (a vendor's spec.py, which its
+    RECORD lists): status, verify, preflight, run and the guard say pip wrote it, never "edited";
+    the fix is apply (no revert, no --force), which patches the installed build's file and records
+    it as the original, so a revert then gives the installed build's file back, never the old one."""
+    tree = _tree(tmp_path)
+    reinstalled_another_build(tree)
+    vendor = _another_build(stock_files("0.16.0"))[SPEC]
+    guard = load_plugins_like_vllm(tree.site)
+    assert guard.returncode != 0 and "pip" in guard.stderr and "changed after" not in guard.stderr, guard.stderr[-600:]
+    status = tree.cli("status", "--format", "json")
+    said = json.loads(status.stdout)
+    assert status.returncode == 1 and not said["drifted"], status.stdout
+    assert "reinstalled" in " ".join(said["guard"]["refuses"]), said["guard"]
+    assert _fixes(said) == [["apply", "--target", str(tree.site), "--patches", str(tree.library)]], said["guard"]
+    for command in ("status", "verify"):
+        done = tree.cli(command, *(["--no-import"] if command == "verify" else []))
+        assert "edited" not in done.stdout + done.stderr and "revert" not in done.stdout, done.stdout
+    for command in ("preflight", "run"):
+        done = tree.launch(command)
+        assert done.returncode == 1 and f"vLLM was reinstalled (pip wrote {SPEC}" in done.stdout, done.stdout
+        assert "revert" not in done.stdout + done.stderr, done.stdout
+    applied = tree.cli("apply", "--no-import")
+    assert applied.returncode == 0 and "written by pip" in applied.stderr, applied.stdout + applied.stderr
+    assert (tree.site / SPEC).read_text() == patched({SPEC: vendor})[SPEC]
+    assert tree.state()["entries"][0]["files"][SPEC]["before"] == sha(vendor)
+    assert load_plugins_like_vllm(tree.site).returncode == 0
+    assert tree.cli("status").returncode == 0
+    reverted = tree.cli("revert")
+    assert reverted.returncode == 0, reverted.stdout + reverted.stderr
+    assert (tree.site / SPEC).read_text() == vendor
+
+
+def test_revert_keeps_the_file_pip_wrote_and_drops_its_record(tmp_path):
+    """A revert of a tree where pip reinstalled another build under the record puts no old original
+    over the installed build's file: it keeps it, drops the record, and says so (its dry run too)."""
+    tree = _tree(tmp_path)
+    reinstalled_another_build(tree)
+    vendor = _another_build(stock_files("0.16.0"))[SPEC]
+    for args in (["--dry-run"], [], ["--force"]):
+        done = tree.cli("revert", *args)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert (tree.site / SPEC).read_text() == vendor
+        if not args:
+            assert "written by pip" in done.stderr and "kept as installed" in done.stderr, done.stderr
+            assert not (tree.site / ".patchkit/saved").exists()
+            assert load_plugins_like_vllm(tree.site).returncode == 0
+            reinstalled_another_build(tree)  # again, for --force
+
+
+def test_the_guard_and_the_commands_say_a_file_pip_wrote_in_the_same_words():
+    """status tells the guard's refusal for a file pip wrote by its words (inspection.STOCK_AGAIN_WORDS)."""
+    from patchkit._target import guard
+    from patchkit.engine import stale
+
+    assert (guard.PIP_WROTE, guard.PIP_WROTE_ALL) == (stale.PIP_WROTE, stale.PIP_WROTE_ALL)

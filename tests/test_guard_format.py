@@ -31,7 +31,9 @@ FORMATS = {
     12: "8705b356ad1fb7e2aaaeb093b2d9a603b5bd43be55c6d2cb79f7ccc42e61c9d1",  # a provenance of status's shape, its shipped patches of the recorded sha256
     13: "3209885c98ef05e0b1527f1d584942b7144c73585ae42549bda552165cb10299",  # vllm/ moved to another volume (a symlink in its place): its files judged inside it, the site it is in judged
     14: "3a6303f73ca3767de3beac13cf622bd14b83a3891ecf636a34daadb99edfd24f",  # checked-hash bytecode judged too under --check-hash-based-pycs never
-    15: "02546369046635bd4be243aa2b616b0a5777dd7731463a66bd6895db9c05de53",  # typed for mypy --strict: the same checks
+    15: "cac00c7a7c983f95497014b45dafe727d5b049d4ec979923ae67f7f8f89a7faf",  # a record's set name that is no set name ('../x', '-x') is damaged
+    16: "c5d9330201f3acbbd3cf539ff21d11c3b7018d1c2dba8840d843ea92c5dfe929",  # a recorded file pip wrote (vLLM's RECORD lists its bytes) said as a reinstall
+    17: "5a6b3243c7396edf399e8f04d354b5daf74a995022fa6744e2adfb363b7dbbcc",  # typed for mypy --strict: the same checks
 }
 _SKIPPED = {tokenize.COMMENT, tokenize.NL, tokenize.ENCODING, tokenize.ENDMARKER}
 _STATEMENT_START = {tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, None}

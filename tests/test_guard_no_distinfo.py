@@ -64,3 +64,48 @@ def test_a_dist_info_without_a_version_is_said_as_such(bare):
     code = f"import patchkit_guard; print(patchkit_guard.find_problems({str(tree)!r}))"
     done = subprocess.run([sys.executable, "-c", code], cwd=tree, capture_output=True, text=True, check=True)
     assert "vLLM None" not in done.stdout and "vllm-0.16.0.dist-info names no version" in done.stdout, done.stdout
+
+
+def _metadata_with_version(tmp_path, version: str):
+    """(tree, library): a demo set for 0.16.0 and a tree whose METADATA says `Version: {version}` (its
+    files' release told by vllm/_version.py, as a built vLLM holds it)."""
+    from helpers import SPEC, make_patch, patched_spec, write_library, write_tree
+
+    clean = write_tree(tmp_path / "clean")
+    library = write_library(tmp_path / "lib", {"0.16.0": [make_patch(tmp_path, clean, {SPEC: patched_spec()})]})
+    tree = write_tree(tmp_path / "site", files={SPEC: (clean / SPEC).read_bytes()})
+    (tree / "vllm" / "_version.py").write_text("__version__ = version = '0.16.0'\n")
+    (tree / "vllm-0.16.0.dist-info" / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n")
+    return tree, library
+
+
+def test_an_empty_metadata_version_is_named_with_the_fix_that_installs_the_guard(tmp_path):
+    """`Version: ` (empty) in the one vllm-*.dist-info: apply warned "no one vLLM version (none, or
+    several vllm-*.dist-info)" with no fix. It names the empty Version and the commands that end it."""
+    tree, library = _metadata_with_version(tmp_path, "")
+    done = run_cli("apply", "--target", tree, "--patches", library)
+    assert done.returncode == 0, done.stderr
+    warning = " ".join(done.stderr.split())
+    assert "vllm-0.16.0.dist-info/METADATA's Version is empty" in warning and "several" not in warning, warning
+    assert "vllm==0.16.0" in warning and "`patchkit apply --target" in warning, warning
+    assert not (tree / "patchkit_guard.py").exists()
+    # what the named pip command does (the dist-info and stock files written again), then the named apply
+    (tree / "vllm-0.16.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 0.16.0\n")
+    shutil.copy(tmp_path / "clean" / "vllm" / "config" / "spec.py", tree / "vllm" / "config" / "spec.py")
+    again = run_cli("apply", "--target", tree, "--patches", library)
+    assert again.returncode == 0 and "launch guard installed" in again.stdout, again.stdout + again.stderr
+    assert load_plugins_like_vllm(tree).returncode == 0
+
+
+def test_a_metadata_version_that_is_no_version_names_both_fixes(tmp_path):
+    """`Version: 0.16.0-garbage!!`: status and apply exit 2 "... is not a valid version" with no hint.
+    The hint names --vllm-version (the release the dist-info's name carries) and pip's repair, and
+    --vllm-version then works."""
+    tree, library = _metadata_with_version(tmp_path, "0.16.0-garbage!!")
+    for command in ("status", "apply"):
+        done = run_cli(command, "--target", tree, "--patches", library)
+        assert done.returncode == 2, done.stdout + done.stderr
+        hint = " ".join(done.stderr.split()).partition("hint: ")[2]
+        assert "--vllm-version 0.16.0" in hint and "vllm-0.16.0.dist-info" in hint and "vllm==0.16.0" in hint, hint
+    told = run_cli("status", "--target", tree, "--patches", library, "--vllm-version", "0.16.0")
+    assert told.returncode == 0, told.stdout + told.stderr

@@ -25,7 +25,7 @@ from launch_fixtures import (
     write_model,
 )
 
-from patchkit.tree.modules import hanging_modules
+from patchkit.tree.modules import hanging_modules, scanned_once
 
 LIMIT = 60  # seconds: every command here answers in a few
 
@@ -168,3 +168,19 @@ def test_run_does_not_launch_over_it_on_its_fast_path(tmp_path):
     done = run_patchkit([str(a) for a in args], env, None, LIMIT)
     assert done.returncode == 1 and not marker.exists(), done.stdout + done.stderr
     assert "is a fifo or a device, not bytecode" in done.stdout + done.stderr
+
+
+def test_within_one_command_a_trees_scan_is_told_again_and_after_it_made_anew(tmp_path):
+    """scanned_once: each call in it answers from the one scan of the tree (the sources left out
+    are each call's own); after it, a call scans the tree as it is now."""
+    (tmp_path / "vllm").mkdir()
+    (tmp_path / "vllm/a.py").write_text("")
+    pyc = _pyc(tmp_path, "vllm/a.py")
+    _stand_in(pyc, "fifo")
+    found = [str(pyc.relative_to(tmp_path))]
+    with scanned_once():
+        assert hanging_modules(tmp_path, [TAG]) == found
+        assert hanging_modules(tmp_path, [TAG], ["vllm/a.py"]) == []
+        pyc.unlink()
+        assert hanging_modules(tmp_path, [TAG]) == found  # once a command: patchkit removes none
+    assert hanging_modules(tmp_path, [TAG]) == []

@@ -102,6 +102,26 @@ def test_the_preflight_reads_the_model_vllm_serves(tmp_path):
     assert "never-read" not in done.stderr
 
 
+@pytest.mark.parametrize("written", ["0.16", "0.16.0.0"])
+def test_a_version_written_with_fewer_or_more_parts_reads_its_releases_spec(tmp_path, written):
+    """0.16 and 0.16.0.0 are 0.16.0 (PEP 440): the spec recorded for 0.16.0 reads the launch, by
+    --vllm-version and by the tree's own METADATA alike (its file was looked for by the name as written)."""
+    assert serve_parser.spec_for(written) == serve_parser.spec_for("0.16.0")
+    tree, library = write_eagle3_setup(tmp_path, V16)
+    model = write_model(tmp_path / "served", DEEPSEEK_V3)
+    argv = ["vllm", "serve", str(model)]
+    done = run_cli(
+        "preflight", "--target", tree, "--patches", library, "--no-import", "--vllm-version", written, "--", *argv
+    )
+    assert done.returncode in (0, 1), done.stderr
+    metadata = next(Path(tree).glob("vllm-*.dist-info")) / "METADATA"
+    metadata.write_text(re.sub(r"(?m)^Version: .*$", f"Version: {written}", metadata.read_text()))
+    done = run_cli("preflight", "--target", tree, "--patches", library, "--no-import", "--", *argv)
+    assert done.returncode in (0, 1), done.stderr
+    done = run_cli("run", "--target", tree, "--patches", library, "--", *argv)  # no vllm on PATH here
+    assert done.returncode not in (0, 70) and "internal error" not in done.stderr, done.stderr
+
+
 def test_every_supported_release_has_a_recorded_spec():
     from patchkit.series.library import default_root, load_set
 

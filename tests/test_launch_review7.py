@@ -36,7 +36,7 @@ from launch_fixtures import (
 
 from patchkit.base.errors import BadInput
 from patchkit.launch.command import parse
-from patchkit.launch.preflight import launch_text_encoding
+from patchkit.launch.preflight import launch_text_encoding, locale_text_encoding
 from patchkit.launch.validation import plugin_stopped
 from patchkit.tree.target import WorkerFailed, run_worker
 
@@ -435,5 +435,49 @@ def test_a_chat_template_that_is_not_text_in_the_launch_encoding_is_refused(laun
         ({"LANG": "xx_XX.no-such-codeset"}, "utf-8"),
     ],
 )
-def test_the_launch_encoding_follows_its_locale(environ, encoding):
-    assert launch_text_encoding(environ) == encoding
+def test_the_launch_encoding_told_from_the_variables_alone_follows_its_locale(environ, encoding):
+    """What is said when the launch's Python cannot be asked (it is not found: the launch fails anyway)."""
+    assert locale_text_encoding(environ) == encoding
+
+
+def _installed(name: str) -> bool:
+    said = subprocess.run(["locale", "-a"], capture_output=True, text=True, check=False).stdout.lower()
+    return name.lower().replace("-", "") in said.replace("-", "")
+
+
+@pytest.mark.parametrize(
+    ("words", "options"),
+    [
+        (["LANG=en_US.ISO-8859-1"], []),  # installed here or not: only the launch's Python knows
+        (["LC_ALL=C", "PYTHONUTF8=0"], []),  # UTF-8 mode off under C: ASCII
+        (["LC_ALL=C"], ["-X", "utf8=0"]),
+        (["LC_ALL=C", "PYTHONUTF8=0"], ["-E"]),  # -E: the variable is not read, C is coerced to UTF-8
+        (["LC_ALL=C.UTF-8"], []),
+        (["LANG=en_US.ISO-8859-1", "PYTHONUTF8=1"], []),
+    ],
+)
+def test_the_template_is_judged_in_the_encoding_the_launchs_own_python_reads_it_in(tmp_path, words, options):
+    """A --chat-template is text in the encoding open() reads it in: the launch's Python decides it at its
+    start (a locale that is not installed is C to it, UTF-8 mode, -E, -X utf8), so patchkit asks that
+    Python with the launch's environment and options, and agrees with a real read on every template."""
+    templates = {
+        "latin1": "{{ messages }} \u00e9t\u00e9".encode("latin-1"),
+        "utf8": "{{ messages }} \u00e9t\u00e9".encode(),
+    }
+    command = parse(
+        ["env", *words, sys.executable, *options, "-m", "vllm.entrypoints.openai.api_server", "--model", "m"]
+    )
+    encoding = launch_text_encoding(command)
+    env = {**os.environ, **dict(word.split("=", 1) for word in words)}
+    for name, data in templates.items():
+        path = tmp_path / f"{name}.jinja"
+        path.write_bytes(data)
+        read = subprocess.run([sys.executable, *options, "-c", f"open({str(path)!r}).read()"], env=env, check=False)
+        try:
+            data.decode(encoding)
+            decodes = True
+        except UnicodeDecodeError:
+            decodes = False
+        assert decodes == (read.returncode == 0), (words, options, name, encoding)
+    if words == ["LANG=en_US.ISO-8859-1"] and not _installed("en_US.ISO-8859-1"):
+        assert encoding == "utf-8"  # the case patchkit misjudged: that locale's name read as its codeset

@@ -33,6 +33,8 @@ from launch_fixtures import (
     write_model,
 )
 
+from patchkit.tree import target
+
 MODEL = "vllm/models/model.py"
 
 
@@ -119,3 +121,20 @@ def test_run_through_a_symlinked_target_does_not_launch_what_the_guard_refuses(t
     assert f"{pyc} (under the pycache prefix) is unchecked-hash bytecode" in said, said
     pyc.unlink()
     assert patchkit_run(link, library, prefixed, env)[1].returncode == 7
+
+
+def test_a_launchs_pycache_prefix_is_its_start_ups_else_its_own_else_this_processs(monkeypatch, tmp_path):
+    """tree.target.launch_prefix, the one answer the guard's judging, apply and preflight take: the
+    prefix the tree's interpreter sets at its start-up wins over the one the launch gives (-X, the
+    variable); without either, none (""); a launch from this environment gives this process's."""
+    root = tmp_path / "site"
+    here, given = (target.Launch(None, {}, [], str(tmp_path), None, False, p) for p in (None, "/given"))
+    monkeypatch.setattr(sys, "pycache_prefix", "/this-process")
+    assert target.launch_prefix(root, here) == ""
+    assert target.launch_prefix(root, given) == "/given"
+    assert target.launch_prefix(root) == "/this-process"
+    monkeypatch.setitem(target._STARTUP_PREFIX, root, "/at-start-up")
+    assert target.launch_prefix(root, given) == "/at-start-up"
+    assert target.launch_prefix(root) == "/at-start-up"
+    monkeypatch.setitem(target._STARTUP_PREFIX, root, "")  # the start-up clears it
+    assert target.launch_prefix(root, given) == ""

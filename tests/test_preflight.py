@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -1475,12 +1477,15 @@ def test_a_command_wider_than_the_terminal_is_continued_between_its_words(setup,
 
 
 def test_a_missing_hub_model_says_how_to_fetch_its_config_alone_and_every_path_copies_whole(
-    setup, tmp_path, monkeypatch
+    setup, request, monkeypatch
 ):
     """At 80 columns the cache path is whole (never elided, never folded mid-word), and the fix is a
     command: only config.json is read, not the weights. Said once: the finding is not repeated as an error."""
     tree, library, models = setup
-    cache = tmp_path / "hub"
+    # a path that fits a line of 80: tmp_path's length varies (/dev/shm in test-fast, pytest's run number)
+    short = Path(tempfile.mkdtemp(prefix="hub-"))
+    request.addfinalizer(lambda: shutil.rmtree(short, ignore_errors=True))
+    cache = short / "hub"
     monkeypatch.setenv("HF_HUB_CACHE", str(cache))
     argv = ["preflight", "--target", tree, "--patches", library, "--", *serve("lab/gone-model", models["drafter"])]
     code, drawn = on_a_terminal(argv, width=80, drop_env=("COLUMNS", "LINES", "FORCE_COLOR"))

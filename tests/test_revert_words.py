@@ -11,6 +11,8 @@ import os
 import shutil
 from pathlib import Path
 
+from patchkit.base.errors import Drift, drift_refused
+
 from helpers import (  # isort: skip
     MODEL,
     MODEL_PY,
@@ -218,3 +220,16 @@ def test_revert_of_a_local_label_wheel_with_a_set_applied_on_it_calls_the_files_
     assert {p: d for p, d in snapshot(site).items() if p in STOCK_FILES} == {
         p: d for p, d in STOCK_FILES.items() if p.startswith("vllm/")
     }
+
+
+def test_one_refusal_names_one_file_in_its_own_words_and_several_each_on_a_line():
+    """The refusal plan, unrecorded revert and a patched wheel's revert share: one file is named in
+    the caller's words (a path with braces kept as it is), several are counted and then listed one a
+    line, with how each changed where the caller says it; the hint is singular or plural to match."""
+    one = drift_refused({"a/{x}.py": "deleted"}, lambda path, how: f"{path} was {how}", "unused", restores="the file")
+    assert isinstance(one, Drift) and one.message == "a/{x}.py was deleted"
+    assert one.hint is not None and one.hint.endswith(" restores the file and keeps a copy of your edit")
+    assert "revert --force" in one.hint
+    several = drift_refused({"a.py": "edited", "b.py": ""}, lambda *_: "unused", "2 files changed", restores="the file")
+    assert several.message == "2 files changed:\n  a.py (edited)\n  b.py"
+    assert several.hint is not None and several.hint.endswith(" restores the files and keeps a copy of your edits")

@@ -32,6 +32,7 @@ from helpers import (
 
 from patchkit.series import library as library_mod
 from patchkit.store.state import read_state
+from patchkit.tree import modules as modules_mod
 from patchkit.tree import version as version_mod
 
 
@@ -175,6 +176,21 @@ def test_a_dry_run_of_several_sets_reads_the_trees_version_once(run, tree, libra
     result = run("apply", "--dry-run", "-q", "--target", tree, "--patches", library)
     assert result.exit_code == 0, result.output
     assert len(detected) == 1
+
+
+@pytest.mark.parametrize("command", [("status",), ("verify", "--no-import")])
+def test_a_command_judging_several_sets_scans_the_trees_bytecode_once(run, tree, library, monkeypatch, command):
+    """Issue 21: the scan for bytecode that hangs the import is the tree's, the same for every set:
+    done once a command (~3-7 ms each), not once a set (status) or twice a set (verify)."""
+    assert run("apply", "--target", tree, "--patches", library).exit_code == 0
+    scans = []  # the guard's own __pycache__ is listed first in each scan, and alone of its modules
+    listed = modules_mod._hanging_in
+    monkeypatch.setattr(modules_mod, "_hanging_in", lambda *a: (scans.append(a) if len(a) > 2 else 0) or listed(*a))
+    result = run(*command, "--target", tree, "--patches", library)
+    assert result.exit_code == 0, result.output
+    assert len(scans) == 1, len(scans)
+    run(*command, "--target", tree, "--patches", library)
+    assert len(scans) == 2  # the next command scans again: nothing outlives one
 
 
 def test_library_toml_naming_an_unknown_set_is_refused(run, tree, library):

@@ -286,3 +286,54 @@ def test_no_temp_file_survives_a_kill_at_any_step_once_a_command_has_run(tmp_pat
         assert status.returncode == 0, status.stderr
         assert not list(tree.rglob("*.patchkit-*.tmp")), n
     assert killed_with_leftovers  # the kills did leave some: the test saw recovery remove them
+
+
+# -- a record's set name: untrusted input ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["../../x", "-rf", "..", "a\\b"])
+def test_a_record_naming_no_set_name_is_refused_in_short_words_with_a_fix(tmp_path, name):
+    """A set name in state.json that no library set can have (`../../x`, a leading '-') made status's
+    note one 330-character line naming `--set ../../x`. The record is untrusted: it is damaged, and
+    the guard says so too."""
+    from helpers import run_cli, write_library
+
+    from patchkit._target.guard import state_damage
+
+    clean = write_tree(tmp_path / "clean")
+    library = write_library(tmp_path / "lib", {"0.16.0": [make_patch(tmp_path, clean, {SPEC: patched_spec()})]})
+    tree = write_tree(tmp_path / "site")
+    target = ["--target", tree, "--patches", library]
+    assert run_cli("apply", *target).returncode == 0
+    record = tree / ".patchkit" / "state.json"
+    data = json.loads(record.read_text())
+    data["entries"][0]["set"] = name
+    record.write_text(json.dumps(data))
+    before = fingerprint(tree)
+    for command in ("status", "apply", "revert"):
+        done = run_cli(command, *target)
+        assert done.returncode == 2, done.stdout + done.stderr
+        error = next(line for line in done.stderr.splitlines() if line.startswith("error: "))
+        assert f"its set {name!r} is no set name" in error and "--set" not in done.stdout + done.stderr
+        assert len(error.replace(str(record), "state.json")) <= 110  # the path aside: short words (330 before)
+        assert "move it aside" in done.stderr and fingerprint(tree) == before
+    assert "no set name" in str(state_damage(data))
+    os.rename(record, f"{record}.damaged")  # the hint's fix: the commands go on
+    assert run_cli("status", *target).returncode == 0
+
+
+def test_a_library_set_named_as_no_set_name_is_refused_before_anything_is_written(tmp_path):
+    """The rule holds at the source too: a set.toml `name` that a record could not keep is refused."""
+    from helpers import run_cli, write_library
+
+    clean = write_tree(tmp_path / "clean")
+    library = write_library(
+        tmp_path / "lib", {"0.16.0": [make_patch(tmp_path, clean, {SPEC: patched_spec()})]}, name="up"
+    )
+    manifest = library / "up" / "set.toml"
+    manifest.write_text(manifest.read_text().replace('name = "up"', 'name = "../up"'))
+    tree = write_tree(tmp_path / "site")
+    before = fingerprint(tree)
+    done = run_cli("apply", "--target", tree, "--patches", library)
+    assert done.returncode == 2 and "`name` '../up' contains a '/'" in done.stderr, done.stderr
+    assert fingerprint(tree) == before

@@ -42,7 +42,7 @@ ENV = "PATCHKIT_GUARD"
 # The number of the guard's checks: patchkit tells an older build's guard that judges a tree as it
 # does (the same number: a note, `apply` updates it) from one that may not (a failure until `apply`).
 # tests/test_guard_format.py holds it to this module's code: a change of the code bumps it.
-GUARD_FORMAT = 15
+GUARD_FORMAT = 17
 MAX_RECORD_BYTES = 16 * 1024 * 1024
 if TYPE_CHECKING:  # (vllm version or None, {path: recorded sha256 or None}, {path: its original's sha256 or None})
     Record = tuple[str | None, dict[str, str | None], dict[str, str | None]]
@@ -199,23 +199,59 @@ def judge(
         return Verdict([str(exc)])
     # after an upgrade the files are another release's: no original of this record says them
     again = [] if upgraded else [rel for rel, actual, _ in differing if rel in original and actual == original[rel]]
-    whole = bool(again) and len(again) == len(original)
+    # another build of the same version reinstalled (a vendor's): pip wrote the file, no edit
+    pip = [] if upgraded else _pip_wrote(site, [(r, a) for r, a, _ in differing if original.get(r) and r not in again])
+    whole = bool(again or pip) and len(again) + len(pip) == len(original)
     for rel, actual, problem in differing:
-        if rel not in again:
+        if rel in pip and not whole:
+            problems.append(rel + PIP_WROTE)
+        elif rel not in again and rel not in pip:
             problems.append(problem)
         elif not whole:  # said as what it is: stock bytes, no edit to keep (apply alone fixes it)
             problems.append(
                 rel + (" is gone, as before patchkit created it" if actual is None else " holds its stock bytes again")
             )
     if whole:  # one line, the files a count: a reinstall is one fact, not one per file
-        problems.append("the files are " + STOCK_AGAIN + ": all " + str(len(original)) + " recorded")
+        problems.append(
+            "the files are " + (PIP_WROTE_ALL if pip else STOCK_AGAIN) + ": all " + str(len(original)) + " recorded"
+        )
     changed = {rel for rel, _, _ in differing}
     kept = [rel for rel, sha in sorted(expected.items()) if sha and rel not in changed]
     try:
         problems += stale_bytecode(site, kept, tags, prefix, never) + _shadowed(site, kept, extensions)
     except TreeChanged as exc:
         return Verdict([*problems, str(exc)])
-    return Verdict(sorted(set(problems), key=problems.index), again, whole)
+    return Verdict(sorted(set(problems), key=problems.index), again + pip, whole)
+
+
+# a recorded file pip wrote again (vLLM reinstalled, maybe another build of the same version): apply
+# records it afresh, revert keeps it (patchkit.engine.stale.pip_wrote tells it the same way)
+PIP_WROTE = " was written by pip when vLLM was reinstalled (its RECORD lists these bytes)"
+PIP_WROTE_ALL = "as pip installed them (vLLM reinstalled: its RECORD lists their bytes)"
+
+
+def _pip_wrote(site: str, found: list[tuple[str, str | None]]) -> list[str]:
+    """Of (path, its sha256 on disk), those whose bytes the installed vLLM's RECORD lists (sha256
+    and size): one vLLM dist-info, not a patched wheel's (its RECORD lists the patched files)."""
+    files = [(rel, actual) for rel, actual in found if actual]
+    infos = _vllm_dist_infos(site) if files else []
+    if len(infos) != 1 or os.path.lexists(os.path.join(site, infos[0], "patchkit.json")):
+        return []
+    label = infos[0].lower().rpartition(".")[0].partition("+")[2]
+    if "patchkit" in label.replace("_", ".").replace("-", ".").split("."):
+        return []
+    rows = _record_entries(os.path.join(site, infos[0], "RECORD"), [rel for rel, _ in files]) or {}
+    said = []
+    for rel, actual in files:
+        digest, size = rows.get(rel, ("", ""))
+        full = _inside(site, rel)
+        wanted = "sha256=" + base64.urlsafe_b64encode(bytes.fromhex(actual)).rstrip(b"=").decode()
+        try:
+            if digest == wanted and full is not None and size == str(os.stat(full).st_size):
+                said.append(rel)
+        except OSError:
+            continue
+    return said
 
 
 # patchkit.checks.shadow's rule, for the recorded files: FileFinder imports a package `<stem>/`, then
@@ -676,6 +712,8 @@ def _entry_damage(entry: object) -> str | None:
     for key, kind in kinds.items():
         if (key in entry or key == "set") and not isinstance(entry.get(key), kind):
             return "'" + key + "' is missing or of the wrong type"
+    if not _set_name(entry["set"]):
+        return "it names a set " + repr(entry["set"]) + ", which is no set name"
     patches = entry.get("patches", [])
     if not isinstance(patches, list):
         return "'patches' is missing or of the wrong type"
@@ -738,9 +776,16 @@ def _chosen_damage(chosen: object, key: str) -> str | None:
     if not isinstance(chosen, list) or len(chosen) > _MAX_CHOSEN:
         return "'" + key + "' is not a list of set names"
     for name in chosen:
-        if not (isinstance(name, str) and 0 < len(name) <= 200 and name.isprintable()):
+        if not _set_name(name):
             return "'" + key + "' names " + repr(name) + ", which is no set name"
     return None
+
+
+def _set_name(name: object) -> bool:
+    """patchkit.base.fsutil.set_name_problem's rule: printable, no '/' or '\\', not '.' or '..', no leading '-'."""
+    if not (isinstance(name, str) and 0 < len(name) <= 200 and name.isprintable()):
+        return False
+    return "/" not in name and "\\" not in name and name not in (".", "..") and not name.startswith("-")
 
 
 def _entry_record(entry: dict[str, Any]) -> Record:
@@ -944,6 +989,12 @@ def _record_hashes(path: str, paths: list[str]) -> dict[str, str] | None:
     """{path: its hash entry} of the RECORD rows of `paths`, by patchkit.distinfo.record.parse_record's
     rule (a row without a hash never replaces one with a hash; two different hashes are neither:
     "twice"); None when the RECORD cannot be read plainly."""
+    rows = _record_entries(path, paths)
+    return None if rows is None else {rel: digest for rel, (digest, _size) in rows.items()}
+
+
+def _record_entries(path: str, paths: list[str]) -> dict[str, tuple[str, str]] | None:
+    """_record_hashes's rows, each (its hash entry, its size)."""
     try:
         raw = _read_regular(path, MAX_RECORD_BYTES)
         rows = list(csv.reader(io.StringIO(raw.decode("utf-8")))) if raw is not None else None
@@ -951,17 +1002,17 @@ def _record_hashes(path: str, paths: list[str]) -> dict[str, str] | None:
         return None
     if rows is None:
         return None
-    wanted, out, twice = set(paths), {}, set()  # type: set[str], dict[str, str], set[str]
+    wanted, out, twice = set(paths), {}, set()  # type: set[str], dict[str, tuple[str, str]], set[str]
     for row in rows:
         if not row or row[0] not in wanted:
             continue
-        digest, earlier = row[1] if len(row) > 1 else "", out.get(row[0])
+        digest, earlier = row[1] if len(row) > 1 else "", out.get(row[0], ("", ""))[0]
         if earlier and digest != earlier:
             if digest:
                 twice.add(row[0])
             continue
-        out[row[0]] = digest
-    return {**out, **{rel: "twice" for rel in twice}}
+        out[row[0]] = (digest, row[2] if len(row) > 2 else "")
+    return {**out, **{rel: ("twice", "") for rel in twice}}
 
 
 # PEP 440 (packaging.version's pattern, which this stdlib-only module cannot import), in groups

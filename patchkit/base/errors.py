@@ -16,6 +16,9 @@ maps to the exit code with exit_code_for; an error carries its own code. Nothing
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+
+from patchkit.base import hints
 from patchkit.base.enums import Outcome
 from patchkit.base.values import FrozenValue, frozen
 
@@ -65,6 +68,19 @@ class Conflict(CheckFailed):
 
 class Drift(CheckFailed):
     """A patched file was edited after patchkit wrote it."""
+
+
+def drift_refused(changed: Mapping[str, str], one: Callable[[str, str], str], several: str, *, restores: str) -> Drift:
+    """The Drift refusing to write over the files in `changed` (path -> how it changed, or "" where
+    that goes unsaid). One file: `one(path, how)`. Several: `several` (the count is the caller's), then
+    each on its own line as git names the files a checkout would overwrite. The hint: revert --force
+    restores `restores` ("s" added for several) and keeps a copy of the edits."""
+    fix = hints.command("revert", "--force")
+    if len(changed) == 1:
+        ((path, how),) = changed.items()
+        return Drift(one(path, how), hint=f"{fix} restores {restores} and keeps a copy of your edit")
+    listed = "".join(f"\n  {path} ({how})" if how else f"\n  {path}" for path, how in changed.items())
+    return Drift(f"{several}:{listed}", hint=f"{fix} restores {restores}s and keeps a copy of your edits")
 
 
 class BadInput(PatchkitError):

@@ -73,6 +73,24 @@ def plain_name_problem(name: str) -> str | None:
     return "contains a '/'" if "/" in name else unsafe_reason(name)
 
 
+MAX_SET_NAME = 200
+
+
+def set_name_problem(name: str) -> str | None:
+    """Why `name` is no set name, or None. A set is named on command lines (`--set NAME`) and in
+    paths (a wheel's patchkit/<set>/): printable, no '/' or '\\', not '.' or '..', no leading '-'."""
+    if not name or len(name) > MAX_SET_NAME:
+        return f"is not 1 to {MAX_SET_NAME} characters"
+    if not name.isprintable():
+        return "holds a character that is not printable"
+    slash = next((c for c in "/\\" if c in name), None)
+    if slash:
+        return f"contains a {slash!r}"
+    if name in (".", ".."):
+        return f"is {name!r}"
+    return "begins with '-'" if name.startswith("-") else None
+
+
 def _plainly_safe(path: str) -> bool:
     """A conservative shortcut: true only for paths unsafe_reason's rule accepts (a "/." anywhere, a
     leading "." or a drive-like second character send a path the long way)."""

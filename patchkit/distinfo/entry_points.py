@@ -15,6 +15,7 @@ import functools
 import itertools
 import os
 import re
+import stat
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -38,11 +39,16 @@ class Found:
 
     def __init__(self) -> None:
         self.names: list[str] = []  # entry point names, in the order importlib gives them
-        self.unreadable: list[str] = []  # entry_points.txt files importlib would fail on
+        # entry_points.txt files importlib would hang on, fill memory with or raise on: (path, what it is)
+        self.unreadable: list[tuple[str, str]] = []
 
 
 class Unreadable(Exception):
-    """A file of a distribution that cannot be read as importlib.metadata would read it."""
+    """A file of a distribution that cannot be read as importlib.metadata would read it: its message
+    says what the file is and what vLLM's plugin loader (importlib.metadata) would do with it."""
+
+
+LOADER = "vLLM's plugin loader (importlib.metadata, at every start)"
 
 
 def metadata_directories(entry: str) -> list[str]:
@@ -85,7 +91,7 @@ def group_entry_points(places: Iterable[str], group: str, ignored: Callable[[str
         try:
             found.names += _declared_names(info, group, ignored)
         except Unreadable as exc:
-            found.unreadable.append(f"{os.path.join(info, 'entry_points.txt')} ({exc})")
+            found.unreadable.append((os.path.join(info, "entry_points.txt"), str(exc)))
     return found
 
 
@@ -96,7 +102,7 @@ def _declared_names(info: str, group: str, ignored: Callable[[str], bool]) -> li
     try:
         points = parse_entry_points(text).select(group=group)
     except (ValueError, TypeError) as exc:  # a line without `=`: importlib raises, vLLM loads no plugin
-        raise Unreadable(f"importlib.metadata cannot parse it: {exc}") from None
+        raise Unreadable(f"not an entry-point file ({exc}): {LOADER} raises on it") from None
     return [p.name for p in points if (module := _module(p.value)) is not None and not ignored(module)]
 
 
@@ -129,18 +135,40 @@ def parse_entry_points(text: str) -> importlib.metadata.EntryPoints:
 def _read_text(info: str, name: str, limit: int) -> str | None:
     """A distribution's file as importlib.metadata's read_text gives it (UTF-8; None when absent or
     closed), read bounded; Unreadable for what importlib would hang on, fill memory with or raise on."""
+    path = os.path.join(info, name)
     try:
-        return read_regular(os.path.join(info, name), limit, follow_symlinks=True).decode("utf-8")
+        return read_regular(path, limit, follow_symlinks=True).decode("utf-8")
     except NotRegularFile as exc:
         if exc.errno in (20, 21):  # ENOTDIR, EISDIR: importlib's read_text gives None
             return None
-        raise Unreadable(exc.strerror) from None
+        return _not_regular(path, exc)
     except (FileNotFoundError, PermissionError, NotADirectoryError, IsADirectoryError):
         return None
     except UnicodeDecodeError:
-        raise Unreadable("not UTF-8: importlib.metadata raises on it") from None
+        raise Unreadable(f"not UTF-8 text: {LOADER} raises on it") from None
     except OSError as exc:
-        raise Unreadable(exc.strerror or str(exc)) from None
+        raise Unreadable(f"unreadable ({exc.strerror or exc}): {LOADER} raises on it") from None
+
+
+def _not_regular(path: str, exc: NotRegularFile) -> str | None:
+    """What importlib's read_text gives of a file read_regular refused: None for a directory (it
+    passes over it), "" for /dev/null; else Unreadable, saying what the file is."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        raise Unreadable(f"unreadable ({exc.strerror}): {LOADER} raises on it") from None
+    if stat.S_ISDIR(info.st_mode):
+        return None
+    if stat.S_ISREG(info.st_mode):  # over the limit
+        raise Unreadable(f"{info.st_size:,} bytes, more than patchkit reads: {LOADER} reads it whole") from None
+    if stat.S_ISFIFO(info.st_mode):
+        raise Unreadable(f"a fifo: {LOADER} would block on it") from None
+    if stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode):
+        if info.st_rdev == os.stat(os.devnull).st_rdev:
+            return ""  # an empty file to importlib
+        device = os.path.realpath(path)
+        raise Unreadable(f"a device ({device}): {LOADER} would read it without end or block on it") from None
+    raise Unreadable(f"not a file importlib can open ({exc.strerror}): {LOADER} raises on it") from None
 
 
 def _distribution_name(info: str) -> str | None:

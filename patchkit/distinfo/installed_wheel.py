@@ -38,7 +38,7 @@ from packaging.version import InvalidVersion, Version
 
 from patchkit.base import fsutil, hints
 from patchkit.base.enums import FileKind
-from patchkit.base.errors import BadInput, Drift, PatchkitError
+from patchkit.base.errors import BadInput, PatchkitError, drift_refused
 from patchkit.base.hashing import sha256
 from patchkit.distinfo.provenance import PATCH_DIR, FileRecord, read_provenance
 from patchkit.distinfo.provenance import Provenance as Record
@@ -447,17 +447,11 @@ def restore_stock(view: View, found: Provenance, *, force: bool, fetch_release: 
 
 def _refuse_changed(changed: dict[str, str]) -> None:
     """Drift naming each file the wheel patched that was edited or deleted since (one a line, as git)."""
-    fix = hints.command("revert", "--force")
-    if len(changed) == 1:
-        ((path, what),) = changed.items()
-        raise Drift(
-            f"{path} was {what} after the patched wheel installed it; keeping your version",
-            hint=f"{fix} restores the stock file and keeps a copy of your edit",
-        )
-    listed = "".join(f"\n  {path} ({what})" for path, what in changed.items())
-    raise Drift(
-        f"{len(changed)} files were changed after the patched wheel installed them; keeping your versions:{listed}",
-        hint=f"{fix} restores the stock files and keeps a copy of your edits",
+    raise drift_refused(
+        changed,
+        lambda path, what: f"{path} was {what} after the patched wheel installed it; keeping your version",
+        f"{len(changed)} files were changed after the patched wheel installed them; keeping your versions",
+        restores="the stock file",
     )
 
 
@@ -471,19 +465,15 @@ def _hold_to_the_series(
     if not unlike:
         return
     if not force:
-        why = f"edited after the install, or {found.origin} is not the wheel's"
-        fix = hints.command("revert", "--force")
-        if len(unlike) == 1:
-            raise Drift(
-                f"{unlike[0]} is not what the wheel's patches make of vLLM {found.vllm_version}'s file: {why}; "
-                "keeping your version",
-                hint=f"{fix} restores the stock file and keeps a copy of your edit",
-            )
-        listed = "".join(f"\n  {path}" for path in unlike)  # each named, one a line, as git names them
-        raise Drift(
-            f"{len(unlike)} files are not what the wheel's patches make of vLLM {found.vllm_version}'s files ({why}); "
-            f"keeping your versions:{listed}",
-            hint=f"{fix} restores the stock files and keeps a copy of your edits",
+        why, version = f"edited after the install, or {found.origin} is not the wheel's", found.vllm_version
+        raise drift_refused(
+            dict.fromkeys(unlike, ""),
+            lambda path, _: (
+                f"{path} is not what the wheel's patches make of vLLM {version}'s file: {why}; keeping your version"
+            ),
+            f"{len(unlike)} files are not what the wheel's patches make of vLLM {version}'s files ({why}); "
+            "keeping your versions",
+            restores="the stock file",
         )
     done.edited += [p for p in unlike if view.read(p) is not None]
     done.unvouched = [p for p in done.unvouched if p not in done.edited]

@@ -47,7 +47,7 @@ from patchkit.engine.guard import (
     unrecorded_guard_notes,
     unseen_guard_note,
 )
-from patchkit.engine.stale import stale_entries, stale_note
+from patchkit.engine.stale import PIP_WROTE, PIP_WROTE_ALL, pip_wrote, stale_entries, stale_note
 from patchkit.engine.vouched import needs_force, not_made_by_the_series
 from patchkit.series import dry_run
 from patchkit.series.library import has_series, load_library, locate
@@ -149,6 +149,8 @@ class TreeStatus(Value):
     # a set found applied with no record of it: the file that is not stock beyond its change (apply
     # refuses to record it; status, preflight and run fill it: with_found_judged)
     found_edited: list[str] = field(default_factory=list)
+    # the set's recorded files pip wrote since its apply (vLLM reinstalled: stale.pip_wrote), not drifted
+    reinstalled: list[str] = field(default_factory=list)
 
     def fix_command(self, verb: str, *args: str) -> str:
         """`hints.command` for a fix: without --set where the set's files came with a wheel of
@@ -331,7 +333,8 @@ def _bytecode_fix(problems: list[str]) -> str:
 
 
 UPGRADED = " is installed, but the patches were applied to "  # the guard's words for another vLLM version
-STOCK_AGAIN_WORDS = (" holds its stock bytes again", " is gone, as before patchkit created it")  # the guard's words
+# the guard's words for a file apply alone settles: stock again, or written by pip (vLLM reinstalled)
+STOCK_AGAIN_WORDS = (" holds its stock bytes again", " is gone, as before patchkit created it", PIP_WROTE)
 EDITED = (" was changed after patchkit patched it", " is missing", " exists, but the patches removed it")  # a file's
 
 
@@ -408,12 +411,12 @@ def _inspect(resolved: Resolved, *, check_upstream: bool, import_probe: bool, ve
     ]
     state = read_state(root)
     stale = stale_entries(root, state, resolved.vllm_version)
-    drifted = drifted_files(resolved, state)
+    drifted, reinstalled = drifted_and_reinstalled(resolved, state)
     reports = _applied_though_drifted(reports, drifted, state.entry(resolved.set_name))
     lost = _lost_to_drift(reports, drifted, state.entry(resolved.set_name))
     overall = _overall([replace(r, state=PatchState.APPLIED) if r.name in lost else r for r in reports])
     fields = _guard_fields(root, resolved.set_name, state, stale=bool(stale))
-    fields["store_notes"] += edited_since_apply(resolved, state, drifted)
+    fields["store_notes"] += edited_since_apply(resolved, state, drifted) + _reinstalled_note(reinstalled, fields)
     return TreeStatus(
         # the state as recorded: a patch lost to the drift is that drift (its fix), not a partial series
         overall,
@@ -425,8 +428,22 @@ def _inspect(resolved: Resolved, *, check_upstream: bool, import_probe: bool, ve
         lost=lost,
         record=state,
         chosen_sets=chosen_sets(state, resolved.vllm_version) if drifted else (),
+        reinstalled=reinstalled,
         **fields,
     )
+
+
+def _reinstalled_note(files: list[str], fields: dict[str, Any]) -> list[str]:
+    """The set's recorded files pip wrote since its apply, where the guard does not say so itself
+    (none installed): no edit, and apply records them afresh."""
+    if not files or any(problem.endswith(PIP_WROTE) or PIP_WROTE_ALL in problem for problem in fields["guard"]):
+        return []
+    one = len(files) == 1
+    return [
+        f"{', '.join(files)} {'was' if one else 'were'} written by pip when vLLM was reinstalled (its RECORD lists "
+        f"{'these' if one else 'their'} bytes): {hints.command('apply')} patches {'it' if one else 'them'} "
+        "and records the installed build"
+    ]
 
 
 def edited_since_apply(resolved: Resolved, state: State, drifted: list[str]) -> list[str]:
@@ -876,21 +893,28 @@ def _overall(reports: list[PatchReport]) -> TreeState:
 def drifted_files(resolved: Resolved, state: State) -> list[str]:
     """Recorded files (of `state`, the tree's record) whose content is neither what patchkit wrote
     nor the original (a record left stale by an upgrade of vLLM is no evidence: see stale_entries)."""
+    return drifted_and_reinstalled(resolved, state)[0]
+
+
+def drifted_and_reinstalled(resolved: Resolved, state: State) -> tuple[list[str], list[str]]:
+    """drifted_files, and the set's recorded files pip wrote since (pip_wrote: no edit, not drifted)."""
     root = resolved.target.root
     entry = state.entry(resolved.set_name)
     if entry is None:  # installed from a patched wheel, perhaps (other sets applied on it or not): its provenance
         if not has_provenance(root):
-            return []
+            return [], []
         read = lambda path: read_file(path, follow_symlinks=False)  # noqa: E731
         recorded = {
             path for other in state.entries for path in other.files
         }  # a later apply's file: its record judges it
-        return [
-            path for path in installed_wheel_reader().drifted(root, read, resolved.set_name) if path not in recorded
-        ]
+        drifted = installed_wheel_reader().drifted(root, read, resolved.set_name)
+        return [path for path in drifted if path not in recorded], []
     if stale_note(root, entry, resolved.vllm_version):
-        return []
-    return sorted(path for path in entry.files if sha256(read_file(root / path)) not in state.accepted(entry, path))
+        return [], []
+    changed = sorted(path for path in entry.files if sha256(read_file(root / path)) not in state.accepted(entry, path))
+    # pip wrote them (vLLM reinstalled): no edit; apply records them afresh (pip_wrote)
+    reinstalled = pip_wrote(root, state, entry, resolved.vllm_version) if changed else []
+    return [path for path in changed if path not in reinstalled], reinstalled
 
 
 def not_compiling(resolved: Resolved, drifted: list[str]) -> list[CheckResult]:

@@ -55,7 +55,6 @@ from patchkit.engine.guard import (
     install_changes,
     installed_vllm_version,
     is_site_packages,
-    launch_prefix,
     launch_tags,
     make_readable,
     other_build,
@@ -91,7 +90,7 @@ from patchkit.engine.inspection import (
     with_found_judged,
 )
 from patchkit.engine.resolve import Resolved, judged, require_patches, resolve, resolve_sets, resolve_target, several
-from patchkit.engine.stale import stale_entries, stale_note
+from patchkit.engine.stale import pip_wrote, stale_entries, stale_note
 from patchkit.engine.transaction import (
     commit_changes,
     consistent_read,
@@ -130,7 +129,7 @@ from patchkit.store.state import (
     state_path,
 )
 from patchkit.tree.modules import hanging_modules
-from patchkit.tree.target import Target, checkout_restore, stock_files_command
+from patchkit.tree.target import Target, checkout_restore, launch_prefix, stock_files_command
 from patchkit.tree.version import detect
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -275,6 +274,7 @@ class _Applying:
     # the set's patches found applied with no record of them: their entry and originals (digest -> bytes)
     found: tuple[Entry | None, dict[str, bytes]] = (None, {})
     guard_refuses: tuple[list[str], str] | None = None  # what the guard still refuses once applied, and its fix
+    reinstalled: list[str] = field(default_factory=list)  # the set's recorded files pip wrote since (pip_wrote)
 
     def warn(self, text: str) -> None:
         self.warnings.append(text)
@@ -304,6 +304,7 @@ class _Applying:
             them = "them" if len(names) > 1 else "it"
             said = stale_said([shown_name(name, state) for name in names], note)
             self.warn(f"{said}: {f'apply would discard {them}' if dry_run else 'discarded'}")
+        self.reinstalled = self.pip_wrote(state, dry_run=dry_run)
         drifted = drifted_files(self.resolved, state)
         if drifted:
             raise Drift(
@@ -332,6 +333,29 @@ class _Applying:
         if stock.outcome != Outcome.DRY_RUN:
             return stock
         return self.check_then_write(plan, stock, dry_run=dry_run)
+
+    def pip_wrote(self, state: State, *, dry_run: bool) -> list[str]:
+        """The set's recorded files pip wrote since its apply (vLLM reinstalled, another build of the
+        same version maybe): no edit; the record starts afresh from them (without_reinstalled), said."""
+        entry = state.entry(self.resolved.set_name)
+        if entry is None or self.resolved.set_name in self.stale:
+            return []
+        found = pip_wrote(self.resolved.target.root, state, entry, self.resolved.vllm_version)
+        if found:
+            one = len(found) == 1
+            self.warn(
+                f"{', '.join(found)} {'was' if one else 'were'} written by pip when vLLM was reinstalled (its RECORD "
+                f"lists {'these' if one else 'their'} bytes): the record {'would start' if dry_run else 'starts'} "
+                f"afresh from the installed {'file' if one else 'files'}"
+            )
+        return found
+
+    def without_reinstalled(self, state: State) -> State:
+        """`state` with no record of the set's files pip wrote: apply records them as it finds them."""
+        entry = state.entry(self.resolved.set_name)
+        return (
+            state if entry is None or not self.reinstalled else state.with_entry(entry.without_files(self.reinstalled))
+        )
 
     def conflict_fix(self, plan: Plan) -> str | None:
         """Where the tree records none of the set, a file the series does not match differs from stock
@@ -518,6 +542,7 @@ class _Applying:
         state = self.state
         for name in self.stale:  # describes files an upgrade of vLLM replaced
             state = state.without(name)
+        state = self.without_reinstalled(state)
         found, originals = self.found  # the set's files already patched, with no record of them
         entry = resolved.apply_record(plan.changes, state.entry(resolved.set_name) or found)
         guard_changes, new_state = self.with_guard(state.with_entry(entry).with_chosen(self.chosen))
@@ -538,7 +563,7 @@ class _Applying:
         for name in self.stale:
             settled = settled.without(name)
         version = str(self.resolved.vllm_version) if self.resolved.vllm_version is not None else None
-        settled = settled.with_version(self.resolved.set_name, version)
+        settled = self.without_reinstalled(settled.with_version(self.resolved.set_name, version))
         settled, originals = self.found_applied(settled)
         guard_changes, settled = self.with_guard(settled)
         settled = settled.with_wheel(_guarded_wheel(root, settled))
@@ -1134,6 +1159,7 @@ class _Reverting:
             _refuse_created_stock_files(self.root, entry, undo.installed)
             refuse_unvouched(self.root, entry, self.patches)
             _refuse_another_releases_originals(self.root, entry, undo.installed)
+        self.undo = undo = replace(undo, entries=[self.without_reinstalled(e, dry_run=dry_run) for e in undo.entries])
         view = View(self.root)
         restored = _restore_from_record(view, undo, self.patches, force=force)
         self.warnings += restored.notes
@@ -1157,6 +1183,20 @@ class _Reverting:
         if not plan.changes:
             return self.record_only(guard_changes, new_state, removed)
         return self.write(plan, view, restored, unsure, (guard_changes, new_state, removed))
+
+    def without_reinstalled(self, entry: Entry, *, dry_run: bool) -> Entry:
+        """The entry less the files pip wrote since its apply (pip_wrote: vLLM reinstalled): the
+        installed build's file stays, never the old install's original over it; its record goes."""
+        found = pip_wrote(self.root, self.state, entry, self.undo.installed)
+        if not found:
+            return entry
+        one = len(found) == 1
+        self.warnings.append(
+            f"{', '.join(found)} {'was' if one else 'were'} written by pip when vLLM was reinstalled (its RECORD "
+            f"lists {'these' if one else 'their'} bytes): {'would be ' if dry_run else ''}kept as installed, "
+            f"{'its' if one else 'their'} record {'would be ' if dry_run else ''}dropped"
+        )
+        return entry.without_files(found)
 
     def planned(self, view: View) -> tuple[Plan, list[Patch]]:
         """The reversal of the series' patches the record does not cover, on top of the restored originals."""

@@ -5,11 +5,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from patchkit.base.errors import PatchkitError
 from patchkit.base.fsutil import read_file
 from patchkit.base.hashing import sha256
-from patchkit.distinfo import installed_record, installed_wheel_reader
-from patchkit.distinfo.record import find_record, has_provenance, is_dist_info_of
-from patchkit.tree.target import is_checkout
+from patchkit.distinfo import installed_record, installed_wheel_reader, patched_build
+from patchkit.distinfo.record import (
+    find_record,
+    has_provenance,
+    is_dist_info_of,
+    parse_record,
+    read_record_file,
+    record_digest,
+)
+from patchkit.tree.target import is_checkout, vllm_metadata_dirs
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -17,6 +25,46 @@ if TYPE_CHECKING:
     from packaging.version import Version
 
     from patchkit.store.state import Entry, State
+
+
+# a recorded file pip wrote again (the guard's words, patchkit/_target/guard.py PIP_WROTE)
+PIP_WROTE = " was written by pip when vLLM was reinstalled (its RECORD lists these bytes)"
+PIP_WROTE_ALL = "as pip installed them (vLLM reinstalled: its RECORD lists their bytes)"  # every recorded file
+
+
+def pip_wrote(root: Path, state: State, entry: Entry, installed: Version | str | None) -> list[str]:
+    """The files `entry` records that pip wrote since the apply (vLLM reinstalled, another build of
+    the same version maybe: a vendor's): neither the original nor what patchkit or a later set wrote,
+    but the very bytes the installed vLLM's RECORD lists (sha256 and size). No edit of the user's:
+    apply records them afresh, revert leaves them. The guard tells them as this does (guard._pip_wrote)."""
+    if installed is None or entry.vllm_version != str(installed):  # an upgrade: stale_note's
+        return []
+    paths = sorted(path for path, shas in entry.files.items() if shas["before"] is not None)
+    rows = _vllm_rows(root, paths) if paths else {}
+    found = []
+    for path in paths:
+        digest, size = rows.get(path, ("", ""))
+        data = read_file(root / path) if digest.startswith("sha256=") else None
+        actual = sha256(data)
+        if data is None or actual is None or size != str(len(data)) or actual in state.accepted(entry, path):
+            continue
+        if record_digest(bytes.fromhex(actual), "sha256") == digest:
+            found.append(path)
+    return found
+
+
+def _vllm_rows(root: Path, paths: list[str]) -> dict[str, tuple[str, str]]:
+    """{path: (hash entry, size)} of the installed vLLM's RECORD, when one vLLM is installed and not
+    from a patched wheel (its RECORD lists the patched files); else none."""
+    infos = vllm_metadata_dirs(root)
+    if len(infos) != 1:
+        return {}
+    try:
+        if patched_build(root, infos[0]):
+            return {}
+        return parse_record(read_record_file(root, infos[0] / "RECORD"), only=paths)
+    except (OSError, PatchkitError):  # a provenance status refuses, an unreadable RECORD: no evidence
+        return {}
 
 
 def stale_entries(root: Path, state: State, installed: Version | str | None) -> dict[str, str]:

@@ -11,8 +11,7 @@ from pathlib import Path
 from packaging.version import Version
 
 from patchkit import fetch
-from patchkit.base import hints
-from patchkit.base.errors import BadInput, Drift, PatchkitError
+from patchkit.base.errors import BadInput, PatchkitError, drift_refused
 from patchkit.base.fsutil import read_regular
 from patchkit.distinfo import tree_record
 from patchkit.distinfo.record import Record
@@ -37,19 +36,16 @@ def edited_unrecorded(
     if not edited:
         return []
     if not force:
-        fix = hints.command("revert", "--force")
         why = "no apply is recorded: the series reversed leaves {} unlike vLLM's RECORD"
-        if len(edited) == 1:
-            raise Drift(
-                f"{edited[0]} was edited after patchkit patched it; keeping your version ({why.format('it')}); "
-                "nothing was written",
-                hint=f"{fix} restores the original and keeps a copy of your edit",
-            )
-        listed = "".join(f"\n  {path}" for path in edited)  # each named, one a line, as git names them
-        raise Drift(
+        raise drift_refused(
+            dict.fromkeys(edited, ""),
+            lambda path, _: (
+                f"{path} was edited after patchkit patched it; keeping your version "
+                f"({why.format('it')}); nothing was written"
+            ),
             f"{len(edited)} files were edited after patchkit patched them ({why.format('them')}); "
-            f"nothing was written, keeping your versions:{listed}",
-            hint=f"{fix} restores the originals and keeps a copy of your edits",
+            "nothing was written, keeping your versions",
+            restores="the original",
         )
     if not dry_run:
         for path, data in _release_files(root, installed, edited, record).items():

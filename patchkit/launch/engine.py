@@ -28,7 +28,7 @@ from patchkit.base.errors import BadInput, TargetError
 from patchkit.base.fsutil import inside, judged_inside, read_regular, unsafe_reason
 from patchkit.base.hashing import sha256
 from patchkit.base.values import Value
-from patchkit.distinfo.entry_points import group_entry_points
+from patchkit.distinfo.entry_points import Found, group_entry_points
 from patchkit.engine.guard import ENTRY_POINT_GROUP
 from patchkit.launch.command import LaunchCommand
 from patchkit.launch.findings import Finding, VllmVerdict, cannot_judge
@@ -78,7 +78,7 @@ class LaunchContext(Value):
     reads: dict[str, str | None] | None = None  # when a dict: path -> sha256 of each file read (None: absent)
     _registries: dict[Reader, dict[str, dict[str, tuple[str, str]]]] = field(default_factory=dict)
     _answers: dict[tuple[tuple[str, ...], str], VllmVerdict] = field(default_factory=dict)
-    _plugins: list[str] | None = None
+    _plugins: Found | None = None
 
     def read(self, path: str) -> bytes | None:
         """A file of the installed tree; None when absent, unsafe, a symlink leading out of it, or
@@ -131,12 +131,16 @@ class LaunchContext(Value):
     def general_plugins(self) -> list[str]:
         """The vllm.general_plugins entry points vLLM loads in this launch (the launch's VLLM_PLUGINS,
         as vLLM reads it; vLLM's own and patchkit's guard left out), found as importlib.metadata finds
-        them on the launch's sys.path (import_path), and each entry_points.txt there importlib would
-        fail on: vLLM runs them before it builds a model, and only vLLM itself, asked, tells what
-        they register. Read once."""
+        them on the launch's sys.path (import_path): vLLM runs them before it builds a model, and
+        only vLLM itself, asked, tells what they register."""
+        return sorted(loaded_plugins(set(self.plugin_files().names), self.command.environ))
+
+    def plugin_files(self) -> Found:
+        """The distributions' entry points on the launch's sys.path, and the entry_points.txt files
+        there vLLM's plugin loader would hang on or fail on (it reads every one at start, whatever
+        VLLM_PLUGINS says). Read once, bounded, never blocking."""
         if self._plugins is None:
-            found = group_entry_points(import_path(self.command, self.root), ENTRY_POINT_GROUP, _own_code)
-            self._plugins = sorted(loaded_plugins(set(found.names), self.command.environ)) + found.unreadable
+            self._plugins = group_entry_points(import_path(self.command, self.root), ENTRY_POINT_GROUP, _own_code)
         return self._plugins
 
     def requirements(self, kind: str) -> list[Requirement]:

@@ -32,7 +32,6 @@ from patchkit.engine.guard import (
     EVERY_CPYTHON,
     MODULE,
     STALE_BYTECODE,
-    launch_prefix,
     launch_tags,
     launch_verdict,
     prefixed_bytecode,
@@ -52,6 +51,7 @@ from patchkit.engine.inspection import (
 )
 from patchkit.engine.resolve import Resolved, cached_stock
 from patchkit.launch import toolparsers
+from patchkit.launch.bounds import bounds_findings
 from patchkit.launch.command import ALIASES, LaunchCommand
 from patchkit.launch.engine import LaunchContext, Reader, apply_fix, launch_python_version, set_checks, tree_reader
 from patchkit.launch.findings import Finding, cannot_judge
@@ -68,7 +68,7 @@ from patchkit.series.library import PatchSetDef
 from patchkit.series.patchfile import touched_paths
 from patchkit.store.state import State, read_state
 from patchkit.tree.modules import hanging_fix, hanging_modules, hanging_said
-from patchkit.tree.target import Target, from_interpreter, launch_startup_prefix, names_of, startup_prefix
+from patchkit.tree.target import Launch, Target, ask_python, from_interpreter, launch_prefix, names_of
 
 TREE = "tree-state"
 MODELS = "models"
@@ -95,6 +95,7 @@ class PreflightResult(Value):
     # the sets this launch does not need whose state is not as apply leaves it: name -> that state, in words
     unused: dict[str, str] = field(default_factory=dict)
     guard_off: str | None = None  # how the launch turns the guard off, when that is why a drift is only noted
+    loader_fails: str | None = None  # an entry_points.txt vLLM's plugin loader would hang or fail on: vLLM not asked
 
     @property
     def unused_note(self) -> str | None:
@@ -323,7 +324,7 @@ def preflight(
         python=None if no_import or another else resolved.target.python,
         not_asked=not_asked if no_import else another or "no interpreter known for this target (give --python)",
     )
-    result.unjudged_plugins = context.general_plugins() if context.python is None else []
+    _judge_plugin_files(context, result)  # before vLLM is asked anything: its loader reads them first
     if kept and context.read_planned is None:
         result.findings += kept_findings(context, launch_findings)
         return result
@@ -331,6 +332,31 @@ def preflight(
     own = set_checks(context)
     result.findings = _as_stock_accepts(resolved, status, result.findings, own) + commands + own
     return result
+
+
+def _judge_plugin_files(context: LaunchContext, result: PreflightResult) -> None:
+    """An entry_points.txt vLLM's plugin loader cannot read fails the launch, and vLLM is then not
+    asked (its loader would read it in patchkit's worker too); else the general plugins the launch
+    loads, where vLLM is not asked what they do."""
+    unread = _plugin_file_finding(context)
+    if unread is not None:
+        result.findings.append(unread)
+        result.loader_fails = context.not_asked = unread.message
+        context.python = None
+    result.unjudged_plugins = context.general_plugins() if context.python is None and unread is None else []
+
+
+def _plugin_file_finding(context: LaunchContext) -> Finding | None:
+    """An entry_points.txt on the launch's sys.path that vLLM's plugin loader, which reads every
+    distribution's at start, would read without end, block on or raise on: the launch fails before
+    the model loads (or never starts), and patchkit must not ask vLLM either."""
+    unread = context.plugin_files().unreadable
+    if not unread:
+        return None
+    path, what = unread[0]
+    more = f" (and {len(unread) - 1} more such file{'s' * (len(unread) > 2)})" if len(unread) > 1 else ""
+    fix = f"remove it ({hints.remove_files([path])}) or reinstall the distribution it belongs to"
+    return Finding(LAUNCH_TARGET, False, f"{path} is {what}{more}", fix)
 
 
 def for_launch_prefix(root: Path, status: TreeStatus, command: LaunchCommand) -> TreeStatus:
@@ -363,26 +389,19 @@ def _as_stock_accepts(
     return [Finding(TREE, True, said) if f.check == TREE and f.message == not_applied else f for f in findings]
 
 
-def command_prefix(root: Path, command: LaunchCommand) -> str | None:
-    """The pycache prefix the launch of `root` reads bytecode under: the one its interpreter's start-up
-    sets (a .pth line, sitecustomize: it wins over the command's options and environment), else the
-    command's (-X pycache_prefix, PYTHONPYCACHEPREFIX); None or "": __pycache__."""
-    found = _launch_startup_prefix(root, command)
-    return command.pycache_prefix() if found is None else found
-
-
-def _launch_startup_prefix(root: Path, command: LaunchCommand) -> str | None:
-    """What the start-up of the launch's interpreter sets, asked in the launch's environment (`env
-    VAR=...`, `env -i`, `-C DIR`) and with its options: a .pth line may read any variable it gives."""
+def command_prefix(root: Path, command: LaunchCommand) -> str:
+    """The pycache prefix the launch of `root` reads bytecode under ("": __pycache__): the one its
+    interpreter's start-up sets, asked in the launch's environment (`env VAR=...`, `env -i`, `-C DIR`)
+    and with its options (a .pth line may read any variable it gives), else the command's (-X
+    pycache_prefix, PYTHONPYCACHEPREFIX)."""
+    given = command.pycache_prefix()
     try:
         python, options = command.launch_python()
-    except TargetError:  # not found: its exec fails by itself
-        return startup_prefix(root)
+    except TargetError:  # not found: its exec fails by itself, and no start-up of it is asked
+        return launch_prefix(root, Launch(None, {}, [], "", None, False, given))
     changed = command.clean_env or bool(command.env or command.unset or command.cwd)
     cwd, first = command.working_directory(), command.first_path()
-    return launch_startup_prefix(
-        root, python, env=command.environ, options=options, cwd=cwd, first_path=first, changed=changed
-    )
+    return launch_prefix(root, Launch(python, command.environ, options, cwd, first, changed, given))
 
 
 def prefix_findings(resolved: Resolved, status: TreeStatus, command: LaunchCommand) -> list[Finding]:
@@ -594,6 +613,8 @@ def vllm_validation(resolved: Resolved, result: PreflightResult, another: str) -
         return cannot_judge(VALIDATION, "not run: no interpreter known for this target", gives + also)
     if another:  # its answer would be about another vLLM's files
         return cannot_judge(VALIDATION, f"not run: {another}", whose_vllm_fix(resolved.target.package_dir))
+    if result.loader_fails:  # asked, vLLM would read that file too: the finding above names it
+        return cannot_judge(VALIDATION, f"not run: {result.loader_fails}", "fix the launch-target finding above")
     hanging = hanging_modules(resolved.target.root, launch_tags(resolved.target.root))
     if hanging:  # vLLM's import would wait on it: the tree-state finding names it and its fix
         return cannot_judge(
@@ -703,7 +724,7 @@ def _chat_template_findings(command: LaunchCommand, root: Path) -> list[Finding]
     except OSError as exc:  # a fifo too: vLLM's open() would wait on it
         why = "no such file" if isinstance(exc, FileNotFoundError) else exc.strerror or str(exc)
     else:
-        return _undecodable_template(value, data, command.environ)
+        return _undecodable_template(value, data, command)
     if os.path.isfile(root / CHAT_TEMPLATES / value):
         return []
     message = (
@@ -713,10 +734,12 @@ def _chat_template_findings(command: LaunchCommand, root: Path) -> list[Finding]
     return [Finding(COMMAND, False, message, "give a readable template file's path, as the launch's directory sees it")]
 
 
-def _undecodable_template(value: str, data: bytes, environ: dict[str, str]) -> list[Finding]:
+def _undecodable_template(value: str, data: bytes, command: LaunchCommand) -> list[Finding]:
     """A failed `command` finding when the template's bytes are not text in the encoding vLLM's
     open() reads them in: its UnicodeDecodeError is no OSError, so no built-in template stands in."""
-    encoding = launch_text_encoding(environ)
+    if data.isascii():  # every codeset a locale names reads ASCII alike: no interpreter to ask
+        return []
+    encoding = launch_text_encoding(command)
     try:  # incremental: a file cut at the limit may end inside a character
         codecs.getincrementaldecoder(encoding)().decode(data, final=len(data) < TEMPLATE_LIMIT)
         return []
@@ -728,8 +751,25 @@ def _undecodable_template(value: str, data: bytes, environ: dict[str, str]) -> l
     return [Finding(COMMAND, False, message, f"save the template as {encoding} text (e.g. with iconv -t {encoding})")]
 
 
-def launch_text_encoding(environ: dict[str, str]) -> str:
-    """The encoding open() without one reads text in under the launch's environment: UTF-8 in
+# what open() without an encoding reads text in, as the interpreter decided it at its start
+_OPEN_ENCODING = "import os, sys; sys.stdout.write(open(os.devnull).encoding)"
+
+
+def launch_text_encoding(command: LaunchCommand) -> str:
+    """The encoding open() without one reads text in when the launch runs: its own Python asked, with
+    the launch's options, environment and directory (a locale that is not installed, UTF-8 mode, -E and
+    -X utf8 decide it as only that Python knows); the locale's name read when it cannot be asked."""
+    try:
+        python, options = command.launch_python()
+        options = [*options, *(f"-X{x}" for x in command.xoptions)]
+        said = ask_python(python, options, _OPEN_ENCODING, env=command.environ, cwd=command.working_directory())
+        return codecs.lookup(said.strip()).name
+    except (TargetError, LookupError):
+        return locale_text_encoding(command.environ)
+
+
+def locale_text_encoding(environ: dict[str, str]) -> str:
+    """The encoding open() reads text in under `environ`, told from the variables alone: UTF-8 in
     Python's UTF-8 mode (PYTHONUTF8=1, or a C/POSIX locale, which Python coerces), else the codeset
     the locale names (UTF-8 when it names none this Python knows)."""
     if environ.get("PYTHONUTF8") == "1":
@@ -825,7 +865,7 @@ def command_findings(context: LaunchContext) -> list[Finding]:
         if declared is not None and f'"{option}"'.encode() not in declared:
             message = f"the installed vLLM has no option {option} ({ARG_UTILS} declares none): it refuses the command"
             found.append(Finding(COMMAND, False, message, f"write --{ALIASES[option[1:]]}"))
-    return found + speculative_findings(context)
+    return found + bounds_findings(COMMAND, context) + speculative_findings(context)
 
 
 def _lenient_reading(command: LaunchCommand, version: Version | None) -> Finding:
@@ -965,7 +1005,7 @@ def _state_finding(resolved: Resolved, status: TreeStatus, *, prefixed: bool = F
     if status.state == TreeState.UNSUPPORTED:
         return Finding(TREE, False, resolved.selection.note or f"no patch set for vLLM {version}")
     if status.state == TreeState.NOT_APPLIED:
-        message = f"the {resolved.set_name} series is not applied to vLLM {version}"
+        message = f"the {resolved.set_name} series is not applied to vLLM {version}" + _reinstalled_said(status)
         return Finding(TREE, False, message, apply_fix(resolved.selection.patch_set))
     if status.drifted:  # before partly applied: apply refuses an edited file, its fix is the drift's
         files = ", ".join(status.drifted)
@@ -979,7 +1019,7 @@ def _state_finding(resolved: Resolved, status: TreeStatus, *, prefixed: bool = F
             local_edit_fix(resolved.target.root, version, status.edited_in_hunks, resolved.set_name),
         )
     if status.state == TreeState.PARTIAL:
-        message = f"the {resolved.set_name} series is partly applied to vLLM {version}"
+        message = f"the {resolved.set_name} series is partly applied to vLLM {version}" + _reinstalled_said(status)
         if apply_finishes(status):
             return Finding(TREE, False, message, apply_fix(resolved.selection.patch_set))
         return Finding(TREE, False, message, f"run {hints.command('status')}, then {hints.command('apply')}")
@@ -994,6 +1034,13 @@ def _state_finding(resolved: Resolved, status: TreeStatus, *, prefixed: bool = F
     if shadowed:
         return Finding(TREE, False, shadowed, shadow.fix("that file"))
     return Finding(TREE, True, f"the {resolved.set_name} series is applied to vLLM {version}, no drift")
+
+
+def _reinstalled_said(status: TreeStatus) -> str:
+    """Why a recorded set is no longer applied when pip wrote its files (vLLM reinstalled): no edit."""
+    if not status.reinstalled:
+        return ""
+    return f": vLLM was reinstalled (pip wrote {', '.join(status.reinstalled)}: its RECORD lists the bytes)"
 
 
 def _drift_fix(resolved: Resolved) -> str:

@@ -72,8 +72,8 @@ def spec_for(version: Version | str | None) -> Spec:
         wanted = release_version(Version(str(version))) if version is not None else None
     except InvalidVersion:
         wanted = None
-    if wanted is not None and wanted in releases:
-        return _load_spec(str(wanted), exact=True)
+    if wanted is not None and wanted in releases:  # 0.16 and 0.16.0.0 are 0.16.0: its file's name
+        return _load_spec(str(releases[releases.index(wanted)]), exact=True)
     older = [r for r in releases if wanted is not None and r <= wanted]
     chosen = older[-1] if older else (releases[0] if wanted is not None else releases[-1])
     return _load_spec(str(chosen), exact=False)

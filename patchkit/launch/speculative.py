@@ -8,6 +8,7 @@ says none it knows (its name, or its model_type), a whole-number field outside i
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from typing import Any
 
@@ -40,6 +41,7 @@ def speculative_findings(context: LaunchContext) -> list[Finding]:
             _unknown_key(spec, config_fields(source)),
             _refusal(spec, methods, literals.get(MTP_TYPES, set()), context),
             _out_of_bounds(spec, field_bounds(source)),
+            _not_text(spec, string_fields(source)),
             _draft_tensor_parallel_size(spec, source, context),
         )
         if refusal is not None
@@ -136,6 +138,21 @@ def _out_of_bounds(spec: dict[str, Any], bounds: dict[str, dict[str, int]]) -> t
 _WORDS = {"ge": "at least", "gt": "above", "le": "at most", "lt": "below"}
 
 
+def _not_text(spec: dict[str, Any], fields: set[str]) -> tuple[str, str] | None:
+    """A field declared `str` (or `str | None`) given a value that is not a string: pydantic does
+    not turn a number, a boolean or a list into one ("Input should be a valid string"). The drafter's
+    `model` is judged by _refusal."""
+    wrong = sorted(
+        key for key in fields if key != "model" and spec.get(key) is not None and not isinstance(spec[key], str)
+    )
+    if not wrong:
+        return None
+    said = ", ".join(f"{key} {spec[key]!r}" for key in wrong)
+    return f"{said} {'is' if len(wrong) == 1 else 'are'} not a string", "; ".join(
+        f'give "{key}" as a JSON string' for key in wrong
+    )
+
+
 def _holds(value: int, rule: str, limit: int) -> bool:
     return {"ge": value >= limit, "gt": value > limit, "le": value <= limit, "lt": value < limit}[rule]
 
@@ -213,30 +230,57 @@ def literal_tables(source: bytes | None) -> dict[str, set[str]]:
 
 def config_fields(source: bytes | None) -> set[str]:
     """The annotated fields of class SpeculativeConfig in `source` (empty when none are found)."""
+    return set(_annotations(source))
+
+
+def string_fields(source: bytes | None) -> set[str]:
+    """The fields of class SpeculativeConfig in `source` annotated `str`, `str | None` or
+    `Optional[str]` (revision, code_revision, ...)."""
+    return {name for name, annotation in _annotations(source).items() if _is_text(annotation)}
+
+
+def _is_text(annotation: ast.expr) -> bool:
+    if isinstance(annotation, ast.Name):
+        return annotation.id == "str"
+    if isinstance(annotation, ast.BinOp) and isinstance(annotation.op, ast.BitOr):
+        parts = [annotation.left, annotation.right]
+        none = [p for p in parts if isinstance(p, ast.Constant) and p.value is None]
+        return len(none) == 1 and _is_text(next(p for p in parts if p is not none[0]))
+    if isinstance(annotation, ast.Subscript) and isinstance(annotation.value, ast.Name):
+        return annotation.value.id == "Optional" and _is_text(annotation.slice)
+    return False
+
+
+def _annotations(source: bytes | None) -> dict[str, ast.expr]:
+    """Each annotated field of class SpeculativeConfig in `source` and its annotation."""
+    return {f.target.id: f.annotation for f in _fields(source) if isinstance(f.target, ast.Name)}
+
+
+@functools.lru_cache(maxsize=2)
+def _fields(source: bytes | None) -> tuple[ast.AnnAssign, ...]:
+    """The annotated statements of class SpeculativeConfig in `source`, parsed once a file."""
     try:
         tree = ast.parse(source or b"")
     except (SyntaxError, ValueError):
-        return set()
+        return ()
     for node in tree.body:
         if isinstance(node, ast.ClassDef) and node.name == "SpeculativeConfig":
-            return {f.target.id for f in node.body if isinstance(f, ast.AnnAssign) and isinstance(f.target, ast.Name)}
-    return set()
+            return tuple(f for f in node.body if isinstance(f, ast.AnnAssign))
+    return ()
 
 
 def field_bounds(source: bytes | None) -> dict[str, dict[str, int]]:
     """The whole-number bounds each field of class SpeculativeConfig declares in `source`
     (`x: int | None = Field(default=None, ge=2)`: {"x": {"ge": 2}})."""
-    try:
-        tree = ast.parse(source or b"")
-    except (SyntaxError, ValueError):
-        return {}
-    classes = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "SpeculativeConfig"]
     bounds: dict[str, dict[str, int]] = {}
-    for node in classes[0].body if classes else []:
-        if not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)):
-            continue
+    for node in _fields(source):
         call = node.value
-        if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "Field":
+        if (
+            isinstance(node.target, ast.Name)
+            and isinstance(call, ast.Call)
+            and isinstance(call.func, ast.Name)
+            and call.func.id == "Field"
+        ):
             found = {
                 k.arg: k.value.value
                 for k in call.keywords

@@ -345,6 +345,10 @@ def _manifest_problems(data: dict[str, Any]) -> list[str]:
             problems.append(f"[[releases]] entry {index} needs `versions` and `dir`, both strings")
         elif unsafe_reason(release["dir"]):
             problems.append(f"[[releases]] entry {index}: `dir` {release['dir']!r} {unsafe_reason(release['dir'])}")
+    if isinstance(data.get("name"), str) and data["name"] and fsutil.set_name_problem(data["name"]):
+        problems.append(
+            f"`name` {data['name']!r} {fsutil.set_name_problem(data['name'])} (a set is named by --set NAME)"
+        )
     if isinstance(data.get("roots"), list) and not all(isinstance(r, str) and r for r in data["roots"]):
         problems.append("`roots` must be an array of package names")
     if isinstance(data.get("behaviour_reads"), list):

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from patchkit.base import hints
 from patchkit.base.enums import FileKind, StepState
-from patchkit.base.errors import BadInput, Drift
+from patchkit.base.errors import BadInput, Drift, drift_refused
 from patchkit.base.fsutil import Origin, read_file_and_origin
 from patchkit.base.hashing import hash_soon, sha256
 from patchkit.base.values import FrozenValue, Value, frozen
@@ -279,19 +279,15 @@ def _refuse_drift(view: View, entry: Entry, own: list[Patch]) -> None:
             drifted[path] = "deleted" if content is None else "edited"
     if not drifted:
         return
-    fix = hints.command("revert", "--force")
-    if len(drifted) == 1:
-        ((path, what),) = drifted.items()
-        if what == "deleted":  # nothing of the user's to keep
-            raise Drift(f"{path} was deleted after patchkit patched it", hint=f"{fix} restores the original")
-        raise Drift(
-            f"{path} was edited after patchkit patched it; keeping your version",
-            hint=f"{fix} restores the original and keeps a copy of your edit",
-        )
-    listed = "".join(f"\n  {path} ({what})" for path, what in drifted.items())
-    raise Drift(
-        f"{len(drifted)} files were changed after patchkit patched them; keeping your versions:{listed}",
-        hint=f"{fix} restores the originals and keeps a copy of your edits",
+    if list(drifted.values()) == ["deleted"]:  # one file, and nothing of the user's to keep
+        ((path, _),) = drifted.items()
+        fix = hints.command("revert", "--force")
+        raise Drift(f"{path} was deleted after patchkit patched it", hint=f"{fix} restores the original")
+    raise drift_refused(
+        drifted,
+        lambda path, _: f"{path} was edited after patchkit patched it; keeping your version",
+        f"{len(drifted)} files were changed after patchkit patched them; keeping your versions",
+        restores="the original",
     )
 
 

@@ -45,7 +45,7 @@ from packaging.version import InvalidVersion, Version
 
 from patchkit.base import hints
 from patchkit.base.errors import BadInput
-from patchkit.base.fsutil import atomic_write, load_json_text, read_regular, unsafe_reason
+from patchkit.base.fsutil import atomic_write, load_json_text, read_regular, set_name_problem, unsafe_reason
 from patchkit.base.hashing import hash_side_by_side, sha256
 from patchkit.base.patterns import LazyPattern
 from patchkit.base.values import Value
@@ -267,6 +267,11 @@ class Entry(Value):
             "files": self.files,
         }
         return data if self.library is None else {**data, "library": self.library}
+
+    def without_files(self, paths: Iterable[str]) -> Entry:
+        """The entry with no record of `paths` (pip wrote them since: an apply records them afresh)."""
+        dropped = set(paths)
+        return replace(self, files={path: shas for path, shas in self.files.items() if path not in dropped})
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Entry:  # checked by _entry first
@@ -623,7 +628,7 @@ def _checked_chosen(chosen: object, origin: Path, key: str = "chosen") -> tuple[
     if not isinstance(chosen, list) or len(chosen) > _MAX_CHOSEN:
         raise _damaged(origin, f"'{key}' is not a list of set names")
     for name in chosen:
-        if not (isinstance(name, str) and 0 < len(name) <= 200 and name.isprintable()):
+        if not isinstance(name, str) or set_name_problem(name):
             raise _damaged(origin, f"'{key}' names {name!r}, which is no set name")
     return tuple(chosen)
 
@@ -674,7 +679,9 @@ def _checked_guard_path(path: object, origin: Path) -> str:
 def _checked_entry(data: object, origin: Path) -> Entry:
     if not isinstance(data, dict):
         raise _damaged(origin, "an entry is not an object")
-    _require(data, "set", str, origin)
+    problem = set_name_problem(_require(data, "set", str, origin))
+    if problem:  # no library set is so named (load_set refuses it): the record is not patchkit's
+        raise _damaged(origin, f"its set {data['set']!r} is no set name: it {problem}")
     for key in ("vllm_version", "release"):
         _require(data, key, (str, type(None)), origin, default=None)
     _require(data, "applied_at", str, origin, default="")

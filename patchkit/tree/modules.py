@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 
 from patchkit.base import hints
@@ -18,6 +20,19 @@ GUARD_MODULE = "patchkit_guard"  # the guard's own module, beside vllm/ (engine.
 NOT_BYTECODE = "is a fifo or a device, not bytecode"
 # vLLM's package holds ~1,400 modules in ~200 directories; a listing past this is no vLLM's
 MOST_ENTRIES = 200_000
+# (tree, tags) -> what the scan found, within scanned_once() alone
+_SCANNED: ContextVar[dict[tuple[Path, tuple[str, ...]], list[str]] | None] = ContextVar("patchkit_hanging")
+
+
+@contextmanager
+def scanned_once() -> Iterator[None]:
+    """Within it (one command), each tree's bytecode is scanned once, however many sets judge it:
+    patchkit never makes or removes a fifo or device (bytecode.fix refuses them)."""
+    token = _SCANNED.set({})
+    try:
+        yield
+    finally:
+        _SCANNED.reset(token)
 
 
 def hanging_modules(root: Path, tags: Iterable[str], recorded: Iterable[str] = ()) -> list[str]:
@@ -26,6 +41,16 @@ def hanging_modules(root: Path, tags: Iterable[str], recorded: Iterable[str] = (
     source, that are a fifo or a device, themselves or through a symlink. `recorded`: sources the
     guard judges the bytecode of itself (status says its refusal), left out."""
     tags, skipped = tuple(tags), {os.path.join(root, path) for path in recorded}
+    told, key = _SCANNED.get(None), (root, tags)
+    found = told[key] if told is not None and key in told else _scan(root, tags)
+    if told is not None:
+        told[key] = found
+    kept = [path for path in found if _source_of(path) not in skipped]
+    return sorted(os.path.relpath(path, root) for path in kept)
+
+
+def _scan(root: Path, tags: tuple[str, ...]) -> list[str]:
+    """The hanging .pyc paths under `root` (the guard's and vllm's caches), every one."""
     found = _hanging_in(root / "__pycache__", tags, {GUARD_MODULE})
     pending, seen = [root / PACKAGE], 0
     while pending and seen < MOST_ENTRIES:
@@ -39,8 +64,7 @@ def hanging_modules(root: Path, tags: Iterable[str], recorded: Iterable[str] = (
                         pending += [] if entry.name == "__pycache__" else [Path(entry.path)]
         except OSError:  # unlistable: Python cannot list it either, and imports nothing from it
             continue
-    kept = [path for path in found if _source_of(path) not in skipped]
-    return sorted(os.path.relpath(path, root) for path in kept)
+    return found
 
 
 def _hanging_in(cache: Path, tags: tuple[str, ...], modules: set[str] | None = None) -> list[str]:

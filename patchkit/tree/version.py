@@ -96,6 +96,8 @@ def detect(target: Target, override: str | None = None) -> DetectedVersion:
     )
 
 
+_VERSION = LazyPattern(r"[0-9]+(\.[0-9]+)*")  # a release number: what a hint may suggest as --vllm-version
+
 # In DEST while `fetch --dest` lays a release out (it names the release): a kill leaves it behind.
 LAYOUT_MARK = ".patchkit-fetch"
 _RELEASE = LazyPattern(r"[0-9][0-9A-Za-z.+!_-]{0,63}( --all)?")  # a mark patchkit wrote: the release, --all
@@ -157,7 +159,19 @@ def _from_metadata(target: Target) -> DetectedVersion | None:
     meta = _headers(_read_metadata(target, candidates[0], where))
     if meta.get("name", "").lower() != PACKAGE or not meta.get("version"):
         return None
-    return DetectedVersion(parse(meta["version"], where), where)
+    try:
+        return DetectedVersion(parse(meta["version"], where), where)
+    except BadInput as exc:
+        raise BadInput(exc.message, hint=_repair_fix(candidates[0].parent.name)) from None
+
+
+def _repair_fix(dist_info: str) -> str:
+    """The fix of a dist-info whose METADATA names no version: pip writes it again, or the user says
+    which release the files are (the dist-info's name carries the version pip installed)."""
+    named = _dist_info_release(dist_info)
+    release = named if _VERSION.fullmatch(named) else None
+    again = hints.pip_reinstall(release)
+    return f"pass --vllm-version {release or 'VERSION'}, or write {dist_info} again: {again}"
 
 
 def _several_fix(target: Target, names: list[str]) -> str:

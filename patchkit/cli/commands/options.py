@@ -13,6 +13,7 @@ import click
 from patchkit.base import hints
 from patchkit.base.enums import OutputFormat
 from patchkit.base.options import CHOSEN_FORMAT, Options
+from patchkit.tree.modules import scanned_once
 
 F = TypeVar("F", bound=Callable[..., Any])
 Command = Callable[..., Any]  # a command function: target_options changes its parameters
@@ -178,7 +179,8 @@ def target_options(
             opts = Options.given(target_dir, python, vllm_version, library, tuple(adhoc), one, names)
         else:
             opts = Options(target_dir, python, vllm_version, library, tuple(adhoc), one, set_names=names)
-        with hints.selected(opts):  # every hint names commands with the user's selection
+        # every hint names commands with the user's selection; the tree's bytecode is scanned once
+        with hints.selected(opts), scanned_once():
             return func(opts=opts, quiet=quiet, verbose=verbose, **kwargs)
 
     return compose(*(option for name, option in offered.items() if name not in without))(wrapper)
