@@ -25,6 +25,8 @@ REWRITTEN := $(VENV)/.plugins-rewritten
 TMPFS = $(shell [ -d /dev/shm ] && [ -w /dev/shm ] && df -Pk /dev/shm | awk 'NR == 2 && $$4 > 2097152 { print "/dev/shm" }')
 FAST_TMP = $(if $(TMPFS),PYTEST_DEBUG_TEMPROOT=$${PYTEST_DEBUG_TEMPROOT:-$(TMPFS)})
 FAST_KEEP = $(if $(TMPFS),-o tmp_path_retention_policy=failed)
+# test-fast tries each property test on a quarter of the examples make test tries (tests/helpers.py: examples).
+FAST_PROFILE := --hypothesis-profile=fast
 
 .PHONY: demo test test-fast test-release bench clean lint
 
@@ -60,7 +62,7 @@ test: $(VENV)/.installed $(REWRITTEN)
 
 test-fast: $(VENV)/.installed $(REWRITTEN)
 	$(COMPILE)
-	$(FAST_TMP) $(PY) -m pytest -q $(XDIST) $(FAST_KEEP) -m "not release and not slow" $(PYTEST_ARGS)
+	$(FAST_TMP) $(PY) -m pytest -q $(XDIST) $(FAST_KEEP) $(FAST_PROFILE) -m "not release and not slow" $(PYTEST_ARGS)
 
 test-release: $(VENV)/.installed $(REWRITTEN)
 	$(COMPILE)

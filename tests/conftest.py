@@ -13,10 +13,15 @@ from pathlib import Path
 import helpers
 import platformdirs
 import pytest
-from helpers import cli_runner, forget_behaviour_stand_ins, write_tree
+from helpers import FAST_PROFILE, cli_runner, forget_behaviour_stand_ins, write_tree
+from hypothesis import settings
 from index_server import IndexServer
 
 pytest_plugins = ("xdist_groups",)
+
+# `make test-fast` runs with --hypothesis-profile=fast: helpers.examples gives each property a share of its
+# examples there. Registered here, before Hypothesis' plugin loads the profile it is given.
+settings.register_profile(FAST_PROFILE)
 
 # patchkit.base.seal keeps its key in the user's state directory and caches it for the process: the
 # tests' own directory (never the user's key), set before any fixture seals a cache entry, and the

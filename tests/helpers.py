@@ -27,6 +27,7 @@ from pathlib import Path
 
 from cli_server import THIRD_PARTY, run_patchkit, run_patchkit_on, run_python_code
 from click.testing import CliRunner
+from hypothesis import settings
 from hypothesis import strategies as st
 from packaging.version import Version
 
@@ -339,6 +340,20 @@ def _pycache_template() -> Path:
                 subprocess.run([sys.executable, *argv], env=env, check=True, capture_output=True, timeout=120)
             (root / "made").touch()
     return root / "pfx"
+
+
+# make test-fast loads this Hypothesis profile (conftest.py): each property is tried on a share of its
+# examples, make test on all of them.
+FAST_PROFILE = "fast"
+FAST_SHARE = 4
+
+
+def examples(full: int) -> int:
+    """A property's example count: `full` under make test; a FAST_SHARE-th of it (10 at least) under the
+    fast profile, the same property on fewer inputs. Read at the test's import, once the profile is loaded."""
+    if settings.get_current_profile_name() != FAST_PROFILE:
+        return full
+    return max(full // FAST_SHARE, min(full, 10))
 
 
 def assert_clean_failure(done, code: int) -> None:

@@ -15,6 +15,8 @@ import pytest
 from helpers import fingerprint, make_patch, snapshot, write_library, write_tree
 
 from patchkit.checks import bytecode
+from patchkit.engine.operations import fix_bytecode
+from patchkit.tree.target import from_directory
 
 FLAG = "vllm/flag.py"
 STOCK = 'VALUE = "stock"\n'
@@ -200,6 +202,28 @@ def test_a_timestamp_pyc_whose_header_still_fits_is_rebuilt(tmp_path):
     [row] = bytecode.fix(root, [FLAG], None)
     assert row.ok and "timestamp, stale: recompiled" in row.message
     assert imported_value(root) == "two"
+
+
+def test_a_file_the_series_did_not_change_has_its_bytecode_fixed_only_where_status_judges_it_stale(tmp_path):
+    """fix_bytecode's `others` (apply passes the guard's own module): a timestamp .pyc compiled from
+    the file's own bytes this second is what the rules for a file just written call stale; of a file
+    left alone it is up to date, and left so. An unchecked-hash one of other bytes is stale either way."""
+    root = write_tree(tmp_path / "site", files={FLAG: STOCK})
+    target = from_directory(root)
+    pyc = Path(importlib.util.cache_from_source(str(root / FLAG)))
+    py_compile.compile(str(root / FLAG), doraise=True, invalidation_mode=py_compile.PycInvalidationMode.TIMESTAMP)
+    compiled = pyc.read_bytes()
+    [row] = fix_bytecode(target, [], [FLAG])
+    assert row.path is None and row.message == "no compiled bytecode for the changed files"
+    assert pyc.read_bytes() == compiled
+    [row] = fix_bytecode(target, [FLAG])
+    assert "timestamp, stale: recompiled" in row.message  # as a file just written
+    older = tmp_path / "older.py"
+    older.write_text(PATCHED)
+    py_compile.compile(str(older), cfile=str(pyc), doraise=True, invalidation_mode=UNCHECKED)
+    [row] = fix_bytecode(target, [], [FLAG])
+    assert row.ok and "unchecked-hash, stale: recompiled" in row.message, row.message
+    assert imported_value(root) == "stock"
 
 
 def test_a_legacy_pyc_of_a_deleted_module_is_removed(run, tmp_path, flag_tree, scratch):

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from helpers import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -201,7 +202,7 @@ def test_bad_version_refused(cache):
         fetch.release_tree("not a version", [])
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.text(alphabet="ab./\\:C\x00", max_size=12))
 def test_accepted_names_stay_in_tree(tmp_path_factory, name):
     tree = tmp_path_factory.mktemp("t")

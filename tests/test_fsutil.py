@@ -8,6 +8,7 @@ import os
 import re
 
 import pytest
+from helpers import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -39,7 +40,7 @@ def test_the_fast_path_agrees_with_the_rule_on_every_path_of_up_to_four_tokens()
 
 
 # the longer paths (every short one is tried above); no time limits: a loaded machine is no failure of the rule
-@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(500), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.sampled_from(TOKENS), min_size=5, max_size=12).map("".join))
 def test_the_fast_path_agrees_with_the_rule(path):
     assert (fsutil.unsafe_reason(path) is None) == spelled_out(path)
@@ -57,7 +58,7 @@ def test_each_refusal_says_why():
 PATH_PARTS = st.sampled_from([*"ab./\\\x00:C \n", "..", "é", "vllm", "vllm/x.py", "a:"])
 
 
-@settings(max_examples=1000)
+@settings(max_examples=examples(1000))
 @given(st.lists(st.lists(PATH_PARTS, max_size=6).map("".join), max_size=5))
 def test_the_batch_shortcut_agrees_with_the_rule_path_by_path(paths):
     assert fsutil.all_safe(paths) == all(fsutil.unsafe_reason(p) is None for p in paths)

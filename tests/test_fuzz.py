@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import MODEL_PY, SPEC_PY, hunk_header_mutation, lay_out_release, make_patch, snapshot, write_tree
+from helpers import MODEL_PY, SPEC_PY, examples, hunk_header_mutation, lay_out_release, make_patch, snapshot, write_tree
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -134,7 +134,7 @@ def small_case(tmp_path_factory):
     return tree, raw
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=list(HealthCheck))
 @given(data=st.data())
 def test_mutated_small_patches_apply_correctly_or_fail_cleanly(run, small_case, tmp_path_factory, data):
     pristine, raw = small_case
@@ -142,7 +142,7 @@ def test_mutated_small_patches_apply_correctly_or_fail_cleanly(run, small_case, 
     check_one(run, fresh_copy(pristine, work), data.draw(mutations(raw)), work)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=list(HealthCheck))
 @given(data=st.data())
 def test_a_hunk_header_git_calls_corrupt_is_refused_and_only_such_a_one(run, small_case, tmp_path_factory, data):
     pristine, raw = small_case
@@ -159,7 +159,7 @@ def test_a_hunk_header_git_calls_corrupt_is_refused_and_only_such_a_one(run, sma
 
 @pytest.mark.slow
 @pytest.mark.release
-@settings(max_examples=1000, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(1000), deadline=None, suppress_health_check=list(HealthCheck))
 @given(data=st.data())
 def test_mutated_real_eagle3_patches_apply_correctly_or_fail_cleanly(run, real_case, tmp_path_factory, data):
     pristine, patches = real_case
@@ -254,7 +254,7 @@ def fuzzed_yaml(draw) -> bytes:
     return draw(st.text(max_size=200)).encode("utf-8", "surrogateescape")
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(120), deadline=None, suppress_health_check=list(HealthCheck))
 @given(data=st.data())
 def test_any_launch_command_is_read_or_refused_cleanly_in_bounded_time_and_memory(launch_case, data):
     import resource

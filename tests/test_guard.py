@@ -1027,3 +1027,29 @@ def test_bytecode_under_the_pycache_prefix_is_judged_by_the_path_vllm_is_importe
     assert done.returncode != 0 and f"{pyc} (under the pycache prefix) is unchecked-hash" in done.stderr, done.stderr
     pyc.unlink()
     assert _load(link, PYTHONPYCACHEPREFIX=str(prefix)).returncode == 0
+
+
+@pytest.mark.parametrize("shadowing", ["patchkit_guard/__init__.py", "patchkit_guard.abi3.so"])
+def test_a_module_imported_in_the_guards_place_fails_status_whatever_it_does(patched, shadowing):
+    """A package or extension module named as the guard, beside it, is what vLLM's entry point imports
+    (FileFinder's order): the guard never runs, so status neither passes the tree nor says the guard
+    refuses it; it names that file, and removing it (the fix said) brings the guard back."""
+    site, diff, _ = patched
+    planted = site / shadowing
+    planted.parent.mkdir(exist_ok=True)
+    planted.write_text("def check():\n    pass\n")
+    if shadowing.endswith("__init__.py"):  # vLLM would run it: the launch goes, whatever the tree holds
+        assert _load(site).returncode == 0
+    for edited in (False, True):
+        if edited:
+            with open(site / MODEL, "a") as fh:
+                fh.write("# tuned by hand\n")
+        done = run_cli("status", "--target", site, "--patch", diff)
+        said = " ".join(done.stdout.split())
+        assert done.returncode == 1, said + done.stderr
+        assert f"vLLM never runs the launch guard: {planted} is imported instead of patchkit_guard.py" in said, said
+        assert "the launch guard refuses" not in said, said
+        assert f"if {planted} is not vLLM's own, remove it" in said or edited, said
+    planted.unlink()
+    (site / MODEL).write_text((site / MODEL).read_text().replace("# tuned by hand\n", ""))
+    assert run_cli("status", "--target", site, "--patch", diff).returncode == 0

@@ -11,6 +11,7 @@ import copy
 import json
 from pathlib import Path
 
+from helpers import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -147,7 +148,7 @@ def test_the_valid_records_are_read_by_both(tmp_path):
         assert not _commands_refuse(record, tmp_path) and not _guard_refuses(record)
 
 
-@settings(max_examples=600, deadline=None)
+@settings(max_examples=examples(600), deadline=None)
 @given(st.sampled_from(PLACES), JSON, st.booleans(), st.booleans())
 def test_the_guard_refuses_exactly_the_records_status_calls_damaged(tmp_path_factory, where, value, as_key, drop):
     record = _mutated(*where, value, as_key, drop)

@@ -10,6 +10,7 @@ import copy
 import json
 from pathlib import Path
 
+from helpers import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -143,7 +144,7 @@ def test_the_valid_record_is_read_by_both():
     assert not _commands_refuse(VALID) and state_damage(VALID) is None
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=examples(1500), deadline=None)
 @given(st.sampled_from(PLACES), JSON, st.booleans(), st.booleans())
 def test_the_guard_refuses_exactly_the_records_the_commands_call_damaged(place, value, as_key, drop):
     record = _mutated(place, value, as_key, drop)

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import cli_runner, make_patch, snapshot, write_library, write_tree
+from helpers import cli_runner, examples, make_patch, snapshot, write_library, write_tree
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
@@ -102,7 +102,7 @@ def _edits(draw) -> tuple[list[str], list[str]]:
     return stock, stock[:start] + added + stock[end:]
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(_edits())
 def test_any_edit_reads_will_change_on_stock_and_applied_once_made(edit):
     stock, patched = edit

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import MODEL_PY, SPEC_PY, lay_out_release, make_patch, snapshot, write_library, write_tree
+from helpers import MODEL_PY, SPEC_PY, examples, lay_out_release, make_patch, snapshot, write_library, write_tree
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -326,7 +326,7 @@ _RECORD_PIECES = st.sampled_from(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     pieces=st.lists(_RECORD_PIECES, max_size=30),
     wanted=st.sets(st.sampled_from(["vllm/a.py", "vllm/b,c.py", "vllm/\u00e9.py", "12", ""])),

@@ -325,6 +325,54 @@ def test_a_chat_template_vllm_cannot_load_is_refused_before_the_launch(launch, t
         assert f"--chat-template {template}: {why}" in done.stdout, done.stdout
 
 
+# --- files vLLM opens only once the model has loaded: the SSL files, static LoRA adapters ------------
+
+
+def test_ssl_files_vllm_could_not_open_after_the_load_are_refused_before_it(launch, tmp_path):
+    tree, library, command, env, marker = launch
+    applied(tree, library)
+    (tmp_path / "key.pem").write_text("not judged as PEM: uvicorn's to read\n")
+    os.mkfifo(tmp_path / "cert.fifo")
+    (tmp_path / "closed.pem").write_text("x")
+    (tmp_path / "closed.pem").chmod(0)
+    readable = ["--ssl-keyfile", str(tmp_path / "key.pem"), "--ssl-certfile", str(tmp_path / "key.pem")]
+    _, done = patchkit_run(tree, library, [*command, *readable], env)
+    assert done.returncode == 7, done.stdout + done.stderr
+    marker.unlink()
+    refused = [
+        ("--ssl-keyfile", "./nokey.pem", "no such file"),
+        ("--ssl-certfile", str(tmp_path / "cert.fifo"), "not a regular file"),
+    ]
+    if os.geteuid() != 0:  # root reads a file of mode 0 all the same
+        refused.append(("--ssl-ca-certs", str(tmp_path / "closed.pem"), "Permission denied"))
+    for option, value, why in refused:
+        _, done = patchkit_run(tree, library, [*command, option, value], env)
+        said = " ".join(done.stdout.split())
+        assert done.returncode == 1 and not marker.exists(), (option, said + done.stderr)
+        assert f"{option} {value}: {why}" in said and "vLLM refuses the launch once the model has loaded" in said, said
+
+
+def test_a_static_lora_adapter_vllm_could_not_load_is_refused_and_a_hub_id_left_to_vllm(launch, tmp_path):
+    tree, library, command, env, marker = launch
+    applied(tree, library)
+    adapter, empty = tmp_path / "adapter", tmp_path / "empty"
+    adapter.mkdir()
+    empty.mkdir()
+    (adapter / "adapter_config.json").write_text("{}")
+    good = ["a=" + str(adapter), json.dumps({"name": "b", "path": str(adapter)}), "c=org/adapter-on-the-hub"]
+    _, done = patchkit_run(tree, library, [*command, "--enable-lora", "--lora-modules", *good], env)
+    assert done.returncode == 7, done.stdout + done.stderr
+    marker.unlink()
+    for entry, path in [
+        ("a=/nowhere/adapter", "/nowhere/adapter"),
+        (json.dumps({"name": "e", "path": str(empty)}), str(empty)),
+    ]:
+        _, done = patchkit_run(tree, library, [*command, "--enable-lora", "--lora-modules", entry], env)
+        said = " ".join(done.stdout.split())
+        assert done.returncode == 1 and not marker.exists(), said + done.stderr
+        assert f"--lora-modules {path}: adapter_config.json there: no such file" in said, said
+
+
 # --- review 6: the static plugin scan follows the directories site-packages' .pth files add ---------
 
 

@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from helpers import run_cli
+from helpers import examples, run_cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from importable_vllm import PLAIN_CLASS, VLLMS_OWN, write_plugin
@@ -141,7 +141,7 @@ def distribution(draw: st.DrawFn) -> tuple[str, str, bool]:
     return directory, ending.join(lines) + ending, draw(st.booleans())
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(distribution(), min_size=1, max_size=5), st.lists(distribution(), max_size=3))
 def test_patchkit_finds_the_entry_points_importlib_metadata_finds(first, second):
     with tempfile.TemporaryDirectory() as work:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 import subprocess
 
-from helpers import snapshot, write_tree
+from helpers import examples, snapshot, write_tree
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -57,7 +57,7 @@ SPELLINGS = {
 }
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(case=file_and_edit(), spelling=st.sampled_from(sorted(SPELLINGS)))
 def test_apply_then_revert_is_the_identity(tmp_path_factory, run, case, spelling):
     old, new = case

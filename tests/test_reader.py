@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import hunk_header_mutation
+from helpers import examples, hunk_header_mutation
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from unidiff import PatchSet
@@ -161,7 +161,7 @@ def agree(raw: bytes) -> None:
     assert [(path.strip().removeprefix("a/").removeprefix("b/"), hunks) for path, hunks in reference] == mine
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=list(HealthCheck))
 @given(data=st.data())
 def test_the_reader_and_unidiff_read_the_same_hunks(tmp_path_factory, data):
     agree(data.draw(diffs(lambda: tmp_path_factory.mktemp("reader"))))

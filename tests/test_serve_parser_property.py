@@ -12,6 +12,7 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
+from helpers import examples
 from hypothesis import example, given, settings
 from serve_lines import agree, patchkit_reading, serve_arguments
 
@@ -272,7 +273,7 @@ def oracle_reading(arguments: list[str]) -> dict:
     return reading
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=examples(1500), deadline=None)
 @given(serve_arguments)
 @example(["org/m", "--lora-modules", '{"name": "a", "path": "p"}'])  # a LoRA module vLLM takes
 def test_patchkit_reads_what_the_recorded_0_16_parser_reads(arguments):

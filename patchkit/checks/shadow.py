@@ -119,15 +119,17 @@ def planned(names_in: Callable[[str], Iterable[str]], patches: Iterable[Patch]) 
 def tree_shadows(root: Path, patches: list[Patch]) -> dict[str, str]:
     """path -> the file that shadows it, for each `.py` the series leaves in the tree at `root`."""
 
-    def on_disk(directory: str) -> list[str]:
-        try:
-            with os.scandir(root / directory) as entries:
-                return [entry.name for entry in entries if _regular_file(entry)]
-        except OSError:  # none, a file, unreadable: nothing Python could import from either
-            return []
-
-    names_in = planned(on_disk, patches)
+    names_in = planned(lambda directory: regular_names(root / directory), patches)
     return {path: found for path in sources(patches) if (found := shadow(path, names_in))}
+
+
+def regular_names(directory: Path) -> list[str]:
+    """The names of the regular files in `directory`, as FileFinder sees them."""
+    try:
+        with os.scandir(directory) as entries:
+            return [entry.name for entry in entries if _regular_file(entry)]
+    except OSError:  # none, a file, unreadable: nothing Python could import from either
+        return []
 
 
 def _regular_file(entry: os.DirEntry[str]) -> bool:

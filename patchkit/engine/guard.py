@@ -22,6 +22,7 @@ import os
 import re
 import stat
 import sys
+from collections.abc import Iterator
 from contextlib import suppress
 from importlib import import_module
 from pathlib import Path
@@ -33,6 +34,7 @@ from patchkit.base.errors import BadInput, PatchkitError, TargetError
 from patchkit.base.fsutil import NotRegularFile, judged_inside, read_file, read_regular
 from patchkit.base.hashing import sha256
 from patchkit.base.patterns import LazyPattern
+from patchkit.checks import shadow
 from patchkit.distinfo.entry_points import metadata_directories, parse_entry_points
 from patchkit.store.objects import read_object
 from patchkit.store.state import META_DIR, State, read_state, state_path
@@ -308,6 +310,8 @@ UPGRADED_LEAD = "the launch guard is from before an upgrade of patchkit: "
 NEWER_LEAD = "the launch guard is a newer patchkit build's: "
 GUARD_REFUSES = "the launch guard refuses this tree: "
 NOT_OURS = "the installed launch guard is not this patchkit's: "
+INSTEAD_OF_GUARD = "is imported instead of " + MODULE  # a file vLLM imports in the guard's place
+SHADOWED_LEAD = "vLLM never runs the launch guard: "
 # the guard module's own stale .pyc runs in its place: what that refuses cannot be told
 STALE_OWN_LEAD = "the launch guard vLLM runs is stale bytecode, not the installed source: "
 _OWN_STALE = " than " + MODULE + ":"  # own_stale_bytecode's findings name the guard module as their source
@@ -328,7 +332,9 @@ def refusal_text(problems: list[str]) -> str:
     """launch_refusal's problems as status, verify, preflight and run say them: a guard module that
     is not this patchkit's (edited, another's) refuses nothing patchkit can tell, so it is said as
     such; another build's is said as what made it so (most often an upgrade of patchkit)."""
-    if any(_OWN_STALE in p for p in problems):
+    if any(INSTEAD_OF_GUARD in p for p in problems):
+        lead = SHADOWED_LEAD
+    elif any(_OWN_STALE in p for p in problems):
         lead = STALE_OWN_LEAD
     elif any(OLDER_GUARD in p for p in problems):
         lead = UPGRADED_LEAD
@@ -386,7 +392,7 @@ def launch_verdict(root: Path, state: State | None = None, prefix: str | None = 
     if unreadable or not (declared and (root / MODULE).is_file()):
         return verdict(unreadable)
     prefix = launch_prefix(root) if prefix is None else prefix
-    unknown = _unknown_module(root, state)
+    unknown = _shadowing_module(root) or _unknown_module(root, state)
     closed = ", ".join(f"{path} ({stat.S_IMODE(mode):04o})" for path, mode in unreadable_by_others(root, state))
     hidden = [f"{OTHERS_CANNOT_READ} {closed}"] if closed else []
     try:
@@ -400,12 +406,20 @@ def launch_verdict(root: Path, state: State | None = None, prefix: str | None = 
 def own_stale_bytecode(root: Path, prefix: str, never: bool = False) -> list[str]:
     """The guard module's own stale bytecode, judged as a recorded file's: vLLM runs it in place of
     patchkit_guard.py, so the guard (that bytecode) cannot judge it; status and preflight do."""
-    found: list[str] = []
+    return list(dict.fromkeys(said for _rel, said in _stale_bytecode(root, [MODULE], prefix, never)))
+
+
+def with_stale_bytecode(root: Path, paths: list[str], prefix: str) -> list[str]:
+    """Those of `paths` whose bytecode status judges stale (or a fifo or device), as the guard's own."""
+    return list(dict.fromkeys(rel for rel, _said in _stale_bytecode(root, paths, prefix)))
+
+
+def _stale_bytecode(root: Path, paths: list[str], prefix: str, never: bool = False) -> Iterator[tuple[str, str]]:
+    """(source, finding) for each stale .pyc of `paths`, in the tree and each path it was reached by."""
     for site in (str(root), *(names_of(root) if prefix else ())):
-        for _rel, said, _pyc in _target_guard().stale_places(site, [MODULE], launch_tags(root), prefix, never):
+        for rel, said, _pyc in _target_guard().stale_places(site, paths, launch_tags(root), prefix, never):
             # a file at the top of site-packages: no directory before its __pycache__
-            found.append(said[1:] if said.startswith("/__pycache__/") else said)
-    return list(dict.fromkeys(found))
+            yield rel, said[1:] if said.startswith("/__pycache__/") else said
 
 
 def _prefixed_as_named(root: Path, prefix: str | None, said: list[str], never: bool = False) -> list[str]:
@@ -419,6 +433,13 @@ def _prefixed_as_named(root: Path, prefix: str | None, said: list[str], never: b
             p for p in _target_guard().judge(name, EVERY_CPYTHON, prefix, None, never).problems if _stale_prefixed(p)
         ]
     return [p for p in dict.fromkeys(found) if p not in said]
+
+
+def _shadowing_module(root: Path) -> list[str]:
+    """A package or extension module named as the guard beside it: vLLM's entry point imports that
+    in its place (FileFinder's order), so the guard never runs and what runs cannot be told."""
+    found = shadow.shadow(MODULE, lambda directory: shadow.regular_names(root / directory))
+    return [f"{root / found} {INSTEAD_OF_GUARD}: what a launch runs cannot be told"] if found else []
 
 
 def _unknown_module(root: Path, state: State | None) -> list[str]:

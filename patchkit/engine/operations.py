@@ -58,7 +58,6 @@ from patchkit.engine.guard import (
     launch_tags,
     make_readable,
     other_build,
-    own_stale_bytecode,
     own_unrecorded,
     removal_changes,
     remove_empty_cache,
@@ -67,6 +66,7 @@ from patchkit.engine.guard import (
     stale_under_prefix,
     unreadable_by_others,
     unseen_guard_note,
+    with_stale_bytecode,
 )
 from patchkit.engine.inspection import (
     TreeStatus,
@@ -444,12 +444,10 @@ class _Applying:
             if self.found_recorded:  # the tree recorded no apply of it: said, with the guard's fate
                 found = f"already applied, with no record of it; {'would be ' if dry_run else ''}recorded"
                 message = found + (f"; {noun} {'would be ' if dry_run else ''}{verb}" if noun != "record" else "")
-        # before the guard is judged: a stale .pyc it refuses is what this fixes
-        # the guard's own too, when status judges it stale: a stale .pyc of it is what vLLM runs (status names
-        # apply as the fix); an up-to-date one is left alone, not said to be fixed
-        root = self.resolved.target.root
-        guarded = [MODULE] if own_stale_bytecode(root, launch_prefix(root)) else []
-        bytecode = [] if dry_run else self.show(fix_bytecode(self.resolved.target, [*plan.touched_paths, *guarded]))
+        # before the guard is judged: a stale .pyc it refuses is what this fixes; the guard's own too, a
+        # stale .pyc of it is what vLLM runs (status names apply as the fix)
+        target = self.resolved.target
+        bytecode = [] if dry_run else self.show(fix_bytecode(target, plan.touched_paths, [MODULE]))
         fixed = sorted({r.path or "" for r in bytecode if r.ok and any(w in r.message for w in _BYTECODE_FIXED)})
         if fixed and message.endswith(": nothing to do"):  # what it did is said, not "nothing"
             message = f"already applied; stale bytecode of {', '.join(fixed)} fixed (-v shows each)"
@@ -790,12 +788,16 @@ def _refuse_stale_bytecode(result: ApplyResult, done: str) -> ApplyResult:
 _BYTECODE_FIXED = (": removed", "stale: recompiled")  # fix_bytecode's words for a .pyc it changed
 
 
-def fix_bytecode(target: Target, paths: Iterable[str]) -> list[CheckResult]:
+def fix_bytecode(target: Target, changed: Iterable[str], others: Iterable[str] = ()) -> list[CheckResult]:
     """After apply or revert: rebuild or remove compiled bytecode that would keep running the old
-    code of the changed files (unchecked-hash pycs), in __pycache__ and under this environment's
-    pycache prefix (a launch from it reads them there, and the guard refuses them)."""
-    paths = list(paths)
-    return pyc.fix(target.root, paths, target.python) + _remove_prefixed(target.root, paths)
+    code of the files the series `changed` (unchecked-hash pycs), in __pycache__ and under this
+    environment's pycache prefix (a launch from it reads them there, and the guard refuses them).
+    Of `others`, only the files status judges stale: the fixer's rules fit a file just written (a
+    timestamp .pyc of its second and size is stale), not an up-to-date one the series left alone."""
+    root = target.root
+    stale = with_stale_bytecode(root, list(others), launch_prefix(root)) if others else []
+    paths = [*changed, *stale]
+    return pyc.fix(root, paths, target.python) + _remove_prefixed(root, paths)
 
 
 def _remove_prefixed(root: Path, paths: list[str]) -> list[CheckResult]:

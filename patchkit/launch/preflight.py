@@ -56,6 +56,7 @@ from patchkit.launch.command import ALIASES, LaunchCommand
 from patchkit.launch.engine import LaunchContext, Reader, apply_fix, launch_python_version, set_checks, tree_reader
 from patchkit.launch.findings import Finding, cannot_judge
 from patchkit.launch.interpreter import exec_search
+from patchkit.launch.late_files import late_file_problems
 from patchkit.launch.models import ModelConfig, offline, offline_model_path, redirected, resolve_model, with_overrides
 from patchkit.launch.relevance import EVERY, LaunchNeeds, launch_needs
 from patchkit.launch.shortcut import as_written, kept_findings
@@ -308,7 +309,7 @@ def preflight(
         return result
     result.command = command
     result.findings += _found_models_findings(result.missing, served, (target, drafter))
-    result.findings += _chat_template_findings(command, resolved.target.root)  # never kept: a file outside the tree
+    result.findings += _after_load_findings(command, resolved.target.root)  # never kept: files outside the tree
     planned = _Planned.of(resolved, status) if needed else _Planned()
     result.fixable = planned.fixable
     context = LaunchContext(
@@ -708,6 +709,12 @@ def _architectures_finding(model: ModelConfig | None) -> Finding | None:
     odd = next(a for a in archs if not isinstance(a, str))
     message = f"{model.path}: its architectures hold {json.dumps(odd)[:40]}, not a name: vLLM refuses the model"
     return Finding(MODELS, False, message, "give config.json's architectures as class names (strings) only")
+
+
+def _after_load_findings(command: LaunchCommand, root: Path) -> list[Finding]:
+    """Failed `command` findings for the files vLLM opens only once the model has loaded."""
+    late = [Finding(COMMAND, False, message, fix) for message, fix in late_file_problems(command)]
+    return _chat_template_findings(command, root) + late
 
 
 def _chat_template_findings(command: LaunchCommand, root: Path) -> list[Finding]:
