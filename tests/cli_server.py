@@ -71,13 +71,15 @@ _code_servers: dict[tuple[tuple[str, str], ...], _Server] = {}
 class _Server:
     """The server process of this test session (one per xdist worker), started on first use."""
 
-    def __init__(self, env: dict[str, str] = _SESSION_ENV, mode: str = "patchkit") -> None:
+    def __init__(self, env: dict[str, str] = _SESSION_ENV, mode: str = "patchkit", user: int | None = None) -> None:
         self.home = Path(tempfile.mkdtemp(prefix="pk-cli-"))  # short: a unix socket's path is at most 107 bytes
         self.socket = str(self.home / "s")
         self.env = env
         with (self.home / "server.log").open("wb") as log:
+            if user is not None:  # its socket and answers are written there
+                os.chown(self.home, user, user)
             self.process = subprocess.Popen(
-                [sys.executable, __file__, self.socket, mode],
+                [*as_user(user), sys.executable, __file__, self.socket, mode],
                 env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
@@ -159,24 +161,33 @@ def run_patchkit_on(args: list[str], env: dict[str, str], fds: list[int], read: 
     return os.waitstatus_to_exitcode(status)
 
 
-def run_python_code(code: str, args: list[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
+def run_python_code(
+    code: str, args: list[str], env: dict[str, str], timeout: float, user: int | None = None
+) -> subprocess.CompletedProcess:
     """`python -c CODE ARGS` with `env` in this directory, its output captured as text: a fork of a server
     that imported importlib.metadata alone, started with the command's start-up environment and HOME (which
-    site reads for the user's site-packages). Never as another user: the interpreter they start may be
-    another one (this one's home unreadable to them, a venv's python falls back to the system's)."""
+    site reads for the user's site-packages). `user`: as that user (and group), from a server that user
+    started (`setpriv`), so the interpreter is the one they start (this one's home may be unreadable to
+    them: a venv's python falls back to the system's); the server is never forked as another user."""
     argv = [sys.executable, "-c", code, *args]
     start = {**start_up_environment(env), "HOME": env.get("HOME", "")}
-    server = _code_server(tuple(sorted(start.items())), env)
+    key = (*sorted(start.items()), ("", "" if user is None else str(user)))
+    server = _code_server(key, env, user)
     if server is None or server.read_once(env) != server.read_once(server.env):
-        return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout)
+        return subprocess.run([*as_user(user), *argv], capture_output=True, text=True, env=env, timeout=timeout)
     return _forked(argv, env, None, timeout, [], server=server, code=code)[1]
 
 
-def _code_server(key: tuple[tuple[str, str], ...], env: dict[str, str]) -> _Server | None:
+def as_user(user: int | None) -> list[str]:
+    """The command prefix that runs a command as `user` (uid and gid, no other group): none for this one."""
+    return [] if user is None else ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups"]
+
+
+def _code_server(key: tuple[tuple[str, str], ...], env: dict[str, str], user: int | None = None) -> _Server | None:
     if not hasattr(os, "pidfd_open"):
         return None
     if key not in _code_servers:
-        _code_servers[key] = _Server(env, "code")
+        _code_servers[key] = _Server(env, "code", user)
     return _code_servers[key]
 
 

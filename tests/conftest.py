@@ -155,3 +155,23 @@ def _no_behaviour_stand_ins_left():
     meta_path, dont_write_bytecode = list(sys.meta_path), sys.dont_write_bytecode
     yield
     forget_behaviour_stand_ins(meta_path, dont_write_bytecode)
+
+
+@pytest.fixture
+def inode_tmpfs(tmp_path):
+    """remount(n): a tmpfs (64 MiB, root only) with room for `n` more inodes than it holds now."""
+    import subprocess
+
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mount = tmp_path / "mnt"
+    mount.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m,nr_inodes=4096", "tmpfs", mount]).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+
+    def remount(more: int) -> None:
+        st = os.statvfs(mount)
+        subprocess.run(["mount", "-o", f"remount,nr_inodes={st.f_files - st.f_ffree + more}", mount], check=True)
+
+    yield mount, remount
+    subprocess.run(["umount", mount], check=True)

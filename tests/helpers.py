@@ -421,7 +421,8 @@ NOBODY = 65534
 
 def load_plugins_as_another_user(site: Path) -> subprocess.CompletedProcess | None:
     """load_plugins_like_vllm run as another user (nobody), as a container built as root runs vLLM
-    as a user: None where this process cannot change user. `site` lies in the open_tmp_path fixture's
+    as a user: None where this process cannot change user. Forked by cli_server from an interpreter
+    that user started (setpriv), as their `python -c` starts. `site` lies in the open_tmp_path fixture's
     directory, whose parents that user can search, so that only the tree's own modes decide what it
     reads (never chmod pytest's tmp_path for it: a pytest session starting meanwhile closes it again)."""
     if os.geteuid() != 0 or shutil.which("setpriv") is None:
@@ -429,14 +430,7 @@ def load_plugins_as_another_user(site: Path) -> subprocess.CompletedProcess | No
     closed = [str(parent) for parent in site.parents if not parent.stat().st_mode & stat.S_IXOTH]
     assert not closed, f"another user cannot reach {site} past {closed}: build it in open_tmp_path"
     clean = {k: v for k, v in os.environ.items() if k not in ("PATCHKIT_GUARD", "PYTHONDONTWRITEBYTECODE")}
-    who = [f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
-    return subprocess.run(
-        ["setpriv", *who, sys.executable, "-c", LOAD_LIKE_VLLM, str(site)],
-        capture_output=True,
-        text=True,
-        env={**clean, "HOME": "/nonexistent"},
-        timeout=60,
-    )
+    return run_python_code(LOAD_LIKE_VLLM, [str(site)], {**clean, "HOME": "/nonexistent"}, 60, user=NOBODY)
 
 
 def record_rows(site: Path, dist: str, *, whole_site: bool = False) -> str:

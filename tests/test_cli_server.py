@@ -146,6 +146,41 @@ def test_the_guard_loaded_in_a_fork_answers_as_in_a_fresh_interpreter(tmp_path, 
         assert forked.returncode == (1 if edit else 0), forked.stdout + forked.stderr
 
 
+# What another user's `python -c` is: who it runs as, what its start-up read, what it may read and write.
+AS_ANOTHER_USER = """
+import os, sys
+print(os.getuid(), os.geteuid(), os.getgid(), os.getegid(), sorted(os.getgroups()))
+print(os.environ.get("HOME"), os.getcwd(), sys.prefix, sys.flags.dont_write_bytecode, sys.path[0] == "")
+print([os.access(path, os.R_OK | os.W_OK) for path in sys.argv[1:]])
+print(open(sys.argv[1]).read())
+"""
+
+
+def test_code_run_as_another_user_is_forked_from_a_server_that_user_started_and_answers_as_setpriv_does(
+    open_tmp_path, monkeypatch
+):
+    """run_python_code as nobody (helpers.load_plugins_as_another_user) forks a server that user started:
+    the answer, a file only root reads refused with its traceback, is a fresh `setpriv ... python -c`'s."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv to change user")
+    closed = open_tmp_path / "closed"
+    closed.write_text("root only\n")
+    closed.chmod(0o600)
+    readable = open_tmp_path / "readable"
+    readable.write_text("anyone\n")
+    env = {**{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}, "HOME": "/nonexistent"}
+    fresh = ["setpriv", f"--reuid={helpers.NOBODY}", f"--regid={helpers.NOBODY}", "--clear-groups", sys.executable]
+    for path in (readable, closed):
+        started = _started_fresh(monkeypatch)
+        forked = run_python_code(AS_ANOTHER_USER, [str(path), str(readable)], env, 60, user=helpers.NOBODY)
+        assert started == []
+        monkeypatch.undo()
+        argv = [*fresh, "-c", AS_ANOTHER_USER, str(path), str(readable)]
+        assert answer(forked) == answer(subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60))
+        assert forked.stdout.startswith(f"{helpers.NOBODY} {helpers.NOBODY} {helpers.NOBODY} {helpers.NOBODY} []\n")
+        assert (forked.returncode, "PermissionError" in forked.stderr) == ((1, True) if path == closed else (0, False))
+
+
 @pytest.mark.parametrize(
     ("args", "stdout_terminal"),
     [(["--help"], True), (["status", "--target", "site"], True), (["status", "--target", "missing"], False)],

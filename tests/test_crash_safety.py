@@ -279,7 +279,7 @@ def test_a_planted_journal_cannot_delete_files_it_did_not_write(tmp_path):
     mark_staged(tree, "abc123", "vllm/new.py")
     _code, out = ct.run_cli(["status", "--target", str(tree)])
     assert "1 file(s) it had created removed" in out, out
-    assert "kept, not written by it or changed since: vllm/engine/core.py, vllm/extra.py" in out, out
+    assert "kept, not written by it or changed since:\n  vllm/engine/core.py\n  vllm/extra.py" in out, out
     assert "kept, an installed distribution's own file: vllm/listed.py" in out, out
     assert ct.fingerprint(tree) == kept and not (tree / ".patchkit/journal.json").exists()
 

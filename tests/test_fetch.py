@@ -1073,3 +1073,56 @@ def test_fetch_dest_force_keeps_a_copy_of_what_it_replaces_a_recorded_patch_over
     (copy,) = (other / ".patchkit" / "saved").glob("*/vllm/config/speculative.py")
     assert copy.read_bytes().endswith(b"# my edit\n")
     assert "--force replaced 1 file(s) that held other contents (vllm/config/speculative.py)" in again.stderr
+
+
+def test_fetch_dest_over_a_symlinked_vllm_names_the_link_and_the_way_round_it(fetched, tmp_path):
+    """review32 L1: `fetch --dest` over a `vllm` that is a symlink to a directory (vllm/ moved to
+    another volume) said "vllm is not a plain directory (Not a directory)". It names the link and
+    where it leads, writes nothing through it, and its fix, run, puts the files there."""
+    import re
+    import shlex
+    import subprocess
+
+    from helpers import assert_clean_failure, fingerprint
+
+    moved = tmp_path / "volume" / "vllm-pkg"
+    moved.mkdir(parents=True)
+    (moved / "__init__.py").write_text("# moved here\n")
+    dest = tmp_path / "site"
+    dest.mkdir()
+    (dest / "vllm").symlink_to(moved, target_is_directory=True)
+    before = fingerprint(moved)
+    for options in [(), ("--force",)]:
+        done = fetched(dest, *options)
+        assert_clean_failure(done, 2)
+        text = " ".join(done.stderr.split())
+        assert f"vllm is a symlink to {moved}" in text and "Not a directory" not in text, text
+        assert fingerprint(moved) == before
+    copy = re.search(r"then `([^`]*)` copies them into", text)
+    assert copy and "--dest NEW" in text, text
+    assert fetched(tmp_path / "new").returncode == 0
+    subprocess.run(shlex.split(copy[1].replace("NEW", str(tmp_path / "new"))), check=True)
+    assert (moved / "config" / "speculative.py").read_bytes() == FILES["vllm/config/speculative.py"]
+
+
+def test_a_dest_out_of_inodes_is_said_as_such_and_the_same_command_completes_it(
+    server, cache, monkeypatch, inode_tmpfs
+):
+    """The lay-out's full disk by inodes (a tmpfs with megabytes free and three inodes to spare) said
+    "no space left ...: free at least 0.1 MB there". It names inodes, and once there are more, the
+    same lay-out completes the tree."""
+    from patchkit.releases import files as release_files
+
+    mount, remount = inode_tmpfs
+    server.publish(WHEEL, build_wheel())
+    use_index(monkeypatch, server.index())
+    tree = fetch.release_tree(VERSION, all_python=True)
+    dest = mount / "t"
+    remount(3)
+    with pytest.raises(TargetError, match="no free inode") as caught:
+        release_files.lay_out_said(tree, dest)
+    assert "df -i" in caught.value.hint and "free at least" not in caught.value.hint, caught.value.hint
+    assert "same command again" in caught.value.hint
+    remount(64)
+    laid = release_files.lay_out_said(tree, dest)[0]
+    assert all((dest / rel).read_bytes() == (tree / rel).read_bytes() for rel in laid)

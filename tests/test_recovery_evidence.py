@@ -214,7 +214,7 @@ def test_a_forged_journal_reaching_every_file_deletes_and_overwrites_nothing(tmp
     overwritten = {"path": SPEC, "before": sha256(planted), "after": sha256(SPEC_PY.encode()), "staged": None}
     _forged_journal(tree, [*created, overwritten])
     said = transaction.recover(tree)
-    assert f"kept, not written by it or changed since: otherpkg/mod.py, {SPEC}, vllm/userdir/mine.py" in said
+    assert f"kept, not written by it or changed since:\n  otherpkg/mod.py\n  {SPEC}\n  vllm/userdir/mine.py" in said
     assert snapshot(tree) == before and (tree / "otherpkg/mod.py").read_bytes() == other
     assert not (tree / ".patchkit/saved").exists()
 
@@ -351,7 +351,11 @@ def test_a_copied_tree_is_rolled_back_keeping_aside_the_files_it_replaces(crashe
     done = _patchkit("recover", "--target", tree, "--roll-back")
     assert done.returncode == 0, done.stderr
     said = " ".join(done.stdout.split())
-    assert "2 file(s) restored" in said and f"nothing showed it wrote {MODEL}, {SPEC}, so a copy is kept in" in said
+    assert (
+        "2 file(s) restored" in said
+        and "nothing showed it wrote these, so a copy is kept in" in said
+        and f"back): {MODEL} {SPEC}" in said
+    )
     assert snapshot(tree) == stock and not (tree / ".patchkit/journal.json").exists()
     [back] = re.findall(r"`([^`]+)`", said)
     subprocess.run(shlex.split(back), check=True)
@@ -440,3 +444,29 @@ def test_a_planted_journal_naming_a_users_file_leaves_it_and_says_so(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "kept, not written by it or changed since: mypkg/settings.py" in done.stdout, done.stdout
     assert (tree / "mypkg/settings.py").read_bytes() == mine and not (tree / ".patchkit/journal.json").exists()
+
+
+def test_recovery_names_each_file_it_keeps_one_a_line_and_bounds_a_long_list(tmp_path):
+    """words22's leftover: recovery said "kept ...: A, B, C, D, E and 20 more", naming five. Several
+    files are named one a line; past twenty, how many more and the file in .patchkit/ that lists
+    every one (the journal that named them is gone)."""
+    for count in (3, 25):
+        tree = write_tree(tmp_path / f"site{count}")
+        (tree / "vllm/userdir").mkdir()
+        paths = [f"vllm/userdir/mine{n:02d}.py" for n in range(count)]
+        for path in paths:
+            (tree / path).write_text(f"MINE = {path!r}\n")
+        before = snapshot(tree)
+        created = [{"path": p, "before": None, "after": sha256((tree / p).read_bytes()), "staged": None} for p in paths]
+        _forged_journal(tree, created)
+        said = transaction.recover(tree)
+        assert "more" not in said.split("\n")[0] and snapshot(tree) == before, said
+        lines = said.split("\n")
+        head = lines.index("kept, not written by it or changed since:")
+        listed = [line.removeprefix("  ") for line in lines[head + 1 :]]
+        if count == 3:
+            assert listed == paths and not list((tree / ".patchkit").glob("recovered-*")), said
+            continue
+        every = tree / ".patchkit" / "recovered-f00d.txt"
+        assert listed == [*paths[:20], f"and 5 more ({every} lists every one)"], said
+        assert every.read_text().split() == paths and all(len(line) <= 80 for line in lines[1:-1]), said

@@ -152,3 +152,54 @@ def test_a_full_disk_on_revert_says_how_much_to_free_then_the_same_command(monke
     monkeypatch.setattr(transaction, "_faults", transaction._Faults())
     assert run("revert", "--target", tree, "--patch", patch).exit_code == 0
     assert snapshot(tree) == stock
+
+
+def _out_of_inodes_until_done(run, argv, tree, remount, expected):
+    """Run argv with 0, 1, 2, ... inodes to spare until it gets through: each run short of inodes is
+    exit 4, the tree as before, no journal, and the hint says inodes (not bytes) with the count."""
+    for more in range(60):
+        remount(more)
+        result = run(*argv)
+        if result.exit_code == 0:
+            return more
+        text = " ".join(result.output.split())
+        assert result.exit_code == 4 and snapshot(tree) == expected, (more, text)
+        assert not (tree / ".patchkit/journal.json").exists(), more
+        said = re.search(
+            r"is out of inodes \(one per file\), not space \([\d.]+ MB free\): it needs about (\d+) free", text
+        )
+        assert said and "MB free on the device" not in text and "df -i" in text, (more, text)
+        remount(4096)  # room for the next run's tree to be judged
+    raise AssertionError("the command never got through")
+
+
+def test_a_device_out_of_inodes_is_said_as_such_by_apply_and_revert(run, scratch, inode_tmpfs):
+    """review32 L1: a tmpfs whose nr_inodes was just above the tree's: apply and revert rolled back
+    (exit 4) but said "it needs about 0.6 MB free on the device ...: make room" with 59 MB free."""
+    mount, remount = inode_tmpfs
+    tree = write_tree(mount / "site")
+    patch = scratch / "p.diff"
+    patch.write_bytes(
+        make_patch(scratch, tree, {SPEC: SPEC_PY.replace('"qwen"', '"deepseek"'), "vllm/n/m.py": "N = 1\n"})
+    )
+    stock = snapshot(tree)
+    needed = _out_of_inodes_until_done(run, ["apply", "--target", tree, "--patch", patch], tree, remount, stock)
+    patched = snapshot(tree)
+    assert needed > 2 and patched != stock
+    assert _out_of_inodes_until_done(run, ["revert", "--target", tree, "--patch", patch], tree, remount, patched) > 2
+    assert snapshot(tree) == stock
+
+
+def test_out_of_inodes_said_without_a_mount(monkeypatch, run, big_change):
+    """The same words where statvfs says no inode is free (f_favail 0) and bytes are: the commit's
+    ENOSPC (injected) is said as inodes, with the count; with inodes free, as bytes."""
+    tree, patch = big_change
+    stock = snapshot(tree)
+    real = os.statvfs
+    for favail, said in ((0, "is out of inodes (one per file), not space"), (10**6, "MB free on the device")):
+        fake = os.statvfs_result((4096, 4096, 10**6, 10**6, 10**6, 10**6, favail, favail, 0, 255))
+        monkeypatch.setattr(os, "statvfs", lambda path, fake=fake: fake if str(path) == str(tree) else real(path))
+        _with_fault(monkeypatch, 3)
+        result = run("apply", "--target", tree, "--patch", patch)
+        assert result.exit_code == 4 and said in " ".join(result.output.split()), result.output
+        assert snapshot(tree) == stock

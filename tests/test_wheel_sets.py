@@ -248,4 +248,16 @@ def test_a_local_label_note_of_the_one_wheel_is_said_once_not_once_per_set(run, 
     wheel = write_wheel(tmp_path / "in", "0.16.0+cu129", published=False)
     done = run("wheel", wheel, "--out", tmp_path / "out", "--patches", library)
     assert done.exit_code == 0, done.output
-    assert done.output.count("local version label +cu129 ignored") == 1, done.output
+    assert done.output.count("local version label +cu129 (a build of 0.16.0)") == 1, done.output
+
+
+def test_a_local_label_the_wheel_keeps_is_never_said_to_be_ignored(run, tmp_path, library):
+    """review32 L1: `wheel` of a `+site` wheel warned "local version label +site ignored: treated as
+    0.16.0" and wrote vllm-0.16.0+site.patchkit...whl. The label chooses no series, and the wheel
+    keeps it (a site's own build stays its own): the words say so."""
+    wheel = write_wheel(tmp_path / "in", "0.16.0+site", published=False)
+    done = run("wheel", wheel, "--out", tmp_path / "out", "--patches", library, "--set", "spec")
+    assert done.exit_code == 0, done.output
+    text = " ".join(done.output.split())
+    assert "ignored" not in text and "local version label +site (a build of 0.16.0): matched as 0.16.0" in text, text
+    assert [p.name.split("-")[1] for p in (tmp_path / "out").iterdir()] == ["0.16.0+site.patchkit.spec"]

@@ -59,21 +59,36 @@ def pytest_collection_finish(session):
 """
 
 
+@pytest.fixture(scope="module")
+def collected_groups(tmp_path_factory) -> dict[str, list[list[str]]]:
+    """Each collected test's xdist groups, of the two modules whose sweeps are split: one collection."""
+    plugin = tmp_path_factory.mktemp("groups")
+    (plugin / "print_groups.py").write_text(GROUPS)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(plugin), str(TESTS)])}
+    args = ["--collect-only", "-q", "-p", "print_groups", "-p", "no:cacheprovider"]
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", *args, "tests/test_sigkill.py", "tests/test_crash_safety.py"],
+        cwd=TESTS.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    groups = {line.split()[1]: line.split()[2:] for line in done.stdout.splitlines() if line.startswith("GROUPS ")}
+    assert groups, done.stdout + done.stderr
+    return groups
+
+
 @pytest.mark.parametrize(
-    ("selected", "parts"),
-    [(["tests/test_sigkill.py"], 4), (["tests/test_crash_safety.py", "-k", "random_and_aimed"], 2)],
+    ("module", "sweep", "parts"), [("test_sigkill.py", "", 4), ("test_crash_safety.py", "random_and_aimed", 2)]
 )
-def test_the_long_kill_sweeps_are_parts_each_in_a_group_of_its_own(tmp_path, selected, parts):
+def test_the_long_kill_sweeps_are_parts_each_in_a_group_of_its_own(collected_groups, module, sweep, parts):
     """make test's long poles were test_sigkill's 12 kills in one test and the crash sweep of apply
     and revert in one, each one worker's minutes: their parts each name a group of their own and are
     held in no group of their module's."""
-    (tmp_path / "print_groups.py").write_text(GROUPS)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(TESTS)])}
-    args = ["--collect-only", "-q", "-p", "print_groups", "-p", "no:cacheprovider", *selected]
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", *args], cwd=TESTS.parent, env=env, capture_output=True, text=True, timeout=120
-    )
-    groups = [line.split()[2:] for line in done.stdout.splitlines() if line.startswith("GROUPS ")]
-    assert len(groups) >= parts, done.stdout + done.stderr
+    groups = [
+        names for test, names in collected_groups.items() if test.startswith(f"tests/{module}::") and sweep in test
+    ]
+    assert len(groups) >= parts, collected_groups
     assert all(len(names) == 1 and "," not in names[0] for names in groups), groups
     assert len({names[0] for names in groups}) == len(groups), groups

@@ -331,6 +331,16 @@ _NO_FILE = {errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.ENXIO}
 NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})  # a full disk or quota: more room is the fix
 
 
+def room_on(path: Path | str) -> tuple[int, int | None] | None:
+    """What the device holding `path` has free for this user: bytes, and inodes (None where the file
+    system does not count them, as btrfs); None where statvfs cannot tell."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize, (st.f_favail if st.f_files else None)
+
+
 def size_said(n: int) -> str:
     """A byte count as a person frees space, rounded up (less would not do): KB below 0.1 MB, else
     MB with one decimal."""

@@ -62,6 +62,7 @@ from patchkit.base.fsutil import (
     fsync_dir,
     moved_package,
     read_file,
+    room_on,
     size_said,
     unsafe_reason,
 )
@@ -80,7 +81,7 @@ from patchkit.store.journal import (
     staged_name,
 )
 from patchkit.store.objects import objects_dir, prune_objects, read_object, save_original, take_object
-from patchkit.store.saved import Aside, remove_if_empty
+from patchkit.store.saved import SHOWN, Aside, one_a_line, remove_if_empty
 from patchkit.store.state import (
     GUARD_PATH,
     PERMISSIONS,
@@ -251,7 +252,7 @@ def _acquire(root: Path, timeout: float | None) -> BaseFileLock:
         try:
             make_readable_dir(meta)
         except OSError as exc:
-            raise TargetError(f"cannot create {meta}: {exc.strerror}", hint=_WRITABLE_HINT) from exc
+            raise TargetError(f"cannot create {meta}: {exc.strerror}", hint=_unwritable_hint(root, exc)) from exc
 
     def waiting() -> None:  # said once the lock is not free at once: a wait of up to a minute is no hang
         notes.say(
@@ -267,7 +268,9 @@ def _acquire(root: Path, timeout: float | None) -> BaseFileLock:
             f"another patchkit is working on {root} (waited {waited:.0f} s{locks.holder(meta / 'lock')})",
             hint="try again when it has finished",
         ),
-        unusable=lambda exc: TargetError(f"cannot create the lock in {meta}: {exc.strerror}", hint=_WRITABLE_HINT),
+        unusable=lambda exc: TargetError(
+            f"cannot create the lock in {meta}: {exc.strerror}", hint=_unwritable_hint(root, exc)
+        ),
         on_wait=waiting if timeout > locks.QUIET_WAIT else None,
     )
 
@@ -351,12 +354,32 @@ def _committed_or_rolled_back(
     return landed
 
 
+def _unwritable_hint(root: Path, exc: OSError) -> str:
+    """A store that cannot be made: a full device (of bytes or inodes) says what it needs."""
+    return _no_space_hint(root, []) if exc.errno in NO_SPACE else _WRITABLE_HINT
+
+
 def _no_space_hint(root: Path, writes: list[FileWrite]) -> str:
     """What a commit on a full disk needs: room for every new content it stages, in whole 4 KB
     blocks (the originals it keeps are hard links where the file system allows), and 128 KB for the
-    record, the journal and directories."""
+    record, the journal and directories; and an inode for each file it creates (a staged content, a
+    saved original, the record's and journal's files and directories). A device out of inodes with
+    bytes to spare is said as such: freeing megabytes would not help."""
     need = sum(-(-len(w.after) // 4096) * 4096 for w in writes if w.after is not None) + (128 << 10)
-    return f"it needs about {size_said(need)} free on the device holding {root}: make room, then run the same command again"
+    files = sum((w.after is not None) + (w.before is not None) for w in writes) + 16
+    free, inodes = room_on(root) or (0, None)
+    again = "then run the same command again"
+    if inodes is not None and inodes < files and free >= need:
+        return (
+            f"the device holding {root} is out of inodes (one per file), not space ({size_said(free)} free): "
+            f"it needs about {files} free inodes and has {inodes}; remove some files there (`df -i` counts "
+            f"them), {again}"
+        )
+    if inodes is not None and inodes < files:
+        return (
+            f"it needs about {size_said(need)} and {files} inodes free on the device holding {root}: make room, {again}"
+        )
+    return f"it needs about {size_said(need)} free on the device holding {root}: make room, {again}"
 
 
 def _journal(root: Path, writes: list[FileWrite], previous: bytes | None) -> Journal:
@@ -468,13 +491,28 @@ def _recover(root: Path, unsealed: Unsealed = Unsealed.REFUSE) -> tuple[str | No
     if undoing is None or undoing.evidence is None:
         return None, state
     said = f"rolled back an interrupted patchkit transaction: {undoing.count.said()}"
-    listed_kept = [path for path in undoing.kept if path in undoing.evidence.theirs]
-    changed = [path for path in undoing.kept if path not in undoing.evidence.theirs]
+    listed_kept = sorted(path for path in undoing.kept if path in undoing.evidence.theirs)
+    changed = sorted(path for path in undoing.kept if path not in undoing.evidence.theirs)
+    every = _kept_list(root, journal, [*changed, *listed_kept]) if journal else None
     if changed:
-        said += f"; kept, not written by it or changed since: {_some(sorted(changed))}"
+        said += f"\nkept, not written by it or changed since:{one_a_line(changed, every or '')}"
     if listed_kept:
-        said += f"; kept, an installed distribution's own file: {_some(sorted(listed_kept))}"
+        files = "file" if len(listed_kept) == 1 else "files"
+        said += f"\nkept, an installed distribution's own {files}:{one_a_line(listed_kept, every or '')}"
     return said + undoing.aside.said(), state
+
+
+def _kept_list(root: Path, journal: Journal, paths: list[str]) -> str | None:
+    """Where every file a recovery kept is listed, once there are more than a message names: a file
+    of its own in .patchkit/ (the journal that named them is gone). None: a list short enough."""
+    if len(paths) <= SHOWN:
+        return None
+    where = meta_dir(root) / f"recovered-{journal['id']}.txt"
+    try:
+        _write_atomic(where, "".join(f"{path}\n" for path in paths).encode())
+    except OSError as exc:  # a full disk: the count alone, and why there is no list
+        return f"not listed: {where} could not be written ({exc.strerror})"
+    return f"{where} lists every one"
 
 
 def _roll_back_interrupted(root: Path, journal: Journal, evidence: _Evidence) -> _Undoing:
@@ -510,7 +548,7 @@ def _unsealed_refusal(root: Path, journal: Journal) -> BadInput:
         if problem
         else "another user's or machine's, a tree moved or copied since, a key since lost, or planted"
     )
-    files = f"{len(paths)} file(s): {_some(paths)}" if paths else "no file"
+    files = f"{len(paths)} file(s)" if paths else "no file"
     said = (
         f"{journal_path(root)} names an unfinished transaction ({journal['id']}, {files}), but its "
         f"marker {store_journal.staged_path(root)} is not sealed with this user's key ({seal.key_path()}) "
@@ -522,7 +560,9 @@ def _unsealed_refusal(root: Path, journal: Journal) -> BadInput:
         "rolls it back, keeping a copy of each file it replaces or removes (state.json stays as it is); "
         f"if not, {hints.command('recover', '--discard')} removes the journal and changes no file"
     )
-    return BadInput(said, hint=hint)
+    return BadInput(
+        said + (":" + one_a_line(paths, f"{journal_path(root)} lists every one") if paths else ""), hint=hint
+    )
 
 
 @dataclass(eq=False, repr=False)
@@ -536,10 +576,6 @@ class _Count(Value):
         parts = [f"{self.restored} file(s) restored"] if self.restored else []
         parts += [f"{self.removed} file(s) it had created removed"] if self.removed else []
         return ", ".join(parts) or "no file had changed yet"
-
-
-def _some(paths: list[str]) -> str:
-    return ", ".join(paths[:5]) + (f" and {len(paths) - 5} more" if len(paths) > 5 else "")
 
 
 def _evidence(root: Path, journal: Journal) -> _Evidence:
@@ -568,10 +604,15 @@ def _undecided(root: Path, paths: list[str], journal: Journal) -> BadInput:
     so the hint never says to delete the files it names."""
     kept = f"nothing was touched, and the journal and the saved originals are kept in {meta_dir(root)}"
     said = (
-        f"the saved original of {_some(paths)} is damaged or missing (no file in {objects_dir(root)} "
+        f"the saved original of {_one_or_count(paths)} is damaged or missing (no file in {objects_dir(root)} "
         f"holds its sha256's bytes), so an interrupted patchkit transaction cannot be rolled back; {kept}"
+        + (":" + one_a_line(paths, f"{journal_path(root)} lists every one") if len(paths) > 1 else "")
     )
     return BadInput(said, hint=_undecided_hint(root, paths, journal))
+
+
+def _one_or_count(paths: list[str]) -> str:
+    return paths[0] if len(paths) == 1 else f"{len(paths)} files"
 
 
 def _undecided_hint(root: Path, paths: list[str], journal: Journal) -> str:

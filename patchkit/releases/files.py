@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 from patchkit.base import hints, signals
 from patchkit.base.errors import BadInput, FetchError, NoPatchSet, PatchkitError, TargetError
-from patchkit.base.fsutil import NO_SPACE, atomic_write, size_said
+from patchkit.base.fsutil import NO_SPACE, atomic_write, room_on, size_said
 from patchkit.base.hashing import sha256
 from patchkit.distinfo.record import parse_record
 from patchkit.engine.inspection import upstream_check_paths
@@ -210,10 +210,18 @@ def _write_error(dest: str | Path, rel: str, e: OSError, unwritten: dict[str, by
         return TargetError(f"cannot write {Path(dest) / rel}: {e.strerror}")
     need = sum(len(data) for data in unwritten.values())
     whole = any(".dist-info/" in r or r in RELEASE_MARKERS for r in unwritten)
+    free, inodes = room_on(dest) or (0, None)
+    if inodes is not None and inodes < len(unwritten) and free >= need:  # out of inodes, not bytes
+        said, room = (
+            "no free inode (one per file) on",
+            f"remove some files there (about {len(unwritten)} inodes; `df -i` counts them)",
+        )
+    else:
+        said, room = "no space left on", f"free at least {size_said(need)} there"
     return TargetError(
-        f"no space left on the device holding {dest}: {len(unwritten)} file(s) ({size_said(need)}) not written"
+        f"{said} the device holding {dest}: {len(unwritten)} file(s) ({size_said(need)}) not written"
         + (" (those that say which release it is among them: no command takes it for one yet)" if whole else ""),
-        hint=f"free at least {size_said(need)} there, then run the same command again: it writes only the missing files",
+        hint=f"{room}, then run the same command again: it writes only the missing files",
     )
 
 
@@ -325,8 +333,26 @@ def _differing_in_dest(root: Path, dest: str | Path, files: dict[str, bytes]) ->
         except FileNotFoundError:
             continue
         except Damaged as e:
-            raise BadInput(
-                f"refusing to lay files out under {dest}: {e}",
-                hint="patchkit never writes through a symlink or over a directory or special file; move it away",
-            ) from None
+            raise _in_the_way(root, dest, rel, e) from None
     return sorted(differing)
+
+
+def _in_the_way(root: Path, dest: str | Path, rel: str, problem: Damaged) -> BadInput:
+    """The refusal of a symlink, directory or special file on the way to a file to write. A symlink
+    to a directory (a vllm/ moved to another volume) is named with where it leads, and the way round
+    it: the files laid out in a new directory, then copied through the link by the user."""
+    parts = rel.split("/")
+    for n in range(1, len(parts)):
+        where = root.joinpath(*parts[:n])
+        if where.is_symlink() and where.is_dir():
+            name, leads = "/".join(parts[:n]), where.resolve()
+            copy = shlex.join(["cp", "-a", "--", f"NEW/{name}/.", f"{leads}/"])
+            return BadInput(
+                f"refusing to lay files out under {dest}: {name} is a symlink to {os.readlink(where)} "
+                "(patchkit writes no file through one)",
+                hint=f"run the same command with --dest NEW (a new directory), then `{copy}` copies them into {leads}",
+            )
+    return BadInput(
+        f"refusing to lay files out under {dest}: {problem}",
+        hint="patchkit never writes through a symlink or over a directory or special file; move it away",
+    )

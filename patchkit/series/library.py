@@ -852,15 +852,15 @@ def series_for(patch_set: PatchSetDef, release: Release, version: Version, note:
 def _judged_as(version: Version) -> str | None:
     """The note for a version that is not a plain release: what it is matched as."""
     release = release_version(version)
-    if version.local and version.public == str(release):
-        return f"local version label +{version.local} ignored: treated as {release}"
+    if version.local and version.public == str(release):  # a patched wheel keeps the label: never "ignored"
+        return f"local version label +{version.local} (a build of {release}): matched as {release}"
     public = Version(version.public)
     if public == release:
         return None
     # a .dev or pre-release build comes before its release, a .post one after it
     built = "a build after release" if public > release else "a build before release"
     if version.local:
-        return f"local version label +{version.local} ignored; {version.public} is {built} {release}"
+        return f"local version label +{version.local}; {version.public} is {built} {release}"
     return f"{version} is {built} {release}: matched as {release}"
 
 

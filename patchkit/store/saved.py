@@ -99,5 +99,26 @@ class Aside:
         if self.where is None:
             return ""
         back = shlex.join(["cp", "-a", "--", f"{self.where}/.", f"{self.root}/"])
-        some = ", ".join(self.paths[:5]) + (f" and {len(self.paths) - 5} more" if len(self.paths) > 5 else "")
-        return f"; nothing showed it wrote {some}, so a copy is kept in {self.where} (`{back}` puts it back)"
+        every = f"`find {shlex.quote(str(self.where))} -type f` lists every one"
+        if len(self.paths) == 1:
+            return (
+                f"\nnothing showed it wrote {self.paths[0]}, so a copy is kept in {self.where} (`{back}` puts it back)"
+            )
+        return (
+            f"\nnothing showed it wrote these, so a copy is kept in {self.where} (`{back}` puts them "
+            f"back):{one_a_line(self.paths, every)}"
+        )
+
+
+SHOWN = 20  # files named one a line, as git names them; past it, how many more and where all are
+
+
+def one_a_line(paths: list[str], every: str) -> str:
+    """`paths` after a colon: one on the same line; several one a line (each indented two columns),
+    at most SHOWN of them, then how many more and `every`: where the whole list is (a recovery may
+    name a release diff's hundreds of files)."""
+    if len(paths) == 1:
+        return f" {paths[0]}"
+    listed = "".join(f"\n  {path}" for path in paths[:SHOWN])
+    rest = len(paths) - SHOWN
+    return listed + (f"\n  and {rest} more ({every})" if rest > 0 else "")
