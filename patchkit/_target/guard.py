@@ -36,13 +36,13 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # annotations only (the guard runs on Python 3.9)
-    from collections.abc import Iterable
+    from collections.abc import Callable, Iterable
 
 ENV = "PATCHKIT_GUARD"
 # The number of the guard's checks: patchkit tells an older build's guard that judges a tree as it
 # does (the same number: a note, `apply` updates it) from one that may not (a failure until `apply`).
 # tests/test_guard_format.py holds it to this module's code: a change of the code bumps it.
-GUARD_FORMAT = 18
+GUARD_FORMAT = 19
 MAX_RECORD_BYTES = 16 * 1024 * 1024
 if TYPE_CHECKING:  # (vllm version or None, {path: recorded sha256 or None}, {path: its original's sha256 or None})
     Record = tuple[str | None, dict[str, str | None], dict[str, str | None]]
@@ -309,7 +309,7 @@ def _regular_names(site: str, directory: str, listed: dict[str, list[str]]) -> l
     return listed[directory]
 
 
-def _is_file(entry: os.DirEntry) -> bool:
+def _is_file(entry: os.DirEntry[str]) -> bool:
     try:
         return entry.is_file()
     except OSError:
@@ -512,7 +512,8 @@ def _source_hash(magic: bytes, source: bytes) -> bytes | None:
     importlib.util.source_hash, with that interpreter's key); None: not known here."""
     keyed = getattr(_imp, "source_hash", None)
     if keyed is not None:
-        return keyed(int.from_bytes(magic, "little"), source)
+        hashed: bytes = keyed(int.from_bytes(magic, "little"), source)  # CPython's _imp.source_hash
+        return hashed
     # not CPython: only this interpreter's own key is known
     return importlib.util.source_hash(source) if magic == importlib.util.MAGIC_NUMBER else None
 
@@ -538,7 +539,7 @@ def _state_records(site: str) -> list[Record]:
     return records + ([(wheel, {}, {})] if wheel else [])
 
 
-def _created(entries: list) -> list[str]:
+def _created(entries: list[dict[str, Any]]) -> list[str]:
     """The paths the record says patchkit created (`"before": null`: no original), entries checked."""
     found = {rel for entry in entries for rel, shas in entry["files"].items() if shas.get("before", "") is None}
     return sorted(found)
@@ -597,7 +598,7 @@ def _record_rows(path: str, paths: list[str]) -> list[tuple[str, str]]:
 # what patchkit keeps in .patchkit/ (itself a directory), and the kind each is: any other kind (a
 # symlink, a directory for a file) is a hand repair every command refuses (exit 2), so the guard does
 # (patchkit.store.state.check_meta_dir; the lock may be a directory: the lock refuses that itself)
-_STORE_KINDS = {
+_STORE_KINDS: dict[str, Callable[[int], bool]] = {
     "": stat.S_ISDIR,
     "state.json": stat.S_ISREG,
     "journal.json": stat.S_ISREG,
@@ -739,7 +740,7 @@ def _entry_damage(entry: object) -> str | None:
     return _adhoc_damage(entry["set"], files)
 
 
-def _adhoc_damage(set_name: str, files: dict) -> str | None:
+def _adhoc_damage(set_name: str, files: dict[str, Any]) -> str | None:
     """A --patch apply records only files under vllm/ (no --patch file changes another package)."""
     if not set_name.startswith("adhoc-"):
         return None
@@ -798,7 +799,7 @@ def _set_name(name: object) -> bool:
     return "/" not in name and "\\" not in name and name not in (".", "..") and not name.startswith("-")
 
 
-def _entry_record(entry: dict) -> Record:
+def _entry_record(entry: dict[str, Any]) -> Record:
     """An entry's record (its shape checked by state_damage)."""
     files = entry["files"]
     expected = {rel: shas["after"] for rel, shas in files.items()}
@@ -840,7 +841,7 @@ def _wheel_records(site: str) -> list[Record]:
     return [] if not _differing(site, stock) else [(None, patched, {})]
 
 
-def _shipped_patches(dist_info: str, data: dict) -> None:
+def _shipped_patches(dist_info: str, data: dict[str, Any]) -> None:
     """patchkit.distinfo.provenance.Provenance.patch_text: each patch the record names is in the
     dist-info (patchkit/, or patchkit/SET/ for a wheel of several sets; no symlink on the way), a
     regular file whose sha256 is the recorded one. (The files its diff touches are not compared
@@ -890,7 +891,7 @@ def provenance_damage(data: object) -> str | None:
     return found or _patch_list_damage(data["patches"]) or _provenance_files_damage(data["files"])
 
 
-def _several_sets_damage(data: dict) -> str | None:
+def _several_sets_damage(data: dict[str, Any]) -> str | None:
     if set(data) != _SEVERAL_SETS_KEYS or type(data["schema_version"]) is not int:
         return "not a patchkit provenance record of several sets"
     found = _texts_damage(data)
@@ -908,7 +909,7 @@ def _several_sets_damage(data: dict) -> str | None:
     return found or _provenance_files_damage(data["files"])
 
 
-def _texts_damage(data: dict) -> str | None:
+def _texts_damage(data: dict[str, Any]) -> str | None:
     for key in ("patchkit", "vllm_version", "label"):
         value = data[key]
         if not isinstance(value, str) or not value or len(value) > 200:
@@ -941,7 +942,8 @@ def _patch_list_damage(patches: object) -> str | None:
 def _provenance_files_damage(files: object) -> str | None:
     if not isinstance(files, dict) or not files:
         return "files is not a non-empty object"
-    for path, item in files.items():
+    entries: dict[str, object] = files  # a JSON object: its keys are text
+    for path, item in entries.items():
         if not isinstance(item, dict) or set(item) != {"stock_sha256", "patched_sha256"}:
             return "the entry of " + path + " is not {stock_sha256, patched_sha256}"
         if item["stock_sha256"] is None and item["patched_sha256"] is None:
@@ -954,7 +956,7 @@ def _provenance_files_damage(files: object) -> str | None:
 NOT_BELIEVED = ": not believed"  # patchkit.distinfo.installed_wheel.untrusted's word for the same refusal
 
 
-def _held_to_the_install(site: str, dist_info: str, data: dict, patched: dict[str, str | None]) -> None:
+def _held_to_the_install(site: str, dist_info: str, data: dict[str, Any], patched: dict[str, str | None]) -> None:
     """patchkit.distinfo.installed_wheel._held_to_the_install: the dist-info's version is the release's
     with the label the record names, and its RECORD lists each file as the record says the wheel
     holds it (the patched sha256; a file the wheel deletes, not at all)."""
@@ -1032,10 +1034,12 @@ _PEP440 = re.compile(
     r"(?:[-_.]?(?P<dev_l>dev)[-_.]?(?P<dev_n>[0-9]+)?)?(?:\+(?P<local>[a-z0-9]+(?:[-_.][a-z0-9]+)*))?\s*",
     re.IGNORECASE | re.ASCII,
 )
+if TYPE_CHECKING:  # (epoch, release, pre, post, dev, local): what packaging's Version orders by
+    VersionKey = tuple[int, tuple[int, ...], tuple[str, int] | None, int | None, int | None, tuple[int | str, ...]]
 _PRE = {"alpha": "a", "beta": "b", "c": "rc", "pre": "rc", "preview": "rc"}
 
 
-def _version_key(text: object) -> tuple | None:
+def _version_key(text: object) -> VersionKey | None:
     """What packaging.version.Version compares two versions by (equal keys: equal versions), or None
     when `text` is no version."""
     found = _PEP440.fullmatch(text) if isinstance(text, str) and len(text) <= 200 else None
@@ -1057,7 +1061,7 @@ def _version_key(text: object) -> tuple | None:
     return (int(group["epoch"] or 0), tuple(release), pre, None if post is None else int(post), dev, local_key)
 
 
-def _labelled_key(stock: object, label: object) -> tuple | None:
+def _labelled_key(stock: object, label: object) -> VersionKey | None:
     """The key of the version `patchkit wheel` gives a wheel of release `stock` labelled `label`
     (patchkit.distinfo.installed_wheel._labelled: a local label the release has already is extended)."""
     release, local = _version_key(stock), _version_key("0+" + label) if isinstance(label, str) else None

@@ -62,7 +62,7 @@ def _lora_paths(command: LaunchCommand) -> list[str]:
     return paths
 
 
-def _json_object(text: str) -> dict:
+def _json_object(text: str) -> dict[str, object]:
     try:
         value = json.loads(text)
     except (ValueError, RecursionError):  # the reading of the command refused it already
