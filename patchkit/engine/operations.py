@@ -1314,7 +1314,10 @@ class _Reverting:
         if not paths:
             return [], []
         at_hand = {p.sha256: p for p in self.patches}
-        missing = lambda entry: any(p["sha256"] not in at_hand for p in entry.patches)  # noqa: E731
+
+        def missing(entry: Entry) -> bool:
+            return any(p["sha256"] not in at_hand for p in entry.patches)
+
         for entry in [e for e in self.undo.entries if missing(e)]:
             at_hand.update({p.sha256: p for p in patches_at_hand(entry, self.root)})
         unknown = {path for e in self.undo.entries if missing(e) for path in e.files}
