@@ -4,6 +4,7 @@ runner. Fixtures live in conftest.py; tests import these from here."""
 from __future__ import annotations
 
 import base64
+import copy
 import fcntl
 import hashlib
 import importlib.util
@@ -505,6 +506,7 @@ def default_signals() -> None:
 
 
 # Small vLLM wheels (test_wheel and the Dockerfile's test build them).
+OFFLINE = {"PIP_NO_INDEX": "1", "PIP_CONFIG_FILE": os.devnull}  # pip asks no index: the cache alone answers
 TAGS = "cp38-abi3-manylinux_2_31_x86_64"
 STOCK_FILES = {
     "vllm/__init__.py": b'__version__ = "0.16.0"\n',
@@ -815,3 +817,50 @@ def _write_record(tree: Path, version: str) -> None:
         if p.is_file()
     ]
     (tree / f"vllm-{version}.dist-info" / "RECORD").write_text("\n".join(rows) + "\n")
+
+
+# --------------------------------------------------------------------------- records mutated at every place
+
+
+def json_values(edges: list[object], text_size: int = 6) -> st.SearchStrategy[object]:
+    """Any JSON value of up to six leaves: `edges` (their strings as keys too), short text, integers."""
+    values = st.sampled_from(edges)
+    return st.recursive(
+        values | st.text(max_size=text_size) | st.integers(),
+        lambda inner: (
+            st.lists(inner, max_size=3)
+            | st.dictionaries(st.text(max_size=6) | values.filter(lambda v: isinstance(v, str)), inner, max_size=3)
+        ),
+        max_leaves=6,
+    )
+
+
+def places_in(value: object, at: tuple = ()) -> list[tuple]:
+    """Every place in a record a mutation can put a value (each key's value, each list item) or a key."""
+    found = [at]
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found += places_in(item, (*at, key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            found += places_in(item, (*at, index))
+    return found
+
+
+def mutated(record: object, place: tuple, value: object, *, as_key: bool, drop: bool) -> object:
+    """A copy of `record` with `value` at `place` (the whole of it at ()): in place of what is there,
+    or as the key there (`as_key`: a string in a dict); or (`drop`) with that key gone."""
+    if not place:
+        return value
+    record = copy.deepcopy(record)
+    parent = record
+    for step in place[:-1]:
+        parent = parent[step]
+    last = place[-1]
+    if drop and isinstance(parent, dict):
+        del parent[last]
+    elif as_key and isinstance(parent, dict) and isinstance(value, str):
+        parent[value] = parent.pop(last)
+    else:
+        parent[last] = value
+    return record

@@ -1053,3 +1053,17 @@ def test_a_module_imported_in_the_guards_place_fails_status_whatever_it_does(pat
     planted.unlink()
     (site / MODEL).write_text((site / MODEL).read_text().replace("# tuned by hand\n", ""))
     assert run_cli("status", "--target", site, "--patch", diff).returncode == 0
+
+
+def test_only_an_extension_module_the_sites_python_loads_stands_in_for_the_guard(tmp_path, scratch):
+    """A site-packages of Python 3.11 imports .cpython-311-…so, .abi3.so and .so, never another version's."""
+    site = write_tree(tmp_path / "lib" / "python3.11" / "site-packages")
+    diff = tmp_path / "model.diff"
+    diff.write_bytes(make_patch(scratch, site, {MODEL: MODEL_PY.replace("return x", "return x * 2")}))
+    assert run_cli("apply", "--target", site, "--patch", diff).returncode == 0
+    (site / "patchkit_guard.cpython-312-x86_64-linux-gnu.so").write_bytes(b"")
+    done = run_cli("status", "--target", site, "--patch", diff)
+    assert done.returncode == 0, done.stdout + done.stderr
+    (site / "patchkit_guard.cpython-311-x86_64-linux-gnu.so").write_bytes(b"")
+    done = run_cli("status", "--target", site, "--patch", diff)
+    assert done.returncode == 1 and "vLLM never runs the launch guard" in done.stdout, done.stdout + done.stderr

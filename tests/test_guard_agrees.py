@@ -527,6 +527,14 @@ def record_says_patchkit_created_a_stock_file(tree: Tree) -> None:
     tree.write_state(state)
 
 
+def record_patch_named_as_a_path(tree: Tree) -> None:
+    """review32 L1 s_pname: a recorded patch named `../../../etc/passwd`: no patch file's name."""
+    _applied(tree)
+    state = tree.state()
+    state["entries"][0]["patches"][0]["name"] = "../../../etc/passwd"
+    tree.write_state(state)
+
+
 def _provenance(stock_version: str, label: str) -> dict:
     stock, new = stock_files(stock_version), patched(stock_files(stock_version))
     return {
@@ -676,6 +684,7 @@ SYMLINKED = [
 # records no command acts on (exit 2, its hint to inspect or remove the record): the guard refuses
 REFUSED_RECORDS = [
     record_says_patchkit_created_a_stock_file,
+    record_patch_named_as_a_path,
     record_chosen_a_string,
     record_of_another_format,
     record_mode_out_of_range,
@@ -1641,6 +1650,29 @@ def test_a_startup_prefix_given_by_the_launchs_env_is_judged_as_the_guard_judges
     for command in ("preflight", "run"):
         done = _launch_with(venv, command, f"MYPREFIX={prefix}")
         assert done.returncode == 1 and "pp8" in done.stdout + done.stderr, (command, done.stdout + done.stderr)
+
+
+@pytest.mark.parametrize("by", ["--python", "--target"])
+def test_a_startup_prefix_set_outside_the_site_on_the_launchs_path_is_judged(tmp_path, by):
+    """A sitecustomize on a PYTHONPATH only the launch's `env` gives (outside the site, whose own
+    start-up files name no prefix) sets the pycache prefix where the set's stock bytecode is: the
+    guard refuses it, so preflight and run fail naming it."""
+    venv = _venv(tmp_path, by)
+    _venv_applied(venv)
+    prefix, custom = venv.site.parents[3] / "pp9", venv.site.parents[3] / "custom"
+    custom.mkdir()
+    (custom / "sitecustomize.py").write_text(f"import sys\nsys.pycache_prefix = {str(prefix)!r}\n")
+    _prefixed_unchecked_pyc(venv, prefix, stock_files("0.16.0")[SPEC])
+    guard = [str(venv.python), "-c", LOAD_LIKE_VLLM, str(venv.site)]
+    clean = {k: v for k, v in os.environ.items() if k not in ("PATCHKIT_GUARD", "PYTHONDONTWRITEBYTECODE")}
+    refused = subprocess.run(
+        guard, capture_output=True, text=True, env={**clean, "PYTHONPATH": str(custom)}, check=False
+    )
+    assert refused.returncode != 0 and "pp9" in refused.stderr, refused.stderr[-600:]
+    assert venv.cli("status").returncode == 0  # patchkit's own environment sets no prefix
+    for command in ("preflight", "run"):
+        done = _launch_with(venv, command, f"PYTHONPATH={custom}")
+        assert done.returncode == 1 and "pp9" in done.stdout + done.stderr, (command, done.stdout + done.stderr)
 
 
 def test_a_startup_prefix_the_launchs_env_i_drops_is_not_held_against_it(tmp_path, monkeypatch):

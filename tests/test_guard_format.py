@@ -33,6 +33,9 @@ FORMATS = {
     14: "3a6303f73ca3767de3beac13cf622bd14b83a3891ecf636a34daadb99edfd24f",  # checked-hash bytecode judged too under --check-hash-based-pycs never
     15: "cac00c7a7c983f95497014b45dafe727d5b049d4ec979923ae67f7f8f89a7faf",  # a record's set name that is no set name ('../x', '-x') is damaged
     16: "c5d9330201f3acbbd3cf539ff21d11c3b7018d1c2dba8840d843ea92c5dfe929",  # a recorded file pip wrote (vLLM's RECORD lists its bytes) said as a reinstall
+    17: "fba0a2367c86af971c199b7d556335b194f513b4e39dfc446291eb244e73fae3",  # no hash-based bytecode judged stale under --check-hash-based-pycs always
+    18: "2be851c7f2ca9c57f856bb8756e92d4aa54f324ada0abd8d042b91d9be87999e",  # a recorded patch's name that is no file name ('../x', '..') is damaged (with 17)
+    19: "81d0723ee5e48b42ca7f94717e1629253fa64134327e51e48458f00455bccd39",  # typed for mypy --strict: the same checks
 }
 _SKIPPED = {tokenize.COMMENT, tokenize.NL, tokenize.ENCODING, tokenize.ENDMARKER}
 _STATEMENT_START = {tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, None}

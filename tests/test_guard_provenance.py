@@ -7,11 +7,10 @@ both schemas mutated at every place, with values of every JSON kind."""
 
 from __future__ import annotations
 
-import copy
 import json
 from pathlib import Path
 
-from helpers import examples
+from helpers import examples, json_values, mutated, places_in
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -81,47 +80,15 @@ EDGE_VALUES = [
     {"stock_sha256": None, "patched_sha256": None},
     {"set": "x", "patches": []},
 ]
-EDGES = st.sampled_from(EDGE_VALUES)
-JSON = st.recursive(
-    EDGES | st.text(max_size=6) | st.integers(),
-    lambda inner: (
-        st.lists(inner, max_size=3)
-        | st.dictionaries(st.text(max_size=6) | EDGES.filter(lambda v: isinstance(v, str)), inner, max_size=3)
-    ),
-    max_leaves=6,
-)
-
-
-def _places(value: object, at: tuple = ()) -> list[tuple]:
-    found = [at]
-    if isinstance(value, dict):
-        for key, item in value.items():
-            found += _places(item, (*at, key))
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            found += _places(item, (*at, index))
-    return found
+JSON = json_values(EDGE_VALUES)
 
 
 VALID = [ONE_SET, SEVERAL_SETS]
-PLACES = [(which, place) for which, record in enumerate(VALID) for place in _places(record)]
+PLACES = [(which, place) for which, record in enumerate(VALID) for place in places_in(record)]
 
 
 def _mutated(which: int, place: tuple, value: object, as_key: bool, drop: bool) -> object:
-    record = copy.deepcopy(VALID[which])
-    if not place:
-        return value
-    parent = record
-    for step in place[:-1]:
-        parent = parent[step]
-    last = place[-1]
-    if drop and isinstance(parent, dict):
-        del parent[last]
-    elif as_key and isinstance(parent, dict) and isinstance(value, str):
-        parent[value] = parent.pop(last)
-    else:
-        parent[last] = value
-    return record
+    return mutated(VALID[which], place, value, as_key=as_key, drop=drop)
 
 
 def _commands_refuse(record: object, where: Path) -> bool:

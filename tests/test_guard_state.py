@@ -10,7 +10,7 @@ import copy
 import json
 from pathlib import Path
 
-from helpers import examples
+from helpers import examples, json_values, mutated, places_in
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -89,47 +89,12 @@ EDGE_VALUES = [
     ["x" * 201],
     ["demo"] * 257,
 ]
-EDGES = st.sampled_from(EDGE_VALUES)
-JSON = st.recursive(
-    EDGES | st.text(max_size=8) | st.integers(),
-    lambda inner: (
-        st.lists(inner, max_size=3)
-        | st.dictionaries(st.text(max_size=6) | EDGES.filter(lambda v: isinstance(v, str)), inner, max_size=3)
-    ),
-    max_leaves=6,
-)
-
-
-def _places(value: object, at: tuple = ()) -> list[tuple]:
-    """Every place in a record a mutation can put a value (each key's value, each list item) or a key."""
-    found = [at]
-    if isinstance(value, dict):
-        for key, item in value.items():
-            found += _places(item, (*at, key))
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            found += _places(item, (*at, index))
-    return found
-
-
-PLACES = _places(VALID)
+JSON = json_values(EDGE_VALUES, text_size=8)
+PLACES = places_in(VALID)
 
 
 def _mutated(place: tuple, value: object, as_key: bool, drop: bool) -> object:
-    record = copy.deepcopy(VALID)
-    if not place:
-        return value
-    parent = record
-    for step in place[:-1]:
-        parent = parent[step]
-    last = place[-1]
-    if drop and isinstance(parent, dict):
-        del parent[last]
-    elif as_key and isinstance(parent, dict) and isinstance(value, str):
-        parent[value] = parent.pop(last)
-    else:
-        parent[last] = value
-    return record
+    return mutated(VALID, place, value, as_key=as_key, drop=drop)
 
 
 def _commands_refuse(record: object) -> bool:

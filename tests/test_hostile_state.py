@@ -187,6 +187,13 @@ def state_guard_key_lone_surrogate(scene: Scene) -> None:
     scene.write_json("state.json", state)
 
 
+def state_patch_name_outside(scene: Scene) -> None:
+    """A recorded patch named as a path (review32 L1 s_pname): no patch file's name, damaged."""
+    state = scene.state()
+    state["entries"][0]["patches"][0]["name"] = scene.outside()
+    scene.write_json("state.json", state)
+
+
 def state_symlink(scene: Scene) -> None:
     (scene.sentinel / "state.json").write_text((scene.meta / "state.json").read_text())
     (scene.meta / "state.json").unlink()
@@ -366,6 +373,12 @@ def pip_upgraded_vllm(scene: Scene) -> None:
     pip_install(scene.tree, "0.17.0", {SPEC: SPEC_PY + "# 0.17.0\n"})
 
 
+def pip_reinstalled_another_build(scene: Scene) -> None:
+    """Another build of the same release (a vendor's spec.py, which its RECORD lists) installed by
+    pip over the applied tree (review32 F6): pip's file, no edit."""
+    pip_install(scene.tree, "0.16.0", {SPEC: "# acme build 3\n" + SPEC_PY})
+
+
 def pip_installed_patched_wheel(scene: Scene) -> None:
     """A wheel `patchkit wheel` built, installed over the applied tree (no provenance: a hand-made label)."""
     pip_install(scene.tree, "0.16.0+patchkit.adhoc", {SPEC: patched_spec()})
@@ -421,6 +434,7 @@ ROWS = [
     Row(journal_huge),
     Row(state_path_outside),
     Row(state_absolute_path),
+    Row(state_patch_name_outside),
     Row(state_symlink),
     Row(state_files_a_list),
     Row(state_bad_digest),
@@ -449,6 +463,7 @@ ROWS = [
     Row(guard_module_symlinked_out, exit_code=None),  # never followed: kept as a changed guard file
     Row(pip_upgraded_vllm, exit_code=None),
     Row(pip_installed_patched_wheel, exit_code=None),
+    Row(pip_reinstalled_another_build, exit_code=None, says={"status": "its RECORD lists their bytes"}),
     # the tree stays patched, the launch unchecked: status says so with the fix, apply puts it back
     Row(pip_uninstalled_guard, exit_code=0, says={"status": GUARD_GONE, "verify": GUARD_GONE}),
     Row(pip_replaced_a_guarded_patched_wheel, exit_code=None),

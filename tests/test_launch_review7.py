@@ -309,6 +309,9 @@ def test_a_chat_template_vllm_cannot_load_is_refused_before_the_launch(launch, t
     tree, library, command, env, marker = launch
     applied(tree, library)
     (tmp_path / "mine.jinja").write_text("{{ messages }}")
+    _, done = patchkit_run(tree, library, [*command, "--chat-template", "template_basic.jinja"], env)
+    assert done.returncode == 7, done.stdout + done.stderr  # no templates in the tree (fetched): cannot judge
+    assert "holds no vllm/transformers_utils/chat_templates/ to tell" in " ".join(done.stderr.split()), done.stderr
     builtin = tree / "vllm" / "transformers_utils" / "chat_templates"
     builtin.mkdir(parents=True)
     (builtin / "template_basic.jinja").write_text("{{ messages }}")
@@ -366,6 +369,7 @@ def test_a_static_lora_adapter_vllm_could_not_load_is_refused_and_a_hub_id_left_
     for entry, path in [
         ("a=/nowhere/adapter", "/nowhere/adapter"),
         (json.dumps({"name": "e", "path": str(empty)}), str(empty)),
+        ("r=./nowhere", "./nowhere"),  # no hub id either: the download fails, then the load
     ]:
         _, done = patchkit_run(tree, library, [*command, "--enable-lora", "--lora-modules", entry], env)
         said = " ".join(done.stdout.split())

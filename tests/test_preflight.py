@@ -532,26 +532,34 @@ def test_stale_unchecked_bytecode_fails_the_tree_state(setup, tmp_path):
     assert preflight(tree, library, *serve(models["deepseek"], models["drafter"])).returncode == 0
 
 
-def test_stale_checked_hash_bytecode_fails_a_launch_that_never_checks_hashes(setup, tmp_path):
-    """A checked-hash .pyc of the stock file is re-validated by default; a launch's Python run with
-    --check-hash-based-pycs never loads it unchecked: the stock code runs, and the guard refuses it."""
+def _checked_hash_of_other_bytes(setup, tmp_path, source: str, text: str) -> tuple[str, list[str], dict]:
+    """`source`'s checked-hash .pyc in the tree compiled from `text`: the launch as written passes
+    (Python compares the hash). (The .pyc, the launch run with --check-hash-based-pycs never, and
+    that launch's tree-state finding.)"""
     import importlib.util
     import py_compile
 
-    from launch_fixtures import DEEPSEEK, DEEPSEEK_STOCK
-
     tree, library, models = setup
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
-    stale_source = tmp_path / "deepseek_v2.py"
-    stale_source.write_text(DEEPSEEK_STOCK)
-    pyc = importlib.util.cache_from_source(str(tree / DEEPSEEK))
+    older = tmp_path / os.path.basename(source)
+    older.write_text(text)
+    pyc = importlib.util.cache_from_source(str(tree / source))
     checked = py_compile.PycInvalidationMode.CHECKED_HASH
-    py_compile.compile(str(stale_source), cfile=pyc, doraise=True, invalidation_mode=checked)
+    py_compile.compile(str(older), cfile=pyc, doraise=True, invalidation_mode=checked)
     spec = serve(models["deepseek"], models["drafter"])[3:]
     api = ["python3", "-m", "vllm.entrypoints.openai.api_server", "--model", str(models["deepseek"]), *spec]
     assert findings(preflight(tree, library, *api))["tree-state"]["ok"]  # Python compares the hash
     never = [api[0], "--check-hash-based-pycs", "never", *api[1:]]
-    tree_state = findings(preflight(tree, library, *never))["tree-state"]
+    return pyc, never, findings(preflight(tree, library, *never))["tree-state"]
+
+
+def test_stale_checked_hash_bytecode_fails_a_launch_that_never_checks_hashes(setup, tmp_path):
+    """A checked-hash .pyc of the stock file is re-validated by default; a launch's Python run with
+    --check-hash-based-pycs never loads it unchecked: the stock code runs, and the guard refuses it."""
+    from launch_fixtures import DEEPSEEK_STOCK
+
+    tree, library, _models = setup
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    pyc, never, tree_state = _checked_hash_of_other_bytes(setup, tmp_path, DEEPSEEK, DEEPSEEK_STOCK)
     assert not tree_state["ok"], tree_state
     assert (
         f"__pycache__/{os.path.basename(pyc)} is checked-hash bytecode compiled from other bytes"
@@ -1584,21 +1592,10 @@ def test_vllms_own_answers_load_the_bytecode_the_launch_would(monkeypatch):
 def test_stale_checked_hash_bytecode_of_the_guard_fails_a_launch_that_never_checks_hashes(setup, tmp_path):
     """The guard module's own checked-hash .pyc of other bytes: a launch run with
     --check-hash-based-pycs never runs it in place of patchkit_guard.py, so preflight fails naming it."""
-    import importlib.util
-    import py_compile
-
-    tree, library, models = setup
+    tree, library, _models = setup
     assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
-    older = tmp_path / "patchkit_guard.py"
-    older.write_text((tree / "patchkit_guard.py").read_text() + "\nOLDER_GUARD = True\n")
-    pyc = importlib.util.cache_from_source(str(tree / "patchkit_guard.py"))
-    checked = py_compile.PycInvalidationMode.CHECKED_HASH
-    py_compile.compile(str(older), cfile=pyc, doraise=True, invalidation_mode=checked)
-    spec = serve(models["deepseek"], models["drafter"])[3:]
-    api = ["python3", "-m", "vllm.entrypoints.openai.api_server", "--model", str(models["deepseek"]), *spec]
-    assert findings(preflight(tree, library, *api))["tree-state"]["ok"]  # Python compares the hash
-    never = [api[0], "--check-hash-based-pycs", "never", *api[1:]]
-    tree_state = findings(preflight(tree, library, *never))["tree-state"]
+    older = (tree / "patchkit_guard.py").read_text() + "\nOLDER_GUARD = True\n"
+    pyc, never, tree_state = _checked_hash_of_other_bytes(setup, tmp_path, "patchkit_guard.py", older)
     assert not tree_state["ok"], tree_state
     assert tree_state["message"].startswith(f"__pycache__/{os.path.basename(pyc)} is checked-hash bytecode"), tree_state
     assert tree_state["fix"] == f"run `rm -f -- {pyc}` (Python compiles the source again)", tree_state

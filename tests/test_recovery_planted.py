@@ -32,6 +32,14 @@ from patchkit.store.journal import file_identity
 
 MINE = b"API_KEY_FILE = '/etc/app/key'  # the user's own module\n"
 HOTFIX = SPEC_PY.encode() + b"# my local hotfix\n"
+HOTFIX_ENTRY = {  # the record of an apply whose output is the hotfix
+    "set": "demo",
+    "vllm_version": "0.16.0",
+    "release": None,
+    "applied_at": "2026-01-01T00:00:00+00:00",
+    "patches": [{"name": "p.diff", "sha256": "3" * 64}],
+    "files": {SPEC: {"before": sha256(SPEC_PY.encode()), "after": sha256(HOTFIX)}},
+}
 PLANTED = b"raise SystemExit('planted')\n"
 PIP = b"__version__ = '25.0'\n"
 
@@ -169,19 +177,8 @@ def test_a_planted_journal_keeps_the_record_it_does_not_name(tmp_path, change):
     """A journal whose previous record is none (or another one) removed (or replaced) the tree's
     state.json once its ctime was newer; the real record then lost, its originals pruned."""
     tree = _tree(tmp_path)
-    entry = {
-        "set": "demo",
-        "vllm_version": "0.16.0",
-        "release": None,
-        "applied_at": "2026-01-01T00:00:00+00:00",
-        "patches": [{"name": "p.diff", "sha256": "3" * 64}],
-        "files": {SPEC: {"before": sha256(SPEC_PY.encode()), "after": sha256(HOTFIX)}},
-    }
-    (tree / ".patchkit/objects").mkdir(parents=True)
-    (tree / ".patchkit/objects" / sha256(SPEC_PY.encode())).write_bytes(SPEC_PY.encode())
-    (tree / ".patchkit/state.json").write_text(json.dumps({"format": 1, "entries": [entry]}))
-    ours = (tree / ".patchkit/state.json").read_bytes()
-    other = json.dumps({"format": 1, "entries": [{**entry, "set": "other"}]})
+    ours = _applied_record(tree)
+    other = json.dumps({"format": 1, "entries": [{**HOTFIX_ENTRY, "set": "other"}]})
     for previous in (None, other):
         _plant(tree, [], [], previous=previous)
         CHANGES[change](tree)
@@ -274,17 +271,9 @@ def test_a_planted_marker_copying_the_files_stat_changes_nothing(tmp_path, key):
 def _applied_record(tree: Path) -> bytes:
     """A real apply's record of the user's hotfix (its original in the store): the record a planted
     journal would erase."""
-    entry = {
-        "set": "demo",
-        "vllm_version": "0.16.0",
-        "release": None,
-        "applied_at": "2026-01-01T00:00:00+00:00",
-        "patches": [{"name": "p.diff", "sha256": "3" * 64}],
-        "files": {SPEC: {"before": sha256(SPEC_PY.encode()), "after": sha256(HOTFIX)}},
-    }
     (tree / ".patchkit/objects").mkdir(parents=True)
     (tree / ".patchkit/objects" / sha256(SPEC_PY.encode())).write_bytes(SPEC_PY.encode())
-    (tree / ".patchkit/state.json").write_text(json.dumps({"format": 1, "entries": [entry]}))
+    (tree / ".patchkit/state.json").write_text(json.dumps({"format": 1, "entries": [HOTFIX_ENTRY]}))
     return (tree / ".patchkit/state.json").read_bytes()
 
 

@@ -11,10 +11,28 @@ import json
 import re
 import shlex
 import shutil
+from pathlib import Path
 
 from helpers import MODEL, MODEL_PY, SPEC, SPEC_PY, make_patch, record_rows, snapshot, write_library
 
 MINE = b"# an original nobody but the record vouches for\nACCEPTED = ['anything']\n"
+
+
+def _revert_of_a_planted_after(run, tree: Path, library: Path, path: str, data: bytes) -> str:
+    """`data` written to `path` and planted as the record's "after" of it, then revert: what it said."""
+    (tree / path).write_bytes(data)
+    state = json.loads((tree / ".patchkit/state.json").read_text())
+    state["entries"][0]["files"][path]["after"] = hashlib.sha256(data).hexdigest()
+    (tree / ".patchkit/state.json").write_text(json.dumps(state))
+    done = run("revert", "--target", tree, "--patches", library)
+    said = " ".join(done.output.split())
+    assert done.exit_code == 0, said
+    return said
+
+
+def _kept(tree: Path) -> list[bytes]:
+    """The copies revert kept under .patchkit/saved/."""
+    return [p.read_bytes() for p in (tree / ".patchkit/saved").rglob("*") if p.is_file()]
 
 
 def _library(tree, scratch, where):
@@ -54,8 +72,7 @@ def test_an_original_only_the_record_vouches_for_needs_force(run, tree, scratch,
     done = run(*forced[0][1:])
     assert done.exit_code == 0, done.output
     assert (tree / SPEC).read_bytes() == MINE and (tree / MODEL).read_text() == MODEL_PY
-    kept = [p.read_bytes() for p in (tree / ".patchkit/saved").rglob("*") if p.is_file()]
-    assert kept == [patched], done.output
+    assert _kept(tree) == [patched], done.output
 
 
 def test_the_library_the_record_names_vouches_without_force_or_copies(run, tree, scratch, tmp_path):
@@ -94,17 +111,9 @@ def test_a_record_whose_after_names_a_hotfix_keeps_it(run, tree, scratch, tmp_pa
     library = _library(tree, scratch, tmp_path / "lib")
     assert run("apply", "--target", tree, "--patches", library, "--no-guard").exit_code == 0
     hotfix = SPEC_PY.encode() + b"# my local hotfix\n"
-    (tree / SPEC).write_bytes(hotfix)
-    state = json.loads((tree / ".patchkit/state.json").read_text())
-    state["entries"][0]["files"][SPEC]["after"] = hashlib.sha256(hotfix).hexdigest()
-    (tree / ".patchkit/state.json").write_text(json.dumps(state))
-
-    done = run("revert", "--target", tree, "--patches", library)
-    said = " ".join(done.output.split())
-    assert done.exit_code == 0, said
+    said = _revert_of_a_planted_after(run, tree, library, SPEC, hotfix)
     assert (tree / SPEC).read_text() == SPEC_PY and (tree / MODEL).read_text() == MODEL_PY
-    kept = [p.read_bytes() for p in (tree / ".patchkit/saved").rglob("*") if p.is_file()]
-    assert kept == [hotfix], said
+    assert _kept(tree) == [hotfix], said
     assert f"{SPEC} held bytes the recorded patches do not make of its original" in said, said
     assert f"{SPEC} as it was before the revert was saved under" in said, said
     assert snapshot(tree) == stock
@@ -120,17 +129,9 @@ def test_a_created_file_whose_after_names_other_bytes_keeps_them(run, tree, scra
     stock = snapshot(tree)
     assert run("apply", "--target", tree, "--patches", library, "--no-guard").exit_code == 0
     mine = b"ADDED = 1\n# the user's own line\n"
-    (tree / created).write_bytes(mine)
-    state = json.loads((tree / ".patchkit/state.json").read_text())
-    state["entries"][0]["files"][created]["after"] = hashlib.sha256(mine).hexdigest()
-    (tree / ".patchkit/state.json").write_text(json.dumps(state))
-
-    done = run("revert", "--target", tree, "--patches", library)
-    said = " ".join(done.output.split())
-    assert done.exit_code == 0, said
+    said = _revert_of_a_planted_after(run, tree, library, created, mine)
     assert snapshot(tree) == stock, said
-    kept = [p.read_bytes() for p in (tree / ".patchkit/saved").rglob("*") if p.is_file()]
-    assert kept == [mine], said
+    assert _kept(tree) == [mine], said
     assert f"{created} held bytes the recorded patches do not make of its original" in said, said
 
     assert run("apply", "--target", tree, "--patches", library, "--no-guard").exit_code == 0

@@ -7,7 +7,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import os
 import shutil
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from patchkit.base.errors import Drift, drift_refused
 from helpers import (  # isort: skip
     MODEL,
     MODEL_PY,
+    OFFLINE,
     SPEC,
     STOCK_FILES,
     install,
@@ -31,7 +31,6 @@ from helpers import (  # isort: skip
 )
 
 VERSION = "0.16.0"
-OFFLINE = {"PIP_NO_INDEX": "1", "PIP_CONFIG_FILE": os.devnull}
 MODEL_FIXED = MODEL_PY + "\nMAX_DRAFT = 4  # the other set's change\n"
 
 

@@ -22,6 +22,7 @@ from patchkit.distinfo.record import parse_record
 
 from helpers import (  # isort: skip
     MODEL_PY,
+    OFFLINE,
     SPEC_PY,
     assert_clean_failure,
     fingerprint,
@@ -89,9 +90,6 @@ class WheelTree:
     def dist_info_files(self) -> dict[str, bytes]:
         dist = self.site / self.dist
         return {p.relative_to(dist).as_posix(): p.read_bytes() for p in sorted(dist.rglob("*")) if p.is_file()}
-
-
-OFFLINE = {"PIP_NO_INDEX": "1", "PIP_CONFIG_FILE": os.devnull}
 
 
 @pytest.fixture

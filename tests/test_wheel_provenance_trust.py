@@ -17,6 +17,7 @@ from pathlib import Path
 from helpers import (  # isort: skip
     MODEL,
     MODEL_PY,
+    OFFLINE,
     SPEC,
     SPEC_PY,
     STOCK_FILES,
@@ -35,7 +36,6 @@ from helpers import (  # isort: skip
 from index_server import IndexServer, build_wheel, isolate_cache, use_index  # isort: skip
 
 VERSION = "0.16.0"
-OFFLINE = {"PIP_NO_INDEX": "1", "PIP_CONFIG_FILE": os.devnull}
 HOOK = "vllm/site_hooks.py"  # a user's own module under vllm/, no file of vLLM's
 HOOK_PY = "ON_START = ['warm the cache']\n"
 

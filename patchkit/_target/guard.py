@@ -36,13 +36,13 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # annotations only (the guard runs on Python 3.9)
-    from collections.abc import Iterable
+    from collections.abc import Callable, Iterable
 
 ENV = "PATCHKIT_GUARD"
 # The number of the guard's checks: patchkit tells an older build's guard that judges a tree as it
 # does (the same number: a note, `apply` updates it) from one that may not (a failure until `apply`).
 # tests/test_guard_format.py holds it to this module's code: a change of the code bumps it.
-GUARD_FORMAT = 16
+GUARD_FORMAT = 19
 MAX_RECORD_BYTES = 16 * 1024 * 1024
 if TYPE_CHECKING:  # (vllm version or None, {path: recorded sha256 or None}, {path: its original's sha256 or None})
     Record = tuple[str | None, dict[str, str | None], dict[str, str | None]]
@@ -171,13 +171,13 @@ def judge(
     tags: Iterable[str] | None = None,
     prefix: str | None = None,
     extensions: Iterable[str] | None = None,
-    never: bool | None = None,
+    mode: str | None = None,
 ) -> Verdict:
     """find_problems, with which refused files are stock again (patchkit's status says the same).
     `tags`: the bytecode cache tags an unlistable __pycache__ is opened by (None: this Python's own);
     `prefix`: the pycache prefix of the launch judged (stale_bytecode's; None: this process's);
     `extensions`: the extension module suffixes the launch's Python imports (None: this one's);
-    `never`: whether the launch's Python runs with --check-hash-based-pycs never (None: this one's)."""
+    `mode`: the launch's Python's --check-hash-based-pycs (default, always, never; None: this one's)."""
     problems, upgraded = [], False
     expected: dict[str, str | None] = {}
     original: dict[str, str | None] = {}
@@ -218,7 +218,7 @@ def judge(
     changed = {rel for rel, _, _ in differing}
     kept = [rel for rel, sha in sorted(expected.items()) if sha and rel not in changed]
     try:
-        problems += stale_bytecode(site, kept, tags, prefix, never) + _shadowed(site, kept, extensions)
+        problems += stale_bytecode(site, kept, tags, prefix, mode) + _shadowed(site, kept, extensions)
     except TreeChanged as exc:
         return Verdict([*problems, str(exc)])
     return Verdict(sorted(set(problems), key=problems.index), again + pip, whole)
@@ -309,7 +309,7 @@ def _regular_names(site: str, directory: str, listed: dict[str, list[str]]) -> l
     return listed[directory]
 
 
-def _is_file(entry: os.DirEntry) -> bool:
+def _is_file(entry: os.DirEntry[str]) -> bool:
     try:
         return entry.is_file()
     except OSError:
@@ -324,6 +324,8 @@ NEVER_CHECKED = ": Python run with --check-hash-based-pycs never loads it withou
 _MAX_CACHE_ENTRIES = 1 << 16  # a package's __pycache__: a few hundred; more is no cache Python wrote
 _UNCHECKED_HASH = 1  # PEP 552's flags word: hash-based (bit 0), without check_source (bit 1)
 _CHECKED_HASH = 3  # with check_source
+# the hash-based kinds Python loads without reading the source, by its --check-hash-based-pycs (default: unchecked)
+_UNCHECKED_KINDS = {"never": (_UNCHECKED_HASH, _CHECKED_HASH), "always": ()}
 
 
 def stale_bytecode(
@@ -331,7 +333,7 @@ def stale_bytecode(
     paths: list[str],
     tags: Iterable[str] | None = None,
     prefix: str | None = None,
-    never: bool | None = None,
+    mode: str | None = None,
 ) -> list[str]:
     """Each unchecked-hash .pyc (PEP 552) of a recorded source whose hash is not of its bytes:
     Python imports it without reading the source, so the patched file is not what runs.
@@ -340,9 +342,10 @@ def stale_bytecode(
     listed bounded, through a symlink as Python's import follows one (said, since apply's fix
     writes through none); a .pyc that is not a regular file is not read. `tags`: as judge's;
     `prefix`: the pycache prefix whose mirror of the tree is judged in place of __pycache__ (None:
-    this process's; "": none); `never`: checked-hash bytecode is judged too, as Python under
-    --check-hash-based-pycs never loads it unchecked (None: when this process runs so)."""
-    return [said for _rel, said, _pyc in stale_places(site, paths, tags, prefix, never)]
+    this process's; "": none); `mode`: the launch's --check-hash-based-pycs (None: this process's):
+    under `never` checked-hash bytecode is judged too (Python loads it unchecked), under `always` none
+    is (Python checks every hash-based .pyc against its source)."""
+    return [said for _rel, said, _pyc in stale_places(site, paths, tags, prefix, mode)]
 
 
 def stale_places(
@@ -350,13 +353,13 @@ def stale_places(
     paths: list[str],
     tags: Iterable[str] | None = None,
     prefix: str | None = None,
-    never: bool | None = None,
+    mode: str | None = None,
 ) -> list[tuple[str, str, str]]:
     """stale_bytecode's findings, each as (the recorded source, the finding, the .pyc's path).
     Under a pycache prefix Python reads a source's bytecode there alone (importlib's
     cache_from_source), never __pycache__: only the prefix's mirror is judged then."""
-    if never is None:
-        never = getattr(_imp, "check_hash_based_pycs", "default") == "never"
+    mode = getattr(_imp, "check_hash_based_pycs", "default") if mode is None else mode
+    kinds = _UNCHECKED_KINDS.get(mode, (_UNCHECKED_HASH,))
     mirrors = prefix_mirrors(site, sys.pycache_prefix if prefix is None else prefix)
     found = []
     for rel in paths:
@@ -373,7 +376,7 @@ def stale_places(
                     found.append(
                         (rel, shown + pyc + where + " " + NOT_BYTECODE + rel + WAITS, os.path.join(cache, pyc))
                     )
-                elif _stale(os.path.join(cache, pyc), os.path.join(site, rel), source, never):
+                elif _stale(os.path.join(cache, pyc), os.path.join(site, rel), source, kinds):
                     checked = _flags(os.path.join(cache, pyc)) == _CHECKED_HASH
                     kind, runs = (STALE_CHECKED, NEVER_CHECKED) if checked else (STALE_BYTECODE, RUNS_IN_ITS_PLACE)
                     said = shown + pyc + where + " " + kind + " " + rel + runs
@@ -426,11 +429,10 @@ def _imported_from(site: str) -> list[str]:
     return [parent]
 
 
-def _stale(pyc: str, source_path: str, source: list[bytes | None], never: bool = False) -> bool:
-    """Whether `pyc` is unchecked-hash bytecode (checked-hash too when `never`) keyed by another hash
-    than `source_path`'s bytes (`source`: those bytes once read, shared by a file's .pyc files)."""
+def _stale(pyc: str, source_path: str, source: list[bytes | None], kinds: tuple[int, ...]) -> bool:
+    """Whether `pyc` is hash-based bytecode of `kinds` (those Python loads without checking) keyed by
+    another hash than `source_path`'s bytes (`source`: those bytes once read, shared by a file's .pyc files)."""
     header = _header(pyc)
-    kinds = (_UNCHECKED_HASH, _CHECKED_HASH) if never else (_UNCHECKED_HASH,)
     if header is None or int.from_bytes(header[4:8], "little") & 3 not in kinds:
         return False
     if not source:
@@ -510,7 +512,8 @@ def _source_hash(magic: bytes, source: bytes) -> bytes | None:
     importlib.util.source_hash, with that interpreter's key); None: not known here."""
     keyed = getattr(_imp, "source_hash", None)
     if keyed is not None:
-        return keyed(int.from_bytes(magic, "little"), source)
+        hashed: bytes = keyed(int.from_bytes(magic, "little"), source)  # CPython's _imp.source_hash
+        return hashed
     # not CPython: only this interpreter's own key is known
     return importlib.util.source_hash(source) if magic == importlib.util.MAGIC_NUMBER else None
 
@@ -536,7 +539,7 @@ def _state_records(site: str) -> list[Record]:
     return records + ([(wheel, {}, {})] if wheel else [])
 
 
-def _created(entries: list) -> list[str]:
+def _created(entries: list[dict[str, Any]]) -> list[str]:
     """The paths the record says patchkit created (`"before": null`: no original), entries checked."""
     found = {rel for entry in entries for rel, shas in entry["files"].items() if shas.get("before", "") is None}
     return sorted(found)
@@ -595,7 +598,7 @@ def _record_rows(path: str, paths: list[str]) -> list[tuple[str, str]]:
 # what patchkit keeps in .patchkit/ (itself a directory), and the kind each is: any other kind (a
 # symlink, a directory for a file) is a hand repair every command refuses (exit 2), so the guard does
 # (patchkit.store.state.check_meta_dir; the lock may be a directory: the lock refuses that itself)
-_STORE_KINDS = {
+_STORE_KINDS: dict[str, Callable[[int], bool]] = {
     "": stat.S_ISDIR,
     "state.json": stat.S_ISREG,
     "journal.json": stat.S_ISREG,
@@ -719,6 +722,8 @@ def _entry_damage(entry: object) -> str | None:
     for patch in patches:
         if not (isinstance(patch, dict) and isinstance(patch.get("name"), str)):
             return "a recorded patch has no name"
+        if not _file_name(patch["name"]):
+            return "a recorded patch's name " + repr(patch["name"]) + " is no file name"
         if not _is_digest(patch.get("sha256")):
             return repr(patch.get("sha256")) + " is not a sha256 hex digest"
         if not _is_absolute(patch.get("path", "/")):
@@ -735,7 +740,7 @@ def _entry_damage(entry: object) -> str | None:
     return _adhoc_damage(entry["set"], files)
 
 
-def _adhoc_damage(set_name: str, files: dict) -> str | None:
+def _adhoc_damage(set_name: str, files: dict[str, Any]) -> str | None:
     """A --patch apply records only files under vllm/ (no --patch file changes another package)."""
     if not set_name.startswith("adhoc-"):
         return None
@@ -780,6 +785,13 @@ def _chosen_damage(chosen: object, key: str) -> str | None:
     return None
 
 
+def _file_name(name: str) -> bool:
+    """patchkit.base.fsutil.file_name_problem's rule: a patch is named by its file (Path.name)."""
+    if name in ("", ".", "..") or "/" in name or "\x00" in name:
+        return False
+    return len(name.encode("utf-8", "surrogateescape")) <= 255
+
+
 def _set_name(name: object) -> bool:
     """patchkit.base.fsutil.set_name_problem's rule: printable, no '/' or '\\', not '.' or '..', no leading '-'."""
     if not (isinstance(name, str) and 0 < len(name) <= 200 and name.isprintable()):
@@ -787,7 +799,7 @@ def _set_name(name: object) -> bool:
     return "/" not in name and "\\" not in name and name not in (".", "..") and not name.startswith("-")
 
 
-def _entry_record(entry: dict) -> Record:
+def _entry_record(entry: dict[str, Any]) -> Record:
     """An entry's record (its shape checked by state_damage)."""
     files = entry["files"]
     expected = {rel: shas["after"] for rel, shas in files.items()}
@@ -829,7 +841,7 @@ def _wheel_records(site: str) -> list[Record]:
     return [] if not _differing(site, stock) else [(None, patched, {})]
 
 
-def _shipped_patches(dist_info: str, data: dict) -> None:
+def _shipped_patches(dist_info: str, data: dict[str, Any]) -> None:
     """patchkit.distinfo.provenance.Provenance.patch_text: each patch the record names is in the
     dist-info (patchkit/, or patchkit/SET/ for a wheel of several sets; no symlink on the way), a
     regular file whose sha256 is the recorded one. (The files its diff touches are not compared
@@ -879,7 +891,7 @@ def provenance_damage(data: object) -> str | None:
     return found or _patch_list_damage(data["patches"]) or _provenance_files_damage(data["files"])
 
 
-def _several_sets_damage(data: dict) -> str | None:
+def _several_sets_damage(data: dict[str, Any]) -> str | None:
     if set(data) != _SEVERAL_SETS_KEYS or type(data["schema_version"]) is not int:
         return "not a patchkit provenance record of several sets"
     found = _texts_damage(data)
@@ -897,7 +909,7 @@ def _several_sets_damage(data: dict) -> str | None:
     return found or _provenance_files_damage(data["files"])
 
 
-def _texts_damage(data: dict) -> str | None:
+def _texts_damage(data: dict[str, Any]) -> str | None:
     for key in ("patchkit", "vllm_version", "label"):
         value = data[key]
         if not isinstance(value, str) or not value or len(value) > 200:
@@ -930,7 +942,8 @@ def _patch_list_damage(patches: object) -> str | None:
 def _provenance_files_damage(files: object) -> str | None:
     if not isinstance(files, dict) or not files:
         return "files is not a non-empty object"
-    for path, item in files.items():
+    entries: dict[str, object] = files  # a JSON object: its keys are text
+    for path, item in entries.items():
         if not isinstance(item, dict) or set(item) != {"stock_sha256", "patched_sha256"}:
             return "the entry of " + path + " is not {stock_sha256, patched_sha256}"
         if item["stock_sha256"] is None and item["patched_sha256"] is None:
@@ -943,7 +956,7 @@ def _provenance_files_damage(files: object) -> str | None:
 NOT_BELIEVED = ": not believed"  # patchkit.distinfo.installed_wheel.untrusted's word for the same refusal
 
 
-def _held_to_the_install(site: str, dist_info: str, data: dict, patched: dict[str, str | None]) -> None:
+def _held_to_the_install(site: str, dist_info: str, data: dict[str, Any], patched: dict[str, str | None]) -> None:
     """patchkit.distinfo.installed_wheel._held_to_the_install: the dist-info's version is the release's
     with the label the record names, and its RECORD lists each file as the record says the wheel
     holds it (the patched sha256; a file the wheel deletes, not at all)."""
@@ -1021,10 +1034,12 @@ _PEP440 = re.compile(
     r"(?:[-_.]?(?P<dev_l>dev)[-_.]?(?P<dev_n>[0-9]+)?)?(?:\+(?P<local>[a-z0-9]+(?:[-_.][a-z0-9]+)*))?\s*",
     re.IGNORECASE | re.ASCII,
 )
+if TYPE_CHECKING:  # (epoch, release, pre, post, dev, local): what packaging's Version orders by
+    VersionKey = tuple[int, tuple[int, ...], tuple[str, int] | None, int | None, int | None, tuple[int | str, ...]]
 _PRE = {"alpha": "a", "beta": "b", "c": "rc", "pre": "rc", "preview": "rc"}
 
 
-def _version_key(text: object) -> tuple | None:
+def _version_key(text: object) -> VersionKey | None:
     """What packaging.version.Version compares two versions by (equal keys: equal versions), or None
     when `text` is no version."""
     found = _PEP440.fullmatch(text) if isinstance(text, str) and len(text) <= 200 else None
@@ -1046,7 +1061,7 @@ def _version_key(text: object) -> tuple | None:
     return (int(group["epoch"] or 0), tuple(release), pre, None if post is None else int(post), dev, local_key)
 
 
-def _labelled_key(stock: object, label: object) -> tuple | None:
+def _labelled_key(stock: object, label: object) -> VersionKey | None:
     """The key of the version `patchkit wheel` gives a wheel of release `stock` labelled `label`
     (patchkit.distinfo.installed_wheel._labelled: a local label the release has already is extended)."""
     release, local = _version_key(stock), _version_key("0+" + label) if isinstance(label, str) else None

@@ -73,6 +73,15 @@ def plain_name_problem(name: str) -> str | None:
     return "contains a '/'" if "/" in name else unsafe_reason(name)
 
 
+def file_name_problem(name: str) -> str | None:
+    """Why `name` is no file's name (a patch read from a file is named so: Path.name), or None."""
+    if name in ("", ".", ".."):
+        return f"is {name!r}"
+    if "/" in name or "\x00" in name:
+        return "contains a '/'" if "/" in name else "contains a NUL byte"
+    return "is longer than 255 bytes" if len(name.encode("utf-8", "surrogateescape")) > 255 else None
+
+
 MAX_SET_NAME = 200
 
 

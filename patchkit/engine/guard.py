@@ -382,7 +382,7 @@ def launch_extensions(root: Path) -> tuple[str, ...]:
 EVERY_CPYTHON = tuple(f"cpython-3{minor}" for minor in range(100))
 
 
-def launch_verdict(root: Path, state: State | None = None, prefix: str | None = None, never: bool = False) -> Verdict:
+def launch_verdict(root: Path, state: State | None = None, prefix: str | None = None, mode: str = "default") -> Verdict:
     """What the installed guard finds (no problem: no guard runs, or it passes): this patchkit's
     guard check, run here as vLLM would run it, so that status, verify, preflight and run fail
     exactly when a launch would, and say the files stock again as it does. An installed module that
@@ -390,26 +390,26 @@ def launch_verdict(root: Path, state: State | None = None, prefix: str | None = 
     cannot be told; so is a guard's entry_points.txt vLLM's plugin loader could not read (a fifo
     hangs it). `state`: the record as the caller parsed it (None: parsed here, where needed);
     `prefix`: the launch's pycache prefix (None: this process's, "": none), where its bytecode is judged;
-    `never`: the launch's Python runs with --check-hash-based-pycs never (status: the default mode)."""
+    `mode`: the launch's Python's --check-hash-based-pycs (status: the default mode)."""
     declared, unreadable = _declared(root)
     verdict: type[Verdict] = _target_guard().Verdict  # the guard's class, seen through ModuleType
     if unreadable:
         return verdict(unreadable)
     if not (declared and (root / MODULE).is_file()):
-        return verdict(unguarded_stale(root, state, prefix))
+        return verdict(unguarded_stale(root, state, prefix, mode))
     prefix = launch_prefix(root) if prefix is None else prefix
     unknown = _shadowing_module(root) or _unknown_module(root, state)
     closed = ", ".join(f"{path} ({stat.S_IMODE(mode):04o})" for path, mode in unreadable_by_others(root, state))
     hidden = [f"{OTHERS_CANNOT_READ} {closed}"] if closed else []
     try:
-        found = _target_guard().judge(str(root), launch_tags(root), prefix, launch_extensions(root), never)
-        named = _prefixed_as_named(root, prefix, found.problems, never) + own_stale_bytecode(root, prefix, never)
+        found = _target_guard().judge(str(root), launch_tags(root), prefix, launch_extensions(root), mode)
+        named = _prefixed_as_named(root, prefix, found.problems, mode) + own_stale_bytecode(root, prefix, mode)
     except Exception as exc:  # what check() catches and refuses for (guard.check): a refusal all the same
         return verdict([*unknown, *hidden, str(exc)])
     return verdict(unknown + hidden + found.problems + named, found.stock_again, found.whole)
 
 
-def unguarded_stale(root: Path, state: State | None, prefix: str | None) -> list[str]:
+def unguarded_stale(root: Path, state: State | None, prefix: str | None, mode: str = "default") -> list[str]:
     """Without a guard, nothing refuses the stale unchecked-hash bytecode of a recorded file under the
     launch's pycache prefix (None: launch_prefix) at start-up: the launch runs it, so status and verify
     say it (apply, which reads the same start-up prefix, removes it). __pycache__ is verify's bytecode check's."""
@@ -420,14 +420,14 @@ def unguarded_stale(root: Path, state: State | None, prefix: str | None) -> list
         recorded = sorted({path for entry in (state or read_state(root)).entries for path in entry.files})
     except PatchkitError:  # a damaged record: status says so on its own
         return []
-    found = [said for _rel, said in _stale_bytecode(root, recorded, prefix)]
+    found = [said for _rel, said in _stale_bytecode(root, recorded, prefix, mode)]
     return [said for said in dict.fromkeys(found) if _stale_prefixed(said)]
 
 
-def own_stale_bytecode(root: Path, prefix: str, never: bool = False) -> list[str]:
+def own_stale_bytecode(root: Path, prefix: str, mode: str = "default") -> list[str]:
     """The guard module's own stale bytecode, judged as a recorded file's: vLLM runs it in place of
     patchkit_guard.py, so the guard (that bytecode) cannot judge it; status and preflight do."""
-    return list(dict.fromkeys(said for _rel, said in _stale_bytecode(root, [MODULE], prefix, never)))
+    return list(dict.fromkeys(said for _rel, said in _stale_bytecode(root, [MODULE], prefix, mode)))
 
 
 def with_stale_bytecode(root: Path, paths: list[str], prefix: str) -> list[str]:
@@ -435,15 +435,15 @@ def with_stale_bytecode(root: Path, paths: list[str], prefix: str) -> list[str]:
     return list(dict.fromkeys(rel for rel, _said in _stale_bytecode(root, paths, prefix)))
 
 
-def _stale_bytecode(root: Path, paths: list[str], prefix: str, never: bool = False) -> Iterator[tuple[str, str]]:
+def _stale_bytecode(root: Path, paths: list[str], prefix: str, mode: str = "default") -> Iterator[tuple[str, str]]:
     """(source, finding) for each stale .pyc of `paths`, in the tree and each path it was reached by."""
     for site in (str(root), *(names_of(root) if prefix else ())):
-        for rel, said, _pyc in _target_guard().stale_places(site, paths, launch_tags(root), prefix, never):
+        for rel, said, _pyc in _target_guard().stale_places(site, paths, launch_tags(root), prefix, mode):
             # a file at the top of site-packages: no directory before its __pycache__
             yield rel, said[1:] if said.startswith("/__pycache__/") else said
 
 
-def _prefixed_as_named(root: Path, prefix: str | None, said: list[str], never: bool = False) -> list[str]:
+def _prefixed_as_named(root: Path, prefix: str | None, said: list[str], mode: str = "default") -> list[str]:
     """The stale bytecode under the pycache prefix at the other paths this run reached the tree by
     (a symlinked site): Python keys it by the import path as given, and the guard judges it there."""
     if not (launch_prefix(root) if prefix is None else prefix):
@@ -451,7 +451,7 @@ def _prefixed_as_named(root: Path, prefix: str | None, said: list[str], never: b
     found: list[str] = []
     for name in names_of(root):
         found += [
-            p for p in _target_guard().judge(name, EVERY_CPYTHON, prefix, None, never).problems if _stale_prefixed(p)
+            p for p in _target_guard().judge(name, EVERY_CPYTHON, prefix, None, mode).problems if _stale_prefixed(p)
         ]
     return [p for p in dict.fromkeys(found) if p not in said]
 
@@ -459,8 +459,11 @@ def _prefixed_as_named(root: Path, prefix: str | None, said: list[str], never: b
 def _shadowing_module(root: Path) -> list[str]:
     """A package or extension module named as the guard beside it: vLLM's entry point imports that
     in its place (FileFinder's order), so the guard never runs and what runs cannot be told."""
-    found = shadow.shadow(MODULE, lambda directory: shadow.regular_names(root / directory))
-    return [f"{root / found} {INSTEAD_OF_GUARD}: what a launch runs cannot be told"] if found else []
+    stem, loaded = MODULE.removesuffix(".py"), launch_extensions(root)  # the launch's Python's suffixes only
+    inits = {"__init__.py", "__init__.pyc", *(f"__init__{suffix}" for suffix in loaded)}
+    found = [f"{stem}/{name}" for name in sorted(inits & {*shadow.regular_names(root / stem)})]
+    found += [stem + suffix for suffix in loaded if os.path.isfile(root / (stem + suffix))]
+    return [f"{root / found[0]} {INSTEAD_OF_GUARD}: what a launch runs cannot be told"] if found else []
 
 
 def _unknown_module(root: Path, state: State | None) -> list[str]:
@@ -760,7 +763,7 @@ def stale_under_prefix(root: Path, paths: list[str], prefix: str | None) -> list
     # the tree as named too (a symlinked site): the path Python keys the launch's bytecode by
     found: dict[str, str] = {}
     for site in (str(root), *names_of(root)):
-        for rel, _said, pyc in _target_guard().stale_places(site, paths, EVERY_CPYTHON, prefix, False):
+        for rel, _said, pyc in _target_guard().stale_places(site, paths, EVERY_CPYTHON, prefix, "default"):
             found.setdefault(pyc, rel)
     return [(rel, Path(pyc)) for pyc, rel in found.items()]
 

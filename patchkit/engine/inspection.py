@@ -19,7 +19,7 @@ from patchkit.base.hashing import sha256
 from patchkit.base.options import Options
 from patchkit.base.values import Value
 from patchkit.checks import CheckContext, shadow
-from patchkit.distinfo import installed_wheel_reader, unlike_stock
+from patchkit.distinfo import installed_wheel_reader, tree_record, unlike_stock
 from patchkit.distinfo.record import has_provenance
 from patchkit.engine.guard import (
     CACHE_OVERFULL,
@@ -50,6 +50,7 @@ from patchkit.engine.guard import (
 from patchkit.engine.stale import PIP_WROTE, PIP_WROTE_ALL, pip_wrote, stale_entries, stale_note
 from patchkit.engine.vouched import needs_force, not_made_by_the_series
 from patchkit.series import dry_run
+from patchkit.series.hunks import NEW_FILE_EXISTS, RENAME_TARGET_EXISTS
 from patchkit.series.library import has_series, load_library, locate
 from patchkit.series.patchfile import touched_paths
 from patchkit.store.objects import read_object
@@ -296,6 +297,11 @@ class TreeStatus(Value):
         """The files where a patch of the series finds other lines than it expects (a local edit
         on a tree that records none of it, where the state is CONFLICT)."""
         return conflicting_files(self.plan.conflicts) if self.plan is not None else []
+
+    @property
+    def in_the_way(self) -> list[str]:
+        """Of edited_in_hunks, the files the series would create that are there already."""
+        return in_the_way(self.plan.conflicts) if self.plan is not None else []
 
     @property
     def upstream_regression(self) -> bool:
@@ -804,27 +810,78 @@ def conflicting_files(conflicts: Sequence[PatchStep]) -> list[str]:
     return sorted({step.mismatch.path for step in conflicts if step.mismatch is not None})
 
 
-def local_edit_said(files: list[str], version: Version | str | None, root: Path) -> str:
+def in_the_way(conflicts: Sequence[PatchStep]) -> list[str]:
+    """The files these conflicting steps would create (or rename to) that are there already."""
+    reasons = (NEW_FILE_EXISTS, RENAME_TARGET_EXISTS)
+    return sorted({s.mismatch.path for s in conflicts if s.mismatch is not None and s.mismatch.reason in reasons})
+
+
+def local_edit_said(files: list[str], version: Version | str | None, root: Path, in_the_way: Sequence[str] = ()) -> str:
     """Why a series that records nothing does not apply: its files differ from stock where it changes
-    them: an earlier apply the record holds of them (a --patch file edited since), or an edit."""
-    differ = "differs" if len(files) == 1 else "differ"
+    them: an earlier apply the record holds of them (a --patch file edited since), or an edit; or a
+    file it creates is there already (`in_the_way`): not patchkit's, or vLLM's own."""
     owner = _earlier_owner(root, files)
     if owner is not None:
         entry = owner[0]
-        return f"{', '.join(files)} {differ} from stock vLLM {version}: an earlier {_applied_as(entry)} is applied here"
-    return f"{', '.join(files)} {differ} from stock vLLM {version} where the series changes it (a local edit?)"
+        return f"{', '.join(files)} {_differ(files)} from stock vLLM {version}: an earlier {_applied_as(entry)} is applied here"
+    there = [f for f in files if f in in_the_way]
+    edited = [f for f in files if f not in there]
+    said = (
+        []
+        if not edited
+        else [
+            f"{', '.join(edited)} {_differ(edited)} from stock vLLM {version} where the series changes it (a local edit?)"
+        ]
+    )
+    vllms = _listed_by_vllm(root, version, there)
+    theirs = [f for f in there if f not in vllms]
+    if theirs:
+        one = len(theirs) == 1
+        said.append(
+            f"{', '.join(theirs)}, which the series creates, already {'exists' if one else 'exist'} and "
+            f"{'is' if one else 'are'} not patchkit's (no record names {'it' if one else 'them'})"
+        )
+    if vllms:
+        said.append(f"{', '.join(vllms)}, which the series creates, is vLLM {version}'s own (its RECORD lists it)")
+    return "; ".join(said)
 
 
-def local_edit_fix(root: Path, version: Version | str | None, files: list[str], set_name: str | None = None) -> str:
+def _differ(files: list[str]) -> str:
+    return "differs" if len(files) == 1 else "differ"
+
+
+def _listed_by_vllm(root: Path, version: Version | str | None, paths: list[str]) -> list[str]:
+    """Those of `paths` the installed vLLM's RECORD lists (its own files; none without a RECORD)."""
+    record = tree_record(root, version, paths) if paths else None
+    return [path for path in paths if record is not None and path in record.hashes]
+
+
+def local_edit_fix(
+    root: Path,
+    version: Version | str | None,
+    files: list[str],
+    set_name: str | None = None,
+    in_the_way: Sequence[str] = (),
+) -> str:
     """The fix of that: the earlier apply undone, then apply; else the stock files back, then apply
     (--force would not help: it accepts files that differ from the RECORD, never a hunk that does not match).
     `set_name`: the set that does not apply, named on the fetch (which then lays out its files only,
-    never another set's patched ones) and on the apply."""
+    never another set's patched ones) and on the apply. `in_the_way`: files the series creates that
+    are there already: the user's are moved aside (`mv`), the apply then creates its own."""
     chosen = hints.for_set(set_name) if set_name and not is_adhoc(set_name) else None
     owner = _earlier_owner(root, files)
     if owner is not None:
         again = hints.command("apply", chosen=chosen)
         return f"{undo_command(owner[0], len(owner[1].entries), root)} undoes it, then {again} applies the new one"
+    there = [f for f in files if f in in_the_way]
+    if there and _listed_by_vllm(root, version, there):  # vLLM's own file: moving it breaks vLLM
+        return f"the series does not fit vLLM {version}: {hints.command('status')} names the sets that cover it"
+    if there:
+        aside = " && ".join(shlex.join(["mv", "--", str(root / f), f"{root / f}.mine"]) for f in there)
+        rest = [f for f in files if f not in there]
+        if not rest:  # --force would not help: no hunk of a file to create is judged, it is refused
+            return f"move yours aside (as .mine), then apply: `{aside} && {hints.command('apply', chosen=chosen).strip('`')}`"
+        return f"move yours aside (`{aside}`), then " + local_edit_fix(root, version, rest, set_name)
     which = "file" if len(files) == 1 else "files"
     # a checkout's files: git (or the user's source) has them, not pip: it installs no checkout's files
     back = checkout_restore(root, files) or f"run {stock_files_command(root, version, chosen)}"

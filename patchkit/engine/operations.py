@@ -79,6 +79,7 @@ from patchkit.engine.inspection import (
     found_applied,
     found_edit_said,
     guard_refusal,
+    in_the_way,
     inspect,
     local_edit_fix,
     local_edit_said,
@@ -362,9 +363,10 @@ class _Applying:
         (an edit by hand): its stock file back, then apply."""
         if self.state.entry(self.resolved.set_name) is not None:
             return None
-        files = conflicting_files(plan.conflicts)
-        said = local_edit_said(files, self.resolved.vllm_version, self.resolved.target.root)
-        return f"{said}: {local_edit_fix(self.resolved.target.root, self.resolved.vllm_version, files, self.resolved.set_name)}"
+        files, there = conflicting_files(plan.conflicts), in_the_way(plan.conflicts)
+        root, version = self.resolved.target.root, self.resolved.vllm_version
+        said = local_edit_said(files, version, root, there)
+        return f"{said}: {local_edit_fix(root, version, files, self.resolved.set_name, there)}"
 
     def open_to_others(self, state: State, *, dry_run: bool) -> None:
         """Make readable what an older patchkit wrote under a strict umask (0600), or what this
@@ -1301,38 +1303,43 @@ class _Reverting:
             and reverse_file(view.original_content, path, own, digest=False) != data
         )
 
-    def not_the_patches_output(self, changes: Changes) -> list[str]:
+    def not_the_patches_output(self, changes: Changes) -> tuple[list[str], list[str]]:
         """The recorded files this revert writes over whose bytes are not what the recorded patches
         make of their originals: the record's "after" is read back from the tree (a planted one names
         any bytes, a hotfix's), so only the series reversed back to the original proves them
-        patchkit's; with its patches not at hand, nothing does."""
+        patchkit's. Then the files of a set whose recorded patches are not at hand: nothing proves
+        them (the other sets' files are judged by theirs). A patch is known by its bytes (sha256):
+        the name a record gives it is read back from the tree too."""
         paths = [p for e in self.undo.entries for p in e.files if p in changes and changes[p][0] is not None]
         if not paths:
-            return []
-        recorded = list(dict.fromkeys((p["name"], p["sha256"]) for e in self.undo.entries for p in e.patches))
-        at_hand = {(p.name, p.sha256): p for p in self.patches}
-        for entry in self.undo.entries if any(key not in at_hand for key in recorded) else ():
-            at_hand.update({(p.name, p.sha256): p for p in patches_at_hand(entry, self.root)})
-        if any(key not in at_hand for key in recorded):
-            return sorted(set(paths))
+            return [], []
+        at_hand = {p.sha256: p for p in self.patches}
+
+        def missing(entry: Entry) -> bool:
+            return any(p["sha256"] not in at_hand for p in entry.patches)
+
+        for entry in [e for e in self.undo.entries if missing(e)]:
+            at_hand.update({p.sha256: p for p in patches_at_hand(entry, self.root)})
+        unknown = {path for e in self.undo.entries if missing(e) for path in e.files}
+        judged = [path for path in paths if path not in unknown]
         # what the revert writes: the first set's original, read (and its sha256 checked) once by the plan
         originals = {path: after for path, (_before, after) in changes.items()}
         # the recorded series reversed from the bytes there gives the original only where those bytes are its
         # output (an edit outside its hunks stays, one inside them does not reverse); compared, never hashed
-        series = [at_hand[key] for key in recorded]
+        recorded = [p["sha256"] for e in self.undo.entries if not missing(e) for p in e.patches]
+        series = [at_hand[digest] for digest in dict.fromkeys(recorded)]
         there = {path: before for path, (before, _after) in changes.items()}
         # a file the series created (the revert deletes it) has no original to reverse to: made forward instead
-        return sorted(
-            {
-                path
-                for path in paths
-                if (
-                    made_file(originals.get, path, series, digest=False) != there[path]
-                    if originals[path] is None
-                    else reverse_file(there.get, path, series, digest=False) != originals[path]
-                )
-            }
-        )
+        unmade = {
+            path
+            for path in judged
+            if (
+                made_file(originals.get, path, series, digest=False) != there[path]
+                if originals[path] is None
+                else reverse_file(there.get, path, series, digest=False) != originals[path]
+            )
+        }
+        return sorted(unmade), sorted(set(paths) & unknown)
 
     def to_keep(
         self, plan: Plan, restored: Restored, unsure: list[str], *, dry_run: bool = False
@@ -1344,14 +1351,20 @@ class _Reverting:
         # a planted record's bytes: the file it replaces is kept)
         unlike = _unlike_record(self.root, plan.changes)
         unsure += [path for path in self.found_unproven(plan.changes) if path not in unsure + unlike]
-        unmade = [p for p in self.not_the_patches_output(plan.changes) if p not in restored.edited]
+        unmade, unjudged = (
+            [p for p in found if p not in restored.edited] for found in self.not_the_patches_output(plan.changes)
+        )
         kept = "a copy would be kept" if dry_run else "a copy is kept"
         self.warnings += [
             f"{path} held bytes the recorded patches do not make of its original (edited since?): {kept}"
             for path in unmade
+        ] + [
+            f"{path}: the patches its record names are in no library at hand, so nothing proves it held "
+            f"their output: {kept}"
+            for path in unjudged
         ]
         # and where nothing but the record (read back from the tree) says what the file held before (--force)
-        others = [*unsure, *unlike, *self.alone, *unmade]
+        others = [*unsure, *unlike, *self.alone, *unmade, *unjudged]
         copied = [*restored.edited, *(p for p in others if p not in restored.edited and os.path.lexists(self.root / p))]
         return unlike, list(dict.fromkeys(copied))
 

@@ -294,8 +294,9 @@ def _conflict_fix(chosen: Chosen, status: TreeStatus) -> str:
     """A set skipped for a local edit where its series changes a file, and the fix (status's)."""
     assert chosen.resolved is not None
     files, version = status.edited_in_hunks, chosen.resolved.vllm_version
-    fix = inspection.local_edit_fix(chosen.resolved.target.root, version, files, chosen.name)
-    return f"{chosen.name} not applied: {inspection.local_edit_said(files, version, chosen.resolved.target.root)}; fix: {fix}"
+    root, there = chosen.resolved.target.root, status.in_the_way
+    fix = inspection.local_edit_fix(root, version, files, chosen.name, there)
+    return f"{chosen.name} not applied: {inspection.local_edit_said(files, version, root, there)}; fix: {fix}"
 
 
 def _drift_fix(name: str, files: list[str]) -> str:

@@ -159,13 +159,13 @@ def not_made_by_the_series(root: Path, entry: Entry, known: Sequence[Patch] = ()
     patches make of the original it saved: that "after" is read back from the tree (a hotfix the
     record was then made to name, or a planted one), so revert keeps a copy of them. Only the
     recorded patches at hand judge (`known`, else where the record says they were): none, none said."""
-    recorded = [(p["name"], p["sha256"]) for p in entry.patches]
-    at_hand = {(p.name, p.sha256): p for p in known}
+    recorded = [p["sha256"] for p in entry.patches]  # known by their bytes: a recorded name is read back too
+    at_hand = {p.sha256: p for p in known}
     if any(key not in at_hand for key in recorded):
-        at_hand.update({(p.name, p.sha256): p for p in patches_at_hand(entry, root)})
+        at_hand.update({p.sha256: p for p in patches_at_hand(entry, root)})
     if not recorded or any(key not in at_hand for key in recorded):
         return []
-    series = [at_hand[key] for key in recorded]
+    series = [at_hand[key] for key in dict.fromkeys(recorded)]
     there: Callable[[str], bytes | None] = lambda path: read_file(root / path, follow_symlinks=False)  # noqa: E731
     unmade = []
     for path, shas in sorted(entry.files.items()):

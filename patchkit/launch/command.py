@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from patchkit.base import hints
 from patchkit.base.errors import BadInput, TargetError
 from patchkit.base.values import Value
-from patchkit.launch.interpreter import cannot_tell, exec_search, script_python
+from patchkit.launch.interpreter import cannot_tell, exec_search, script_hash_mode, script_python
 from patchkit.launch.models import redirected
 from patchkit.launch.serve_parser import read as read_arguments
 from patchkit.launch.serve_parser import spec_for
@@ -136,7 +136,18 @@ class LaunchCommand(Value):
         """The launch's own interpreter options that change which bytecode its imports load (its -X
         pycache_prefix, its --check-hash-based-pycs): a subprocess asking vLLM runs with them too."""
         options = [f"-X{x}" for x in self.xoptions if x.partition("=")[0] == "pycache_prefix"]
-        return options + (["--check-hash-based-pycs", self.hash_pycs] if self.hash_pycs != "default" else [])
+        mode = self.hash_pycs_mode()
+        return options + (["--check-hash-based-pycs", mode] if mode != "default" else [])
+
+    def hash_pycs_mode(self) -> str:
+        """The --check-hash-based-pycs the launch's Python runs with (no variable sets it): the
+        command's own (`python --check-hash-based-pycs MODE -m ...`), else what its `vllm` script's
+        interpreter line gives it (through `env -S`, or pip's /bin/sh wrapper: a plain #! line cannot)."""
+        if Path(self.program).name.startswith("python"):
+            return self.hash_pycs
+        path = self.environ.get("PATH")
+        found = exec_search(self.program, path)
+        return "default" if found is None else script_hash_mode(Path(self.working_directory(), found), path)
 
     def short_options(self) -> set[str]:
         """The short aliases the command uses (`-tp`, `-sc`), as written."""

@@ -22,6 +22,8 @@ _SHEBANG = re.compile(r"[ \t]*(?P<interpreter>[^ \t]*)[ \t]*(?P<argument>.*?)[ \
 _ASSIGNMENT = r"^[A-Za-z_][A-Za-z0-9_]*="
 PYTHON_FLAGS = re.compile(r"^-[bBdEIOPqRsSuv]+$")  # Python's options that take no value
 PIP_WRAPPER = b"'''exec' "  # the second line of pip's /bin/sh wrapper
+HASH_PYCS = "--check-hash-based-pycs"  # Python's one long option with a value (no environment variable sets it)
+HASH_MODES = ("default", "always", "never")
 _ENV_CLEARS = ("-i", "-", "--ignore-environment")
 _ENV_UNSETS = ("-u", "--unset")
 HINT = "give --python /path/to/venv/bin/python (the interpreter that runs vLLM for this launch)"
@@ -53,7 +55,24 @@ def script_python(script: Path, path: str | None = None) -> tuple[str, list[str]
     """(the Python `script` runs, the interpreter options it runs it with): its shebang's interpreter
     (`env`'s program looked up on the launch's PATH `path`, None: it has none) and what follows it, or, for the `/bin/sh` wrapper pip
     writes when the venv's path cannot be a shebang, what its `exec` line names. TargetError when
-    that is not a Python, or its options are not ones patchkit can pass on (python_options)."""
+    that is not a Python, or its options are not ones patchkit can pass on (python_options);
+    RefusedByPython when Python would refuse them."""
+    program, words = _script_words(script, path)
+    return program, python_options(script, words)
+
+
+def script_hash_mode(script: Path, path: str | None = None) -> str:
+    """The --check-hash-based-pycs `script`'s Python runs with (the last given; "default": none, or
+    it cannot be told), as script_python reads its options."""
+    try:
+        _program, words = _script_words(script, path)
+    except TargetError:
+        return "default"
+    modes = [words[i + 1] for i, word in enumerate(words[:-1]) if word == HASH_PYCS and words[i + 1] in HASH_MODES]
+    return modes[-1] if modes else "default"
+
+
+def _script_words(script: Path, path: str | None) -> tuple[str, list[str]]:
     lines = read_head(script, SCRIPT_HEAD).split(b"\n")
     if not lines[0].startswith(b"#!"):
         raise cannot_tell(script, "it is not a script with a #! line (or not a regular file)")
@@ -68,17 +87,48 @@ def script_python(script: Path, path: str | None = None) -> tuple[str, list[str]
         program, options = interpreter, [argument] if argument else []
     if not Path(program).name.startswith(("python", "pypy")):
         raise cannot_tell(script, f"its first line `#!{shebang.strip()}` runs {program or 'nothing'}, not a Python")
-    return program, python_options(script, options)
+    return program, options
 
 
 def python_options(script: Path, words: list[str]) -> list[str]:
     """`words`, the options a script's Python runs with before the script itself, when each is a
     cluster of flags that take no value (`-E`, `-sE`, `-I`): passed on as they are to the interpreter
-    patchkit asks where vllm is; anything else (a value, `-m`, a blank inside) cannot be told."""
-    for word in words:
+    patchkit asks where vllm is; `--check-hash-based-pycs MODE` (two words: env -S, pip's wrapper)
+    read by script_hash_mode, not passed on; anything else (a value, `-m`, a blank inside) cannot be
+    told. RefusedByPython for a --check-hash-based-pycs Python refuses: in one word (a plain #! line
+    passes all it holds as one: an unknown option), or without a mode next (it would take the
+    script's path as the mode)."""
+    flags: list[str] = []
+    index = 0
+    while index < len(words):
+        word = words[index]
+        if word.startswith(HASH_PYCS):
+            if word != HASH_PYCS or _after(words, index) not in HASH_MODES:
+                raise _refused(script, word, _after(words, index))
+            index += 2
+            continue
         if not PYTHON_FLAGS.match(word):
             raise cannot_tell(script, f"its Python runs with the option {word!r}, which patchkit does not pass on")
-    return words
+        flags.append(word)
+        index += 1
+    return flags
+
+
+def _after(words: list[str], index: int) -> str | None:
+    return words[index + 1] if index + 1 < len(words) else None
+
+
+def _refused(script: Path, word: str, after: str | None) -> RefusedByPython:
+    if word != HASH_PYCS:  # the kernel passes a #! line's options as one word
+        why = f"its #! line gives Python {word!r} as one word, an option Python does not know"
+    else:
+        why = f"its Python takes {after or 'the script path'!r} as the mode of {HASH_PYCS}, not one of {', '.join(HASH_MODES)}"
+    fix = f"drop it, or give it as two words through `#!/usr/bin/env -S /path/to/venv/bin/python {HASH_PYCS} MODE`"
+    return RefusedByPython(f"Python refuses to start {script}: {why}, so vLLM never starts", hint=fix)
+
+
+class RefusedByPython(TargetError):
+    """A `vllm` script whose interpreter line Python refuses: the launch fails at once, a finding."""
 
 
 def _env_program(script: Path, argument: str, path: str | None) -> tuple[str, list[str]]:

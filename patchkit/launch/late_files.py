@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 from patchkit.base.fsutil import read_regular
 from patchkit.launch.command import LaunchCommand
@@ -42,6 +43,11 @@ def _unreadable(path: str) -> str | None:
     return None
 
 
+# a name the hub could hold (`org/name`, `name`: huggingface_hub's repo id rule): vLLM downloads it; any other
+# relative path it cannot find fails the download, then the load
+_HUB_ID = re.compile(r"(?!.*(?:--|\.\.))[A-Za-z0-9](?:[\w.-]*[A-Za-z0-9])?(?:/[A-Za-z0-9](?:[\w.-]*[A-Za-z0-9])?)?")
+
+
 def _lora_paths(command: LaunchCommand) -> list[str]:
     """The path of each --lora-modules entry (`name=path`, or JSON with a "path"), as written."""
     entries = command.options.get("lora-modules") or []
@@ -56,7 +62,7 @@ def _lora_paths(command: LaunchCommand) -> list[str]:
     return paths
 
 
-def _json_object(text: str) -> dict:
+def _json_object(text: str) -> dict[str, object]:
     try:
         value = json.loads(text)
     except (ValueError, RecursionError):  # the reading of the command refused it already
@@ -77,7 +83,7 @@ def _lora_problem(path: str, command: LaunchCommand) -> tuple[str, str] | None:
     get_adapter_absolute_path) vLLM could not load; a hub id is vLLM's to download, not judged."""
     cwd = command.working_directory()
     local = _home_expanded(path, command) if path.startswith("~") else os.path.join(cwd, path)
-    if not (os.path.isabs(path) or path.startswith("~") or os.path.lexists(local)):
+    if not (os.path.isabs(path) or path.startswith("~") or os.path.lexists(local)) and _HUB_ID.fullmatch(path):
         return None
     why = _unreadable(os.path.join(local, ADAPTER_CONFIG))
     if why is None:

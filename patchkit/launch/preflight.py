@@ -13,6 +13,7 @@ import importlib.machinery
 import json
 import os
 import shlex
+import stat
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,7 +56,7 @@ from patchkit.launch.bounds import bounds_findings
 from patchkit.launch.command import ALIASES, LaunchCommand
 from patchkit.launch.engine import LaunchContext, Reader, apply_fix, launch_python_version, set_checks, tree_reader
 from patchkit.launch.findings import Finding, cannot_judge
-from patchkit.launch.interpreter import exec_search
+from patchkit.launch.interpreter import RefusedByPython, exec_search
 from patchkit.launch.late_files import late_file_problems
 from patchkit.launch.models import ModelConfig, offline, offline_model_path, redirected, resolve_model, with_overrides
 from patchkit.launch.relevance import EVERY, LaunchNeeds, launch_needs
@@ -143,6 +144,8 @@ def launch_target_finding(resolved: Resolved, command: LaunchCommand) -> Finding
     (its exec fails by itself)."""
     try:
         python, options = command.launch_python()
+    except RefusedByPython as exc:  # the launch fails at once
+        return Finding(LAUNCH_TARGET, False, exc.message, exc.hint)
     except TargetError as exc:
         if exec_search(command.program, command.environ.get("PATH")) is None:
             return _not_on_its_path(command)
@@ -365,10 +368,10 @@ def for_launch_prefix(root: Path, status: TreeStatus, command: LaunchCommand) ->
     where patchkit's own environment reads it, and the launch reads it under its own pycache prefix
     alone, or in __pycache__ alone without one. The guard judges every recorded file (each set's, a
     patched wheel's), so its own judging, with the launch's prefix, says which."""
-    launch, own = command_prefix(root, command) or "", launch_prefix(root)
-    if launch == (os.path.abspath(own) if own else ""):
+    launch, own, mode = command_prefix(root, command) or "", launch_prefix(root), command.hash_pycs_mode()
+    if launch == (os.path.abspath(own) if own else "") and mode != "always":
         return status
-    judged = launch_verdict(root, status.record, prefix=launch).problems
+    judged = launch_verdict(root, status.record, prefix=launch, mode=mode).problems
     kept = [problem for problem in status.guard if STALE_BYTECODE not in problem]
     guard = kept + [problem for problem in judged if STALE_BYTECODE in problem]
     return status if guard == status.guard else dataclasses.replace(status, guard=guard)
@@ -413,12 +416,12 @@ def prefix_findings(resolved: Resolved, status: TreeStatus, command: LaunchComma
     it: status judges the default mode, where Python re-validates it."""
     paths, root = sorted(_series_paths(resolved, status)), resolved.target.root
     paths += [MODULE] if (root / MODULE).is_file() else []  # the guard's own runs in its place too
-    prefix, never = command_prefix(root, command), command.hash_pycs == "never"
-    if not prefix and not never:
+    prefix, mode = command_prefix(root, command), command.hash_pycs_mode()
+    if not prefix and mode != "never":
         return []
     found: dict[str, str] = {}  # at the tree's real path and each it was named by (a symlinked site: Python keys it so)
     for site in (str(root), *names_of(root)):
-        for _rel, said, pyc in target_guard.stale_places(site, paths, EVERY_CPYTHON, prefix or "", never):
+        for _rel, said, pyc in target_guard.stale_places(site, paths, EVERY_CPYTHON, prefix or "", mode):
             if prefixed_bytecode([said]) or target_guard.STALE_CHECKED in said:
                 found.setdefault(said[1:] if said.startswith("/__pycache__/") else said, pyc)
     fix = f"run {hints.remove_files(list(dict.fromkeys(found.values())))} (Python compiles the source again)"
@@ -465,7 +468,8 @@ class _Planned(Value):
         if status.state != TreeState.CONFLICT:
             return cls()
         as_fixed = _as_its_conflict_fix_leaves(resolved, status.edited_in_hunks)
-        fix = local_edit_fix(resolved.target.root, resolved.vllm_version, status.edited_in_hunks, resolved.set_name)
+        root, edited = resolved.target.root, status.edited_in_hunks
+        fix = local_edit_fix(root, resolved.vllm_version, edited, resolved.set_name, status.in_the_way)
         if as_fixed is None:  # the stock files not cached: not judged
             return cls(pending_fix=fix)
         return cls(as_fixed, fix=fix)
@@ -719,43 +723,82 @@ def _after_load_findings(command: LaunchCommand, root: Path) -> list[Finding]:
 
 def _chat_template_findings(command: LaunchCommand, root: Path) -> list[Finding]:
     """A failed `command` finding (in a list; else none) when vLLM cannot load --chat-template
-    (load_chat_template: a file it opens, else text with `{`, `}` or a line break taken as the
-    template, else its built-in template of that name): it refuses the launch once the model loaded."""
+    (load_chat_template: a file it opens and reads, else text with `{`, `}` or a line break taken as
+    the template, else its built-in template of that name, opened and read the same way): it refuses
+    the launch once the model loaded. A file larger than patchkit reads: cannot judge its tail."""
     value = command.optional_text("chat-template")
     if value is None or any(c in value for c in "{}\n"):
         return []
-    try:
-        data = read_regular(
-            os.path.join(command.working_directory(), value), TEMPLATE_LIMIT, follow_symlinks=True, head=True
+    path = os.path.join(command.working_directory(), value)
+    given = _template_text(path)
+    if isinstance(given, bytes):
+        return _undecodable_template(value, given, command, path)
+    if _never_ends(path):  # vLLM's open() or read() waits, with no OSError: no built-in template stands in
+        message = (
+            f"--chat-template {value}: {given}: vLLM would wait on it or read it without end once the model loaded"
         )
-    except OSError as exc:  # a fifo too: vLLM's open() would wait on it
-        why = "no such file" if isinstance(exc, FileNotFoundError) else exc.strerror or str(exc)
-    else:
-        return _undecodable_template(value, data, command)
-    if os.path.isfile(root / CHAT_TEMPLATES / value):
-        return []
+        return [Finding(COMMAND, False, message, "give a template file's path, as the launch's directory sees it")]
+    builtin = str(root / CHAT_TEMPLATES / value)  # an absolute value: that path again
+    fallback = _template_text(builtin)
+    if isinstance(fallback, bytes):
+        return _undecodable_template(value, fallback, command, builtin)
+    if not os.path.isdir(root / CHAT_TEMPLATES):  # a fetched tree: vLLM's Python files, not its templates
+        reason = f"--chat-template {value}: {given}; this tree holds no {CHAT_TEMPLATES}/ to tell whether vLLM ships it"
+        return [cannot_judge(COMMAND, reason, "judge the launch on the installed vLLM: --python PATH")]
     message = (
-        f"--chat-template {value}: {why}, nor a template vLLM ships (under {CHAT_TEMPLATES}): vLLM refuses "
+        f"--chat-template {value}: {given}, nor a template vLLM ships (under {CHAT_TEMPLATES}): vLLM refuses "
         "the launch once the model has loaded"
     )
     return [Finding(COMMAND, False, message, "give a readable template file's path, as the launch's directory sees it")]
 
 
-def _undecodable_template(value: str, data: bytes, command: LaunchCommand) -> list[Finding]:
+def _template_text(path: str) -> bytes | str:
+    """The bytes of a template file, read as vLLM's open().read() reads it (bounded: a file larger
+    than TEMPLATE_LIMIT gives TEMPLATE_LIMIT + 1 bytes); else why it cannot be read (a fifo too:
+    vLLM's open() would wait on it; a read that fails, as /proc/self/mem's does)."""
+    try:
+        return read_regular(path, TEMPLATE_LIMIT + 1, follow_symlinks=True, head=True)
+    except OSError as exc:
+        if _never_ends(path) and os.stat(path).st_rdev == os.stat(os.devnull).st_rdev:
+            return b""  # /dev/null reads as an empty file
+        return "no such file" if isinstance(exc, FileNotFoundError) else exc.strerror or str(exc)
+
+
+def _never_ends(path: str) -> bool:
+    """Whether `path` is a fifo or a device: open() waits on the one, read() may never end on the other."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+
+
+def _undecodable_template(value: str, data: bytes, command: LaunchCommand, path: str) -> list[Finding]:
     """A failed `command` finding when the template's bytes are not text in the encoding vLLM's
-    open() reads them in: its UnicodeDecodeError is no OSError, so no built-in template stands in."""
-    if data.isascii():  # every codeset a locale names reads ASCII alike: no interpreter to ask
+    open() reads them in: its UnicodeDecodeError is no OSError, so no built-in template stands in.
+    A template larger than patchkit reads whose head decodes: cannot judge (never a pass)."""
+    larger = len(data) > TEMPLATE_LIMIT
+    if data.isascii() and not larger:  # every codeset a locale names reads ASCII alike: no interpreter to ask
         return []
     encoding = launch_text_encoding(command)
     try:  # incremental: a file cut at the limit may end inside a character
-        codecs.getincrementaldecoder(encoding)().decode(data, final=len(data) < TEMPLATE_LIMIT)
-        return []
+        codecs.getincrementaldecoder(encoding)().decode(data[:TEMPLATE_LIMIT], final=not larger)
     except UnicodeDecodeError as exc:
         message = (
             f"--chat-template {value}: not {exc.encoding} text (byte 0x{data[exc.start]:02x} at offset {exc.start}): "
             "vLLM refuses the launch once the model has loaded"
         )
-    return [Finding(COMMAND, False, message, f"save the template as {encoding} text (e.g. with iconv -t {encoding})")]
+        return [
+            Finding(COMMAND, False, message, f"save the template as {encoding} text (e.g. with iconv -t {encoding})")
+        ]
+    if not larger:
+        return []
+    why = (
+        f"--chat-template {value} is larger than the {TEMPLATE_LIMIT >> 20} MiB patchkit reads: its first "
+        f"{TEMPLATE_LIMIT >> 20} MiB are {encoding} text, the rest is not judged (vLLM reads it whole, after the model loads)"
+    )
+    check = f"iconv -f {encoding} -t {encoding} {shlex.quote(path)} > /dev/null"
+    return [cannot_judge(COMMAND, why, f"check it decodes whole (`{check}` prints no error), or keep it smaller")]
 
 
 # what open() without an encoding reads text in, as the interpreter decided it at its start
@@ -911,8 +954,10 @@ def _set_state_findings(
     if needs.needs(resolved.set_name):
         unsaid = _not_said_by_judged(resolved, status, needs) if status.guard else []
         launched = _guard_for_launch(resolved, dataclasses.replace(status, guard=unsaid), needs, result)
-        prefixed = bool(command_prefix(resolved.target.root, result.command))
-        return [tree_finding(resolved, launched, prefixed=prefixed)]
+        # under a pycache prefix prefix_findings judges the bytecode; under `always` Python checks every hash-based .pyc
+        unread = bool(command_prefix(resolved.target.root, result.command))
+        unread = unread or result.command.hash_pycs_mode() == "always"
+        return [tree_finding(resolved, launched, prefixed=unread)]
     if needs.guard_runs and status.guard:
         unsaid = _not_said_by_judged(resolved, status, needs)
         refusal = _guard_refusal(dataclasses.replace(status, guard=unsaid))
@@ -986,8 +1031,9 @@ def _guard_refusal(status: TreeStatus) -> Finding:
 
 
 def tree_finding(resolved: Resolved, status: TreeStatus, *, prefixed: bool = False) -> Finding:
-    """The set's tree-state finding; `prefixed`: the launch reads bytecode under a pycache prefix,
-    never from __pycache__ (prefix_findings judges it there)."""
+    """The set's tree-state finding; `prefixed`: the launch loads no bytecode from __pycache__ unchecked
+    (it reads it under a pycache prefix, where prefix_findings judges it; or it runs with
+    --check-hash-based-pycs always)."""
     if status.guard and status.symlink_fix:  # a symlink on the way: what else is found follows from it
         return _guard_refusal(status)
     finding = _state_finding(resolved, status, prefixed=prefixed)
@@ -1024,13 +1070,9 @@ def _state_finding(resolved: Resolved, status: TreeStatus, *, prefixed: bool = F
         files = ", ".join(status.drifted)
         return Finding(TREE, False, f"changed after patchkit wrote them: {files}", _drift_fix(resolved))
     if status.state == TreeState.CONFLICT:
-        message = f"the {resolved.set_name} series does not apply: {local_edit_said(status.edited_in_hunks, version, resolved.target.root)}"
-        return Finding(
-            TREE,
-            False,
-            message,
-            local_edit_fix(resolved.target.root, version, status.edited_in_hunks, resolved.set_name),
-        )
+        root, edited, there = resolved.target.root, status.edited_in_hunks, status.in_the_way
+        message = f"the {resolved.set_name} series does not apply: {local_edit_said(edited, version, root, there)}"
+        return Finding(TREE, False, message, local_edit_fix(root, version, edited, resolved.set_name, there))
     if status.state == TreeState.PARTIAL:
         message = f"the {resolved.set_name} series is partly applied to vLLM {version}" + _reinstalled_said(status)
         if apply_finishes(status):

@@ -23,6 +23,11 @@ class Placement(NamedTuple):
         return self.line - expected
 
 
+# a file a patch would create (or rename to) is there already: no hunk of it is judged (Mismatch.reason)
+NEW_FILE_EXISTS = "is a new file in the patch but already exists"
+RENAME_TARGET_EXISTS = "is a rename target but already exists"
+
+
 @frozen
 class Mismatch(FrozenValue):
     """Why a file part of a patch does not apply: which hunk, what it expected, what is there."""

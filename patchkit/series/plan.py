@@ -20,7 +20,15 @@ from patchkit.base.errors import BadInput, Drift, drift_refused
 from patchkit.base.fsutil import Origin, read_file_and_origin
 from patchkit.base.hashing import hash_soon, sha256
 from patchkit.base.values import FrozenValue, Value, frozen
-from patchkit.series.hunks import Mismatch, Placement, place_hunks, reverse_file, splice
+from patchkit.series.hunks import (
+    NEW_FILE_EXISTS,
+    RENAME_TARGET_EXISTS,
+    Mismatch,
+    Placement,
+    place_hunks,
+    reverse_file,
+    splice,
+)
 from patchkit.series.patchfile import (
     FilePatch,
     Hunk,
@@ -424,14 +432,14 @@ def _try_patch(view: View, patch: Patch) -> list[FileStep] | Mismatch:
 def _apply_file(view: View, fp: FilePatch) -> FileStep | Mismatch:
     if fp.kind == FileKind.ADD:
         if view.read(fp.path) is not None:
-            return Mismatch(fp.path, 1, 0, "", None, "is a new file in the patch but already exists")
+            return Mismatch(fp.path, 1, 0, "", None, NEW_FILE_EXISTS)
         before = None
     else:
         before = view.read(fp.source_path)  # type: ignore[arg-type]
         if before is None:
             return Mismatch(fp.source_path, 1, 0, "", None, "does not exist")  # type: ignore[arg-type]
         if fp.kind == FileKind.RENAME and view.read(fp.path) is not None:
-            return Mismatch(fp.path, 1, 0, "", None, "is a rename target but already exists")
+            return Mismatch(fp.path, 1, 0, "", None, RENAME_TARGET_EXISTS)
     placements = place_hunks(fp.path, before or b"", fp.hunks)
     if isinstance(placements, Mismatch):
         return placements

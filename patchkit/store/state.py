@@ -45,7 +45,14 @@ from packaging.version import InvalidVersion, Version
 
 from patchkit.base import hints
 from patchkit.base.errors import BadInput
-from patchkit.base.fsutil import atomic_write, load_json_text, read_regular, set_name_problem, unsafe_reason
+from patchkit.base.fsutil import (
+    atomic_write,
+    file_name_problem,
+    load_json_text,
+    read_regular,
+    set_name_problem,
+    unsafe_reason,
+)
 from patchkit.base.hashing import hash_side_by_side, sha256
 from patchkit.base.patterns import LazyPattern
 from patchkit.base.values import Value
@@ -689,6 +696,9 @@ def _checked_entry(data: object, origin: Path) -> Entry:
     for patch in patches:
         if not (isinstance(patch, dict) and isinstance(patch.get("name"), str)):
             raise _damaged(origin, "a recorded patch has no name")
+        problem = file_name_problem(patch["name"])
+        if problem:  # a patch is named by its file (Path.name): no apply recorded this one
+            raise _damaged(origin, f"a recorded patch's name {patch['name']!r} is no file name: it {problem}")
         checked_digest(patch.get("sha256"), origin, optional=False)
         where = patch.get("path", "/")
         if not (isinstance(where, str) and where.startswith("/") and len(where) <= MAX_PATCH_PATH):

@@ -136,7 +136,9 @@ def _launch_startup_prefix(root: Path, launch: Launch) -> str | None:
     start-up may set one; else, or unasked, startup_prefix(root)."""
     python, env, options, cwd, first_path = launch.python, launch.env, launch.options, launch.cwd, launch.first_path
     known = startup_prefix(root)
-    if python is None or not (launch.changed or options) or (known is None and not _startup_names_prefix(root)):
+    if python is None or not (launch.changed or options):
+        return known
+    if known is None and not (_startup_names_prefix(root) or _path_names_prefix(env, options, cwd)):
         return known
     key = (root, python, tuple(sorted(env.items())), tuple(options), cwd, first_path)
     if key not in _LAUNCH_PROBES:  # asked once a command: preflight asks per set and per finding
@@ -421,6 +423,20 @@ def _startup_names_prefix(root: Path) -> bool:
     texts = [_head_of(root / name) for name in hooks]
     imported = {f"{m}.py" for text in texts for m in _IMPORTED.findall(text.decode(errors="replace"))}
     texts += [_head_of(root / name) for name in sorted(imported & names)]
+    return any(b"pycache_prefix" in text for text in texts)
+
+
+def _path_names_prefix(env: dict[str, str], options: list[str], cwd: str) -> bool:
+    """Whether a sitecustomize on the launch's PYTHONPATH (read unless -E or -I; an entry relative
+    to its directory) names pycache_prefix: site imports it from anywhere on sys.path at start-up
+    (unless -S)."""
+    flags = "".join(option for option in options if not option.startswith("--"))
+    if "E" in flags or "I" in flags or "S" in flags:
+        return False
+    entries = [os.path.join(cwd, entry) for entry in env.get("PYTHONPATH", "").split(os.pathsep) if entry]
+    texts = [
+        _head_of(Path(entry, name)) for entry in entries for name in ("sitecustomize.py", "sitecustomize/__init__.py")
+    ]
     return any(b"pycache_prefix" in text for text in texts)
 
 

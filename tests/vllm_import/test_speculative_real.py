@@ -67,6 +67,13 @@ SPECS = {
     "disable-at-2": {"method": "eagle3", "model": "DRAFTER", "num_speculative_tokens": 3, "disable_by_batch_size": 2},
     "draft-len-0": {"method": "eagle3", "model": "DRAFTER", "num_speculative_tokens": 3, "max_model_len": 0},
     "lookup-0": {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 0},
+    # fields declared `str | None`: pydantic turns no other value into a string
+    "revision-number": {"method": "eagle3", "model": "DRAFTER", "num_speculative_tokens": 3, "revision": 5},
+    "revision-true": {"method": "eagle3", "model": "DRAFTER", "num_speculative_tokens": 3, "revision": True},
+    "revision-text": {"method": "eagle3", "model": "DRAFTER", "num_speculative_tokens": 3, "revision": "main"},
+    "revision-null": {"method": "eagle3", "model": "DRAFTER", "num_speculative_tokens": 3, "revision": None},
+    "code-revision-float": {"method": "eagle3", "model": "DRAFTER", "num_speculative_tokens": 3, "code_revision": 1.5},
+    "tree-list": {"method": "eagle3", "model": "DRAFTER", "num_speculative_tokens": 3, "speculative_token_tree": [1]},
 }
 ASK_VLLM = textwrap.dedent("""\
     import json, sys

@@ -116,4 +116,5 @@ def _unrecorded_fix(resolved: Resolved) -> str:
 
 def _local_edit_fix(resolved: Resolved, status: TreeStatus) -> str:
     """A set in conflict's one fix, as the text's: the stock files back, then apply."""
-    return local_edit_fix(resolved.target.root, resolved.vllm_version, status.edited_in_hunks, resolved.set_name)
+    root, version = resolved.target.root, resolved.vllm_version
+    return local_edit_fix(root, version, status.edited_in_hunks, resolved.set_name, status.in_the_way)

@@ -197,10 +197,9 @@ def _not_stock(resolved: Resolved, failed: list[CheckResult]) -> list[Failure]:
 def _local_edit(resolved: Resolved, status: TreeStatus) -> Failure:
     """A series that records nothing and does not apply: which file differs, and the fix that works."""
     files, version = status.edited_in_hunks, resolved.vllm_version
-    fix = local_edit_fix(resolved.target.root, version, files, resolved.set_name)
-    return Failure(
-        "conflict", f"the series does not apply: {local_edit_said(files, version, resolved.target.root)}", fix=fix
-    )
+    root, there = resolved.target.root, status.in_the_way
+    fix = local_edit_fix(root, version, files, resolved.set_name, there)
+    return Failure("conflict", f"the series does not apply: {local_edit_said(files, version, root, there)}", fix=fix)
 
 
 def _stale_said(notes: list[str]) -> list[tuple[str, str]]:
