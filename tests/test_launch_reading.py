@@ -224,7 +224,7 @@ def test_a_deep_or_huge_yaml_config_is_bad_input(tmp_path, text):
     started = time.monotonic()
     with pytest.raises(BadInput, match=r"cannot be read|not valid YAML"):
         read16("--config", str(config))
-    assert time.monotonic() - started < 1
+    assert time.monotonic() - started < 0.25  # the pure-Python scanner alone takes ~0.4 s on the first text
 
 
 def test_a_model_config_with_a_huge_integer_is_bad_input(tmp_path):
