@@ -275,3 +275,24 @@ def test_metadata_headers_are_read_as_core_metadata_is_written():
     # lines end at \n only, as email reads them; a folded Version is the value with its fold (it will not parse)
     assert _headers("Name: vllm\nSummary: a\x0cVersion: 9.9\nVersion: 0.16.0\n")["version"] == "0.16.0"
     assert _headers("Name: vllm\nVersion: 0.16.0\n  .post1\n")["version"] == "0.16.0 .post1"
+
+
+@pytest.mark.parametrize(
+    "metadata",
+    [
+        b"Name: vllm\nVersion: 0.16.0\nSummary: caf\xe9\n",
+        b"Metadata-Version: 2.1\nName: vllm\nAuthor: J\xf6rg\nVersion: 0.16.0\n",
+    ],
+    ids=["latin-1-summary", "latin-1-before-version"],
+)
+def test_python_whose_vllm_metadata_is_not_utf8_is_bad_input_naming_it(tmp_path, metadata):
+    """importlib.metadata raises on it in the interpreter asked: the refusal --target gives, no traceback."""
+    venv.create(tmp_path / "venv", with_pip=False)
+    python = tmp_path / "venv" / "bin" / "python"
+    site = write_tree(purelib(python))
+    (site / "vllm-0.16.0.dist-info" / "METADATA").write_bytes(metadata)
+    done = run_cli("status", "--python", python)
+    assert_clean_failure(done, 2)
+    assert "vllm-0.16.0.dist-info/METADATA is not UTF-8" in done.stderr and "--vllm-version" in done.stderr
+    assert len(done.stderr) < 400, done.stderr
+    assert run_cli("status", "--python", python, "--vllm-version", "0.16.0").returncode in (0, 1)

@@ -37,11 +37,20 @@ def work(request: dict[str, Any]) -> dict[str, Any]:
         if unreadable:  # importlib.metadata would open it and wait: patchkit's own reading says what it is
             out["metadata_error"] = unreadable
         else:
-            out["version"] = dist.version
+            out.update(_version(dist))
         out["dist_root"] = str(dist.locate_file(""))
     except importlib.metadata.PackageNotFoundError:
         pass
     return out
+
+
+def _version(dist: importlib.metadata.Distribution) -> dict[str, str]:
+    """The version importlib.metadata reads; where it raises (a METADATA not UTF-8, unreadable), no
+    version: patchkit reads the dist-info itself then, and says what is wrong with it."""
+    try:
+        return {"version": dist.version}
+    except (ValueError, OSError) as exc:  # UnicodeDecodeError is a ValueError
+        return {"metadata_error": f"{type(exc).__name__}: {str(exc)[:200]}"}
 
 
 def _not_regular(dist: importlib.metadata.Distribution) -> str | None:

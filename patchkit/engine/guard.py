@@ -309,6 +309,7 @@ STALE_GUARD = (OLDER_GUARD, NEWER_GUARD)  # another build's, of other checks tha
 UPGRADED_LEAD = "the launch guard is from before an upgrade of patchkit: "
 NEWER_LEAD = "the launch guard is a newer patchkit build's: "
 GUARD_REFUSES = "the launch guard refuses this tree: "
+UNGUARDED_STALE_LEAD = "no launch guard runs, and a launch loads stale bytecode: "
 NOT_OURS = "the installed launch guard is not this patchkit's: "
 INSTEAD_OF_GUARD = "is imported instead of " + MODULE  # a file vLLM imports in the guard's place
 SHADOWED_LEAD = "vLLM never runs the launch guard: "
@@ -317,10 +318,10 @@ STALE_OWN_LEAD = "the launch guard vLLM runs is stale bytecode, not the installe
 _OWN_STALE = " than " + MODULE + ":"  # own_stale_bytecode's findings name the guard module as their source
 
 
-def refusal_summary(problems: list[str]) -> str:
+def refusal_summary(problems: list[str], guarded: bool = True) -> str:
     """launch_refusal's problems in a few words, for a verdict line: a guard module that is not this
     patchkit's is not said to refuse (what it does cannot be told)."""
-    return refusal_text(problems).partition(": ")[0].replace("this tree", "the tree")
+    return refusal_text(problems, guarded).partition(": ")[0].replace("this tree", "the tree")
 
 
 def of_other_checks(problem: str) -> bool:
@@ -328,11 +329,14 @@ def of_other_checks(problem: str) -> bool:
     return any(said in problem for said in STALE_GUARD)
 
 
-def refusal_text(problems: list[str]) -> str:
+def refusal_text(problems: list[str], guarded: bool = True) -> str:
     """launch_refusal's problems as status, verify, preflight and run say them: a guard module that
     is not this patchkit's (edited, another's) refuses nothing patchkit can tell, so it is said as
-    such; another build's is said as what made it so (most often an upgrade of patchkit)."""
-    if any(INSTEAD_OF_GUARD in p for p in problems):
+    such; another build's is said as what made it so (most often an upgrade of patchkit). Not
+    `guarded`: no guard is installed, and the problems are what the launch runs unrefused."""
+    if not guarded and all(_stale_prefixed(p) for p in problems):
+        lead = UNGUARDED_STALE_LEAD
+    elif any(INSTEAD_OF_GUARD in p for p in problems):
         lead = SHADOWED_LEAD
     elif any(_OWN_STALE in p for p in problems):
         lead = STALE_OWN_LEAD
@@ -389,8 +393,10 @@ def launch_verdict(root: Path, state: State | None = None, prefix: str | None = 
     `mode`: the launch's Python's --check-hash-based-pycs (status: the default mode)."""
     declared, unreadable = _declared(root)
     verdict: type[Verdict] = _target_guard().Verdict  # the guard's class, seen through ModuleType
-    if unreadable or not (declared and (root / MODULE).is_file()):
+    if unreadable:
         return verdict(unreadable)
+    if not (declared and (root / MODULE).is_file()):
+        return verdict(unguarded_stale(root, state, prefix, mode))
     prefix = launch_prefix(root) if prefix is None else prefix
     unknown = _shadowing_module(root) or _unknown_module(root, state)
     closed = ", ".join(f"{path} ({stat.S_IMODE(mode):04o})" for path, mode in unreadable_by_others(root, state))
@@ -401,6 +407,21 @@ def launch_verdict(root: Path, state: State | None = None, prefix: str | None = 
     except Exception as exc:  # what check() catches and refuses for (guard.check): a refusal all the same
         return verdict([*unknown, *hidden, str(exc)])
     return verdict(unknown + hidden + found.problems + named, found.stock_again, found.whole)
+
+
+def unguarded_stale(root: Path, state: State | None, prefix: str | None, mode: str = "default") -> list[str]:
+    """Without a guard, nothing refuses the stale unchecked-hash bytecode of a recorded file under the
+    launch's pycache prefix (None: launch_prefix) at start-up: the launch runs it, so status and verify
+    say it (apply, which reads the same start-up prefix, removes it). __pycache__ is verify's bytecode check's."""
+    prefix = launch_prefix(root) if prefix is None else prefix
+    if not prefix:
+        return []
+    try:
+        recorded = sorted({path for entry in (state or read_state(root)).entries for path in entry.files})
+    except PatchkitError:  # a damaged record: status says so on its own
+        return []
+    found = [said for _rel, said in _stale_bytecode(root, recorded, prefix, mode)]
+    return [said for said in dict.fromkeys(found) if _stale_prefixed(said)]
 
 
 def own_stale_bytecode(root: Path, prefix: str, mode: str = "default") -> list[str]:

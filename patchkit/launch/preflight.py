@@ -1026,7 +1026,13 @@ def _guard_for_launch(
 
 
 def _guard_refusal(status: TreeStatus) -> Finding:
-    return Finding(TREE, False, refusal_text(upgrade_said(status.guard)), status.guard_fix, restores=status.restores)
+    return Finding(
+        TREE,
+        False,
+        refusal_text(upgrade_said(status.guard), status.guard_installed),
+        status.guard_fix,
+        restores=status.restores,
+    )
 
 
 def tree_finding(resolved: Resolved, status: TreeStatus, *, prefixed: bool = False) -> Finding:

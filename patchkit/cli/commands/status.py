@@ -140,8 +140,8 @@ def _sets_verdict(ui: UI, found: SetsStatus, whole: list[str]) -> None:
         for c, s in zip(found.chosen, found.statuses, strict=True)
         for p in status_problems(s, guard=False)
     ]
-    refused = next((s.guard for s in found.statuses if s.guard), [])
-    problems += [refusal_summary(refused)] if refused else []
+    refused = next((s for s in found.statuses if s.guard), None)
+    problems += [refusal_summary(refused.guard, refused.guard_installed)] if refused else []
     said += "".join(f"; {p}" for p in problems)
     said += f"; not chosen: {', '.join(found.unchosen)}" if found.unchosen else ""
     ui.verdict(f"status: {said}" if ok else f"status: FAILED: {said}", ok=ok)  # FAILED leads, as per set

@@ -176,7 +176,9 @@ def status_failures(resolved: Resolved, status: TreeStatus) -> list[Failure]:
         root = resolved.target.root
         failures.insert(0, Failure(HANGS, hanging_said(status.hanging), fix=hanging_fix(root, status.hanging)))
     if status.guard:
-        failures.append(Failure("guard", refusal_text(upgrade_said(status.guard)), fix=status.guard_fix))
+        failures.append(
+            Failure("guard", refusal_text(upgrade_said(status.guard), status.guard_installed), fix=status.guard_fix)
+        )
     if status.guard_missing:
         failures.append(Failure(UNGUARDED, status.guard_missing, fix=status.guard_missing_fix, warning=True))
     return failures
@@ -454,7 +456,11 @@ def _verify_verdict(ui: Screen, resolved: Resolved, verified: VerifyResult, *, r
     else:
         # the guard's refusal is named only where no check failed, else the count alone says FAILED
         none_failed = all(r.status != CheckStatus.FAIL for r in results)
-        refused = refusal_summary(status.guard) if status.guard else "the launch guard refuses the tree"
+        refused = (
+            refusal_summary(status.guard, status.guard_installed)
+            if status.guard
+            else "the launch guard refuses the tree"
+        )
         refused = "the launch hangs in its import" if status.hanging else refused
         above = f"; {refused} (above)" if (refused_above or status.hanging) and none_failed else ""
         ui.verdict(f"verify: FAILED: {counted}{above}", ok=False)
@@ -519,7 +525,7 @@ def status_problems(status: TreeStatus, *, guard: bool = True) -> list[str]:
         f"{sum(bool(p.problem) for p in status.patches)} patch(es) do not apply"
         if any(p.problem for p in status.patches)
         else "",
-        refusal_summary(status.guard) if status.guard and guard else "",
+        refusal_summary(status.guard, status.guard_installed) if status.guard and guard else "",
         "upstream regression" if status.upstream_regression else "",
         f"{len(status.not_stock)} file(s) not stock" if status.not_stock else "",
         "a file edited beyond the set's change (no record): apply refuses it" if status.found_edited else "",

@@ -1,0 +1,60 @@
+"""A tree applied without the launch guard: nothing refuses a launch at start-up, so status and verify
+judge the bytecode the launch loads themselves, under the pycache prefix its interpreter's start-up
+sets (a .pth line), where Python reads it instead of __pycache__."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from helpers import (
+    MODEL,
+    MODEL_PY,
+    SPEC,
+    SPEC_PY,
+    patched_spec,
+    pip_install,
+    purelib,
+    run_cli,
+    spec_library,
+    stale_pyc_under_prefix,
+)
+
+
+def _venv_applied_without_guard(tmp_path: Path) -> tuple[Path, Path, Path, Path]:
+    """(python, site, library, prefix): a venv's vLLM applied with --no-guard, whose start-up sets a
+    pycache prefix through a .pth file; nothing under the prefix yet."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", tmp_path / "venv"], check=True)
+    python = tmp_path / "venv" / "bin" / "python"
+    site = purelib(python)
+    pip_install(site, "0.16.0", {SPEC: SPEC_PY, MODEL: MODEL_PY})
+    library = spec_library(tmp_path / "scratch")
+    prefix = tmp_path / "pfx"
+    (site / "zz_startup.pth").write_text(f"import sys; sys.pycache_prefix = {str(prefix)!r}\n")
+    done = run_cli("apply", "--no-guard", "--no-import", "--python", python, "--patches", library)
+    assert done.returncode == 0 and not (site / "patchkit_guard.py").exists(), done.stdout + done.stderr
+    assert (site / SPEC).read_text() == patched_spec()
+    return python, site, library, prefix
+
+
+def test_status_and_verify_fail_on_stale_bytecode_under_the_startup_prefix_without_a_guard(tmp_path):
+    python, site, library, prefix = _venv_applied_without_guard(tmp_path)
+    own = ("--python", python, "--patches", library)
+    clean = run_cli("status", *own)
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+    pyc = stale_pyc_under_prefix(prefix, site, SPEC)  # what the launch's Python loads for spec.py
+    status = run_cli("status", *own)
+    assert status.returncode == 1, status.stdout + status.stderr
+    said = status.stdout + status.stderr
+    assert "no launch guard runs" in said and str(pyc) in said, said
+    assert "the launch guard refuses" not in said, said  # no guard is installed to refuse it
+    document = json.loads(run_cli("status", "--format", "json", *own).stdout)
+    fix = json.dumps(document)
+    assert str(pyc) in fix and "rm -f" in fix, fix
+    verify = run_cli("verify", "--no-import", *own)
+    assert verify.returncode == 1 and str(pyc) in verify.stdout + verify.stderr, verify.stdout + verify.stderr
+    pyc.unlink()  # the fix said: Python compiles the source again
+    assert run_cli("status", *own).returncode == 0
+    assert run_cli("verify", "--no-import", *own).returncode == 0
