@@ -13,10 +13,11 @@ import re
 import shlex
 from pathlib import Path
 
-from patchkit.base.errors import TargetError
+from patchkit.base.errors import TargetError, quoted
 from patchkit.launch.values import read_head
 
 SCRIPT_HEAD = 4096  # a console script's first lines: the interpreter pip wrote
+KERNEL_SHEBANG = 256  # what the kernel reads of a #! line (BINPRM_BUF_SIZE): the rest is cut
 _SHEBANG = re.compile(r"[ \t]*(?P<interpreter>[^ \t]*)[ \t]*(?P<argument>.*?)[ \t]*$")
 # compiled on first use (re keeps it): start-up compiles none a run does not use
 _ASSIGNMENT = r"^[A-Za-z_][A-Za-z0-9_]*="
@@ -76,7 +77,7 @@ def _script_words(script: Path, path: str | None) -> tuple[str, list[str]]:
     lines = read_head(script, SCRIPT_HEAD).split(b"\n")
     if not lines[0].startswith(b"#!"):
         raise cannot_tell(script, "it is not a script with a #! line (or not a regular file)")
-    shebang = lines[0][2:].decode(errors="surrogateescape")
+    shebang = _kernel_reads(script, lines[0])
     match = _SHEBANG.match(shebang)
     interpreter, argument = (match["interpreter"], match["argument"]) if match else ("", "")
     if Path(interpreter).name == "env":
@@ -86,8 +87,26 @@ def _script_words(script: Path, path: str | None) -> tuple[str, list[str]]:
     else:
         program, options = interpreter, [argument] if argument else []
     if not Path(program).name.startswith(("python", "pypy")):
-        raise cannot_tell(script, f"its first line `#!{shebang.strip()}` runs {program or 'nothing'}, not a Python")
+        shown = quoted(shebang.strip())
+        raise cannot_tell(script, f"its first line `#!{shown}` runs {quoted(program) or 'nothing'}, not a Python")
     return program, options
+
+
+def _kernel_reads(script: Path, line: bytes) -> str:
+    """What the kernel starts of a #! line: its first KERNEL_SHEBANG bytes, the rest cut; an interpreter
+    whose name does not end within them is refused (exec fails: ENOEXEC), and so is it here."""
+    if len(line) >= KERNEL_SHEBANG:
+        kept = line[:KERNEL_SHEBANG]
+        if not any(blank in kept[2:].lstrip(b" \t") for blank in (b" ", b"\t")):
+            size = f"{'at least ' * (len(line) >= SCRIPT_HEAD)}{len(line):,} bytes"
+            raise RefusedByPython(
+                f"the kernel refuses to start {script}: its first line (#!) is {size} long, and the interpreter it "
+                f"names does not end within the {KERNEL_SHEBANG} bytes the kernel reads, so vLLM never starts",
+                hint="make its first line `#!` and the interpreter's path alone (as pip writes it: "
+                "`#!/path/to/venv/bin/python`), or launch with `python -m vllm.entrypoints.cli.main`",
+            )
+        line = kept
+    return line[2:].decode(errors="surrogateescape")
 
 
 def python_options(script: Path, words: list[str]) -> list[str]:
@@ -108,7 +127,9 @@ def python_options(script: Path, words: list[str]) -> list[str]:
             index += 2
             continue
         if not PYTHON_FLAGS.match(word):
-            raise cannot_tell(script, f"its Python runs with the option {word!r}, which patchkit does not pass on")
+            raise cannot_tell(
+                script, f"its Python runs with the option {quoted(repr(word))}, which patchkit does not pass on"
+            )
         flags.append(word)
         index += 1
     return flags
@@ -120,15 +141,15 @@ def _after(words: list[str], index: int) -> str | None:
 
 def _refused(script: Path, word: str, after: str | None) -> RefusedByPython:
     if word != HASH_PYCS:  # the kernel passes a #! line's options as one word
-        why = f"its #! line gives Python {word!r} as one word, an option Python does not know"
+        why = f"its #! line gives Python {quoted(repr(word))} as one word, an option Python does not know"
     else:
-        why = f"its Python takes {after or 'the script path'!r} as the mode of {HASH_PYCS}, not one of {', '.join(HASH_MODES)}"
+        why = f"its Python takes {quoted(repr(after or 'the script path'))} as the mode of {HASH_PYCS}, not one of {', '.join(HASH_MODES)}"
     fix = f"drop it, or give it as two words through `#!/usr/bin/env -S /path/to/venv/bin/python {HASH_PYCS} MODE`"
     return RefusedByPython(f"Python refuses to start {script}: {why}, so vLLM never starts", hint=fix)
 
 
 class RefusedByPython(TargetError):
-    """A `vllm` script whose interpreter line Python refuses: the launch fails at once, a finding."""
+    """A `vllm` script whose interpreter line Python (or the kernel) refuses: the launch fails at once, a finding."""
 
 
 def _env_program(script: Path, argument: str, path: str | None) -> tuple[str, list[str]]:
@@ -136,7 +157,7 @@ def _env_program(script: Path, argument: str, path: str | None) -> tuple[str, li
     split = re.match(r"^(?:-S|--split-string(?:=|\s))(?P<rest>.*)$", argument, re.S)
     if split is None:
         if not argument or argument.startswith("-") or any(c.isspace() for c in argument):
-            raise cannot_tell(script, f"`env {argument}` starts no program by that one name")
+            raise cannot_tell(script, f"`env {quoted(argument)}` starts no program by that one name")
         return _on_path(script, argument, path), []
     if "$" in split["rest"] or "\\" in split["rest"]:
         raise cannot_tell(script, "its `env -S` line expands variables or escapes")
@@ -167,7 +188,7 @@ def _after_env_options(script: Path, words: list[str], path: str | None) -> tupl
             if word.startswith("PATH="):
                 path = word.removeprefix("PATH=")
         elif word.startswith("-"):
-            raise cannot_tell(script, f"its `env -S` line has the option {word}")
+            raise cannot_tell(script, f"its `env -S` line has the option {quoted(word)}")
         else:
             break
         index += 1
@@ -181,7 +202,7 @@ def _on_path(script: Path, program: str, path: str | None) -> str:
         return program
     found = exec_search(program, path)
     if found is None:
-        raise cannot_tell(script, f"its `env` runs {program}, which is not on the launch's PATH")
+        raise cannot_tell(script, f"its `env` runs {quoted(program)}, which is not on the launch's PATH")
     return found
 
 
