@@ -602,6 +602,23 @@ def recorded_file_a_symlink_to_its_copy(tree: Tree) -> None:
     spec.symlink_to(copy.name)
 
 
+def recorded_file_an_absolute_symlink_to_its_copy_in_another_package(tree: Tree) -> None:
+    """The same bytes, in another package of the tree, reached by an absolute link (a dedup tool's)."""
+    _applied(tree)
+    spec = tree.site / SPEC
+    copy = tree.site / "vllm" / "models" / "spec_dedup.py"
+    spec.rename(copy)
+    spec.symlink_to(copy)
+
+
+def recorded_files_directory_a_symlink_to_its_copy(tree: Tree) -> None:
+    """The recorded file's directory, vllm/config, a symlink to an in-tree copy of it (same files)."""
+    _applied(tree)
+    config = tree.site / "vllm" / "config"
+    config.rename(config.with_name("config_real"))
+    config.symlink_to("config_real", target_is_directory=True)
+
+
 def vllm_a_symlink_to_an_edited_copy(tree: Tree) -> None:
     """vllm/ a symlink to a copy elsewhere, where a recorded file was then edited: a drift of the
     files under the moved vllm/, judged, refused and fixed there."""
@@ -672,8 +689,15 @@ def created_file_closed_then_vllm_moved(tree: Tree) -> None:
     (tree.site / "vllm").symlink_to(elsewhere / "vllm")
 
 
-SYMLINKED = [
+# a recorded file a symlink to a copy of its bytes: a tree state (exit 1) whose fix is the hand
+# repair status names (apply refuses to write through the link, exit 2)
+RECORDED_SYMLINKS = [
     recorded_file_a_symlink_to_its_copy,
+    recorded_file_an_absolute_symlink_to_its_copy_in_another_package,
+    recorded_files_directory_a_symlink_to_its_copy,
+]
+
+SYMLINKED = [
     vllm_moved_elsewhere_holding_a_symlink_out,
     vllm_dist_info_a_symlink_out_of_the_tree,
     objects_a_symlink_out_of_the_tree,
@@ -748,6 +772,7 @@ CATALOGUE: list[Callable[[Tree], None]] = [
     vllm_moved_elsewhere,
     vllm_a_symlink_to_an_edited_copy,
     *CLOSED_TO_OTHERS,
+    *RECORDED_SYMLINKS,
     *SYMLINKED,
     *REFUSED_RECORDS,
 ]
@@ -803,6 +828,22 @@ def _fixes(status_json: dict) -> list[list[str]]:
     return [command.split() for command in named] or [["apply"]]
 
 
+def _repaired_by_hand(tree: Tree, status: subprocess.CompletedProcess) -> None:
+    """status fails with the repair (the symlink replaced by a copy), as the other commands and the
+    guard do; once made, each passes."""
+    said = {command: tree.launch(command).returncode for command in ("preflight", "run")}
+    said.update(status=status.returncode, verify=tree.cli("verify", "--no-import").returncode)
+    assert said == {"status": 1, "verify": 1, "preflight": 1, "run": 1}, said
+    fix = json.loads(status.stdout)["guard"]["fix"]
+    link = next(p for p in (tree.site / SPEC, (tree.site / SPEC).parent) if p.is_symlink())
+    assert fix.startswith(f"replace the symlink {link} with a "), fix
+    copy = link.resolve()
+    link.unlink()
+    (shutil.copytree if copy.is_dir() else shutil.copy2)(copy, link)
+    assert load_plugins_like_vllm(tree.site).returncode == 0
+    assert [tree.cli("status").returncode, tree.launch("run").returncode] == [0, 0]
+
+
 @pytest.mark.parametrize("build", CATALOGUE, ids=lambda build: build.__name__)
 def test_the_guard_refuses_exactly_when_the_commands_fail_and_the_named_fix_clears_it(open_tmp_path, build):
     tree = _tree(open_tmp_path)  # another user loads the guard too
@@ -812,8 +853,15 @@ def test_the_guard_refuses_exactly_when_the_commands_fail_and_the_named_fix_clea
     status = tree.cli("status", "--format", "json")
     if build in SYMLINKED + REFUSED_RECORDS:  # a tree no command writes to (exit 2, a hand repair): the guard refuses
         assert status.returncode == 2 and refuses, (status.stdout, guard.stderr[-600:])
+        launched = {command: tree.launch(command) for command in ("preflight", "run")}
+        assert all(done.returncode != 0 for done in launched.values()), {
+            c: d.stdout + d.stderr for c, d in launched.items()
+        }
         return
     assert status.returncode in (0, 1, 3), status.stdout + status.stderr
+    if build in RECORDED_SYMLINKS:
+        _repaired_by_hand(tree, status)
+        return
     said = {
         "status": status.returncode,
         "verify": tree.cli("verify", "--no-import").returncode,
