@@ -110,6 +110,7 @@ def _record(files: dict[str, bytes], own: str) -> bytes:
 
 STOPS_EVERY_LAUNCH = "it would stop every launch"
 NOT_INSTALLED_VLLM = "the target is not an installed vLLM (no vllm-*.dist-info beside vllm/)"
+NO_VERSION_READ = "so the guard would read no vLLM version"  # an empty or missing METADATA Version
 NO_DIST_INFO = "no vllm-*.dist-info is beside vllm/"  # the guard's words for it: apply removes a guard there
 NOT_BYTECODE = "is a fifo or a device, not bytecode: importing "  # a fifo or device named as a .pyc
 PREFIXED = " (under the pycache prefix)"  # a .pyc under the pycache prefix
@@ -154,9 +155,9 @@ def _unlike_version(root: Path, installed: str | None, applied_to: str) -> str:
     found = vllm_metadata_dirs(root)
     where = f"{found[0].name}/METADATA" if len(found) == 1 else "vllm-*.dist-info/METADATA"
     if installed == "":
-        read = f"{where}'s Version is empty, so the guard would read no vLLM version"
+        read = f"{where}'s Version is empty, {NO_VERSION_READ}"
     elif installed is None:
-        read = f"{where} has no Version, so the guard would read no vLLM version"
+        read = f"{where} has no Version, {NO_VERSION_READ}"
     else:
         read = f"the guard would read vLLM {installed} from {where}"
         if _VERSION_TEXT.fullmatch(installed):  # a release of its own: the series was applied by --vllm-version
@@ -702,7 +703,7 @@ def missing_guard(root: Path, state: State | None) -> str | None:
     """What to say when the record names a guard that vLLM would no longer load (`pip uninstall
     patchkit-guard` took its files, or its entry point was changed): the tree is patched, but no
     launch is checked. None: as recorded, or loaded all the same."""
-    several = _unguarded_among_several(root, state)
+    several = _unguarded_among_several(root, state) or _unguarded_for_its_version(root, state)
     if several is not None:
         return several
     recorded = state.guard if state is not None and not state.no_guard else {}
@@ -726,6 +727,23 @@ def _unguarded_among_several(root: Path, state: State | None) -> str | None:
         f"no launch guard: {_target_guard().SEVERAL} ({', '.join(names)}), which stops a guard, "
         "so none is installed: vLLM launches this tree unchecked"
     )
+
+
+def _unguarded_for_its_version(root: Path, state: State | None) -> str | None:
+    """An applied tree with no guard, none told --no-guard, whose one vllm-*.dist-info's METADATA
+    has an empty or no Version (the release told by vllm/_version.py): apply installed no guard, as
+    it would stop every launch. Said with the version its fix reinstalls (guard_missing_fix)."""
+    if state is None or not state.entries or state.guard or state.no_guard or len(vllm_metadata_dirs(root)) != 1:
+        return None
+    applied_to = state.entries[-1].vllm_version
+    try:
+        installed = installed_vllm_version(root)
+    except TargetError:  # unreadable: status says so on its own
+        return None
+    if installed or applied_to is None or is_installed(root):
+        return None
+    read = _unlike_version(root, installed, applied_to).partition(", but ")[0]
+    return f"no launch guard: {read}, but the series is applied to {applied_to}: vLLM launches this tree unchecked"
 
 
 def several_vllms_refusal(root: Path) -> TargetError | None:
