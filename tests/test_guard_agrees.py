@@ -1621,10 +1621,10 @@ def _prefix_from_a_variable(venv: Venv) -> Path:
     return prefix
 
 
-def _launch_with(venv: Venv, command: str, *env_prefix: str):
+def _launch_with(venv: Venv, command: str, *env_prefix: str, cwd: str | None = None):
     extra = ("--no-import",) if command == "preflight" else ()
     launch = ["env", *env_prefix, str(venv.python), "-m", "vllm.entrypoints.cli.main", "serve", str(venv.model)]
-    return run_cli(command, *venv.own(), *extra, "--", *launch)
+    return run_cli(command, *venv.own(), *extra, "--", *launch, cwd=None if cwd is None else Path(cwd))
 
 
 @pytest.mark.parametrize("by", ["--python", "--target"])
@@ -1652,6 +1652,67 @@ def test_a_startup_prefix_the_launchs_env_i_drops_is_not_held_against_it(tmp_pat
     assert venv.cli("status").returncode == 1  # as patchkit itself would start it: the bytecode is read
     done = _launch_with(venv, "preflight", "-i")
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def _launch_adds_startup_code(venv: Venv, form: str, prefix: Path) -> tuple[list[str], str | None]:
+    """Start-up code that sets `prefix` where only the launch's own `env` puts it: the `env`
+    arguments, and the directory the launch runs in (None: patchkit's)."""
+    code = f"import sys; sys.pycache_prefix = {str(prefix)!r}\n"
+    outside = venv.site.parents[3] / "outside"
+    if form == "sitecustomize on PYTHONPATH":
+        (outside / "hooks").mkdir(parents=True)
+        (outside / "hooks" / "sitecustomize.py").write_text(code)
+        return [f"PYTHONPATH={outside / 'hooks'}"], None
+    if form == "a sitecustomize package on a relative PYTHONPATH":
+        (outside / "hooks" / "sitecustomize").mkdir(parents=True)
+        (outside / "hooks" / "sitecustomize" / "__init__.py").write_text(code)
+        return ["-C", str(outside), "PYTHONPATH=hooks"], str(outside)  # patchkit runs there too
+    if form == "a module the site's .pth imports, on PYTHONPATH":
+        (venv.site / "zz_hook.pth").write_text("import zz_tuning\n")
+        (venv.site / "zz_tuning.py").write_text("TUNED = True\n")  # the site's own sets nothing
+        (outside / "hooks").mkdir(parents=True)
+        (outside / "hooks" / "zz_tuning.py").write_text(code)
+        return [f"PYTHONPATH={outside / 'hooks'}"], None
+    # a user site the launch's environment names, in a venv that has one (system site-packages)
+    cfg = venv.python.parents[1] / "pyvenv.cfg"
+    cfg.write_text(
+        cfg.read_text().replace("include-system-site-packages = false", "include-system-site-packages = true")
+    )
+    base = outside / "home" / ".local" if form == "the user site of HOME" else outside / "userbase"
+    lib = base / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
+    lib.mkdir(parents=True)
+    (lib / "zz_prefix.pth").write_text(code)
+    return [f"HOME={outside / 'home'}" if form == "the user site of HOME" else f"PYTHONUSERBASE={base}"], None
+
+
+@pytest.mark.parametrize(
+    ("form", "by"),
+    [
+        ("sitecustomize on PYTHONPATH", "--python"),
+        ("sitecustomize on PYTHONPATH", "--target"),
+        ("a sitecustomize package on a relative PYTHONPATH", "--python"),
+        ("a module the site's .pth imports, on PYTHONPATH", "--python"),
+        ("the user site of PYTHONUSERBASE", "--target"),
+        ("the user site of HOME", "--python"),
+    ],
+)
+def test_start_up_code_only_the_launchs_env_adds_is_asked_as_the_guard_judges_it(tmp_path, form, by):
+    """The launch's `env` puts start-up code on its interpreter's path that the site does not hold
+    and that never names pycache_prefix where patchkit reads: its interpreter is asked with the
+    launch's environment and directory, and preflight and run fail naming the stale bytecode."""
+    venv = _venv(tmp_path, by)
+    _venv_applied(venv)
+    prefix = tmp_path / "pq7"
+    env_words, cwd = _launch_adds_startup_code(venv, form, prefix)
+    _prefixed_unchecked_pyc(venv, prefix, stock_files("0.16.0")[SPEC])
+    clean = {k: v for k, v in os.environ.items() if k not in ("PATCHKIT_GUARD", "PYTHONDONTWRITEBYTECODE")}
+    guard = ["env", *env_words, str(venv.python), "-c", LOAD_LIKE_VLLM, str(venv.site)]
+    refused = subprocess.run(guard, capture_output=True, text=True, env=clean, cwd=cwd, check=False)
+    assert refused.returncode != 0 and "pq7" in refused.stderr, refused.stderr[-600:]
+    assert venv.cli("status").returncode == 0  # patchkit's own environment runs none of it
+    for command in ("preflight", "run"):
+        done = _launch_with(venv, command, *env_words, cwd=cwd)
+        assert done.returncode == 1 and "pq7" in done.stdout + done.stderr, (command, done.stdout + done.stderr)
 
 
 def test_apply_updating_the_guard_leaves_no_unchecked_hash_pyc_of_the_old_guard(tmp_path):
