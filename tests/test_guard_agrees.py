@@ -1715,6 +1715,46 @@ def test_start_up_code_only_the_launchs_env_adds_is_asked_as_the_guard_judges_it
         assert done.returncode == 1 and "pq7" in done.stdout + done.stderr, (command, done.stdout + done.stderr)
 
 
+@pytest.mark.parametrize(
+    "shebang",
+    [
+        "{python} -Xpycache_prefix={prefix}",
+        "{python} -sXpycache_prefix={prefix}",
+        "/usr/bin/env -S {python} -E -X pycache_prefix={prefix}",
+        "/usr/bin/env -S {python} --check-hash-based-pycs never",
+    ],
+)
+def test_the_vllm_scripts_own_bytecode_options_are_judged_as_the_guard_judges_them(tmp_path, shebang):
+    """A `vllm` script whose #! line gives its Python a pycache prefix, or has it load checked-hash
+    bytecode unchecked, holding stale stock bytecode there: read as a `python -X...` launch's
+    options are, so preflight and run fail naming it, as the guard refuses it."""
+    venv = _venv(tmp_path)
+    _venv_applied(venv)
+    prefix = tmp_path / "px5"
+    stock = stock_files("0.16.0")[SPEC]
+    if "never" in shebang:  # checked-hash bytecode of the stock file where Python looks for it
+        scratch = tmp_path / "scratch.py"
+        scratch.write_text(stock)
+        pyc = venv.site / "vllm" / "config" / "__pycache__" / f"spec.{sys.implementation.cache_tag}.pyc"
+        mode = py_compile.PycInvalidationMode.CHECKED_HASH
+        py_compile.compile(str(scratch), cfile=str(pyc), doraise=True, invalidation_mode=mode)
+        options = ["--check-hash-based-pycs", "never"]
+    else:
+        _prefixed_unchecked_pyc(venv, prefix, stock)
+        options = [f"-Xpycache_prefix={prefix}"]
+    script = venv.python.parent / "vllm"
+    script.write_text(f"#!{shebang.format(python=venv.python, prefix=prefix)}\nimport sys\nsys.exit(0)\n")
+    clean = {k: v for k, v in os.environ.items() if k not in ("PATCHKIT_GUARD", "PYTHONDONTWRITEBYTECODE")}
+    guard = [str(venv.python), *options, "-c", LOAD_LIKE_VLLM, str(venv.site)]
+    refused = subprocess.run(guard, capture_output=True, text=True, env=clean, check=False)
+    assert refused.returncode != 0 and "spec.py" in refused.stderr, refused.stderr[-600:]
+    assert venv.cli("status").returncode == 0
+    for command in ("preflight", "run"):
+        done = venv.launch(command)
+        said = done.stdout + done.stderr
+        assert done.returncode == 1 and "spec" in said and "cannot judge" not in said, (command, said)
+
+
 def test_apply_updating_the_guard_leaves_no_unchecked_hash_pyc_of_the_old_guard(tmp_path):
     """Review: an image compiled with unchecked-hash .pycs: `apply` updated patchkit_guard.py, but
     the old guard's __pycache__/patchkit_guard.cpython-*.pyc stayed, and that is what vLLM ran."""

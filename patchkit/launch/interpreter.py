@@ -20,7 +20,10 @@ SCRIPT_HEAD = 4096  # a console script's first lines: the interpreter pip wrote
 _SHEBANG = re.compile(r"[ \t]*(?P<interpreter>[^ \t]*)[ \t]*(?P<argument>.*?)[ \t]*$")
 # compiled on first use (re keeps it): start-up compiles none a run does not use
 _ASSIGNMENT = r"^[A-Za-z_][A-Za-z0-9_]*="
-PYTHON_FLAGS = re.compile(r"^-[bBdEIOPqRsSuv]+$")  # Python's options that take no value
+# a cluster of Python's own options: flags without a value, then perhaps -W, -X or -m with its value
+_PYTHON_CLUSTER = r"(?s)-(?P<flags>[bBdEIOPqRsSuv]*)(?:(?P<valued>[WXm])(?P<value>.*))?"
+# Python's long options that take a value, and the values it accepts (none changes an import path)
+_PYTHON_LONG = {"--check-hash-based-pycs": ("default", "always", "never")}
 PIP_WRAPPER = b"'''exec' "  # the second line of pip's /bin/sh wrapper
 _ENV_CLEARS = ("-i", "-", "--ignore-environment")
 _ENV_UNSETS = ("-u", "--unset")
@@ -72,13 +75,51 @@ def script_python(script: Path, path: str | None = None) -> tuple[str, list[str]
 
 
 def python_options(script: Path, words: list[str]) -> list[str]:
-    """`words`, the options a script's Python runs with before the script itself, when each is a
-    cluster of flags that take no value (`-E`, `-sE`, `-I`): passed on as they are to the interpreter
-    patchkit asks where vllm is; anything else (a value, `-m`, a blank inside) cannot be told."""
-    for word in words:
-        if not PYTHON_FLAGS.match(word):
-            raise cannot_tell(script, f"its Python runs with the option {word!r}, which patchkit does not pass on")
-    return words
+    """`words`, the options a script's Python runs with before the script itself, read as Python
+    reads them: clusters of flags (`-E`, `-sE`), -X values (`-Xpycache_prefix=DIR`: where bytecode is
+    read), --check-hash-based-pycs MODE, passed on to each interpreter patchkit asks (-W's values are
+    not: they change no import); anything else (`-m`, `-c`, a blank inside a word) cannot be told."""
+    modes: list[str] = []
+    flags, xoptions, rest = read_python_options(words, modes)
+    if rest:
+        raise cannot_tell(script, f"its Python runs with the option {rest[0]!r}, which patchkit does not pass on")
+    return [*flags, *(f"-X{x}" for x in xoptions), *(["--check-hash-based-pycs", modes[-1]] if modes else [])]
+
+
+def read_python_options(args: list[str], hash_pycs: list[str]) -> tuple[list[str], list[str], list[str]]:
+    """A Python's own options (a `python` launch's, a script's #! line's), read as Python reads them (a cluster of flags, which may end
+    in -W, -X or -m with its value attached or next): (its flags that take no value, kept for the
+    launch's Python: -E, -sP ...; its -X values, one of which may set where bytecode is read from;
+    the rest from `-m MODULE` on). -W changes no import path and is not kept;
+    `--check-hash-based-pycs MODE` is appended to `hash_pycs` (the last one counts); anything else
+    ends the reading (_module_arguments says what it expected)."""
+    flags: list[str] = []
+    xoptions: list[str] = []
+    index = 0
+    while index < len(args):
+        if args[index] in _PYTHON_LONG and _at(args, index + 1) in _PYTHON_LONG[args[index]]:
+            hash_pycs.append(args[index + 1])
+            index += 2  # its one long option with a value (exact, the value next: as CPython's getopt)
+            continue
+        cluster = re.compile(_PYTHON_CLUSTER).fullmatch(args[index])
+        if cluster is None or not (cluster["flags"] or cluster["valued"]):
+            break
+        if cluster["flags"]:
+            flags.append(f"-{cluster['flags']}")
+        if cluster["valued"] is None:
+            index += 1
+            continue
+        value, index = (cluster["value"], index + 1) if cluster["value"] else (_at(args, index + 1), index + 2)
+        if value is None:
+            return flags, xoptions, args[index - 2 :]  # the option that lacks its value, on
+        if cluster["valued"] == "m":
+            return flags, xoptions, ["-m", value, *args[index:]]
+        xoptions += [value] if cluster["valued"] == "X" else []
+    return flags, xoptions, args[index:]
+
+
+def _at(args: list[str], index: int) -> str | None:
+    return args[index] if index < len(args) else None
 
 
 def _env_program(script: Path, argument: str, path: str | None) -> tuple[str, list[str]]:

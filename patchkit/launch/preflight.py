@@ -420,7 +420,7 @@ def prefix_findings(resolved: Resolved, status: TreeStatus, command: LaunchComma
     it: status judges the default mode, where Python re-validates it."""
     paths, root = sorted(_series_paths(resolved, status)), resolved.target.root
     paths += [MODULE] if (root / MODULE).is_file() else []  # the guard's own runs in its place too
-    prefix, never = command_prefix(root, command), command.hash_pycs == "never"
+    prefix, never = command_prefix(root, command), command.interpreter_settings()[2] == "never"
     if not prefix and not never:
         return []
     found: dict[str, str] = {}  # at the tree's real path and each it was named by (a symlinked site: Python keys it so)
