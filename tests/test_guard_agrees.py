@@ -594,6 +594,15 @@ def recorded_file_a_symlink_to_its_copy(tree: Tree) -> None:
     spec.symlink_to(copy.name)
 
 
+def recorded_file_an_absolute_symlink_to_its_copy_in_another_package(tree: Tree) -> None:
+    """The same bytes, in another package of the tree, reached by an absolute link (a dedup tool's)."""
+    _applied(tree)
+    spec = tree.site / SPEC
+    copy = tree.site / "vllm" / "models" / "spec_dedup.py"
+    spec.rename(copy)
+    spec.symlink_to(copy)
+
+
 def vllm_a_symlink_to_an_edited_copy(tree: Tree) -> None:
     """vllm/ a symlink to a copy elsewhere, where a recorded file was then edited: a drift of the
     files under the moved vllm/, judged, refused and fixed there."""
@@ -666,6 +675,7 @@ def created_file_closed_then_vllm_moved(tree: Tree) -> None:
 
 SYMLINKED = [
     recorded_file_a_symlink_to_its_copy,
+    recorded_file_an_absolute_symlink_to_its_copy_in_another_package,
     vllm_moved_elsewhere_holding_a_symlink_out,
     vllm_dist_info_a_symlink_out_of_the_tree,
     objects_a_symlink_out_of_the_tree,
@@ -803,6 +813,10 @@ def test_the_guard_refuses_exactly_when_the_commands_fail_and_the_named_fix_clea
     status = tree.cli("status", "--format", "json")
     if build in SYMLINKED + REFUSED_RECORDS:  # a tree no command writes to (exit 2, a hand repair): the guard refuses
         assert status.returncode == 2 and refuses, (status.stdout, guard.stderr[-600:])
+        launched = {command: tree.launch(command) for command in ("preflight", "run")}
+        assert all(done.returncode != 0 for done in launched.values()), {
+            c: d.stdout + d.stderr for c, d in launched.items()
+        }
         return
     assert status.returncode in (0, 1, 3), status.stdout + status.stderr
     said = {
