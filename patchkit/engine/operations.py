@@ -875,7 +875,7 @@ def verify_tree(
         # a module the import would hang on: no import probe (status's failure names it)
         import_probe = import_probe and not hanging_modules(resolved.target.root, launch_tags(resolved.target.root))
         status = inspect(resolved, check_upstream=True, import_probe=import_probe, verifying=verifying)
-        refuse_unchangeable(resolved)  # as status does; and fleet's phase 1 is this verify
+        refuse_unchangeable(resolved, status=status)  # as status does; and fleet's phase 1 is this verify
         checks = _tree_checks(resolved, status, import_probe, verifying)
         return VerifyResult(
             status, checks, warnings, series_fails=_failing_after_the_drift_fix(resolved, status, checks)
@@ -893,17 +893,20 @@ def _failing_after_the_drift_fix(resolved: Resolved, status: TreeStatus, checks:
     return frozenset(r.check for r in run_checks(context, failed) if r.failed)
 
 
-def refuse_unchangeable(resolved: Resolved, known: Sequence[Patch] = ()) -> None:
+def refuse_unchangeable(resolved: Resolved, known: Sequence[Patch] = (), status: TreeStatus | None = None) -> None:
     """A series file behind a symlinked directory, or a symlink or special file in its place: apply
     and revert refuse to write it (exit 2), so status and verify refuse it too rather than report a
     state patchkit could not change (or pass a phase 1 whose phase 2 would refuse). After the plan,
     as apply checks it: a path no file can have is the plan's refusal (exit 2), not this one's.
-    Likewise a record revert refuses."""
+    Likewise a record revert refuses. A recorded file the guard refuses for the symlink, in
+    `status` with the repair, is that tree state's failure (exit 1), as the guard's own file is."""
 
     refuse_unrevertable_record(resolved, read_state(resolved.target.root), known)
     if resolved.selection.kind != SelectionKind.PATCH:
         return
     paths = sorted({file.path for patch in resolved.patches for file in patch.files})
+    if status is not None and status.symlink_fix:
+        paths = [path for path in paths if not any(problem.startswith(f"{path} ") for problem in status.guard)]
     try:
         preflight(resolved.target.root, paths, writable=False)
     except BadInput as exc:
