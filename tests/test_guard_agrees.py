@@ -603,6 +603,14 @@ def recorded_file_an_absolute_symlink_to_its_copy_in_another_package(tree: Tree)
     spec.symlink_to(copy)
 
 
+def recorded_files_directory_a_symlink_to_its_copy(tree: Tree) -> None:
+    """The recorded file's directory, vllm/config, a symlink to an in-tree copy of it (same files)."""
+    _applied(tree)
+    config = tree.site / "vllm" / "config"
+    config.rename(config.with_name("config_real"))
+    config.symlink_to("config_real", target_is_directory=True)
+
+
 def vllm_a_symlink_to_an_edited_copy(tree: Tree) -> None:
     """vllm/ a symlink to a copy elsewhere, where a recorded file was then edited: a drift of the
     files under the moved vllm/, judged, refused and fixed there."""
@@ -678,6 +686,7 @@ def created_file_closed_then_vllm_moved(tree: Tree) -> None:
 RECORDED_SYMLINKS = [
     recorded_file_a_symlink_to_its_copy,
     recorded_file_an_absolute_symlink_to_its_copy_in_another_package,
+    recorded_files_directory_a_symlink_to_its_copy,
 ]
 
 SYMLINKED = [
@@ -817,11 +826,11 @@ def _repaired_by_hand(tree: Tree, status: subprocess.CompletedProcess) -> None:
     said.update(status=status.returncode, verify=tree.cli("verify", "--no-import").returncode)
     assert said == {"status": 1, "verify": 1, "preflight": 1, "run": 1}, said
     fix = json.loads(status.stdout)["guard"]["fix"]
-    spec = tree.site / SPEC
-    assert fix.startswith(f"replace the symlink {spec} with a copy of the file it points to"), fix
-    copy = spec.resolve()
-    spec.unlink()
-    shutil.copy2(copy, spec)
+    link = next(p for p in (tree.site / SPEC, (tree.site / SPEC).parent) if p.is_symlink())
+    assert fix.startswith(f"replace the symlink {link} with a "), fix
+    copy = link.resolve()
+    link.unlink()
+    (shutil.copytree if copy.is_dir() else shutil.copy2)(copy, link)
     assert load_plugins_like_vllm(tree.site).returncode == 0
     assert [tree.cli("status").returncode, tree.launch("run").returncode] == [0, 0]
 
