@@ -44,6 +44,7 @@ DISTRIBUTION = "patchkit-guard"
 MODULE = "patchkit_guard.py"
 ENTRY_POINT_NAME = "patchkit_guard"  # what a VLLM_PLUGINS allow-list must name
 ENTRY_POINT_GROUP = "vllm.general_plugins"
+ENTRY_POINT_ATTR = "check"  # the guard module's function vLLM's plugin loader must call
 
 Changes = dict[str, tuple[bytes | None, bytes | None]]
 
@@ -68,7 +69,7 @@ def is_site_packages(root: Path) -> bool:
     return any(p.is_dir() for p in vllm_metadata_dirs(root))
 
 
-OWN_ENTRY_POINTS = f"[{ENTRY_POINT_GROUP}]\n{ENTRY_POINT_NAME} = patchkit_guard:check\n"
+OWN_ENTRY_POINTS = f"[{ENTRY_POINT_GROUP}]\n{ENTRY_POINT_NAME} = patchkit_guard:{ENTRY_POINT_ATTR}\n"
 
 
 def _own_source() -> bytes:
@@ -834,7 +835,10 @@ def _declares_guard(text: str) -> bool:
     if module not in text:
         return False
     try:
-        return any(ep.module == module for ep in parse_entry_points(text).select(group=ENTRY_POINT_GROUP))
+        # the module alone is not the guard: vLLM calls what the entry point names (`patchkit_guard:nothing`
+        # fails to load, and vLLM logs it and launches unchecked)
+        points = parse_entry_points(text).select(group=ENTRY_POINT_GROUP)
+        return any(ep.module == module and ep.attr == ENTRY_POINT_ATTR for ep in points)
     except (ValueError, TypeError, AttributeError):  # importlib raises on it: vLLM loads no plugin
         return False
 

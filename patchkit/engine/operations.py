@@ -1371,6 +1371,16 @@ class _Reverting:
         copied = [*restored.edited, *(p for p in others if p not in restored.edited and os.path.lexists(self.root / p))]
         return unlike, list(dict.fromkeys(copied))
 
+    def not_the_release(self, plan: Plan) -> list[str]:
+        """The files written back unlike the published wheel's RECORD of the tree's release, where the
+        fetch cache holds it (no network): a vendor's build lists its own bytes in vLLM's RECORD, so
+        that RECORD alone does not make them the release's."""
+        written = _written(plan.changes)
+        published = integrity.published_record(self.undo.installed, set(written)) if written else None
+        if published is None:
+            return []
+        return sorted(p for p, data in written.items() if p in published.hashes and not published.matches(p, data))
+
     def write(
         self,
         plan: Plan,
@@ -1391,7 +1401,7 @@ class _Reverting:
         files = sorted(plan.changes)
         result = RevertResult(
             Outcome.REVERTED,
-            f"reverted: {_reverted_said(len(files), len(unsure), unlike, alone)}{removed}",
+            f"reverted: {_reverted_said(len(files), len(unsure), unlike, alone, self.not_the_release(plan))}{removed}",
             files,
             checks=bytecode,
             saved=saved,
@@ -1445,13 +1455,20 @@ def _tree_record(root: Path, paths: list[str]) -> Record | None:
     return tree_record(root, None, paths) if paths else None
 
 
-def _reverted_said(count: int, unsure: int, unlike: list[str], alone: Sequence[str] = ()) -> str:
+def _reverted_said(
+    count: int, unsure: int, unlike: list[str], alone: Sequence[str] = (), vendor: Sequence[str] = ()
+) -> str:
     """How many files a revert wrote, and how many of them it can call stock (revert27: without a
     RECORD, a series reversed is all it can say; `unlike`: those back unlike vLLM's RECORD; `alone`:
-    those back as only the record says they were)."""
+    those back as only the record says they were; `vendor`: those back as vLLM's RECORD lists them,
+    unlike the published release's)."""
     reversed_ = "the series' hunks reversed (no vLLM RECORD proves them stock)"
-    if unlike or alone:
+    vendor = [path for path in vendor if path not in unlike]
+    if unlike or alone or vendor:
         said = [f"{len(unlike)} not stock: {', '.join(unlike)}"] if unlike else []
+        said += (
+            [f"{len(vendor)} as this build's RECORD lists, not the release's: {', '.join(vendor)}"] if vendor else []
+        )
         said += [f"{len(alone)} as only the record says: {', '.join(alone)}"] if alone else []
         said += [f"{unsure} with {reversed_}"] if unsure else []
         return f"{count} file(s) restored as before apply ({'; '.join(said)})"

@@ -33,6 +33,7 @@ import contextlib
 import copy
 import json
 import os
+import re
 import shlex
 import stat
 from collections.abc import Callable, Iterable, Sequence
@@ -85,6 +86,24 @@ def meta_dir(root: Path) -> Path:
     return root / META_DIR
 
 
+def _recovery_lists(meta: Path) -> list[Path]:
+    """The lists of kept files a crash recovery wrote (recovered-<journal id>.txt, regular files):
+    patchkit's own, said when they were written; nothing recorded is left for them to explain."""
+    try:
+        names = os.listdir(meta)
+    except OSError:
+        return []
+    lists = [meta / n for n in names if re.fullmatch(r"recovered-[0-9A-Za-z]{1,64}\.txt", n)]
+    return [path for path in lists if _is_regular(path)]
+
+
+def _is_regular(path: Path) -> bool:
+    try:
+        return stat.S_ISREG(path.lstat().st_mode)
+    except OSError:
+        return False
+
+
 def remove_empty_store(root: Path, record: State) -> Path | None:
     """Once the record holds nothing (no set, no guard, no choice remembered), .patchkit/ goes:
     state.json, the emptied objects/, the lock (the caller holds it: a waiter checks the file it
@@ -98,6 +117,7 @@ def remove_empty_store(root: Path, record: State) -> Path | None:
         (meta / "state.json").unlink,
         (meta / "objects").rmdir,
         (meta / "saved").rmdir,  # emptied by the user's `rm -r` of each copy, as revert says
+        *(listed.unlink for listed in _recovery_lists(meta)),
         (meta / "lock").unlink,
         meta.rmdir,
     ):
