@@ -21,7 +21,8 @@ KERNEL_SHEBANG = 256  # what the kernel reads of a #! line (BINPRM_BUF_SIZE): th
 _SHEBANG = re.compile(r"[ \t]*(?P<interpreter>[^ \t]*)[ \t]*(?P<argument>.*?)[ \t]*$")
 # compiled on first use (re keeps it): start-up compiles none a run does not use
 _ASSIGNMENT = r"^[A-Za-z_][A-Za-z0-9_]*="
-PYTHON_FLAGS = re.compile(r"^-[bBdEIOPqRsSuv]+$")  # Python's options that take no value
+# a cluster of Python's own options: flags without a value, then perhaps -W, -X or -m with its value
+_PYTHON_CLUSTER = r"(?s)-(?P<flags>[bBdEIOPqRsSuv]*)(?:(?P<valued>[WXm])(?P<value>.*))?"
 PIP_WRAPPER = b"'''exec' "  # the second line of pip's /bin/sh wrapper
 HASH_PYCS = "--check-hash-based-pycs"  # Python's one long option with a value (no environment variable sets it)
 HASH_MODES = ("default", "always", "never")
@@ -62,17 +63,6 @@ def script_python(script: Path, path: str | None = None) -> tuple[str, list[str]
     return program, python_options(script, words)
 
 
-def script_hash_mode(script: Path, path: str | None = None) -> str:
-    """The --check-hash-based-pycs `script`'s Python runs with (the last given; "default": none, or
-    it cannot be told), as script_python reads its options."""
-    try:
-        _program, words = _script_words(script, path)
-    except TargetError:
-        return "default"
-    modes = [words[i + 1] for i, word in enumerate(words[:-1]) if word == HASH_PYCS and words[i + 1] in HASH_MODES]
-    return modes[-1] if modes else "default"
-
-
 def _script_words(script: Path, path: str | None) -> tuple[str, list[str]]:
     lines = read_head(script, SCRIPT_HEAD).split(b"\n")
     if not lines[0].startswith(b"#!"):
@@ -110,33 +100,58 @@ def _kernel_reads(script: Path, line: bytes) -> str:
 
 
 def python_options(script: Path, words: list[str]) -> list[str]:
-    """`words`, the options a script's Python runs with before the script itself, when each is a
-    cluster of flags that take no value (`-E`, `-sE`, `-I`): passed on as they are to the interpreter
-    patchkit asks where vllm is; `--check-hash-based-pycs MODE` (two words: env -S, pip's wrapper)
-    read by script_hash_mode, not passed on; anything else (a value, `-m`, a blank inside) cannot be
-    told. RefusedByPython for a --check-hash-based-pycs Python refuses: in one word (a plain #! line
-    passes all it holds as one: an unknown option), or without a mode next (it would take the
-    script's path as the mode)."""
+    """`words`, the options a script's Python runs with before the script itself, read as Python reads
+    them (read_python_options): its flag clusters (`-E`, `-sE`), its -X values (`-Xpycache_prefix=DIR`)
+    and its --check-hash-based-pycs MODE (two words: env -S, pip's wrapper), passed on to each
+    interpreter patchkit asks (-W's values are not: they change no import); anything else (`-m`,
+    `-c`, a blank inside a word) cannot be told. RefusedByPython for a --check-hash-based-pycs Python
+    refuses: in one word (a plain #! line passes all it holds as one: an unknown option), or without
+    a mode next (it would take the script's path as the mode)."""
+    modes: list[str] = []
+    flags, xoptions, rest = read_python_options(words, modes)
+    if rest and rest[0].startswith(HASH_PYCS):
+        raise _refused(script, rest[0], _at(rest, 1))
+    if rest:
+        raise cannot_tell(
+            script, f"its Python runs with the option {quoted(repr(rest[0]))}, which patchkit does not pass on"
+        )
+    return [*flags, *(f"-X{x}" for x in xoptions), *([HASH_PYCS, modes[-1]] if modes else [])]
+
+
+def read_python_options(args: list[str], hash_pycs: list[str]) -> tuple[list[str], list[str], list[str]]:
+    """A Python's own options (a `python` launch's, a script's #! line's) read as Python reads them: a
+    cluster of flags, which may end in -W, -X or -m with its value attached or next. (Its flag
+    clusters, each `-` and letters: -E, -sP...; its -X values, one of which may set where bytecode is
+    read from; the rest, from `-m MODULE` on, or from the first word Python would not read as an
+    option, or from an option that lacks its value.) -W changes no import and is not kept;
+    `--check-hash-based-pycs MODE` is appended to `hash_pycs` (the last one counts)."""
     flags: list[str] = []
+    xoptions: list[str] = []
     index = 0
-    while index < len(words):
-        word = words[index]
-        if word.startswith(HASH_PYCS):
-            if word != HASH_PYCS or _after(words, index) not in HASH_MODES:
-                raise _refused(script, word, _after(words, index))
-            index += 2
+    while index < len(args):
+        if args[index] == HASH_PYCS and _at(args, index + 1) in HASH_MODES:
+            hash_pycs.append(args[index + 1])
+            index += 2  # its one long option with a value (exact, the value next: as CPython's getopt)
             continue
-        if not PYTHON_FLAGS.match(word):
-            raise cannot_tell(
-                script, f"its Python runs with the option {quoted(repr(word))}, which patchkit does not pass on"
-            )
-        flags.append(word)
-        index += 1
-    return flags
+        cluster = re.compile(_PYTHON_CLUSTER).fullmatch(args[index])
+        if cluster is None or not (cluster["flags"] or cluster["valued"]):
+            break
+        if cluster["flags"]:
+            flags.append(f"-{cluster['flags']}")
+        if cluster["valued"] is None:
+            index += 1
+            continue
+        value, index = (cluster["value"], index + 1) if cluster["value"] else (_at(args, index + 1), index + 2)
+        if value is None:
+            return flags, xoptions, args[index - 2 :]  # the option that lacks its value, on
+        if cluster["valued"] == "m":
+            return flags, xoptions, ["-m", value, *args[index:]]
+        xoptions += [value] if cluster["valued"] == "X" else []
+    return flags, xoptions, args[index:]
 
 
-def _after(words: list[str], index: int) -> str | None:
-    return words[index + 1] if index + 1 < len(words) else None
+def _at(args: list[str], index: int) -> str | None:
+    return args[index] if index < len(args) else None
 
 
 def _refused(script: Path, word: str, after: str | None) -> RefusedByPython:
