@@ -204,6 +204,13 @@ class TreeStatus(Value):
         (the guard cannot tell the version: apply removes it, as it installs none on such a tree)."""
         if any(SEVERAL in problem for problem in self.guard):
             return f"{SEVERAL_FIX}, then run {hints.command('status')}"
+        unread = next((p for p in self.guard if NAMES_NO_VERSION in p), None)
+        if unread is not None and not self.drifted:  # pip writes the Version again; apply then patches anew
+            applied_to = unread.rpartition(" vLLM ")[2]
+            return (
+                f"run {hints.pip_reinstall(applied_to)} (it writes vLLM's files and dist-info again), then "
+                f"{hints.command('apply')}"
+            )
         if any(problem.startswith(NO_DIST_INFO) for problem in self.guard) and not self.drifted:
             return f"run {hints.command('apply')} (the guard cannot tell vLLM's version there: it removes the guard)"
         return None
@@ -333,6 +340,9 @@ class TreeStatus(Value):
         ):
             return Outcome.CHECK_FAILED
         return Outcome.OK
+
+
+NAMES_NO_VERSION = ".dist-info names no version, so the guard cannot tell which vLLM runs"  # the guard's words
 
 
 def _version_read_as_none(missing: str | None) -> str | None:
