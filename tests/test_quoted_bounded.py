@@ -3,6 +3,7 @@ in a bounded head: a huge line in a file never becomes a huge line of output."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 
@@ -68,3 +69,26 @@ def test_a_hunk_that_meets_a_huge_line_quotes_its_head(tmp_path):
     assert done.returncode != 0 and "does not apply" in said, said[:2000]
     assert _longest(said) < LONGEST_LINE, _longest(said)
     assert os.path.getsize(tree / SPEC) > 200_000  # untouched
+
+
+@pytest.mark.parametrize("field", ["path", "set", "format"])
+def test_a_damaged_record_with_a_huge_value_is_quoted_by_its_head(tmp_path, field):
+    """state.json is read back from the tree, untrusted: a damaged one names what is wrong, its
+    values quoted by their head."""
+    library = spec_library(tmp_path / "scratch")
+    tree = write_tree(tmp_path / "site")
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-guard").returncode == 0
+    record = tree / ".patchkit" / "state.json"
+    data = json.loads(record.read_text())
+    entry, huge = data["entries"][0], "x" * 200_000
+    if field == "path":
+        entry["files"]["../" + huge] = entry["files"].pop(SPEC)
+    elif field == "set":
+        entry["set"] = huge + "/"
+    else:
+        data["format"] = huge
+    record.write_text(json.dumps(data))
+    done = run_cli("status", "--target", tree, "--patches", library)
+    said = done.stdout + done.stderr
+    assert done.returncode == 2 and "is damaged" in said and "characters)" in said, said[:500]
+    assert _longest(said) < LONGEST_LINE, _longest(said)
