@@ -336,7 +336,7 @@ def refusal_text(problems: list[str], guarded: bool = True) -> str:
     is not this patchkit's (edited, another's) refuses nothing patchkit can tell, so it is said as
     such; another build's is said as what made it so (most often an upgrade of patchkit). Not
     `guarded`: no guard is installed, and the problems are what the launch runs unrefused."""
-    if not guarded and all(_stale_prefixed(p) for p in problems):
+    if not guarded and all(_stale_prefixed(p) or STALE_BYTECODE in p for p in problems):
         lead = UNGUARDED_STALE_LEAD
     elif any(INSTEAD_OF_GUARD in p for p in problems):
         lead = SHADOWED_LEAD
@@ -412,18 +412,16 @@ def launch_verdict(root: Path, state: State | None = None, prefix: str | None = 
 
 
 def unguarded_stale(root: Path, state: State | None, prefix: str | None, mode: str = "default") -> list[str]:
-    """Without a guard, nothing refuses the stale unchecked-hash bytecode of a recorded file under the
-    launch's pycache prefix (None: launch_prefix) at start-up: the launch runs it, so status and verify
-    say it (apply, which reads the same start-up prefix, removes it). __pycache__ is verify's bytecode check's."""
+    """Without a guard, nothing refuses the stale unchecked-hash bytecode of a recorded file at start-up,
+    where the launch reads it (under its pycache prefix, None: launch_prefix; else __pycache__): the
+    launch runs it, so status, verify and preflight say it (apply's bytecode fix, or removing it, ends it)."""
     prefix = launch_prefix(root) if prefix is None else prefix
-    if not prefix:
-        return []
     try:
         recorded = sorted({path for entry in (state or read_state(root)).entries for path in entry.files})
     except PatchkitError:  # a damaged record: status says so on its own
         return []
     found = [said for _rel, said in _stale_bytecode(root, recorded, prefix, mode)]
-    return [said for said in dict.fromkeys(found) if _stale_prefixed(said)]
+    return [said for said in dict.fromkeys(found) if _stale_prefixed(said) or (not prefix and STALE_BYTECODE in said)]
 
 
 def own_stale_bytecode(root: Path, prefix: str, mode: str = "default") -> list[str]:
