@@ -61,6 +61,10 @@ CONFIGS = {
         class SchedulerConfig:
             max_num_seqs: int = Field(default=128, ge=1)
             max_num_batched_tokens: int = Field(default=2048, ge=1)
+
+            def verify_max_model_len(self, max_model_len: int) -> Self:
+                if self.max_num_batched_tokens < self.max_num_seqs:
+                    raise ValueError("max_num_batched_tokens must be greater than or equal to max_num_seqs")
         """,
     "model": """
         class ModelConfig:
@@ -107,6 +111,10 @@ REFUSED = [
     (["--max-model-len", "0"], "vLLM refuses --max-model-len 0: without --max-num-batched-tokens it derives"),
     (["--max-model-len", "0", "--max-num-seqs", "4"], "SchedulerConfig.max_num_batched_tokens must be at least 1"),
     (["--max-model-len", "-2"], "vLLM refuses --max-model-len -2: its ModelConfig.max_model_len must be at least -1"),
+    (
+        ["--max-num-seqs", "64", "--max-num-batched-tokens", "32"],
+        "vLLM refuses --max-num-batched-tokens 32 below --max-num-seqs 64",
+    ),
 ]
 ACCEPTED = [  # vLLM 0.16.0's create_engine_config takes each
     ["-tp", "-8"],
@@ -119,6 +127,8 @@ ACCEPTED = [  # vLLM 0.16.0's create_engine_config takes each
     ["--max-model-len", "0", "--max-num-batched-tokens", "2048"],  # given, nothing derives 0
     ["--max-model-len", "-1"],
     ["--max-model-len", "1"],
+    ["--max-num-seqs", "32", "--max-num-batched-tokens", "32"],
+    ["--max-num-batched-tokens", "32"],  # vLLM derives max_num_seqs to fit
 ]
 
 

@@ -47,7 +47,7 @@ def bounds_findings(check: str, context: LaunchContext) -> list[Finding]:
     if declared is None:
         return found
     text = declared.decode("utf-8", "replace")
-    found += _derived_zero(check, context, numbers, text)
+    found += _derived_zero(check, context, numbers, text) + _fewer_tokens_than_seqs(check, context, numbers)
     for name, value in sorted(numbers.items()):
         field = _config_field(text, name, context)
         bound = _field_bounds(context, *field) if field is not None else {}
@@ -74,6 +74,25 @@ def _derived_zero(check: str, context: LaunchContext, numbers: dict[str, int | f
         "as max_num_seqs times max_model_len, 0, and its SchedulerConfig.max_num_batched_tokens must be at least 1"
     )
     return [Finding(check, False, why, "give --max-model-len 1 or more (-1: fit to the memory), or drop it")]
+
+
+SCHEDULER = "vllm/config/scheduler.py"
+_TOKENS_BELOW_SEQS = "self.max_num_batched_tokens < self.max_num_seqs"  # SchedulerConfig's own check
+
+
+def _fewer_tokens_than_seqs(check: str, context: LaunchContext, numbers: dict[str, int | float]) -> list[Finding]:
+    """--max-num-batched-tokens below --max-num-seqs, both given (one given alone, vLLM derives the
+    other to fit), where the tree's SchedulerConfig refuses it: vLLM stops at start, before any load."""
+    tokens, seqs = numbers.get("max-num-batched-tokens"), numbers.get("max-num-seqs")
+    if tokens is None or seqs is None or tokens >= seqs:
+        return []
+    scheduler = context.read(SCHEDULER)
+    if scheduler is None or _TOKENS_BELOW_SEQS.encode() not in scheduler:
+        return []
+    why = f"vLLM refuses --max-num-batched-tokens {tokens} below --max-num-seqs {seqs}: its SchedulerConfig requires at least as many"
+    return [
+        Finding(check, False, why, f"give --max-num-batched-tokens {seqs} or more, or --max-num-seqs {tokens} or less")
+    ]
 
 
 def _config_field(arg_utils: str, name: str, context: LaunchContext) -> tuple[str, str] | None:
