@@ -602,6 +602,23 @@ def recorded_file_a_symlink_to_its_copy(tree: Tree) -> None:
     spec.symlink_to(copy.name)
 
 
+def recorded_file_an_absolute_symlink_to_its_copy_in_another_package(tree: Tree) -> None:
+    """The same bytes, in another package of the tree, reached by an absolute link (a dedup tool's)."""
+    _applied(tree)
+    spec = tree.site / SPEC
+    copy = tree.site / "vllm" / "models" / "spec_dedup.py"
+    spec.rename(copy)
+    spec.symlink_to(copy)
+
+
+def recorded_files_directory_a_symlink_to_its_copy(tree: Tree) -> None:
+    """The recorded file's directory, vllm/config, a symlink to an in-tree copy of it (same files)."""
+    _applied(tree)
+    config = tree.site / "vllm" / "config"
+    config.rename(config.with_name("config_real"))
+    config.symlink_to("config_real", target_is_directory=True)
+
+
 def vllm_a_symlink_to_an_edited_copy(tree: Tree) -> None:
     """vllm/ a symlink to a copy elsewhere, where a recorded file was then edited: a drift of the
     files under the moved vllm/, judged, refused and fixed there."""
@@ -672,8 +689,15 @@ def created_file_closed_then_vllm_moved(tree: Tree) -> None:
     (tree.site / "vllm").symlink_to(elsewhere / "vllm")
 
 
-SYMLINKED = [
+# a recorded file a symlink to a copy of its bytes: a tree state (exit 1) whose fix is the hand
+# repair status names (apply refuses to write through the link, exit 2)
+RECORDED_SYMLINKS = [
     recorded_file_a_symlink_to_its_copy,
+    recorded_file_an_absolute_symlink_to_its_copy_in_another_package,
+    recorded_files_directory_a_symlink_to_its_copy,
+]
+
+SYMLINKED = [
     vllm_moved_elsewhere_holding_a_symlink_out,
     vllm_dist_info_a_symlink_out_of_the_tree,
     objects_a_symlink_out_of_the_tree,
@@ -748,6 +772,7 @@ CATALOGUE: list[Callable[[Tree], None]] = [
     vllm_moved_elsewhere,
     vllm_a_symlink_to_an_edited_copy,
     *CLOSED_TO_OTHERS,
+    *RECORDED_SYMLINKS,
     *SYMLINKED,
     *REFUSED_RECORDS,
 ]
@@ -803,6 +828,22 @@ def _fixes(status_json: dict) -> list[list[str]]:
     return [command.split() for command in named] or [["apply"]]
 
 
+def _repaired_by_hand(tree: Tree, status: subprocess.CompletedProcess) -> None:
+    """status fails with the repair (the symlink replaced by a copy), as the other commands and the
+    guard do; once made, each passes."""
+    said = {command: tree.launch(command).returncode for command in ("preflight", "run")}
+    said.update(status=status.returncode, verify=tree.cli("verify", "--no-import").returncode)
+    assert said == {"status": 1, "verify": 1, "preflight": 1, "run": 1}, said
+    fix = json.loads(status.stdout)["guard"]["fix"]
+    link = next(p for p in (tree.site / SPEC, (tree.site / SPEC).parent) if p.is_symlink())
+    assert fix.startswith(f"replace the symlink {link} with a "), fix
+    copy = link.resolve()
+    link.unlink()
+    (shutil.copytree if copy.is_dir() else shutil.copy2)(copy, link)
+    assert load_plugins_like_vllm(tree.site).returncode == 0
+    assert [tree.cli("status").returncode, tree.launch("run").returncode] == [0, 0]
+
+
 @pytest.mark.parametrize("build", CATALOGUE, ids=lambda build: build.__name__)
 def test_the_guard_refuses_exactly_when_the_commands_fail_and_the_named_fix_clears_it(open_tmp_path, build):
     tree = _tree(open_tmp_path)  # another user loads the guard too
@@ -812,8 +853,15 @@ def test_the_guard_refuses_exactly_when_the_commands_fail_and_the_named_fix_clea
     status = tree.cli("status", "--format", "json")
     if build in SYMLINKED + REFUSED_RECORDS:  # a tree no command writes to (exit 2, a hand repair): the guard refuses
         assert status.returncode == 2 and refuses, (status.stdout, guard.stderr[-600:])
+        launched = {command: tree.launch(command) for command in ("preflight", "run")}
+        assert all(done.returncode != 0 for done in launched.values()), {
+            c: d.stdout + d.stderr for c, d in launched.items()
+        }
         return
     assert status.returncode in (0, 1, 3), status.stdout + status.stderr
+    if build in RECORDED_SYMLINKS:
+        _repaired_by_hand(tree, status)
+        return
     said = {
         "status": status.returncode,
         "verify": tree.cli("verify", "--no-import").returncode,
@@ -1630,10 +1678,10 @@ def _prefix_from_a_variable(venv: Venv) -> Path:
     return prefix
 
 
-def _launch_with(venv: Venv, command: str, *env_prefix: str):
+def _launch_with(venv: Venv, command: str, *env_prefix: str, cwd: str | None = None):
     extra = ("--no-import",) if command == "preflight" else ()
     launch = ["env", *env_prefix, str(venv.python), "-m", "vllm.entrypoints.cli.main", "serve", str(venv.model)]
-    return run_cli(command, *venv.own(), *extra, "--", *launch)
+    return run_cli(command, *venv.own(), *extra, "--", *launch, cwd=None if cwd is None else Path(cwd))
 
 
 @pytest.mark.parametrize("by", ["--python", "--target"])
@@ -1684,6 +1732,114 @@ def test_a_startup_prefix_the_launchs_env_i_drops_is_not_held_against_it(tmp_pat
     assert venv.cli("status").returncode == 1  # as patchkit itself would start it: the bytecode is read
     done = _launch_with(venv, "preflight", "-i")
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def _launch_adds_startup_code(venv: Venv, form: str, prefix: Path) -> tuple[list[str], str | None]:
+    """Start-up code that sets `prefix` where only the launch's own `env` puts it: the `env`
+    arguments, and the directory the launch runs in (None: patchkit's)."""
+    code = f"import sys; sys.pycache_prefix = {str(prefix)!r}\n"
+    outside = venv.site.parents[3] / "outside"
+    if form == "a sitecustomize setting it by a built name":  # no `pycache_prefix` in its text
+        (outside / "hooks").mkdir(parents=True)
+        (outside / "hooks" / "sitecustomize.py").write_text(
+            f"import sys\nsetattr(sys, 'pycache' + '_prefix', {str(prefix)!r})\n"
+        )
+        return [f"PYTHONPATH={outside / 'hooks'}"], None
+    if form == "sitecustomize on PYTHONPATH":
+        (outside / "hooks").mkdir(parents=True)
+        (outside / "hooks" / "sitecustomize.py").write_text(code)
+        return [f"PYTHONPATH={outside / 'hooks'}"], None
+    if form == "a sitecustomize package on a relative PYTHONPATH":
+        (outside / "hooks" / "sitecustomize").mkdir(parents=True)
+        (outside / "hooks" / "sitecustomize" / "__init__.py").write_text(code)
+        return ["-C", str(outside), "PYTHONPATH=hooks"], str(outside)  # patchkit runs there too
+    if form == "a module the site's .pth imports, on PYTHONPATH":
+        (venv.site / "zz_hook.pth").write_text("import zz_tuning\n")
+        (venv.site / "zz_tuning.py").write_text("TUNED = True\n")  # the site's own sets nothing
+        (outside / "hooks").mkdir(parents=True)
+        (outside / "hooks" / "zz_tuning.py").write_text(code)
+        return [f"PYTHONPATH={outside / 'hooks'}"], None
+    # a user site the launch's environment names, in a venv that has one (system site-packages)
+    cfg = venv.python.parents[1] / "pyvenv.cfg"
+    cfg.write_text(
+        cfg.read_text().replace("include-system-site-packages = false", "include-system-site-packages = true")
+    )
+    base = outside / "home" / ".local" if form == "the user site of HOME" else outside / "userbase"
+    lib = base / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
+    lib.mkdir(parents=True)
+    (lib / "zz_prefix.pth").write_text(code)
+    return [f"HOME={outside / 'home'}" if form == "the user site of HOME" else f"PYTHONUSERBASE={base}"], None
+
+
+@pytest.mark.parametrize(
+    ("form", "by"),
+    [
+        ("sitecustomize on PYTHONPATH", "--python"),
+        ("sitecustomize on PYTHONPATH", "--target"),
+        ("a sitecustomize setting it by a built name", "--python"),
+        ("a sitecustomize package on a relative PYTHONPATH", "--python"),
+        ("a module the site's .pth imports, on PYTHONPATH", "--python"),
+        ("the user site of PYTHONUSERBASE", "--target"),
+        ("the user site of HOME", "--python"),
+    ],
+)
+def test_start_up_code_only_the_launchs_env_adds_is_asked_as_the_guard_judges_it(tmp_path, form, by):
+    """The launch's `env` puts start-up code on its interpreter's path that the site does not hold
+    and that never names pycache_prefix where patchkit reads: its interpreter is asked with the
+    launch's environment and directory, and preflight and run fail naming the stale bytecode."""
+    venv = _venv(tmp_path, by)
+    _venv_applied(venv)
+    prefix = tmp_path / "pq7"
+    env_words, cwd = _launch_adds_startup_code(venv, form, prefix)
+    _prefixed_unchecked_pyc(venv, prefix, stock_files("0.16.0")[SPEC])
+    clean = {k: v for k, v in os.environ.items() if k not in ("PATCHKIT_GUARD", "PYTHONDONTWRITEBYTECODE")}
+    guard = ["env", *env_words, str(venv.python), "-c", LOAD_LIKE_VLLM, str(venv.site)]
+    refused = subprocess.run(guard, capture_output=True, text=True, env=clean, cwd=cwd, check=False)
+    assert refused.returncode != 0 and "pq7" in refused.stderr, refused.stderr[-600:]
+    assert venv.cli("status").returncode == 0  # patchkit's own environment runs none of it
+    for command in ("preflight", "run"):
+        done = _launch_with(venv, command, *env_words, cwd=cwd)
+        assert done.returncode == 1 and "pq7" in done.stdout + done.stderr, (command, done.stdout + done.stderr)
+
+
+@pytest.mark.parametrize(
+    "shebang",
+    [
+        "{python} -Xpycache_prefix={prefix}",
+        "{python} -sXpycache_prefix={prefix}",
+        "/usr/bin/env -S {python} -E -X pycache_prefix={prefix}",
+        "/usr/bin/env -S {python} --check-hash-based-pycs never",
+    ],
+)
+def test_the_vllm_scripts_own_bytecode_options_are_judged_as_the_guard_judges_them(tmp_path, shebang):
+    """A `vllm` script whose #! line gives its Python a pycache prefix, or has it load checked-hash
+    bytecode unchecked, holding stale stock bytecode there: read as a `python -X...` launch's
+    options are, so preflight and run fail naming it, as the guard refuses it."""
+    venv = _venv(tmp_path)
+    _venv_applied(venv)
+    prefix = tmp_path / "px5"
+    stock = stock_files("0.16.0")[SPEC]
+    if "never" in shebang:  # checked-hash bytecode of the stock file where Python looks for it
+        scratch = tmp_path / "scratch.py"
+        scratch.write_text(stock)
+        pyc = venv.site / "vllm" / "config" / "__pycache__" / f"spec.{sys.implementation.cache_tag}.pyc"
+        mode = py_compile.PycInvalidationMode.CHECKED_HASH
+        py_compile.compile(str(scratch), cfile=str(pyc), doraise=True, invalidation_mode=mode)
+        options = ["--check-hash-based-pycs", "never"]
+    else:
+        _prefixed_unchecked_pyc(venv, prefix, stock)
+        options = [f"-Xpycache_prefix={prefix}"]
+    script = venv.python.parent / "vllm"
+    script.write_text(f"#!{shebang.format(python=venv.python, prefix=prefix)}\nimport sys\nsys.exit(0)\n")
+    clean = {k: v for k, v in os.environ.items() if k not in ("PATCHKIT_GUARD", "PYTHONDONTWRITEBYTECODE")}
+    guard = [str(venv.python), *options, "-c", LOAD_LIKE_VLLM, str(venv.site)]
+    refused = subprocess.run(guard, capture_output=True, text=True, env=clean, check=False)
+    assert refused.returncode != 0 and "spec.py" in refused.stderr, refused.stderr[-600:]
+    assert venv.cli("status").returncode == 0
+    for command in ("preflight", "run"):
+        done = venv.launch(command)
+        said = done.stdout + done.stderr
+        assert done.returncode == 1 and "spec" in said and "cannot judge" not in said, (command, said)
 
 
 def test_apply_updating_the_guard_leaves_no_unchecked_hash_pyc_of_the_old_guard(tmp_path):

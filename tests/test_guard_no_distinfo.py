@@ -109,3 +109,39 @@ def test_a_metadata_version_that_is_no_version_names_both_fixes(tmp_path):
         assert "--vllm-version 0.16.0" in hint and "vllm-0.16.0.dist-info" in hint and "vllm==0.16.0" in hint, hint
     told = run_cli("status", "--target", tree, "--patches", library, "--vllm-version", "0.16.0")
     assert told.returncode == 0, told.stdout + told.stderr
+
+
+@pytest.mark.parametrize("metadata", ["Version: \n", ""], ids=["empty", "missing"])
+def test_status_of_a_tree_applied_without_a_guard_for_an_unread_version_says_it_is_unguarded(tmp_path, metadata):
+    """`Version: ` empty (or none) in the one dist-info, the release told by vllm/_version.py: apply
+    warns and installs no guard; status said "applied" and nothing else, though nothing checks a
+    launch. It says no guard runs, why, and the commands that end it."""
+    tree, library = _metadata_with_version(tmp_path, "")
+    (tree / "vllm-0.16.0.dist-info" / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\n{metadata}")
+    assert run_cli("apply", "--target", tree, "--patches", library).returncode == 0
+    assert not (tree / "patchkit_guard.py").exists()
+    done = run_cli("status", "--target", tree, "--patches", library)
+    said = " ".join((done.stdout + done.stderr).split())
+    assert done.returncode == 0 and "no launch guard" in said and "vLLM launches this tree unchecked" in said, said
+    assert "vllm-0.16.0.dist-info/METADATA" in said and "vllm==0.16.0" in said and "--no-guard" in said, said
+    told = run_cli("apply", "--target", tree, "--patches", library, "--no-guard")
+    assert told.returncode == 0
+    again = run_cli("status", "--target", tree, "--patches", library)
+    assert "no launch guard" not in again.stdout + again.stderr  # told: none wanted
+
+
+def test_a_version_emptied_after_apply_is_refused_as_naming_no_version_with_pips_fix(tmp_path):
+    """The guard installed, then METADATA's Version emptied: the guard said "vLLM  is installed, but
+    the patches were applied to vLLM 0.16.0" (an empty version quoted) and status's fix was an apply
+    that drops the guard. It names the dist-info that names no version, and pip's repair."""
+    tree, library = _metadata_with_version(tmp_path, "0.16.0")
+    assert run_cli("apply", "--target", tree, "--patches", library).returncode == 0
+    assert (tree / "patchkit_guard.py").exists()
+    (tree / "vllm-0.16.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: \n")
+    refused = load_plugins_like_vllm(tree)
+    assert refused.returncode != 0 and "vllm-0.16.0.dist-info names no version" in refused.stderr, refused.stderr
+    assert "vLLM  is installed" not in refused.stderr
+    done = run_cli("status", "--target", tree, "--patches", library)
+    said = " ".join((done.stdout + done.stderr).split())
+    assert done.returncode == 1 and "vllm-0.16.0.dist-info names no version" in said, said
+    assert "vllm==0.16.0" in said.partition("fix:")[2], said

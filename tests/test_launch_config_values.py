@@ -16,7 +16,7 @@ from helpers import run_cli
 from launch_fixtures import KIMI_DRAFTER, KIMI_K25, applied, patchkit_run, stand_in_launch, write_model
 
 ARG_UTILS = textwrap.dedent("""\
-    from vllm.config import CacheConfig, LoRAConfig, MultiModalConfig, ParallelConfig, SchedulerConfig
+    from vllm.config import CacheConfig, LoRAConfig, ModelConfig, MultiModalConfig, ParallelConfig, SchedulerConfig
 
 
     class EngineArgs:
@@ -35,10 +35,20 @@ ARG_UTILS = textwrap.dedent("""\
                     "default": None,
                 },
             )
+            group.add_argument("--max-num-batched-tokens", **scheduler_kwargs["max_num_batched_tokens"])
+            model_kwargs = get_kwargs(ModelConfig)
+            group.add_argument("--max-model-len", **model_kwargs["max_model_len"])
             lora_kwargs = get_kwargs(LoRAConfig)
             group.add_argument("--max-loras", **lora_kwargs["max_loras"])
             multimodal_kwargs = get_kwargs(MultiModalConfig)
             group.add_argument("--mm-processor-cache-gb", **multimodal_kwargs["mm_processor_cache_gb"])
+
+        def _set_default_max_num_seqs_and_batched_tokens_args(self, usage_context, model_config):
+            if orig_max_num_batched_tokens is None:
+                self.max_num_batched_tokens = min(
+                    self.max_num_seqs * model_config.max_model_len,
+                    self.max_num_batched_tokens,
+                )
     """)
 CONFIGS = {
     "cache": """
@@ -50,6 +60,11 @@ CONFIGS = {
     "scheduler": """
         class SchedulerConfig:
             max_num_seqs: int = Field(default=128, ge=1)
+            max_num_batched_tokens: int = Field(default=2048, ge=1)
+        """,
+    "model": """
+        class ModelConfig:
+            max_model_len: int = Field(default=None, ge=-1)
         """,
     "lora": """
         class LoRAConfig:
@@ -89,6 +104,9 @@ REFUSED = [
     (["--gpu-memory-utilization", "0"], "gpu_memory_utilization must be above 0 and at most 1"),
     (["--swap-space", "-1"], "vLLM refuses --swap-space -1.0: its CacheConfig.swap_space must be at least 0"),
     (["--enable-lora", "--max-loras", "0"], "vLLM refuses --max-loras 0: its LoRAConfig.max_loras must be at least 1"),
+    (["--max-model-len", "0"], "vLLM refuses --max-model-len 0: without --max-num-batched-tokens it derives"),
+    (["--max-model-len", "0", "--max-num-seqs", "4"], "SchedulerConfig.max_num_batched_tokens must be at least 1"),
+    (["--max-model-len", "-2"], "vLLM refuses --max-model-len -2: its ModelConfig.max_model_len must be at least -1"),
 ]
 ACCEPTED = [  # vLLM 0.16.0's create_engine_config takes each
     ["-tp", "-8"],
@@ -98,6 +116,9 @@ ACCEPTED = [  # vLLM 0.16.0's create_engine_config takes each
     ["--swap-space", "0"],
     ["--max-loras", "0"],  # no LoRAConfig is built without --enable-lora
     ["--mm-processor-cache-gb", "-1"],  # nor a MultiModalConfig for a model that is not multimodal: not judged
+    ["--max-model-len", "0", "--max-num-batched-tokens", "2048"],  # given, nothing derives 0
+    ["--max-model-len", "-1"],
+    ["--max-model-len", "1"],
 ]
 
 

@@ -4,6 +4,7 @@ test here failed on the code before its fix; the real-vLLM comparisons are in te
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -368,7 +369,7 @@ def test_the_first_path_of_a_script_follows_its_interpreter_options(tmp_path, op
     assert command.first_path() == (str(python.parent) if first else None)
 
 
-@pytest.mark.parametrize("options", [" -W error", " -s -E", " -c pass", " -m vllm"])
+@pytest.mark.parametrize("options", [" -s -E", " -c pass", " -m vllm", " -x", " -X"])
 def test_interpreter_options_patchkit_cannot_pass_on_cannot_be_told(tmp_path, options):
     python = tmp_path / "bin" / "python3"
     python.parent.mkdir()
@@ -376,6 +377,59 @@ def test_interpreter_options_patchkit_cannot_pass_on_cannot_be_told(tmp_path, op
     command = parse([str(_script(python, "{python}" + options)), "serve", "m"])
     with pytest.raises(TargetError, match="cannot tell"):
         command.interpreter()
+
+
+@pytest.mark.parametrize(
+    ("options", "passed", "prefix", "mode"),
+    [
+        (" -W error", [], None, "default"),  # warnings: no import changes
+        (" -Xpycache_prefix=/pp", ["-Xpycache_prefix=/pp"], "/pp", "default"),
+        (" -EXpycache_prefix=rel", ["-E", "-Xpycache_prefix=rel"], "{cwd}/rel", "default"),
+        (
+            " -X pycache_prefix=/pp",
+            ["-X pycache_prefix=/pp"],
+            None,
+            "default",
+        ),  # one word: " pycache_prefix" is no option
+        (" -Xutf8", ["-Xutf8"], None, "default"),
+    ],
+)
+def test_a_scripts_x_options_are_read_as_a_python_launchs(tmp_path, options, passed, prefix, mode):
+    """The kernel passes what follows a #! line's interpreter as one word, which Python reads as its
+    options; -X values (a pycache prefix) are the launch's as `python -X...`'s are."""
+    python = tmp_path / "bin" / "python3"
+    python.parent.mkdir()
+    python.symlink_to(Path(sys.executable))
+    command = parse([str(_script(python, "{python}" + options)), "serve", "m"])
+    assert command.launch_python()[1] == passed
+    assert command.pycache_prefix() == (prefix.format(cwd=os.getcwd()) if prefix else None)
+    assert command.interpreter_settings()[2] == mode
+
+
+def test_a_scripts_hash_mode_given_through_env_s_is_the_launchs(tmp_path):
+    python = tmp_path / "bin" / "python3"
+    python.parent.mkdir()
+    python.symlink_to(Path(sys.executable))
+    line = "/usr/bin/env -S {python} --check-hash-based-pycs always --check-hash-based-pycs never -sX pycache_prefix=/q"
+    command = parse([str(_script(python, line)), "serve", "m"])
+    assert command.interpreter_settings() == (["-s"], ["pycache_prefix=/q"], "never")
+    assert command.loading_options() == ["-Xpycache_prefix=/q", "--check-hash-based-pycs", "never"]
+    assert command.pycache_prefix() == "/q"
+
+
+def test_an_x_values_letters_are_not_flags_of_the_scripts_python(tmp_path, monkeypatch):
+    """`-Xpycache_prefix=/Envs/I` holds an E and an I, which are no -E or -I: PYTHONPATH is still on
+    the launch's import path, and PYTHONPYCACHEPREFIX is not what sets its prefix."""
+    from patchkit.launch.engine import import_path
+
+    python = tmp_path / "bin" / "python3"
+    python.parent.mkdir()
+    python.symlink_to(Path(sys.executable))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "libs"))
+    command = parse([str(_script(python, "{python} -Xpycache_prefix=/Envs/I")), "serve", "m"])
+    assert command.launch_python()[1] == ["-Xpycache_prefix=/Envs/I"]
+    assert str(tmp_path / "libs") in import_path(command, tmp_path)
+    assert command.pycache_prefix() == "/Envs/I" and command.first_path() == str(python.parent)
 
 
 # --- 6: a relative python in the command is the launch's, from its working directory ----------------

@@ -82,8 +82,41 @@ def test_target_lock_busy_is_lock_busy(tree):
 
 def test_target_lock_unusable_is_target_error(tree):
     (tree / ".patchkit" / "lock").mkdir(parents=True)
-    with pytest.raises(TargetError, match="cannot create the lock in"):
+    with pytest.raises(TargetError, match="is a directory where patchkit keeps its lock file") as raised:
         transaction._acquire(tree, 0.05)
+    assert "rmdir -- " in (raised.value.hint or "") and "writable" not in (raised.value.hint or "")
+
+
+@pytest.mark.parametrize("inside", [False, True])
+@pytest.mark.parametrize("command", ["apply", "revert"])
+def test_a_lock_that_is_a_directory_is_named_with_the_command_that_removes_it(tmp_path, scratch, command, inside):
+    """Not "it must be writable": no permission makes a directory a lock file; removing it does."""
+    root = write_tree(tmp_path / "site")
+    patch = tmp_path / "x.patch"
+    patch.write_bytes(make_patch(scratch, root, {"vllm/config/spec.py": patched_spec()}))
+    if command == "revert":
+        assert run_cli("apply", "--target", root, "--patch", patch).returncode == 0
+        (root / ".patchkit" / "lock").unlink()
+    lock = root / ".patchkit" / "lock"
+    lock.mkdir(parents=True)
+    if inside:
+        (lock / "left").write_text("x")
+    done = run_cli(command, "--target", root, "--patch", patch)
+    assert_clean_failure(done, 4)
+    said = " ".join(done.stderr.split())
+    assert f"{lock} is a directory where patchkit keeps its lock file" in said, said
+    assert ("rm -r -- " if inside else "rmdir -- ") in said and "must be writable" not in said, said
+    (lock / "left").unlink(missing_ok=True)
+    lock.rmdir()  # the fix said
+    assert run_cli(command, "--target", root, "--patch", patch).returncode == 0
+
+
+def test_a_cache_lock_that_is_a_directory_is_named_with_the_command_that_removes_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATCHKIT_CACHE_DIR", str(tmp_path))
+    (tmp_path / "releases" / "0.1.0" / ".lock").mkdir(parents=True)
+    with pytest.raises(FetchError, match="is a directory where patchkit keeps its lock file") as raised:
+        release_tree("0.1.0", ["vllm/__init__.py"])
+    assert "rmdir -- " in (raised.value.hint or "") and "PATCHKIT_CACHE_DIR" not in (raised.value.hint or "")
 
 
 def test_release_lock_busy_is_fetch_error_after_the_waiting_notice(tmp_path, monkeypatch):

@@ -420,10 +420,21 @@ def test_verify_and_fleets_phase_one_refuse_a_tree_status_refuses(run, tree, dif
         before = snapshot(tree)
         for command in ("status", "verify", "verify --no-import", "revert" if applied else "apply"):
             result = run(*command.split(), "--target", tree, "--patch", diffs["spec"])
+            if applied and command != "revert":  # a recorded file the guard refuses: the tree state's failure
+                assert result.exit_code == 1, (applied, command, result.output)
+                assert f"replace the symlink {config} with a" in " ".join(result.output.split()), (
+                    command,
+                    result.output,
+                )
+                continue
             assert result.exit_code == 2, (applied, command, result.output)
             assert f"{SPEC}: the path goes through a symlink" in result.output, (applied, command)
         prepare = node.run_step("prepare", {"target": str(tree), "adhoc": [str(diffs["spec"])]}, run_in_process)
-        assert not prepare["ok"] and prepare["state"] == "failed" and "goes through a symlink" in prepare["detail"]
+        if applied:  # not `ready`: the apply of phase 2 refuses to write through the symlink
+            assert not prepare["ok"] and "the launch guard refuses" in prepare["detail"], prepare
+            assert prepare["hint"].startswith(f"replace the symlink {config} with a"), prepare
+        else:
+            assert not prepare["ok"] and prepare["state"] == "failed" and "goes through a symlink" in prepare["detail"]
         assert snapshot(tree) == before
         config.unlink()
         (tree / "vllm" / "config_real").rename(config)

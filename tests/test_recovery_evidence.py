@@ -470,3 +470,25 @@ def test_recovery_names_each_file_it_keeps_one_a_line_and_bounds_a_long_list(tmp
         every = tree / ".patchkit" / "recovered-f00d.txt"
         assert listed == [*paths[:20], f"and 5 more ({every} lists every one)"], said
         assert every.read_text().split() == paths and all(len(line) <= 80 for line in lines[1:-1]), said
+
+
+def test_a_full_revert_after_a_recovery_that_listed_its_kept_files_removes_the_store(tmp_path, scratch):
+    """The list a recovery wrote (.patchkit/recovered-ID.txt, past twenty files kept) is patchkit's
+    own: a revert that leaves nothing recorded removes it with .patchkit/, which it kept before."""
+    tree = write_tree(tmp_path / "site")
+    (tree / "vllm/userdir").mkdir()
+    paths = [f"vllm/userdir/mine{n:02d}.py" for n in range(25)]
+    for path in paths:
+        (tree / path).write_text(f"MINE = {path!r}\n")
+    _forged_journal(
+        tree, [{"path": p, "before": None, "after": sha256((tree / p).read_bytes()), "staged": None} for p in paths]
+    )
+    transaction.recover(tree)
+    assert (tree / ".patchkit" / "recovered-f00d.txt").is_file()
+    patch = tmp_path / "model.diff"
+    patch.write_bytes(make_patch(scratch, tree, {"vllm/models/model.py": MODEL_PY.replace("return x", "return -x")}))
+    for verb in ("apply", "revert"):
+        done = _patchkit(verb, "--target", tree, "--patch", patch)
+        assert done.returncode == 0, done.stdout + done.stderr
+    assert not (tree / ".patchkit").exists(), sorted(p.name for p in (tree / ".patchkit").iterdir())
+    assert all((tree / path).is_file() for path in paths)  # the user's files stay

@@ -17,6 +17,7 @@ from helpers import (  # isort: skip
     MODEL_PY,
     OFFLINE,
     SPEC,
+    SPEC_PY,
     STOCK_FILES,
     install,
     make_patch,
@@ -232,3 +233,35 @@ def test_one_refusal_names_one_file_in_its_own_words_and_several_each_on_a_line(
     several = drift_refused({"a.py": "edited", "b.py": ""}, lambda *_: "unused", "2 files changed", restores="the file")
     assert several.message == "2 files changed:\n  a.py (edited)\n  b.py"
     assert several.hint is not None and several.hint.endswith(" restores the files and keeps a copy of your edits")
+
+
+def _vendor_site(tmp: Path, spec: bytes) -> Path:
+    """A vLLM 0.16.0 site whose spec.py is `spec`, listed so in its own RECORD (a vendor's build
+    of the release, as pip installs it)."""
+    site = write_tree(
+        tmp / "site", VERSION, {**{p: d for p, d in STOCK_FILES.items() if p.startswith("vllm/")}, SPEC: spec}
+    )
+    dist = f"vllm-{VERSION}.dist-info"
+    (site / dist / "RECORD").write_text(record_rows(site, dist))
+    return site
+
+
+def test_revert_of_a_vendors_file_says_it_is_back_as_its_build_lists_it_not_the_release(tmp_path):
+    """A build whose RECORD lists its own spec.py (the release's, plus a vendor's line): apply takes
+    it as RECORD proves it; revert puts those bytes back, and where the fetch cache holds the
+    published release, says they are not the release's rather than "restored to stock"."""
+    write_wheel(tmp_path / "in")  # published: the cache holds the release's RECORD
+    clean = write_tree(tmp_path / "clean", VERSION)
+    library = write_library(tmp_path / "lib", {VERSION: [make_patch(tmp_path, clean, {SPEC: patched_spec()})]})
+    vendor = SPEC_PY.encode() + b"VENDOR_BUILD = True\n"
+    for name, spec, said in (
+        ("vendor", vendor, "1 file(s) restored as before apply (1 as this build's RECORD lists, not the release's: "),
+        ("stock", SPEC_PY.encode(), "1 file(s) restored to stock"),
+    ):
+        site = _vendor_site(tmp_path / name, spec)
+        common = ("--target", site, "--patches", library, "--no-guard")
+        applied = run_cli("apply", *common, "--no-import")
+        assert applied.returncode == 0, applied.stdout + applied.stderr
+        done = run_cli("revert", "--target", site, "--patches", library, env=OFFLINE)
+        assert done.returncode == 0 and said in done.stdout, done.stdout + done.stderr
+        assert (site / SPEC).read_bytes() == spec

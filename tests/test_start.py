@@ -48,6 +48,31 @@ def test_a_sigint_while_patchkit_loads_exits_130_quietly(tmp_path, module):
     assert "Aborted!" not in done.stderr, done.stderr  # click's word and exit 1 (review 6 L7)
 
 
+# The second Ctrl-C, as Python's handler raises it: at the first instruction of the next function that
+# starts, here the one that says the first (a real signal lands there only by a rare timing).
+SECOND_AT_THE_REPORT = textwrap.dedent("""\
+    import sys
+
+    def _second(frame, event, arg):
+        if event == "call" and frame.f_code.co_name == "_interrupted_while_loading":
+            sys.setprofile(None)
+            raise KeyboardInterrupt
+
+    sys.setprofile(_second)
+    """)
+
+
+def test_a_second_sigint_as_the_first_is_said_while_loading_exits_130_quietly(tmp_path):
+    """Two Ctrl-Cs while patchkit loads: the second, raised before _interrupted_while_loading had
+    ignored the rest, escaped its except clause as a traceback (double SIGINT, a few in a thousand)."""
+    (tmp_path / "sitecustomize.py").write_text(SITECUSTOMIZE + SECOND_AT_THE_REPORT)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "PATCHKIT_TEST_SIGINT_AT": "patchkit.cli.main"}
+    command = [sys.executable, "-c", "from patchkit.cli.start import main; main()", "status"]
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120, check=False)
+    assert done.returncode == INTERRUPTED, (done.returncode, done.stderr)
+    assert done.stderr == start.BEFORE_ANY_CHANGE, done.stderr
+
+
 def test_the_console_script_is_the_guarded_entry_point():
     pyproject = (Path(__file__).parents[1] / "pyproject.toml").read_text()
     assert '\n[project.scripts]\npatchkit = "patchkit.cli.start:main"\n' in pyproject

@@ -483,7 +483,21 @@ def test_status_json_says_the_guard_apply_installed(fetched):
     assert run_cli("apply", "--target", fetched).returncode == 0
     assert (fetched / "patchkit_guard.py").is_file()
     said = json.loads(run_cli("status", "--target", fetched, "--set", "eagle3", "--format", "json").stdout)["guard"]
-    assert said == {"installed": True, "refuses": [], "fix": None, "missing": None, "missing_fix": None}
+    assert said == {
+        "installed": True,
+        "refuses": [],
+        "fix": None,
+        "by_hand": False,
+        "missing": None,
+        "missing_fix": None,
+    }
     assert run_cli("revert", "--target", fetched).returncode == 0
     said = json.loads(run_cli("status", "--target", fetched, "--set", "eagle3", "--format", "json").stdout)["guard"]
-    assert said == {"installed": False, "refuses": [], "fix": None, "missing": None, "missing_fix": None}
+    assert said == {
+        "installed": False,
+        "refuses": [],
+        "fix": None,
+        "by_hand": False,
+        "missing": None,
+        "missing_fix": None,
+    }

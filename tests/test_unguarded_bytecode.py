@@ -5,6 +5,7 @@ sets (a .pth line), where Python reads it instead of __pycache__."""
 from __future__ import annotations
 
 import json
+import py_compile
 import subprocess
 import sys
 from pathlib import Path
@@ -58,3 +59,34 @@ def test_status_and_verify_fail_on_stale_bytecode_under_the_startup_prefix_witho
     pyc.unlink()  # the fix said: Python compiles the source again
     assert run_cli("status", *own).returncode == 0
     assert run_cli("verify", "--no-import", *own).returncode == 0
+
+
+def _unchecked_pyc_in_pycache(site: Path) -> Path:
+    """An unchecked-hash .pyc of other bytes than SPEC's where Python reads it without a prefix."""
+    cache = site / "vllm" / "config" / "__pycache__"
+    cache.mkdir(exist_ok=True)
+    other = site.parent / "other.py"
+    other.write_text("STOCK = True\n")
+    pyc = cache / f"spec.{sys.implementation.cache_tag}.pyc"
+    mode = py_compile.PycInvalidationMode.UNCHECKED_HASH
+    return Path(py_compile.compile(str(other), cfile=str(pyc), doraise=True, invalidation_mode=mode))
+
+
+def test_without_a_guard_stale_bytecode_in_pycache_fails_status_and_preflight_and_apply_fixes_it(tmp_path):
+    """No prefix: the launch reads __pycache__, and a stale unchecked-hash .pyc there runs in place of
+    the patched source; status said "applied" and preflight passed."""
+    python, site, library, _prefix = _venv_applied_without_guard(tmp_path)
+    (site / "zz_startup.pth").unlink()  # no prefix: __pycache__ is where the launch reads bytecode
+    own = ("--python", python, "--patches", library)
+    pyc = _unchecked_pyc_in_pycache(site)
+    status = run_cli("status", *own)
+    said = status.stdout + status.stderr
+    assert status.returncode == 1 and "no launch guard runs" in said and pyc.name in said, said
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text('{"model_type": "llama", "architectures": ["LlamaForCausalLM"]}')
+    launch = run_cli("preflight", *own, "--no-import", "--", python.parent / "vllm", "serve", tmp_path / "model")
+    said = launch.stdout + launch.stderr
+    assert launch.returncode == 1 and "tree-state" in said and pyc.name in said, said
+    fixed = run_cli("apply", "--no-import", *own)
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    assert run_cli("status", *own).returncode == 0

@@ -42,7 +42,7 @@ ENV = "PATCHKIT_GUARD"
 # The number of the guard's checks: patchkit tells an older build's guard that judges a tree as it
 # does (the same number: a note, `apply` updates it) from one that may not (a failure until `apply`).
 # tests/test_guard_format.py holds it to this module's code: a change of the code bumps it.
-GUARD_FORMAT = 19
+GUARD_FORMAT = 20
 MAX_RECORD_BYTES = 16 * 1024 * 1024
 if TYPE_CHECKING:  # (vllm version or None, {path: recorded sha256 or None}, {path: its original's sha256 or None})
     Record = tuple[str | None, dict[str, str | None], dict[str, str | None]]
@@ -1093,7 +1093,7 @@ def _version_problems(site: str, recorded: str | None) -> list[str]:
             + "), so the guard cannot tell which one runs; the patches were applied to vLLM "
             + recorded
         ]
-    if installed is None:  # never "vLLM None": no dist-info (a slimmed image), or one naming no version
+    if not installed:  # never "vLLM None" nor "vLLM  ": no dist-info (a slimmed image), or one naming no version
         why = several[0] + " names no version" if several else NO_DIST_INFO
         return [why + ", so the guard cannot tell which vLLM runs; the patches were applied to vLLM " + recorded]
     return ["vLLM " + installed + " is installed, but the patches were applied to vLLM " + recorded]

@@ -39,6 +39,15 @@ _OUTCOME_EXIT_CODES = {
 }
 
 
+QUOTE_LIMIT = 160  # what a message quotes of a file's content: enough to recognize it, never a file
+
+
+def quoted(text: str, limit: int = QUOTE_LIMIT) -> str:
+    """`text` read from a file (a #! line, a value), as a message quotes it: its head alone when longer
+    than `limit`, saying how long it is, so that no file fills a message."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
+
+
 def exit_code_for(outcome: Outcome) -> int:
     """The exit code of a command that ended with this outcome (every other outcome is 0)."""
     return _OUTCOME_EXIT_CODES.get(outcome, OK)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import shlex
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -87,6 +88,21 @@ def acquire(
         if _still_the_file(lock, path):
             return lock
         lock.release()
+
+
+def directory_in_the_way(path: Path) -> str | None:
+    """Where the lock file `path` goes, a directory (no permission fixes that: patchkit never makes
+    one there): the error's words and how it goes, or None."""
+    if not path.is_dir() or path.is_symlink():
+        return None
+    try:
+        empty = not any(path.iterdir())
+    except OSError:
+        empty = False
+    remove = (
+        f"`rmdir -- {shlex.quote(str(path))}`" if empty else f"`rm -r -- {shlex.quote(str(path))}` (inspect it first)"
+    )
+    return f"{path} is a directory where patchkit keeps its lock file (patchkit made no such directory): remove it with {remove}"
 
 
 def holder(path: Path) -> str:

@@ -48,7 +48,11 @@ try:  # at the top, inside the guard: most of start-up is this import
     from patchkit.cli.main import exit_held, interrupted_before_a_command
     from patchkit.cli.main import main as _run
 except KeyboardInterrupt:
-    _interrupted_while_loading()
+    while True:  # a second Ctrl-C, raised where _interrupted_while_loading starts, is caught here too
+        try:
+            _interrupted_while_loading()  # exits: SystemExit is not caught
+        except KeyboardInterrupt:
+            continue
 
 
 def main() -> None:

@@ -38,7 +38,7 @@ from packaging.version import InvalidVersion, Version
 
 from patchkit.base import fsutil, hints
 from patchkit.base.enums import FileKind
-from patchkit.base.errors import BadInput, PatchkitError, drift_refused
+from patchkit.base.errors import BadInput, PatchkitError, drift_refused, quoted
 from patchkit.base.hashing import sha256
 from patchkit.distinfo.provenance import PATCH_DIR, FileRecord, read_provenance
 from patchkit.distinfo.provenance import Provenance as Record
@@ -148,7 +148,7 @@ def find(root: Path) -> Provenance | None:
         Version(record.vllm_version)
     except InvalidVersion:
         raise _refuse(
-            f"{dist_info}/{PROVENANCE}", f"has a vllm_version {record.vllm_version!r} that is not a version"
+            f"{dist_info}/{PROVENANCE}", f"has a vllm_version {quoted(repr(record.vllm_version))} that is not a version"
         ) from None
     found = Provenance(root, dist_info, record)
     _held_to_the_install(found)

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from patchkit.base import fsutil
-from patchkit.base.errors import BadInput
+from patchkit.base.errors import BadInput, quoted
 from patchkit.distinfo.record import PROVENANCE
 from patchkit.series.patchfile import Patch, parse_patch
 
@@ -125,7 +125,7 @@ class Provenance:
             raise ValueError("a provenance record that was not read from a dist-info has no patch files")
         record = next((p for p in self.patches if (p.name, p.folder) == (name, folder)), None)
         if record is None:
-            raise BadInput(f"{self.dist_info / PROVENANCE} records no patch {name!r}")
+            raise BadInput(f"{self.dist_info / PROVENANCE} records no patch {quoted(repr(name))}")
         directory = self.dist_info / PATCH_DIR / folder if folder else self.dist_info / PATCH_DIR
         path = directory / name
         if not fsutil.plain_directory(self.dist_info, directory):
@@ -186,7 +186,7 @@ def _validated(data: object, dist_info: Path) -> Provenance:
         raise ValueError(f"not a patchkit provenance record (keys {sorted(_KEYS)} expected)")
     version = data["schema_version"]
     if type(version) is not int or version != SCHEMA_VERSION:
-        raise ValueError(f"schema_version {version!r} is not {SCHEMA_VERSION}")
+        raise ValueError(f"schema_version {quoted(repr(version))} is not {SCHEMA_VERSION}")
     strings = {key: _text(data, key) for key in ("patchkit", "vllm_version", "label")}
     set_name = data["set"]
     if set_name is not None and (not isinstance(set_name, str) or not set_name):
@@ -216,7 +216,7 @@ def _validated_sets(data: dict[str, Any], dist_info: Path) -> Provenance:
             raise ValueError("a set entry is not {set, patches}")
         name = item["set"]
         if not isinstance(name, str) or fsutil.plain_name_problem(name):
-            raise ValueError(f"set name {name!r} is not a plain name")
+            raise ValueError(f"set name {quoted(repr(name))} is not a plain name")
         sets.append(SetRecord(name, _patches(item["patches"])))
     if len({s.name for s in sets}) != len(sets):
         raise ValueError("a set appears twice")
@@ -242,7 +242,7 @@ def _patches(value: object) -> tuple[PatchRecord, ...]:
             raise ValueError("a patch entry is not {name, sha256}")
         name, digest = item["name"], item["sha256"]
         if not isinstance(name, str) or fsutil.plain_name_problem(name):
-            raise ValueError(f"patch name {name!r} is not a plain file name")
+            raise ValueError(f"patch name {quoted(repr(name))} is not a plain file name")
         out.append(PatchRecord(name, _digest(digest, name)))
     if len({p.name for p in out}) != len(out):
         raise ValueError("a patch name appears twice")
@@ -256,7 +256,7 @@ def _files(value: object) -> dict[str, FileRecord]:
     for path, item in value.items():
         reason = fsutil.unsafe_reason(path)
         if reason:
-            raise ValueError(f"file path {path!r} {reason}")
+            raise ValueError(f"file path {quoted(repr(path))} {reason}")
         if not isinstance(item, dict) or set(item) != {"stock_sha256", "patched_sha256"}:
             raise ValueError(f"the entry of {path} is not {{stock_sha256, patched_sha256}}")
         stock, patched = item["stock_sha256"], item["patched_sha256"]

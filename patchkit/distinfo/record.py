@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from patchkit.base import fsutil
-from patchkit.base.errors import FetchError
+from patchkit.base.errors import FetchError, quoted
 from patchkit.base.hashing import sha256
 from patchkit.base.values import FrozenValue, frozen
 from patchkit.tree.target import vllm_metadata_dirs
@@ -67,7 +67,7 @@ def record_hash(data: bytes, algo: str = "sha256") -> str:
     """``algo=<urlsafe-b64 digest without padding>``, as written in RECORD; ValueError for an
     algorithm wheels do not allow (not in HASHES)."""
     if algo not in HASHES:
-        raise ValueError(f"{algo!r} is not a hash a wheel's RECORD may use ({allowed_hashes()})")
+        raise ValueError(f"{quoted(repr(algo))} is not a hash a wheel's RECORD may use ({allowed_hashes()})")
     return record_digest(hashlib.new(algo, data).digest(), algo)
 
 

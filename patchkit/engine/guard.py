@@ -44,6 +44,7 @@ DISTRIBUTION = "patchkit-guard"
 MODULE = "patchkit_guard.py"
 ENTRY_POINT_NAME = "patchkit_guard"  # what a VLLM_PLUGINS allow-list must name
 ENTRY_POINT_GROUP = "vllm.general_plugins"
+ENTRY_POINT_ATTR = "check"  # the guard module's function vLLM's plugin loader must call
 
 Changes = dict[str, tuple[bytes | None, bytes | None]]
 
@@ -68,7 +69,7 @@ def is_site_packages(root: Path) -> bool:
     return any(p.is_dir() for p in vllm_metadata_dirs(root))
 
 
-OWN_ENTRY_POINTS = f"[{ENTRY_POINT_GROUP}]\n{ENTRY_POINT_NAME} = patchkit_guard:check\n"
+OWN_ENTRY_POINTS = f"[{ENTRY_POINT_GROUP}]\n{ENTRY_POINT_NAME} = patchkit_guard:{ENTRY_POINT_ATTR}\n"
 
 
 def _own_source() -> bytes:
@@ -109,6 +110,7 @@ def _record(files: dict[str, bytes], own: str) -> bytes:
 
 STOPS_EVERY_LAUNCH = "it would stop every launch"
 NOT_INSTALLED_VLLM = "the target is not an installed vLLM (no vllm-*.dist-info beside vllm/)"
+NO_VERSION_READ = "so the guard would read no vLLM version"  # an empty or missing METADATA Version
 NO_DIST_INFO = "no vllm-*.dist-info is beside vllm/"  # the guard's words for it: apply removes a guard there
 NOT_BYTECODE = "is a fifo or a device, not bytecode: importing "  # a fifo or device named as a .pyc
 PREFIXED = " (under the pycache prefix)"  # a .pyc under the pycache prefix
@@ -153,9 +155,9 @@ def _unlike_version(root: Path, installed: str | None, applied_to: str) -> str:
     found = vllm_metadata_dirs(root)
     where = f"{found[0].name}/METADATA" if len(found) == 1 else "vllm-*.dist-info/METADATA"
     if installed == "":
-        read = f"{where}'s Version is empty, so the guard would read no vLLM version"
+        read = f"{where}'s Version is empty, {NO_VERSION_READ}"
     elif installed is None:
-        read = f"{where} has no Version, so the guard would read no vLLM version"
+        read = f"{where} has no Version, {NO_VERSION_READ}"
     else:
         read = f"the guard would read vLLM {installed} from {where}"
         if _VERSION_TEXT.fullmatch(installed):  # a release of its own: the series was applied by --vllm-version
@@ -334,7 +336,7 @@ def refusal_text(problems: list[str], guarded: bool = True) -> str:
     is not this patchkit's (edited, another's) refuses nothing patchkit can tell, so it is said as
     such; another build's is said as what made it so (most often an upgrade of patchkit). Not
     `guarded`: no guard is installed, and the problems are what the launch runs unrefused."""
-    if not guarded and all(_stale_prefixed(p) for p in problems):
+    if not guarded and all(_stale_prefixed(p) or STALE_BYTECODE in p for p in problems):
         lead = UNGUARDED_STALE_LEAD
     elif any(INSTEAD_OF_GUARD in p for p in problems):
         lead = SHADOWED_LEAD
@@ -410,18 +412,16 @@ def launch_verdict(root: Path, state: State | None = None, prefix: str | None = 
 
 
 def unguarded_stale(root: Path, state: State | None, prefix: str | None, mode: str = "default") -> list[str]:
-    """Without a guard, nothing refuses the stale unchecked-hash bytecode of a recorded file under the
-    launch's pycache prefix (None: launch_prefix) at start-up: the launch runs it, so status and verify
-    say it (apply, which reads the same start-up prefix, removes it). __pycache__ is verify's bytecode check's."""
+    """Without a guard, nothing refuses the stale unchecked-hash bytecode of a recorded file at start-up,
+    where the launch reads it (under its pycache prefix, None: launch_prefix; else __pycache__): the
+    launch runs it, so status, verify and preflight say it (apply's bytecode fix, or removing it, ends it)."""
     prefix = launch_prefix(root) if prefix is None else prefix
-    if not prefix:
-        return []
     try:
         recorded = sorted({path for entry in (state or read_state(root)).entries for path in entry.files})
     except PatchkitError:  # a damaged record: status says so on its own
         return []
     found = [said for _rel, said in _stale_bytecode(root, recorded, prefix, mode)]
-    return [said for said in dict.fromkeys(found) if _stale_prefixed(said)]
+    return [said for said in dict.fromkeys(found) if _stale_prefixed(said) or (not prefix and STALE_BYTECODE in said)]
 
 
 def own_stale_bytecode(root: Path, prefix: str, mode: str = "default") -> list[str]:
@@ -701,7 +701,7 @@ def missing_guard(root: Path, state: State | None) -> str | None:
     """What to say when the record names a guard that vLLM would no longer load (`pip uninstall
     patchkit-guard` took its files, or its entry point was changed): the tree is patched, but no
     launch is checked. None: as recorded, or loaded all the same."""
-    several = _unguarded_among_several(root, state)
+    several = _unguarded_among_several(root, state) or _unguarded_for_its_version(root, state)
     if several is not None:
         return several
     recorded = state.guard if state is not None and not state.no_guard else {}
@@ -725,6 +725,23 @@ def _unguarded_among_several(root: Path, state: State | None) -> str | None:
         f"no launch guard: {_target_guard().SEVERAL} ({', '.join(names)}), which stops a guard, "
         "so none is installed: vLLM launches this tree unchecked"
     )
+
+
+def _unguarded_for_its_version(root: Path, state: State | None) -> str | None:
+    """An applied tree with no guard, none told --no-guard, whose one vllm-*.dist-info's METADATA
+    has an empty or no Version (the release told by vllm/_version.py): apply installed no guard, as
+    it would stop every launch. Said with the version its fix reinstalls (guard_missing_fix)."""
+    if state is None or not state.entries or state.guard or state.no_guard or len(vllm_metadata_dirs(root)) != 1:
+        return None
+    applied_to = state.entries[-1].vllm_version
+    try:
+        installed = installed_vllm_version(root)
+    except TargetError:  # unreadable: status says so on its own
+        return None
+    if installed or applied_to is None or is_installed(root):
+        return None
+    read = _unlike_version(root, installed, applied_to).partition(", but ")[0]
+    return f"no launch guard: {read}, but the series is applied to {applied_to}: vLLM launches this tree unchecked"
 
 
 def several_vllms_refusal(root: Path) -> TargetError | None:
@@ -834,7 +851,10 @@ def _declares_guard(text: str) -> bool:
     if module not in text:
         return False
     try:
-        return any(ep.module == module for ep in parse_entry_points(text).select(group=ENTRY_POINT_GROUP))
+        # the module alone is not the guard: vLLM calls what the entry point names (`patchkit_guard:nothing`
+        # fails to load, and vLLM logs it and launches unchecked)
+        points = parse_entry_points(text).select(group=ENTRY_POINT_GROUP)
+        return any(ep.module == module and ep.attr == ENTRY_POINT_ATTR for ep in points)
     except (ValueError, TypeError, AttributeError):  # importlib raises on it: vLLM loads no plugin
         return False
 

@@ -26,6 +26,7 @@ from patchkit.engine.guard import (
     CHANGED_SINCE,
     NEWER_GUARD,
     NO_DIST_INFO,
+    NO_VERSION_READ,
     NOT_BYTECODE,
     OTHERS_CANNOT_READ,
     PREFIXED,
@@ -203,6 +204,13 @@ class TreeStatus(Value):
         (the guard cannot tell the version: apply removes it, as it installs none on such a tree)."""
         if any(SEVERAL in problem for problem in self.guard):
             return f"{SEVERAL_FIX}, then run {hints.command('status')}"
+        unread = next((p for p in self.guard if NAMES_NO_VERSION in p), None)
+        if unread is not None and not self.drifted:  # pip writes the Version again; apply then patches anew
+            applied_to = unread.rpartition(" vLLM ")[2]
+            return (
+                f"run {hints.pip_reinstall(applied_to)} (it writes vLLM's files and dist-info again), then "
+                f"{hints.command('apply')}"
+            )
         if any(problem.startswith(NO_DIST_INFO) for problem in self.guard) and not self.drifted:
             return f"run {hints.command('apply')} (the guard cannot tell vLLM's version there: it removes the guard)"
         return None
@@ -280,6 +288,13 @@ class TreeStatus(Value):
         """Puts the recorded guard back (apply installs it when missing), or says to go without one."""
         if SEVERAL in (self.guard_missing or ""):  # apply refuses to install a guard until one is left
             return f"{SEVERAL_FIX}, then run {hints.command('apply')} (it installs the guard)"
+        applied_to = _version_read_as_none(self.guard_missing)
+        if applied_to is not None:  # apply installs none until pip writes the dist-info again
+            return (
+                f"run {hints.pip_reinstall(applied_to)} (it writes vLLM's files and dist-info again), then "
+                f"{hints.command('apply')} (it patches them again and installs the guard), or "
+                f"{self._apply_of_recorded('--no-guard')} to launch without it"
+            )
         edited = CHANGED_SINCE in (self.guard_missing or "")  # apply leaves a guard file changed since
         apply, without = self._apply_of_recorded(*["--guard"] * edited), self._apply_of_recorded("--no-guard")
         return f"run {apply} (it puts the guard back), or {without} to launch without it"
@@ -325,6 +340,16 @@ class TreeStatus(Value):
         ):
             return Outcome.CHECK_FAILED
         return Outcome.OK
+
+
+NAMES_NO_VERSION = ".dist-info names no version, so the guard cannot tell which vLLM runs"  # the guard's words
+
+
+def _version_read_as_none(missing: str | None) -> str | None:
+    """The release a guard_missing of an empty or missing METADATA Version names (None: another)."""
+    if missing is None or NO_VERSION_READ not in missing:
+        return None
+    return missing.partition("the series is applied to ")[2].partition(":")[0] or None
 
 
 def _bytecode_fix(problems: list[str]) -> str:

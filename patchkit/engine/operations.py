@@ -878,7 +878,7 @@ def verify_tree(
         # a module the import would hang on: no import probe (status's failure names it)
         import_probe = import_probe and not hanging_modules(resolved.target.root, launch_tags(resolved.target.root))
         status = inspect(resolved, check_upstream=True, import_probe=import_probe, verifying=verifying)
-        refuse_unchangeable(resolved)  # as status does; and fleet's phase 1 is this verify
+        refuse_unchangeable(resolved, status=status)  # as status does; and fleet's phase 1 is this verify
         checks = _tree_checks(resolved, status, import_probe, verifying)
         return VerifyResult(
             status, checks, warnings, series_fails=_failing_after_the_drift_fix(resolved, status, checks)
@@ -896,17 +896,20 @@ def _failing_after_the_drift_fix(resolved: Resolved, status: TreeStatus, checks:
     return frozenset(r.check for r in run_checks(context, failed) if r.failed)
 
 
-def refuse_unchangeable(resolved: Resolved, known: Sequence[Patch] = ()) -> None:
+def refuse_unchangeable(resolved: Resolved, known: Sequence[Patch] = (), status: TreeStatus | None = None) -> None:
     """A series file behind a symlinked directory, or a symlink or special file in its place: apply
     and revert refuse to write it (exit 2), so status and verify refuse it too rather than report a
     state patchkit could not change (or pass a phase 1 whose phase 2 would refuse). After the plan,
     as apply checks it: a path no file can have is the plan's refusal (exit 2), not this one's.
-    Likewise a record revert refuses."""
+    Likewise a record revert refuses. A recorded file the guard refuses for the symlink, in
+    `status` with the repair, is that tree state's failure (exit 1), as the guard's own file is."""
 
     refuse_unrevertable_record(resolved, read_state(resolved.target.root), known)
     if resolved.selection.kind != SelectionKind.PATCH:
         return
     paths = sorted({file.path for patch in resolved.patches for file in patch.files})
+    if status is not None and status.symlink_fix:
+        paths = [path for path in paths if not any(problem.startswith(f"{path} ") for problem in status.guard)]
     try:
         preflight(resolved.target.root, paths, writable=False)
     except BadInput as exc:
@@ -1368,6 +1371,16 @@ class _Reverting:
         copied = [*restored.edited, *(p for p in others if p not in restored.edited and os.path.lexists(self.root / p))]
         return unlike, list(dict.fromkeys(copied))
 
+    def not_the_release(self, plan: Plan) -> list[str]:
+        """The files written back unlike the published wheel's RECORD of the tree's release, where the
+        fetch cache holds it (no network): a vendor's build lists its own bytes in vLLM's RECORD, so
+        that RECORD alone does not make them the release's."""
+        written = _written(plan.changes)
+        published = integrity.published_record(self.undo.installed, set(written)) if written else None
+        if published is None:
+            return []
+        return sorted(p for p, data in written.items() if p in published.hashes and not published.matches(p, data))
+
     def write(
         self,
         plan: Plan,
@@ -1388,7 +1401,7 @@ class _Reverting:
         files = sorted(plan.changes)
         result = RevertResult(
             Outcome.REVERTED,
-            f"reverted: {_reverted_said(len(files), len(unsure), unlike, alone)}{removed}",
+            f"reverted: {_reverted_said(len(files), len(unsure), unlike, alone, self.not_the_release(plan))}{removed}",
             files,
             checks=bytecode,
             saved=saved,
@@ -1442,13 +1455,20 @@ def _tree_record(root: Path, paths: list[str]) -> Record | None:
     return tree_record(root, None, paths) if paths else None
 
 
-def _reverted_said(count: int, unsure: int, unlike: list[str], alone: Sequence[str] = ()) -> str:
+def _reverted_said(
+    count: int, unsure: int, unlike: list[str], alone: Sequence[str] = (), vendor: Sequence[str] = ()
+) -> str:
     """How many files a revert wrote, and how many of them it can call stock (revert27: without a
     RECORD, a series reversed is all it can say; `unlike`: those back unlike vLLM's RECORD; `alone`:
-    those back as only the record says they were)."""
+    those back as only the record says they were; `vendor`: those back as vLLM's RECORD lists them,
+    unlike the published release's)."""
     reversed_ = "the series' hunks reversed (no vLLM RECORD proves them stock)"
-    if unlike or alone:
+    vendor = [path for path in vendor if path not in unlike]
+    if unlike or alone or vendor:
         said = [f"{len(unlike)} not stock: {', '.join(unlike)}"] if unlike else []
+        said += (
+            [f"{len(vendor)} as this build's RECORD lists, not the release's: {', '.join(vendor)}"] if vendor else []
+        )
         said += [f"{len(alone)} as only the record says: {', '.join(alone)}"] if alone else []
         said += [f"{unsure} with {reversed_}"] if unsure else []
         return f"{count} file(s) restored as before apply ({'; '.join(said)})"

@@ -268,9 +268,7 @@ def _acquire(root: Path, timeout: float | None) -> BaseFileLock:
             f"another patchkit is working on {root} (waited {waited:.0f} s{locks.holder(meta / 'lock')})",
             hint="try again when it has finished",
         ),
-        unusable=lambda exc: TargetError(
-            f"cannot create the lock in {meta}: {exc.strerror}", hint=_unwritable_hint(root, exc)
-        ),
+        unusable=lambda exc: _lock_unusable(root, exc),
         on_wait=waiting if timeout > locks.QUIET_WAIT else None,
     )
 
@@ -352,6 +350,19 @@ def _committed_or_rolled_back(
             ) from exc
         raise
     return landed
+
+
+def _lock_unusable(root: Path, exc: OSError) -> TargetError:
+    """The lock cannot be taken: a directory where the lock file goes says so and how it goes;
+    else the store is unwritable, or its device full."""
+    meta = meta_dir(root)
+    in_the_way = locks.directory_in_the_way(meta / "lock")
+    if in_the_way is not None:
+        what, _, remove = in_the_way.partition(": ")
+        return TargetError(
+            f"cannot take the lock: {what}", hint=f"{remove}; the next command makes the lock file again"
+        )
+    return TargetError(f"cannot create the lock in {meta}: {exc.strerror}", hint=_unwritable_hint(root, exc))
 
 
 def _unwritable_hint(root: Path, exc: OSError) -> str:

@@ -26,7 +26,7 @@ from patchkit.base import seal
 from patchkit.base.errors import BadInput, FetchError
 from patchkit.base.fsutil import NO_SPACE, all_safe, atomic_write, load_json_text, unsafe_reason
 from patchkit.base.hashing import stream_sha256
-from patchkit.base.locks import held
+from patchkit.base.locks import directory_in_the_way, held
 from patchkit.base.usercache import cache_dir
 from patchkit.distinfo.record import parse_record, record_hash
 
@@ -469,6 +469,15 @@ def safe_dest(tree: Path, name: str, real_tree: Path | None = None) -> Path:
     return dest
 
 
+def _lock_unusable(lock_file: Path, exc: OSError) -> FetchError:
+    """A cache entry's lock that cannot be taken: a directory in its place says what removes it."""
+    in_the_way = directory_in_the_way(lock_file)
+    if in_the_way is not None:
+        what, _, remove = in_the_way.partition(": ")
+        return FetchError(f"cannot lock the cache entry: {what}", hint=remove)
+    return FetchError(f"cannot lock {lock_file}: {exc}", hint=CACHE_HINT)
+
+
 def entry_lock(
     lock_file: Path, timeout: float, waiting: str, say: Callable[[str], None]
 ) -> AbstractContextManager[None]:
@@ -482,6 +491,6 @@ def entry_lock(
             f"timed out waiting for the lock {lock_file}",
             hint="is another patchkit process stuck? remove the lock file if not",
         ),
-        unusable=lambda e: FetchError(f"cannot lock {lock_file}: {e}", hint=CACHE_HINT),
+        unusable=lambda e: _lock_unusable(lock_file, e),
         on_wait=lambda: say(waiting),
     )

@@ -149,10 +149,12 @@ def _prepared(document: dict[str, Any], code: int, state: str, detail: str) -> t
 def _apply_repairs(document: dict[str, Any]) -> bool:
     """Whether verify failed only for what apply repairs: the guard refuses the tree, or a record is
     stale, while every set's patches are all applied or all not (no conflict, no partial tree), no
-    patched file was edited and every check passed."""
+    patched file was edited, every check passed and the guard's fix is not a hand repair."""
     parts = _set_parts(document) or [document]
     if document.get("error") or not any(_guard_refuses(p) or p.get("stale") for p in parts):
         return False
+    if any(isinstance(p.get("guard"), dict) and p["guard"].get("by_hand") for p in parts):
+        return False  # a symlink or special file on the way: apply refuses to write through it
     return all(
         p.get("state") in (TreeState.APPLIED, TreeState.NOT_APPLIED, TreeState.UPSTREAM, TreeState.UNRECORDED)
         and not p.get("drifted")

@@ -47,6 +47,7 @@ def bounds_findings(check: str, context: LaunchContext) -> list[Finding]:
     if declared is None:
         return found
     text = declared.decode("utf-8", "replace")
+    found += _derived_zero(check, context, numbers, text)
     for name, value in sorted(numbers.items()):
         field = _config_field(text, name, context)
         bound = _field_bounds(context, *field) if field is not None else {}
@@ -55,6 +56,24 @@ def bounds_findings(check: str, context: LaunchContext) -> list[Finding]:
             why = f"vLLM refuses --{name} {value}: its {field[0]}.{field[1]} must be {rules}"
             found.append(Finding(check, False, why, f"give --{name} a value {rules}, or drop it"))
     return found
+
+
+# arg_utils.py's default of max_num_batched_tokens when none is given: the launch's max_model_len
+# times max_num_seqs, so --max-model-len 0 makes it 0, which SchedulerConfig's ge=1 refuses
+_BATCHED_DEFAULT = "self.max_num_seqs * model_config.max_model_len"
+
+
+def _derived_zero(check: str, context: LaunchContext, numbers: dict[str, int | float], arg_utils: str) -> list[Finding]:
+    """--max-model-len 0 without --max-num-batched-tokens, where the tree's arg_utils.py derives the
+    one from the other (vLLM 0.15, 0.16): vLLM refuses the 0 it derives, before any load."""
+    given = "max-num-batched-tokens" in context.command.options
+    if numbers.get("max-model-len") != 0 or given or _BATCHED_DEFAULT not in arg_utils:
+        return []
+    why = (
+        "vLLM refuses --max-model-len 0: without --max-num-batched-tokens it derives max_num_batched_tokens "
+        "as max_num_seqs times max_model_len, 0, and its SchedulerConfig.max_num_batched_tokens must be at least 1"
+    )
+    return [Finding(check, False, why, "give --max-model-len 1 or more (-1: fit to the memory), or drop it")]
 
 
 def _config_field(arg_utils: str, name: str, context: LaunchContext) -> tuple[str, str] | None:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from patchkit.base import hints
 from patchkit.base.errors import BadInput, TargetError
 from patchkit.base.values import Value
-from patchkit.launch.interpreter import cannot_tell, exec_search, script_hash_mode, script_python
+from patchkit.launch.interpreter import cannot_tell, exec_search, read_python_options, script_python
 from patchkit.launch.models import redirected
 from patchkit.launch.serve_parser import read as read_arguments
 from patchkit.launch.serve_parser import spec_for
@@ -39,10 +39,6 @@ CLI = "vllm.entrypoints.cli.main"  # the `vllm` script's module: `python -m CLI 
 SPECULATIVE_FLAGS = (("spec-method", "method"), ("spec-model", "model"), ("spec-tokens", "num_speculative_tokens"))
 ALIASES = {"sc": "speculative-config", "tp": "tensor-parallel-size"}
 # The patterns here are text, compiled on first use (re keeps them): start-up compiles none a run does not use.
-# a cluster of Python's own options: flags without a value, then perhaps -W, -X or -m with its value
-_PYTHON_CLUSTER = r"(?s)-(?P<flags>[bBdEIOPqRsSuv]*)(?:(?P<valued>[WXm])(?P<value>.*))?"
-# Python's long options that take a value, and the values it accepts (none changes an import path)
-_PYTHON_LONG = {"--check-hash-based-pycs": ("default", "always", "never")}
 _ENV_ASSIGNMENT = r"^[A-Za-z_][A-Za-z0-9_]*="
 # GNU env's long options (getopt_long: an unambiguous prefix is the option); None: not read by patchkit
 _ENV_LONG = {
@@ -108,7 +104,7 @@ class LaunchCommand(Value):
         """What the launch's Python puts first on sys.path: `python -m`'s working directory, a
         script's own directory; None in safe-path mode (-P, -I, or PYTHONSAFEPATH where -E or -I
         does not make it ignore it), or no such script."""
-        options = "".join(self.python_options())
+        options = "".join(self.interpreter_settings()[0])
         ignores_environment = "E" in options or "I" in options
         if "P" in options or "I" in options or (self.environ.get("PYTHONSAFEPATH") and not ignores_environment):
             return None
@@ -122,32 +118,38 @@ class LaunchCommand(Value):
         """The pycache prefix the launch's Python reads bytecode under (its sys.pycache_prefix), made
         absolute against the launch's working directory: the first `-X pycache_prefix` (without a value:
         none, the variable ignored), else PYTHONPYCACHEPREFIX unless -E or -I; None: __pycache__."""
-        for option in self.xoptions:
+        flags, xoptions, _ = self.interpreter_settings()
+        for option in xoptions:
             name, _, value = option.partition("=")
             if name == "pycache_prefix":
                 return os.path.join(self.working_directory(), value) if value else None
         value = self.environ.get("PYTHONPYCACHEPREFIX", "")
-        if not value:  # the usual launch: its interpreter's options not read (a shebang, a PATH search)
+        if not value:  # the usual launch
             return None
-        options = "".join(self.python_options())
+        options = "".join(flags)
         return None if "E" in options or "I" in options else os.path.join(self.working_directory(), value)
 
     def loading_options(self) -> list[str]:
         """The launch's own interpreter options that change which bytecode its imports load (its -X
         pycache_prefix, its --check-hash-based-pycs): a subprocess asking vLLM runs with them too."""
-        options = [f"-X{x}" for x in self.xoptions if x.partition("=")[0] == "pycache_prefix"]
-        mode = self.hash_pycs_mode()
+        _, xoptions, mode = self.interpreter_settings()
+        options = [f"-X{x}" for x in xoptions if x.partition("=")[0] == "pycache_prefix"]
         return options + (["--check-hash-based-pycs", mode] if mode != "default" else [])
 
     def hash_pycs_mode(self) -> str:
-        """The --check-hash-based-pycs the launch's Python runs with (no variable sets it): the
-        command's own (`python --check-hash-based-pycs MODE -m ...`), else what its `vllm` script's
-        interpreter line gives it (through `env -S`, or pip's /bin/sh wrapper: a plain #! line cannot)."""
+        """The --check-hash-based-pycs the launch's Python runs with (no variable sets it)."""
+        return self.interpreter_settings()[2]
+
+    def interpreter_settings(self) -> tuple[list[str], list[str], str]:
+        """(its flag clusters, its -X values, its --check-hash-based-pycs mode): what the launch's
+        Python runs with, a `python` launch's own options or its `vllm` script's #! line's (through
+        `env -S` or pip's /bin/sh wrapper, a plain #! line's one word); none when that line cannot be
+        told (launch_python says why)."""
         if Path(self.program).name.startswith("python"):
-            return self.hash_pycs
-        path = self.environ.get("PATH")
-        found = exec_search(self.program, path)
-        return "default" if found is None else script_hash_mode(Path(self.working_directory(), found), path)
+            return self.python_flags, self.xoptions, self.hash_pycs
+        modes = ["default"]
+        flags, xoptions, _ = read_python_options(self.python_options(), modes)
+        return flags, xoptions, modes[-1]
 
     def short_options(self) -> set[str]:
         """The short aliases the command uses (`-tp`, `-sc`), as written."""
@@ -301,7 +303,7 @@ def frame(argv: list[str]) -> LaunchCommand:
             raise BadInput(f"not a vLLM launch: `vllm {args[0] if args else ''}` (expected `vllm serve MODEL`)")
         arguments, serve = args[1:], True
     elif name.startswith("python"):
-        flags, xoptions, args = _python_options(args, hash_pycs)
+        flags, xoptions, args = read_python_options(args, hash_pycs)
         arguments, serve = _module_arguments(name, args)
     else:
         raise BadInput(f"not a vLLM launch: '{program}' (expected `vllm serve` or `python -m {API_SERVER}`)")
@@ -318,42 +320,6 @@ def frame(argv: list[str]) -> LaunchCommand:
         xoptions=xoptions,
         hash_pycs=hash_pycs[-1],
     )
-
-
-def _python_options(args: list[str], hash_pycs: list[str]) -> tuple[list[str], list[str], list[str]]:
-    """A `python` launch's own options, read as Python reads them (a cluster of flags, which may end
-    in -W, -X or -m with its value attached or next): (its flags that take no value, kept for the
-    launch's Python: -E, -sP ...; its -X values, one of which may set where bytecode is read from;
-    the rest from `-m MODULE` on). -W changes no import path and is not kept;
-    `--check-hash-based-pycs MODE` is appended to `hash_pycs` (the last one counts); anything else
-    ends the reading (_module_arguments says what it expected)."""
-    flags: list[str] = []
-    xoptions: list[str] = []
-    index = 0
-    while index < len(args):
-        if args[index] in _PYTHON_LONG and _at(args, index + 1) in _PYTHON_LONG[args[index]]:
-            hash_pycs.append(args[index + 1])
-            index += 2  # its one long option with a value (exact, the value next: as CPython's getopt)
-            continue
-        cluster = re.compile(_PYTHON_CLUSTER).fullmatch(args[index])
-        if cluster is None or not (cluster["flags"] or cluster["valued"]):
-            break
-        if cluster["flags"]:
-            flags.append(f"-{cluster['flags']}")
-        if cluster["valued"] is None:
-            index += 1
-            continue
-        value, index = (cluster["value"], index + 1) if cluster["value"] else (_at(args, index + 1), index + 2)
-        if value is None:
-            return flags, xoptions, args[index - 1 :]
-        if cluster["valued"] == "m":
-            return flags, xoptions, ["-m", value, *args[index:]]
-        xoptions += [value] if cluster["valued"] == "X" else []
-    return flags, xoptions, args[index:]
-
-
-def _at(args: list[str], index: int) -> str | None:
-    return args[index] if index < len(args) else None
 
 
 def _module_arguments(python: str, args: list[str]) -> tuple[list[str], bool]:

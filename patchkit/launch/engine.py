@@ -35,6 +35,7 @@ from patchkit.launch.findings import Finding, VllmVerdict, cannot_judge
 from patchkit.launch.models import ModelConfig
 from patchkit.launch.validation import model_interface
 from patchkit.series.requirements import Requirement, parse_requirements
+from patchkit.tree.target import flag_letters
 
 REGISTRY = "vllm/model_executor/models/registry.py"
 TREE_FILE_LIMIT = 64 << 20  # a vLLM source file the checks read: the largest is well under 1 MB
@@ -212,7 +213,7 @@ def import_path(command: LaunchCommand, root: Path) -> list[str]:
         python, options = command.launch_python()
     except TargetError:  # which Python cannot be told: its own options and user site neither
         python, options = None, []
-    flags = "".join(options)
+    flags = flag_letters(options)  # not an -X value's letters
     cwd = command.working_directory()
     given = "" if "E" in flags or "I" in flags else command.environ.get("PYTHONPATH", "")
     places = [command.first_path() or "", *(os.path.join(cwd, entry) for entry in given.split(os.pathsep) if entry)]

@@ -13,14 +13,16 @@ import re
 import shlex
 from pathlib import Path
 
-from patchkit.base.errors import TargetError
+from patchkit.base.errors import TargetError, quoted
 from patchkit.launch.values import read_head
 
 SCRIPT_HEAD = 4096  # a console script's first lines: the interpreter pip wrote
+KERNEL_SHEBANG = 256  # what the kernel reads of a #! line (BINPRM_BUF_SIZE): the rest is cut
 _SHEBANG = re.compile(r"[ \t]*(?P<interpreter>[^ \t]*)[ \t]*(?P<argument>.*?)[ \t]*$")
 # compiled on first use (re keeps it): start-up compiles none a run does not use
 _ASSIGNMENT = r"^[A-Za-z_][A-Za-z0-9_]*="
-PYTHON_FLAGS = re.compile(r"^-[bBdEIOPqRsSuv]+$")  # Python's options that take no value
+# a cluster of Python's own options: flags without a value, then perhaps -W, -X or -m with its value
+_PYTHON_CLUSTER = r"(?s)-(?P<flags>[bBdEIOPqRsSuv]*)(?:(?P<valued>[WXm])(?P<value>.*))?"
 PIP_WRAPPER = b"'''exec' "  # the second line of pip's /bin/sh wrapper
 HASH_PYCS = "--check-hash-based-pycs"  # Python's one long option with a value (no environment variable sets it)
 HASH_MODES = ("default", "always", "never")
@@ -61,22 +63,11 @@ def script_python(script: Path, path: str | None = None) -> tuple[str, list[str]
     return program, python_options(script, words)
 
 
-def script_hash_mode(script: Path, path: str | None = None) -> str:
-    """The --check-hash-based-pycs `script`'s Python runs with (the last given; "default": none, or
-    it cannot be told), as script_python reads its options."""
-    try:
-        _program, words = _script_words(script, path)
-    except TargetError:
-        return "default"
-    modes = [words[i + 1] for i, word in enumerate(words[:-1]) if word == HASH_PYCS and words[i + 1] in HASH_MODES]
-    return modes[-1] if modes else "default"
-
-
 def _script_words(script: Path, path: str | None) -> tuple[str, list[str]]:
     lines = read_head(script, SCRIPT_HEAD).split(b"\n")
     if not lines[0].startswith(b"#!"):
         raise cannot_tell(script, "it is not a script with a #! line (or not a regular file)")
-    shebang = lines[0][2:].decode(errors="surrogateescape")
+    shebang = _kernel_reads(script, lines[0])
     match = _SHEBANG.match(shebang)
     interpreter, argument = (match["interpreter"], match["argument"]) if match else ("", "")
     if Path(interpreter).name == "env":
@@ -86,49 +77,94 @@ def _script_words(script: Path, path: str | None) -> tuple[str, list[str]]:
     else:
         program, options = interpreter, [argument] if argument else []
     if not Path(program).name.startswith(("python", "pypy")):
-        raise cannot_tell(script, f"its first line `#!{shebang.strip()}` runs {program or 'nothing'}, not a Python")
+        shown = quoted(shebang.strip())
+        raise cannot_tell(script, f"its first line `#!{shown}` runs {quoted(program) or 'nothing'}, not a Python")
     return program, options
 
 
+def _kernel_reads(script: Path, line: bytes) -> str:
+    """What the kernel starts of a #! line: its first KERNEL_SHEBANG bytes, the rest cut; an interpreter
+    whose name does not end within them is refused (exec fails: ENOEXEC), and so is it here."""
+    if len(line) >= KERNEL_SHEBANG:
+        kept = line[:KERNEL_SHEBANG]
+        if not any(blank in kept[2:].lstrip(b" \t") for blank in (b" ", b"\t")):
+            size = f"{'at least ' * (len(line) >= SCRIPT_HEAD)}{len(line):,} bytes"
+            raise RefusedByPython(
+                f"the kernel refuses to start {script}: its first line (#!) is {size} long, and the interpreter it "
+                f"names does not end within the {KERNEL_SHEBANG} bytes the kernel reads, so vLLM never starts",
+                hint="make its first line `#!` and the interpreter's path alone (as pip writes it: "
+                "`#!/path/to/venv/bin/python`), or launch with `python -m vllm.entrypoints.cli.main`",
+            )
+        line = kept
+    return line[2:].decode(errors="surrogateescape")
+
+
 def python_options(script: Path, words: list[str]) -> list[str]:
-    """`words`, the options a script's Python runs with before the script itself, when each is a
-    cluster of flags that take no value (`-E`, `-sE`, `-I`): passed on as they are to the interpreter
-    patchkit asks where vllm is; `--check-hash-based-pycs MODE` (two words: env -S, pip's wrapper)
-    read by script_hash_mode, not passed on; anything else (a value, `-m`, a blank inside) cannot be
-    told. RefusedByPython for a --check-hash-based-pycs Python refuses: in one word (a plain #! line
-    passes all it holds as one: an unknown option), or without a mode next (it would take the
-    script's path as the mode)."""
+    """`words`, the options a script's Python runs with before the script itself, read as Python reads
+    them (read_python_options): its flag clusters (`-E`, `-sE`), its -X values (`-Xpycache_prefix=DIR`)
+    and its --check-hash-based-pycs MODE (two words: env -S, pip's wrapper), passed on to each
+    interpreter patchkit asks (-W's values are not: they change no import); anything else (`-m`,
+    `-c`, a blank inside a word) cannot be told. RefusedByPython for a --check-hash-based-pycs Python
+    refuses: in one word (a plain #! line passes all it holds as one: an unknown option), or without
+    a mode next (it would take the script's path as the mode)."""
+    modes: list[str] = []
+    flags, xoptions, rest = read_python_options(words, modes)
+    if rest and rest[0].startswith(HASH_PYCS):
+        raise _refused(script, rest[0], _at(rest, 1))
+    if rest:
+        raise cannot_tell(
+            script, f"its Python runs with the option {quoted(repr(rest[0]))}, which patchkit does not pass on"
+        )
+    return [*flags, *(f"-X{x}" for x in xoptions), *([HASH_PYCS, modes[-1]] if modes else [])]
+
+
+def read_python_options(args: list[str], hash_pycs: list[str]) -> tuple[list[str], list[str], list[str]]:
+    """A Python's own options (a `python` launch's, a script's #! line's) read as Python reads them: a
+    cluster of flags, which may end in -W, -X or -m with its value attached or next. (Its flag
+    clusters, each `-` and letters: -E, -sP...; its -X values, one of which may set where bytecode is
+    read from; the rest, from `-m MODULE` on, or from the first word Python would not read as an
+    option, or from an option that lacks its value.) -W changes no import and is not kept;
+    `--check-hash-based-pycs MODE` is appended to `hash_pycs` (the last one counts)."""
     flags: list[str] = []
+    xoptions: list[str] = []
     index = 0
-    while index < len(words):
-        word = words[index]
-        if word.startswith(HASH_PYCS):
-            if word != HASH_PYCS or _after(words, index) not in HASH_MODES:
-                raise _refused(script, word, _after(words, index))
-            index += 2
+    while index < len(args):
+        if args[index] == HASH_PYCS and _at(args, index + 1) in HASH_MODES:
+            hash_pycs.append(args[index + 1])
+            index += 2  # its one long option with a value (exact, the value next: as CPython's getopt)
             continue
-        if not PYTHON_FLAGS.match(word):
-            raise cannot_tell(script, f"its Python runs with the option {word!r}, which patchkit does not pass on")
-        flags.append(word)
-        index += 1
-    return flags
+        cluster = re.compile(_PYTHON_CLUSTER).fullmatch(args[index])
+        if cluster is None or not (cluster["flags"] or cluster["valued"]):
+            break
+        if cluster["flags"]:
+            flags.append(f"-{cluster['flags']}")
+        if cluster["valued"] is None:
+            index += 1
+            continue
+        value, index = (cluster["value"], index + 1) if cluster["value"] else (_at(args, index + 1), index + 2)
+        if value is None:
+            return flags, xoptions, args[index - 2 :]  # the option that lacks its value, on
+        if cluster["valued"] == "m":
+            return flags, xoptions, ["-m", value, *args[index:]]
+        xoptions += [value] if cluster["valued"] == "X" else []
+    return flags, xoptions, args[index:]
 
 
-def _after(words: list[str], index: int) -> str | None:
-    return words[index + 1] if index + 1 < len(words) else None
+def _at(args: list[str], index: int) -> str | None:
+    return args[index] if index < len(args) else None
 
 
 def _refused(script: Path, word: str, after: str | None) -> RefusedByPython:
     if word != HASH_PYCS:  # the kernel passes a #! line's options as one word
-        why = f"its #! line gives Python {word!r} as one word, an option Python does not know"
+        why = f"its #! line gives Python {quoted(repr(word))} as one word, an option Python does not know"
     else:
-        why = f"its Python takes {after or 'the script path'!r} as the mode of {HASH_PYCS}, not one of {', '.join(HASH_MODES)}"
+        why = f"its Python takes {quoted(repr(after or 'the script path'))} as the mode of {HASH_PYCS}, not one of {', '.join(HASH_MODES)}"
     fix = f"drop it, or give it as two words through `#!/usr/bin/env -S /path/to/venv/bin/python {HASH_PYCS} MODE`"
     return RefusedByPython(f"Python refuses to start {script}: {why}, so vLLM never starts", hint=fix)
 
 
 class RefusedByPython(TargetError):
-    """A `vllm` script whose interpreter line Python refuses: the launch fails at once, a finding."""
+    """A `vllm` script whose interpreter line Python (or the kernel) refuses: the launch fails at once, a finding."""
 
 
 def _env_program(script: Path, argument: str, path: str | None) -> tuple[str, list[str]]:
@@ -136,7 +172,7 @@ def _env_program(script: Path, argument: str, path: str | None) -> tuple[str, li
     split = re.match(r"^(?:-S|--split-string(?:=|\s))(?P<rest>.*)$", argument, re.S)
     if split is None:
         if not argument or argument.startswith("-") or any(c.isspace() for c in argument):
-            raise cannot_tell(script, f"`env {argument}` starts no program by that one name")
+            raise cannot_tell(script, f"`env {quoted(argument)}` starts no program by that one name")
         return _on_path(script, argument, path), []
     if "$" in split["rest"] or "\\" in split["rest"]:
         raise cannot_tell(script, "its `env -S` line expands variables or escapes")
@@ -167,7 +203,7 @@ def _after_env_options(script: Path, words: list[str], path: str | None) -> tupl
             if word.startswith("PATH="):
                 path = word.removeprefix("PATH=")
         elif word.startswith("-"):
-            raise cannot_tell(script, f"its `env -S` line has the option {word}")
+            raise cannot_tell(script, f"its `env -S` line has the option {quoted(word)}")
         else:
             break
         index += 1
@@ -181,7 +217,7 @@ def _on_path(script: Path, program: str, path: str | None) -> str:
         return program
     found = exec_search(program, path)
     if found is None:
-        raise cannot_tell(script, f"its `env` runs {program}, which is not on the launch's PATH")
+        raise cannot_tell(script, f"its `env` runs {quoted(program)}, which is not on the launch's PATH")
     return found
 
 

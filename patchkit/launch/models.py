@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from patchkit.base.errors import BadInput, TargetError
+from patchkit.base.errors import BadInput, TargetError, quoted
 from patchkit.base.fsutil import unsafe_reason
 from patchkit.base.values import Value
 from patchkit.launch.values import REF_LIMIT, file_name, load_json, read_head, read_named_file
@@ -268,7 +268,7 @@ def _snapshot_of(repo: Path, revision: str, role: str, name: str) -> str:
         raise TargetError(f"{role} '{name}' not found: {ref} names no snapshot", hint=f"fetch the model again ({name})")
     if text != text.strip() and not os.path.isdir(repo / "snapshots" / text):
         raise TargetError(
-            f"{role} '{name}' not found: {ref} holds {text!r}: huggingface_hub reads it as it is, "
+            f"{role} '{name}' not found: {ref} holds {quoted(repr(text))}: huggingface_hub reads it as it is, "
             "space or line break included, finds no snapshot by that name, and vLLM would download the model",
             hint=f"write the commit alone into {ref} (no newline), or fetch the model again ({name})",
         )

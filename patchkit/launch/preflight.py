@@ -952,12 +952,16 @@ def _set_state_findings(
     resolved: Resolved, status: TreeStatus, needs: LaunchNeeds, result: PreflightResult
 ) -> list[Finding]:
     if needs.needs(resolved.set_name):
-        unsaid = _not_said_by_judged(resolved, status, needs) if status.guard else []
-        launched = _guard_for_launch(resolved, dataclasses.replace(status, guard=unsaid), needs, result)
+        met = _guard_for_launch(resolved, status, needs, result)  # what the guard refuses in this launch
+        unsaid = _not_said_by_judged(resolved, met, needs) if met.guard else []
         # under a pycache prefix prefix_findings judges the bytecode; under `always` Python checks every hash-based .pyc
         unread = bool(command_prefix(resolved.target.root, result.command))
         unread = unread or result.command.hash_pycs_mode() == "always"
-        return [tree_finding(resolved, launched, prefixed=unread)]
+        finding = tree_finding(resolved, dataclasses.replace(met, guard=unsaid), prefixed=unread)
+        # its own files' refusals its state does not say (a recorded file a symlink to a copy of its
+        # bytes reads as applied): the refusal itself, as vLLM's plugin loader meets it
+        own = _not_said_by_judged(resolved, met, needs, but=resolved.set_name) if finding.ok and met.guard else []
+        return [_guard_refusal(dataclasses.replace(met, guard=own)) if own else finding]
     if needs.guard_runs and status.guard:
         unsaid = _not_said_by_judged(resolved, status, needs)
         refusal = _guard_refusal(dataclasses.replace(status, guard=unsaid))
@@ -973,10 +977,11 @@ def _set_state_findings(
     return []
 
 
-def _not_said_by_judged(resolved: Resolved, status: TreeStatus, needs: LaunchNeeds) -> list[str]:
-    """The guard's refusals less those for a file of a set this run judges and the launch needs: that
-    set's own tree-state finding names its drift, with its fix (said once, not again as the refusal)."""
-    said = {n for n in needs.judged if needs.needs(n)}
+def _not_said_by_judged(resolved: Resolved, status: TreeStatus, needs: LaunchNeeds, *, but: str = "") -> list[str]:
+    """The guard's refusals less those for a file of a set this run judges and the launch needs (`but`
+    that one): that set's own tree-state finding names its drift, with its fix (said once, not again
+    as the refusal)."""
+    said = {n for n in needs.judged if needs.needs(n) and n != but}
     files = [path for e in record_of(resolved.target.root, status).entries if e.set_name in said for path in e.files]
     return [problem for problem in status.guard if not any(problem.startswith(f"{path} ") for path in files)]
 

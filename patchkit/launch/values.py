@@ -94,7 +94,8 @@ def load_json(text: str | bytes, what: str, *, strict: bool = True) -> Any:
 
 def load_yaml_config(path: str) -> dict[str, Any]:
     """A `--config` YAML file: a mapping, within the limits (its aliases counted expanded, before
-    anything is built from them)."""
+    anything is built from them), read as vLLM reads it: PyYAML's pure-Python yaml.safe_load, which
+    refuses what libyaml takes (a tab after `key:`) and takes what it refuses (`%YAML 1.3`)."""
     # lazy: PyYAML loads only for a launch that names a --config file
     import yaml
 
@@ -103,13 +104,12 @@ def load_yaml_config(path: str) -> dict[str, Any]:
         raw = read_named_file(path, CONFIG_FILE_LIMIT, "--config")
     except FileNotFoundError as exc:
         raise BadInput(f"{where}: cannot read it: {exc.strerror}") from None
-    loader_class = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: no recursion, 10x faster
     try:
         text = raw.decode("utf-8")
-        _check_events(yaml, yaml.parse(text, Loader=loader_class), where)
-        data = yaml.load(text, Loader=loader_class)  # a safe loader: CSafeLoader or SafeLoader
+        _check_bounds(yaml, text, where)
+        data = yaml.load(text, Loader=yaml.SafeLoader)  # vLLM's yaml.safe_load
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise BadInput(f"{where}: not valid YAML: {exc}") from None
+        raise BadInput(f"{where}: not valid YAML (vLLM's yaml.safe_load refuses it): {exc}") from None
     except (RecursionError, ValueError) as exc:
         raise BadInput(f"{where} cannot be read: {_why(exc)}") from None
     if not isinstance(data, dict):
@@ -145,6 +145,22 @@ def _check_encodable(text: str, what: str) -> None:
     except UnicodeEncodeError as exc:
         bad = ascii(text[exc.start : exc.end])
         raise BadInput(f"{what} holds a lone surrogate {bad}: no file name or text can hold it") from None
+
+
+def _check_bounds(yaml: ModuleType, text: str, what: str) -> None:
+    """The document's depth and size counted on libyaml's events (fast, no recursion); where libyaml
+    refuses the text, on the pure parser's, which vLLM's loader then reads (its events come one at a
+    time, from no recursion either)."""
+    fast = getattr(yaml, "CSafeLoader", None)
+    if fast is not None:
+        try:
+            _check_events(yaml, yaml.parse(text, Loader=fast), what)
+            return
+        except yaml.YAMLError as exc:
+            # libyaml stops at 1000 levels, far past ours: the pure parser need not scan it (~0.4 s)
+            if "maximum nesting depth" in str(getattr(exc, "problem", "")):
+                raise BadInput(f"{what} cannot be read: {_too_big(True)}") from None
+    _check_events(yaml, yaml.parse(text, Loader=yaml.SafeLoader), what)
 
 
 def _check_events(yaml: ModuleType, events: Iterable[Event], what: str) -> None:

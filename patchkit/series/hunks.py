@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from patchkit.base.enums import FileKind
+from patchkit.base.errors import quoted
 from patchkit.base.hashing import joined
 from patchkit.base.values import FrozenValue, frozen
 from patchkit.series.patchfile import Hunk, Patch, byte_lines, decode
@@ -44,7 +45,7 @@ class Mismatch(FrozenValue):
             return f"{self.path}: {self.reason}"
         text = (
             f"{self.path}: hunk #{self.hunk_index} does not apply: expected at line {self.line} "
-            f"{self.expected.rstrip(chr(10))!r}, found {self.found.rstrip(chr(10))!r}"
+            f"{quoted(repr(self.expected.rstrip(chr(10))))}, found {quoted(repr(self.found.rstrip(chr(10))))}"
         )
         return text if self.reason == "context does not match" else f"{text} ({self.reason})"
 

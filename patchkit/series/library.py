@@ -25,7 +25,7 @@ from packaging.version import Version
 
 from patchkit.base import fsutil, remembered
 from patchkit.base.enums import Holder, SelectionKind
-from patchkit.base.errors import BadInput, NoPatchSet
+from patchkit.base.errors import BadInput, NoPatchSet, quoted
 from patchkit.base.fsutil import atomic_write, unsafe_reason
 from patchkit.base.values import FrozenValue, Value, frozen
 from patchkit.series.patchfile import DEFAULT_ROOTS, Patch, read_patch
@@ -192,7 +192,7 @@ def _check_entry(series: Path, name: str) -> None:
     reason = unsafe_reason(name) or ("names another directory" if "/" in name else None)
     if reason:
         raise BadInput(
-            f"{series}: the entry {name!r} {reason}: a series lists patch file names in its own directory",
+            f"{series}: the entry {quoted(repr(name))} {reason}: a series lists patch file names in its own directory",
             hint="repair the series file (patchkit refresh rewrites it)",
         )
 
@@ -344,10 +344,12 @@ def _manifest_problems(data: dict[str, Any]) -> list[str]:
         if not (isinstance(release, dict) and all(isinstance(release.get(k), str) for k in ("versions", "dir"))):
             problems.append(f"[[releases]] entry {index} needs `versions` and `dir`, both strings")
         elif unsafe_reason(release["dir"]):
-            problems.append(f"[[releases]] entry {index}: `dir` {release['dir']!r} {unsafe_reason(release['dir'])}")
+            problems.append(
+                f"[[releases]] entry {index}: `dir` {quoted(repr(release['dir']))} {unsafe_reason(release['dir'])}"
+            )
     if isinstance(data.get("name"), str) and data["name"] and fsutil.set_name_problem(data["name"]):
         problems.append(
-            f"`name` {data['name']!r} {fsutil.set_name_problem(data['name'])} (a set is named by --set NAME)"
+            f"`name` {quoted(repr(data['name']))} {fsutil.set_name_problem(data['name'])} (a set is named by --set NAME)"
         )
     if isinstance(data.get("roots"), list) and not all(isinstance(r, str) and r for r in data["roots"]):
         problems.append("`roots` must be an array of package names")
@@ -355,7 +357,9 @@ def _manifest_problems(data: dict[str, Any]) -> list[str]:
         problems += _behaviour_reads_problems(data["behaviour_reads"], "behaviour" in data)
     for key in ("probe", "launch", "behaviour"):  # a script the set ships, inside its directory
         if isinstance(data.get(key), str) and unsafe_reason(data[key]):
-            problems.append(f"`{key}` {data[key]!r} {unsafe_reason(data[key])} (name a file in the set's directory)")
+            problems.append(
+                f"`{key}` {quoted(repr(data[key]))} {unsafe_reason(data[key])} (name a file in the set's directory)"
+            )
     if isinstance(data.get("needed_by"), dict):
         problems += _rule_problems(data["needed_by"])
     if isinstance(data.get("upstream_fix"), dict):
@@ -371,7 +375,7 @@ def _behaviour_reads_problems(paths: list[object], has_behaviour: bool) -> list[
     wrong = [p for p in paths if not isinstance(p, str) or unsafe_reason(p)]
     if wrong:
         why = unsafe_reason(wrong[0]) if isinstance(wrong[0], str) else "is not a string"
-        return [f"`behaviour_reads` entry {wrong[0]!r} {why} (give paths like vllm/parser/utils.py)"]
+        return [f"`behaviour_reads` entry {quoted(repr(wrong[0]))} {why} (give paths like vllm/parser/utils.py)"]
     return []
 
 
@@ -382,7 +386,7 @@ def _upstream_fix_problems(table: dict[str, Any]) -> list[str]:
     """What is wrong with an [upstream_fix] table (empty: nothing): known keys, each a string."""
     unknown = [key for key in table if key not in UPSTREAM_FIX]
     if unknown:
-        return [f"[upstream_fix] has no key {unknown[0]!r} (it takes {', '.join(UPSTREAM_FIX)})"]
+        return [f"[upstream_fix] has no key {quoted(repr(unknown[0]))} (it takes {', '.join(UPSTREAM_FIX)})"]
     return [f"[upstream_fix] `{key}` must be a string" for key, value in table.items() if not isinstance(value, str)]
 
 
@@ -445,7 +449,7 @@ def _keys_problems(
 ) -> list[str]:
     unknown = [key for key in table if key not in NEEDED_BY]
     if unknown:
-        return [f"{where} has no key {unknown[0]!r} (it takes {', '.join(takes)})"]
+        return [f"{where} has no key {quoted(repr(unknown[0]))} (it takes {', '.join(takes)})"]
     if not table and not may_be_empty:
         return [f"{where} names no launch (give {' or '.join(NEEDED_BY)}; without [needed_by] every launch needs it)"]
     wrong = [
@@ -498,10 +502,12 @@ def _refuse_ranges(
     first match would win unsaid, and the other entry's series would never be taken."""
     # each range's bounds once: two ranges share a version where the tighter of their bounds still hold one
     ranges = [(i, text, _span(versions)) for i, (text, versions) in enumerate(releases, 1)]
-    problems = [f"[[releases]] entry {i} `versions` {text!r} holds no version" for i, text, r in ranges if _empty(r)]
+    problems = [
+        f"[[releases]] entry {i} `versions` {quoted(repr(text))} holds no version" for i, text, r in ranges if _empty(r)
+    ]
     if _any_shared([r for _, _, r in ranges if not _empty(r)]):  # the pairs are named only when one shares
         problems += [
-            f"[[releases]] entries {i} and {j} cover the same release ({a!r}, {b!r})"
+            f"[[releases]] entries {i} and {j} cover the same release ({quoted(repr(a))}, {quoted(repr(b))})"
             for i, a, first in ranges
             for j, b, second in ranges
             if i < j and not _empty(_meet(first, second))
@@ -509,7 +515,7 @@ def _refuse_ranges(
     if shipped is not None:
         span = _span(shipped)
         problems += [
-            f"`upstream` {upstream!r} overlaps [[releases]] entry {i} ({text!r}): upstream wins there"
+            f"`upstream` {quoted(repr(upstream))} overlaps [[releases]] entry {i} ({quoted(repr(text))}): upstream wins there"
             for i, text, r in ranges
             if not _empty(_meet(r, span))
         ]
@@ -625,7 +631,7 @@ def _probe_script(name: str | None, directory: Path, origin: Path, what: str = "
         return None
     path = directory / name
     if path.is_dir():
-        raise BadInput(f"manifest {origin}: {what} {name!r} is a directory ({path}), not a script")
+        raise BadInput(f"manifest {origin}: {what} {quoted(repr(name))} is a directory ({path}), not a script")
     if not path.is_file():
         raise BadInput(f"manifest {origin}: {what} {path} does not exist")
     return path

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from patchkit.base import seal
-from patchkit.base.errors import BadInput
+from patchkit.base.errors import BadInput, quoted
 from patchkit.base.fsutil import fsync_dir, load_json_text, read_file
 from patchkit.store.objects import objects_dir
 from patchkit.store.state import (
@@ -247,7 +247,7 @@ def read_journal(root: Path) -> Journal | None:
         raise journal_refusal(root, "not an object with a list of 'files'")
     txid = journal.get("id")
     if not isinstance(txid, str) or not re.compile(_TXID).fullmatch(txid):
-        raise journal_refusal(root, f"the transaction id {txid!r} is not alphanumeric")
+        raise journal_refusal(root, f"the transaction id {quoted(repr(txid))} is not alphanumeric")
     try:
         _check_previous_state(journal.get("previous_state"), journal_path(root))
     except BadInput as exc:  # the field, not the journal file, is what is damaged
@@ -279,11 +279,11 @@ def _check_entry(entry: object, txid: str, origin: Path) -> None:
         raise BadInput(f"{path}: an original that existed needed no directory created for it")
     staged = entry.get("staged")
     if staged is not None and staged != staged_name(path, txid):
-        raise BadInput(f"{path}: the staged file {staged!r} is not patchkit's temp name beside it")
+        raise BadInput(f"{path}: the staged file {quoted(repr(staged))} is not patchkit's temp name beside it")
     mode = entry.get("mode")
     if mode is not None and (type(mode) is not int or mode < 0 or mode & ~PERMISSIONS):
         raise BadInput(
-            f"{path}: the mode {mode!r} is not a permission mode (setuid, setgid, sticky and world-write are never kept)"
+            f"{path}: the mode {quoted(repr(mode))} is not a permission mode (setuid, setgid, sticky and world-write are never kept)"
         )
     _check_directories(_listed(entry, "created_dirs", path), "created", path, origin)
     removed = _listed(entry, "removed_dirs", path)
@@ -303,7 +303,7 @@ def _check_directories(directories: list[object], what: str, path: str, origin: 
     """The directories an entry says its commit created (or removed) hold its file."""
     for directory in directories:
         if not path.startswith(checked_path(directory, origin, directory=True) + "/"):
-            raise BadInput(f"{path}: the {what} directory {directory!r} does not hold it")
+            raise BadInput(f"{path}: the {what} directory {quoted(repr(directory))} does not hold it")
 
 
 # --------------------------------------------------------------------------- what a crash leaves

@@ -17,7 +17,7 @@ import os
 import stat
 from pathlib import Path
 
-from patchkit.base.errors import BadInput
+from patchkit.base.errors import BadInput, quoted
 from patchkit.base.fsutil import Origin, fsync, read_file
 from patchkit.base.hashing import sha256, stream_sha256
 from patchkit.store.state import DIGEST, PERMISSIONS, State, Tick, durable_write, meta_dir
@@ -33,7 +33,7 @@ def objects_dir(root: Path) -> Path:
 
 def object_path(root: Path, digest: str) -> Path:
     if not DIGEST.fullmatch(digest):
-        raise BadInput(f"{digest!r} is not a sha256 hex digest; objects are named by digest only")
+        raise BadInput(f"{quoted(repr(digest))} is not a sha256 hex digest; objects are named by digest only")
     return objects_dir(root) / digest
 
 

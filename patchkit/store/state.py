@@ -33,6 +33,7 @@ import contextlib
 import copy
 import json
 import os
+import re
 import shlex
 import stat
 from collections.abc import Callable, Iterable, Sequence
@@ -44,7 +45,7 @@ from typing import Any, Protocol, TypedDict
 from packaging.version import InvalidVersion, Version
 
 from patchkit.base import hints
-from patchkit.base.errors import BadInput
+from patchkit.base.errors import BadInput, quoted
 from patchkit.base.fsutil import (
     atomic_write,
     file_name_problem,
@@ -85,6 +86,24 @@ def meta_dir(root: Path) -> Path:
     return root / META_DIR
 
 
+def _recovery_lists(meta: Path) -> list[Path]:
+    """The lists of kept files a crash recovery wrote (recovered-<journal id>.txt, regular files):
+    patchkit's own, said when they were written; nothing recorded is left for them to explain."""
+    try:
+        names = os.listdir(meta)
+    except OSError:
+        return []
+    lists = [meta / n for n in names if re.fullmatch(r"recovered-[0-9A-Za-z]{1,64}\.txt", n)]
+    return [path for path in lists if _is_regular(path)]
+
+
+def _is_regular(path: Path) -> bool:
+    try:
+        return stat.S_ISREG(path.lstat().st_mode)
+    except OSError:
+        return False
+
+
 def remove_empty_store(root: Path, record: State) -> Path | None:
     """Once the record holds nothing (no set, no guard, no choice remembered), .patchkit/ goes:
     state.json, the emptied objects/, the lock (the caller holds it: a waiter checks the file it
@@ -98,6 +117,7 @@ def remove_empty_store(root: Path, record: State) -> Path | None:
         (meta / "state.json").unlink,
         (meta / "objects").rmdir,
         (meta / "saved").rmdir,  # emptied by the user's `rm -r` of each copy, as revert says
+        *(listed.unlink for listed in _recovery_lists(meta)),
         (meta / "lock").unlink,
         meta.rmdir,
     ):
@@ -175,7 +195,7 @@ def checked_path(path: object, origin: Path, *, directory: bool = False, guard: 
         raise _damaged(origin, f"a path is {type(path).__name__}, not text")
     reason = unsafe_reason(path) or _outside_packages(path, directory=directory, guard=guard)
     if reason:
-        raise _damaged(origin, f"the recorded path {path!r} {reason}")
+        raise _damaged(origin, f"the recorded path {quoted(repr(path))} {reason}")
     return path
 
 
@@ -213,7 +233,7 @@ def checked_digest(value: object, origin: Path, *, optional: bool = True) -> str
     if value is None and optional:
         return None
     if not isinstance(value, str) or not DIGEST.fullmatch(value):
-        raise _damaged(origin, f"{value!r} is not a sha256 hex digest")
+        raise _damaged(origin, f"{quoted(repr(value))} is not a sha256 hex digest")
     return value
 
 
@@ -602,7 +622,7 @@ def parse_state(raw: bytes, origin: Path) -> State:
     if not isinstance(data, dict):
         raise _damaged(origin, f"a {type(data).__name__}, not an object")
     if data.get("format") != FORMAT:
-        raise _damaged(origin, f"unknown state format {data.get('format')!r}")
+        raise _damaged(origin, f"unknown state format {quoted(repr(data.get('format')))}")
     entries = data.get("entries", [])
     if not isinstance(entries, list):
         raise _damaged(origin, "'entries' is not a list")
@@ -636,7 +656,7 @@ def _checked_chosen(chosen: object, origin: Path, key: str = "chosen") -> tuple[
         raise _damaged(origin, f"'{key}' is not a list of set names")
     for name in chosen:
         if not isinstance(name, str) or set_name_problem(name):
-            raise _damaged(origin, f"'{key}' names {name!r}, which is no set name")
+            raise _damaged(origin, f"'{key}' names {quoted(repr(name))}, which is no set name")
     return tuple(chosen)
 
 
@@ -649,7 +669,7 @@ def _checked_wheel(wheel: object, origin: Path) -> str | None:
     try:
         Version(wheel)
     except InvalidVersion:
-        raise _damaged(origin, f"'wheel' is {wheel!r}, not a vLLM version") from None
+        raise _damaged(origin, f"'wheel' is {quoted(repr(wheel))}, not a vLLM version") from None
     return wheel
 
 
@@ -672,14 +692,16 @@ def _checked_guard_path(path: object, origin: Path) -> str:
     if not isinstance(path, str) or not GUARD_FILE.fullmatch(path):
         raise _damaged(
             origin,
-            f"its guard record names {path!r}, which is no file of patchkit's launch guard "
+            f"its guard record names {quoted(repr(path))}, which is no file of patchkit's launch guard "
             "(patchkit_guard.py, patchkit_guard-<version>.dist-info/...)",
         )
     version = path.partition("/")[0].removeprefix("patchkit_guard-").removesuffix(".dist-info") if "/" in path else "0"
     try:
         Version(version)
     except InvalidVersion:
-        raise _damaged(origin, f"its guard record names {path!r}, whose version {version!r} is no version") from None
+        raise _damaged(
+            origin, f"its guard record names {quoted(repr(path))}, whose version {quoted(repr(version))} is no version"
+        ) from None
     return checked_path(path, origin)
 
 
@@ -688,7 +710,7 @@ def _checked_entry(data: object, origin: Path) -> Entry:
         raise _damaged(origin, "an entry is not an object")
     problem = set_name_problem(_require(data, "set", str, origin))
     if problem:  # no library set is so named (load_set refuses it): the record is not patchkit's
-        raise _damaged(origin, f"its set {data['set']!r} is no set name: it {problem}")
+        raise _damaged(origin, f"its set {quoted(repr(data['set']))} is no set name: it {problem}")
     for key in ("vllm_version", "release"):
         _require(data, key, (str, type(None)), origin, default=None)
     _require(data, "applied_at", str, origin, default="")
@@ -698,7 +720,9 @@ def _checked_entry(data: object, origin: Path) -> Entry:
             raise _damaged(origin, "a recorded patch has no name")
         problem = file_name_problem(patch["name"])
         if problem:  # a patch is named by its file (Path.name): no apply recorded this one
-            raise _damaged(origin, f"a recorded patch's name {patch['name']!r} is no file name: it {problem}")
+            raise _damaged(
+                origin, f"a recorded patch's name {quoted(repr(patch['name']))} is no file name: it {problem}"
+            )
         checked_digest(patch.get("sha256"), origin, optional=False)
         where = patch.get("path", "/")
         if not (isinstance(where, str) and where.startswith("/") and len(where) <= MAX_PATCH_PATH):
@@ -726,14 +750,15 @@ def _checked_adhoc_paths(files: dict[str, Any], origin: Path) -> None:
     outside = next((path for path in files if path.split("/", 1)[0] != ADHOC_ROOT), None)
     if outside is not None:
         raise _damaged(
-            origin, f"a --patch apply's record names {outside!r}, outside vllm/, which no --patch file changes"
+            origin,
+            f"a --patch apply's record names {quoted(repr(outside))}, outside vllm/, which no --patch file changes",
         )
 
 
 def _checked_mode(mode: object, path: str, origin: Path) -> None:
     """A recorded mode: permission bits only (revert sets them on a file of the tree)."""
     if isinstance(mode, bool) or not isinstance(mode, int) or not 0 <= mode <= MODE_BITS:
-        raise _damaged(origin, f"{path}: 'mode' {mode!r} is not a file's permission bits (0 to 0o777)")
+        raise _damaged(origin, f"{path}: 'mode' {quoted(repr(mode))} is not a file's permission bits (0 to 0o777)")
 
 
 def _checked_library(where: object, origin: Path) -> None:

@@ -3,10 +3,12 @@ and running patchkit's workers (patchkit/_target/) in that Python: run_worker.""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import importlib.machinery
 import json
 import os
-import re
+import pwd
 import shlex
 import shutil
 import sys
@@ -132,13 +134,14 @@ def launch_prefix(root: Path, launch: Launch | None = None) -> str:
 def _launch_startup_prefix(root: Path, launch: Launch) -> str | None:
     """The pycache prefix the start-up of the launch's interpreter, run as the launch runs it, sets for
     `root` ("": it clears one; None: it sets none). Start-up code may read any variable the launch's
-    environment gives, so it is asked there when that is not patchkit's (`changed`) and the tree's
-    start-up may set one; else, or unasked, startup_prefix(root)."""
+    environment gives, so it is asked there when that or its options are not patchkit's (`changed`)
+    and its start-up may set one: the tree's names the prefix, or the launch runs start-up code the
+    site does not hold (_adds_startup_code); else, or unasked, startup_prefix(root)."""
     python, env, options, cwd, first_path = launch.python, launch.env, launch.options, launch.cwd, launch.first_path
     known = startup_prefix(root)
     if python is None or not (launch.changed or options):
         return known
-    if known is None and not (_startup_names_prefix(root) or _path_names_prefix(env, options, cwd)):
+    if known is None and not (_startup_names_prefix(root) or _adds_startup_code(root, launch)):
         return known
     key = (root, python, tuple(sorted(env.items())), tuple(options), cwd, first_path)
     if key not in _LAUNCH_PROBES:  # asked once a command: preflight asks per set and per finding
@@ -156,6 +159,126 @@ def _launch_startup_prefix(root: Path, launch: Launch) -> str | None:
     if info.get("prefix_set_at_startup") is not True or not isinstance(prefix, (str, type(None))):
         return None
     return os.path.join(cwd, prefix) if prefix else ""
+
+
+# Where each tree's interpreter was asked in patchkit's own environment (that python, that
+# directory): the start-up code it ran there is known; a launch that runs no other needs no asking.
+_ASKED_HERE: dict[Path, tuple[str, str]] = {}
+
+
+def _asked_here(root: Path, python: object, cwd: str | None) -> None:
+    if isinstance(python, str):
+        _ASKED_HERE[root] = (python, cwd or os.sep)
+
+
+def _adds_startup_code(root: Path, launch: Launch) -> bool:
+    """Whether the launch runs start-up code in its interpreter that the site does not hold and that
+    asking it in patchkit's own environment did not run (a sitecustomize on the launch's PYTHONPATH,
+    a user site's .pth): any of it may set a pycache prefix, by whatever code."""
+    python = launch.python or ""
+    found = startup_code(root, python, launch.env, launch.cwd, flag_letters(launch.options))
+    if not found:
+        return False
+    here = _ASKED_HERE.get(root)
+    if here is None or not _same_file(here[0], python):
+        return True
+    return startup_code(root, here[0], dict(os.environ), here[1]) != found
+
+
+_FLAG_CLUSTER = LazyPattern(r"-[bBdEIOPqRsSuv]+")  # Python's options that take no value, clustered
+
+
+def flag_letters(options: list[str]) -> str:
+    """The letters of the flag clusters among a launch's interpreter options, as
+    launch/interpreter.py's python_options gives them (-E, -sI: not an -X value's letters)."""
+    return "".join(option[1:] for option in options if _FLAG_CLUSTER.fullmatch(option))
+
+
+def startup_code(root: Path, python: str, env: dict[str, str], cwd: str, flags: str = "") -> list[str]:
+    """What, beside the site's own .pth files and sitecustomize, `python` run with the options `flags`
+    runs at its start-up under `env` in `cwd`: a sitecustomize or usercustomize on PYTHONPATH, or a
+    module the site's start-up files import found there first (an archive there: what it holds is
+    not read), the user site's .pth files and usercustomize, another PYTHONHOME or PYTHONPLATLIBDIR
+    (another site.py, other site directories). -S: no site, none; -E or -I: no PYTHON* variable
+    read; -s or -I: no user site."""
+    if "S" in flags:
+        return []
+    if "E" in flags or "I" in flags:
+        env = {name: value for name, value in env.items() if not name.startswith("PYTHON")}
+    found = [f"{name}={env[name]}" for name in ("PYTHONHOME", "PYTHONPLATLIBDIR") if env.get(name)]
+    entries = [os.path.join(cwd, entry) for entry in env.get("PYTHONPATH", "").split(os.pathsep)]
+    if env.get("PYTHONPATH"):
+        names = {"sitecustomize", "usercustomize", *_site_imports(root)}
+        found += [hit for entry in dict.fromkeys(entries) for hit in _modules_named(entry, names)]
+    return found + ([] if "s" in flags or "I" in flags else _user_site_code(python, env))
+
+
+def _modules_named(directory: str, names: set[str]) -> list[str]:
+    """The modules or packages in a sys.path entry that import as one of `names`; an archive whole."""
+    if os.path.isfile(directory):
+        return [directory]
+    suffixes = importlib.machinery.all_suffixes()
+    try:
+        with os.scandir(directory) as entries:
+            return [
+                entry.path
+                for entry in entries
+                if entry.name in names
+                or any(entry.name.endswith(s) and entry.name[: -len(s)] in names for s in suffixes)
+            ]
+    except OSError:
+        return []
+
+
+def _user_site_code(python: str, env: dict[str, str]) -> list[str]:
+    """The .pth files and usercustomize of the user site `env` names (PYTHONUSERBASE, else HOME's
+    .local), where `python` has a user site: a venv without system site-packages has none."""
+    if env.get("PYTHONNOUSERSITE"):
+        return []
+    home = env.get("HOME") or _home()
+    lib = os.path.join(env.get("PYTHONUSERBASE") or os.path.join(home, ".local"), "lib")
+    try:
+        sites = [os.path.join(lib, name, "site-packages") for name in os.listdir(lib) if name.startswith("python")]
+    except OSError:
+        return []
+    found = []
+    for site in sites:
+        with contextlib.suppress(OSError):
+            found += [
+                os.path.join(site, n) for n in os.listdir(site) if n.endswith(".pth") or n.startswith("usercustomize")
+            ]
+    return found if found and _has_user_site(python) else []
+
+
+def _home() -> str:
+    """The home directory Python's site takes where HOME is unset: the password database's."""
+    try:
+        return pwd.getpwuid(os.getuid()).pw_dir
+    except KeyError:
+        return os.sep
+
+
+def _has_user_site(python: str) -> bool:
+    """Whether `python` loads a user site: not a venv's (its pyvenv.cfg beside it or one up) that
+    leaves the system site-packages out, as site.venv() reads it."""
+    here = os.path.dirname(python)
+    for cfg in (os.path.join(here, "pyvenv.cfg"), os.path.join(os.path.dirname(here), "pyvenv.cfg")):
+        if os.path.isfile(cfg):
+            lines = _head_of(Path(cfg)).decode(errors="replace").splitlines()
+            said = {
+                k.strip().lower(): v.strip().lower()
+                for k, _, v in (line.partition("=") for line in lines if "=" in line)
+            }
+            return said.get("include-system-site-packages", "true") == "true"
+    return True
+
+
+def _same_file(one: str, other: str) -> bool:
+    """One interpreter by both paths, in one directory (a venv's python links to its base's)."""
+    try:
+        return os.path.samefile(os.path.dirname(one), os.path.dirname(other)) and os.path.samefile(one, other)
+    except OSError:
+        return False
 
 
 def from_directory(directory: str | os.PathLike[str]) -> Target:
@@ -239,6 +362,8 @@ def from_interpreter(
     root = _tree_of(Path(package_dir), named)
     _named_as(root, named)
     _note_startup_prefix(root, info, cwd)
+    if env is None and not options:
+        _asked_here(root, info["python"], cwd)
     return Target(
         root=root,
         found_by=found_by,
@@ -385,6 +510,7 @@ def resolve(target_dir: str | None, python: str | None, *, here: bool = False) -
         root = from_directory(target_dir).root
         if isinstance(own, str) and os.path.realpath(own) == os.path.realpath(root / PACKAGE):
             _note_startup_prefix(root, info, cwd)  # that interpreter runs this tree: its start-up is the launch's
+            _asked_here(root, info["python"], cwd)
         return Target(
             root=root,
             found_by=f"--target {target_dir}",
@@ -394,7 +520,7 @@ def resolve(target_dir: str | None, python: str | None, *, here: bool = False) -
     return from_interpreter(python, cwd=cwd)
 
 
-_IMPORTED = LazyPattern(r"^import\s+([A-Za-z_]\w*)", re.MULTILINE)
+_IMPORTED = LazyPattern(r"\bimport[ \t]+([\w \t,.]+)|\b(?:__import__|import_module)\(\s*['\"]([A-Za-z_]\w*)")
 _STARTUP_HEAD = 64 << 10  # a .pth file or a start-up module: a few lines
 
 
@@ -412,32 +538,39 @@ def _ask_startup_prefix(root: Path) -> None:
     own = info.get("package_dir")
     if isinstance(own, str) and os.path.realpath(own) == os.path.realpath(root / PACKAGE):
         _note_startup_prefix(root, info, None)
+        _asked_here(root, info["python"], None)
 
 
 def _startup_names_prefix(root: Path) -> bool:
-    try:
-        names = set(os.listdir(root))
-    except OSError:
-        return False
-    hooks = [n for n in names if n.endswith(".pth") or n in ("sitecustomize.py", "usercustomize.py")]
-    texts = [_head_of(root / name) for name in hooks]
-    imported = {f"{m}.py" for text in texts for m in _IMPORTED.findall(text.decode(errors="replace"))}
+    names, texts = _site_hooks(root)
+    imported = {f"{m}.py" for m in _imported_by(texts)}
     texts += [_head_of(root / name) for name in sorted(imported & names)]
     return any(b"pycache_prefix" in text for text in texts)
 
 
-def _path_names_prefix(env: dict[str, str], options: list[str], cwd: str) -> bool:
-    """Whether a sitecustomize on the launch's PYTHONPATH (read unless -E or -I; an entry relative
-    to its directory) names pycache_prefix: site imports it from anywhere on sys.path at start-up
-    (unless -S)."""
-    flags = "".join(option for option in options if not option.startswith("--"))
-    if "E" in flags or "I" in flags or "S" in flags:
-        return False
-    entries = [os.path.join(cwd, entry) for entry in env.get("PYTHONPATH", "").split(os.pathsep) if entry]
-    texts = [
-        _head_of(Path(entry, name)) for entry in entries for name in ("sitecustomize.py", "sitecustomize/__init__.py")
-    ]
-    return any(b"pycache_prefix" in text for text in texts)
+def _site_hooks(root: Path) -> tuple[set[str], list[bytes]]:
+    """The names in the site, and the heads of its start-up files: .pth files, sitecustomize, usercustomize."""
+    try:
+        names = set(os.listdir(root))
+    except OSError:
+        return set(), []
+    hooks = [n for n in names if n.endswith(".pth") or n in ("sitecustomize.py", "usercustomize.py")]
+    return names, [_head_of(root / name) for name in sorted(hooks)]
+
+
+def _imported_by(texts: list[bytes]) -> set[str]:
+    """The top-level modules start-up code imports (`import a, b.c as d`, __import__("e"), import_module("f"))."""
+    found: set[str] = set()
+    for text in texts:
+        for listed, called in _IMPORTED.findall(text.decode(errors="replace")):
+            found.update(part.split()[0].split(".")[0] for part in listed.split(",") if part.strip())
+            found.update([called] if called else [])
+    return found
+
+
+def _site_imports(root: Path) -> set[str]:
+    """The modules the site's start-up files import: found first on a PYTHONPATH, another's code runs."""
+    return _imported_by(_site_hooks(root)[1])
 
 
 def _head_of(path: Path) -> bytes:

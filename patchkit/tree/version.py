@@ -13,7 +13,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from patchkit.base import hints
-from patchkit.base.errors import BadInput, PatchkitError, TargetError
+from patchkit.base.errors import BadInput, PatchkitError, TargetError, quoted
 from patchkit.base.fsutil import NotRegularFile, inside, read_regular
 from patchkit.base.patterns import LazyPattern
 from patchkit.base.values import FrozenValue, frozen
@@ -41,7 +41,7 @@ def parse(text: str, origin: str) -> Version:
     try:
         return Version(text.strip())
     except InvalidVersion as exc:
-        raise BadInput(f"{origin}: {text!r} is not a valid version") from exc
+        raise BadInput(f"{origin}: {quoted(repr(text))} is not a valid version") from exc
 
 
 def release_version(version: Version) -> Version:
@@ -74,7 +74,7 @@ def specifier(text: str | None, origin: object) -> SpecifierSet | None:
     try:
         return SpecifierSet(text)
     except InvalidSpecifier as exc:
-        raise BadInput(f"{origin}: bad version specifier {text!r}") from exc
+        raise BadInput(f"{origin}: bad version specifier {quoted(repr(text))}") from exc
 
 
 def detect(target: Target, override: str | None = None) -> DetectedVersion:

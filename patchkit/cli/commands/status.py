@@ -62,7 +62,7 @@ def command(opts: Options, quiet: bool, verbose: int, fmt: str) -> inspection.Tr
         if recovered:
             ui.warn(recovered)
         status = with_stock_judged(resolved, inspection.inspect(resolved, check_upstream=True, import_probe=False))
-        refuse_unchangeable(resolved)
+        refuse_unchangeable(resolved, status=status)
     if ui.json_mode:
         ui.json(status_json(resolved, status, where))
     else:

@@ -94,6 +94,8 @@ def status_json(resolved: Resolved, status: TreeStatus, where: Location | None =
             "installed": status.guard_installed,
             "refuses": status.guard,
             "fix": status.guard_fix if status.guard else None,
+            # the fix is a hand repair (a symlink or a special file on the way): no apply makes it
+            "by_hand": bool(status.guard and status.symlink_fix),
             # the recorded guard is gone: no refusal, and no launch checked either
             "missing": status.guard_missing,
             "missing_fix": status.guard_missing_fix if status.guard_missing else None,

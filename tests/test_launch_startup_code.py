@@ -1,0 +1,140 @@
+"""Which launches patchkit asks for the pycache prefix their interpreter's start-up sets: one whose
+environment runs start-up code the site does not hold (a sitecustomize on its PYTHONPATH, a user
+site's .pth) is asked in that environment; one that runs none, or only what asking in patchkit's
+own environment ran already, starts no interpreter (run's fast path)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from patchkit.tree import target
+
+VERSION = f"python{sys.version_info[0]}.{sys.version_info[1]}"
+
+
+@pytest.fixture
+def asked(monkeypatch):
+    """Each interpreter asked (its env and directory), answering that its start-up set /pfx."""
+    calls: list[tuple[dict[str, str] | None, str | None]] = []
+
+    def probe(python, env=None, first_path=None, options=(), cwd=None):
+        calls.append((env, cwd))
+        return {
+            "python": python,
+            "package_dir": str(site / "vllm"),
+            "pycache_prefix": "/pfx",
+            "prefix_set_at_startup": True,
+        }
+
+    site = None
+
+    def bind(root: Path) -> list:
+        nonlocal site
+        site = root
+        return calls
+
+    monkeypatch.setattr(target, "_probe", probe)
+    monkeypatch.setattr(target, "_LAUNCH_PROBES", {})
+    monkeypatch.setattr(target, "_STARTUP_PREFIX", {})
+    monkeypatch.setattr(target, "_ASKED_HERE", {}, raising=False)
+    return bind
+
+
+def _venv(tmp_path: Path, *, system_site: bool = False) -> tuple[Path, str]:
+    """A venv's layout: its site-packages holding vllm/, its bin/python (a stand-in file)."""
+    env = tmp_path / "venv"
+    site = env / "lib" / VERSION / "site-packages"
+    (site / "vllm").mkdir(parents=True)
+    (env / "bin").mkdir()
+    (env / "bin" / "python").write_text("")
+    (env / "pyvenv.cfg").write_text(f"home = /usr/bin\ninclude-system-site-packages = {str(system_site).lower()}\n")
+    return site, str(env / "bin" / "python")
+
+
+def _prefix(
+    site: Path, python: str, env: dict[str, str], cwd: str = "/", *, changed: bool = True, options: list[str] = ()
+) -> str | None:
+    launch = target.Launch(python, env, list(options), cwd, None, changed, None)
+    return target._launch_startup_prefix(site, launch)
+
+
+def test_a_pythonpath_without_start_up_code_asks_nothing(tmp_path, asked):
+    site, python = _venv(tmp_path)
+    calls = asked(site)
+    (tmp_path / "libs").mkdir()
+    (tmp_path / "libs" / "helpers.py").write_text("import sys; sys.pycache_prefix = '/x'\n")  # never run at start-up
+    assert _prefix(site, python, {"PYTHONPATH": str(tmp_path / "libs"), "HOME": str(tmp_path)}) is None
+    assert calls == []
+
+
+@pytest.mark.parametrize("name", ["sitecustomize.py", "sitecustomize", "usercustomize.pyc", "sitecustomize.abi3.so"])
+def test_a_pythonpath_holding_start_up_code_is_asked_in_the_launchs_environment(tmp_path, asked, name):
+    site, python = _venv(tmp_path)
+    calls = asked(site)
+    hooks = tmp_path / "work" / "hooks"
+    hooks.mkdir(parents=True)
+    (hooks / name).mkdir() if "." not in name else (hooks / name).write_text("")
+    env = {"PYTHONPATH": f"/nowhere{os.pathsep}hooks", "HOME": str(tmp_path)}
+    assert _prefix(site, python, env, cwd=str(tmp_path / "work")) == "/pfx"
+    assert calls == [(env, str(tmp_path / "work"))]
+
+
+def test_a_module_the_sites_pth_imports_found_first_on_pythonpath_is_asked(tmp_path, asked):
+    site, python = _venv(tmp_path)
+    calls = asked(site)
+    (site / "zz_hook.pth").write_text("import os, zz_tune as t; __import__('zz_other')\n")
+    (tmp_path / "hooks").mkdir()
+    env = {"PYTHONPATH": str(tmp_path / "hooks"), "HOME": str(tmp_path)}
+    (tmp_path / "hooks" / "unrelated.py").write_text("")
+    assert _prefix(site, python, env) is None and calls == []
+    (tmp_path / "hooks" / "zz_other.py").write_text("")
+    assert _prefix(site, python, env) == "/pfx" and len(calls) == 1
+
+
+@pytest.mark.parametrize("system_site", [False, True])
+def test_a_user_site_pth_is_asked_only_where_the_interpreter_has_a_user_site(tmp_path, asked, system_site):
+    """A venv without the system site-packages loads no user site (site.venv()): nothing to ask."""
+    site, python = _venv(tmp_path, system_site=system_site)
+    calls = asked(site)
+    user = tmp_path / "ub" / "lib" / VERSION / "site-packages"
+    user.mkdir(parents=True)
+    (user / "tune.pth").write_text("import sys\n")
+    found = _prefix(site, python, {"PYTHONUSERBASE": str(tmp_path / "ub"), "HOME": str(tmp_path)})
+    assert (found, len(calls)) == (("/pfx", 1) if system_site else (None, 0))
+    off = {"PYTHONUSERBASE": str(tmp_path / "ub"), "PYTHONNOUSERSITE": "1", "HOME": str(tmp_path)}
+    assert _prefix(site, python, off) is None and len(calls) == system_site  # no user site: not asked
+
+
+def test_start_up_code_patchkits_own_asking_ran_is_not_asked_again(tmp_path, asked, monkeypatch):
+    """PYTHONPATH in patchkit's own environment, the tree's interpreter asked there: the launch that
+    keeps that environment runs the same start-up; one that moves it to another directory does not."""
+    site, python = _venv(tmp_path)
+    calls = asked(site)
+    (tmp_path / "hooks").mkdir()
+    (tmp_path / "hooks" / "sitecustomize.py").write_text("")
+    monkeypatch.setenv("PYTHONPATH", "hooks")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    target._asked_here(site, python, str(tmp_path))
+    assert _prefix(site, python, dict(os.environ), str(tmp_path), changed=False) is None and calls == []
+    (tmp_path / "elsewhere" / "hooks").mkdir(parents=True)
+    (tmp_path / "elsewhere" / "hooks" / "sitecustomize.py").write_text("")
+    assert _prefix(site, python, dict(os.environ), str(tmp_path / "elsewhere"), changed=True) == "/pfx"
+
+
+@pytest.mark.parametrize(("options", "asked_too"), [(["-E"], False), (["-I"], False), (["-S"], False), (["-s"], True)])
+def test_start_up_code_on_pythonpath_is_asked_only_where_the_launchs_options_let_python_read_it(
+    tmp_path, asked, options, asked_too
+):
+    """-E and -I make Python ignore PYTHONPATH, -S imports no site (so no sitecustomize): nothing to
+    ask; -s leaves PYTHONPATH read."""
+    site, python = _venv(tmp_path)
+    calls = asked(site)
+    (tmp_path / "hooks").mkdir()
+    (tmp_path / "hooks" / "sitecustomize.py").write_text("import sys; setattr(sys, 'pycache' + '_prefix', '/pfx')\n")
+    env = {"PYTHONPATH": str(tmp_path / "hooks"), "HOME": str(tmp_path)}
+    assert _prefix(site, python, env, options=options) == ("/pfx" if asked_too else None)
+    assert len(calls) == asked_too
