@@ -367,7 +367,7 @@ def test_preflight_of_an_upgraded_tree_counts_the_files_the_guard_names_on_one_s
     files = [f"vllm/part{n}/module{n}.py" for n in range(9)]
     guard = ["vLLM 0.18.0 is installed, but the patches were applied to vLLM 0.16.0"]
     guard += [f"{path} was changed after patchkit patched it" for path in files]
-    found = _guard_refusal(SimpleNamespace(guard=guard, guard_fix="run apply", restores=None))
+    found = _guard_refusal(SimpleNamespace(guard=guard, guard_fix="run apply", restores=None, guard_installed=True))
     assert not found.ok and "changed after patchkit patched it" not in found.message, found.message
     assert found.message.endswith(
         f"9 files it patched no longer hold what it wrote (replaced by the upgrade, or edited): {files[0]}, {files[1]} +7 more"
