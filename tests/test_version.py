@@ -296,3 +296,19 @@ def test_python_whose_vllm_metadata_is_not_utf8_is_bad_input_naming_it(tmp_path,
     assert "vllm-0.16.0.dist-info/METADATA is not UTF-8" in done.stderr and "--vllm-version" in done.stderr
     assert len(done.stderr) < 400, done.stderr
     assert run_cli("status", "--python", python, "--vllm-version", "0.16.0").returncode in (0, 1)
+
+
+def test_python_whose_start_up_breaks_the_question_says_the_exception_not_a_traceback_tail(tmp_path):
+    """A sitecustomize that breaks importlib.metadata in the interpreter asked: the worker's traceback
+    ended the message as its last 300 characters, with no fix. The exception is said, and whose it is."""
+    venv.create(tmp_path / "venv", with_pip=False)
+    python = tmp_path / "venv" / "bin" / "python"
+    site = write_tree(purelib(python))
+    (site / "sitecustomize.py").write_text(
+        "import importlib.metadata\n\n\ndef _broken(name):\n    raise RuntimeError('a site hook broke it')\n\n\n"
+        "importlib.metadata.distribution = _broken\n"
+    )
+    done = run_cli("status", "--python", python)
+    assert_clean_failure(done, 4)
+    assert "RuntimeError: a site hook broke it" in done.stderr and "File " not in done.stderr, done.stderr
+    assert "sitecustomize" in done.stderr.partition("hint:")[2], done.stderr

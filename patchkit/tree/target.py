@@ -19,7 +19,7 @@ from types import ModuleType
 from typing import Any
 
 from patchkit.base import hints
-from patchkit.base.errors import TargetError
+from patchkit.base.errors import TargetError, quoted
 from patchkit.base.fsutil import read_regular
 from patchkit.base.options import Options
 from patchkit.base.patterns import LazyPattern
@@ -615,8 +615,9 @@ class WorkerFailed(TargetError):
         timed_out: bool = False,
         status: int | None = None,
         stderr: str = "",
+        hint: str | None = None,
     ):
-        super().__init__(message)
+        super().__init__(message, hint=hint)
         self.partial = partial
         self.timed_out = timed_out
         self.status = status
@@ -669,9 +670,27 @@ def run_worker(
         result = _read_answer(answer)
         if status != 0 or result is None:
             tail = stderr.strip()[-300:] or "no error output"
-            message = f"{python} failed{doing} (exit status {status}): {tail}"
-            raise WorkerFailed(message, partial=result or {}, status=status, stderr=tail)
+            raised = _raised_in(stderr)
+            message = f"{python} failed{doing} (exit status {status}): {quoted(raised) if raised else tail}"
+            hint = _RAISED_HINT.format(python=shlex.quote(python)) if raised else None
+            raise WorkerFailed(message, partial=result or {}, status=status, stderr=tail, hint=hint)
         return result
+
+
+# a worker's uncaught exception is its interpreter's (a site hook, a broken distribution), not patchkit's
+_RAISED_HINT = (
+    "the exception is that interpreter's own (its start-up code: sitecustomize or .pth files, or a broken "
+    "distribution in it), not patchkit's: mend it there, or give --python another interpreter ({python} ran it)"
+)
+
+
+def _raised_in(stderr: str) -> str | None:
+    """The exception line a Python traceback in `stderr` ends with (None: no traceback)."""
+    if "Traceback (most recent call last):" not in stderr:
+        return None
+    lines = [line for line in stderr.strip().splitlines() if line.strip()]
+    last = lines[-1].strip() if lines else ""
+    return last if last and not last.startswith(("File ", "^", "~")) else None
 
 
 def ask_python(python: str, options: Sequence[str], code: str, *, env: dict[str, str], cwd: str) -> str:
