@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
+import re
 import textwrap
 from pathlib import Path
 
 import pytest
+from vllm_overlay import ask_vllm, site_packages
 
 from patchkit.base.errors import BadInput
+from patchkit.launch import bounds
 from patchkit.launch.bounds import bounds_findings
 from patchkit.launch.command import parse
 from patchkit.launch.engine import LaunchContext
@@ -58,17 +60,6 @@ ASK_VLLM = textwrap.dedent("""\
     """)
 
 
-def _site() -> Path:
-    said = subprocess.run(
-        [str(VLLM_PYTHON), "-B", "-c", "import vllm, os; print(os.path.dirname(os.path.dirname(vllm.__file__)))"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=True,
-    )
-    return Path(said.stdout.strip())
-
-
 def _lines(site: Path, target: str) -> list[list[str]]:
     """For each bounded option the static reading finds, a value just outside each bound and the bound."""
     lines = [*FIXED]
@@ -86,15 +77,11 @@ def _lines(site: Path, target: str) -> list[list[str]]:
 
 
 def _options(site: Path) -> list[str]:
-    import re
-
     text = (site / "vllm/engine/arg_utils.py").read_text()
     return sorted(set(re.findall(r'add_argument\(\s*"(--[\w-]+)"', text)))
 
 
 def _bounds_of(context: LaunchContext, option: str) -> dict:
-    from patchkit.launch import bounds
-
     declared = (context.root / bounds.ARG_UTILS).read_text()
     field = bounds._config_field(declared, option[2:], context)
     if field is None:
@@ -108,19 +95,10 @@ def _bounds_of(context: LaunchContext, option: str) -> dict:
 def test_the_static_bounds_refuse_what_vllm_refuses_and_only_that(tmp_path: Path):
     (tmp_path / "target").mkdir()
     (tmp_path / "target" / "config.json").write_text(json.dumps(TARGET))
-    target, site = str(tmp_path / "target"), _site()
+    target, site = str(tmp_path / "target"), site_packages(VLLM_PYTHON)
     lines = _lines(site, target)
     assert len(lines) > len(FIXED) + 10, lines  # the bounded options of 0.16.0 were found
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(Path(__file__).parents[2])}
-    asked = subprocess.run(
-        [str(VLLM_PYTHON), "-B", "-c", ASK_VLLM, target, json.dumps(lines)],
-        capture_output=True,
-        text=True,
-        timeout=1200,
-        env=env,
-        check=True,
-    )
-    vllm_refused = json.loads(asked.stdout.strip().splitlines()[-1])
+    vllm_refused = ask_vllm(ASK_VLLM, target, json.dumps(lines))
     wrong = []
     for line, refused in zip(lines, vllm_refused, strict=True):
         try:  # a negative float reads as a dotted option to vLLM's parser too (it fails on it)

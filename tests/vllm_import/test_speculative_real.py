@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import textwrap
 from pathlib import Path
 
 import pytest
+from vllm_overlay import ask_vllm, site_packages
 
 from patchkit.launch.command import parse
 from patchkit.launch.engine import LaunchContext
@@ -101,27 +101,12 @@ def test_the_speculative_config_finding_fails_what_vllm_refuses_and_only_that(tm
         paths[name] = str(tmp_path / name)
     names = {"DRAFTER": paths["drafter"], "NAMED": paths["x-eagle3"]}
     specs = {n: {k: names.get(v, v) if isinstance(v, str) else v for k, v in s.items()} for n, s in SPECS.items()}
-    site = subprocess.run(
-        [str(VLLM_PYTHON), "-B", "-c", "import vllm, os; print(os.path.dirname(os.path.dirname(vllm.__file__)))"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=True,
-    ).stdout.strip()
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(Path(__file__).parents[2])}
-    asked = subprocess.run(
-        [str(VLLM_PYTHON), "-B", "-c", ASK_VLLM, paths["target"], json.dumps(specs)],
-        capture_output=True,
-        text=True,
-        timeout=1200,
-        env=env,
-        check=True,
-    )
-    vllm_refused = json.loads(asked.stdout.strip().splitlines()[-1])
+    site = site_packages(VLLM_PYTHON)
+    vllm_refused = ask_vllm(ASK_VLLM, paths["target"], json.dumps(specs))
     for name, spec in specs.items():
         command = parse(["vllm", "serve", paths["target"], "--speculative-config", json.dumps(spec)])
         model = spec.get("model")
         drafter = resolve_model(model, {}, role="drafter") if isinstance(model, str) and model else None
-        context = LaunchContext(command, resolve_model(paths["target"], {}), drafter, Path(site), None, None)
+        context = LaunchContext(command, resolve_model(paths["target"], {}), drafter, site, None, None)
         ours = speculative_findings(context)
         assert bool(ours) == (vllm_refused[name] is not None), (name, vllm_refused[name], ours)

@@ -12,6 +12,7 @@ overlay's interpreter. `patchkit(python, ...)` runs this checkout's patchkit on 
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import os
 import shutil
 import subprocess
@@ -82,3 +83,13 @@ def patchkit(python: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "patchkit", *args, "--python", str(python)], capture_output=True, text=True, timeout=900
     )
+
+
+def ask_vllm(script: str, *args: str) -> object:
+    """The JSON a script run by the real vLLM venv's interpreter prints last, with this checkout's
+    patchkit importable there (its _target workers) and no hub asked."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(Path(__file__).parents[2])}
+    asked = subprocess.run(
+        [str(VLLM_PYTHON), "-B", "-c", script, *args], capture_output=True, text=True, timeout=1200, env=env, check=True
+    )
+    return json.loads(asked.stdout.strip().splitlines()[-1])
