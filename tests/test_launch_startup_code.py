@@ -92,6 +92,7 @@ def test_a_module_the_sites_pth_imports_found_first_on_pythonpath_is_asked(tmp_p
     (tmp_path / "hooks" / "unrelated.py").write_text("")
     assert _prefix(site, python, env) is None and calls == []
     (tmp_path / "hooks" / "zz_other.py").write_text("")
+    target._LAUNCH_PROBES.clear()  # the next command: one command decides once
     assert _prefix(site, python, env) == "/pfx" and len(calls) == 1
 
 

@@ -141,14 +141,14 @@ def _launch_startup_prefix(root: Path, launch: Launch) -> str | None:
     known = startup_prefix(root)
     if python is None or not (launch.changed or options):
         return known
-    if known is None and not (_startup_names_prefix(root) or _adds_startup_code(root, launch)):
-        return known
     key = (root, python, tuple(sorted(env.items())), tuple(options), cwd, first_path)
-    if key not in _LAUNCH_PROBES:  # asked once a command: preflight asks per set and per finding
-        try:
-            _LAUNCH_PROBES[key] = _probe(python, env, first_path, options, cwd)
-        except TargetError:  # it cannot be asked: judged as before
-            _LAUNCH_PROBES[key] = {}
+    # decided and asked once a command (preflight asks per set and per finding): the site and the
+    # PYTHONPATH are scanned once; {} is "not asked" (no start-up code may set one, or it cannot be asked)
+    if key not in _LAUNCH_PROBES:
+        _LAUNCH_PROBES[key] = {}
+        if known is not None or _startup_names_prefix(root) or _adds_startup_code(root, launch):
+            with contextlib.suppress(TargetError):  # it cannot be asked: judged as before
+                _LAUNCH_PROBES[key] = _probe(python, env, first_path, options, cwd)
     info = _LAUNCH_PROBES[key]
     if not info:
         return known
