@@ -199,13 +199,15 @@ def judge(
         return Verdict([str(exc)])
     # after an upgrade the files are another release's: no original of this record says them
     again = [] if upgraded else [rel for rel, actual, _ in differing if rel in original and actual == original[rel]]
+    stock = set(again)  # looked up once per differing file: a record may name thousands
     # another build of the same version reinstalled (a vendor's): pip wrote the file, no edit
-    pip = [] if upgraded else _pip_wrote(site, [(r, a) for r, a, _ in differing if original.get(r) and r not in again])
+    pip = [] if upgraded else _pip_wrote(site, [(r, a) for r, a, _ in differing if original.get(r) and r not in stock])
     whole = bool(again or pip) and len(again) + len(pip) == len(original)
+    wrote = set(pip)
     for rel, actual, problem in differing:
-        if rel in pip and not whole:
+        if rel in wrote and not whole:
             problems.append(rel + PIP_WROTE)
-        elif rel not in again and rel not in pip:
+        elif rel not in stock and rel not in wrote:
             problems.append(problem)
         elif not whole:  # said as what it is: stock bytes, no edit to keep (apply alone fixes it)
             problems.append(
@@ -221,7 +223,7 @@ def judge(
         problems += stale_bytecode(site, kept, tags, prefix, mode) + _shadowed(site, kept, extensions)
     except TreeChanged as exc:
         return Verdict([*problems, str(exc)])
-    return Verdict(sorted(set(problems), key=problems.index), again + pip, whole)
+    return Verdict(list(dict.fromkeys(problems)), again + pip, whole)  # each once, in the order found
 
 
 # a recorded file pip wrote again (vLLM reinstalled, maybe another build of the same version): apply

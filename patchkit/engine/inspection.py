@@ -15,6 +15,7 @@ from patchkit.base import hints
 from patchkit.base.enums import Holder, Outcome, PatchState, SelectionKind, StepState, TreeState
 from patchkit.base.errors import PatchkitError
 from patchkit.base.fsutil import Landed, first_symlink, read_file
+from patchkit.base.heads import Heads
 from patchkit.base.hashing import sha256
 from patchkit.base.options import Options
 from patchkit.base.values import Value
@@ -661,8 +662,9 @@ def _symlink_fix(root: Path, refused: list[str], state: State | None) -> str | N
     if state is None or not refused:
         return None
     recorded = [*(path for entry in state.entries for path in entry.files), *state.guard]
+    heads = Heads(refused)
     for rel in recorded:
-        if not any(problem.startswith((f"{rel} ", f"{rel!r} ")) for problem in refused):
+        if not heads.any_starts(f"{rel} ", f"{rel!r} "):
             continue
         found = first_symlink(root, rel)
         if found is not None:
@@ -717,7 +719,8 @@ def _refuses_the_wheels_files(root: Path, state: State, refused: list[str]) -> b
         return False
     recorded = {path for entry in state.entries for path in entry.files}
     wheels = [path for path in (found.files if found is not None else ()) if path not in recorded]
-    return any(problem.startswith(f"{path} ") for path in wheels for problem in refused)
+    heads = Heads(refused)
+    return any(heads.any_starts(f"{path} ") for path in wheels)
 
 
 def _of_a_wheel_of_several_sets(root: Path, set_name: str, state: State) -> bool:
@@ -784,14 +787,15 @@ def _others_fix(state: State, set_name: str, refused: list[str], stock: frozense
     if not refused:
         return None
     entries = [e for e in state.entries if e.set_name != set_name]
-    named = [e for e in entries if any(problem.startswith(f"{path} ") for path in e.files for problem in refused)]
+    heads = Heads(refused)
+    named = [e for e in entries if any(heads.any_starts(f"{path} ") for path in e.files)]
     if not named:
         return None
     fixes = []
     for entry in named:
         chosen = selection_of(entry)
         revert, apply = hints.command("revert", "--force", chosen=chosen), hints.command("apply", chosen=chosen)
-        its = {path for path in entry.files if any(problem.startswith(f"{path} ") for problem in refused)}
+        its = {path for path in entry.files if heads.any_starts(f"{path} ")}
         fixes.append(apply if its <= stock else f"{revert} (it keeps a copy of edits), then {apply}")
     whose = " and ".join(shown_set(entry) for entry in named)
     left_stock = stock - {path for entry in named for path in entry.files}

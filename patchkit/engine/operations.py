@@ -29,6 +29,7 @@ from patchkit.base import hints
 from patchkit.base.enums import Outcome, SelectionKind, StepState, TreeState
 from patchkit.base.errors import BadInput, CheckFailed, Conflict, Drift, NoPatchSet, PatchkitError
 from patchkit.base.fsutil import Landed, read_file
+from patchkit.base.heads import Heads
 from patchkit.base.hashing import sha256
 from patchkit.base.options import Options
 from patchkit.base.values import Value
@@ -909,7 +910,8 @@ def refuse_unchangeable(resolved: Resolved, known: Sequence[Patch] = (), status:
         return
     paths = sorted({file.path for patch in resolved.patches for file in patch.files})
     if status is not None and status.symlink_fix:
-        paths = [path for path in paths if not any(problem.startswith(f"{path} ") for problem in status.guard)]
+        heads = Heads(status.guard)
+        paths = [path for path in paths if not heads.any_starts(f"{path} ")]
     try:
         preflight(resolved.target.root, paths, writable=False)
     except BadInput as exc:

@@ -25,6 +25,7 @@ from patchkit.base import hints
 from patchkit.base.enums import Outcome, TreeState
 from patchkit.base.errors import BadInput, PatchkitError, TargetError
 from patchkit.base.fsutil import read_regular
+from patchkit.base.heads import Heads, naming
 from patchkit.base.options import Options
 from patchkit.base.values import FrozenValue, Value, frozen
 from patchkit.checks import shadow
@@ -983,7 +984,8 @@ def _not_said_by_judged(resolved: Resolved, status: TreeStatus, needs: LaunchNee
     as the refusal)."""
     said = {n for n in needs.judged if needs.needs(n) and n != but}
     files = [path for e in record_of(resolved.target.root, status).entries if e.set_name in said for path in e.files]
-    return [problem for problem in status.guard if not any(problem.startswith(f"{path} ") for path in files)]
+    said_there = naming(status.guard, files)
+    return [problem for problem in status.guard if problem not in said_there]
 
 
 def _state_words(status: TreeStatus) -> str | None:
@@ -1013,8 +1015,9 @@ def _guard_for_launch(
     }
     kept: list[str] = []
     changed: dict[str, list[str]] = {}
+    first = Heads(status.guard).first_named(owners)
     for problem in status.guard:
-        path = next((path for path in owners if problem.startswith(f"{path} ")), None)
+        path = first.get(problem)
         if path is None:
             kept.append(problem)
         else:
