@@ -15,8 +15,8 @@ from patchkit.base import hints
 from patchkit.base.enums import Holder, Outcome, PatchState, SelectionKind, StepState, TreeState
 from patchkit.base.errors import PatchkitError
 from patchkit.base.fsutil import Landed, first_symlink, read_file
-from patchkit.base.heads import Heads
 from patchkit.base.hashing import sha256
+from patchkit.base.heads import Heads
 from patchkit.base.options import Options
 from patchkit.base.values import Value
 from patchkit.checks import CheckContext, shadow

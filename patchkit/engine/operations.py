@@ -29,8 +29,8 @@ from patchkit.base import hints
 from patchkit.base.enums import Outcome, SelectionKind, StepState, TreeState
 from patchkit.base.errors import BadInput, CheckFailed, Conflict, Drift, NoPatchSet, PatchkitError
 from patchkit.base.fsutil import Landed, read_file
-from patchkit.base.heads import Heads
 from patchkit.base.hashing import sha256
+from patchkit.base.heads import Heads
 from patchkit.base.options import Options
 from patchkit.base.values import Value
 from patchkit.checks import WARNING, Check, CheckResult, integrity, shadow
