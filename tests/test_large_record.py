@@ -14,6 +14,7 @@ import pytest
 
 import patchkit._target.guard as target_guard
 import patchkit.engine.inspection as inspection
+import patchkit.engine.operations as operations
 
 FILES = 20_000
 CREATED = "vllm/zz/made_{}.py"  # a created file the record names, absent from the tree
@@ -114,3 +115,53 @@ def test_the_guards_problems_are_each_said_once_in_the_order_found(applied, monk
         CREATED.format(i) + " is gone, as before patchkit created it"
         for i in sorted(range(FILES), key=lambda i: CREATED.format(i))
     ]
+
+
+SETS = 2_000
+
+
+def record_many_sets(tree: Path, count: int = SETS) -> None:
+    """The applied tree's record, with `count` sets more (copies of its first, other names), each
+    recording one created file (none on disk)."""
+    path = tree / ".patchkit" / "state.json"
+    data = json.loads(path.read_text())
+    first = data["entries"][0]
+    for i in range(count):
+        files = {CREATED.format(i): {"after": "ab" * 32, "before": None, "mode": 0o644}}
+        data["entries"].append({**first, "set": f"other-{i}", "files": files})
+    path.write_text(json.dumps(data))
+
+
+def counting(monkeypatch, module, name: str) -> list[int]:
+    """Each call of module.name counted."""
+    calls, real = [0], getattr(module, name)
+
+    def counted(*args, **kwargs):
+        calls[0] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, counted)
+    return calls
+
+
+def test_status_of_a_record_of_many_sets_reads_the_library_and_the_records_a_few_times(
+    run, tree, open_library, monkeypatch
+):
+    assert run("apply", "--target", tree, "--patches", open_library).exit_code == 0
+    record_many_sets(tree)
+    libraries = counting(monkeypatch, inspection, "load_library")
+    records = counting(monkeypatch, operations, "listings")
+    done = run("status", "--target", tree, "--patches", open_library, "--format", "json")
+    assert done.exit_code == 1, done.output
+    assert "other-1999" in done.output  # its refused file's fix names it
+    assert libraries[0] <= 10
+    assert records[0] <= 10
+
+
+def test_the_guard_reads_the_installed_version_once_for_a_record_of_many_sets(run, tree, open_library, monkeypatch):
+    assert run("apply", "--target", tree, "--patches", open_library).exit_code == 0
+    record_many_sets(tree)
+    read = counting(monkeypatch, target_guard, "installed_vllm_version")
+    verdict = target_guard.judge(str(tree))
+    assert len(verdict.problems) == SETS
+    assert read[0] <= 2

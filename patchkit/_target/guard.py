@@ -181,13 +181,16 @@ def judge(
     problems, upgraded = [], False
     expected: dict[str, str | None] = {}
     original: dict[str, str | None] = {}
+    versions: dict[str | None, list[str]] = {}  # the installed version read once, not once per set recorded
     for reader in _RECORD_READERS:
         try:
             records = reader(site)
         except TreeChanged as exc:
             return Verdict([str(exc)])
         for version, files, before in records:  # in the order applied: a later set's hash of a file wins
-            found = _version_problems(site, version)
+            if version not in versions:
+                versions[version] = _version_problems(site, version)
+            found = versions[version]
             problems += found
             upgraded = upgraded or bool(found)
             expected.update(files)
