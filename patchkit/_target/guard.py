@@ -188,9 +188,7 @@ def judge(
         except TreeChanged as exc:
             return Verdict([str(exc)])
         for version, files, before in records:  # in the order applied: a later set's hash of a file wins
-            if version not in versions:
-                versions[version] = _version_problems(site, version)
-            found = versions[version]
+            found = _version_problems(site, version, versions)
             problems += found
             upgraded = upgraded or bool(found)
             expected.update(files)
@@ -1083,7 +1081,14 @@ def _digest_or_none(value: object) -> bool:
 _RECORD_READERS = (_wheel_records, _state_records)
 
 
-def _version_problems(site: str, recorded: str | None) -> list[str]:
+def _version_problems(site: str, recorded: str | None, seen: dict[str | None, list[str]]) -> list[str]:
+    """What the installed vLLM's version says against `recorded`; `seen`: those said already."""
+    if recorded not in seen:
+        seen[recorded] = _against_installed(site, recorded)
+    return seen[recorded]
+
+
+def _against_installed(site: str, recorded: str | None) -> list[str]:
     if recorded is None:
         return []
     installed = installed_vllm_version(site)
