@@ -12,8 +12,12 @@ from pathlib import Path
 
 import pytest
 from cli_server import run_python_code
-from helpers import MODEL, run_cli
+from helpers import MODEL, examples, run_cli
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from patchkit.distinfo.entry_points import _values_of, parse_entry_points
+from patchkit.engine.guard import ENTRY_POINT_GROUP as GROUP
 from patchkit.engine.guard import launch_verdict
 
 # vLLM 0.16.0's load_plugins_by_group and load_general_plugins, on the site as the launch's Python
@@ -115,3 +119,38 @@ def test_one_that_names_the_guards_own_check_displaces_nothing(applied, tmp_path
     (applied / "zzz_extra.pth").write_text(f"{extra}\n")
     assert not any("entry_points.txt" in p for p in launch_verdict(applied).problems)
     assert loaded(applied)[0] != 0  # the guard's check, whichever entry point named it
+
+
+LINE = (
+    st.sampled_from(
+        [
+            "[vllm.general_plugins]",
+            "[console_scripts]",
+            "[ vllm.general_plugins ]",
+            "[[vllm.general_plugins]]",
+            "#x",
+            "",
+        ]
+    )
+    | st.builds(
+        "{}{}={}{}".format,
+        st.sampled_from(["", " "]),
+        st.sampled_from(["patchkit_guard", "other", "patchkit_guard ", "x=patchkit_guard"]),
+        st.sampled_from(["zzz:noop", " patchkit_guard:check ", "a = b", ""]),
+        st.sampled_from(["", "  "]),
+    )
+    | st.sampled_from(["patchkit_guard", "no equals sign"])
+)
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(lines=st.lists(LINE, max_size=8), ending=st.sampled_from(["\n", "\r\n", "\r"]))
+def test_the_entry_points_are_read_as_importlib_reads_them(lines, ending):
+    text = ending.join(lines)
+    try:
+        wanted = [p.value for p in parse_entry_points(text).select(group=GROUP, name="patchkit_guard")]
+    except (ValueError, TypeError):  # importlib raises: so does the reading
+        with pytest.raises(ValueError):
+            _values_of(text, GROUP, "patchkit_guard")
+        return
+    assert _values_of(text, GROUP, "patchkit_guard") == wanted

@@ -110,10 +110,30 @@ def named_entry_points(places: Iterable[str], group: str, name: str) -> list[tup
         seen |= {distribution} if distribution is not None else set()
         try:
             text = _read_text(info, "entry_points.txt", ENTRY_POINTS_LIMIT)
-            points = parse_entry_points(text).select(group=group, name=name) if text and name in text else ()
-        except (Unreadable, ValueError, TypeError):
+            found += [(info, value) for value in _values_of(text, group, name)] if text and name in text else []
+        except (Unreadable, ValueError):
             continue
-        found += [(info, point.value) for point in points]
+    return found
+
+
+def _values_of(text: str, group: str, name: str) -> list[str]:
+    """The values of the entry points called `name` in `group` of an entry_points.txt, read line by
+    line as importlib.metadata's Sectioned reads it (its parser, without loading importlib.metadata
+    and email on `run`'s fast path): ValueError where it raises (a line of a section without `=`)."""
+    section, found = None, []
+    for line in map(str.strip, text.splitlines()):
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("[") and line.endswith("]"):
+            section = line.strip("[]")
+            continue
+        if section is None:
+            continue
+        key, equals, value = line.partition("=")
+        if not equals:
+            raise ValueError(f"no '=' in {line!r}")
+        if section == group and key.strip() == name:
+            found.append(value.strip())
     return found
 
 
