@@ -222,9 +222,13 @@ DRAFTER = {
 KIMI_DRAFTER = {**DRAFTER, "vocab_size": KIMI_K25["text_config"]["vocab_size"]}
 
 
+WEIGHTS = "model.safetensors"  # a name vLLM's DefaultModelLoader globs for (*.safetensors)
+
+
 def write_model(directory: Path, config: dict) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "config.json").write_text(json.dumps(config))
+    (directory / WEIGHTS).write_bytes(b"")  # vLLM's loader globs for a weight file before it opens any
     return directory
 
 
