@@ -98,6 +98,7 @@ class PreflightResult(Value):
     unused: dict[str, str] = field(default_factory=dict)
     guard_off: str | None = None  # how the launch turns the guard off, when that is why a drift is only noted
     loader_fails: str | None = None  # an entry_points.txt vLLM's plugin loader would hang or fail on: vLLM not asked
+    said: list[str] = field(default_factory=list)  # notes on the launch no check makes (an unused --tool-call-parser)
 
     @property
     def unused_note(self) -> str | None:
@@ -112,7 +113,8 @@ class PreflightResult(Value):
     def notes(self) -> list[str]:
         """What preflight and run say as notes: the sets not used, a needed set --set left out that
         the record shows applied."""
-        return [note for note in [self.unused_note] if note] + [f.message for f in self.findings if f.note]
+        found = [f.message for f in self.findings if f.note]
+        return [note for note in [self.unused_note] if note] + found + self.said
 
     @property
     def ok(self) -> bool:

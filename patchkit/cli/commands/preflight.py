@@ -35,7 +35,7 @@ from patchkit.launch.preflight import (
     tree_finding,
     vllm_validation,
 )
-from patchkit.launch.relevance import LaunchNeeds
+from patchkit.launch.relevance import LaunchNeeds, unused_parser_note
 from patchkit.launch.shortcut import recorded_state, recorded_status
 from patchkit.store.journal import settled_record
 
@@ -293,6 +293,8 @@ def _launch_findings(
     (`names`: the sets judged, in the library's order, for the one apply that fixes them)."""
     named = launch_target_finding(resolved, launch_command)  # is the tree checked the one the launch imports?
     result.findings += [named] if named is not None else []
+    unused = unused_parser_note(launch_command)
+    result.said += [unused] if unused else []
     if not no_import:  # vLLM's import takes seconds to minutes: not under the lock
         result.findings.append(vllm_validation(resolved, result, another))
     result.findings = in_fix_order(one_apply(result.findings, names))
