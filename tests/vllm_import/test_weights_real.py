@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 import pytest
-from test_launch_weights import INDEX, LAYOUTS, write_layout
+from launch_fixtures import INDEX, LAYOUTS, write_layout
 from vllm_overlay import ask_vllm
 
 from patchkit.launch.weights import weights_problem
