@@ -226,3 +226,60 @@ def test_run_refuses_a_launch_whose_tls_or_adapter_vllm_refuses_after_the_load(l
         said = " ".join(done.stdout.split())
         assert done.returncode == 1 and not marker.exists(), said + done.stderr
         assert "vLLM refuses the launch once the model has loaded" in said, said
+
+
+# --- --generation-config: read by get_diff_sampling_param once the model has loaded ------------------
+
+
+def generation_configs(root: Path) -> dict[str, bool]:
+    """--generation-config values under `root`, each with whether vLLM 0.16.0's try_get_generation_config
+    refuses it (as tests/vllm_import/test_after_load_real.py checks on the real one)."""
+    for name, files in {
+        "withgen": {"generation_config.json": '{"temperature": 0.5}'},
+        "withconf": {"config.json": json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama"})},
+        "empty": {},
+        "list": {"generation_config.json": "[1]"},
+        "bad": {"generation_config.json": "{bad"},
+        "badconf": {"generation_config.json": "{bad", "config.json": '{"model_type": "llama"}'},
+    }.items():
+        (root / name).mkdir(parents=True)
+        for file, text in files.items():
+            (root / name / file).write_text(text)
+    (root / "file.txt").write_text("x")
+    (root / "m.gguf").write_text("x")
+    refused = ("empty", "list", "bad", "file.txt", "/nonexistent/gen", "./nowhere/gen")
+    values = ("withgen", "withconf", "badconf", "m.gguf", "auto", "vllm", "org/m:Q4_K_M", *refused)
+    return {value: value in refused for value in values}
+
+
+def test_a_generation_config_vllm_finds_nothing_at_is_refused(tmp_path):
+    root = tmp_path / "gc"
+    for value, refused in generation_configs(root).items():
+        said = judged(root, "--generation-config", value, program="vllm")
+        assert bool(said) == refused, (value, said)
+        assert all(s.startswith(f"--generation-config {value}: ") for s in said), said
+    assert judged(root, "--generation-config", "empty") == [
+        "--generation-config empty: a directory with neither a readable generation_config.json nor config.json or "
+        "params.json: vLLM refuses the launch once the model has loaded"
+    ]
+
+
+def test_an_offline_generation_config_hub_id_is_judged_in_the_cache(tmp_path):
+    cache = tmp_path / "hub"
+    storage = cache / "models--someorg--gen"
+    (storage / "refs").mkdir(parents=True)
+    (storage / "refs" / "main").write_text("c0ffee")
+    (storage / "snapshots" / "c0ffee").mkdir(parents=True)
+
+    def said(*env: str) -> list[str]:
+        command = parse(
+            ["env", f"HF_HUB_CACHE={cache}", *env, "vllm", "serve", "m", "--generation-config", "someorg/gen"]
+        )
+        return [f.message for f in late_file_findings(command, "command", lambda: "utf-8")]
+
+    assert said() == []  # online: vLLM downloads it, not judged
+    missing = said("HF_HUB_OFFLINE=1")
+    assert len(missing) == 1 and "holds no snapshot" not in missing[0] and "neither a readable" in missing[0], missing
+    assert said("HF_HUB_OFFLINE=1", "HF_HUB_CACHE=/nonexistent") != []
+    (storage / "snapshots" / "c0ffee" / "generation_config.json").write_text('{"top_p": 0.9}')
+    assert said("HF_HUB_OFFLINE=1") == []

@@ -1,6 +1,6 @@
 """What a launch names that vLLM reads only once the model has loaded: uvicorn's TLS files (serve_http,
-after the engine is built; patchkit/launch/tls.py builds its context) and the static LoRA adapters of
---lora-modules (init_static_loras). Each refusal fails the launch after a load of minutes, so
+after the engine is built; patchkit/launch/tls.py builds its context), --generation-config
+(patchkit/launch/genconfig.py) and the static LoRA adapters of --lora-modules (init_static_loras). Each refusal fails the launch after a load of minutes, so
 preflight and run judge them first, bounded and never blocking on a fifo."""
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from patchkit.base.errors import PatchkitError
 from patchkit.base.fsutil import read_regular
 from patchkit.launch.command import LaunchCommand
 from patchkit.launch.findings import Finding
-from patchkit.launch.models import offline, offline_model_path
+from patchkit.launch.genconfig import generation_config_findings
+from patchkit.launch.models import hf_hub_cache, offline, offline_model_path
 from patchkit.launch.tls import AFTER_LOAD, tls_findings
 
 SSL_FILES = ("ssl-certfile", "ssl-keyfile", "ssl-ca-certs")
@@ -34,6 +35,7 @@ def late_file_findings(command: LaunchCommand, check: str, encoding: Callable[[]
         if value is not None and why is not None:
             found.append(Finding(check, False, f"--{option} {value}: {why}: {AFTER_LOAD}", _FIX))
     found += [] if found else tls_findings(command, check)
+    found += generation_config_findings(command, check)
     return found + [Finding(check, False, message, fix) for message, fix in _lora_problems(command, encoding)]
 
 
@@ -122,8 +124,9 @@ def _lora_problem(path: str, command: LaunchCommand, encoding: Callable[[], str]
             return []
         try:  # snapshot_download(repo_id) offline: the cache's snapshot of main, or the id kept as a path
             local = offline_model_path(path, None, command.environ, role=f"--lora-modules adapter {path}")
-        except PatchkitError as exc:
-            return [(f"{exc.message} once the model has loaded", exc.hint or "fetch the adapter into the hub cache")]
+        except PatchkitError:
+            message = f"--lora-modules {path}: HF_HUB_OFFLINE is set, and {hf_hub_cache(command.environ)} holds no snapshot of it (revision main): {AFTER_LOAD}"
+            return [(message, f"fetch it into that cache (hf download {path}), or give the adapter's local directory")]
     config = os.path.join(local, ADAPTER_CONFIG)
     why = _unreadable(config)
     if why is not None:
