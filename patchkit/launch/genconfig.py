@@ -83,5 +83,5 @@ def _gguf(path: str) -> bool:
         return True
     try:
         return read_regular(path, 4, follow_symlinks=True, head=True) == b"GGUF"
-    except OSError:
+    except (OSError, ValueError):
         return False

@@ -50,6 +50,8 @@ def _unreadable(path: str) -> str | None:
         return "no such file"
     except OSError as exc:  # a fifo, a directory, a device, no permission
         return exc.strerror or str(exc)
+    except ValueError:  # a NUL character (a --config YAML's escape): open() raises ValueError too
+        return "not a path (it holds a NUL character)"
     return None
 
 

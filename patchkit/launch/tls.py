@@ -116,6 +116,8 @@ def _contents(path: str) -> bytes | str | None:
         return read_regular(path, LIMIT, follow_symlinks=True)
     except OSError as exc:
         return "larger" if exc.errno == errno.EFBIG else None
+    except ValueError:  # a NUL character: late_files says so
+        return None
 
 
 def _verdicts(command: LaunchCommand, check: str, given: dict[str, str | None], question: str) -> list[Finding]:
