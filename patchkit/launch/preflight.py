@@ -57,7 +57,7 @@ from patchkit.launch.command import ALIASES, LaunchCommand
 from patchkit.launch.engine import LaunchContext, Reader, apply_fix, launch_python_version, set_checks, tree_reader
 from patchkit.launch.findings import Finding, cannot_judge
 from patchkit.launch.interpreter import RefusedByPython, exec_search
-from patchkit.launch.late_files import late_file_problems
+from patchkit.launch.late_files import late_file_findings
 from patchkit.launch.models import ModelConfig, offline, offline_model_path, redirected, resolve_model, with_overrides
 from patchkit.launch.relevance import EVERY, LaunchNeeds, launch_needs
 from patchkit.launch.shortcut import as_written, kept_findings
@@ -722,7 +722,7 @@ def _architectures_finding(model: ModelConfig | None) -> Finding | None:
 
 def _after_load_findings(command: LaunchCommand, root: Path) -> list[Finding]:
     """Failed `command` findings for the files vLLM opens only once the model has loaded."""
-    late = [Finding(COMMAND, False, message, fix) for message, fix in late_file_problems(command)]
+    late = late_file_findings(command, COMMAND, lambda: launch_text_encoding(command))
     return _chat_template_findings(command, root) + late
 
 
