@@ -13,10 +13,10 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from helpers import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from helpers import examples
 from patchkit._target import locate
 
 LOCATE = Path(locate.__file__)
