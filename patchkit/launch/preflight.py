@@ -50,14 +50,14 @@ from patchkit.engine.inspection import (
     upgrade_said,
     with_found_judged,
 )
-from patchkit.engine.resolve import Resolved, cached_stock
+from patchkit.engine.resolve import Resolved, cached_stock, gap_fix
 from patchkit.launch import toolparsers
 from patchkit.launch.bounds import bounds_findings
 from patchkit.launch.command import ALIASES, LaunchCommand
 from patchkit.launch.engine import LaunchContext, Reader, apply_fix, launch_python_version, set_checks, tree_reader
 from patchkit.launch.findings import Finding, cannot_judge
 from patchkit.launch.interpreter import RefusedByPython, exec_search
-from patchkit.launch.late_files import late_file_problems
+from patchkit.launch.late_files import late_file_findings
 from patchkit.launch.models import ModelConfig, offline, offline_model_path, redirected, resolve_model, with_overrides
 from patchkit.launch.relevance import EVERY, LaunchNeeds, launch_needs
 from patchkit.launch.shortcut import as_written, kept_findings
@@ -98,6 +98,7 @@ class PreflightResult(Value):
     unused: dict[str, str] = field(default_factory=dict)
     guard_off: str | None = None  # how the launch turns the guard off, when that is why a drift is only noted
     loader_fails: str | None = None  # an entry_points.txt vLLM's plugin loader would hang or fail on: vLLM not asked
+    said: list[str] = field(default_factory=list)  # notes on the launch no check makes (an unused --tool-call-parser)
 
     @property
     def unused_note(self) -> str | None:
@@ -112,7 +113,8 @@ class PreflightResult(Value):
     def notes(self) -> list[str]:
         """What preflight and run say as notes: the sets not used, a needed set --set left out that
         the record shows applied."""
-        return [note for note in [self.unused_note] if note] + [f.message for f in self.findings if f.note]
+        found = [f.message for f in self.findings if f.note]
+        return [note for note in [self.unused_note] if note] + found + self.said
 
     @property
     def ok(self) -> bool:
@@ -480,14 +482,15 @@ def needs_of(
 ) -> LaunchNeeds:
     """Which of the library's sets (`sets`, else loaded; every set, whatever --set narrows the checks
     to: the guard refuses for any recorded one) the launch as vLLM serves it needs. `version`: the
-    tree's, when known: a set whose rule names the launch counts as named only where it has a series."""
+    tree's, when known: a set whose rule names the launch counts as named only where it has a series,
+    or is in its range without one (a launch that needs it cannot be made safe)."""
     if sets is None and not opts.adhoc:
         sets = library.load_library(library.locate(opts.library).path)
     served, architectures = as_served(command)
     needs = launch_needs((sets or {}).values(), served, architectures, version)
     if version is None or sets is None:
         return needs
-    named = {name: said for name, said in needs.named.items() if library.has_series(sets[name], version)}
+    named = {name: said for name, said in needs.named.items() if library.to_judge(sets[name], version)}
     return dataclasses.replace(needs, named=named)
 
 
@@ -717,7 +720,7 @@ def _architectures_finding(model: ModelConfig | None) -> Finding | None:
 
 def _after_load_findings(command: LaunchCommand, root: Path) -> list[Finding]:
     """Failed `command` findings for the files vLLM opens only once the model has loaded."""
-    late = [Finding(COMMAND, False, message, fix) for message, fix in late_file_problems(command)]
+    late = late_file_findings(command, COMMAND, lambda: launch_text_encoding(command))
     return _chat_template_findings(command, root) + late
 
 
@@ -1066,6 +1069,9 @@ def _state_finding(resolved: Resolved, status: TreeStatus, *, prefixed: bool = F
     if status.state == TreeState.UNRECORDED:  # the launch gets the change; the record is what is missing
         held = f"vLLM {version}'s files hold the {resolved.set_name} change with no apply recorded (upstream's or a hand's)"
         return Finding(TREE, True, held)
+    if status.state == TreeState.UNSUPPORTED and resolved.selection.gap:  # no series to apply: nothing makes it safe
+        said = f"{resolved.selection.note}, and this launch needs it: patchkit cannot patch this tree for it"
+        return Finding(TREE, False, said, gap_fix(resolved))
     if status.state == TreeState.UNSUPPORTED:
         return Finding(TREE, False, resolved.selection.note or f"no patch set for vLLM {version}")
     if status.state == TreeState.NOT_APPLIED:
