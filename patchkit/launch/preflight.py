@@ -58,6 +58,7 @@ from patchkit.launch.engine import LaunchContext, Reader, apply_fix, launch_pyth
 from patchkit.launch.findings import Finding, cannot_judge
 from patchkit.launch.interpreter import RefusedByPython, exec_search
 from patchkit.launch.late_files import late_file_findings
+from patchkit.launch.middleware import middleware_findings
 from patchkit.launch.models import ModelConfig, offline, offline_model_path, redirected, resolve_model, with_overrides
 from patchkit.launch.relevance import EVERY, LaunchNeeds, launch_needs
 from patchkit.launch.shortcut import as_written, kept_findings
@@ -344,13 +345,16 @@ def preflight(
 def _judge_plugin_files(context: LaunchContext, result: PreflightResult) -> None:
     """An entry_points.txt vLLM's plugin loader cannot read fails the launch, and vLLM is then not
     asked (its loader would read it in patchkit's worker too); else the general plugins the launch
-    loads, where vLLM is not asked what they do."""
+    loads, where vLLM is not asked what they do; and, vLLM not asked, the --middleware modules the
+    launch's Python cannot find."""
     unread = _plugin_file_finding(context)
     if unread is not None:
         result.findings.append(unread)
         result.loader_fails = context.not_asked = unread.message
         context.python = None
     result.unjudged_plugins = context.general_plugins() if context.python is None and unread is None else []
+    if context.python is None or result.missing:  # vLLM's validation, which imports them, does not run
+        result.findings += middleware_findings(context.command, COMMAND)
 
 
 def _plugin_file_finding(context: LaunchContext) -> Finding | None:
