@@ -185,3 +185,73 @@ def test_tls_and_static_adapters_are_refused_exactly_where_uvicorn_and_vllm_refu
     ]
     assert disagreements == []
     assert sum(bool(s) for s in vllm_said) >= 16, vllm_said  # most cases are refusals, each of its own kind
+
+
+ASK_GENERATION = textwrap.dedent("""\
+    import json, sys
+    from vllm.transformers_utils.config import try_get_generation_config
+
+    def refused(value):  # ModelConfig.try_get_generation_config for a value other than auto / vllm
+        try:
+            try_get_generation_config(value, trust_remote_code=False, config_format="auto")
+        except Exception as exc:
+            return f"{type(exc).__name__}: {exc}"
+
+    print(json.dumps([refused(value) for value in json.loads(sys.argv[1])]))
+""")
+
+LLAMA = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 256,
+    "intermediate_size": 512,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 4,
+    "max_position_embeddings": 1024,
+    "vocab_size": 1000,
+}
+
+
+def generation_values(root: Path, cache: Path) -> list[str]:
+    directories = {
+        "withgen": {"generation_config.json": '{"temperature": 0.5}'},
+        "withconf": {"config.json": json.dumps(LLAMA)},
+        "empty": {},
+        "list": {"generation_config.json": "[1]"},
+        "null": {"generation_config.json": "null"},
+        "bad": {"generation_config.json": "{bad"},
+        "badconf": {"generation_config.json": "{bad", "config.json": json.dumps(LLAMA)},
+        "latin1": {"generation_config.json": '{"x": "caf\xe9"}'},
+    }
+    for name, files in directories.items():
+        (root / name).mkdir(parents=True)
+        for file, text in files.items():
+            (root / name / file).write_bytes(text.encode("latin-1"))
+    (root / "file.txt").write_text("x")
+    (root / "m.gguf").write_text("x")
+    (root / "headed").write_bytes(b"GGUF and more")
+    for repo, files in {"someorg/gen-cached": {"generation_config.json": "{}"}, "someorg/gen-empty": {}}.items():
+        storage = cache / ("models--" + repo.replace("/", "--"))
+        (storage / "refs").mkdir(parents=True)
+        (storage / "refs" / "main").write_text("c0ffee")
+        (storage / "snapshots" / "c0ffee").mkdir(parents=True)
+        for file, text in files.items():
+            (storage / "snapshots" / "c0ffee" / file).write_text(text)
+    local = [str(root / name) for name in [*directories, "file.txt", "m.gguf", "headed"]]
+    return [*local, "/nonexistent/gen", "someorg/gen-absent", "someorg/gen-cached", "someorg/gen-empty", "org/m:Q4_K_M"]
+
+
+def test_a_generation_config_is_refused_exactly_where_vllm_finds_none(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    values = generation_values(tmp_path / "gc", tmp_path / "hub")
+    vllm_said = ask_vllm(ASK_GENERATION, json.dumps(values))
+    assert isinstance(vllm_said, list)
+    launch = ["env", "HF_HUB_OFFLINE=1", str(VLLM_PYTHON), "-m", "vllm.entrypoints.cli.main", "serve", "m"]
+    disagreements = []
+    for value, said in zip(values, vllm_said, strict=True):
+        command = parse([*launch, "--generation-config", value], "0.16.0")
+        refused = any(not f.ok for f in late_file_findings(command, "command", lambda: "utf-8"))
+        disagreements += [(value, said)] if refused != bool(said) else []
+    assert disagreements == []
+    assert sum(bool(s) for s in vllm_said) >= 6, vllm_said
