@@ -170,6 +170,16 @@ def test_adapters_vllm_refuses_after_the_load_are_refused(tmp_path):
     ], said
 
 
+def test_default_multimodal_adapters_are_static_adapters_too(tmp_path):
+    good, r64 = adapter(tmp_path / "good"), adapter(tmp_path / "r64", r=64)
+    mm = json.dumps({"audio": good, "image": r64})
+    assert judged(tmp_path, "--default-mm-loras", mm) == []  # without LoRA vLLM builds no LoRAConfig: unread
+    said = judged(tmp_path, "--enable-lora", "--default-mm-loras", mm, "--lora-modules", f"audio={good}")
+    assert len(said) == 2, said
+    assert said[0].startswith(f"--default-mm-loras audio={good}: the adapter name audio is given twice"), said
+    assert said[1].startswith(f"--default-mm-loras {r64}: its adapter_config.json: LoRA rank 64"), said
+
+
 def test_an_offline_launchs_hub_adapter_is_judged_in_the_cache_and_left_to_vllm_online(tmp_path):
     cache = tmp_path / "hub"
     online = ["env", f"HF_HUB_CACHE={cache}"]

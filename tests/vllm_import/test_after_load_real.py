@@ -39,6 +39,7 @@ ASK_VLLM = textwrap.dedent("""\
     from vllm.entrypoints.openai.models.serving import OpenAIServingModels
     from vllm.lora.peft_helper import PEFTHelper
     from vllm.lora.utils import get_adapter_absolute_path
+    from vllm.entrypoints.utils import process_lora_modules
 
     def tls(kwargs):
         try:
@@ -60,6 +61,8 @@ ASK_VLLM = textwrap.dedent("""\
 
     def lora(case):
         modules = [LoRAModulePath(name=n, path=p) for n, p in case["modules"]]
+        # init_app_state's merge: default_mm_loras only when LoRA is on (else no LoRAConfig)
+        modules = process_lora_modules(modules or None, case.get("mm") if case["enable"] else {})
         models = OpenAIServingModels(Engine(case["enable"], case["rank"]), [], lora_modules=modules)
         try:
             asyncio.run(models.init_static_loras())
@@ -143,6 +146,10 @@ def lora_cases(a: dict[str, str]) -> list[dict[str, object]]:
         {"modules": [["a", "someorg/not-cached"]], "enable": True, "rank": 16},
         {"modules": [["a", "someorg/cached"]], "enable": True, "rank": 16},
         {"modules": [["a", "someorg/empty"]], "enable": True, "rank": 16},
+        {"modules": [], "mm": {"audio": a["good"], "image": a["r64"]}, "enable": False, "rank": 16},
+        {"modules": [], "mm": {"audio": a["good"], "image": a["r64"]}, "enable": True, "rank": 16},
+        {"modules": [["audio", a["good"]]], "mm": {"audio": a["good"]}, "enable": True, "rank": 16},
+        {"modules": [["a", a["good"]]], "mm": {"audio": a["good"]}, "enable": True, "rank": 16},
     ]
     others = ("bias", "dora", "saved", "zero", "bare", "list", "broken")
     return cases + [{"modules": [["a", a[name]]], "enable": True, "rank": 16} for name in others]
@@ -168,7 +175,9 @@ def refused_by_patchkit(case: dict[str, object]) -> bool:
         enable = ["--enable-lora"] if case["enable"] else []
         modules = case["modules"]
         assert isinstance(modules, list)
-        options = [*enable, "--max-lora-rank", str(case["rank"]), "--lora-modules", *(f"{n}={p}" for n, p in modules)]
+        options = [*enable, "--max-lora-rank", str(case["rank"])]
+        options += ["--lora-modules", *(f"{n}={p}" for n, p in modules)] if modules else []
+        options += ["--default-mm-loras", json.dumps(case["mm"])] if "mm" in case else []
     findings = late_file_findings(parse([*launch, *options], "0.16.0"), "command", lambda: "utf-8")
     return any(not f.ok for f in findings)
 
