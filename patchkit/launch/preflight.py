@@ -65,6 +65,7 @@ from patchkit.launch.speculative import speculative_findings
 from patchkit.launch.speculators import drafter_config, speculator
 from patchkit.launch.validation import CHECK as VALIDATION
 from patchkit.launch.validation import engine_validation
+from patchkit.launch.weights import weight_findings
 from patchkit.series import dry_run, library
 from patchkit.series.library import PatchSetDef
 from patchkit.series.patchfile import touched_paths
@@ -313,7 +314,7 @@ def preflight(
         result.findings += [_model_finding(missing) for missing in result.missing]
         return result
     result.command = command
-    result.findings += _found_models_findings(result.missing, served, (target, drafter))
+    result.findings += _found_models_findings(result.missing, served, (target, drafter), command)
     result.findings += _after_load_findings(command, resolved.target.root)  # never kept: files outside the tree
     planned = _Planned.of(resolved, status) if needed else _Planned()
     result.fixable = planned.fixable
@@ -441,12 +442,17 @@ def _parser_findings(resolved: Resolved, command: LaunchCommand) -> list[Finding
 
 
 def _found_models_findings(
-    missing: list[TargetError], served: Finding | None, models: tuple[ModelConfig, ModelConfig | None]
+    missing: list[TargetError],
+    served: Finding | None,
+    models: tuple[ModelConfig, ModelConfig | None],
+    command: LaunchCommand,
 ) -> list[Finding]:
-    """With the target found: a drafter found nowhere, the speculator note, architectures vLLM refuses."""
+    """With the target found: a drafter found nowhere, the speculator note, architectures vLLM refuses,
+    a model directory where vLLM's loader would find no weights."""
     found = [_model_finding(exc) for exc in missing]
     found += [served] if served is not None else []
-    return found + [f for f in (_architectures_finding(m) for m in models) if f is not None]
+    found += [f for f in (_architectures_finding(m) for m in models) if f is not None]
+    return found + [Finding(MODELS, False, *weights) for weights in weight_findings(command, models[0])]
 
 
 @dataclass(eq=False, repr=False)
