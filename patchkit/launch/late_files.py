@@ -11,6 +11,8 @@ import os
 import re
 from collections.abc import Callable
 
+from packaging.version import InvalidVersion, Version
+
 from patchkit.base.errors import PatchkitError
 from patchkit.base.fsutil import read_regular
 from patchkit.launch.command import LaunchCommand
@@ -143,7 +145,7 @@ def _lora_problem(option: str, path: str, command: LaunchCommand, encoding: Call
     rank = _max_lora_rank(command)
     return [
         (f"{option} {path}: its {ADAPTER_CONFIG}: {why}: {AFTER_LOAD}", fix)
-        for why, fix in _peft_refusals(config, rank, encoding)
+        for why, fix in _peft_refusals(config, rank, encoding, command.release)
     ]
 
 
@@ -155,9 +157,10 @@ def _max_lora_rank(command: LaunchCommand) -> int:
         return MAX_LORA_RANK
 
 
-def _peft_refusals(path: str, rank: int, encoding: Callable[[], str]) -> list[tuple[str, str]]:
+def _peft_refusals(path: str, rank: int, encoding: Callable[[], str], release: str | None) -> list[tuple[str, str]]:
     """(why, fix) for what vLLM's PEFTHelper refuses of an adapter_config.json (from_local_dir's
-    json.load, from_dict, __post_init__'s scaling, validate_legal): as vLLM 0.16.0 rules it."""
+    json.load, from_dict, __post_init__'s scaling, validate_legal): the rules 0.15.0-0.33.0 share
+    (a later release refuses more: lora_bias, init_lora_weights, ...; not judged)."""
     own = "give the adapter's own adapter_config.json, as PEFT saved it"
     try:
         raw = read_regular(path, _LIMIT, follow_symlinks=True)
@@ -178,10 +181,9 @@ def _peft_refusals(path: str, rank: int, encoding: Callable[[], str]) -> list[tu
     if not all(isinstance(x, (int, float)) for x in (r, alpha)) or r == 0 or (config.get("use_rslora") and r < 0):
         return [(f"vLLM cannot scale lora_alpha {alpha!r} by r {r!r}", own)]
     found = []
-    if config.get("modules_to_save"):
-        found.append(
-            ("vLLM only supports modules_to_save being None", "give an adapter trained without modules_to_save")
-        )
+    saved = _unsupported_saved(config.get("modules_to_save"), release)
+    if saved:
+        found.append((f"vLLM does not support its modules_to_save {saved}", "give an adapter trained without them"))
     if config.get("use_dora"):
         found.append(("vLLM does not yet support DoRA", "give a LoRA adapter (use_dora false)"))
     if r > rank:
@@ -191,3 +193,18 @@ def _peft_refusals(path: str, rank: int, encoding: Callable[[], str]) -> list[tu
             (f"Adapter bias is not supported (bias {config['bias']!r})", 'give an adapter trained with bias "none"')
         )
     return found
+
+
+def _unsupported_saved(saved: object, release: str | None) -> str | None:
+    """The modules_to_save vLLM refuses: any up to 0.16.0; a later one (0.32.0 on) serves a
+    classification model's "classifier" and "score"."""
+    if not saved:
+        return None
+    try:
+        strict = release is not None and Version(release) <= Version("0.16.0")
+    except InvalidVersion:
+        strict = False
+    if strict or not isinstance(saved, (list, str)):
+        return json.dumps(saved)[:60]
+    others = [m for m in saved if m not in ("classifier", "score")]
+    return json.dumps(others)[:60] if others else None

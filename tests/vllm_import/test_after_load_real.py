@@ -112,6 +112,7 @@ def tls_cases(f: dict[str, str]) -> list[dict[str, object]]:
         {**good, "ssl_ca_certs": f["key.pem"]},
         {"ssl_ca_certs": "/nonexistent/ca.pem"},
         {**good, "ssl_ciphers": "NO-SUCH-CIPHER"},
+        {**good, "ssl_cert_reqs": 5},
         {**good, "ssl_ciphers": "ECDHE+AESGCM:!aNULL"},
     ]
 
