@@ -736,14 +736,19 @@ def _after_load_findings(command: LaunchCommand, root: Path) -> list[Finding]:
 
 def _chat_template_findings(command: LaunchCommand, root: Path) -> list[Finding]:
     """A failed `command` finding (in a list; else none) when vLLM cannot load --chat-template
-    (load_chat_template: a file it opens and reads, else text with `{`, `}` or a line break taken as
-    the template, else its built-in template of that name, opened and read the same way): it refuses
+    (load_chat_template: a file it opens and reads, whatever its name holds; else text with `{`, `}` or
+    a line break taken as the template, else its built-in template of that name, opened and read the same way): it refuses
     the launch once the model loaded. A file larger than patchkit reads: cannot judge its tail."""
     value = command.optional_text("chat-template")
-    if value is None or any(c in value for c in "{}\n"):
+    if value is None:
         return []
+    if "\0" in value:  # only a --config YAML escape gives one: open() raises ValueError, no OSError
+        message = f"--chat-template {value!r} holds a NUL character: vLLM's open() of it fails once the model loaded"
+        return [Finding(COMMAND, False, message, "give a template file's path, or the template itself")]
     path = os.path.join(command.working_directory(), value)
     given = _template_text(path)
+    if isinstance(given, str) and not _never_ends(path) and any(c in value for c in "{}\n"):
+        return []  # open() fails: vLLM takes the value as the template itself
     if isinstance(given, bytes):
         return _undecodable_template(value, given, command, path)
     if _never_ends(path):  # vLLM's open() or read() waits, with no OSError: no built-in template stands in
