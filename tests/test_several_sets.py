@@ -125,19 +125,19 @@ def test_a_set_that_fails_with_no_failed_check_is_not_said_check_failed(run, tre
     assert document["result"] == "failed" and "symlink" in document["error"]
 
 
-def test_unsupported_and_uncovered_sets_are_reported_not_errors(run, tree, library, scratch):
+def test_unsupported_and_upstream_sets_are_reported_not_errors_a_gap_is_refused(run, tree, library, scratch):
+    """A set outside its range (future) or upstream (old) is a note; one in its range with no series
+    for the version (gap) refuses the apply before it writes, until --set leaves it out."""
     write_library(library, {"0.17.0": [make_patch(scratch, tree, {MODEL: EAGLE_MODEL})]}, name="gap", upstream=None)
     write_library(library, {"0.17.0": [b""]}, name="future", supported=">=0.17.0", upstream=None)
-    result = run("apply", "--target", tree, "--patches", library, "--format", "json")
+    refused = run("apply", "--target", tree, "--patches", library, "--format", "json")
+    assert refused.exit_code == 1 and "no series of gap for vLLM 0.16.0" in refused.output, refused.output
+    assert not (tree / ".patchkit").exists()
+    chosen = [word for name in ("model", "spec", "future", "old") for word in ("--set", name)]
+    result = run("apply", "--target", tree, "--patches", library, *chosen, "--format", "json")
     assert result.exit_code == 0, result.output
     states = {s["set"]: s["result"] for s in json_of(result)["sets"]}
-    assert states == {
-        "model": "applied",
-        "spec": "applied",
-        "future": "unsupported",
-        "gap": "not-covered",
-        "old": "upstream",
-    }
+    assert states == {"model": "applied", "spec": "applied", "future": "unsupported", "old": "upstream"}
 
 
 def test_a_library_covering_nothing_is_exit_3_naming_every_set(run, tree, library):

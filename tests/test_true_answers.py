@@ -229,11 +229,11 @@ def test_a_preflight_that_judged_nothing_never_says_ok_and_counts_in_english(fet
     assert done.returncode == 0, done.stderr
     # the tool-call model is not cached, and a fetch --dest tree has no parser registry to judge the name by
     assert done.stdout.splitlines()[-1] == "preflight: nothing judged: 2 cannot judge (-v shows each)", done.stdout
-    one = run_cli(
-        "preflight", "--target", fetched, "--", "vllm", "serve", str(model), "--tool-call-parser", "deepseek_v32"
-    )
+    # the parser vLLM builds (auto tool choice): deepseek-tool-calls' tree-state, applied, is the one pass
+    parser = ["--enable-auto-tool-choice", "--tool-call-parser", "deepseek_v32"]
+    one = run_cli("preflight", "--target", fetched, "--", "vllm", "serve", str(model), *parser)
     assert one.returncode == 0, one.stderr
-    assert one.stdout.splitlines()[-1] == "preflight: ok: 1 check passed, 1 cannot judge (-v shows each)", one.stdout
+    assert one.stdout.splitlines()[-1] == "preflight: ok: 1 check passed, 2 cannot judge (-v shows each)", one.stdout
 
 
 def test_status_names_each_sets_series_and_counts_an_upstream_sets_checks_as_verify_does(tmp_path):

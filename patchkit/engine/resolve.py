@@ -279,7 +279,7 @@ def _as_listed(root: Path, path: str, record: Record) -> bool:
 def _selection(tgt: Target, patch_set: PatchSetDef, detected: DetectedVersion) -> Selection:
     """What the set holds for the version; for a build between releases (not named by
     --vllm-version, which overrides), the series a dry run finds to fit."""
-    between = library.between_releases(detected.version) and detected.source != "--vllm-version"
+    between = _between(detected)
     try:
         selection = library.select(patch_set, detected.version)
     except NoPatchSet as exc:
@@ -340,6 +340,9 @@ class Chosen(Value):
     name: str
     resolved: Resolved | None
     note: str = ""  # why there is no series
+    # a set whose range holds the version but that has no series for it (resolved None): its
+    # definition, with the tree and version, for the launch checks on the files as they are
+    gap: Resolved | None = None
 
     @property
     def kind(self) -> SelectionKind | None:
@@ -356,8 +359,8 @@ def resolve_sets(opts: Options, target: Target, *, sets: dict[str, PatchSetDef] 
         try:
             one = replace(opts, set_name=patch_set.name)
             chosen.append(Chosen(patch_set.name, resolve(one, target=target, sets=loaded, detected=detected)))
-        except NoPatchSet as exc:  # a gap in the set's range: said, not an error of the run
-            chosen.append(Chosen(patch_set.name, None, exc.message))
+        except NoPatchSet as exc:  # a gap in the set's range: no series to apply, the tree left unsafe for it
+            chosen.append(Chosen(patch_set.name, None, exc.message, _gap(target, detected, patch_set, exc)))
     if not any(c.kind in (SelectionKind.PATCH, SelectionKind.UPSTREAM) for c in chosen):
         named = [loaded[c.name] for c in chosen]
         said = library.outside_every_range(str(detected.version), named) or "; ".join(why_not(c) for c in chosen)
@@ -365,6 +368,39 @@ def resolve_sets(opts: Options, target: Target, *, sets: dict[str, PatchSetDef] 
             f"no set of the library covers this vLLM: {said}", hint=f"{hints.command('list')} shows each set's range"
         )
     return chosen
+
+
+def _gap(target: Target, detected: DetectedVersion, patch_set: PatchSetDef, exc: NoPatchSet) -> Resolved:
+    """A set with no series for the version, as an unsupported selection whose note says the gap
+    (a build between releases that no series fits: why, as resolve said it)."""
+    said = exc.message if _between(detected) else library.no_series_said(patch_set, detected.version)
+    kind = SelectionKind.UNSUPPORTED
+    selection = Selection(patch_set.name, kind, detected.version, note=said, patch_set=patch_set, gap=True)
+    return Resolved(target, detected, selection)
+
+
+def _between(detected: DetectedVersion | None) -> bool:
+    """A build between releases that resolve matches by a dry run (not one --vllm-version names)."""
+    return detected is not None and library.between_releases(detected.version) and detected.source != "--vllm-version"
+
+
+def no_series(chosen: list[Chosen]) -> list[Chosen]:
+    """The sets whose range holds the tree's version but that have no series for it: apply cannot
+    make the tree safe for them (upstream and out-of-range sets are not among them)."""
+    return [c for c in chosen if c.resolved is None and c.gap is not None]
+
+
+def no_series_fix(chosen: Chosen) -> str:
+    """What makes the tree safe for a set with no series (a release with one, or a new series)."""
+    assert chosen.gap is not None and chosen.gap.selection.patch_set is not None
+    return gap_fix(chosen.gap)
+
+
+def gap_fix(gap: Resolved) -> str:
+    """no_series_fix of a gap's Resolved; a build between releases may name the release it derives from."""
+    assert gap.selection.patch_set is not None and gap.vllm_version is not None
+    fix = library.no_series_fix(gap.selection.patch_set, gap.vllm_version)
+    return f"pass --vllm-version with the release it derives from, or {fix}" if _between(gap.version) else fix
 
 
 def why_not(chosen: Chosen) -> str:

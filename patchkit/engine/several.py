@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from patchkit.base import hints, signals
 from patchkit.base.enums import Outcome, SelectionKind, TreeState
-from patchkit.base.errors import CHECK_FAILED, Conflict, PatchkitError
+from patchkit.base.errors import CHECK_FAILED, CheckFailed, Conflict, PatchkitError
 from patchkit.base.heads import naming
 from patchkit.base.values import Value
 from patchkit.engine import inspection
@@ -29,7 +29,7 @@ from patchkit.engine.operations import (
     verify_tree,
     with_stock_judged,
 )
-from patchkit.engine.resolve import NOT_COVERED, Chosen, Resolved, judged
+from patchkit.engine.resolve import NOT_COVERED, Chosen, Resolved, judged, no_series, no_series_fix
 from patchkit.engine.transaction import consistent_read
 from patchkit.series import library
 from patchkit.store.state import Entry, State, is_adhoc, read_state
@@ -55,6 +55,37 @@ def require_order(opts: Options, chosen: list[Chosen], sets: dict[str, PatchSetD
         if c.resolved is not None and c.kind == SelectionKind.PATCH
     }
     library.refuse_unordered(root, sets if sets is not None else library.load_library(root), files)
+
+
+def refuse_no_series(chosen: list[Chosen]) -> None:
+    """apply of several sets (every covering one, or those --set names) refuses, before anything is
+    written, when one of them is in its range without a series for the version: applying the rest
+    would leave the tree unsafe for that set without a word. `--set` naming the others is the choice."""
+    gaps = no_series(chosen)
+    if not gaps:
+        return
+    them = "it" if len(gaps) == 1 else "them"
+    raise CheckFailed(
+        f"{no_series_said(gaps)}: apply would leave the tree unsafe for {them}; nothing written",
+        hint=no_series_next_step(chosen, gaps),
+    )
+
+
+def no_series_said(gaps: Sequence[Chosen]) -> str:
+    """Each set with no series for the version, and the releases nearest that have one."""
+    return "; ".join(c.gap.selection.note or c.name if c.gap is not None else c.name for c in gaps)
+
+
+def no_series_next_step(chosen: Sequence[Chosen], gaps: Sequence[Chosen]) -> str:
+    """What to do about sets with no series for the version: apply the others alone (the sets that
+    have one, named with --set), or install a release each has a series for (or port one)."""
+    them = "it" if len(gaps) == 1 else "them"
+    others = [c.name for c in chosen if c.resolved is not None and c.kind != SelectionKind.UNSUPPORTED]
+    chosen_others = replace(hints.current(), set_name=None, set_names=())
+    named = hints.command("apply", *(w for name in others for w in ("--set", name)), chosen=chosen_others)
+    rest = f"apply the others alone ({named}): launches that need {them} stay refused" if others else ""
+    fix = no_series_fix(gaps[0]) if len(gaps) == 1 else "install a vLLM release each set has a series for"
+    return f"{rest}; or {fix}" if rest else fix
 
 
 @dataclass(eq=False, repr=False)
@@ -323,6 +354,7 @@ class SetsStatus(Value):
     unchosen: tuple[str, ...] = ()
     adhoc: tuple[Entry, ...] = ()  # the --patch applies the record holds (no library set: listed apart)
     reverted: tuple[str, ...] = ()  # the record's sets `revert --set` took out (State.reverted)
+    no_series: tuple[Chosen, ...] = ()  # chosen sets in their range with no series for the version (gaps_chosen)
 
     @property
     def state(self) -> TreeState:
@@ -339,7 +371,7 @@ class SetsStatus(Value):
         refusal fail (exit 1); so do chosen sets applied and not applied side by side (a partial
         tree, as a multi-set apply that stopped half-way leaves it): a CI gate must not pass it."""
         outcomes = [s.outcome for s in self.statuses]
-        failed = Outcome.CHECK_FAILED in outcomes or self.state == TreeState.PARTIAL
+        failed = Outcome.CHECK_FAILED in outcomes or self.state == TreeState.PARTIAL or bool(self.no_series)
         return Outcome.CHECK_FAILED if failed else Outcome.OK
 
     def applied(self) -> list[str]:
@@ -361,10 +393,17 @@ def status_sets(chosen: list[Chosen]) -> tuple[SetsStatus, str | None]:
             refuse_unchangeable(each.resolved, series)  # every set's series: what each record may name
         record = read_state(root)
     adhoc = tuple(e for e in record.entries if is_adhoc(e.set_name))
-    return (
-        SetsStatus(covering, statuses, _unchosen(covering, statuses, record), adhoc, reverted=record.reverted),
-        recovered,
-    )
+    unchosen = _unchosen(covering, statuses, record)
+    gaps = gaps_chosen(chosen, record)
+    return SetsStatus(covering, statuses, unchosen, adhoc, reverted=record.reverted, no_series=gaps), recovered
+
+
+def gaps_chosen(chosen: list[Chosen], record: State) -> tuple[Chosen, ...]:
+    """The sets with no series for the version (in their range) that the tree's applies chose, or
+    every one on a tree no apply chose a set of (apply's default is every covering set): the tree
+    cannot be made safe for them. One an `apply --set` left out is a note."""
+    wanted = record.wanted() if record.entries else None
+    return tuple(c for c in no_series(chosen) if wanted is None or c.name in wanted)
 
 
 def _unchosen(covering: list[Chosen], statuses: list[TreeStatus], record: State) -> tuple[str, ...]:
@@ -383,11 +422,13 @@ class SetsVerified(Value):
     chosen: list[Chosen]
     results: list[VerifyResult]
     unchosen: tuple[str, ...] = ()  # as SetsStatus's: not applied, and no apply chose them
+    no_series: tuple[Chosen, ...] = ()  # as SetsStatus's: chosen sets with no series for the version
 
     @property
     def ok(self) -> bool:
-        """As status: chosen sets applied and not applied side by side fail, each set passing or not."""
-        return self.passes_if_applied and self.state != TreeState.PARTIAL
+        """As status: chosen sets applied and not applied side by side fail, each set passing or not;
+        so does a chosen set with no series for the version."""
+        return self.passes_if_applied and self.state != TreeState.PARTIAL and not self.no_series
 
     @property
     def passes_if_applied(self) -> bool:
@@ -422,8 +463,10 @@ def verify_sets(
         root = each.resolved.target.root
         results.append(verify_tree(each.resolved, import_probe=import_probe, watch=watch, verifying=verifying))
     # status's partial: the sets an apply chose, not those left out on purpose
-    unchosen = _unchosen(covering, [r.status for r in results], read_state(root)) if root is not None else ()
-    return SetsVerified(covering, _guard_blames_the_drifted(results), unchosen)
+    record = read_state(root) if root is not None else None
+    unchosen = _unchosen(covering, [r.status for r in results], record) if record is not None else ()
+    gaps = gaps_chosen(chosen, record) if record is not None else ()
+    return SetsVerified(covering, _guard_blames_the_drifted(results), unchosen, gaps)
 
 
 def _guard_blames_the_drifted(results: list[VerifyResult]) -> list[VerifyResult]:

@@ -225,6 +225,11 @@ class LaunchCommand(Value):
         return bool(self.options.get("trust-remote-code"))  # `--no-trust-remote-code` stores False
 
     @property
+    def auto_tool_choice(self) -> bool:
+        """--enable-auto-tool-choice: without it vLLM builds no tool parser (ParserManager.get_tool_parser)."""
+        return bool(self.options.get("enable-auto-tool-choice"))
+
+    @property
     def tensor_parallel_size(self) -> int:
         value = self.options.get("tensor-parallel-size", 1)
         try:

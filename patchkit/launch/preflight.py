@@ -51,14 +51,15 @@ from patchkit.engine.inspection import (
     upgrade_said,
     with_found_judged,
 )
-from patchkit.engine.resolve import Resolved, cached_stock
+from patchkit.engine.resolve import Resolved, cached_stock, gap_fix
 from patchkit.launch import toolparsers
 from patchkit.launch.bounds import bounds_findings
 from patchkit.launch.command import ALIASES, LaunchCommand
 from patchkit.launch.engine import LaunchContext, Reader, apply_fix, launch_python_version, set_checks, tree_reader
 from patchkit.launch.findings import Finding, cannot_judge
 from patchkit.launch.interpreter import RefusedByPython, exec_search
-from patchkit.launch.late_files import late_file_problems
+from patchkit.launch.late_files import late_file_findings
+from patchkit.launch.middleware import middleware_findings
 from patchkit.launch.models import ModelConfig, offline, offline_model_path, redirected, resolve_model, with_overrides
 from patchkit.launch.relevance import EVERY, LaunchNeeds, launch_needs
 from patchkit.launch.shortcut import as_written, kept_findings
@@ -66,6 +67,7 @@ from patchkit.launch.speculative import speculative_findings
 from patchkit.launch.speculators import drafter_config, speculator
 from patchkit.launch.validation import CHECK as VALIDATION
 from patchkit.launch.validation import engine_validation
+from patchkit.launch.weights import weight_findings
 from patchkit.series import dry_run, library
 from patchkit.series.library import PatchSetDef
 from patchkit.series.patchfile import touched_paths
@@ -99,6 +101,7 @@ class PreflightResult(Value):
     unused: dict[str, str] = field(default_factory=dict)
     guard_off: str | None = None  # how the launch turns the guard off, when that is why a drift is only noted
     loader_fails: str | None = None  # an entry_points.txt vLLM's plugin loader would hang or fail on: vLLM not asked
+    said: list[str] = field(default_factory=list)  # notes on the launch no check makes (an unused --tool-call-parser)
 
     @property
     def unused_note(self) -> str | None:
@@ -113,7 +116,8 @@ class PreflightResult(Value):
     def notes(self) -> list[str]:
         """What preflight and run say as notes: the sets not used, a needed set --set left out that
         the record shows applied."""
-        return [note for note in [self.unused_note] if note] + [f.message for f in self.findings if f.note]
+        found = [f.message for f in self.findings if f.note]
+        return [note for note in [self.unused_note] if note] + found + self.said
 
     @property
     def ok(self) -> bool:
@@ -312,7 +316,7 @@ def preflight(
         result.findings += [_model_finding(missing) for missing in result.missing]
         return result
     result.command = command
-    result.findings += _found_models_findings(result.missing, served, (target, drafter))
+    result.findings += _found_models_findings(result.missing, served, (target, drafter), command)
     result.findings += _after_load_findings(command, resolved.target.root)  # never kept: files outside the tree
     planned = _Planned.of(resolved, status) if needed else _Planned()
     result.fixable = planned.fixable
@@ -342,13 +346,16 @@ def preflight(
 def _judge_plugin_files(context: LaunchContext, result: PreflightResult) -> None:
     """An entry_points.txt vLLM's plugin loader cannot read fails the launch, and vLLM is then not
     asked (its loader would read it in patchkit's worker too); else the general plugins the launch
-    loads, where vLLM is not asked what they do."""
+    loads, where vLLM is not asked what they do; and, vLLM not asked, the --middleware modules the
+    launch's Python cannot find."""
     unread = _plugin_file_finding(context)
     if unread is not None:
         result.findings.append(unread)
         result.loader_fails = context.not_asked = unread.message
         context.python = None
     result.unjudged_plugins = context.general_plugins() if context.python is None and unread is None else []
+    if context.python is None or result.missing:  # vLLM's validation, which imports them, does not run
+        result.findings += middleware_findings(context.command, COMMAND)
 
 
 def _plugin_file_finding(context: LaunchContext) -> Finding | None:
@@ -440,12 +447,17 @@ def _parser_findings(resolved: Resolved, command: LaunchCommand) -> list[Finding
 
 
 def _found_models_findings(
-    missing: list[TargetError], served: Finding | None, models: tuple[ModelConfig, ModelConfig | None]
+    missing: list[TargetError],
+    served: Finding | None,
+    models: tuple[ModelConfig, ModelConfig | None],
+    command: LaunchCommand,
 ) -> list[Finding]:
-    """With the target found: a drafter found nowhere, the speculator note, architectures vLLM refuses."""
+    """With the target found: a drafter found nowhere, the speculator note, architectures vLLM refuses,
+    a model directory where vLLM's loader would find no weights."""
     found = [_model_finding(exc) for exc in missing]
     found += [served] if served is not None else []
-    return found + [f for f in (_architectures_finding(m) for m in models) if f is not None]
+    found += [f for f in (_architectures_finding(m) for m in models) if f is not None]
+    return found + [Finding(MODELS, False, *weights) for weights in weight_findings(command, models[0])]
 
 
 @dataclass(eq=False, repr=False)
@@ -481,14 +493,15 @@ def needs_of(
 ) -> LaunchNeeds:
     """Which of the library's sets (`sets`, else loaded; every set, whatever --set narrows the checks
     to: the guard refuses for any recorded one) the launch as vLLM serves it needs. `version`: the
-    tree's, when known: a set whose rule names the launch counts as named only where it has a series."""
+    tree's, when known: a set whose rule names the launch counts as named only where it has a series,
+    or is in its range without one (a launch that needs it cannot be made safe)."""
     if sets is None and not opts.adhoc:
         sets = library.load_library(library.locate(opts.library).path)
     served, architectures = as_served(command)
     needs = launch_needs((sets or {}).values(), served, architectures, version)
     if version is None or sets is None:
         return needs
-    named = {name: said for name, said in needs.named.items() if library.has_series(sets[name], version)}
+    named = {name: said for name, said in needs.named.items() if library.to_judge(sets[name], version)}
     return dataclasses.replace(needs, named=named)
 
 
@@ -718,20 +731,25 @@ def _architectures_finding(model: ModelConfig | None) -> Finding | None:
 
 def _after_load_findings(command: LaunchCommand, root: Path) -> list[Finding]:
     """Failed `command` findings for the files vLLM opens only once the model has loaded."""
-    late = [Finding(COMMAND, False, message, fix) for message, fix in late_file_problems(command)]
+    late = late_file_findings(command, COMMAND, lambda: launch_text_encoding(command))
     return _chat_template_findings(command, root) + late
 
 
 def _chat_template_findings(command: LaunchCommand, root: Path) -> list[Finding]:
     """A failed `command` finding (in a list; else none) when vLLM cannot load --chat-template
-    (load_chat_template: a file it opens and reads, else text with `{`, `}` or a line break taken as
-    the template, else its built-in template of that name, opened and read the same way): it refuses
+    (load_chat_template: a file it opens and reads, whatever its name holds; else text with `{`, `}` or
+    a line break taken as the template, else its built-in template of that name, opened and read the same way): it refuses
     the launch once the model loaded. A file larger than patchkit reads: cannot judge its tail."""
     value = command.optional_text("chat-template")
-    if value is None or any(c in value for c in "{}\n"):
+    if value is None:
         return []
+    if "\0" in value:  # only a --config YAML escape gives one: open() raises ValueError, no OSError
+        message = f"--chat-template {value!r} holds a NUL character: vLLM's open() of it fails once the model loaded"
+        return [Finding(COMMAND, False, message, "give a template file's path, or the template itself")]
     path = os.path.join(command.working_directory(), value)
     given = _template_text(path)
+    if isinstance(given, str) and not _never_ends(path) and any(c in value for c in "{}\n"):
+        return []  # open() fails: vLLM takes the value as the template itself
     if isinstance(given, bytes):
         return _undecodable_template(value, given, command, path)
     if _never_ends(path):  # vLLM's open() or read() waits, with no OSError: no built-in template stands in
@@ -1069,6 +1087,9 @@ def _state_finding(resolved: Resolved, status: TreeStatus, *, prefixed: bool = F
     if status.state == TreeState.UNRECORDED:  # the launch gets the change; the record is what is missing
         held = f"vLLM {version}'s files hold the {resolved.set_name} change with no apply recorded (upstream's or a hand's)"
         return Finding(TREE, True, held)
+    if status.state == TreeState.UNSUPPORTED and resolved.selection.gap:  # no series to apply: nothing makes it safe
+        said = f"{resolved.selection.note}, and this launch needs it: patchkit cannot patch this tree for it"
+        return Finding(TREE, False, said, gap_fix(resolved))
     if status.state == TreeState.UNSUPPORTED:
         return Finding(TREE, False, resolved.selection.note or f"no patch set for vLLM {version}")
     if status.state == TreeState.NOT_APPLIED:

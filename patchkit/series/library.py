@@ -310,6 +310,7 @@ class Selection(Value):
     in_stock: bool = False
     holder: Holder | None = None  # who put that change there, as far as anything proves it
     local: str = ""  # the build's own local label (+corp) whose RECORD lists the files: no release's stock files
+    gap: bool = False  # unsupported, though in the set's range: it has no series for the version (resolve.no_series)
 
 
 # set.toml's fields: the TOML types each may have, and whether it must be there
@@ -806,12 +807,55 @@ def select(patch_set: PatchSetDef, version: Version) -> Selection:
     )
 
 
+def nearest_series(patch_set: PatchSetDef, version: Version) -> list[str]:
+    """The releases nearest `version` (the newest below it, the oldest above it) that the set has a
+    series for, as the set names them (`==0.16.0` -> 0.16.0); for a version in its range without one."""
+    version = Version(version.public)
+    named = sorted(
+        {Version(c.version) for r in patch_set.releases for c in r.versions if c.operator in ("==", ">=", "<=")}
+    )
+    covered = [v for v in named if any(r.covers(v) for r in patch_set.releases)]
+    below = [v for v in covered if v < version][-1:]
+    above = [v for v in covered if v > version][:1]
+    return [str(v) for v in below + above]
+
+
+def no_series_said(patch_set: PatchSetDef, version: Version) -> str:
+    """The set's gap at `version`, in a few words: in its range, no series, the releases nearest."""
+    nearest = nearest_series(patch_set, version)
+    near = f" (nearest with one: {', '.join(nearest)})" if nearest else ""
+    return f"no series of {patch_set.name} for vLLM {Version(version.public)}{near}"
+
+
+def no_series_fix(patch_set: PatchSetDef, version: Version) -> str:
+    """What makes a tree safe for a set that has no series for its version: a release it has one
+    for, or a new series (a maintainer's `patchkit port`, docs/library.md)."""
+    nearest = nearest_series(patch_set, version)
+    release = f"vLLM {' or '.join(nearest)}" if nearest else "a vLLM release it has a series for"
+    plain = Version(version.public)
+    older = [v for v in nearest if Version(v) < plain]
+    port = f"--from {older[0]} --to {plain}" if older and not plain.is_prerelease else "--from V1 --to V2"
+    return (
+        f"install {release}, or add a series of it (a maintainer: "
+        f"`patchkit port {port} --set {patch_set.name}`, docs/library.md)"
+    )
+
+
 def has_series(patch_set: PatchSetDef, version: Version) -> bool:
     """Whether the set has a series for `version` that vLLM does not ship itself (as select tells)."""
     version = Version(version.public)
     if patch_set.upstream is not None and in_range(patch_set.upstream, version):
         return False
     return any(release.covers(version) for release in patch_set.releases)
+
+
+def to_judge(patch_set: PatchSetDef, version: Version) -> bool:
+    """Whether a launch that needs the set has something of it to judge on `version`: a series, or
+    a gap (in its supported range, not upstream, no series: a failure); not upstream, not outside."""
+    plain = Version(version.public)
+    if patch_set.upstream is not None and in_range(patch_set.upstream, plain):
+        return False
+    return patch_set.supported is None or in_range(patch_set.supported, plain)
 
 
 def between_releases(version: Version) -> bool:

@@ -16,6 +16,7 @@ from patchkit.engine.operations import ApplyResult, apply_series
 from patchkit.engine.resolve import (
     Chosen,
     library_sets,
+    no_series,
     require_patches,
     resolve_sets,
     resolve_target,
@@ -100,6 +101,7 @@ def _apply_sets(
     chosen = resolve_sets(opts, target, sets=sets)
     ui.knows(tree_version_json(chosen))
     engine.several.require_order(opts, chosen, sets)
+    engine.several.refuse_no_series(chosen)
     if not ui.json_mode:
         for each in chosen:
             if each.resolved is None or each.kind == SelectionKind.UNSUPPORTED:
@@ -201,6 +203,8 @@ def apply_for_launch(
     many = len(covering) > 1
     version = next((c.resolved.vllm_version for c in covering if c.resolved is not None), None)
     needs = launch_needs(version, sets)
+    if any(needs.needs(c.name) for c in no_series(covering)):  # no apply makes the tree safe for it:
+        return None  # nothing written, and the preflight fails naming the set (tree-state)
     recorded = _recorded(covering) if needs.guard_runs else set()
     covering = [c for c in covering if needs.needs(c.name) or c.name in recorded]
 

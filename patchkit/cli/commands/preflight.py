@@ -17,7 +17,7 @@ from patchkit.cli.ui.json_views import target_json
 from patchkit.cli.ui.junit import JUnitCase, junit
 from patchkit.cli.ui.run import write_junit
 from patchkit.engine.inspection import inspect, overall_state
-from patchkit.engine.resolve import judged, library_sets, resolve_sets, resolve_target, several
+from patchkit.engine.resolve import judged, library_sets, no_series, resolve_sets, resolve_target, several
 from patchkit.launch.command import LaunchCommand, frame, read
 from patchkit.launch.findings import PASS, Finding
 from patchkit.launch.preflight import (
@@ -35,7 +35,7 @@ from patchkit.launch.preflight import (
     tree_finding,
     vllm_validation,
 )
-from patchkit.launch.relevance import LaunchNeeds
+from patchkit.launch.relevance import LaunchNeeds, unused_parser_note
 from patchkit.launch.shortcut import recorded_state, recorded_status
 from patchkit.store.journal import settled_record
 
@@ -153,8 +153,9 @@ def _launched_vllm(
         launched = resolve_target(own)
         found: list[Finding] = []
         names: list[str] = []
-        for chosen_set in judged(resolve_sets(own, launched, sets=sets)):
-            resolved = chosen_set.resolved
+        every = resolve_sets(own, launched, sets=sets)
+        for chosen_set in [c for c in every if c in judged(every) or c in no_series(every)]:
+            resolved = chosen_set.resolved or chosen_set.gap  # a gap: its tree-state fails (no series)
             if resolved is None or not needs.needs(resolved.set_name):
                 continue
             names.append(resolved.set_name)
@@ -202,9 +203,14 @@ def _preflight_of_sets(
     ui.knows(target_json(target))
     another = another_vllm(target)  # told once: the note, each set's preflight, vLLM's validation
     _whose_vllm(ui, target, another, no_import)
-    covering = [c.resolved for c in judged(resolve_sets(chosen, target, sets=sets)) if c.resolved is not None]
+    every = resolve_sets(chosen, target, sets=sets)
+    covering = [c.resolved for c in judged(every) if c.resolved is not None]
     launch_command = read(launch_command, covering[0].vllm_version)
     needs = needs_of(chosen, sets, launch_command, covering[0].vllm_version)
+    # a set the launch needs with no series for this vLLM: its tree-state fails, its launch checks
+    # run on the files as they are (as for an upstream release), in the library's order
+    gaps = {c.name: c.gap for c in no_series(every) if c.gap is not None and needs.needs(c.name)}
+    covering = [c.resolved or gaps[c.name] for c in every if c.resolved in covering or c.name in gaps]
     needs = replace(needs, judged=frozenset(r.set_name for r in covering))
     recorded = recorded_state(target.root) if shortcut else None  # read once: each set's status is told from it
     results = [
@@ -287,6 +293,8 @@ def _launch_findings(
     (`names`: the sets judged, in the library's order, for the one apply that fixes them)."""
     named = launch_target_finding(resolved, launch_command)  # is the tree checked the one the launch imports?
     result.findings += [named] if named is not None else []
+    unused = unused_parser_note(launch_command)
+    result.said += [unused] if unused else []
     if not no_import:  # vLLM's import takes seconds to minutes: not under the lock
         result.findings.append(vllm_validation(resolved, result, another))
     result.findings = in_fix_order(one_apply(result.findings, names))
@@ -321,9 +329,12 @@ def merged(results: list[PreflightResult]) -> PreflightResult:
 
 
 def _overall(states: set[str | None]) -> str | None:
-    """The sets' states as one, by status's rule (an upstream set beside applied ones is no partial tree)."""
+    """The sets' states as one, by status's rule (an upstream set beside applied ones is no partial tree);
+    unsupported when a set the launch needs has no series (no apply makes the tree safe for it)."""
     if len(states) == 1:
         return states.pop()
+    if TreeState.UNSUPPORTED in states:
+        return str(TreeState.UNSUPPORTED)
     return str(overall_state({TreeState(s) for s in states if s is not None}))
 
 

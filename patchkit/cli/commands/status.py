@@ -26,7 +26,7 @@ from patchkit.engine.guard import refusal_summary
 from patchkit.engine.inspection import selection_of, undo_command
 from patchkit.engine.operations import refuse_unchangeable, with_stock_judged
 from patchkit.engine.resolve import NOT_COVERED, library_sets, resolve_sets, resolve_target, several, why_not
-from patchkit.engine.several import SetsStatus, status_sets
+from patchkit.engine.several import SetsStatus, no_series_next_step, no_series_said, status_sets
 from patchkit.engine.transaction import consistent_read
 from patchkit.series.library import locate
 from patchkit.store.state import Entry, moved_patches, read_state, shown_set
@@ -93,7 +93,7 @@ def _status_of_sets(ui: UI, opts: Options, sets: dict[str, PatchSetDef] | None) 
     # the record's stale notes are the tree's: said once
     show_sets_status(ui, [(r, s if i == 0 else replace(s, stale=[])) for i, (r, s) in enumerate(pairs) if r], where)
     for each in chosen:
-        if each not in found.chosen:
+        if each not in found.chosen and each not in found.no_series:
             ui.note(why_not(each))
     for entry in found.adhoc:  # a --patch apply: no library set, but the tree's too
         ui.line(f"patch    {_adhoc_line(entry, target.root)}", style=STATE_STYLES.get(str(TreeState.APPLIED)))
@@ -123,7 +123,9 @@ def _sets_document(found: SetsStatus, chosen: list[Chosen], where: Location) -> 
         {"set": c.name, "state": c.kind or NOT_COVERED, "note": why_not(c)} for c in chosen if c not in found.chosen
     ]
     document = {"state": found.state, "library": where.to_json(), "sets": parts, "other_sets": others}
+    document |= {"no_series": [c.name for c in found.no_series]} if found.no_series else {}
     hint = _partial_fix(found) or next((p["hint"] for p in parts if p["state"] == TreeState.CONFLICT), None)
+    hint = no_series_next_step(chosen, found.no_series) if found.no_series and not hint else hint
     document |= {"hint": hint} if hint else {}
     return {**document, "not_chosen": list(found.unchosen)} if found.unchosen else document
 
@@ -142,6 +144,7 @@ def _sets_verdict(ui: UI, found: SetsStatus, whole: list[str]) -> None:
     ]
     refused = next((s for s in found.statuses if s.guard), None)
     problems += [refusal_summary(refused.guard, refused.guard_installed)] if refused else []
+    problems += [no_series_said(found.no_series)] if found.no_series else []
     said += "".join(f"; {p}" for p in problems)
     said += f"; not chosen: {', '.join(found.unchosen)}" if found.unchosen else ""
     ui.verdict(f"status: {said}" if ok else f"status: FAILED: {said}", ok=ok)  # FAILED leads, as per set
@@ -149,6 +152,9 @@ def _sets_verdict(ui: UI, found: SetsStatus, whole: list[str]) -> None:
 
 def _sets_next_step(ui: UI, found: SetsStatus, whole: list[str]) -> None:
     """The note after the verdict: what applies the sets left out, or the rest."""
+    if found.no_series:  # no apply makes the tree safe for them: what to do instead
+        ui.note(no_series_next_step(found.chosen, found.no_series))
+        return
     if found.unchosen:  # left out on purpose (`apply --set`, `run --apply`): what applies them
         named = [word for name in found.unchosen for word in ("--set", name)]
         them = "it" if len(found.unchosen) == 1 else "them"

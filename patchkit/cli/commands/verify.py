@@ -22,7 +22,7 @@ from patchkit.cli.ui.run import write_junit
 from patchkit.cli.ui.steps import Shown
 from patchkit.engine.operations import VerifyResult, verify_tree
 from patchkit.engine.resolve import library_sets, require_patches, resolve_sets, resolve_target, several, why_not
-from patchkit.engine.several import SetsVerified, verify_sets
+from patchkit.engine.several import SetsVerified, no_series_next_step, no_series_said, verify_sets
 from patchkit.releases import check as release_check
 from patchkit.series.library import choose_set
 from patchkit.tree.version import parse
@@ -259,7 +259,8 @@ def _verify_sets(
         reports.verified_target_junit(pairs, not_applied=verified.not_applied())
     elif ui.json_mode:
         documents = [reports.verified_target_document(r, v) for r, v in pairs]
-        ui.json({"ok": verified.ok, "state": verified.state, "sets": documents})
+        gaps = {"no_series": [c.name for c in verified.no_series]} if verified.no_series else {}
+        ui.json({"ok": verified.ok, "state": verified.state, "sets": documents, **gaps})
     else:
         # the guard's refusal and a --vllm-version naming another release are the tree's: said by the first set they fail
         guard_said = version_said = False
@@ -270,7 +271,7 @@ def _verify_sets(
             guard_said = guard_said or bool(result.status.guard)
             version_said = version_said or bool(reports.another_release(resolved) and not result.ok)
         for each in chosen:
-            if each not in verified.chosen:
+            if each not in verified.chosen and each not in verified.no_series:
                 ui.note(why_not(each))
         _sets_verdict(ui, verified)
     return verified
@@ -283,9 +284,14 @@ def _sets_verdict(ui: UI, verified: SetsVerified) -> None:
     failed = [c.name for c, r in pairs if not r.ok]
     passed = len(verified.results) - len(failed)
     planned = [c.name for c, r in pairs if r.ok and r.status.state == TreeState.NOT_APPLIED]
+    if verified.no_series and not failed:  # no apply makes the tree safe for them: no pass
+        ui.note(no_series_next_step(verified.chosen, verified.no_series))
+        ui.verdict(f"verify: FAILED: {no_series_said(verified.no_series)}", ok=False)
+        return
     if failed:
         others = f"the other {passed} set(s) pass" if passed else "no set passes"
-        ui.verdict(f"verify: FAILED: {', '.join(failed)} ({others})", ok=False)
+        gaps = f"; {no_series_said(verified.no_series)}" if verified.no_series else ""
+        ui.verdict(f"verify: FAILED: {', '.join(failed)} ({others}){gaps}", ok=False)
         return
     missing = verified.not_applied()
     if missing:  # status's verdict too: an apply chose them and stopped before (a CI gate must not pass it)
