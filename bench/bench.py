@@ -58,9 +58,14 @@
    slower); for the dry run and the fast path, each split in one process into the CPU time of its
    imports and of the work after them.
 
+15. The target's question (`--only locate`): patchkit/_target/locate.py, what every --python command (and a launch
+   whose start-up may set a pycache prefix) runs in the target's interpreter, on a plain site of vllm/ and its
+   dist-info, this checkout's vs the --before-locate commit's (default d2f9245: before the plain lookup), in turn
+   (2N+1 runs each), beside `python -c pass` of the same interpreter (goal: not slower).
+
 --only picks rows by name: dry-run (1), eagle3-dry-run (1), help (2), apply (3), sets-apply (3), fetch (4), checks (5), verify (6),
 large-file (7), guard (8), preflight (9), run (10), wheel (11), fleet (12), real-wheel (13),
-startup (14).
+startup (14), locate (15).
 """
 
 from __future__ import annotations
@@ -634,6 +639,46 @@ def startup_rows(work: Path, runs: int, revisions: list[str]) -> list[str]:
     return rows
 
 
+def locate_rows(work: Path, runs: int, revisions: list[str]) -> list[str]:
+    """_target/locate.py on a plain site: this checkout's / each revision's, and `python -c pass`."""
+    site = work / "site"
+    (site / "vllm").mkdir(parents=True)
+    (site / "vllm" / "__init__.py").write_text("")
+    (site / "vllm-0.16.0.dist-info").mkdir()
+    (site / "vllm-0.16.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 0.16.0\n")
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    sides = {_short(rev): _source_of(rev, work / f"src-{rev}") / LOCATE for rev in revisions}
+    sides["this checkout"] = REPO / LOCATE
+    request = json.dumps({"package": "vllm"})
+    commands = {name: [sys.executable, "-B", str(path), str(work / "answer.json")] for name, path in sides.items()}
+    commands["python -c pass"] = [sys.executable, "-B", "-c", "pass"]
+    load = os.getloadavg()[0]
+    times: dict[str, list[tuple[float, float]]] = {name: [] for name in commands}
+    for _ in range(runs * 2 + 1):
+        for name, command in commands.items():
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            start = time.perf_counter()
+            subprocess.run(command, input=request, text=True, env=env, cwd="/", check=True, capture_output=True)
+            took = time.perf_counter() - start
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            times[name].append((took, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime))
+    wall = {n: statistics.median(t for t, _ in times[n]) for n in commands}
+    cpu = {n: statistics.median(c for _, c in times[n]) for n in commands}
+    ours, bare = "this checkout", "python -c pass"
+    return [
+        f"| the target's question (locate.py), this checkout vs {name} (load {load:.1f}, {runs * 2 + 1} runs each, "
+        f"in turn; {bare}: {wall[bare] * 1000:.1f} ms, CPU {cpu[bare] * 1000:.1f} ms) "
+        f"| {wall[ours] * 1000:.1f} ms (CPU {cpu[ours] * 1000:.1f} ms) "
+        f"| {name}: {wall[name] * 1000:.1f} ms (CPU {cpu[name] * 1000:.1f} ms) "
+        f"| {wall[ours] / wall[name]:.2f}x (CPU {cpu[ours] / cpu[name]:.2f}x) | ≤ 1x (not slower) |"
+        for name in sides
+        if name != ours
+    ]
+
+
+LOCATE = Path("patchkit/_target/locate.py")
+
+
 def _spread(times: list[tuple[float, float]]) -> str:
     cpu = sorted(c for _, c in times)
     return f"quartiles {cpu[len(cpu) // 4]:.3f}-{cpu[3 * len(cpu) // 4]:.3f} s"
@@ -1009,6 +1054,7 @@ ROWS = (
     "fleet",
     "real-wheel",
     "startup",
+    "locate",
 )
 
 
@@ -1016,7 +1062,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="skip the verify --all measurement")
-    parser.add_argument("--only", nargs="+", choices=ROWS, default=ROWS[:-1], help="measure only these rows")
+    parser.add_argument("--only", nargs="+", choices=ROWS, default=ROWS[:-2], help="measure only these rows")
     parser.add_argument("--large-mb", type=int, default=214, help="the large-file row's module size (MB)")
     parser.add_argument(
         "--before",
@@ -1025,6 +1071,12 @@ def main() -> None:
         help="startup: the commits to compare with (default: main before issue 21's restructuring)",
     )
     parser.add_argument("--wheel-mb", type=int, default=464, help="the wheel row's stored member size (MB)")
+    parser.add_argument(
+        "--before-locate",
+        nargs="+",
+        default=["d2f9245"],
+        help="locate: the commits to compare with (before the plain lookup)",
+    )
     args = parser.parse_args()
     runs = args.runs
     chosen = set(args.only) - ({"verify"} if args.quick else set())
@@ -1066,6 +1118,8 @@ def main() -> None:
             rows.extend(real_wheel_rows(work, runs))
         if "startup" in chosen:
             rows.extend(startup_rows(work / "startup", runs, args.before))
+        if "locate" in chosen:
+            rows.extend(locate_rows(work / "locate", runs, args.before_locate))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(

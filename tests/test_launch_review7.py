@@ -334,22 +334,22 @@ def test_a_chat_template_vllm_cannot_load_is_refused_before_the_launch(launch, t
 def test_ssl_files_vllm_could_not_open_after_the_load_are_refused_before_it(launch, tmp_path):
     tree, library, command, env, marker = launch
     applied(tree, library)
-    (tmp_path / "key.pem").write_text("not judged as PEM: uvicorn's to read\n")
+    (tmp_path / "key.pem").write_text("not PEM: OpenSSL refuses it (tests/test_after_load_files.py)\n")
     os.mkfifo(tmp_path / "cert.fifo")
     (tmp_path / "closed.pem").write_text("x")
     (tmp_path / "closed.pem").chmod(0)
     readable = ["--ssl-keyfile", str(tmp_path / "key.pem"), "--ssl-certfile", str(tmp_path / "key.pem")]
     _, done = patchkit_run(tree, library, [*command, *readable], env)
-    assert done.returncode == 7, done.stdout + done.stderr
-    marker.unlink()
+    assert done.returncode == 1 and "OpenSSL cannot load a certificate" in done.stdout, done.stdout + done.stderr
     refused = [
-        ("--ssl-keyfile", "./nokey.pem", "no such file"),
+        ("--ssl-certfile", "./nokey.pem", "no such file"),
         ("--ssl-certfile", str(tmp_path / "cert.fifo"), "not a regular file"),
     ]
     if os.geteuid() != 0:  # root reads a file of mode 0 all the same
         refused.append(("--ssl-ca-certs", str(tmp_path / "closed.pem"), "Permission denied"))
-    for option, value, why in refused:
-        _, done = patchkit_run(tree, library, [*command, option, value], env)
+    for option, value, why in refused:  # the CA file is read only when the launch serves TLS
+        tls = ["--ssl-certfile", str(tmp_path / "key.pem")] if option == "--ssl-ca-certs" else []
+        _, done = patchkit_run(tree, library, [*command, *tls, option, value], env)
         said = " ".join(done.stdout.split())
         assert done.returncode == 1 and not marker.exists(), (option, said + done.stderr)
         assert f"{option} {value}: {why}" in said and "vLLM refuses the launch once the model has loaded" in said, said
@@ -361,7 +361,7 @@ def test_a_static_lora_adapter_vllm_could_not_load_is_refused_and_a_hub_id_left_
     adapter, empty = tmp_path / "adapter", tmp_path / "empty"
     adapter.mkdir()
     empty.mkdir()
-    (adapter / "adapter_config.json").write_text("{}")
+    (adapter / "adapter_config.json").write_text('{"r": 8, "lora_alpha": 16, "target_modules": ["q_proj"]}')
     good = ["a=" + str(adapter), json.dumps({"name": "b", "path": str(adapter)}), "c=org/adapter-on-the-hub"]
     _, done = patchkit_run(tree, library, [*command, "--enable-lora", "--lora-modules", *good], env)
     assert done.returncode == 7, done.stdout + done.stderr

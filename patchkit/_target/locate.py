@@ -1,15 +1,23 @@
 """Where this interpreter's vllm package is, and which version its metadata names, without importing it:
-find_spec on a top-level name and importlib.metadata read only the finders and the dist-info files."""
+find_spec on a top-level name and importlib.metadata read only the finders and the dist-info files.
+
+importlib.metadata's import is most of this worker's time (the email package, zipfile, pathlib: ~45 ms of
+~60, on every --python command), so where its answer is known to be a plain lookup (CPython 3.10-3.13,
+whose lookup and METADATA reading are the same code, the stock path finder alone answering, plain
+directories) the same lookup is done here with os alone; anything else is importlib.metadata's to answer."""
 
 from __future__ import annotations
 
-import importlib.metadata
+import importlib.machinery
 import importlib.util
 import json
 import os
 import stat
 import sys
-from typing import Any  # loaded already: importlib.metadata imports typing
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import importlib.metadata
 
 
 def work(request: dict[str, Any]) -> dict[str, Any]:
@@ -31,6 +39,17 @@ def work(request: dict[str, Any]) -> dict[str, Any]:
     if configured is None and not sys.flags.ignore_environment:
         configured = os.environ.get("PYTHONPYCACHEPREFIX") or None
     out["prefix_set_at_startup"] = sys.pycache_prefix != (configured if isinstance(configured, str) else None)
+    found = _plain_distribution(package)
+    out.update(_metadata_answer(package) if found is None else found)
+    return out
+
+
+def _metadata_answer(package: str) -> dict[str, Any]:
+    """The version and root of `package`'s distribution as importlib.metadata finds them ({}: none)."""
+    # lazy: importlib.metadata (~45 ms: the email package) loads only where the plain lookup is not sure
+    import importlib.metadata
+
+    out: dict[str, Any] = {}
     try:
         dist = importlib.metadata.distribution(package)
         unreadable = _not_regular(dist)
@@ -42,6 +61,97 @@ def work(request: dict[str, Any]) -> dict[str, Any]:
     except importlib.metadata.PackageNotFoundError:
         pass
     return out
+
+
+def _plain_distribution(package: str) -> dict[str, Any] | None:
+    """_metadata_answer's answer, found as importlib.metadata.distribution finds it (the first dist-info or
+    egg-info directory of that normalized name, sys.path in order, each directory in listdir's order) where
+    nothing but that lookup can answer: None where another could, or where what it finds is not plain (a
+    zip or .egg on sys.path, an unreadable directory, a METADATA not a plain UTF-8 file with one Version)."""
+    return _plain_lookup(package, sys.path) if _stock_lookup() and package else None
+
+
+def _plain_lookup(package: str, paths: list[str]) -> dict[str, Any] | None:
+    """_plain_distribution on the sys.path `paths`, the lookup being the stock one."""
+    wanted = _normalize(package)
+    for root in paths:
+        if not isinstance(root, str) or os.path.basename(root).lower().endswith(".egg"):
+            return None
+        try:
+            children = os.listdir(root or ".")
+        except FileNotFoundError:  # nothing there, for importlib.metadata too
+            continue
+        except OSError:  # a zip file, an unreadable directory: importlib.metadata's to read
+            return None
+        for child in children:
+            low = child.lower()
+            name = low.rpartition(".")[0].partition("-")[0]
+            if low.endswith((".dist-info", ".egg-info")) and _normalize(name) == wanted:
+                # pathlib's str() of root/child is that string where root is absolute and normal
+                plain = root.startswith("/") and not root.startswith("//") and os.path.normpath(root) == root
+                version = _plain_version(os.path.join(root, child)) if plain else None
+                return None if version is None else {"version": version, "dist_root": root}
+    return {}
+
+
+def _stock_lookup() -> bool:
+    """Whether importlib.metadata.distribution here is the lookup _plain_distribution does: CPython 3.10-3.13
+    on POSIX, importlib.metadata not imported by start-up (which may have changed it), and of the finders on
+    sys.meta_path only the standard path finder declaring find_distributions."""
+    if sys.implementation.name != "cpython" or os.name != "posix" or "importlib.metadata" in sys.modules:
+        return False
+    if not (3, 10) <= sys.version_info[:2] <= (3, 13):
+        return False
+    try:
+        for finder in sys.meta_path:
+            declared = getattr(finder, "find_distributions", None)
+            stock = getattr(declared, "__qualname__", None) == "PathFinder.find_distributions"
+            if declared is not None and not (finder is importlib.machinery.PathFinder and stock):
+                return False
+    except Exception:  # a finder that raises on the question: importlib.metadata's to meet
+        return False
+    return True
+
+
+def _normalize(name: str) -> str:
+    """importlib.metadata's Prepared.normalize (each run of - _ . one -, lower case, - as _), without re."""
+    chars: list[str] = []
+    for char in name:
+        if char not in "-_." or not chars or chars[-1] != "-":
+            chars.append("-" if char in "-_." else char)
+    return "".join(chars).lower().replace("-", "_")
+
+
+def _plain_version(info: str) -> str | None:
+    """The Version importlib.metadata reads from the METADATA of the dist-info directory `info` (its email
+    parser, compat32), where that file is a regular UTF-8 file whose headers are plain: None elsewhere."""
+    path = os.path.join(info, "METADATA")
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return None
+        with open(path, encoding="utf-8") as f:  # as pathlib's read_text: universal newlines, every end "\n"
+            text = f.read()
+    except (OSError, ValueError):
+        return None
+    return _first_header(text, "version") if text else None
+
+
+def _first_header(text: str, wanted: str) -> str | None:
+    """The value email.message_from_string(text)[wanted] gives (compat32) for `text` with "\\n" line ends only,
+    where that header is there on one line: None where not sure (none, folded, after a "From " line)."""
+    lines = text.split("\n")
+    for number, line in enumerate(lines):  # the header block: up to its first line that is no header
+        if line.startswith("From "):
+            return None
+        if line[:1] in (" ", "\t"):
+            continue  # a continuation of a header before it (not the wanted one: returned by then)
+        colon = line.find(":")
+        if colon < 0 or any(not "!" <= c <= "~" for c in line[:colon]):
+            return None  # the blank line (or the body's first): no such header
+        if colon > 0 and line[:colon].lower() == wanted:
+            folded = number + 1 < len(lines) and lines[number + 1][:1] in (" ", "\t")
+            return None if folded else line[colon + 1 :].lstrip(" \t")
+    return None
 
 
 def _version(dist: importlib.metadata.Distribution) -> dict[str, str]:

@@ -82,9 +82,8 @@ def is_http(url: str) -> bool:
 
 def make_session(settings: PipSettings, stats: FetchStats | None) -> requests.Session:
     """A session with pip's cert, client cert and proxy, a few retries, and `stats` counting its responses."""
-    # lazy: the network stack loads only for a fetch
+    # lazy: the network stack loads only for a fetch (requests.adapters has urllib3's Retry, its stubs too)
     import requests.adapters
-    from urllib3.util.retry import Retry
 
     session = _session_class(requests.Session, settings.cert)()
     session.headers["User-Agent"] = f"patchkit/{__version__} (+requests)"
@@ -92,7 +91,7 @@ def make_session(settings: PipSettings, stats: FetchStats | None) -> requests.Se
         session.cert = settings.client_cert
     if settings.proxy:
         session.proxies = {"http": settings.proxy, "https": settings.proxy}
-    retry = Retry(
+    retry = requests.adapters.Retry(
         total=3,
         connect=3,
         read=2,

@@ -1,32 +1,42 @@
-"""The files a launch names that vLLM opens only once the model has loaded: uvicorn's SSL key,
-certificate and CA file (serve_http, after the engine is built) and the static LoRA adapters of
---lora-modules (init_static_loras). A missing or unreadable one fails the launch after a load of
-minutes, so preflight and run judge them first, bounded and never blocking on a fifo."""
+"""What a launch names that vLLM reads only once the model has loaded: uvicorn's TLS files (serve_http,
+after the engine is built; patchkit/launch/tls.py builds its context), --generation-config
+(patchkit/launch/genconfig.py) and the static LoRA adapters of --lora-modules (init_static_loras). Each refusal fails the launch after a load of minutes, so
+preflight and run judge them first, bounded and never blocking on a fifo."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
+from collections.abc import Callable
 
+from patchkit.base.errors import PatchkitError
 from patchkit.base.fsutil import read_regular
 from patchkit.launch.command import LaunchCommand
+from patchkit.launch.findings import Finding
+from patchkit.launch.genconfig import generation_config_findings
+from patchkit.launch.models import hf_hub_cache, offline, offline_model_path
+from patchkit.launch.tls import AFTER_LOAD, tls_findings
 
-SSL_FILES = ("ssl-keyfile", "ssl-certfile", "ssl-ca-certs")
+SSL_FILES = ("ssl-certfile", "ssl-keyfile", "ssl-ca-certs")
 ADAPTER_CONFIG = "adapter_config.json"  # what vLLM's PEFTHelper.from_local_dir reads first
-_LIMIT = 16 << 20  # a key, a certificate bundle or an adapter's config: far smaller
-AFTER_LOAD = "vLLM refuses the launch once the model has loaded"
+_LIMIT = 16 << 20  # an adapter's config: far smaller
+MAX_LORA_RANK = 16  # LoRAConfig.max_lora_rank's default (vLLM 0.11.0-0.16.0)
 
 
-def late_file_problems(command: LaunchCommand) -> list[tuple[str, str]]:
-    """(message, fix) for each such file vLLM could not read."""
+def late_file_findings(command: LaunchCommand, check: str, encoding: Callable[[], str]) -> list[Finding]:
+    """Failed `check` findings for each such file or option vLLM would refuse; `encoding`: the one
+    the launch's open() reads text in (asked only of a config that is not ASCII)."""
     found = []
-    for option in SSL_FILES:
+    serves_tls = command.optional_text("ssl-certfile") is not None or command.optional_text("ssl-keyfile") is not None
+    for option in SSL_FILES if serves_tls else ():  # plain HTTP: uvicorn never opens --ssl-ca-certs
         value = command.optional_text(option)
         why = None if value is None else _unreadable(os.path.join(command.working_directory(), value))
         if value is not None and why is not None:
-            found.append((f"--{option} {value}: {why}: {AFTER_LOAD}", _FIX))
-    return found + [problem for path in _lora_paths(command) if (problem := _lora_problem(path, command))]
+            found.append(Finding(check, False, f"--{option} {value}: {why}: {AFTER_LOAD}", _FIX))
+    found += [] if found else tls_findings(command, check)
+    found += generation_config_findings(command, check)
+    return found + [Finding(check, False, message, fix) for message, fix in _lora_problems(command, encoding)]
 
 
 _FIX = "give a readable file's path, as the launch's directory sees it"
@@ -40,6 +50,8 @@ def _unreadable(path: str) -> str | None:
         return "no such file"
     except OSError as exc:  # a fifo, a directory, a device, no permission
         return exc.strerror or str(exc)
+    except ValueError:  # a NUL character (a --config YAML's escape): open() raises ValueError too
+        return "not a path (it holds a NUL character)"
     return None
 
 
@@ -48,18 +60,20 @@ def _unreadable(path: str) -> str | None:
 _HUB_ID = re.compile(r"(?!.*(?:--|\.\.))[A-Za-z0-9](?:[\w.-]*[A-Za-z0-9])?(?:/[A-Za-z0-9](?:[\w.-]*[A-Za-z0-9])?)?")
 
 
-def _lora_paths(command: LaunchCommand) -> list[str]:
-    """The path of each --lora-modules entry (`name=path`, or JSON with a "path"), as written."""
+def _lora_entries(command: LaunchCommand) -> list[tuple[str, str]]:
+    """(name, path) of each --lora-modules entry (`name=path`, or JSON with "name" and "path"), as written."""
     entries = command.options.get("lora-modules") or []
-    paths = []
+    found = []
     for entry in entries if isinstance(entries, list) else []:
         text = str(entry)
         if text.lstrip().startswith("{"):
-            with_path = _json_object(text).get("path")
-            paths += [with_path] if isinstance(with_path, str) else []
+            module = _json_object(text)
+            name, path = module.get("name"), module.get("path")
+            found += [(name, path)] if isinstance(name, str) and isinstance(path, str) else []
         elif "=" in text:
-            paths.append(text.split("=", 1)[1])
-    return paths
+            name, _, path = text.partition("=")
+            found.append((name, path))
+    return found
 
 
 def _json_object(text: str) -> dict[str, object]:
@@ -70,6 +84,29 @@ def _json_object(text: str) -> dict[str, object]:
     return value if isinstance(value, dict) else {}
 
 
+def _lora_problems(command: LaunchCommand, encoding: Callable[[], str]) -> list[tuple[str, str]]:
+    """(message, fix) for what init_static_loras refuses of the adapters, in vLLM's order: LoRA not
+    enabled (the worker's _ensure_lora_enabled), a name or path left empty, a name already loaded,
+    then each adapter's own refusal (a local one, or a hub id's snapshot in an offline launch)."""
+    entries = _lora_entries(command)
+    found = []
+    if entries and not command.options.get("enable-lora"):
+        message = f"--lora-modules without --enable-lora: vLLM's worker refuses each adapter (LoRA is not enabled): {AFTER_LOAD}"
+        found.append((message, "add --enable-lora to the launch"))
+    seen: set[str] = set()
+    for name, path in entries:
+        if not name or not path:
+            message = f"--lora-modules {name}={path}: vLLM needs both a name and a path: {AFTER_LOAD}"
+            found.append((message, "give each adapter as NAME=PATH"))
+            continue
+        if name in seen:
+            message = f"--lora-modules {name}={path}: the adapter name {name} is given twice, and vLLM refuses the second: {AFTER_LOAD}"
+            found.append((message, "give each adapter a name of its own"))
+        seen.add(name)
+        found += _lora_problem(path, command, encoding)
+    return found
+
+
 def _home_expanded(path: str, command: LaunchCommand) -> str:
     """`~` as the launch's Python expands it: its HOME (`~user`: that user's home)."""
     home = command.environ.get("HOME")
@@ -78,15 +115,73 @@ def _home_expanded(path: str, command: LaunchCommand) -> str:
     return os.path.expanduser(path)
 
 
-def _lora_problem(path: str, command: LaunchCommand) -> tuple[str, str] | None:
-    """A local adapter (an absolute or `~` path, or a relative one that exists: vLLM's
-    get_adapter_absolute_path) vLLM could not load; a hub id is vLLM's to download, not judged."""
+def _lora_problem(path: str, command: LaunchCommand, encoding: Callable[[], str]) -> list[tuple[str, str]]:
+    """What vLLM refuses of one adapter: a local one (an absolute or `~` path, or a relative one that
+    exists: vLLM's get_adapter_absolute_path), or a hub id vLLM finds only in huggingface_hub's cache
+    (an offline launch); a hub id online is vLLM's to download, not judged."""
     cwd = command.working_directory()
     local = _home_expanded(path, command) if path.startswith("~") else os.path.join(cwd, path)
     if not (os.path.isabs(path) or path.startswith("~") or os.path.lexists(local)) and _HUB_ID.fullmatch(path):
-        return None
-    why = _unreadable(os.path.join(local, ADAPTER_CONFIG))
-    if why is None:
-        return None
-    fix = f"give the directory of a LoRA adapter (it holds {ADAPTER_CONFIG}), as the launch's directory sees it"
-    return f"--lora-modules {path}: {ADAPTER_CONFIG} there: {why}: {AFTER_LOAD}", fix
+        if not offline(command.environ) or command.environ.get("VLLM_USE_MODELSCOPE", "").lower() == "true":
+            return []
+        try:  # snapshot_download(repo_id) offline: the cache's snapshot of main, or the id kept as a path
+            local = offline_model_path(path, None, command.environ, role=f"--lora-modules adapter {path}")
+        except PatchkitError:
+            message = f"--lora-modules {path}: HF_HUB_OFFLINE is set, and {hf_hub_cache(command.environ)} holds no snapshot of it (revision main): {AFTER_LOAD}"
+            return [(message, f"fetch it into that cache (hf download {path}), or give the adapter's local directory")]
+    config = os.path.join(local, ADAPTER_CONFIG)
+    why = _unreadable(config)
+    if why is not None:
+        fix = f"give the directory of a LoRA adapter (it holds {ADAPTER_CONFIG}), as the launch's directory sees it"
+        return [(f"--lora-modules {path}: {ADAPTER_CONFIG} there: {why}: {AFTER_LOAD}", fix)]
+    rank = _max_lora_rank(command)
+    return [
+        (f"--lora-modules {path}: its {ADAPTER_CONFIG}: {why}: {AFTER_LOAD}", fix)
+        for why, fix in _peft_refusals(config, rank, encoding)
+    ]
+
+
+def _max_lora_rank(command: LaunchCommand) -> int:
+    value = command.options.get("max-lora-rank")
+    try:
+        return int(str(value)) if value is not None else MAX_LORA_RANK
+    except ValueError:  # the reading of the command refused it already
+        return MAX_LORA_RANK
+
+
+def _peft_refusals(path: str, rank: int, encoding: Callable[[], str]) -> list[tuple[str, str]]:
+    """(why, fix) for what vLLM's PEFTHelper refuses of an adapter_config.json (from_local_dir's
+    json.load, from_dict, __post_init__'s scaling, validate_legal): as vLLM 0.16.0 rules it."""
+    own = "give the adapter's own adapter_config.json, as PEFT saved it"
+    try:
+        raw = read_regular(path, _LIMIT, follow_symlinks=True)
+        text = raw.decode("ascii") if raw.isascii() else raw.decode(encoding())
+        config = json.loads(text)
+    except OSError as exc:
+        return [(exc.strerror or str(exc), own)]
+    except UnicodeDecodeError as exc:
+        return [(f"not {exc.encoding} text, the encoding vLLM's open() reads it in", own)]
+    except (ValueError, RecursionError) as exc:
+        return [(f"not JSON ({str(exc)[:60]})", own)]
+    if not isinstance(config, dict):
+        return [("not a JSON object", own)]
+    missing = [key for key in ("r", "lora_alpha", "target_modules") if key not in config]
+    if missing:
+        return [(f"Missing required configuration fields: {', '.join(missing)}", own)]
+    r, alpha = config["r"], config["lora_alpha"]
+    if not all(isinstance(x, (int, float)) for x in (r, alpha)) or r == 0 or (config.get("use_rslora") and r < 0):
+        return [(f"vLLM cannot scale lora_alpha {alpha!r} by r {r!r}", own)]
+    found = []
+    if config.get("modules_to_save"):
+        found.append(
+            ("vLLM only supports modules_to_save being None", "give an adapter trained without modules_to_save")
+        )
+    if config.get("use_dora"):
+        found.append(("vLLM does not yet support DoRA", "give a LoRA adapter (use_dora false)"))
+    if r > rank:
+        found.append((f"LoRA rank {r} is greater than max_lora_rank {rank}", f"give --max-lora-rank {r} or more"))
+    if config.get("bias", "none") != "none":
+        found.append(
+            (f"Adapter bias is not supported (bias {config['bias']!r})", 'give an adapter trained with bias "none"')
+        )
+    return found

@@ -57,7 +57,7 @@ from patchkit.launch.command import ALIASES, LaunchCommand
 from patchkit.launch.engine import LaunchContext, Reader, apply_fix, launch_python_version, set_checks, tree_reader
 from patchkit.launch.findings import Finding, cannot_judge
 from patchkit.launch.interpreter import RefusedByPython, exec_search
-from patchkit.launch.late_files import late_file_problems
+from patchkit.launch.late_files import late_file_findings
 from patchkit.launch.models import ModelConfig, offline, offline_model_path, redirected, resolve_model, with_overrides
 from patchkit.launch.relevance import EVERY, LaunchNeeds, launch_needs
 from patchkit.launch.shortcut import as_written, kept_findings
@@ -65,6 +65,7 @@ from patchkit.launch.speculative import speculative_findings
 from patchkit.launch.speculators import drafter_config, speculator
 from patchkit.launch.validation import CHECK as VALIDATION
 from patchkit.launch.validation import engine_validation
+from patchkit.launch.weights import weight_findings
 from patchkit.series import dry_run, library
 from patchkit.series.library import PatchSetDef
 from patchkit.series.patchfile import touched_paths
@@ -313,7 +314,7 @@ def preflight(
         result.findings += [_model_finding(missing) for missing in result.missing]
         return result
     result.command = command
-    result.findings += _found_models_findings(result.missing, served, (target, drafter))
+    result.findings += _found_models_findings(result.missing, served, (target, drafter), command)
     result.findings += _after_load_findings(command, resolved.target.root)  # never kept: files outside the tree
     planned = _Planned.of(resolved, status) if needed else _Planned()
     result.fixable = planned.fixable
@@ -441,12 +442,17 @@ def _parser_findings(resolved: Resolved, command: LaunchCommand) -> list[Finding
 
 
 def _found_models_findings(
-    missing: list[TargetError], served: Finding | None, models: tuple[ModelConfig, ModelConfig | None]
+    missing: list[TargetError],
+    served: Finding | None,
+    models: tuple[ModelConfig, ModelConfig | None],
+    command: LaunchCommand,
 ) -> list[Finding]:
-    """With the target found: a drafter found nowhere, the speculator note, architectures vLLM refuses."""
+    """With the target found: a drafter found nowhere, the speculator note, architectures vLLM refuses,
+    a model directory where vLLM's loader would find no weights."""
     found = [_model_finding(exc) for exc in missing]
     found += [served] if served is not None else []
-    return found + [f for f in (_architectures_finding(m) for m in models) if f is not None]
+    found += [f for f in (_architectures_finding(m) for m in models) if f is not None]
+    return found + [Finding(MODELS, False, *weights) for weights in weight_findings(command, models[0])]
 
 
 @dataclass(eq=False, repr=False)
@@ -720,7 +726,7 @@ def _architectures_finding(model: ModelConfig | None) -> Finding | None:
 
 def _after_load_findings(command: LaunchCommand, root: Path) -> list[Finding]:
     """Failed `command` findings for the files vLLM opens only once the model has loaded."""
-    late = [Finding(COMMAND, False, message, fix) for message, fix in late_file_problems(command)]
+    late = late_file_findings(command, COMMAND, lambda: launch_text_encoding(command))
     return _chat_template_findings(command, root) + late
 
 

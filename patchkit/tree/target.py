@@ -702,14 +702,16 @@ def _raised_in(stderr: str) -> str | None:
     return last if last and not last.startswith(("File ", "^", "~")) else None
 
 
-def ask_python(python: str, options: Sequence[str], code: str, *, env: dict[str, str], cwd: str) -> str:
-    """What `python` (with `options`, -S: no site start-up runs) writes for `code` in `env` and `cwd`: a
-    question about how that interpreter starts, asked as a launch would start it. WorkerFailed when
-    it cannot run, fails or is past 30 s."""
+def ask_python(
+    python: str, options: Sequence[str], code: str, *, env: dict[str, str], cwd: str, stdin: str = ""
+) -> str:
+    """What `python` (with `options`, -S: no site start-up runs) writes for `code` (given `stdin`) in
+    `env` and `cwd`: a question about how that interpreter starts or what it can do, asked as a launch
+    would start it. WorkerFailed when it cannot run, fails or is past 30 s."""
     command = [python, *options, "-S", "-c", code]
     process = _process()
     try:
-        ran: tuple[int, str] = process.run(command, "", 30, env, cwd, stdout=True)  # its signature
+        ran: tuple[int, str] = process.run(command, stdin, 30, env, cwd, stdout=True)  # its signature
         status, out = ran
     except OSError as exc:
         raise WorkerFailed(f"cannot run {python}: {_why_not_run(exc, python)}", partial={}) from exc

@@ -1,0 +1,87 @@
+"""--generation-config DIR, judged as vLLM reads it once the model has loaded: the serving classes of
+init_app_state call ModelConfig.get_diff_sampling_param, whose try_get_generation_config reads
+GenerationConfig.from_pretrained(DIR) (DIR/generation_config.json, or the hub cache's), and on an
+OSError get_config(DIR) (config.json or params.json there), which raises ValueError when neither is
+found: the launch ends after a load of minutes. `auto` and `vllm` read no such directory."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+from patchkit.base.errors import PatchkitError
+from patchkit.base.fsutil import read_regular
+from patchkit.launch.command import LaunchCommand
+from patchkit.launch.findings import Finding
+from patchkit.launch.models import hf_hub_cache, offline, offline_model_path
+
+AFTER_LOAD = "vLLM refuses the launch once the model has loaded"
+GENERATION = "generation_config.json"
+CONFIGS = ("config.json", "params.json")  # what get_config's `auto` format finds a model by
+_LIMIT = 16 << 20
+# a hub repo id (validate_repo_id's rule), and gguf_utils.is_remote_gguf's `repo:QUANT` form
+_HUB_ID = re.compile(r"(?!.*(?:--|\.\.))[A-Za-z0-9](?:[\w.-]*[A-Za-z0-9])?(?:/[A-Za-z0-9](?:[\w.-]*[A-Za-z0-9])?)?")
+_REMOTE_GGUF = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9._-]*/[a-zA-Z0-9][a-zA-Z0-9._-]*:[A-Za-z0-9_+-]+")
+_FIX = "give a directory holding generation_config.json (or a model's config.json), or auto / vllm"
+
+
+def generation_config_findings(command: LaunchCommand, check: str) -> list[Finding]:
+    """A failed `check` finding (in a list) when vLLM would find no generation config at the value."""
+    value = command.options.get("generation-config")
+    if not isinstance(value, str) or value in ("", "auto", "vllm") or _REMOTE_GGUF.fullmatch(value):
+        return []  # "": from_pretrained reads the launch's own directory: not judged
+    if (command.optional_text("config-format") or "auto") != "auto":
+        return []  # another parser reads it: not judged
+    why = _why_not_found(command, value)
+    return [] if why is None else [Finding(check, False, f"--generation-config {value}: {why}: {AFTER_LOAD}", _FIX)]
+
+
+def _why_not_found(command: LaunchCommand, value: str) -> str | None:
+    local = os.path.join(command.working_directory(), value)
+    if os.path.isdir(local):
+        return _in_directory(local)
+    if os.path.exists(local):  # a file: vLLM takes a GGUF file's own header instead
+        return None if _gguf(local) else "a file, not a directory"
+    if os.path.isabs(value) or not _HUB_ID.fullmatch(value):
+        return "no such directory (nor a hub repo id)"
+    if not offline(command.environ) or command.environ.get("VLLM_USE_MODELSCOPE", "").lower() == "true":
+        return None  # a hub id vLLM downloads: not judged
+    try:
+        snapshot = offline_model_path(value, None, command.environ, role="--generation-config")
+    except PatchkitError:
+        return f"HF_HUB_OFFLINE is set, and {hf_hub_cache(command.environ)} holds no snapshot of it (revision main)"
+    return _in_directory(snapshot)
+
+
+def _in_directory(directory: str) -> str | None:
+    """Why vLLM finds no generation config in `directory`; None when it does."""
+    generation = os.path.join(directory, GENERATION)
+    value = _json(generation) if os.path.isfile(generation) else _UNREAD
+    if value is not _UNREAD:
+        return None if isinstance(value, dict) else f"its {GENERATION} is JSON but not an object"
+    if any(os.path.isfile(os.path.join(directory, name)) for name in CONFIGS):
+        return None
+    return f"a directory with neither a readable {GENERATION} nor {' or '.join(CONFIGS)}"
+
+
+_UNREAD = object()
+
+
+def _json(path: str) -> object:
+    """from_pretrained's read of it: any OSError, bad UTF-8 or bad JSON (_UNREAD) sends vLLM on to
+    config.json; JSON that is not an object fails its item assignment (a TypeError, no fallback)."""
+    try:
+        return json.loads(read_regular(path, _LIMIT, follow_symlinks=True).decode("utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return _UNREAD
+
+
+def _gguf(path: str) -> bool:
+    """gguf_utils.check_gguf_file: a .gguf suffix, or a file that starts with b"GGUF"."""
+    if path.endswith(".gguf"):
+        return True
+    try:
+        return read_regular(path, 4, follow_symlinks=True, head=True) == b"GGUF"
+    except (OSError, ValueError):
+        return False

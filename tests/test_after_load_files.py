@@ -1,0 +1,285 @@
+"""What vLLM refuses of a launch only once the model has loaded, judged by preflight and run first:
+uvicorn's TLS (an --ssl-keyfile without --ssl-certfile, a certificate and key OpenSSL cannot load
+together, an encrypted key, a CA file of no certificate, a cipher list that selects none), and
+--lora-modules that init_static_loras refuses (no --enable-lora, a name given twice, an adapter whose
+adapter_config.json PEFTHelper refuses, an offline launch's hub adapter not in the cache). The real
+uvicorn and vLLM give the same verdicts: tests/vllm_import/test_after_load_real.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from launch_fixtures import (
+    applied,
+    patchkit_run,
+    plain_launch,  # noqa: F401  (the fixture `launch`)
+)
+
+from patchkit.launch.command import parse
+from patchkit.launch.late_files import late_file_findings
+
+needs_openssl = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
+
+NAMED = ["-days", "30", "-subj", "/CN=patchkit-test"]
+ADAPTER = {"r": 8, "lora_alpha": 16, "target_modules": ["q_proj"], "bias": "none", "peft_type": "LORA"}
+
+
+def make_tls(directory: Path) -> Path:
+    """cert.pem with its key.pem, other.pem (another key), enc.pem (key.pem encrypted), junk.pem."""
+    directory.mkdir(exist_ok=True)
+    for cert, key in (("cert.pem", "key.pem"), ("cert2.pem", "other.pem")):
+        subprocess.run(
+            ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert, *NAMED],
+            cwd=directory,
+            check=True,
+            capture_output=True,
+        )
+    subprocess.run(
+        ["openssl", "pkey", "-in", "key.pem", "-aes256", "-passout", "pass:secret", "-out", "enc.pem"],
+        cwd=directory,
+        check=True,
+        capture_output=True,
+    )
+    (directory / "junk.pem").write_text("not PEM\n")
+    return directory
+
+
+def judged(directory: Path, *options: str, program: str = "python") -> list[str]:
+    """The after-load findings' messages for a launch of `options` run in `directory`, by `program`:
+    `python` (the launch's own Python: this one), or `vllm` (no such program: no Python to ask)."""
+    argv = (
+        [sys.executable, "-m", "vllm.entrypoints.cli.main"]
+        if program == "python"
+        else ["env", "PATH=/nonexistent", "vllm"]
+    )
+    here = os.getcwd()
+    os.chdir(directory)  # the launch's relative paths are read from patchkit's own directory
+    try:
+        command = parse([*argv, "serve", "m", *options], "0.16.0")
+        return [" ".join(f.message.split()) for f in late_file_findings(command, "command", lambda: "utf-8")]
+    finally:
+        os.chdir(here)
+
+
+# --- uvicorn's TLS ---------------------------------------------------------------------------------
+
+
+@needs_openssl
+def test_a_keyfile_without_a_certfile_is_refused(tmp_path):
+    tls = make_tls(tmp_path / "tls")
+    said = judged(tls, "--ssl-keyfile", "key.pem")
+    assert said == [
+        "--ssl-keyfile key.pem without --ssl-certfile: uvicorn asserts a certificate: "
+        "vLLM refuses the launch once the model has loaded"
+    ]
+
+
+@needs_openssl
+@pytest.mark.parametrize("program", ["python", "vllm"])
+def test_tls_openssl_cannot_build_is_refused_and_good_tls_passes(tmp_path, program):
+    tls = make_tls(tmp_path / "tls")
+    good = ["--ssl-certfile", "cert.pem", "--ssl-keyfile", "key.pem", "--ssl-ca-certs", "cert2.pem"]
+    assert judged(tls, *good, "--ssl-ciphers", "ECDHE+AESGCM", "--ssl-cert-reqs", "2", program=program) == []
+    assert judged(tls, "--ssl-certfile", "cert.pem", program=program) != []  # no key in the certfile
+    (tls / "both.pem").write_bytes((tls / "cert.pem").read_bytes() + (tls / "key.pem").read_bytes())
+    assert judged(tls, "--ssl-certfile", "both.pem", program=program) == []
+    refused = {
+        ("--ssl-certfile", "cert.pem", "--ssl-keyfile", "other.pem"): "key values mismatch",
+        ("--ssl-certfile", "junk.pem", "--ssl-keyfile", "key.pem"): "OpenSSL cannot load a certificate",
+        ("--ssl-certfile", "cert.pem", "--ssl-keyfile", "enc.pem"): "--ssl-keyfile enc.pem: the key is encrypted",
+        ("--ssl-certfile", "both.pem", "--ssl-ca-certs", "key.pem"): "--ssl-ca-certs key.pem: OpenSSL takes no CA",
+    }
+    for options, why in refused.items():
+        said = judged(tls, *options, program=program)
+        assert len(said) == 1 and why in said[0], (options, said)
+        assert "vLLM refuses the launch once the model has loaded" in said[0], said
+        assert ("judged by patchkit's own Python" in said[0]) == (program == "vllm"), said
+
+
+@needs_openssl
+def test_a_cipher_list_the_launchs_openssl_selects_nothing_from_is_refused(tmp_path):
+    tls = make_tls(tmp_path / "tls")
+    said = judged(tls, "--ssl-certfile", "cert.pem", "--ssl-keyfile", "key.pem", "--ssl-ciphers", "NO-SUCH-CIPHER")
+    assert len(said) == 1 and said[0].startswith("--ssl-ciphers NO-SUCH-CIPHER: OpenSSL"), said
+    assert "selects no cipher from it" in said[0], said
+    # not the launch's OpenSSL that judged it: cannot judge, never a refusal
+    tls_options = ["--ssl-certfile", str(tls / "cert.pem"), "--ssl-keyfile", str(tls / "key.pem")]
+    stand_in = parse(
+        ["env", "PATH=/nonexistent", "vllm", "serve", "m", *tls_options, "--ssl-ciphers", "NO-SUCH-CIPHER"],
+        "0.16.0",
+    )
+    findings = late_file_findings(stand_in, "command", lambda: "utf-8")
+    assert [(f.ok, f.judged) for f in findings] == [(True, False)], [f.message for f in findings]
+
+
+@needs_openssl
+def test_a_ca_file_alone_is_never_read_and_a_fifo_never_given_to_openssl(tmp_path):
+    tls = make_tls(tmp_path / "tls")
+    assert judged(tls, "--ssl-ca-certs", "/nonexistent/ca.pem") == []  # plain HTTP: uvicorn never opens it
+    os.mkfifo(tls / "cert.fifo")
+    said = judged(tls, "--ssl-certfile", "cert.fifo", "--ssl-keyfile", "key.pem")
+    assert said == [
+        "--ssl-certfile cert.fifo: not a regular file (a fifo, a device or a directory): "
+        "vLLM refuses the launch once the model has loaded"
+    ], said
+
+
+# --- --lora-modules: what init_static_loras refuses --------------------------------------------------
+
+
+def adapter(directory: Path, **config: object) -> str:
+    directory.mkdir(parents=True)
+    (directory / "adapter_config.json").write_text(json.dumps({**ADAPTER, **config}))
+    return str(directory)
+
+
+def test_adapters_vllm_refuses_after_the_load_are_refused(tmp_path):
+    good = adapter(tmp_path / "good")
+    assert judged(tmp_path, "--enable-lora", "--lora-modules", f"a={good}", f"b={good}") == []
+    assert judged(tmp_path, "--lora-modules", f"a={good}") == [
+        "--lora-modules without --enable-lora: vLLM's worker refuses each adapter (LoRA is not enabled): "
+        "vLLM refuses the launch once the model has loaded"
+    ]
+    said = judged(tmp_path, "--enable-lora", "--lora-modules", f"a={good}", json.dumps({"name": "a", "path": good}))
+    assert len(said) == 1 and "the adapter name a is given twice" in said[0], said
+    refusals = {
+        "r64": ({"r": 64}, "LoRA rank 64 is greater than max_lora_rank 16"),
+        "bias": ({"bias": "all"}, "Adapter bias is not supported"),
+        "dora": ({"use_dora": True}, "vLLM does not yet support DoRA"),
+        "saved": ({"modules_to_save": ["lm_head"]}, "vLLM only supports modules_to_save being None"),
+        "zero": ({"r": 0}, "vLLM cannot scale lora_alpha 16 by r 0"),
+    }
+    for name, (config, why) in refusals.items():
+        path = adapter(tmp_path / name, **config)
+        said = judged(tmp_path, "--enable-lora", "--lora-modules", f"x={path}")
+        assert len(said) == 1 and f"--lora-modules {path}: its adapter_config.json: {why}" in said[0], said
+        assert said[0].endswith("vLLM refuses the launch once the model has loaded"), said
+    assert judged(tmp_path, "--enable-lora", "--max-lora-rank", "64", "--lora-modules", f"x={tmp_path / 'r64'}") == []
+    (tmp_path / "bare").mkdir()
+    (tmp_path / "bare" / "adapter_config.json").write_text('{"r": 8}')
+    said = judged(tmp_path, "--enable-lora", "--lora-modules", "x=bare")
+    assert said == [
+        "--lora-modules bare: its adapter_config.json: Missing required configuration fields: lora_alpha, "
+        "target_modules: vLLM refuses the launch once the model has loaded"
+    ], said
+
+
+def test_an_offline_launchs_hub_adapter_is_judged_in_the_cache_and_left_to_vllm_online(tmp_path):
+    cache = tmp_path / "hub"
+    online = ["env", f"HF_HUB_CACHE={cache}"]
+    offline = [*online, "HF_HUB_OFFLINE=1"]
+
+    def said(env: list[str], path: str) -> list[str]:
+        argv = [*env, sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", "m", "--enable-lora"]
+        command = parse([*argv, "--lora-modules", f"a={path}"], "0.16.0")
+        return [f.message for f in late_file_findings(command, "command", lambda: "utf-8")]
+
+    assert said(online, "someorg/not-cached") == []  # vLLM downloads it: not judged
+    missing = said(offline, "someorg/not-cached")
+    assert len(missing) == 1 and "HF_HUB_OFFLINE is set" in missing[0], missing
+    assert f"{cache} holds no snapshot of it" in missing[0] and missing[0].endswith("once the model has loaded")
+    repo = cache / "models--someorg--cached"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text("c0ffee")
+    (repo / "snapshots" / "c0ffee").mkdir(parents=True)
+    assert said(offline, "someorg/cached") == [
+        "--lora-modules someorg/cached: adapter_config.json there: no such file: "
+        "vLLM refuses the launch once the model has loaded"
+    ]
+    adapter(repo / "snapshots" / "c0ffee" / "x", r=32)
+    (repo / "snapshots" / "c0ffee" / "x" / "adapter_config.json").rename(
+        repo / "snapshots" / "c0ffee" / "adapter_config.json"
+    )
+    assert said(offline, "someorg/cached") == [
+        "--lora-modules someorg/cached: its adapter_config.json: LoRA rank 32 is greater than max_lora_rank 16: "
+        "vLLM refuses the launch once the model has loaded"
+    ]
+
+
+# --- through `patchkit run`: refused before the exec --------------------------------------------------
+
+
+@needs_openssl
+def test_run_refuses_a_launch_whose_tls_or_adapter_vllm_refuses_after_the_load(launch, tmp_path):
+    tree, library, command, env, marker = launch
+    applied(tree, library)
+    tls = make_tls(tmp_path / "tls")
+    good = ["--ssl-certfile", str(tls / "cert.pem"), "--ssl-keyfile", str(tls / "key.pem")]
+    _, done = patchkit_run(tree, library, [*command, *good], env)
+    assert done.returncode == 7, done.stdout + done.stderr
+    marker.unlink()
+    _, done = patchkit_run(tree, library, [*command, "--ssl-ca-certs", "/nonexistent"], env)  # plain HTTP
+    assert done.returncode == 7, done.stdout + done.stderr
+    marker.unlink()
+    for options in (
+        ["--ssl-keyfile", str(tls / "key.pem")],
+        ["--ssl-certfile", str(tls / "cert.pem"), "--ssl-keyfile", str(tls / "other.pem")],
+        ["--lora-modules", "a=" + adapter(tmp_path / "lora")],
+    ):
+        _, done = patchkit_run(tree, library, [*command, *options], env)
+        said = " ".join(done.stdout.split())
+        assert done.returncode == 1 and not marker.exists(), said + done.stderr
+        assert "vLLM refuses the launch once the model has loaded" in said, said
+
+
+# --- --generation-config: read by get_diff_sampling_param once the model has loaded ------------------
+
+
+def generation_configs(root: Path) -> dict[str, bool]:
+    """--generation-config values under `root`, each with whether vLLM 0.16.0's try_get_generation_config
+    refuses it (as tests/vllm_import/test_after_load_real.py checks on the real one)."""
+    for name, files in {
+        "withgen": {"generation_config.json": '{"temperature": 0.5}'},
+        "withconf": {"config.json": json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama"})},
+        "empty": {},
+        "list": {"generation_config.json": "[1]"},
+        "bad": {"generation_config.json": "{bad"},
+        "badconf": {"generation_config.json": "{bad", "config.json": '{"model_type": "llama"}'},
+    }.items():
+        (root / name).mkdir(parents=True)
+        for file, text in files.items():
+            (root / name / file).write_text(text)
+    (root / "file.txt").write_text("x")
+    (root / "m.gguf").write_text("x")
+    refused = ("empty", "list", "bad", "file.txt", "/nonexistent/gen", "./nowhere/gen")
+    values = ("withgen", "withconf", "badconf", "m.gguf", "auto", "vllm", "org/m:Q4_K_M", *refused)
+    return {value: value in refused for value in values}
+
+
+def test_a_generation_config_vllm_finds_nothing_at_is_refused(tmp_path):
+    root = tmp_path / "gc"
+    for value, refused in generation_configs(root).items():
+        said = judged(root, "--generation-config", value, program="vllm")
+        assert bool(said) == refused, (value, said)
+        assert all(s.startswith(f"--generation-config {value}: ") for s in said), said
+    assert judged(root, "--generation-config", "empty") == [
+        "--generation-config empty: a directory with neither a readable generation_config.json nor config.json or "
+        "params.json: vLLM refuses the launch once the model has loaded"
+    ]
+
+
+def test_an_offline_generation_config_hub_id_is_judged_in_the_cache(tmp_path):
+    cache = tmp_path / "hub"
+    storage = cache / "models--someorg--gen"
+    (storage / "refs").mkdir(parents=True)
+    (storage / "refs" / "main").write_text("c0ffee")
+    (storage / "snapshots" / "c0ffee").mkdir(parents=True)
+
+    def said(*env: str) -> list[str]:
+        command = parse(
+            ["env", f"HF_HUB_CACHE={cache}", *env, "vllm", "serve", "m", "--generation-config", "someorg/gen"]
+        )
+        return [f.message for f in late_file_findings(command, "command", lambda: "utf-8")]
+
+    assert said() == []  # online: vLLM downloads it, not judged
+    missing = said("HF_HUB_OFFLINE=1")
+    assert len(missing) == 1 and "holds no snapshot" not in missing[0] and "neither a readable" in missing[0], missing
+    assert said("HF_HUB_OFFLINE=1", "HF_HUB_CACHE=/nonexistent") != []
+    (storage / "snapshots" / "c0ffee" / "generation_config.json").write_text('{"top_p": 0.9}')
+    assert said("HF_HUB_OFFLINE=1") == []

@@ -1,0 +1,187 @@
+"""Opt-in (`make test-vllm`): what preflight refuses of a launch's TLS and --lora-modules
+(patchkit/launch/tls.py, patchkit/launch/late_files.py) is what the real uvicorn and vLLM refuse
+once the model has loaded: uvicorn.Config(...).load() with the same SSL arguments, and vLLM's own
+OpenAIServingModels.init_static_loras over an engine whose add_lora runs the worker's steps
+(LoRA enabled, get_adapter_absolute_path, PEFTHelper.from_local_dir(...).validate_legal)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pytest
+from vllm_overlay import ask_vllm
+
+from patchkit.launch.command import parse
+from patchkit.launch.late_files import late_file_findings
+
+VLLM_PYTHON = os.environ.get("VLLM_PYTHON")
+
+pytestmark = [
+    pytest.mark.skipif(not VLLM_PYTHON, reason="needs a venv with vLLM: run `make test-vllm`"),
+    pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command"),
+]
+
+ASK_VLLM = textwrap.dedent("""\
+    import asyncio, json, os, sys, types
+    os.dup2(os.open(os.devnull, os.O_RDONLY), 0)  # an encrypted key's passphrase prompt reads nothing
+    try:
+        os.setsid()  # no terminal to ask it on either
+    except OSError:
+        pass
+    import uvicorn
+    from vllm.config.lora import LoRAConfig
+    from vllm.entrypoints.openai.models.protocol import LoRAModulePath
+    from vllm.entrypoints.openai.models.serving import OpenAIServingModels
+    from vllm.lora.peft_helper import PEFTHelper
+    from vllm.lora.utils import get_adapter_absolute_path
+
+    def tls(kwargs):
+        try:
+            uvicorn.Config(app=lambda scope, receive, send: None, **kwargs).load()
+        except Exception as exc:
+            return f"{type(exc).__name__}: {exc}"
+
+    class Engine:
+        def __init__(self, enable, rank):
+            self.enable, self.config = enable, LoRAConfig(max_lora_rank=rank)
+            self.input_processor = self.io_processor = self.renderer = None
+            self.model_config = types.SimpleNamespace(max_model_len=1024)
+
+        async def add_lora(self, request):  # the worker's _ensure_lora_enabled, then _load_adapter's reading
+            if not self.enable:
+                raise RuntimeError("LoRA is not enabled. Use --enable-lora to enable LoRA.")
+            path = get_adapter_absolute_path(request.lora_path)
+            PEFTHelper.from_local_dir(path, None).validate_legal(self.config)
+
+    def lora(case):
+        modules = [LoRAModulePath(name=n, path=p) for n, p in case["modules"]]
+        models = OpenAIServingModels(Engine(case["enable"], case["rank"]), [], lora_modules=modules)
+        try:
+            asyncio.run(models.init_static_loras())
+        except Exception as exc:
+            return f"{type(exc).__name__}: {exc}"
+
+    cases = json.loads(sys.argv[1])
+    print(json.dumps([tls(c["tls"]) if "tls" in c else lora(c) for c in cases]))
+""")
+
+NAMED = ["-days", "30", "-subj", "/CN=patchkit-test"]
+OPTION = {"ssl_keyfile": "--ssl-keyfile", "ssl_certfile": "--ssl-certfile", "ssl_ca_certs": "--ssl-ca-certs"}
+OPTION |= {"ssl_ciphers": "--ssl-ciphers", "ssl_cert_reqs": "--ssl-cert-reqs"}
+
+
+def make_tls(directory: Path) -> dict[str, str]:
+    directory.mkdir()
+    for cert, key in (("cert.pem", "key.pem"), ("cert2.pem", "other.pem")):
+        subprocess.run(
+            ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert, *NAMED],
+            cwd=directory,
+            check=True,
+            capture_output=True,
+        )
+    subprocess.run(
+        ["openssl", "pkey", "-in", "key.pem", "-aes256", "-passout", "pass:secret", "-out", "enc.pem"],
+        cwd=directory,
+        check=True,
+        capture_output=True,
+    )
+    (directory / "junk.pem").write_text("not PEM\n")
+    (directory / "both.pem").write_bytes((directory / "cert.pem").read_bytes() + (directory / "key.pem").read_bytes())
+    return {p.name: str(p) for p in directory.iterdir()}
+
+
+def tls_cases(f: dict[str, str]) -> list[dict[str, object]]:
+    good = {"ssl_certfile": f["cert.pem"], "ssl_keyfile": f["key.pem"]}
+    return [
+        {"ssl_keyfile": f["key.pem"]},
+        {"ssl_certfile": f["cert.pem"]},
+        {"ssl_certfile": f["both.pem"]},
+        good,
+        {**good, "ssl_keyfile": f["other.pem"]},
+        {**good, "ssl_certfile": f["junk.pem"]},
+        {**good, "ssl_keyfile": f["enc.pem"]},
+        {**good, "ssl_ca_certs": f["cert2.pem"], "ssl_cert_reqs": 2},
+        {**good, "ssl_ca_certs": f["key.pem"]},
+        {"ssl_ca_certs": "/nonexistent/ca.pem"},
+        {**good, "ssl_ciphers": "NO-SUCH-CIPHER"},
+        {**good, "ssl_ciphers": "ECDHE+AESGCM:!aNULL"},
+    ]
+
+
+def adapters(root: Path) -> dict[str, str]:
+    base = {"r": 8, "lora_alpha": 16, "target_modules": ["q_proj"], "bias": "none"}
+    configs = {
+        "good": json.dumps(base),
+        "r64": json.dumps({**base, "r": 64}),
+        "bias": json.dumps({**base, "bias": "all"}),
+        "dora": json.dumps({**base, "use_dora": True}),
+        "saved": json.dumps({**base, "modules_to_save": ["lm_head"]}),
+        "zero": json.dumps({**base, "r": 0}),
+        "bare": json.dumps({"r": 8}),
+        "list": "[1, 2]",
+        "broken": "{not json",
+    }
+    for name, text in configs.items():
+        (root / name).mkdir(parents=True)
+        (root / name / "adapter_config.json").write_text(text)
+    return {name: str(root / name) for name in configs}
+
+
+def lora_cases(a: dict[str, str]) -> list[dict[str, object]]:
+    cases: list[dict[str, object]] = [
+        {"modules": [["a", a["good"]]], "enable": True, "rank": 16},
+        {"modules": [["a", a["good"]]], "enable": False, "rank": 16},
+        {"modules": [["a", a["good"]], ["a", a["good"]]], "enable": True, "rank": 16},
+        {"modules": [["a", a["good"]], ["b", a["good"]]], "enable": True, "rank": 16},
+        {"modules": [["a", a["r64"]]], "enable": True, "rank": 32},
+        {"modules": [["a", a["r64"]]], "enable": True, "rank": 64},
+        {"modules": [["a", "someorg/not-cached"]], "enable": True, "rank": 16},
+        {"modules": [["a", "someorg/cached"]], "enable": True, "rank": 16},
+        {"modules": [["a", "someorg/empty"]], "enable": True, "rank": 16},
+    ]
+    others = ("bias", "dora", "saved", "zero", "bare", "list", "broken")
+    return cases + [{"modules": [["a", a[name]]], "enable": True, "rank": 16} for name in others]
+
+
+def cached(cache: Path, repo: str, config: str | None) -> None:
+    """A hub cache entry of `repo` whose main snapshot holds `config` as adapter_config.json (None: not)."""
+    storage = cache / ("models--" + repo.replace("/", "--"))
+    (storage / "refs").mkdir(parents=True)
+    (storage / "refs" / "main").write_text("c0ffee")
+    (storage / "snapshots" / "c0ffee").mkdir(parents=True)
+    if config is not None:
+        (storage / "snapshots" / "c0ffee" / "adapter_config.json").write_text(config)
+
+
+def refused_by_patchkit(case: dict[str, object]) -> bool:
+    launch = ["env", "HF_HUB_OFFLINE=1", str(VLLM_PYTHON), "-m", "vllm.entrypoints.cli.main", "serve", "m"]
+    if "tls" in case:
+        tls = case["tls"]
+        assert isinstance(tls, dict)
+        options = [str(x) for key, value in tls.items() for x in (OPTION[key], value)]
+    else:
+        enable = ["--enable-lora"] if case["enable"] else []
+        modules = case["modules"]
+        assert isinstance(modules, list)
+        options = [*enable, "--max-lora-rank", str(case["rank"]), "--lora-modules", *(f"{n}={p}" for n, p in modules)]
+    findings = late_file_findings(parse([*launch, *options], "0.16.0"), "command", lambda: "utf-8")
+    return any(not f.ok for f in findings)
+
+
+def test_tls_and_static_adapters_are_refused_exactly_where_uvicorn_and_vllm_refuse_them(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    cached(tmp_path / "hub", "someorg/cached", json.dumps({"r": 8, "lora_alpha": 16, "target_modules": ["q_proj"]}))
+    cached(tmp_path / "hub", "someorg/empty", None)
+    cases = [{"tls": c} for c in tls_cases(make_tls(tmp_path / "tls"))] + lora_cases(adapters(tmp_path / "lora"))
+    vllm_said = ask_vllm(ASK_VLLM, json.dumps(cases))
+    assert isinstance(vllm_said, list)
+    disagreements = [
+        (case, said) for case, said in zip(cases, vllm_said, strict=True) if refused_by_patchkit(case) != bool(said)
+    ]
+    assert disagreements == []
+    assert sum(bool(s) for s in vllm_said) >= 16, vllm_said  # most cases are refusals, each of its own kind
