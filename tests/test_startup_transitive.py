@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 from helpers import MODEL, MODEL_PY, SPEC, SPEC_PY, pip_install, purelib, run_cli, spec_library, stale_pyc_under_prefix
+from launch_fixtures import write_model
 
 
 def test_a_prefix_set_by_a_module_the_sites_start_up_reaches_through_another_is_judged(tmp_path):
@@ -30,8 +31,7 @@ def test_a_prefix_set_by_a_module_the_sites_start_up_reaches_through_another_is_
     shadow.mkdir()
     (shadow / "corp_helper.py").write_text(f"import sys; sys.pycache_prefix = {str(prefix)!r}\n")
     pyc = stale_pyc_under_prefix(prefix, site, SPEC)  # what that launch's Python loads for spec.py
-    (tmp_path / "model").mkdir()
-    (tmp_path / "model" / "config.json").write_text('{"model_type": "llama", "architectures": ["LlamaForCausalLM"]}')
+    write_model(tmp_path / "model", {"model_type": "llama", "architectures": ["LlamaForCausalLM"]})
     launch = ["env", f"PYTHONPATH={shadow}", python, "-m", "vllm.entrypoints.openai.api_server"]
     launch += ["--model", tmp_path / "model"]
     own = ("--python", python, "--patches", library)
