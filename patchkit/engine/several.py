@@ -18,6 +18,7 @@ from packaging.version import Version
 from patchkit.base import hints, signals
 from patchkit.base.enums import Outcome, SelectionKind, TreeState
 from patchkit.base.errors import CHECK_FAILED, CheckFailed, Conflict, PatchkitError
+from patchkit.base.heads import naming
 from patchkit.base.values import Value
 from patchkit.engine import inspection
 from patchkit.engine.inspection import TreeStatus, overall_state
@@ -305,7 +306,7 @@ def needs_apply(resolved: Resolved, status: TreeStatus) -> bool:
         return False
     root = resolved.target.root
     others = [path for e in read_state(root).entries if e.set_name != resolved.set_name for path in e.files]
-    return any(not any(problem.startswith(f"{path} ") for path in others) for problem in status.guard)
+    return bool(set(status.guard) - naming(status.guard, others))
 
 
 def apply_needed(
@@ -491,7 +492,8 @@ def _guard_blames_the_drifted(results: list[VerifyResult]) -> list[VerifyResult]
     def own(result: VerifyResult) -> VerifyResult:
         if result.status.drifted:
             return result
-        kept = [p for p in result.status.guard if not any(p.startswith(f"{path} ") for path in drifted)]
+        theirs = naming(result.status.guard, drifted)
+        kept = [p for p in result.status.guard if p not in theirs]
         return replace(result, status=replace(result.status, guard=kept))
 
     return [own(r) for r in results]
