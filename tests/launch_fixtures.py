@@ -222,9 +222,65 @@ DRAFTER = {
 KIMI_DRAFTER = {**DRAFTER, "vocab_size": KIMI_K25["text_config"]["vocab_size"]}
 
 
+WEIGHTS = "model.safetensors"  # a name vLLM's DefaultModelLoader globs for (*.safetensors)
+
+
 def write_model(directory: Path, config: dict) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "config.json").write_text(json.dumps(config))
+    (directory / WEIGHTS).write_bytes(b"")  # vLLM's loader globs for a weight file before it opens any
+    return directory
+
+
+INDEX = "model.safetensors.index.json"
+
+
+def index_of(*shards: str) -> str:
+    return json.dumps({"metadata": {}, "weight_map": {f"w{i}": shard for i, shard in enumerate(shards)}})
+
+
+# weight-file layouts (test_launch_weights.py; held against vLLM's loader in vllm_import/test_weights_real.py)
+# (files: name -> text, or None for a link to nothing; load format; vLLM loads it whole)
+LAYOUTS = {
+    "config_only": ({"config.json": "{}"}, "auto", False),
+    "safetensors": ({"config.json": "{}", "model.safetensors": ""}, "auto", True),
+    "bin": ({"pytorch_model.bin": ""}, "auto", True),
+    "training_args_only": ({"training_args.bin": "", "optimizer.pt": ""}, "auto", False),
+    "pt": ({"model.pt": ""}, "auto", True),
+    "hidden_only": ({".model.safetensors": ""}, "auto", False),
+    "in_a_subdirectory_only": ({"weights/model.safetensors": ""}, "auto", False),
+    "sharded_whole": (
+        {"a.safetensors": "", "b.safetensors": "", INDEX: index_of("a.safetensors", "b.safetensors")},
+        "auto",
+        True,
+    ),
+    "sharded_one_shard_missing": (
+        {"a.safetensors": "", INDEX: index_of("a.safetensors", "b.safetensors")},
+        "auto",
+        False,
+    ),
+    "index_names_none_there": ({"model.safetensors": "", INDEX: index_of("other.safetensors")}, "auto", False),
+    "index_not_json": ({"model.safetensors": "", INDEX: "{not json"}, "auto", False),
+    "index_without_weight_map": ({"model.safetensors": "", INDEX: "{}"}, "auto", False),
+    "bin_beside_an_index": ({"pytorch_model.bin": "", INDEX: index_of("a.safetensors")}, "auto", True),
+    "mistral_consolidated": ({"consolidated.safetensors": ""}, "auto", True),
+    "consolidated_deeper_only": ({"model.safetensors": "", "original/consolidated.safetensors": ""}, "auto", False),
+    "a_link_to_nothing": ({"model.safetensors": None}, "auto", False),
+    "safetensors_format_bin_only": ({"pytorch_model.bin": ""}, "safetensors", False),
+    "pt_format_safetensors_only": ({"model.safetensors": ""}, "pt", False),
+    "npcache_bin": ({"pytorch_model.bin": ""}, "npcache", True),
+}
+
+
+def write_layout(directory: Path, files: dict[str, str | None]) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        path = directory / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if text is None:
+            path.symlink_to(directory / "gone" / name)
+        else:
+            path.write_text(text)
     return directory
 
 

@@ -94,6 +94,7 @@ def test_tls_openssl_cannot_build_is_refused_and_good_tls_passes(tmp_path, progr
         ("--ssl-certfile", "junk.pem", "--ssl-keyfile", "key.pem"): "OpenSSL cannot load a certificate",
         ("--ssl-certfile", "cert.pem", "--ssl-keyfile", "enc.pem"): "--ssl-keyfile enc.pem: the key is encrypted",
         ("--ssl-certfile", "both.pem", "--ssl-ca-certs", "key.pem"): "--ssl-ca-certs key.pem: OpenSSL takes no CA",
+        ("--ssl-certfile", "both.pem", "--ssl-cert-reqs", "5"): "--ssl-cert-reqs 5: 5 is not a valid VerifyMode",
     }
     for options, why in refused.items():
         said = judged(tls, *options, program=program)
@@ -152,7 +153,7 @@ def test_adapters_vllm_refuses_after_the_load_are_refused(tmp_path):
         "r64": ({"r": 64}, "LoRA rank 64 is greater than max_lora_rank 16"),
         "bias": ({"bias": "all"}, "Adapter bias is not supported"),
         "dora": ({"use_dora": True}, "vLLM does not yet support DoRA"),
-        "saved": ({"modules_to_save": ["lm_head"]}, "vLLM only supports modules_to_save being None"),
+        "saved": ({"modules_to_save": ["score"]}, 'vLLM does not support its modules_to_save ["score"]'),
         "zero": ({"r": 0}, "vLLM cannot scale lora_alpha 16 by r 0"),
     }
     for name, (config, why) in refusals.items():
@@ -168,6 +169,16 @@ def test_adapters_vllm_refuses_after_the_load_are_refused(tmp_path):
         "--lora-modules bare: its adapter_config.json: Missing required configuration fields: lora_alpha, "
         "target_modules: vLLM refuses the launch once the model has loaded"
     ], said
+
+
+def test_default_multimodal_adapters_are_static_adapters_too(tmp_path):
+    good, r64 = adapter(tmp_path / "good"), adapter(tmp_path / "r64", r=64)
+    mm = json.dumps({"audio": good, "image": r64})
+    assert judged(tmp_path, "--default-mm-loras", mm) == []  # without LoRA vLLM builds no LoRAConfig: unread
+    said = judged(tmp_path, "--enable-lora", "--default-mm-loras", mm, "--lora-modules", f"audio={good}")
+    assert len(said) == 2, said
+    assert said[0].startswith(f"--default-mm-loras audio={good}: the adapter name audio is given twice"), said
+    assert said[1].startswith(f"--default-mm-loras {r64}: its adapter_config.json: LoRA rank 64"), said
 
 
 def test_an_offline_launchs_hub_adapter_is_judged_in_the_cache_and_left_to_vllm_online(tmp_path):
@@ -283,3 +294,18 @@ def test_an_offline_generation_config_hub_id_is_judged_in_the_cache(tmp_path):
     assert said("HF_HUB_OFFLINE=1", "HF_HUB_CACHE=/nonexistent") != []
     (storage / "snapshots" / "c0ffee" / "generation_config.json").write_text('{"top_p": 0.9}')
     assert said("HF_HUB_OFFLINE=1") == []
+
+
+def test_a_classification_adapters_saved_modules_are_refused_only_where_the_release_refuses_them(tmp_path):
+    score, head = (
+        adapter(tmp_path / "score", modules_to_save=["score"]),
+        adapter(tmp_path / "head", modules_to_save=["lm_head"]),
+    )
+
+    def said(release: str, path: str) -> list[str]:
+        command = parse(["vllm", "serve", "m", "--enable-lora", "--lora-modules", f"a={path}"], release)
+        return [f.message for f in late_file_findings(command, "command", lambda: "utf-8")]
+
+    assert said("0.16.0", score) != [] and said("0.16.0", head) != []  # 0.16.0: none at all
+    assert said("0.33.0", score) == []  # 0.32.0 on: a classifier's "classifier" and "score"
+    assert len(said("0.33.0", head)) == 1 and 'modules_to_save ["lm_head"]' in said("0.33.0", head)[0]

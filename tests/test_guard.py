@@ -26,6 +26,7 @@ from helpers import (
     warm_pycache_prefix,
     write_tree,
 )
+from launch_fixtures import write_model
 
 from patchkit import __version__
 from patchkit._target import guard as target_guard
@@ -437,8 +438,7 @@ def test_run_apply_installs_the_guard_as_apply_does(tmp_path, scratch):
     site = write_tree(tmp_path / "site")
     diff = tmp_path / "model.diff"
     diff.write_bytes(make_patch(scratch, site, {MODEL: MODEL_PY.replace("return x", "return x * 2")}))
-    (tmp_path / "model").mkdir()
-    (tmp_path / "model/config.json").write_text('{"model_type": "llama", "architectures": ["LlamaForCausalLM"]}')
+    write_model(tmp_path / "model", {"model_type": "llama", "architectures": ["LlamaForCausalLM"]})
     vllm = tmp_path / "vllm"
     vllm.write_text("#!/bin/sh\nexit 0\n")
     vllm.chmod(0o755)

@@ -44,6 +44,7 @@ from helpers import (
     write_library,
     write_tree,
 )
+from launch_fixtures import write_model
 
 from patchkit import __version__
 
@@ -108,9 +109,7 @@ def _tree(tmp_path: Path) -> Tree:
     library = write_library(tmp_path / "lib", series, upstream=">=0.18.0", name=SET)
     site = tmp_path / "site"
     pip_install(site, "0.16.0", stock_files("0.16.0"))
-    model = tmp_path / "model"
-    model.mkdir()
-    (model / "config.json").write_text(json.dumps({"model_type": "llama", "architectures": ["LlamaForCausalLM"]}))
+    model = write_model(tmp_path / "model", {"model_type": "llama", "architectures": ["LlamaForCausalLM"]})
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "vllm").write_text("#!/bin/sh\nexit 0\n")

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from helpers import make_patch, patched_spec, run_cli, write_library, write_tree
+from launch_fixtures import write_model
 
 from patchkit.base import hints
 from patchkit.base.options import Options
@@ -181,9 +182,7 @@ def test_status_on_an_edited_tree_names_the_commands_on_that_tree_and_library(tm
 
 def test_a_preflight_finding_names_apply_on_the_tree_and_library_checked(tmp_path, tree_and_library):
     tree, library = tree_and_library
-    model = tmp_path / "model"
-    model.mkdir()
-    (model / "config.json").write_text(json.dumps({"model_type": "llama", "architectures": ["LlamaForCausalLM"]}))
+    model = write_model(tmp_path / "model", {"model_type": "llama", "architectures": ["LlamaForCausalLM"]})
     done = run_cli(
         "preflight", "--target", tree, "--patches", library, "--no-import", "--format", "json",
         "--", "vllm", "serve", str(model),
@@ -202,9 +201,7 @@ def test_a_preflight_without_a_tree_names_the_launchs_own_interpreter(tmp_path, 
     script = tmp_path / "venv" / "bin" / "vllm"
     script.write_text(f"#!{python}\nimport sys\n")
     script.chmod(0o755)
-    model = tmp_path / "model"
-    model.mkdir()
-    (model / "config.json").write_text(json.dumps({"model_type": "llama", "architectures": ["LlamaForCausalLM"]}))
+    model = write_model(tmp_path / "model", {"model_type": "llama", "architectures": ["LlamaForCausalLM"]})
     done = run_cli(
         "preflight", "--patches", library, "--no-import", "--format", "json", "--", str(script), "serve", str(model)
     )

@@ -82,3 +82,20 @@ def test_a_template_larger_than_patchkit_reads_cannot_be_judged(launch, tmp_path
     assert done.returncode == 0, done.stdout + done.stderr
     found = [f for f in json.loads(done.stdout)["findings"] if "--chat-template" in f["message"]]
     assert [f["result"] for f in found] == ["cannot judge"], found
+
+
+def test_a_template_file_whose_name_holds_braces_is_read_as_a_file(launch, tmp_path):
+    """vLLM's open() comes first, whatever the value holds: only a value that does not open is the
+    template itself."""
+    tree, library, command, env, _marker = launch
+    (tmp_path / "{x}.jinja").write_bytes("{{ messages }} café".encode("latin-1"))
+    os.mkfifo(tmp_path / "{fifo}")
+    (tmp_path / "{dir}").mkdir()
+    args = ["preflight", "--no-import", "--target", tree, "--patches", library, "--"]
+    for value, why in {"{x}.jinja": "not utf-8 text (byte 0xe9 at offset 18)", "{fifo}": "would wait on it"}.items():
+        done = run_cli(*args, *command, "--chat-template", value, env=env, cwd=tmp_path)
+        said = " ".join(done.stdout.split())
+        assert done.returncode == 1 and f"--chat-template {value}: " in said and why in said, said + done.stderr
+    for literal in ("{dir}", "{{ messages }}", "{nowhere}.jinja"):  # open() fails: the value is the template
+        done = run_cli(*args, *command, "--chat-template", literal, env=env, cwd=tmp_path)
+        assert done.returncode == 0 and "--chat-template" not in done.stdout, done.stdout + done.stderr

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from helpers import SPEC_PY, make_patch, snapshot, write_library
+from launch_fixtures import write_model
 
 import patchkit
 from patchkit.base.enums import Outcome, PatchState, StepState, TreeState
@@ -327,9 +328,7 @@ def test_verify_fails_an_applied_tree_once_a_module_python_imports_first_is_adde
     done = run_cli("verify", "--target", tree, "--patch", patch, "--no-import")
     assert done.returncode == 1, done.stdout + done.stderr
     assert "vllm/config/spec/__init__.py is imported instead" in done.stdout + done.stderr
-    model = tmp_path / "model"
-    model.mkdir()
-    (model / "config.json").write_text(json.dumps({"model_type": "llama", "architectures": ["LlamaForCausalLM"]}))
+    model = write_model(tmp_path / "model", {"model_type": "llama", "architectures": ["LlamaForCausalLM"]})
     launch = ("--no-import", "--", "vllm", "serve", str(model))
     done = run_cli("preflight", "--target", tree, "--patch", patch, *launch)
     assert done.returncode == 1, done.stdout + done.stderr

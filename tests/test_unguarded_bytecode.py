@@ -22,6 +22,7 @@ from helpers import (
     spec_library,
     stale_pyc_under_prefix,
 )
+from launch_fixtures import write_model
 
 
 def _venv_applied_without_guard(tmp_path: Path) -> tuple[Path, Path, Path, Path]:
@@ -82,8 +83,7 @@ def test_without_a_guard_stale_bytecode_in_pycache_fails_status_and_preflight_an
     status = run_cli("status", *own)
     said = status.stdout + status.stderr
     assert status.returncode == 1 and "no launch guard runs" in said and pyc.name in said, said
-    (tmp_path / "model").mkdir()
-    (tmp_path / "model" / "config.json").write_text('{"model_type": "llama", "architectures": ["LlamaForCausalLM"]}')
+    write_model(tmp_path / "model", {"model_type": "llama", "architectures": ["LlamaForCausalLM"]})
     launch = run_cli("preflight", *own, "--no-import", "--", python.parent / "vllm", "serve", tmp_path / "model")
     said = launch.stdout + launch.stderr
     assert launch.returncode == 1 and "tree-state" in said and pyc.name in said, said

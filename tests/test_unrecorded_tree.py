@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from helpers import Releases, load_plugins_like_vllm, make_patch, run_cli, snapshot, write_library, write_tree
+from launch_fixtures import write_model
 
 from patchkit.store.state import read_state
 
@@ -601,9 +602,7 @@ def test_preflight_and_run_on_a_lost_record_with_an_edit_away_from_the_hunks_say
     Both fail it now, in status's words and with its fix; a lost record with no edit still launches."""
     tree, library = stock
     Releases(tmp_path / "index", monkeypatch).add("0.17.1", {PARSER: PARSER_PY, ROUTER: ROUTER_PY})
-    model = tmp_path / "model"
-    model.mkdir()
-    (model / "config.json").write_text(json.dumps({"model_type": "llama", "architectures": ["LlamaForCausalLM"]}))
+    model = write_model(tmp_path / "model", {"model_type": "llama", "architectures": ["LlamaForCausalLM"]})
     stand_in = tmp_path / "vllm"
     stand_in.write_text("#!/bin/sh\nexit 7\n")
     stand_in.chmod(0o755)

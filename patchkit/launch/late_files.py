@@ -1,7 +1,8 @@
 """What a launch names that vLLM reads only once the model has loaded: uvicorn's TLS files (serve_http,
 after the engine is built; patchkit/launch/tls.py builds its context), --generation-config
-(patchkit/launch/genconfig.py) and the static LoRA adapters of --lora-modules (init_static_loras). Each refusal fails the launch after a load of minutes, so
-preflight and run judge them first, bounded and never blocking on a fifo."""
+(patchkit/launch/genconfig.py) and the static LoRA adapters of --lora-modules and --default-mm-loras
+(init_static_loras). Each refusal fails the launch after a load of minutes, so preflight and run
+judge them first, bounded and never blocking on a fifo."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import json
 import os
 import re
 from collections.abc import Callable
+
+from packaging.version import InvalidVersion, Version
 
 from patchkit.base.errors import PatchkitError
 from patchkit.base.fsutil import read_regular
@@ -60,8 +63,10 @@ def _unreadable(path: str) -> str | None:
 _HUB_ID = re.compile(r"(?!.*(?:--|\.\.))[A-Za-z0-9](?:[\w.-]*[A-Za-z0-9])?(?:/[A-Za-z0-9](?:[\w.-]*[A-Za-z0-9])?)?")
 
 
-def _lora_entries(command: LaunchCommand) -> list[tuple[str, str]]:
-    """(name, path) of each --lora-modules entry (`name=path`, or JSON with "name" and "path"), as written."""
+def _lora_entries(command: LaunchCommand) -> list[tuple[str, str, str]]:
+    """(option, name, path) of each static adapter, in init_static_loras' order: each --lora-modules
+    entry (`name=path`, or JSON with "name" and "path"), as written, then each --default-mm-loras
+    modality (process_lora_modules adds them, named by their modality, when LoRA is enabled)."""
     entries = command.options.get("lora-modules") or []
     found = []
     for entry in entries if isinstance(entries, list) else []:
@@ -69,11 +74,14 @@ def _lora_entries(command: LaunchCommand) -> list[tuple[str, str]]:
         if text.lstrip().startswith("{"):
             module = _json_object(text)
             name, path = module.get("name"), module.get("path")
-            found += [(name, path)] if isinstance(name, str) and isinstance(path, str) else []
+            found += [("--lora-modules", name, path)] if isinstance(name, str) and isinstance(path, str) else []
         elif "=" in text:
             name, _, path = text.partition("=")
-            found.append((name, path))
-    return found
+            found.append(("--lora-modules", name, path))
+    modal = command.options.get("default-mm-loras") if command.options.get("enable-lora") else None
+    modal = _json_object(modal) if isinstance(modal, str) else modal
+    pairs = modal.items() if isinstance(modal, dict) else ()
+    return found + [("--default-mm-loras", str(k), v) for k, v in pairs if isinstance(v, str)]
 
 
 def _json_object(text: str) -> dict[str, object]:
@@ -90,20 +98,20 @@ def _lora_problems(command: LaunchCommand, encoding: Callable[[], str]) -> list[
     then each adapter's own refusal (a local one, or a hub id's snapshot in an offline launch)."""
     entries = _lora_entries(command)
     found = []
-    if entries and not command.options.get("enable-lora"):
+    if entries and not command.options.get("enable-lora"):  # only --lora-modules: mm ones need LoRA on
         message = f"--lora-modules without --enable-lora: vLLM's worker refuses each adapter (LoRA is not enabled): {AFTER_LOAD}"
         found.append((message, "add --enable-lora to the launch"))
     seen: set[str] = set()
-    for name, path in entries:
+    for option, name, path in entries:
         if not name or not path:
-            message = f"--lora-modules {name}={path}: vLLM needs both a name and a path: {AFTER_LOAD}"
+            message = f"{option} {name}={path}: vLLM needs both a name and a path: {AFTER_LOAD}"
             found.append((message, "give each adapter as NAME=PATH"))
             continue
         if name in seen:
-            message = f"--lora-modules {name}={path}: the adapter name {name} is given twice, and vLLM refuses the second: {AFTER_LOAD}"
+            message = f"{option} {name}={path}: the adapter name {name} is given twice, and vLLM refuses the second: {AFTER_LOAD}"
             found.append((message, "give each adapter a name of its own"))
         seen.add(name)
-        found += _lora_problem(path, command, encoding)
+        found += _lora_problem(option, path, command, encoding)
     return found
 
 
@@ -115,7 +123,7 @@ def _home_expanded(path: str, command: LaunchCommand) -> str:
     return os.path.expanduser(path)
 
 
-def _lora_problem(path: str, command: LaunchCommand, encoding: Callable[[], str]) -> list[tuple[str, str]]:
+def _lora_problem(option: str, path: str, command: LaunchCommand, encoding: Callable[[], str]) -> list[tuple[str, str]]:
     """What vLLM refuses of one adapter: a local one (an absolute or `~` path, or a relative one that
     exists: vLLM's get_adapter_absolute_path), or a hub id vLLM finds only in huggingface_hub's cache
     (an offline launch); a hub id online is vLLM's to download, not judged."""
@@ -125,19 +133,19 @@ def _lora_problem(path: str, command: LaunchCommand, encoding: Callable[[], str]
         if not offline(command.environ) or command.environ.get("VLLM_USE_MODELSCOPE", "").lower() == "true":
             return []
         try:  # snapshot_download(repo_id) offline: the cache's snapshot of main, or the id kept as a path
-            local = offline_model_path(path, None, command.environ, role=f"--lora-modules adapter {path}")
+            local = offline_model_path(path, None, command.environ, role=f"{option} adapter")
         except PatchkitError:
-            message = f"--lora-modules {path}: HF_HUB_OFFLINE is set, and {hf_hub_cache(command.environ)} holds no snapshot of it (revision main): {AFTER_LOAD}"
+            message = f"{option} {path}: HF_HUB_OFFLINE is set, and {hf_hub_cache(command.environ)} holds no snapshot of it (revision main): {AFTER_LOAD}"
             return [(message, f"fetch it into that cache (hf download {path}), or give the adapter's local directory")]
     config = os.path.join(local, ADAPTER_CONFIG)
     why = _unreadable(config)
     if why is not None:
         fix = f"give the directory of a LoRA adapter (it holds {ADAPTER_CONFIG}), as the launch's directory sees it"
-        return [(f"--lora-modules {path}: {ADAPTER_CONFIG} there: {why}: {AFTER_LOAD}", fix)]
+        return [(f"{option} {path}: {ADAPTER_CONFIG} there: {why}: {AFTER_LOAD}", fix)]
     rank = _max_lora_rank(command)
     return [
-        (f"--lora-modules {path}: its {ADAPTER_CONFIG}: {why}: {AFTER_LOAD}", fix)
-        for why, fix in _peft_refusals(config, rank, encoding)
+        (f"{option} {path}: its {ADAPTER_CONFIG}: {why}: {AFTER_LOAD}", fix)
+        for why, fix in _peft_refusals(config, rank, encoding, command.release)
     ]
 
 
@@ -149,9 +157,10 @@ def _max_lora_rank(command: LaunchCommand) -> int:
         return MAX_LORA_RANK
 
 
-def _peft_refusals(path: str, rank: int, encoding: Callable[[], str]) -> list[tuple[str, str]]:
+def _peft_refusals(path: str, rank: int, encoding: Callable[[], str], release: str | None) -> list[tuple[str, str]]:
     """(why, fix) for what vLLM's PEFTHelper refuses of an adapter_config.json (from_local_dir's
-    json.load, from_dict, __post_init__'s scaling, validate_legal): as vLLM 0.16.0 rules it."""
+    json.load, from_dict, __post_init__'s scaling, validate_legal): the rules 0.15.0-0.33.0 share
+    (a later release refuses more: lora_bias, init_lora_weights, ...; not judged)."""
     own = "give the adapter's own adapter_config.json, as PEFT saved it"
     try:
         raw = read_regular(path, _LIMIT, follow_symlinks=True)
@@ -172,10 +181,9 @@ def _peft_refusals(path: str, rank: int, encoding: Callable[[], str]) -> list[tu
     if not all(isinstance(x, (int, float)) for x in (r, alpha)) or r == 0 or (config.get("use_rslora") and r < 0):
         return [(f"vLLM cannot scale lora_alpha {alpha!r} by r {r!r}", own)]
     found = []
-    if config.get("modules_to_save"):
-        found.append(
-            ("vLLM only supports modules_to_save being None", "give an adapter trained without modules_to_save")
-        )
+    saved = _unsupported_saved(config.get("modules_to_save"), release)
+    if saved:
+        found.append((f"vLLM does not support its modules_to_save {saved}", "give an adapter trained without them"))
     if config.get("use_dora"):
         found.append(("vLLM does not yet support DoRA", "give a LoRA adapter (use_dora false)"))
     if r > rank:
@@ -185,3 +193,18 @@ def _peft_refusals(path: str, rank: int, encoding: Callable[[], str]) -> list[tu
             (f"Adapter bias is not supported (bias {config['bias']!r})", 'give an adapter trained with bias "none"')
         )
     return found
+
+
+def _unsupported_saved(saved: object, release: str | None) -> str | None:
+    """The modules_to_save vLLM refuses: any up to 0.16.0; a later one (0.32.0 on) serves a
+    classification model's "classifier" and "score"."""
+    if not saved:
+        return None
+    try:
+        strict = release is not None and Version(release) <= Version("0.16.0")
+    except InvalidVersion:
+        strict = False
+    if strict or not isinstance(saved, (list, str)):
+        return json.dumps(saved)[:60]
+    others = [m for m in saved if m not in ("classifier", "score")]
+    return json.dumps(others)[:60] if others else None

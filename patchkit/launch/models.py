@@ -368,6 +368,14 @@ def _offline_refusal(name: str) -> str | None:
     return None
 
 
+def offline_snapshot(name: str, revision: str | None, cache: Path) -> Path | None:
+    """The snapshot of hub id `name` at `revision` (default main) that huggingface_hub's
+    snapshot_download(local_files_only=True) finds under `cache`; None when it finds none."""
+    if _offline_refusal(name) is not None:
+        return None
+    return _offline_snapshot(cache / ("models--" + name.replace("/", "--")), revision or "main", "drafter", name)
+
+
 def _offline_snapshot(storage: Path, revision: str, role: str, name: str) -> Path | None:
     """snapshot_download's offline look-up: a commit hash names its snapshot; another revision, the
     commit its refs/ file holds (read as it is); the snapshot when it exists, else None."""

@@ -25,6 +25,7 @@ from patchkit.base import hints
 from patchkit.base.enums import Outcome, TreeState
 from patchkit.base.errors import BadInput, PatchkitError, TargetError
 from patchkit.base.fsutil import read_regular
+from patchkit.base.heads import Heads, naming
 from patchkit.base.options import Options
 from patchkit.base.values import FrozenValue, Value, frozen
 from patchkit.checks import shadow
@@ -58,6 +59,7 @@ from patchkit.launch.engine import LaunchContext, Reader, apply_fix, launch_pyth
 from patchkit.launch.findings import Finding, cannot_judge
 from patchkit.launch.interpreter import RefusedByPython, exec_search
 from patchkit.launch.late_files import late_file_findings
+from patchkit.launch.middleware import middleware_findings
 from patchkit.launch.models import ModelConfig, offline, offline_model_path, redirected, resolve_model, with_overrides
 from patchkit.launch.relevance import EVERY, LaunchNeeds, launch_needs
 from patchkit.launch.shortcut import as_written, kept_findings
@@ -65,6 +67,7 @@ from patchkit.launch.speculative import speculative_findings
 from patchkit.launch.speculators import drafter_config, speculator
 from patchkit.launch.validation import CHECK as VALIDATION
 from patchkit.launch.validation import engine_validation
+from patchkit.launch.weights import weight_findings
 from patchkit.series import dry_run, library
 from patchkit.series.library import PatchSetDef
 from patchkit.series.patchfile import touched_paths
@@ -313,7 +316,7 @@ def preflight(
         result.findings += [_model_finding(missing) for missing in result.missing]
         return result
     result.command = command
-    result.findings += _found_models_findings(result.missing, served, (target, drafter))
+    result.findings += _found_models_findings(result.missing, served, (target, drafter), command)
     result.findings += _after_load_findings(command, resolved.target.root)  # never kept: files outside the tree
     planned = _Planned.of(resolved, status) if needed else _Planned()
     result.fixable = planned.fixable
@@ -343,13 +346,16 @@ def preflight(
 def _judge_plugin_files(context: LaunchContext, result: PreflightResult) -> None:
     """An entry_points.txt vLLM's plugin loader cannot read fails the launch, and vLLM is then not
     asked (its loader would read it in patchkit's worker too); else the general plugins the launch
-    loads, where vLLM is not asked what they do."""
+    loads, where vLLM is not asked what they do; and, vLLM not asked, the --middleware modules the
+    launch's Python cannot find."""
     unread = _plugin_file_finding(context)
     if unread is not None:
         result.findings.append(unread)
         result.loader_fails = context.not_asked = unread.message
         context.python = None
     result.unjudged_plugins = context.general_plugins() if context.python is None and unread is None else []
+    if context.python is None or result.missing:  # vLLM's validation, which imports them, does not run
+        result.findings += middleware_findings(context.command, COMMAND)
 
 
 def _plugin_file_finding(context: LaunchContext) -> Finding | None:
@@ -441,12 +447,17 @@ def _parser_findings(resolved: Resolved, command: LaunchCommand) -> list[Finding
 
 
 def _found_models_findings(
-    missing: list[TargetError], served: Finding | None, models: tuple[ModelConfig, ModelConfig | None]
+    missing: list[TargetError],
+    served: Finding | None,
+    models: tuple[ModelConfig, ModelConfig | None],
+    command: LaunchCommand,
 ) -> list[Finding]:
-    """With the target found: a drafter found nowhere, the speculator note, architectures vLLM refuses."""
+    """With the target found: a drafter found nowhere, the speculator note, architectures vLLM refuses,
+    a model directory where vLLM's loader would find no weights."""
     found = [_model_finding(exc) for exc in missing]
     found += [served] if served is not None else []
-    return found + [f for f in (_architectures_finding(m) for m in models) if f is not None]
+    found += [f for f in (_architectures_finding(m) for m in models) if f is not None]
+    return found + [Finding(MODELS, False, *weights) for weights in weight_findings(command, models[0])]
 
 
 @dataclass(eq=False, repr=False)
@@ -726,14 +737,19 @@ def _after_load_findings(command: LaunchCommand, root: Path) -> list[Finding]:
 
 def _chat_template_findings(command: LaunchCommand, root: Path) -> list[Finding]:
     """A failed `command` finding (in a list; else none) when vLLM cannot load --chat-template
-    (load_chat_template: a file it opens and reads, else text with `{`, `}` or a line break taken as
-    the template, else its built-in template of that name, opened and read the same way): it refuses
+    (load_chat_template: a file it opens and reads, whatever its name holds; else text with `{`, `}` or
+    a line break taken as the template, else its built-in template of that name, opened and read the same way): it refuses
     the launch once the model loaded. A file larger than patchkit reads: cannot judge its tail."""
     value = command.optional_text("chat-template")
-    if value is None or any(c in value for c in "{}\n"):
+    if value is None:
         return []
+    if "\0" in value:  # only a --config YAML escape gives one: open() raises ValueError, no OSError
+        message = f"--chat-template {value!r} holds a NUL character: vLLM's open() of it fails once the model loaded"
+        return [Finding(COMMAND, False, message, "give a template file's path, or the template itself")]
     path = os.path.join(command.working_directory(), value)
     given = _template_text(path)
+    if isinstance(given, str) and not _never_ends(path) and any(c in value for c in "{}\n"):
+        return []  # open() fails: vLLM takes the value as the template itself
     if isinstance(given, bytes):
         return _undecodable_template(value, given, command, path)
     if _never_ends(path):  # vLLM's open() or read() waits, with no OSError: no built-in template stands in
@@ -986,7 +1002,8 @@ def _not_said_by_judged(resolved: Resolved, status: TreeStatus, needs: LaunchNee
     as the refusal)."""
     said = {n for n in needs.judged if needs.needs(n) and n != but}
     files = [path for e in record_of(resolved.target.root, status).entries if e.set_name in said for path in e.files]
-    return [problem for problem in status.guard if not any(problem.startswith(f"{path} ") for path in files)]
+    said_there = naming(status.guard, files)
+    return [problem for problem in status.guard if problem not in said_there]
 
 
 def _state_words(status: TreeStatus) -> str | None:
@@ -1016,8 +1033,9 @@ def _guard_for_launch(
     }
     kept: list[str] = []
     changed: dict[str, list[str]] = {}
+    first = Heads(status.guard).first_named(owners)
     for problem in status.guard:
-        path = next((path for path in owners if problem.startswith(f"{path} ")), None)
+        path = first.get(problem)
         if path is None:
             kept.append(problem)
         else:

@@ -39,6 +39,7 @@ ASK_VLLM = textwrap.dedent("""\
     from vllm.entrypoints.openai.models.serving import OpenAIServingModels
     from vllm.lora.peft_helper import PEFTHelper
     from vllm.lora.utils import get_adapter_absolute_path
+    from vllm.entrypoints.utils import process_lora_modules
 
     def tls(kwargs):
         try:
@@ -60,6 +61,8 @@ ASK_VLLM = textwrap.dedent("""\
 
     def lora(case):
         modules = [LoRAModulePath(name=n, path=p) for n, p in case["modules"]]
+        # init_app_state's merge: default_mm_loras only when LoRA is on (else no LoRAConfig)
+        modules = process_lora_modules(modules or None, case.get("mm") if case["enable"] else {})
         models = OpenAIServingModels(Engine(case["enable"], case["rank"]), [], lora_modules=modules)
         try:
             asyncio.run(models.init_static_loras())
@@ -109,6 +112,7 @@ def tls_cases(f: dict[str, str]) -> list[dict[str, object]]:
         {**good, "ssl_ca_certs": f["key.pem"]},
         {"ssl_ca_certs": "/nonexistent/ca.pem"},
         {**good, "ssl_ciphers": "NO-SUCH-CIPHER"},
+        {**good, "ssl_cert_reqs": 5},
         {**good, "ssl_ciphers": "ECDHE+AESGCM:!aNULL"},
     ]
 
@@ -143,6 +147,10 @@ def lora_cases(a: dict[str, str]) -> list[dict[str, object]]:
         {"modules": [["a", "someorg/not-cached"]], "enable": True, "rank": 16},
         {"modules": [["a", "someorg/cached"]], "enable": True, "rank": 16},
         {"modules": [["a", "someorg/empty"]], "enable": True, "rank": 16},
+        {"modules": [], "mm": {"audio": a["good"], "image": a["r64"]}, "enable": False, "rank": 16},
+        {"modules": [], "mm": {"audio": a["good"], "image": a["r64"]}, "enable": True, "rank": 16},
+        {"modules": [["audio", a["good"]]], "mm": {"audio": a["good"]}, "enable": True, "rank": 16},
+        {"modules": [["a", a["good"]]], "mm": {"audio": a["good"]}, "enable": True, "rank": 16},
     ]
     others = ("bias", "dora", "saved", "zero", "bare", "list", "broken")
     return cases + [{"modules": [["a", a[name]]], "enable": True, "rank": 16} for name in others]
@@ -168,7 +176,9 @@ def refused_by_patchkit(case: dict[str, object]) -> bool:
         enable = ["--enable-lora"] if case["enable"] else []
         modules = case["modules"]
         assert isinstance(modules, list)
-        options = [*enable, "--max-lora-rank", str(case["rank"]), "--lora-modules", *(f"{n}={p}" for n, p in modules)]
+        options = [*enable, "--max-lora-rank", str(case["rank"])]
+        options += ["--lora-modules", *(f"{n}={p}" for n, p in modules)] if modules else []
+        options += ["--default-mm-loras", json.dumps(case["mm"])] if "mm" in case else []
     findings = late_file_findings(parse([*launch, *options], "0.16.0"), "command", lambda: "utf-8")
     return any(not f.ok for f in findings)
 
@@ -185,3 +195,73 @@ def test_tls_and_static_adapters_are_refused_exactly_where_uvicorn_and_vllm_refu
     ]
     assert disagreements == []
     assert sum(bool(s) for s in vllm_said) >= 16, vllm_said  # most cases are refusals, each of its own kind
+
+
+ASK_GENERATION = textwrap.dedent("""\
+    import json, sys
+    from vllm.transformers_utils.config import try_get_generation_config
+
+    def refused(value):  # ModelConfig.try_get_generation_config for a value other than auto / vllm
+        try:
+            try_get_generation_config(value, trust_remote_code=False, config_format="auto")
+        except Exception as exc:
+            return f"{type(exc).__name__}: {exc}"
+
+    print(json.dumps([refused(value) for value in json.loads(sys.argv[1])]))
+""")
+
+LLAMA = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 256,
+    "intermediate_size": 512,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 4,
+    "max_position_embeddings": 1024,
+    "vocab_size": 1000,
+}
+
+
+def generation_values(root: Path, cache: Path) -> list[str]:
+    directories = {
+        "withgen": {"generation_config.json": '{"temperature": 0.5}'},
+        "withconf": {"config.json": json.dumps(LLAMA)},
+        "empty": {},
+        "list": {"generation_config.json": "[1]"},
+        "null": {"generation_config.json": "null"},
+        "bad": {"generation_config.json": "{bad"},
+        "badconf": {"generation_config.json": "{bad", "config.json": json.dumps(LLAMA)},
+        "latin1": {"generation_config.json": '{"x": "caf\xe9"}'},
+    }
+    for name, files in directories.items():
+        (root / name).mkdir(parents=True)
+        for file, text in files.items():
+            (root / name / file).write_bytes(text.encode("latin-1"))
+    (root / "file.txt").write_text("x")
+    (root / "m.gguf").write_text("x")
+    (root / "headed").write_bytes(b"GGUF and more")
+    for repo, files in {"someorg/gen-cached": {"generation_config.json": "{}"}, "someorg/gen-empty": {}}.items():
+        storage = cache / ("models--" + repo.replace("/", "--"))
+        (storage / "refs").mkdir(parents=True)
+        (storage / "refs" / "main").write_text("c0ffee")
+        (storage / "snapshots" / "c0ffee").mkdir(parents=True)
+        for file, text in files.items():
+            (storage / "snapshots" / "c0ffee" / file).write_text(text)
+    local = [str(root / name) for name in [*directories, "file.txt", "m.gguf", "headed"]]
+    return [*local, "/nonexistent/gen", "someorg/gen-absent", "someorg/gen-cached", "someorg/gen-empty", "org/m:Q4_K_M"]
+
+
+def test_a_generation_config_is_refused_exactly_where_vllm_finds_none(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    values = generation_values(tmp_path / "gc", tmp_path / "hub")
+    vllm_said = ask_vllm(ASK_GENERATION, json.dumps(values))
+    assert isinstance(vllm_said, list)
+    launch = ["env", "HF_HUB_OFFLINE=1", str(VLLM_PYTHON), "-m", "vllm.entrypoints.cli.main", "serve", "m"]
+    disagreements = []
+    for value, said in zip(values, vllm_said, strict=True):
+        command = parse([*launch, "--generation-config", value], "0.16.0")
+        refused = any(not f.ok for f in late_file_findings(command, "command", lambda: "utf-8"))
+        disagreements += [(value, said)] if refused != bool(said) else []
+    assert disagreements == []
+    assert sum(bool(s) for s in vllm_said) >= 6, vllm_said

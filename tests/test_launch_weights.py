@@ -1,0 +1,120 @@
+"""review34 F8: a target or drafter given as a local directory (or, offline, a cached snapshot) in which
+vLLM's DefaultModelLoader finds no weight file to load fails `models` before the launch, with the fix:
+vLLM fails it only once the load begins (a drafter: after the target's whole load). The layouts are
+held against the real vLLM 0.16.0 loader in tests/vllm_import/test_weights_real.py."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from helpers import run_cli
+from launch_fixtures import (
+    DEEPSEEK_V3,
+    DRAFTER,
+    INDEX,
+    LAYOUTS,
+    WEIGHTS,
+    index_of,
+    serve,
+    write_eagle3_setup,
+    write_layout,
+    write_model,
+)
+
+from patchkit.launch.weights import weights_problem
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_a_directory_holds_weights_vllm_loads_exactly_when_it_does(tmp_path, layout):
+    files, load_format, loads = LAYOUTS[layout]
+    directory = write_layout(tmp_path / "m", files)
+    problem = weights_problem(str(directory), load_format)
+    assert (problem is None) is loads, problem
+
+
+def test_a_loader_that_reads_no_such_files_is_not_judged(tmp_path):
+    for load_format in ("dummy", "tensorizer", "gguf", "bitsandbytes", "runai_streamer", "sharded_state"):
+        assert weights_problem(str(tmp_path), load_format) is None
+
+
+def preflight(tree: Path, library: Path, *command: str, env: dict[str, str] | None = None):
+    return run_cli(
+        "preflight", "--target", tree, "--patches", library, "--format", "json", "--no-import", "--", *command, env=env
+    )
+
+
+def models_findings(done) -> list[dict]:
+    return [f for f in json.loads(done.stdout)["findings"] if f["check"] == "models"]
+
+
+def test_a_drafter_directory_without_weights_fails_models_with_the_fix(tmp_path):
+    """The reproduction: an EAGLE-3 drafter of config.json alone; then with a weight file it passes."""
+    tree, library = write_eagle3_setup(tmp_path)
+    target = write_model(tmp_path / "ds", DEEPSEEK_V3)
+    drafter = write_model(tmp_path / "dr", DRAFTER)
+    (drafter / WEIGHTS).unlink()
+    done = preflight(tree, library, *serve(target, drafter))
+    [finding] = models_findings(done)
+    assert done.returncode == 1 and finding["ok"] is False, done.stdout
+    assert finding["message"].startswith(f"drafter '{drafter}': no weight file vLLM loads"), finding
+    assert "the launch fails once the target has loaded" in finding["message"], finding
+    assert finding["fix"] == f"put the drafter's weights into {drafter} (or give the directory that holds them)"
+    (drafter / "model.safetensors").write_bytes(b"")
+    assert models_findings(preflight(tree, library, *serve(target, drafter))) == []
+
+
+def test_a_target_missing_a_shard_its_index_names_fails_and_a_dummy_load_is_not_judged(tmp_path):
+    tree, library = write_eagle3_setup(tmp_path)
+    target = write_model(tmp_path / "ds", DEEPSEEK_V3)
+    drafter = write_model(tmp_path / "dr", DRAFTER)
+    (target / INDEX).write_text(index_of(WEIGHTS, "model-2.safetensors"))
+    [finding] = models_findings(preflight(tree, library, *serve(target, drafter)))
+    assert finding["message"] == (
+        f"model '{target}': {INDEX} names model-2.safetensors, not there: the load fails at its start"
+    ), finding
+    assert models_findings(preflight(tree, library, *serve(target, drafter, "--load-format", "dummy"))) == []
+    (target / "model-2.safetensors").write_bytes(b"")
+    assert models_findings(preflight(tree, library, *serve(target, drafter))) == []
+
+
+def cached(hub: Path, name: str, files: dict[str, str]) -> Path:
+    commit = "c" * 40
+    repo = hub / ("models--" + name.replace("/", "--"))
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(commit)
+    return write_layout(repo / "snapshots" / commit, files)
+
+
+def test_an_offline_hub_drafter_is_judged_on_its_cached_snapshot_and_an_online_one_not(tmp_path):
+    tree, library = write_eagle3_setup(tmp_path)
+    target = write_model(tmp_path / "ds", DEEPSEEK_V3)
+    hub = tmp_path / "hub"
+    snapshot = cached(hub, "lab/drafter", {"config.json": json.dumps(DRAFTER)})
+    env = {"HF_HUB_CACHE": str(hub), "HF_HUB_OFFLINE": "1"}
+    [finding] = models_findings(preflight(tree, library, *serve(target, "lab/drafter"), env=env))
+    message = finding["message"]  # the snapshot's long path shortened in the middle
+    assert message.startswith(f"drafter 'lab/drafter' (its cached snapshot {str(snapshot)[:20]}"), finding
+    assert "): no weight file vLLM loads (*.safetensors, *.bin, *.pt): the launch fails once" in message, finding
+    assert "`hf download lab/drafter`" in finding["fix"], finding
+    online = {**env, "HF_HUB_OFFLINE": "0"}
+    assert models_findings(preflight(tree, library, *serve(target, "lab/drafter"), env=online)) == []
+    (snapshot / "model.safetensors").write_bytes(b"")
+    assert models_findings(preflight(tree, library, *serve(target, "lab/drafter"), env=env)) == []
+
+
+def test_an_offline_hub_target_is_judged_on_the_snapshot_vllm_takes(tmp_path):
+    tree, library = write_eagle3_setup(tmp_path)
+    drafter = write_model(tmp_path / "dr", DRAFTER)
+    hub = tmp_path / "hub"
+    snapshot = cached(hub, "lab/ds", {"config.json": json.dumps(DEEPSEEK_V3), "training_args.bin": ""})
+    env = {"HF_HUB_CACHE": str(hub), "HF_HUB_OFFLINE": "1"}
+    [finding] = models_findings(preflight(tree, library, *serve("lab/ds", drafter), env=env))
+    message = finding["message"]
+    assert message.startswith(f"model 'lab/ds' (its cached snapshot {str(snapshot)[:20]}"), finding
+    assert "): no weight file vLLM loads (*.safetensors, *.bin, *.pt): the load fails at its start" in message, finding
+    assert "`hf download lab/ds`" in finding["fix"], finding
+    os.symlink(snapshot / "training_args.bin", snapshot / "pytorch_model.bin")
+    assert models_findings(preflight(tree, library, *serve("lab/ds", drafter), env=env)) == []
