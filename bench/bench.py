@@ -62,10 +62,15 @@
    whose start-up may set a pycache prefix) runs in the target's interpreter, on a plain site of vllm/ and its
    dist-info, this checkout's vs the --before-locate commit's (default d2f9245: before the plain lookup), in turn
    (2N+1 runs each), beside `python -c pass` of the same interpreter (goal: not slower).
+16. A hostile record (`--only large-record`): `status -q` and the guard's verdict (in a fresh
+   interpreter) on an applied 0.16.0 tree whose state.json names --record-files (default 2,000) and
+   then four times as many created files more, each absent, vs the same tree as applied: the extra
+   cost at 4x over the extra cost at 1x (goal: linear, about 4x; work that is the product of the
+   recorded files and the guard's problems would be 16x).
 
 --only picks rows by name: dry-run (1), eagle3-dry-run (1), help (2), apply (3), sets-apply (3), fetch (4), checks (5), verify (6),
 large-file (7), guard (8), preflight (9), run (10), wheel (11), fleet (12), real-wheel (13),
-startup (14), locate (15).
+large-record (16), startup (14), locate (15).
 """
 
 from __future__ import annotations
@@ -450,6 +455,65 @@ def guard_row(work: Path, runs: int) -> str:
         "python -c pass",
         "≤ 20 ms",
     )
+
+
+# The guard's verdict on a site, timed inside a fresh interpreter (as GUARD_TIMED; find_problems: the
+# record refused here is refused, not passed).
+GUARD_JUDGED = """
+import hashlib, json, sys, time
+start = time.perf_counter()
+sys.path.insert(0, sys.argv[1])
+import patchkit_guard
+patchkit_guard.find_problems(sys.argv[1])
+print(time.perf_counter() - start)
+"""
+
+
+def large_record_rows(work: Path, runs: int, files: int) -> list[str]:
+    """`status -q` and the guard on an applied 0.16.0 tree whose record names `files` and then 4x
+    `files` created files more (absent: each refused), against the same tree as applied (the
+    reference). Linear work makes the extra cost at 4x four times the extra cost at 1x; the work
+    of a product of the files with the guard's problems, sixteen times."""
+    base = work / "record-0"
+    shutil.copytree(stock_0_16(work), base)
+    run_once([*PATCHKIT, "apply", "-q", "--no-import", "--target", str(base)])
+    sites = {0: base}
+    for count in (files, files * 4):
+        sites[count] = work / f"record-{count}"
+        shutil.copytree(base, sites[count], symlinks=True)
+        state = sites[count] / ".patchkit" / "state.json"
+        data = json.loads(state.read_text())
+        made = data["entries"][0]["files"]
+        made.update({f"vllm/zz/x{i}.py": {"after": "ab" * 32, "before": None, "mode": 0o644} for i in range(count)})
+        state.write_text(json.dumps(data))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    status, guard = {}, {}
+    for count, site in sites.items():
+        status[count] = statistics.median(_status_took(site) for _ in range(runs))
+        judged = [sys.executable, "-c", GUARD_JUDGED, str(site)]
+        guard[count] = statistics.median(
+            float(subprocess.run(judged, capture_output=True, text=True, env=env, check=True).stdout)
+            for _ in range(runs)
+        )
+    rows = []
+    for name, took in (("status -q", status), ("the guard's verdict", guard)):
+        small, large = took[files] - took[0], took[files * 4] - took[0]
+        rows.append(
+            f"| {name}, applied 0.16.0 whose record names {files:,} / {files * 4:,} created files more | "
+            f"{took[files]:.3f} s / {took[files * 4]:.3f} s | as applied {took[0]:.3f} s | "
+            f"the extra cost at 4x: {large / small:.1f}x the extra at 1x | linear: ≈ 4x (a product: 16x) |"
+        )
+    return rows
+
+
+def _status_took(site: Path) -> float:
+    """Wall time of `status -q` on a tree (exit 0, or 1 where the guard refuses it)."""
+    start = time.perf_counter()
+    done = subprocess.run([*PATCHKIT, "status", "-q", "--target", str(site)], capture_output=True)
+    took = time.perf_counter() - start
+    if done.returncode not in (0, 1):
+        raise SystemExit(f"status exited {done.returncode}: {done.stderr.decode()[-500:]}")
+    return took
 
 
 # Runs a command as its own child and prints its wall time, CPU time (user + system) and peak RSS
@@ -1053,6 +1117,7 @@ ROWS = (
     "wheel",
     "fleet",
     "real-wheel",
+    "large-record",
     "startup",
     "locate",
 )
@@ -1071,6 +1136,7 @@ def main() -> None:
         help="startup: the commits to compare with (default: main before issue 21's restructuring)",
     )
     parser.add_argument("--wheel-mb", type=int, default=464, help="the wheel row's stored member size (MB)")
+    parser.add_argument("--record-files", type=int, default=2000, help="the large-record row's smaller count")
     parser.add_argument(
         "--before-locate",
         nargs="+",
@@ -1116,6 +1182,8 @@ def main() -> None:
             rows.extend(fleet_rows(work, runs))
         if "real-wheel" in chosen:
             rows.extend(real_wheel_rows(work, runs))
+        if "large-record" in chosen:
+            rows.extend(large_record_rows(work, runs, args.record_files))
         if "startup" in chosen:
             rows.extend(startup_rows(work / "startup", runs, args.before))
         if "locate" in chosen:

@@ -37,6 +37,7 @@ FORMATS = {
     18: "2be851c7f2ca9c57f856bb8756e92d4aa54f324ada0abd8d042b91d9be87999e",  # a recorded patch's name that is no file name ('../x', '..') is damaged (with 17)
     19: "81d0723ee5e48b42ca7f94717e1629253fa64134327e51e48458f00455bccd39",  # typed for mypy --strict: the same checks
     20: "60f2c8d640716fbd1c6f803a69aaf9de6734d86bb75a6da4f05800690df14720",  # an empty METADATA Version: "names no version"
+    21: "7a7b1b33bc3726a551d49aa00b3e4569ac3196caf033d2b7207c31447ae0bbb9",  # a record of thousands of files judged in linear time: the same checks
 }
 _SKIPPED = {tokenize.COMMENT, tokenize.NL, tokenize.ENCODING, tokenize.ENDMARKER}
 _STATEMENT_START = {tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, None}

@@ -4,7 +4,13 @@ it, then create_engine_config(). No weights are loaded; nothing is downloaded (H
 
 request: {"arguments": [what follows `vllm serve` or `-m vllm.entrypoints.openai.api_server`],
           "serve": bool, "args": [the same for the engine's parser alone], "cwd": dir}
-answer:  {"status": "ok" | "invalid" | "no-vllm", "error": text, "reading": {what vLLM's parser read: READ}}
+answer:  {"status": "ok" | "invalid" | "no-vllm", "error": text, "reading": {what vLLM's parser read: READ},
+          "cpu": the CPU platform was forced (no accelerator found), "cpu_refused": the error was raised in
+          vllm/platforms/cpu.py (the forced platform's own refusal)}
+       | {"status": "after-load", "option": "middleware" | "generation-config", "value": text, "stage":
+         for --middleware "no-dot" | "import" | "attribute" | "kind", "error": text, "cpu", "reading"}:
+         create_engine_config() accepts the command, but what build_app and init_app_state run once the
+         model has loaded refuses it (a --middleware that does not import; a generation config vLLM cannot read)
        | {"status": "plugin-failed", "plugin": entry point name or None, "error": text}: a general plugin
          raised (vLLM's own loader runs them first, as 0.16.0's parser does)
        | {"status": "plugin-running", "plugin": name}: left in the answer file by a plugin that hung or
@@ -16,6 +22,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import inspect
 import io
 import json
 import os
@@ -35,7 +42,7 @@ def work(request: dict[str, Any]) -> dict[str, Any]:
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     try:
         importlib.import_module("vllm")
-        _force_cpu_platform_when_none()  # before the modules that keep vllm.platforms.current_platform
+        forced = _force_cpu_platform_when_none()  # before the modules that keep vllm.platforms.current_platform
         AsyncEngineArgs = importlib.import_module("vllm.engine.arg_utils").AsyncEngineArgs
     except Exception as exc:  # vLLM does not import here: the validation is skipped, not failed
         return {"status": "no-vllm", "error": f"{type(exc).__name__}: {exc}"}
@@ -53,16 +60,92 @@ def work(request: dict[str, Any]) -> dict[str, Any]:
         reading = {name: _plain(getattr(args, name)) for name in READ if hasattr(args, name)}
         with _model_names_as_launched(launch_offline):
             engine_args = AsyncEngineArgs.from_cli_args(args)
-        engine_args.create_engine_config()
+        config = engine_args.create_engine_config()
     except Exception as exc:
-        return {"status": "invalid", "error": _error_text(exc), "reading": reading}
+        cpu_refused = forced and _raised_in_cpu_platform(exc)
+        return {
+            "status": "invalid",
+            "error": _error_text(exc),
+            "reading": reading,
+            "cpu": forced,
+            "cpu_refused": cpu_refused,
+        }
     except BaseException as exc:  # argparse exits on an argument it refuses: vLLM would refuse it too
         if isinstance(exc, KeyboardInterrupt):
             raise
         said = refused.getvalue().strip().splitlines()
         reason = said[-1] if said else f"status {exc}"
         return {"status": "invalid", "error": f"vLLM's argument parser refused the command: {reason}"}
-    return {"status": "ok", "reading": reading}
+    late = after_load_refusal(args, config, launch_offline)
+    if late is not None:
+        return {"status": "after-load", **late, "reading": reading, "cpu": forced}
+    return {"status": "ok", "reading": reading, "cpu": forced}
+
+
+def after_load_refusal(args: Any, config: Any, launch_offline: bool) -> dict[str, str] | None:
+    """What vLLM's server runs once the model has loaded, and needs no model, run here: build_app's
+    --middleware imports, then the generation config OpenAIServingChat and the others read
+    (ModelConfig.get_diff_sampling_param); the first refusal, or None."""
+    for middleware in getattr(args, "middleware", None) or []:
+        refused = middleware_refusal(str(middleware))
+        if refused is not None:
+            return {"option": "middleware", "value": str(middleware), **refused}
+    model_config = getattr(config, "model_config", None)
+    if model_config is None or not hasattr(model_config, "get_diff_sampling_param"):
+        return None
+    value = str(getattr(model_config, "generation_config", "auto"))
+    if not launch_offline and _downloadable(value):  # vLLM would fetch it from the hub: not judged offline
+        return None
+    try:
+        model_config.get_diff_sampling_param()
+    except Exception as exc:
+        return {"option": "generation-config", "value": value, "error": _error_text(exc)}
+    return None
+
+
+def middleware_refusal(middleware: str) -> dict[str, str] | None:
+    """vLLM 0.16.0 build_app's reading of one --middleware (rsplit at the last dot, import_module,
+    getattr, a class or a coroutine function), the stage it fails at and the error; None: it takes it."""
+    if "." not in middleware:
+        return {"stage": "no-dot", "error": "ValueError: not enough values to unpack (expected 2, got 1)"}
+    module_path, object_name = middleware.rsplit(".", 1)
+    try:
+        module = importlib.import_module(module_path)
+    except (Exception, SystemExit) as exc:  # the launch ends there too
+        return {"stage": "import", "error": _error_text(exc)}
+    try:
+        imported = getattr(module, object_name)
+    except Exception as exc:
+        return {"stage": "attribute", "error": _error_text(exc)}
+    if inspect.isclass(imported) or inspect.iscoroutinefunction(imported):
+        return None
+    return {"stage": "kind", "error": f"ValueError: Invalid middleware {middleware}. Must be a function or a class."}
+
+
+def _downloadable(value: str) -> bool:
+    """Whether vLLM would look a --generation-config value up on the hub: not auto/vllm, no existing
+    path, and a repo id huggingface_hub takes."""
+    if value in ("auto", "vllm") or os.path.exists(value):
+        return False
+    try:
+        importlib.import_module("huggingface_hub.utils").validate_repo_id(value)
+    except Exception:
+        return False
+    return True
+
+
+def _raised_in_cpu_platform(exc: BaseException) -> bool:
+    """Whether `exc` (or one it was raised from or during) passed through vllm/platforms/cpu.py: the
+    CPU platform's own refusal (CpuPlatform.check_and_update_config and its helpers)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        for frame, _ in traceback.walk_tb(current.__traceback__):
+            if frame.f_code.co_filename.replace(os.sep, "/").endswith("/vllm/platforms/cpu.py"):
+                return True
+        current = current.__cause__ or current.__context__
+    return False
 
 
 class PluginFailed(Exception):
@@ -181,13 +264,16 @@ def _parser_class() -> type[argparse.ArgumentParser]:
     return argparse.ArgumentParser
 
 
-def _force_cpu_platform_when_none() -> None:
+def _force_cpu_platform_when_none() -> bool:
+    """Whether the CPU platform was forced (vLLM found no accelerator here)."""
     try:
         platforms: Any = importlib.import_module("vllm.platforms")
         if platforms.current_platform.is_unspecified():
             platforms._current_platform = importlib.import_module("vllm.platforms.cpu").CpuPlatform()
+            return True
     except Exception:  # an older layout: vLLM decides itself
         pass
+    return False
 
 
 def _error_text(exc: BaseException) -> str:

@@ -42,7 +42,7 @@ ENV = "PATCHKIT_GUARD"
 # The number of the guard's checks: patchkit tells an older build's guard that judges a tree as it
 # does (the same number: a note, `apply` updates it) from one that may not (a failure until `apply`).
 # tests/test_guard_format.py holds it to this module's code: a change of the code bumps it.
-GUARD_FORMAT = 20
+GUARD_FORMAT = 21
 MAX_RECORD_BYTES = 16 * 1024 * 1024
 if TYPE_CHECKING:  # (vllm version or None, {path: recorded sha256 or None}, {path: its original's sha256 or None})
     Record = tuple[str | None, dict[str, str | None], dict[str, str | None]]
@@ -181,13 +181,14 @@ def judge(
     problems, upgraded = [], False
     expected: dict[str, str | None] = {}
     original: dict[str, str | None] = {}
+    versions: dict[str | None, list[str]] = {}  # the installed version read once, not once per set recorded
     for reader in _RECORD_READERS:
         try:
             records = reader(site)
         except TreeChanged as exc:
             return Verdict([str(exc)])
         for version, files, before in records:  # in the order applied: a later set's hash of a file wins
-            found = _version_problems(site, version)
+            found = _version_problems(site, version, versions)
             problems += found
             upgraded = upgraded or bool(found)
             expected.update(files)
@@ -199,13 +200,15 @@ def judge(
         return Verdict([str(exc)])
     # after an upgrade the files are another release's: no original of this record says them
     again = [] if upgraded else [rel for rel, actual, _ in differing if rel in original and actual == original[rel]]
+    stock = set(again)  # looked up once per differing file: a record may name thousands
     # another build of the same version reinstalled (a vendor's): pip wrote the file, no edit
-    pip = [] if upgraded else _pip_wrote(site, [(r, a) for r, a, _ in differing if original.get(r) and r not in again])
+    pip = [] if upgraded else _pip_wrote(site, [(r, a) for r, a, _ in differing if original.get(r) and r not in stock])
     whole = bool(again or pip) and len(again) + len(pip) == len(original)
+    wrote = set(pip)
     for rel, actual, problem in differing:
-        if rel in pip and not whole:
+        if rel in wrote and not whole:
             problems.append(rel + PIP_WROTE)
-        elif rel not in again and rel not in pip:
+        elif rel not in stock and rel not in wrote:
             problems.append(problem)
         elif not whole:  # said as what it is: stock bytes, no edit to keep (apply alone fixes it)
             problems.append(
@@ -221,7 +224,7 @@ def judge(
         problems += stale_bytecode(site, kept, tags, prefix, mode) + _shadowed(site, kept, extensions)
     except TreeChanged as exc:
         return Verdict([*problems, str(exc)])
-    return Verdict(sorted(set(problems), key=problems.index), again + pip, whole)
+    return Verdict(list(dict.fromkeys(problems)), again + pip, whole)  # each once, in the order found
 
 
 # a recorded file pip wrote again (vLLM reinstalled, maybe another build of the same version): apply
@@ -1078,7 +1081,14 @@ def _digest_or_none(value: object) -> bool:
 _RECORD_READERS = (_wheel_records, _state_records)
 
 
-def _version_problems(site: str, recorded: str | None) -> list[str]:
+def _version_problems(site: str, recorded: str | None, seen: dict[str | None, list[str]]) -> list[str]:
+    """What the installed vLLM's version says against `recorded`; `seen`: those said already."""
+    if recorded not in seen:
+        seen[recorded] = _against_installed(site, recorded)
+    return seen[recorded]
+
+
+def _against_installed(site: str, recorded: str | None) -> list[str]:
     if recorded is None:
         return []
     installed = installed_vllm_version(site)

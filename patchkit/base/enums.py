@@ -135,6 +135,7 @@ class WorkerStatus(StrEnum):
     UNANSWERED = "unanswered"
     NOT_REGISTERED = "not-registered"
     INVALID = "invalid"
+    AFTER_LOAD = "after-load"  # create_engine_config() accepts it; what the server runs after the load refuses it
     ERROR = "error"
     PLUGIN_FAILED = "plugin-failed"
     PLUGIN_RUNNING = "plugin-running"

@@ -16,6 +16,7 @@ from patchkit.base.enums import Holder, Outcome, PatchState, SelectionKind, Step
 from patchkit.base.errors import PatchkitError
 from patchkit.base.fsutil import Landed, first_symlink, read_file
 from patchkit.base.hashing import sha256
+from patchkit.base.heads import Heads
 from patchkit.base.options import Options
 from patchkit.base.values import Value
 from patchkit.checks import CheckContext, shadow
@@ -71,7 +72,7 @@ from patchkit.tree.modules import hanging_modules
 from patchkit.tree.target import checkout_restore, stock_files_command
 
 if TYPE_CHECKING:  # pragma: no cover
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Collection, Mapping, Sequence
 
     from patchkit._target.guard import Verdict
     from patchkit.checks import Check, CheckContext, CheckResult, Reader
@@ -661,8 +662,9 @@ def _symlink_fix(root: Path, refused: list[str], state: State | None) -> str | N
     if state is None or not refused:
         return None
     recorded = [*(path for entry in state.entries for path in entry.files), *state.guard]
+    heads = Heads(refused)
     for rel in recorded:
-        if not any(problem.startswith((f"{rel} ", f"{rel!r} ")) for problem in refused):
+        if not heads.any_starts(f"{rel} ", f"{rel!r} "):
             continue
         found = first_symlink(root, rel)
         if found is not None:
@@ -717,7 +719,8 @@ def _refuses_the_wheels_files(root: Path, state: State, refused: list[str]) -> b
         return False
     recorded = {path for entry in state.entries for path in entry.files}
     wheels = [path for path in (found.files if found is not None else ()) if path not in recorded]
-    return any(problem.startswith(f"{path} ") for path in wheels for problem in refused)
+    heads = Heads(refused)
+    return any(heads.any_starts(f"{path} ") for path in wheels)
 
 
 def _of_a_wheel_of_several_sets(root: Path, set_name: str, state: State) -> bool:
@@ -784,14 +787,15 @@ def _others_fix(state: State, set_name: str, refused: list[str], stock: frozense
     if not refused:
         return None
     entries = [e for e in state.entries if e.set_name != set_name]
-    named = [e for e in entries if any(problem.startswith(f"{path} ") for path in e.files for problem in refused)]
+    heads = Heads(refused)
+    named = [e for e in entries if any(heads.any_starts(f"{path} ") for path in e.files)]
     if not named:
         return None
-    fixes = []
+    fixes, at_hand = [], sets_at_hand()  # the library read once, not once per set named
     for entry in named:
-        chosen = selection_of(entry)
+        chosen = selection_of(entry, at_hand)
         revert, apply = hints.command("revert", "--force", chosen=chosen), hints.command("apply", chosen=chosen)
-        its = {path for path in entry.files if any(problem.startswith(f"{path} ") for problem in refused)}
+        its = {path for path in entry.files if heads.any_starts(f"{path} ")}
         fixes.append(apply if its <= stock else f"{revert} (it keeps a copy of edits), then {apply}")
     whose = " and ".join(shown_set(entry) for entry in named)
     left_stock = stock - {path for entry in named for path in entry.files}
@@ -799,20 +803,22 @@ def _others_fix(state: State, set_name: str, refused: list[str], stock: frozense
     return f"the refused files belong to {whose}: run " + "; and ".join(fixes) + then
 
 
-def selection_of(entry: Entry) -> Options:
-    """The user's selection with this recorded set chosen: its --set, or an ad-hoc set's --patch files."""
+def selection_of(entry: Entry, at_hand: Collection[str] | None = None) -> Options:
+    """The user's selection with this recorded set chosen: its --set, or an ad-hoc set's --patch files.
+    `at_hand`: the sets of the user's library, when read already (None: read here)."""
     if is_adhoc(entry.set_name):
         return hints.for_set(None, recorded_patch_files(entry))
-    return hints.for_set(entry.set_name, library=None if _at_hand(entry.set_name) else entry.library)
+    held = entry.set_name in (sets_at_hand() if at_hand is None else at_hand)
+    return hints.for_set(entry.set_name, library=None if held else entry.library)
 
 
-def _at_hand(set_name: str) -> bool:
-    """Whether the user's library (--patches, else the one patchkit finds) holds the set: a hint
-    naming another set's record names the library it was applied from otherwise."""
+def sets_at_hand() -> frozenset[str]:
+    """The sets of the user's library (--patches, else the one patchkit finds); none when it cannot
+    be read. A hint naming another set's record names the library it was applied from otherwise."""
     try:
-        return set_name in load_library(locate(hints.current().library).path)
+        return frozenset(load_library(locate(hints.current().library).path))
     except PatchkitError:
-        return False
+        return frozenset()
 
 
 def _applied_though_drifted(reports: list[PatchReport], drifted: list[str], entry: Entry | None) -> list[PatchReport]:

@@ -30,12 +30,14 @@ from patchkit.base.enums import Outcome, SelectionKind, StepState, TreeState
 from patchkit.base.errors import BadInput, CheckFailed, Conflict, Drift, NoPatchSet, PatchkitError
 from patchkit.base.fsutil import Landed, read_file
 from patchkit.base.hashing import sha256
+from patchkit.base.heads import Heads
 from patchkit.base.options import Options
 from patchkit.base.values import Value
 from patchkit.checks import WARNING, Check, CheckResult, integrity, shadow
 from patchkit.checks import bytecode as pyc  # `bytecode` names the results of a fix here
 from patchkit.distinfo import installed_wheel_reader, patched_build, tree_record, unlike_stock
 from patchkit.distinfo.record import (
+    Listings,
     Record,
     find_record,
     has_provenance,
@@ -909,7 +911,8 @@ def refuse_unchangeable(resolved: Resolved, known: Sequence[Patch] = (), status:
         return
     paths = sorted({file.path for patch in resolved.patches for file in patch.files})
     if status is not None and status.symlink_fix:
-        paths = [path for path in paths if not any(problem.startswith(f"{path} ") for problem in status.guard)]
+        heads = Heads(status.guard)
+        paths = [path for path in paths if not heads.any_starts(f"{path} ")]
     try:
         preflight(resolved.target.root, paths, writable=False)
     except BadInput as exc:
@@ -1691,19 +1694,24 @@ def refuse_unrevertable_record(resolved: Resolved, state: State, known: Sequence
     """A record revert refuses (a file it says patchkit created is an installed distribution's own):
     status and verify refuse it as revert does (exit 2), never "applied" beside a revert that fails."""
     root, installed = resolved.target.root, resolved.vllm_version
-    for entry in state.entries:
-        if stale_note(root, entry, installed) is None:
-            _refuse_created_stock_files(root, entry, installed)
-            refuse_unvouched(root, entry, [*resolved.patches, *known])
+    judged = [entry for entry in state.entries if stale_note(root, entry, installed) is None]
+    # the RECORDs read once for every entry's created files, not once per entry
+    listed = listings(root, {path for entry in judged for path, shas in entry.files.items() if shas["before"] is None})
+    for entry in judged:
+        _refuse_created_stock_files(root, entry, installed, listed)
+        refuse_unvouched(root, entry, [*resolved.patches, *known])
 
 
-def _refuse_created_stock_files(root: Path, entry: Entry, installed: Version | None) -> None:
+def _refuse_created_stock_files(
+    root: Path, entry: Entry, installed: Version | None, listed: Listings | None = None
+) -> None:
     """A record that says patchkit created a file (no original) which an installed distribution's
     RECORD lists as its own (vLLM's, torch's) is no record patchkit wrote: reverting it would delete
-    that file. (A vLLM installed from a patched wheel lists the files its patches add: not judged.)"""
+    that file. (A vLLM installed from a patched wheel lists the files its patches add: not judged.)
+    `listed`: the RECORDs' listings of these files, when read already."""
     created = sorted(path for path, shas in entry.files.items() if shas["before"] is None)
-    listed = listings(root, created)
-    stock = sorted(listed.by_others())
+    listed = listings(root, created) if listed is None else listed
+    stock = sorted(listed.by_others() & set(created))
     if created and installed is not None and not has_provenance(root):
         vllms = listed.by_vllm(installed)
         stock += [path for path in created if path in vllms]

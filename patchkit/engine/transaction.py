@@ -119,6 +119,29 @@ class FileWrite(FrozenValue):
     mode: int | None = None  # the permission bits `after` gets (None: the file's own, else 0644)
 
 
+_FAULT_MODES = ("raise", "exit", "kill", "int", "term", "hup")
+
+
+def _fault_plan() -> dict[int, str]:
+    """PATCHKIT_FAULT_AFTER's plan. A value not of its form is ignored whole, with a warning: a test
+    hook set by mistake must neither stop a command nor act on part of what it says."""
+    planned = os.environ.get("PATCHKIT_FAULT_AFTER", "")
+    default = os.environ.get("PATCHKIT_FAULT_MODE", "raise")
+    items = [item.strip().partition(":") for item in planned.split(",") if item.strip()]
+    if not items:
+        return {}
+    if default not in _FAULT_MODES or not all(_fault_item(number, mode) for number, _, mode in items):
+        mode_said = "" if default == "raise" else f" (PATCHKIT_FAULT_MODE={default!r})"
+        notes.say(f"patchkit: warning: PATCHKIT_FAULT_AFTER={planned!r}{mode_said} is ignored: a test hook")
+        notes.say(f"  it takes N[:MODE][,N[:MODE]...], MODE one of {', '.join(_FAULT_MODES)}; unset it")
+        return {}
+    return {int(number): mode or default for number, _, mode in items if int(number)}
+
+
+def _fault_item(number: str, mode: str) -> bool:
+    return number.isascii() and number.isdigit() and len(number) <= 9 and (not mode or mode in _FAULT_MODES)
+
+
 class _Faults:
     """Test-only: PATCHKIT_FAULT_AFTER=N[:MODE][,M[:MODE]...] acts at the Nth (Mth...) filesystem
     operation of a commit or a rollback. MODE (default PATCHKIT_FAULT_MODE, else raise): raise
@@ -126,13 +149,7 @@ class _Faults:
     that signal to this process)."""
 
     def __init__(self) -> None:
-        default = os.environ.get("PATCHKIT_FAULT_MODE", "raise")
-        self.plan: dict[int, str] = {}
-        for item in filter(None, os.environ.get("PATCHKIT_FAULT_AFTER", "").split(",")):
-            number, _, mode = item.partition(":")
-            if int(number):
-                self.plan[int(number)] = mode or default
-        self.count = 0
+        self.plan, self.count = _fault_plan(), 0
 
     def tick(self) -> None:
         if not self.plan:

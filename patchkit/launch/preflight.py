@@ -25,6 +25,7 @@ from patchkit.base import hints
 from patchkit.base.enums import Outcome, TreeState
 from patchkit.base.errors import BadInput, PatchkitError, TargetError
 from patchkit.base.fsutil import read_regular
+from patchkit.base.heads import Heads, naming
 from patchkit.base.options import Options
 from patchkit.base.values import FrozenValue, Value, frozen
 from patchkit.checks import shadow
@@ -58,6 +59,7 @@ from patchkit.launch.engine import LaunchContext, Reader, apply_fix, launch_pyth
 from patchkit.launch.findings import Finding, cannot_judge
 from patchkit.launch.interpreter import RefusedByPython, exec_search
 from patchkit.launch.late_files import late_file_findings
+from patchkit.launch.middleware import middleware_findings
 from patchkit.launch.models import ModelConfig, offline, offline_model_path, redirected, resolve_model, with_overrides
 from patchkit.launch.relevance import EVERY, LaunchNeeds, launch_needs
 from patchkit.launch.shortcut import as_written, kept_findings
@@ -344,13 +346,16 @@ def preflight(
 def _judge_plugin_files(context: LaunchContext, result: PreflightResult) -> None:
     """An entry_points.txt vLLM's plugin loader cannot read fails the launch, and vLLM is then not
     asked (its loader would read it in patchkit's worker too); else the general plugins the launch
-    loads, where vLLM is not asked what they do."""
+    loads, where vLLM is not asked what they do; and, vLLM not asked, the --middleware modules the
+    launch's Python cannot find."""
     unread = _plugin_file_finding(context)
     if unread is not None:
         result.findings.append(unread)
         result.loader_fails = context.not_asked = unread.message
         context.python = None
     result.unjudged_plugins = context.general_plugins() if context.python is None and unread is None else []
+    if context.python is None or result.missing:  # vLLM's validation, which imports them, does not run
+        result.findings += middleware_findings(context.command, COMMAND)
 
 
 def _plugin_file_finding(context: LaunchContext) -> Finding | None:
@@ -997,7 +1002,8 @@ def _not_said_by_judged(resolved: Resolved, status: TreeStatus, needs: LaunchNee
     as the refusal)."""
     said = {n for n in needs.judged if needs.needs(n) and n != but}
     files = [path for e in record_of(resolved.target.root, status).entries if e.set_name in said for path in e.files]
-    return [problem for problem in status.guard if not any(problem.startswith(f"{path} ") for path in files)]
+    said_there = naming(status.guard, files)
+    return [problem for problem in status.guard if problem not in said_there]
 
 
 def _state_words(status: TreeStatus) -> str | None:
@@ -1027,8 +1033,9 @@ def _guard_for_launch(
     }
     kept: list[str] = []
     changed: dict[str, list[str]] = {}
+    first = Heads(status.guard).first_named(owners)
     for problem in status.guard:
-        path = next((path for path in owners if problem.startswith(f"{path} ")), None)
+        path = first.get(problem)
         if path is None:
             kept.append(problem)
         else:

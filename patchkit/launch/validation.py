@@ -4,6 +4,7 @@ class (patchkit/_target/model_interface.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from typing import Any
@@ -53,20 +54,79 @@ def engine_validation(python: str | None, command: LaunchCommand, *, fix: str | 
     stopped = plugin_stopped(answer)
     if stopped is not None:
         return Finding(CHECK, False, *stopped)
+    return _verdict(python, command, answer, fix)
+
+
+CPU = "judged on the CPU platform: no accelerator found"  # the clause every verdict on it ends with
+
+
+def _verdict(python: str, command: LaunchCommand, answer: dict[str, Any], fix: str | None) -> Finding:
+    """The finding the worker's answer gives; one judged on the CPU platform forced says so, and a
+    refusal of that platform's own (vllm/platforms/cpu.py) is no verdict on the launch's machine."""
     status, error = worker_status(answer), str(answer.get("error", ""))
     differs = _read_otherwise(command, answer.get("reading"))
     if differs:
         message = f"vLLM's parser reads the command otherwise than patchkit did: {differs}"
         return Finding(CHECK, False, message, "patchkit's reading is wrong here: report it, with the command")
-    if status == WorkerStatus.OK:
-        return Finding(CHECK, True, "vLLM's create_engine_config() accepts the command")
     if status == WorkerStatus.NO_VLLM:
         return cannot_judge(
             CHECK,
             f"not run: vLLM does not import in {python}: {error}",
             "--python PATH of an environment where it does",
         )
-    return refusal(command, error, fix)
+    forced = answer.get("cpu") is True
+    if forced and answer.get("cpu_refused") is True:
+        message = f"cannot judge here: judged on the CPU platform (no accelerator found), which refuses: {error}"
+        return Finding(CHECK, True, message, "run preflight where the launch runs, with its accelerator", judged=False)
+    if status == WorkerStatus.OK:
+        found = Finding(CHECK, True, "vLLM's create_engine_config() accepts the command")
+    elif status == WorkerStatus.AFTER_LOAD:
+        found = after_load_finding(answer)
+    else:  # the clause before vLLM's own text, which may be long
+        found = refusal(command, error, fix)
+        lead = "vLLM refuses the command:"
+        return (
+            dataclasses.replace(found, message=found.message.replace(lead, f"{lead[:-1]} ({CPU}):", 1))
+            if forced
+            else found
+        )
+    return dataclasses.replace(found, message=f"{found.message} ({CPU})") if forced else found
+
+
+AFTER_LOAD = "vLLM refuses the launch once the model has loaded"
+
+
+def after_load_finding(answer: dict[str, Any]) -> Finding:
+    """A failed finding for what vLLM's server refuses after the load, though create_engine_config()
+    accepts the command: a --middleware build_app cannot take, a generation config it cannot read."""
+    value, error = str(answer.get("value", "")), _first_line(str(answer.get("error", "")))
+    if answer.get("option") == "generation-config":
+        if value == "auto":
+            message = f"vLLM cannot read the model's generation config ({error}): {AFTER_LOAD}"
+            return Finding(
+                CHECK, False, message, "fix the model's generation_config.json, or give --generation-config vllm"
+            )
+        message = f"--generation-config {value}: vLLM cannot read it ({error}): {AFTER_LOAD}"
+        fix = "give a directory that holds generation_config.json (as the launch's directory sees it), or auto or vllm"
+        return Finding(CHECK, False, message, fix)
+    module, _, name = value.rpartition(".")
+    said, fix = {
+        "no-dot": ("no dot: vLLM splits it into a module and a name at the last dot", "give it as MODULE.NAME"),
+        "import": (
+            f"{module} does not import in the launch ({error})",
+            f"install {module} where the launch imports it (its venv, or its PYTHONPATH)",
+        ),
+        "attribute": (f"{module} has no {name}", f"name a class or an async function that {module} defines"),
+        "kind": ("neither a class nor an async function", f"name a class or an async function that {module} defines"),
+    }.get(str(answer.get("stage")), (error, "give an importable MODULE.NAME"))
+    return Finding(CHECK, False, f"--middleware {value}: {said}: {AFTER_LOAD}", fix)
+
+
+def _first_line(error: str) -> str:
+    """An exception's first line, bounded: what a finding can hold on a line or two."""
+    lines = error.strip().splitlines()
+    line = lines[0] if lines else error
+    return line if len(line) <= 200 else line[:197] + "..."
 
 
 def refusal(command: LaunchCommand, error: str, fix: str | None) -> Finding:

@@ -1,0 +1,167 @@
+"""A record naming tens of thousands of files (a hostile state.json within its 16 MiB limit, each
+entry valid) costs status, verify and the launch guard work linear in the files, not their product
+with the guard's problems. Counted, not timed: the guard's problems (and the guard's own paths) are
+strings that count the comparisons made of them, and each test holds the count to a few per file.
+bench/bench.py's `large-record` row measures the time at n and 4n files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+
+import patchkit._target.guard as target_guard
+import patchkit.engine.inspection as inspection
+import patchkit.engine.operations as operations
+
+FILES = 20_000
+CREATED = "vllm/zz/made_{}.py"  # a created file the record names, absent from the tree
+
+
+class TooMany(AssertionError):
+    """More comparisons than a linear look-up makes: the work is the product of two lists."""
+
+
+class Counted(str):
+    """A string counting the comparisons made of it (==, startswith) on a shared budget."""
+
+    left: ClassVar[list[int]] = [0]
+
+    def _spend(self) -> None:
+        Counted.left[0] -= 1
+        if Counted.left[0] < 0:
+            raise TooMany("more comparisons than a few per recorded file")
+
+    def __eq__(self, other: object) -> bool:
+        self._spend()
+        return str.__eq__(self, other)
+
+    __hash__ = str.__hash__
+
+    def startswith(self, *args, **kwargs) -> bool:
+        self._spend()
+        return str.startswith(self, *args, **kwargs)
+
+
+@pytest.fixture
+def budget():
+    """A budget of comparisons, a few per recorded file; spent by Counted strings."""
+    Counted.left[0] = 8 * FILES
+    yield Counted.left
+    Counted.left[0] = 0
+
+
+def record_many(tree: Path, count: int = FILES) -> None:
+    """The applied tree's record, with `count` created files more in its first entry (none on disk)."""
+    path = tree / ".patchkit" / "state.json"
+    data = json.loads(path.read_text())
+    made = data["entries"][0]["files"]
+    for i in range(count):
+        made[CREATED.format(i)] = {"after": "ab" * 32, "before": None, "mode": 0o644}
+    path.write_text(json.dumps(data))
+
+
+@pytest.fixture
+def applied(run, tree, open_library) -> Path:
+    assert run("apply", "--target", tree, "--patches", open_library).exit_code == 0
+    record_many(tree)
+    return tree
+
+
+def test_status_of_a_record_of_many_files_compares_each_problem_a_few_times(
+    run, applied, open_library, budget, monkeypatch
+):
+    real = inspection.launch_verdict
+
+    def counted(root, state):
+        verdict = real(root, state)
+        verdict.problems = [Counted(problem) for problem in verdict.problems]
+        return verdict
+
+    monkeypatch.setattr(inspection, "launch_verdict", counted)
+    for command in ("status", "verify"):
+        done = run(command, "--target", applied, "--patches", open_library, "--format", "json")
+        assert done.exit_code == 1, done.output
+        assert CREATED.format(FILES - 1) in done.output  # the guard's refusal, said
+    assert budget[0] >= 0
+
+
+def test_the_guard_judges_a_record_of_many_files_comparing_each_path_a_few_times(applied, budget, monkeypatch):
+    real = target_guard._differing
+
+    def counted(site, files):
+        return [(Counted(rel), actual, Counted(problem)) for rel, actual, problem in real(site, files)]
+
+    monkeypatch.setattr(target_guard, "_differing", counted)
+    verdict = target_guard.judge(str(applied))
+    assert len(verdict.problems) == FILES
+    assert verdict.problems[0] == CREATED.format(0) + " is gone, as before patchkit created it"
+    assert CREATED.format(FILES - 1) in verdict.stock_again
+    assert budget[0] >= 0
+
+
+def test_the_guards_problems_are_each_said_once_in_the_order_found(applied, monkeypatch):
+    real = target_guard._differing
+
+    def twice(site, files):  # each refusal found twice, as two readers of one file would
+        found = real(site, files)
+        return [*found, *found]
+
+    monkeypatch.setattr(target_guard, "_differing", twice)
+    problems = target_guard.judge(str(applied)).problems
+    assert problems == [
+        CREATED.format(i) + " is gone, as before patchkit created it"
+        for i in sorted(range(FILES), key=lambda i: CREATED.format(i))
+    ]
+
+
+SETS = 2_000
+
+
+def record_many_sets(tree: Path, count: int = SETS) -> None:
+    """The applied tree's record, with `count` sets more (copies of its first, other names), each
+    recording one created file (none on disk)."""
+    path = tree / ".patchkit" / "state.json"
+    data = json.loads(path.read_text())
+    first = data["entries"][0]
+    for i in range(count):
+        files = {CREATED.format(i): {"after": "ab" * 32, "before": None, "mode": 0o644}}
+        data["entries"].append({**first, "set": f"other-{i}", "files": files})
+    path.write_text(json.dumps(data))
+
+
+def counting(monkeypatch, module, name: str) -> list[int]:
+    """Each call of module.name counted."""
+    calls, real = [0], getattr(module, name)
+
+    def counted(*args, **kwargs):
+        calls[0] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, counted)
+    return calls
+
+
+def test_status_of_a_record_of_many_sets_reads_the_library_and_the_records_a_few_times(
+    run, tree, open_library, monkeypatch
+):
+    assert run("apply", "--target", tree, "--patches", open_library).exit_code == 0
+    record_many_sets(tree)
+    libraries = counting(monkeypatch, inspection, "load_library")
+    records = counting(monkeypatch, operations, "listings")
+    done = run("status", "--target", tree, "--patches", open_library, "--format", "json")
+    assert done.exit_code == 1, done.output
+    assert "other-1999" in done.output  # its refused file's fix names it
+    assert libraries[0] <= 10
+    assert records[0] <= 10
+
+
+def test_the_guard_reads_the_installed_version_once_for_a_record_of_many_sets(run, tree, open_library, monkeypatch):
+    assert run("apply", "--target", tree, "--patches", open_library).exit_code == 0
+    record_many_sets(tree)
+    read = counting(monkeypatch, target_guard, "installed_vllm_version")
+    verdict = target_guard.judge(str(tree))
+    assert len(verdict.problems) == SETS
+    assert read[0] <= 2

@@ -1,0 +1,177 @@
+"""review34 F5 (--middleware), F6 (--generation-config inside vLLM's validation), F16 (the CPU platform
+forced): what vLLM's server runs once the model has loaded, judged before the launch. The static
+path asks the launch's Python whether it finds each --middleware module; vLLM's validation
+(patchkit/_target/engine_config.py) imports it as build_app does and reads the generation config as
+init_app_state does; a refusal of the forced CPU platform's own is "cannot judge here". The real
+vLLM 0.16.0 is asked in tests/vllm_import/test_validation_after_load_real.py."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from helpers import run_cli
+from importable_vllm import venv_importing
+from launch_fixtures import write_eagle3_setup, write_model
+
+from patchkit._target import engine_config
+from patchkit.launch.command import parse
+from patchkit.launch.validation import _verdict
+
+LLAMA = {"model_type": "llama", "architectures": ["LlamaForCausalLM"]}
+MIDDLEWARE = """
+import sys
+class Good:
+    pass
+async def good_function(request, call_next):
+    return await call_next(request)
+def plain_function(request, call_next):
+    return call_next(request)
+"""
+
+
+@pytest.fixture
+def modules(tmp_path, monkeypatch):
+    """A package `corp_mw` (its `mw` module) and a module that exits as it imports, on sys.path."""
+    root = tmp_path / "mods"
+    (root / "corp_mw").mkdir(parents=True)
+    (root / "corp_mw" / "__init__.py").write_text("")
+    (root / "corp_mw" / "mw.py").write_text(MIDDLEWARE)
+    (root / "corp_exits.py").write_text("import sys\nsys.exit(3)\n")
+    monkeypatch.syspath_prepend(str(root))
+    return root
+
+
+@pytest.mark.parametrize(
+    ("value", "stage"),
+    [
+        ("corp_mw.mw.Good", None),
+        ("corp_mw.mw.good_function", None),
+        ("nodot", "no-dot"),
+        ("corp_mw.absent.Good", "import"),
+        ("no_such_module_anywhere.Thing", "import"),
+        ("corp_exits.Thing", "import"),
+        (".Thing", "import"),
+        ("corp_mw.mw.Missing", "attribute"),
+        ("corp_mw.mw.plain_function", "kind"),
+        ("corp_mw.mw.sys", "kind"),
+    ],
+)
+def test_the_worker_reads_middleware_as_build_app_does(modules, value, stage):
+    refused = engine_config.middleware_refusal(value)
+    assert (None if refused is None else refused["stage"]) == stage, refused
+
+
+def test_a_refusal_is_the_cpu_platforms_own_when_it_passed_through_its_file(tmp_path):
+    cpu = "/venv/lib/python3.11/site-packages/vllm/platforms/cpu.py"
+    other = "/venv/lib/python3.11/site-packages/vllm/config/vllm.py"
+    scope: dict = {}
+    exec(compile("def refuse():\n    raise RuntimeError('not on the CPU backend')\n", cpu, "exec"), scope)
+    exec(compile("def check(f):\n    f()\n", other, "exec"), scope)
+    try:
+        scope["check"](scope["refuse"])
+    except RuntimeError as exc:
+        assert engine_config._raised_in_cpu_platform(exc)
+    try:
+        try:
+            scope["check"](scope["refuse"])
+        except RuntimeError as inner:
+            raise ValueError("wrapped") from inner
+    except ValueError as exc:  # a refusal raised from the platform's, as pydantic wraps one
+        assert engine_config._raised_in_cpu_platform(exc)
+    try:
+        scope["check"](lambda: 1 / 0)
+    except ZeroDivisionError as exc:
+        assert not engine_config._raised_in_cpu_platform(exc)
+
+
+COMMAND = parse(["vllm", "serve", "/m"], "0.16.0")
+
+
+def verdict(**answer):
+    return _verdict("/venv/bin/python", COMMAND, answer, None)
+
+
+def test_a_verdict_on_the_forced_cpu_platform_says_so_and_its_own_refusal_is_no_verdict():
+    error = "RuntimeError: Chunked-prefill and prefix-cache on the CPU backend is not compatible with FP8 KV cache."
+    refused = verdict(status="invalid", error=error, cpu=True, cpu_refused=True)
+    assert refused.ok and not refused.judged, refused
+    assert refused.message.startswith("cannot judge here: judged on the CPU platform (no accelerator found)")
+    assert refused.message.endswith(error) and "accelerator" in str(refused.fix)
+    passed = verdict(status="ok", cpu=True)
+    assert passed.ok and passed.judged
+    assert (
+        passed.message
+        == "vLLM's create_engine_config() accepts the command (judged on the CPU platform: no accelerator found)"
+    )
+    failed = verdict(status="invalid", error="ValueError: no such thing", cpu=True, cpu_refused=False)
+    assert not failed.ok and failed.message == (
+        "vLLM refuses the command (judged on the CPU platform: no accelerator found): ValueError: no such thing"
+    )
+    assert verdict(status="ok", cpu=False).message == "vLLM's create_engine_config() accepts the command"
+    assert verdict(status="invalid", error="RuntimeError: x", cpu=False, cpu_refused=False).ok is False
+
+
+def test_an_after_load_refusal_says_which_value_why_and_the_fix():
+    found = verdict(
+        status="after-load", option="middleware", value="corp.mw.Thing", stage="import",
+        error="ModuleNotFoundError: No module named 'corp'", cpu=False,
+    )  # fmt: skip
+    assert not found.ok and found.message == (
+        "--middleware corp.mw.Thing: corp.mw does not import in the launch (ModuleNotFoundError: No module named "
+        "'corp'): vLLM refuses the launch once the model has loaded"
+    )
+    assert found.fix == "install corp.mw where the launch imports it (its venv, or its PYTHONPATH)"
+    generation = verdict(
+        status="after-load", option="generation-config", value="/gone/gen",
+        error="ValueError: Invalid repository ID or local directory specified: '/gone/gen'.\nPlease verify", cpu=True,
+    )  # fmt: skip
+    assert generation.message == (
+        "--generation-config /gone/gen: vLLM cannot read it (ValueError: Invalid repository ID or local directory "
+        "specified: '/gone/gen'.): vLLM refuses the launch once the model has loaded (judged on the CPU platform: "
+        "no accelerator found)"
+    )
+
+
+def command_findings(done) -> list[dict]:
+    return [f for f in json.loads(done.stdout)["findings"] if f["check"] == "command"]
+
+
+def test_without_vllm_asked_the_launchs_python_is_asked_whether_it_finds_each_middleware_module(tmp_path):
+    """The static path (--no-import): no dot, a top-level module the launch's Python does not find
+    (one in the working directory is not on a `vllm` script's path): failed; one its site holds: no
+    finding; a submodule not in its package's directories: cannot judge."""
+    tree, library = write_eagle3_setup(tmp_path)
+    vllm = venv_importing(tree, tmp_path / "venv")
+    [site] = (tmp_path / "venv").glob("lib/python*/site-packages")
+    (site / "corp_site").mkdir()
+    (site / "corp_site" / "__init__.py").write_text("")
+    (site / "corp_site" / "mw.py").write_text(MIDDLEWARE)
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "corp_here.py").write_text(MIDDLEWARE)
+    model = write_model(tmp_path / "llama", LLAMA)
+    middleware = ["nodot", "corp_here.Good", "corp_site.mw.Good", "corp_site.other.Good"]
+    launch = [str(vllm), "serve", str(model), *(f"--middleware={m}" for m in middleware)]
+    done = run_cli(
+        "preflight", "--target", tree, "--patches", library, "--format", "json", "--no-import", "--", *launch, cwd=work
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    messages = [f["message"] for f in command_findings(done)]
+    assert any(m.startswith("--middleware nodot: no dot") for m in messages), messages
+    assert any(
+        m.startswith("--middleware corp_here.Good: no module corp_here in the launch's Python") for m in messages
+    )
+    assert not any("corp_site.mw" in m for m in messages), messages
+    unjudged = [f for f in command_findings(done) if f["result"] == "cannot judge"]
+    assert [f["message"] for f in unjudged] == [
+        "cannot judge: --middleware corp_site.other.Good: corp_site.other is not found without importing its "
+        "package, which may provide it"
+    ], messages
+    python = tmp_path / "venv" / "bin" / "python"
+    module_launch = [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model)]
+    done = run_cli(
+        "preflight", "--target", tree, "--patches", library, "--format", "json", "--no-import", "--",
+        *module_launch, "--middleware", "corp_here.Good", cwd=work,
+    )  # fmt: skip
+    assert command_findings(done) == [], done.stdout  # `python -m` puts its working directory first
