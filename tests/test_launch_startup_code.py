@@ -89,11 +89,24 @@ def test_a_module_the_sites_pth_imports_found_first_on_pythonpath_is_asked(tmp_p
     (site / "zz_hook.pth").write_text("import os, zz_tune as t; __import__('zz_other')\n")
     (tmp_path / "hooks").mkdir()
     env = {"PYTHONPATH": str(tmp_path / "hooks"), "HOME": str(tmp_path)}
-    (tmp_path / "hooks" / "unrelated.py").write_text("")
-    assert _prefix(site, python, env) is None and calls == []
     (tmp_path / "hooks" / "zz_other.py").write_text("")
-    target._LAUNCH_PROBES.clear()  # the next command: one command decides once
     assert _prefix(site, python, env) == "/pfx" and len(calls) == 1
+
+
+@pytest.mark.parametrize("start_up", ["zz_hook.pth", "sitecustomize.py"])
+def test_any_pythonpath_is_asked_where_the_sites_start_up_runs_code(tmp_path, asked, start_up):
+    """The site's start-up code may import, through a module of the site, one the PYTHONPATH holds
+    first (review34 R5-a): no module on PYTHONPATH needs to bear a name the start-up files say."""
+    site, python = _venv(tmp_path)
+    calls = asked(site)
+    (tmp_path / "hooks").mkdir()
+    (tmp_path / "hooks" / "corp_helper.py").write_text("import sys; sys.pycache_prefix = '/pfx'\n")
+    env = {"PYTHONPATH": str(tmp_path / "hooks"), "HOME": str(tmp_path)}
+    (site / "paths.pth").write_text(f"{tmp_path / 'more'}\n")  # a path line runs no code: not asked
+    assert _prefix(site, python, env) is None and calls == []
+    (site / start_up).write_text("import corp_startup\n")
+    target._LAUNCH_PROBES.clear()  # the next command: one command decides once
+    assert _prefix(site, python, env) == "/pfx" and calls == [(env, "/")]
 
 
 @pytest.mark.parametrize("system_site", [False, True])

@@ -13,6 +13,8 @@ import copy
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from packaging.version import Version
+
 from patchkit.base import hints, signals
 from patchkit.base.enums import Outcome, SelectionKind, TreeState
 from patchkit.base.errors import CHECK_FAILED, CheckFailed, Conflict, PatchkitError
@@ -84,8 +86,19 @@ def no_series_next_step(chosen: Sequence[Chosen], gaps: Sequence[Chosen]) -> str
     chosen_others = replace(hints.current(), set_name=None, set_names=())
     named = hints.command("apply", *(w for name in others for w in ("--set", name)), chosen=chosen_others)
     rest = f"apply the others alone ({named}): launches that need {them} stay refused" if others else ""
-    fix = no_series_fix(gaps[0]) if len(gaps) == 1 else "install a vLLM release each set has a series for"
+    fix = no_series_fix(gaps[0]) if len(gaps) == 1 else f"install {_release_for_each(gaps)}"
     return f"{rest}; or {fix}" if rest else fix
+
+
+def _release_for_each(gaps: Sequence[Chosen]) -> str:
+    """The releases nearest the version that every one of `gaps` has a series for, in words."""
+    found = [
+        set(library.nearest_series(c.gap.selection.patch_set, c.gap.vllm_version))
+        for c in gaps
+        if c.gap is not None and c.gap.selection.patch_set is not None and c.gap.vllm_version is not None
+    ]
+    common = sorted(set.intersection(*found), key=Version) if found else []
+    return f"vLLM {' or '.join(common)}" if common else "a vLLM release each set has a series for"
 
 
 @dataclass(eq=False, repr=False)

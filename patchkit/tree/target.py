@@ -209,8 +209,17 @@ def startup_code(root: Path, python: str, env: dict[str, str], cwd: str, flags: 
     entries = [os.path.join(cwd, entry) for entry in env.get("PYTHONPATH", "").split(os.pathsep)]
     if env.get("PYTHONPATH"):
         names = {"sitecustomize", "usercustomize", *_site_imports(root)}
-        found += [hit for entry in dict.fromkeys(entries) for hit in _modules_named(entry, names)]
+        hits = [hit for entry in dict.fromkeys(entries) for hit in _modules_named(entry, names)]
+        # the site's start-up code may import, at any depth, a module the PYTHONPATH holds first: asked,
+        # not traced through the imports
+        found += hits or ([f"PYTHONPATH={os.pathsep.join(entries)}"] if _site_runs_code(root) else [])
     return found + ([] if "s" in flags or "I" in flags else _user_site_code(python, env))
+
+
+def _site_runs_code(root: Path) -> bool:
+    """Whether the site's start-up runs code: a sitecustomize or usercustomize, or a .pth line that imports."""
+    names, heads = _site_hooks(root)
+    return bool(names & {"sitecustomize.py", "usercustomize.py"}) or bool(_imported_by(heads))
 
 
 def _modules_named(directory: str, names: set[str]) -> list[str]:
