@@ -178,6 +178,13 @@ def test_without_vllm_asked_the_launchs_python_is_asked_whether_it_finds_each_mi
         *module_launch, "--middleware", "corp_here.Good", cwd=work,
     )  # fmt: skip
     assert command_findings(done) == [], done.stdout  # `python -m` puts its working directory first
+    safe = [str(python), "-P", "-m", "vllm.entrypoints.openai.api_server", "--model", str(model)]
+    done = run_cli(
+        "preflight", "--target", tree, "--patches", library, "--format", "json", "--no-import", "--",
+        "env", f"PYTHONPATH={work}", *safe, "--middleware", "corp_here.Good", "--middleware", "json.JSONDecoder",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert command_findings(done) == [], done.stdout  # safe-path mode: PYTHONPATH's entry comes first
 
 
 # a vLLM stand-in that finds no platform (the worker forces its CPU platform) and whose engine
