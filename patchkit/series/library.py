@@ -796,14 +796,18 @@ def select(patch_set: PatchSetDef, version: Version) -> Selection:
             note=f"vLLM {version} is outside the range the set {patch_set.name!r} supports "
             f"({supported_range(patch_set)})",
         )
-    covered = ", ".join(r.said() for r in patch_set.releases) or "none"
     dev = (
         f" (judged as release {release_version(version)}: pass --vllm-version with the release it derives from)"
         if release_version(version) != version
         else ""
     )
+    nearest = nearest_series(patch_set, version)
+    near = f"the releases nearest it with one: {', '.join(nearest)} (`patchkit list` shows each); " if nearest else ""
+    older = [v for v in nearest if Version(v) < version]
+    port = f"--from {older[0]} --to {version}" if older and not version.is_prerelease else "--from V1 --to V2"
     raise NoPatchSet(
-        f"the set {patch_set.name!r} has no patch series for vLLM {version}{dev}", hint=f"releases covered: {covered}"
+        f"the set {patch_set.name!r} has no patch series for vLLM {version}{dev}",
+        hint=f"{near}a maintainer adds one: `patchkit port {port} --set {patch_set.name}` (docs/library.md)",
     )
 
 
