@@ -129,4 +129,4 @@ def test_one_set_named_on_a_release_without_its_series_names_the_nearest_and_the
     done = run_cli("status", "--target", site, "--set", "eagle3")
     assert done.returncode == 3, done.stdout + done.stderr
     said = " ".join(done.stderr.split())
-    assert "0.16.0, 0.17.0" in said and "`patchkit port --from 0.16.0 --to 0.16.1 --set eagle3`" in said, said
+    assert "0.16.0, 0.17.0" in said and "`patchkit port --set eagle3 --from 0.16.0 --to 0.16.1`" in said, said
