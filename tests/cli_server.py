@@ -63,6 +63,7 @@ def start_up_environment(env: dict[str, str]) -> dict[str, str]:
 # --- the client (the tests' side) -----------------------------------------------------------------
 
 _SESSION_ENV = dict(os.environ)  # as the session started, before any test's monkeypatch
+SESSION_ENV = _SESSION_ENV
 _server: _Server | None = None
 # run_python_code's servers, by the start-up environment they were started with (another user's: its HOME)
 _code_servers: dict[tuple[tuple[str, str], ...], _Server] = {}

@@ -89,6 +89,9 @@ def test_tls_openssl_cannot_build_is_refused_and_good_tls_passes(tmp_path, progr
     assert judged(tls, "--ssl-certfile", "cert.pem", program=program) != []  # no key in the certfile
     (tls / "both.pem").write_bytes((tls / "cert.pem").read_bytes() + (tls / "key.pem").read_bytes())
     assert judged(tls, "--ssl-certfile", "both.pem", program=program) == []
+    (tls / "both-enc.pem").write_bytes((tls / "cert.pem").read_bytes() + (tls / "enc.pem").read_bytes())
+    said = judged(tls, "--ssl-certfile", "both-enc.pem", program=program)
+    assert len(said) == 1 and said[0].startswith("--ssl-certfile both-enc.pem: its key is encrypted"), said
     refused = {
         ("--ssl-certfile", "cert.pem", "--ssl-keyfile", "other.pem"): "key values mismatch",
         ("--ssl-certfile", "junk.pem", "--ssl-keyfile", "key.pem"): "OpenSSL cannot load a certificate",

@@ -39,6 +39,7 @@ from helpers import (
     pip_install,
     purelib,
     run_cli,
+    run_cli_in_process,
     warm_pycache_prefix,
     write_library,
     write_tree,
@@ -67,6 +68,9 @@ def sha(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+READ_ONLY = ("status", "verify")
+
+
 @dataclass
 class Tree:
     site: Path
@@ -75,13 +79,18 @@ class Tree:
     bin: Path
 
     def cli(self, *args: str):
-        return run_cli(*args, "--target", self.site, "--patches", self.library)
+        """A command on the tree; status and verify (read-only, judged here by their exit code and output
+        alone) run in this process (CONTRIBUTING), the others as processes of their own."""
+        run = run_cli_in_process if args[0] in READ_ONLY else run_cli
+        return run(*args, "--target", self.site, "--patches", self.library)
 
     def launch(self, command: str):
-        """preflight or run on `vllm serve MODEL`, `vllm` being a stand-in that exits 0."""
+        """preflight (in this process, as status) or run on `vllm serve MODEL`, `vllm` being a stand-in that exits 0."""
         launch = ("--", str(self.bin / "vllm"), "serve", str(self.model))
         if command == "preflight":
-            return run_cli("preflight", "--target", self.site, "--patches", self.library, "--no-import", *launch)
+            return run_cli_in_process(
+                "preflight", "--target", self.site, "--patches", self.library, "--no-import", *launch
+            )
         return run_cli("run", "--target", self.site, "--patches", self.library, *launch)
 
     def state(self) -> dict:

@@ -8,6 +8,8 @@ vLLM 0.16.0 is asked in tests/vllm_import/test_validation_after_load_real.py."""
 from __future__ import annotations
 
 import json
+import os
+import sys
 
 import pytest
 from helpers import run_cli
@@ -17,6 +19,7 @@ from launch_fixtures import write_eagle3_setup, write_model
 from patchkit._target import engine_config
 from patchkit.launch.command import parse
 from patchkit.launch.validation import _verdict
+from patchkit.tree.target import run_worker
 
 LLAMA = {"model_type": "llama", "architectures": ["LlamaForCausalLM"]}
 MIDDLEWARE = """
@@ -175,3 +178,92 @@ def test_without_vllm_asked_the_launchs_python_is_asked_whether_it_finds_each_mi
         *module_launch, "--middleware", "corp_here.Good", cwd=work,
     )  # fmt: skip
     assert command_findings(done) == [], done.stdout  # `python -m` puts its working directory first
+
+
+# a vLLM stand-in that finds no platform (the worker forces its CPU platform) and whose engine
+# config refuses as 0.16.0 does on it: in the CPU platform's own file, in the configuration's words
+# ("on current platform"), and for a reason of the launch's own
+FAKE_PLATFORMS = """
+class _Unspecified:
+    def is_unspecified(self):
+        return True
+
+
+_current_platform = _Unspecified()
+
+
+def __getattr__(name):
+    if name == "current_platform":
+        return _current_platform
+    raise AttributeError(name)
+"""
+FAKE_CPU = """
+class CpuPlatform:
+    def is_unspecified(self):
+        return False
+
+    def check_and_update_config(self, values):
+        if values["kv_cache_dtype"] == "fp8":
+            raise RuntimeError("Chunked-prefill and prefix-cache on the CPU backend is not compatible with FP8 KV cache.")
+"""
+FAKE_ARG_UTILS = """
+class AsyncEngineArgs:
+    def __init__(self, **values):
+        self.values = values
+
+    @staticmethod
+    def add_cli_args(parser):
+        parser.add_argument("--model")
+        parser.add_argument("--kv-cache-dtype", default="auto")
+        parser.add_argument("--enable-sleep-mode", action="store_true")
+        parser.add_argument("--max-model-len", type=int, default=None)
+        return parser
+
+    @classmethod
+    def from_cli_args(cls, args):
+        return cls(**vars(args))
+
+    def create_engine_config(self):
+        import vllm.platforms
+
+        if self.values["enable_sleep_mode"]:
+            raise ValueError("Sleep mode is not supported on current platform.")
+        vllm.platforms.current_platform.check_and_update_config(self.values)
+        if (self.values["max_model_len"] or 0) > 1024:
+            raise ValueError("User-specified max_model_len (4096) is greater than the derived max_model_len (1024).")
+        return object()
+"""
+
+
+@pytest.mark.parametrize(
+    ("options", "judged", "ok"),
+    [
+        ([], True, True),
+        (["--kv-cache-dtype", "fp8"], False, True),
+        (["--enable-sleep-mode"], False, True),
+        (["--max-model-len", "4096"], True, False),
+    ],
+)
+def test_the_worker_says_the_cpu_platform_was_forced_and_which_refusals_are_its_own(tmp_path, options, judged, ok):
+    for name, text in {
+        "vllm/__init__.py": "",
+        "vllm/platforms/__init__.py": FAKE_PLATFORMS,
+        "vllm/platforms/cpu.py": FAKE_CPU,
+        "vllm/engine/__init__.py": "",
+        "vllm/engine/arg_utils.py": FAKE_ARG_UTILS,
+    }.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    arguments = ["--model", str(tmp_path), *options]
+    request = {"arguments": arguments, "serve": False, "args": arguments, "cwd": str(tmp_path), "first_path": None}
+    environ = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    answer = run_worker(
+        sys.executable, "engine_config", request, timeout=60, in_process=False, isolated=False, env=environ
+    )
+    assert answer["cpu"] is True, answer
+    found = _verdict(sys.executable, parse(["vllm", "serve", str(tmp_path), *options], "0.16.0"), answer, None)
+    assert (found.judged, found.ok) == (judged, ok), found
+    if not judged:
+        assert found.message.startswith("cannot judge here: judged on the CPU platform (no accelerator found)"), found
+    else:
+        assert "(judged on the CPU platform: no accelerator found)" in found.message, found

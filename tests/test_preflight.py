@@ -12,10 +12,12 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from cli_server import SESSION_ENV, start_up_environment
 from helpers import (
     assert_clean_failure,
     on_a_terminal,
     run_cli,
+    run_cli_in_process,
     stale_pyc_under_prefix,
     terminal_screen,
     warm_pycache_prefix,
@@ -56,7 +58,10 @@ def setup(tmp_path):
 
 
 def preflight(tree: Path, library: Path, *command: str, fmt: str = "json", extra=(), env=None):
-    done = run_cli(
+    """preflight --no-import (read-only; its findings, output and exit code are what these tests judge) in this
+    process (CONTRIBUTING), but for an environment whose start-up differs from the session's: a process then."""
+    own = start_up_environment({**os.environ, **(env or {})}) != start_up_environment(SESSION_ENV)
+    done = (run_cli if own else run_cli_in_process)(
         "preflight",
         "--target",
         tree,

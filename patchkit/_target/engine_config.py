@@ -6,7 +6,7 @@ request: {"arguments": [what follows `vllm serve` or `-m vllm.entrypoints.openai
           "serve": bool, "args": [the same for the engine's parser alone], "cwd": dir}
 answer:  {"status": "ok" | "invalid" | "no-vllm", "error": text, "reading": {what vLLM's parser read: READ},
           "cpu": the CPU platform was forced (no accelerator found), "cpu_refused": the error was raised in
-          vllm/platforms/cpu.py (the forced platform's own refusal)}
+          vllm/platforms/cpu.py or blames the platform (the forced platform's own refusal)}
        | {"status": "after-load", "option": "middleware" | "generation-config", "value": text, "stage":
          for --middleware "no-dot" | "import" | "attribute" | "kind", "error": text, "cpu", "reading"}:
          create_engine_config() accepts the command, but what build_app and init_app_state run once the
@@ -26,6 +26,7 @@ import inspect
 import io
 import json
 import os
+import re
 import sys
 import traceback
 from typing import Any
@@ -62,7 +63,7 @@ def work(request: dict[str, Any]) -> dict[str, Any]:
             engine_args = AsyncEngineArgs.from_cli_args(args)
         config = engine_args.create_engine_config()
     except Exception as exc:
-        cpu_refused = forced and _raised_in_cpu_platform(exc)
+        cpu_refused = forced and (_raised_in_cpu_platform(exc) or _PLATFORM_WORDS.search(str(exc)) is not None)
         return {
             "status": "invalid",
             "error": _error_text(exc),
@@ -132,6 +133,11 @@ def _downloadable(value: str) -> bool:
     except Exception:
         return False
     return True
+
+
+# a refusal that blames the platform ("Sleep mode is not supported on current platform."): on the CPU
+# platform forced, it says nothing of the launch's own accelerator
+_PLATFORM_WORDS = re.compile(r"(?i:\bplatform\b)|\bCPU\b")
 
 
 def _raised_in_cpu_platform(exc: BaseException) -> bool:

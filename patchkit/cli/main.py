@@ -40,6 +40,7 @@ from patchkit.base.errors import (  # noqa: E402
     exit_code_for,
 )
 from patchkit.base.options import CHOSEN_FORMAT  # noqa: E402
+from patchkit.cli import percommand  # noqa: E402
 from patchkit.cli.helpformat import HelpContext  # noqa: E402
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -550,8 +551,9 @@ def cli(ctx: click.Context, quiet: bool, verbose: int) -> None:
 
 def run_in_process(args: list[str]) -> tuple[int, str, str]:
     """`patchkit ARGS` in this process, as the console script runs it: (exit code, stdout, stderr).
-    What fleet's node agent runs each step with."""
+    What fleet's node agent runs each step with. It starts from no memo of a command run before it."""
 
+    percommand.forget()
     stdout, stderr = io.StringIO(), io.StringIO()
     with redirect_stdout(stdout), redirect_stderr(stderr):
         try:

@@ -145,13 +145,13 @@ def _refusals(
     found = []
     chain = answer.get("chain")
     if chain == "encrypted":
+        where = f"--ssl-keyfile {key}: the key" if key else f"--ssl-certfile {cert}: its key"
         message = (
-            f"--ssl-keyfile {key or cert}: the key is encrypted, and vLLM has no option for its passphrase "
+            f"{where} is encrypted, and vLLM has no option for its passphrase "
             "(OpenSSL asks for it on the launch's terminal, if it has one)"
         )
-        found.append(
-            ("chain", message, f"decrypt it into a file only you can read: openssl pkey -in {key or cert} -out KEY")
-        )
+        fix = f"decrypt it into a file only you can read: openssl pkey -in {key or cert} -out KEY"
+        found.append(("chain", message, fix))
     elif chain:
         message = f"{pair}: OpenSSL cannot load a certificate and its private key from them ({chain})"
         fix = "give a PEM certificate and its own PEM private key (in the certfile when no --ssl-keyfile)"

@@ -72,11 +72,15 @@ def test_vllms_validation_refuses_what_the_server_refuses_after_the_load(tmp_pat
     assert all(f["message"].endswith(CPU) is forced for f in (plain, missing, generation))
 
 
-def test_a_refusal_of_the_forced_cpu_platform_is_no_verdict_on_the_launch(tmp_path: Path):
-    found = validation(tmp_path, "--kv-cache-dtype", "fp8")
+@pytest.mark.parametrize(
+    ("option", "said"), [("--kv-cache-dtype=fp8", "FP8 KV cache"), ("--enable-sleep-mode", "Sleep mode")]
+)
+def test_a_refusal_of_the_forced_cpu_platform_is_no_verdict_on_the_launch(tmp_path: Path, option, said):
+    """One raised in vllm/platforms/cpu.py, and one in the configuration whose words blame the platform."""
+    found = validation(tmp_path, option)
     if not found["message"].startswith("cannot judge here"):
         assert found["result"] == "pass" and not found["message"].endswith(CPU), found  # an accelerator here
         return
     assert found["result"] == "cannot judge", found
     assert found["message"].startswith("cannot judge here: judged on the CPU platform (no accelerator found)"), found
-    assert "FP8 KV cache" in found["message"], found
+    assert said in found["message"], found

@@ -1,0 +1,73 @@
+"""cli.percommand: a command run in a process that ran others (fleet's node agent, the tests' run_cli_in_process)
+starts from none of their memos, as a new process does; and every memo a command fills is named there."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from helpers import MODEL, run_cli, run_cli_in_process
+
+from patchkit.base import seal
+from patchkit.cli import percommand
+from patchkit.cli.main import run_in_process
+
+
+def held() -> dict[str, object]:
+    """Every module-level dict, list and set of patchkit's modules (its contents), and each functools cache's size."""
+    found: dict[str, object] = {}
+    for name, module in list(sys.modules.items()):
+        if not name.startswith("patchkit") or module is None:
+            continue
+        for attr, value in list(vars(module).items()):
+            if isinstance(value, (dict, list, set)):
+                found[f"{name}.{attr}"] = repr(value)
+            elif callable(getattr(value, "cache_info", None)):
+                found[f"{name}.{attr}"] = value.cache_info().currsize
+    return found
+
+
+def test_every_memo_a_command_fills_is_forgotten_before_the_next(tree, open_library, tmp_path):
+    percommand.forget()
+    before = held()
+    target = ("--target", tree, "--patches", open_library)
+    python = ("--python", sys.executable, "--patches", open_library)
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text('{"model_type": "llama", "architectures": ["LlamaForCausalLM"]}')
+    for args in (
+        ("status", "--format", "json", *target),
+        ("apply", "--no-import", *target),
+        ("verify", "--no-import", *target),
+        ("preflight", "--no-import", *target, "--", "vllm", "serve", model),
+        ("status", *python),
+        ("revert", *target),
+    ):
+        run_cli_in_process(*args)  # it forgets after the command too: the memos are looked at here
+        percommand.forget()
+    changed = {name for name, value in held().items() if before.get(name, value) != value}
+    assert changed == set(), f"memos a command fills that cli/percommand.py does not name: {sorted(changed)}"
+
+
+def test_a_second_command_in_process_reads_its_own_state_directory_and_sees_the_tree_changed(tree, open_library, tmp_path, monkeypatch):
+    """The seal key is read once a process (functools.cache): a command fleet's agent runs after another
+    (cli.run_in_process), with another XDG_STATE_HOME, keys its verdicts with that directory's key, as a new
+    process would."""
+    target = ("--target", tree, "--patches", open_library)
+    for home in ("first", "second"):
+        monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / home))
+        code, out, err = run_in_process([str(a) for a in ("apply", "--dry-run", *target)])
+        assert code == 0, out + err
+        assert seal.key_path().is_file(), home
+    assert run_cli_in_process("apply", *target).returncode == 0
+    (tree / MODEL).write_text((tree / MODEL).read_text() + "# tuned\n")
+    edited = run_cli_in_process("status", *target)
+    assert edited.returncode == 1 and "edited" in edited.stdout + edited.stderr
+    assert run_cli("status", *target).returncode == 1  # a process of its own says the same
+
+
+def test_a_command_in_process_leaves_the_environment_and_directory_as_they_were(tree, tmp_path):
+    environ, here = dict(os.environ), os.getcwd()
+    done = run_cli_in_process("status", "--target", tree, env={"PATCHKIT_CACHE_DIR": str(tmp_path)}, cwd=tmp_path)
+    assert done.returncode in (0, 1, 3) and done.args[1:3] == ["-m", "patchkit"]
+    assert (dict(os.environ), os.getcwd()) == (environ, here)
