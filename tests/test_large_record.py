@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 from typing import ClassVar
 
 import pytest
@@ -15,6 +16,7 @@ import pytest
 import patchkit._target.guard as target_guard
 import patchkit.engine.inspection as inspection
 import patchkit.engine.operations as operations
+from patchkit.cli.ui.plan import offsets_note
 
 FILES = 20_000
 CREATED = "vllm/zz/made_{}.py"  # a created file the record names, absent from the tree
@@ -29,20 +31,22 @@ class Counted(str):
 
     left: ClassVar[list[int]] = [0]
 
-    def _spend(self) -> None:
-        Counted.left[0] -= 1
-        if Counted.left[0] < 0:
-            raise TooMany("more comparisons than a few per recorded file")
-
     def __eq__(self, other: object) -> bool:
-        self._spend()
+        spend()
         return str.__eq__(self, other)
 
     __hash__ = str.__hash__
 
     def startswith(self, *args, **kwargs) -> bool:
-        self._spend()
+        spend()
         return str.startswith(self, *args, **kwargs)
+
+
+def spend() -> None:
+    """One comparison, off the budget."""
+    Counted.left[0] -= 1
+    if Counted.left[0] < 0:
+        raise TooMany("more comparisons than a few per recorded file")
 
 
 @pytest.fixture
@@ -165,3 +169,19 @@ def test_the_guard_reads_the_installed_version_once_for_a_record_of_many_sets(ru
     verdict = target_guard.judge(str(tree))
     assert len(verdict.problems) == SETS
     assert read[0] <= 2
+
+
+class CountedInt(int):
+    """An integer counting the equality tests made of it on Counted's budget."""
+
+    def __eq__(self, other: object) -> bool:
+        spend()
+        return int.__eq__(self, other)
+
+    __hash__ = int.__hash__
+
+
+def test_the_offsets_of_a_file_of_many_hunks_are_told_apart_in_linear_work(budget):
+    placements = [SimpleNamespace(offset=CountedInt(i + 1)) for i in range(FILES)]
+    assert offsets_note(placements) == f"{FILES} of {FILES} at an offset (+1, +2, +3, \u2026)"
+    assert budget[0] >= 0

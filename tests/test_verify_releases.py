@@ -529,3 +529,10 @@ def test_a_release_the_behaviour_test_did_not_judge_says_why_without_v(run, libr
     assert "0.16.0 behaviour warning: not judged: judge.py exited 1 with no JSON verdict" in said, done.output
     assert "No module named 'nothing_here_at_all'" in said
     assert "verify: ok (1 patched; behaviour not judged on 0.16.0)" in said
+
+
+@pytest.mark.parametrize("typed", ["0.16.0.0", "0.16.0.0.0", "v0.16.0.0", "00.16.00.00"])
+def test_a_release_typed_with_trailing_zeros_is_that_release(run, library, index, typed):
+    result, releases = verify_json(run, library, "--vllm-version", typed)
+    assert result.exit_code == 0, result.output
+    assert list(releases) == ["0.16.0"] and releases["0.16.0"]["outcome"] == "patched"

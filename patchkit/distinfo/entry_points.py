@@ -29,6 +29,7 @@ SUFFIXES = (".dist-info", ".egg-info")
 ENTRY_POINTS_LIMIT = 16 << 20  # an entry_points.txt: 30,000 console scripts take 1.5 MB
 METADATA_LIMIT = 1 << 20  # METADATA read for a distribution's name (its long description included)
 LISTING_LIMIT = 20000  # entries of one directory looked at for distributions
+PTH_LIMIT = 1 << 20  # a .pth file
 # The patterns here are text, compiled on first use (re keeps them): start-up compiles none a run does not use.
 # importlib.metadata.EntryPoint.pattern (the same in Python 3.10-3.13): what `value` names
 _VALUE = r"(?P<module>[\w.]+)\s*(:\s*(?P<attr>[\w.]+)\s*)?((?P<extras>\[.*\])\s*)?$"
@@ -92,6 +93,47 @@ def group_entry_points(places: Iterable[str], group: str, ignored: Callable[[str
             found.names += _declared_names(info, group, ignored)
         except Unreadable as exc:
             found.unreadable.append((os.path.join(info, "entry_points.txt"), str(exc)))
+    return found
+
+
+def named_entry_points(places: Iterable[str], group: str, name: str) -> list[tuple[str, str]]:
+    """(the distribution's metadata directory, the value) of each entry point called `name` in
+    `group`, in the order importlib.metadata.entry_points() gives them with `places` as sys.path (one
+    distribution per normalized name, the first). vLLM keeps its plugins in a dict by name: the last
+    one is the one it runs. A file importlib cannot read is passed over (group_entry_points says it)."""
+    found: list[tuple[str, str]] = []
+    seen: set[str] = set()
+    for info in (i for place in dict.fromkeys(places) for i in metadata_directories(place)):
+        distribution = _distribution_name(info)
+        if distribution is not None and distribution in seen:
+            continue
+        seen |= {distribution} if distribution is not None else set()
+        try:
+            text = _read_text(info, "entry_points.txt", ENTRY_POINTS_LIMIT)
+            found += [(info, value) for value in _values_of(text, group, name)] if text and name in text else []
+        except (Unreadable, ValueError):
+            continue
+    return found
+
+
+def _values_of(text: str, group: str, name: str) -> list[str]:
+    """The values of the entry points called `name` in `group` of an entry_points.txt, read line by
+    line as importlib.metadata's Sectioned reads it (its parser, without loading importlib.metadata
+    and email on `run`'s fast path): ValueError where it raises (a line of a section without `=`)."""
+    section, found = None, []
+    for line in map(str.strip, text.splitlines()):
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("[") and line.endswith("]"):
+            section = line.strip("[]")
+            continue
+        if section is None:
+            continue
+        key, equals, value = line.partition("=")
+        if not equals:
+            raise ValueError(f"no '=' in {line!r}")
+        if section == group and key.strip() == name:
+            found.append(value.strip())
     return found
 
 
@@ -203,3 +245,25 @@ def _text_distribution() -> Callable[[str, str], importlib.metadata.Distribution
             return Path(str(path))
 
     return Text
+
+
+def pth_directories(site: str) -> list[str]:
+    """The directories the .pth files of site-packages `site` add to sys.path, as site.addpackage
+    reads them (a line naming a directory, relative to `site`; comments and `import` lines, which run
+    code patchkit does not, passed over), each file read bounded."""
+    try:
+        with os.scandir(site) as entries:
+            names = sorted(e.name for e in itertools.islice(entries, LISTING_LIMIT) if e.name.endswith(".pth"))
+    except OSError:
+        return []
+    found = []
+    for name in names:
+        try:
+            lines = read_regular(os.path.join(site, name), PTH_LIMIT).decode("utf-8", "replace").splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            if line.strip() and not line.startswith(("#", "import ", "import\t")):
+                directory = os.path.join(site, line.rstrip())
+                found += [directory] if os.path.exists(directory) else []
+    return found

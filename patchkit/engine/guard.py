@@ -35,7 +35,7 @@ from patchkit.base.fsutil import NotRegularFile, judged_inside, read_file, read_
 from patchkit.base.hashing import sha256
 from patchkit.base.patterns import LazyPattern
 from patchkit.checks import shadow
-from patchkit.distinfo.entry_points import metadata_directories, parse_entry_points
+from patchkit.distinfo.entry_points import metadata_directories, named_entry_points, parse_entry_points, pth_directories
 from patchkit.store.objects import read_object
 from patchkit.store.state import META_DIR, State, read_state, state_path
 from patchkit.tree.target import Target, launch_prefix, names_of, vllm_metadata_dirs
@@ -314,6 +314,8 @@ GUARD_REFUSES = "the launch guard refuses this tree: "
 UNGUARDED_STALE_LEAD = "no launch guard runs, and a launch loads stale bytecode: "
 NOT_OURS = "the installed launch guard is not this patchkit's: "
 INSTEAD_OF_GUARD = "is imported instead of " + MODULE  # a file vLLM imports in the guard's place
+# another plugin of the guard's entry point name, loaded after it: vLLM keeps one plugin per name, the last
+DISPLACES_GUARD = f"declares another {ENTRY_POINT_GROUP} entry point named {ENTRY_POINT_NAME}"
 SHADOWED_LEAD = "vLLM never runs the launch guard: "
 # the guard module's own stale .pyc runs in its place: what that refuses cannot be told
 STALE_OWN_LEAD = "the launch guard vLLM runs is stale bytecode, not the installed source: "
@@ -338,7 +340,7 @@ def refusal_text(problems: list[str], guarded: bool = True) -> str:
     `guarded`: no guard is installed, and the problems are what the launch runs unrefused."""
     if not guarded and all(_stale_prefixed(p) or STALE_BYTECODE in p for p in problems):
         lead = UNGUARDED_STALE_LEAD
-    elif any(INSTEAD_OF_GUARD in p for p in problems):
+    elif any(INSTEAD_OF_GUARD in p or DISPLACES_GUARD in p for p in problems):
         lead = SHADOWED_LEAD
     elif any(_OWN_STALE in p for p in problems):
         lead = STALE_OWN_LEAD
@@ -401,6 +403,7 @@ def launch_verdict(root: Path, state: State | None = None, prefix: str | None = 
         return verdict(unguarded_stale(root, state, prefix, mode))
     prefix = launch_prefix(root) if prefix is None else prefix
     unknown = _shadowing_module(root) or _unknown_module(root, state)
+    unknown += displacing_entry_point(root)
     closed = ", ".join(f"{path} ({stat.S_IMODE(mode):04o})" for path, mode in unreadable_by_others(root, state))
     hidden = [f"{OTHERS_CANNOT_READ} {closed}"] if closed else []
     try:
@@ -464,6 +467,19 @@ def _shadowing_module(root: Path) -> list[str]:
     found = [f"{stem}/{name}" for name in sorted(inits & {*shadow.regular_names(root / stem)})]
     found += [stem + suffix for suffix in loaded if os.path.isfile(root / (stem + suffix))]
     return [f"{root / found[0]} {INSTEAD_OF_GUARD}: what a launch runs cannot be told"] if found else []
+
+
+def displacing_entry_point(root: Path, places: list[str] | None = None) -> list[str]:
+    """Another distribution's vllm.general_plugins entry point of the guard's name that vLLM loads
+    after the guard's (later on sys.path, or beside it later in the listing): vLLM keeps its plugins
+    in a dict by name, so it calls that one, never the guard. `places`: the launch's sys.path from
+    the site on (None: the site and the directories its .pth files add)."""
+    places = [str(root), *pth_directories(str(root))] if places is None else places
+    points = named_entry_points(places, ENTRY_POINT_GROUP, ENTRY_POINT_NAME)
+    if not points or points[-1][1].replace(" ", "") == f"{MODULE.removesuffix('.py')}:{ENTRY_POINT_ATTR}":
+        return []
+    info, value = points[-1]
+    return [f"{info}/entry_points.txt {DISPLACES_GUARD} ({value}), which vLLM loads after the guard's and runs instead"]
 
 
 def _unknown_module(root: Path, state: State | None) -> list[str]:

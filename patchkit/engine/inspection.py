@@ -25,6 +25,8 @@ from patchkit.distinfo.record import has_provenance
 from patchkit.engine.guard import (
     CACHE_OVERFULL,
     CHANGED_SINCE,
+    DISPLACES_GUARD,
+    ENTRY_POINT_NAME,
     NEWER_GUARD,
     NO_DIST_INFO,
     NO_VERSION_READ,
@@ -200,6 +202,18 @@ class TreeStatus(Value):
         chosen = hints.current().set_name
         return (chosen,) if chosen else ()
 
+    def _displaced_fix(self) -> str | None:
+        """The fix of another plugin of the guard's name that vLLM runs in its place: the user's (that
+        distribution is not patchkit's to change)."""
+        displaced = next((p for p in self.guard if DISPLACES_GUARD in p), None)
+        if displaced is None:
+            return None
+        info = displaced.partition("/entry_points.txt")[0]
+        return (
+            f"uninstall the distribution of {info}, or take its {ENTRY_POINT_NAME} entry point out "
+            f"(vLLM then runs the guard's), then run {hints.command('status')}"
+        )
+
     def _dist_info_fix(self) -> str | None:
         """The fix of a refusal for vLLM's dist-info: several (apply refuses until one is left), or none
         (the guard cannot tell the version: apply removes it, as it installs none on such a tree)."""
@@ -232,7 +246,7 @@ class TreeStatus(Value):
             # a wheel's file: this set's apply leaves it; the wheel's sets go together
             revert, apply = (hints.command(verb, *args, chosen=_without_a_set()) for verb, *args in _EVERY_SET)
             return f"run {revert} (it keeps a copy of the edits), then {apply}"
-        if (dist_info := self._dist_info_fix()) is not None:
+        if (dist_info := self._displaced_fix() or self._dist_info_fix()) is not None:
             return dist_info
         upgraded = [problem for problem in self.guard if UPGRADED in problem]
         if upgraded and len(upgraded) < len(self.guard) and not self.stale:

@@ -54,16 +54,20 @@ def without_userinfo(url: str) -> str:
 
 
 def normalize_version(version: str) -> str:
-    """The release number in PEP 440's normal form (the cache key), with three numbers at least as
-    vLLM's releases have (0.16 is 0.16.0, as pip finds it: the same version); BadInput for anything else."""
+    """The release number in PEP 440's normal form (the cache key), with three numbers as vLLM's
+    releases have, where PEP 440 holds it the same version (0.16 and 0.16.0.0 are 0.16.0, as pip
+    finds them; 0.16.0.1 stays); BadInput for anything else."""
 
     try:
         parsed = Version(str(version).strip())
     except InvalidVersion:
         raise BadInput(f"not a valid vLLM version: {version!r}", hint="use a release number such as 0.16.0") from None
-    if len(parsed.release) >= _RELEASE_NUMBERS:
+    release = list(parsed.release)
+    while len(release) > _RELEASE_NUMBERS and release[-1] == 0:  # trailing zeros: equal under PEP 440
+        release.pop()
+    if len(release) == len(parsed.release) >= _RELEASE_NUMBERS:
         return str(parsed)
-    padded = ".".join(map(str, (*parsed.release, *[0] * (_RELEASE_NUMBERS - len(parsed.release)))))
+    padded = ".".join(map(str, (*release, *[0] * (_RELEASE_NUMBERS - len(release)))))
     epoch = f"{parsed.epoch}!" if parsed.epoch else ""
     suffix = str(parsed)[len(parsed.base_version) :]  # pre, post, dev and local parts, as normalized
     return str(Version(epoch + padded + suffix))

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import ast
 import importlib.util
-import itertools
 import os
 import pwd
 import re
@@ -28,7 +27,7 @@ from patchkit.base.errors import BadInput, TargetError
 from patchkit.base.fsutil import inside, judged_inside, read_regular, unsafe_reason
 from patchkit.base.hashing import sha256
 from patchkit.base.values import Value
-from patchkit.distinfo.entry_points import Found, group_entry_points
+from patchkit.distinfo.entry_points import Found, group_entry_points, pth_directories
 from patchkit.engine.guard import ENTRY_POINT_GROUP
 from patchkit.launch.command import LaunchCommand
 from patchkit.launch.findings import Finding, VllmVerdict, cannot_judge
@@ -218,7 +217,7 @@ def import_path(command: LaunchCommand, root: Path) -> list[str]:
     given = "" if "E" in flags or "I" in flags else command.environ.get("PYTHONPATH", "")
     places = [command.first_path() or "", *(os.path.join(cwd, entry) for entry in given.split(os.pathsep) if entry)]
     for site in (user_site(python, flags, command.environ, root) if python else None, str(root)):
-        places += [site, *_pth_directories(site)] if site else []
+        places += [site, *pth_directories(site)] if site else []
     return [place for place in places if place]
 
 
@@ -278,28 +277,6 @@ def _password_home() -> str:
         return pwd.getpwuid(os.getuid()).pw_dir
     except KeyError:
         return "/"
-
-
-def _pth_directories(site: str) -> list[str]:
-    """The directories the .pth files of site-packages `site` add to sys.path, as site.addpackage
-    reads them (a line naming a directory, relative to `site`; comments and `import` lines, which run
-    code patchkit does not, passed over), each file read bounded."""
-    try:
-        with os.scandir(site) as entries:
-            names = sorted(e.name for e in itertools.islice(entries, LISTING_LIMIT) if e.name.endswith(".pth"))
-    except OSError:
-        return []
-    found = []
-    for name in names:
-        try:
-            lines = read_regular(os.path.join(site, name), PTH_LIMIT).decode("utf-8", "replace").splitlines()
-        except OSError:
-            continue
-        for line in lines:
-            if line.strip() and not line.startswith(("#", "import ", "import\t")):
-                directory = os.path.join(site, line.rstrip())
-                found += [directory] if os.path.exists(directory) else []
-    return found
 
 
 def _own_code(module: str) -> bool:

@@ -80,7 +80,11 @@ def _looked_up(command: LaunchCommand, check: str, modules: list[tuple[str, str]
     except (TargetError, ValueError) as exc:  # WorkerFailed is a TargetError
         why = exc.message if isinstance(exc, TargetError) else "no answer"
         reason = f"--middleware: the launch's Python was not asked whether it imports {modules[0][1]} ({why})"
-        return [cannot_judge(check, reason, "run preflight with --python PATH, without --no-import: vLLM's validation imports it")]
+        return [
+            cannot_judge(
+                check, reason, "run preflight with --python PATH, without --no-import: vLLM's validation imports it"
+            )
+        ]
     found = []
     for value, module in modules:
         verdict, part = said.get(module, ["unknown", module])
@@ -90,5 +94,9 @@ def _looked_up(command: LaunchCommand, check: str, modules: list[tuple[str, str]
             found.append(Finding(check, False, message, fix))
         elif verdict != "found":
             reason = f"--middleware {value}: {part} is not found without importing its package, which may provide it"
-            found.append(cannot_judge(check, reason, "run preflight with --python PATH, without --no-import: vLLM's validation imports it"))
+            found.append(
+                cannot_judge(
+                    check, reason, "run preflight with --python PATH, without --no-import: vLLM's validation imports it"
+                )
+            )
     return found

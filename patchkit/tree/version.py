@@ -79,8 +79,7 @@ def specifier(text: str | None, origin: object) -> SpecifierSet | None:
 
 def detect(target: Target, override: str | None = None) -> DetectedVersion:
     if override:
-        given = parse(override, "--vllm-version")
-        return DetectedVersion(given, "--vllm-version", _another_release(target, given))
+        return _typed(target, parse(override, "--vllm-version"))
     for finder in (_from_metadata, _from_version_file, _from_git):
         found = finder(target)
         if found:
@@ -134,16 +133,20 @@ def cut_short(root: Path) -> TargetError | None:
     )
 
 
-def _another_release(target: Target, given: Version) -> str | None:
-    """What the tree's dist-info says, where it names another release than --vllm-version (a series
-    for one release then fails on the other's files: said in one line, not as conflicts)."""
+def _typed(target: Target, given: Version) -> DetectedVersion:
+    """--vllm-version, in the tree's dist-info's spelling where PEP 440 holds the two equal (0.16 or
+    0.16.0.0 on a 0.16.0 tree: what apply records is what the guard reads there); with what the
+    dist-info says where it names another release (a series for one release then fails on the
+    other's files: said in one line, not as conflicts)."""
     try:
         found = _from_metadata(target)
     except (TargetError, BadInput):  # unreadable: nothing to hold --vllm-version against
-        return None
+        found = None
+    if found is not None and found.version == given:
+        return DetectedVersion(found.version, "--vllm-version")
     if found is None or release_version(found.version) == release_version(given):
-        return None
-    return f"{found.version} ({found.source})"
+        return DetectedVersion(given, "--vllm-version")
+    return DetectedVersion(given, "--vllm-version", f"{found.version} ({found.source})")
 
 
 def _from_metadata(target: Target) -> DetectedVersion | None:

@@ -4,6 +4,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import click
+from packaging.version import Version
 
 from patchkit import fetch
 from patchkit.base import hints
@@ -142,7 +143,8 @@ def _verify_releases(
         verbose,
     )
     by_set: dict[str, list[release_check.ReleaseResult]] = {}
-    versions_named = [parse(v, "--vllm-version") for v in named]
+    # each in the release's spelling (0.16 and 0.16.0.0 are 0.16.0), as fetch names it
+    versions_named = [Version(fetch.normalize_version(str(parse(v, "--vllm-version")))) for v in named]
     with fetch.reuse_index_pages():
         for name in list(sets or {}) if several_sets else [opts.set_name]:
             chosen = replace(opts, set_name=name)

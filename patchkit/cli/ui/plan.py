@@ -191,7 +191,7 @@ def offsets_note(placements: Sequence[Placement]) -> str:
         return ""
     if len(placements) == 1:
         return offset_note(placements[0])
-    distinct = sorted(set(offsets), key=offsets.index)
+    distinct = list(dict.fromkeys(offsets))  # each once, in order: a file may have thousands of hunks
     shown = ", ".join(f"{o:+d}" for o in distinct[:3]) + (", \u2026" if len(distinct) > 3 else "")
     return f"{len(offsets)} of {len(placements)} at an offset ({shown})"
 
