@@ -178,6 +178,13 @@ def test_without_vllm_asked_the_launchs_python_is_asked_whether_it_finds_each_mi
         *module_launch, "--middleware", "corp_here.Good", cwd=work,
     )  # fmt: skip
     assert command_findings(done) == [], done.stdout  # `python -m` puts its working directory first
+    safe = [str(python), "-P", "-m", "vllm.entrypoints.openai.api_server", "--model", str(model)]
+    done = run_cli(
+        "preflight", "--target", tree, "--patches", library, "--format", "json", "--no-import", "--",
+        "env", f"PYTHONPATH={work}", *safe, "--middleware", "corp_here.Good", "--middleware", "json.JSONDecoder",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert command_findings(done) == [], done.stdout  # safe-path mode: PYTHONPATH's entry comes first
 
 
 # a vLLM stand-in that finds no platform (the worker forces its CPU platform) and whose engine
@@ -217,6 +224,7 @@ class AsyncEngineArgs:
         parser.add_argument("--kv-cache-dtype", default="auto")
         parser.add_argument("--enable-sleep-mode", action="store_true")
         parser.add_argument("--max-model-len", type=int, default=None)
+        parser.add_argument("--middleware", action="append", default=[])
         return parser
 
     @classmethod
@@ -242,6 +250,7 @@ class AsyncEngineArgs:
         (["--kv-cache-dtype", "fp8"], False, True),
         (["--enable-sleep-mode"], False, True),
         (["--max-model-len", "4096"], True, False),
+        (["--kv-cache-dtype", "fp8", "--middleware", "corp_nowhere.Thing"], True, False),  # fails on any platform
     ],
 )
 def test_the_worker_says_the_cpu_platform_was_forced_and_which_refusals_are_its_own(tmp_path, options, judged, ok):
@@ -267,3 +276,5 @@ def test_the_worker_says_the_cpu_platform_was_forced_and_which_refusals_are_its_
         assert found.message.startswith("cannot judge here: judged on the CPU platform (no accelerator found)"), found
     else:
         assert "(judged on the CPU platform: no accelerator found)" in found.message, found
+    if "--middleware" in options:
+        assert found.message.startswith("--middleware corp_nowhere.Thing: corp_nowhere does not import"), found

@@ -120,3 +120,13 @@ def test_apply_refuses_before_writing_and_names_the_sets_then_status_and_verify(
         done = run_cli(*command, "--target", site)
         assert done.returncode == 0, (command, done.stdout + done.stderr)
         assert "eagle3" in done.stderr  # still said, as a note
+
+
+def test_one_set_named_on_a_release_without_its_series_names_the_nearest_and_the_port(tmp_path):
+    """`status --set eagle3` (one set: exit 3, no series) says which releases have one and how a
+    maintainer adds this one, not the set's every release."""
+    site = relabelled(tmp_path, "0.16.1")
+    done = run_cli("status", "--target", site, "--set", "eagle3")
+    assert done.returncode == 3, done.stdout + done.stderr
+    said = " ".join(done.stderr.split())
+    assert "0.16.0, 0.17.0" in said and "`patchkit port --set eagle3 --from 0.16.0 --to 0.16.1`" in said, said

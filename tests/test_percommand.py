@@ -49,7 +49,9 @@ def test_every_memo_a_command_fills_is_forgotten_before_the_next(tree, open_libr
     assert changed == set(), f"memos a command fills that cli/percommand.py does not name: {sorted(changed)}"
 
 
-def test_a_second_command_in_process_reads_its_own_state_directory_and_sees_the_tree_changed(tree, open_library, tmp_path, monkeypatch):
+def test_a_second_command_in_process_reads_its_own_state_directory_and_sees_the_tree_changed(
+    tree, open_library, tmp_path, monkeypatch
+):
     """The seal key is read once a process (functools.cache): a command fleet's agent runs after another
     (cli.run_in_process), with another XDG_STATE_HOME, keys its verdicts with that directory's key, as a new
     process would."""

@@ -29,6 +29,7 @@ import os
 import re
 import sys
 import traceback
+import types
 from typing import Any
 
 READ = ("model", "speculative_config", "tensor_parallel_size", "trust_remote_code")
@@ -54,7 +55,7 @@ def work(request: dict[str, Any]) -> dict[str, Any]:
     except ImportError:  # a vLLM without vllm.plugins: none to run
         pass
     refused = io.StringIO()
-    reading = None
+    reading = engine_args = None
     try:
         with contextlib.redirect_stderr(refused):
             args = _parsed(AsyncEngineArgs, request)
@@ -64,6 +65,9 @@ def work(request: dict[str, Any]) -> dict[str, Any]:
         config = engine_args.create_engine_config()
     except Exception as exc:
         cpu_refused = forced and (_raised_in_cpu_platform(exc) or _PLATFORM_WORDS.search(str(exc)) is not None)
+        late = _late_on_cpu(args, engine_args, launch_offline) if cpu_refused and engine_args is not None else None
+        if late is not None:  # fails on any platform: the CPU platform's own refusal hides it no more
+            return {"status": "after-load", **late, "reading": reading, "cpu": forced}
         return {
             "status": "invalid",
             "error": _error_text(exc),
@@ -102,6 +106,16 @@ def after_load_refusal(args: Any, config: Any, launch_offline: bool) -> dict[str
     except Exception as exc:
         return {"option": "generation-config", "value": value, "error": _error_text(exc)}
     return None
+
+
+def _late_on_cpu(args: Any, engine_args: Any, launch_offline: bool) -> dict[str, str] | None:
+    """after_load_refusal where the forced CPU platform refused the engine config: the middleware, and
+    the generation config with the model's config alone (create_model_config, no platform check)."""
+    try:
+        config: Any = types.SimpleNamespace(model_config=engine_args.create_model_config())
+    except Exception:
+        config = None
+    return after_load_refusal(args, config, launch_offline)
 
 
 def middleware_refusal(middleware: str) -> dict[str, str] | None:

@@ -44,7 +44,7 @@ def _why_not_found(command: LaunchCommand, value: str) -> str | None:
     if os.path.exists(local):  # a file: vLLM takes a GGUF file's own header instead
         return None if _gguf(local) else "a file, not a directory"
     if os.path.isabs(value) or not _HUB_ID.fullmatch(value):
-        return "no such directory (nor a hub repo id)"
+        return "no such directory" if os.path.isabs(value) else "no such directory, nor a hub repo id"
     if not offline(command.environ) or command.environ.get("VLLM_USE_MODELSCOPE", "").lower() == "true":
         return None  # a hub id vLLM downloads: not judged
     try:

@@ -20,9 +20,12 @@ AFTER_LOAD = "vLLM refuses the launch once the model has loaded"
 # module looked for as the import system would, its packages never imported
 _FIND = """
 import importlib.machinery, importlib.util, json, site, sys
+if sys.path and sys.path[0] == "":  # -c's own entry (none in safe-path mode): the launch's in its place
+    del sys.path[0]
 site.main()
 asked = json.loads(sys.stdin.read())
-sys.path[:1] = [asked["first"]] if asked["first"] is not None else []
+if asked["first"] is not None:
+    sys.path.insert(0, asked["first"])
 said = {}
 for name in asked["modules"]:
     parts = name.split(".")

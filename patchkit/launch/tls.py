@@ -39,10 +39,9 @@ def put(name, where):
     if q.get(name) is None:
         return None
     data = base64.b64decode(q[name])
-    if hasattr(os, "memfd_create"):
-        fd = os.memfd_create("patchkit-" + name)
-        path = "/proc/self/fd/%d" % fd
-    else:
+    fd = os.memfd_create("patchkit-" + name) if hasattr(os, "memfd_create") else -1
+    path = "/proc/self/fd/%d" % fd
+    if fd < 0 or not os.path.exists(path):  # no memfd, or no /proc to name it by
         path = os.path.join(where, name)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     while data:

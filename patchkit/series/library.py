@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from packaging.version import Version
 
-from patchkit.base import fsutil, remembered
+from patchkit.base import fsutil, hints, remembered
 from patchkit.base.enums import Holder, SelectionKind
 from patchkit.base.errors import BadInput, NoPatchSet, quoted
 from patchkit.base.fsutil import atomic_write, unsafe_reason
@@ -796,14 +796,16 @@ def select(patch_set: PatchSetDef, version: Version) -> Selection:
             note=f"vLLM {version} is outside the range the set {patch_set.name!r} supports "
             f"({supported_range(patch_set)})",
         )
-    covered = ", ".join(r.said() for r in patch_set.releases) or "none"
     dev = (
         f" (judged as release {release_version(version)}: pass --vllm-version with the release it derives from)"
         if release_version(version) != version
         else ""
     )
+    nearest = nearest_series(patch_set, version)
+    near = f"the releases nearest it with one: {', '.join(nearest)} ({hints.command('list')} shows each); "
     raise NoPatchSet(
-        f"the set {patch_set.name!r} has no patch series for vLLM {version}{dev}", hint=f"releases covered: {covered}"
+        f"the set {patch_set.name!r} has no patch series for vLLM {version}{dev}",
+        hint=f"{near if nearest else ''}a maintainer adds one: {port_command(patch_set, version)} (docs/library.md)",
     )
 
 
@@ -832,13 +834,22 @@ def no_series_fix(patch_set: PatchSetDef, version: Version) -> str:
     for, or a new series (a maintainer's `patchkit port`, docs/library.md)."""
     nearest = nearest_series(patch_set, version)
     release = f"vLLM {' or '.join(nearest)}" if nearest else "a vLLM release it has a series for"
-    plain = Version(version.public)
-    older = [v for v in nearest if Version(v) < plain]
-    port = f"--from {older[0]} --to {plain}" if older and not plain.is_prerelease else "--from V1 --to V2"
     return (
-        f"install {release}, or add a series of it (a maintainer: "
-        f"`patchkit port {port} --set {patch_set.name}`, docs/library.md)"
+        f"install {release}, or add a series of it (a maintainer: {port_command(patch_set, version)}, docs/library.md)"
     )
+
+
+def port_command(patch_set: PatchSetDef, version: Version) -> str:
+    """`patchkit port` of the set from the nearest older release with a series to `version` (a
+    release; a build between releases: V1 and V2 to fill in)."""
+    plain = Version(version.public)
+    older = [v for v in nearest_series(patch_set, plain) if Version(v) < plain]
+    span = (
+        ["--from", older[0], "--to", str(plain)]
+        if older and not plain.is_prerelease
+        else ["--from", "V1", "--to", "V2"]
+    )
+    return hints.command("port", *span, chosen=hints.for_set(patch_set.name))
 
 
 def has_series(patch_set: PatchSetDef, version: Version) -> bool:
