@@ -12,7 +12,7 @@ from types import SimpleNamespace
 from typing import ClassVar
 
 import pytest
-from helpers import run_cli, snapshot
+from helpers import EAGLE_MODEL, MODEL, SPEC, make_patch, patched_spec, run_cli, snapshot, write_library
 
 import patchkit._target.guard as target_guard
 import patchkit.engine.inspection as inspection
@@ -210,3 +210,16 @@ def test_apply_never_writes_a_record_larger_than_patchkit_reads_back(tree, open_
     assert done.exit_code == 2, done.output
     assert "would be larger than patchkit records: it records 2 files" in " ".join(done.output.split())
     assert snapshot(tree) == stock and not (tree / ".patchkit" / "state.json").exists()
+
+
+def test_status_of_several_sets_runs_the_guards_check_once(run, tree, scratch, monkeypatch):
+    spec = make_patch(scratch, tree, {SPEC: patched_spec()})
+    model = make_patch(scratch, tree, {MODEL: EAGLE_MODEL})
+    library = write_library(scratch / "lib", {"0.16.0": [spec]}, name="first")
+    write_library(library, {"0.16.0": [model]}, name="second")
+    assert run("apply", "--target", tree, "--patches", library).exit_code == 0
+    record_many(tree, 1000)  # the guard refuses it, and its check is the most of status's work
+    judged = counting(monkeypatch, target_guard, "judge")
+    done = run("status", "--target", tree, "--patches", library)
+    assert done.exit_code == 1 and "set      first" in done.output and "set      second" in done.output, done.output
+    assert judged[0] == 1

@@ -23,7 +23,7 @@ import re
 import stat
 import sys
 from collections.abc import Iterator
-from contextlib import suppress
+from contextlib import contextmanager, suppress
 from importlib import import_module
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -386,7 +386,38 @@ def launch_extensions(root: Path) -> tuple[str, ...]:
 EVERY_CPYTHON = tuple(f"cpython-3{minor}" for minor in range(100))
 
 
+# launch_verdict's answers while verdicts_kept() holds them: (root, state, prefix, mode) -> the verdict
+_kept: list[tuple[tuple[Path, State | None, str | None, str], Verdict]] | None = None
+
+
+@contextmanager
+def verdicts_kept() -> Iterator[None]:
+    """Within it, launch_verdict asked again of the same tree, record, prefix and mode gives its first
+    answer (a copy): for a command that judges each covering set of a tree it does not change
+    (status), the guard's check runs once, not once per set (its work grows with the record)."""
+    global _kept
+    outer, _kept = _kept, [] if _kept is None else _kept
+    try:
+        yield
+    finally:
+        _kept = outer
+
+
 def launch_verdict(root: Path, state: State | None = None, prefix: str | None = None, mode: str = "default") -> Verdict:
+    """launch_verdict_of, kept while verdicts_kept() holds (see there)."""
+    key = (root, state, prefix, mode)
+    found = next((verdict for kept, verdict in _kept or () if kept == key), None)
+    if found is None:
+        found = launch_verdict_of(root, state, prefix, mode)
+        if _kept is not None:
+            _kept.append((key, found))
+    verdict: type[Verdict] = _target_guard().Verdict  # the guard's class, seen through ModuleType
+    return verdict(list(found.problems), found.stock_again, found.whole)  # a copy: callers change theirs
+
+
+def launch_verdict_of(
+    root: Path, state: State | None = None, prefix: str | None = None, mode: str = "default"
+) -> Verdict:
     """What the installed guard finds (no problem: no guard runs, or it passes): this patchkit's
     guard check, run here as vLLM would run it, so that status, verify, preflight and run fail
     exactly when a launch would, and say the files stock again as it does. An installed module that

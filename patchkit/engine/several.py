@@ -21,6 +21,7 @@ from patchkit.base.errors import CHECK_FAILED, CheckFailed, Conflict, PatchkitEr
 from patchkit.base.heads import naming
 from patchkit.base.values import Value
 from patchkit.engine import inspection
+from patchkit.engine.guard import verdicts_kept
 from patchkit.engine.inspection import TreeStatus, overall_state
 from patchkit.engine.operations import (
     ApplyResult,
@@ -398,7 +399,7 @@ def status_sets(chosen: list[Chosen]) -> tuple[SetsStatus, str | None]:
     root = covering[0].resolved.target.root
     statuses = []
     series = [p for each in covering if each.resolved is not None for p in each.resolved.patches]
-    with consistent_read(root) as recovered:
+    with consistent_read(root) as recovered, verdicts_kept():  # the tree does not change: one guard verdict
         for each in covering:
             assert each.resolved is not None
             found = inspection.inspect(each.resolved, check_upstream=True, import_probe=False)
