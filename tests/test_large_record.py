@@ -1,6 +1,6 @@
-"""A record naming tens of thousands of files (a hostile state.json within its 16 MiB limit, each
-entry valid) costs status, verify and the launch guard work linear in the files, not their product
-with the guard's problems. Counted, not timed: the guard's problems (and the guard's own paths) are
+"""A record naming thousands of files (a hostile state.json, each entry valid) costs status, verify
+and the launch guard work linear in the files, not their product with the guard's problems; one
+naming more than patchkit ever records is damaged, to the commands and to the guard. Counted, not timed: the guard's problems (and the guard's own paths) are
 strings that count the comparisons made of them, and each test holds the count to a few per file.
 bench/bench.py's `large-record` row measures the time at n and 4n files."""
 
@@ -12,13 +12,16 @@ from types import SimpleNamespace
 from typing import ClassVar
 
 import pytest
+from helpers import run_cli, snapshot
 
 import patchkit._target.guard as target_guard
 import patchkit.engine.inspection as inspection
 import patchkit.engine.operations as operations
+import patchkit.store.state as state_module
 from patchkit.cli.ui.plan import offsets_note
+from patchkit.store.state import MAX_RECORDED_FILES
 
-FILES = 20_000
+FILES = 9_000  # under the most a record may name (store.state.MAX_RECORDED_FILES)
 CREATED = "vllm/zz/made_{}.py"  # a created file the record names, absent from the tree
 
 
@@ -121,7 +124,7 @@ def test_the_guards_problems_are_each_said_once_in_the_order_found(applied, monk
     ]
 
 
-SETS = 2_000
+SETS = 250  # under the most sets a record may hold
 
 
 def record_many_sets(tree: Path, count: int = SETS) -> None:
@@ -157,7 +160,7 @@ def test_status_of_a_record_of_many_sets_reads_the_library_and_the_records_a_few
     records = counting(monkeypatch, operations, "listings")
     done = run("status", "--target", tree, "--patches", open_library, "--format", "json")
     assert done.exit_code == 1, done.output
-    assert "other-1999" in done.output  # its refused file's fix names it
+    assert f"other-{SETS - 1}" in done.output  # its refused file's fix names it
     assert libraries[0] <= 10
     assert records[0] <= 10
 
@@ -185,3 +188,25 @@ def test_the_offsets_of_a_file_of_many_hunks_are_told_apart_in_linear_work(budge
     placements = [SimpleNamespace(offset=CountedInt(i + 1)) for i in range(FILES)]
     assert offsets_note(placements) == f"{FILES} of {FILES} at an offset (+1, +2, +3, \u2026)"
     assert budget[0] >= 0
+
+
+def test_a_record_of_more_files_than_patchkit_records_is_damaged_to_the_commands_and_the_guard(
+    run, applied, open_library
+):
+    record_many(applied, MAX_RECORDED_FILES)  # more than the most, with the set's own files
+    done = run_cli("status", "--target", applied, "--patches", open_library)
+    assert done.returncode == 2, done.stderr
+    said = " ".join(done.stderr.split())
+    assert "is damaged (it records" in said and f"at most {MAX_RECORDED_FILES:,}" in said, said
+    assert "move it aside" in said and "patchkit revert" in said, said
+    assert "more than patchkit records" in " ".join(target_guard.find_problems(str(applied)))
+    assert target_guard._MAX_RECORDED_FILES == MAX_RECORDED_FILES
+
+
+def test_apply_never_writes_a_record_larger_than_patchkit_reads_back(tree, open_library, monkeypatch, run):
+    stock = snapshot(tree)
+    monkeypatch.setattr(state_module, "MAX_RECORDED_FILES", 1)  # the set's two files are more
+    done = run("apply", "--target", tree, "--patches", open_library)
+    assert done.exit_code == 2, done.output
+    assert "would be larger than patchkit records: it records 2 files" in " ".join(done.output.split())
+    assert snapshot(tree) == stock and not (tree / ".patchkit" / "state.json").exists()

@@ -42,7 +42,7 @@ ENV = "PATCHKIT_GUARD"
 # The number of the guard's checks: patchkit tells an older build's guard that judges a tree as it
 # does (the same number: a note, `apply` updates it) from one that may not (a failure until `apply`).
 # tests/test_guard_format.py holds it to this module's code: a change of the code bumps it.
-GUARD_FORMAT = 21
+GUARD_FORMAT = 22
 MAX_RECORD_BYTES = 16 * 1024 * 1024
 if TYPE_CHECKING:  # (vllm version or None, {path: recorded sha256 or None}, {path: its original's sha256 or None})
     Record = tuple[str | None, dict[str, str | None], dict[str, str | None]]
@@ -661,6 +661,7 @@ _GUARD_FILE = re.compile(
 )
 _STARTUP_HOOKS = ("sitecustomize", "usercustomize", "_distutils_hack")
 _MAX_CHOSEN, _MAX_PATCH_PATH = 256, 4096
+_MAX_RECORDED_FILES = 10000  # patchkit.store.state.MAX_RECORDED_FILES
 
 
 def state_damage(data: object) -> str | None:
@@ -673,6 +674,13 @@ def state_damage(data: object) -> str | None:
     entries = data.get("entries", [])
     if not isinstance(entries, list):
         return "'entries' is not a list"
+    if len(entries) > _MAX_CHOSEN:  # patchkit.store.state.record_size_damage: no record patchkit writes
+        return "it records " + str(len(entries)) + " sets, more than patchkit records"
+    files = sum(len(e["files"]) for e in entries if isinstance(e, dict) and isinstance(e.get("files"), dict))
+    if files > _MAX_RECORDED_FILES:
+        return (
+            "it records " + str(files) + " files, more than patchkit records (at most " + str(_MAX_RECORDED_FILES) + ")"
+        )
     if not isinstance(data.get("no_guard", False), bool):
         return "'no_guard' is not true or false"
     guard, replaced = data.get("guard", {}), data.get("guard_replaced", {})

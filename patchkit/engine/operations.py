@@ -548,6 +548,7 @@ class _Applying:
         found, originals = self.found  # the set's files already patched, with no record of them
         entry = resolved.apply_record(plan.changes, state.entry(resolved.set_name) or found)
         guard_changes, new_state = self.with_guard(state.with_entry(entry).with_chosen(self.chosen))
+        _refuse_a_record_too_large(root, new_state)
         self.keep_replaced_guard()
         changes = {**plan.changes, **guard_changes}
         save_originals(root, originals)  # before the record that names them
@@ -1688,6 +1689,17 @@ def _stock_by_record(root: Path, paths: list[str]) -> set[str]:
     if parsed is None:
         return set()
     return {path for path in paths if path in parsed.hashes and _as_recorded(root, path, parsed)}
+
+
+def _refuse_a_record_too_large(root: Path, state: State) -> None:
+    """A record no command would read back (store.state.record_size_damage) is never written."""
+    too_large = state.size_problem()
+    if too_large is not None:
+        raise BadInput(
+            f"{state_path(root)} would be larger than patchkit records: {too_large}; nothing was written",
+            hint=f"revert the sets you no longer use ({hints.command('revert', '--set', 'NAME')}), "
+            "or check the patch files: none of vLLM's changes names so many",
+        )
 
 
 def refuse_unrevertable_record(resolved: Resolved, state: State, known: Sequence[Patch] = ()) -> None:

@@ -362,6 +362,10 @@ class State(Value):
         reverted = tuple(n for n in self.reverted if n not in names)  # chosen again
         return replace(self, chosen=(*wanted, *(n for n in names if n not in wanted)), reverted=reverted)
 
+    def size_problem(self) -> str | None:
+        """Why this record is larger than patchkit writes one (record_size_damage; None: it is not)."""
+        return record_size_damage([{"files": entry.files} for entry in self.entries])
+
     def with_entry(self, entry: Entry) -> State:
         """The state with `entry` recorded: the entries describe the tree from now on, not a wheel.
         A set applied again keeps its place: a later set's "before" is what this one wrote, so
@@ -626,6 +630,9 @@ def parse_state(raw: bytes, origin: Path) -> State:
     entries = data.get("entries", [])
     if not isinstance(entries, list):
         raise _damaged(origin, "'entries' is not a list")
+    too_many = record_size_damage(entries)
+    if too_many is not None:  # before each is checked: the work of every command is bounded by it
+        raise _damaged(origin, too_many)
     no_guard = data.get("no_guard", False)
     if not isinstance(no_guard, bool):
         raise _damaged(origin, "'no_guard' is not true or false")
@@ -645,6 +652,23 @@ def parse_state(raw: bytes, origin: Path) -> State:
 
 
 _MAX_CHOSEN = 256  # far more sets than a library holds: a longer list is no record patchkit wrote
+# Files a record names, summed over its sets: five times every file of a vLLM release (0.16.0's wheel
+# holds 1,905). apply records no more; a record naming more is damaged, and each command's work (and
+# the guard's, in every vLLM process) stays bounded by it.
+MAX_RECORDED_FILES = 10_000
+
+
+def record_size_damage(entries: list[object]) -> str | None:
+    """Why a record of these entries is larger than any patchkit writes (None: it is not)."""
+    if len(entries) > _MAX_CHOSEN:
+        return f"it records {len(entries):,} sets, more than patchkit records (at most {_MAX_CHOSEN})"
+    files = sum(len(e["files"]) for e in entries if isinstance(e, dict) and isinstance(e.get("files"), dict))
+    if files > MAX_RECORDED_FILES:
+        return (
+            f"it records {files:,} files, more than patchkit records (at most {MAX_RECORDED_FILES:,}; "
+            "a vLLM release holds about 2,000)"
+        )
+    return None
 
 
 def _checked_chosen(chosen: object, origin: Path, key: str = "chosen") -> tuple[str, ...] | None:
