@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 
 import pytest
 from helpers import run_cli
@@ -278,3 +279,25 @@ def test_the_worker_says_the_cpu_platform_was_forced_and_which_refusals_are_its_
         assert "(judged on the CPU platform: no accelerator found)" in found.message, found
     if "--middleware" in options:
         assert found.message.startswith("--middleware corp_nowhere.Thing: corp_nowhere does not import"), found
+
+
+def test_a_middleware_module_that_leaves_a_thread_running_does_not_keep_the_worker(tmp_path):
+    """vLLM's server lives on with such a thread; the worker answers and ends, not at its time limit."""
+    for name, text in {
+        "vllm/__init__.py": "",
+        "vllm/platforms/__init__.py": FAKE_PLATFORMS,
+        "vllm/platforms/cpu.py": FAKE_CPU,
+        "vllm/engine/__init__.py": "",
+        "vllm/engine/arg_utils.py": FAKE_ARG_UTILS,
+        "corp_threads.py": "import threading, time\nthreading.Thread(target=time.sleep, args=(600,)).start()\nclass M:\n    pass\n",
+    }.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    arguments = ["--model", str(tmp_path), "--middleware", "corp_threads.M"]
+    request = {"arguments": arguments, "serve": False, "args": arguments, "cwd": str(tmp_path), "first_path": None}
+    environ = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    started = time.monotonic()
+    answer = run_worker(
+        sys.executable, "engine_config", request, timeout=20, in_process=False, isolated=False, env=environ
+    )
+    assert answer["status"] == "ok" and time.monotonic() - started < 15, answer
