@@ -830,10 +830,12 @@ def _fails_another_user(site: Path, guard) -> bool:
 
 
 def _fixes(status_json: dict) -> list[list[str]]:
-    """The commands `status` names as the fix (`patchkit X`, in order); else apply."""
+    """The commands `status` names as the fix (`patchkit X`, in order); else apply. `list` and a
+    maintainer's `port` are named beside a fix as where to look, and act on no tree: not steps of it."""
     guard = status_json.get("guard") or {}
     named = re.findall(r"`patchkit ([^`]*)`", guard.get("fix") or status_json.get("hint") or "")
-    return [command.split() for command in named] or [["apply"]]
+    steps = [command.split() for command in named if command.split()[0] not in ("list", "port")]
+    return steps or [["apply"]]
 
 
 def _repaired_by_hand(tree: Tree, status: subprocess.CompletedProcess) -> None:
