@@ -193,10 +193,24 @@ def checked_path(path: object, origin: Path, *, directory: bool = False, guard: 
     the guard's own record; never a series' (no patch changes the guard)."""
     if not isinstance(path, str):
         raise _damaged(origin, f"a path is {type(path).__name__}, not text")
-    reason = unsafe_reason(path) or _outside_packages(path, directory=directory, guard=guard)
+    reason = unsafe_reason(path) or _too_long(path) or _outside_packages(path, directory=directory, guard=guard)
     if reason:
         raise _damaged(origin, f"the recorded path {quoted(repr(path))} {reason}")
     return path
+
+
+# A name over NAME_MAX (255 bytes on Linux file systems) is no file at all, and the tree's path before a
+# recorded one needs room under PATH_MAX (4,096): reading either would fail in the middle of a command.
+_MAX_NAME, _MAX_RECORDED_PATH = 255, 2048
+
+
+def _too_long(path: str) -> str | None:
+    encoded = path.encode("utf-8", "surrogateescape")
+    if any(len(part) > _MAX_NAME for part in encoded.split(b"/")):
+        return f"has a name over {_MAX_NAME} bytes, which no file system here holds"
+    if len(encoded) > _MAX_RECORDED_PATH:
+        return f"is over {_MAX_RECORDED_PATH:,} bytes, longer than any file of a package"
+    return None
 
 
 # The one exception: the files of the launch guard `apply` installs beside vllm/ (patchkit.engine.guard).
