@@ -137,10 +137,30 @@ def test_a_ca_file_alone_is_never_read_and_a_fifo_never_given_to_openssl(tmp_pat
 # --- --lora-modules: what init_static_loras refuses --------------------------------------------------
 
 
+EMPTY_SAFETENSORS = b"\x02" + b"\x00" * 7 + b"{}"  # a safetensors file holding no tensor
+
+
 def adapter(directory: Path, **config: object) -> str:
     directory.mkdir(parents=True)
     (directory / "adapter_config.json").write_text(json.dumps({**ADAPTER, **config}))
+    (directory / "adapter_model.safetensors").write_bytes(EMPTY_SAFETENSORS)
     return str(directory)
+
+
+def test_an_adapter_without_the_weights_vllm_loads_is_refused(tmp_path):
+    good = adapter(tmp_path / "good")
+    Path(good, "adapter_model.safetensors").unlink()
+    said = judged(tmp_path, "--enable-lora", "--lora-modules", f"a={good}")
+    assert said == [
+        f"--lora-modules {good}: no adapter weights there (vLLM loads adapter_model.safetensors, "
+        "adapter_model.bin, adapter_model.pt): vLLM refuses the launch once the model has loaded"
+    ], said
+    for name in ("adapter_model.bin", "adapter_model.pt"):
+        Path(good, name).write_bytes(b"")
+        assert judged(tmp_path, "--enable-lora", "--lora-modules", f"a={good}") == []
+        Path(good, name).unlink()
+    Path(good, "adapter_model.safetensors").mkdir()  # a directory of that name is no file to vLLM
+    assert len(judged(tmp_path, "--enable-lora", "--lora-modules", f"a={good}")) == 1
 
 
 def test_adapters_vllm_refuses_after_the_load_are_refused(tmp_path):
@@ -207,9 +227,8 @@ def test_an_offline_launchs_hub_adapter_is_judged_in_the_cache_and_left_to_vllm_
         "vLLM refuses the launch once the model has loaded"
     ]
     adapter(repo / "snapshots" / "c0ffee" / "x", r=32)
-    (repo / "snapshots" / "c0ffee" / "x" / "adapter_config.json").rename(
-        repo / "snapshots" / "c0ffee" / "adapter_config.json"
-    )
+    for name in ("adapter_config.json", "adapter_model.safetensors"):
+        (repo / "snapshots" / "c0ffee" / "x" / name).rename(repo / "snapshots" / "c0ffee" / name)
     assert said(offline, "someorg/cached") == [
         "--lora-modules someorg/cached: its adapter_config.json: LoRA rank 32 is greater than max_lora_rank 16: "
         "vLLM refuses the launch once the model has loaded"

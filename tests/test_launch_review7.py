@@ -6,6 +6,7 @@ general plugin the launch loads before it execs, on one line of 80 columns."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import re
@@ -104,12 +105,26 @@ def test_vllms_own_general_plugins_are_no_plugin_to_name(launch):
     _, done = patchkit_run(tree, library, command, env)
     assert done.returncode == 7 and warnings(done.stderr) == [], done.stderr
 
-    # another distribution's plugin whose code is not vLLM's is named, under any name (a distribution
-    # of another name: one named patchkit_guard is hidden by the guard's, as importlib.metadata reads them)
+    # another distribution's plugin whose code is not vLLM's is named, under any name; one named
+    # patchkit_guard takes the guard's place in vLLM's plugins when importlib.metadata reads it after the
+    # guard's (the directory's listing order): then no launch guard runs, and run refuses
     info = write_plugin(tree, "impostor", "def register():\n    pass\n") / "impostor-1.0.dist-info"
     (info / "entry_points.txt").write_text("[vllm.general_plugins]\npatchkit_guard = impostor_mod:register\n")
     _, done = patchkit_run(tree, library, command, env)
-    assert done.returncode == 7 and warnings(done.stderr) == [f"{WARNING}patchkit_guard"], done.stderr
+    if _read_last_of_the_guards_name(tree) == "impostor":
+        assert done.returncode == 1 and "vLLM never runs the launch guard" in done.stdout + done.stderr, done.stdout
+    else:
+        assert done.returncode == 7 and warnings(done.stderr) == [f"{WARNING}patchkit_guard"], done.stderr
+
+
+def _read_last_of_the_guards_name(site: Path) -> str:
+    """The distribution whose `patchkit_guard` general plugin vLLM keeps: the last importlib.metadata reads."""
+    return [
+        dist.metadata["Name"]
+        for dist in importlib.metadata.distributions(path=[str(site)])
+        for point in dist.entry_points
+        if point.group == "vllm.general_plugins" and point.name == "patchkit_guard"
+    ][-1]
 
 
 # --- M1, M2: a plugin's helper process holding the worker's error output is never waited for --------
@@ -362,6 +377,7 @@ def test_a_static_lora_adapter_vllm_could_not_load_is_refused_and_a_hub_id_left_
     adapter.mkdir()
     empty.mkdir()
     (adapter / "adapter_config.json").write_text('{"r": 8, "lora_alpha": 16, "target_modules": ["q_proj"]}')
+    (adapter / "adapter_model.safetensors").write_bytes(b"\x02" + b"\x00" * 7 + b"{}")  # no tensor, a file
     good = ["a=" + str(adapter), json.dumps({"name": "b", "path": str(adapter)}), "c=org/adapter-on-the-hub"]
     _, done = patchkit_run(tree, library, [*command, "--enable-lora", "--lora-modules", *good], env)
     assert done.returncode == 7, done.stdout + done.stderr

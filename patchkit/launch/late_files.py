@@ -143,10 +143,24 @@ def _lora_problem(option: str, path: str, command: LaunchCommand, encoding: Call
         fix = f"give the directory of a LoRA adapter (it holds {ADAPTER_CONFIG}), as the launch's directory sees it"
         return [(f"{option} {path}: {ADAPTER_CONFIG} there: {why}: {AFTER_LOAD}", fix)]
     rank = _max_lora_rank(command)
-    return [
+    refused = [
         (f"{option} {path}: its {ADAPTER_CONFIG}: {why}: {AFTER_LOAD}", fix)
         for why, fix in _peft_refusals(config, rank, encoding, command.release)
     ]
+    return refused or _no_adapter_weights(option, path, local)
+
+
+# What LoRAModel.from_local_checkpoint loads, in its order (os.path.isfile: a link to a file counts)
+ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin", "adapter_model.pt")
+
+
+def _no_adapter_weights(option: str, path: str, local: str) -> list[tuple[str, str]]:
+    """An adapter whose config vLLM accepts, but with none of the weight files it loads next."""
+    if any(os.path.isfile(os.path.join(local, name)) for name in ADAPTER_WEIGHTS):
+        return []
+    said = ", ".join(ADAPTER_WEIGHTS)
+    why = f"{option} {path}: no adapter weights there (vLLM loads {said}): {AFTER_LOAD}"
+    return [(why, "give the adapter's whole directory, as PEFT saved it (its weights beside adapter_config.json)")]
 
 
 def _max_lora_rank(command: LaunchCommand) -> int:

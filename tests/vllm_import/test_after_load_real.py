@@ -37,6 +37,7 @@ ASK_VLLM = textwrap.dedent("""\
     from vllm.config.lora import LoRAConfig
     from vllm.entrypoints.openai.models.protocol import LoRAModulePath
     from vllm.entrypoints.openai.models.serving import OpenAIServingModels
+    from vllm.lora.lora_model import LoRAModel
     from vllm.lora.peft_helper import PEFTHelper
     from vllm.lora.utils import get_adapter_absolute_path
     from vllm.entrypoints.utils import process_lora_modules
@@ -57,7 +58,9 @@ ASK_VLLM = textwrap.dedent("""\
             if not self.enable:
                 raise RuntimeError("LoRA is not enabled. Use --enable-lora to enable LoRA.")
             path = get_adapter_absolute_path(request.lora_path)
-            PEFTHelper.from_local_dir(path, None).validate_legal(self.config)
+            peft = PEFTHelper.from_local_dir(path, None)
+            peft.validate_legal(self.config)
+            LoRAModel.from_local_checkpoint(path, {"q_proj"}, peft, device="cpu")
 
     def lora(case):
         modules = [LoRAModulePath(name=n, path=p) for n, p in case["modules"]]
@@ -129,10 +132,13 @@ def adapters(root: Path) -> dict[str, str]:
         "bare": json.dumps({"r": 8}),
         "list": "[1, 2]",
         "broken": "{not json",
+        "noweights": json.dumps(base),
     }
     for name, text in configs.items():
         (root / name).mkdir(parents=True)
         (root / name / "adapter_config.json").write_text(text)
+        if name != "noweights":  # a safetensors file holding no tensor
+            (root / name / "adapter_model.safetensors").write_bytes(b"\x02" + b"\x00" * 7 + b"{}")
     return {name: str(root / name) for name in configs}
 
 
@@ -152,7 +158,7 @@ def lora_cases(a: dict[str, str]) -> list[dict[str, object]]:
         {"modules": [["audio", a["good"]]], "mm": {"audio": a["good"]}, "enable": True, "rank": 16},
         {"modules": [["a", a["good"]]], "mm": {"audio": a["good"]}, "enable": True, "rank": 16},
     ]
-    others = ("bias", "dora", "saved", "zero", "bare", "list", "broken")
+    others = ("bias", "dora", "saved", "zero", "bare", "list", "broken", "noweights")
     return cases + [{"modules": [["a", a[name]]], "enable": True, "rank": 16} for name in others]
 
 
@@ -164,6 +170,7 @@ def cached(cache: Path, repo: str, config: str | None) -> None:
     (storage / "snapshots" / "c0ffee").mkdir(parents=True)
     if config is not None:
         (storage / "snapshots" / "c0ffee" / "adapter_config.json").write_text(config)
+        (storage / "snapshots" / "c0ffee" / "adapter_model.safetensors").write_bytes(b"\x02" + b"\x00" * 7 + b"{}")
 
 
 def refused_by_patchkit(case: dict[str, object]) -> bool:
