@@ -388,3 +388,28 @@ def eagle3_and_tools(tmp_path: Path) -> tuple[Path, Path, Path, Path]:
     declare(lib / "tools", 'tool_call_parsers = ["demo", "demo_v2"]')
     (lib / "library.toml").write_text('order = ["eagle3", "tools"]\n')
     return tree, lib, write_model(tmp_path / "target", DEEPSEEK_V3), write_model(tmp_path / "drafter", DRAFTER)
+
+
+_SELF_SIGNED = ["-days", "30", "-subj", "/CN=patchkit-test"]
+
+
+def tls_files(directory: Path) -> Path:
+    """cert.pem with its key.pem, cert2.pem with other.pem (another key), enc.pem (key.pem encrypted),
+    junk.pem, both.pem (cert.pem and key.pem in one file)."""
+    directory.mkdir(exist_ok=True)
+    for cert, key in (("cert.pem", "key.pem"), ("cert2.pem", "other.pem")):
+        subprocess.run(
+            ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert, *_SELF_SIGNED],
+            cwd=directory,
+            check=True,
+            capture_output=True,
+        )
+    subprocess.run(
+        ["openssl", "pkey", "-in", "key.pem", "-aes256", "-passout", "pass:secret", "-out", "enc.pem"],
+        cwd=directory,
+        check=True,
+        capture_output=True,
+    )
+    (directory / "junk.pem").write_text("not PEM\n")
+    (directory / "both.pem").write_bytes((directory / "cert.pem").read_bytes() + (directory / "key.pem").read_bytes())
+    return directory

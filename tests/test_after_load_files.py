@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from launch_fixtures import (
     applied,
     patchkit_run,
     plain_launch,  # noqa: F401  (the fixture `launch`)
+    tls_files,
 )
 
 from patchkit.launch.command import parse
@@ -26,28 +26,8 @@ from patchkit.launch.late_files import late_file_findings
 
 needs_openssl = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
 
-NAMED = ["-days", "30", "-subj", "/CN=patchkit-test"]
+
 ADAPTER = {"r": 8, "lora_alpha": 16, "target_modules": ["q_proj"], "bias": "none", "peft_type": "LORA"}
-
-
-def make_tls(directory: Path) -> Path:
-    """cert.pem with its key.pem, other.pem (another key), enc.pem (key.pem encrypted), junk.pem."""
-    directory.mkdir(exist_ok=True)
-    for cert, key in (("cert.pem", "key.pem"), ("cert2.pem", "other.pem")):
-        subprocess.run(
-            ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert, *NAMED],
-            cwd=directory,
-            check=True,
-            capture_output=True,
-        )
-    subprocess.run(
-        ["openssl", "pkey", "-in", "key.pem", "-aes256", "-passout", "pass:secret", "-out", "enc.pem"],
-        cwd=directory,
-        check=True,
-        capture_output=True,
-    )
-    (directory / "junk.pem").write_text("not PEM\n")
-    return directory
 
 
 def judged(directory: Path, *options: str, program: str = "python") -> list[str]:
@@ -72,7 +52,7 @@ def judged(directory: Path, *options: str, program: str = "python") -> list[str]
 
 @needs_openssl
 def test_a_keyfile_without_a_certfile_is_refused(tmp_path):
-    tls = make_tls(tmp_path / "tls")
+    tls = tls_files(tmp_path / "tls")
     said = judged(tls, "--ssl-keyfile", "key.pem")
     assert said == [
         "--ssl-keyfile key.pem without --ssl-certfile: uvicorn asserts a certificate: "
@@ -83,7 +63,7 @@ def test_a_keyfile_without_a_certfile_is_refused(tmp_path):
 @needs_openssl
 @pytest.mark.parametrize("program", ["python", "vllm"])
 def test_tls_openssl_cannot_build_is_refused_and_good_tls_passes(tmp_path, program):
-    tls = make_tls(tmp_path / "tls")
+    tls = tls_files(tmp_path / "tls")
     good = ["--ssl-certfile", "cert.pem", "--ssl-keyfile", "key.pem", "--ssl-ca-certs", "cert2.pem"]
     assert judged(tls, *good, "--ssl-ciphers", "ECDHE+AESGCM", "--ssl-cert-reqs", "2", program=program) == []
     assert judged(tls, "--ssl-certfile", "cert.pem", program=program) != []  # no key in the certfile
@@ -108,7 +88,7 @@ def test_tls_openssl_cannot_build_is_refused_and_good_tls_passes(tmp_path, progr
 
 @needs_openssl
 def test_a_cipher_list_the_launchs_openssl_selects_nothing_from_is_refused(tmp_path):
-    tls = make_tls(tmp_path / "tls")
+    tls = tls_files(tmp_path / "tls")
     said = judged(tls, "--ssl-certfile", "cert.pem", "--ssl-keyfile", "key.pem", "--ssl-ciphers", "NO-SUCH-CIPHER")
     assert len(said) == 1 and said[0].startswith("--ssl-ciphers NO-SUCH-CIPHER: OpenSSL"), said
     assert "selects no cipher from it" in said[0], said
@@ -124,7 +104,7 @@ def test_a_cipher_list_the_launchs_openssl_selects_nothing_from_is_refused(tmp_p
 
 @needs_openssl
 def test_a_ca_file_alone_is_never_read_and_a_fifo_never_given_to_openssl(tmp_path):
-    tls = make_tls(tmp_path / "tls")
+    tls = tls_files(tmp_path / "tls")
     assert judged(tls, "--ssl-ca-certs", "/nonexistent/ca.pem") == []  # plain HTTP: uvicorn never opens it
     os.mkfifo(tls / "cert.fifo")
     said = judged(tls, "--ssl-certfile", "cert.fifo", "--ssl-keyfile", "key.pem")
@@ -242,7 +222,7 @@ def test_an_offline_launchs_hub_adapter_is_judged_in_the_cache_and_left_to_vllm_
 def test_run_refuses_a_launch_whose_tls_or_adapter_vllm_refuses_after_the_load(launch, tmp_path):
     tree, library, command, env, marker = launch
     applied(tree, library)
-    tls = make_tls(tmp_path / "tls")
+    tls = tls_files(tmp_path / "tls")
     good = ["--ssl-certfile", str(tls / "cert.pem"), "--ssl-keyfile", str(tls / "key.pem")]
     _, done = patchkit_run(tree, library, [*command, *good], env)
     assert done.returncode == 7, done.stdout + done.stderr

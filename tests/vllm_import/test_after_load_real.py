@@ -9,11 +9,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import textwrap
 from pathlib import Path
 
 import pytest
+from launch_fixtures import tls_files
 from vllm_overlay import ask_vllm
 
 from patchkit.launch.command import parse
@@ -76,29 +76,13 @@ ASK_VLLM = textwrap.dedent("""\
     print(json.dumps([tls(c["tls"]) if "tls" in c else lora(c) for c in cases]))
 """)
 
-NAMED = ["-days", "30", "-subj", "/CN=patchkit-test"]
+
 OPTION = {"ssl_keyfile": "--ssl-keyfile", "ssl_certfile": "--ssl-certfile", "ssl_ca_certs": "--ssl-ca-certs"}
 OPTION |= {"ssl_ciphers": "--ssl-ciphers", "ssl_cert_reqs": "--ssl-cert-reqs"}
 
 
 def make_tls(directory: Path) -> dict[str, str]:
-    directory.mkdir()
-    for cert, key in (("cert.pem", "key.pem"), ("cert2.pem", "other.pem")):
-        subprocess.run(
-            ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert, *NAMED],
-            cwd=directory,
-            check=True,
-            capture_output=True,
-        )
-    subprocess.run(
-        ["openssl", "pkey", "-in", "key.pem", "-aes256", "-passout", "pass:secret", "-out", "enc.pem"],
-        cwd=directory,
-        check=True,
-        capture_output=True,
-    )
-    (directory / "junk.pem").write_text("not PEM\n")
-    (directory / "both.pem").write_bytes((directory / "cert.pem").read_bytes() + (directory / "key.pem").read_bytes())
-    return {p.name: str(p) for p in directory.iterdir()}
+    return {p.name: str(p) for p in tls_files(directory).iterdir()}
 
 
 def tls_cases(f: dict[str, str]) -> list[dict[str, object]]:

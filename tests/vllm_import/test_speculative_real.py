@@ -10,7 +10,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from vllm_overlay import ask_vllm, site_packages
+from vllm_overlay import TINY_LLAMA, ask_vllm, site_packages
 
 from patchkit.launch.command import parse
 from patchkit.launch.engine import LaunchContext
@@ -21,18 +21,7 @@ VLLM_PYTHON = os.environ.get("VLLM_PYTHON")
 
 pytestmark = pytest.mark.skipif(not VLLM_PYTHON, reason="needs a venv with vLLM: run `make test-vllm`")
 
-TARGET = {
-    "architectures": ["LlamaForCausalLM"],
-    "model_type": "llama",
-    "hidden_size": 256,
-    "intermediate_size": 512,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 4,
-    "max_position_embeddings": 1024,
-    "vocab_size": 1000,
-    "torch_dtype": "bfloat16",
-}
+TARGET = TINY_LLAMA
 DRAFTER = {**TARGET, "architectures": ["LlamaForCausalLMEagle3"], "num_hidden_layers": 1, "draft_vocab_size": 1000}
 SPECS = {
     "good": {"method": "eagle3", "model": "DRAFTER", "num_speculative_tokens": 3},

@@ -13,23 +13,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from vllm_overlay import TINY_LLAMA
 
 VLLM_PYTHON = os.environ.get("VLLM_PYTHON")
 
 pytestmark = pytest.mark.skipif(not VLLM_PYTHON, reason="needs a venv with vLLM: run `make test-vllm`")
 
-TARGET = {
-    "architectures": ["LlamaForCausalLM"],
-    "model_type": "llama",
-    "hidden_size": 256,
-    "intermediate_size": 512,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 4,
-    "max_position_embeddings": 1024,
-    "vocab_size": 1000,
-    "torch_dtype": "bfloat16",
-}
+TARGET = TINY_LLAMA
 CPU = "(judged on the CPU platform: no accelerator found)"
 
 

@@ -22,6 +22,19 @@ from pathlib import Path
 VLLM_PYTHON = os.environ.get("VLLM_PYTHON")  # the real vLLM venv's interpreter (`make test-vllm` sets it)
 
 PYTEST_DISTRIBUTIONS = ("pytest", "pluggy", "iniconfig")  # packaging and pygments: the vLLM venv's own
+# a two-layer Llama config vLLM builds an engine config for without weights (the real tests' target)
+TINY_LLAMA = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 256,
+    "intermediate_size": 512,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 4,
+    "max_position_embeddings": 1024,
+    "vocab_size": 1000,
+    "torch_dtype": "bfloat16",
+}
 
 
 def site_packages(python: str | Path) -> Path:
