@@ -22,8 +22,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from patchkit.base.errors import few
 from patchkit.base.enums import Outcome, TreeState
+from patchkit.base.errors import few
 from patchkit.fetch.pipconfig import forget_settings
 from patchkit.fleet import DEFAULT_TIME_LIMIT
 from patchkit.fleet.states import NodeState
