@@ -20,6 +20,7 @@ from patchkit.launch.findings import Finding
 from patchkit.launch.genconfig import generation_config_findings
 from patchkit.launch.models import hf_hub_cache, offline, offline_model_path
 from patchkit.launch.tls import AFTER_LOAD, tls_findings
+from patchkit.launch.weights import LFS, file_problem
 
 SSL_FILES = ("ssl-certfile", "ssl-keyfile", "ssl-ca-certs")
 ADAPTER_CONFIG = "adapter_config.json"  # what vLLM's PEFTHelper.from_local_dir reads first
@@ -155,12 +156,19 @@ ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin", "adapter_mo
 
 
 def _no_adapter_weights(option: str, path: str, local: str) -> list[tuple[str, str]]:
-    """An adapter whose config vLLM accepts, but with none of the weight files it loads next."""
-    if any(os.path.isfile(os.path.join(local, name)) for name in ADAPTER_WEIGHTS):
-        return []
+    """An adapter whose config vLLM accepts, but with none of the weight files it loads next, or
+    with the first of them one its reader (safe_open, torch.load) refuses before any tensor."""
+    whole = "give the adapter's whole directory, as PEFT saved it (its weights beside adapter_config.json)"
+    for name in ADAPTER_WEIGHTS:
+        weights = os.path.join(local, name)
+        if os.path.isfile(weights):
+            why = file_problem(weights, name.endswith(".safetensors"))
+            if why is None:
+                return []
+            fix = f"run `git lfs pull` in {path}" if LFS in why else whole
+            return [(f"{option} {path}: {why}: {AFTER_LOAD}", fix)]
     said = ", ".join(ADAPTER_WEIGHTS)
-    why = f"{option} {path}: no adapter weights there (vLLM loads {said}): {AFTER_LOAD}"
-    return [(why, "give the adapter's whole directory, as PEFT saved it (its weights beside adapter_config.json)")]
+    return [(f"{option} {path}: no adapter weights there (vLLM loads {said}): {AFTER_LOAD}", whole)]
 
 
 def _max_lora_rank(command: LaunchCommand) -> int:
