@@ -17,7 +17,7 @@ from launch_fixtures import EMPTY_SAFETENSORS, LFS_POINTER, ONE_TENSOR, safetens
 from vllm_overlay import ask_vllm
 
 from patchkit.launch.command import parse
-from patchkit.launch.late_files import late_file_findings
+from patchkit.launch.late_files import late_file_findings, lora_ranks
 
 VLLM_PYTHON = os.environ.get("VLLM_PYTHON")
 
@@ -268,3 +268,18 @@ def test_a_generation_config_is_refused_exactly_where_vllm_finds_none(tmp_path, 
         disagreements += [(value, said)] if refused != bool(said) else []
     assert disagreements == []
     assert sum(bool(s) for s in vllm_said) >= 6, vllm_said
+
+
+RANKS = """
+import json, typing
+import vllm.config.lora as lora
+print(json.dumps({"file": lora.__file__, "allowed": sorted(typing.get_args(lora.MaxLoRARanks))}))
+"""
+
+
+def test_the_lora_ranks_read_from_the_tree_are_the_ones_vllm_allows():
+    """review35 N9: the rank fix's --max-lora-rank comes from config/lora.py read statically; the
+    real release's MaxLoRARanks (what its parser's choices are built from) agrees."""
+    said = ask_vllm(RANKS)
+    assert isinstance(said, dict)
+    assert lora_ranks(Path(said["file"]).read_bytes()) == tuple(said["allowed"])
