@@ -18,7 +18,7 @@ from patchkit.base.fsutil import read_regular
 from patchkit.launch.command import LaunchCommand
 from patchkit.launch.findings import Finding
 from patchkit.launch.genconfig import generation_config_findings
-from patchkit.launch.models import hf_hub_cache, offline, offline_model_path
+from patchkit.launch.models import hf_hub_cache, hub_repo_id, offline, offline_model_path
 from patchkit.launch.tls import AFTER_LOAD, tls_findings
 from patchkit.launch.weights import LFS, file_problem
 
@@ -61,11 +61,6 @@ def _unreadable(path: str) -> str | None:
     except ValueError:  # a NUL character (a --config YAML's escape): open() raises ValueError too
         return "not a path (it holds a NUL character)"
     return None
-
-
-# a name the hub could hold (`org/name`, `name`: huggingface_hub's repo id rule): vLLM downloads it; any other
-# relative path it cannot find fails the download, then the load
-_HUB_ID = re.compile(r"(?!.*(?:--|\.\.))[A-Za-z0-9](?:[\w.-]*[A-Za-z0-9])?(?:/[A-Za-z0-9](?:[\w.-]*[A-Za-z0-9])?)?")
 
 
 def _lora_entries(command: LaunchCommand) -> list[tuple[str, str, str]]:
@@ -138,7 +133,7 @@ def _lora_problem(
     (an offline launch); a hub id online is vLLM's to download, not judged."""
     cwd = command.working_directory()
     local = _home_expanded(path, command) if path.startswith("~") else os.path.join(cwd, path)
-    if not (os.path.isabs(path) or path.startswith("~") or os.path.lexists(local)) and _HUB_ID.fullmatch(path):
+    if not (os.path.isabs(path) or path.startswith("~") or os.path.lexists(local)) and hub_repo_id(path):
         if not offline(command.environ) or command.environ.get("VLLM_USE_MODELSCOPE", "").lower() == "true":
             return []
         try:  # snapshot_download(repo_id) offline: the cache's snapshot of main, or the id kept as a path
