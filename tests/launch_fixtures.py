@@ -462,3 +462,25 @@ def tls_files(directory: Path) -> Path:
     (directory / "junk.pem").write_text("not PEM\n")
     (directory / "both.pem").write_bytes((directory / "cert.pem").read_bytes() + (directory / "key.pem").read_bytes())
     return directory
+
+
+# names and whether huggingface_hub's validate_repo_id takes them (test_launch_hub_ids.py, and against the
+# real one in vllm_import/test_hub_cache_real.py)
+REPO_IDS = [
+    ("a" * 96, True),
+    ("a" * 97, False),
+    ("org/" + "a" * 96, True),
+    ("org/" + "a" * 97, False),
+    ("o" * 200 + "/a", True),  # the namespace has no length limit
+    ("_adapter", True),
+    ("adapter_", True),
+    ("-adapter", False),
+    ("adapter.", False),
+    ("a--b", False),
+    ("a..b", False),
+    ("adapter.git", False),
+    ("a/b/c", False),
+    ("a b", False),
+    ("émoji-free", True),  # \w is Unicode's
+    ("org/Model-1.5_x", True),
+]

@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from test_launch_hub_ids import NAMES
+from launch_fixtures import REPO_IDS
 
 from patchkit.launch.models import hub_cache, hub_repo_id
 
@@ -57,7 +57,7 @@ print(json.dumps(taken))
 
 def test_patchkits_hub_repo_id_is_the_venv_s_validate_repo_id():
     """review35: the names --lora-modules, --generation-config (and an offline model) take as hub ids."""
-    names = [name for name, _ in NAMES] + ["a\n", "a/", "/a", "", ".", "a" * 95 + ".", "ab/cd.git", "é" * 96]
+    names = [name for name, _ in REPO_IDS] + ["a\n", "a/", "/a", "", ".", "a" * 95 + ".", "ab/cd.git", "é" * 96]
     done = subprocess.run(
         [str(VLLM_PYTHON), "-B", "-c", VALIDATE, json.dumps(names)],
         capture_output=True,
