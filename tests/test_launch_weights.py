@@ -175,5 +175,7 @@ def test_a_cut_short_shard_of_an_offline_snapshot_is_named_with_a_forced_downloa
 def test_safetensors_header_rules_hold_for_every_safetensors_load_format(tmp_path, load_format):
     directory = write_layout(tmp_path / "m", {"model.safetensors": safetensors_file({}, 0, length=100_000_001)})
     assert "over safetensors' 100000000" in str(weights_problem(str(directory), load_format))
-    (directory / "model.safetensors").write_bytes(safetensors_file(ONE_TENSOR, 4))  # fastsafetensors' own reader
+    (directory / "model.safetensors").write_bytes(safetensors_file(ONE_TENSOR, 4))
+    assert "is cut short" in str(weights_problem(str(directory), load_format))
+    (directory / "model.safetensors").write_bytes(safetensors_file(ONE_TENSOR, 9))  # fastsafetensors takes padding
     assert (weights_problem(str(directory), load_format) is None) is (load_format == "fastsafetensors")

@@ -91,8 +91,8 @@ def weights_problem(directory: str, load_format: str, *, local: bool = True) -> 
         return f"{os.path.basename(dangling[0])} is a link to nothing (its file is gone)"
     if not found:
         return f"no weight file vLLM loads ({', '.join(patterns)})"
-    whole = load_format != "fastsafetensors"  # fastsafetensors' own reader: only the header judged
-    bad = [why for path in sorted(found) if (why := file_problem(path, use_safetensors, whole=whole))]
+    padded = load_format == "fastsafetensors"  # its own reader takes bytes past the tensors (alignment)
+    bad = [why for path in sorted(found) if (why := file_problem(path, use_safetensors, padded=padded))]
     return None if not bad else Damaged(bad[0] + (f" (and {len(bad) - 1} more weight files)" if len(bad) > 1 else ""))
 
 
@@ -100,10 +100,11 @@ class Damaged(str):
     """A weights problem that is a weight file there vLLM's reader refuses (its fix fetches it again)."""
 
 
-def file_problem(path: str, safetensors: bool, *, whole: bool = True) -> str | None:
+def file_problem(path: str, safetensors: bool, *, padded: bool = False) -> str | None:
     """Why vLLM's reader of `path` refuses it before reading any tensor: safetensors' (`safetensors`:
-    its length prefix, JSON header and, `whole`, the data length the header declares) or torch.load's
-    (only what is certain: a regular file, not empty, not a Git LFS pointer's text); None when not."""
+    its length prefix, JSON header and the data length the header declares, which the file holds
+    exactly or, `padded` (fastsafetensors), at least) or torch.load's (only what is certain: a
+    regular file, not empty, not a Git LFS pointer's text); None when not."""
     name = os.path.basename(path)
     try:
         info = os.stat(path)
@@ -118,14 +119,14 @@ def file_problem(path: str, safetensors: bool, *, whole: bool = True) -> str | N
             return None
         if len(head) < 8:
             return f"{name} holds {len(head)} bytes, too few for a safetensors file's header"
-        return _safetensors_problem(path, name, int.from_bytes(head[:8], "little"), info.st_size, whole)
+        return _safetensors_problem(path, name, int.from_bytes(head[:8], "little"), info.st_size, padded)
     except OSError as exc:  # a fifo, a device, no permission: vLLM's open fails too
         return f"cannot read {name} ({exc.strerror or exc})"
     except ValueError:  # a name no file can have: vLLM's glob never gives one
         return None
 
 
-def _safetensors_problem(path: str, name: str, length: int, size: int, whole: bool) -> str | None:
+def _safetensors_problem(path: str, name: str, length: int, size: int, padded: bool) -> str | None:
     """safetensors' read_metadata on `path` (`length`: the header length its first 8 bytes say)."""
     if length > MAX_HEADER:
         return f"{name} is no safetensors file (its header length {length} is over safetensors' {MAX_HEADER})"
@@ -141,13 +142,13 @@ def _safetensors_problem(path: str, name: str, length: int, size: int, whole: bo
     if not isinstance(header, dict):
         return f"{name} is no safetensors file (its header is no JSON object in UTF-8)"
     ends = [_end(info) for key, info in header.items() if key != "__metadata__"]
-    if not whole or None in ends:  # a header safetensors refuses anyway: judged no further
+    if None in ends:  # a header safetensors refuses anyway: judged no further
         return None
     data = size - 8 - length
     declared = max((end for end in ends if end is not None), default=0)
     if declared > data:
         return f"{name} is cut short (its header declares {declared} bytes of tensors, the file holds {data})"
-    if declared < data:
+    if declared < data and not padded:
         return f"{name} holds {data - declared} bytes more than its header declares (safetensors refuses it)"
     return None
 
