@@ -179,3 +179,12 @@ def test_safetensors_header_rules_hold_for_every_safetensors_load_format(tmp_pat
     assert "is cut short" in str(weights_problem(str(directory), load_format))
     (directory / "model.safetensors").write_bytes(safetensors_file(ONE_TENSOR, 9))  # fastsafetensors takes padding
     assert (weights_problem(str(directory), load_format) is None) is (load_format == "fastsafetensors")
+
+
+def test_a_fifo_or_a_device_as_a_weight_file_is_refused_without_waiting(tmp_path):
+    directory = write_layout(tmp_path / "m", {})
+    os.mkfifo(directory / "model.safetensors")
+    assert weights_problem(str(directory), "auto") == "model.safetensors is not a regular file (a fifo or a device)"
+    (directory / "model.safetensors").unlink()
+    (directory / "pytorch_model.bin").symlink_to("/dev/zero")
+    assert weights_problem(str(directory), "auto") == "pytorch_model.bin is not a regular file (a fifo or a device)"

@@ -110,6 +110,8 @@ def file_problem(path: str, safetensors: bool, *, padded: bool = False) -> str |
         info = os.stat(path)
         if stat.S_ISDIR(info.st_mode):
             return f"{name} is a directory, not a file"
+        if not stat.S_ISREG(info.st_mode):  # never opened: a fifo's reader would wait
+            return f"{name} is not a regular file (a fifo or a device)"
         head = read_regular(path, len(_LFS_HEAD), follow_symlinks=True, head=True)  # never waits on a fifo
         if head.startswith(_LFS_HEAD):
             return f"{name} is {LFS}"
