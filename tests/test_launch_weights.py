@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 import pytest
-from helpers import run_cli
+from helpers import run_cli_read_only
 from launch_fixtures import (
     DEEPSEEK_V3,
     DRAFTER,
@@ -46,7 +46,7 @@ def test_a_loader_that_reads_no_such_files_is_not_judged(tmp_path):
 
 
 def preflight(tree: Path, library: Path, *command: str, env: dict[str, str] | None = None):
-    return run_cli(
+    return run_cli_read_only(
         "preflight", "--target", tree, "--patches", library, "--format", "json", "--no-import", "--", *command, env=env
     )
 
