@@ -58,7 +58,7 @@ from patchkit.launch.command import ALIASES, LaunchCommand
 from patchkit.launch.engine import LaunchContext, Reader, apply_fix, launch_python_version, set_checks, tree_reader
 from patchkit.launch.findings import Finding, cannot_judge
 from patchkit.launch.interpreter import RefusedByPython, exec_search
-from patchkit.launch.late_files import late_file_findings
+from patchkit.launch.late_files import late_file_findings, lora_ranks
 from patchkit.launch.middleware import middleware_findings
 from patchkit.launch.models import ModelConfig, offline, offline_model_path, redirected, resolve_model, with_overrides
 from patchkit.launch.relevance import EVERY, LaunchNeeds, launch_needs
@@ -89,6 +89,7 @@ MODELS = "models"
 LAUNCH_TARGET = "launch-target"
 COMMAND = "command"
 ARG_UTILS = "vllm/engine/arg_utils.py"
+LORA_CONFIG = "vllm/config/lora.py"  # its MaxLoRARanks: the --max-lora-rank values the release allows
 TEMPLATE_LIMIT = 16 << 20  # the bytes of a --chat-template judged; a larger one's tail is not
 CHAT_TEMPLATES = "vllm/transformers_utils/chat_templates"  # vLLM's built-in --chat-template files
 
@@ -756,7 +757,9 @@ def _architectures_finding(model: ModelConfig | None) -> Finding | None:
 
 def _after_load_findings(command: LaunchCommand, root: Path) -> list[Finding]:
     """Failed `command` findings for the files vLLM opens only once the model has loaded."""
-    late = late_file_findings(command, COMMAND, lambda: launch_text_encoding(command))
+    adapters = command.options.get("lora-modules") or command.options.get("default-mm-loras")
+    ranks = lora_ranks(tree_reader(root)(LORA_CONFIG)) if adapters else None
+    late = late_file_findings(command, COMMAND, lambda: launch_text_encoding(command), ranks)
     return _chat_template_findings(command, root) + late
 
 
