@@ -205,7 +205,12 @@ def load_general_plugins(plugins: Any) -> None:  # vllm.plugins
 
 def _running(plugin: str | None) -> None:
     """The general plugin about to run, in the answer file (none: removed) while the worker runs by path."""
-    _in_answer(None if plugin is None else {"status": "plugin-running", "plugin": plugin})
+    if not ANSWER:
+        return
+    if plugin is not None:
+        write_answer(ANSWER[0], {"status": "plugin-running", "plugin": plugin})
+    elif os.path.exists(ANSWER[0]):
+        os.unlink(ANSWER[0])
 
 
 def _in_answer(step: dict[str, str] | None) -> None:
