@@ -81,7 +81,7 @@ def headless_note(command: LaunchCommand, architectures: Sequence[str] = ()) -> 
     ]
     if not given:
         return None
-    unused = f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} not used on this node (not judged)"
+    unused = f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} not used on this node"
     loaded = "; its workers still load the --lora-modules adapters the head serves" if _lora_entries(command) else ""
     return f"headless: no API server runs here, so {unused}{loaded}"
 
