@@ -74,7 +74,7 @@ def late(directory: Path, *words: str, architectures: tuple[str, ...] = ()) -> l
     os.chdir(directory)
     try:
         command = parse([*SERVE, "m", *words], "0.16.0")
-        return [f.message for f in late_file_findings(command, "command", lambda: "utf-8", architectures)]
+        return [f.message for f in late_file_findings(command, "command", lambda: "utf-8", architectures=architectures)]
     finally:
         os.chdir(here)
 

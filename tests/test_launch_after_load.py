@@ -13,7 +13,7 @@ import sys
 import time
 
 import pytest
-from helpers import run_cli
+from helpers import run_cli_read_only
 from importable_vllm import venv_importing
 from launch_fixtures import write_eagle3_setup, write_model
 
@@ -157,7 +157,7 @@ def test_without_vllm_asked_the_launchs_python_is_asked_whether_it_finds_each_mi
     model = write_model(tmp_path / "llama", LLAMA)
     middleware = ["nodot", "corp_here.Good", "corp_site.mw.Good", "corp_site.other.Good"]
     launch = [str(vllm), "serve", str(model), *(f"--middleware={m}" for m in middleware)]
-    done = run_cli(
+    done = run_cli_read_only(
         "preflight", "--target", tree, "--patches", library, "--format", "json", "--no-import", "--", *launch, cwd=work
     )
     assert done.returncode == 1, done.stdout + done.stderr
@@ -174,13 +174,13 @@ def test_without_vllm_asked_the_launchs_python_is_asked_whether_it_finds_each_mi
     ], messages
     python = tmp_path / "venv" / "bin" / "python"
     module_launch = [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model)]
-    done = run_cli(
+    done = run_cli_read_only(
         "preflight", "--target", tree, "--patches", library, "--format", "json", "--no-import", "--",
         *module_launch, "--middleware", "corp_here.Good", cwd=work,
     )  # fmt: skip
     assert command_findings(done) == [], done.stdout  # `python -m` puts its working directory first
     safe = [str(python), "-P", "-m", "vllm.entrypoints.openai.api_server", "--model", str(model)]
-    done = run_cli(
+    done = run_cli_read_only(
         "preflight", "--target", tree, "--patches", library, "--format", "json", "--no-import", "--",
         "env", f"PYTHONPATH={work}", *safe, "--middleware", "corp_here.Good", "--middleware", "json.JSONDecoder",
         cwd=tmp_path,

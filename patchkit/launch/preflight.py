@@ -58,7 +58,7 @@ from patchkit.launch.command import ALIASES, LaunchCommand
 from patchkit.launch.engine import LaunchContext, Reader, apply_fix, launch_python_version, set_checks, tree_reader
 from patchkit.launch.findings import Finding, cannot_judge
 from patchkit.launch.interpreter import RefusedByPython, exec_search
-from patchkit.launch.late_files import headless_note, late_file_findings, tool_server_findings
+from patchkit.launch.late_files import headless_note, late_file_findings, lora_ranks, tool_server_findings
 from patchkit.launch.middleware import middleware_findings
 from patchkit.launch.models import ModelConfig, offline, offline_model_path, redirected, resolve_model, with_overrides
 from patchkit.launch.relevance import EVERY, LaunchNeeds, launch_needs
@@ -80,6 +80,7 @@ MODELS = "models"
 LAUNCH_TARGET = "launch-target"
 COMMAND = "command"
 ARG_UTILS = "vllm/engine/arg_utils.py"
+LORA_CONFIG = "vllm/config/lora.py"  # its MaxLoRARanks: the --max-lora-rank values the release allows
 TEMPLATE_LIMIT = 16 << 20  # the bytes of a --chat-template judged; a larger one's tail is not
 CHAT_TEMPLATES = "vllm/transformers_utils/chat_templates"  # vLLM's built-in --chat-template files
 
@@ -737,12 +738,14 @@ def _after_load_findings(
 ) -> list[Finding]:
     """Failed `command` findings for the files and servers vLLM opens only once the model has
     loaded (or its front end as it starts); what is not judged of them said in `result.said`."""
-    architectures = target.architectures
-    late = late_file_findings(command, COMMAND, lambda: launch_text_encoding(command), architectures)
+    root, architectures = resolved.target.root, target.architectures
+    adapters = command.options.get("lora-modules") or command.options.get("default-mm-loras")
+    ranks = lora_ranks(tree_reader(root)(LORA_CONFIG)) if adapters else None
+    late = late_file_findings(command, COMMAND, lambda: launch_text_encoding(command), ranks, architectures)
     servers, noted = tool_server_findings(command, COMMAND, resolved.vllm_version)
     headless = headless_note(command, architectures)
     result.said += [*([headless] if headless else []), *noted]
-    return _chat_template_findings(command, resolved.target.root) + late + servers
+    return _chat_template_findings(command, root) + late + servers
 
 
 def _chat_template_findings(command: LaunchCommand, root: Path) -> list[Finding]:
