@@ -13,8 +13,15 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import run_cli
-from launch_fixtures import TOOLS, eagle3_and_tools, serve, write_model  # noqa: F401  (the fixture `setup`)
+from helpers import run_cli, run_cli_read_only
+from launch_fixtures import (  # noqa: F401  (the fixture `setup`)
+    ONE_TENSOR,
+    TOOLS,
+    eagle3_and_tools,
+    safetensors_file,
+    serve,
+    write_model,
+)
 
 from patchkit._target import engine_config
 from patchkit.base.errors import BadInput
@@ -25,6 +32,7 @@ from patchkit.launch.preflight import CHAT_TEMPLATES
 LLAMA = {"model_type": "llama", "architectures": ["LlamaForCausalLM"]}
 ADAPTER = {"r": 8, "lora_alpha": 16, "target_modules": ["q_proj"]}
 SERVE = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve"]
+WEIGHTS = safetensors_file(ONE_TENSOR, 8)  # a whole safetensors file: vLLM's reader takes it
 API_SERVER = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model"]
 
 
@@ -99,7 +107,7 @@ def test_a_headless_node_still_judges_the_adapters_its_workers_load(tmp_path):
     good = tmp_path / "good"
     good.mkdir()
     (good / "adapter_config.json").write_text(json.dumps(ADAPTER))
-    (good / "adapter_model.safetensors").write_bytes(b"")
+    (good / "adapter_model.safetensors").write_bytes(WEIGHTS)
     twice = ("--enable-lora", "--lora-modules", f"a={good}", f"a={good}")
     assert [m.split(":")[0] for m in late(tmp_path, *twice)] == [f"--lora-modules a={good}"]
     assert late(tmp_path, *twice, "--headless") == []
@@ -138,9 +146,11 @@ def test_the_note_names_what_a_headless_node_does_not_use():
 
 def preflight(tree: Path, lib: Path, *launch: str) -> tuple[int, list[dict], list[str]]:
     """(exit code, the failed findings, the notes said) of a --no-import preflight of `launch`."""
-    done = run_cli("preflight", "--target", tree, "--patches", lib, "--format", "json", "--no-import", "--", *launch)
+    done = run_cli_read_only(
+        "preflight", "--target", tree, "--patches", lib, "--format", "json", "--no-import", "--", *launch
+    )
     failed = [f for f in json.loads(done.stdout)["findings"] if not f["ok"]]
-    said = run_cli("preflight", "--target", tree, "--patches", lib, "--no-import", "--", *launch)
+    said = run_cli_read_only("preflight", "--target", tree, "--patches", lib, "--no-import", "--", *launch)
     assert said.returncode == done.returncode
     lines = (said.stdout + said.stderr).splitlines()
     return done.returncode, failed, [line.removeprefix("note: ") for line in lines if line.startswith("note: ")]
@@ -152,7 +162,7 @@ def test_preflight_of_a_headless_node_refuses_none_of_the_api_servers_options(se
     tree, lib, _, _ = setup
     assert run_cli("apply", "--target", tree, "--patches", lib, "--no-import").returncode == 0
     model = write_model(tmp_path / "llama", LLAMA)
-    (model / "model.safetensors").write_bytes(b"")
+    (model / "model.safetensors").write_bytes(WEIGHTS)
     (tmp_path / "key.pem").write_text("x")
     options = [
         "--ssl-keyfile", str(tmp_path / "key.pem"), "--middleware", "nodot", "--generation-config", "/nonexistent",
@@ -208,7 +218,7 @@ def test_a_headless_node_still_has_its_template_checked_as_vllm_starts(setup, tm
     (tree / CHAT_TEMPLATES).mkdir(parents=True)
     (tree / CHAT_TEMPLATES / "template_basic.jinja").write_text("{{ messages }}")
     model = write_model(tmp_path / "llama", LLAMA)
-    (model / "model.safetensors").write_bytes(b"")
+    (model / "model.safetensors").write_bytes(WEIGHTS)
     launch = ["vllm", "serve", str(model), "--headless", "--chat-template"]
     code, failed, _ = preflight(tree, lib, *launch, "/nonexistent.jinja")
     assert code == 1 and [f["message"] for f in failed] == [
