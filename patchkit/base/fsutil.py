@@ -424,15 +424,15 @@ def first_symlink(root: Path | str, rel: str, plain: set[str] | None = None) -> 
     vllm/ (moved_package) is none. `plain`: the directories (relative) known to be real ones, kept
     across calls: each is looked at once, not once a path below it."""
     parts = [p for p in rel.split("/") if p not in ("", ".")]
-    plain = set() if plain is None else plain
-    for depth in range(1, len(parts) + 1):
-        sub = "/".join(parts[:depth])
+    plain, base, sub = set() if plain is None else plain, os.fspath(root), ""
+    for depth, part in enumerate(parts, 1):
+        sub = f"{sub}/{part}" if sub else part
         if sub in plain:
             continue
         if depth == 1 < len(parts) and moved_package(root, parts[0]):
             continue
         try:
-            mode = os.lstat(os.path.join(root, sub)).st_mode
+            mode = os.lstat(f"{base}/{sub}").st_mode
         except OSError:
             return None
         if stat.S_ISLNK(mode):

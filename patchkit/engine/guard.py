@@ -556,9 +556,9 @@ def unreadable_by_others(root: Path, state: State | None = None) -> list[tuple[s
     judged: set[tuple[str, bool]] = set()  # the directories on the way are shared: each judged once
     walked: dict[str, tuple[int | None, int | None]] = {"": (None, stat.S_IFDIR)}
     for rel in paths:
-        parts = rel.split("/")
-        for depth in range(1, len(parts) + 1):
-            sub, directory = "/".join(parts[:depth]), depth < len(parts)
+        parts, sub = rel.split("/"), ""
+        for depth, part in enumerate(parts, 1):
+            sub, directory = f"{sub}/{part}" if depth > 1 else part, depth < len(parts)
             if (sub, directory) in judged:
                 continue
             judged.add((sub, directory))
@@ -591,7 +591,7 @@ def _plain_mode(root: Path, rel: str, walked: dict[str, tuple[int | None, int | 
     mode = through = None
     if above is not None and stat.S_ISDIR(above) and name not in ("", ".", ".."):
         with suppress(OSError):
-            mode = through = os.lstat(root / rel).st_mode
+            mode = through = os.lstat(f"{os.fspath(root)}/{rel}").st_mode
     if mode is not None and stat.S_ISLNK(mode):
         # a moved vllm/ (a symlink to its directory): its files are judged inside it, as Python imports them
         through = stat.S_IFDIR if not parent and moved_package(root, rel) else None
