@@ -19,6 +19,7 @@ from helpers import make_patch, run_cli, snapshot, write_library
 import patchkit._target.guard as target_guard
 from patchkit.base.fsutil import MAX_RECORDED_DEPTH, first_symlink, judged_inside, moved_package
 from patchkit.engine import guard
+from patchkit.store import journal
 from patchkit.store.state import read_state, state_path
 
 CHAINS = 40  # recorded files, each at the end of its own chain of directories
@@ -53,10 +54,11 @@ def applied(run, tree, open_library) -> Path:
 
 
 def counting(monkeypatch) -> dict[str, list[str]]:
-    """Each os.lstat and os.path.realpath call, by the path it was given."""
-    calls: dict[str, list[str]] = {"lstat": [], "realpath": []}
-    lstat, realpath = os.lstat, os.path.realpath
+    """Each os.lstat, os.stat and os.path.realpath call, by the path it was given."""
+    calls: dict[str, list[str]] = {"lstat": [], "stat": [], "realpath": []}
+    lstat, realpath, stat_ = os.lstat, os.path.realpath, os.stat
     monkeypatch.setattr(os, "lstat", lambda path, *a, **k: calls["lstat"].append(str(path)) or lstat(path, *a, **k))
+    monkeypatch.setattr(os, "stat", lambda path, *a, **k: calls["stat"].append(str(path)) or stat_(path, *a, **k))
     monkeypatch.setattr(
         os.path, "realpath", lambda path, *a, **k: calls["realpath"].append(str(path)) or realpath(path, *a, **k)
     )
@@ -143,6 +145,41 @@ def test_a_record_at_the_depth_bound_is_one_the_guard_reads(applied):
     record_also(applied, [AT_BOUND.format(0)])
     read_state(applied)  # no error: the commands read it
     assert not any("damaged" in p or "deeper" in p for p in target_guard.find_problems(str(applied)))
+
+
+def nested(tree: Path) -> list[str]:
+    """A file at every level of one chain of directories down to the depth bound (each shares the
+    directories of the ones above it), with a temp file a killed write left beside each."""
+    paths = [f"vllm/n/{'d/' * level}f{level}.py" for level in range(MAX_RECORDED_DEPTH - 2)]
+    for rel in paths:
+        (tree / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tree / rel).write_text("")
+        (tree / rel).with_name(f".{Path(rel).name}.patchkit-abc123.tmp").write_text("")
+    return paths
+
+
+def test_the_temp_files_beside_nested_recorded_files_are_found_looking_at_each_directory_once(tree, monkeypatch):
+    paths = nested(tree)
+    calls = counting(monkeypatch)
+    journal.remove_leftovers(tree, set(paths))
+    monkeypatch.undo()
+    walked = [path for path in calls["lstat"] + calls["stat"] if "/vllm/n" in path]
+    assert len(walked) == len(set(walked)) == len(paths), walked  # vllm/n, vllm/n/d, ...: each directory once
+    assert not list(tree.rglob("*.tmp"))  # and each temp file removed, as before
+
+
+def test_the_symlink_on_the_way_to_nested_files_is_found_looking_at_each_directory_once(tree, monkeypatch):
+    paths = nested(tree)
+    link = f"vllm/n/{'d/' * 10}d"
+    os.rename(tree / link, tree / "vllm" / "away")
+    (tree / link).symlink_to(os.path.relpath(tree / "vllm" / "away", (tree / link).parent))
+    plain: set[str] = set()
+    calls = counting(monkeypatch)
+    found = [first_symlink(tree, rel, plain) for rel in paths]
+    monkeypatch.undo()
+    assert found == [None] * 11 + [(tree / link, True)] * (len(paths) - 11), found
+    walked = [path for path in calls["lstat"] + calls["stat"] if "/vllm/n" in path]
+    assert len(walked) <= 2 * len(paths), walked  # each real directory once, the link once a path below it
 
 
 # ------------------------------------------------------------------ the walk agrees with realpath's
