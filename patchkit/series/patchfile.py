@@ -276,7 +276,10 @@ def _safe_path(name: str, raw_path: str, roots: tuple[str, ...]) -> str:
     if reason:
         raise BadInput(f"{name}: unsafe path {raw_path!r} (the path {reason})")
     if too_deep(raw_path):  # patchkit records no such path: apply would write a record no command reads
-        raise BadInput(f"{name}: the path {raw_path!r} {too_deep(raw_path)}")
+        raise BadInput(
+            f"{name}: the path {raw_path!r} {too_deep(raw_path)}",
+            hint=f"check {name}: no file of vLLM lies that deep",
+        )
     if raw_path.split("/", 1)[0] not in roots:
         allowed = ", ".join(f"{r}/" for r in roots)
         raise BadInput(f"{name}: path {raw_path!r} is outside the patched package ({allowed})")
