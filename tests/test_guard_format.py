@@ -39,7 +39,8 @@ FORMATS = {
     20: "60f2c8d640716fbd1c6f803a69aaf9de6734d86bb75a6da4f05800690df14720",  # an empty METADATA Version: "names no version"
     21: "7a7b1b33bc3726a551d49aa00b3e4569ac3196caf033d2b7207c31447ae0bbb9",  # a record of thousands of files judged in linear time: the same checks
     22: "39c27cd272383bbc2043be0ae4b7cf1dc445e8fa8d70b0a63d59a2e68eb7984a",  # a record of more than 10,000 files or 256 sets is damaged
-    23: "39f809500360e171ea0df66ef8c0cc59c26716e1ac8d1739cb3b184a0d4ebb33",  # a recorded path deeper than 32 parts, or too long for a file, is damaged
+    23: "c55f1fd1aa318bb086f482411f4872f25fa1719d6d0b2d6f9819ba4e7692fdd5",  # the guard's refusal names a few problems, then how many more; control characters escaped
+    24: "d133a73032393d976b895b9caa6973c34d6743365e9f907f31b6a60c0d5b3aa0",  # a recorded path deeper than 32 parts, or too long for a file, is damaged
 }
 _SKIPPED = {tokenize.COMMENT, tokenize.NL, tokenize.ENCODING, tokenize.ENDMARKER}
 _STATEMENT_START = {tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, None}

@@ -152,3 +152,36 @@ def test_start_up_code_on_pythonpath_is_asked_only_where_the_launchs_options_let
     env = {"PYTHONPATH": str(tmp_path / "hooks"), "HOME": str(tmp_path)}
     assert _prefix(site, python, env, options=options) == ("/pfx" if asked_too else None)
     assert len(calls) == asked_too
+
+
+@pytest.mark.parametrize(
+    ("start_up", "text"),
+    [
+        ("sitecustomize.py", "import os, sys\nsetattr(sys, 'pycache_' + 'prefix', os.environ.get('CORP_PFX'))\n"),
+        ("corp.pth", "import corp_startup\n"),  # the site module it imports reads the variable
+    ],
+)
+def test_a_variable_the_launch_gives_that_the_sites_start_up_names_is_asked(tmp_path, asked, start_up, text):
+    """The site's start-up code reads a variable the launch's environment sets, and may set the
+    prefix from it by code no scan of its text recognises: the launch's interpreter is asked."""
+    site, python = _venv(tmp_path)
+    calls = asked(site)
+    (site / start_up).write_text(text)
+    (site / "corp_startup.py").write_text(
+        "import os, sys\nsetattr(sys, 'pycache_' + 'prefix', os.environ.get('CORP_PFX'))\n"
+    )
+    other = {**os.environ, "CORP_OTHER": "1"}  # a variable no start-up file names: not asked
+    assert _prefix(site, python, other) is None and calls == []
+    given = {**os.environ, "CORP_PFX": str(tmp_path / "pfx")}
+    assert _prefix(site, python, given) == "/pfx" and calls == [(given, "/")]
+    target._LAUNCH_PROBES.clear()
+    assert _prefix(site, python, given, options=["-S"]) is None and len(calls) == 1  # -S: no site runs
+
+
+def test_a_variable_the_launch_unsets_that_the_sites_start_up_names_is_asked(tmp_path, asked, monkeypatch):
+    site, python = _venv(tmp_path)
+    calls = asked(site)
+    (site / "sitecustomize.py").write_text("import os\nif 'CORP_KEEP' not in os.environ: os.environ['X'] = '1'\n")
+    monkeypatch.setenv("CORP_KEEP", "1")
+    unset = {name: value for name, value in os.environ.items() if name != "CORP_KEEP"}
+    assert _prefix(site, python, unset) == "/pfx" and calls == [(unset, "/")]

@@ -44,3 +44,30 @@ def test_a_prefix_set_by_a_module_the_sites_start_up_reaches_through_another_is_
     # without that PYTHONPATH the launch reads __pycache__, where nothing is stale
     done = run_cli("preflight", *own, "--no-import", "--", *launch[2:])
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_prefix_the_sites_start_up_sets_from_a_variable_the_launch_gives_is_judged(tmp_path):
+    """The site's sitecustomize sets the prefix from a variable, by a name no scan reads
+    (setattr with a built attribute name): a launch that gives the variable is asked as it runs."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", tmp_path / "venv"], check=True)
+    python = tmp_path / "venv" / "bin" / "python"
+    site = purelib(python)
+    pip_install(site, "0.16.0", {SPEC: SPEC_PY, MODEL: MODEL_PY})
+    library = spec_library(tmp_path / "scratch")
+    done = run_cli("apply", "--no-guard", "--no-import", "--python", python, "--patches", library)
+    assert done.returncode == 0, done.stdout + done.stderr
+    (site / "sitecustomize.py").write_text(
+        "import os, sys\nif os.environ.get('CORP_PFX'):\n    setattr(sys, 'pycache_' + 'prefix', os.environ['CORP_PFX'])\n"
+    )
+    prefix = tmp_path / "pfx"
+    pyc = stale_pyc_under_prefix(prefix, site, SPEC)
+    write_model(tmp_path / "model", {"model_type": "llama", "architectures": ["LlamaForCausalLM"]})
+    launch = ["env", f"CORP_PFX={prefix}", python, "-m", "vllm.entrypoints.openai.api_server"]
+    launch += ["--model", tmp_path / "model"]
+    own = ("--python", python, "--patches", library)
+
+    done = run_cli("preflight", *own, "--no-import", "--", *launch)
+    said = done.stdout + done.stderr
+    assert done.returncode == 1 and "tree-state" in said and str(pyc) in said, said
+    done = run_cli("preflight", *own, "--no-import", "--", *launch[2:])  # without the variable: __pycache__
+    assert done.returncode == 0, done.stdout + done.stderr

@@ -261,3 +261,27 @@ def test_a_local_label_the_wheel_keeps_is_never_said_to_be_ignored(run, tmp_path
     text = " ".join(done.output.split())
     assert "ignored" not in text and "local version label +site (a build of 0.16.0): matched as 0.16.0" in text, text
     assert [p.name.split("-")[1] for p in (tmp_path / "out").iterdir()] == ["0.16.0+site.patchkit.spec"]
+
+
+def test_a_set_in_its_range_without_a_series_for_the_release_refuses_the_wheel(run, tmp_path):
+    """A wheel of the other sets would install a tree that a launch needing the set finds unsafe,
+    as apply would leave one: refused before anything is written, the others named with --set."""
+    tree = write_tree(tmp_path / "stock")
+    root = tmp_path / "lib"
+    write_library(root, {"0.16.0": [make_patch(tmp_path, tree, {SPEC: patched_spec()})]}, name="spec")
+    fix = [make_patch(tmp_path, tree, {MODEL: MODEL_FIXED})]
+    write_library(root, {"0.16.0": fix}, name="model-fix", versions={"0.16.0": ">=0.16.0,<0.17.0"})
+    (root / "library.toml").write_text('order = ["spec", "model-fix"]\n')
+    stock = write_wheel(tmp_path / "in", version="0.16.1")
+    done = run("wheel", stock, "--out", tmp_path / "out", "--patches", root)
+    said = " ".join(done.output.split())
+    assert done.exit_code == 1, said
+    assert "no series of spec for vLLM 0.16.1 (nearest with one: 0.16.0)" in said, said
+    assert "no wheel written" in said, said
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+    (step,) = re.findall(r"build a wheel of the others alone \(`([^`]+)`\)", said)
+    assert "--set model-fix" in step and "--set spec" not in step, step
+    again = run(*shlex.split(step)[1:], "--out", tmp_path / "out")
+    assert again.exit_code == 0, again.output
+    (built_wheel,) = (tmp_path / "out").iterdir()
+    assert built_wheel.name.startswith("vllm-0.16.1+patchkit.model.fix-"), built_wheel.name

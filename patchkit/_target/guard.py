@@ -42,7 +42,7 @@ ENV = "PATCHKIT_GUARD"
 # The number of the guard's checks: patchkit tells an older build's guard that judges a tree as it
 # does (the same number: a note, `apply` updates it) from one that may not (a failure until `apply`).
 # tests/test_guard_format.py holds it to this module's code: a change of the code bumps it.
-GUARD_FORMAT = 23
+GUARD_FORMAT = 24
 MAX_RECORD_BYTES = 16 * 1024 * 1024
 if TYPE_CHECKING:  # (vllm version or None, {path: recorded sha256 or None}, {path: its original's sha256 or None})
     Record = tuple[str | None, dict[str, str | None], dict[str, str | None]]
@@ -88,11 +88,21 @@ def refusal(site: str, problems: list[str]) -> str:
         "patchkit guard: this vLLM tree is not the one `patchkit apply` left in "
         + site
         + ": "
-        + "; ".join(problems)
+        + _few(problems)
         + ". Run `patchkit status "
         + selection
         + "`: it names the command that fixes it (PATCHKIT_GUARD=warn only logs this, =off skips it)"
     )
+
+
+def _few(problems: list[str], shown: int = 3) -> str:
+    """The first few problems, each with its control characters escaped (a recorded path holding a
+    newline would split the log line), then how many more: a record naming thousands of files is a
+    line, not megabytes (patchkit.base.errors.few, which this module cannot import)."""
+    said = "; ".join(
+        "".join(c if c.isprintable() else f"\\x{ord(c) & 0xFF:02x}" for c in problem) for problem in problems[:shown]
+    )
+    return said + (f" +{len(problems) - shown:,} more" if len(problems) > shown else "")
 
 
 def imported_sites() -> list[str]:

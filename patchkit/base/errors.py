@@ -16,7 +16,7 @@ maps to the exit code with exit_code_for; an error carries its own code. Nothing
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 from patchkit.base import hints
 from patchkit.base.enums import Outcome
@@ -46,6 +46,28 @@ def quoted(text: str, limit: int = QUOTE_LIMIT) -> str:
     """`text` read from a file (a #! line, a value), as a message quotes it: its head alone when longer
     than `limit`, saying how long it is, so that no file fills a message."""
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
+
+
+SHOWN_PROBLEMS = 3  # a list of problems in a message: the first few, then how many more
+
+
+def more_said(rest: int) -> str:
+    """What follows the items a message names, when it leaves `rest` out: " +N more"."""
+    return f" +{rest:,} more" if rest else ""
+
+
+def escaped(text: str) -> str:
+    """Text read from a file or a record (a recorded path), as a message shows it: each control
+    character (a newline too: it would split the message's line) and undecodable byte as \\xNN."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else f"\\x{ord(c) & 0xFF:02x}" for c in text)
+
+
+def few(problems: Sequence[str], shown: int = SHOWN_PROBLEMS, sep: str = "; ") -> str:
+    """`problems` as one message says them: the first `shown`, each escaped, then how many more
+    (a record naming thousands of files is a line, not megabytes)."""
+    return sep.join(escaped(problem) for problem in problems[:shown]) + more_said(max(len(problems) - shown, 0))
 
 
 def exit_code_for(outcome: Outcome) -> int:

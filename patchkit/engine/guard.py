@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 from patchkit import __version__
 from patchkit.base import hints
-from patchkit.base.errors import BadInput, PatchkitError, TargetError
+from patchkit.base.errors import BadInput, PatchkitError, TargetError, few
 from patchkit.base.fsutil import NotRegularFile, moved_package, read_file, read_regular
 from patchkit.base.hashing import sha256
 from patchkit.base.patterns import LazyPattern
@@ -350,7 +350,7 @@ def refusal_text(problems: list[str], guarded: bool = True) -> str:
         lead = NEWER_LEAD
     else:
         lead = NOT_OURS if any(UNKNOWN_GUARD in p for p in problems) else GUARD_REFUSES
-    return lead + "; ".join(problems)
+    return lead + few(problems)
 
 
 def launch_refusal(root: Path, state: State | None = None) -> list[str]:

@@ -144,6 +144,9 @@ class TreeStatus(Value):
     # the guard refuses recorded files only for holding their originals again, some of them: apply
     # patches those again (how many)
     some_stock_again: int = 0
+    # of those, the files no patch of the set's series writes (the record names them, not the series):
+    # apply leaves them, revert drops them from the record
+    unwritten: int = 0
     lost: list[str] = field(default_factory=list)  # recorded patches a drifted file no longer holds
     record: State | None = None  # the tree's record as inspect read it (None: not read)
     # the sets the record chose, where fewer than the library's (else none): a drift's fix applies those
@@ -286,6 +289,17 @@ class TreeStatus(Value):
             )
         if all(problem.startswith(OTHERS_CANNOT_READ) for problem in self.guard):
             return f"run {hints.command('apply')} (it makes them readable, as pip installs files)"
+        return self._stock_again_fix()
+
+    def _stock_again_fix(self) -> str | None:
+        """The fix of recorded files stock again (or gone): apply patches them again, unless no patch
+        of the set writes them (it says "already applied" then): revert drops them from the record."""
+        if self.unwritten:
+            files = "a file" if self.unwritten == 1 else f"{self.unwritten:,} files"
+            return (
+                f"run {self.fix_command('revert')} (the record names {files} no patch of the set writes, "
+                f"which apply leaves as they are), then {self.apply_chosen}"
+            )
         if self.some_stock_again:  # not "records the tree as it is": it patches them again
             files = "that file" if self.some_stock_again == 1 else f"those {self.some_stock_again} files"
             return f"run {self.apply_chosen} (it patches {files} again)"
@@ -461,7 +475,7 @@ def _inspect(resolved: Resolved, *, check_upstream: bool, import_probe: bool, ve
     reports = _applied_though_drifted(reports, drifted, state.entry(resolved.set_name))
     lost = _lost_to_drift(reports, drifted, state.entry(resolved.set_name))
     overall = _overall([replace(r, state=PatchState.APPLIED) if r.name in lost else r for r in reports])
-    fields = _guard_fields(root, resolved.set_name, state, stale=bool(stale))
+    fields = _guard_fields(root, resolved.set_name, state, stale=bool(stale), written=plan.touched_paths)
     fields["store_notes"] += edited_since_apply(resolved, state, drifted) + _reinstalled_note(reinstalled, fields)
     return TreeStatus(
         # the state as recorded: a patch lost to the drift is that drift (its fix), not a partial series
@@ -613,16 +627,21 @@ def stale_grouped(stale: dict[str, str]) -> list[tuple[list[str], str]]:
     return [(names, note) for note, names in by_note.items()]
 
 
-def _guard_fields(root: Path, set_name: str, state: State | None, *, stale: bool = False) -> dict[str, Any]:
+def _guard_fields(
+    root: Path, set_name: str, state: State | None, *, stale: bool = False, written: Collection[str] | None = None
+) -> dict[str, Any]:
     """What the installed guard refuses, its notes, and the fix when another set's record (in
     `state`, None: not asked) is what it refuses. The recorded sets (the library loaded again)
-    only where a fix names them: a refusal, a guard gone, a `stale` record."""
+    only where a fix names them: a refusal, a guard gone, a `stale` record. `written`: the files
+    the set's series writes (None: not known)."""
     verdict = launch_verdict(root, state)  # the guard says files stock again itself, folded when all are
     refused = verdict.problems
     missing = missing_guard(root, state)
+    some_stock_again = _stock_again_only(refused, verdict)
     return {
         "all_stock_again": verdict.whole and len(refused) == 1,
-        "some_stock_again": _stock_again_only(refused, verdict),
+        "some_stock_again": some_stock_again,
+        "unwritten": _unwritten(state, set_name, written, verdict.stock_again) if some_stock_again else 0,
         "guard": refused,
         "guard_notes": older_guard_notes(root, state)
         + unrecorded_guard_notes(root, state)
@@ -662,6 +681,16 @@ def records_unjudged(state: State | None) -> list[str]:
             f"have: not judged here ({judge})"
         )
     return found
+
+
+def _unwritten(state: State | None, set_name: str, written: Collection[str] | None, stock: frozenset[str]) -> int:
+    """Of the set's recorded files the guard refuses as `stock` again (or gone), how many no patch of
+    its series (which writes `written`; None: not known) writes: apply cannot put them back."""
+    entry = state.entry(set_name) if state is not None else None
+    if entry is None or written is None:
+        return 0
+    written = set(written)
+    return sum(1 for path in entry.files if path in stock and path not in written)
 
 
 def _stock_again_only(refused: list[str], verdict: Verdict) -> int:
@@ -710,10 +739,13 @@ def _fewer_than_the_library(names: tuple[str, ...]) -> tuple[str, ...]:
     return names if set(names) < library else ()
 
 
-def guard_refusal(root: Path, set_name: str, state: State) -> tuple[list[str], str] | None:
+def guard_refusal(
+    root: Path, set_name: str, state: State, written: Collection[str] | None = None
+) -> tuple[list[str], str] | None:
     """What the installed guard refuses a launch of the tree for, and the fix `status` names for a
-    set that is itself as applied (None: the guard lets it launch)."""
-    fields = _guard_fields(root, set_name, state)
+    set that is itself as applied (None: the guard lets it launch). `written`: the files the set's
+    series writes (None: not known)."""
+    fields = _guard_fields(root, set_name, state, written=written)
     if not fields["guard"]:
         return None
     found = TreeStatus(TreeState.APPLIED, **fields)

@@ -27,7 +27,7 @@ from packaging.version import Version
 from patchkit import __version__, fetch
 from patchkit.base import hints
 from patchkit.base.enums import Outcome, SelectionKind, StepState, TreeState
-from patchkit.base.errors import BadInput, CheckFailed, Conflict, Drift, NoPatchSet, PatchkitError
+from patchkit.base.errors import BadInput, CheckFailed, Conflict, Drift, NoPatchSet, PatchkitError, few
 from patchkit.base.fsutil import Landed, read_file
 from patchkit.base.hashing import sha256
 from patchkit.base.heads import Heads
@@ -470,7 +470,7 @@ class _Applying:
         file (a patched wheel's set, another record): "nothing to do" alone would hide it. True: it
         does. A `dry_run` leaves out the stale bytecode the apply itself would fix."""
         root = self.resolved.target.root
-        refused = guard_refusal(root, self.resolved.set_name, self.state)
+        refused = guard_refusal(root, self.resolved.set_name, self.state, touched_paths(self.resolved.patches))
         # what the dry run's apply would fix: stale bytecode in __pycache__ (none reached through a
         # symlink), and another build's guard it updates
         apply_fixes = [p for p in refused[0] if STALE_BYTECODE in p and THROUGH_SYMLINK not in p] if refused else []
@@ -480,7 +480,7 @@ class _Applying:
         if refused is not None:
             problems, fix = refused
             self.guard_refuses = (problems, fix)  # for the JSON document: a fleet's row shows it
-            self.warn(f"the launch guard still refuses this tree: {'; '.join(problems)}; to fix it, {fix}")
+            self.warn(f"the launch guard still refuses this tree: {few(problems)}; to fix it, {fix}")
         return refused is not None
 
     def stock_integrity(self, plan: Plan, *, force: bool) -> ApplyResult:

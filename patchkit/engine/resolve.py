@@ -10,7 +10,7 @@ from packaging.version import InvalidVersion, Version
 
 from patchkit.base import hints
 from patchkit.base.enums import Holder, SelectionKind, StepState
-from patchkit.base.errors import Conflict, NoPatchSet, TargetError
+from patchkit.base.errors import Conflict, NoPatchSet, TargetError, few
 from patchkit.base.fsutil import read_file
 from patchkit.base.options import Options
 from patchkit.base.values import Value
@@ -436,7 +436,7 @@ def unsupported(root: Path, message: str, hint: str | None = None) -> NoPatchSet
     refusal = launch_refusal(root)
     if refusal:
         cleared = f"run {hints.command('revert')} (it drops the old record, and the guard with it)"
-        hint = f"{hint + '; ' if hint else ''}the launch guard refuses this tree ({'; '.join(refusal)}): {cleared}"
+        hint = f"{hint + '; ' if hint else ''}the launch guard refuses this tree ({few(refusal)}): {cleared}"
     return NoPatchSet(message, hint=hint)
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from patchkit.base.enums import Outcome, TreeState
+from patchkit.base.errors import few
 from patchkit.fetch.pipconfig import forget_settings
 from patchkit.fleet import DEFAULT_TIME_LIMIT
 from patchkit.fleet.states import NodeState
@@ -196,7 +197,7 @@ def _guard_said(document: dict[str, Any]) -> str:
     parts = _set_parts(document) or [document]
     refused = list(dict.fromkeys(r for p in parts for r in _guard_refuses(p)))
     if refused:
-        return "the launch guard refuses this tree: " + "; ".join(refused)
+        return "the launch guard refuses this tree: " + few(refused)
     stale = [str(s) for p in parts for s in _listed(p.get("stale"))]
     return "stale record: " + "; ".join(dict.fromkeys(stale))
 
@@ -222,7 +223,7 @@ def _still_refused(document: dict[str, Any]) -> tuple[str, str | None] | None:
         refused = _guard_refuses(part)
         if refused:
             fix = part["guard"].get("fix")
-            return f"warning: the launch guard still refuses this tree: {'; '.join(refused)}", (
+            return f"warning: the launch guard still refuses this tree: {few(refused)}", (
                 fix if isinstance(fix, str) and fix else None
             )
     return None

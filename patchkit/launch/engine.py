@@ -23,7 +23,7 @@ from types import ModuleType
 from packaging.version import Version
 
 from patchkit.base import hints
-from patchkit.base.errors import BadInput, TargetError
+from patchkit.base.errors import BadInput, TargetError, escaped, more_said
 from patchkit.base.fsutil import inside, judged_inside, read_regular, unsafe_reason
 from patchkit.base.hashing import sha256
 from patchkit.base.values import Value
@@ -181,25 +181,21 @@ def few_named(names: list[str], room: int) -> str:
     escaped, a long name shortened), then how many more."""
     if not names:
         return ""
-    more = _more(len(names) - 1)
+    more = more_said(len(names) - 1)
     text = _shown_name(names[0], max(room - len(more), 4)) + more  # at least one, shortened to fit
     shown: list[str] = []
     longest = room if len(names) == 1 else max(room // 2, 8)  # of several, one long name hides none
     for count, name in enumerate(names, 1):  # one more name a time, while the line holds them
         shown.append(_shown_name(name, longest))
-        longer = ", ".join(shown) + _more(len(names) - count)
+        longer = ", ".join(shown) + more_said(len(names) - count)
         if len(longer) > room:
             break
         text = longer
     return text
 
 
-def _more(rest: int) -> str:
-    return f" +{rest:,} more" if rest else ""
-
-
 def _shown_name(name: str, longest: int) -> str:
-    safe = "".join(c if c.isprintable() else f"\\x{ord(c) & 0xFF:02x}" for c in name)
+    safe = escaped(name)
     return safe if len(safe) <= longest else safe[: longest - 1] + "\u2026"
 
 

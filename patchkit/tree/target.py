@@ -9,6 +9,7 @@ import importlib.machinery
 import json
 import os
 import pwd
+import re
 import shlex
 import shutil
 import sys
@@ -146,7 +147,12 @@ def _launch_startup_prefix(root: Path, launch: Launch) -> str | None:
     # PYTHONPATH are scanned once; {} is "not asked" (no start-up code may set one, or it cannot be asked)
     if key not in _LAUNCH_PROBES:
         _LAUNCH_PROBES[key] = {}
-        if known is not None or _startup_names_prefix(root) or _adds_startup_code(root, launch):
+        if (
+            known is not None
+            or _startup_names_prefix(root)
+            or _adds_startup_code(root, launch)
+            or _reads_launch_variables(root, launch)
+        ):
             with contextlib.suppress(TargetError):  # it cannot be asked: judged as before
                 _LAUNCH_PROBES[key] = _probe(python, env, first_path, options, cwd)
     info = _LAUNCH_PROBES[key]
@@ -551,10 +557,28 @@ def _ask_startup_prefix(root: Path) -> None:
 
 
 def _startup_names_prefix(root: Path) -> bool:
+    return any(b"pycache_prefix" in text for text in _startup_texts(root))
+
+
+def _startup_texts(root: Path) -> list[bytes]:
+    """The heads of the site's start-up files and of the site's modules they import."""
     names, texts = _site_hooks(root)
     imported = {f"{m}.py" for m in _imported_by(texts)}
-    texts += [_head_of(root / name) for name in sorted(imported & names)]
-    return any(b"pycache_prefix" in text for text in texts)
+    return texts + [_head_of(root / name) for name in sorted(imported & names)]
+
+
+def _reads_launch_variables(root: Path, launch: Launch) -> bool:
+    """Whether the site's start-up code names a variable the launch's environment gives otherwise
+    than patchkit's: it may set a pycache prefix from it by code no scan recognises (setattr with a
+    built name). -S: no site runs."""
+    if "S" in flag_letters(launch.options):
+        return False
+    names = {n for n in launch.env.keys() | os.environ.keys() if launch.env.get(n) != os.environ.get(n)}
+    if not names:
+        return False
+    alternatives = b"|".join(re.escape(os.fsencode(name)) for name in sorted(names))
+    said = re.compile(rb"(?<!\w)(?:" + alternatives + rb")(?!\w)")
+    return any(said.search(text) for text in _startup_texts(root))
 
 
 def _site_hooks(root: Path) -> tuple[set[str], list[bytes]]:

@@ -61,6 +61,7 @@ from patchkit.distinfo.record import HASHES, RECORD_LIMIT, parse_record_once, re
 from patchkit.engine.operations import apply_series
 from patchkit.engine.resolve import (
     Chosen,
+    no_series,
     require_patches,
     resolve,
     resolve_sets,
@@ -728,6 +729,24 @@ def _left_out(chosen: Chosen) -> str:
     return f"the set {chosen.name} is left out: {why_not(chosen)}"
 
 
+def _refuse_gaps(chosen: list[Chosen], stock: Path) -> None:
+    """A set in its range with no series for the release: a wheel of the others would leave its
+    installs unsafe for it without a word, as apply would leave a tree (which apply refuses too)."""
+    gaps = no_series(chosen)
+    if not gaps:
+        return
+    them = "it" if len(gaps) == 1 else "them"
+    said = "; ".join(c.gap.selection.note or c.name if c.gap is not None else c.name for c in gaps)
+    others = [c.name for c in chosen if c.resolved is not None and c.kind == SelectionKind.PATCH]
+    selection = replace(hints.current(), set_name=None, set_names=())
+    build = hints.command("wheel", *(w for name in others for w in ("--set", name)), str(stock), chosen=selection)
+    rest = f"build a wheel of the others alone ({build}): launches that need {them} stay refused; or " if others else ""
+    raise CheckFailed(
+        f"{said}: a wheel without {them} leaves its installs unsafe for {them}; no wheel written",
+        hint=f"{rest}build from a release with a series of {them} ({hints.command('list')} names them)",
+    )
+
+
 def _dist_info(members: list[rawzip.Member], version: Version, label: str) -> str:
     """The one top-level *.dist-info directory, which must be vllm's of the file name's version."""
     found = sorted({m.name.split("/", 1)[0] for m in members if m.name.split("/", 1)[0].endswith(".dist-info")})
@@ -777,7 +796,7 @@ def _resolve(wheel: StockWheel, scratch: Path, chosen: Options) -> tuple[list[Re
     # the version _check_metadata read and matched to the file name (detection would name the scratch tree)
     opts = replace(chosen, target_dir=str(scratch), python=None, vllm_version=str(wheel.version))
     if several(opts):
-        return _resolve_sets(opts)
+        return _resolve_sets(opts, wheel.path)
     resolved = resolve(opts)
     if resolved.selection.kind == SelectionKind.UPSTREAM:
         raise nothing_to_patch(resolved.selection)
@@ -785,10 +804,11 @@ def _resolve(wheel: StockWheel, scratch: Path, chosen: Options) -> tuple[list[Re
     return [resolved], []
 
 
-def _resolve_sets(opts: Options) -> tuple[list[Resolved], list[str]]:
+def _resolve_sets(opts: Options, stock: Path) -> tuple[list[Resolved], list[str]]:
     """Every covering set with a series for the release (the others noted); sets that change the
     same file are refused (each set's plan is made on the stock files)."""
     chosen = resolve_sets(opts, resolve_target(opts))
+    _refuse_gaps(chosen, stock)
     patching = [c.resolved for c in chosen if c.kind == SelectionKind.PATCH and c.resolved is not None]
     if not patching:
         upstream = next((c.resolved for c in chosen if c.kind == SelectionKind.UPSTREAM and c.resolved), None)

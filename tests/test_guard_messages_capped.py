@@ -1,0 +1,64 @@
+"""A record naming thousands of files the series never writes (a hostile or damaged state.json):
+every message that lists what the launch guard refuses names a few and counts the rest (status,
+verify, apply's warning, the guard's own refusal), and the fix is the revert that clears the
+record, not an apply that says "already applied". A recorded path holding a control character
+is shown escaped: a message line never splits."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from helpers import run_cli
+
+import patchkit._target.guard as target_guard
+
+MANY = 2_000
+CREATED = "vllm/zz/made_{}.py"  # created files the record names, absent, that no patch writes
+
+
+def record_absent(tree: Path, paths: list[str]) -> None:
+    """The applied tree's record, with `paths` more created files in its first entry (none on disk)."""
+    path = tree / ".patchkit" / "state.json"
+    data = json.loads(path.read_text())
+    for rel in paths:
+        data["entries"][0]["files"][rel] = {"after": "ab" * 32, "before": None, "mode": 0o644}
+    path.write_text(json.dumps(data))
+
+
+def test_status_verify_and_apply_name_a_few_refused_files_and_revert_as_the_fix(run, tree, open_library):
+    assert run("apply", "--target", tree, "--patches", open_library).exit_code == 0
+    record_absent(tree, [CREATED.format(i) for i in range(MANY)])
+    for command in ("status", "verify", "apply"):
+        done = run_cli(command, "--target", tree, "--patches", open_library)
+        said = done.stdout + done.stderr
+        assert done.returncode == (0 if command == "apply" else 1), said
+        assert len(said) < 3_000, said[:3_000]
+        assert f"+{MANY - 3:,} more" in said, said
+        fix = said[said.index("fix") :]
+        assert "patches those" not in fix and "`patchkit revert --target" in fix, said
+        assert f"the record names {MANY:,} files no patch of the set writes" in " ".join(fix.split()), said
+    # the fix named is true: revert, then apply, and the guard lets the tree launch
+    assert run_cli("revert", "--target", tree, "--patches", open_library).returncode == 0
+    assert run_cli("apply", "--target", tree, "--patches", open_library).returncode == 0
+    done = run_cli("status", "--target", tree, "--patches", open_library)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_guards_own_refusal_names_a_few_files(run, tree, open_library):
+    assert run("apply", "--target", tree, "--patches", open_library).exit_code == 0
+    record_absent(tree, [CREATED.format(i) for i in range(MANY)])
+    problems = target_guard.find_problems(str(tree))
+    assert len(problems) == MANY
+    said = target_guard.refusal(str(tree), problems)
+    assert len(said) < 1_000 and said.count(" is gone") == 3 and f"+{MANY - 3:,} more" in said, said
+
+
+def test_a_recorded_path_holding_a_newline_is_shown_escaped(run, tree, open_library):
+    assert run("apply", "--target", tree, "--patches", open_library).exit_code == 0
+    record_absent(tree, ["vllm/zz/a\nb.py"])
+    said = target_guard.refusal(str(tree), target_guard.find_problems(str(tree)))
+    assert "\n" not in said and "vllm/zz/a\\x0ab.py is gone" in said, said
+    done = run_cli("status", "--target", tree, "--patches", open_library)
+    guard = next(line for line in done.stdout.splitlines() if line.startswith("guard:"))
+    assert "vllm/zz/a\\x0ab.py is gone, as before patchkit created it" in guard, done.stdout
