@@ -201,6 +201,14 @@ def run_patchkit_with_pid(
     return _fresh(argv, env, cwd, timeout) if path is None else _forked(argv, env, cwd, timeout, path)
 
 
+def forked_as_the_session(env: dict[str, str], cwd: Path | str | None) -> bool:
+    """Whether run_patchkit forks a command with `env` from the server as it is: no start-up of its own, no
+    PYTHONPATH entry to add, and nothing the fork reads again (READ_AGAIN) other than the session's: what
+    the server's imports read, they read as `env` says."""
+    again = any(env.get(name) != _SESSION_ENV.get(name) for name in READ_AGAIN)
+    return not again and _fork_path(env, cwd) == []
+
+
 def _fork_path(env: dict[str, str], cwd: Path | str | None) -> list[str] | None:
     """The entries a fork of the server (started on first use) puts after sys.path[0] to start as a command
     with `env` would start ([] but for its PYTHONPATH); None where it would start otherwise: a fresh one.

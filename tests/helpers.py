@@ -26,7 +26,15 @@ import types
 import zipfile
 from pathlib import Path
 
-from cli_server import SESSION_ENV, THIRD_PARTY, run_patchkit, run_patchkit_on, run_python_code, start_up_environment
+from cli_server import (
+    SESSION_ENV,
+    THIRD_PARTY,
+    forked_as_the_session,
+    run_patchkit,
+    run_patchkit_on,
+    run_python_code,
+    start_up_environment,
+)
 from click.testing import CliRunner
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -321,6 +329,19 @@ def run_cli_in_process(*args: object, env: dict[str, str] | None = None, cwd: Pa
         os.environ.clear()
         os.environ.update(environ)
     return subprocess.CompletedProcess([sys.executable, "-m", "patchkit", *argv], code, out, err)
+
+
+# The read-only commands run_cli_read_only may run in this process (CONTRIBUTING).
+READ_ONLY_COMMANDS = ("status", "verify", "preflight")
+
+
+def run_cli_read_only(*args: object, env: dict[str, str] | None = None, cwd: Path | None = None):
+    """A read-only command (status, verify, preflight) judged by its output and exit code alone: in this
+    process (run_cli_in_process) where run_cli would fork it from the server as it is, else run_cli's process
+    (a start-up, a PYTHONPATH or a variable patchkit's imports read of its own is then part of the command)."""
+    assert str(args[0]) in READ_ONLY_COMMANDS, f"not a read-only command: {args[0]}"
+    plain = forked_as_the_session({**os.environ, **(env or {})}, cwd)
+    return (run_cli_in_process if plain else run_cli)(*args, env=env, cwd=cwd)
 
 
 def warm_pycache_prefix(prefix: Path) -> Path:

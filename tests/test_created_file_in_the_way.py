@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from helpers import MODEL, MODEL_PY, SPEC, SPEC_PY, make_patch, pip_install, run_cli, write_library
+from helpers import MODEL, MODEL_PY, SPEC, SPEC_PY, make_patch, pip_install, run_cli, run_cli_read_only, write_library
 
 ADDED = "vllm/acme_ext/hooks.py"
 
@@ -58,7 +58,7 @@ def test_a_file_the_set_creates_that_is_the_users_is_said_so_and_moved_aside_by_
 
 def test_with_an_edit_too_each_file_is_said_as_what_it_is(tmp_path):
     site, library = _tree(tmp_path, edited=True)
-    done = run_cli("status", "--target", site, "--patches", library)
+    done = run_cli_read_only("status", "--target", site, "--patches", library)
     said = done.stdout + done.stderr
     assert done.returncode == 1, said
     assert f"{SPEC} differs from stock vLLM 0.16.0 where the series changes it" in said, said

@@ -10,7 +10,7 @@ import re
 import shlex
 from pathlib import Path
 
-from helpers import run_cli
+from helpers import run_cli_read_only
 from launch_fixtures import DRAFTER, KIMI_K25, findings, patchkit_run, stand_in_launch, write_eagle3_setup, write_model
 
 ROOT = Path(__file__).parent.parent
@@ -50,7 +50,7 @@ def test_every_documented_launch_passes_the_static_checks(tmp_path):
     assert "n_predict" not in DRAFTER
     refused = {}
     for where, argv in launches:
-        done = run_cli(
+        done = run_cli_read_only(
             "preflight", "--target", tree, "--patches", library, "--no-import", "--format", "json",
             "--", *localized(argv, model, drafter),
         )  # fmt: skip

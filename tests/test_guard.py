@@ -23,6 +23,7 @@ from helpers import (
     make_patch,
     purelib,
     run_cli,
+    run_cli_read_only,
     warm_pycache_prefix,
     write_tree,
 )
@@ -516,12 +517,12 @@ def test_apply_keeps_its_guard_where_several_vllm_dist_infos_would_stop_every_la
     done = run_cli("apply", "--target", site, "--patch", diff, "--vllm-version", "0.17.0")
     assert done.returncode == 4 and "nothing was written" in done.stderr, done.stdout + done.stderr
     assert "remove the stale vllm-*.dist-info directories" in done.stderr and (site / "patchkit_guard.py").exists()
-    status = run_cli("status", "--target", site, "--patch", diff, "--vllm-version", "0.17.0")
+    status = run_cli_read_only("status", "--target", site, "--patch", diff, "--vllm-version", "0.17.0")
     assert status.returncode == 1 and "remove the stale vllm-*.dist-info directories" in status.stdout, status.stdout
     done = run_cli("apply", "--target", site, "--patch", diff, "--vllm-version", "0.17.0", "--no-guard")
     assert done.returncode == 0 and not (site / "patchkit_guard.py").exists(), done.stdout + done.stderr
     assert _load(site).returncode == 0
-    assert run_cli("status", "--target", site, "--patch", diff, "--vllm-version", "0.17.0").returncode == 0
+    assert run_cli_read_only("status", "--target", site, "--patch", diff, "--vllm-version", "0.17.0").returncode == 0
 
 
 @pytest.mark.parametrize("change", ["edit", "remove"])
@@ -538,7 +539,7 @@ def test_a_refusal_over_another_sets_record_names_that_sets_fix(patched, scratch
     else:
         (site / "vllm/addon.py").unlink()
     assert _load(site).returncode != 0
-    done = run_cli("status", "--target", site, "--patch", diff)
+    done = run_cli_read_only("status", "--target", site, "--patch", diff)
     assert done.returncode == 1, done.stdout + done.stderr
     hint = " ".join((done.stdout + done.stderr).split())
     on_site = f"--target {site} --patch {addon}"  # the user's tree, the other set's patch where it was applied from
@@ -546,13 +547,18 @@ def test_a_refusal_over_another_sets_record_names_that_sets_fix(patched, scratch
         assert "vllm/addon.py is gone, as before patchkit created it" in hint, hint
         assert f"run `patchkit apply {on_site}`" in hint and "revert" not in hint.split("fix:")[1], hint
         assert run_cli("apply", "--target", site, "--patch", addon).returncode == 0
-        assert _load(site).returncode == 0 and run_cli("status", "--target", site, "--patch", diff).returncode == 0
+        assert (
+            _load(site).returncode == 0
+            and run_cli_read_only("status", "--target", site, "--patch", diff).returncode == 0
+        )
         return
     assert f"`patchkit revert {on_site} --force`" in hint and f"`patchkit apply {on_site}`" in hint
     assert run_cli("revert", "--target", site, "--patch", addon, "--force").returncode == 0
     assert _load(site).returncode == 0, _load(site).stderr
     assert run_cli("apply", "--target", site, "--patch", addon).returncode == 0
-    assert _load(site).returncode == 0 and run_cli("status", "--target", site, "--patch", diff).returncode == 0
+    assert (
+        _load(site).returncode == 0 and run_cli_read_only("status", "--target", site, "--patch", diff).returncode == 0
+    )
 
 
 # --------------------------------------------------------------------------- the vllm the process imported
@@ -836,7 +842,7 @@ def test_stale_checked_bytecode_stops_a_launch_that_never_checks_hashes(patched)
     assert done.returncode != 0
     said = f"vllm/models/__pycache__/{pyc.name} is checked-hash bytecode compiled from other bytes than {MODEL}"
     assert said + ": Python run with --check-hash-based-pycs never loads it" in " ".join(done.stderr.split())
-    assert run_cli("status", "--target", site, "--patch", diff).returncode == 0  # status: the default mode
+    assert run_cli_read_only("status", "--target", site, "--patch", diff).returncode == 0  # status: the default mode
     scratch.write_bytes((site / MODEL).read_bytes())
     py_compile.compile(str(scratch), cfile=str(pyc), invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH)
     done = load("--check-hash-based-pycs", "never")
@@ -947,15 +953,20 @@ def test_stale_bytecode_under_the_pycache_prefix_stops_the_launch_and_status_nam
     assert done.returncode != 0
     said = f"{pyc} (under the pycache prefix) is unchecked-hash bytecode compiled from other bytes than {MODEL}"
     assert said in done.stderr, done.stderr[-800:]
-    assert run_cli("status", "--target", site, "--patch", diff).returncode == 0  # not in its environment: nothing new
-    status = run_cli("status", "--target", site, "--patch", diff, env={"PYTHONPYCACHEPREFIX": str(prefix)})
+    assert (
+        run_cli_read_only("status", "--target", site, "--patch", diff).returncode == 0
+    )  # not in its environment: nothing new
+    status = run_cli_read_only("status", "--target", site, "--patch", diff, env={"PYTHONPYCACHEPREFIX": str(prefix)})
     assert status.returncode != 0 and said in " ".join(status.stdout.split()), status.stdout
     fix = " ".join(status.stdout.split()).partition("run `rm -f -- ")[2].partition("`")[0]
     assert fix == str(pyc), status.stdout
     subprocess.run(["rm", "-f", "--", fix], check=True)
     assert _load(site, PYTHONPYCACHEPREFIX=str(prefix)).returncode == 0
     assert (
-        run_cli("status", "--target", site, "--patch", diff, env={"PYTHONPYCACHEPREFIX": str(prefix)}).returncode == 0
+        run_cli_read_only(
+            "status", "--target", site, "--patch", diff, env={"PYTHONPYCACHEPREFIX": str(prefix)}
+        ).returncode
+        == 0
     )
 
 
@@ -971,7 +982,7 @@ def test_under_a_pycache_prefix_stale_bytecode_in_pycache_is_never_read_and_neve
     prefix = {"PYTHONPYCACHEPREFIX": str(warm_pycache_prefix(tmp_path / "pfx"))}
     assert _load(site, **prefix).returncode == 0, _load(site, **prefix).stderr[-600:]
     assert target_guard.stale_bytecode(str(site), [MODEL], prefix=str(tmp_path / "pfx")) == []
-    assert run_cli("status", "--target", site, "--patch", diff, env=prefix).returncode == 0
+    assert run_cli_read_only("status", "--target", site, "--patch", diff, env=prefix).returncode == 0
     assert pyc.exists()
 
 
@@ -991,7 +1002,7 @@ def test_apply_in_a_pycache_prefixs_environment_removes_the_bytecode_its_write_m
     assert done.returncode == 0, done.stdout + done.stderr
     assert not pyc.exists() and f"{pyc} (under the pycache prefix): stale: removed" in " ".join(done.stdout.split())
     assert _load(site, **env).returncode == 0
-    assert run_cli("status", "--target", site, "--patch", diff, env=env).returncode == 0
+    assert run_cli_read_only("status", "--target", site, "--patch", diff, env=env).returncode == 0
 
 
 def test_bytecode_under_the_pycache_prefix_that_is_no_regular_file_is_never_read(patched, tmp_path):
@@ -1044,7 +1055,7 @@ def test_a_module_imported_in_the_guards_place_fails_status_whatever_it_does(pat
         if edited:
             with open(site / MODEL, "a") as fh:
                 fh.write("# tuned by hand\n")
-        done = run_cli("status", "--target", site, "--patch", diff)
+        done = run_cli_read_only("status", "--target", site, "--patch", diff)
         said = " ".join(done.stdout.split())
         assert done.returncode == 1, said + done.stderr
         assert f"vLLM never runs the launch guard: {planted} is imported instead of patchkit_guard.py" in said, said
@@ -1052,7 +1063,7 @@ def test_a_module_imported_in_the_guards_place_fails_status_whatever_it_does(pat
         assert f"if {planted} is not vLLM's own, remove it" in said or edited, said
     planted.unlink()
     (site / MODEL).write_text((site / MODEL).read_text().replace("# tuned by hand\n", ""))
-    assert run_cli("status", "--target", site, "--patch", diff).returncode == 0
+    assert run_cli_read_only("status", "--target", site, "--patch", diff).returncode == 0
 
 
 def test_only_an_extension_module_the_sites_python_loads_stands_in_for_the_guard(tmp_path, scratch):
@@ -1062,8 +1073,8 @@ def test_only_an_extension_module_the_sites_python_loads_stands_in_for_the_guard
     diff.write_bytes(make_patch(scratch, site, {MODEL: MODEL_PY.replace("return x", "return x * 2")}))
     assert run_cli("apply", "--target", site, "--patch", diff).returncode == 0
     (site / "patchkit_guard.cpython-312-x86_64-linux-gnu.so").write_bytes(b"")
-    done = run_cli("status", "--target", site, "--patch", diff)
+    done = run_cli_read_only("status", "--target", site, "--patch", diff)
     assert done.returncode == 0, done.stdout + done.stderr
     (site / "patchkit_guard.cpython-311-x86_64-linux-gnu.so").write_bytes(b"")
-    done = run_cli("status", "--target", site, "--patch", diff)
+    done = run_cli_read_only("status", "--target", site, "--patch", diff)
     assert done.returncode == 1 and "vLLM never runs the launch guard" in done.stdout, done.stdout + done.stderr

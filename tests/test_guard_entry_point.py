@@ -4,7 +4,7 @@ another attribute of patchkit_guard (none at all, or another function) launches 
 from __future__ import annotations
 
 import pytest
-from helpers import MODEL_PY, load_plugins_like_vllm, make_patch, run_cli, write_tree
+from helpers import MODEL_PY, load_plugins_like_vllm, make_patch, run_cli, run_cli_read_only, write_tree
 
 from patchkit import __version__
 
@@ -33,7 +33,7 @@ def test_an_entry_point_naming_another_attribute_is_no_guard_and_apply_guard_rep
     (site / MODEL).write_text(patched)
     repaired = run_cli("apply", "--guard", *own)
     assert repaired.returncode == 0 and "patchkit_guard:check" in (site / ENTRY_POINTS).read_text()
-    status = run_cli("status", *own)
+    status = run_cli_read_only("status", *own)
     assert status.returncode == 0 and "no longer loads" not in status.stdout + status.stderr
     (site / MODEL).write_text(MODEL_PY)
     assert load_plugins_like_vllm(site).returncode != 0  # the guard runs again, and refuses

@@ -10,7 +10,7 @@ import os
 import sys
 
 import pytest
-from helpers import MODEL_PY, load_plugins_like_vllm, make_patch, run_cli, write_tree
+from helpers import MODEL_PY, load_plugins_like_vllm, make_patch, run_cli, run_cli_read_only, write_tree
 
 MODEL = "vllm/models/model.py"
 MINOR = sys.version_info[1]
@@ -28,7 +28,7 @@ def site(tmp_path, scratch):
 
 
 def _status(site, diff):
-    return run_cli("status", "--target", site, "--patch", diff)
+    return run_cli_read_only("status", "--target", site, "--patch", diff)
 
 
 def test_an_extension_module_another_python_imports_is_no_refusal_and_its_own_is(site):

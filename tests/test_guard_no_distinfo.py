@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import load_plugins_like_vllm, run_cli
+from helpers import load_plugins_like_vllm, run_cli, run_cli_read_only
 from launch_fixtures import DEEPSEEK_V3, DRAFTER, findings, serve, write_eagle3_setup, write_model
 
 
@@ -38,7 +38,7 @@ def test_the_guards_refusal_says_no_dist_info_and_the_named_fix_ends_the_refusal
     refused = load_plugins_like_vllm(tree)
     assert refused.returncode != 0 and "vLLM None" not in refused.stderr, refused.stderr[-600:]
     assert "no vllm-*.dist-info" in refused.stderr, refused.stderr[-600:]
-    status = run_cli("status", "--target", tree, "--patches", library)
+    status = run_cli_read_only("status", "--target", tree, "--patches", library)
     assert status.returncode == 1 and "vLLM None" not in status.stdout, status.stdout
     assert "no vllm-*.dist-info" in status.stdout, status.stdout
     command = serve(write_model(tmp_path / "ds", DEEPSEEK_V3), write_model(tmp_path / "drafter", DRAFTER))
@@ -52,7 +52,7 @@ def test_the_guards_refusal_says_no_dist_info_and_the_named_fix_ends_the_refusal
     assert applied.returncode == 0 and "still refuses" not in said, said
     assert "launch guard removed" in said and "no vllm-*.dist-info" in said, said
     assert load_plugins_like_vllm(tree).returncode == 0
-    assert run_cli("status", "--target", tree, "--patches", library).returncode == 0
+    assert run_cli_read_only("status", "--target", tree, "--patches", library).returncode == 0
     assert findings(run_cli(*pre))["tree-state"]["ok"]
 
 
@@ -107,7 +107,7 @@ def test_a_metadata_version_that_is_no_version_names_both_fixes(tmp_path):
         assert done.returncode == 2, done.stdout + done.stderr
         hint = " ".join(done.stderr.split()).partition("hint: ")[2]
         assert "--vllm-version 0.16.0" in hint and "vllm-0.16.0.dist-info" in hint and "vllm==0.16.0" in hint, hint
-    told = run_cli("status", "--target", tree, "--patches", library, "--vllm-version", "0.16.0")
+    told = run_cli_read_only("status", "--target", tree, "--patches", library, "--vllm-version", "0.16.0")
     assert told.returncode == 0, told.stdout + told.stderr
 
 
@@ -120,13 +120,13 @@ def test_status_of_a_tree_applied_without_a_guard_for_an_unread_version_says_it_
     (tree / "vllm-0.16.0.dist-info" / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\n{metadata}")
     assert run_cli("apply", "--target", tree, "--patches", library).returncode == 0
     assert not (tree / "patchkit_guard.py").exists()
-    done = run_cli("status", "--target", tree, "--patches", library)
+    done = run_cli_read_only("status", "--target", tree, "--patches", library)
     said = " ".join((done.stdout + done.stderr).split())
     assert done.returncode == 0 and "no launch guard" in said and "vLLM launches this tree unchecked" in said, said
     assert "vllm-0.16.0.dist-info/METADATA" in said and "vllm==0.16.0" in said and "--no-guard" in said, said
     told = run_cli("apply", "--target", tree, "--patches", library, "--no-guard")
     assert told.returncode == 0
-    again = run_cli("status", "--target", tree, "--patches", library)
+    again = run_cli_read_only("status", "--target", tree, "--patches", library)
     assert "no launch guard" not in again.stdout + again.stderr  # told: none wanted
 
 
@@ -141,7 +141,7 @@ def test_a_version_emptied_after_apply_is_refused_as_naming_no_version_with_pips
     refused = load_plugins_like_vllm(tree)
     assert refused.returncode != 0 and "vllm-0.16.0.dist-info names no version" in refused.stderr, refused.stderr
     assert "vLLM  is installed" not in refused.stderr
-    done = run_cli("status", "--target", tree, "--patches", library)
+    done = run_cli_read_only("status", "--target", tree, "--patches", library)
     said = " ".join((done.stdout + done.stderr).split())
     assert done.returncode == 1 and "vllm-0.16.0.dist-info names no version" in said, said
     assert "vllm==0.16.0" in said.partition("fix:")[2], said

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from helpers import MODEL_PY, fingerprint, load_plugins_like_vllm, make_patch, run_cli, write_tree
+from helpers import MODEL_PY, fingerprint, load_plugins_like_vllm, make_patch, run_cli, run_cli_read_only, write_tree
 
 from patchkit import __version__
 
@@ -115,7 +115,7 @@ def test_a_guard_replaced_record_naming_a_file_the_guard_record_does_not_is_refu
 
 
 def _status(site: Path, diff: Path) -> dict:
-    done = run_cli("status", "--target", site, "--patch", diff, "--format", "json")
+    done = run_cli_read_only("status", "--target", site, "--patch", diff, "--format", "json")
     assert done.returncode == 0, done.stdout + done.stderr  # the guard passes: status does too
     return json.loads(done.stdout)
 

@@ -12,7 +12,7 @@ import venv
 from pathlib import Path
 
 import pytest
-from helpers import make_patch, patched_spec, run_cli, write_library, write_tree
+from helpers import make_patch, patched_spec, run_cli, run_cli_read_only, write_library, write_tree
 from launch_fixtures import write_model
 
 from patchkit.base import hints
@@ -168,7 +168,7 @@ def test_status_on_an_edited_tree_names_the_commands_on_that_tree_and_library(tm
     assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     with (tree / "vllm/config/spec.py").open("a") as fh:
         fh.write("# an edit\n")
-    done = run_cli("status", "--target", tree, "--patches", library)
+    done = run_cli_read_only("status", "--target", tree, "--patches", library)
     assert done.returncode == 1, done.stdout + done.stderr
     named = _hinted(done.stdout + done.stderr)
     assert [words[1] for words in named][:2] == ["revert", "apply"], done.stdout + done.stderr
@@ -177,13 +177,13 @@ def test_status_on_an_edited_tree_names_the_commands_on_that_tree_and_library(tm
     # followed as written, they end the loop: the tree is the library's, applied, and status passes
     for words in named[:2]:
         assert run_cli(*words[1:], "--no-import" if words[1] == "apply" else "--quiet").returncode == 0
-    assert run_cli("status", "--target", tree, "--patches", library).returncode == 0
+    assert run_cli_read_only("status", "--target", tree, "--patches", library).returncode == 0
 
 
 def test_a_preflight_finding_names_apply_on_the_tree_and_library_checked(tmp_path, tree_and_library):
     tree, library = tree_and_library
     model = write_model(tmp_path / "model", {"model_type": "llama", "architectures": ["LlamaForCausalLM"]})
-    done = run_cli(
+    done = run_cli_read_only(
         "preflight", "--target", tree, "--patches", library, "--no-import", "--format", "json",
         "--", "vllm", "serve", str(model),
     )  # fmt: skip
@@ -202,7 +202,7 @@ def test_a_preflight_without_a_tree_names_the_launchs_own_interpreter(tmp_path, 
     script.write_text(f"#!{python}\nimport sys\n")
     script.chmod(0o755)
     model = write_model(tmp_path / "model", {"model_type": "llama", "architectures": ["LlamaForCausalLM"]})
-    done = run_cli(
+    done = run_cli_read_only(
         "preflight", "--patches", library, "--no-import", "--format", "json", "--", str(script), "serve", str(model)
     )
     assert done.returncode == 1, done.stdout + done.stderr

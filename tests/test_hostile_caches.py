@@ -25,6 +25,7 @@ from helpers import (
     patched_spec,
     release_of,
     run_cli,
+    run_cli_read_only,
     verify,
     write_library,
     write_tree,
@@ -263,7 +264,9 @@ def test_catalogue_pyflakes_cache(cache, sentinel, tmp_path, monkeypatch, hostil
     site = write_tree(tmp_path / "site", "0.16.0", {SPEC: SPEC_PY})
     patch = tmp_path / "bad.patch"
     patch.write_bytes(make_patch(tmp_path, site, {SPEC: UNDEFINED}))  # the very content of the entry
-    done = run_cli("verify", "--target", site, "--patch", patch, "--no-import", env={"PATCHKIT_CACHE_DIR": str(cache)})
+    done = run_cli_read_only(
+        "verify", "--target", site, "--patch", patch, "--no-import", env={"PATCHKIT_CACHE_DIR": str(cache)}
+    )
     assert_clean_failure(done, 1)
     assert "undefined name 'SupportsEagle3'" in done.stdout
     assert fingerprint(sentinel) == before

@@ -35,6 +35,7 @@ from helpers import (
     patched_spec,
     pip_install,
     run_cli,
+    run_cli_read_only,
     write_library,
     write_tree,
 )
@@ -193,7 +194,7 @@ def test_a_kimi_k25_draft_model_launch_on_0_15_needs_no_eagle3_and_on_0_16_does(
     launch = ["vllm", "serve", str(kimi), "--trust-remote-code", "--speculative-config", spec]
     for release, needed in (("0.15.0", False), ("0.15.1", False), ("0.16.0", True)):
         site = lay_out_release(release, sorted({*files_for(release), REGISTRY}), tmp_path / release)
-        done = run_cli(
+        done = run_cli_read_only(
             "preflight", "--target", site, "--no-import", "--set", "eagle3", "--format", "json", "--", *launch
         )
         said = f"{release}: {done.stdout} {done.stderr}"
@@ -211,7 +212,7 @@ def test_a_deepseek_v32_launch_needs_deepseek_tool_calls_below_0_23_only(tmp_pat
         site = lay_out_release(release, sorted({*files_for(release), REGISTRY}), tmp_path / release)
         for parser in ("deepseek_v32", "deepseek_v4"):
             launch = ["vllm", "serve", str(model), "--enable-auto-tool-choice", "--tool-call-parser", parser]
-            done = run_cli("preflight", "--target", site, "--no-import", "--format", "json", "--", *launch)
+            done = run_cli_read_only("preflight", "--target", site, "--no-import", "--format", "json", "--", *launch)
             said = f"{release} {parser}: {done.stdout} {done.stderr}"
             if needed:
                 assert done.returncode == 1 and "deepseek-tool-calls" not in unused(done), said
@@ -231,13 +232,13 @@ def test_the_guard_s_fix_after_a_vllm_upgrade_applies_the_recorded_sets_only(tmp
     pip_install(tree, "0.17.0", {SPEC: SPEC_PY, MODEL: MODEL_PY, OTHER: "x = 1\n"})
     recorded = f"`patchkit apply --target {tree} --patches {library} --set model --set spec`"
     for chosen in ((), ("--set", "spec")):
-        status = run_cli("status", "--target", tree, "--patches", library, *chosen)
+        status = run_cli_read_only("status", "--target", tree, "--patches", library, *chosen)
         said = status.stdout + status.stderr
         assert status.returncode == 1 and f"fix: run {recorded} (it records" in said, said
         assert said.count(f"fix: {recorded} discards them") == 1, said  # the stale records' one warning
     fixed = run_cli(*shlex.split(recorded.strip("`"))[1:], "--no-import")
     assert fixed.returncode == 0, fixed.stdout + fixed.stderr
-    assert run_cli("status", "--target", tree, "--patches", library, "--set", "spec").returncode == 0
+    assert run_cli_read_only("status", "--target", tree, "--patches", library, "--set", "spec").returncode == 0
     assert sorted(e.set_name for e in read_state(tree).entries) == ["model", "spec"]  # `other` left alone
     assert (tree / OTHER).read_text() == "x = 1\n"
 
@@ -282,7 +283,7 @@ def test_a_guard_that_no_longer_loads_is_said_by_status_and_fails_a_launch_until
     breaks(tree)
     model = write_model(tmp_path / "model", DEEPSEEK_V3)
     one = ("--target", tree, "--patches", library, "--set", "spec")  # each takes one --set
-    status = run_cli("status", *one)
+    status = run_cli_read_only("status", *one)
     said = status.stdout + status.stderr
     assert (
         status.returncode == 0 and "unguarded warning: the launch guard an apply installed no longer loads" in said
@@ -291,7 +292,7 @@ def test_a_guard_that_no_longer_loads_is_said_by_status_and_fails_a_launch_until
     guard = " --guard" * (breaks is retarget_guard)  # apply keeps a guard file changed since: --guard replaces it
     sets = f"apply --target {tree} --patches {library} --set model --set spec"
     assert fixes == [sets + guard, sets + " --no-guard"], said
-    guard = json.loads(run_cli("status", *one, "--format", "json").stdout)["guard"]
+    guard = json.loads(run_cli_read_only("status", *one, "--format", "json").stdout)["guard"]
     assert guard["missing"].startswith("the launch guard an apply installed no longer loads") and guard["refuses"] == []
     no_vllm = {**os.environ, "PATH": str(tmp_path / "empty")}  # run's exec fails (exit 4): it got that far
     launch = ["vllm", "serve", str(model)]
@@ -305,7 +306,7 @@ def test_a_guard_that_no_longer_loads_is_said_by_status_and_fails_a_launch_until
     fixed = run_cli(*shlex.split(fixes[then]), "--no-import")
     assert fixed.returncode == 0, fixed.stdout + fixed.stderr
     assert is_installed(tree) == (not then)
-    status = run_cli("status", *one)
+    status = run_cli_read_only("status", *one)
     assert status.returncode == 0 and "unguarded" not in status.stdout + status.stderr, status.stdout
     ran = run_cli("run", *one, "--", *launch, env=no_vllm)
     assert ran.returncode == 4, ran.stdout + ran.stderr
@@ -348,12 +349,12 @@ def test_apply_of_several_sets_judges_the_guard_once_after_the_last_set_settled_
     tree, library = three_sets(tmp_path)
     meta = tree / "vllm-0.16.0.dist-info" / "METADATA"
     meta.write_text(meta.read_text().replace("Version: 0.16.0", "Version: 0.16.0+cu129"))
-    assert run_cli("status", "--target", tree, "--patches", library, "--set", "spec").returncode == 1
+    assert run_cli_read_only("status", "--target", tree, "--patches", library, "--set", "spec").returncode == 1
     done = run_cli("apply", "--target", tree, "--patches", library, "--set", "spec", "--set", "model", "--no-import")
     said = done.stdout + done.stderr
     assert done.returncode == 0 and "refuses" not in said, said
     assert "model: already applied; record updated\nspec: already applied; record updated" in said, said
-    assert run_cli("status", "--target", tree, "--patches", library, "--set", "spec").returncode == 0
+    assert run_cli_read_only("status", "--target", tree, "--patches", library, "--set", "spec").returncode == 0
 
 
 def test_apply_of_several_sets_does_not_say_the_guard_removed_when_a_later_set_installs_it(tmp_path):
@@ -375,7 +376,7 @@ def test_apply_of_several_sets_does_not_say_the_guard_removed_when_a_later_set_i
     said = done.stdout + done.stderr
     assert done.returncode == 0 and "guard removed" not in said, said
     assert "model: applied 1 patch(es): 1 file(s) changed; launch guard installed" in said, said
-    assert run_cli("status", "--target", tree, "--patches", library).returncode == 0
+    assert run_cli_read_only("status", "--target", tree, "--patches", library).returncode == 0
 
 
 # --- review 10a L5: a fifo, directory or device where a patched file was ------------------------------
@@ -399,14 +400,14 @@ def test_a_special_file_in_place_of_a_patched_file_is_refused_with_a_fix_that_en
             done.stderr,
         )
     shutil.rmtree(tree / SPEC) if kind == "directory" else (tree / SPEC).unlink()
-    status = run_cli("status", *selection, "--set", "spec")
+    status = run_cli_read_only("status", *selection, "--set", "spec")
     said = status.stdout + status.stderr
     assert (
         status.returncode == 1 and f"`patchkit revert --target {tree} --patches {library} --set spec --force`" in said
     )
     assert run_cli("revert", *selection, "--force").returncode == 0
     assert run_cli("apply", *selection, "--set", "spec", "--set", "model", "--no-import").returncode == 0
-    assert run_cli("status", *selection, "--set", "spec").returncode == 0
+    assert run_cli_read_only("status", *selection, "--set", "spec").returncode == 0
     assert (tree / SPEC).read_text() == patched_spec()
 
 
@@ -418,7 +419,7 @@ def test_the_note_of_a_tree_with_some_sets_applied_names_a_status_command_that_r
     (tree / OTHER).write_text("y = 1\n")  # other's patch does not apply: the apply stops there
     assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 1
     (tree / OTHER).write_text("x = 1\n")  # stock again: other, chosen, is simply not applied
-    status = run_cli("status", "--target", tree, "--patches", library)
+    status = run_cli_read_only("status", "--target", tree, "--patches", library)
     note = status.stdout + status.stderr
     assert status.returncode == 1 and "if your launches use only model, spec:" in note, note
     commands = [c for c in re.findall(r"`patchkit ([^`]*)`", note) if c.startswith("status")]

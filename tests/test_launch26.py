@@ -13,7 +13,7 @@ import shlex
 import sys
 
 import pytest
-from helpers import make_patch, run_cli, write_library
+from helpers import make_patch, run_cli, run_cli_read_only, write_library
 from importable_vllm import venv_importing, write_refusing_engine_args
 from launch_fixtures import (
     DEEPSEEK_V3,
@@ -54,21 +54,21 @@ def applying(text: str) -> list[str]:
 def test_a_launch_on_a_stock_tree_gets_one_fix_applying_the_sets_it_needs(three):
     tree, lib, launch = three
     one = f"run `patchkit apply --target {tree} --patches {lib} --set eagle3 --set tools`"
-    done = run_cli(
+    done = run_cli_read_only(
         "preflight", "--target", tree, "--patches", lib, "--no-import", "--", *launch, env={"COLUMNS": "200"}
     )
     assert done.returncode == 1, done.stdout + done.stderr
     assert applying(done.stdout) == [f"fix (all 4 above): {one}"], done.stdout
     ran = run_cli("run", "--target", tree, "--patches", lib, "--", *launch, env={"COLUMNS": "200"})
     assert ran.returncode == 1 and applying(ran.stdout) == [f"fix (all 4 above): {one}"], ran.stdout + ran.stderr
-    json_done = run_cli(
+    json_done = run_cli_read_only(
         "preflight", "--target", tree, "--patches", lib, "--no-import", "--format", "json", "--", *launch
     )
     assert fixes(json_done) == {one}
     # as pasted: the launch then passes, and the set it does not use stays as it was
     applied = run_cli(*shlex.split(one.removeprefix("run `patchkit ").removesuffix("`")))
     assert applied.returncode == 0, applied.stdout + applied.stderr
-    again = run_cli("preflight", "--target", tree, "--patches", lib, "--no-import", "--", *launch)
+    again = run_cli_read_only("preflight", "--target", tree, "--patches", lib, "--no-import", "--", *launch)
     assert again.returncode == 0, again.stdout + again.stderr
     assert "not used by this launch: other (not applied)" in again.stderr
 
@@ -79,7 +79,9 @@ def test_a_set_every_launch_needs_keeps_the_apply_that_applies_every_set(three):
     tree, lib, launch = three
     manifest = lib / "eagle3" / "set.toml"
     manifest.write_text(manifest.read_text().replace('[needed_by]\nspeculative_methods = ["eagle3"]\n', ""))
-    done = run_cli("preflight", "--target", tree, "--patches", lib, "--no-import", "--format", "json", "--", *launch)
+    done = run_cli_read_only(
+        "preflight", "--target", tree, "--patches", lib, "--no-import", "--format", "json", "--", *launch
+    )
     assert f"run `patchkit apply --target {tree} --patches {lib}`" in fixes(done), done.stdout
 
 
@@ -87,7 +89,7 @@ def test_vllms_refusal_on_a_stock_tree_names_the_same_one_apply_not_every_set(th
     """The validation's fix was `apply` alone: every set, `other` too, which this launch does not use."""
     tree, lib, launch = three
     write_refusing_engine_args(tree)  # --python imports the tree checked; its create_engine_config refuses eagle3
-    done = run_cli(
+    done = run_cli_read_only(
         "preflight", "--target", tree, "--python", sys.executable, "--patches", lib, "--format", "json",
         "--", *launch, env={"PYTHONPATH": str(tree)},
     )  # fmt: skip
@@ -150,7 +152,9 @@ def test_the_drafters_own_vocab_size_must_be_the_targets(tmp_path, target, draft
     assert run_cli("apply", "--target", tree, "--patches", lib, "--no-import").returncode == 0
     config = {k: v for k, v in {**DRAFTER, **drafter}.items() if v is not None}
     launch = serve(write_model(tmp_path / "target", target), write_model(tmp_path / "drafter", config))
-    done = run_cli("preflight", "--target", tree, "--patches", lib, "--no-import", "--format", "json", "--", *launch)
+    done = run_cli_read_only(
+        "preflight", "--target", tree, "--patches", lib, "--no-import", "--format", "json", "--", *launch
+    )
     [found] = [f for f in json.loads(done.stdout)["findings"] if f["check"] == "drafter-vocabulary"]
     assert found["ok"] is ok and said in found["message"], found
     assert done.returncode == (0 if ok else 1), done.stdout
@@ -165,10 +169,12 @@ def test_a_tree_reinstalled_under_its_record_gets_one_apply_for_every_finding(th
     assert run_cli("apply", "--target", tree, "--patches", lib, "--no-import").returncode == 0
     for path, stock in before.items():
         path.write_bytes(stock)
-    done = run_cli("preflight", "--target", tree, "--patches", lib, "--no-import", "--format", "json", "--", *launch)
+    done = run_cli_read_only(
+        "preflight", "--target", tree, "--patches", lib, "--no-import", "--format", "json", "--", *launch
+    )
     assert done.returncode == 1, done.stdout + done.stderr
     one = f"run `patchkit apply --target {tree} --patches {lib}`"
     assert fixes(done) == {one}, done.stdout
     assert run_cli(*shlex.split(one.removeprefix("run `patchkit ").removesuffix("`"))).returncode == 0
-    again = run_cli("preflight", "--target", tree, "--patches", lib, "--no-import", "--", *launch)
+    again = run_cli_read_only("preflight", "--target", tree, "--patches", lib, "--no-import", "--", *launch)
     assert again.returncode == 0, again.stdout + again.stderr

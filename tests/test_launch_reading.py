@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import assert_clean_failure, run_cli
+from helpers import assert_clean_failure, run_cli, run_cli_read_only
 from launch_fixtures import DEEPSEEK_V3, write_eagle3_setup, write_model
 from packaging.version import Version
 
@@ -97,7 +97,9 @@ def test_the_preflight_reads_the_model_vllm_serves(tmp_path):
     tree, library = write_eagle3_setup(tmp_path, V16)
     model = write_model(tmp_path / "served", DEEPSEEK_V3)
     argv = ["vllm", "serve", "--model", str(model), "--model", str(tmp_path / "never-read")]
-    done = run_cli("preflight", "--target", tree, "--patches", library, "--no-import", "--format", "json", "--", *argv)
+    done = run_cli_read_only(
+        "preflight", "--target", tree, "--patches", library, "--no-import", "--format", "json", "--", *argv
+    )
     assert done.returncode in (0, 1), done.stderr  # main read the last --model: exit 4, no config there
     assert "never-read" not in done.stderr
 
@@ -110,13 +112,13 @@ def test_a_version_written_with_fewer_or_more_parts_reads_its_releases_spec(tmp_
     tree, library = write_eagle3_setup(tmp_path, V16)
     model = write_model(tmp_path / "served", DEEPSEEK_V3)
     argv = ["vllm", "serve", str(model)]
-    done = run_cli(
+    done = run_cli_read_only(
         "preflight", "--target", tree, "--patches", library, "--no-import", "--vllm-version", written, "--", *argv
     )
     assert done.returncode in (0, 1), done.stderr
     metadata = next(Path(tree).glob("vllm-*.dist-info")) / "METADATA"
     metadata.write_text(re.sub(r"(?m)^Version: .*$", f"Version: {written}", metadata.read_text()))
-    done = run_cli("preflight", "--target", tree, "--patches", library, "--no-import", "--", *argv)
+    done = run_cli_read_only("preflight", "--target", tree, "--patches", library, "--no-import", "--", *argv)
     assert done.returncode in (0, 1), done.stderr
     done = run_cli("run", "--target", tree, "--patches", library, "--", *argv)  # no vllm on PATH here
     assert done.returncode not in (0, 70) and "internal error" not in done.stderr, done.stderr
@@ -135,7 +137,7 @@ def test_every_supported_release_has_a_recorded_spec():
 
 def _preflight_quickly(tree, library, *argv, env=None, limit=20):
     started = time.monotonic()
-    done = run_cli("preflight", "--target", tree, "--patches", library, "--no-import", "--", *argv, env=env)
+    done = run_cli_read_only("preflight", "--target", tree, "--patches", library, "--no-import", "--", *argv, env=env)
     assert time.monotonic() - started < limit
     return done
 
@@ -232,7 +234,7 @@ def test_a_model_config_with_a_huge_integer_is_bad_input(tmp_path):
     model = tmp_path / "big-int"
     model.mkdir()
     (model / "config.json").write_text('{"hidden_size": ' + "1" * 5000 + "}")
-    done = run_cli(
+    done = run_cli_read_only(
         "preflight", "--target", tree, "--patches", library, "--no-import", "--", "vllm", "serve", str(model)
     )
     assert_clean_failure(done, 2)
@@ -430,7 +432,7 @@ def test_a_shebang_whose_python_cannot_be_told_is_a_target_error_never_another_i
 def test_a_bash_wrapper_or_a_missing_vllm_stops_preflight_with_exit_4_and_a_hint(tmp_path):
     bash = _script(tmp_path / "bash", f'#!/bin/bash\nexec {sys.executable} -m vllm.entrypoints.cli.main "$@"')
     for program in (str(bash), str(tmp_path / "nowhere" / "vllm")):
-        done = run_cli("preflight", "--no-import", "--", program, "serve", "org/m")
+        done = run_cli_read_only("preflight", "--no-import", "--", program, "serve", "org/m")
         assert done.returncode == 4, done.stdout + done.stderr
         assert "cannot tell which Python runs" in done.stderr and "--python" in done.stderr
         assert "Traceback" not in done.stderr and "syntax error" not in done.stderr
@@ -509,7 +511,7 @@ def test_a_release_without_a_recorded_parser_says_whose_read_it_and_cannot_judge
     model = write_model(tmp_path / "m", DEEPSEEK_V3)
 
     def command_finding(*arguments):
-        done = run_cli(
+        done = run_cli_read_only(
             "preflight", "--target", tree, "--patches", library, "--no-import", "--format", "json",
             "--", "vllm", "serve", str(model), *arguments,
         )  # fmt: skip
@@ -714,7 +716,7 @@ def test_an_env_prefix_patchkit_does_not_read_is_refused_with_a_true_message(arg
 def test_env_unset_takes_the_variable_out_of_what_the_launch_reads(tmp_path):
     tree, library = write_eagle3_setup(tmp_path, V16)
     model = write_model(tmp_path / "m", DEEPSEEK_V3)
-    done = run_cli(
+    done = run_cli_read_only(
         "preflight", "--target", tree, "--patches", library, "--no-import", "--format", "json",
         "--", "env", "-u", "VLLM_USE_MODELSCOPE", "vllm", "serve", str(model),
         env={"VLLM_USE_MODELSCOPE": "true"},

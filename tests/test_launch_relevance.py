@@ -12,7 +12,7 @@ import shlex
 from pathlib import Path
 
 import pytest
-from helpers import run_cli
+from helpers import run_cli, run_cli_read_only
 from launch_fixtures import (
     PARSER,
     SPEC,
@@ -28,7 +28,8 @@ from patchkit.store.state import read_state
 
 
 def preflight(tree: Path, lib: Path, launch: list[str], *options: str):
-    done = run_cli("preflight", "--target", tree, "--patches", lib, "--no-import", *options, "--", *launch)
+    """In this process: read-only, judged by its output and exit code alone (CONTRIBUTING)."""
+    done = run_cli_read_only("preflight", "--target", tree, "--patches", lib, "--no-import", *options, "--", *launch)
     return done, json.loads(done.stdout) if "json" in options else None
 
 

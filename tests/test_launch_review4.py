@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import assert_clean_failure, run_cli, write_tree
+from helpers import assert_clean_failure, run_cli, run_cli_read_only, write_tree
 from launch_fixtures import DEEPSEEK_V3, DRAFTER, write_eagle3_setup, write_model
 
 from patchkit.base.errors import BadInput, TargetError
@@ -296,7 +296,9 @@ def test_a_drafter_whose_redirected_name_names_no_method_fails_the_speculative_c
         "--speculative-config",
         sc,
     ]
-    done = run_cli("preflight", "--target", tree, "--patches", library, "--format", "json", "--no-import", "--", *argv)
+    done = run_cli_read_only(
+        "preflight", "--target", tree, "--patches", library, "--format", "json", "--no-import", "--", *argv
+    )
     assert_clean_failure(done, 1)
     refused = [f for f in json.loads(done.stdout)["findings"] if f["check"] == "speculative-config"]
     assert refused and not refused[0]["ok"] and "names none" in refused[0]["message"], done.stdout

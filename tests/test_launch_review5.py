@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
-from helpers import assert_clean_failure, run_cli
+from helpers import assert_clean_failure, run_cli, run_cli_read_only
 from importable_vllm import venv_importing
 from launch_fixtures import DEEPSEEK_V3, write_eagle3_setup, write_model
 from serve_lines import ACCEPTED_VALUES, REFUSED_VALUES
@@ -61,7 +61,7 @@ def test_a_pythonpath_entry_resolved_in_the_launchs_directory_is_the_tree_judged
     if given == "to patchkit":
         argv, env = serve, {"PYTHONPATH": pythonpath}
     patches = ["--patches", launch["library"]]
-    done = run_cli("preflight", *patches, "--format", "json", "--no-import", "--", *argv, env=env, cwd=cwd)
+    done = run_cli_read_only("preflight", *patches, "--format", "json", "--no-import", "--", *argv, env=env, cwd=cwd)
     assert_clean_failure(done, 1)
     found = _launch_target(done)
     assert not found["ok"] and f"imports vLLM from {launch['stock']}" in found["message"], found
@@ -74,7 +74,9 @@ def test_an_absolute_pythonpath_to_the_applied_tree_still_passes(launch):
     """The control: the same launch importing the applied tree is not refused."""
     argv = ["env", f"PYTHONPATH={launch['applied']}", str(launch["script"]), "serve", str(launch["model"])]
     patches = ["--patches", launch["library"]]
-    done = run_cli("preflight", *patches, "--format", "json", "--no-import", "--", *argv, cwd=launch["project"])
+    done = run_cli_read_only(
+        "preflight", *patches, "--format", "json", "--no-import", "--", *argv, cwd=launch["project"]
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "launch-target" not in {f["check"] for f in json.loads(done.stdout)["findings"]}
 
@@ -85,7 +87,7 @@ def test_python_m_with_a_relative_pythonpath_judges_the_tree_it_imports(launch):
     argv = ["env", "PYTHONPATH=project/site", *module]
     patches = ["--patches", launch["library"]]
     cwd = launch["project"].parent
-    done = run_cli("preflight", *patches, "--format", "json", "--no-import", "--", *argv, cwd=cwd)
+    done = run_cli_read_only("preflight", *patches, "--format", "json", "--no-import", "--", *argv, cwd=cwd)
     assert_clean_failure(done, 1)
     assert str(launch["stock"]) in _launch_target(done)["message"], done.stdout
 
@@ -128,13 +130,13 @@ def test_vllms_own_answers_come_from_the_tree_the_launch_imports(tmp_path, monke
 def test_the_launch_target_finding_names_no_python_option_when_none_was_given(launch):
     argv = ["env", f"PYTHONPATH={launch['stock']}", str(launch["script"]), "serve", str(launch["model"])]
     patches = ["--patches", launch["library"]]
-    done = run_cli("preflight", *patches, "--format", "json", "--no-import", "--", *argv)
+    done = run_cli_read_only("preflight", *patches, "--format", "json", "--no-import", "--", *argv)
     assert_clean_failure(done, 1)
     message = _launch_target(done)["message"]
     python = launch["script"].parent / "python"
     assert message.startswith(f"the command's interpreter {python} names vLLM in {launch['applied']}"), message
     assert "--python" not in message, message
-    given = run_cli("preflight", *patches, "--python", python, "--format", "json", "--no-import", "--", *argv)
+    given = run_cli_read_only("preflight", *patches, "--python", python, "--format", "json", "--no-import", "--", *argv)
     assert _launch_target(given)["message"].startswith(f"--python {python} names vLLM in"), given.stdout
 
 
@@ -186,7 +188,7 @@ def test_a_lora_path_with_an_equals_sign_is_read_as_the_release_reads_it(release
 
 def test_preflight_without_vllm_refuses_a_value_vllms_parser_refuses(launch):
     argv = [str(launch["script"]), "serve", str(launch["model"]), "--mamba-ssm-cache-dtype", "fp4"]
-    done = run_cli("preflight", "--patches", launch["library"], "--no-import", "--", *argv)
+    done = run_cli_read_only("preflight", "--patches", launch["library"], "--no-import", "--", *argv)
     assert_clean_failure(done, 2)
     assert "--mamba-ssm-cache-dtype: invalid choice: 'fp4'" in done.stderr, done.stderr
 
@@ -202,12 +204,12 @@ def test_a_hub_ref_with_a_space_or_line_break_names_no_snapshot(tmp_path, ref, o
     (repo / "refs" / "main").write_bytes(ref.encode())
     env = {"HF_HUB_CACHE": str(tmp_path / "hub"), **({"HF_HUB_OFFLINE": "1"} if offline else {})}
     argv = ["vllm", "serve", "anorg/amodel"]
-    done = run_cli("preflight", "--target", tree, "--patches", library, "--no-import", "--", *argv, env=env)
+    done = run_cli_read_only("preflight", "--target", tree, "--patches", library, "--no-import", "--", *argv, env=env)
     assert_clean_failure(done, 4)  # huggingface_hub finds no snapshot: vLLM would download it (offline: refuse)
     said = done.stdout + done.stderr
     assert ("holds no snapshot" if offline else "huggingface_hub reads it as it is") in said, said
     (repo / "refs" / "main").write_bytes(ref.strip().encode())  # the same commit alone: found
-    done = run_cli("preflight", "--target", tree, "--patches", library, "--no-import", "--", *argv, env=env)
+    done = run_cli_read_only("preflight", "--target", tree, "--patches", library, "--no-import", "--", *argv, env=env)
     assert done.returncode in (0, 1) and "cannot judge" not in done.stdout + done.stderr, done.stdout + done.stderr
 
 
@@ -236,7 +238,9 @@ def test_the_cli_module_without_serve_is_no_launch():
 def test_preflight_judges_a_launch_by_the_cli_module(launch):
     python = launch["script"].parent / "python"
     argv = [str(python), "-m", "vllm.entrypoints.cli.main", "serve", str(launch["model"]), "--max-model-len", "2k"]
-    done = run_cli("preflight", "--patches", launch["library"], "--format", "json", "--no-import", "--", *argv)
+    done = run_cli_read_only(
+        "preflight", "--patches", launch["library"], "--format", "json", "--no-import", "--", *argv
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert json.loads(done.stdout)["target"] == str(launch["applied"]), done.stdout
 

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import run_cli
+from helpers import run_cli, run_cli_read_only
 from importable_vllm import (
     ARCH,
     PLAIN_CLASS,
@@ -129,7 +129,7 @@ def test_a_too_large_human_readable_integer_in_a_config_file_or_run_exits_2(eagl
     config = tmp_path / "serve.yaml"
     config.write_text(f"max-num-batched-tokens: {HUGE}k\n")
     for argv in ([*command, "--config", str(config)], [*command, "--max-model-len", f"{HUGE}g"]):
-        done = run_cli("preflight", "--target", tree, "--patches", library, "--no-import", "--", *argv)
+        done = run_cli_read_only("preflight", "--target", tree, "--patches", library, "--no-import", "--", *argv)
         assert done.returncode == 2, done.stdout + done.stderr
         assert "too large a number" in done.stderr and "internal error" not in done.stderr
 
@@ -145,7 +145,7 @@ def test_the_architecture_judged_is_the_first_the_registry_holds(eagle3, tmp_pat
     drafter = write_model(tmp_path / "drafter2", DRAFTER)
     argv = serve(target, drafter)
 
-    static = run_cli(
+    static = run_cli_read_only(
         "preflight", "--target", tree, "--patches", library, "--format", "json", "--no-import", "--", *argv
     )
     supports = findings(static)["supports-eagle3"]
@@ -200,7 +200,9 @@ def _speculative(tmp_path: Path, spec: dict):
     drafter = write_model(tmp_path / "models" / "drafter", DRAFTER)
     spec = {"method": "eagle3", "model": str(drafter), **spec}
     argv = ["vllm", "serve", str(target), "--speculative-config", json.dumps(spec)]
-    done = run_cli("preflight", "--target", tree, "--patches", library, "--format", "json", "--no-import", "--", *argv)
+    done = run_cli_read_only(
+        "preflight", "--target", tree, "--patches", library, "--format", "json", "--no-import", "--", *argv
+    )
     return findings(done).get("speculative-config")
 
 

@@ -39,6 +39,7 @@ from helpers import (
     patched_spec,
     pip_install,
     run_cli,
+    run_cli_read_only,
     write_library,
     write_tree,
 )
@@ -113,7 +114,7 @@ def test_a_kimi_k25_launch_through_the_proposer_needs_eagle3_and_its_image_token
         needs = needs_it and not (method == "draft_model" and release == "0.15.1")
         extra = ["--speculative-config", spec(method, models["drafter"] if with_drafter else None)]
         launch = ["vllm", "serve", str(models[target]), "--trust-remote-code", *extra]
-        done = run_cli("preflight", "--target", site, "--no-import", "--format", "json", "--", *launch)
+        done = run_cli_read_only("preflight", "--target", site, "--no-import", "--format", "json", "--", *launch)
         said = f"{release} {target} {method}: {done.stdout}"
         if needs:
             assert done.returncode == 1 and failed_checks(done) == {"tree-state", "image-token"}, said
@@ -130,7 +131,9 @@ def test_a_kimi_k25_launch_through_the_proposer_needs_eagle3_and_its_image_token
     assert applied.returncode == 4 and "1 set(s) applied (eagle3)" in applied.stdout, applied.stdout + applied.stderr
     for target, method, with_drafter, _ in LAUNCHES:
         extra = ["--speculative-config", spec(method, models["drafter"] if with_drafter else None)]
-        done = run_cli("preflight", "--target", site, "--no-import", "--", "vllm", "serve", str(models[target]), *extra)
+        done = run_cli_read_only(
+            "preflight", "--target", site, "--no-import", "--", "vllm", "serve", str(models[target]), *extra
+        )
         assert done.returncode == 0, f"{release} {target} {method}: {done.stdout}"
 
 
@@ -322,7 +325,7 @@ def test_status_after_run_apply_says_which_sets_are_applied_and_how_to_judge_tho
     no_vllm = {**os.environ, "PATH": str(tmp_path / "empty")}
     ran = run_cli("run", "--apply", "--target", tree, "--patches", lib, "--", *serve(target, drafter), env=no_vllm)
     assert ran.returncode == 4, ran.stdout + ran.stderr
-    status = run_cli("status", "--target", tree, "--patches", lib)
+    status = run_cli_read_only("status", "--target", tree, "--patches", lib)
     # run --apply chose eagle3 alone (what the launch needs): the tree is what it chose, exit 0, and
     # tools is a note with the command that applies it (new-user 14 item 4)
     assert status.returncode == 0 and "partial" not in status.stdout + status.stderr, status.stdout
@@ -341,7 +344,7 @@ def test_status_of_an_upgraded_tree_says_the_guards_refusal_once_with_the_fix_of
         write_library(library, {"0.16.0": [patch]}, versions={"0.16.0": ">=0.16.0"}, upstream=None, name=name)
     assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     pip_install(tree, "0.17.0", {SPEC: SPEC_PY, MODEL: MODEL_PY})
-    status = run_cli("status", "--target", tree, "--patches", library)
+    status = run_cli_read_only("status", "--target", tree, "--patches", library)
     said = status.stdout + status.stderr
     assert status.returncode == 1 and said.count("the launch guard refuses this tree") == 1, said
     assert "another set's" not in said and "revert --target" not in said.split("stale")[0], said

@@ -12,7 +12,17 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import MODEL_PY, SPEC_PY, make_patch, patched_spec, record_rows, run_cli, snapshot, write_library
+from helpers import (
+    MODEL_PY,
+    SPEC_PY,
+    make_patch,
+    patched_spec,
+    record_rows,
+    run_cli,
+    run_cli_read_only,
+    snapshot,
+    write_library,
+)
 from launch_fixtures import DEEPSEEK_V3, DRAFTER, write_model
 
 SPEC = "vllm/config/spec.py"
@@ -115,7 +125,7 @@ def test_preflight_judges_the_launch_on_what_the_fix_of_the_local_edit_leaves(st
     spec.write_text(text.replace('"hunyuan_v1_dense",', '"hunyuan_v1_dense", "mymodel",', 1))
     launch = ["vllm", "serve", str(stock / "models/dsv3"), "-tp", "4", "--speculative-config"]
     launch.append(f'{{"method":"eagle3","model":"{stock}/models/drafter","num_speculative_tokens":3}}')
-    done = run_cli("preflight", "--target", tree, "--no-import", "--format", "json", "--", *launch)
+    done = run_cli_read_only("preflight", "--target", tree, "--no-import", "--format", "json", "--", *launch)
     assert done.returncode == 1, done.stdout + done.stderr
     found = json.loads(done.stdout)
     failed = {f["check"]: f for f in found["findings"] if not f["ok"] and f["result"] == "fail"}
@@ -125,7 +135,7 @@ def test_preflight_judges_the_launch_on_what_the_fix_of_the_local_edit_leaves(st
     assert len(fix) == 1 and f" && patchkit fetch --set eagle3 0.16.0 --dest {tree} --force && " in fix.pop(), failed
     assert run_cli("fetch", "0.16.0", "--dest", tree, "--force").returncode == 0
     assert run_cli("apply", "--target", tree).returncode == 0
-    assert run_cli("preflight", "--target", tree, "--no-import", "--", *launch).returncode == 0
+    assert run_cli_read_only("preflight", "--target", tree, "--no-import", "--", *launch).returncode == 0
 
 
 @pytest.mark.release
@@ -138,7 +148,7 @@ def test_the_fix_is_one_command_that_pasted_keeps_the_edit_and_applies(stock, tm
     spec = tree / "vllm/config/speculative.py"
     edit = spec.read_text().replace('"hunyuan_v1_dense",', '"hunyuan_v1_dense", "mymodel",', 1)
     spec.write_text(edit)
-    done = run_cli("status", "--target", tree, "--format", "json")
+    done = run_cli_read_only("status", "--target", tree, "--format", "json")
     [line] = re.findall(r"`([^`]+)`", json.loads(done.stdout)["hint"])
     steps = [shlex.split(step) for step in line.split(" && ")]
     assert [step[:2] for step in steps] == [["cp", "-p"], ["patchkit", "fetch"], ["patchkit", "apply"]], steps
@@ -147,4 +157,4 @@ def test_the_fix_is_one_command_that_pasted_keeps_the_edit_and_applies(stock, tm
         done = run_cli(*step[1:])
         assert done.returncode == 0, done.stdout + done.stderr
     assert (tree / "vllm/config/speculative.py.mine").read_text() == edit
-    assert json.loads(run_cli("status", "--target", tree, "--format", "json").stdout)["state"] == "applied"
+    assert json.loads(run_cli_read_only("status", "--target", tree, "--format", "json").stdout)["state"] == "applied"

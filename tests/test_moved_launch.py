@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from helpers import run_cli
+from helpers import run_cli_read_only
 from launch_fixtures import (
     applied,
     findings,
@@ -29,9 +29,9 @@ def test_the_launch_checks_read_a_moved_vllm_through_its_link(tmp_path):
     applied(tree, library)
     _moved(tree, tmp_path)
     for target in (tree, tree / "vllm"):
-        status = run_cli("status", "--target", target, "--patches", library)
+        status = run_cli_read_only("status", "--target", target, "--patches", library)
         assert status.returncode == 0 and "applied" in status.stdout, status.stdout + status.stderr
-        done = run_cli(
+        done = run_cli_read_only(
             "preflight", "--target", target, "--patches", library, "--format", "json", "--no-import", "--", *command
         )
         failing = {name: f for name, f in findings(done).items() if not f["ok"]}
@@ -47,7 +47,7 @@ def test_a_moved_vllm_still_fails_the_launch_checks_where_its_files_do(tmp_path)
     tree, library, command, _env, _marker = stand_in_launch(tmp_path)
     moved = _moved(tree, tmp_path)  # never applied: the whitelist there is stock
     assert (moved / "config" / "speculative.py").is_file()
-    done = run_cli(
+    done = run_cli_read_only(
         "preflight", "--target", tree, "--patches", library, "--format", "json", "--no-import", "--", *command
     )
     whitelist = findings(done)["whitelist"]

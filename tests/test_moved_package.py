@@ -18,6 +18,7 @@ from helpers import (
     pip_install,
     purelib,
     run_cli,
+    run_cli_read_only,
     write_library,
 )
 
@@ -64,7 +65,7 @@ def test_a_tree_applied_then_moved_is_applied_by_every_selection_and_apply_leave
     assert run_cli("apply", "--python", python, "--patches", library, "--no-import").returncode == 0
     _move(site, tmp_path / "volume")
     for selection in (("--python", python), ("--target", site), ("--target", site / "vllm")):
-        done = run_cli("status", *selection, "--patches", library)
+        done = run_cli_read_only("status", *selection, "--patches", library)
         assert done.returncode == 0 and "state    applied" in done.stdout, (selection, done.stdout + done.stderr)
         assert f"vLLM     {site / 'vllm'}  " in done.stdout, done.stdout
     done = run_cli("apply", "--python", python, "--patches", library, "--no-import")

@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 
 import pytest
-from helpers import lay_out_release, run_cli, snapshot
+from helpers import lay_out_release, run_cli, run_cli_read_only, snapshot
 from launch_fixtures import DEEPSEEK_V3, DRAFTER, REGISTRY, serve, write_model
 
 from patchkit.releases.files import files_for
@@ -53,7 +53,7 @@ def failed(done) -> dict[str, str]:
 def test_an_eagle3_launch_on_a_release_without_its_series_fails_and_is_not_launched(tmp_path, version):
     site = relabelled(tmp_path, version)
     launch = serve(write_model(tmp_path / "ds", DEEPSEEK_V3), write_model(tmp_path / "drafter", DRAFTER))
-    done = run_cli("preflight", "--target", site, "--no-import", "--format", "json", "--", *launch)
+    done = run_cli_read_only("preflight", "--target", site, "--no-import", "--format", "json", "--", *launch)
     assert done.returncode == 1, done.stdout + done.stderr
     found = failed(done)
     assert "eagle3" in found["tree-state"], found
@@ -76,7 +76,7 @@ def test_a_kimi_tool_call_launch_on_a_release_without_its_series_fails(tmp_path)
     site = relabelled(tmp_path, "0.16.1")
     model = write_model(tmp_path / "llama", LLAMA)
     launch = ["vllm", "serve", str(model), "--enable-auto-tool-choice", "--tool-call-parser", "kimi_k2"]
-    done = run_cli("preflight", "--target", site, "--no-import", "--format", "json", "--", *launch)
+    done = run_cli_read_only("preflight", "--target", site, "--no-import", "--format", "json", "--", *launch)
     assert done.returncode == 1, done.stdout + done.stderr
     assert "kimi-k2-tool-calls" in failed(done)["tree-state"]
 
@@ -84,7 +84,7 @@ def test_a_kimi_tool_call_launch_on_a_release_without_its_series_fails(tmp_path)
 def test_preflight_of_another_set_names_the_needed_set_it_leaves_out(tmp_path):
     site = relabelled(tmp_path, "0.16.1")
     launch = serve(write_model(tmp_path / "ds", DEEPSEEK_V3), write_model(tmp_path / "drafter", DRAFTER))
-    done = run_cli(
+    done = run_cli_read_only(
         "preflight", "--target", site, "--set", "deepseek-tool-calls", "--no-import", "--format", "json", "--", *launch
     )
     assert done.returncode == 1, done.stdout + done.stderr
@@ -109,7 +109,7 @@ def test_apply_refuses_before_writing_and_names_the_sets_then_status_and_verify(
         done = run_cli(*command, "--target", site)
         assert done.returncode == 1, (command, done.stdout + done.stderr)
         assert "no series of eagle3" in done.stdout + done.stderr
-    document = json.loads(run_cli("status", "--target", site, "--format", "json").stdout)
+    document = json.loads(run_cli_read_only("status", "--target", site, "--format", "json").stdout)
     assert document["no_series"] == ["eagle3", "kimi-k2-tool-calls"]
     assert "--set deepseek-tool-calls" in document["hint"]
 
@@ -126,7 +126,7 @@ def test_one_set_named_on_a_release_without_its_series_names_the_nearest_and_the
     """`status --set eagle3` (one set: exit 3, no series) says which releases have one and how a
     maintainer adds this one, not the set's every release."""
     site = relabelled(tmp_path, "0.16.1")
-    done = run_cli("status", "--target", site, "--set", "eagle3")
+    done = run_cli_read_only("status", "--target", site, "--set", "eagle3")
     assert done.returncode == 3, done.stdout + done.stderr
     said = " ".join(done.stderr.split())
     assert "0.16.0, 0.17.0" in said and "`patchkit port --set eagle3 --from 0.16.0 --to 0.16.1`" in said, said

@@ -5,7 +5,7 @@ spelling PEP 440 holds equal to a release names that release."""
 from __future__ import annotations
 
 import pytest
-from helpers import run_cli, snapshot
+from helpers import run_cli, run_cli_read_only, snapshot
 from packaging.version import Version
 
 from patchkit._target.guard import find_problems
@@ -24,7 +24,7 @@ def test_a_fault_plan_not_of_its_form_is_ignored_with_a_warning(tree, open_libra
     assert f"PATCHKIT_FAULT_AFTER={planned!r} is ignored: a test hook" in applied.stderr
     assert "unset it" in applied.stderr and "internal error" not in applied.stderr
     assert snapshot(tree) != stock  # applied whole: no fault acted
-    status = run_cli("status", "-q", "--target", tree, "--patches", open_library, env=env)
+    status = run_cli_read_only("status", "-q", "--target", tree, "--patches", open_library, env=env)
     assert status.returncode == 0, status.stderr
     assert "is ignored: a test hook" in status.stderr
 
@@ -63,6 +63,6 @@ def test_apply_with_a_version_equal_to_the_trees_records_the_trees_spelling_and_
     assert "no guard installed" not in applied.stderr
     assert [e.vllm_version for e in read_state(tree).entries] == ["0.16.0"]  # the dist-info's, as the guard reads
     assert is_installed(tree) and find_problems(str(tree)) == []
-    status = run_cli("status", "--target", tree, "--patches", open_library, "--vllm-version", typed)
+    status = run_cli_read_only("status", "--target", tree, "--patches", open_library, "--vllm-version", typed)
     assert status.returncode == 0, status.stderr
     assert "version  0.16.0  (from --vllm-version)" in status.stdout

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from helpers import run_cli
+from helpers import run_cli, run_cli_read_only
 from launch_fixtures import DEEPSEEK, DEEPSEEK_V3, DRAFTER, serve, write_eagle3_setup, write_model
 
 
@@ -17,13 +17,13 @@ def test_a_check_that_cannot_judge_a_file_that_does_not_parse_is_no_failure_in_j
     with (tree / DEEPSEEK).open("a") as source:
         source.write("def broken(:\n")
     launch = serve(write_model(tmp_path / "dsv3", DEEPSEEK_V3), write_model(tmp_path / "drafter", DRAFTER))
-    done = run_cli("preflight", *chosen, "--no-import", "--format", "json", "--", *launch)
+    done = run_cli_read_only("preflight", *chosen, "--no-import", "--format", "json", "--", *launch)
     found = {f["check"]: f for f in json.loads(done.stdout)["findings"]}
     judged = found["supports-eagle3"]
     assert "does not parse" in judged["message"], judged
     assert (judged["ok"], judged["result"]) == (True, "cannot judge"), judged
     assert judged["fix"], judged  # what gives it a verdict: the drift's fix
-    text = run_cli("preflight", *chosen, "--no-import", "--", *launch).stdout
+    text = run_cli_read_only("preflight", *chosen, "--no-import", "--", *launch).stdout
     failed = [f for f in found.values() if f["result"] == "fail"]
     assert f"{len(failed)} of {len(found)} checks failed" in text, text
     assert "supports-eagle3 warning: cannot judge" in text, text

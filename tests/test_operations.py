@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import SPEC_PY, make_patch, snapshot, write_library
+from helpers import SPEC_PY, make_patch, run_cli_read_only, snapshot, write_library
 from launch_fixtures import write_model
 
 import patchkit
@@ -322,15 +322,15 @@ def test_verify_fails_an_applied_tree_once_a_module_python_imports_first_is_adde
 
     tree, patch = _shadowed_tree(tmp_path, "vllm/config/notes.txt")
     assert run_cli("apply", "--target", tree, "--patch", patch, "--no-import").returncode == 0
-    assert run_cli("verify", "--target", tree, "--patch", patch, "--no-import").returncode == 0
+    assert run_cli_read_only("verify", "--target", tree, "--patch", patch, "--no-import").returncode == 0
     (tree / "vllm/config/spec").mkdir()
     (tree / "vllm/config/spec/__init__.py").write_text("")
-    done = run_cli("verify", "--target", tree, "--patch", patch, "--no-import")
+    done = run_cli_read_only("verify", "--target", tree, "--patch", patch, "--no-import")
     assert done.returncode == 1, done.stdout + done.stderr
     assert "vllm/config/spec/__init__.py is imported instead" in done.stdout + done.stderr
     model = write_model(tmp_path / "model", {"model_type": "llama", "architectures": ["LlamaForCausalLM"]})
     launch = ("--no-import", "--", "vllm", "serve", str(model))
-    done = run_cli("preflight", "--target", tree, "--patch", patch, *launch)
+    done = run_cli_read_only("preflight", "--target", tree, "--patch", patch, *launch)
     assert done.returncode == 1, done.stdout + done.stderr
     assert "vllm/config/spec/__init__.py is imported instead" in done.stdout + done.stderr
 
@@ -348,7 +348,7 @@ def test_verify_and_apply_give_one_fix_for_a_stray_extension_init_on_the_way(tmp
         else ("--patch", patch)
     )
     applied = run_cli("apply", "--target", tree, *chosen, "--no-import")
-    verified = run_cli("verify", "--target", tree, *chosen, "--no-import")
+    verified = run_cli_read_only("verify", "--target", tree, *chosen, "--no-import")
     assert applied.returncode == 4 and verified.returncode == 1, verified.stdout + verified.stderr
     apply_says = " ".join(applied.stderr.split()).partition("hint: ")[2]
     verify_says = " ".join((verified.stdout + verified.stderr).split())
@@ -410,7 +410,7 @@ def test_a_series_that_turns_a_module_into_a_package_of_its_name_is_no_shadow(tm
     done = run_cli("apply", "--target", tree, "--patch", patch, "--no-import")
     assert done.returncode == 0, done.stdout + done.stderr
     assert (tree / "vllm/config/spec/__init__.py").exists() and not (tree / "vllm/config/spec.py").exists()
-    assert run_cli("verify", "--target", tree, "--patch", patch, "--no-import").returncode == 0
+    assert run_cli_read_only("verify", "--target", tree, "--patch", patch, "--no-import").returncode == 0
     assert run_cli("revert", "--target", tree, "--patch", patch).returncode == 0
     assert fingerprint(tree / "vllm") == stock
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import sys
 
+import helpers
+import pytest
 from helpers import MODEL, run_cli, run_cli_in_process
 
 from patchkit.base import seal
@@ -73,3 +75,26 @@ def test_a_command_in_process_leaves_the_environment_and_directory_as_they_were(
     done = run_cli_in_process("status", "--target", tree, env={"PATCHKIT_CACHE_DIR": str(tmp_path)}, cwd=tmp_path)
     assert done.returncode in (0, 1, 3) and done.args[1:3] == ["-m", "patchkit"]
     assert (dict(os.environ), os.getcwd()) == (environ, here)
+
+
+def test_a_read_only_command_runs_here_only_where_a_fork_would_serve_it_as_the_session(tree, open_library, monkeypatch):
+    """helpers.run_cli_read_only: status, verify or preflight in this process where run_cli would fork it from
+    the server as it is (the same output and exit code as that process); a process of its own where the
+    start-up (PYTHON*, the locale), a PYTHONPATH or what the fork reads again (the fault plan) is its own."""
+    where: list[str] = []
+    monkeypatch.setattr(
+        helpers, "run_cli_in_process", lambda *a, **k: where.append("here") or run_cli_in_process(*a, **k)
+    )
+    monkeypatch.setattr(helpers, "run_cli", lambda *a, **k: where.append("process") or run_cli(*a, **k))
+    target = ("--target", tree, "--patches", open_library)
+    here = helpers.run_cli_read_only("status", *target)
+    process = run_cli("status", *target)
+    assert (here.returncode, here.stdout, here.stderr) == (process.returncode, process.stdout, process.stderr)
+    assert where == ["here"]
+    for own in ({"PYTHONHASHSEED": "7"}, {"PYTHONPATH": str(tree.parent)}, {"PATCHKIT_FAULT_AFTER": "x"}):
+        where.clear()
+        done = helpers.run_cli_read_only("status", "-q", *target, env=own)
+        assert where == ["process"] and done.returncode == process.returncode, (own, done.stderr)
+    assert "PATCHKIT_FAULT_AFTER='x' is ignored" in done.stderr  # read where the command starts
+    with pytest.raises(AssertionError, match="not a read-only command"):
+        helpers.run_cli_read_only("apply", *target)

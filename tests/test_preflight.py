@@ -18,6 +18,7 @@ from helpers import (
     on_a_terminal,
     run_cli,
     run_cli_in_process,
+    run_cli_read_only,
     stale_pyc_under_prefix,
     terminal_screen,
     warm_pycache_prefix,
@@ -27,6 +28,7 @@ from launch_fixtures import (
     DEEPSEEK,
     DEEPSEEK_V3,
     DRAFTER,
+    EMPTY_SAFETENSORS,
     KIMI_DRAFTER,
     KIMI_K25,
     apply_fix,
@@ -386,7 +388,9 @@ def test_a_python_whose_vllm_is_not_the_target_tree_is_said_and_combining_is_nev
     done = run_cli(*base, "vllm", "serve", str(models["deepseek"]), env={"PYTHONPATH": str(fake)})
     said = " ".join(done.stderr.split())
     assert f"note: --python {sys.executable} imports vLLM from {fake / 'vllm'}, not {tree / 'vllm'}" in said, said
-    alone = run_cli("preflight", "--target", tree, "--patches", library, "--", "vllm", "serve", str(models["deepseek"]))
+    alone = run_cli_read_only(
+        "preflight", "--target", tree, "--patches", library, "--", "vllm", "serve", str(models["deepseek"])
+    )
     assert "combine" not in alone.stdout + alone.stderr and "--python PATH" in alone.stdout, alone.stdout
     assert "imports vLLM from" not in alone.stderr
 
@@ -419,7 +423,7 @@ def test_a_launch_python_without_vllm_is_told_to_launch_vllms_interpreter(setup)
     launch's interpreter, not patchkit's."""
     tree, library, models = setup
     launch = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(models["deepseek"])]
-    done = run_cli("preflight", "--target", tree, "--patches", library, "--format", "json", "--", *launch)
+    done = run_cli_read_only("preflight", "--target", tree, "--patches", library, "--format", "json", "--", *launch)
     check = findings(done)["launch-target"]
     assert not check["ok"] and "vLLM is not installed for" in check["message"], check
     assert check["fix"].startswith("launch with the interpreter of the venv whose vLLM this is"), check
@@ -431,7 +435,7 @@ def test_a_launch_python_without_vllm_is_told_to_launch_vllms_interpreter(setup)
 def test_preflight_v_says_cannot_judge_once_in_a_row(setup):
     """New-user trial 14, item 23a: `vllm-validation  cannot judge  cannot judge: not run: ...`."""
     tree, library, models = setup
-    done = run_cli(
+    done = run_cli_read_only(
         "preflight", "-v", "--target", tree, "--patches", library, "--", "vllm", "serve", str(models["deepseek"])
     )
     row = next(line for line in done.stdout.splitlines() if line.startswith("vllm-validation "))
@@ -1183,13 +1187,25 @@ def test_a_speculative_config_vllm_accepts_has_no_speculative_config_fault(setup
 @pytest.mark.parametrize(
     ("files", "arguments", "judged"),
     [
-        ({"params.json": "{}", "consolidated.safetensors": ""}, [], False),  # auto: vLLM reads params.json
-        ({"params.json": "{}", "weights/consolidated-00001.safetensors": ""}, [], False),  # found at any depth
+        (
+            {"params.json": "{}", "consolidated.safetensors": EMPTY_SAFETENSORS.decode()},
+            [],
+            False,
+        ),  # auto: vLLM reads params.json
+        (
+            {"params.json": "{}", "weights/consolidated-00001.safetensors": EMPTY_SAFETENSORS.decode()},
+            [],
+            False,
+        ),  # found at any depth
         ({}, ["--config-format", "mistral"], False),
         ({}, ["--config-format", "my_plugin_format"], False),
-        ({"params.json": "{}", "consolidated.safetensors": ""}, ["--config-format", "hf"], True),
+        (
+            {"params.json": "{}", "consolidated.safetensors": EMPTY_SAFETENSORS.decode()},
+            ["--config-format", "hf"],
+            True,
+        ),
         ({"params.json": "{}"}, [], True),  # no consolidated weights: vLLM's auto reads config.json
-        ({"consolidated.safetensors": ""}, [], True),
+        ({"consolidated.safetensors": EMPTY_SAFETENSORS.decode()}, [], True),
     ],
 )
 @pytest.mark.parametrize("where", ["local", "hub"])
@@ -1279,7 +1295,9 @@ def test_a_target_the_commands_vllm_does_run_adds_no_finding(setup, tmp_path):
     command = [str(script), *serve(models["deepseek"], models["drafter"])[1:]]
     python = tmp_path / "venv" / "bin" / "python"
     for named in (["--target", str(site)], ["--python", str(python)], ["--python", str(python) + "3"]):
-        done = run_cli("preflight", *named, "--patches", library, "--format", "json", "--no-import", "--", *command)
+        done = run_cli_read_only(
+            "preflight", *named, "--patches", library, "--format", "json", "--no-import", "--", *command
+        )
         assert "launch-target" not in findings(done), done.stdout
 
 
@@ -1341,7 +1359,9 @@ def test_the_launchs_pythonpath_or_working_directory_that_imports_another_vllm_f
             assert_clean_failure(done, 1)
             assert failed(done) == {"launch-target"}, (command, done.stdout)
             assert str(other) in findings(done)["launch-target"]["message"]
-    done = run_cli("preflight", "--patches", library, "--format", "json", "--no-import", "--", *module, cwd=tmp_path)
+    done = run_cli_read_only(
+        "preflight", "--patches", library, "--format", "json", "--no-import", "--", *module, cwd=tmp_path
+    )
     assert "launch-target" not in findings(done), done.stdout  # a working directory without a vllm
     done = run_cli("run", "--patches", library, "--", "env", f"PYTHONPATH={other}", script, "serve", *launch)
     assert_clean_failure(done, 1)
@@ -1541,7 +1561,9 @@ def test_a_relative_drafter_not_found_names_the_directory_it_was_read_in(setup, 
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     command = serve(models["deepseek"], "./eagle3-drafter")
-    done = run_cli("preflight", "--target", tree, "--patches", library, "--no-import", "--", *command, cwd=elsewhere)
+    done = run_cli_read_only(
+        "preflight", "--target", tree, "--patches", library, "--no-import", "--", *command, cwd=elsewhere
+    )
     assert_clean_failure(done, 4)
     said = " ".join((done.stdout + done.stderr).split())
     assert f"(looked at: eagle3-drafter/config.json under the current directory {elsewhere})" in said, said

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import run_cli
+from helpers import run_cli, run_cli_read_only
 from launch_fixtures import DEEPSEEK_V3, DRAFTER, serve, write_model
 
 LLAMA = {
@@ -44,7 +44,7 @@ def stock(tmp_path_factory) -> Path:
 @pytest.mark.release
 def test_a_llama_eagle3_launch_stock_vllm_accepts_passes_on_a_stock_tree(stock, tmp_path):
     launch = serve(write_model(tmp_path / "llama", LLAMA), write_model(tmp_path / "drafter", LLAMA_DRAFTER))
-    done = run_cli("preflight", "--target", stock / "tree", "--no-import", "--format", "json", "--", *launch)
+    done = run_cli_read_only("preflight", "--target", stock / "tree", "--no-import", "--format", "json", "--", *launch)
     found = json.loads(done.stdout)
     assert done.returncode == 0, done.stdout + done.stderr
     [tree] = [f for f in found["findings"] if f["check"] == "tree-state"]
@@ -56,7 +56,7 @@ def test_a_llama_eagle3_launch_stock_vllm_accepts_passes_on_a_stock_tree(stock, 
 @pytest.mark.release
 def test_a_deepseek_eagle3_launch_the_stock_files_refuse_still_fails(stock, tmp_path):
     launch = serve(write_model(tmp_path / "dsv3", DEEPSEEK_V3), write_model(tmp_path / "drafter", DRAFTER))
-    done = run_cli("preflight", "--target", stock / "tree", "--no-import", "--format", "json", "--", *launch)
+    done = run_cli_read_only("preflight", "--target", stock / "tree", "--no-import", "--format", "json", "--", *launch)
     assert done.returncode == 1, done.stdout + done.stderr
     failed = {f["check"] for f in json.loads(done.stdout)["findings"] if not f["ok"]}
     assert {"tree-state", "whitelist", "supports-eagle3"} <= failed, failed

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import run_cli
+from helpers import run_cli_read_only
 
 
 def _bin(tmp_path: Path) -> Path:
@@ -35,7 +35,7 @@ def test_a_python_script_as_python_is_refused_unrun_naming_the_interpreter_besid
         "pip-wrapper": f"#!/bin/sh\n'''exec' '{bin_dir / 'python'}' \"$0\" \"$@\"\n' '''\n",
     }[form]
     vllm = _script(bin_dir / "vllm", first + body)
-    done = run_cli("status", "--python", vllm, cwd=tmp_path)
+    done = run_cli_read_only("status", "--python", vllm, cwd=tmp_path)
     said = done.stdout + done.stderr
     assert done.returncode == 4, said
     assert "is a Python script" in said and "not a Python interpreter" in said, said
@@ -45,7 +45,7 @@ def test_a_python_script_as_python_is_refused_unrun_naming_the_interpreter_besid
 
 def test_a_shell_script_that_execs_a_python_still_runs_as_the_interpreter(tmp_path):
     shim = _script(tmp_path / "python-shim", f'#!/bin/sh\nexec {sys.executable} "$@"\n')
-    done = run_cli("status", "--python", shim, cwd=tmp_path)
+    done = run_cli_read_only("status", "--python", shim, cwd=tmp_path)
     assert "is a Python script" not in done.stdout + done.stderr
 
 
@@ -61,7 +61,7 @@ def test_a_python_written_interpreter_wrapper_runs_as_the_interpreter_it_hands_o
         tmp_path / "python-wrapper",
         f"#!/usr/bin/env python3\nimport os, subprocess, sys\nreal = {real!r}\n{hands_on}\n",
     )
-    done = run_cli("status", "--python", wrapper, cwd=tmp_path)
+    done = run_cli_read_only("status", "--python", wrapper, cwd=tmp_path)
     said = done.stdout + done.stderr
     assert "is a Python script" not in said, said
     assert done.returncode == 4 and f"vLLM is not installed for {wrapper}" in said, said

@@ -8,7 +8,7 @@ import os
 import sys
 
 import pytest
-from helpers import SPEC, SPEC_PY, run_cli, spec_library, write_tree
+from helpers import SPEC, SPEC_PY, run_cli, run_cli_read_only, spec_library, write_tree
 from launch_fixtures import write_model
 
 from patchkit.base.errors import TargetError
@@ -33,7 +33,7 @@ def test_a_vllm_script_whose_shebang_is_huge_is_refused_as_the_kernel_refuses_it
     assert len(raised.value.message) < 400, raised.value.message
     model = write_model(tmp_path / "model", {"model_type": "llama", "architectures": ["LlamaForCausalLM"]})
     tree = write_tree(tmp_path / "site")
-    done = run_cli(
+    done = run_cli_read_only(
         "preflight", "--target", tree, "--no-import", "--python", sys.executable, "--", script, "serve", model
     )
     said = done.stdout + done.stderr
@@ -53,7 +53,7 @@ def test_a_metadata_version_that_is_huge_is_quoted_by_its_head(tmp_path):
     tree = write_tree(tmp_path / "site")
     metadata = tree / "vllm-0.16.0.dist-info" / "METADATA"
     metadata.write_text(metadata.read_text().replace("Version: 0.16.0", "Version: 0.16.0" + "x" * 100_000))
-    done = run_cli("status", "--target", tree)
+    done = run_cli_read_only("status", "--target", tree)
     said = done.stdout + done.stderr
     assert done.returncode == 2 and "is not a valid version" in said and "100,008 characters" in said, said[:500]
     assert _longest(said) < LONGEST_LINE, _longest(said)
@@ -88,7 +88,7 @@ def test_a_damaged_record_with_a_huge_value_is_quoted_by_its_head(tmp_path, fiel
     else:
         data["format"] = huge
     record.write_text(json.dumps(data))
-    done = run_cli("status", "--target", tree, "--patches", library)
+    done = run_cli_read_only("status", "--target", tree, "--patches", library)
     said = done.stdout + done.stderr
     assert done.returncode == 2 and "is damaged" in said and "characters)" in said, said[:500]
     assert _longest(said) < LONGEST_LINE, _longest(said)

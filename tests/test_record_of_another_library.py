@@ -9,7 +9,7 @@ import hashlib
 import json
 import shutil
 
-from helpers import record_rows, run_cli
+from helpers import record_rows, run_cli, run_cli_read_only
 from launch_fixtures import write_eagle3_setup
 
 PLANTED = b"print('planted by a record nobody wrote')\n"
@@ -45,7 +45,9 @@ def test_status_and_verify_name_a_recorded_set_the_library_lacks(tmp_path):
         done = run_cli(verb, "--target", tree, "--patches", library)
         said = " ".join((done.stdout + done.stderr).split())
         assert "the record also holds set ghost (vllm/__init__.py)" in said, said
-    document = json.loads(run_cli("status", "--target", tree, "--patches", library, "--format", "json").stdout)
+    document = json.loads(
+        run_cli_read_only("status", "--target", tree, "--patches", library, "--format", "json").stdout
+    )
     assert any("set ghost" in note for note in document["store_notes"]), document
 
 
@@ -71,7 +73,7 @@ def test_a_set_applied_from_another_library_is_named_and_its_dry_run_revert_name
     (other / "eagle3").rename(other / "eagle4")
     manifest = other / "eagle4" / "set.toml"
     manifest.write_text(manifest.read_text().replace('name = "eagle3"', 'name = "eagle4"'))
-    done = run_cli("status", "--target", tree, "--patches", other)
+    done = run_cli_read_only("status", "--target", tree, "--patches", other)
     said = " ".join(done.stdout.split())
     assert "the record also holds set eagle3" in said and f"--patches {library} --set eagle3` judges it" in said, said
     dry = run_cli("revert", "--target", tree, "--patches", library, "--dry-run")

@@ -18,6 +18,7 @@ from helpers import (
     make_patch,
     pip_install,
     run_cli,
+    run_cli_read_only,
     write_library,
 )
 
@@ -61,7 +62,7 @@ def test_a_recorded_patch_name_no_patch_file_has_is_damaged_to_the_commands_and_
 def test_a_renamed_patch_of_the_sets_bytes_is_judged_by_the_set_and_revert_warns_of_nothing(tmp_path):
     site, library = _applied(tmp_path)
     _renamed(site, "0001-renamed.patch")
-    status = run_cli("status", "--target", site, "--patches", library)
+    status = run_cli_read_only("status", "--target", site, "--patches", library)
     assert status.returncode == 0, status.stdout + status.stderr
     done = run_cli("revert", "--target", site, "--patches", library)
     assert done.returncode == 0, done.stdout + done.stderr

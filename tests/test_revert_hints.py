@@ -9,7 +9,7 @@ import shlex
 from pathlib import Path
 
 import pytest
-from helpers import MODEL_PY, SPEC_PY, fingerprint, make_patch, run_cli, write_library, write_tree
+from helpers import MODEL_PY, SPEC_PY, fingerprint, make_patch, run_cli, run_cli_read_only, write_library, write_tree
 
 SPEC = "vllm/config/spec.py"
 MODEL = "vllm/models/model.py"
@@ -109,7 +109,7 @@ def test_a_fix_for_a_set_the_library_at_hand_lacks_names_the_library_it_came_fro
     (tree / MODEL).write_text(MODEL_PY + "# two\n# the user's edit\n")
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    status = run_cli("status", "--target", tree, "--patches", at_hand, cwd=elsewhere)
+    status = run_cli_read_only("status", "--target", tree, "--patches", at_hand, cwd=elsewhere)
     assert status.returncode == 1, status.stdout + status.stderr
     fixes = [c for c in _commands(status.stdout + status.stderr) if "two" in c]
     assert fixes, status.stdout + status.stderr
@@ -118,4 +118,4 @@ def test_a_fix_for_a_set_the_library_at_hand_lacks_names_the_library_it_came_fro
         done = run_cli(*command, cwd=elsewhere)
         assert done.returncode == 0, (command, done.stdout + done.stderr)
     assert (tree / MODEL).read_text() == MODEL_PY + "# two\n"
-    assert run_cli("status", "--target", tree, "--patches", library).returncode == 0
+    assert run_cli_read_only("status", "--target", tree, "--patches", library).returncode == 0

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import assert_clean_failure, make_patch, on_a_terminal, run_cli, snapshot, write_library
+from helpers import assert_clean_failure, make_patch, on_a_terminal, run_cli, run_cli_read_only, snapshot, write_library
 from launch_fixtures import (
     DRAFTER,
     KIMI,
@@ -100,8 +100,8 @@ def test_apply_applies_a_not_applied_tree_then_launches(launch):
     assert done.returncode == 7, done.stderr
     assert f"pid {pid}\n" in done.stdout
     assert snapshot(tree) != stock
-    assert run_cli("status", "--target", tree, "--patches", library).returncode == 0
-    assert "applied" in run_cli("status", "--target", tree, "--patches", library, "--format", "json").stdout
+    assert run_cli_read_only("status", "--target", tree, "--patches", library).returncode == 0
+    assert "applied" in run_cli_read_only("status", "--target", tree, "--patches", library, "--format", "json").stdout
 
 
 def test_an_unreadable_command_is_exit_2_and_nothing_runs(launch):
@@ -412,7 +412,7 @@ def test_apply_applies_every_covering_set_each_recorded_then_launches(two_sets):
     assert [e.set_name for e in read_state(tree).entries] == ["eagle3", "tools"]
     assert "2 set(s) applied (eagle3, tools)" in done.stdout
     assert (tree / TOOLS).read_text().endswith("text.strip()\n")
-    status = run_cli("status", "--target", tree, "--patches", library, "--format", "json")
+    status = run_cli_read_only("status", "--target", tree, "--patches", library, "--format", "json")
     assert status.returncode == 0 and json.loads(status.stdout)["state"] == "applied"
 
     marker.unlink()  # applied: nothing more to apply, the launch goes on

@@ -25,6 +25,7 @@ from helpers import (
     make_patch,
     patched_spec,
     pip_install,
+    run_cli_read_only,
     snapshot,
     write_library,
     write_tree,
@@ -610,7 +611,7 @@ def test_preflight_holds_the_launch_against_every_covering_set(eagle3_and_anothe
     drafter = write_model(tmp_path / "drafter", DRAFTER)
     launch = ["--target", tree, "--patches", lib, "--no-import", "--format", "json", "--", *serve(target, drafter)]
 
-    stock = run_cli("preflight", *launch)
+    stock = run_cli_read_only("preflight", *launch)
     assert stock.returncode == 1, stock.stdout + stock.stderr
     trees = [f["message"] for f in json.loads(stock.stdout)["findings"] if f["check"] == "tree-state"]
     assert trees == [
@@ -622,13 +623,13 @@ def test_preflight_holds_the_launch_against_every_covering_set(eagle3_and_anothe
     no_vllm = {**os.environ, "PATH": str(tmp_path / "empty")}
     refused = run_cli("run", "--target", tree, "--patches", lib, "--", *serve(target, drafter), env=no_vllm)
     assert refused.returncode == 1 and "not launched: the preflight failed" in refused.stderr, refused.stderr
-    half = run_cli("preflight", *launch)
+    half = run_cli_read_only("preflight", *launch)
     assert half.returncode == 1 and json.loads(half.stdout)["tree_state"] == "partial"
     failed = [f["message"] for f in json.loads(half.stdout)["findings"] if not f["ok"]]
     assert failed == ["the tools series is not applied to vLLM 0.16.0"]  # eagle3's launch checks pass now
 
     assert run_cli("apply", "--target", tree, "--patches", lib, "--no-import").returncode == 0
-    done = run_cli("preflight", *launch)
+    done = run_cli_read_only("preflight", *launch)
     assert done.returncode == 0, done.stdout + done.stderr
     assert json.loads(done.stdout)["tree_state"] == "applied"
     # run: the same preflight, then exec of the launch (no `vllm` here: exit 4 naming it, so it got that far)
@@ -926,9 +927,9 @@ def test_preflight_calls_an_upstream_set_beside_an_applied_one_applied_as_status
     drafter = write_model(tmp_path / "drafter", DRAFTER)
     assert run_cli("apply", "--target", tree, "--patches", lib, "--no-import").returncode == 0
 
-    status = run_cli("status", "--target", tree, "--patches", lib, "--format", "json")
+    status = run_cli_read_only("status", "--target", tree, "--patches", lib, "--format", "json")
     assert json_of(status)["state"] == "applied", status.stdout
     launch = ["--target", tree, "--patches", lib, "--no-import", "--format", "json", "--", *serve(target, drafter)]
-    done = run_cli("preflight", *launch)
+    done = run_cli_read_only("preflight", *launch)
     assert json_of(done)["tree_state"] == "applied", done.stdout + done.stderr
     assert done.returncode == 0, done.stdout + done.stderr

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import lay_out_release, run_cli
+from helpers import lay_out_release, run_cli, run_cli_read_only
 from launch_fixtures import DEEPSEEK_V3, write_eagle3_setup, write_model
 
 from patchkit.launch import toolparsers
@@ -58,8 +58,9 @@ def launch(tmp_path) -> tuple[Path, Path, Path]:
 
 
 def preflight(tree: Path, library: Path, model: Path | str, *options: str):
-    """Run from the tree's directory, where the `launch` fixture writes the plugins (mine.py, p.py)."""
-    done = run_cli(
+    """Run from the tree's directory, where the `launch` fixture writes the plugins (mine.py, p.py); in this
+    process (read-only, judged by its output and exit code alone: CONTRIBUTING)."""
+    done = run_cli_read_only(
         "preflight", "--target", tree, "--patches", library, "--no-import", "--format", "json",
         "--", "vllm", "serve", str(model), *options, cwd=tree.parent,
     )  # fmt: skip
@@ -238,7 +239,7 @@ def test_a_reasoning_parser_inside_structured_outputs_config_is_held_to_the_regi
     config = tmp_path / "serve.yaml"
     config.write_text("structured-outputs-config:\n  reasoning_parser: qwen_3\n")
     options = [str(config) if word == "CONFIG" else word for word in spelling]
-    done = run_cli(
+    done = run_cli_read_only(
         "preflight", "--target", tree, "--patches", library, *(["--no-import"] if no_import else []),
         "--format", "json", "--", "vllm", "serve", str(model), *options,
     )  # fmt: skip

@@ -10,7 +10,7 @@ import json
 import os
 
 import pytest
-from helpers import lay_out_release, run_cli
+from helpers import lay_out_release, run_cli, run_cli_read_only
 from launch_fixtures import REGISTRY, write_model
 
 from patchkit.releases.files import files_for
@@ -30,7 +30,7 @@ def test_a_tool_call_parser_without_auto_tool_choice_needs_no_set(tmp_path, pars
     model = write_model(tmp_path / "llama", LLAMA)
     launch = ["vllm", "serve", str(model), "--tool-call-parser", parser]
 
-    done = run_cli("preflight", "--target", site, "--no-import", "--", *launch)
+    done = run_cli_read_only("preflight", "--target", site, "--no-import", "--", *launch)
     assert done.returncode == 0, done.stdout + done.stderr
     said = " ".join(done.stderr.split())
     assert f"--tool-call-parser {parser} is unused: without --enable-auto-tool-choice" in said, said
@@ -45,7 +45,7 @@ def test_a_tool_call_parser_without_auto_tool_choice_needs_no_set(tmp_path, pars
     assert done.returncode == 0 and (tmp_path / "launched").exists(), done.stdout + done.stderr
 
     # with auto tool choice vLLM builds the parser: the set is needed, not applied on the stock files
-    done = run_cli(
+    done = run_cli_read_only(
         "preflight",
         "--target",
         site,

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import assert_clean_failure, fingerprint, run_cli
+from helpers import assert_clean_failure, fingerprint, run_cli, run_cli_read_only
 from launch_fixtures import DEEPSEEK_V3, DRAFTER, REGISTRY, serve, write_model
 from packaging.version import Version
 
@@ -118,7 +118,7 @@ def test_verify_against_a_release_checks_the_planned_contents_once(monkeypatch):
 def test_verify_quiet_names_the_failure_on_stderr(fetched):
     assert run_cli("apply", "--target", fetched).returncode == 0
     break_import(fetched / KIMI)
-    done = run_cli("verify", "-q", "--target", fetched)
+    done = run_cli_read_only("verify", "-q", "--target", fetched)
     assert_clean_failure(done, 1)
     assert done.stdout == ""
     assert f"{KIMI}:14: syntax: invalid syntax" in done.stderr
@@ -137,18 +137,20 @@ def test_quiet_commands_that_pass_print_nothing(fetched):
 def test_status_names_a_drifted_file_that_does_not_compile_with_its_line(fetched):
     assert run_cli("apply", "--target", fetched).returncode == 0
     break_import(fetched / KIMI)
-    done = run_cli("status", "--target", fetched)
+    done = run_cli_read_only("status", "--target", fetched)
     assert_clean_failure(done, 1)
     # the syntax error leads the file's line, with the source line and a caret as verify shows them;
     # the drift (and the guard's refusal) follow from it
     shown = f"{KIMI}:14: syntax: invalid syntax\n    import copy,\n                ^\n  also: drifted (edited after"
     assert shown in done.stdout, done.stdout
-    verified = run_cli("verify", "--target", fetched, "--no-import")
+    verified = run_cli_read_only("verify", "--target", fetched, "--no-import")
     assert f"{KIMI}:14: syntax: invalid syntax\n    import copy,\n                ^\n" in verified.stdout
-    document = json.loads(run_cli("status", "--target", fetched, "--set", "eagle3", "--format", "json").stdout)
+    document = json.loads(
+        run_cli_read_only("status", "--target", fetched, "--set", "eagle3", "--format", "json").stdout
+    )
     assert document["drifted"] == [KIMI]
     assert document["does_not_compile"] == {KIMI: "line 14: invalid syntax"}
-    quiet = run_cli("status", "-q", "--target", fetched)
+    quiet = run_cli_read_only("status", "-q", "--target", fetched)
     assert f"{KIMI}:14: syntax: invalid syntax\n    import copy,\n                ^\n" in quiet.stderr
 
 
@@ -156,7 +158,9 @@ def test_status_of_a_drifted_file_that_compiles_says_only_drifted(fetched):
     assert run_cli("apply", "--target", fetched).returncode == 0
     with (fetched / KIMI).open("a") as f:
         f.write("\n# a local note\n")
-    document = json.loads(run_cli("status", "--target", fetched, "--set", "eagle3", "--format", "json").stdout)
+    document = json.loads(
+        run_cli_read_only("status", "--target", fetched, "--set", "eagle3", "--format", "json").stdout
+    )
     assert document["drifted"] == [KIMI] and document["does_not_compile"] == {}
 
 
@@ -178,7 +182,9 @@ def test_an_edit_inside_a_patched_hunk_is_a_drift_not_a_conflict_nor_a_partial_s
         said = done.stdout + done.stderr
         assert f"{EAGLE}: drifted: edited after patchkit patched it" in said, said
         assert "conflict" not in said and "partial" not in said, said
-    document = json.loads(run_cli("status", "--target", fetched, "--set", "eagle3", "--format", "json").stdout)
+    document = json.loads(
+        run_cli_read_only("status", "--target", fetched, "--set", "eagle3", "--format", "json").stdout
+    )
     assert document["state"] == "applied" and document["drifted"] == [EAGLE], document
 
 
@@ -192,13 +198,15 @@ def test_a_patch_a_drifted_file_no_longer_holds_is_not_called_applied(fetched):
     stock = (fetched / SPECULATIVE).read_bytes()
     assert run_cli("apply", "--target", fetched, "--set", "eagle3").returncode == 0
     (fetched / SPECULATIVE).write_bytes(stock + b"# debug\n")
-    done = run_cli("status", "-v", "--target", fetched, "--set", "eagle3")
+    done = run_cli_read_only("status", "-v", "--target", fetched, "--set", "eagle3")
     assert_clean_failure(done, 1)
     row = next(" ".join(line.split()) for line in done.stdout.splitlines() if line.startswith(ACCEPT[:20]))
     assert "not-applied" in row, done.stdout
     assert f"3 of 4 patches applied; 1 file drifted ({ACCEPT} no longer in it)" in done.stdout, done.stdout
     assert "partial" not in done.stdout, done.stdout  # the drift is the failure, with its fix
-    document = json.loads(run_cli("status", "--target", fetched, "--set", "eagle3", "--format", "json").stdout)
+    document = json.loads(
+        run_cli_read_only("status", "--target", fetched, "--set", "eagle3", "--format", "json").stdout
+    )
     states = {p["name"]: p["state"] for p in document["patches"]}
     assert document["state"] == "applied" and states[ACCEPT] == "not-applied", document
 
@@ -208,7 +216,7 @@ def test_a_patched_file_deleted_is_said_deleted_and_its_fix_keeps_no_copy(fetche
     with a fix that "keeps a copy of the edits", and revert offered to keep "your edit"."""
     assert run_cli("apply", "--target", fetched, "--set", "eagle3").returncode == 0
     (fetched / EAGLE).unlink()
-    done = run_cli("status", "--target", fetched, "--set", "eagle3")
+    done = run_cli_read_only("status", "--target", fetched, "--set", "eagle3")
     assert_clean_failure(done, 1)
     assert f"{EAGLE}: drifted: deleted after patchkit patched it" in done.stdout, done.stdout
     assert "copy" not in done.stdout and "conflict" not in done.stdout, done.stdout
@@ -225,13 +233,13 @@ def test_a_preflight_that_judged_nothing_never_says_ok_and_counts_in_english(fet
     assert run_cli("apply", "--target", fetched).returncode == 0
     model = write_model(tmp_path / "model", DEEPSEEK_V3)
     launch = ["vllm", "serve", str(model), "--enable-auto-tool-choice", "--tool-call-parser", "deepseekv3"]
-    done = run_cli("preflight", "--target", fetched, "--", *launch)
+    done = run_cli_read_only("preflight", "--target", fetched, "--", *launch)
     assert done.returncode == 0, done.stderr
     # the tool-call model is not cached, and a fetch --dest tree has no parser registry to judge the name by
     assert done.stdout.splitlines()[-1] == "preflight: nothing judged: 2 cannot judge (-v shows each)", done.stdout
     # the parser vLLM builds (auto tool choice): deepseek-tool-calls' tree-state, applied, is the one pass
     parser = ["--enable-auto-tool-choice", "--tool-call-parser", "deepseek_v32"]
-    one = run_cli("preflight", "--target", fetched, "--", "vllm", "serve", str(model), *parser)
+    one = run_cli_read_only("preflight", "--target", fetched, "--", "vllm", "serve", str(model), *parser)
     assert one.returncode == 0, one.stderr
     assert one.stdout.splitlines()[-1] == "preflight: ok: 1 check passed, 2 cannot judge (-v shows each)", one.stdout
 
@@ -243,10 +251,10 @@ def test_status_names_each_sets_series_and_counts_an_upstream_sets_checks_as_ver
     "0 of 1 patches applied"."""
     site = tmp_path / "vllm-0.20.0"
     assert run_cli("fetch", "0.20.0", "--dest", site).returncode == 0
-    done = run_cli("status", "--target", site)
+    done = run_cli_read_only("status", "--target", site)
     assert done.returncode == 0, done.stderr
     lines = {line.split()[1]: line for line in done.stdout.splitlines() if line.startswith("set ")}
-    verified = run_cli("verify", "--target", site, "--set", "eagle3").stdout.splitlines()[-1]
+    verified = run_cli_read_only("verify", "--target", site, "--set", "eagle3").stdout.splitlines()[-1]
     counted = verified.removeprefix("verify: ok: ").removesuffix(" (-v shows each)")
     assert re.fullmatch(rf"set +eagle3 +upstream +on its stock files {counted}", lines["eagle3"]), (lines, verified)
     assert lines["deepseek-tool-calls"].endswith("0 of 3 patches applied; series 0.20.0"), lines
@@ -269,7 +277,7 @@ def test_preflight_on_a_fetched_tree_cannot_judge_what_needs_the_registry_and_sa
     assert not (fetched / REGISTRY).exists()  # `fetch --dest` lays out the set's files only
     assert run_cli("apply", "--target", fetched).returncode == 0
     launch = drafted_launch(tmp_path, DEEPSEEK_V3)
-    done = run_cli("preflight", "--target", fetched, "--format", "json", "--", *launch)
+    done = run_cli_read_only("preflight", "--target", fetched, "--format", "json", "--", *launch)
     assert done.returncode == 0, done.stdout + done.stderr
     found = findings(done)
     for check in ("supports-eagle3", "drafter-architecture", "vllm-validation"):
@@ -278,7 +286,7 @@ def test_preflight_on_a_fetched_tree_cannot_judge_what_needs_the_registry_and_sa
     assert "fetch 0.16.0 --all --dest" in found["drafter-architecture"]["fix"]
     assert "--python" in found["vllm-validation"]["fix"]
     assert {found[c]["result"] for c in ("tree-state", "whitelist", "drafter-hidden-size")} == {"pass"}
-    text = run_cli("preflight", "--target", fetched, "--", *launch)
+    text = run_cli_read_only("preflight", "--target", fetched, "--", *launch)
     rows = {line.split()[0]: line for line in text.stdout.splitlines() if line.split()}
     assert " pass " not in rows["vllm-validation"] and "cannot judge" in rows["vllm-validation"]
 
@@ -288,15 +296,15 @@ def test_on_an_applied_tree_the_whole_release_hint_works_as_printed(fetched, tmp
     the hint is that one command, as on a stock tree (new-user 14 item 6: revert, fetch, apply)."""
     assert run_cli("apply", "--target", fetched).returncode == 0
     launch = drafted_launch(tmp_path, DEEPSEEK_V3)
-    done = run_cli("preflight", "--target", fetched, "--format", "json", "--", *launch)
+    done = run_cli_read_only("preflight", "--target", fetched, "--format", "json", "--", *launch)
     fix = findings(done)["supports-eagle3"]["fix"]
     commands = [c for c in fix.split("`")[1::2] if c.startswith("patchkit ")]
     assert [c.split()[1] for c in commands] == ["fetch"], fix
     for command in commands:
         step = run_cli(*shlex.split(command)[1:])
         assert step.returncode == 0, command + "\n" + step.stdout + step.stderr
-    assert run_cli("status", "--target", fetched).returncode == 0  # applied, the guard's files in place
-    again = findings(run_cli("preflight", "--target", fetched, "--format", "json", "--", *launch))
+    assert run_cli_read_only("status", "--target", fetched).returncode == 0  # applied, the guard's files in place
+    again = findings(run_cli_read_only("preflight", "--target", fetched, "--format", "json", "--", *launch))
     assert again["supports-eagle3"]["result"] != "cannot judge", again["supports-eagle3"]
 
 
@@ -304,7 +312,7 @@ def test_on_an_unapplied_tree_the_fixes_work_in_the_order_printed(fetched, tmp_p
     """Review 6 M4: `apply` first, then `fetch --all` refused the patched files ("pass --force", which
     put stock files over them). fetch --all now keeps what the tree's record says patchkit patched."""
     launch = drafted_launch(tmp_path, DEEPSEEK_V3)
-    done = run_cli("preflight", "--target", fetched, "--", *launch)
+    done = run_cli_read_only("preflight", "--target", fetched, "--", *launch)
     said = " ".join(done.stdout.split() + done.stderr.split())
     commands = list(dict.fromkeys(c for c in said.split("`")[1::2] if c.startswith("patchkit ")))
     assert [c.split()[1] for c in commands] == ["apply", "fetch"], said  # the trap's order
@@ -312,8 +320,8 @@ def test_on_an_unapplied_tree_the_fixes_work_in_the_order_printed(fetched, tmp_p
         step = run_cli(*shlex.split(command)[1:])
         assert step.returncode == 0, command + "\n" + step.stdout + step.stderr
     # applied, the patched files kept: the set this launch needs (its fix names it: --set eagle3)
-    assert run_cli("status", "--target", fetched, "--set", "eagle3").returncode == 0
-    again = findings(run_cli("preflight", "--target", fetched, "--format", "json", "--", *launch))
+    assert run_cli_read_only("status", "--target", fetched, "--set", "eagle3").returncode == 0
+    again = findings(run_cli_read_only("preflight", "--target", fetched, "--format", "json", "--", *launch))
     assert again["supports-eagle3"]["result"] != "cannot judge", again["supports-eagle3"]
 
 
@@ -321,7 +329,9 @@ def test_preflight_on_a_whole_release_still_judges_the_registry(tmp_path):
     site = tmp_path / "all"
     assert run_cli("fetch", "0.16.0", "--all", "--dest", site).returncode == 0
     assert run_cli("apply", "--target", site).returncode == 0
-    done = run_cli("preflight", "--target", site, "--format", "json", "--", *drafted_launch(tmp_path, DEEPSEEK_V3))
+    done = run_cli_read_only(
+        "preflight", "--target", site, "--format", "json", "--", *drafted_launch(tmp_path, DEEPSEEK_V3)
+    )
     assert done.returncode == 0, done.stdout
     assert {findings(done)[c]["result"] for c in ("supports-eagle3", "drafter-architecture")} == {"pass"}
 
@@ -331,7 +341,7 @@ def test_preflight_on_a_whole_release_still_judges_the_registry(tmp_path):
 
 def test_a_missing_model_is_one_finding_beside_the_unpatched_tree(fetched, tmp_path):
     launch = serve(tmp_path / "nowhere", write_model(tmp_path / "drafter", DRAFTER))
-    done = run_cli("preflight", "--target", fetched, "--format", "json", "--", *launch)
+    done = run_cli_read_only("preflight", "--target", fetched, "--format", "json", "--", *launch)
     assert_clean_failure(done, 4)
     found = findings(done)
     assert found["tree-state"]["ok"] is False and "not applied" in found["tree-state"]["message"]
@@ -340,7 +350,7 @@ def test_a_missing_model_is_one_finding_beside_the_unpatched_tree(fetched, tmp_p
 
 def test_a_missing_drafter_leaves_the_target_checks_to_run(fetched, tmp_path):
     launch = serve(write_model(tmp_path / "model", DEEPSEEK_V3), tmp_path / "no-drafter")
-    done = run_cli("preflight", "--target", fetched, "--format", "json", "--", *launch)
+    done = run_cli_read_only("preflight", "--target", fetched, "--format", "json", "--", *launch)
     assert_clean_failure(done, 4)
     found = findings(done)
     assert "drafter" in found["models"]["message"]
@@ -363,7 +373,7 @@ def test_fetch_of_a_release_no_set_covers_exits_3_saying_what_the_set_covers(tmp
     assert not (tmp_path / "old").exists()
     (tmp_path / "tree" / "vllm").mkdir(parents=True)
     (tmp_path / "tree" / "vllm" / "__init__.py").write_text("")
-    status = run_cli("status", "--target", tmp_path / "tree", "--vllm-version", "0.10.0")
+    status = run_cli_read_only("status", "--target", tmp_path / "tree", "--vllm-version", "0.10.0")
     assert_clean_failure(status, 3)
     assert status.stderr.count("0.10.0 is outside") == 1 and ranges in status.stderr, status.stderr
 
@@ -372,7 +382,7 @@ def test_fetch_all_still_lays_out_a_release_no_set_covers(tmp_path):
     done = run_cli("fetch", "0.9.2", "--all", "--dest", tmp_path / "old")
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "old/vllm/__init__.py").is_file()
-    status = run_cli("status", "--target", tmp_path / "old", "--format", "json")  # every set of the library
+    status = run_cli_read_only("status", "--target", tmp_path / "old", "--format", "json")  # every set of the library
     assert_clean_failure(status, 3)
     assert json.loads(status.stdout)["state"] == "unsupported"
 
@@ -402,7 +412,7 @@ def test_an_installed_tree_is_still_told_to_reinstall(fetched):
 
 def test_target_may_name_the_vllm_directory_of_a_fetched_tree(fetched):
     assert not (fetched / "vllm/__init__.py").exists()
-    done = run_cli("status", "--target", fetched / "vllm", "--format", "json")
+    done = run_cli_read_only("status", "--target", fetched / "vllm", "--format", "json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["target"] == str(fetched)
 
@@ -482,7 +492,9 @@ def test_status_json_says_the_guard_apply_installed(fetched):
     refuses nothing); after revert, that none is."""
     assert run_cli("apply", "--target", fetched).returncode == 0
     assert (fetched / "patchkit_guard.py").is_file()
-    said = json.loads(run_cli("status", "--target", fetched, "--set", "eagle3", "--format", "json").stdout)["guard"]
+    said = json.loads(run_cli_read_only("status", "--target", fetched, "--set", "eagle3", "--format", "json").stdout)[
+        "guard"
+    ]
     assert said == {
         "installed": True,
         "refuses": [],
@@ -492,7 +504,9 @@ def test_status_json_says_the_guard_apply_installed(fetched):
         "missing_fix": None,
     }
     assert run_cli("revert", "--target", fetched).returncode == 0
-    said = json.loads(run_cli("status", "--target", fetched, "--set", "eagle3", "--format", "json").stdout)["guard"]
+    said = json.loads(run_cli_read_only("status", "--target", fetched, "--set", "eagle3", "--format", "json").stdout)[
+        "guard"
+    ]
     assert said == {
         "installed": False,
         "refuses": [],

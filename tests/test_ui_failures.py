@@ -8,7 +8,15 @@ import re
 from pathlib import Path
 
 import pytest
-from helpers import assert_clean_failure, make_patch, patched_spec, run_cli, write_library, write_tree
+from helpers import (
+    assert_clean_failure,
+    make_patch,
+    patched_spec,
+    run_cli,
+    run_cli_read_only,
+    write_library,
+    write_tree,
+)
 from launch_fixtures import DEEPSEEK_V3, DRAFTER, serve, write_eagle3_setup, write_model
 
 SPEC = "vllm/config/spec.py"
@@ -35,7 +43,7 @@ def break_spec(tree: Path) -> None:
 
 
 def test_a_passing_verify_is_its_header_and_one_count_line(applied, library):
-    done = run_cli("verify", "--target", applied, "--patches", library)
+    done = run_cli_read_only("verify", "--target", applied, "--patches", library)
     assert_clean_failure(done, 0)
     lines = done.stdout.splitlines()
     verdict = r"verify: ok: \d+ checks passed, 1 warning, 1 skipped \(-v shows each\)"
@@ -44,7 +52,7 @@ def test_a_passing_verify_is_its_header_and_one_count_line(applied, library):
     assert len(lines) == 6 and lines[4].startswith(f"{SPEC}: integrity warning: "), lines
     assert not any(" pass " in line or "compiles" in line for line in lines)
 
-    shown = run_cli("verify", "-v", "--target", applied, "--patches", library)
+    shown = run_cli_read_only("verify", "-v", "--target", applied, "--patches", library)
     assert_clean_failure(shown, 0)
     assert "compiles" in shown.stdout and "-v shows each" not in shown.stdout
     assert shown.stdout.splitlines()[-1].startswith("verify: ok: ")
@@ -52,7 +60,7 @@ def test_a_passing_verify_is_its_header_and_one_count_line(applied, library):
 
 def test_a_syntax_error_comes_first_with_its_line_its_caret_and_its_fix(applied, library):
     break_spec(applied)
-    done = run_cli("verify", "--target", applied, "--patches", library)
+    done = run_cli_read_only("verify", "--target", applied, "--patches", library)
     assert_clean_failure(done, 1)
     lines = done.stdout.splitlines()
     first = next(i for i, line in enumerate(lines) if line.startswith(f"{SPEC}:7: syntax: "))
@@ -71,7 +79,7 @@ def test_a_syntax_error_comes_first_with_its_line_its_caret_and_its_fix(applied,
 
 def test_quiet_still_says_what_failed_on_stderr(applied, library):
     break_spec(applied)
-    done = run_cli("verify", "-q", "--target", applied, "--patches", library)
+    done = run_cli_read_only("verify", "-q", "--target", applied, "--patches", library)
     assert_clean_failure(done, 1)
     assert done.stdout == ""
     assert f"{SPEC}:7: syntax: " in done.stderr and "verify: FAILED" in done.stderr
@@ -79,7 +87,7 @@ def test_quiet_still_says_what_failed_on_stderr(applied, library):
 
 def test_status_names_the_drifted_file_with_its_fix_then_its_verdict(applied, library):
     (applied / SPEC).write_text((applied / SPEC).read_text() + "# an edit\n")
-    done = run_cli("status", "--target", applied, "--patches", library)
+    done = run_cli_read_only("status", "--target", applied, "--patches", library)
     assert_clean_failure(done, 1)
     lines = done.stdout.splitlines()
     drifted = lines.index(f"{SPEC}: drifted: edited after patchkit patched it")
@@ -93,7 +101,7 @@ def test_status_names_the_drifted_file_with_its_fix_then_its_verdict(applied, li
 
 
 def test_status_of_a_healthy_tree_is_a_line_per_patch_and_a_verdict(applied, library):
-    done = run_cli("status", "--target", applied, "--patches", library)
+    done = run_cli_read_only("status", "--target", applied, "--patches", library)
     assert_clean_failure(done, 0)
     lines = done.stdout.splitlines()
     assert lines[-2].split() == ["applied", "0001-change.patch"], lines
@@ -129,7 +137,9 @@ def test_an_adhoc_patch_that_breaks_the_syntax_is_the_patch_to_fix(tree, tmp_pat
 def test_preflight_shows_its_failures_then_its_verdict(tmp_path):
     tree, library = write_eagle3_setup(tmp_path)
     model, drafter = write_model(tmp_path / "m", DEEPSEEK_V3), write_model(tmp_path / "d", DRAFTER)
-    done = run_cli("preflight", "--target", tree, "--patches", library, "--no-import", "--", *serve(model, drafter))
+    done = run_cli_read_only(
+        "preflight", "--target", tree, "--patches", library, "--no-import", "--", *serve(model, drafter)
+    )
     assert_clean_failure(done, 1)
     lines = done.stdout.splitlines()
     assert lines[0].startswith("tree-state: the eagle3 series is not applied"), lines
@@ -141,7 +151,7 @@ def test_preflight_shows_its_failures_then_its_verdict(tmp_path):
 
 def test_status_of_an_upstream_regression_says_it_once_with_its_own_fix(tmp_path, library):
     broken = write_tree(tmp_path / "up", "0.19.0", {SPEC: patched_spec().replace('    "deepseek",\n', BROKEN_LINE)})
-    done = run_cli("status", "--target", broken, "--patches", library)
+    done = run_cli_read_only("status", "--target", broken, "--patches", library)
     assert_clean_failure(done, 1)
     lines = done.stdout.splitlines()
     first = lines.index(f"{SPEC}:7: syntax: invalid syntax")

@@ -19,6 +19,7 @@ from helpers import (
     pip_install,
     purelib,
     run_cli,
+    run_cli_read_only,
     spec_library,
     stale_pyc_under_prefix,
 )
@@ -44,22 +45,22 @@ def _venv_applied_without_guard(tmp_path: Path) -> tuple[Path, Path, Path, Path]
 def test_status_and_verify_fail_on_stale_bytecode_under_the_startup_prefix_without_a_guard(tmp_path):
     python, site, library, prefix = _venv_applied_without_guard(tmp_path)
     own = ("--python", python, "--patches", library)
-    clean = run_cli("status", *own)
+    clean = run_cli_read_only("status", *own)
     assert clean.returncode == 0, clean.stdout + clean.stderr
     pyc = stale_pyc_under_prefix(prefix, site, SPEC)  # what the launch's Python loads for spec.py
-    status = run_cli("status", *own)
+    status = run_cli_read_only("status", *own)
     assert status.returncode == 1, status.stdout + status.stderr
     said = status.stdout + status.stderr
     assert "no launch guard runs" in said and str(pyc) in said, said
     assert "the launch guard refuses" not in said, said  # no guard is installed to refuse it
-    document = json.loads(run_cli("status", "--format", "json", *own).stdout)
+    document = json.loads(run_cli_read_only("status", "--format", "json", *own).stdout)
     fix = json.dumps(document)
     assert str(pyc) in fix and "rm -f" in fix, fix
-    verify = run_cli("verify", "--no-import", *own)
+    verify = run_cli_read_only("verify", "--no-import", *own)
     assert verify.returncode == 1 and str(pyc) in verify.stdout + verify.stderr, verify.stdout + verify.stderr
     pyc.unlink()  # the fix said: Python compiles the source again
-    assert run_cli("status", *own).returncode == 0
-    assert run_cli("verify", "--no-import", *own).returncode == 0
+    assert run_cli_read_only("status", *own).returncode == 0
+    assert run_cli_read_only("verify", "--no-import", *own).returncode == 0
 
 
 def _unchecked_pyc_in_pycache(site: Path) -> Path:
@@ -80,13 +81,15 @@ def test_without_a_guard_stale_bytecode_in_pycache_fails_status_and_preflight_an
     (site / "zz_startup.pth").unlink()  # no prefix: __pycache__ is where the launch reads bytecode
     own = ("--python", python, "--patches", library)
     pyc = _unchecked_pyc_in_pycache(site)
-    status = run_cli("status", *own)
+    status = run_cli_read_only("status", *own)
     said = status.stdout + status.stderr
     assert status.returncode == 1 and "no launch guard runs" in said and pyc.name in said, said
     write_model(tmp_path / "model", {"model_type": "llama", "architectures": ["LlamaForCausalLM"]})
-    launch = run_cli("preflight", *own, "--no-import", "--", python.parent / "vllm", "serve", tmp_path / "model")
+    launch = run_cli_read_only(
+        "preflight", *own, "--no-import", "--", python.parent / "vllm", "serve", tmp_path / "model"
+    )
     said = launch.stdout + launch.stderr
     assert launch.returncode == 1 and "tree-state" in said and pyc.name in said, said
     fixed = run_cli("apply", "--no-import", *own)
     assert fixed.returncode == 0, fixed.stdout + fixed.stderr
-    assert run_cli("status", *own).returncode == 0
+    assert run_cli_read_only("status", *own).returncode == 0

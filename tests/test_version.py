@@ -11,7 +11,7 @@ import venv
 from pathlib import Path
 
 import pytest
-from helpers import _git, assert_clean_failure, purelib, run_cli, write_library, write_tree
+from helpers import _git, assert_clean_failure, purelib, run_cli_read_only, write_library, write_tree
 from packaging.version import Version
 
 from patchkit.base.errors import BadInput, NoPatchSet, TargetError
@@ -186,11 +186,11 @@ def test_a_metadata_that_is_not_a_metadata_file_is_bad_input_naming_it(tmp_path,
     metadata = root / "vllm-0.16.0.dist-info" / "METADATA"
     metadata.unlink()
     plant(metadata, outside)
-    done = run_cli("status", "--target", root)
+    done = run_cli_read_only("status", "--target", root)
     assert_clean_failure(done, 2)
     assert "vllm-0.16.0.dist-info/METADATA" in done.stderr and why in done.stderr
     assert "--vllm-version" in done.stderr
-    assert run_cli("status", "--target", root, "--vllm-version", "0.16.0").returncode in (0, 1)
+    assert run_cli_read_only("status", "--target", root, "--vllm-version", "0.16.0").returncode in (0, 1)
 
 
 def test_a_huge_metadata_is_read_only_as_far_as_its_headers(tmp_path):
@@ -215,7 +215,7 @@ def linked_venv(tmp_path):
 def test_a_relative_python_is_read_from_the_working_directory_and_stays_the_venvs(linked_venv, relative):
     python, site = linked_venv
     assert python.is_symlink()  # a venv's python links to its base interpreter
-    done = run_cli("status", "--python", relative, "--format", "json", cwd=python.parents[2])
+    done = run_cli_read_only("status", "--python", relative, "--format", "json", cwd=python.parents[2])
     assert "Traceback" not in done.stderr, done.stderr
     data = json.loads(done.stdout)
     assert Path(data["target"]) == site.resolve(), data
@@ -257,7 +257,7 @@ def _silent_script(tmp: Path) -> str:
     ids=["false", "directory", "junk-answer", "no-answer"],
 )
 def test_a_python_that_is_not_an_interpreter_is_a_clean_target_error(tmp_path, python, why):
-    done = run_cli("status", "--python", python(tmp_path))
+    done = run_cli_read_only("status", "--python", python(tmp_path))
     assert_clean_failure(done, 4)
     assert why in done.stderr
 
@@ -291,11 +291,11 @@ def test_python_whose_vllm_metadata_is_not_utf8_is_bad_input_naming_it(tmp_path,
     python = tmp_path / "venv" / "bin" / "python"
     site = write_tree(purelib(python))
     (site / "vllm-0.16.0.dist-info" / "METADATA").write_bytes(metadata)
-    done = run_cli("status", "--python", python)
+    done = run_cli_read_only("status", "--python", python)
     assert_clean_failure(done, 2)
     assert "vllm-0.16.0.dist-info/METADATA is not UTF-8" in done.stderr and "--vllm-version" in done.stderr
     assert len(done.stderr) < 400, done.stderr
-    assert run_cli("status", "--python", python, "--vllm-version", "0.16.0").returncode in (0, 1)
+    assert run_cli_read_only("status", "--python", python, "--vllm-version", "0.16.0").returncode in (0, 1)
 
 
 def test_python_whose_start_up_breaks_the_question_says_the_exception_not_a_traceback_tail(tmp_path):
@@ -308,7 +308,7 @@ def test_python_whose_start_up_breaks_the_question_says_the_exception_not_a_trac
         "import importlib.metadata\n\n\ndef _broken(name):\n    raise RuntimeError('a site hook broke it')\n\n\n"
         "importlib.metadata.distribution = _broken\n"
     )
-    done = run_cli("status", "--python", python)
+    done = run_cli_read_only("status", "--python", python)
     assert_clean_failure(done, 4)
     assert "RuntimeError: a site hook broke it" in done.stderr and "File " not in done.stderr, done.stderr
     assert "sitecustomize" in done.stderr.partition("hint:")[2], done.stderr

@@ -27,6 +27,7 @@ from helpers import (  # isort: skip
     patched_spec,
     record_rows,
     run_cli,
+    run_cli_read_only,
     snapshot,
     stock_files_fetched,
     write_library,
@@ -305,9 +306,9 @@ def test_patchkit_wheels_own_output_round_trips(tmp_path):
         (built,) = out.iterdir()
         site = install(built, tmp_path / f"prefix-{chosen[0]}")
         common = ("--target", site, "--patches", library, *chosen)
-        report = json.loads(run_cli("status", *common, "--format", "json").stdout)
+        report = json.loads(run_cli_read_only("status", *common, "--format", "json").stdout)
         assert report["state"] == "applied", report
-        done = run_cli("verify", *common, "--no-import")
+        done = run_cli_read_only("verify", *common, "--no-import")
         assert done.returncode == 0, done.stdout + done.stderr
         done = run_cli("revert", *common, env=OFFLINE)
         assert done.returncode == 0, done.stdout + done.stderr
@@ -318,7 +319,7 @@ def test_patchkit_wheels_own_output_round_trips(tmp_path):
         if copies:
             assert "saved under" in done.stderr
         shutil.rmtree(site / ".patchkit", ignore_errors=True)
-        report = json.loads(run_cli("status", *common, "--format", "json").stdout)
+        report = json.loads(run_cli_read_only("status", *common, "--format", "json").stdout)
         assert report["state"] == "not-applied", report
 
 
@@ -344,9 +345,9 @@ def test_a_local_label_wheels_record_proves_no_file_stock(tmp_path):
         common = ("--target", site, "--patches", library)
         if guarded:
             assert run_cli("apply", *common, "--no-import").returncode == 0
-        report = json.loads(run_cli("status", *common, "--format", "json").stdout)
+        report = json.loads(run_cli_read_only("status", *common, "--format", "json").stdout)
         assert report["state"] == "applied" and report["ok"], report
-        done = run_cli("verify", *common, "--no-import")
+        done = run_cli_read_only("verify", *common, "--no-import")
         assert done.returncode == 0, done.stdout + done.stderr
         done = run_cli("revert", *common, env=OFFLINE)
         assert done.returncode == 0, done.stdout + done.stderr
