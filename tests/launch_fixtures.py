@@ -6,11 +6,14 @@ by its own launches; and the readers of a preflight's findings and warnings."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import pickle
 import shutil
 import subprocess
 import textwrap
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -223,12 +226,32 @@ KIMI_DRAFTER = {**DRAFTER, "vocab_size": KIMI_K25["text_config"]["vocab_size"]}
 
 
 WEIGHTS = "model.safetensors"  # a name vLLM's DefaultModelLoader globs for (*.safetensors)
+# a safetensors file holding no tensor: its 8-byte header length, then the header (what safetensors reads first)
+EMPTY_SAFETENSORS = b"\x02" + b"\x00" * 7 + b"{}"
+LFS_POINTER = "version https://git-lfs.github.com/spec/v1\noid sha256:4d7a2f\nsize 1234567890\n"
+
+
+def safetensors_file(header: object, data: int, *, length: int | None = None) -> bytes:
+    """A safetensors file with `header` (JSON) and `data` bytes of tensor data; `length` overrides
+    the header length its first 8 bytes give."""
+    text = json.dumps(header).encode()
+    return (len(text) if length is None else length).to_bytes(8, "little") + text + b"\x00" * data
+
+
+def torch_file() -> bytes:
+    """What torch.save({}) writes, the smallest torch.load(weights_only=True) takes: a zip of its pickle."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as archive:
+        archive.writestr("archive/data.pkl", pickle.dumps({}, protocol=2))
+        archive.writestr("archive/byteorder", "little")
+        archive.writestr("archive/version", "3\n")
+    return buffer.getvalue()
 
 
 def write_model(directory: Path, config: dict) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "config.json").write_text(json.dumps(config))
-    (directory / WEIGHTS).write_bytes(b"")  # vLLM's loader globs for a weight file before it opens any
+    (directory / WEIGHTS).write_bytes(EMPTY_SAFETENSORS)  # vLLM's loader globs for a weight file, then reads its header
     return directory
 
 
@@ -239,48 +262,76 @@ def index_of(*shards: str) -> str:
     return json.dumps({"metadata": {}, "weight_map": {f"w{i}": shard for i, shard in enumerate(shards)}})
 
 
+ST = EMPTY_SAFETENSORS
+PT = torch_file()
+ONE_TENSOR = {"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}
 # weight-file layouts (test_launch_weights.py; held against vLLM's loader in vllm_import/test_weights_real.py)
-# (files: name -> text, or None for a link to nothing; load format; vLLM loads it whole)
-LAYOUTS = {
+# (files: name -> content, or None for a link to nothing; load format; vLLM loads it whole and reads each file)
+LAYOUTS: dict[str, tuple[dict[str, str | bytes | None], str, bool]] = {
     "config_only": ({"config.json": "{}"}, "auto", False),
-    "safetensors": ({"config.json": "{}", "model.safetensors": ""}, "auto", True),
-    "bin": ({"pytorch_model.bin": ""}, "auto", True),
-    "training_args_only": ({"training_args.bin": "", "optimizer.pt": ""}, "auto", False),
-    "pt": ({"model.pt": ""}, "auto", True),
-    "hidden_only": ({".model.safetensors": ""}, "auto", False),
-    "in_a_subdirectory_only": ({"weights/model.safetensors": ""}, "auto", False),
+    "safetensors": ({"config.json": "{}", "model.safetensors": ST}, "auto", True),
+    "bin": ({"pytorch_model.bin": PT}, "auto", True),
+    "training_args_only": ({"training_args.bin": PT, "optimizer.pt": PT}, "auto", False),
+    "pt": ({"model.pt": PT}, "auto", True),
+    "hidden_only": ({".model.safetensors": ST}, "auto", False),
+    "in_a_subdirectory_only": ({"weights/model.safetensors": ST}, "auto", False),
     "sharded_whole": (
-        {"a.safetensors": "", "b.safetensors": "", INDEX: index_of("a.safetensors", "b.safetensors")},
+        {"a.safetensors": ST, "b.safetensors": ST, INDEX: index_of("a.safetensors", "b.safetensors")},
         "auto",
         True,
     ),
     "sharded_one_shard_missing": (
-        {"a.safetensors": "", INDEX: index_of("a.safetensors", "b.safetensors")},
+        {"a.safetensors": ST, INDEX: index_of("a.safetensors", "b.safetensors")},
         "auto",
         False,
     ),
-    "index_names_none_there": ({"model.safetensors": "", INDEX: index_of("other.safetensors")}, "auto", False),
-    "index_not_json": ({"model.safetensors": "", INDEX: "{not json"}, "auto", False),
-    "index_without_weight_map": ({"model.safetensors": "", INDEX: "{}"}, "auto", False),
-    "bin_beside_an_index": ({"pytorch_model.bin": "", INDEX: index_of("a.safetensors")}, "auto", True),
-    "mistral_consolidated": ({"consolidated.safetensors": ""}, "auto", True),
-    "consolidated_deeper_only": ({"model.safetensors": "", "original/consolidated.safetensors": ""}, "auto", False),
+    "index_names_none_there": ({"model.safetensors": ST, INDEX: index_of("other.safetensors")}, "auto", False),
+    "index_not_json": ({"model.safetensors": ST, INDEX: "{not json"}, "auto", False),
+    "index_without_weight_map": ({"model.safetensors": ST, INDEX: "{}"}, "auto", False),
+    "bin_beside_an_index": ({"pytorch_model.bin": PT, INDEX: index_of("a.safetensors")}, "auto", True),
+    "mistral_consolidated": ({"consolidated.safetensors": ST}, "auto", True),
+    "consolidated_deeper_only": ({"model.safetensors": ST, "original/consolidated.safetensors": ST}, "auto", False),
     "a_link_to_nothing": ({"model.safetensors": None}, "auto", False),
-    "safetensors_format_bin_only": ({"pytorch_model.bin": ""}, "safetensors", False),
-    "pt_format_safetensors_only": ({"model.safetensors": ""}, "pt", False),
-    "npcache_bin": ({"pytorch_model.bin": ""}, "npcache", True),
+    "safetensors_format_bin_only": ({"pytorch_model.bin": PT}, "safetensors", False),
+    "pt_format_safetensors_only": ({"model.safetensors": ST}, "pt", False),
+    "npcache_bin": ({"pytorch_model.bin": PT}, "npcache", True),
+    # the files themselves: what safetensors' reader and torch.load refuse before any tensor (review35 N6)
+    "one_tensor": ({"model.safetensors": safetensors_file(ONE_TENSOR, 8)}, "auto", True),
+    "header_after_a_space": ({"model.safetensors": b"\x03" + b"\x00" * 7 + b" {}"}, "auto", True),
+    "lfs_pointer": ({"config.json": "{}", "model.safetensors": LFS_POINTER}, "auto", False),
+    "lfs_pointer_shard": (
+        {"a.safetensors": ST, "b.safetensors": LFS_POINTER, INDEX: index_of("a.safetensors", "b.safetensors")},
+        "auto",
+        False,
+    ),
+    "lfs_pointer_bin": ({"pytorch_model.bin": LFS_POINTER}, "auto", False),
+    "lfs_pointer_pt": ({"model.pt": LFS_POINTER}, "pt", False),
+    "empty_safetensors": ({"model.safetensors": ""}, "auto", False),
+    "empty_bin": ({"pytorch_model.bin": ""}, "auto", False),
+    "too_short_for_a_header": ({"model.safetensors": b"\x02\x00\x00"}, "auto", False),
+    "a_directory_named_safetensors": ({"model.safetensors/x": ST}, "auto", False),
+    "a_directory_named_bin": ({"pytorch_model.bin/x": PT}, "auto", False),
+    "header_past_the_end": ({"model.safetensors": safetensors_file({}, 0, length=10)}, "auto", False),
+    "header_over_the_limit": ({"model.safetensors": safetensors_file({}, 0, length=100_000_001)}, "auto", False),
+    "header_not_an_object": ({"model.safetensors": safetensors_file([], 0)}, "auto", False),
+    "header_not_utf8": ({"model.safetensors": b"\x03" + b"\x00" * 7 + b'"\xff"'}, "auto", False),
+    "tensor_data_cut_short": ({"model.safetensors": safetensors_file(ONE_TENSOR, 4)}, "auto", False),
+    "bytes_past_the_tensors": ({"model.safetensors": safetensors_file(ONE_TENSOR, 9)}, "auto", False),
+    "safetensors_format_torch_pt": ({"model.pt": PT}, "safetensors", False),
+    "npcache_lfs_pointer": ({"pytorch_model.bin": LFS_POINTER}, "npcache", False),
+    "npcache_lfs_pointer_dumped": ({"pytorch_model.bin": LFS_POINTER, "np/weight_names.json": "[]"}, "npcache", True),
 }
 
 
-def write_layout(directory: Path, files: dict[str, str | None]) -> Path:
+def write_layout(directory: Path, files: dict[str, str | bytes | None]) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
-    for name, text in files.items():
+    for name, content in files.items():
         path = directory / name
         path.parent.mkdir(parents=True, exist_ok=True)
-        if text is None:
+        if content is None:
             path.symlink_to(directory / "gone" / name)
         else:
-            path.write_text(text)
+            path.write_bytes(content.encode() if isinstance(content, str) else content)
     return directory
 
 
@@ -413,3 +464,25 @@ def tls_files(directory: Path) -> Path:
     (directory / "junk.pem").write_text("not PEM\n")
     (directory / "both.pem").write_bytes((directory / "cert.pem").read_bytes() + (directory / "key.pem").read_bytes())
     return directory
+
+
+# names and whether huggingface_hub's validate_repo_id takes them (test_launch_hub_ids.py, and against the
+# real one in vllm_import/test_hub_cache_real.py)
+REPO_IDS = [
+    ("a" * 96, True),
+    ("a" * 97, False),
+    ("org/" + "a" * 96, True),
+    ("org/" + "a" * 97, False),
+    ("o" * 200 + "/a", True),  # the namespace has no length limit
+    ("_adapter", True),
+    ("adapter_", True),
+    ("-adapter", False),
+    ("adapter.", False),
+    ("a--b", False),
+    ("a..b", False),
+    ("adapter.git", False),
+    ("a/b/c", False),
+    ("a b", False),
+    ("émoji-free", True),  # \w is Unicode's
+    ("org/Model-1.5_x", True),
+]

@@ -15,10 +15,15 @@ from pathlib import Path
 
 import pytest
 from launch_fixtures import (
+    EMPTY_SAFETENSORS,
+    LFS_POINTER,
+    ONE_TENSOR,
     applied,
     patchkit_run,
     plain_launch,  # noqa: F401  (the fixture `launch`)
+    safetensors_file,
     tls_files,
+    torch_file,
 )
 
 from patchkit.launch.command import parse
@@ -117,9 +122,6 @@ def test_a_ca_file_alone_is_never_read_and_a_fifo_never_given_to_openssl(tmp_pat
 # --- --lora-modules: what init_static_loras refuses --------------------------------------------------
 
 
-EMPTY_SAFETENSORS = b"\x02" + b"\x00" * 7 + b"{}"  # a safetensors file holding no tensor
-
-
 def adapter(directory: Path, **config: object) -> str:
     directory.mkdir(parents=True)
     (directory / "adapter_config.json").write_text(json.dumps({**ADAPTER, **config}))
@@ -136,7 +138,7 @@ def test_an_adapter_without_the_weights_vllm_loads_is_refused(tmp_path):
         "adapter_model.bin, adapter_model.pt): vLLM refuses the launch once the model has loaded"
     ], said
     for name in ("adapter_model.bin", "adapter_model.pt"):
-        Path(good, name).write_bytes(b"")
+        Path(good, name).write_bytes(torch_file())
         assert judged(tmp_path, "--enable-lora", "--lora-modules", f"a={good}") == []
         Path(good, name).unlink()
     Path(good, "adapter_model.safetensors").mkdir()  # a directory of that name is no file to vLLM
@@ -311,3 +313,22 @@ def test_a_classification_adapters_saved_modules_are_refused_only_where_the_rele
     assert said("0.16.0", score) != [] and said("0.16.0", head) != []  # 0.16.0: none at all
     assert said("0.33.0", score) == []  # 0.32.0 on: a classifier's "classifier" and "score"
     assert len(said("0.33.0", head)) == 1 and 'modules_to_save ["lm_head"]' in said("0.33.0", head)[0]
+
+
+def test_an_adapter_whose_first_weight_file_its_reader_refuses_is_refused(tmp_path):
+    """review35 N6's class: from_local_checkpoint opens the first of its weight files there is; a Git
+    LFS pointer or a cut-short file fails there, once the model has loaded."""
+    good = adapter(tmp_path / "good")
+    Path(good, "adapter_model.safetensors").write_text(LFS_POINTER)
+    assert judged(tmp_path, "--enable-lora", "--lora-modules", f"a={good}") == [
+        f"--lora-modules {good}: adapter_model.safetensors is a Git LFS pointer (cloned without git-lfs?): "
+        "vLLM refuses the launch once the model has loaded"
+    ]
+    Path(good, "adapter_model.safetensors").write_bytes(safetensors_file(ONE_TENSOR, 5))
+    [said] = judged(tmp_path, "--enable-lora", "--lora-modules", f"a={good}")
+    assert "adapter_model.safetensors is cut short (its header declares 8 bytes of tensors, the file holds 5)" in said
+    Path(good, "adapter_model.safetensors").unlink()
+    Path(good, "adapter_model.bin").write_bytes(b"")
+    Path(good, "adapter_model.pt").write_bytes(torch_file())  # never opened: the .bin comes first
+    [said] = judged(tmp_path, "--enable-lora", "--lora-modules", f"a={good}")
+    assert f"--lora-modules {good}: adapter_model.bin is empty: " in said

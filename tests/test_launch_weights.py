@@ -14,11 +14,16 @@ from helpers import run_cli_read_only
 from launch_fixtures import (
     DEEPSEEK_V3,
     DRAFTER,
+    EMPTY_SAFETENSORS,
     INDEX,
     LAYOUTS,
+    LFS_POINTER,
+    ONE_TENSOR,
     WEIGHTS,
     index_of,
+    safetensors_file,
     serve,
+    torch_file,
     write_eagle3_setup,
     write_layout,
     write_model,
@@ -62,7 +67,7 @@ def test_a_drafter_directory_without_weights_fails_models_with_the_fix(tmp_path)
     assert finding["message"].startswith(f"drafter '{drafter}': no weight file vLLM loads"), finding
     assert "the launch fails once the target has loaded" in finding["message"], finding
     assert finding["fix"] == f"put the drafter's weights into {drafter} (or give the directory that holds them)"
-    (drafter / "model.safetensors").write_bytes(b"")
+    (drafter / "model.safetensors").write_bytes(EMPTY_SAFETENSORS)
     assert models_findings(preflight(tree, library, *serve(target, drafter))) == []
 
 
@@ -76,7 +81,7 @@ def test_a_target_missing_a_shard_its_index_names_fails_and_a_dummy_load_is_not_
         f"model '{target}': {INDEX} names model-2.safetensors, not there: the load fails at its start"
     ), finding
     assert models_findings(preflight(tree, library, *serve(target, drafter, "--load-format", "dummy"))) == []
-    (target / "model-2.safetensors").write_bytes(b"")
+    (target / "model-2.safetensors").write_bytes(EMPTY_SAFETENSORS)
     assert models_findings(preflight(tree, library, *serve(target, drafter))) == []
 
 
@@ -101,7 +106,7 @@ def test_an_offline_hub_drafter_is_judged_on_its_cached_snapshot_and_an_online_o
     assert "`hf download lab/drafter`" in finding["fix"], finding
     online = {**env, "HF_HUB_OFFLINE": "0"}
     assert models_findings(preflight(tree, library, *serve(target, "lab/drafter"), env=online)) == []
-    (snapshot / "model.safetensors").write_bytes(b"")
+    (snapshot / "model.safetensors").write_bytes(EMPTY_SAFETENSORS)
     assert models_findings(preflight(tree, library, *serve(target, "lab/drafter"), env=env)) == []
 
 
@@ -109,7 +114,7 @@ def test_an_offline_hub_target_is_judged_on_the_snapshot_vllm_takes(tmp_path):
     tree, library = write_eagle3_setup(tmp_path)
     drafter = write_model(tmp_path / "dr", DRAFTER)
     hub = tmp_path / "hub"
-    snapshot = cached(hub, "lab/ds", {"config.json": json.dumps(DEEPSEEK_V3), "training_args.bin": ""})
+    snapshot = cached(hub, "lab/ds", {"config.json": json.dumps(DEEPSEEK_V3), "training_args.bin": torch_file()})
     env = {"HF_HUB_CACHE": str(hub), "HF_HUB_OFFLINE": "1"}
     [finding] = models_findings(preflight(tree, library, *serve("lab/ds", drafter), env=env))
     message = finding["message"]
@@ -118,3 +123,68 @@ def test_an_offline_hub_target_is_judged_on_the_snapshot_vllm_takes(tmp_path):
     assert "`hf download lab/ds`" in finding["fix"], finding
     os.symlink(snapshot / "training_args.bin", snapshot / "pytorch_model.bin")
     assert models_findings(preflight(tree, library, *serve("lab/ds", drafter), env=env)) == []
+
+
+def test_a_drafter_cloned_without_git_lfs_fails_models_with_git_lfs_pull(tmp_path):
+    """review35 N6: every weight file a Git LFS pointer's text (vLLM's safetensors reader: "header too
+    large", once the target has loaded); then a directory named like a weight file, then the file whole."""
+    tree, library = write_eagle3_setup(tmp_path)
+    target = write_model(tmp_path / "ds", DEEPSEEK_V3)
+    drafter = write_model(tmp_path / "dr", DRAFTER)
+    (drafter / WEIGHTS).write_text(LFS_POINTER)
+    done = preflight(tree, library, *serve(target, drafter))
+    [finding] = models_findings(done)
+    assert done.returncode == 1, done.stdout
+    assert finding["message"] == (
+        f"drafter '{drafter}': model.safetensors is a Git LFS pointer (cloned without git-lfs?): "
+        "the launch fails once the target has loaded"
+    ), finding
+    assert finding["fix"].startswith(f"run `git lfs pull` in {drafter}"), finding
+    (drafter / WEIGHTS).unlink()
+    (drafter / WEIGHTS).mkdir()
+    [finding] = models_findings(preflight(tree, library, *serve(target, drafter)))
+    assert "model.safetensors is a directory, not a file" in finding["message"], finding
+    assert (
+        finding["fix"]
+        == f"put the drafter's weights into {drafter} again, whole (or give the directory that holds them)"
+    )
+    (drafter / WEIGHTS).rmdir()
+    (drafter / WEIGHTS).write_bytes(safetensors_file(ONE_TENSOR, 8))
+    assert models_findings(preflight(tree, library, *serve(target, drafter))) == []
+
+
+def test_a_cut_short_shard_of_an_offline_snapshot_is_named_with_a_forced_download(tmp_path):
+    """Every shard the index names is read to its header: one cut short (a partial download) fails."""
+    tree, library = write_eagle3_setup(tmp_path)
+    drafter = write_model(tmp_path / "dr", DRAFTER)
+    shards = {name: safetensors_file(ONE_TENSOR, 8) for name in ("a.safetensors", "b.safetensors", "c.safetensors")}
+    files = {"config.json": json.dumps(DEEPSEEK_V3), INDEX: index_of(*shards), **shards}
+    snapshot = cached(tmp_path / "hub", "lab/ds", files)
+    (snapshot / "b.safetensors").write_bytes(safetensors_file(ONE_TENSOR, 3))
+    (snapshot / "c.safetensors").write_bytes(b"")
+    env = {"HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HUB_OFFLINE": "1"}
+    [finding] = models_findings(preflight(tree, library, *serve("lab/ds", drafter), env=env))
+    assert finding["message"].endswith(
+        "b.safetensors is cut short (its header declares 8 bytes of tensors, the file holds 3)"
+        " (and 1 more weight files): the load fails at its start"
+    ), finding
+    assert "`hf download lab/ds --force-download`" in finding["fix"], finding
+
+
+@pytest.mark.parametrize("load_format", ["auto", "safetensors", "fastsafetensors", "hf"])
+def test_safetensors_header_rules_hold_for_every_safetensors_load_format(tmp_path, load_format):
+    directory = write_layout(tmp_path / "m", {"model.safetensors": safetensors_file({}, 0, length=100_000_001)})
+    assert "over safetensors' 100000000" in str(weights_problem(str(directory), load_format))
+    (directory / "model.safetensors").write_bytes(safetensors_file(ONE_TENSOR, 4))
+    assert "is cut short" in str(weights_problem(str(directory), load_format))
+    (directory / "model.safetensors").write_bytes(safetensors_file(ONE_TENSOR, 9))  # fastsafetensors takes padding
+    assert (weights_problem(str(directory), load_format) is None) is (load_format == "fastsafetensors")
+
+
+def test_a_fifo_or_a_device_as_a_weight_file_is_refused_without_waiting(tmp_path):
+    directory = write_layout(tmp_path / "m", {})
+    os.mkfifo(directory / "model.safetensors")
+    assert weights_problem(str(directory), "auto") == "model.safetensors is not a regular file (a fifo or a device)"
+    (directory / "model.safetensors").unlink()
+    (directory / "pytorch_model.bin").symlink_to("/dev/zero")
+    assert weights_problem(str(directory), "auto") == "pytorch_model.bin is not a regular file (a fifo or a device)"

@@ -28,6 +28,7 @@ from launch_fixtures import (
     DEEPSEEK,
     DEEPSEEK_V3,
     DRAFTER,
+    EMPTY_SAFETENSORS,
     KIMI_DRAFTER,
     KIMI_K25,
     apply_fix,
@@ -1186,13 +1187,25 @@ def test_a_speculative_config_vllm_accepts_has_no_speculative_config_fault(setup
 @pytest.mark.parametrize(
     ("files", "arguments", "judged"),
     [
-        ({"params.json": "{}", "consolidated.safetensors": ""}, [], False),  # auto: vLLM reads params.json
-        ({"params.json": "{}", "weights/consolidated-00001.safetensors": ""}, [], False),  # found at any depth
+        (
+            {"params.json": "{}", "consolidated.safetensors": EMPTY_SAFETENSORS.decode()},
+            [],
+            False,
+        ),  # auto: vLLM reads params.json
+        (
+            {"params.json": "{}", "weights/consolidated-00001.safetensors": EMPTY_SAFETENSORS.decode()},
+            [],
+            False,
+        ),  # found at any depth
         ({}, ["--config-format", "mistral"], False),
         ({}, ["--config-format", "my_plugin_format"], False),
-        ({"params.json": "{}", "consolidated.safetensors": ""}, ["--config-format", "hf"], True),
+        (
+            {"params.json": "{}", "consolidated.safetensors": EMPTY_SAFETENSORS.decode()},
+            ["--config-format", "hf"],
+            True,
+        ),
         ({"params.json": "{}"}, [], True),  # no consolidated weights: vLLM's auto reads config.json
-        ({"consolidated.safetensors": ""}, [], True),
+        ({"consolidated.safetensors": EMPTY_SAFETENSORS.decode()}, [], True),
     ],
 )
 @pytest.mark.parametrize("where", ["local", "hub"])

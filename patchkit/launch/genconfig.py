@@ -14,14 +14,13 @@ from patchkit.base.errors import PatchkitError
 from patchkit.base.fsutil import read_regular
 from patchkit.launch.command import LaunchCommand
 from patchkit.launch.findings import Finding
-from patchkit.launch.models import hf_hub_cache, offline, offline_model_path
+from patchkit.launch.models import hf_hub_cache, hub_repo_id, offline, offline_model_path
 
 AFTER_LOAD = "vLLM refuses the launch once the model has loaded"
 GENERATION = "generation_config.json"
 CONFIGS = ("config.json", "params.json")  # what get_config's `auto` format finds a model by
 _LIMIT = 16 << 20
-# a hub repo id (validate_repo_id's rule), and gguf_utils.is_remote_gguf's `repo:QUANT` form
-_HUB_ID = re.compile(r"(?!.*(?:--|\.\.))[A-Za-z0-9](?:[\w.-]*[A-Za-z0-9])?(?:/[A-Za-z0-9](?:[\w.-]*[A-Za-z0-9])?)?")
+# gguf_utils.is_remote_gguf's `repo:QUANT` form
 _REMOTE_GGUF = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9._-]*/[a-zA-Z0-9][a-zA-Z0-9._-]*:[A-Za-z0-9_+-]+")
 _FIX = "give a directory holding generation_config.json (or a model's config.json), or auto / vllm"
 
@@ -43,7 +42,7 @@ def _why_not_found(command: LaunchCommand, value: str) -> str | None:
         return _in_directory(local)
     if os.path.exists(local):  # a file: vLLM takes a GGUF file's own header instead
         return None if _gguf(local) else "a file, not a directory"
-    if os.path.isabs(value) or not _HUB_ID.fullmatch(value):
+    if os.path.isabs(value) or not hub_repo_id(value):
         return "no such directory" if os.path.isabs(value) else "no such directory, nor a hub repo id"
     if not offline(command.environ) or command.environ.get("VLLM_USE_MODELSCOPE", "").lower() == "true":
         return None  # a hub id vLLM downloads: not judged

@@ -18,8 +18,9 @@ from patchkit.base.fsutil import read_regular
 from patchkit.launch.command import LaunchCommand
 from patchkit.launch.findings import Finding
 from patchkit.launch.genconfig import generation_config_findings
-from patchkit.launch.models import hf_hub_cache, offline, offline_model_path
+from patchkit.launch.models import hf_hub_cache, hub_repo_id, offline, offline_model_path
 from patchkit.launch.tls import AFTER_LOAD, tls_findings
+from patchkit.launch.weights import LFS, file_problem
 
 SSL_FILES = ("ssl-certfile", "ssl-keyfile", "ssl-ca-certs")
 ADAPTER_CONFIG = "adapter_config.json"  # what vLLM's PEFTHelper.from_local_dir reads first
@@ -27,9 +28,12 @@ _LIMIT = 16 << 20  # an adapter's config: far smaller
 MAX_LORA_RANK = 16  # LoRAConfig.max_lora_rank's default (vLLM 0.11.0-0.16.0)
 
 
-def late_file_findings(command: LaunchCommand, check: str, encoding: Callable[[], str]) -> list[Finding]:
+def late_file_findings(
+    command: LaunchCommand, check: str, encoding: Callable[[], str], ranks: tuple[int, ...] | None = None
+) -> list[Finding]:
     """Failed `check` findings for each such file or option vLLM would refuse; `encoding`: the one
-    the launch's open() reads text in (asked only of a config that is not ASCII)."""
+    the launch's open() reads text in (asked only of a config that is not ASCII); `ranks`: the
+    --max-lora-rank values the installed release allows (lora_ranks; None: not known)."""
     found = []
     serves_tls = command.optional_text("ssl-certfile") is not None or command.optional_text("ssl-keyfile") is not None
     for option in SSL_FILES if serves_tls else ():  # plain HTTP: uvicorn never opens --ssl-ca-certs
@@ -39,7 +43,8 @@ def late_file_findings(command: LaunchCommand, check: str, encoding: Callable[[]
             found.append(Finding(check, False, f"--{option} {value}: {why}: {AFTER_LOAD}", _FIX))
     found += [] if found else tls_findings(command, check)
     found += generation_config_findings(command, check)
-    return found + [Finding(check, False, message, fix) for message, fix in _lora_problems(command, encoding)]
+    lora = _lora_problems(command, encoding, ranks)
+    return found + [Finding(check, False, message, fix) for message, fix in lora]
 
 
 _FIX = "give a readable file's path, as the launch's directory sees it"
@@ -56,11 +61,6 @@ def _unreadable(path: str) -> str | None:
     except ValueError:  # a NUL character (a --config YAML's escape): open() raises ValueError too
         return "not a path (it holds a NUL character)"
     return None
-
-
-# a name the hub could hold (`org/name`, `name`: huggingface_hub's repo id rule): vLLM downloads it; any other
-# relative path it cannot find fails the download, then the load
-_HUB_ID = re.compile(r"(?!.*(?:--|\.\.))[A-Za-z0-9](?:[\w.-]*[A-Za-z0-9])?(?:/[A-Za-z0-9](?:[\w.-]*[A-Za-z0-9])?)?")
 
 
 def _lora_entries(command: LaunchCommand) -> list[tuple[str, str, str]]:
@@ -92,7 +92,9 @@ def _json_object(text: str) -> dict[str, object]:
     return value if isinstance(value, dict) else {}
 
 
-def _lora_problems(command: LaunchCommand, encoding: Callable[[], str]) -> list[tuple[str, str]]:
+def _lora_problems(
+    command: LaunchCommand, encoding: Callable[[], str], ranks: tuple[int, ...] | None
+) -> list[tuple[str, str]]:
     """(message, fix) for what init_static_loras refuses of the adapters, in vLLM's order: LoRA not
     enabled (the worker's _ensure_lora_enabled), a name or path left empty, a name already loaded,
     then each adapter's own refusal (a local one, or a hub id's snapshot in an offline launch)."""
@@ -111,7 +113,7 @@ def _lora_problems(command: LaunchCommand, encoding: Callable[[], str]) -> list[
             message = f"{option} {name}={path}: the adapter name {name} is given twice, and vLLM refuses the second: {AFTER_LOAD}"
             found.append((message, "give each adapter a name of its own"))
         seen.add(name)
-        found += _lora_problem(option, path, command, encoding)
+        found += _lora_problem(option, path, command, encoding, ranks)
     return found
 
 
@@ -123,13 +125,15 @@ def _home_expanded(path: str, command: LaunchCommand) -> str:
     return os.path.expanduser(path)
 
 
-def _lora_problem(option: str, path: str, command: LaunchCommand, encoding: Callable[[], str]) -> list[tuple[str, str]]:
+def _lora_problem(
+    option: str, path: str, command: LaunchCommand, encoding: Callable[[], str], ranks: tuple[int, ...] | None
+) -> list[tuple[str, str]]:
     """What vLLM refuses of one adapter: a local one (an absolute or `~` path, or a relative one that
     exists: vLLM's get_adapter_absolute_path), or a hub id vLLM finds only in huggingface_hub's cache
     (an offline launch); a hub id online is vLLM's to download, not judged."""
     cwd = command.working_directory()
     local = _home_expanded(path, command) if path.startswith("~") else os.path.join(cwd, path)
-    if not (os.path.isabs(path) or path.startswith("~") or os.path.lexists(local)) and _HUB_ID.fullmatch(path):
+    if not (os.path.isabs(path) or path.startswith("~") or os.path.lexists(local)) and hub_repo_id(path):
         if not offline(command.environ) or command.environ.get("VLLM_USE_MODELSCOPE", "").lower() == "true":
             return []
         try:  # snapshot_download(repo_id) offline: the cache's snapshot of main, or the id kept as a path
@@ -145,7 +149,7 @@ def _lora_problem(option: str, path: str, command: LaunchCommand, encoding: Call
     rank = _max_lora_rank(command)
     refused = [
         (f"{option} {path}: its {ADAPTER_CONFIG}: {why}: {AFTER_LOAD}", fix)
-        for why, fix in _peft_refusals(config, rank, encoding, command.release)
+        for why, fix in _peft_refusals(config, (rank, ranks), encoding, command.release)
     ]
     return refused or _no_adapter_weights(option, path, local)
 
@@ -155,12 +159,19 @@ ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin", "adapter_mo
 
 
 def _no_adapter_weights(option: str, path: str, local: str) -> list[tuple[str, str]]:
-    """An adapter whose config vLLM accepts, but with none of the weight files it loads next."""
-    if any(os.path.isfile(os.path.join(local, name)) for name in ADAPTER_WEIGHTS):
-        return []
+    """An adapter whose config vLLM accepts, but with none of the weight files it loads next, or
+    with the first of them one its reader (safe_open, torch.load) refuses before any tensor."""
+    whole = "give the adapter's whole directory, as PEFT saved it (its weights beside adapter_config.json)"
+    for name in ADAPTER_WEIGHTS:
+        weights = os.path.join(local, name)
+        if os.path.isfile(weights):
+            why = file_problem(weights, name.endswith(".safetensors"))
+            if why is None:
+                return []
+            fix = f"run `git lfs pull` in {path}" if LFS in why else whole
+            return [(f"{option} {path}: {why}: {AFTER_LOAD}", fix)]
     said = ", ".join(ADAPTER_WEIGHTS)
-    why = f"{option} {path}: no adapter weights there (vLLM loads {said}): {AFTER_LOAD}"
-    return [(why, "give the adapter's whole directory, as PEFT saved it (its weights beside adapter_config.json)")]
+    return [(f"{option} {path}: no adapter weights there (vLLM loads {said}): {AFTER_LOAD}", whole)]
 
 
 def _max_lora_rank(command: LaunchCommand) -> int:
@@ -171,10 +182,14 @@ def _max_lora_rank(command: LaunchCommand) -> int:
         return MAX_LORA_RANK
 
 
-def _peft_refusals(path: str, rank: int, encoding: Callable[[], str], release: str | None) -> list[tuple[str, str]]:
+def _peft_refusals(
+    path: str, limit: tuple[int, tuple[int, ...] | None], encoding: Callable[[], str], release: str | None
+) -> list[tuple[str, str]]:
     """(why, fix) for what vLLM's PEFTHelper refuses of an adapter_config.json (from_local_dir's
     json.load, from_dict, __post_init__'s scaling, validate_legal): the rules 0.15.0-0.33.0 share
-    (a later release refuses more: lora_bias, init_lora_weights, ...; not judged)."""
+    (a later release refuses more: lora_bias, init_lora_weights, ...; not judged). `limit`: the
+    launch's max_lora_rank and the values the release allows for it (None: not known)."""
+    rank, ranks = limit
     own = "give the adapter's own adapter_config.json, as PEFT saved it"
     try:
         raw = read_regular(path, _LIMIT, follow_symlinks=True)
@@ -201,12 +216,36 @@ def _peft_refusals(path: str, rank: int, encoding: Callable[[], str], release: s
     if config.get("use_dora"):
         found.append(("vLLM does not yet support DoRA", "give a LoRA adapter (use_dora false)"))
     if r > rank:
-        found.append((f"LoRA rank {r} is greater than max_lora_rank {rank}", f"give --max-lora-rank {r} or more"))
+        found.append((f"LoRA rank {r} is greater than max_lora_rank {rank}", _rank_fix(r, ranks)))
     if config.get("bias", "none") != "none":
         found.append(
             (f"Adapter bias is not supported (bias {config['bias']!r})", 'give an adapter trained with bias "none"')
         )
     return found
+
+
+def lora_ranks(source: bytes | None) -> tuple[int, ...] | None:
+    """The --max-lora-rank values a release's vllm/config/lora.py allows: its MaxLoRARanks Literal
+    (0.12.0 on: the parser refuses any other) or its possible_max_ranks tuple (0.11.0: LoRAConfig
+    refuses any other at start); None when neither is found."""
+    text = (source or b"").decode("utf-8", "replace")
+    found = re.search(r"^MaxLoRARanks = Literal\[([^\]\n]*)\]", text, re.M) or re.search(
+        r"^\s*possible_max_ranks = \(([^)\n]*)\)", text, re.M
+    )
+    values = [v.strip() for v in found[1].split(",") if v.strip()] if found else []
+    return tuple(sorted(int(v) for v in values)) if values and all(v.isdigit() for v in values) else None
+
+
+def _rank_fix(r: float, ranks: tuple[int, ...] | None) -> str:
+    """The --max-lora-rank that serves an adapter of rank `r`: the smallest the release allows."""
+    if r == float("inf"):  # JSON's 1e400: no rank serves it
+        return "give the adapter's own adapter_config.json, as PEFT saved it (its r a whole number)"
+    if ranks is None:  # the release's values are unknown: its parser lists them when it refuses one
+        return f"give a --max-lora-rank of at least {r} that this vLLM allows (refusing another, it lists them)"
+    fits = [value for value in ranks if value >= r]
+    if fits:
+        return f"give --max-lora-rank {fits[0]} (the smallest this vLLM allows at or above {r})"
+    return f"give an adapter of rank {ranks[-1]} or less: this vLLM allows no --max-lora-rank above {ranks[-1]}"
 
 
 def _unsupported_saved(saved: object, release: str | None) -> str | None:

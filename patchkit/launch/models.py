@@ -359,6 +359,12 @@ def _whole_download(name: str, revision: str) -> str:
     return f"hf download {name}{f' --revision {revision}' if revision != 'main' else ''}"
 
 
+def hub_repo_id(name: str) -> bool:
+    """Whether huggingface_hub's validate_repo_id takes `name`: vLLM then asks the hub (or, offline,
+    its cache) for it; any other name a download refuses, and vLLM reads it as a path."""
+    return _offline_refusal(name) is None
+
+
 def _offline_refusal(name: str) -> str | None:
     """Why huggingface_hub's validate_repo_id refuses `name`; None when it takes it."""
     if name.count("/") > 1 or not _REPO_ID.match(name):

@@ -58,7 +58,7 @@ from patchkit.launch.command import ALIASES, LaunchCommand
 from patchkit.launch.engine import LaunchContext, Reader, apply_fix, launch_python_version, set_checks, tree_reader
 from patchkit.launch.findings import Finding, cannot_judge
 from patchkit.launch.interpreter import RefusedByPython, exec_search
-from patchkit.launch.late_files import late_file_findings
+from patchkit.launch.late_files import late_file_findings, lora_ranks
 from patchkit.launch.middleware import middleware_findings
 from patchkit.launch.models import ModelConfig, offline, offline_model_path, redirected, resolve_model, with_overrides
 from patchkit.launch.relevance import EVERY, LaunchNeeds, launch_needs
@@ -73,13 +73,23 @@ from patchkit.series.library import PatchSetDef
 from patchkit.series.patchfile import touched_paths
 from patchkit.store.state import State, read_state
 from patchkit.tree.modules import hanging_fix, hanging_modules, hanging_said
-from patchkit.tree.target import Launch, Target, ask_python, from_interpreter, launch_prefix, names_of
+from patchkit.tree.target import (
+    Launch,
+    Target,
+    ask_python,
+    flag_letters,
+    from_interpreter,
+    launch_prefix,
+    names_of,
+    startup_code,
+)
 
 TREE = "tree-state"
 MODELS = "models"
 LAUNCH_TARGET = "launch-target"
 COMMAND = "command"
 ARG_UTILS = "vllm/engine/arg_utils.py"
+LORA_CONFIG = "vllm/config/lora.py"  # its MaxLoRARanks: the --max-lora-rank values the release allows
 TEMPLATE_LIMIT = 16 << 20  # the bytes of a --chat-template judged; a larger one's tail is not
 CHAT_TEMPLATES = "vllm/transformers_utils/chat_templates"  # vLLM's built-in --chat-template files
 
@@ -175,7 +185,8 @@ def launch_target_finding(resolved: Resolved, command: LaunchCommand) -> Finding
         )
         runs = found.root
     except TargetError as exc:  # the hint of a --python given is not this one's: the launch's program is
-        fix = (
+        slow = _slow_start_fix(resolved, command, python, options) if getattr(exc, "timed_out", False) else None
+        fix = slow or (
             f"launch with the interpreter of the venv whose vLLM this is (`-- /path/to/venv/bin/{os.path.basename(command.program)} ...`),"
             " or activate that venv"
         )
@@ -196,6 +207,21 @@ def launch_target_finding(resolved: Resolved, command: LaunchCommand) -> Finding
     else:
         fix = f"check the tree the command runs (--python {shlex.quote(str(python))}), or launch the checked tree's own vllm"
     return Finding(LAUNCH_TARGET, False, message, fix)
+
+
+def _slow_start_fix(resolved: Resolved, command: LaunchCommand, python: str, options: list[str]) -> str | None:
+    """The fix when the launch's Python did not answer in time: the start-up code the launch's
+    environment adds (a sitecustomize on its PYTHONPATH, a user site's .pth), which runs before
+    anything is asked; None when it adds none (the interpreter itself is slow, or not Python)."""
+    added = startup_code(
+        resolved.target.root, python, command.environ, command.working_directory(), flag_letters(options)
+    )
+    if not added:
+        return None
+    return (
+        f"the launch's environment adds start-up code ({', '.join(added[:3])}) that runs in every process "
+        "of its Python before anything else: make it finish promptly, or launch without it"
+    )
 
 
 def _not_on_its_path(command: LaunchCommand) -> Finding | None:
@@ -731,7 +757,9 @@ def _architectures_finding(model: ModelConfig | None) -> Finding | None:
 
 def _after_load_findings(command: LaunchCommand, root: Path) -> list[Finding]:
     """Failed `command` findings for the files vLLM opens only once the model has loaded."""
-    late = late_file_findings(command, COMMAND, lambda: launch_text_encoding(command))
+    adapters = command.options.get("lora-modules") or command.options.get("default-mm-loras")
+    ranks = lora_ranks(tree_reader(root)(LORA_CONFIG)) if adapters else None
+    late = late_file_findings(command, COMMAND, lambda: launch_text_encoding(command), ranks)
     return _chat_template_findings(command, root) + late
 
 

@@ -2,8 +2,10 @@
 in an offline launch, a hub id's cached snapshot), found as vLLM 0.16.0's _prepare_weights finds them:
 the patterns its load format globs in turn, the safetensors index that filters them, the files it
 leaves out. A directory with none fails the launch only once the load begins (a drafter: after the
-target's whole load), so preflight judges it first; no weight file is opened, only the index.
-Online, a hub id's weights are vLLM's to download: not judged."""
+target's whole load), so preflight judges it first. Of each weight file only the head is read: a
+safetensors file's length prefix and JSON header, as safetensors' reader checks them before any tensor
+(a Git LFS pointer, a cut-short download), a torch file's first bytes. Online, a hub id's weights are
+vLLM's to download: not judged."""
 
 from __future__ import annotations
 
@@ -11,9 +13,11 @@ import fnmatch
 import glob
 import json
 import os
+import stat
 from pathlib import Path
 
 from patchkit.base.errors import BadInput, TargetError
+from patchkit.base.fsutil import read_regular
 from patchkit.launch.command import LaunchCommand
 from patchkit.launch.models import (
     WALK_LIMIT,
@@ -41,8 +45,13 @@ PATTERNS = {
 _SAFETENSORS = ("safetensors", "fastsafetensors", "mistral")  # filtered by the index whatever matched
 _INDEX = "model.safetensors.index.json"
 _MISTRAL_INDEX = "consolidated.safetensors.index.json"
+_NP_NAMES = os.path.join("np", "weight_names.json")  # np_cache_weights_iterator's dump, once made
 _NOT_WEIGHTS = ("training_args.bin", "optimizer.bin", "optimizer.pt", "scheduler.pt", "scaler.pt")
 INDEX_LIMIT = 64 << 20  # a shard index: a weight name per tensor, a few MB for the largest models
+MAX_HEADER = 100_000_000  # the longest header safetensors' reader takes (MAX_HEADER_SIZE, "header too large")
+HEADER_READ = 16 << 20  # patchkit's bound on a header it parses: a longer one has only its length judged
+LFS = "a Git LFS pointer (cloned without git-lfs?)"
+_LFS_HEAD = b"version https://git-lfs"
 
 
 def weights_problem(directory: str, load_format: str, *, local: bool = True) -> str | None:
@@ -81,7 +90,80 @@ def weights_problem(directory: str, load_format: str, *, local: bool = True) -> 
     dangling = [path for path in found if not os.path.exists(path)]
     if dangling:
         return f"{os.path.basename(dangling[0])} is a link to nothing (its file is gone)"
-    return None if found else f"no weight file vLLM loads ({', '.join(patterns)})"
+    if not found:
+        return f"no weight file vLLM loads ({', '.join(patterns)})"
+    if load_format == "npcache" and os.path.exists(os.path.join(directory, _NP_NAMES)):
+        return None  # its iterator reads the numpy dump, never the .bin files again
+    padded = load_format == "fastsafetensors"  # its own reader takes bytes past the tensors (alignment)
+    bad = [why for path in sorted(found) if (why := file_problem(path, use_safetensors, padded=padded))]
+    return None if not bad else Damaged(bad[0] + (f" (and {len(bad) - 1} more weight files)" if len(bad) > 1 else ""))
+
+
+class Damaged(str):
+    """A weights problem that is a weight file there vLLM's reader refuses (its fix fetches it again)."""
+
+
+def file_problem(path: str, safetensors: bool, *, padded: bool = False) -> str | None:
+    """Why vLLM's reader of `path` refuses it before reading any tensor: safetensors' (`safetensors`:
+    its length prefix, JSON header and the data length the header declares, which the file holds
+    exactly or, `padded` (fastsafetensors), at least) or torch.load's (only what is certain: a
+    regular file, not empty, not a Git LFS pointer's text); None when not."""
+    name = os.path.basename(path)
+    try:
+        info = os.stat(path)
+        if stat.S_ISDIR(info.st_mode):
+            return f"{name} is a directory, not a file"
+        if not stat.S_ISREG(info.st_mode):  # never opened: a fifo's reader would wait
+            return f"{name} is not a regular file (a fifo or a device)"
+        head = read_regular(path, len(_LFS_HEAD), follow_symlinks=True, head=True)  # never waits on a fifo
+        if head.startswith(_LFS_HEAD):
+            return f"{name} is {LFS}"
+        if not head:
+            return f"{name} is empty"
+        if not safetensors:
+            return None
+        if len(head) < 8:
+            return f"{name} holds {len(head)} bytes, too few for a safetensors file's header"
+        return _safetensors_problem(path, name, int.from_bytes(head[:8], "little"), info.st_size, padded)
+    except OSError as exc:  # a fifo, a device, no permission: vLLM's open fails too
+        return f"cannot read {name} ({exc.strerror or exc})"
+    except ValueError:  # a name no file can have: vLLM's glob never gives one
+        return None
+
+
+def _safetensors_problem(path: str, name: str, length: int, size: int, padded: bool) -> str | None:
+    """safetensors' read_metadata on `path` (`length`: the header length its first 8 bytes say)."""
+    if length > MAX_HEADER:
+        return f"{name} is no safetensors file (its header length {length} is over safetensors' {MAX_HEADER})"
+    if 8 + length > size:
+        return f"{name} is cut short (its header needs {8 + length} bytes, the file holds {size})"
+    if length > HEADER_READ:
+        return None
+    raw = read_regular(path, 8 + length, follow_symlinks=True, head=True)[8:]
+    try:
+        header = json.loads(raw.decode("utf-8"))
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        header = None
+    if not isinstance(header, dict):
+        return f"{name} is no safetensors file (its header is no JSON object in UTF-8)"
+    ends = [_end(info) for key, info in header.items() if key != "__metadata__"]
+    if None in ends:  # a header safetensors refuses anyway: judged no further
+        return None
+    data = size - 8 - length
+    declared = max((end for end in ends if end is not None), default=0)
+    if declared > data:
+        return f"{name} is cut short (its header declares {declared} bytes of tensors, the file holds {data})"
+    if declared < data and not padded:
+        return f"{name} holds {data - declared} bytes more than its header declares (safetensors refuses it)"
+    return None
+
+
+def _end(info: object) -> int | None:
+    """Where a tensor's data ends, as its header entry says (None: no such entry)."""
+    offsets = info.get("data_offsets") if isinstance(info, dict) else None
+    if isinstance(offsets, list) and len(offsets) == 2 and all(type(o) is int and o >= 0 for o in offsets):
+        return int(offsets[1])
+    return None
 
 
 def _consolidated(directory: str) -> bool | None:
@@ -134,10 +216,15 @@ def _problem(
     why = weights_problem(os.path.join(command.working_directory(), directory), load_format, local=local)
     if why is None:
         return []
-    if directory == name:
-        fix = f"put the {role}'s weights into {name} (or give the directory that holds them)"
+    damaged = isinstance(why, Damaged)
+    if directory == name and LFS in why:
+        fix = f"run `git lfs pull` in {name} (it fetches the weights the pointers name)"
+    elif directory == name:
+        again = "again, whole " if damaged else ""
+        fix = f"put the {role}'s weights into {name} {again}(or give the directory that holds them)"
     else:
-        fix = f"fetch it whole: {fetched_by(f'hf download {name}', 'weights too, as an offline launch needs')}"
+        download = f"hf download {name}" + (" --force-download" if damaged else "")
+        fix = f"fetch it whole: {fetched_by(download, 'weights too, as an offline launch needs')}"
     place = "" if directory == name else f" (its cached snapshot {directory})"
     return [(f"{role} '{name}'{place}: {why}: {when}", fix)]
 

@@ -13,11 +13,11 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from launch_fixtures import tls_files
+from launch_fixtures import EMPTY_SAFETENSORS, LFS_POINTER, ONE_TENSOR, safetensors_file, tls_files, torch_file
 from vllm_overlay import ask_vllm
 
 from patchkit.launch.command import parse
-from patchkit.launch.late_files import late_file_findings
+from patchkit.launch.late_files import late_file_findings, lora_ranks
 
 VLLM_PYTHON = os.environ.get("VLLM_PYTHON")
 
@@ -117,12 +117,24 @@ def adapters(root: Path) -> dict[str, str]:
         "list": "[1, 2]",
         "broken": "{not json",
         "noweights": json.dumps(base),
+        "lfs": json.dumps(base),
+        "cut": json.dumps(base),
+        "lfsbin": json.dumps(base),
+        "goodbin": json.dumps(base),
+    }
+    weights = {  # the first weight file from_local_checkpoint opens (review35 N6's class)
+        "noweights": None,
+        "lfs": ("adapter_model.safetensors", LFS_POINTER.encode()),
+        "cut": ("adapter_model.safetensors", safetensors_file(ONE_TENSOR, 5)),
+        "lfsbin": ("adapter_model.bin", LFS_POINTER.encode()),
+        "goodbin": ("adapter_model.bin", torch_file()),
     }
     for name, text in configs.items():
         (root / name).mkdir(parents=True)
         (root / name / "adapter_config.json").write_text(text)
-        if name != "noweights":  # a safetensors file holding no tensor
-            (root / name / "adapter_model.safetensors").write_bytes(b"\x02" + b"\x00" * 7 + b"{}")
+        weight = weights.get(name, ("adapter_model.safetensors", EMPTY_SAFETENSORS))  # holding no tensor
+        if weight is not None:
+            (root / name / weight[0]).write_bytes(weight[1])
     return {name: str(root / name) for name in configs}
 
 
@@ -142,7 +154,7 @@ def lora_cases(a: dict[str, str]) -> list[dict[str, object]]:
         {"modules": [["audio", a["good"]]], "mm": {"audio": a["good"]}, "enable": True, "rank": 16},
         {"modules": [["a", a["good"]]], "mm": {"audio": a["good"]}, "enable": True, "rank": 16},
     ]
-    others = ("bias", "dora", "saved", "zero", "bare", "list", "broken", "noweights")
+    others = ("bias", "dora", "saved", "zero", "bare", "list", "broken", "noweights", "lfs", "cut", "lfsbin", "goodbin")
     return cases + [{"modules": [["a", a[name]]], "enable": True, "rank": 16} for name in others]
 
 
@@ -256,3 +268,18 @@ def test_a_generation_config_is_refused_exactly_where_vllm_finds_none(tmp_path, 
         disagreements += [(value, said)] if refused != bool(said) else []
     assert disagreements == []
     assert sum(bool(s) for s in vllm_said) >= 6, vllm_said
+
+
+RANKS = """
+import json, typing
+import vllm.config.lora as lora
+print(json.dumps({"file": lora.__file__, "allowed": sorted(typing.get_args(lora.MaxLoRARanks))}))
+"""
+
+
+def test_the_lora_ranks_read_from_the_tree_are_the_ones_vllm_allows():
+    """review35 N9: the rank fix's --max-lora-rank comes from config/lora.py read statically; the
+    real release's MaxLoRARanks (what its parser's choices are built from) agrees."""
+    said = ask_vllm(RANKS)
+    assert isinstance(said, dict)
+    assert lora_ranks(Path(said["file"]).read_bytes()) == tuple(said["allowed"])

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from launch_fixtures import EMPTY_SAFETENSORS
 from vllm_overlay import overlay_venv
 
 VLLM_PYTHON = os.environ.get("VLLM_PYTHON")
@@ -85,7 +86,7 @@ def test_vllms_own_validation_fails_on_stock_and_passes_after_apply(tmp_path: Pa
     for name, config in (("target", TARGET), ("drafter", DRAFTER)):
         (tmp_path / name).mkdir()
         (tmp_path / name / "config.json").write_text(json.dumps(config))
-        (tmp_path / name / "model.safetensors").write_bytes(b"")  # a weight file for vLLM's loader to find
+        (tmp_path / name / "model.safetensors").write_bytes(EMPTY_SAFETENSORS)  # a weight file for vLLM's loader
     serve = ["vllm", "serve", str(tmp_path / "target"), "--skip-tokenizer-init"]
     spec = json.dumps({"method": "eagle3", "model": str(tmp_path / "drafter"), "num_speculative_tokens": 2})
     # key by key on stock: vLLM's own parser must build the object (its engine parser alone ignores it)
@@ -126,7 +127,7 @@ def test_a_reasoning_parser_in_structured_outputs_config_is_judged_by_the_names_
     ).stdout.split()  # fmt: skip
     (tmp_path / "target").mkdir()
     (tmp_path / "target" / "config.json").write_text(json.dumps(TARGET))
-    (tmp_path / "target" / "model.safetensors").write_bytes(b"")  # a weight file for vLLM's loader to find
+    (tmp_path / "target" / "model.safetensors").write_bytes(EMPTY_SAFETENSORS)  # a weight file for vLLM's loader
     serve = ["vllm", "serve", str(tmp_path / "target"), "--skip-tokenizer-init"]
     for name, ok in (("deepseek_r2", False), (listed[0], True)):
         inner = json.dumps({"reasoning_parser": name})

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from launch_fixtures import EMPTY_SAFETENSORS
 from vllm_overlay import TINY_LLAMA
 
 VLLM_PYTHON = os.environ.get("VLLM_PYTHON")
@@ -29,7 +30,7 @@ def validation(tmp_path: Path, *options: str) -> dict:
     if not model.is_dir():
         model.mkdir()
         (model / "config.json").write_text(json.dumps(TARGET))
-        (model / "model.safetensors").write_bytes(b"")
+        (model / "model.safetensors").write_bytes(EMPTY_SAFETENSORS)
         (tmp_path / "pp" / "corp_mw").mkdir(parents=True)
         (tmp_path / "pp" / "corp_mw" / "__init__.py").write_text("")
         (tmp_path / "pp" / "corp_mw" / "mw.py").write_text(

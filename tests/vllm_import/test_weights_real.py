@@ -2,7 +2,9 @@
 the real vLLM's DefaultModelLoader._prepare_weights on the layouts of tests/test_launch_weights.py: a
 layout patchkit passes, vLLM's loader takes whole (every file there, every shard its index names); a
 layout patchkit fails, vLLM refuses, or takes only part of it (a shard missing, a link to nothing:
-its load then fails, or the strict check finds weights not loaded)."""
+its load then fails, or the strict check finds weights not loaded). Each file the loader takes is then
+opened as its iterator opens it (safetensors.safe_open, or torch.load(weights_only=True)): review35 N6's
+Git LFS pointers, empty, cut-short and misnamed files fail there, before any tensor is read."""
 
 from __future__ import annotations
 
@@ -27,8 +29,22 @@ from vllm.model_executor.model_loader.default_loader import DefaultModelLoader
 said = {}
 for directory, load_format in json.loads(sys.argv[1]):
     try:
-        _, files, _ = DefaultModelLoader(LoadConfig(load_format=load_format))._prepare_weights(directory, None, True, None)
+        _, files, use_safetensors = DefaultModelLoader(LoadConfig(load_format=load_format))._prepare_weights(
+            directory, None, True, None
+        )
         said[directory] = sorted(files)
+        if load_format == "npcache":  # it reads the .bin files only while no numpy dump is there
+            from vllm.model_executor.model_loader.weight_utils import np_cache_weights_iterator
+            list(np_cache_weights_iterator(directory, None, directory, files, False))
+            files = []
+        for name in files:  # as safetensors_weights_iterator and pt_weights_iterator open each file
+            if use_safetensors:
+                from safetensors import safe_open
+                with safe_open(name, framework="pt") as f:
+                    list(f.keys())
+            else:
+                import torch
+                torch.load(name, map_location="cpu", weights_only=True)
     except Exception as exc:
         said[directory] = f"{type(exc).__name__}: {exc}"
 print(json.dumps(said))
