@@ -19,7 +19,7 @@ from launch_fixtures import write_eagle3_setup, write_model
 
 from patchkit._target import engine_config
 from patchkit.launch.command import parse
-from patchkit.launch.validation import _verdict
+from patchkit.launch.validation import _verdict, engine_validation
 from patchkit.tree.target import run_worker
 
 LLAMA = {"model_type": "llama", "architectures": ["LlamaForCausalLM"]}
@@ -54,7 +54,7 @@ def modules(tmp_path, monkeypatch):
         ("nodot", "no-dot"),
         ("corp_mw.absent.Good", "import"),
         ("no_such_module_anywhere.Thing", "import"),
-        ("corp_exits.Thing", "import"),
+        ("corp_exits.Thing", "exit"),
         (".Thing", "import"),
         ("corp_mw.mw.Missing", "attribute"),
         ("corp_mw.mw.plain_function", "kind"),
@@ -301,3 +301,30 @@ def test_a_middleware_module_that_leaves_a_thread_running_does_not_keep_the_work
         sys.executable, "engine_config", request, timeout=20, in_process=False, isolated=False, env=environ
     )
     assert answer["status"] == "ok" and time.monotonic() - started < 15, answer
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("import sys\nsys.exit(3)\n", "corp_ends exits when imported (sys.exit(3))"),
+        ("import os\nos._exit(0)\n", "corp_ends ends the process when imported (exit status 0)"),
+    ],
+)
+def test_a_middleware_module_that_ends_the_process_when_imported_is_named_with_its_fix(tmp_path, text, said):
+    """review35 N13: not "does not import ... install it" (it is installed), not a failure of vLLM's
+    engine-config validation whose fix skips the check: the module ends the launch, and it is the fix."""
+    for name, source in {
+        "vllm/__init__.py": "",
+        "vllm/platforms/__init__.py": FAKE_PLATFORMS,
+        "vllm/platforms/cpu.py": FAKE_CPU,
+        "vllm/engine/__init__.py": "",
+        "vllm/engine/arg_utils.py": FAKE_ARG_UTILS,
+        "corp_ends.py": text,
+    }.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(source)
+    launch = ["env", f"PYTHONPATH={tmp_path}", sys.executable, "-m", "vllm.entrypoints.openai.api_server"]
+    command = parse([*launch, "--model", str(tmp_path), "--middleware", "corp_ends.Thing"], "0.16.0")
+    found = engine_validation(sys.executable, command)
+    assert not found.ok and found.message.startswith(f"--middleware corp_ends.Thing: {said}: vLLM refuses"), found
+    assert str(found.fix).startswith("mend corp_ends ") and "--no-import" not in str(found.fix), found

@@ -148,10 +148,15 @@ def middleware_refusal(middleware: str) -> dict[str, str] | None:
     if "." not in middleware:
         return {"stage": "no-dot", "error": "ValueError: not enough values to unpack (expected 2, got 1)"}
     module_path, object_name = middleware.rsplit(".", 1)
+    _in_answer({"status": "middleware-importing", "value": middleware})  # os._exit() there: the file says where
     try:
         module = importlib.import_module(module_path)
-    except (Exception, SystemExit) as exc:  # the launch ends there too
+    except SystemExit as exc:  # the launch ends there too, with this status
+        return {"stage": "exit", "error": repr(exc.code)}
+    except Exception as exc:  # the launch ends there too
         return {"stage": "import", "error": _error_text(exc)}
+    finally:
+        _in_answer(None)
     try:
         imported = getattr(module, object_name)
     except Exception as exc:
@@ -228,6 +233,17 @@ def _running(plugin: str | None) -> None:
         return
     if plugin is not None:
         write_answer(ANSWER[0], {"status": "plugin-running", "plugin": plugin})
+    elif os.path.exists(ANSWER[0]):
+        os.unlink(ANSWER[0])
+
+
+def _in_answer(step: dict[str, str] | None) -> None:
+    """What the worker is about to run that may end its process, in the answer file (None: removed)
+    while it runs by path."""
+    if not ANSWER:
+        return
+    if step is not None:
+        write_answer(ANSWER[0], step)
     elif os.path.exists(ANSWER[0]):
         os.unlink(ANSWER[0])
 

@@ -139,3 +139,4 @@ class WorkerStatus(StrEnum):
     ERROR = "error"
     PLUGIN_FAILED = "plugin-failed"
     PLUGIN_RUNNING = "plugin-running"
+    MIDDLEWARE_IMPORTING = "middleware-importing"  # the answer file while a --middleware module imports

@@ -55,7 +55,7 @@ from patchkit.engine.stale import PIP_WROTE, PIP_WROTE_ALL, pip_wrote, stale_ent
 from patchkit.engine.vouched import needs_force, not_made_by_the_series
 from patchkit.series import dry_run
 from patchkit.series.hunks import NEW_FILE_EXISTS, RENAME_TARGET_EXISTS
-from patchkit.series.library import has_series, load_library, locate
+from patchkit.series.library import PatchSetDef, has_series, load_library, locate
 from patchkit.series.patchfile import touched_paths
 from patchkit.store.objects import read_object
 from patchkit.store.state import (
@@ -72,6 +72,7 @@ from patchkit.store.state import (
 )
 from patchkit.tree.modules import hanging_modules
 from patchkit.tree.target import checkout_restore, stock_files_command
+from patchkit.tree.version import in_range
 
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Collection, Mapping, Sequence
@@ -133,6 +134,10 @@ class TreeStatus(Value):
     # the sets the tree's record names, each of the user's library (empty: another's, or ad-hoc
     # patches): after a vLLM upgrade, the apply that moves their records forward, and no other set
     recorded_sets: tuple[str, ...] = ()
+    # after a vLLM upgrade under the record: the recorded sets with no series for the installed
+    # version (apply refuses them), and the other recorded sets (its fix applies those)
+    no_series_sets: tuple[str, ...] = ()
+    series_sets: tuple[str, ...] = ()
     # the guard refuses a recorded file reached through a symlink: what replaces it (apply refuses it)
     symlink_fix: str | None = None
     guard_missing: str | None = None  # the recorded guard is gone (missing_guard): no launch is checked
@@ -193,6 +198,25 @@ class TreeStatus(Value):
         """The command that brings the tree to one the guard lets launch."""
         return self._guard_fix_of_its_cause() or f"run {self.apply_recorded} {RECORDS_AS_IS}"
 
+    def _no_series_fix(self) -> str | None:
+        """After an upgrade of vLLM to a version some recorded sets have no series for: apply refuses
+        them, so the fix applies the others alone; a record apply does not drop (not stale: the files
+        are the applied ones) goes first by revert; none left: revert alone."""
+        if not self.no_series_sets or not (self.stale or any(UPGRADED in problem for problem in self.guard)):
+            return None
+        gaps = ", ".join(self.no_series_sets)
+        revert = hints.command("revert", chosen=_without_a_set())
+        if not self.series_sets:
+            return f"run {revert} (no recorded set has a series for this vLLM: {gaps}; the guard goes with the record)"
+        apply = hints.command("apply", *_set_words(self.series_sets), chosen=_without_a_set())
+        have, them = ("has", "it") if len(self.no_series_sets) == 1 else ("have", "them")
+        stale = all(
+            any(note.startswith(f"{STALE_PREFIX}{name}:") for note in self.stale) for name in self.no_series_sets
+        )
+        if stale:  # apply drops the stale records of the sets it leaves out
+            return f"run {apply} (it applies the sets with a series for this vLLM; {gaps} {have} none)"
+        return f"run {revert}, then {apply} ({gaps} {have} no series for this vLLM: apply refuses {them})"
+
     @property
     def restores(self) -> tuple[str, ...] | None:
         """The sets guard_fix applies when it is the apply that records the tree as it is (after a
@@ -241,6 +265,8 @@ class TreeStatus(Value):
             )
         if self.symlink_fix:  # apply and revert refuse to write through it: a hand repair
             return f"{self.symlink_fix}, then run {hints.command('status')}"
+        if (gaps := self._no_series_fix()) is not None:  # apply refuses a set with no series
+            return gaps
         if self.all_stock_again:  # apply patches them again, and records it
             return f"run {hints.command('apply')}"
         if self.others_fix and not self.drifted and not self.stale:  # a stale record: apply drops it
@@ -308,8 +334,11 @@ class TreeStatus(Value):
     @property
     def apply_recorded(self) -> str:
         """The apply that settles the records a vLLM upgrade made stale: of the recorded sets only
-        (apply alone would apply every covering set, a launch's unneeded ones too)."""
+        (apply alone would apply every covering set, a launch's unneeded ones too), those with a
+        series for the installed vLLM (apply refuses the others)."""
         upgraded = self.stale or any(UPGRADED in problem for problem in self.guard)
+        if upgraded and self.no_series_sets and self.series_sets:
+            return hints.command("apply", *_set_words(self.series_sets), chosen=_without_a_set())
         return self._apply_of_recorded() if upgraded else hints.command("apply")
 
     @property
@@ -452,7 +481,7 @@ def _inspect(resolved: Resolved, *, check_upstream: bool, import_probe: bool, ve
             checks=checks,
             stale=_named(stale, state),
             record=state,
-            **_guard_fields(root, resolved.set_name, state, stale=bool(stale)),
+            **_guard_fields(root, resolved.set_name, state, stale=bool(stale), version=resolved.vllm_version),
         )
     if kind == SelectionKind.UNSUPPORTED:  # its guard_fix is revert's, whoever else's record the guard names
         return TreeStatus(TreeState.UNSUPPORTED, **_guard_fields(root, resolved.set_name, None))
@@ -475,7 +504,9 @@ def _inspect(resolved: Resolved, *, check_upstream: bool, import_probe: bool, ve
     reports = _applied_though_drifted(reports, drifted, state.entry(resolved.set_name))
     lost = _lost_to_drift(reports, drifted, state.entry(resolved.set_name))
     overall = _overall([replace(r, state=PatchState.APPLIED) if r.name in lost else r for r in reports])
-    fields = _guard_fields(root, resolved.set_name, state, stale=bool(stale), written=plan.touched_paths)
+    fields = _guard_fields(
+        root, resolved.set_name, state, stale=bool(stale), written=plan.touched_paths, version=resolved.vllm_version
+    )
     fields["store_notes"] += edited_since_apply(resolved, state, drifted) + _reinstalled_note(reinstalled, fields)
     return TreeStatus(
         # the state as recorded: a patch lost to the drift is that drift (its fix), not a partial series
@@ -628,16 +659,23 @@ def stale_grouped(stale: dict[str, str]) -> list[tuple[list[str], str]]:
 
 
 def _guard_fields(
-    root: Path, set_name: str, state: State | None, *, stale: bool = False, written: Collection[str] | None = None
+    root: Path,
+    set_name: str,
+    state: State | None,
+    *,
+    stale: bool = False,
+    written: Collection[str] | None = None,
+    version: Version | None = None,
 ) -> dict[str, Any]:
     """What the installed guard refuses, its notes, and the fix when another set's record (in
     `state`, None: not asked) is what it refuses. The recorded sets (the library loaded again)
     only where a fix names them: a refusal, a guard gone, a `stale` record. `written`: the files
-    the set's series writes (None: not known)."""
+    the set's series writes (None: not known); `version`: the installed vLLM's (None: not known)."""
     verdict = launch_verdict(root, state)  # the guard says files stock again itself, folded when all are
     refused = verdict.problems
     missing = missing_guard(root, state)
     some_stock_again = _stock_again_only(refused, verdict)
+    series = _series_of_recorded(state, version) if refused or stale else {}
     return {
         "all_stock_again": verdict.whole and len(refused) == 1,
         "some_stock_again": some_stock_again,
@@ -652,6 +690,7 @@ def _guard_fields(
         "whole_wheel": state is not None and _of_a_wheel_of_several_sets(root, set_name, state),
         "wheel_refused": state is not None and _refuses_the_wheels_files(root, state, refused),
         "recorded_sets": _recorded_sets(state) if refused or missing or stale else (),
+        **series,
         "guard_missing": missing,
         "hanging": hanging_modules(
             root, launch_tags(root), [p for e in (state.entries if state else []) for p in e.files]
@@ -705,11 +744,11 @@ def _symlink_fix(root: Path, refused: list[str], state: State | None) -> str | N
     if state is None or not refused:
         return None
     recorded = [*(path for entry in state.entries for path in entry.files), *state.guard]
-    heads = Heads(refused)
+    heads, plain = Heads(refused), set[str]()  # the directories shared by the recorded paths: each looked at once
     for rel in recorded:
         if not heads.any_starts(f"{rel} ", f"{rel!r} "):
             continue
-        found = first_symlink(root, rel)
+        found = first_symlink(root, rel, plain)
         if found is not None:
             return hints.replace_symlink(found[0], directory=found[1])
     # a stale .pyc Python reaches through a symlink: apply's bytecode fix writes through none
@@ -722,6 +761,36 @@ def _symlink_fix(root: Path, refused: list[str], state: State | None) -> str | N
     blocking = [p.partition(" " + NOT_BYTECODE)[0].removesuffix(PREFIXED) for p in refused if NOT_BYTECODE in p]
     paths = [str(root / path) if not os.path.isabs(path) else path for path in blocking]
     return f"run {hints.remove_files(paths)} (Python writes its bytecode again)" if paths else None
+
+
+def _series_of_recorded(state: State | None, version: Version | None) -> dict[str, tuple[str, ...]]:
+    """no_series_sets and series_sets of TreeStatus: the recorded sets with no series for `version`
+    (not shipped by vLLM either), and the others; none where a record is not of the user's library
+    (an ad-hoc apply: --set cannot name it), or none lacks a series."""
+    names = [entry.set_name for entry in state.entries] if state is not None and version is not None else []
+    try:
+        library = load_library(locate(hints.current().library).path) if names else {}
+    except PatchkitError:
+        return {}
+    if not names or any(name not in library for name in names):
+        return {}
+    assert version is not None
+    gaps = tuple(
+        name for name in names if not has_series(library[name], version) and not _shipped(library[name], version)
+    )
+    if not gaps:
+        return {}
+    return {"no_series_sets": gaps, "series_sets": tuple(name for name in names if name not in gaps)}
+
+
+def _set_words(names: Sequence[str]) -> list[str]:
+    """--set NAME for each of `names`."""
+    return [word for name in names for word in ("--set", name)]
+
+
+def _shipped(patch_set: PatchSetDef, version: Version) -> bool:
+    """vLLM `version` ships the set's change itself (its upstream range)."""
+    return patch_set.upstream is not None and in_range(patch_set.upstream, Version(version.public))
 
 
 def _recorded_sets(state: State | None) -> tuple[str, ...]:
@@ -740,12 +809,12 @@ def _fewer_than_the_library(names: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def guard_refusal(
-    root: Path, set_name: str, state: State, written: Collection[str] | None = None
+    root: Path, set_name: str, state: State, written: Collection[str] | None = None, version: Version | None = None
 ) -> tuple[list[str], str] | None:
     """What the installed guard refuses a launch of the tree for, and the fix `status` names for a
     set that is itself as applied (None: the guard lets it launch). `written`: the files the set's
-    series writes (None: not known)."""
-    fields = _guard_fields(root, set_name, state, written=written)
+    series writes, `version` the installed vLLM's (None: not known)."""
+    fields = _guard_fields(root, set_name, state, written=written, version=version)
     if not fields["guard"]:
         return None
     found = TreeStatus(TreeState.APPLIED, **fields)

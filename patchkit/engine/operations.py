@@ -470,7 +470,8 @@ class _Applying:
         file (a patched wheel's set, another record): "nothing to do" alone would hide it. True: it
         does. A `dry_run` leaves out the stale bytecode the apply itself would fix."""
         root = self.resolved.target.root
-        refused = guard_refusal(root, self.resolved.set_name, self.state, touched_paths(self.resolved.patches))
+        written = touched_paths(self.resolved.patches)
+        refused = guard_refusal(root, self.resolved.set_name, self.state, written, self.resolved.vllm_version)
         # what the dry run's apply would fix: stale bytecode in __pycache__ (none reached through a
         # symlink), and another build's guard it updates
         apply_fixes = [p for p in refused[0] if STALE_BYTECODE in p and THROUGH_SYMLINK not in p] if refused else []

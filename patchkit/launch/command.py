@@ -319,7 +319,11 @@ def frame(argv: list[str]) -> LaunchCommand:
         arguments, serve = args[1:], True
     elif name.startswith("python"):
         flags, xoptions, args = read_python_options(args, hash_pycs)
+        if args and Path(args[0]).name == "vllm":  # the console script run as a file: sys.path[0] is its directory
+            raise _script_run(argv[: len(argv) - len(rest)], rest[: len(rest) - len(args)], args)
         arguments, serve = _module_arguments(name, args)
+    elif name in WRAPPERS:
+        raise _wrapped(argv[: len(argv) - len(rest)], rest)
     else:
         raise BadInput(f"not a vLLM launch: '{program}' (expected `vllm serve` or `python -m {API_SERVER}`)")
     return LaunchCommand(
@@ -335,6 +339,41 @@ def frame(argv: list[str]) -> LaunchCommand:
         xoptions=xoptions,
         hash_pycs=hash_pycs[-1],
     )
+
+
+# programs that run the command after their own options (CPU or memory binding, priority, a time
+# limit): the binding holds for what they exec, so they go before patchkit, whose `run` execs the launch
+WRAPPERS = frozenset(
+    {"numactl", "taskset", "nice", "ionice", "chrt", "nohup", "setsid", "stdbuf", "timeout", "prlimit", "cgexec"}
+)
+
+
+def _wrapped(env: list[str], rest: list[str]) -> BadInput:
+    """The refusal of a launch behind a wrapper (`numactl -N 0 vllm serve M`): patchkit reads the
+    launch itself; the wrapper goes before `patchkit run`, which execs the launch."""
+    at = next((i for i, word in enumerate(rest[1:], 1) if _launch_program(word)), None)
+    wrapper, launch = (rest[:at], rest[at:]) if at is not None else (rest, ["vllm", "serve", "MODEL"])
+    run = hints.command("run", "--", *env, *launch)
+    return BadInput(
+        f"not a vLLM launch: '{rest[0]}' runs the launch, and patchkit reads only the launch itself",
+        hint=f"put {rest[0]} before patchkit: `{shlex.join(wrapper)} {run[1:]} (run execs the launch, so "
+        f"{rest[0]}'s setting holds for vLLM)",
+    )
+
+
+def _script_run(env: list[str], python: list[str], args: list[str]) -> BadInput:
+    """The refusal of `python [options] /venv/bin/vllm serve M`: the script run as a file is not read
+    (its directory leads sys.path, not the working directory); the two launches patchkit reads that
+    run the same code."""
+    return BadInput(
+        f"not a vLLM launch patchkit reads: `{shlex.join([*python, args[0]])}` runs the vllm script as a file",
+        hint=f"give the script alone (`{shlex.join([*env, *args])}`: it runs with the Python its #! line names), "
+        f"or `{shlex.join([*env, *python, '-m', CLI, *args[1:]])}`",
+    )
+
+
+def _launch_program(word: str) -> bool:
+    return Path(word).name == "vllm" or Path(word).name.startswith("python")
 
 
 def _module_arguments(python: str, args: list[str]) -> tuple[list[str], bool]:

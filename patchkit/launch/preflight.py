@@ -73,7 +73,16 @@ from patchkit.series.library import PatchSetDef
 from patchkit.series.patchfile import touched_paths
 from patchkit.store.state import State, read_state
 from patchkit.tree.modules import hanging_fix, hanging_modules, hanging_said
-from patchkit.tree.target import Launch, Target, ask_python, from_interpreter, launch_prefix, names_of
+from patchkit.tree.target import (
+    Launch,
+    Target,
+    ask_python,
+    flag_letters,
+    from_interpreter,
+    launch_prefix,
+    names_of,
+    startup_code,
+)
 
 TREE = "tree-state"
 MODELS = "models"
@@ -176,7 +185,8 @@ def launch_target_finding(resolved: Resolved, command: LaunchCommand) -> Finding
         )
         runs = found.root
     except TargetError as exc:  # the hint of a --python given is not this one's: the launch's program is
-        fix = (
+        slow = _slow_start_fix(resolved, command, python, options) if getattr(exc, "timed_out", False) else None
+        fix = slow or (
             f"launch with the interpreter of the venv whose vLLM this is (`-- /path/to/venv/bin/{os.path.basename(command.program)} ...`),"
             " or activate that venv"
         )
@@ -197,6 +207,21 @@ def launch_target_finding(resolved: Resolved, command: LaunchCommand) -> Finding
     else:
         fix = f"check the tree the command runs (--python {shlex.quote(str(python))}), or launch the checked tree's own vllm"
     return Finding(LAUNCH_TARGET, False, message, fix)
+
+
+def _slow_start_fix(resolved: Resolved, command: LaunchCommand, python: str, options: list[str]) -> str | None:
+    """The fix when the launch's Python did not answer in time: the start-up code the launch's
+    environment adds (a sitecustomize on its PYTHONPATH, a user site's .pth), which runs before
+    anything is asked; None when it adds none (the interpreter itself is slow, or not Python)."""
+    added = startup_code(
+        resolved.target.root, python, command.environ, command.working_directory(), flag_letters(options)
+    )
+    if not added:
+        return None
+    return (
+        f"the launch's environment adds start-up code ({', '.join(added[:3])}) that runs in every process "
+        "of its Python before anything else: make it finish promptly, or launch without it"
+    )
 
 
 def _not_on_its_path(command: LaunchCommand) -> Finding | None:

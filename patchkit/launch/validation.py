@@ -48,11 +48,11 @@ def engine_validation(python: str | None, command: LaunchCommand, *, fix: str | 
             cwd=command.working_directory(),  # where relative PYTHONPATH entries point, as for the launch
         )
     except WorkerFailed as exc:
-        stopped = plugin_stopped(exc.partial, exc)
+        stopped = plugin_stopped(exc.partial, exc) or middleware_stopped(exc.partial, exc)
         if stopped is not None:
             return Finding(CHECK, False, *stopped)
         return Finding(CHECK, False, exc.message, "rerun with --no-import to skip vLLM's own validation")
-    stopped = plugin_stopped(answer)
+    stopped = plugin_stopped(answer) or middleware_stopped(answer)
     if stopped is not None:
         return Finding(CHECK, False, *stopped)
     return _verdict(python, command, answer, fix)
@@ -119,6 +119,7 @@ def after_load_finding(answer: dict[str, Any]) -> Finding:
             f"{module} does not import in the launch ({error})",
             f"install {module} where the launch imports it (its venv, or its PYTHONPATH)",
         ),
+        "exit": (f"{module} exits when imported (sys.exit({error}))", _mend(module)),
         "attribute": (f"{module} has no {name}", f"name a class or an async function that {module} defines"),
         "kind": ("neither a class nor an async function", f"name a class or an async function that {module} defines"),
     }.get(str(answer.get("stage")), (error, "give an importable MODULE.NAME"))
@@ -226,6 +227,28 @@ def worker_status(answer: dict[str, Any]) -> WorkerStatus | None:
         return WorkerStatus(status) if isinstance(status, str) else None
     except ValueError:
         return None
+
+
+def middleware_stopped(answer: dict[str, Any], failed: WorkerFailed | None = None) -> tuple[str, str] | None:
+    """(message, fix) when a --middleware module ended the worker while it imported (os._exit, a
+    signal; no `failed`: it exited 0) or hung there, as it ends the launch once the model has
+    loaded. None otherwise."""
+    value = answer.get("value")
+    if worker_status(answer) != WorkerStatus.MIDDLEWARE_IMPORTING or not isinstance(value, str):
+        return None
+    module = value.rpartition(".")[0]
+    if failed is not None and failed.timed_out:
+        said = f"{module} did not finish importing within {TIMEOUT:g} s"
+    else:
+        status = 0 if failed is None else failed.status
+        said = f"{module} ends the process when imported" + (f" (exit status {status})" if status is not None else "")
+    return f"--middleware {value}: {said}: {AFTER_LOAD}", _mend(module)
+
+
+def _mend(module: str) -> str:
+    return (
+        f"mend {module} (vLLM imports it in the API server, and the launch ends there), or leave that --middleware out"
+    )
 
 
 def plugin_stopped(answer: dict[str, Any], failed: WorkerFailed | None = None) -> tuple[str, str] | None:

@@ -14,6 +14,7 @@ import shlex
 import shutil
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
@@ -97,6 +98,20 @@ def _note_startup_prefix(root: Path, info: dict[str, Any], cwd: str | None) -> N
 _ProbeKey = tuple[Path, str, tuple[tuple[str, str], ...], tuple[str, ...], str, str | None]
 # (root, python, env items, options, cwd, first path) -> what locate answered there ({}: it could not be asked)
 _LAUNCH_PROBES: dict[_ProbeKey, dict[str, Any]] = {}
+LAUNCH_BUDGET = 60.0  # seconds: every question a command asks one launch's Python (its start-up runs each time)
+# (python, its environment, options, directory) -> when the budget of its questions runs out
+_LAUNCH_DEADLINES: dict[tuple[str, tuple[tuple[str, str], ...], tuple[str, ...], str | None], float] = {}
+
+
+def _launch_timeout(python: str, env: dict[str, str], options: Sequence[str], cwd: str | None, timeout: float) -> float:
+    """What is left for one more question to a launch's Python, at most `timeout`: its questions share
+    one deadline, LAUNCH_BUDGET from the first (a start-up that is slow is slow for each of them).
+    WorkerFailed (timed out) when nothing is left."""
+    key = (python, tuple(sorted(env.items())), tuple(options), cwd)
+    left = _LAUNCH_DEADLINES.setdefault(key, time.monotonic() + LAUNCH_BUDGET) - time.monotonic()
+    if left <= 0:
+        raise WorkerFailed(f"{python} did not finish within {LAUNCH_BUDGET:g} s", partial={}, timed_out=True)
+    return min(timeout, left)
 
 
 class Launch:
@@ -443,7 +458,7 @@ def _probe(
             python,
             "locate",
             request,
-            timeout=60,
+            timeout=60 if python is None or env is None else _launch_timeout(python, env, options, cwd, 60),
             in_process=python is None and not options and cwd is None,
             isolated=False,
             env=env,
@@ -734,13 +749,14 @@ def ask_python(
     would start it. WorkerFailed when it cannot run, fails or is past 30 s."""
     command = [python, *options, "-S", "-c", code]
     process = _process()
+    timeout = _launch_timeout(python, env, options, cwd, 30)
     try:
-        ran: tuple[int, str] = process.run(command, stdin, 30, env, cwd, stdout=True)  # its signature
+        ran: tuple[int, str] = process.run(command, stdin, timeout, env, cwd, stdout=True)  # its signature
         status, out = ran
     except OSError as exc:
         raise WorkerFailed(f"cannot run {python}: {_why_not_run(exc, python)}", partial={}) from exc
     except process.TimedOut:
-        raise WorkerFailed(f"{python} did not finish within 30 s", partial={}, timed_out=True) from None
+        raise WorkerFailed(f"{python} did not finish within {timeout:g} s", partial={}, timed_out=True) from None
     if status != 0:
         raise WorkerFailed(f"{python} failed (exit status {status})", partial={}, status=status)
     return out

@@ -167,7 +167,7 @@ def status_failures(resolved: Resolved, status: TreeStatus) -> list[Failure]:
         Failure(
             STALE,
             note,
-            fix=f"{status.apply_recorded} discards {it}; {hints.command('revert')} drops {it}",
+            fix=_stale_fix(status, it),
             warning=True,
         )
         for note, it in _stale_said(status.stale)
@@ -200,6 +200,15 @@ def _local_edit(resolved: Resolved, status: TreeStatus) -> Failure:
     root, there = resolved.target.root, status.in_the_way
     fix = local_edit_fix(root, version, files, resolved.set_name, there)
     return Failure("conflict", f"the series does not apply: {local_edit_said(files, version, root, there)}", fix=fix)
+
+
+def _stale_fix(status: TreeStatus, it: str) -> str:
+    """apply discards stale records, revert drops them; where no recorded set has a series for the
+    installed vLLM, apply refuses: revert alone."""
+    revert = hints.command("revert")
+    if status.no_series_sets and not status.series_sets:
+        return f"{revert} drops {it} (no recorded set has a series for this vLLM)"
+    return f"{status.apply_recorded} discards {it}; {revert} drops {it}"
 
 
 def _stale_said(notes: list[str]) -> list[tuple[str, str]]:

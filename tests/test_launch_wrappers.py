@@ -1,0 +1,64 @@
+"""A launch behind a wrapper (numactl, nice, taskset...) or the vllm script run as a file by a
+python: refused (patchkit reads the launch itself), with what to give instead: the wrapper before
+`patchkit run` (which execs the launch, so the binding holds), or the script alone / `python -m`.
+What the hint names is a launch patchkit reads."""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+import pytest
+from helpers import run_cli_in_process
+
+from patchkit.base.errors import BadInput
+from patchkit.launch.command import frame
+
+
+def hint_of(argv: list[str]) -> str:
+    with pytest.raises(BadInput) as refused:
+        frame(argv)
+    assert refused.value.hint is not None, refused.value.message
+    return refused.value.hint
+
+
+@pytest.mark.parametrize(
+    ("argv", "wrapper"),
+    [
+        (["numactl", "-N", "0", "vllm", "serve", "M"], ["numactl", "-N", "0"]),
+        (["nice", "-n", "5", "vllm", "serve", "M", "--port", "9"], ["nice", "-n", "5"]),
+        (["taskset", "-c", "0", "/v/bin/vllm", "serve", "M"], ["taskset", "-c", "0"]),
+        (
+            ["env", "A=1", "numactl", "-m", "1", "python3", "-m", "vllm.entrypoints.cli.main", "serve", "M"],
+            ["numactl", "-m", "1"],
+        ),
+    ],
+)
+def test_a_wrapped_launch_is_refused_naming_the_wrapper_before_patchkit_run(argv, wrapper):
+    hint = hint_of(argv)
+    pasted = shlex.split(re.search(r"`([^`]*)`", hint).group(1))
+    assert pasted[: len(wrapper) + 2] == [*wrapper, "patchkit", "run"], hint
+    launch = pasted[pasted.index("--") + 1 :]
+    at = argv.index(wrapper[0])
+    assert argv[:at] + argv[at + len(wrapper) :] == launch, hint
+    assert frame(launch).arguments[-1] == argv[-1]  # what it names is read as the launch
+
+
+@pytest.mark.parametrize("python", [["python"], ["python3", "-u"], ["/venv/bin/python", "-X", "dev"]])
+def test_the_vllm_script_run_by_a_python_is_refused_naming_the_launches_that_run_it(python):
+    argv = [*python, "/venv/bin/vllm", "serve", "M", "--port", "9"]
+    hint = hint_of(argv)
+    named = [shlex.split(said) for said in re.findall(r"`([^`]*)`", hint)]
+    assert named == [
+        ["/venv/bin/vllm", "serve", "M", "--port", "9"],
+        [*python, "-m", "vllm.entrypoints.cli.main", "serve", "M", "--port", "9"],
+    ], hint
+    for launch in named:
+        assert frame(launch).serve and frame(launch).arguments == ["M", "--port", "9"]
+
+
+def test_preflight_of_a_numactl_launch_says_what_to_do():
+    done = run_cli_in_process("preflight", "--no-import", "--", "numactl", "-N", "0", "vllm", "serve", "M")
+    assert done.returncode == 2, done.stderr
+    said = " ".join(done.stderr.split())
+    assert "`numactl -N 0 patchkit run -- vllm serve M`" in said and "run execs the launch" in said, said
