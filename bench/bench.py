@@ -67,10 +67,14 @@
    then four times as many created files more, each absent, vs the same tree as applied: the extra
    cost at 4x over the extra cost at 1x (goal: linear, about 4x; work that is the product of the
    recorded files and the guard's problems would be 16x).
+17. A deep record (`--only deep-record`): `status -q` and the guard's verdict on an applied 0.16.0 tree whose
+   state.json names --deep-files (default 1,000) created files more, each in its own chain of existing
+   directories as deep as a record may be (31), vs the same files two directories deep (goal: linear in the
+   directories, at most their ratio; resolving every directory on the way for each was its cube).
 
 --only picks rows by name: dry-run (1), eagle3-dry-run (1), help (2), apply (3), sets-apply (3), fetch (4), checks (5), verify (6),
 large-file (7), guard (8), preflight (9), run (10), wheel (11), fleet (12), real-wheel (13),
-large-record (16), startup (14), locate (15).
+large-record (16), deep-record (17), startup (14), locate (15).
 """
 
 from __future__ import annotations
@@ -94,6 +98,7 @@ sys.path.insert(0, str(REPO))
 
 from packaging.version import Version  # noqa: E402
 
+from patchkit.base.fsutil import MAX_RECORDED_DEPTH  # noqa: E402
 from patchkit.fetch import release_tree  # noqa: E402
 from patchkit.releases.files import files_for, lay_out  # noqa: E402
 from patchkit.series.library import load_set, select  # noqa: E402
@@ -504,6 +509,44 @@ def large_record_rows(work: Path, runs: int, files: int) -> list[str]:
             f"the extra cost at 4x: {large / small:.1f}x the extra at 1x | linear: ≈ 4x (a product: 16x) |"
         )
     return rows
+
+
+def deep_record_rows(work: Path, runs: int, files: int) -> list[str]:
+    """`status -q` and the guard on an applied 0.16.0 tree whose record names `files` created files
+    more, each at the end of its own chain of existing directories: two deep (vllm/cN/xN.py, the
+    reference) and as deep as a record may be (store.state's MAX_RECORDED_DEPTH, 31 directories).
+    Each directory looked at once makes the deep cost about the directories' ratio (15x) of the
+    reference's at most; realpath of every directory on the way (review35 N14), its square and more."""
+    base = work / "deep-0"
+    shutil.copytree(stock_0_16(work), base)
+    run_once([*PATCHKIT, "apply", "-q", "--no-import", "--target", str(base)])
+    sites = {}
+    for depth in (2, MAX_RECORDED_DEPTH - 1):
+        site = sites[depth] = work / f"deep-{depth}"
+        shutil.copytree(base, site, symlinks=True)
+        state = site / ".patchkit" / "state.json"
+        data = json.loads(state.read_text())
+        for i in range(files):
+            chain = f"vllm/c{i}/" + "d/" * (depth - 2)
+            (site / chain).mkdir(parents=True)
+            data["entries"][0]["files"][f"{chain}x{i}.py"] = {"after": "ab" * 32, "before": None, "mode": 0o644}
+        state.write_text(json.dumps(data))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    status, guard = {}, {}
+    for depth, site in sites.items():
+        status[depth] = statistics.median(_status_took(site) for _ in range(runs))
+        judged = [sys.executable, "-c", GUARD_JUDGED, str(site)]
+        guard[depth] = statistics.median(
+            float(subprocess.run(judged, capture_output=True, text=True, env=env, check=True).stdout)
+            for _ in range(runs)
+        )
+    deep, shallow = MAX_RECORDED_DEPTH - 1, 2
+    return [
+        f"| {name}, applied 0.16.0 whose record names {files:,} created files more, each in its own chain of "
+        f"{deep} directories | {took[deep]:.3f} s | the same, {shallow} directories deep: {took[shallow]:.3f} s | "
+        f"{took[deep] / took[shallow]:.1f}x | linear in the directories: ≤ {deep / shallow:.1f}x (their ratio) |"
+        for name, took in (("status -q", status), ("the guard's verdict", guard))
+    ]
 
 
 def _status_took(site: Path) -> float:
@@ -1118,6 +1161,7 @@ ROWS = (
     "fleet",
     "real-wheel",
     "large-record",
+    "deep-record",
     "startup",
     "locate",
 )
@@ -1137,6 +1181,7 @@ def main() -> None:
     )
     parser.add_argument("--wheel-mb", type=int, default=464, help="the wheel row's stored member size (MB)")
     parser.add_argument("--record-files", type=int, default=2000, help="the large-record row's smaller count")
+    parser.add_argument("--deep-files", type=int, default=1000, help="the deep-record row's recorded files")
     parser.add_argument(
         "--before-locate",
         nargs="+",
@@ -1184,6 +1229,8 @@ def main() -> None:
             rows.extend(real_wheel_rows(work, runs))
         if "large-record" in chosen:
             rows.extend(large_record_rows(work, runs, args.record_files))
+        if "deep-record" in chosen:
+            rows.extend(deep_record_rows(work, runs, args.deep_files))
         if "startup" in chosen:
             rows.extend(startup_rows(work / "startup", runs, args.before))
         if "locate" in chosen:

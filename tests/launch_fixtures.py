@@ -318,6 +318,8 @@ LAYOUTS: dict[str, tuple[dict[str, str | bytes | None], str, bool]] = {
     "tensor_data_cut_short": ({"model.safetensors": safetensors_file(ONE_TENSOR, 4)}, "auto", False),
     "bytes_past_the_tensors": ({"model.safetensors": safetensors_file(ONE_TENSOR, 9)}, "auto", False),
     "safetensors_format_torch_pt": ({"model.pt": PT}, "safetensors", False),
+    "npcache_lfs_pointer": ({"pytorch_model.bin": LFS_POINTER}, "npcache", False),
+    "npcache_lfs_pointer_dumped": ({"pytorch_model.bin": LFS_POINTER, "np/weight_names.json": "[]"}, "npcache", True),
 }
 
 

@@ -82,6 +82,11 @@ EDGE_VALUES = [
     "patchkit_guard-abc.dist-info/RECORD",
     "patchkit_guard-0.2.dist-info/RECORD",
     "\u2028",
+    "vllm/" + "d/" * 30 + "x.py",  # as deep as a recorded path may be
+    "vllm/" + "d/" * 31 + "x.py",  # deeper
+    "vllm/" + "n" * 256 + ".py",  # a name no file system holds
+    "vllm/" + ("n" * 250 + "/") * 9 + "x.py",  # a path over 2,048 bytes
+    "patchkit_guard-" + "1" * 250 + ".dist-info/RECORD",
     [],
     {},
     ["demo"],

@@ -110,12 +110,13 @@ def test_a_journal_may_not_choose_what_the_launch_guard_becomes(run, applied):
     the bytes this patchkit writes there (else it removes the file): the guard runs in every vLLM
     process."""
     tree, patch = applied
-    payload = plant_object(tree, b"def check():\n    __import__('os').system('id')\n")
+    planted = b"def check():\n    __import__('os').system('id')\n"
+    payload = plant_object(tree, planted)
     plant_journal(tree, {"path": "patchkit_guard.py", "before": payload, "after": None, "staged": None})
     result = run("status", "--target", tree, "--patch", patch)
     assert "Traceback" not in result.output and result.exit_code in (0, 1), result.output
     guard = tree / "patchkit_guard.py"
-    assert not guard.exists() or b"system" not in guard.read_bytes()
+    assert not guard.exists() or b"__import__('os').system" not in guard.read_bytes()  # (the guard says "file system")
 
 
 @pytest.mark.parametrize("path", ["sitecustomize/__init__.py", "_distutils_hack/__init__.py"])

@@ -42,7 +42,7 @@ ENV = "PATCHKIT_GUARD"
 # The number of the guard's checks: patchkit tells an older build's guard that judges a tree as it
 # does (the same number: a note, `apply` updates it) from one that may not (a failure until `apply`).
 # tests/test_guard_format.py holds it to this module's code: a change of the code bumps it.
-GUARD_FORMAT = 24
+GUARD_FORMAT = 25
 MAX_RECORD_BYTES = 16 * 1024 * 1024
 if TYPE_CHECKING:  # (vllm version or None, {path: recorded sha256 or None}, {path: its original's sha256 or None})
     Record = tuple[str | None, dict[str, str | None], dict[str, str | None]]
@@ -672,6 +672,8 @@ _GUARD_FILE = re.compile(
 _STARTUP_HOOKS = ("sitecustomize", "usercustomize", "_distutils_hack")
 _MAX_CHOSEN, _MAX_PATCH_PATH = 256, 4096
 _MAX_RECORDED_FILES = 10000  # patchkit.store.state.MAX_RECORDED_FILES
+# patchkit.store.state._too_long's bounds (a name's and a path's bytes), base.fsutil.MAX_RECORDED_DEPTH
+_MAX_NAME, _MAX_RECORDED_PATH, _MAX_RECORDED_DEPTH = 255, 2048, 32
 
 
 def state_damage(data: object) -> str | None:
@@ -714,6 +716,8 @@ def _guard_damage(guard: object) -> str | None:
     for path, digest in guard.items():
         if not (isinstance(path, str) and _GUARD_FILE.fullmatch(path)):
             return "its guard record names " + repr(path) + ", which is no file of patchkit's launch guard"
+        if _too_long(path):
+            return "the recorded path " + repr(path) + " " + _too_long(path)
         version = path.partition("/")[0][len("patchkit_guard-") : -len(".dist-info")] if "/" in path else "0"
         if not _VERSION.fullmatch(version):
             return "its guard record names " + repr(path) + ", whose version " + repr(version) + " is no version"
@@ -792,6 +796,8 @@ def _file_damage(path: object, shas: object) -> str | None:
     unsafe = not path or "\\" in path or "\x00" in path or path.startswith("/") or re.match(r"[A-Za-z]:", path)
     if unsafe or any(part in ("", ".", "..") for part in parts):
         return "the recorded path " + repr(path) + " is no relative path inside the tree"
+    if _too_long(path):
+        return "the recorded path " + repr(path) + " " + _too_long(path)
     if parts[0] in _STARTUP_HOOKS or not parts[0].isidentifier() or len(parts) < 2 or "__pycache__" in parts:
         return "the recorded path " + repr(path) + " is not a package file patchkit records"
     if not isinstance(shas, dict) or not {"before", "after"} <= set(shas):
@@ -803,6 +809,19 @@ def _file_damage(path: object, shas: object) -> str | None:
     if isinstance(mode, bool) or not isinstance(mode, int) or not 0 <= mode <= 0o777:
         return path + ": 'mode' " + repr(mode) + " is not a file's permission bits (0 to 0o777)"
     return None
+
+
+def _too_long(path: str) -> str:
+    """Why a recorded path is none patchkit records ("": it is one): a name no file system holds, a
+    path longer or deeper than any package's file (every directory on the way is judged)."""
+    encoded = path.encode("utf-8", "surrogatepass")
+    if any(len(part) > _MAX_NAME for part in encoded.split(b"/")):
+        return "has a name over " + str(_MAX_NAME) + " bytes, which no file system here holds"
+    if len(encoded) > _MAX_RECORDED_PATH:
+        return "is over " + str(_MAX_RECORDED_PATH) + " bytes, longer than any file of a package"
+    if path.count("/") >= _MAX_RECORDED_DEPTH:
+        return "lies " + str(path.count("/")) + " directories deep, deeper than any file of a package"
+    return ""
 
 
 def _chosen_damage(chosen: object, key: str) -> str | None:

@@ -68,6 +68,21 @@ def unsafe_reason(path: str) -> str | None:
     return None
 
 
+# Components of a path patchkit writes and records: vLLM's deepest file has 8 (vllm/model_executor/
+# layers/quantization/...). Each command looks at every directory on the way to each recorded file.
+MAX_RECORDED_DEPTH = 32
+
+
+def too_deep(path: str) -> str | None:
+    """Why a relative path is deeper than any patchkit writes and records (None: it is not)."""
+    depth = path.count("/") + 1
+    if depth > MAX_RECORDED_DEPTH:
+        return (
+            f"lies {depth - 1:,} directories deep, deeper than any file of a package (at most {MAX_RECORDED_DEPTH - 1})"
+        )
+    return None
+
+
 def plain_name_problem(name: str) -> str | None:
     """Why `name` is no plain file name (one safe path component), or None."""
     return "contains a '/'" if "/" in name else unsafe_reason(name)
@@ -403,17 +418,26 @@ def judged_inside(root: Path, rel: str) -> Path:
     return root / first if rest and moved_package(root, first) else root
 
 
-def first_symlink(root: Path | str, rel: str) -> tuple[Path, bool] | None:
+def first_symlink(root: Path | str, rel: str, plain: set[str] | None = None) -> tuple[Path, bool] | None:
     """The first symlink on the way from `root` to root/rel (rel itself included), and whether
     more of the path lies under it (a symlinked directory); None when there is none. A moved
-    vllm/ (moved_package) is none."""
+    vllm/ (moved_package) is none. `plain`: the directories (relative) known to be real ones, kept
+    across calls: each is looked at once, not once a path below it."""
     parts = [p for p in rel.split("/") if p not in ("", ".")]
-    for depth in range(1, len(parts) + 1):
-        path = Path(root, *parts[:depth])
+    plain, base, sub = set() if plain is None else plain, os.fspath(root), ""
+    for depth, part in enumerate(parts, 1):
+        sub = f"{sub}/{part}" if sub else part
+        if sub in plain:
+            continue
         if depth == 1 < len(parts) and moved_package(root, parts[0]):
             continue
-        if os.path.islink(path):
-            return path, depth < len(parts)
-        if not os.path.isdir(path):
+        try:
+            mode = os.lstat(f"{base}/{sub}").st_mode
+        except OSError:
             return None
+        if stat.S_ISLNK(mode):
+            return Path(root, sub), depth < len(parts)
+        if not stat.S_ISDIR(mode):
+            return None
+        plain.add(sub)
     return None

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 from patchkit import __version__
 from patchkit.base import hints
 from patchkit.base.errors import BadInput, PatchkitError, TargetError, few
-from patchkit.base.fsutil import NotRegularFile, judged_inside, read_file, read_regular
+from patchkit.base.fsutil import NotRegularFile, moved_package, read_file, read_regular
 from patchkit.base.hashing import sha256
 from patchkit.base.patterns import LazyPattern
 from patchkit.checks import shadow
@@ -554,16 +554,16 @@ def unreadable_by_others(root: Path, state: State | None = None) -> list[tuple[s
     paths = [META_DIR, state_path(root).relative_to(root).as_posix(), MODULE, *state.guard, *recorded]
     found: dict[str, int] = {}
     judged: set[tuple[str, bool]] = set()  # the directories on the way are shared: each judged once
-    real_root = os.path.realpath(root)
+    walked: dict[str, tuple[int | None, int | None]] = {"": (None, stat.S_IFDIR)}
     for rel in paths:
-        parts = rel.split("/")
-        for depth in range(1, len(parts) + 1):
-            sub, directory = "/".join(parts[:depth]), depth < len(parts)
+        parts, sub = rel.split("/"), ""
+        for depth, part in enumerate(parts, 1):
+            sub, directory = f"{sub}/{part}" if depth > 1 else part, depth < len(parts)
             if (sub, directory) in judged:
                 continue
             judged.add((sub, directory))
-            mode = _closed_mode(root, real_root, sub, directory=directory)
-            if mode is not None:
+            mode = _plain_mode(root, sub, walked)
+            if mode is not None and _closed(mode, directory=directory):
                 found.setdefault(sub, mode)
     return sorted(found.items())
 
@@ -579,22 +579,32 @@ def make_readable(root: Path, state: State | None = None) -> list[str]:
     return changed
 
 
-def _closed_mode(root: Path, real_root: str, rel: str, *, directory: bool) -> int | None:
-    """The mode of root/rel when it is a regular file (or directory) other users cannot read; None
-    otherwise (absent, a symlink, under one: never changed through it, or open to them). `real_root`:
-    os.path.realpath(root)."""
-    base = judged_inside(root, rel)  # a moved vllm/ (a symlink to its directory): its files are judged there
-    real = os.path.join(real_root, rel) if base == root else os.path.join(os.path.realpath(base), rel.partition("/")[2])
-    if ".." in rel.split("/") or os.path.realpath(root / rel) != real:
-        return None
-    try:
-        info = os.lstat(root / rel)
-    except OSError:
-        return None
-    kind_ok = stat.S_ISDIR(info.st_mode) if directory else stat.S_ISREG(info.st_mode) or stat.S_ISDIR(info.st_mode)
-    if not kind_ok or _open_to_others(root / rel, directory=stat.S_ISDIR(info.st_mode), mode=info.st_mode):
-        return None
-    return info.st_mode
+def _plain_mode(root: Path, rel: str, walked: dict[str, tuple[int | None, int | None]]) -> int | None:
+    """root/rel's lstat mode; None when it is absent or a symlink, or under one (never changed through
+    it). `walked`: each prefix's (that mode; the mode of the directory its children are reached through,
+    None: there is none to reach), its parent's first: one lstat a prefix, never a walk from the root
+    for each (which was minutes for a record's file a thousand directories deep)."""
+    if rel in walked:
+        return walked[rel][0]
+    parent, _, name = rel.rpartition("/")
+    above = walked[parent][1]
+    mode = through = None
+    if above is not None and stat.S_ISDIR(above) and name not in ("", ".", ".."):
+        with suppress(OSError):
+            mode = through = os.lstat(f"{os.fspath(root)}/{rel}").st_mode
+    if mode is not None and stat.S_ISLNK(mode):
+        # a moved vllm/ (a symlink to its directory): its files are judged inside it, as Python imports them
+        through = stat.S_IFDIR if not parent and moved_package(root, rel) else None
+        mode = None
+    walked[rel] = (mode, through)
+    return mode
+
+
+def _closed(mode: int, *, directory: bool) -> bool:
+    """Whether a regular file (or a directory) of this mode is closed to other users; on the way to
+    a file (`directory`), only a directory counts."""
+    kind_ok = stat.S_ISDIR(mode) if directory else stat.S_ISREG(mode) or stat.S_ISDIR(mode)
+    return kind_ok and not _open_to_others(Path(), directory=stat.S_ISDIR(mode), mode=mode)
 
 
 def _open_to_others(path: Path, *, directory: bool, mode: int | None = None) -> bool:

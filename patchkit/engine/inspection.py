@@ -744,11 +744,11 @@ def _symlink_fix(root: Path, refused: list[str], state: State | None) -> str | N
     if state is None or not refused:
         return None
     recorded = [*(path for entry in state.entries for path in entry.files), *state.guard]
-    heads = Heads(refused)
+    heads, plain = Heads(refused), set[str]()  # the directories shared by the recorded paths: each looked at once
     for rel in recorded:
         if not heads.any_starts(f"{rel} ", f"{rel!r} "):
             continue
-        found = first_symlink(root, rel)
+        found = first_symlink(root, rel, plain)
         if found is not None:
             return hints.replace_symlink(found[0], directory=found[1])
     # a stale .pyc Python reaches through a symlink: apply's bytecode fix writes through none

@@ -45,6 +45,7 @@ PATTERNS = {
 _SAFETENSORS = ("safetensors", "fastsafetensors", "mistral")  # filtered by the index whatever matched
 _INDEX = "model.safetensors.index.json"
 _MISTRAL_INDEX = "consolidated.safetensors.index.json"
+_NP_NAMES = os.path.join("np", "weight_names.json")  # np_cache_weights_iterator's dump, once made
 _NOT_WEIGHTS = ("training_args.bin", "optimizer.bin", "optimizer.pt", "scheduler.pt", "scaler.pt")
 INDEX_LIMIT = 64 << 20  # a shard index: a weight name per tensor, a few MB for the largest models
 MAX_HEADER = 100_000_000  # the longest header safetensors' reader takes (MAX_HEADER_SIZE, "header too large")
@@ -91,6 +92,8 @@ def weights_problem(directory: str, load_format: str, *, local: bool = True) -> 
         return f"{os.path.basename(dangling[0])} is a link to nothing (its file is gone)"
     if not found:
         return f"no weight file vLLM loads ({', '.join(patterns)})"
+    if load_format == "npcache" and os.path.exists(os.path.join(directory, _NP_NAMES)):
+        return None  # its iterator reads the numpy dump, never the .bin files again
     padded = load_format == "fastsafetensors"  # its own reader takes bytes past the tensors (alignment)
     bad = [why for path in sorted(found) if (why := file_problem(path, use_safetensors, padded=padded))]
     return None if not bad else Damaged(bad[0] + (f" (and {len(bad) - 1} more weight files)" if len(bad) > 1 else ""))
@@ -196,7 +199,7 @@ def weight_findings(command: LaunchCommand, target: ModelConfig) -> list[tuple[s
     if "bitsandbytes" in (command.options.get("quantization"), method) or load_format not in (*PATTERNS, "auto"):
         return []  # another loader (BitsAndBytesModelLoader's own files, a dummy, a plugin's): not judged
     found = []
-    model = _target_directory(command)
+    model = target_directory(command)
     if model is not None:
         found += _problem(command, "model", *model, load_format, "the load fails at its start")
     drafter = _drafter_directory(command)
@@ -226,7 +229,7 @@ def _problem(
     return [(f"{role} '{name}'{place}: {why}: {when}", fix)]
 
 
-def _target_directory(command: LaunchCommand) -> tuple[str, str, bool] | None:
+def target_directory(command: LaunchCommand) -> tuple[str, str, bool] | None:
     """(name, directory, named by the launch) vLLM loads the target's weights from; None when it
     would download them (online, a hub id)."""
     name = path = str(command.model)

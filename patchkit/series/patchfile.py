@@ -20,7 +20,7 @@ from unidiff.patch import PatchedFile, PatchSet
 from patchkit.base import fsutil
 from patchkit.base.enums import FileKind
 from patchkit.base.errors import BadInput
-from patchkit.base.fsutil import unsafe_reason
+from patchkit.base.fsutil import too_deep, unsafe_reason
 from patchkit.base.values import FrozenValue, frozen
 
 ENCODING = "utf-8"
@@ -275,6 +275,11 @@ def _safe_path(name: str, raw_path: str, roots: tuple[str, ...]) -> str:
     reason = unsafe_reason(raw_path)
     if reason:
         raise BadInput(f"{name}: unsafe path {raw_path!r} (the path {reason})")
+    if too_deep(raw_path):  # patchkit records no such path: apply would write a record no command reads
+        raise BadInput(
+            f"{name}: the path {raw_path!r} {too_deep(raw_path)}",
+            hint=f"check {name}: no file of vLLM lies that deep",
+        )
     if raw_path.split("/", 1)[0] not in roots:
         allowed = ", ".join(f"{r}/" for r in roots)
         raise BadInput(f"{name}: path {raw_path!r} is outside the patched package ({allowed})")

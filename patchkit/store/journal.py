@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 from contextlib import suppress
 from pathlib import Path
 from typing import Any
@@ -320,8 +321,9 @@ def remove_leftovers(root: Path, managed: set[str]) -> None:
     for path in managed:
         parent, _, name = path.rpartition("/")
         by_parent.setdefault(parent, set()).add(name)
+    plain: set[str] = set()  # the directories the managed files share: each looked at once
     for parent, names in by_parent.items():
-        if not _symlink_on_the_way(root, parent):
+        if not _symlink_on_the_way(root, parent, plain):
             _remove_temp_files(root / parent if parent else root, names)
 
 
@@ -350,10 +352,19 @@ def _remove_temp_files(directory: Path, names: set[str] | None) -> None:
             os.unlink(item.path)  # a symlink is removed itself, never followed
 
 
-def _symlink_on_the_way(root: Path, rel: str) -> bool:
-    current = root
+def _symlink_on_the_way(root: Path, rel: str, plain: set[str]) -> bool:
+    """Whether a directory on the way to root/rel (rel included) is a symlink or no directory.
+    `plain`: those found real directories, kept across calls (one lstat each, not one a path below)."""
+    base, sub = os.fspath(root), ""
     for part in rel.split("/") if rel else []:
-        current = current / part
-        if current.is_symlink() or not current.is_dir():
+        sub = f"{sub}/{part}" if sub else part
+        if sub in plain:
+            continue
+        try:
+            mode = os.lstat(f"{base}/{sub}").st_mode
+        except OSError:
             return True
+        if not stat.S_ISDIR(mode):
+            return True
+        plain.add(sub)
     return False

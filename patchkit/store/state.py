@@ -52,6 +52,7 @@ from patchkit.base.fsutil import (
     load_json_text,
     read_regular,
     set_name_problem,
+    too_deep,
     unsafe_reason,
 )
 from patchkit.base.hashing import hash_side_by_side, sha256
@@ -210,7 +211,7 @@ def _too_long(path: str) -> str | None:
         return f"has a name over {_MAX_NAME} bytes, which no file system here holds"
     if len(encoded) > _MAX_RECORDED_PATH:
         return f"is over {_MAX_RECORDED_PATH:,} bytes, longer than any file of a package"
-    return None
+    return too_deep(path)
 
 
 # The one exception: the files of the launch guard `apply` installs beside vllm/ (patchkit.engine.guard).
@@ -377,7 +378,11 @@ class State(Value):
         return replace(self, chosen=(*wanted, *(n for n in names if n not in wanted)), reverted=reverted)
 
     def size_problem(self) -> str | None:
-        """Why this record is larger than patchkit writes one (record_size_damage; None: it is not)."""
+        """Why this record is larger than patchkit writes one (record_size_damage, or a path too deep;
+        None: it is not)."""
+        deep = next((p for entry in self.entries for p in entry.files if too_deep(p)), None)
+        if deep is not None:
+            return f"the path {quoted(repr(deep))} {too_deep(deep)}"
         return record_size_damage([{"files": entry.files} for entry in self.entries])
 
     def with_entry(self, entry: Entry) -> State:

@@ -33,6 +33,10 @@ for directory, load_format in json.loads(sys.argv[1]):
             directory, None, True, None
         )
         said[directory] = sorted(files)
+        if load_format == "npcache":  # it reads the .bin files only while no numpy dump is there
+            from vllm.model_executor.model_loader.weight_utils import np_cache_weights_iterator
+            list(np_cache_weights_iterator(directory, None, directory, files, False))
+            files = []
         for name in files:  # as safetensors_weights_iterator and pt_weights_iterator open each file
             if use_safetensors:
                 from safetensors import safe_open
