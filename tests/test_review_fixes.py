@@ -100,7 +100,7 @@ def test_a_symlinked_cache_directory_is_never_written_or_pruned_through(
     assert result.exit_code == 0, result.output
     assert release_of(result)["outcome"] == "patched"
     assert fingerprint(outside) == before
-    assert "not a plain directory inside patchkit's cache" in result.stderr
+    assert "is a symlink inside patchkit's cache: the cache is not used" in result.stderr, result.stderr
 
 
 def test_prune_removes_only_its_own_old_entries_and_never_follows_a_symlink(tmp_path, outside):

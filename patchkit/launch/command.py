@@ -74,6 +74,7 @@ class LaunchCommand(Value):
     release: str | None = None  # the release whose recorded parser read the arguments (None: not read yet)
     exact: bool = True  # that parser is the installed release's own (else the nearest recorded one)
     unread: list[str] = field(default_factory=list)  # arguments that parser does not know (not exact)
+    config_ignored: str | None = None  # `--config=FILE`, which vLLM ignores (serve_parser.ignored_config)
     python_flags: list[str] = field(default_factory=list)  # `python -E -m ...`: the interpreter's options
     xoptions: list[str] = field(default_factory=list)  # `python -X NAME[=VALUE]`: each value, in order
     hash_pycs: str = "default"  # `python --check-hash-based-pycs MODE`: never loads checked-hash .pyc unchecked
@@ -408,6 +409,7 @@ def read(command: LaunchCommand, version: Version | str | None = None) -> Launch
         release=spec.release,
         exact=spec.exact,
         unread=list(reading.unread),
+        config_ignored=reading.config_ignored,
     )
     _ = read.speculative_config, read.hf_overrides, read.tensor_parallel_size  # each read now: exit 2
     return read

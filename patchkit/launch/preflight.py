@@ -62,6 +62,7 @@ from patchkit.launch.late_files import headless_note, late_file_findings, lora_r
 from patchkit.launch.middleware import middleware_findings
 from patchkit.launch.models import ModelConfig, offline, offline_model_path, redirected, resolve_model, with_overrides
 from patchkit.launch.relevance import EVERY, LaunchNeeds, launch_needs
+from patchkit.launch.serve_parser import ignored_config
 from patchkit.launch.shortcut import as_written, kept_findings
 from patchkit.launch.speculative import speculative_findings
 from patchkit.launch.speculators import drafter_config, speculator
@@ -984,6 +985,8 @@ def command_findings(context: LaunchContext) -> list[Finding]:
     (`-sc`) the installed vLLM does not declare (0.16.0 has no `-sc`: its parser refuses the command)."""
     command = context.command
     found = [Finding(COMMAND, False, note, "give the option one way: as JSON or key by key") for note in command.notes]
+    if command.config_ignored is not None:  # vLLM starts, without the file's options
+        found.append(Finding(COMMAND, False, *ignored_config(command.config_ignored)))
     if not command.exact:
         found.append(_lenient_reading(command, context.version))
     declared = context.read(ARG_UTILS)
