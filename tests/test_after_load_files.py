@@ -243,7 +243,7 @@ def test_run_refuses_a_launch_whose_tls_or_adapter_vllm_refuses_after_the_load(l
         assert "vLLM refuses the launch once the model has loaded" in said, said
 
 
-# --- --generation-config: read by get_diff_sampling_param once the model has loaded ------------------
+# --- --generation-config: read by InputProcessor as the front end starts, get_diff_sampling_param later ---
 
 
 def generation_configs(root: Path) -> dict[str, bool]:
@@ -275,7 +275,7 @@ def test_a_generation_config_vllm_finds_nothing_at_is_refused(tmp_path):
         assert all(s.startswith(f"--generation-config {value}: ") for s in said), said
     assert judged(root, "--generation-config", "empty") == [
         "--generation-config empty: a directory with neither a readable generation_config.json nor config.json or "
-        "params.json: vLLM refuses the launch once the model has loaded"
+        "params.json: vLLM refuses the launch as it starts"
     ]
 
 
@@ -313,6 +313,49 @@ def test_a_classification_adapters_saved_modules_are_refused_only_where_the_rele
     assert said("0.16.0", score) != [] and said("0.16.0", head) != []  # 0.16.0: none at all
     assert said("0.33.0", score) == []  # 0.32.0 on: a classifier's "classifier" and "score"
     assert len(said("0.33.0", head)) == 1 and 'modules_to_save ["lm_head"]' in said("0.33.0", head)[0]
+
+
+def test_the_models_own_generation_config_is_judged_under_auto(tmp_path):
+    """review35 N7: `auto` (the default) reads the model's own generation_config.json (ModelConfig's
+    try_get_generation_config on --hf-config-path or the model); JSON that is not an object there is
+    a TypeError. The model is local, or offline its cached snapshot; online a hub id is not judged."""
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama"}))
+
+    def said(*words: str, model_name: str = str(model), env: tuple[str, ...] = ()) -> list[str]:
+        command = parse(["env", *env, "vllm", "serve", model_name, *words], "0.16.0")
+        return [f.message for f in late_file_findings(command, "command", lambda: "utf-8")]
+
+    assert said() == []  # no generation_config.json: vLLM reads config.json instead
+    for text in ('{"temperature": 0.6}', "{bad", ""):  # an object; unreadable JSON: vLLM falls back
+        (model / "generation_config.json").write_text(text)
+        assert said() == [] and said("--generation-config", "auto") == [], text
+    (model / "generation_config.json").write_text("[1]")
+    refused = [
+        f"the model's generation_config.json ({model}/generation_config.json) is JSON but not an object: "
+        "vLLM refuses the launch as it starts"
+    ]
+    assert said() == refused and said("--generation-config", "auto") == refused
+    assert said("--generation-config", "vllm") == []  # vLLM reads none
+    assert said("--config-format", "mistral") == []  # another parser: not judged
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "generation_config.json").write_text("null")
+    assert said("--hf-config-path", str(other)) == [refused[0].replace(str(model), str(other))]
+    cache = tmp_path / "hub"
+    snapshot = cache / "models--someorg--m" / "snapshots" / "c0ffee"
+    snapshot.mkdir(parents=True)
+    (cache / "models--someorg--m" / "refs").mkdir()
+    (cache / "models--someorg--m" / "refs" / "main").write_text("c0ffee")
+    (snapshot / "config.json").write_text("{}")
+    (snapshot / "generation_config.json").write_text('"text"')
+    hub = ("someorg/m", (f"HF_HUB_CACHE={cache}",))
+    assert said(model_name=hub[0], env=hub[1]) == []  # online: vLLM downloads it
+    offline = said(model_name=hub[0], env=(*hub[1], "HF_HUB_OFFLINE=1"))
+    assert offline == [
+        f"the model's generation_config.json ({snapshot}/generation_config.json) is JSON but not an object: vLLM refuses the launch as it starts"
+    ]
 
 
 def test_an_adapter_whose_first_weight_file_its_reader_refuses_is_refused(tmp_path):

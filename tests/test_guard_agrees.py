@@ -32,6 +32,7 @@ import pytest
 from helpers import (
     LOAD_LIKE_VLLM,
     MODEL_PY,
+    READ_ONLY_COMMANDS,
     SPEC_PY,
     load_plugins_as_another_user,
     load_plugins_like_vllm,
@@ -40,6 +41,7 @@ from helpers import (
     purelib,
     run_cli,
     run_cli_in_process,
+    run_cli_read_only,
     warm_pycache_prefix,
     write_library,
     write_tree,
@@ -1404,15 +1406,17 @@ def test_under_a_pycache_prefix_the_guard_refuses_exactly_when_the_commands_fail
     build(tree)
     env = _prefixed_env(tree)
     refuses = load_plugins_like_vllm(tree.site, **env).returncode != 0
-    status = run_cli("status", "--format", "json", "--target", tree.site, "--patches", tree.library, env=env)
+    status = run_cli_read_only("status", "--format", "json", "--target", tree.site, "--patches", tree.library, env=env)
     assert status.returncode in (0, 1), status.stdout + status.stderr
     own = ("--target", tree.site, "--patches", tree.library)
     launch = (str(tree.bin / "vllm"), "serve", str(tree.model))
     prefixed = ("env", *(f"{k}={v}" for k, v in env.items()), *launch)
     said = {
         "status": status.returncode,
-        "preflight": run_cli("preflight", *own, "--no-import", "--", *launch, env=env).returncode,
-        "preflight, the prefix the launch's own": run_cli("preflight", *own, "--no-import", "--", *prefixed).returncode,
+        "preflight": run_cli_read_only("preflight", *own, "--no-import", "--", *launch, env=env).returncode,
+        "preflight, the prefix the launch's own": run_cli_read_only(
+            "preflight", *own, "--no-import", "--", *prefixed
+        ).returncode,
         "run": run_cli("run", *own, "--", *launch, env=env).returncode,
         "run, the prefix the launch's own": run_cli("run", *own, "--", *prefixed).returncode,
     }
@@ -1525,12 +1529,16 @@ class Venv:
         return (self.by, self.python if self.by == "--python" else self.site, "--patches", self.library)
 
     def cli(self, *args: object):
-        return run_cli(*args, *self.own())
+        """status and verify through run_cli_read_only (in this process where a fork would serve them as the
+        session: the venv's own start-up is its interpreter's, asked by the command), the others as processes."""
+        run = run_cli_read_only if args[0] in READ_ONLY_COMMANDS else run_cli
+        return run(*args, *self.own())
 
     def launch(self, command: str):
         extra = ("--no-import",) if command == "preflight" else ()
         stand_in = str(self.python.parent / "vllm")
-        return run_cli(command, *self.own(), *extra, "--", stand_in, "serve", str(self.model))
+        run = run_cli_read_only if command in READ_ONLY_COMMANDS else run_cli
+        return run(command, *self.own(), *extra, "--", stand_in, "serve", str(self.model))
 
     def guard(self) -> subprocess.CompletedProcess:
         """The guard as vLLM loads it, in the venv's own interpreter (its start-up, its .pth files)."""
@@ -1691,7 +1699,8 @@ def _prefix_from_a_variable(venv: Venv) -> Path:
 def _launch_with(venv: Venv, command: str, *env_prefix: str, cwd: str | None = None):
     extra = ("--no-import",) if command == "preflight" else ()
     launch = ["env", *env_prefix, str(venv.python), "-m", "vllm.entrypoints.cli.main", "serve", str(venv.model)]
-    return run_cli(command, *venv.own(), *extra, "--", *launch, cwd=None if cwd is None else Path(cwd))
+    run = run_cli_read_only if command in READ_ONLY_COMMANDS else run_cli
+    return run(command, *venv.own(), *extra, "--", *launch, cwd=None if cwd is None else Path(cwd))
 
 
 @pytest.mark.parametrize("by", ["--python", "--target"])
@@ -1904,16 +1913,16 @@ def test_stale_bytecode_of_the_guard_itself_fails_the_commands_and_the_named_fix
     assert compiled.is_file()
     launch = (str(tree.bin / "vllm"), "serve", str(tree.model))
     said = {
-        "status": run_cli("status", *own, env=env),
-        "verify": run_cli("verify", "--no-import", *own, env=env),
-        "preflight": run_cli("preflight", *own, "--no-import", "--", *launch, env=env),
+        "status": run_cli_read_only("status", *own, env=env),
+        "verify": run_cli_read_only("verify", "--no-import", *own, env=env),
+        "preflight": run_cli_read_only("preflight", *own, "--no-import", "--", *launch, env=env),
         "run": run_cli("run", *own, "--", *launch, env=env),
     }
     for command, result in said.items():
         text = " ".join((result.stdout + result.stderr).split())
         assert result.returncode == 1 and "patchkit_guard." in text and compiled.name in text, (command, text)
         assert "guard vLLM runs is stale bytecode" in text and "guard refuses" not in text, (command, text)
-    status = run_cli("status", "--format", "json", *own, env=env)
+    status = run_cli_read_only("status", "--format", "json", *own, env=env)
     fix = (json.loads(status.stdout).get("guard") or {}).get("fix") or ""
     named = _named_commands(fix)
     assert named, fix
@@ -1924,7 +1933,7 @@ def test_stale_bytecode_of_the_guard_itself_fails_the_commands_and_the_named_fix
     for words in named:
         done = run_cli(*words[1:], *own, env=env) if words[0] == "patchkit" else subprocess.run(words, check=False)
         assert done.returncode == 0, words
-    status = run_cli("status", *own, env=env)
+    status = run_cli_read_only("status", *own, env=env)
     assert status.returncode == 0, status.stdout + status.stderr
     assert run_cli("run", *own, "--", *launch, env=env).returncode == 0
 

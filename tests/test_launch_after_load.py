@@ -132,7 +132,7 @@ def test_an_after_load_refusal_says_which_value_why_and_the_fix():
     )  # fmt: skip
     assert generation.message == (
         "--generation-config /gone/gen: vLLM cannot read it (ValueError: Invalid repository ID or local directory "
-        "specified: '/gone/gen'.): vLLM refuses the launch once the model has loaded (judged on the CPU platform: "
+        "specified: '/gone/gen'.): vLLM refuses the launch as it starts (judged on the CPU platform: "
         "no accelerator found)"
     )
 

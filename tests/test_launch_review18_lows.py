@@ -32,9 +32,15 @@ def test_a_config_file_over_the_limit_is_said_to_be_patchkits_limit(tmp_path):
 
 @pytest.mark.parametrize("model", [["m"], []])
 def test_config_with_equals_is_said_to_be_ignored_by_vllm_with_the_spelling_it_reads(tmp_path, model):
+    """With a model given, vLLM starts (without the file's options): read, and the `command` check
+    fails on it (tests/test_odd_inputs_said.py); with none, the file was to name it: refused."""
     config = tmp_path / "cfg.yaml"
     config.write_text("model: m\ntool-call-parser: hermes\n")
-    said = refusal(["vllm", "serve", *model, f"--config={config}"])
-    assert said.message.startswith(f"vLLM ignores --config={config}: it reads a config file only as"), said.message
-    assert said.hint == f"write --config {config}"
+    if model:
+        read = parse(["vllm", "serve", *model, f"--config={config}"], "0.16.0")
+        assert read.config_ignored == f"--config={config}" and "tool-call-parser" not in read.options
+    else:
+        said = refusal(["vllm", "serve", *model, f"--config={config}"])
+        assert said.message.startswith(f"vLLM ignores --config={config}: it reads a config file only as"), said.message
+        assert said.hint == f"write --config {config}"
     assert parse(["vllm", "serve", *model, "--config", str(config)], "0.16.0").model == "m"

@@ -306,7 +306,7 @@ def test_a_target_tree_says_python_is_what_vllm_validation_needs_and_the_missing
     tree, library, models = setup
     base = ["preflight", "--target", tree, "--patches", library]
     command = serve("lab/gone-model", models["drafter"])
-    done = run_cli(*base, "--format", "json", "--", *command, env={"HF_HUB_OFFLINE": "1"})
+    done = run_cli_read_only(*base, "--format", "json", "--", *command, env={"HF_HUB_OFFLINE": "1"})
     assert_clean_failure(done, 4)  # the worst finding's code: a model found nowhere
     order = [(f["check"], f["result"]) for f in json.loads(done.stdout)["findings"]]
     assert order == [("models", "fail"), ("tree-state", "fail"), ("vllm-validation", "cannot judge")], order
@@ -314,7 +314,7 @@ def test_a_target_tree_says_python_is_what_vllm_validation_needs_and_the_missing
     assert "no interpreter known" in validation["message"], validation
     assert validation["fix"].startswith("give --python PATH"), validation
 
-    text = run_cli(*base, "--", *command, env={"HF_HUB_OFFLINE": "1"})
+    text = run_cli_read_only(*base, "--", *command, env={"HF_HUB_OFFLINE": "1"})
     assert_clean_failure(text, 4)
     said = text.stdout + text.stderr
     assert "error:" not in said, said  # the model is said once, as a finding: not again as an error line
@@ -325,17 +325,17 @@ def test_vllm_validation_reports_vllms_own_error(setup, tmp_path):
     tree, library, models = setup
     fake = write_refusing_engine_args(tree)  # --python imports the tree checked: vLLM is asked about it (item 2)
     base = ["preflight", "--target", tree, "--python", sys.executable, "--patches", library, "--format", "json", "--"]
-    done = run_cli(*base, *serve(models["deepseek"], models["drafter"]), env={"PYTHONPATH": str(fake)})
+    done = run_cli_read_only(*base, *serve(models["deepseek"], models["drafter"]), env={"PYTHONPATH": str(fake)})
     assert_clean_failure(done, 1)
     check = findings(done)["vllm-validation"]
     assert not check["ok"] and "Eagle3 is only supported for ['llama', 'qwen'] models" in check["message"]
 
     plain = ["vllm", "serve", str(models["deepseek"])]
-    done = run_cli(*base, *plain, env={"PYTHONPATH": str(fake)})
+    done = run_cli_read_only(*base, *plain, env={"PYTHONPATH": str(fake)})
     assert findings(done)["vllm-validation"]["ok"]
 
     # the fake's parser types it int: it refuses what the static reading (0.16.0's human_readable_int) takes
-    done = run_cli(*base, *plain, "--max-model-len", "32k", env={"PYTHONPATH": str(fake)})
+    done = run_cli_read_only(*base, *plain, "--max-model-len", "32k", env={"PYTHONPATH": str(fake)})
     assert_clean_failure(done, 1)
     assert "argument parser refused" in findings(done)["vllm-validation"]["message"]
 
@@ -385,7 +385,7 @@ def test_a_python_whose_vllm_is_not_the_target_tree_is_said_and_combining_is_nev
     tree, library, models = setup
     fake = write_refusing_engine_args(tmp_path / "fake")
     base = ["preflight", "--target", tree, "--python", sys.executable, "--patches", library, "--"]
-    done = run_cli(*base, "vllm", "serve", str(models["deepseek"]), env={"PYTHONPATH": str(fake)})
+    done = run_cli_read_only(*base, "vllm", "serve", str(models["deepseek"]), env={"PYTHONPATH": str(fake)})
     said = " ".join(done.stderr.split())
     assert f"note: --python {sys.executable} imports vLLM from {fake / 'vllm'}, not {tree / 'vllm'}" in said, said
     alone = run_cli_read_only(
@@ -403,7 +403,7 @@ def test_vllm_is_not_asked_about_a_target_tree_its_python_does_not_import(setup,
     fake = write_refusing_engine_args(tmp_path / "fake")
     base = ["preflight", "--target", tree, "--python", sys.executable, "--patches", library, "--format", "json"]
     launch = serve(models["deepseek"], models["drafter"])
-    done = run_cli(*base, "--", *launch, env={"PYTHONPATH": str(fake)})
+    done = run_cli_read_only(*base, "--", *launch, env={"PYTHONPATH": str(fake)})
     found = findings(done)
     why = f"--python {sys.executable} imports vLLM from {fake / 'vllm'}, not from the --target tree {tree / 'vllm'}"
     validation = found["vllm-validation"]
@@ -450,7 +450,7 @@ def test_vllm_validation_reads_relative_paths_from_the_launchs_directory(setup, 
     fake = write_refusing_engine_args(tree)  # --python imports the tree checked: vLLM is asked about it (item 2)
     base = ["preflight", "--target", tree, "--python", sys.executable, "--patches", library, "--format", "json", "--"]
     relative = models["deepseek"].relative_to(tmp_path)
-    done = run_cli(*base, "vllm", "serve", relative, env={"PYTHONPATH": str(fake)}, cwd=tmp_path)
+    done = run_cli_read_only(*base, "vllm", "serve", relative, env={"PYTHONPATH": str(fake)}, cwd=tmp_path)
     assert findings(done)["vllm-validation"]["message"] == "vLLM's create_engine_config() accepts the command"
 
 
@@ -491,7 +491,7 @@ def test_vllms_validation_runs_in_the_launchs_own_environment(setup, tmp_path, p
     (fake / "vllm" / "engine" / "arg_utils.py").write_text(ENVIRONMENT_ARG_UTILS)
     base = ["preflight", "--target", tree, "--python", sys.executable, "--patches", library, "--format", "json", "--"]
     command = [*prefix, f"PYTHONPATH={fake}", "vllm", "serve", str(models["deepseek"])]
-    done = run_cli(*base, *command, env={"LEAKED": "yes"})
+    done = run_cli_read_only(*base, *command, env={"LEAKED": "yes"})
     message = findings(done)["vllm-validation"]["message"]
     assert f"saw {json.dumps(seen)}" in message, message
 
@@ -499,7 +499,7 @@ def test_vllms_validation_runs_in_the_launchs_own_environment(setup, tmp_path, p
 def test_vllm_validation_cannot_judge_when_vllm_does_not_import(setup):
     tree, library, models = setup
     base = ["preflight", "--target", tree, "--python", sys.executable, "--patches", library, "--format", "json", "--"]
-    done = run_cli(*base, "vllm", "serve", str(models["deepseek"]))
+    done = run_cli_read_only(*base, "vllm", "serve", str(models["deepseek"]))
     check = findings(done)["vllm-validation"]
     assert check["ok"] and check["result"] == "cannot judge"  # not a failure, and no pass
     assert check["message"].startswith("cannot judge: not run: vLLM does not import")
@@ -690,7 +690,7 @@ def test_a_tree_patched_by_hand_in_part_is_a_finding_not_a_crash(setup):
 
 def with_import(tree: Path, library: Path, *command: str, env=None):
     args = ["preflight", "--target", tree, "--python", sys.executable, "--patches", library, "--format", "json"]
-    return run_cli(*args, "--", *command, env=env)
+    return run_cli_read_only(*args, "--", *command, env=env)
 
 
 def test_supports_eagle3_is_asked_of_vllm_itself_on_stock_and_after_apply(setup):
@@ -1121,7 +1121,7 @@ def test_a_local_directory_named_as_the_hub_id_is_what_vllm_reads(setup, tmp_pat
     write_cached_repo(cache, "lab/ds", {COMMIT_A: DEEPSEEK_V3}, {"main": COMMIT_A})
     (tmp_path / "work" / "lab" / "ds").mkdir(parents=True)  # ./lab/ds: no config.json in it
     args = ["preflight", "--target", tree, "--patches", library, "--no-import", "--", "vllm", "serve", "lab/ds"]
-    done = run_cli(*args, env={"HF_HUB_CACHE": str(cache)}, cwd=tmp_path / "work")
+    done = run_cli_read_only(*args, env={"HF_HUB_CACHE": str(cache)}, cwd=tmp_path / "work")
     assert_clean_failure(done, 4)
     assert "has no config.json" in done.stdout
 
@@ -1355,7 +1355,7 @@ def test_the_launchs_pythonpath_or_working_directory_that_imports_another_vllm_f
             (module, other),
         ):
             args = ["preflight", *named, "--patches", library, "--format", "json", "--no-import", "--", *command]
-            done = run_cli(*args, cwd=cwd)
+            done = run_cli_read_only(*args, cwd=cwd)
             assert_clean_failure(done, 1)
             assert failed(done) == {"launch-target"}, (command, done.stdout)
             assert str(other) in findings(done)["launch-target"]["message"]

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from helpers import (
     MODEL_PY,
+    READ_ONLY_COMMANDS,
     SPEC_PY,
     Releases,
     assert_clean_failure,
@@ -21,6 +22,7 @@ from helpers import (
     patched_spec,
     release_of,
     run_cli,
+    run_cli_read_only,
     snapshot,
     verify,
     write_library,
@@ -98,7 +100,7 @@ def test_a_symlinked_cache_directory_is_never_written_or_pruned_through(
     assert result.exit_code == 0, result.output
     assert release_of(result)["outcome"] == "patched"
     assert fingerprint(outside) == before
-    assert "not a plain directory inside patchkit's cache" in result.stderr
+    assert "is a symlink inside patchkit's cache: the cache is not used" in result.stderr, result.stderr
 
 
 def test_prune_removes_only_its_own_old_entries_and_never_follows_a_symlink(tmp_path, outside):
@@ -172,7 +174,9 @@ def test_a_record_that_is_not_a_regular_file_is_not_verifiable(tmp_path, outside
     patch.write_bytes(make_patch(tmp_path, site, {SPEC: patched_spec()}))
     before = fingerprint(outside)
     args = ("--target", site, "--vllm-version", "0.16.0", "--patch", patch, "--format", "json")
-    done = run_cli(*command, *args, env={"PATCHKIT_CACHE_DIR": str(cache)})
+    done = (run_cli_read_only if command[0] in READ_ONLY_COMMANDS else run_cli)(
+        *command, *args, env={"PATCHKIT_CACHE_DIR": str(cache)}
+    )
     assert_clean_failure(done, 0)
     (row,) = [c for c in json.loads(done.stdout)["checks"] if c["check"] == "integrity"]
     assert row["ok"] is False and row["message"].startswith("not verifiable: "), row
@@ -222,7 +226,9 @@ def test_an_untrusted_library_is_never_followed_outside_nor_blocks(tmp_path, own
     spoil_library(own_library, outside, hostile)
     site = tmp_path / "site"
     where = () if command == ("list",) else ("--target", site, "--vllm-version", "0.16.0")
-    done = run_cli(*command, "--patches", own_library, *where)
+    done = (run_cli_read_only if command[0] in READ_ONLY_COMMANDS else run_cli)(
+        *command, "--patches", own_library, *where
+    )
     output = done.stdout + done.stderr
     if command == ("list",) and hostile in ("fifo", "symlink"):
         assert_clean_failure(done, 1)  # `list` shows a damaged patch, exit 1
@@ -284,7 +290,9 @@ def test_a_path_no_file_can_have_is_bad_input(tmp_path, case, command, fmt):
     patch = tmp_path / "p.patch"
     patch.write_bytes(creating(path))
     before = snapshot(site)
-    done = run_cli(*command, "--target", site, "--patch", patch, "--format", fmt)
+    done = (run_cli_read_only if command[0] in READ_ONLY_COMMANDS else run_cli)(
+        *command, "--target", site, "--patch", patch, "--format", fmt
+    )
     assert_clean_failure(done, 2)
     message = json.loads(done.stdout)["error"] if fmt == "json" else done.stderr
     assert path[:40] in message and why in message, message

@@ -3,7 +3,9 @@ builds it: FlexibleArgumentParser's dotted keys, --config, unknown options refus
 it, then create_engine_config(). No weights are loaded; nothing is downloaded (HF_HUB_OFFLINE).
 
 request: {"arguments": [what follows `vllm serve` or `-m vllm.entrypoints.openai.api_server`],
-          "serve": bool, "args": [the same for the engine's parser alone], "cwd": dir}
+          "serve": bool, "args": [the same for the engine's parser alone], "cwd": dir,
+          "headless": bool (`vllm serve` runs engine cores only: run_headless's create_engine_config, no
+          API server, so no --middleware and no front end reading the generation config)}
 answer:  {"status": "ok" | "invalid" | "no-vllm", "error": text, "reading": {what vLLM's parser read: READ},
           "cpu": the CPU platform was forced (no accelerator found), "cpu_refused": the error was raised in
           vllm/platforms/cpu.py or blames the platform (the forced platform's own refusal)}
@@ -62,10 +64,11 @@ def work(request: dict[str, Any]) -> dict[str, Any]:
         reading = {name: _plain(getattr(args, name)) for name in READ if hasattr(args, name)}
         with _model_names_as_launched(launch_offline):
             engine_args = AsyncEngineArgs.from_cli_args(args)
-        config = engine_args.create_engine_config()
+        config = _engine_config(engine_args, bool(request.get("headless")))
     except Exception as exc:
         cpu_refused = forced and (_raised_in_cpu_platform(exc) or _PLATFORM_WORDS.search(str(exc)) is not None)
-        late = _late_on_cpu(args, engine_args, launch_offline) if cpu_refused and engine_args is not None else None
+        on_cpu = cpu_refused and engine_args is not None
+        late = _late_on_cpu(args, engine_args, launch_offline, bool(request.get("headless"))) if on_cpu else None
         if late is not None:  # fails on any platform: the CPU platform's own refusal hides it no more
             return {"status": "after-load", **late, "reading": reading, "cpu": forced}
         return {
@@ -81,22 +84,43 @@ def work(request: dict[str, Any]) -> dict[str, Any]:
         said = refused.getvalue().strip().splitlines()
         reason = said[-1] if said else f"status {exc}"
         return {"status": "invalid", "error": f"vLLM's argument parser refused the command: {reason}"}
-    late = after_load_refusal(args, config, launch_offline)
+    late = after_load_refusal(args, config, launch_offline, headless=bool(request.get("headless")))
     if late is not None:
         return {"status": "after-load", **late, "reading": reading, "cpu": forced}
     return {"status": "ok", "reading": reading, "cpu": forced}
 
 
-def after_load_refusal(args: Any, config: Any, launch_offline: bool) -> dict[str, str] | None:
-    """What vLLM's server runs once the model has loaded, and needs no model, run here: build_app's
-    --middleware imports, then the generation config OpenAIServingChat and the others read
-    (ModelConfig.get_diff_sampling_param); the first refusal, or None."""
-    for middleware in getattr(args, "middleware", None) or []:
+def _engine_config(engine_args: Any, headless: bool) -> Any:
+    """create_engine_config() as the launch calls it: run_headless passes headless=True (a release
+    whose create_engine_config takes it: 0.11.0 on)."""
+    create = engine_args.create_engine_config
+    if headless and "headless" in inspect.signature(create).parameters:
+        return create(headless=True)
+    return create()
+
+
+# the model classes that read the generation config in the engine (on a headless node too): as
+# patchkit/launch/genconfig.py's, which this module (run in the target's Python) cannot import
+ENGINE_READERS = ("Llama4", "EagleLlama4", "Gemma4", "DiffusionGemma")
+
+
+def after_load_refusal(
+    args: Any, config: Any, launch_offline: bool, *, headless: bool = False
+) -> dict[str, str] | None:
+    """What vLLM's server runs once the model has loaded (the generation config: as its front end
+    starts), and needs no model, run here: build_app's --middleware imports, then the generation
+    config InputProcessor and the serving classes read (ModelConfig.get_diff_sampling_param); the
+    first refusal, or None. `headless`: no API server runs, so only a model class of ENGINE_READERS
+    reads the generation config."""
+    for middleware in (getattr(args, "middleware", None) or []) if not headless else []:
         refused = middleware_refusal(str(middleware))
         if refused is not None:
             return {"option": "middleware", "value": str(middleware), **refused}
     model_config = getattr(config, "model_config", None)
     if model_config is None or not hasattr(model_config, "get_diff_sampling_param"):
+        return None
+    architectures = getattr(model_config, "architectures", None) or []
+    if headless and not any(str(a).startswith(ENGINE_READERS) for a in architectures):
         return None
     value = str(getattr(model_config, "generation_config", "auto"))
     if not launch_offline and _downloadable(value):  # vLLM would fetch it from the hub: not judged offline
@@ -108,14 +132,14 @@ def after_load_refusal(args: Any, config: Any, launch_offline: bool) -> dict[str
     return None
 
 
-def _late_on_cpu(args: Any, engine_args: Any, launch_offline: bool) -> dict[str, str] | None:
+def _late_on_cpu(args: Any, engine_args: Any, launch_offline: bool, headless: bool) -> dict[str, str] | None:
     """after_load_refusal where the forced CPU platform refused the engine config: the middleware, and
     the generation config with the model's config alone (create_model_config, no platform check)."""
     try:
         config: Any = types.SimpleNamespace(model_config=engine_args.create_model_config())
     except Exception:
         config = None
-    return after_load_refusal(args, config, launch_offline)
+    return after_load_refusal(args, config, launch_offline, headless=headless)
 
 
 def middleware_refusal(middleware: str) -> dict[str, str] | None:

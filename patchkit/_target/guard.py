@@ -42,7 +42,7 @@ ENV = "PATCHKIT_GUARD"
 # The number of the guard's checks: patchkit tells an older build's guard that judges a tree as it
 # does (the same number: a note, `apply` updates it) from one that may not (a failure until `apply`).
 # tests/test_guard_format.py holds it to this module's code: a change of the code bumps it.
-GUARD_FORMAT = 24
+GUARD_FORMAT = 25
 MAX_RECORD_BYTES = 16 * 1024 * 1024
 if TYPE_CHECKING:  # (vllm version or None, {path: recorded sha256 or None}, {path: its original's sha256 or None})
     Record = tuple[str | None, dict[str, str | None], dict[str, str | None]]
@@ -752,9 +752,9 @@ def _entry_damage(entry: object) -> str | None:
         if not _is_digest(patch.get("sha256")):
             return repr(patch.get("sha256")) + " is not a sha256 hex digest"
         if not _is_absolute(patch.get("path", "/")):
-            return "a recorded patch's path is not an absolute path"
+            return _absolute_damage(patch.get("path"), "a recorded patch's path")
     if not _is_absolute(entry.get("library", "/")):
-        return "a recorded library is not an absolute path"
+        return _absolute_damage(entry.get("library"), "a recorded library's path")
     files = entry.get("files")
     if not isinstance(files, dict):
         return "'files' is missing or of the wrong type"
@@ -773,6 +773,16 @@ def _adhoc_damage(set_name: str, files: dict[str, Any]) -> str | None:
         if path.split("/", 1)[0] != "vllm":
             return "a --patch apply's record names " + repr(path) + ", outside vllm/, which no --patch file changes"
     return None
+
+
+def _absolute_damage(where: object, what: str) -> str:
+    """What is wrong with a recorded absolute path _is_absolute refuses, in words."""
+    if isinstance(where, str) and where.startswith("/") and len(where) > _MAX_PATCH_PATH:
+        most = format(_MAX_PATCH_PATH, ",")
+        return what + " is " + format(len(where), ",") + " characters long, more than a path may be (" + most + ")"
+    if isinstance(where, str) and where.startswith("/"):
+        return what + " holds a control character"
+    return what + " is not an absolute path"
 
 
 def _is_absolute(where: object) -> bool:

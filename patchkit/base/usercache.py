@@ -104,12 +104,36 @@ def usable_cache_dir(directory: Path) -> bool:
     directory inside the cache (no symlink between the cache root and it). If not, the cache is not
     used for this run, with a note on stderr (once); it is never written or pruned through."""
 
-    if fsutil.plain_directory(cache_dir(), directory):
+    root = cache_dir()
+    if fsutil.plain_directory(root, directory):
         return True
-    if str(directory) not in _NOTED:
-        _NOTED.add(str(directory))
-        notes.say(
-            f"note: {directory} is not a plain directory inside patchkit's cache (a symlink?): "
-            "the cache is not used for this run"
-        )
+    said = _not_usable(root, directory)
+    if said not in _NOTED:  # the cache root itself: one note for every directory of it
+        _NOTED.add(said)
+        notes.say(f"note: {said}: the cache is not used for this run")
     return False
+
+
+def _not_usable(root: Path, directory: Path) -> str:
+    """Why `directory` of the cache at `root` is not used: the root is no directory (a file, a
+    device: PATCHKIT_CACHE_DIR=/dev/null), or a part of the way down is a symlink or no directory."""
+    named = f"PATCHKIT_CACHE_DIR={root}" if os.environ.get("PATCHKIT_CACHE_DIR", "").strip() else f"the cache {root}"
+    try:
+        if not stat.S_ISDIR(os.stat(root).st_mode):
+            return f"{named} is not a directory"
+    except FileNotFoundError:
+        pass  # made when first written
+    except OSError as exc:
+        return f"{named} cannot be used ({exc.strerror or exc})"
+    current = root
+    for part in directory.relative_to(root).parts if directory.is_relative_to(root) else ():
+        current = current / part
+        try:
+            mode = os.lstat(current).st_mode
+        except OSError:
+            break
+        if stat.S_ISLNK(mode):
+            return f"{current} is a symlink inside patchkit's cache"
+        if not stat.S_ISDIR(mode):
+            return f"{current} is not a directory inside patchkit's cache"
+    return f"{directory} is not a plain directory inside patchkit's cache"

@@ -19,7 +19,9 @@ import shlex
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+from packaging.version import Version
 
 from patchkit.base import hints
 from patchkit.base.errors import BadInput, TargetError
@@ -29,9 +31,6 @@ from patchkit.launch.models import redirected
 from patchkit.launch.serve_parser import read as read_arguments
 from patchkit.launch.serve_parser import spec_for
 from patchkit.launch.values import load_json
-
-if TYPE_CHECKING:  # pragma: no cover
-    from packaging.version import Version
 
 API_SERVER = "vllm.entrypoints.openai.api_server"
 CLI = "vllm.entrypoints.cli.main"  # the `vllm` script's module: `python -m CLI serve` is `vllm serve`
@@ -75,6 +74,7 @@ class LaunchCommand(Value):
     release: str | None = None  # the release whose recorded parser read the arguments (None: not read yet)
     exact: bool = True  # that parser is the installed release's own (else the nearest recorded one)
     unread: list[str] = field(default_factory=list)  # arguments that parser does not know (not exact)
+    config_ignored: str | None = None  # `--config=FILE`, which vLLM ignores (serve_parser.ignored_config)
     python_flags: list[str] = field(default_factory=list)  # `python -E -m ...`: the interpreter's options
     xoptions: list[str] = field(default_factory=list)  # `python -X NAME[=VALUE]`: each value, in order
     hash_pycs: str = "default"  # `python --check-hash-based-pycs MODE`: never loads checked-hash .pyc unchecked
@@ -228,6 +228,17 @@ class LaunchCommand(Value):
     def auto_tool_choice(self) -> bool:
         """--enable-auto-tool-choice: without it vLLM builds no tool parser (ParserManager.get_tool_parser)."""
         return bool(self.options.get("enable-auto-tool-choice"))
+
+    @property
+    def headless(self) -> bool:
+        """Whether `vllm serve` runs engine cores only, no API server (its run_headless, the worker
+        nodes of a multi-node launch): --headless, or --api-server-count below 1, in every release
+        0.11.0-0.34.0; not under --grpc or --data-parallel-multi-port-external-lb, which serve
+        otherwise first. The api_server module serves whatever it is given."""
+        if not self.serve or self.options.get("grpc") or self.options.get("data-parallel-multi-port-external-lb"):
+            return False
+        count = self.options.get("api-server-count")
+        return bool(self.options.get("headless")) or (isinstance(count, int) and count < 1)
 
     @property
     def tensor_parallel_size(self) -> int:
@@ -388,6 +399,8 @@ def read(command: LaunchCommand, version: Version | str | None = None) -> Launch
     if reading.model is None:
         raise _no_model(reading.options.get("served-model-name"), command.serve, reading.options.get("model-tag"))
     _validate_parsed(reading.options)
+    if command.serve:
+        _headless_count(reading.options, spec.release)
     read = dataclasses.replace(
         command,
         options=reading.options,
@@ -396,6 +409,7 @@ def read(command: LaunchCommand, version: Version | str | None = None) -> Launch
         release=spec.release,
         exact=spec.exact,
         unread=list(reading.unread),
+        config_ignored=reading.config_ignored,
     )
     _ = read.speculative_config, read.hf_overrides, read.tensor_parallel_size  # each read now: exit 2
     return read
@@ -413,6 +427,20 @@ def _validate_parsed(options: dict[str, object]) -> None:
                 f"vLLM refuses the command right after parsing it: --{given} requires --{needed}",
                 hint=f"give --{needed}, or drop --{given}",
             )
+
+
+def _headless_count(options: dict[str, object], release: str) -> None:
+    """`vllm serve --headless --api-server-count N`: refused as it starts, before any load (N > 0
+    from 0.15.0 on, where the count defaults to None; N > 1 before, in run_headless)."""
+    count = options.get("api-server-count")
+    if not options.get("headless") or options.get("grpc") or not isinstance(count, int):
+        return
+    most = 0 if Version(release) >= Version("0.15.0") else 1
+    if count > most:
+        raise BadInput(
+            f"vLLM refuses --headless with --api-server-count {count} as it starts: a headless node runs no API server",
+            hint="drop --api-server-count on the headless node (or --headless, to serve the API there)",
+        )
 
 
 def _no_model(served: object, serve: bool, positional: object) -> BadInput:

@@ -2,38 +2,75 @@
 init_app_state call ModelConfig.get_diff_sampling_param, whose try_get_generation_config reads
 GenerationConfig.from_pretrained(DIR) (DIR/generation_config.json, or the hub cache's), and on an
 OSError get_config(DIR) (config.json or params.json there), which raises ValueError when neither is
-found: the launch ends after a load of minutes. `auto` and `vllm` read no such directory."""
+found. With `auto` (the default) it reads the model's own directory the same way. vLLM's front end
+reads it as it starts (InputProcessor, before the model loads), its serving classes again after the
+load. `vllm` reads none.
+A headless node (`vllm serve --headless`) builds neither: only a model class that reads it itself
+(Llama4's, Gemma4's) does, as the model is built."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
+from collections.abc import Sequence
 
 from patchkit.base.errors import PatchkitError
 from patchkit.base.fsutil import read_regular
 from patchkit.launch.command import LaunchCommand
 from patchkit.launch.findings import Finding
-from patchkit.launch.models import hf_hub_cache, hub_repo_id, offline, offline_model_path
+from patchkit.launch.models import hf_hub_cache, hub_repo_id, offline, offline_model_path, redirected
+from patchkit.launch.weights import target_directory
 
-AFTER_LOAD = "vLLM refuses the launch once the model has loaded"
+AT_START = "vLLM refuses the launch as it starts"
 GENERATION = "generation_config.json"
 CONFIGS = ("config.json", "params.json")  # what get_config's `auto` format finds a model by
 _LIMIT = 16 << 20
 # gguf_utils.is_remote_gguf's `repo:QUANT` form
 _REMOTE_GGUF = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9._-]*/[a-zA-Z0-9][a-zA-Z0-9._-]*:[A-Za-z0-9_+-]+")
 _FIX = "give a directory holding generation_config.json (or a model's config.json), or auto / vllm"
+# the model classes that read the generation config themselves, in the engine (a headless node too)
+ENGINE_READERS = ("Llama4", "EagleLlama4", "Gemma4", "DiffusionGemma")
 
 
-def generation_config_findings(command: LaunchCommand, check: str) -> list[Finding]:
-    """A failed `check` finding (in a list) when vLLM would find no generation config at the value."""
+def read_on_node(command: LaunchCommand, architectures: Sequence[str]) -> bool:
+    """Whether this node of the launch reads the generation config: one that runs the API server,
+    or a headless one whose model class reads it (`architectures`: the target's)."""
+    return not command.headless or any(a.startswith(ENGINE_READERS) for a in architectures)
+
+
+def generation_config_findings(command: LaunchCommand, check: str, architectures: Sequence[str] = ()) -> list[Finding]:
+    """A failed `check` finding (in a list) when vLLM would find no generation config at the value,
+    or the model's own (`auto`) is one it cannot read."""
     value = command.options.get("generation-config")
-    if not isinstance(value, str) or value in ("", "auto", "vllm") or _REMOTE_GGUF.fullmatch(value):
+    if not read_on_node(command, architectures) or (command.optional_text("config-format") or "auto") != "auto":
+        return []  # not read here; or another parser reads it: not judged
+    if value is None or value == "auto":
+        return _model_own(command, check)
+    if not isinstance(value, str) or value in ("", "vllm") or _REMOTE_GGUF.fullmatch(value):
         return []  # "": from_pretrained reads the launch's own directory: not judged
-    if (command.optional_text("config-format") or "auto") != "auto":
-        return []  # another parser reads it: not judged
     why = _why_not_found(command, value)
-    return [] if why is None else [Finding(check, False, f"--generation-config {value}: {why}: {AFTER_LOAD}", _FIX)]
+    return [] if why is None else [Finding(check, False, f"--generation-config {value}: {why}: {AT_START}", _FIX)]
+
+
+def _model_own(command: LaunchCommand, check: str) -> list[Finding]:
+    """`auto`: the generation_config.json of --hf-config-path's directory, else of the model's (a
+    local one, or offline its cached snapshot, as weights.target_directory finds it); one vLLM cannot
+    read, or online a hub id's, is no refusal (it reads config.json instead, or downloads it)."""
+    config_path = command.optional_text("hf-config-path")
+    if config_path is not None:
+        directory: str | None = redirected(config_path, command.environ, command.cwd)
+    else:
+        found = target_directory(command)
+        directory = found[1] if found is not None else None
+    if directory is None:
+        return []
+    path = os.path.join(command.working_directory(), directory, GENERATION)
+    value = _json(path) if os.path.isfile(path) else _UNREAD
+    if value is _UNREAD or isinstance(value, dict):
+        return []
+    message = f"the model's {GENERATION} ({path}) is JSON but not an object: {AT_START}"
+    return [Finding(check, False, message, "fix the model's generation_config.json, or give --generation-config vllm")]
 
 
 def _why_not_found(command: LaunchCommand, value: str) -> str | None:

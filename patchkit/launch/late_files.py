@@ -1,15 +1,18 @@
 """What a launch names that vLLM reads only once the model has loaded: uvicorn's TLS files (serve_http,
 after the engine is built; patchkit/launch/tls.py builds its context), --generation-config
 (patchkit/launch/genconfig.py) and the static LoRA adapters of --lora-modules and --default-mm-loras
-(init_static_loras). Each refusal fails the launch after a load of minutes, so preflight and run
-judge them first, bounded and never blocking on a fifo."""
+(init_static_loras), and the MCP servers of --tool-server. Each refusal fails the launch after a load
+of minutes, so preflight and run judge them first, bounded and never blocking on a fifo.
+
+A headless node (`vllm serve --headless`) runs no API server: of these, only the adapters matter
+there, as the head's init_static_loras has every engine's workers load them (from the same paths)."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from packaging.version import InvalidVersion, Version
 
@@ -17,7 +20,7 @@ from patchkit.base.errors import PatchkitError
 from patchkit.base.fsutil import read_regular
 from patchkit.launch.command import LaunchCommand
 from patchkit.launch.findings import Finding
-from patchkit.launch.genconfig import generation_config_findings
+from patchkit.launch.genconfig import generation_config_findings, read_on_node
 from patchkit.launch.models import hf_hub_cache, hub_repo_id, offline, offline_model_path
 from patchkit.launch.tls import AFTER_LOAD, tls_findings
 from patchkit.launch.weights import LFS, file_problem
@@ -29,11 +32,24 @@ MAX_LORA_RANK = 16  # LoRAConfig.max_lora_rank's default (vLLM 0.11.0-0.16.0)
 
 
 def late_file_findings(
-    command: LaunchCommand, check: str, encoding: Callable[[], str], ranks: tuple[int, ...] | None = None
+    command: LaunchCommand,
+    check: str,
+    encoding: Callable[[], str],
+    ranks: tuple[int, ...] | None = None,
+    architectures: Sequence[str] = (),
 ) -> list[Finding]:
     """Failed `check` findings for each such file or option vLLM would refuse; `encoding`: the one
     the launch's open() reads text in (asked only of a config that is not ASCII); `ranks`: the
-    --max-lora-rank values the installed release allows (lora_ranks; None: not known)."""
+    --max-lora-rank values the installed release allows (lora_ranks; None: not known);
+    `architectures`: the target's (a headless node's model class may read the generation config)."""
+    found = generation_config_findings(command, check, architectures)
+    lora = [Finding(check, False, message, fix) for message, fix in _lora_problems(command, encoding, ranks)]
+    if command.headless:
+        return found + lora
+    return _tls_file_findings(command, check) + found + lora
+
+
+def _tls_file_findings(command: LaunchCommand, check: str) -> list[Finding]:
     found = []
     serves_tls = command.optional_text("ssl-certfile") is not None or command.optional_text("ssl-keyfile") is not None
     for option in SSL_FILES if serves_tls else ():  # plain HTTP: uvicorn never opens --ssl-ca-certs
@@ -41,10 +57,69 @@ def late_file_findings(
         why = None if value is None else _unreadable(os.path.join(command.working_directory(), value))
         if value is not None and why is not None:
             found.append(Finding(check, False, f"--{option} {value}: {why}: {AFTER_LOAD}", _FIX))
-    found += [] if found else tls_findings(command, check)
-    found += generation_config_findings(command, check)
-    lora = _lora_problems(command, encoding, ranks)
-    return found + [Finding(check, False, message, fix) for message, fix in lora]
+    return found or tls_findings(command, check)
+
+
+# what the API server alone reads: unused on a headless node (--lora-modules is not: see the module)
+API_SERVER_OPTIONS = (
+    *SSL_FILES,
+    "ssl-ciphers",
+    "ssl-cert-reqs",
+    "middleware",
+    "chat-template",
+    "generation-config",
+    "tool-server",
+    "tool-call-parser",
+)
+
+
+def headless_note(command: LaunchCommand, architectures: Sequence[str] = ()) -> str | None:
+    """The note for a headless launch that gives options only the API server reads (None: not
+    headless, or none given): not used on this node, so not judged."""
+    if not command.headless:
+        return None
+    engine_reads = read_on_node(command, architectures)
+    given = [
+        f"--{option}"
+        for option in API_SERVER_OPTIONS
+        if command.options.get(option) not in (None, "", [], False)
+        and not (option == "generation-config" and engine_reads)
+    ]
+    if not given:
+        return None
+    unused = f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} not used on this node"
+    loaded = "; its workers still load the --lora-modules adapters the head serves" if _lora_entries(command) else ""
+    return f"headless: no API server runs here, so {unused}{loaded}"
+
+
+# the releases whose MCPToolServer.add_tool_server connects to http://ENTRY/sse for each entry
+TOOL_SERVER_URL = (Version("0.11.0"), Version("0.35.0"))
+
+
+def tool_server_findings(
+    command: LaunchCommand, check: str, version: Version | None
+) -> tuple[list[Finding], list[str]]:
+    """(failed findings, notes) for --tool-server: vLLM's API server connects to each
+    comma-separated entry as http://ENTRY/sse once the model has loaded ("demo": its own tools), and
+    any failure ends the launch. HOST:PORT (or HOST:PORT/PREFIX) is only noted: the server may well
+    start after preflight, and a connect now would say nothing of the launch's minutes later."""
+    value = command.optional_text("tool-server")
+    if value is None or value == "demo" or command.headless:
+        return [], []
+    entries = value.split(",")
+    # a scheme, a space, nothing, a trailing slash (//sse): no MCP server answers the URL vLLM makes
+    bad = [e for e in entries if not e or "://" in e or e != e.strip() or e.endswith("/")]
+    if not bad:
+        urls = ", ".join(f"http://{entry}/sse" for entry in entries)
+        return [], [f"--tool-server: vLLM connects to {urls} once the model has loaded (not judged here)"]
+    if version is None or not TOOL_SERVER_URL[0] <= version < TOOL_SERVER_URL[1]:
+        checked = "0.11.0-0.34.0 add http:// and /sse to each entry"
+        return [], [f"--tool-server {value}: not judged: vLLM {version or '(unknown)'} was not checked ({checked})"]
+    message = (
+        f"--tool-server {value}: vLLM adds http:// and /sse to each entry itself, and connects to "
+        f"http://{bad[0]}/sse, which no MCP server answers: {AFTER_LOAD}"
+    )
+    return [Finding(check, False, message, "give each MCP server as HOST:PORT, comma-separated, no spaces")], []
 
 
 _FIX = "give a readable file's path, as the launch's directory sees it"
@@ -100,11 +175,14 @@ def _lora_problems(
     then each adapter's own refusal (a local one, or a hub id's snapshot in an offline launch)."""
     entries = _lora_entries(command)
     found = []
+    head = command.headless  # the head's API server refuses a name; this node's workers load each adapter
     if entries and not command.options.get("enable-lora"):  # only --lora-modules: mm ones need LoRA on
         message = f"--lora-modules without --enable-lora: vLLM's worker refuses each adapter (LoRA is not enabled): {AFTER_LOAD}"
         found.append((message, "add --enable-lora to the launch"))
     seen: set[str] = set()
     for option, name, path in entries:
+        if head and (not name or not path or name in seen):
+            continue
         if not name or not path:
             message = f"{option} {name}={path}: vLLM needs both a name and a path: {AFTER_LOAD}"
             found.append((message, "give each adapter as NAME=PATH"))

@@ -58,10 +58,11 @@ from patchkit.launch.command import ALIASES, LaunchCommand
 from patchkit.launch.engine import LaunchContext, Reader, apply_fix, launch_python_version, set_checks, tree_reader
 from patchkit.launch.findings import Finding, cannot_judge
 from patchkit.launch.interpreter import RefusedByPython, exec_search
-from patchkit.launch.late_files import late_file_findings, lora_ranks
+from patchkit.launch.late_files import headless_note, late_file_findings, lora_ranks, tool_server_findings
 from patchkit.launch.middleware import middleware_findings
 from patchkit.launch.models import ModelConfig, offline, offline_model_path, redirected, resolve_model, with_overrides
 from patchkit.launch.relevance import EVERY, LaunchNeeds, launch_needs
+from patchkit.launch.serve_parser import ignored_config
 from patchkit.launch.shortcut import as_written, kept_findings
 from patchkit.launch.speculative import speculative_findings
 from patchkit.launch.speculators import drafter_config, speculator
@@ -343,7 +344,7 @@ def preflight(
         return result
     result.command = command
     result.findings += _found_models_findings(result.missing, served, (target, drafter), command)
-    result.findings += _after_load_findings(command, resolved.target.root)  # never kept: files outside the tree
+    result.findings += _after_load_findings(command, resolved, target, result)  # never kept: files outside the tree
     planned = _Planned.of(resolved, status) if needed else _Planned()
     result.fixable = planned.fixable
     context = LaunchContext(
@@ -380,7 +381,8 @@ def _judge_plugin_files(context: LaunchContext, result: PreflightResult) -> None
         result.loader_fails = context.not_asked = unread.message
         context.python = None
     result.unjudged_plugins = context.general_plugins() if context.python is None and unread is None else []
-    if context.python is None or result.missing:  # vLLM's validation, which imports them, does not run
+    asked = context.python is not None and not result.missing  # vLLM's validation imports them
+    if not asked and not context.command.headless:  # a headless node builds no app
         result.findings += middleware_findings(context.command, COMMAND)
 
 
@@ -467,8 +469,10 @@ def _parser_findings(resolved: Resolved, command: LaunchCommand) -> list[Finding
     vLLM refuses the parsers before it reads them."""
     root = resolved.target.root
     same_python = launch_python_version(command, root) == f"{sys.version_info[0]}.{sys.version_info[1]}"
+    # a headless node runs no validate_api_server_args and builds no tool parser; the engine's reasoning parser stays
+    options = {k: v for k, v in command.options.items() if k != toolparsers.TOOL.needs or not command.headless}
     return toolparsers.findings(
-        COMMAND, command.options, resolved.vllm_version, tree_reader(root), root, same_python=same_python
+        COMMAND, options, resolved.vllm_version, tree_reader(root), root, same_python=same_python
     )
 
 
@@ -755,12 +759,19 @@ def _architectures_finding(model: ModelConfig | None) -> Finding | None:
     return Finding(MODELS, False, message, "give config.json's architectures as class names (strings) only")
 
 
-def _after_load_findings(command: LaunchCommand, root: Path) -> list[Finding]:
-    """Failed `command` findings for the files vLLM opens only once the model has loaded."""
+def _after_load_findings(
+    command: LaunchCommand, resolved: Resolved, target: ModelConfig, result: PreflightResult
+) -> list[Finding]:
+    """Failed `command` findings for the files and servers vLLM opens only once the model has
+    loaded (or its front end as it starts); what is not judged of them said in `result.said`."""
+    root, architectures = resolved.target.root, target.architectures
     adapters = command.options.get("lora-modules") or command.options.get("default-mm-loras")
     ranks = lora_ranks(tree_reader(root)(LORA_CONFIG)) if adapters else None
-    late = late_file_findings(command, COMMAND, lambda: launch_text_encoding(command), ranks)
-    return _chat_template_findings(command, root) + late
+    late = late_file_findings(command, COMMAND, lambda: launch_text_encoding(command), ranks, architectures)
+    servers, noted = tool_server_findings(command, COMMAND, resolved.vllm_version)
+    headless = headless_note(command, architectures)
+    result.said += [*([headless] if headless else []), *noted]
+    return _chat_template_findings(command, root) + late + servers
 
 
 def _chat_template_findings(command: LaunchCommand, root: Path) -> list[Finding]:
@@ -769,8 +780,8 @@ def _chat_template_findings(command: LaunchCommand, root: Path) -> list[Finding]
     a line break taken as the template, else its built-in template of that name, opened and read the same way): it refuses
     the launch once the model loaded. A file larger than patchkit reads: cannot judge its tail."""
     value = command.optional_text("chat-template")
-    if value is None:
-        return []
+    if value is None or command.headless:
+        return _template_at_start(command, value, root) if value is not None else []
     if "\0" in value:  # only a --config YAML escape gives one: open() raises ValueError, no OSError
         message = f"--chat-template {value!r} holds a NUL character: vLLM's open() of it fails once the model loaded"
         return [Finding(COMMAND, False, message, "give a template file's path, or the template itself")]
@@ -792,11 +803,30 @@ def _chat_template_findings(command: LaunchCommand, root: Path) -> list[Finding]
     if not os.path.isdir(root / CHAT_TEMPLATES):  # a fetched tree: vLLM's Python files, not its templates
         reason = f"--chat-template {value}: {given}; this tree holds no {CHAT_TEMPLATES}/ to tell whether vLLM ships it"
         return [cannot_judge(COMMAND, reason, "judge the launch on the installed vLLM: --python PATH")]
+    when = "the command as it starts" if not os.path.exists(path) else "the launch once the model has loaded"
     message = (
-        f"--chat-template {value}: {given}, nor a template vLLM ships (under {CHAT_TEMPLATES}): vLLM refuses "
-        "the launch once the model has loaded"
+        f"--chat-template {value}: {given}, nor a template vLLM ships (under {CHAT_TEMPLATES}): vLLM refuses {when}"
     )
     return [Finding(COMMAND, False, message, "give a readable template file's path, as the launch's directory sees it")]
+
+
+def _template_at_start(command: LaunchCommand, value: str, root: Path) -> list[Finding]:
+    """What vLLM's validate_chat_template refuses as it starts, on every node (a headless one loads
+    no template): a value with no `{`, `}` or line break that names no path, nor a built-in template."""
+    if any(c in value for c in "{}\n") or os.path.exists(os.path.join(command.working_directory(), value)):
+        return []
+    if not os.path.isdir(root / CHAT_TEMPLATES):  # a fetched tree: vLLM's Python files, not its templates
+        reason = (
+            f"--chat-template {value}: no such file; this tree holds no {CHAT_TEMPLATES}/ to tell whether vLLM ships it"
+        )
+        return [cannot_judge(COMMAND, reason, "judge the launch on the installed vLLM: --python PATH")]
+    if os.path.exists(root / CHAT_TEMPLATES / value):
+        return []
+    message = (
+        f"--chat-template {value}: no such file, nor a template vLLM ships (under {CHAT_TEMPLATES}): vLLM "
+        "refuses the command as it starts (validate_chat_template, on a headless node too)"
+    )
+    return [Finding(COMMAND, False, message, "give a template file's path, as the launch's directory sees it")]
 
 
 def _template_text(path: str) -> bytes | str:
@@ -955,6 +985,8 @@ def command_findings(context: LaunchContext) -> list[Finding]:
     (`-sc`) the installed vLLM does not declare (0.16.0 has no `-sc`: its parser refuses the command)."""
     command = context.command
     found = [Finding(COMMAND, False, note, "give the option one way: as JSON or key by key") for note in command.notes]
+    if command.config_ignored is not None:  # vLLM starts, without the file's options
+        found.append(Finding(COMMAND, False, *ignored_config(command.config_ignored)))
     if not command.exact:
         found.append(_lenient_reading(command, context.version))
     declared = context.read(ARG_UTILS)

@@ -43,15 +43,16 @@ def facts(
 ) -> LaunchFacts:
     """What the rule reads of a launch as vLLM serves it (`target_architectures`: its target model's;
     `version`: the tree's vLLM, when known)."""
-    # vLLM builds the named tool parser only under --enable-auto-tool-choice: without it no parser runs
-    parser = command.optional_text("tool-call-parser") if command.auto_tool_choice else None
+    # vLLM builds the named tool parser only under --enable-auto-tool-choice, and only in an API
+    # server (a headless node runs none): else no parser runs
+    parser = command.optional_text("tool-call-parser") if command.auto_tool_choice and not command.headless else None
     return LaunchFacts(command.speculative_method, parser, tuple(target_architectures), version)
 
 
 def unused_parser_note(command: LaunchCommand) -> str | None:
     """The words for a --tool-call-parser vLLM never builds (no --enable-auto-tool-choice); None: none."""
     parser = command.optional_text("tool-call-parser")
-    if parser is None or command.auto_tool_choice:
+    if parser is None or command.auto_tool_choice or command.headless:  # headless: late_files.headless_note
         return None
     return (
         f"--tool-call-parser {parser} is unused: without --enable-auto-tool-choice vLLM builds no tool "

@@ -48,6 +48,7 @@ class Reading(FrozenValue):
     model: str | None
     notes: tuple[str, ...]  # what vLLM reads otherwise than it was written
     unread: tuple[str, ...] = ()  # arguments the (lenient) spec does not know: its release may read them
+    config_ignored: str | None = None  # `--config=FILE`: vLLM reads nothing of it (ignored_config's words)
 
 
 @frozen
@@ -89,7 +90,8 @@ def read(arguments: list[str], *, serve: bool, spec: Spec) -> Reading:
     """The options and model vLLM reads from `arguments` (what follows `vllm serve` or the module)."""
     release = Version(spec.release)
     args = _model_to_front(arguments, release) if serve else list(arguments)
-    _config_with_equals(args)
+    ignored = next((a for a in args if a.startswith("--config=")), None)
+    args = [a for a in args if a != ignored]  # vLLM serves without the file's options
     if "--config" in args:
         args = _with_config_file(args, serve, _negations(spec.release, serve))
     if serve and release >= Version("0.17.0"):
@@ -108,7 +110,10 @@ def read(arguments: list[str], *, serve: bool, spec: Spec) -> Reading:
     options = {dest.replace("_", "-"): value for dest, value in both.items()}
     model = options.pop("model-tag", None) if serve else None
     found = model if model is not None else options.get("model")
-    return Reading(options, None if found is None else str(found), notes, tuple(unread))
+    if found is None and ignored is not None:  # the file was to name the model: no launch without it
+        message, fix = ignored_config(ignored)
+        raise BadInput(message, hint=fix)
+    return Reading(options, None if found is None else str(found), notes, tuple(unread), ignored)
 
 
 def _bounded(args: list[str]) -> list[str]:
@@ -181,15 +186,13 @@ def _negations(release: str, serve: bool) -> frozenset[str]:
     return frozenset(s for s in _parser(release, serve)._option_string_actions if s.startswith("--no-"))
 
 
-def _config_with_equals(args: list[str]) -> None:
-    """`--config=FILE`: vLLM reads a config file only as `--config FILE`; it logs that it cannot
-    read "--config=FILE" and serves without the file's options (and model): refused, with the fix."""
-    given = next((a for a in args if a.startswith("--config=")), None)
-    if given is not None:
-        raise BadInput(
-            f"vLLM ignores {given}: it reads a config file only as `--config FILE`, and would serve without its options",
-            hint=f"write --config {given.partition('=')[2]}",
-        )
+def ignored_config(given: str) -> tuple[str, str]:
+    """(message, fix) for `--config=FILE`: vLLM reads a config file only as `--config FILE`; it logs
+    that it cannot read "--config=FILE" and serves without the file's options (and model)."""
+    return (
+        f"vLLM ignores {given}: it reads a config file only as `--config FILE`, and would serve without its options",
+        f"write --config {given.partition('=')[2]}",
+    )
 
 
 def _with_config_file(args: list[str], serve: bool, negations: frozenset[str]) -> list[str]:

@@ -32,6 +32,7 @@ def engine_validation(python: str | None, command: LaunchCommand, *, fix: str | 
         "args": command.engine_args(),
         "cwd": command.working_directory(),
         "first_path": command.first_path(),
+        "headless": command.headless,
     }
     try:
         answer = run_worker(
@@ -94,19 +95,21 @@ def _verdict(python: str, command: LaunchCommand, answer: dict[str, Any], fix: s
 
 
 AFTER_LOAD = "vLLM refuses the launch once the model has loaded"
+AT_START = "vLLM refuses the launch as it starts"  # the generation config: its front end's InputProcessor reads it
 
 
 def after_load_finding(answer: dict[str, Any]) -> Finding:
-    """A failed finding for what vLLM's server refuses after the load, though create_engine_config()
-    accepts the command: a --middleware build_app cannot take, a generation config it cannot read."""
+    """A failed finding for what vLLM's server refuses, though create_engine_config() accepts the
+    command: a --middleware build_app cannot take after the load, a generation config it cannot read
+    (its front end reads it as it starts)."""
     value, error = str(answer.get("value", "")), _first_line(str(answer.get("error", "")))
     if answer.get("option") == "generation-config":
         if value == "auto":
-            message = f"vLLM cannot read the model's generation config ({error}): {AFTER_LOAD}"
+            message = f"vLLM cannot read the model's generation config ({error}): {AT_START}"
             return Finding(
                 CHECK, False, message, "fix the model's generation_config.json, or give --generation-config vllm"
             )
-        message = f"--generation-config {value}: vLLM cannot read it ({error}): {AFTER_LOAD}"
+        message = f"--generation-config {value}: vLLM cannot read it ({error}): {AT_START}"
         fix = "give a directory that holds generation_config.json (as the launch's directory sees it), or auto or vllm"
         return Finding(CHECK, False, message, fix)
     module, _, name = value.rpartition(".")

@@ -199,7 +199,7 @@ def weight_findings(command: LaunchCommand, target: ModelConfig) -> list[tuple[s
     if "bitsandbytes" in (command.options.get("quantization"), method) or load_format not in (*PATTERNS, "auto"):
         return []  # another loader (BitsAndBytesModelLoader's own files, a dummy, a plugin's): not judged
     found = []
-    model = _target_directory(command)
+    model = target_directory(command)
     if model is not None:
         found += _problem(command, "model", *model, load_format, "the load fails at its start")
     drafter = _drafter_directory(command)
@@ -229,7 +229,7 @@ def _problem(
     return [(f"{role} '{name}'{place}: {why}: {when}", fix)]
 
 
-def _target_directory(command: LaunchCommand) -> tuple[str, str, bool] | None:
+def target_directory(command: LaunchCommand) -> tuple[str, str, bool] | None:
     """(name, directory, named by the launch) vLLM loads the target's weights from; None when it
     would download them (online, a hub id)."""
     name = path = str(command.model)

@@ -767,11 +767,7 @@ def _checked_entry(data: object, origin: Path) -> Entry:
                 origin, f"a recorded patch's name {quoted(repr(patch['name']))} is no file name: it {problem}"
             )
         checked_digest(patch.get("sha256"), origin, optional=False)
-        where = patch.get("path", "/")
-        if not (isinstance(where, str) and where.startswith("/") and len(where) <= MAX_PATCH_PATH):
-            raise _damaged(origin, "a recorded patch's path is not an absolute path")
-        if not where.isprintable():
-            raise _damaged(origin, "a recorded patch's path holds a control character")
+        _checked_absolute(patch.get("path", "/"), "a recorded patch's path", origin)
     _checked_library(data.get("library", "/"), origin)
     files = _require(data, "files", dict, origin)
     for path, shas in files.items():
@@ -805,10 +801,19 @@ def _checked_mode(mode: object, path: str, origin: Path) -> None:
 
 
 def _checked_library(where: object, origin: Path) -> None:
-    if not (isinstance(where, str) and where.startswith("/") and len(where) <= MAX_PATCH_PATH):
-        raise _damaged(origin, "a recorded library is not an absolute path")
+    _checked_absolute(where, "a recorded library's path", origin)
+
+
+def _checked_absolute(where: object, what: str, origin: Path) -> None:
+    """A recorded absolute path (a patch's, a library's), each of its faults in its own words."""
+    if not (isinstance(where, str) and where.startswith("/")):
+        raise _damaged(origin, f"{what} is not an absolute path")
+    if len(where) > MAX_PATCH_PATH:
+        raise _damaged(
+            origin, f"{what} is {len(where):,} characters long, more than a path may be ({MAX_PATCH_PATH:,})"
+        )
     if not where.isprintable():
-        raise _damaged(origin, "a recorded library's path holds a control character")
+        raise _damaged(origin, f"{what} holds a control character")
 
 
 _REQUIRED = object()

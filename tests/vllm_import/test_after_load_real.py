@@ -270,6 +270,64 @@ def test_a_generation_config_is_refused_exactly_where_vllm_finds_none(tmp_path, 
     assert sum(bool(s) for s in vllm_said) >= 6, vllm_said
 
 
+ASK_MODEL_GENERATION = textwrap.dedent("""\
+    import json, sys, types
+    from vllm.config.model import ModelConfig
+
+    def refused(model):  # `auto`: ModelConfig.try_get_generation_config on the model's own directory
+        config = types.SimpleNamespace(
+            generation_config="auto", hf_config_path=None, model=model, trust_remote_code=False,
+            revision=None, config_format="auto",
+        )
+        try:
+            ModelConfig.try_get_generation_config(config)
+        except Exception as exc:
+            return f"{type(exc).__name__}: {exc}"
+
+    print(json.dumps([refused(model) for model in json.loads(sys.argv[1])]))
+""")
+
+
+def test_the_models_own_generation_config_is_refused_exactly_where_vllm_refuses_it(tmp_path, monkeypatch):
+    """review35 N7: under `auto` (the default) vLLM reads the model's own directory: each model
+    directory here (config.json beside each generation_config.json of generation_values), and a
+    cached snapshot read offline, judged by patchkit as the real ModelConfig.try_get_generation_config
+    refuses it (the InputProcessor of vLLM's front end calls it as it starts)."""
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    contents = {
+        "withgen": '{"temperature": 0.5}', "none": None, "list": "[1]", "null": "null", "string": '"x"',
+        "bad": "{bad", "empty": "", "latin1": '{"x": "caf\xe9"}', "number": "7",
+    }  # fmt: skip
+    models = []
+    for name, text in contents.items():
+        model = tmp_path / "models" / name
+        model.mkdir(parents=True)
+        (model / "config.json").write_text(json.dumps(LLAMA))
+        if text is not None:
+            (model / "generation_config.json").write_bytes(text.encode("latin-1"))
+        models.append(str(model))
+    storage = tmp_path / "hub" / "models--someorg--listed"
+    (storage / "refs").mkdir(parents=True)
+    (storage / "refs" / "main").write_text("c0ffee")
+    (storage / "snapshots" / "c0ffee").mkdir(parents=True)
+    (storage / "snapshots" / "c0ffee" / "config.json").write_text(json.dumps(LLAMA))
+    (storage / "snapshots" / "c0ffee" / "generation_config.json").write_text("[1]")
+    snapshot = str(storage / "snapshots" / "c0ffee")  # what EngineArgs hands ModelConfig offline
+    vllm_said = ask_vllm(ASK_MODEL_GENERATION, json.dumps([*models, snapshot]))
+    assert isinstance(vllm_said, list)
+    launches = [[str(VLLM_PYTHON), "-m", "vllm.entrypoints.cli.main", "serve", model] for model in models]
+    launches.append(
+        ["env", "HF_HUB_OFFLINE=1", str(VLLM_PYTHON), "-m", "vllm.entrypoints.cli.main", "serve", "someorg/listed"]
+    )
+    disagreements = []
+    for launch, said in zip(launches, vllm_said, strict=True):
+        command = parse(launch, "0.16.0")
+        refused = any(not f.ok for f in late_file_findings(command, "command", lambda: "utf-8"))
+        disagreements += [(launch[-1], said)] if refused != bool(said) else []
+    assert disagreements == []
+    assert sum(bool(s) for s in vllm_said) >= 4, vllm_said
+
+
 RANKS = """
 import json, typing
 import vllm.config.lora as lora

@@ -1,0 +1,62 @@
+"""review35 N12: --tool-server (MCP). vLLM's API server makes http://ENTRY/sse of each comma-separated
+entry ("demo": its own tools) and connects once the model has loaded; any failure ends the launch.
+Every release 0.11.0-0.34.0 builds the URL so (MCPToolServer.add_tool_server). An entry that can
+never be reached so (a scheme, a space, nothing, a trailing slash) fails `command`; a HOST:PORT is
+noted only: the server may start after preflight."""
+
+from __future__ import annotations
+
+import pytest
+from packaging.version import Version
+
+from patchkit.launch.command import parse
+from patchkit.launch.late_files import tool_server_findings
+
+
+def judged(value: str, version: str | None = "0.16.0", *more: str) -> tuple[list[str], list[str]]:
+    command = parse(["vllm", "serve", "m", "--tool-server", value, *more], "0.16.0")
+    found, notes = tool_server_findings(command, "command", Version(version) if version else None)
+    assert all(not f.ok for f in found)
+    return [f.message for f in found], notes
+
+
+@pytest.mark.parametrize(
+    ("value", "entry"),
+    [
+        ("http://localhost:8000", "http://localhost:8000"),
+        ("localhost:8000,https://tools:9000", "https://tools:9000"),
+        ("localhost:8000,", ""),
+        ("localhost:8000, tools:9000", " tools:9000"),
+        ("localhost:8000/", "localhost:8000/"),
+    ],
+)
+def test_an_entry_vllm_can_never_reach_is_refused(value, entry):
+    found, notes = judged(value)
+    assert notes == [] and found == [
+        f"--tool-server {value}: vLLM adds http:// and /sse to each entry itself, and connects to "
+        f"http://{entry}/sse, which no MCP server answers: vLLM refuses the launch once the model has loaded"
+    ]
+
+
+def test_host_and_port_are_noted_not_connected_to():
+    assert judged("localhost:8000,tools:9000/mcp") == (
+        [],
+        ["--tool-server: vLLM connects to http://localhost:8000/sse, http://tools:9000/mcp/sse once the model has "
+         "loaded (not judged here)"],
+    )  # fmt: skip
+    assert judged("demo") == ([], [])
+
+
+@pytest.mark.parametrize("version", ["0.11.0", "0.17.1", "0.34.0"])
+def test_the_rule_holds_in_each_release_checked(version):
+    assert len(judged("http://x:1", version)[0]) == 1
+
+
+@pytest.mark.parametrize("version", ["0.35.0", "0.10.2", None])
+def test_another_release_is_not_judged(version):
+    found, notes = judged("http://x:1", version)
+    assert found == [] and len(notes) == 1 and notes[0].startswith("--tool-server http://x:1: not judged: vLLM ")
+
+
+def test_a_headless_node_connects_to_no_tool_server():
+    assert judged("http://x:1", "0.16.0", "--headless") == ([], [])
