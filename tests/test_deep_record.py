@@ -14,9 +14,10 @@ import stat
 from pathlib import Path
 
 import pytest
-from helpers import make_patch, run_cli, snapshot, write_library
+from helpers import EAGLE_MODEL, MODEL, SPEC, make_patch, patched_spec, run_cli, snapshot, write_library
 
 import patchkit._target.guard as target_guard
+import patchkit.engine.inspection as inspection
 from patchkit.base.fsutil import MAX_RECORDED_DEPTH, first_symlink, judged_inside, moved_package
 from patchkit.engine import guard
 from patchkit.store import journal
@@ -180,6 +181,42 @@ def test_the_symlink_on_the_way_to_nested_files_is_found_looking_at_each_directo
     assert found == [None] * 11 + [(tree / link, True)] * (len(paths) - 11), found
     walked = [path for path in calls["lstat"] + calls["stat"] if "/vllm/n" in path]
     assert len(walked) <= 2 * len(paths), walked  # each real directory once, the link once a path below it
+
+
+def test_status_of_several_sets_looks_for_a_symlink_on_the_way_to_each_refused_file_once(
+    run, tree, scratch, monkeypatch
+):
+    spec = make_patch(scratch, tree, {SPEC: patched_spec()})
+    model = make_patch(scratch, tree, {MODEL: EAGLE_MODEL})
+    library = write_library(scratch / "lib", {"0.16.0": [spec]}, name="first")
+    write_library(library, {"0.16.0": [model]}, name="second")
+    assert run("apply", "--target", tree, "--patches", library).exit_code == 0
+    paths = chains(tree, 10)
+    for rel in paths:
+        (tree / rel).unlink()  # gone: the guard refuses each, and each set's fix looks for a symlink on the way
+    record_also(tree, paths)
+    walked, asked, inside, lstat, real = [], [0], [False], os.lstat, inspection.first_symlink
+
+    def counted(path, *args, **kwargs):
+        if inside[0]:
+            walked.append(str(path))
+        return lstat(path, *args, **kwargs)
+
+    def first_symlink_counted(*args):
+        asked[0], inside[0] = asked[0] + 1, True
+        try:
+            return real(*args)
+        finally:
+            inside[0] = False
+
+    monkeypatch.setattr(os, "lstat", counted)
+    monkeypatch.setattr(inspection, "first_symlink", first_symlink_counted)
+    done = run("status", "--target", tree, "--patches", library)
+    monkeypatch.undo()
+    assert done.exit_code == 1 and "set      first" in done.output and "set      second" in done.output, done.output
+    assert asked[0] >= 2 * len(paths)  # each set's fix asks it of each refused file
+    directories = [path for path in walked if not path.endswith(".py")]  # the files: gone, looked for again
+    assert len(directories) == len(set(directories)), [p for p in directories if directories.count(p) > 1]
 
 
 # ------------------------------------------------------------------ the walk agrees with realpath's

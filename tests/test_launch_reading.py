@@ -223,10 +223,10 @@ def test_deep_or_huge_json_values_are_bad_input_in_preflight_and_run(tmp_path, a
 def test_a_deep_or_huge_yaml_config_is_bad_input(tmp_path, text):
     config = tmp_path / "c.yaml"
     config.write_text(text)
-    started = time.monotonic()
+    started = time.process_time()
     with pytest.raises(BadInput, match=r"cannot be read|not valid YAML"):
         read16("--config", str(config))
-    assert time.monotonic() - started < 0.25  # the pure-Python scanner alone takes ~0.4 s on the first text
+    assert time.process_time() - started < 0.25  # the pure-Python scanner alone takes ~0.4 s on the first text
 
 
 def test_a_model_config_with_a_huge_integer_is_bad_input(tmp_path):
@@ -248,10 +248,10 @@ def test_a_yaml_alias_bomb_is_refused_well_under_a_second(tmp_path):
     lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 9)]
     config = tmp_path / "bomb.yaml"
     config.write_text("model: org/m\nhf-overrides:\n" + "\n".join("  " + line for line in lines) + "\n")
-    started = time.monotonic()
+    started = time.process_time()
     with pytest.raises(BadInput, match="values"):
         read16("--config", str(config))
-    assert time.monotonic() - started < 0.5
+    assert time.process_time() - started < 0.5
 
 
 @pytest.mark.parametrize(
@@ -552,10 +552,10 @@ def test_a_model_config_json_transformers_cannot_read_as_utf8_is_bad_input(tmp_p
     [["--trust-remote-code"], ["--port", "8000"], ["--port=8000"], ["--trust-rem"], ["-tp", "2"], ["--no-such-opt"]],
 )
 def test_ten_thousand_repeated_options_are_refused_at_once_naming_the_limit(repeated):
-    started = time.monotonic()
+    started = time.process_time()
     with pytest.raises(BadInput, match="patchkit reads at most 8,192 arguments and 1,024 options"):
         parse(["vllm", "serve", "org/m", *repeated * 10_000], "0.16.0")
-    assert time.monotonic() - started < 1.0
+    assert time.process_time() - started < 1.0
 
 
 def test_a_config_files_options_count_toward_the_limit(tmp_path):
@@ -566,10 +566,10 @@ def test_a_config_files_options_count_toward_the_limit(tmp_path):
 
 
 def test_a_thousand_options_are_still_read_quickly():
-    started = time.monotonic()
+    started = time.process_time()
     read = parse(["vllm", "serve", "org/m", *["--port", "8000"] * 1000, "--port", "9"], "0.16.0")
     assert read.options["port"] == "9" or read.options["port"] == 9
-    assert time.monotonic() - started < 1.0
+    assert time.process_time() - started < 1.0
 
 
 # --- releases after 0.20.0: their recorded parsers and their rewrite ----------------------------

@@ -429,12 +429,12 @@ def first_symlink(root: Path | str, rel: str, plain: set[str] | None = None) -> 
         sub = f"{sub}/{part}" if sub else part
         if sub in plain:
             continue
-        if depth == 1 < len(parts) and moved_package(root, parts[0]):
-            continue
         try:
             mode = os.lstat(f"{base}/{sub}").st_mode
         except OSError:
             return None
+        if stat.S_ISLNK(mode) and depth == 1 < len(parts) and moved_package(root, parts[0]):
+            continue
         if stat.S_ISLNK(mode):
             return Path(root, sub), depth < len(parts)
         if not stat.S_ISDIR(mode):

@@ -390,17 +390,29 @@ EVERY_CPYTHON = tuple(f"cpython-3{minor}" for minor in range(100))
 _kept: list[tuple[tuple[Path, State | None, str | None, str], Verdict]] | None = None
 
 
+# the directories found real ones on the way to recorded files while verdicts_kept() holds: root -> them
+_plain: dict[Path, set[str]] | None = None
+
+
 @contextmanager
 def verdicts_kept() -> Iterator[None]:
     """Within it, launch_verdict asked again of the same tree, record, prefix and mode gives its first
     answer (a copy): for a command that judges each covering set of a tree it does not change
-    (status), the guard's check runs once, not once per set (its work grows with the record)."""
-    global _kept
-    outer, _kept = _kept, [] if _kept is None else _kept
+    (status), the guard's check runs once, not once per set (its work grows with the record). So
+    do the real directories on the way to the refused files (plain_directories)."""
+    global _kept, _plain
+    outer, plain = _kept, _plain
+    _kept, _plain = [] if _kept is None else _kept, {} if _plain is None else _plain
     try:
         yield
     finally:
-        _kept = outer
+        _kept, _plain = outer, plain
+
+
+def plain_directories(root: Path) -> set[str]:
+    """The directories of `root` (relative) known to be real ones, for fsutil.first_symlink: kept
+    across the covering sets while verdicts_kept() holds, else new."""
+    return set() if _plain is None else _plain.setdefault(root, set())
 
 
 def launch_verdict(root: Path, state: State | None = None, prefix: str | None = None, mode: str = "default") -> Verdict:
@@ -604,7 +616,8 @@ def _closed(mode: int, *, directory: bool) -> bool:
     """Whether a regular file (or a directory) of this mode is closed to other users; on the way to
     a file (`directory`), only a directory counts."""
     kind_ok = stat.S_ISDIR(mode) if directory else stat.S_ISREG(mode) or stat.S_ISDIR(mode)
-    return kind_ok and not _open_to_others(Path(), directory=stat.S_ISDIR(mode), mode=mode)
+    bits = _DIR_BITS if stat.S_ISDIR(mode) else _FILE_BITS
+    return kind_ok and mode & bits != bits
 
 
 def _open_to_others(path: Path, *, directory: bool, mode: int | None = None) -> bool:

@@ -46,6 +46,7 @@ from patchkit.engine.guard import (
     missing_guard,
     of_other_checks,
     older_guard_notes,
+    plain_directories,
     prefixed_bytecode,
     replace_fix,
     unrecorded_guard_notes,
@@ -744,7 +745,7 @@ def _symlink_fix(root: Path, refused: list[str], state: State | None) -> str | N
     if state is None or not refused:
         return None
     recorded = [*(path for entry in state.entries for path in entry.files), *state.guard]
-    heads, plain = Heads(refused), set[str]()  # the directories shared by the recorded paths: each looked at once
+    heads, plain = Heads(refused), plain_directories(root)  # the directories shared by the paths: each looked at once
     for rel in recorded:
         if not heads.any_starts(f"{rel} ", f"{rel!r} "):
             continue
