@@ -13,7 +13,7 @@ from packaging.version import InvalidVersion, Version
 
 from patchkit.base import hints
 from patchkit.base.enums import Holder, Outcome, PatchState, SelectionKind, StepState, TreeState
-from patchkit.base.errors import PatchkitError
+from patchkit.base.errors import PatchkitError, few
 from patchkit.base.fsutil import Landed, first_symlink, read_file
 from patchkit.base.hashing import sha256
 from patchkit.base.heads import Heads
@@ -532,7 +532,7 @@ def _reinstalled_note(files: list[str], fields: dict[str, Any]) -> list[str]:
         return []
     one = len(files) == 1
     return [
-        f"{', '.join(files)} {'was' if one else 'were'} written by pip when vLLM was reinstalled (its RECORD lists "
+        f"{few(files, sep=', ')} {'was' if one else 'were'} written by pip when vLLM was reinstalled (its RECORD lists "
         f"{'these' if one else 'their'} bytes): {hints.command('apply')} patches {'it' if one else 'them'} "
         "and records the installed build"
     ]
@@ -552,7 +552,7 @@ def edited_since_apply(resolved: Resolved, state: State, drifted: list[str]) -> 
             return []
         revert = hints.command("revert", chosen=replace(hints.current(), set_name=None, set_names=()))
         return [
-            f"{', '.join(files)}: edited since the install (not what the wheel's patches make of the stock "
+            f"{few(files, sep=', ')}: edited since the install (not what the wheel's patches make of the stock "
             f"file, though its record says so); {revert} refuses to replace it without --force (which keeps a copy)"
         ]
     if entry is None or resolved.patches is None or stale_note(root, entry, resolved.vllm_version):
@@ -562,7 +562,7 @@ def edited_since_apply(resolved: Resolved, state: State, drifted: list[str]) -> 
         return []
     copy = "a copy of it" if len(files) == 1 else "copies of them"
     return [
-        f"{', '.join(files)}: edited since apply (not what the recorded patches make of the original, "
+        f"{few(files, sep=', ')}: edited since apply (not what the recorded patches make of the original, "
         f"though the record says so); {hints.command('revert')} keeps {copy}"
     ]
 
