@@ -222,8 +222,7 @@ def build_patched_wheel(
         writer = rawzip.Writer(output.fd, wheel.fd, wheel.label)
         early = _never_patched(wheel, stock_record)
         copies = [pool.submit(writer.fill, output.place(writer, early))]
-        rebuild = [str(wheel.path), "--out", os.path.abspath(out_dir), *(["--local-label", label] if label else [])]
-        resolved, notes = _resolve(wheel, scratch, chosen, rebuild)  # no series: it ends here, no index asked
+        resolved, notes = _resolve(wheel, scratch, chosen, (out_dir, label))  # no series: it ends here, no index asked
         held = _hold_to_release(wheel, pool, say) if expect_identity is None else None
         added = labels.normalized_label(label or labels.default_label([r.set_name for r in resolved]))
         version = labels.labelled_version(wheel.version, added)
@@ -787,10 +786,13 @@ class _Checked(WheelResult):
     changes: dict[str, tuple[bytes | None, bytes | None]] = field(default_factory=dict)  # of every set
 
 
-def _resolve(wheel: StockWheel, scratch: Path, chosen: Options, rebuild: list[str]) -> tuple[list[Resolved], list[str]]:
+def _resolve(
+    wheel: StockWheel, scratch: Path, chosen: Options, shape: tuple[Path, str | None]
+) -> tuple[list[Resolved], list[str]]:
     """The version, and each set's series (several when the library holds several sets and no
     one --set is given: those with a series for the release, in the library's order), as for a tree
-    of the wheel's files (its dist-info in `scratch`); and notes on the sets left out."""
+    of the wheel's files (its dist-info in `scratch`); and notes on the sets left out. `shape`: the
+    --out and --local-label given."""
 
     _check_metadata(wheel)
     _lay_out(wheel, scratch, [f"{wheel.dist_info}/METADATA"], METADATA_LIMIT)
@@ -802,6 +804,8 @@ def _resolve(wheel: StockWheel, scratch: Path, chosen: Options, rebuild: list[st
     # the version _check_metadata read and matched to the file name (detection would name the scratch tree)
     opts = replace(chosen, target_dir=str(scratch), python=None, vllm_version=str(wheel.version))
     if several(opts):
+        out_dir, label = shape  # a hint that builds other sets builds them from this wheel, as asked
+        rebuild = [str(wheel.path), "--out", os.path.abspath(out_dir), *(["--local-label", label] if label else [])]
         return _resolve_sets(opts, rebuild)
     resolved = resolve(opts)
     if resolved.selection.kind == SelectionKind.UPSTREAM:
