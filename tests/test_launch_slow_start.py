@@ -36,3 +36,25 @@ def test_a_slow_start_up_is_named_as_the_fix_and_its_questions_share_one_budget(
     assert not said["ok"] and f"did not finish within {BUDGET:g} s" in said["message"], said
     assert str(slow / "sitecustomize.py") in said["fix"] and "interpreter of the venv" not in said["fix"], said
     assert took < 2 * BUDGET + 15, took  # one budget for every question, not one each
+
+
+def test_a_launch_python_that_did_not_start_in_time_is_not_asked_again_by_vllms_validation(tmp_path, monkeypatch):
+    """The full preflight: vLLM's validation (its own budget is minutes) is not run in an environment
+    whose start-up already took the launch's whole budget."""
+    monkeypatch.setattr(target, "LAUNCH_BUDGET", BUDGET, raising=False)
+    slow = tmp_path / "slow"
+    slow.mkdir()
+    (slow / "sitecustomize.py").write_text("import time\ntime.sleep(300)\n")
+    tree, library = write_eagle3_setup(tmp_path)
+    model = write_model(tmp_path / "llama", LLAMA)
+    launch = ["env", f"PYTHONPATH={slow}", sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(model)]
+    started = time.monotonic()
+    done = run_cli_in_process(
+        "preflight", "--python", sys.executable, "--target", tree, "--patches", library, "--format", "json", "--",
+        *launch,
+    )  # fmt: skip
+    took = time.monotonic() - started
+    found = {f["check"]: f for f in json.loads(done.stdout)["findings"]}
+    assert not found["launch-target"]["ok"], found
+    assert "did not start within" in found["vllm-validation"]["message"], found["vllm-validation"]
+    assert took < 2 * BUDGET + 15, took

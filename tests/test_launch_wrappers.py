@@ -28,6 +28,7 @@ def hint_of(argv: list[str]) -> str:
         (["numactl", "-N", "0", "vllm", "serve", "M"], ["numactl", "-N", "0"]),
         (["nice", "-n", "5", "vllm", "serve", "M", "--port", "9"], ["nice", "-n", "5"]),
         (["taskset", "-c", "0", "/v/bin/vllm", "serve", "M"], ["taskset", "-c", "0"]),
+        (["srun", "--gpus", "8", "-N", "1", "vllm", "serve", "M"], ["srun", "--gpus", "8", "-N", "1"]),
         (
             ["env", "A=1", "numactl", "-m", "1", "python3", "-m", "vllm.entrypoints.cli.main", "serve", "M"],
             ["numactl", "-m", "1"],

@@ -31,7 +31,14 @@ MEMOS: dict[str, tuple[str, ...]] = {
     "patchkit.launch.shortcut": ("_own_code",),
     "patchkit.launch.speculative": ("_fields",),
     "patchkit.store.state": ("_parsed",),
-    "patchkit.tree.target": ("_ASKED_HERE", "_LAUNCH_DEADLINES", "_LAUNCH_PROBES", "_NAMED_AS", "_STARTUP_PREFIX"),
+    "patchkit.tree.target": (
+        "_ASKED_HERE",
+        "_LAUNCH_DEADLINES",
+        "_LAUNCH_PROBES",
+        "_NAMED_AS",
+        "_STARTUP_PREFIX",
+        "_STARTUP_TIMED_OUT",
+    ),
 }
 
 

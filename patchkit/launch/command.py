@@ -346,6 +346,7 @@ def frame(argv: list[str]) -> LaunchCommand:
 # limit): the binding holds for what they exec, so they go before patchkit, whose `run` execs the launch
 WRAPPERS = frozenset(
     {"numactl", "taskset", "nice", "ionice", "chrt", "nohup", "setsid", "stdbuf", "timeout", "prlimit", "cgexec"}
+    | {"srun", "time", "sudo"}  # a Slurm step, /usr/bin/time, another user: each execs what follows too
 )
 
 

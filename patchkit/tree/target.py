@@ -101,6 +101,8 @@ _LAUNCH_PROBES: dict[_ProbeKey, dict[str, Any]] = {}
 LAUNCH_BUDGET = 60.0  # seconds: every question a command asks one launch's Python (its start-up runs each time)
 # (python, its environment, options, directory) -> when the budget of its questions runs out
 _LAUNCH_DEADLINES: dict[tuple[str, tuple[tuple[str, str], ...], tuple[str, ...], str | None], float] = {}
+# (python, the launch's environment) whose start-up did not finish within the budget: not asked again
+_STARTUP_TIMED_OUT: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
 
 
 def _launch_timeout(python: str, env: dict[str, str], options: Sequence[str], cwd: str | None, timeout: float) -> float:
@@ -466,6 +468,8 @@ def _probe(
             cwd=cwd,
         )
     except WorkerFailed as failed:
+        if failed.timed_out and python is not None and env is not None:  # its start-up: each question waits on it
+            _STARTUP_TIMED_OUT.add((python, tuple(sorted(env.items()))))
         if failed.status == 0:  # ran, exited 0, answered nothing: /bin/true, a shell script...
             raise TargetError(f"{python} is not a Python interpreter (it ran, but gave no answer)") from failed
         raise
@@ -703,6 +707,11 @@ def run_worker(
         worked: dict[str, Any] = module.work(request)  # each worker's work() answers an object
         return worked
     assert python is not None and module.__file__ is not None
+    if env is not None and (python, tuple(sorted(env.items()))) in _STARTUP_TIMED_OUT:
+        message = (
+            f"{python} was not asked{doing}: in the launch's environment it did not start within {LAUNCH_BUDGET:g} s"
+        )
+        raise WorkerFailed(message, partial={}, timed_out=True)
     flags = ["-I", "-B", *options] if isolated else ["-B", *options]
     with tempfile.TemporaryDirectory(prefix="patchkit-worker-") as scratch:
         answer = Path(scratch) / "answer.json"
