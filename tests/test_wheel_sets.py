@@ -124,6 +124,11 @@ def test_sets_changing_one_file_are_refused_in_one_wheel(run, tmp_path, library)
     done = run("wheel", write_wheel(tmp_path / "in"), "--out", tmp_path / "out", "--patches", library)
     assert done.exit_code == 2 and "the sets spec and more both change vllm/config/spec.py" in done.output
     assert not (tmp_path / "out").exists() or not list((tmp_path / "out").glob("*.whl"))
+    # the hint builds the other set from the same stock wheel into the same place
+    (step,) = re.findall(r"build a wheel of one of them: `([^`]+)`", " ".join(done.output.split()))
+    again = run(*shlex.split(step)[1:])
+    assert again.exit_code == 0, again.output
+    assert [w.name for w in (tmp_path / "out").glob("*.whl")] == [f"vllm-0.16.0+patchkit.more-{TAGS}.whl"]
 
 
 def test_a_label_too_long_is_a_stable_short_form():
@@ -273,7 +278,7 @@ def test_a_set_in_its_range_without_a_series_for_the_release_refuses_the_wheel(r
     write_library(root, {"0.16.0": fix}, name="model-fix", versions={"0.16.0": ">=0.16.0,<0.17.0"})
     (root / "library.toml").write_text('order = ["spec", "model-fix"]\n')
     stock = write_wheel(tmp_path / "in", version="0.16.1")
-    done = run("wheel", stock, "--out", tmp_path / "out", "--patches", root)
+    done = run("wheel", stock, "--out", tmp_path / "out", "--patches", root, "--local-label", "corp")
     said = " ".join(done.output.split())
     assert done.exit_code == 1, said
     assert "no series of spec for vLLM 0.16.1 (nearest with one: 0.16.0)" in said, said
@@ -281,7 +286,7 @@ def test_a_set_in_its_range_without_a_series_for_the_release_refuses_the_wheel(r
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
     (step,) = re.findall(r"build a wheel of the others alone \(`([^`]+)`\)", said)
     assert "--set model-fix" in step and "--set spec" not in step, step
-    again = run(*shlex.split(step)[1:], "--out", tmp_path / "out")
+    again = run(*shlex.split(step)[1:])  # from the same stock wheel, into the same --out, with the same label
     assert again.exit_code == 0, again.output
     (built_wheel,) = (tmp_path / "out").iterdir()
-    assert built_wheel.name.startswith("vllm-0.16.1+patchkit.model.fix-"), built_wheel.name
+    assert built_wheel.name == f"vllm-0.16.1+corp-{TAGS}.whl", built_wheel.name

@@ -42,7 +42,7 @@ ENV = "PATCHKIT_GUARD"
 # The number of the guard's checks: patchkit tells an older build's guard that judges a tree as it
 # does (the same number: a note, `apply` updates it) from one that may not (a failure until `apply`).
 # tests/test_guard_format.py holds it to this module's code: a change of the code bumps it.
-GUARD_FORMAT = 25
+GUARD_FORMAT = 26
 MAX_RECORD_BYTES = 16 * 1024 * 1024
 if TYPE_CHECKING:  # (vllm version or None, {path: recorded sha256 or None}, {path: its original's sha256 or None})
     Record = tuple[str | None, dict[str, str | None], dict[str, str | None]]
@@ -83,10 +83,10 @@ def refusal(site: str, problems: list[str]) -> str:
     """The guard's message: the tree, what changed, and the command that names the fix, with the
     tree itself (`--target`: it names that tree from any shell; `--python` found it only where
     PYTHONPATH or the like put it on the interpreter's path)."""
-    selection = "--target " + shlex.quote(site)
+    selection = "--target " + _shell_word(site)
     return (
         "patchkit guard: this vLLM tree is not the one `patchkit apply` left in "
-        + site
+        + _escaped(site)
         + ": "
         + _few(problems)
         + ". Run `patchkit status "
@@ -99,10 +99,30 @@ def _few(problems: list[str], shown: int = 3) -> str:
     """The first few problems, each with its control characters escaped (a recorded path holding a
     newline would split the log line), then how many more: a record naming thousands of files is a
     line, not megabytes (patchkit.base.errors.few, which this module cannot import)."""
-    said = "; ".join(
-        "".join(c if c.isprintable() else f"\\x{ord(c) & 0xFF:02x}" for c in problem) for problem in problems[:shown]
-    )
+    said = "; ".join(_escaped(problem) for problem in problems[:shown])
     return said + (f" +{len(problems) - shown:,} more" if len(problems) > shown else "")
+
+
+def _escaped(text: str) -> str:
+    """`text` with each non-printable character escaped as patchkit.base.errors.escaped does: a
+    surrogate-escaped byte and C0/C1 as \\xNN, above U+00FF as \\uNNNN (its low byte would misread)."""
+    return "".join(c if c.isprintable() else _escape_of(ord(c)) for c in text)
+
+
+def _shell_word(text: str) -> str:
+    """`text` as one shell word on one line: shlex's quoting, or bash's $'...' (whose \\xNN and
+    \\uNNNN are the escapes above) when it holds a character a log line cannot show."""
+    if text.isprintable():
+        return shlex.quote(text)
+    return "$'" + "".join("\\" + c if c in "'\\" else c if c.isprintable() else _escape_of(ord(c)) for c in text) + "'"
+
+
+def _escape_of(code: int) -> str:
+    if 0xDC80 <= code <= 0xDCFF:
+        return f"\\x{code - 0xDC00:02x}"
+    if code <= 0xFF:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
 
 
 def imported_sites() -> list[str]:

@@ -58,10 +58,22 @@ def more_said(rest: int) -> str:
 
 def escaped(text: str) -> str:
     """Text read from a file or a record (a recorded path), as a message shows it: each control
-    character (a newline too: it would split the message's line) and undecodable byte as \\xNN."""
+    character (a newline too: it would split the message's line) and undecodable byte as \\xNN,
+    one above U+00FF (U+2028, U+202E) as \\uNNNN: its low byte alone would read as another character."""
     if text.isprintable():
         return text
-    return "".join(c if c.isprintable() else f"\\x{ord(c) & 0xFF:02x}" for c in text)
+    return "".join(c if c.isprintable() else escape_of(c) for c in text)
+
+
+def escape_of(char: str) -> str:
+    """The escape a message writes for one non-printable character: a surrogate-escaped byte as
+    the byte it stands for (\\xff), C0/C1 controls as \\xNN, anything above as \\uNNNN or \\UNNNNNNNN."""
+    code = ord(char)
+    if 0xDC80 <= code <= 0xDCFF:
+        return f"\\x{code - 0xDC00:02x}"
+    if code <= 0xFF:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
 
 
 def few(problems: Sequence[str], shown: int = SHOWN_PROBLEMS, sep: str = "; ") -> str:

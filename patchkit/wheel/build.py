@@ -222,7 +222,7 @@ def build_patched_wheel(
         writer = rawzip.Writer(output.fd, wheel.fd, wheel.label)
         early = _never_patched(wheel, stock_record)
         copies = [pool.submit(writer.fill, output.place(writer, early))]
-        resolved, notes = _resolve(wheel, scratch, chosen)  # a version without a series ends here: no index asked
+        resolved, notes = _resolve(wheel, scratch, chosen, (out_dir, label))  # no series: it ends here, no index asked
         held = _hold_to_release(wheel, pool, say) if expect_identity is None else None
         added = labels.normalized_label(label or labels.default_label([r.set_name for r in resolved]))
         version = labels.labelled_version(wheel.version, added)
@@ -729,7 +729,7 @@ def _left_out(chosen: Chosen) -> str:
     return f"the set {chosen.name} is left out: {why_not(chosen)}"
 
 
-def _refuse_gaps(chosen: list[Chosen], stock: Path) -> None:
+def _refuse_gaps(chosen: list[Chosen], rebuild: list[str]) -> None:
     """A set in its range with no series for the release: a wheel of the others would leave its
     installs unsafe for it without a word, as apply would leave a tree (which apply refuses too)."""
     gaps = no_series(chosen)
@@ -738,13 +738,18 @@ def _refuse_gaps(chosen: list[Chosen], stock: Path) -> None:
     them = "it" if len(gaps) == 1 else "them"
     said = "; ".join(c.gap.selection.note or c.name if c.gap is not None else c.name for c in gaps)
     others = [c.name for c in chosen if c.resolved is not None and c.kind == SelectionKind.PATCH]
-    selection = replace(hints.current(), set_name=None, set_names=())
-    build = hints.command("wheel", *(w for name in others for w in ("--set", name)), str(stock), chosen=selection)
+    build = _wheel_of(others, rebuild)
     rest = f"build a wheel of the others alone ({build}): launches that need {them} stay refused; or " if others else ""
     raise CheckFailed(
         f"{said}: a wheel without {them} leaves its installs unsafe for {them}; no wheel written",
         hint=f"{rest}build from a release with a series of {them} ({hints.command('list')} names them)",
     )
+
+
+def _wheel_of(sets: list[str], rebuild: list[str]) -> str:
+    """The command that builds the wheel of `sets` alone from the same stock wheel, into the same place."""
+    selection = replace(hints.current(), set_name=None, set_names=())
+    return hints.command("wheel", *(w for name in sets for w in ("--set", name)), *rebuild, chosen=selection)
 
 
 def _dist_info(members: list[rawzip.Member], version: Version, label: str) -> str:
@@ -781,10 +786,13 @@ class _Checked(WheelResult):
     changes: dict[str, tuple[bytes | None, bytes | None]] = field(default_factory=dict)  # of every set
 
 
-def _resolve(wheel: StockWheel, scratch: Path, chosen: Options) -> tuple[list[Resolved], list[str]]:
+def _resolve(
+    wheel: StockWheel, scratch: Path, chosen: Options, shape: tuple[Path, str | None]
+) -> tuple[list[Resolved], list[str]]:
     """The version, and each set's series (several when the library holds several sets and no
     one --set is given: those with a series for the release, in the library's order), as for a tree
-    of the wheel's files (its dist-info in `scratch`); and notes on the sets left out."""
+    of the wheel's files (its dist-info in `scratch`); and notes on the sets left out. `shape`: the
+    --out and --local-label given."""
 
     _check_metadata(wheel)
     _lay_out(wheel, scratch, [f"{wheel.dist_info}/METADATA"], METADATA_LIMIT)
@@ -796,7 +804,9 @@ def _resolve(wheel: StockWheel, scratch: Path, chosen: Options) -> tuple[list[Re
     # the version _check_metadata read and matched to the file name (detection would name the scratch tree)
     opts = replace(chosen, target_dir=str(scratch), python=None, vllm_version=str(wheel.version))
     if several(opts):
-        return _resolve_sets(opts, wheel.path)
+        out_dir, label = shape  # a hint that builds other sets builds them from this wheel, as asked
+        rebuild = [str(wheel.path), "--out", os.path.abspath(out_dir), *(["--local-label", label] if label else [])]
+        return _resolve_sets(opts, rebuild)
     resolved = resolve(opts)
     if resolved.selection.kind == SelectionKind.UPSTREAM:
         raise nothing_to_patch(resolved.selection)
@@ -804,23 +814,24 @@ def _resolve(wheel: StockWheel, scratch: Path, chosen: Options) -> tuple[list[Re
     return [resolved], []
 
 
-def _resolve_sets(opts: Options, stock: Path) -> tuple[list[Resolved], list[str]]:
+def _resolve_sets(opts: Options, rebuild: list[str]) -> tuple[list[Resolved], list[str]]:
     """Every covering set with a series for the release (the others noted); sets that change the
-    same file are refused (each set's plan is made on the stock files)."""
+    same file are refused (each set's plan is made on the stock files). `rebuild`: the stock wheel
+    and the options that shape the output, as a hint to build other sets passes them."""
     chosen = resolve_sets(opts, resolve_target(opts))
-    _refuse_gaps(chosen, stock)
+    _refuse_gaps(chosen, rebuild)
     patching = [c.resolved for c in chosen if c.kind == SelectionKind.PATCH and c.resolved is not None]
     if not patching:
         upstream = next((c.resolved for c in chosen if c.kind == SelectionKind.UPSTREAM and c.resolved), None)
         if upstream is not None:
             raise nothing_to_patch(upstream.selection)
         raise NoPatchSet("; ".join(why_not(c) for c in chosen))
-    _refuse_shared_files(patching)
+    _refuse_shared_files(patching, rebuild)
     notes = [_left_out(c) for c in chosen if c.kind != SelectionKind.PATCH]
     return patching, notes
 
 
-def _refuse_shared_files(resolved: list[Resolved]) -> None:
+def _refuse_shared_files(resolved: list[Resolved], rebuild: list[str]) -> None:
     """One wheel holds sets that change different files (each set is planned on the stock files)."""
     owner: dict[str, str] = {}
     for each in resolved:
@@ -829,7 +840,7 @@ def _refuse_shared_files(resolved: list[Resolved]) -> None:
                 raise BadInput(
                     f"the sets {owner[path]} and {each.set_name} both change {path}: one wheel holds sets "
                     "that change different files",
-                    hint=f"build a wheel of one of them: {hints.command('wheel', '--set', each.set_name)}",
+                    hint=f"build a wheel of one of them: {_wheel_of([each.set_name], rebuild)}",
                 )
 
 
