@@ -199,11 +199,13 @@ class TreeStatus(Value):
         """The command that brings the tree to one the guard lets launch."""
         return self._guard_fix_of_its_cause() or f"run {self.apply_recorded} {RECORDS_AS_IS}"
 
-    def _no_series_fix(self) -> str | None:
+    def _no_series_fix(self, *, upgraded: bool = False) -> str | None:
         """After an upgrade of vLLM to a version some recorded sets have no series for: apply refuses
         them, so the fix applies the others alone; a record apply does not drop (not stale: the files
-        are the applied ones) goes first by revert; none left: revert alone."""
-        if not self.no_series_sets or not (self.stale or any(UPGRADED in problem for problem in self.guard)):
+        are the applied ones) goes first by revert; none left: revert alone. `upgraded`: known to be
+        after one (else only where a record is stale or the guard says so)."""
+        upgraded = upgraded or bool(self.stale) or any(UPGRADED in problem for problem in self.guard)
+        if not self.no_series_sets or not upgraded:
             return None
         gaps = ", ".join(self.no_series_sets)
         revert = hints.command("revert", chosen=_without_a_set())
@@ -347,6 +349,10 @@ class TreeStatus(Value):
         """Puts the recorded guard back (apply installs it when missing), or says to go without one."""
         if SEVERAL in (self.guard_missing or ""):  # apply refuses to install a guard until one is left
             return f"{SEVERAL_FIX}, then run {hints.command('apply')} (it installs the guard)"
+        # a recorded set with no series for this vLLM was applied to another: apply refuses it
+        gaps = self._no_series_fix(upgraded=True)
+        if gaps is not None:
+            return gaps + ("; apply puts the guard back" if self.series_sets else "")
         applied_to = _version_read_as_none(self.guard_missing)
         if applied_to is not None:  # apply installs none until pip writes the dist-info again
             return (
@@ -676,7 +682,7 @@ def _guard_fields(
     refused = verdict.problems
     missing = missing_guard(root, state)
     some_stock_again = _stock_again_only(refused, verdict)
-    series = _series_of_recorded(state, version) if refused or stale else {}
+    series = _series_of_recorded(state, version) if refused or missing or stale else {}
     return {
         "all_stock_again": verdict.whole and len(refused) == 1,
         "some_stock_again": some_stock_again,
