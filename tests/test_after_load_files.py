@@ -338,7 +338,8 @@ def test_the_models_own_generation_config_is_judged_under_auto(tmp_path):
         "vLLM refuses the launch as it starts"
     ]
     assert said() == refused and said("--generation-config", "auto") == refused
-    assert said("--generation-config", "vllm") == []  # vLLM reads none
+    # `vllm` too: the front end reads the model's own as it starts (review36 W3)
+    assert said("--generation-config", "vllm") == refused
     assert said("--config-format", "mistral") == []  # another parser: not judged
     other = tmp_path / "other"
     other.mkdir()

@@ -84,3 +84,23 @@ def test_after_only_metadata_changed_apply_of_the_others_names_revert_not_itself
     assert "still refuses" in said, said
     fix = said[said.index("to fix it") :]
     assert [c[0] for c in commands(fix)] == ["revert", "apply"], fix
+
+
+@pytest.mark.parametrize("how", ["pip", "metadata"])
+def test_the_fix_of_a_guard_gone_after_an_upgrade_into_a_gap_is_accepted(tmp_path, how):
+    """The guard uninstalled too: its fix (put it back by apply) never names an apply that refuses."""
+    site = upgraded(tmp_path, how)
+    for installed in site.glob("patchkit_guard*"):
+        shutil.rmtree(installed) if installed.is_dir() else installed.unlink()
+    done = run_cli("status", "--target", site, "--format", "json")
+    document = json.loads(done.stdout)
+    [fix] = [p["guard"]["missing_fix"] for p in document.get("sets", [document]) if p.get("guard", {}).get("missing")][
+        :1
+    ]
+    for command in commands(fix):
+        assert not (command[0] == "apply" and any(name in command for name in GAP_SETS)), fix
+        assert command[0] != "apply" or "--set" in command, fix  # apply alone applies every set: refused
+        ran = run_cli(*command)
+        assert ran.returncode == 0, f"{fix}\n{command}: {ran.stdout}{ran.stderr}"
+    done = run_cli("status", "--target", site)
+    assert done.returncode == 0, fix + "\n" + done.stdout + done.stderr

@@ -13,7 +13,7 @@ from packaging.version import InvalidVersion, Version
 
 from patchkit.base import hints
 from patchkit.base.enums import Holder, Outcome, PatchState, SelectionKind, StepState, TreeState
-from patchkit.base.errors import PatchkitError
+from patchkit.base.errors import PatchkitError, few
 from patchkit.base.fsutil import Landed, first_symlink, read_file
 from patchkit.base.hashing import sha256
 from patchkit.base.heads import Heads
@@ -199,11 +199,13 @@ class TreeStatus(Value):
         """The command that brings the tree to one the guard lets launch."""
         return self._guard_fix_of_its_cause() or f"run {self.apply_recorded} {RECORDS_AS_IS}"
 
-    def _no_series_fix(self) -> str | None:
+    def _no_series_fix(self, *, upgraded: bool = False) -> str | None:
         """After an upgrade of vLLM to a version some recorded sets have no series for: apply refuses
         them, so the fix applies the others alone; a record apply does not drop (not stale: the files
-        are the applied ones) goes first by revert; none left: revert alone."""
-        if not self.no_series_sets or not (self.stale or any(UPGRADED in problem for problem in self.guard)):
+        are the applied ones) goes first by revert; none left: revert alone. `upgraded`: known to be
+        after one (else only where a record is stale or the guard says so)."""
+        upgraded = upgraded or bool(self.stale) or any(UPGRADED in problem for problem in self.guard)
+        if not self.no_series_sets or not upgraded:
             return None
         gaps = ", ".join(self.no_series_sets)
         revert = hints.command("revert", chosen=_without_a_set())
@@ -347,6 +349,10 @@ class TreeStatus(Value):
         """Puts the recorded guard back (apply installs it when missing), or says to go without one."""
         if SEVERAL in (self.guard_missing or ""):  # apply refuses to install a guard until one is left
             return f"{SEVERAL_FIX}, then run {hints.command('apply')} (it installs the guard)"
+        # a recorded set with no series for this vLLM was applied to another: apply refuses it
+        gaps = self._no_series_fix(upgraded=True)
+        if gaps is not None:
+            return gaps + ("; apply puts the guard back" if self.series_sets else "")
         applied_to = _version_read_as_none(self.guard_missing)
         if applied_to is not None:  # apply installs none until pip writes the dist-info again
             return (
@@ -532,7 +538,7 @@ def _reinstalled_note(files: list[str], fields: dict[str, Any]) -> list[str]:
         return []
     one = len(files) == 1
     return [
-        f"{', '.join(files)} {'was' if one else 'were'} written by pip when vLLM was reinstalled (its RECORD lists "
+        f"{few(files, sep=', ')} {'was' if one else 'were'} written by pip when vLLM was reinstalled (its RECORD lists "
         f"{'these' if one else 'their'} bytes): {hints.command('apply')} patches {'it' if one else 'them'} "
         "and records the installed build"
     ]
@@ -552,7 +558,7 @@ def edited_since_apply(resolved: Resolved, state: State, drifted: list[str]) -> 
             return []
         revert = hints.command("revert", chosen=replace(hints.current(), set_name=None, set_names=()))
         return [
-            f"{', '.join(files)}: edited since the install (not what the wheel's patches make of the stock "
+            f"{few(files, sep=', ')}: edited since the install (not what the wheel's patches make of the stock "
             f"file, though its record says so); {revert} refuses to replace it without --force (which keeps a copy)"
         ]
     if entry is None or resolved.patches is None or stale_note(root, entry, resolved.vllm_version):
@@ -562,7 +568,7 @@ def edited_since_apply(resolved: Resolved, state: State, drifted: list[str]) -> 
         return []
     copy = "a copy of it" if len(files) == 1 else "copies of them"
     return [
-        f"{', '.join(files)}: edited since apply (not what the recorded patches make of the original, "
+        f"{few(files, sep=', ')}: edited since apply (not what the recorded patches make of the original, "
         f"though the record says so); {hints.command('revert')} keeps {copy}"
     ]
 
@@ -676,7 +682,7 @@ def _guard_fields(
     refused = verdict.problems
     missing = missing_guard(root, state)
     some_stock_again = _stock_again_only(refused, verdict)
-    series = _series_of_recorded(state, version) if refused or stale else {}
+    series = _series_of_recorded(state, version) if refused or missing or stale else {}
     return {
         "all_stock_again": verdict.whole and len(refused) == 1,
         "some_stock_again": some_stock_again,

@@ -311,7 +311,7 @@ class _Applying:
         drifted = drifted_files(self.resolved, state)
         if drifted:
             raise Drift(
-                f"files edited after patchkit patched them: {', '.join(drifted)}",
+                f"files edited after patchkit patched them: {few(drifted, sep=', ')}",
                 hint=f"{hints.command('revert', '--force')} (keeps a copy of the edits), then {apply_of(chosen_sets(state, self.resolved.vllm_version))}",
             )
         with self.timed("dry_run"):

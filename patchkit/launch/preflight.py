@@ -23,7 +23,7 @@ from packaging.version import Version
 from patchkit._target import guard as target_guard
 from patchkit.base import hints
 from patchkit.base.enums import Outcome, TreeState
-from patchkit.base.errors import BadInput, PatchkitError, TargetError
+from patchkit.base.errors import BadInput, PatchkitError, TargetError, few
 from patchkit.base.fsutil import read_regular
 from patchkit.base.heads import Heads, naming
 from patchkit.base.options import Options
@@ -1076,7 +1076,7 @@ def _state_words(status: TreeStatus) -> str | None:
         edited = status.edited_in_hunks
         return f"does not apply: {', '.join(edited)} {'differs' if len(edited) == 1 else 'differ'} from stock (a local edit?)"
     if status.drifted:
-        return f"changed after apply: {', '.join(status.drifted)}"
+        return f"changed after apply: {few(status.drifted, sep=', ')}"
     return None
 
 
@@ -1156,7 +1156,7 @@ def _state_finding(resolved: Resolved, status: TreeStatus, *, prefixed: bool = F
         message = f"the {resolved.set_name} series is not applied to vLLM {version}" + _reinstalled_said(status)
         return Finding(TREE, False, message, apply_fix(resolved.selection.patch_set))
     if status.drifted:  # before partly applied: apply refuses an edited file, its fix is the drift's
-        files = ", ".join(status.drifted)
+        files = few(status.drifted, sep=", ")
         return Finding(TREE, False, f"changed after patchkit wrote them: {files}", _drift_fix(resolved))
     if status.state == TreeState.CONFLICT:
         root, edited, there = resolved.target.root, status.edited_in_hunks, status.in_the_way
