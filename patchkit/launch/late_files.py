@@ -109,7 +109,7 @@ def tool_server_findings(
         return [], []
     entries = value.split(",")
     # a scheme, a space, nothing, a trailing slash (//sse): no MCP server answers the URL vLLM makes
-    bad = [e for e in entries if not e or "://" in e or e != e.strip() or e.endswith("/")]
+    bad = [e for e in entries if not e or "://" in e or e != e.strip() or e.endswith("/") or not _port_ok(e)]
     if not bad:
         urls = ", ".join(f"http://{entry}/sse" for entry in entries)
         return [], [f"--tool-server: vLLM connects to {urls} once the model has loaded (not judged here)"]
@@ -120,7 +120,27 @@ def tool_server_findings(
         f"--tool-server {value}: vLLM adds http:// and /sse to each entry itself, and connects to "
         f"http://{bad[0]}/sse, which no MCP server answers: {AFTER_LOAD}"
     )
-    return [Finding(check, False, message, "give each MCP server as HOST:PORT, comma-separated, no spaces")], []
+    fix = "give each MCP server as HOST:PORT (a port 1-65535, an IPv6 host in brackets), comma-separated, no spaces"
+    return [Finding(check, False, message, fix)], []
+
+
+def _port_ok(entry: str) -> bool:
+    """Whether httpx reads a port in the entry's authority that a connection can use: none, or a
+    number 1-65535 (`x:abc` and an IPv6 host without brackets are InvalidURL; 0 and 99999 never connect)."""
+    authority = entry.split("/", 1)[0].rpartition("@")[2]
+    if authority.startswith("["):
+        after = authority.partition("]")[2]
+        if after and not after.startswith(":"):
+            return False
+        port = after[1:]
+    else:
+        port = authority.partition(":")[2]
+    if not port:
+        return True
+    try:
+        return 1 <= int(port) <= 65535
+    except ValueError:
+        return False
 
 
 _FIX = "give a readable file's path, as the launch's directory sees it"
