@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from helpers import run_cli
+from helpers import MODEL, MODEL_PY, make_patch, patched_spec, run_cli, write_library, write_tree
 
 import patchkit._target.guard as target_guard
 
@@ -91,3 +91,33 @@ def test_a_drifted_recorded_path_holding_a_newline_is_one_line(run, tree, open_l
     lines = done.stdout.splitlines()
     assert "vllm/zz/a\\x0ab.py: drifted: edited after patchkit patched it" in lines, done.stdout
     assert not any(line.startswith("b.py") for line in lines), done.stdout
+
+
+def test_another_sets_files_no_patch_writes_are_fixed_by_reverting_it(tmp_path, tree):
+    """review36 L6: the refused files belong to another set's record, and no patch of that set's
+    series writes them: its fix reverts the set, then applies it (apply alone says "already applied")."""
+    stock = write_tree(tmp_path / "stock")
+    library = tmp_path / "lib"
+    write_library(
+        library, {"0.16.0": [make_patch(tmp_path, stock, {"vllm/config/spec.py": patched_spec()})]}, name="spec"
+    )
+    fixed = {MODEL: MODEL_PY.replace("SupportsPP):", "SupportsPP):  # fixed\n")}
+    write_library(library, {"0.16.0": [make_patch(tmp_path, stock, fixed)]}, name="model-fix")
+    (library / "library.toml").write_text('order = ["spec", "model-fix"]\n')
+    assert run_cli("apply", "--target", tree, "--patches", library).returncode == 0
+    data = json.loads((tree / ".patchkit" / "state.json").read_text())
+    assert [e["set"] for e in data["entries"]] == ["spec", "model-fix"]
+    record_absent(tree, [CREATED.format(i) for i in range(5)])  # in spec's record
+    done = run_cli("status", "--target", tree, "--patches", library, "--set", "model-fix")
+    said = " ".join((done.stdout + done.stderr).split())
+    assert done.returncode == 1, said
+    assert f"`patchkit revert --target {tree} --patches {library} --set spec` (its record names files" in said, said
+    assert f"then `patchkit apply --target {tree} --patches {library} --set spec`" in said, said
+    done = run_cli("apply", "--target", tree, "--patches", library)  # every set: its warning says the same
+    said = " ".join((done.stdout + done.stderr).split())
+    assert done.returncode == 0 and "still refuses" in said, said
+    assert f"`patchkit revert --target {tree} --patches {library} --set spec`" in said, said
+    # the fix is true: the commands it names clear the guard's refusal
+    assert run_cli("revert", "--target", tree, "--patches", library, "--set", "spec").returncode == 0
+    assert run_cli("apply", "--target", tree, "--patches", library, "--set", "spec").returncode == 0
+    assert run_cli("status", "--target", tree, "--patches", library).returncode == 0

@@ -56,7 +56,7 @@ from patchkit.engine.stale import PIP_WROTE, PIP_WROTE_ALL, pip_wrote, stale_ent
 from patchkit.engine.vouched import needs_force, not_made_by_the_series
 from patchkit.series import dry_run
 from patchkit.series.hunks import NEW_FILE_EXISTS, RENAME_TARGET_EXISTS
-from patchkit.series.library import PatchSetDef, has_series, load_library, locate
+from patchkit.series.library import PatchSetDef, has_series, load_library, locate, select
 from patchkit.series.patchfile import touched_paths
 from patchkit.store.objects import read_object
 from patchkit.store.state import (
@@ -693,7 +693,9 @@ def _guard_fields(
         + _wheel_without_guard(root, state),
         "store_notes": left_by_a_killed_command(root, state) + records_unjudged(state),
         "guard_installed": is_installed(root),
-        "others_fix": _others_fix(state, set_name, refused, verdict.stock_again) if state is not None else None,
+        "others_fix": _others_fix(state, set_name, refused, verdict.stock_again, version)
+        if state is not None
+        else None,
         "whole_wheel": state is not None and _of_a_wheel_of_several_sets(root, set_name, state),
         "wheel_refused": state is not None and _refuses_the_wheels_files(root, state, refused),
         "recorded_sets": _recorded_sets(state) if refused or missing or stale else (),
@@ -902,10 +904,13 @@ def left_by_a_killed_command(root: Path, state: State | None) -> list[str]:
     return [f"{META_DIR}/ is empty: {revert} removes it"] if empty else []
 
 
-def _others_fix(state: State, set_name: str, refused: list[str], stock: frozenset[str] = frozenset()) -> str | None:
+def _others_fix(
+    state: State, set_name: str, refused: list[str], stock: frozenset[str] = frozenset(), version: Version | None = None
+) -> str | None:
     """The commands that settle the other records whose files the guard names (none: none does): a
-    set whose refused files are all `stock` again is applied, others reverted (keeping the edits)
-    and applied; then apply, where files those leave are stock again."""
+    set whose refused files are all `stock` again is applied (reverted first where no patch of its
+    series for `version` writes some of them: apply leaves those), others reverted (keeping the
+    edits) and applied; then apply, where files those leave are stock again."""
     if not refused:
         return None
     entries = [e for e in state.entries if e.set_name != set_name]
@@ -918,11 +923,29 @@ def _others_fix(state: State, set_name: str, refused: list[str], stock: frozense
         chosen = selection_of(entry, at_hand)
         revert, apply = hints.command("revert", "--force", chosen=chosen), hints.command("apply", chosen=chosen)
         its = {path for path in entry.files if heads.any_starts(f"{path} ")}
-        fixes.append(apply if its <= stock else f"{revert} (it keeps a copy of edits), then {apply}")
+        written = _written_by(entry.set_name, version) if its <= stock else None
+        if written is not None and not its <= written:
+            revert = hints.command("revert", chosen=chosen)
+            fixes.append(f"{revert} (its record names files no patch of the set writes), then {apply}")
+        else:
+            fixes.append(apply if its <= stock else f"{revert} (it keeps a copy of edits), then {apply}")
     whose = " and ".join(shown_set(entry) for entry in named)
     left_stock = stock - {path for entry in named for path in entry.files}
     then = f"; then {hints.command('apply')} (for the files stock again)" if left_stock else ""
     return f"the refused files belong to {whose}: run " + "; and ".join(fixes) + then
+
+
+def _written_by(set_name: str, version: Version | None) -> set[str] | None:
+    """The files the set's series for `version` writes (None: not known: the set is not in the
+    library at hand, or has no series, or the version is not known)."""
+    try:
+        patch_set = load_library(locate(hints.current().library).path).get(set_name) if version else None
+        selection = select(patch_set, version) if patch_set is not None and version is not None else None
+    except PatchkitError:
+        selection = None
+    if selection is None or selection.kind != SelectionKind.PATCH:
+        return None
+    return set(touched_paths(selection.patches))
 
 
 def selection_of(entry: Entry, at_hand: Collection[str] | None = None) -> Options:
