@@ -47,7 +47,8 @@ def judged(directory: Path, *options: str, program: str = "python") -> list[str]
     os.chdir(directory)  # the launch's relative paths are read from patchkit's own directory
     try:
         command = parse([*argv, "serve", "m", *options], "0.16.0")
-        return [" ".join(f.message.split()) for f in late_file_findings(command, "command", lambda: "utf-8")]
+        found = late_file_findings(command, "command", lambda: "utf-8")
+        return [" ".join(f.message.split()) for f in found if not f.ok]  # an adapter judged loadable: a pass
     finally:
         os.chdir(here)
 
@@ -194,7 +195,7 @@ def test_an_offline_launchs_hub_adapter_is_judged_in_the_cache_and_left_to_vllm_
     def said(env: list[str], path: str) -> list[str]:
         argv = [*env, sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", "m", "--enable-lora"]
         command = parse([*argv, "--lora-modules", f"a={path}"], "0.16.0")
-        return [f.message for f in late_file_findings(command, "command", lambda: "utf-8")]
+        return [f.message for f in late_file_findings(command, "command", lambda: "utf-8") if not f.ok]
 
     assert said(online, "someorg/not-cached") == []  # vLLM downloads it: not judged
     missing = said(offline, "someorg/not-cached")
@@ -290,7 +291,7 @@ def test_an_offline_generation_config_hub_id_is_judged_in_the_cache(tmp_path):
         command = parse(
             ["env", f"HF_HUB_CACHE={cache}", *env, "vllm", "serve", "m", "--generation-config", "someorg/gen"]
         )
-        return [f.message for f in late_file_findings(command, "command", lambda: "utf-8")]
+        return [f.message for f in late_file_findings(command, "command", lambda: "utf-8") if not f.ok]
 
     assert said() == []  # online: vLLM downloads it, not judged
     missing = said("HF_HUB_OFFLINE=1")
@@ -308,7 +309,7 @@ def test_a_classification_adapters_saved_modules_are_refused_only_where_the_rele
 
     def said(release: str, path: str) -> list[str]:
         command = parse(["vllm", "serve", "m", "--enable-lora", "--lora-modules", f"a={path}"], release)
-        return [f.message for f in late_file_findings(command, "command", lambda: "utf-8")]
+        return [f.message for f in late_file_findings(command, "command", lambda: "utf-8") if not f.ok]
 
     assert said("0.16.0", score) != [] and said("0.16.0", head) != []  # 0.16.0: none at all
     assert said("0.33.0", score) == []  # 0.32.0 on: a classifier's "classifier" and "score"
@@ -325,7 +326,7 @@ def test_the_models_own_generation_config_is_judged_under_auto(tmp_path):
 
     def said(*words: str, model_name: str = str(model), env: tuple[str, ...] = ()) -> list[str]:
         command = parse(["env", *env, "vllm", "serve", model_name, *words], "0.16.0")
-        return [f.message for f in late_file_findings(command, "command", lambda: "utf-8")]
+        return [f.message for f in late_file_findings(command, "command", lambda: "utf-8") if not f.ok]
 
     assert said() == []  # no generation_config.json: vLLM reads config.json instead
     for text in ('{"temperature": 0.6}', "{bad", ""):  # an object; unreadable JSON: vLLM falls back
@@ -337,7 +338,8 @@ def test_the_models_own_generation_config_is_judged_under_auto(tmp_path):
         "vLLM refuses the launch as it starts"
     ]
     assert said() == refused and said("--generation-config", "auto") == refused
-    assert said("--generation-config", "vllm") == []  # vLLM reads none
+    # `vllm` too: the front end reads the model's own as it starts (review36 W3)
+    assert said("--generation-config", "vllm") == refused
     assert said("--config-format", "mistral") == []  # another parser: not judged
     other = tmp_path / "other"
     other.mkdir()

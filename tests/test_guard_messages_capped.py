@@ -79,3 +79,15 @@ def test_apply_of_a_record_of_many_edited_files_names_a_few(run, tree, open_libr
     assert done.returncode == 1, done.stdout + done.stderr
     [said] = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert "files edited after patchkit patched them: " in said and said.endswith("+497 more"), said[:500]
+
+
+def test_a_drifted_recorded_path_holding_a_newline_is_one_line(run, tree, open_library):
+    assert run("apply", "--target", tree, "--patches", open_library).exit_code == 0
+    rel = "vllm/zz/a\nb.py"
+    (tree / "vllm" / "zz").mkdir(parents=True)
+    (tree / rel).write_text("x = 1\n")  # there, not what the record says patchkit wrote: drifted
+    record_absent(tree, [rel])
+    done = run_cli("status", "--target", tree, "--patches", open_library)
+    lines = done.stdout.splitlines()
+    assert "vllm/zz/a\\x0ab.py: drifted: edited after patchkit patched it" in lines, done.stdout
+    assert not any(line.startswith("b.py") for line in lines), done.stdout

@@ -644,3 +644,18 @@ def test_a_huge_file_anywhere_patchkit_reads_is_refused_not_read(tmp_path, where
     assert_clean(done, None)
     if done.returncode == REFUSED:
         assert where in done.stdout + done.stderr
+
+
+def test_a_long_run_of_lone_surrogates_is_quoted_bounded(tmp_path):
+    """review36 L5: 200,000 lone surrogate escapes in one recorded string were quoted whole (1.2 MB
+    of stderr); the damage message quotes their head and says how long the run is."""
+    scene = _scene(tmp_path, applied=True)
+    state = scene.state()
+    state["entries"][0]["files"]["vllm/config/spec" + "\udcff" * 200_000 + ".py"] = state["entries"][0]["files"].pop(
+        SPEC
+    )
+    scene.write_json("state.json", state)
+    done = run_cli("status", "--target", scene.tree, "--patch", scene.patch)
+    assert done.returncode == REFUSED and "lone surrogate" in done.stderr, done.stderr[:2000]
+    assert len(done.stdout + done.stderr) < 4000, len(done.stdout + done.stderr)
+    assert "(\\udcff\\udcff\\udcff\\udcff... (200,000 in a row))" in done.stderr, done.stderr[:2000]

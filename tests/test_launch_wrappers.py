@@ -33,16 +33,21 @@ def hint_of(argv: list[str]) -> str:
             ["env", "A=1", "numactl", "-m", "1", "python3", "-m", "vllm.entrypoints.cli.main", "serve", "M"],
             ["numactl", "-m", "1"],
         ),
+        # review36 L4: an env after the wrapper stays in the launch (`env -i` before patchkit hides it)
+        (["numactl", "-N", "0", "env", "-i", "HOME=/root", "/v/bin/vllm", "serve", "M"], ["numactl", "-N", "0"]),
+        (["nice", "/usr/bin/env", "PYTHONPATH=/x", "vllm", "serve", "M"], ["nice"]),
     ],
 )
 def test_a_wrapped_launch_is_refused_naming_the_wrapper_before_patchkit_run(argv, wrapper):
     hint = hint_of(argv)
-    pasted = shlex.split(re.search(r"`([^`]*)`", hint).group(1))
+    checked, pasted = (shlex.split(said) for said in re.findall(r"`([^`]*)`", hint))
+    assert checked[:2] == ["patchkit", "preflight"], hint  # a check needs no wrapper: it changes nothing read
     assert pasted[: len(wrapper) + 2] == [*wrapper, "patchkit", "run"], hint
     launch = pasted[pasted.index("--") + 1 :]
     at = argv.index(wrapper[0])
     assert argv[:at] + argv[at + len(wrapper) :] == launch, hint
     assert frame(launch).arguments[-1] == argv[-1]  # what it names is read as the launch
+    assert checked[checked.index("--") + 1 :] == launch, hint
 
 
 @pytest.mark.parametrize("python", [["python"], ["python3", "-u"], ["/venv/bin/python", "-X", "dev"]])

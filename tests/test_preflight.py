@@ -172,7 +172,7 @@ def test_junit_has_a_testcase_per_finding(setup):
     done = preflight(tree, library, *serve(models["kimi"], models["kimi-drafter"]), fmt="junit")
     assert done.returncode == 1
     cases = ET.fromstring(done.stdout).findall(".//testcase")
-    assert {c.get("name") for c in cases} == STOCK_FAULTS_KIMI | DRAFTER_CHECKS
+    assert {c.get("name") for c in cases} == STOCK_FAULTS_KIMI | DRAFTER_CHECKS | {"models"}  # weights judged
     assert {c.get("name") for c in cases if c.find("failure") is not None} == STOCK_FAULTS_KIMI
 
 
@@ -267,7 +267,7 @@ def test_hf_overrides_apply_to_the_target_config(setup):
 def test_a_launch_without_eagle3_has_only_the_tree_state(setup):
     tree, library, models = setup
     done = preflight(tree, library, "vllm", "serve", str(models["deepseek"]), "--max-model-len", "4096")
-    assert set(findings(done)) == {"tree-state"}
+    assert set(findings(done)) == {"tree-state", "models"}  # models: its weights, judged loadable
 
 
 def test_parse_reads_env_prefix_aliases_and_ignores_unknown_options():
@@ -1112,7 +1112,7 @@ def test_a_speculative_config_vllm_reads_as_none_is_no_speculative_decoding(setu
     tree, library, models = setup
     done = preflight(tree, library, "vllm", "serve", str(models["deepseek"]), f"--speculative-config={value}")
     assert done.returncode in (0, 1), done.stderr
-    assert set(findings(done)) == {"tree-state"}
+    assert set(findings(done)) == {"tree-state", "models"}  # models: its weights, judged loadable
 
 
 def test_a_local_directory_named_as_the_hub_id_is_what_vllm_reads(setup, tmp_path):

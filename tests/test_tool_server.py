@@ -28,6 +28,13 @@ def judged(value: str, version: str | None = "0.16.0", *more: str) -> tuple[list
         ("localhost:8000,", ""),
         ("localhost:8000, tools:9000", " tools:9000"),
         ("localhost:8000/", "localhost:8000/"),
+        # review36 W2: a port httpx refuses (InvalidURL) or no connection can use; IPv6 unbracketed
+        ("x:abc", "x:abc"),
+        ("::1:8000", "::1:8000"),
+        ("a:1,127.0.0.1:99999", "127.0.0.1:99999"),
+        ("h:0", "h:0"),
+        ("[::1]x", "[::1]x"),
+        ("u:p@h:-1/mcp", "u:p@h:-1/mcp"),
     ],
 )
 def test_an_entry_vllm_can_never_reach_is_refused(value, entry):
@@ -45,6 +52,8 @@ def test_host_and_port_are_noted_not_connected_to():
          "loaded (not judged here)"],
     )  # fmt: skip
     assert judged("demo") == ([], [])
+    for fine in ("[::1]:8000", "u:p@h:1", "h:65535", "host", "[::1]", "h:+80"):  # as httpx reads each
+        assert judged(fine)[0] == [], fine
 
 
 @pytest.mark.parametrize("version", ["0.11.0", "0.17.1", "0.34.0"])

@@ -232,14 +232,24 @@ def test_a_preflight_that_judged_nothing_never_says_ok_and_counts_in_english(fet
     and one check was "1 checks passed"."""
     assert run_cli("apply", "--target", fetched).returncode == 0
     model = write_model(tmp_path / "model", DEEPSEEK_V3)
-    launch = ["vllm", "serve", str(model), "--enable-auto-tool-choice", "--tool-call-parser", "deepseekv3"]
+    # a dummy load: the weights are not judged either (loadable weights would be a pass counted)
+    launch = [
+        "vllm",
+        "serve",
+        str(model),
+        "--load-format",
+        "dummy",
+        "--enable-auto-tool-choice",
+        "--tool-call-parser",
+        "deepseekv3",
+    ]
     done = run_cli_read_only("preflight", "--target", fetched, "--", *launch)
     assert done.returncode == 0, done.stderr
     # the tool-call model is not cached, and a fetch --dest tree has no parser registry to judge the name by
     assert done.stdout.splitlines()[-1] == "preflight: nothing judged: 2 cannot judge (-v shows each)", done.stdout
     # the parser vLLM builds (auto tool choice): deepseek-tool-calls' tree-state, applied, is the one pass
     parser = ["--enable-auto-tool-choice", "--tool-call-parser", "deepseek_v32"]
-    one = run_cli_read_only("preflight", "--target", fetched, "--", "vllm", "serve", str(model), *parser)
+    one = run_cli_read_only("preflight", "--target", fetched, "--", *launch[:5], *parser)
     assert one.returncode == 0, one.stderr
     assert one.stdout.splitlines()[-1] == "preflight: ok: 1 check passed, 2 cannot judge (-v shows each)", one.stdout
 

@@ -126,6 +126,8 @@ def after_load_refusal(
     if not launch_offline and _downloadable(value):  # vLLM would fetch it from the hub: not judged offline
         return None
     try:
+        # the front end reads the model's own under `vllm` too; the serving classes, under `auto`
+        getattr(model_config, "try_get_generation_config", lambda: None)()
         model_config.get_diff_sampling_param()
     except Exception as exc:
         return {"option": "generation-config", "value": value, "error": _error_text(exc)}

@@ -28,7 +28,8 @@ def load_json_text(raw: bytes | str) -> Any:
     try:
         json.dumps(data, ensure_ascii=False).encode()
     except UnicodeEncodeError as exc:
-        bad = exc.object[exc.start : exc.end].encode("unicode_escape").decode()
+        run = exc.object[exc.start : exc.end]  # a run of them may be megabytes: its head, and how many
+        bad = run[:4].encode("unicode_escape").decode() + (f"... ({len(run):,} in a row)" if len(run) > 4 else "")
         raise ValueError(f"a string holds a lone surrogate escape ({bad}), which is no text") from None
     return data
 

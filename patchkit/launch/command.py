@@ -354,12 +354,15 @@ def _wrapped(env: list[str], rest: list[str]) -> BadInput:
     """The refusal of a launch behind a wrapper (`numactl -N 0 vllm serve M`): patchkit reads the
     launch itself; the wrapper goes before `patchkit run`, which execs the launch."""
     at = next((i for i, word in enumerate(rest[1:], 1) if _launch_program(word)), None)
+    # an `env ...` between the wrapper and vLLM stays in the launch: before patchkit, `env -i` would
+    # hide patchkit itself, and its variables would reach patchkit's own Python
+    at = next((i for i, word in enumerate(rest[1:at], 1) if Path(word).name == "env"), at)
     wrapper, launch = (rest[:at], rest[at:]) if at is not None else (rest, ["vllm", "serve", "MODEL"])
-    run = hints.command("run", "--", *env, *launch)
+    run, check = hints.command("run", "--", *env, *launch), hints.command("preflight", "--", *env, *launch)
     return BadInput(
         f"not a vLLM launch: '{rest[0]}' runs the launch, and patchkit reads only the launch itself",
-        hint=f"put {rest[0]} before patchkit: `{shlex.join(wrapper)} {run[1:]} (run execs the launch, so "
-        f"{rest[0]}'s setting holds for vLLM)",
+        hint=f"check it with {check}; launch it with {rest[0]} before patchkit: `{shlex.join(wrapper)} {run[1:]} "
+        f"(run execs the launch, so {rest[0]}'s setting holds for vLLM)",
     )
 
 

@@ -4,7 +4,8 @@ GenerationConfig.from_pretrained(DIR) (DIR/generation_config.json, or the hub ca
 OSError get_config(DIR) (config.json or params.json there), which raises ValueError when neither is
 found. With `auto` (the default) it reads the model's own directory the same way. vLLM's front end
 reads it as it starts (InputProcessor, before the model loads), its serving classes again after the
-load. `vllm` reads none.
+load. `vllm` too reads the model's own as the front end starts (ModelConfig.try_get_generation_config,
+0.11.0-0.34.0), though its serving classes then use none.
 A headless node (`vllm serve --headless`) builds neither: only a model class that reads it itself
 (Llama4's, Gemma4's) does, as the model is built."""
 
@@ -45,16 +46,16 @@ def generation_config_findings(command: LaunchCommand, check: str, architectures
     value = command.options.get("generation-config")
     if not read_on_node(command, architectures) or (command.optional_text("config-format") or "auto") != "auto":
         return []  # not read here; or another parser reads it: not judged
-    if value is None or value == "auto":
+    if value is None or value in ("auto", "vllm"):
         return _model_own(command, check)
-    if not isinstance(value, str) or value in ("", "vllm") or _REMOTE_GGUF.fullmatch(value):
+    if not isinstance(value, str) or value == "" or _REMOTE_GGUF.fullmatch(value):
         return []  # "": from_pretrained reads the launch's own directory: not judged
     why = _why_not_found(command, value)
     return [] if why is None else [Finding(check, False, f"--generation-config {value}: {why}: {AT_START}", _FIX)]
 
 
 def _model_own(command: LaunchCommand, check: str) -> list[Finding]:
-    """`auto`: the generation_config.json of --hf-config-path's directory, else of the model's (a
+    """`auto` or `vllm`: the generation_config.json of --hf-config-path's directory, else of the model's (a
     local one, or offline its cached snapshot, as weights.target_directory finds it); one vLLM cannot
     read, or online a hub id's, is no refusal (it reads config.json instead, or downloads it)."""
     config_path = command.optional_text("hf-config-path")
@@ -70,7 +71,8 @@ def _model_own(command: LaunchCommand, check: str) -> list[Finding]:
     if value is _UNREAD or isinstance(value, dict):
         return []
     message = f"the model's {GENERATION} ({path}) is JSON but not an object: {AT_START}"
-    return [Finding(check, False, message, "fix the model's generation_config.json, or give --generation-config vllm")]
+    fix = "fix the model's generation_config.json, or give --generation-config DIR holding a good one"
+    return [Finding(check, False, message, fix)]
 
 
 def _why_not_found(command: LaunchCommand, value: str) -> str | None:

@@ -43,7 +43,8 @@ def late_file_findings(
     --max-lora-rank values the installed release allows (lora_ranks; None: not known);
     `architectures`: the target's (a headless node's model class may read the generation config)."""
     found = generation_config_findings(command, check, architectures)
-    lora = [Finding(check, False, message, fix) for message, fix in _lora_problems(command, encoding, ranks)]
+    # an adapter judged whole is a pass (no fix): counted, so preflight never says "nothing judged" of it
+    lora = [Finding(check, fix is None, message, fix) for message, fix in _lora_problems(command, encoding, ranks)]
     if command.headless:
         return found + lora
     return _tls_file_findings(command, check) + found + lora
@@ -108,7 +109,7 @@ def tool_server_findings(
         return [], []
     entries = value.split(",")
     # a scheme, a space, nothing, a trailing slash (//sse): no MCP server answers the URL vLLM makes
-    bad = [e for e in entries if not e or "://" in e or e != e.strip() or e.endswith("/")]
+    bad = [e for e in entries if not e or "://" in e or e != e.strip() or e.endswith("/") or not _port_ok(e)]
     if not bad:
         urls = ", ".join(f"http://{entry}/sse" for entry in entries)
         return [], [f"--tool-server: vLLM connects to {urls} once the model has loaded (not judged here)"]
@@ -119,7 +120,27 @@ def tool_server_findings(
         f"--tool-server {value}: vLLM adds http:// and /sse to each entry itself, and connects to "
         f"http://{bad[0]}/sse, which no MCP server answers: {AFTER_LOAD}"
     )
-    return [Finding(check, False, message, "give each MCP server as HOST:PORT, comma-separated, no spaces")], []
+    fix = "give each MCP server as HOST:PORT (a port 1-65535, an IPv6 host in brackets), comma-separated, no spaces"
+    return [Finding(check, False, message, fix)], []
+
+
+def _port_ok(entry: str) -> bool:
+    """Whether httpx reads a port in the entry's authority that a connection can use: none, or a
+    number 1-65535 (`x:abc` and an IPv6 host without brackets are InvalidURL; 0 and 99999 never connect)."""
+    authority = entry.split("/", 1)[0].rpartition("@")[2]
+    if authority.startswith("["):
+        after = authority.partition("]")[2]
+        if after and not after.startswith(":"):
+            return False
+        port = after[1:]
+    else:
+        port = authority.partition(":")[2]
+    if not port:
+        return True
+    try:
+        return 1 <= int(port) <= 65535
+    except ValueError:
+        return False
 
 
 _FIX = "give a readable file's path, as the launch's directory sees it"
@@ -169,12 +190,12 @@ def _json_object(text: str) -> dict[str, object]:
 
 def _lora_problems(
     command: LaunchCommand, encoding: Callable[[], str], ranks: tuple[int, ...] | None
-) -> list[tuple[str, str]]:
+) -> list[tuple[str, str | None]]:
     """(message, fix) for what init_static_loras refuses of the adapters, in vLLM's order: LoRA not
     enabled (the worker's _ensure_lora_enabled), a name or path left empty, a name already loaded,
     then each adapter's own refusal (a local one, or a hub id's snapshot in an offline launch)."""
     entries = _lora_entries(command)
-    found = []
+    found: list[tuple[str, str | None]] = []
     head = command.headless  # the head's API server refuses a name; this node's workers load each adapter
     if entries and not command.options.get("enable-lora"):  # only --lora-modules: mm ones need LoRA on
         message = f"--lora-modules without --enable-lora: vLLM's worker refuses each adapter (LoRA is not enabled): {AFTER_LOAD}"
@@ -205,7 +226,7 @@ def _home_expanded(path: str, command: LaunchCommand) -> str:
 
 def _lora_problem(
     option: str, path: str, command: LaunchCommand, encoding: Callable[[], str], ranks: tuple[int, ...] | None
-) -> list[tuple[str, str]]:
+) -> list[tuple[str, str | None]]:
     """What vLLM refuses of one adapter: a local one (an absolute or `~` path, or a relative one that
     exists: vLLM's get_adapter_absolute_path), or a hub id vLLM finds only in huggingface_hub's cache
     (an offline launch); a hub id online is vLLM's to download, not judged."""
@@ -225,7 +246,7 @@ def _lora_problem(
         fix = f"give the directory of a LoRA adapter (it holds {ADAPTER_CONFIG}), as the launch's directory sees it"
         return [(f"{option} {path}: {ADAPTER_CONFIG} there: {why}: {AFTER_LOAD}", fix)]
     rank = _max_lora_rank(command)
-    refused = [
+    refused: list[tuple[str, str | None]] = [
         (f"{option} {path}: its {ADAPTER_CONFIG}: {why}: {AFTER_LOAD}", fix)
         for why, fix in _peft_refusals(config, (rank, ranks), encoding, command.release)
     ]
@@ -236,16 +257,17 @@ def _lora_problem(
 ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin", "adapter_model.pt")
 
 
-def _no_adapter_weights(option: str, path: str, local: str) -> list[tuple[str, str]]:
+def _no_adapter_weights(option: str, path: str, local: str) -> list[tuple[str, str | None]]:
     """An adapter whose config vLLM accepts, but with none of the weight files it loads next, or
-    with the first of them one its reader (safe_open, torch.load) refuses before any tensor."""
+    with the first of them one its reader (safe_open, torch.load) refuses before any tensor; else
+    its pass (no fix)."""
     whole = "give the adapter's whole directory, as PEFT saved it (its weights beside adapter_config.json)"
     for name in ADAPTER_WEIGHTS:
         weights = os.path.join(local, name)
         if os.path.isfile(weights):
             why = file_problem(weights, name.endswith(".safetensors"))
             if why is None:
-                return []
+                return [(f"{option} {path}: its config and {name} read as vLLM reads them", None)]
             fix = f"run `git lfs pull` in {path}" if LFS in why else whole
             return [(f"{option} {path}: {why}: {AFTER_LOAD}", fix)]
     said = ", ".join(ADAPTER_WEIGHTS)

@@ -487,7 +487,7 @@ def _found_models_findings(
     found = [_model_finding(exc) for exc in missing]
     found += [served] if served is not None else []
     found += [f for f in (_architectures_finding(m) for m in models) if f is not None]
-    return found + [Finding(MODELS, False, *weights) for weights in weight_findings(command, models[0])]
+    return found + [Finding(MODELS, *weights) for weights in weight_findings(command, models[0])]
 
 
 @dataclass(eq=False, repr=False)

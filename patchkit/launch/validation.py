@@ -104,11 +104,10 @@ def after_load_finding(answer: dict[str, Any]) -> Finding:
     (its front end reads it as it starts)."""
     value, error = str(answer.get("value", "")), _first_line(str(answer.get("error", "")))
     if answer.get("option") == "generation-config":
-        if value == "auto":
+        if value in ("auto", "vllm"):  # both read the model's own as the front end starts
             message = f"vLLM cannot read the model's generation config ({error}): {AT_START}"
-            return Finding(
-                CHECK, False, message, "fix the model's generation_config.json, or give --generation-config vllm"
-            )
+            fix = "fix the model's generation_config.json, or give --generation-config DIR holding a good one"
+            return Finding(CHECK, False, message, fix)
         message = f"--generation-config {value}: vLLM cannot read it ({error}): {AT_START}"
         fix = "give a directory that holds generation_config.json (as the launch's directory sees it), or auto or vllm"
         return Finding(CHECK, False, message, fix)

@@ -59,6 +59,11 @@ def weights_problem(directory: str, load_format: str, *, local: bool = True) -> 
     cached snapshot), or why its index makes the load fail; None when it finds some, or when the
     load format is not DefaultModelLoader's. `local`: vLLM names the directory itself (its `auto`
     then looks for Mistral's consolidated*.safetensors at any depth; not in a snapshot it finds offline)."""
+    return weights_verdict(directory, load_format, local=local) or None
+
+
+def weights_verdict(directory: str, load_format: str, *, local: bool = True) -> str | None:
+    """weights_problem's answer, with "" for weights judged and found loadable (None: not judged)."""
     if load_format == "auto":
         mistral = _consolidated(directory) if local else False
         if mistral is None:  # too large a tree to tell which format vLLM picks
@@ -96,7 +101,7 @@ def weights_problem(directory: str, load_format: str, *, local: bool = True) -> 
         return None  # its iterator reads the numpy dump, never the .bin files again
     padded = load_format == "fastsafetensors"  # its own reader takes bytes past the tensors (alignment)
     bad = [why for path in sorted(found) if (why := file_problem(path, use_safetensors, padded=padded))]
-    return None if not bad else Damaged(bad[0] + (f" (and {len(bad) - 1} more weight files)" if len(bad) > 1 else ""))
+    return "" if not bad else Damaged(bad[0] + (f" (and {len(bad) - 1} more weight files)" if len(bad) > 1 else ""))
 
 
 class Damaged(str):
@@ -308,9 +313,9 @@ def _index_files(index: str, directory: str) -> dict[str, str] | str:
     return {name: os.path.join(directory, name) for name in names}
 
 
-def weight_findings(command: LaunchCommand, target: ModelConfig) -> list[tuple[str, str]]:
-    """(message, fix) for the target and the drafter when vLLM would find no weights to load in the
-    directory it loads them from."""
+def weight_findings(command: LaunchCommand, target: ModelConfig) -> list[tuple[bool, str, str | None]]:
+    """(passed, message, fix) for the target and the drafter whose weights were judged: failed when
+    vLLM would find no weights to load in the directory it loads them from."""
     load_format = command.optional_text("load-format") or "auto"
     quantization = target.get("quantization_config")
     method = quantization.get("quant_method") if isinstance(quantization, dict) else None
@@ -328,12 +333,15 @@ def weight_findings(command: LaunchCommand, target: ModelConfig) -> list[tuple[s
 
 def _problem(
     command: LaunchCommand, role: str, name: str, directory: str, local: bool, load_format: str, when: str
-) -> list[tuple[str, str]]:
+) -> list[tuple[bool, str, str | None]]:
     """The finding for `name`, whose weights vLLM loads from `directory` (`name` itself, or its
-    cached snapshot: the fix then fetches the model whole)."""
-    why = weights_problem(os.path.join(command.working_directory(), directory), load_format, local=local)
+    cached snapshot: the fix then fetches the model whole); none where they are not judged."""
+    why = weights_verdict(os.path.join(command.working_directory(), directory), load_format, local=local)
+    place = "" if directory == name else f" (its cached snapshot {directory})"
     if why is None:
         return []
+    if not why:  # a pass counted: preflight then says what it judged, not "nothing judged"
+        return [(True, f"{role} '{name}'{place}: its weights are there, as vLLM's loader reads them", None)]
     damaged = isinstance(why, Damaged)
     if directory == name and LFS in why:
         fix = f"run `git lfs pull` in {name} (it fetches the weights the pointers name)"
@@ -343,8 +351,7 @@ def _problem(
     else:
         download = f"hf download {name}" + (" --force-download" if damaged else "")
         fix = f"fetch it whole: {fetched_by(download, 'weights too, as an offline launch needs')}"
-    place = "" if directory == name else f" (its cached snapshot {directory})"
-    return [(f"{role} '{name}'{place}: {why}: {when}", fix)]
+    return [(False, f"{role} '{name}'{place}: {why}: {when}", fix)]
 
 
 def target_directory(command: LaunchCommand) -> tuple[str, str, bool] | None:

@@ -274,9 +274,9 @@ ASK_MODEL_GENERATION = textwrap.dedent("""\
     import json, sys, types
     from vllm.config.model import ModelConfig
 
-    def refused(model):  # `auto`: ModelConfig.try_get_generation_config on the model's own directory
+    def refused(model):  # `auto`, `vllm`: ModelConfig.try_get_generation_config on the model's own directory
         config = types.SimpleNamespace(
-            generation_config="auto", hf_config_path=None, model=model, trust_remote_code=False,
+            generation_config=sys.argv[2], hf_config_path=None, model=model, trust_remote_code=False,
             revision=None, config_format="auto",
         )
         try:
@@ -288,8 +288,9 @@ ASK_MODEL_GENERATION = textwrap.dedent("""\
 """)
 
 
-def test_the_models_own_generation_config_is_refused_exactly_where_vllm_refuses_it(tmp_path, monkeypatch):
-    """review35 N7: under `auto` (the default) vLLM reads the model's own directory: each model
+@pytest.mark.parametrize("mode", ["auto", "vllm"])
+def test_the_models_own_generation_config_is_refused_exactly_where_vllm_refuses_it(tmp_path, monkeypatch, mode):
+    """review35 N7: under `auto` (the default) and `vllm` (review36 W3) vLLM reads the model's own directory: each model
     directory here (config.json beside each generation_config.json of generation_values), and a
     cached snapshot read offline, judged by patchkit as the real ModelConfig.try_get_generation_config
     refuses it (the InputProcessor of vLLM's front end calls it as it starts)."""
@@ -313,17 +314,16 @@ def test_the_models_own_generation_config_is_refused_exactly_where_vllm_refuses_
     (storage / "snapshots" / "c0ffee" / "config.json").write_text(json.dumps(LLAMA))
     (storage / "snapshots" / "c0ffee" / "generation_config.json").write_text("[1]")
     snapshot = str(storage / "snapshots" / "c0ffee")  # what EngineArgs hands ModelConfig offline
-    vllm_said = ask_vllm(ASK_MODEL_GENERATION, json.dumps([*models, snapshot]))
+    vllm_said = ask_vllm(ASK_MODEL_GENERATION, json.dumps([*models, snapshot]), mode)
     assert isinstance(vllm_said, list)
-    launches = [[str(VLLM_PYTHON), "-m", "vllm.entrypoints.cli.main", "serve", model] for model in models]
-    launches.append(
-        ["env", "HF_HUB_OFFLINE=1", str(VLLM_PYTHON), "-m", "vllm.entrypoints.cli.main", "serve", "someorg/listed"]
-    )
+    serve = [str(VLLM_PYTHON), "-m", "vllm.entrypoints.cli.main", "serve"]
+    launches = [[*serve, model, "--generation-config", mode] for model in models]
+    launches.append(["env", "HF_HUB_OFFLINE=1", *serve, "someorg/listed", "--generation-config", mode])
     disagreements = []
     for launch, said in zip(launches, vllm_said, strict=True):
         command = parse(launch, "0.16.0")
         refused = any(not f.ok for f in late_file_findings(command, "command", lambda: "utf-8"))
-        disagreements += [(launch[-1], said)] if refused != bool(said) else []
+        disagreements += [(launch[-3], said)] if refused != bool(said) else []
     assert disagreements == []
     assert sum(bool(s) for s in vllm_said) >= 4, vllm_said
 

@@ -75,3 +75,16 @@ def test_a_refusal_of_the_forced_cpu_platform_is_no_verdict_on_the_launch(tmp_pa
     assert found["result"] == "cannot judge", found
     assert found["message"].startswith("cannot judge here: judged on the CPU platform (no accelerator found)"), found
     assert said in found["message"], found
+
+
+def test_the_models_own_generation_config_is_read_under_vllm_too(tmp_path: Path):
+    """review36 W3: `--generation-config vllm` still has the front end read the model's own
+    (InputProcessor's try_get_generation_config): one vLLM cannot read fails there too."""
+    model = tmp_path / "llama"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(TARGET))
+    (model / "model.safetensors").write_bytes(EMPTY_SAFETENSORS)
+    (model / "generation_config.json").write_text("[1]")
+    found = validation(tmp_path, "--generation-config", "vllm")
+    assert found["result"] == "fail", found
+    assert found["message"].startswith("vLLM cannot read the model's generation config (TypeError"), found

@@ -11,6 +11,7 @@ from dataclasses import field, replace
 from patchkit.base.enums import CheckStatus
 from patchkit.base.values import FrozenValue, frozen
 from patchkit.checks import CheckResult
+from patchkit.cli.ui.text import visible
 
 # The patterns here are text, compiled on first use (re keeps them): start-up compiles none a run does not use.
 _LINE_FIRST = r"(?s)line (\d+): (.*)"
@@ -31,7 +32,8 @@ class Failure(FrozenValue):
 
     def heading(self) -> str:
         label = f"{self.what} warning" if self.warning else self.what
-        return f"{self.where}: {label}: {self.message}" if self.where else f"{label}: {self.message}"
+        where = visible(self.where, field=True)  # a recorded path holding a newline: one line still
+        return f"{where}: {label}: {self.message}" if self.where else f"{label}: {self.message}"
 
 
 def located(result: CheckResult) -> tuple[str, str]:
