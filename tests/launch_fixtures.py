@@ -323,6 +323,80 @@ LAYOUTS: dict[str, tuple[dict[str, str | bytes | None], str, bool]] = {
 }
 
 
+def raw_safetensors(header: str, data: int) -> bytes:
+    """A safetensors file whose header is the text `header` as written (NaN, -0, a key twice)."""
+    return len(header.encode()).to_bytes(8, "little") + header.encode() + b"\x00" * data
+
+
+def _tensor(dtype: str = '"F32"', shape: str = "[4]", offsets: str = "[0, 16]") -> str:
+    return f'{{"dtype": {dtype}, "shape": {shape}, "data_offsets": {offsets}}}'
+
+
+# headers that are a JSON object, each with its data length and whether safetensors' reader takes it
+# (review36 W1: safetensors 0.8.0 refuses each False one before any tensor)
+SAFETENSORS_HEADERS: dict[str, tuple[str, int, bool]] = {
+    "tensor_an_integer": ('{"w": 1}', 0, False),
+    "tensor_a_list_of_two": ('{"w": [1, 2]}', 0, False),
+    "tensor_a_list_of_three": ('{"w": ["F32", [4], [0, 16]]}', 16, True),
+    "tensor_a_list_of_four": ('{"w": ["F32", [4], [0, 16], 1]}', 16, False),
+    "offset_a_float": ('{"w": ' + _tensor(offsets="[0, 16.0]") + "}", 16, False),
+    "offsets_strings": ('{"w": ' + _tensor(offsets='["0", "16"]') + "}", 16, False),
+    "offsets_booleans": ('{"w": ' + _tensor(offsets="[false, true]") + "}", 16, False),
+    "offsets_three": ('{"w": ' + _tensor(offsets="[0, 16, 16]") + "}", 16, False),
+    "offset_minus_zero": ('{"w": ' + _tensor(offsets="[-0, 16]") + "}", 16, False),
+    "offset_infinity": ('{"w": ' + _tensor(offsets="[0, Infinity]") + "}", 16, False),
+    "offset_past_a_usize": ('{"w": ' + _tensor('"U8"', "[1]", "[0, 18446744073709551616]") + "}", 1, False),
+    "dtype_unknown": ('{"w": ' + _tensor('"F99"') + "}", 16, False),
+    "dtype_lower_case": ('{"w": ' + _tensor('"f32"') + "}", 16, False),
+    "dtype_as_a_map": ('{"w": ' + _tensor('{"F32": null}') + "}", 16, True),
+    "dtype_complex": ('{"w": ' + _tensor('"C64"', "[2]") + "}", 16, True),
+    "dtype_four_bits_whole_bytes": ('{"w": ' + _tensor('"F4"', "[4]", "[0, 2]") + "}", 2, True),
+    "dtype_four_bits_half_a_byte": ('{"w": ' + _tensor('"F4"', "[3]", "[0, 2]") + "}", 2, False),
+    "dtype_six_bits": ('{"w": ' + _tensor('"F6_E2M3"', "[4]", "[0, 3]") + "}", 3, True),
+    "shape_not_the_offsets": ('{"w": ' + _tensor(shape="[3, 3]") + "}", 16, False),
+    "shape_negative": ('{"w": ' + _tensor(shape="[-2, -2]") + "}", 16, False),
+    "shape_nan": ('{"w": ' + _tensor(shape="[NaN]") + "}", 16, False),
+    "shape_null": ('{"w": ' + _tensor(shape="null") + "}", 16, False),
+    "shape_a_scalar": ('{"w": ' + _tensor(shape="[]", offsets="[0, 4]") + "}", 4, True),
+    "shape_overflowing": ('{"w": ' + _tensor('"U8"', "[2305843009213693952]", "[0, 4]") + "}", 4, False),
+    "shape_overflowing_before_a_zero": (
+        '{"w": ' + _tensor('"U8"', "[9223372036854775808, 9223372036854775808, 0]", "[0, 0]") + "}",
+        0,
+        False,
+    ),
+    "shape_zero_first": (
+        '{"w": ' + _tensor('"U8"', "[0, 9223372036854775808, 9223372036854775808]", "[0, 0]") + "}",
+        0,
+        True,
+    ),
+    "a_gap_before": ('{"w": ' + _tensor(offsets="[16, 32]") + "}", 32, False),
+    "offsets_reversed": ('{"w": ' + _tensor(shape="[0]", offsets="[16, 0]") + "}", 16, False),
+    "two_at_one_place": ('{"w": ' + _tensor() + ', "v": ' + _tensor() + "}", 16, False),
+    "two_one_after_the_other": ('{"w": ' + _tensor() + ', "v": ' + _tensor(offsets="[16, 32]") + "}", 32, True),
+    "empty_tensor_beside": ('{"w": ' + _tensor(shape="[0]", offsets="[0, 0]") + ', "v": ' + _tensor() + "}", 16, True),
+    "field_missing": ('{"w": {"dtype": "F32", "data_offsets": [0, 16]}}', 16, False),
+    "field_twice": ('{"w": {"dtype": "F32", "dtype": "F32", "shape": [4], "data_offsets": [0, 16]}}', 16, False),
+    "other_field_twice": ('{"w": {"x": 1, "x": 2, "dtype": "F32", "shape": [4], "data_offsets": [0, 16]}}', 16, True),
+    "tensor_twice_the_last_taken": (
+        '{"w": ' + _tensor(shape="[8]", offsets="[0, 32]") + ', "w": ' + _tensor() + "}",
+        16,
+        True,
+    ),
+    "metadata_an_integer_value": ('{"__metadata__": {"a": 1}}', 0, False),
+    "metadata_a_list": ('{"__metadata__": [1]}', 0, False),
+    "metadata_nan": ('{"__metadata__": {"a": NaN}}', 0, False),
+    "metadata_null": ('{"__metadata__": null}', 0, True),
+    "metadata_twice": ('{"__metadata__": {"a": "b"}, "__metadata__": {"a": "b"}}', 0, False),
+    "metadata_strings": ('{"__metadata__": {"format": "pt"}, "w": ' + _tensor() + "}", 16, True),
+}
+LAYOUTS.update(
+    {
+        f"header_{name}": ({"model.safetensors": raw_safetensors(text, data)}, "auto", loads)
+        for name, (text, data, loads) in SAFETENSORS_HEADERS.items()
+    }
+)
+
+
 def write_layout(directory: Path, files: dict[str, str | bytes | None]) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     for name, content in files.items():

@@ -145,22 +145,140 @@ def _safetensors_problem(path: str, name: str, length: int, size: int, padded: b
     if length > HEADER_READ:
         return None
     raw = read_regular(path, 8 + length, follow_symlinks=True, head=True)[8:]
-    try:
-        header = json.loads(raw.decode("utf-8"))
+    try:  # as serde_json reads it: no NaN or Infinity, -0 a float, a field given twice kept in sight
+        header = json.loads(
+            raw.decode("utf-8"), parse_constant=_no_constant, parse_int=_int, object_pairs_hook=_Object.of
+        )
     except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
         header = None
     if not isinstance(header, dict):
         return f"{name} is no safetensors file (its header is no JSON object in UTF-8)"
-    ends = [_end(info) for key, info in header.items() if key != "__metadata__"]
-    if None in ends:  # a header safetensors refuses anyway: judged no further
-        return None
+    if padded:  # fastsafetensors' own reader: only the data length judged, where the header gives it
+        ends = [_end(info) for key, info in header.items() if key != "__metadata__"]
+        if None in ends:
+            return None
+        declared = max((end for end in ends if end is not None), default=0)
+    else:
+        found = header_refusal(header)
+        if isinstance(found, str):
+            return f"{name}: safetensors refuses its header: {found}"
+        if found is None:
+            return None
+        declared = found
     data = size - 8 - length
-    declared = max((end for end in ends if end is not None), default=0)
     if declared > data:
         return f"{name} is cut short (its header declares {declared} bytes of tensors, the file holds {data})"
     if declared < data and not padded:
         return f"{name} holds {data - declared} bytes more than its header declares (safetensors refuses it)"
     return None
+
+
+# safetensors' (0.8.0) dtypes, each with its size in bits
+_DTYPE_BITS = {"BOOL": 8, "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6, "C64": 64}
+_DTYPE_BITS |= {t: 8 for t in ("U8", "I8", "F8_E5M2", "F8_E4M3", "F8_E8M0", "F8_E4M3FNUZ", "F8_E5M2FNUZ")}
+_DTYPE_BITS |= {t: 16 for t in ("I16", "U16", "F16", "BF16")} | {t: 32 for t in ("I32", "U32", "F32")}
+_DTYPE_BITS |= {t: 64 for t in ("F64", "I64", "U64")}
+_FIELDS = ("dtype", "shape", "data_offsets")
+_USIZE = 1 << 64  # serde reads a larger integer as a float: no usize
+
+
+class _Object(dict[str, object]):
+    """A JSON object, with the keys it gives more than once (serde refuses a struct's field twice)."""
+
+    doubled: frozenset[str] = frozenset()
+
+    @classmethod
+    def of(cls, pairs: list[tuple[str, object]]) -> _Object:
+        made = cls(pairs)
+        if len(made) < len(pairs):
+            made.doubled = frozenset(k for k in made if sum(key == k for key, _ in pairs) > 1)
+        return made
+
+
+def _no_constant(text: str) -> object:
+    raise ValueError(f"{text} is no JSON")
+
+
+def _int(text: str) -> object:
+    return -0.0 if text == "-0" else int(text)
+
+
+def _size(value: object) -> bool:
+    """Whether serde reads `value` as a usize."""
+    return type(value) is int and 0 <= value < _USIZE
+
+
+def _shown(key: str) -> str:
+    return key if len(key) <= 60 else key[:57] + "..."
+
+
+def header_refusal(header: dict[str, object]) -> str | int | None:
+    """What safetensors' reader (0.8.0: its header types, then Metadata.validate) refuses of a
+    header, in its words; else where the tensors' data ends (None: a header not judged)."""
+    meta = header.get("__metadata__")
+    if "__metadata__" in getattr(header, "doubled", ()):
+        return "invalid JSON in header: duplicate field `__metadata__`"
+    if meta is not None and not (isinstance(meta, dict) and all(isinstance(v, str) for v in meta.values())):
+        return "invalid JSON in header: __metadata__ is not a map of strings"
+    tensors = []
+    for key, info in header.items():
+        if key == "__metadata__":
+            continue
+        entry = _entry(info)
+        if isinstance(entry, str):
+            return f"invalid JSON in header: tensor `{_shown(key)}`: {entry}"
+        if entry is None:
+            return None
+        tensors.append((entry[2], entry[0], entry[1], key))
+    start = 0
+    for (begin, end), dtype, shape, key in sorted(tensors, key=lambda t: t[0]):
+        if begin != start or end < begin:
+            return (
+                f"invalid offset for tensor `{_shown(key)}` (the tensors' data must run on from 0, no gap or overlap)"
+            )
+        start = end
+        elements = 1
+        for dim in shape:  # as its checked product: an overflow before a 0 dimension is one too
+            elements *= dim
+            if elements >= _USIZE:
+                return "overflow computing buffer size from shape and/or element type"
+        bits = elements * _DTYPE_BITS[dtype]
+        if bits >= _USIZE:
+            return "overflow computing buffer size from shape and/or element type"
+        if bits % 8:
+            return f"tensor `{_shown(key)}`: its {dtype} data does not end up at a byte boundary"
+        if end - begin != bits // 8:
+            said = f"{bits // 8} bytes of {dtype} {list(shape)}, its data_offsets span {end - begin}"
+            return f"invalid shape, data type, or offset for tensor `{_shown(key)}` ({said})"
+    return start
+
+
+def _entry(info: object) -> tuple[str, list[int], tuple[int, int]] | str | None:
+    """(dtype, shape, data_offsets) of a tensor's header entry as serde reads its struct (an object,
+    or a list of the three); else what it refuses (None: not judged)."""
+    if isinstance(info, list):
+        if len(info) != 3:
+            return f"invalid length {len(info)}, expected struct TensorInfo with 3 elements"
+        info = dict(zip(_FIELDS, info, strict=True))
+    if not isinstance(info, dict):
+        return "no struct TensorInfo (dtype, shape, data_offsets)"
+    doubled = [field for field in _FIELDS if field in getattr(info, "doubled", ())]
+    missing = [field for field in _FIELDS if field not in info]
+    if doubled or missing:
+        return f"duplicate field `{doubled[0]}`" if doubled else f"missing field `{missing[0]}`"
+    dtype, shape, offsets = info["dtype"], info["shape"], info["data_offsets"]
+    if isinstance(dtype, dict):  # an enum as a map: {"F32": null} is F32 to serde
+        if len(dtype) != 1 or None not in dtype.values():
+            return None
+        dtype = next(iter(dtype))
+    if not isinstance(dtype, str) or dtype not in _DTYPE_BITS:
+        said = f"`{_shown(dtype)}`" if isinstance(dtype, str) else "no string"
+        return f"unknown dtype {said}, expected one of {', '.join(_DTYPE_BITS)}"
+    if not isinstance(shape, list) or not all(_size(dim) for dim in shape):
+        return "its shape is not a list of sizes (integers 0 or more)"
+    if not isinstance(offsets, list) or len(offsets) != 2 or not all(_size(o) for o in offsets):
+        return "its data_offsets are not two integers 0 or more"
+    return dtype, shape, (offsets[0], offsets[1])
 
 
 def _end(info: object) -> int | None:
