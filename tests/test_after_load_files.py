@@ -340,6 +340,12 @@ def test_the_models_own_generation_config_is_judged_under_auto(tmp_path):
     assert said() == refused and said("--generation-config", "auto") == refused
     # `vllm` too: the front end reads the model's own as it starts (review36 W3)
     assert said("--generation-config", "vllm") == refused
+    (model / "generation_config.json").write_text('{"a": ' * 5000 + "1" + "}" * 5000)  # review36 W4
+    assert said() == [
+        f"the model's generation_config.json ({model}/generation_config.json) nests deeper than Python's JSON "
+        "reader goes (RecursionError): vLLM refuses the launch as it starts"
+    ]
+    (model / "generation_config.json").write_text("[1]")
     assert said("--config-format", "mistral") == []  # another parser: not judged
     other = tmp_path / "other"
     other.mkdir()

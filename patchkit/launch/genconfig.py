@@ -70,7 +70,7 @@ def _model_own(command: LaunchCommand, check: str) -> list[Finding]:
     value = _json(path) if os.path.isfile(path) else _UNREAD
     if value is _UNREAD or isinstance(value, dict):
         return []
-    message = f"the model's {GENERATION} ({path}) is JSON but not an object: {AT_START}"
+    message = f"the model's {GENERATION} ({path}) {_NOT_AN_OBJECT if value is not _TOO_DEEP else _DEEP}: {AT_START}"
     fix = "fix the model's generation_config.json, or give --generation-config DIR holding a good one"
     return [Finding(check, False, message, fix)]
 
@@ -97,13 +97,22 @@ def _in_directory(directory: str) -> str | None:
     generation = os.path.join(directory, GENERATION)
     value = _json(generation) if os.path.isfile(generation) else _UNREAD
     if value is not _UNREAD:
-        return None if isinstance(value, dict) else f"its {GENERATION} is JSON but not an object"
+        return (
+            None
+            if isinstance(value, dict)
+            else f"its {GENERATION} {_NOT_AN_OBJECT if value is not _TOO_DEEP else _DEEP}"
+        )
     if any(os.path.isfile(os.path.join(directory, name)) for name in CONFIGS):
         return None
     return f"a directory with neither a readable {GENERATION} nor {' or '.join(CONFIGS)}"
 
 
 _UNREAD = object()
+# JSON nested past the reader's recursion limit: from_pretrained lets the RecursionError through (it
+# sends only a decode error on to config.json), and vLLM's launch ends with it
+_TOO_DEEP = object()
+_NOT_AN_OBJECT = "is JSON but not an object"
+_DEEP = "nests deeper than Python's JSON reader goes (RecursionError)"
 
 
 def _json(path: str) -> object:
@@ -111,8 +120,10 @@ def _json(path: str) -> object:
     config.json; JSON that is not an object fails its item assignment (a TypeError, no fallback)."""
     try:
         return json.loads(read_regular(path, _LIMIT, follow_symlinks=True).decode("utf-8"))
-    except (OSError, ValueError, RecursionError):
+    except (OSError, ValueError):
         return _UNREAD
+    except RecursionError:
+        return _TOO_DEEP
 
 
 def _gguf(path: str) -> bool:

@@ -298,6 +298,7 @@ def test_the_models_own_generation_config_is_refused_exactly_where_vllm_refuses_
     contents = {
         "withgen": '{"temperature": 0.5}', "none": None, "list": "[1]", "null": "null", "string": '"x"',
         "bad": "{bad", "empty": "", "latin1": '{"x": "caf\xe9"}', "number": "7",
+        "deep": '{"a": ' * 5000 + "1" + "}" * 5000,
     }  # fmt: skip
     models = []
     for name, text in contents.items():
