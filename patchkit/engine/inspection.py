@@ -919,11 +919,14 @@ def _others_fix(
     if not named:
         return None
     fixes, at_hand = [], sets_at_hand()  # the library read once, not once per set named
+    library: dict[str, PatchSetDef] | None = None  # its sets, read where a fix needs what a series writes
     for entry in named:
         chosen = selection_of(entry, at_hand)
         revert, apply = hints.command("revert", "--force", chosen=chosen), hints.command("apply", chosen=chosen)
         its = {path for path in entry.files if heads.any_starts(f"{path} ")}
-        written = _written_by(entry.set_name, version) if its <= stock else None
+        if its <= stock and library is None:
+            library = _library_at_hand()
+        written = _written_by(library.get(entry.set_name), version) if its <= stock and library else None
         if written is not None and not its <= written:
             revert = hints.command("revert", chosen=chosen)
             fixes.append(f"{revert} (its record names files no patch of the set writes), then {apply}")
@@ -935,11 +938,17 @@ def _others_fix(
     return f"the refused files belong to {whose}: run " + "; and ".join(fixes) + then
 
 
-def _written_by(set_name: str, version: Version | None) -> set[str] | None:
+def _library_at_hand() -> dict[str, PatchSetDef]:
+    try:
+        return load_library(locate(hints.current().library).path)
+    except PatchkitError:
+        return {}
+
+
+def _written_by(patch_set: PatchSetDef | None, version: Version | None) -> set[str] | None:
     """The files the set's series for `version` writes (None: not known: the set is not in the
     library at hand, or has no series, or the version is not known)."""
     try:
-        patch_set = load_library(locate(hints.current().library).path).get(set_name) if version else None
         selection = select(patch_set, version) if patch_set is not None and version is not None else None
     except PatchkitError:
         selection = None
