@@ -288,6 +288,8 @@ LAYOUTS: dict[str, tuple[dict[str, str | bytes | None], str, bool]] = {
     "index_names_none_there": ({"model.safetensors": ST, INDEX: index_of("other.safetensors")}, "auto", False),
     "index_not_json": ({"model.safetensors": ST, INDEX: "{not json"}, "auto", False),
     "index_without_weight_map": ({"model.safetensors": ST, INDEX: "{}"}, "auto", False),
+    # review36 W5: json's decoder raises RecursionError past ~1,000 levels (was exit 70)
+    "index_nested_deep": ({"model.safetensors": ST, INDEX: "[" * 100_000 + "]" * 100_000}, "auto", False),
     "bin_beside_an_index": ({"pytorch_model.bin": PT, INDEX: index_of("a.safetensors")}, "auto", True),
     "mistral_consolidated": ({"consolidated.safetensors": ST}, "auto", True),
     "consolidated_deeper_only": ({"model.safetensors": ST, "original/consolidated.safetensors": ST}, "auto", False),

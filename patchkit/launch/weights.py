@@ -85,11 +85,12 @@ def weights_verdict(directory: str, load_format: str, *, local: bool = True) -> 
         if isinstance(named, str):
             return named
         if named is not None:
-            absent = sorted(name for name, path in named.items() if path not in found)
+            present, indexed = set(found), set(named.values())  # sets: a hostile index names millions
+            absent = sorted(name for name, path in named.items() if path not in present)
             if absent:
                 more = f" (and {len(absent) - 1} more)" if len(absent) > 1 else ""
                 return f"{os.path.basename(index)} names {absent[0]}{more}, not there"
-            found = [path for path in found if path in named.values()]
+            found = [path for path in found if path in indexed]
     else:
         found = [path for path in found if not path.endswith(_NOT_WEIGHTS)]
     dangling = [path for path in found if not os.path.exists(path)]
@@ -308,7 +309,7 @@ def _index_files(index: str, directory: str) -> dict[str, str] | str:
     try:
         data = json.loads(read_named_file(index, INDEX_LIMIT, "weights index").decode("utf-8"))
         names = {str(name) for name in data["weight_map"].values()}
-    except (BadInput, FileNotFoundError, ValueError, KeyError, TypeError, AttributeError):
+    except (BadInput, FileNotFoundError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return f"{os.path.basename(index)} is no JSON object with a weight_map, as vLLM reads it"
     return {name: os.path.join(directory, name) for name in names}
 
