@@ -98,7 +98,8 @@ def _note_startup_prefix(root: Path, info: dict[str, Any], cwd: str | None) -> N
 _ProbeKey = tuple[Path, str, tuple[tuple[str, str], ...], tuple[str, ...], str, str | None]
 # (root, python, env items, options, cwd, first path) -> what locate answered there ({}: it could not be asked)
 _LAUNCH_PROBES: dict[_ProbeKey, dict[str, Any]] = {}
-LAUNCH_BUDGET = 60.0  # seconds: every question a command asks one launch's Python (its start-up runs each time)
+LAUNCH_QUESTION = 60.0  # seconds one question to a launch's Python may take, its start-up included
+LAUNCH_BUDGET = 180.0  # seconds all of a command's questions to one launch's Python may take together
 # (python, its environment, options, directory) -> when the budget of its questions runs out
 _LAUNCH_DEADLINES: dict[tuple[str, tuple[tuple[str, str], ...], tuple[str, ...], str | None], float] = {}
 # (python, the launch's environment) whose start-up did not finish within the budget: not asked again
@@ -106,14 +107,19 @@ _STARTUP_TIMED_OUT: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
 
 
 def _launch_timeout(python: str, env: dict[str, str], options: Sequence[str], cwd: str | None, timeout: float) -> float:
-    """What is left for one more question to a launch's Python, at most `timeout`: its questions share
-    one deadline, LAUNCH_BUDGET from the first (a start-up that is slow is slow for each of them).
-    WorkerFailed (timed out) when nothing is left."""
+    """The time one more question to a launch's Python may take: `timeout`, at most LAUNCH_QUESTION,
+    and no more than is left of LAUNCH_BUDGET from its first question (a start-up that is slow is
+    slow for each: a 35 s one is asked twice, one that never ends not for minutes). WorkerFailed
+    (timed out) when nothing is left."""
     key = (python, tuple(sorted(env.items())), tuple(options), cwd)
     left = _LAUNCH_DEADLINES.setdefault(key, time.monotonic() + LAUNCH_BUDGET) - time.monotonic()
     if left <= 0:
-        raise WorkerFailed(f"{python} did not finish within {LAUNCH_BUDGET:g} s", partial={}, timed_out=True)
-    return min(timeout, left)
+        raise WorkerFailed(
+            f"{python} did not finish its answers within the {LAUNCH_BUDGET:.0f} s they share",
+            partial={},
+            timed_out=True,
+        )
+    return min(timeout, LAUNCH_QUESTION, left)
 
 
 class Launch:
@@ -708,9 +714,7 @@ def run_worker(
         return worked
     assert python is not None and module.__file__ is not None
     if env is not None and (python, tuple(sorted(env.items()))) in _STARTUP_TIMED_OUT:
-        message = (
-            f"{python} was not asked{doing}: in the launch's environment it did not start within {LAUNCH_BUDGET:g} s"
-        )
+        message = f"{python} was not asked{doing}: in the launch's environment it did not start within {LAUNCH_QUESTION:.0f} s"
         raise WorkerFailed(message, partial={}, timed_out=True)
     flags = ["-I", "-B", *options] if isolated else ["-B", *options]
     with tempfile.TemporaryDirectory(prefix="patchkit-worker-") as scratch:
@@ -722,7 +726,7 @@ def run_worker(
         except OSError as exc:
             raise WorkerFailed(f"cannot run {python}{doing}: {_why_not_run(exc, python)}", partial={}) from exc
         except process.TimedOut:
-            message = f"{python} did not finish within {timeout:g} s{doing}"
+            message = f"{python} did not finish within {timeout:.0f} s{doing}"
             raise WorkerFailed(message, partial=_read_answer(answer) or {}, timed_out=True) from None
         result = _read_answer(answer)
         if status != 0 or result is None:
@@ -765,7 +769,7 @@ def ask_python(
     except OSError as exc:
         raise WorkerFailed(f"cannot run {python}: {_why_not_run(exc, python)}", partial={}) from exc
     except process.TimedOut:
-        raise WorkerFailed(f"{python} did not finish within {timeout:g} s", partial={}, timed_out=True) from None
+        raise WorkerFailed(f"{python} did not finish within {timeout:.0f} s", partial={}, timed_out=True) from None
     if status != 0:
         raise WorkerFailed(f"{python} failed (exit status {status})", partial={}, status=status)
     return out
