@@ -425,14 +425,8 @@ def first_symlink(root: Path | str, rel: str, plain: set[str] | None = None) -> 
     vllm/ (moved_package) is none. `plain`: the directories (relative) known to be real ones, kept
     across calls: each is looked at once, not once a path below it."""
     parts = [p for p in rel.split("/") if p not in ("", ".")]
-    plain, base, sub = set() if plain is None else plain, os.fspath(root), ""
-    for depth, part in enumerate(parts, 1):
-        sub = f"{sub}/{part}" if sub else part
-        if sub in plain:
-            continue
-        try:
-            mode = os.lstat(f"{base}/{sub}").st_mode
-        except OSError:
+    for depth, sub, mode in unplain_prefixes(root, parts, set() if plain is None else plain):
+        if mode is None:
             return None
         if stat.S_ISLNK(mode) and depth == 1 < len(parts) and moved_package(root, parts[0]):
             continue
@@ -440,5 +434,22 @@ def first_symlink(root: Path | str, rel: str, plain: set[str] | None = None) -> 
             return Path(root, sub), depth < len(parts)
         if not stat.S_ISDIR(mode):
             return None
-        plain.add(sub)
     return None
+
+
+def unplain_prefixes(root: Path | str, parts: list[str], plain: set[str]) -> Iterator[tuple[int, str, int | None]]:
+    """Each prefix of root/parts (its depth, relative path, lstat mode; None: nothing there) not yet
+    in `plain`, the real directories found so far, kept across calls: each is looked at once, not
+    once a path below it. One found a real directory is added to `plain`."""
+    base, sub = os.fspath(root), ""
+    for depth, part in enumerate(parts, 1):
+        sub = f"{sub}/{part}" if sub else part
+        if sub in plain:
+            continue
+        try:
+            mode: int | None = os.lstat(f"{base}/{sub}").st_mode
+        except OSError:
+            mode = None
+        yield depth, sub, mode
+        if mode is not None and stat.S_ISDIR(mode):
+            plain.add(sub)

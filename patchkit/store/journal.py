@@ -30,7 +30,7 @@ from typing import Any
 
 from patchkit.base import seal
 from patchkit.base.errors import BadInput, quoted
-from patchkit.base.fsutil import fsync_dir, load_json_text, read_file
+from patchkit.base.fsutil import fsync_dir, load_json_text, read_file, unplain_prefixes
 from patchkit.store.objects import objects_dir
 from patchkit.store.state import (
     PERMISSIONS,
@@ -355,16 +355,5 @@ def _remove_temp_files(directory: Path, names: set[str] | None) -> None:
 def _symlink_on_the_way(root: Path, rel: str, plain: set[str]) -> bool:
     """Whether a directory on the way to root/rel (rel included) is a symlink or no directory.
     `plain`: those found real directories, kept across calls (one lstat each, not one a path below)."""
-    base, sub = os.fspath(root), ""
-    for part in rel.split("/") if rel else []:
-        sub = f"{sub}/{part}" if sub else part
-        if sub in plain:
-            continue
-        try:
-            mode = os.lstat(f"{base}/{sub}").st_mode
-        except OSError:
-            return True
-        if not stat.S_ISDIR(mode):
-            return True
-        plain.add(sub)
-    return False
+    parts = rel.split("/") if rel else []
+    return any(mode is None or not stat.S_ISDIR(mode) for _, _, mode in unplain_prefixes(root, parts, plain))
