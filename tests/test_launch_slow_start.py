@@ -19,7 +19,9 @@ BUDGET = 4.0
 LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 256, "vocab_size": 32000}
 
 
-def test_a_slow_start_up_is_named_as_the_fix_and_its_questions_share_one_budget(tmp_path, monkeypatch):
+def slow_launch(tmp_path, monkeypatch):
+    """A BUDGET-second question time, and a launch whose PYTHONPATH's sitecustomize never ends:
+    (its directory, the tree, the library, the launch)."""
     monkeypatch.setattr(target, "LAUNCH_QUESTION", BUDGET)
     monkeypatch.setattr(target, "LAUNCH_BUDGET", 3 * BUDGET)
     slow = tmp_path / "slow"
@@ -28,6 +30,11 @@ def test_a_slow_start_up_is_named_as_the_fix_and_its_questions_share_one_budget(
     tree, library = write_eagle3_setup(tmp_path)
     model = write_model(tmp_path / "llama", LLAMA)
     launch = ["env", f"PYTHONPATH={slow}", sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(model)]
+    return slow, tree, library, launch
+
+
+def test_a_slow_start_up_is_named_as_the_fix_and_its_questions_share_one_budget(tmp_path, monkeypatch):
+    slow, tree, library, launch = slow_launch(tmp_path, monkeypatch)
     started = time.monotonic()
     done = run_cli_in_process(
         "preflight", "--no-import", "--target", tree, "--patches", library, "--format", "json", "--", *launch
@@ -43,14 +50,7 @@ def test_a_slow_start_up_is_named_as_the_fix_and_its_questions_share_one_budget(
 def test_a_launch_python_that_did_not_start_in_time_is_not_asked_again_by_vllms_validation(tmp_path, monkeypatch):
     """The full preflight: vLLM's validation (its own budget is minutes) is not run in an environment
     whose start-up already took the launch's whole budget."""
-    monkeypatch.setattr(target, "LAUNCH_QUESTION", BUDGET)
-    monkeypatch.setattr(target, "LAUNCH_BUDGET", 3 * BUDGET)
-    slow = tmp_path / "slow"
-    slow.mkdir()
-    (slow / "sitecustomize.py").write_text("import time\ntime.sleep(300)\n")
-    tree, library = write_eagle3_setup(tmp_path)
-    model = write_model(tmp_path / "llama", LLAMA)
-    launch = ["env", f"PYTHONPATH={slow}", sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(model)]
+    _, tree, library, launch = slow_launch(tmp_path, monkeypatch)
     started = time.monotonic()
     done = run_cli_in_process(
         "preflight", "--python", sys.executable, "--target", tree, "--patches", library, "--format", "json", "--",

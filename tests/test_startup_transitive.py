@@ -14,7 +14,9 @@ from helpers import MODEL, MODEL_PY, SPEC, SPEC_PY, pip_install, purelib, run_cl
 from launch_fixtures import write_model
 
 
-def test_a_prefix_set_by_a_module_the_sites_start_up_reaches_through_another_is_judged(tmp_path):
+def applied_venv(tmp_path):
+    """A venv holding vLLM 0.16.0's two files, the spec set applied without the guard, and a model
+    beside it: (its python, its site-packages, the library)."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", tmp_path / "venv"], check=True)
     python = tmp_path / "venv" / "bin" / "python"
     site = purelib(python)
@@ -22,6 +24,12 @@ def test_a_prefix_set_by_a_module_the_sites_start_up_reaches_through_another_is_
     library = spec_library(tmp_path / "scratch")
     done = run_cli("apply", "--no-guard", "--no-import", "--python", python, "--patches", library)
     assert done.returncode == 0, done.stdout + done.stderr
+    write_model(tmp_path / "model", {"model_type": "llama", "architectures": ["LlamaForCausalLM"]})
+    return python, site, library
+
+
+def test_a_prefix_set_by_a_module_the_sites_start_up_reaches_through_another_is_judged(tmp_path):
+    python, site, library = applied_venv(tmp_path)
     # the site's start-up: a .pth imports corp_startup (in the site), which imports corp_helper
     (site / "corp.pth").write_text("import corp_startup\n")
     (site / "corp_startup.py").write_text("import corp_helper\n")
@@ -31,7 +39,6 @@ def test_a_prefix_set_by_a_module_the_sites_start_up_reaches_through_another_is_
     shadow.mkdir()
     (shadow / "corp_helper.py").write_text(f"import sys; sys.pycache_prefix = {str(prefix)!r}\n")
     pyc = stale_pyc_under_prefix(prefix, site, SPEC)  # what that launch's Python loads for spec.py
-    write_model(tmp_path / "model", {"model_type": "llama", "architectures": ["LlamaForCausalLM"]})
     launch = ["env", f"PYTHONPATH={shadow}", python, "-m", "vllm.entrypoints.openai.api_server"]
     launch += ["--model", tmp_path / "model"]
     own = ("--python", python, "--patches", library)
@@ -49,19 +56,12 @@ def test_a_prefix_set_by_a_module_the_sites_start_up_reaches_through_another_is_
 def test_a_prefix_the_sites_start_up_sets_from_a_variable_the_launch_gives_is_judged(tmp_path):
     """The site's sitecustomize sets the prefix from a variable, by a name no scan reads
     (setattr with a built attribute name): a launch that gives the variable is asked as it runs."""
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", tmp_path / "venv"], check=True)
-    python = tmp_path / "venv" / "bin" / "python"
-    site = purelib(python)
-    pip_install(site, "0.16.0", {SPEC: SPEC_PY, MODEL: MODEL_PY})
-    library = spec_library(tmp_path / "scratch")
-    done = run_cli("apply", "--no-guard", "--no-import", "--python", python, "--patches", library)
-    assert done.returncode == 0, done.stdout + done.stderr
+    python, site, library = applied_venv(tmp_path)
     (site / "sitecustomize.py").write_text(
         "import os, sys\nif os.environ.get('CORP_PFX'):\n    setattr(sys, 'pycache_' + 'prefix', os.environ['CORP_PFX'])\n"
     )
     prefix = tmp_path / "pfx"
     pyc = stale_pyc_under_prefix(prefix, site, SPEC)
-    write_model(tmp_path / "model", {"model_type": "llama", "architectures": ["LlamaForCausalLM"]})
     launch = ["env", f"CORP_PFX={prefix}", python, "-m", "vllm.entrypoints.openai.api_server"]
     launch += ["--model", tmp_path / "model"]
     own = ("--python", python, "--patches", library)
