@@ -11,6 +11,7 @@ import json
 import os
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from helpers import run_cli_read_only
@@ -244,6 +245,19 @@ class AsyncEngineArgs:
 """
 
 
+def stand_in_vllm(where: Path) -> None:
+    """A vllm package of the stand-ins above: a CPU platform and the engine's arguments."""
+    for name, text in {
+        "vllm/__init__.py": "",
+        "vllm/platforms/__init__.py": FAKE_PLATFORMS,
+        "vllm/platforms/cpu.py": FAKE_CPU,
+        "vllm/engine/__init__.py": "",
+        "vllm/engine/arg_utils.py": FAKE_ARG_UTILS,
+    }.items():
+        (where / name).parent.mkdir(parents=True, exist_ok=True)
+        (where / name).write_text(text)
+
+
 @pytest.mark.parametrize(
     ("options", "judged", "ok"),
     [
@@ -255,15 +269,7 @@ class AsyncEngineArgs:
     ],
 )
 def test_the_worker_says_the_cpu_platform_was_forced_and_which_refusals_are_its_own(tmp_path, options, judged, ok):
-    for name, text in {
-        "vllm/__init__.py": "",
-        "vllm/platforms/__init__.py": FAKE_PLATFORMS,
-        "vllm/platforms/cpu.py": FAKE_CPU,
-        "vllm/engine/__init__.py": "",
-        "vllm/engine/arg_utils.py": FAKE_ARG_UTILS,
-    }.items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(text)
+    stand_in_vllm(tmp_path)
     arguments = ["--model", str(tmp_path), *options]
     request = {"arguments": arguments, "serve": False, "args": arguments, "cwd": str(tmp_path), "first_path": None}
     environ = {**os.environ, "PYTHONPATH": str(tmp_path)}
@@ -283,16 +289,10 @@ def test_the_worker_says_the_cpu_platform_was_forced_and_which_refusals_are_its_
 
 def test_a_middleware_module_that_leaves_a_thread_running_does_not_keep_the_worker(tmp_path):
     """vLLM's server lives on with such a thread; the worker answers and ends, not at its time limit."""
-    for name, text in {
-        "vllm/__init__.py": "",
-        "vllm/platforms/__init__.py": FAKE_PLATFORMS,
-        "vllm/platforms/cpu.py": FAKE_CPU,
-        "vllm/engine/__init__.py": "",
-        "vllm/engine/arg_utils.py": FAKE_ARG_UTILS,
-        "corp_threads.py": "import threading, time\nthreading.Thread(target=time.sleep, args=(600,)).start()\nclass M:\n    pass\n",
-    }.items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(text)
+    stand_in_vllm(tmp_path)
+    (tmp_path / "corp_threads.py").write_text(
+        "import threading, time\nthreading.Thread(target=time.sleep, args=(600,)).start()\nclass M:\n    pass\n"
+    )
     arguments = ["--model", str(tmp_path), "--middleware", "corp_threads.M"]
     request = {"arguments": arguments, "serve": False, "args": arguments, "cwd": str(tmp_path), "first_path": None}
     environ = {**os.environ, "PYTHONPATH": str(tmp_path)}
@@ -313,16 +313,8 @@ def test_a_middleware_module_that_leaves_a_thread_running_does_not_keep_the_work
 def test_a_middleware_module_that_ends_the_process_when_imported_is_named_with_its_fix(tmp_path, text, said):
     """review35 N13: not "does not import ... install it" (it is installed), not a failure of vLLM's
     engine-config validation whose fix skips the check: the module ends the launch, and it is the fix."""
-    for name, source in {
-        "vllm/__init__.py": "",
-        "vllm/platforms/__init__.py": FAKE_PLATFORMS,
-        "vllm/platforms/cpu.py": FAKE_CPU,
-        "vllm/engine/__init__.py": "",
-        "vllm/engine/arg_utils.py": FAKE_ARG_UTILS,
-        "corp_ends.py": text,
-    }.items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(source)
+    stand_in_vllm(tmp_path)
+    (tmp_path / "corp_ends.py").write_text(text)
     launch = ["env", f"PYTHONPATH={tmp_path}", sys.executable, "-m", "vllm.entrypoints.openai.api_server"]
     command = parse([*launch, "--model", str(tmp_path), "--middleware", "corp_ends.Thing"], "0.16.0")
     found = engine_validation(sys.executable, command)
