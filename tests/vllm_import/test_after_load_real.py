@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from launch_fixtures import EMPTY_SAFETENSORS, LFS_POINTER, ONE_TENSOR, safetensors_file, tls_files, torch_file
-from vllm_overlay import ask_vllm
+from vllm_overlay import TINY_LLAMA, ask_vllm
 
 from patchkit.launch.command import parse
 from patchkit.launch.late_files import late_file_findings, lora_ranks
@@ -213,17 +213,7 @@ ASK_GENERATION = textwrap.dedent("""\
     print(json.dumps([refused(value) for value in json.loads(sys.argv[1])]))
 """)
 
-LLAMA = {
-    "architectures": ["LlamaForCausalLM"],
-    "model_type": "llama",
-    "hidden_size": 256,
-    "intermediate_size": 512,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 4,
-    "max_position_embeddings": 1024,
-    "vocab_size": 1000,
-}
+LLAMA = {key: value for key, value in TINY_LLAMA.items() if key != "torch_dtype"}  # the dtype vLLM defaults
 
 
 def generation_values(root: Path, cache: Path) -> list[str]:
