@@ -232,13 +232,28 @@ class LaunchCommand(Value):
     @property
     def headless(self) -> bool:
         """Whether `vllm serve` runs engine cores only, no API server (its run_headless, the worker
-        nodes of a multi-node launch): --headless, or --api-server-count below 1, in every release
-        0.11.0-0.34.0; not under --grpc or --data-parallel-multi-port-external-lb, which serve
+        nodes of a multi-node launch): --headless, or --api-server-count below 1 (given, or from 0.15.0
+        on its default: `-dp 0` alone), in every release 0.11.0-0.34.0; not under --grpc or --data-parallel-multi-port-external-lb, which serve
         otherwise first. The api_server module serves whatever it is given."""
         if not self.serve or self.options.get("grpc") or self.options.get("data-parallel-multi-port-external-lb"):
             return False
         count = self.options.get("api-server-count")
+        if count is None and self.release is not None and Version(self.release) >= Version("0.15.0"):
+            count = self._default_api_server_count()
         return bool(self.options.get("headless")) or (isinstance(count, int) and count < 1)
+
+    def _default_api_server_count(self) -> object:
+        """The API server count `vllm serve` takes when none is given (0.15.0 on): 1 under an
+        external load balancer, --data-parallel-size-local (or 1) under a hybrid one, else
+        --data-parallel-size, so `-dp 0` alone runs headless."""
+        options = self.options
+        if options.get("data-parallel-external-lb") or options.get("data-parallel-rank") is not None:
+            return 1
+        if self.environ.get("VLLM_RUST_FRONTEND_PATH"):  # later releases: its front end is one process
+            return 1
+        if options.get("data-parallel-hybrid-lb") or options.get("data-parallel-start-rank") is not None:
+            return options.get("data-parallel-size-local") or 1
+        return options.get("data-parallel-size", 1)
 
     @property
     def tensor_parallel_size(self) -> int:
