@@ -768,7 +768,7 @@ def _after_load_findings(
     adapters = command.options.get("lora-modules") or command.options.get("default-mm-loras")
     ranks = lora_ranks(tree_reader(root)(LORA_CONFIG)) if adapters else None
     late = late_file_findings(command, COMMAND, lambda: launch_text_encoding(command), ranks, architectures)
-    servers, noted = tool_server_findings(command, COMMAND, resolved.vllm_version)
+    servers, noted = tool_server_findings(command, COMMAND, resolved.vllm_version, architectures)
     headless = headless_note(command, architectures)
     result.said += [*([headless] if headless else []), *noted]
     return _chat_template_findings(command, root) + late + servers
