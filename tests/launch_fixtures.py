@@ -390,6 +390,13 @@ SAFETENSORS_HEADERS: dict[str, tuple[str, int, bool]] = {
     "metadata_null": ('{"__metadata__": null}', 0, True),
     "metadata_twice": ('{"__metadata__": {"a": "b"}, "__metadata__": {"a": "b"}}', 0, False),
     "metadata_strings": ('{"__metadata__": {"format": "pt"}, "w": ' + _tensor() + "}", 16, True),
+    # review36 W1's residual: a lone surrogate escape anywhere; Python's json takes it, serde refuses it
+    "key_lone_surrogate": ('{"w\\ud800": ' + _tensor() + "}", 16, False),
+    "key_lone_trailing_surrogate": ('{"w\\udc00": ' + _tensor() + "}", 16, False),
+    "key_surrogate_pair": ('{"w\\ud83d\\ude00": ' + _tensor() + "}", 16, True),
+    "key_escaped_backslash_then_u": ('{"w\\\\ud800": ' + _tensor() + "}", 16, True),
+    "metadata_value_lone_surrogate": ('{"__metadata__": {"a": "b\\ud800"}, "w": ' + _tensor() + "}", 16, False),
+    "other_field_lone_surrogate": ('{"w": {"x": ["a", ["\\uDBFF"]], ' + _tensor()[1:] + "}", 16, False),
 }
 LAYOUTS.update(
     {

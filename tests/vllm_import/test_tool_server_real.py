@@ -88,7 +88,7 @@ def test_a_launch_judged_pooling_is_one_vllm_runs_pooling(tmp_path):
     gated, runners = said
     assert gated is True
     ours = []
-    for (architecture, runner), theirs in zip(cases, runners, strict=True):
+    for architecture, runner in cases:
         command = parse(["vllm", "serve", "m", "--tool-server", "http://x:1", "--runner", runner], "0.16.0")
         found, _ = tool_server_findings(command, "command", Version("0.16.0"), (architecture,))
         ours.append("pooling" if not found else "generate")
