@@ -22,7 +22,7 @@ from typing import Any
 
 from patchkit.base import hints
 from patchkit.base.errors import TargetError, quoted
-from patchkit.base.fsutil import read_regular
+from patchkit.base.fsutil import load_json_text, read_regular
 from patchkit.base.options import Options
 from patchkit.base.patterns import LazyPattern
 from patchkit.base.values import FrozenValue, frozen
@@ -819,7 +819,7 @@ def _why_not_run(exc: OSError, python: str) -> str:
 def _read_answer(path: Path) -> dict[str, Any] | None:
 
     try:
-        answer = json.loads(path.read_text(encoding="utf-8"))
+        answer = load_json_text(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     return answer if isinstance(answer, dict) else None
