@@ -569,3 +569,23 @@ REPO_IDS = [
     ("émoji-free", True),  # \w is Unicode's
     ("org/Model-1.5_x", True),
 ]
+
+
+# what vLLM 0.16.0's ServeSubcommand.cmd does with each (vLLM asked in vllm_import/test_headless_real.py):
+# from 0.15.0 on, a count not given defaults to --data-parallel-size, 1 under an external load balancer,
+# and --data-parallel-size-local (or 1) under a hybrid one
+DATA_PARALLEL_CASES = [
+    (["-dp", "0"], True),
+    (["--data-parallel-size", "0"], True),
+    (["--data-parallel-size=0"], True),
+    (["-dp=0"], True),
+    (["-dp", "-1"], True),
+    (["-dp", "00"], True),
+    (["-dp", "0", "-asc", "1"], False),
+    (["-dp", "0", "--data-parallel-rank", "0"], False),
+    (["-dp", "0", "--data-parallel-external-lb"], False),
+    (["-dp", "0", "--data-parallel-start-rank", "0"], False),
+    (["-dp", "0", "--data-parallel-hybrid-lb"], False),
+    (["-dp", "0", "-dpl", "0", "--data-parallel-hybrid-lb"], False),
+    (["-dp", "2", "-dpl", "0", "--data-parallel-start-rank", "1"], False),
+]

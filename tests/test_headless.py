@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from helpers import run_cli, run_cli_read_only
 from launch_fixtures import (  # noqa: F401  (the fixture `setup`)
+    DATA_PARALLEL_CASES,
     ONE_TENSOR,
     TOOLS,
     eagle3_and_tools,
@@ -55,26 +56,6 @@ API_SERVER = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--mod
 )
 def test_a_headless_launch_is_read_as_vllm_serve_reads_it(release, words, headless):
     assert parse(["vllm", "serve", "m", *words], release).headless is headless
-
-
-# what vLLM 0.16.0's ServeSubcommand.cmd does with each (asked in tests/vllm_import/test_headless_real.py):
-# from 0.15.0 on, a count not given defaults to --data-parallel-size, 1 under an external load balancer,
-# and --data-parallel-size-local (or 1) under a hybrid one
-DATA_PARALLEL_CASES = [
-    (["-dp", "0"], True),
-    (["--data-parallel-size", "0"], True),
-    (["--data-parallel-size=0"], True),
-    (["-dp=0"], True),
-    (["-dp", "-1"], True),
-    (["-dp", "00"], True),
-    (["-dp", "0", "-asc", "1"], False),
-    (["-dp", "0", "--data-parallel-rank", "0"], False),
-    (["-dp", "0", "--data-parallel-external-lb"], False),
-    (["-dp", "0", "--data-parallel-start-rank", "0"], False),
-    (["-dp", "0", "--data-parallel-hybrid-lb"], False),
-    (["-dp", "0", "-dpl", "0", "--data-parallel-hybrid-lb"], False),
-    (["-dp", "2", "-dpl", "0", "--data-parallel-start-rank", "1"], False),
-]
 
 
 @pytest.mark.parametrize(("words", "headless"), DATA_PARALLEL_CASES)

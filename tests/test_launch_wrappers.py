@@ -5,11 +5,17 @@ What the hint names is a launch patchkit reads."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import shlex
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
-from helpers import run_cli_in_process
+from helpers import run_cli, run_cli_in_process
+from launch_fixtures import stand_in_launch
 
 from patchkit.base.errors import BadInput
 from patchkit.launch.command import frame
@@ -68,3 +74,36 @@ def test_preflight_of_a_numactl_launch_says_what_to_do():
     assert done.returncode == 2, done.stderr
     said = " ".join(done.stderr.split())
     assert "`numactl -N 0 patchkit run -- vllm serve M`" in said and "run execs the launch" in said, said
+
+
+def test_the_wrapper_hint_is_the_users_own_run_reordered_and_following_it_applies_and_launches(tmp_path):
+    """review36 L4's residual: `patchkit run --apply ... -- nice -n 5 vllm serve ...` was told to
+    run `nice -n 5 patchkit run --set ... -- ...`: without --apply, a unit rewritten from it no
+    longer applies after an upgrade. The hint is the user's command, the wrapper first, every option
+    kept; followed as written, it applies the sets and launches under nice."""
+    tree, library, command, env, marker = stand_in_launch(tmp_path, "--port", "8123")
+    wrapper = ["nice", "-n", "5"]
+    done = run_cli("-q", "run", "--target", tree, "--patches", library, "--apply", "--", *wrapper, *command, env=env)
+    assert done.returncode == 2 and not marker.exists(), done.stderr
+    said = " ".join(done.stderr.split())
+    checked, pasted = (shlex.split(named) for named in re.findall(r"`([^`]*)`", said[said.index("hint:") :]))
+    assert pasted == [
+        *wrapper, "patchkit", "-q", "run", "--target", str(tree), "--patches", str(library), "--apply", "--", *command
+    ], said  # fmt: skip
+    assert checked[:2] == ["patchkit", "preflight"] and "--apply" not in checked, said  # preflight takes no --apply
+    here = {**env, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"}  # where `patchkit` is
+    followed = subprocess.run(pasted, env=here, capture_output=True, text=True, timeout=300, check=False)
+    assert followed.returncode == 7 and marker.exists(), followed.stderr  # applied, then the launch ran
+    assert "--port 8123" in followed.stdout
+    assert run_cli("status", "--target", tree, "--patches", library).returncode == 0
+
+
+def test_a_preflight_of_a_wrapped_launch_names_the_users_own_check_again():
+    done = run_cli_in_process(
+        "preflight", "--no-import", "--format", "json", "--", "taskset", "-c", "0", "vllm", "serve", "M"
+    )
+    assert done.returncode == 2, done.stderr
+    hint = " ".join(json.loads(done.stdout)["hint"].split())
+    checked, pasted = (shlex.split(named) for named in re.findall(r"`([^`]*)`", hint))
+    assert checked == ["patchkit", "preflight", "--no-import", "--format", "json", "--", "vllm", "serve", "M"], hint
+    assert pasted == ["taskset", "-c", "0", "patchkit", "run", "--", "vllm", "serve", "M"], hint

@@ -308,8 +308,9 @@ def parse(argv: list[str], version: Version | str | None = None) -> LaunchComman
     return read(frame(argv), version)
 
 
-def frame(argv: list[str]) -> LaunchCommand:
-    """The program, its `env` prefix and the arguments its parser will read, not read yet."""
+def frame(argv: list[str], invoked: tuple[str, list[str]] | None = None) -> LaunchCommand:
+    """The program, its `env` prefix and the arguments its parser will read, not read yet.
+    `invoked`: the patchkit command framing it (its verb, and its words before the launch)."""
     if not argv:
         raise BadInput(
             "no launch command given",
@@ -339,7 +340,7 @@ def frame(argv: list[str]) -> LaunchCommand:
             raise _script_run(argv[: len(argv) - len(rest)], rest[: len(rest) - len(args)], args)
         arguments, serve = _module_arguments(name, args)
     elif name in WRAPPERS:
-        raise _wrapped(argv[: len(argv) - len(rest)], rest)
+        raise _wrapped(argv[: len(argv) - len(rest)], rest, invoked)
     else:
         raise BadInput(f"not a vLLM launch: '{program}' (expected `vllm serve` or `python -m {API_SERVER}`)")
     return LaunchCommand(
@@ -365,15 +366,20 @@ WRAPPERS = frozenset(
 )
 
 
-def _wrapped(env: list[str], rest: list[str]) -> BadInput:
+def _wrapped(env: list[str], rest: list[str], invoked: tuple[str, list[str]] | None) -> BadInput:
     """The refusal of a launch behind a wrapper (`numactl -N 0 vllm serve M`): patchkit reads the
-    launch itself; the wrapper goes before `patchkit run`, which execs the launch."""
+    launch itself; the wrapper goes before `patchkit run`, which execs the launch. The user's own
+    command (`invoked`), where it is that run or that check, is named with every option it gave."""
     at = next((i for i, word in enumerate(rest[1:], 1) if _launch_program(word)), None)
     # an `env ...` between the wrapper and vLLM stays in the launch: before patchkit, `env -i` would
     # hide patchkit itself, and its variables would reach patchkit's own Python
     at = next((i for i, word in enumerate(rest[1:at], 1) if Path(word).name == "env"), at)
     wrapper, launch = (rest[:at], rest[at:]) if at is not None else (rest, ["vllm", "serve", "MODEL"])
-    run, check = hints.command("run", "--", *env, *launch), hints.command("preflight", "--", *env, *launch)
+    verb, own = invoked or ("", [])
+    run, check = (
+        "`" + shlex.join([*own, *env, *launch]) + "`" if verb == said else hints.command(said, "--", *env, *launch)
+        for said in ("run", "preflight")
+    )
     return BadInput(
         f"not a vLLM launch: '{rest[0]}' runs the launch, and patchkit reads only the launch itself",
         hint=f"check it with {check}; launch it with {rest[0]} before patchkit: `{shlex.join(wrapper)} {run[1:]} "

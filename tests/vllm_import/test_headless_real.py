@@ -14,7 +14,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from test_headless import DATA_PARALLEL_CASES
+from launch_fixtures import DATA_PARALLEL_CASES
 from vllm_overlay import TINY_LLAMA, ask_vllm
 
 from patchkit.base.errors import BadInput
