@@ -16,7 +16,7 @@ from patchkit.cli.commands import make_ui
 from patchkit.cli.commands.options import target_options
 from patchkit.cli.commands.preflight import LAUNCH_SETTINGS, framed, launch_argument, run_preflight, show
 from patchkit.cli.ui.console import UI
-from patchkit.launch.command import LaunchCommand, frame, read
+from patchkit.launch.command import LaunchCommand, read
 from patchkit.launch.engine import few_named
 from patchkit.launch.preflight import PreflightResult, default_options, needs_of
 from patchkit.launch.validation import CHECK as VALIDATION
