@@ -18,6 +18,7 @@ from helpers import run_cli, run_cli_in_process
 from launch_fixtures import stand_in_launch
 
 from patchkit.base.errors import BadInput
+from patchkit.launch.command import API_SERVER as API
 from patchkit.launch.command import frame
 
 
@@ -76,6 +77,74 @@ def test_preflight_of_a_numactl_launch_says_what_to_do():
     assert "`numactl -N 0 patchkit run -- vllm serve M`" in said and "run execs the launch" in said, said
 
 
+# a tool's `run` (uv, conda, pixi, poetry, hatch...) runs the launch in an environment the tool picks
+# and activates: patchkit reads it only from inside, so the tool goes before patchkit, its words kept
+@pytest.mark.parametrize(
+    ("argv", "tool", "patchkit"),
+    [
+        (["uv", "run", "--with", "x", "vllm", "serve", "M"], ["uv", "run", "--with", "x"], "patchkit"),
+        (
+            ["uv", "--directory", "/p", "run", "/p/.venv/bin/vllm", "serve", "M"],
+            ["uv", "--directory", "/p", "run"],
+            "patchkit",
+        ),
+        (["conda", "run", "-n", "gpu", "vllm", "serve", "M"], ["conda", "run", "-n", "gpu"], "patchkit"),
+        (
+            ["conda", "run", "-p", "/e", "--", "python", "-m", API, "--model", "M"],
+            ["conda", "run", "-p", "/e", "--"],
+            "patchkit",
+        ),
+        (["micromamba", "run", "-n", "gpu", "vllm", "serve", "M"], ["micromamba", "run", "-n", "gpu"], "patchkit"),
+        (["pixi", "run", "-e", "cuda", "vllm", "serve", "M"], ["pixi", "run", "-e", "cuda"], "patchkit"),
+        (["poetry", "run", "vllm", "serve", "M", "--port", "9"], ["poetry", "run"], "patchkit"),
+        (["hatch", "run", "gpu:vllm", "serve", "M"], ["hatch", "run"], "gpu:patchkit"),
+        (
+            ["env", "A=1", "pdm", "run", "python3", "-m", "vllm.entrypoints.cli.main", "serve", "M"],
+            ["pdm", "run"],
+            "patchkit",
+        ),
+        (["pipenv", "run", "vllm", "serve", "M"], ["pipenv", "run"], "patchkit"),
+    ],
+)
+def test_a_launch_a_tool_runs_in_its_environment_is_refused_naming_the_tool_before_patchkit(argv, tool, patchkit):
+    with pytest.raises(BadInput) as refused:
+        frame(argv)
+    assert f"`{tool[0]} run` runs it in an environment {tool[0]} picks" in refused.value.message
+    hint = refused.value.hint
+    put, checked, pasted = (shlex.split(said) for said in re.findall(r"`([^`]*)`", hint))
+    assert put == tool, hint
+    for verb, said in (("preflight", checked), ("run", pasted)):
+        assert said[: len(tool) + 2] == [*tool, patchkit, verb], hint
+        launch = said[said.index("--", len(tool) + 2) + 1 :]
+        assert frame(launch).arguments[-1] == argv[-1], hint  # what it names is read as the launch
+        words = [w.rpartition(":")[2] if w.endswith(":vllm") else w for w in argv if w not in tool]
+        assert launch == words, hint  # the user's own launch, every word kept (env's too)
+
+
+def test_uv_tool_run_is_no_environment_to_run_patchkit_in():
+    """`uv tool run` (uvx) installs the program it names from the index: `uv tool run patchkit`
+    would fetch PyPI's unrelated `patchkit`; no hint names it."""
+    with pytest.raises(BadInput) as refused:
+        frame(["uv", "tool", "run", "vllm", "serve", "M"])
+    assert "not a vLLM launch: 'uv'" in refused.value.message and "patchkit" not in (refused.value.hint or "")
+
+
+def test_the_hint_followed_runs_patchkits_check_inside_the_tools_environment(tmp_path):
+    """The hint followed with a stand-in `poetry` (its `run` runs the rest with the environment's bin
+    first on PATH, as poetry's does): patchkit reads the launch there (no longer refused as a wrapper)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "poetry").write_text('#!/bin/sh\nshift\nexec "$@"\n')  # `run`, then the command itself
+    (bin_dir / "poetry").chmod(0o755)
+    path = f"{bin_dir}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+    refused = run_cli_in_process("preflight", "--no-import", "--", "poetry", "run", "vllm", "serve", "M")
+    assert refused.returncode == 2, refused.stderr
+    checked = shlex.split(re.findall(r"`([^`]*)`", " ".join(refused.stderr.split()))[-2])
+    done = subprocess.run(checked, capture_output=True, text=True, env={**os.environ, "PATH": path}, timeout=300)
+    assert checked[:3] == ["poetry", "run", "patchkit"] and "not a vLLM launch" not in done.stderr, done.stderr
+    assert "vllm" in done.stderr + done.stdout and done.returncode in (1, 2, 4), done.stderr
+
+
 def test_the_wrapper_hint_is_the_users_own_run_reordered_and_following_it_applies_and_launches(tmp_path):
     """review36 L4's residual: `patchkit run --apply ... -- nice -n 5 vllm serve ...` was told to
     run `nice -n 5 patchkit run --set ... -- ...`: without --apply, a unit rewritten from it no
@@ -107,3 +176,14 @@ def test_a_preflight_of_a_wrapped_launch_names_the_users_own_check_again():
     checked, pasted = (shlex.split(named) for named in re.findall(r"`([^`]*)`", hint))
     assert checked == ["patchkit", "preflight", "--no-import", "--format", "json", "--", "vllm", "serve", "M"], hint
     assert pasted == ["taskset", "-c", "0", "patchkit", "run", "--", "vllm", "serve", "M"], hint
+
+
+def test_a_tools_run_hint_keeps_the_users_own_options_too():
+    """L4's class: the `uv run` / `conda run` hint named `patchkit run` with the selection alone."""
+    done = run_cli("run", "--apply", "--set", "eagle3", "--", "uv", "run", "--with", "x", "vllm", "serve", "M")
+    assert done.returncode == 2, done.stderr
+    named = [shlex.split(said) for said in re.findall(r"`([^`]*)`", " ".join(done.stderr.split()))]
+    assert named[-1] == [
+        "uv", "run", "--with", "x", "patchkit", "run", "--apply", "--set", "eagle3", "--", "vllm", "serve", "M"
+    ], named  # fmt: skip
+    assert named[-2][:5] == ["uv", "run", "--with", "x", "patchkit"] and "--apply" not in named[-2], named
