@@ -908,7 +908,9 @@ def _declared(root: Path) -> tuple[bool, list[str]]:
             continue
         except NotRegularFile as exc:
             if Path(info).name.lower().replace("-", "_").startswith("patchkit_guard"):
-                unreadable.append(f"{escaped(str(path))} is {exc.strerror}: vLLM's plugin loader reads it at every launch")
+                unreadable.append(
+                    f"{escaped(str(path))} is {exc.strerror}: vLLM's plugin loader reads it at every launch"
+                )
             continue
         except OSError:
             continue
