@@ -43,6 +43,7 @@ FORMATS = {
     24: "d133a73032393d976b895b9caa6973c34d6743365e9f907f31b6a60c0d5b3aa0",  # a recorded path deeper than 32 parts, or too long for a file, is damaged
     25: "155ad1f4d3f7b4c984cd98e28e76437e7b49050d56c8072822eb03b51642c79d",  # a recorded absolute path refused in the words of its fault (too long, a control character)
     26: "df65c034bd5d8d4ea3fbd25340269e2d664c9cf2ffe7f47f18512cb6a583b070",  # characters above U+00FF escaped as \\uNNNN, the tree path escaped and one shell word
+    27: "93a9124a56dd0e8e0372e9d5498fc80d6e58168b7ff4e259ae1c0c9cf1e47ef8",  # recorded paths walked from the tree to the first symlink, never resolved
 }
 _SKIPPED = {tokenize.COMMENT, tokenize.NL, tokenize.ENCODING, tokenize.ENDMARKER}
 _STATEMENT_START = {tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, None}

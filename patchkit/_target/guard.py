@@ -42,7 +42,7 @@ ENV = "PATCHKIT_GUARD"
 # The number of the guard's checks: patchkit tells an older build's guard that judges a tree as it
 # does (the same number: a note, `apply` updates it) from one that may not (a failure until `apply`).
 # tests/test_guard_format.py holds it to this module's code: a change of the code bumps it.
-GUARD_FORMAT = 26
+GUARD_FORMAT = 27
 MAX_RECORD_BYTES = 16 * 1024 * 1024
 if TYPE_CHECKING:  # (vllm version or None, {path: recorded sha256 or None}, {path: its original's sha256 or None})
     Record = tuple[str | None, dict[str, str | None], dict[str, str | None]]
@@ -1237,14 +1237,13 @@ class _Tree:
     def __init__(self, site: str) -> None:
         self.site, self.moved = site, _moved(site)
         self.plain: set[str] = set()  # the directories (relative) found real ones
+        self.links: set[str] = set()  # and the symlinks found: each path on the way looked at once
         self._fds: dict[str, int] = {}  # "": site, "vllm": a moved vllm/, each opened once
         if os.lstat in os.supports_dir_fd and os.open in os.supports_dir_fd:
-            flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
             for first in ("", "vllm") if self.moved else ("",):
-                try:
-                    self._fds[first] = os.open(os.path.join(site, first), flags)
-                except OSError:
-                    pass  # its paths are then given whole: reading one says what fails
+                fd = _directory_fd(os.path.join(site, first))
+                if fd is not None:
+                    self._fds[first] = fd
 
     def __enter__(self) -> _Tree:
         return self
@@ -1267,12 +1266,15 @@ class _Tree:
             sub = sub + "/" + part if sub else part
             if sub in self.plain or (depth == 1 < len(parts) and self.moved and part == "vllm"):
                 continue
+            if sub in self.links:
+                return True
             name, fd = self._place(sub)
             try:
                 mode = os.lstat(name, dir_fd=fd).st_mode
             except OSError:  # nothing there, or nothing to look in: reading it says which
                 return False
             if stat.S_ISLNK(mode):
+                self.links.add(sub)
                 return True
             if not stat.S_ISDIR(mode):
                 return False
@@ -1295,6 +1297,13 @@ class _Tree:
         except OSError:
             return None
         return info.st_size if stat.S_ISREG(info.st_mode) else None
+
+
+def _directory_fd(path: str) -> int | None:
+    try:
+        return os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError:  # its paths are then given whole: reading one says what fails
+        return None
 
 
 def _moved(site: str) -> bool:
