@@ -245,3 +245,47 @@ def test_help_and_usage_errors_click_writes_itself_are_exit_4_too(library):
     done = _to_full_disk("--help")
     assert done.returncode == 4 and "cannot write to stdout" in done.stderr and "Traceback" not in done.stderr
     assert _to_full_disk("list", "--bogus", stderr_full=True).returncode == 4
+
+
+# --------------------------------------------------------------------------- what reorders or breaks a line
+
+
+# a line and a paragraph separator, each bidi override and isolate, and other format characters
+# (a soft hyphen, a zero-width joiner, a byte order mark): none printable, each changes a terminal's line
+LINE_BREAKERS = "\u2028\u2029\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u00ad\u200d\ufeff"
+SHOWN = r"\u2028\u2029\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\xad\u200d\ufeff"
+
+
+def test_a_path_with_a_bidi_override_or_a_line_separator_is_shown_escaped(tmp_path, library):
+    """A tree under a directory named to reorder what follows it on the line (U+202E) and to break
+    the line (U+2028): every output line shows each as \\uNNNN, on a terminal's encoding too."""
+    tree = write_tree(tmp_path / f"x{LINE_BREAKERS}y" / "site-packages")
+    for argv in (["status"], ["apply"], ["revert"]):
+        done = run_cli(*argv, "--target", tree, "--patches", library, "-v")
+        assert_clean_failure(done, 0)
+        said = done.stdout + done.stderr
+        assert not set(LINE_BREAKERS) & set(said), said
+        assert "x" + SHOWN + "y/site-packages" in done.stdout
+    failed = run_cli("status", "--target", tree / "gone", "--patches", library)
+    assert_clean_failure(failed, 4)
+    assert "\\u202e" in failed.stderr and not set(LINE_BREAKERS) & set(failed.stderr)
+
+
+def test_text_kept_as_it_is_is_printable_and_a_tab_or_newline_only_outside_a_field():
+    from patchkit.cli.ui.text import visible
+
+    said = "Z\u00fcrich \u2192 \u2026\tcol\nnext"
+    assert visible(said) == said  # printable non-ASCII is shown as it is
+    assert visible(said, field=True) == "Z\u00fcrich \u2192 \u2026\\x09col\\x0anext"
+    assert visible("a\u202eb\udcff\x1b\ue000") == "a\\u202eb\\xff\\x1b\\ue000"
+
+
+def test_a_note_from_below_the_cli_is_shown_escaped_too(tmp_path, tree, library):
+    """base.notes' lines (here the cache's: PATCHKIT_CACHE_DIR names a file) reach stderr through
+    the same escaping as every other line."""
+    cache = tmp_path / f"cache{LINE_BREAKERS}"
+    cache.write_text("not a directory")
+    done = run_cli("status", "--target", tree, "--patches", library, env={"PATCHKIT_CACHE_DIR": str(cache)})
+    assert_clean_failure(done, 0)
+    assert f"PATCHKIT_CACHE_DIR={tmp_path}/cache{SHOWN} is not a directory" in done.stderr, done.stderr
+    assert not set(LINE_BREAKERS) & set(done.stderr)

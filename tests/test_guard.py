@@ -272,6 +272,7 @@ def test_a_record_of_nothing_does_nothing(patched):
     "state, says",
     [
         (b"{not json", "is not JSON"),
+        (b'{"format": 1, "entries": [], "at": NaN}', "is not JSON"),  # json takes NaN; JSON has none
         (b'{"format": 1, "entries": {"a": 1}}', "is damaged ('entries' is not a list)"),
         (
             b'{"format": 1, "entries": [{"set": "s", "files": {"vllm/a.py": {"before": null, "after": 7}}}]}',

@@ -5,13 +5,18 @@ What the hint names is a launch patchkit reads."""
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from helpers import run_cli_in_process
 
 from patchkit.base.errors import BadInput
+from patchkit.launch.command import API_SERVER as API
 from patchkit.launch.command import frame
 
 
@@ -68,3 +73,71 @@ def test_preflight_of_a_numactl_launch_says_what_to_do():
     assert done.returncode == 2, done.stderr
     said = " ".join(done.stderr.split())
     assert "`numactl -N 0 patchkit run -- vllm serve M`" in said and "run execs the launch" in said, said
+
+
+# a tool's `run` (uv, conda, pixi, poetry, hatch...) runs the launch in an environment the tool picks
+# and activates: patchkit reads it only from inside, so the tool goes before patchkit, its words kept
+@pytest.mark.parametrize(
+    ("argv", "tool", "patchkit"),
+    [
+        (["uv", "run", "--with", "x", "vllm", "serve", "M"], ["uv", "run", "--with", "x"], "patchkit"),
+        (
+            ["uv", "--directory", "/p", "run", "/p/.venv/bin/vllm", "serve", "M"],
+            ["uv", "--directory", "/p", "run"],
+            "patchkit",
+        ),
+        (["conda", "run", "-n", "gpu", "vllm", "serve", "M"], ["conda", "run", "-n", "gpu"], "patchkit"),
+        (
+            ["conda", "run", "-p", "/e", "--", "python", "-m", API, "--model", "M"],
+            ["conda", "run", "-p", "/e", "--"],
+            "patchkit",
+        ),
+        (["micromamba", "run", "-n", "gpu", "vllm", "serve", "M"], ["micromamba", "run", "-n", "gpu"], "patchkit"),
+        (["pixi", "run", "-e", "cuda", "vllm", "serve", "M"], ["pixi", "run", "-e", "cuda"], "patchkit"),
+        (["poetry", "run", "vllm", "serve", "M", "--port", "9"], ["poetry", "run"], "patchkit"),
+        (["hatch", "run", "gpu:vllm", "serve", "M"], ["hatch", "run"], "gpu:patchkit"),
+        (
+            ["env", "A=1", "pdm", "run", "python3", "-m", "vllm.entrypoints.cli.main", "serve", "M"],
+            ["pdm", "run"],
+            "patchkit",
+        ),
+        (["pipenv", "run", "vllm", "serve", "M"], ["pipenv", "run"], "patchkit"),
+    ],
+)
+def test_a_launch_a_tool_runs_in_its_environment_is_refused_naming_the_tool_before_patchkit(argv, tool, patchkit):
+    with pytest.raises(BadInput) as refused:
+        frame(argv)
+    assert f"`{tool[0]} run` runs it in an environment {tool[0]} picks" in refused.value.message
+    hint = refused.value.hint
+    put, checked, pasted = (shlex.split(said) for said in re.findall(r"`([^`]*)`", hint))
+    assert put == tool, hint
+    for verb, said in (("preflight", checked), ("run", pasted)):
+        assert said[: len(tool) + 2] == [*tool, patchkit, verb], hint
+        launch = said[said.index("--", len(tool) + 2) + 1 :]
+        assert frame(launch).arguments[-1] == argv[-1], hint  # what it names is read as the launch
+        words = [w.rpartition(":")[2] if w.endswith(":vllm") else w for w in argv if w not in tool]
+        assert launch == words, hint  # the user's own launch, every word kept (env's too)
+
+
+def test_uv_tool_run_is_no_environment_to_run_patchkit_in():
+    """`uv tool run` (uvx) installs the program it names from the index: `uv tool run patchkit`
+    would fetch PyPI's unrelated `patchkit`; no hint names it."""
+    with pytest.raises(BadInput) as refused:
+        frame(["uv", "tool", "run", "vllm", "serve", "M"])
+    assert "not a vLLM launch: 'uv'" in refused.value.message and "patchkit" not in (refused.value.hint or "")
+
+
+def test_the_hint_followed_runs_patchkits_check_inside_the_tools_environment(tmp_path):
+    """The hint followed with a stand-in `poetry` (its `run` runs the rest with the environment's bin
+    first on PATH, as poetry's does): patchkit reads the launch there (no longer refused as a wrapper)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "poetry").write_text('#!/bin/sh\nshift\nexec "$@"\n')  # `run`, then the command itself
+    (bin_dir / "poetry").chmod(0o755)
+    path = f"{bin_dir}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+    refused = run_cli_in_process("preflight", "--no-import", "--", "poetry", "run", "vllm", "serve", "M")
+    assert refused.returncode == 2, refused.stderr
+    checked = shlex.split(re.findall(r"`([^`]*)`", " ".join(refused.stderr.split()))[-2])
+    done = subprocess.run(checked, capture_output=True, text=True, env={**os.environ, "PATH": path}, timeout=300)
+    assert checked[:3] == ["poetry", "run", "patchkit"] and "not a vLLM launch" not in done.stderr, done.stderr
+    assert "vllm" in done.stderr + done.stdout and done.returncode in (1, 2, 4), done.stderr

@@ -42,7 +42,7 @@ ENV = "PATCHKIT_GUARD"
 # The number of the guard's checks: patchkit tells an older build's guard that judges a tree as it
 # does (the same number: a note, `apply` updates it) from one that may not (a failure until `apply`).
 # tests/test_guard_format.py holds it to this module's code: a change of the code bumps it.
-GUARD_FORMAT = 27
+GUARD_FORMAT = 28
 MAX_RECORD_BYTES = 16 * 1024 * 1024
 if TYPE_CHECKING:  # (vllm version or None, {path: recorded sha256 or None}, {path: its original's sha256 or None})
     Record = tuple[str | None, dict[str, str | None], dict[str, str | None]]
@@ -657,11 +657,16 @@ def _read_json(path: str) -> Any:
     if raw is None:
         return None
     try:
-        data = json.loads(raw, parse_int=_bounded_int)
+        data = json.loads(raw, parse_int=_bounded_int, parse_constant=_no_constant)
         json.dumps(data, ensure_ascii=False).encode()  # a lone surrogate escape is no path: malformed
         return data
     except (ValueError, RecursionError):
         raise TreeChanged(path + " is not JSON") from None
+
+
+def _no_constant(name: str) -> object:
+    """NaN and Infinity are no JSON (patchkit.base.fsutil.no_constant): malformed, as the commands say."""
+    raise ValueError(name + " is no JSON number")
 
 
 def _bounded_int(text: str) -> int:

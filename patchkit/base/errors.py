@@ -56,13 +56,17 @@ def more_said(rest: int) -> str:
     return f" +{rest:,} more" if rest else ""
 
 
-def escaped(text: str) -> str:
-    """Text read from a file or a record (a recorded path), as a message shows it: each control
-    character (a newline too: it would split the message's line) and undecodable byte as \\xNN,
-    one above U+00FF (U+2028, U+202E) as \\uNNNN: its low byte alone would read as another character."""
+def escaped(text: str, keep: str = "") -> str:
+    """Text read from a file or a record (a recorded path), as a message shows it: each character
+    that is not printable escaped, but those in `keep` (the console keeps tab and newline): a control
+    (a newline too: it would split the message's line) and undecodable byte as \\xNN, one above
+    U+00FF as \\uNNNN (a line or paragraph separator, a bidi override U+202A-U+202E, U+2066-U+2069
+    and every other format character: each would break or reorder a terminal's line)."""
     if text.isprintable():
         return text
-    return "".join(c if c.isprintable() else escape_of(c) for c in text)
+    if "\n" in keep and "\n" in text:  # a line at a time: a long text is mostly lines printable as they are
+        return "\n".join(escaped(line, keep) for line in text.split("\n"))
+    return "".join(c if c.isprintable() or c in keep else escape_of(c) for c in text)
 
 
 def escape_of(char: str) -> str:

@@ -325,6 +325,8 @@ def frame(argv: list[str]) -> LaunchCommand:
         arguments, serve = _module_arguments(name, args)
     elif name in WRAPPERS:
         raise _wrapped(argv[: len(argv) - len(rest)], rest)
+    elif name in ENV_RUNNERS and _runs(args):
+        raise _env_run(argv[: len(argv) - len(rest)], rest)
     else:
         raise BadInput(f"not a vLLM launch: '{program}' (expected `vllm serve` or `python -m {API_SERVER}`)")
     return LaunchCommand(
@@ -363,6 +365,37 @@ def _wrapped(env: list[str], rest: list[str]) -> BadInput:
         f"not a vLLM launch: '{rest[0]}' runs the launch, and patchkit reads only the launch itself",
         hint=f"check it with {check}; launch it with {rest[0]} before patchkit: `{shlex.join(wrapper)} {run[1:]} "
         f"(run execs the launch, so {rest[0]}'s setting holds for vLLM)",
+    )
+
+
+# programs whose `run` runs a command in an environment they pick, activate and may first install
+# or sync (uv, pixi, hatch, pdm, poetry, pipenv: the project's; conda, mamba, micromamba: -n/-p):
+# which environment, and what its activation sets, only the tool knows. Put before patchkit, it makes
+# patchkit's own launch run inside that environment (its PATH finds the environment's vllm).
+ENV_RUNNERS = frozenset({"uv", "conda", "mamba", "micromamba", "pixi", "poetry", "hatch", "pdm", "pipenv"})
+
+
+def _runs(args: list[str]) -> bool:
+    """`TOOL [its options] run ...`: `run` before the launch's own program, or first."""
+    at = next((i for i, word in enumerate(args) if _launch_program(word.rpartition(":")[2])), len(args))
+    # `uv tool run` (uvx) installs the program named from the index instead: no environment to run patchkit in
+    return ("run" in args[:at] or args[:1] == ["run"]) and "tool" not in args[: args.index("run")]
+
+
+def _env_run(env: list[str], rest: list[str]) -> BadInput:
+    """The refusal of `uv run vllm serve M` (`conda run -n ENV ...`, `hatch run ENV:vllm ...`): the
+    fix runs patchkit inside the tool's environment, every word of the user's own command kept."""
+    at = next((i for i, word in enumerate(rest[1:], 1) if _launch_program(word.rpartition(":")[2])), None)
+    tool, launch = (rest[:at], rest[at:]) if at is not None else (rest, ["vllm", "serve", "MODEL"])
+    named, _, program = launch[0].rpartition(":")  # hatch run ENV:vllm: the environment named on the word
+    launch = [program, *launch[1:]]
+    inside = shlex.join([*tool, f"{named}:patchkit" if named else "patchkit"])
+    run, check = hints.command("run", "--", *env, *launch), hints.command("preflight", "--", *env, *launch)
+    return BadInput(
+        f"not a vLLM launch patchkit reads: `{rest[0]} run` runs it in an environment {rest[0]} picks and "
+        "activates, which patchkit reads only from inside",
+        hint=f"put `{shlex.join(tool)}` before patchkit: check with `{inside} {check[10:]}, launch with "
+        f"`{inside} {run[10:]} (its PATH finds that environment's {Path(program).name})",
     )
 
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from patchkit.base import hints
 from patchkit.base.errors import TargetError, quoted
-from patchkit.base.fsutil import read_regular
+from patchkit.base.fsutil import load_json_text, read_regular
 from patchkit.base.options import Options
 from patchkit.base.patterns import LazyPattern
 from patchkit.base.values import FrozenValue, frozen
@@ -170,12 +170,7 @@ def _launch_startup_prefix(root: Path, launch: Launch) -> str | None:
     # PYTHONPATH are scanned once; {} is "not asked" (no start-up code may set one, or it cannot be asked)
     if key not in _LAUNCH_PROBES:
         _LAUNCH_PROBES[key] = {}
-        if (
-            known is not None
-            or _startup_names_prefix(root)
-            or _adds_startup_code(root, launch)
-            or _reads_launch_variables(root, launch)
-        ):
+        if known is not None or _startup_may_set_prefix(root, launch):
             with contextlib.suppress(TargetError):  # it cannot be asked: judged as before
                 _LAUNCH_PROBES[key] = _probe(python, env, first_path, options, cwd)
     info = _LAUNCH_PROBES[key]
@@ -582,7 +577,18 @@ def _ask_startup_prefix(root: Path) -> None:
 
 
 def _startup_names_prefix(root: Path) -> bool:
-    return any(b"pycache_prefix" in text for text in _startup_texts(root))
+    return _names_prefix(_startup_texts(root))
+
+
+def _names_prefix(texts: list[bytes]) -> bool:
+    return any(b"pycache_prefix" in text for text in texts)
+
+
+def _startup_may_set_prefix(root: Path, launch: Launch) -> bool:
+    """Whether the launch's start-up may set a pycache prefix: the site's start-up files (read once)
+    name it or a variable the launch gives otherwise, or the launch runs start-up code the site does not hold."""
+    texts = _startup_texts(root)
+    return _names_prefix(texts) or _adds_startup_code(root, launch) or _reads_launch_variables(texts, launch)
 
 
 def _startup_texts(root: Path) -> list[bytes]:
@@ -592,7 +598,7 @@ def _startup_texts(root: Path) -> list[bytes]:
     return texts + [_head_of(root / name) for name in sorted(imported & names)]
 
 
-def _reads_launch_variables(root: Path, launch: Launch) -> bool:
+def _reads_launch_variables(texts: list[bytes], launch: Launch) -> bool:
     """Whether the site's start-up code names a variable the launch's environment gives otherwise
     than patchkit's: it may set a pycache prefix from it by code no scan recognises (setattr with a
     built name). -S: no site runs."""
@@ -603,7 +609,7 @@ def _reads_launch_variables(root: Path, launch: Launch) -> bool:
         return False
     alternatives = b"|".join(re.escape(os.fsencode(name)) for name in sorted(names))
     said = re.compile(rb"(?<!\w)(?:" + alternatives + rb")(?!\w)")
-    return any(said.search(text) for text in _startup_texts(root))
+    return any(said.search(text) for text in texts)
 
 
 def _site_hooks(root: Path) -> tuple[set[str], list[bytes]]:
@@ -819,7 +825,7 @@ def _why_not_run(exc: OSError, python: str) -> str:
 def _read_answer(path: Path) -> dict[str, Any] | None:
 
     try:
-        answer = json.loads(path.read_text(encoding="utf-8"))
+        answer = load_json_text(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     return answer if isinstance(answer, dict) else None
