@@ -390,6 +390,13 @@ SAFETENSORS_HEADERS: dict[str, tuple[str, int, bool]] = {
     "metadata_null": ('{"__metadata__": null}', 0, True),
     "metadata_twice": ('{"__metadata__": {"a": "b"}, "__metadata__": {"a": "b"}}', 0, False),
     "metadata_strings": ('{"__metadata__": {"format": "pt"}, "w": ' + _tensor() + "}", 16, True),
+    # review36 W1's residual: a lone surrogate escape anywhere; Python's json takes it, serde refuses it
+    "key_lone_surrogate": ('{"w\\ud800": ' + _tensor() + "}", 16, False),
+    "key_lone_trailing_surrogate": ('{"w\\udc00": ' + _tensor() + "}", 16, False),
+    "key_surrogate_pair": ('{"w\\ud83d\\ude00": ' + _tensor() + "}", 16, True),
+    "key_escaped_backslash_then_u": ('{"w\\\\ud800": ' + _tensor() + "}", 16, True),
+    "metadata_value_lone_surrogate": ('{"__metadata__": {"a": "b\\ud800"}, "w": ' + _tensor() + "}", 16, False),
+    "other_field_lone_surrogate": ('{"w": {"x": ["a", ["\\uDBFF"]], ' + _tensor()[1:] + "}", 16, False),
 }
 LAYOUTS.update(
     {
@@ -561,4 +568,24 @@ REPO_IDS = [
     ("a b", False),
     ("émoji-free", True),  # \w is Unicode's
     ("org/Model-1.5_x", True),
+]
+
+
+# what vLLM 0.16.0's ServeSubcommand.cmd does with each (vLLM asked in vllm_import/test_headless_real.py):
+# from 0.15.0 on, a count not given defaults to --data-parallel-size, 1 under an external load balancer,
+# and --data-parallel-size-local (or 1) under a hybrid one
+DATA_PARALLEL_CASES = [
+    (["-dp", "0"], True),
+    (["--data-parallel-size", "0"], True),
+    (["--data-parallel-size=0"], True),
+    (["-dp=0"], True),
+    (["-dp", "-1"], True),
+    (["-dp", "00"], True),
+    (["-dp", "0", "-asc", "1"], False),
+    (["-dp", "0", "--data-parallel-rank", "0"], False),
+    (["-dp", "0", "--data-parallel-external-lb"], False),
+    (["-dp", "0", "--data-parallel-start-rank", "0"], False),
+    (["-dp", "0", "--data-parallel-hybrid-lb"], False),
+    (["-dp", "0", "-dpl", "0", "--data-parallel-hybrid-lb"], False),
+    (["-dp", "2", "-dpl", "0", "--data-parallel-start-rank", "1"], False),
 ]

@@ -5,6 +5,7 @@ What the hint names is a launch patchkit reads."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -13,7 +14,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import run_cli_in_process
+from helpers import run_cli, run_cli_in_process
+from launch_fixtures import stand_in_launch
 
 from patchkit.base.errors import BadInput
 from patchkit.launch.command import API_SERVER as API
@@ -141,3 +143,47 @@ def test_the_hint_followed_runs_patchkits_check_inside_the_tools_environment(tmp
     done = subprocess.run(checked, capture_output=True, text=True, env={**os.environ, "PATH": path}, timeout=300)
     assert checked[:3] == ["poetry", "run", "patchkit"] and "not a vLLM launch" not in done.stderr, done.stderr
     assert "vllm" in done.stderr + done.stdout and done.returncode in (1, 2, 4), done.stderr
+
+
+def test_the_wrapper_hint_is_the_users_own_run_reordered_and_following_it_applies_and_launches(tmp_path):
+    """review36 L4's residual: `patchkit run --apply ... -- nice -n 5 vllm serve ...` was told to
+    run `nice -n 5 patchkit run --set ... -- ...`: without --apply, a unit rewritten from it no
+    longer applies after an upgrade. The hint is the user's command, the wrapper first, every option
+    kept; followed as written, it applies the sets and launches under nice."""
+    tree, library, command, env, marker = stand_in_launch(tmp_path, "--port", "8123")
+    wrapper = ["nice", "-n", "5"]
+    done = run_cli("-q", "run", "--target", tree, "--patches", library, "--apply", "--", *wrapper, *command, env=env)
+    assert done.returncode == 2 and not marker.exists(), done.stderr
+    said = " ".join(done.stderr.split())
+    checked, pasted = (shlex.split(named) for named in re.findall(r"`([^`]*)`", said[said.index("hint:") :]))
+    assert pasted == [
+        *wrapper, "patchkit", "-q", "run", "--target", str(tree), "--patches", str(library), "--apply", "--", *command
+    ], said  # fmt: skip
+    assert checked[:2] == ["patchkit", "preflight"] and "--apply" not in checked, said  # preflight takes no --apply
+    here = {**env, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"}  # where `patchkit` is
+    followed = subprocess.run(pasted, env=here, capture_output=True, text=True, timeout=300, check=False)
+    assert followed.returncode == 7 and marker.exists(), followed.stderr  # applied, then the launch ran
+    assert "--port 8123" in followed.stdout
+    assert run_cli("status", "--target", tree, "--patches", library).returncode == 0
+
+
+def test_a_preflight_of_a_wrapped_launch_names_the_users_own_check_again():
+    done = run_cli_in_process(
+        "preflight", "--no-import", "--format", "json", "--", "taskset", "-c", "0", "vllm", "serve", "M"
+    )
+    assert done.returncode == 2, done.stderr
+    hint = " ".join(json.loads(done.stdout)["hint"].split())
+    checked, pasted = (shlex.split(named) for named in re.findall(r"`([^`]*)`", hint))
+    assert checked == ["patchkit", "preflight", "--no-import", "--format", "json", "--", "vllm", "serve", "M"], hint
+    assert pasted == ["taskset", "-c", "0", "patchkit", "run", "--", "vllm", "serve", "M"], hint
+
+
+def test_a_tools_run_hint_keeps_the_users_own_options_too():
+    """L4's class: the `uv run` / `conda run` hint named `patchkit run` with the selection alone."""
+    done = run_cli("run", "--apply", "--set", "eagle3", "--", "uv", "run", "--with", "x", "vllm", "serve", "M")
+    assert done.returncode == 2, done.stderr
+    named = [shlex.split(said) for said in re.findall(r"`([^`]*)`", " ".join(done.stderr.split()))]
+    assert named[-1] == [
+        "uv", "run", "--with", "x", "patchkit", "run", "--apply", "--set", "eagle3", "--", "vllm", "serve", "M"
+    ], named  # fmt: skip
+    assert named[-2][:5] == ["uv", "run", "--with", "x", "patchkit"] and "--apply" not in named[-2], named

@@ -1446,6 +1446,66 @@ def test_aux_layers_vllm_never_reads_fail_naming_the_default_it_uses(setup, tmp_
     assert "(2, 30, 58)" in findings(done)["drafter-aux-layers"]["message"]
 
 
+@pytest.mark.parametrize(
+    ("drafter_change", "target_layers", "taken"),
+    [
+        ({"eagle_aux_hidden_state_layer_ids": [3, 3, 40]}, 61, 2),  # a repeated id is collected once
+        ({"eagle_aux_hidden_state_layer_ids": [5, 44]}, 61, 2),
+        ({"eagle_aux_hidden_state_layer_ids": [0, 9, 30, 60]}, 61, 4),
+        ({"eagle_aux_hidden_state_layer_ids": None}, 6, 2),  # the target's default (2, 3, 3)
+    ],
+)
+def test_aux_layers_giving_other_than_three_hidden_states_fail(setup, tmp_path, drafter_change, target_layers, taken):
+    """vLLM 0.16.0's EAGLE-3 drafter's fc takes 3 x hidden size: the target returns one state per distinct
+    layer id, and another number fails the first request's proposal after the whole load."""
+    tree, library, _ = setup
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    target = write_model(tmp_path / "target", {**DEEPSEEK_V3, "num_hidden_layers": target_layers})
+    drafter = write_model(tmp_path / "drafter", _changed(DRAFTER, drafter_change))
+    done = preflight(tree, library, *serve(target, drafter))
+    assert_clean_failure(done, 1)
+    assert failed(done) == {"drafter-aux-layers"}, done.stdout
+    finding = findings(done)["drafter-aux-layers"]
+    assert f"give {taken} hidden state(s)" in finding["message"]
+    assert f"3 distinct layers below {target_layers}" in finding["fix"]
+
+
+@pytest.mark.parametrize(
+    ("drafter_change", "target_layers"),
+    [
+        ({"eagle_aux_hidden_state_layer_ids": [4, 20, 50]}, 61),
+        ({"eagle_aux_hidden_state_layer_ids": None}, 7),  # (2, 3, 4)
+        ({"eagle_aux_hidden_state_layer_ids": [5, 44], "eagle_config": {"use_aux_hidden_state": False}}, 61),
+    ],
+)
+def test_aux_layers_giving_three_hidden_states_or_none_taken_pass(setup, tmp_path, drafter_change, target_layers):
+    tree, library, _ = setup
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    target = write_model(tmp_path / "target", {**DEEPSEEK_V3, "num_hidden_layers": target_layers})
+    drafter = write_model(tmp_path / "drafter", _changed(DRAFTER, drafter_change))
+    done = preflight(tree, library, *serve(target, drafter))
+    assert "drafter-aux-layers" not in failed(done), done.stdout
+
+
+@pytest.mark.parametrize(
+    ("fc", "fails"),
+    [
+        (b"fc_input_size = self.config.target_hidden_size * 3\n", True),
+        (b"self.fc_input_size = target_hidden_size * self.num_aux_hidden_states\n", False),
+    ],
+)
+def test_the_aux_layer_count_follows_the_trees_own_drafter(setup, tmp_path, fc, fails):
+    """A vLLM whose drafter sizes its fc from the drafter's config is not held to 3."""
+    tree, library, _ = setup
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    drafter_file = tree / "vllm" / "model_executor" / "models" / "llama_eagle3.py"
+    drafter_file.parent.mkdir(parents=True, exist_ok=True)
+    drafter_file.write_bytes(fc)
+    drafter = write_model(tmp_path / "drafter", {**DRAFTER, "eagle_aux_hidden_state_layer_ids": [5, 44]})
+    done = preflight(tree, library, *serve(write_model(tmp_path / "target", DEEPSEEK_V3), drafter))
+    assert ("drafter-aux-layers" in failed(done)) is fails, done.stdout
+
+
 def test_a_pythonpath_set_in_patchkits_own_environment_and_unset_by_the_launch_fails_launch_target(setup, tmp_path):
     from helpers import write_tree
 

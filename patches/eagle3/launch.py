@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from packaging.version import Version
+
 from patchkit.base import hints
 from patchkit.launch.engine import few_named
 from patchkit.launch.findings import Finding
@@ -25,6 +27,13 @@ AUX_FIX = "give the layers the drafter was trained on as a top-level eagle_aux_h
 LAYERS_FIX = "give the config.json whole-number layer ids and num_hidden_layers: the check cannot judge without them"
 NOTE_ROOM = 60  # columns for the names of the general plugins not judged
 SIZE_FIX = "give the config.json a positive whole-number size: the check cannot judge without one"
+EAGLE3_DRAFTER = f"{MODELS_DIR}/llama_eagle3.py"
+# The drafter's fc takes 3 aux hidden states (3 x hidden size) in every release up to 0.18.x; 0.22.0
+# sizes it from the drafter's config instead, so the count is judged only where the tree shows the 3.
+FC_HIDDEN_STATES = 3
+FC_OF_THREE = b"hidden_size * 3"
+SIZED_BY_CONFIG = b"num_aux_hidden_states"
+LAST_FC_OF_THREE = Version("0.18.999")
 
 
 # The other methods whose drafter vLLM loads through the proposer's load_model (EagleProposer: eagle,
@@ -189,10 +198,12 @@ def aux_layers(launch) -> Finding:
     """The layers vLLM's model runner takes: the drafter config's top-level
     eagle_aux_hidden_state_layer_ids when a non-empty list, else the target's default (2, n//2, n-3)."""
     config = launch.drafter.config
+    if not _uses_aux_hidden_states(config):  # vLLM then feeds it the last layer's state alone
+        return Finding("drafter-aux-layers", True, "the drafter takes no aux hidden states (use_aux_hidden_state off)")
     layers = config.get("eagle_aux_hidden_state_layer_ids")
     count = launch.target.text_config.get("num_hidden_layers")
     if not (layers and isinstance(layers, list)):
-        return _default_aux_layers(config, count)
+        return _default_aux_layers(launch, config, count)
     if not _whole(count) or not all(_whole(n) for n in layers):
         message = f"cannot judge: layers {layers}, target layers {count} (each must be a whole number)"
         return Finding("drafter-aux-layers", False, message, LAYERS_FIX)
@@ -200,10 +211,42 @@ def aux_layers(launch) -> Finding:
     if beyond:
         message = f"drafter's eagle_aux_hidden_state_layer_ids {beyond} not below the target's {count} layers"
         return Finding("drafter-aux-layers", False, message, DRAFTER_FIX)
-    return Finding("drafter-aux-layers", True, f"aux layers {layers} are below the target's {count} layers")
+    passed = f"aux layers {layers} are below the target's {count} layers"
+    return _aux_count(launch, f"aux layers {layers}", layers, count, passed)
 
 
-def _default_aux_layers(config: dict, count: object) -> Finding:
+def _aux_count(launch, named: str, layers: list[int], count: int, passed: str) -> Finding:
+    """The target returns one hidden state per distinct layer id below its layer count (none past the
+    last layer), and the drafter's fc takes exactly FC_HIDDEN_STATES of them: another number loads and
+    serves until the first request's proposal, which fails on the fc's shape."""
+    taken = sorted({n for n in layers if 0 <= n < count})
+    if _fc_hidden_states(launch) is None or len(taken) == FC_HIDDEN_STATES:
+        return Finding("drafter-aux-layers", True, passed)
+    message = (
+        f"{named} give {len(taken)} hidden state(s) of the target's {count} layers; this vLLM's EAGLE-3 drafter "
+        f"takes {FC_HIDDEN_STATES}: vLLM fails at the first request"
+    )
+    fix = f"give the drafter's eagle_aux_hidden_state_layer_ids 3 distinct layers below {count}, as it was trained"
+    return Finding("drafter-aux-layers", False, message, fix)
+
+
+def _uses_aux_hidden_states(config: dict) -> bool:
+    """vLLM's EagleProposer: eagle_config's use_aux_hidden_state (default on) when eagle_config is a dict."""
+    nested = config.get("eagle_config")
+    return bool(nested.get("use_aux_hidden_state", True)) if isinstance(nested, dict) else True
+
+
+def _fc_hidden_states(launch) -> int | None:
+    """FC_HIDDEN_STATES where this vLLM's drafter builds its fc of 3 hidden states; None where it sizes it
+    from the drafter's config, or cannot be told (no drafter file in a tree of a later release)."""
+    data = launch.read(EAGLE3_DRAFTER)
+    if data is None:
+        known = launch.version is not None and launch.version <= LAST_FC_OF_THREE
+        return FC_HIDDEN_STATES if known else None
+    return FC_HIDDEN_STATES if FC_OF_THREE in data and SIZED_BY_CONFIG not in data else None
+
+
+def _default_aux_layers(launch, config: dict, count: object) -> Finding:
     """No layers vLLM reads: it takes the target's default, which a drafter naming layers elsewhere
     (eagle_config, an empty list, a number) was not trained on."""
     default = (
@@ -214,7 +257,9 @@ def _default_aux_layers(config: dict, count: object) -> Finding:
     ignored = _ignored_aux_layers(config)
     if ignored is None:
         message = f"drafter names no eagle_aux_hidden_state_layer_ids: vLLM uses the target's default layers {default}"
-        return Finding("drafter-aux-layers", True, message)
+        if not _whole(count):
+            return Finding("drafter-aux-layers", True, message)
+        return _aux_count(launch, f"the target's default layers {default}", [2, count // 2, count - 3], count, message)
     message = (
         f"vLLM never reads the drafter's {ignored[0]} {ignored[1]!r} (only a non-empty top-level list): "
         f"it uses the target's default layers {default}"

@@ -232,13 +232,28 @@ class LaunchCommand(Value):
     @property
     def headless(self) -> bool:
         """Whether `vllm serve` runs engine cores only, no API server (its run_headless, the worker
-        nodes of a multi-node launch): --headless, or --api-server-count below 1, in every release
-        0.11.0-0.34.0; not under --grpc or --data-parallel-multi-port-external-lb, which serve
+        nodes of a multi-node launch): --headless, or --api-server-count below 1 (given, or from 0.15.0
+        on its default: `-dp 0` alone), in every release 0.11.0-0.34.0; not under --grpc or --data-parallel-multi-port-external-lb, which serve
         otherwise first. The api_server module serves whatever it is given."""
         if not self.serve or self.options.get("grpc") or self.options.get("data-parallel-multi-port-external-lb"):
             return False
         count = self.options.get("api-server-count")
+        if count is None and self.release is not None and Version(self.release) >= Version("0.15.0"):
+            count = self._default_api_server_count()
         return bool(self.options.get("headless")) or (isinstance(count, int) and count < 1)
+
+    def _default_api_server_count(self) -> object:
+        """The API server count `vllm serve` takes when none is given (0.15.0 on): 1 under an
+        external load balancer, --data-parallel-size-local (or 1) under a hybrid one, else
+        --data-parallel-size, so `-dp 0` alone runs headless."""
+        options = self.options
+        if options.get("data-parallel-external-lb") or options.get("data-parallel-rank") is not None:
+            return 1
+        if self.environ.get("VLLM_RUST_FRONTEND_PATH"):  # later releases: its front end is one process
+            return 1
+        if options.get("data-parallel-hybrid-lb") or options.get("data-parallel-start-rank") is not None:
+            return options.get("data-parallel-size-local") or 1
+        return options.get("data-parallel-size", 1)
 
     @property
     def tensor_parallel_size(self) -> int:
@@ -293,8 +308,9 @@ def parse(argv: list[str], version: Version | str | None = None) -> LaunchComman
     return read(frame(argv), version)
 
 
-def frame(argv: list[str]) -> LaunchCommand:
-    """The program, its `env` prefix and the arguments its parser will read, not read yet."""
+def frame(argv: list[str], invoked: tuple[str, list[str]] | None = None) -> LaunchCommand:
+    """The program, its `env` prefix and the arguments its parser will read, not read yet.
+    `invoked`: the patchkit command framing it (its verb, and its words before the launch)."""
     if not argv:
         raise BadInput(
             "no launch command given",
@@ -324,9 +340,9 @@ def frame(argv: list[str]) -> LaunchCommand:
             raise _script_run(argv[: len(argv) - len(rest)], rest[: len(rest) - len(args)], args)
         arguments, serve = _module_arguments(name, args)
     elif name in WRAPPERS:
-        raise _wrapped(argv[: len(argv) - len(rest)], rest)
+        raise _wrapped(argv[: len(argv) - len(rest)], rest, invoked)
     elif name in ENV_RUNNERS and _runs(args):
-        raise _env_run(argv[: len(argv) - len(rest)], rest)
+        raise _env_run(argv[: len(argv) - len(rest)], rest, invoked)
     else:
         raise BadInput(f"not a vLLM launch: '{program}' (expected `vllm serve` or `python -m {API_SERVER}`)")
     return LaunchCommand(
@@ -352,15 +368,16 @@ WRAPPERS = frozenset(
 )
 
 
-def _wrapped(env: list[str], rest: list[str]) -> BadInput:
+def _wrapped(env: list[str], rest: list[str], invoked: tuple[str, list[str]] | None) -> BadInput:
     """The refusal of a launch behind a wrapper (`numactl -N 0 vllm serve M`): patchkit reads the
-    launch itself; the wrapper goes before `patchkit run`, which execs the launch."""
+    launch itself; the wrapper goes before `patchkit run`, which execs the launch. The user's own
+    command (`invoked`), where it is that run or that check, is named with every option it gave."""
     at = next((i for i, word in enumerate(rest[1:], 1) if _launch_program(word)), None)
     # an `env ...` between the wrapper and vLLM stays in the launch: before patchkit, `env -i` would
     # hide patchkit itself, and its variables would reach patchkit's own Python
     at = next((i for i, word in enumerate(rest[1:at], 1) if Path(word).name == "env"), at)
     wrapper, launch = (rest[:at], rest[at:]) if at is not None else (rest, ["vllm", "serve", "MODEL"])
-    run, check = hints.command("run", "--", *env, *launch), hints.command("preflight", "--", *env, *launch)
+    run, check = _named_again(invoked, [*env, *launch])
     return BadInput(
         f"not a vLLM launch: '{rest[0]}' runs the launch, and patchkit reads only the launch itself",
         hint=f"check it with {check}; launch it with {rest[0]} before patchkit: `{shlex.join(wrapper)} {run[1:]} "
@@ -382,7 +399,19 @@ def _runs(args: list[str]) -> bool:
     return ("run" in args[:at] or args[:1] == ["run"]) and "tool" not in args[: args.index("run")]
 
 
-def _env_run(env: list[str], rest: list[str]) -> BadInput:
+def _named_again(invoked: tuple[str, list[str]] | None, launch: list[str]) -> tuple[str, str]:
+    """`patchkit run -- LAUNCH` and `patchkit preflight -- LAUNCH` as a hint names them: the user's
+    own command (`invoked`: its verb, its words before the launch) where it is that one, every
+    option it gave kept (a dropped --apply no longer applies after an upgrade); else with the selection."""
+    verb, own = invoked or ("", [])
+    run, check = (
+        "`" + shlex.join([*own, *launch]) + "`" if verb == said else hints.command(said, "--", *launch)
+        for said in ("run", "preflight")
+    )
+    return run, check
+
+
+def _env_run(env: list[str], rest: list[str], invoked: tuple[str, list[str]] | None) -> BadInput:
     """The refusal of `uv run vllm serve M` (`conda run -n ENV ...`, `hatch run ENV:vllm ...`): the
     fix runs patchkit inside the tool's environment, every word of the user's own command kept."""
     at = next((i for i, word in enumerate(rest[1:], 1) if _launch_program(word.rpartition(":")[2])), None)
@@ -390,7 +419,7 @@ def _env_run(env: list[str], rest: list[str]) -> BadInput:
     named, _, program = launch[0].rpartition(":")  # hatch run ENV:vllm: the environment named on the word
     launch = [program, *launch[1:]]
     inside = shlex.join([*tool, f"{named}:patchkit" if named else "patchkit"])
-    run, check = hints.command("run", "--", *env, *launch), hints.command("preflight", "--", *env, *launch)
+    run, check = _named_again(invoked, [*env, *launch])
     return BadInput(
         f"not a vLLM launch patchkit reads: `{rest[0]} run` runs it in an environment {rest[0]} picks and "
         "activates, which patchkit reads only from inside",

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 
 from packaging.version import InvalidVersion, Version
 
-from patchkit.base.errors import PatchkitError
+from patchkit.base.errors import PatchkitError, escaped, few, quoted
 from patchkit.base.fsutil import read_regular
 from patchkit.launch.command import LaunchCommand
 from patchkit.launch.findings import Finding
@@ -95,33 +95,56 @@ def headless_note(command: LaunchCommand, architectures: Sequence[str] = ()) -> 
 
 # the releases whose MCPToolServer.add_tool_server connects to http://ENTRY/sse for each entry
 TOOL_SERVER_URL = (Version("0.11.0"), Version("0.35.0"))
+# from 0.16.0 on, the API server builds its tool server only for a model serving the generate task
+GENERATE_ONLY = Version("0.16.0")
+# architecture names vLLM's `--runner auto` resolves to its pooling runner (config/model.py's
+# _SUFFIX_TO_DEFAULTS; no registered generative model ends so), bare `...Model` left out
+_POOLING_SUFFIXES = (
+    "ForTextEncoding", "EmbeddingModel", "ForSequenceClassification", "ForTokenClassification",
+    "ForAudioClassification", "ForImageClassification", "ForVideoClassification", "ClassificationModel",
+    "ForRewardModeling", "RewardModel",
+)  # fmt: skip
 
 
 def tool_server_findings(
-    command: LaunchCommand, check: str, version: Version | None
+    command: LaunchCommand, check: str, version: Version | None, architectures: Sequence[str] = ()
 ) -> tuple[list[Finding], list[str]]:
     """(failed findings, notes) for --tool-server: vLLM's API server connects to each
     comma-separated entry as http://ENTRY/sse once the model has loaded ("demo": its own tools), and
     any failure ends the launch. HOST:PORT (or HOST:PORT/PREFIX) is only noted: the server may well
-    start after preflight, and a connect now would say nothing of the launch's minutes later."""
+    start after preflight, and a connect now would say nothing of the launch's minutes later.
+    `architectures`: the target's (a pooling model serves no generate task: no tool server)."""
     value = command.optional_text("tool-server")
     if value is None or value == "demo" or command.headless:
         return [], []
+    if version is not None and version >= GENERATE_ONLY and _pooling(command, architectures):
+        return [], ["--tool-server: not used: vLLM builds no tool server for a pooling model (no generate task)"]
     entries = value.split(",")
     # a scheme, a space, nothing, a trailing slash (//sse): no MCP server answers the URL vLLM makes
     bad = [e for e in entries if not e or "://" in e or e != e.strip() or e.endswith("/") or not _port_ok(e)]
-    if not bad:
-        urls = ", ".join(f"http://{entry}/sse" for entry in entries)
+    if not bad:  # a few named: a value of thousands of entries is a line, not a page
+        urls = few([f"http://{entry}/sse" for entry in entries], sep=", ")
         return [], [f"--tool-server: vLLM connects to {urls} once the model has loaded (not judged here)"]
+    shown = escaped(quoted(value))
     if version is None or not TOOL_SERVER_URL[0] <= version < TOOL_SERVER_URL[1]:
         checked = "0.11.0-0.34.0 add http:// and /sse to each entry"
-        return [], [f"--tool-server {value}: not judged: vLLM {version or '(unknown)'} was not checked ({checked})"]
+        return [], [f"--tool-server {shown}: not judged: vLLM {version or '(unknown)'} was not checked ({checked})"]
     message = (
-        f"--tool-server {value}: vLLM adds http:// and /sse to each entry itself, and connects to "
-        f"http://{bad[0]}/sse, which no MCP server answers: {AFTER_LOAD}"
+        f"--tool-server {shown}: vLLM adds http:// and /sse to each entry itself, and connects to "
+        f"http://{escaped(quoted(bad[0]))}/sse, which no MCP server answers: {AFTER_LOAD}"
     )
     fix = "give each MCP server as HOST:PORT (a port 1-65535, an IPv6 host in brackets), comma-separated, no spaces"
     return [Finding(check, False, message, fix)], []
+
+
+def _pooling(command: LaunchCommand, architectures: Sequence[str]) -> bool:
+    """Whether vLLM certainly runs the model with its pooling runner: --runner pooling, or `auto`
+    and a first architecture only pooling models have (a sentence-transformers modules.json, which
+    also makes it pooling, is not read: such a launch is still judged)."""
+    runner = command.optional_text("runner") or "auto"
+    if runner != "auto":
+        return runner == "pooling"
+    return bool(architectures) and str(architectures[0]).endswith(_POOLING_SUFFIXES)
 
 
 def _port_ok(entry: str) -> bool:

@@ -11,6 +11,7 @@ from patchkit.base.enums import OutputFormat, TreeState
 from patchkit.base.errors import TargetError
 from patchkit.cli.commands import make_ui, resolve_telling
 from patchkit.cli.commands.options import format_option, no_import_option, target_options
+from patchkit.cli.main import INVOKED
 from patchkit.cli.ui.console import UI
 from patchkit.cli.ui.findings import Failure, fix_once
 from patchkit.cli.ui.json_views import target_json
@@ -64,6 +65,18 @@ def launch_words(launch: tuple[str, ...]) -> list[str]:
     return list(launch)
 
 
+def framed(launch: tuple[str, ...]) -> LaunchCommand:
+    """The launch framed (launch.command.frame), knowing the user's own patchkit command: a hint
+    that names it again (a wrapper's: `numactl -N 0 patchkit run --apply -- ...`) keeps each option."""
+    ctx = click.get_current_context()
+    name, _command, args = ctx.meta.get(INVOKED, (None, None, []))
+    root = ctx.find_root().params  # `patchkit -q run ...`: the group's own -q and -v
+    before = ["-q"] * bool(root.get("quiet")) + ["-v"] * int(root.get("verbose") or 0)
+    given = list(args[: len(args) - len(launch)]) if launch and list(args[-len(launch) :]) == list(launch) else None
+    own = (str(name), ["patchkit", *before, str(name), *given]) if name and given is not None else None
+    return frame(launch_words(launch), invoked=own)
+
+
 @click.command(context_settings=LAUNCH_SETTINGS)
 @target_options
 @format_option(formats=(OutputFormat.TEXT, OutputFormat.JSON, OutputFormat.JUNIT))
@@ -82,7 +95,7 @@ def command(
     command cannot be read; 4: a model or the target is missing.
     """
     ui = make_ui(OutputFormat.JSON if fmt == OutputFormat.JSON else OutputFormat.TEXT, quiet, verbose)
-    launch_command = frame(launch_words(launch))
+    launch_command = framed(launch)
     # a live line while vLLM is asked (its import in the target's interpreter can take minutes);
     # drawn only for a person (ui.live: text, both streams a terminal, not -q)
     working = (
