@@ -1488,6 +1488,40 @@ def test_aux_layers_giving_three_hidden_states_or_none_taken_pass(setup, tmp_pat
 
 
 @pytest.mark.parametrize(
+    ("heads", "kv_heads", "tp", "says"),
+    [
+        (56, 8, 16, "56 attention heads do not divide by -tp 16"),
+        (48, 6, 4, "6 KV heads do not split over -tp 4"),
+        (48, 3, 4, "3 KV heads do not split over -tp 4"),
+        (40, None, 16, "40 attention heads do not divide by -tp 16"),  # KV heads default to the heads
+    ],
+)
+def test_a_drafter_whose_heads_the_tensor_parallel_size_cannot_split_fails(setup, tmp_path, heads, kv_heads, tp, says):
+    """vLLM builds the drafter in the target's -tp group after the target's load; its attention asserts the split."""
+    tree, library, models = setup
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    drafter = write_model(
+        tmp_path / "drafter", _changed(DRAFTER, {"num_attention_heads": heads, "num_key_value_heads": kv_heads})
+    )
+    done = preflight(tree, library, *serve(models["deepseek"], drafter, "-tp", str(tp)))
+    assert_clean_failure(done, 1)
+    assert failed(done) == {"drafter-architecture"}, done.stdout
+    assert says in findings(done)["drafter-architecture"]["message"]
+    assert "-tp that divides" in findings(done)["drafter-architecture"]["fix"]
+
+
+@pytest.mark.parametrize(("heads", "kv_heads", "tp"), [(56, 8, 8), (64, 8, 16), (48, 3, 6), (56, 8, 1)])
+def test_a_drafter_whose_heads_the_tensor_parallel_size_splits_passes(setup, tmp_path, heads, kv_heads, tp):
+    tree, library, models = setup
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    drafter = write_model(
+        tmp_path / "drafter", {**DRAFTER, "num_attention_heads": heads, "num_key_value_heads": kv_heads}
+    )
+    done = preflight(tree, library, *serve(models["deepseek"], drafter, "-tp", str(tp)))
+    assert "drafter-architecture" not in failed(done), done.stdout
+
+
+@pytest.mark.parametrize(
     ("fc", "fails"),
     [
         (b"fc_input_size = self.config.target_hidden_size * 3\n", True),

@@ -174,7 +174,13 @@ def drafter_architecture(launch) -> Finding:
     table = launch.registry().get(SPECULATIVE_TABLE, {})
     names = [arch, f"Eagle3{arch}"] if arch else []
     if any(name in table for name in names):
-        return Finding("drafter-architecture", True, f"drafter architecture {arch} is registered for EAGLE-3")
+        registered = f"drafter architecture {arch} is registered for EAGLE-3"
+        split = _heads_unsplit(launch)
+        if split is None:
+            return Finding("drafter-architecture", True, registered)
+        message = f"{registered}, but {split}: vLLM fails building it, after the target's load"
+        fix = "give a -tp that divides the drafter's heads and the target's, or a drafter whose heads it divides"
+        return Finding("drafter-architecture", False, message, fix)
     known = ", ".join(sorted(n for n, (module, _) in table.items() if "eagle3" in module.lower())) or "none"
     return Finding(
         "drafter-architecture",
@@ -182,6 +188,22 @@ def drafter_architecture(launch) -> Finding:
         f"drafter architecture {arch} is not registered for EAGLE-3 in the installed vLLM (registered: {known})",
         DRAFTER_FIX,
     )
+
+
+def _heads_unsplit(launch) -> str | None:
+    """vLLM builds the drafter in the target's tensor-parallel group, whose attention asserts that -tp
+    divides its heads, and its KV heads (or is divided by them when fewer): what fails, else None."""
+    tp = launch.command.tensor_parallel_size
+    heads = launch.drafter.config.get("num_attention_heads")
+    if tp <= 1 or not _whole(heads) or heads <= 0:
+        return None  # absent or odd: the drafter's own load names it
+    kv = launch.drafter.config.get("num_key_value_heads")
+    kv = heads if kv is None else kv
+    if heads % tp:
+        return f"its {heads} attention heads do not divide by -tp {tp}"
+    if _whole(kv) and kv > 0 and (kv % tp if kv >= tp else tp % kv):
+        return f"its {kv} KV heads do not split over -tp {tp}"
+    return None
 
 
 def hidden_size(launch) -> Finding:
