@@ -368,6 +368,7 @@ def show(ui: UI, result: PreflightResult, fmt: str) -> None:
                 "tree_state": result.tree_state,
                 "findings": findings_json(result),
                 "unused_sets": result.unused,
+                "notes": result.notes,  # what text says as notes (a headless node, an unused parser)
             }
         )
     elif fmt == OutputFormat.JUNIT:
