@@ -1033,6 +1033,8 @@ def _set_state_findings(
 ) -> list[Finding]:
     if needs.needs(resolved.set_name):
         met = _guard_for_launch(resolved, status, needs, result)  # what the guard refuses in this launch
+        if met.guard and met.symlink_fix:  # a symlink on the way: the hand repair, before what follows from it
+            return [_guard_refusal(met)]
         unsaid = _not_said_by_judged(resolved, met, needs) if met.guard else []
         # under a pycache prefix prefix_findings judges the bytecode; under `always` Python checks every hash-based .pyc
         unread = bool(command_prefix(resolved.target.root, result.command))
