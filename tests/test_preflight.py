@@ -1529,6 +1529,25 @@ def test_eagle3_under_pipeline_parallelism_with_the_last_stages_layers_passes(
 
 
 @pytest.mark.parametrize(
+    ("architectures", "fails"),
+    [
+        (["EagleLlamaForCausalLM"], True),  # EAGLE-1's: built as Eagle3EagleLlamaForCausalLM, registered nowhere
+        (["Eagle3EagleLlamaForCausalLM"], True),
+        (["LlamaForCausalLM"], False),  # built as Eagle3LlamaForCausalLM
+        (["Foo", "LlamaForCausalLMEagle3"], False),  # vLLM builds the first its registry holds
+    ],
+)
+def test_the_drafter_is_looked_up_by_the_name_vllm_gives_it_under_eagle3(setup, tmp_path, architectures, fails):
+    tree, library, models = setup
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    drafter = write_model(tmp_path / "drafter", {**DRAFTER, "architectures": architectures})
+    done = preflight(tree, library, *serve(models["deepseek"], drafter))
+    assert ("drafter-architecture" in failed(done)) is fails, done.stdout
+    if fails:
+        assert "Eagle3EagleLlamaForCausalLM" in findings(done)["drafter-architecture"]["message"]
+
+
+@pytest.mark.parametrize(
     ("heads", "kv_heads", "tp", "says"),
     [
         (56, 8, 16, "56 attention heads do not divide by -tp 16"),

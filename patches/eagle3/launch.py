@@ -174,10 +174,11 @@ def drafter_architecture(launch) -> Finding:
     if lacking is not None:
         return lacking
     arch = launch.drafter.architecture
-    table = launch.registry().get(SPECULATIVE_TABLE, {})
-    names = [arch, f"Eagle3{arch}"] if arch else []
-    if any(name in table for name in names):
-        registered = f"drafter architecture {arch} is registered for EAGLE-3"
+    tables = launch.registry()
+    table = tables.get(SPECULATIVE_TABLE, {})
+    built = next((name for name in _built_names(launch.drafter) if any(name in t for t in tables.values())), None)
+    if built is not None:
+        registered = f"drafter architecture {built} is registered for EAGLE-3"
         split = _heads_unsplit(launch)
         if split is None:
             return Finding("drafter-architecture", True, registered)
@@ -185,12 +186,25 @@ def drafter_architecture(launch) -> Finding:
         fix = "give a -tp that divides the drafter's heads and the target's, or a drafter whose heads it divides"
         return Finding("drafter-architecture", False, message, fix)
     known = ", ".join(sorted(n for n, (module, _) in table.items() if "eagle3" in module.lower())) or "none"
+    names = _built_names(launch.drafter)
+    renamed = f" (built as {', '.join(names)} under eagle3)" if names and names != launch.drafter.architectures else ""
     return Finding(
         "drafter-architecture",
         False,
-        f"drafter architecture {arch} is not registered for EAGLE-3 in the installed vLLM (registered: {known})",
+        f"drafter architecture {arch}{renamed} is not registered for EAGLE-3 in the installed vLLM (registered: {known})",
         DRAFTER_FIX,
     )
+
+
+def _built_names(drafter) -> list[str]:
+    """The names vLLM looks the drafter up by, in order: for eagle3 its EAGLEConfig renames each of
+    config.json's architectures to Eagle3<name> unless it starts or ends with Eagle3 (an EAGLE-1
+    EagleLlamaForCausalLM becomes Eagle3EagleLlamaForCausalLM, which no registry holds). A config of
+    model_type eagle is vLLM's already and is not renamed there: either spelling is looked up."""
+    archs = drafter.architectures
+    if drafter.config.get("model_type") == "eagle":
+        return [name for arch in archs for name in (arch, f"Eagle3{arch}")]
+    return [arch if arch.startswith("Eagle3") or arch.endswith("Eagle3") else f"Eagle3{arch}" for arch in archs]
 
 
 def _heads_unsplit(launch) -> str | None:
