@@ -362,7 +362,9 @@ def test_a_vllm_that_ends_the_process_on_import_stays_a_warning(fake_vllm, tmp_p
     assert applied.exit_code == 0, applied.output
     [row] = probe_rows(applied)
     assert (row["ok"], row["level"]) == (False, "warning")
-    said = "the probe was killed (SIGKILL: the kernel's out-of-memory killer, or another process) (while importing vllm)"
+    said = (
+        "the probe was killed (SIGKILL: the kernel's out-of-memory killer, or another process) (while importing vllm)"
+    )
     assert f"{said}: free memory, then run it again" in row["message"], row
 
 
