@@ -47,9 +47,11 @@ from packaging.version import InvalidVersion, Version
 from patchkit.base import hints
 from patchkit.base.errors import BadInput, quoted
 from patchkit.base.fsutil import (
+    Origin,
     atomic_write,
     file_name_problem,
     load_json_text,
+    read_file_and_origin,
     read_regular,
     set_name_problem,
     too_deep,
@@ -184,6 +186,37 @@ def _damaged(path: Path, what: str) -> BadInput:
         hint=f"inspect it, or move it aside (mv {shlex.quote(str(path))} {shlex.quote(f'{path}.damaged')}); "
         f"then {hints.command('revert')} undoes the series it finds applied",
     )
+
+
+# The recorded files' bytes one command hashes at most (the guard's MAX_JUDGED_BYTES): a patched vLLM's
+# are under 1 MB; hard links to one large file, or sparse files, cost no disk and each its whole size.
+MAX_HASHED_BYTES = 256 * 1024 * 1024
+_hashed: dict[Origin, str] = {}  # each file's sha256 by its (device, inode, size, mtime): hashed once a command
+_hashed_bytes: list[int] = []  # the bytes hashed so far by this command (one number; none: 0)
+
+
+def recorded_sha256(root: Path, path: str, *, follow_symlinks: bool = True) -> str | None:
+    """The sha256 of the recorded file root/path (None: no regular file there). A file is hashed once
+    a command (a record naming hard links to one file reads it once), and MAX_HASHED_BYTES in all: a
+    record naming more is damaged (no patched tree holds that much)."""
+    try:
+        info = os.stat(root / path, follow_symlinks=follow_symlinks)
+    except OSError:
+        info = None
+    regular = info is not None and stat.S_ISREG(info.st_mode)
+    if info is not None and regular and Origin.of(info) in _hashed:
+        return _hashed[Origin.of(info)]
+    spent = _hashed_bytes[0] if _hashed_bytes else 0
+    if info is not None and regular and spent + info.st_size > MAX_HASHED_BYTES:
+        raise _damaged(state_path(root), f"the files it names hold over {MAX_HASHED_BYTES >> 20} MiB together")
+    read = read_file_and_origin(root / path, follow_symlinks=follow_symlinks)
+    if read is None:
+        return None
+    _hashed_bytes[:] = [spent + len(read[0])]
+    digest = str(sha256(read[0]))
+    if read[1] is not None:
+        _hashed[read[1]] = digest
+    return digest
 
 
 def checked_path(path: object, origin: Path, *, directory: bool = False, guard: bool = True) -> str:
