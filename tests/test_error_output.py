@@ -289,3 +289,46 @@ def test_a_note_from_below_the_cli_is_shown_escaped_too(tmp_path, tree, library)
     assert_clean_failure(done, 0)
     assert f"PATCHKIT_CACHE_DIR={tmp_path}/cache{SHOWN} is not a directory" in done.stderr, done.stderr
     assert not set(LINE_BREAKERS) & set(done.stderr)
+
+
+# --------------------------------------------------------------------------- a recorded path in a refusal
+
+ODD = "vllm/new\nfile\u202e.py"  # a file a patch created, named with a newline and a bidi override
+ODD_SHOWN = "vllm/new\\x0afile\\u202e.py"
+
+
+def _applied_odd(tmp_path: Path) -> tuple[Path, Path]:
+    """A tree where a patch created ODD (recorded as created), and its library."""
+    tree = write_tree(tmp_path / "site", files={"vllm/m0.py": "x = 0\n"})
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    lib = write_library(tmp_path / "lib", {"0.16.0": [make_patch(scratch, tree, {ODD: "z = 1\n"})]})
+    assert_clean_failure(run_cli("apply", "--target", tree, "--patches", lib), 0)
+    return tree, scratch
+
+
+def _one_line_each(done) -> str:
+    said = done.stdout + done.stderr
+    assert ODD_SHOWN in said and not any(line.startswith("file") for line in said.splitlines()), said
+    assert "\u202e" not in said
+    return said
+
+
+def test_a_recorded_path_a_refusal_names_is_escaped_not_split(tmp_path):
+    """The paths a refusal reads back from the record (revert's drift, a created file no patch of
+    the set creates, another set's files in status's note) are shown escaped: every line whole."""
+    tree, scratch = _applied_odd(tmp_path)
+    (tree / ODD).write_text("edited = 1\n")
+    edited = run_cli("revert", "--target", tree, "--patches", tmp_path / "lib")
+    assert_clean_failure(edited, 1)
+    assert f"{ODD_SHOWN} was edited after patchkit patched it" in _one_line_each(edited)
+    (tree / ODD).write_text("z = 1\n")
+    other = write_library(tmp_path / "other", {"0.16.0": [make_patch(scratch, tree, {"vllm/m0.py": "x = 1\n"})]})
+    created = run_cli("revert", "--target", tree, "--patches", other)
+    assert_clean_failure(created, 2)
+    assert f"says patchkit created {ODD_SHOWN}, but none of the set's patches" in _one_line_each(created)
+    renamed = write_library(
+        tmp_path / "renamed", {"0.16.0": [make_patch(scratch, tree, {"vllm/m0.py": "x = 2\n"})]}, name="another"
+    )
+    noted = run_cli("status", "--target", tree, "--patches", renamed)
+    assert f"the record also holds set demo ({ODD_SHOWN})" in _one_line_each(noted)

@@ -125,8 +125,8 @@ def drift_refused(changed: Mapping[str, str], one: Callable[[str, str], str], se
     fix = hints.command("revert", "--force")
     if len(changed) == 1:
         ((path, how),) = changed.items()
-        return Drift(one(path, how), hint=f"{fix} restores {restores} and keeps a copy of your edit")
-    listed = "".join(f"\n  {path} ({how})" if how else f"\n  {path}" for path, how in changed.items())
+        return Drift(one(escaped(path), how), hint=f"{fix} restores {restores} and keeps a copy of your edit")
+    listed = "".join(f"\n  {escaped(path)} ({how})" if how else f"\n  {escaped(path)}" for path, how in changed.items())
     return Drift(f"{several}:{listed}", hint=f"{fix} restores {restores}s and keeps a copy of your edits")
 
 
