@@ -487,6 +487,8 @@ def _keyed_source(
         info = opened[1]
         key = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, int.from_bytes(magic, "little"))
         if key not in hashes:
+            if info.st_size > MAX_FILE_BYTES:
+                raise TreeChanged(path + " is larger than " + str(MAX_FILE_BYTES) + " bytes")
             if spent[0] + info.st_size > MAX_JUDGED_BYTES:
                 raise TreeChanged(TOO_LARGE_TOGETHER)
             data = fh.read(MAX_FILE_BYTES + 1)
@@ -1325,6 +1327,8 @@ class _Tree:
         with os.fdopen(opened[0], "rb") as fh:
             key = (opened[1].st_dev, opened[1].st_ino, opened[1].st_size, opened[1].st_mtime_ns)
             if key not in self.digests:
+                if opened[1].st_size > MAX_FILE_BYTES:  # not read at all
+                    raise TreeChanged(shown + " is larger than " + str(MAX_FILE_BYTES) + " bytes")
                 if self.hashed + opened[1].st_size > MAX_JUDGED_BYTES:
                     raise TreeChanged(TOO_LARGE_TOGETHER)
                 data = fh.read(MAX_FILE_BYTES + 1)

@@ -47,11 +47,13 @@ from packaging.version import InvalidVersion, Version
 from patchkit.base import hints
 from patchkit.base.errors import BadInput, escaped, quoted
 from patchkit.base.fsutil import (
+    MAX_TREE_FILE_BYTES,
     Origin,
     atomic_write,
     file_name_problem,
     load_json_text,
-    read_file_and_origin,
+    open_regular,
+    read_opened,
     read_regular,
     set_name_problem,
     too_deep,
@@ -199,23 +201,23 @@ def recorded_sha256(root: Path, path: str, *, follow_symlinks: bool = True) -> s
     """The sha256 of the recorded file root/path (None: no regular file there). A file is hashed once
     a command (a record naming hard links to one file reads it once), and MAX_HASHED_BYTES in all: a
     record naming more is damaged (no patched tree holds that much)."""
-    try:
-        info = os.stat(root / path, follow_symlinks=follow_symlinks)
-    except OSError:
-        info = None
-    regular = info is not None and stat.S_ISREG(info.st_mode)
-    if info is not None and regular and Origin.of(info) in _hashed:
-        return _hashed[Origin.of(info)]
-    spent = _hashed_bytes[0] if _hashed_bytes else 0
-    if info is not None and regular and spent + info.st_size > MAX_HASHED_BYTES:
-        raise _damaged(state_path(root), f"the files it names hold over {MAX_HASHED_BYTES >> 20} MiB together")
-    read = read_file_and_origin(root / path, follow_symlinks=follow_symlinks)
-    if read is None:
+    opened = open_regular(root / path, follow_symlinks=follow_symlinks)
+    if opened is None:
         return None
-    _hashed_bytes[:] = [spent + len(read[0])]
-    digest = str(sha256(read[0]))
-    if read[1] is not None:
-        _hashed[read[1]] = digest
+    fd, info = opened
+    try:
+        if Origin.of(info) in _hashed:
+            return _hashed[Origin.of(info)]
+        spent = _hashed_bytes[0] if _hashed_bytes else 0
+        if spent + info.st_size > MAX_HASHED_BYTES and info.st_size <= MAX_TREE_FILE_BYTES:  # else: read_opened's
+            raise _damaged(state_path(root), f"the files it names hold over {MAX_HASHED_BYTES >> 20} MiB together")
+        data, origin = read_opened(root / path, fd, info)
+    finally:
+        os.close(fd)
+    _hashed_bytes[:] = [spent + len(data)]
+    digest = str(sha256(data))
+    if origin is not None:
+        _hashed[origin] = digest
     return digest
 
 
