@@ -184,7 +184,9 @@ def _held_to_the_install(found: Provenance) -> None:
         listed = rows[path][0] if path in rows else None
         if listed != wanted:
             said = "installed no file" if wanted is None else "installed the patched file"
-            raise untrusted(found, f"says the wheel {said} at {escaped(path)}, but {found.dist_info}/RECORD lists it otherwise")
+            raise untrusted(
+                found, f"says the wheel {said} at {escaped(path)}, but {found.dist_info}/RECORD lists it otherwise"
+            )
 
 
 def _labelled(stock: str, label: str) -> Version | None:
@@ -509,7 +511,9 @@ def _originals(
             out[path] = data
             continue
         if data is not None and sha256(data) == sha256(view.read(path)) == found.files[path].patched_sha256:
-            raise untrusted(found, f"says the wheel patched {escaped(path)}, but it holds vLLM {found.vllm_version}'s own file")
+            raise untrusted(
+                found, f"says the wheel patched {escaped(path)}, but it holds vLLM {found.vllm_version}'s own file"
+            )
         out[path] = _reversed(found, path, wanted[path])
         alone.append(path)
         done.notes.append(f"{escaped(path)}: restored by reverse-applying the wheel's patches (sha256 checked)")
