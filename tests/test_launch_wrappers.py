@@ -187,3 +187,124 @@ def test_a_tools_run_hint_keeps_the_users_own_options_too():
         "uv", "run", "--with", "x", "patchkit", "run", "--apply", "--set", "eagle3", "--", "vllm", "serve", "M"
     ], named  # fmt: skip
     assert named[-2][:5] == ["uv", "run", "--with", "x", "patchkit"] and "--apply" not in named[-2], named
+
+
+# a tool's or wrapper's option whose value is a word `vllm` (`conda run -n vllm`, `sudo -u vllm`,
+# `-p /envs/vllm`): the launch starts at the program after the options and their values
+@pytest.mark.parametrize(
+    ("argv", "tool"),
+    [
+        (["uv", "run", "--with", "vllm", "vllm", "serve", "M"], ["uv", "run", "--with", "vllm"]),
+        (
+            ["uv", "run", "-w", "vllm", "--extra", "vllm", "vllm", "serve", "M"],
+            ["uv", "run", "-w", "vllm", "--extra", "vllm"],
+        ),
+        (
+            ["uv", "--directory", "/srv/vllm", "run", "--python", "3.12", "--", "vllm", "serve", "M"],
+            ["uv", "--directory", "/srv/vllm", "run", "--python", "3.12", "--"],
+        ),
+        (["conda", "run", "-n", "vllm", "vllm", "serve", "M"], ["conda", "run", "-n", "vllm"]),
+        (
+            ["conda", "run", "-nvllm", "--cwd", "/vllm", "vllm", "serve", "M"],
+            ["conda", "run", "-nvllm", "--cwd", "/vllm"],
+        ),
+        (["mamba", "run", "--name", "vllm", "vllm", "serve", "M"], ["mamba", "run", "--name", "vllm"]),
+        (["micromamba", "run", "-p", "/envs/vllm", "vllm", "serve", "M"], ["micromamba", "run", "-p", "/envs/vllm"]),
+        (["pixi", "run", "-e", "vllm", "vllm", "serve", "M"], ["pixi", "run", "-e", "vllm"]),
+        (
+            ["pixi", "run", "--manifest-path", "/p/vllm", "vllm", "serve", "M"],
+            ["pixi", "run", "--manifest-path", "/p/vllm"],
+        ),
+        (["hatch", "-e", "vllm", "run", "vllm", "serve", "M"], ["hatch", "-e", "vllm", "run"]),
+        (["poetry", "-C", "/srv/vllm", "run", "vllm", "serve", "M"], ["poetry", "-C", "/srv/vllm", "run"]),
+        (["pdm", "-p", "/srv/vllm", "run", "vllm", "serve", "M"], ["pdm", "-p", "/srv/vllm", "run"]),
+        (["pipenv", "--python", "vllm", "run", "vllm", "serve", "M"], ["pipenv", "--python", "vllm", "run"]),
+    ],
+)
+def test_a_tools_option_valued_vllm_is_not_where_the_launch_starts(argv, tool):
+    with pytest.raises(BadInput) as refused:
+        frame(argv)
+    put, checked, pasted = (shlex.split(said) for said in re.findall(r"`([^`]*)`", refused.value.hint))
+    assert put == tool, refused.value.hint
+    for verb, said in (("preflight", checked), ("run", pasted)):
+        assert said[: len(tool) + 2] == [*tool, "patchkit", verb], refused.value.hint
+        assert said[said.index("--", len(tool) + 2) + 1 :] == ["vllm", "serve", "M"], refused.value.hint
+
+
+@pytest.mark.parametrize(
+    ("argv", "wrapper"),
+    [
+        (["sudo", "-u", "vllm", "vllm", "serve", "M"], ["sudo", "-u", "vllm"]),
+        (["sudo", "-g", "vllm", "-D", "/srv/vllm", "vllm", "serve", "M"], ["sudo", "-g", "vllm", "-D", "/srv/vllm"]),
+        (["srun", "-J", "vllm", "vllm", "serve", "M"], ["srun", "-J", "vllm"]),
+        (
+            ["srun", "--job-name", "vllm", "-D", "/srv/vllm", "vllm", "serve", "M"],
+            ["srun", "--job-name", "vllm", "-D", "/srv/vllm"],
+        ),
+        (["time", "-o", "vllm", "vllm", "serve", "M"], ["time", "-o", "vllm"]),
+    ],
+)
+def test_a_wrappers_option_valued_vllm_is_not_where_the_launch_starts(argv, wrapper):
+    checked, pasted = (shlex.split(said) for said in re.findall(r"`([^`]*)`", hint_of(argv)))
+    assert checked[checked.index("--") + 1 :] == ["vllm", "serve", "M"]
+    assert pasted == [*wrapper, "patchkit", "run", "--", "vllm", "serve", "M"]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["uv", "run", "--not-an-uv-option", "vllm", "serve", "M"],
+        ["uv", "run", "--not-an-uv-option", "x", "vllm", "serve", "M"],  # x: its value, or what uv runs
+        ["conda", "--frobnicate", "vllm", "run", "vllm", "serve", "M"],
+        ["sudo", "--frobnicate", "vllm", "serve", "M"],
+    ],
+)
+def test_where_a_tools_words_end_cannot_be_told_no_command_line_is_named(argv):
+    with pytest.raises(BadInput) as refused:
+        frame(argv)
+    assert "cannot tell where" in refused.value.message, refused.value.message
+    quoted = re.findall(r"`([^`]*)`", refused.value.hint)
+    assert quoted and all(argv[0] not in said and "serve" not in said for said in quoted), refused.value.hint
+
+
+STAND_IN_TOOL = """#!{python}
+import json, os, sys
+valued = {valued!r}
+words, at, kept = sys.argv[1:], 0, []
+while at < len(words) and (words[at].startswith("-") or words[at] == "run"):
+    if words[at] == "--":
+        at += 1
+        break
+    step = 2 if words[at] in valued else 1
+    kept += words[at : at + step]
+    at += step
+with open({record!r}, "w") as out:
+    json.dump(kept, out)
+os.execvp(words[at], words[at:])
+"""
+
+
+@pytest.mark.parametrize(
+    ("argv", "valued", "own"),
+    [
+        (["conda", "run", "-n", "vllm", "vllm", "serve", "M"], ["-n"], ["run", "-n", "vllm"]),
+        (["uv", "run", "--with", "vllm", "vllm", "serve", "M"], ["--with"], ["run", "--with", "vllm"]),
+        (["sudo", "-u", "vllm", "vllm", "serve", "M"], ["-u"], ["-u", "vllm"]),
+    ],
+)
+def test_the_hint_followed_with_a_value_vllm_gives_the_tool_its_own_value(tmp_path, argv, valued, own):
+    """Each hint's launch line followed with a stand-in tool that reads its options as the real one
+    does (a valued option takes the next word), records them and execs the rest: the tool gets its
+    own words back (`-n vllm`, not `-n patchkit`), and patchkit reads the launch."""
+    bin_dir, record = tmp_path / "bin", tmp_path / "options.json"
+    bin_dir.mkdir()
+    stand_in = bin_dir / argv[0]
+    stand_in.write_text(STAND_IN_TOOL.format(python=sys.executable, valued=valued, record=str(record)))
+    stand_in.chmod(0o755)
+    refused = run_cli_in_process("run", "--", *argv)
+    assert refused.returncode == 2, refused.stderr
+    pasted = shlex.split(re.findall(r"`([^`]*)`", " ".join(refused.stderr.split()))[-1])
+    path = f"{bin_dir}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+    done = subprocess.run(pasted, capture_output=True, text=True, env={**os.environ, "PATH": path}, timeout=300)
+    assert json.loads(record.read_text()) == own
+    assert "not a vLLM launch" not in done.stderr and done.returncode in (1, 2, 4), done.stderr

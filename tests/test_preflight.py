@@ -1488,6 +1488,66 @@ def test_aux_layers_giving_three_hidden_states_or_none_taken_pass(setup, tmp_pat
 
 
 @pytest.mark.parametrize(
+    ("layers", "stages", "partition", "taken"),
+    [
+        ([1, 29, 57], "2", None, 1),  # the last of 2 stages holds layers 31-60
+        ([40, 50, 60], "4", None, 2),  # 61 // 4: the last stage holds 46-60
+        ([40, 50, 60], "2", "51,10", 1),  # VLLM_PP_LAYER_PARTITION: the last stage holds 51-60
+    ],
+)
+def test_eagle3_under_pipeline_parallelism_counts_the_last_stages_layers_alone(
+    setup, tmp_path, layers, stages, partition, taken
+):
+    """Only the last pipeline stage holds the drafter; the stages before it hand on hidden_states and
+    residual alone, so their layers' aux hidden states never reach the drafter's fc."""
+    tree, library, models = setup
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    drafter = write_model(tmp_path / "drafter", {**DRAFTER, "eagle_aux_hidden_state_layer_ids": layers})
+    env = {} if partition is None else {"VLLM_PP_LAYER_PARTITION": partition}
+    done = preflight(tree, library, *serve(models["deepseek"], drafter, "-pp", stages), env=env)
+    assert_clean_failure(done, 1)
+    assert failed(done) == {"drafter-aux-layers"}, done.stdout
+    assert (
+        f"give {taken} hidden state(s) of the last pipeline stage's layers"
+        in findings(done)["drafter-aux-layers"]["message"]
+    )
+
+
+@pytest.mark.parametrize(
+    ("layers", "stages", "partition"),
+    [([31, 45, 60], "2", None), ([1, 29, 57], "1", None), ([10, 20, 30], "2", "5,56"), ([1, 29, 57], "2", "61")],
+)
+def test_eagle3_under_pipeline_parallelism_with_the_last_stages_layers_passes(
+    setup, tmp_path, layers, stages, partition
+):
+    tree, library, models = setup
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    drafter = write_model(tmp_path / "drafter", {**DRAFTER, "eagle_aux_hidden_state_layer_ids": layers})
+    env = {} if partition is None else {"VLLM_PP_LAYER_PARTITION": partition}
+    done = preflight(tree, library, *serve(models["deepseek"], drafter, "-pp", stages), env=env)
+    assert "drafter-aux-layers" not in failed(done), done.stdout
+
+
+@pytest.mark.parametrize(
+    ("architectures", "fails"),
+    [
+        (["EagleLlamaForCausalLM"], True),  # EAGLE-1's: built as Eagle3EagleLlamaForCausalLM, registered nowhere
+        (["Eagle3EagleLlamaForCausalLM"], True),
+        (["LlamaForCausalLM"], False),  # built as Eagle3LlamaForCausalLM
+        (["Foo", "LlamaForCausalLMEagle3"], False),  # vLLM builds the first its registry holds
+    ],
+)
+def test_the_drafter_is_looked_up_by_the_name_vllm_gives_it_under_eagle3(setup, tmp_path, architectures, fails):
+    tree, library, models = setup
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    drafter = write_model(tmp_path / "drafter", {**DRAFTER, "architectures": architectures})
+    done = preflight(tree, library, *serve(models["deepseek"], drafter))
+    assert ("drafter-architecture" in failed(done)) is fails, done.stdout
+    if fails:
+        assert "Eagle3EagleLlamaForCausalLM" in findings(done)["drafter-architecture"]["message"]
+
+
+@pytest.mark.parametrize(
     ("heads", "kv_heads", "tp", "says"),
     [
         (56, 8, 16, "56 attention heads do not divide by -tp 16"),

@@ -31,6 +31,9 @@ EAGLE3_DRAFTER = f"{MODELS_DIR}/llama_eagle3.py"
 # The drafter's fc takes 3 aux hidden states (3 x hidden size) in every release up to 0.18.x; 0.22.0
 # sizes it from the drafter's config instead, so the count is judged only where the tree shows the 3.
 FC_HIDDEN_STATES = 3
+# the targets whose forward (as this set patches it) counts layer ids from the model's first layer on every
+# pipeline stage (stock Llama-family forwards count from the stage's own first layer)
+ABSOLUTE_LAYER_IDS = ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "KimiK25ForConditionalGeneration")
 FC_OF_THREE = b"hidden_size * 3"
 SIZED_BY_CONFIG = b"num_aux_hidden_states"
 LAST_FC_OF_THREE = Version("0.18.999")
@@ -171,10 +174,11 @@ def drafter_architecture(launch) -> Finding:
     if lacking is not None:
         return lacking
     arch = launch.drafter.architecture
-    table = launch.registry().get(SPECULATIVE_TABLE, {})
-    names = [arch, f"Eagle3{arch}"] if arch else []
-    if any(name in table for name in names):
-        registered = f"drafter architecture {arch} is registered for EAGLE-3"
+    tables = launch.registry()
+    table = tables.get(SPECULATIVE_TABLE, {})
+    built = next((name for name in _built_names(launch.drafter) if any(name in t for t in tables.values())), None)
+    if built is not None:
+        registered = f"drafter architecture {built} is registered for EAGLE-3"
         split = _heads_unsplit(launch)
         if split is None:
             return Finding("drafter-architecture", True, registered)
@@ -182,12 +186,25 @@ def drafter_architecture(launch) -> Finding:
         fix = "give a -tp that divides the drafter's heads and the target's, or a drafter whose heads it divides"
         return Finding("drafter-architecture", False, message, fix)
     known = ", ".join(sorted(n for n, (module, _) in table.items() if "eagle3" in module.lower())) or "none"
+    names = _built_names(launch.drafter)
+    renamed = f" (built as {', '.join(names)} under eagle3)" if names and names != launch.drafter.architectures else ""
     return Finding(
         "drafter-architecture",
         False,
-        f"drafter architecture {arch} is not registered for EAGLE-3 in the installed vLLM (registered: {known})",
+        f"drafter architecture {arch}{renamed} is not registered for EAGLE-3 in the installed vLLM (registered: {known})",
         DRAFTER_FIX,
     )
+
+
+def _built_names(drafter) -> list[str]:
+    """The names vLLM looks the drafter up by, in order: for eagle3 its EAGLEConfig renames each of
+    config.json's architectures to Eagle3<name> unless it starts or ends with Eagle3 (an EAGLE-1
+    EagleLlamaForCausalLM becomes Eagle3EagleLlamaForCausalLM, which no registry holds). A config of
+    model_type eagle is vLLM's already and is not renamed there: either spelling is looked up."""
+    archs = drafter.architectures
+    if drafter.config.get("model_type") == "eagle":
+        return [name for arch in archs for name in (arch, f"Eagle3{arch}")]
+    return [arch if arch.startswith("Eagle3") or arch.endswith("Eagle3") else f"Eagle3{arch}" for arch in archs]
 
 
 def _heads_unsplit(launch) -> str | None:
@@ -241,15 +258,39 @@ def _aux_count(launch, named: str, layers: list[int], count: int, passed: str) -
     """The target returns one hidden state per distinct layer id below its layer count (none past the
     last layer), and the drafter's fc takes exactly FC_HIDDEN_STATES of them: another number loads and
     serves until the first request's proposal, which fails on the fc's shape."""
-    taken = sorted({n for n in layers if 0 <= n < count})
+    first = _last_stage_start(launch, count)
+    taken = sorted({n for n in layers if first <= n < count})
     if _fc_hidden_states(launch) is None or len(taken) == FC_HIDDEN_STATES:
         return Finding("drafter-aux-layers", True, passed)
+    held = f"the target's {count} layers" if first == 0 else f"the last pipeline stage's layers {first}-{count - 1}"
     message = (
-        f"{named} give {len(taken)} hidden state(s) of the target's {count} layers; this vLLM's EAGLE-3 drafter "
+        f"{named} give {len(taken)} hidden state(s) of {held}; this vLLM's EAGLE-3 drafter "
         f"takes {FC_HIDDEN_STATES}: vLLM fails at the first request"
     )
     fix = f"give the drafter's eagle_aux_hidden_state_layer_ids 3 distinct layers below {count}, as it was trained"
     return Finding("drafter-aux-layers", False, message, fix)
+
+
+def _last_stage_start(launch, count: int) -> int:
+    """The first layer of the last pipeline stage, which alone holds the drafter and hands it hidden states:
+    the earlier stages pass on only hidden_states and residual (0: one stage, or a partition vLLM refuses)."""
+    stages = _whole_option(launch.command.options.get("pipeline-parallel-size", 1))
+    if stages is None or stages <= 1 or target_architecture(launch) not in ABSOLUTE_LAYER_IDS:
+        return 0
+    given = launch.command.environ.get("VLLM_PP_LAYER_PARTITION")
+    if given is not None:  # vLLM's get_pp_indices: one count a stage, summing to the layers
+        parts = [_whole_option(part) for part in given.split(",")]
+        whole = [part for part in parts if part is not None]
+        return count - whole[-1] if len(whole) == len(parts) == stages and sum(whole) == count else 0
+    last = count // stages  # the remainder goes to the stages before the last
+    return count - last
+
+
+def _whole_option(value: object) -> int | None:
+    try:
+        return int(str(value).strip())
+    except ValueError:
+        return None
 
 
 def _uses_aux_hidden_states(config: dict) -> bool:

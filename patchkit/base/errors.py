@@ -16,6 +16,7 @@ maps to the exit code with exit_code_for; an error carries its own code. Nothing
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Callable, Mapping, Sequence
 
 from patchkit.base import hints
@@ -46,6 +47,34 @@ def quoted(text: str, limit: int = QUOTE_LIMIT) -> str:
     """`text` read from a file (a #! line, a value), as a message quotes it: its head alone when longer
     than `limit`, saying how long it is, so that no file fills a message."""
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
+
+
+def excerpt(text: str, limit: int = 300) -> str:
+    """Another program's error text as a message quotes it: whole up to `limit` characters, else its
+    head (where the problem is named) and its end (where a traceback's exception is), the middle left out."""
+    if len(text) <= limit:
+        return text
+    head = limit * 2 // 3
+    return f"{text[:head]} ... ({len(text) - limit:,} characters left out) ... {text[head - limit :]}"
+
+
+def ended_how(status: int) -> str:
+    """How a child process ended, from its exit status (negative: the signal that killed it)."""
+    if status >= 0:
+        return f"exited with status {status}"
+    if -status == signal.SIGKILL:  # no program sends it to itself; the kernel does when memory runs out
+        return "was killed (SIGKILL: the kernel's out-of-memory killer, or another process)"
+    try:
+        return f"was killed by {signal.Signals(-status).name}"
+    except ValueError:
+        return f"was killed by signal {-status}"
+
+
+def killed_fix(status: int) -> str | None:
+    """What to do about a child a signal killed (None: it exited by itself)."""
+    if status >= 0:
+        return None
+    return "free memory, then run it again" if -status == signal.SIGKILL else "run it again"
 
 
 SHOWN_PROBLEMS = 3  # a list of problems in a message: the first few, then how many more

@@ -52,6 +52,8 @@ def engine_validation(python: str | None, command: LaunchCommand, *, fix: str | 
         stopped = plugin_stopped(exc.partial, exc) or middleware_stopped(exc.partial, exc)
         if stopped is not None:
             return Finding(CHECK, False, *stopped)
+        if exc.status is not None and exc.status < 0:  # killed: no verdict on the launch, and skipping it is no fix
+            return Finding(CHECK, False, exc.message, exc.hint)
         return Finding(CHECK, False, exc.message, "rerun with --no-import to skip vLLM's own validation")
     stopped = plugin_stopped(answer) or middleware_stopped(answer)
     if stopped is not None:

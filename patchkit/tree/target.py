@@ -21,7 +21,7 @@ from types import ModuleType
 from typing import Any
 
 from patchkit.base import hints
-from patchkit.base.errors import TargetError, quoted
+from patchkit.base.errors import TargetError, ended_how, excerpt, killed_fix, quoted
 from patchkit.base.fsutil import load_json_text, read_regular
 from patchkit.base.options import Options
 from patchkit.base.patterns import LazyPattern
@@ -736,10 +736,13 @@ def run_worker(
             raise WorkerFailed(message, partial=_read_answer(answer) or {}, timed_out=True) from None
         result = _read_answer(answer)
         if status != 0 or result is None:
-            tail = stderr.strip()[-300:] or "no error output"
+            tail = excerpt(stderr.strip()) or "no error output"
             raised = _raised_in(stderr)
             message = f"{python} failed{doing} (exit status {status}): {quoted(raised) if raised else tail}"
             hint = _RAISED_HINT.format(python=shlex.quote(python)) if raised else None
+            if status < 0:  # killed: its error output, if any, is not why
+                said = f": it said {excerpt(stderr.strip())}" if stderr.strip() else ""
+                message, hint = f"{python}{doing} {ended_how(status)}{said}", killed_fix(status)
             raise WorkerFailed(message, partial=result or {}, status=status, stderr=tail, hint=hint)
         return result
 
@@ -777,7 +780,8 @@ def ask_python(
     except process.TimedOut:
         raise WorkerFailed(f"{python} did not finish within {timeout:.0f} s", partial={}, timed_out=True) from None
     if status != 0:
-        raise WorkerFailed(f"{python} failed (exit status {status})", partial={}, status=status)
+        said = f"{python} {ended_how(status)}" if status < 0 else f"{python} failed (exit status {status})"
+        raise WorkerFailed(said, partial={}, status=status, hint=killed_fix(status))
     return out
 
 

@@ -88,8 +88,9 @@ def command(
     """Check a vLLM launch command before anything loads: every fault in one run.
 
     COMMAND is `vllm serve MODEL [args]` or `python -m vllm.entrypoints.openai.api_server --model
-    MODEL [args]`, either behind `env VAR=...`. The models' config.json files (local directories or
-    the Hugging Face cache, never downloaded) are held against the installed vLLM: the tree's state
+    MODEL [args]`, either behind `env VAR=...`. What vLLM reads of the models (config.json, a local
+    model's weight file heads, generation_config.json, LoRA adapters: local directories or the Hugging
+    Face cache, never downloaded) is held against the installed vLLM: the tree's state
     and the checks the patch set declares (asking vLLM itself where they can), then vLLM's own
     create_engine_config(), each in the target's interpreter (--no-import skips both). Exit 0: the launch passes; 1: a finding failed; 2: the
     command cannot be read; 4: a model or the target is missing.
@@ -368,6 +369,7 @@ def show(ui: UI, result: PreflightResult, fmt: str) -> None:
                 "tree_state": result.tree_state,
                 "findings": findings_json(result),
                 "unused_sets": result.unused,
+                "notes": result.notes,  # what text says as notes (a headless node, an unused parser)
             }
         )
     elif fmt == OutputFormat.JUNIT:
