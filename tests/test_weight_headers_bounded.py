@@ -13,8 +13,11 @@ from helpers import run_cli_in_process
 from launch_fixtures import LFS_POINTER, index_of, safetensors_file, stock_files, write_model, write_tree
 
 from patchkit.launch import weights
+from patchkit.launch.command import parse
+from patchkit.launch.late_files import late_file_findings
 
 LLAMA = {"model_type": "llama", "architectures": ["LlamaForCausalLM"]}
+ADAPTER = {"r": 8, "lora_alpha": 16, "target_modules": ["q_proj"], "bias": "none", "peft_type": "LORA"}
 
 
 def sharded(directory: Path, shards: int, tensors: int) -> Path:
@@ -87,3 +90,35 @@ def test_a_weight_file_name_with_a_newline_is_said_on_one_line(tmp_path):
     shown = run_cli_in_process("preflight", "--target", tree, "--no-import", "--", "vllm", "serve", model)
     lines = [line for line in (shown.stdout + shown.stderr).splitlines() if "RED" in line]
     assert len(lines) == 1 and "RED\\x0aX.safetensors is a Git LFS pointer" in lines[0], shown.stdout + shown.stderr
+
+
+def test_the_adapters_headers_share_one_budget_a_launch(tmp_path, monkeypatch):
+    """W8's class: --lora-modules naming thousands of adapters (or one adapter thousands of times)
+    parsed each header whole; they share the bound, and one judged past it says so."""
+    header = {f"lora.{i}.w": {"dtype": "U8", "shape": [1], "data_offsets": [i, i + 1]} for i in range(500)}
+    weights_file = safetensors_file(header, 500)
+    length = int.from_bytes(weights_file[:8], "little")
+    modules = []
+    for i in range(5):
+        adapter = tmp_path / f"a{i}"
+        adapter.mkdir()
+        (adapter / "adapter_config.json").write_text(json.dumps(ADAPTER))
+        (adapter / "adapter_model.safetensors").write_bytes(weights_file)
+        modules.append(f"a{i}={adapter}")
+    read: list[int] = []
+    real = weights.read_regular
+
+    def counted(path, limit, **kwargs):
+        data = real(path, limit, **kwargs)
+        read.append(len(data))
+        return data
+
+    monkeypatch.setattr(weights, "read_regular", counted)
+    monkeypatch.setattr(weights, "HEADER_BUDGET", 2 * length + 10)
+    command = parse(["vllm", "serve", "m", "--enable-lora", "--max-lora-rank", "8", "--lora-modules", *modules])
+    found = late_file_findings(command, "command", lambda: "utf-8")
+    assert [f.ok for f in found] == [True] * 5, found
+    assert [n for n in read if n > 64] == [8 + length] * 2, read
+    assert [f.message.endswith("patchkit parses up to 0 MB of adapter headers)") for f in found] == [False] * 2 + [
+        True
+    ] * 3, found

@@ -16,14 +16,14 @@ from collections.abc import Callable, Sequence
 
 from packaging.version import InvalidVersion, Version
 
-from patchkit.base.errors import PatchkitError, escaped, few, quoted
+from patchkit.base.errors import SHOWN_PROBLEMS, PatchkitError, escaped, few, quoted
 from patchkit.base.fsutil import read_regular
 from patchkit.launch.command import LaunchCommand
 from patchkit.launch.findings import Finding
 from patchkit.launch.genconfig import generation_config_findings, read_on_node
 from patchkit.launch.models import hf_hub_cache, hub_repo_id, offline, offline_model_path
 from patchkit.launch.tls import AFTER_LOAD, tls_findings
-from patchkit.launch.weights import LFS, file_problem
+from patchkit.launch.weights import LFS, HeaderBudget, file_problem
 
 SSL_FILES = ("ssl-certfile", "ssl-keyfile", "ssl-ca-certs")
 ADAPTER_CONFIG = "adapter_config.json"  # what vLLM's PEFTHelper.from_local_dir reads first
@@ -44,10 +44,29 @@ def late_file_findings(
     `architectures`: the target's (a headless node's model class may read the generation config)."""
     found = generation_config_findings(command, check, architectures)
     # an adapter judged whole is a pass (no fix): counted, so preflight never says "nothing judged" of it
-    lora = [Finding(check, fix is None, message, fix) for message, fix in _lora_problems(command, encoding, ranks)]
+    lora = [
+        Finding(check, fix is None, message, fix)
+        for message, fix in _few_refused(_lora_problems(command, encoding, ranks))
+    ]
     if command.headless:
         return found + lora
     return _tls_file_findings(command, check) + found + lora
+
+
+def _few_refused(problems: list[tuple[str, str | None]]) -> list[tuple[str, str | None]]:
+    """The adapters' (message, fix): each pass, the first few refusals, then the rest as one (a
+    value of thousands of adapters is a few lines, not a page for each)."""
+    refused = [(message, fix) for message, fix in problems if fix is not None]
+    if len(refused) <= SHOWN_PROBLEMS + 1:
+        return problems
+    rest = refused[SHOWN_PROBLEMS:]
+    fixes = list(dict.fromkeys(fix for _, fix in rest if fix is not None))
+    message = f"{len(rest):,} more adapters vLLM refuses: {few([m for m, _ in rest], shown=1)}"
+    kept, shown = [], 0
+    for message_fix in problems:  # every pass, and the first refusals, in vLLM's order
+        shown += message_fix[1] is not None
+        kept += [message_fix] if message_fix[1] is None or shown <= SHOWN_PROBLEMS else []
+    return [*kept, (message, few(fixes, shown=2))]
 
 
 def _tls_file_findings(command: LaunchCommand, check: str) -> list[Finding]:
@@ -224,6 +243,7 @@ def _lora_problems(
         message = f"--lora-modules without --enable-lora: vLLM's worker refuses each adapter (LoRA is not enabled): {AFTER_LOAD}"
         found.append((message, "add --enable-lora to the launch"))
     seen: set[str] = set()
+    budget = HeaderBudget()  # thousands of adapters' headers are not hours of reading
     for option, name, path in entries:
         if head and (not name or not path or name in seen):
             continue
@@ -235,7 +255,7 @@ def _lora_problems(
             message = f"{option} {name}={path}: the adapter name {name} is given twice, and vLLM refuses the second: {AFTER_LOAD}"
             found.append((message, "give each adapter a name of its own"))
         seen.add(name)
-        found += _lora_problem(option, path, command, encoding, ranks)
+        found += _lora_problem(option, path, command, encoding, (ranks, budget))
     return found
 
 
@@ -248,11 +268,17 @@ def _home_expanded(path: str, command: LaunchCommand) -> str:
 
 
 def _lora_problem(
-    option: str, path: str, command: LaunchCommand, encoding: Callable[[], str], ranks: tuple[int, ...] | None
+    option: str,
+    path: str,
+    command: LaunchCommand,
+    encoding: Callable[[], str],
+    bounds: tuple[tuple[int, ...] | None, HeaderBudget],
 ) -> list[tuple[str, str | None]]:
     """What vLLM refuses of one adapter: a local one (an absolute or `~` path, or a relative one that
     exists: vLLM's get_adapter_absolute_path), or a hub id vLLM finds only in huggingface_hub's cache
-    (an offline launch); a hub id online is vLLM's to download, not judged."""
+    (an offline launch); a hub id online is vLLM's to download, not judged. `bounds`: the ranks the
+    release allows (None: not known) and the header bytes left to parse of the launch's adapters."""
+    ranks, budget = bounds
     cwd = command.working_directory()
     local = _home_expanded(path, command) if path.startswith("~") else os.path.join(cwd, path)
     if not (os.path.isabs(path) or path.startswith("~") or os.path.lexists(local)) and hub_repo_id(path):
@@ -273,14 +299,14 @@ def _lora_problem(
         (f"{option} {path}: its {ADAPTER_CONFIG}: {why}: {AFTER_LOAD}", fix)
         for why, fix in _peft_refusals(config, (rank, ranks), encoding, command.release)
     ]
-    return refused or _no_adapter_weights(option, path, local)
+    return refused or _no_adapter_weights(option, path, local, budget)
 
 
 # What LoRAModel.from_local_checkpoint loads, in its order (os.path.isfile: a link to a file counts)
 ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin", "adapter_model.pt")
 
 
-def _no_adapter_weights(option: str, path: str, local: str) -> list[tuple[str, str | None]]:
+def _no_adapter_weights(option: str, path: str, local: str, budget: HeaderBudget) -> list[tuple[str, str | None]]:
     """An adapter whose config vLLM accepts, but with none of the weight files it loads next, or
     with the first of them one its reader (safe_open, torch.load) refuses before any tensor; else
     its pass (no fix)."""
@@ -288,9 +314,11 @@ def _no_adapter_weights(option: str, path: str, local: str) -> list[tuple[str, s
     for name in ADAPTER_WEIGHTS:
         weights = os.path.join(local, name)
         if os.path.isfile(weights):
-            why = file_problem(weights, name.endswith(".safetensors"))
+            skipped = budget.skipped
+            why = file_problem(weights, name.endswith(".safetensors"), budget=budget)
             if why is None:
-                return [(f"{option} {path}: its config and {name} read as vLLM reads them", None)]
+                part = budget.said(adapters=True) if budget.skipped > skipped else ""
+                return [(f"{option} {path}: its config and {name} read as vLLM reads them{part}", None)]
             fix = f"run `git lfs pull` in {path}" if LFS in why else whole
             return [(f"{option} {path}: {why}: {AFTER_LOAD}", fix)]
     said = ", ".join(ADAPTER_WEIGHTS)

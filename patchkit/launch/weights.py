@@ -111,7 +111,7 @@ def weights_verdict(directory: str, load_format: str, *, local: bool = True) -> 
     if load_format == "npcache" and os.path.exists(os.path.join(directory, _NP_NAMES)):
         return None  # its iterator reads the numpy dump, never the .bin files again
     padded = load_format == "fastsafetensors"  # its own reader takes bytes past the tensors (alignment)
-    budget = HeaderBudget(HEADER_BUDGET)
+    budget = HeaderBudget()
     bad = [why for path in sorted(found) if (why := file_problem(path, use_safetensors, padded=padded, budget=budget))]
     if not bad:
         return Judged(budget.said())
@@ -146,8 +146,8 @@ class HeaderBudget:
     """The header bytes left to parse of one model's weight files, and how many were judged by
     their lengths alone once none were left."""
 
-    def __init__(self, left: int) -> None:
-        self.left, self.skipped, self.files = left, 0, 0
+    def __init__(self) -> None:
+        self.left, self.skipped, self.files = HEADER_BUDGET, 0, 0
 
     def takes(self, length: int) -> bool:
         """Whether a header of `length` bytes is parsed (counted), or judged by its length alone."""
@@ -158,7 +158,12 @@ class HeaderBudget:
         self.left -= length
         return True
 
-    def said(self) -> str:
+    def said(self, *, adapters: bool = False) -> str:
+        """What was judged only in part (`adapters`: of one adapter, once the launch's are past it)."""
+        if adapters:
+            return (
+                f" (its header by its length alone: patchkit parses up to {HEADER_BUDGET >> 20} MB of adapter headers)"
+            )
         if not self.skipped:
             return ""
         return (
