@@ -268,6 +268,8 @@ def _aux_count(launch, named: str, layers: list[int], count: int, passed: str) -
         f"takes {FC_HIDDEN_STATES}: vLLM fails at the first request"
     )
     fix = f"give the drafter's eagle_aux_hidden_state_layer_ids 3 distinct layers below {count}, as it was trained"
+    if first > 0 and len({n for n in layers if 0 <= n < count}) == FC_HIDDEN_STATES:  # its layers are right
+        fix = "serve without -pp (give its GPUs to -tp): this vLLM hands the drafter the last stage's states alone"
     return Finding("drafter-aux-layers", False, message, fix)
 
 
