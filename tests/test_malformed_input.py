@@ -8,13 +8,12 @@ import subprocess
 
 import pytest
 from helpers import (
-    READ_ONLY_COMMANDS,
     SPEC_PY,
     assert_clean_failure,
     make_patch,
     patched_spec,
     run_cli,
-    run_cli_read_only,
+    run_cli_judged,
     snapshot,
     write_library,
     write_tree,
@@ -74,7 +73,7 @@ def test_control_characters_from_a_library_are_shown_escaped_and_kept_exact_in_j
     manifest = library / "demo/set.toml"
     manifest.write_text(manifest.read_text().replace('"test set"', '"set \\u001b[5mblinking\\rcover"'))
     for args in (["list"], ["status", "-v", "--target", tree]):
-        done = (run_cli_read_only if args[0] in READ_ONLY_COMMANDS else run_cli)(*args, "--patches", library)
+        done = run_cli_judged(*args, "--patches", library)
         shown = done.stdout + done.stderr
         assert done.returncode == 0, shown
         assert not any(c in shown for c in "\x1b\x07\r\x08\x7f"), shown
@@ -181,7 +180,7 @@ def test_a_set_toml_without_a_name_or_releases_or_with_wrong_types_is_refused(tm
     (library / "broken").mkdir(parents=True)
     (library / "broken" / "set.toml").write_text(manifest)
     for args in (["list"], ["status", "--target", write_tree(tmp_path / "site")]):
-        done = (run_cli_read_only if args[0] in READ_ONLY_COMMANDS else run_cli)(*args, "--patches", library)
+        done = run_cli_judged(*args, "--patches", library)
         assert_clean_failure(done, 2)
         assert f"manifest {library / 'broken' / 'set.toml'}: " in done.stderr and named in done.stderr, done.stderr
 
