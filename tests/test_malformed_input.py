@@ -14,6 +14,7 @@ from helpers import (
     patched_spec,
     run_cli,
     run_cli_judged,
+    run_cli_writing,
     snapshot,
     write_library,
     write_tree,
@@ -31,7 +32,7 @@ def test_a_corrupt_hunk_header_after_a_good_file_is_refused_and_nothing_is_writt
     lines[second] = lines[second].replace(b" @@", b" @", 1)  # "@@ -a,b +c,d @": git calls it corrupt
     (tmp_path / "bad.patch").write_bytes(b"\n".join(lines))
     before = snapshot(tree)
-    done = run_cli("apply", "--target", tree, "--patch", tmp_path / "bad.patch")
+    done = run_cli_writing("apply", "--target", tree, "--patch", tmp_path / "bad.patch")
     assert_clean_failure(done, 2)
     assert f"bad.patch: malformed diff: line {second + 1}: corrupt hunk header" in done.stderr + done.stdout
     assert snapshot(tree) == before
@@ -48,7 +49,7 @@ def test_git_quoted_paths_are_unquoted_as_git_apply_does(tmp_path):
     by_git = tmp_path / "by-git"
     shutil.copytree(tree, by_git)
     subprocess.run(["git", "apply", str(tmp_path / "quoted.patch")], cwd=by_git, check=True)
-    done = run_cli("apply", "--target", tree, "--patch", tmp_path / "quoted.patch")
+    done = run_cli_writing("apply", "--target", tree, "--patch", tmp_path / "quoted.patch")
     assert done.returncode == 0, done.stdout + done.stderr
     assert snapshot(tree) == snapshot(by_git)
     assert (tree / "vllm/ñandú.py").read_text() == "A = 10\n"
@@ -58,7 +59,7 @@ def test_a_quoted_path_that_leaves_the_tree_is_refused(tmp_path):
     tree = write_tree(tmp_path / "site")
     raw = b'--- "a/vllm/\\056\\056/x.py"\n+++ "b/vllm/\\056\\056/x.py"\n@@ -1 +1 @@\n-a\n+b\n'
     (tmp_path / "up.patch").write_bytes(raw)
-    done = run_cli("apply", "--target", tree, "--patch", tmp_path / "up.patch")
+    done = run_cli_writing("apply", "--target", tree, "--patch", tmp_path / "up.patch")
     assert_clean_failure(done, 2)
     assert "unsafe path 'vllm/../x.py'" in done.stderr + done.stdout
 
@@ -88,11 +89,11 @@ def test_a_control_character_in_a_file_name_is_shown_escaped_in_the_plan_and_in_
     tree = write_tree(tmp_path / "site", files={"vllm/\x1b[1mbold.py": "A = 1\n"})
     raw = make_patch(tmp_path, tree, {"vllm/\x1b[1mbold.py": "A = 2\n"})
     (tmp_path / "p.patch").write_bytes(raw)
-    done = run_cli("apply", "--dry-run", "--target", tree, "--patch", tmp_path / "p.patch")
+    done = run_cli_writing("apply", "--dry-run", "--target", tree, "--patch", tmp_path / "p.patch")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "vllm/\\x1b[1mbold.py" in done.stdout and "\x1b" not in done.stdout + done.stderr
     (tree / "vllm/\x1b[1mbold.py").write_text("A = 3\n")
-    done = run_cli("apply", "--target", tree, "--patch", tmp_path / "p.patch")
+    done = run_cli_writing("apply", "--target", tree, "--patch", tmp_path / "p.patch")
     assert done.returncode == 1 and "vllm/\\x1b[1mbold.py" in done.stderr, done.stdout + done.stderr
     assert "\x1b" not in done.stdout + done.stderr
 
