@@ -390,6 +390,13 @@ SAFETENSORS_HEADERS: dict[str, tuple[str, int, bool]] = {
     "metadata_null": ('{"__metadata__": null}', 0, True),
     "metadata_twice": ('{"__metadata__": {"a": "b"}, "__metadata__": {"a": "b"}}', 0, False),
     "metadata_strings": ('{"__metadata__": {"format": "pt"}, "w": ' + _tensor() + "}", 16, True),
+    # review36 W1's residual: a lone surrogate escape anywhere; Python's json takes it, serde refuses it
+    "key_lone_surrogate": ('{"w\\ud800": ' + _tensor() + "}", 16, False),
+    "key_lone_trailing_surrogate": ('{"w\\udc00": ' + _tensor() + "}", 16, False),
+    "key_surrogate_pair": ('{"w\\ud83d\\ude00": ' + _tensor() + "}", 16, True),
+    "key_escaped_backslash_then_u": ('{"w\\\\ud800": ' + _tensor() + "}", 16, True),
+    "metadata_value_lone_surrogate": ('{"__metadata__": {"a": "b\\ud800"}, "w": ' + _tensor() + "}", 16, False),
+    "other_field_lone_surrogate": ('{"w": {"x": ["a", ["\\uDBFF"]], ' + _tensor()[1:] + "}", 16, False),
 }
 LAYOUTS.update(
     {
@@ -562,3 +569,59 @@ REPO_IDS = [
     ("émoji-free", True),  # \w is Unicode's
     ("org/Model-1.5_x", True),
 ]
+
+
+# what vLLM 0.16.0's ServeSubcommand.cmd does with each (vLLM asked in vllm_import/test_headless_real.py):
+# from 0.15.0 on, a count not given defaults to --data-parallel-size, 1 under an external load balancer,
+# and --data-parallel-size-local (or 1) under a hybrid one
+DATA_PARALLEL_CASES = [
+    (["-dp", "0"], True),
+    (["--data-parallel-size", "0"], True),
+    (["--data-parallel-size=0"], True),
+    (["-dp=0"], True),
+    (["-dp", "-1"], True),
+    (["-dp", "00"], True),
+    (["-dp", "0", "-asc", "1"], False),
+    (["-dp", "0", "--data-parallel-rank", "0"], False),
+    (["-dp", "0", "--data-parallel-external-lb"], False),
+    (["-dp", "0", "--data-parallel-start-rank", "0"], False),
+    (["-dp", "0", "--data-parallel-hybrid-lb"], False),
+    (["-dp", "0", "-dpl", "0", "--data-parallel-hybrid-lb"], False),
+    (["-dp", "2", "-dpl", "0", "--data-parallel-start-rank", "1"], False),
+]
+
+
+# generation_config.json contents, each with whether transformers' GenerationConfig (4.57, the 0.16.0
+# venv's) takes it: review36 W4 (tests/test_generation_config_refusals.py; vLLM asked in
+# vllm_import/test_after_load_real.py)
+GENERATION_CASES = {
+    "max_new_tokens_negative": ('{"max_new_tokens": -1}', False),
+    "max_new_tokens_zero": ('{"max_new_tokens": 0}', False),
+    "max_new_tokens_false": ('{"max_new_tokens": false}', False),
+    "max_new_tokens_string": ('{"max_new_tokens": "5"}', False),
+    "max_new_tokens_true": ('{"max_new_tokens": true}', True),
+    "max_new_tokens_one": ('{"max_new_tokens": 1}', True),
+    "cache_nosuch": ('{"cache_implementation": "nosuch"}', False),
+    "cache_a_number": ('{"cache_implementation": 5}', False),
+    "cache_static": ('{"cache_implementation": "static"}', True),
+    "cache_hybrid": ('{"cache_implementation": "hybrid"}', True),
+    "watermarking_a_number": ('{"watermarking_config": 5}', False),
+    "watermarking_null": ('{"watermarking_config": null}', True),
+    "early_stopping_maybe": ('{"early_stopping": "maybe"}', False),
+    "early_stopping_null": ('{"early_stopping": null}', False),
+    "early_stopping_half": ('{"early_stopping": 0.5}', False),
+    "early_stopping_a_list": ('{"early_stopping": [1]}', False),
+    "early_stopping_never": ('{"early_stopping": "never"}', True),
+    "early_stopping_one": ('{"early_stopping": 1}', True),
+    "compile_config_an_object": ('{"compile_config": {}}', False),
+    "two_returned_greedy": ('{"num_return_sequences": 2}', False),
+    "two_returned_sampled": ('{"num_return_sequences": 2, "do_sample": true}', True),
+    "more_returned_than_beams": ('{"num_beams": 2, "num_return_sequences": 3}', False),
+    "fewer_returned_than_beams": ('{"num_beams": 4, "num_return_sequences": 2}', True),
+    "one_returned_as_a_float": ('{"num_return_sequences": 1.0}', True),
+    "a_generate_argument": ('{"streamer": null}', False),
+    "a_generate_argument_from_model_config": ('{"_from_model_config": true, "streamer": null}', True),
+    "pad_a_string": ('{"pad_token_id": "x"}', False),
+    "pad_negative": ('{"pad_token_id": -1}', True),
+    "sampling_values_greedy": ('{"temperature": 0.6, "top_p": 0.9}', True),
+}

@@ -383,3 +383,14 @@ def test_an_adapter_whose_first_weight_file_its_reader_refuses_is_refused(tmp_pa
     Path(good, "adapter_model.pt").write_bytes(torch_file())  # never opened: the .bin comes first
     [said] = judged(tmp_path, "--enable-lora", "--lora-modules", f"a={good}")
     assert f"--lora-modules {good}: adapter_model.bin is empty: " in said
+
+
+def test_a_generation_config_refused_at_start_is_said_in_one_wording():
+    """The static check (genconfig) and the after-load answer (validation) name the moment vLLM
+    refuses a generation config in the same words: defined once, where both read it."""
+    from patchkit.launch import genconfig, validation
+
+    said = validation.after_load_finding({"option": "generation-config", "value": "auto", "error": "bad JSON"})
+    assert said.message.endswith(f": {genconfig.AT_START}")
+    sources = [path.read_text(encoding="utf-8") for path in Path(genconfig.__file__).parent.glob("*.py")]
+    assert sum(source.count(f'"{genconfig.AT_START}"') for source in sources) == 1

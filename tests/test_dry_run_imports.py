@@ -92,7 +92,7 @@ LAZY_PATTERNS = {
     "patchkit.checks.syntax": ["_ERROR_LINE"],
     "patchkit.cli.ui.console": ["_LABEL"],
     "patchkit.cli.ui.findings": ["_LINE_FIRST"],
-    "patchkit.cli.ui.text": ["_UNSHOWABLE", "_UNSHOWABLE_IN_A_FIELD", "_COMMAND", "_ASIDE", "_SLASH", "_JOINER"],
+    "patchkit.cli.ui.text": ["_COMMAND", "_ASIDE", "_SLASH", "_JOINER"],
     "patchkit.distinfo.entry_points": ["_VALUE"],
     "patchkit.launch.command": ["_ENV_ASSIGNMENT"],
     "patchkit.launch.interpreter": ["_ASSIGNMENT", "_PYTHON_CLUSTER"],

@@ -245,3 +245,90 @@ def test_help_and_usage_errors_click_writes_itself_are_exit_4_too(library):
     done = _to_full_disk("--help")
     assert done.returncode == 4 and "cannot write to stdout" in done.stderr and "Traceback" not in done.stderr
     assert _to_full_disk("list", "--bogus", stderr_full=True).returncode == 4
+
+
+# --------------------------------------------------------------------------- what reorders or breaks a line
+
+
+# a line and a paragraph separator, each bidi override and isolate, and other format characters
+# (a soft hyphen, a zero-width joiner, a byte order mark): none printable, each changes a terminal's line
+LINE_BREAKERS = "\u2028\u2029\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u00ad\u200d\ufeff"
+SHOWN = r"\u2028\u2029\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\xad\u200d\ufeff"
+
+
+def test_a_path_with_a_bidi_override_or_a_line_separator_is_shown_escaped(tmp_path, library):
+    """A tree under a directory named to reorder what follows it on the line (U+202E) and to break
+    the line (U+2028): every output line shows each as \\uNNNN, on a terminal's encoding too."""
+    tree = write_tree(tmp_path / f"x{LINE_BREAKERS}y" / "site-packages")
+    for argv in (["status"], ["apply"], ["revert"]):
+        done = run_cli(*argv, "--target", tree, "--patches", library, "-v")
+        assert_clean_failure(done, 0)
+        said = done.stdout + done.stderr
+        assert not set(LINE_BREAKERS) & set(said), said
+        assert "x" + SHOWN + "y/site-packages" in done.stdout
+    failed = run_cli("status", "--target", tree / "gone", "--patches", library)
+    assert_clean_failure(failed, 4)
+    assert "\\u202e" in failed.stderr and not set(LINE_BREAKERS) & set(failed.stderr)
+
+
+def test_text_kept_as_it_is_is_printable_and_a_tab_or_newline_only_outside_a_field():
+    from patchkit.cli.ui.text import visible
+
+    said = "Z\u00fcrich \u2192 \u2026\tcol\nnext"
+    assert visible(said) == said  # printable non-ASCII is shown as it is
+    assert visible(said, field=True) == "Z\u00fcrich \u2192 \u2026\\x09col\\x0anext"
+    assert visible("a\u202eb\udcff\x1b\ue000") == "a\\u202eb\\xff\\x1b\\ue000"
+
+
+def test_a_note_from_below_the_cli_is_shown_escaped_too(tmp_path, tree, library):
+    """base.notes' lines (here the cache's: PATCHKIT_CACHE_DIR names a file) reach stderr through
+    the same escaping as every other line."""
+    cache = tmp_path / f"cache{LINE_BREAKERS}"
+    cache.write_text("not a directory")
+    done = run_cli("status", "--target", tree, "--patches", library, env={"PATCHKIT_CACHE_DIR": str(cache)})
+    assert_clean_failure(done, 0)
+    assert f"PATCHKIT_CACHE_DIR={tmp_path}/cache{SHOWN} is not a directory" in done.stderr, done.stderr
+    assert not set(LINE_BREAKERS) & set(done.stderr)
+
+
+# --------------------------------------------------------------------------- a recorded path in a refusal
+
+ODD = "vllm/new\nfile\u202e.py"  # a file a patch created, named with a newline and a bidi override
+ODD_SHOWN = "vllm/new\\x0afile\\u202e.py"
+
+
+def _applied_odd(tmp_path: Path) -> tuple[Path, Path]:
+    """A tree where a patch created ODD (recorded as created), and its library."""
+    tree = write_tree(tmp_path / "site", files={"vllm/m0.py": "x = 0\n"})
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    lib = write_library(tmp_path / "lib", {"0.16.0": [make_patch(scratch, tree, {ODD: "z = 1\n"})]})
+    assert_clean_failure(run_cli("apply", "--target", tree, "--patches", lib), 0)
+    return tree, scratch
+
+
+def _one_line_each(done) -> str:
+    said = done.stdout + done.stderr
+    assert ODD_SHOWN in said and not any(line.startswith("file") for line in said.splitlines()), said
+    assert "\u202e" not in said
+    return said
+
+
+def test_a_recorded_path_a_refusal_names_is_escaped_not_split(tmp_path):
+    """The paths a refusal reads back from the record (revert's drift, a created file no patch of
+    the set creates, another set's files in status's note) are shown escaped: every line whole."""
+    tree, scratch = _applied_odd(tmp_path)
+    (tree / ODD).write_text("edited = 1\n")
+    edited = run_cli("revert", "--target", tree, "--patches", tmp_path / "lib")
+    assert_clean_failure(edited, 1)
+    assert f"{ODD_SHOWN} was edited after patchkit patched it" in _one_line_each(edited)
+    (tree / ODD).write_text("z = 1\n")
+    other = write_library(tmp_path / "other", {"0.16.0": [make_patch(scratch, tree, {"vllm/m0.py": "x = 1\n"})]})
+    created = run_cli("revert", "--target", tree, "--patches", other)
+    assert_clean_failure(created, 2)
+    assert f"says patchkit created {ODD_SHOWN}, but none of the set's patches" in _one_line_each(created)
+    renamed = write_library(
+        tmp_path / "renamed", {"0.16.0": [make_patch(scratch, tree, {"vllm/m0.py": "x = 2\n"})]}, name="another"
+    )
+    noted = run_cli("status", "--target", tree, "--patches", renamed)
+    assert f"the record also holds set demo ({ODD_SHOWN})" in _one_line_each(noted)

@@ -273,6 +273,7 @@ def test_a_record_of_nothing_does_nothing(patched):
     "state, says",
     [
         (b"{not json", "is not JSON"),
+        (b'{"format": 1, "entries": [], "at": NaN}', "is not JSON"),  # json takes NaN; JSON has none
         (b'{"format": 1, "entries": {"a": 1}}', "is damaged ('entries' is not a list)"),
         (
             b'{"format": 1, "entries": [{"set": "s", "files": {"vllm/a.py": {"before": null, "after": 7}}}]}',
@@ -296,8 +297,9 @@ def test_a_recorded_path_out_of_the_tree_is_never_read(patched, tmp_path):
     secret.write_text("outside\n")
     (site / "vllm/link.py").symlink_to(secret)
     digest = hashlib.sha256(b"outside\n").hexdigest()
-    # review30 L2: the file there leads out of the tree, not the record (its path is a plain one)
-    leads = f"'vllm/link.py' leads outside {site} (a symlink): not the file patchkit wrote"
+    # review30 L2: the file there is a symlink, not the record's path out of the tree (a plain one);
+    # where the symlink leads is never resolved (review36 N14-b)
+    leads = "vllm/link.py is a symlink, or under one: not the file patchkit wrote"
     for path, says in [("vllm/link.py", leads), ("../secret.py", "'../secret.py' is no relative path")]:
         _write_state(site, {"format": 1, "entries": [{"set": "s", "files": {path: {"before": None, "after": digest}}}]})
         done = _load(site)

@@ -43,6 +43,8 @@ FORMATS = {
     24: "d133a73032393d976b895b9caa6973c34d6743365e9f907f31b6a60c0d5b3aa0",  # a recorded path deeper than 32 parts, or too long for a file, is damaged
     25: "155ad1f4d3f7b4c984cd98e28e76437e7b49050d56c8072822eb03b51642c79d",  # a recorded absolute path refused in the words of its fault (too long, a control character)
     26: "df65c034bd5d8d4ea3fbd25340269e2d664c9cf2ffe7f47f18512cb6a583b070",  # characters above U+00FF escaped as \\uNNNN, the tree path escaped and one shell word
+    27: "f9aa4c6f40e966e3bc1221870fe8d657d0d5f23297c76d13c656c0d9ab56a4da",  # NaN, Infinity in a record are malformed JSON
+    28: "3c5a7434317b537eadcf6dd7636640d6dc74cddb0e07bcda5a5722a267558958",  # recorded paths walked from the tree to the first symlink, never resolved
 }
 _SKIPPED = {tokenize.COMMENT, tokenize.NL, tokenize.ENCODING, tokenize.ENDMARKER}
 _STATEMENT_START = {tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, None}

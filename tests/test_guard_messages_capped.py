@@ -121,3 +121,30 @@ def test_another_sets_files_no_patch_writes_are_fixed_by_reverting_it(tmp_path, 
     assert run_cli_writing("revert", "--target", tree, "--patches", library, "--set", "spec").returncode == 0
     assert run_cli_writing("apply", "--target", tree, "--patches", library, "--set", "spec").returncode == 0
     assert run_cli("status", "--target", tree, "--patches", library).returncode == 0
+
+
+def test_status_and_verify_say_one_fix_of_many_drifted_files_once(run, tree, open_library):
+    """100 files edited since apply, one fix: status and verify said a drifted line and the same fix
+    for each (200 lines); now one line naming a few, then how many more, and the fix once. The exit
+    code and the JSON document (every drifted file) are unchanged."""
+    assert run("apply", "--target", tree, "--patches", open_library).exit_code == 0
+    path = tree / ".patchkit" / "state.json"
+    data = json.loads(path.read_text())
+    (tree / "vllm" / "zz").mkdir(parents=True)
+    edited = [f"vllm/zz/edited_{i:03}.py" for i in range(100)]
+    for rel in edited:  # each there, not what the record says patchkit wrote
+        (tree / rel).write_text("x = 1\n")
+        data["entries"][0]["files"][rel] = {"after": "ab" * 32, "before": None, "mode": 0o644}
+    path.write_text(json.dumps(data))
+    for command in ("status", "verify"):
+        done = run_cli(command, "--target", tree, "--patches", open_library)
+        assert done.returncode == 1, done.stdout + done.stderr
+        drifted = [line for line in done.stdout.splitlines() if "drifted: edited after" in line]
+        assert drifted == [
+            "drifted: edited after patchkit patched it (100 files: vllm/zz/edited_000.py, "
+            "vllm/zz/edited_001.py, vllm/zz/edited_002.py +97 more)"
+        ], done.stdout[:2000]
+        assert done.stdout.count("--force` (keeps a copy of the edits), then `patchkit apply") == 1, done.stdout[:2000]
+        assert len(done.stdout.splitlines()) < 20, done.stdout[:2000]
+        document = json.loads(run_cli(command, "--target", tree, "--patches", open_library, "--format", "json").stdout)
+        assert set(edited) <= set(document["drifted"])

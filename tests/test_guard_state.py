@@ -10,11 +10,12 @@ import copy
 import json
 from pathlib import Path
 
+import pytest
 from helpers import examples, json_values, mutated, places_in
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from patchkit._target.guard import state_damage
+from patchkit._target.guard import TreeChanged, _read_json, state_damage
 from patchkit.base.errors import BadInput
 from patchkit.store.state import parse_state
 
@@ -139,3 +140,22 @@ def test_a_patch_applys_record_naming_a_file_outside_vllm_is_damaged_to_both():
     assert not _commands_refuse(record) and state_damage(record) is None
     entry["files"]["mypkg/notes.py"] = {"before": DIGEST, "after": DIGEST}
     assert _commands_refuse(record) and "mypkg/notes.py" in str(state_damage(record))
+
+
+@pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
+@pytest.mark.parametrize("where", ["mode", "unread"])
+def test_nan_and_infinity_are_malformed_json_to_both(tmp_path, constant, where):
+    """json.loads takes NaN and Infinity by default; JSON has neither: a record holding one, where a
+    number is read or in a field nothing reads, is refused by the commands and by the guard."""
+    record = copy.deepcopy(VALID)
+    if where == "mode":
+        record["entries"][0]["files"]["vllm/config/spec.py"]["mode"] = "@"
+    else:
+        record["entries"][0]["took"] = "@"
+    raw = json.dumps(record).replace('"@"', constant).encode()
+    path = tmp_path / "state.json"
+    path.write_bytes(raw)
+    with pytest.raises(BadInput, match=f"not JSON: {constant} is no JSON number"):
+        parse_state(raw, path)
+    with pytest.raises(TreeChanged, match="is not JSON"):
+        _read_json(str(path))

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from helpers import run_cli, run_cli_read_only
 from launch_fixtures import (  # noqa: F401  (the fixture `setup`)
+    DATA_PARALLEL_CASES,
     ONE_TENSOR,
     TOOLS,
     eagle3_and_tools,
@@ -57,11 +58,21 @@ def test_a_headless_launch_is_read_as_vllm_serve_reads_it(release, words, headle
     assert parse(["vllm", "serve", "m", *words], release).headless is headless
 
 
+@pytest.mark.parametrize(("words", "headless"), DATA_PARALLEL_CASES)
+def test_a_data_parallel_size_below_1_is_headless_where_the_count_defaults_to_it(words, headless):
+    assert parse(["vllm", "serve", "m", *words], "0.16.0").headless is headless
+    assert not parse(["vllm", "serve", "m", *words], "0.14.0").headless  # the count defaults to 1 there
+    # a front end of its own (VLLM_RUST_FRONTEND_PATH) makes the defaulted count 1
+    assert not parse(["env", "VLLM_RUST_FRONTEND_PATH=/x", "vllm", "serve", "m", *words], "0.22.0").headless
+
+
 def test_the_config_file_and_the_api_server_module(tmp_path):
     (tmp_path / "c.yaml").write_text("headless: true\n")
     assert parse(["vllm", "serve", "m", "--config", str(tmp_path / "c.yaml")], "0.16.0").headless
     (tmp_path / "d.yaml").write_text("api-server-count: 0\n")
     assert parse(["vllm", "serve", "m", "--config", str(tmp_path / "d.yaml")], "0.16.0").headless
+    (tmp_path / "e.yaml").write_text("data-parallel-size: 0\n")
+    assert parse(["vllm", "serve", "m", "--config", str(tmp_path / "e.yaml")], "0.16.0").headless
     # the api_server module serves whatever it is given (run_server, no run_headless)
     assert not parse([*API_SERVER, "m", "--headless"], "0.16.0").headless
 

@@ -523,6 +523,32 @@ def test_a_lone_surrogate_in_a_record_is_damage_for_every_command(tmp_path, plan
     assert done.returncode == REFUSED and "lone surrogate" in output and "Traceback" not in output, output
 
 
+def state_nan(scene: Scene) -> None:
+    state = scene.state()
+    state["entries"][0]["took"] = float("nan")  # a field no command reads: the file is still no JSON
+    scene.write_json("state.json", state)
+
+
+def journal_infinity(scene: Scene) -> None:
+    _journal(scene, [_journal_entry(SPEC, size=float("-inf"))])
+
+
+@pytest.mark.parametrize("plant", [state_nan, journal_infinity], ids=lambda p: p.__name__)
+@pytest.mark.parametrize("command", ["status", "verify", "apply", "revert", "recover", "preflight", "run"])
+def test_nan_or_infinity_in_a_record_is_damage_for_every_command(tmp_path, plant, command):
+    """json.loads takes NaN and Infinity (JSON has neither, patchkit never writes one): read back
+    from state.json or journal.json they are damage (exit 2) naming the file, as other malformed JSON."""
+    scene = _scene(tmp_path, applied=True)
+    plant(scene)
+    launch = ("--", "vllm", "serve", str(tmp_path)) if command in ("preflight", "run") else ()
+    launch = ("--no-import", *launch) if command == "preflight" else launch
+    patch = () if command == "recover" else ("--patch", scene.patch)
+    done = run_cli(command, "--target", scene.tree, *patch, *launch)
+    output = done.stdout + done.stderr
+    assert done.returncode == REFUSED and "is no JSON number" in output and "Traceback" not in output, output
+    assert ("state.json" if plant is state_nan else "journal.json") in done.stderr
+
+
 # -- a workspace's metadata (refresh reads it) ------------------------------------------------------
 
 WS_META = ".patchkit-workspace.json"

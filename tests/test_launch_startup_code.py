@@ -185,3 +185,18 @@ def test_a_variable_the_launch_unsets_that_the_sites_start_up_names_is_asked(tmp
     monkeypatch.setenv("CORP_KEEP", "1")
     unset = {name: value for name, value in os.environ.items() if name != "CORP_KEEP"}
     assert _prefix(site, python, unset) == "/pfx" and calls == [(unset, "/")]
+
+
+def test_the_sites_start_up_files_are_read_once_per_launch_question(tmp_path, asked, monkeypatch):
+    """Whether the start-up names the prefix, and whether it names a variable the launch gives: both
+    answered from one read of the site's start-up files (they were read twice)."""
+    site, python = _venv(tmp_path)
+    calls = asked(site)
+    (site / "corp.pth").write_text("import corp_startup\n")
+    (site / "corp_startup.py").write_text("import os\nLEVEL = os.environ.get('CORP_LEVEL')\n")
+    reads = []
+    read = target._startup_texts
+    monkeypatch.setattr(target, "_startup_texts", lambda root: reads.append(root) or read(root))
+    given = {**os.environ, "CORP_LEVEL": "3"}  # a variable the start-up names: asked
+    assert _prefix(site, python, given) == "/pfx" and calls == [(given, "/")]
+    assert reads == [site]

@@ -1447,6 +1447,160 @@ def test_aux_layers_vllm_never_reads_fail_naming_the_default_it_uses(setup, tmp_
     assert "(2, 30, 58)" in findings(done)["drafter-aux-layers"]["message"]
 
 
+@pytest.mark.parametrize(
+    ("drafter_change", "target_layers", "taken"),
+    [
+        ({"eagle_aux_hidden_state_layer_ids": [3, 3, 40]}, 61, 2),  # a repeated id is collected once
+        ({"eagle_aux_hidden_state_layer_ids": [5, 44]}, 61, 2),
+        ({"eagle_aux_hidden_state_layer_ids": [0, 9, 30, 60]}, 61, 4),
+        ({"eagle_aux_hidden_state_layer_ids": None}, 6, 2),  # the target's default (2, 3, 3)
+    ],
+)
+def test_aux_layers_giving_other_than_three_hidden_states_fail(setup, tmp_path, drafter_change, target_layers, taken):
+    """vLLM 0.16.0's EAGLE-3 drafter's fc takes 3 x hidden size: the target returns one state per distinct
+    layer id, and another number fails the first request's proposal after the whole load."""
+    tree, library, _ = setup
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    target = write_model(tmp_path / "target", {**DEEPSEEK_V3, "num_hidden_layers": target_layers})
+    drafter = write_model(tmp_path / "drafter", _changed(DRAFTER, drafter_change))
+    done = preflight(tree, library, *serve(target, drafter))
+    assert_clean_failure(done, 1)
+    assert failed(done) == {"drafter-aux-layers"}, done.stdout
+    finding = findings(done)["drafter-aux-layers"]
+    assert f"give {taken} hidden state(s)" in finding["message"]
+    assert f"3 distinct layers below {target_layers}" in finding["fix"]
+
+
+@pytest.mark.parametrize(
+    ("drafter_change", "target_layers"),
+    [
+        ({"eagle_aux_hidden_state_layer_ids": [4, 20, 50]}, 61),
+        ({"eagle_aux_hidden_state_layer_ids": None}, 7),  # (2, 3, 4)
+        ({"eagle_aux_hidden_state_layer_ids": [5, 44], "eagle_config": {"use_aux_hidden_state": False}}, 61),
+    ],
+)
+def test_aux_layers_giving_three_hidden_states_or_none_taken_pass(setup, tmp_path, drafter_change, target_layers):
+    tree, library, _ = setup
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    target = write_model(tmp_path / "target", {**DEEPSEEK_V3, "num_hidden_layers": target_layers})
+    drafter = write_model(tmp_path / "drafter", _changed(DRAFTER, drafter_change))
+    done = preflight(tree, library, *serve(target, drafter))
+    assert "drafter-aux-layers" not in failed(done), done.stdout
+
+
+@pytest.mark.parametrize(
+    ("layers", "stages", "partition", "taken"),
+    [
+        ([1, 29, 57], "2", None, 1),  # the last of 2 stages holds layers 31-60
+        ([40, 50, 60], "4", None, 2),  # 61 // 4: the last stage holds 46-60
+        ([40, 50, 60], "2", "51,10", 1),  # VLLM_PP_LAYER_PARTITION: the last stage holds 51-60
+    ],
+)
+def test_eagle3_under_pipeline_parallelism_counts_the_last_stages_layers_alone(
+    setup, tmp_path, layers, stages, partition, taken
+):
+    """Only the last pipeline stage holds the drafter; the stages before it hand on hidden_states and
+    residual alone, so their layers' aux hidden states never reach the drafter's fc."""
+    tree, library, models = setup
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    drafter = write_model(tmp_path / "drafter", {**DRAFTER, "eagle_aux_hidden_state_layer_ids": layers})
+    env = {} if partition is None else {"VLLM_PP_LAYER_PARTITION": partition}
+    done = preflight(tree, library, *serve(models["deepseek"], drafter, "-pp", stages), env=env)
+    assert_clean_failure(done, 1)
+    assert failed(done) == {"drafter-aux-layers"}, done.stdout
+    assert (
+        f"give {taken} hidden state(s) of the last pipeline stage's layers"
+        in findings(done)["drafter-aux-layers"]["message"]
+    )
+
+
+@pytest.mark.parametrize(
+    ("layers", "stages", "partition"),
+    [([31, 45, 60], "2", None), ([1, 29, 57], "1", None), ([10, 20, 30], "2", "5,56"), ([1, 29, 57], "2", "61")],
+)
+def test_eagle3_under_pipeline_parallelism_with_the_last_stages_layers_passes(
+    setup, tmp_path, layers, stages, partition
+):
+    tree, library, models = setup
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    drafter = write_model(tmp_path / "drafter", {**DRAFTER, "eagle_aux_hidden_state_layer_ids": layers})
+    env = {} if partition is None else {"VLLM_PP_LAYER_PARTITION": partition}
+    done = preflight(tree, library, *serve(models["deepseek"], drafter, "-pp", stages), env=env)
+    assert "drafter-aux-layers" not in failed(done), done.stdout
+
+
+@pytest.mark.parametrize(
+    ("architectures", "fails"),
+    [
+        (["EagleLlamaForCausalLM"], True),  # EAGLE-1's: built as Eagle3EagleLlamaForCausalLM, registered nowhere
+        (["Eagle3EagleLlamaForCausalLM"], True),
+        (["LlamaForCausalLM"], False),  # built as Eagle3LlamaForCausalLM
+        (["Foo", "LlamaForCausalLMEagle3"], False),  # vLLM builds the first its registry holds
+    ],
+)
+def test_the_drafter_is_looked_up_by_the_name_vllm_gives_it_under_eagle3(setup, tmp_path, architectures, fails):
+    tree, library, models = setup
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    drafter = write_model(tmp_path / "drafter", {**DRAFTER, "architectures": architectures})
+    done = preflight(tree, library, *serve(models["deepseek"], drafter))
+    assert ("drafter-architecture" in failed(done)) is fails, done.stdout
+    if fails:
+        assert "Eagle3EagleLlamaForCausalLM" in findings(done)["drafter-architecture"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("heads", "kv_heads", "tp", "says"),
+    [
+        (56, 8, 16, "56 attention heads do not divide by -tp 16"),
+        (48, 6, 4, "6 KV heads do not split over -tp 4"),
+        (48, 3, 4, "3 KV heads do not split over -tp 4"),
+        (40, None, 16, "40 attention heads do not divide by -tp 16"),  # KV heads default to the heads
+    ],
+)
+def test_a_drafter_whose_heads_the_tensor_parallel_size_cannot_split_fails(setup, tmp_path, heads, kv_heads, tp, says):
+    """vLLM builds the drafter in the target's -tp group after the target's load; its attention asserts the split."""
+    tree, library, models = setup
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    drafter = write_model(
+        tmp_path / "drafter", _changed(DRAFTER, {"num_attention_heads": heads, "num_key_value_heads": kv_heads})
+    )
+    done = preflight(tree, library, *serve(models["deepseek"], drafter, "-tp", str(tp)))
+    assert_clean_failure(done, 1)
+    assert failed(done) == {"drafter-architecture"}, done.stdout
+    assert says in findings(done)["drafter-architecture"]["message"]
+    assert "-tp that divides" in findings(done)["drafter-architecture"]["fix"]
+
+
+@pytest.mark.parametrize(("heads", "kv_heads", "tp"), [(56, 8, 8), (64, 8, 16), (48, 3, 6), (56, 8, 1)])
+def test_a_drafter_whose_heads_the_tensor_parallel_size_splits_passes(setup, tmp_path, heads, kv_heads, tp):
+    tree, library, models = setup
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    drafter = write_model(
+        tmp_path / "drafter", {**DRAFTER, "num_attention_heads": heads, "num_key_value_heads": kv_heads}
+    )
+    done = preflight(tree, library, *serve(models["deepseek"], drafter, "-tp", str(tp)))
+    assert "drafter-architecture" not in failed(done), done.stdout
+
+
+@pytest.mark.parametrize(
+    ("fc", "fails"),
+    [
+        (b"fc_input_size = self.config.target_hidden_size * 3\n", True),
+        (b"self.fc_input_size = target_hidden_size * self.num_aux_hidden_states\n", False),
+    ],
+)
+def test_the_aux_layer_count_follows_the_trees_own_drafter(setup, tmp_path, fc, fails):
+    """A vLLM whose drafter sizes its fc from the drafter's config is not held to 3."""
+    tree, library, _ = setup
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    drafter_file = tree / "vllm" / "model_executor" / "models" / "llama_eagle3.py"
+    drafter_file.parent.mkdir(parents=True, exist_ok=True)
+    drafter_file.write_bytes(fc)
+    drafter = write_model(tmp_path / "drafter", {**DRAFTER, "eagle_aux_hidden_state_layer_ids": [5, 44]})
+    done = preflight(tree, library, *serve(write_model(tmp_path / "target", DEEPSEEK_V3), drafter))
+    assert ("drafter-aux-layers" in failed(done)) is fails, done.stdout
+
+
 def test_a_pythonpath_set_in_patchkits_own_environment_and_unset_by_the_launch_fails_launch_target(setup, tmp_path):
     from helpers import write_tree
 

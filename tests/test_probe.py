@@ -362,7 +362,10 @@ def test_a_vllm_that_ends_the_process_on_import_stays_a_warning(fake_vllm, tmp_p
     assert applied.exit_code == 0, applied.output
     [row] = probe_rows(applied)
     assert (row["ok"], row["level"]) == (False, "warning")
-    assert "the probe was killed by SIGKILL (while importing vllm)" in row["message"]
+    said = (
+        "the probe was killed (SIGKILL: the kernel's out-of-memory killer, or another process) (while importing vllm)"
+    )
+    assert f"{said}: free memory, then run it again" in row["message"], row
 
 
 @pytest.mark.parametrize("value", ["-3", "0", "nan", "1e400", "two minutes"])

@@ -388,7 +388,9 @@ def test_verify_on_a_drifted_tree_names_what_the_hand_edit_broke(run, tree, scra
 def test_status_refuses_a_tree_apply_and_revert_refuse(run, tree, diffs, tmp_path, applied):
     """A series file behind a symlinked directory: the command that would change the tree (apply on a
     stock one, revert on an applied one) refuses to write through it, so status says so too (exit
-    2, naming it) instead of reporting a state patchkit could not change."""
+    2, naming it) instead of reporting a state patchkit could not change. On an applied tree the
+    guard refuses the file for the symlink (where it leads is never resolved: review36 N14-b), and
+    status says that refusal with the same repair (exit 1), as for a symlink inside the tree."""
     if applied:
         assert run("apply", "--target", tree, "--patch", diffs["model"]).exit_code == 0
     elsewhere = tmp_path / "models-elsewhere"
@@ -400,8 +402,12 @@ def test_status_refuses_a_tree_apply_and_revert_refuse(run, tree, diffs, tmp_pat
         for command in ("status", "revert" if applied else "apply")
     }
     for command, result in results.items():
-        assert result.exit_code == 2, (command, result.output)
-        assert f"{MODEL}: the path goes through a symlink" in result.output, command
+        if applied and command == "status":
+            assert result.exit_code == 1, (command, result.output)
+            assert f"{MODEL} is a symlink, or under one: not the file patchkit wrote" in result.output
+        else:
+            assert result.exit_code == 2, (command, result.output)
+            assert f"{MODEL}: the path goes through a symlink" in result.output, command
         # review 13 M2: the hint names the action that lets the command run
         fix = (
             f"replace the symlink {tree / 'vllm' / 'models'} with a real directory holding a copy of what it points to"

@@ -28,6 +28,10 @@ SAID = {
     "metadata_an_integer_value": "invalid JSON in header: __metadata__ is not a map of strings",
     "metadata_twice": "duplicate field `__metadata__`",
     "metadata_nan": "model.safetensors is no safetensors file (its header is no JSON object in UTF-8)",
+    "key_lone_surrogate": "invalid JSON in header: `w\\ud800` holds a lone surrogate escape",
+    "key_lone_trailing_surrogate": "invalid JSON in header: `w\\udc00` holds a lone surrogate escape",
+    "metadata_value_lone_surrogate": "invalid JSON in header: `b\\ud800` holds a lone surrogate escape",
+    "other_field_lone_surrogate": "invalid JSON in header: `\\udbff` holds a lone surrogate escape",
 }
 
 
@@ -54,3 +58,11 @@ def test_fastsafetensors_judges_only_the_data_length_as_before(tmp_path):
     text, data, _ = SAFETENSORS_HEADERS["a_gap_before"]
     directory = write_layout(tmp_path / "m", {"model.safetensors": raw_safetensors(text, data)})
     assert weights_problem(str(directory), "fastsafetensors") is None
+
+
+def test_a_tensor_name_with_a_newline_is_said_on_one_line(tmp_path):
+    """review36 L8's class: a name read from the header is escaped as a file's name is."""
+    text = '{"a\\nb\\u001b[2J": ' + '{"dtype": "F32", "shape": [4], "data_offsets": [16, 32]}}'
+    directory = write_layout(tmp_path / "m", {"model.safetensors": raw_safetensors(text, 32)})
+    said = weights_problem(str(directory), "auto")
+    assert said is not None and "invalid offset for tensor `a\\x0ab\\x1b[2J`" in said and "\n" not in said, said

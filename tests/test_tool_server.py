@@ -69,3 +69,62 @@ def test_another_release_is_not_judged(version):
 
 def test_a_headless_node_connects_to_no_tool_server():
     assert judged("http://x:1", "0.16.0", "--headless") == ([], [])
+
+
+def test_a_value_of_thousands_of_entries_is_said_in_a_line():
+    """review36 L7: 12,000 entries were one note of 241 KB (each expanded), the refusal quoted the
+    whole value: a few entries, then how many more."""
+    many = ",".join(f"h{i}:1" for i in range(12_000))
+    found, notes = judged(many)
+    assert found == [] and notes == [
+        "--tool-server: vLLM connects to http://h0:1/sse, http://h1:1/sse, http://h2:1/sse +11,997 more once the "
+        "model has loaded (not judged here)"
+    ]
+    value = many + ",http://x:1"
+    found, notes = judged(value)
+    assert notes == [] and len(found) == 1 and len(found[0]) < 400, found
+    assert found[0].startswith("--tool-server h0:1,h1:1,") and f"... ({len(value):,} characters)" in found[0]
+    assert "connects to http://http://x:1/sse, which no MCP server answers" in found[0]
+    found, notes = judged(value, "0.35.0")
+    assert found == [] and len(notes) == 1 and len(notes[0]) < 400 and f"({len(value):,} characters)" in notes[0]
+
+
+def pooling(*words: str, architectures: tuple[str, ...], version: str = "0.16.0") -> tuple[list[str], list[str]]:
+    command = parse(["vllm", "serve", "m", "--tool-server", "http://x:1", *words], "0.16.0")
+    found, notes = tool_server_findings(command, "command", Version(version), architectures)
+    return [f.message for f in found], notes
+
+
+NOT_USED = "--tool-server: not used: vLLM builds no tool server for a pooling model (no generate task)"
+
+
+@pytest.mark.parametrize(
+    ("words", "architectures"),
+    [
+        (["--runner", "pooling"], ("LlamaForCausalLM",)),
+        ([], ("LlamaForSequenceClassification",)),
+        ([], ("Qwen2ForRewardModel",)),
+        (["--runner", "auto"], ("BertForSequenceClassification", "LlamaForCausalLM")),
+    ],
+)
+def test_a_pooling_model_builds_no_tool_server(words, architectures):
+    """From 0.16.0 the API server builds its tool server only for a model serving `generate`
+    (init_generate_state): a pooling model's launch never connects to it, so nothing is refused."""
+    assert pooling(*words, architectures=architectures) == ([], [NOT_USED])
+    found, _ = pooling(*words, architectures=architectures, version="0.15.1")  # built for every model there
+    assert len(found) == 1
+
+
+@pytest.mark.parametrize(
+    ("words", "architectures"),
+    [
+        ([], ("LlamaForCausalLM",)),
+        (["--runner", "generate"], ("LlamaForSequenceClassification",)),
+        ([], ("LlamaForCausalLM", "BertForSequenceClassification")),  # the first one decides
+        ([], ("BertModel",)),  # a bare ...Model: some generate (ChatGLMModel): still judged
+        ([], ()),
+    ],
+)
+def test_a_generating_model_or_one_not_certainly_pooling_is_judged(words, architectures):
+    found, notes = pooling(*words, architectures=architectures)
+    assert len(found) == 1 and notes == []

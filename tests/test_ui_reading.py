@@ -44,7 +44,9 @@ def test_runs_fix_text_is_indented_under_its_fix_as_in_preflight(tmp_path, monke
     for command in (["run"], ["preflight", "--no-import"]):
         code, lines = drawn_at(80, *command, "--target", tree, "--patches", library, "--", *launch)
         assert code == 4, lines
-        start = next(i for i, line in enumerate(lines) if line.startswith("  fix: preflight reads only config.json"))
+        start = next(
+            i for i, line in enumerate(lines) if line.startswith("  fix: preflight needs the model's config.json")
+        )
         end = next(i for i in range(start + 1, len(lines)) if re.match(r"[a-z-]+( warning)?: ", lines[i]))
         fix = lines[start + 1 : end]
         assert "".join(fix).count("`") >= 6 and fix[-1].strip().endswith("or a folder with it"), lines

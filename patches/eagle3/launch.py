@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from packaging.version import Version
+
 from patchkit.base import hints
 from patchkit.launch.engine import few_named
 from patchkit.launch.findings import Finding
@@ -25,6 +27,16 @@ AUX_FIX = "give the layers the drafter was trained on as a top-level eagle_aux_h
 LAYERS_FIX = "give the config.json whole-number layer ids and num_hidden_layers: the check cannot judge without them"
 NOTE_ROOM = 60  # columns for the names of the general plugins not judged
 SIZE_FIX = "give the config.json a positive whole-number size: the check cannot judge without one"
+EAGLE3_DRAFTER = f"{MODELS_DIR}/llama_eagle3.py"
+# The drafter's fc takes 3 aux hidden states (3 x hidden size) in every release up to 0.18.x; 0.22.0
+# sizes it from the drafter's config instead, so the count is judged only where the tree shows the 3.
+FC_HIDDEN_STATES = 3
+# the targets whose forward (as this set patches it) counts layer ids from the model's first layer on every
+# pipeline stage (stock Llama-family forwards count from the stage's own first layer)
+ABSOLUTE_LAYER_IDS = ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "KimiK25ForConditionalGeneration")
+FC_OF_THREE = b"hidden_size * 3"
+SIZED_BY_CONFIG = b"num_aux_hidden_states"
+LAST_FC_OF_THREE = Version("0.18.999")
 
 
 # The other methods whose drafter vLLM loads through the proposer's load_model (EagleProposer: eagle,
@@ -162,17 +174,53 @@ def drafter_architecture(launch) -> Finding:
     if lacking is not None:
         return lacking
     arch = launch.drafter.architecture
-    table = launch.registry().get(SPECULATIVE_TABLE, {})
-    names = [arch, f"Eagle3{arch}"] if arch else []
-    if any(name in table for name in names):
-        return Finding("drafter-architecture", True, f"drafter architecture {arch} is registered for EAGLE-3")
+    tables = launch.registry()
+    table = tables.get(SPECULATIVE_TABLE, {})
+    built = next((name for name in _built_names(launch.drafter) if any(name in t for t in tables.values())), None)
+    if built is not None:
+        registered = f"drafter architecture {built} is registered for EAGLE-3"
+        split = _heads_unsplit(launch)
+        if split is None:
+            return Finding("drafter-architecture", True, registered)
+        message = f"{registered}, but {split}: vLLM fails building it, after the target's load"
+        fix = "give a -tp that divides the drafter's heads and the target's, or a drafter whose heads it divides"
+        return Finding("drafter-architecture", False, message, fix)
     known = ", ".join(sorted(n for n, (module, _) in table.items() if "eagle3" in module.lower())) or "none"
+    names = _built_names(launch.drafter)
+    renamed = f" (built as {', '.join(names)} under eagle3)" if names and names != launch.drafter.architectures else ""
     return Finding(
         "drafter-architecture",
         False,
-        f"drafter architecture {arch} is not registered for EAGLE-3 in the installed vLLM (registered: {known})",
+        f"drafter architecture {arch}{renamed} is not registered for EAGLE-3 in the installed vLLM (registered: {known})",
         DRAFTER_FIX,
     )
+
+
+def _built_names(drafter) -> list[str]:
+    """The names vLLM looks the drafter up by, in order: for eagle3 its EAGLEConfig renames each of
+    config.json's architectures to Eagle3<name> unless it starts or ends with Eagle3 (an EAGLE-1
+    EagleLlamaForCausalLM becomes Eagle3EagleLlamaForCausalLM, which no registry holds). A config of
+    model_type eagle is vLLM's already and is not renamed there: either spelling is looked up."""
+    archs = drafter.architectures
+    if drafter.config.get("model_type") == "eagle":
+        return [name for arch in archs for name in (arch, f"Eagle3{arch}")]
+    return [arch if arch.startswith("Eagle3") or arch.endswith("Eagle3") else f"Eagle3{arch}" for arch in archs]
+
+
+def _heads_unsplit(launch) -> str | None:
+    """vLLM builds the drafter in the target's tensor-parallel group, whose attention asserts that -tp
+    divides its heads, and its KV heads (or is divided by them when fewer): what fails, else None."""
+    tp = launch.command.tensor_parallel_size
+    heads = launch.drafter.config.get("num_attention_heads")
+    if tp <= 1 or not _whole(heads) or heads <= 0:
+        return None  # absent or odd: the drafter's own load names it
+    kv = launch.drafter.config.get("num_key_value_heads")
+    kv = heads if kv is None else kv
+    if heads % tp:
+        return f"its {heads} attention heads do not divide by -tp {tp}"
+    if _whole(kv) and kv > 0 and (kv % tp if kv >= tp else tp % kv):
+        return f"its {kv} KV heads do not split over -tp {tp}"
+    return None
 
 
 def hidden_size(launch) -> Finding:
@@ -189,10 +237,12 @@ def aux_layers(launch) -> Finding:
     """The layers vLLM's model runner takes: the drafter config's top-level
     eagle_aux_hidden_state_layer_ids when a non-empty list, else the target's default (2, n//2, n-3)."""
     config = launch.drafter.config
+    if not _uses_aux_hidden_states(config):  # vLLM then feeds it the last layer's state alone
+        return Finding("drafter-aux-layers", True, "the drafter takes no aux hidden states (use_aux_hidden_state off)")
     layers = config.get("eagle_aux_hidden_state_layer_ids")
     count = launch.target.text_config.get("num_hidden_layers")
     if not (layers and isinstance(layers, list)):
-        return _default_aux_layers(config, count)
+        return _default_aux_layers(launch, config, count)
     if not _whole(count) or not all(_whole(n) for n in layers):
         message = f"cannot judge: layers {layers}, target layers {count} (each must be a whole number)"
         return Finding("drafter-aux-layers", False, message, LAYERS_FIX)
@@ -200,10 +250,66 @@ def aux_layers(launch) -> Finding:
     if beyond:
         message = f"drafter's eagle_aux_hidden_state_layer_ids {beyond} not below the target's {count} layers"
         return Finding("drafter-aux-layers", False, message, DRAFTER_FIX)
-    return Finding("drafter-aux-layers", True, f"aux layers {layers} are below the target's {count} layers")
+    passed = f"aux layers {layers} are below the target's {count} layers"
+    return _aux_count(launch, f"aux layers {layers}", layers, count, passed)
 
 
-def _default_aux_layers(config: dict, count: object) -> Finding:
+def _aux_count(launch, named: str, layers: list[int], count: int, passed: str) -> Finding:
+    """The target returns one hidden state per distinct layer id below its layer count (none past the
+    last layer), and the drafter's fc takes exactly FC_HIDDEN_STATES of them: another number loads and
+    serves until the first request's proposal, which fails on the fc's shape."""
+    first = _last_stage_start(launch, count)
+    taken = sorted({n for n in layers if first <= n < count})
+    if _fc_hidden_states(launch) is None or len(taken) == FC_HIDDEN_STATES:
+        return Finding("drafter-aux-layers", True, passed)
+    held = f"the target's {count} layers" if first == 0 else f"the last pipeline stage's layers {first}-{count - 1}"
+    message = (
+        f"{named} give {len(taken)} hidden state(s) of {held}; this vLLM's EAGLE-3 drafter "
+        f"takes {FC_HIDDEN_STATES}: vLLM fails at the first request"
+    )
+    fix = f"give the drafter's eagle_aux_hidden_state_layer_ids 3 distinct layers below {count}, as it was trained"
+    return Finding("drafter-aux-layers", False, message, fix)
+
+
+def _last_stage_start(launch, count: int) -> int:
+    """The first layer of the last pipeline stage, which alone holds the drafter and hands it hidden states:
+    the earlier stages pass on only hidden_states and residual (0: one stage, or a partition vLLM refuses)."""
+    stages = _whole_option(launch.command.options.get("pipeline-parallel-size", 1))
+    if stages is None or stages <= 1 or target_architecture(launch) not in ABSOLUTE_LAYER_IDS:
+        return 0
+    given = launch.command.environ.get("VLLM_PP_LAYER_PARTITION")
+    if given is not None:  # vLLM's get_pp_indices: one count a stage, summing to the layers
+        parts = [_whole_option(part) for part in given.split(",")]
+        whole = [part for part in parts if part is not None]
+        return count - whole[-1] if len(whole) == len(parts) == stages and sum(whole) == count else 0
+    last = count // stages  # the remainder goes to the stages before the last
+    return count - last
+
+
+def _whole_option(value: object) -> int | None:
+    try:
+        return int(str(value).strip())
+    except ValueError:
+        return None
+
+
+def _uses_aux_hidden_states(config: dict) -> bool:
+    """vLLM's EagleProposer: eagle_config's use_aux_hidden_state (default on) when eagle_config is a dict."""
+    nested = config.get("eagle_config")
+    return bool(nested.get("use_aux_hidden_state", True)) if isinstance(nested, dict) else True
+
+
+def _fc_hidden_states(launch) -> int | None:
+    """FC_HIDDEN_STATES where this vLLM's drafter builds its fc of 3 hidden states; None where it sizes it
+    from the drafter's config, or cannot be told (no drafter file in a tree of a later release)."""
+    data = launch.read(EAGLE3_DRAFTER)
+    if data is None:
+        known = launch.version is not None and launch.version <= LAST_FC_OF_THREE
+        return FC_HIDDEN_STATES if known else None
+    return FC_HIDDEN_STATES if FC_OF_THREE in data and SIZED_BY_CONFIG not in data else None
+
+
+def _default_aux_layers(launch, config: dict, count: object) -> Finding:
     """No layers vLLM reads: it takes the target's default, which a drafter naming layers elsewhere
     (eagle_config, an empty list, a number) was not trained on."""
     default = (
@@ -214,7 +320,9 @@ def _default_aux_layers(config: dict, count: object) -> Finding:
     ignored = _ignored_aux_layers(config)
     if ignored is None:
         message = f"drafter names no eagle_aux_hidden_state_layer_ids: vLLM uses the target's default layers {default}"
-        return Finding("drafter-aux-layers", True, message)
+        if not _whole(count):
+            return Finding("drafter-aux-layers", True, message)
+        return _aux_count(launch, f"the target's default layers {default}", [2, count // 2, count - 3], count, message)
     message = (
         f"vLLM never reads the drafter's {ignored[0]} {ignored[1]!r} (only a non-empty top-level list): "
         f"it uses the target's default layers {default}"

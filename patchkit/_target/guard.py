@@ -42,7 +42,7 @@ ENV = "PATCHKIT_GUARD"
 # The number of the guard's checks: patchkit tells an older build's guard that judges a tree as it
 # does (the same number: a note, `apply` updates it) from one that may not (a failure until `apply`).
 # tests/test_guard_format.py holds it to this module's code: a change of the code bumps it.
-GUARD_FORMAT = 26
+GUARD_FORMAT = 28
 MAX_RECORD_BYTES = 16 * 1024 * 1024
 if TYPE_CHECKING:  # (vllm version or None, {path: recorded sha256 or None}, {path: its original's sha256 or None})
     Record = tuple[str | None, dict[str, str | None], dict[str, str | None]]
@@ -275,15 +275,12 @@ def _pip_wrote(site: str, found: list[tuple[str, str | None]]) -> list[str]:
         return []
     rows = _record_entries(os.path.join(site, infos[0], "RECORD"), [rel for rel, _ in files]) or {}
     said = []
-    for rel, actual in files:
-        digest, size = rows.get(rel, ("", ""))
-        full = _inside(site, rel)
-        wanted = "sha256=" + base64.urlsafe_b64encode(bytes.fromhex(actual)).rstrip(b"=").decode()
-        try:
-            if digest == wanted and full is not None and size == str(os.stat(full).st_size):
+    with _Tree(site) as tree:
+        for rel, actual in files:
+            digest, size = rows.get(rel, ("", ""))
+            wanted = "sha256=" + base64.urlsafe_b64encode(bytes.fromhex(actual)).rstrip(b"=").decode()
+            if digest == wanted and size == str(tree.size(rel)):
                 said.append(rel)
-        except OSError:
-            continue
     return said
 
 
@@ -660,11 +657,16 @@ def _read_json(path: str) -> Any:
     if raw is None:
         return None
     try:
-        data = json.loads(raw, parse_int=_bounded_int)
+        data = json.loads(raw, parse_int=_bounded_int, parse_constant=_no_constant)
         json.dumps(data, ensure_ascii=False).encode()  # a lone surrogate escape is no path: malformed
         return data
     except (ValueError, RecursionError):
         raise TreeChanged(path + " is not JSON") from None
+
+
+def _no_constant(name: str) -> object:
+    """NaN and Infinity are no JSON (patchkit.base.fsutil.no_constant): malformed, as the commands say."""
+    raise ValueError(name + " is no JSON number")
 
 
 def _bounded_int(text: str) -> int:
@@ -1218,22 +1220,103 @@ def _differing(site: str, files: dict[str, str | None]) -> list[tuple[str, str |
     """(path, its sha256 on disk or None, the problem) for each file not as `files` records it; a
     path outside site, or through a symlink, has the sha256 "" (no file's)."""
     found: list[tuple[str, str | None, str]] = []
-    for rel, expected in sorted(files.items()):
-        full = _inside(site, rel)
-        if full is None and _plain_path(rel):  # the file there leads out (a symlink), not the record
-            found.append((rel, "", repr(rel) + " leads outside " + site + " (a symlink): not the file patchkit wrote"))
-            continue
-        if full is None:
-            found.append((rel, "", repr(rel) + " is recorded with a path outside " + site))
-            continue
-        if os.path.lexists(os.path.join(os.path.realpath(site), rel)) and _through_symlink(site, rel):
-            found.append((rel, "", rel + " is a symlink, or under one: not the file patchkit wrote"))
-            continue
-        data = _read_regular(full, MAX_FILE_BYTES)
-        actual = None if data is None else hashlib.sha256(data).hexdigest()
-        if actual != expected:
-            found.append((rel, actual, rel + " " + _how_changed(expected, actual)))
+    with _Tree(site) as tree:
+        for rel, expected in sorted(files.items()):
+            if not _plain_path(rel):
+                found.append((rel, "", repr(rel) + " is recorded with a path outside " + site))
+            elif tree.symlink_on_the_way(rel):
+                found.append((rel, "", rel + " is a symlink, or under one: not the file patchkit wrote"))
+            else:
+                actual = tree.digest(rel)
+                if actual != expected:
+                    found.append((rel, actual, rel + " " + _how_changed(expected, actual)))
     return found
+
+
+class _Tree:
+    """The recorded files under site, each reached by its own path from site (a moved vllm/'s files
+    from the directory its symlink names, _moved), one lstat a directory, each directory once: a
+    symlink on the way is a refusal, so what it leads to is never resolved (a planted one may name a
+    path thousands of directories long, each of them looked at again for each file)."""
+
+    def __init__(self, site: str) -> None:
+        self.site, self.moved = site, _moved(site)
+        self.plain: set[str] = set()  # the directories (relative) found real ones
+        self.links: set[str] = set()  # and the symlinks found: each path on the way looked at once
+        self._fds: dict[str, int] = {}  # "": site, "vllm": a moved vllm/, each opened once
+        if os.lstat in os.supports_dir_fd and os.open in os.supports_dir_fd:
+            for first in ("", "vllm") if self.moved else ("",):
+                fd = _directory_fd(os.path.join(site, first))
+                if fd is not None:
+                    self._fds[first] = fd
+
+    def __enter__(self) -> _Tree:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+
+    def _place(self, sub: str) -> tuple[str, int | None]:
+        """(the name os.lstat or os.open is given for site/sub, the directory it is relative to)."""
+        first, _, rest = sub.partition("/")
+        if rest and first == "vllm" and "vllm" in self._fds:
+            return rest, self._fds["vllm"]
+        return (sub, self._fds[""]) if "" in self._fds else (os.path.join(self.site, sub), None)
+
+    def symlink_on_the_way(self, rel: str) -> bool:
+        """Whether site/rel is, or is reached through, a symlink other than a moved vllm/."""
+        parts, sub = rel.split("/"), ""
+        for depth, part in enumerate(parts, 1):
+            sub = sub + "/" + part if sub else part
+            if sub in self.plain or (depth == 1 < len(parts) and self.moved and part == "vllm"):
+                continue
+            if sub in self.links:
+                return True
+            name, fd = self._place(sub)
+            try:
+                mode = os.lstat(name, dir_fd=fd).st_mode
+            except OSError:  # nothing there, or nothing to look in: reading it says which
+                return False
+            if stat.S_ISLNK(mode):
+                self.links.add(sub)
+                return True
+            if not stat.S_ISDIR(mode):
+                return False
+            self.plain.add(sub)
+        return False
+
+    def digest(self, rel: str) -> str | None:
+        """The sha256 of site/rel, a regular file reached through no symlink (None: absent)."""
+        name, fd = self._place(rel)
+        data = _read_regular(name, MAX_FILE_BYTES, dir_fd=fd, shown=os.path.join(self.site, rel))
+        return None if data is None else hashlib.sha256(data).hexdigest()
+
+    def size(self, rel: str) -> int | None:
+        """The size of the regular file site/rel, reached through no symlink (None: none there)."""
+        if self.symlink_on_the_way(rel):
+            return None
+        name, fd = self._place(rel)
+        try:
+            info = os.lstat(name, dir_fd=fd)
+        except OSError:
+            return None
+        return info.st_size if stat.S_ISREG(info.st_mode) else None
+
+
+def _directory_fd(path: str) -> int | None:
+    try:
+        return os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError:  # its paths are then given whole: reading one says what fails
+        return None
+
+
+def _moved(site: str) -> bool:
+    """Whether site/vllm is vLLM's package directory moved to another volume, a symlink to a
+    directory left in its place (Python imports through it; patchkit applies through it): the files
+    under it are judged from that directory; any other symlink on the way leads out."""
+    linked = os.path.join(site, "vllm")
+    return os.path.islink(linked) and os.path.isdir(linked)
 
 
 def _how_changed(expected: str | None, actual: str | None) -> str:
@@ -1242,28 +1325,6 @@ def _how_changed(expected: str | None, actual: str | None) -> str:
     if expected is None:
         return "exists, but the patches removed it"
     return "was changed after patchkit patched it"
-
-
-def _inside(site: str, rel: object) -> str | None:
-    """site/rel when rel is a relative path that stays inside site, symlinks resolved; else None."""
-    if not isinstance(rel, str) or not rel or "\x00" in rel or "\\" in rel or os.path.isabs(rel):
-        return None
-    if ".." in rel.split("/"):
-        return None
-    root, rest = _base(site, rel)
-    full = os.path.realpath(os.path.join(root, rest))
-    return full if full.startswith(root + os.sep) else None
-
-
-def _base(site: str, rel: str) -> tuple[str, str]:
-    """(the real directory `rel` is judged inside, rel below it): vllm/ moved to another volume, a
-    symlink to a directory left in its place (Python imports through it; patchkit applies through
-    it), holds the files under vllm/; any other symlink leads out."""
-    first, _, rest = rel.partition("/")
-    linked = os.path.join(site, first)
-    if first == "vllm" and rest and os.path.islink(linked) and os.path.isdir(linked):
-        return os.path.realpath(linked), rest
-    return os.path.realpath(site), rel
 
 
 def _plain_path(rel: str) -> bool:
@@ -1276,27 +1337,24 @@ def _resolves_inside(site: str, path: str) -> bool:
     return os.path.realpath(path).startswith(root + os.sep)
 
 
-def _through_symlink(site: str, rel: str) -> bool:
-    """Whether site/rel is, or is reached through, a symlink: not the file patchkit wrote there."""
-    root, rest = _base(site, rel)
-    return os.path.realpath(os.path.join(root, rest)) != os.path.normpath(os.path.join(root, rest))
-
-
-def _read_regular(path: str, limit: int | None, *, follow: bool = False) -> bytes | None:
+def _read_regular(
+    path: str, limit: int | None, *, follow: bool = False, dir_fd: int | None = None, shown: str | None = None
+) -> bytes | None:
     """A regular file's bytes (up to `limit`; more is an error), not through a symlink unless
-    `follow`; None if absent."""
+    `follow`; None if absent. `dir_fd`: the directory `path` is relative to; `shown`: the path said."""
     nofollow = 0 if follow else getattr(os, "O_NOFOLLOW", 0)
+    shown = path if shown is None else shown
     try:
-        fd = os.open(path, os.O_RDONLY | nofollow | getattr(os, "O_NONBLOCK", 0))
+        fd = os.open(path, os.O_RDONLY | nofollow | getattr(os, "O_NONBLOCK", 0), dir_fd=dir_fd)
     except FileNotFoundError:
         return None
     except OSError as exc:
-        raise TreeChanged("cannot read " + path + " (" + (exc.strerror or str(exc)) + ")") from None
+        raise TreeChanged("cannot read " + shown + " (" + (exc.strerror or str(exc)) + ")") from None
     if not stat.S_ISREG(os.fstat(fd).st_mode):  # before fdopen, which refuses a directory with its own error
         os.close(fd)
-        raise TreeChanged(path + " is not a regular file")
+        raise TreeChanged(shown + " is not a regular file")
     with os.fdopen(fd, "rb") as fh:
         data = fh.read() if limit is None else fh.read(limit + 1)
     if limit is not None and len(data) > limit:
-        raise TreeChanged(path + " is larger than " + str(limit) + " bytes")
+        raise TreeChanged(shown + " is larger than " + str(limit) + " bytes")
     return data

@@ -16,6 +16,7 @@ maps to the exit code with exit_code_for; an error carries its own code. Nothing
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Callable, Mapping, Sequence
 
 from patchkit.base import hints
@@ -48,6 +49,34 @@ def quoted(text: str, limit: int = QUOTE_LIMIT) -> str:
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
 
 
+def excerpt(text: str, limit: int = 300) -> str:
+    """Another program's error text as a message quotes it: whole up to `limit` characters, else its
+    head (where the problem is named) and its end (where a traceback's exception is), the middle left out."""
+    if len(text) <= limit:
+        return text
+    head = limit * 2 // 3
+    return f"{text[:head]} ... ({len(text) - limit:,} characters left out) ... {text[head - limit :]}"
+
+
+def ended_how(status: int) -> str:
+    """How a child process ended, from its exit status (negative: the signal that killed it)."""
+    if status >= 0:
+        return f"exited with status {status}"
+    if -status == signal.SIGKILL:  # no program sends it to itself; the kernel does when memory runs out
+        return "was killed (SIGKILL: the kernel's out-of-memory killer, or another process)"
+    try:
+        return f"was killed by {signal.Signals(-status).name}"
+    except ValueError:
+        return f"was killed by signal {-status}"
+
+
+def killed_fix(status: int) -> str | None:
+    """What to do about a child a signal killed (None: it exited by itself)."""
+    if status >= 0:
+        return None
+    return "free memory, then run it again" if -status == signal.SIGKILL else "run it again"
+
+
 SHOWN_PROBLEMS = 3  # a list of problems in a message: the first few, then how many more
 
 
@@ -56,13 +85,17 @@ def more_said(rest: int) -> str:
     return f" +{rest:,} more" if rest else ""
 
 
-def escaped(text: str) -> str:
-    """Text read from a file or a record (a recorded path), as a message shows it: each control
-    character (a newline too: it would split the message's line) and undecodable byte as \\xNN,
-    one above U+00FF (U+2028, U+202E) as \\uNNNN: its low byte alone would read as another character."""
+def escaped(text: str, keep: str = "") -> str:
+    """Text read from a file or a record (a recorded path), as a message shows it: each character
+    that is not printable escaped, but those in `keep` (the console keeps tab and newline): a control
+    (a newline too: it would split the message's line) and undecodable byte as \\xNN, one above
+    U+00FF as \\uNNNN (a line or paragraph separator, a bidi override U+202A-U+202E, U+2066-U+2069
+    and every other format character: each would break or reorder a terminal's line)."""
     if text.isprintable():
         return text
-    return "".join(c if c.isprintable() else escape_of(c) for c in text)
+    if "\n" in keep and "\n" in text:  # a line at a time: a long text is mostly lines printable as they are
+        return "\n".join(escaped(line, keep) for line in text.split("\n"))
+    return "".join(c if c.isprintable() or c in keep else escape_of(c) for c in text)
 
 
 def escape_of(char: str) -> str:
@@ -121,8 +154,8 @@ def drift_refused(changed: Mapping[str, str], one: Callable[[str, str], str], se
     fix = hints.command("revert", "--force")
     if len(changed) == 1:
         ((path, how),) = changed.items()
-        return Drift(one(path, how), hint=f"{fix} restores {restores} and keeps a copy of your edit")
-    listed = "".join(f"\n  {path} ({how})" if how else f"\n  {path}" for path, how in changed.items())
+        return Drift(one(escaped(path), how), hint=f"{fix} restores {restores} and keeps a copy of your edit")
+    listed = "".join(f"\n  {escaped(path)} ({how})" if how else f"\n  {escaped(path)}" for path, how in changed.items())
     return Drift(f"{several}:{listed}", hint=f"{fix} restores {restores}s and keeps a copy of your edits")
 
 

@@ -22,9 +22,10 @@ from patchkit.base.errors import BadInput
 def load_json_text(raw: bytes | str) -> Any:
     """JSON read back from a file patchkit does not trust, every string in it text: a lone surrogate
     escape ("\\ud800"), which no file name, UTF-8 output or JSON written back can carry, is a
-    ValueError (UnicodeEncodeError) like any other malformed JSON."""
+    ValueError (UnicodeEncodeError) like any other malformed JSON; so is NaN or Infinity (json
+    takes them, JSON has no such number: patchkit never writes one)."""
 
-    data = json.loads(raw, parse_int=_bounded_int)
+    data = json.loads(raw, parse_int=_bounded_int, parse_constant=no_constant)
     try:
         json.dumps(data, ensure_ascii=False).encode()
     except UnicodeEncodeError as exc:
@@ -32,6 +33,11 @@ def load_json_text(raw: bytes | str) -> Any:
         bad = run[:4].encode("unicode_escape").decode() + (f"... ({len(run):,} in a row)" if len(run) > 4 else "")
         raise ValueError(f"a string holds a lone surrogate escape ({bad}), which is no text") from None
     return data
+
+
+def no_constant(name: str) -> object:
+    """json's parse_constant: NaN, Infinity and -Infinity are malformed JSON (RFC 8259 has no such number)."""
+    raise ValueError(f"{name} is no JSON number")
 
 
 _MAX_INT_DIGITS = 4300  # Python's own limit for int(text): what it says past it is advice for programmers

@@ -38,7 +38,7 @@ def recall(check: str, key: str) -> object:
     if path is None:
         return MISSING
     try:
-        entry = json.loads(fsutil.read_regular(path, MAX_ENTRY_BYTES))
+        entry = fsutil.load_json_text(fsutil.read_regular(path, MAX_ENTRY_BYTES))
         verdict = entry["verdict"]
         if not seal.sealed(_SEAL_KIND, f"{check}/{key}", seal.canonical(verdict), entry.get("seal")):
             return MISSING

@@ -30,6 +30,7 @@ from pathlib import Path
 from packaging.version import Version
 
 from patchkit.base import fsutil, hints, remembered
+from patchkit.base.errors import ended_how, killed_fix
 from patchkit.base.fsutil import atomic_write, load_json_text
 from patchkit.base.hashing import sha256
 from patchkit.base.locks import seconds_from_env
@@ -243,6 +244,8 @@ def _run(python: str, script: Path, args: list[str], *, isolated: bool) -> Judge
         document = load_json_text(lines[-1] if lines else "")
     except ValueError:
         flood = " (its output passed what patchkit keeps, and its last line was cut)" if flooded(out) else ""
+        if status < 0:
+            return f"{script.name} {ended_how(status)}: {killed_fix(status)}"
         return f"{script.name} exited {status} with no JSON verdict on its last line{flood}{_last_error(errors)}"
     try:
         return _validated(status, document)

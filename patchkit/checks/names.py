@@ -185,7 +185,7 @@ def _load(cache: Path | None, digest: str) -> tuple[Finding, ...] | _Missing | N
     if not fsutil.plain_directory(cache, path.parent):
         return _MISSING
     try:
-        entry = json.loads(fsutil.read_regular(path, MAX_ENTRY_BYTES))  # never a symlink, never a fifo
+        entry = fsutil.load_json_text(fsutil.read_regular(path, MAX_ENTRY_BYTES))  # never a symlink, never a fifo
         data = entry["findings"]
         if not seal.sealed(_SEAL_KIND, f"{cache.name}/{digest}", seal.canonical(data), entry.get("seal")):
             return _MISSING

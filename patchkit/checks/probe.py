@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from patchkit.base.enums import CheckLevel
+from patchkit.base.errors import ended_how, killed_fix
 from patchkit.base.locks import seconds_from_env
 from patchkit.base.values import FrozenValue, frozen
 from patchkit.checks import ERROR, WARNING, CheckContext, CheckResult
@@ -182,7 +183,11 @@ def run_import_probe(
             return report, ProbeProblem(why)
         if failed.status is None:
             return report, ProbeProblem(failed.message)
-        return report, ended(report, request, f"{_how_it_ended(failed.status)} (while {step}): {failed.stderr}")
+        if failed.status == -signal.SIGKILL:  # no module's doing: memory ran out, or another process
+            return report, ProbeProblem(
+                f"the probe {ended_how(failed.status)} (while {step}): {killed_fix(failed.status)}"
+            )
+        return report, ended(report, request, f"{ended_how(failed.status)} (while {step}): {failed.stderr}")
     if not report.get("done"):  # something exited the process early, with status 0
         return report, ended(report, request, f"exited early, with status 0 (while {report.get('step', 'starting')})")
     return report, None
@@ -197,12 +202,3 @@ def ended(report: dict[str, Any], request: dict[str, Any], how: str) -> ProbePro
     if module is None and report.get("step", "").startswith("running "):
         return ProbeProblem(f"the set's probe script ended the probe process: it {how}", None, True)
     return ProbeProblem(f"the probe {how}")
-
-
-def _how_it_ended(status: int) -> str:
-    if status < 0:
-        try:
-            return f"was killed by {signal.Signals(-status).name}"
-        except ValueError:
-            return f"was killed by signal {-status}"
-    return f"exited with status {status}"

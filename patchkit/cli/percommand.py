@@ -30,6 +30,7 @@ MEMOS: dict[str, tuple[str, ...]] = {
     "patchkit.launch.serve_parser": ("_load_spec", "_parser"),
     "patchkit.launch.shortcut": ("_own_code",),
     "patchkit.launch.speculative": ("_fields",),
+    "patchkit.launch.weights": ("_JUDGED",),
     "patchkit.store.state": ("_parsed",),
     "patchkit.tree.target": (
         "_ASKED_HERE",

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 from patchkit import __version__
 from patchkit.base import hints
-from patchkit.base.errors import BadInput, PatchkitError, TargetError, few
+from patchkit.base.errors import BadInput, PatchkitError, TargetError, escaped, few
 from patchkit.base.fsutil import NotRegularFile, moved_package, read_file, read_regular
 from patchkit.base.hashing import sha256
 from patchkit.base.patterns import LazyPattern
@@ -246,9 +246,9 @@ def removal_changes(
         if current is None:
             continue
         if sha256(current) != digest:
-            kept.append(f"{path} was changed after patchkit wrote it: kept")
+            kept.append(f"{escaped(path)} was changed after patchkit wrote it: kept")
         elif not is_guard_file(path, current):
-            kept.append(f"{path} is not a file of patchkit's launch guard (its record says so): kept")
+            kept.append(f"{escaped(path)} is not a file of patchkit's launch guard (its record says so): kept")
         else:
             changes[path] = (current, None)
     for path, digest in sorted((replaced or {}).items()):
@@ -268,8 +268,11 @@ def _put_back(root: Path, path: str, digest: str, guard: bytes | None) -> tuple[
     try:
         original = read_object(root, digest)
     except BadInput as exc:
-        return (guard, None), f"{path}: your own file that `apply --guard` replaced cannot be put back ({exc.message})"
-    return (guard, original), f"{path}: your own file that `apply --guard` replaced is put back"
+        return (
+            guard,
+            None,
+        ), f"{escaped(path)}: your own file that `apply --guard` replaced cannot be put back ({exc.message})"
+    return (guard, original), f"{escaped(path)}: your own file that `apply --guard` replaced is put back"
 
 
 def is_guard_file(path: str, data: bytes) -> bool:
@@ -447,7 +450,9 @@ def launch_verdict_of(
     prefix = launch_prefix(root) if prefix is None else prefix
     unknown = _shadowing_module(root) or _unknown_module(root, state)
     unknown += displacing_entry_point(root)
-    closed = ", ".join(f"{path} ({stat.S_IMODE(mode):04o})" for path, mode in unreadable_by_others(root, state))
+    closed = ", ".join(
+        f"{escaped(path)} ({stat.S_IMODE(mode):04o})" for path, mode in unreadable_by_others(root, state)
+    )
     hidden = [f"{OTHERS_CANNOT_READ} {closed}"] if closed else []
     try:
         found = _target_guard().judge(str(root), launch_tags(root), prefix, launch_extensions(root), mode)
@@ -903,7 +908,9 @@ def _declared(root: Path) -> tuple[bool, list[str]]:
             continue
         except NotRegularFile as exc:
             if Path(info).name.lower().replace("-", "_").startswith("patchkit_guard"):
-                unreadable.append(f"{path} is {exc.strerror}: vLLM's plugin loader reads it at every launch")
+                unreadable.append(
+                    f"{escaped(str(path))} is {exc.strerror}: vLLM's plugin loader reads it at every launch"
+                )
             continue
         except OSError:
             continue

@@ -13,7 +13,7 @@ from packaging.version import InvalidVersion, Version
 
 from patchkit.base import hints
 from patchkit.base.enums import Holder, Outcome, PatchState, SelectionKind, StepState, TreeState
-from patchkit.base.errors import PatchkitError, few
+from patchkit.base.errors import PatchkitError, escaped, few
 from patchkit.base.fsutil import Landed, first_symlink, read_file
 from patchkit.base.hashing import sha256
 from patchkit.base.heads import Heads
@@ -439,7 +439,7 @@ def found_edit_said(resolved: Resolved, path: str) -> tuple[str, str]:
     change, and the fix: status and apply say the same."""
     version, name = resolved.vllm_version, resolved.set_name
     message = (
-        f"{path} differs from stock vLLM {version} beyond the set's change (your edit?): the tree records no "
+        f"{escaped(path)} differs from stock vLLM {version} beyond the set's change (your edit?): the tree records no "
         f"apply of {name}, so patchkit cannot record it as its own"
     )
     # this same apply after: every set it chose (the record so far names only the earlier ones)
@@ -721,7 +721,7 @@ def records_unjudged(state: State | None) -> list[str]:
     found = []
     for entry in (e for e in state.entries if not is_adhoc(e.set_name) and e.set_name not in known):
         files = sorted(entry.files)
-        named = ", ".join(files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
+        named = ", ".join(map(escaped, files[:3])) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
         chosen = hints.for_set(entry.set_name, library=entry.library) if entry.library else None
         judge = f"{hints.command('status', chosen=chosen)} judges it" if chosen else "no library is named"
         found.append(

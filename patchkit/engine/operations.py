@@ -27,7 +27,7 @@ from packaging.version import Version
 from patchkit import __version__, fetch
 from patchkit.base import hints
 from patchkit.base.enums import Outcome, SelectionKind, StepState, TreeState
-from patchkit.base.errors import BadInput, CheckFailed, Conflict, Drift, NoPatchSet, PatchkitError, few
+from patchkit.base.errors import BadInput, CheckFailed, Conflict, Drift, NoPatchSet, PatchkitError, escaped, few
 from patchkit.base.fsutil import Landed, read_file
 from patchkit.base.hashing import sha256
 from patchkit.base.heads import Heads
@@ -423,7 +423,7 @@ class _Applying:
         assert later is not None
         this = self.resolved.set_name
         raise Conflict(
-            f"{path} was changed by set {name}, applied after {this}: applying {this} again would "
+            f"{escaped(path)} was changed by set {name}, applied after {this}: applying {this} again would "
             f"write under {name}'s record; nothing was written",
             hint=f"{hints.command('revert', chosen=selection_of(later))}, then apply {this} again "
             f"({hints.command('apply')}), then {hints.command('apply', chosen=selection_of(later))}",
@@ -1271,8 +1271,10 @@ class _Reverting:
         if not self.alone or force:
             return
         sets = ", ".join(shown_set(e) for e in self.undo.entries if set(e.files) & set(self.alone))
-        where = self.alone[0] if len(self.alone) == 1 else f"{len(self.alone)} files"
-        listed = "".join(f"\n  {path}" for path in self.alone) if len(self.alone) > 1 else ""  # one a line, as git
+        where = escaped(self.alone[0]) if len(self.alone) == 1 else f"{len(self.alone)} files"
+        listed = (
+            "".join(f"\n  {escaped(path)}" for path in self.alone) if len(self.alone) > 1 else ""
+        )  # one a line, as git
         raise CheckFailed(
             f"nothing but {state_path(self.root)} vouches for what revert would put back at {where} (the record "
             f"of {sets}: no vLLM RECORD lists those bytes there, and the recorded patches reversed do not give "
@@ -1364,10 +1366,10 @@ class _Reverting:
         )
         kept = "a copy would be kept" if dry_run else "a copy is kept"
         self.warnings += [
-            f"{path} held bytes the recorded patches do not make of its original (edited since?): {kept}"
+            f"{escaped(path)} held bytes the recorded patches do not make of its original (edited since?): {kept}"
             for path in unmade
         ] + [
-            f"{path}: the patches its record names are in no library at hand, so nothing proves it held "
+            f"{escaped(path)}: the patches its record names are in no library at hand, so nothing proves it held "
             f"their output: {kept}"
             for path in unjudged
         ]
@@ -1501,7 +1503,7 @@ def _unnamed_conflict_hint(root: Path) -> str:
 def _left_unnamed(root: Path, left: list[PatchStep]) -> str:
     """A file of a set the record does not name, and none of that series found applied: neither its
     stock text nor the set's change (an edit?), so nothing tells what to undo: left, and said."""
-    files = ", ".join(sorted({f.path for step in left for f in step.patch.files}))
+    files = ", ".join(sorted({escaped(f.path) for step in left for f in step.patch.files}))
     return (
         f"{files}: neither the stock text nor the change of a set the record does not name (your edit?): "
         f"left as it is; {stock_files_command(root, None)} puts the stock files back"
@@ -1731,7 +1733,7 @@ def _refuse_created_stock_files(
     if stock:
         origin = state_path(root)
         raise BadInput(
-            f"{origin} says patchkit created {stock[0]}, but an installed distribution's RECORD lists it as its own "
+            f"{origin} says patchkit created {escaped(stock[0])}, but an installed distribution's RECORD lists it as its own "
             "file: reverting that record would delete it; nothing was written",
             hint=f"inspect or remove {origin} (patchkit records no original only for a file its patches add)",
         )
@@ -1749,7 +1751,7 @@ def _refuse_another_releases_originals(root: Path, entry: Entry, installed: Vers
             # a checkout's files are put back by git (or its source), not pip: stale once none is patchkit's
             back = checkout_restore(root, sorted(entry.files))
             raise Drift(
-                f"{path} is not the file patchkit patched: the record is of vLLM {entry.vllm_version}, vLLM "
+                f"{escaped(path)} is not the file patchkit patched: the record is of vLLM {entry.vllm_version}, vLLM "
                 f"{installed} is installed, and the originals it saved would mix the two; nothing was written",
                 hint=f"{back} (vLLM {installed}'s files back), then {hints.command('apply')} (it drops the record)"
                 if back
@@ -1843,7 +1845,7 @@ def _entries_to_revert(state: State, only: str | None) -> list[Entry]:
         order = [hints.command("revert", chosen=selection_of(e)) for e in reversed(state.later(entry))]
         order.append(hints.command("revert", chosen=selection_of(entry)))
         raise Conflict(
-            f"{path} was changed again by set {name}, applied after {only}: reverting {only} alone would "
+            f"{escaped(path)} was changed again by set {name}, applied after {only}: reverting {only} alone would "
             f"undo {name} there too; nothing was written",
             hint=f"revert the sets applied after {only} first: {', then '.join(order)}",
         )

@@ -53,7 +53,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from patchkit.base import hints, locks, notes, seal, signals
-from patchkit.base.errors import BadInput, LockBusy, TargetError
+from patchkit.base.errors import BadInput, LockBusy, TargetError, escaped
 from patchkit.base.fsutil import (
     NO_SPACE,
     Landed,
@@ -802,25 +802,25 @@ def preflight(root: Path, paths: list[str], *, writable: bool = True) -> None:
     for rel in paths:
         reason = unsafe_reason(rel)
         if reason:
-            raise BadInput(f"{rel}: the path {reason}; refusing to write")
+            raise BadInput(f"{escaped(rel)}: the path {reason}; refusing to write")
         parent = _checked_directories(root, rel, directories)
         info = _lstat(root, rel)
         if info is not None and stat.S_ISLNK(info.st_mode):
             raise BadInput(
-                f"{rel} is a symlink; refusing to write through it",
+                f"{escaped(rel)} is a symlink; refusing to write through it",
                 hint=f"replace the symlink {root / rel} with a copy of the file it points to (or remove it), then run again",
             )
         if info is not None and not stat.S_ISREG(info.st_mode):
-            raise BadInput(f"{rel} is not a regular file (device, fifo or directory)")
+            raise BadInput(f"{escaped(rel)} is not a regular file (device, fifo or directory)")
         if not writable:
             continue
         if not writable_dirs.setdefault(parent, os.access(root / parent, os.W_OK)):
             raise TargetError(
-                f"{root / parent} is not writable (needed for {rel})",
+                f"{root / parent} is not writable (needed for {escaped(rel)})",
                 hint="run as the user that owns the vLLM install",
             )
         if info is not None and not os.access(root / rel, os.W_OK):
-            raise TargetError(f"{rel} is not writable", hint="run as the user that owns the vLLM install")
+            raise TargetError(f"{escaped(rel)} is not writable", hint="run as the user that owns the vLLM install")
 
 
 def _checked_directories(root: Path, rel: str, known: dict[str, bool]) -> str:
@@ -836,11 +836,11 @@ def _checked_directories(root: Path, rel: str, known: dict[str, bool]) -> str:
                 info = os.stat(os.path.join(root, directory))
             if info is not None and stat.S_ISLNK(info.st_mode):
                 raise BadInput(
-                    f"{rel}: the path goes through a symlink ({root / directory}); refusing to write",
+                    f"{escaped(rel)}: the path goes through a symlink ({root / directory}); refusing to write",
                     hint=f"{hints.replace_symlink(root / directory, directory=True)}, then run again",
                 )
             if info is not None and not stat.S_ISDIR(info.st_mode):
-                raise TargetError(f"{rel}: {root / directory} is not a directory")
+                raise TargetError(f"{escaped(rel)}: {root / directory} is not a directory")
             known[directory] = info is not None
         if not known[directory]:
             break
@@ -856,7 +856,7 @@ def _lstat(root: Path, rel: str) -> os.stat_result | None:
         return None
     except OSError as exc:
         if exc.errno in (errno.ENAMETOOLONG, errno.ELOOP, errno.ENOTDIR):
-            raise BadInput(f"{rel}: no file can have this path ({exc.strerror})") from None
+            raise BadInput(f"{escaped(rel)}: no file can have this path ({exc.strerror})") from None
         raise TargetError(f"cannot look at {root / rel}: {exc.strerror}") from None
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from packaging.version import Version
 
 from patchkit import fetch
-from patchkit.base.errors import BadInput, PatchkitError, drift_refused
+from patchkit.base.errors import BadInput, PatchkitError, drift_refused, escaped
 from patchkit.base.fsutil import read_regular
 from patchkit.distinfo import tree_record
 from patchkit.distinfo.record import Record
@@ -40,7 +40,7 @@ def edited_unrecorded(
         raise drift_refused(
             dict.fromkeys(edited, ""),
             lambda path, _: (
-                f"{path} was edited after patchkit patched it; keeping your version "
+                f"{escaped(path)} was edited after patchkit patched it; keeping your version "
                 f"({why.format('it')}); nothing was written"
             ),
             f"{len(edited)} files were edited after patchkit patched them ({why.format('them')}); "
@@ -93,11 +93,11 @@ def _release_files(root: Path, installed: Version | None, paths: list[str], reco
     """The release's own files (fetch cache, else the index), each held to the tree's RECORD."""
     back = f"put the stock files back ({stock_files_command(root, installed)}), then run the revert again"
     if installed is None:
-        raise BadInput(f"no stock original of {paths[0]}: the tree's vLLM version cannot be told", hint=back)
+        raise BadInput(f"no stock original of {escaped(paths[0])}: the tree's vLLM version cannot be told", hint=back)
     try:
         tree = fetch.release_tree(str(installed), paths)
     except PatchkitError as exc:  # its own kind (and exit code), said as what it stops
-        exc.message = f"no stock original of {paths[0]}: {exc.message}"
+        exc.message = f"no stock original of {escaped(paths[0])}: {exc.message}"
         exc.hint = exc.hint or back
         raise
     out = {}
@@ -109,7 +109,7 @@ def _release_files(root: Path, installed: Version | None, paths: list[str], reco
             data = None
         if data is None or not record.matches(path, data):
             raise BadInput(
-                f"no stock original of {path}: vLLM {installed}'s own file is not the one the tree's RECORD lists",
+                f"no stock original of {escaped(path)}: vLLM {installed}'s own file is not the one the tree's RECORD lists",
                 hint=back,
             )
         out[path] = data

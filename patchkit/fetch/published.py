@@ -15,7 +15,6 @@ another file under that name is refused by every fetch and build (other_file).
 
 from __future__ import annotations
 
-import json
 import re
 import shlex
 from contextlib import suppress
@@ -25,6 +24,7 @@ from typing import Any
 
 from patchkit.base import hints, seal
 from patchkit.base.errors import BadInput, FetchError
+from patchkit.base.fsutil import load_json_text
 from patchkit.base.usercache import cache_dir
 from patchkit.fetch import net  # called as net.*, so that a test can stub the network in one place
 from patchkit.fetch.cache import (
@@ -153,7 +153,7 @@ def wheel_record(root: Path, ver: str, wheel: str) -> dict[str, Any] | Unbelieve
     """The wheel's sealed .json, with the sha256 the download was checked against (whoever writes the
     cache could pair any wheel with its sha256: only a record this user's patchkit sealed is
     believed), else why not."""
-    record = json.loads(read_regular(root, f"{wheel}.json", limit=MAX_SIDECAR_BYTES))
+    record = load_json_text(read_regular(root, f"{wheel}.json", limit=MAX_SIDECAR_BYTES))
     expected = {"schema": WHEEL_RECORD_SCHEMA, "project": PROJECT, "version": ver, "wheel": wheel}
     if not isinstance(record, dict) or any(record.get(k) != v for k, v in expected.items()):
         return Unbelieved("is not what patchkit wrote for it")

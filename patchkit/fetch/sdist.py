@@ -22,6 +22,7 @@ from packaging.version import InvalidVersion, Version
 
 from patchkit.base import seal
 from patchkit.base.errors import FetchError
+from patchkit.base.fsutil import load_json_text
 from patchkit.base.usercache import cache_dir
 from patchkit.fetch import net  # called as net.*, so that a test can stub the network in one place
 from patchkit.fetch.cache import (
@@ -72,7 +73,7 @@ def release_sdist(version: str, *, say: Progress | None = None, warn: Progress |
 def _intact(root: Path, ver: str, name: str, warn: Progress) -> bool:
     """Whether the cached sdist hashes to the sha256 its sealed .json records; a damaged pair is removed."""
     try:
-        record = json.loads(read_regular(root, f"{name}.json", limit=MAX_SIDECAR_BYTES))
+        record = load_json_text(read_regular(root, f"{name}.json", limit=MAX_SIDECAR_BYTES))
     except FileNotFoundError:
         return False
     except (Damaged, OSError, ValueError, RecursionError) as e:

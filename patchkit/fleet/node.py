@@ -13,7 +13,6 @@ worker (in a vLLM cluster, vLLM's environment)."""
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import threading
@@ -24,6 +23,7 @@ from typing import Any
 
 from patchkit.base.enums import Outcome, TreeState
 from patchkit.base.errors import few
+from patchkit.base.fsutil import load_json_text
 from patchkit.fetch.pipconfig import forget_settings
 from patchkit.fleet import DEFAULT_TIME_LIMIT
 from patchkit.fleet.states import NodeState
@@ -89,7 +89,7 @@ def run_step(step: str, request: dict[str, Any], patchkit: PatchkitRun) -> dict[
 
 def _document(stdout: str) -> dict[str, Any] | None:
     try:
-        document = json.loads(stdout)
+        document = load_json_text(stdout)
     except ValueError:
         return None
     return document if isinstance(document, dict) else None

@@ -232,13 +232,28 @@ class LaunchCommand(Value):
     @property
     def headless(self) -> bool:
         """Whether `vllm serve` runs engine cores only, no API server (its run_headless, the worker
-        nodes of a multi-node launch): --headless, or --api-server-count below 1, in every release
-        0.11.0-0.34.0; not under --grpc or --data-parallel-multi-port-external-lb, which serve
+        nodes of a multi-node launch): --headless, or --api-server-count below 1 (given, or from 0.15.0
+        on its default: `-dp 0` alone), in every release 0.11.0-0.34.0; not under --grpc or --data-parallel-multi-port-external-lb, which serve
         otherwise first. The api_server module serves whatever it is given."""
         if not self.serve or self.options.get("grpc") or self.options.get("data-parallel-multi-port-external-lb"):
             return False
         count = self.options.get("api-server-count")
+        if count is None and self.release is not None and Version(self.release) >= Version("0.15.0"):
+            count = self._default_api_server_count()
         return bool(self.options.get("headless")) or (isinstance(count, int) and count < 1)
+
+    def _default_api_server_count(self) -> object:
+        """The API server count `vllm serve` takes when none is given (0.15.0 on): 1 under an
+        external load balancer, --data-parallel-size-local (or 1) under a hybrid one, else
+        --data-parallel-size, so `-dp 0` alone runs headless."""
+        options = self.options
+        if options.get("data-parallel-external-lb") or options.get("data-parallel-rank") is not None:
+            return 1
+        if self.environ.get("VLLM_RUST_FRONTEND_PATH"):  # later releases: its front end is one process
+            return 1
+        if options.get("data-parallel-hybrid-lb") or options.get("data-parallel-start-rank") is not None:
+            return options.get("data-parallel-size-local") or 1
+        return options.get("data-parallel-size", 1)
 
     @property
     def tensor_parallel_size(self) -> int:
@@ -293,8 +308,9 @@ def parse(argv: list[str], version: Version | str | None = None) -> LaunchComman
     return read(frame(argv), version)
 
 
-def frame(argv: list[str]) -> LaunchCommand:
-    """The program, its `env` prefix and the arguments its parser will read, not read yet."""
+def frame(argv: list[str], invoked: tuple[str, list[str]] | None = None) -> LaunchCommand:
+    """The program, its `env` prefix and the arguments its parser will read, not read yet.
+    `invoked`: the patchkit command framing it (its verb, and its words before the launch)."""
     if not argv:
         raise BadInput(
             "no launch command given",
@@ -324,7 +340,9 @@ def frame(argv: list[str]) -> LaunchCommand:
             raise _script_run(argv[: len(argv) - len(rest)], rest[: len(rest) - len(args)], args)
         arguments, serve = _module_arguments(name, args)
     elif name in WRAPPERS:
-        raise _wrapped(argv[: len(argv) - len(rest)], rest)
+        raise _wrapped(argv[: len(argv) - len(rest)], rest, invoked)
+    elif name in ENV_RUNNERS and _runs(rest):
+        raise _env_run(argv[: len(argv) - len(rest)], rest, invoked)
     else:
         raise BadInput(f"not a vLLM launch: '{program}' (expected `vllm serve` or `python -m {API_SERVER}`)")
     return LaunchCommand(
@@ -350,19 +368,214 @@ WRAPPERS = frozenset(
 )
 
 
-def _wrapped(env: list[str], rest: list[str]) -> BadInput:
+def _wrapped(env: list[str], rest: list[str], invoked: tuple[str, list[str]] | None) -> BadInput:
     """The refusal of a launch behind a wrapper (`numactl -N 0 vllm serve M`): patchkit reads the
-    launch itself; the wrapper goes before `patchkit run`, which execs the launch."""
-    at = next((i for i, word in enumerate(rest[1:], 1) if _launch_program(word)), None)
+    launch itself; the wrapper goes before `patchkit run`, which execs the launch. The user's own
+    command (`invoked`), where it is that run or that check, is named with every option it gave."""
+    at = _launch_at(rest, run=False)
+    if at == UNSURE:
+        return _unsure(rest)
     # an `env ...` between the wrapper and vLLM stays in the launch: before patchkit, `env -i` would
     # hide patchkit itself, and its variables would reach patchkit's own Python
     at = next((i for i, word in enumerate(rest[1:at], 1) if Path(word).name == "env"), at)
     wrapper, launch = (rest[:at], rest[at:]) if at is not None else (rest, ["vllm", "serve", "MODEL"])
-    run, check = hints.command("run", "--", *env, *launch), hints.command("preflight", "--", *env, *launch)
+    run, check = _named_again(invoked, [*env, *launch])
     return BadInput(
         f"not a vLLM launch: '{rest[0]}' runs the launch, and patchkit reads only the launch itself",
         hint=f"check it with {check}; launch it with {rest[0]} before patchkit: `{shlex.join(wrapper)} {run[1:]} "
         f"(run execs the launch, so {rest[0]}'s setting holds for vLLM)",
+    )
+
+
+# programs whose `run` runs a command in an environment they pick, activate and may first install
+# or sync (uv, pixi, hatch, pdm, poetry, pipenv: the project's; conda, mamba, micromamba: -n/-p):
+# which environment, and what its activation sets, only the tool knows. Put before patchkit, it makes
+# patchkit's own launch run inside that environment (its PATH finds the environment's vllm).
+ENV_RUNNERS = frozenset({"uv", "conda", "mamba", "micromamba", "pixi", "poetry", "hatch", "pdm", "pipenv"})
+
+
+def _runs(tool: list[str]) -> bool:
+    """`TOOL [its options] run ...`: the tool's first word that is no option nor an option's value
+    is `run` (`uv tool run`, uvx, installs the program it names from the index instead: no
+    environment to run patchkit in). An option patchkit does not know before a `run`: still a run."""
+    at = _first_word(tool, 1, _OPTIONS[Path(tool[0]).name])
+    return (tool[at] if 0 < at < len(tool) else None) == "run" or (at == UNSURE and "run" in tool)
+
+
+def _named_again(invoked: tuple[str, list[str]] | None, launch: list[str]) -> tuple[str, str]:
+    """`patchkit run -- LAUNCH` and `patchkit preflight -- LAUNCH` as a hint names them: the user's
+    own command (`invoked`: its verb, its words before the launch) where it is that one, every
+    option it gave kept (a dropped --apply no longer applies after an upgrade); else with the selection."""
+    verb, own = invoked or ("", [])
+    run, check = (
+        "`" + shlex.join([*own, *launch]) + "`" if verb == said else hints.command(said, "--", *launch)
+        for said in ("run", "preflight")
+    )
+    return run, check
+
+
+def _env_run(env: list[str], rest: list[str], invoked: tuple[str, list[str]] | None) -> BadInput:
+    """The refusal of `uv run vllm serve M` (`conda run -n ENV ...`, `hatch run ENV:vllm ...`): the
+    fix runs patchkit inside the tool's environment, every word of the user's own command kept."""
+    at = _launch_at(rest, run=True)
+    if at == UNSURE:
+        return _unsure(rest)
+    tool, launch = (rest[:at], rest[at:]) if at is not None else (rest, ["vllm", "serve", "MODEL"])
+    named, _, program = launch[0].rpartition(":")  # hatch run ENV:vllm: the environment named on the word
+    launch = [program, *launch[1:]]
+    inside = shlex.join([*tool, f"{named}:patchkit" if named else "patchkit"])
+    run, check = _named_again(invoked, [*env, *launch])
+    return BadInput(
+        f"not a vLLM launch patchkit reads: `{rest[0]} run` runs it in an environment {rest[0]} picks and "
+        "activates, which patchkit reads only from inside",
+        hint=f"put `{shlex.join(tool)}` before patchkit: check with `{inside} {check[10:]}, launch with "
+        f"`{inside} {run[10:]} (its PATH finds that environment's {Path(program).name})",
+    )
+
+
+# each tool's (options that take the next word as their value, options that take none), from its
+# documented usage: a value may be the word `vllm` (`conda run -n vllm`, `sudo -u vllm`, `-p /e/vllm`)
+def _table(valued: str, flags: str) -> tuple[frozenset[str], frozenset[str]]:
+    return frozenset(valued.split()), frozenset((flags + " -h --help").split())
+
+
+_CONDA = (
+    "-n --name -p --prefix --cwd",
+    "-v --verbose -q --quiet --dev --debug-wrapper-scripts -s --no-capture-output --live-stream --no-plugins",
+)
+_MICROMAMBA = (
+    "-n --name -p --prefix -r --root-prefix -a --attach --cwd --label -e --env --rc-file --log-level",
+    "-d --detach --clean-env -v --verbose -q --quiet --no-rc --no-env --json --offline",
+)
+_OPTIONS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
+    "uv": _table(
+        "--with -w --with-editable --with-requirements --extra --no-extra --group --no-group --only-group "
+        "--env-file --package --python -p --directory --project --index --default-index --index-url -i "
+        "--extra-index-url --find-links -f --index-strategy --keyring-provider --resolution --prerelease "
+        "--fork-strategy --exclude-newer --exclude-newer-package --no-build-isolation-package --config-setting "
+        "-C --config-settings-package --no-binary-package --no-build-package --link-mode --refresh-package "
+        "--reinstall-package --upgrade-package -P --python-platform --cache-dir --config-file --color "
+        "--allow-insecure-host --preview-features --max-recursion-depth",
+        "--all-extras --no-all-extras --dev --no-dev --no-default-groups --all-groups --only-dev --editable "
+        "--no-editable --inexact --exact --no-env-file --isolated --active --no-active --no-sync --locked "
+        "--frozen -s --script --gui-script --all-packages --no-project --show-resolution -U --upgrade --reinstall "
+        "--refresh --no-build-isolation --no-build --no-binary --no-sources --compile-bytecode --no-index "
+        "--offline -n --no-cache --native-tls --no-progress --no-config --preview --no-python-downloads "
+        "--managed-python --no-managed-python -q --quiet -v --verbose",
+    ),
+    "conda": _table(*_CONDA),
+    "mamba": _table(_CONDA[0] + " " + _MICROMAMBA[0], _CONDA[1] + " " + _MICROMAMBA[1]),
+    "micromamba": _table(*_MICROMAMBA),
+    "pixi": _table(
+        "-e --environment --manifest-path -p --platform --auth-file --concurrent-downloads --concurrent-solves "
+        "--pinning-strategy --pypi-keyring-provider --tls-root-certs --color --config-file",
+        "-x --executable --experimental --clean-env --skip-deps --templated -n --dry-run --frozen --locked "
+        "--no-install --no-lockfile-update --revalidate --force-activate --no-completions --as-is "
+        "--run-post-link-scripts --tls-no-verify --use-environment-activation-cache --no-config --no-progress "
+        "-v --verbose -q --quiet",
+    ),
+    "poetry": _table(
+        "-C --directory -P --project",
+        "-q --quiet -v -vv -vvv --verbose -n --no-interaction --ansi --no-ansi --no-plugins --no-cache",
+    ),
+    "hatch": _table(
+        "-e --env -p --project --data-dir --cache-dir --config",
+        "-v --verbose -q --quiet --color --no-color --interactive --no-interactive",
+    ),
+    "pdm": _table(
+        "-c --config -p --project --venv",
+        "-g --global -l --list -j --json -s --site-packages --recreate -v --verbose -q --quiet --no-cache "
+        "-I --ignore-python",
+    ),
+    "pipenv": _table(
+        "--python --pypi-mirror",
+        "--where --venv --py --envs --rm --bare --man --support --site-packages --clear --system -q --quiet "
+        "-v --verbose",
+    ),
+    "sudo": _table(
+        "-u --user -g --group -p --prompt -C --close-from -D --chdir -R --chroot -r --role -t --type "
+        "-T --command-timeout -U --other-user",
+        "-A --askpass -B --bell -b --background -E --preserve-env -H --set-home -i --login -k --reset-timestamp "
+        "-n --non-interactive -P --preserve-groups -S --stdin -s --shell",
+    ),
+    "srun": _table(
+        "-A --account -b --begin -c --cpus-per-task -d --dependency -D --chdir -e --error -i --input -J "
+        "--job-name -L --licenses -m --distribution -M --clusters -n --ntasks -N --nodes -o --output -p "
+        "--partition -q --qos -r --relative -S --core-spec -t --time -T --threads -w --nodelist -x --exclude "
+        "-W --wait -G --gpus -C --constraint --mem --mem-per-cpu --mem-per-gpu --gpus-per-node --gpus-per-task "
+        "--gpus-per-socket --cpus-per-gpu --ntasks-per-node --ntasks-per-gpu --cpu-bind --mpi --export "
+        "--reservation --comment --container --container-image --container-mounts --container-workdir "
+        "--container-name --gres --gres-flags --time-min --signal --het-group --jobid --network --nodefile "
+        "--mem-bind --hint --tres-per-task --segment",
+        "--overlap --exclusive -l --label -u --unbuffered -v --verbose -Q --quiet -K --kill-on-bad-exit -X "
+        "--disable-status -E --preserve-env -O --overcommit -Z --no-allocate -k --no-kill --pty --mpi-none",
+    ),
+    "time": _table("-o --output -f --format", "-a --append -p --portability -v --verbose -q --quiet"),
+    "timeout": _table("-s --signal -k --kill-after", "--preserve-status --foreground -v --verbose"),
+    "cgexec": _table("-g", "--sticky"),
+}
+
+
+UNSURE = -1  # where a tool's own words end cannot be told: an option patchkit does not know
+
+
+def _launch_at(rest: list[str], *, run: bool) -> int | None:
+    """Where the launch's program is in `rest` (a wrapper, or a tool's `run`, with their own words):
+    past each option and its value, after `run` where `run`; None where no launch program is named,
+    UNSURE where the tool's words could end in more than one place."""
+    options = _OPTIONS.get(Path(rest[0]).name, (frozenset(), frozenset()))
+    at = _first_word(rest, 1, options)
+    if run and at != UNSURE:  # TOOL [its options] run [its options] [--] PROGRAM
+        at = _first_word(rest, at + 1, options)
+    if at == UNSURE:
+        return UNSURE
+    found = next((i for i, w in enumerate(rest[at:], at) if _launch_program(w.rpartition(":")[2] if run else w)), None)
+    # the tool runs its first word after its options (`uv run --foo x vllm`: x, or --foo's value)
+    return UNSURE if run and found not in (None, at) else found
+
+
+def _first_word(words: list[str], start: int, options: tuple[frozenset[str], frozenset[str]]) -> int:
+    """The index of the first word from `start` that is no option nor an option's value (the word
+    after a `--`); UNSURE where an option patchkit does not know stands before a launch's program
+    (its value, or the program: only the tool can tell)."""
+    valued, flags = options
+    at = start
+    while at < len(words) and words[at].startswith("-") and words[at] != "-":
+        word = words[at]
+        if word == "--":
+            return at + 1
+        if word.startswith("--"):
+            takes, known = (
+                word not in flags and "=" not in word and word in valued,
+                "=" in word or word in valued | flags,
+            )
+        else:  # a cluster of short options: -qv, -nvllm (its value joined), -n vllm
+            takes, known = _short(word, valued, flags)
+        if not known and at + 1 < len(words) and _launch_program(words[at + 1].rpartition(":")[2]):
+            return UNSURE
+        at += 2 if takes else 1
+    return at
+
+
+def _short(word: str, valued: frozenset[str], flags: frozenset[str]) -> tuple[bool, bool]:
+    """(takes the next word as its value, known) of a short-option cluster."""
+    if word in valued or word in flags:
+        return word in valued, True
+    for at, letter in enumerate(word[1:], 1):
+        if f"-{letter}" in valued:
+            return at == len(word) - 1, True
+        if f"-{letter}" not in flags:
+            return False, False
+    return False, True
+
+
+def _unsure(rest: list[str]) -> BadInput:
+    """The refusal of a launch behind a tool whose own words patchkit cannot tell from the launch's."""
+    return BadInput(
+        f"not a vLLM launch patchkit reads: {rest[0]} runs it, and patchkit cannot tell where {rest[0]}'s own "
+        "words end (an option it does not know stands before the program)",
+        hint=f"put {rest[0]} and its own words before patchkit, and the vLLM launch alone after "
+        "`patchkit preflight --` (to check it) or `patchkit run --` (to launch it)",
     )
 
 

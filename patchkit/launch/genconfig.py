@@ -68,9 +68,11 @@ def _model_own(command: LaunchCommand, check: str) -> list[Finding]:
         return []
     path = os.path.join(command.working_directory(), directory, GENERATION)
     value = _json(path) if os.path.isfile(path) else _UNREAD
-    if value is _UNREAD or isinstance(value, dict):
+    refused = generation_refusal(value) if isinstance(value, dict) else None
+    if value is _UNREAD or (isinstance(value, dict) and refused is None):
         return []
-    message = f"the model's {GENERATION} ({path}) {_NOT_AN_OBJECT if value is not _TOO_DEEP else _DEEP}: {AT_START}"
+    why = _REFUSES + refused if refused is not None else _NOT_AN_OBJECT if value is not _TOO_DEEP else _DEEP
+    message = f"the model's {GENERATION} ({path}) {why}: {AT_START}"
     fix = "fix the model's generation_config.json, or give --generation-config DIR holding a good one"
     return [Finding(check, False, message, fix)]
 
@@ -96,12 +98,11 @@ def _in_directory(directory: str) -> str | None:
     """Why vLLM finds no generation config in `directory`; None when it does."""
     generation = os.path.join(directory, GENERATION)
     value = _json(generation) if os.path.isfile(generation) else _UNREAD
+    if isinstance(value, dict):
+        refused = generation_refusal(value)
+        return None if refused is None else f"its {GENERATION} {_REFUSES}{refused}"
     if value is not _UNREAD:
-        return (
-            None
-            if isinstance(value, dict)
-            else f"its {GENERATION} {_NOT_AN_OBJECT if value is not _TOO_DEEP else _DEEP}"
-        )
+        return f"its {GENERATION} {_NOT_AN_OBJECT if value is not _TOO_DEEP else _DEEP}"
     if any(os.path.isfile(os.path.join(directory, name)) for name in CONFIGS):
         return None
     return f"a directory with neither a readable {GENERATION} nor {' or '.join(CONFIGS)}"
@@ -113,6 +114,7 @@ _UNREAD = object()
 _TOO_DEEP = object()
 _NOT_AN_OBJECT = "is JSON but not an object"
 _DEEP = "nests deeper than Python's JSON reader goes (RecursionError)"
+_REFUSES = "is one transformers' GenerationConfig refuses: "
 
 
 def _json(path: str) -> object:
@@ -134,3 +136,56 @@ def _gguf(path: str) -> bool:
         return read_regular(path, 4, follow_symlinks=True, head=True) == b"GGUF"
     except (OSError, ValueError):
         return False
+
+
+# transformers' GenerationConfig (4.57) refuses these as from_pretrained builds it (its __init__, then
+# validate()), whatever the model: a ValueError or TypeError vLLM lets through, and the launch ends
+_GENERATE_ARGUMENTS = (
+    "logits_processor", "stopping_criteria", "prefix_allowed_tokens_fn", "synced_gpus", "assistant_model",
+    "streamer", "negative_prompt_ids", "negative_prompt_attention_mask", "use_model_defaults",
+)  # fmt: skip
+_CACHES = (
+    "static", "offloaded_static", "sliding_window", "hybrid", "hybrid_chunked", "offloaded_hybrid",
+    "offloaded_hybrid_chunked", "dynamic", "dynamic_full", "offloaded", "quantized",
+)  # fmt: skip
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, (int, float))  # a JSON true/false is one too, as Python compares it
+
+
+def generation_refusal(config: dict[str, object]) -> str | None:
+    """What transformers' GenerationConfig refuses of a generation_config.json read as `config`,
+    in its words; None where nothing certain from the file alone is refused."""
+    watermarking = config.get("watermarking_config")
+    if watermarking is not None and not isinstance(watermarking, dict):
+        return f"its watermarking_config is {json.dumps(watermarking)[:40]}, not an object"
+    early = config.get("early_stopping", False)
+    if not (early == "never" or (_number(early) and early in (0, 1))):
+        return f"`early_stopping` must be a boolean or 'never', but is {json.dumps(early)[:40]}"
+    most = config.get("max_new_tokens")
+    if most is not None and (not _number(most) or most <= 0):  # type: ignore[operator]
+        return f"`max_new_tokens` must be greater than 0, but is {json.dumps(most)[:40]}"
+    pad = config.get("pad_token_id")
+    if pad is not None and not _number(pad):
+        return f"its pad_token_id is {json.dumps(pad)[:40]}, not a number"
+    cache = config.get("cache_implementation")
+    if cache is not None and cache not in _CACHES:
+        return f"invalid `cache_implementation` ({json.dumps(cache)[:40]}): none of {', '.join(_CACHES)}"
+    if config.get("compile_config") is not None:
+        return "its compile_config must be a CompileConfig, which no JSON value is"
+    return _combination_refusal(config)
+
+
+def _combination_refusal(config: dict[str, object]) -> str | None:
+    returned, beams = config.get("num_return_sequences", 1), config.get("num_beams", 1)
+    if _number(returned) and _number(beams) and returned != 1:
+        if beams == 1 and config.get("do_sample", False) is False:
+            return f"`num_return_sequences` {returned} without beam search and sampling (greedy: 1 only)"
+        if beams != 1 and returned > beams:  # type: ignore[operator]
+            return f"`num_return_sequences` ({returned}) has to be smaller or equal to `num_beams` ({beams})"
+    if not config.get("_from_model_config"):  # else its other keys are never set
+        given = [name for name in _GENERATE_ARGUMENTS if name in config]
+        if given:
+            return f"argument `{given[0]}` is not a valid argument of `GenerationConfig`; it is generate()'s"
+    return None

@@ -16,14 +16,14 @@ from collections.abc import Callable, Sequence
 
 from packaging.version import InvalidVersion, Version
 
-from patchkit.base.errors import PatchkitError
+from patchkit.base.errors import PatchkitError, escaped, few, quoted
 from patchkit.base.fsutil import read_regular
 from patchkit.launch.command import LaunchCommand
 from patchkit.launch.findings import Finding
 from patchkit.launch.genconfig import generation_config_findings, read_on_node
 from patchkit.launch.models import hf_hub_cache, hub_repo_id, offline, offline_model_path
 from patchkit.launch.tls import AFTER_LOAD, tls_findings
-from patchkit.launch.weights import LFS, file_problem
+from patchkit.launch.weights import LFS, HeaderBudget, file_problem
 
 SSL_FILES = ("ssl-certfile", "ssl-keyfile", "ssl-ca-certs")
 ADAPTER_CONFIG = "adapter_config.json"  # what vLLM's PEFTHelper.from_local_dir reads first
@@ -95,33 +95,56 @@ def headless_note(command: LaunchCommand, architectures: Sequence[str] = ()) -> 
 
 # the releases whose MCPToolServer.add_tool_server connects to http://ENTRY/sse for each entry
 TOOL_SERVER_URL = (Version("0.11.0"), Version("0.35.0"))
+# from 0.16.0 on, the API server builds its tool server only for a model serving the generate task
+GENERATE_ONLY = Version("0.16.0")
+# architecture names vLLM's `--runner auto` resolves to its pooling runner (config/model.py's
+# _SUFFIX_TO_DEFAULTS; no registered generative model ends so), bare `...Model` left out
+_POOLING_SUFFIXES = (
+    "ForTextEncoding", "EmbeddingModel", "ForSequenceClassification", "ForTokenClassification",
+    "ForAudioClassification", "ForImageClassification", "ForVideoClassification", "ClassificationModel",
+    "ForRewardModeling", "RewardModel",
+)  # fmt: skip
 
 
 def tool_server_findings(
-    command: LaunchCommand, check: str, version: Version | None
+    command: LaunchCommand, check: str, version: Version | None, architectures: Sequence[str] = ()
 ) -> tuple[list[Finding], list[str]]:
     """(failed findings, notes) for --tool-server: vLLM's API server connects to each
     comma-separated entry as http://ENTRY/sse once the model has loaded ("demo": its own tools), and
     any failure ends the launch. HOST:PORT (or HOST:PORT/PREFIX) is only noted: the server may well
-    start after preflight, and a connect now would say nothing of the launch's minutes later."""
+    start after preflight, and a connect now would say nothing of the launch's minutes later.
+    `architectures`: the target's (a pooling model serves no generate task: no tool server)."""
     value = command.optional_text("tool-server")
     if value is None or value == "demo" or command.headless:
         return [], []
+    if version is not None and version >= GENERATE_ONLY and _pooling(command, architectures):
+        return [], ["--tool-server: not used: vLLM builds no tool server for a pooling model (no generate task)"]
     entries = value.split(",")
     # a scheme, a space, nothing, a trailing slash (//sse): no MCP server answers the URL vLLM makes
     bad = [e for e in entries if not e or "://" in e or e != e.strip() or e.endswith("/") or not _port_ok(e)]
-    if not bad:
-        urls = ", ".join(f"http://{entry}/sse" for entry in entries)
+    if not bad:  # a few named: a value of thousands of entries is a line, not a page
+        urls = few([f"http://{entry}/sse" for entry in entries], sep=", ")
         return [], [f"--tool-server: vLLM connects to {urls} once the model has loaded (not judged here)"]
+    shown = escaped(quoted(value))
     if version is None or not TOOL_SERVER_URL[0] <= version < TOOL_SERVER_URL[1]:
         checked = "0.11.0-0.34.0 add http:// and /sse to each entry"
-        return [], [f"--tool-server {value}: not judged: vLLM {version or '(unknown)'} was not checked ({checked})"]
+        return [], [f"--tool-server {shown}: not judged: vLLM {version or '(unknown)'} was not checked ({checked})"]
     message = (
-        f"--tool-server {value}: vLLM adds http:// and /sse to each entry itself, and connects to "
-        f"http://{bad[0]}/sse, which no MCP server answers: {AFTER_LOAD}"
+        f"--tool-server {shown}: vLLM adds http:// and /sse to each entry itself, and connects to "
+        f"http://{escaped(quoted(bad[0]))}/sse, which no MCP server answers: {AFTER_LOAD}"
     )
     fix = "give each MCP server as HOST:PORT (a port 1-65535, an IPv6 host in brackets), comma-separated, no spaces"
     return [Finding(check, False, message, fix)], []
+
+
+def _pooling(command: LaunchCommand, architectures: Sequence[str]) -> bool:
+    """Whether vLLM certainly runs the model with its pooling runner: --runner pooling, or `auto`
+    and a first architecture only pooling models have (a sentence-transformers modules.json, which
+    also makes it pooling, is not read: such a launch is still judged)."""
+    runner = command.optional_text("runner") or "auto"
+    if runner != "auto":
+        return runner == "pooling"
+    return bool(architectures) and str(architectures[0]).endswith(_POOLING_SUFFIXES)
 
 
 def _port_ok(entry: str) -> bool:
@@ -201,6 +224,7 @@ def _lora_problems(
         message = f"--lora-modules without --enable-lora: vLLM's worker refuses each adapter (LoRA is not enabled): {AFTER_LOAD}"
         found.append((message, "add --enable-lora to the launch"))
     seen: set[str] = set()
+    budget = HeaderBudget()  # thousands of adapters' headers are not hours of reading
     for option, name, path in entries:
         if head and (not name or not path or name in seen):
             continue
@@ -212,7 +236,7 @@ def _lora_problems(
             message = f"{option} {name}={path}: the adapter name {name} is given twice, and vLLM refuses the second: {AFTER_LOAD}"
             found.append((message, "give each adapter a name of its own"))
         seen.add(name)
-        found += _lora_problem(option, path, command, encoding, ranks)
+        found += _lora_problem(option, path, command, encoding, (ranks, budget))
     return found
 
 
@@ -225,11 +249,17 @@ def _home_expanded(path: str, command: LaunchCommand) -> str:
 
 
 def _lora_problem(
-    option: str, path: str, command: LaunchCommand, encoding: Callable[[], str], ranks: tuple[int, ...] | None
+    option: str,
+    path: str,
+    command: LaunchCommand,
+    encoding: Callable[[], str],
+    bounds: tuple[tuple[int, ...] | None, HeaderBudget],
 ) -> list[tuple[str, str | None]]:
     """What vLLM refuses of one adapter: a local one (an absolute or `~` path, or a relative one that
     exists: vLLM's get_adapter_absolute_path), or a hub id vLLM finds only in huggingface_hub's cache
-    (an offline launch); a hub id online is vLLM's to download, not judged."""
+    (an offline launch); a hub id online is vLLM's to download, not judged. `bounds`: the ranks the
+    release allows (None: not known) and the header bytes left to parse of the launch's adapters."""
+    ranks, budget = bounds
     cwd = command.working_directory()
     local = _home_expanded(path, command) if path.startswith("~") else os.path.join(cwd, path)
     if not (os.path.isabs(path) or path.startswith("~") or os.path.lexists(local)) and hub_repo_id(path):
@@ -250,14 +280,14 @@ def _lora_problem(
         (f"{option} {path}: its {ADAPTER_CONFIG}: {why}: {AFTER_LOAD}", fix)
         for why, fix in _peft_refusals(config, (rank, ranks), encoding, command.release)
     ]
-    return refused or _no_adapter_weights(option, path, local)
+    return refused or _no_adapter_weights(option, path, local, budget)
 
 
 # What LoRAModel.from_local_checkpoint loads, in its order (os.path.isfile: a link to a file counts)
 ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin", "adapter_model.pt")
 
 
-def _no_adapter_weights(option: str, path: str, local: str) -> list[tuple[str, str | None]]:
+def _no_adapter_weights(option: str, path: str, local: str, budget: HeaderBudget) -> list[tuple[str, str | None]]:
     """An adapter whose config vLLM accepts, but with none of the weight files it loads next, or
     with the first of them one its reader (safe_open, torch.load) refuses before any tensor; else
     its pass (no fix)."""
@@ -265,9 +295,11 @@ def _no_adapter_weights(option: str, path: str, local: str) -> list[tuple[str, s
     for name in ADAPTER_WEIGHTS:
         weights = os.path.join(local, name)
         if os.path.isfile(weights):
-            why = file_problem(weights, name.endswith(".safetensors"))
+            skipped = budget.skipped
+            why = file_problem(weights, name.endswith(".safetensors"), budget=budget)
             if why is None:
-                return [(f"{option} {path}: its config and {name} read as vLLM reads them", None)]
+                part = budget.said(adapters=True) if budget.skipped > skipped else ""
+                return [(f"{option} {path}: its config and {name} read as vLLM reads them{part}", None)]
             fix = f"run `git lfs pull` in {path}" if LFS in why else whole
             return [(f"{option} {path}: {why}: {AFTER_LOAD}", fix)]
     said = ", ".join(ADAPTER_WEIGHTS)

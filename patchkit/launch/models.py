@@ -126,10 +126,11 @@ def resolve_model(
             f"{role} '{source}': the directory {local.resolve()} has no config.json (vLLM reads it, not the hub cache)",
             hint="run from another directory, or give the model's full path",
         )
-    candidate = _in_hub_cache(source, hub_cache(environ), revision or "main", looked, role, config_format)
+    away = offline(environ)
+    candidate = _in_hub_cache(source, hub_cache(environ), revision or "main", looked, role, config_format, away)
     if candidate is not None:
         return _load(name, *candidate, overrides)
-    hint = _config_hint(source, len(looked) > 1, None if config_path else revision)
+    hint = _config_hint(source, len(looked) > 1, None if config_path else revision, away)
     if source.startswith("~"):
         hint = f"write the full path: vLLM never expands ~ (only a shell does, in a word of its own); {hint}"
     raise TargetError(f"{role} '{source}': no config.json found (looked at: {'; '.join(looked)})", hint=hint)
@@ -162,11 +163,20 @@ def fetched_by(download: str, aside: str = "no weights") -> str:
     )
 
 
-def _config_hint(source: str, hub_id: bool, revision: str | None = None) -> str:
-    """What gives preflight the model: its config.json alone (all it reads), never the weights."""
-    if hub_id:  # a hub id: one file into the cache
-        return f"preflight reads only config.json: {fetched_by(config_download(source, revision))}, or a folder with it"
-    return "preflight reads only the model's config.json: give the directory that holds it (patchkit never downloads)"
+def _config_hint(source: str, hub_id: bool, revision: str | None = None, away: bool = False) -> str:
+    """What gives preflight the model: online, a hub model's config.json alone (vLLM downloads the
+    weights); offline (`away`), the whole model, whose weights preflight then reads the heads of."""
+    if hub_id:
+        return f"{_fetch_hint(source, revision, away)}, or a folder with it"
+    return "give the directory holding the model's config.json and weights (preflight reads their heads; it never downloads)"
+
+
+def _fetch_hint(name: str, revision: str | None, away: bool) -> str:
+    if not away:  # one file into the cache
+        return f"preflight needs the model's config.json (vLLM downloads the rest): {fetched_by(config_download(name, revision))}"
+    at = f" --revision {revision}" if revision and revision != "main" else ""
+    whole = fetched_by(f"hf download {name}{at}", "weights too: preflight reads their heads")
+    return f"an offline launch needs the whole model in the cache: {whole}"
 
 
 def _refuse_a_file(path: Path, role: str, name: str) -> None:
@@ -229,7 +239,7 @@ def _config_bytes(path: Path) -> bytes | None:
 
 
 def _in_hub_cache(
-    name: str, cache: Path, revision: str, looked: list[str], role: str, config_format: str
+    name: str, cache: Path, revision: str, looked: list[str], role: str, config_format: str, away: bool
 ) -> tuple[Path, bytes] | None:
     parts = name.split("/")
     if len(parts) != 2 or any(unsafe_reason(p) or not p or "/" in p for p in parts):
@@ -248,8 +258,7 @@ def _in_hub_cache(
         raise TargetError(
             f"{role} '{name}' not found at revision {revision}: the cache holds no config.json for it "
             f"({path} absent; vLLM would download it)",
-            hint=f"preflight reads only config.json: {fetched_by(config_download(name, revision))}, "
-            "or point at a local directory",
+            hint=f"{_fetch_hint(name, revision, away)}, or point at a local directory",
         )
     return path, raw
 

@@ -487,7 +487,8 @@ def _found_models_findings(
     found = [_model_finding(exc) for exc in missing]
     found += [served] if served is not None else []
     found += [f for f in (_architectures_finding(m) for m in models) if f is not None]
-    return found + [Finding(MODELS, *weights) for weights in weight_findings(command, models[0])]
+    weights = weight_findings(command, models[0])
+    return found + [Finding(MODELS, ok, message, fix, note=note) for ok, message, fix, note in weights]
 
 
 @dataclass(eq=False, repr=False)
@@ -768,7 +769,7 @@ def _after_load_findings(
     adapters = command.options.get("lora-modules") or command.options.get("default-mm-loras")
     ranks = lora_ranks(tree_reader(root)(LORA_CONFIG)) if adapters else None
     late = late_file_findings(command, COMMAND, lambda: launch_text_encoding(command), ranks, architectures)
-    servers, noted = tool_server_findings(command, COMMAND, resolved.vllm_version)
+    servers, noted = tool_server_findings(command, COMMAND, resolved.vllm_version, architectures)
     headless = headless_note(command, architectures)
     result.said += [*([headless] if headless else []), *noted]
     return _chat_template_findings(command, root) + late + servers
@@ -1032,6 +1033,8 @@ def _set_state_findings(
 ) -> list[Finding]:
     if needs.needs(resolved.set_name):
         met = _guard_for_launch(resolved, status, needs, result)  # what the guard refuses in this launch
+        if met.guard and met.symlink_fix:  # a symlink on the way: the hand repair, before what follows from it
+            return [_guard_refusal(met)]
         unsaid = _not_said_by_judged(resolved, met, needs) if met.guard else []
         # under a pycache prefix prefix_findings judges the bytecode; under `always` Python checks every hash-based .pyc
         unread = bool(command_prefix(resolved.target.root, result.command))

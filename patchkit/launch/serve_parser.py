@@ -424,7 +424,7 @@ def _parsed(
         raise BadInput(
             f"vLLM's `{parser.prog}` parser refuses the command: unrecognized arguments: "
             + " ".join(map(shlex.quote, words)),
-            hint=_one_word_hint(joined) if joined else _spelling_hint(words, parser),
+            hint=_one_word_hint(joined) if joined else _after_dashes(args, parser) or _spelling_hint(words, parser),
         )
     return dict(vars(namespace)), unread
 
@@ -458,6 +458,15 @@ def _spelling_hint(words: list[str], parser: argparse.ArgumentParser) -> str:
         if close:
             return f"did you mean {close}? spell it so in the launch, then run it again"
     return "remove it, or check its spelling: `vllm serve --help` lists this vLLM's options"
+
+
+def _after_dashes(args: list[str], parser: argparse.ArgumentParser) -> str | None:
+    """The fix of an option vLLM knows given after a `--`, which makes every later word positional."""
+    after = args[args.index("--") + 1 :] if "--" in args else []
+    known = next((w.split("=", 1)[0] for w in after if w.split("=", 1)[0] in parser._option_string_actions), None)
+    if known is None:
+        return None
+    return f"everything after `--` is positional, {known} too: remove the `--`, then run it again"
 
 
 def _one_word_hint(word: str) -> str:

@@ -251,7 +251,7 @@ def _recall(directory: Path, path: Path, key: str, context: LaunchContext) -> li
     try:
         if not fsutil.inside(directory, path.parent):
             return None
-        entry = json.loads(fsutil.read_regular(path, ENTRY_LIMIT))
+        entry = fsutil.load_json_text(fsutil.read_regular(path, ENTRY_LIMIT))
         data = entry["entry"]
         if not seal.sealed(KIND, key, seal.canonical(data), entry.get("seal")):
             return None

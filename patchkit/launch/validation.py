@@ -12,6 +12,7 @@ from typing import Any
 from patchkit.base.enums import WorkerStatus
 from patchkit.launch.command import LaunchCommand
 from patchkit.launch.findings import Finding, VllmVerdict, cannot_judge
+from patchkit.launch.genconfig import AT_START  # the generation config: vLLM's front end reads it as it starts
 from patchkit.launch.models import config_download, fetched_by
 from patchkit.tree.target import WorkerFailed, run_worker
 
@@ -51,6 +52,8 @@ def engine_validation(python: str | None, command: LaunchCommand, *, fix: str | 
         stopped = plugin_stopped(exc.partial, exc) or middleware_stopped(exc.partial, exc)
         if stopped is not None:
             return Finding(CHECK, False, *stopped)
+        if exc.status is not None and exc.status < 0:  # killed: no verdict on the launch, and skipping it is no fix
+            return Finding(CHECK, False, exc.message, exc.hint)
         return Finding(CHECK, False, exc.message, "rerun with --no-import to skip vLLM's own validation")
     stopped = plugin_stopped(answer) or middleware_stopped(answer)
     if stopped is not None:
@@ -95,7 +98,6 @@ def _verdict(python: str, command: LaunchCommand, answer: dict[str, Any], fix: s
 
 
 AFTER_LOAD = "vLLM refuses the launch once the model has loaded"
-AT_START = "vLLM refuses the launch as it starts"  # the generation config: its front end's InputProcessor reads it
 
 
 def after_load_finding(answer: dict[str, Any]) -> Finding:

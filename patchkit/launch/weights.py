@@ -13,10 +13,11 @@ import fnmatch
 import glob
 import json
 import os
+import re
 import stat
 from pathlib import Path
 
-from patchkit.base.errors import BadInput, TargetError
+from patchkit.base.errors import BadInput, TargetError, escaped
 from patchkit.base.fsutil import read_regular
 from patchkit.launch.command import LaunchCommand
 from patchkit.launch.models import (
@@ -50,6 +51,9 @@ _NOT_WEIGHTS = ("training_args.bin", "optimizer.bin", "optimizer.pt", "scheduler
 INDEX_LIMIT = 64 << 20  # a shard index: a weight name per tensor, a few MB for the largest models
 MAX_HEADER = 100_000_000  # the longest header safetensors' reader takes (MAX_HEADER_SIZE, "header too large")
 HEADER_READ = 16 << 20  # patchkit's bound on a header it parses: a longer one has only its length judged
+# patchkit's bound on the header bytes it parses of one model's files (real ones: < 20 MB in all);
+# past it, the rest have only their lengths judged: 1,000 shards of 16 MB headers are not an hour
+HEADER_BUDGET = 256 << 20
 LFS = "a Git LFS pointer (cloned without git-lfs?)"
 _LFS_HEAD = b"version https://git-lfs"
 
@@ -59,11 +63,12 @@ def weights_problem(directory: str, load_format: str, *, local: bool = True) -> 
     cached snapshot), or why its index makes the load fail; None when it finds some, or when the
     load format is not DefaultModelLoader's. `local`: vLLM names the directory itself (its `auto`
     then looks for Mistral's consolidated*.safetensors at any depth; not in a snapshot it finds offline)."""
-    return weights_verdict(directory, load_format, local=local) or None
+    why = weights_verdict(directory, load_format, local=local)
+    return None if isinstance(why, Judged) else why
 
 
 def weights_verdict(directory: str, load_format: str, *, local: bool = True) -> str | None:
-    """weights_problem's answer, with "" for weights judged and found loadable (None: not judged)."""
+    """weights_problem's answer, with a Judged for weights judged and found loadable (None: not judged)."""
     if load_format == "auto":
         mistral = _consolidated(directory) if local else False
         if mistral is None:  # too large a tree to tell which format vLLM picks
@@ -89,32 +94,72 @@ def weights_verdict(directory: str, load_format: str, *, local: bool = True) -> 
             absent = sorted(name for name, path in named.items() if path not in present)
             if absent:
                 more = f" (and {len(absent) - 1} more)" if len(absent) > 1 else ""
-                return f"{os.path.basename(index)} names {absent[0]}{more}, not there"
+                return f"{os.path.basename(index)} names {escaped(absent[0])}{more}, not there"
             found = [path for path in found if path in indexed]
     else:
         found = [path for path in found if not path.endswith(_NOT_WEIGHTS)]
     dangling = [path for path in found if not os.path.exists(path)]
     if dangling:
-        return f"{os.path.basename(dangling[0])} is a link to nothing (its file is gone)"
+        return f"{escaped(os.path.basename(dangling[0]))} is a link to nothing (its file is gone)"
     if not found:
         return f"no weight file vLLM loads ({', '.join(patterns)})"
     if load_format == "npcache" and os.path.exists(os.path.join(directory, _NP_NAMES)):
         return None  # its iterator reads the numpy dump, never the .bin files again
     padded = load_format == "fastsafetensors"  # its own reader takes bytes past the tensors (alignment)
-    bad = [why for path in sorted(found) if (why := file_problem(path, use_safetensors, padded=padded))]
-    return "" if not bad else Damaged(bad[0] + (f" (and {len(bad) - 1} more weight files)" if len(bad) > 1 else ""))
+    budget = HeaderBudget()
+    bad = [why for path in sorted(found) if (why := file_problem(path, use_safetensors, padded=padded, budget=budget))]
+    if not bad:
+        return Judged(budget.said())
+    return Damaged(bad[0] + (f" (and {len(bad) - 1} more weight files)" if len(bad) > 1 else ""))
 
 
 class Damaged(str):
     """A weights problem that is a weight file there vLLM's reader refuses (its fix fetches it again)."""
 
 
-def file_problem(path: str, safetensors: bool, *, padded: bool = False) -> str | None:
+class Judged(str):
+    """Weights judged and found loadable ("" when whole; else what was judged of them only in part)."""
+
+
+class HeaderBudget:
+    """The header bytes left to parse of one model's weight files, and how many were judged by
+    their lengths alone once none were left."""
+
+    def __init__(self) -> None:
+        self.left, self.skipped, self.files = HEADER_BUDGET, 0, 0
+
+    def takes(self, length: int) -> bool:
+        """Whether a header of `length` bytes is parsed (counted), or judged by its length alone."""
+        self.files += 1
+        if length > self.left:
+            self.skipped += 1
+            return False
+        self.left -= length
+        return True
+
+    def said(self, *, adapters: bool = False) -> str:
+        """What was judged only in part (`adapters`: of one adapter, once the launch's are past it)."""
+        if adapters:
+            return (
+                f" (its header by its length alone: patchkit parses up to {HEADER_BUDGET >> 20} MB of adapter headers)"
+            )
+        if not self.skipped:
+            return ""
+        return (
+            f"the headers of {self.skipped:,} of its {self.files:,} safetensors files were judged by their length "
+            f"alone (patchkit parses up to {HEADER_BUDGET >> 20} MB of headers a model)"
+        )
+
+
+def file_problem(
+    path: str, safetensors: bool, *, padded: bool = False, budget: HeaderBudget | None = None
+) -> str | None:
     """Why vLLM's reader of `path` refuses it before reading any tensor: safetensors' (`safetensors`:
     its length prefix, JSON header and the data length the header declares, which the file holds
     exactly or, `padded` (fastsafetensors), at least) or torch.load's (only what is certain: a
-    regular file, not empty, not a Git LFS pointer's text); None when not."""
-    name = os.path.basename(path)
+    regular file, not empty, not a Git LFS pointer's text); None when not. `budget`: the header bytes
+    still to parse of the model's files (None: no bound but the file's own)."""
+    name = escaped(os.path.basename(path))  # a file's name in a message: a newline would split its line
     try:
         info = os.stat(path)
         if stat.S_ISDIR(info.st_mode):
@@ -130,30 +175,40 @@ def file_problem(path: str, safetensors: bool, *, padded: bool = False) -> str |
             return None
         if len(head) < 8:
             return f"{name} holds {len(head)} bytes, too few for a safetensors file's header"
-        return _safetensors_problem(path, name, int.from_bytes(head[:8], "little"), info.st_size, padded)
+        length = int.from_bytes(head[:8], "little")
+        return _safetensors_problem(path, name, length, info.st_size, padded, budget)
     except OSError as exc:  # a fifo, a device, no permission: vLLM's open fails too
         return f"cannot read {name} ({exc.strerror or exc})"
     except ValueError:  # a name no file can have: vLLM's glob never gives one
         return None
 
 
-def _safetensors_problem(path: str, name: str, length: int, size: int, padded: bool) -> str | None:
+def _safetensors_problem(
+    path: str, name: str, length: int, size: int, padded: bool, budget: HeaderBudget | None
+) -> str | None:
     """safetensors' read_metadata on `path` (`length`: the header length its first 8 bytes say)."""
     if length > MAX_HEADER:
         return f"{name} is no safetensors file (its header length {length} is over safetensors' {MAX_HEADER})"
     if 8 + length > size:
         return f"{name} is cut short (its header needs {8 + length} bytes, the file holds {size})"
-    if length > HEADER_READ:
+    if length > HEADER_READ or (budget is not None and not budget.takes(length)):
         return None
     raw = read_regular(path, 8 + length, follow_symlinks=True, head=True)[8:]
+    lone: list[str] = []  # the strings holding a lone surrogate escape ("\\ud800"), which serde refuses
     try:  # as serde_json reads it: no NaN or Infinity, -0 a float, a field given twice kept in sight
         header = json.loads(
-            raw.decode("utf-8"), parse_constant=_no_constant, parse_int=_int, object_pairs_hook=_Object.of
+            raw.decode("utf-8"),
+            parse_constant=_no_constant,
+            parse_int=_int,
+            object_pairs_hook=lambda pairs: _Object.of(pairs, lone),
         )
     except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
         header = None
     if not isinstance(header, dict):
         return f"{name} is no safetensors file (its header is no JSON object in UTF-8)"
+    if lone and not padded:
+        said = f"`{_shown(lone[0])}` holds a lone surrogate escape (a \\uD800-\\uDFFF not in a pair)"
+        return f"{name}: safetensors refuses its header: invalid JSON in header: {said}"
     if padded:  # fastsafetensors' own reader: only the data length judged, where the header gives it
         ends = [_end(info) for key, info in header.items() if key != "__metadata__"]
         if None in ends:
@@ -189,11 +244,37 @@ class _Object(dict[str, object]):
     doubled: frozenset[str] = frozenset()
 
     @classmethod
-    def of(cls, pairs: list[tuple[str, object]]) -> _Object:
+    def of(cls, pairs: list[tuple[str, object]], lone: list[str]) -> _Object:
+        """The object of `pairs`; each string in it (a key, a value, one in a list) holding a lone
+        surrogate added to `lone` (Python's json takes one, serde_json refuses it)."""
+        if not lone:
+            lone += [text for text in _strings(pairs) if not text.isascii() and _SURROGATE.search(text)][:1]
         made = cls(pairs)
         if len(made) < len(pairs):
             made.doubled = frozenset(k for k in made if sum(key == k for key, _ in pairs) > 1)
         return made
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")  # only an escape gives one: the header is UTF-8
+
+
+def _strings(pairs: list[tuple[str, object]]) -> list[str]:
+    """The keys and string values of an object's pairs, and the strings in its lists (the objects
+    in them are each checked as they are read)."""
+    found, lists = [], []
+    for key, value in pairs:
+        found.append(key)
+        if isinstance(value, str):
+            found.append(value)
+        elif isinstance(value, list):
+            lists.append(value)
+    while lists:
+        for item in lists.pop():
+            if isinstance(item, str):
+                found.append(item)
+            elif isinstance(item, list):
+                lists.append(item)
+    return found
 
 
 def _no_constant(text: str) -> object:
@@ -210,7 +291,8 @@ def _size(value: object) -> bool:
 
 
 def _shown(key: str) -> str:
-    return key if len(key) <= 60 else key[:57] + "..."
+    """A tensor's name (or a dtype) from a header, as a message quotes it: escaped, its head alone."""
+    return escaped(key if len(key) <= 60 else key[:57] + "...")
 
 
 def header_refusal(header: dict[str, object]) -> str | int | None:
@@ -314,9 +396,15 @@ def _index_files(index: str, directory: str) -> dict[str, str] | str:
     return {name: os.path.join(directory, name) for name in names}
 
 
-def weight_findings(command: LaunchCommand, target: ModelConfig) -> list[tuple[bool, str, str | None]]:
-    """(passed, message, fix) for the target and the drafter whose weights were judged: failed when
-    vLLM would find no weights to load in the directory it loads them from."""
+# a command's verdicts on the directories it judged: preflight judges the launch once per set it
+# covers, and each header is parsed once (cli/percommand.py empties it)
+_JUDGED: dict[tuple[str, str, bool], str | None] = {}
+
+
+def weight_findings(command: LaunchCommand, target: ModelConfig) -> list[tuple[bool, str, str | None, bool]]:
+    """(passed, message, fix, said as a note) for the target and the drafter whose weights were
+    judged: failed when vLLM would find no weights to load in the directory it loads them from; a
+    pass is a note when it was judged only in part."""
     load_format = command.optional_text("load-format") or "auto"
     quantization = target.get("quantization_config")
     method = quantization.get("quant_method") if isinstance(quantization, dict) else None
@@ -334,15 +422,20 @@ def weight_findings(command: LaunchCommand, target: ModelConfig) -> list[tuple[b
 
 def _problem(
     command: LaunchCommand, role: str, name: str, directory: str, local: bool, load_format: str, when: str
-) -> list[tuple[bool, str, str | None]]:
+) -> list[tuple[bool, str, str | None, bool]]:
     """The finding for `name`, whose weights vLLM loads from `directory` (`name` itself, or its
     cached snapshot: the fix then fetches the model whole); none where they are not judged."""
-    why = weights_verdict(os.path.join(command.working_directory(), directory), load_format, local=local)
+    key = (os.path.join(command.working_directory(), directory), load_format, local)
+    if key not in _JUDGED:
+        _JUDGED[key] = weights_verdict(key[0], load_format, local=local)
+    why = _JUDGED[key]
+    name, directory = escaped(name), escaped(directory)
     place = "" if directory == name else f" (its cached snapshot {directory})"
     if why is None:
         return []
-    if not why:  # a pass counted: preflight then says what it judged, not "nothing judged"
-        return [(True, f"{role} '{name}'{place}: its weights are there, as vLLM's loader reads them", None)]
+    if isinstance(why, Judged):  # a pass counted: preflight then says what it judged, not "nothing judged"
+        message = f"{role} '{name}'{place}: its weights are there, as vLLM's loader reads them"
+        return [(True, f"{message}; {why}" if why else message, None, bool(why))]
     damaged = isinstance(why, Damaged)
     if directory == name and LFS in why:
         fix = f"run `git lfs pull` in {name} (it fetches the weights the pointers name)"
@@ -352,7 +445,7 @@ def _problem(
     else:
         download = f"hf download {name}" + (" --force-download" if damaged else "")
         fix = f"fetch it whole: {fetched_by(download, 'weights too, as an offline launch needs')}"
-    return [(False, f"{role} '{name}'{place}: {why}: {when}", fix)]
+    return [(False, f"{role} '{name}'{place}: {why}: {when}", fix, False)]
 
 
 def target_directory(command: LaunchCommand) -> tuple[str, str, bool] | None:

@@ -6,7 +6,7 @@ import re
 import tempfile
 from pathlib import Path
 
-from patchkit.base.errors import ToolFailed
+from patchkit.base.errors import ToolFailed, ended_how, excerpt
 from patchkit.maintainer.gitrepo import git_in, run_git
 
 _MARKER = re.compile(rb"^(?:<{7}|>{7})(?: |$)", re.MULTILINE)
@@ -37,7 +37,7 @@ def merge_file(
             "theirs",
         )
     if status < 0 or status > 127:
-        raise ToolFailed(f"git merge-file failed: {err.strip()}")
+        raise ToolFailed(f"git merge-file {ended_how(status) if status < 0 else 'failed'}: {excerpt(err.strip())}")
     if not out and ours is None and not status:
         return None, 0
     return out, status

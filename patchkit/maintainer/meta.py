@@ -87,7 +87,7 @@ class WorkspaceMeta:
         """The record, validated: it is read back from a directory anyone may have handed over."""
         path = directory / META
         try:
-            data = json.loads(_read_regular(path))
+            data = fsutil.load_json_text(_read_regular(path))
             if not isinstance(data, dict):
                 raise TypeError("not a JSON object")
             mark = data.pop("seal", None)

@@ -390,7 +390,7 @@ class ResultStore:
         except OSError as exc:
             return None, f"unreadable ({exc.strerror or exc})"
         try:
-            result = self._believe(key, job, json.loads(raw))
+            result = self._believe(key, job, fsutil.load_json_text(raw))
         except (ValueError, KeyError, TypeError, RecursionError) as exc:
             return None, str(exc) or type(exc).__name__
         touch(path)

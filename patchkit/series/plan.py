@@ -16,7 +16,7 @@ from pathlib import Path
 
 from patchkit.base import hints
 from patchkit.base.enums import FileKind, StepState
-from patchkit.base.errors import BadInput, Drift, drift_refused
+from patchkit.base.errors import BadInput, Drift, drift_refused, escaped
 from patchkit.base.fsutil import Origin, read_file_and_origin
 from patchkit.base.hashing import hash_soon, sha256
 from patchkit.base.values import FrozenValue, Value, frozen
@@ -190,7 +190,7 @@ def _read_target(full: str, path: str) -> tuple[bytes | None, Origin | None]:
         read = read_file_and_origin(full)
     except OSError as exc:
         if exc.errno in _UNREACHABLE:
-            raise BadInput(f"{path}: the path {_UNREACHABLE[exc.errno]}; refusing it") from None
+            raise BadInput(f"{escaped(path)}: the path {_UNREACHABLE[exc.errno]}; refusing it") from None
         raise
     if read is None:
         _refuse_special(full, path)
@@ -207,10 +207,10 @@ def _refuse_special(full: str, path: str) -> None:
         return
     except OSError as exc:
         if exc.errno in _UNREACHABLE:
-            raise BadInput(f"{path}: the path {_UNREACHABLE[exc.errno]}; refusing it") from None
+            raise BadInput(f"{escaped(path)}: the path {_UNREACHABLE[exc.errno]}; refusing it") from None
         raise
     raise BadInput(
-        f"{path} is not a regular file (a directory, fifo, device or dangling symlink); refusing it",
+        f"{escaped(path)} is not a regular file (a directory, fifo, device or dangling symlink); refusing it",
         hint=_special_hint(full),
     )
 
@@ -290,10 +290,10 @@ def _refuse_drift(view: View, entry: Entry, own: list[Patch]) -> None:
     if list(drifted.values()) == ["deleted"]:  # one file, and nothing of the user's to keep
         ((path, _),) = drifted.items()
         fix = hints.command("revert", "--force")
-        raise Drift(f"{path} was deleted after patchkit patched it", hint=f"{fix} restores the original")
+        raise Drift(f"{escaped(path)} was deleted after patchkit patched it", hint=f"{fix} restores the original")
     raise drift_refused(
         drifted,
-        lambda path, _: f"{path} was edited after patchkit patched it; keeping your version",
+        lambda path, _: f"{escaped(path)} was edited after patchkit patched it; keeping your version",
         f"{len(drifted)} files were changed after patchkit patched them; keeping your versions",
         restores="the original",
     )
@@ -311,20 +311,20 @@ def _require_creator(
     gone = missing_patch_files(entry) if is_adhoc(entry.set_name) else ()
     if gone and wrote_it:
         notes.append(
-            f"{path} deleted: {gone[0]} that created it is gone, and it held what the record says patchkit wrote"
+            f"{escaped(path)} deleted: {gone[0]} that created it is gone, and it held what the record says patchkit wrote"
         )
         return True
     if gone:  # nothing proves the file is patchkit's: the user decides
         raise BadInput(
-            f"the record of {shown_set(entry)} says patchkit created {path}, but {gone[0]} is gone and "
-            f"{path} was changed since: kept, nothing was written",
-            hint=f"delete {path} yourself if you no longer need it, then {hints.command('revert')}",
+            f"the record of {shown_set(entry)} says patchkit created {escaped(path)}, but {gone[0]} is gone and "
+            f"{escaped(path)} was changed since: kept, nothing was written",
+            hint=f"delete {escaped(path)} yourself if you no longer need it, then {hints.command('revert')}",
         )
     if not is_adhoc(entry.set_name):  # the set's own patches do not create it: the record is wrong
         raise BadInput(
-            f"the record of {shown_set(entry)} says patchkit created {path}, but none of the set's patches "
+            f"the record of {shown_set(entry)} says patchkit created {escaped(path)}, but none of the set's patches "
             "creates it: kept, nothing was written",
-            hint=f"move {path} out of the tree (if it is yours), run {hints.command('revert')}, then put it back",
+            hint=f"move {escaped(path)} out of the tree (if it is yours), run {hints.command('revert')}, then put it back",
         )
     names = recorded_patch_files(entry) or ("FILE",)
     this = hints.command("revert", chosen=hints.for_set(None, names))
@@ -332,7 +332,7 @@ def _require_creator(
     # the one way, said plainly: a revert deletes a file only on the word of a patch the user names
     # (the record is read back from the tree), so a plain revert cannot undo a --patch that created one
     raise BadInput(
-        f"the record of {shown_set(entry)} says patchkit created {path}, but no patch at hand that it names "
+        f"the record of {shown_set(entry)} says patchkit created {escaped(path)}, but no patch at hand that it names "
         "creates it: kept, nothing was written",
         hint=f"a revert deletes a created file only when you name the patch that created it: {order}",
     )
@@ -352,10 +352,10 @@ def _original(view: View, path: str, digest: str | None, patches: list[Patch], n
         if rebuilt is None or sha256(rebuilt) != digest:
             raise BadInput(
                 f"{damaged.message}, and reverse-applying the recorded patches does not give the original "
-                f"of {path} back",
+                f"of {escaped(path)} back",
                 hint=f"put the stock files back ({stock_files_command(view.root, None)})",
             ) from damaged
-        notes.append(f"{damaged.message}: {path} was restored by reverse-applying the series (sha256 checked)")
+        notes.append(f"{damaged.message}: {escaped(path)} was restored by reverse-applying the series (sha256 checked)")
         return rebuilt
 
 

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from patchkit.base import seal
-from patchkit.base.errors import BadInput, quoted
+from patchkit.base.errors import BadInput, escaped, quoted
 from patchkit.base.fsutil import fsync_dir, load_json_text, read_file, unplain_prefixes
 from patchkit.store.objects import objects_dir
 from patchkit.store.state import (
@@ -277,26 +277,26 @@ def _check_entry(entry: object, txid: str, origin: Path) -> None:
     checked_digest(entry.get("before"), origin)
     checked_digest(entry.get("after"), origin)
     if entry.get("before") is not None and entry.get("created_dirs"):
-        raise BadInput(f"{path}: an original that existed needed no directory created for it")
+        raise BadInput(f"{escaped(path)}: an original that existed needed no directory created for it")
     staged = entry.get("staged")
     if staged is not None and staged != staged_name(path, txid):
-        raise BadInput(f"{path}: the staged file {quoted(repr(staged))} is not patchkit's temp name beside it")
+        raise BadInput(f"{escaped(path)}: the staged file {quoted(repr(staged))} is not patchkit's temp name beside it")
     mode = entry.get("mode")
     if mode is not None and (type(mode) is not int or mode < 0 or mode & ~PERMISSIONS):
         raise BadInput(
-            f"{path}: the mode {quoted(repr(mode))} is not a permission mode (setuid, setgid, sticky and world-write are never kept)"
+            f"{escaped(path)}: the mode {quoted(repr(mode))} is not a permission mode (setuid, setgid, sticky and world-write are never kept)"
         )
     _check_directories(_listed(entry, "created_dirs", path), "created", path, origin)
     removed = _listed(entry, "removed_dirs", path)
     if removed and (entry.get("before") is None or entry.get("after") is not None):
-        raise BadInput(f"{path}: only a file the commit deletes can empty a directory")
+        raise BadInput(f"{escaped(path)}: only a file the commit deletes can empty a directory")
     _check_directories(removed, "removed", path, origin)
 
 
 def _listed(entry: JournalEntry, key: str, path: str) -> list[object]:
     directories = entry.get(key, [])
     if not isinstance(directories, list):
-        raise BadInput(f"{path}: '{key}' is not a list")
+        raise BadInput(f"{escaped(path)}: '{key}' is not a list")
     return directories
 
 
@@ -304,7 +304,7 @@ def _check_directories(directories: list[object], what: str, path: str, origin: 
     """The directories an entry says its commit created (or removed) hold its file."""
     for directory in directories:
         if not path.startswith(checked_path(directory, origin, directory=True) + "/"):
-            raise BadInput(f"{path}: the {what} directory {quoted(repr(directory))} does not hold it")
+            raise BadInput(f"{escaped(path)}: the {what} directory {quoted(repr(directory))} does not hold it")
 
 
 # --------------------------------------------------------------------------- what a crash leaves

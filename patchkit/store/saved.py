@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from patchkit.base.errors import BadInput, TargetError
+from patchkit.base.errors import BadInput, TargetError, escaped
 from patchkit.base.fsutil import atomic_write, inside, read_file
 from patchkit.store.state import meta_dir
 
@@ -118,7 +118,7 @@ def one_a_line(paths: list[str], every: str) -> str:
     at most SHOWN of them, then how many more and `every`: where the whole list is (a recovery may
     name a release diff's hundreds of files)."""
     if len(paths) == 1:
-        return f" {paths[0]}"
-    listed = "".join(f"\n  {path}" for path in paths[:SHOWN])
+        return f" {escaped(paths[0])}"
+    listed = "".join(f"\n  {escaped(path)}" for path in paths[:SHOWN])
     rest = len(paths) - SHOWN
     return listed + (f"\n  and {rest} more ({every})" if rest > 0 else "")

@@ -45,7 +45,7 @@ from typing import Any, Protocol, TypedDict
 from packaging.version import InvalidVersion, Version
 
 from patchkit.base import hints
-from patchkit.base.errors import BadInput, quoted
+from patchkit.base.errors import BadInput, escaped, quoted
 from patchkit.base.fsutil import (
     atomic_write,
     file_name_problem,
@@ -773,7 +773,7 @@ def _checked_entry(data: object, origin: Path) -> Entry:
     for path, shas in files.items():
         checked_path(path, origin, guard=False)
         if not isinstance(shas, dict) or not {"before", "after"} <= shas.keys():
-            raise _damaged(origin, f"{path}: 'before' and 'after' hashes are required")
+            raise _damaged(origin, f"{escaped(path)}: 'before' and 'after' hashes are required")
         checked_digest(shas["before"], origin)
         checked_digest(shas["after"], origin)
         _checked_mode(shas.get("mode", 0), path, origin)
@@ -797,7 +797,9 @@ def _checked_adhoc_paths(files: dict[str, Any], origin: Path) -> None:
 def _checked_mode(mode: object, path: str, origin: Path) -> None:
     """A recorded mode: permission bits only (revert sets them on a file of the tree)."""
     if isinstance(mode, bool) or not isinstance(mode, int) or not 0 <= mode <= MODE_BITS:
-        raise _damaged(origin, f"{path}: 'mode' {quoted(repr(mode))} is not a file's permission bits (0 to 0o777)")
+        raise _damaged(
+            origin, f"{escaped(path)}: 'mode' {quoted(repr(mode))} is not a file's permission bits (0 to 0o777)"
+        )
 
 
 def _checked_library(where: object, origin: Path) -> None:

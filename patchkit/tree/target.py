@@ -21,8 +21,8 @@ from types import ModuleType
 from typing import Any
 
 from patchkit.base import hints
-from patchkit.base.errors import TargetError, quoted
-from patchkit.base.fsutil import read_regular
+from patchkit.base.errors import TargetError, ended_how, excerpt, killed_fix, quoted
+from patchkit.base.fsutil import load_json_text, read_regular
 from patchkit.base.options import Options
 from patchkit.base.patterns import LazyPattern
 from patchkit.base.values import FrozenValue, frozen
@@ -170,12 +170,7 @@ def _launch_startup_prefix(root: Path, launch: Launch) -> str | None:
     # PYTHONPATH are scanned once; {} is "not asked" (no start-up code may set one, or it cannot be asked)
     if key not in _LAUNCH_PROBES:
         _LAUNCH_PROBES[key] = {}
-        if (
-            known is not None
-            or _startup_names_prefix(root)
-            or _adds_startup_code(root, launch)
-            or _reads_launch_variables(root, launch)
-        ):
+        if known is not None or _startup_may_set_prefix(root, launch):
             with contextlib.suppress(TargetError):  # it cannot be asked: judged as before
                 _LAUNCH_PROBES[key] = _probe(python, env, first_path, options, cwd)
     info = _LAUNCH_PROBES[key]
@@ -582,7 +577,18 @@ def _ask_startup_prefix(root: Path) -> None:
 
 
 def _startup_names_prefix(root: Path) -> bool:
-    return any(b"pycache_prefix" in text for text in _startup_texts(root))
+    return _names_prefix(_startup_texts(root))
+
+
+def _names_prefix(texts: list[bytes]) -> bool:
+    return any(b"pycache_prefix" in text for text in texts)
+
+
+def _startup_may_set_prefix(root: Path, launch: Launch) -> bool:
+    """Whether the launch's start-up may set a pycache prefix: the site's start-up files (read once)
+    name it or a variable the launch gives otherwise, or the launch runs start-up code the site does not hold."""
+    texts = _startup_texts(root)
+    return _names_prefix(texts) or _adds_startup_code(root, launch) or _reads_launch_variables(texts, launch)
 
 
 def _startup_texts(root: Path) -> list[bytes]:
@@ -592,7 +598,7 @@ def _startup_texts(root: Path) -> list[bytes]:
     return texts + [_head_of(root / name) for name in sorted(imported & names)]
 
 
-def _reads_launch_variables(root: Path, launch: Launch) -> bool:
+def _reads_launch_variables(texts: list[bytes], launch: Launch) -> bool:
     """Whether the site's start-up code names a variable the launch's environment gives otherwise
     than patchkit's: it may set a pycache prefix from it by code no scan recognises (setattr with a
     built name). -S: no site runs."""
@@ -603,7 +609,7 @@ def _reads_launch_variables(root: Path, launch: Launch) -> bool:
         return False
     alternatives = b"|".join(re.escape(os.fsencode(name)) for name in sorted(names))
     said = re.compile(rb"(?<!\w)(?:" + alternatives + rb")(?!\w)")
-    return any(said.search(text) for text in _startup_texts(root))
+    return any(said.search(text) for text in texts)
 
 
 def _site_hooks(root: Path) -> tuple[set[str], list[bytes]]:
@@ -730,10 +736,13 @@ def run_worker(
             raise WorkerFailed(message, partial=_read_answer(answer) or {}, timed_out=True) from None
         result = _read_answer(answer)
         if status != 0 or result is None:
-            tail = stderr.strip()[-300:] or "no error output"
+            tail = excerpt(stderr.strip()) or "no error output"
             raised = _raised_in(stderr)
             message = f"{python} failed{doing} (exit status {status}): {quoted(raised) if raised else tail}"
             hint = _RAISED_HINT.format(python=shlex.quote(python)) if raised else None
+            if status < 0:  # killed: its error output, if any, is not why
+                said = f": it said {excerpt(stderr.strip())}" if stderr.strip() else ""
+                message, hint = f"{python}{doing} {ended_how(status)}{said}", killed_fix(status)
             raise WorkerFailed(message, partial=result or {}, status=status, stderr=tail, hint=hint)
         return result
 
@@ -771,7 +780,8 @@ def ask_python(
     except process.TimedOut:
         raise WorkerFailed(f"{python} did not finish within {timeout:.0f} s", partial={}, timed_out=True) from None
     if status != 0:
-        raise WorkerFailed(f"{python} failed (exit status {status})", partial={}, status=status)
+        said = f"{python} {ended_how(status)}" if status < 0 else f"{python} failed (exit status {status})"
+        raise WorkerFailed(said, partial={}, status=status, hint=killed_fix(status))
     return out
 
 
@@ -819,7 +829,7 @@ def _why_not_run(exc: OSError, python: str) -> str:
 def _read_answer(path: Path) -> dict[str, Any] | None:
 
     try:
-        answer = json.loads(path.read_text(encoding="utf-8"))
+        answer = load_json_text(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     return answer if isinstance(answer, dict) else None

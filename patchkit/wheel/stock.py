@@ -40,7 +40,7 @@ from packaging import tags
 
 from patchkit.base import seal
 from patchkit.base.errors import BadInput, FetchError
-from patchkit.base.fsutil import Identity, file_identity
+from patchkit.base.fsutil import Identity, file_identity, load_json_text
 from patchkit.base.hashing import stream_sha256
 from patchkit.base.usercache import cache_dir
 from patchkit.fetch import (
@@ -297,7 +297,7 @@ def _file_entry(path: Path, suffix: str, kind: str, key: str, ident: Identity) -
     """The sealed `key` of the wheel-files entry of `path`, when its identity is `ident`."""
     name = _file_key(path, suffix)
     try:
-        entry = json.loads(read_regular(cache_dir() / WHEEL_FILES, name, limit=MAX_SEAL_BYTES))
+        entry = load_json_text(read_regular(cache_dir() / WHEEL_FILES, name, limit=MAX_SEAL_BYTES))
         value, sealed_ident = entry[key], tuple(entry["identity"])
         if not isinstance(value, str) or len(sealed_ident) != 5:
             return None
@@ -380,7 +380,7 @@ def _seal_payload(sha256: str, ident: Identity) -> bytes:
 def _sealed_identity(root: Path, sealed_name: str, wheel: str, sha256: str) -> Identity | None:
     """The identity the wheel's .seal records for `sha256`, if this user's patchkit sealed it."""
     try:
-        entry = json.loads(read_regular(root, f"{wheel}.seal", limit=MAX_SEAL_BYTES))
+        entry = load_json_text(read_regular(root, f"{wheel}.seal", limit=MAX_SEAL_BYTES))
         ident = tuple(entry["identity"])
         if not all(type(n) is int for n in ident) or len(ident) != 5:
             return None

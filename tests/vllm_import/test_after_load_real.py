@@ -13,7 +13,15 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from launch_fixtures import EMPTY_SAFETENSORS, LFS_POINTER, ONE_TENSOR, safetensors_file, tls_files, torch_file
+from launch_fixtures import (
+    EMPTY_SAFETENSORS,
+    GENERATION_CASES,
+    LFS_POINTER,
+    ONE_TENSOR,
+    safetensors_file,
+    tls_files,
+    torch_file,
+)
 from vllm_overlay import TINY_LLAMA, ask_vllm
 
 from patchkit.launch.command import parse
@@ -226,6 +234,7 @@ def generation_values(root: Path, cache: Path) -> list[str]:
         "bad": {"generation_config.json": "{bad"},
         "badconf": {"generation_config.json": "{bad", "config.json": json.dumps(LLAMA)},
         "latin1": {"generation_config.json": '{"x": "caf\xe9"}'},
+        **{name: {"generation_config.json": text} for name, (text, _) in GENERATION_CASES.items()},
     }
     for name, files in directories.items():
         (root / name).mkdir(parents=True)
@@ -289,6 +298,7 @@ def test_the_models_own_generation_config_is_refused_exactly_where_vllm_refuses_
         "withgen": '{"temperature": 0.5}', "none": None, "list": "[1]", "null": "null", "string": '"x"',
         "bad": "{bad", "empty": "", "latin1": '{"x": "caf\xe9"}', "number": "7",
         "deep": '{"a": ' * 5000 + "1" + "}" * 5000,
+        **{name: text for name, (text, _) in GENERATION_CASES.items()},  # review36 W4: GenerationConfig's own
     }  # fmt: skip
     models = []
     for name, text in contents.items():

@@ -14,6 +14,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from launch_fixtures import DATA_PARALLEL_CASES
 from vllm_overlay import TINY_LLAMA, ask_vllm
 
 from patchkit.base.errors import BadInput
@@ -58,6 +59,7 @@ def test_a_headless_launch_is_what_vllm_serve_runs_headless(tmp_path):
         ["--headless", "-asc", "0"], ["--headless", "-asc", "1"], ["--headless", "--api-server-count=2"], [],
         ["-asc", "1"], ["-asc", "2"], ["--config", str(tmp_path / "headless.yaml")],
         ["--config", str(tmp_path / "count.yaml")], ["--config", str(tmp_path / "headless.yaml"), "-asc", "3"],
+        *(words for words, _ in DATA_PARALLEL_CASES),
     ]  # fmt: skip
     vllm_said = ask_vllm(ASK_SERVE, json.dumps([["m", *case] for case in cases]))
     assert isinstance(vllm_said, list)
@@ -70,7 +72,7 @@ def test_a_headless_launch_is_what_vllm_serve_runs_headless(tmp_path):
         theirs = "refused" if str(said).startswith("ValueError") else "headless" if said == "headless" else "serves"
         disagreements += [(case, said)] if ours != theirs else []
     assert disagreements == []
-    assert vllm_said.count("headless") >= 6 and sum(str(s).startswith("ValueError") for s in vllm_said) >= 3
+    assert vllm_said.count("headless") >= 12 and sum(str(s).startswith("ValueError") for s in vllm_said) >= 3
 
 
 def validation(tmp_path: Path, *options: str) -> dict:

@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 from packaging.version import Version
-from vllm_overlay import ask_vllm
+from vllm_overlay import TINY_LLAMA, ask_vllm
 
 from patchkit.launch.command import parse
 from patchkit.launch.late_files import tool_server_findings
@@ -48,3 +48,48 @@ def test_refused_entries_are_those_httpx_cannot_connect_with():
         found, _notes = tool_server_findings(command, "command", Version("0.16.0"))
         disagreements += [(entry, fine)] if bool(found) == fine else []
     assert disagreements == []
+
+
+ASK_RUNNER = textwrap.dedent("""\
+    import inspect, json, os, sys
+    from patchkit._target.engine_config import _force_cpu_platform_when_none
+    _force_cpu_platform_when_none()
+    from vllm.config.model import ModelConfig
+    from vllm.entrypoints.openai import api_server
+
+    def runner(directory, option):  # the runner vLLM's ModelConfig resolves, or what it raises
+        try:
+            return ModelConfig(model=directory, runner=option, skip_tokenizer_init=True).runner_type
+        except Exception as exc:
+            return type(exc).__name__
+
+    source = inspect.getsource(api_server.init_app_state)
+    gated = 'if "generate" in supported_tasks:\\n        from vllm.entrypoints.openai.generate.api_router import init_generate_state'
+    print(json.dumps([gated in source, [runner(d, o) for d, o in json.loads(sys.argv[1])]]))
+""")
+
+
+def test_a_launch_judged_pooling_is_one_vllm_runs_pooling(tmp_path):
+    """The tool server is built only under `generate` (init_app_state -> init_generate_state), and a
+    launch patchkit takes for a pooling model is one vLLM's ModelConfig resolves to its pooling runner."""
+    cases = [
+        ("LlamaForSequenceClassification", "auto"), ("LlamaForCausalLM", "pooling"), ("Qwen2ForRewardModel", "auto"),
+        ("BertForSequenceClassification", "auto"), ("LlamaForCausalLM", "auto"),
+        ("LlamaForSequenceClassification", "generate"),
+    ]  # fmt: skip
+    asked = []
+    for architecture, runner in cases:
+        model = tmp_path / architecture
+        model.mkdir(exist_ok=True)
+        (model / "config.json").write_text(json.dumps({**TINY_LLAMA, "architectures": [architecture]}))
+        asked.append((str(model), runner))
+    said = ask_vllm(ASK_RUNNER, json.dumps(asked))
+    assert isinstance(said, list)
+    gated, runners = said
+    assert gated is True
+    ours = []
+    for architecture, runner in cases:
+        command = parse(["vllm", "serve", "m", "--tool-server", "http://x:1", "--runner", runner], "0.16.0")
+        found, _ = tool_server_findings(command, "command", Version("0.16.0"), (architecture,))
+        ours.append("pooling" if not found else "generate")
+    assert ours == runners and runners.count("pooling") == 4

@@ -11,6 +11,7 @@ from patchkit.base.enums import OutputFormat, TreeState
 from patchkit.base.errors import TargetError
 from patchkit.cli.commands import make_ui, resolve_telling
 from patchkit.cli.commands.options import format_option, no_import_option, target_options
+from patchkit.cli.main import INVOKED
 from patchkit.cli.ui.console import UI
 from patchkit.cli.ui.findings import Failure, fix_once
 from patchkit.cli.ui.json_views import target_json
@@ -64,6 +65,18 @@ def launch_words(launch: tuple[str, ...]) -> list[str]:
     return list(launch)
 
 
+def framed(launch: tuple[str, ...]) -> LaunchCommand:
+    """The launch framed (launch.command.frame), knowing the user's own patchkit command: a hint
+    that names it again (a wrapper's: `numactl -N 0 patchkit run --apply -- ...`) keeps each option."""
+    ctx = click.get_current_context()
+    name, _command, args = ctx.meta.get(INVOKED, (None, None, []))
+    root = ctx.find_root().params  # `patchkit -q run ...`: the group's own -q and -v
+    before = ["-q"] * bool(root.get("quiet")) + ["-v"] * int(root.get("verbose") or 0)
+    given = list(args[: len(args) - len(launch)]) if launch and list(args[-len(launch) :]) == list(launch) else None
+    own = (str(name), ["patchkit", *before, str(name), *given]) if name and given is not None else None
+    return frame(launch_words(launch), invoked=own)
+
+
 @click.command(context_settings=LAUNCH_SETTINGS)
 @target_options
 @format_option(formats=(OutputFormat.TEXT, OutputFormat.JSON, OutputFormat.JUNIT))
@@ -75,14 +88,15 @@ def command(
     """Check a vLLM launch command before anything loads: every fault in one run.
 
     COMMAND is `vllm serve MODEL [args]` or `python -m vllm.entrypoints.openai.api_server --model
-    MODEL [args]`, either behind `env VAR=...`. The models' config.json files (local directories or
-    the Hugging Face cache, never downloaded) are held against the installed vLLM: the tree's state
+    MODEL [args]`, either behind `env VAR=...`. What vLLM reads of the models (config.json, a local
+    model's weight file heads, generation_config.json, LoRA adapters: local directories or the Hugging
+    Face cache, never downloaded) is held against the installed vLLM: the tree's state
     and the checks the patch set declares (asking vLLM itself where they can), then vLLM's own
     create_engine_config(), each in the target's interpreter (--no-import skips both). Exit 0: the launch passes; 1: a finding failed; 2: the
     command cannot be read; 4: a model or the target is missing.
     """
     ui = make_ui(OutputFormat.JSON if fmt == OutputFormat.JSON else OutputFormat.TEXT, quiet, verbose)
-    launch_command = frame(launch_words(launch))
+    launch_command = framed(launch)
     # a live line while vLLM is asked (its import in the target's interpreter can take minutes);
     # drawn only for a person (ui.live: text, both streams a terminal, not -q)
     working = (
@@ -355,6 +369,7 @@ def show(ui: UI, result: PreflightResult, fmt: str) -> None:
                 "tree_state": result.tree_state,
                 "findings": findings_json(result),
                 "unused_sets": result.unused,
+                "notes": result.notes,  # what text says as notes (a headless node, an unused parser)
             }
         )
     elif fmt == OutputFormat.JUNIT:

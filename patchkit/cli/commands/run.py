@@ -14,9 +14,9 @@ from patchkit.base.errors import PatchkitError, TargetError
 from patchkit.base.options import Options
 from patchkit.cli.commands import make_ui
 from patchkit.cli.commands.options import target_options
-from patchkit.cli.commands.preflight import LAUNCH_SETTINGS, launch_argument, launch_words, run_preflight, show
+from patchkit.cli.commands.preflight import LAUNCH_SETTINGS, framed, launch_argument, run_preflight, show
 from patchkit.cli.ui.console import UI
-from patchkit.launch.command import LaunchCommand, frame, read
+from patchkit.launch.command import LaunchCommand, read
 from patchkit.launch.engine import few_named
 from patchkit.launch.preflight import PreflightResult, default_options, needs_of
 from patchkit.launch.validation import CHECK as VALIDATION
@@ -49,7 +49,7 @@ def command(
     cannot be read. For a systemd ExecStart= or a container entrypoint:
     `patchkit run --apply -- vllm serve MODEL ...`.
     """
-    launch_command = frame(launch_words(launch))
+    launch_command = framed(launch)
     if apply_first or not no_preflight:
         ui = make_ui("text", quiet, verbose)
         result = _checked(ui, opts, launch_command, apply_first=apply_first, preflight=not no_preflight)

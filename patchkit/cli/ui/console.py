@@ -177,6 +177,7 @@ class UI(Value):
         if self.quiet or self.json_mode:
             return
         cells = [[visible(str(c), field=True) for c in row] for row in rows]
+        title = visible(title, field=True) if title else title
         if not self.terminal:
             write_plainly(lambda stdout: stdout.write(plain_table(columns, cells, title)))
             return
@@ -278,7 +279,7 @@ class UI(Value):
         with _progress_bar(
             self.err, lambda columns: (columns.MofNCompleteColumn(), columns.TimeElapsedColumn())
         ) as bar:
-            task = bar.add_task(description, total=total)
+            task = bar.add_task(visible(description, field=True), total=total)
             yield lambda label: bar.update(task, advance=1, description=visible(label, field=True))
 
     @contextmanager
@@ -302,7 +303,7 @@ class UI(Value):
         if not self.live:
             yield self.detail
             return
-        with self.err.status(title) as status:
+        with self.err.status(visible(title, field=True)) as status:
 
             def say(message: str) -> None:
                 status.update(visible(message, field=True))

@@ -9,6 +9,7 @@ from collections import Counter
 from dataclasses import field, replace
 
 from patchkit.base.enums import CheckStatus
+from patchkit.base.errors import few
 from patchkit.base.values import FrozenValue, frozen
 from patchkit.checks import CheckResult
 from patchkit.cli.ui.text import visible
@@ -82,7 +83,34 @@ def fold(failures: list[Failure]) -> list[Failure]:
         else:
             kept.append(failure)
     kept.sort(key=lambda f: (f.warning, _rank(f)))
-    return [_with_followers(f, followers[_path_of(f)]) if leads.get(_path_of(f)) is f else f for f in kept]
+    return _alike_once([_with_followers(f, followers[_path_of(f)]) if leads.get(_path_of(f)) is f else f for f in kept])
+
+
+def _alike_once(failures: list[Failure]) -> list[Failure]:
+    """Failures said alike of several files (each drifted file, the same fix): one line naming the
+    first few files and how many more, at the first one's place (500 drifted files were 1,000 lines)."""
+    alike: dict[tuple[object, ...], list[Failure]] = {}
+    for failure in failures:
+        alike.setdefault(_likeness(failure), []).append(failure)
+    said: list[Failure] = []
+    for failure in failures:
+        group = alike[_likeness(failure)]
+        if len(group) == 1:
+            said.append(failure)
+        elif failure is group[0]:
+            files = few([f.where for f in group], sep=", ")
+            also = [line.replace(" on it too", " on each too") for line in failure.also]
+            said.append(
+                replace(failure, message=f"{failure.message} ({len(group):,} files: {files})", where="", also=also)
+            )
+    return said
+
+
+def _likeness(failure: Failure) -> tuple[object, ...]:
+    """What failures said alike share: all but the file (one with a source line is its own)."""
+    if not failure.where or failure.excerpt:
+        return (id(failure),)
+    return (failure.what, failure.message, failure.fix, tuple(failure.also), failure.warning, failure.fixes)
 
 
 # What cannot judge a file that does not compile; what an edit after apply makes fail.

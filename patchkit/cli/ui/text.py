@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import TextIO, cast
 
+from patchkit.base.errors import escaped
 from patchkit.base.values import Value
 
 
@@ -46,21 +47,12 @@ STATE_STYLES = {
 }
 
 
-# The patterns here are text, compiled on first use (re keeps them): start-up compiles none a run does not use.
-# What must not reach a terminal raw: C0 controls (ESC starts a sequence, \r overwrites the line),
-# DEL, C1 controls, and the surrogates that stand for undecodable bytes (they cannot even be encoded).
-_UNSHOWABLE = "[\x00-\x08\x0b-\x1f\x7f-\x9f\udc80-\udcff]"
-_UNSHOWABLE_IN_A_FIELD = "[\x00-\x1f\x7f-\x9f\udc80-\udcff]"  # tab and newline too
-
-
 def visible(text: str, *, field: bool = False) -> str:
-    """Text from a patch, a library or a tree, safe to show: each control character written as
-    an escape (\\x1b), an undecodable byte as its value (\\xff). Tab and newline are kept, except
-    in a `field`: a table cell or a tab-separated column. JSON shows the exact text instead."""
-    pattern = re.compile(_UNSHOWABLE_IN_A_FIELD if field else _UNSHOWABLE)
-    if pattern.search(text) is None:
-        return text
-    return pattern.sub(lambda m: f"\\x{ord(m.group()) & 0xFF:02x}", text)
+    """Text from a patch, a library or a tree, safe to show, as errors.escaped shows it (the one
+    escaping of all output): each character that is not printable written as an escape (\\x1b,
+    \\u202e), an undecodable byte as its value (\\xff). Tab and newline are kept, except in a
+    `field`: a table cell or a tab-separated column. JSON shows the exact text instead."""
+    return escaped(text, "" if field else "\t\n")
 
 
 def plain_stdout(stream: TextIO | None = None) -> bool:

@@ -1,0 +1,151 @@
+"""A record naming files reached through symlinks planted in the tree (review36 N14-b: each symlink led
+into a directory 1,000 levels deep, and resolving one recorded path looked at every directory of its
+expansion, again for each file: status and the guard took 0.1-0.35 s a file). A symlink on the way is
+a refusal, so where it leads is never resolved: each recorded path is walked from the tree, one lstat
+a directory, and the walk stops at the first symlink. Counted, not timed: the paths given to os.lstat,
+os.stat, os.open and os.path.realpath are counted. bench/bench.py's `planted-links` row measures the time."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+from pathlib import Path
+
+import pytest
+from helpers import run_cli_in_process
+
+import patchkit._target.guard as target_guard
+
+DEEP = 200  # the levels of the directory the planted symlinks lead to (review36's was 1,000)
+FILES = 30
+LINK = "vllm/s"  # the planted symlink, into the deep directory; a and b inside it lead there again
+
+
+def record_also(tree: Path, paths: list[str]) -> None:
+    """The applied tree's record, naming each of `paths` as a file its first entry created."""
+    state = tree / ".patchkit" / "state.json"
+    data = json.loads(state.read_text())
+    for path in paths:
+        data["entries"][0]["files"][path] = {"after": "ab" * 32, "before": None, "mode": 0o644}
+    state.write_text(json.dumps(data))
+
+
+def planted(tree: Path, outside: Path, files: int = FILES) -> tuple[Path, list[str]]:
+    """vllm/s, a symlink to a directory DEEP levels down outside the tree, where a and b are symlinks to
+    that directory again; `files` recorded paths through them (vllm/s/a/b/b/a/.../x3.py, 14 parts)."""
+    deep = outside / "deep" / ("x/" * DEEP)
+    deep.mkdir(parents=True)
+    for name in "ab":
+        (deep / name).symlink_to(deep)
+    (tree / LINK).symlink_to(deep)
+    rng = random.Random(1)
+    paths = [f"{LINK}/{'/'.join(rng.choice('ab') for _ in range(11))}/x{i}.py" for i in range(files)]
+    for rel in paths[:3]:  # a few of them there (through the links), the rest absent
+        (tree / rel).write_text("x = 1\n")
+    record_also(tree, paths)
+    return deep, paths
+
+
+@pytest.fixture
+def applied(run, tree, open_library) -> Path:
+    assert run("apply", "--target", tree, "--patches", open_library).exit_code == 0
+    return tree
+
+
+def counting(monkeypatch, resolved: list[str] | None = None) -> list[str]:
+    """The path of each os.lstat, os.stat, os.open and os.path.realpath call (relative to the directory
+    it was given with, when one was); `resolved`: os.path.realpath's alone, too."""
+    calls: list[str] = []
+    for module, name in ((os, "lstat"), (os, "stat"), (os, "open"), (os.path, "realpath")):
+        real = getattr(module, name)
+
+        def counted(path, *args, _real=real, _name=name, **kwargs):
+            said = os.fsdecode(path) if isinstance(path, (str, bytes, os.PathLike)) else str(path)
+            calls.append(said)
+            if _name == "realpath" and resolved is not None:
+                resolved.append(said)
+            return _real(path, *args, **kwargs)
+
+        monkeypatch.setattr(module, name, counted)
+    return calls
+
+
+def through(calls: list[str], tree: Path, deep: Path) -> list[str]:
+    """The calls that name a path through the planted symlink, or inside where it leads."""
+    beyond = (f"{LINK}/", f"{tree}/{LINK}/", str(deep.parent.parent))
+    return [path for path in calls if path.startswith(beyond) or str(deep.parent.parent) in path]
+
+
+def test_the_guard_refuses_files_through_a_planted_symlink_without_looking_where_it_leads(
+    applied, tmp_path, monkeypatch
+):
+    deep, paths = planted(applied, tmp_path / "outside")
+    calls = counting(monkeypatch)
+    problems = target_guard.find_problems(str(applied))
+    monkeypatch.undo()
+    for rel in paths:
+        assert f"{rel} is a symlink, or under one: not the file patchkit wrote" in problems, problems[:3]
+    assert through(calls, applied, deep) == [], through(calls, applied, deep)[:5]
+    assert len([path for path in calls if path.endswith(LINK)]) <= 1, "the symlink looked at again"
+
+
+def test_status_names_the_planted_symlink_without_looking_where_it_leads(applied, open_library, tmp_path, monkeypatch):
+    """The commands' own reads of a recorded file open it by its path (the kernel follows the symlinks on
+    the way, a bounded walk of its own): a few a file, never a resolving of each directory of it."""
+    deep, _ = planted(applied, tmp_path / "outside")
+    resolved: list[str] = []
+    calls = counting(monkeypatch, resolved)
+    done = run_cli_in_process("status", "--target", applied, "--patches", open_library)
+    monkeypatch.undo()
+    said = " ".join((done.stdout + done.stderr).split())
+    assert done.returncode == 1, said
+    assert f"replace the symlink {applied / LINK} with a real directory holding a copy of what it points to" in said
+    assert through(resolved, applied, deep) == [], through(resolved, applied, deep)[:5]
+    assert len(through(calls, applied, deep)) <= 4 * FILES, len(through(calls, applied, deep))
+
+
+def test_the_guard_reaches_each_recorded_file_once_and_resolves_none(applied, monkeypatch):
+    """review36 N14-b: each recorded file was resolved two or three times (os.path.realpath, each a
+    look at every directory on its way); one open of it, from its directory, is enough."""
+    recorded = sorted(json.loads((applied / ".patchkit/state.json").read_text())["entries"][0]["files"])
+    calls = counting(monkeypatch)
+    assert target_guard.find_problems(str(applied)) == []
+    monkeypatch.undo()
+    for rel in recorded:
+        named = [path for path in calls if path == rel or path.endswith("/" + rel)]
+        assert len(named) <= 2, (rel, named)  # its lstat on the way (the record's walk), its open
+    assert not [path for path in calls if path.startswith("vllm/") and calls.count(path) > 2], calls
+    resolved = [path for path in calls if "/vllm/" in path or path.startswith("vllm/")]
+    assert all(calls.count(path) <= 2 for path in resolved), resolved
+
+
+def test_a_moved_vllm_holding_a_planted_symlink_is_walked_from_the_directory_it_names(applied, tmp_path, monkeypatch):
+    """vllm/ moved to another volume, a symlink in its place (judged from the directory it names), with
+    the planted symlink under it: the same refusal, and nothing through the planted one looked at."""
+    deep, paths = planted(applied, tmp_path / "outside")
+    os.rename(applied / "vllm", tmp_path / "volume")
+    (applied / "vllm").symlink_to(tmp_path / "volume")
+    calls = counting(monkeypatch)
+    problems = target_guard.find_problems(str(applied))
+    monkeypatch.undo()
+    assert all(f"{rel} is a symlink, or under one: not the file patchkit wrote" in problems for rel in paths)
+    assert [path for path in calls if path.startswith("s/") or str(deep.parent.parent) in path] == []
+    assert through(calls, applied, deep) == [], through(calls, applied, deep)[:5]
+
+
+def test_a_recorded_file_a_symlink_names_it_and_hashes_nothing_where_it_leads(applied, tmp_path):
+    """The recorded file itself a symlink out of the tree (review30 L2): the file there, not the record,
+    is refused; what it points to is never read."""
+    secret = tmp_path / "secret.py"
+    secret.write_text("outside\n")
+    recorded = sorted(json.loads((applied / ".patchkit/state.json").read_text())["entries"][0]["files"])
+    rel = recorded[0]
+    (applied / rel).unlink()
+    (applied / rel).symlink_to(secret)
+    state = json.loads((applied / ".patchkit/state.json").read_text())
+    state["entries"][0]["files"][rel]["after"] = hashlib.sha256(b"outside\n").hexdigest()
+    (applied / ".patchkit/state.json").write_text(json.dumps(state))
+    problems = target_guard.find_problems(str(applied))
+    assert f"{rel} is a symlink, or under one: not the file patchkit wrote" in problems, problems

@@ -1,0 +1,124 @@
+"""What patchkit quotes of another program's error text is its head, where the problem is named,
+and its end, the middle left out: vLLM's pydantic refusals run to thousands of characters (the
+architecture list), and their tail alone names nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import pytest
+from helpers import run_cli
+from importable_vllm import write_refusing_engine_args
+from launch_fixtures import DEEPSEEK_V3, DRAFTER, serve, write_eagle3_setup, write_model
+
+from patchkit.tree.target import WorkerFailed, ask_python, run_worker
+
+# a stand-in vLLM engine argument class whose config is a pydantic dataclass refusing the drafter's
+# architecture as 0.16.0's SpeculativeConfig does: its message names the architecture, then lists
+# every supported one (about 20,000 characters)
+PYDANTIC_REFUSAL = """
+import json
+
+from pydantic import model_validator
+from pydantic.dataclasses import dataclass
+
+SUPPORTED = [f"SupportedArchitecture{i}ForCausalLM" for i in range(700)]
+
+
+@dataclass
+class SpeculativeConfig:
+    method: str
+
+    @model_validator(mode="after")
+    def _verify(self):
+        raise ValueError(
+            "Model architectures ['Eagle3NoSuchDrafterForCausalLM'] are not supported for now. "
+            f"Supported architectures: dict_keys({SUPPORTED})"
+        )
+
+
+class AsyncEngineArgs:
+    def __init__(self, **values):
+        self.values = values
+
+    @staticmethod
+    def add_cli_args(parser):
+        parser.add_argument("--model")
+        parser.add_argument("--speculative-config", type=json.loads, default=None)
+        return parser
+
+    @classmethod
+    def from_cli_args(cls, args):
+        return cls(**vars(args))
+
+    def create_engine_config(self):
+        SpeculativeConfig(method=self.values["speculative_config"]["method"])
+"""
+
+
+def test_a_long_pydantic_refusal_is_quoted_by_its_head_not_its_tail(tmp_path):
+    tree, library = write_eagle3_setup(tmp_path)
+    fake = write_refusing_engine_args(tree)
+    (fake / "vllm" / "engine" / "arg_utils.py").write_text(PYDANTIC_REFUSAL)
+    launch = serve(write_model(tmp_path / "target", DEEPSEEK_V3), write_model(tmp_path / "drafter", DRAFTER))
+    done = run_cli(
+        "preflight", "--target", tree, "--python", sys.executable, "--patches", library, "--format", "json",
+        "--", *launch, env={"PYTHONPATH": str(fake)},
+    )  # fmt: skip
+    [found] = [f for f in json.loads(done.stdout)["findings"] if f["check"] == "vllm-validation"]
+    said = found["message"]
+    assert not found["ok"] and "['Eagle3NoSuchDrafterForCausalLM'] are not supported for now" in said, said
+    assert "SupportedArchitecture699ForCausalLM" in said and "characters left out" in said, said  # its end too
+    assert len(said) < 1200 and "For further information" not in said, said
+
+
+def interpreter(tmp_path, body: str):
+    """A stand-in interpreter: a shell script doing `body` whatever it is asked to run."""
+    script = tmp_path / "python3"
+    script.write_text(f"#!/bin/sh\n{body}\n")
+    script.chmod(0o755)
+    return str(script)
+
+
+def test_a_childs_long_error_output_is_quoted_by_its_head_and_its_end(tmp_path):
+    noise = " ".join(f"detail{i}" for i in range(400))
+    python = interpreter(tmp_path, f'echo "FATAL: libcuda.so.1 cannot be opened {noise} (the end)" >&2; exit 3')
+    with pytest.raises(WorkerFailed) as failed:
+        run_worker(python, "compile_sources", {"sources": {}}, timeout=60, in_process=False)
+    said = failed.value.message
+    assert "FATAL: libcuda.so.1 cannot be opened" in said and "(the end)" in said, said
+    assert "characters left out" in said and len(said) < 600, said
+
+
+def test_a_child_the_kernel_killed_is_said_killed_with_free_memory_as_the_fix(tmp_path):
+    python = interpreter(tmp_path, "kill -9 $$")
+    with pytest.raises(WorkerFailed) as failed:
+        run_worker(python, "compile_sources", {"sources": {}}, timeout=60, in_process=False, doing=" (a check)")
+    assert (
+        failed.value.message
+        == f"{python} (a check) was killed (SIGKILL: the kernel's out-of-memory killer, or another process)"
+    )
+    assert failed.value.hint == "free memory, then run it again"
+    with pytest.raises(WorkerFailed) as asked:
+        ask_python(python, [], "print(1)", env=dict(os.environ), cwd=str(tmp_path))
+    assert "was killed (SIGKILL" in asked.value.message and asked.value.hint == "free memory, then run it again"
+
+
+def test_a_vllm_validation_killed_by_sigkill_says_so_and_skipping_it_is_no_fix(tmp_path):
+    tree, library = write_eagle3_setup(tmp_path)
+    fake = write_refusing_engine_args(tree)
+    arg_utils = fake / "vllm" / "engine" / "arg_utils.py"
+    arg_utils.write_text(arg_utils.read_text().replace(
+        "    def create_engine_config(self):\n",
+        "    def create_engine_config(self):\n        import os\n\n        os.kill(os.getpid(), 9)  # as the out-of-memory killer does\n",
+    ))  # fmt: skip
+    launch = serve(write_model(tmp_path / "target", DEEPSEEK_V3), write_model(tmp_path / "drafter", DRAFTER))
+    done = run_cli(
+        "preflight", "--target", tree, "--python", sys.executable, "--patches", library, "--format", "json",
+        "--", *launch, env={"PYTHONPATH": str(fake)},
+    )  # fmt: skip
+    [found] = [f for f in json.loads(done.stdout)["findings"] if f["check"] == "vllm-validation"]
+    assert not found["ok"] and "was killed (SIGKILL: the kernel's out-of-memory killer" in found["message"], found
+    assert found["fix"] == "free memory, then run it again", found
