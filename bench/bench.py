@@ -71,10 +71,14 @@
    state.json names --deep-files (default 1,000) created files more, each in its own chain of existing
    directories as deep as a record may be (31), vs the same files two directories deep (goal: linear in the
    directories, at most their ratio; resolving every directory on the way for each was its cube).
+18. Planted links (`--only planted`): `status -q` and the guard's verdict on an applied 0.16.0 tree whose
+   state.json names --planted-files (default 300) created files more, reached through a planted symlink into a
+   directory 1,000 levels deep, or hard links to one 32 MB file, vs the same count absent in a real directory
+   (goal: a few times the reference at most; review36 N14-b and N14-c: 60-300x).
 
 --only picks rows by name: dry-run (1), eagle3-dry-run (1), help (2), apply (3), sets-apply (3), fetch (4), checks (5), verify (6),
 large-file (7), guard (8), preflight (9), run (10), wheel (11), fleet (12), real-wheel (13),
-large-record (16), deep-record (17), startup (14), locate (15).
+large-record (16), deep-record (17), planted (18), startup (14), locate (15).
 """
 
 from __future__ import annotations
@@ -83,6 +87,7 @@ import argparse
 import io
 import json
 import os
+import random
 import resource
 import shutil
 import statistics
@@ -545,6 +550,58 @@ def deep_record_rows(work: Path, runs: int, files: int) -> list[str]:
         f"| {name}, applied 0.16.0 whose record names {files:,} created files more, each in its own chain of "
         f"{deep} directories | {took[deep]:.3f} s | the same, {shallow} directories deep: {took[shallow]:.3f} s | "
         f"{took[deep] / took[shallow]:.1f}x | linear in the directories: ≤ {deep / shallow:.1f}x (their ratio) |"
+        for name, took in (("status -q", status), ("the guard's verdict", guard))
+    ]
+
+
+def planted_rows(work: Path, runs: int, files: int) -> list[str]:
+    """`status -q` and the guard on an applied 0.16.0 tree whose record names `files` created files more
+    (review36 N14-b, N14-c): reached through a planted symlink into a directory 1,000 levels deep (a and
+    b in it lead there again: vllm/s/a/b/.../xN.py, 29 parts), and hard links to one 32 MB file; the
+    reference: the same count of files in one real directory, absent. Goal: about the reference (each
+    symlink expanded was 0.1-0.35 s a file; each link hashed again, its whole size)."""
+    base = work / "planted-0"
+    shutil.copytree(stock_0_16(work), base)
+    run_once([*PATCHKIT, "apply", "-q", "--no-import", "--target", str(base)])
+    deep = work / "planted-deep"
+    deep.mkdir()
+    for _ in range(1000):  # one at a time: mkdir(parents=True) recurses once a level
+        deep = deep / "x"
+        deep.mkdir()
+    for name in "ab":
+        (deep / name).symlink_to(deep)
+    rng, sites = random.Random(1), {}
+    for shape in ("reference", "symlinked", "hard-linked"):
+        site = sites[shape] = work / f"planted-{shape}"
+        shutil.copytree(base, site, symlinks=True)
+        (site / "vllm/zz").mkdir()
+        paths = [f"vllm/zz/x{i}.py" for i in range(files)]
+        if shape == "symlinked":
+            (site / "vllm/s").symlink_to(deep)
+            paths = [f"vllm/s/{'/'.join(rng.choice('ab') for _ in range(26))}/x{i}.py" for i in range(files)]
+        if shape == "hard-linked":
+            (site / paths[0]).write_bytes(os.urandom(32 << 20))
+            for rel in paths[1:]:
+                os.link(site / paths[0], site / rel)
+        state = site / ".patchkit" / "state.json"
+        data = json.loads(state.read_text())
+        data["entries"][0]["files"].update({p: {"after": "ab" * 32, "before": None, "mode": 0o644} for p in paths})
+        state.write_text(json.dumps(data))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    status, guard = {}, {}
+    for shape, site in sites.items():
+        status[shape] = statistics.median(_status_took(site) for _ in range(runs))
+        judged = [sys.executable, "-c", GUARD_JUDGED, str(site)]
+        guard[shape] = statistics.median(
+            float(subprocess.run(judged, capture_output=True, text=True, env=env, check=True).stdout)
+            for _ in range(runs)
+        )
+    subprocess.run(["rm", "-rf", str(work / "planted-deep")], check=True)  # shutil.rmtree recurses a level
+    return [
+        f"| {name}, applied 0.16.0 whose record names {files:,} created files more, {shape} | {took[shape]:.3f} s "
+        f"| the same count in a real directory, absent: {took['reference']:.3f} s "
+        f"| {took[shape] / took['reference']:.1f}x | a few times the reference at most |"
+        for shape in ("symlinked", "hard-linked")
         for name, took in (("status -q", status), ("the guard's verdict", guard))
     ]
 
@@ -1162,6 +1219,7 @@ ROWS = (
     "real-wheel",
     "large-record",
     "deep-record",
+    "planted",
     "startup",
     "locate",
 )
@@ -1182,6 +1240,7 @@ def main() -> None:
     parser.add_argument("--wheel-mb", type=int, default=464, help="the wheel row's stored member size (MB)")
     parser.add_argument("--record-files", type=int, default=2000, help="the large-record row's smaller count")
     parser.add_argument("--deep-files", type=int, default=1000, help="the deep-record row's recorded files")
+    parser.add_argument("--planted-files", type=int, default=300, help="the planted row's recorded files")
     parser.add_argument(
         "--before-locate",
         nargs="+",
@@ -1231,6 +1290,8 @@ def main() -> None:
             rows.extend(large_record_rows(work, runs, args.record_files))
         if "deep-record" in chosen:
             rows.extend(deep_record_rows(work, runs, args.deep_files))
+        if "planted" in chosen:
+            rows.extend(planted_rows(work, runs, args.planted_files))
         if "startup" in chosen:
             rows.extend(startup_rows(work / "startup", runs, args.before))
         if "locate" in chosen:

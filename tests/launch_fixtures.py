@@ -273,6 +273,9 @@ LAYOUTS: dict[str, tuple[dict[str, str | bytes | None], str, bool]] = {
     "bin": ({"pytorch_model.bin": PT}, "auto", True),
     "training_args_only": ({"training_args.bin": PT, "optimizer.pt": PT}, "auto", False),
     "pt": ({"model.pt": PT}, "auto", True),
+    # vLLM's glob stops at *.bin (training_args.bin), filters it out, and never reaches *.pt
+    "training_args_before_pt": ({"training_args.bin": PT, "pytorch_model.pt": PT}, "auto", False),
+    "optimizer_bin_before_pt_npcache": ({"optimizer.bin": PT, "model.pt": PT}, "npcache", False),
     "hidden_only": ({".model.safetensors": ST}, "auto", False),
     "in_a_subdirectory_only": ({"weights/model.safetensors": ST}, "auto", False),
     "sharded_whole": (

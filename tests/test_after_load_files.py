@@ -394,3 +394,27 @@ def test_a_generation_config_refused_at_start_is_said_in_one_wording():
     assert said.message.endswith(f": {genconfig.AT_START}")
     sources = [path.read_text(encoding="utf-8") for path in Path(genconfig.__file__).parent.glob("*.py")]
     assert sum(source.count(f'"{genconfig.AT_START}"') for source in sources) == 1
+
+
+def test_thousands_of_refused_adapters_are_a_few_lines(tmp_path):
+    """L7's class: --lora-modules naming 2,000 adapters vLLM refuses was 2,000 findings (269 KB of
+    text); the first few are said, then the rest as one, with their fixes once."""
+    good = tmp_path / "good"
+    good.mkdir()
+    (good / "adapter_config.json").write_text('{"r": 8, "lora_alpha": 16, "target_modules": ["q_proj"]}')
+    (good / "adapter_model.bin").write_bytes(b"PK\x03\x04 a torch zip")
+    modules = [f"a{i}=/nonexistent/x{i}" for i in range(2_000)] + [f"g={good}"]
+    command = parse(["vllm", "serve", "m", "--enable-lora", "--lora-modules", *modules], "0.16.0")
+    found = late_file_findings(command, "command", lambda: "utf-8")
+    failed = [f for f in found if not f.ok]
+    assert [f.message.split(":")[0] for f in failed[:3]] == [f"--lora-modules /nonexistent/x{i}" for i in range(3)]
+    assert len(failed) == 4 and failed[3].message.startswith("1,997 more adapters vLLM refuses: --lora-modules "), (
+        failed
+    )
+    assert failed[3].message.endswith(" +1,996 more") and len(failed[3].message) < 300, failed[3].message
+    assert failed[3].fix == failed[0].fix
+    assert [f.message for f in found if f.ok] == [
+        f"--lora-modules {good}: its config and adapter_model.bin read as vLLM reads them"
+    ]
+    few_bad = parse(["vllm", "serve", "m", "--enable-lora", "--lora-modules", *modules[:4]], "0.16.0")
+    assert len(late_file_findings(few_bad, "command", lambda: "utf-8")) == 4  # four: each said

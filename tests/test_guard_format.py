@@ -45,6 +45,7 @@ FORMATS = {
     26: "df65c034bd5d8d4ea3fbd25340269e2d664c9cf2ffe7f47f18512cb6a583b070",  # characters above U+00FF escaped as \\uNNNN, the tree path escaped and one shell word
     27: "f9aa4c6f40e966e3bc1221870fe8d657d0d5f23297c76d13c656c0d9ab56a4da",  # NaN, Infinity in a record are malformed JSON
     28: "3c5a7434317b537eadcf6dd7636640d6dc74cddb0e07bcda5a5722a267558958",  # recorded paths walked from the tree to the first symlink, never resolved
+    29: "bc3057a6e12aea7174aef66fc54d6258caf90c0df43509fbf1fb1e91516fe351",  # each recorded file (device, inode, size, mtime) hashed once, 256 MiB at most a judging
 }
 _SKIPPED = {tokenize.COMMENT, tokenize.NL, tokenize.ENCODING, tokenize.ENDMARKER}
 _STATEMENT_START = {tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, None}

@@ -72,6 +72,22 @@ def test_a_drafter_directory_without_weights_fails_models_with_the_fix(tmp_path)
     assert models_findings(preflight(tree, library, *serve(target, drafter))) == []
 
 
+def test_a_training_file_vllm_stops_at_before_the_weights_is_named_with_moving_it_away_as_the_fix(tmp_path):
+    """training_args.bin beside pytorch_model.pt: vLLM's glob stops at *.bin, filters training_args.bin
+    out and finds nothing; the fix was "put the model's weights into DIR", where they are."""
+    tree, library = write_eagle3_setup(tmp_path)
+    target = write_model(tmp_path / "ds", DEEPSEEK_V3)
+    (target / WEIGHTS).unlink()
+    (target / "pytorch_model.pt").write_bytes(torch_file())
+    (target / "training_args.bin").write_bytes(torch_file())
+    done = preflight(tree, library, *serve(target, write_model(tmp_path / "dr", DRAFTER)))
+    [finding] = models_findings(done)
+    assert "vLLM stops at *.bin (training_args.bin: before *.pt, where the weights are)" in finding["message"]
+    assert finding["fix"] == f"move training_args.bin out of {target} (vLLM then reaches the weights)", finding
+    (target / "training_args.bin").rename(tmp_path / "training_args.bin")
+    assert models_findings(preflight(tree, library, *serve(target, write_model(tmp_path / "dr", DRAFTER)))) == []
+
+
 def test_a_target_missing_a_shard_its_index_names_fails_and_a_dummy_load_is_not_judged(tmp_path):
     tree, library = write_eagle3_setup(tmp_path)
     target = write_model(tmp_path / "ds", DEEPSEEK_V3)

@@ -17,6 +17,7 @@ import pytest
 from helpers import run_cli_in_process
 
 import patchkit._target.guard as target_guard
+import patchkit.store.state as state_module
 
 DEEP = 200  # the levels of the directory the planted symlinks lead to (review36's was 1,000)
 FILES = 30
@@ -103,7 +104,7 @@ def test_status_names_the_planted_symlink_without_looking_where_it_leads(applied
     assert done.returncode == 1, said
     assert f"replace the symlink {applied / LINK} with a real directory holding a copy of what it points to" in said
     assert through(resolved, applied, deep) == [], through(resolved, applied, deep)[:5]
-    assert len(through(calls, applied, deep)) <= 4 * FILES, len(through(calls, applied, deep))
+    assert len(through(calls, applied, deep)) <= 5 * FILES, len(through(calls, applied, deep))
 
 
 def test_the_guard_reaches_each_recorded_file_once_and_resolves_none(applied, monkeypatch):
@@ -149,3 +150,109 @@ def test_a_recorded_file_a_symlink_names_it_and_hashes_nothing_where_it_leads(ap
     (applied / ".patchkit/state.json").write_text(json.dumps(state))
     problems = target_guard.find_problems(str(applied))
     assert f"{rel} is a symlink, or under one: not the file patchkit wrote" in problems, problems
+
+
+# ------------------------------------------------------------------ review36 N14-c: hard links, sparse files
+
+LINKS = 20
+SIZE = 2 * 1024 * 1024
+
+
+def hard_links(tree: Path, count: int = LINKS, size: int = SIZE) -> list[str]:
+    """`count` recorded files, each a hard link to one file of `size` random bytes (recorded with
+    another hash: changed after apply, as review36's were)."""
+    paths = [f"vllm/zz/b{i}.py" for i in range(count)]
+    (tree / "vllm/zz").mkdir()
+    (tree / paths[0]).write_bytes(random.Random(2).randbytes(size))
+    for rel in paths[1:]:
+        os.link(tree / paths[0], tree / rel)
+    record_also(tree, paths)
+    return paths
+
+
+def distinct(tree: Path, count: int, size: int) -> list[str]:
+    """`count` recorded files of `size` bytes each, no two alike (sparse ones cost no disk as well)."""
+    paths = [f"vllm/zz/s{i}.py" for i in range(count)]
+    (tree / "vllm/zz").mkdir()
+    for i, rel in enumerate(paths):
+        (tree / rel).write_bytes(i.to_bytes(4, "little") * (size // 4))
+    record_also(tree, paths)
+    return paths
+
+
+def hashed_by_the_guard(monkeypatch) -> list[int]:
+    """The size of each content the guard hashes."""
+    sizes: list[int] = []
+    real = target_guard.hashlib.sha256
+
+    class Counted:
+        @staticmethod
+        def sha256(data=b""):
+            sizes.append(len(data))
+            return real(data)
+
+    monkeypatch.setattr(target_guard, "hashlib", Counted)
+    return sizes
+
+
+def read_by_the_commands(monkeypatch) -> list[int]:
+    """The size of each os.read's bytes (the commands read the tree's files so)."""
+    sizes: list[int] = []
+    real = os.read
+
+    def counted(fd, n):
+        data = real(fd, n)
+        sizes.append(len(data))
+        return data
+
+    monkeypatch.setattr(os, "read", counted)
+    return sizes
+
+
+def test_the_guard_hashes_a_file_hard_linked_to_many_recorded_paths_once(applied, monkeypatch):
+    paths = hard_links(applied)
+    sizes = hashed_by_the_guard(monkeypatch)
+    problems = target_guard.find_problems(str(applied))
+    monkeypatch.undo()
+    assert all(f"{rel} was changed after patchkit patched it" in problems for rel in paths), problems[:3]
+    assert sizes.count(SIZE) == 1 and sum(sizes) < SIZE + 1024 * 1024, (sizes.count(SIZE), sum(sizes))
+
+
+def test_the_guard_hashes_at_most_its_budget_and_refuses_past_it(applied, monkeypatch):
+    distinct(applied, 10, 200 * 1024)  # 2 MB together, over a budget of 1 MiB
+    monkeypatch.setattr(target_guard, "MAX_JUDGED_BYTES", 1024 * 1024)
+    sizes = hashed_by_the_guard(monkeypatch)
+    problems = target_guard.find_problems(str(applied))
+    monkeypatch.undo()
+    assert problems == [target_guard.TOO_LARGE_TOGETHER], problems
+    assert sum(sizes) <= 1024 * 1024, sum(sizes)
+
+
+def test_status_reads_a_file_hard_linked_to_many_recorded_paths_a_few_times(applied, open_library, monkeypatch):
+    paths = hard_links(applied)
+    sizes = read_by_the_commands(monkeypatch)
+    done = run_cli_in_process("status", "--target", applied, "--patches", open_library)
+    monkeypatch.undo()
+    said = " ".join((done.stdout + done.stderr).split())
+    assert done.returncode == 1 and f"{len(paths)} files drifted" in said, said
+    assert sum(sizes) < 3 * SIZE, f"{sum(sizes):,} bytes read for {LINKS} links to one file of {SIZE:,}"
+
+
+def test_a_record_naming_more_bytes_than_the_budget_is_damaged_and_the_fix_clears_it(
+    run, applied, open_library, monkeypatch
+):
+    distinct(applied, 10, 200 * 1024)
+    monkeypatch.setattr(state_module, "MAX_HASHED_BYTES", 1024 * 1024)
+    sizes = read_by_the_commands(monkeypatch)
+    done = run_cli_in_process("status", "--target", applied, "--patches", open_library)
+    monkeypatch.undo()
+    said = " ".join(done.stderr.split())
+    state = applied / ".patchkit/state.json"
+    assert done.returncode == 2, said
+    assert f"{state} is damaged (the files it names hold over 1 MiB together); patchkit wrote nothing" in said
+    assert f"move it aside (mv {state} {state}.damaged); then `patchkit revert" in said, said
+    assert sum(sizes) < 2 * 1024 * 1024, sum(sizes)
+    state.rename(f"{state}.damaged")
+    assert run("revert", "--target", applied, "--patches", open_library).exit_code == 0
+    assert run("status", "--target", applied, "--patches", open_library).exit_code in (0, 3)
+    assert target_guard.find_problems(str(applied)) == []

@@ -384,3 +384,16 @@ def test_the_installed_record_says_whether_it_is_a_patched_wheels(wheel, tmp_pat
     pip_install(plain, STOCK, {"vllm/config/spec.py": "X = 1\n"})
     record, _ = installed_record(plain, STOCK)
     assert record is not None and not record.patched_wheel
+
+
+def test_a_provenance_path_holding_a_newline_is_said_on_one_line(tmp_path):
+    """A path read back from the installed wheel's patchkit.json is quoted escaped in the damage it
+    is refused for: the error stays one line (the newline split it)."""
+    wheel = WheelTree(tmp_path)
+    prov = json.loads(json.dumps(wheel.provenance))
+    prov["files"]["vllm/a\nb\u202e.py"] = {"stock_sha256": None, "patched_sha256": None}
+    wheel.write_provenance(prov)
+    done = wheel.cli("status", env=OFFLINE)
+    assert_clean_failure(done, 2)
+    assert "the entry of vllm/a\\x0ab\\u202e.py records neither" in done.stderr, done.stderr
+    assert not any(line.startswith("b") for line in done.stderr.splitlines()), done.stderr

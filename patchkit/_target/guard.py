@@ -42,11 +42,15 @@ ENV = "PATCHKIT_GUARD"
 # The number of the guard's checks: patchkit tells an older build's guard that judges a tree as it
 # does (the same number: a note, `apply` updates it) from one that may not (a failure until `apply`).
 # tests/test_guard_format.py holds it to this module's code: a change of the code bumps it.
-GUARD_FORMAT = 28
+GUARD_FORMAT = 29
 MAX_RECORD_BYTES = 16 * 1024 * 1024
 if TYPE_CHECKING:  # (vllm version or None, {path: recorded sha256 or None}, {path: its original's sha256 or None})
     Record = tuple[str | None, dict[str, str | None], dict[str, str | None]]
 MAX_FILE_BYTES = 64 * 1024 * 1024  # a patched source file: far below; a larger one is not what patchkit wrote
+# the recorded files' bytes one judging reads (a patched vLLM's: under 1 MB): hard links to one large file,
+# or sparse ones, cost no disk, and each costs its whole size (patchkit.store.state.MAX_HASHED_BYTES)
+MAX_JUDGED_BYTES = 256 * 1024 * 1024
+TOO_LARGE_TOGETHER = "the files its record names hold over 256 MiB together (a patched vLLM's hold a few MB)"
 
 
 class TreeChanged(RuntimeError):
@@ -391,7 +395,7 @@ def stale_places(
     mode = getattr(_imp, "check_hash_based_pycs", "default") if mode is None else mode
     kinds = _UNCHECKED_KINDS.get(mode, (_UNCHECKED_HASH,))
     mirrors = prefix_mirrors(site, sys.pycache_prefix if prefix is None else prefix)
-    found = []
+    found, hashes, spent = [], {}, [0]  # type: list[tuple[str, str, str]], dict[tuple[int, ...], bytes | None], list[int]
     for rel in paths:
         directory, _, name = rel.rpartition("/")
         if not name.endswith(".py"):
@@ -399,14 +403,13 @@ def stale_places(
         places = [
             (os.path.join(mirror, directory), os.path.join(mirror, directory, ""), PREFIXED) for mirror in mirrors
         ] or [(os.path.join(site, directory, "__pycache__"), directory + "/__pycache__/", "")]
-        source: list[bytes | None] = []  # read once, at the first unchecked-hash .pyc
         for cache, shown, where in places:
             for pyc in _compiled(cache, name[: -len(".py")], tags):
                 if _blocks(os.path.join(cache, pyc), pyc, tags):
                     found.append(
                         (rel, shown + pyc + where + " " + NOT_BYTECODE + rel + WAITS, os.path.join(cache, pyc))
                     )
-                elif _stale(os.path.join(cache, pyc), os.path.join(site, rel), source, kinds):
+                elif _stale(os.path.join(cache, pyc), os.path.join(site, rel), kinds, hashes, spent):
                     checked = _flags(os.path.join(cache, pyc)) == _CHECKED_HASH
                     kind, runs = (STALE_CHECKED, NEVER_CHECKED) if checked else (STALE_BYTECODE, RUNS_IN_ITS_PLACE)
                     said = shown + pyc + where + " " + kind + " " + rel + runs
@@ -459,16 +462,41 @@ def _imported_from(site: str) -> list[str]:
     return [parent]
 
 
-def _stale(pyc: str, source_path: str, source: list[bytes | None], kinds: tuple[int, ...]) -> bool:
+def _stale(
+    pyc: str, source_path: str, kinds: tuple[int, ...], hashes: dict[tuple[int, ...], bytes | None], spent: list[int]
+) -> bool:
     """Whether `pyc` is hash-based bytecode of `kinds` (those Python loads without checking) keyed by
-    another hash than `source_path`'s bytes (`source`: those bytes once read, shared by a file's .pyc files)."""
+    another hash than `source_path`'s bytes (`hashes`, `spent`: as _keyed_source's)."""
     header = _header(pyc)
     if header is None or int.from_bytes(header[4:8], "little") & 3 not in kinds:
         return False
-    if not source:
-        source.append(_read_regular(source_path, MAX_FILE_BYTES))
-    keyed = _source_hash(header[:4], source[0]) if source[0] is not None else None
+    keyed = _keyed_source(source_path, header[:4], hashes, spent)
     return keyed is not None and keyed != header[8:16]
+
+
+def _keyed_source(
+    path: str, magic: bytes, hashes: dict[tuple[int, ...], bytes | None], spent: list[int]
+) -> bytes | None:
+    """The source hash of the file at `path` for bytecode of `magic` (None: no file, or not known
+    here). `hashes`: those found, by (device, inode, size, mtime, magic): a file hard-linked to many
+    recorded paths is read once; `spent`: the bytes read so far, MAX_JUDGED_BYTES at most."""
+    opened = _open_regular(path, None, path)
+    if opened is None:
+        return None
+    with os.fdopen(opened[0], "rb") as fh:
+        info = opened[1]
+        key = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, int.from_bytes(magic, "little"))
+        if key not in hashes:
+            if info.st_size > MAX_FILE_BYTES:
+                raise TreeChanged(path + " is larger than " + str(MAX_FILE_BYTES) + " bytes")
+            if spent[0] + info.st_size > MAX_JUDGED_BYTES:
+                raise TreeChanged(TOO_LARGE_TOGETHER)
+            data = fh.read(MAX_FILE_BYTES + 1)
+            if len(data) > MAX_FILE_BYTES:
+                raise TreeChanged(path + " is larger than " + str(MAX_FILE_BYTES) + " bytes")
+            spent[0] += len(data)
+            hashes[key] = _source_hash(magic, data)
+        return hashes[key]
 
 
 THROUGH_SYMLINK = " (reached through the symlink "  # apply writes no bytecode through one: the user removes it
@@ -1243,6 +1271,8 @@ class _Tree:
         self.site, self.moved = site, _moved(site)
         self.plain: set[str] = set()  # the directories (relative) found real ones
         self.links: set[str] = set()  # and the symlinks found: each path on the way looked at once
+        self.digests: dict[tuple[int, int, int, int], str] = {}  # by (device, inode, size, mtime)
+        self.hashed = 0
         self._fds: dict[str, int] = {}  # "": site, "vllm": a moved vllm/, each opened once
         if os.lstat in os.supports_dir_fd and os.open in os.supports_dir_fd:
             for first in ("", "vllm") if self.moved else ("",):
@@ -1287,10 +1317,26 @@ class _Tree:
         return False
 
     def digest(self, rel: str) -> str | None:
-        """The sha256 of site/rel, a regular file reached through no symlink (None: absent)."""
+        """The sha256 of site/rel, a regular file reached through no symlink (None: absent). A file
+        (device, inode, size, mtime) is hashed once, and MAX_JUDGED_BYTES at most in all."""
         name, fd = self._place(rel)
-        data = _read_regular(name, MAX_FILE_BYTES, dir_fd=fd, shown=os.path.join(self.site, rel))
-        return None if data is None else hashlib.sha256(data).hexdigest()
+        shown = os.path.join(self.site, rel)
+        opened = _open_regular(name, fd, shown)
+        if opened is None:
+            return None
+        with os.fdopen(opened[0], "rb") as fh:
+            key = (opened[1].st_dev, opened[1].st_ino, opened[1].st_size, opened[1].st_mtime_ns)
+            if key not in self.digests:
+                if opened[1].st_size > MAX_FILE_BYTES:  # not read at all
+                    raise TreeChanged(shown + " is larger than " + str(MAX_FILE_BYTES) + " bytes")
+                if self.hashed + opened[1].st_size > MAX_JUDGED_BYTES:
+                    raise TreeChanged(TOO_LARGE_TOGETHER)
+                data = fh.read(MAX_FILE_BYTES + 1)
+                if len(data) > MAX_FILE_BYTES:
+                    raise TreeChanged(shown + " is larger than " + str(MAX_FILE_BYTES) + " bytes")
+                self.hashed += len(data)
+                self.digests[key] = hashlib.sha256(data).hexdigest()
+            return self.digests[key]
 
     def size(self, rel: str) -> int | None:
         """The size of the regular file site/rel, reached through no symlink (None: none there)."""
@@ -1337,24 +1383,33 @@ def _resolves_inside(site: str, path: str) -> bool:
     return os.path.realpath(path).startswith(root + os.sep)
 
 
-def _read_regular(
-    path: str, limit: int | None, *, follow: bool = False, dir_fd: int | None = None, shown: str | None = None
-) -> bytes | None:
+def _read_regular(path: str, limit: int | None, *, follow: bool = False) -> bytes | None:
     """A regular file's bytes (up to `limit`; more is an error), not through a symlink unless
-    `follow`; None if absent. `dir_fd`: the directory `path` is relative to; `shown`: the path said."""
+    `follow`; None if absent."""
+    opened = _open_regular(path, None, path, follow=follow)
+    if opened is None:
+        return None
+    with os.fdopen(opened[0], "rb") as fh:
+        data = fh.read() if limit is None else fh.read(limit + 1)
+    if limit is not None and len(data) > limit:
+        raise TreeChanged(path + " is larger than " + str(limit) + " bytes")
+    return data
+
+
+def _open_regular(
+    path: str, dir_fd: int | None, shown: str, *, follow: bool = False
+) -> tuple[int, os.stat_result] | None:
+    """(an open descriptor, its fstat) of the regular file `path` (relative to `dir_fd`, when given),
+    not through a symlink unless `follow`; None if absent. `shown`: the path said."""
     nofollow = 0 if follow else getattr(os, "O_NOFOLLOW", 0)
-    shown = path if shown is None else shown
     try:
         fd = os.open(path, os.O_RDONLY | nofollow | getattr(os, "O_NONBLOCK", 0), dir_fd=dir_fd)
     except FileNotFoundError:
         return None
     except OSError as exc:
         raise TreeChanged("cannot read " + shown + " (" + (exc.strerror or str(exc)) + ")") from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):  # before fdopen, which refuses a directory with its own error
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):  # before fdopen, which refuses a directory with its own error
         os.close(fd)
         raise TreeChanged(shown + " is not a regular file")
-    with os.fdopen(fd, "rb") as fh:
-        data = fh.read() if limit is None else fh.read(limit + 1)
-    if limit is not None and len(data) > limit:
-        raise TreeChanged(shown + " is larger than " + str(limit) + " bytes")
-    return data
+    return fd, info

@@ -336,6 +336,18 @@ class Landed(NamedTuple):
 
 def read_file_and_origin(path: Path | str, *, follow_symlinks: bool = True) -> tuple[bytes, Origin | None] | None:
     """read_file, with the file it came from (None when it changed while being read)."""
+    opened = open_regular(path, follow_symlinks=follow_symlinks)
+    if opened is None:
+        return None
+    try:
+        return read_opened(path, *opened)
+    finally:
+        os.close(opened[0])
+
+
+def open_regular(path: Path | str, *, follow_symlinks: bool = True) -> tuple[int, os.stat_result] | None:
+    """(an open descriptor, its fstat) of the regular file at `path`; None when there is none (as
+    read_file's). The caller closes it."""
     flags = os.O_RDONLY | os.O_NONBLOCK | (0 if follow_symlinks else os.O_NOFOLLOW)
     try:
         fd = os.open(path, flags)  # O_NONBLOCK: opening a fifo must not wait
@@ -345,17 +357,25 @@ def read_file_and_origin(path: Path | str, *, follow_symlinks: bool = True) -> t
         raise
     try:
         info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            return None
-        _refuse_too_large(path, info.st_size)
-        data = os.read(fd, info.st_size)
-        while more := os.read(fd, 1 << 20):  # the file grew since fstat
-            data += more
-            _refuse_too_large(path, len(data))
-        unchanged = len(data) == info.st_size and Origin.of(os.fstat(fd)) == Origin.of(info)
-        return data, Origin.of(info) if unchanged else None
-    finally:
+    except OSError:
         os.close(fd)
+        raise
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        return None
+    return fd, info
+
+
+def read_opened(path: Path | str, fd: int, info: os.stat_result) -> tuple[bytes, Origin | None]:
+    """The bytes of the file open_regular opened (`info`: its fstat then), with the file they came
+    from (None when it changed while being read)."""
+    _refuse_too_large(path, info.st_size)
+    data = os.read(fd, info.st_size)
+    while more := os.read(fd, 1 << 20):  # the file grew since fstat
+        data += more
+        _refuse_too_large(path, len(data))
+    unchanged = len(data) == info.st_size and Origin.of(os.fstat(fd)) == Origin.of(info)
+    return data, Origin.of(info) if unchanged else None
 
 
 _NO_FILE = {errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.ENXIO}

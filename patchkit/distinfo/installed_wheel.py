@@ -38,7 +38,7 @@ from packaging.version import InvalidVersion, Version
 
 from patchkit.base import fsutil, hints
 from patchkit.base.enums import FileKind
-from patchkit.base.errors import BadInput, PatchkitError, drift_refused, quoted
+from patchkit.base.errors import BadInput, PatchkitError, drift_refused, escaped, quoted
 from patchkit.base.hashing import sha256
 from patchkit.distinfo.provenance import PATCH_DIR, FileRecord, read_provenance
 from patchkit.distinfo.provenance import Provenance as Record
@@ -184,7 +184,9 @@ def _held_to_the_install(found: Provenance) -> None:
         listed = rows[path][0] if path in rows else None
         if listed != wanted:
             said = "installed no file" if wanted is None else "installed the patched file"
-            raise untrusted(found, f"says the wheel {said} at {path}, but {found.dist_info}/RECORD lists it otherwise")
+            raise untrusted(
+                found, f"says the wheel {said} at {escaped(path)}, but {found.dist_info}/RECORD lists it otherwise"
+            )
 
 
 def _labelled(stock: str, label: str) -> Version | None:
@@ -509,10 +511,12 @@ def _originals(
             out[path] = data
             continue
         if data is not None and sha256(data) == sha256(view.read(path)) == found.files[path].patched_sha256:
-            raise untrusted(found, f"says the wheel patched {path}, but it holds vLLM {found.vllm_version}'s own file")
+            raise untrusted(
+                found, f"says the wheel patched {escaped(path)}, but it holds vLLM {found.vllm_version}'s own file"
+            )
         out[path] = _reversed(found, path, wanted[path])
         alone.append(path)
-        done.notes.append(f"{path}: restored by reverse-applying the wheel's patches (sha256 checked)")
+        done.notes.append(f"{escaped(path)}: restored by reverse-applying the wheel's patches (sha256 checked)")
     if not found.library_held:
         done.unvouched += sorted(p for p in alone if p not in done.edited and view.read(p) is not None)
     return out
@@ -541,7 +545,7 @@ def _reversed(found: Provenance, path: str, digest: str | None) -> bytes:
     data = None if plan.conflicts else view.read(path)
     if data is None or sha256(data) != digest:
         raise BadInput(
-            f"no stock original of {path}: the release's file is not the one {found.origin} records, "
+            f"no stock original of {escaped(path)}: the release's file is not the one {found.origin} records, "
             "and reverse-applying its patches does not give it back",
             hint=f"reinstall vLLM ({hints.pip_reinstall(found.vllm_version)}) to get stock files",
         )

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from patchkit.base import fsutil
-from patchkit.base.errors import BadInput, quoted
+from patchkit.base.errors import BadInput, escaped, quoted
 from patchkit.distinfo.record import PROVENANCE
 from patchkit.series.patchfile import Patch, parse_patch
 
@@ -258,10 +258,10 @@ def _files(value: object) -> dict[str, FileRecord]:
         if reason:
             raise ValueError(f"file path {quoted(repr(path))} {reason}")
         if not isinstance(item, dict) or set(item) != {"stock_sha256", "patched_sha256"}:
-            raise ValueError(f"the entry of {path} is not {{stock_sha256, patched_sha256}}")
+            raise ValueError(f"the entry of {escaped(path)} is not {{stock_sha256, patched_sha256}}")
         stock, patched = item["stock_sha256"], item["patched_sha256"]
         if stock is None and patched is None:
-            raise ValueError(f"the entry of {path} records neither a stock nor a patched file")
+            raise ValueError(f"the entry of {escaped(path)} records neither a stock nor a patched file")
         out[path] = FileRecord(
             None if stock is None else _digest(stock, path), None if patched is None else _digest(patched, path)
         )

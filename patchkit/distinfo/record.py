@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from patchkit.base import fsutil
-from patchkit.base.errors import FetchError, quoted
+from patchkit.base.errors import FetchError, escaped, quoted
 from patchkit.base.hashing import sha256
 from patchkit.base.values import FrozenValue, frozen
 from patchkit.tree.target import vllm_metadata_dirs
@@ -50,7 +50,7 @@ def parse_record(data: bytes, only: Collection[str] | None = None, *, once: bool
             earlier = out.get(path)
             if earlier is not None:
                 if once:
-                    raise FetchError(f"the RECORD lists {path} twice", hint="the wheel looks malformed")
+                    raise FetchError(f"the RECORD lists {escaped(path)} twice", hint="the wheel looks malformed")
                 if earlier[0] and digest != earlier[0]:
                     if digest:
                         conflicting.add(path)

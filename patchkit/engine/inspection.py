@@ -15,11 +15,10 @@ from patchkit.base import hints
 from patchkit.base.enums import Holder, Outcome, PatchState, SelectionKind, StepState, TreeState
 from patchkit.base.errors import PatchkitError, escaped, few
 from patchkit.base.fsutil import Landed, first_symlink, read_file
-from patchkit.base.hashing import sha256
 from patchkit.base.heads import Heads
 from patchkit.base.options import Options
 from patchkit.base.values import Value
-from patchkit.checks import CheckContext, shadow
+from patchkit.checks import LARGEST_PARSED, CheckContext, shadow
 from patchkit.distinfo import installed_wheel_reader, tree_record, unlike_stock
 from patchkit.distinfo.record import has_provenance
 from patchkit.engine.guard import (
@@ -69,6 +68,7 @@ from patchkit.store.state import (
     moved_patches,
     read_state,
     recorded_patch_files,
+    recorded_sha256,
     shown_set,
 )
 from patchkit.tree.modules import hanging_modules
@@ -1153,7 +1153,7 @@ def drifted_and_reinstalled(resolved: Resolved, state: State) -> tuple[list[str]
         return [path for path in drifted if path not in recorded], []
     if stale_note(root, entry, resolved.vllm_version):
         return [], []
-    changed = sorted(path for path in entry.files if sha256(read_file(root / path)) not in state.accepted(entry, path))
+    changed = sorted(path for path in entry.files if recorded_sha256(root, path) not in state.accepted(entry, path))
     # pip wrote them (vLLM reinstalled): no edit; apply records them afresh (pip_wrote)
     reinstalled = pip_wrote(root, state, entry, resolved.vllm_version) if changed else []
     return [path for path in changed if path not in reinstalled], reinstalled
@@ -1162,11 +1162,20 @@ def drifted_and_reinstalled(resolved: Resolved, state: State) -> tuple[list[str]
 def not_compiling(resolved: Resolved, drifted: list[str]) -> list[CheckResult]:
     """The syntax check's failure ("line 14: invalid syntax", the line and a caret) for each drifted
     Python file that does not compile as it is on disk: the edit that drifted it then breaks the launch."""
-    sources = [path for path in drifted if path.endswith(".py")]
-    if not sources:
+    one: dict[str, str] = {}  # each drifted source -> the one of its file judged (hard links: one file)
+    first: dict[tuple[int, int, int, int], str] = {}
+    for path in (path for path in drifted if path.endswith(".py")):
+        try:
+            info = os.stat(resolved.target.root / path)
+        except OSError:
+            continue
+        if info.st_size <= LARGEST_PARSED:  # a larger one is not parsed (the check passes it unread)
+            one[path] = first.setdefault((info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns), path)
+    if not one:
         return []
-    results = run_checks(upstream_context(resolved, sources, import_probe=False), only=("syntax",))
-    return [r for r in results if r.failed and r.path]
+    results = run_checks(upstream_context(resolved, sorted(set(one.values())), import_probe=False), only=("syntax",))
+    failed = {r.path: r for r in results if r.failed and r.path}
+    return [replace(failed[judged], path=path) for path, judged in sorted(one.items()) if judged in failed]
 
 
 def check_context(

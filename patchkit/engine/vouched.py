@@ -19,13 +19,12 @@ from packaging.version import InvalidVersion, Version
 from patchkit.base import hints
 from patchkit.base.errors import BadInput, PatchkitError
 from patchkit.base.fsutil import read_file
-from patchkit.base.hashing import sha256
 from patchkit.distinfo.record import listings, record_digest
 from patchkit.series.hunks import made_file, reverse_file
 from patchkit.series.library import PatchSetDef, Release, load_library, locate
 from patchkit.series.patchfile import DEFAULT_ROOTS, Patch, read_patch, touched_paths
 from patchkit.store.objects import read_object
-from patchkit.store.state import Entry, is_adhoc, state_path
+from patchkit.store.state import Entry, is_adhoc, recorded_sha256, state_path
 
 
 def refuse_unvouched(root: Path, entry: Entry, known: Sequence[Patch] = ()) -> None:
@@ -170,8 +169,10 @@ def not_made_by_the_series(root: Path, entry: Entry, known: Sequence[Patch] = ()
     unmade = []
     for path, shas in sorted(entry.files.items()):
         try:
-            data = there(path)
-            if data is None or shas.get("after") != sha256(data):  # drift, or a later set's file: judged there
+            if recorded_sha256(root, path, follow_symlinks=False) != shas.get("after"):  # drift, or a later set's
+                continue
+            data = there(path)  # its bytes, hashed just now (a file hard-linked to many paths: once)
+            if data is None:
                 continue
             before = shas.get("before")
             if before is None:  # created by the series: made from nothing

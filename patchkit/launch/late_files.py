@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 
 from packaging.version import InvalidVersion, Version
 
-from patchkit.base.errors import PatchkitError, escaped, few, quoted
+from patchkit.base.errors import SHOWN_PROBLEMS, PatchkitError, escaped, few, quoted
 from patchkit.base.fsutil import read_regular
 from patchkit.launch.command import LaunchCommand
 from patchkit.launch.findings import Finding
@@ -44,10 +44,29 @@ def late_file_findings(
     `architectures`: the target's (a headless node's model class may read the generation config)."""
     found = generation_config_findings(command, check, architectures)
     # an adapter judged whole is a pass (no fix): counted, so preflight never says "nothing judged" of it
-    lora = [Finding(check, fix is None, message, fix) for message, fix in _lora_problems(command, encoding, ranks)]
+    lora = [
+        Finding(check, fix is None, message, fix)
+        for message, fix in _few_refused(_lora_problems(command, encoding, ranks))
+    ]
     if command.headless:
         return found + lora
     return _tls_file_findings(command, check) + found + lora
+
+
+def _few_refused(problems: list[tuple[str, str | None]]) -> list[tuple[str, str | None]]:
+    """The adapters' (message, fix): each pass, the first few refusals, then the rest as one (a
+    value of thousands of adapters is a few lines, not a page for each)."""
+    refused = [(message, fix) for message, fix in problems if fix is not None]
+    if len(refused) <= SHOWN_PROBLEMS + 1:
+        return problems
+    rest = refused[SHOWN_PROBLEMS:]
+    fixes = list(dict.fromkeys(fix for _, fix in rest if fix is not None))
+    message = f"{len(rest):,} more adapters vLLM refuses: {few([m for m, _ in rest], shown=1)}"
+    kept, shown = [], 0
+    for message_fix in problems:  # every pass, and the first refusals, in vLLM's order
+        shown += message_fix[1] is not None
+        kept += [message_fix] if message_fix[1] is None or shown <= SHOWN_PROBLEMS else []
+    return [*kept, (message, few(fixes, shown=2))]
 
 
 def _tls_file_findings(command: LaunchCommand, check: str) -> list[Finding]:

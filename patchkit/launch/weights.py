@@ -17,7 +17,7 @@ import re
 import stat
 from pathlib import Path
 
-from patchkit.base.errors import BadInput, TargetError, escaped
+from patchkit.base.errors import BadInput, TargetError, escaped, few
 from patchkit.base.fsutil import read_regular
 from patchkit.launch.command import LaunchCommand
 from patchkit.launch.models import (
@@ -97,7 +97,12 @@ def weights_verdict(directory: str, load_format: str, *, local: bool = True) -> 
                 return f"{os.path.basename(index)} names {escaped(absent[0])}{more}, not there"
             found = [path for path in found if path in indexed]
     else:
-        found = [path for path in found if not path.endswith(_NOT_WEIGHTS)]
+        kept = [path for path in found if not path.endswith(_NOT_WEIGHTS)]
+        if found and not kept:  # a training file vLLM stops its glob at, then filters out
+            later = [p for p in patterns[patterns.index(pattern) + 1 :] if glob.glob(os.path.join(directory, p))]
+            if later:
+                return _hidden(found, pattern, later)
+        found = kept
     dangling = [path for path in found if not os.path.exists(path)]
     if dangling:
         return f"{escaped(os.path.basename(dangling[0]))} is a link to nothing (its file is gone)"
@@ -111,6 +116,22 @@ def weights_verdict(directory: str, load_format: str, *, local: bool = True) -> 
     if not bad:
         return Judged(budget.said())
     return Damaged(bad[0] + (f" (and {len(bad) - 1} more weight files)" if len(bad) > 1 else ""))
+
+
+def _hidden(found: list[str], pattern: str, later: list[str]) -> Hidden:
+    names = few(sorted(os.path.basename(path) for path in found), sep=", ")
+    hidden = Hidden(
+        f"vLLM stops at {pattern} ({names}: before {', '.join(later)}, where the weights are) and leaves "
+        "that out as a training file, so it finds no weights"
+    )
+    hidden.files = names
+    return hidden
+
+
+class Hidden(str):
+    """No weights found: training files (`files`) match the pattern vLLM's glob stops at, before the weights'."""
+
+    files = ""
 
 
 class Damaged(str):
@@ -437,7 +458,9 @@ def _problem(
         message = f"{role} '{name}'{place}: its weights are there, as vLLM's loader reads them"
         return [(True, f"{message}; {why}" if why else message, None, bool(why))]
     damaged = isinstance(why, Damaged)
-    if directory == name and LFS in why:
+    if isinstance(why, Hidden):
+        fix = f"move {why.files} out of {directory} (vLLM then reaches the weights)"
+    elif directory == name and LFS in why:
         fix = f"run `git lfs pull` in {name} (it fetches the weights the pointers name)"
     elif directory == name:
         again = "again, whole " if damaged else ""

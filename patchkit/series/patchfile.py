@@ -19,7 +19,7 @@ from unidiff.patch import PatchedFile, PatchSet
 
 from patchkit.base import fsutil
 from patchkit.base.enums import FileKind
-from patchkit.base.errors import BadInput
+from patchkit.base.errors import BadInput, escaped
 from patchkit.base.fsutil import too_deep, unsafe_reason
 from patchkit.base.values import FrozenValue, frozen
 
@@ -254,6 +254,7 @@ def _file_patch(name: str, pf: PatchedFile, roots: tuple[str, ...], hunks: list[
             raise BadInput(f"{name}: hunk {hunk.source_start} of {pf.path} changes nothing")
     info = "\n" + str(pf.patch_info or "")
     renamed = "\nrename from " in info and "\nrename to " in info
+    _names_agree(name, info, roots, source, target)
     if source and target and source != target and not renamed:
         raise BadInput(f"{name}: {source} and {target} differ without a rename header (truncated?)")
     if not hunks and not (
@@ -265,12 +266,30 @@ def _file_patch(name: str, pf: PatchedFile, roots: tuple[str, ...], hunks: list[
     return FilePatch(source, target, tuple(hunks))
 
 
-def _safe_path(name: str, raw_path: str, roots: tuple[str, ...]) -> str:
-    """Unquote, strip the a/ b/ prefix and refuse anything that could leave the target tree."""
+# a git diff's extended header lines naming a path (no a/ b/ prefix), and the side each names
+_NAMING = (("rename from ", 0), ("copy from ", 0), ("rename to ", 1), ("copy to ", 1))
+
+
+def _names_agree(name: str, info: str, roots: tuple[str, ...], *sides: str | None) -> None:
+    """`rename from`/`copy from` and `rename to`/`copy to` lines, each a safe path (git apply refuses
+    ../x: "invalid path"), naming the file the entry's header names on that side: git apply takes
+    the line's name, where the header's is what patchkit applies."""
+    for line in info.split("\n"):
+        for key, side in _NAMING:
+            if line.startswith(key) and _safe_path(name, line[len(key) :], roots, prefixed=False) != sides[side]:
+                raise BadInput(
+                    f"{name}: '{escaped(line)}' names another file than its diff --git header "
+                    f"({escaped(str(sides[side] or DEV_NULL))}): git apply takes the line's name",
+                    hint=f"check {name}, or make it again: git diff -M",
+                )
+
+
+def _safe_path(name: str, raw_path: str, roots: tuple[str, ...], *, prefixed: bool = True) -> str:
+    """Unquote, strip the a/ b/ prefix (`prefixed`) and refuse anything that could leave the target tree."""
     raw_path = raw_path.strip()
     if len(raw_path) > 1 and raw_path.startswith('"') and raw_path.endswith('"'):
         raw_path = _unquote(name, raw_path)
-    if raw_path.startswith(("a/", "b/")):
+    if prefixed and raw_path.startswith(("a/", "b/")):
         raw_path = raw_path[2:]
     reason = unsafe_reason(raw_path)
     if reason:

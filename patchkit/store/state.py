@@ -47,9 +47,13 @@ from packaging.version import InvalidVersion, Version
 from patchkit.base import hints
 from patchkit.base.errors import BadInput, escaped, quoted
 from patchkit.base.fsutil import (
+    MAX_TREE_FILE_BYTES,
+    Origin,
     atomic_write,
     file_name_problem,
     load_json_text,
+    open_regular,
+    read_opened,
     read_regular,
     set_name_problem,
     too_deep,
@@ -184,6 +188,37 @@ def _damaged(path: Path, what: str) -> BadInput:
         hint=f"inspect it, or move it aside (mv {shlex.quote(str(path))} {shlex.quote(f'{path}.damaged')}); "
         f"then {hints.command('revert')} undoes the series it finds applied",
     )
+
+
+# The recorded files' bytes one command hashes at most (the guard's MAX_JUDGED_BYTES): a patched vLLM's
+# are under 1 MB; hard links to one large file, or sparse files, cost no disk and each its whole size.
+MAX_HASHED_BYTES = 256 * 1024 * 1024
+_hashed: dict[Origin, str] = {}  # each file's sha256 by its (device, inode, size, mtime): hashed once a command
+_hashed_bytes: list[int] = []  # the bytes hashed so far by this command (one number; none: 0)
+
+
+def recorded_sha256(root: Path, path: str, *, follow_symlinks: bool = True) -> str | None:
+    """The sha256 of the recorded file root/path (None: no regular file there). A file is hashed once
+    a command (a record naming hard links to one file reads it once), and MAX_HASHED_BYTES in all: a
+    record naming more is damaged (no patched tree holds that much)."""
+    opened = open_regular(root / path, follow_symlinks=follow_symlinks)
+    if opened is None:
+        return None
+    fd, info = opened
+    try:
+        if Origin.of(info) in _hashed:
+            return _hashed[Origin.of(info)]
+        spent = _hashed_bytes[0] if _hashed_bytes else 0
+        if spent + info.st_size > MAX_HASHED_BYTES and info.st_size <= MAX_TREE_FILE_BYTES:  # else: read_opened's
+            raise _damaged(state_path(root), f"the files it names hold over {MAX_HASHED_BYTES >> 20} MiB together")
+        data, origin = read_opened(root / path, fd, info)
+    finally:
+        os.close(fd)
+    _hashed_bytes[:] = [spent + len(data)]
+    digest = str(sha256(data))
+    if origin is not None:
+        _hashed[origin] = digest
+    return digest
 
 
 def checked_path(path: object, origin: Path, *, directory: bool = False, guard: bool = True) -> str:
