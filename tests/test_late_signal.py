@@ -5,6 +5,7 @@ message, truthful that the change is in place."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -149,3 +150,42 @@ def test_an_interrupt_an_earlier_command_of_this_process_raised_is_not_the_next_
     finally:
         signals._raised.clear()
     assert code == 0 and "interrupted" not in out, out
+
+
+# `patchkit revert` whose resolving step imports a module defining a class, and a SIGTERM arriving as that class's
+# body runs a descriptor's __set_name__ (as a lazy import of a dataclass module does): Python 3.11 wraps the
+# handler's raise in "RuntimeError: Error calling __set_name__"
+IN_SET_NAME = """
+import os, signal, sys
+from patchkit.cli import main as cli
+from patchkit.cli.commands import revert
+
+class Arrives:
+    def __set_name__(self, owner, name):
+        os.kill(os.getpid(), signal.SIGTERM)
+
+real = revert.resolve_for_revert
+
+def resolve_for_revert(*args, **kwargs):
+    class Imported:
+        field = Arrives()
+    return real(*args, **kwargs)
+
+revert.resolve_for_revert = resolve_for_revert
+sys.argv = ["patchkit", *sys.argv[1:]]
+cli.main()
+"""
+
+
+@pytest.mark.parametrize("debug", ["", "1"])
+def test_a_signal_python_wraps_in_another_error_is_the_signal_not_a_bug(tmp_path, tmp_path_factory, debug):
+    site, diff = applied_site(tmp_path, tmp_path_factory.mktemp("scratch"))
+    revert = ["revert", "--target", str(site), "--patch", str(diff)]
+    env = {**os.environ, "PATCHKIT_DEBUG": debug}
+    done = subprocess.run(
+        [sys.executable, "-c", IN_SET_NAME, *revert], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert done.returncode == 128 + signal.SIGTERM, (done.returncode, done.stderr)
+    assert "patchkit bug" not in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert "interrupted before any change was made" in done.stderr, done.stderr
+    assert run_cli("status", "--target", site, "--patch", diff).returncode == 0  # still applied, whole

@@ -17,6 +17,7 @@ import pytest
 from helpers import run_cli_in_process
 
 import patchkit._target.guard as target_guard
+import patchkit.launch.shortcut as shortcut
 import patchkit.store.state as state_module
 
 DEEP = 200  # the levels of the directory the planted symlinks lead to (review36's was 1,000)
@@ -256,3 +257,27 @@ def test_a_record_naming_more_bytes_than_the_budget_is_damaged_and_the_fix_clear
     assert run("revert", "--target", applied, "--patches", open_library).exit_code == 0
     assert run("status", "--target", applied, "--patches", open_library).exit_code in (0, 3)
     assert target_guard.find_problems(str(applied)) == []
+
+
+def test_runs_check_of_the_record_neither_resolves_a_planted_path_nor_hashes_a_link_twice(
+    applied, tmp_path, monkeypatch
+):
+    """run's shortcut (launch.shortcut.as_written: every recorded file as written?) resolved each
+    recorded file's directory (Path.resolve) and hashed each path's bytes: the same two costs."""
+    paths = hard_links(applied)
+    data = (applied / paths[0]).read_bytes()
+    state_file = applied / ".patchkit/state.json"
+    record = json.loads(state_file.read_text())
+    for rel in paths:  # as written: the record names the bytes there
+        record["entries"][0]["files"][rel]["after"] = hashlib.sha256(data).hexdigest()
+    state_file.write_text(json.dumps(record))
+    sizes = read_by_the_commands(monkeypatch)
+    assert shortcut.as_written(applied, state_module.read_state(applied)) is True
+    monkeypatch.undo()
+    assert sum(sizes) < 2 * SIZE, f"{sum(sizes):,} bytes read for {LINKS} links to one file of {SIZE:,}"
+    deep, _ = planted(applied, tmp_path / "outside")
+    resolved: list[str] = []
+    counting(monkeypatch, resolved)
+    assert shortcut.as_written(applied, state_module.read_state(applied)) is False
+    monkeypatch.undo()
+    assert through(resolved, applied, deep) == [], through(resolved, applied, deep)[:5]

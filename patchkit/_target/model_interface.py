@@ -107,13 +107,11 @@ def _running(plugin: str | None) -> None:
 
 def _error_text(exc: BaseException) -> str:
     """The exception as the answer carries it: its head (where the problem is named) and its end,
-    the middle left out past 1,000 characters; pydantic's "For further information visit" lines dropped."""
+    the middle left out past 600 characters; pydantic's "For further information visit" lines dropped."""
     lines = traceback.format_exception_only(type(exc), exc)
     said = [line for line in "".join(lines).splitlines() if not line.strip().startswith("For further information")]
     text = "\n".join(said).strip()
-    return (
-        text if len(text) <= 1000 else f"{text[:700]} ... ({len(text) - 900:,} characters left out) ... {text[-200:]}"
-    )
+    return text if len(text) <= 600 else f"{text[:450]} ... ({len(text) - 600:,} characters left out) ... {text[-150:]}"
 
 
 def write_answer(path: str, answer: object) -> None:

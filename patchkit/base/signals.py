@@ -23,6 +23,19 @@ class Interrupted(KeyboardInterrupt):
         self.exit_code = 128 + signum
 
 
+def interrupt_within(exc: BaseException) -> Interrupted | None:
+    """The Interrupted an exception carries as its cause or context (Python 3.11 wraps one raised in a class
+    body's __set_name__, as a lazy import runs, in a RuntimeError), else None."""
+    seen: set[int] = set()
+    found: BaseException | None = exc
+    while found is not None and id(found) not in seen:
+        if isinstance(found, Interrupted):
+            return found
+        seen.add(id(found))
+        found = found.__cause__ or found.__context__
+    return None
+
+
 def _raise(signum: int, _frame: object) -> None:
     if _blocks_on_raise:  # before the raise: nothing between it and the rollback can be cut (uncut_rollback)
         _block()

@@ -273,12 +273,13 @@ def _command_exit_code(invoke: Callable[[click.Context], Any], ctx: click.Contex
     except (click.exceptions.Exit, click.ClickException, click.Abort):
         raise
     except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM or SIGHUP (signals.Interrupted)
-        signals.ignore_more()
-        _report(run, *signals.interrupted_report())
-        return getattr(exc, "exit_code", INTERRUPTED)
+        return _interrupted(exc, run)
     except BrokenPipeError:
         return _stdout_gone()
     except Exception as exc:  # a bug: one line for the user, the traceback on request
+        wrapped = signals.interrupt_within(exc)
+        if wrapped is not None:  # Python wrapped the signal's raise (an import's __set_name__): still the signal
+            return _interrupted(wrapped, run)
         if os.environ.get("PATCHKIT_DEBUG"):
             raise
         _report(
@@ -287,6 +288,12 @@ def _command_exit_code(invoke: Callable[[click.Context], Any], ctx: click.Contex
             "this is a patchkit bug; rerun with PATCHKIT_DEBUG=1 for the traceback and report it",
         )
         return INTERNAL_ERROR
+
+
+def _interrupted(exc: BaseException, run: Run) -> int:
+    signals.ignore_more()
+    _report(run, *signals.interrupted_report())
+    return int(getattr(exc, "exit_code", INTERRUPTED))
 
 
 def _finish(ctx: click.Context, run: Run, code: int) -> int:

@@ -575,7 +575,7 @@ def _unsure(rest: list[str]) -> BadInput:
         f"not a vLLM launch patchkit reads: {rest[0]} runs it, and patchkit cannot tell where {rest[0]}'s own "
         "words end (an option it does not know stands before the program)",
         hint=f"put {rest[0]} and its own words before patchkit, and the vLLM launch alone after "
-        "`patchkit preflight --` (to check it) or `patchkit run --` (to launch it)",
+        f"{hints.command('preflight', '--')} (to check it) or {hints.command('run', '--')} (to launch it)",
     )
 
 

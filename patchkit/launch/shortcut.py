@@ -43,7 +43,7 @@ import packaging
 from patchkit.base import fsutil, seal
 from patchkit.base.enums import SelectionKind, TreeState
 from patchkit.base.errors import PatchkitError
-from patchkit.base.fsutil import inside, read_file, read_regular
+from patchkit.base.fsutil import read_regular
 from patchkit.base.hashing import sha256
 from patchkit.base.usercache import cache_dir, prune, touch, usable_cache_dir
 from patchkit.engine.guard import launch_refusal, launch_tags, missing_guard
@@ -55,7 +55,7 @@ from patchkit.launch.findings import CANNOT_JUDGE, Finding
 from patchkit.launch.models import ModelConfig
 from patchkit.series.patchfile import touched_paths
 from patchkit.store.journal import settled_record
-from patchkit.store.state import State, parse_state, state_path
+from patchkit.store.state import State, parse_state, recorded_sha256, state_path
 from patchkit.tree.modules import hanging_modules
 
 KIND = "launch-findings"
@@ -105,9 +105,11 @@ def as_written(root: Path, state: State) -> bool:
         return False
     if len({e.vllm_version for e in state.entries}) > 1:
         return False
+    plain: set[str] = set()  # the real directories found: each looked at once
     for path, sha in _last_written(state).items():
-        full = root / path
-        if sha is None or not inside(root, full.parent) or sha256(read_file(full, follow_symlinks=False)) != sha:
+        if sha is None or fsutil.first_symlink(root, path, plain) is not None:  # none on the way: inside the tree
+            return False
+        if recorded_sha256(root, path, follow_symlinks=False) != sha:  # hard links to one file: hashed once
             return False
     return True
 
