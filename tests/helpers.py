@@ -344,6 +344,29 @@ def run_cli_read_only(*args: object, env: dict[str, str] | None = None, cwd: Pat
     return (run_cli_in_process if plain else run_cli)(*args, env=env, cwd=cwd)
 
 
+# The commands that write a tree run_cli_writing may run in this process (CONTRIBUTING): those fleet's node
+# agent runs in its own process (cli.run_in_process). `run` execs the launch: always a process.
+WRITING_COMMANDS = ("apply", "revert")
+
+
+def run_cli_writing(*args: object, env: dict[str, str] | None = None, cwd: Path | None = None):
+    """apply or revert judged by its exit code, its output and the files it leaves alone: in this process
+    (run_cli_in_process) where run_cli would fork it from the server as it is (run_cli_read_only's rule: no
+    start-up, PYTHONPATH or fault plan of its own), else run_cli's process. Not for a test of a signal, a
+    terminal, a process's limits or its exit: those run_cli."""
+    assert str(args[0]) in WRITING_COMMANDS, f"not a command run_cli_writing runs: {args[0]}"
+    plain = forked_as_the_session({**os.environ, **(env or {})}, cwd)
+    return (run_cli_in_process if plain else run_cli)(*args, env=env, cwd=cwd)
+
+
+def run_cli_judged(*args: object, env: dict[str, str] | None = None, cwd: Path | None = None):
+    """A command judged by its exit code, its output and the files it leaves alone: status, verify and
+    preflight as run_cli_read_only, apply and revert as run_cli_writing, any other as run_cli."""
+    if str(args[0]) in READ_ONLY_COMMANDS:
+        return run_cli_read_only(*args, env=env, cwd=cwd)
+    return (run_cli_writing if str(args[0]) in WRITING_COMMANDS else run_cli)(*args, env=env, cwd=cwd)
+
+
 def warm_pycache_prefix(prefix: Path) -> Path:
     """`prefix` made a pycache prefix holding the bytecode of what patchkit's commands import (the standard
     library's, patchkit's, its dependencies'), as a first run under it leaves it where bytecode is written.

@@ -12,7 +12,18 @@ import subprocess
 import sys
 from pathlib import Path
 
-from helpers import MODEL, MODEL_PY, SPEC, SPEC_PY, make_patch, pip_install, run_cli, run_cli_read_only, write_library
+from helpers import (
+    MODEL,
+    MODEL_PY,
+    SPEC,
+    SPEC_PY,
+    make_patch,
+    pip_install,
+    run_cli,
+    run_cli_read_only,
+    run_cli_writing,
+    write_library,
+)
 
 ADDED = "vllm/acme_ext/hooks.py"
 
@@ -44,7 +55,7 @@ def test_a_file_the_set_creates_that_is_the_users_is_said_so_and_moved_aside_by_
         assert done.returncode == 1, said
         assert f"{ADDED}, which the series creates, already exists and is not patchkit's" in said, said
         assert "where the series changes it" not in said and "fetch" not in said, said
-    fix = _fix(run_cli("apply", "--no-import", "--target", site, "--patches", library).stderr)
+    fix = _fix(run_cli_writing("apply", "--no-import", "--target", site, "--patches", library).stderr)
     assert fix.startswith(shlex.join(["mv", "--", str(site / ADDED), f"{site / ADDED}.mine"])), fix
     venv = str(Path(sys.executable).parent)
     paste = fix.replace("patchkit apply", f"{shlex.quote(sys.executable)} -m patchkit apply --no-import")

@@ -24,6 +24,7 @@ from helpers import (
     purelib,
     run_cli,
     run_cli_read_only,
+    run_cli_writing,
     warm_pycache_prefix,
     write_tree,
 )
@@ -45,7 +46,7 @@ def patched(tmp_path, scratch):
     before = _outside_meta(site)
     diff = tmp_path / "model.diff"
     diff.write_bytes(make_patch(scratch, site, {MODEL: MODEL_PY.replace("return x", "return x * 2")}))
-    done = run_cli("apply", "--target", site, "--patch", diff)
+    done = run_cli_writing("apply", "--target", site, "--patch", diff)
     assert done.returncode == 0, done.stdout + done.stderr
     return site, diff, before
 
@@ -98,7 +99,7 @@ def test_no_guard_installs_nothing_beside_vllm(tmp_path, scratch):
     before = _outside_meta(site)
     diff = tmp_path / "model.diff"
     diff.write_bytes(make_patch(scratch, site, {MODEL: MODEL_PY.replace("x", "y")}))
-    done = run_cli("apply", "--target", site, "--patch", diff, "--no-guard")
+    done = run_cli_writing("apply", "--target", site, "--patch", diff, "--no-guard")
     assert done.returncode == 0, done.stderr
     after = _outside_meta(site)
     assert {name for name in after if not name.startswith("vllm/")} == {
@@ -114,7 +115,7 @@ def test_a_source_checkout_gets_no_guard_and_is_told_so(tmp_path, scratch):
     (checkout / "vllm-0.16.0.dist-info").rmdir()
     diff = tmp_path / "model.diff"
     diff.write_bytes(make_patch(scratch, checkout, {MODEL: MODEL_PY + "# patched\n"}))
-    done = run_cli("apply", "--target", checkout, "--patch", diff, "--vllm-version", "0.16.0")
+    done = run_cli_writing("apply", "--target", checkout, "--patch", diff, "--vllm-version", "0.16.0")
     assert done.returncode == 0, done.stderr
     assert "no guard installed" in done.stderr
     assert not (checkout / "patchkit_guard.py").exists() and not list(checkout.glob("patchkit_guard-*"))
@@ -124,7 +125,7 @@ def test_revert_leaves_site_packages_as_before_apply_guard_and_its_bytecode_incl
     site, diff, before = patched
     assert _load(site).returncode == 0  # the guard ran: Python wrote __pycache__/patchkit_guard.*.pyc
     assert list((site / "__pycache__").glob("patchkit_guard.*.pyc"))
-    done = run_cli("revert", "--target", site, "--patch", diff)
+    done = run_cli_writing("revert", "--target", site, "--patch", diff)
     assert done.returncode == 0, done.stderr
     assert _outside_meta(site) == before
     assert "guard" not in _state(site)
@@ -135,11 +136,11 @@ def test_reverting_one_set_keeps_the_guard_while_another_is_recorded(patched, sc
     other = tmp_path / "spec.diff"
     spec = (site / "vllm/config/spec.py").read_text()
     other.write_bytes(make_patch(scratch, site, {"vllm/config/spec.py": spec.replace('"llama"', '"mistral"')}))
-    assert run_cli("apply", "--target", site, "--patch", other).returncode == 0
+    assert run_cli_writing("apply", "--target", site, "--patch", other).returncode == 0
     assert _load(site).returncode == 0, _load(site).stderr  # two records, each healthy
-    assert run_cli("revert", "--target", site, "--patch", diff).returncode == 0
+    assert run_cli_writing("revert", "--target", site, "--patch", diff).returncode == 0
     assert (site / "patchkit_guard.py").exists() and _load(site).returncode == 0
-    assert run_cli("revert", "--target", site).returncode == 0
+    assert run_cli_writing("revert", "--target", site).returncode == 0
     assert not (site / "patchkit_guard.py").exists() and not (site / INFO).exists()
 
 
@@ -149,7 +150,7 @@ def test_pip_uninstall_removes_the_guard(tmp_path, scratch):
     site = write_tree(purelib(venv / "bin/python"))  # a vLLM "installed" in the venv
     diff = tmp_path / "model.diff"
     diff.write_bytes(make_patch(scratch, site, {MODEL: MODEL_PY.replace("return x", "return -x")}))
-    assert run_cli("apply", "--target", site, "--patch", diff).returncode == 0
+    assert run_cli_writing("apply", "--target", site, "--patch", diff).returncode == 0
     pip = [
         sys.executable,
         "-m",
@@ -194,7 +195,7 @@ def test_a_recorded_guard_path_outside_the_tree_is_refused(patched):
     state = _state(site)
     state["guard"]["../../evil.py"] = "0" * 64
     _write_state(site, state)
-    done = run_cli("revert", "--target", site)
+    done = run_cli_writing("revert", "--target", site)
     assert_clean_failure(done, 2)
     assert "evil.py" in done.stderr and (site / "patchkit_guard.py").exists()
 
@@ -321,7 +322,7 @@ def test_a_version_the_dist_info_does_not_say_gets_no_guard(tmp_path, scratch):
     site = write_tree(tmp_path / "site", version="0.16.1.dev3")
     diff = tmp_path / "model.diff"
     diff.write_bytes(make_patch(scratch, site, {MODEL: MODEL_PY.replace("Model", "Net")}))
-    done = run_cli("apply", "--target", site, "--patch", diff, "--vllm-version", "0.16.0")
+    done = run_cli_writing("apply", "--target", site, "--patch", diff, "--vllm-version", "0.16.0")
     assert done.returncode == 0, done.stderr
     assert "no guard installed (it would stop every launch)" in done.stderr
     assert not (site / "patchkit_guard.py").exists()
@@ -332,7 +333,7 @@ def test_a_file_two_sets_changed_is_held_to_the_later_one(patched, scratch, tmp_
     again = tmp_path / "again.diff"
     model = (site / MODEL).read_text()
     again.write_bytes(make_patch(scratch, site, {MODEL: model.replace("x * 2", "x * 3")}))
-    assert run_cli("apply", "--target", site, "--patch", again).returncode == 0
+    assert run_cli_writing("apply", "--target", site, "--patch", again).returncode == 0
     assert len(_state(site)["entries"]) == 2
     done = _load(site)
     assert done.returncode == 0, done.stderr
@@ -343,9 +344,9 @@ def test_apply_says_it_installed_the_guard_and_only_then(tmp_path, scratch):
     first, second = tmp_path / "first.diff", tmp_path / "second.diff"
     first.write_bytes(make_patch(scratch, site, {MODEL: MODEL_PY.replace("x", "z")}))
     second.write_bytes(make_patch(scratch, site, {"vllm/__init__.py": "# second\n"}))
-    done = run_cli("apply", "--target", site, "--patch", first)
+    done = run_cli_writing("apply", "--target", site, "--patch", first)
     assert done.stdout.rstrip().endswith("1 file(s) changed; launch guard installed"), done.stdout
-    done = run_cli("apply", "--target", site, "--patch", second)  # the guard is there already
+    done = run_cli_writing("apply", "--target", site, "--patch", second)  # the guard is there already
     assert done.stdout.rstrip().endswith("1 file(s) changed"), done.stdout
 
 
@@ -360,7 +361,7 @@ def test_a_guard_record_naming_another_file_is_refused_and_the_file_kept(tmp_pat
     diff = tmp_path / "model.diff"
     diff.write_bytes(make_patch(scratch, site, {MODEL: MODEL_PY.replace("return x", "return x + 1")}))
     if command != "apply":
-        assert run_cli("apply", "--target", site, "--patch", diff).returncode == 0
+        assert run_cli_writing("apply", "--target", site, "--patch", diff).returncode == 0
     else:
         (site / ".patchkit").mkdir()
         _write_state(site, {"format": 1, "entries": []})
@@ -382,7 +383,7 @@ def test_revert_keeps_a_guard_file_changed_after_apply_and_says_so(patched):
     site, diff, _ = patched
     entry_points = site / INFO / "entry_points.txt"
     entry_points.write_text("[vllm.general_plugins]\nmine = mine:hook\n")
-    done = run_cli("revert", "--target", site, "--patch", diff)
+    done = run_cli_writing("revert", "--target", site, "--patch", diff)
     assert done.returncode == 0, done.stderr
     assert f"{INFO}/entry_points.txt was changed after patchkit wrote it: kept" in done.stderr
     assert entry_points.read_text() == "[vllm.general_plugins]\nmine = mine:hook\n"
@@ -397,12 +398,12 @@ def test_apply_leaves_a_recorded_guard_file_changed_since_alone(patched, scratch
     other = tmp_path / "spec.diff"
     spec = (site / "vllm/config/spec.py").read_text()
     other.write_bytes(make_patch(scratch, site, {"vllm/config/spec.py": spec.replace('"llama"', '"qwen"')}))
-    done = run_cli("apply", "--target", site, "--patch", other)
+    done = run_cli_writing("apply", "--target", site, "--patch", other)
     assert done.returncode == 0, done.stderr
     again = f"`patchkit apply --target {site} --patch {other} --guard`"  # the user's tree and patch (hints.py)
     assert f"patchkit_guard.py was changed after patchkit wrote it: kept; {again} replaces" in done.stderr
     assert module.read_text() == "def check():\n    pass\n"
-    replaced = run_cli("apply", "--guard", "--target", site, "--patch", other)
+    replaced = run_cli_writing("apply", "--guard", "--target", site, "--patch", other)
     assert replaced.returncode == 0, replaced.stderr
     assert module.read_bytes() == GUARD_SOURCE.read_bytes()
     copies = list((site / ".patchkit/saved").glob("*/patchkit_guard.py"))
@@ -415,12 +416,12 @@ def test_apply_puts_back_a_guard_pip_uninstalled_unless_told_no_guard(patched):
     for item in (site / INFO).iterdir():
         item.unlink()
     (site / INFO).rmdir()
-    done = run_cli("apply", "--target", site, "--patch", diff)
+    done = run_cli_writing("apply", "--target", site, "--patch", diff)
     assert done.returncode == 0, done.stderr
     assert done.stdout.rstrip().endswith("already applied; launch guard installed"), done.stdout
     assert (site / "patchkit_guard.py").read_bytes() == GUARD_SOURCE.read_bytes() and _load(site).returncode == 0
-    assert run_cli("apply", "--target", site, "--patch", diff, "--no-guard").returncode == 0
-    done = run_cli("apply", "--target", site, "--patch", diff)
+    assert run_cli_writing("apply", "--target", site, "--patch", diff, "--no-guard").returncode == 0
+    done = run_cli_writing("apply", "--target", site, "--patch", diff)
     assert done.returncode == 0 and not (site / "patchkit_guard.py").exists(), done.stdout
 
 
@@ -429,7 +430,7 @@ def test_no_guard_on_a_guarded_tree_removes_the_guard_it_records(patched):
     site, diff, before = patched
     (site / "__pycache__").mkdir()
     (site / "__pycache__" / "patchkit_guard.cpython-312.pyc").write_bytes(b"bytecode")
-    done = run_cli("apply", "--target", site, "--patch", diff, "--no-guard")
+    done = run_cli_writing("apply", "--target", site, "--patch", diff, "--no-guard")
     assert done.returncode == 0 and "launch guard removed" in done.stdout, done.stdout + done.stderr
     left = {name for name in _outside_meta(site) if name != MODEL}
     assert left == set(before) - {MODEL}  # the module, its dist-info and bytecode gone; nothing else
@@ -486,7 +487,7 @@ def test_a_dry_run_says_the_guard_would_be_installed_and_writes_nothing(patched)
     site, diff, _ = patched
     (site / "patchkit_guard.py").unlink()
     before = fingerprint(site)
-    done = run_cli("apply", "--target", site, "--patch", diff, "--dry-run")
+    done = run_cli_writing("apply", "--target", site, "--patch", diff, "--dry-run")
     assert done.returncode == 0 and "already applied; launch guard would be installed" in done.stdout, done.stdout
     assert fingerprint(site) == before
 
@@ -500,7 +501,7 @@ def test_a_symlinked_guard_dist_info_does_not_block_revert(patched, tmp_path):
     shutil.copytree(site / INFO, elsewhere)
     shutil.rmtree(site / INFO)
     (site / INFO).symlink_to(elsewhere)
-    done = run_cli("revert", "--target", site, "--patch", diff)
+    done = run_cli_writing("revert", "--target", site, "--patch", diff)
     assert done.returncode == 0, done.stdout + done.stderr
     assert (site / MODEL).read_text() == MODEL_PY
     assert f"{INFO} is a symlink: the launch guard is kept; to remove it: rm -r {site / INFO}" in done.stderr
@@ -516,12 +517,12 @@ def test_apply_keeps_its_guard_where_several_vllm_dist_infos_would_stop_every_la
     (site / "vllm-0.17.0.dist-info").mkdir()
     (site / "vllm-0.17.0.dist-info/METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 0.17.0\n")
     assert _load(site).returncode != 0
-    done = run_cli("apply", "--target", site, "--patch", diff, "--vllm-version", "0.17.0")
+    done = run_cli_writing("apply", "--target", site, "--patch", diff, "--vllm-version", "0.17.0")
     assert done.returncode == 4 and "nothing was written" in done.stderr, done.stdout + done.stderr
     assert "remove the stale vllm-*.dist-info directories" in done.stderr and (site / "patchkit_guard.py").exists()
     status = run_cli_read_only("status", "--target", site, "--patch", diff, "--vllm-version", "0.17.0")
     assert status.returncode == 1 and "remove the stale vllm-*.dist-info directories" in status.stdout, status.stdout
-    done = run_cli("apply", "--target", site, "--patch", diff, "--vllm-version", "0.17.0", "--no-guard")
+    done = run_cli_writing("apply", "--target", site, "--patch", diff, "--vllm-version", "0.17.0", "--no-guard")
     assert done.returncode == 0 and not (site / "patchkit_guard.py").exists(), done.stdout + done.stderr
     assert _load(site).returncode == 0
     assert run_cli_read_only("status", "--target", site, "--patch", diff, "--vllm-version", "0.17.0").returncode == 0
@@ -535,7 +536,7 @@ def test_a_refusal_over_another_sets_record_names_that_sets_fix(patched, scratch
     site, diff, _ = patched
     addon = tmp_path / "addon.diff"
     addon.write_bytes(make_patch(scratch, site, {"vllm/addon.py": "ADDON = 1\n"}))
-    assert run_cli("apply", "--target", site, "--patch", addon).returncode == 0
+    assert run_cli_writing("apply", "--target", site, "--patch", addon).returncode == 0
     if change == "edit":
         (site / "vllm/addon.py").write_text("ADDON = 2\n")
     else:
@@ -548,16 +549,16 @@ def test_a_refusal_over_another_sets_record_names_that_sets_fix(patched, scratch
     if change == "remove":  # the file it created is gone: as stock, no edit to keep, and apply makes it again
         assert "vllm/addon.py is gone, as before patchkit created it" in hint, hint
         assert f"run `patchkit apply {on_site}`" in hint and "revert" not in hint.split("fix:")[1], hint
-        assert run_cli("apply", "--target", site, "--patch", addon).returncode == 0
+        assert run_cli_writing("apply", "--target", site, "--patch", addon).returncode == 0
         assert (
             _load(site).returncode == 0
             and run_cli_read_only("status", "--target", site, "--patch", diff).returncode == 0
         )
         return
     assert f"`patchkit revert {on_site} --force`" in hint and f"`patchkit apply {on_site}`" in hint
-    assert run_cli("revert", "--target", site, "--patch", addon, "--force").returncode == 0
+    assert run_cli_writing("revert", "--target", site, "--patch", addon, "--force").returncode == 0
     assert _load(site).returncode == 0, _load(site).stderr
-    assert run_cli("apply", "--target", site, "--patch", addon).returncode == 0
+    assert run_cli_writing("apply", "--target", site, "--patch", addon).returncode == 0
     assert (
         _load(site).returncode == 0 and run_cli_read_only("status", "--target", site, "--patch", diff).returncode == 0
     )
@@ -605,7 +606,7 @@ def test_the_guard_judges_the_imported_vllm_by_its_own_record(patched, tmp_path,
     other = write_tree(tmp_path / "other-venv")
     diff = tmp_path / "other.diff"
     diff.write_bytes(make_patch(scratch, other, {MODEL: MODEL_PY.replace("return x", "return x - 1")}))
-    assert run_cli("apply", "--target", other, "--patch", diff, "--no-guard").returncode == 0
+    assert run_cli_writing("apply", "--target", other, "--patch", diff, "--no-guard").returncode == 0
     assert _launch(site, other).returncode == 0  # both healthy
     (other / MODEL).write_text("# edited after apply\n")
     done = _launch(site, other)
@@ -749,7 +750,7 @@ def test_a_guard_record_naming_no_guard_patchkit_writes_is_refused(patched, guar
     state = _state(site)
     state["guard"] = guard
     _write_state(site, state)
-    done = run_cli("revert", "--target", site)
+    done = run_cli_writing("revert", "--target", site)
     assert_clean_failure(done, 2)
     assert "guard" in done.stderr
 
@@ -772,7 +773,7 @@ def test_revert_still_removes_an_older_patchkits_guard_it_recorded(patched):
     (site / INFO).rmdir()
     state["guard"] = older
     _write_state(site, state)
-    done = run_cli("revert", "--target", site)
+    done = run_cli_writing("revert", "--target", site)
     assert done.returncode == 0, done.stdout + done.stderr
     assert not (site / "patchkit_guard-0.0.1.dist-info").exists() and not (site / "patchkit_guard.py").exists()
 
@@ -783,7 +784,7 @@ def test_revert_with_no_record_says_it_kept_a_users_own_guard_module(patched):
     site, diff, _ = patched
     shutil.rmtree(site / ".patchkit")
     (site / "patchkit_guard.py").write_text("# my own module, not patchkit's\n")
-    done = run_cli("revert", "--target", site, "--patch", diff)
+    done = run_cli_writing("revert", "--target", site, "--patch", diff)
     said = " ".join((done.stdout + done.stderr).split())
     assert done.returncode == 0, said
     assert (site / "patchkit_guard.py").read_text() == "# my own module, not patchkit's\n"
@@ -1000,7 +1001,7 @@ def test_apply_in_a_pycache_prefixs_environment_removes_the_bytecode_its_write_m
     mirror.parent.mkdir(parents=True)
     pyc = _unchecked_pyc_of(mirror, MODEL_PY.encode(), f"model.{sys.implementation.cache_tag}.pyc")
     env = {"PYTHONPYCACHEPREFIX": str(prefix)}
-    done = run_cli("apply", "--target", site, "--patch", diff, "-v", env=env)
+    done = run_cli_writing("apply", "--target", site, "--patch", diff, "-v", env=env)
     assert done.returncode == 0, done.stdout + done.stderr
     assert not pyc.exists() and f"{pyc} (under the pycache prefix): stale: removed" in " ".join(done.stdout.split())
     assert _load(site, **env).returncode == 0
@@ -1073,7 +1074,7 @@ def test_only_an_extension_module_the_sites_python_loads_stands_in_for_the_guard
     site = write_tree(tmp_path / "lib" / "python3.11" / "site-packages")
     diff = tmp_path / "model.diff"
     diff.write_bytes(make_patch(scratch, site, {MODEL: MODEL_PY.replace("return x", "return x * 2")}))
-    assert run_cli("apply", "--target", site, "--patch", diff).returncode == 0
+    assert run_cli_writing("apply", "--target", site, "--patch", diff).returncode == 0
     (site / "patchkit_guard.cpython-312-x86_64-linux-gnu.so").write_bytes(b"")
     done = run_cli_read_only("status", "--target", site, "--patch", diff)
     assert done.returncode == 0, done.stdout + done.stderr

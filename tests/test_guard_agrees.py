@@ -32,7 +32,6 @@ import pytest
 from helpers import (
     LOAD_LIKE_VLLM,
     MODEL_PY,
-    READ_ONLY_COMMANDS,
     SPEC_PY,
     load_plugins_as_another_user,
     load_plugins_like_vllm,
@@ -41,7 +40,9 @@ from helpers import (
     purelib,
     run_cli,
     run_cli_in_process,
+    run_cli_judged,
     run_cli_read_only,
+    run_cli_writing,
     warm_pycache_prefix,
     write_library,
     write_tree,
@@ -81,10 +82,11 @@ class Tree:
     bin: Path
 
     def cli(self, *args: str):
-        """A command on the tree; status and verify (read-only, judged here by their exit code and output
-        alone) run in this process (CONTRIBUTING), the others as processes of their own."""
-        run = run_cli_in_process if args[0] in READ_ONLY else run_cli
-        return run(*args, "--target", self.site, "--patches", self.library)
+        """A command on the tree, judged here by its exit code, output and files alone: status and verify run
+        in this process, apply and revert too where the fork would be the session's (CONTRIBUTING)."""
+        if args[0] in READ_ONLY:
+            return run_cli_in_process(*args, "--target", self.site, "--patches", self.library)
+        return run_cli_judged(*args, "--target", self.site, "--patches", self.library)
 
     def launch(self, command: str):
         """preflight (in this process, as status) or run on `vllm serve MODEL`, `vllm` being a stand-in that exits 0."""
@@ -175,7 +177,7 @@ def _added_a_file(tree: Tree) -> None:
     _applied(tree)
     addon = tree.site.parent / "addon.patch"
     addon.write_text(f"--- /dev/null\n+++ b/{ADDON}\n@@ -0,0 +1 @@\n+ADDON = 1\n")
-    done = run_cli("apply", "--no-import", "--target", tree.site, "--patch", addon)
+    done = run_cli_writing("apply", "--no-import", "--target", tree.site, "--patch", addon)
     assert done.returncode == 0, done.stdout + done.stderr
 
 
@@ -958,7 +960,7 @@ def test_a_patched_wheel_over_another_releases_record_is_stale_and_revert_keeps_
     assert not tree.state()["entries"]
     patched_wheel_over_another_release(_tree(tmp_path / "again"))
     again = tmp_path / "again/site"
-    applied = run_cli("apply", "--no-import", "--target", again, "--patches", tmp_path / "again/lib")
+    applied = run_cli_writing("apply", "--no-import", "--target", again, "--patches", tmp_path / "again/lib")
     assert applied.returncode == 0, applied.stdout + applied.stderr
     assert {path: (again / path).read_text() for path in (SPEC, MODEL)} == wheel_files
 
@@ -1346,7 +1348,7 @@ def _model_patched_ad_hoc(tree: Tree, env: dict[str, str] | None = None) -> None
     """A --patch apply changing MODEL: a record beside the set's, which the guard judges too."""
     addon = tree.site.parent / "model.patch"
     addon.write_bytes(make_patch(tree.site.parent, tree.site, {MODEL: (tree.site / MODEL).read_text() + "TUNED = 1\n"}))
-    done = run_cli("apply", "--no-import", "--target", tree.site, "--patch", addon, env=env)
+    done = run_cli_writing("apply", "--no-import", "--target", tree.site, "--patch", addon, env=env)
     assert done.returncode == 0, done.stdout + done.stderr
 
 
@@ -1374,7 +1376,9 @@ def pycache_holds_stock_bytecode_unread_under_the_prefix(tree: Tree) -> None:
 def prefix_held_stock_bytecode_before_apply(tree: Tree) -> None:
     """An image compiled vLLM under its prefix, then `apply` ran in that environment."""
     _prefixed_pyc(tree, SPEC, stock_files("0.16.0")[SPEC])
-    done = run_cli("apply", "--no-import", "--target", tree.site, "--patches", tree.library, env=_prefixed_env(tree))
+    done = run_cli_writing(
+        "apply", "--no-import", "--target", tree.site, "--patches", tree.library, env=_prefixed_env(tree)
+    )
     assert done.returncode == 0, done.stdout + done.stderr
 
 
@@ -1531,14 +1535,12 @@ class Venv:
     def cli(self, *args: object):
         """status and verify through run_cli_read_only (in this process where a fork would serve them as the
         session: the venv's own start-up is its interpreter's, asked by the command), the others as processes."""
-        run = run_cli_read_only if args[0] in READ_ONLY_COMMANDS else run_cli
-        return run(*args, *self.own())
+        return run_cli_judged(*args, *self.own())
 
     def launch(self, command: str):
         extra = ("--no-import",) if command == "preflight" else ()
         stand_in = str(self.python.parent / "vllm")
-        run = run_cli_read_only if command in READ_ONLY_COMMANDS else run_cli
-        return run(command, *self.own(), *extra, "--", stand_in, "serve", str(self.model))
+        return run_cli_judged(command, *self.own(), *extra, "--", stand_in, "serve", str(self.model))
 
     def guard(self) -> subprocess.CompletedProcess:
         """The guard as vLLM loads it, in the venv's own interpreter (its start-up, its .pth files)."""
@@ -1597,7 +1599,9 @@ def vllm_moved_then_applied_at_its_volume_and_at_its_site(venv: Venv) -> None:
     dist-info there, no guard); this one records the site and installs the guard there: the record
     left at the volume is no tree's the interpreter runs, for the guard as for the commands."""
     volume = _move_vllm(venv).parent
-    done = run_cli("apply", "--no-import", "--target", volume, "--patches", venv.library, "--vllm-version", "0.16.0")
+    done = run_cli_writing(
+        "apply", "--no-import", "--target", volume, "--patches", venv.library, "--vllm-version", "0.16.0"
+    )
     assert done.returncode == 0 and (volume / ".patchkit").is_dir(), done.stdout + done.stderr
     done = venv.cli("apply", "--no-import")
     assert done.returncode == 0 and (venv.site / "patchkit_guard.py").exists(), done.stdout + done.stderr
@@ -1699,8 +1703,7 @@ def _prefix_from_a_variable(venv: Venv) -> Path:
 def _launch_with(venv: Venv, command: str, *env_prefix: str, cwd: str | None = None):
     extra = ("--no-import",) if command == "preflight" else ()
     launch = ["env", *env_prefix, str(venv.python), "-m", "vllm.entrypoints.cli.main", "serve", str(venv.model)]
-    run = run_cli_read_only if command in READ_ONLY_COMMANDS else run_cli
-    return run(command, *venv.own(), *extra, "--", *launch, cwd=None if cwd is None else Path(cwd))
+    return run_cli_judged(command, *venv.own(), *extra, "--", *launch, cwd=None if cwd is None else Path(cwd))
 
 
 @pytest.mark.parametrize("by", ["--python", "--target"])
@@ -1907,7 +1910,7 @@ def test_stale_bytecode_of_the_guard_itself_fails_the_commands_and_the_named_fix
     tree = _tree(tmp_path)
     env = _prefixed_env(tree) if prefixed else {}
     own = ("--target", tree.site, "--patches", tree.library)
-    done = run_cli("apply", "--no-import", *own, env=env)
+    done = run_cli_writing("apply", "--no-import", *own, env=env)
     assert done.returncode == 0, done.stdout + done.stderr
     compiled = _guard_compiled_from_other_bytes(tree, prefixed)
     assert compiled.is_file()

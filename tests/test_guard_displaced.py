@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from cli_server import run_python_code
-from helpers import MODEL, examples, run_cli
+from helpers import MODEL, examples, run_cli, run_cli_writing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -52,7 +52,7 @@ def other_plugin(where: Path, name: str = "zzz_plugin", value: str = "zzz_mod:no
 
 @pytest.fixture
 def applied(tree, open_library, tmp_path) -> Path:
-    done = run_cli("apply", "--no-import", "--target", tree, "--patches", open_library)
+    done = run_cli_writing("apply", "--no-import", "--target", tree, "--patches", open_library)
     assert done.returncode == 0, done.stderr
     (tree / MODEL).write_text((tree / MODEL).read_text() + "# drift\n")  # the guard refuses it, where it runs
     return tree

@@ -4,7 +4,15 @@ another attribute of patchkit_guard (none at all, or another function) launches 
 from __future__ import annotations
 
 import pytest
-from helpers import MODEL_PY, load_plugins_like_vllm, make_patch, run_cli, run_cli_read_only, write_tree
+from helpers import (
+    MODEL_PY,
+    load_plugins_like_vllm,
+    make_patch,
+    run_cli,
+    run_cli_read_only,
+    run_cli_writing,
+    write_tree,
+)
 
 from patchkit import __version__
 
@@ -19,7 +27,7 @@ def test_an_entry_point_naming_another_attribute_is_no_guard_and_apply_guard_rep
     patched = MODEL_PY.replace("return x", "return x * 2")
     diff.write_bytes(make_patch(scratch, site, {MODEL: patched}))
     own = ("--target", site, "--patch", diff)
-    assert run_cli("apply", *own).returncode == 0
+    assert run_cli_writing("apply", *own).returncode == 0
     declared = (site / ENTRY_POINTS).read_text()
     assert "patchkit_guard:check" in declared
     (site / ENTRY_POINTS).write_text(declared.replace("patchkit_guard:check", f"patchkit_guard:{attribute}"))
@@ -31,7 +39,7 @@ def test_an_entry_point_naming_another_attribute_is_no_guard_and_apply_guard_rep
     (site / MODEL).write_text(MODEL_PY)  # stock again: the guard would refuse it, and vLLM does not ask it
     assert load_plugins_like_vllm(site).returncode == 0
     (site / MODEL).write_text(patched)
-    repaired = run_cli("apply", "--guard", *own)
+    repaired = run_cli_writing("apply", "--guard", *own)
     assert repaired.returncode == 0 and "patchkit_guard:check" in (site / ENTRY_POINTS).read_text()
     status = run_cli_read_only("status", *own)
     assert status.returncode == 0 and "no longer loads" not in status.stdout + status.stderr

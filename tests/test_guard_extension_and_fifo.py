@@ -10,7 +10,14 @@ import os
 import sys
 
 import pytest
-from helpers import MODEL_PY, load_plugins_like_vllm, make_patch, run_cli, run_cli_read_only, write_tree
+from helpers import (
+    MODEL_PY,
+    load_plugins_like_vllm,
+    make_patch,
+    run_cli_read_only,
+    run_cli_writing,
+    write_tree,
+)
 
 MODEL = "vllm/models/model.py"
 MINOR = sys.version_info[1]
@@ -23,7 +30,7 @@ def site(tmp_path, scratch):
     site = write_tree(tmp_path / "env" / "lib" / f"python3.{MINOR}" / "site-packages")
     diff = tmp_path / "model.diff"
     diff.write_bytes(make_patch(scratch, site, {MODEL: MODEL_PY.replace("return x", "return x * 2")}))
-    assert run_cli("apply", "--target", site, "--patch", diff).returncode == 0
+    assert run_cli_writing("apply", "--target", site, "--patch", diff).returncode == 0
     return site, diff
 
 
@@ -80,7 +87,7 @@ def test_an_apply_that_fixes_stale_bytecode_says_so_not_nothing_to_do(site):
     mode = py_compile.PycInvalidationMode.UNCHECKED_HASH
     py_compile.compile(str(stock), cfile=str(pyc), invalidation_mode=mode, doraise=True)
     assert load_plugins_like_vllm(site).returncode != 0
-    done = run_cli("apply", "--target", site, "--patch", diff)
+    done = run_cli_writing("apply", "--target", site, "--patch", diff)
     said = " ".join(done.stdout.split())
     assert done.returncode == 0 and "nothing to do" not in said, said
     assert f"already applied; stale bytecode of {MODEL} fixed" in said, said

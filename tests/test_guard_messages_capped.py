@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from helpers import MODEL, MODEL_PY, make_patch, patched_spec, run_cli, write_library, write_tree
+from helpers import MODEL, MODEL_PY, make_patch, patched_spec, run_cli, run_cli_writing, write_library, write_tree
 
 import patchkit._target.guard as target_guard
 
@@ -39,8 +39,8 @@ def test_status_verify_and_apply_name_a_few_refused_files_and_revert_as_the_fix(
         assert "patches those" not in fix and "`patchkit revert --target" in fix, said
         assert f"the record names {MANY:,} files no patch of the set writes" in " ".join(fix.split()), said
     # the fix named is true: revert, then apply, and the guard lets the tree launch
-    assert run_cli("revert", "--target", tree, "--patches", open_library).returncode == 0
-    assert run_cli("apply", "--target", tree, "--patches", open_library).returncode == 0
+    assert run_cli_writing("revert", "--target", tree, "--patches", open_library).returncode == 0
+    assert run_cli_writing("apply", "--target", tree, "--patches", open_library).returncode == 0
     done = run_cli("status", "--target", tree, "--patches", open_library)
     assert done.returncode == 0, done.stdout + done.stderr
 
@@ -75,7 +75,7 @@ def test_apply_of_a_record_of_many_edited_files_names_a_few(run, tree, open_libr
         (tree / rel).write_text(f"x = {i}\n")
         data["entries"][0]["files"][rel] = {"after": "ab" * 32, "before": None, "mode": 0o644}
     path.write_text(json.dumps(data))
-    done = run_cli("apply", "--target", tree, "--patches", open_library)
+    done = run_cli_writing("apply", "--target", tree, "--patches", open_library)
     assert done.returncode == 1, done.stdout + done.stderr
     [said] = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert "files edited after patchkit patched them: " in said and said.endswith("+497 more"), said[:500]
@@ -104,7 +104,7 @@ def test_another_sets_files_no_patch_writes_are_fixed_by_reverting_it(tmp_path, 
     fixed = {MODEL: MODEL_PY.replace("SupportsPP):", "SupportsPP):  # fixed\n")}
     write_library(library, {"0.16.0": [make_patch(tmp_path, stock, fixed)]}, name="model-fix")
     (library / "library.toml").write_text('order = ["spec", "model-fix"]\n')
-    assert run_cli("apply", "--target", tree, "--patches", library).returncode == 0
+    assert run_cli_writing("apply", "--target", tree, "--patches", library).returncode == 0
     data = json.loads((tree / ".patchkit" / "state.json").read_text())
     assert [e["set"] for e in data["entries"]] == ["spec", "model-fix"]
     record_absent(tree, [CREATED.format(i) for i in range(5)])  # in spec's record
@@ -113,13 +113,13 @@ def test_another_sets_files_no_patch_writes_are_fixed_by_reverting_it(tmp_path, 
     assert done.returncode == 1, said
     assert f"`patchkit revert --target {tree} --patches {library} --set spec` (its record names files" in said, said
     assert f"then `patchkit apply --target {tree} --patches {library} --set spec`" in said, said
-    done = run_cli("apply", "--target", tree, "--patches", library)  # every set: its warning says the same
+    done = run_cli_writing("apply", "--target", tree, "--patches", library)  # every set: its warning says the same
     said = " ".join((done.stdout + done.stderr).split())
     assert done.returncode == 0 and "still refuses" in said, said
     assert f"`patchkit revert --target {tree} --patches {library} --set spec`" in said, said
     # the fix is true: the commands it names clear the guard's refusal
-    assert run_cli("revert", "--target", tree, "--patches", library, "--set", "spec").returncode == 0
-    assert run_cli("apply", "--target", tree, "--patches", library, "--set", "spec").returncode == 0
+    assert run_cli_writing("revert", "--target", tree, "--patches", library, "--set", "spec").returncode == 0
+    assert run_cli_writing("apply", "--target", tree, "--patches", library, "--set", "spec").returncode == 0
     assert run_cli("status", "--target", tree, "--patches", library).returncode == 0
 
 

@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import load_plugins_like_vllm, run_cli, run_cli_read_only
+from helpers import load_plugins_like_vllm, run_cli, run_cli_read_only, run_cli_writing
 from launch_fixtures import DEEPSEEK_V3, DRAFTER, findings, serve, write_eagle3_setup, write_model
 
 
@@ -22,7 +22,7 @@ def bare(tmp_path):
     version still told by vllm/_version.py, as a built vLLM holds it)."""
     tree, library = write_eagle3_setup(tmp_path)
     (tree / "vllm" / "_version.py").write_text("__version__ = version = '0.16.0'\n")
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    assert run_cli_writing("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     shutil.rmtree(tree / "vllm-0.16.0.dist-info")
     return tree, library
 
@@ -83,7 +83,7 @@ def test_an_empty_metadata_version_is_named_with_the_fix_that_installs_the_guard
     """`Version: ` (empty) in the one vllm-*.dist-info: apply warned "no one vLLM version (none, or
     several vllm-*.dist-info)" with no fix. It names the empty Version and the commands that end it."""
     tree, library = _metadata_with_version(tmp_path, "")
-    done = run_cli("apply", "--target", tree, "--patches", library)
+    done = run_cli_writing("apply", "--target", tree, "--patches", library)
     assert done.returncode == 0, done.stderr
     warning = " ".join(done.stderr.split())
     assert "vllm-0.16.0.dist-info/METADATA's Version is empty" in warning and "several" not in warning, warning
@@ -92,7 +92,7 @@ def test_an_empty_metadata_version_is_named_with_the_fix_that_installs_the_guard
     # what the named pip command does (the dist-info and stock files written again), then the named apply
     (tree / "vllm-0.16.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 0.16.0\n")
     shutil.copy(tmp_path / "clean" / "vllm" / "config" / "spec.py", tree / "vllm" / "config" / "spec.py")
-    again = run_cli("apply", "--target", tree, "--patches", library)
+    again = run_cli_writing("apply", "--target", tree, "--patches", library)
     assert again.returncode == 0 and "launch guard installed" in again.stdout, again.stdout + again.stderr
     assert load_plugins_like_vllm(tree).returncode == 0
 
@@ -118,13 +118,13 @@ def test_status_of_a_tree_applied_without_a_guard_for_an_unread_version_says_it_
     launch. It says no guard runs, why, and the commands that end it."""
     tree, library = _metadata_with_version(tmp_path, "")
     (tree / "vllm-0.16.0.dist-info" / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\n{metadata}")
-    assert run_cli("apply", "--target", tree, "--patches", library).returncode == 0
+    assert run_cli_writing("apply", "--target", tree, "--patches", library).returncode == 0
     assert not (tree / "patchkit_guard.py").exists()
     done = run_cli_read_only("status", "--target", tree, "--patches", library)
     said = " ".join((done.stdout + done.stderr).split())
     assert done.returncode == 0 and "no launch guard" in said and "vLLM launches this tree unchecked" in said, said
     assert "vllm-0.16.0.dist-info/METADATA" in said and "vllm==0.16.0" in said and "--no-guard" in said, said
-    told = run_cli("apply", "--target", tree, "--patches", library, "--no-guard")
+    told = run_cli_writing("apply", "--target", tree, "--patches", library, "--no-guard")
     assert told.returncode == 0
     again = run_cli_read_only("status", "--target", tree, "--patches", library)
     assert "no launch guard" not in again.stdout + again.stderr  # told: none wanted
@@ -135,7 +135,7 @@ def test_a_version_emptied_after_apply_is_refused_as_naming_no_version_with_pips
     the patches were applied to vLLM 0.16.0" (an empty version quoted) and status's fix was an apply
     that drops the guard. It names the dist-info that names no version, and pip's repair."""
     tree, library = _metadata_with_version(tmp_path, "0.16.0")
-    assert run_cli("apply", "--target", tree, "--patches", library).returncode == 0
+    assert run_cli_writing("apply", "--target", tree, "--patches", library).returncode == 0
     assert (tree / "patchkit_guard.py").exists()
     (tree / "vllm-0.16.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: \n")
     refused = load_plugins_like_vllm(tree)

@@ -6,7 +6,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from helpers import MODEL_PY, fingerprint, load_plugins_like_vllm, make_patch, run_cli, run_cli_read_only, write_tree
+from helpers import (
+    MODEL_PY,
+    fingerprint,
+    load_plugins_like_vllm,
+    make_patch,
+    run_cli,
+    run_cli_read_only,
+    run_cli_writing,
+    write_tree,
+)
 
 from patchkit import __version__
 
@@ -21,7 +30,7 @@ def _applied(tmp_path: Path, scratch: Path) -> tuple[Path, Path, dict]:
     before = fingerprint(site)
     diff = tmp_path / "model.diff"
     diff.write_bytes(make_patch(scratch, site, {MODEL: MODEL_PY.replace("return x", "return x * 2")}))
-    done = run_cli("apply", "--target", site, "--patch", diff)
+    done = run_cli_writing("apply", "--target", site, "--patch", diff)
     assert done.returncode == 0 and (site / "patchkit_guard.py").exists(), done.stdout + done.stderr
     return site, diff, before
 
@@ -30,7 +39,7 @@ def test_a_revert_that_removes_the_guard_says_so(tmp_path, scratch):
     """New-user trial 14, item 23c: apply said "launch guard installed"; revert removed it and said
     only "reverted: N file(s) restored to stock"."""
     site, diff, before = _applied(tmp_path, scratch)
-    done = run_cli("revert", "--target", site, "--patch", diff)
+    done = run_cli_writing("revert", "--target", site, "--patch", diff)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.splitlines()[-1] == "reverted: 1 file(s) restored to stock; launch guard removed", done.stdout
     assert fingerprint(site) == before
@@ -41,7 +50,7 @@ def test_revert_after_the_record_was_removed_by_hand_removes_patchkits_own_guard
     left the guard installed, which no record named any more."""
     site, diff, before = _applied(tmp_path, scratch)
     (site / ".patchkit/state.json").unlink()
-    done = run_cli("revert", "--target", site, "--patch", diff)
+    done = run_cli_writing("revert", "--target", site, "--patch", diff)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.splitlines()[-1].endswith("; launch guard removed (no record named it)"), done.stdout
     assert not (site / "patchkit_guard.py").exists() and not (site / INFO).exists()
@@ -56,7 +65,7 @@ def test_revert_keeps_an_unrecorded_guard_file_that_is_not_patchkits_bytes(tmp_p
     shutil_rm_record(site)
     module = site / "patchkit_guard.py"
     module.write_bytes(module.read_bytes() + b"# mine\n")
-    done = run_cli("revert", "--target", site, "--patch", diff)
+    done = run_cli_writing("revert", "--target", site, "--patch", diff)
     assert done.returncode == 0, done.stdout + done.stderr
     assert module.read_bytes() == GUARD_SOURCE.read_bytes() + b"# mine\n"
     assert not (site / INFO).exists()  # its dist-info files had patchkit's bytes
@@ -73,13 +82,13 @@ def test_revert_puts_back_a_users_own_guard_module_that_apply_guard_replaced(tmp
     (site / "patchkit_guard.py").write_bytes(USERS_OWN)
     diff = tmp_path / "model.diff"
     diff.write_bytes(make_patch(scratch, site, {MODEL: MODEL_PY.replace("return x", "return x * 2")}))
-    kept = run_cli("apply", "--target", site, "--patch", diff)
+    kept = run_cli_writing("apply", "--target", site, "--patch", diff)
     assert kept.returncode == 0 and (site / "patchkit_guard.py").read_bytes() == USERS_OWN, kept.stderr
-    assert run_cli("revert", "--target", site, "--patch", diff).returncode == 0
-    replaced = run_cli("apply", "--guard", "--target", site, "--patch", diff)
+    assert run_cli_writing("revert", "--target", site, "--patch", diff).returncode == 0
+    replaced = run_cli_writing("apply", "--guard", "--target", site, "--patch", diff)
     assert replaced.returncode == 0, replaced.stdout + replaced.stderr
     assert (site / "patchkit_guard.py").read_bytes() == GUARD_SOURCE.read_bytes()
-    done = run_cli("revert", "--target", site, "--patch", diff)
+    done = run_cli_writing("revert", "--target", site, "--patch", diff)
     assert done.returncode == 0, done.stdout + done.stderr
     assert (site / "patchkit_guard.py").read_bytes() == USERS_OWN
     assert "patchkit_guard.py: your own file that `apply --guard` replaced is put back" in done.stderr, done.stderr
@@ -92,10 +101,10 @@ def test_a_replaced_users_file_is_not_put_back_over_a_guard_changed_since(tmp_pa
     (site / "patchkit_guard.py").write_bytes(USERS_OWN)
     diff = tmp_path / "model.diff"
     diff.write_bytes(make_patch(scratch, site, {MODEL: MODEL_PY.replace("return x", "return x * 2")}))
-    assert run_cli("apply", "--guard", "--target", site, "--patch", diff).returncode == 0
+    assert run_cli_writing("apply", "--guard", "--target", site, "--patch", diff).returncode == 0
     module = site / "patchkit_guard.py"
     module.write_bytes(b"# edited since\n")
-    done = run_cli("revert", "--target", site, "--patch", diff)
+    done = run_cli_writing("revert", "--target", site, "--patch", diff)
     assert done.returncode == 0, done.stdout + done.stderr
     assert module.read_bytes() == b"# edited since\n"
 
@@ -106,11 +115,11 @@ def test_a_guard_replaced_record_naming_a_file_the_guard_record_does_not_is_refu
     state = json.loads(path.read_text())
     state["guard_replaced"] = {f"{INFO}/NOTES": "0" * 64}
     path.write_text(json.dumps(state))
-    done = run_cli("revert", "--target", site, "--patch", diff)
+    done = run_cli_writing("revert", "--target", site, "--patch", diff)
     assert done.returncode == 2 and "guard record" in done.stderr, done.stderr
     state["guard_replaced"] = {"patchkit_guard-9.9.dist-info/METADATA": "0" * 64}
     path.write_text(json.dumps(state))
-    done = run_cli("revert", "--target", site, "--patch", diff)
+    done = run_cli_writing("revert", "--target", site, "--patch", diff)
     assert done.returncode == 2 and "'guard_replaced' names a file" in done.stderr, done.stderr
 
 
@@ -149,11 +158,11 @@ def test_status_notes_what_a_killed_command_left_and_revert_clears_it(tmp_path, 
     status = _status(site, diff)
     assert status["store_notes"] == [f".patchkit/objects/ holds 1 file(s) no record names: {revert} removes them"]
     assert status["state"] == "not-applied"
-    assert run_cli("revert", "--target", site, "--patch", diff).returncode == 0
+    assert run_cli_writing("revert", "--target", site, "--patch", diff).returncode == 0
     assert not (site / ".patchkit").exists() and _status(site, diff)["store_notes"] == []
     (site / ".patchkit").mkdir()
     assert _status(site, diff)["store_notes"] == [f".patchkit/ is empty: {revert} removes it"]
-    assert run_cli("revert", "--target", site, "--patch", diff).returncode == 0
+    assert run_cli_writing("revert", "--target", site, "--patch", diff).returncode == 0
     assert not (site / ".patchkit").exists() and _status(site, diff)["store_notes"] == []
 
 
@@ -164,12 +173,12 @@ def test_a_replaced_users_file_is_put_back_where_pip_removed_the_guard(tmp_path,
     (site / "patchkit_guard.py").write_bytes(USERS_OWN)
     diff = tmp_path / "model.diff"
     diff.write_bytes(make_patch(scratch, site, {MODEL: MODEL_PY.replace("return x", "return x * 2")}))
-    assert run_cli("apply", "--guard", "--target", site, "--patch", diff).returncode == 0
+    assert run_cli_writing("apply", "--guard", "--target", site, "--patch", diff).returncode == 0
     record = (site / INFO / "RECORD").read_text().splitlines()
     for row in record:  # as pip uninstalls a distribution: each file its RECORD names
         (site / row.split(",")[0]).unlink(missing_ok=True)
     (site / INFO).rmdir()
-    done = run_cli("revert", "--target", site, "--patch", diff)
+    done = run_cli_writing("revert", "--target", site, "--patch", diff)
     assert done.returncode == 0, done.stdout + done.stderr
     assert (site / "patchkit_guard.py").read_bytes() == USERS_OWN
     assert "patchkit_guard.py: your own file that `apply --guard` replaced is put back" in done.stderr, done.stderr

@@ -12,7 +12,7 @@ import venv
 from pathlib import Path
 
 import pytest
-from helpers import make_patch, patched_spec, run_cli, run_cli_read_only, write_library, write_tree
+from helpers import make_patch, patched_spec, run_cli, run_cli_read_only, run_cli_writing, write_library, write_tree
 from launch_fixtures import write_model
 
 from patchkit.base import hints
@@ -165,7 +165,7 @@ def _hinted(text: str) -> list[list[str]]:
 
 def test_status_on_an_edited_tree_names_the_commands_on_that_tree_and_library(tmp_path, tree_and_library):
     tree, library = tree_and_library
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    assert run_cli_writing("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     with (tree / "vllm/config/spec.py").open("a") as fh:
         fh.write("# an edit\n")
     done = run_cli_read_only("status", "--target", tree, "--patches", library)
@@ -228,7 +228,7 @@ def test_the_guards_refusal_names_the_tree_and_the_command_with_vllms_interprete
     [site] = (tmp_path / "venv with space").glob("lib/python*/site-packages")
     write_tree(site)
     python = tmp_path / "venv with space" / "bin" / "python"
-    assert run_cli("apply", "--python", python, "--patches", library, "--no-import").returncode == 0
+    assert run_cli_writing("apply", "--python", python, "--patches", library, "--no-import").returncode == 0
     with (site / "vllm/config/spec.py").open("a") as fh:
         fh.write("# an edit\n")
     env = {"PATH": "/usr/bin:/bin"}

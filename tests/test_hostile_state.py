@@ -27,7 +27,9 @@ from helpers import (
     patched_spec,
     pip_install,
     run_cli,
+    run_cli_judged,
     run_cli_read_only,
+    run_cli_writing,
     write_library,
     write_tree,
 )
@@ -498,7 +500,7 @@ def test_hostile_record_changes_nothing_outside_the_tree(tmp_path, row: Row, com
     row.plant(scene)
     before = fingerprint(scene.sentinel)
     target = ("--target", scene.tree) + (() if command == "recover" else ("--patch", scene.patch))
-    done = run_cli(*COMMANDS[command], *target)
+    done = run_cli_judged(*COMMANDS[command], *target)
     assert fingerprint(scene.sentinel) == before, done.stdout + done.stderr
     assert_clean(done, row.exit_code)
     assert (row.says or {}).get(command, "") in done.stdout + done.stderr, done.stdout + done.stderr
@@ -658,7 +660,7 @@ def test_a_huge_file_anywhere_patchkit_reads_is_refused_not_read(tmp_path, where
     never read whole: each command exits cleanly (a tree file or patchkit's own: 2, naming it)."""
     scene = _scene(tmp_path, applied=True)
     pip_install(scene.tree, "0.16.0", {SPEC: patched_spec()})  # a dist-info with a RECORD: the guard goes in
-    assert run_cli("apply", "--target", scene.tree, "--patch", scene.patch).returncode == 0
+    assert run_cli_writing("apply", "--target", scene.tree, "--patch", scene.patch).returncode == 0
     assert (scene.tree / GUARD_MODULE).exists()
     if where == "object":
         where = f".patchkit/objects/{digest(SPEC_PY)}"
@@ -666,7 +668,7 @@ def test_a_huge_file_anywhere_patchkit_reads_is_refused_not_read(tmp_path, where
         where = _guard_file(scene, where)
     _huge_at(scene, where)
     target = ("--target", scene.tree) + (() if command == "recover" else ("--patch", scene.patch))
-    done = run_cli(*COMMANDS[command], *target)
+    done = run_cli_judged(*COMMANDS[command], *target)
     assert_clean(done, None)
     if done.returncode == REFUSED:
         assert where in done.stdout + done.stderr

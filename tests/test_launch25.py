@@ -36,6 +36,7 @@ from helpers import (
     pip_install,
     run_cli,
     run_cli_read_only,
+    run_cli_writing,
     write_library,
     write_tree,
 )
@@ -257,7 +258,9 @@ def three_sets(tmp_path: Path) -> tuple[Path, Path]:
     ):
         patch = make_patch(tmp_path, tree, {path: content})
         write_library(library, {"0.16.0": [patch]}, versions={"0.16.0": ">=0.16.0"}, upstream=None, name=name)
-    applied = run_cli("apply", "--target", tree, "--patches", library, "--set", "spec", "--set", "model", "--no-import")
+    applied = run_cli_writing(
+        "apply", "--target", tree, "--patches", library, "--set", "spec", "--set", "model", "--no-import"
+    )
     assert applied.returncode == 0, applied.stderr
     return tree, library
 
@@ -321,7 +324,7 @@ def test_a_needed_set_left_out_by_set_passes_when_the_record_shows_it_whole_and_
     request, tmp_path, command
 ):
     tree, lib, target, drafter = request.getfixturevalue("setup")
-    assert run_cli("apply", "--target", tree, "--patches", lib, "--no-import").returncode == 0
+    assert run_cli_writing("apply", "--target", tree, "--patches", lib, "--no-import").returncode == 0
     no_vllm = {**os.environ, "PATH": str(tmp_path / "empty")}  # run's exec fails (exit 4): it got that far
     options = ("--no-import",) if command == "preflight" else ()
     launch = ["--", *serve(target, drafter, *TOOLS)]
@@ -350,7 +353,9 @@ def test_apply_of_several_sets_judges_the_guard_once_after_the_last_set_settled_
     meta = tree / "vllm-0.16.0.dist-info" / "METADATA"
     meta.write_text(meta.read_text().replace("Version: 0.16.0", "Version: 0.16.0+cu129"))
     assert run_cli_read_only("status", "--target", tree, "--patches", library, "--set", "spec").returncode == 1
-    done = run_cli("apply", "--target", tree, "--patches", library, "--set", "spec", "--set", "model", "--no-import")
+    done = run_cli_writing(
+        "apply", "--target", tree, "--patches", library, "--set", "spec", "--set", "model", "--no-import"
+    )
     said = done.stdout + done.stderr
     assert done.returncode == 0 and "refuses" not in said, said
     assert "model: already applied; record updated\nspec: already applied; record updated" in said, said
@@ -370,9 +375,9 @@ def test_apply_of_several_sets_does_not_say_the_guard_removed_when_a_later_set_i
         versions = {"0.16.0": "==0.16.0" if upstream else ">=0.16.0"}
         write_library(library, {"0.16.0": [patch]}, versions=versions, upstream=upstream, name=name)
     (library / "library.toml").write_text('order = ["spec", "model"]\n')
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    assert run_cli_writing("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     pip_install(tree, "0.17.0", {SPEC: patched_spec(), MODEL: MODEL_PY})
-    done = run_cli("apply", "--target", tree, "--patches", library, "--no-import")
+    done = run_cli_writing("apply", "--target", tree, "--patches", library, "--no-import")
     said = done.stdout + done.stderr
     assert done.returncode == 0 and "guard removed" not in said, said
     assert "model: applied 1 patch(es): 1 file(s) changed; launch guard installed" in said, said
@@ -405,8 +410,8 @@ def test_a_special_file_in_place_of_a_patched_file_is_refused_with_a_fix_that_en
     assert (
         status.returncode == 1 and f"`patchkit revert --target {tree} --patches {library} --set spec --force`" in said
     )
-    assert run_cli("revert", *selection, "--force").returncode == 0
-    assert run_cli("apply", *selection, "--set", "spec", "--set", "model", "--no-import").returncode == 0
+    assert run_cli_writing("revert", *selection, "--force").returncode == 0
+    assert run_cli_writing("apply", *selection, "--set", "spec", "--set", "model", "--no-import").returncode == 0
     assert run_cli_read_only("status", *selection, "--set", "spec").returncode == 0
     assert (tree / SPEC).read_text() == patched_spec()
 
@@ -414,10 +419,10 @@ def test_a_special_file_in_place_of_a_patched_file_is_refused_with_a_fix_that_en
 def test_the_note_of_a_tree_with_some_sets_applied_names_a_status_command_that_runs(tmp_path):
     """launch24's note said `status --set model --set spec`, which status refuses (one --set)."""
     tree, library = three_sets(tmp_path)
-    assert run_cli("revert", "--target", tree, "--patches", library).returncode == 0
+    assert run_cli_writing("revert", "--target", tree, "--patches", library).returncode == 0
     (library / "library.toml").write_text('order = ["model", "spec", "other"]\n')
     (tree / OTHER).write_text("y = 1\n")  # other's patch does not apply: the apply stops there
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 1
+    assert run_cli_writing("apply", "--target", tree, "--patches", library, "--no-import").returncode == 1
     (tree / OTHER).write_text("x = 1\n")  # stock again: other, chosen, is simply not applied
     status = run_cli_read_only("status", "--target", tree, "--patches", library)
     note = status.stdout + status.stderr

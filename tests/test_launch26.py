@@ -13,7 +13,7 @@ import shlex
 import sys
 
 import pytest
-from helpers import make_patch, run_cli, run_cli_read_only, write_library
+from helpers import make_patch, run_cli, run_cli_read_only, run_cli_writing, write_library
 from importable_vllm import venv_importing, write_refusing_engine_args
 from launch_fixtures import (
     DEEPSEEK_V3,
@@ -103,7 +103,7 @@ def test_vllms_refusal_on_a_stock_tree_names_the_same_one_apply_not_every_set(th
 
 def test_a_launch_running_pythons_own_stock_vllm_fails_on_its_state_with_apply_there(tmp_path):
     patched, lib = write_eagle3_setup(tmp_path / "a")
-    assert run_cli("apply", "--target", patched, "--patches", lib, "--no-import").returncode == 0
+    assert run_cli_writing("apply", "--target", patched, "--patches", lib, "--no-import").returncode == 0
     stock, _ = write_eagle3_setup(tmp_path / "b")
     script = venv_importing(stock, tmp_path / "venv")  # its python imports the stock tree's vllm
     python = script.parent / "python"
@@ -149,7 +149,7 @@ KIMI_VOCAB, DEEPSEEK_VOCAB = 163840, 129280
 )
 def test_the_drafters_own_vocab_size_must_be_the_targets(tmp_path, target, drafter, ok, said):
     tree, lib = write_eagle3_setup(tmp_path)
-    assert run_cli("apply", "--target", tree, "--patches", lib, "--no-import").returncode == 0
+    assert run_cli_writing("apply", "--target", tree, "--patches", lib, "--no-import").returncode == 0
     config = {k: v for k, v in {**DRAFTER, **drafter}.items() if v is not None}
     launch = serve(write_model(tmp_path / "target", target), write_model(tmp_path / "drafter", config))
     done = run_cli_read_only(
@@ -166,7 +166,7 @@ def test_a_tree_reinstalled_under_its_record_gets_one_apply_for_every_finding(th
     two, pasted in order, left the guard refusing. Plain apply does what each does: one line."""
     tree, lib, launch = three
     before = {path: path.read_bytes() for path in (tree / "vllm").rglob("*.py")}
-    assert run_cli("apply", "--target", tree, "--patches", lib, "--no-import").returncode == 0
+    assert run_cli_writing("apply", "--target", tree, "--patches", lib, "--no-import").returncode == 0
     for path, stock in before.items():
         path.write_bytes(stock)
     done = run_cli_read_only(

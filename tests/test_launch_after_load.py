@@ -44,7 +44,16 @@ def modules(tmp_path, monkeypatch):
     (root / "corp_mw" / "mw.py").write_text(MIDDLEWARE)
     (root / "corp_exits.py").write_text("import sys\nsys.exit(3)\n")
     monkeypatch.syspath_prepend(str(root))
-    return root
+    # each test's own: a corp_mw cached by an earlier test points at its directory, which pytest removes
+    # after a passed test (test-fast's tmp_path_retention_policy=failed): corp_mw.mw then did not import
+    _forget_modules()
+    yield root
+    _forget_modules()
+
+
+def _forget_modules() -> None:
+    for name in [name for name in sys.modules if name.split(".")[0] in ("corp_mw", "corp_exits")]:
+        del sys.modules[name]
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,7 @@ import shlex
 from pathlib import Path
 
 import pytest
-from helpers import run_cli, run_cli_read_only
+from helpers import run_cli, run_cli_read_only, run_cli_writing
 from launch_fixtures import (
     PARSER,
     SPEC,
@@ -39,7 +39,9 @@ def failed(document: dict) -> list[str]:
 
 def test_an_eagle3_launch_on_an_eagle3_only_tree_passes_with_a_note(setup):
     tree, lib, target, drafter = setup
-    assert run_cli("apply", "--target", tree, "--patches", lib, "--set", "eagle3", "--no-import").returncode == 0
+    assert (
+        run_cli_writing("apply", "--target", tree, "--patches", lib, "--set", "eagle3", "--no-import").returncode == 0
+    )
     done, document = preflight(tree, lib, serve(target, drafter), "--format", "json")
     assert done.returncode == 0, done.stdout + done.stderr
     assert document["unused_sets"] == {"tools": "not applied"}
@@ -51,7 +53,9 @@ def test_an_eagle3_launch_on_an_eagle3_only_tree_passes_with_a_note(setup):
 
 def test_a_tool_parser_launch_on_that_tree_fails_naming_the_set_and_its_apply(setup):
     tree, lib, target, _ = setup
-    assert run_cli("apply", "--target", tree, "--patches", lib, "--set", "eagle3", "--no-import").returncode == 0
+    assert (
+        run_cli_writing("apply", "--target", tree, "--patches", lib, "--set", "eagle3", "--no-import").returncode == 0
+    )
     launch = ["vllm", "serve", str(target), *TOOLS]
     done, document = preflight(tree, lib, launch, "--format", "json")
     assert done.returncode == 1, done.stdout + done.stderr
@@ -74,10 +78,12 @@ def test_both_combined_need_both_and_a_stock_tree_names_each_with_its_set(setup)
         "the eagle3 series is not applied to vLLM 0.16.0",
         "the tools series is not applied to vLLM 0.16.0",
     ]
-    assert run_cli("apply", "--target", tree, "--patches", lib, "--set", "eagle3", "--no-import").returncode == 0
+    assert (
+        run_cli_writing("apply", "--target", tree, "--patches", lib, "--set", "eagle3", "--no-import").returncode == 0
+    )
     half, document = preflight(tree, lib, launch, "--format", "json")
     assert half.returncode == 1 and failed(document) == ["the tools series is not applied to vLLM 0.16.0"]
-    assert run_cli("apply", "--target", tree, "--patches", lib, "--no-import").returncode == 0
+    assert run_cli_writing("apply", "--target", tree, "--patches", lib, "--no-import").returncode == 0
     done, document = preflight(tree, lib, launch, "--format", "json")
     assert done.returncode == 0 and document["unused_sets"] == {}, done.stdout + done.stderr
 
@@ -88,7 +94,7 @@ def test_every_set_judged_shows_its_tree_state_pass_in_json_and_with_v(setup):
     none. Each set's pass is shown; beside the other's failure too."""
     tree, lib, target, drafter = setup
     launch = serve(target, drafter, *TOOLS)
-    assert run_cli("apply", "--target", tree, "--patches", lib, "--no-import").returncode == 0
+    assert run_cli_writing("apply", "--target", tree, "--patches", lib, "--no-import").returncode == 0
     done, document = preflight(tree, lib, launch, "--format", "json")
     assert done.returncode == 0, done.stdout + done.stderr
     trees = [(f["ok"], f["message"]) for f in document["findings"] if f["check"] == "tree-state"]
@@ -146,7 +152,7 @@ def test_run_refuses_and_run_apply_applies_only_the_sets_the_launch_needs(setup,
 )
 def test_the_guards_refusal_for_a_set_the_launch_does_not_need_is_a_note_when_the_guard_is_off(setup, how, passes):
     tree, lib, target, drafter = setup
-    assert run_cli("apply", "--target", tree, "--patches", lib, "--no-import").returncode == 0
+    assert run_cli_writing("apply", "--target", tree, "--patches", lib, "--no-import").returncode == 0
     with open(tree / PARSER, "a") as edited:
         edited.write("# a user's edit\n")
     for narrowed in ((), ("--set", "eagle3")):
@@ -197,7 +203,7 @@ def test_run_apply_on_a_drifted_tree_names_the_drifted_set_with_its_fix_in_one_s
     Now: no set is re-applied for another set's drift, and one summary names the drifted set with
     its fix, which works as printed."""
     tree, lib, target, drafter = setup
-    assert run_cli("apply", "--target", tree, "--patches", lib, "--no-import").returncode == 0
+    assert run_cli_writing("apply", "--target", tree, "--patches", lib, "--no-import").returncode == 0
     with open(tree / SPEC, "a") as edited:
         edited.write("# a user's edit\n")
     no_vllm = {**os.environ, "PATH": str(tmp_path / "empty")}
@@ -224,7 +230,7 @@ def test_a_drifted_set_is_one_tree_state_failure_with_its_own_fix(setup):
     other set's finding. The launch that needs eagle3 gets one tree-state failure; a launch that does
     not (the guard on) gets the refusal once, its fix naming --set eagle3."""
     tree, lib, target, drafter = setup
-    assert run_cli("apply", "--target", tree, "--patches", lib, "--no-import").returncode == 0
+    assert run_cli_writing("apply", "--target", tree, "--patches", lib, "--no-import").returncode == 0
     with open(tree / SPEC, "a") as edited:
         edited.write("# a user's edit\n")
     both, document = preflight(tree, lib, serve(target, drafter, *TOOLS), "--format", "json")
@@ -267,12 +273,14 @@ def test_the_fix_of_a_set_that_does_not_apply_names_the_set_on_its_fetch_and_app
     (apply's own named it): its `fetch VERSION --dest TREE --force` then laid out every set's files,
     replacing another set's patched file. Preflight and a plain `apply` name the set on both."""
     tree, lib, target, _ = setup
-    assert run_cli("apply", "--target", tree, "--patches", lib, "--set", "eagle3", "--no-import").returncode == 0
+    assert (
+        run_cli_writing("apply", "--target", tree, "--patches", lib, "--set", "eagle3", "--no-import").returncode == 0
+    )
     (tree / PARSER).write_text("def parse(text):\n    return text  # site edit\n")
     fetch = f"patchkit fetch --patches {lib} --set tools 0.16.0 --dest {tree} --force && "
     apply = f"patchkit apply --target {tree} --patches {lib} --set tools`"
     done, document = preflight(tree, lib, ["vllm", "serve", str(target), *TOOLS], "--format", "json")
     (fix,) = [f["fix"] for f in document["findings"] if f["check"] == "tree-state" and not f["ok"]]
     assert done.returncode == 1 and f"{fetch}{apply}" in fix, fix
-    plain = run_cli("apply", "--target", tree, "--patches", lib, "--no-import")
+    plain = run_cli_writing("apply", "--target", tree, "--patches", lib, "--no-import")
     assert plain.returncode != 0 and f"{fetch}{apply}" in plain.stderr, plain.stderr

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import assert_clean_failure, run_cli, run_cli_read_only, write_tree
+from helpers import assert_clean_failure, run_cli, run_cli_read_only, run_cli_writing, write_tree
 from launch_fixtures import DEEPSEEK_V3, DRAFTER, write_eagle3_setup, write_model
 
 from patchkit.base.errors import BadInput, TargetError
@@ -337,7 +337,7 @@ def _script(python: Path, shebang: str) -> Path:
 def test_the_tree_a_script_imports_is_found_with_its_interpreter_options(tmp_path, models, shebang, imports):
 
     tree, library = write_eagle3_setup(tmp_path)
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    assert run_cli_writing("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     other = write_tree(tmp_path / "other")
     script = _script(_venv_importing(other, tmp_path / "venv"), shebang)
     argv = [str(script), "serve", str(models["target"])]
@@ -439,7 +439,7 @@ def test_an_x_values_letters_are_not_flags_of_the_scripts_python(tmp_path, monke
 
 def test_a_relative_python_in_the_command_is_found_from_the_launchs_directory(tmp_path, models):
     tree, library = write_eagle3_setup(tmp_path)
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    assert run_cli_writing("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     _venv_importing(tree, tmp_path / "project" / ".venv")
     module = [".venv/bin/python", "-m", "vllm.entrypoints.openai.api_server", "--model", str(models["target"])]
     base = ["preflight", "--target", tree, "--patches", library, "--format", "json", "--no-import", "--"]
@@ -502,7 +502,7 @@ def test_the_env_chdir_hint_followed_is_accepted(tmp_path, monkeypatch):
 @pytest.mark.parametrize(("flags", "imports"), [([], "checked"), (["-E"], "other"), (["-s", "-I"], "other")])
 def test_python_m_with_interpreter_options_is_read_and_they_are_honoured(tmp_path, models, flags, imports):
     tree, library = write_eagle3_setup(tmp_path)
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    assert run_cli_writing("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     python = _venv_importing(write_tree(tmp_path / "other"), tmp_path / "venv")
     module = [str(python), *flags, "-m", "vllm.entrypoints.openai.api_server", "--model", str(models["target"])]
     base = ["preflight", "--target", tree, "--patches", library, "--format", "json", "--no-import", "--"]

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
-from helpers import assert_clean_failure, run_cli, run_cli_read_only
+from helpers import assert_clean_failure, run_cli, run_cli_read_only, run_cli_writing
 from importable_vllm import venv_importing
 from launch_fixtures import DEEPSEEK_V3, write_eagle3_setup, write_model
 from serve_lines import ACCEPTED_VALUES, REFUSED_VALUES
@@ -23,7 +23,7 @@ def launch(tmp_path: Path) -> dict[str, Path]:
     """An applied tree that the venv's `vllm` imports, and a stock tree in the launch's directory
     (`project/site`) that a relative or empty PYTHONPATH entry puts before it."""
     applied, library = write_eagle3_setup(tmp_path)
-    assert run_cli("apply", "--target", applied, "--patches", library, "--no-import").returncode == 0
+    assert run_cli_writing("apply", "--target", applied, "--patches", library, "--no-import").returncode == 0
     project = tmp_path / "project"
     stock, _ = write_eagle3_setup(project)
     return {

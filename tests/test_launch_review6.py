@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import run_cli, run_cli_read_only
+from helpers import run_cli, run_cli_read_only, run_cli_writing
 from importable_vllm import (
     ARCH,
     PLAIN_CLASS,
@@ -51,7 +51,7 @@ def eagle3(tmp_path):
 def test_a_plugin_that_registers_a_class_without_eagle3_fails_the_applied_tree(eagle3, tmp_path):
     tree, library, command = eagle3
     env = importable_with_plugins(tree)
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    assert run_cli_writing("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     plug = write_plugin(tmp_path / "plug", "acme", PLAIN_CLASS.format(name="acme"))
 
     alone = findings(preflight_importing(tree, library, command, env))["supports-eagle3"]
@@ -91,7 +91,7 @@ def test_a_plugin_that_registers_a_class_with_eagle3_passes_the_stock_tree(eagle
 def test_a_plugin_that_raises_stops_the_launch_and_is_named(eagle3, tmp_path):
     tree, library, command = eagle3
     env = importable_with_plugins(tree)
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    assert run_cli_writing("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     body = "def register():\n    raise RuntimeError('no licence server at 10.0.0.9')\n"
     plug = write_plugin(tmp_path / "plug", "broken_plug", body)
     env = {"PYTHONPATH": f"{env['PYTHONPATH']}:{plug}"}
@@ -140,7 +140,7 @@ def test_a_too_large_human_readable_integer_in_a_config_file_or_run_exits_2(eagl
 def test_the_architecture_judged_is_the_first_the_registry_holds(eagle3, tmp_path):
     tree, library, _ = eagle3
     env = make_importable(tree)
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    assert run_cli_writing("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     target = write_model(tmp_path / "listed", {**DEEPSEEK_V3, "architectures": ["AcmeUnknownLM", ARCH]})
     drafter = write_model(tmp_path / "drafter2", DRAFTER)
     argv = serve(target, drafter)
@@ -160,7 +160,7 @@ def test_the_architecture_judged_is_the_first_the_registry_holds(eagle3, tmp_pat
 def test_a_registered_architecture_whose_class_does_not_import_is_passed_over_as_vllm_does(eagle3, tmp_path):
     tree, library, _ = eagle3
     env = make_importable(tree)
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    assert run_cli_writing("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     models_dir = tree / "vllm" / "model_executor" / "models"
     (models_dir / "gone.py").write_text("import a_module_nobody_installed\n")
     registry = tree / "vllm" / "model_executor" / "models" / "registry.py"
@@ -298,7 +298,7 @@ def test_an_option_with_the_one_it_needs_is_read():
 
 def test_without_vllm_asked_the_general_plugins_installed_are_named(eagle3, tmp_path):
     tree, library, command = eagle3
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    assert run_cli_writing("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     args = ["preflight", "--target", tree, "--patches", library, "--format", "json", "--no-import", "--"]
     alone = findings(run_cli(*args, *command))["supports-eagle3"]
     assert alone["ok"] and "general plugins" not in alone["message"], alone  # patchkit's guard is no such plugin

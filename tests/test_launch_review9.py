@@ -40,6 +40,7 @@ from helpers import (
     pip_install,
     run_cli,
     run_cli_read_only,
+    run_cli_writing,
     write_library,
     write_tree,
 )
@@ -186,7 +187,7 @@ def upgraded(site: Path, release: str) -> None:
 @pytest.mark.release
 def test_run_apply_after_an_upgrade_clears_the_guards_refusal_for_a_launch_that_needs_no_set(tmp_path, models):
     site = lay_out_release("0.16.0", sorted({*files_for("0.16.0"), REGISTRY}), tmp_path / "site")
-    assert run_cli("apply", "--target", site, "--set", "eagle3", "--no-import").returncode == 0
+    assert run_cli_writing("apply", "--target", site, "--set", "eagle3", "--no-import").returncode == 0
     upgraded(site, "0.17.0")
     no_vllm = {**os.environ, "PATH": str(tmp_path / "empty")}
     launch = ["vllm", "serve", str(models["deepseek"])]
@@ -223,7 +224,9 @@ def test_run_with_a_set_that_leaves_out_one_the_launch_needs_says_so_and_launche
 def test_preflight_names_the_left_out_set_and_a_launch_that_does_not_need_it_passes(request):
     """(launch25: a left-out set the record shows applied passes with a note, tests/test_launch25.py)"""
     tree, lib, target, drafter = request.getfixturevalue("setup")
-    assert run_cli("apply", "--target", tree, "--patches", lib, "--set", "eagle3", "--no-import").returncode == 0
+    assert (
+        run_cli_writing("apply", "--target", tree, "--patches", lib, "--set", "eagle3", "--no-import").returncode == 0
+    )
     preflight = ["preflight", "--target", tree, "--patches", lib, "--no-import", "--format", "json"]
     done = run_cli(*preflight, "--set", "eagle3", "--", *serve(target, drafter, *TOOLS))
     failed = [f["message"] for f in json.loads(done.stdout)["findings"] if not f["ok"]]
@@ -253,7 +256,7 @@ def test_a_deepseek_v4_tool_parser_launch_needs_the_deepseek_tool_calls_set(tmp_
     assert stock.returncode == 1, stock.stdout
     assert [f["message"] for f in failed] == ["the deepseek-tool-calls series is not applied to vLLM 0.20.0"]
     assert failed[0]["fix"] == f"run `patchkit apply --target {site} --set deepseek-tool-calls`"
-    assert run_cli("apply", "--target", site, "--set", "deepseek-tool-calls", "--no-import").returncode == 0
+    assert run_cli_writing("apply", "--target", site, "--set", "deepseek-tool-calls", "--no-import").returncode == 0
     done = run_cli(*preflight)
     assert done.returncode == 0 and "deepseek-tool-calls" not in json.loads(done.stdout)["unused_sets"], done.stdout
 
@@ -342,7 +345,7 @@ def test_status_of_an_upgraded_tree_says_the_guards_refusal_once_with_the_fix_of
     for name, path, content in (("spec", SPEC, patched_spec()), ("model", MODEL, EAGLE_MODEL)):
         patch = make_patch(tmp_path, tree, {path: content})
         write_library(library, {"0.16.0": [patch]}, versions={"0.16.0": ">=0.16.0"}, upstream=None, name=name)
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    assert run_cli_writing("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     pip_install(tree, "0.17.0", {SPEC: SPEC_PY, MODEL: MODEL_PY})
     status = run_cli_read_only("status", "--target", tree, "--patches", library)
     said = status.stdout + status.stderr

@@ -10,7 +10,7 @@ import shlex
 import shutil
 from pathlib import Path
 
-from helpers import make_patch, pip_install, run_cli, write_library
+from helpers import make_patch, pip_install, run_cli, run_cli_writing, write_library
 from launch_fixtures import (
     DEEPSEEK_V3,
     DRAFTER,
@@ -43,7 +43,7 @@ def _upgraded(tmp_path: Path) -> tuple[Path, tuple[str, ...], list[str]]:
     with (lib / "eagle3" / "set.toml").open("a") as manifest:
         manifest.write('\n[[releases]]\nversions = "==0.17.0"\ndir = "0.17.0"\n')
     selection = ("--target", str(tree), "--patches", str(lib))
-    assert run_cli("apply", *selection, "--no-import").returncode == 0
+    assert run_cli_writing("apply", *selection, "--no-import").returncode == 0
     pip_install(tree, "0.17.0", {**stock_files("0.17.0"), PARSER: PARSER_STOCK})  # the upgrade: stock files
     launch = serve(write_model(tmp_path / "target", DEEPSEEK_V3), write_model(tmp_path / "drafter", DRAFTER))
     return tree, selection, launch

@@ -20,6 +20,7 @@ from helpers import (
     record_rows,
     run_cli,
     run_cli_read_only,
+    run_cli_writing,
     snapshot,
     write_library,
 )
@@ -134,7 +135,7 @@ def test_preflight_judges_the_launch_on_what_the_fix_of_the_local_edit_leaves(st
     fix = {f["fix"] for f in failed.values()}
     assert len(fix) == 1 and f" && patchkit fetch --set eagle3 0.16.0 --dest {tree} --force && " in fix.pop(), failed
     assert run_cli("fetch", "0.16.0", "--dest", tree, "--force").returncode == 0
-    assert run_cli("apply", "--target", tree).returncode == 0
+    assert run_cli_writing("apply", "--target", tree).returncode == 0
     assert run_cli_read_only("preflight", "--target", tree, "--no-import", "--", *launch).returncode == 0
 
 

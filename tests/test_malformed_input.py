@@ -8,13 +8,13 @@ import subprocess
 
 import pytest
 from helpers import (
-    READ_ONLY_COMMANDS,
     SPEC_PY,
     assert_clean_failure,
     make_patch,
     patched_spec,
     run_cli,
-    run_cli_read_only,
+    run_cli_judged,
+    run_cli_writing,
     snapshot,
     write_library,
     write_tree,
@@ -32,7 +32,7 @@ def test_a_corrupt_hunk_header_after_a_good_file_is_refused_and_nothing_is_writt
     lines[second] = lines[second].replace(b" @@", b" @", 1)  # "@@ -a,b +c,d @": git calls it corrupt
     (tmp_path / "bad.patch").write_bytes(b"\n".join(lines))
     before = snapshot(tree)
-    done = run_cli("apply", "--target", tree, "--patch", tmp_path / "bad.patch")
+    done = run_cli_writing("apply", "--target", tree, "--patch", tmp_path / "bad.patch")
     assert_clean_failure(done, 2)
     assert f"bad.patch: malformed diff: line {second + 1}: corrupt hunk header" in done.stderr + done.stdout
     assert snapshot(tree) == before
@@ -49,7 +49,7 @@ def test_git_quoted_paths_are_unquoted_as_git_apply_does(tmp_path):
     by_git = tmp_path / "by-git"
     shutil.copytree(tree, by_git)
     subprocess.run(["git", "apply", str(tmp_path / "quoted.patch")], cwd=by_git, check=True)
-    done = run_cli("apply", "--target", tree, "--patch", tmp_path / "quoted.patch")
+    done = run_cli_writing("apply", "--target", tree, "--patch", tmp_path / "quoted.patch")
     assert done.returncode == 0, done.stdout + done.stderr
     assert snapshot(tree) == snapshot(by_git)
     assert (tree / "vllm/ñandú.py").read_text() == "A = 10\n"
@@ -59,7 +59,7 @@ def test_a_quoted_path_that_leaves_the_tree_is_refused(tmp_path):
     tree = write_tree(tmp_path / "site")
     raw = b'--- "a/vllm/\\056\\056/x.py"\n+++ "b/vllm/\\056\\056/x.py"\n@@ -1 +1 @@\n-a\n+b\n'
     (tmp_path / "up.patch").write_bytes(raw)
-    done = run_cli("apply", "--target", tree, "--patch", tmp_path / "up.patch")
+    done = run_cli_writing("apply", "--target", tree, "--patch", tmp_path / "up.patch")
     assert_clean_failure(done, 2)
     assert "unsafe path 'vllm/../x.py'" in done.stderr + done.stdout
 
@@ -74,7 +74,7 @@ def test_control_characters_from_a_library_are_shown_escaped_and_kept_exact_in_j
     manifest = library / "demo/set.toml"
     manifest.write_text(manifest.read_text().replace('"test set"', '"set \\u001b[5mblinking\\rcover"'))
     for args in (["list"], ["status", "-v", "--target", tree]):
-        done = (run_cli_read_only if args[0] in READ_ONLY_COMMANDS else run_cli)(*args, "--patches", library)
+        done = run_cli_judged(*args, "--patches", library)
         shown = done.stdout + done.stderr
         assert done.returncode == 0, shown
         assert not any(c in shown for c in "\x1b\x07\r\x08\x7f"), shown
@@ -89,11 +89,11 @@ def test_a_control_character_in_a_file_name_is_shown_escaped_in_the_plan_and_in_
     tree = write_tree(tmp_path / "site", files={"vllm/\x1b[1mbold.py": "A = 1\n"})
     raw = make_patch(tmp_path, tree, {"vllm/\x1b[1mbold.py": "A = 2\n"})
     (tmp_path / "p.patch").write_bytes(raw)
-    done = run_cli("apply", "--dry-run", "--target", tree, "--patch", tmp_path / "p.patch")
+    done = run_cli_writing("apply", "--dry-run", "--target", tree, "--patch", tmp_path / "p.patch")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "vllm/\\x1b[1mbold.py" in done.stdout and "\x1b" not in done.stdout + done.stderr
     (tree / "vllm/\x1b[1mbold.py").write_text("A = 3\n")
-    done = run_cli("apply", "--target", tree, "--patch", tmp_path / "p.patch")
+    done = run_cli_writing("apply", "--target", tree, "--patch", tmp_path / "p.patch")
     assert done.returncode == 1 and "vllm/\\x1b[1mbold.py" in done.stderr, done.stdout + done.stderr
     assert "\x1b" not in done.stdout + done.stderr
 
@@ -181,7 +181,7 @@ def test_a_set_toml_without_a_name_or_releases_or_with_wrong_types_is_refused(tm
     (library / "broken").mkdir(parents=True)
     (library / "broken" / "set.toml").write_text(manifest)
     for args in (["list"], ["status", "--target", write_tree(tmp_path / "site")]):
-        done = (run_cli_read_only if args[0] in READ_ONLY_COMMANDS else run_cli)(*args, "--patches", library)
+        done = run_cli_judged(*args, "--patches", library)
         assert_clean_failure(done, 2)
         assert f"manifest {library / 'broken' / 'set.toml'}: " in done.stderr and named in done.stderr, done.stderr
 

@@ -17,8 +17,8 @@ from helpers import (
     patched_spec,
     pip_install,
     purelib,
-    run_cli,
     run_cli_read_only,
+    run_cli_writing,
     write_library,
 )
 
@@ -49,7 +49,7 @@ def _guard(python: Path, site: Path) -> subprocess.CompletedProcess:
 def test_apply_through_a_moved_vllm_installs_the_guard_in_the_site_and_patches_the_moved_files(tmp_path):
     python, site, library = _venv(tmp_path)
     moved = _move(site, tmp_path / "volume")
-    done = run_cli("apply", "--python", python, "--patches", library, "--no-import")
+    done = run_cli_writing("apply", "--python", python, "--patches", library, "--no-import")
     said = done.stdout + done.stderr
     assert done.returncode == 0 and "launch guard installed" in said, said
     assert "not an installed vLLM" not in said and f"{site / 'vllm'}  (found by --python" in said, said
@@ -62,11 +62,11 @@ def test_apply_through_a_moved_vllm_installs_the_guard_in_the_site_and_patches_t
 def test_a_tree_applied_then_moved_is_applied_by_every_selection_and_apply_leaves_it(tmp_path):
     """Not "unrecorded: applied by hand", nor "upstream": the record beside the symlink is the tree's."""
     python, site, library = _venv(tmp_path)
-    assert run_cli("apply", "--python", python, "--patches", library, "--no-import").returncode == 0
+    assert run_cli_writing("apply", "--python", python, "--patches", library, "--no-import").returncode == 0
     _move(site, tmp_path / "volume")
     for selection in (("--python", python), ("--target", site), ("--target", site / "vllm")):
         done = run_cli_read_only("status", *selection, "--patches", library)
         assert done.returncode == 0 and "state    applied" in done.stdout, (selection, done.stdout + done.stderr)
         assert f"vLLM     {site / 'vllm'}  " in done.stdout, done.stdout
-    done = run_cli("apply", "--python", python, "--patches", library, "--no-import")
+    done = run_cli_writing("apply", "--python", python, "--patches", library, "--no-import")
     assert done.returncode == 0 and "already applied" in done.stdout and "upstream" not in done.stdout, done.stdout

@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 
 import pytest
-from helpers import lay_out_release, run_cli, run_cli_read_only, snapshot
+from helpers import lay_out_release, run_cli, run_cli_read_only, run_cli_writing, snapshot
 from launch_fixtures import DEEPSEEK_V3, DRAFTER, REGISTRY, serve, write_model
 
 from patchkit.releases.files import files_for
@@ -95,12 +95,12 @@ def test_apply_refuses_before_writing_and_names_the_sets_then_status_and_verify(
     site = relabelled(tmp_path, "0.16.1")
     before = snapshot(site)
     for dry in ([], ["--dry-run"]):
-        done = run_cli("apply", "-q", "--target", site, "--no-import", *dry)
+        done = run_cli_writing("apply", "-q", "--target", site, "--no-import", *dry)
         assert done.returncode == 1, done.stdout + done.stderr
         said = done.stdout + done.stderr
         assert "no series of eagle3" in said and "no series of kimi-k2-tool-calls" in said, said
         assert "--set deepseek-tool-calls" in said, said
-    done = run_cli("apply", "--target", site, "--set", "eagle3", "--set", "deepseek-tool-calls", "--no-import")
+    done = run_cli_writing("apply", "--target", site, "--set", "eagle3", "--set", "deepseek-tool-calls", "--no-import")
     assert done.returncode == 1 and "no series of eagle3" in done.stderr, done.stdout + done.stderr
     assert snapshot(site) == before and not (site / ".patchkit").exists()
 
@@ -114,7 +114,7 @@ def test_apply_refuses_before_writing_and_names_the_sets_then_status_and_verify(
     assert "--set deepseek-tool-calls" in document["hint"]
 
     # the fix status names: the others alone; the sets it leaves out are then a note
-    done = run_cli("apply", "-q", "--target", site, "--set", "deepseek-tool-calls", "--no-import")
+    done = run_cli_writing("apply", "-q", "--target", site, "--set", "deepseek-tool-calls", "--no-import")
     assert done.returncode == 0, done.stdout + done.stderr
     for command in (["status"], ["verify", "--no-import"]):
         done = run_cli(*command, "--target", site)

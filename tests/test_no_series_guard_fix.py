@@ -16,7 +16,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from helpers import lay_out_release, run_cli
+from helpers import lay_out_release, run_cli, run_cli_writing
 from launch_fixtures import REGISTRY
 
 from patchkit.releases.files import files_for
@@ -34,7 +34,7 @@ def upgraded(tmp_path: Path, how: str) -> Path:
     the patches)."""
     site = tmp_path / "site"
     lay_out_release(STOCK, sorted({*files_for(STOCK), REGISTRY, TOOL_PARSERS}), site)
-    assert run_cli("apply", "--target", site).returncode == 0
+    assert run_cli_writing("apply", "--target", site).returncode == 0
     if how == "pip":
         record = json.loads((site / ".patchkit" / "state.json").read_text())
         recorded = {path for entry in record["entries"] for path in entry["files"]}
@@ -79,7 +79,7 @@ def test_the_guards_fix_after_an_upgrade_into_a_gap_is_accepted_and_clears_the_r
 
 def test_after_only_metadata_changed_apply_of_the_others_names_revert_not_itself(tmp_path):
     site = upgraded(tmp_path, "metadata")
-    done = run_cli("apply", "--target", site, "--set", "deepseek-tool-calls")
+    done = run_cli_writing("apply", "--target", site, "--set", "deepseek-tool-calls")
     said = " ".join((done.stdout + done.stderr).split())
     assert "still refuses" in said, said
     fix = said[said.index("to fix it") :]

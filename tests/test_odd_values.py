@@ -5,7 +5,7 @@ spelling PEP 440 holds equal to a release names that release."""
 from __future__ import annotations
 
 import pytest
-from helpers import run_cli, run_cli_read_only, snapshot
+from helpers import run_cli_read_only, run_cli_writing, snapshot
 from packaging.version import Version
 
 from patchkit._target.guard import find_problems
@@ -19,7 +19,7 @@ from patchkit.store.state import read_state
 def test_a_fault_plan_not_of_its_form_is_ignored_with_a_warning(tree, open_library, planned):
     stock = snapshot(tree)
     env = {"PATCHKIT_FAULT_AFTER": planned}
-    applied = run_cli("apply", "-q", "--target", tree, "--patches", open_library, env=env)
+    applied = run_cli_writing("apply", "-q", "--target", tree, "--patches", open_library, env=env)
     assert applied.returncode == 0, applied.stderr
     assert f"PATCHKIT_FAULT_AFTER={planned!r} is ignored: a test hook" in applied.stderr
     assert "unset it" in applied.stderr and "internal error" not in applied.stderr
@@ -31,7 +31,7 @@ def test_a_fault_plan_not_of_its_form_is_ignored_with_a_warning(tree, open_libra
 
 def test_a_fault_mode_not_of_its_form_ignores_the_plan(tree, open_library):
     env = {"PATCHKIT_FAULT_AFTER": "1", "PATCHKIT_FAULT_MODE": "explode"}
-    applied = run_cli("apply", "-q", "--target", tree, "--patches", open_library, env=env)
+    applied = run_cli_writing("apply", "-q", "--target", tree, "--patches", open_library, env=env)
     assert applied.returncode == 0, applied.stderr
     assert "PATCHKIT_FAULT_MODE='explode'" in applied.stderr
 
@@ -39,7 +39,7 @@ def test_a_fault_mode_not_of_its_form_ignores_the_plan(tree, open_library):
 def test_a_fault_plan_of_its_form_still_acts(tree, open_library):
     stock = snapshot(tree)
     env = {"PATCHKIT_FAULT_AFTER": "1"}  # the first step of the commit fails (ENOSPC): rolled back
-    applied = run_cli("apply", "-q", "--target", tree, "--patches", open_library, env=env)
+    applied = run_cli_writing("apply", "-q", "--target", tree, "--patches", open_library, env=env)
     assert applied.returncode not in (0, 70), applied.stderr
     assert "ignored" not in applied.stderr
     assert snapshot(tree) == stock
@@ -58,7 +58,7 @@ def test_a_typed_version_with_trailing_zeros_is_the_release_of_three_numbers(typ
 def test_apply_with_a_version_equal_to_the_trees_records_the_trees_spelling_and_installs_the_guard(
     tree, open_library, typed
 ):
-    applied = run_cli("apply", "--target", tree, "--patches", open_library, "--vllm-version", typed)
+    applied = run_cli_writing("apply", "--target", tree, "--patches", open_library, "--vllm-version", typed)
     assert applied.returncode == 0, applied.stderr
     assert "no guard installed" not in applied.stderr
     assert [e.vllm_version for e in read_state(tree).entries] == ["0.16.0"]  # the dist-info's, as the guard reads

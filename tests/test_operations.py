@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import SPEC_PY, make_patch, run_cli_read_only, snapshot, write_library
+from helpers import SPEC_PY, make_patch, run_cli_read_only, run_cli_writing, snapshot, write_library
 from launch_fixtures import write_model
 
 import patchkit
@@ -306,22 +306,21 @@ def _shadowed_tree(tmp_path: Path, shadowing: str) -> tuple[Path, Path]:
     ],
 )
 def test_apply_refuses_a_tree_where_python_imports_another_file_than_the_patched_source(tmp_path, shadowing):
-    from helpers import fingerprint, run_cli
+    from helpers import fingerprint
 
     tree, patch = _shadowed_tree(tmp_path, shadowing)
     vllm = tree / "vllm"
     before = fingerprint(vllm)
-    done = run_cli("apply", "--target", tree, "--patch", patch, "--no-import")
+    done = run_cli_writing("apply", "--target", tree, "--patch", patch, "--no-import")
     assert done.returncode == 4, done.stdout + done.stderr
     assert shadowing in done.stderr and "instead of vllm/config/spec.py" in done.stderr, done.stderr
     assert fingerprint(vllm) == before
 
 
 def test_verify_fails_an_applied_tree_once_a_module_python_imports_first_is_added(tmp_path):
-    from helpers import run_cli
 
     tree, patch = _shadowed_tree(tmp_path, "vllm/config/notes.txt")
-    assert run_cli("apply", "--target", tree, "--patch", patch, "--no-import").returncode == 0
+    assert run_cli_writing("apply", "--target", tree, "--patch", patch, "--no-import").returncode == 0
     assert run_cli_read_only("verify", "--target", tree, "--patch", patch, "--no-import").returncode == 0
     (tree / "vllm/config/spec").mkdir()
     (tree / "vllm/config/spec/__init__.py").write_text("")
@@ -338,7 +337,7 @@ def test_verify_fails_an_applied_tree_once_a_module_python_imports_first_is_adde
 @pytest.mark.parametrize("library", [False, True])
 def test_verify_and_apply_give_one_fix_for_a_stray_extension_init_on_the_way(tmp_path, library):
     """review 8 M4: apply's hint (remove the stray file) was right; verify's blamed the series."""
-    from helpers import run_cli, write_library
+    from helpers import write_library
 
     stray = "vllm/config/__init__.abi3.so"
     tree, patch = _shadowed_tree(tmp_path, stray)
@@ -347,7 +346,7 @@ def test_verify_and_apply_give_one_fix_for_a_stray_extension_init_on_the_way(tmp
         if library
         else ("--patch", patch)
     )
-    applied = run_cli("apply", "--target", tree, *chosen, "--no-import")
+    applied = run_cli_writing("apply", "--target", tree, *chosen, "--no-import")
     verified = run_cli_read_only("verify", "--target", tree, *chosen, "--no-import")
     assert applied.returncode == 4 and verified.returncode == 1, verified.stdout + verified.stderr
     apply_says = " ".join(applied.stderr.split()).partition("hint: ")[2]
@@ -371,11 +370,10 @@ def test_a_module_named_like_a_package_with_its_init_is_no_shadow():
 
 
 def test_a_namespace_directory_or_legacy_bytecode_beside_the_source_is_no_shadow(tmp_path):
-    from helpers import run_cli
 
     tree, patch = _shadowed_tree(tmp_path, "vllm/config/spec/data.json")
     (tree / "vllm/config/spec.pyc").write_bytes(b"legacy")
-    done = run_cli("apply", "--target", tree, "--patch", patch, "--no-import")
+    done = run_cli_writing("apply", "--target", tree, "--patch", patch, "--no-import")
     assert done.returncode == 0, done.stdout + done.stderr
 
 
@@ -384,7 +382,7 @@ def test_a_series_that_turns_a_module_into_a_package_of_its_name_is_no_shadow(tm
     on the tree the series leaves, neither shadows the other, and apply, verify and revert pass."""
     import subprocess
 
-    from helpers import fingerprint, run_cli, write_tree
+    from helpers import fingerprint, write_tree
 
     tree = write_tree(tmp_path / "site")
     stock = fingerprint(tree / "vllm")
@@ -407,11 +405,11 @@ def test_a_series_that_turns_a_module_into_a_package_of_its_name_is_no_shadow(tm
     )
     patch = tmp_path / "move.diff"
     patch.write_text(text)
-    done = run_cli("apply", "--target", tree, "--patch", patch, "--no-import")
+    done = run_cli_writing("apply", "--target", tree, "--patch", patch, "--no-import")
     assert done.returncode == 0, done.stdout + done.stderr
     assert (tree / "vllm/config/spec/__init__.py").exists() and not (tree / "vllm/config/spec.py").exists()
     assert run_cli_read_only("verify", "--target", tree, "--patch", patch, "--no-import").returncode == 0
-    assert run_cli("revert", "--target", tree, "--patch", patch).returncode == 0
+    assert run_cli_writing("revert", "--target", tree, "--patch", patch).returncode == 0
     assert fingerprint(tree / "vllm") == stock
 
 

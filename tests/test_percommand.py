@@ -4,6 +4,8 @@ starts from none of their memos, as a new process does; and every memo a command
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import sys
 
 import helpers
@@ -98,3 +100,49 @@ def test_a_read_only_command_runs_here_only_where_a_fork_would_serve_it_as_the_s
     assert "PATCHKIT_FAULT_AFTER='x' is ignored" in done.stderr  # read where the command starts
     with pytest.raises(AssertionError, match="not a read-only command"):
         helpers.run_cli_read_only("apply", *target)
+
+
+def _files(root) -> dict[str, object]:
+    """Every path under `root`: a link's target, a directory's mode, a file's mode and bytes (the times a
+    record notes, as "applied_at", masked: two runs differ there)."""
+    found: dict[str, object] = {}
+    for path in sorted(root.rglob("*")):
+        mode = path.lstat().st_mode
+        data = None if path.is_dir() or path.is_symlink() else path.read_bytes()
+        data = data and re.sub(rb'"[0-9]{4}-[0-9]{2}-[0-9]{2}T[^"]*"', b'"TIME"', data)
+        found[str(path.relative_to(root))] = os.readlink(path) if path.is_symlink() else (mode, data)
+    return found
+
+
+def test_apply_and_revert_run_here_where_a_fork_would_serve_them_and_write_what_the_process_writes(
+    tree, open_library, monkeypatch
+):
+    """helpers.run_cli_writing: apply or revert in this process where run_cli would fork it as the session, with
+    the exit code, output and files the process leaves (each run on the same tree, put back between them); a
+    process of its own where the start-up or the fault plan is its own; never `run` (it execs the launch)."""
+    where: list[str] = []
+    monkeypatch.setattr(
+        helpers, "run_cli_in_process", lambda *a, **k: where.append("here") or run_cli_in_process(*a, **k)
+    )
+    monkeypatch.setattr(helpers, "run_cli", lambda *a, **k: where.append("process") or run_cli(*a, **k))
+    target = ("--target", tree, "--patches", open_library)
+    stock = tree.with_name("stock")
+    shutil.copytree(tree, stock, symlinks=True)
+    for command in (("apply", "--no-import"), ("revert",)):
+        process = run_cli(*command, *target)
+        left = _files(tree)
+        shutil.rmtree(tree)
+        shutil.copytree(stock, tree, symlinks=True)
+        here = helpers.run_cli_writing(*command, *target)
+        assert (here.returncode, here.stdout, here.stderr) == (process.returncode, process.stdout, process.stderr)
+        assert _files(tree) == left and process.returncode == 0, process.stdout + process.stderr
+        shutil.rmtree(stock)
+        shutil.copytree(tree, stock, symlinks=True)
+    assert where == ["here", "here"]
+    for own in ({"PYTHONHASHSEED": "7"}, {"PATCHKIT_FAULT_AFTER": "x"}):
+        where.clear()
+        done = helpers.run_cli_writing("apply", "--dry-run", "--no-import", *target, env=own)
+        assert where == ["process"] and done.returncode == 0, (own, done.stderr)
+    assert "PATCHKIT_FAULT_AFTER='x' is ignored" in done.stderr
+    with pytest.raises(AssertionError, match="not a command run_cli_writing runs"):
+        helpers.run_cli_writing("run", *target)

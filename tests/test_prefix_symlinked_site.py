@@ -15,6 +15,7 @@ from helpers import (
     make_patch,
     purelib,
     run_cli,
+    run_cli_writing,
     stale_pyc_under_prefix,
     warm_pycache_prefix,
     write_tree,
@@ -44,7 +45,7 @@ def linked(tmp_path, scratch):
     site = write_tree(tmp_path / "real" / "site")
     diff = tmp_path / "model.diff"
     diff.write_bytes(make_patch(scratch, site, {MODEL: MODEL_PY.replace("return x", "return x * 2")}))
-    assert run_cli("apply", "--target", site, "--patch", diff).returncode == 0
+    assert run_cli_writing("apply", "--target", site, "--patch", diff).returncode == 0
     link = tmp_path / "venv-link"
     link.symlink_to(site, target_is_directory=True)
     return link, diff
@@ -85,14 +86,14 @@ def test_apply_through_a_symlinked_target_removes_the_stale_bytecode_the_launch_
     prefix = warm_pycache_prefix(tmp_path / "pfx")
     pyc = stale_pyc_under_prefix(prefix, link, MODEL)
     env = {"PYTHONPYCACHEPREFIX": str(prefix)}
-    done = run_cli("apply", "--target", link, "--patch", diff, env=env)
+    done = run_cli_writing("apply", "--target", link, "--patch", diff, env=env)
     assert done.returncode == 0 and not pyc.exists(), done.stdout + done.stderr
     assert load_plugins_like_vllm(link, **env).returncode == 0
 
 
 def test_preflight_through_a_symlinked_target_fails_where_the_guard_refuses(tmp_path):
     tree, library = write_eagle3_setup(tmp_path)
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    assert run_cli_writing("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     link = tmp_path / "site-link"
     link.symlink_to(tree, target_is_directory=True)
     prefix = tmp_path / "pfx"
@@ -112,7 +113,7 @@ def test_preflight_through_a_symlinked_target_fails_where_the_guard_refuses(tmp_
 def test_run_through_a_symlinked_target_does_not_launch_what_the_guard_refuses(tmp_path):
     tree, library, command, env, marker = stand_in_launch(tmp_path)
     env = {**env, "PATCHKIT_CACHE_DIR": str(tmp_path / "own-cache")}
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    assert run_cli_writing("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     link = tmp_path / "site-link"
     link.symlink_to(tree, target_is_directory=True)
     prefixed, pyc, done = stale_under_a_prefix(link, library, command, env, marker, tmp_path / "pfx", KIMI)

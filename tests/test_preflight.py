@@ -19,6 +19,7 @@ from helpers import (
     run_cli,
     run_cli_in_process,
     run_cli_read_only,
+    run_cli_writing,
     stale_pyc_under_prefix,
     terminal_screen,
     warm_pycache_prefix,
@@ -98,7 +99,7 @@ def test_stock_tree_every_fault_in_one_run_then_passes_after_apply(tmp_path, ver
     assert json.loads(done.stdout)["ok"] is False
     assert set(findings(done)) >= DRAFTER_CHECKS
 
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    assert run_cli_writing("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     done = preflight(tree, library, *serve(target, drafter))
     assert done.returncode == 0, done.stdout + done.stderr
     assert failed(done) == set()
@@ -116,7 +117,7 @@ def test_stock_tree_every_fault_in_one_run_then_passes_after_apply(tmp_path, ver
 )
 def test_each_drafter_mismatch_is_named(setup, tmp_path, change, check):
     tree, library, models = setup
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    assert run_cli_writing("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     drafter = write_model(tmp_path / "bad-drafter", {**DRAFTER, **change})
     done = preflight(tree, library, *serve(models["deepseek"], drafter))
     assert_clean_failure(done, 1)
@@ -146,7 +147,7 @@ def test_a_drafter_check_that_cannot_judge_says_so_and_does_not_pass(
     setup, tmp_path, drafter_change, target_change, check
 ):
     tree, library, _ = setup
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    assert run_cli_writing("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     drafter = write_model(tmp_path / "odd-drafter", _changed(DRAFTER, drafter_change))
     target = write_model(tmp_path / "odd-target", _changed(DEEPSEEK_V3, target_change))
     done = preflight(tree, library, *serve(target, drafter))
@@ -259,7 +260,7 @@ def test_dotted_speculative_config_and_yaml_config_are_read(setup, tmp_path):
 def test_hf_overrides_apply_to_the_target_config(setup):
     tree, library, models = setup
     overrides = json.dumps({"text_config": {"hidden_size": 4096}})
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    assert run_cli_writing("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     done = preflight(tree, library, *serve(models["kimi"], models["kimi-drafter"], "--hf-overrides", overrides))
     assert failed(done) == {"drafter-hidden-size"}
 
@@ -507,7 +508,7 @@ def test_vllm_validation_cannot_judge_when_vllm_does_not_import(setup):
 
 def test_drift_after_apply_fails_the_tree_state(setup):
     tree, library, models = setup
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    assert run_cli_writing("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     edited = tree / "vllm/model_executor/models/kimi_k25.py"
     edited.write_text(edited.read_text() + "\n# tuned by hand\n")
     done = preflight(tree, library, *serve(models["kimi"], models["kimi-drafter"]))
@@ -523,7 +524,7 @@ def test_stale_unchecked_bytecode_fails_the_tree_state(setup, tmp_path):
     from launch_fixtures import DEEPSEEK, DEEPSEEK_STOCK
 
     tree, library, models = setup
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    assert run_cli_writing("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     stale_source = tmp_path / "deepseek_v2.py"
     stale_source.write_text(DEEPSEEK_STOCK)
     pyc = importlib.util.cache_from_source(str(tree / DEEPSEEK))
@@ -537,7 +538,7 @@ def test_stale_unchecked_bytecode_fails_the_tree_state(setup, tmp_path):
     # review30 L2: the fix named `apply --force`; plain apply fixes it (nothing to patch, nothing forced)
     fix = findings(done)["tree-state"]["fix"]
     assert fix == f"{apply_fix(tree, library)} (it recompiles or removes the stale .pyc)", fix
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    assert run_cli_writing("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     assert preflight(tree, library, *serve(models["deepseek"], models["drafter"])).returncode == 0
 
 
@@ -567,7 +568,7 @@ def test_stale_checked_hash_bytecode_fails_a_launch_that_never_checks_hashes(set
     from launch_fixtures import DEEPSEEK_STOCK
 
     tree, library, _models = setup
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    assert run_cli_writing("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     pyc, never, tree_state = _checked_hash_of_other_bytes(setup, tmp_path, DEEPSEEK, DEEPSEEK_STOCK)
     assert not tree_state["ok"], tree_state
     assert (
@@ -585,7 +586,7 @@ def test_stale_bytecode_under_the_launchs_pycache_prefix_fails_naming_its_remova
     preflight judges the prefix the launch runs with (its env prefix, or patchkit's own environment
     unless the launch drops it), and its fix, run, makes it pass."""
     tree, library, models = setup
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    assert run_cli_writing("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     prefix = warm_pycache_prefix(tmp_path / "pfx")
     pyc = stale_pyc_under_prefix(prefix, tree.resolve(), DEEPSEEK)
     command = serve(models["deepseek"], models["drafter"])
@@ -662,7 +663,7 @@ def test_a_registry_symlinked_out_of_the_tree_is_not_read(setup, tmp_path):
     from launch_fixtures import REGISTRY, REGISTRY_PY
 
     tree, library, models = setup
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    assert run_cli_writing("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     outside = tmp_path / "outside-registry.py"
     outside.write_text(REGISTRY_PY)
     (tree / REGISTRY).unlink()
@@ -703,7 +704,7 @@ def test_supports_eagle3_is_asked_of_vllm_itself_on_stock_and_after_apply(setup)
     kimi = "vllm.model_executor.models.kimi_k25.KimiK25ForConditionalGeneration"
     assert f"vLLM's supports_eagle3() is False for {kimi}" in supports["message"]
 
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    assert run_cli_writing("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     done = with_import(tree, library, *serve(models["kimi"], models["kimi-drafter"]), env=env)
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"vLLM's supports_eagle3() is True for {kimi}" in findings(done)["supports-eagle3"]["message"]
@@ -716,7 +717,7 @@ def test_vllms_own_answer_wins_over_the_static_reading(setup, tmp_path):
 
     tree, library, models = setup
     env = make_importable(tree)
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    assert run_cli_writing("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     models_dir = tree / "vllm" / "model_executor" / "models"
     (models_dir / "eagle3_mixin.py").write_text(
         "from .interfaces import SupportsEagle3\n\n\nclass Eagle3Mixin(SupportsEagle3):\n    pass\n"
@@ -799,7 +800,7 @@ def test_json_and_key_by_key_together_keep_only_the_keys_and_fail_the_preflight(
     ):
         command = parse(["vllm", "serve", str(models["deepseek"]), *order])
         assert command.speculative_config == {"num_speculative_tokens": 3}
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    assert run_cli_writing("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     done = preflight(tree, library, "vllm", "serve", str(models["deepseek"]), *order)
     assert_clean_failure(done, 1)
     assert failed(done) == {"command", "speculative-config"}  # what is left has no drafter: vLLM refuses it
@@ -866,7 +867,7 @@ def test_a_registry_of_another_shape_leaves_the_static_verdict_with_a_note(setup
 def test_the_method_vllm_infers_from_the_drafters_name_is_the_one_checked(setup, tmp_path, name, method, checked):
     # the whole name counts, as in vLLM: the test directory holds no "eagle"
     tree, library, models = setup
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    assert run_cli_writing("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     drafter = write_model(tmp_path / name, {**DRAFTER, "target_hidden_size": 5120})
     spec = {"model": str(drafter), "num_speculative_tokens": 3, **({"method": method} if method else {})}
     done = preflight(tree, library, "vllm", "serve", str(models["deepseek"]), "--speculative-config", json.dumps(spec))
@@ -915,7 +916,7 @@ def checked_hidden_size(tree, library, drafter, *command, env=None) -> int:
 )
 def test_the_revision_vllm_reads_is_the_one_checked(setup, tmp_path, arguments, reads):
     tree, library, models = setup
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    assert run_cli_writing("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     cache = tmp_path / "hub"
     refs = {"main": COMMIT_A, "v2": COMMIT_B, "refs/pr/1": COMMIT_B}
     write_cached_repo(cache, "lab/ds", {COMMIT_A: DEEPSEEK_V3, COMMIT_B: NARROW}, refs)
@@ -927,7 +928,7 @@ def test_the_revision_vllm_reads_is_the_one_checked(setup, tmp_path, arguments, 
 
 def test_hf_config_path_is_the_config_checked(setup, tmp_path):
     tree, library, models = setup
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    assert run_cli_writing("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     narrow = write_model(tmp_path / "narrow-config", NARROW)
     command = ["vllm", "serve", str(models["deepseek"]), "--hf-config-path", str(narrow)]
     assert checked_hidden_size(tree, library, models["drafter"], *command) == 4096
@@ -949,7 +950,7 @@ def test_hf_config_path_is_the_config_checked(setup, tmp_path):
 )
 def test_the_hub_cache_is_found_as_huggingface_hub_finds_it_in_the_launchs_environment(setup, tmp_path, variables):
     tree, library, models = setup
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    assert run_cli_writing("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     write_cached_repo(tmp_path / "xdg" / "huggingface" / "hub", "lab/ds", {COMMIT_B: NARROW}, {"main": COMMIT_B})
     write_cached_repo(tmp_path / "decoy", "lab/ds", {COMMIT_A: DEEPSEEK_V3}, {"main": COMMIT_A})
     (tmp_path / "home").mkdir()
@@ -1035,7 +1036,7 @@ def speculator_config(verifier: Path, **fields) -> dict:
 @pytest.mark.parametrize(("fields", "fails"), [({}, set()), ({"target_hidden_size": 5120}, {"drafter-hidden-size"})])
 def test_a_speculators_format_model_is_checked_as_its_verifiers_drafter(setup, tmp_path, fields, fails):
     tree, library, models = setup
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    assert run_cli_writing("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     model = write_model(tmp_path / "spec-format", speculator_config(models["deepseek"], **fields))
     done = preflight(tree, library, "vllm", "serve", str(model))
     assert failed(done) == fails, done.stdout
@@ -1055,7 +1056,7 @@ def test_a_speculators_format_model_is_checked_as_its_verifiers_drafter(setup, t
 )
 def test_a_speculators_format_drafter_is_read_as_vllm_builds_its_config(setup, tmp_path, fields, fails):
     tree, library, models = setup
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    assert run_cli_writing("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     drafter = write_model(tmp_path / "spec-drafter", speculator_config(models["deepseek"], **fields))
     done = preflight(tree, library, *serve(models["deepseek"], drafter))
     assert failed(done) == fails, done.stdout
@@ -1152,7 +1153,7 @@ def test_a_local_directory_named_as_the_hub_id_is_what_vllm_reads(setup, tmp_pat
 )
 def test_a_speculative_config_vllm_refuses_fails_naming_the_fix(setup, tmp_path, spec, said, fix):
     tree, library, models = setup
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    assert run_cli_writing("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     drafters = {"DRAFTER": str(models["drafter"]), "PLAIN": str(write_model(tmp_path / "plain-drafter", DRAFTER))}
     spec = {k: drafters.get(v, v) if isinstance(v, str) else v for k, v in spec.items()}
     command = ["vllm", "serve", str(models["deepseek"]), "--speculative-config", json.dumps(spec)]
@@ -1175,7 +1176,7 @@ def test_a_speculative_config_vllm_refuses_fails_naming_the_fix(setup, tmp_path,
 )
 def test_a_speculative_config_vllm_accepts_has_no_speculative_config_fault(setup, tmp_path, spec):
     tree, library, models = setup
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    assert run_cli_writing("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     drafters = {"DRAFTER": str(models["drafter"]), "DRAFTER-eagle3": str(write_model(tmp_path / "x-eagle3", DRAFTER))}
     spec = {k: drafters.get(v, v) if isinstance(v, str) else v for k, v in spec.items()}
     command = ["vllm", "serve", str(models["deepseek"]), "--speculative-config", json.dumps(spec)]
@@ -1211,7 +1212,7 @@ def test_a_speculative_config_vllm_accepts_has_no_speculative_config_fault(setup
 @pytest.mark.parametrize("where", ["local", "hub"])
 def test_a_mistral_format_model_is_not_judged_on_its_config_json(setup, tmp_path, files, arguments, judged, where):
     tree, library, models = setup
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    assert run_cli_writing("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     cache = tmp_path / "hub"
     if where == "local":
         directory = model = write_model(tmp_path / "mistral-like", DEEPSEEK_V3)
@@ -1273,7 +1274,7 @@ def _venv_with_vllm(root: Path, version: str = "0.16.0") -> tuple[Path, Path]:
 
 def test_a_target_the_commands_vllm_does_not_run_fails_naming_both(setup, tmp_path):
     tree, library, models = setup
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    assert run_cli_writing("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     site, script = _venv_with_vllm(tmp_path / "stock-venv")
     command = [str(script), *serve(models["deepseek"], models["drafter"])[1:]]
 
@@ -1341,7 +1342,7 @@ def test_the_launchs_pythonpath_or_working_directory_that_imports_another_vllm_f
     from helpers import write_tree
 
     tree, library, models = setup
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    assert run_cli_writing("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     python = _venv_running(tree, tmp_path / "venv")
     other = write_tree(tmp_path / "other")
     launch = serve(models["deepseek"], models["drafter"])[2:]
@@ -1383,7 +1384,7 @@ def test_the_launchs_pythonpath_or_working_directory_that_imports_another_vllm_f
 )
 def test_vllm_model_redirect_path_is_followed_as_vllm_follows_it(setup, tmp_path, table, reads):
     tree, library, models = setup
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    assert run_cli_writing("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     cache = tmp_path / "hub"
     write_cached_repo(cache, "lab/ds", {COMMIT_A: DEEPSEEK_V3}, {"main": COMMIT_A})
     narrow = write_model(tmp_path / "narrow", NARROW)
@@ -1418,7 +1419,7 @@ def test_vllm_use_modelscope_cannot_be_judged(setup):
 def test_a_speculators_model_with_hf_config_path_is_still_served_as_its_verifiers_drafter(setup, tmp_path):
     """vLLM's speculators check reads MODEL's own config.json; --hf-config-path is the verifier's config."""
     tree, library, models = setup
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    assert run_cli_writing("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     model = write_model(tmp_path / "spec-format", speculator_config(models["deepseek"]))
     narrow = write_model(tmp_path / "narrow", NARROW)
     done = preflight(tree, library, "vllm", "serve", str(model), "--hf-config-path", str(narrow))
@@ -1438,7 +1439,7 @@ def test_a_speculators_model_with_hf_config_path_is_still_served_as_its_verifier
 def test_aux_layers_vllm_never_reads_fail_naming_the_default_it_uses(setup, tmp_path, change):
     """vLLM 0.16.0's model runner reads only a non-empty top-level list; else the target's default."""
     tree, library, models = setup
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    assert run_cli_writing("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     drafter = write_model(tmp_path / "nested-drafter", _changed(DRAFTER, change))
     done = preflight(tree, library, *serve(models["deepseek"], drafter))
     assert_clean_failure(done, 1)
@@ -1603,7 +1604,7 @@ def test_a_pythonpath_set_in_patchkits_own_environment_and_unset_by_the_launch_f
     from helpers import write_tree
 
     tree, library, models = setup
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    assert run_cli_writing("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     python = _venv_running(tmp_path / "other", tmp_path / "venv")
     write_tree(tmp_path / "other")
     launch = serve(models["deepseek"], models["drafter"])[2:]
@@ -1699,7 +1700,7 @@ def test_a_target_eagle3_refuses_because_of_hf_overrides_has_a_fix(setup):
     """New-user 14 (item 24, related): `--hf-overrides '{"model_type": "mistral"}'` failed the whitelist
     with no fix line at all."""
     tree, library, models = setup
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    assert run_cli_writing("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     override = json.dumps({"model_type": "mistral"})
     done = preflight(tree, library, *serve(models["deepseek"], models["drafter"], "--hf-overrides", override))
     whitelist = findings(done)["whitelist"]
@@ -1727,7 +1728,7 @@ def test_the_launch_target_fix_quotes_a_python_path_with_a_space(setup, tmp_path
     import shlex
 
     tree, library, models = setup
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    assert run_cli_writing("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     _site, script = _venv_with_vllm(tmp_path / "stock venv")
     python = tmp_path / "stock venv" / "bin" / "python"
     # what pip writes for a venv path with a space: a /bin/sh wrapper naming the interpreter
@@ -1773,7 +1774,7 @@ def test_stale_checked_hash_bytecode_of_the_guard_fails_a_launch_that_never_chec
     """The guard module's own checked-hash .pyc of other bytes: a launch run with
     --check-hash-based-pycs never runs it in place of patchkit_guard.py, so preflight fails naming it."""
     tree, library, _models = setup
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    assert run_cli_writing("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     older = (tree / "patchkit_guard.py").read_text() + "\nOLDER_GUARD = True\n"
     pyc, never, tree_state = _checked_hash_of_other_bytes(setup, tmp_path, "patchkit_guard.py", older)
     assert not tree_state["ok"], tree_state

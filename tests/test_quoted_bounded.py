@@ -8,7 +8,7 @@ import os
 import sys
 
 import pytest
-from helpers import SPEC, SPEC_PY, run_cli, run_cli_read_only, spec_library, write_tree
+from helpers import SPEC, SPEC_PY, run_cli_read_only, run_cli_writing, spec_library, write_tree
 from launch_fixtures import write_model
 
 from patchkit.base.errors import TargetError
@@ -64,7 +64,7 @@ def test_a_hunk_that_meets_a_huge_line_quotes_its_head(tmp_path):
     tree = write_tree(
         tmp_path / "site", files={SPEC: SPEC_PY.replace('    "qwen",\n', '    "qwen' + "q" * 200_000 + '",\n')}
     )
-    done = run_cli("apply", "--target", tree, "--patches", library, "--force")
+    done = run_cli_writing("apply", "--target", tree, "--patches", library, "--force")
     said = done.stdout + done.stderr
     assert done.returncode != 0 and "does not apply" in said, said[:2000]
     assert _longest(said) < LONGEST_LINE, _longest(said)
@@ -77,7 +77,7 @@ def test_a_damaged_record_with_a_huge_value_is_quoted_by_its_head(tmp_path, fiel
     values quoted by their head."""
     library = spec_library(tmp_path / "scratch")
     tree = write_tree(tmp_path / "site")
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-guard").returncode == 0
+    assert run_cli_writing("apply", "--target", tree, "--patches", library, "--no-guard").returncode == 0
     record = tree / ".patchkit" / "state.json"
     data = json.loads(record.read_text())
     entry, huge = data["entries"][0], "x" * 200_000

@@ -9,7 +9,7 @@ import hashlib
 import json
 import shutil
 
-from helpers import record_rows, run_cli, run_cli_read_only
+from helpers import record_rows, run_cli, run_cli_read_only, run_cli_writing
 from launch_fixtures import write_eagle3_setup
 
 PLANTED = b"print('planted by a record nobody wrote')\n"
@@ -55,19 +55,19 @@ def test_revert_refuses_an_original_only_the_record_vouches_for_and_its_dry_run_
     tree, library = _planted(tmp_path)
     before = (tree / FILE).read_bytes()
     for dry in (("--dry-run",), ()):
-        done = run_cli("revert", "--target", tree, "--patches", library, *dry)
+        done = run_cli_writing("revert", "--target", tree, "--patches", library, *dry)
         said = " ".join(done.stderr.split())
         assert done.returncode == 1 and f"vouches for what revert would put back at {FILE}" in said, said
         assert "the record of set ghost" in said and "--force" in said, said
         assert (tree / FILE).read_bytes() == before
-    forced = run_cli("revert", "--target", tree, "--patches", library, "--force")
+    forced = run_cli_writing("revert", "--target", tree, "--patches", library, "--force")
     assert forced.returncode == 0 and (tree / FILE).read_bytes() == PLANTED, forced.stdout + forced.stderr
     assert "saved under" in forced.stderr, forced.stderr
 
 
 def test_a_set_applied_from_another_library_is_named_and_its_dry_run_revert_names_files_and_set(tmp_path):
     tree, library = write_eagle3_setup(tmp_path)
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    assert run_cli_writing("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     other = tmp_path / "other-library"
     shutil.copytree(library, other)
     (other / "eagle3").rename(other / "eagle4")
@@ -76,7 +76,7 @@ def test_a_set_applied_from_another_library_is_named_and_its_dry_run_revert_name
     done = run_cli_read_only("status", "--target", tree, "--patches", other)
     said = " ".join(done.stdout.split())
     assert "the record also holds set eagle3" in said and f"--patches {library} --set eagle3` judges it" in said, said
-    dry = run_cli("revert", "--target", tree, "--patches", library, "--dry-run")
+    dry = run_cli_writing("revert", "--target", tree, "--patches", library, "--dry-run")
     said = " ".join(dry.stdout.split())
     assert dry.returncode == 0 and "would restore 4 file(s): vllm/config/speculative.py" in said, said
     assert "and 1 more (the record of set eagle3)" in said, said

@@ -19,6 +19,7 @@ from helpers import (
     pip_install,
     run_cli,
     run_cli_read_only,
+    run_cli_writing,
     write_library,
 )
 
@@ -34,7 +35,7 @@ def _applied(tmp_path: Path) -> tuple[Path, Path]:
     pip_install(site, "0.16.0", stock)
     for name, edits in SETS.items():
         write_library(library, {"0.16.0": [make_patch(tmp_path, site, edits)]}, name=name)
-    done = run_cli("apply", "--no-import", "--target", site, "--patches", library)
+    done = run_cli_writing("apply", "--no-import", "--target", site, "--patches", library)
     assert done.returncode == 0, done.stdout + done.stderr
     return site, library
 
@@ -64,7 +65,7 @@ def test_a_renamed_patch_of_the_sets_bytes_is_judged_by_the_set_and_revert_warns
     _renamed(site, "0001-renamed.patch")
     status = run_cli_read_only("status", "--target", site, "--patches", library)
     assert status.returncode == 0, status.stdout + status.stderr
-    done = run_cli("revert", "--target", site, "--patches", library)
+    done = run_cli_writing("revert", "--target", site, "--patches", library)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "edited since" not in done.stderr and "copy" not in done.stderr, done.stderr
     assert (site / SPEC).read_text() == SPEC_PY and (site / MODEL).read_text() == MODEL_PY
@@ -78,7 +79,7 @@ def test_a_record_whose_patches_are_not_at_hand_says_so_for_its_own_files_only(t
     data = json.loads(state.read_text())
     next(e for e in data["entries"] if e["set"] == "spec")["patches"][0]["sha256"] = "ab" * 32
     state.write_text(json.dumps(data))
-    done = run_cli("revert", "--force", "--target", site, "--patches", library)
+    done = run_cli_writing("revert", "--force", "--target", site, "--patches", library)
     assert done.returncode == 0, done.stdout + done.stderr
     assert MODEL not in done.stderr and "edited since" not in done.stderr, done.stderr
     assert (site / SPEC).read_text() == SPEC_PY and (site / MODEL).read_text() == MODEL_PY

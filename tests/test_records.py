@@ -11,7 +11,17 @@ from pathlib import Path
 from xml.etree import ElementTree
 
 import pytest
-from helpers import MODEL_PY, SPEC_PY, fingerprint, make_patch, patched_spec, snapshot, write_library, write_tree
+from helpers import (
+    MODEL_PY,
+    SPEC_PY,
+    fingerprint,
+    make_patch,
+    patched_spec,
+    run_cli_writing,
+    snapshot,
+    write_library,
+    write_tree,
+)
 
 from patchkit._target.guard import find_problems
 from patchkit.distinfo.record import record_hash
@@ -451,26 +461,26 @@ def test_a_record_saying_patchkit_created_a_file_of_vllm_is_refused_and_the_file
     file the installed vLLM's RECORD lists as its own."""
     import hashlib
 
-    from helpers import pip_install, run_cli
+    from helpers import pip_install
 
     site = tmp_path / "site"
     pip_install(site, "0.16.0", {"vllm/config/spec.py": SPEC_PY, "vllm/models/model.py": MODEL_PY})
     diff = tmp_path / "add.diff"
     diff.write_bytes(make_patch(scratch, site, {"vllm/models/extra.py": "EXTRA = 1\n"}))
-    assert run_cli("apply", "--target", site, "--patch", diff).returncode == 0
+    assert run_cli_writing("apply", "--target", site, "--patch", diff).returncode == 0
     state_file = site / ".patchkit/state.json"
     state = json.loads(state_file.read_text())
     victim = site / "vllm/config/spec.py"
     forged = {"before": None, "after": hashlib.sha256(victim.read_bytes()).hexdigest()}
     state["entries"][0]["files"]["vllm/config/spec.py"] = forged
     state_file.write_text(json.dumps(state))
-    done = run_cli("revert", "--target", site, "--patch", diff)
+    done = run_cli_writing("revert", "--target", site, "--patch", diff)
     assert done.returncode == 2 and "vllm/config/spec.py" in done.stderr, done.stdout + done.stderr
     assert victim.read_text() == SPEC_PY and (site / "vllm/models/extra.py").exists()
 
     del state["entries"][0]["files"]["vllm/config/spec.py"]  # the record as apply wrote it
     state_file.write_text(json.dumps(state))
-    assert run_cli("revert", "--target", site, "--patch", diff).returncode == 0
+    assert run_cli_writing("revert", "--target", site, "--patch", diff).returncode == 0
     assert not (site / "vllm/models/extra.py").exists() and victim.read_text() == SPEC_PY
 
 
@@ -478,7 +488,7 @@ def test_a_record_saying_patchkit_created_another_packages_file_is_refused_and_t
     """The same for a file another distribution's RECORD lists (torch's): revert never deletes it."""
     import hashlib
 
-    from helpers import pip_install, run_cli
+    from helpers import pip_install
 
     site = tmp_path / "site"
     pip_install(site, "0.16.0", {"vllm/config/spec.py": SPEC_PY, "vllm/models/model.py": MODEL_PY})
@@ -489,13 +499,13 @@ def test_a_record_saying_patchkit_created_another_packages_file_is_refused_and_t
     (site / "torch-2.9.0.dist-info/RECORD").write_text("torch/__init__.py,sha256=x,10\n")
     diff = tmp_path / "add.diff"
     diff.write_bytes(make_patch(scratch, site, {"vllm/models/extra.py": "EXTRA = 1\n"}))
-    assert run_cli("apply", "--target", site, "--patch", diff).returncode == 0
+    assert run_cli_writing("apply", "--target", site, "--patch", diff).returncode == 0
     state_file = site / ".patchkit/state.json"
     state = json.loads(state_file.read_text())
     forged = {"before": None, "after": hashlib.sha256(victim.read_bytes()).hexdigest()}
     state["entries"][0]["files"]["torch/__init__.py"] = forged
     state_file.write_text(json.dumps(state))
-    done = run_cli("revert", "--target", site, "--patch", diff)
+    done = run_cli_writing("revert", "--target", site, "--patch", diff)
     assert done.returncode == 2 and "torch/__init__.py" in done.stderr, done.stdout + done.stderr
     assert victim.read_text() == "TORCH = 1\n" and (site / "vllm/models/extra.py").exists()
 
@@ -645,7 +655,7 @@ def test_status_and_verify_refuse_a_record_revert_refuses(tmp_path, scratch):
     pip_install(site, "0.16.0", {"vllm/config/spec.py": SPEC_PY, "vllm/models/model.py": MODEL_PY})
     diff = tmp_path / "model.diff"
     diff.write_bytes(make_patch(scratch, site, {"vllm/models/model.py": MODEL_PY + "# patched\n"}))
-    assert run_cli("apply", "--target", site, "--patch", diff).returncode == 0
+    assert run_cli_writing("apply", "--target", site, "--patch", diff).returncode == 0
     state_file = site / ".patchkit/state.json"
     state = json.loads(state_file.read_text())
     entry = state["entries"][0]["files"]["vllm/models/model.py"]

@@ -9,7 +9,17 @@ import shlex
 from pathlib import Path
 
 import pytest
-from helpers import MODEL_PY, SPEC_PY, fingerprint, make_patch, run_cli, run_cli_read_only, write_library, write_tree
+from helpers import (
+    MODEL_PY,
+    SPEC_PY,
+    fingerprint,
+    make_patch,
+    run_cli,
+    run_cli_read_only,
+    run_cli_writing,
+    write_library,
+    write_tree,
+)
 
 SPEC = "vllm/config/spec.py"
 MODEL = "vllm/models/model.py"
@@ -27,7 +37,7 @@ def _setup(tmp_path: Path, scratch: Path, top: str) -> tuple[Path, list[str], Pa
     patches.mkdir()
     adhoc = patches / "first.diff"
     adhoc.write_bytes(make_patch(scratch, tree, {SPEC: first_spec, CREATED: "ADDED = 1\n"}))
-    assert run_cli("apply", "--target", tree, "--patch", adhoc).returncode == 0
+    assert run_cli_writing("apply", "--target", tree, "--patch", adhoc).returncode == 0
     second = {SPEC: first_spec + "# second\n", MODEL: MODEL_PY.replace("return x", "return x * 3")}
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
@@ -38,7 +48,7 @@ def _setup(tmp_path: Path, scratch: Path, top: str) -> tuple[Path, list[str], Pa
         other = patches / "second.diff"
         other.write_bytes(make_patch(scratch, tree, second))
         selection = ["--patch", str(other)]
-    applied = run_cli("apply", "--target", tree, *selection)
+    applied = run_cli_writing("apply", "--target", tree, *selection)
     assert applied.returncode == 0, applied.stdout + applied.stderr
     assert fingerprint(tree) != stock
     return tree, selection if top == "library" else [], elsewhere
@@ -76,14 +86,14 @@ def test_the_patch_hint_names_the_file_applied_wherever_it_is_run(tmp_path, scra
     """L3: the record's basename named no file from another directory; the path applied from does,
     while that file is still the patch the record names."""
     tree, _selection, elsewhere = _setup(tmp_path, scratch, "adhoc")
-    done = run_cli("revert", "--target", tree, cwd=elsewhere)
+    done = run_cli_writing("revert", "--target", tree, cwd=elsewhere)
     assert done.returncode != 0
     assert shlex.quote(str(tmp_path / "my patches" / "first.diff")) in done.stdout + done.stderr, done.stderr
     (tmp_path / "my patches" / "first.diff").write_text("--- moved on\n")
-    done = run_cli("revert", "--target", tree, cwd=elsewhere)
+    done = run_cli_writing("revert", "--target", tree, cwd=elsewhere)
     # the patch is no longer at hand: only the record vouches for the originals (words30: --force)
     assert done.returncode == 1 and f"`patchkit revert --target {tree} --force`" in done.stderr, done.stderr
-    done = run_cli("revert", "--target", tree, "--force", cwd=elsewhere)
+    done = run_cli_writing("revert", "--target", tree, "--force", cwd=elsewhere)
     # the file it created still holds what patchkit wrote: revert removes it and says which recorded
     # patch created it, never a basename made absolute from here
     assert done.returncode == 0, done.stdout + done.stderr
@@ -104,7 +114,7 @@ def test_a_fix_for_a_set_the_library_at_hand_lacks_names_the_library_it_came_fro
     write_library(library, {"0.16.0": [make_patch(scratch, tree, {MODEL: MODEL_PY + "# two\n"})]}, name="two")
     (library / "library.toml").write_text('order = ["one", "two"]\n')
     at_hand = write_library(tmp_path / "other", {"0.16.0": [make_patch(scratch, tree, {SPEC: SPEC_PY + "# one\n"})]})
-    applied = run_cli("apply", "--target", tree, "--patches", library, "--no-import")
+    applied = run_cli_writing("apply", "--target", tree, "--patches", library, "--no-import")
     assert applied.returncode == 0, applied.stdout + applied.stderr
     (tree / MODEL).write_text(MODEL_PY + "# two\n# the user's edit\n")
     elsewhere = tmp_path / "elsewhere"

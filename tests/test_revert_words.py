@@ -24,6 +24,7 @@ from helpers import (  # isort: skip
     record_rows,
     patched_spec,
     run_cli,
+    run_cli_writing,
     snapshot,
     stock_files_fetched,
     write_library,
@@ -59,7 +60,7 @@ def test_revert_of_another_set_on_a_patched_wheel_never_calls_the_tree_stock(tmp
     library = two_set_library(tmp_path)
     for n, label in enumerate(((), ("--local-label", "corp1"))):
         site = wheel_install(tmp_path / f"w{n}", library, *label)
-        done = run_cli("revert", "--target", site, "--patches", library, "--set", "other", env=OFFLINE)
+        done = run_cli_writing("revert", "--target", site, "--patches", library, "--set", "other", env=OFFLINE)
         assert done.returncode == 0, done.stdout + done.stderr
         assert "stock (" not in done.stdout and "is stock" not in done.stdout, done.stdout
         assert "patched wheel" in done.stdout, done.stdout
@@ -73,7 +74,7 @@ def test_a_patched_wheels_install_whose_provenance_is_lost_names_the_stock_relea
     site = wheel_install(tmp_path, two_set_library(tmp_path))
     (dist_info,) = site.glob("vllm-*.dist-info")
     (dist_info / "patchkit.json").unlink()
-    done = run_cli("revert", "--target", site, "--patches", tmp_path / "lib", "--set", "other", env=OFFLINE)
+    done = run_cli_writing("revert", "--target", site, "--patches", tmp_path / "lib", "--set", "other", env=OFFLINE)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "is stock" not in done.stdout and f"vllm=={VERSION}`" in done.stdout, done.stdout
 
@@ -84,7 +85,9 @@ def applied_tree(tmp: Path, library: Path) -> Path:
     site = write_tree(tmp / "site", VERSION)
     dist = f"vllm-{VERSION}.dist-info"
     (site / dist / "RECORD").write_text(record_rows(site, dist))
-    done = run_cli("apply", "--target", site, "--patches", library, "--set", "demo", "--no-import", "--no-guard")
+    done = run_cli_writing(
+        "apply", "--target", site, "--patches", library, "--set", "demo", "--no-import", "--no-guard"
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     return site
 
@@ -156,7 +159,7 @@ def test_a_refusal_of_several_files_names_each(tmp_path):
             hotfix.write("# hotfix: keep the retry loop\n")
     said = []
     for where in (wheel_site, site, hotfixed, unrecorded):
-        done = run_cli("revert", "--target", where, "--patches", library, "--dry-run", env=OFFLINE)
+        done = run_cli_writing("revert", "--target", where, "--patches", library, "--dry-run", env=OFFLINE)
         assert done.returncode == 1, done.stdout + done.stderr
         listed = [line.split()[0] for line in done.stderr.splitlines() if line.startswith("  ")]
         assert "2 files" in done.stderr and listed == [SPEC, MODEL], done.stderr
@@ -199,7 +202,7 @@ def test_status_judges_a_patched_wheels_file_by_its_series_not_its_records_hash(
     said = " ".join(done.stdout.split())
     assert f"{SPEC}: edited since the install" in said, said
     assert f"`patchkit revert --target {site} --patches {library}` refuses to replace it without --force" in said
-    refused = run_cli("revert", "--target", site, "--patches", library, env=OFFLINE)
+    refused = run_cli_writing("revert", "--target", site, "--patches", library, env=OFFLINE)
     assert refused.returncode == 1 and f"{SPEC} is not what the wheel's patches make" in refused.stderr
     (site / SPEC).write_bytes(STOCK_FILES[SPEC])
     done = status()
@@ -213,8 +216,8 @@ def test_revert_of_a_local_label_wheel_with_a_set_applied_on_it_calls_the_files_
     library = two_set_library(tmp_path)
     site = wheel_install(tmp_path, library, "--local-label", "corp1")
     common = ("--target", site, "--patches", library)
-    assert run_cli("apply", *common, "--no-import").returncode == 0
-    done = run_cli("revert", *common, env=OFFLINE)
+    assert run_cli_writing("apply", *common, "--no-import").returncode == 0
+    done = run_cli_writing("revert", *common, env=OFFLINE)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "not stock" not in done.stdout and "2 file(s) restored to stock" in done.stdout, done.stdout
     assert {p: d for p, d in snapshot(site).items() if p in STOCK_FILES} == {
@@ -260,8 +263,8 @@ def test_revert_of_a_vendors_file_says_it_is_back_as_its_build_lists_it_not_the_
     ):
         site = _vendor_site(tmp_path / name, spec)
         common = ("--target", site, "--patches", library, "--no-guard")
-        applied = run_cli("apply", *common, "--no-import")
+        applied = run_cli_writing("apply", *common, "--no-import")
         assert applied.returncode == 0, applied.stdout + applied.stderr
-        done = run_cli("revert", "--target", site, "--patches", library, env=OFFLINE)
+        done = run_cli_writing("revert", "--target", site, "--patches", library, env=OFFLINE)
         assert done.returncode == 0 and said in done.stdout, done.stdout + done.stderr
         assert (site / SPEC).read_bytes() == spec

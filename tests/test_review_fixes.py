@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 from helpers import (
     MODEL_PY,
-    READ_ONLY_COMMANDS,
     SPEC_PY,
     Releases,
     assert_clean_failure,
@@ -22,7 +21,8 @@ from helpers import (
     patched_spec,
     release_of,
     run_cli,
-    run_cli_read_only,
+    run_cli_judged,
+    run_cli_writing,
     snapshot,
     verify,
     write_library,
@@ -174,9 +174,7 @@ def test_a_record_that_is_not_a_regular_file_is_not_verifiable(tmp_path, outside
     patch.write_bytes(make_patch(tmp_path, site, {SPEC: patched_spec()}))
     before = fingerprint(outside)
     args = ("--target", site, "--vllm-version", "0.16.0", "--patch", patch, "--format", "json")
-    done = (run_cli_read_only if command[0] in READ_ONLY_COMMANDS else run_cli)(
-        *command, *args, env={"PATCHKIT_CACHE_DIR": str(cache)}
-    )
+    done = run_cli_judged(*command, *args, env={"PATCHKIT_CACHE_DIR": str(cache)})
     assert_clean_failure(done, 0)
     (row,) = [c for c in json.loads(done.stdout)["checks"] if c["check"] == "integrity"]
     assert row["ok"] is False and row["message"].startswith("not verifiable: "), row
@@ -226,9 +224,7 @@ def test_an_untrusted_library_is_never_followed_outside_nor_blocks(tmp_path, own
     spoil_library(own_library, outside, hostile)
     site = tmp_path / "site"
     where = () if command == ("list",) else ("--target", site, "--vllm-version", "0.16.0")
-    done = (run_cli_read_only if command[0] in READ_ONLY_COMMANDS else run_cli)(
-        *command, "--patches", own_library, *where
-    )
+    done = run_cli_judged(*command, "--patches", own_library, *where)
     output = done.stdout + done.stderr
     if command == ("list",) and hostile in ("fifo", "symlink"):
         assert_clean_failure(done, 1)  # `list` shows a damaged patch, exit 1
@@ -253,7 +249,7 @@ def test_a_patch_named_on_the_command_line_is_read_bounded(tmp_path, hostile):
         os.mkfifo(patch)
     else:
         patch.symlink_to("/dev/zero")
-    done = run_cli("apply", "--dry-run", "--target", site, "--patch", patch, "--format", "json")
+    done = run_cli_writing("apply", "--dry-run", "--target", site, "--patch", patch, "--format", "json")
     assert_clean_failure(done, 2)
     assert "not a regular file" in json.loads(done.stdout)["error"]
 
@@ -263,7 +259,7 @@ def test_a_symlinked_patch_named_on_the_command_line_is_still_read(tmp_path):
     real = tmp_path / "real.patch"
     real.write_bytes(make_patch(tmp_path, site, {SPEC: patched_spec()}))
     (tmp_path / "link.patch").symlink_to(real)
-    done = run_cli("apply", "--dry-run", "--target", site, "--patch", tmp_path / "link.patch")
+    done = run_cli_writing("apply", "--dry-run", "--target", site, "--patch", tmp_path / "link.patch")
     assert_clean_failure(done, 0)
 
 
@@ -290,9 +286,7 @@ def test_a_path_no_file_can_have_is_bad_input(tmp_path, case, command, fmt):
     patch = tmp_path / "p.patch"
     patch.write_bytes(creating(path))
     before = snapshot(site)
-    done = (run_cli_read_only if command[0] in READ_ONLY_COMMANDS else run_cli)(
-        *command, "--target", site, "--patch", patch, "--format", fmt
-    )
+    done = run_cli_judged(*command, "--target", site, "--patch", patch, "--format", fmt)
     assert_clean_failure(done, 2)
     message = json.loads(done.stdout)["error"] if fmt == "json" else done.stderr
     assert path[:40] in message and why in message, message

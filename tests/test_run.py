@@ -16,7 +16,15 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import assert_clean_failure, make_patch, on_a_terminal, run_cli, run_cli_read_only, snapshot, write_library
+from helpers import (
+    assert_clean_failure,
+    make_patch,
+    on_a_terminal,
+    run_cli_read_only,
+    run_cli_writing,
+    snapshot,
+    write_library,
+)
 from launch_fixtures import (
     DRAFTER,
     KIMI,
@@ -39,7 +47,7 @@ def launch(tmp_path):
 
 def test_a_passing_preflight_becomes_the_command_same_pid_and_exit_status(launch):
     tree, library, command, env, marker = launch
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    assert run_cli_writing("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     pid, done = patchkit_run(tree, library, command, env)
     assert done.returncode == 7, done.stderr
     assert f"pid {pid}\n" in done.stdout
@@ -144,7 +152,7 @@ def test_the_fast_path_loads_no_lock_nor_the_transactions_recovery(launch):
     locking = ("patchkit.engine.transaction", "patchkit.base.locks", "fcntl", "mmap")
     stock = loaded_by_run(tree, library, command, env, exit_code=1)  # no record: the preflight under the lock
     assert sorted(m for m in stock if m in locking) == sorted(locking)
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    assert run_cli_writing("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     fast = loaded_by_run(tree, library, command, env)
     assert "patchkit.launch.shortcut" in fast and [m for m in fast if m in locking] == []
 
@@ -154,7 +162,7 @@ def test_the_fast_path_loads_no_logging_nor_the_integrity_check(launch):
     logging package (with traceback and string, ~2.5 ms of start-up); the installed RECORD is read
     by distinfo, without the integrity check's module (~1 ms)."""
     tree, library, command, env, _ = launch
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    assert run_cli_writing("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     fast = loaded_by_run(tree, library, command, env)
     assert "patchkit.launch.shortcut" in fast and "logging" not in fast
     assert "patchkit.checks.integrity" not in fast
@@ -164,7 +172,7 @@ def test_the_fast_path_loads_no_table_report_nor_plan_of_the_ui(launch):
     """Issue 21: the ui package re-exports nothing, so `run`'s fast path loads only the ui modules
     it uses (the console, the run's document): no report, plan, steps or matrix module."""
     tree, library, command, env, _ = launch
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    assert run_cli_writing("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     fast = loaded_by_run(tree, library, command, env)
     assert "patchkit.cli.ui.console" in fast
     unused = ("reports", "plan", "steps", "matrix", "screen")
@@ -176,7 +184,7 @@ def test_the_fast_path_loads_no_importlib_resources_nor_zipfile(launch):
     modules (importlib.resources says the same of a package on disk, and loads tempfile's and
     zipfile's modules: ~3 ms)."""
     tree, library, command, env, _ = launch
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    assert run_cli_writing("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     fast = loaded_by_run(tree, library, command, env)
     assert "patchkit.engine.guard" in fast
     assert [m for m in fast if m.startswith(("importlib.resources", "importlib.readers", "zipfile"))] == []
@@ -187,7 +195,7 @@ def test_a_warm_run_still_refuses_a_tree_changed_since_it_last_launched(launch, 
     and the record stands in for the series only while every file it records is as written."""
     tree, library, command, env, marker = launch
     env, kept = own_cache(env, tmp_path)
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    assert run_cli_writing("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     for _ in range(2):
         _, done = patchkit_run(tree, library, command, env)
         assert done.returncode == 7, done.stderr
@@ -218,7 +226,7 @@ def test_kept_findings_are_believed_only_under_this_users_seal(launch, tmp_path)
     env, kept = own_cache(env, tmp_path)
     narrow = write_model(tmp_path / "narrow-drafter", {**DRAFTER, "hidden_size": 4096, "target_hidden_size": 4096})
     command = serve(command[2], narrow)
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    assert run_cli_writing("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     _, done = patchkit_run(tree, library, command, env)
     assert_clean_failure(done, 1)
     assert "drafter-hidden-size" in done.stdout
@@ -239,7 +247,7 @@ def test_a_fifo_in_the_set_keeps_nothing_and_never_hangs(launch, tmp_path):
     tree, library, command, env, _ = launch
     env, kept = own_cache(env, tmp_path)
     os.mkfifo(library / "eagle3" / "planted")
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    assert run_cli_writing("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     _, done = patchkit_run(tree, library, command, env)
     assert done.returncode == 7, done.stderr
     assert not list(kept.glob("*.json"))
@@ -250,7 +258,7 @@ def test_a_damaged_record_is_refused_by_run_as_by_every_command(launch, tmp_path
     nothing there, and the full way refuses it (exit 2, naming the file), after a warm run too."""
     tree, library, command, env, marker = launch
     env, _ = own_cache(env, tmp_path)
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    assert run_cli_writing("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     assert patchkit_run(tree, library, command, env)[1].returncode == 7
     marker.unlink()
     state = tree / ".patchkit" / "state.json"
@@ -264,7 +272,7 @@ def test_kept_findings_are_not_reused_for_a_launch_environment_that_imports_or_p
     """PYTHONPATH or VLLM_PLUGINS changed in the environment the launch inherits: its own entry."""
     tree, library, command, env, _ = launch
     env, kept = own_cache(env, tmp_path)
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    assert run_cli_writing("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     for changed in ({}, {}, {"PYTHONPATH": str(tmp_path / "elsewhere")}, {"VLLM_PLUGINS": "other"}):
         _, done = patchkit_run(tree, library, command, {**env, **changed})
         assert done.returncode == 7, done.stderr
@@ -330,7 +338,7 @@ def test_a_warm_run_keeps_the_commands_findings_and_judges_them_again_when_the_f
     that no longer names eagle3) is parsed again, and refuses the launch."""
     tree, library, command, env, _ = launch
     env, kept = own_cache(env, tmp_path)
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    assert run_cli_writing("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     assert speculative_parses(tree, library, command, env)[0] == 1
     assert speculative_parses(tree, library, command, env)[0] == 0
     spec = tree / SPEC
@@ -418,13 +426,16 @@ def test_apply_applies_every_covering_set_each_recorded_then_launches(two_sets):
     marker.unlink()  # applied: nothing more to apply, the launch goes on
     _, again = patchkit_run(tree, library, command, env, "--apply")
     assert again.returncode == 7 and marker.exists() and "applied (" not in again.stdout
-    assert run_cli("revert", "--target", tree, "--patches", library).returncode == 0
+    assert run_cli_writing("revert", "--target", tree, "--patches", library).returncode == 0
     assert snapshot(tree) == stock
 
 
 def test_apply_applies_only_the_sets_not_applied(two_sets):
     tree, library, command, env, _ = two_sets
-    assert run_cli("apply", "--target", tree, "--patches", library, "--set", "eagle3", "--no-import").returncode == 0
+    assert (
+        run_cli_writing("apply", "--target", tree, "--patches", library, "--set", "eagle3", "--no-import").returncode
+        == 0
+    )
     _, done = patchkit_run(tree, library, command, env, "--apply")
     assert done.returncode == 7, done.stdout + done.stderr
     assert "1 set(s) applied (tools)" in done.stdout
@@ -437,7 +448,7 @@ def test_a_repeated_set_narrows_the_sets_run_applies(two_sets):
     assert done.returncode == 7, done.stdout + done.stderr
     assert [e.set_name for e in read_state(tree).entries] == ["eagle3", "tools"]
 
-    assert run_cli("revert", "--target", tree, "--patches", library).returncode == 0
+    assert run_cli_writing("revert", "--target", tree, "--patches", library).returncode == 0
     _, one = patchkit_run(tree, library, command, env, "--apply", "--set", "tools")
     assert [e.set_name for e in read_state(tree).entries] == ["tools"]  # eagle3 left as it is
     assert one.returncode == 7, one.stdout + one.stderr  # the preflight judges the tools set alone
@@ -449,7 +460,7 @@ def test_with_every_set_applied_a_warm_run_takes_the_fast_path_and_any_sets_chan
     was applied sends the run the full way again, which refuses it."""
     tree, library, command, env, marker = two_sets
     locking = ("patchkit.engine.transaction", "patchkit.base.locks", "fcntl", "mmap")
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    assert run_cli_writing("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     assert [e.set_name for e in read_state(tree).entries] == ["eagle3", "tools"]
     loaded_by_run(tree, library, command, env)  # cold: the findings are kept
     fast = loaded_by_run(tree, library, command, env)
@@ -504,7 +515,7 @@ def test_a_warm_run_checks_the_record_and_names_patchkits_code_once_however_many
     are done once a run, not once a set: with two sets judged, the tools set's file is opened and
     patchkit's code listed as often as when eagle3 alone is (each set's run used to do both)."""
     tree, library, command, env, _ = two_sets
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    assert run_cli_writing("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     for options in ((), ("--set", "eagle3")):  # cold: each keeps its findings
         reads_by_run(tree, library, command, env, *options)
     opened_one, listed_one = reads_by_run(tree, library, command, env, "--set", "eagle3")
@@ -532,7 +543,7 @@ def test_a_passing_run_with_no_plugin_to_name_builds_no_hint(launch):
     """Issue 21: the full preflight's command (the hint under a failure, or under the plugins not
     judged) is built only when it is said: a passing launch with no general plugin builds none."""
     tree, library, command, env, _ = launch
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    assert run_cli_writing("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     args = ["--target", str(tree), "--patches", str(library), "--", *command]
     for _ in range(2):  # cold, then the fast path
         done = subprocess.run([sys.executable, "-c", HINTS_BY_RUN, *args], capture_output=True, text=True, env=env)
@@ -556,7 +567,7 @@ def test_the_fast_path_loads_no_workers_waits(launch):
     """A worker's process and its waits (patchkit.tree.process: select, selectors, subprocess) load
     only where a worker runs: tree.target, which every command loads, no longer imports them."""
     tree, library, command, env, _ = launch
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    assert run_cli_writing("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     fast = loaded_by_run(tree, library, command, env)
     assert "patchkit.tree.target" in fast
     assert [m for m in fast if m in ("select", "selectors", "subprocess", "patchkit.tree.process")] == []
@@ -576,7 +587,7 @@ def test_stale_bytecode_under_the_launchs_pycache_prefix_is_not_launched_and_its
     never run; a warm run judges it again, and the named fix, run, lets the launch go."""
     tree, library, command, env, marker = launch
     env, _ = own_cache(env, tmp_path)
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    assert run_cli_writing("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     # the first launch is warm: its findings kept
     prefixed, pyc, done = stale_under_a_prefix(tree, library, command, env, marker, tmp_path / "pfx", KIMI)
     assert_clean_failure(done, 1)
@@ -608,7 +619,7 @@ def test_stale_checked_hash_bytecode_stops_a_run_whose_python_never_checks_hashe
     import py_compile
 
     tree, library, command, env, marker = launch
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    assert run_cli_writing("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     python = Path(env["PATH"].split(os.pathsep)[0]) / "python3"  # the stand-in's launch; else this Python
     stand_in = (python.parent / "vllm").read_text().partition("\n")[2]
     python.write_text(f'#!/bin/sh\ncase " $* " in *" -m "*)\n{stand_in};;\nesac\nexec {sys.executable} "$@"\n')

@@ -17,7 +17,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from helpers import MODEL_PY, fingerprint, make_patch, run_cli, write_tree
+from helpers import MODEL_PY, fingerprint, make_patch, run_cli_writing, write_tree
 
 from patchkit.base import hashing
 from patchkit.base.hashing import sha256
@@ -127,10 +127,10 @@ def test_a_planted_object_linked_outside_changes_nothing_outside(scene, tmp_path
     tree, patch = scene
     outside = tmp_path / "outside"
     outside.mkdir()
-    assert run_cli("apply", "--target", tree, "--patch", patch).returncode == 0
+    assert run_cli_writing("apply", "--target", tree, "--patch", patch).returncode == 0
     foreign = _plant_linked_object(tree, outside, content)
     before = fingerprint(outside)
-    done = run_cli("revert", "--target", tree, "--patch", patch)
+    done = run_cli_writing("revert", "--target", tree, "--patch", patch)
     output = done.stdout + done.stderr
     assert done.returncode == 0 and "Traceback" not in output, output
     # Restored from the planted bytes when they are the original (checked by sha256), else rebuilt by

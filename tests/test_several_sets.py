@@ -26,6 +26,7 @@ from helpers import (
     patched_spec,
     pip_install,
     run_cli_read_only,
+    run_cli_writing,
     snapshot,
     write_library,
     write_tree,
@@ -619,7 +620,9 @@ def test_preflight_holds_the_launch_against_every_covering_set(eagle3_and_anothe
         "the tools series is not applied to vLLM 0.16.0",
     ]
 
-    assert run_cli("apply", "--target", tree, "--patches", lib, "--set", "eagle3", "--no-import").returncode == 0
+    assert (
+        run_cli_writing("apply", "--target", tree, "--patches", lib, "--set", "eagle3", "--no-import").returncode == 0
+    )
     no_vllm = {**os.environ, "PATH": str(tmp_path / "empty")}
     refused = run_cli("run", "--target", tree, "--patches", lib, "--", *serve(target, drafter), env=no_vllm)
     assert refused.returncode == 1 and "not launched: the preflight failed" in refused.stderr, refused.stderr
@@ -628,7 +631,7 @@ def test_preflight_holds_the_launch_against_every_covering_set(eagle3_and_anothe
     failed = [f["message"] for f in json.loads(half.stdout)["findings"] if not f["ok"]]
     assert failed == ["the tools series is not applied to vLLM 0.16.0"]  # eagle3's launch checks pass now
 
-    assert run_cli("apply", "--target", tree, "--patches", lib, "--no-import").returncode == 0
+    assert run_cli_writing("apply", "--target", tree, "--patches", lib, "--no-import").returncode == 0
     done = run_cli_read_only("preflight", *launch)
     assert done.returncode == 0, done.stdout + done.stderr
     assert json.loads(done.stdout)["tree_state"] == "applied"
@@ -914,7 +917,6 @@ def test_apply_of_several_sets_through_a_symlinked_directory_names_the_fix(run, 
 def test_preflight_calls_an_upstream_set_beside_an_applied_one_applied_as_status_does(tmp_path):
     """A set upstream fixed in this release has nothing to apply: beside an applied set the tree is
     applied, not partial, for preflight as for status."""
-    from helpers import run_cli
     from launch_fixtures import DEEPSEEK_V3, DRAFTER, serve, write_eagle3_setup, write_model
 
     tree, lib = write_eagle3_setup(tmp_path)
@@ -925,7 +927,7 @@ def test_preflight_calls_an_upstream_set_beside_an_applied_one_applied_as_status
     write_library(lib, {"0.15.0": [patch]}, name="fixed", upstream=">=0.16.0")
     target = write_model(tmp_path / "target", DEEPSEEK_V3)
     drafter = write_model(tmp_path / "drafter", DRAFTER)
-    assert run_cli("apply", "--target", tree, "--patches", lib, "--no-import").returncode == 0
+    assert run_cli_writing("apply", "--target", tree, "--patches", lib, "--no-import").returncode == 0
 
     status = run_cli_read_only("status", "--target", tree, "--patches", lib, "--format", "json")
     assert json_of(status)["state"] == "applied", status.stdout

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
-from helpers import make_patch, patched_spec, run_cli, run_cli_read_only, write_tree
+from helpers import make_patch, patched_spec, run_cli_read_only, run_cli_writing, write_tree
 
 from patchkit.checks import shadow
 from patchkit.series.patchfile import parse_patch
@@ -59,7 +59,7 @@ def test_a_name_that_is_not_a_regular_file_shadows_nothing(tmp_path, name, kind)
     tree, patch = _tree_and_patch(tmp_path)
     make = {**NOT_FILES, "dangling link": _dangling_link}[kind]
     make(tree / name)
-    done = run_cli("apply", "--target", tree, "--patch", patch, "--no-import")
+    done = run_cli_writing("apply", "--target", tree, "--patch", patch, "--no-import")
     assert done.returncode == 0, done.stdout + done.stderr
     done = run_cli_read_only("verify", "--target", tree, "--patch", patch, "--no-import")
     assert done.returncode == 0, done.stdout + done.stderr
@@ -71,7 +71,7 @@ def test_a_module_named_like_a_package_without_init_shadows_only_as_a_regular_fi
     tree, patch = _tree_and_patch(tmp_path)
     (tree / "vllm/config/__init__.py").unlink(missing_ok=True)
     NOT_FILES[kind](tree / "vllm/config.py")
-    done = run_cli("apply", "--target", tree, "--patch", patch, "--no-import")
+    done = run_cli_writing("apply", "--target", tree, "--patch", patch, "--no-import")
     assert done.returncode == 0, done.stdout + done.stderr
 
 
@@ -83,7 +83,7 @@ def test_a_symlink_to_a_regular_file_still_shadows(tmp_path, name):
     real.write_bytes(b"x = 1\n")
     (tree / name).parent.mkdir(parents=True, exist_ok=True)
     (tree / name).symlink_to(real)
-    done = run_cli("apply", "--target", tree, "--patch", patch, "--no-import")
+    done = run_cli_writing("apply", "--target", tree, "--patch", patch, "--no-import")
     assert done.returncode == 4, done.stdout + done.stderr
     assert f"{name} is imported instead of {SOURCE}" in done.stderr
 
@@ -93,7 +93,7 @@ def test_a_directory_named_init_beside_a_real_package_init_is_not_what_counts(tm
     tree, patch = _tree_and_patch(tmp_path)
     (tree / "vllm/config/spec/__init__.pyc").mkdir(parents=True)
     (tree / "vllm/config/spec/__init__.py").write_text("")
-    done = run_cli("apply", "--target", tree, "--patch", patch, "--no-import")
+    done = run_cli_writing("apply", "--target", tree, "--patch", patch, "--no-import")
     assert done.returncode == 4, done.stdout + done.stderr
     assert "vllm/config/spec/__init__.py is imported instead" in done.stderr
 

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import assert_clean_failure, fingerprint, run_cli, run_cli_read_only
+from helpers import assert_clean_failure, fingerprint, run_cli, run_cli_read_only, run_cli_writing
 from launch_fixtures import DEEPSEEK_V3, DRAFTER, REGISTRY, serve, write_model
 from packaging.version import Version
 
@@ -60,35 +60,35 @@ def adhoc_patch(site: Path, tmp_path: Path) -> Path:
 def test_a_dry_run_fails_a_patch_that_breaks_the_syntax_as_apply_does_and_writes_nothing(fetched, tmp_path):
     diff = adhoc_patch(fetched, tmp_path)
     before = fingerprint(fetched)
-    dry = run_cli("apply", "--dry-run", "--target", fetched, "--patch", diff)
+    dry = run_cli_writing("apply", "--dry-run", "--target", fetched, "--patch", diff)
     assert_clean_failure(dry, 1)
     assert f"syntax: {KIMI}: line 14: invalid syntax" in dry.stderr
     assert "apply would write nothing" in dry.stderr
     assert fingerprint(fetched) == before  # not even .patchkit/
-    applied = run_cli("apply", "--target", fetched, "--patch", diff)
+    applied = run_cli_writing("apply", "--target", fetched, "--patch", diff)
     assert_clean_failure(applied, 1)
     assert f"syntax: {KIMI}: line 14: invalid syntax" in applied.stderr
 
 
 def test_a_dry_run_of_the_library_series_runs_the_checks_and_says_they_passed(fetched):
-    done = run_cli("apply", "--dry-run", "--target", fetched, "--set", "eagle3", "--format", "json")
+    done = run_cli_writing("apply", "--dry-run", "--target", fetched, "--set", "eagle3", "--format", "json")
     assert done.returncode == 0, done.stderr
     document = json.loads(done.stdout)
     assert document["result"] == "dry-run"
     ran = {c["check"] for c in document["checks"]}
     assert {"integrity", "syntax", "names", "contract"} <= ran
-    text = run_cli("apply", "--dry-run", "--target", fetched, "--set", "eagle3")
+    text = run_cli_writing("apply", "--dry-run", "--target", fetched, "--set", "eagle3")
     assert text.stdout.splitlines()[-1].startswith("dry run: 4 file(s) would change, 24 check(s) passed")
 
 
 def test_a_dry_run_counts_the_checks_apply_counts_and_shows_them_with_v(fetched):
     # review 6 L6: the dry run said 20 (its integrity rows left out), apply 24; -v showed no row
-    verbose = run_cli("apply", "--dry-run", "-v", "--target", fetched, "--set", "eagle3")
+    verbose = run_cli_writing("apply", "--dry-run", "-v", "--target", fetched, "--set", "eagle3")
     assert verbose.returncode == 0, verbose.stderr
     rows = [line.split() for line in verbose.stdout.splitlines()]
     assert {row[0] for row in rows if len(row) > 2 and row[2] == "pass"} >= {"integrity", "syntax", "names", "contract"}
     dry = re.search(r"(\d+) check\(s\) passed", verbose.stdout.splitlines()[-1])
-    applied = run_cli("apply", "--target", fetched, "--set", "eagle3")
+    applied = run_cli_writing("apply", "--target", fetched, "--set", "eagle3")
     counted = re.search(r"^checks +(\d+) checks passed", applied.stdout, re.MULTILINE)
     assert dry and counted and dry.group(1) == counted.group(1), verbose.stdout + applied.stdout
 
@@ -116,7 +116,7 @@ def test_verify_against_a_release_checks_the_planned_contents_once(monkeypatch):
 
 
 def test_verify_quiet_names_the_failure_on_stderr(fetched):
-    assert run_cli("apply", "--target", fetched).returncode == 0
+    assert run_cli_writing("apply", "--target", fetched).returncode == 0
     break_import(fetched / KIMI)
     done = run_cli_read_only("verify", "-q", "--target", fetched)
     assert_clean_failure(done, 1)
@@ -135,7 +135,7 @@ def test_quiet_commands_that_pass_print_nothing(fetched):
 
 
 def test_status_names_a_drifted_file_that_does_not_compile_with_its_line(fetched):
-    assert run_cli("apply", "--target", fetched).returncode == 0
+    assert run_cli_writing("apply", "--target", fetched).returncode == 0
     break_import(fetched / KIMI)
     done = run_cli_read_only("status", "--target", fetched)
     assert_clean_failure(done, 1)
@@ -155,7 +155,7 @@ def test_status_names_a_drifted_file_that_does_not_compile_with_its_line(fetched
 
 
 def test_status_of_a_drifted_file_that_compiles_says_only_drifted(fetched):
-    assert run_cli("apply", "--target", fetched).returncode == 0
+    assert run_cli_writing("apply", "--target", fetched).returncode == 0
     with (fetched / KIMI).open("a") as f:
         f.write("\n# a local note\n")
     document = json.loads(
@@ -171,7 +171,7 @@ def test_an_edit_inside_a_patched_hunk_is_a_drift_not_a_conflict_nor_a_partial_s
     """New-user trial 14, item 5: an edit to a line patch 0002 added made status (and verify) say
     0002 "conflict: hunk #1 does not apply" and the series "partial" (3 of 4 applied): 0002 is
     applied; its file was edited. Said once, as the drift, with its fix."""
-    assert run_cli("apply", "--target", fetched, "--set", "eagle3").returncode == 0
+    assert run_cli_writing("apply", "--target", fetched, "--set", "eagle3").returncode == 0
     lines = (fetched / EAGLE).read_text().splitlines(keepends=True)
     edited = next(i for i, line in enumerate(lines) if "KimiK25ForConditionalGeneration" in line)
     lines[edited] = lines[edited].rstrip("\n") + "  # tuned\n"
@@ -196,7 +196,7 @@ def test_a_patch_a_drifted_file_no_longer_holds_is_not_called_applied(fetched):
     """New-user 19, 1: speculative.py put back to stock, then edited: `status -v` said "4 of 4
     patches applied; 1 file drifted" and 0001 `applied`, though its change is not in the file."""
     stock = (fetched / SPECULATIVE).read_bytes()
-    assert run_cli("apply", "--target", fetched, "--set", "eagle3").returncode == 0
+    assert run_cli_writing("apply", "--target", fetched, "--set", "eagle3").returncode == 0
     (fetched / SPECULATIVE).write_bytes(stock + b"# debug\n")
     done = run_cli_read_only("status", "-v", "--target", fetched, "--set", "eagle3")
     assert_clean_failure(done, 1)
@@ -214,23 +214,23 @@ def test_a_patch_a_drifted_file_no_longer_holds_is_not_called_applied(fetched):
 def test_a_patched_file_deleted_is_said_deleted_and_its_fix_keeps_no_copy(fetched):
     """New-user trial 14, item 21: status said a deleted file was "edited after patchkit patched it"
     with a fix that "keeps a copy of the edits", and revert offered to keep "your edit"."""
-    assert run_cli("apply", "--target", fetched, "--set", "eagle3").returncode == 0
+    assert run_cli_writing("apply", "--target", fetched, "--set", "eagle3").returncode == 0
     (fetched / EAGLE).unlink()
     done = run_cli_read_only("status", "--target", fetched, "--set", "eagle3")
     assert_clean_failure(done, 1)
     assert f"{EAGLE}: drifted: deleted after patchkit patched it" in done.stdout, done.stdout
     assert "copy" not in done.stdout and "conflict" not in done.stdout, done.stdout
-    revert = run_cli("revert", "--target", fetched)
+    revert = run_cli_writing("revert", "--target", fetched)
     assert_clean_failure(revert, 1)
     assert f"{EAGLE} was deleted after patchkit patched it" in revert.stderr and "copy" not in revert.stderr
-    assert run_cli("revert", "--target", fetched, "--force").returncode == 0
+    assert run_cli_writing("revert", "--target", fetched, "--force").returncode == 0
     assert (fetched / EAGLE).is_file()
 
 
 def test_a_preflight_that_judged_nothing_never_says_ok_and_counts_in_english(fetched, tmp_path):
     """New-user trial 14, item 3: `preflight: ok: 0 checks passed, 1 cannot judge` read as a pass,
     and one check was "1 checks passed"."""
-    assert run_cli("apply", "--target", fetched).returncode == 0
+    assert run_cli_writing("apply", "--target", fetched).returncode == 0
     model = write_model(tmp_path / "model", DEEPSEEK_V3)
     # a dummy load: the weights are not judged either (loadable weights would be a pass counted)
     launch = [
@@ -285,7 +285,7 @@ def findings(done) -> dict[str, dict]:
 
 def test_preflight_on_a_fetched_tree_cannot_judge_what_needs_the_registry_and_says_what_gives_it(fetched, tmp_path):
     assert not (fetched / REGISTRY).exists()  # `fetch --dest` lays out the set's files only
-    assert run_cli("apply", "--target", fetched).returncode == 0
+    assert run_cli_writing("apply", "--target", fetched).returncode == 0
     launch = drafted_launch(tmp_path, DEEPSEEK_V3)
     done = run_cli_read_only("preflight", "--target", fetched, "--format", "json", "--", *launch)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -304,7 +304,7 @@ def test_preflight_on_a_fetched_tree_cannot_judge_what_needs_the_registry_and_sa
 def test_on_an_applied_tree_the_whole_release_hint_works_as_printed(fetched, tmp_path):
     """`fetch --all --dest` over the applied tree keeps the files patchkit patched (the record says so):
     the hint is that one command, as on a stock tree (new-user 14 item 6: revert, fetch, apply)."""
-    assert run_cli("apply", "--target", fetched).returncode == 0
+    assert run_cli_writing("apply", "--target", fetched).returncode == 0
     launch = drafted_launch(tmp_path, DEEPSEEK_V3)
     done = run_cli_read_only("preflight", "--target", fetched, "--format", "json", "--", *launch)
     fix = findings(done)["supports-eagle3"]["fix"]
@@ -338,7 +338,7 @@ def test_on_an_unapplied_tree_the_fixes_work_in_the_order_printed(fetched, tmp_p
 def test_preflight_on_a_whole_release_still_judges_the_registry(tmp_path):
     site = tmp_path / "all"
     assert run_cli("fetch", "0.16.0", "--all", "--dest", site).returncode == 0
-    assert run_cli("apply", "--target", site).returncode == 0
+    assert run_cli_writing("apply", "--target", site).returncode == 0
     done = run_cli_read_only(
         "preflight", "--target", site, "--format", "json", "--", *drafted_launch(tmp_path, DEEPSEEK_V3)
     )
@@ -403,19 +403,19 @@ def test_fetch_all_still_lays_out_a_release_no_set_covers(tmp_path):
 def test_a_fetched_tree_is_told_to_fetch_its_stock_files_again(fetched):
     with (fetched / KIMI).open("a") as f:
         f.write("# an edit\n")
-    done = run_cli("apply", "--target", fetched)
+    done = run_cli_writing("apply", "--target", fetched)
     assert_clean_failure(done, 1)
     assert f"patchkit fetch 0.16.0 --dest {fetched} --force" in done.stderr
     assert "pip install" not in done.stderr
     assert run_cli("fetch", "0.16.0", "--dest", fetched, "--force").returncode == 0  # the hint, followed
-    assert run_cli("apply", "--target", fetched).returncode == 0
+    assert run_cli_writing("apply", "--target", fetched).returncode == 0
 
 
 def test_an_installed_tree_is_still_told_to_reinstall(fetched):
     (fetched / "vllm-0.16.0.dist-info/INSTALLER").write_text("pip\n")
     with (fetched / KIMI).open("a") as f:
         f.write("# an edit\n")
-    done = run_cli("apply", "--target", fetched)
+    done = run_cli_writing("apply", "--target", fetched)
     assert_clean_failure(done, 1)
     assert "pip install --force-reinstall --no-deps vllm==0.16.0" in done.stderr
 
@@ -444,7 +444,7 @@ def test_a_failed_first_apply_leaves_no_patchkit_dir(fetched):
     """New-user trial 14, item 10: "nothing was written", yet .patchkit/ was left with its lock."""
     with (fetched / "vllm/config/speculative.py").open("a") as f:
         f.write("# local tweak\n")
-    done = run_cli("apply", "--target", fetched)
+    done = run_cli_writing("apply", "--target", fetched)
     assert_clean_failure(done, 1)
     assert "nothing was written" in done.stderr, done.stderr
     assert not (fetched / ".patchkit").exists()
@@ -455,17 +455,17 @@ def test_a_failed_first_apply_leaves_no_patchkit_dir(fetched):
 
 def test_a_revert_that_leaves_nothing_recorded_removes_patchkit_dir(fetched):
     before = fingerprint(fetched)
-    assert run_cli("apply", "--target", fetched).returncode == 0
+    assert run_cli_writing("apply", "--target", fetched).returncode == 0
     assert (fetched / ".patchkit/lock").exists()
-    assert run_cli("revert", "--target", fetched).returncode == 0
+    assert run_cli_writing("revert", "--target", fetched).returncode == 0
     assert fingerprint(fetched) == before
 
 
 def test_copies_of_the_users_edits_stay_and_are_named(fetched):
-    assert run_cli("apply", "--target", fetched).returncode == 0
+    assert run_cli_writing("apply", "--target", fetched).returncode == 0
     with (fetched / KIMI).open("a") as f:
         f.write("# my edit\n")
-    done = run_cli("revert", "--force", "--target", fetched)
+    done = run_cli_writing("revert", "--force", "--target", fetched)
     assert done.returncode == 0, done.stderr
     assert [p.name for p in (fetched / ".patchkit").iterdir()] == ["saved"]
     [copy] = (fetched / ".patchkit/saved").iterdir()
@@ -500,7 +500,7 @@ def test_a_lock_waiter_locks_the_file_there_once_the_holder_removed_its_own(fetc
 def test_status_json_says_the_guard_apply_installed(fetched):
     """Right after apply's "launch guard installed", status's JSON says the guard is installed (and
     refuses nothing); after revert, that none is."""
-    assert run_cli("apply", "--target", fetched).returncode == 0
+    assert run_cli_writing("apply", "--target", fetched).returncode == 0
     assert (fetched / "patchkit_guard.py").is_file()
     said = json.loads(run_cli_read_only("status", "--target", fetched, "--set", "eagle3", "--format", "json").stdout)[
         "guard"
@@ -513,7 +513,7 @@ def test_status_json_says_the_guard_apply_installed(fetched):
         "missing": None,
         "missing_fix": None,
     }
-    assert run_cli("revert", "--target", fetched).returncode == 0
+    assert run_cli_writing("revert", "--target", fetched).returncode == 0
     said = json.loads(run_cli_read_only("status", "--target", fetched, "--set", "eagle3", "--format", "json").stdout)[
         "guard"
     ]

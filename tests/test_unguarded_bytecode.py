@@ -18,8 +18,8 @@ from helpers import (
     patched_spec,
     pip_install,
     purelib,
-    run_cli,
     run_cli_read_only,
+    run_cli_writing,
     spec_library,
     stale_pyc_under_prefix,
 )
@@ -36,7 +36,7 @@ def _venv_applied_without_guard(tmp_path: Path) -> tuple[Path, Path, Path, Path]
     library = spec_library(tmp_path / "scratch")
     prefix = tmp_path / "pfx"
     (site / "zz_startup.pth").write_text(f"import sys; sys.pycache_prefix = {str(prefix)!r}\n")
-    done = run_cli("apply", "--no-guard", "--no-import", "--python", python, "--patches", library)
+    done = run_cli_writing("apply", "--no-guard", "--no-import", "--python", python, "--patches", library)
     assert done.returncode == 0 and not (site / "patchkit_guard.py").exists(), done.stdout + done.stderr
     assert (site / SPEC).read_text() == patched_spec()
     return python, site, library, prefix
@@ -90,6 +90,6 @@ def test_without_a_guard_stale_bytecode_in_pycache_fails_status_and_preflight_an
     )
     said = launch.stdout + launch.stderr
     assert launch.returncode == 1 and "tree-state" in said and pyc.name in said, said
-    fixed = run_cli("apply", "--no-import", *own)
+    fixed = run_cli_writing("apply", "--no-import", *own)
     assert fixed.returncode == 0, fixed.stdout + fixed.stderr
     assert run_cli_read_only("status", *own).returncode == 0

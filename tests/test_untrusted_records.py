@@ -17,6 +17,7 @@ from helpers import (
     mark_staged,
     patched_spec,
     run_cli_read_only,
+    run_cli_writing,
     run_patchkit,
     snapshot,
     write_tree,
@@ -305,7 +306,7 @@ def test_a_record_naming_no_set_name_is_refused_in_short_words_with_a_fix(tmp_pa
     library = write_library(tmp_path / "lib", {"0.16.0": [make_patch(tmp_path, clean, {SPEC: patched_spec()})]})
     tree = write_tree(tmp_path / "site")
     target = ["--target", tree, "--patches", library]
-    assert run_cli("apply", *target).returncode == 0
+    assert run_cli_writing("apply", *target).returncode == 0
     record = tree / ".patchkit" / "state.json"
     data = json.loads(record.read_text())
     data["entries"][0]["set"] = name
@@ -325,7 +326,7 @@ def test_a_record_naming_no_set_name_is_refused_in_short_words_with_a_fix(tmp_pa
 
 def test_a_library_set_named_as_no_set_name_is_refused_before_anything_is_written(tmp_path):
     """The rule holds at the source too: a set.toml `name` that a record could not keep is refused."""
-    from helpers import run_cli, write_library
+    from helpers import write_library
 
     clean = write_tree(tmp_path / "clean")
     library = write_library(
@@ -335,6 +336,6 @@ def test_a_library_set_named_as_no_set_name_is_refused_before_anything_is_writte
     manifest.write_text(manifest.read_text().replace('name = "up"', 'name = "../up"'))
     tree = write_tree(tmp_path / "site")
     before = fingerprint(tree)
-    done = run_cli("apply", "--target", tree, "--patches", library)
+    done = run_cli_writing("apply", "--target", tree, "--patches", library)
     assert done.returncode == 2 and "`name` '../up' contains a '/'" in done.stderr, done.stderr
     assert fingerprint(tree) == before

@@ -21,7 +21,6 @@ from patchkit.distinfo import installed_record
 from patchkit.distinfo.record import parse_record
 
 from helpers import (  # isort: skip
-    READ_ONLY_COMMANDS,
     MODEL_PY,
     OFFLINE,
     SPEC_PY,
@@ -31,8 +30,7 @@ from helpers import (  # isort: skip
     patched_spec,
     pip_install,
     record_rows,
-    run_cli,
-    run_cli_read_only,
+    run_cli_judged,
     snapshot,
     write_library,
     write_tree,
@@ -87,9 +85,8 @@ class WheelTree:
         (dist / "RECORD").write_text(record_rows(self.site, self.dist, whole_site=True))
 
     def cli(self, *args: object, env: dict[str, str] | None = None):
-        """status and verify through run_cli_read_only (CONTRIBUTING), the others as processes of their own."""
-        run = run_cli_read_only if args[0] in READ_ONLY_COMMANDS else run_cli
-        return run(*args, "--target", self.site, "--patches", self.library, env=env)
+        """status, verify, apply and revert through run_cli_judged (CONTRIBUTING), the others as processes."""
+        return run_cli_judged(*args, "--target", self.site, "--patches", self.library, env=env)
 
     def dist_info_files(self) -> dict[str, bytes]:
         dist = self.site / self.dist

@@ -27,6 +27,7 @@ from helpers import (  # isort: skip
     patched_spec,
     record_rows,
     run_cli,
+    run_cli_writing,
     run_cli_read_only,
     snapshot,
     stock_files_fetched,
@@ -219,7 +220,9 @@ def test_a_file_that_is_the_releases_own_is_never_overwritten(tmp_path, monkeypa
         server.publish(f"vllm-{VERSION}-py3-none-manylinux_2_17_x86_64.whl", wheel)
         use_index(monkeypatch, server.index())
         env = {k: os.environ[k] for k in ("PATCHKIT_CACHE_DIR", "PIP_INDEX_URL", "PIP_CONFIG_FILE")}
-        done = run_cli("revert", "--target", tree.site, "--patches", tree.library, env={**env, "PIP_NO_INDEX": ""})
+        done = run_cli_writing(
+            "revert", "--target", tree.site, "--patches", tree.library, env={**env, "PIP_NO_INDEX": ""}
+        )
     finally:
         server.stop()
     assert_clean_failure(done, 2)
@@ -275,7 +278,7 @@ def test_a_genuine_wheel_of_a_library_set_reverts_with_no_copies_offline(tmp_pat
     (built,) = (tmp_path / "out").iterdir()
     site = install(built, tmp_path / "prefix")
     assert (site / HOOK).read_text() == HOOK_PY
-    done = run_cli("revert", "--target", site, "--patches", library, env=OFFLINE)
+    done = run_cli_writing("revert", "--target", site, "--patches", library, env=OFFLINE)
     assert done.returncode == 0, done.stdout + done.stderr
     assert snapshot(site) == stock
     assert not (site / ".patchkit" / "saved").exists()
@@ -310,7 +313,7 @@ def test_patchkit_wheels_own_output_round_trips(tmp_path):
         assert report["state"] == "applied", report
         done = run_cli_read_only("verify", *common, "--no-import")
         assert done.returncode == 0, done.stdout + done.stderr
-        done = run_cli("revert", *common, env=OFFLINE)
+        done = run_cli_writing("revert", *common, env=OFFLINE)
         assert done.returncode == 0, done.stdout + done.stderr
         assert "reverse-applying" not in done.stderr, done.stderr
         assert snapshot(site) == stock
@@ -344,12 +347,12 @@ def test_a_local_label_wheels_record_proves_no_file_stock(tmp_path):
         site = install(built, tmp_path / f"prefix-{guarded}")
         common = ("--target", site, "--patches", library)
         if guarded:
-            assert run_cli("apply", *common, "--no-import").returncode == 0
+            assert run_cli_writing("apply", *common, "--no-import").returncode == 0
         report = json.loads(run_cli_read_only("status", *common, "--format", "json").stdout)
         assert report["state"] == "applied" and report["ok"], report
         done = run_cli_read_only("verify", *common, "--no-import")
         assert done.returncode == 0, done.stdout + done.stderr
-        done = run_cli("revert", *common, env=OFFLINE)
+        done = run_cli_writing("revert", *common, env=OFFLINE)
         assert done.returncode == 0, done.stdout + done.stderr
         assert "not stock" not in done.stdout, done.stdout
         assert "1 file(s) restored to stock" in done.stdout, done.stdout
