@@ -58,16 +58,22 @@ class AsyncEngineArgs:
 """
 
 
-def test_a_long_pydantic_refusal_is_quoted_by_its_head_not_its_tail(tmp_path):
-    tree, library = write_eagle3_setup(tmp_path)
-    fake = write_refusing_engine_args(tree)
-    (fake / "vllm" / "engine" / "arg_utils.py").write_text(PYDANTIC_REFUSAL)
+def validation_finding(tmp_path, tree, library, fake) -> dict:
+    """The vllm-validation finding of a full preflight of an EAGLE-3 launch, vLLM served by the stand-in `fake`."""
     launch = serve(write_model(tmp_path / "target", DEEPSEEK_V3), write_model(tmp_path / "drafter", DRAFTER))
     done = run_cli(
         "preflight", "--target", tree, "--python", sys.executable, "--patches", library, "--format", "json",
         "--", *launch, env={"PYTHONPATH": str(fake)},
     )  # fmt: skip
     [found] = [f for f in json.loads(done.stdout)["findings"] if f["check"] == "vllm-validation"]
+    return found
+
+
+def test_a_long_pydantic_refusal_is_quoted_by_its_head_not_its_tail(tmp_path):
+    tree, library = write_eagle3_setup(tmp_path)
+    fake = write_refusing_engine_args(tree)
+    (fake / "vllm" / "engine" / "arg_utils.py").write_text(PYDANTIC_REFUSAL)
+    found = validation_finding(tmp_path, tree, library, fake)
     said = found["message"]
     assert not found["ok"] and "['Eagle3NoSuchDrafterForCausalLM'] are not supported for now" in said, said
     assert "SupportedArchitecture699ForCausalLM" in said and "characters left out" in said, said  # its end too
@@ -114,11 +120,6 @@ def test_a_vllm_validation_killed_by_sigkill_says_so_and_skipping_it_is_no_fix(t
         "    def create_engine_config(self):\n",
         "    def create_engine_config(self):\n        import os\n\n        os.kill(os.getpid(), 9)  # as the out-of-memory killer does\n",
     ))  # fmt: skip
-    launch = serve(write_model(tmp_path / "target", DEEPSEEK_V3), write_model(tmp_path / "drafter", DRAFTER))
-    done = run_cli(
-        "preflight", "--target", tree, "--python", sys.executable, "--patches", library, "--format", "json",
-        "--", *launch, env={"PYTHONPATH": str(fake)},
-    )  # fmt: skip
-    [found] = [f for f in json.loads(done.stdout)["findings"] if f["check"] == "vllm-validation"]
+    found = validation_finding(tmp_path, tree, library, fake)
     assert not found["ok"] and "was killed (SIGKILL: the kernel's out-of-memory killer" in found["message"], found
     assert found["fix"] == "free memory, then run it again", found
