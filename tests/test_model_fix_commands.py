@@ -75,7 +75,9 @@ def test_an_empty_hf_config_path_directory_is_told_to_hold_config_json(target, t
     )
     assert_clean_failure(done, 4)
     _, fix = model_finding(done)
-    assert fix == f"put the model's config.json into {tmp_path / 'cfg'}, or give --hf-config-path the directory holding it"
+    assert (
+        fix == f"put the model's config.json into {tmp_path / 'cfg'}, or give --hf-config-path the directory holding it"
+    )
 
 
 @pytest.mark.parametrize("locale", ["C", "C.UTF-8"])
@@ -86,3 +88,21 @@ def test_non_ascii_model_directories_print_as_they_are(target, tmp_path, locale)
     assert_clean_failure(done, 4)
     _, fix = model_finding(done)
     assert fix.startswith(f"put the model's config.json and weights into {empty}, ")
+
+
+@pytest.mark.parametrize(("name", "elsewhere"), [("lab/m", True), ("m.bin", True), ("./m.bin", False), ("abs", False)])
+def test_a_file_named_as_the_model_offers_running_elsewhere_only_for_a_relative_hub_id(
+    target, tmp_path, name, elsewhere
+):
+    """L-h's class: an existing file vLLM refuses as the model; no working directory changes an absolute
+    path (or a name that is no hub id), so only `lab/m` or `m.bin` may be run from another directory."""
+    work = tmp_path / "work"
+    (work / "lab").mkdir(parents=True)
+    given = str(work / "m.bin") if name == "abs" else name
+    (work / given).write_bytes(b"not a model")
+    done = preflight(target, "vllm", "serve", given, cwd=work)
+    assert_clean_failure(done, 4)
+    said, fix = model_finding(done)
+    assert "is a file, not a model directory" in said
+    assert fix.startswith("give the model's directory")
+    assert ("run from a directory where that name is no file" in fix) is elsewhere

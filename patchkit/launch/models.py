@@ -140,11 +140,17 @@ def _empty_directory_hint(source: str, directory: Path, config_only: bool) -> st
     """What makes vLLM find the model a directory without config.json stands for: moving away helps
     only a relative name that is also a hub id (./org/m shadows org/m); anything else names that directory."""
     what = "config.json" if config_only else "config.json and weights"
-    if not os.path.isabs(source) and hub_repo_id(source):
+    if _a_hub_id_here(source):
         return f"run from a directory without {source} in it (vLLM then takes it as a hub id), or put the model's {what} into {directory}"
     if config_only:
         return f"put the model's config.json into {directory}, or give --hf-config-path the directory holding it"
     return f"put the model's config.json and weights into {directory}, or give the directory that holds them"
+
+
+def _a_hub_id_here(name: str) -> bool:
+    """Whether a local path `name` stands where vLLM would otherwise take a hub id: a relative name
+    huggingface_hub takes, which running elsewhere frees (no directory changes an absolute one)."""
+    return not os.path.isabs(name) and hub_repo_id(name)
 
 
 def _where(path: Path) -> str:
@@ -203,7 +209,8 @@ def _refuse_a_file(path: Path, role: str, name: str) -> None:
     raise TargetError(
         f"{role} '{name}': {path.resolve()} is a file, not a model directory, and vLLM takes an existing "
         "path as the model's own: it refuses the launch",
-        hint="give the model's directory, or run from a directory where that name is no file",
+        hint="give the model's directory"
+        + (", or run from a directory where that name is no file" if _a_hub_id_here(name) else ""),
     )
 
 
