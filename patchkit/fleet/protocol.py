@@ -229,7 +229,9 @@ def fleet_apply(
 
 def _phase_one_refusal(prepared: Batch, require_same_version: bool) -> PatchkitError | None:
     if prepared.signum is not None:
-        return Interrupted("fleet apply interrupted in phase 1: nothing was written on any node", signum=prepared.signum)
+        return Interrupted(
+            "fleet apply interrupted in phase 1: nothing was written on any node", signum=prepared.signum
+        )
     lost = [r for r in prepared.reports if r.unreachable]
     if lost:
         return ClusterError(
