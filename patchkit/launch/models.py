@@ -124,7 +124,7 @@ def resolve_model(
     if os.path.isdir(local):  # transformers reads a directory of that name, not the hub cache
         raise TargetError(
             f"{role} '{source}': the directory {local.resolve()} has no config.json (vLLM reads it, not the hub cache)",
-            hint="run from another directory, or give the model's full path",
+            hint=_empty_directory_hint(source, local.resolve(), config_path is not None),
         )
     away = offline(environ)
     candidate = _in_hub_cache(source, hub_cache(environ), revision or "main", looked, role, config_format, away)
@@ -134,6 +134,23 @@ def resolve_model(
     if source.startswith("~"):
         hint = f"write the full path: vLLM never expands ~ (only a shell does, in a word of its own); {hint}"
     raise TargetError(f"{role} '{source}': no config.json found (looked at: {'; '.join(looked)})", hint=hint)
+
+
+def _empty_directory_hint(source: str, directory: Path, config_only: bool) -> str:
+    """What makes vLLM find the model a directory without config.json stands for: moving away helps
+    only a relative name that is also a hub id (./org/m shadows org/m); anything else names that directory."""
+    what = "config.json" if config_only else "config.json and weights"
+    if _a_hub_id_here(source):
+        return f"run from a directory without {source} in it (vLLM then takes it as a hub id), or put the model's {what} into {directory}"
+    if config_only:
+        return f"put the model's config.json into {directory}, or give --hf-config-path the directory holding it"
+    return f"put the model's config.json and weights into {directory}, or give the directory that holds them"
+
+
+def _a_hub_id_here(name: str) -> bool:
+    """Whether a local path `name` stands where vLLM would otherwise take a hub id: a relative name
+    huggingface_hub takes, which running elsewhere frees (no directory changes an absolute one)."""
+    return not os.path.isabs(name) and hub_repo_id(name)
 
 
 def _where(path: Path) -> str:
@@ -192,7 +209,8 @@ def _refuse_a_file(path: Path, role: str, name: str) -> None:
     raise TargetError(
         f"{role} '{name}': {path.resolve()} is a file, not a model directory, and vLLM takes an existing "
         "path as the model's own: it refuses the launch",
-        hint="give the model's directory, or run from a directory where that name is no file",
+        hint="give the model's directory"
+        + (", or run from a directory where that name is no file" if _a_hub_id_here(name) else ""),
     )
 
 
