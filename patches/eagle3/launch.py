@@ -9,13 +9,18 @@ resolves) when the preflight may import vLLM; that answer is then the verdict.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import shlex
 
-from packaging.version import Version
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.version import InvalidVersion, Version
 
 from patchkit.base import hints
+from patchkit.base.errors import TargetError, escaped
 from patchkit.launch.engine import few_named
-from patchkit.launch.findings import Finding
+from patchkit.launch.findings import Finding, cannot_judge
 from patchkit.series.requirements import Target
 
 SUPPORTS = "SupportsEagle3"
@@ -37,6 +42,13 @@ ABSOLUTE_LAYER_IDS = ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "KimiK25
 FC_OF_THREE = b"hidden_size * 3"
 SIZED_BY_CONFIG = b"num_aux_hidden_states"
 LAST_FC_OF_THREE = Version("0.18.999")
+# vLLM's Transformers modeling backend: one file before 0.12, a package after (Base, in base.py, is
+# where SupportsEagle3 and set_aux_hidden_state_layers are, from 0.13)
+BACKEND_MODULE = "transformers"
+BACKEND_TABLE = "_TRANSFORMERS_BACKEND_MODELS"
+BACKEND_FILES = (f"{MODELS_DIR}/transformers/base.py", f"{MODELS_DIR}/transformers.py")
+BACKEND_MOE = f"{MODELS_DIR}/transformers/moe.py"
+EXPERT_KEYS = ("num_experts", "moe_num_experts", "n_routed_experts", "num_local_experts")  # vLLM's get_num_experts
 
 
 # The other methods whose drafter vLLM loads through the proposer's load_model (EagleProposer: eagle,
@@ -93,6 +105,11 @@ def supports_eagle3(launch) -> Finding:
     arch = target_architecture(launch)
     if arch is None:
         return Finding("supports-eagle3", False, f"{launch.target.path} names no architecture")
+    backend = _backend_class(launch, arch)
+    if backend is not None:  # the native class's answer is about a class vLLM does not build
+        return _backend_eagle3(launch, *backend)
+    if launch.command.options.get("model-impl") == "terratorch":  # vLLM builds its Terratorch class
+        arch = "Terratorch"
 
     def judgement(read):
         where = _model_class(launch.registry(read), arch)
@@ -102,8 +119,9 @@ def supports_eagle3(launch) -> Finding:
         requirement = launch.requirement(file=f"{MODELS_DIR}/{module}.py", kind="base", **{"class": cls}, base=SUPPORTS)
         return launch.evaluate(requirement, read)
 
-    static = launch.lacks("supports-eagle3", REGISTRY) or launch.judge("supports-eagle3", judgement)
-    verdict = launch.model_interface(launch.target.architectures, "supports_eagle3")
+    fix = "drop --model-impl terratorch" if arch == "Terratorch" else None
+    static = launch.lacks("supports-eagle3", REGISTRY) or launch.judge("supports-eagle3", judgement, fix)
+    verdict = launch.model_interface(_asked_for(launch, arch), "supports_eagle3")
     plugins = launch.general_plugins() if verdict.result is None else []
     if plugins:  # they run before vLLM builds the model, and may register another class for it
         named = few_named(plugins, NOTE_ROOM)  # a few, then how many more: one finding stays short
@@ -119,6 +137,175 @@ def target_architecture(launch) -> str | None:
     tables = launch.registry()
     registered = [arch for arch in archs if _model_class(tables, arch) is not None]
     return (registered or archs or [None])[0]
+
+
+def _asked_for(launch, arch: str) -> list[str]:
+    """The architectures vLLM itself is asked about: config.json's, of which it builds the first it
+    loads; under --model-impl terratorch its Terratorch class, whatever the config names."""
+    return [arch] if arch == "Terratorch" else launch.target.architectures
+
+
+def _backend_class(launch, arch: str) -> tuple[str, str] | None:
+    """(class, why) when vLLM builds the target as its Transformers modeling backend's class
+    (ModelRegistry.resolve_model_cls): --model-impl transformers; auto (the default) when it registers
+    none of config.json's architectures; an architecture it registers as the backend (SmolLM3).
+    None: vLLM builds a class of its own."""
+    tables = launch.registry()
+    where = _model_class(tables, arch)
+    impl = launch.command.options.get("model-impl", "auto")
+    if where is not None and where[0] == BACKEND_MODULE and impl != "terratorch":
+        return where[1], f"vLLM registers {arch} as its Transformers backend's {where[1]}"
+    if impl == "transformers":
+        return _backend_name(launch), "--model-impl transformers"
+    if impl == "auto" and where is None and tables:
+        return _backend_name(launch), f"vLLM registers no class of its own for {arch}"
+    return None
+
+
+def _backend_name(launch) -> str:
+    """The backend class vLLM picks for a generating model (ModelConfig._get_transformers_backend_cls):
+    MultiModal for a nested text config, MoE for a model with experts, of those the tree registers."""
+    text = launch.target.text_config
+    multimodal = "MultiModal" if text is not launch.target.config else ""
+    moe = "MoE" if any(_whole(text.get(key)) and text[key] > 0 for key in EXPERT_KEYS) else ""
+    table = launch.registry().get(BACKEND_TABLE, {})
+    named = [f"Transformers{multimodal}{moe}ForCausalLM", "TransformersForMultimodalLM" if multimodal else ""]
+    return next((name for name in named if name in table), "TransformersForCausalLM")
+
+
+def _backend_eagle3(launch, cls: str, why: str) -> Finding:
+    """The backend's EAGLE-3, as the tree's backend files declare it: the interface (none before
+    0.13), and the transformers its check_version() calls need (set_aux_hidden_state_layers; an MoE
+    class's __init__ too), held against the transformers the launch's Python finds. Then vLLM's own
+    supports_eagle3() on that class, when asked."""
+    source = next((data for path in BACKEND_FILES if (data := launch.read(path)) is not None), None)
+    if source is None:
+        return launch.lacks("supports-eagle3", BACKEND_FILES[0]) or Finding(
+            "supports-eagle3",
+            False,
+            f"{why}: the tree's Transformers backend files are not readable",
+            f"run {hints.command('status')}",
+        )
+    built = f"{why}: vLLM builds the target as its Transformers backend's {cls}"
+    needs = _backend_needs(source, "set_aux_hidden_state_layers", "Eagle3 support")
+    if needs is None:
+        return Finding(
+            "supports-eagle3", False, f"{built}, which has no EAGLE-3 in this vLLM", _backend_fix(launch, why)
+        )
+    if "MoE" in cls:
+        needs += _backend_needs(launch.read(BACKEND_MOE) or b"", "__init__", "MoE models support") or []
+    static = _held_to_transformers(launch, built, needs, why)
+    if not static.ok or not static.judged:
+        return static
+    return _held_to_vllm(static, launch.model_interface([cls], "supports_eagle3"))
+
+
+def _backend_needs(source: bytes, function: str, feature: str) -> list[tuple[Version, str]] | None:
+    """(version, feature) of each check_version("X", ...) call in `function` (a method of the file's
+    classes); None when the file's classes do not implement SupportsEagle3 (the function read for
+    EAGLE-3) or define no such function."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return None
+    classes = [node for node in tree.body if isinstance(node, ast.ClassDef)]
+    methods = [m for c in classes for m in c.body if isinstance(m, ast.FunctionDef) and m.name == function]
+    interface = function != "set_aux_hidden_state_layers" or any(
+        SUPPORTS in ast.unparse(base) for c in classes for base in c.bases
+    )
+    if not methods or not interface:
+        return None
+    calls = [n for m in methods for n in ast.walk(m) if isinstance(n, ast.Call) and _named(n.func, "check_version")]
+    found = []
+    for call in calls:
+        first = call.args[0] if call.args else None
+        if isinstance(first, ast.Constant) and isinstance(first.value, str):
+            try:
+                found.append((Version(first.value), feature))
+            except InvalidVersion:
+                continue
+    return found
+
+
+def _held_to_transformers(launch, built: str, needs: list[tuple[Version, str]], why: str) -> Finding:
+    """The backend's transformers requirement against the launch's transformers (its METADATA's
+    Version, as importlib.metadata.version() reads it: untrusted, judged here)."""
+    if not needs:
+        return Finding("supports-eagle3", True, f"{built}, which implements {SUPPORTS}")
+    need = max(version for version, _ in needs)
+    wanted = f"{built}, which needs transformers>={need} ({', '.join(f for v, f in needs if v == need)})"
+    fields = launch.distribution("transformers") or []
+    said = next((value for key, value in fields if key.lower() == "version"), None)
+    if said is None:
+        found = "finds no transformers" if not fields else "finds a transformers whose METADATA gives no Version"
+        return cannot_judge(
+            "supports-eagle3", f"{wanted}; the launch's Python {found}", _backend_fix(launch, why, need)
+        )
+    try:
+        installed = Version(said)
+    except InvalidVersion:
+        reason = f"{wanted}; the launch's transformers gives version {escaped(said)!r}"
+        return cannot_judge("supports-eagle3", reason, _backend_fix(launch, why, need))
+    if installed < need:
+        message = f"{wanted}; the launch's Python has {installed}: vLLM fails loading the target"
+        return Finding("supports-eagle3", False, message, _backend_fix(launch, why, need))
+    return Finding("supports-eagle3", True, f"{wanted}; the launch's Python has {installed}")
+
+
+def _backend_fix(launch, why: str, need: Version | None = None) -> str:
+    """Drop --model-impl transformers where vLLM has a class of its own; else the transformers the
+    backend needs, within this vLLM's own requirement (its METADATA); else no EAGLE-3."""
+    tables = launch.registry()
+    native = [
+        a for a in launch.target.architectures if (_model_class(tables, a) or (BACKEND_MODULE,))[0] != BACKEND_MODULE
+    ]
+    if why == "--model-impl transformers" and native:
+        return f"drop --model-impl transformers: vLLM then builds its own {native[0]}"
+    pin = _required(launch.distribution("vllm") or [], "transformers")
+    if need is None or (pin is not None and not _admits(pin, need)):
+        held = f"this vLLM requires transformers{pin}, and " if need is not None else ""
+        return f"serve it without --speculative-config: {held}its Transformers backend has no EAGLE-3 below {need}"
+    wanted = str(SpecifierSet(f">={need}") & (pin or SpecifierSet()))
+    try:
+        python = launch.command.launch_python()[0]
+    except TargetError:
+        return f"install transformers{wanted} into the Python vLLM runs in"
+    return (
+        f"install transformers{wanted}: `{shlex.quote(python)} -m pip install {shlex.quote('transformers' + wanted)}`"
+    )
+
+
+def _required(fields: list[tuple[str, str]], name: str) -> SpecifierSet | None:
+    """The versions of `name` a distribution's METADATA requires (Requires-Dist, no extra's); None:
+    none said, or not readable as a requirement."""
+    for key, value in fields:
+        if key.lower() != "requires-dist":
+            continue
+        try:
+            requirement = Requirement(value)
+        except InvalidRequirement:
+            continue
+        if requirement.name.lower() == name and (requirement.marker is None or "extra" not in str(requirement.marker)):
+            return requirement.specifier
+    return None
+
+
+def _admits(pin: SpecifierSet, need: Version) -> bool:
+    """Whether some release at or above `need` meets `pin`: tried at `need` and just past each of
+    the pin's own versions (">=4.56,<5" admits none of 5.0.0 on; "!=5.2.*,!=5.5.0" admits 5.5.1)."""
+    tried = [need]
+    for spec in pin:
+        try:
+            at = Version(spec.version.removesuffix(".*"))
+        except InvalidVersion:
+            continue
+        major, minor, micro = (*at.release, 0, 0)[:3]
+        tried += [at, Version(f"{major}.{minor}.{micro + 1}"), Version(f"{major}.{minor + 1}"), Version(f"{major + 1}")]
+    return any(version >= need and pin.contains(version, prereleases=True) for version in tried)
+
+
+def _named(func: ast.expr, name: str) -> bool:
+    return (isinstance(func, ast.Attribute) and func.attr == name) or (isinstance(func, ast.Name) and func.id == name)
 
 
 def _held_to_vllm(static: Finding, verdict) -> Finding:
