@@ -244,7 +244,7 @@ def _held_to_transformers(launch, built: str, needs: list[tuple[Version, str]], 
     try:
         installed = Version(said)
     except InvalidVersion:
-        reason = f"{wanted}; the launch's transformers gives version {escaped(said)!r}"
+        reason = f"{wanted}; the launch's transformers gives version '{escaped(said)}'"
         return cannot_judge("supports-eagle3", reason, _backend_fix(launch, why, need))
     if installed < need:
         message = f"{wanted}; the launch's Python has {installed}: vLLM fails loading the target"
@@ -265,7 +265,8 @@ def _backend_fix(launch, why: str, need: Version | None = None) -> str:
     if need is None or (pin is not None and not _admits(pin, need)):
         held = f"this vLLM requires transformers{pin}, and " if need is not None else ""
         return f"serve it without --speculative-config: {held}its Transformers backend has no EAGLE-3 below {need}"
-    wanted = str(SpecifierSet(f">={need}") & (pin or SpecifierSet()))
+    lower = [s for s in pin or () if s.operator in (">=", ">") and _version(s.version) < need]  # implied by need
+    wanted = str(SpecifierSet(f">={need}") & SpecifierSet([s for s in pin or () if s not in lower]))
     try:
         python = launch.command.launch_python()[0]
     except TargetError:
@@ -288,6 +289,13 @@ def _required(fields: list[tuple[str, str]], name: str) -> SpecifierSet | None:
         if requirement.name.lower() == name and (requirement.marker is None or "extra" not in str(requirement.marker)):
             return requirement.specifier
     return None
+
+
+def _version(text: str) -> Version:
+    try:
+        return Version(text)
+    except InvalidVersion:
+        return Version("0")
 
 
 def _admits(pin: SpecifierSet, need: Version) -> bool:
