@@ -42,6 +42,8 @@ ABSOLUTE_LAYER_IDS = ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "KimiK25
 FC_OF_THREE = b"hidden_size * 3"
 SIZED_BY_CONFIG = b"num_aux_hidden_states"
 LAST_FC_OF_THREE = Version("0.18.999")
+PARTITION = "VLLM_PP_LAYER_PARTITION"
+PP_INDICES = "vllm/distributed/utils.py"  # get_pp_indices, where vLLM reads PARTITION
 # vLLM's Transformers modeling backend: one file before 0.12, a package after (Base, in base.py, is
 # where SupportsEagle3 and set_aux_hidden_state_layers are, from 0.13)
 BACKEND_MODULE = "transformers"
@@ -453,6 +455,9 @@ def _aux_count(launch, named: str, layers: list[int], count: int, passed: str) -
     """The target returns one hidden state per distinct layer id below its layer count (none past the
     last layer), and the drafter's fc takes exactly FC_HIDDEN_STATES of them: another number loads and
     serves until the first request's proposal, which fails on the fc's shape."""
+    refused = _partition_refused(launch, count)
+    if refused is not None:
+        return refused
     first = _last_stage_start(launch, count)
     taken = sorted({n for n in layers if first <= n < count})
     if _fc_hidden_states(launch) is None or len(taken) == FC_HIDDEN_STATES:
@@ -474,13 +479,49 @@ def _last_stage_start(launch, count: int) -> int:
     stages = _whole_option(launch.command.options.get("pipeline-parallel-size", 1))
     if stages is None or stages <= 1 or target_architecture(launch) not in ABSOLUTE_LAYER_IDS:
         return 0
-    given = launch.command.environ.get("VLLM_PP_LAYER_PARTITION")
-    if given is not None:  # vLLM's get_pp_indices: one count a stage, summing to the layers
-        parts = [_whole_option(part) for part in given.split(",")]
-        whole = [part for part in parts if part is not None]
-        return count - whole[-1] if len(whole) == len(parts) == stages and sum(whole) == count else 0
+    given = launch.command.environ.get(PARTITION)
+    if given is not None:  # vLLM's get_pp_indices: one count a stage, summing to the layers (else refused)
+        parts = _partition(given)
+        return count - parts[-1] if parts and len(parts) == stages and sum(parts) == count else 0
     last = count // stages  # the remainder goes to the stages before the last
     return count - last
+
+
+def _partition(given: str) -> list[int] | None:
+    """VLLM_PP_LAYER_PARTITION's layer counts as get_pp_indices reads them (int() of each
+    comma-separated part); None where it raises "Invalid partition string"."""
+    try:
+        return [int(part) for part in given.split(",")]
+    except ValueError:
+        return None
+
+
+def _partition_refused(launch, count: int) -> Finding | None:
+    """A VLLM_PP_LAYER_PARTITION the tree's get_pp_indices refuses, as it builds the target's layers
+    (on every stage, -pp 1 too: it is read whenever set): vLLM's words, or cannot judge where the tree
+    does not show the rule. None: not given, or accepted."""
+    given = launch.command.environ.get(PARTITION)
+    if given is None:
+        return None
+    stages = _whole_option(launch.command.options.get("pipeline-parallel-size", 1))
+    parts = _partition(given)
+    if parts is None:
+        why = f"Invalid partition string: {given}"
+    elif stages is not None and len(parts) != stages:
+        why = f"len(partitions)={len(parts)} does not match pp_size={stages}."
+    elif sum(parts) != count:
+        why = f"sum(partitions)={sum(parts)} does not match num_hidden_layers={count}."
+    else:
+        return None
+    shown = f"{PARTITION}={escaped(given)!r}"
+    fix = f"give {PARTITION} {stages or 'one'} whole layer count(s), one a pipeline stage, summing to {count}, or unset it"
+    rule = launch.read(PP_INDICES) or b""
+    if PARTITION.encode() not in rule or b"def get_pp_indices" not in rule:
+        return cannot_judge(
+            "drafter-aux-layers", f"{shown}: the tree's {PP_INDICES} does not show how vLLM reads it", fix
+        )
+    message = f"{shown}: vLLM's get_pp_indices refuses it as it builds the target ({escaped(why)})"
+    return Finding("drafter-aux-layers", False, message, fix)
 
 
 def _whole_option(value: object) -> int | None:

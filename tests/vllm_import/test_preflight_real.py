@@ -197,3 +197,39 @@ def test_model_impl_transformers_fails_eagle3_on_the_backend_vllm_builds(tmp_pat
         assert f"vLLM's supports_eagle3() is True for {DEEPSEEK_V3_CLASS}" in supports(followed)["message"]
     finally:
         assert patchkit("revert", "--python", python).returncode == 0
+
+
+# review37 L-j: a VLLM_PP_LAYER_PARTITION vLLM's get_pp_indices refuses, in its own words.
+PP_INDICES = """
+import json, os, sys
+from vllm.distributed.utils import get_pp_indices
+said = {}
+for partition in sys.argv[3:]:
+    os.environ["VLLM_PP_LAYER_PARTITION"] = partition
+    try:
+        said[partition] = repr(get_pp_indices(int(sys.argv[1]), 0, int(sys.argv[2])))
+    except ValueError as exc:
+        said[partition] = str(exc)
+print(json.dumps(said))
+"""
+
+
+def test_a_layer_partition_vllm_refuses_fails_drafter_aux_layers_with_vllms_words(tmp_path: Path):
+    layers = 61
+    target = {**TARGET, "num_hidden_layers": layers}
+    drafter = {**DRAFTER, "eagle_aux_hidden_state_layer_ids": [40, 50, 60]}
+    for name, config in (("target", target), ("drafter", drafter)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(json.dumps(config))
+        (tmp_path / name / "model.safetensors").write_bytes(EMPTY_SAFETENSORS)
+    spec = json.dumps({"method": "eagle3", "model": str(tmp_path / "drafter"), "num_speculative_tokens": 2})
+    partitions = ["abc", "", "30,30", "61"]
+    refused = ask_vllm(PP_INDICES, str(layers), "2", *partitions)
+    for partition in partitions:
+        launch = ["env", f"VLLM_PP_LAYER_PARTITION={partition}", "vllm", "serve", str(tmp_path / "target")]
+        done = patchkit(
+            "preflight", "--python", VLLM_PYTHON, "--no-import", "--format", "json", "--",
+            *launch, "-pp", "2", "--speculative-config", spec,
+        )  # fmt: skip
+        found = finding(done, "drafter-aux-layers")
+        assert not found["ok"] and f"({refused[partition]})" in found["message"], (refused, found)
