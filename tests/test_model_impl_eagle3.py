@@ -36,6 +36,8 @@ BASE_PY = textwrap.dedent("""\
 MOE_PY = textwrap.dedent("""\
     class MoEMixin(MixtureOfExperts):
         def __init__(self, *, vllm_config, prefix=""):
+            if vllm_config.model_config.hf_config.model_type == "aria":  # not every run: not named
+                self.check_version("9.0.0", "Aria")
             self.check_version("MOE", "MoE models support")
     """)
 BACKEND_TABLE = textwrap.dedent("""\
