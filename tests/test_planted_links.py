@@ -15,7 +15,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from helpers import run_cli_in_process
+from helpers import record_created, run_cli_in_process
 from launch_fixtures import write_model
 
 import patchkit._target.guard as target_guard
@@ -25,15 +25,6 @@ import patchkit.store.state as state_module
 DEEP = 200  # the levels of the directory the planted symlinks lead to (review36's was 1,000)
 FILES = 30
 LINK = "vllm/s"  # the planted symlink, into the deep directory; a and b inside it lead there again
-
-
-def record_also(tree: Path, paths: list[str]) -> None:
-    """The applied tree's record, naming each of `paths` as a file its first entry created."""
-    state = tree / ".patchkit" / "state.json"
-    data = json.loads(state.read_text())
-    for path in paths:
-        data["entries"][0]["files"][path] = {"after": "ab" * 32, "before": None, "mode": 0o644}
-    state.write_text(json.dumps(data))
 
 
 def planted(tree: Path, outside: Path, files: int = FILES) -> tuple[Path, list[str]]:
@@ -48,7 +39,7 @@ def planted(tree: Path, outside: Path, files: int = FILES) -> tuple[Path, list[s
     paths = [f"{LINK}/{'/'.join(rng.choice('ab') for _ in range(11))}/x{i}.py" for i in range(files)]
     for rel in paths[:3]:  # a few of them there (through the links), the rest absent
         (tree / rel).write_text("x = 1\n")
-    record_also(tree, paths)
+    record_created(tree, paths)
     return deep, paths
 
 
@@ -169,7 +160,7 @@ def hard_links(tree: Path, count: int = LINKS, size: int = SIZE) -> list[str]:
     (tree / paths[0]).write_bytes(random.Random(2).randbytes(size))
     for rel in paths[1:]:
         os.link(tree / paths[0], tree / rel)
-    record_also(tree, paths)
+    record_created(tree, paths)
     return paths
 
 
@@ -179,7 +170,7 @@ def distinct(tree: Path, count: int, size: int) -> list[str]:
     (tree / "vllm/zz").mkdir()
     for i, rel in enumerate(paths):
         (tree / rel).write_bytes(i.to_bytes(4, "little") * (size // 4))
-    record_also(tree, paths)
+    record_created(tree, paths)
     return paths
 
 
@@ -329,9 +320,8 @@ def test_without_a_guard_a_recorded_file_under_a_symlink_is_said_with_the_repair
     (tmp_path / "extra_real").mkdir()
     (tmp_path / "extra_real/x.py").write_text("x = 1\n")
     extra.symlink_to(tmp_path / "extra_real", target_is_directory=True)
-    record_also(applied, ["vllm/extra/x.py"])
+    record_created(applied, ["vllm/extra/x.py"], their_bytes=True)
     state = json.loads((applied / ".patchkit/state.json").read_text())
-    state["entries"][0]["files"]["vllm/extra/x.py"]["after"] = hashlib.sha256(b"x = 1\n").hexdigest()
     state["guard"] = {}
     (applied / ".patchkit/state.json").write_text(json.dumps(state))
     for guard in [*applied.glob("patchkit_guard*")]:

@@ -24,7 +24,7 @@ from helpers import (
     terminal_screen,
     warm_pycache_prefix,
 )
-from importable_vllm import make_importable, venv_importing, write_refusing_engine_args
+from importable_vllm import engine_args, make_importable, venv_importing, write_engine_args, write_refusing_engine_args
 from launch_fixtures import (
     DEEPSEEK,
     DEEPSEEK_V3,
@@ -455,25 +455,14 @@ def test_vllm_validation_reads_relative_paths_from_the_launchs_directory(setup, 
     assert findings(done)["vllm-validation"]["message"] == "vLLM's create_engine_config() accepts the command"
 
 
-ENVIRONMENT_ARG_UTILS = """
-import json
-import os
-import re
-
-
-class AsyncEngineArgs:
-    @staticmethod
-    def add_cli_args(parser):
-        parser.add_argument("--model")
-        return parser
-
-    @classmethod
-    def from_cli_args(cls, args):
-        return cls()
-
-    def create_engine_config(self):
-        raise ValueError("saw " + json.dumps({k: os.environ.get(k) for k in ("LEAKED", "SET_BY_LAUNCH", "HF_HUB_OFFLINE")}))
-"""
+ENVIRONMENT_ARG_UTILS = engine_args(
+    '"--model"',
+    head="import json\nimport os",
+    config="""
+        seen = {k: os.environ.get(k) for k in ("LEAKED", "SET_BY_LAUNCH", "HF_HUB_OFFLINE")}
+        raise ValueError("saw " + json.dumps(seen))
+    """,
+)
 
 
 @pytest.mark.parametrize(
@@ -488,8 +477,7 @@ class AsyncEngineArgs:
 )
 def test_vllms_validation_runs_in_the_launchs_own_environment(setup, tmp_path, prefix, seen):
     tree, library, models = setup
-    fake = write_refusing_engine_args(tmp_path / "fake")
-    (fake / "vllm" / "engine" / "arg_utils.py").write_text(ENVIRONMENT_ARG_UTILS)
+    fake = write_engine_args(tmp_path / "fake", ENVIRONMENT_ARG_UTILS)
     base = ["preflight", "--target", tree, "--python", sys.executable, "--patches", library, "--format", "json", "--"]
     command = [*prefix, f"PYTHONPATH={fake}", "vllm", "serve", str(models["deepseek"])]
     done = run_cli_read_only(*base, *command, env={"LEAKED": "yes"})
