@@ -371,3 +371,19 @@ def test_status_reads_each_recorded_file_once_for_the_record(applied, open_libra
     assert done.returncode == 0, done.stdout + done.stderr
     sizes = {rel: (applied / rel).stat().st_size for rel in recorded}
     assert all(read[rel] < 3 * sizes[rel] for rel in recorded), {rel: read[rel] / sizes[rel] for rel in recorded}
+
+
+def test_without_a_guard_status_looks_nowhere_through_a_planted_symlink(applied, open_library, tmp_path, monkeypatch):
+    """No guard installed: status judged each recorded file's bytecode itself (unguarded_stale), listing
+    its __pycache__ through the planted symlinks; the files under it are said with the repair instead."""
+    deep, paths = planted(applied, tmp_path / "outside")
+    for guard in [*applied.glob("patchkit_guard*")]:
+        shutil.rmtree(guard) if guard.is_dir() else guard.unlink()
+    calls = counting(monkeypatch)
+    done = run_cli_in_process("status", "--target", applied, "--patches", open_library)
+    monkeypatch.undo()
+    said = " ".join((done.stdout + done.stderr).split())
+    assert done.returncode == 1, said
+    assert f"drifted: is a symlink, or under one: not the file patchkit wrote ({len(paths)} files:" in said, said
+    assert f"fix: replace the symlink {applied / LINK} with a real directory" in said, said
+    assert through(calls, applied, deep) == [], through(calls, applied, deep)[:5]

@@ -224,7 +224,7 @@ def recorded_file(root: Path, path: str) -> tuple[str, bytes] | str | None:
 
 
 def _recorded(root: Path, path: str, *, content: bool) -> tuple[str, bytes] | str | None:
-    if _through_a_symlink(root, path):
+    if through_a_symlink(root, path):
         return THROUGH_A_SYMLINK
     opened = open_regular(root / path, follow_symlinks=False)
     if opened is None:
@@ -248,7 +248,7 @@ def _recorded(root: Path, path: str, *, content: bool) -> tuple[str, bytes] | st
     return digest, data
 
 
-def _through_a_symlink(root: Path, path: str) -> bool:
+def through_a_symlink(root: Path, path: str) -> bool:
     """Whether root/path is, or lies under, a symlink (a moved vllm/ aside): fsutil.first_symlink, each
     directory and symlink looked at once a command."""
     plain, links = _walked.setdefault(str(root), (set(), set()))
