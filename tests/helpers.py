@@ -262,10 +262,12 @@ def spec_and_model(site: Path) -> dict[str, bytes]:
 
 
 def cli_runner():
-    """`invoke(*args)`: the patchkit CLI through click's CliRunner, exceptions propagated."""
+    """`invoke(*args)`: the patchkit CLI through click's CliRunner, exceptions propagated; each command
+    starts from no memo of one run before it, as in a process of its own (cli.percommand)."""
     runner = CliRunner()
 
     def invoke(*args: object):
+        percommand.forget()
         return runner.invoke(cli, [str(a) for a in args], catch_exceptions=False)
 
     return invoke
