@@ -462,6 +462,13 @@ def _aux_count(launch, named: str, layers: list[int], count: int, passed: str) -
         return refused
     first = _last_stage_start(launch, count)
     taken = sorted({n for n in layers if first <= n < count})
+    unguarded = _residual_added_unguarded(launch) if 0 in taken else None
+    if unguarded is not None:
+        message = (
+            f"{named} include layer 0, where this vLLM's {unguarded} forward adds a residual that is "
+            "still None: vLLM fails in its start-up run, after the loads"
+        )
+        return Finding("drafter-aux-layers", False, message, "use a drafter trained on layers from 1 up")
     if _fc_hidden_states(launch) is None or len(taken) == FC_HIDDEN_STATES:
         return Finding("drafter-aux-layers", True, passed)
     held = f"the target's {count} layers" if first == 0 else f"the last pipeline stage's layers {first}-{count - 1}"
@@ -473,6 +480,62 @@ def _aux_count(launch, named: str, layers: list[int], count: int, passed: str) -
     if first > 0 and len({n for n in layers if 0 <= n < count}) == FC_HIDDEN_STATES:  # its layers are right
         fix = "serve without -pp (give its GPUs to -tp): this vLLM hands the drafter the last stage's states alone"
     return Finding("drafter-aux-layers", False, message, fix)
+
+
+# the targets whose aux hidden states come from another module's forward (Kimi-K2.5's language model
+# is vLLM's DeepseekV2Model)
+FORWARD_MODULE = {"KimiK25ForConditionalGeneration": "deepseek_v2"}
+
+
+def _residual_added_unguarded(launch) -> str | None:
+    """The target's model file (e.g. deepseek_v2.py) when its forward hands the drafter hidden_states +
+    residual with no `residual is None` test: before the first layer the residual is None, so layer 0
+    raises TypeError. None when the file guards it, lacks such a loop, or cannot be read."""
+    arch = target_architecture(launch)
+    where = _model_class(launch.registry(), arch) if arch else None
+    module = FORWARD_MODULE.get(arch or "") or (where[0] if where else None)
+    data = launch.read(f"{MODELS_DIR}/{module}.py") if module else None
+    try:
+        tree = ast.parse(data) if data else None
+    except (SyntaxError, ValueError):
+        return None
+    loops = [node for node in ast.walk(tree) if isinstance(node, ast.For)] if tree else []
+    return f"{module}.py" if any(_adds_residual_unguarded(loop) for loop in loops) else None
+
+
+def _adds_residual_unguarded(loop: ast.For) -> bool:
+    """`for idx, layer in ...: if idx in self.aux_hidden_state_layers: ... hidden_states + residual` with
+    no `residual is None` / `is not None` test in that branch."""
+    indices = {node.id for node in ast.walk(loop.target) if isinstance(node, ast.Name)}
+    for branch in (node for node in ast.walk(loop) if isinstance(node, ast.If)):
+        test = branch.test
+        if not (
+            isinstance(test, ast.Compare)
+            and isinstance(test.left, ast.Name)
+            and test.left.id in indices
+            and isinstance(test.ops[0], ast.In)
+            and isinstance(test.comparators[0], ast.Attribute)
+            and test.comparators[0].attr == "aux_hidden_state_layers"
+        ):
+            continue
+        inside = [node for statement in branch.body for node in ast.walk(statement)]
+        adds = any(
+            isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add) and "residual" in _names(node.left, node.right)
+            for node in inside
+        )
+        tested = any(
+            isinstance(node, ast.Compare)
+            and isinstance(node.ops[0], ast.Is | ast.IsNot)
+            and "residual" in _names(node.left)
+            for node in inside
+        )
+        if adds and not tested:
+            return True
+    return False
+
+
+def _names(*nodes: ast.AST) -> set[str]:
+    return {node.id for node in nodes if isinstance(node, ast.Name)}
 
 
 def _last_stage_start(launch, count: int) -> int:

@@ -21,7 +21,7 @@ from patchkit.base.fsutil import read_regular
 from patchkit.launch.command import LaunchCommand
 from patchkit.launch.findings import Finding
 from patchkit.launch.genconfig import generation_config_findings, read_on_node
-from patchkit.launch.models import hf_hub_cache, hub_repo_id, offline, offline_model_path
+from patchkit.launch.models import fetched_by, hf_download, hf_hub_cache, hub_repo_id, offline, offline_model_path
 from patchkit.launch.tls import AFTER_LOAD, tls_findings
 from patchkit.launch.weights import LFS, HeaderBudget, file_problem
 
@@ -288,7 +288,8 @@ def _lora_problem(
             local = offline_model_path(path, None, command.environ, role=f"{option} adapter")
         except PatchkitError:
             message = f"{option} {path}: HF_HUB_OFFLINE is set, and {hf_hub_cache(command.environ)} holds no snapshot of it (revision main): {AFTER_LOAD}"
-            return [(message, f"fetch it into that cache (hf download {path}), or give the adapter's local directory")]
+            download = fetched_by(hf_download(path, None, hf_hub_cache(command.environ)), "the whole adapter")
+            return [(message, f"fetch it into that cache: {download}, or give the adapter's local directory")]
     config = os.path.join(local, ADAPTER_CONFIG)
     why = _unreadable(config)
     if why is not None:
