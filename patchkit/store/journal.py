@@ -322,8 +322,9 @@ def remove_leftovers(root: Path, managed: set[str]) -> None:
         parent, _, name = path.rpartition("/")
         by_parent.setdefault(parent, set()).add(name)
     plain: set[str] = set()  # the directories the managed files share: each looked at once
+    unplain: set[str] = set()  # and the symlinks (or other files) found in their place
     for parent, names in by_parent.items():
-        if not _symlink_on_the_way(root, parent, plain):
+        if not _symlink_on_the_way(root, parent, plain, unplain):
             _remove_temp_files(root / parent if parent else root, names)
 
 
@@ -352,8 +353,15 @@ def _remove_temp_files(directory: Path, names: set[str] | None) -> None:
             os.unlink(item.path)  # a symlink is removed itself, never followed
 
 
-def _symlink_on_the_way(root: Path, rel: str, plain: set[str]) -> bool:
+def _symlink_on_the_way(root: Path, rel: str, plain: set[str], unplain: set[str]) -> bool:
     """Whether a directory on the way to root/rel (rel included) is a symlink or no directory.
-    `plain`: those found real directories, kept across calls (one lstat each, not one a path below)."""
+    `plain`: those found real directories, `unplain`: those found not, kept across calls (one lstat
+    each, not one a path below)."""
     parts = rel.split("/") if rel else []
-    return any(mode is None or not stat.S_ISDIR(mode) for _, _, mode in unplain_prefixes(root, parts, plain))
+    if any("/".join(parts[:depth]) in unplain for depth in range(1, len(parts) + 1)):
+        return True
+    for _, sub, mode in unplain_prefixes(root, parts, plain):
+        if mode is None or not stat.S_ISDIR(mode):
+            unplain.add(sub)
+            return True
+    return False
