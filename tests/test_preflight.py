@@ -1505,7 +1505,7 @@ def test_eagle3_under_pipeline_parallelism_counts_the_last_stages_layers_alone(
 
 @pytest.mark.parametrize(
     ("layers", "stages", "partition"),
-    [([31, 45, 60], "2", None), ([1, 29, 57], "1", None), ([10, 20, 30], "2", "5,56"), ([1, 29, 57], "2", "61")],
+    [([31, 45, 60], "2", None), ([1, 29, 57], "1", None), ([10, 20, 30], "2", "5,56"), ([1, 29, 57], "2", "1,60")],
 )
 def test_eagle3_under_pipeline_parallelism_with_the_last_stages_layers_passes(
     setup, tmp_path, layers, stages, partition
