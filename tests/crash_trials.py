@@ -161,7 +161,14 @@ class ReleaseScenario(Scenario):
 @dataclass
 class Eagle3Scenario(Scenario):
     """patchkit's own transaction on a real release: the eagle3 set of the library on the files of
-    vLLM 0.16.0 it patches and checks, with the guard."""
+    vLLM 0.16.0 it patches and checks, with the guard. `only`: that set alone (one commit), not
+    every set of the library (a commit each: a kill between two leaves whole sets)."""
+
+    only: str | None = None
+
+    def args(self, tree: Path, command: str = "status") -> list[str]:
+        chosen = ["--set", self.only] if self.only and command != "recover" else []
+        return [*super().args(tree, command), *chosen]
 
     def lay_out_stock(self) -> None:
         from helpers import lay_out_release
