@@ -52,7 +52,7 @@ from patchkit.engine.guard import (
     unseen_guard_note,
 )
 from patchkit.engine.stale import PIP_WROTE, PIP_WROTE_ALL, pip_wrote, stale_entries, stale_note
-from patchkit.engine.vouched import needs_force, not_made_by_the_series
+from patchkit.engine.vouched import changed_since, needs_force, not_made_by_the_series, plan_over_stock
 from patchkit.series import dry_run
 from patchkit.series.hunks import NEW_FILE_EXISTS, RENAME_TARGET_EXISTS
 from patchkit.series.library import PatchSetDef, has_series, load_library, locate, select
@@ -169,6 +169,10 @@ class TreeStatus(Value):
     # of `drifted`, the files reached through a symlink the guard does not refuse (none installed): no
     # command writes through it, so their fix is the hand repair (symlink_fix)
     linked: list[str] = field(default_factory=list)
+    # the set applied whole from another library (an upgrade of patchkit changed its series): the
+    # patches that changed (numbers), and whether apply updates it (False: the originals are not at hand)
+    other_library: list[str] = field(default_factory=list)
+    updatable: bool = False
 
     def fix_command(self, verb: str, *args: str) -> str:
         """`hints.command` for a fix: without --set where the set's files came with a wheel of
@@ -180,6 +184,17 @@ class TreeStatus(Value):
         if self.linked and self.symlink_fix:  # revert and apply refuse to write through it
             return f"{self.symlink_fix}, then run {hints.command('status')}"
         return f"{self.fix_command('revert', '--force')} (keeps a copy of the edits), then {self.apply_chosen}"
+
+    @property
+    def other_library_said(self) -> str:
+        return f"applied from another library ({', '.join(self.other_library)} changed)"
+
+    @property
+    def other_library_fix(self) -> str:
+        """apply plans the series on the stock files a revert restores; where it cannot, that revert first."""
+        if self.updatable:
+            return f"{self.fix_command('apply')} updates it"
+        return f"{self.fix_command('revert', '--force')} (its originals are not at hand), then {self.apply_chosen}"
 
     @property
     def partial_fix(self) -> str | None:
@@ -410,6 +425,7 @@ class TreeStatus(Value):
             or self.not_stock
             or self.found_edited
             or self.hanging
+            or self.other_library  # the tree lacks a change the library now holds (a fix, say): a CI gate fails
         ):
             return Outcome.CHECK_FAILED
         return Outcome.OK
@@ -526,6 +542,10 @@ def _inspect(resolved: Resolved, *, check_upstream: bool, import_probe: bool, ve
     reports = _applied_though_drifted(reports, drifted, state.entry(resolved.set_name))
     lost = _lost_to_drift(reports, drifted, state.entry(resolved.set_name))
     overall = _overall([replace(r, state=PatchState.APPLIED) if r.name in lost else r for r in reports])
+    other, updatable = ([], False) if drifted or resolved.set_name in stale else _other_library(resolved, state)
+    if updatable:  # the earlier series whole: not a conflict, the library's changed patches not applied yet
+        reports = [replace(r, state=PatchState.NOT_APPLIED if r.problem else r.state, problem=None) for r in reports]
+        overall = TreeState.APPLIED
     fields["store_notes"] += edited_since_apply(resolved, state, drifted) + _reinstalled_note(reinstalled, fields)
     return TreeStatus(
         # the state as recorded: a patch lost to the drift is that drift (its fix), not a partial series
@@ -540,8 +560,21 @@ def _inspect(resolved: Resolved, *, check_upstream: bool, import_probe: bool, ve
         chosen_sets=chosen_sets(state, resolved.vllm_version) if drifted else (),
         reinstalled=reinstalled,
         linked=linked,
+        other_library=other,
+        updatable=updatable,
         **fields,
     )
+
+
+def _other_library(resolved: Resolved, state: State) -> tuple[list[str], bool]:
+    """The patches by which the set's record differs from the library's series (changed_since), and
+    whether apply updates it: that series applies to the stock bytes a revert would restore."""
+    entry = state.entry(resolved.set_name)
+    changed = changed_since(entry, resolved.patches)
+    if not changed or entry is None:
+        return [], False
+    over = plan_over_stock(resolved.target.root, entry, resolved.patches)
+    return changed, over is not None and not over.conflicts
 
 
 def _unrefused(linked: list[str], refused: list[str]) -> list[str]:

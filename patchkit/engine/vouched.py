@@ -18,10 +18,12 @@ from packaging.version import InvalidVersion, Version
 
 from patchkit.base import hints
 from patchkit.base.errors import BadInput, PatchkitError
+from patchkit.base.hashing import sha256
 from patchkit.distinfo.record import listings, record_digest
 from patchkit.series.hunks import made_file, reverse_file
 from patchkit.series.library import PatchSetDef, Release, load_library, locate
 from patchkit.series.patchfile import DEFAULT_ROOTS, Patch, read_patch, touched_paths
+from patchkit.series.plan import Plan, View, plan_apply
 from patchkit.store.objects import read_object
 from patchkit.store.state import Entry, is_adhoc, recorded_file, state_path
 
@@ -186,3 +188,68 @@ def not_made_by_the_series(root: Path, entry: Entry, known: Sequence[Patch] = ()
 def _bytes(found: tuple[str, bytes] | str | None) -> bytes | None:
     """recorded_file's bytes (None: no regular file, or one reached through a symlink)."""
     return found[1] if isinstance(found, tuple) else None
+
+
+# --------------------------------------------------------------------------- applied from another library
+
+
+def changed_since(entry: Entry | None, patches: Sequence[Patch]) -> list[str]:
+    """The patches (their numbers) by which `patches`, the library's series for the release, differs
+    from what the entry records applied (by name and sha256): an upgrade of patchkit (or another
+    --patches library) changed the series since. Empty: the same series, no record, or one that
+    records no patch (found applied by hand, or an ad-hoc set, whose name is its diffs' own)."""
+    if entry is None or not entry.patches or is_adhoc(entry.set_name):
+        return []
+    recorded = {(p["name"], p["sha256"]) for p in entry.patches}
+    held = {(p.name, p.sha256) for p in patches}
+    return sorted({_number(name) for name, _sha in recorded ^ held})
+
+
+def _number(name: str) -> str:
+    """`0003` for 0003-deepseek-v2-supports-eagle3.patch (a line of 80 columns holds several)."""
+    head = name.split("-", 1)[0]
+    return head if head.isdigit() else name
+
+
+def stock_of(root: Path, entry: Entry) -> dict[str, bytes | None] | None:
+    """What a revert of `entry` puts back in each file it records: the saved copy (sha256-checked),
+    else the recorded patches reversed where they are at hand (the result held to the recorded
+    sha256 too); None (a created file) for one the series created. None: some original is neither."""
+    stock: dict[str, bytes | None] = {}
+    reversing: list[Patch] | None = None
+    for path, shas in sorted(entry.files.items()):
+        before = shas["before"]
+        if before is None:
+            stock[path] = None
+            continue
+        try:
+            stock[path] = read_object(root, before)
+            continue
+        except PatchkitError:  # lost or damaged: the recorded patches reversed, where they are at hand
+            pass
+        if reversing is None:
+            at_hand = {p.sha256: p for p in patches_at_hand(entry, root)}
+            wanted = [p["sha256"] for p in entry.patches]
+            reversing = [at_hand[key] for key in dict.fromkeys(wanted)] if all(k in at_hand for k in wanted) else []
+        there = _bytes(recorded_file(root, path)) if reversing else None
+        data = reverse_file(lambda _path: there, path, reversing) if there is not None else None
+        if data is None or sha256(data) != before:
+            return None
+        stock[path] = data
+    return stock
+
+
+def plan_over_stock(root: Path, entry: Entry, patches: list[Patch]) -> Plan | None:
+    """The series planned on the stock bytes of the files `entry` records (stock_of), the others
+    as on disk: each change goes from the bytes on disk to what the series makes of stock, so a
+    file the earlier series patched and this one does not goes back to stock. None: no stock at hand."""
+    stock = stock_of(root, entry)
+    if stock is None:
+        return None
+    view = View(root)
+    for path, data in stock.items():
+        view.original_content(path)  # the bytes on disk: what the transaction replaces
+        view.current[path] = data
+    plan = plan_apply(root, patches, view)
+    plan.stock = stock  # what the integrity check and the record judge: not the earlier series' bytes
+    return plan
