@@ -1,0 +1,132 @@
+"""A set applied from another library (upgrade28): patchkit upgraded (or `--patches` of another
+library) changed the set's series since its apply. `apply` plans the library's series on the stock
+bytes a revert would restore and writes the result in one transaction; status, preflight and `run
+--apply` say so; an edit since is refused as apply refuses it; revert still gives stock bytes."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from helpers import MODEL, MODEL_PY, SPEC, SPEC_PY, make_patch, run_cli_judged, snapshot, write_library
+
+DEEPSEEK = SPEC_PY.replace('"qwen",', '"qwen",\n    "deepseek",')
+DEEPSEEK_KIMI = SPEC_PY.replace('"qwen",', '"qwen",\n    "deepseek",\n    "kimi",')
+EAGLE = MODEL_PY.replace("SupportsPP):", "SupportsPP):  # eagle")
+
+
+def one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def libraries(tmp: Path, tree: Path, scratch: Path) -> tuple[Path, Path]:
+    """Two libraries of one set for 0.16.0: the older one's 0002 adds deepseek, the newer one's kimi too."""
+    old = [make_patch(scratch, tree, {MODEL: EAGLE}), make_patch(scratch, tree, {SPEC: DEEPSEEK})]
+    new = [old[0], make_patch(scratch, tree, {SPEC: DEEPSEEK_KIMI})]
+    return (
+        write_library(tmp / "old", {"0.16.0": old}, name="demo"),
+        write_library(tmp / "new", {"0.16.0": new}, name="demo"),
+    )
+
+
+def pk(*args: object):
+    return run_cli_judged(*args)
+
+
+@pytest.mark.parametrize("direction", ["older-to-newer", "newer-to-older"])
+def test_apply_updates_a_set_applied_from_another_library(tree, scratch, tmp_path, direction):
+    old, new = libraries(tmp_path, tree, scratch)
+    first, then = (old, new) if direction == "older-to-newer" else (new, old)
+    stock = snapshot(tree)
+    assert pk("apply", "--target", tree, "--patches", first).returncode == 0
+    status = pk("status", "--target", tree, "--patches", then)
+    said = one_line(status.stdout + status.stderr)
+    assert status.returncode == 1, said  # the tree lacks the library's change: a CI gate fails
+    assert "applied from another library (0002 changed)" in said, said
+    assert f"`patchkit apply --target {tree} --patches {then}` updates it" in said, said
+    assert "conflict" not in said and "does not apply" not in said, said
+
+    done = pk("apply", "--target", tree, "--patches", then)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "updated from another library (0002 changed): 1 file(s) changed" in done.stdout
+    wanted = DEEPSEEK_KIMI if then == new else DEEPSEEK
+    assert (tree / SPEC).read_text() == wanted and (tree / MODEL).read_text() == EAGLE
+    after = pk("status", "--target", tree, "--patches", then)
+    assert after.returncode == 0, after.stdout + after.stderr
+    entry = json.loads((tree / ".patchkit/state.json").read_text())["entries"][0]
+    named = sorted(p["name"] for p in entry["patches"])
+    assert named == ["0001-change.patch", "0002-change.patch"] and sorted(entry["files"]) == [SPEC, MODEL]
+
+    undone = pk("revert", "--target", tree, "--patches", then)
+    assert undone.returncode == 0, undone.stdout + undone.stderr
+    assert snapshot(tree) == stock
+
+
+def test_a_file_the_new_series_no_longer_patches_goes_back_to_stock(tree, scratch, tmp_path):
+    old, _ = libraries(tmp_path, tree, scratch)
+    fewer = write_library(tmp_path / "fewer", {"0.16.0": [make_patch(scratch, tree, {SPEC: DEEPSEEK_KIMI})]})
+    stock = snapshot(tree)
+    assert pk("apply", "--target", tree, "--patches", old).returncode == 0
+    said = one_line(pk("status", "--target", tree, "--patches", fewer).stdout)
+    assert "applied from another library (0001, 0002 changed)" in said, said
+    done = pk("apply", "--target", tree, "--patches", fewer)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (tree / MODEL).read_text() == MODEL_PY and (tree / SPEC).read_text() == DEEPSEEK_KIMI
+    entry = json.loads((tree / ".patchkit/state.json").read_text())["entries"][0]
+    assert list(entry["files"]) == [SPEC]  # the file put back is no longer recorded
+    assert pk("status", "--target", tree, "--patches", fewer).returncode == 0
+    assert pk("revert", "--target", tree, "--patches", fewer).returncode == 0
+    assert snapshot(tree) == stock
+
+
+def test_a_file_edited_since_is_refused_as_apply_refuses_it(tree, scratch, tmp_path):
+    old, new = libraries(tmp_path, tree, scratch)
+    stock = snapshot(tree)
+    assert pk("apply", "--target", tree, "--patches", old).returncode == 0
+    edited = (tree / SPEC).read_text() + "# mine\n"
+    (tree / SPEC).write_text(edited)
+    before = snapshot(tree)
+    refused = pk("apply", "--target", tree, "--patches", new)
+    said = one_line(refused.stdout + refused.stderr)
+    assert refused.returncode == 1, said
+    assert f"files edited after patchkit patched them: {SPEC}" in said, said
+    assert f"`patchkit revert --target {tree} --patches {new} --force` (keeps a copy of the edits)" in said, said
+    assert snapshot(tree) == before
+    assert pk("revert", "--target", tree, "--patches", new, "--force").returncode == 0
+    assert snapshot(tree) == stock
+    assert pk("apply", "--target", tree, "--patches", new).returncode == 0
+    assert pk("status", "--target", tree, "--patches", new).returncode == 0
+    assert pk("revert", "--target", tree, "--patches", new).returncode == 0
+    assert snapshot(tree) == stock
+
+
+def test_saved_copies_lost_the_earlier_patches_reversed_give_stock(tree, scratch, tmp_path):
+    old, new = libraries(tmp_path, tree, scratch)
+    stock = snapshot(tree)
+    assert pk("apply", "--target", tree, "--patches", old).returncode == 0
+    shutil.rmtree(tree / ".patchkit/objects")  # the old library is still where the record says
+    done = pk("apply", "--target", tree, "--patches", new)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (tree / SPEC).read_text() == DEEPSEEK_KIMI
+    assert pk("revert", "--target", tree, "--patches", new).returncode == 0
+    assert snapshot(tree) == stock
+
+
+def test_nothing_at_hand_gives_stock_apply_says_revert_first(tree, scratch, tmp_path):
+    old, new = libraries(tmp_path, tree, scratch)
+    assert pk("apply", "--target", tree, "--patches", old).returncode == 0
+    shutil.rmtree(tree / ".patchkit/objects")
+    shutil.rmtree(old)  # the earlier series nowhere: nothing proves the originals
+    before = snapshot(tree)
+    status = pk("status", "--target", tree, "--patches", new)
+    said = one_line(status.stdout + status.stderr)
+    assert status.returncode == 1 and "applied from another library (0002 changed)" in said, said
+    revert = f"`patchkit revert --target {tree} --patches {new} --force` (its originals are not at hand)"
+    assert revert in said, said
+    refused = pk("apply", "--target", tree, "--patches", new)
+    said = one_line(refused.stdout + refused.stderr)
+    assert refused.returncode == 1 and "nothing was written" in said, said
+    assert f"`patchkit revert --target {tree} --patches {new} --force`, then" in said, said
+    assert snapshot(tree) == before
