@@ -10,7 +10,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from helpers import MODEL, MODEL_PY, SPEC, SPEC_PY, make_patch, run_cli_judged, snapshot, write_library
+from helpers import MODEL, MODEL_PY, SPEC, SPEC_PY, make_patch, record_rows, run_cli_judged, snapshot, write_library
 
 DEEPSEEK = SPEC_PY.replace('"qwen",', '"qwen",\n    "deepseek",')
 DEEPSEEK_KIMI = SPEC_PY.replace('"qwen",', '"qwen",\n    "deepseek",\n    "kimi",')
@@ -123,10 +123,39 @@ def test_nothing_at_hand_gives_stock_apply_says_revert_first(tree, scratch, tmp_
     status = pk("status", "--target", tree, "--patches", new)
     said = one_line(status.stdout + status.stderr)
     assert status.returncode == 1 and "applied from another library (0002 changed)" in said, said
-    revert = f"`patchkit revert --target {tree} --patches {new} --force` (its originals are not at hand)"
+    revert = f"`patchkit revert --target {tree} --patches {new} --force` (only the record vouches for the originals)"
     assert revert in said, said
     refused = pk("apply", "--target", tree, "--patches", new)
     said = one_line(refused.stdout + refused.stderr)
     assert refused.returncode == 1 and "nothing was written" in said, said
     assert f"`patchkit revert --target {tree} --patches {new} --force`, then" in said, said
     assert snapshot(tree) == before
+
+
+def test_an_edited_patch_file_is_applied_in_place_of_its_earlier_text(tree, scratch, tmp_path):
+    mine = tmp_path / "my.patch"
+    first, second = (
+        make_patch(scratch, tree, {SPEC: DEEPSEEK, MODEL: EAGLE}),
+        make_patch(scratch, tree, {SPEC: DEEPSEEK_KIMI}),
+    )
+    dist = "vllm-0.16.0.dist-info"  # vLLM's RECORD vouches for the originals: the earlier text will be gone
+    (tree / dist / "RECORD").write_text(record_rows(tree, dist))
+    mine.write_bytes(first)
+    stock = snapshot(tree)
+    assert pk("apply", "--target", tree, "--patch", mine).returncode == 0
+    mine.write_bytes(second)  # edited: the model file left alone now
+    status = pk("status", "--target", tree, "--patch", mine)
+    said = one_line(status.stdout + status.stderr)
+    assert status.returncode == 1, said
+    assert "the earlier text of my.patch is applied" in said, said
+    assert f"`patchkit apply --target {tree} --patch {mine}` updates it" in said, said
+    done = pk("apply", "--target", tree, "--patch", mine)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "applied in place of the earlier text of my.patch" in done.stdout
+    assert (tree / SPEC).read_text() == DEEPSEEK_KIMI and (tree / MODEL).read_text() == MODEL_PY
+    entries = json.loads((tree / ".patchkit/state.json").read_text())["entries"]
+    assert len(entries) == 1 and list(entries[0]["files"]) == [SPEC]  # one apply recorded, the earlier gone
+    assert pk("status", "--target", tree, "--patch", mine).returncode == 0
+    undone = pk("revert", "--target", tree, "--patch", mine)
+    assert undone.returncode == 0, undone.stdout + undone.stderr
+    assert snapshot(tree) == stock

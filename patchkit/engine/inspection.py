@@ -52,7 +52,7 @@ from patchkit.engine.guard import (
     unseen_guard_note,
 )
 from patchkit.engine.stale import PIP_WROTE, PIP_WROTE_ALL, pip_wrote, stale_entries, stale_note
-from patchkit.engine.vouched import changed_since, needs_force, not_made_by_the_series, plan_over_stock
+from patchkit.engine.vouched import adopted_earlier, changed_since, needs_force, not_made_by_the_series, plan_over_stock
 from patchkit.series import dry_run
 from patchkit.series.hunks import NEW_FILE_EXISTS, RENAME_TARGET_EXISTS
 from patchkit.series.library import PatchSetDef, has_series, load_library, locate, select
@@ -173,6 +173,7 @@ class TreeStatus(Value):
     # patches that changed (numbers), and whether apply updates it (False: the originals are not at hand)
     other_library: list[str] = field(default_factory=list)
     updatable: bool = False
+    earlier_texts: bool = False  # of --patch files edited since their apply (their names, not numbers)
 
     def fix_command(self, verb: str, *args: str) -> str:
         """`hints.command` for a fix: without --set where the set's files came with a wheel of
@@ -187,6 +188,8 @@ class TreeStatus(Value):
 
     @property
     def other_library_said(self) -> str:
+        if self.earlier_texts:
+            return f"the earlier text of {', '.join(self.other_library)} is applied"
         return f"applied from another library ({', '.join(self.other_library)} changed)"
 
     @property
@@ -194,7 +197,7 @@ class TreeStatus(Value):
         """apply plans the series on the stock files a revert restores; where it cannot, that revert first."""
         if self.updatable:
             return f"{self.fix_command('apply')} updates it"
-        return f"{self.fix_command('revert', '--force')} (its originals are not at hand), then {self.apply_chosen}"
+        return f"{self.fix_command('revert', '--force')} (only the record vouches for the originals), then {self.apply_chosen}"
 
     @property
     def partial_fix(self) -> str | None:
@@ -529,7 +532,7 @@ def _inspect(resolved: Resolved, *, check_upstream: bool, import_probe: bool, ve
         )
         for step in plan.steps
     ]
-    state = read_state(root)
+    state = adopted_earlier(read_state(root), resolved.set_name, resolved.patches)  # --patch files edited since
     stale = stale_entries(root, state, resolved.vllm_version)
     drifted, reinstalled, linked = drifted_and_reinstalled(resolved, state)
     fields = _guard_fields(
@@ -562,6 +565,7 @@ def _inspect(resolved: Resolved, *, check_upstream: bool, import_probe: bool, ve
         linked=linked,
         other_library=other,
         updatable=updatable,
+        earlier_texts=is_adhoc(resolved.set_name),
         **fields,
     )
 

@@ -105,7 +105,7 @@ from patchkit.engine.transaction import (
     save_originals,
 )
 from patchkit.engine.unrecorded_edits import edited_unrecorded, unproven, unproven_found
-from patchkit.engine.vouched import changed_since, patches_at_hand, plan_over_stock, refuse_unvouched
+from patchkit.engine.vouched import adopted_earlier, changed_since, patches_at_hand, plan_over_stock, refuse_unvouched
 from patchkit.series.hunks import made_file, reverse_file
 from patchkit.series.library import adhoc_set_name
 from patchkit.series.patchfile import Patch, read_patch, touched_paths
@@ -125,6 +125,7 @@ from patchkit.store.state import (
     Entry,
     State,
     earlier_applies,
+    is_adhoc,
     meta_dir,
     read_state,
     remove_empty_store,
@@ -298,6 +299,7 @@ class _Applying:
         """`state`: the tree's record, read once under the lock (or in the dry run's settled view),
         which holds for the whole apply: every phase works on it."""
         root = self.resolved.target.root
+        state = adopted_earlier(state, self.resolved.set_name, self.patches)  # --patch files edited since their apply
         self.state = state
         self.open_to_others(state, dry_run=dry_run)
         self.stale = stale_entries(root, state, self.resolved.vllm_version)
@@ -375,10 +377,10 @@ class _Applying:
     def conflict_fix(self, plan: Plan) -> str | None:
         """Where the tree records none of the set, a file the series does not match differs from stock
         (an edit by hand): its stock file back, then apply."""
-        if self.changed and plan.stock is None:  # the earlier series' originals are lost: revert asks for --force
+        if self.changed and plan.stock is None:  # only the record vouches for the originals: revert asks for --force
             return (
-                f"the set was applied from another library ({', '.join(self.changed)} changed) and its originals "
-                f"are not at hand: {hints.command('revert', '--force')}, then {hints.command('apply')}"
+                f"the set was applied from another library ({', '.join(self.changed)} changed), and only the "
+                f"record vouches for its originals: {hints.command('revert', '--force')}, then {hints.command('apply')}"
             )
         if self.state.entry(self.resolved.set_name) is not None:
             return None
@@ -543,7 +545,7 @@ class _Applying:
         self.open_to_others(new_state, dry_run=False)  # a patched file kept the 0600 of the file it replaced
         written_only = [r for r in on_disk if r not in results]  # what only the written files show: the probe
         self.show(bytecode + written_only)  # one count of the checks on the files written
-        done = _applied_said(plan) if plan.stock is None else f"updated from another library ({', '.join(self.changed)} changed)"
+        done = _applied_said(plan) if plan.stock is None else _updated_said(self.resolved.set_name, self.changed)
         applied = self.result(
             Outcome.APPLIED,
             f"{done}: {len(changes)} file(s) changed" + self.guard_said(),
@@ -800,6 +802,13 @@ def _applied_said(plan: Plan) -> str:
     wrote = sum(step.state == StepState.WILL_CHANGE for step in plan.steps)
     there = len(plan.steps) - wrote
     return f"applied {wrote} patch(es)" + (f" ({there} already there)" if there else "")
+
+
+def _updated_said(set_name: str, changed: list[str]) -> str:
+    """What an apply over another library's series (or the earlier texts of --patch files) did."""
+    if is_adhoc(set_name):
+        return f"applied in place of the earlier text of {', '.join(changed)}"
+    return f"updated from another library ({', '.join(changed)} changed)"
 
 
 def _refuse_stale_bytecode(result: ApplyResult, done: str) -> ApplyResult:

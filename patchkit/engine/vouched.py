@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
@@ -25,7 +26,7 @@ from patchkit.series.library import PatchSetDef, Release, load_library, locate
 from patchkit.series.patchfile import DEFAULT_ROOTS, Patch, read_patch, touched_paths
 from patchkit.series.plan import Plan, View, plan_apply
 from patchkit.store.objects import read_object
-from patchkit.store.state import Entry, is_adhoc, recorded_file, state_path
+from patchkit.store.state import Entry, State, is_adhoc, recorded_file, state_path
 
 
 def refuse_unvouched(root: Path, entry: Entry, known: Sequence[Patch] = ()) -> None:
@@ -197,12 +198,29 @@ def changed_since(entry: Entry | None, patches: Sequence[Patch]) -> list[str]:
     """The patches (their numbers) by which `patches`, the library's series for the release, differs
     from what the entry records applied (by name and sha256): an upgrade of patchkit (or another
     --patches library) changed the series since. Empty: the same series, no record, or one that
-    records no patch (found applied by hand, or an ad-hoc set, whose name is its diffs' own)."""
-    if entry is None or not entry.patches or is_adhoc(entry.set_name):
+    records no patch (found applied by hand). An ad-hoc set's name is its diffs' own: only the earlier
+    texts of its --patch files differ (adopted_earlier)."""
+    if entry is None or not entry.patches:
         return []
     recorded = {(p["name"], p["sha256"]) for p in entry.patches}
     held = {(p.name, p.sha256) for p in patches}
     return sorted({_number(name) for name, _sha in recorded ^ held})
+
+
+def adopted_earlier(state: State, set_name: str, patches: Sequence[Patch]) -> State:
+    """`state` with the one apply of the earlier texts of these --patch files (read from the same
+    paths, all of them and no other) recorded under this ad-hoc set's name, in its place: apply
+    then replaces it as it replaces a library set's earlier series, and status judges it so."""
+    if not is_adhoc(set_name) or state.entry(set_name) is not None:
+        return state
+    wanted = sorted(str(Path(p.path).absolute()) for p in patches if p.path is not None)
+    earlier = [
+        e for e in state.entries if is_adhoc(e.set_name) and sorted(str(p.get("path")) for p in e.patches) == wanted
+    ]
+    if len(earlier) != 1 or len(wanted) != len(patches):
+        return state
+    entries = [replace(e, set_name=set_name) if e is earlier[0] else e for e in state.entries]
+    return replace(state, entries=entries)
 
 
 def _number(name: str) -> str:
@@ -231,8 +249,7 @@ def stock_of(root: Path, entry: Entry) -> dict[str, bytes | None] | None:
             at_hand = {p.sha256: p for p in patches_at_hand(entry, root)}
             wanted = [p["sha256"] for p in entry.patches]
             reversing = [at_hand[key] for key in dict.fromkeys(wanted)] if all(k in at_hand for k in wanted) else []
-        there = _bytes(recorded_file(root, path)) if reversing else None
-        data = reverse_file(lambda _path: there, path, reversing) if there is not None else None
+        data = reverse_file(lambda rel: _bytes(recorded_file(root, rel)), path, reversing) if reversing else None
         if data is None or sha256(data) != before:
             return None
         stock[path] = data
@@ -242,8 +259,10 @@ def stock_of(root: Path, entry: Entry) -> dict[str, bytes | None] | None:
 def plan_over_stock(root: Path, entry: Entry, patches: list[Patch]) -> Plan | None:
     """The series planned on the stock bytes of the files `entry` records (stock_of), the others
     as on disk: each change goes from the bytes on disk to what the series makes of stock, so a
-    file the earlier series patched and this one does not goes back to stock. None: no stock at hand."""
-    stock = stock_of(root, entry)
+    file the earlier series patched and this one does not goes back to stock. None: no stock at hand,
+    or only the record (read back from the tree) vouches for it: revert asks for --force there, and
+    apply would write the record's word into the tree."""
+    stock = None if needs_force(root, entry) else stock_of(root, entry)
     if stock is None:
         return None
     view = View(root)

@@ -155,7 +155,8 @@ def status_failures(resolved: Resolved, status: TreeStatus) -> list[Failure]:
         where, message = located(result)
         failures.append(Failure("syntax", message, where, result.excerpt, fix=drift_fix))
     if status.other_library:  # before the conflicts it explains (its originals not at hand)
-        failures.append(Failure("library", status.other_library_said, fix=status.other_library_fix))
+        label = "patch" if status.earlier_texts else "library"
+        failures.append(Failure(label, status.other_library_said, fix=status.other_library_fix))
     failures += [Failure(p.state, p.problem, p.name) for p in status.patches if p.problem]
     if status.state == TreeState.PARTIAL:
         failures.append(
