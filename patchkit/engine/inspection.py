@@ -545,10 +545,7 @@ def _inspect(resolved: Resolved, *, check_upstream: bool, import_probe: bool, ve
     reports = _applied_though_drifted(reports, drifted, state.entry(resolved.set_name))
     lost = _lost_to_drift(reports, drifted, state.entry(resolved.set_name))
     overall = _overall([replace(r, state=PatchState.APPLIED) if r.name in lost else r for r in reports])
-    other, updatable = ([], False) if drifted or resolved.set_name in stale else _other_library(resolved, state)
-    if updatable:  # the earlier series whole: not a conflict, the library's changed patches not applied yet
-        reports = [replace(r, state=PatchState.NOT_APPLIED if r.problem else r.state, problem=None) for r in reports]
-        overall = TreeState.APPLIED
+    overall, reports = _other_library(resolved, state, fields, (overall, reports), drifted, stale)
     fields["store_notes"] += edited_since_apply(resolved, state, drifted) + _reinstalled_note(reinstalled, fields)
     return TreeStatus(
         # the state as recorded: a patch lost to the drift is that drift (its fix), not a partial series
@@ -563,22 +560,35 @@ def _inspect(resolved: Resolved, *, check_upstream: bool, import_probe: bool, ve
         chosen_sets=chosen_sets(state, resolved.vllm_version) if drifted else (),
         reinstalled=reinstalled,
         linked=linked,
-        other_library=other,
-        updatable=updatable,
-        earlier_texts=is_adhoc(resolved.set_name),
         **fields,
     )
 
 
-def _other_library(resolved: Resolved, state: State) -> tuple[list[str], bool]:
-    """The patches by which the set's record differs from the library's series (changed_since), and
-    whether apply updates it: that series applies to the stock bytes a revert would restore."""
+def _other_library(
+    resolved: Resolved,
+    state: State,
+    fields: dict[str, Any],
+    found: tuple[TreeState, list[PatchReport]],
+    drifted: list[str],
+    stale: dict[str, str],
+) -> tuple[TreeState, list[PatchReport]]:
+    """A set applied from another library (changed_since: the patches that changed, into `fields`), and
+    whether apply updates it: the library's series applies to the stock bytes a revert would restore.
+    Then it is the earlier series whole (`found`'s state and reports so said), not a conflict. Its files
+    drifted, or its record stale: that is what is said."""
     entry = state.entry(resolved.set_name)
-    changed = changed_since(entry, resolved.patches)
+    changed = [] if drifted or resolved.set_name in stale else changed_since(entry, resolved.patches)
     if not changed or entry is None:
-        return [], False
+        return found
     over = plan_over_stock(resolved.target.root, entry, resolved.patches)
-    return changed, over is not None and not over.conflicts
+    updatable = over is not None and not over.conflicts
+    fields.update(other_library=changed, updatable=updatable, earlier_texts=is_adhoc(resolved.set_name))
+    if not updatable:
+        return found
+    # the library's changed patches are not applied yet; the earlier ones are, whole
+    return TreeState.APPLIED, [
+        replace(r, state=PatchState.NOT_APPLIED if r.problem else r.state, problem=None) for r in found[1]
+    ]
 
 
 def _unrefused(linked: list[str], refused: list[str]) -> list[str]:

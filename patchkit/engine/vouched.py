@@ -14,6 +14,7 @@ import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from packaging.version import InvalidVersion, Version
 
@@ -21,12 +22,15 @@ from patchkit.base import hints
 from patchkit.base.errors import BadInput, PatchkitError
 from patchkit.base.hashing import sha256
 from patchkit.distinfo.record import listings, record_digest
+from patchkit.series import dry_run
 from patchkit.series.hunks import made_file, reverse_file
 from patchkit.series.library import PatchSetDef, Release, load_library, locate
 from patchkit.series.patchfile import DEFAULT_ROOTS, Patch, read_patch, touched_paths
-from patchkit.series.plan import Plan, View, plan_apply
 from patchkit.store.objects import read_object
 from patchkit.store.state import Entry, State, is_adhoc, recorded_file, state_path
+
+if TYPE_CHECKING:
+    from patchkit.series.plan import Plan
 
 
 def refuse_unvouched(root: Path, entry: Entry, known: Sequence[Patch] = ()) -> None:
@@ -265,10 +269,6 @@ def plan_over_stock(root: Path, entry: Entry, patches: list[Patch]) -> Plan | No
     stock = None if needs_force(root, entry) else stock_of(root, entry)
     if stock is None:
         return None
-    view = View(root)
-    for path, data in stock.items():
-        view.original_content(path)  # the bytes on disk: what the transaction replaces
-        view.current[path] = data
-    plan = plan_apply(root, patches, view)
+    plan = dry_run(root, patches, stock, from_disk=True)  # each change from the bytes on disk, which it replaces
     plan.stock = stock  # what the integrity check and the record judge: not the earlier series' bytes
     return plan
