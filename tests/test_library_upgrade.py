@@ -10,7 +10,19 @@ import shutil
 from pathlib import Path
 
 import pytest
-from helpers import MODEL, MODEL_PY, SPEC, SPEC_PY, make_patch, record_rows, run_cli_judged, snapshot, write_library
+from helpers import (
+    MODEL,
+    MODEL_PY,
+    SPEC,
+    SPEC_PY,
+    make_patch,
+    record_rows,
+    run_cli,
+    run_cli_judged,
+    snapshot,
+    write_library,
+)
+from launch_fixtures import patched_files, stand_in_launch, write_eagle3_setup
 
 DEEPSEEK = SPEC_PY.replace('"qwen",', '"qwen",\n    "deepseek",')
 DEEPSEEK_KIMI = SPEC_PY.replace('"qwen",', '"qwen",\n    "deepseek",\n    "kimi",')
@@ -159,3 +171,21 @@ def test_an_edited_patch_file_is_applied_in_place_of_its_earlier_text(tree, scra
     undone = pk("revert", "--target", tree, "--patch", mine)
     assert undone.returncode == 0, undone.stdout + undone.stderr
     assert snapshot(tree) == stock
+
+
+def test_preflight_and_run_apply_say_it_and_run_apply_updates_it(tmp_path):
+    tree, old, launch, env, marker = stand_in_launch(tmp_path / "old")
+    first = next(iter(patched_files("0.16.0")))
+    newer = patched_files("0.16.0")[first] + "# newer\n"
+    _, new = write_eagle3_setup(tmp_path / "new", patched={first: newer})
+    assert pk("apply", "--target", tree, "--patches", old, "--no-import").returncode == 0
+    judged = run_cli("preflight", "--no-import", "--target", tree, "--patches", new, "--", *launch, env=env)
+    said = one_line(judged.stdout)
+    assert judged.returncode == 1, said
+    assert "the eagle3 series on vLLM 0.16.0 was applied from another library (0001 changed)" in said, said
+    assert f"run `patchkit apply --target {tree} --patches {new}` updates it" in said, said
+    launched = run_cli("run", "--apply", "--target", tree, "--patches", new, "--", *launch, env=env)
+    assert "updated from another library (0001 changed)" in launched.stdout, launched.stdout + launched.stderr
+    assert launched.returncode == 7 and marker.exists(), launched.stdout + launched.stderr  # then launched
+    assert (tree / first).read_text() == newer
+    assert pk("status", "--target", tree, "--patches", new).returncode == 0
