@@ -9,6 +9,7 @@ import json
 import shutil
 from pathlib import Path
 
+import crash_trials as ct
 import pytest
 from helpers import (
     MODEL,
@@ -21,6 +22,7 @@ from helpers import (
     run_cli_judged,
     snapshot,
     write_library,
+    write_tree,
 )
 from launch_fixtures import patched_files, stand_in_launch, write_eagle3_setup
 
@@ -189,3 +191,52 @@ def test_preflight_and_run_apply_say_it_and_run_apply_updates_it(tmp_path):
     assert launched.returncode == 7 and marker.exists(), launched.stdout + launched.stderr  # then launched
     assert (tree / first).read_text() == newer
     assert pk("status", "--target", tree, "--patches", new).returncode == 0
+
+
+def test_a_crash_at_each_step_of_the_update_leaves_one_library_or_the_other(tmp_path):
+    """The update is one transaction: a SIGKILL or a full disk at each of its commit steps leaves the
+    tree as the earlier library's apply left it or as the update makes it, never mixed; the next
+    command (status, recover, apply, revert in turn) leaves no journal, and revert gives stock bytes."""
+    stock = write_tree(tmp_path / "stock")
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    old, _ = libraries(tmp_path, stock, scratch)
+    created = "vllm/brand/new.py"  # the newer series: spec changed again, the model back to stock, a file made
+    newer = [make_patch(scratch, stock, {SPEC: DEEPSEEK_KIMI, created: "NEW = 1\n"})]
+    new = write_library(tmp_path / "newer", {"0.16.0": newer})
+    earlier, updated = tmp_path / "earlier", tmp_path / "updated"
+    shutil.copytree(stock, earlier)
+    assert pk("apply", "--target", earlier, "--patches", old, "--no-import").returncode == 0
+    shutil.copytree(earlier, updated)
+    assert pk("apply", "--target", updated, "--patches", new, "--no-import").returncode == 0
+    prints = {
+        name: ct.fingerprint(tree) for name, tree in [("stock", stock), ("earlier", earlier), ("updated", updated)]
+    }
+    assert prints["earlier"] != prints["updated"] and (updated / "patchkit_guard.py").exists()
+    work = tmp_path / "work"
+    wanted = {"apply": {"updated"}, "revert": {"stock"}, "status": {"earlier", "updated"}}
+    steps = 0
+    for n in range(1, 300):
+        for mode in ("kill", "raise"):
+            shutil.rmtree(work, ignore_errors=True)
+            shutil.copytree(earlier, work, symlinks=True)
+            code, out = ct.run_cli(
+                ["apply", "--target", str(work), "--patches", str(new), "--no-import"], f"{n}:{mode}"
+            )
+            left = next((name for name, known in prints.items() if known == ct.fingerprint(work)), "mixed")
+            # a full disk rolls back at once; a SIGKILL leaves the journal the next command recovers from
+            assert left == ("updated" if code == 0 else "earlier") or mode == "kill", (n, mode, code, out)
+            following = ct.NEXT[(n + (mode == "raise")) % len(ct.NEXT)]
+            library = [] if following == "recover" else ["--patches", str(new)]  # recover: the tree alone
+            again, said = ct.run_cli([following, "--target", str(work), *library])
+            left = next((name for name, known in prints.items() if known == ct.fingerprint(work)), "mixed")
+            assert not (work / ".patchkit/journal.json").exists(), (n, mode, following, said)
+            assert left in wanted.get(following, {"earlier", "updated"}), (n, mode, following, again, said)
+            if following == "revert" or code == 0:
+                continue
+            assert ct.run_cli(["revert", "--target", str(work), "--patches", str(new)])[0] == 0, (n, mode)
+            assert ct.fingerprint(work) == prints["stock"], (n, mode)
+        if code == 0:  # past the commit's last step
+            break
+        steps = n
+    assert steps > 10, steps

@@ -200,15 +200,18 @@ def _bytes(found: tuple[str, bytes] | str | None) -> bytes | None:
 
 def changed_since(entry: Entry | None, patches: Sequence[Patch]) -> list[str]:
     """The patches (their numbers) by which `patches`, the library's series for the release, differs
-    from what the entry records applied (by name and sha256): an upgrade of patchkit (or another
-    --patches library) changed the series since. Empty: the same series, no record, or one that
-    records no patch (found applied by hand). An ad-hoc set's name is its diffs' own: only the earlier
-    texts of its --patch files differ (adopted_earlier)."""
+    from what the entry records applied, where the series no longer holds (by sha256) a patch the
+    entry records: an upgrade of patchkit (or another --patches library) changed the series since.
+    Empty: every recorded patch still in it (a patch added to the series: apply writes it on the tree
+    as it is), no record, or one that records no patch (found applied by hand). An ad-hoc set's name
+    is its diffs' own: only the earlier texts of its --patch files differ (adopted_earlier)."""
     if entry is None or not entry.patches:
         return []
-    recorded = {(p["name"], p["sha256"]) for p in entry.patches}
-    held = {(p.name, p.sha256) for p in patches}
-    return sorted({_number(name) for name, _sha in recorded ^ held})
+    recorded, held = {p["sha256"] for p in entry.patches}, {p.sha256 for p in patches}
+    gone = [p["name"] for p in entry.patches if p["sha256"] not in held]
+    if not gone:
+        return []
+    return sorted({_number(name) for name in [*gone, *(p.name for p in patches if p.sha256 not in recorded)]})
 
 
 def adopted_earlier(state: State, set_name: str, patches: Sequence[Patch]) -> State:
