@@ -68,7 +68,7 @@ from patchkit.launch.speculative import speculative_findings
 from patchkit.launch.speculators import drafter_config, speculator
 from patchkit.launch.validation import CHECK as VALIDATION
 from patchkit.launch.validation import engine_validation
-from patchkit.launch.weights import weight_findings
+from patchkit.launch.weights import target_directory, weight_findings
 from patchkit.series import dry_run, library
 from patchkit.series.library import PatchSetDef
 from patchkit.series.patchfile import touched_paths
@@ -769,10 +769,20 @@ def _after_load_findings(
     adapters = command.options.get("lora-modules") or command.options.get("default-mm-loras")
     ranks = lora_ranks(tree_reader(root)(LORA_CONFIG)) if adapters else None
     late = late_file_findings(command, COMMAND, lambda: launch_text_encoding(command), ranks, architectures)
-    servers, noted = tool_server_findings(command, COMMAND, resolved.vllm_version, architectures)
+    directory = _model_directory(command, target)
+    servers, noted = tool_server_findings(command, COMMAND, resolved.vllm_version, architectures, directory)
     headless = headless_note(command, architectures)
     result.said += [*([headless] if headless else []), *noted]
     return _chat_template_findings(command, root) + late + servers
+
+
+def _model_directory(command: LaunchCommand, target: ModelConfig) -> str | None:
+    """Where vLLM's ModelConfig reads the model's own files (modules.json): its local directory or
+    offline snapshot, else (a hub id online) the cached snapshot config.json was read from."""
+    found = target_directory(command)
+    if found is not None:
+        return os.path.join(command.working_directory(), found[1])
+    return None if command.optional_text("hf-config-path") else str(target.path.parent)
 
 
 def _chat_template_findings(command: LaunchCommand, root: Path) -> list[Finding]:
