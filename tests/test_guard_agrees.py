@@ -36,6 +36,7 @@ from helpers import (
     load_plugins_as_another_user,
     load_plugins_like_vllm,
     make_patch,
+    make_venv,
     pip_install,
     purelib,
     run_cli,
@@ -1551,7 +1552,7 @@ class Venv:
 
 def _venv(tmp_path: Path, by: str = "--python") -> Venv:
     tree = _tree(tmp_path)
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", tmp_path / "venv"], check=True)
+    make_venv(tmp_path / "venv")
     python = tmp_path / "venv" / "bin" / "python"
     site = purelib(python)
     pip_install(site, "0.16.0", stock_files("0.16.0"))
