@@ -167,46 +167,64 @@ def venv_importing(tree: Path, root: Path) -> Path:
     return script
 
 
-# vLLM's engine arguments, as a stand-in whose engine-config validation refuses a missing model directory
-# and every EAGLE-3 launch, as stock 0.16.0 refuses DeepSeek-V3's (test_preflight, test_launch26)
-REFUSING_ARG_UTILS = """
-import json
-import os
-import re
+def engine_args(*options: str, config: str, head: str = "", init: str = "") -> str:
+    """vllm/engine/arg_utils.py of a stand-in vLLM: AsyncEngineArgs, whose parser takes `options`
+    (add_argument's arguments, one string each) and which keeps what it parsed in self.values;
+    `config` is the body of its create_engine_config(), `init` more of __init__'s, `head` comes first."""
+    added = "".join(f"        parser.add_argument({option})\n" for option in options)
+    lines = "".join(f"\n        {line}" for line in textwrap.dedent(init).strip().splitlines())
+    body = textwrap.indent(textwrap.dedent(config).strip(), " " * 8)
+    return f"""{textwrap.dedent(head).strip()}
 
 
 class AsyncEngineArgs:
     def __init__(self, **values):
-        self.values = values
+        self.values = values{lines}
 
     @staticmethod
     def add_cli_args(parser):
-        parser.add_argument("--model")
-        parser.add_argument("--speculative-config", type=json.loads, default=None)
-        parser.add_argument("--max-model-len", type=int, default=None)
-        return parser
+{added}        return parser
 
     @classmethod
     def from_cli_args(cls, args):
         return cls(**vars(args))
 
     def create_engine_config(self):
-        import os
+{body}
+"""
 
+
+# vLLM's engine arguments, as a stand-in whose engine-config validation refuses a missing model directory
+# and every EAGLE-3 launch, as stock 0.16.0 refuses DeepSeek-V3's (test_preflight, test_launch26)
+REFUSING_OPTIONS = (
+    '"--model"',
+    '"--speculative-config", type=json.loads, default=None',
+    '"--max-model-len", type=int, default=None',
+)
+REFUSING_ARG_UTILS = engine_args(
+    *REFUSING_OPTIONS,
+    head="import json\nimport os\nimport re",
+    config="""
         if not os.path.isdir(self.values["model"]):
             raise ValueError(f"no model directory {self.values['model']} here ({os.getcwd()})")
         spec = self.values["speculative_config"] or {}
         if spec.get("method") == "eagle3":
             raise ValueError("Eagle3 is only supported for ['llama', 'qwen'] models. Got model_type='deepseek_v3'")
         return {"model": self.values["model"]}
-"""
+    """,
+)
 
 
-def write_refusing_engine_args(root: Path) -> Path:
-    """`root`'s vllm/ importable, with REFUSING_ARG_UTILS as its engine arguments."""
+def write_engine_args(root: Path, source: str) -> Path:
+    """`root`'s vllm/ importable, with `source` as its engine arguments (vllm/engine/arg_utils.py)."""
     (root / "vllm" / "engine").mkdir(parents=True, exist_ok=True)
     if not (root / "vllm" / "__init__.py").exists():
         (root / "vllm" / "__init__.py").write_text("")
     (root / "vllm" / "engine" / "__init__.py").write_text("")
-    (root / "vllm" / "engine" / "arg_utils.py").write_text(REFUSING_ARG_UTILS)
+    (root / "vllm" / "engine" / "arg_utils.py").write_text(source)
     return root
+
+
+def write_refusing_engine_args(root: Path) -> Path:
+    """`root`'s vllm/ importable, with REFUSING_ARG_UTILS as its engine arguments."""
+    return write_engine_args(root, REFUSING_ARG_UTILS)

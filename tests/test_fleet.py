@@ -252,19 +252,23 @@ def test_nodes_on_two_releases_each_get_their_own_series(fleet):
     assert [snapshot(tree) for tree in fleet.trees] == before
 
 
-def test_sigterm_during_phase_two_still_rolls_every_node_back(fleet):
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+def test_a_signal_during_phase_two_still_rolls_every_node_back_and_exits_with_its_code(fleet, signum):
     """The interpreter node's probe imports a module that marks the moment and then takes a few
-    seconds: SIGTERM to `fleet apply` then. It waits for the nodes' answers and reverts them all."""
+    seconds: the signal to `fleet apply` then. It waits for the nodes' answers and reverts them all,
+    and exits as patchkit's other commands do for that signal: 128 + its number (143 for SIGTERM,
+    not 130; a SIGHUP, a closed terminal, raised mid-run and left the nodes applied, saying nothing changed)."""
     fleet.stock()
     before = [snapshot(tree) for tree in fleet.trees]
-    driver, _ = fleet.slow_apply_started("slow")
+    driver, _ = fleet.slow_apply_started(f"slow-{signum.name}")
     try:
-        driver.send_signal(signal.SIGTERM)
+        driver.send_signal(signum)
         stdout, _ = driver.communicate(timeout=120)
     finally:
         driver.kill()
     document = json.loads(stdout)
-    assert driver.returncode == 130, stdout
+    assert driver.returncode == 128 + signum, stdout
+    assert document["exit_code"] == 128 + signum
     assert "interrupted in phase 2" in document["error"]
     assert {n["state"] for n in document["nodes"]} == {"rolled-back"}
     assert [snapshot(tree) for tree in fleet.trees] == before

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import json
+import signal
 import subprocess
 import sys
 import threading
@@ -101,7 +102,7 @@ class SimulatedFleet:
         self.batches.append((step, len(nodes)))
         with ThreadPoolExecutor(max_workers=len(nodes)) as pool:
             reports = list(pool.map(lambda node: self.answer(step, node, request), nodes))
-        return Batch(reports, interrupted=step == self.interrupt_during)
+        return Batch(reports, signal.SIGINT if step == self.interrupt_during else None)
 
     def answer(self, step: str, node: Node, request: dict) -> NodeReport:
         index = NODES.index(node)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from helpers import run_cli_read_only
-from importable_vllm import venv_importing
+from importable_vllm import engine_args, venv_importing
 from launch_fixtures import write_eagle3_setup, write_model
 
 from patchkit._target import engine_config
@@ -224,25 +224,13 @@ class CpuPlatform:
         if values["kv_cache_dtype"] == "fp8":
             raise RuntimeError("Chunked-prefill and prefix-cache on the CPU backend is not compatible with FP8 KV cache.")
 """
-FAKE_ARG_UTILS = """
-class AsyncEngineArgs:
-    def __init__(self, **values):
-        self.values = values
-
-    @staticmethod
-    def add_cli_args(parser):
-        parser.add_argument("--model")
-        parser.add_argument("--kv-cache-dtype", default="auto")
-        parser.add_argument("--enable-sleep-mode", action="store_true")
-        parser.add_argument("--max-model-len", type=int, default=None)
-        parser.add_argument("--middleware", action="append", default=[])
-        return parser
-
-    @classmethod
-    def from_cli_args(cls, args):
-        return cls(**vars(args))
-
-    def create_engine_config(self):
+FAKE_ARG_UTILS = engine_args(
+    '"--model"',
+    '"--kv-cache-dtype", default="auto"',
+    '"--enable-sleep-mode", action="store_true"',
+    '"--max-model-len", type=int, default=None',
+    '"--middleware", action="append", default=[]',
+    config="""
         import vllm.platforms
 
         if self.values["enable_sleep_mode"]:
@@ -251,7 +239,8 @@ class AsyncEngineArgs:
         if (self.values["max_model_len"] or 0) > 1024:
             raise ValueError("User-specified max_model_len (4096) is greater than the derived max_model_len (1024).")
         return object()
-"""
+    """,
+)
 
 
 def stand_in_vllm(where: Path) -> None:

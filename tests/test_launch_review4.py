@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from helpers import assert_clean_failure, run_cli, run_cli_read_only, run_cli_writing, write_tree
+from importable_vllm import engine_args
 from launch_fixtures import DEEPSEEK_V3, DRAFTER, write_eagle3_setup, write_model
 
 from patchkit.base.errors import BadInput, TargetError
@@ -178,26 +179,12 @@ def test_offline_a_model_with_no_cached_snapshot_is_refused_as_vllm_refuses_it(t
         assert read_models(*argv, variables=variables)[0].get("hidden_size") == 7168
 
 
-BUILD_ARG_UTILS = """
-import huggingface_hub.constants as constants
-
-
-class AsyncEngineArgs:
-    @staticmethod
-    def add_cli_args(parser):
-        parser.add_argument("--model")
-        return parser
-
-    @classmethod
-    def from_cli_args(cls, args):
-        return cls()
-
-    def __init__(self):  # vLLM's __post_init__ swaps a hub id for its snapshot when this is True
-        self.built_offline = constants.HF_HUB_OFFLINE
-
-    def create_engine_config(self):
-        raise ValueError(f"built offline {self.built_offline}, configured offline {constants.HF_HUB_OFFLINE}")
-"""
+BUILD_ARG_UTILS = engine_args(
+    '"--model"',
+    head="import huggingface_hub.constants as constants",
+    init="self.built_offline = constants.HF_HUB_OFFLINE  # vLLM's __post_init__ swaps a hub id for its snapshot when True",
+    config='raise ValueError(f"built offline {self.built_offline}, configured offline {constants.HF_HUB_OFFLINE}")',
+)
 
 
 @pytest.mark.parametrize(

@@ -20,7 +20,15 @@ from pathlib import Path
 
 import pytest
 from helpers import run_cli
-from importable_vllm import ARCH, PLAIN_CLASS, VLLMS_OWN, importable_with_plugins, preflight_importing, write_plugin
+from importable_vllm import (
+    ARCH,
+    PLAIN_CLASS,
+    VLLMS_OWN,
+    engine_args,
+    importable_with_plugins,
+    preflight_importing,
+    write_plugin,
+)
 from launch_fixtures import (
     DEEPSEEK_V3,
     DRAFTER,
@@ -224,23 +232,7 @@ ENDS = {
 
 # vLLM's engine arguments, just enough for the engine_config worker to get past them (with the short
 # option the command uses, which the static reading looks for in this file)
-FAKE_ARG_UTILS = """
-SHORT = ["-tp"]
-
-
-class AsyncEngineArgs:
-    @staticmethod
-    def add_cli_args(parser):
-        parser.add_argument("model", nargs="?")
-        return parser
-
-    @classmethod
-    def from_cli_args(cls, args):
-        return cls()
-
-    def create_engine_config(self):
-        return None
-"""
+FAKE_ARG_UTILS = engine_args('"model", nargs="?"', head='SHORT = ["-tp"]', config="return None")
 
 
 def importable_with_engine(tree: Path) -> dict[str, str]:

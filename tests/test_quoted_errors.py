@@ -10,7 +10,7 @@ import sys
 
 import pytest
 from helpers import run_cli
-from importable_vllm import write_refusing_engine_args
+from importable_vllm import REFUSING_OPTIONS, engine_args, write_engine_args
 from launch_fixtures import DEEPSEEK_V3, DRAFTER, serve, write_eagle3_setup, write_model
 
 from patchkit.tree.target import WorkerFailed, ask_python, run_worker
@@ -18,44 +18,31 @@ from patchkit.tree.target import WorkerFailed, ask_python, run_worker
 # a stand-in vLLM engine argument class whose config is a pydantic dataclass refusing the drafter's
 # architecture as 0.16.0's SpeculativeConfig does: its message names the architecture, then lists
 # every supported one (about 20,000 characters)
-PYDANTIC_REFUSAL = """
-import json
+PYDANTIC_REFUSAL = engine_args(
+    '"--model"',
+    '"--speculative-config", type=json.loads, default=None',
+    head="""
+        import json
 
-from pydantic import model_validator
-from pydantic.dataclasses import dataclass
+        from pydantic import model_validator
+        from pydantic.dataclasses import dataclass
 
-SUPPORTED = [f"SupportedArchitecture{i}ForCausalLM" for i in range(700)]
-
-
-@dataclass
-class SpeculativeConfig:
-    method: str
-
-    @model_validator(mode="after")
-    def _verify(self):
-        raise ValueError(
-            "Model architectures ['Eagle3NoSuchDrafterForCausalLM'] are not supported for now. "
-            f"Supported architectures: dict_keys({SUPPORTED})"
-        )
+        SUPPORTED = [f"SupportedArchitecture{i}ForCausalLM" for i in range(700)]
 
 
-class AsyncEngineArgs:
-    def __init__(self, **values):
-        self.values = values
+        @dataclass
+        class SpeculativeConfig:
+            method: str
 
-    @staticmethod
-    def add_cli_args(parser):
-        parser.add_argument("--model")
-        parser.add_argument("--speculative-config", type=json.loads, default=None)
-        return parser
-
-    @classmethod
-    def from_cli_args(cls, args):
-        return cls(**vars(args))
-
-    def create_engine_config(self):
-        SpeculativeConfig(method=self.values["speculative_config"]["method"])
-"""
+            @model_validator(mode="after")
+            def _verify(self):
+                raise ValueError(
+                    "Model architectures ['Eagle3NoSuchDrafterForCausalLM'] are not supported for now. "
+                    f"Supported architectures: dict_keys({SUPPORTED})"
+                )
+    """,
+    config='SpeculativeConfig(method=self.values["speculative_config"]["method"])',
+)
 
 
 def validation_finding(tmp_path, tree, library, fake) -> dict:
@@ -71,8 +58,7 @@ def validation_finding(tmp_path, tree, library, fake) -> dict:
 
 def test_a_long_pydantic_refusal_is_quoted_by_its_head_not_its_tail(tmp_path):
     tree, library = write_eagle3_setup(tmp_path)
-    fake = write_refusing_engine_args(tree)
-    (fake / "vllm" / "engine" / "arg_utils.py").write_text(PYDANTIC_REFUSAL)
+    fake = write_engine_args(tree, PYDANTIC_REFUSAL)
     found = validation_finding(tmp_path, tree, library, fake)
     said = found["message"]
     assert not found["ok"] and "['Eagle3NoSuchDrafterForCausalLM'] are not supported for now" in said, said
@@ -114,12 +100,8 @@ def test_a_child_the_kernel_killed_is_said_killed_with_free_memory_as_the_fix(tm
 
 def test_a_vllm_validation_killed_by_sigkill_says_so_and_skipping_it_is_no_fix(tmp_path):
     tree, library = write_eagle3_setup(tmp_path)
-    fake = write_refusing_engine_args(tree)
-    arg_utils = fake / "vllm" / "engine" / "arg_utils.py"
-    arg_utils.write_text(arg_utils.read_text().replace(
-        "    def create_engine_config(self):\n",
-        "    def create_engine_config(self):\n        import os\n\n        os.kill(os.getpid(), 9)  # as the out-of-memory killer does\n",
-    ))  # fmt: skip
+    killed = engine_args(*REFUSING_OPTIONS, head="import json\nimport os", config="os.kill(os.getpid(), 9)")
+    fake = write_engine_args(tree, killed)  # as the out-of-memory killer does
     found = validation_finding(tmp_path, tree, library, fake)
     assert not found["ok"] and "was killed (SIGKILL: the kernel's out-of-memory killer" in found["message"], found
     assert found["fix"] == "free memory, then run it again", found

@@ -18,6 +18,7 @@ from contextlib import contextmanager, suppress
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from patchkit.base import signals
 from patchkit.base.errors import BadInput
 from patchkit.fleet.node import AGENT_THREADS, CONTROL_THREADS, Agent, PatchkitRun
 from patchkit.fleet.protocol import Batch, ClusterError, Node, NodeReport
@@ -50,8 +51,8 @@ def import_ray() -> ModuleType:
 @contextmanager
 def connected(address: str | None, *, keep_alive: float, patchkit: PatchkitRun) -> Iterator[RayRunner]:
     """A runner on the Ray cluster at `address`, else $RAY_ADDRESS, else "auto" (a cluster this
-    machine belongs to); never a new cluster of its own. While connected, SIGTERM and SIGINT only
-    set a flag the runner acts on (ray.init's own SIGTERM handler would exit at once, with nodes
+    machine belongs to); never a new cluster of its own. While connected, SIGTERM, SIGINT and SIGHUP
+    only set a flag the runner acts on (ray.init's own SIGTERM handler would exit at once, with nodes
     half written; a KeyboardInterrupt could land between two submissions), until Ray is shut down
     (the caller shows its result inside: a SIGTERM as it disconnects, its work done, exited 143
     with no document). The nodes' agents are released at the end, to stay `keep_alive` seconds
@@ -67,8 +68,8 @@ def connected(address: str | None, *, keep_alive: float, patchkit: PatchkitRun) 
             f"cannot connect to the Ray cluster at {chosen}: {_gist(exc)}",
             hint="pass --address HOST:PORT (or set RAY_ADDRESS), or run on a node of the cluster",
         ) from None
-    stop = threading.Event()
-    previous = {number: signal.signal(number, lambda *_: stop.set()) for number in (signal.SIGTERM, signal.SIGINT)}
+    stop = Stop()
+    previous = {number: signal.signal(number, stop.caught) for number in signals.HANDLED}
     runner = RayRunner(ray, stop, patchkit)
     try:
         yield runner
@@ -79,6 +80,18 @@ def connected(address: str | None, *, keep_alive: float, patchkit: PatchkitRun) 
         finally:
             for number, handler in previous.items():
                 signal.signal(number, handler)
+
+
+class Stop(threading.Event):
+    """Set by a SIGTERM, SIGINT or SIGHUP while connected; `signum`: the first of them (the exit code
+    is 128 + it, as for patchkit's other commands)."""
+
+    signum: int | None = None
+
+    def caught(self, signum: int, _frame: object) -> None:
+        if self.signum is None:
+            self.signum = signum
+        self.set()
 
 
 def _init_within(ray: ModuleType, address: str, seconds: float) -> None:
@@ -162,7 +175,7 @@ class RayRunner:
 
     WRITES = ("apply", "revert")
 
-    def __init__(self, ray: ModuleType, stop: threading.Event, patchkit: PatchkitRun) -> None:
+    def __init__(self, ray: ModuleType, stop: Stop, patchkit: PatchkitRun) -> None:
         self.ray = ray
         self.stop = stop
         self.patchkit = patchkit
@@ -181,7 +194,8 @@ class RayRunner:
     def run(self, step: str, nodes: list[Node], request: dict[str, Any]) -> Batch:
         if self.stop.is_set() and step != "revert":  # a rollback still runs
             return Batch(
-                [NodeReport(node, NodeState.NOT_RUN, False, "interrupted before this step") for node in nodes], True
+                [NodeReport(node, NodeState.NOT_RUN, False, "interrupted before this step") for node in nodes],
+                self.stop.signum,
             )
         # The step's time limit, and a little for scheduling (an agent starting on a busy node).
         deadline = time.monotonic() + float(request["timeout"]) + 10
@@ -197,7 +211,7 @@ class RayRunner:
         for node in pending.values():
             answers[node] = self._unanswered(node, step, request)
             self._give_up(node, tickets[node], timed_out=answers[node].state == NodeState.TIMED_OUT)
-        return Batch([answers[node] for node in nodes], self.stop.is_set())
+        return Batch([answers[node] for node in nodes], self.stop.signum)
 
     def release(self, keep_alive: float) -> None:
         """Each agent this run held may end once `keep_alive` seconds have passed (0: now)."""

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from patchkit.base import hints
 from patchkit.base.enums import Outcome
-from patchkit.base.errors import INTERRUPTED, CheckFailed, PatchkitError, TargetError
+from patchkit.base.errors import CheckFailed, PatchkitError, TargetError
 from patchkit.base.options import Options
 from patchkit.fleet.states import FleetPhase, NodeState
 
@@ -28,9 +28,12 @@ class ClusterError(TargetError):
 
 
 class Interrupted(PatchkitError):
-    """SIGTERM or Ctrl-C during a fleet run, after what had to be undone was undone."""
+    """SIGTERM, Ctrl-C or SIGHUP during a fleet run, after what had to be undone was undone: exit 128 +
+    the signal's number, as patchkit's other commands."""
 
-    exit_code = INTERRUPTED
+    def __init__(self, message: str, *, signum: int, hint: str | None = None):
+        super().__init__(message, hint=hint)
+        self.exit_code = 128 + signum
 
 
 @dataclass(frozen=True)
@@ -115,11 +118,11 @@ class NodeReport:
 
 @dataclass
 class Batch:
-    """A step's reports, one per node asked, in the order asked; `interrupted`: a SIGTERM or
-    Ctrl-C came while it ran (the runner still waited for the nodes' answers)."""
+    """A step's reports, one per node asked, in the order asked; `signum`: the signal (SIGTERM,
+    Ctrl-C, SIGHUP) that came while it ran, if one did (the runner still waited for the nodes' answers)."""
 
     reports: list[NodeReport]
-    interrupted: bool = False
+    signum: int | None = None
 
 
 class Runner(Protocol):
@@ -179,8 +182,9 @@ def _fleet_command(verb: str, request: dict[str, Any]) -> str:
 
 
 def _verdict(action: str, batch: Batch) -> PatchkitError | None:
-    if batch.interrupted:
-        return Interrupted(f"fleet {action} interrupted", hint=_nodes_hint([r for r in batch.reports if r.unreachable]))
+    if batch.signum is not None:
+        lost = [r for r in batch.reports if r.unreachable]
+        return Interrupted(f"fleet {action} interrupted", signum=batch.signum, hint=_nodes_hint(lost))
     lost = [r for r in batch.reports if r.unreachable]
     if lost:
         return ClusterError(f"no answer from {_names(lost)}", hint=_nodes_hint(lost) or _lost_hint())
@@ -224,8 +228,10 @@ def fleet_apply(
 
 
 def _phase_one_refusal(prepared: Batch, require_same_version: bool) -> PatchkitError | None:
-    if prepared.interrupted:
-        return Interrupted("fleet apply interrupted in phase 1: nothing was written on any node")
+    if prepared.signum is not None:
+        return Interrupted(
+            "fleet apply interrupted in phase 1: nothing was written on any node", signum=prepared.signum
+        )
     lost = [r for r in prepared.reports if r.unreachable]
     if lost:
         return ClusterError(
@@ -294,8 +300,8 @@ def _phase_two_problem(written: Batch) -> PatchkitError | None:
             f"{_command('status', report)}, then {_command('revert', report)}"
         )
         report.hint = f"on {report.node.node_ip} run {_command('status', report)}, then {_command('revert', report)}"
-    if written.interrupted:
-        return Interrupted("fleet apply interrupted in phase 2", hint=_nodes_hint(lost))
+    if written.signum is not None:
+        return Interrupted("fleet apply interrupted in phase 2", signum=written.signum, hint=_nodes_hint(lost))
     if lost:
         return ClusterError(f"phase 2: no answer from {_names(lost)}", hint=_nodes_hint(lost))
     failed = [r for r in written.reports if not r.ok]
