@@ -23,6 +23,7 @@ import tempfile
 import termios
 import textwrap
 import types
+import venv
 import zipfile
 from pathlib import Path
 
@@ -308,6 +309,13 @@ def fingerprint(root: Path) -> dict[str, tuple]:
     return seen
 
 
+def make_venv(path: Path) -> Path:
+    """The venv `python -m venv --without-pip PATH` makes, byte for byte (bin/python a symlink to the base
+    interpreter, the same pyvenv.cfg), made here: no interpreter started for it (~40 ms of CPU each)."""
+    venv.EnvBuilder(symlinks=True, with_pip=False).create(path)
+    return path
+
+
 def purelib(python: Path) -> Path:
     """The site-packages directory of an interpreter (a venv's own, for one)."""
     code = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
@@ -588,6 +596,21 @@ def default_signals() -> None:
 
 # Small vLLM wheels (test_wheel and the Dockerfile's test build them).
 OFFLINE = {"PIP_NO_INDEX": "1", "PIP_CONFIG_FILE": os.devnull}  # pip asks no index: the cache alone answers
+
+
+def pip_env(cache: Path, index: str = "", find_links: str = "") -> dict[str, str]:
+    """A `wheel` run's environment: patchkit's cache `cache`, pip reading `index` alone (none: no index)
+    and `find_links`, never the machine's pip.conf, extra index or find-links."""
+    return {
+        "PATCHKIT_CACHE_DIR": str(cache),
+        "PIP_CONFIG_FILE": os.devnull,
+        "PIP_INDEX_URL": index,
+        "PIP_EXTRA_INDEX_URL": "",
+        "PIP_FIND_LINKS": find_links,
+        "PIP_NO_INDEX": "" if index else "1",
+    }
+
+
 TAGS = "cp38-abi3-manylinux_2_31_x86_64"
 STOCK_FILES = {
     "vllm/__init__.py": b'__version__ = "0.16.0"\n',

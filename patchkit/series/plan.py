@@ -131,6 +131,9 @@ class Plan(Value):
     # plan_revert's found_only, with no patch found applied: the steps whose files take neither the
     # patch nor its reverse (edited?), left as they are: nothing tells what to undo there
     left: list[PatchStep] = field(default_factory=list)
+    # planned over the stock bytes of a set applied from another library (vouched.plan_over_stock):
+    # those bytes, which the disk does not hold
+    stock: dict[str, bytes | None] | None = None
 
     @property
     def conflicts(self) -> list[PatchStep]:
@@ -158,6 +161,8 @@ class Plan(Value):
 
     def stock_content(self, path: str) -> bytes | None:
         """The content before this plan's series: the disk's, with patches found applied undone."""
+        if self.stock is not None and path in self.stock:
+            return self.stock[path]
         present = [s.patch for s in self.steps if s.state == StepState.ALREADY_APPLIED]
         if not present:
             return self.disk_content(path)
