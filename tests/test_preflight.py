@@ -1116,6 +1116,17 @@ def test_a_local_directory_named_as_the_hub_id_is_what_vllm_reads(setup, tmp_pat
     assert "has no config.json" in done.stdout
 
 
+def applied_preflight_of(setup, spec: dict, drafter_names: dict[str, Path]):
+    """preflight of the applied tree's launch of DeepSeek-V3 with --speculative-config `spec`, whose
+    values DRAFTER and those of `drafter_names` stand for those drafters' directories."""
+    tree, library, models = setup
+    assert run_cli_writing("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    drafters = {"DRAFTER": str(models["drafter"]), **{name: str(path) for name, path in drafter_names.items()}}
+    spec = {k: drafters.get(v, v) if isinstance(v, str) else v for k, v in spec.items()}
+    command = ["vllm", "serve", str(models["deepseek"]), "--speculative-config", json.dumps(spec)]
+    return preflight(tree, library, *command)
+
+
 @pytest.mark.parametrize(
     ("spec", "said", "fix"),
     [
@@ -1141,12 +1152,7 @@ def test_a_local_directory_named_as_the_hub_id_is_what_vllm_reads(setup, tmp_pat
     ],
 )
 def test_a_speculative_config_vllm_refuses_fails_naming_the_fix(setup, tmp_path, spec, said, fix):
-    tree, library, models = setup
-    assert run_cli_writing("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
-    drafters = {"DRAFTER": str(models["drafter"]), "PLAIN": str(write_model(tmp_path / "plain-drafter", DRAFTER))}
-    spec = {k: drafters.get(v, v) if isinstance(v, str) else v for k, v in spec.items()}
-    command = ["vllm", "serve", str(models["deepseek"]), "--speculative-config", json.dumps(spec)]
-    done = preflight(tree, library, *command)
+    done = applied_preflight_of(setup, spec, {"PLAIN": write_model(tmp_path / "plain-drafter", DRAFTER)})
     assert done.returncode == 1, done.stdout + done.stderr
     refused = findings(done)["speculative-config"]
     assert not refused["ok"] and said in refused["message"] and fix in refused["fix"]
@@ -1164,12 +1170,7 @@ def test_a_speculative_config_vllm_refuses_fails_naming_the_fix(setup, tmp_path,
     ],
 )
 def test_a_speculative_config_vllm_accepts_has_no_speculative_config_fault(setup, tmp_path, spec):
-    tree, library, models = setup
-    assert run_cli_writing("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
-    drafters = {"DRAFTER": str(models["drafter"]), "DRAFTER-eagle3": str(write_model(tmp_path / "x-eagle3", DRAFTER))}
-    spec = {k: drafters.get(v, v) if isinstance(v, str) else v for k, v in spec.items()}
-    command = ["vllm", "serve", str(models["deepseek"]), "--speculative-config", json.dumps(spec)]
-    done = preflight(tree, library, *command)
+    done = applied_preflight_of(setup, spec, {"DRAFTER-eagle3": write_model(tmp_path / "x-eagle3", DRAFTER)})
     assert done.returncode == 0, done.stdout + done.stderr
     assert "speculative-config" not in findings(done)
 

@@ -68,7 +68,7 @@ from patchkit.launch.speculative import speculative_findings
 from patchkit.launch.speculators import drafter_config, speculator
 from patchkit.launch.validation import CHECK as VALIDATION
 from patchkit.launch.validation import engine_validation
-from patchkit.launch.weights import tokenizer_findings, weight_findings
+from patchkit.launch.weights import target_directory, tokenizer_findings, weight_findings
 from patchkit.series import dry_run, library
 from patchkit.series.library import PatchSetDef
 from patchkit.series.patchfile import touched_paths
@@ -769,10 +769,20 @@ def _after_load_findings(
     adapters = command.options.get("lora-modules") or command.options.get("default-mm-loras")
     ranks = lora_ranks(tree_reader(root)(LORA_CONFIG)) if adapters else None
     late = late_file_findings(command, COMMAND, lambda: launch_text_encoding(command), ranks, architectures)
-    servers, noted = tool_server_findings(command, COMMAND, resolved.vllm_version, architectures)
+    directory = _model_directory(command, target)
+    servers, noted = tool_server_findings(command, COMMAND, resolved.vllm_version, architectures, directory)
     headless = headless_note(command, architectures)
     result.said += [*([headless] if headless else []), *noted]
     return _chat_template_findings(command, root) + late + servers
+
+
+def _model_directory(command: LaunchCommand, target: ModelConfig) -> str | None:
+    """Where vLLM's ModelConfig reads the model's own files (modules.json): its local directory or
+    offline snapshot, else (a hub id online) the cached snapshot config.json was read from."""
+    found = target_directory(command)
+    if found is not None:
+        return os.path.join(command.working_directory(), found[1])
+    return None if command.optional_text("hf-config-path") else str(target.path.parent)
 
 
 def _chat_template_findings(command: LaunchCommand, root: Path) -> list[Finding]:
@@ -1080,7 +1090,7 @@ def _state_words(status: TreeStatus) -> str | None:
         return f"does not apply: {', '.join(edited)} {'differs' if len(edited) == 1 else 'differ'} from stock (a local edit?)"
     if status.drifted:
         return f"changed after apply: {few(status.drifted, sep=', ')}"
-    return None
+    return status.other_library_said if status.other_library else None
 
 
 def _guard_for_launch(
@@ -1161,6 +1171,9 @@ def _state_finding(resolved: Resolved, status: TreeStatus, *, prefixed: bool = F
     if status.drifted:  # before partly applied: apply refuses an edited file, its fix is the drift's
         files = few(status.drifted, sep=", ")
         return Finding(TREE, False, f"changed after patchkit wrote them: {files}", _drift_fix(resolved, status))
+    if status.other_library:  # the earlier series: apply replaces it with the library's
+        message = f"the {resolved.set_name} series on vLLM {version} was {status.other_library_said}"
+        return Finding(TREE, False, message, f"run {status.other_library_fix}")
     if status.state == TreeState.CONFLICT:
         root, edited, there = resolved.target.root, status.edited_in_hunks, status.in_the_way
         message = f"the {resolved.set_name} series does not apply: {local_edit_said(edited, version, root, there)}"

@@ -289,5 +289,5 @@ def _keep(directory: Path, path: Path, key: str, findings: list[Finding], reads:
     with suppress(OSError):  # a cache that cannot be written only costs time
         directory.mkdir(parents=True, exist_ok=True)
         if fsutil.inside(directory, path.parent):
-            fsutil.atomic_write(path, json.dumps(entry).encode())
+            fsutil.atomic_write(path, fsutil.json_text(entry, "a cache entry").encode())
         prune(directory)

@@ -20,7 +20,6 @@ digests, modes as permission bits; a journal that fails is refused whole (exit 2
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import stat
@@ -30,7 +29,7 @@ from typing import Any
 
 from patchkit.base import seal
 from patchkit.base.errors import BadInput, escaped, quoted
-from patchkit.base.fsutil import fsync_dir, load_json_text, read_file, unplain_prefixes
+from patchkit.base.fsutil import fsync_dir, json_text, load_json_text, read_file, unplain_prefixes
 from patchkit.store.objects import objects_dir
 from patchkit.store.state import (
     PERMISSIONS,
@@ -94,7 +93,7 @@ def mark_staged(root: Path, txid: str, staged: dict[str, Identity], *, tick: Tic
     """The reached-order marker (see the module docstring), on disk before the first file is replaced."""
     marker = {"id": txid, "staged": {path: list(identity) for path, identity in staged.items()}}
     marker["seal"] = seal.seal(SEAL_KIND, _sealed_name(root), seal.canonical(marker))
-    durable_write(staged_path(root), json.dumps(marker).encode(), tick=tick)
+    durable_write(staged_path(root), json_text(marker, "the journal").encode(), tick=tick)
     fsync_dir(meta_dir(root))
 
 
@@ -129,7 +128,7 @@ def begin(root: Path, journal: Journal, *, tick: Tick) -> None:
     """Write the journal (and make objects/): both on disk before anything they describe."""
     tick()
     objects_dir(root).mkdir(parents=True, exist_ok=True)
-    durable_write(journal_path(root), json.dumps(journal).encode(), tick=tick)
+    durable_write(journal_path(root), json_text(journal, "the journal").encode(), tick=tick)
     fsync_dir(meta_dir(root))
 
 

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import json
 import os
 import re
 import shlex
@@ -52,6 +51,7 @@ from patchkit.base.fsutil import (
     atomic_write,
     file_name_problem,
     first_symlink,
+    json_text,
     load_json_text,
     open_regular,
     read_opened,
@@ -515,7 +515,7 @@ class State(Value):
             data["chosen"] = list(self.chosen)
         if self.reverted:
             data["reverted"] = list(self.reverted)
-        return (json.dumps(data, indent=1, sort_keys=True) + "\n").encode()
+        return (json_text(data, "the state file", indent=1, sort_keys=True) + "\n").encode()
 
     def later(self, entry: Entry) -> list[Entry]:
         """The entries applied after `entry` (entries are kept in the order they were applied)."""
