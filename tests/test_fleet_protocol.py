@@ -97,12 +97,18 @@ class SimulatedFleet:
         self.interrupt_during: str | None = None
         self.lock = threading.Lock()
         self.batches: list[tuple[str, int]] = []  # each run: its step and how many nodes it asked at once
+        self.decisions: list[bool] = []  # each decide()'s commit, in order
+        self.gave_up = False  # the nodes decided abort first (the driver silent past their lease)
 
     def run(self, step, nodes, request):
         self.batches.append((step, len(nodes)))
         with ThreadPoolExecutor(max_workers=len(nodes)) as pool:
             reports = list(pool.map(lambda node: self.answer(step, node, request), nodes))
         return Batch(reports, signal.SIGINT if step == self.interrupt_during else None)
+
+    def decide(self, commit: bool) -> bool:
+        self.decisions.append(commit)
+        return not (commit and self.gave_up)
 
     def answer(self, step: str, node: Node, request: dict) -> NodeReport:
         index = NODES.index(node)
@@ -204,6 +210,24 @@ def test_an_interrupt_in_phase_two_reverts_what_was_written():
     fleet.interrupt_during = "apply"
     result = fleet_apply(fleet, NODES, REQUEST)
     assert result.error.exit_code == INTERRUPTED
+    assert fleet.applied == set() and states(result) == {"rolled-back": 100}
+
+
+def test_an_apply_commits_once_every_node_applied_and_aborts_before_a_rollback():
+    fleet = SimulatedFleet()
+    assert fleet_apply(fleet, NODES, REQUEST).error is None and fleet.decisions == [True]
+    failing = SimulatedFleet()
+    failing.faults[(7, "apply")] = {"state": "conflict", "ok": False, "exit_code": 1, "detail": "edited"}
+    assert fleet_apply(failing, NODES, REQUEST).error.exit_code == CHECK_FAILED and failing.decisions == [False]
+
+
+def test_a_commit_the_nodes_gave_up_on_first_is_rolled_back_and_said():
+    """The driver was stopped (SIGSTOP, a paused VM) past the nodes' lease: they decided abort and
+    reverted themselves; its commit fails, and it must not say the fleet is applied."""
+    fleet = SimulatedFleet()
+    fleet.gave_up = True
+    result = fleet_apply(fleet, NODES, REQUEST)
+    assert result.error.exit_code == TARGET_PROBLEM and "gave up on it" in result.error.message
     assert fleet.applied == set() and states(result) == {"rolled-back": 100}
 
 
