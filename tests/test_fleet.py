@@ -288,9 +288,13 @@ def test_a_driver_killed_in_phase_two_leaves_every_node_stock_and_status_says_so
     driver, lib = fleet.slow_apply_started(f"killed-{fails}", fails=fails)
     try:
         written = time.monotonic() + 3  # the two directory nodes apply; the interpreter node is in its 4 s probe
-        while time.monotonic() < written and any(snapshot(t) == b for t, b in zip(fleet.trees, before)):
+        while time.monotonic() < written and any(snapshot(t) == b for t, b in zip(fleet.trees, before, strict=True)):
             time.sleep(0.1)
-        assert [snapshot(tree) == stock for tree, stock in zip(fleet.trees, before)] == [False, False, False]
+        assert [snapshot(tree) == stock for tree, stock in zip(fleet.trees, before, strict=True)] == [
+            False,
+            False,
+            False,
+        ]
         driver.send_signal(signal.SIGKILL)
         driver.communicate(timeout=30)
     finally:

@@ -231,6 +231,21 @@ def test_a_commit_the_nodes_gave_up_on_first_is_rolled_back_and_said():
     assert fleet.applied == set() and states(result) == {"rolled-back": 100}
 
 
+def test_status_of_nodes_applied_beside_nodes_not_names_the_fix_for_the_fleet():
+    """A node whose agent died with the driver before its commit keeps its apply (the others roll
+    back): status must say the nodes differ and what makes them one, not only list them."""
+    fleet = SimulatedFleet()
+    for index in (4, 60):
+        fleet.faults[(index, "status")] = {"state": "applied", "ok": True, "exit_code": 0}
+    result = run_each(fleet, "status", NODES, {**REQUEST, "address": "head:6379"})
+    assert result.error is None and result.state == "mixed"
+    assert result.notes == [
+        "the nodes differ: `patchkit fleet apply --address head:6379` applies the rest, "
+        "`patchkit fleet revert --address head:6379` reverts every node"
+    ]
+    assert run_each(SimulatedFleet(), "status", NODES, REQUEST).notes == []
+
+
 def test_mixed_versions_each_their_own_series_unless_refused():
     versions = {i: "0.17.0" for i in range(50, 100)}
     refused = fleet_apply(SimulatedFleet(versions=versions), NODES, REQUEST, require_same_version=True)

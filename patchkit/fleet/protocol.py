@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from patchkit.base import hints
-from patchkit.base.enums import Outcome
+from patchkit.base.enums import Outcome, TreeState
 from patchkit.base.errors import CheckFailed, PatchkitError, TargetError
 from patchkit.base.options import Options
 from patchkit.fleet import LEASE
@@ -165,7 +165,20 @@ def run_each(runner: Runner, action: str, nodes: list[Node], request: dict[str, 
     batch = runner.run(action, nodes, request)
     if action == "revert":
         _reverts_written(batch.reports, request)
-    return FleetResult(action, batch.reports, error=_verdict(action, batch))
+    notes = _differing(batch.reports, request) if action == "status" else []
+    return FleetResult(action, batch.reports, error=_verdict(action, batch), notes=notes)
+
+
+def _differing(reports: list[NodeReport], request: dict[str, Any]) -> list[str]:
+    """Nodes applied beside nodes not (a node added since, or a fleet apply whose driver and a
+    node's agent were both killed before its commit): the fix, for the whole fleet."""
+    states = {r.state for r in reports}
+    if TreeState.APPLIED not in states or not states & {TreeState.NOT_APPLIED, TreeState.PARTIAL}:
+        return []
+    return [
+        f"the nodes differ: {_fleet_command('apply', request)} applies the rest, "
+        f"{_fleet_command('revert', request)} reverts every node"
+    ]
 
 
 def _reverts_written(reports: list[NodeReport], request: dict[str, Any]) -> None:
