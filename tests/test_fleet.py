@@ -276,35 +276,46 @@ def test_a_signal_during_phase_two_still_rolls_every_node_back_and_exits_with_it
     assert [snapshot(tree) for tree in fleet.trees] == before
 
 
-@pytest.mark.parametrize("fails", [True, False], ids=["a-node-fails", "every-node-applies"])
-def test_a_driver_killed_in_phase_two_leaves_every_node_stock_and_status_says_so(fleet, fails):
+@pytest.mark.parametrize(
+    ("fails", "upgraded"),
+    [(True, False), (False, False), (True, True)],
+    ids=["a-node-fails", "every-node-applies", "on-agents-of-its-own"],
+)
+def test_a_driver_killed_in_phase_two_leaves_every_node_stock_and_status_says_so(fleet, fails, upgraded):
     """Review 37 L-g: SIGKILL (an OOM kill, a CI timeout) to `fleet apply` while the interpreter node
     runs its probe: the other nodes had applied, and were left so (nothing reverted them) while that
     node failed and rolled itself back (or, with its probe passing, all stayed applied without a
     commit). Each node's write is undecided until the driver commits: with its heartbeat gone,
-    the nodes decide abort and revert themselves; `fleet status` agrees."""
+    the nodes decide abort and revert themselves; `fleet status` agrees. `upgraded`: patchkit
+    changed on the nodes, so the run works on agents of its own, which died with their driver."""
     fleet.stock()
     before = [snapshot(tree) for tree in fleet.trees]
-    driver, lib = fleet.slow_apply_started(f"killed-{fails}", fails=fails)
+    source = Path(patchkit.__file__).parent / "base" / "enums.py"
+    stamp = source.stat()
+    if upgraded:
+        assert fleet.run("status")[0].returncode in (0, 1)  # the named agents, started (or kept)
+        os.utime(source, ns=(stamp.st_atime_ns, stamp.st_mtime_ns + 1_000_000_000))
     try:
-        written = time.monotonic() + 3  # the two directory nodes apply; the interpreter node is in its 4 s probe
-        while time.monotonic() < written and any(snapshot(t) == b for t, b in zip(fleet.trees, before, strict=True)):
-            time.sleep(0.1)
-        assert [snapshot(tree) == stock for tree, stock in zip(fleet.trees, before, strict=True)] == [
-            False,
-            False,
-            False,
-        ]
-        driver.send_signal(signal.SIGKILL)
-        driver.communicate(timeout=30)
+        driver, lib = fleet.slow_apply_started(f"killed-{fails}-{upgraded}", fails=fails)
+        try:
+            written = time.monotonic() + 3  # the two directory nodes apply; the interpreter node is in its 4 s probe
+            while time.monotonic() < written and any(
+                snapshot(t) == b for t, b in zip(fleet.trees, before, strict=True)
+            ):
+                time.sleep(0.1)
+            assert [snapshot(tree) == stock for tree, stock in zip(fleet.trees, before, strict=True)] == [False] * 3
+            driver.send_signal(signal.SIGKILL)
+            driver.communicate(timeout=30)
+        finally:
+            driver.kill()
+        deadline = time.monotonic() + LEASE + 30
+        while time.monotonic() < deadline and [snapshot(tree) for tree in fleet.trees] != before:
+            time.sleep(0.5)
+        assert [snapshot(tree) for tree in fleet.trees] == before
+        done, status = fleet.run("status", "--patches", lib)
+        assert done.returncode == 0 and {n["state"] for n in status["nodes"]} == {"not-applied"}, done.stdout
     finally:
-        driver.kill()
-    deadline = time.monotonic() + LEASE + 30
-    while time.monotonic() < deadline and [snapshot(tree) for tree in fleet.trees] != before:
-        time.sleep(0.5)
-    assert [snapshot(tree) for tree in fleet.trees] == before
-    done, status = fleet.run("status", "--patches", lib)
-    assert done.returncode == 0 and {n["state"] for n in status["nodes"]} == {"not-applied"}, done.stdout
+        os.utime(source, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
 
 
 def test_sigterm_as_the_driver_disconnects_is_absorbed_and_the_document_printed(fleet):

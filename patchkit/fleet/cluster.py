@@ -219,6 +219,7 @@ class RayRunner:
         self.run_id = uuid.uuid4().hex
         self.agents: dict[Node, Any] = {}  # the agent each node's steps go to
         self.held: list[Any] = []  # every agent this run claimed (released at the end)
+        self.own: list[Any] = []  # the agents made for this run alone (released with no keep-alive)
         self.ledger = RayLedger(ray)
         self.beating: threading.Event | None = None  # set: this run's heartbeat stops
 
@@ -281,7 +282,8 @@ class RayRunner:
             self.beating.set()
             with suppress(Exception):  # the GCS unreachable: the nodes find the heartbeat stopped
                 self.ledger.delete(beat_key(self.run_id))
-        refs = [agent.release.remote(self.run_id, keep_alive) for agent in self.held]
+        own = {id(agent) for agent in self.own}
+        refs = [agent.release.remote(self.run_id, 0 if id(agent) in own else keep_alive) for agent in self.held]
         with suppress(Exception):  # an agent gone meanwhile has nothing to release
             self.ray.wait(refs, num_returns=len(refs), timeout=5)
 
@@ -336,18 +338,24 @@ class RayRunner:
         return failed
 
     def _claim(self, node: Node, request: dict[str, Any], *, own: bool = False) -> ObjectRef[Any]:
-        """Claim `node`'s named agent (made if none runs), or with `own` one for this run only
-        (it ends with this driver)."""
+        """Claim `node`'s named agent (made if none runs), or with `own` one for this run only (it
+        ends once this run releases it). Each is detached: an apply it wrote stays undecided beyond
+        a driver killed in phase 2, and only a living agent rolls it back (one sharing its
+        driver's fate died with it, leaving its node applied beside nodes rolled back)."""
         hold = self._hold_seconds(request)
         named = {"name": f"agent-{node.node_id}", "namespace": NAMESPACE, "lifetime": "detached", "get_if_exists": True}
+        if own:
+            named = {"name": f"agent-{node.node_id}-{self.run_id[:12]}", "namespace": NAMESPACE, "lifetime": "detached"}
         agent = self.agent_class.options(
-            **({} if own else named),
+            **named,
             num_cpus=0,
             max_restarts=0,
             max_concurrency=AGENT_THREADS,
             scheduling_strategy=self.affinity(node_id=node.node_id, soft=False),
         ).remote(hold, self.patchkit)
         self.agents[node] = agent
+        if own:
+            self.own.append(agent)
         claimed: ObjectRef[Any] = agent.claim.remote(self.run_id, hold)  # an actor method's remote(): its ObjectRef
         return claimed
 
