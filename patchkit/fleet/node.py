@@ -569,13 +569,10 @@ class Agent:
             with self.guard:
                 self.undecided.pop(run, None)
             return
-        with (
-            self.guard
-        ):  # its driver is gone: its hold (and a creator's: an agent it made) ends soon, not in --timeout + 60 s
-            soon = time.monotonic() + ABANDONED_HOLD
-            for holder in (run, "creator"):
-                if holder in self.holds:
-                    self.holds[holder] = min(self.holds[holder], soon)
+        # its driver is gone: its hold (and a creator's: an agent it made) ends now, not in --timeout + 60 s
+        with self.guard:
+            self.holds.pop(run, None)
+            self.holds.pop("creator", None)
         self._roll_back(run)
 
     def _roll_back(self, run: str) -> None:
@@ -635,7 +632,6 @@ CONTROL_THREADS = 4  # for claims, releases and give-ups: never behind the steps
 PACKAGE = Path(__file__).resolve().parent.parent  # patchkit's own directory
 AGENT_TICK = 0.5  # seconds between an agent's looks at whether it is still wanted
 OVERDUE_GRACE = 120.0  # seconds past a step's time limit after which the agent ends itself
-ABANDONED_HOLD = 60.0  # seconds a run whose apply the agent rolled back (its driver silent) still holds it
 
 
 def _with_note(summary: dict[str, Any], unsettled: list[str]) -> dict[str, Any]:
