@@ -479,32 +479,49 @@ print(time.perf_counter() - start)
 """
 
 
+def applied_0_16(work: Path, name: str) -> Path:
+    """A stock 0.16.0 site at work/name with the default set applied (no import check)."""
+    base = work / name
+    shutil.copytree(stock_0_16(work), base)
+    run_once([*PATCHKIT, "apply", "-q", "--no-import", "--target", str(base)])
+    return base
+
+
+def recording_more(base: Path, site: Path, paths: list[str]) -> Path:
+    """A copy of the applied `base` at `site` whose record names `paths` created files more (after
+    bytes no file has): the file system's side of them is the caller's."""
+    shutil.copytree(base, site, symlinks=True)
+    state = site / ".patchkit" / "state.json"
+    data = json.loads(state.read_text())
+    data["entries"][0]["files"].update({p: {"after": "ab" * 32, "before": None, "mode": 0o644} for p in paths})
+    state.write_text(json.dumps(data))
+    return site
+
+
+def status_and_guard(sites: dict, runs: int) -> tuple[dict, dict]:
+    """Median seconds of `status -q` and of the guard's verdict on each site, by the sites' keys."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    status, guard = {}, {}
+    for key, site in sites.items():
+        status[key] = statistics.median(_status_took(site) for _ in range(runs))
+        judged = [sys.executable, "-c", GUARD_JUDGED, str(site)]
+        guard[key] = statistics.median(
+            float(subprocess.run(judged, capture_output=True, text=True, env=env, check=True).stdout)
+            for _ in range(runs)
+        )
+    return status, guard
+
+
 def large_record_rows(work: Path, runs: int, files: int) -> list[str]:
     """`status -q` and the guard on an applied 0.16.0 tree whose record names `files` and then 4x
     `files` created files more (absent: each refused), against the same tree as applied (the
     reference). Linear work makes the extra cost at 4x four times the extra cost at 1x; the work
     of a product of the files with the guard's problems, sixteen times."""
-    base = work / "record-0"
-    shutil.copytree(stock_0_16(work), base)
-    run_once([*PATCHKIT, "apply", "-q", "--no-import", "--target", str(base)])
+    base = applied_0_16(work, "record-0")
     sites = {0: base}
     for count in (files, files * 4):
-        sites[count] = work / f"record-{count}"
-        shutil.copytree(base, sites[count], symlinks=True)
-        state = sites[count] / ".patchkit" / "state.json"
-        data = json.loads(state.read_text())
-        made = data["entries"][0]["files"]
-        made.update({f"vllm/zz/x{i}.py": {"after": "ab" * 32, "before": None, "mode": 0o644} for i in range(count)})
-        state.write_text(json.dumps(data))
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    status, guard = {}, {}
-    for count, site in sites.items():
-        status[count] = statistics.median(_status_took(site) for _ in range(runs))
-        judged = [sys.executable, "-c", GUARD_JUDGED, str(site)]
-        guard[count] = statistics.median(
-            float(subprocess.run(judged, capture_output=True, text=True, env=env, check=True).stdout)
-            for _ in range(runs)
-        )
+        sites[count] = recording_more(base, work / f"record-{count}", [f"vllm/zz/x{i}.py" for i in range(count)])
+    status, guard = status_and_guard(sites, runs)
     rows = []
     for name, took in (("status -q", status), ("the guard's verdict", guard)):
         small, large = took[files] - took[0], took[files * 4] - took[0]
@@ -522,29 +539,16 @@ def deep_record_rows(work: Path, runs: int, files: int) -> list[str]:
     reference) and as deep as a record may be (store.state's MAX_RECORDED_DEPTH, 31 directories).
     Each directory looked at once makes the deep cost about the directories' ratio (15x) of the
     reference's at most; realpath of every directory on the way (review35 N14), its square and more."""
-    base = work / "deep-0"
-    shutil.copytree(stock_0_16(work), base)
-    run_once([*PATCHKIT, "apply", "-q", "--no-import", "--target", str(base)])
+    base = applied_0_16(work, "deep-0")
     sites = {}
     for depth in (2, MAX_RECORDED_DEPTH - 1):
-        site = sites[depth] = work / f"deep-{depth}"
-        shutil.copytree(base, site, symlinks=True)
-        state = site / ".patchkit" / "state.json"
-        data = json.loads(state.read_text())
-        for i in range(files):
-            chain = f"vllm/c{i}/" + "d/" * (depth - 2)
-            (site / chain).mkdir(parents=True)
-            data["entries"][0]["files"][f"{chain}x{i}.py"] = {"after": "ab" * 32, "before": None, "mode": 0o644}
-        state.write_text(json.dumps(data))
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    status, guard = {}, {}
-    for depth, site in sites.items():
-        status[depth] = statistics.median(_status_took(site) for _ in range(runs))
-        judged = [sys.executable, "-c", GUARD_JUDGED, str(site)]
-        guard[depth] = statistics.median(
-            float(subprocess.run(judged, capture_output=True, text=True, env=env, check=True).stdout)
-            for _ in range(runs)
+        chains = [f"vllm/c{i}/" + "d/" * (depth - 2) for i in range(files)]
+        site = sites[depth] = recording_more(
+            base, work / f"deep-{depth}", [f"{c}x{i}.py" for i, c in enumerate(chains)]
         )
+        for chain in chains:
+            (site / chain).mkdir(parents=True)
+    status, guard = status_and_guard(sites, runs)
     deep, shallow = MAX_RECORDED_DEPTH - 1, 2
     return [
         f"| {name}, applied 0.16.0 whose record names {files:,} created files more, each in its own chain of "
@@ -560,9 +564,7 @@ def planted_rows(work: Path, runs: int, files: int) -> list[str]:
     b in it lead there again: vllm/s/a/b/.../xN.py, 29 parts), and hard links to one 32 MB file; the
     reference: the same count of files in one real directory, absent. Goal: about the reference (each
     symlink expanded was 0.1-0.35 s a file; each link hashed again, its whole size)."""
-    base = work / "planted-0"
-    shutil.copytree(stock_0_16(work), base)
-    run_once([*PATCHKIT, "apply", "-q", "--no-import", "--target", str(base)])
+    base = applied_0_16(work, "planted-0")
     deep = work / "planted-deep"
     deep.mkdir()
     for _ in range(1000):  # one at a time: mkdir(parents=True) recurses once a level
@@ -572,30 +574,18 @@ def planted_rows(work: Path, runs: int, files: int) -> list[str]:
         (deep / name).symlink_to(deep)
     rng, sites = random.Random(1), {}
     for shape in ("reference", "symlinked", "hard-linked"):
-        site = sites[shape] = work / f"planted-{shape}"
-        shutil.copytree(base, site, symlinks=True)
-        (site / "vllm/zz").mkdir()
         paths = [f"vllm/zz/x{i}.py" for i in range(files)]
         if shape == "symlinked":
-            (site / "vllm/s").symlink_to(deep)
             paths = [f"vllm/s/{'/'.join(rng.choice('ab') for _ in range(26))}/x{i}.py" for i in range(files)]
+        site = sites[shape] = recording_more(base, work / f"planted-{shape}", paths)
+        (site / "vllm/zz").mkdir()
+        if shape == "symlinked":
+            (site / "vllm/s").symlink_to(deep)
         if shape == "hard-linked":
             (site / paths[0]).write_bytes(os.urandom(32 << 20))
             for rel in paths[1:]:
                 os.link(site / paths[0], site / rel)
-        state = site / ".patchkit" / "state.json"
-        data = json.loads(state.read_text())
-        data["entries"][0]["files"].update({p: {"after": "ab" * 32, "before": None, "mode": 0o644} for p in paths})
-        state.write_text(json.dumps(data))
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    status, guard = {}, {}
-    for shape, site in sites.items():
-        status[shape] = statistics.median(_status_took(site) for _ in range(runs))
-        judged = [sys.executable, "-c", GUARD_JUDGED, str(site)]
-        guard[shape] = statistics.median(
-            float(subprocess.run(judged, capture_output=True, text=True, env=env, check=True).stdout)
-            for _ in range(runs)
-        )
+    status, guard = status_and_guard(sites, runs)
     subprocess.run(["rm", "-rf", str(work / "planted-deep")], check=True)  # shutil.rmtree recurses a level
     return [
         f"| {name}, applied 0.16.0 whose record names {files:,} created files more, {shape} | {took[shape]:.3f} s "

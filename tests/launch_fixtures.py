@@ -177,10 +177,12 @@ def patched_files(version: str) -> dict[str, str]:
     }
 
 
-def write_eagle3_setup(tmp: Path, version: str = "0.16.0") -> tuple[Path, Path]:
-    """(site-packages-like tree at stock, library root holding an `eagle3` set for it)."""
+def write_eagle3_setup(tmp: Path, version: str = "0.16.0", patched: dict[str, str] | None = None) -> tuple[Path, Path]:
+    """(site-packages-like tree at stock, library root holding an `eagle3` set for it; `patched` replaces
+    some of the files its patch makes)."""
     tree = write_tree(tmp / "site", version, stock_files(version))
-    patch = make_patch(tmp, tree, patched_files(version), header="Description: eagle3 for the test trees\n")
+    made = {**patched_files(version), **(patched or {})}
+    patch = make_patch(tmp, tree, made, header="Description: eagle3 for the test trees\n")
     real = default_root() / "eagle3"
     library = tmp / "library"
     (library / "eagle3" / version).mkdir(parents=True)

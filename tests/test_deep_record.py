@@ -7,14 +7,13 @@ calls are counted. bench/bench.py's `deep-record` row measures the time."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import stat
 from pathlib import Path
 
 import pytest
-from helpers import EAGLE_MODEL, MODEL, SPEC, make_patch, patched_spec, run_cli, snapshot, write_library
+from helpers import EAGLE_MODEL, MODEL, SPEC, make_patch, patched_spec, record_created, run_cli, snapshot, write_library
 
 import patchkit._target.guard as target_guard
 import patchkit.engine.inspection as inspection
@@ -26,17 +25,6 @@ from patchkit.store.state import read_state, state_path
 CHAINS = 40  # recorded files, each at the end of its own chain of directories
 AT_BOUND = "vllm/" + "d/" * (MAX_RECORDED_DEPTH - 2) + "deep_{}.py"  # MAX_RECORDED_DEPTH components
 OVER_BOUND = "vllm/" + "d/" * (MAX_RECORDED_DEPTH - 1) + "deep.py"
-
-
-def record_also(tree: Path, paths: list[str], mode: int = 0o644) -> None:
-    """The applied tree's record, naming each of `paths` as a file its first entry created (with the
-    bytes it holds, when it is a file)."""
-    state = tree / ".patchkit" / "state.json"
-    data = json.loads(state.read_text())
-    for path in paths:
-        after = hashlib.sha256((tree / path).read_bytes()).hexdigest() if (tree / path).is_file() else "ab" * 32
-        data["entries"][0]["files"][path] = {"after": after, "before": None, "mode": mode}
-    state.write_text(json.dumps(data))
 
 
 def chains(tree: Path, count: int = CHAINS) -> list[str]:
@@ -71,7 +59,7 @@ def test_a_record_at_the_depth_bound_is_judged_with_one_lstat_a_directory(applie
     closed_file, closed_dir = paths[3], str(Path(paths[7]).parent.parent)
     os.chmod(applied / closed_file, 0o600)
     os.chmod(applied / closed_dir, 0o700)
-    record_also(applied, paths)
+    record_created(applied, paths, their_bytes=True)
     state = read_state(applied)
     prefixes = {"/".join(p.split("/")[:n]) for p in paths for n in range(1, len(p.split("/")) + 1)}
     calls = counting(monkeypatch)
@@ -89,7 +77,7 @@ def test_a_record_at_the_depth_bound_is_judged_with_one_lstat_a_directory(applie
 def test_status_of_a_record_at_the_depth_bound_reads_it_and_names_the_closed_file(run, applied, open_library):
     paths = chains(applied, 4)
     os.chmod(applied / paths[1], 0o600)
-    record_also(applied, paths)
+    record_created(applied, paths, their_bytes=True)
     done = run("status", "--target", applied, "--patches", open_library)
     said = " ".join(done.output.split())
     assert "damaged" not in said, said
@@ -99,7 +87,7 @@ def test_status_of_a_record_at_the_depth_bound_reads_it_and_names_the_closed_fil
 @pytest.mark.parametrize("command", ["status", "verify", "apply", "revert"])
 def test_a_recorded_path_over_the_depth_bound_is_damaged_to_every_command(applied, open_library, command):
     (applied / OVER_BOUND).parent.mkdir(parents=True)  # the directories exist: every one would be walked
-    record_also(applied, [OVER_BOUND])
+    record_created(applied, [OVER_BOUND], their_bytes=True)
     before = snapshot(applied)
     done = run_cli(command, "--target", applied, "--patches", open_library)
     said = " ".join(done.stderr.split())
@@ -115,7 +103,7 @@ def test_a_record_over_the_depth_bound_is_refused_before_its_directories_are_loo
     run, applied, open_library, monkeypatch
 ):
     (applied / OVER_BOUND).parent.mkdir(parents=True)
-    record_also(applied, [OVER_BOUND])
+    record_created(applied, [OVER_BOUND], their_bytes=True)
     calls = counting(monkeypatch)
     done = run("status", "--target", applied, "--patches", open_library)
     monkeypatch.undo()
@@ -143,7 +131,7 @@ def test_apply_never_writes_a_record_over_the_depth_bound(run, tree, scratch):
 
 
 def test_a_record_at_the_depth_bound_is_one_the_guard_reads(applied):
-    record_also(applied, [AT_BOUND.format(0)])
+    record_created(applied, [AT_BOUND.format(0)], their_bytes=True)
     read_state(applied)  # no error: the commands read it
     assert not any("damaged" in p or "deeper" in p for p in target_guard.find_problems(str(applied)))
 
@@ -194,7 +182,7 @@ def test_status_of_several_sets_looks_for_a_symlink_on_the_way_to_each_refused_f
     paths = chains(tree, 10)
     for rel in paths:
         (tree / rel).unlink()  # gone: the guard refuses each, and each set's fix looks for a symlink on the way
-    record_also(tree, paths)
+    record_created(tree, paths, their_bytes=True)
     walked, asked, inside, lstat, real = [], [0], [False], os.lstat, inspection.first_symlink
 
     def counted(path, *args, **kwargs):
@@ -310,7 +298,7 @@ def test_the_walk_from_each_parent_finds_what_realpath_of_each_prefix_found(appl
     if moved:  # vllm/ on another volume, a symlink left in its place
         os.rename(applied / "vllm", tmp_path / "volume")
         (applied / "vllm").symlink_to(tmp_path / "volume")
-    record_also(applied, recorded)
+    record_created(applied, recorded, their_bytes=True)
     state = read_state(applied)
     found = guard.unreadable_by_others(applied, state)
     assert found == by_realpath(applied, state)

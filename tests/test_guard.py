@@ -21,6 +21,7 @@ from helpers import (
     fingerprint,
     load_plugins_like_vllm,
     make_patch,
+    make_venv,
     purelib,
     run_cli,
     run_cli_read_only,
@@ -146,7 +147,7 @@ def test_reverting_one_set_keeps_the_guard_while_another_is_recorded(patched, sc
 
 def test_pip_uninstall_removes_the_guard(tmp_path, scratch):
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
+    make_venv(venv)
     site = write_tree(purelib(venv / "bin/python"))  # a vLLM "installed" in the venv
     diff = tmp_path / "model.diff"
     diff.write_bytes(make_patch(scratch, site, {MODEL: MODEL_PY.replace("return x", "return -x")}))
@@ -852,15 +853,8 @@ def test_stale_checked_bytecode_stops_a_launch_that_never_checks_hashes(patched)
     assert done.returncode == 0, done.stderr[-600:]
 
 
-def test_an_unlistable_pycache_is_judged_by_the_names_this_python_opens(tmp_path, monkeypatch):
-    """Review 16 H1: a __pycache__ the launching user cannot list (root's, made under umask 027) stopped
-    every launch, while Python just reads the source. Judged as Python loads: only this interpreter's
-    own names, opened directly; another interpreter's .pyc there is never loaded."""
-    site = tmp_path / "site"
-    (site / "vllm/models").mkdir(parents=True)
-    (site / MODEL).write_text(MODEL_PY + "# patched\n")
-    cache = site / "vllm/models/__pycache__"
-    _unchecked_pyc_of(cache, MODEL_PY.encode(), "model.cpython-310.pyc")
+def pycache_unlistable(monkeypatch) -> None:
+    """Every __pycache__ unlistable to the guard's os.scandir (PermissionError), as a directory of root's."""
     real_scandir = os.scandir
 
     def unlistable(path):
@@ -870,6 +864,18 @@ def test_an_unlistable_pycache_is_judged_by_the_names_this_python_opens(tmp_path
         return real_scandir(path)
 
     monkeypatch.setattr(target_guard.os, "scandir", unlistable)
+
+
+def test_an_unlistable_pycache_is_judged_by_the_names_this_python_opens(tmp_path, monkeypatch):
+    """Review 16 H1: a __pycache__ the launching user cannot list (root's, made under umask 027) stopped
+    every launch, while Python just reads the source. Judged as Python loads: only this interpreter's
+    own names, opened directly; another interpreter's .pyc there is never loaded."""
+    site = tmp_path / "site"
+    (site / "vllm/models").mkdir(parents=True)
+    (site / MODEL).write_text(MODEL_PY + "# patched\n")
+    cache = site / "vllm/models/__pycache__"
+    _unchecked_pyc_of(cache, MODEL_PY.encode(), "model.cpython-310.pyc")
+    pycache_unlistable(monkeypatch)
     assert target_guard.stale_bytecode(str(site), [MODEL]) == []
     mine = _unchecked_pyc_of(cache, MODEL_PY.encode(), f"model.{sys.implementation.cache_tag}.pyc")
     (problem,) = target_guard.stale_bytecode(str(site), [MODEL])
@@ -886,14 +892,7 @@ def test_status_on_another_python_than_vllms_judges_an_unlistable_pycache_as_vll
     cache = site / "vllm/models/__pycache__"
     other = "cpython-311" if sys.implementation.cache_tag == "cpython-310" else "cpython-310"  # not patchkit's
     vllms = _unchecked_pyc_of(cache, MODEL_PY.encode(), f"model.{other}.pyc")  # of the stock bytes: stale
-    real_scandir = os.scandir
-
-    def unlistable(path):
-        if not isinstance(path, int) and os.fspath(path).endswith("__pycache__"):
-            raise PermissionError(13, "Permission denied", os.fspath(path))
-        return real_scandir(path)
-
-    monkeypatch.setattr(target_guard.os, "scandir", unlistable)
+    pycache_unlistable(monkeypatch)
     done = run("status", "--target", site)
     assert done.exit_code == 1, done.output
     assert f"__pycache__/{vllms.name}" in " ".join(done.output.split()), done.output

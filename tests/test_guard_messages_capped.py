@@ -7,9 +7,18 @@ is shown escaped: a message line never splits."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
-from helpers import MODEL, MODEL_PY, make_patch, patched_spec, run_cli, run_cli_writing, write_library, write_tree
+from helpers import (
+    MODEL,
+    MODEL_PY,
+    make_patch,
+    patched_spec,
+    record_created,
+    run_cli,
+    run_cli_writing,
+    write_library,
+    write_tree,
+)
 
 import patchkit._target.guard as target_guard
 
@@ -17,18 +26,9 @@ MANY = 2_000
 CREATED = "vllm/zz/made_{}.py"  # created files the record names, absent, that no patch writes
 
 
-def record_absent(tree: Path, paths: list[str]) -> None:
-    """The applied tree's record, with `paths` more created files in its first entry (none on disk)."""
-    path = tree / ".patchkit" / "state.json"
-    data = json.loads(path.read_text())
-    for rel in paths:
-        data["entries"][0]["files"][rel] = {"after": "ab" * 32, "before": None, "mode": 0o644}
-    path.write_text(json.dumps(data))
-
-
 def test_status_verify_and_apply_name_a_few_refused_files_and_revert_as_the_fix(run, tree, open_library):
     assert run("apply", "--target", tree, "--patches", open_library).exit_code == 0
-    record_absent(tree, [CREATED.format(i) for i in range(MANY)])
+    record_created(tree, [CREATED.format(i) for i in range(MANY)])
     for command in ("status", "verify", "apply"):
         done = run_cli(command, "--target", tree, "--patches", open_library)
         said = done.stdout + done.stderr
@@ -47,7 +47,7 @@ def test_status_verify_and_apply_name_a_few_refused_files_and_revert_as_the_fix(
 
 def test_the_guards_own_refusal_names_a_few_files(run, tree, open_library):
     assert run("apply", "--target", tree, "--patches", open_library).exit_code == 0
-    record_absent(tree, [CREATED.format(i) for i in range(MANY)])
+    record_created(tree, [CREATED.format(i) for i in range(MANY)])
     problems = target_guard.find_problems(str(tree))
     assert len(problems) == MANY
     said = target_guard.refusal(str(tree), problems)
@@ -56,7 +56,7 @@ def test_the_guards_own_refusal_names_a_few_files(run, tree, open_library):
 
 def test_a_recorded_path_holding_a_newline_is_shown_escaped(run, tree, open_library):
     assert run("apply", "--target", tree, "--patches", open_library).exit_code == 0
-    record_absent(tree, ["vllm/zz/a\nb.py"])
+    record_created(tree, ["vllm/zz/a\nb.py"])
     said = target_guard.refusal(str(tree), target_guard.find_problems(str(tree)))
     assert "\n" not in said and "vllm/zz/a\\x0ab.py is gone" in said, said
     done = run_cli("status", "--target", tree, "--patches", open_library)
@@ -67,14 +67,11 @@ def test_a_recorded_path_holding_a_newline_is_shown_escaped(run, tree, open_libr
 def test_apply_of_a_record_of_many_edited_files_names_a_few(run, tree, open_library):
     """The drift refusal lists the files edited since apply: a few, then how many more."""
     assert run("apply", "--target", tree, "--patches", open_library).exit_code == 0
-    path = tree / ".patchkit" / "state.json"
-    data = json.loads(path.read_text())
     (tree / "vllm" / "zz").mkdir(parents=True)
-    for i in range(500):  # each there, not what the record says patchkit wrote
-        rel = f"vllm/zz/edited_{i}.py"
+    edited = [f"vllm/zz/edited_{i}.py" for i in range(500)]
+    for i, rel in enumerate(edited):  # each there, not what the record says patchkit wrote
         (tree / rel).write_text(f"x = {i}\n")
-        data["entries"][0]["files"][rel] = {"after": "ab" * 32, "before": None, "mode": 0o644}
-    path.write_text(json.dumps(data))
+    record_created(tree, edited)
     done = run_cli_writing("apply", "--target", tree, "--patches", open_library)
     assert done.returncode == 1, done.stdout + done.stderr
     [said] = [line for line in done.stderr.splitlines() if line.startswith("error:")]
@@ -86,7 +83,7 @@ def test_a_drifted_recorded_path_holding_a_newline_is_one_line(run, tree, open_l
     rel = "vllm/zz/a\nb.py"
     (tree / "vllm" / "zz").mkdir(parents=True)
     (tree / rel).write_text("x = 1\n")  # there, not what the record says patchkit wrote: drifted
-    record_absent(tree, [rel])
+    record_created(tree, [rel])
     done = run_cli("status", "--target", tree, "--patches", open_library)
     lines = done.stdout.splitlines()
     assert "vllm/zz/a\\x0ab.py: drifted: edited after patchkit patched it" in lines, done.stdout
@@ -107,7 +104,7 @@ def test_another_sets_files_no_patch_writes_are_fixed_by_reverting_it(tmp_path, 
     assert run_cli_writing("apply", "--target", tree, "--patches", library).returncode == 0
     data = json.loads((tree / ".patchkit" / "state.json").read_text())
     assert [e["set"] for e in data["entries"]] == ["spec", "model-fix"]
-    record_absent(tree, [CREATED.format(i) for i in range(5)])  # in spec's record
+    record_created(tree, [CREATED.format(i) for i in range(5)])  # in spec's record
     done = run_cli("status", "--target", tree, "--patches", library, "--set", "model-fix")
     said = " ".join((done.stdout + done.stderr).split())
     assert done.returncode == 1, said
@@ -128,14 +125,11 @@ def test_status_and_verify_say_one_fix_of_many_drifted_files_once(run, tree, ope
     for each (200 lines); now one line naming a few, then how many more, and the fix once. The exit
     code and the JSON document (every drifted file) are unchanged."""
     assert run("apply", "--target", tree, "--patches", open_library).exit_code == 0
-    path = tree / ".patchkit" / "state.json"
-    data = json.loads(path.read_text())
     (tree / "vllm" / "zz").mkdir(parents=True)
     edited = [f"vllm/zz/edited_{i:03}.py" for i in range(100)]
     for rel in edited:  # each there, not what the record says patchkit wrote
         (tree / rel).write_text("x = 1\n")
-        data["entries"][0]["files"][rel] = {"after": "ab" * 32, "before": None, "mode": 0o644}
-    path.write_text(json.dumps(data))
+    record_created(tree, edited)
     for command in ("status", "verify"):
         done = run_cli(command, "--target", tree, "--patches", open_library)
         assert done.returncode == 1, done.stdout + done.stderr

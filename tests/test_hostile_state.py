@@ -508,17 +508,22 @@ def test_hostile_record_changes_nothing_outside_the_tree(tmp_path, row: Row, com
         assert is_installed(scene.tree) and GUARD_GONE not in run_cli_read_only("status", *target).stdout
 
 
-@pytest.mark.parametrize("plant", [state_path_lone_surrogate, journal_path_lone_surrogate], ids=lambda p: p.__name__)
-@pytest.mark.parametrize("command", ["status", "verify", "apply", "revert", "recover", "preflight", "run"])
-def test_a_lone_surrogate_in_a_record_is_damage_for_every_command(tmp_path, plant, command):
-    """A string no file name can hold ("\\ud800") read from state.json or journal.json is refused
-    as damage (exit 2) naming the file, by the launch commands too; it was exit 70."""
+def run_damaged(tmp_path: Path, plant: Callable[[Scene], None], command: str):
+    """`command` on an applied scene whose record `plant` damaged (preflight and run given a launch)."""
     scene = _scene(tmp_path, applied=True)
     plant(scene)
     launch = ("--", "vllm", "serve", str(tmp_path)) if command in ("preflight", "run") else ()
     launch = ("--no-import", *launch) if command == "preflight" else launch
     patch = () if command == "recover" else ("--patch", scene.patch)
-    done = run_cli(command, "--target", scene.tree, *patch, *launch)
+    return run_cli(command, "--target", scene.tree, *patch, *launch)
+
+
+@pytest.mark.parametrize("plant", [state_path_lone_surrogate, journal_path_lone_surrogate], ids=lambda p: p.__name__)
+@pytest.mark.parametrize("command", ["status", "verify", "apply", "revert", "recover", "preflight", "run"])
+def test_a_lone_surrogate_in_a_record_is_damage_for_every_command(tmp_path, plant, command):
+    """A string no file name can hold ("\\ud800") read from state.json or journal.json is refused
+    as damage (exit 2) naming the file, by the launch commands too; it was exit 70."""
+    done = run_damaged(tmp_path, plant, command)
     output = done.stdout + done.stderr
     assert done.returncode == REFUSED and "lone surrogate" in output and "Traceback" not in output, output
 
@@ -538,12 +543,7 @@ def journal_infinity(scene: Scene) -> None:
 def test_nan_or_infinity_in_a_record_is_damage_for_every_command(tmp_path, plant, command):
     """json.loads takes NaN and Infinity (JSON has neither, patchkit never writes one): read back
     from state.json or journal.json they are damage (exit 2) naming the file, as other malformed JSON."""
-    scene = _scene(tmp_path, applied=True)
-    plant(scene)
-    launch = ("--", "vllm", "serve", str(tmp_path)) if command in ("preflight", "run") else ()
-    launch = ("--no-import", *launch) if command == "preflight" else launch
-    patch = () if command == "recover" else ("--patch", scene.patch)
-    done = run_cli(command, "--target", scene.tree, *patch, *launch)
+    done = run_damaged(tmp_path, plant, command)
     output = done.stdout + done.stderr
     assert done.returncode == REFUSED and "is no JSON number" in output and "Traceback" not in output, output
     assert ("state.json" if plant is state_nan else "journal.json") in done.stderr

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 from typing import ClassVar
 
 import pytest
-from helpers import EAGLE_MODEL, MODEL, SPEC, make_patch, patched_spec, run_cli, snapshot, write_library
+from helpers import EAGLE_MODEL, MODEL, SPEC, make_patch, patched_spec, record_created, run_cli, snapshot, write_library
 
 import patchkit._target.guard as target_guard
 import patchkit.engine.inspection as inspection
@@ -62,12 +62,7 @@ def budget():
 
 def record_many(tree: Path, count: int = FILES) -> None:
     """The applied tree's record, with `count` created files more in its first entry (none on disk)."""
-    path = tree / ".patchkit" / "state.json"
-    data = json.loads(path.read_text())
-    made = data["entries"][0]["files"]
-    for i in range(count):
-        made[CREATED.format(i)] = {"after": "ab" * 32, "before": None, "mode": 0o644}
-    path.write_text(json.dumps(data))
+    record_created(tree, [CREATED.format(i) for i in range(count)])
 
 
 @pytest.fixture

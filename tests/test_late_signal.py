@@ -189,3 +189,47 @@ def test_a_signal_python_wraps_in_another_error_is_the_signal_not_a_bug(tmp_path
     assert "patchkit bug" not in done.stderr and "Traceback" not in done.stderr, done.stderr
     assert "interrupted before any change was made" in done.stderr, done.stderr
     assert run_cli("status", "--target", site, "--patch", diff).returncode == 0  # still applied, whole
+
+
+# the console script with stderr as strict as stdout, and a Ctrl-C that arrives while patchkit sets the
+# NTH stream's encoding errors (TextIOWrapper.reconfigure builds a new encoder, Python code that a signal
+# can cut): a stream left without an encoder took the interrupt's own line with it (exit 4, nothing said)
+IN_RECONFIGURE = """
+import os, signal, sys
+import encodings.utf_8 as utf_8
+
+NTH, seen = int(sys.argv[1]), []
+real_init = utf_8.IncrementalEncoder.__init__
+
+def arriving(self, *args, **kwargs):
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_name != "_replace_what_streams_cannot_encode":
+        frame = frame.f_back
+    if frame is not None:
+        seen.append(1)
+        if len(seen) == NTH:
+            os.kill(os.getpid(), signal.SIGINT)
+    real_init(self, *args, **kwargs)
+
+utf_8.IncrementalEncoder.__init__ = arriving
+sys.stderr = open(2, "w", encoding="utf-8", errors="strict", closefd=False)
+sys.argv = ["patchkit", *sys.argv[2:]]
+from patchkit.cli.start import main
+main()
+"""
+
+
+@pytest.mark.parametrize("nth", [1, 2], ids=["stdout", "stderr"])
+def test_a_ctrl_c_while_the_output_streams_are_set_up_is_said_and_exits_130(tmp_path, nth):
+    site = write_tree(tmp_path / "site")
+    env = {**os.environ, "PYTHONIOENCODING": "utf-8:strict"}
+    done = subprocess.run(
+        [sys.executable, "-c", IN_RECONFIGURE, str(nth), "status", "--target", str(site)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert done.returncode == 130, (done.returncode, done.stdout, done.stderr)
+    assert done.stderr.count("interrupted before any change was made") == 1, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr

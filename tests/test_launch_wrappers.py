@@ -308,3 +308,19 @@ def test_the_hint_followed_with_a_value_vllm_gives_the_tool_its_own_value(tmp_pa
     done = subprocess.run(pasted, capture_output=True, text=True, env={**os.environ, "PATH": path}, timeout=300)
     assert json.loads(record.read_text()) == own
     assert "not a vLLM launch" not in done.stderr and done.returncode in (1, 2, 4), done.stderr
+
+
+@pytest.mark.parametrize("program", ["patchkit", "pk", "/opt/tools/bin/patchkit"])
+@pytest.mark.parametrize(("tool", "word"), [(["uv", "run", "--with", "x"], "vllm"), (["hatch", "run"], "gpu:vllm")])
+def test_a_tools_run_hint_keeps_the_users_own_command_whatever_its_first_word(program, tool, word):
+    """The hint's commands are built as words and the tool's put before them, not cut from a quoted
+    string at a fixed width ("`patchkit " is 10 characters): the user's own command, whatever word
+    starts it, comes back whole after the tool's words (hatch's ENV: prefixed to it)."""
+    argv = [*tool, word, "serve", "M"]
+    with pytest.raises(BadInput) as refused:
+        frame(argv, invoked=("preflight", [program, "-q", "preflight", "--no-import", "--"]))
+    put, checked, pasted = (shlex.split(said) for said in re.findall(r"`([^`]*)`", refused.value.hint or ""))
+    first = f"gpu:{program}" if word.startswith("gpu:") else program
+    assert put == tool
+    assert checked == [*tool, first, "-q", "preflight", "--no-import", "--", "vllm", "serve", "M"], checked
+    assert pasted[: len(tool) + 2] == [*tool, first.replace(program, "patchkit"), "run"], pasted

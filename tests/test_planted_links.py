@@ -11,10 +11,12 @@ import hashlib
 import json
 import os
 import random
+import shutil
 from pathlib import Path
 
 import pytest
-from helpers import run_cli_in_process
+from helpers import record_created, run_cli_in_process
+from launch_fixtures import write_model
 
 import patchkit._target.guard as target_guard
 import patchkit.launch.shortcut as shortcut
@@ -23,15 +25,6 @@ import patchkit.store.state as state_module
 DEEP = 200  # the levels of the directory the planted symlinks lead to (review36's was 1,000)
 FILES = 30
 LINK = "vllm/s"  # the planted symlink, into the deep directory; a and b inside it lead there again
-
-
-def record_also(tree: Path, paths: list[str]) -> None:
-    """The applied tree's record, naming each of `paths` as a file its first entry created."""
-    state = tree / ".patchkit" / "state.json"
-    data = json.loads(state.read_text())
-    for path in paths:
-        data["entries"][0]["files"][path] = {"after": "ab" * 32, "before": None, "mode": 0o644}
-    state.write_text(json.dumps(data))
 
 
 def planted(tree: Path, outside: Path, files: int = FILES) -> tuple[Path, list[str]]:
@@ -46,7 +39,7 @@ def planted(tree: Path, outside: Path, files: int = FILES) -> tuple[Path, list[s
     paths = [f"{LINK}/{'/'.join(rng.choice('ab') for _ in range(11))}/x{i}.py" for i in range(files)]
     for rel in paths[:3]:  # a few of them there (through the links), the rest absent
         (tree / rel).write_text("x = 1\n")
-    record_also(tree, paths)
+    record_created(tree, paths)
     return deep, paths
 
 
@@ -167,7 +160,7 @@ def hard_links(tree: Path, count: int = LINKS, size: int = SIZE) -> list[str]:
     (tree / paths[0]).write_bytes(random.Random(2).randbytes(size))
     for rel in paths[1:]:
         os.link(tree / paths[0], tree / rel)
-    record_also(tree, paths)
+    record_created(tree, paths)
     return paths
 
 
@@ -177,7 +170,7 @@ def distinct(tree: Path, count: int, size: int) -> list[str]:
     (tree / "vllm/zz").mkdir()
     for i, rel in enumerate(paths):
         (tree / rel).write_bytes(i.to_bytes(4, "little") * (size // 4))
-    record_also(tree, paths)
+    record_created(tree, paths)
     return paths
 
 
@@ -281,3 +274,116 @@ def test_runs_check_of_the_record_neither_resolves_a_planted_path_nor_hashes_a_l
     assert shortcut.as_written(applied, state_module.read_state(applied)) is False
     monkeypatch.undo()
     assert through(resolved, applied, deep) == [], through(resolved, applied, deep)[:5]
+
+
+# ------------------------------------------------------------------ review37: the commands' half of N14-b
+
+
+def test_status_and_preflight_open_no_recorded_path_through_a_planted_symlink(
+    applied, open_library, tmp_path, monkeypatch
+):
+    """review37 (N14-b, status half): the drift check opened each recorded file by its path, twice, and
+    each open made the kernel expand the planted symlinks (~12 ms a file). Each recorded path is walked
+    from the tree (one lstat a directory, each once a command) and one through a symlink is never opened:
+    the guard's refusal says it, with the repair."""
+    deep, paths = planted(applied, tmp_path / "outside")
+    model = write_model(tmp_path / "model", {"architectures": ["LlamaForCausalLM"], "model_type": "llama"})
+    calls = counting(monkeypatch)
+    done = run_cli_in_process("status", "--target", applied, "--patches", open_library)
+    launch = ["--no-import", "--", "vllm", "serve", str(model)]
+    checked = run_cli_in_process("preflight", "--target", applied, "--patches", open_library, *launch)
+    monkeypatch.undo()
+    said = " ".join((done.stdout + done.stderr).split())
+    assert done.returncode == 1, said
+    assert f"replace the symlink {applied / LINK} with a real directory holding a copy of what it points to" in said
+    assert "drifted" not in said and "revert --force" not in said, said  # revert refuses to write through it
+    assert checked.returncode == 1 and str(applied / LINK) in " ".join(checked.stdout.split()), checked.stdout
+    assert through(calls, applied, deep) == [], through(calls, applied, deep)[:5]
+    assert len([path for path in calls if path.endswith(LINK)]) < FILES / 2, "the symlink looked at for each file"
+    assert all(
+        rel in json.loads((applied / ".patchkit/state.json").read_text())["entries"][0]["files"] for rel in paths
+    )
+
+
+def test_runs_check_of_the_record_opens_nothing_through_a_planted_symlink(applied, tmp_path, monkeypatch):
+    deep, _ = planted(applied, tmp_path / "outside")
+    calls = counting(monkeypatch)
+    assert shortcut.as_written(applied, state_module.read_state(applied)) is False
+    monkeypatch.undo()
+    assert through(calls, applied, deep) == [], through(calls, applied, deep)[:5]
+
+
+def test_without_a_guard_a_recorded_file_under_a_symlink_is_said_with_the_repair(run, applied, open_library, tmp_path):
+    """No guard refuses it (uninstalled): status says the file itself, with the hand repair (revert
+    --force refuses to write through the symlink); once made, status passes."""
+    extra = applied / "vllm/extra"
+    (tmp_path / "extra_real").mkdir()
+    (tmp_path / "extra_real/x.py").write_text("x = 1\n")
+    extra.symlink_to(tmp_path / "extra_real", target_is_directory=True)
+    record_created(applied, ["vllm/extra/x.py"], their_bytes=True)
+    state = json.loads((applied / ".patchkit/state.json").read_text())
+    state["guard"] = {}
+    (applied / ".patchkit/state.json").write_text(json.dumps(state))
+    for guard in [*applied.glob("patchkit_guard*")]:
+        shutil.rmtree(guard) if guard.is_dir() else guard.unlink()
+    done = run_cli_in_process("status", "--target", applied, "--patches", open_library)
+    said = " ".join((done.stdout + done.stderr).split())
+    assert done.returncode == 1, said
+    assert "vllm/extra/x.py: drifted: is a symlink, or under one: not the file patchkit wrote" in said, said
+    assert f"fix: replace the symlink {extra} with a real directory holding a copy of what it points to" in said
+    assert "revert --force" not in said, said
+    extra.unlink()
+    shutil.copytree(tmp_path / "extra_real", extra)
+    assert run("status", "--target", applied, "--patches", open_library).exit_code == 0
+
+
+def test_status_reads_each_recorded_file_once_for_the_record(applied, open_library, monkeypatch):
+    """The drift check and the check of what the series makes of each file (vouched) read each recorded
+    file once between them (they read it twice, and hashed it twice); the plan and the guard read it
+    once each: about twice its size in all, was four times."""
+    recorded = json.loads((applied / ".patchkit/state.json").read_text())["entries"][0]["files"]
+    read: dict[str, int] = dict.fromkeys(recorded, 0)
+    opened: dict[int, str] = {}
+    real_open, real_read, real_close = os.open, os.read, os.close
+
+    def counted_open(path, *args, **kwargs):
+        fd = real_open(path, *args, **kwargs)
+        said = os.fsdecode(path) if isinstance(path, (str, bytes, os.PathLike)) else ""
+        rel = said.removeprefix(f"{applied}/")
+        if rel in read:
+            opened[fd] = rel
+        return fd
+
+    def counted_read(fd, n):
+        data = real_read(fd, n)
+        if fd in opened:
+            read[opened[fd]] += len(data)
+        return data
+
+    def counted_close(fd):
+        opened.pop(fd, None)
+        return real_close(fd)
+
+    for name, counted in (("open", counted_open), ("read", counted_read), ("close", counted_close)):
+        monkeypatch.setattr(os, name, counted)
+    done = run_cli_in_process("status", "--target", applied, "--patches", open_library)
+    monkeypatch.undo()
+    assert done.returncode == 0, done.stdout + done.stderr
+    sizes = {rel: (applied / rel).stat().st_size for rel in recorded}
+    assert all(read[rel] < 3 * sizes[rel] for rel in recorded), {rel: read[rel] / sizes[rel] for rel in recorded}
+
+
+def test_without_a_guard_status_looks_nowhere_through_a_planted_symlink(applied, open_library, tmp_path, monkeypatch):
+    """No guard installed: status judged each recorded file's bytecode itself (unguarded_stale), listing
+    its __pycache__ through the planted symlinks; the files under it are said with the repair instead."""
+    deep, paths = planted(applied, tmp_path / "outside")
+    for guard in [*applied.glob("patchkit_guard*")]:
+        shutil.rmtree(guard) if guard.is_dir() else guard.unlink()
+    calls = counting(monkeypatch)
+    done = run_cli_in_process("status", "--target", applied, "--patches", open_library)
+    monkeypatch.undo()
+    said = " ".join((done.stdout + done.stderr).split())
+    assert done.returncode == 1, said
+    assert f"drifted: is a symlink, or under one: not the file patchkit wrote ({len(paths)} files:" in said, said
+    assert f"fix: replace the symlink {applied / LINK} with a real directory" in said, said
+    assert through(calls, applied, deep) == [], through(calls, applied, deep)[:5]

@@ -27,6 +27,7 @@ from helpers import (
 from importable_vllm import engine_args, make_importable, venv_importing, write_engine_args, write_refusing_engine_args
 from launch_fixtures import (
     DEEPSEEK,
+    DEEPSEEK_PATCHED,
     DEEPSEEK_V3,
     DRAFTER,
     EMPTY_SAFETENSORS,
@@ -1115,6 +1116,17 @@ def test_a_local_directory_named_as_the_hub_id_is_what_vllm_reads(setup, tmp_pat
     assert "has no config.json" in done.stdout
 
 
+def applied_preflight_of(setup, spec: dict, drafter_names: dict[str, Path]):
+    """preflight of the applied tree's launch of DeepSeek-V3 with --speculative-config `spec`, whose
+    values DRAFTER and those of `drafter_names` stand for those drafters' directories."""
+    tree, library, models = setup
+    assert run_cli_writing("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    drafters = {"DRAFTER": str(models["drafter"]), **{name: str(path) for name, path in drafter_names.items()}}
+    spec = {k: drafters.get(v, v) if isinstance(v, str) else v for k, v in spec.items()}
+    command = ["vllm", "serve", str(models["deepseek"]), "--speculative-config", json.dumps(spec)]
+    return preflight(tree, library, *command)
+
+
 @pytest.mark.parametrize(
     ("spec", "said", "fix"),
     [
@@ -1140,12 +1152,7 @@ def test_a_local_directory_named_as_the_hub_id_is_what_vllm_reads(setup, tmp_pat
     ],
 )
 def test_a_speculative_config_vllm_refuses_fails_naming_the_fix(setup, tmp_path, spec, said, fix):
-    tree, library, models = setup
-    assert run_cli_writing("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
-    drafters = {"DRAFTER": str(models["drafter"]), "PLAIN": str(write_model(tmp_path / "plain-drafter", DRAFTER))}
-    spec = {k: drafters.get(v, v) if isinstance(v, str) else v for k, v in spec.items()}
-    command = ["vllm", "serve", str(models["deepseek"]), "--speculative-config", json.dumps(spec)]
-    done = preflight(tree, library, *command)
+    done = applied_preflight_of(setup, spec, {"PLAIN": write_model(tmp_path / "plain-drafter", DRAFTER)})
     assert done.returncode == 1, done.stdout + done.stderr
     refused = findings(done)["speculative-config"]
     assert not refused["ok"] and said in refused["message"] and fix in refused["fix"]
@@ -1163,12 +1170,7 @@ def test_a_speculative_config_vllm_refuses_fails_naming_the_fix(setup, tmp_path,
     ],
 )
 def test_a_speculative_config_vllm_accepts_has_no_speculative_config_fault(setup, tmp_path, spec):
-    tree, library, models = setup
-    assert run_cli_writing("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
-    drafters = {"DRAFTER": str(models["drafter"]), "DRAFTER-eagle3": str(write_model(tmp_path / "x-eagle3", DRAFTER))}
-    spec = {k: drafters.get(v, v) if isinstance(v, str) else v for k, v in spec.items()}
-    command = ["vllm", "serve", str(models["deepseek"]), "--speculative-config", json.dumps(spec)]
-    done = preflight(tree, library, *command)
+    done = applied_preflight_of(setup, spec, {"DRAFTER-eagle3": write_model(tmp_path / "x-eagle3", DRAFTER)})
     assert done.returncode == 0, done.stdout + done.stderr
     assert "speculative-config" not in findings(done)
 
@@ -1503,7 +1505,7 @@ def test_eagle3_under_pipeline_parallelism_counts_the_last_stages_layers_alone(
 
 @pytest.mark.parametrize(
     ("layers", "stages", "partition"),
-    [([31, 45, 60], "2", None), ([1, 29, 57], "1", None), ([10, 20, 30], "2", "5,56"), ([1, 29, 57], "2", "61")],
+    [([31, 45, 60], "2", None), ([1, 29, 57], "1", None), ([10, 20, 30], "2", "5,56"), ([1, 29, 57], "2", "1,60")],
 )
 def test_eagle3_under_pipeline_parallelism_with_the_last_stages_layers_passes(
     setup, tmp_path, layers, stages, partition
@@ -1586,6 +1588,57 @@ def test_the_aux_layer_count_follows_the_trees_own_drafter(setup, tmp_path, fc, 
     drafter = write_model(tmp_path / "drafter", {**DRAFTER, "eagle_aux_hidden_state_layer_ids": [5, 44]})
     done = preflight(tree, library, *serve(write_model(tmp_path / "target", DEEPSEEK_V3), drafter))
     assert ("drafter-aux-layers" in failed(done)) is fails, done.stdout
+
+
+# DeepseekV2Model.forward as the set's patch wrote it up to session 28, and as upstream 0.18.0 has it: the
+# aux hidden state of layer 0 adds the residual, which is None before the first layer
+FORWARD = """
+    def forward(self, hidden_states):
+        residual = None
+        aux_hidden_states = []
+        for idx, layer in enumerate(self.layers):
+            if idx in self.aux_hidden_state_layers:
+                aux_hidden_states.append(ADDED)
+            hidden_states, residual = layer(hidden_states, residual)
+        return hidden_states, aux_hidden_states
+"""
+UNGUARDED = "hidden_states + residual"
+GUARDED = "hidden_states if residual is None else hidden_states + residual"
+
+
+@pytest.mark.parametrize(
+    ("added", "layers", "target", "fails"),
+    [
+        (UNGUARDED, [0, 29, 57], "deepseek", True),
+        (UNGUARDED, [0, 29, 57], "kimi", True),  # Kimi-K2.5's language model is DeepseekV2Model
+        (GUARDED, [0, 29, 57], "deepseek", False),
+        (UNGUARDED, [1, 29, 57], "deepseek", False),
+    ],
+)
+def test_aux_layer_zero_fails_where_the_targets_forward_adds_a_residual_that_is_still_none(
+    tmp_path, added, layers, target, fails
+):
+    """Review38 B1: the target's first forward (vLLM's start-up profile run, after both loads) raised
+    TypeError for a drafter trained on layer 0; the verdict follows the tree's own forward."""
+    forward = FORWARD.replace("ADDED", added).lstrip("\n")
+    deepseek = DEEPSEEK_PATCHED.replace(
+        "    def forward(self, x):\n        return [x for _ in self.aux_hidden_state_layers]\n", forward
+    )
+    assert deepseek != DEEPSEEK_PATCHED
+    tree, library = write_eagle3_setup(tmp_path, patched={DEEPSEEK: deepseek})
+    assert run_cli_writing("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    model = write_model(tmp_path / "target", KIMI_K25 if target == "kimi" else DEEPSEEK_V3)
+    drafter = write_model(
+        tmp_path / "drafter",
+        {**(KIMI_DRAFTER if target == "kimi" else DRAFTER), "eagle_aux_hidden_state_layer_ids": layers},
+    )
+    done = preflight(tree, library, *serve(model, drafter))
+    assert ("drafter-aux-layers" in failed(done)) is fails, done.stdout
+    if fails:
+        assert_clean_failure(done, 1)
+        finding = findings(done)["drafter-aux-layers"]
+        assert "include layer 0" in finding["message"] and "deepseek_v2.py" in finding["message"], finding
+        assert finding["fix"] == "use a drafter trained on layers from 1 up"
 
 
 def test_a_pythonpath_set_in_patchkits_own_environment_and_unset_by_the_launch_fails_launch_target(setup, tmp_path):

@@ -60,3 +60,21 @@ def test_a_deepseek_eagle3_launch_the_stock_files_refuse_still_fails(stock, tmp_
     assert done.returncode == 1, done.stdout + done.stderr
     failed = {f["check"] for f in json.loads(done.stdout)["findings"] if not f["ok"]}
     assert {"tree-state", "whitelist", "supports-eagle3"} <= failed, failed
+
+
+@pytest.mark.release
+@pytest.mark.parametrize(("layers", "fails"), [([0, 20, 37], True), ([1, 20, 37], False)])
+def test_a_llama_drafter_trained_on_layer_0_fails_where_stock_llama_adds_a_residual_that_is_none(
+    stock, tmp_path, layers, fails
+):
+    """Review38 B1's class: 0.16.0's LlamaModel.forward collects hidden_states + residual, and the residual is
+    None before the first layer: layer 0 raises in vLLM's start-up profile run, after the loads."""
+    drafter = write_model(tmp_path / "drafter", {**LLAMA_DRAFTER, "eagle_aux_hidden_state_layer_ids": layers})
+    launch = serve(write_model(tmp_path / "llama", LLAMA), drafter)
+    done = run_cli_read_only("preflight", "--target", stock / "tree", "--no-import", "--format", "json", "--", *launch)
+    found = {f["check"]: f for f in json.loads(done.stdout)["findings"]}
+    assert (not found["drafter-aux-layers"]["ok"]) is fails, found["drafter-aux-layers"]
+    assert done.returncode == (1 if fails else 0), done.stdout + done.stderr
+    if fails:
+        assert "include layer 0" in found["drafter-aux-layers"]["message"]
+        assert "llama.py" in found["drafter-aux-layers"]["message"]

@@ -3,19 +3,8 @@ damaged to every command, as the record's other path rules are: never an interna
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
-from helpers import run_cli, run_cli_read_only
-
-
-def record_also(tree: Path, path: str) -> None:
-    """The applied tree's record, naming `path` as a file its first entry created."""
-    state = tree / ".patchkit" / "state.json"
-    data = json.loads(state.read_text())
-    data["entries"][0]["files"][path] = {"after": "ab" * 32, "before": None, "mode": 0o644}
-    state.write_text(json.dumps(data))
+from helpers import record_created, run_cli, run_cli_read_only
 
 
 @pytest.mark.parametrize(
@@ -24,7 +13,7 @@ def record_also(tree: Path, path: str) -> None:
 @pytest.mark.parametrize("command", ["status", "verify", "apply"])
 def test_a_recorded_path_too_long_for_a_file_is_damaged_to_every_command(run, tree, open_library, path, command):
     assert run("apply", "--target", tree, "--patches", open_library).exit_code == 0
-    record_also(tree, path)
+    record_created(tree, [path])
     done = run_cli(command, "--target", tree, "--patches", open_library)
     said = " ".join(done.stderr.split())
     assert done.returncode == 2, said
@@ -35,6 +24,6 @@ def test_a_recorded_path_too_long_for_a_file_is_damaged_to_every_command(run, tr
 def test_a_recorded_path_as_long_as_a_packages_file_is_read_as_any(run, tree, open_library):
     """The rule refuses only what cannot be a file: a long but real name stays a recorded file."""
     assert run("apply", "--target", tree, "--patches", open_library).exit_code == 0
-    record_also(tree, "vllm/" + "b" * 200 + ".py")
+    record_created(tree, ["vllm/" + "b" * 200 + ".py"])
     done = run_cli_read_only("status", "--target", tree, "--patches", open_library)
     assert done.returncode != 2 or "damaged" not in done.stderr, done.stderr

@@ -6,7 +6,11 @@ noted only: the server may start after preflight."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
+from helpers import run_cli_read_only
+from launch_fixtures import DEEPSEEK_V3, write_eagle3_setup, write_model
 from packaging.version import Version
 
 from patchkit.launch.command import parse
@@ -128,3 +132,57 @@ def test_a_pooling_model_builds_no_tool_server(words, architectures):
 def test_a_generating_model_or_one_not_certainly_pooling_is_judged(words, architectures):
     found, notes = pooling(*words, architectures=architectures)
     assert len(found) == 1 and notes == []
+
+
+ST_POOLING = {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}
+ST_TRANSFORMER = {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"}
+
+
+@pytest.mark.parametrize(
+    ("modules", "words", "is_pooling"),
+    [
+        ([ST_TRANSFORMER, ST_POOLING], [], True),  # vLLM 0.16.0's get_pooling_config: pooling runner
+        ([ST_POOLING], ["--runner", "auto"], True),
+        ([ST_TRANSFORMER, ST_POOLING], ["--runner", "generate"], False),  # the runner given wins
+        ([ST_TRANSFORMER], [], False),  # no Pooling module: get_pooling_config gives None
+        ([], [], False),
+        ({"type": "sentence_transformers.models.Pooling"}, [], False),  # no list: vLLM fails as it starts
+        (None, [], False),  # no modules.json
+        ("not json", [], False),
+    ],
+)
+def test_a_sentence_transformers_pooling_model_builds_no_tool_server(tmp_path, modules, words, is_pooling):
+    """A *ForCausalLM model whose modules.json names a Pooling module is served by vLLM's pooling
+    runner (ModelConfig._get_default_runner_type asks get_pooling_config before the architecture): its
+    launch builds no tool server, so an http:// entry is no refusal."""
+    if modules is not None:
+        (tmp_path / "modules.json").write_text(modules if isinstance(modules, str) else json.dumps(modules))
+    command = parse(["vllm", "serve", "m", "--tool-server", "http://x:1", *words], "0.16.0")
+    found, notes = tool_server_findings(command, "command", Version("0.16.0"), ("LlamaForCausalLM",), str(tmp_path))
+    assert (found, notes) == (([], [NOT_USED]) if is_pooling else (found, []))
+    assert bool(found) is not is_pooling
+
+
+def test_preflight_reads_the_modules_json_of_the_model_vllm_serves(tmp_path):
+    """The same, through preflight: a local model directory, then (online) the hub cache's snapshot
+    of a hub id, where vLLM's file_or_path_exists finds it too."""
+    tree, library = write_eagle3_setup(tmp_path)
+    model = write_model(tmp_path / "st", {**DEEPSEEK_V3, "architectures": ["LlamaForCausalLM"]})
+    cache = tmp_path / "hub"
+    snapshot = cache / "models--org--st" / "snapshots" / ("c" * 40)
+    write_model(snapshot, {**DEEPSEEK_V3, "architectures": ["LlamaForCausalLM"]})
+    (cache / "models--org--st" / "refs").mkdir()
+    (cache / "models--org--st" / "refs" / "main").write_text("c" * 40)
+
+    def tool_server_refused(name: str) -> bool:
+        done = run_cli_read_only(
+            "preflight", "--target", tree, "--patches", library, "--format", "json", "--no-import", "--",
+            "env", f"HF_HUB_CACHE={cache}", "vllm", "serve", name, "--tool-server", "http://x:1",
+        )  # fmt: skip
+        assert done.returncode == 1, done.stdout + done.stderr
+        return any("--tool-server" in f["message"] and not f["ok"] for f in json.loads(done.stdout)["findings"])
+
+    assert tool_server_refused(str(model)) and tool_server_refused("org/st")
+    for directory in (model, snapshot):
+        (directory / "modules.json").write_text(json.dumps([ST_TRANSFORMER, ST_POOLING]))
+    assert not tool_server_refused(str(model)) and not tool_server_refused("org/st")

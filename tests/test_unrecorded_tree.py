@@ -318,6 +318,27 @@ def test_a_patched_file_reached_through_a_symlink_is_refused_by_apply_with_the_f
     (tree / ROUTER).unlink()
     (tree / ROUTER).write_bytes(outside.read_bytes())  # as the hint says
     assert run("apply", "--target", tree, "--patches", library).exit_code == 0
+
+
+def test_a_stock_file_reached_through_a_symlink_is_fixed_by_a_copy_never_by_removing_it(run, stock, tmp_path):
+    """Apply refuses to write through a symlinked stock file; its hint also offered "(or remove it)",
+    which leaves the series nothing to patch (exit 1). The hint is the copy alone, its path quoted."""
+    tree = shutil.copytree(stock[0], tmp_path / "my site", symlinks=True)
+    library = stock[1]
+    outside = tmp_path / "elsewhere.py"
+    outside.write_bytes((tree / ROUTER).read_bytes())
+    (tree / ROUTER).unlink()
+    (tree / ROUTER).symlink_to(outside)
+    done = run("apply", "--target", tree, "--patches", library)
+    said = " ".join(done.output.split())
+    link = f"'{tree / ROUTER}'"  # a path with a space, as a shell takes it
+    copy = f"replace the symlink {link} with a copy of the file it points to, then run again"
+    assert done.exit_code == 2 and copy in said, said
+    assert "remove" not in said, said
+    (tree / ROUTER).unlink()  # removing it instead: nothing for the series to patch
+    assert run("apply", "--target", tree, "--patches", library).exit_code == 1
+    (tree / ROUTER).write_bytes(outside.read_bytes())  # as the hint says
+    assert run("apply", "--target", tree, "--patches", library).exit_code == 0
     assert run("status", "--target", tree, "--patches", library).exit_code == 0
 
 

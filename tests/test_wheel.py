@@ -301,6 +301,14 @@ def assert_nothing_written(done, out: Path, code: int) -> None:
     assert not out.exists() or list(out.iterdir()) == []
 
 
+def refused_wheel(tmp_path: Path, stock: Path, library: Path, *more: object):
+    """`wheel` of `stock` refused as bad input (exit 2), nothing written into tmp_path/out."""
+    out = tmp_path / "out"
+    done = run_cli("wheel", stock, "--out", out, "--patches", library, *more)
+    assert_nothing_written(done, out, 2)
+    return done
+
+
 def test_a_conflict_writes_no_wheel(tmp_path, library):
     files = {**STOCK_FILES, "vllm/config/spec.py": SPEC_PY.replace('"qwen"', '"mistral"').encode()}
     stock = write_wheel(tmp_path / "in", files=files)
@@ -400,9 +408,7 @@ def test_an_unsafe_member_is_refused(tmp_path, library, member, why):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # zipfile warns about the duplicate it is told to write
         stock = write_wheel(tmp_path / "in", extra=[(member, b"/etc/passwd")])
-    out = tmp_path / "out"
-    done = run_cli("wheel", stock, "--out", out, "--patches", library)
-    assert_nothing_written(done, out, 2)
+    done = refused_wheel(tmp_path, stock, library)
     assert why in done.stderr and "refusing the wheel" in done.stderr
 
 
@@ -453,9 +459,7 @@ def _damaged(path: Path, how: str) -> None:
 def test_a_damaged_wheel_is_refused_naming_the_damage(tmp_path, library, how, why):
     stock = write_wheel(tmp_path / "in")
     _damaged(stock, how)
-    out = tmp_path / "out"
-    done = run_cli("wheel", stock, "--out", out, "--patches", library)
-    assert_nothing_written(done, out, 2)
+    done = refused_wheel(tmp_path, stock, library)
     assert why in done.stderr, done.stderr
 
 
@@ -661,9 +665,7 @@ def test_a_patch_text_that_is_not_the_recorded_one_is_refused(installed):
 )
 def test_a_dist_info_member_where_the_provenance_goes_is_refused(tmp_path, library, member, why):
     stock = write_wheel(tmp_path / "in", files={**STOCK_FILES, member: b"x"})
-    out = tmp_path / "out"
-    done = run_cli("wheel", stock, "--out", out, "--patches", library)
-    assert_nothing_written(done, out, 2)
+    done = refused_wheel(tmp_path, stock, library)
     assert why in done.stderr and "refusing the wheel" in done.stderr, done.stderr
 
 
@@ -680,9 +682,7 @@ def test_a_dist_info_member_where_the_provenance_goes_is_refused(tmp_path, libra
 )
 def test_members_that_would_be_one_file_or_a_hollow_directory_are_refused(tmp_path, library, members, why):
     stock = write_wheel(tmp_path / "in", extra=members)
-    out = tmp_path / "out"
-    done = run_cli("wheel", stock, "--out", out, "--patches", library, "--local-label", "x")
-    assert_nothing_written(done, out, 2)
+    done = refused_wheel(tmp_path, stock, library, "--local-label", "x")
     assert why in done.stderr and "refusing the wheel" in done.stderr
 
 
@@ -700,9 +700,7 @@ def test_members_that_would_be_one_file_or_a_hollow_directory_are_refused(tmp_pa
 )
 def test_a_member_of_a_data_directory_not_the_wheels_is_refused(tmp_path, library, member):
     stock = write_wheel(tmp_path / "in", files={**STOCK_FILES, member: b"STOCK = 1\n"})
-    out = tmp_path / "out"
-    done = run_cli("wheel", stock, "--out", out, "--patches", library)
-    assert_nothing_written(done, out, 2)
+    done = refused_wheel(tmp_path, stock, library)
     assert member in done.stderr and "lies outside vllm/" in done.stderr, done.stderr
 
 
@@ -712,9 +710,7 @@ def test_a_file_the_series_creates_where_a_member_of_another_case_installs_is_re
         tmp_path / "lib", {"0.16.0": [make_patch(tmp_path, tree, {"vllm/models/eagle3.py": "EAGLE3 = True\n"})]}
     )
     stock = write_wheel(tmp_path / "in", files={**STOCK_FILES, "vllm/models/Eagle3.py": b"OLD\n"})
-    out = tmp_path / "out"
-    done = run_cli("wheel", stock, "--out", out, "--patches", library)
-    assert_nothing_written(done, out, 2)
+    done = refused_wheel(tmp_path, stock, library)
     assert "the series creates vllm/models/eagle3.py, and member 'vllm/models/Eagle3.py' installs there" in done.stderr
 
 
@@ -758,9 +754,7 @@ def test_a_series_file_beyond_what_the_checks_parse_is_refused_with_the_limit(tm
     padded = SPEC_PY.encode() + b"#\n" * (LARGEST_PARSED // 2)  # a little over the limit, deflated to little
     stock = write_wheel(tmp_path / "in", files={**STOCK_FILES, "vllm/config/spec.py": padded})
     assert stock.stat().st_size < 1 << 20
-    out = tmp_path / "out"
-    done = run_cli("wheel", stock, "--out", out, "--patches", library)
-    assert_nothing_written(done, out, 2)
+    done = refused_wheel(tmp_path, stock, library)
     assert "vllm/config/spec.py" in done.stderr and f"up to {LARGEST_PARSED >> 20} MiB" in done.stderr
 
 
@@ -1147,9 +1141,7 @@ def test_a_full_out_is_exit_4_with_a_hint(tmp_path, library, small_tmpfs):
 )
 def test_a_member_python_imports_instead_of_a_patched_source_is_refused(tmp_path, library, shadowing):
     stock = write_wheel(tmp_path / "in", files={**STOCK_FILES, shadowing: b"\x7fELF or a package\n"})
-    out = tmp_path / "out"
-    done = run_cli("wheel", stock, "--out", out, "--patches", library)
-    assert_nothing_written(done, out, 2)
+    done = refused_wheel(tmp_path, stock, library)
     assert shadowing in done.stderr and "instead of the patched vllm/config/spec.py" in done.stderr, done.stderr
 
 
@@ -1321,9 +1313,7 @@ def test_the_deepest_name_allowed_costs_no_prefix_per_part(tmp_path, library):
 )
 def test_a_data_member_installing_vllm_outside_site_packages_is_refused(tmp_path, library, name):
     stock = write_wheel(tmp_path / "in", extra=[(_info(name), b"print('stock copy')\n")])
-    out = tmp_path / "out"
-    done = run_cli("wheel", stock, "--out", out, "--patches", library)
-    assert_nothing_written(done, out, 2)
+    done = refused_wheel(tmp_path, stock, library)
     assert f"member {name!r} lies outside vllm/" in done.stderr
 
 
@@ -1362,9 +1352,7 @@ def test_members_whose_data_overlap_are_refused(tmp_path, library):
     _with_overlapping_members(stock, 3)
     with zipfile.ZipFile(stock) as zf:  # a readable archive, as far as this Python's zipfile checks
         assert zf.read("vllm/overlap0.py").endswith(b"x = 1\n")
-    out = tmp_path / "out"
-    done = run_cli("wheel", stock, "--out", out, "--patches", library)
-    assert_nothing_written(done, out, 2)
+    done = refused_wheel(tmp_path, stock, library)
     assert "the data of 'vllm/overlap0.py' overlaps member 'vllm/overlap1.py'" in done.stderr
 
 

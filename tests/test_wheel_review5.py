@@ -16,6 +16,7 @@ import pytest
 from helpers import (
     assert_clean_failure,
     file_member,
+    pip_env,
     publish_wheel,
     run_cli,
     spec_library,
@@ -147,11 +148,10 @@ def _local_sources(tmp_path: Path) -> tuple[Path, Path]:
 def test_a_pip_source_patchkit_does_not_read_is_said_with_the_pip_download_way_that_works(tmp_path, library, source):
     # review 5 M5: exit 4 "skipped (not http/https)" or "unset PIP_NO_INDEX", hints that cannot work there
     wheels, index = _local_sources(tmp_path)
-    env = {"PATCHKIT_CACHE_DIR": str(tmp_path / "cache"), "PIP_CONFIG_FILE": os.devnull, "PIP_EXTRA_INDEX_URL": ""}
     if source == "file-index":
-        env |= {"PIP_INDEX_URL": index.as_uri() + "/", "PIP_FIND_LINKS": "", "PIP_NO_INDEX": ""}
+        env = pip_env(tmp_path / "cache", index.as_uri() + "/")
     else:
-        env |= {"PIP_INDEX_URL": "", "PIP_FIND_LINKS": str(wheels), "PIP_NO_INDEX": "1"}
+        env = pip_env(tmp_path / "cache", find_links=str(wheels))
     out = tmp_path / "out"
     work = tmp_path / "work"
     work.mkdir()

@@ -12,7 +12,16 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from helpers import TAGS, assert_clean_failure, publish_wheel, record_hash, run_cli, spec_library, write_wheel
+from helpers import (
+    TAGS,
+    assert_clean_failure,
+    pip_env,
+    publish_wheel,
+    record_hash,
+    run_cli,
+    spec_library,
+    write_wheel,
+)
 from index_server import IndexServer
 
 HOSTILE_INIT = b"__path__.insert(0, '/tmp/stockvllm/vllm')\n"
@@ -128,14 +137,7 @@ def index(tmp_path):
 
 def _index_env(tmp_path: Path, index: IndexServer) -> dict[str, str]:
     """pip names the fake index only; the cache is empty."""
-    return {
-        "PATCHKIT_CACHE_DIR": str(tmp_path / "empty-cache"),
-        "PIP_CONFIG_FILE": os.devnull,
-        "PIP_INDEX_URL": index.index(),
-        "PIP_EXTRA_INDEX_URL": "",
-        "PIP_FIND_LINKS": "",
-        "PIP_NO_INDEX": "",
-    }
+    return pip_env(tmp_path / "empty-cache", index.index())
 
 
 def test_without_a_cache_the_index_s_file_of_that_name_is_the_reference(tmp_path, library, index):
@@ -168,14 +170,7 @@ def test_a_file_name_the_index_lacks_is_no_published_wheel(tmp_path, library, in
 def test_with_no_index_patchkit_reads_and_nothing_cached_it_is_refused_with_what_to_do(tmp_path, library):
     """The review's path: pip takes vllm from a file:// mirror only. Nothing to hold the wheel to."""
     stock = write_wheel(tmp_path / "in", published=False)
-    env = {
-        "PATCHKIT_CACHE_DIR": str(tmp_path / "empty-cache"),
-        "PIP_CONFIG_FILE": os.devnull,
-        "PIP_INDEX_URL": (tmp_path / "mirror").as_uri() + "/",
-        "PIP_EXTRA_INDEX_URL": "",
-        "PIP_FIND_LINKS": "",
-        "PIP_NO_INDEX": "",
-    }
+    env = pip_env(tmp_path / "empty-cache", (tmp_path / "mirror").as_uri() + "/")
     done = run_cli("wheel", stock, "--out", tmp_path / "out", "--patches", library, env=env)
     assert_clean_failure(done, 4)
     message = " ".join(done.stderr.split())
@@ -272,14 +267,7 @@ def test_offline_the_hint_names_the_cached_wheel_the_release_cache_vouches_for(t
     cached.parent.mkdir(parents=True)
     shutil.copy(stock, cached)
     (cached.parent / f"{stock.name}.json").write_text('{"sha256": "forged elsewhere"}')
-    env = {
-        "PATCHKIT_CACHE_DIR": str(cache),
-        "PIP_CONFIG_FILE": os.devnull,
-        "PIP_INDEX_URL": "",
-        "PIP_EXTRA_INDEX_URL": "",
-        "PIP_FIND_LINKS": "",
-        "PIP_NO_INDEX": "1",
-    }
+    env = pip_env(cache)
     work = tmp_path / "work"
     work.mkdir()
     done = run_cli("wheel", "0.16.0", "--out", "dist", "--patches", library, env=env, cwd=work)

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shlex
 import subprocess
 import zipfile
 from pathlib import Path
 
 import pytest
-from helpers import assert_clean_failure, publish_wheel, record_hash, run_cli, spec_library, write_wheel
+from helpers import assert_clean_failure, pip_env, publish_wheel, record_hash, run_cli, spec_library, write_wheel
 from index_server import IndexServer
 
 from patchkit.fetch import cache as release_cache
@@ -56,17 +55,6 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _offline(cache: Path) -> dict[str, str]:
-    return {
-        "PATCHKIT_CACHE_DIR": str(cache),
-        "PIP_CONFIG_FILE": os.devnull,
-        "PIP_INDEX_URL": "",
-        "PIP_EXTRA_INDEX_URL": "",
-        "PIP_FIND_LINKS": "",
-        "PIP_NO_INDEX": "1",
-    }
-
-
 def _wheel_cache_record(cache: Path, wheel: Path, index: str) -> Path:
     """The wheel cache holding `wheel` with the sealed .json patchkit writes when it downloads it
     from `index` (the record an old patchkit kept of a mirror's file)."""
@@ -98,7 +86,7 @@ def test_the_wheel_cache_s_record_of_another_file_does_not_outrank_the_release_c
     publish_wheel(genuine, cache)  # the release cache: pypi.org's sha256 of that name
     other = _with_member(genuine, tmp_path / "mirror", "vllm/__init__.py", PLANTED)
     record = _wheel_cache_record(cache, other, MIRROR)
-    env = _offline(cache)
+    env = pip_env(cache)
     for given in (other, genuine):  # two records disagree: neither file is taken on their word
         done = run_cli("wheel", given, "--out", tmp_path / "out", "--patches", library, env=env)
         assert_clean_failure(done, 2)
@@ -125,7 +113,7 @@ def test_an_index_serving_another_file_under_the_release_cache_s_name_is_refused
     publish_wheel(genuine, cache)
     other = _with_member(genuine, tmp_path / "mirror", "vllm/__init__.py", PLANTED)
     index.publish(other.name, other.read_bytes())
-    env = {**_offline(cache), "PIP_INDEX_URL": index.index(), "PIP_NO_INDEX": ""}
+    env = pip_env(cache, index.index())
     done = run_cli("wheel", "0.16.0", "--out", tmp_path / "out", "--patches", library, env=env)
     assert_clean_failure(done, 2)
     said = _said(done)
@@ -148,16 +136,16 @@ def test_offline_the_hint_names_no_cached_wheel_whose_bytes_are_not_the_recorded
     (cached.parent / f"{other.name}.json").write_text('{"sha256": "restored"}')
     work = tmp_path / "work"
     work.mkdir()
-    done = run_cli("wheel", "0.16.0", "--out", "dist", "--patches", library, env=_offline(cache), cwd=work)
+    done = run_cli("wheel", "0.16.0", "--out", "dist", "--patches", library, env=pip_env(cache), cwd=work)
     assert_clean_failure(done, 4)
     assert str(cached) not in _said(done).partition("hint: ")[2], done.stderr
     cached.write_bytes(genuine.read_bytes())  # the release's own bytes: then the hint names it, and it builds
-    done = run_cli("wheel", "0.16.0", "--out", "dist", "--patches", library, env=_offline(cache), cwd=work)
+    done = run_cli("wheel", "0.16.0", "--out", "dist", "--patches", library, env=pip_env(cache), cwd=work)
     assert_clean_failure(done, 4)
     hint = _said(done).partition("hint: ")[2]
     assert str(cached) in hint, done.stderr
     command = hint[hint.index("`") + 1 : hint.rindex("`")]
-    built = run_cli(*shlex.split(command)[1:], "--patches", library, env=_offline(cache), cwd=work)
+    built = run_cli(*shlex.split(command)[1:], "--patches", library, env=pip_env(cache), cwd=work)
     assert built.returncode == 0, built.stderr
     assert list((work / "dist").glob("vllm-0.16.0+patchkit.demo-*.whl")), built.stderr
 
@@ -172,7 +160,7 @@ def test_a_release_json_patchkit_did_not_seal_is_no_evidence_of_a_published_whee
     state = json.loads(state_file.read_text())
     state.pop("seal", None)  # as an older patchkit wrote it, or anyone
     state_file.write_text(json.dumps(state))
-    done = run_cli("wheel", planted, "--out", tmp_path / "out", "--patches", library, env=_offline(cache))
+    done = run_cli("wheel", planted, "--out", tmp_path / "out", "--patches", library, env=pip_env(cache))
     assert_clean_failure(done, 4)
     assert "cannot hold" in _said(done), done.stderr
     assert not list(tmp_path.glob("out/*.whl"))

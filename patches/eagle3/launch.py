@@ -9,13 +9,18 @@ resolves) when the preflight may import vLLM; that answer is then the verdict.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import shlex
 
-from packaging.version import Version
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.version import InvalidVersion, Version
 
 from patchkit.base import hints
+from patchkit.base.errors import TargetError, escaped
 from patchkit.launch.engine import few_named
-from patchkit.launch.findings import Finding
+from patchkit.launch.findings import Finding, cannot_judge
 from patchkit.series.requirements import Target
 
 SUPPORTS = "SupportsEagle3"
@@ -37,6 +42,15 @@ ABSOLUTE_LAYER_IDS = ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "KimiK25
 FC_OF_THREE = b"hidden_size * 3"
 SIZED_BY_CONFIG = b"num_aux_hidden_states"
 LAST_FC_OF_THREE = Version("0.18.999")
+PARTITION = "VLLM_PP_LAYER_PARTITION"
+PP_INDICES = "vllm/distributed/utils.py"  # get_pp_indices, where vLLM reads PARTITION
+# vLLM's Transformers modeling backend: one file before 0.12, a package after (Base, in base.py, is
+# where SupportsEagle3 and set_aux_hidden_state_layers are, from 0.13)
+BACKEND_MODULE = "transformers"
+BACKEND_TABLE = "_TRANSFORMERS_BACKEND_MODELS"
+BACKEND_FILES = (f"{MODELS_DIR}/transformers/base.py", f"{MODELS_DIR}/transformers.py")
+BACKEND_MOE = f"{MODELS_DIR}/transformers/moe.py"
+EXPERT_KEYS = ("num_experts", "moe_num_experts", "n_routed_experts", "num_local_experts")  # vLLM's get_num_experts
 
 
 # The other methods whose drafter vLLM loads through the proposer's load_model (EagleProposer: eagle,
@@ -93,6 +107,11 @@ def supports_eagle3(launch) -> Finding:
     arch = target_architecture(launch)
     if arch is None:
         return Finding("supports-eagle3", False, f"{launch.target.path} names no architecture")
+    backend = _backend_class(launch, arch)
+    if backend is not None:  # the native class's answer is about a class vLLM does not build
+        return _backend_eagle3(launch, *backend)
+    if launch.command.options.get("model-impl") == "terratorch":  # vLLM builds its Terratorch class
+        arch = "Terratorch"
 
     def judgement(read):
         where = _model_class(launch.registry(read), arch)
@@ -102,8 +121,9 @@ def supports_eagle3(launch) -> Finding:
         requirement = launch.requirement(file=f"{MODELS_DIR}/{module}.py", kind="base", **{"class": cls}, base=SUPPORTS)
         return launch.evaluate(requirement, read)
 
-    static = launch.lacks("supports-eagle3", REGISTRY) or launch.judge("supports-eagle3", judgement)
-    verdict = launch.model_interface(launch.target.architectures, "supports_eagle3")
+    fix = "drop --model-impl terratorch" if arch == "Terratorch" else None
+    static = launch.lacks("supports-eagle3", REGISTRY) or launch.judge("supports-eagle3", judgement, fix)
+    verdict = launch.model_interface(_asked_for(launch, arch), "supports_eagle3")
     plugins = launch.general_plugins() if verdict.result is None else []
     if plugins:  # they run before vLLM builds the model, and may register another class for it
         named = few_named(plugins, NOTE_ROOM)  # a few, then how many more: one finding stays short
@@ -119,6 +139,185 @@ def target_architecture(launch) -> str | None:
     tables = launch.registry()
     registered = [arch for arch in archs if _model_class(tables, arch) is not None]
     return (registered or archs or [None])[0]
+
+
+def _asked_for(launch, arch: str) -> list[str]:
+    """The architectures vLLM itself is asked about: config.json's, of which it builds the first it
+    loads; under --model-impl terratorch its Terratorch class, whatever the config names."""
+    return [arch] if arch == "Terratorch" else launch.target.architectures
+
+
+def _backend_class(launch, arch: str) -> tuple[str, str] | None:
+    """(class, why) when vLLM builds the target as its Transformers modeling backend's class
+    (ModelRegistry.resolve_model_cls): --model-impl transformers; auto (the default) when it registers
+    none of config.json's architectures; an architecture it registers as the backend (SmolLM3).
+    None: vLLM builds a class of its own."""
+    tables = launch.registry()
+    where = _model_class(tables, arch)
+    impl = launch.command.options.get("model-impl", "auto")
+    if where is not None and where[0] == BACKEND_MODULE and impl != "terratorch":
+        return where[1], f"vLLM registers {arch} as its Transformers backend's {where[1]}"
+    if impl == "transformers":
+        return _backend_name(launch), "--model-impl transformers"
+    if impl == "auto" and where is None and tables:
+        return _backend_name(launch), f"vLLM registers no class of its own for {arch}"
+    return None
+
+
+def _backend_name(launch) -> str:
+    """The backend class vLLM picks for a generating model (ModelConfig._get_transformers_backend_cls):
+    MultiModal for a nested text config, MoE for a model with experts, of those the tree registers."""
+    text = launch.target.text_config
+    multimodal = "MultiModal" if text is not launch.target.config else ""
+    moe = "MoE" if any(_whole(text.get(key)) and text[key] > 0 for key in EXPERT_KEYS) else ""
+    table = launch.registry().get(BACKEND_TABLE, {})
+    named = [f"Transformers{multimodal}{moe}ForCausalLM", "TransformersForMultimodalLM" if multimodal else ""]
+    return next((name for name in named if name in table), "TransformersForCausalLM")
+
+
+def _backend_eagle3(launch, cls: str, why: str) -> Finding:
+    """The backend's EAGLE-3, as the tree's backend files declare it: the interface (none before
+    0.13), and the transformers its check_version() calls need (set_aux_hidden_state_layers; an MoE
+    class's __init__ too), held against the transformers the launch's Python finds. Then vLLM's own
+    supports_eagle3() on that class, when asked."""
+    source = next((data for path in BACKEND_FILES if (data := launch.read(path)) is not None), None)
+    if source is None:
+        return launch.lacks("supports-eagle3", BACKEND_FILES[0]) or Finding(
+            "supports-eagle3",
+            False,
+            f"{why}: the tree's Transformers backend files are not readable",
+            f"run {hints.command('status')}",
+        )
+    built = f"{why}: vLLM builds the target as its Transformers backend's {cls}"
+    needs = _backend_needs(source, "set_aux_hidden_state_layers", "Eagle3 support")
+    if needs is None:
+        return Finding(
+            "supports-eagle3", False, f"{built}, which has no EAGLE-3 in this vLLM", _backend_fix(launch, why)
+        )
+    if "MoE" in cls:
+        needs += _backend_needs(launch.read(BACKEND_MOE) or b"", "__init__", "MoE models support") or []
+    static = _held_to_transformers(launch, built, needs, why)
+    if not static.ok or not static.judged:
+        return static
+    return _held_to_vllm(static, launch.model_interface([cls], "supports_eagle3"))
+
+
+def _backend_needs(source: bytes, function: str, feature: str) -> list[tuple[Version, str]] | None:
+    """(version, feature) of each check_version("X", ...) call `function` (a method of the file's
+    classes) always makes; None when the file's classes do not implement SupportsEagle3 (the function read for
+    EAGLE-3) or define no such function."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return None
+    classes = [node for node in tree.body if isinstance(node, ast.ClassDef)]
+    methods = [m for c in classes for m in c.body if isinstance(m, ast.FunctionDef) and m.name == function]
+    interface = function != "set_aux_hidden_state_layers" or any(
+        SUPPORTS in ast.unparse(base) for c in classes for base in c.bases
+    )
+    if not methods or not interface:
+        return None
+    # the calls every run makes: a statement of the method's own body (not one under an `if`: 0.34.0's Aria check)
+    statements = [n.value for m in methods for n in m.body if isinstance(n, ast.Expr)]
+    calls = [n for n in statements if isinstance(n, ast.Call) and _named(n.func, "check_version")]
+    found = []
+    for call in calls:
+        first = call.args[0] if call.args else None
+        if isinstance(first, ast.Constant) and isinstance(first.value, str):
+            try:
+                found.append((Version(first.value), feature))
+            except InvalidVersion:
+                continue
+    return found
+
+
+def _held_to_transformers(launch, built: str, needs: list[tuple[Version, str]], why: str) -> Finding:
+    """The backend's transformers requirement against the launch's transformers (its METADATA's
+    Version, as importlib.metadata.version() reads it: untrusted, judged here)."""
+    if not needs:
+        return Finding("supports-eagle3", True, f"{built}, which implements {SUPPORTS}")
+    need = max(version for version, _ in needs)
+    wanted = f"{built}, which needs transformers>={need} ({', '.join(f for v, f in needs if v == need)})"
+    fields = launch.distribution("transformers") or []
+    said = next((value for key, value in fields if key.lower() == "version"), None)
+    if said is None:
+        found = "finds no transformers" if not fields else "finds a transformers whose METADATA gives no Version"
+        return cannot_judge(
+            "supports-eagle3", f"{wanted}; the launch's Python {found}", _backend_fix(launch, why, need)
+        )
+    try:
+        installed = Version(said)
+    except InvalidVersion:
+        reason = f"{wanted}; the launch's transformers gives version '{escaped(said)}'"
+        return cannot_judge("supports-eagle3", reason, _backend_fix(launch, why, need))
+    if installed < need:
+        message = f"{wanted}; the launch's Python has {installed}: vLLM fails loading the target"
+        return Finding("supports-eagle3", False, message, _backend_fix(launch, why, need))
+    return Finding("supports-eagle3", True, f"{wanted}; the launch's Python has {installed}")
+
+
+def _backend_fix(launch, why: str, need: Version | None = None) -> str:
+    """Drop --model-impl transformers where vLLM has a class of its own; else the transformers the
+    backend needs, within this vLLM's own requirement (its METADATA); else no EAGLE-3."""
+    tables = launch.registry()
+    native = [
+        a for a in launch.target.architectures if (_model_class(tables, a) or (BACKEND_MODULE,))[0] != BACKEND_MODULE
+    ]
+    if why == "--model-impl transformers" and native:
+        return f"drop --model-impl transformers: vLLM then builds its own {native[0]}"
+    pin = _required(launch.distribution("vllm") or [], "transformers")
+    if need is None or (pin is not None and not _admits(pin, need)):
+        held = f"this vLLM requires transformers{pin}, and " if need is not None else ""
+        return f"serve it without --speculative-config: {held}its Transformers backend has no EAGLE-3 below {need}"
+    lower = [s for s in pin or () if s.operator in (">=", ">") and _version(s.version) < need]  # implied by need
+    wanted = str(SpecifierSet(f">={need}") & SpecifierSet([s for s in pin or () if s not in lower]))
+    try:
+        python = launch.command.launch_python()[0]
+    except TargetError:
+        return f"install transformers{wanted} into the Python vLLM runs in"
+    return (
+        f"install transformers{wanted}: `{shlex.quote(python)} -m pip install {shlex.quote('transformers' + wanted)}`"
+    )
+
+
+def _required(fields: list[tuple[str, str]], name: str) -> SpecifierSet | None:
+    """The versions of `name` a distribution's METADATA requires (Requires-Dist, no extra's); None:
+    none said, or not readable as a requirement."""
+    for key, value in fields:
+        if key.lower() != "requires-dist":
+            continue
+        try:
+            requirement = Requirement(value)
+        except InvalidRequirement:
+            continue
+        if requirement.name.lower() == name and (requirement.marker is None or "extra" not in str(requirement.marker)):
+            return requirement.specifier
+    return None
+
+
+def _version(text: str) -> Version:
+    try:
+        return Version(text)
+    except InvalidVersion:
+        return Version("0")
+
+
+def _admits(pin: SpecifierSet, need: Version) -> bool:
+    """Whether some release at or above `need` meets `pin`: tried at `need` and just past each of
+    the pin's own versions (">=4.56,<5" admits none of 5.0.0 on; "!=5.2.*,!=5.5.0" admits 5.5.1)."""
+    tried = [need]
+    for spec in pin:
+        try:
+            at = Version(spec.version.removesuffix(".*"))
+        except InvalidVersion:
+            continue
+        major, minor, micro = (*at.release, 0, 0)[:3]
+        tried += [at, Version(f"{major}.{minor}.{micro + 1}"), Version(f"{major}.{minor + 1}"), Version(f"{major + 1}")]
+    return any(version >= need and pin.contains(version, prereleases=True) for version in tried)
+
+
+def _named(func: ast.expr, name: str) -> bool:
+    return (isinstance(func, ast.Attribute) and func.attr == name) or (isinstance(func, ast.Name) and func.id == name)
 
 
 def _held_to_vllm(static: Finding, verdict) -> Finding:
@@ -258,8 +457,18 @@ def _aux_count(launch, named: str, layers: list[int], count: int, passed: str) -
     """The target returns one hidden state per distinct layer id below its layer count (none past the
     last layer), and the drafter's fc takes exactly FC_HIDDEN_STATES of them: another number loads and
     serves until the first request's proposal, which fails on the fc's shape."""
+    refused = _partition_refused(launch, count)
+    if refused is not None:
+        return refused
     first = _last_stage_start(launch, count)
     taken = sorted({n for n in layers if first <= n < count})
+    unguarded = _residual_added_unguarded(launch) if 0 in taken else None
+    if unguarded is not None:
+        message = (
+            f"{named} include layer 0, where this vLLM's {unguarded} forward adds a residual that is "
+            "still None: vLLM fails in its start-up run, after the loads"
+        )
+        return Finding("drafter-aux-layers", False, message, "use a drafter trained on layers from 1 up")
     if _fc_hidden_states(launch) is None or len(taken) == FC_HIDDEN_STATES:
         return Finding("drafter-aux-layers", True, passed)
     held = f"the target's {count} layers" if first == 0 else f"the last pipeline stage's layers {first}-{count - 1}"
@@ -273,19 +482,111 @@ def _aux_count(launch, named: str, layers: list[int], count: int, passed: str) -
     return Finding("drafter-aux-layers", False, message, fix)
 
 
+# the targets whose aux hidden states come from another module's forward (Kimi-K2.5's language model
+# is vLLM's DeepseekV2Model)
+FORWARD_MODULE = {"KimiK25ForConditionalGeneration": "deepseek_v2"}
+
+
+def _residual_added_unguarded(launch) -> str | None:
+    """The target's model file (e.g. deepseek_v2.py) when its forward hands the drafter hidden_states +
+    residual with no `residual is None` test: before the first layer the residual is None, so layer 0
+    raises TypeError. None when the file guards it, lacks such a loop, or cannot be read."""
+    arch = target_architecture(launch)
+    where = _model_class(launch.registry(), arch) if arch else None
+    module = FORWARD_MODULE.get(arch or "") or (where[0] if where else None)
+    data = launch.read(f"{MODELS_DIR}/{module}.py") if module else None
+    try:
+        tree = ast.parse(data) if data else None
+    except (SyntaxError, ValueError):
+        return None
+    loops = [node for node in ast.walk(tree) if isinstance(node, ast.For)] if tree else []
+    return f"{module}.py" if any(_adds_residual_unguarded(loop) for loop in loops) else None
+
+
+def _adds_residual_unguarded(loop: ast.For) -> bool:
+    """`for idx, layer in ...: if idx in self.aux_hidden_state_layers: ... hidden_states + residual` with
+    no `residual is None` / `is not None` test in that branch."""
+    indices = {node.id for node in ast.walk(loop.target) if isinstance(node, ast.Name)}
+    for branch in (node for node in ast.walk(loop) if isinstance(node, ast.If)):
+        test = branch.test
+        if not (
+            isinstance(test, ast.Compare)
+            and isinstance(test.left, ast.Name)
+            and test.left.id in indices
+            and isinstance(test.ops[0], ast.In)
+            and isinstance(test.comparators[0], ast.Attribute)
+            and test.comparators[0].attr == "aux_hidden_state_layers"
+        ):
+            continue
+        inside = [node for statement in branch.body for node in ast.walk(statement)]
+        adds = any(
+            isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add) and "residual" in _names(node.left, node.right)
+            for node in inside
+        )
+        tested = any(
+            isinstance(node, ast.Compare)
+            and isinstance(node.ops[0], ast.Is | ast.IsNot)
+            and "residual" in _names(node.left)
+            for node in inside
+        )
+        if adds and not tested:
+            return True
+    return False
+
+
+def _names(*nodes: ast.AST) -> set[str]:
+    return {node.id for node in nodes if isinstance(node, ast.Name)}
+
+
 def _last_stage_start(launch, count: int) -> int:
     """The first layer of the last pipeline stage, which alone holds the drafter and hands it hidden states:
     the earlier stages pass on only hidden_states and residual (0: one stage, or a partition vLLM refuses)."""
     stages = _whole_option(launch.command.options.get("pipeline-parallel-size", 1))
     if stages is None or stages <= 1 or target_architecture(launch) not in ABSOLUTE_LAYER_IDS:
         return 0
-    given = launch.command.environ.get("VLLM_PP_LAYER_PARTITION")
-    if given is not None:  # vLLM's get_pp_indices: one count a stage, summing to the layers
-        parts = [_whole_option(part) for part in given.split(",")]
-        whole = [part for part in parts if part is not None]
-        return count - whole[-1] if len(whole) == len(parts) == stages and sum(whole) == count else 0
+    given = launch.command.environ.get(PARTITION)
+    if given is not None:  # vLLM's get_pp_indices: one count a stage, summing to the layers (else refused)
+        parts = _partition(given)
+        return count - parts[-1] if parts and len(parts) == stages and sum(parts) == count else 0
     last = count // stages  # the remainder goes to the stages before the last
     return count - last
+
+
+def _partition(given: str) -> list[int] | None:
+    """VLLM_PP_LAYER_PARTITION's layer counts as get_pp_indices reads them (int() of each
+    comma-separated part); None where it raises "Invalid partition string"."""
+    try:
+        return [int(part) for part in given.split(",")]
+    except ValueError:
+        return None
+
+
+def _partition_refused(launch, count: int) -> Finding | None:
+    """A VLLM_PP_LAYER_PARTITION the tree's get_pp_indices refuses, as it builds the target's layers
+    (on every stage, -pp 1 too: it is read whenever set): vLLM's words, or cannot judge where the tree
+    does not show the rule. None: not given, or accepted."""
+    given = launch.command.environ.get(PARTITION)
+    if given is None:
+        return None
+    stages = _whole_option(launch.command.options.get("pipeline-parallel-size", 1))
+    parts = _partition(given)
+    if parts is None:
+        why = f"Invalid partition string: {given}"
+    elif stages is not None and len(parts) != stages:
+        why = f"len(partitions)={len(parts)} does not match pp_size={stages}."
+    elif sum(parts) != count:
+        why = f"sum(partitions)={sum(parts)} does not match num_hidden_layers={count}."
+    else:
+        return None
+    shown = f"{PARTITION}={escaped(given)!r}"
+    fix = f"give {PARTITION} {stages or 'one'} whole layer count(s), one a pipeline stage, summing to {count}, or unset it"
+    rule = launch.read(PP_INDICES) or b""
+    if PARTITION.encode() not in rule or b"def get_pp_indices" not in rule:
+        return cannot_judge(
+            "drafter-aux-layers", f"{shown}: the tree's {PP_INDICES} does not show how vLLM reads it", fix
+        )
+    message = f"{shown}: vLLM's get_pp_indices refuses it as it builds the target ({escaped(why)})"
+    return Finding("drafter-aux-layers", False, message, fix)
 
 
 def _whole_option(value: object) -> int | None:

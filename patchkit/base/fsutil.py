@@ -35,6 +35,20 @@ def load_json_text(raw: bytes | str) -> Any:
     return data
 
 
+def json_text(data: object, what: str, **options: Any) -> str:
+    """`data` as the JSON text patchkit writes (json.dumps with `options`): NaN and Infinity, which
+    every reader here refuses (load_json_text), are refused as they would be written: BadInput."""
+    try:
+        return json.dumps(data, allow_nan=False, **options)
+    except ValueError as exc:
+        if "Out of range float" not in str(exc):
+            raise
+        raise BadInput(
+            f"cannot write {what}: it holds NaN or Infinity, which is no JSON number",
+            hint="give a finite number where the input holds NaN or Infinity",
+        ) from None
+
+
 def no_constant(name: str) -> object:
     """json's parse_constant: NaN, Infinity and -Infinity are malformed JSON (RFC 8259 has no such number)."""
     raise ValueError(f"{name} is no JSON number")

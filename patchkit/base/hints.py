@@ -74,6 +74,11 @@ def command(verb: str, *args: str, chosen: Options | None = None) -> str:
     """`patchkit VERB [selection] ARGS` in backquotes, with the selection (`chosen`, else the
     user's) as that command takes it, before ARGS (which may hold `--`); every word shell-quoted,
     so it can be pasted. Its paths are absolute: a fix is pasted in another shell or directory too."""
+    return "`" + shlex.join(command_words(verb, *args, chosen=chosen)) + "`"
+
+
+def command_words(verb: str, *args: str, chosen: Options | None = None) -> list[str]:
+    """command()'s words, unquoted: for a hint that puts words of its own before them."""
     selection = from_anywhere(current() if chosen is None else chosen)
     words = ["patchkit", *verb.split()]
     takes = _TAKES.get(verb.split()[0], ())
@@ -84,7 +89,7 @@ def command(verb: str, *args: str, chosen: Options | None = None) -> str:
     if "adhoc" in takes:
         for patch in selection.adhoc:
             words += ["--patch", patch]
-    return "`" + shlex.join([*words, *args]) + "`"
+    return [*words, *args]
 
 
 def from_anywhere(chosen: Options | None = None) -> Options:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib
-import json
 from functools import cache
 from pathlib import Path
 
@@ -56,7 +55,7 @@ def remember(check: str, key: str, verdict: object) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         if fsutil.plain_directory(path.parents[3], path.parent):
-            fsutil.atomic_write(path, json.dumps(entry).encode())
+            fsutil.atomic_write(path, fsutil.json_text(entry, "a cache entry").encode())
     except OSError:
         pass  # a read-only cache only costs time
 

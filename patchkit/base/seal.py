@@ -12,13 +12,14 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import hmac
-import json
 import os
 import secrets
 from functools import cache
 from pathlib import Path
 
 import platformdirs
+
+from patchkit.base.fsutil import json_text
 
 KEY_BYTES = 32
 KEY_FILE = "cache-seal.key"
@@ -106,7 +107,7 @@ def key_id() -> bytes:
 
 def canonical(data: object) -> bytes:
     """The bytes a JSON value is sealed as: one spelling, whatever its key order or spacing."""
-    return json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
+    return json_text(data, "sealed data", sort_keys=True, separators=(",", ":")).encode()
 
 
 def seal(kind: str, name: str, payload: bytes) -> str:

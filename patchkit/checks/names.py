@@ -13,7 +13,6 @@ from __future__ import annotations
 import ast
 import enum
 import hashlib
-import json
 import os
 import sys
 from collections import Counter
@@ -205,7 +204,7 @@ def _store(cache: Path | None, digest: str, found: tuple[Finding, ...] | None) -
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         if fsutil.plain_directory(cache, path.parent) and fsutil.inside(cache, path.parent):
-            fsutil.atomic_write(path, json.dumps(entry).encode())
+            fsutil.atomic_write(path, fsutil.json_text(entry, "a cache entry").encode())
     except OSError:
         pass  # a read-only cache only costs time
 

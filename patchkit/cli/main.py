@@ -451,7 +451,10 @@ def _replace_what_streams_cannot_encode() -> None:
     for stream in (sys.stdout, sys.stderr):
         errors = getattr(stream, "errors", None)
         if errors in ("strict", "surrogateescape") and hasattr(stream, "reconfigure"):
-            stream.reconfigure(errors="backslashreplace" if errors == "strict" else ESCAPE_UNENCODABLE)
+            # a Ctrl-C inside reconfigure leaves the stream without an encoder: nothing more could
+            # be written to it, the interrupt's own line included (exit 4, nothing said)
+            with signals.deferred():
+                stream.reconfigure(errors="backslashreplace" if errors == "strict" else ESCAPE_UNENCODABLE)
 
 
 def _surrogateescape_else_backslash(error: UnicodeError) -> tuple[str | bytes, int]:

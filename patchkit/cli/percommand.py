@@ -31,7 +31,7 @@ MEMOS: dict[str, tuple[str, ...]] = {
     "patchkit.launch.shortcut": ("_own_code",),
     "patchkit.launch.speculative": ("_fields",),
     "patchkit.launch.weights": ("_JUDGED",),
-    "patchkit.store.state": ("_hashed", "_hashed_bytes", "_parsed"),
+    "patchkit.store.state": ("_hashed", "_hashed_bytes", "_kept", "_parsed", "_walked"),
     "patchkit.tree.target": (
         "_ASKED_HERE",
         "_LAUNCH_DEADLINES",

@@ -116,6 +116,35 @@ def named_entry_points(places: Iterable[str], group: str, name: str) -> list[tup
     return found
 
 
+def distribution_headers(places: Iterable[str], name: str) -> list[tuple[str, str]] | None:
+    """The METADATA headers (key, value), in order, of the distribution `name` importlib.metadata
+    finds first with `places` as sys.path (what its version() reads); None when there is none or its
+    METADATA cannot be read. Untrusted: read bounded, never blocking, the values not checked here."""
+    wanted = normalize(name)
+    for info in (i for place in dict.fromkeys(places) for i in metadata_directories(place)):
+        if _distribution_name(info) != wanted:
+            continue
+        try:
+            text = _read_text(info, "METADATA", METADATA_LIMIT) or _read_text(info, "PKG-INFO", METADATA_LIMIT)
+        except Unreadable:
+            return None
+        return None if text is None else _headers(text)
+    return None
+
+
+def _headers(text: str) -> list[tuple[str, str]]:
+    """The header fields of a METADATA text: up to the first blank line (the description after it);
+    a folded line (one that starts with white space) belongs to the field before it, and is dropped."""
+    fields = []
+    for line in text.splitlines():
+        if not line.strip():
+            break
+        key, colon, value = line.partition(":")
+        if colon and not line[:1].isspace():
+            fields.append((key.strip(), value.strip()))
+    return fields
+
+
 def _values_of(text: str, group: str, name: str) -> list[str]:
     """The values of the entry points called `name` in `group` of an entry_points.txt, read line by
     line as importlib.metadata's Sectioned reads it (its parser, without loading importlib.metadata

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import errno
 import hashlib
-import json
 import os
 import re
 import stat
@@ -151,7 +150,7 @@ def _patches_json(patches: tuple[PatchRecord, ...]) -> list[dict[str, str]]:
 def provenance_files(record: Provenance, patches: list[Patch]) -> dict[str, bytes]:
     """The members the wheel carries under its dist-info: relative path -> bytes. `patches`: the
     record's, in its order (a wheel of several sets: each in its set's folder)."""
-    files = {PROVENANCE: json.dumps(record.to_json(), indent=2, sort_keys=False).encode() + b"\n"}
+    files = {PROVENANCE: fsutil.json_text(record.to_json(), PROVENANCE, indent=2, sort_keys=False).encode() + b"\n"}
     for patch, recorded in zip(patches, record.patches, strict=True):
         folder = f"{recorded.folder}/" if recorded.folder else ""
         files[f"{PATCH_DIR}/{folder}{patch.name}"] = patch.raw

@@ -37,7 +37,7 @@ from patchkit.base.patterns import LazyPattern
 from patchkit.checks import shadow
 from patchkit.distinfo.entry_points import metadata_directories, named_entry_points, parse_entry_points, pth_directories
 from patchkit.store.objects import read_object
-from patchkit.store.state import META_DIR, State, read_state, state_path
+from patchkit.store.state import META_DIR, State, read_state, state_path, through_a_symlink
 from patchkit.tree.target import Target, launch_prefix, names_of, vllm_metadata_dirs
 
 DISTRIBUTION = "patchkit-guard"
@@ -471,6 +471,8 @@ def unguarded_stale(root: Path, state: State | None, prefix: str | None, mode: s
         recorded = sorted({path for entry in (state or read_state(root)).entries for path in entry.files})
     except PatchkitError:  # a damaged record: status says so on its own
         return []
+    # one reached through a symlink is said as that (its repair first): where it leads is never listed
+    recorded = [path for path in recorded if not through_a_symlink(root, path)]
     found = [said for _rel, said in _stale_bytecode(root, recorded, prefix, mode)]
     return [said for said in dict.fromkeys(found) if _stale_prefixed(said) or (not prefix and STALE_BYTECODE in said)]
 

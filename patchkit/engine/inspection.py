@@ -7,7 +7,7 @@ import shlex
 import stat
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from packaging.version import InvalidVersion, Version
 
@@ -60,6 +60,7 @@ from patchkit.series.patchfile import touched_paths
 from patchkit.store.objects import read_object
 from patchkit.store.state import (
     META_DIR,
+    THROUGH_A_SYMLINK,
     Entry,
     State,
     applied_on,
@@ -165,6 +166,9 @@ class TreeStatus(Value):
     found_edited: list[str] = field(default_factory=list)
     # the set's recorded files pip wrote since its apply (vLLM reinstalled: stale.pip_wrote), not drifted
     reinstalled: list[str] = field(default_factory=list)
+    # of `drifted`, the files reached through a symlink the guard does not refuse (none installed): no
+    # command writes through it, so their fix is the hand repair (symlink_fix)
+    linked: list[str] = field(default_factory=list)
 
     def fix_command(self, verb: str, *args: str) -> str:
         """`hints.command` for a fix: without --set where the set's files came with a wheel of
@@ -173,6 +177,8 @@ class TreeStatus(Value):
 
     @property
     def drift_fix(self) -> str:
+        if self.linked and self.symlink_fix:  # revert and apply refuse to write through it
+            return f"{self.symlink_fix}, then run {hints.command('status')}"
         return f"{self.fix_command('revert', '--force')} (keeps a copy of the edits), then {self.apply_chosen}"
 
     @property
@@ -186,6 +192,8 @@ class TreeStatus(Value):
     @property
     def deleted_fix(self) -> str:
         """drift_fix for a file deleted: no edit to keep a copy of."""
+        if self.linked and self.symlink_fix:
+            return self.drift_fix
         return f"{self.fix_command('revert', '--force')}, then {self.apply_chosen}"
 
     @property
@@ -507,28 +515,39 @@ def _inspect(resolved: Resolved, *, check_upstream: bool, import_probe: bool, ve
     ]
     state = read_state(root)
     stale = stale_entries(root, state, resolved.vllm_version)
-    drifted, reinstalled = drifted_and_reinstalled(resolved, state)
-    reports = _applied_though_drifted(reports, drifted, state.entry(resolved.set_name))
-    lost = _lost_to_drift(reports, drifted, state.entry(resolved.set_name))
-    overall = _overall([replace(r, state=PatchState.APPLIED) if r.name in lost else r for r in reports])
+    drifted, reinstalled, linked = drifted_and_reinstalled(resolved, state)
     fields = _guard_fields(
         root, resolved.set_name, state, stale=bool(stale), written=plan.touched_paths, version=resolved.vllm_version
     )
+    linked = _unrefused(linked, fields["guard"])  # the guard's refusal says the others, with the repair
+    if linked:
+        drifted = sorted([*drifted, *linked])
+        fields["symlink_fix"] = fields["symlink_fix"] or _symlink_fix(root, [f"{rel} " for rel in linked], state)
+    reports = _applied_though_drifted(reports, drifted, state.entry(resolved.set_name))
+    lost = _lost_to_drift(reports, drifted, state.entry(resolved.set_name))
+    overall = _overall([replace(r, state=PatchState.APPLIED) if r.name in lost else r for r in reports])
     fields["store_notes"] += edited_since_apply(resolved, state, drifted) + _reinstalled_note(reinstalled, fields)
     return TreeStatus(
         # the state as recorded: a patch lost to the drift is that drift (its fix), not a partial series
         overall,
         reports,
         drifted,
-        not_compiling(resolved, drifted),
+        not_compiling(resolved, drifted, linked),
         plan,
         stale=_named(stale, state),
         lost=lost,
         record=state,
         chosen_sets=chosen_sets(state, resolved.vllm_version) if drifted else (),
         reinstalled=reinstalled,
+        linked=linked,
         **fields,
     )
+
+
+def _unrefused(linked: list[str], refused: list[str]) -> list[str]:
+    """Those of `linked` the guard's refusal does not name (none runs, or an older one)."""
+    heads = Heads(refused)
+    return [rel for rel in linked if not heads.any_starts(f"{rel} ", f"{rel!r} ")]
 
 
 def _reinstalled_note(files: list[str], fields: dict[str, Any]) -> list[str]:
@@ -593,7 +612,7 @@ def as_its_fix_leaves(resolved: Resolved, status: TreeStatus) -> tuple[Reader, b
     judged on the files as they are would fail where the fix makes it pass). None: no fix leaves the set whole that can be told (a conflict, no record or original)."""
     if apply_finishes(status):
         return (status.plan.content, False) if status.plan is not None else None
-    if not status.drifted:
+    if not status.drifted or status.linked:  # through a symlink: its hand repair first
         return None
     root = resolved.target.root
     entry = record_of(root, status).entry(resolved.set_name)
@@ -1138,33 +1157,48 @@ def drifted_files(resolved: Resolved, state: State) -> list[str]:
     return drifted_and_reinstalled(resolved, state)[0]
 
 
-def drifted_and_reinstalled(resolved: Resolved, state: State) -> tuple[list[str], list[str]]:
-    """drifted_files, and the set's recorded files pip wrote since (pip_wrote: no edit, not drifted)."""
+class Drifted(NamedTuple):
+    """The set's recorded files as the drift check finds them: drifted, written by pip since the
+    apply (pip_wrote: no edit, not drifted), and reached through a symlink (never opened: no file
+    patchkit wrote, and no command writes through it; the guard refuses it)."""
+
+    drifted: list[str]
+    reinstalled: list[str]
+    linked: list[str]
+
+
+def drifted_and_reinstalled(resolved: Resolved, state: State) -> Drifted:
+    """drifted_files, the set's recorded files pip wrote since, and those reached through a symlink."""
     root = resolved.target.root
     entry = state.entry(resolved.set_name)
     if entry is None:  # installed from a patched wheel, perhaps (other sets applied on it or not): its provenance
         if not has_provenance(root):
-            return [], []
+            return Drifted([], [], [])
         read = lambda path: read_file(path, follow_symlinks=False)  # noqa: E731
         recorded = {
             path for other in state.entries for path in other.files
         }  # a later apply's file: its record judges it
         drifted = installed_wheel_reader().drifted(root, read, resolved.set_name)
-        return [path for path in drifted if path not in recorded], []
+        return Drifted([path for path in drifted if path not in recorded], [], [])
     if stale_note(root, entry, resolved.vllm_version):
-        return [], []
-    changed = sorted(path for path in entry.files if recorded_sha256(root, path) not in state.accepted(entry, path))
+        return Drifted([], [], [])
+    found = {path: recorded_sha256(root, path) for path in sorted(entry.files)}  # each walked to a symlink
+    linked = [path for path, sha in found.items() if sha == THROUGH_A_SYMLINK]
+    changed = [
+        path for path, sha in found.items() if sha != THROUGH_A_SYMLINK and sha not in state.accepted(entry, path)
+    ]
     # pip wrote them (vLLM reinstalled): no edit; apply records them afresh (pip_wrote)
     reinstalled = pip_wrote(root, state, entry, resolved.vllm_version) if changed else []
-    return [path for path in changed if path not in reinstalled], reinstalled
+    return Drifted([path for path in changed if path not in reinstalled], reinstalled, linked)
 
 
-def not_compiling(resolved: Resolved, drifted: list[str]) -> list[CheckResult]:
+def not_compiling(resolved: Resolved, drifted: list[str], linked: Collection[str] = ()) -> list[CheckResult]:
     """The syntax check's failure ("line 14: invalid syntax", the line and a caret) for each drifted
     Python file that does not compile as it is on disk: the edit that drifted it then breaks the launch."""
     one: dict[str, str] = {}  # each drifted source -> the one of its file judged (hard links: one file)
     first: dict[tuple[int, int, int, int], str] = {}
-    for path in (path for path in drifted if path.endswith(".py")):
+    unread = set(linked)  # reached through a symlink: never followed
+    for path in (path for path in drifted if path.endswith(".py") and path not in unread):
         try:
             info = os.stat(resolved.target.root / path)
         except OSError:

@@ -6,8 +6,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from patchkit.base.errors import PatchkitError
-from patchkit.base.fsutil import read_file
-from patchkit.base.hashing import sha256
 from patchkit.distinfo import installed_record, installed_wheel_reader, patched_build
 from patchkit.distinfo.record import (
     find_record,
@@ -17,6 +15,7 @@ from patchkit.distinfo.record import (
     read_record_file,
     record_digest,
 )
+from patchkit.store.state import recorded_file
 from patchkit.tree.target import is_checkout, vllm_metadata_dirs
 
 if TYPE_CHECKING:
@@ -44,11 +43,10 @@ def pip_wrote(root: Path, state: State, entry: Entry, installed: Version | str |
     found = []
     for path in paths:
         digest, size = rows.get(path, ("", ""))
-        data = read_file(root / path) if digest.startswith("sha256=") else None
-        actual = sha256(data)
-        if data is None or actual is None or size != str(len(data)) or actual in state.accepted(entry, path):
+        read = recorded_file(root, path) if digest.startswith("sha256=") else None  # hard links: read once
+        if not isinstance(read, tuple) or size != str(len(read[1])) or read[0] in state.accepted(entry, path):
             continue
-        if record_digest(bytes.fromhex(actual), "sha256") == digest:
+        if record_digest(bytes.fromhex(read[0]), "sha256") == digest:
             found.append(path)
     return found
 
@@ -97,12 +95,12 @@ def stale_note(root: Path, entry: Entry, installed: Version | str | None) -> str
         return None
     patched = _patched_by_the_wheel(root)
     for path in replaced:
-        data = read_file(root / path)
-        if data is None and path not in record.hashes:
+        read = recorded_file(root, path)  # a symlink on the way: not pip's file, and never followed
+        if read is None and path not in record.hashes:
             continue  # the installed release does not ship it: pip removed the old one
-        if data is None or path not in record.hashes:
+        if not isinstance(read, tuple) or path not in record.hashes:
             return None
-        if not record.matches(path, data) and sha256(data) != patched.get(path):
+        if not record.matches(path, read[1]) and read[0] != patched.get(path):
             return None
     return f"recorded {entry.vllm_version}, installed {installed}: the old record is stale"
 
@@ -114,8 +112,8 @@ def _moved_checkout(root: Path, entry: Entry, installed: Version | str) -> str |
     the originals it saved would mix the two, so the record is dropped, never restored."""
     replaced = [(path, shas) for path, shas in entry.files.items() if shas["before"] is not None]
     for path, shas in replaced:
-        data = read_file(root / path)
-        if data is None or sha256(data) in (shas["before"], shas["after"]):
+        read = recorded_file(root, path)
+        if not isinstance(read, tuple) or read[0] in (shas["before"], shas["after"]):
             return None
     if not replaced:
         return None

@@ -808,7 +808,7 @@ def preflight(root: Path, paths: list[str], *, writable: bool = True) -> None:
         if info is not None and stat.S_ISLNK(info.st_mode):
             raise BadInput(
                 f"{escaped(rel)} is a symlink; refusing to write through it",
-                hint=f"replace the symlink {root / rel} with a copy of the file it points to (or remove it), then run again",
+                hint=f"{hints.replace_symlink(root / rel, directory=False)}, then run again",
             )
         if info is not None and not stat.S_ISREG(info.st_mode):
             raise BadInput(f"{escaped(rel)} is not a regular file (device, fifo or directory)")

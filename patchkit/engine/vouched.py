@@ -18,13 +18,12 @@ from packaging.version import InvalidVersion, Version
 
 from patchkit.base import hints
 from patchkit.base.errors import BadInput, PatchkitError
-from patchkit.base.fsutil import read_file
 from patchkit.distinfo.record import listings, record_digest
 from patchkit.series.hunks import made_file, reverse_file
 from patchkit.series.library import PatchSetDef, Release, load_library, locate
 from patchkit.series.patchfile import DEFAULT_ROOTS, Patch, read_patch, touched_paths
 from patchkit.store.objects import read_object
-from patchkit.store.state import Entry, is_adhoc, recorded_sha256, state_path
+from patchkit.store.state import Entry, is_adhoc, recorded_file, state_path
 
 
 def refuse_unvouched(root: Path, entry: Entry, known: Sequence[Patch] = ()) -> None:
@@ -165,15 +164,15 @@ def not_made_by_the_series(root: Path, entry: Entry, known: Sequence[Patch] = ()
     if not recorded or any(key not in at_hand for key in recorded):
         return []
     series = [at_hand[key] for key in dict.fromkeys(recorded)]
-    there: Callable[[str], bytes | None] = lambda path: read_file(root / path, follow_symlinks=False)  # noqa: E731
+    # the drift check read each file: its bytes are kept, not read again (hard links: one file)
+    there: Callable[[str], bytes | None] = lambda path: _bytes(recorded_file(root, path))  # noqa: E731
     unmade = []
     for path, shas in sorted(entry.files.items()):
         try:
-            if recorded_sha256(root, path, follow_symlinks=False) != shas.get("after"):  # drift, or a later set's
+            found = recorded_file(root, path)
+            if not isinstance(found, tuple) or found[0] != shas.get("after"):  # drift, or a later set's
                 continue
-            data = there(path)  # its bytes, hashed just now (a file hard-linked to many paths: once)
-            if data is None:
-                continue
+            data = found[1]
             before = shas.get("before")
             if before is None:  # created by the series: made from nothing
                 unmade += [path] if made_file(lambda _: None, path, series, digest=False) != data else []
@@ -182,3 +181,8 @@ def not_made_by_the_series(root: Path, entry: Entry, known: Sequence[Patch] = ()
         except (OSError, PatchkitError):  # unreadable, its original lost: other checks say so
             continue
     return unmade
+
+
+def _bytes(found: tuple[str, bytes] | str | None) -> bytes | None:
+    """recorded_file's bytes (None: no regular file, or one reached through a symlink)."""
+    return found[1] if isinstance(found, tuple) else None

@@ -24,7 +24,7 @@ from packaging.version import InvalidVersion, Version
 
 from patchkit.base import seal
 from patchkit.base.errors import BadInput, FetchError
-from patchkit.base.fsutil import NO_SPACE, all_safe, atomic_write, load_json_text, unsafe_reason
+from patchkit.base.fsutil import NO_SPACE, all_safe, atomic_write, json_text, load_json_text, unsafe_reason
 from patchkit.base.hashing import stream_sha256
 from patchkit.base.locks import directory_in_the_way, held
 from patchkit.base.usercache import cache_dir
@@ -210,7 +210,7 @@ def save_state(root: Path, state: State) -> None:
     state["url"] = without_userinfo(state["url"])  # a later fetch takes the credentials from pip's settings
     if vouched:
         state["seal"] = seal.seal(STATE_SEAL_KIND, str(state.get("version")), seal.canonical(state))
-    write_cached(root / STATE_FILE, (json.dumps(state, indent=1, sort_keys=True) + "\n").encode())
+    write_cached(root / STATE_FILE, (json_text(state, "the cache state", indent=1, sort_keys=True) + "\n").encode())
 
 
 def write_cached(dest: Path, data: bytes) -> None:

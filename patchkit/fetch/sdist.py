@@ -12,7 +12,6 @@ second); anything else is removed and downloaded again. A cached sdist needs no 
 
 from __future__ import annotations
 
-import json
 import re
 from contextlib import suppress
 from pathlib import Path
@@ -22,7 +21,7 @@ from packaging.version import InvalidVersion, Version
 
 from patchkit.base import seal
 from patchkit.base.errors import FetchError
-from patchkit.base.fsutil import load_json_text
+from patchkit.base.fsutil import json_text, load_json_text
 from patchkit.base.usercache import cache_dir
 from patchkit.fetch import net  # called as net.*, so that a test can stub the network in one place
 from patchkit.fetch.cache import (
@@ -127,7 +126,7 @@ def _download(root: Path, ver: str, name: str, say: Progress) -> None:
         session.close()
     sidecar = {"schema": SCHEMA, "project": PROJECT, "version": ver, **chosen, "url": without_userinfo(chosen["url"])}
     sidecar["seal"] = seal.seal(SEAL_KIND, f"{ver}/{name}", seal.canonical(sidecar))
-    write_cached(root / f"{name}.json", (json.dumps(sidecar, indent=1, sort_keys=True) + "\n").encode())
+    write_cached(root / f"{name}.json", (json_text(sidecar, "a cache entry", indent=1, sort_keys=True) + "\n").encode())
 
 
 def _find(ver: str, name: str, settings: Any, session: Any, say: Progress) -> dict[str, str]:

@@ -382,9 +382,13 @@ def _wrapped(env: list[str], rest: list[str], invoked: tuple[str, list[str]] | N
     run, check = _named_again(invoked, [*env, *launch])
     return BadInput(
         f"not a vLLM launch: '{rest[0]}' runs the launch, and patchkit reads only the launch itself",
-        hint=f"check it with {check}; launch it with {rest[0]} before patchkit: `{shlex.join(wrapper)} {run[1:]} "
+        hint=f"check it with {_pasted(check)}; launch it with {rest[0]} before patchkit: {_pasted([*wrapper, *run])} "
         f"(run execs the launch, so {rest[0]}'s setting holds for vLLM)",
     )
+
+
+def _pasted(words: list[str]) -> str:
+    return "`" + shlex.join(words) + "`"
 
 
 # programs whose `run` runs a command in an environment they pick, activate and may first install
@@ -402,14 +406,14 @@ def _runs(tool: list[str]) -> bool:
     return (tool[at] if 0 < at < len(tool) else None) == "run" or (at == UNSURE and "run" in tool)
 
 
-def _named_again(invoked: tuple[str, list[str]] | None, launch: list[str]) -> tuple[str, str]:
-    """`patchkit run -- LAUNCH` and `patchkit preflight -- LAUNCH` as a hint names them: the user's
-    own command (`invoked`: its verb, its words before the launch) where it is that one, every
-    option it gave kept (a dropped --apply no longer applies after an upgrade); else with the selection."""
+def _named_again(invoked: tuple[str, list[str]] | None, launch: list[str]) -> tuple[list[str], list[str]]:
+    """The words of `patchkit run -- LAUNCH` and `patchkit preflight -- LAUNCH` as a hint names them:
+    the user's own command (`invoked`: its verb, its words before the launch) where it is that one,
+    every option it gave kept (a dropped --apply no longer applies after an upgrade); else with the
+    selection. Each starts with the program's own word (patchkit)."""
     verb, own = invoked or ("", [])
     run, check = (
-        "`" + shlex.join([*own, *launch]) + "`" if verb == said else hints.command(said, "--", *launch)
-        for said in ("run", "preflight")
+        [*own, *launch] if verb == said else hints.command_words(said, "--", *launch) for said in ("run", "preflight")
     )
     return run, check
 
@@ -423,13 +427,16 @@ def _env_run(env: list[str], rest: list[str], invoked: tuple[str, list[str]] | N
     tool, launch = (rest[:at], rest[at:]) if at is not None else (rest, ["vllm", "serve", "MODEL"])
     named, _, program = launch[0].rpartition(":")  # hatch run ENV:vllm: the environment named on the word
     launch = [program, *launch[1:]]
-    inside = shlex.join([*tool, f"{named}:patchkit" if named else "patchkit"])
     run, check = _named_again(invoked, [*env, *launch])
+
+    def inside(words: list[str]) -> str:  # the tool's words, then patchkit's (hatch: ENV:patchkit)
+        return _pasted([*tool, f"{named}:{words[0]}" if named else words[0], *words[1:]])
+
     return BadInput(
         f"not a vLLM launch patchkit reads: `{rest[0]} run` runs it in an environment {rest[0]} picks and "
         "activates, which patchkit reads only from inside",
-        hint=f"put `{shlex.join(tool)}` before patchkit: check with `{inside} {check[10:]}, launch with "
-        f"`{inside} {run[10:]} (its PATH finds that environment's {Path(program).name})",
+        hint=f"put `{shlex.join(tool)}` before patchkit: check with {inside(check)}, launch with "
+        f"{inside(run)} (its PATH finds that environment's {Path(program).name})",
     )
 
 

@@ -27,7 +27,7 @@ from patchkit.base.errors import BadInput, TargetError, escaped, more_said
 from patchkit.base.fsutil import inside, judged_inside, read_regular, unsafe_reason
 from patchkit.base.hashing import sha256
 from patchkit.base.values import Value
-from patchkit.distinfo.entry_points import Found, group_entry_points, pth_directories
+from patchkit.distinfo.entry_points import Found, distribution_headers, group_entry_points, pth_directories
 from patchkit.engine.guard import ENTRY_POINT_GROUP
 from patchkit.launch.command import LaunchCommand
 from patchkit.launch.findings import Finding, VllmVerdict, cannot_judge
@@ -79,6 +79,7 @@ class LaunchContext(Value):
     _registries: dict[Reader, dict[str, dict[str, tuple[str, str]]]] = field(default_factory=dict)
     _answers: dict[tuple[tuple[str, ...], str], VllmVerdict] = field(default_factory=dict)
     _plugins: Found | None = None
+    _distributions: dict[str, list[tuple[str, str]] | None] = field(default_factory=dict)
 
     def read(self, path: str) -> bytes | None:
         """A file of the installed tree; None when absent, unsafe, a symlink leading out of it, or
@@ -142,6 +143,14 @@ class LaunchContext(Value):
         if self._plugins is None:
             self._plugins = group_entry_points(import_path(self.command, self.root), ENTRY_POINT_GROUP, _own_code)
         return self._plugins
+
+    def distribution(self, name: str) -> list[tuple[str, str]] | None:
+        """The METADATA header fields of the distribution `name` the launch's Python finds first on
+        its sys.path (import_path), e.g. [("Version", "4.57.6"), ...]; None when it finds none.
+        Untrusted text: read once, bounded, never blocking; the caller judges each value."""
+        if name not in self._distributions:
+            self._distributions[name] = distribution_headers(import_path(self.command, self.root), name)
+        return self._distributions[name]
 
     def requirements(self, kind: str) -> list[Requirement]:
         """The set's contract entries of one kind that apply to the installed release."""

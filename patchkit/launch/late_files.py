@@ -21,14 +21,17 @@ from patchkit.base.fsutil import read_regular
 from patchkit.launch.command import LaunchCommand
 from patchkit.launch.findings import Finding
 from patchkit.launch.genconfig import generation_config_findings, read_on_node
-from patchkit.launch.models import hf_hub_cache, hub_repo_id, offline, offline_model_path
+from patchkit.launch.models import fetched_by, hf_download, hf_hub_cache, hub_repo_id, offline, offline_model_path
 from patchkit.launch.tls import AFTER_LOAD, tls_findings
+from patchkit.launch.values import load_json, read_named_file
 from patchkit.launch.weights import LFS, HeaderBudget, file_problem
 
 SSL_FILES = ("ssl-certfile", "ssl-keyfile", "ssl-ca-certs")
 ADAPTER_CONFIG = "adapter_config.json"  # what vLLM's PEFTHelper.from_local_dir reads first
 _LIMIT = 16 << 20  # an adapter's config: far smaller
 MAX_LORA_RANK = 16  # LoRAConfig.max_lora_rank's default (vLLM 0.11.0-0.16.0)
+MODULES = "modules.json"  # a sentence-transformers model's list of modules
+_ST_POOLING = "sentence_transformers.models.Pooling"
 
 
 def late_file_findings(
@@ -126,17 +129,22 @@ _POOLING_SUFFIXES = (
 
 
 def tool_server_findings(
-    command: LaunchCommand, check: str, version: Version | None, architectures: Sequence[str] = ()
+    command: LaunchCommand,
+    check: str,
+    version: Version | None,
+    architectures: Sequence[str] = (),
+    model_directory: str | None = None,
 ) -> tuple[list[Finding], list[str]]:
     """(failed findings, notes) for --tool-server: vLLM's API server connects to each
     comma-separated entry as http://ENTRY/sse once the model has loaded ("demo": its own tools), and
     any failure ends the launch. HOST:PORT (or HOST:PORT/PREFIX) is only noted: the server may well
     start after preflight, and a connect now would say nothing of the launch's minutes later.
-    `architectures`: the target's (a pooling model serves no generate task: no tool server)."""
+    `architectures`: the target's (a pooling model serves no generate task: no tool server);
+    `model_directory`: where vLLM reads the model's own files (a modules.json there makes it pooling)."""
     value = command.optional_text("tool-server")
     if value is None or value == "demo" or command.headless:
         return [], []
-    if version is not None and version >= GENERATE_ONLY and _pooling(command, architectures):
+    if version is not None and version >= GENERATE_ONLY and _pooling(command, architectures, model_directory):
         return [], ["--tool-server: not used: vLLM builds no tool server for a pooling model (no generate task)"]
     entries = value.split(",")
     # a scheme, a space, nothing, a trailing slash (//sse): no MCP server answers the URL vLLM makes
@@ -156,14 +164,30 @@ def tool_server_findings(
     return [Finding(check, False, message, fix)], []
 
 
-def _pooling(command: LaunchCommand, architectures: Sequence[str]) -> bool:
+def _pooling(command: LaunchCommand, architectures: Sequence[str], model_directory: str | None) -> bool:
     """Whether vLLM certainly runs the model with its pooling runner: --runner pooling, or `auto`
-    and a first architecture only pooling models have (a sentence-transformers modules.json, which
-    also makes it pooling, is not read: such a launch is still judged)."""
+    and a sentence-transformers pooling module in the model's modules.json (ModelConfig's
+    _get_default_runner_type asks get_pooling_config first), or a first architecture only pooling
+    models have."""
     runner = command.optional_text("runner") or "auto"
     if runner != "auto":
         return runner == "pooling"
+    if model_directory is not None and _sentence_transformers_pooling(os.path.join(model_directory, MODULES)):
+        return True
     return bool(architectures) and str(architectures[0]).endswith(_POOLING_SUFFIXES)
+
+
+def _sentence_transformers_pooling(path: str) -> bool:
+    """Whether vLLM's get_pooling_config finds a pooling configuration in modules.json at `path`:
+    a JSON list holding a module of type sentence_transformers.models.Pooling (one without it, or
+    no such file, it takes for none; one it cannot read fails the launch as it starts)."""
+    try:
+        modules = load_json(read_named_file(path, _LIMIT, "modules.json"), path)
+    except (OSError, PatchkitError):
+        return False
+    if not isinstance(modules, list):
+        return False
+    return any(isinstance(m, dict) and m.get("type") == _ST_POOLING for m in modules)
 
 
 def _port_ok(entry: str) -> bool:
@@ -288,7 +312,8 @@ def _lora_problem(
             local = offline_model_path(path, None, command.environ, role=f"{option} adapter")
         except PatchkitError:
             message = f"{option} {path}: HF_HUB_OFFLINE is set, and {hf_hub_cache(command.environ)} holds no snapshot of it (revision main): {AFTER_LOAD}"
-            return [(message, f"fetch it into that cache (hf download {path}), or give the adapter's local directory")]
+            download = fetched_by(hf_download(path, None, hf_hub_cache(command.environ)), "the whole adapter")
+            return [(message, f"fetch it into that cache: {download}, or give the adapter's local directory")]
     config = os.path.join(local, ADAPTER_CONFIG)
     why = _unreadable(config)
     if why is not None:

@@ -17,6 +17,7 @@ import fnmatch
 import json
 import os
 import re
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -126,11 +127,10 @@ def resolve_model(
             f"{role} '{source}': the directory {local.resolve()} has no config.json (vLLM reads it, not the hub cache)",
             hint=_empty_directory_hint(source, local.resolve(), config_path is not None),
         )
-    away = offline(environ)
-    candidate = _in_hub_cache(source, hub_cache(environ), revision or "main", looked, role, config_format, away)
+    candidate = _in_hub_cache(source, revision or "main", looked, role, config_format, environ)
     if candidate is not None:
         return _load(name, *candidate, overrides)
-    hint = _config_hint(source, len(looked) > 1, None if config_path else revision, away)
+    hint = _config_hint(source, len(looked) > 1, None if config_path else revision, environ)
     if source.startswith("~"):
         hint = f"write the full path: vLLM never expands ~ (only a shell does, in a word of its own); {hint}"
     raise TargetError(f"{role} '{source}': no config.json found (looked at: {'; '.join(looked)})", hint=hint)
@@ -164,11 +164,28 @@ def _where(path: Path) -> str:
         return f"{path} under the current directory"
 
 
-def config_download(name: str, revision: str | None = None) -> str:
-    """The command that fetches a hub model's config.json alone, at `revision` (the one file
-    preflight reads: without a file name `hf download` fetches every file, weights included)."""
-    at = f" --revision {revision}" if revision and revision != "main" else ""
-    return f"hf download {name} config.json{at}"
+def config_download(name: str, revision: str | None, cache: Path | str, *more: str) -> str:
+    """The command that fetches a hub model's config.json alone (and `more` files), at `revision`,
+    into `cache` (the one file preflight reads: without a file name `hf download` fetches every
+    file, weights included)."""
+    return hf_download(name, revision, cache, files=("config.json", *more))
+
+
+def hf_download(
+    name: str, revision: str | None, cache: Path | str, *, files: tuple[str, ...] = (), force: bool = False
+) -> str:
+    """`hf download` of hub id `name` (`files` alone, else the whole model) at `revision` into
+    `cache`, the cache the launch reads: named with --cache-dir when the plain command, run where
+    patchkit runs, would fill another (the launch's `env` set HF_HUB_CACHE, HF_HOME, ...)."""
+    words = ["hf", "download", name, *files]
+    if revision and revision != "main":
+        words += ["--revision", revision]
+    if force:
+        words.append("--force-download")
+    where = os.path.abspath(cache)
+    if where != os.path.abspath(hf_hub_cache(dict(os.environ))):
+        words += ["--cache-dir", where]
+    return shlex.join(words)
 
 
 def fetched_by(download: str, aside: str = "no weights") -> str:
@@ -180,19 +197,21 @@ def fetched_by(download: str, aside: str = "no weights") -> str:
     )
 
 
-def _config_hint(source: str, hub_id: bool, revision: str | None = None, away: bool = False) -> str:
+def _config_hint(source: str, hub_id: bool, revision: str | None, environ: dict[str, str]) -> str:
     """What gives preflight the model: online, a hub model's config.json alone (vLLM downloads the
-    weights); offline (`away`), the whole model, whose weights preflight then reads the heads of."""
+    weights); offline, the whole model, whose weights preflight then reads the heads of."""
     if hub_id:
-        return f"{_fetch_hint(source, revision, away)}, or a folder with it"
+        return f"{_fetch_hint(source, revision, environ)}, or a folder with it"
     return "give the directory holding the model's config.json and weights (preflight reads their heads; it never downloads)"
 
 
-def _fetch_hint(name: str, revision: str | None, away: bool) -> str:
-    if not away:  # one file into the cache
-        return f"preflight needs the model's config.json (vLLM downloads the rest): {fetched_by(config_download(name, revision))}"
-    at = f" --revision {revision}" if revision and revision != "main" else ""
-    whole = fetched_by(f"hf download {name}{at}", "weights too: preflight reads their heads")
+def _fetch_hint(name: str, revision: str | None, environ: dict[str, str]) -> str:
+    """Online, config.json into transformers' cache (where vLLM reads it); offline, the whole model
+    into huggingface_hub's, where vLLM's snapshot_download(local_files_only) looks."""
+    if not offline(environ):  # one file into the cache
+        download = config_download(name, revision, hub_cache(environ))
+        return f"preflight needs the model's config.json (vLLM downloads the rest): {fetched_by(download)}"
+    whole = fetched_by(hf_download(name, revision, hf_hub_cache(environ)), "weights too: preflight reads their heads")
     return f"an offline launch needs the whole model in the cache: {whole}"
 
 
@@ -257,8 +276,9 @@ def _config_bytes(path: Path) -> bytes | None:
 
 
 def _in_hub_cache(
-    name: str, cache: Path, revision: str, looked: list[str], role: str, config_format: str, away: bool
+    name: str, revision: str, looked: list[str], role: str, config_format: str, environ: dict[str, str]
 ) -> tuple[Path, bytes] | None:
+    cache = hub_cache(environ)
     parts = name.split("/")
     if len(parts) != 2 or any(unsafe_reason(p) or not p or "/" in p for p in parts):
         return None
@@ -276,7 +296,7 @@ def _in_hub_cache(
         raise TargetError(
             f"{role} '{name}' not found at revision {revision}: the cache holds no config.json for it "
             f"({path} absent; vLLM would download it)",
-            hint=f"{_fetch_hint(name, revision, away)}, or point at a local directory",
+            hint=f"{_fetch_hint(name, revision, environ)}, or point at a local directory",
         )
     return path, raw
 
@@ -288,7 +308,7 @@ def _snapshot_of(repo: Path, revision: str, role: str, name: str) -> str:
         raise BadInput(f"revision '{revision}' is no revision name")
     ref = repo / "refs" / revision
     try:
-        text = _ref_commit(ref, role, name, revision)
+        text = _ref_commit(repo, revision, role, name)
     except FileNotFoundError:
         return revision
     if not text or unsafe_reason(text) or "/" in text:
@@ -302,9 +322,11 @@ def _snapshot_of(repo: Path, revision: str, role: str, name: str) -> str:
     return text
 
 
-def _ref_commit(ref: Path, role: str, name: str, revision: str) -> str:
-    """The commit a hub cache ref holds, read as huggingface_hub reads it (`open(ref).read()`: text,
-    line ends as \n, nothing stripped), bounded; FileNotFoundError when there is none."""
+def _ref_commit(repo: Path, revision: str, role: str, name: str) -> str:
+    """The commit the hub cache ref `repo`/refs/`revision` holds, read as huggingface_hub reads it
+    (`open(ref).read()`: text, line ends as \n, nothing stripped), bounded; FileNotFoundError when
+    there is none."""
+    ref = repo / "refs" / revision
     try:
         raw = read_named_file(ref, REF_LIMIT, "hub cache ref").decode("utf-8")
     except FileNotFoundError:
@@ -312,7 +334,8 @@ def _ref_commit(ref: Path, role: str, name: str, revision: str) -> str:
     except (OSError, UnicodeDecodeError, BadInput) as exc:
         raise TargetError(
             f"{role} '{name}' not found: {ref} names no snapshot ({exc})",
-            hint=f"fetch its config.json again: {fetched_by(config_download(name, revision))}, or point at a local directory",
+            hint=f"fetch its config.json again: {fetched_by(config_download(name, revision, repo.parent))}, "
+            "or point at a local directory",
         ) from None
     return raw.replace("\r\n", "\n").replace("\r", "\n")
 
@@ -376,14 +399,9 @@ def offline_model_path(name: str, revision: str | None, environ: dict[str, str],
     raise TargetError(
         f"{role} '{name}': HF_HUB_OFFLINE is set, so vLLM takes it as a path or a snapshot in "
         f"huggingface_hub's cache, and it is neither ({why}): vLLM refuses the launch",
-        hint=f"fetch it into that cache: {fetched_by(_whole_download(name, revision), 'the whole model, as an offline launch needs')}, "
+        hint=f"fetch it into that cache: {fetched_by(hf_download(name, revision, cache), 'the whole model, as an offline launch needs')}, "
         "or give the model's local directory",
     )
-
-
-def _whole_download(name: str, revision: str) -> str:
-    """The command that fetches a hub model whole (an offline launch reads its weights too)."""
-    return f"hf download {name}{f' --revision {revision}' if revision != 'main' else ''}"
 
 
 def hub_repo_id(name: str) -> bool:
@@ -416,7 +434,7 @@ def _offline_snapshot(storage: Path, revision: str, role: str, name: str) -> Pat
     ref = storage / "refs" / revision
     if commit is None and os.path.exists(ref):
         try:
-            commit = _ref_commit(ref, role, name, revision)
+            commit = _ref_commit(storage, revision, role, name)
         except FileNotFoundError:
             commit = None
     if commit is None or "\0" in commit:

@@ -68,7 +68,7 @@ from patchkit.launch.speculative import speculative_findings
 from patchkit.launch.speculators import drafter_config, speculator
 from patchkit.launch.validation import CHECK as VALIDATION
 from patchkit.launch.validation import engine_validation
-from patchkit.launch.weights import weight_findings
+from patchkit.launch.weights import target_directory, weight_findings
 from patchkit.series import dry_run, library
 from patchkit.series.library import PatchSetDef
 from patchkit.series.patchfile import touched_paths
@@ -508,7 +508,7 @@ class _Planned(Value):
         leaves = as_its_fix_leaves(resolved, status)
         if leaves is not None:
             read, drifted = leaves
-            return cls(read, fixable=not drifted, fix=_drift_fix(resolved) if drifted else None)
+            return cls(read, fixable=not drifted, fix=_drift_fix(resolved, status) if drifted else None)
         if status.state != TreeState.CONFLICT:
             return cls()
         as_fixed = _as_its_conflict_fix_leaves(resolved, status.edited_in_hunks)
@@ -769,10 +769,20 @@ def _after_load_findings(
     adapters = command.options.get("lora-modules") or command.options.get("default-mm-loras")
     ranks = lora_ranks(tree_reader(root)(LORA_CONFIG)) if adapters else None
     late = late_file_findings(command, COMMAND, lambda: launch_text_encoding(command), ranks, architectures)
-    servers, noted = tool_server_findings(command, COMMAND, resolved.vllm_version, architectures)
+    directory = _model_directory(command, target)
+    servers, noted = tool_server_findings(command, COMMAND, resolved.vllm_version, architectures, directory)
     headless = headless_note(command, architectures)
     result.said += [*([headless] if headless else []), *noted]
     return _chat_template_findings(command, root) + late + servers
+
+
+def _model_directory(command: LaunchCommand, target: ModelConfig) -> str | None:
+    """Where vLLM's ModelConfig reads the model's own files (modules.json): its local directory or
+    offline snapshot, else (a hub id online) the cached snapshot config.json was read from."""
+    found = target_directory(command)
+    if found is not None:
+        return os.path.join(command.working_directory(), found[1])
+    return None if command.optional_text("hf-config-path") else str(target.path.parent)
 
 
 def _chat_template_findings(command: LaunchCommand, root: Path) -> list[Finding]:
@@ -1160,7 +1170,7 @@ def _state_finding(resolved: Resolved, status: TreeStatus, *, prefixed: bool = F
         return Finding(TREE, False, message, apply_fix(resolved.selection.patch_set))
     if status.drifted:  # before partly applied: apply refuses an edited file, its fix is the drift's
         files = few(status.drifted, sep=", ")
-        return Finding(TREE, False, f"changed after patchkit wrote them: {files}", _drift_fix(resolved))
+        return Finding(TREE, False, f"changed after patchkit wrote them: {files}", _drift_fix(resolved, status))
     if status.state == TreeState.CONFLICT:
         root, edited, there = resolved.target.root, status.edited_in_hunks, status.in_the_way
         message = f"the {resolved.set_name} series does not apply: {local_edit_said(edited, version, root, there)}"
@@ -1190,8 +1200,11 @@ def _reinstalled_said(status: TreeStatus) -> str:
     return f": vLLM was reinstalled (pip wrote {', '.join(status.reinstalled)}: its RECORD lists the bytes)"
 
 
-def _drift_fix(resolved: Resolved) -> str:
-    """revert --force, then apply: of the set alone when only some launches need it (as apply_fix)."""
+def _drift_fix(resolved: Resolved, status: TreeStatus) -> str:
+    """revert --force, then apply: of the set alone when only some launches need it (as apply_fix); a
+    file reached through a symlink: its hand repair (no command writes through it)."""
+    if status.linked:
+        return status.drift_fix
     patch_set = resolved.selection.patch_set
     chosen = hints.for_set(resolved.set_name) if getattr(patch_set, "needed_by", None) is not None else None
     revert, apply = hints.command("revert", "--force", chosen=chosen), hints.command("apply", chosen=chosen)

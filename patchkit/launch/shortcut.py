@@ -105,13 +105,8 @@ def as_written(root: Path, state: State) -> bool:
         return False
     if len({e.vllm_version for e in state.entries}) > 1:
         return False
-    plain: set[str] = set()  # the real directories found: each looked at once
-    for path, sha in _last_written(state).items():
-        if sha is None or fsutil.first_symlink(root, path, plain) is not None:  # none on the way: inside the tree
-            return False
-        if recorded_sha256(root, path, follow_symlinks=False) != sha:  # hard links to one file: hashed once
-            return False
-    return True
+    # each walked from the tree up to a symlink (none on the way: inside the tree); hard links: hashed once
+    return all(sha is not None and recorded_sha256(root, path) == sha for path, sha in _last_written(state).items())
 
 
 def _as_recorded(resolved: Resolved, state: State) -> bool:
@@ -294,5 +289,5 @@ def _keep(directory: Path, path: Path, key: str, findings: list[Finding], reads:
     with suppress(OSError):  # a cache that cannot be written only costs time
         directory.mkdir(parents=True, exist_ok=True)
         if fsutil.inside(directory, path.parent):
-            fsutil.atomic_write(path, json.dumps(entry).encode())
+            fsutil.atomic_write(path, fsutil.json_text(entry, "a cache entry").encode())
         prune(directory)

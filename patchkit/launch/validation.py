@@ -13,7 +13,7 @@ from patchkit.base.enums import WorkerStatus
 from patchkit.launch.command import LaunchCommand
 from patchkit.launch.findings import Finding, VllmVerdict, cannot_judge
 from patchkit.launch.genconfig import AT_START  # the generation config: vLLM's front end reads it as it starts
-from patchkit.launch.models import config_download, fetched_by
+from patchkit.launch.models import config_download, fetched_by, hub_cache
 from patchkit.tree.target import WorkerFailed, run_worker
 
 CHECK = "vllm-validation"
@@ -153,7 +153,7 @@ def missing_file_fix(command: LaunchCommand, name: str) -> str:
     if os.path.isdir(os.path.join(command.working_directory(), model)):
         return f"{why}: put {name} into the model's directory {model}, then run preflight again"
     revision = command.optional_text("revision")
-    download = config_download(model, revision).replace(" config.json", f" config.json {name}", 1)
+    download = config_download(model, revision, hub_cache(command.environ), name)
     return f"{why}: fetch it too, {fetched_by(download)}, then run preflight again"
 
 

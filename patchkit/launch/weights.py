@@ -24,6 +24,7 @@ from patchkit.launch.models import (
     WALK_LIMIT,
     ModelConfig,
     fetched_by,
+    hf_download,
     hf_hub_cache,
     offline,
     offline_model_path,
@@ -450,6 +451,7 @@ def _problem(
     if key not in _JUDGED:
         _JUDGED[key] = weights_verdict(key[0], load_format, local=local)
     why = _JUDGED[key]
+    hub_id = name
     name, directory = escaped(name), escaped(directory)
     place = "" if directory == name else f" (its cached snapshot {directory})"
     if why is None:
@@ -466,9 +468,18 @@ def _problem(
         again = "again, whole " if damaged else ""
         fix = f"put the {role}'s weights into {name} {again}(or give the directory that holds them)"
     else:
-        download = f"hf download {name}" + (" --force-download" if damaged else "")
+        download = _whole_download(command, role, hub_id, key[0], damaged=damaged)
         fix = f"fetch it whole: {fetched_by(download, 'weights too, as an offline launch needs')}"
     return [(False, f"{role} '{name}'{place}: {why}: {when}", fix, False)]
+
+
+def _whole_download(command: LaunchCommand, role: str, name: str, snapshot: str, *, damaged: bool) -> str:
+    """The `hf download` that fills the cached `snapshot` of hub id `name` whole: into the cache it
+    is under (cache/models--org--m/snapshots/C), at the revision the launch asks of that role."""
+    spec = command.speculative_config or {}
+    revision = command.optional_text("revision") if role == "model" else spec.get("revision")
+    cache = Path(snapshot).parent.parent.parent
+    return hf_download(name, revision if isinstance(revision, str) else None, cache, force=damaged)
 
 
 def target_directory(command: LaunchCommand) -> tuple[str, str, bool] | None:

@@ -3,7 +3,6 @@ each patch's DEP-3 header, diff and files."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import stat
@@ -80,7 +79,9 @@ class WorkspaceMeta:
     def save(self, directory: Path) -> None:
         data = asdict(self)
         data["seal"] = seal.seal(SEAL_KIND, _sealed_name(directory), _sealed_content(data))
-        atomic_write(directory / META, (json.dumps(data, indent=2) + "\n").encode())  # never through a symlink
+        atomic_write(
+            directory / META, (fsutil.json_text(data, META, indent=2) + "\n").encode()
+        )  # never through a symlink
 
     @classmethod
     def load(cls, directory: Path) -> WorkspaceMeta:

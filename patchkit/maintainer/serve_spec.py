@@ -19,6 +19,7 @@ from pathlib import Path
 from patchkit import fetch
 from patchkit.base import notes
 from patchkit.base.errors import TargetError
+from patchkit.base.fsutil import json_text
 
 # What this module has to say reaches stderr through patchkit.cli.ui (which owns every output).
 _log = logging.getLogger(__name__)
@@ -39,7 +40,7 @@ def record(version: str, python: str) -> Path:
         raise TargetError(f"{version}: the parser read is vLLM {data['vllm']}'s, not this release's")
     data["vllm"] = version
     path = SPECS / f"serve-{version}.json"
-    path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    path.write_text(json_text(data, path.name, indent=1) + "\n", encoding="utf-8")
     return path
 
 

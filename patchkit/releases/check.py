@@ -30,7 +30,6 @@ conflict blamed on the library.
 from __future__ import annotations
 
 import hashlib
-import json
 import shutil
 import sys
 import tempfile
@@ -433,7 +432,7 @@ class ResultStore:
         with suppress(OSError):  # a cache that cannot be written only costs time
             self.directory.mkdir(parents=True, exist_ok=True)
             if fsutil.inside(self.directory, path.parent):
-                fsutil.atomic_write(path, json.dumps(entry).encode())
+                fsutil.atomic_write(path, fsutil.json_text(entry, "a cache entry").encode())
 
 
 def _stock_behaviour(value: object) -> str | None:

@@ -20,7 +20,6 @@ digests, modes as permission bits; a journal that fails is refused whole (exit 2
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import stat
@@ -30,7 +29,7 @@ from typing import Any
 
 from patchkit.base import seal
 from patchkit.base.errors import BadInput, escaped, quoted
-from patchkit.base.fsutil import fsync_dir, load_json_text, read_file, unplain_prefixes
+from patchkit.base.fsutil import fsync_dir, json_text, load_json_text, read_file, unplain_prefixes
 from patchkit.store.objects import objects_dir
 from patchkit.store.state import (
     PERMISSIONS,
@@ -94,7 +93,7 @@ def mark_staged(root: Path, txid: str, staged: dict[str, Identity], *, tick: Tic
     """The reached-order marker (see the module docstring), on disk before the first file is replaced."""
     marker = {"id": txid, "staged": {path: list(identity) for path, identity in staged.items()}}
     marker["seal"] = seal.seal(SEAL_KIND, _sealed_name(root), seal.canonical(marker))
-    durable_write(staged_path(root), json.dumps(marker).encode(), tick=tick)
+    durable_write(staged_path(root), json_text(marker, "the journal").encode(), tick=tick)
     fsync_dir(meta_dir(root))
 
 
@@ -129,7 +128,7 @@ def begin(root: Path, journal: Journal, *, tick: Tick) -> None:
     """Write the journal (and make objects/): both on disk before anything they describe."""
     tick()
     objects_dir(root).mkdir(parents=True, exist_ok=True)
-    durable_write(journal_path(root), json.dumps(journal).encode(), tick=tick)
+    durable_write(journal_path(root), json_text(journal, "the journal").encode(), tick=tick)
     fsync_dir(meta_dir(root))
 
 
@@ -322,8 +321,9 @@ def remove_leftovers(root: Path, managed: set[str]) -> None:
         parent, _, name = path.rpartition("/")
         by_parent.setdefault(parent, set()).add(name)
     plain: set[str] = set()  # the directories the managed files share: each looked at once
+    unplain: set[str] = set()  # and the symlinks (or other files) found in their place
     for parent, names in by_parent.items():
-        if not _symlink_on_the_way(root, parent, plain):
+        if not _symlink_on_the_way(root, parent, plain, unplain):
             _remove_temp_files(root / parent if parent else root, names)
 
 
@@ -352,8 +352,15 @@ def _remove_temp_files(directory: Path, names: set[str] | None) -> None:
             os.unlink(item.path)  # a symlink is removed itself, never followed
 
 
-def _symlink_on_the_way(root: Path, rel: str, plain: set[str]) -> bool:
+def _symlink_on_the_way(root: Path, rel: str, plain: set[str], unplain: set[str]) -> bool:
     """Whether a directory on the way to root/rel (rel included) is a symlink or no directory.
-    `plain`: those found real directories, kept across calls (one lstat each, not one a path below)."""
+    `plain`: those found real directories, `unplain`: those found not, kept across calls (one lstat
+    each, not one a path below)."""
     parts = rel.split("/") if rel else []
-    return any(mode is None or not stat.S_ISDIR(mode) for _, _, mode in unplain_prefixes(root, parts, plain))
+    if any("/".join(parts[:depth]) in unplain for depth in range(1, len(parts) + 1)):
+        return True
+    for _, sub, mode in unplain_prefixes(root, parts, plain):
+        if mode is None or not stat.S_ISDIR(mode):
+            unplain.add(sub)
+            return True
+    return False

@@ -13,6 +13,7 @@ every use, as any object's.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from pathlib import Path
@@ -108,6 +109,11 @@ def _patchkits_alone(info: os.stat_result) -> bool:
     return info.st_uid == os.geteuid() and not stat.S_IMODE(info.st_mode) & ~_LINKABLE_MODE
 
 
+# a rename cannot put the object there, a copy can: another file system (a mount inside the tree), a
+# file that is a mount point itself (a bind-mounted file), or one that takes no rename
+UNMOVABLE = frozenset({errno.EXDEV, errno.EBUSY, errno.ENOTSUP, errno.EOPNOTSUPP})
+
+
 def take_object(root: Path, digest: str, full: Path, mode: int | None) -> bool:
     """Move the object `digest` to `full` when its inode is patchkit's alone (one link, ours, no bit
     beyond rwxr-xr-x) and holds the digest's bytes, so the tree shares it with no other file; False:
@@ -125,7 +131,12 @@ def take_object(root: Path, digest: str, full: Path, mode: int | None) -> bool:
                 return False
         if mode is not None:
             os.fchmod(fd, mode & PERMISSIONS)
-        os.replace(object_path(root, digest), full)
+        try:
+            os.replace(object_path(root, digest), full)
+        except OSError as exc:
+            if exc.errno not in UNMOVABLE:
+                raise
+            return False  # the file is on another mount than .patchkit/: a copy written beside it does
         placed = os.lstat(full)
         return (placed.st_dev, placed.st_ino) == (info.st_dev, info.st_ino)  # else swapped meanwhile: write ours
     finally:

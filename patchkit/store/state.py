@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import json
 import os
 import re
 import shlex
@@ -51,6 +50,8 @@ from patchkit.base.fsutil import (
     Origin,
     atomic_write,
     file_name_problem,
+    first_symlink,
+    json_text,
     load_json_text,
     open_regular,
     read_opened,
@@ -193,32 +194,71 @@ def _damaged(path: Path, what: str) -> BadInput:
 # The recorded files' bytes one command hashes at most (the guard's MAX_JUDGED_BYTES): a patched vLLM's
 # are under 1 MB; hard links to one large file, or sparse files, cost no disk and each its whole size.
 MAX_HASHED_BYTES = 256 * 1024 * 1024
+# Of those, the bytes kept for a second look in the same command (vouched reads the files the drift
+# check hashed): one file at most MAX_TREE_FILE_BYTES, hard links to it kept once.
+MAX_KEPT_BYTES = 64 * 1024 * 1024
+# recorded_sha256 of a path that is, or lies under, a symlink: never a recorded sha256 (the guard refuses it)
+THROUGH_A_SYMLINK = "through a symlink"
 _hashed: dict[Origin, str] = {}  # each file's sha256 by its (device, inode, size, mtime): hashed once a command
-_hashed_bytes: list[int] = []  # the bytes hashed so far by this command (one number; none: 0)
+_kept: dict[Origin, bytes] = {}  # and its bytes, while they are few (MAX_KEPT_BYTES)
+_hashed_bytes: list[int] = []  # the bytes read so far by this command, and kept (none: 0, 0)
+# a tree -> the directories found real ones on the way to recorded files, and the symlinks found: each once
+_walked: dict[str, tuple[set[str], set[str]]] = {}
 
 
-def recorded_sha256(root: Path, path: str, *, follow_symlinks: bool = True) -> str | None:
-    """The sha256 of the recorded file root/path (None: no regular file there). A file is hashed once
-    a command (a record naming hard links to one file reads it once), and MAX_HASHED_BYTES in all: a
-    record naming more is damaged (no patched tree holds that much)."""
-    opened = open_regular(root / path, follow_symlinks=follow_symlinks)
+def recorded_sha256(root: Path, path: str) -> str | None:
+    """The sha256 of the recorded file root/path (None: no regular file there; THROUGH_A_SYMLINK: it
+    is a symlink or lies under one), as recorded_file finds it; a file hashed before is not read."""
+    found = _recorded(root, path, content=False)
+    return found if found is None or isinstance(found, str) else found[0]
+
+
+def recorded_file(root: Path, path: str) -> tuple[str, bytes] | str | None:
+    """The sha256 and bytes of the recorded file root/path; None: no regular file there; THROUGH_A_SYMLINK:
+    it is a symlink or lies under one (a moved vllm/ aside), never opened. The path is walked from the
+    tree as the guard walks it (one lstat a directory, each once a command, up to the first symlink):
+    a planted symlink into a deep directory is never expanded. A file is read once a command (a
+    record naming hard links to one file reads it once), and MAX_HASHED_BYTES in all: a record naming
+    more is damaged (no patched tree holds that much)."""
+    return _recorded(root, path, content=True)
+
+
+def _recorded(root: Path, path: str, *, content: bool) -> tuple[str, bytes] | str | None:
+    if through_a_symlink(root, path):
+        return THROUGH_A_SYMLINK
+    opened = open_regular(root / path, follow_symlinks=False)
     if opened is None:
         return None
     fd, info = opened
     try:
-        if Origin.of(info) in _hashed:
-            return _hashed[Origin.of(info)]
-        spent = _hashed_bytes[0] if _hashed_bytes else 0
+        if (key := Origin.of(info)) in (_kept if content else _hashed):
+            return _hashed[key], _kept.get(key, b"")
+        spent, kept = _hashed_bytes or (0, 0)
         if spent + info.st_size > MAX_HASHED_BYTES and info.st_size <= MAX_TREE_FILE_BYTES:  # else: read_opened's
             raise _damaged(state_path(root), f"the files it names hold over {MAX_HASHED_BYTES >> 20} MiB together")
         data, origin = read_opened(root / path, fd, info)
     finally:
         os.close(fd)
-    _hashed_bytes[:] = [spent + len(data)]
-    digest = str(sha256(data))
+    digest, keep = str(sha256(data)), origin is not None and kept + len(data) <= MAX_KEPT_BYTES
+    _hashed_bytes[:] = [spent + len(data), kept + len(data) * keep]
     if origin is not None:
         _hashed[origin] = digest
-    return digest
+        if keep:
+            _kept[origin] = data
+    return digest, data
+
+
+def through_a_symlink(root: Path, path: str) -> bool:
+    """Whether root/path is, or lies under, a symlink (a moved vllm/ aside): fsutil.first_symlink, each
+    directory and symlink looked at once a command."""
+    plain, links = _walked.setdefault(str(root), (set(), set()))
+    parts = path.split("/")
+    if any("/".join(parts[:depth]) in links for depth in range(1, len(parts) + 1)):
+        return True
+    found = first_symlink(root, path, plain)
+    if found is not None:
+        links.add(found[0].relative_to(root).as_posix())
+    return found is not None
 
 
 def checked_path(path: object, origin: Path, *, directory: bool = False, guard: bool = True) -> str:
@@ -475,7 +515,7 @@ class State(Value):
             data["chosen"] = list(self.chosen)
         if self.reverted:
             data["reverted"] = list(self.reverted)
-        return (json.dumps(data, indent=1, sort_keys=True) + "\n").encode()
+        return (json_text(data, "the state file", indent=1, sort_keys=True) + "\n").encode()
 
     def later(self, entry: Entry) -> list[Entry]:
         """The entries applied after `entry` (entries are kept in the order they were applied)."""

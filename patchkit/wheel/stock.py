@@ -26,7 +26,6 @@ holds no fitting wheel.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import stat
@@ -40,7 +39,7 @@ from packaging import tags
 
 from patchkit.base import seal
 from patchkit.base.errors import BadInput, FetchError
-from patchkit.base.fsutil import Identity, file_identity, load_json_text
+from patchkit.base.fsutil import Identity, file_identity, json_text, load_json_text
 from patchkit.base.hashing import stream_sha256
 from patchkit.base.usercache import cache_dir
 from patchkit.fetch import (
@@ -323,7 +322,9 @@ def _write_file_entry(path: Path, fd: int, suffix: str, kind: str, key: str, val
         entry = root / name
         if entry.is_symlink() or (entry.exists() and not entry.is_file()):
             remove_entry(entry)
-        write_cached(entry, (json.dumps({key: value, "identity": list(before), "seal": mark}) + "\n").encode())
+        write_cached(
+            entry, (json_text({key: value, "identity": list(before), "seal": mark}, "a cache entry") + "\n").encode()
+        )
 
 
 def _file_payload(key: str, value: str, ident: Identity) -> bytes:
@@ -397,7 +398,7 @@ def _write_seal(root: Path, sealed_name: str, wheel: str, sha256: str, ident: Id
     with suppress(FetchError, OSError):  # a cache that cannot be written: the wheel is hashed again next time
         if path.is_symlink() or (path.exists() and not path.is_file()):
             remove_entry(path)  # a directory in its place would stay, and every run hash the wheel
-        write_cached(path, (json.dumps(entry) + "\n").encode())
+        write_cached(path, (json_text(entry, "a cache entry") + "\n").encode())
 
 
 def _lock(root: Path, ver: str, say: Progress) -> AbstractContextManager[None]:
@@ -478,7 +479,9 @@ def _held_to(pin: Pin | None, chosen: dict[str, Any], digest: str) -> str:
 def _write_sidecar(root: Path, ver: str, wheel: str, record: dict[str, Any]) -> None:
     sidecar = {k: v for k, v in record.items() if k != "seal"}
     sidecar["seal"] = seal.seal(SIDECAR_SEAL_KIND, f"{ver}/{wheel}", seal.canonical(sidecar))
-    write_cached(root / f"{wheel}.json", (json.dumps(sidecar, indent=1, sort_keys=True) + "\n").encode())
+    write_cached(
+        root / f"{wheel}.json", (json_text(sidecar, "a cache entry", indent=1, sort_keys=True) + "\n").encode()
+    )
 
 
 def _checked_identity(root: Path, ver: str, dest: Path, digest: str) -> Identity:

@@ -8,7 +8,9 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -46,9 +48,10 @@ NAMES = [
 ]
 
 
-def in_vllm(code: str, environ: dict[str, str], cwd: Path) -> str:
+def in_vllm(code: str, environ: dict[str, str], cwd: Path, *args: str) -> str:
+    """The last line `code` prints, run by the real vLLM's interpreter with `args`."""
     done = subprocess.run(
-        [str(VLLM_PYTHON), "-B", "-c", code],
+        [str(VLLM_PYTHON), "-B", "-c", code, *args],
         env=environ,
         cwd=cwd,
         capture_output=True,
@@ -85,17 +88,7 @@ def test_the_offline_model_is_the_path_vllms_get_model_path_gives(tmp_path: Path
         "print(json.dumps(out))\n"
     )
     theirs = _vllm_answers(code, NAMES, environ, tmp_path)
-    ours = []
-    cwd = os.getcwd()
-    os.chdir(tmp_path)
-    try:
-        for model, revision in NAMES:
-            try:
-                ours.append(offline_model_path(model, revision, environ))
-            except TargetError:
-                ours.append(None)
-    finally:
-        os.chdir(cwd)
+    ours = _our_answers(lambda name: offline_model_path(*name, environ), NAMES, tmp_path)
     assert ours == theirs
 
 
@@ -122,29 +115,26 @@ def test_vllm_reads_no_config_where_patchkit_refuses_a_model_path(tmp_path: Path
         "print(json.dumps(out))\n"
     )
     theirs = _vllm_answers(code, names, environ, tmp_path)
-    ours = []
-    cwd = os.getcwd()
-    os.chdir(tmp_path)
-    try:
-        for name in names:
-            try:
-                ours.append(resolve_model(name, environ).get("hidden_size"))
-            except TargetError:
-                ours.append(None)
-    finally:
-        os.chdir(cwd)
+    ours = _our_answers(lambda name: resolve_model(name, environ).get("hidden_size"), names, tmp_path)
     assert ours == theirs == [None, None, 7168]
 
 
 def _vllm_answers(code: str, items: list, environ: dict[str, str], cwd: Path) -> list:
     """What `code` prints last (a JSON list) when run by the real vLLM's interpreter on `items`."""
-    done = subprocess.run(
-        [str(VLLM_PYTHON), "-B", "-c", code, json.dumps(items)],
-        env=environ,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=True,
-    )
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return json.loads(in_vllm(code, environ, cwd, json.dumps(items)))
+
+
+def _our_answers(answer: Callable[[Any], Any], items: list, cwd: Path) -> list:
+    """patchkit's `answer` to each of `items`, asked from `cwd` (None where it refuses)."""
+    ours = []
+    here = os.getcwd()
+    os.chdir(cwd)
+    try:
+        for item in items:
+            try:
+                ours.append(answer(item))
+            except TargetError:
+                ours.append(None)
+    finally:
+        os.chdir(here)
+    return ours

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from launch_fixtures import EMPTY_SAFETENSORS
-from vllm_overlay import overlay_venv
+from vllm_overlay import ask_vllm, overlay_venv
 
 VLLM_PYTHON = os.environ.get("VLLM_PYTHON")
 
@@ -139,3 +139,97 @@ def test_a_reasoning_parser_in_structured_outputs_config_is_judged_by_the_names_
         assert [f["ok"] for f in found] == ([] if ok else [False]), done.stdout
         if not ok:
             assert "it refuses the launch at start" in found[0]["message"]
+
+
+# review37 A8: --model-impl transformers with EAGLE-3. vLLM then builds the target as its Transformers
+# modeling backend's class, whose EAGLE-3 needs a transformers the venv may not have.
+RESOLVED = """
+import json, sys
+from vllm.config import ModelConfig
+config = ModelConfig(model=sys.argv[1], model_impl="transformers", skip_tokenizer_init=True)
+import transformers
+print(json.dumps([config._architecture, transformers.__version__]))
+"""
+REFUSED = """
+import json, sys
+from vllm.model_executor.models.transformers.base import Base
+try:
+    Base.check_version(sys.argv[1], "Eagle3 support")
+    print(json.dumps(None))
+except ImportError as exc:
+    print(json.dumps(str(exc)))
+"""
+
+
+def supports(done: subprocess.CompletedProcess) -> dict:
+    return next(f for f in json.loads(done.stdout)["findings"] if f["check"] == "supports-eagle3")
+
+
+def test_model_impl_transformers_fails_eagle3_on_the_backend_vllm_builds(tmp_path: Path):
+    for name, config in (("target", TARGET), ("drafter", DRAFTER)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(json.dumps(config))
+        (tmp_path / name / "model.safetensors").write_bytes(EMPTY_SAFETENSORS)
+    spec = json.dumps({"method": "eagle3", "model": str(tmp_path / "drafter"), "num_speculative_tokens": 2})
+    serve = ["vllm", "serve", str(tmp_path / "target"), "--skip-tokenizer-init", "--speculative-config", spec]
+    built, installed = ask_vllm(RESOLVED, str(tmp_path / "target"))  # what vLLM itself builds, and its transformers
+
+    # the real venv, read only (the overlay reaches its packages through a .pth's code, which patchkit does not run)
+    done = patchkit(
+        "preflight", "--python", VLLM_PYTHON, "--format", "json", "--", *serve, "--model-impl", "transformers"
+    )
+    found = supports(done)
+    assert done.returncode == 1 and not found["ok"], found
+    said = re.search(
+        r"backend's (\w+), which needs transformers>=(\S+) .*the launch's Python has (\S+):", found["message"]
+    )
+    assert said and said[1] == built and said[3] == installed, found["message"]
+    refusal = ask_vllm(REFUSED, said[2])  # vLLM's own check refuses this venv at the version named
+    assert refusal and f"requires transformers>={said[2]} for Eagle3 support, but got {installed}" in refusal
+    assert found["fix"] == "drop --model-impl transformers: vLLM then builds its own DeepseekV3ForCausalLM"
+
+    python = overlay_venv(str(VLLM_PYTHON), tmp_path / "venv")  # the fix, followed, where the set is applied
+    applied = patchkit("apply", "--python", python, "--set", "eagle3")
+    assert applied.returncode == 0, applied.stdout[-3000:] + applied.stderr[-3000:]
+    try:
+        followed = patchkit("preflight", "--python", python, "--format", "json", "--", *serve)
+        assert supports(followed)["ok"], supports(followed)
+        assert f"vLLM's supports_eagle3() is True for {DEEPSEEK_V3_CLASS}" in supports(followed)["message"]
+    finally:
+        assert patchkit("revert", "--python", python).returncode == 0
+
+
+# review37 L-j: a VLLM_PP_LAYER_PARTITION vLLM's get_pp_indices refuses, in its own words.
+PP_INDICES = """
+import json, os, sys
+from vllm.distributed.utils import get_pp_indices
+said = {}
+for partition in sys.argv[3:]:
+    os.environ["VLLM_PP_LAYER_PARTITION"] = partition
+    try:
+        said[partition] = repr(get_pp_indices(int(sys.argv[1]), 0, int(sys.argv[2])))
+    except ValueError as exc:
+        said[partition] = str(exc)
+print(json.dumps(said))
+"""
+
+
+def test_a_layer_partition_vllm_refuses_fails_drafter_aux_layers_with_vllms_words(tmp_path: Path):
+    layers = 61
+    target = {**TARGET, "num_hidden_layers": layers}
+    drafter = {**DRAFTER, "eagle_aux_hidden_state_layer_ids": [40, 50, 60]}
+    for name, config in (("target", target), ("drafter", drafter)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(json.dumps(config))
+        (tmp_path / name / "model.safetensors").write_bytes(EMPTY_SAFETENSORS)
+    spec = json.dumps({"method": "eagle3", "model": str(tmp_path / "drafter"), "num_speculative_tokens": 2})
+    partitions = ["abc", "", "30,30", "61"]
+    refused = ask_vllm(PP_INDICES, str(layers), "2", *partitions)
+    for partition in partitions:
+        launch = ["env", f"VLLM_PP_LAYER_PARTITION={partition}", "vllm", "serve", str(tmp_path / "target")]
+        done = patchkit(
+            "preflight", "--python", VLLM_PYTHON, "--no-import", "--format", "json", "--",
+            *launch, "-pp", "2", "--speculative-config", spec,
+        )  # fmt: skip
+        found = finding(done, "drafter-aux-layers")
+        assert not found["ok"] and f"({refused[partition]})" in found["message"], (refused, found)

@@ -93,3 +93,28 @@ def test_a_launch_judged_pooling_is_one_vllm_runs_pooling(tmp_path):
         found, _ = tool_server_findings(command, "command", Version("0.16.0"), (architecture,))
         ours.append("pooling" if not found else "generate")
     assert ours == runners and runners.count("pooling") == 4
+
+
+def test_a_modules_json_patchkit_takes_for_pooling_is_one_vllm_runs_pooling(tmp_path):
+    """A *ForCausalLM model with a sentence-transformers modules.json: vLLM's runner `auto` asks
+    get_pooling_config first; patchkit's verdict on the tool server follows the runner vLLM resolves."""
+    pooling = {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}
+    transformer = {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"}
+    layouts = {"both": [transformer, pooling], "pooling": [pooling], "transformer": [transformer], "empty": []}
+    asked = []
+    for name, modules in layouts.items():
+        model = tmp_path / name
+        model.mkdir()
+        (model / "config.json").write_text(json.dumps(TINY_LLAMA))
+        (model / "modules.json").write_text(json.dumps(modules))
+        (model / "1_Pooling").mkdir()  # as sentence-transformers saves it (vLLM 0.16.0 fails without it)
+        (model / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode_mean_tokens": True}))
+        asked.append((str(model), "auto"))
+    said = ask_vllm(ASK_RUNNER, json.dumps(asked))
+    assert isinstance(said, list)
+    ours = []
+    for directory, _ in asked:
+        command = parse(["vllm", "serve", directory, "--tool-server", "http://x:1"], "0.16.0")
+        found, _ = tool_server_findings(command, "command", Version("0.16.0"), ("LlamaForCausalLM",), directory)
+        ours.append("pooling" if not found else "generate")
+    assert ours == said[1] == ["pooling", "pooling", "generate", "generate"]

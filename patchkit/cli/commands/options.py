@@ -75,7 +75,7 @@ set_name = click.option(
     help=SET_HELP,
 )
 set_names = click.option("--set", "set_name", metavar="NAME", multiple=True, help=SET_HELP)  # apply: repeatable
-one_set = click.option(  # port, workspace
+one_set = click.option(
     "--set", "set_name", metavar="NAME", multiple=True, callback=_one_set("run it once per set"), help=ONE_SET_HELP
 )
 quiet = click.option("-q", "--quiet", is_flag=True, help="Only errors and warnings.")
@@ -98,7 +98,7 @@ def compose(*options: Callable[[F], F]) -> Callable[[F], F]:
 
 
 library_options = compose(patches, set_name)  # fetch: which library and sets
-one_set_options = compose(patches, one_set)  # workspace: which library and the one set
+one_set_options = compose(patches, one_set)  # port, workspace: which library and the one set
 output_options = compose(quiet, verbose)
 
 

@@ -7,7 +7,7 @@ import click
 
 from patchkit.base.errors import Conflict
 from patchkit.cli.commands import make_ui
-from patchkit.cli.commands.options import format_option, one_set, output_options, patches
+from patchkit.cli.commands.options import format_option, one_set_options, output_options
 from patchkit.cli.ui.console import UI
 from patchkit.maintainer.port import PortRequest, port_set
 from patchkit.maintainer.states import PortOutcome
@@ -23,8 +23,7 @@ if TYPE_CHECKING:
 @click.option(
     "--workspace", metavar="DIR", help="Where to leave the workspace on conflicts (default ./vllm-V2-workspace)."
 )
-@patches
-@one_set
+@one_set_options
 @format_option
 @output_options
 def command(

@@ -134,18 +134,21 @@ def _of_set(name: str, failures: list[Failure]) -> list[Failure]:
     return [f if f.where or f.what in tree_wide else replace(f, message=f"{name}: {f.message}") for f in failures]
 
 
+LINKED = "is a symlink, or under one: not the file patchkit wrote"  # the guard's words
+
+
 def status_failures(resolved: Resolved, status: TreeStatus) -> list[Failure]:
     """What `status` finds wrong, each with the command that fixes it (a drifted file deleted is
     said so: "edited" sends the user looking for an edit to keep)."""
-    drift_fix = status.drift_fix
-    deleted = {path for path in status.drifted if not os.path.lexists(resolved.target.root / path)}
+    drift_fix, linked = status.drift_fix, set(status.linked)  # through a symlink: never followed, nor said deleted
+    deleted = {p for p in status.drifted if p not in linked and not os.path.lexists(resolved.target.root / p)}
     # a patched wheel's install with no apply of the set: the wheel wrote the file, as revert says it
     by_wheel = status.record is not None and status.record.entry(resolved.set_name) is None
     after = "after the patched wheel installed it" if by_wheel else "after patchkit patched it"
     failures = [
         Failure("drifted", f"deleted {after}", path, fix=status.deleted_fix)
         if path in deleted
-        else Failure("drifted", f"edited {after}", path, fix=drift_fix)
+        else Failure("drifted", LINKED if path in linked else f"edited {after}", path, fix=drift_fix)
         for path in status.drifted
     ]
     for result in status.does_not_compile:  # the drifted file's syntax error leads its line

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from dataclasses import dataclass, field
 from typing import Any
 
 import patchkit.cli.ui as views
 from patchkit.base.enums import OutputFormat
+from patchkit.base.fsutil import json_text
 from patchkit.base.values import Value
 from patchkit.cli.ui.notes import show_notes
 
@@ -72,7 +72,7 @@ def write_junit(document: str) -> None:
 
 def write_json(data: dict[str, Any]) -> None:
     document = {"schema_version": SCHEMA_VERSION, "ok": data.get("ok", True), **data}
-    sys.stdout.write(json.dumps(document, indent=2, sort_keys=False) + "\n")
+    sys.stdout.write(json_text(document, "the JSON output", indent=2, sort_keys=False) + "\n")
 
 
 def hold(data: dict[str, Any]) -> None:
