@@ -644,3 +644,16 @@ def test_an_apply_of_a_driver_that_does_not_decide_is_final(tmp_path, short_leas
     assert agent.step("run-1", 60, "t1", "apply", {**request, "decides": False})["ok"]
     time.sleep(1.5)
     assert agent.undecided == {} and spec_of(tree) == patched_spec()
+
+
+def test_an_aborted_run_that_wrote_nothing_here_holds_the_agent_no_longer(short_lease):
+    """A driver killed in phase 2 whose apply failed on this node (nothing written) held the agent
+    --timeout + 60 s; once its other nodes aborted it and its heartbeat stopped, it holds nothing."""
+    ledger = MemoryLedger()
+    agent = Decided(ledger)
+    agent.release("creator", keep_alive=0)
+    agent.claim("run-1", 600)
+    ledger.put(node.beat_key("run-1"), "7")
+    assert not agent.ended.wait(0.5)  # held, its driver alive: no decision yet
+    ledger.put_new(node.decision_key("run-1"), node.ABORT)  # another node gave up on it
+    assert agent.ended.wait(10) and "run-1" not in agent.holds

@@ -407,6 +407,7 @@ class Agent:
         self.ledger = ledger
         self.undecided: dict[str, Undecided] = {}  # run id -> its apply written here, awaiting its decision
         self.rolled_back: dict[str, dict[str | None, dict[str, Any]]] = {}  # run id -> this agent's reverts
+        self.beats: dict[str, tuple[str | None, float]] = {}  # an aborted run's last heartbeat seen, and when
         self.loaded = code_fingerprint()
         self.guard = threading.Lock()
         self.one_step = threading.Lock()
@@ -544,9 +545,28 @@ class Agent:
             time.sleep(AGENT_TICK)
             with self.guard:
                 runs = list(self.undecided)
+                held = [r for r in self.holds if r != "creator" and r not in self.undecided]
             for run in runs:
                 with suppress(Exception):  # the GCS unreachable: asked again at the next tick
                     self._settle(run)
+            for run in held:
+                with suppress(Exception):
+                    self._unhold_if_aborted(run)
+
+    def _unhold_if_aborted(self, run: str) -> None:
+        """A fleet apply aborted by its nodes (its driver silent past the lease) holds this agent no
+        longer, though nothing was written here (this node's apply failed, say): not --timeout + 60 s."""
+        assert self.ledger is not None
+        if self.ledger.get(decision_key(run)) != ABORT:
+            return
+        beat, now = self.ledger.get(beat_key(run)), time.monotonic()
+        with self.guard:
+            seen, since = self.beats.get(run, (None, now))
+            if beat is not None and beat != seen:
+                self.beats[run] = (beat, now)
+            elif beat is None or now - since >= LEASE:
+                self.holds.pop(run, None)
+                self.beats.pop(run, None)
 
     def _settle(self, run: str) -> None:
         assert self.ledger is not None  # only an agent with a ledger has undecided applies
