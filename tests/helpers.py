@@ -23,6 +23,7 @@ import tempfile
 import termios
 import textwrap
 import types
+import venv
 import zipfile
 from pathlib import Path
 
@@ -306,6 +307,13 @@ def fingerprint(root: Path) -> dict[str, tuple]:
             seen[name] = ("dir", "", info.st_mode)
     seen["."] = ("dir", "", root.lstat().st_mode)
     return seen
+
+
+def make_venv(path: Path) -> Path:
+    """The venv `python -m venv --without-pip PATH` makes, byte for byte (bin/python a symlink to the base
+    interpreter, the same pyvenv.cfg), made here: no interpreter started for it (~40 ms of CPU each)."""
+    venv.EnvBuilder(symlinks=True, with_pip=False).create(path)
+    return path
 
 
 def purelib(python: Path) -> Path:

@@ -9,13 +9,11 @@ it. The tool-call sets on real releases: tests/test_behaviour_release.py.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from helpers import BEHAVIOUR_JUDGE as JUDGE
-from helpers import make_patch, pip_install, purelib, write_library, write_tree
+from helpers import make_patch, make_venv, pip_install, purelib, write_library, write_tree
 
 PARSER = "vllm/tool_parsers/demo_parser.py"
 STOCK = "class DemoParser:\n    BROKEN = True\n"
@@ -167,7 +165,7 @@ def test_a_verdict_with_vllms_classes_is_remembered_while_its_inputs_are_unchang
     """verify --python on an applied environment: the judge runs once; the next verify takes its
     verdict (said: remembered) until a file it read changes."""
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
+    make_venv(venv)
     python = venv / "bin" / "python"
     site = purelib(python)
     pip_install(site, "0.16.0", {PARSER: STOCK, "vllm/serving.py": "top_up = 'append'\n"})
@@ -203,7 +201,7 @@ def test_a_pass_with_the_stand_ins_where_vllms_classes_did_not_load_says_why_in_
     """verify --python asked for vLLM's classes: the pass says the stand-ins judged, and the reason
     is shown whole below the line (it was cut off inside it: "vLLM's classes di…")."""
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
+    make_venv(venv)
     python = venv / "bin" / "python"
     pip_install(purelib(python), "0.16.0", {PARSER: STOCK})
     lib = library(tmp_path, write_tree(tmp_path / "base", "0.16.0", {PARSER: STOCK}), judge=JUDGE_WITHOUT_VLLM)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from helpers import purelib
+from helpers import make_venv, purelib
 from launch_fixtures import DEEPSEEK_V3, DRAFTER, KIMI_DRAFTER, KIMI_K25, write_model
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -110,7 +110,7 @@ def test_the_marker_test_sees_the_blocks():
 
 
 def install_into_venv(tree: Path, venv: Path) -> None:
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
+    make_venv(venv)
     site = purelib(venv / "bin" / "python")
     for entry in tree.iterdir():
         if entry.name != ".patchkit":

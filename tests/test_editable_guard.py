@@ -10,7 +10,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from helpers import SPEC, make_patch, patched_spec, write_library, write_tree
+from helpers import SPEC, make_patch, make_venv, patched_spec, write_library, write_tree
 
 PYPROJECT = textwrap.dedent("""\
     [build-system]
@@ -44,7 +44,7 @@ def editable(tmp_path) -> tuple[Path, Path]:
     (checkout / "pyproject.toml").write_text(PYPROJECT)
     venv = tmp_path / "venv"
     # no pip of its own (ensurepip was half the fixture's CPU): this pip installs into it through --python
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
+    make_venv(venv)
     python = venv / "bin" / "python"
     install = [sys.executable, "-m", "pip", "--python", python, "install", "-q", "--no-deps", "-e", checkout]
     subprocess.run(install, check=True, capture_output=True, cwd=tmp_path)  # setuptools from the index

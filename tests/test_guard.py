@@ -21,6 +21,7 @@ from helpers import (
     fingerprint,
     load_plugins_like_vllm,
     make_patch,
+    make_venv,
     purelib,
     run_cli,
     run_cli_read_only,
@@ -146,7 +147,7 @@ def test_reverting_one_set_keeps_the_guard_while_another_is_recorded(patched, sc
 
 def test_pip_uninstall_removes_the_guard(tmp_path, scratch):
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
+    make_venv(venv)
     site = write_tree(purelib(venv / "bin/python"))  # a vLLM "installed" in the venv
     diff = tmp_path / "model.diff"
     diff.write_bytes(make_patch(scratch, site, {MODEL: MODEL_PY.replace("return x", "return -x")}))

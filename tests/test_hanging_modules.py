@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from cli_server import run_patchkit
-from helpers import MODEL_PY, make_patch, write_tree
+from helpers import MODEL_PY, make_patch, make_venv, write_tree
 from launch_fixtures import (
     DEEPSEEK_V3,
     DRAFTER,
@@ -147,7 +147,7 @@ def test_a_fifo_metadata_never_hangs_the_probe_of_python(site, tmp_path):
     open METADATA and wait; the probe looks at it first, and status says what it is."""
     site, diff = site
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=LIMIT)
+    make_venv(venv)
     [venv_site] = venv.glob("lib/python*/site-packages")
     (venv_site / "tree.pth").write_text(f"{site}\n")
     metadata = site / "vllm-0.16.0.dist-info" / "METADATA"

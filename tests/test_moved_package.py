@@ -6,7 +6,6 @@ moved directory as a tree of its own (no dist-info: "not an installed vLLM", "ap
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 from helpers import (
@@ -14,6 +13,7 @@ from helpers import (
     SPEC,
     SPEC_PY,
     make_patch,
+    make_venv,
     patched_spec,
     pip_install,
     purelib,
@@ -25,7 +25,7 @@ from helpers import (
 
 def _venv(tmp_path: Path) -> tuple[Path, Path, Path]:
     """(the venv's python, its site-packages, a library whose set changes SPEC)."""
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", tmp_path / "venv"], check=True)
+    make_venv(tmp_path / "venv")
     python = tmp_path / "venv" / "bin" / "python"
     site = purelib(python)
     pip_install(site, "0.16.0", {SPEC: SPEC_PY})

@@ -5,7 +5,6 @@ one the user named (--target) or the interpreter imports vllm from (--python), n
 
 from __future__ import annotations
 
-import subprocess
 import sys
 
 import pytest
@@ -13,6 +12,7 @@ from helpers import (
     MODEL_PY,
     load_plugins_like_vllm,
     make_patch,
+    make_venv,
     purelib,
     run_cli,
     run_cli_writing,
@@ -71,7 +71,7 @@ def test_status_through_an_interpreter_importing_from_a_symlinked_path_judges_th
     which patchkit's own process does not read)."""
     link, diff = linked
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
+    make_venv(venv)
     (purelib(venv / "bin" / "python") / "site-link.pth").write_text(f"{link}\n")
     prefix = warm_pycache_prefix(tmp_path / "pfx")
     pyc = stale_pyc_under_prefix(prefix, link, MODEL)

@@ -7,17 +7,25 @@ interpreter, run as the launch runs it, what prefix its start-up sets."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
-from helpers import MODEL, MODEL_PY, SPEC, SPEC_PY, pip_install, purelib, run_cli, spec_library, stale_pyc_under_prefix
+from helpers import (
+    MODEL,
+    MODEL_PY,
+    SPEC,
+    SPEC_PY,
+    make_venv,
+    pip_install,
+    purelib,
+    run_cli,
+    spec_library,
+    stale_pyc_under_prefix,
+)
 from launch_fixtures import write_model
 
 
 def applied_venv(tmp_path):
     """A venv holding vLLM 0.16.0's two files, the spec set applied without the guard, and a model
     beside it: (its python, its site-packages, the library)."""
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", tmp_path / "venv"], check=True)
+    make_venv(tmp_path / "venv")
     python = tmp_path / "venv" / "bin" / "python"
     site = purelib(python)
     pip_install(site, "0.16.0", {SPEC: SPEC_PY, MODEL: MODEL_PY})

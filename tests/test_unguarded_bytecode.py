@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import py_compile
-import subprocess
 import sys
 from pathlib import Path
 
@@ -15,6 +14,7 @@ from helpers import (
     MODEL_PY,
     SPEC,
     SPEC_PY,
+    make_venv,
     patched_spec,
     pip_install,
     purelib,
@@ -29,7 +29,7 @@ from launch_fixtures import write_model
 def _venv_applied_without_guard(tmp_path: Path) -> tuple[Path, Path, Path, Path]:
     """(python, site, library, prefix): a venv's vLLM applied with --no-guard, whose start-up sets a
     pycache prefix through a .pth file; nothing under the prefix yet."""
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", tmp_path / "venv"], check=True)
+    make_venv(tmp_path / "venv")
     python = tmp_path / "venv" / "bin" / "python"
     site = purelib(python)
     pip_install(site, "0.16.0", {SPEC: SPEC_PY, MODEL: MODEL_PY})

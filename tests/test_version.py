@@ -5,13 +5,12 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import subprocess
 import sys
 import venv
 from pathlib import Path
 
 import pytest
-from helpers import _git, assert_clean_failure, purelib, run_cli_read_only, write_library, write_tree
+from helpers import _git, assert_clean_failure, make_venv, purelib, run_cli_read_only, write_library, write_tree
 from packaging.version import Version
 
 from patchkit.base.errors import BadInput, NoPatchSet, TargetError
@@ -204,7 +203,7 @@ def test_a_huge_metadata_is_read_only_as_far_as_its_headers(tmp_path):
 def linked_venv(tmp_path):
     """A venv as `python -m venv` makes it: bin/python a symlink to the base interpreter; vllm in it."""
     home = tmp_path / "work" / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(home)], check=True)
+    make_venv(home)
     python = home / "bin" / "python"
     site = purelib(python)
     write_tree(Path(site), "0.16.0", {"vllm/config/spec.py": "X = 1\n"})

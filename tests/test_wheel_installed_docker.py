@@ -13,6 +13,7 @@ import sysconfig
 from pathlib import Path
 
 import pytest
+from helpers import make_venv
 
 from helpers import (  # isort: skip
     MODEL_PY,
@@ -126,7 +127,7 @@ def test_pip_uninstall_still_removes_a_reverted_install(tmp_path, stock_index):
     build = step(runs, "patchkit wheel").replace("/wheels", str(wheels))
     run_step(build, stock_index, {"VLLM_VERSION": VERSION, "PATCHKIT_SET": "demo"})
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
+    make_venv(venv)
     python = venv / "bin" / "python"
     pip = [sys.executable, "-m", "pip", "--python", str(python)]
     wheel = next(wheels.iterdir())
