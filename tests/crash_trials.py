@@ -106,7 +106,9 @@ class Scenario:
         and the empty directories it made for them aside: Python imports none), else None."""
 
         def imported(prints: dict[str, bytes | None]) -> dict[str, bytes | None]:
-            return {r: d for r, d in prints.items() if r.startswith("vllm/") and ".patchkit-" not in r and d is not None}
+            return {
+                r: d for r, d in prints.items() if r.startswith("vllm/") and ".patchkit-" not in r and d is not None
+            }
 
         now = imported(fingerprint(tree))
         return next((name for name, known in self.prints.items() if imported(known) == now), None)

@@ -227,11 +227,6 @@ def judge(
     expected: dict[str, str | None] = {}
     original: dict[str, str | None] = {}
     versions: dict[str | None, list[str]] = {}  # the installed version read once, not once per set recorded
-    try:
-        if _unfinished(site):  # whatever the record says, the files are mid-change: the one finding
-            return Verdict([UNFINISHED])
-    except TreeChanged as exc:
-        return Verdict([str(exc)])
     for reader in _RECORD_READERS:
         try:
             records = reader(site)
@@ -710,13 +705,15 @@ _STORE_KINDS: dict[str, Callable[[int], bool]] = {
 UNFINISHED = "an apply or revert of patchkit did not finish (.patchkit/journal.json is there)"
 
 
-def _unfinished(site: str) -> bool:
-    """A journal in .patchkit/: an lstat, nothing read (it is untrusted; recovery checks it). An odd
-    store (a symlinked .patchkit/ or journal) is refused as the commands refuse it."""
-    if not os.path.lexists(os.path.join(site, ".patchkit")):
-        return False
-    _refuse_odd_store(site)
-    return os.path.lexists(os.path.join(site, ".patchkit", "journal.json"))
+def _unfinished(site: str) -> list[Record]:
+    """No record to judge by while a journal is in .patchkit/: refused (whatever the records say,
+    the files are mid-change), the one finding. An lstat, nothing read (it is untrusted; recovery
+    checks it); an odd store (a symlinked .patchkit/ or journal) is refused as the commands do."""
+    if os.path.lexists(os.path.join(site, ".patchkit")):
+        _refuse_odd_store(site)
+        if os.path.lexists(os.path.join(site, ".patchkit", "journal.json")):
+            raise TreeChanged(UNFINISHED)
+    return []
 
 
 def _refuse_odd_store(site: str) -> None:
@@ -1227,8 +1224,9 @@ def _digest_or_none(value: object) -> bool:
     return value is None or (isinstance(value, str) and len(value) == 64)
 
 
-# The wheel's record first: an apply recorded later in .patchkit/ changes files after it.
-_RECORD_READERS = (_wheel_records, _state_records)
+# An unfinished change first; then the wheel's record: an apply recorded later in .patchkit/ changes
+# files after it.
+_RECORD_READERS = (_unfinished, _wheel_records, _state_records)
 
 
 def _version_problems(site: str, recorded: str | None, seen: dict[str | None, list[str]]) -> list[str]:
