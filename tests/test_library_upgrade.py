@@ -68,6 +68,8 @@ def test_apply_updates_a_set_applied_from_another_library(tree, scratch, tmp_pat
     assert "applied from another library (0002 changed)" in said, said
     assert f"`patchkit apply --target {tree} --patches {then}` updates it" in said, said
     assert "conflict" not in said and "does not apply" not in said, said
+    found = json.loads(pk("status", "--target", tree, "--patches", then, "--format", "json").stdout)
+    assert found["other_library"]["changed"] == ["0002"], found  # one set: its own document
 
     done = pk("apply", "--target", tree, "--patches", then)
     assert done.returncode == 0, done.stdout + done.stderr
