@@ -629,14 +629,21 @@ def edited_since_apply(resolved: Resolved, state: State, drifted: list[str]) -> 
         ]
     if entry is None or resolved.patches is None or stale_note(root, entry, resolved.vllm_version):
         return []
-    files = [p for p in not_made_by_the_series(root, entry, resolved.patches) if p not in drifted]
-    if not files:
-        return []
+    unmade = [p for p in not_made_by_the_series(root, entry, resolved.patches) if p not in drifted]
+    touched = set(touched_paths(resolved.patches))
+    # said created, yet no patch of the set touches them: not patchkit's, and revert leaves them (plan.restore_recorded)
+    alien = [p for p in unmade if entry.files[p]["before"] is None and p not in touched]
+    files = [p for p in unmade if p not in alien]
     copy = "a copy of it" if len(files) == 1 else "copies of them"
-    return [
+    notes = [
         f"{few(files, sep=', ')}: edited since apply (not what the recorded patches make of the original, "
         f"though the record says so); {hints.command('revert')} keeps {copy}"
-    ]
+    ] * bool(files)
+    it, there = ("it", "it is") if len(alien) == 1 else ("them", "they are")
+    return notes + [
+        f"{few(alien, sep=', ')}: the record says patchkit created {it}, but none of the set's patches does "
+        f"(not patchkit's); {hints.command('revert')} leaves {it} where {there}"
+    ] * bool(alien)
 
 
 def apply_finishes(status: TreeStatus) -> bool:
