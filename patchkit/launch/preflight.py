@@ -487,8 +487,7 @@ def _found_models_findings(
     found = [_model_finding(exc) for exc in missing]
     found += [served] if served is not None else []
     found += [f for f in (_architectures_finding(m) for m in models) if f is not None]
-    weights = weight_findings(command, models[0])
-    return found + [Finding(MODELS, ok, message, fix, note=note) for ok, message, fix, note in weights]
+    return found + weight_findings(command, models[0], MODELS)
 
 
 @dataclass(eq=False, repr=False)
