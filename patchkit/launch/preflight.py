@@ -1089,7 +1089,7 @@ def _state_words(status: TreeStatus) -> str | None:
         return f"does not apply: {', '.join(edited)} {'differs' if len(edited) == 1 else 'differ'} from stock (a local edit?)"
     if status.drifted:
         return f"changed after apply: {few(status.drifted, sep=', ')}"
-    return None
+    return status.other_library_said if status.other_library else None
 
 
 def _guard_for_launch(
@@ -1170,6 +1170,9 @@ def _state_finding(resolved: Resolved, status: TreeStatus, *, prefixed: bool = F
     if status.drifted:  # before partly applied: apply refuses an edited file, its fix is the drift's
         files = few(status.drifted, sep=", ")
         return Finding(TREE, False, f"changed after patchkit wrote them: {files}", _drift_fix(resolved, status))
+    if status.other_library:  # the earlier series: apply replaces it with the library's
+        message = f"the {resolved.set_name} series on vLLM {version} was {status.other_library_said}"
+        return Finding(TREE, False, message, f"run {status.other_library_fix}")
     if status.state == TreeState.CONFLICT:
         root, edited, there = resolved.target.root, status.edited_in_hunks, status.in_the_way
         message = f"the {resolved.set_name} series does not apply: {local_edit_said(edited, version, root, there)}"
