@@ -222,15 +222,6 @@ def test_a_load_format_patchkit_does_not_read_is_said_as_cannot_judge_never_an_o
     assert f"--load-format {load_format}: patchkit does not read what that loader loads" in finding["message"]
 
 
-def test_a_dummy_load_reads_no_weights_and_says_so(tmp_path):
-    tree, library = write_eagle3_setup(tmp_path)
-    target = write_model(tmp_path / "ds", DEEPSEEK_V3)
-    (target / WEIGHTS).unlink()
-    done = preflight(tree, library, *serve(target, write_model(tmp_path / "dr", DRAFTER)), "--load-format", "dummy")
-    [finding] = all_models_findings(done)
-    assert finding["ok"] and "vLLM loads no weights" in finding["message"], finding
-
-
 @pytest.mark.parametrize("tp", ["1", "2"])
 def test_sharded_state_needs_each_ranks_pre_sharded_files_in_the_target_and_the_drafter(tmp_path, tp):
     """vLLM loads the drafter with the launch's own loader after the target: a hub drafter is not

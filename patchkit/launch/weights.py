@@ -484,8 +484,8 @@ def weight_findings(command: LaunchCommand, target: ModelConfig, check: str) -> 
     load_format = command.optional_text("load-format") or "auto"
     quantization = target.get("quantization_config")
     method = quantization.get("quant_method") if isinstance(quantization, dict) else None
-    if load_format == NO_WEIGHTS:
-        return [Finding(check, True, "--load-format dummy: vLLM loads no weights (random values)", note=True)]
+    if load_format == NO_WEIGHTS:  # random values: no file is read, nothing can be missing
+        return []
     if "bitsandbytes" in (command.options.get("quantization"), method) and load_format in (*PATTERNS, "auto"):
         load_format = "bitsandbytes"  # BitsAndBytesModelLoader's own files
     if load_format not in (*PATTERNS, "auto", SHARDED):
