@@ -9,7 +9,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from helpers import MODEL, MODEL_PY, make_patch, patched_spec, run_cli, run_cli_writing, write_library, write_tree
+from helpers import (
+    MODEL,
+    MODEL_PY,
+    make_patch,
+    patched_spec,
+    run_cli_judged,
+    run_cli_writing,
+    write_library,
+    write_tree,
+)
 
 import patchkit._target.guard as target_guard
 
@@ -30,7 +39,7 @@ def test_status_verify_and_apply_name_a_few_refused_files_and_revert_as_the_fix(
     assert run("apply", "--target", tree, "--patches", open_library).exit_code == 0
     record_absent(tree, [CREATED.format(i) for i in range(MANY)])
     for command in ("status", "verify", "apply"):
-        done = run_cli(command, "--target", tree, "--patches", open_library)
+        done = run_cli_judged(command, "--target", tree, "--patches", open_library)
         said = done.stdout + done.stderr
         assert done.returncode == (0 if command == "apply" else 1), said
         assert len(said) < 3_000, said[:3_000]
@@ -41,7 +50,7 @@ def test_status_verify_and_apply_name_a_few_refused_files_and_revert_as_the_fix(
     # the fix named is true: revert, then apply, and the guard lets the tree launch
     assert run_cli_writing("revert", "--target", tree, "--patches", open_library).returncode == 0
     assert run_cli_writing("apply", "--target", tree, "--patches", open_library).returncode == 0
-    done = run_cli("status", "--target", tree, "--patches", open_library)
+    done = run_cli_judged("status", "--target", tree, "--patches", open_library)
     assert done.returncode == 0, done.stdout + done.stderr
 
 
@@ -59,7 +68,7 @@ def test_a_recorded_path_holding_a_newline_is_shown_escaped(run, tree, open_libr
     record_absent(tree, ["vllm/zz/a\nb.py"])
     said = target_guard.refusal(str(tree), target_guard.find_problems(str(tree)))
     assert "\n" not in said and "vllm/zz/a\\x0ab.py is gone" in said, said
-    done = run_cli("status", "--target", tree, "--patches", open_library)
+    done = run_cli_judged("status", "--target", tree, "--patches", open_library)
     guard = next(line for line in done.stdout.splitlines() if line.startswith("guard:"))
     assert "vllm/zz/a\\x0ab.py is gone, as before patchkit created it" in guard, done.stdout
 
@@ -87,7 +96,7 @@ def test_a_drifted_recorded_path_holding_a_newline_is_one_line(run, tree, open_l
     (tree / "vllm" / "zz").mkdir(parents=True)
     (tree / rel).write_text("x = 1\n")  # there, not what the record says patchkit wrote: drifted
     record_absent(tree, [rel])
-    done = run_cli("status", "--target", tree, "--patches", open_library)
+    done = run_cli_judged("status", "--target", tree, "--patches", open_library)
     lines = done.stdout.splitlines()
     assert "vllm/zz/a\\x0ab.py: drifted: edited after patchkit patched it" in lines, done.stdout
     assert not any(line.startswith("b.py") for line in lines), done.stdout
@@ -108,7 +117,7 @@ def test_another_sets_files_no_patch_writes_are_fixed_by_reverting_it(tmp_path, 
     data = json.loads((tree / ".patchkit" / "state.json").read_text())
     assert [e["set"] for e in data["entries"]] == ["spec", "model-fix"]
     record_absent(tree, [CREATED.format(i) for i in range(5)])  # in spec's record
-    done = run_cli("status", "--target", tree, "--patches", library, "--set", "model-fix")
+    done = run_cli_judged("status", "--target", tree, "--patches", library, "--set", "model-fix")
     said = " ".join((done.stdout + done.stderr).split())
     assert done.returncode == 1, said
     assert f"`patchkit revert --target {tree} --patches {library} --set spec` (its record names files" in said, said
@@ -120,7 +129,7 @@ def test_another_sets_files_no_patch_writes_are_fixed_by_reverting_it(tmp_path, 
     # the fix is true: the commands it names clear the guard's refusal
     assert run_cli_writing("revert", "--target", tree, "--patches", library, "--set", "spec").returncode == 0
     assert run_cli_writing("apply", "--target", tree, "--patches", library, "--set", "spec").returncode == 0
-    assert run_cli("status", "--target", tree, "--patches", library).returncode == 0
+    assert run_cli_judged("status", "--target", tree, "--patches", library).returncode == 0
 
 
 def test_status_and_verify_say_one_fix_of_many_drifted_files_once(run, tree, open_library):
@@ -137,7 +146,7 @@ def test_status_and_verify_say_one_fix_of_many_drifted_files_once(run, tree, ope
         data["entries"][0]["files"][rel] = {"after": "ab" * 32, "before": None, "mode": 0o644}
     path.write_text(json.dumps(data))
     for command in ("status", "verify"):
-        done = run_cli(command, "--target", tree, "--patches", open_library)
+        done = run_cli_judged(command, "--target", tree, "--patches", open_library)
         assert done.returncode == 1, done.stdout + done.stderr
         drifted = [line for line in done.stdout.splitlines() if "drifted: edited after" in line]
         assert drifted == [
@@ -146,5 +155,7 @@ def test_status_and_verify_say_one_fix_of_many_drifted_files_once(run, tree, ope
         ], done.stdout[:2000]
         assert done.stdout.count("--force` (keeps a copy of the edits), then `patchkit apply") == 1, done.stdout[:2000]
         assert len(done.stdout.splitlines()) < 20, done.stdout[:2000]
-        document = json.loads(run_cli(command, "--target", tree, "--patches", open_library, "--format", "json").stdout)
+        document = json.loads(
+            run_cli_judged(command, "--target", tree, "--patches", open_library, "--format", "json").stdout
+        )
         assert set(edited) <= set(document["drifted"])

@@ -518,7 +518,7 @@ def test_a_lone_surrogate_in_a_record_is_damage_for_every_command(tmp_path, plan
     launch = ("--", "vllm", "serve", str(tmp_path)) if command in ("preflight", "run") else ()
     launch = ("--no-import", *launch) if command == "preflight" else launch
     patch = () if command == "recover" else ("--patch", scene.patch)
-    done = run_cli(command, "--target", scene.tree, *patch, *launch)
+    done = run_cli_judged(command, "--target", scene.tree, *patch, *launch)
     output = done.stdout + done.stderr
     assert done.returncode == REFUSED and "lone surrogate" in output and "Traceback" not in output, output
 
@@ -543,7 +543,7 @@ def test_nan_or_infinity_in_a_record_is_damage_for_every_command(tmp_path, plant
     launch = ("--", "vllm", "serve", str(tmp_path)) if command in ("preflight", "run") else ()
     launch = ("--no-import", *launch) if command == "preflight" else launch
     patch = () if command == "recover" else ("--patch", scene.patch)
-    done = run_cli(command, "--target", scene.tree, *patch, *launch)
+    done = run_cli_judged(command, "--target", scene.tree, *patch, *launch)
     output = done.stdout + done.stderr
     assert done.returncode == REFUSED and "is no JSON number" in output and "Traceback" not in output, output
     assert ("state.json" if plant is state_nan else "journal.json") in done.stderr
@@ -683,7 +683,7 @@ def test_a_long_run_of_lone_surrogates_is_quoted_bounded(tmp_path):
         SPEC
     )
     scene.write_json("state.json", state)
-    done = run_cli("status", "--target", scene.tree, "--patch", scene.patch)
+    done = run_cli_judged("status", "--target", scene.tree, "--patch", scene.patch)
     assert done.returncode == REFUSED and "lone surrogate" in done.stderr, done.stderr[:2000]
     assert len(done.stdout + done.stderr) < 4000, len(done.stdout + done.stderr)
     assert "(\\udcff\\udcff\\udcff\\udcff... (200,000 in a row))" in done.stderr, done.stderr[:2000]

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import run_cli, run_cli_read_only
+from helpers import run_cli_judged, run_cli_read_only
 
 
 def record_also(tree: Path, path: str) -> None:
@@ -25,7 +25,7 @@ def record_also(tree: Path, path: str) -> None:
 def test_a_recorded_path_too_long_for_a_file_is_damaged_to_every_command(run, tree, open_library, path, command):
     assert run("apply", "--target", tree, "--patches", open_library).exit_code == 0
     record_also(tree, path)
-    done = run_cli(command, "--target", tree, "--patches", open_library)
+    done = run_cli_judged(command, "--target", tree, "--patches", open_library)
     said = " ".join(done.stderr.split())
     assert done.returncode == 2, said
     assert "state.json is damaged" in said and "move it aside" in said, said
