@@ -228,6 +228,7 @@ KIMI_DRAFTER = {**DRAFTER, "vocab_size": KIMI_K25["text_config"]["vocab_size"]}
 
 
 WEIGHTS = "model.safetensors"  # a name vLLM's DefaultModelLoader globs for (*.safetensors)
+TOKENIZER = "tokenizer_config.json"  # a name AutoTokenizer reads a tokenizer from
 # a safetensors file holding no tensor: its 8-byte header length, then the header (what safetensors reads first)
 EMPTY_SAFETENSORS = b"\x02" + b"\x00" * 7 + b"{}"
 LFS_POINTER = "version https://git-lfs.github.com/spec/v1\noid sha256:4d7a2f\nsize 1234567890\n"
@@ -254,6 +255,7 @@ def write_model(directory: Path, config: dict) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "config.json").write_text(json.dumps(config))
     (directory / WEIGHTS).write_bytes(EMPTY_SAFETENSORS)  # vLLM's loader globs for a weight file, then reads its header
+    (directory / TOKENIZER).write_text("{}")  # vLLM loads the tokenizer from the model's directory at start
     return directory
 
 

@@ -37,6 +37,7 @@ from helpers import (
 )
 
 import patchkit
+from patchkit.fleet import LEASE
 
 # `make test` runs them; the fast tier does not. Ray is imported where the cluster starts, not at collection:
 # every xdist worker collects this module, deselected or not, and importing Ray cost each ~0.3 s of CPU.
@@ -92,10 +93,10 @@ class Fleet:
         shutil.rmtree(root, ignore_errors=True)
         return write_library(root, {release: [patch] for release in releases})
 
-    def slow_apply_started(self, name: str, *options: str) -> tuple[subprocess.Popen, Path]:
+    def slow_apply_started(self, name: str, *options: str, fails: bool = False) -> tuple[subprocess.Popen, Path]:
         """`fleet apply` (JSON on its stdout) of a set whose patched module, imported by the
-        interpreter node's probe in phase 2, marks the moment and then takes 4 s: returned at
-        that moment, with the set's library."""
+        interpreter node's probe in phase 2, marks the moment and then takes 4 s (then fails the
+        probe, with `fails`): returned at that moment, with the set's library."""
         marker = self.base / f"{name}.mark"
         marker.unlink(missing_ok=True)
         slow = patched_spec() + textwrap.dedent(f"""
@@ -103,6 +104,7 @@ class Fleet:
             pathlib.Path({str(marker)!r}).touch()
             time.sleep(4)
             """)
+        slow += "raise RuntimeError('this node fails the import probe')\n" if fails else ""
         lib = self.library(name, {SPEC: slow})
         argv = [sys.executable, "-m", "patchkit", "fleet", "apply", "--address", self.cluster.address]
         argv += [*options, "--patches", str(lib), "--format", "json"]
@@ -272,6 +274,48 @@ def test_a_signal_during_phase_two_still_rolls_every_node_back_and_exits_with_it
     assert "interrupted in phase 2" in document["error"]
     assert {n["state"] for n in document["nodes"]} == {"rolled-back"}
     assert [snapshot(tree) for tree in fleet.trees] == before
+
+
+@pytest.mark.parametrize(
+    ("fails", "upgraded"),
+    [(True, False), (False, False), (True, True)],
+    ids=["a-node-fails", "every-node-applies", "on-agents-of-its-own"],
+)
+def test_a_driver_killed_in_phase_two_leaves_every_node_stock_and_status_says_so(fleet, fails, upgraded):
+    """Review 37 L-g: SIGKILL (an OOM kill, a CI timeout) to `fleet apply` while the interpreter node
+    runs its probe: the other nodes had applied, and were left so (nothing reverted them) while that
+    node failed and rolled itself back (or, with its probe passing, all stayed applied without a
+    commit). Each node's write is undecided until the driver commits: with its heartbeat gone,
+    the nodes decide abort and revert themselves; `fleet status` agrees. `upgraded`: patchkit
+    changed on the nodes, so the run works on agents of its own, which died with their driver."""
+    fleet.stock()
+    before = [snapshot(tree) for tree in fleet.trees]
+    source = Path(patchkit.__file__).parent / "base" / "enums.py"
+    stamp = source.stat()
+    if upgraded:
+        assert fleet.run("status")[0].returncode in (0, 1)  # the named agents, started (or kept)
+        os.utime(source, ns=(stamp.st_atime_ns, stamp.st_mtime_ns + 1_000_000_000))
+    try:
+        driver, lib = fleet.slow_apply_started(f"killed-{fails}-{upgraded}", fails=fails)
+        try:
+            written = time.monotonic() + 3  # the two directory nodes apply; the interpreter node is in its 4 s probe
+            while time.monotonic() < written and any(
+                snapshot(t) == b for t, b in zip(fleet.trees, before, strict=True)
+            ):
+                time.sleep(0.1)
+            assert [snapshot(tree) == stock for tree, stock in zip(fleet.trees, before, strict=True)] == [False] * 3
+            driver.send_signal(signal.SIGKILL)
+            driver.communicate(timeout=30)
+        finally:
+            driver.kill()
+        deadline = time.monotonic() + LEASE + 30
+        while time.monotonic() < deadline and [snapshot(tree) for tree in fleet.trees] != before:
+            time.sleep(0.5)
+        assert [snapshot(tree) for tree in fleet.trees] == before
+        done, status = fleet.run("status", "--patches", lib)
+        assert done.returncode == 0 and {n["state"] for n in status["nodes"]} == {"not-applied"}, done.stdout
+    finally:
+        os.utime(source, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
 
 
 def test_sigterm_as_the_driver_disconnects_is_absorbed_and_the_document_printed(fleet):

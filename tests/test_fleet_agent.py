@@ -521,3 +521,139 @@ def test_an_apply_that_leaves_the_guard_refusing_says_so_in_its_row_with_the_fix
     code, stdout, _ = run_in_process([*alone, "--no-import"])
     assert code == 0 and row["hint"] == json.loads(stdout)["guard"]["fix"], row
     assert "`patchkit revert" in row["hint"] and "--set spec --force`" in row["hint"], row["hint"]
+
+
+class MemoryLedger:
+    """node.Ledger in a dict: what Ray's GCS key-value store is to the agents (put_new: first writer wins)."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, str] = {}
+        self.lock = threading.Lock()
+
+    def get(self, key):
+        return self.values.get(key)
+
+    def put(self, key, value):
+        self.values[key] = value
+
+    def put_new(self, key, value):
+        with self.lock:
+            return self.values.setdefault(key, value)
+
+    def delete(self, key):
+        self.values.pop(key, None)
+
+
+class Decided(node.Agent):
+    """An agent with a ledger (its end recorded, as Watched's)."""
+
+    def __init__(self, ledger: MemoryLedger) -> None:
+        self.ended = threading.Event()
+        super().__init__(600, run_in_process, ledger)
+
+    def end(self) -> None:
+        self.ended.set()
+
+
+@pytest.fixture
+def short_lease(monkeypatch):
+    monkeypatch.setattr(node, "LEASE", 1.0)
+
+
+def written_tree(tmp_path: Path) -> tuple[Path, Path, dict]:
+    """A stock tree and a library whose apply changes it; the apply request a deciding driver sends."""
+    tree = write_tree(tmp_path / "site", "0.16.0", files={"vllm/config/spec.py": SPEC_PY})
+    library = write_library(
+        tmp_path / "lib", {"0.16.0": [make_patch(tmp_path, tree, {"vllm/config/spec.py": patched_spec()})]}
+    )
+    request = {"target": str(tree), "library": str(library), "extra": ["--no-import"], "timeout": 60, "decides": True}
+    return tree, library, request
+
+
+def spec_of(tree: Path) -> str:
+    return (tree / "vllm" / "config" / "spec.py").read_text()
+
+
+def wait_until(condition, seconds: float = 30) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_an_apply_whose_driver_goes_silent_before_its_commit_is_rolled_back_by_the_node(tmp_path, short_lease):
+    """Review 37 L-g: a driver SIGKILLed in phase 2 left each node to finish its write alone: some
+    nodes applied, some not. Its heartbeat stops: the node decides abort (none had committed) and
+    reverts its own write, as the driver's rollback would."""
+    tree, _, request = written_tree(tmp_path)
+    ledger = MemoryLedger()
+    agent = Decided(ledger)
+    agent.release("creator", keep_alive=60)  # the keep-alive a command before left it
+    ledger.put(node.beat_key("run-1"), "0")
+    applied = agent.step("run-1", 60, "t1", "apply", request)
+    assert (applied["state"], applied["ok"]) == ("applied", True), applied
+    assert spec_of(tree) == patched_spec() and "run-1" in agent.undecided
+    for beat in range(1, 4):  # its driver lives (a beat every 0.2 s): nothing is undone
+        time.sleep(0.2)
+        ledger.put(node.beat_key("run-1"), str(beat))
+    assert spec_of(tree) == patched_spec()
+    assert wait_until(lambda: "run-1" not in agent.undecided)  # no beat for the lease: undone
+    assert spec_of(tree) == SPEC_PY and ledger.get(node.decision_key("run-1")) == node.ABORT
+    assert "run-1" not in agent.holds  # a driver gone holds it no longer (not for --timeout + 60 s)
+    # the driver, resumed, reverts as its rollback does (the set its node applied): told what the node did
+    reverted = agent.step("run-1", 60, "t2", "revert", {**request, "set_name": applied["set"], "extra": []})
+    assert (reverted["state"], reverted["ok"]) == ("reverted", True) and "rolled back by its node" in reverted["detail"]
+    # and its apply step that had not started never writes now
+    late = agent.step("run-1", 60, "t3", "apply", request)
+    assert late["state"] == "not-run" and spec_of(tree) == SPEC_PY
+
+
+def test_a_committed_apply_stays_though_its_driver_then_goes_silent(tmp_path, short_lease):
+    tree, _, request = written_tree(tmp_path)
+    ledger = MemoryLedger()
+    agent = Decided(ledger)
+    ledger.put(node.beat_key("run-1"), "0")
+    assert agent.step("run-1", 60, "t1", "apply", request)["ok"]
+    assert ledger.put_new(node.decision_key("run-1"), node.COMMIT) == node.COMMIT
+    ledger.delete(node.beat_key("run-1"))  # the driver ended, or was killed after its commit
+    assert wait_until(lambda: "run-1" not in agent.undecided)
+    time.sleep(1)
+    assert spec_of(tree) == patched_spec() and ledger.get(node.decision_key("run-1")) == node.COMMIT
+
+
+def test_another_commands_step_waits_for_the_decision_and_sees_the_tree_as_decided(tmp_path, short_lease):
+    """A `fleet status` (or a second apply) while an apply here is undecided: it waits, so that it
+    never reports, or builds on, a write that is then rolled back."""
+    tree, _, request = written_tree(tmp_path)
+    ledger = MemoryLedger()
+    agent = Decided(ledger)
+    ledger.put(node.beat_key("run-1"), "0")
+    assert agent.step("run-1", 60, "t1", "apply", request)["ok"]
+    started = time.monotonic()
+    status = agent.step("run-2", 60, "t2", "status", {**request, "extra": []})
+    assert time.monotonic() - started >= 0.9  # it waited for the lease to end run-1
+    assert status["state"] == "not-applied" and spec_of(tree) == SPEC_PY, status
+
+
+def test_an_apply_of_a_driver_that_does_not_decide_is_final(tmp_path, short_lease):
+    """An older patchkit's driver commits nothing: its nodes' writes must not be undone for it."""
+    tree, _, request = written_tree(tmp_path)
+    agent = Decided(MemoryLedger())
+    assert agent.step("run-1", 60, "t1", "apply", {**request, "decides": False})["ok"]
+    time.sleep(1.5)
+    assert agent.undecided == {} and spec_of(tree) == patched_spec()
+
+
+def test_an_aborted_run_that_wrote_nothing_here_holds_the_agent_no_longer(short_lease):
+    """A driver killed in phase 2 whose apply failed on this node (nothing written) held the agent
+    --timeout + 60 s; once its other nodes aborted it and its heartbeat stopped, it holds nothing."""
+    ledger = MemoryLedger()
+    agent = Decided(ledger)
+    agent.release("creator", keep_alive=0)
+    agent.claim("run-1", 600)
+    ledger.put(node.beat_key("run-1"), "7")
+    assert not agent.ended.wait(0.5)  # held, its driver alive: no decision yet
+    ledger.put_new(node.decision_key("run-1"), node.ABORT)  # another node gave up on it
+    assert agent.ended.wait(10) and "run-1" not in agent.holds

@@ -97,12 +97,18 @@ class SimulatedFleet:
         self.interrupt_during: str | None = None
         self.lock = threading.Lock()
         self.batches: list[tuple[str, int]] = []  # each run: its step and how many nodes it asked at once
+        self.decisions: list[bool] = []  # each decide()'s commit, in order
+        self.gave_up = False  # the nodes decided abort first (the driver silent past their lease)
 
     def run(self, step, nodes, request):
         self.batches.append((step, len(nodes)))
         with ThreadPoolExecutor(max_workers=len(nodes)) as pool:
             reports = list(pool.map(lambda node: self.answer(step, node, request), nodes))
         return Batch(reports, signal.SIGINT if step == self.interrupt_during else None)
+
+    def decide(self, commit: bool) -> bool:
+        self.decisions.append(commit)
+        return not (commit and self.gave_up)
 
     def answer(self, step: str, node: Node, request: dict) -> NodeReport:
         index = NODES.index(node)
@@ -205,6 +211,39 @@ def test_an_interrupt_in_phase_two_reverts_what_was_written():
     result = fleet_apply(fleet, NODES, REQUEST)
     assert result.error.exit_code == INTERRUPTED
     assert fleet.applied == set() and states(result) == {"rolled-back": 100}
+
+
+def test_an_apply_commits_once_every_node_applied_and_aborts_before_a_rollback():
+    fleet = SimulatedFleet()
+    assert fleet_apply(fleet, NODES, REQUEST).error is None and fleet.decisions == [True]
+    failing = SimulatedFleet()
+    failing.faults[(7, "apply")] = {"state": "conflict", "ok": False, "exit_code": 1, "detail": "edited"}
+    assert fleet_apply(failing, NODES, REQUEST).error.exit_code == CHECK_FAILED and failing.decisions == [False]
+
+
+def test_a_commit_the_nodes_gave_up_on_first_is_rolled_back_and_said():
+    """The driver was stopped (SIGSTOP, a paused VM) past the nodes' lease: they decided abort and
+    reverted themselves; its commit fails, and it must not say the fleet is applied."""
+    fleet = SimulatedFleet()
+    fleet.gave_up = True
+    result = fleet_apply(fleet, NODES, REQUEST)
+    assert result.error.exit_code == TARGET_PROBLEM and "gave up on it" in result.error.message
+    assert fleet.applied == set() and states(result) == {"rolled-back": 100}
+
+
+def test_status_of_nodes_applied_beside_nodes_not_names_the_fix_for_the_fleet():
+    """A node whose agent died with the driver before its commit keeps its apply (the others roll
+    back): status must say the nodes differ and what makes them one, not only list them."""
+    fleet = SimulatedFleet()
+    for index in (4, 60):
+        fleet.faults[(index, "status")] = {"state": "applied", "ok": True, "exit_code": 0}
+    result = run_each(fleet, "status", NODES, {**REQUEST, "address": "head:6379"})
+    assert result.error is None and result.state == "mixed"
+    assert result.notes == [
+        "the nodes differ: `patchkit fleet apply --address head:6379` applies the rest, "
+        "`patchkit fleet revert --address head:6379` reverts every node"
+    ]
+    assert run_each(SimulatedFleet(), "status", NODES, REQUEST).notes == []
 
 
 def test_mixed_versions_each_their_own_series_unless_refused():

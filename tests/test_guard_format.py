@@ -46,6 +46,7 @@ FORMATS = {
     27: "f9aa4c6f40e966e3bc1221870fe8d657d0d5f23297c76d13c656c0d9ab56a4da",  # NaN, Infinity in a record are malformed JSON
     28: "3c5a7434317b537eadcf6dd7636640d6dc74cddb0e07bcda5a5722a267558958",  # recorded paths walked from the tree to the first symlink, never resolved
     29: "bc3057a6e12aea7174aef66fc54d6258caf90c0df43509fbf1fb1e91516fe351",  # each recorded file (device, inode, size, mtime) hashed once, 256 MiB at most a judging
+    30: "6c290e042350e770d2744e50d65385870a006e9c77a2fb33a8bc0249f2bc4147",  # each __pycache__ listed once a judging, each directory's names by module (a planted symlink expanded once; no names x files)
 }
 _SKIPPED = {tokenize.COMMENT, tokenize.NL, tokenize.ENCODING, tokenize.ENDMARKER}
 _STATEMENT_START = {tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, None}

@@ -8,6 +8,7 @@ os.stat, os.open and os.path.realpath are counted. bench/bench.py's `planted-lin
 from __future__ import annotations
 
 import hashlib
+import importlib.machinery
 import json
 import os
 import random
@@ -387,3 +388,62 @@ def test_without_a_guard_status_looks_nowhere_through_a_planted_symlink(applied,
     assert f"drifted: is a symlink, or under one: not the file patchkit wrote ({len(paths)} files:" in said, said
     assert f"fix: replace the symlink {applied / LINK} with a real directory" in said, said
     assert through(calls, applied, deep) == [], through(calls, applied, deep)[:5]
+
+
+# ------------------------------------------------------------------ review37 follow-up: the guard's bytecode walk
+
+MANY = 200
+
+
+def kept_in_one_directory(tree: Path, outside: Path) -> list[str]:
+    """MANY recorded files in vllm/zz, hard links to one small file recorded with its bytes (the guard
+    keeps them: their bytecode and what shadows them are judged), vllm/zz/__pycache__ a planted symlink."""
+    paths = [f"vllm/zz/x{i}.py" for i in range(MANY)]
+    (tree / "vllm/zz").mkdir()
+    (tree / paths[0]).write_text("X = 1\n")
+    for rel in paths[1:]:
+        os.link(tree / paths[0], tree / rel)
+    outside.mkdir()
+    (tree / "vllm/zz/__pycache__").symlink_to(outside)
+    record_created(tree, paths, their_bytes=True)
+    return paths
+
+
+def test_the_guard_lists_a_directorys_bytecode_once_not_once_a_recorded_file(applied, tmp_path, monkeypatch):
+    """A planted __pycache__ symlink (into a directory 1,000 levels deep, through more links) was listed
+    through, and so expanded, for each recorded file of its directory: 1,000 files, 34 s of every launch.
+    Python's import follows it, so the guard does: once a judging."""
+    kept_in_one_directory(applied, tmp_path / "outside")
+    listed: list[str] = []
+    real = os.scandir
+
+    def counted(path=".", *args, **kwargs):
+        listed.append(os.fsdecode(path) if isinstance(path, (str, bytes, os.PathLike)) else str(path))
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "scandir", counted)
+    calls = counting(monkeypatch)
+    assert target_guard.find_problems(str(applied)) == []
+    monkeypatch.undo()
+    cache = str(applied / "vllm/zz/__pycache__")
+    assert listed.count(cache) == 1, listed.count(cache)
+    assert len([path for path in calls if path.startswith(cache)]) <= 2, [p for p in calls if p.startswith(cache)][:5]
+
+
+def test_the_guard_looks_up_what_shadows_each_recorded_file_by_its_name(applied, tmp_path, monkeypatch):
+    """What may shadow a recorded file (a package or an extension module of its name) was found by testing
+    every name of its directory for each recorded file there: names x files (10,000 files: 10^8 tests)."""
+    kept_in_one_directory(applied, tmp_path / "outside")
+    split: list[str] = []
+    real = target_guard._split
+
+    def counted(name: str, stem: str):
+        split.append(name)
+        return real(name, stem)
+
+    monkeypatch.setattr(target_guard, "_split", counted)
+    assert target_guard.find_problems(str(applied)) == []
+    monkeypatch.undo()
+    assert len(split) < 3 * MANY, len(split)
+    (applied / f"vllm/zz/x7{importlib.machinery.EXTENSION_SUFFIXES[0]}").write_bytes(b"")
+    assert any(problem.startswith("vllm/zz/x7.") for problem in target_guard.find_problems(str(applied)))

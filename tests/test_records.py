@@ -17,6 +17,7 @@ from helpers import (
     fingerprint,
     make_patch,
     patched_spec,
+    record_created,
     run_cli_judged,
     run_cli_writing,
     snapshot,
@@ -711,11 +712,46 @@ def test_a_library_record_claiming_a_created_file_names_no_patch_files(run, tree
     state = json.loads(state_file.read_text())
     state["entries"][0]["files"]["vllm/mine.py"] = {"before": None, "after": hashlib.sha256(b"MINE = 1\n").hexdigest()}
     state_file.write_text(json.dumps(state))
+    status = " ".join(run("status", "--target", tree, "--patches", library).output.split())
+    assert "vllm/mine.py: the record says patchkit created it, but none of the set's patches does" in status, status
+    assert "leaves it where it is" in status, status
     done = run("revert", "--target", tree, "--patches", library)
     said = " ".join(done.output.split())
-    assert done.exit_code == 2 and "--patch " not in said, said
-    assert "none of the set's patches creates it" in said and "move vllm/mine.py out of the tree" in said, said
-    assert mine.read_text() == "MINE = 1\n"
+    assert done.exit_code == 0 and "--patch " not in said, said
+    assert "none of the set's patches creates them (not patchkit's to delete" in said and "vllm/mine.py" in said, said
+    assert mine.read_text() == "MINE = 1\n"  # left where it is (review37 A9)
+    assert run("status", "--target", tree, "--patches", library).exit_code == 0
+
+
+def test_a_record_naming_created_files_no_patch_creates_is_reverted_in_one_run_leaving_them(run, tree, open_library):
+    """review37 A9: a library set's record naming files it says patchkit created, which none of the set's
+    patches creates, each there with other bytes: status said `revert --force`, which refused them one
+    file a run (move it out, revert, put it back: up to 10,000 runs). The files are not patchkit's to
+    delete: revert leaves them where they are, says so once (capped, with the count), and drops them
+    from the record; status's fix then works as given, and the set's files are stock again."""
+    stock = snapshot(tree)
+    assert run("apply", "--target", tree, "--patches", open_library).exit_code == 0
+    strays = [f"vllm/zz/b{i}.py" for i in range(20)]
+    (tree / "vllm/zz").mkdir()
+    for i, rel in enumerate(strays):
+        (tree / rel).write_text(f"B = {i}\n")
+    record_created(tree, strays)  # their record says other bytes
+    status = run("status", "--target", tree, "--patches", open_library)
+    said = " ".join(status.output.split())
+    assert status.exit_code == 1 and "20 files drifted" in said, said
+    revert_force = f"`patchkit revert --target {tree} --patches {open_library} --force`"
+    assert f"fix: {revert_force} (keeps a copy of the edits), then `patchkit apply" in said, said
+    done = run(*revert_force.strip("`").split()[1:])  # status's fix, as it says it
+    said = " ".join(done.output.split())
+    assert done.exit_code == 0, said
+    assert said.count("none of the set's patches creates them") == 1 and "kept 20 file(s)" in said, said
+    assert "vllm/zz/b0.py" in said and "+" in said.partition("kept 20 file(s)")[2], said  # capped, with the count
+    assert {rel: (tree / rel).read_text() for rel in strays} == {rel: f"B = {i}\n" for i, rel in enumerate(strays)}
+    assert {k: v for k, v in snapshot(tree).items() if not k.startswith("vllm/zz/")} == stock
+    assert run("status", "--target", tree, "--patches", open_library).exit_code in (0, 3)
+    assert run("apply", "--target", tree, "--patches", open_library).exit_code == 0  # the fix's second step
+    assert run("status", "--target", tree, "--patches", open_library).exit_code == 0
+    assert find_problems(str(tree)) == []
 
 
 @pytest.mark.parametrize(

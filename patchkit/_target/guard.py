@@ -42,7 +42,7 @@ ENV = "PATCHKIT_GUARD"
 # The number of the guard's checks: patchkit tells an older build's guard that judges a tree as it
 # does (the same number: a note, `apply` updates it) from one that may not (a failure until `apply`).
 # tests/test_guard_format.py holds it to this module's code: a change of the code bumps it.
-GUARD_FORMAT = 29
+GUARD_FORMAT = 30
 MAX_RECORD_BYTES = 16 * 1024 * 1024
 if TYPE_CHECKING:  # (vllm version or None, {path: recorded sha256 or None}, {path: its original's sha256 or None})
     Record = tuple[str | None, dict[str, str | None], dict[str, str | None]]
@@ -300,7 +300,7 @@ def _shadowed(site: str, paths: list[str], extensions: Iterable[str] | None = No
     """Each recorded source a package or an extension module beside it keeps from being imported
     (apply refuses such a tree; one planted after it leaves the patch dead): a listing of the
     directories of the recorded files, nothing read. `extensions`: as judge's."""
-    found, listed = [], {}  # type: list[str], dict[str, list[str]]
+    found, listed = [], {}  # type: list[str], dict[str, dict[str, list[str]]]
     suffixes = set(_imp.extension_suffixes() if extensions is None else extensions)
     for rel in paths:
         directory, _, name = rel.rpartition("/")
@@ -309,9 +309,11 @@ def _shadowed(site: str, paths: list[str], extensions: Iterable[str] | None = No
         stem = name[: -len(".py")]
         package = os.path.join(directory, stem)
         inits = [
-            n for n in _regular_names(site, package, listed) if _split(n, "__init__") in suffixes | {".py", ".pyc"}
+            n
+            for n in _regular_names(site, package, listed).get("__init__", ())
+            if _split(n, "__init__") in suffixes | {".py", ".pyc"}
         ]
-        beside = [n for n in _regular_names(site, directory, listed) if _split(n, stem) in suffixes]
+        beside = [n for n in _regular_names(site, directory, listed).get(stem, ()) if _split(n, stem) in suffixes]
         shadow = package + "/" + min(inits) if inits else directory + "/" + min(beside) if beside else None
         if shadow is not None:
             found.append(shadow + " " + SHADOWED + " " + rel + ": the patch never runs")
@@ -323,11 +325,12 @@ def _split(name: str, stem: str) -> str | None:
     return name[len(stem) :] if name.startswith(stem + ".") else None
 
 
-def _regular_names(site: str, directory: str, listed: dict[str, list[str]]) -> list[str]:
+def _regular_names(site: str, directory: str, listed: dict[str, dict[str, list[str]]]) -> dict[str, list[str]]:
     """The names of the regular files in site/directory (through symlinks, as FileFinder takes them),
-    each directory listed once and bounded; none when it is no directory."""
+    by the module name before their first dot (each recorded file looks up its own, not every name
+    there), each directory listed once and bounded; none when it is no directory."""
     if directory not in listed:
-        names = []
+        names = {}  # type: dict[str, list[str]]
         try:
             with os.scandir(os.path.join(site, directory)) as entries:
                 for count, entry in enumerate(entries):
@@ -336,7 +339,7 @@ def _regular_names(site: str, directory: str, listed: dict[str, list[str]]) -> l
                             os.path.join(site, directory) + " holds more than " + str(_MAX_DIRECTORY_ENTRIES) + " files"
                         )
                     if _is_file(entry):
-                        names.append(entry.name)
+                        names.setdefault(entry.name.partition(".")[0], []).append(entry.name)
         except OSError:
             pass
         listed[directory] = names
@@ -396,6 +399,7 @@ def stale_places(
     kinds = _UNCHECKED_KINDS.get(mode, (_UNCHECKED_HASH,))
     mirrors = prefix_mirrors(site, sys.pycache_prefix if prefix is None else prefix)
     found, hashes, spent = [], {}, [0]  # type: list[tuple[str, str, str]], dict[tuple[int, ...], bytes | None], list[int]
+    listed = {}  # type: dict[str, dict[str, list[str]] | None]
     for rel in paths:
         directory, _, name = rel.rpartition("/")
         if not name.endswith(".py"):
@@ -404,7 +408,7 @@ def stale_places(
             (os.path.join(mirror, directory), os.path.join(mirror, directory, ""), PREFIXED) for mirror in mirrors
         ] or [(os.path.join(site, directory, "__pycache__"), directory + "/__pycache__/", "")]
         for cache, shown, where in places:
-            for pyc in _compiled(cache, name[: -len(".py")], tags):
+            for pyc in _compiled(cache, name[: -len(".py")], tags, listed):
                 if _blocks(os.path.join(cache, pyc), pyc, tags):
                     found.append(
                         (rel, shown + pyc + where + " " + NOT_BYTECODE + rel + WAITS, os.path.join(cache, pyc))
@@ -510,30 +514,49 @@ def _through_link(site: str, cache: str, pyc: str) -> str:
     return ""
 
 
-def _compiled(cache: str, stem: str, tags: Iterable[str] | None = None) -> list[str]:
+def _compiled(
+    cache: str,
+    stem: str,
+    tags: Iterable[str] | None = None,
+    listed: dict[str, dict[str, list[str]] | None] | None = None,
+) -> list[str]:
     """The names in `cache` of a module `stem`'s bytecode, any interpreter's and optimization's
     (`stem.<tag>.pyc`, `stem.<tag>.opt-N.pyc`); `cache` a symlink to a directory is listed, as
-    Python's import follows it."""
+    Python's import follows it. `listed`: each cache's .pyc names by stem, listed once a call (the
+    recorded files of a directory share it: a planted symlink is expanded once, not once a file)."""
+    listed = {} if listed is None else listed
+    if cache not in listed:
+        listed[cache] = _pyc_names(cache)
+    names = listed[cache]
+    if names is None:  # not ours to list (root's under umask 027): Python opens only its own names there
+        return _own_compiled(cache, stem, tags)
+    found = []
+    for name in names.get(stem, ()):
+        parts = name[len(stem) + 1 : -len(".pyc")].split(".")
+        if len(parts) == 1 or (len(parts) == 2 and parts[1].startswith("opt-")):
+            found.append(name)
+    return sorted(found)
+
+
+def _pyc_names(cache: str) -> dict[str, list[str]] | None:
+    """The .pyc names in the directory `cache`, by the module name before their first dot (none: no
+    directory; None: not ours to list), bounded."""
     if not os.path.isdir(cache):
-        return []
-    found, prefix = [], stem + "."
+        return {}
     try:
         entries = os.scandir(cache)
-    except OSError:  # not ours to list (root's under umask 027): Python opens only its own names there
-        return _own_compiled(cache, stem, tags)
+    except OSError:
+        return None
+    found = {}  # type: dict[str, list[str]]
     with entries:
         for count, entry in enumerate(entries):
             if count >= _MAX_CACHE_ENTRIES:
                 raise TreeChanged(
                     cache + " holds more than " + str(_MAX_CACHE_ENTRIES) + " files: not what Python writes"
                 )
-            name = entry.name  # another module's, the most of them: passed over in two C-level tests
-            if not (name.startswith(prefix) and name.endswith(".pyc")):
-                continue
-            parts = name[len(prefix) : -len(".pyc")].split(".")
-            if len(parts) == 1 or (len(parts) == 2 and parts[1].startswith("opt-")):
-                found.append(name)
-    return sorted(found)
+            if entry.name.endswith(".pyc"):
+                found.setdefault(entry.name.partition(".")[0], []).append(entry.name)
+    return found
 
 
 def _own_compiled(cache: str, stem: str, tags: Iterable[str] | None = None) -> list[str]:

@@ -52,7 +52,7 @@ from patchkit.engine.guard import (
     unseen_guard_note,
 )
 from patchkit.engine.stale import PIP_WROTE, PIP_WROTE_ALL, pip_wrote, stale_entries, stale_note
-from patchkit.engine.vouched import needs_force, not_made_by_the_series
+from patchkit.engine.vouched import adopted_earlier, changed_since, needs_force, not_made_by_the_series, plan_over_stock
 from patchkit.series import dry_run
 from patchkit.series.hunks import NEW_FILE_EXISTS, RENAME_TARGET_EXISTS
 from patchkit.series.library import PatchSetDef, has_series, load_library, locate, select
@@ -169,6 +169,11 @@ class TreeStatus(Value):
     # of `drifted`, the files reached through a symlink the guard does not refuse (none installed): no
     # command writes through it, so their fix is the hand repair (symlink_fix)
     linked: list[str] = field(default_factory=list)
+    # the set applied whole from another library (an upgrade of patchkit changed its series): the
+    # patches that changed (numbers), and whether apply updates it (False: the originals are not at hand)
+    other_library: list[str] = field(default_factory=list)
+    updatable: bool = False
+    earlier_texts: bool = False  # of --patch files edited since their apply (their names, not numbers)
 
     def fix_command(self, verb: str, *args: str) -> str:
         """`hints.command` for a fix: without --set where the set's files came with a wheel of
@@ -180,6 +185,19 @@ class TreeStatus(Value):
         if self.linked and self.symlink_fix:  # revert and apply refuse to write through it
             return f"{self.symlink_fix}, then run {hints.command('status')}"
         return f"{self.fix_command('revert', '--force')} (keeps a copy of the edits), then {self.apply_chosen}"
+
+    @property
+    def other_library_said(self) -> str:
+        if self.earlier_texts:
+            return f"the earlier text of {', '.join(self.other_library)} is applied"
+        return f"applied from another library ({', '.join(self.other_library)} changed)"
+
+    @property
+    def other_library_fix(self) -> str:
+        """apply plans the series on the stock files a revert restores; where it cannot, that revert first."""
+        if self.updatable:
+            return f"{self.fix_command('apply')} updates it"
+        return f"{self.fix_command('revert', '--force')} (only the record vouches for the originals), then {self.apply_chosen}"
 
     @property
     def partial_fix(self) -> str | None:
@@ -410,6 +428,7 @@ class TreeStatus(Value):
             or self.not_stock
             or self.found_edited
             or self.hanging
+            or self.other_library  # the tree lacks a change the library now holds (a fix, say): a CI gate fails
         ):
             return Outcome.CHECK_FAILED
         return Outcome.OK
@@ -513,7 +532,7 @@ def _inspect(resolved: Resolved, *, check_upstream: bool, import_probe: bool, ve
         )
         for step in plan.steps
     ]
-    state = read_state(root)
+    state = adopted_earlier(read_state(root), resolved.set_name, resolved.patches)  # --patch files edited since
     stale = stale_entries(root, state, resolved.vllm_version)
     drifted, reinstalled, linked = drifted_and_reinstalled(resolved, state)
     fields = _guard_fields(
@@ -526,6 +545,7 @@ def _inspect(resolved: Resolved, *, check_upstream: bool, import_probe: bool, ve
     reports = _applied_though_drifted(reports, drifted, state.entry(resolved.set_name))
     lost = _lost_to_drift(reports, drifted, state.entry(resolved.set_name))
     overall = _overall([replace(r, state=PatchState.APPLIED) if r.name in lost else r for r in reports])
+    overall, reports = _other_library(resolved, state, fields, (overall, reports), drifted, stale)
     fields["store_notes"] += edited_since_apply(resolved, state, drifted) + _reinstalled_note(reinstalled, fields)
     return TreeStatus(
         # the state as recorded: a patch lost to the drift is that drift (its fix), not a partial series
@@ -542,6 +562,33 @@ def _inspect(resolved: Resolved, *, check_upstream: bool, import_probe: bool, ve
         linked=linked,
         **fields,
     )
+
+
+def _other_library(
+    resolved: Resolved,
+    state: State,
+    fields: dict[str, Any],
+    found: tuple[TreeState, list[PatchReport]],
+    drifted: list[str],
+    stale: dict[str, str],
+) -> tuple[TreeState, list[PatchReport]]:
+    """A set applied from another library (changed_since: the patches that changed, into `fields`), and
+    whether apply updates it: the library's series applies to the stock bytes a revert would restore.
+    Then it is the earlier series whole (`found`'s state and reports so said), not a conflict. Its files
+    drifted, or its record stale: that is what is said."""
+    entry = state.entry(resolved.set_name)
+    changed = [] if drifted or resolved.set_name in stale else changed_since(entry, resolved.patches)
+    if not changed or entry is None:
+        return found
+    over = plan_over_stock(resolved.target.root, entry, resolved.patches)
+    updatable = over is not None and not over.conflicts
+    fields.update(other_library=changed, updatable=updatable, earlier_texts=is_adhoc(resolved.set_name))
+    if not updatable:
+        return found
+    # the library's changed patches are not applied yet; the earlier ones are, whole
+    return TreeState.APPLIED, [
+        replace(r, state=PatchState.NOT_APPLIED if r.problem else r.state, problem=None) for r in found[1]
+    ]
 
 
 def _unrefused(linked: list[str], refused: list[str]) -> list[str]:
@@ -582,14 +629,21 @@ def edited_since_apply(resolved: Resolved, state: State, drifted: list[str]) -> 
         ]
     if entry is None or resolved.patches is None or stale_note(root, entry, resolved.vllm_version):
         return []
-    files = [p for p in not_made_by_the_series(root, entry, resolved.patches) if p not in drifted]
-    if not files:
-        return []
+    unmade = [p for p in not_made_by_the_series(root, entry, resolved.patches) if p not in drifted]
+    touched = set(touched_paths(resolved.patches))
+    # said created, yet no patch of the set touches them: not patchkit's, and revert leaves them (plan.restore_recorded)
+    alien = [p for p in unmade if entry.files[p]["before"] is None and p not in touched]
+    files = [p for p in unmade if p not in alien]
     copy = "a copy of it" if len(files) == 1 else "copies of them"
-    return [
+    notes = [
         f"{few(files, sep=', ')}: edited since apply (not what the recorded patches make of the original, "
         f"though the record says so); {hints.command('revert')} keeps {copy}"
-    ]
+    ] * bool(files)
+    it, there = ("it", "it is") if len(alien) == 1 else ("them", "they are")
+    return notes + [
+        f"{few(alien, sep=', ')}: the record says patchkit created {it}, but none of the set's patches does "
+        f"(not patchkit's); {hints.command('revert')} leaves {it} where {there}"
+    ] * bool(alien)
 
 
 def apply_finishes(status: TreeStatus) -> bool:

@@ -105,7 +105,7 @@ from patchkit.engine.transaction import (
     save_originals,
 )
 from patchkit.engine.unrecorded_edits import edited_unrecorded, unproven, unproven_found
-from patchkit.engine.vouched import patches_at_hand, refuse_unvouched
+from patchkit.engine.vouched import adopted_earlier, changed_since, patches_at_hand, plan_over_stock, refuse_unvouched
 from patchkit.series.hunks import made_file, reverse_file
 from patchkit.series.library import adhoc_set_name
 from patchkit.series.patchfile import Patch, read_patch, touched_paths
@@ -125,6 +125,7 @@ from patchkit.store.state import (
     Entry,
     State,
     earlier_applies,
+    is_adhoc,
     meta_dir,
     read_state,
     remove_empty_store,
@@ -278,6 +279,7 @@ class _Applying:
     found: tuple[Entry | None, dict[str, bytes]] = (None, {})
     guard_refuses: tuple[list[str], str] | None = None  # what the guard still refuses once applied, and its fix
     reinstalled: list[str] = field(default_factory=list)  # the set's recorded files pip wrote since (pip_wrote)
+    changed: list[str] = field(default_factory=list)  # applied from another library: the patches it changed
 
     def warn(self, text: str) -> None:
         self.warnings.append(text)
@@ -297,6 +299,7 @@ class _Applying:
         """`state`: the tree's record, read once under the lock (or in the dry run's settled view),
         which holds for the whole apply: every phase works on it."""
         root = self.resolved.target.root
+        state = adopted_earlier(state, self.resolved.set_name, self.patches)  # --patch files edited since their apply
         self.state = state
         self.open_to_others(state, dry_run=dry_run)
         self.stale = stale_entries(root, state, self.resolved.vllm_version)
@@ -308,6 +311,8 @@ class _Applying:
             said = stale_said([shown_name(name, state) for name in names], note)
             self.warn(f"{said}: {f'apply would discard {them}' if dry_run else 'discarded'}")
         self.reinstalled = self.pip_wrote(state, dry_run=dry_run)
+        if self.resolved.set_name not in self.stale:
+            self.changed = changed_since(state.entry(self.resolved.set_name), self.patches)
         drifted = drifted_files(self.resolved, state)
         if drifted:
             raise Drift(
@@ -315,7 +320,7 @@ class _Applying:
                 hint=f"{hints.command('revert', '--force')} (keeps a copy of the edits), then {apply_of(chosen_sets(state, self.resolved.vllm_version))}",
             )
         with self.timed("dry_run"):
-            plan = plan_apply(self.resolved.target.root, self.patches)
+            plan = self.planned()
         self.watch.planned(plan)
         if plan.conflicts:
             return self.result(
@@ -336,6 +341,15 @@ class _Applying:
         if stock.outcome != Outcome.DRY_RUN:
             return stock
         return self.check_then_write(plan, stock, dry_run=dry_run)
+
+    def planned(self) -> Plan:
+        """The series planned on the tree; for a set applied from another library (an upgrade of
+        patchkit changed its series), on the stock bytes a revert would restore, so the library's
+        series replaces the earlier one in this one transaction (the originals not at hand: on disk)."""
+        root = self.resolved.target.root
+        entry = self.state.entry(self.resolved.set_name)
+        over_stock = plan_over_stock(root, entry, self.patches) if self.changed and entry is not None else None
+        return over_stock or plan_apply(root, self.patches)
 
     def pip_wrote(self, state: State, *, dry_run: bool) -> list[str]:
         """The set's recorded files pip wrote since its apply (vLLM reinstalled, another build of the
@@ -363,6 +377,11 @@ class _Applying:
     def conflict_fix(self, plan: Plan) -> str | None:
         """Where the tree records none of the set, a file the series does not match differs from stock
         (an edit by hand): its stock file back, then apply."""
+        if self.changed and plan.stock is None:  # only the record vouches for the originals: revert asks for --force
+            return (
+                f"the set was applied from another library ({', '.join(self.changed)} changed), and only the "
+                f"record vouches for its originals: {hints.command('revert', '--force')}, then {hints.command('apply')}"
+            )
         if self.state.entry(self.resolved.set_name) is not None:
             return None
         files, there = conflicting_files(plan.conflicts), in_the_way(plan.conflicts)
@@ -526,7 +545,7 @@ class _Applying:
         self.open_to_others(new_state, dry_run=False)  # a patched file kept the 0600 of the file it replaced
         written_only = [r for r in on_disk if r not in results]  # what only the written files show: the probe
         self.show(bytecode + written_only)  # one count of the checks on the files written
-        done = _applied_said(plan)
+        done = _applied_said(plan) if plan.stock is None else _updated_said(self.resolved.set_name, self.changed)
         applied = self.result(
             Outcome.APPLIED,
             f"{done}: {len(changes)} file(s) changed" + self.guard_said(),
@@ -548,6 +567,8 @@ class _Applying:
         state = self.without_reinstalled(state)
         found, originals = self.found  # the set's files already patched, with no record of them
         entry = resolved.apply_record(plan.changes, state.entry(resolved.set_name) or found)
+        if plan.stock is not None:  # another library's series replaced: a file put back to stock is no longer patched
+            entry = replace(entry, files={p: f for p, f in entry.files.items() if f["after"] != f["before"]})
         guard_changes, new_state = self.with_guard(state.with_entry(entry).with_chosen(self.chosen))
         _refuse_a_record_too_large(root, new_state)
         self.keep_replaced_guard()
@@ -568,6 +589,9 @@ class _Applying:
             settled = settled.without(name)
         version = str(self.resolved.vllm_version) if self.resolved.vllm_version is not None else None
         settled = self.without_reinstalled(settled.with_version(self.resolved.set_name, version))
+        earlier = settled.entry(self.resolved.set_name)
+        if self.changed and earlier is not None:  # another library's patches that made the same bytes: now this one's
+            settled = settled.with_entry(self.resolved.apply_record({}, earlier))
         settled, originals = self.found_applied(settled)
         guard_changes, settled = self.with_guard(settled)
         settled = settled.with_wheel(_guarded_wheel(root, settled))
@@ -778,6 +802,13 @@ def _applied_said(plan: Plan) -> str:
     wrote = sum(step.state == StepState.WILL_CHANGE for step in plan.steps)
     there = len(plan.steps) - wrote
     return f"applied {wrote} patch(es)" + (f" ({there} already there)" if there else "")
+
+
+def _updated_said(set_name: str, changed: list[str]) -> str:
+    """What an apply over another library's series (or the earlier texts of --patch files) did."""
+    if is_adhoc(set_name):
+        return f"applied in place of the earlier text of {', '.join(changed)}"
+    return f"updated from another library ({', '.join(changed)} changed)"
 
 
 def _refuse_stale_bytecode(result: ApplyResult, done: str) -> ApplyResult:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
@@ -29,8 +30,6 @@ from patchkit.tree.target import Target, checkout_restore
 from patchkit.tree.version import DetectedVersion
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from patchkit.distinfo.installed_wheel import Provenance
     from patchkit.distinfo.record import Record
 
@@ -113,10 +112,15 @@ def resolve(
 def _refuse_over_earlier_text(root: Path, paths: tuple[str, ...], set_name: str) -> None:
     """A --patch file whose earlier text the tree records applied (the file edited since): its new
     text is judged or applied only once that apply is undone, never on top of it nor called "a
-    local edit". `revert --patch` undoes it (earlier_apply_chosen)."""
+    local edit". `revert --patch` undoes it (earlier_apply_chosen). Where the same files' one apply
+    can be undone with no --force, apply puts the new texts in its place itself (adopted_earlier)."""
     state = read_state(root)
     earlier = earlier_applies(state, paths)
     if not earlier or state.entry(set_name) is not None:
+        return
+    same_files = sorted(str(Path(p).absolute()) for p in paths)
+    one = len(earlier) == 1 and sorted(str(p.get("path")) for p in earlier[0].patches) == same_files
+    if one and not needs_force(root, earlier[0]):  # apply puts the new texts in place of the earlier
         return
     names = ", ".join(p["name"] for e in earlier for p in e.patches)
     raise Conflict(

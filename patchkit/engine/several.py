@@ -301,8 +301,8 @@ def needs_apply(resolved: Resolved, status: TreeStatus) -> bool:
     """`run --apply` applies a set that is not applied, or one on a tree the launch guard refuses
     where this set's apply is the fix (its record brought up to the tree; status names it): not a
     refusal for another set's file, which this apply leaves as it is."""
-    if status.state == TreeState.NOT_APPLIED:
-        return True
+    if status.state == TreeState.NOT_APPLIED or (status.updatable and not status.drifted):
+        return True  # updatable: applied from another library, which apply replaces with this one's
     if not status.guard or status.state == TreeState.UNSUPPORTED or status.drifted:
         return False
     root = resolved.target.root

@@ -12,18 +12,25 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from packaging.version import InvalidVersion, Version
 
 from patchkit.base import hints
 from patchkit.base.errors import BadInput, PatchkitError
+from patchkit.base.hashing import sha256
 from patchkit.distinfo.record import listings, record_digest
+from patchkit.series import dry_run
 from patchkit.series.hunks import made_file, reverse_file
 from patchkit.series.library import PatchSetDef, Release, load_library, locate
 from patchkit.series.patchfile import DEFAULT_ROOTS, Patch, read_patch, touched_paths
 from patchkit.store.objects import read_object
-from patchkit.store.state import Entry, is_adhoc, recorded_file, state_path
+from patchkit.store.state import Entry, State, is_adhoc, recorded_file, state_path
+
+if TYPE_CHECKING:
+    from patchkit.series.plan import Plan
 
 
 def refuse_unvouched(root: Path, entry: Entry, known: Sequence[Patch] = ()) -> None:
@@ -186,3 +193,85 @@ def not_made_by_the_series(root: Path, entry: Entry, known: Sequence[Patch] = ()
 def _bytes(found: tuple[str, bytes] | str | None) -> bytes | None:
     """recorded_file's bytes (None: no regular file, or one reached through a symlink)."""
     return found[1] if isinstance(found, tuple) else None
+
+
+# --------------------------------------------------------------------------- applied from another library
+
+
+def changed_since(entry: Entry | None, patches: Sequence[Patch]) -> list[str]:
+    """The patches (their numbers) by which `patches`, the library's series for the release, differs
+    from what the entry records applied, where the series no longer holds (by sha256) a patch the
+    entry records: an upgrade of patchkit (or another --patches library) changed the series since.
+    Empty: every recorded patch still in it (a patch added to the series: apply writes it on the tree
+    as it is), no record, or one that records no patch (found applied by hand). An ad-hoc set's name
+    is its diffs' own: only the earlier texts of its --patch files differ (adopted_earlier)."""
+    if entry is None or not entry.patches:
+        return []
+    recorded, held = {p["sha256"] for p in entry.patches}, {p.sha256 for p in patches}
+    gone = [p["name"] for p in entry.patches if p["sha256"] not in held]
+    if not gone:
+        return []
+    return sorted({_number(name) for name in [*gone, *(p.name for p in patches if p.sha256 not in recorded)]})
+
+
+def adopted_earlier(state: State, set_name: str, patches: Sequence[Patch]) -> State:
+    """`state` with the one apply of the earlier texts of these --patch files (read from the same
+    paths, all of them and no other) recorded under this ad-hoc set's name, in its place: apply
+    then replaces it as it replaces a library set's earlier series, and status judges it so."""
+    if not is_adhoc(set_name) or state.entry(set_name) is not None:
+        return state
+    wanted = sorted(str(Path(p.path).absolute()) for p in patches if p.path is not None)
+    earlier = [
+        e for e in state.entries if is_adhoc(e.set_name) and sorted(str(p.get("path")) for p in e.patches) == wanted
+    ]
+    if len(earlier) != 1 or len(wanted) != len(patches):
+        return state
+    entries = [replace(e, set_name=set_name) if e is earlier[0] else e for e in state.entries]
+    return replace(state, entries=entries)
+
+
+def _number(name: str) -> str:
+    """`0003` for 0003-deepseek-v2-supports-eagle3.patch (a line of 80 columns holds several)."""
+    head = name.split("-", 1)[0]
+    return head if head.isdigit() else name
+
+
+def stock_of(root: Path, entry: Entry) -> dict[str, bytes | None] | None:
+    """What a revert of `entry` puts back in each file it records: the saved copy (sha256-checked),
+    else the recorded patches reversed where they are at hand (the result held to the recorded
+    sha256 too); None (a created file) for one the series created. None: some original is neither."""
+    stock: dict[str, bytes | None] = {}
+    reversing: list[Patch] | None = None
+    for path, shas in sorted(entry.files.items()):
+        before = shas["before"]
+        if before is None:
+            stock[path] = None
+            continue
+        try:
+            stock[path] = read_object(root, before)
+            continue
+        except PatchkitError:  # lost or damaged: the recorded patches reversed, where they are at hand
+            pass
+        if reversing is None:
+            at_hand = {p.sha256: p for p in patches_at_hand(entry, root)}
+            wanted = [p["sha256"] for p in entry.patches]
+            reversing = [at_hand[key] for key in dict.fromkeys(wanted)] if all(k in at_hand for k in wanted) else []
+        data = reverse_file(lambda rel: _bytes(recorded_file(root, rel)), path, reversing) if reversing else None
+        if data is None or sha256(data) != before:
+            return None
+        stock[path] = data
+    return stock
+
+
+def plan_over_stock(root: Path, entry: Entry, patches: list[Patch]) -> Plan | None:
+    """The series planned on the stock bytes of the files `entry` records (stock_of), the others
+    as on disk: each change goes from the bytes on disk to what the series makes of stock, so a
+    file the earlier series patched and this one does not goes back to stock. None: no stock at hand,
+    or only the record (read back from the tree) vouches for it: revert asks for --force there, and
+    apply would write the record's word into the tree."""
+    stock = None if needs_force(root, entry) else stock_of(root, entry)
+    if stock is None:
+        return None
+    plan = dry_run(root, patches, stock, from_disk=True)  # each change from the bytes on disk, which it replaces
+    plan.stock = stock  # what the integrity check and the record judge: not the earlier series' bytes
+    return plan

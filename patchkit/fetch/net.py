@@ -6,6 +6,7 @@ requests and urllib3 are imported only when a session is made (a cache miss).
 from __future__ import annotations
 
 import re
+import time
 import urllib.parse
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -85,7 +86,7 @@ def make_session(settings: PipSettings, stats: FetchStats | None) -> requests.Se
     # lazy: the network stack loads only for a fetch (requests.adapters has urllib3's Retry, its stubs too)
     import requests.adapters
 
-    session = _session_class(requests.Session, settings.cert)()
+    session = _session_class(requests.Session, settings.cert, requests.RequestException)()
     session.headers["User-Agent"] = f"patchkit/{__version__} (+requests)"
     if settings.client_cert:
         session.cert = settings.client_cert
@@ -109,8 +110,22 @@ def make_session(settings: PipSettings, stats: FetchStats | None) -> requests.Se
     return session
 
 
-def _session_class(base: type[requests.Session], pip_cert: str | None) -> type[requests.Session]:
+def _session_class(
+    base: type[requests.Session], pip_cert: str | None, failure: type[requests.RequestException]
+) -> type[requests.Session]:
     class _Session(base):  # type: ignore[misc,valid-type]
+        def send(self, request: requests.PreparedRequest, **kwargs: Any) -> requests.Response:
+            """requests reads a body it is not asked to stream (an index page, a range of a wheel) whole,
+            its timeout per socket read: a server sending a byte every few seconds, or gigabytes, held a
+            fetch for ever or filled memory. Read here instead, bounded in size and in slowness."""
+            if kwargs.get("stream"):
+                return super().send(request, **kwargs)  # type: ignore[no-any-return]
+            response: requests.Response = super().send(request, **{**kwargs, "stream": True})
+            with response:
+                body = _bounded_body(response, kwargs.get("timeout"), failure)
+            response._content = body  # what .content, .text and .json() read: the body is consumed
+            return response
+
         # requests lets REQUESTS_CA_BUNDLE override session.verify; pip's --cert must win.
         def merge_environment_settings(
             self,
@@ -127,6 +142,29 @@ def _session_class(base: type[requests.Session], pip_cert: str | None) -> type[r
             return settings
 
     return _Session
+
+
+BODY_LIMIT = 256 << 20  # a body read whole: a simple-index page is well under 1 MB, a wheel's ranges tens of MB
+SLOWEST = 4096  # bytes a second on average, once a body has had its grace (the per-read timeout, 10 s at least)
+
+
+def _bounded_body(response: requests.Response, timeout: object, failure: type[requests.RequestException]) -> bytes:
+    """The response's body, read as it comes (read1: whatever arrived, never waiting for a full chunk)."""
+    per_read = timeout[1] if isinstance(timeout, tuple) else timeout
+    grace = max(per_read if isinstance(per_read, int | float) else 0.0, 10.0)
+    started, size, chunks = time.monotonic(), 0, []
+    while chunk := response.raw.read1(1 << 16, decode_content=True):
+        size += len(chunk)
+        if size > BODY_LIMIT:
+            raise failure(f"{redact(response.url)} sent more than {BODY_LIMIT >> 20} MiB", response=response)
+        elapsed = time.monotonic() - started
+        if elapsed > grace and size < SLOWEST * elapsed:
+            raise failure(
+                f"{redact(response.url)} sent {size} bytes in {elapsed:.0f} s (under {SLOWEST >> 10} KiB/s)",
+                response=response,
+            )
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def _counter(stats: FetchStats) -> Callable[..., None]:

@@ -20,7 +20,17 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from patchkit.base import signals
 from patchkit.base.errors import BadInput
-from patchkit.fleet.node import AGENT_THREADS, CONTROL_THREADS, Agent, PatchkitRun
+from patchkit.fleet import HEARTBEAT
+from patchkit.fleet.node import (
+    ABORT,
+    AGENT_THREADS,
+    COMMIT,
+    CONTROL_THREADS,
+    Agent,
+    PatchkitRun,
+    beat_key,
+    decision_key,
+)
 from patchkit.fleet.protocol import Batch, ClusterError, Node, NodeReport
 from patchkit.fleet.states import NodeState, RayFailure
 
@@ -140,6 +150,9 @@ def agent_class(ray: ModuleType) -> Any:
     control: Callable[[_Method], _Method] = ray.method(concurrency_group="control")
 
     class RayAgent(Agent):
+        def __init__(self, hold: float, patchkit: PatchkitRun) -> None:
+            super().__init__(hold, patchkit, RayLedger(ray))
+
         @control
         def claim(self, run: str, hold: float) -> dict[str, Any]:
             return super().claim(run, hold)
@@ -166,6 +179,28 @@ def agent_class(ray: ModuleType) -> Any:
     return ray.remote(concurrency_groups={"control": CONTROL_THREADS})(RayAgent)
 
 
+class RayLedger:
+    """node.Ledger in Ray's GCS key-value store (the agents' namespace): it outlives every driver and agent."""
+
+    def __init__(self, ray: ModuleType) -> None:
+        self.kv = ray.experimental.internal_kv  # imported by `import ray` (its worker keeps the GCS client there)
+
+    def get(self, key: str) -> str | None:
+        value = self.kv._internal_kv_get(key, namespace=NAMESPACE)
+        return None if value is None else bytes(value).decode()
+
+    def put(self, key: str, value: str) -> None:
+        self.kv._internal_kv_put(key, value, overwrite=True, namespace=NAMESPACE)
+
+    def put_new(self, key: str, value: str) -> str:
+        if not self.kv._internal_kv_put(key, value, overwrite=False, namespace=NAMESPACE):  # True: it was there
+            return value
+        return self.get(key) or value
+
+    def delete(self, key: str) -> None:
+        self.kv._internal_kv_del(key, namespace=NAMESPACE)
+
+
 class RayRunner:
     """protocol.Runner on a real cluster: each step on every node at once, by that node's agent
     (node.Agent: a detached actor named agent-<node id>, with num_cpus=0 and a hard affinity to
@@ -184,6 +219,9 @@ class RayRunner:
         self.run_id = uuid.uuid4().hex
         self.agents: dict[Node, Any] = {}  # the agent each node's steps go to
         self.held: list[Any] = []  # every agent this run claimed (released at the end)
+        self.own: list[Any] = []  # the agents made for this run alone (released with no keep-alive)
+        self.ledger = RayLedger(ray)
+        self.beating: threading.Event | None = None  # set: this run's heartbeat stops
 
     def alive_nodes(self) -> list[Node]:
         nodes = [Node(n["NodeID"], n.get("NodeManagerAddress", "?")) for n in self.ray.nodes() if n.get("Alive")]
@@ -197,6 +235,9 @@ class RayRunner:
                 [NodeReport(node, NodeState.NOT_RUN, False, "interrupted before this step") for node in nodes],
                 self.stop.signum,
             )
+        if step == "apply":  # the nodes' writes stay undecided until decide(): they hear from this run meanwhile
+            self._beat()
+            request = {**request, "decides": True}
         # The step's time limit, and a little for scheduling (an agent starting on a busy node).
         deadline = time.monotonic() + float(request["timeout"]) + 10
         answers = self._hold_agents([n for n in nodes if n not in self.agents], request, deadline)
@@ -213,9 +254,36 @@ class RayRunner:
             self._give_up(node, tickets[node], timed_out=answers[node].state == NodeState.TIMED_OUT)
         return Batch([answers[node] for node in nodes], self.stop.signum)
 
+    def decide(self, commit: bool) -> bool:
+        """This run's decision on its apply, written once for every node: whether `commit` stands
+        (False: its nodes, silent past their lease, gave up on it first)."""
+        wanted = COMMIT if commit else ABORT
+        return self.ledger.put_new(decision_key(self.run_id), wanted) == wanted
+
+    def _beat(self) -> None:
+        """This run's heartbeat, every HEARTBEAT s until it ends: the first before any node writes."""
+        if self.beating is not None:
+            return
+        self.beating = threading.Event()
+        self.ledger.put(beat_key(self.run_id), "0")
+
+        def beat(stopped: threading.Event, count: int = 0) -> None:
+            while not stopped.wait(HEARTBEAT):
+                count += 1
+                with suppress(Exception):  # the GCS unreachable for a moment: the next beat tries again
+                    self.ledger.put(beat_key(self.run_id), str(count))
+
+        threading.Thread(target=beat, args=(self.beating,), name="patchkit-heartbeat", daemon=True).start()
+
     def release(self, keep_alive: float) -> None:
-        """Each agent this run held may end once `keep_alive` seconds have passed (0: now)."""
-        refs = [agent.release.remote(self.run_id, keep_alive) for agent in self.held]
+        """Each agent this run held may end once `keep_alive` seconds have passed (0: now); the
+        heartbeat ends (an apply left undecided is rolled back by its nodes)."""
+        if self.beating is not None:
+            self.beating.set()
+            with suppress(Exception):  # the GCS unreachable: the nodes find the heartbeat stopped
+                self.ledger.delete(beat_key(self.run_id))
+        own = {id(agent) for agent in self.own}
+        refs = [agent.release.remote(self.run_id, 0 if id(agent) in own else keep_alive) for agent in self.held]
         with suppress(Exception):  # an agent gone meanwhile has nothing to release
             self.ray.wait(refs, num_returns=len(refs), timeout=5)
 
@@ -270,18 +338,24 @@ class RayRunner:
         return failed
 
     def _claim(self, node: Node, request: dict[str, Any], *, own: bool = False) -> ObjectRef[Any]:
-        """Claim `node`'s named agent (made if none runs), or with `own` one for this run only
-        (it ends with this driver)."""
+        """Claim `node`'s named agent (made if none runs), or with `own` one for this run only (it
+        ends once this run releases it). Each is detached: an apply it wrote stays undecided beyond
+        a driver killed in phase 2, and only a living agent rolls it back (one sharing its
+        driver's fate died with it, leaving its node applied beside nodes rolled back)."""
         hold = self._hold_seconds(request)
         named = {"name": f"agent-{node.node_id}", "namespace": NAMESPACE, "lifetime": "detached", "get_if_exists": True}
+        if own:
+            named = {"name": f"agent-{node.node_id}-{self.run_id[:12]}", "namespace": NAMESPACE, "lifetime": "detached"}
         agent = self.agent_class.options(
-            **({} if own else named),
+            **named,
             num_cpus=0,
             max_restarts=0,
             max_concurrency=AGENT_THREADS,
             scheduling_strategy=self.affinity(node_id=node.node_id, soft=False),
         ).remote(hold, self.patchkit)
         self.agents[node] = agent
+        if own:
+            self.own.append(agent)
         claimed: ObjectRef[Any] = agent.claim.remote(self.run_id, hold)  # an actor method's remote(): its ObjectRef
         return claimed
 

@@ -18,14 +18,16 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from contextlib import suppress
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from patchkit.base.enums import Outcome, TreeState
 from patchkit.base.errors import few
 from patchkit.base.fsutil import load_json_text
 from patchkit.fetch.pipconfig import forget_settings
-from patchkit.fleet import DEFAULT_TIME_LIMIT
+from patchkit.fleet import DEFAULT_TIME_LIMIT, LEASE
 from patchkit.fleet.states import NodeState
 
 # patchkit's command line run in this process: its arguments -> (exit code, stdout, stderr).
@@ -335,6 +337,55 @@ def _places_written(document: dict[str, Any]) -> list[Path] | None:
     return [root, *(root / path for path in files)]
 
 
+class Ledger(Protocol):
+    """What a fleet run's driver and every node share: the run's decision and its driver's heartbeat
+    (cluster.RayLedger: Ray's GCS key-value store, which outlives any driver and agent)."""
+
+    def get(self, key: str) -> str | None: ...
+
+    def put(self, key: str, value: str) -> None: ...
+
+    def put_new(self, key: str, value: str) -> str:
+        """`value` under `key` unless a value is there already: the value that stands."""
+        ...
+
+    def delete(self, key: str) -> None: ...
+
+
+COMMIT, ABORT = "commit", "abort"  # a fleet apply's decision: whoever writes it first decides
+
+
+def decision_key(run: str) -> str:
+    return f"fleet/{run}/decision"
+
+
+def beat_key(run: str) -> str:
+    return f"fleet/{run}/beat"
+
+
+@dataclass
+class Undecided:
+    """An apply this agent wrote for a fleet run whose decision has not come: the reverts that
+    undo it (by set name: the driver's rollback reverts set by set), and its driver's last heartbeat."""
+
+    reverts: dict[str | None, dict[str, Any]]
+    beat: str | None = None
+    beat_seen: float = field(default_factory=time.monotonic)
+
+
+def undo_requests(request: dict[str, Any], summary: dict[str, Any]) -> dict[str | None, dict[str, Any]] | None:
+    """The reverts that undo what this apply wrote, as the driver's rollback asks them
+    (protocol._revert_requests): the request's own set, else each set it applied, the last first;
+    None: it wrote nothing. {} : written, but no set named (a plain revert would undo every set)."""
+    applied = [s["set"] for s in summary.get("sets") or [] if s.get("state") == Outcome.APPLIED]
+    if not (summary.get("state") == Outcome.APPLIED or applied):
+        return None
+    if request.get("set_name") or request.get("adhoc"):
+        return {request.get("set_name"): {**request, "extra": []}}
+    names = applied or ([summary["set"]] if isinstance(summary.get("set"), str) else [])
+    return {name: {**request, "set_name": name, "extra": []} for name in reversed(names)}
+
+
 class Agent:
     """patchkit on one node for fleet commands: cluster.py makes it a detached Ray actor, pinned to
     the node. It runs each step in its own warm interpreter, so that a command's steps, and the
@@ -344,10 +395,19 @@ class Agent:
 
     One step runs at a time (patchkit's CLI writes to the process's sys.stdout): a second
     command's step waits for the first's. Claims, releases and give-ups are answered at once, on
-    threads of their own (cluster.py's concurrency group), however many steps wait."""
+    threads of their own (cluster.py's concurrency group), however many steps wait.
 
-    def __init__(self, hold: float, patchkit: PatchkitRun) -> None:
+    With a `ledger`, an apply it writes for a fleet run is undecided until that run's decision:
+    kept on the driver's commit, rolled back by the agent itself when the driver goes silent (no
+    heartbeat for LEASE s: SIGKILL, OOM, a CI timeout) before committing, so that a driver killed in
+    phase 2 leaves every node applied or none. Steps of other commands wait for the decision."""
+
+    def __init__(self, hold: float, patchkit: PatchkitRun, ledger: Ledger | None = None) -> None:
         self.patchkit = patchkit
+        self.ledger = ledger
+        self.undecided: dict[str, Undecided] = {}  # run id -> its apply written here, awaiting its decision
+        self.rolled_back: dict[str, dict[str | None, dict[str, Any]]] = {}  # run id -> this agent's reverts
+        self.beats: dict[str, tuple[str | None, float]] = {}  # an aborted run's last heartbeat seen, and when
         self.loaded = code_fingerprint()
         self.guard = threading.Lock()
         self.one_step = threading.Lock()
@@ -360,6 +420,8 @@ class Agent:
         self.retired = False  # takes no claim; ends once idle
         self.ending = False  # decided under the guard: no claim is taken after it
         threading.Thread(target=self._end_when_unused, name="patchkit-agent-idle", daemon=True).start()
+        if ledger is not None:
+            threading.Thread(target=self._settle_when_due, name="patchkit-agent-settle", daemon=True).start()
 
     def claim(self, run: str, hold: float) -> dict[str, Any]:
         """A fleet run's hold on this agent for `hold` seconds (renewed by each step). Refused
@@ -384,33 +446,167 @@ class Agent:
         with self.guard:
             self.waiting.add(ticket)
         try:
+            unsettled = self._await_decisions(run, ticket, _time_limit(request))
             with self.one_step:
                 with self.guard:
-                    if ticket in self.given_up:  # its driver has reported it timed out: it must not write now
-                        return {
-                            "state": NodeState.NOT_RUN,
-                            "ok": False,
-                            "detail": "its driver stopped waiting before it started",
-                        }
-                    # Its agent's end is on its way (the step before it overdue): a step started now
-                    # would be cut midway (an apply half written), its driver told the node was lost.
-                    if self.ending:
-                        return {
-                            "state": NodeState.NOT_RUN,
-                            "ok": False,
-                            "detail": "its node's patchkit agent was ending before it started (a step before it hung)",
-                        }
+                    refusal = self._refusal(ticket)
+                    if refusal is not None:
+                        return refusal
                     self.waiting.discard(ticket)
                     self.running = ticket
                     self.overdue_at = time.monotonic() + _time_limit(request) + OVERDUE_GRACE
+                if step == "apply" and self._decision(run) == ABORT:  # its driver's run is over: never write for it
+                    return {"state": NodeState.NOT_RUN, "ok": False, "detail": "its fleet run was rolled back before"}
+                answered = self._rolled_back_already(run, step, request)
+                if answered is not None:
+                    return answered
                 forget_settings()  # each step reads pip's configuration as a new patchkit process would
-                return run_step(step, request, self.patchkit)
+                summary = run_step(step, request, self.patchkit)
+                self._reverted_by_driver(run, step, request)
+                self._undecided_now(run, step, request, summary)
+                return _with_note(summary, unsettled)
         finally:
             with self.guard:
                 self.running = None if self.running == ticket else self.running
                 self.waiting.discard(ticket)
                 if ticket not in self.given_up:  # a driver that gave up holds nothing by it
                     self.holds[run] = time.monotonic() + hold
+
+    def _refusal(self, ticket: str) -> dict[str, Any] | None:
+        """Why a step must not start now (under the guard), if it must not."""
+        if ticket in self.given_up:  # its driver has reported it timed out: it must not write now
+            return {"state": NodeState.NOT_RUN, "ok": False, "detail": "its driver stopped waiting before it started"}
+        # Its agent's end is on its way (the step before it overdue): a step started now would be
+        # cut midway (an apply half written), its driver told the node was lost.
+        if self.ending:
+            return {
+                "state": NodeState.NOT_RUN,
+                "ok": False,
+                "detail": "its node's patchkit agent was ending before it started (a step before it hung)",
+            }
+        return None
+
+    def _await_decisions(self, run: str, ticket: str, seconds: float) -> list[str]:
+        """Wait (up to `seconds`) until no other fleet run's apply here is undecided: a command run
+        meanwhile would see, or build on, a write that may yet be rolled back. The runs still undecided."""
+        deadline = time.monotonic() + seconds
+        while True:
+            with self.guard:
+                others = [r for r in self.undecided if r != run]
+                if not others or ticket in self.given_up or time.monotonic() > deadline:
+                    return others
+            time.sleep(min(AGENT_TICK, 0.2))
+
+    def _decision(self, run: str) -> str | None:
+        if self.ledger is None:
+            return None
+        try:
+            return self.ledger.get(decision_key(run))
+        except Exception:  # the GCS unreachable: undecided, as far as this agent knows
+            return None
+
+    def _undecided_now(self, run: str, step: str, request: dict[str, Any], summary: dict[str, Any]) -> None:
+        """An apply of a fleet run that wrote here: undecided until the run's decision (a driver
+        that decides says so: an older one's writes are final, as it commits nothing)."""
+        if self.ledger is None or step != "apply" or not request.get("decides"):
+            return
+        reverts = undo_requests(request, summary)
+        if reverts is not None:
+            with self.guard:
+                self.undecided[run] = Undecided(reverts)
+
+    def _reverted_by_driver(self, run: str, step: str, request: dict[str, Any]) -> None:
+        """The driver's own revert of its run's apply (its rollback): that set is no longer this agent's to undo."""
+        if step != "revert":
+            return
+        with self.guard:
+            pending = self.undecided.get(run)
+            if pending is not None:
+                pending.reverts.pop(request.get("set_name"), None)
+                if not pending.reverts:
+                    del self.undecided[run]
+
+    def _rolled_back_already(self, run: str, step: str, request: dict[str, Any]) -> dict[str, Any] | None:
+        """The driver's revert of a set this agent already rolled back for that run (its driver was
+        silent past the lease, then resumed): the agent's own revert's answer."""
+        if step != "revert":
+            return None
+        with self.guard:
+            answer = self.rolled_back.get(run, {}).pop(request.get("set_name"), None)
+        if answer is None:
+            return None
+        detail = f"rolled back by its node: no word from this run for {LEASE:g} s"
+        return {**answer, "detail": "; ".join(d for d in (answer.get("detail"), detail) if d)}
+
+    def _settle_when_due(self) -> None:
+        """Each undecided apply, settled once its run's decision is known: kept on commit; rolled
+        back here once its driver is silent past the lease (and did not commit first)."""
+        while True:
+            time.sleep(AGENT_TICK)
+            with self.guard:
+                runs = list(self.undecided)
+                held = [r for r in self.holds if r != "creator" and r not in self.undecided]
+            for run in runs:
+                with suppress(Exception):  # the GCS unreachable: asked again at the next tick
+                    self._settle(run)
+            for run in held:
+                with suppress(Exception):
+                    self._unhold_if_aborted(run)
+
+    def _unhold_if_aborted(self, run: str) -> None:
+        """A fleet apply aborted by its nodes (its driver silent past the lease) holds this agent no
+        longer, though nothing was written here (this node's apply failed, say): not --timeout + 60 s."""
+        assert self.ledger is not None
+        if self.ledger.get(decision_key(run)) != ABORT:
+            return
+        beat, now = self.ledger.get(beat_key(run)), time.monotonic()
+        with self.guard:
+            seen, since = self.beats.get(run, (None, now))
+            if beat is not None and beat != seen:
+                self.beats[run] = (beat, now)
+            elif beat is None or now - since >= LEASE:
+                self.holds.pop(run, None)
+                self.beats.pop(run, None)
+
+    def _settle(self, run: str) -> None:
+        assert self.ledger is not None  # only an agent with a ledger has undecided applies
+        decision = self.ledger.get(decision_key(run))
+        beat = self.ledger.get(beat_key(run))
+        now = time.monotonic()
+        with self.guard:
+            pending = self.undecided.get(run)
+            if pending is None:
+                return
+            if decision == COMMIT:
+                del self.undecided[run]
+                return
+            if beat is not None and beat != pending.beat:
+                pending.beat, pending.beat_seen = beat, now
+            if beat is not None and now - pending.beat_seen < LEASE:
+                return  # its driver lives: it commits, or reverts (a failure elsewhere)
+        # No heartbeat for the lease (or its driver ended): abort, unless it committed first.
+        if self.ledger.put_new(decision_key(run), ABORT) == COMMIT:
+            with self.guard:
+                self.undecided.pop(run, None)
+            return
+        # its driver is gone: its hold (and a creator's: an agent it made) ends now, not in --timeout + 60 s
+        with self.guard:
+            self.holds.pop(run, None)
+            self.holds.pop("creator", None)
+        self._roll_back(run)
+
+    def _roll_back(self, run: str) -> None:
+        """Undo the run's apply here, as its driver's rollback would have (one step at a time)."""
+        with self.one_step:
+            with self.guard:
+                pending = self.undecided.get(run)
+            if pending is None:  # the driver's own revert came first
+                return
+            forget_settings()
+            answers = {name: run_step("revert", request, self.patchkit) for name, request in pending.reverts.items()}
+            with self.guard:
+                self.undecided.pop(run, None)
+                self.rolled_back[run] = answers
 
     def give_up(self, ticket: str) -> dict[str, bool]:
         """The driver stopped waiting for the step `ticket`: if it has not started, it never will.
@@ -435,7 +631,7 @@ class Agent:
                 now = time.monotonic()
                 held = any(t >= now for t in self.holds.values())
                 unwanted = now > self.linger_until and not held
-                busy = self.running is not None or bool(self.waiting)
+                busy = self.running is not None or bool(self.waiting) or bool(self.undecided)
                 # A step this far past its time limit hangs (its driver stopped waiting long ago, or
                 # died): ending the agent stops it, else every later command here would wait behind it.
                 overdue = self.running is not None and now > self.overdue_at
@@ -456,6 +652,14 @@ CONTROL_THREADS = 4  # for claims, releases and give-ups: never behind the steps
 PACKAGE = Path(__file__).resolve().parent.parent  # patchkit's own directory
 AGENT_TICK = 0.5  # seconds between an agent's looks at whether it is still wanted
 OVERDUE_GRACE = 120.0  # seconds past a step's time limit after which the agent ends itself
+
+
+def _with_note(summary: dict[str, Any], unsettled: list[str]) -> dict[str, Any]:
+    """A step run while another fleet run's apply here was still undecided (past its time limit): said in its row."""
+    if not unsettled:
+        return summary
+    note = "an apply by another fleet run is undecided here: it is rolled back unless that run commits"
+    return {**summary, "detail": "; ".join(d for d in (summary.get("detail"), note) if d)}
 
 
 def _time_limit(request: dict[str, Any]) -> float:

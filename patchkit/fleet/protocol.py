@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from patchkit.base import hints
-from patchkit.base.enums import Outcome
+from patchkit.base.enums import Outcome, TreeState
 from patchkit.base.errors import CheckFailed, PatchkitError, TargetError
 from patchkit.base.options import Options
+from patchkit.fleet import LEASE
 from patchkit.fleet.states import FleetPhase, NodeState
 
 UNREACHABLE = (NodeState.LOST, NodeState.TIMED_OUT)  # the driver has no answer from the node: a cluster problem
@@ -130,6 +131,11 @@ class Runner(Protocol):
         """`step` on every node at once (node.run_step's summary each), under the request's time limit."""
         ...
 
+    def decide(self, commit: bool) -> bool:
+        """The decision on this run's apply, once, for every node (an apply stays undecided on its
+        node until then: rolled back there if its driver goes silent first): whether `commit` stands."""
+        ...
+
 
 @dataclass
 class FleetResult:
@@ -159,7 +165,20 @@ def run_each(runner: Runner, action: str, nodes: list[Node], request: dict[str, 
     batch = runner.run(action, nodes, request)
     if action == "revert":
         _reverts_written(batch.reports, request)
-    return FleetResult(action, batch.reports, error=_verdict(action, batch))
+    notes = _differing(batch.reports, request) if action == "status" else []
+    return FleetResult(action, batch.reports, error=_verdict(action, batch), notes=notes)
+
+
+def _differing(reports: list[NodeReport], request: dict[str, Any]) -> list[str]:
+    """Nodes applied beside nodes not (a node added since, or a fleet apply whose driver and a
+    node's agent were both killed before its commit): the fix, for the whole fleet."""
+    states = {r.state for r in reports}
+    if TreeState.APPLIED not in states or not states & {TreeState.NOT_APPLIED, TreeState.PARTIAL}:
+        return []
+    return [
+        f"the nodes differ: {_fleet_command('apply', request)} applies the rest, "
+        f"{_fleet_command('revert', request)} reverts every node"
+    ]
 
 
 def _reverts_written(reports: list[NodeReport], request: dict[str, Any]) -> None:
@@ -219,8 +238,14 @@ def fleet_apply(
         report.written = report.state == Outcome.APPLIED or bool(report.sets_in(Outcome.APPLIED))
         report.written = None if report.unreachable else report.written  # its apply may have landed
     problem = _phase_two_problem(written)
-    if problem is None:
+    if problem is None and runner.decide(commit=True):
         return FleetResult("apply", written.reports, phase=FleetPhase.APPLY)
+    if problem is None:  # this driver was stopped (SIGSTOP, a paused VM) past the nodes' lease
+        problem = ClusterError(
+            f"phase 2: the nodes heard nothing from this run for {LEASE:g} s and gave up on it",
+            hint="run it again, and keep the driver running until it ends (a stopped driver is taken for gone)",
+        )
+    runner.decide(commit=False)
     reverted = _roll_back(runner, written.reports, request)
     unknown = [r for r in written.reports if r.written is None]
     error = _rolled_back(problem, reverted, unknown)

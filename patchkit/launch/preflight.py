@@ -68,7 +68,7 @@ from patchkit.launch.speculative import speculative_findings
 from patchkit.launch.speculators import drafter_config, speculator
 from patchkit.launch.validation import CHECK as VALIDATION
 from patchkit.launch.validation import engine_validation
-from patchkit.launch.weights import target_directory, weight_findings
+from patchkit.launch.weights import target_directory, tokenizer_findings, weight_findings
 from patchkit.series import dry_run, library
 from patchkit.series.library import PatchSetDef
 from patchkit.series.patchfile import touched_paths
@@ -483,11 +483,11 @@ def _found_models_findings(
     command: LaunchCommand,
 ) -> list[Finding]:
     """With the target found: a drafter found nowhere, the speculator note, architectures vLLM refuses,
-    a model directory where vLLM's loader would find no weights."""
+    a model directory where vLLM's loader would find no weights, a tokenizer path that holds none."""
     found = [_model_finding(exc) for exc in missing]
     found += [served] if served is not None else []
     found += [f for f in (_architectures_finding(m) for m in models) if f is not None]
-    weights = weight_findings(command, models[0])
+    weights = weight_findings(command, models[0]) + tokenizer_findings(command)
     return found + [Finding(MODELS, ok, message, fix, note=note) for ok, message, fix, note in weights]
 
 
@@ -1090,7 +1090,7 @@ def _state_words(status: TreeStatus) -> str | None:
         return f"does not apply: {', '.join(edited)} {'differs' if len(edited) == 1 else 'differ'} from stock (a local edit?)"
     if status.drifted:
         return f"changed after apply: {few(status.drifted, sep=', ')}"
-    return None
+    return status.other_library_said if status.other_library else None
 
 
 def _guard_for_launch(
@@ -1171,6 +1171,9 @@ def _state_finding(resolved: Resolved, status: TreeStatus, *, prefixed: bool = F
     if status.drifted:  # before partly applied: apply refuses an edited file, its fix is the drift's
         files = few(status.drifted, sep=", ")
         return Finding(TREE, False, f"changed after patchkit wrote them: {files}", _drift_fix(resolved, status))
+    if status.other_library:  # the earlier series: apply replaces it with the library's
+        message = f"the {resolved.set_name} series on vLLM {version} was {status.other_library_said}"
+        return Finding(TREE, False, message, f"run {status.other_library_fix}")
     if status.state == TreeState.CONFLICT:
         root, edited, there = resolved.target.root, status.edited_in_hunks, status.in_the_way
         message = f"the {resolved.set_name} series does not apply: {local_edit_said(edited, version, root, there)}"

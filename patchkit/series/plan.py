@@ -16,7 +16,7 @@ from pathlib import Path
 
 from patchkit.base import hints
 from patchkit.base.enums import FileKind, StepState
-from patchkit.base.errors import BadInput, Drift, drift_refused, escaped
+from patchkit.base.errors import BadInput, Drift, drift_refused, escaped, few
 from patchkit.base.fsutil import Origin, read_file_and_origin
 from patchkit.base.hashing import hash_soon, sha256
 from patchkit.base.values import FrozenValue, Value, frozen
@@ -131,6 +131,9 @@ class Plan(Value):
     # plan_revert's found_only, with no patch found applied: the steps whose files take neither the
     # patch nor its reverse (edited?), left as they are: nothing tells what to undo there
     left: list[PatchStep] = field(default_factory=list)
+    # planned over the stock bytes of a set applied from another library (vouched.plan_over_stock):
+    # those bytes, which the disk does not hold
+    stock: dict[str, bytes | None] | None = None
 
     @property
     def conflicts(self) -> list[PatchStep]:
@@ -158,6 +161,8 @@ class Plan(Value):
 
     def stock_content(self, path: str) -> bytes | None:
         """The content before this plan's series: the disk's, with patches found applied undone."""
+        if self.stock is not None and path in self.stock:
+            return self.stock[path]
         present = [s.patch for s in self.steps if s.state == StepState.ALREADY_APPLIED]
         if not present:
             return self.disk_content(path)
@@ -258,12 +263,16 @@ def restore_recorded(
     own = [p for p in patches or [] if (p.name, p.sha256) in recorded]
     if not force:
         _refuse_drift(view, entry, own)
+    unmade: list[str] = []  # created by none of its patches: not patchkit's, left where they are
     for path, shas in sorted(entry.files.items()):
         content = view.read(path)
         current = sha256(content)
         if current == shas["before"]:
             continue
         created = shas["before"] is None and content is not None  # judged before the edit: --force would not delete it
+        if created and _made_by_none(entry, path, own, recorded):
+            unmade.append(path)
+            continue
         if created and _require_creator(
             entry, path, own, first, wrote_it=current == shas["after"], notes=restored.notes
         ):
@@ -271,7 +280,20 @@ def restore_recorded(
         if current != shas["after"] and content is not None:  # (--force) a deleted file has nothing to keep
             restored.edited.append(path)
         view.write(path, _original(view, path, shas["before"], own, restored.notes))
+    if unmade:
+        restored.notes.append(
+            f"kept {len(unmade)} file(s) the record of {shown_set(entry)} says patchkit created, though none of the "
+            f"set's patches creates them (not patchkit's to delete; the record no longer names them): {few(unmade, sep=', ')}"
+        )
     return restored
+
+
+def _made_by_none(entry: Entry, path: str, own: list[Patch], recorded: set[tuple[str, str]]) -> bool:
+    """Whether `path`, a file the record of a library set says patchkit created, is created by none of
+    the set's recorded patches, every one of them at hand: the record is wrong (read back from the
+    tree, it may name any file), and the file is not patchkit's to delete."""
+    at_hand = {(p.name, p.sha256) for p in own}
+    return not is_adhoc(entry.set_name) and bool(recorded) and at_hand == recorded and not _creates(own, path)
 
 
 def _refuse_drift(view: View, entry: Entry, own: list[Patch]) -> None:

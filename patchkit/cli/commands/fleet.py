@@ -77,8 +77,11 @@ def command(
     Each node's target is its own PATCHKIT_TARGET or PATCHKIT_PYTHON, else --target/--python (paths
     on the nodes), else the Ray worker's interpreter there. apply is all or nothing: phase 1 plans
     and checks on every node (no writes), phase 2 writes; a failure reverts the nodes written.
+    A driver killed before its commit: the nodes revert themselves once it has been silent 10 s
+    (only a node whose agent dies too keeps its write; `fleet status` then names the fix).
     The steps run in a patchkit agent on each node (a Ray actor), kept --keep-alive seconds for
-    the next command. Exit 1: a node failed; 4: the cluster (cannot connect, a node lost or past the time limit).
+    the next command. Exit 1: a node failed; 4: the cluster (cannot connect, a node lost or past the time limit);
+    128 + the signal when interrupted (143 SIGTERM, 130 Ctrl-C).
     """
     _refuse_flags_for(action, no_guard=no_guard, require_same_version=require_same_version)
     ui = make_ui(fmt, quiet, verbose)
@@ -126,6 +129,7 @@ def _show(ui: UI, result: FleetResult) -> None:
                 "phase": result.phase,
                 "versions": result.versions,
                 "nodes": [r.to_json() for r in result.reports],
+                "notes": result.notes,
             }
         )
         return
@@ -145,6 +149,8 @@ def _show(ui: UI, result: FleetResult) -> None:
     columns = ["node", "ip", "target", "vLLM", "state", *(["sets"] if several else []), "detail"]
     ui.table(columns, rows, title=f"fleet {result.action}", state_column=4)
     ui.line(_summary(result), style="green" if result.error is None else "red")
+    for note in result.notes:
+        ui.note(note)
 
 
 def _detail(report: NodeReport) -> str:

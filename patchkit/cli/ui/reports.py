@@ -154,6 +154,9 @@ def status_failures(resolved: Resolved, status: TreeStatus) -> list[Failure]:
     for result in status.does_not_compile:  # the drifted file's syntax error leads its line
         where, message = located(result)
         failures.append(Failure("syntax", message, where, result.excerpt, fix=drift_fix))
+    if status.other_library:  # before the conflicts it explains (its originals not at hand)
+        label = "patch" if status.earlier_texts else "library"
+        failures.append(Failure(label, status.other_library_said, fix=status.other_library_fix))
     failures += [Failure(p.state, p.problem, p.name) for p in status.patches if p.problem]
     if status.state == TreeState.PARTIAL:
         failures.append(
@@ -542,6 +545,7 @@ def status_problems(status: TreeStatus, *, guard: bool = True) -> list[str]:
         f"{len(status.not_stock)} file(s) not stock" if status.not_stock else "",
         "a file edited beyond the set's change (no record): apply refuses it" if status.found_edited else "",
         "the launch hangs in its import" if status.hanging else "",
+        status.other_library_said if status.other_library else "",
     ]
     return [p for p in problems if p]
 

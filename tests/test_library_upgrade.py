@@ -1,0 +1,242 @@
+"""A set applied from another library (upgrade28): patchkit upgraded (or `--patches` of another
+library) changed the set's series since its apply. `apply` plans the library's series on the stock
+bytes a revert would restore and writes the result in one transaction; status, preflight and `run
+--apply` say so; an edit since is refused as apply refuses it; revert still gives stock bytes."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import crash_trials as ct
+import pytest
+from helpers import (
+    MODEL,
+    MODEL_PY,
+    SPEC,
+    SPEC_PY,
+    make_patch,
+    record_rows,
+    run_cli,
+    run_cli_judged,
+    snapshot,
+    write_library,
+    write_tree,
+)
+from launch_fixtures import patched_files, stand_in_launch, write_eagle3_setup
+
+DEEPSEEK = SPEC_PY.replace('"qwen",', '"qwen",\n    "deepseek",')
+DEEPSEEK_KIMI = SPEC_PY.replace('"qwen",', '"qwen",\n    "deepseek",\n    "kimi",')
+EAGLE = MODEL_PY.replace("SupportsPP):", "SupportsPP):  # eagle")
+
+
+def one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def libraries(tmp: Path, tree: Path, scratch: Path) -> tuple[Path, Path]:
+    """Two libraries of one set for 0.16.0: the older one's 0002 adds deepseek, the newer one's kimi too."""
+    old = [make_patch(scratch, tree, {MODEL: EAGLE}), make_patch(scratch, tree, {SPEC: DEEPSEEK})]
+    new = [old[0], make_patch(scratch, tree, {SPEC: DEEPSEEK_KIMI})]
+    return (
+        write_library(tmp / "old", {"0.16.0": old}, name="demo"),
+        write_library(tmp / "new", {"0.16.0": new}, name="demo"),
+    )
+
+
+def pk(*args: object):
+    return run_cli_judged(*args)
+
+
+@pytest.mark.parametrize("direction", ["older-to-newer", "newer-to-older"])
+def test_apply_updates_a_set_applied_from_another_library(tree, scratch, tmp_path, direction):
+    old, new = libraries(tmp_path, tree, scratch)
+    first, then = (old, new) if direction == "older-to-newer" else (new, old)
+    stock = snapshot(tree)
+    assert pk("apply", "--target", tree, "--patches", first).returncode == 0
+    status = pk("status", "--target", tree, "--patches", then)
+    said = one_line(status.stdout + status.stderr)
+    assert status.returncode == 1, said  # the tree lacks the library's change: a CI gate fails
+    assert "applied from another library (0002 changed)" in said, said
+    assert f"`patchkit apply --target {tree} --patches {then}` updates it" in said, said
+    assert "conflict" not in said and "does not apply" not in said, said
+
+    done = pk("apply", "--target", tree, "--patches", then)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "updated from another library (0002 changed): 1 file(s) changed" in done.stdout
+    wanted = DEEPSEEK_KIMI if then == new else DEEPSEEK
+    assert (tree / SPEC).read_text() == wanted and (tree / MODEL).read_text() == EAGLE
+    after = pk("status", "--target", tree, "--patches", then)
+    assert after.returncode == 0, after.stdout + after.stderr
+    entry = json.loads((tree / ".patchkit/state.json").read_text())["entries"][0]
+    named = sorted(p["name"] for p in entry["patches"])
+    assert named == ["0001-change.patch", "0002-change.patch"] and sorted(entry["files"]) == [SPEC, MODEL]
+
+    undone = pk("revert", "--target", tree, "--patches", then)
+    assert undone.returncode == 0, undone.stdout + undone.stderr
+    assert snapshot(tree) == stock
+
+
+def test_a_file_the_new_series_no_longer_patches_goes_back_to_stock(tree, scratch, tmp_path):
+    old, _ = libraries(tmp_path, tree, scratch)
+    fewer = write_library(tmp_path / "fewer", {"0.16.0": [make_patch(scratch, tree, {SPEC: DEEPSEEK_KIMI})]})
+    stock = snapshot(tree)
+    assert pk("apply", "--target", tree, "--patches", old).returncode == 0
+    said = one_line(pk("status", "--target", tree, "--patches", fewer).stdout)
+    assert "applied from another library (0001, 0002 changed)" in said, said
+    done = pk("apply", "--target", tree, "--patches", fewer)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (tree / MODEL).read_text() == MODEL_PY and (tree / SPEC).read_text() == DEEPSEEK_KIMI
+    entry = json.loads((tree / ".patchkit/state.json").read_text())["entries"][0]
+    assert list(entry["files"]) == [SPEC]  # the file put back is no longer recorded
+    assert pk("status", "--target", tree, "--patches", fewer).returncode == 0
+    assert pk("revert", "--target", tree, "--patches", fewer).returncode == 0
+    assert snapshot(tree) == stock
+
+
+def test_a_file_edited_since_is_refused_as_apply_refuses_it(tree, scratch, tmp_path):
+    old, new = libraries(tmp_path, tree, scratch)
+    stock = snapshot(tree)
+    assert pk("apply", "--target", tree, "--patches", old).returncode == 0
+    edited = (tree / SPEC).read_text() + "# mine\n"
+    (tree / SPEC).write_text(edited)
+    before = snapshot(tree)
+    refused = pk("apply", "--target", tree, "--patches", new)
+    said = one_line(refused.stdout + refused.stderr)
+    assert refused.returncode == 1, said
+    assert f"files edited after patchkit patched them: {SPEC}" in said, said
+    assert f"`patchkit revert --target {tree} --patches {new} --force` (keeps a copy of the edits)" in said, said
+    assert snapshot(tree) == before
+    assert pk("revert", "--target", tree, "--patches", new, "--force").returncode == 0
+    assert snapshot(tree) == stock
+    assert pk("apply", "--target", tree, "--patches", new).returncode == 0
+    assert pk("status", "--target", tree, "--patches", new).returncode == 0
+    assert pk("revert", "--target", tree, "--patches", new).returncode == 0
+    assert snapshot(tree) == stock
+
+
+def test_saved_copies_lost_the_earlier_patches_reversed_give_stock(tree, scratch, tmp_path):
+    old, new = libraries(tmp_path, tree, scratch)
+    stock = snapshot(tree)
+    assert pk("apply", "--target", tree, "--patches", old).returncode == 0
+    shutil.rmtree(tree / ".patchkit/objects")  # the old library is still where the record says
+    done = pk("apply", "--target", tree, "--patches", new)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (tree / SPEC).read_text() == DEEPSEEK_KIMI
+    assert pk("revert", "--target", tree, "--patches", new).returncode == 0
+    assert snapshot(tree) == stock
+
+
+def test_nothing_at_hand_gives_stock_apply_says_revert_first(tree, scratch, tmp_path):
+    old, new = libraries(tmp_path, tree, scratch)
+    assert pk("apply", "--target", tree, "--patches", old).returncode == 0
+    shutil.rmtree(tree / ".patchkit/objects")
+    shutil.rmtree(old)  # the earlier series nowhere: nothing proves the originals
+    before = snapshot(tree)
+    status = pk("status", "--target", tree, "--patches", new)
+    said = one_line(status.stdout + status.stderr)
+    assert status.returncode == 1 and "applied from another library (0002 changed)" in said, said
+    revert = f"`patchkit revert --target {tree} --patches {new} --force` (only the record vouches for the originals)"
+    assert revert in said, said
+    refused = pk("apply", "--target", tree, "--patches", new)
+    said = one_line(refused.stdout + refused.stderr)
+    assert refused.returncode == 1 and "nothing was written" in said, said
+    assert f"`patchkit revert --target {tree} --patches {new} --force`, then" in said, said
+    assert snapshot(tree) == before
+
+
+def test_an_edited_patch_file_is_applied_in_place_of_its_earlier_text(tree, scratch, tmp_path):
+    mine = tmp_path / "my.patch"
+    first, second = (
+        make_patch(scratch, tree, {SPEC: DEEPSEEK, MODEL: EAGLE}),
+        make_patch(scratch, tree, {SPEC: DEEPSEEK_KIMI}),
+    )
+    dist = "vllm-0.16.0.dist-info"  # vLLM's RECORD vouches for the originals: the earlier text will be gone
+    (tree / dist / "RECORD").write_text(record_rows(tree, dist))
+    mine.write_bytes(first)
+    stock = snapshot(tree)
+    assert pk("apply", "--target", tree, "--patch", mine).returncode == 0
+    mine.write_bytes(second)  # edited: the model file left alone now
+    status = pk("status", "--target", tree, "--patch", mine)
+    said = one_line(status.stdout + status.stderr)
+    assert status.returncode == 1, said
+    assert "the earlier text of my.patch is applied" in said, said
+    assert f"`patchkit apply --target {tree} --patch {mine}` updates it" in said, said
+    done = pk("apply", "--target", tree, "--patch", mine)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "applied in place of the earlier text of my.patch" in done.stdout
+    assert (tree / SPEC).read_text() == DEEPSEEK_KIMI and (tree / MODEL).read_text() == MODEL_PY
+    entries = json.loads((tree / ".patchkit/state.json").read_text())["entries"]
+    assert len(entries) == 1 and list(entries[0]["files"]) == [SPEC]  # one apply recorded, the earlier gone
+    assert pk("status", "--target", tree, "--patch", mine).returncode == 0
+    undone = pk("revert", "--target", tree, "--patch", mine)
+    assert undone.returncode == 0, undone.stdout + undone.stderr
+    assert snapshot(tree) == stock
+
+
+def test_preflight_and_run_apply_say_it_and_run_apply_updates_it(tmp_path):
+    tree, old, launch, env, marker = stand_in_launch(tmp_path / "old")
+    first = next(iter(patched_files("0.16.0")))
+    newer = patched_files("0.16.0")[first] + "# newer\n"
+    _, new = write_eagle3_setup(tmp_path / "new", patched={first: newer})
+    assert pk("apply", "--target", tree, "--patches", old, "--no-import").returncode == 0
+    judged = run_cli("preflight", "--no-import", "--target", tree, "--patches", new, "--", *launch, env=env)
+    said = one_line(judged.stdout)
+    assert judged.returncode == 1, said
+    assert "the eagle3 series on vLLM 0.16.0 was applied from another library (0001 changed)" in said, said
+    assert f"run `patchkit apply --target {tree} --patches {new}` updates it" in said, said
+    launched = run_cli("run", "--apply", "--target", tree, "--patches", new, "--", *launch, env=env)
+    assert "updated from another library (0001 changed)" in launched.stdout, launched.stdout + launched.stderr
+    assert launched.returncode == 7 and marker.exists(), launched.stdout + launched.stderr  # then launched
+    assert (tree / first).read_text() == newer
+    assert pk("status", "--target", tree, "--patches", new).returncode == 0
+
+
+def test_a_crash_at_each_step_of_the_update_leaves_one_library_or_the_other(tmp_path):
+    """The update is one transaction: a SIGKILL or a full disk at each of its commit steps leaves the
+    tree as the earlier library's apply left it or as the update makes it, never mixed; the next
+    command (status, recover, apply, revert in turn) leaves no journal, and revert gives stock bytes."""
+    stock = write_tree(tmp_path / "stock")
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    old, _ = libraries(tmp_path, stock, scratch)
+    created = "vllm/brand/new.py"  # the newer series: spec changed again, the model back to stock, a file made
+    newer = [make_patch(scratch, stock, {SPEC: DEEPSEEK_KIMI, created: "NEW = 1\n"})]
+    new = write_library(tmp_path / "newer", {"0.16.0": newer})
+    earlier, updated = tmp_path / "earlier", tmp_path / "updated"
+    shutil.copytree(stock, earlier)
+    assert pk("apply", "--target", earlier, "--patches", old, "--no-import").returncode == 0
+    shutil.copytree(earlier, updated)
+    assert pk("apply", "--target", updated, "--patches", new, "--no-import").returncode == 0
+    prints = {
+        name: ct.fingerprint(tree) for name, tree in [("stock", stock), ("earlier", earlier), ("updated", updated)]
+    }
+    assert prints["earlier"] != prints["updated"] and (updated / "patchkit_guard.py").exists()
+    work = tmp_path / "work"
+    wanted = {"apply": {"updated"}, "revert": {"stock"}, "status": {"earlier", "updated"}}
+    steps = 0
+    for n in range(1, 300):
+        for mode in ("kill", "raise"):
+            shutil.rmtree(work, ignore_errors=True)
+            shutil.copytree(earlier, work, symlinks=True)
+            code, out = ct.run_cli(
+                ["apply", "--target", str(work), "--patches", str(new), "--no-import"], f"{n}:{mode}"
+            )
+            left = next((name for name, known in prints.items() if known == ct.fingerprint(work)), "mixed")
+            # a full disk rolls back at once; a SIGKILL leaves the journal the next command recovers from
+            assert left == ("updated" if code == 0 else "earlier") or mode == "kill", (n, mode, code, out)
+            following = ct.NEXT[(n + (mode == "raise")) % len(ct.NEXT)]
+            library = [] if following == "recover" else ["--patches", str(new)]  # recover: the tree alone
+            again, said = ct.run_cli([following, "--target", str(work), *library])
+            left = next((name for name, known in prints.items() if known == ct.fingerprint(work)), "mixed")
+            assert not (work / ".patchkit/journal.json").exists(), (n, mode, following, said)
+            assert left in wanted.get(following, {"earlier", "updated"}), (n, mode, following, again, said)
+            if following == "revert" or code == 0:
+                continue
+            assert ct.run_cli(["revert", "--target", str(work), "--patches", str(new)])[0] == 0, (n, mode)
+            assert ct.fingerprint(work) == prints["stock"], (n, mode)
+        if code == 0:  # past the commit's last step
+            break
+        steps = n
+    assert steps > 10, steps
