@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from cli_server import run_patchkit_with_pid
-from helpers import make_patch, run_cli, stale_pyc_under_prefix, write_library, write_tree
+from helpers import make_patch, run_cli_judged, stale_pyc_under_prefix, write_library, write_tree
 from packaging.version import Version
 
 from patchkit.series.library import default_root
@@ -228,6 +228,7 @@ KIMI_DRAFTER = {**DRAFTER, "vocab_size": KIMI_K25["text_config"]["vocab_size"]}
 
 
 WEIGHTS = "model.safetensors"  # a name vLLM's DefaultModelLoader globs for (*.safetensors)
+TOKENIZER = "tokenizer_config.json"  # a name AutoTokenizer reads a tokenizer from
 # a safetensors file holding no tensor: its 8-byte header length, then the header (what safetensors reads first)
 EMPTY_SAFETENSORS = b"\x02" + b"\x00" * 7 + b"{}"
 LFS_POINTER = "version https://git-lfs.github.com/spec/v1\noid sha256:4d7a2f\nsize 1234567890\n"
@@ -254,6 +255,7 @@ def write_model(directory: Path, config: dict) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "config.json").write_text(json.dumps(config))
     (directory / WEIGHTS).write_bytes(EMPTY_SAFETENSORS)  # vLLM's loader globs for a weight file, then reads its header
+    (directory / TOKENIZER).write_text("{}")  # vLLM loads the tokenizer from the model's directory at start
     return directory
 
 
@@ -480,7 +482,7 @@ def apply_fix(tree: Path, library: Path, python: str | None = None) -> str:
 
 
 def applied(tree: Path, library: Path) -> None:
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    assert run_cli_judged("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
 
 
 # Named by `name=`: a test that takes `launch` then shadows no name its module imports.

@@ -200,3 +200,24 @@ def test_a_transformers_that_cannot_be_read_cannot_judge(site, version, said):
 def test_metadata_headers_stop_at_the_description_and_drop_folded_lines():
     text = "Name: transformers\nVersion: 4.57.6\nSummary: one\n  folded: no\n\nVersion: 9.9.9\n"
     assert _headers(text) == [("Name", "transformers"), ("Version", "4.57.6"), ("Summary", "one")]
+
+
+def test_hf_overrides_naming_an_architecture_vllm_does_not_register_goes_to_the_backend(site):
+    overrides = json.dumps({"architectures": ["FooForCausalLM"]})
+    found = supports(site, "--hf-overrides", overrides)
+    assert found["result"] == "fail", found
+    assert found["message"].startswith("vLLM registers no class of its own for FooForCausalLM: vLLM builds the target")
+    assert "TransformersMoEForCausalLM, which needs transformers>=5.0.0" in found["message"]
+
+
+def test_the_fallback_with_a_transformers_that_meets_the_backend_cannot_judge(site):
+    """vLLM falls back to the backend only for a model transformers has (or auto_map names): not
+    told statically, so no pass; a tree without a backend keeps "does not register"."""
+    tree = site[0]
+    transformers(tree, "5.0.0")
+    unknown = write_model(tree.parent / "unknown", {**MOE_TARGET, "architectures": ["FooForCausalLM"]})
+    found = supports(site, target=unknown)
+    assert found["result"] == "cannot judge" and found["message"].endswith(", if transformers has FooForCausalLM")
+    (tree / REGISTRY).write_text(REGISTRY_PY)
+    found = supports(site, target=unknown)
+    assert found["result"] == "fail" and "does not register the target architecture FooForCausalLM" in found["message"]

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import re
 import shlex
+from typing import TYPE_CHECKING
 
-from packaging.requirements import InvalidRequirement, Requirement
-from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from patchkit.base import hints
@@ -22,6 +22,9 @@ from patchkit.base.errors import TargetError, escaped
 from patchkit.launch.engine import few_named
 from patchkit.launch.findings import Finding, cannot_judge
 from patchkit.series.requirements import Target
+
+if TYPE_CHECKING:
+    from packaging.specifiers import SpecifierSet
 
 SUPPORTS = "SupportsEagle3"
 SPECULATIVE_TABLE = "_SPECULATIVE_DECODING_MODELS"
@@ -50,6 +53,7 @@ PP_INDICES = "vllm/distributed/utils.py"  # get_pp_indices, where vLLM reads PAR
 # where SupportsEagle3 and set_aux_hidden_state_layers are, from 0.13)
 BACKEND_MODULE = "transformers"
 BACKEND_TABLE = "_TRANSFORMERS_BACKEND_MODELS"
+FALLBACK = "vLLM registers no class of its own for"
 BACKEND_FILES = (f"{MODELS_DIR}/transformers/base.py", f"{MODELS_DIR}/transformers.py")
 BACKEND_MOE = f"{MODELS_DIR}/transformers/moe.py"
 EXPERT_KEYS = ("num_experts", "moe_num_experts", "n_routed_experts", "num_local_experts")  # vLLM's get_num_experts
@@ -161,8 +165,8 @@ def _backend_class(launch, arch: str) -> tuple[str, str] | None:
         return where[1], f"vLLM registers {arch} as its Transformers backend's {where[1]}"
     if impl == "transformers":
         return _backend_name(launch), "--model-impl transformers"
-    if impl == "auto" and where is None and tables:
-        return _backend_name(launch), f"vLLM registers no class of its own for {arch}"
+    if impl == "auto" and where is None and BACKEND_TABLE in tables:  # a vLLM with a backend to fall back to
+        return _backend_name(launch), f"{FALLBACK} {arch}"
     return None
 
 
@@ -201,6 +205,10 @@ def _backend_eagle3(launch, cls: str, why: str) -> Finding:
     static = _held_to_transformers(launch, built, needs, why)
     if not static.ok or not static.judged:
         return static
+    if why.startswith(FALLBACK):  # vLLM's fallback builds the backend only for a model transformers has
+        reason = f"{static.message}, if transformers has {launch.target.architectures[0]}"
+        gives = "check that it does (or that config.json's auto_map names its class, with --trust-remote-code)"
+        return cannot_judge("supports-eagle3", reason, gives)
     return _held_to_vllm(static, launch.model_interface([cls], "supports_eagle3"))
 
 
@@ -261,13 +269,20 @@ def _held_to_transformers(launch, built: str, needs: list[tuple[Version, str]], 
 def _backend_fix(launch, why: str, need: Version | None = None) -> str:
     """Drop --model-impl transformers where vLLM has a class of its own; else the transformers the
     backend needs, within this vLLM's own requirement (its METADATA); else no EAGLE-3."""
+    # lazy: only a backend's failure reads specifiers (`run`'s fast path loads the set's checks)
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
     tables = launch.registry()
     native = [
         a for a in launch.target.architectures if (_model_class(tables, a) or (BACKEND_MODULE,))[0] != BACKEND_MODULE
     ]
     if why == "--model-impl transformers" and native:
         return f"drop --model-impl transformers: vLLM then builds its own {native[0]}"
-    pin = _required(launch.distribution("vllm") or [], "transformers")
+    said = _required(launch.distribution("vllm") or [], "transformers")
+    try:
+        pin = SpecifierSet(said) if said else None
+    except InvalidSpecifier:
+        pin = None
     if need is None or (pin is not None and not _admits(pin, need)):
         held = f"this vLLM requires transformers{pin}, and " if need is not None else ""
         return f"serve it without --speculative-config: {held}its Transformers backend has no EAGLE-3 below {need}"
@@ -282,19 +297,20 @@ def _backend_fix(launch, why: str, need: Version | None = None) -> str:
     )
 
 
-def _required(fields: list[tuple[str, str]], name: str) -> SpecifierSet | None:
-    """The versions of `name` a distribution's METADATA requires (Requires-Dist, no extra's); None:
-    none said, or not readable as a requirement."""
+def _required(fields: list[tuple[str, str]], name: str) -> str | None:
+    """The version specifiers of `name` a distribution's METADATA requires (its Requires-Dist, not an
+    extra's): "<5,>=4.56.0"; None when none is said. Read by hand: packaging.requirements loads
+    packaging.markers, and with it platform, logging and subprocess, into `run`'s fast path."""
     for key, value in fields:
-        if key.lower() != "requires-dist":
-            continue
-        try:
-            requirement = Requirement(value)
-        except InvalidRequirement:
-            continue
-        if requirement.name.lower() == name and (requirement.marker is None or "extra" not in str(requirement.marker)):
-            return requirement.specifier
+        requirement, _, marker = value.partition(";")
+        named = re.fullmatch(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?\s*\(?([^()]*)\)?\s*", requirement)
+        if key.lower() == "requires-dist" and "extra" not in marker and named and _normal(named[1]) == name:
+            return named[2].strip()
     return None
+
+
+def _normal(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def _version(text: str) -> Version:

@@ -68,7 +68,7 @@ from patchkit.launch.speculative import speculative_findings
 from patchkit.launch.speculators import drafter_config, speculator
 from patchkit.launch.validation import CHECK as VALIDATION
 from patchkit.launch.validation import engine_validation
-from patchkit.launch.weights import target_directory, weight_findings
+from patchkit.launch.weights import target_directory, tokenizer_findings, weight_findings
 from patchkit.series import dry_run, library
 from patchkit.series.library import PatchSetDef
 from patchkit.series.patchfile import touched_paths
@@ -483,11 +483,11 @@ def _found_models_findings(
     command: LaunchCommand,
 ) -> list[Finding]:
     """With the target found: a drafter found nowhere, the speculator note, architectures vLLM refuses,
-    a model directory where vLLM's loader would find no weights."""
+    a model directory where vLLM's loader would find no weights, a tokenizer path that holds none."""
     found = [_model_finding(exc) for exc in missing]
     found += [served] if served is not None else []
     found += [f for f in (_architectures_finding(m) for m in models) if f is not None]
-    weights = weight_findings(command, models[0])
+    weights = weight_findings(command, models[0]) + tokenizer_findings(command)
     return found + [Finding(MODELS, ok, message, fix, note=note) for ok, message, fix, note in weights]
 
 

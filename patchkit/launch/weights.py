@@ -516,3 +516,66 @@ def _drafter_directory(command: LaunchCommand) -> tuple[str, str, bool] | None:
     except (TargetError, BadInput):
         return None
     return (name, str(snapshot), False) if snapshot is not None else None
+
+
+# The names a Hugging Face tokenizer is read from (tokenizer_config.json names its class, the rest are
+# vocabularies: sentencepiece, BPE, WordPiece, tiktoken, Mistral's tekken): AutoTokenizer loads none
+# from a directory that holds none of them (checked with vLLM 0.16.0's get_tokenizer: it raises at start).
+TOKENIZER_NAMES = ("tokenizer", "vocab", "merges", "spiece", "sentencepiece", "tekken", "spm", "bpe", "qwen")
+TOKENIZER_SUFFIXES = (".model", ".tiktoken", ".spm", ".vocab", ".codes")
+TOKENIZER_MODES = ("auto", "hf", "slow")  # the modes that load through AutoTokenizer
+SOME_TOKENIZER_FILES = "tokenizer.json, tokenizer_config.json, tokenizer.model, vocab.json, ..."
+
+
+def tokenizer_findings(command: LaunchCommand) -> list[tuple[bool, str, str | None, bool]]:
+    """A failed finding (as weight_findings's) when the tokenizer vLLM loads at start (--tokenizer,
+    else the model's own directory) is a local path that holds none: a directory with no tokenizer
+    file, or no directory at all (a GGUF file aside: vLLM reads its tokenizer). A hub id, a cached
+    snapshot, another tokenizer mode or --skip-tokenizer-init: not judged."""
+    mode = command.optional_text("tokenizer-mode") or "auto"
+    if command.options.get("skip-tokenizer-init") or mode not in TOKENIZER_MODES:
+        return []
+    if command.tokenizer is not None:
+        path, said = command.tokenizer, f"--tokenizer {escaped(command.tokenizer)}"
+        fix = f"give --tokenizer the directory (or hub id) that holds the tokenizer's files ({SOME_TOKENIZER_FILES})"
+    else:
+        model = target_directory(command)
+        if model is None or model[0] != model[1]:  # a hub id's snapshot, a redirect: not judged here
+            return []
+        path, said = model[1], f"model '{escaped(model[1])}' (vLLM loads the tokenizer from it: no --tokenizer)"
+        fix = (
+            f"put the tokenizer's files ({SOME_TOKENIZER_FILES}) into {escaped(path)}, "
+            "or give --tokenizer the directory (or hub id) that holds them"
+        )
+    why = _no_tokenizer(os.path.join(command.working_directory(), path))
+    return [] if why is None else [(False, f"{said}: {why}: vLLM fails loading it at start", fix, False)]
+
+
+def _no_tokenizer(path: str) -> str | None:
+    """Why `path` holds no tokenizer AutoTokenizer loads; None when it may (or is no path here)."""
+    try:
+        info = os.stat(path)
+    except (OSError, ValueError):
+        return None  # a hub id: vLLM's to fetch
+    if stat.S_ISDIR(info.st_mode):
+        try:
+            with os.scandir(path) as entries:
+                names = [entry.name for _, entry in zip(range(WALK_LIMIT), entries, strict=False)]
+        except OSError:
+            return None
+        if len(names) == WALK_LIMIT or any(_tokenizer_file(name) for name in names):
+            return None
+        return f"the directory holds no tokenizer file ({SOME_TOKENIZER_FILES})"
+    if not stat.S_ISREG(info.st_mode):
+        kind = "a fifo" if stat.S_ISFIFO(info.st_mode) else "a device" if stat.S_ISCHR(info.st_mode) else "no file"
+        return f"it is {kind}, not a directory"
+    try:
+        head = read_regular(path, 4, follow_symlinks=True, head=True)
+    except OSError:
+        head = b""
+    return None if path.endswith(".gguf") or head == b"GGUF" else "it is a file, not a directory (nor a GGUF file)"
+
+
+def _tokenizer_file(name: str) -> bool:
+    low = name.lower()
+    return low.startswith(TOKENIZER_NAMES) or low.endswith(TOKENIZER_SUFFIXES)
