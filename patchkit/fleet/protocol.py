@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from patchkit.base import hints
 from patchkit.base.enums import Outcome, TreeState
-from patchkit.base.errors import CheckFailed, PatchkitError, TargetError
+from patchkit.base.errors import INTERRUPTED, CheckFailed, PatchkitError, TargetError
 from patchkit.base.options import Options
 from patchkit.fleet import LEASE
 from patchkit.fleet.states import FleetPhase, NodeState
@@ -32,6 +32,8 @@ class ClusterError(TargetError):
 class Interrupted(PatchkitError):
     """SIGTERM, Ctrl-C or SIGHUP during a fleet run, after what had to be undone was undone: exit 128 +
     the signal's number, as patchkit's other commands."""
+
+    exit_code = INTERRUPTED  # the class's (SIGINT's): never 1, which says a check failed
 
     def __init__(self, message: str, *, signum: int, hint: str | None = None):
         super().__init__(message, hint=hint)
