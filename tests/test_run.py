@@ -612,6 +612,27 @@ def test_a_mistyped_option_is_not_launched_and_gets_the_option_it_looks_like(lau
     assert said.rstrip().endswith("error: not launched: fix the launch command, then run it again"), said
 
 
+@pytest.mark.parametrize("apply_first", [False, True])
+def test_a_damaged_record_is_not_launched_saying_the_tree_needs_its_repair(launch, apply_first):
+    """Review38 B8: a refusal of the tree's own record (exit 2) ended with "fix the launch command",
+    though the command was right: the end says the tree needs the repair named above it, which
+    once made lets the same command run."""
+    tree, library, command, env, marker = launch
+    assert run_cli_writing("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    record = Path(tree) / ".patchkit/state.json"
+    good = record.read_bytes()
+    record.write_text('{"chosen": [')
+    _, done = patchkit_run(tree, library, command, env, *(["--apply"] if apply_first else []))
+    assert_clean_failure(done, 2)
+    said = " ".join(done.stderr.split())
+    assert f"{record} is damaged" in said and not marker.exists(), said
+    assert "fix the launch command" not in said, said
+    if not apply_first:  # (--apply: apply's own refusal ends the run, as any failed apply)
+        assert said.endswith("error: not launched: the tree needs the repair above first, then run it again"), said
+    record.write_bytes(good)
+    assert patchkit_run(tree, library, command, env)[1].returncode == 7
+
+
 def test_stale_checked_hash_bytecode_stops_a_run_whose_python_never_checks_hashes(launch):
     """A checked-hash .pyc of the stock file runs unchecked under --check-hash-based-pycs never:
     run reads the option from the launch and does not launch; the .pyc gone, it launches."""

@@ -165,6 +165,11 @@ class BadInput(PatchkitError):
     exit_code = BAD_INPUT
 
 
+class TreeRefused(BadInput):
+    """The target's own record, journal or .patchkit/ is in a state no command acts on (damaged,
+    not patchkit's, unsealed): the tree needs the repair the hint names, whatever the command."""
+
+
 class NoPatchSet(PatchkitError):
     """The library has no patch set for this vLLM version."""
 

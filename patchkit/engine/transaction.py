@@ -53,7 +53,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from patchkit.base import hints, locks, notes, seal, signals
-from patchkit.base.errors import BadInput, LockBusy, TargetError, escaped
+from patchkit.base.errors import BadInput, LockBusy, TargetError, TreeRefused, escaped
 from patchkit.base.fsutil import (
     NO_SPACE,
     Landed,
@@ -572,7 +572,7 @@ def _discard(root: Path, journal: Journal) -> str:
     return txid
 
 
-def _unsealed_refusal(root: Path, journal: Journal) -> BadInput:
+def _unsealed_refusal(root: Path, journal: Journal) -> TreeRefused:
     """A marker whose seal does not verify: nothing shows that this user's patchkit wrote the
     journal for this tree, so nothing is touched, and the user is told why and how to go on."""
     paths = [entry["path"] for entry in journal["files"]]
@@ -594,7 +594,7 @@ def _unsealed_refusal(root: Path, journal: Journal) -> BadInput:
         "rolls it back, keeping a copy of each file it replaces or removes (state.json stays as it is); "
         f"if not, {hints.command('recover', '--discard')} removes the journal and changes no file"
     )
-    return BadInput(
+    return TreeRefused(
         said + (":" + one_a_line(paths, f"{journal_path(root)} lists every one") if paths else ""), hint=hint
     )
 
@@ -631,7 +631,7 @@ def _evidence(root: Path, journal: Journal) -> _Evidence:
     return _Evidence(frozenset(e["path"] for e in files[:reached]), identities, sealed, frozenset(theirs))
 
 
-def _undecided(root: Path, paths: list[str], journal: Journal) -> BadInput:
+def _undecided(root: Path, paths: list[str], journal: Journal) -> TreeRefused:
     """Recovery whose originals for these files cannot go back (damaged or gone) stops: the
     journal and the saved originals stay, the files are named, and so are the ways on. A journal
     is read back from the tree and may be none of patchkit's: no file is deleted on its word alone,
@@ -642,7 +642,7 @@ def _undecided(root: Path, paths: list[str], journal: Journal) -> BadInput:
         f"holds its sha256's bytes), so an interrupted patchkit transaction cannot be rolled back; {kept}"
         + (":" + one_a_line(paths, f"{journal_path(root)} lists every one") if len(paths) > 1 else "")
     )
-    return BadInput(said, hint=_undecided_hint(root, paths, journal))
+    return TreeRefused(said, hint=_undecided_hint(root, paths, journal))
 
 
 def _one_or_count(paths: list[str]) -> str:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from patchkit.base import seal
-from patchkit.base.errors import BadInput, escaped, quoted
+from patchkit.base.errors import BadInput, TreeRefused, escaped, quoted
 from patchkit.base.fsutil import fsync_dir, json_text, load_json_text, read_file, unplain_prefixes
 from patchkit.store.objects import objects_dir
 from patchkit.store.state import (
@@ -229,9 +229,9 @@ def previous_state(root: Path, journal: Journal) -> State:
 # --------------------------------------------------------------------------- reading
 
 
-def journal_refusal(root: Path, what: str) -> BadInput:
+def journal_refusal(root: Path, what: str) -> TreeRefused:
     path = journal_path(root)
-    return BadInput(
+    return TreeRefused(
         f"{path} is damaged or was not written by patchkit ({what}); nothing was touched",
         hint=f"inspect or remove {path} (restore the files it names by hand, or reinstall vLLM)",
     )

@@ -44,7 +44,7 @@ from typing import Any, Protocol, TypedDict
 from packaging.version import InvalidVersion, Version
 
 from patchkit.base import hints
-from patchkit.base.errors import BadInput, escaped, quoted
+from patchkit.base.errors import TreeRefused, escaped, quoted
 from patchkit.base.fsutil import (
     MAX_TREE_FILE_BYTES,
     Origin,
@@ -159,10 +159,10 @@ def _require_kind(path: Path, is_kind: Callable[[int], bool], kind: str) -> None
     except FileNotFoundError:
         return
     except OSError as exc:
-        raise BadInput(f"cannot inspect {path}: {exc.strerror}") from exc
+        raise TreeRefused(f"cannot inspect {path}: {exc.strerror}") from exc
     if not is_kind(mode):
         what = "a symlink (patchkit never follows one out of the tree)" if stat.S_ISLNK(mode) else "not " + kind
-        raise BadInput(
+        raise TreeRefused(
             f"{path} is {what}",
             hint=f"inspect or remove {path} (patchkit wrote none like it)",
         )
@@ -179,12 +179,12 @@ def read_meta_file(path: Path) -> bytes | None:
         raise _damaged(path, exc.strerror or str(exc)) from exc
 
 
-def _damaged(path: Path, what: str) -> BadInput:
+def _damaged(path: Path, what: str) -> TreeRefused:
     """A damaged record: patchkit wrote nothing. Moved aside, not deleted (it names the originals
     kept in objects/); with no record, revert undoes the series it finds applied."""
     if path.name != "state.json":  # the journal (read_meta_file) says its own
-        return BadInput(f"{path} is damaged ({what})", hint=f"inspect or remove {path}; patchkit wrote nothing")
-    return BadInput(
+        return TreeRefused(f"{path} is damaged ({what})", hint=f"inspect or remove {path}; patchkit wrote nothing")
+    return TreeRefused(
         f"{path} is damaged ({what}); patchkit wrote nothing",
         hint=f"inspect it, or move it aside (mv {shlex.quote(str(path))} {shlex.quote(f'{path}.damaged')}); "
         f"then {hints.command('revert')} undoes the series it finds applied",

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, NoReturn
 import click
 
 from patchkit.base import hints
-from patchkit.base.errors import PatchkitError, TargetError
+from patchkit.base.errors import PatchkitError, TargetError, TreeRefused
 from patchkit.base.options import Options
 from patchkit.cli.commands import make_ui
 from patchkit.cli.commands.options import target_options
@@ -95,7 +95,9 @@ def _not_launched(ui: UI, error: PatchkitError) -> PatchkitError:
     """A preflight that could not finish (a command vLLM's parser refuses): its error and fix said,
     then that nothing ran, as after a failed preflight; the exit code stays the error's."""
     ui.error(error.message, error.hint)
-    stop = PatchkitError("not launched: fix the launch command, then run it again")
+    # a refusal of the tree's own record or journal: the command may be right, the repair is the tree's
+    fix = "the tree needs the repair above first" if isinstance(error, TreeRefused) else "fix the launch command"
+    stop = PatchkitError(f"not launched: {fix}, then run it again")
     stop.exit_code = error.exit_code
     return stop
 
