@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from cli_server import run_patchkit_with_pid
-from helpers import make_patch, run_cli, stale_pyc_under_prefix, write_library, write_tree
+from helpers import make_patch, run_cli_judged, stale_pyc_under_prefix, write_library, write_tree
 from packaging.version import Version
 
 from patchkit.series.library import default_root
@@ -482,7 +482,7 @@ def apply_fix(tree: Path, library: Path, python: str | None = None) -> str:
 
 
 def applied(tree: Path, library: Path) -> None:
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    assert run_cli_judged("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
 
 
 # Named by `name=`: a test that takes `launch` then shadows no name its module imports.

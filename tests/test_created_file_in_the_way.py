@@ -19,7 +19,7 @@ from helpers import (
     SPEC_PY,
     make_patch,
     pip_install,
-    run_cli,
+    run_cli_judged,
     run_cli_read_only,
     run_cli_writing,
     write_library,
@@ -50,7 +50,7 @@ def _fix(said: str) -> str:
 def test_a_file_the_set_creates_that_is_the_users_is_said_so_and_moved_aside_by_the_fix(tmp_path):
     site, library = _tree(tmp_path)
     for command in (["status"], ["apply", "--no-import"], ["apply", "--no-import", "--force"]):
-        done = run_cli(*command, "--target", site, "--patches", library)
+        done = run_cli_judged(*command, "--target", site, "--patches", library)
         said = done.stdout + done.stderr
         assert done.returncode == 1, said
         assert f"{ADDED}, which the series creates, already exists and is not patchkit's" in said, said

@@ -13,7 +13,17 @@ import stat
 from pathlib import Path
 
 import pytest
-from helpers import EAGLE_MODEL, MODEL, SPEC, make_patch, patched_spec, record_created, run_cli, snapshot, write_library
+from helpers import (
+    EAGLE_MODEL,
+    MODEL,
+    SPEC,
+    make_patch,
+    patched_spec,
+    record_created,
+    run_cli_judged,
+    snapshot,
+    write_library,
+)
 
 import patchkit._target.guard as target_guard
 import patchkit.engine.inspection as inspection
@@ -89,7 +99,7 @@ def test_a_recorded_path_over_the_depth_bound_is_damaged_to_every_command(applie
     (applied / OVER_BOUND).parent.mkdir(parents=True)  # the directories exist: every one would be walked
     record_created(applied, [OVER_BOUND], their_bytes=True)
     before = snapshot(applied)
-    done = run_cli(command, "--target", applied, "--patches", open_library)
+    done = run_cli_judged(command, "--target", applied, "--patches", open_library)
     said = " ".join(done.stderr.split())
     assert done.returncode == 2, said
     assert "state.json is damaged" in said and "directories deep, deeper than any file of a package" in said, said
@@ -114,7 +124,7 @@ def test_a_record_over_the_depth_bound_is_refused_before_its_directories_are_loo
 def test_a_journal_naming_a_path_over_the_depth_bound_is_damaged(run, applied, open_library):
     entry = {"path": OVER_BOUND, "before": None, "after": "ab" * 32}
     (applied / ".patchkit" / "journal.json").write_text(json.dumps({"id": "a1", "files": [entry]}))
-    done = run_cli("status", "--target", applied, "--patches", open_library)
+    done = run_cli_judged("status", "--target", applied, "--patches", open_library)
     said = " ".join(done.stderr.split())
     assert done.returncode == 2 and "journal.json is damaged" in said and "directories deep" in said, said
 

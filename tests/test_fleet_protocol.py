@@ -23,7 +23,7 @@ from patchkit.base.errors import CHECK_FAILED, INTERRUPTED, TARGET_PROBLEM
 from patchkit.base.options import Options
 from patchkit.fleet.cluster import RayRunner, ray_failure
 from patchkit.fleet.node import command_line, target_arguments
-from patchkit.fleet.protocol import Batch, Node, NodeReport, fleet_apply, run_each
+from patchkit.fleet.protocol import Batch, ClusterError, Node, NodeReport, fleet_apply, run_each
 
 PACKAGE = Path(patchkit.__file__).parent
 NODES = [Node(f"{i:056x}", f"10.0.{i // 256}.{i % 256}") for i in range(100)]
@@ -99,6 +99,7 @@ class SimulatedFleet:
         self.batches: list[tuple[str, int]] = []  # each run: its step and how many nodes it asked at once
         self.decisions: list[bool] = []  # each decide()'s commit, in order
         self.gave_up = False  # the nodes decided abort first (the driver silent past their lease)
+        self.store_down = False  # the cluster's key-value store does not answer
 
     def run(self, step, nodes, request):
         self.batches.append((step, len(nodes)))
@@ -108,6 +109,8 @@ class SimulatedFleet:
 
     def decide(self, commit: bool) -> bool:
         self.decisions.append(commit)
+        if self.store_down:
+            raise ClusterError("phase 2: cannot record this run's commit in the Ray cluster: RpcError: unavailable")
         return not (commit and self.gave_up)
 
     def answer(self, step: str, node: Node, request: dict) -> NodeReport:
@@ -244,6 +247,28 @@ def test_status_of_nodes_applied_beside_nodes_not_names_the_fix_for_the_fleet():
         "`patchkit fleet revert --address head:6379` reverts every node"
     ]
     assert run_each(SimulatedFleet(), "status", NODES, REQUEST).notes == []
+
+
+def test_a_decision_the_cluster_cannot_record_is_exit_4_every_node_rolled_back_never_a_crash():
+    """The GCS unreachable as the driver commits: its error (Ray's RpcError) reached the command's
+    top level as "internal error ... a patchkit bug", exit 70, the nodes left undecided."""
+    fleet = SimulatedFleet()
+    fleet.store_down = True
+    result = fleet_apply(fleet, NODES, REQUEST)
+    assert result.error.exit_code == TARGET_PROBLEM and "cannot record this run's commit" in result.error.message
+    assert "every node this run wrote was reverted" in result.error.message
+    assert fleet.applied == set() and states(result) == {"rolled-back": 100} and fleet.decisions == [True, False]
+
+
+def test_the_ray_runners_decision_in_an_unreachable_store_is_a_cluster_error():
+    class DownLedger:
+        def put_new(self, key, value):
+            raise ConnectionError("failed to connect to all addresses")
+
+    cluster = object.__new__(RayRunner)
+    cluster.ledger, cluster.run_id = DownLedger(), "r" * 32
+    with pytest.raises(ClusterError, match="cannot record this run's commit in the Ray cluster: ConnectionError"):
+        cluster.decide(commit=True)
 
 
 def test_mixed_versions_each_their_own_series_unless_refused():

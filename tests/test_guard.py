@@ -24,6 +24,7 @@ from helpers import (
     make_venv,
     purelib,
     run_cli,
+    run_cli_judged,
     run_cli_read_only,
     run_cli_writing,
     warm_pycache_prefix,
@@ -374,7 +375,7 @@ def test_a_guard_record_naming_another_file_is_refused_and_the_file_kept(tmp_pat
     state = _state(site)
     state.setdefault("guard", {})[named] = hashlib.sha256(content).hexdigest()
     _write_state(site, state)
-    done = run_cli(command, "--target", site, "--patch", diff)
+    done = run_cli_judged(command, "--target", site, "--patch", diff)
     assert_clean_failure(done, 2)
     assert repr(named) in done.stderr and "launch guard" in done.stderr
     assert victim.read_bytes() == content
@@ -462,7 +463,7 @@ def test_a_series_record_naming_a_guard_file_is_refused(patched, named):
     state["entries"][0]["files"][named] = {"before": None, "after": current}
     _write_state(site, state)
     for command in ("revert", "status"):
-        done = run_cli(command, "--target", site, "--patch", diff)
+        done = run_cli_judged(command, "--target", site, "--patch", diff)
         assert_clean_failure(done, 2)
         assert repr(named) in done.stderr
     assert (site / named).exists()
@@ -662,7 +663,7 @@ def test_apply_on_a_metadata_the_guard_cannot_read_is_a_tree_problem_not_a_bug(p
     site, diff, _ = patched
     spoil(site / "vllm-0.16.0.dist-info")
     for command in ("apply", "status"):
-        done = run_cli(command, "--target", site, "--patch", diff)
+        done = run_cli_judged(command, "--target", site, "--patch", diff)
         assert done.returncode in (1, 2, 4), (command, done.stdout + done.stderr)
         assert "internal error" not in done.stderr and "METADATA" in done.stdout + done.stderr, done.stderr
 
@@ -676,7 +677,7 @@ def test_a_metadata_symlinked_to_its_copy_is_read_as_vllm_reads_it(patched):
     (info / "METADATA").symlink_to("METADATA.real")
     assert _load(site).returncode == 0, _load(site).stderr[-800:]
     for command in ("status", "apply"):
-        done = run_cli(command, "--target", site, "--patch", diff)
+        done = run_cli_judged(command, "--target", site, "--patch", diff)
         assert done.returncode == 0, (command, done.stdout + done.stderr)
 
 
@@ -731,7 +732,7 @@ def test_a_guard_record_naming_a_users_file_in_a_guard_dist_info_keeps_it(patche
     state = _state(site)
     state["guard"] = {f"{info.name}/{name}": hashlib.sha256(victim.read_bytes()).hexdigest()}
     _write_state(site, state)
-    done = run_cli(command, "--target", site, *(["--patch", diff, "--guard"] if command == "apply" else []))
+    done = run_cli_judged(command, "--target", site, *(["--patch", diff, "--guard"] if command == "apply" else []))
     assert done.returncode == 0, done.stdout + done.stderr
     assert victim.read_text() == "user data: not a guard's\n"
     if command == "revert":  # (apply replacing an older guard keeps what is not one without a word)

@@ -1432,7 +1432,7 @@ def test_under_a_pycache_prefix_the_guard_refuses_exactly_when_the_commands_fail
     if build is pycache_holds_stock_bytecode_unread_under_the_prefix:
         assert not refuses  # Python under a prefix never reads __pycache__: the patched source runs
     for words in _named_commands((json.loads(status.stdout).get("guard") or {}).get("fix") or ""):
-        done = run_cli(*words[1:], env=env) if words[0] == "patchkit" else subprocess.run(words, check=False)
+        done = run_cli_judged(*words[1:], env=env) if words[0] == "patchkit" else subprocess.run(words, check=False)
         assert done.returncode == 0, words
     assert load_plugins_like_vllm(tree.site, **env).returncode == 0
     assert run_cli("run", *own, "--", *prefixed).returncode == 0
@@ -1682,7 +1682,7 @@ def test_in_a_venv_the_guard_refuses_exactly_when_the_commands_fail_and_the_fix_
     assert failing == (set(said) if refuses else set()), (refuses, said, status.stdout)
     report = json.loads(status.stdout)
     for words in _named_commands((report.get("guard") or {}).get("fix") or report.get("hint") or ""):
-        done = run_cli(*words[1:]) if words[0] == "patchkit" else subprocess.run(words, check=False)
+        done = run_cli_judged(*words[1:]) if words[0] == "patchkit" else subprocess.run(words, check=False)
         assert done.returncode == 0, (words, getattr(done, "stdout", ""))
     after = venv.guard()
     assert after.returncode == 0 and "patchkit_guard" in after.stdout, after.stderr[-600:]
@@ -1935,7 +1935,9 @@ def test_stale_bytecode_of_the_guard_itself_fails_the_commands_and_the_named_fix
     else:
         assert any(words[:2] == ["patchkit", "apply"] for words in named), fix
     for words in named:
-        done = run_cli(*words[1:], *own, env=env) if words[0] == "patchkit" else subprocess.run(words, check=False)
+        done = (
+            run_cli_judged(*words[1:], *own, env=env) if words[0] == "patchkit" else subprocess.run(words, check=False)
+        )
         assert done.returncode == 0, words
     status = run_cli_read_only("status", *own, env=env)
     assert status.returncode == 0, status.stdout + status.stderr

@@ -14,7 +14,7 @@ from helpers import (
     make_patch,
     patched_spec,
     record_created,
-    run_cli,
+    run_cli_judged,
     run_cli_writing,
     write_library,
     write_tree,
@@ -30,7 +30,7 @@ def test_status_verify_and_apply_name_a_few_refused_files_and_revert_as_the_fix(
     assert run("apply", "--target", tree, "--patches", open_library).exit_code == 0
     record_created(tree, [CREATED.format(i) for i in range(MANY)])
     for command in ("status", "verify", "apply"):
-        done = run_cli(command, "--target", tree, "--patches", open_library)
+        done = run_cli_judged(command, "--target", tree, "--patches", open_library)
         said = done.stdout + done.stderr
         assert done.returncode == (0 if command == "apply" else 1), said
         assert len(said) < 3_000, said[:3_000]
@@ -41,7 +41,7 @@ def test_status_verify_and_apply_name_a_few_refused_files_and_revert_as_the_fix(
     # the fix named is true: revert, then apply, and the guard lets the tree launch
     assert run_cli_writing("revert", "--target", tree, "--patches", open_library).returncode == 0
     assert run_cli_writing("apply", "--target", tree, "--patches", open_library).returncode == 0
-    done = run_cli("status", "--target", tree, "--patches", open_library)
+    done = run_cli_judged("status", "--target", tree, "--patches", open_library)
     assert done.returncode == 0, done.stdout + done.stderr
 
 
@@ -59,7 +59,7 @@ def test_a_recorded_path_holding_a_newline_is_shown_escaped(run, tree, open_libr
     record_created(tree, ["vllm/zz/a\nb.py"])
     said = target_guard.refusal(str(tree), target_guard.find_problems(str(tree)))
     assert "\n" not in said and "vllm/zz/a\\x0ab.py is gone" in said, said
-    done = run_cli("status", "--target", tree, "--patches", open_library)
+    done = run_cli_judged("status", "--target", tree, "--patches", open_library)
     guard = next(line for line in done.stdout.splitlines() if line.startswith("guard:"))
     assert "vllm/zz/a\\x0ab.py is gone, as before patchkit created it" in guard, done.stdout
 
@@ -84,7 +84,7 @@ def test_a_drifted_recorded_path_holding_a_newline_is_one_line(run, tree, open_l
     (tree / "vllm" / "zz").mkdir(parents=True)
     (tree / rel).write_text("x = 1\n")  # there, not what the record says patchkit wrote: drifted
     record_created(tree, [rel])
-    done = run_cli("status", "--target", tree, "--patches", open_library)
+    done = run_cli_judged("status", "--target", tree, "--patches", open_library)
     lines = done.stdout.splitlines()
     assert "vllm/zz/a\\x0ab.py: drifted: edited after patchkit patched it" in lines, done.stdout
     assert not any(line.startswith("b.py") for line in lines), done.stdout
@@ -105,7 +105,7 @@ def test_another_sets_files_no_patch_writes_are_fixed_by_reverting_it(tmp_path, 
     data = json.loads((tree / ".patchkit" / "state.json").read_text())
     assert [e["set"] for e in data["entries"]] == ["spec", "model-fix"]
     record_created(tree, [CREATED.format(i) for i in range(5)])  # in spec's record
-    done = run_cli("status", "--target", tree, "--patches", library, "--set", "model-fix")
+    done = run_cli_judged("status", "--target", tree, "--patches", library, "--set", "model-fix")
     said = " ".join((done.stdout + done.stderr).split())
     assert done.returncode == 1, said
     assert f"`patchkit revert --target {tree} --patches {library} --set spec` (its record names files" in said, said
@@ -117,7 +117,7 @@ def test_another_sets_files_no_patch_writes_are_fixed_by_reverting_it(tmp_path, 
     # the fix is true: the commands it names clear the guard's refusal
     assert run_cli_writing("revert", "--target", tree, "--patches", library, "--set", "spec").returncode == 0
     assert run_cli_writing("apply", "--target", tree, "--patches", library, "--set", "spec").returncode == 0
-    assert run_cli("status", "--target", tree, "--patches", library).returncode == 0
+    assert run_cli_judged("status", "--target", tree, "--patches", library).returncode == 0
 
 
 def test_status_and_verify_say_one_fix_of_many_drifted_files_once(run, tree, open_library):
@@ -131,7 +131,7 @@ def test_status_and_verify_say_one_fix_of_many_drifted_files_once(run, tree, ope
         (tree / rel).write_text("x = 1\n")
     record_created(tree, edited)
     for command in ("status", "verify"):
-        done = run_cli(command, "--target", tree, "--patches", open_library)
+        done = run_cli_judged(command, "--target", tree, "--patches", open_library)
         assert done.returncode == 1, done.stdout + done.stderr
         drifted = [line for line in done.stdout.splitlines() if "drifted: edited after" in line]
         assert drifted == [
@@ -140,5 +140,7 @@ def test_status_and_verify_say_one_fix_of_many_drifted_files_once(run, tree, ope
         ], done.stdout[:2000]
         assert done.stdout.count("--force` (keeps a copy of the edits), then `patchkit apply") == 1, done.stdout[:2000]
         assert len(done.stdout.splitlines()) < 20, done.stdout[:2000]
-        document = json.loads(run_cli(command, "--target", tree, "--patches", open_library, "--format", "json").stdout)
+        document = json.loads(
+            run_cli_judged(command, "--target", tree, "--patches", open_library, "--format", "json").stdout
+        )
         assert set(edited) <= set(document["drifted"])

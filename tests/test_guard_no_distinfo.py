@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import load_plugins_like_vllm, run_cli, run_cli_read_only, run_cli_writing
+from helpers import load_plugins_like_vllm, run_cli_judged, run_cli_read_only, run_cli_writing
 from launch_fixtures import DEEPSEEK_V3, DRAFTER, findings, serve, write_eagle3_setup, write_model
 
 
@@ -43,17 +43,17 @@ def test_the_guards_refusal_says_no_dist_info_and_the_named_fix_ends_the_refusal
     assert "no vllm-*.dist-info" in status.stdout, status.stdout
     command = serve(write_model(tmp_path / "ds", DEEPSEEK_V3), write_model(tmp_path / "drafter", DRAFTER))
     pre = ("preflight", "--target", tree, "--patches", library, "--format", "json", "--no-import", "--", *command)
-    found = findings(run_cli(*pre))["tree-state"]
+    found = findings(run_cli_judged(*pre))["tree-state"]
     assert not found["ok"] and "vLLM None" not in found["message"], found
     fix = _fix(status.stdout)
     assert fix[0] == "apply" and _fix(found["fix"]) == fix, (status.stdout, found)
-    applied = run_cli(*fix, "--no-import")
+    applied = run_cli_judged(*fix, "--no-import")
     said = " ".join((applied.stdout + applied.stderr).split())
     assert applied.returncode == 0 and "still refuses" not in said, said
     assert "launch guard removed" in said and "no vllm-*.dist-info" in said, said
     assert load_plugins_like_vllm(tree).returncode == 0
     assert run_cli_read_only("status", "--target", tree, "--patches", library).returncode == 0
-    assert findings(run_cli(*pre))["tree-state"]["ok"]
+    assert findings(run_cli_judged(*pre))["tree-state"]["ok"]
 
 
 def test_a_dist_info_without_a_version_is_said_as_such(bare):
@@ -103,7 +103,7 @@ def test_a_metadata_version_that_is_no_version_names_both_fixes(tmp_path):
     --vllm-version then works."""
     tree, library = _metadata_with_version(tmp_path, "0.16.0-garbage!!")
     for command in ("status", "apply"):
-        done = run_cli(command, "--target", tree, "--patches", library)
+        done = run_cli_judged(command, "--target", tree, "--patches", library)
         assert done.returncode == 2, done.stdout + done.stderr
         hint = " ".join(done.stderr.split()).partition("hint: ")[2]
         assert "--vllm-version 0.16.0" in hint and "vllm-0.16.0.dist-info" in hint and "vllm==0.16.0" in hint, hint

@@ -515,7 +515,7 @@ def run_damaged(tmp_path: Path, plant: Callable[[Scene], None], command: str):
     launch = ("--", "vllm", "serve", str(tmp_path)) if command in ("preflight", "run") else ()
     launch = ("--no-import", *launch) if command == "preflight" else launch
     patch = () if command == "recover" else ("--patch", scene.patch)
-    return run_cli(command, "--target", scene.tree, *patch, *launch)
+    return run_cli_judged(command, "--target", scene.tree, *patch, *launch)
 
 
 @pytest.mark.parametrize("plant", [state_path_lone_surrogate, journal_path_lone_surrogate], ids=lambda p: p.__name__)
@@ -683,7 +683,7 @@ def test_a_long_run_of_lone_surrogates_is_quoted_bounded(tmp_path):
         SPEC
     )
     scene.write_json("state.json", state)
-    done = run_cli("status", "--target", scene.tree, "--patch", scene.patch)
+    done = run_cli_judged("status", "--target", scene.tree, "--patch", scene.patch)
     assert done.returncode == REFUSED and "lone surrogate" in done.stderr, done.stderr[:2000]
     assert len(done.stdout + done.stderr) < 4000, len(done.stdout + done.stderr)
     assert "(\\udcff\\udcff\\udcff\\udcff... (200,000 in a row))" in done.stderr, done.stderr[:2000]

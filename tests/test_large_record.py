@@ -12,7 +12,17 @@ from types import SimpleNamespace
 from typing import ClassVar
 
 import pytest
-from helpers import EAGLE_MODEL, MODEL, SPEC, make_patch, patched_spec, record_created, run_cli, snapshot, write_library
+from helpers import (
+    EAGLE_MODEL,
+    MODEL,
+    SPEC,
+    make_patch,
+    patched_spec,
+    record_created,
+    run_cli_judged,
+    snapshot,
+    write_library,
+)
 
 import patchkit._target.guard as target_guard
 import patchkit.engine.inspection as inspection
@@ -189,7 +199,7 @@ def test_a_record_of_more_files_than_patchkit_records_is_damaged_to_the_commands
     run, applied, open_library
 ):
     record_many(applied, MAX_RECORDED_FILES)  # more than the most, with the set's own files
-    done = run_cli("status", "--target", applied, "--patches", open_library)
+    done = run_cli_judged("status", "--target", applied, "--patches", open_library)
     assert done.returncode == 2, done.stderr
     said = " ".join(done.stderr.split())
     assert "is damaged (it records" in said and f"at most {MAX_RECORDED_FILES:,}" in said, said

@@ -35,6 +35,7 @@ from helpers import (
     patched_spec,
     pip_install,
     run_cli,
+    run_cli_judged,
     run_cli_read_only,
     run_cli_writing,
     write_library,
@@ -237,7 +238,7 @@ def test_the_guard_s_fix_after_a_vllm_upgrade_applies_the_recorded_sets_only(tmp
         said = status.stdout + status.stderr
         assert status.returncode == 1 and f"fix: run {recorded} (it records" in said, said
         assert said.count(f"fix: {recorded} discards them") == 1, said  # the stale records' one warning
-    fixed = run_cli(*shlex.split(recorded.strip("`"))[1:], "--no-import")
+    fixed = run_cli_judged(*shlex.split(recorded.strip("`"))[1:], "--no-import")
     assert fixed.returncode == 0, fixed.stdout + fixed.stderr
     assert run_cli_read_only("status", "--target", tree, "--patches", library, "--set", "spec").returncode == 0
     assert sorted(e.set_name for e in read_state(tree).entries) == ["model", "spec"]  # `other` left alone
@@ -300,13 +301,13 @@ def test_a_guard_that_no_longer_loads_is_said_by_status_and_fails_a_launch_until
     no_vllm = {**os.environ, "PATH": str(tmp_path / "empty")}  # run's exec fails (exit 4): it got that far
     launch = ["vllm", "serve", str(model)]
     for command in (["preflight", "--no-import"], ["run"]):
-        done = run_cli(*command, *one, "--", *launch, env=no_vllm)
+        done = run_cli_judged(*command, *one, "--", *launch, env=no_vllm)
         assert (
             done.returncode == 1 and "tree-state: the launch guard an apply installed no longer loads" in done.stdout
         ), done.stdout
     off = run_cli("run", *one, "--", "env", "PATCHKIT_GUARD=off", *launch, env=no_vllm)
     assert off.returncode == 4, off.stdout + off.stderr  # a launch that turns the guard off loses nothing
-    fixed = run_cli(*shlex.split(fixes[then]), "--no-import")
+    fixed = run_cli_judged(*shlex.split(fixes[then]), "--no-import")
     assert fixed.returncode == 0, fixed.stdout + fixed.stderr
     assert is_installed(tree) == (not then)
     status = run_cli_read_only("status", *one)
@@ -328,18 +329,22 @@ def test_a_needed_set_left_out_by_set_passes_when_the_record_shows_it_whole_and_
     no_vllm = {**os.environ, "PATH": str(tmp_path / "empty")}  # run's exec fails (exit 4): it got that far
     options = ("--no-import",) if command == "preflight" else ()
     launch = ["--", *serve(target, drafter, *TOOLS)]
-    done = run_cli(command, "--target", tree, "--patches", lib, *options, "--set", "eagle3", *launch, env=no_vllm)
+    done = run_cli_judged(
+        command, "--target", tree, "--patches", lib, *options, "--set", "eagle3", *launch, env=no_vllm
+    )
     assert done.returncode == (0 if command == "preflight" else 4), done.stdout + done.stderr
     note = "note: this launch needs tools (--tool-call-parser demo/demo_v2), left out by --set: its record says applied, no drift"
     assert note in done.stderr.splitlines(), done.stderr
     (tree / PARSER).write_text((tree / PARSER).read_text() + "# edited\n")
-    edited = run_cli(command, "--target", tree, "--patches", lib, *options, "--set", "eagle3", *launch, env=no_vllm)
+    edited = run_cli_judged(
+        command, "--target", tree, "--patches", lib, *options, "--set", "eagle3", *launch, env=no_vllm
+    )
     assert edited.returncode == 1 and LEFT_OUT in edited.stdout, edited.stdout + edited.stderr
     # preflight takes one --set: its fix runs it again with the other set (added, it was a usage error)
     add = "run it again with `--set tools` instead" if command == "preflight" else "add `--set tools`"
     assert f"{add}, or give no --set" in edited.stdout, edited.stdout
     other = ("--set", "tools") if command == "preflight" else ("--set", "eagle3", "--set", "tools")
-    fixed = run_cli(command, "--target", tree, "--patches", lib, *options, *other, *launch, env=no_vllm)
+    fixed = run_cli_judged(command, "--target", tree, "--patches", lib, *options, *other, *launch, env=no_vllm)
     assert fixed.returncode == 1 and "changed after patchkit wrote them" in fixed.stdout, fixed.stdout + fixed.stderr
 
 
@@ -399,7 +404,7 @@ def test_a_special_file_in_place_of_a_patched_file_is_refused_with_a_fix_that_en
         (tree / SPEC).symlink_to("/dev/null")
     selection = ("--target", tree, "--patches", library)
     for command in (("status", "--set", "spec"), ("revert",), ("verify", "--no-import", "--set", "spec")):
-        done = run_cli(*command, *selection)
+        done = run_cli_judged(*command, *selection)
         assert done.returncode == 2 and f"hint: remove {tree / SPEC} (rm -r for a directory)" in done.stderr, (
             command,
             done.stderr,
@@ -430,5 +435,5 @@ def test_the_note_of_a_tree_with_some_sets_applied_names_a_status_command_that_r
     commands = [c for c in re.findall(r"`patchkit ([^`]*)`", note) if c.startswith("status")]
     assert len(commands) == 2, note  # one per set applied (read25: each runs)
     for command in commands:
-        done = run_cli(*shlex.split(command))
+        done = run_cli_judged(*shlex.split(command))
         assert done.returncode == 0, done.stdout + done.stderr

@@ -13,7 +13,7 @@ import shlex
 import sys
 
 import pytest
-from helpers import make_patch, run_cli, run_cli_read_only, run_cli_writing, write_library
+from helpers import make_patch, run_cli, run_cli_judged, run_cli_read_only, run_cli_writing, write_library
 from importable_vllm import venv_importing, write_refusing_engine_args
 from launch_fixtures import (
     DEEPSEEK_V3,
@@ -66,7 +66,7 @@ def test_a_launch_on_a_stock_tree_gets_one_fix_applying_the_sets_it_needs(three)
     )
     assert fixes(json_done) == {one}
     # as pasted: the launch then passes, and the set it does not use stays as it was
-    applied = run_cli(*shlex.split(one.removeprefix("run `patchkit ").removesuffix("`")))
+    applied = run_cli_judged(*shlex.split(one.removeprefix("run `patchkit ").removesuffix("`")))
     assert applied.returncode == 0, applied.stdout + applied.stderr
     again = run_cli_read_only("preflight", "--target", tree, "--patches", lib, "--no-import", "--", *launch)
     assert again.returncode == 0, again.stdout + again.stderr
@@ -110,7 +110,7 @@ def test_a_launch_running_pythons_own_stock_vllm_fails_on_its_state_with_apply_t
     launch = serve(write_model(tmp_path / "target", DEEPSEEK_V3), write_model(tmp_path / "drafter", DRAFTER))
     path = {"PATH": f"{script.parent}:/usr/bin:/bin"}  # the launch's `vllm` is the venv's own
     args = ("preflight", "--target", patched, "--python", python, "--patches", lib, "--format", "json", "--", *launch)
-    done = run_cli(*args, env=path)
+    done = run_cli_judged(*args, env=path)
     assert done.returncode == 1, done.stdout + done.stderr
     [state] = [f for f in json.loads(done.stdout)["findings"] if f["check"] == "tree-state" and not f["ok"]]
     assert state["message"].startswith(f"the vLLM the launch runs ({stock / 'vllm'}, --python's, not --target's): ")
@@ -122,10 +122,10 @@ def test_a_launch_running_pythons_own_stock_vllm_fails_on_its_state_with_apply_t
     # as pasted (--no-import: the stand-in vLLM does not import), it patches the vLLM the launch runs
     pasted = shlex.split(state["fix"].removeprefix("run `patchkit ").removesuffix("`"))
     assert run_cli(*pasted, "--no-import").returncode == 0
-    again = run_cli(*args, env=path)
+    again = run_cli_judged(*args, env=path)
     assert again.returncode == 0, again.stdout + again.stderr
     # the control: the same launch through a `vllm` not on its PATH runs no vLLM: nothing said of one
-    assert "the vLLM the launch runs" not in run_cli(*args, env={"PATH": "/usr/bin:/bin"}).stdout
+    assert "the vLLM the launch runs" not in run_cli_judged(*args, env={"PATH": "/usr/bin:/bin"}).stdout
 
 
 # --- 3. the drafter's vocabulary ------------------------------------------------------------------
@@ -175,6 +175,6 @@ def test_a_tree_reinstalled_under_its_record_gets_one_apply_for_every_finding(th
     assert done.returncode == 1, done.stdout + done.stderr
     one = f"run `patchkit apply --target {tree} --patches {lib}`"
     assert fixes(done) == {one}, done.stdout
-    assert run_cli(*shlex.split(one.removeprefix("run `patchkit ").removesuffix("`"))).returncode == 0
+    assert run_cli_judged(*shlex.split(one.removeprefix("run `patchkit ").removesuffix("`"))).returncode == 0
     again = run_cli_read_only("preflight", "--target", tree, "--patches", lib, "--no-import", "--", *launch)
     assert again.returncode == 0, again.stdout + again.stderr

@@ -9,7 +9,7 @@ import json
 import os
 
 import pytest
-from helpers import run_cli
+from helpers import run_cli_judged
 from launch_fixtures import applied, patchkit_run, stand_in_launch
 
 from patchkit.launch.preflight import TEMPLATE_LIMIT
@@ -39,7 +39,9 @@ def test_a_fifo_is_refused_though_a_builtin_template_has_its_name(launch, tmp_pa
     (tree / BUILTIN / "chat.jinja").write_text("{{ messages }}")
     os.mkfifo(tmp_path / "chat.jinja")
     args = ["preflight", "--no-import", "--target", tree, "--patches", library, "--"]
-    done = run_cli(*args, *command, "--chat-template", "chat.jinja", env=env, cwd=tmp_path)  # in the fifo's directory
+    done = run_cli_judged(
+        *args, *command, "--chat-template", "chat.jinja", env=env, cwd=tmp_path
+    )  # in the fifo's directory
     said = " ".join(done.stdout.split())
     assert done.returncode == 1, said + done.stderr
     assert "--chat-template chat.jinja: not a regular file" in said and "would wait on it" in said, said
@@ -78,7 +80,7 @@ def test_a_template_larger_than_patchkit_reads_cannot_be_judged(launch, tmp_path
     assert f"iconv -f utf-8 -t utf-8 {large} > /dev/null" in warned, warned
 
     args = ["preflight", "--no-import", "--target", tree, "--patches", library, "--format", "json", "--"]
-    done = run_cli(*args, *command, "--chat-template", str(large), env=env)
+    done = run_cli_judged(*args, *command, "--chat-template", str(large), env=env)
     assert done.returncode == 0, done.stdout + done.stderr
     found = [f for f in json.loads(done.stdout)["findings"] if "--chat-template" in f["message"]]
     assert [f["result"] for f in found] == ["cannot judge"], found
@@ -93,9 +95,9 @@ def test_a_template_file_whose_name_holds_braces_is_read_as_a_file(launch, tmp_p
     (tmp_path / "{dir}").mkdir()
     args = ["preflight", "--no-import", "--target", tree, "--patches", library, "--"]
     for value, why in {"{x}.jinja": "not utf-8 text (byte 0xe9 at offset 18)", "{fifo}": "would wait on it"}.items():
-        done = run_cli(*args, *command, "--chat-template", value, env=env, cwd=tmp_path)
+        done = run_cli_judged(*args, *command, "--chat-template", value, env=env, cwd=tmp_path)
         said = " ".join(done.stdout.split())
         assert done.returncode == 1 and f"--chat-template {value}: " in said and why in said, said + done.stderr
     for literal in ("{dir}", "{{ messages }}", "{nowhere}.jinja"):  # open() fails: the value is the template
-        done = run_cli(*args, *command, "--chat-template", literal, env=env, cwd=tmp_path)
+        done = run_cli_judged(*args, *command, "--chat-template", literal, env=env, cwd=tmp_path)
         assert done.returncode == 0 and "--chat-template" not in done.stdout, done.stdout + done.stderr

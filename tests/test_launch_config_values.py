@@ -12,7 +12,7 @@ import json
 import textwrap
 
 import pytest
-from helpers import run_cli
+from helpers import run_cli_judged
 from launch_fixtures import KIMI_DRAFTER, KIMI_K25, applied, patchkit_run, stand_in_launch, write_model
 
 ARG_UTILS = textwrap.dedent("""\
@@ -172,7 +172,7 @@ def test_a_speculative_field_declared_a_string_refuses_any_other_value(tmp_path,
     assert f"revision {value!r} is not a string" in said and 'give "revision" as a JSON string' in said, said
 
     args = ["preflight", "--no-import", "--target", tree, "--patches", library, "--format", "json", "--"]
-    dotted = run_cli(*args, *launch, _spec(model=drafter), "--speculative-config.revision", "5", env=env)
+    dotted = run_cli_judged(*args, *launch, _spec(model=drafter), "--speculative-config.revision", "5", env=env)
     assert dotted.returncode == 1 and "revision 5 is not a string" in dotted.stdout, dotted.stdout
 
     for taken in ("main", None):

@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from helpers import run_cli
+from helpers import run_cli_judged
 from importable_vllm import make_importable, write_plugin
 from launch_fixtures import applied, findings, patchkit_run, stand_in_launch
 
@@ -62,7 +62,7 @@ def test_run_and_static_preflight_refuse_a_plugin_file_the_loader_cannot_read(tm
     assert f"rm -f -- {path}" in flat, flat  # the fix: remove it (or reinstall that distribution)
 
     args = ["preflight", "--no-import", "--target", tree, "--patches", library, "--format", "json", "--", *command]
-    done = run_cli(*args, env=env)
+    done = run_cli_judged(*args, env=env)
     assert done.returncode == 1, done.stdout + done.stderr
     failed = [f for f in json.loads(done.stdout)["findings"] if not f["ok"]]
     assert [f["check"] for f in failed] == ["launch-target"], failed
@@ -100,7 +100,7 @@ def test_a_full_preflight_refuses_it_before_it_imports_vllm(tmp_path, plant):
     env["PYTHONPATH"] += f"{os.pathsep}{tmp_path / 'plugs'}"
 
     args = ["preflight", "--target", tree, "--python", sys.executable, "--patches", library, "--format", "json"]
-    done = run_cli(*args, "--", *command, env=env)
+    done = run_cli_judged(*args, "--", *command, env=env)
     assert not imported.exists(), done.stdout + done.stderr  # neither vLLM's questions nor its validation ran
     assert done.returncode == 1, done.stdout + done.stderr
     failed = [f for f in json.loads(done.stdout)["findings"] if not f["ok"]]

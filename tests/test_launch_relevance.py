@@ -12,7 +12,7 @@ import shlex
 from pathlib import Path
 
 import pytest
-from helpers import run_cli, run_cli_read_only, run_cli_writing
+from helpers import run_cli, run_cli_judged, run_cli_read_only, run_cli_writing
 from launch_fixtures import (
     PARSER,
     SPEC,
@@ -219,7 +219,7 @@ def test_run_apply_on_a_drifted_tree_names_the_drifted_set_with_its_fix_in_one_s
         f"then `{apply}`"
     ], done.stdout
     for command in (revert, apply):
-        step = run_cli(*shlex.split(command)[1:])  # as printed
+        step = run_cli_judged(*shlex.split(command)[1:])  # as printed
         assert step.returncode == 0, command + step.stdout + step.stderr
     again = run_cli(*launch, env=no_vllm)
     assert again.returncode == 4 and "cannot run vllm" in again.stderr, again.stdout + again.stderr

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import run_cli, run_cli_read_only, run_cli_writing
+from helpers import run_cli_judged, run_cli_read_only, run_cli_writing
 from importable_vllm import (
     ARCH,
     PLAIN_CLASS,
@@ -300,12 +300,12 @@ def test_without_vllm_asked_the_general_plugins_installed_are_named(eagle3, tmp_
     tree, library, command = eagle3
     assert run_cli_writing("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     args = ["preflight", "--target", tree, "--patches", library, "--format", "json", "--no-import", "--"]
-    alone = findings(run_cli(*args, *command))["supports-eagle3"]
+    alone = findings(run_cli_judged(*args, *command))["supports-eagle3"]
     assert alone["ok"] and "general plugins" not in alone["message"], alone  # patchkit's guard is no such plugin
 
     write_plugin(tree, "site_plug", "def register():\n    pass\n")
     plug = write_plugin(tmp_path / "elsewhere", "path_plug", "def register():\n    pass\n")
-    done = run_cli(*args, "env", f"PYTHONPATH={plug}", *command)
+    done = run_cli_judged(*args, "env", f"PYTHONPATH={plug}", *command)
     supports = findings(done)["supports-eagle3"]
     assert supports["ok"], supports
     assert (

@@ -19,7 +19,7 @@ from contextlib import suppress
 from pathlib import Path
 
 import pytest
-from helpers import run_cli
+from helpers import run_cli_judged
 from importable_vllm import (
     ARCH,
     PLAIN_CLASS,
@@ -286,7 +286,7 @@ def test_the_not_judged_note_names_a_few_plugins_and_counts_the_rest(launch, tmp
     for number in range(3000):
         write_plugin(many, f"plugin_number_{number:04d}", "def register():\n    pass\n")
     args = ["preflight", "--target", tree, "--patches", library, "--format", "json", "--no-import", "--"]
-    supports = findings(run_cli(*args, "env", f"PYTHONPATH={many}", *command))["supports-eagle3"]
+    supports = findings(run_cli_judged(*args, "env", f"PYTHONPATH={many}", *command))["supports-eagle3"]
     note = supports["message"].split("; not judged: ")[1]
     assert note.startswith("the class the general plugins plugin_number_0000, plugin_number_0001"), note
     assert " +2,99" in note and " more may register for " in note and len(note) < 200, note  # before: 20,000
@@ -439,7 +439,7 @@ def test_the_tree_lock_is_free_while_vllm_is_asked(tmp_path):
         while not started.exists() and first.poll() is None and time.monotonic() < deadline:
             time.sleep(0.1)
         assert started.exists(), "the first preflight never asked vLLM"
-        second = run_cli(*args, "--no-import", "--", *command, env={"PATCHKIT_LOCK_TIMEOUT": "2"})
+        second = run_cli_judged(*args, "--no-import", "--", *command, env={"PATCHKIT_LOCK_TIMEOUT": "2"})
         assert second.returncode == 0, second.stdout + second.stderr  # before: "another patchkit is working on"
         assert first.poll() is None  # the first was still waiting for vLLM's answer all that time
         answer.touch()

@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from helpers import examples, run_cli
+from helpers import examples, run_cli_judged
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from importable_vllm import PLAIN_CLASS, VLLMS_OWN, write_plugin
@@ -272,7 +272,7 @@ def test_a_replaced_guard_module_is_said_to_be_not_patchkits_not_to_refuse(reque
     tree, library, command, env, marker = request.getfixturevalue("launch")
     applied(tree, library)
     (tree / "patchkit_guard.py").write_text("def check():\n    pass\n")  # passes every launch
-    status = run_cli("status", "--target", tree, "--patches", library)
+    status = run_cli_judged("status", "--target", tree, "--patches", library)
     assert status.returncode != 0 and "the installed launch guard is not this patchkit's" in status.stdout
     assert "refuses" not in status.stdout + status.stderr, status.stdout
     _, done = patchkit_run(tree, library, command, env)

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import run_cli
+from helpers import run_cli, run_cli_judged
 from importable_vllm import venv_importing
 from launch_fixtures import (
     DEEPSEEK_V3,
@@ -55,7 +55,7 @@ def _setup(tmp_path):
 def _preflight(setup, prefix: list[str], *, cwd: Path | None = None, env: dict[str, str] | None = None):
     _tree, library, python, _, arguments = setup
     args = ["preflight", "--python", python, "--patches", library, "--no-import", "--format", "json", "--"]
-    return run_cli(*args, *prefix, "vllm", *arguments, cwd=cwd, env=env)
+    return run_cli_judged(*args, *prefix, "vllm", *arguments, cwd=cwd, env=env)
 
 
 def _launched(prefix: list[str], arguments: list[str], *, cwd: Path | None = None, env=None):

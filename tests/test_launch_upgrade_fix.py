@@ -10,7 +10,7 @@ import shlex
 import shutil
 from pathlib import Path
 
-from helpers import make_patch, pip_install, run_cli, run_cli_writing, write_library
+from helpers import make_patch, pip_install, run_cli_judged, run_cli_writing, write_library
 from launch_fixtures import (
     DEEPSEEK_V3,
     DRAFTER,
@@ -53,11 +53,11 @@ def test_after_a_vllm_upgrade_the_one_fix_offered_applies_every_set_that_was_app
     tree, selection, launch = _upgraded(tmp_path)
     no_vllm = {**os.environ, "PATH": str(tmp_path / "empty")}
     for command in (("preflight", "--no-import"), ("run",)):
-        done = run_cli(*command, *selection, "--", *launch, env=no_vllm)
+        done = run_cli_judged(*command, *selection, "--", *launch, env=no_vllm)
         fixes = set(re.findall(r"fix(?: \(all \d+ above\))?: run `(patchkit apply[^`]*)`", done.stdout))
         assert done.returncode == 1 and len(fixes) == 1, (command, done.stdout)
     (fix,) = fixes
-    assert run_cli(*shlex.split(fix)[1:], "--no-import").returncode == 0
+    assert run_cli_judged(*shlex.split(fix)[1:], "--no-import").returncode == 0
     entries = read_state(tree).entries
     assert sorted((e.set_name, e.vllm_version) for e in entries) == [("eagle3", "0.17.0"), ("tools", "0.17.0")]
 

@@ -4,7 +4,7 @@ given. It now says what is true and what is left to check."""
 
 from __future__ import annotations
 
-from helpers import run_cli
+from helpers import run_cli_judged
 from importable_vllm import venv_importing
 from launch_fixtures import DEEPSEEK_V3, DRAFTER, findings, serve, write_eagle3_setup, write_model
 
@@ -16,7 +16,7 @@ def test_a_wrapper_vllm_with_python_given_is_not_told_to_give_python(tmp_path):
     script.write_text(f'#!/bin/sh\nexec {python} -m vllm.entrypoints.cli.main "$@"\n')
     launch = serve(write_model(tmp_path / "target", DEEPSEEK_V3), write_model(tmp_path / "drafter", DRAFTER))
     launch[0] = str(script)
-    done = run_cli(
+    done = run_cli_judged(
         "preflight", "--python", python, "--patches", library, "--no-import", "--format", "json", "--", *launch
     )
     target = findings(done)["launch-target"]

@@ -16,7 +16,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from helpers import lay_out_release, run_cli, run_cli_writing
+from helpers import lay_out_release, run_cli_judged, run_cli_writing
 from launch_fixtures import REGISTRY
 
 from patchkit.releases.files import files_for
@@ -62,7 +62,7 @@ def commands(fix: str) -> list[list[str]]:
 @pytest.mark.parametrize("how", ["pip", "metadata"])
 def test_the_guards_fix_after_an_upgrade_into_a_gap_is_accepted_and_clears_the_refusal(tmp_path, how):
     site = upgraded(tmp_path, how)
-    done = run_cli("status", "--target", site, "--format", "json")
+    done = run_cli_judged("status", "--target", site, "--format", "json")
     assert done.returncode == 1, done.stdout + done.stderr
     fix = guard_fix(done)
     for name in GAP_SETS:
@@ -70,9 +70,9 @@ def test_the_guards_fix_after_an_upgrade_into_a_gap_is_accepted_and_clears_the_r
     if how == "pip":  # apply drops the stale records of the sets it leaves out
         assert [c[0] for c in commands(fix)] == ["apply"] and "deepseek-tool-calls" in commands(fix)[0], fix
     for command in commands(fix):
-        ran = run_cli(*command)
+        ran = run_cli_judged(*command)
         assert ran.returncode == 0, f"{fix}\n{command}: {ran.stdout}{ran.stderr}"
-    done = run_cli("status", "--target", site)
+    done = run_cli_judged("status", "--target", site)
     assert done.returncode == 0, fix + "\n" + done.stdout + done.stderr
     assert "launch guard refuses" not in done.stdout + done.stderr
 
@@ -92,7 +92,7 @@ def test_the_fix_of_a_guard_gone_after_an_upgrade_into_a_gap_is_accepted(tmp_pat
     site = upgraded(tmp_path, how)
     for installed in site.glob("patchkit_guard*"):
         shutil.rmtree(installed) if installed.is_dir() else installed.unlink()
-    done = run_cli("status", "--target", site, "--format", "json")
+    done = run_cli_judged("status", "--target", site, "--format", "json")
     document = json.loads(done.stdout)
     [fix] = [p["guard"]["missing_fix"] for p in document.get("sets", [document]) if p.get("guard", {}).get("missing")][
         :1
@@ -100,7 +100,7 @@ def test_the_fix_of_a_guard_gone_after_an_upgrade_into_a_gap_is_accepted(tmp_pat
     for command in commands(fix):
         assert not (command[0] == "apply" and any(name in command for name in GAP_SETS)), fix
         assert command[0] != "apply" or "--set" in command, fix  # apply alone applies every set: refused
-        ran = run_cli(*command)
+        ran = run_cli_judged(*command)
         assert ran.returncode == 0, f"{fix}\n{command}: {ran.stdout}{ran.stderr}"
-    done = run_cli("status", "--target", site)
+    done = run_cli_judged("status", "--target", site)
     assert done.returncode == 0, fix + "\n" + done.stdout + done.stderr

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from helpers import run_cli
+from helpers import run_cli_judged
 from launch_fixtures import write_eagle3_setup, write_model
 
 import patchkit._target.guard as target_guard
@@ -20,7 +20,7 @@ LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_s
 def test_a_cache_root_that_is_no_directory_is_one_note_saying_so(tree, open_library, tmp_path):
     for root in ("/dev/null", str(tmp_path / "a-file")):
         Path(tmp_path / "a-file").write_text("")
-        done = run_cli(
+        done = run_cli_judged(
             "apply", "--dry-run", "--target", tree, "--patches", open_library, env={"PATCHKIT_CACHE_DIR": root}
         )
         assert done.returncode == 0, done.stderr
@@ -36,7 +36,7 @@ def test_a_recorded_library_path_too_long_is_said_to_be_too_long(run, tree, open
     data = json.loads(path.read_text())
     data["entries"][0]["library"] = "/" + "x" * 4_999
     path.write_text(json.dumps(data))
-    done = run_cli("status", "--target", tree, "--patches", open_library)
+    done = run_cli_judged("status", "--target", tree, "--patches", open_library)
     said = " ".join((done.stdout + done.stderr).split())
     assert done.returncode == 2 and "5,000 characters long, more than a path may be (4,096)" in said, said
     assert "not an absolute path" not in said, said
@@ -50,7 +50,7 @@ def test_config_with_equals_fails_the_command_check_where_vllm_starts(tmp_path):
     config.write_text("tool-call-parser: hermes\n")
     model = write_model(tmp_path / "llama", LLAMA)
     launch = ["vllm", "serve", str(model), f"--config={config}"]
-    done = run_cli(
+    done = run_cli_judged(
         "preflight", "--no-import", "--target", tree, "--patches", library, "--format", "json", "--", *launch
     )
     assert done.returncode == 1, done.stdout + done.stderr

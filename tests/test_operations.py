@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import json
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -141,6 +142,30 @@ def test_an_invariant_patchkit_catches_broken_is_an_internal_error_too(run, tree
     assert PatchkitError.__subclasses__() and all(
         cls.exit_code != CHECK_FAILED or issubclass(cls, CheckFailed) for cls in PatchkitError.__subclasses__()
     )
+
+
+# Imports every patchkit module (the target's workers are no part of it) and prints each error class
+# whose exit code, as a class, is 1 ("a check failed") but is no CheckFailed.
+EXIT_ONE_CLASSES = """
+import importlib, pkgutil, patchkit
+from patchkit.base.errors import CHECK_FAILED, CheckFailed, PatchkitError
+for found in pkgutil.walk_packages(patchkit.__path__, "patchkit."):
+    if not found.name.startswith("patchkit._target") and not found.name.endswith("__main__"):
+        importlib.import_module(found.name)
+def below(cls):
+    for sub in cls.__subclasses__():
+        yield sub
+        yield from below(sub)
+print(sorted(f"{c.__module__}.{c.__qualname__}" for c in below(PatchkitError)
+             if c.exit_code == CHECK_FAILED and not issubclass(c, CheckFailed)))
+"""
+
+
+def test_no_error_class_of_any_module_says_a_check_failed_unless_it_is_one():
+    """Exit 1 is "a check failed" alone: an error class that inherits PatchkitError's exit code is
+    seen wherever it is defined (the check above sees only the modules its process imported)."""
+    done = subprocess.run([sys.executable, "-c", EXIT_ONE_CLASSES], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]", done.stdout + done.stderr
 
 
 def test_the_exit_codes_are_in_the_help(run):

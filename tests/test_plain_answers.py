@@ -9,7 +9,7 @@ import shlex
 import shutil
 
 import pytest
-from helpers import MODEL_PY, make_patch, patched_spec, run_cli, snapshot, write_library
+from helpers import MODEL_PY, make_patch, patched_spec, run_cli_judged, snapshot, write_library
 from launch_fixtures import DEEPSEEK_V3, DRAFTER, serve, write_eagle3_setup, write_model
 
 SPEC = "vllm/config/spec.py"
@@ -56,12 +56,12 @@ def test_a_parser_refusal_quotes_the_word_typed_and_how_to_split_it(tmp_path):
     *launch, option, value = serve(model, drafter)
     one_word = f"{option} {value}"
     args = ("preflight", "--target", tree, "--patches", library, "--no-import", "--")
-    done = run_cli(*args, *launch, one_word, "--enable-auto-tool-choice")
+    done = run_cli_judged(*args, *launch, one_word, "--enable-auto-tool-choice")
     assert done.returncode == 2, done.stderr
     said = " ".join(done.stderr.split())
     assert f"unrecognized arguments: {shlex.quote(one_word)}" in said, said
     assert f"hint: {option} and its value reached vLLM as one word (quoted together): give them as two words" in said
-    assert run_cli(*args, *launch, option, value).returncode != 2  # as the hint says
+    assert run_cli_judged(*args, *launch, option, value).returncode != 2  # as the hint says
 
 
 @pytest.mark.parametrize("files_say", [None, "0.16.0", "0.17.1"])
@@ -109,7 +109,7 @@ def test_a_check_failing_on_a_local_edit_names_its_fix_first_when_the_stock_file
     (tree / spec).write_text((tree / spec).read_text().replace(context, context + "  # a local edit", 1))
     launch = serve(write_model(tmp_path / "dsv3", DEEPSEEK_V3), write_model(tmp_path / "drafter", DRAFTER))
     args = ("preflight", "--target", tree, "--patches", library, "--no-import", "--format", "json", "--", *launch)
-    done = run_cli(*args)
+    done = run_cli_judged(*args)
     assert done.returncode == 1, done.stdout + done.stderr
     found = json.loads(done.stdout)
     failed = {f["check"]: f for f in found["findings"] if not f["ok"] and f["result"] == "fail"}

@@ -14,7 +14,7 @@ from helpers import (
     make_patch,
     make_venv,
     purelib,
-    run_cli,
+    run_cli_judged,
     run_cli_writing,
     stale_pyc_under_prefix,
     warm_pycache_prefix,
@@ -57,13 +57,13 @@ def test_status_through_a_symlinked_target_judges_the_prefix_where_the_launch_re
     pyc = stale_pyc_under_prefix(prefix, link, MODEL)
     env = {"PYTHONPYCACHEPREFIX": str(prefix)}
     assert load_plugins_like_vllm(link, **env).returncode != 0  # the guard refuses: the stock .pyc would run
-    done = run_cli("status", "--target", link, "--patch", diff, env=env)
+    done = run_cli_judged("status", "--target", link, "--patch", diff, env=env)
     said = " ".join(done.stdout.split())
     assert done.returncode != 0 and f"{pyc} (under the pycache prefix) is unchecked-hash" in said, done.stdout
     assert f"run `rm -f -- {pyc}`" in said, said
     pyc.unlink()
     assert load_plugins_like_vllm(link, **env).returncode == 0
-    assert run_cli("status", "--target", link, "--patch", diff, env=env).returncode == 0
+    assert run_cli_judged("status", "--target", link, "--patch", diff, env=env).returncode == 0
 
 
 def test_status_through_an_interpreter_importing_from_a_symlinked_path_judges_that_path(linked, tmp_path):
@@ -76,7 +76,7 @@ def test_status_through_an_interpreter_importing_from_a_symlinked_path_judges_th
     prefix = warm_pycache_prefix(tmp_path / "pfx")
     pyc = stale_pyc_under_prefix(prefix, link, MODEL)
     env = {"PYTHONPYCACHEPREFIX": str(prefix)}
-    done = run_cli("status", "--python", venv / "bin" / "python", "--patch", diff, env=env)
+    done = run_cli_judged("status", "--python", venv / "bin" / "python", "--patch", diff, env=env)
     assert done.returncode != 0 and f"{pyc} (under the pycache prefix)" in " ".join(done.stdout.split()), done.stdout
 
 
@@ -101,13 +101,13 @@ def test_preflight_through_a_symlinked_target_fails_where_the_guard_refuses(tmp_
     command = serve(write_model(tmp_path / "ds", DEEPSEEK_V3), write_model(tmp_path / "drafter", DRAFTER))
     launch = ["env", f"PYTHONPYCACHEPREFIX={prefix}", *command]
     args = ("preflight", "--target", link, "--patches", library, "--format", "json", "--no-import", "--")
-    done = run_cli(*args, *launch)
+    done = run_cli_judged(*args, *launch)
     assert done.returncode == 1, done.stdout + done.stderr
     tree_state = findings(done)["tree-state"]
     assert f"{pyc} (under the pycache prefix)" in tree_state["message"], tree_state
     assert tree_state["fix"] == f"run `rm -f -- {pyc}` (Python compiles the source again)"
     pyc.unlink()
-    assert run_cli(*args, *launch).returncode == 0
+    assert run_cli_judged(*args, *launch).returncode == 0
 
 
 def test_run_through_a_symlinked_target_does_not_launch_what_the_guard_refuses(tmp_path):

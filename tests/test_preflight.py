@@ -18,6 +18,7 @@ from helpers import (
     on_a_terminal,
     run_cli,
     run_cli_in_process,
+    run_cli_judged,
     run_cli_read_only,
     run_cli_writing,
     stale_pyc_under_prefix,
@@ -1450,7 +1451,7 @@ def test_aux_layers_giving_other_than_three_hidden_states_fail(setup, tmp_path, 
     """vLLM 0.16.0's EAGLE-3 drafter's fc takes 3 x hidden size: the target returns one state per distinct
     layer id, and another number fails the first request's proposal after the whole load."""
     tree, library, _ = setup
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    assert run_cli_judged("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     target = write_model(tmp_path / "target", {**DEEPSEEK_V3, "num_hidden_layers": target_layers})
     drafter = write_model(tmp_path / "drafter", _changed(DRAFTER, drafter_change))
     done = preflight(tree, library, *serve(target, drafter))
@@ -1471,7 +1472,7 @@ def test_aux_layers_giving_other_than_three_hidden_states_fail(setup, tmp_path, 
 )
 def test_aux_layers_giving_three_hidden_states_or_none_taken_pass(setup, tmp_path, drafter_change, target_layers):
     tree, library, _ = setup
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    assert run_cli_judged("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     target = write_model(tmp_path / "target", {**DEEPSEEK_V3, "num_hidden_layers": target_layers})
     drafter = write_model(tmp_path / "drafter", _changed(DRAFTER, drafter_change))
     done = preflight(tree, library, *serve(target, drafter))
@@ -1492,7 +1493,7 @@ def test_eagle3_under_pipeline_parallelism_counts_the_last_stages_layers_alone(
     """Only the last pipeline stage holds the drafter; the stages before it hand on hidden_states and
     residual alone, so their layers' aux hidden states never reach the drafter's fc."""
     tree, library, models = setup
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    assert run_cli_judged("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     drafter = write_model(tmp_path / "drafter", {**DRAFTER, "eagle_aux_hidden_state_layer_ids": layers})
     env = {} if partition is None else {"VLLM_PP_LAYER_PARTITION": partition}
     done = preflight(tree, library, *serve(models["deepseek"], drafter, "-pp", stages), env=env)
@@ -1511,7 +1512,7 @@ def test_eagle3_under_pipeline_parallelism_with_the_last_stages_layers_passes(
     setup, tmp_path, layers, stages, partition
 ):
     tree, library, models = setup
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    assert run_cli_judged("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     drafter = write_model(tmp_path / "drafter", {**DRAFTER, "eagle_aux_hidden_state_layer_ids": layers})
     env = {} if partition is None else {"VLLM_PP_LAYER_PARTITION": partition}
     done = preflight(tree, library, *serve(models["deepseek"], drafter, "-pp", stages), env=env)
@@ -1529,7 +1530,7 @@ def test_eagle3_under_pipeline_parallelism_with_the_last_stages_layers_passes(
 )
 def test_the_drafter_is_looked_up_by_the_name_vllm_gives_it_under_eagle3(setup, tmp_path, architectures, fails):
     tree, library, models = setup
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    assert run_cli_judged("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     drafter = write_model(tmp_path / "drafter", {**DRAFTER, "architectures": architectures})
     done = preflight(tree, library, *serve(models["deepseek"], drafter))
     assert ("drafter-architecture" in failed(done)) is fails, done.stdout
@@ -1549,7 +1550,7 @@ def test_the_drafter_is_looked_up_by_the_name_vllm_gives_it_under_eagle3(setup, 
 def test_a_drafter_whose_heads_the_tensor_parallel_size_cannot_split_fails(setup, tmp_path, heads, kv_heads, tp, says):
     """vLLM builds the drafter in the target's -tp group after the target's load; its attention asserts the split."""
     tree, library, models = setup
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    assert run_cli_judged("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     drafter = write_model(
         tmp_path / "drafter", _changed(DRAFTER, {"num_attention_heads": heads, "num_key_value_heads": kv_heads})
     )
@@ -1563,12 +1564,60 @@ def test_a_drafter_whose_heads_the_tensor_parallel_size_cannot_split_fails(setup
 @pytest.mark.parametrize(("heads", "kv_heads", "tp"), [(56, 8, 8), (64, 8, 16), (48, 3, 6), (56, 8, 1)])
 def test_a_drafter_whose_heads_the_tensor_parallel_size_splits_passes(setup, tmp_path, heads, kv_heads, tp):
     tree, library, models = setup
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    assert run_cli_judged("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     drafter = write_model(
         tmp_path / "drafter", {**DRAFTER, "num_attention_heads": heads, "num_key_value_heads": kv_heads}
     )
     done = preflight(tree, library, *serve(models["deepseek"], drafter, "-tp", str(tp)))
     assert "drafter-architecture" not in failed(done), done.stdout
+
+
+# llama.py's LlamaMLP as 0.16.0 has it (the EAGLE-3 drafter's layers are llama.py's), and one taking more
+LLAMA_MLP = """
+class LlamaMLP(nn.Module):
+    def __init__(self, hidden_size, intermediate_size, hidden_act, quant_config=None):
+        super().__init__()
+        if hidden_act != "silu":
+            raise ValueError(f"Unsupported activation: {hidden_act}. Only silu is supported for now.")
+        self.act_fn = SiluAndMul()
+"""
+LLAMA_MLP_ANY = """
+class LlamaMLP(nn.Module):
+    def __init__(self, hidden_size, intermediate_size, hidden_act, quant_config=None):
+        super().__init__()
+        self.act_fn = get_act_and_mul_fn(hidden_act)
+"""
+
+
+@pytest.mark.parametrize(
+    ("llama", "act", "fails"),
+    [
+        (LLAMA_MLP, "gelu", True),
+        (LLAMA_MLP, "relu\u202e", True),  # shown escaped
+        (LLAMA_MLP, "silu", False),
+        (LLAMA_MLP, None, False),  # absent: LlamaConfig's default, silu
+        (LLAMA_MLP_ANY, "gelu", False),  # the tree's own rule: none here
+        (None, "gelu", False),  # no llama.py in the tree: not judged
+    ],
+)
+def test_a_drafter_whose_activation_the_trees_llama_mlp_refuses_fails(setup, tmp_path, llama, act, fails):
+    """vLLM builds the drafter's LlamaMLP only after the target's load; it raises for a hidden_act it lacks."""
+    tree, library, models = setup
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    if llama is not None:
+        (tree / "vllm" / "model_executor" / "models" / "llama.py").write_text(llama)
+    drafter = write_model(tmp_path / "drafter", _changed(DRAFTER, {"hidden_act": act}))
+    done = preflight(tree, library, *serve(models["deepseek"], drafter))
+    if not fails:
+        assert done.returncode == 0 and failed(done) == set(), done.stdout
+        return
+    assert_clean_failure(done, 1)
+    assert failed(done) == {"drafter-architecture"}, done.stdout
+    finding = findings(done)["drafter-architecture"]
+    shown = act.replace("\u202e", "\\u202e")
+    assert f"its hidden_act '{shown}' is not silu" in finding["message"]
+    assert "after the target's load" in finding["message"]
+    assert "trained with hidden_act silu" in finding["fix"]
 
 
 @pytest.mark.parametrize(
@@ -1581,7 +1630,7 @@ def test_a_drafter_whose_heads_the_tensor_parallel_size_splits_passes(setup, tmp
 def test_the_aux_layer_count_follows_the_trees_own_drafter(setup, tmp_path, fc, fails):
     """A vLLM whose drafter sizes its fc from the drafter's config is not held to 3."""
     tree, library, _ = setup
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    assert run_cli_judged("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     drafter_file = tree / "vllm" / "model_executor" / "models" / "llama_eagle3.py"
     drafter_file.parent.mkdir(parents=True, exist_ok=True)
     drafter_file.write_bytes(fc)

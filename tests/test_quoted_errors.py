@@ -9,7 +9,7 @@ import os
 import sys
 
 import pytest
-from helpers import run_cli
+from helpers import run_cli_judged
 from importable_vllm import REFUSING_OPTIONS, engine_args, write_engine_args
 from launch_fixtures import DEEPSEEK_V3, DRAFTER, serve, write_eagle3_setup, write_model
 
@@ -48,7 +48,7 @@ PYDANTIC_REFUSAL = engine_args(
 def validation_finding(tmp_path, tree, library, fake) -> dict:
     """The vllm-validation finding of a full preflight of an EAGLE-3 launch, vLLM served by the stand-in `fake`."""
     launch = serve(write_model(tmp_path / "target", DEEPSEEK_V3), write_model(tmp_path / "drafter", DRAFTER))
-    done = run_cli(
+    done = run_cli_judged(
         "preflight", "--target", tree, "--python", sys.executable, "--patches", library, "--format", "json",
         "--", *launch, env={"PYTHONPATH": str(fake)},
     )  # fmt: skip

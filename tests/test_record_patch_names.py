@@ -17,7 +17,7 @@ from helpers import (
     load_plugins_like_vllm,
     make_patch,
     pip_install,
-    run_cli,
+    run_cli_judged,
     run_cli_read_only,
     run_cli_writing,
     write_library,
@@ -53,7 +53,7 @@ def test_a_recorded_patch_name_no_patch_file_has_is_damaged_to_the_commands_and_
     site, library = _applied(tmp_path)
     _renamed(site, name)
     for command in ("status", "revert"):
-        done = run_cli(command, "--target", site, "--patches", library)
+        done = run_cli_judged(command, "--target", site, "--patches", library)
         assert done.returncode == 2, done.stdout + done.stderr
         assert "damaged" in done.stderr and "patch" in done.stderr and "mv " in done.stderr, done.stderr
     assert load_plugins_like_vllm(site).returncode != 0

@@ -4,7 +4,7 @@ damaged to every command, as the record's other path rules are: never an interna
 from __future__ import annotations
 
 import pytest
-from helpers import record_created, run_cli, run_cli_read_only
+from helpers import record_created, run_cli_judged, run_cli_read_only
 
 
 @pytest.mark.parametrize(
@@ -14,7 +14,7 @@ from helpers import record_created, run_cli, run_cli_read_only
 def test_a_recorded_path_too_long_for_a_file_is_damaged_to_every_command(run, tree, open_library, path, command):
     assert run("apply", "--target", tree, "--patches", open_library).exit_code == 0
     record_created(tree, [path])
-    done = run_cli(command, "--target", tree, "--patches", open_library)
+    done = run_cli_judged(command, "--target", tree, "--patches", open_library)
     said = " ".join(done.stderr.split())
     assert done.returncode == 2, said
     assert "state.json is damaged" in said and "move it aside" in said, said

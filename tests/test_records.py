@@ -18,6 +18,7 @@ from helpers import (
     make_patch,
     patched_spec,
     record_created,
+    run_cli_judged,
     run_cli_writing,
     snapshot,
     write_library,
@@ -650,7 +651,7 @@ def test_status_and_verify_refuse_a_record_revert_refuses(tmp_path, scratch):
     """review 12a L5: `"before": null` for a file the installed vLLM's RECORD lists: status said
     applied (exit 0) and verify passed, while revert refused the record. Each says what revert says."""
 
-    from helpers import pip_install, run_cli
+    from helpers import pip_install
 
     site = tmp_path / "site"
     pip_install(site, "0.16.0", {"vllm/config/spec.py": SPEC_PY, "vllm/models/model.py": MODEL_PY})
@@ -664,7 +665,7 @@ def test_status_and_verify_refuse_a_record_revert_refuses(tmp_path, scratch):
     state_file.write_text(json.dumps(state))
     said = {}
     for command in ("revert", "status", "verify"):
-        done = run_cli(command, "--target", site, "--patch", diff)
+        done = run_cli_judged(command, "--target", site, "--patch", diff)
         assert done.returncode == 2, (command, done.stdout + done.stderr)
         said[command] = done.stderr
     assert "says patchkit created vllm/models/model.py" in said["revert"]

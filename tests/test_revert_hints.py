@@ -14,7 +14,7 @@ from helpers import (
     SPEC_PY,
     fingerprint,
     make_patch,
-    run_cli,
+    run_cli_judged,
     run_cli_read_only,
     run_cli_writing,
     write_library,
@@ -72,7 +72,7 @@ def test_following_reverts_hints_as_printed_reverts_every_set_without_a_loop(tmp
         assert (command, fingerprint(tree)) not in seen, f"the hints loop: {command} again after {ran}"
         seen.append((command, fingerprint(tree)))
         ran.append(command)
-        done = run_cli(*command, cwd=elsewhere)
+        done = run_cli_judged(*command, cwd=elsewhere)
         if done.returncode != 0:
             named = _commands(done.stdout + done.stderr)
             assert named, done.stdout + done.stderr
@@ -125,7 +125,7 @@ def test_a_fix_for_a_set_the_library_at_hand_lacks_names_the_library_it_came_fro
     assert fixes, status.stdout + status.stderr
     for command in fixes:  # the revert (keeping the edit), then the apply: each works as printed
         assert str(library) in command, command
-        done = run_cli(*command, cwd=elsewhere)
+        done = run_cli_judged(*command, cwd=elsewhere)
         assert done.returncode == 0, (command, done.stdout + done.stderr)
     assert (tree / MODEL).read_text() == MODEL_PY + "# two\n"
     assert run_cli_read_only("status", "--target", tree, "--patches", library).returncode == 0

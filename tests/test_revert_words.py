@@ -10,6 +10,8 @@ import json
 import shutil
 from pathlib import Path
 
+from helpers import run_cli_judged
+
 from patchkit.base.errors import Drift, drift_refused
 
 from helpers import (  # isort: skip
@@ -101,12 +103,12 @@ def test_a_dry_run_names_the_copies_the_revert_keeps(tmp_path):
         with (site / SPEC).open("a") as spec:
             spec.write("# hotfix: keep the retry loop\n")
         common = ("revert", "--target", site, "--patches", library, "--force")
-        done = run_cli(*common, "--dry-run", env=OFFLINE)
+        done = run_cli_judged(*common, "--dry-run", env=OFFLINE)
         assert done.returncode == 0, done.stdout + done.stderr
         assert f"would keep a copy of {SPEC} under {site / '.patchkit' / 'saved'}/" in done.stdout, done.stdout
-        said = json.loads(run_cli(*common, "--dry-run", "--format", "json", env=OFFLINE).stdout)
+        said = json.loads(run_cli_judged(*common, "--dry-run", "--format", "json", env=OFFLINE).stdout)
         assert said["would_keep"] == [SPEC], said
-        done = run_cli(*common, env=OFFLINE)
+        done = run_cli_judged(*common, env=OFFLINE)
         assert done.returncode == 0, done.stdout + done.stderr
         (kept,) = (site / ".patchkit" / "saved").iterdir()
         assert sorted(p.relative_to(kept).as_posix() for p in kept.rglob("*") if p.is_file()) == [SPEC]
@@ -119,17 +121,17 @@ def test_status_says_a_file_the_record_calls_patched_was_edited_since_apply(tmp_
     library = two_set_library(tmp_path)
     site = applied_tree(tmp_path, library)
     common = ("status", "--target", site, "--patches", library, "--set", "demo")
-    clean = run_cli(*common)
+    clean = run_cli_judged(*common)
     assert clean.returncode == 0 and "edited since apply" not in clean.stdout, clean.stdout
     with (site / SPEC).open("a") as spec:
         spec.write("# hotfix: keep the retry loop\n")
     record = json.loads((site / ".patchkit" / "state.json").read_text())
     record["entries"][0]["files"][SPEC]["after"] = hashlib.sha256((site / SPEC).read_bytes()).hexdigest()
     (site / ".patchkit" / "state.json").write_text(json.dumps(record))
-    done = run_cli(*common)
+    done = run_cli_judged(*common)
     assert f"{SPEC}: edited since apply" in done.stdout, done.stdout
     assert f"`patchkit revert --target {site} --patches {library} --set demo` keeps a copy of it" in done.stdout
-    notes = json.loads(run_cli(*common, "--format", "json").stdout)["store_notes"]
+    notes = json.loads(run_cli_judged(*common, "--format", "json").stdout)["store_notes"]
     assert any(note.startswith(f"{SPEC}: edited since apply") for note in notes), notes
 
 
@@ -190,7 +192,7 @@ def test_status_judges_a_patched_wheels_file_by_its_series_not_its_records_hash(
     library = two_set_library(tmp_path)
     common = ("status", "--target", None, "--patches", library, "--set", "demo")
     site = wheel_install(tmp_path, library)
-    status = lambda: run_cli(*(site if a is None else a for a in common))  # noqa: E731
+    status = lambda: run_cli_judged(*(site if a is None else a for a in common))  # noqa: E731
     done = status()
     assert done.returncode == 0 and "edited since" not in done.stdout, done.stdout
     with (site / SPEC).open("a") as spec:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from helpers import run_cli
+from helpers import run_cli_judged
 from launch_fixtures import DEEPSEEK_V3, DRAFTER, findings, write_eagle3_setup, write_model
 
 
@@ -14,7 +14,7 @@ def test_a_misspelt_method_and_an_unknown_field_are_both_reported_with_their_spe
     tree, library = write_eagle3_setup(tmp_path)
     model, drafter = write_model(tmp_path / "target", DEEPSEEK_V3), write_model(tmp_path / "drafter", DRAFTER)
     spec = {"method": "eagle-3", "model": str(drafter), "num_spec_tokens": 3}
-    done = run_cli(
+    done = run_cli_judged(
         "preflight", "--target", tree, "--patches", library, "--no-import", "--format", "json",
         "--", "vllm", "serve", str(model), "--speculative-config", json.dumps(spec),
     )  # fmt: skip
@@ -29,7 +29,7 @@ def test_a_field_no_spelling_is_near_keeps_the_plain_fix(tmp_path):
     tree, library = write_eagle3_setup(tmp_path)
     model, drafter = write_model(tmp_path / "target", DEEPSEEK_V3), write_model(tmp_path / "drafter", DRAFTER)
     spec = {"method": "eagle3", "model": str(drafter), "num_speculative_tokens": 3, "colour": "blue"}
-    done = run_cli(
+    done = run_cli_judged(
         "preflight", "--target", tree, "--patches", library, "--no-import", "--format", "json",
         "--", "vllm", "serve", str(model), "--speculative-config", json.dumps(spec),
     )  # fmt: skip

@@ -16,6 +16,7 @@ from helpers import (
     make_patch,
     mark_staged,
     patched_spec,
+    run_cli_judged,
     run_cli_read_only,
     run_cli_writing,
     run_patchkit,
@@ -298,7 +299,7 @@ def test_a_record_naming_no_set_name_is_refused_in_short_words_with_a_fix(tmp_pa
     """A set name in state.json that no library set can have (`../../x`, a leading '-') made status's
     note one 330-character line naming `--set ../../x`. The record is untrusted: it is damaged, and
     the guard says so too."""
-    from helpers import run_cli, write_library
+    from helpers import write_library
 
     from patchkit._target.guard import state_damage
 
@@ -313,7 +314,7 @@ def test_a_record_naming_no_set_name_is_refused_in_short_words_with_a_fix(tmp_pa
     record.write_text(json.dumps(data))
     before = fingerprint(tree)
     for command in ("status", "apply", "revert"):
-        done = run_cli(command, *target)
+        done = run_cli_judged(command, *target)
         assert done.returncode == 2, done.stdout + done.stderr
         error = next(line for line in done.stderr.splitlines() if line.startswith("error: "))
         assert f"its set {name!r} is no set name" in error and "--set" not in done.stdout + done.stderr

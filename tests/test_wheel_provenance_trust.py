@@ -14,6 +14,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from helpers import run_cli_judged
+
 from helpers import (  # isort: skip
     MODEL,
     MODEL_PY,
@@ -96,7 +98,7 @@ class Planted:
             (self.site / new / "RECORD").write_text(record_rows(self.site, new, whole_site=True))
 
     def cli(self, *args: object, env: dict[str, str] | None = None):
-        return run_cli(*args, "--target", self.site, "--patches", self.library, env={**OFFLINE, **(env or {})})
+        return run_cli_judged(*args, "--target", self.site, "--patches", self.library, env={**OFFLINE, **(env or {})})
 
 
 def created_by_a_patch(tmp: Path, path: str, content: str) -> bytes:

@@ -258,14 +258,18 @@ class RayRunner:
         """This run's decision on its apply, written once for every node: whether `commit` stands
         (False: its nodes, silent past their lease, gave up on it first)."""
         wanted = COMMIT if commit else ABORT
-        return self.ledger.put_new(decision_key(self.run_id), wanted) == wanted
+        try:
+            return self.ledger.put_new(decision_key(self.run_id), wanted) == wanted
+        except Exception as exc:  # the GCS unreachable (Ray raises RpcError, ConnectionError...): the cluster's
+            raise ClusterError(f"phase 2: cannot record this run's {wanted} in the Ray cluster: {_gist(exc)}") from None
 
     def _beat(self) -> None:
         """This run's heartbeat, every HEARTBEAT s until it ends: the first before any node writes."""
         if self.beating is not None:
             return
         self.beating = threading.Event()
-        self.ledger.put(beat_key(self.run_id), "0")
+        with suppress(Exception):  # none written: the nodes abort what they write, and the commit says so
+            self.ledger.put(beat_key(self.run_id), "0")
 
         def beat(stopped: threading.Event, count: int = 0) -> None:
             while not stopped.wait(HEARTBEAT):

@@ -11,12 +11,13 @@ fleet apply, all or nothing:
 from __future__ import annotations
 
 from collections.abc import Iterable
+from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from patchkit.base import hints
 from patchkit.base.enums import Outcome, TreeState
-from patchkit.base.errors import CheckFailed, PatchkitError, TargetError
+from patchkit.base.errors import INTERRUPTED, CheckFailed, PatchkitError, TargetError
 from patchkit.base.options import Options
 from patchkit.fleet import LEASE
 from patchkit.fleet.states import FleetPhase, NodeState
@@ -31,6 +32,8 @@ class ClusterError(TargetError):
 class Interrupted(PatchkitError):
     """SIGTERM, Ctrl-C or SIGHUP during a fleet run, after what had to be undone was undone: exit 128 +
     the signal's number, as patchkit's other commands."""
+
+    exit_code = INTERRUPTED  # the class's (SIGINT's): never 1, which says a check failed
 
     def __init__(self, message: str, *, signum: int, hint: str | None = None):
         super().__init__(message, hint=hint)
@@ -237,19 +240,28 @@ def fleet_apply(
     for report in written.reports:  # several sets: a node that failed at one keeps those before it applied
         report.written = report.state == Outcome.APPLIED or bool(report.sets_in(Outcome.APPLIED))
         report.written = None if report.unreachable else report.written  # its apply may have landed
-    problem = _phase_two_problem(written)
-    if problem is None and runner.decide(commit=True):
+    problem = _phase_two_problem(written) or _commit(runner)
+    if problem is None:
         return FleetResult("apply", written.reports, phase=FleetPhase.APPLY)
-    if problem is None:  # this driver was stopped (SIGSTOP, a paused VM) past the nodes' lease
-        problem = ClusterError(
-            f"phase 2: the nodes heard nothing from this run for {LEASE:g} s and gave up on it",
-            hint="run it again, and keep the driver running until it ends (a stopped driver is taken for gone)",
-        )
-    runner.decide(commit=False)
+    with suppress(ClusterError):  # unrecorded: each node aborts on its own once this run has ended
+        runner.decide(commit=False)
     reverted = _roll_back(runner, written.reports, request)
     unknown = [r for r in written.reports if r.written is None]
     error = _rolled_back(problem, reverted, unknown)
     return FleetResult("apply", written.reports, error=error, phase=FleetPhase.ROLLED_BACK)
+
+
+def _commit(runner: Runner) -> PatchkitError | None:
+    """The commit, once every node applied: None when it stands, else why not (the run rolls back)."""
+    try:
+        if runner.decide(commit=True):
+            return None
+    except ClusterError as error:  # not recorded: rolled back, so that no node keeps a write it may abort
+        return error
+    return ClusterError(  # this driver was stopped (SIGSTOP, a paused VM) past the nodes' lease
+        f"phase 2: the nodes heard nothing from this run for {LEASE:g} s and gave up on it",
+        hint="run it again, and keep the driver running until it ends (a stopped driver is taken for gone)",
+    )
 
 
 def _phase_one_refusal(prepared: Batch, require_same_version: bool) -> PatchkitError | None:
