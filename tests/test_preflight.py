@@ -1572,6 +1572,54 @@ def test_a_drafter_whose_heads_the_tensor_parallel_size_splits_passes(setup, tmp
     assert "drafter-architecture" not in failed(done), done.stdout
 
 
+# llama.py's LlamaMLP as 0.16.0 has it (the EAGLE-3 drafter's layers are llama.py's), and one taking more
+LLAMA_MLP = """
+class LlamaMLP(nn.Module):
+    def __init__(self, hidden_size, intermediate_size, hidden_act, quant_config=None):
+        super().__init__()
+        if hidden_act != "silu":
+            raise ValueError(f"Unsupported activation: {hidden_act}. Only silu is supported for now.")
+        self.act_fn = SiluAndMul()
+"""
+LLAMA_MLP_ANY = """
+class LlamaMLP(nn.Module):
+    def __init__(self, hidden_size, intermediate_size, hidden_act, quant_config=None):
+        super().__init__()
+        self.act_fn = get_act_and_mul_fn(hidden_act)
+"""
+
+
+@pytest.mark.parametrize(
+    ("llama", "act", "fails"),
+    [
+        (LLAMA_MLP, "gelu", True),
+        (LLAMA_MLP, "relu\u202e", True),  # shown escaped
+        (LLAMA_MLP, "silu", False),
+        (LLAMA_MLP, None, False),  # absent: LlamaConfig's default, silu
+        (LLAMA_MLP_ANY, "gelu", False),  # the tree's own rule: none here
+        (None, "gelu", False),  # no llama.py in the tree: not judged
+    ],
+)
+def test_a_drafter_whose_activation_the_trees_llama_mlp_refuses_fails(setup, tmp_path, llama, act, fails):
+    """vLLM builds the drafter's LlamaMLP only after the target's load; it raises for a hidden_act it lacks."""
+    tree, library, models = setup
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    if llama is not None:
+        (tree / "vllm" / "model_executor" / "models" / "llama.py").write_text(llama)
+    drafter = write_model(tmp_path / "drafter", _changed(DRAFTER, {"hidden_act": act}))
+    done = preflight(tree, library, *serve(models["deepseek"], drafter))
+    if not fails:
+        assert done.returncode == 0 and failed(done) == set(), done.stdout
+        return
+    assert_clean_failure(done, 1)
+    assert failed(done) == {"drafter-architecture"}, done.stdout
+    finding = findings(done)["drafter-architecture"]
+    shown = act.replace("\u202e", "\\u202e")
+    assert f"its hidden_act '{shown}' is not silu" in finding["message"]
+    assert "after the target's load" in finding["message"]
+    assert "trained with hidden_act silu" in finding["fix"]
+
+
 @pytest.mark.parametrize(
     ("fc", "fails"),
     [

@@ -36,6 +36,8 @@ LAYERS_FIX = "give the config.json whole-number layer ids and num_hidden_layers:
 NOTE_ROOM = 60  # columns for the names of the general plugins not judged
 SIZE_FIX = "give the config.json a positive whole-number size: the check cannot judge without one"
 EAGLE3_DRAFTER = f"{MODELS_DIR}/llama_eagle3.py"
+LLAMA = f"{MODELS_DIR}/llama.py"  # the drafter's decoder layer and MLP (llama_eagle3.py subclasses them)
+HEADS_FIX = "give a -tp that divides the drafter's heads and the target's, or a drafter whose heads it divides"
 # The drafter's fc takes 3 aux hidden states (3 x hidden size) in every release up to 0.18.x; 0.22.0
 # sizes it from the drafter's config instead, so the count is judged only where the tree shows the 3.
 FC_HIDDEN_STATES = 3
@@ -394,12 +396,11 @@ def drafter_architecture(launch) -> Finding:
     built = next((name for name in _built_names(launch.drafter) if any(name in t for t in tables.values())), None)
     if built is not None:
         registered = f"drafter architecture {built} is registered for EAGLE-3"
-        split = _heads_unsplit(launch)
-        if split is None:
+        unbuilt = _heads_unsplit(launch) or _activation_refused(launch)
+        if unbuilt is None:
             return Finding("drafter-architecture", True, registered)
-        message = f"{registered}, but {split}: vLLM fails building it, after the target's load"
-        fix = "give a -tp that divides the drafter's heads and the target's, or a drafter whose heads it divides"
-        return Finding("drafter-architecture", False, message, fix)
+        message = f"{registered}, but {unbuilt[0]}: vLLM fails building it, after the target's load"
+        return Finding("drafter-architecture", False, message, unbuilt[1])
     known = ", ".join(sorted(n for n, (module, _) in table.items() if "eagle3" in module.lower())) or "none"
     names = _built_names(launch.drafter)
     renamed = f" (built as {', '.join(names)} under eagle3)" if names and names != launch.drafter.architectures else ""
@@ -422,9 +423,9 @@ def _built_names(drafter) -> list[str]:
     return [arch if arch.startswith("Eagle3") or arch.endswith("Eagle3") else f"Eagle3{arch}" for arch in archs]
 
 
-def _heads_unsplit(launch) -> str | None:
+def _heads_unsplit(launch) -> tuple[str, str] | None:
     """vLLM builds the drafter in the target's tensor-parallel group, whose attention asserts that -tp
-    divides its heads, and its KV heads (or is divided by them when fewer): what fails, else None."""
+    divides its heads, and its KV heads (or is divided by them when fewer): (what fails, fix), else None."""
     tp = launch.command.tensor_parallel_size
     heads = launch.drafter.config.get("num_attention_heads")
     if tp <= 1 or not _whole(heads) or heads <= 0:
@@ -432,9 +433,44 @@ def _heads_unsplit(launch) -> str | None:
     kv = launch.drafter.config.get("num_key_value_heads")
     kv = heads if kv is None else kv
     if heads % tp:
-        return f"its {heads} attention heads do not divide by -tp {tp}"
+        return f"its {heads} attention heads do not divide by -tp {tp}", HEADS_FIX
     if _whole(kv) and kv > 0 and (kv % tp if kv >= tp else tp % kv):
-        return f"its {kv} KV heads do not split over -tp {tp}"
+        return f"its {kv} KV heads do not split over -tp {tp}", HEADS_FIX
+    return None
+
+
+def _activation_refused(launch) -> tuple[str, str] | None:
+    """The EAGLE-3 drafter's layers are llama.py's, whose LlamaMLP raises for any hidden_act but the one
+    it names (silu in 0.16.0): (what fails, fix) when the drafter's config.json gives another, else None."""
+    act = launch.drafter.config.get("hidden_act")
+    if not isinstance(act, str):
+        return None  # absent: the config class's default (silu for Llama)
+    taken = _mlp_activation(launch.read(LLAMA))
+    if taken is None or act == taken:
+        return None
+    fix = f"use an EAGLE-3 drafter trained with hidden_act {taken}, the only one this vLLM's drafter layer takes"
+    return f"its hidden_act '{escaped(act)}' is not {taken}, the only activation llama.py's LlamaMLP takes", fix
+
+
+def _mlp_activation(source: bytes | None) -> str | None:
+    """The one activation llama.py's LlamaMLP accepts (`if hidden_act != "silu": raise ...`); None when the
+    file is absent or unreadable, or its LlamaMLP has no such rule (a vLLM that takes more)."""
+    try:
+        tree = ast.parse(source) if source else None
+    except (SyntaxError, ValueError):
+        return None
+    classes = [node for node in ast.walk(tree) if isinstance(node, ast.ClassDef)] if tree else []
+    for node in (n for cls in classes if cls.name == "LlamaMLP" for n in ast.walk(cls)):
+        test = node.test if isinstance(node, ast.If) else None
+        if (
+            isinstance(test, ast.Compare)
+            and _names(test.left) == {"hidden_act"}
+            and isinstance(test.ops[0], ast.NotEq)
+            and isinstance(test.comparators[0], ast.Constant)
+            and isinstance(test.comparators[0].value, str)
+            and any(isinstance(statement, ast.Raise) for statement in node.body)
+        ):
+            return test.comparators[0].value
     return None
 
 

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from launch_fixtures import EMPTY_SAFETENSORS
+from launch_fixtures import EMPTY_SAFETENSORS, write_model
 from vllm_overlay import ask_vllm, overlay_venv
 
 VLLM_PYTHON = os.environ.get("VLLM_PYTHON")
@@ -56,8 +56,9 @@ DRAFTER = {
     "vocab_size": 32000,
     "draft_vocab_size": 32000,
     "torch_dtype": "bfloat16",
-    # 3 distinct layers of the 4-layer target, as EAGLE-3's fc takes (the default, (2, 2, 1), gives 2)
-    "eagle_aux_hidden_state_layer_ids": [0, 2, 3],
+    # 3 distinct layers of the 4-layer target, as EAGLE-3's fc takes (the default, (2, 2, 1), gives 2);
+    # not layer 0, where the forward adds a residual that is still None (drafter-aux-layers fails it)
+    "eagle_aux_hidden_state_layer_ids": [1, 2, 3],
 }
 
 
@@ -233,3 +234,43 @@ def test_a_layer_partition_vllm_refuses_fails_drafter_aux_layers_with_vllms_word
         )  # fmt: skip
         found = finding(done, "drafter-aux-layers")
         assert not found["ok"] and f"({refused[partition]})" in found["message"], (refused, found)
+
+
+# review38 B5: vLLM builds the drafter's LlamaMLP (llama.py) only after the target's load; asked here on CPU
+LLAMA_MLP = """
+import json, os, sys, tempfile
+from vllm import platforms
+from vllm.platforms.cpu import CpuPlatform
+platforms.current_platform = CpuPlatform()
+from vllm.distributed import init_distributed_environment, initialize_model_parallel
+init_distributed_environment(1, 0, f"file://{tempfile.mktemp()}", 0, "gloo")
+initialize_model_parallel(1, 1)
+from vllm.config import VllmConfig, set_current_vllm_config
+from vllm.model_executor.models.llama import LlamaMLP
+said = {}
+for act in sys.argv[1:]:
+    try:
+        with set_current_vllm_config(VllmConfig()):
+            LlamaMLP(hidden_size=64, intermediate_size=128, hidden_act=act)
+        said[act] = None
+    except Exception as exc:
+        said[act] = str(exc)
+print(json.dumps(said))
+"""
+
+
+def test_a_drafter_activation_fails_drafter_architecture_exactly_where_vllms_llama_mlp_refuses_it(tmp_path: Path):
+    activations = ["silu", "gelu", "relu", "gelu_pytorch_tanh"]
+    refused = ask_vllm(LLAMA_MLP, *activations)
+    assert refused["silu"] is None and refused["gelu"], refused
+    write_model(tmp_path / "target", TARGET)
+    for act in activations:
+        drafter = write_model(tmp_path / act, {**DRAFTER, "hidden_act": act})
+        spec = json.dumps({"method": "eagle3", "model": str(drafter), "num_speculative_tokens": 2})
+        done = patchkit(
+            "preflight", "--python", VLLM_PYTHON, "--no-import", "--format", "json", "--",
+            "vllm", "serve", str(tmp_path / "target"), "--speculative-config", spec,
+        )  # fmt: skip
+        found = finding(done, "drafter-architecture")
+        assert found["ok"] is (refused[act] is None), (act, refused[act], found)
+        assert found["ok"] or f"hidden_act '{act}' is not silu" in found["message"], found
