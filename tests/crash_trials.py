@@ -101,6 +101,18 @@ class Scenario:
         shutil.copytree(self.stock if start == "stock" else self.patched, where, symlinks=True)
         return where
 
+    def whole_vllm(self, tree: Path) -> str | None:
+        """ "stock" or "patched" when vllm/'s files are exactly one's (a commit's staged temp files
+        and the empty directories it made for them aside: Python imports none), else None."""
+
+        def imported(prints: dict[str, bytes | None]) -> dict[str, bytes | None]:
+            return {
+                r: d for r, d in prints.items() if r.startswith("vllm/") and ".patchkit-" not in r and d is not None
+            }
+
+        now = imported(fingerprint(tree))
+        return next((name for name, known in self.prints.items() if imported(known) == now), None)
+
     def whole(self, tree: Path) -> str | None:
         """ "stock" or "patched" when the tree is exactly one of them, else None."""
         now = fingerprint(tree)
@@ -151,7 +163,14 @@ class ReleaseScenario(Scenario):
 @dataclass
 class Eagle3Scenario(Scenario):
     """patchkit's own transaction on a real release: the eagle3 set of the library on the files of
-    vLLM 0.16.0 it patches and checks, with the guard."""
+    vLLM 0.16.0 it patches and checks, with the guard. `only`: that set alone (one commit), not
+    every set of the library (a commit each: a kill between two leaves whole sets)."""
+
+    only: str | None = None
+
+    def args(self, tree: Path, command: str = "status") -> list[str]:
+        chosen = ["--set", self.only] if self.only and command != "recover" else []
+        return [*super().args(tree, command), *chosen]
 
     def lay_out_stock(self) -> None:
         from helpers import lay_out_release
@@ -317,9 +336,11 @@ def trial(
             tally.failures.append(
                 f"{where}: exit {code}, said in_place={in_place}, the tree is {state}, journal={journal}: {out.strip()[-200:]}"
             )
+    guard_says(scn, tree, where, "the trial", tally)
     following = NEXT[turn % len(NEXT)]
     again, said = run_cli([following, *scn.args(tree, following)])
     state = scn.whole(tree)
+    guard_says(scn, tree, where, f"`{following}`", tally)
     if (tree / ".patchkit/journal.json").exists():
         tally.failures.append(f"{where}: `{following}` left the journal (exit {again}): {said.strip()[-300:]}")
     expected = {"apply": {"patched"}, "revert": {"stock"}}.get(following, {"stock", "patched"})
@@ -335,6 +356,40 @@ def trial(
     if "is not sealed with this user's key" in out + said:  # its own marker, sealed: never refused
         tally.failures.append(f"{where}: its own journal refused as unsealed: {(out + said).strip()[-300:]}")
     return code
+
+
+def installed_guard(tree: Path) -> object | None:
+    """The guard module the tree holds, as vLLM's general-plugins hook would load it (its file and
+    its dist-info's entry point both there), loaded from the tree; None: no guard would run."""
+    import importlib.util
+
+    module = tree / "patchkit_guard.py"
+    points = list(tree.glob("patchkit_guard-*.dist-info/entry_points.txt"))
+    if not module.is_file() or not points or "vllm.general_plugins" not in points[0].read_text():
+        return None
+    spec = importlib.util.spec_from_file_location(f"trial_guard_{os.getpid()}", module)
+    assert spec is not None and spec.loader is not None
+    loaded = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(loaded)
+    return loaded
+
+
+def guard_says(scn: Scenario, tree: Path, where: str, after: str, tally: Tally) -> None:
+    """What a `vllm serve` started now would meet (review38 B6): a tree some of whose files the
+    change wrote and some not must hold a guard that refuses it, saying to recover; a journal is
+    always refused where a guard is; a whole tree with no journal is passed (its record holds)."""
+    guard = installed_guard(tree)
+    journal = (tree / ".patchkit/journal.json").exists()
+    state = scn.whole_vllm(tree)
+    problems = guard.find_problems(str(tree)) if guard is not None else []  # type: ignore[attr-defined]
+    unfinished = guard is not None and problems == [guard.UNFINISHED]  # type: ignore[attr-defined]
+    tally.outcomes[f"guard after {after}: {'none' if guard is None else 'refuses' if problems else 'passes'}"] += 1
+    if state is None and not unfinished:
+        tally.failures.append(f"{where}: after {after} vllm/ is mixed, yet the guard {guard and problems}")
+    elif journal and guard is not None and not unfinished:
+        tally.failures.append(f"{where}: after {after} a journal, yet the guard says {problems}")
+    elif not journal and state is not None and problems:
+        tally.failures.append(f"{where}: after {after} the tree is {state}, yet the guard refuses: {problems}")
 
 
 # Python ignores an exception a signal handler raises inside a weakref callback or finalizer (it

@@ -183,11 +183,12 @@ def deepseek_forward(text: str, *, aux=(), first=True, last=True, start=0, end=5
 
 
 def reference_forward(hidden, residual, aux, start, end):
-    """What the patch description says forward returns: hidden + residual before each listed layer."""
+    """What the patch description says forward returns: hidden + residual before each listed layer (the
+    embeddings alone before the first one, where the residual is still None)."""
     collected = []
     for index in range(start, end):
         if index in aux:
-            collected.append(hidden + residual)
+            collected.append(hidden if residual is None else hidden + residual)
         hidden, residual = layer_stub(index)(None, hidden, residual)
     return hidden + residual, collected
 

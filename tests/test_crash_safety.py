@@ -365,6 +365,47 @@ def test_a_rollback_keeps_a_file_changed_since_the_commit(tmp_path):
     assert (tree / "vllm/mod.py").read_bytes() == b"OTHER = 1\n"
 
 
+@pytest.mark.parametrize("op", ["apply", "revert"])
+def test_a_kill_at_every_commit_step_leaves_a_tree_the_guard_refuses_until_recovered(scenario, work, op):
+    """Review38 B6: an apply killed among its replaces left some files patched, a journal, no new
+    record and the guard (written first), which found nothing to hold the files to and let vLLM
+    launch. Now every tree a kill leaves with some files changed holds the guard (written first,
+    removed last) and its journal, which the guard refuses; once the next command recovered, it
+    passes (the checks are crash_trials.guard_says, run after each trial and each next command)."""
+    tally = ct.Tally()
+    ct.aimed_commit(scenario, work, op, "kill", tally)
+    _clean(tally)
+    assert tally.outcomes["guard after the trial: refuses"] > 5, tally.report()  # the replaces, and more
+
+
+@pytest.mark.release
+def test_an_eagle3_apply_killed_with_the_whitelist_alone_patched_is_refused_at_launch():
+    """Review38 B6 on real files: the kill that leaves vllm/config/speculative.py (the eagle3
+    whitelist) patched and the models stock; a launch would pass SpeculativeConfig and fail after
+    the load. The guard refuses, naming `patchkit recover`; recovered, the tree is stock and no
+    guard is left. Then a kill at every step of the set's apply and revert, judged as above."""
+    with tempfile.TemporaryDirectory(prefix="crash-eagle3-", dir=ct.fast_scratch()) as base:
+        scn = ct.Eagle3Scenario(Path(base), only="eagle3")
+        tree, stock = scn.base / "work", scn.stock / "vllm/config/speculative.py"
+        for n in range(1, 200):
+            code, _ = ct.run_cli(["apply", *scn.args(scn.fresh("stock", tree), "apply")], f"{n}:kill")
+            assert code == -signal.SIGKILL, "no kill left the whitelist alone patched"
+            if (tree / "vllm/config/speculative.py").read_bytes() != stock.read_bytes():
+                break
+        assert scn.whole_vllm(tree) is None  # the models still stock
+        guard = ct.installed_guard(tree)
+        assert guard is not None
+        said = guard.refusal(str(tree), guard.find_problems(str(tree)))
+        assert f"Run `patchkit recover --target {tree}`" in said and "did not finish" in said, said
+        code, out = ct.run_cli(["recover", *scn.args(tree, "recover")])
+        assert code == 0 and "rolled back" in out and scn.whole(tree) == "stock", out
+        assert ct.installed_guard(tree) is None
+        tally = ct.Tally()
+        for op in ("apply", "revert"):
+            ct.aimed_commit(scn, scn.base / "work", op, "kill", tally)
+    _clean(tally)
+
+
 def test_the_interrupt_report_is_per_command():
     signals.new_run()
     assert "before any change" in signals.interrupted_report()[0]

@@ -151,6 +151,13 @@ def test_deepseek_v2_forward_returns_aux_hidden_states_when_asked(patched, versi
         == reference_forward(1, 0, (1, 3), 0, 5)
         == (208, [12, 72])
     )
+    # layer 0 on the first rank, before any residual: the embeddings alone (`hidden + None` raised there,
+    # in vLLM's start-up profile run, for a drafter trained on layer 0)
+    assert (
+        deepseek_forward(text, aux=(0, 3), inputs_embeds=1, intermediate_tensors=None)
+        == reference_forward(1, None, (0, 3), 0, 5)
+        == (208, [1, 72])
+    )
     # a later pipeline rank: absolute layer indices
     carried = IntermediateTensors(hidden_states=5, residual=4)
     assert deepseek_forward(

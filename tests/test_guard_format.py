@@ -47,6 +47,7 @@ FORMATS = {
     28: "3c5a7434317b537eadcf6dd7636640d6dc74cddb0e07bcda5a5722a267558958",  # recorded paths walked from the tree to the first symlink, never resolved
     29: "bc3057a6e12aea7174aef66fc54d6258caf90c0df43509fbf1fb1e91516fe351",  # each recorded file (device, inode, size, mtime) hashed once, 256 MiB at most a judging
     30: "6c290e042350e770d2744e50d65385870a006e9c77a2fb33a8bc0249f2bc4147",  # each __pycache__ listed once a judging, each directory's names by module (a planted symlink expanded once; no names x files)
+    31: "e75a9d8999cf2413f0e6851ae3a3162073ce349d145b70921a542099fadf2652",  # a journal in .patchkit/ (an apply or revert cut short, or running) refused: recover first
 }
 _SKIPPED = {tokenize.COMMENT, tokenize.NL, tokenize.ENCODING, tokenize.ENDMARKER}
 _STATEMENT_START = {tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, None}

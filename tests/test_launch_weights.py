@@ -205,3 +205,63 @@ def test_a_fifo_or_a_device_as_a_weight_file_is_refused_without_waiting(tmp_path
     (directory / "model.safetensors").unlink()
     (directory / "pytorch_model.bin").symlink_to("/dev/zero")
     assert weights_problem(str(directory), "auto") == "pytorch_model.bin is not a regular file (a fifo or a device)"
+
+
+def all_models_findings(done) -> list[dict]:
+    return [f for f in json.loads(done.stdout)["findings"] if f["check"] == "models"]
+
+
+@pytest.mark.parametrize("load_format", ["tensorizer", "runai_streamer", "gguf", "bitsandbytes", "my_plugin_format"])
+def test_a_load_format_patchkit_does_not_read_is_said_as_cannot_judge_never_an_ok(tmp_path, load_format):
+    """Review38 B10: the models finding vanished for such a format and preflight said "ok"."""
+    tree, library = write_eagle3_setup(tmp_path)
+    launch = serve(write_model(tmp_path / "ds", DEEPSEEK_V3), write_model(tmp_path / "dr", DRAFTER))
+    done = preflight(tree, library, *launch, "--load-format", load_format)
+    [finding] = all_models_findings(done)
+    assert finding["result"] == "cannot judge", finding
+    assert f"--load-format {load_format}: patchkit does not read what that loader loads" in finding["message"]
+
+
+@pytest.mark.parametrize("tp", ["1", "2"])
+def test_sharded_state_needs_each_ranks_pre_sharded_files_in_the_target_and_the_drafter(tmp_path, tp):
+    """vLLM loads the drafter with the launch's own loader after the target: a hub drafter is not
+    pre-sharded, and ShardedStateLoader raises "Could not find checkpoint files" (review38 B10)."""
+    tree, library = write_eagle3_setup(tmp_path)
+    target, drafter = write_model(tmp_path / "ds", DEEPSEEK_V3), write_model(tmp_path / "dr", DRAFTER)
+    launch = [*serve(target, drafter), "--load-format", "sharded_state", "-tp", tp]
+    for rank in range(int(tp)):
+        (target / f"model-rank-{rank}-part-0.safetensors").write_bytes(EMPTY_SAFETENSORS)
+    [finding] = models_findings(preflight(tree, library, *launch))
+    assert finding["message"].startswith(f"drafter '{drafter}': no pre-sharded checkpoint files model-rank-0-part-*")
+    assert "pre-shard it too" in finding["fix"] and "save_sharded_state.py" in finding["fix"], finding
+    for rank in range(int(tp)):
+        (drafter / f"model-rank-{rank}-part-0.safetensors").write_bytes(EMPTY_SAFETENSORS)
+    assert models_findings(preflight(tree, library, *launch)) == []
+    (target / f"model-rank-{int(tp) - 1}-part-0.safetensors").unlink()  # one rank's files missing
+    [finding] = models_findings(preflight(tree, library, *launch))
+    assert f"model-rank-{int(tp) - 1}-part-*" in finding["message"] and finding["message"].startswith("model ")
+
+
+def test_sharded_state_follows_the_pattern_of_model_loader_extra_config(tmp_path):
+    tree, library = write_eagle3_setup(tmp_path)
+    target, drafter = write_model(tmp_path / "ds", DEEPSEEK_V3), write_model(tmp_path / "dr", DRAFTER)
+    for directory in (target, drafter):
+        (directory / "shard-0-of-x-0.safetensors").write_bytes(EMPTY_SAFETENSORS)
+    extra = json.dumps({"pattern": "shard-{rank}-of-x-{part}.safetensors"})
+    launch = [*serve(target, drafter), "--load-format", "sharded_state", "-tp", "1"]
+    assert len(models_findings(preflight(tree, library, *launch))) == 2  # the default pattern: none there
+    assert models_findings(preflight(tree, library, *launch, "--model-loader-extra-config", extra)) == []
+
+
+def test_weights_only_of_a_format_the_launchs_load_format_leaves_out_name_dropping_it(tmp_path):
+    """Review38 B2: --load-format safetensors and a drafter of pytorch_model.bin alone: the fix was "put
+    the drafter's weights into DIR", where they are."""
+    tree, library = write_eagle3_setup(tmp_path)
+    drafter = write_model(tmp_path / "dr", DRAFTER)
+    (drafter / WEIGHTS).unlink()
+    (drafter / "pytorch_model.bin").write_bytes(torch_file())
+    launch = serve(write_model(tmp_path / "ds", DEEPSEEK_V3), drafter)
+    [finding] = models_findings(preflight(tree, library, *launch, "--load-format", "safetensors"))
+    assert "it holds pytorch_model.bin, which it leaves out" in finding["message"], finding
+    assert finding["fix"].startswith("drop --load-format safetensors (auto loads pytorch_model.bin)"), finding
+    assert models_findings(preflight(tree, library, *launch)) == []  # auto: loaded

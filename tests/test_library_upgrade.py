@@ -5,6 +5,7 @@ bytes a revert would restore and writes the result in one transaction; status, p
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -16,6 +17,7 @@ from helpers import (
     MODEL_PY,
     SPEC,
     SPEC_PY,
+    lay_out_release,
     make_patch,
     record_rows,
     run_cli,
@@ -25,6 +27,11 @@ from helpers import (
     write_tree,
 )
 from launch_fixtures import patched_files, stand_in_launch, write_eagle3_setup
+
+from patchkit.releases.files import files_for
+from patchkit.series import dry_run
+from patchkit.series.library import default_root, load_library
+from patchkit.series.patchfile import Patch, read_patch
 
 DEEPSEEK = SPEC_PY.replace('"qwen",', '"qwen",\n    "deepseek",')
 DEEPSEEK_KIMI = SPEC_PY.replace('"qwen",', '"qwen",\n    "deepseek",\n    "kimi",')
@@ -61,6 +68,8 @@ def test_apply_updates_a_set_applied_from_another_library(tree, scratch, tmp_pat
     assert "applied from another library (0002 changed)" in said, said
     assert f"`patchkit apply --target {tree} --patches {then}` updates it" in said, said
     assert "conflict" not in said and "does not apply" not in said, said
+    found = json.loads(pk("status", "--target", tree, "--patches", then, "--format", "json").stdout)
+    assert found["other_library"]["changed"] == ["0002"], found  # one set: its own document
 
     done = pk("apply", "--target", tree, "--patches", then)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -191,6 +200,62 @@ def test_preflight_and_run_apply_say_it_and_run_apply_updates_it(tmp_path):
     assert launched.returncode == 7 and marker.exists(), launched.stdout + launched.stderr  # then launched
     assert (tree / first).read_text() == newer
     assert pk("status", "--target", tree, "--patches", new).returncode == 0
+
+
+# review38 B1's fix of eagle3 0003 (0.11.0-0.17.0): layer 0's aux hidden state is the embeddings alone
+B1_FIXED = """                # before the first layer there is no residual yet: its input is the embeddings
+                aux_hidden_states.append(
+                    hidden_states if residual is None else hidden_states + residual
+                )
+"""
+B1_BEFORE = "                aux_hidden_states.append(hidden_states + residual)\n"
+DEEPSEEK_V2 = "vllm/model_executor/models/deepseek_v2.py"
+THIRD = "0003-deepseek-v2-supports-eagle3.patch"
+
+
+@pytest.mark.release
+def test_a_real_tree_applied_before_the_b1_fix_is_updated_by_apply(tmp_path):
+    """vLLM 0.16.0's stock files applied with the library as main had it before the fix (its 0003 adds
+    `hidden_states + residual`), then apply with the library the fix is in: one transaction, 0003's
+    file now the fixed series' output, every other file as it was, status 0, revert = stock bytes."""
+    stock = lay_out_release("0.16.0", files_for("0.16.0"), tmp_path / "stock")
+    fixed = read_patch(default_root() / "eagle3" / "0.16.0" / THIRD)
+    made = dry_run(stock, [fixed]).content(DEEPSEEK_V2)
+    assert made is not None and made.count(B1_FIXED.encode()) == 1, "the library holds the B1 fix"
+    before = made.decode().replace(B1_FIXED, B1_BEFORE)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    header = fixed.raw.split(b"\n---\n", 1)[0].decode() + "\n"
+    old = tmp_path / "old"
+    shutil.copytree(default_root(), old)
+    (old / "eagle3/0.16.0" / THIRD).write_bytes(make_patch(scratch, stock, {DEEPSEEK_V2: before}, header=header))
+    series = old / "eagle3/0.16.0/series"
+    lines = [line for line in series.read_text().splitlines() if not line.startswith(THIRD)]
+    digest = hashlib.sha256((old / "eagle3/0.16.0" / THIRD).read_bytes()).hexdigest()
+    series.write_text("\n".join([*lines[:2], f"{THIRD} sha256:{digest}", *lines[2:]]) + "\n")
+
+    tree = tmp_path / "site"
+    shutil.copytree(stock, tree)
+    assert pk("apply", "--target", tree, "--patches", old, "--set", "eagle3", "--no-import").returncode == 0
+    assert (tree / DEEPSEEK_V2).read_text().count(B1_BEFORE) == 1
+    others = {p: b for p, b in snapshot(tree).items() if p != DEEPSEEK_V2}
+    status = pk("status", "--target", tree, "--set", "eagle3")
+    said = one_line(status.stdout)
+    assert status.returncode == 1 and "applied from another library (0003 changed)" in said, said
+    assert "conflict" not in said, said
+    done = pk("apply", "--target", tree, "--set", "eagle3", "--no-import")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "updated from another library (0003 changed): 1 file(s) changed" in done.stdout, done.stdout
+    assert (tree / DEEPSEEK_V2).read_bytes() == dry_run(stock, read_eagle3(default_root())).content(DEEPSEEK_V2)
+    assert {p: b for p, b in snapshot(tree).items() if p != DEEPSEEK_V2} == others
+    assert pk("status", "--target", tree, "--set", "eagle3").returncode == 0
+    assert pk("revert", "--target", tree).returncode == 0
+    assert snapshot(tree) == snapshot(stock)
+
+
+def read_eagle3(library: Path) -> list[Patch]:
+    (release,) = [r for r in load_library(library)["eagle3"].releases if r.directory.name == "0.16.0"]
+    return release.read_patches(load_library(library)["eagle3"].roots)
 
 
 def test_a_crash_at_each_step_of_the_update_leaves_one_library_or_the_other(tmp_path):

@@ -42,7 +42,7 @@ ENV = "PATCHKIT_GUARD"
 # The number of the guard's checks: patchkit tells an older build's guard that judges a tree as it
 # does (the same number: a note, `apply` updates it) from one that may not (a failure until `apply`).
 # tests/test_guard_format.py holds it to this module's code: a change of the code bumps it.
-GUARD_FORMAT = 30
+GUARD_FORMAT = 31
 MAX_RECORD_BYTES = 16 * 1024 * 1024
 if TYPE_CHECKING:  # (vllm version or None, {path: recorded sha256 or None}, {path: its original's sha256 or None})
     Record = tuple[str | None, dict[str, str | None], dict[str, str | None]]
@@ -88,6 +88,17 @@ def refusal(site: str, problems: list[str]) -> str:
     tree itself (`--target`: it names that tree from any shell; `--python` found it only where
     PYTHONPATH or the like put it on the interpreter's path)."""
     selection = "--target " + _shell_word(site)
+    if problems == [UNFINISHED]:  # not a changed tree: a change of patchkit's own, cut short or running
+        return (
+            "patchkit guard: "
+            + UNFINISHED
+            + " in "
+            + _escaped(site)
+            + ": some of vLLM's files may be patched and some not. Run `patchkit recover "
+            + selection
+            + "` (any patchkit command rolls it back first), then the apply or revert again; if one is"
+            " running, wait for it (PATCHKIT_GUARD=warn only logs this, =off skips it)"
+        )
     return (
         "patchkit guard: this vLLM tree is not the one `patchkit apply` left in "
         + _escaped(site)
@@ -689,6 +700,22 @@ _STORE_KINDS: dict[str, Callable[[int], bool]] = {
 }
 
 
+# an apply or revert writes its journal before it changes a file and deletes it last: a tree that has
+# one holds some files of the change and not others (the commit writes the guard first, so it is here)
+UNFINISHED = "an apply or revert of patchkit did not finish (.patchkit/journal.json is there)"
+
+
+def _unfinished(site: str) -> list[Record]:
+    """No record to judge by while a journal is in .patchkit/: refused (whatever the records say,
+    the files are mid-change), the one finding. An lstat, nothing read (it is untrusted; recovery
+    checks it); an odd store (a symlinked .patchkit/ or journal) is refused as the commands do."""
+    if os.path.lexists(os.path.join(site, ".patchkit")):
+        _refuse_odd_store(site)
+        if os.path.lexists(os.path.join(site, ".patchkit", "journal.json")):
+            raise TreeChanged(UNFINISHED)
+    return []
+
+
 def _refuse_odd_store(site: str) -> None:
     for name, kind in _STORE_KINDS.items():
         path = os.path.join(site, ".patchkit", name) if name else os.path.join(site, ".patchkit")
@@ -1197,8 +1224,9 @@ def _digest_or_none(value: object) -> bool:
     return value is None or (isinstance(value, str) and len(value) == 64)
 
 
-# The wheel's record first: an apply recorded later in .patchkit/ changes files after it.
-_RECORD_READERS = (_wheel_records, _state_records)
+# An unfinished change first; then the wheel's record: an apply recorded later in .patchkit/ changes
+# files after it.
+_RECORD_READERS = (_unfinished, _wheel_records, _state_records)
 
 
 def _version_problems(site: str, recorded: str | None, seen: dict[str | None, list[str]]) -> list[str]:

@@ -303,17 +303,23 @@ def commit_changes(
     the files the befores were read from (plan.View.origins), so that originals can be linked.
     `modes`: the permission bits a file written gets (a revert's recorded originals')."""
     origins, modes = origins or {}, modes or {}
-    landed = commit(
-        root,
-        [
-            FileWrite(p, after, before) if undo else FileWrite(p, before, after, origins.get(p), modes.get(p))
-            for p, (before, after) in sorted(changes.items())
-        ],
-        new_state,
-    )
+    writes = [
+        FileWrite(p, after, before) if undo else FileWrite(p, before, after, origins.get(p), modes.get(p))
+        for p, (before, after) in sorted(changes.items())
+    ]
+    landed = commit(root, sorted(writes, key=_guard_order), new_state)
     if undo:
         signals.note(signals.UNDONE)
     return landed
+
+
+def _guard_order(write: FileWrite) -> int:
+    """The launch guard's files are written first and removed last (sorted() keeps the paths'
+    order otherwise): every tree a commit cut short leaves, and its rollback, holds the guard,
+    which refuses a launch while the journal is there."""
+    if not GUARD_PATH.fullmatch(write.path):
+        return 1
+    return 2 if write.after is None else 0
 
 
 def save_originals(root: Path, originals: Mapping[str, bytes]) -> None:

@@ -487,8 +487,10 @@ def _found_models_findings(
     found = [_model_finding(exc) for exc in missing]
     found += [served] if served is not None else []
     found += [f for f in (_architectures_finding(m) for m in models) if f is not None]
-    weights = weight_findings(command, models[0]) + tokenizer_findings(command)
-    return found + [Finding(MODELS, ok, message, fix, note=note) for ok, message, fix, note in weights]
+    tokenizers = [
+        Finding(MODELS, ok, message, fix, note=note) for ok, message, fix, note in tokenizer_findings(command)
+    ]
+    return found + weight_findings(command, models[0], MODELS) + tokenizers
 
 
 @dataclass(eq=False, repr=False)

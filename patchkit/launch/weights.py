@@ -20,6 +20,7 @@ from pathlib import Path
 from patchkit.base.errors import BadInput, TargetError, escaped, few
 from patchkit.base.fsutil import read_regular
 from patchkit.launch.command import LaunchCommand
+from patchkit.launch.findings import Finding, cannot_judge
 from patchkit.launch.models import (
     WALK_LIMIT,
     ModelConfig,
@@ -44,6 +45,9 @@ PATTERNS = {
     "pt": ("*.pt",),
     "npcache": ("*.bin", "*.pt"),
 }
+NO_WEIGHTS = "dummy"  # vLLM's DummyModelLoader: random values, no file read
+SHARDED = "sharded_state"
+SHARDED_PATTERN = "model-rank-{rank}-part-{part}.safetensors"  # vLLM's ShardedStateLoader.DEFAULT_PATTERN
 _SAFETENSORS = ("safetensors", "fastsafetensors", "mistral")  # filtered by the index whatever matched
 _INDEX = "model.safetensors.index.json"
 _MISTRAL_INDEX = "consolidated.safetensors.index.json"
@@ -108,6 +112,9 @@ def weights_verdict(directory: str, load_format: str, *, local: bool = True) -> 
     if dangling:
         return f"{escaped(os.path.basename(dangling[0]))} is a link to nothing (its file is gone)"
     if not found:
+        other = [name for pattern in PATTERNS["hf"] for name in _names(directory, pattern)]
+        if load_format != "hf" and other:  # an explicit --load-format that leaves out the files there
+            return _other_format(load_format, patterns, other)
         return f"no weight file vLLM loads ({', '.join(patterns)})"
     if load_format == "npcache" and os.path.exists(os.path.join(directory, _NP_NAMES)):
         return None  # its iterator reads the numpy dump, never the .bin files again
@@ -133,6 +140,53 @@ class Hidden(str):
     """No weights found: training files (`files`) match the pattern vLLM's glob stops at, before the weights'."""
 
     files = ""
+
+
+class NotSharded(str):
+    """No pre-sharded checkpoint files, the only ones vLLM's sharded_state loader reads."""
+
+
+class OtherFormat(str):
+    """No weight file of the launch's --load-format, but files of another (`files`) vLLM's auto loads."""
+
+    files = ""
+
+
+def _other_format(load_format: str, patterns: tuple[str, ...], names: list[str]) -> OtherFormat:
+    shown = few(sorted(escaped(name) for name in names), sep=", ")
+    said = OtherFormat(
+        f"no weight file --load-format {load_format} loads ({', '.join(patterns)}); it holds {shown}, which it leaves out"
+    )
+    said.files = shown
+    return said
+
+
+def _names(directory: str, pattern: str) -> list[str]:
+    return [os.path.basename(path) for path in glob.glob(os.path.join(directory, pattern))]
+
+
+def _sharded_files(command: LaunchCommand) -> tuple[str, int]:
+    """(the file pattern, the tensor-parallel size) of vLLM's ShardedStateLoader: each -tp rank reads
+    its own model-rank-R-part-*.safetensors (--model-loader-extra-config's "pattern" when given)."""
+    extra = command.options.get("model-loader-extra-config")
+    try:
+        given = json.loads(extra) if isinstance(extra, str) else None
+    except ValueError:
+        given = None
+    pattern = given.get("pattern") if isinstance(given, dict) else None
+    return (pattern if isinstance(pattern, str) else SHARDED_PATTERN), command.tensor_parallel_size
+
+
+def _sharded_verdict(directory: str, pattern: str, ranks: int) -> str | None:
+    """Why vLLM's sharded_state loader finds no files for some rank in `directory`; None: each has some."""
+    for rank in range(max(ranks, 1)):
+        try:
+            wanted = pattern.format(rank=rank, part="*")
+        except (KeyError, IndexError, ValueError):
+            return None  # vLLM's own format() raises first, at the loader's start: not judged here
+        if not glob.glob(os.path.join(directory, wanted)):
+            return NotSharded(f"no pre-sharded checkpoint files {escaped(wanted)} (the only files sharded_state loads)")
+    return None
 
 
 class Damaged(str):
@@ -420,18 +474,23 @@ def _index_files(index: str, directory: str) -> dict[str, str] | str:
 
 # a command's verdicts on the directories it judged: preflight judges the launch once per set it
 # covers, and each header is parsed once (cli/percommand.py empties it)
-_JUDGED: dict[tuple[str, str, bool], str | None] = {}
+_JUDGED: dict[tuple[str, str, bool, tuple[str, int] | None], str | None] = {}
 
 
-def weight_findings(command: LaunchCommand, target: ModelConfig) -> list[tuple[bool, str, str | None, bool]]:
-    """(passed, message, fix, said as a note) for the target and the drafter whose weights were
-    judged: failed when vLLM would find no weights to load in the directory it loads them from; a
-    pass is a note when it was judged only in part."""
+def weight_findings(command: LaunchCommand, target: ModelConfig, check: str) -> list[Finding]:
+    """The `check` findings for the target and the drafter whose weights were judged: failed when vLLM
+    would find no weights to load in the directory it loads them from; a pass is a note when it was
+    judged only in part; a loader patchkit does not model is said, never passed in silence."""
     load_format = command.optional_text("load-format") or "auto"
     quantization = target.get("quantization_config")
     method = quantization.get("quant_method") if isinstance(quantization, dict) else None
-    if "bitsandbytes" in (command.options.get("quantization"), method) or load_format not in (*PATTERNS, "auto"):
-        return []  # another loader (BitsAndBytesModelLoader's own files, a dummy, a plugin's): not judged
+    if load_format == NO_WEIGHTS:  # random values: no file is read, nothing can be missing
+        return []
+    if "bitsandbytes" in (command.options.get("quantization"), method) and load_format in (*PATTERNS, "auto"):
+        load_format = "bitsandbytes"  # BitsAndBytesModelLoader's own files
+    if load_format not in (*PATTERNS, "auto", SHARDED):
+        reason = f"--load-format {load_format}: patchkit does not read what that loader loads"
+        return [cannot_judge(check, reason, "check that the model and the drafter hold what it loads")]
     found = []
     model = target_directory(command)
     if model is not None:
@@ -439,7 +498,7 @@ def weight_findings(command: LaunchCommand, target: ModelConfig) -> list[tuple[b
     drafter = _drafter_directory(command)
     if drafter is not None:
         found += _problem(command, "drafter", *drafter, load_format, "the launch fails once the target has loaded")
-    return found
+    return [Finding(check, ok, message, fix, note=note) for ok, message, fix, note in found]
 
 
 def _problem(
@@ -447,9 +506,12 @@ def _problem(
 ) -> list[tuple[bool, str, str | None, bool]]:
     """The finding for `name`, whose weights vLLM loads from `directory` (`name` itself, or its
     cached snapshot: the fix then fetches the model whole); none where they are not judged."""
-    key = (os.path.join(command.working_directory(), directory), load_format, local)
+    sharded = _sharded_files(command) if load_format == SHARDED else None
+    key = (os.path.join(command.working_directory(), directory), load_format, local, sharded)
     if key not in _JUDGED:
-        _JUDGED[key] = weights_verdict(key[0], load_format, local=local)
+        _JUDGED[key] = (
+            weights_verdict(key[0], load_format, local=local) if sharded is None else _sharded_verdict(key[0], *sharded)
+        )
     why = _JUDGED[key]
     hub_id = name
     name, directory = escaped(name), escaped(directory)
@@ -462,6 +524,11 @@ def _problem(
     damaged = isinstance(why, Damaged)
     if isinstance(why, Hidden):
         fix = f"move {why.files} out of {directory} (vLLM then reaches the weights)"
+    elif isinstance(why, NotSharded):
+        also = " too (it loads with the launch's --load-format)" if role == "drafter" else ""
+        fix = f"pre-shard it{also} with vLLM's examples/offline_inference/save_sharded_state.py, or drop --load-format"
+    elif isinstance(why, OtherFormat):
+        fix = f"drop --load-format {load_format} (auto loads {why.files}), or convert the {role}'s weights to it"
     elif directory == name and LFS in why:
         fix = f"run `git lfs pull` in {name} (it fetches the weights the pointers name)"
     elif directory == name:

@@ -56,8 +56,9 @@ DRAFTER = {
     "vocab_size": 32000,
     "draft_vocab_size": 32000,
     "torch_dtype": "bfloat16",
-    # 3 distinct layers of the 4-layer target, as EAGLE-3's fc takes (the default, (2, 2, 1), gives 2)
-    "eagle_aux_hidden_state_layer_ids": [0, 2, 3],
+    # 3 distinct layers of the 4-layer target, as EAGLE-3's fc takes (the default, (2, 2, 1), gives 2);
+    # not layer 0, where the forward adds a residual that is still None (drafter-aux-layers fails it)
+    "eagle_aux_hidden_state_layer_ids": [1, 2, 3],
 }
 
 

@@ -88,6 +88,12 @@ def status_json(resolved: Resolved, status: TreeStatus, where: Location | None =
         "found_not_stock": status.found_edited,  # found applied, unrecorded, not stock beyond it: apply refuses
         "hanging": status.hanging,  # a fifo or device as a module: the launch's import hangs on it
         "stale": status.stale,
+        # applied from another library (or --patch files' earlier texts): what changed, and its fix
+        **(
+            {"other_library": {"changed": status.other_library, "fix": status.other_library_fix}}
+            if status.other_library
+            else {}
+        ),
         "guard_notes": status.guard_notes,
         "store_notes": status.store_notes,
         "guard": {
