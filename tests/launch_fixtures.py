@@ -45,6 +45,7 @@ SPEC_STOCK = textwrap.dedent("""\
         draft_tensor_parallel_size: int | None = None
         tensor_parallel_size: int | None = None
         revision: str | None = None
+        quantization: str | None = None
 
         def _verify_args(self):
             VARIABLE = [

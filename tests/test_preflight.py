@@ -1620,6 +1620,60 @@ def test_a_drafter_whose_activation_the_trees_llama_mlp_refuses_fails(setup, tmp
     assert "trained with hidden_act silu" in finding["fix"]
 
 
+# quantization/__init__.py and two method modules as 0.16.0 lays them out (a method mapped to its class,
+# imported from its module; get_config_filenames the files get_quant_config looks for)
+QUANT_INIT = """
+def get_quantization_config(quantization: str):
+    from .awq import AWQConfig
+    from .fp8 import Fp8Config
+    from vllm.model_executor.layers.quantization.gptq.gptq import GPTQConfig
+    method_to_config = {"awq": AWQConfig, "fp8": Fp8Config, "gptq": GPTQConfig}
+    return method_to_config[quantization]
+"""
+QUANT_FILES = {
+    "awq.py": "class AWQConfig:\n    def get_config_filenames():\n"
+    '        return ["quant_config.json", "quantize_config.json"]\n',
+    "fp8.py": "class Fp8Config:\n    def get_config_filenames():\n        return []\n",
+    "gptq/gptq.py": 'class GPTQConfig:\n    def get_config_filenames():\n        return ["quantize_config.json"]\n',
+}
+
+
+@pytest.mark.parametrize(
+    ("method", "files", "change", "says"),
+    [
+        ("awq", [], {}, "no quant_config.json or quantize_config.json"),
+        ("gptq", ["quant_config.json"], {}, "no quantize_config.json"),  # awq's file, not gptq's
+        ("awq", ["quant_config.json", "x-quantize_config.json"], {}, "holds 2 quantization files for awq"),
+        ("awq", ["quantize_config.json"], {}, None),
+        ("gptq", ["quantize_config.json"], {}, None),
+        ("awq", [], {"quantization_config": {"quant_method": "awq", "bits": 4}}, None),  # vLLM reads it there
+        ("fp8", [], {}, None),  # a method needing no file
+        ("nvfp4", [], {}, None),  # a method the tree does not map: not judged here
+    ],
+)
+def test_a_speculative_quantization_the_drafter_has_no_config_for_fails(setup, tmp_path, method, files, change, says):
+    """vLLM reads the drafter's quantization config only building it, after the target's load (review38 B11)."""
+    tree, library, models = setup
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    quantization = tree / "vllm" / "model_executor" / "layers" / "quantization"
+    for name, text in {"__init__.py": QUANT_INIT, **QUANT_FILES}.items():
+        (quantization / name).parent.mkdir(parents=True, exist_ok=True)
+        (quantization / name).write_text(text)
+    drafter = write_model(tmp_path / "drafter", {**DRAFTER, **change})
+    for name in files:
+        (drafter / name).write_text("{}")
+    spec = json.dumps({"method": "eagle3", "model": str(drafter), "num_speculative_tokens": 3, "quantization": method})
+    done = preflight(tree, library, "vllm", "serve", str(models["deepseek"]), "--speculative-config", spec)
+    if says is None:
+        assert done.returncode == 0 and failed(done) == set(), done.stdout
+        return
+    assert_clean_failure(done, 1)
+    assert failed(done) == {"drafter-architecture"}, done.stdout
+    finding = findings(done)["drafter-architecture"]
+    assert says in finding["message"] and "after the target's load" in finding["message"]
+    assert ("keep one of" if "holds" in says else 'drop "quantization"') in finding["fix"]
+
+
 @pytest.mark.parametrize(
     ("fc", "fails"),
     [

@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import glob
+import os
 import re
 import shlex
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from packaging.version import InvalidVersion, Version
@@ -37,6 +40,7 @@ NOTE_ROOM = 60  # columns for the names of the general plugins not judged
 SIZE_FIX = "give the config.json a positive whole-number size: the check cannot judge without one"
 EAGLE3_DRAFTER = f"{MODELS_DIR}/llama_eagle3.py"
 LLAMA = f"{MODELS_DIR}/llama.py"  # the drafter's decoder layer and MLP (llama_eagle3.py subclasses them)
+QUANTIZATION = "vllm/model_executor/layers/quantization"  # where vLLM maps methods to config classes
 HEADS_FIX = "give a -tp that divides the drafter's heads and the target's, or a drafter whose heads it divides"
 # The drafter's fc takes 3 aux hidden states (3 x hidden size) in every release up to 0.18.x; 0.22.0
 # sizes it from the drafter's config instead, so the count is judged only where the tree shows the 3.
@@ -396,7 +400,7 @@ def drafter_architecture(launch) -> Finding:
     built = next((name for name in _built_names(launch.drafter) if any(name in t for t in tables.values())), None)
     if built is not None:
         registered = f"drafter architecture {built} is registered for EAGLE-3"
-        unbuilt = _heads_unsplit(launch) or _activation_refused(launch)
+        unbuilt = _heads_unsplit(launch) or _activation_refused(launch) or _quant_config_unfound(launch)
         if unbuilt is None:
             return Finding("drafter-architecture", True, registered)
         message = f"{registered}, but {unbuilt[0]}: vLLM fails building it, after the target's load"
@@ -472,6 +476,69 @@ def _mlp_activation(source: bytes | None) -> str | None:
         ):
             return test.comparators[0].value
     return None
+
+
+def _quant_config_unfound(launch) -> tuple[str, str] | None:
+    """The speculative config's "quantization" is the drafter's own (get_draft_quant_config, read only when
+    vLLM builds the drafter): with no quantization_config in its config.json, vLLM's get_quant_config looks
+    for exactly one *.json in its directory ending in a name the method's class gives, else raises."""
+    method = (launch.command.speculative_config or {}).get("quantization")
+    config = launch.drafter.config
+    text = config.get("text_config")
+    held = [config, text if isinstance(text, dict) else {}]
+    if not isinstance(method, str) or any(c.get("quantization_config") is not None for c in held):
+        return None
+    local = Path(launch.drafter.name)
+    names = _quant_config_names(launch, method) if config.get("compression_config") is None else None
+    if not names or not local.is_dir():
+        return None  # a method needing no file, one not judged here, or a hub drafter (vLLM downloads its *.json)
+    found = [f for f in glob.glob(os.path.join(local, "*.json")) if any(f.endswith(name) for name in names)]
+    if len(found) == 1:
+        return None
+    if found:
+        why = f"its directory holds {len(found)} quantization files for {escaped(method)} (vLLM takes exactly one)"
+        return why, f"keep one of {', '.join(escaped(Path(f).name) for f in found)} in the drafter's directory"
+    why = (
+        f"--speculative-config names quantization '{escaped(method)}' and the drafter has no config for it "
+        f"(no quantization_config in its config.json, no {' or '.join(names)})"
+    )
+    return why, 'drop "quantization" from --speculative-config: the drafter is not quantized'
+
+
+def _quant_config_names(launch, method: str) -> list[str] | None:
+    """The file names `method`'s class gives in get_config_filenames (quantization/__init__.py maps the
+    method to the class, imported from its module); None when the tree does not say them plainly."""
+    source = _parsed(launch.read(f"{QUANTIZATION}/__init__.py"))
+    cls = next(
+        (
+            value.id
+            for node in ast.walk(source or ast.Module([], []))
+            if isinstance(node, ast.Dict)
+            for key, value in zip(node.keys, node.values, strict=True)
+            if isinstance(key, ast.Constant) and key.value == method and isinstance(value, ast.Name)
+        ),
+        None,
+    )
+    imports = [node for node in ast.walk(source or ast.Module([], [])) if isinstance(node, ast.ImportFrom)]
+    module = next((node for node in imports if any(alias.name == cls for alias in node.names)), None)
+    if cls is None or module is None or not module.module:
+        return None
+    where = module.module.replace(".", "/")
+    defining = _parsed(launch.read(f"{QUANTIZATION}/{where}.py" if module.level else f"{where}.py"))
+    for node in ast.walk(defining or ast.Module([], [])):
+        if isinstance(node, ast.FunctionDef) and node.name == "get_config_filenames":
+            returned = [n.value for n in ast.walk(node) if isinstance(n, ast.Return)]
+            names = returned[0] if len(returned) == 1 else None
+            if isinstance(names, ast.List) and all(isinstance(n, ast.Constant) for n in names.elts):
+                return [str(n.value) for n in names.elts]
+    return None
+
+
+def _parsed(source: bytes | None) -> ast.Module | None:
+    try:
+        return ast.parse(source) if source else None
+    except (SyntaxError, ValueError):
+        return None
 
 
 def hidden_size(launch) -> Finding:

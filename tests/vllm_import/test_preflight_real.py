@@ -56,8 +56,9 @@ DRAFTER = {
     "vocab_size": 32000,
     "draft_vocab_size": 32000,
     "torch_dtype": "bfloat16",
-    # 3 distinct layers of the 4-layer target, as EAGLE-3's fc takes (the default, (2, 2, 1), gives 2)
-    "eagle_aux_hidden_state_layer_ids": [0, 2, 3],
+    # 3 distinct layers of the 4-layer target, as EAGLE-3's fc takes (the default, (2, 2, 1), gives 2);
+    # not layer 0, where the forward adds a residual that is still None (drafter-aux-layers fails it)
+    "eagle_aux_hidden_state_layer_ids": [1, 2, 3],
 }
 
 
@@ -273,3 +274,47 @@ def test_a_drafter_activation_fails_drafter_architecture_exactly_where_vllms_lla
         found = finding(done, "drafter-architecture")
         assert found["ok"] is (refused[act] is None), (act, refused[act], found)
         assert found["ok"] or f"hidden_act '{act}' is not silu" in found["message"], found
+
+
+# review38 B11: the speculative config's quantization is the drafter's own, read only building it (after the
+# target's load): vLLM's get_quantization_config on the draft ModelConfig, asked here on CPU
+DRAFT_QUANT = """
+import json, sys
+from patchkit._target.engine_config import _force_cpu_platform_when_none
+import vllm
+_force_cpu_platform_when_none()
+from vllm.config import VllmConfig
+from vllm.config.load import LoadConfig
+from vllm.config.model import ModelConfig
+said = {}
+for case in json.loads(sys.argv[1]):
+    directory, method = case
+    try:
+        config = ModelConfig(model=directory, quantization=method, skip_tokenizer_init=True, runner="draft")
+        VllmConfig.get_quantization_config(config, LoadConfig())
+        said[f"{directory} {method}"] = None
+    except Exception as exc:
+        said[f"{directory} {method}"] = str(exc)
+print(json.dumps(said))
+"""
+AWQ = {"bits": 4, "group_size": 128, "zero_point": True}
+
+
+def test_a_speculative_quantization_fails_drafter_architecture_exactly_where_vllm_finds_no_config(tmp_path: Path):
+    write_model(tmp_path / "target", TARGET)
+    plain = write_model(tmp_path / "plain", DRAFTER)
+    awq = write_model(tmp_path / "awq", {**DRAFTER, "torch_dtype": "float16"})  # AWQ takes float16 only
+    (awq / "quant_config.json").write_text(json.dumps(AWQ))
+    cases = [(str(plain), "awq"), (str(plain), "gptq"), (str(plain), "fp8"), (str(awq), "awq")]
+    refused = ask_vllm(DRAFT_QUANT, json.dumps(cases))
+    assert refused[f"{plain} awq"] and refused[f"{plain} fp8"] is None, refused
+    for directory, method in cases:
+        spec = {"method": "eagle3", "model": directory, "num_speculative_tokens": 2, "quantization": method}
+        done = patchkit(
+            "preflight", "--python", VLLM_PYTHON, "--no-import", "--format", "json", "--",
+            "vllm", "serve", str(tmp_path / "target"), "--speculative-config", json.dumps(spec),
+        )  # fmt: skip
+        found = finding(done, "drafter-architecture")
+        said = refused[f"{directory} {method}"]
+        assert found["ok"] is (said is None), (directory, method, said, found)
+        assert found["ok"] or f"names quantization '{method}'" in found["message"], found
