@@ -126,6 +126,27 @@ def test_a_verdict_on_the_forced_cpu_platform_says_so_and_its_own_refusal_is_no_
     assert verdict(status="invalid", error="RuntimeError: x", cpu=False, cpu_refused=False).ok is False
 
 
+def test_a_refusal_of_several_lines_reads_as_vllms_words_not_as_escapes():
+    """Review38 B9: pydantic's refusal (a line break after "for VllmConfig") was shown with a
+    visible \\x0a. Its lines read joined by "; "; a control character inside a line stays escaped
+    where the finding is shown (it could harm a terminal)."""
+    from patchkit.base.errors import escaped
+
+    error = (
+        "pydantic_core._pydantic_core.ValidationError: 1 validation error for VllmConfig\n"
+        "  Value error, Too large swap space. 32.0 GiB out of the 23.54 GiB total CPU memory\x1b[2J "
+        "[type=value_error]\n\n    For further information visit https://errors.pydantic.dev/2.12/v/value_error"
+    )
+    for found in (
+        verdict(status="invalid", error=error, cpu=True, cpu_refused=True),
+        verdict(status="invalid", error=error, cpu=False, cpu_refused=False),
+    ):
+        shown = escaped(found.message)
+        assert "\\x0a" not in shown and "\n" not in shown, shown
+        assert "for VllmConfig; Value error, Too large swap space." in shown, shown
+        assert "memory\\x1b[2J [type=value_error]; For further information" in shown, shown
+
+
 def test_an_after_load_refusal_says_which_value_why_and_the_fix():
     found = verdict(
         status="after-load", option="middleware", value="corp.mw.Thing", stage="import",

@@ -67,7 +67,7 @@ CPU = "judged on the CPU platform: no accelerator found"  # the clause every ver
 def _verdict(python: str, command: LaunchCommand, answer: dict[str, Any], fix: str | None) -> Finding:
     """The finding the worker's answer gives; one judged on the CPU platform forced says so, and a
     refusal of that platform's own (vllm/platforms/cpu.py) is no verdict on the launch's machine."""
-    status, error = worker_status(answer), str(answer.get("error", ""))
+    status, error = worker_status(answer), vllm_words(str(answer.get("error", "")))
     differs = _read_otherwise(command, answer.get("reading"))
     if differs:
         message = f"vLLM's parser reads the command otherwise than patchkit did: {differs}"
@@ -125,6 +125,13 @@ def after_load_finding(answer: dict[str, Any]) -> Finding:
         "kind": ("neither a class nor an async function", f"name a class or an async function that {module} defines"),
     }.get(str(answer.get("stage")), (error, "give an importable MODULE.NAME"))
     return Finding(CHECK, False, f"--middleware {value}: {said}: {AFTER_LOAD}", fix)
+
+
+def vllm_words(error: str) -> str:
+    """vLLM's message on one line, as its words read: its lines (pydantic's "1 validation error for
+    VllmConfig", then the error) joined by "; ", blank ones dropped; a control character inside a
+    line is still escaped where the finding is shown."""
+    return "; ".join(line.strip() for line in error.splitlines() if line.strip()) or error
 
 
 def _first_line(error: str) -> str:
