@@ -188,6 +188,7 @@ def test_model_impl_terratorch_is_judged_on_the_terratorch_class(site):
 )
 def test_a_transformers_that_cannot_be_read_cannot_judge(site, version, said):
     tree = site[0]
+    pin(tree, "transformers>=4.56.0")  # a vLLM whose own requirement admits the backend's transformers
     if version is None:
         (tree / "transformers-4.57.6.dist-info" / "METADATA").unlink()
         (tree / "transformers-4.57.6.dist-info").rmdir()
@@ -221,3 +222,21 @@ def test_the_fallback_with_a_transformers_that_meets_the_backend_cannot_judge(si
     (tree / REGISTRY).write_text(REGISTRY_PY)
     found = supports(site, target=unknown)
     assert found["result"] == "fail" and "does not register the target architecture FooForCausalLM" in found["message"]
+
+
+@pytest.mark.parametrize("version", [None, "4.57\x1b[2J"])
+def test_a_transformers_that_cannot_be_read_fails_where_vllms_own_requirement_excludes_what_the_backend_needs(
+    site, version
+):
+    """vLLM 0.12-0.18 require transformers<5 and their backend's EAGLE-3 needs 5.0.0 or later: whatever the
+    launch's Python holds, the backend fails (a launch without --python was "cannot judge")."""
+    tree = site[0]
+    pin(tree, "transformers<5,>=4.56.0")
+    if version is None:
+        (tree / "transformers-4.57.6.dist-info" / "METADATA").unlink()
+        (tree / "transformers-4.57.6.dist-info").rmdir()
+    else:
+        transformers(tree, version)
+    found = supports(site, "--model-impl", "transformers")
+    assert found["result"] == "fail", found
+    assert "which this vLLM's own requirement transformers<5,>=4.56.0 excludes" in found["message"], found

@@ -44,7 +44,12 @@ def test_stock_release_names_every_fault_and_passes_after_apply(tmp_path, releas
     assert {f["fix"] for f in failed(done).values()} == {f"run `patchkit apply --target {site} --set eagle3`"}
     done = run_cli(*preflight, *kimi)
     assert_clean_failure(done, 1)
-    assert set(failed(done)) == (STOCK_FAULTS | {"image-token"} if kimi_registered else STOCK_FAULTS)
+    if kimi_registered:
+        assert set(failed(done)) == STOCK_FAULTS | {"image-token"}
+    else:  # vLLM would build its Transformers backend, whose files this layout lacks: never a pass
+        assert set(failed(done)) == STOCK_FAULTS - {"supports-eagle3"}
+        [backend] = [f for f in json.loads(done.stdout)["findings"] if f["check"] == "supports-eagle3"]
+        assert backend["result"] == "cannot judge" and "transformers" in backend["message"], backend
 
     assert run_cli("apply", "--target", site, "--no-import").returncode == 0
     done = run_cli(*preflight, *deepseek)
@@ -52,9 +57,10 @@ def test_stock_release_names_every_fault_and_passes_after_apply(tmp_path, releas
     done = run_cli(*preflight, *kimi)
     if kimi_registered:
         assert done.returncode == 0, done.stdout
-    else:
-        assert set(failed(done)) == {"supports-eagle3"}
-        assert "does not register the target architecture KimiK25" in failed(done)["supports-eagle3"]["message"]
+    else:  # patched, yet vLLM registers no Kimi-K2.5 class of its own: its backend stays unjudged here
+        assert done.returncode == 0 and set(failed(done)) == set(), done.stdout
+        [backend] = [f for f in json.loads(done.stdout)["findings"] if f["check"] == "supports-eagle3"]
+        assert backend["result"] == "cannot judge" and "transformers" in backend["message"], backend
 
 
 # review 5 L4: a speculative-config field SpeculativeConfig bounds (its Field(ge=...)) or checks

@@ -16,6 +16,7 @@ import os
 import re
 import shlex
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING
 
 from packaging.version import InvalidVersion, Version
@@ -254,6 +255,13 @@ def _held_to_transformers(launch, built: str, needs: list[tuple[Version, str]], 
     wanted = f"{built}, which needs transformers>={need} ({', '.join(f for v, f in needs if v == need)})"
     fields = launch.distribution("transformers") or []
     said = next((value for key, value in fields if key.lower() == "version"), None)
+    readable = said is not None and _version(said) != Version("0")
+    pin = None if readable else _vllm_pin(launch)
+    if pin is not None and not _admits(pin, need):  # whatever is installed there, vLLM's own pin holds it below
+        message = (
+            f"{wanted}, which this vLLM's own requirement transformers{pin} excludes: vLLM fails loading the target"
+        )
+        return Finding("supports-eagle3", False, message, _backend_fix(launch, why, need))
     if said is None:
         found = "finds no transformers" if not fields else "finds a transformers whose METADATA gives no Version"
         return cannot_judge(
@@ -273,25 +281,21 @@ def _held_to_transformers(launch, built: str, needs: list[tuple[Version, str]], 
 def _backend_fix(launch, why: str, need: Version | None = None) -> str:
     """Drop --model-impl transformers where vLLM has a class of its own; else the transformers the
     backend needs, within this vLLM's own requirement (its METADATA); else no EAGLE-3."""
-    # lazy: only a backend's failure reads specifiers (`run`'s fast path loads the set's checks)
-    from packaging.specifiers import InvalidSpecifier, SpecifierSet
-
     tables = launch.registry()
     native = [
         a for a in launch.target.architectures if (_model_class(tables, a) or (BACKEND_MODULE,))[0] != BACKEND_MODULE
     ]
     if why == "--model-impl transformers" and native:
         return f"drop --model-impl transformers: vLLM then builds its own {native[0]}"
-    said = _required(launch.distribution("vllm") or [], "transformers")
-    try:
-        pin = SpecifierSet(said) if said else None
-    except InvalidSpecifier:
-        pin = None
-    if need is None or (pin is not None and not _admits(pin, need)):
-        held = f"this vLLM requires transformers{pin}, and " if need is not None else ""
+    pin = _vllm_pin(launch)
+    if need is None:
+        return "serve it without --speculative-config: its Transformers backend has no EAGLE-3 in this vLLM"
+    if pin is not None and not _admits(pin, need):
+        held = f"this vLLM requires transformers{pin}, and "
         return f"serve it without --speculative-config: {held}its Transformers backend has no EAGLE-3 below {need}"
     lower = [s for s in pin or () if s.operator in (">=", ">") and _version(s.version) < need]  # implied by need
-    wanted = str(SpecifierSet(f">={need}") & SpecifierSet([s for s in pin or () if s not in lower]))
+    specifier_set = _specifiers().SpecifierSet
+    wanted = str(specifier_set(f">={need}") & specifier_set([s for s in pin or () if s not in lower]))
     try:
         python = launch.command.launch_python()[0]
     except TargetError:
@@ -322,6 +326,23 @@ def _version(text: str) -> Version:
         return Version(text)
     except InvalidVersion:
         return Version("0")
+
+
+def _vllm_pin(launch) -> SpecifierSet | None:
+    """The transformers versions this vLLM's own METADATA admits (None: not said, or unreadable)."""
+    said = _required(launch.distribution("vllm") or [], "transformers")
+    specifiers = _specifiers()
+    try:
+        return specifiers.SpecifierSet(said) if said else None
+    except specifiers.InvalidSpecifier:
+        return None
+
+
+def _specifiers() -> ModuleType:
+    # lazy: only a backend's check reads specifiers (`run`'s fast path loads the set's checks)
+    from packaging import specifiers
+
+    return specifiers
 
 
 def _admits(pin: SpecifierSet, need: Version) -> bool:
