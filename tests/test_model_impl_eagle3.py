@@ -182,6 +182,17 @@ def test_model_impl_terratorch_is_judged_on_the_terratorch_class(site):
     assert found["fix"] == "drop --model-impl terratorch"
 
 
+def with_unreadable_transformers(site, version: str | None) -> dict:
+    """supports-eagle3 of --model-impl transformers with no transformers (None), or one whose Version is `version`."""
+    tree = site[0]
+    if version is None:
+        (tree / "transformers-4.57.6.dist-info" / "METADATA").unlink()
+        (tree / "transformers-4.57.6.dist-info").rmdir()
+    else:
+        transformers(tree, version)
+    return supports(site, "--model-impl", "transformers")
+
+
 @pytest.mark.parametrize(
     ("version", "said"),
     [(None, "finds no transformers"), ("4.57\x1b[2J", "gives version '4.57\\x1b[2J'")],
@@ -189,12 +200,7 @@ def test_model_impl_terratorch_is_judged_on_the_terratorch_class(site):
 def test_a_transformers_that_cannot_be_read_cannot_judge(site, version, said):
     tree = site[0]
     pin(tree, "transformers>=4.56.0")  # a vLLM whose own requirement admits the backend's transformers
-    if version is None:
-        (tree / "transformers-4.57.6.dist-info" / "METADATA").unlink()
-        (tree / "transformers-4.57.6.dist-info").rmdir()
-    else:
-        transformers(tree, version)
-    found = supports(site, "--model-impl", "transformers")
+    found = with_unreadable_transformers(site, version)
     assert found["result"] == "cannot judge" and said in found["message"], found
 
 
@@ -232,11 +238,6 @@ def test_a_transformers_that_cannot_be_read_fails_where_vllms_own_requirement_ex
     launch's Python holds, the backend fails (a launch without --python was "cannot judge")."""
     tree = site[0]
     pin(tree, "transformers<5,>=4.56.0")
-    if version is None:
-        (tree / "transformers-4.57.6.dist-info" / "METADATA").unlink()
-        (tree / "transformers-4.57.6.dist-info").rmdir()
-    else:
-        transformers(tree, version)
-    found = supports(site, "--model-impl", "transformers")
+    found = with_unreadable_transformers(site, version)
     assert found["result"] == "fail", found
     assert "which this vLLM's own requirement transformers<5,>=4.56.0 excludes" in found["message"], found
