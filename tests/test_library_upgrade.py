@@ -99,8 +99,13 @@ def test_a_file_the_new_series_no_longer_patches_goes_back_to_stock(tree, scratc
     assert (tree / MODEL).read_text() == MODEL_PY and (tree / SPEC).read_text() == DEEPSEEK_KIMI
     entry = json.loads((tree / ".patchkit/state.json").read_text())["entries"][0]
     assert list(entry["files"]) == [SPEC]  # the file put back is no longer recorded
-    assert pk("status", "--target", tree, "--patches", fewer).returncode == 0
-    assert pk("revert", "--target", tree, "--patches", fewer).returncode == 0
+    whole_then_reverted_to(stock, tree, "--patches", fewer)
+
+
+def whole_then_reverted_to(stock: dict, tree: Path, *source: object) -> None:
+    """status finds the tree whole (exit 0), and revert gives the stock files back exactly."""
+    assert pk("status", "--target", tree, *source).returncode == 0
+    assert pk("revert", "--target", tree, *source).returncode == 0
     assert snapshot(tree) == stock
 
 
@@ -120,9 +125,7 @@ def test_a_file_edited_since_is_refused_as_apply_refuses_it(tree, scratch, tmp_p
     assert pk("revert", "--target", tree, "--patches", new, "--force").returncode == 0
     assert snapshot(tree) == stock
     assert pk("apply", "--target", tree, "--patches", new).returncode == 0
-    assert pk("status", "--target", tree, "--patches", new).returncode == 0
-    assert pk("revert", "--target", tree, "--patches", new).returncode == 0
-    assert snapshot(tree) == stock
+    whole_then_reverted_to(stock, tree, "--patches", new)
 
 
 def test_saved_copies_lost_the_earlier_patches_reversed_give_stock(tree, scratch, tmp_path):

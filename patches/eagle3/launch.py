@@ -221,9 +221,8 @@ def _backend_needs(source: bytes, function: str, feature: str) -> list[tuple[Ver
     """(version, feature) of each check_version("X", ...) call `function` (a method of the file's
     classes) always makes; None when the file's classes do not implement SupportsEagle3 (the function read for
     EAGLE-3) or define no such function."""
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
+    tree = _parsed(source)
+    if tree is None:
         return None
     classes = [node for node in tree.body if isinstance(node, ast.ClassDef)]
     methods = [m for c in classes for m in c.body if isinstance(m, ast.FunctionDef) and m.name == function]
@@ -480,10 +479,7 @@ def _activation_refused(launch) -> tuple[str, str] | None:
 def _mlp_activation(source: bytes | None) -> str | None:
     """The one activation llama.py's LlamaMLP accepts (`if hidden_act != "silu": raise ...`); None when the
     file is absent or unreadable, or its LlamaMLP has no such rule (a vLLM that takes more)."""
-    try:
-        tree = ast.parse(source) if source else None
-    except (SyntaxError, ValueError):
-        return None
+    tree = _parsed(source)
     classes = [node for node in ast.walk(tree) if isinstance(node, ast.ClassDef)] if tree else []
     for node in (n for cls in classes if cls.name == "LlamaMLP" for n in ast.walk(cls)):
         test = node.test if isinstance(node, ast.If) else None
@@ -634,11 +630,7 @@ def _residual_added_unguarded(launch) -> str | None:
     arch = target_architecture(launch)
     where = _model_class(launch.registry(), arch) if arch else None
     module = FORWARD_MODULE.get(arch or "") or (where[0] if where else None)
-    data = launch.read(f"{MODELS_DIR}/{module}.py") if module else None
-    try:
-        tree = ast.parse(data) if data else None
-    except (SyntaxError, ValueError):
-        return None
+    tree = _parsed(launch.read(f"{MODELS_DIR}/{module}.py") if module else None)
     loops = [node for node in ast.walk(tree) if isinstance(node, ast.For)] if tree else []
     return f"{module}.py" if any(_adds_residual_unguarded(loop) for loop in loops) else None
 
