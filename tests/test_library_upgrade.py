@@ -102,6 +102,58 @@ def test_a_file_the_new_series_no_longer_patches_goes_back_to_stock(tree, scratc
     whole_then_reverted_to(stock, tree, "--patches", fewer)
 
 
+def plan_lines(result) -> list[str]:
+    """The plan table of a piped apply --dry-run, from its title to its last line."""
+    lines = result.stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("plan: "))
+    end = next(i for i, line in enumerate(lines) if line.startswith("dry run: "))
+    return [" ".join(line.split()) for line in lines[start:end]]
+
+
+def planned_row(result, path: str) -> str:
+    return next(line for line in plan_lines(result) if line.startswith(path + " "))
+
+
+def test_the_plan_of_an_update_says_which_patches_are_there_already(tree, scratch, tmp_path):
+    """The update is planned on stock bytes, yet its table says what happens: a patch the earlier
+    apply wrote, unchanged since, is `applied` (no file row: its change stays); the changed one
+    `apply`; the JSON plan says the same."""
+    old, new = libraries(tmp_path, tree, scratch)
+    assert pk("apply", "--target", tree, "--patches", old).returncode == 0
+    planned = pk("apply", "--dry-run", "--target", tree, "--patches", new)
+    assert planned.returncode == 0, planned.stdout + planned.stderr
+    assert plan_lines(planned) == [
+        "plan: would change 1 file(s)",
+        "file hunks lines",
+        "0001-change.patch applied",
+        "0002-change.patch apply",
+        planned_row(planned, SPEC),
+    ], planned.stdout
+    assert planned_row(planned, SPEC).startswith(f"{SPEC} 1 "), planned.stdout  # its one hunk
+    document = json.loads(pk("apply", "--dry-run", "--target", tree, "--patches", new, "--format", "json").stdout)
+    assert [(step["patch"], step["state"]) for step in document["plan"]] == [
+        ("0001-change.patch", "applied"),
+        ("0002-change.patch", "apply"),
+    ], document["plan"]
+
+
+def test_the_plan_of_an_update_names_the_file_going_back_to_stock(tree, scratch, tmp_path):
+    """A file the earlier series patched and the library's does not: the table's count holds it,
+    and so does a row of its own, under the earlier series' change taken out."""
+    old, _ = libraries(tmp_path, tree, scratch)
+    fewer = write_library(tmp_path / "fewer", {"0.16.0": [make_patch(scratch, tree, {SPEC: DEEPSEEK_KIMI})]})
+    assert pk("apply", "--target", tree, "--patches", old).returncode == 0
+    planned = pk("apply", "--dry-run", "--target", tree, "--patches", fewer)
+    assert planned.returncode == 0, planned.stdout + planned.stderr
+    lines = plan_lines(planned)
+    assert lines[0] == "plan: would change 2 file(s)" and lines[1].startswith("file hunks lines"), lines
+    assert lines[2:4] == ["0001-change.patch apply", planned_row(planned, SPEC)], lines
+    assert lines[3].startswith(f"{SPEC} 1 "), lines
+    assert lines[4:] == ["the earlier series' change revert", f"{MODEL} back to stock"], lines
+    assert pk("apply", "--target", tree, "--patches", fewer).returncode == 0
+    assert (tree / MODEL).read_text() == MODEL_PY  # the row said true
+
+
 def whole_then_reverted_to(stock: dict, tree: Path, *source: object) -> None:
     """status finds the tree whole (exit 0), and revert gives the stock files back exactly."""
     assert pk("status", "--target", tree, *source).returncode == 0
