@@ -154,6 +154,24 @@ def test_the_plan_of_an_update_names_the_file_going_back_to_stock(tree, scratch,
     assert (tree / MODEL).read_text() == MODEL_PY  # the row said true
 
 
+def test_verify_says_why_it_fails_and_its_fix_then_passes(tree, scratch, tmp_path):
+    """verify's last line on a set applied from another library says why it fails and to run the fix
+    it prints (its checks pass on the earlier series: "FAILED: 4 checks passed" read as a pass);
+    that fix, run, leaves verify passing."""
+    old, new = libraries(tmp_path, tree, scratch)
+    assert pk("apply", "--target", tree, "--patches", old).returncode == 0
+    checked = pk("verify", "--target", tree, "--patches", new)
+    lines = checked.stdout.splitlines()
+    assert checked.returncode == 1, checked.stdout + checked.stderr
+    assert lines[-1] == "verify: FAILED: applied from another library (0002 changed): run the fix above", lines
+    assert len(lines[-1]) <= 80  # a terminal's one line
+    fix = next(line for line in lines if line.strip().startswith("fix: "))
+    assert fix.strip() == f"fix: `patchkit apply --target {tree} --patches {new}` updates it", lines
+    assert pk("apply", "--target", tree, "--patches", new).returncode == 0
+    again = pk("verify", "--target", tree, "--patches", new)
+    assert again.returncode == 0 and again.stdout.splitlines()[-1].startswith("verify: ok: "), again.stdout
+
+
 def whole_then_reverted_to(stock: dict, tree: Path, *source: object) -> None:
     """status finds the tree whole (exit 0), and revert gives the stock files back exactly."""
     assert pk("status", "--target", tree, *source).returncode == 0
