@@ -237,7 +237,7 @@ class RayRunner:
             )
         if step == "apply":  # the nodes' writes stay undecided until decide(): they hear from this run meanwhile
             self._beat()
-            request = {**request, "decides": True}
+            request = {**request, "decides": True, "driver": f"{socket.gethostname()} pid {os.getpid()}"}
         # The step's time limit, and a little for scheduling (an agent starting on a busy node).
         deadline = time.monotonic() + float(request["timeout"]) + 10
         answers = self._hold_agents([n for n in nodes if n not in self.agents], request, deadline)
