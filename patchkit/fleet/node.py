@@ -27,7 +27,7 @@ from patchkit.base.enums import Outcome, TreeState
 from patchkit.base.errors import few
 from patchkit.base.fsutil import load_json_text
 from patchkit.fetch.pipconfig import forget_settings
-from patchkit.fleet import DEFAULT_TIME_LIMIT, LEASE
+from patchkit.fleet import DEFAULT_TIME_LIMIT, HEARTBEAT, LEASE
 from patchkit.fleet.states import NodeState
 
 # patchkit's command line run in this process: its arguments -> (exit code, stdout, stderr).
@@ -361,6 +361,34 @@ def decision_key(run: str) -> str:
 
 def beat_key(run: str) -> str:
     return f"fleet/{run}/beat"
+
+
+class Heartbeat:
+    """A fleet apply's heartbeat: `run`'s beat key written anew every HEARTBEAT s (`mark` and a
+    count: each beat differs from the last, whoever wrote it) until stopped or `seconds` have
+    passed. The driver beats on a thread of its own; a keeper beside it (cluster.py: a Ray actor
+    the driver owns, so Ray ends it with the driver's process) beats too, for at most the run's
+    time limit and a minute: a driver stopped (SIGSTOP, Ctrl-Z, starved of CPU) keeps its run
+    that long, while a driver killed is given up by its nodes once the lease has passed."""
+
+    def __init__(self, ledger: Ledger, run: str, mark: str, seconds: float | None = None) -> None:
+        self.stopped = threading.Event()
+        until = None if seconds is None else time.monotonic() + seconds
+        self.thread = threading.Thread(
+            target=self._beat, args=(ledger, beat_key(run), mark, until), name="patchkit-heartbeat", daemon=True
+        )
+        self.thread.start()
+
+    def _beat(self, ledger: Ledger, key: str, mark: str, until: float | None, count: int = 0) -> None:
+        while not self.stopped.wait(HEARTBEAT) and (until is None or time.monotonic() < until):
+            count += 1
+            with suppress(Exception):  # the GCS unreachable for a moment: the next beat tries again
+                ledger.put(key, f"{mark}-{count}")
+
+    def stop(self) -> None:
+        """No beat after this returns (one being written finishes first)."""
+        self.stopped.set()
+        self.thread.join(HEARTBEAT * 5)
 
 
 @dataclass

@@ -263,7 +263,7 @@ def _commit(runner: Runner) -> PatchkitError | None:
         return error
     return ClusterError(  # this driver was stopped (SIGSTOP, a paused VM) past the nodes' lease
         f"phase 2: the nodes heard nothing from this run for {LEASE:g} s and gave up on it",
-        hint="run it again, and keep the driver running until it ends (a stopped driver is taken for gone)",
+        hint="run it again, and let the driver run until it ends (its nodes give up on one stopped past --timeout + 60 s)",
     )
 
 
