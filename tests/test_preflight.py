@@ -1620,6 +1620,78 @@ def test_a_drafter_whose_activation_the_trees_llama_mlp_refuses_fails(setup, tmp
     assert "trained with hidden_act silu" in finding["fix"]
 
 
+# llama.py's LlamaAttention and llama_eagle3.py's draft-layer count as 0.11-0.34 have them: a non-empty
+# layer_types is indexed by the draft layer, from 0, and asserted to hold it
+LLAMA_ATTENTION = """
+class LlamaAttention(nn.Module):
+    def __init__(self, config, hidden_size, num_heads, num_kv_heads, prefix=""):
+        layer_idx = extract_layer_index(prefix)
+        if layer_types := getattr(config, "layer_types", None):
+            if hasattr(config, "target_layer_count"):
+                effective_layer_idx = layer_idx - config.target_layer_count
+            else:
+                effective_layer_idx = layer_idx
+            assert effective_layer_idx < len(layer_types), "out of bounds for layer_types"
+"""
+EAGLE3_LAYER_COUNT = "self.config.target_layer_count = target_layer_num\n"
+
+
+@pytest.mark.parametrize(
+    ("layer_types", "layers", "says"),
+    [
+        (["full_attention"], 2, "its layer_types gives 1 entry for its 2 layers"),
+        ({"0": "full_attention"}, 1, "its layer_types is no list"),  # vLLM indexes it by 0: KeyError
+        (5, 1, "its layer_types is no list"),  # len(5): TypeError
+        ("a", 3, "its layer_types is no list"),  # a string shorter than the layers: the assert
+        (["full_attention"] * 2, 2, None),
+        (["full_attention"] * 4, 1, None),  # more than its layers: the first read
+        ([], 2, None),  # empty: vLLM reads none
+        ("full_attention", 2, None),  # a long enough string builds (indexed by character)
+    ],
+)
+def test_a_drafter_layer_types_shorter_than_its_layers_fails(setup, tmp_path, layer_types, layers, says):
+    """vLLM builds the drafter's LlamaAttention only after the target's load; it asserts each draft layer
+    has a layer_types entry (review38 B5's class)."""
+    tree, library, models = setup
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    (tree / "vllm" / "model_executor" / "models" / "llama.py").write_text(LLAMA_ATTENTION)
+    (tree / "vllm" / "model_executor" / "models" / "llama_eagle3.py").write_text(EAGLE3_LAYER_COUNT)
+    drafter = write_model(tmp_path / "drafter", {**DRAFTER, "layer_types": layer_types, "num_hidden_layers": layers})
+    done = preflight(tree, library, *serve(models["deepseek"], drafter))
+    if says is None:
+        assert done.returncode == 0 and failed(done) == set(), done.stdout
+        return
+    assert_clean_failure(done, 1)
+    assert failed(done) == {"drafter-architecture"}, done.stdout
+    finding = findings(done)["drafter-architecture"]
+    assert says in finding["message"] and "after the target's load" in finding["message"]
+    assert (
+        finding["fix"]
+        == f"give the drafter's config.json layer_types one entry a layer ({layers}), or drop layer_types"
+    )
+
+
+@pytest.mark.parametrize("where", ["llama.py", "llama_eagle3.py", "registry"])
+def test_a_short_layer_types_is_not_judged_where_the_tree_does_not_show_the_rule(setup, tmp_path, where):
+    """No assert in llama.py, no draft-layer count in llama_eagle3.py (layer_types then indexed otherwise), or a
+    drafter class not built of llama.py's layers: not judged."""
+    tree, library, models = setup
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    models_dir = tree / "vllm" / "model_executor" / "models"
+    (models_dir / "llama.py").write_text("" if where == "llama.py" else LLAMA_ATTENTION)
+    (models_dir / "llama_eagle3.py").write_text("" if where == "llama_eagle3.py" else EAGLE3_LAYER_COUNT)
+    if where == "registry":
+        registry = models_dir / "registry.py"
+        registry.write_text(
+            registry.read_text().replace(
+                '("llama_eagle3", "Eagle3LlamaForCausalLM")', '("qwen3_eagle3", "Eagle3Qwen3ForCausalLM")'
+            )
+        )
+    drafter = write_model(tmp_path / "drafter", {**DRAFTER, "layer_types": ["full_attention"], "num_hidden_layers": 2})
+    done = preflight(tree, library, *serve(models["deepseek"], drafter))
+    assert done.returncode == 0 and failed(done) == set(), done.stdout
+
+
 # quantization/__init__.py and two method modules as 0.16.0 lays them out (a method mapped to its class,
 # imported from its module; get_config_filenames the files get_quant_config looks for)
 QUANT_INIT = """

@@ -41,6 +41,9 @@ NOTE_ROOM = 60  # columns for the names of the general plugins not judged
 SIZE_FIX = "give the config.json a positive whole-number size: the check cannot judge without one"
 EAGLE3_DRAFTER = f"{MODELS_DIR}/llama_eagle3.py"
 LLAMA = f"{MODELS_DIR}/llama.py"  # the drafter's decoder layer and MLP (llama_eagle3.py subclasses them)
+LLAMA_DRAFTER = "llama_eagle3"  # the module of the EAGLE-3 drafter built of llama.py's layers
+LAYER_TYPES_RULE = b"effective_layer_idx < len(layer_types)"  # LlamaAttention's assert (0.11-0.34)
+DRAFT_LAYERS = b"target_layer_count"  # llama_eagle3.py: layer_types indexed by draft layer, from 0
 QUANTIZATION = "vllm/model_executor/layers/quantization"  # where vLLM maps methods to config classes
 HEADS_FIX = "give a -tp that divides the drafter's heads and the target's, or a drafter whose heads it divides"
 # The drafter's fc takes 3 aux hidden states (3 x hidden size) in every release up to 0.18.x; 0.22.0
@@ -420,7 +423,10 @@ def drafter_architecture(launch) -> Finding:
     built = next((name for name in _built_names(launch.drafter) if any(name in t for t in tables.values())), None)
     if built is not None:
         registered = f"drafter architecture {built} is registered for EAGLE-3"
-        unbuilt = _heads_unsplit(launch) or _activation_refused(launch) or _quant_config_unfound(launch)
+        # llama.py's rules hold only for the drafter class built of its layers (0.22+ has other EAGLE-3 drafters)
+        llama = (_activation_refused, _layer_types_refused) if table.get(built, ("",))[0] == LLAMA_DRAFTER else ()
+        rules = (_heads_unsplit, *llama, _quant_config_unfound)
+        unbuilt = next((found for rule in rules if (found := rule(launch)) is not None), None)
         if unbuilt is None:
             return Finding("drafter-architecture", True, registered)
         message = f"{registered}, but {unbuilt[0]}: vLLM fails building it, after the target's load"
@@ -474,6 +480,25 @@ def _activation_refused(launch) -> tuple[str, str] | None:
         return None
     fix = f"use an EAGLE-3 drafter trained with hidden_act {taken}, the only one this vLLM's drafter layer takes"
     return f"its hidden_act '{escaped(act)}' is not {taken}, the only activation llama.py's LlamaMLP takes", fix
+
+
+def _layer_types_refused(launch) -> tuple[str, str] | None:
+    """llama.py's LlamaAttention indexes a non-empty layer_types by the draft layer (llama_eagle3.py's
+    target_layer_count makes it count from 0) and asserts the index is in it: (what fails, fix) when the
+    drafter's config.json gives fewer entries than its layers, or no list; None where vLLM reads none (an
+    empty or absent one) or the tree does not show that rule."""
+    config = launch.drafter.config
+    given, layers = config.get("layer_types"), config.get("num_hidden_layers")
+    if not given or not _whole(layers) or layers <= 0 or (isinstance(given, list | str) and len(given) >= layers):
+        return None  # a string is indexed by character: long enough, it builds
+    shown = LAYER_TYPES_RULE in (launch.read(LLAMA) or b"") and DRAFT_LAYERS in (launch.read(EAGLE3_DRAFTER) or b"")
+    if not shown:
+        return None
+    fix = f"give the drafter's config.json layer_types one entry a layer ({layers}), or drop layer_types"
+    if not isinstance(given, list):
+        return "its layer_types is no list (llama.py's LlamaAttention reads one entry a layer)", fix
+    entries = f"{len(given)} entr{'y' if len(given) == 1 else 'ies'}"
+    return f"its layer_types gives {entries} for its {layers} layers (llama.py asserts one a layer)", fix
 
 
 def _mlp_activation(source: bytes | None) -> str | None:
