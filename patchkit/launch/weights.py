@@ -573,6 +573,53 @@ def target_directory(command: LaunchCommand) -> tuple[str, str, bool] | None:
     return (shown, path, True) if os.path.isdir(os.path.join(command.working_directory(), path)) else None
 
 
+def drafter_tensors(command: LaunchCommand) -> dict[str, tuple[str, list[int]]] | None:
+    """name -> (file name, shape) of each tensor vLLM's safetensors loader hands the drafter: its
+    directory's *.safetensors (filtered by its index) as weights_verdict finds them, each header read
+    bounded. None where not judged: no local drafter, a load format other than auto/hf/safetensors (or
+    auto's Mistral files), no safetensors file, a header not read whole (its fault is the weights
+    finding's to say)."""
+    load_format = command.optional_text("load-format") or "auto"
+    found = _drafter_directory(command)
+    if load_format not in ("auto", "hf", "safetensors") or found is None:
+        return None
+    directory = os.path.join(command.working_directory(), found[1])
+    if load_format == "auto" and _consolidated(directory) is not False:
+        return None
+    files = glob.glob(os.path.join(directory, "*.safetensors"))
+    index = os.path.join(directory, _INDEX)
+    named = _index_files(index, directory) if os.path.isfile(index) else None
+    if isinstance(named, str):
+        return None
+    kept = set(named.values()) if named is not None else set(files)
+    budget, tensors = HeaderBudget(), {}
+    for path in sorted(path for path in files if path in kept):
+        header = _header(path, budget)
+        if header is None:
+            return None
+        for key, info in header.items():
+            shape = info.get("shape") if isinstance(info, dict) and key != "__metadata__" else None
+            if isinstance(shape, list) and all(_size(dim) for dim in shape):
+                tensors[key] = (os.path.basename(path), shape)
+    return tensors or None
+
+
+def _header(path: str, budget: HeaderBudget) -> dict[str, object] | None:
+    """A safetensors file's JSON header, read bounded (None: not a regular file, too long a header for
+    the bounds, or no JSON object)."""
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return None
+        head = read_regular(path, 8, follow_symlinks=True, head=True)
+        length = int.from_bytes(head, "little") if len(head) == 8 else HEADER_READ + 1
+        if length > HEADER_READ or not budget.takes(length):
+            return None
+        header = json.loads(read_regular(path, 8 + length, follow_symlinks=True, head=True)[8:].decode("utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return None
+    return header if isinstance(header, dict) else None
+
+
 def _drafter_directory(command: LaunchCommand) -> tuple[str, str, bool] | None:
     """(name, directory, named by the launch) of the drafter's weights: its directory, or offline
     the snapshot snapshot_download(local_files_only) finds under --download-dir or the hub cache."""
