@@ -718,23 +718,32 @@ def aux_layers(launch) -> Finding:
     if not _whole(count) or not all(_whole(n) for n in layers):
         message = f"cannot judge: layers {layers}, target layers {count} (each must be a whole number)"
         return Finding("drafter-aux-layers", False, message, LAYERS_FIX)
-    beyond = [n for n in layers if not 0 <= n < count]
+    final = _final_output_taken(launch)  # the id num_hidden_layers: the last layer's output, where the tree takes it
+    top = count if final else count - 1
+    beyond = [n for n in layers if not 0 <= n <= top]
+    last = f" ({count}: the last layer's output, as this vLLM's {final} hands it)" if final else ""
     if beyond:
-        message = f"drafter's eagle_aux_hidden_state_layer_ids {beyond} not below the target's {count} layers"
+        where = f"above the target's {count} layers{last}" if final else f"not below the target's {count} layers"
+        message = f"drafter's eagle_aux_hidden_state_layer_ids {beyond} {where}"
         return Finding("drafter-aux-layers", False, message, DRAFTER_FIX)
-    passed = f"aux layers {layers} are below the target's {count} layers"
-    return _aux_count(launch, f"aux layers {layers}", layers, count, passed)
+    held = (
+        f"within the target's {count} layers{last}"
+        if final and count in layers
+        else f"below the target's {count} layers"
+    )
+    return _aux_count(launch, f"aux layers {layers}", layers, top, f"aux layers {layers} are {held}")
 
 
-def _aux_count(launch, named: str, layers: list[int], count: int, passed: str) -> Finding:
-    """The target returns one hidden state per distinct layer id below its layer count (none past the
-    last layer), and the drafter's fc takes exactly FC_HIDDEN_STATES of them: another number loads and
-    serves until the first request's proposal, which fails on the fc's shape."""
+def _aux_count(launch, named: str, layers: list[int], top: int, passed: str) -> Finding:
+    """The target returns one hidden state per distinct layer id up to `top` (its last layer; one more
+    where its forward hands the last layer's output), and the drafter's fc takes exactly FC_HIDDEN_STATES of
+    them: another number loads and serves until the first request's proposal, which fails on the fc's shape."""
+    count = launch.target.text_config.get("num_hidden_layers")
     refused = _partition_refused(launch, count)
     if refused is not None:
         return refused
     first = _last_stage_start(launch, count)
-    taken = sorted({n for n in layers if first <= n < count})
+    taken = sorted({n for n in layers if first <= n <= top})
     unguarded = _residual_added_unguarded(launch) if 0 in taken else None
     if unguarded is not None:
         message = (
@@ -750,7 +759,7 @@ def _aux_count(launch, named: str, layers: list[int], count: int, passed: str) -
         f"takes {FC_HIDDEN_STATES}: vLLM fails at the first request"
     )
     fix = f"give the drafter's eagle_aux_hidden_state_layer_ids 3 distinct layers below {count}, as it was trained"
-    if first > 0 and len({n for n in layers if 0 <= n < count}) == FC_HIDDEN_STATES:  # its layers are right
+    if first > 0 and len({n for n in layers if 0 <= n <= top}) == FC_HIDDEN_STATES:  # its layers are right
         fix = "serve without -pp (give its GPUs to -tp): this vLLM hands the drafter the last stage's states alone"
     return Finding("drafter-aux-layers", False, message, fix)
 
@@ -760,16 +769,42 @@ def _aux_count(launch, named: str, layers: list[int], count: int, passed: str) -
 FORWARD_MODULE = {"KimiK25ForConditionalGeneration": "deepseek_v2"}
 
 
-def _residual_added_unguarded(launch) -> str | None:
-    """The target's model file (e.g. deepseek_v2.py) when its forward hands the drafter hidden_states +
-    residual with no `residual is None` test: before the first layer the residual is None, so layer 0
-    raises TypeError. None when the file guards it, lacks such a loop, or cannot be read."""
+def _forward_file(launch) -> tuple[str, ast.Module] | None:
+    """(file name, parsed) of the target's model file whose forward hands the drafter its hidden states;
+    None when the architecture is not registered or the file is unreadable."""
     arch = target_architecture(launch)
     where = _model_class(launch.registry(), arch) if arch else None
     module = FORWARD_MODULE.get(arch or "") or (where[0] if where else None)
     tree = _parsed(launch.read(f"{MODELS_DIR}/{module}.py") if module else None)
-    loops = [node for node in ast.walk(tree) if isinstance(node, ast.For)] if tree else []
-    return f"{module}.py" if any(_adds_residual_unguarded(loop) for loop in loops) else None
+    return (f"{module}.py", tree) if tree is not None else None
+
+
+def _residual_added_unguarded(launch) -> str | None:
+    """The target's model file (e.g. deepseek_v2.py) when its forward hands the drafter hidden_states +
+    residual with no `residual is None` test: before the first layer the residual is None, so layer 0
+    raises TypeError. None when the file guards it, lacks such a loop, or cannot be read."""
+    found = _forward_file(launch)
+    loops = [node for node in ast.walk(found[1]) if isinstance(node, ast.For)] if found else []
+    return found[0] if found and any(_adds_residual_unguarded(loop) for loop in loops) else None
+
+
+def _final_output_taken(launch) -> str | None:
+    """The target's model file when its forward also hands the drafter the last layer's output for the id
+    num_hidden_layers (`if self.end_layer in self.aux_hidden_state_layers:` after its loop, 0.26+'s
+    deepseek_v2.py); None where it hands states of layers below its count alone."""
+    found = _forward_file(launch)
+    for node in ast.walk(found[1]) if found else ():
+        test = node.test if isinstance(node, ast.If) else None
+        if (
+            isinstance(test, ast.Compare)
+            and isinstance(test.left, ast.Attribute)
+            and test.left.attr == "end_layer"
+            and isinstance(test.ops[0], ast.In)
+            and isinstance(test.comparators[0], ast.Attribute)
+            and test.comparators[0].attr == "aux_hidden_state_layers"
+        ):
+            return found[0] if found else None
+    return None
 
 
 def _adds_residual_unguarded(loop: ast.For) -> bool:
@@ -894,7 +929,9 @@ def _default_aux_layers(launch, config: dict, count: object) -> Finding:
         message = f"drafter names no eagle_aux_hidden_state_layer_ids: vLLM uses the target's default layers {default}"
         if not _whole(count):
             return Finding("drafter-aux-layers", True, message)
-        return _aux_count(launch, f"the target's default layers {default}", [2, count // 2, count - 3], count, message)
+        return _aux_count(
+            launch, f"the target's default layers {default}", [2, count // 2, count - 3], count - 1, message
+        )
     message = (
         f"vLLM never reads the drafter's {ignored[0]} {ignored[1]!r} (only a non-empty top-level list): "
         f"it uses the target's default layers {default}"
