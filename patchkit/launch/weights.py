@@ -83,9 +83,9 @@ def weights_verdict(directory: str, load_format: str, *, local: bool = True) -> 
     if patterns is None:
         return None
     found: list[str] = []
-    use_safetensors = load_format in _SAFETENSORS
-    for pattern in patterns:  # as vLLM globs: the directory joined unescaped, hidden files left out
-        found = glob.glob(os.path.join(directory, pattern))
+    use_safetensors, globs = load_format in _SAFETENSORS, _Globs(directory)
+    for pattern in patterns:
+        found = globs[pattern]
         if found:
             use_safetensors = use_safetensors or pattern == "*.safetensors"
             break
@@ -104,7 +104,7 @@ def weights_verdict(directory: str, load_format: str, *, local: bool = True) -> 
     else:
         kept = [path for path in found if not path.endswith(_NOT_WEIGHTS)]
         if found and not kept:  # a training file vLLM stops its glob at, then filters out
-            later = [p for p in patterns[patterns.index(pattern) + 1 :] if glob.glob(os.path.join(directory, p))]
+            later = [p for p in patterns[patterns.index(pattern) + 1 :] if globs[p]]
             if later:
                 return _hidden(found, pattern, later)
         found = kept
@@ -112,7 +112,7 @@ def weights_verdict(directory: str, load_format: str, *, local: bool = True) -> 
     if dangling:
         return f"{escaped(os.path.basename(dangling[0]))} is a link to nothing (its file is gone)"
     if not found:
-        other = [name for pattern in PATTERNS["hf"] for name in _names(directory, pattern)]
+        other = [os.path.basename(path) for pattern in PATTERNS["hf"] for path in globs[pattern]]
         if load_format != "hf" and other:  # an explicit --load-format that leaves out the files there
             return _other_format(load_format, patterns, other)
         return f"no weight file vLLM loads ({', '.join(patterns)})"
@@ -161,8 +161,17 @@ def _other_format(load_format: str, patterns: tuple[str, ...], names: list[str])
     return said
 
 
-def _names(directory: str, pattern: str) -> list[str]:
-    return [os.path.basename(path) for path in glob.glob(os.path.join(directory, pattern))]
+class _Globs(dict[str, list[str]]):
+    """vLLM's globs in one directory (joined unescaped, hidden files left out), each pattern's made once:
+    a failure's other-format question asks again patterns the format's own globs asked."""
+
+    def __init__(self, directory: str) -> None:
+        super().__init__()
+        self.directory = directory
+
+    def __missing__(self, pattern: str) -> list[str]:
+        self[pattern] = found = glob.glob(os.path.join(self.directory, pattern))
+        return found
 
 
 def _sharded_files(command: LaunchCommand) -> tuple[str, int]:
