@@ -25,6 +25,7 @@ from patchkit.base import hints
 from patchkit.base.errors import TargetError, escaped
 from patchkit.launch.engine import few_named
 from patchkit.launch.findings import Finding, cannot_judge
+from patchkit.launch.weights import drafter_tensors
 from patchkit.series.requirements import Target
 
 if TYPE_CHECKING:
@@ -41,6 +42,16 @@ NOTE_ROOM = 60  # columns for the names of the general plugins not judged
 SIZE_FIX = "give the config.json a positive whole-number size: the check cannot judge without one"
 EAGLE3_DRAFTER = f"{MODELS_DIR}/llama_eagle3.py"
 LLAMA = f"{MODELS_DIR}/llama.py"  # the drafter's decoder layer and MLP (llama_eagle3.py subclasses them)
+LLAMA_DRAFTER = "llama_eagle3"  # the module of the EAGLE-3 drafter built of llama.py's layers
+LAYER_TYPES_RULE = b"effective_layer_idx < len(layer_types)"  # LlamaAttention's assert (0.11-0.34)
+DRAFT_LAYERS = b"target_layer_count"  # llama_eagle3.py: layer_types indexed by draft layer, from 0
+# llama_eagle3.py's layout whose weight names and shapes _weights_unfit holds the drafter's weights to (0.13-0.18;
+# checked on 0.16.0 by loading weights into vLLM's own drafter on CPU): layer 0's q/k/v take 2 x hidden size
+WEIGHTS_LAYOUT = (
+    b"qkv_input_size = 2 * self.hidden_size if layer_idx == 0 else self.hidden_size",
+    b'name.replace("midlayer.", "layers.0.")',
+    b'"d2t"',
+)
 QUANTIZATION = "vllm/model_executor/layers/quantization"  # where vLLM maps methods to config classes
 HEADS_FIX = "give a -tp that divides the drafter's heads and the target's, or a drafter whose heads it divides"
 # The drafter's fc takes 3 aux hidden states (3 x hidden size) in every release up to 0.18.x; 0.22.0
@@ -420,7 +431,11 @@ def drafter_architecture(launch) -> Finding:
     built = next((name for name in _built_names(launch.drafter) if any(name in t for t in tables.values())), None)
     if built is not None:
         registered = f"drafter architecture {built} is registered for EAGLE-3"
-        unbuilt = _heads_unsplit(launch) or _activation_refused(launch) or _quant_config_unfound(launch)
+        # llama.py's rules hold only for the drafter class built of its layers (0.22+ has other EAGLE-3 drafters)
+        llama = (_activation_refused, _layer_types_refused, _weights_unfit)
+        llama = llama if table.get(built, ("",))[0] == LLAMA_DRAFTER else ()
+        rules = (_heads_unsplit, *llama, _quant_config_unfound)
+        unbuilt = next((found for rule in rules if (found := rule(launch)) is not None), None)
         if unbuilt is None:
             return Finding("drafter-architecture", True, registered)
         message = f"{registered}, but {unbuilt[0]}: vLLM fails building it, after the target's load"
@@ -474,6 +489,128 @@ def _activation_refused(launch) -> tuple[str, str] | None:
         return None
     fix = f"use an EAGLE-3 drafter trained with hidden_act {taken}, the only one this vLLM's drafter layer takes"
     return f"its hidden_act '{escaped(act)}' is not {taken}, the only activation llama.py's LlamaMLP takes", fix
+
+
+def _layer_types_refused(launch) -> tuple[str, str] | None:
+    """llama.py's LlamaAttention indexes a non-empty layer_types by the draft layer (llama_eagle3.py's
+    target_layer_count makes it count from 0) and asserts the index is in it: (what fails, fix) when the
+    drafter's config.json gives fewer entries than its layers, or no list; None where vLLM reads none (an
+    empty or absent one) or the tree does not show that rule."""
+    config = launch.drafter.config
+    given, layers = config.get("layer_types"), config.get("num_hidden_layers")
+    if not given or not _whole(layers) or layers <= 0 or (isinstance(given, list | str) and len(given) >= layers):
+        return None  # a string is indexed by character: long enough, it builds
+    shown = LAYER_TYPES_RULE in (launch.read(LLAMA) or b"") and DRAFT_LAYERS in (launch.read(EAGLE3_DRAFTER) or b"")
+    if not shown:
+        return None
+    fix = f"give the drafter's config.json layer_types one entry a layer ({layers}), or drop layer_types"
+    if not isinstance(given, list):
+        return "its layer_types is no list (llama.py's LlamaAttention reads one entry a layer)", fix
+    entries = f"{len(given)} entr{'y' if len(given) == 1 else 'ies'}"
+    return f"its layer_types gives {entries} for its {layers} layers (llama.py asserts one a layer)", fix
+
+
+def _weights_unfit(launch) -> tuple[str, str] | None:
+    """vLLM loads the drafter's weights into the modules its config.json builds (llama_eagle3.py), after
+    the target's load; a tensor whose shape a module's loader refuses (an assert; a narrow to the size it
+    shards over -tp, where a larger one loads in part), or a layer past its num_hidden_layers (a KeyError),
+    fails the launch. (what fails, fix) for the first; None where none does, or the check cannot tell."""
+    config = launch.drafter.config
+    quantized = (launch.command.speculative_config or {}).get("quantization") or config.get("quantization_config")
+    source = launch.read(EAGLE3_DRAFTER) or b""
+    if quantized is not None or not all(mark in source for mark in WEIGHTS_LAYOUT) or _fc_hidden_states(launch) is None:
+        return None  # quantized tensors are packed, with scales: other shapes
+    tensors = drafter_tensors(launch.command) or {}
+    sizes = _drafter_sizes(config)
+    unfit = [
+        (name, file, shape, taken)
+        for name, (file, shape) in sorted(tensors.items())
+        if (taken := _taken(name, sizes)) is not None and not _fits(shape, taken)
+    ]
+    if not unfit:
+        return None
+    name, file, shape, taken = unfit[0]
+    more = f" (and {len(unfit) - 1} more)" if len(unfit) > 1 else ""
+    if isinstance(taken, int):
+        why = f"its weights hold {escaped(name)} ({escaped(file)}), past its num_hidden_layers {taken}{more}"
+        return (
+            why,
+            "give the drafter's config.json the num_hidden_layers its weights hold, or the config saved with them",
+        )
+    wanted = ", ".join(f"at least {size}" if least else str(size) for size, least in taken)
+    why = f"its weights' {escaped(name)} is {shape} ({escaped(file)}), where its config.json builds [{wanted}]{more}"
+    return why, "give the drafter the config.json saved with its weights (this one's sizes do not build them)"
+
+
+def _drafter_sizes(config: dict) -> dict[str, int | None]:
+    """The sizes the drafter's modules are built with, as vLLM reads its config (None: not given, so
+    not judged here, though LlamaConfig would default it)."""
+    hidden, heads = _size(config, "hidden_size"), _size(config, "num_attention_heads")
+    head_dim = _size(config, "head_dim") or (hidden // heads if hidden and heads else None)
+    kv = _size(config, "num_key_value_heads", "num_attention_heads")
+    target = _size(config, "target_hidden_size", "hidden_size")
+    return {
+        "hidden": hidden,
+        "q": heads * head_dim if heads and head_dim else None,
+        "kv": kv * head_dim if kv and head_dim else None,
+        "inter": _size(config, "intermediate_size"),
+        "vocab": _size(config, "vocab_size"),
+        "draft": _size(config, "draft_vocab_size", "vocab_size"),
+        "fc": FC_HIDDEN_STATES * target if target and _uses_aux_hidden_states(config) else None,
+        "layers": _size(config, "num_hidden_layers"),
+    }
+
+
+# each module's weight by its name under a layer: (key of the output size, sharded), (key of the input size,
+# sharded); "in" is the layer's input (2 x hidden size at layer 0); a norm's one dimension is the hidden size
+LAYER_WEIGHTS = {
+    "self_attn.q_proj.weight": (("q", True), ("in", False)),
+    "self_attn.k_proj.weight": (("kv", True), ("in", False)),
+    "self_attn.v_proj.weight": (("kv", True), ("in", False)),
+    "self_attn.o_proj.weight": (("hidden", False), ("q", True)),
+    "mlp.gate_proj.weight": (("inter", True), ("hidden", False)),
+    "mlp.up_proj.weight": (("inter", True), ("hidden", False)),
+    "mlp.down_proj.weight": (("hidden", False), ("inter", True)),
+}
+NORMS = ("input_layernorm.weight", "post_attention_layernorm.weight", "hidden_norm.weight")
+TOP_WEIGHTS = {  # llama_eagle3.py's own modules: replicated or vocabulary-sharded, each dimension exact
+    "d2t": ("draft",),
+    "lm_head.weight": ("draft", "hidden"),
+    "embed_tokens.weight": ("vocab", "hidden"),
+    "fc.weight": ("hidden", "fc"),
+    "norm.weight": ("hidden",),
+}
+
+
+def _taken(name: str, sizes: dict[str, int | None]) -> list[tuple[int, bool]] | int | None:
+    """What vLLM's module takes for the checkpoint tensor `name`: each dimension (size, at least: a
+    dimension sharded over -tp is narrowed, so a larger one loads); an int: the drafter's layer count,
+    which the tensor's layer is past; None: not judged (skipped by vLLM, or a size not given)."""
+    layer = re.fullmatch(r"(?:midlayer|layers\.(\d+))\.(.+)", name)
+    if layer is None:
+        keys: tuple[tuple[str, bool], ...] = tuple((key, False) for key in TOP_WEIGHTS.get(name, ("-",)))
+    else:
+        index = int(layer[1] or 0)
+        if (
+            sizes["layers"] is not None
+            and index >= sizes["layers"]
+            and "scale" not in name
+            and "zero_point" not in name
+        ):
+            return sizes["layers"]
+        hidden = sizes["hidden"]
+        sizes = {**sizes, "in": hidden * (2 if index == 0 else 1) if hidden else None}
+        keys = LAYER_WEIGHTS.get(layer[2]) or ((("hidden", False),) if layer[2] in NORMS else (("-", False),))
+    taken = [(sizes.get(key), least) for key, least in keys]
+    return [(size, least) for size, least in taken if size is not None] if all(s for s, _ in taken) else None
+
+
+def _fits(shape: list[int], taken: list[tuple[int, bool]] | int) -> bool:
+    if isinstance(taken, int):
+        return False
+    return len(shape) == len(taken) and all(
+        dim >= size if least else dim == size for dim, (size, least) in zip(shape, taken, strict=False)
+    )
 
 
 def _mlp_activation(source: bytes | None) -> str | None:
