@@ -472,6 +472,44 @@ def _index_files(index: str, directory: str) -> dict[str, str] | str:
     return {name: os.path.join(directory, name) for name in names}
 
 
+def header_keys(path: str, budget: HeaderBudget | None = None) -> list[str] | None:
+    """The tensor names a safetensors file's header holds (its __metadata__ left out); None when its
+    header is not read: no such regular file, no JSON object, longer than patchkit parses, past `budget`."""
+    try:
+        length = int.from_bytes(read_regular(path, 8, follow_symlinks=True, head=True), "little")
+        if not 2 <= length <= HEADER_READ or (budget is not None and not budget.takes(length)):
+            return None
+        header = json.loads(read_regular(path, 8 + length, follow_symlinks=True, head=True)[8:].decode("utf-8"))
+    except (OSError, ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        return None
+    return [str(key) for key in header if key != "__metadata__"] if isinstance(header, dict) else None
+
+
+def weight_names(directory: str, *, local: bool = True) -> set[str] | str:
+    """The tensor names of the Hugging Face safetensors checkpoint vLLM loads from `directory` (the
+    keys of its index's weight_map, else of each *.safetensors file's header); else why they are not
+    read. `local`: as weights_verdict's (vLLM's `auto` then takes Mistral's format where it finds it)."""
+    if local and _consolidated(directory) is not False:
+        return "it may hold Mistral's consolidated format, whose weight names patchkit does not read"
+    index = os.path.join(directory, _INDEX)
+    if os.path.isfile(index):
+        try:
+            data = json.loads(read_named_file(index, INDEX_LIMIT, "weights index").decode("utf-8"))
+            return {str(name) for name in data["weight_map"]}
+        except (BadInput, OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
+            return f"its {_INDEX} is not read (no JSON object with a weight_map)"
+    found, budget = sorted(glob.glob(os.path.join(directory, "*.safetensors"))), HeaderBudget()
+    if not found:
+        return "it holds no safetensors weights, the only ones whose names patchkit reads"
+    names: set[str] = set()
+    for path in found:
+        keys = header_keys(path, budget)
+        if keys is None:
+            return f"the header of its {escaped(os.path.basename(path))} is not read"
+        names.update(keys)
+    return names
+
+
 # a command's verdicts on the directories it judged: preflight judges the launch once per set it
 # covers, and each header is parsed once (cli/percommand.py empties it)
 _JUDGED: dict[tuple[str, str, bool, tuple[str, int] | None], str | None] = {}
