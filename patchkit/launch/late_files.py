@@ -24,7 +24,7 @@ from patchkit.launch.genconfig import generation_config_findings, read_on_node
 from patchkit.launch.models import fetched_by, hf_download, hf_hub_cache, hub_repo_id, offline, offline_model_path
 from patchkit.launch.tls import AFTER_LOAD, tls_findings
 from patchkit.launch.values import load_json, read_named_file
-from patchkit.launch.weights import LFS, HeaderBudget, file_problem, header_keys, target_directory, weight_names
+from patchkit.launch.weights import LFS, HeaderBudget, file_problem, target_directory, weight_names
 
 SSL_FILES = ("ssl-certfile", "ssl-keyfile", "ssl-ca-certs")
 ADAPTER_CONFIG = "adapter_config.json"  # what vLLM's PEFTHelper.from_local_dir reads first
@@ -355,12 +355,11 @@ def _no_adapter_weights(
     for name in ADAPTER_WEIGHTS:
         weights = os.path.join(local, name)
         if os.path.isfile(weights):
-            skipped = budget.skipped
-            why = file_problem(weights, name.endswith(".safetensors"), budget=budget)
+            skipped, keys = budget.skipped, list[list[str]]()
+            why = file_problem(weights, name.endswith(".safetensors"), budget=budget, names=keys)
             if why is None:
                 part = budget.said(adapters=True) if budget.skipped > skipped else ""
-                keys = header_keys(weights) if name.endswith(".safetensors") and not part else None
-                foreign = _foreign_layers(f"{option} {path}", keys, layers, name)
+                foreign = _foreign_layers(f"{option} {path}", keys[0] if keys else None, layers, name)
                 passed = (f"{option} {path}: its config and {name} read as vLLM reads them{part}", None)
                 return foreign if foreign and not isinstance(foreign[0][0], NotJudged) else [passed, *foreign]
             fix = f"run `git lfs pull` in {path}" if LFS in why else whole

@@ -228,13 +228,19 @@ class HeaderBudget:
 
 
 def file_problem(
-    path: str, safetensors: bool, *, padded: bool = False, budget: HeaderBudget | None = None
+    path: str,
+    safetensors: bool,
+    *,
+    padded: bool = False,
+    budget: HeaderBudget | None = None,
+    names: list[list[str]] | None = None,
 ) -> str | None:
     """Why vLLM's reader of `path` refuses it before reading any tensor: safetensors' (`safetensors`:
     its length prefix, JSON header and the data length the header declares, which the file holds
     exactly or, `padded` (fastsafetensors), at least) or torch.load's (only what is certain: a
     regular file, not empty, not a Git LFS pointer's text); None when not. `budget`: the header bytes
-    still to parse of the model's files (None: no bound but the file's own)."""
+    still to parse of the model's files (None: no bound but the file's own); `names`: given, the
+    header's tensor names are appended to it as a list once it is parsed."""
     name = escaped(os.path.basename(path))  # a file's name in a message: a newline would split its line
     try:
         info = os.stat(path)
@@ -252,7 +258,7 @@ def file_problem(
         if len(head) < 8:
             return f"{name} holds {len(head)} bytes, too few for a safetensors file's header"
         length = int.from_bytes(head[:8], "little")
-        return _safetensors_problem(path, name, length, info.st_size, padded, budget)
+        return _safetensors_problem(path, name, length, info.st_size, padded, (budget, names))
     except OSError as exc:  # a fifo, a device, no permission: vLLM's open fails too
         return f"cannot read {name} ({exc.strerror or exc})"
     except ValueError:  # a name no file can have: vLLM's glob never gives one
@@ -260,9 +266,16 @@ def file_problem(
 
 
 def _safetensors_problem(
-    path: str, name: str, length: int, size: int, padded: bool, budget: HeaderBudget | None
+    path: str,
+    name: str,
+    length: int,
+    size: int,
+    padded: bool,
+    read: tuple[HeaderBudget | None, list[list[str]] | None],
 ) -> str | None:
-    """safetensors' read_metadata on `path` (`length`: the header length its first 8 bytes say)."""
+    """safetensors' read_metadata on `path` (`length`: the header length its first 8 bytes say;
+    `read`: file_problem's budget and names)."""
+    budget, names = read
     if length > MAX_HEADER:
         return f"{name} is no safetensors file (its header length {length} is over safetensors' {MAX_HEADER})"
     if 8 + length > size:
@@ -282,6 +295,8 @@ def _safetensors_problem(
         header = None
     if not isinstance(header, dict):
         return f"{name} is no safetensors file (its header is no JSON object in UTF-8)"
+    if names is not None:
+        names.append([str(key) for key in header if key != "__metadata__"])
     if lone and not padded:
         said = f"`{_shown(lone[0])}` holds a lone surrogate escape (a \\uD800-\\uDFFF not in a pair)"
         return f"{name}: safetensors refuses its header: invalid JSON in header: {said}"
