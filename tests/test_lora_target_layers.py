@@ -13,7 +13,16 @@ import sys
 from pathlib import Path
 
 import pytest
-from launch_fixtures import applied, patchkit_run, plain_launch  # noqa: F401  (the fixture `launch`)
+from helpers import run_cli_read_only
+from launch_fixtures import (  # noqa: F401  (the fixtures `launch` and `setup`)
+    DEEPSEEK_V3,
+    EMPTY_SAFETENSORS,
+    applied,
+    eagle3_and_tools,
+    patchkit_run,
+    plain_launch,
+    write_model,
+)
 
 from patchkit.launch.command import parse
 from patchkit.launch.late_files import late_file_findings
@@ -236,3 +245,30 @@ def test_run_refuses_an_adapter_for_another_model_before_the_launch(launch, tmp_
         assert launched or "it adapts k_proj, q_proj, v_proj, which no weight of the target names" in said, said
         marker.unlink(missing_ok=True)
     assert os.path.exists(target / "model.safetensors")
+
+
+def test_what_is_not_judged_of_an_adapter_is_said_when_several_sets_are_judged(setup, tmp_path):
+    """A cannot-judge beside a pass of its check was dropped where preflight merges several sets'
+    findings (one pass per check was kept, and nothing after it)."""
+    tree, lib, _, _ = setup
+    target = Path(deepseek(tmp_path / "ds"))
+    write_model(target, DEEPSEEK_V3)  # its config and tokenizer (and a model.safetensors the index leaves out)
+    for shard in ("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"):
+        (target / shard).write_bytes(EMPTY_SAFETENSORS)
+    path = adapter(tmp_path / "a", lora(*MLA, "lm_head"))
+    launch = ["vllm", "serve", str(target), "--enable-lora", "--max-lora-rank", "8", "--lora-modules", f"a={path}"]
+    done = run_cli_read_only(
+        "preflight", "--target", tree, "--patches", lib, "--no-import", "--format", "json", "--", *launch
+    )
+    found = json.loads(done.stdout)["findings"]
+    assert done.returncode == 0, found
+    assert sorted((f["result"], f["message"]) for f in found if f["check"] == "command") == [
+        (
+            "cannot judge",
+            f"cannot judge: --lora-modules {path}: its lm_head: vLLM takes or refuses them by the model's class, "
+            "not its weight names",
+        ),
+        ("pass", f"--lora-modules {path}: its config and adapter_model.safetensors read as vLLM reads them"),
+    ]
+    text = run_cli_read_only("preflight", "--target", tree, "--patches", lib, "--no-import", "--", *launch)
+    assert "1 cannot judge" in text.stdout + text.stderr, text.stdout + text.stderr

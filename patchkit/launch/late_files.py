@@ -418,7 +418,8 @@ def _foreign_layers(
     if isinstance(target, str):
         return [(NotJudged(f"{adapter}: whether the target has its layers: {target}"), _OWN_MODEL)]
     if unsure:
-        reason = f"{adapter}: its {few(unsure, shown=2, sep=', ')}: vLLM judges them by the model's class"
+        names = few(list(dict.fromkeys(unsure)), shown=2, sep=", ")
+        reason = f"{adapter}: its {names}: vLLM takes or refuses them by the model's class, not its weight names"
         return [(NotJudged(reason), "check that the adapter was trained for this model")]
     return []
 
