@@ -9,6 +9,7 @@ there, as the head's init_static_loras has every engine's workers load them (fro
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -24,7 +25,7 @@ from patchkit.launch.genconfig import generation_config_findings, read_on_node
 from patchkit.launch.models import fetched_by, hf_download, hf_hub_cache, hub_repo_id, offline, offline_model_path
 from patchkit.launch.tls import AFTER_LOAD, tls_findings
 from patchkit.launch.values import load_json, read_named_file
-from patchkit.launch.weights import LFS, HeaderBudget, file_problem, target_directory, weight_names
+from patchkit.launch.weights import LFS, HeaderBudget, file_problem, target_directory, weight_parts
 
 SSL_FILES = ("ssl-certfile", "ssl-keyfile", "ssl-ca-certs")
 ADAPTER_CONFIG = "adapter_config.json"  # what vLLM's PEFTHelper.from_local_dir reads first
@@ -278,7 +279,7 @@ def _lora_problems(
         found.append((message, "add --enable-lora to the launch"))
     seen: set[str] = set()
     budget = HeaderBudget()  # thousands of adapters' headers are not hours of reading
-    layers = _target_layers(command)
+    layers = functools.partial(_target_layers, command)  # read only for an adapter with layers to judge
     for option, name, path in entries:
         if head and (not name or not path or name in seen):
             continue
@@ -424,20 +425,9 @@ def _foreign_layers(
     return []
 
 
-def _target_layers(command: LaunchCommand) -> Callable[[], frozenset[str] | str]:
-    """The parts of the target's weight names, read once a launch and only when asked (every layer
-    vLLM may take LoRA on is named so: its packed layers by their parts); else why they are not read."""
-    read: list[frozenset[str] | str] = []
-
-    def layers() -> frozenset[str] | str:
-        if not read:
-            read.append(_weight_parts(command))
-        return read[0]
-
-    return layers
-
-
-def _weight_parts(command: LaunchCommand) -> frozenset[str] | str:
+def _target_layers(command: LaunchCommand) -> frozenset[str] | str:
+    """The parts of the target's weight names (every layer vLLM may take LoRA on is named so: its
+    packed layers by their parts); else why they are not read."""
     load_format = command.optional_text("load-format") or "auto"
     if load_format not in ("auto", "hf", "safetensors", "fastsafetensors"):
         return f"--load-format {load_format}: patchkit reads only a Hugging Face checkpoint's weight names"
@@ -445,10 +435,10 @@ def _weight_parts(command: LaunchCommand) -> frozenset[str] | str:
     if found is None:
         return f"the target {escaped(str(command.model))} is not a directory here (vLLM downloads it)"
     name, directory, local = found
-    names = weight_names(os.path.join(command.working_directory(), directory), local=local and load_format == "auto")
-    if isinstance(names, str) or not names:
-        return f"the target {escaped(name)}: {names or 'its weights name no tensor'}"
-    return frozenset(part for weight in names for part in weight.split("."))
+    parts = weight_parts(os.path.join(command.working_directory(), directory), local=local and load_format == "auto")
+    if isinstance(parts, str) or not parts:
+        return f"the target {escaped(name)}: {parts or 'its weights name no tensor'}"
+    return parts
 
 
 def _max_lora_rank(command: LaunchCommand) -> int:

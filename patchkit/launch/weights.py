@@ -525,6 +525,21 @@ def weight_names(directory: str, *, local: bool = True) -> set[str] | str:
     return names
 
 
+# the parts of the weight names a command read of each directory: preflight judges the launch's
+# adapters once per set it covers, and a large model's index is read once (cli/percommand.py empties it)
+_PARTS: dict[tuple[str, bool], frozenset[str] | str] = {}
+
+
+def weight_parts(directory: str, *, local: bool = True) -> frozenset[str] | str:
+    """Every dot-separated part of the weight names weight_names reads (each layer's name is one);
+    else why they are not read."""
+    if (directory, local) not in _PARTS:
+        names = weight_names(directory, local=local)
+        parts = names if isinstance(names, str) else frozenset(p for name in names for p in name.split("."))
+        _PARTS[directory, local] = parts
+    return _PARTS[directory, local]
+
+
 # a command's verdicts on the directories it judged: preflight judges the launch once per set it
 # covers, and each header is parsed once (cli/percommand.py empties it)
 _JUDGED: dict[tuple[str, str, bool, tuple[str, int] | None], str | None] = {}
