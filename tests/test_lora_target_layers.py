@@ -176,6 +176,9 @@ def test_a_modules_to_save_adapter_a_later_release_serves_is_never_failed(tmp_pa
     assert result(target, path, release="0.32.0") == "cannot judge"
     assert result(target, path) == "fail"  # 0.16.0 refuses modules_to_save itself
     assert "modules_to_save" in verdicts(target, "--lora-modules", f"a={path}")[0][1]
+    # LoRA on the classifier head a base model lacks: 0.32.0 on takes a layer its modules_to_save names
+    both = adapter(tmp_path / "both", [*saved, *lora("score")], modules_to_save=["score"])
+    assert result(target, both, release="0.32.0") == "cannot judge"
 
 
 def test_a_target_whose_weight_names_are_not_read_is_not_judged(tmp_path):

@@ -360,7 +360,8 @@ def _no_adapter_weights(
             why = file_problem(weights, name.endswith(".safetensors"), budget=budget, names=keys)
             if why is None:
                 part = budget.said(adapters=True) if budget.skipped > skipped else ""
-                foreign = _foreign_layers(f"{option} {path}", keys[0] if keys else None, layers, name)
+                saved = _saved_modules(os.path.join(local, ADAPTER_CONFIG)) if keys and keys[0] else frozenset()
+                foreign = _foreign_layers(f"{option} {path}", keys[0] if keys else None, (layers, saved), name)
                 passed = (f"{option} {path}: its config and {name} read as vLLM reads them{part}", None)
                 return foreign if foreign and not isinstance(foreign[0][0], NotJudged) else [passed, *foreign]
             fix = f"run `git lfs pull` in {path}" if LFS in why else whole
@@ -389,12 +390,18 @@ def _lora_module(key: str) -> str | None:
 
 
 def _foreign_layers(
-    adapter: str, keys: list[str] | None, layers: Callable[[], frozenset[str] | str], file: str
+    adapter: str,
+    keys: list[str] | None,
+    against: tuple[Callable[[], frozenset[str] | str], frozenset[str]],
+    file: str,
 ) -> list[tuple[str, str | None]]:
     """What vLLM's check_unexpected_modules refuses of an adapter's tensors (`keys`; None: not read):
     a layer (a module's last name) none of the target's weight names holds, where vLLM takes only
     the model's LoRA-able layers, each named as its weights are. A NotJudged message for the tensors
-    vLLM judges by what the weights do not tell (experts, embeddings, names it skips or refuses)."""
+    vLLM judges by what the weights do not tell (experts, embeddings, names it skips or refuses, and
+    the adapter's modules_to_save, which a later release takes). `against`: the target's layers, and
+    the adapter's modules_to_save."""
+    layers, saved = against
     if keys is None:
         reason = f"{adapter}: its layers: the tensor names of its {file} are not read here"
         return [(NotJudged(reason), "check that the adapter was trained for this model")]
@@ -406,7 +413,7 @@ def _foreign_layers(
         module = _lora_module(key)
         if module is None or ".experts" in module or ".mtp." in key or key.startswith("mtp."):
             unsure.append(module or key)  # the model's class decides: its experts, skipped prefixes, mapped names
-        elif module.rsplit(".", 1)[-1] in _EMBEDDINGS:
+        elif module.rsplit(".", 1)[-1] in (*_EMBEDDINGS, *saved):
             unsure.append(module)
         else:
             judged.add(module.rsplit(".", 1)[-1])
@@ -423,6 +430,15 @@ def _foreign_layers(
         reason = f"{adapter}: its {names}: vLLM takes or refuses them by the model's class, not its weight names"
         return [(NotJudged(reason), "check that the adapter was trained for this model")]
     return []
+
+
+def _saved_modules(config: str) -> frozenset[str]:
+    """The modules_to_save of an adapter_config.json PEFTHelper took (none where it is not read)."""
+    try:
+        saved = json.loads(read_regular(config, _LIMIT, follow_symlinks=True)).get("modules_to_save")
+    except (OSError, ValueError, RecursionError, AttributeError):
+        return frozenset()
+    return frozenset([saved] if isinstance(saved, str) else map(str, saved) if isinstance(saved, list) else ())
 
 
 def _target_layers(command: LaunchCommand) -> frozenset[str] | str:
