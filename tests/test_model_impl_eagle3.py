@@ -21,8 +21,6 @@ from launch_fixtures import DEEPSEEK_V3, DRAFTER, REGISTRY, REGISTRY_PY, applied
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from patchkit.distinfo.entry_points import _headers
-
 BACKEND = "vllm/model_executor/models/transformers"
 BASE_PY = textwrap.dedent("""\
     class Base(nn.Module, VllmModel, SupportsPP, SupportsEagle3):
@@ -204,9 +202,15 @@ def test_a_transformers_that_cannot_be_read_cannot_judge(site, version, said):
     assert found["result"] == "cannot judge" and said in found["message"], found
 
 
-def test_metadata_headers_stop_at_the_description_and_drop_folded_lines():
-    text = "Name: transformers\nVersion: 4.57.6\nSummary: one\n  folded: no\n\nVersion: 9.9.9\n"
-    assert _headers(text) == [("Name", "transformers"), ("Version", "4.57.6"), ("Summary", "one")]
+def test_the_launchs_transformers_is_the_version_importlib_reads(site):
+    """A line break str.splitlines knows and email does not (\\u2028) in a METADATA value hides no
+    Version: importlib.metadata.version() reads the Version after it."""
+    tree = site[0]
+    pin(tree, "transformers>=4.56.0")
+    metadata = "Metadata-Version: 2.1\nName: transformers\nSummary: a\u2028Version: 9.9.9\nVersion: 4.57.6\n"
+    (tree / "transformers-4.57.6.dist-info" / "METADATA").write_text(metadata, encoding="utf-8")
+    found = supports(site, "--model-impl", "transformers")
+    assert found["result"] == "fail" and "the launch's Python has 4.57.6: vLLM fails" in found["message"], found
 
 
 def test_hf_overrides_naming_an_architecture_vllm_does_not_register_goes_to_the_backend(site):
