@@ -207,6 +207,9 @@ def test_a_target_whose_weight_names_are_not_read_is_not_judged(tmp_path):
         said = verdicts(target, *options, "--lora-modules", f"a={path}")
         assert [r for r, _ in said] == ["pass", "cannot judge"], (target, options, said)
         assert said[1][1].startswith(f"cannot judge: --lora-modules {path}: whether the target has its layers: "), said
+    argv = ["vllm", "serve", "someorg/some-model", "--enable-lora", "--lora-modules", f"a={path}"]
+    unread = late_file_findings(parse(argv, "0.16.0"), "command", lambda: "utf-8")[1]
+    assert unread.fix == "check that the adapter was trained for this model"  # not "serve it on another model"
 
 
 def test_an_adapter_whose_tensor_names_are_not_read_is_not_judged(tmp_path):

@@ -375,6 +375,7 @@ _BASE_EMBEDDINGS = (".embed_tokens.base_layer.weight", ".lm_head.base_layer.weig
 # layers vLLM takes by its model class's embedding_modules, whatever the weights hold
 _EMBEDDINGS = ("embed_tokens", "lm_head")
 _OWN_MODEL = "serve the adapter on the model it was trained for, or train one on this model's layers"
+_CHECK_OWN = "check that the adapter was trained for this model"
 
 
 def _lora_module(key: str) -> str | None:
@@ -404,7 +405,7 @@ def _foreign_layers(
     layers, saved = against
     if keys is None:
         reason = f"{adapter}: its layers: the tensor names of its {file} are not read here"
-        return [(NotJudged(reason), "check that the adapter was trained for this model")]
+        return [(NotJudged(reason), _CHECK_OWN)]
     judged: set[str] = set()
     unsure: list[str] = []
     for key in keys:
@@ -424,11 +425,11 @@ def _foreign_layers(
         message = f"{adapter}: it adapts {names}, which no weight of the target names: {AFTER_LOAD}"
         return [(message, _OWN_MODEL)]
     if isinstance(target, str):
-        return [(NotJudged(f"{adapter}: whether the target has its layers: {target}"), _OWN_MODEL)]
+        return [(NotJudged(f"{adapter}: whether the target has its layers: {target}"), _CHECK_OWN)]
     if unsure:
         names = few(list(dict.fromkeys(unsure)), shown=2, sep=", ")
         reason = f"{adapter}: its {names}: vLLM takes or refuses them by the model's class, not its weight names"
-        return [(NotJudged(reason), "check that the adapter was trained for this model")]
+        return [(NotJudged(reason), _CHECK_OWN)]
     return []
 
 
