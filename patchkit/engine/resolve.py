@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import ModuleType
@@ -23,6 +24,7 @@ from patchkit.engine.vouched import needs_force
 from patchkit.series import dry_run, library
 from patchkit.series.library import PatchSetDef, Selection
 from patchkit.series.patchfile import Patch, touched_paths
+from patchkit.store.journal import journal_path
 from patchkit.store.state import WORKSPACE_RECORD, Entry, applied_on, earlier_applies, read_state, record_apply
 from patchkit.tree import target as target_mod
 from patchkit.tree import version as version_mod
@@ -165,6 +167,10 @@ def _upstream_in_stock(tgt: Target, selection: Selection) -> Selection:
     if selection.kind != SelectionKind.PATCH or not selection.patches:
         return selection
     root = tgt.root
+    if os.path.lexists(journal_path(root)):
+        # an apply cut short wrote these files (a kill before its record): the command's lock rolls
+        # it back before it reads them, so they are judged as the set's, never as upstream's
+        return selection
     # the record first: on a tree that records the set (run's fast path) it is ~0.3 ms, where the
     # RECORD's parse and the files' hashes it spares were ~2 ms
     candidates = _unrecorded(root, selection)

@@ -83,9 +83,9 @@ def weights_verdict(directory: str, load_format: str, *, local: bool = True) -> 
     if patterns is None:
         return None
     found: list[str] = []
-    use_safetensors = load_format in _SAFETENSORS
-    for pattern in patterns:  # as vLLM globs: the directory joined unescaped, hidden files left out
-        found = glob.glob(os.path.join(directory, pattern))
+    use_safetensors, globs = load_format in _SAFETENSORS, _Globs(directory)
+    for pattern in patterns:
+        found = globs[pattern]
         if found:
             use_safetensors = use_safetensors or pattern == "*.safetensors"
             break
@@ -104,7 +104,7 @@ def weights_verdict(directory: str, load_format: str, *, local: bool = True) -> 
     else:
         kept = [path for path in found if not path.endswith(_NOT_WEIGHTS)]
         if found and not kept:  # a training file vLLM stops its glob at, then filters out
-            later = [p for p in patterns[patterns.index(pattern) + 1 :] if glob.glob(os.path.join(directory, p))]
+            later = [p for p in patterns[patterns.index(pattern) + 1 :] if globs[p]]
             if later:
                 return _hidden(found, pattern, later)
         found = kept
@@ -112,7 +112,7 @@ def weights_verdict(directory: str, load_format: str, *, local: bool = True) -> 
     if dangling:
         return f"{escaped(os.path.basename(dangling[0]))} is a link to nothing (its file is gone)"
     if not found:
-        other = [name for pattern in PATTERNS["hf"] for name in _names(directory, pattern)]
+        other = [os.path.basename(path) for pattern in PATTERNS["hf"] for path in globs[pattern]]
         if load_format != "hf" and other:  # an explicit --load-format that leaves out the files there
             return _other_format(load_format, patterns, other)
         return f"no weight file vLLM loads ({', '.join(patterns)})"
@@ -161,8 +161,17 @@ def _other_format(load_format: str, patterns: tuple[str, ...], names: list[str])
     return said
 
 
-def _names(directory: str, pattern: str) -> list[str]:
-    return [os.path.basename(path) for path in glob.glob(os.path.join(directory, pattern))]
+class _Globs(dict[str, list[str]]):
+    """vLLM's globs in one directory (joined unescaped, hidden files left out), each pattern's made once:
+    a failure's other-format question asks again patterns the format's own globs asked."""
+
+    def __init__(self, directory: str) -> None:
+        super().__init__()
+        self.directory = directory
+
+    def __missing__(self, pattern: str) -> list[str]:
+        self[pattern] = found = glob.glob(os.path.join(self.directory, pattern))
+        return found
 
 
 def _sharded_files(command: LaunchCommand) -> tuple[str, int]:
@@ -630,6 +639,53 @@ def target_directory(command: LaunchCommand) -> tuple[str, str, bool] | None:
     path = redirected(path, command.environ, command.cwd)
     shown = name if path != name and not os.path.isdir(os.path.join(command.working_directory(), name)) else path
     return (shown, path, True) if os.path.isdir(os.path.join(command.working_directory(), path)) else None
+
+
+def drafter_tensors(command: LaunchCommand) -> dict[str, tuple[str, list[int]]] | None:
+    """name -> (file name, shape) of each tensor vLLM's safetensors loader hands the drafter: its
+    directory's *.safetensors (filtered by its index) as weights_verdict finds them, each header read
+    bounded. None where not judged: no local drafter, a load format other than auto/hf/safetensors (or
+    auto's Mistral files), no safetensors file, a header not read whole (its fault is the weights
+    finding's to say)."""
+    load_format = command.optional_text("load-format") or "auto"
+    found = _drafter_directory(command)
+    if load_format not in ("auto", "hf", "safetensors") or found is None:
+        return None
+    directory = os.path.join(command.working_directory(), found[1])
+    if load_format == "auto" and _consolidated(directory) is not False:
+        return None
+    files = glob.glob(os.path.join(directory, "*.safetensors"))
+    index = os.path.join(directory, _INDEX)
+    named = _index_files(index, directory) if os.path.isfile(index) else None
+    if isinstance(named, str):
+        return None
+    kept = set(named.values()) if named is not None else set(files)
+    budget, tensors = HeaderBudget(), {}
+    for path in sorted(path for path in files if path in kept):
+        header = _header(path, budget)
+        if header is None:
+            return None
+        for key, info in header.items():
+            shape = info.get("shape") if isinstance(info, dict) and key != "__metadata__" else None
+            if isinstance(shape, list) and all(_size(dim) for dim in shape):
+                tensors[key] = (os.path.basename(path), shape)
+    return tensors or None
+
+
+def _header(path: str, budget: HeaderBudget) -> dict[str, object] | None:
+    """A safetensors file's JSON header, read bounded (None: not a regular file, too long a header for
+    the bounds, or no JSON object)."""
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return None
+        head = read_regular(path, 8, follow_symlinks=True, head=True)
+        length = int.from_bytes(head, "little") if len(head) == 8 else HEADER_READ + 1
+        if length > HEADER_READ or not budget.takes(length):
+            return None
+        header = json.loads(read_regular(path, 8 + length, follow_symlinks=True, head=True)[8:].decode("utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return None
+    return header if isinstance(header, dict) else None
 
 
 def _drafter_directory(command: LaunchCommand) -> tuple[str, str, bool] | None:
