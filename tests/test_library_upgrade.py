@@ -359,20 +359,20 @@ def test_a_crash_at_each_step_of_the_update_leaves_one_library_or_the_other(tmp_
             shutil.rmtree(work, ignore_errors=True)
             shutil.copytree(earlier, work, symlinks=True)
             code, out = ct.run_cli(
-                ["apply", "--target", str(work), "--patches", str(new), "--no-import"], f"{n}:{mode}"
+                ["apply", "--target", str(work), "--patches", str(new), "--no-import"], f"{n}:{mode}", served=True
             )
             left = next((name for name, known in prints.items() if known == ct.fingerprint(work)), "mixed")
             # a full disk rolls back at once; a SIGKILL leaves the journal the next command recovers from
             assert left == ("updated" if code == 0 else "earlier") or mode == "kill", (n, mode, code, out)
             following = ct.NEXT[(n + (mode == "raise")) % len(ct.NEXT)]
             library = [] if following == "recover" else ["--patches", str(new)]  # recover: the tree alone
-            again, said = ct.run_cli([following, "--target", str(work), *library])
+            again, said = ct.run_cli([following, "--target", str(work), *library], served=True)
             left = next((name for name, known in prints.items() if known == ct.fingerprint(work)), "mixed")
             assert not (work / ".patchkit/journal.json").exists(), (n, mode, following, said)
             assert left in wanted.get(following, {"earlier", "updated"}), (n, mode, following, again, said)
             if following == "revert" or code == 0:
                 continue
-            assert ct.run_cli(["revert", "--target", str(work), "--patches", str(new)])[0] == 0, (n, mode)
+            assert ct.run_cli(["revert", "--target", str(work), "--patches", str(new)], served=True)[0] == 0, (n, mode)
             assert ct.fingerprint(work) == prints["stock"], (n, mode)
         if code == 0:  # past the commit's last step
             break

@@ -128,6 +128,40 @@ def test_each_drafter_mismatch_is_named(setup, tmp_path, change, check):
     assert findings(done)[check]["fix"]
 
 
+# the patched forward as 0.26+'s deepseek_v2.py has it: after its loop, the last layer's output for the id
+# num_hidden_layers (`self.end_layer`)
+FINAL_OUTPUT_FORWARD = DEEPSEEK_PATCHED.replace(
+    "        return [x for _ in self.aux_hidden_state_layers]",
+    "        aux = [x for idx in range(self.end_layer) if idx in self.aux_hidden_state_layers]\n"
+    "        if self.end_layer in self.aux_hidden_state_layers:\n"
+    "            aux.append(x)\n"
+    "        return aux",
+)
+
+
+@pytest.mark.parametrize(
+    ("forward", "layers", "says"),
+    [
+        (FINAL_OUTPUT_FORWARD, [1, 29, 61], "are within the target's 61 layers (61: the last layer's output, as"),
+        (FINAL_OUTPUT_FORWARD, [1, 29, 62], "[62] above the target's 61 layers (61: the last layer's output"),
+        (FINAL_OUTPUT_FORWARD, [1, 29, 60], "are below the target's 61 layers"),
+        (DEEPSEEK_PATCHED, [1, 29, 61], "[61] not below the target's 61 layers"),
+    ],
+)
+def test_an_aux_layer_id_of_the_last_layers_output_is_judged_by_the_trees_forward(tmp_path, forward, layers, says):
+    """0.26+'s deepseek_v2.py forward hands the drafter the last layer's output for the id num_hidden_layers;
+    a forward without that branch hands none for it (the drafter's fc then lacks a state)."""
+    tree, library = write_eagle3_setup(tmp_path, patched={DEEPSEEK: forward})
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    target = write_model(tmp_path / "target", DEEPSEEK_V3)
+    drafter = write_model(tmp_path / "drafter", {**DRAFTER, "eagle_aux_hidden_state_layer_ids": layers})
+    done = preflight(tree, library, *serve(target, drafter))
+    found = findings(done)["drafter-aux-layers"]
+    assert says in found["message"], found
+    assert found["ok"] is ("above" not in says and "not below" not in says), found
+    assert done.returncode == (0 if found["ok"] else 1), done.stdout
+
+
 def _changed(config: dict, change: dict) -> dict:
     return {k: v for k, v in {**config, **change}.items() if v is not None}  # None: the key dropped
 

@@ -73,6 +73,8 @@ FALLBACK = "vLLM registers no class of its own for"
 BACKEND_FILES = (f"{MODELS_DIR}/transformers/base.py", f"{MODELS_DIR}/transformers.py")
 BACKEND_MOE = f"{MODELS_DIR}/transformers/moe.py"
 EXPERT_KEYS = ("num_experts", "moe_num_experts", "n_routed_experts", "num_local_experts")  # vLLM's get_num_experts
+TRANSFORMERS_AUTO = "transformers/models/auto/configuration_auto.py"  # model_type -> config class (beside vllm/)
+VLLM_CONFIGS = "vllm/transformers_utils/config.py"  # _CONFIG_REGISTRY: the model types vLLM reads with its own class
 
 
 # The other methods whose drafter vLLM loads through the proposer's load_model (EagleProposer: eagle,
@@ -186,15 +188,89 @@ def _backend_class(launch, arch: str) -> tuple[str, str] | None:
     return None
 
 
-def _backend_name(launch) -> str:
+def _backend_name(launch, moe: bool | None = None) -> str:
     """The backend class vLLM picks for a generating model (ModelConfig._get_transformers_backend_cls):
-    MultiModal for a nested text config, MoE for a model with experts, of those the tree registers."""
+    MultiModal for a nested text config, MoE for a model with experts (`moe`: else as _has_experts tells;
+    untold, the plain class), of those the tree registers."""
     text = launch.target.text_config
     multimodal = "MultiModal" if text is not launch.target.config else ""
-    moe = "MoE" if any(_whole(text.get(key)) and text[key] > 0 for key in EXPERT_KEYS) else ""
+    moe = _has_experts(launch) if moe is None else moe
     table = launch.registry().get(BACKEND_TABLE, {})
-    named = [f"Transformers{multimodal}{moe}ForCausalLM", "TransformersForMultimodalLM" if multimodal else ""]
+    named = [f"Transformers{multimodal}{'MoE' if moe else ''}ForCausalLM"]
+    named.append("TransformersForMultimodalLM" if multimodal else "")
     return next((name for name in named if name in table), "TransformersForCausalLM")
+
+
+def _has_experts(launch) -> bool | None:
+    """vLLM's get_num_experts() > 0 on the target's text config: the first of EXPERT_KEYS the config has
+    (a list: its first), from config.json or else its config class's defaults (a DeepSeek-V3 config.json
+    without n_routed_experts has DeepseekV3Config's 256); none or 0, the MoE blocks of block_configs.
+    None: the config class's defaults are not readable here (no transformers beside vllm/)."""
+    text = launch.target.text_config
+    defaults = {} if any(key in text for key in EXPERT_KEYS) else _config_defaults(launch, text.get("model_type"))
+    if defaults is None:
+        return None
+    given = {**defaults, **text}
+    value = next((given[key] for key in EXPERT_KEYS if key in given), 0)
+    value = value[0] if isinstance(value, list) and value else value
+    if _whole(value) and value > 0:
+        return True
+    blocks = text.get("block_configs")
+    experts = [b.get("n_routed_experts") for b in blocks or [] if isinstance(b, dict) and b.get("block_type") == "moe"]
+    return any(_whole(n) and n > 0 for n in experts)
+
+
+def _config_defaults(launch, model_type: object) -> dict[str, object] | None:
+    """The __init__ defaults of the transformers config class vLLM reads `model_type` with (transformers'
+    CONFIG_MAPPING_NAMES, read from the launch's site-packages beside vllm/), {} for a model_type it does
+    not map; None where not readable, or where vLLM registers a config class of its own for it."""
+    auto = _parsed(launch.read(TRANSFORMERS_AUTO))
+    own = _parsed(launch.read(VLLM_CONFIGS))
+    if auto is None or own is None or not isinstance(model_type, str):
+        return None
+    registered = {
+        k.arg for n in ast.walk(own) if isinstance(n, ast.Call) and _named(n.func, "LazyConfigDict") for k in n.keywords
+    }
+    if model_type in registered:
+        return None
+    pairs = dict(_string_pairs(auto, "CONFIG_MAPPING_NAMES"))
+    if model_type not in pairs:
+        return {}
+    module = dict(_string_pairs(auto, "SPECIAL_MODEL_TYPE_TO_MODULE_NAME")).get(
+        model_type, model_type.replace("-", "_")
+    )
+    source = _parsed(launch.read(f"transformers/models/{module}/configuration_{module}.py"))
+    init = next(
+        (
+            m
+            for c in ast.walk(source or ast.Module([], []))
+            if isinstance(c, ast.ClassDef) and c.name == pairs[model_type]
+            for m in c.body
+            if isinstance(m, ast.FunctionDef) and m.name == "__init__"
+        ),
+        None,
+    )
+    if init is None:
+        return None
+    args = init.args.args[len(init.args.args) - len(init.args.defaults) :] + init.args.kwonlyargs
+    values = [*init.args.defaults, *init.args.kw_defaults]
+    return {arg.arg: value.value for arg, value in zip(args, values, strict=False) if isinstance(value, ast.Constant)}
+
+
+def _string_pairs(tree: ast.Module, name: str) -> list[tuple[str, str]]:
+    """The ("a", "b") pairs of the module-level `name = OrderedDict([...])` (transformers' auto mappings)."""
+    for node in tree.body:
+        if isinstance(node, ast.Assign | ast.AnnAssign) and name in _names(
+            *(node.targets if isinstance(node, ast.Assign) else [node.target])
+        ):
+            return [
+                (e.elts[0].value, e.elts[1].value)
+                for e in ast.walk(node.value)
+                if isinstance(e, ast.Tuple)
+                and len(e.elts) == 2
+                and all(isinstance(x, ast.Constant) and isinstance(x.value, str) for x in e.elts)
+            ]
+    return []
 
 
 def _backend_eagle3(launch, cls: str, why: str) -> Finding:
@@ -211,6 +287,10 @@ def _backend_eagle3(launch, cls: str, why: str) -> Finding:
             f"run {hints.command('status')}",
         )
     built = f"{why}: vLLM builds the target as its Transformers backend's {cls}"
+    other = _backend_name(launch, moe=True)  # where vLLM picks the class by the config (not one registered)
+    picked = why == "--model-impl transformers" or why.startswith(FALLBACK)
+    if picked and cls != other and _has_experts(launch) is None:  # config.json does not tell, its class unread
+        built += f" (or {other}, if its config class defaults to experts)"
     needs = _backend_needs(source, "set_aux_hidden_state_layers", "Eagle3 support")
     if needs is None:
         return Finding(
@@ -718,23 +798,32 @@ def aux_layers(launch) -> Finding:
     if not _whole(count) or not all(_whole(n) for n in layers):
         message = f"cannot judge: layers {layers}, target layers {count} (each must be a whole number)"
         return Finding("drafter-aux-layers", False, message, LAYERS_FIX)
-    beyond = [n for n in layers if not 0 <= n < count]
+    final = _final_output_taken(launch)  # the id num_hidden_layers: the last layer's output, where the tree takes it
+    top = count if final else count - 1
+    beyond = [n for n in layers if not 0 <= n <= top]
+    last = f" ({count}: the last layer's output, as this vLLM's {final} hands it)" if final else ""
     if beyond:
-        message = f"drafter's eagle_aux_hidden_state_layer_ids {beyond} not below the target's {count} layers"
+        where = f"above the target's {count} layers{last}" if final else f"not below the target's {count} layers"
+        message = f"drafter's eagle_aux_hidden_state_layer_ids {beyond} {where}"
         return Finding("drafter-aux-layers", False, message, DRAFTER_FIX)
-    passed = f"aux layers {layers} are below the target's {count} layers"
-    return _aux_count(launch, f"aux layers {layers}", layers, count, passed)
+    held = (
+        f"within the target's {count} layers{last}"
+        if final and count in layers
+        else f"below the target's {count} layers"
+    )
+    return _aux_count(launch, f"aux layers {layers}", layers, top, f"aux layers {layers} are {held}")
 
 
-def _aux_count(launch, named: str, layers: list[int], count: int, passed: str) -> Finding:
-    """The target returns one hidden state per distinct layer id below its layer count (none past the
-    last layer), and the drafter's fc takes exactly FC_HIDDEN_STATES of them: another number loads and
-    serves until the first request's proposal, which fails on the fc's shape."""
+def _aux_count(launch, named: str, layers: list[int], top: int, passed: str) -> Finding:
+    """The target returns one hidden state per distinct layer id up to `top` (its last layer; one more
+    where its forward hands the last layer's output), and the drafter's fc takes exactly FC_HIDDEN_STATES of
+    them: another number loads and serves until the first request's proposal, which fails on the fc's shape."""
+    count = launch.target.text_config.get("num_hidden_layers")
     refused = _partition_refused(launch, count)
     if refused is not None:
         return refused
     first = _last_stage_start(launch, count)
-    taken = sorted({n for n in layers if first <= n < count})
+    taken = sorted({n for n in layers if first <= n <= top})
     unguarded = _residual_added_unguarded(launch) if 0 in taken else None
     if unguarded is not None:
         message = (
@@ -750,7 +839,7 @@ def _aux_count(launch, named: str, layers: list[int], count: int, passed: str) -
         f"takes {FC_HIDDEN_STATES}: vLLM fails at the first request"
     )
     fix = f"give the drafter's eagle_aux_hidden_state_layer_ids 3 distinct layers below {count}, as it was trained"
-    if first > 0 and len({n for n in layers if 0 <= n < count}) == FC_HIDDEN_STATES:  # its layers are right
+    if first > 0 and len({n for n in layers if 0 <= n <= top}) == FC_HIDDEN_STATES:  # its layers are right
         fix = "serve without -pp (give its GPUs to -tp): this vLLM hands the drafter the last stage's states alone"
     return Finding("drafter-aux-layers", False, message, fix)
 
@@ -760,16 +849,42 @@ def _aux_count(launch, named: str, layers: list[int], count: int, passed: str) -
 FORWARD_MODULE = {"KimiK25ForConditionalGeneration": "deepseek_v2"}
 
 
-def _residual_added_unguarded(launch) -> str | None:
-    """The target's model file (e.g. deepseek_v2.py) when its forward hands the drafter hidden_states +
-    residual with no `residual is None` test: before the first layer the residual is None, so layer 0
-    raises TypeError. None when the file guards it, lacks such a loop, or cannot be read."""
+def _forward_file(launch) -> tuple[str, ast.Module] | None:
+    """(file name, parsed) of the target's model file whose forward hands the drafter its hidden states;
+    None when the architecture is not registered or the file is unreadable."""
     arch = target_architecture(launch)
     where = _model_class(launch.registry(), arch) if arch else None
     module = FORWARD_MODULE.get(arch or "") or (where[0] if where else None)
     tree = _parsed(launch.read(f"{MODELS_DIR}/{module}.py") if module else None)
-    loops = [node for node in ast.walk(tree) if isinstance(node, ast.For)] if tree else []
-    return f"{module}.py" if any(_adds_residual_unguarded(loop) for loop in loops) else None
+    return (f"{module}.py", tree) if tree is not None else None
+
+
+def _residual_added_unguarded(launch) -> str | None:
+    """The target's model file (e.g. deepseek_v2.py) when its forward hands the drafter hidden_states +
+    residual with no `residual is None` test: before the first layer the residual is None, so layer 0
+    raises TypeError. None when the file guards it, lacks such a loop, or cannot be read."""
+    found = _forward_file(launch)
+    loops = [node for node in ast.walk(found[1]) if isinstance(node, ast.For)] if found else []
+    return found[0] if found and any(_adds_residual_unguarded(loop) for loop in loops) else None
+
+
+def _final_output_taken(launch) -> str | None:
+    """The target's model file when its forward also hands the drafter the last layer's output for the id
+    num_hidden_layers (`if self.end_layer in self.aux_hidden_state_layers:` after its loop, 0.26+'s
+    deepseek_v2.py); None where it hands states of layers below its count alone."""
+    found = _forward_file(launch)
+    for node in ast.walk(found[1]) if found else ():
+        test = node.test if isinstance(node, ast.If) else None
+        if (
+            isinstance(test, ast.Compare)
+            and isinstance(test.left, ast.Attribute)
+            and test.left.attr == "end_layer"
+            and isinstance(test.ops[0], ast.In)
+            and isinstance(test.comparators[0], ast.Attribute)
+            and test.comparators[0].attr == "aux_hidden_state_layers"
+        ):
+            return found[0] if found else None
+    return None
 
 
 def _adds_residual_unguarded(loop: ast.For) -> bool:
@@ -894,7 +1009,9 @@ def _default_aux_layers(launch, config: dict, count: object) -> Finding:
         message = f"drafter names no eagle_aux_hidden_state_layer_ids: vLLM uses the target's default layers {default}"
         if not _whole(count):
             return Finding("drafter-aux-layers", True, message)
-        return _aux_count(launch, f"the target's default layers {default}", [2, count // 2, count - 3], count, message)
+        return _aux_count(
+            launch, f"the target's default layers {default}", [2, count // 2, count - 3], count - 1, message
+        )
     message = (
         f"vLLM never reads the drafter's {ignored[0]} {ignored[1]!r} (only a non-empty top-level list): "
         f"it uses the target's default layers {default}"

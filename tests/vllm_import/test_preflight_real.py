@@ -455,3 +455,49 @@ def test_drafter_weights_fail_drafter_architecture_exactly_where_vllms_loader_re
         said = refused[str(drafter)]
         assert found["ok"] is (said is None), (name, said, found)
         assert found["ok"] or "its weights" in found["message"], found
+
+
+# review38 A8 (Low): the backend class vLLM itself picks for each config (its config class's defaults count)
+PICKED = """
+import json, sys
+from patchkit._target.engine_config import _force_cpu_platform_when_none
+import vllm
+_force_cpu_platform_when_none()
+from vllm.config import ModelConfig
+said = {}
+for model in sys.argv[1:]:
+    said[model] = ModelConfig(model=model, model_impl="transformers", skip_tokenizer_init=True)._architecture
+print(json.dumps(said))
+"""
+QWEN3_MOE = {
+    "architectures": ["Qwen3MoeForCausalLM"],
+    "model_type": "qwen3_moe",
+    "hidden_size": 256,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 4,
+    "vocab_size": 1000,
+}
+
+
+def test_the_backend_class_named_is_the_one_vllm_picks(tmp_path: Path):
+    dense_v3 = {k: v for k, v in TARGET.items() if k != "n_routed_experts"}  # DeepseekV3Config's default: 256
+    targets = {
+        "v3": TARGET,
+        "v3-default-experts": dense_v3,
+        "v3-first-key-zero": {**TARGET, "num_experts": 0},
+        "qwen3-moe-default-experts": QWEN3_MOE,
+        "llama": TINY_LLAMA,
+    }
+    models = {name: write_model(tmp_path / name, config) for name, config in targets.items()}
+    picked = ask_vllm(PICKED, *map(str, models.values()))
+    assert picked[str(models["v3-default-experts"])] == "TransformersMoEForCausalLM", picked
+    drafter = write_model(tmp_path / "drafter", DRAFTER)
+    spec = json.dumps({"method": "eagle3", "model": str(drafter), "num_speculative_tokens": 2})
+    for name, model in models.items():
+        done = patchkit(
+            "preflight", "--python", VLLM_PYTHON, "--no-import", "--format", "json", "--",
+            "vllm", "serve", str(model), "--model-impl", "transformers", "--speculative-config", spec,
+        )  # fmt: skip
+        found = supports(done)
+        assert f"Transformers backend's {picked[str(model)]}, which" in found["message"], (name, picked, found)
