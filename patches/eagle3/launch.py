@@ -78,6 +78,13 @@ BACKEND_MOE = f"{MODELS_DIR}/transformers/moe.py"
 EXPERT_KEYS = ("num_experts", "moe_num_experts", "n_routed_experts", "num_local_experts")  # vLLM's get_num_experts
 TRANSFORMERS_AUTO = "transformers/models/auto/configuration_auto.py"  # model_type -> config class (beside vllm/)
 VLLM_CONFIGS = "vllm/transformers_utils/config.py"  # _CONFIG_REGISTRY: the model types vLLM reads with its own class
+# where the tree maps attention backend names to classes (0.14 on; 0.12-0.13 under vllm/attention), and where
+# its backends' validate_configuration refuses a layer whose MLA-ness differs from the backend's (0.12 on)
+ATTENTION_REGISTRIES = ("vllm/v1/attention/backends/registry.py", "vllm/attention/backends/registry.py")
+ATTENTION_RULES = ("vllm/v1/attention/backend.py", "vllm/attention/backends/abstract.py")
+NON_MLA_REFUSED = b"non-MLA not supported"
+ATTENTION_ENV = "VLLM_ATTENTION_BACKEND"  # read by 0.12-0.14 (the env then wins over the option)
+ATTENTION_ENV_READERS = ("vllm/config/attention.py", "vllm/attention/selector.py")
 
 
 # The other methods whose drafter vLLM loads through the proposer's load_model (EagleProposer: eagle,
@@ -517,7 +524,7 @@ def drafter_architecture(launch) -> Finding:
         # llama.py's rules hold only for the drafter class built of its layers (0.22+ has other EAGLE-3 drafters)
         llama = (_activation_refused, _layer_types_refused, _weights_unfit)
         llama = llama if table.get(built, ("",))[0] == LLAMA_DRAFTER else ()
-        rules = (_heads_unsplit, *llama, _quant_config_unfound)
+        rules = (_heads_unsplit, *llama, _quant_config_unfound, _attention_backend_refused)
         unbuilt = next((found for rule in rules if (found := rule(launch)) is not None), None)
         if unbuilt is None:
             return Finding("drafter-architecture", True, registered)
@@ -740,6 +747,59 @@ def _quant_config_unfound(launch) -> tuple[str, str] | None:
         f"(no quantization_config in its config.json, no {' or '.join(names)})"
     )
     return why, 'drop "quantization" from --speculative-config: the drafter is not quantized'
+
+
+def _attention_backend_refused(launch) -> tuple[str, str] | None:
+    """One attention backend named for the whole launch serves the drafter's layers too: on CUDA, vLLM
+    raises for a named backend whose MLA-ness differs from the layer's. An MLA target builds and loads
+    with an MLA backend; the drafter's non-MLA layers then refuse it. (what fails, fix), else None."""
+    named = _attention_backend(launch)
+    if named is None or not _uses_mla(launch, launch.target.text_config):
+        return None  # none named, or a non-MLA target: the target's own build refuses an MLA backend first
+    source, name = named
+    if _uses_mla(launch, launch.drafter.config) or not _mla_backend(launch, name) or not _cuda_build(launch):
+        return None
+    why = f"{source} {escaped(name)} is an MLA backend, which vLLM refuses for the drafter's non-MLA attention"
+    undo = f"unset {source}" if source == ATTENTION_ENV else f"drop {source}"
+    return why, f"{undo}: vLLM then picks a backend for each layer"
+
+
+def _attention_backend(launch) -> tuple[str, str] | None:
+    """(where it is named, the name) of the attention backend the launch gives vLLM, or None."""
+    environ = launch.command.environ.get(ATTENTION_ENV)
+    if environ and any(ATTENTION_ENV.encode() in (launch.read(path) or b"") for path in ATTENTION_ENV_READERS):
+        return ATTENTION_ENV, environ
+    given = launch.command.attention_backend
+    return None if given is None else given
+
+
+def _uses_mla(launch, config: dict) -> bool:
+    """vLLM's use_mla, as its is_deepseek_mla reads a config: a kv_lora_rank, unless VLLM_MLA_DISABLE."""
+    disabled = launch.command.environ.get("VLLM_MLA_DISABLE", "0").strip()
+    return config.get("kv_lora_rank") is not None and disabled in ("", "0")
+
+
+def _mla_backend(launch, name: str) -> bool:
+    """Whether the tree's backend registry maps `name` (as vLLM looks it up: upper case) to a class of its
+    MLA package, and its backends refuse a non-MLA layer; False when the tree does not say so."""
+    if not any(NON_MLA_REFUSED in (launch.read(path) or b"") for path in ATTENTION_RULES):
+        return False
+    for path in ATTENTION_REGISTRIES:
+        tree = _parsed(launch.read(path))
+        for node in ast.walk(tree) if tree else ():
+            target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None
+            if isinstance(target, ast.Name) and target.id == name.upper():
+                path = str(node.value.value) if isinstance(node.value, ast.Constant) else ""
+                # a sparse backend (DeepSeek-V3.2's) fails a dense target first, before its load
+                return ".mla." in path and ("sparse" not in path or "index_topk" in launch.target.text_config)
+    return False
+
+
+def _cuda_build(launch) -> bool:
+    """ROCm's platform picks another backend for a layer the named one cannot serve; only a CUDA build
+    (no local version label, or a cuXYZ one) raises. An unknown version is not judged."""
+    version = launch.version
+    return version is not None and (version.local is None or version.local.startswith("cu"))
 
 
 def _quant_config_names(launch, method: str) -> list[str] | None:
