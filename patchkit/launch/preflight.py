@@ -346,9 +346,7 @@ def preflight(
         return result
     result.command = command
     result.findings += _found_models_findings(result.missing, served, (target, drafter), command)
-    result.findings += _after_load_findings(
-        command, resolved, (target, drafter), result
-    )  # never kept: files outside the tree
+    result.findings += _after_load_findings(command, resolved, (target, drafter), result)  # never kept: not tree files
     planned = _Planned.of(resolved, status) if needed else _Planned()
     result.fixable = planned.fixable
     context = LaunchContext(
