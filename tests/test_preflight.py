@@ -162,6 +162,46 @@ def test_an_aux_layer_id_of_the_last_layers_output_is_judged_by_the_trees_forwar
     assert done.returncode == (0 if found["ok"] else 1), done.stdout
 
 
+# 0.22-0.30's V1 model runner: it reads eagle_config's layer ids where the top-level list is empty
+V1_RUNNER_READING_NESTED = """
+def _get_eagle3_aux_layers_from_config(self):
+    layer_ids = getattr(hf_config, "eagle_aux_hidden_state_layer_ids", None)
+    if not layer_ids:
+        eagle_config = getattr(hf_config, "eagle_config", None)
+        if eagle_config and isinstance(eagle_config, dict):
+            layer_ids = eagle_config.get("eagle_aux_hidden_state_layer_ids")
+"""
+
+
+@pytest.mark.parametrize("runner", [V1_RUNNER_READING_NESTED, None])
+def test_nested_aux_layer_ids_cannot_be_judged_where_one_of_the_trees_runners_reads_them(setup, tmp_path, runner):
+    """0.22-0.30: the V1 runner reads eagle_config's ids, the V2 runner does not, and vLLM picks the runner by
+    the model and its features: not "vLLM never reads" there (a false fail); still failed where none reads them."""
+    tree, library, models = setup
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    if runner is not None:
+        (tree / "vllm/v1/worker").mkdir(parents=True)
+        (tree / "vllm/v1/worker/gpu_model_runner.py").write_text(runner)
+    nested = {
+        "eagle_aux_hidden_state_layer_ids": None,
+        "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 29, 57]},
+    }
+    drafter = write_model(tmp_path / "drafter", _changed(DRAFTER, nested))
+    done = preflight(tree, library, *serve(models["deepseek"], drafter))
+    found = findings(done)["drafter-aux-layers"]
+    assert (
+        found["fix"]
+        == "give the layers the drafter was trained on as a top-level eagle_aux_hidden_state_layer_ids list"
+    )
+    if runner is None:
+        assert done.returncode == 1 and found["result"] == "fail" and "vLLM never reads" in found["message"], found
+        return
+    assert done.returncode == 0 and found["result"] == "cannot judge", found
+    assert found["message"].startswith("cannot judge: this vLLM's V1 model runner reads the drafter's eagle_config."), (
+        found
+    )
+
+
 def _changed(config: dict, change: dict) -> dict:
     return {k: v for k, v in {**config, **change}.items() if v is not None}  # None: the key dropped
 

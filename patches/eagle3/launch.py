@@ -63,6 +63,9 @@ ABSOLUTE_LAYER_IDS = ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "KimiK25
 FC_OF_THREE = b"hidden_size * 3"
 SIZED_BY_CONFIG = b"num_aux_hidden_states"
 LAST_FC_OF_THREE = Version("0.18.999")
+NESTED_IDS = "eagle_config.eagle_aux_hidden_state_layer_ids"
+V1_RUNNER = "vllm/v1/worker/gpu_model_runner.py"  # 0.22-0.30's reads NESTED_IDS where the top level is empty
+NESTED_READ = b'eagle_config.get("eagle_aux_hidden_state_layer_ids")'
 PARTITION = "VLLM_PP_LAYER_PARTITION"
 PP_INDICES = "vllm/distributed/utils.py"  # get_pp_indices, where vLLM reads PARTITION
 # vLLM's Transformers modeling backend: one file before 0.12, a package after (Base, in base.py, is
@@ -1072,6 +1075,14 @@ def _default_aux_layers(launch, config: dict, count: object) -> Finding:
         return _aux_count(
             launch, f"the target's default layers {default}", [2, count // 2, count - 3], count - 1, message
         )
+    if ignored[0] == NESTED_IDS and NESTED_READ in (launch.read(V1_RUNNER) or b""):
+        # 0.22-0.30: the V1 model runner reads them there, the V2 one does not; vLLM picks the runner by the
+        # model, its features and VLLM_USE_V2_MODEL_RUNNER: a top-level list is what both read
+        reason = (
+            f"this vLLM's V1 model runner reads the drafter's {NESTED_IDS} {ignored[1]!r}, its V2 runner "
+            f"uses the target's default layers {default}: which runs depends on the model and its features"
+        )
+        return cannot_judge("drafter-aux-layers", reason, AUX_FIX)
     message = (
         f"vLLM never reads the drafter's {ignored[0]} {ignored[1]!r} (only a non-empty top-level list): "
         f"it uses the target's default layers {default}"
@@ -1085,7 +1096,7 @@ def _ignored_aux_layers(config: dict) -> tuple[str, object] | None:
         return "eagle_aux_hidden_state_layer_ids", config["eagle_aux_hidden_state_layer_ids"]
     nested = config.get("eagle_config")
     if isinstance(nested, dict) and nested.get("eagle_aux_hidden_state_layer_ids") is not None:
-        return "eagle_config.eagle_aux_hidden_state_layer_ids", nested["eagle_aux_hidden_state_layer_ids"]
+        return NESTED_IDS, nested["eagle_aux_hidden_state_layer_ids"]
     return None
 
 
