@@ -18,6 +18,8 @@ from helpers import MODEL_PY, SPEC_PY, make_patch, patched_spec, record_rows, ru
 
 from patchkit.cli.main import run_in_process
 from patchkit.fleet import node
+from patchkit.fleet.cluster import RayRunner
+from patchkit.fleet.protocol import Node
 
 MODEL = "vllm/models/model.py"
 
@@ -751,3 +753,27 @@ def test_another_commands_step_waits_a_bounded_time_for_a_live_runs_decision(tmp
         assert list(agent.undecided) == ["run-1"] and spec_of(tree) == patched_spec()
     finally:
         stop.set()
+
+
+def test_a_driver_back_after_its_node_rolled_back_and_its_agent_ended_is_told_the_nodes_revert(tmp_path, short_lease):
+    """fleet29: a driver stopped past what its nodes wait (they rolled back on their own), then
+    resumed: its rollback's revert went to an agent that had ended meanwhile (its run's hold
+    dropped), and the row said "the revert failed (ActorDiedError...)", with a revert to run on a
+    node already stock. The agent records its own rollback in the cluster's store; the driver
+    reads it there for a node whose revert did not pass."""
+    tree, _, request = written_tree(tmp_path)
+    ledger = MemoryLedger()
+    agent = Decided(ledger)
+    agent.where = "node-1"
+    ledger.put(node.beat_key("run-1"), "0")
+    applied = agent.step("run-1", 60, "t1", "apply", request)
+    assert applied["ok"], applied
+    assert wait_until(agent.ended.is_set)  # rolled back (no beat for the lease), then nothing held it
+    assert spec_of(tree) == SPEC_PY
+    driver = object.__new__(RayRunner)
+    driver.ledger, driver.run_id = ledger, "run-1"
+    report = driver._reverted_by_its_node(Node("node-1", "10.0.0.1"), {**request, "set_name": applied["set"]})
+    assert (report.state, report.ok) == ("reverted", True) and "rolled back by its node" in report.detail
+    assert report.document is None  # the record keeps the row, not the node's whole document
+    assert driver._reverted_by_its_node(Node("node-2", "10.0.0.2"), {**request, "set_name": applied["set"]}) is None
+    assert driver._reverted_by_its_node(Node("node-1", "10.0.0.1"), {**request, "set_name": "other"}) is None

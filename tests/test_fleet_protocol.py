@@ -573,3 +573,35 @@ def test_a_fleet_revert_on_a_node_busy_with_another_fleet_apply_is_exit_4():
     fleet.faults[(5, "revert")] = BUSY
     result = run_each(fleet, "revert", NODES, REQUEST)
     assert result.error.exit_code == TARGET_PROBLEM and "another fleet apply is under way" in result.error.message
+
+
+def test_each_rolled_back_row_says_why_it_was_reverted():
+    """A rolled-back row said "applied, then reverted: another node failed" whatever undid it: an
+    interrupt, a commit the nodes gave up on, a node's own rollback (none had failed)."""
+    interrupted = SimulatedFleet()
+    interrupted.interrupt_during = "apply"
+    assert {r.detail for r in fleet_apply(interrupted, NODES, REQUEST).reports} == {
+        "applied, then reverted: interrupted"
+    }
+    failing = SimulatedFleet()
+    failing.faults[(7, "apply")] = {"state": "conflict", "ok": False, "exit_code": 1, "detail": "edited"}
+    result = fleet_apply(failing, NODES, REQUEST)
+    assert result.reports[0].detail == "applied, then reverted: another node failed"
+    given_up = SimulatedFleet()
+    given_up.gave_up = True
+    own = "rolled back by its node: no word from this run for 10 s"
+    given_up.faults[(3, "revert")] = {"state": "reverted", "ok": True, "exit_code": 0, "detail": own}
+    result = fleet_apply(given_up, NODES, REQUEST)
+    assert result.reports[0].detail == "applied, then reverted: this run's commit did not stand"
+    assert result.reports[3].detail == "applied, then " + own
+
+
+def test_a_phase_two_that_wrote_on_no_node_says_so_not_that_it_reverted_them():
+    """Every node refused this run's apply (another fleet apply's writes there, say): the error
+    said "every node this run wrote was reverted", of a run that wrote nothing."""
+    fleet = SimulatedFleet()
+    for index in range(100):
+        fleet.faults[(index, "apply")] = BUSY
+    result = fleet_apply(fleet, NODES, REQUEST)
+    assert result.error.message.endswith("; this run wrote on no node"), result.error.message
+    assert fleet.steps("revert") == [] and fleet.applied == set()

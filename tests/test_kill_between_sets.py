@@ -92,7 +92,7 @@ def said_between(work: Path, stock: Path, lib: list[str], guard: str) -> None:
     assert ct.run_cli(["status", "--target", str(work), *lib])[0] == 0
 
 
-@pytest.mark.parametrize("following", ["status", "apply"])
+@pytest.mark.parametrize("following", ["status", "apply", "recover"])
 def test_files_an_apply_cut_short_wrote_are_never_judged_upstream(tree, scratch, tmp_path, following):
     """A SIGKILL after an apply wrote every file of a set and before its record, on a tree no RECORD
     proves stock (a checkout): the files hold the change with no apply recorded. The next command
@@ -110,13 +110,43 @@ def test_files_an_apply_cut_short_wrote_are_never_judged_upstream(tree, scratch,
         assert code == -9, (n, out)  # the apply ends after the file is written: a kill there is found first
         if left(work, stock) == "model" and (work / ".patchkit/journal.json").exists():
             break
-    code, said = ct.run_cli([following, "--target", str(work), *lib, *(["--no-import"] * (following == "apply"))])
+    rest = [] if following == "recover" else [*lib, *(["--no-import"] * (following == "apply"))]
+    code, said = ct.run_cli([following, "--target", str(work), *rest])
     assert "rolled back an interrupted patchkit transaction" in said, said
     assert not (work / ".patchkit/journal.json").exists(), said
     assert "no apply recorded" not in said and "upstream" not in said, said
-    if following == "status":
+    if following == "recover":  # what is left to do, and where to see the tree
+        assert code == 0 and left(work, stock) == "stock", said
+        assert "note: run the apply or revert it cut short again; " in said, said
+        assert f"`patchkit status --target {work}` shows where the tree stands" in " ".join(said.split()), said
+    elif following == "status":
         assert code == 0 and said.splitlines()[-1] == "status: not-applied: 0 of 1 patch applied", said
         assert left(work, stock) == "stock"
     else:
         assert code == 0 and "applied 1 patch(es): 1 file(s) changed" in said, said
         assert left(work, stock) == "model" and ct.run_cli(["status", "--target", str(work), *lib])[0] == 0
+
+
+def test_status_after_a_killed_first_apply_names_nothing_its_rollback_removes(tree, scratch, tmp_path):
+    """A SIGKILL in a first apply after it saved the originals: status rolls the transaction back,
+    and with nothing recorded the store goes at its end. It said ".patchkit/objects/ holds 1 file(s)
+    no record names: `patchkit revert` removes them" of files gone by the time it ended (revert then
+    found nothing to do)."""
+    library = write_library(scratch / "lib", {"0.16.0": [make_patch(scratch, tree, {MODEL: EAGLE_MODEL})]})
+    stock = tmp_path / "stock"
+    shutil.copytree(tree, stock)
+    work = tmp_path / "work"
+    lib = ["--patches", str(library)]
+    held = 0
+    for n in range(1, 300):
+        shutil.rmtree(work, ignore_errors=True)
+        shutil.copytree(stock, work)
+        if ct.run_cli(["apply", "--target", str(work), *lib, "--no-import"], f"{n}:kill")[0] == 0:
+            break
+        objects = work / ".patchkit/objects"
+        held += objects.is_dir() and any(objects.iterdir())
+        code, said = ct.run_cli(["status", "--target", str(work), *lib])
+        if not (work / ".patchkit").exists():  # rolled back whole: nothing of patchkit's is left to name
+            assert ".patchkit" not in said and "revert" not in said, (n, said)
+            assert code == 0 and left(work, stock) == "stock", (n, said)
+    assert held, "no kill fell after the originals were saved"

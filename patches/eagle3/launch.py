@@ -63,6 +63,9 @@ ABSOLUTE_LAYER_IDS = ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "KimiK25
 FC_OF_THREE = b"hidden_size * 3"
 SIZED_BY_CONFIG = b"num_aux_hidden_states"
 LAST_FC_OF_THREE = Version("0.18.999")
+NESTED_IDS = "eagle_config.eagle_aux_hidden_state_layer_ids"
+V1_RUNNER = "vllm/v1/worker/gpu_model_runner.py"  # 0.22-0.30's reads NESTED_IDS where the top level is empty
+NESTED_READ = b'eagle_config.get("eagle_aux_hidden_state_layer_ids")'
 PARTITION = "VLLM_PP_LAYER_PARTITION"
 PP_INDICES = "vllm/distributed/utils.py"  # get_pp_indices, where vLLM reads PARTITION
 # vLLM's Transformers modeling backend: one file before 0.12, a package after (Base, in base.py, is
@@ -73,6 +76,15 @@ FALLBACK = "vLLM registers no class of its own for"
 BACKEND_FILES = (f"{MODELS_DIR}/transformers/base.py", f"{MODELS_DIR}/transformers.py")
 BACKEND_MOE = f"{MODELS_DIR}/transformers/moe.py"
 EXPERT_KEYS = ("num_experts", "moe_num_experts", "n_routed_experts", "num_local_experts")  # vLLM's get_num_experts
+TRANSFORMERS_AUTO = "transformers/models/auto/configuration_auto.py"  # model_type -> config class (beside vllm/)
+VLLM_CONFIGS = "vllm/transformers_utils/config.py"  # _CONFIG_REGISTRY: the model types vLLM reads with its own class
+# where the tree maps attention backend names to classes (0.14 on; 0.12-0.13 under vllm/attention), and where
+# its backends' validate_configuration refuses a layer whose MLA-ness differs from the backend's (0.12 on)
+ATTENTION_REGISTRIES = ("vllm/v1/attention/backends/registry.py", "vllm/attention/backends/registry.py")
+ATTENTION_RULES = ("vllm/v1/attention/backend.py", "vllm/attention/backends/abstract.py")
+NON_MLA_REFUSED = b"non-MLA not supported"
+ATTENTION_ENV = "VLLM_ATTENTION_BACKEND"  # read by 0.12-0.14 (the env then wins over the option)
+ATTENTION_ENV_READERS = ("vllm/config/attention.py", "vllm/attention/selector.py")
 
 
 # The other methods whose drafter vLLM loads through the proposer's load_model (EagleProposer: eagle,
@@ -186,15 +198,89 @@ def _backend_class(launch, arch: str) -> tuple[str, str] | None:
     return None
 
 
-def _backend_name(launch) -> str:
+def _backend_name(launch, moe: bool | None = None) -> str:
     """The backend class vLLM picks for a generating model (ModelConfig._get_transformers_backend_cls):
-    MultiModal for a nested text config, MoE for a model with experts, of those the tree registers."""
+    MultiModal for a nested text config, MoE for a model with experts (`moe`: else as _has_experts tells;
+    untold, the plain class), of those the tree registers."""
     text = launch.target.text_config
     multimodal = "MultiModal" if text is not launch.target.config else ""
-    moe = "MoE" if any(_whole(text.get(key)) and text[key] > 0 for key in EXPERT_KEYS) else ""
+    moe = _has_experts(launch) if moe is None else moe
     table = launch.registry().get(BACKEND_TABLE, {})
-    named = [f"Transformers{multimodal}{moe}ForCausalLM", "TransformersForMultimodalLM" if multimodal else ""]
+    named = [f"Transformers{multimodal}{'MoE' if moe else ''}ForCausalLM"]
+    named.append("TransformersForMultimodalLM" if multimodal else "")
     return next((name for name in named if name in table), "TransformersForCausalLM")
+
+
+def _has_experts(launch) -> bool | None:
+    """vLLM's get_num_experts() > 0 on the target's text config: the first of EXPERT_KEYS the config has
+    (a list: its first), from config.json or else its config class's defaults (a DeepSeek-V3 config.json
+    without n_routed_experts has DeepseekV3Config's 256); none or 0, the MoE blocks of block_configs.
+    None: the config class's defaults are not readable here (no transformers beside vllm/)."""
+    text = launch.target.text_config
+    defaults = {} if any(key in text for key in EXPERT_KEYS) else _config_defaults(launch, text.get("model_type"))
+    if defaults is None:
+        return None
+    given = {**defaults, **text}
+    value = next((given[key] for key in EXPERT_KEYS if key in given), 0)
+    value = value[0] if isinstance(value, list) and value else value
+    if _whole(value) and value > 0:
+        return True
+    blocks = text.get("block_configs")
+    experts = [b.get("n_routed_experts") for b in blocks or [] if isinstance(b, dict) and b.get("block_type") == "moe"]
+    return any(_whole(n) and n > 0 for n in experts)
+
+
+def _config_defaults(launch, model_type: object) -> dict[str, object] | None:
+    """The __init__ defaults of the transformers config class vLLM reads `model_type` with (transformers'
+    CONFIG_MAPPING_NAMES, read from the launch's site-packages beside vllm/), {} for a model_type it does
+    not map; None where not readable, or where vLLM registers a config class of its own for it."""
+    auto = _parsed(launch.read(TRANSFORMERS_AUTO))
+    own = _parsed(launch.read(VLLM_CONFIGS))
+    if auto is None or own is None or not isinstance(model_type, str):
+        return None
+    registered = {
+        k.arg for n in ast.walk(own) if isinstance(n, ast.Call) and _named(n.func, "LazyConfigDict") for k in n.keywords
+    }
+    if model_type in registered:
+        return None
+    pairs = dict(_string_pairs(auto, "CONFIG_MAPPING_NAMES"))
+    if model_type not in pairs:
+        return {}
+    module = dict(_string_pairs(auto, "SPECIAL_MODEL_TYPE_TO_MODULE_NAME")).get(
+        model_type, model_type.replace("-", "_")
+    )
+    source = _parsed(launch.read(f"transformers/models/{module}/configuration_{module}.py"))
+    init = next(
+        (
+            m
+            for c in ast.walk(source or ast.Module([], []))
+            if isinstance(c, ast.ClassDef) and c.name == pairs[model_type]
+            for m in c.body
+            if isinstance(m, ast.FunctionDef) and m.name == "__init__"
+        ),
+        None,
+    )
+    if init is None:
+        return None
+    args = init.args.args[len(init.args.args) - len(init.args.defaults) :] + init.args.kwonlyargs
+    values = [*init.args.defaults, *init.args.kw_defaults]
+    return {arg.arg: value.value for arg, value in zip(args, values, strict=False) if isinstance(value, ast.Constant)}
+
+
+def _string_pairs(tree: ast.Module, name: str) -> list[tuple[str, str]]:
+    """The ("a", "b") pairs of the module-level `name = OrderedDict([...])` (transformers' auto mappings)."""
+    for node in tree.body:
+        if isinstance(node, ast.Assign | ast.AnnAssign) and name in _names(
+            *(node.targets if isinstance(node, ast.Assign) else [node.target])
+        ):
+            return [
+                (e.elts[0].value, e.elts[1].value)
+                for e in ast.walk(node.value)
+                if isinstance(e, ast.Tuple)
+                and len(e.elts) == 2
+                and all(isinstance(x, ast.Constant) and isinstance(x.value, str) for x in e.elts)
+            ]
+    return []
 
 
 def _backend_eagle3(launch, cls: str, why: str) -> Finding:
@@ -211,6 +297,10 @@ def _backend_eagle3(launch, cls: str, why: str) -> Finding:
             f"run {hints.command('status')}",
         )
     built = f"{why}: vLLM builds the target as its Transformers backend's {cls}"
+    other = _backend_name(launch, moe=True)  # where vLLM picks the class by the config (not one registered)
+    picked = why == "--model-impl transformers" or why.startswith(FALLBACK)
+    if picked and cls != other and _has_experts(launch) is None:  # config.json does not tell, its class unread
+        built += f" (or {other}, if its config class defaults to experts)"
     needs = _backend_needs(source, "set_aux_hidden_state_layers", "Eagle3 support")
     if needs is None:
         return Finding(
@@ -434,7 +524,7 @@ def drafter_architecture(launch) -> Finding:
         # llama.py's rules hold only for the drafter class built of its layers (0.22+ has other EAGLE-3 drafters)
         llama = (_activation_refused, _layer_types_refused, _weights_unfit)
         llama = llama if table.get(built, ("",))[0] == LLAMA_DRAFTER else ()
-        rules = (_heads_unsplit, *llama, _quant_config_unfound)
+        rules = (_heads_unsplit, *llama, _quant_config_unfound, _attention_backend_refused)
         unbuilt = next((found for rule in rules if (found := rule(launch)) is not None), None)
         if unbuilt is None:
             return Finding("drafter-architecture", True, registered)
@@ -659,6 +749,59 @@ def _quant_config_unfound(launch) -> tuple[str, str] | None:
     return why, 'drop "quantization" from --speculative-config: the drafter is not quantized'
 
 
+def _attention_backend_refused(launch) -> tuple[str, str] | None:
+    """One attention backend named for the whole launch serves the drafter's layers too: on CUDA, vLLM
+    raises for a named backend whose MLA-ness differs from the layer's. An MLA target builds and loads
+    with an MLA backend; the drafter's non-MLA layers then refuse it. (what fails, fix), else None."""
+    named = _attention_backend(launch)
+    if named is None or not _uses_mla(launch, launch.target.text_config):
+        return None  # none named, or a non-MLA target: the target's own build refuses an MLA backend first
+    source, name = named
+    if _uses_mla(launch, launch.drafter.config) or not _mla_backend(launch, name) or not _cuda_build(launch):
+        return None
+    why = f"{source} {escaped(name)} is an MLA backend, which vLLM refuses for the drafter's non-MLA attention"
+    undo = f"unset {source}" if source == ATTENTION_ENV else f"drop {source}"
+    return why, f"{undo}: vLLM then picks a backend for each layer"
+
+
+def _attention_backend(launch) -> tuple[str, str] | None:
+    """(where it is named, the name) of the attention backend the launch gives vLLM, or None."""
+    environ = launch.command.environ.get(ATTENTION_ENV)
+    if environ and any(ATTENTION_ENV.encode() in (launch.read(path) or b"") for path in ATTENTION_ENV_READERS):
+        return ATTENTION_ENV, environ
+    given = launch.command.attention_backend
+    return None if given is None else given
+
+
+def _uses_mla(launch, config: dict) -> bool:
+    """vLLM's use_mla, as its is_deepseek_mla reads a config: a kv_lora_rank, unless VLLM_MLA_DISABLE."""
+    disabled = launch.command.environ.get("VLLM_MLA_DISABLE", "0").strip()
+    return config.get("kv_lora_rank") is not None and disabled in ("", "0")
+
+
+def _mla_backend(launch, name: str) -> bool:
+    """Whether the tree's backend registry maps `name` (as vLLM looks it up: upper case) to a class of its
+    MLA package, and its backends refuse a non-MLA layer; False when the tree does not say so."""
+    if not any(NON_MLA_REFUSED in (launch.read(path) or b"") for path in ATTENTION_RULES):
+        return False
+    for path in ATTENTION_REGISTRIES:
+        tree = _parsed(launch.read(path))
+        for node in ast.walk(tree) if tree else ():
+            target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None
+            if isinstance(target, ast.Name) and target.id == name.upper():
+                path = str(node.value.value) if isinstance(node.value, ast.Constant) else ""
+                # a sparse backend (DeepSeek-V3.2's) fails a dense target first, before its load
+                return ".mla." in path and ("sparse" not in path or "index_topk" in launch.target.text_config)
+    return False
+
+
+def _cuda_build(launch) -> bool:
+    """ROCm's platform picks another backend for a layer the named one cannot serve; only a CUDA build
+    (no local version label, or a cuXYZ one) raises. An unknown version is not judged."""
+    version = launch.version
+    return version is not None and (version.local is None or version.local.startswith("cu"))
+
+
 def _quant_config_names(launch, method: str) -> list[str] | None:
     """The file names `method`'s class gives in get_config_filenames (quantization/__init__.py maps the
     method to the class, imported from its module); None when the tree does not say them plainly."""
@@ -718,23 +861,32 @@ def aux_layers(launch) -> Finding:
     if not _whole(count) or not all(_whole(n) for n in layers):
         message = f"cannot judge: layers {layers}, target layers {count} (each must be a whole number)"
         return Finding("drafter-aux-layers", False, message, LAYERS_FIX)
-    beyond = [n for n in layers if not 0 <= n < count]
+    final = _final_output_taken(launch)  # the id num_hidden_layers: the last layer's output, where the tree takes it
+    top = count if final else count - 1
+    beyond = [n for n in layers if not 0 <= n <= top]
+    last = f" ({count}: the last layer's output, as this vLLM's {final} hands it)" if final else ""
     if beyond:
-        message = f"drafter's eagle_aux_hidden_state_layer_ids {beyond} not below the target's {count} layers"
+        where = f"above the target's {count} layers{last}" if final else f"not below the target's {count} layers"
+        message = f"drafter's eagle_aux_hidden_state_layer_ids {beyond} {where}"
         return Finding("drafter-aux-layers", False, message, DRAFTER_FIX)
-    passed = f"aux layers {layers} are below the target's {count} layers"
-    return _aux_count(launch, f"aux layers {layers}", layers, count, passed)
+    held = (
+        f"within the target's {count} layers{last}"
+        if final and count in layers
+        else f"below the target's {count} layers"
+    )
+    return _aux_count(launch, f"aux layers {layers}", layers, top, f"aux layers {layers} are {held}")
 
 
-def _aux_count(launch, named: str, layers: list[int], count: int, passed: str) -> Finding:
-    """The target returns one hidden state per distinct layer id below its layer count (none past the
-    last layer), and the drafter's fc takes exactly FC_HIDDEN_STATES of them: another number loads and
-    serves until the first request's proposal, which fails on the fc's shape."""
+def _aux_count(launch, named: str, layers: list[int], top: int, passed: str) -> Finding:
+    """The target returns one hidden state per distinct layer id up to `top` (its last layer; one more
+    where its forward hands the last layer's output), and the drafter's fc takes exactly FC_HIDDEN_STATES of
+    them: another number loads and serves until the first request's proposal, which fails on the fc's shape."""
+    count = launch.target.text_config.get("num_hidden_layers")
     refused = _partition_refused(launch, count)
     if refused is not None:
         return refused
     first = _last_stage_start(launch, count)
-    taken = sorted({n for n in layers if first <= n < count})
+    taken = sorted({n for n in layers if first <= n <= top})
     unguarded = _residual_added_unguarded(launch) if 0 in taken else None
     if unguarded is not None:
         message = (
@@ -750,7 +902,7 @@ def _aux_count(launch, named: str, layers: list[int], count: int, passed: str) -
         f"takes {FC_HIDDEN_STATES}: vLLM fails at the first request"
     )
     fix = f"give the drafter's eagle_aux_hidden_state_layer_ids 3 distinct layers below {count}, as it was trained"
-    if first > 0 and len({n for n in layers if 0 <= n < count}) == FC_HIDDEN_STATES:  # its layers are right
+    if first > 0 and len({n for n in layers if 0 <= n <= top}) == FC_HIDDEN_STATES:  # its layers are right
         fix = "serve without -pp (give its GPUs to -tp): this vLLM hands the drafter the last stage's states alone"
     return Finding("drafter-aux-layers", False, message, fix)
 
@@ -760,16 +912,42 @@ def _aux_count(launch, named: str, layers: list[int], count: int, passed: str) -
 FORWARD_MODULE = {"KimiK25ForConditionalGeneration": "deepseek_v2"}
 
 
-def _residual_added_unguarded(launch) -> str | None:
-    """The target's model file (e.g. deepseek_v2.py) when its forward hands the drafter hidden_states +
-    residual with no `residual is None` test: before the first layer the residual is None, so layer 0
-    raises TypeError. None when the file guards it, lacks such a loop, or cannot be read."""
+def _forward_file(launch) -> tuple[str, ast.Module] | None:
+    """(file name, parsed) of the target's model file whose forward hands the drafter its hidden states;
+    None when the architecture is not registered or the file is unreadable."""
     arch = target_architecture(launch)
     where = _model_class(launch.registry(), arch) if arch else None
     module = FORWARD_MODULE.get(arch or "") or (where[0] if where else None)
     tree = _parsed(launch.read(f"{MODELS_DIR}/{module}.py") if module else None)
-    loops = [node for node in ast.walk(tree) if isinstance(node, ast.For)] if tree else []
-    return f"{module}.py" if any(_adds_residual_unguarded(loop) for loop in loops) else None
+    return (f"{module}.py", tree) if tree is not None else None
+
+
+def _residual_added_unguarded(launch) -> str | None:
+    """The target's model file (e.g. deepseek_v2.py) when its forward hands the drafter hidden_states +
+    residual with no `residual is None` test: before the first layer the residual is None, so layer 0
+    raises TypeError. None when the file guards it, lacks such a loop, or cannot be read."""
+    found = _forward_file(launch)
+    loops = [node for node in ast.walk(found[1]) if isinstance(node, ast.For)] if found else []
+    return found[0] if found and any(_adds_residual_unguarded(loop) for loop in loops) else None
+
+
+def _final_output_taken(launch) -> str | None:
+    """The target's model file when its forward also hands the drafter the last layer's output for the id
+    num_hidden_layers (`if self.end_layer in self.aux_hidden_state_layers:` after its loop, 0.26+'s
+    deepseek_v2.py); None where it hands states of layers below its count alone."""
+    found = _forward_file(launch)
+    for node in ast.walk(found[1]) if found else ():
+        test = node.test if isinstance(node, ast.If) else None
+        if (
+            isinstance(test, ast.Compare)
+            and isinstance(test.left, ast.Attribute)
+            and test.left.attr == "end_layer"
+            and isinstance(test.ops[0], ast.In)
+            and isinstance(test.comparators[0], ast.Attribute)
+            and test.comparators[0].attr == "aux_hidden_state_layers"
+        ):
+            return found[0] if found else None
+    return None
 
 
 def _adds_residual_unguarded(loop: ast.For) -> bool:
@@ -894,7 +1072,17 @@ def _default_aux_layers(launch, config: dict, count: object) -> Finding:
         message = f"drafter names no eagle_aux_hidden_state_layer_ids: vLLM uses the target's default layers {default}"
         if not _whole(count):
             return Finding("drafter-aux-layers", True, message)
-        return _aux_count(launch, f"the target's default layers {default}", [2, count // 2, count - 3], count, message)
+        return _aux_count(
+            launch, f"the target's default layers {default}", [2, count // 2, count - 3], count - 1, message
+        )
+    if ignored[0] == NESTED_IDS and NESTED_READ in (launch.read(V1_RUNNER) or b""):
+        # 0.22-0.30: the V1 model runner reads them there, the V2 one does not; vLLM picks the runner by the
+        # model, its features and VLLM_USE_V2_MODEL_RUNNER: a top-level list is what both read
+        reason = (
+            f"this vLLM's V1 model runner reads the drafter's {NESTED_IDS} {ignored[1]!r}, its V2 runner "
+            f"uses the target's default layers {default}: which runs depends on the model and its features"
+        )
+        return cannot_judge("drafter-aux-layers", reason, AUX_FIX)
     message = (
         f"vLLM never reads the drafter's {ignored[0]} {ignored[1]!r} (only a non-empty top-level list): "
         f"it uses the target's default layers {default}"
@@ -908,7 +1096,7 @@ def _ignored_aux_layers(config: dict) -> tuple[str, object] | None:
         return "eagle_aux_hidden_state_layer_ids", config["eagle_aux_hidden_state_layer_ids"]
     nested = config.get("eagle_config")
     if isinstance(nested, dict) and nested.get("eagle_aux_hidden_state_layer_ids") is not None:
-        return "eagle_config.eagle_aux_hidden_state_layer_ids", nested["eagle_aux_hidden_state_layer_ids"]
+        return NESTED_IDS, nested["eagle_aux_hidden_state_layer_ids"]
     return None
 
 

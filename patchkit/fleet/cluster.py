@@ -30,6 +30,8 @@ from patchkit.fleet.node import (
     PatchkitRun,
     beat_key,
     decision_key,
+    recorded_revert,
+    rolled_back_key,
 )
 from patchkit.fleet.protocol import Batch, ClusterError, Node, NodeReport
 from patchkit.fleet.states import NodeState, RayFailure
@@ -151,7 +153,7 @@ def agent_class(ray: ModuleType) -> Any:
 
     class RayAgent(Agent):
         def __init__(self, hold: float, patchkit: PatchkitRun) -> None:
-            super().__init__(hold, patchkit, RayLedger(ray))
+            super().__init__(hold, patchkit, RayLedger(ray), ray.get_runtime_context().get_node_id())
 
         @control
         def claim(self, run: str, hold: float) -> dict[str, Any]:
@@ -268,7 +270,22 @@ class RayRunner:
         for node in pending.values():
             answers[node] = self._unanswered(node, step, request)
             self._give_up(node, tickets[node], timed_out=answers[node].state == NodeState.TIMED_OUT)
+        if step == "revert" and self.beating is not None:  # a rollback: a node may have rolled back on its own
+            answers.update(
+                {n: self._reverted_by_its_node(n, request) or answers[n] for n in nodes if not answers[n].ok}
+            )
         return Batch([answers[node] for node in nodes], self.stop.signum)
+
+    def _reverted_by_its_node(self, node: Node, request: dict[str, Any]) -> NodeReport | None:
+        """This run's revert where the node rolled the run back itself (its nodes gave up on this
+        driver, stopped past the lease) and its agent has ended since: the node's own revert, as
+        its agent recorded it in the cluster's store (never "the revert failed" for a node reverted)."""
+        try:
+            recorded = self.ledger.get(rolled_back_key(self.run_id, node.node_id))
+        except Exception:  # the GCS unreachable: the step's own answer stands
+            return None
+        answer = recorded_revert(recorded, request.get("set_name"))
+        return None if answer is None else NodeReport.from_node(node, answer)
 
     def decide(self, commit: bool) -> bool:
         """This run's decision on its apply, written once for every node: whether `commit` stands

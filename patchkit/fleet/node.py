@@ -13,6 +13,7 @@ worker (in a vLLM cluster, vLLM's environment)."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import threading
@@ -27,7 +28,7 @@ from patchkit.base.enums import Outcome, TreeState
 from patchkit.base.errors import few
 from patchkit.base.fsutil import load_json_text
 from patchkit.fetch.pipconfig import forget_settings
-from patchkit.fleet import DEFAULT_TIME_LIMIT, HEARTBEAT, LEASE
+from patchkit.fleet import DEFAULT_TIME_LIMIT, HEARTBEAT, LEASE, ROLLED_BACK_BY_ITS_NODE
 from patchkit.fleet.states import NodeState
 
 # patchkit's command line run in this process: its arguments -> (exit code, stdout, stderr).
@@ -363,6 +364,30 @@ def beat_key(run: str) -> str:
     return f"fleet/{run}/beat"
 
 
+def rolled_back_key(run: str, where: str) -> str:
+    """Where a node's agent records its own rollback of a run (`where`: its node's id)."""
+    return f"fleet/{run}/rolled-back/{where}"
+
+
+def recorded_revert(recorded: str | None, set_name: str | None) -> dict[str, Any] | None:
+    """The driver's revert of `set_name`, answered by the node's own rollback as its agent recorded
+    it (None: none recorded for that set): a driver back after its agent ended is told the truth."""
+    try:
+        pairs = json.loads(recorded) if recorded is not None else []
+    except ValueError:
+        return None
+    for pair in pairs if isinstance(pairs, list) else []:
+        if isinstance(pair, list) and len(pair) == 2 and pair[0] == set_name and isinstance(pair[1], dict):
+            return by_its_node(pair[1])
+    return None
+
+
+def by_its_node(answer: dict[str, Any]) -> dict[str, Any]:
+    """A revert this node ran for a run whose driver was silent past the lease, as its driver's own."""
+    detail = f"{ROLLED_BACK_BY_ITS_NODE}: no word from this run for {LEASE:g} s"
+    return {**answer, "detail": "; ".join(d for d in (answer.get("detail"), detail) if d)}
+
+
 class Heartbeat:
     """A fleet apply's heartbeat: `run`'s beat key written anew every HEARTBEAT s (`mark` and a
     count: each beat differs from the last, whoever wrote it) until stopped or `seconds` have
@@ -431,9 +456,12 @@ class Agent:
     heartbeat for LEASE s: SIGKILL, OOM, a CI timeout) before committing, so that a driver killed in
     phase 2 leaves every node applied or none. Steps of other commands wait for the decision."""
 
-    def __init__(self, hold: float, patchkit: PatchkitRun, ledger: Ledger | None = None) -> None:
+    def __init__(
+        self, hold: float, patchkit: PatchkitRun, ledger: Ledger | None = None, where: str | None = None
+    ) -> None:
         self.patchkit = patchkit
         self.ledger = ledger
+        self.where = where  # its node's id: its own rollbacks are recorded in the ledger under it
         self.undecided: dict[str, Undecided] = {}  # run id -> its apply written here, awaiting its decision
         self.rolled_back: dict[str, dict[str | None, dict[str, Any]]] = {}  # run id -> this agent's reverts
         self.beats: dict[str, tuple[str | None, float]] = {}  # an aborted run's last heartbeat seen, and when
@@ -578,10 +606,7 @@ class Agent:
             return None
         with self.guard:
             answer = self.rolled_back.get(run, {}).pop(request.get("set_name"), None)
-        if answer is None:
-            return None
-        detail = f"rolled back by its node: no word from this run for {LEASE:g} s"
-        return {**answer, "detail": "; ".join(d for d in (answer.get("detail"), detail) if d)}
+        return None if answer is None else by_its_node(answer)
 
     def _settle_when_due(self) -> None:
         """Each undecided apply, settled once its run's decision is known: kept on commit; rolled
@@ -652,6 +677,10 @@ class Agent:
             with self.guard:
                 self.undecided.pop(run, None)
                 self.rolled_back[run] = answers
+        if self.ledger is not None and self.where is not None:  # for a driver back once this agent has ended
+            record = [[name, {k: v for k, v in answer.items() if k != "document"}] for name, answer in answers.items()]
+            with suppress(Exception):  # unrecorded: that driver says its revert failed there, and what to run
+                self.ledger.put(rolled_back_key(run, self.where), json.dumps(record))
 
     def give_up(self, ticket: str) -> dict[str, bool]:
         """The driver stopped waiting for the step `ticket`: if it has not started, it never will.

@@ -19,7 +19,7 @@ from patchkit.base import hints
 from patchkit.base.enums import Outcome, TreeState
 from patchkit.base.errors import INTERRUPTED, CheckFailed, PatchkitError, TargetError
 from patchkit.base.options import Options
-from patchkit.fleet import LEASE
+from patchkit.fleet import LEASE, ROLLED_BACK_BY_ITS_NODE
 from patchkit.fleet.states import FleetPhase, NodeState
 
 UNREACHABLE = (NodeState.LOST, NodeState.TIMED_OUT)  # the driver has no answer from the node: a cluster problem
@@ -248,9 +248,9 @@ def fleet_apply(
         return FleetResult("apply", written.reports, phase=FleetPhase.APPLY)
     with suppress(ClusterError):  # unrecorded: each node aborts on its own once this run has ended
         runner.decide(commit=False)
-    reverted = _roll_back(runner, written.reports, request)
+    reverted = _roll_back(runner, written.reports, request, _undone_because(problem, written.reports))
     unknown = [r for r in written.reports if r.written is None]
-    error = _rolled_back(problem, reverted, unknown)
+    error = _rolled_back(problem, reverted, unknown, wrote=any(r.written for r in written.reports))
     return FleetResult("apply", written.reports, error=error, phase=FleetPhase.ROLLED_BACK)
 
 
@@ -360,7 +360,20 @@ def _phase_two_problem(written: Batch, request: dict[str, Any]) -> PatchkitError
     return None
 
 
-def _roll_back(runner: Runner, written: list[NodeReport], request: dict[str, Any]) -> list[NodeReport]:
+def _undone_because(problem: PatchkitError, written: list[NodeReport]) -> str:
+    """Why a node that applied was reverted, in its row."""
+    if isinstance(problem, Interrupted):
+        return "interrupted"
+    if any(r.state == NodeState.BUSY for r in written):
+        return "another fleet apply is under way on a node"
+    if any(r.unreachable for r in written):
+        return "a node did not answer"
+    if any(not r.ok for r in written):
+        return "another node failed"
+    return "this run's commit did not stand"
+
+
+def _roll_back(runner: Runner, written: list[NodeReport], request: dict[str, Any], why: str) -> list[NodeReport]:
     """Revert every node this run wrote (the set it wrote only); each report says how it ended.
     Returns the nodes that could not be reverted."""
     to_undo = [r for r in written if r.written]
@@ -383,7 +396,13 @@ def _roll_back(runner: Runner, written: list[NodeReport], request: dict[str, Any
             report.state, report.detail = NodeState.ROLLBACK_FAILED, _revert_failed(report, answers)
             stuck.append(report)
         elif report.ok:
-            report.state, report.detail = NodeState.ROLLED_BACK, "applied, then reverted: another node failed"
+            by_node = any(ROLLED_BACK_BY_ITS_NODE in answer.detail for _, answer in answers)
+            report.state = NodeState.ROLLED_BACK
+            report.detail = (
+                f"applied, then {ROLLED_BACK_BY_ITS_NODE}: no word from this run for {LEASE:g} s"
+                if by_node
+                else f"applied, then reverted: {why}"
+            )
         elif _ROLLED_BACK_BEFORE not in report.detail:  # it failed at a later set: its failure stays its state
             report.detail += _ROLLED_BACK_BEFORE
         report.sets = _sets_after(report.sets, answers or [])
@@ -439,9 +458,14 @@ def _revert_requests(request: dict[str, Any], written: list[NodeReport]) -> list
     return [({**request, "set_name": name, "extra": []}, nodes) for name, nodes in reversed(by_set.items())]
 
 
-def _rolled_back(problem: PatchkitError, stuck: list[NodeReport], unknown: list[NodeReport]) -> PatchkitError:
+def _rolled_back(
+    problem: PatchkitError, stuck: list[NodeReport], unknown: list[NodeReport], *, wrote: bool
+) -> PatchkitError:
     """The error, and what became of the nodes written: reverted, NOT reverted, or not known to be
-    (no answer came: its apply may land, or have landed)."""
+    (no answer came: its apply may land, or have landed); or none written."""
+    if not stuck and not unknown and not wrote:
+        problem.message += "; this run wrote on no node"
+        return problem
     if not stuck and not unknown:
         problem.message += "; every node this run wrote was reverted"
         return problem

@@ -237,13 +237,19 @@ class HeaderBudget:
 
 
 def file_problem(
-    path: str, safetensors: bool, *, padded: bool = False, budget: HeaderBudget | None = None
+    path: str,
+    safetensors: bool,
+    *,
+    padded: bool = False,
+    budget: HeaderBudget | None = None,
+    names: list[list[str]] | None = None,
 ) -> str | None:
     """Why vLLM's reader of `path` refuses it before reading any tensor: safetensors' (`safetensors`:
     its length prefix, JSON header and the data length the header declares, which the file holds
     exactly or, `padded` (fastsafetensors), at least) or torch.load's (only what is certain: a
     regular file, not empty, not a Git LFS pointer's text); None when not. `budget`: the header bytes
-    still to parse of the model's files (None: no bound but the file's own)."""
+    still to parse of the model's files (None: no bound but the file's own); `names`: given, the
+    header's tensor names are appended to it as a list once it is parsed."""
     name = escaped(os.path.basename(path))  # a file's name in a message: a newline would split its line
     try:
         info = os.stat(path)
@@ -261,7 +267,7 @@ def file_problem(
         if len(head) < 8:
             return f"{name} holds {len(head)} bytes, too few for a safetensors file's header"
         length = int.from_bytes(head[:8], "little")
-        return _safetensors_problem(path, name, length, info.st_size, padded, budget)
+        return _safetensors_problem(path, name, length, info.st_size, padded, (budget, names))
     except OSError as exc:  # a fifo, a device, no permission: vLLM's open fails too
         return f"cannot read {name} ({exc.strerror or exc})"
     except ValueError:  # a name no file can have: vLLM's glob never gives one
@@ -269,9 +275,16 @@ def file_problem(
 
 
 def _safetensors_problem(
-    path: str, name: str, length: int, size: int, padded: bool, budget: HeaderBudget | None
+    path: str,
+    name: str,
+    length: int,
+    size: int,
+    padded: bool,
+    read: tuple[HeaderBudget | None, list[list[str]] | None],
 ) -> str | None:
-    """safetensors' read_metadata on `path` (`length`: the header length its first 8 bytes say)."""
+    """safetensors' read_metadata on `path` (`length`: the header length its first 8 bytes say;
+    `read`: file_problem's budget and names)."""
+    budget, names = read
     if length > MAX_HEADER:
         return f"{name} is no safetensors file (its header length {length} is over safetensors' {MAX_HEADER})"
     if 8 + length > size:
@@ -291,6 +304,8 @@ def _safetensors_problem(
         header = None
     if not isinstance(header, dict):
         return f"{name} is no safetensors file (its header is no JSON object in UTF-8)"
+    if names is not None:
+        names.append([str(key) for key in header if key != "__metadata__"])
     if lone and not padded:
         said = f"`{_shown(lone[0])}` holds a lone surrogate escape (a \\uD800-\\uDFFF not in a pair)"
         return f"{name}: safetensors refuses its header: invalid JSON in header: {said}"
@@ -479,6 +494,59 @@ def _index_files(index: str, directory: str) -> dict[str, str] | str:
     except (BadInput, FileNotFoundError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return f"{os.path.basename(index)} is no JSON object with a weight_map, as vLLM reads it"
     return {name: os.path.join(directory, name) for name in names}
+
+
+def header_keys(path: str, budget: HeaderBudget | None = None) -> list[str] | None:
+    """The tensor names a safetensors file's header holds (its __metadata__ left out); None when its
+    header is not read: no such regular file, no JSON object, longer than patchkit parses, past `budget`."""
+    try:
+        length = int.from_bytes(read_regular(path, 8, follow_symlinks=True, head=True), "little")
+        if not 2 <= length <= HEADER_READ or (budget is not None and not budget.takes(length)):
+            return None
+        header = json.loads(read_regular(path, 8 + length, follow_symlinks=True, head=True)[8:].decode("utf-8"))
+    except (OSError, ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        return None
+    return [str(key) for key in header if key != "__metadata__"] if isinstance(header, dict) else None
+
+
+def weight_names(directory: str, *, local: bool = True) -> set[str] | str:
+    """The tensor names of the Hugging Face safetensors checkpoint vLLM loads from `directory` (the
+    keys of its index's weight_map, else of each *.safetensors file's header); else why they are not
+    read. `local`: as weights_verdict's (vLLM's `auto` then takes Mistral's format where it finds it)."""
+    if local and _consolidated(directory) is not False:
+        return "it may hold Mistral's consolidated format, whose weight names patchkit does not read"
+    index = os.path.join(directory, _INDEX)
+    if os.path.isfile(index):
+        try:
+            data = json.loads(read_named_file(index, INDEX_LIMIT, "weights index").decode("utf-8"))
+            return {str(name) for name in data["weight_map"]}
+        except (BadInput, OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
+            return f"its {_INDEX} is not read (no JSON object with a weight_map)"
+    found, budget = sorted(glob.glob(os.path.join(directory, "*.safetensors"))), HeaderBudget()
+    if not found:
+        return "it holds no safetensors weights, the only ones whose names patchkit reads"
+    names: set[str] = set()
+    for path in found:
+        keys = header_keys(path, budget)
+        if keys is None:
+            return f"the header of its {escaped(os.path.basename(path))} is not read"
+        names.update(keys)
+    return names
+
+
+# the parts of the weight names a command read of each directory: preflight judges the launch's
+# adapters once per set it covers, and a large model's index is read once (cli/percommand.py empties it)
+_PARTS: dict[tuple[str, bool], frozenset[str] | str] = {}
+
+
+def weight_parts(directory: str, *, local: bool = True) -> frozenset[str] | str:
+    """Every dot-separated part of the weight names weight_names reads (each layer's name is one);
+    else why they are not read."""
+    if (directory, local) not in _PARTS:
+        names = weight_names(directory, local=local)
+        parts = names if isinstance(names, str) else frozenset(p for name in names for p in name.split("."))
+        _PARTS[directory, local] = parts
+    return _PARTS[directory, local]
 
 
 # a command's verdicts on the directories it judged: preflight judges the launch once per set it

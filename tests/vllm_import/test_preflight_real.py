@@ -455,3 +455,90 @@ def test_drafter_weights_fail_drafter_architecture_exactly_where_vllms_loader_re
         said = refused[str(drafter)]
         assert found["ok"] is (said is None), (name, said, found)
         assert found["ok"] or "its weights" in found["message"], found
+
+
+# review38 A8 (Low): the backend class vLLM itself picks for each config (its config class's defaults count)
+PICKED = """
+import json, sys
+from patchkit._target.engine_config import _force_cpu_platform_when_none
+import vllm
+_force_cpu_platform_when_none()
+from vllm.config import ModelConfig
+said = {}
+for model in sys.argv[1:]:
+    said[model] = ModelConfig(model=model, model_impl="transformers", skip_tokenizer_init=True)._architecture
+print(json.dumps(said))
+"""
+QWEN3_MOE = {
+    "architectures": ["Qwen3MoeForCausalLM"],
+    "model_type": "qwen3_moe",
+    "hidden_size": 256,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 4,
+    "vocab_size": 1000,
+}
+
+
+def test_the_backend_class_named_is_the_one_vllm_picks(tmp_path: Path):
+    dense_v3 = {k: v for k, v in TARGET.items() if k != "n_routed_experts"}  # DeepseekV3Config's default: 256
+    targets = {
+        "v3": TARGET,
+        "v3-default-experts": dense_v3,
+        "v3-first-key-zero": {**TARGET, "num_experts": 0},
+        "qwen3-moe-default-experts": QWEN3_MOE,
+        "llama": TINY_LLAMA,
+    }
+    models = {name: write_model(tmp_path / name, config) for name, config in targets.items()}
+    picked = ask_vllm(PICKED, *map(str, models.values()))
+    assert picked[str(models["v3-default-experts"])] == "TransformersMoEForCausalLM", picked
+    drafter = write_model(tmp_path / "drafter", DRAFTER)
+    spec = json.dumps({"method": "eagle3", "model": str(drafter), "num_speculative_tokens": 2})
+    for name, model in models.items():
+        done = patchkit(
+            "preflight", "--python", VLLM_PYTHON, "--no-import", "--format", "json", "--",
+            "vllm", "serve", str(model), "--model-impl", "transformers", "--speculative-config", spec,
+        )  # fmt: skip
+        found = supports(done)
+        assert f"Transformers backend's {picked[str(model)]}, which" in found["message"], (name, picked, found)
+
+
+# review39 C4: one named attention backend serves the drafter's layers too; vLLM's CUDA platform raises for a
+# backend whose validate_configuration refuses the layer (cuda.py's get_attn_backend_cls), asked here per member
+NON_MLA_LAYER = """
+import json
+import torch
+from vllm.platforms.interface import DeviceCapability
+from vllm.v1.attention.backends.registry import AttentionBackendEnum
+said = {}
+for member in AttentionBackendEnum:
+    try:
+        cls = member.get_class()
+    except Exception:
+        continue  # not importable on this machine: not compared
+    reasons = cls.validate_configuration(
+        head_size=128, dtype=torch.bfloat16, kv_cache_dtype="auto", block_size=None, use_mla=False, has_sink=False,
+        use_sparse=False, use_mm_prefix=False, attn_type="decoder", device_capability=DeviceCapability(9, 0),
+    )
+    said[member.name] = bool(reasons)  # what cuda.py raises for
+print(json.dumps(said))
+"""
+
+
+def test_an_attention_backend_fails_drafter_architecture_exactly_where_vllm_refuses_it_for_a_non_mla_layer(
+    tmp_path: Path,
+):
+    refused = ask_vllm(NON_MLA_LAYER)
+    assert refused.get("TRITON_MLA") is True and refused.get("FLASH_ATTN") is False, refused
+    refused = {name: refuses for name, refuses in refused.items() if "SPARSE" not in name}  # a DeepSeek-V3.2 kind
+    target = write_model(tmp_path / "target", TARGET)  # MLA: a kv_lora_rank
+    drafter = write_model(tmp_path / "drafter", DRAFTER)
+    spec = json.dumps({"method": "eagle3", "model": str(drafter), "num_speculative_tokens": 2})
+    for name, refuses in refused.items():
+        done = patchkit(
+            "preflight", "--python", VLLM_PYTHON, "--no-import", "--format", "json", "--",
+            "vllm", "serve", str(target), "--speculative-config", spec, "--attention-backend", name.lower(),
+        )  # fmt: skip
+        found = finding(done, "drafter-architecture")
+        assert found["ok"] is not refuses, (name, found)
+        assert found["ok"] or f"--attention-backend {name.lower()} is an MLA backend" in found["message"], found
