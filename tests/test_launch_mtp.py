@@ -168,3 +168,25 @@ def test_a_tree_without_the_rules_cannot_judge_and_never_fails(tmp_path):
 def test_another_models_mtp_layers_are_left_to_vllms_own_validation(tmp_path):
     qwen3_next = {"architectures": ["Qwen3NextForCausalLM"], "model_type": "qwen3_next", "num_hidden_layers": 48}
     assert _mtp(tmp_path, {**qwen3_next, "num_nextn_predict_layers": 1}, TARGET_WEIGHTS) == []
+
+
+def test_a_token_count_the_mtp_layers_do_not_divide_is_refused_statically(tmp_path):
+    """vLLM's SpeculativeConfig refuses it at start ("num_speculative_tokens:3 must be divisible by
+    n_predict=2"): said without --python, with the counts it takes."""
+    two = {**V3, "num_nextn_predict_layers": 2}
+    weights = {**TARGET_WEIGHTS, **MTP_WEIGHTS, "model.layers.62.enorm.weight": [2]}
+    found = _mtp(tmp_path / "three", two, weights, {"method": "mtp", "num_speculative_tokens": 3})
+    refused = [f for f in found if f["check"] == "speculative-config"]
+    assert [f["ok"] for f in refused] == [False], found
+    assert refused[0]["message"] == "vLLM refuses num_speculative_tokens 3: not a multiple of the model's 2 MTP layers"
+    assert refused[0]["fix"] == 'give "num_speculative_tokens" 2 or 4', refused
+    for tokens in (1, 2, 4):
+        spec = {"method": "mtp", "num_speculative_tokens": tokens}
+        assert [f["ok"] for f in _mtp(tmp_path / str(tokens), two, weights, spec)] == [True], tokens
+
+
+def test_the_token_count_rule_holds_for_every_mtp_model_the_tree_names(tmp_path):
+    qwen3_next = {"architectures": ["Qwen3NextForCausalLM"], "model_type": "qwen3_next", "num_nextn_predict_layers": 2}
+    found = _mtp(tmp_path, qwen3_next, TARGET_WEIGHTS, {"method": "qwen3_next_mtp", "num_speculative_tokens": 5})
+    assert [(f["check"], f["ok"]) for f in found] == [("speculative-config", False)], found
+    assert found[0]["fix"] == 'give "num_speculative_tokens" 4 or 6', found
