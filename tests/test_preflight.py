@@ -2261,8 +2261,9 @@ YARN = {"rope_type": "yarn", "factor": 40, "original_max_position_embeddings": 4
         ({}, {}, {}, ("--max-model-len", "4096"), 4096),
         ({}, {}, {}, ("--max-model-len", "2048"), None),  # the fix: the table's length
         ({}, {}, {"max_position_embeddings": 163840}, (), None),  # the other fix
-        ({}, {"model_max_length": 2048}, {}, (), None),  # the tokenizer caps the derived length
-        ({}, {"model_max_length": 4096}, {}, (), 4096),
+        ({}, {"model_max_length": 2048}, {}, (), 163840),  # vLLM reads the tokenizer's only for pooling models
+        ({"model_max_length": 4096}, {}, {}, (), 4096),  # the config's model_max_length wins over the least key
+        ({}, {}, {}, ("--disable-sliding-window",), None),  # capped by a sliding window: not judged here
         ({"rope_scaling": YARN}, {"model_max_length": 131072}, {"max_position_embeddings": 131072}, (), 163840),
         ({}, {}, {"rope_scaling": {"rope_type": "llama3", "factor": 8.0}}, (), 163840),  # llama3 keeps the length
         ({}, {}, {"rope_scaling": {"type": "linear", "factor": 100.0}}, (), None),  # a scaled table: not judged
@@ -2300,7 +2301,7 @@ def test_a_drafter_rotary_table_shorter_than_the_launch_max_model_len_fails(
 def test_a_short_drafter_rotary_table_passes_where_the_tree_does_not_have_the_fault(setup, tmp_path, where):
     """0.30's speculative.py raises the drafter's max_position_embeddings to the target's length; a
     llama.py that does not size the table from it is not judged."""
-    tree, library, models = setup
+    tree, library, _ = setup
     if where == "speculative.py":
         spec = tree / "vllm" / "config" / "speculative.py"
         spec.write_text(spec.read_text() + "\n# draft_hf_config.max_position_embeddings = target_max_model_len\n")

@@ -12,7 +12,6 @@ from __future__ import annotations
 import ast
 import dataclasses
 import glob
-import json
 import os
 import re
 import shlex
@@ -615,19 +614,21 @@ def _plain_rope(config: dict) -> bool:
 
 def _max_model_len(launch) -> int | None:
     """The launch's max_model_len as vLLM's _get_and_verify_max_len sets it: --max-model-len, else the
-    target's derived one (the least of its length keys, scaled by its rope factor, capped by the
-    tokenizer's model_max_length); None where it is not sure (auto-fit -1, a hub tokenizer unread)."""
+    target's derived one (the least of its length keys, scaled by its rope factor; the tokenizer's
+    model_max_length counts for pooling models only); None where it is not sure (auto-fit -1)."""
     given = launch.command.options.get("max-model-len")
     if given is not None:
         return given if _whole(given) and given > 0 else None
+    if launch.command.options.get("disable-sliding-window"):
+        return None  # the sliding window then caps it
     text = launch.target.text_config
     lengths = [text[key] for key in MAX_LEN_KEYS if text.get(key) is not None]
     if not lengths or not all(_whole(n) and n > 0 for n in lengths) or "gemma3" in str(text.get("model_type")):
         return None
-    derived = _tokenizer_capped(launch, text["model_max_length"] if text.get("model_max_length") else min(lengths))
+    derived = text["model_max_length"] if text.get("model_max_length") else min(lengths)
     rope = text.get("rope_parameters") or text.get("rope_scaling")
-    if rope is None or derived is None:
-        return derived
+    if rope is None:
+        return int(derived)
     kind = rope.get("rope_type", rope.get("type")) if isinstance(rope, dict) else None
     factor = rope.get("factor", 1.0) if isinstance(rope, dict) else None
     if kind in (None, "longrope", "su") or not isinstance(factor, int | float) or factor < 1:
@@ -635,22 +636,6 @@ def _max_model_len(launch) -> int | None:
     if kind == "yarn":
         derived = rope.get("original_max_position_embeddings")
     return int(derived * (1 if kind == "llama3" else factor)) if _whole(derived) else None
-
-
-def _tokenizer_capped(launch, derived: int) -> int | None:
-    """vLLM lowers the derived length to the tokenizer_config.json's model_max_length (before the rope
-    factor scales it); None where that file is not at hand."""
-    if launch.command.tokenizer is not None:
-        return None
-    found = launch.target.path.parent / "tokenizer_config.json"
-    if not found.is_file():
-        local = Path(launch.command.working_directory(), launch.target.name).is_dir()
-        return derived if local else None  # a hub snapshot may not hold the file yet
-    try:
-        cap = json.loads(found.read_text("utf-8")).get("model_max_length", derived)
-    except (OSError, ValueError, AttributeError):
-        return None
-    return int(min(derived, cap)) if isinstance(cap, int | float) and cap > 0 else None
 
 
 def _activation_refused(launch) -> tuple[str, str] | None:

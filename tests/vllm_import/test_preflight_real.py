@@ -589,6 +589,7 @@ def test_a_drafter_rotary_table_shorter_than_max_model_len_fails_exactly_where_v
             },
         ),
     }
+    (targets["plain"] / "tokenizer_config.json").write_text(json.dumps({"model_max_length": 256}))  # not read
     llama3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0}
     drafters = {
         name: write_model(tmp_path / f"d{name}", {**TINY_DRAFTER, **change})
