@@ -700,7 +700,7 @@ def _checked_journal(root: Path) -> Journal | None:
         preflight(root, [entry["path"] for entry in journal["files"]])
     except BadInput as exc:
         raise journal_refusal(root, exc.message) from exc
-    vouched = store_journal.journal_sealed(root, journal)  # this user's own commit: its originals are
+    vouched = store_journal.journal_sealed(root, journal)  # this user's own commit: an older guard comes back
     for entry in journal["files"]:
         if GUARD_PATH.fullmatch(entry["path"]) and entry["before"] is not None and not vouched:
             entry["before"] = _guard_original(entry["path"], entry["before"])
