@@ -406,6 +406,28 @@ def test_an_eagle3_apply_killed_with_the_whitelist_alone_patched_is_refused_at_l
     _clean(tally)
 
 
+@pytest.fixture(scope="module")
+def gated():
+    with tempfile.TemporaryDirectory(prefix="crash-gated-", dir=ct.fast_scratch()) as base:
+        yield ct.GatedScenario(Path(base))
+
+
+@pytest.mark.parametrize("op", ["apply", "revert"])
+def test_with_no_guard_a_kill_at_every_commit_step_leaves_the_gate_stock_while_any_file_is(gated, op):
+    """gate29: with --no-guard nothing refuses a tree a commit was killed in, and apply wrote vllm/
+    files in path order: a set's gate (eagle3's whitelist, here vllm/config/spec.py) could be
+    patched while a model file was stock, and vLLM admitted a launch that failed after the load.
+    The gate is written last by apply and first by revert (a rollback reverses either): whatever
+    step a SIGKILL (or the rollback's) cuts, the gate is stock whenever another file is."""
+    tally = ct.Tally()
+    steps = ct.aimed_commit(gated, gated.base / "work", op, "kill", tally)
+    ct.aimed_rollback(gated, gated.base / "work", op, "raise", "kill", tally, {n: 12 for n in range(1, steps, 3)})
+    _clean(tally)
+    assert not any(key.startswith("guard") for key in tally.outcomes), tally.report()  # no guard to refuse it
+    mixed = sum(count for key, count in tally.outcomes.items() if "stock, others mixed" in key)
+    assert mixed >= 3, tally.report()  # the kills did leave the other files mixed
+
+
 def test_the_interrupt_report_is_per_command():
     signals.new_run()
     assert "before any change" in signals.interrupted_report()[0]

@@ -529,7 +529,7 @@ class _Applying:
             )
         if any(r.failed for r in on_disk):
             self.show(bytecode)
-            commit_changes(root, all_changes, state, undo=True)
+            commit_changes(root, all_changes, state, undo=True, first=resolved.gates)
             self.show(fix_bytecode(resolved.target, changes))  # the rollback rewrote the sources once more
             return self.result(
                 Outcome.CHECK_FAILED,
@@ -574,7 +574,8 @@ class _Applying:
         self.keep_replaced_guard()
         changes = {**plan.changes, **guard_changes}
         save_originals(root, originals)  # before the record that names them
-        return changes, state, commit_changes(root, changes, new_state, origins=plan.view.origins), new_state
+        landed = commit_changes(root, changes, new_state, origins=plan.view.origins, last=resolved.gates)
+        return changes, state, landed, new_state
 
     def settle_record(self, *, dry_run: bool = False) -> bool:
         """On a tree the series is applied to as it is: drop the records an upgrade of vLLM made
@@ -1434,7 +1435,10 @@ class _Reverting:
         alone = self.alone
         saved = keep_copies(root, copied) if copied else None
         modes = _recorded_modes(self.undo.entries, plan.changes)
-        commit_changes(root, {**plan.changes, **guard_changes}, new_state, origins=view.origins, modes=modes)
+        gates = {path for entry in self.undo.entries for path, shas in entry.files.items() if shas.get("gate")}
+        commit_changes(
+            root, {**plan.changes, **guard_changes}, new_state, origins=view.origins, modes=modes, first=gates
+        )
         bytecode = fix_bytecode(self.target, plan.changes) + _fix_guard_bytecode(self.target, guard_changes)
         files = sorted(plan.changes)
         result = RevertResult(
