@@ -70,6 +70,7 @@ class Scenario:
     patch: Path | None = field(init=False)  # None: the library's set for the tree's release
     guarded: bool = True  # False: applied --no-guard (judged by gate_says alone)
     gates: tuple[str, ...] = ()  # the set's `gates`: stock whenever another file of the change is
+    set_files: tuple[str, ...] = ()  # the files of the set the gates are of (empty: every file changed)
 
     def __post_init__(self) -> None:
         warm_imports()
@@ -206,6 +207,20 @@ class Eagle3Scenario(Scenario):
         from patchkit.releases.files import files_for
 
         lay_out_release(RELEASE_TO, files_for(RELEASE_TO), self.stock)
+
+
+def unguarded_eagle3(base: Path, only: str | None = "eagle3") -> Eagle3Scenario:
+    """Eagle3Scenario applied with --no-guard, judged by the eagle3 set's own `gates` (its set.toml)
+    over its own files (those of its 0.16.0 series); `only` None: every set of the library."""
+    from helpers import LIBRARY
+
+    from patchkit.series.library import load_set, select
+    from patchkit.series.patchfile import touched_paths
+    from patchkit.tree.version import parse
+
+    eagle3 = load_set(LIBRARY / "eagle3")
+    files = tuple(touched_paths(select(eagle3, parse(RELEASE_TO, "VERSION")).patches))
+    return Eagle3Scenario(base, guarded=False, gates=eagle3.gates, set_files=files, only=only)
 
 
 def warm_imports() -> None:
@@ -440,6 +455,7 @@ def gate_says(scn: Scenario, tree: Path, where: str, after: str, tally: Tally) -
         rel
         for rel in sorted({*stock, *patched})
         if rel.startswith("vllm/") and (isinstance(stock.get(rel), bytes) or isinstance(patched.get(rel), bytes))
+        if not scn.set_files or rel in scn.set_files
         if stock.get(rel, _ABSENT) != patched.get(rel, _ABSENT)
     ]
     stock_now = [rel for rel in files if rel not in scn.gates and now.get(rel, _ABSENT) == stock.get(rel, _ABSENT)]
