@@ -473,7 +473,10 @@ def unguarded_stale(root: Path, state: State | None, prefix: str | None, mode: s
         return []
     # one reached through a symlink is said as that (its repair first): where it leads is never listed
     recorded = [path for path in recorded if not through_a_symlink(root, path)]
-    found = [said for _rel, said in _stale_bytecode(root, recorded, prefix, mode)]
+    try:
+        found = [said for _rel, said in _stale_bytecode(root, recorded, prefix, mode)]
+    except _target_guard().TreeChanged as exc:  # a planted symlink, a cache no Python wrote: refused as the guard does
+        return [str(exc)]
     return [said for said in dict.fromkeys(found) if _stale_prefixed(said) or (not prefix and STALE_BYTECODE in said)]
 
 
@@ -484,8 +487,12 @@ def own_stale_bytecode(root: Path, prefix: str, mode: str = "default") -> list[s
 
 
 def with_stale_bytecode(root: Path, paths: list[str], prefix: str) -> list[str]:
-    """Those of `paths` whose bytecode status judges stale (or a fifo or device), as the guard's own."""
-    return list(dict.fromkeys(rel for rel, _said in _stale_bytecode(root, paths, prefix)))
+    """Those of `paths` whose bytecode status judges stale (or a fifo or device), as the guard's own
+    (none where it refuses to judge them: a planted symlink; status says that)."""
+    try:
+        return list(dict.fromkeys(rel for rel, _said in _stale_bytecode(root, paths, prefix)))
+    except _target_guard().TreeChanged:
+        return []
 
 
 def _stale_bytecode(root: Path, paths: list[str], prefix: str, mode: str = "default") -> Iterator[tuple[str, str]]:
@@ -837,7 +844,9 @@ def several_vllms_refusal(root: Path) -> TargetError | None:
 SEVERAL = "several vLLM distributions are installed"  # the guard's words for several vllm-*.dist-info (its fix is SEVERAL_FIX)
 SHADOWED = "is imported instead of"  # a package or extension module imported instead of a recorded file
 STALE_BYTECODE = "is unchecked-hash bytecode compiled from other bytes than"  # a stale unchecked-hash .pyc of a recorded file (apply fixes it)
-THROUGH_SYMLINK = " (reached through the symlink "  # that .pyc reached through a symlink (apply writes through none)
+# a symlinked __pycache__ or .pyc of a recorded file, never followed (apply writes through none): removed by hand
+SYMLINKED = " is a symlink, which Python never writes there: the guard does not follow it"
+MORE_SYMLINKED = " more of the recorded files' bytecode are symlinks too"
 CACHE_OVERFULL = LazyPattern(r"(\S+/__pycache__) holds more than [0-9]+ files")  # no cache Python wrote
 _PREFIXED_STALE = PREFIXED + " " + STALE_BYTECODE
 # a stale checked-hash .pyc, which only a launch's Python run with --check-hash-based-pycs never loads
@@ -857,7 +866,11 @@ def stale_under_prefix(root: Path, paths: list[str], prefix: str | None) -> list
     # the tree as named too (a symlinked site): the path Python keys the launch's bytecode by
     found: dict[str, str] = {}
     for site in (str(root), *names_of(root)):
-        for rel, _said, pyc in _target_guard().stale_places(site, paths, EVERY_CPYTHON, prefix, "default"):
+        try:
+            places = _target_guard().stale_places(site, paths, EVERY_CPYTHON, prefix, "default")
+        except _target_guard().TreeChanged:  # a planted symlink there: removed by hand (status says so)
+            continue
+        for rel, _said, pyc in places:
             found.setdefault(pyc, rel)
     return [(rel, Path(pyc)) for pyc, rel in found.items()]
 

@@ -51,7 +51,6 @@ from patchkit.engine.guard import (
     STALE_BYTECODE,
     STALE_GUARD,
     STOPS_EVERY_LAUNCH,
-    THROUGH_SYMLINK,
     dist_info,
     foreign_files,
     install_changes,
@@ -493,7 +492,7 @@ class _Applying:
         refused = guard_refusal(root, self.resolved.set_name, self.state, written, self.resolved.vllm_version)
         # what the dry run's apply would fix: stale bytecode in __pycache__ (none reached through a
         # symlink), and another build's guard it updates
-        apply_fixes = [p for p in refused[0] if STALE_BYTECODE in p and THROUGH_SYMLINK not in p] if refused else []
+        apply_fixes = [p for p in refused[0] if STALE_BYTECODE in p] if refused else []
         apply_fixes += [p for p in refused[0] if self.guard_was and any(s in p for s in STALE_GUARD)] if refused else []
         left = [p for p in refused[0] if not (dry_run and p in apply_fixes)] if refused is not None else []
         refused = (left, refused[1]) if refused is not None and left else None
