@@ -379,20 +379,24 @@ def test_a_kill_at_every_commit_step_leaves_a_tree_the_guard_refuses_until_recov
 
 
 @pytest.mark.release
-def test_an_eagle3_apply_killed_with_the_whitelist_alone_patched_is_refused_at_launch():
-    """Review38 B6 on real files: the kill that leaves vllm/config/speculative.py (the eagle3
-    whitelist) patched and the models stock; a launch would pass SpeculativeConfig and fail after
-    the load. The guard refuses, naming `patchkit recover`; recovered, the tree is stock and no
-    guard is left. Then a kill at every step of the set's apply and revert, judged as above."""
+def test_an_eagle3_apply_killed_with_the_models_patched_is_refused_at_launch():
+    """Review38 B6 on real files: a kill inside the set's install phase left vllm/ mixed (then the
+    whitelist, speculative.py, alone patched; since gate29 it is written last: the models patched,
+    the whitelist stock), with the guard and the journal. The guard refuses, naming `patchkit
+    recover`; recovered, the tree is stock and no guard is left. Then a kill at every step of the
+    set's apply and revert, judged as above."""
     with tempfile.TemporaryDirectory(prefix="crash-eagle3-", dir=ct.fast_scratch()) as base:
         scn = ct.Eagle3Scenario(Path(base), only="eagle3")
-        tree, stock = scn.base / "work", scn.stock / "vllm/config/speculative.py"
+        tree = scn.base / "work"
+        model = "vllm/model_executor/models/deepseek_v2.py"
         for n in range(1, 200):
             code, _ = ct.run_cli(["apply", *scn.args(scn.fresh("stock", tree), "apply")], f"{n}:kill")
-            assert code == -signal.SIGKILL, "no kill left the whitelist alone patched"
-            if (tree / "vllm/config/speculative.py").read_bytes() != stock.read_bytes():
+            assert code == -signal.SIGKILL, "no kill left the models patched and the whitelist stock"
+            if (tree / model).read_bytes() != (scn.stock / model).read_bytes():
                 break
-        assert scn.whole_vllm(tree) is None  # the models still stock
+        assert scn.whole_vllm(tree) is None  # the whitelist still stock
+        whitelist = "vllm/config/speculative.py"
+        assert (tree / whitelist).read_bytes() == (scn.stock / whitelist).read_bytes()
         guard = ct.installed_guard(tree)
         assert guard is not None
         said = guard.refusal(str(tree), guard.find_problems(str(tree)))

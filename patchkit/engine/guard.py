@@ -315,6 +315,7 @@ UPGRADED_LEAD = "the launch guard is from before an upgrade of patchkit: "
 NEWER_LEAD = "the launch guard is a newer patchkit build's: "
 GUARD_REFUSES = "the launch guard refuses this tree: "
 UNGUARDED_STALE_LEAD = "no launch guard runs, and a launch loads stale bytecode: "
+UNGUARDED_UNJUDGED_LEAD = "no launch guard runs, and the bytecode a launch may load cannot be judged: "
 NOT_OURS = "the installed launch guard is not this patchkit's: "
 INSTEAD_OF_GUARD = "is imported instead of " + MODULE  # a file vLLM imports in the guard's place
 # another plugin of the guard's entry point name, loaded after it: vLLM keeps one plugin per name, the last
@@ -343,6 +344,8 @@ def refusal_text(problems: list[str], guarded: bool = True) -> str:
     `guarded`: no guard is installed, and the problems are what the launch runs unrefused."""
     if not guarded and all(_stale_prefixed(p) or STALE_BYTECODE in p for p in problems):
         lead = UNGUARDED_STALE_LEAD
+    elif not guarded and all(SYMLINKED in p or CACHE_OVERFULL.search(p) for p in problems):
+        lead = UNGUARDED_UNJUDGED_LEAD  # unguarded_stale's refusal: no guard is there to refuse
     elif any(INSTEAD_OF_GUARD in p or DISPLACES_GUARD in p for p in problems):
         lead = SHADOWED_LEAD
     elif any(_OWN_STALE in p for p in problems):
