@@ -162,6 +162,59 @@ def run_patchkit_on(args: list[str], env: dict[str, str], fds: list[int], read: 
     return os.waitstatus_to_exitcode(status)
 
 
+class Running:
+    """A command forked from the server that goes on running (start_patchkit): a pidfd to signal it by (never
+    another process that took its pid once the server reaped it), and the connection its end comes on."""
+
+    def __init__(self, pidfd: int, connection: socket.socket) -> None:
+        self.pidfd, self.connection = pidfd, connection
+
+    def signal(self, number: int) -> bool:
+        """Send it `number`; False where it has ended."""
+        try:
+            signal.pidfd_send_signal(self.pidfd, number)
+        except ProcessLookupError:
+            return False
+        return True
+
+    def ended(self, wait: bool = True) -> int | None:
+        """Its exit code (-N: killed by signal N), once it has ended (`wait`: waiting for that); else None."""
+        if not wait and not self._readable():
+            return None
+        _, status = _STATUS.unpack(_read_exactly(self.connection, _STATUS.size))
+        os.close(self.pidfd)
+        self.connection.close()
+        return os.waitstatus_to_exitcode(status)
+
+    def _readable(self) -> bool:
+        with selectors.DefaultSelector() as selector:
+            selector.register(self.connection, selectors.EVENT_READ)
+            return bool(selector.select(0))
+
+
+def start_patchkit(args: list[str], env: dict[str, str], output: int) -> Running | None:
+    """`python -m patchkit ARGS` with `env` in this directory as a fork of the server, started and left
+    running: its stdout and stderr the file `output` (one offset, as `>out 2>&1`), SIGINT, SIGTERM and SIGHUP
+    as a terminal's process has them. None where a fork would start otherwise."""
+    path = _fork_path(env, None)
+    if path is None:
+        return None
+    assert _server is not None
+    connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    connection.connect(_server.socket)
+    request = {"args": args, "env": env, "cwd": os.getcwd(), "path": path, "code": None, "as_a_terminals": True}
+    body = json.dumps(request).encode()
+    rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [0, output, output]))]
+    connection.sendmsg([_LENGTH.pack(len(body)), body], rights)
+    header, ancillary, _, _ = connection.recvmsg(_STATUS.size, socket.CMSG_SPACE(array.array("i").itemsize))
+    assert len(header) == _STATUS.size, "the CLI fork server went away"
+    pidfds = array.array("i")
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            pidfds.frombytes(data[: len(data) - len(data) % pidfds.itemsize])
+    return Running(pidfds[0], connection)
+
+
 def run_python_code(
     code: str, args: list[str], env: dict[str, str], timeout: float, user: int | None = None
 ) -> subprocess.CompletedProcess:
@@ -363,7 +416,12 @@ def _started(
     running[pidfd] = (pid, connection)
     selector.register(pidfd, selectors.EVENT_READ)
     with suppress(OSError):  # a client gone: its command still runs to its end and is waited for
-        connection.sendall(_STATUS.pack(pid, 0))
+        if "as_a_terminals" in request:  # start_patchkit's client signals it by its pidfd
+            connection.sendmsg(
+                [_STATUS.pack(pid, 0)], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [pidfd]))]
+            )
+        else:
+            connection.sendall(_STATUS.pack(pid, 0))
     return False
 
 
@@ -398,6 +456,10 @@ def _become_the_command(request: dict, fds: list[int]) -> None:
         os.dup2(fd, target)
         os.close(fd)
     _fresh_standard_streams()
+    if "as_a_terminals" in request:  # a CI runner's background job or `nohup` may have started us with these ignored
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
     os.environ.clear()
     os.environ.update(request["env"])
     os.chdir(request["cwd"])

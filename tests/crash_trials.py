@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import functools
 import os
 import random
 import shutil
@@ -26,6 +27,7 @@ import statistics
 import sys
 import tempfile
 import time
+import types
 from collections import Counter
 from contextlib import suppress
 from dataclasses import dataclass, field
@@ -33,6 +35,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from cli_server import Running, start_patchkit
 from helpers import MODEL_PY, SPEC_PY, make_patch, write_tree
 
 OLD_PACKAGE = {  # deleted by the patch: three directories go
@@ -242,11 +245,26 @@ def run_cli(
     signals_at: list[tuple[float, int]] | None = None,
     mode: str = "raise",
     from_file: Path | None = None,
+    served: bool = False,
 ) -> tuple[int, str]:
     """patchkit ARGS in a forked child (as the console script runs), with a fault plan and signals
-    sent at (delay, signal) from the start; its exit code (-N: killed by signal N) and output."""
+    sent at (delay, signal) from the start; its exit code (-N: killed by signal N) and output.
+    `served`: forked from cli_server's warm interpreter (a smaller process: less to copy), for a trial
+    that needs nothing of this process's own state (a test's monkeypatch, a signal raised here)."""
     out = tempfile.NamedTemporaryFile(prefix="trial-", delete=False)  # noqa: SIM115
     out.close()
+    if served:
+        env = {**os.environ, "PATCHKIT_FAULT_AFTER": plan, "PATCHKIT_FAULT_MODE": mode}
+        output = os.open(out.name, os.O_WRONLY | os.O_TRUNC)
+        try:
+            running = start_patchkit(args, env, output)
+        finally:
+            os.close(output)
+        if running is not None:
+            code = _signalled(running, signals_at, from_file)
+            text = Path(out.name).read_text(errors="replace")
+            os.unlink(out.name)
+            return code, text
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child
         try:
@@ -272,6 +290,24 @@ def run_cli(
     text = Path(out.name).read_text(errors="replace")
     os.unlink(out.name)
     return code, text
+
+
+def _signalled(running: Running, signals_at: list[tuple[float, int]] | None, from_file: Path | None) -> int:
+    """run_cli's signals sent to a served command (from `from_file`'s creation, where given); its exit code."""
+    while from_file is not None and signals_at and not from_file.exists():  # the delays count from its creation
+        ended = running.ended(wait=False)
+        if ended is not None:
+            return ended
+        time.sleep(0.0005)
+    waited = 0.0
+    for delay, number in signals_at or []:
+        time.sleep(max(0.0, delay - waited))
+        waited = delay
+        if not running.signal(number):
+            break
+    code = running.ended()
+    assert code is not None
+    return code
 
 
 def _child(args: list[str], plan: str, mode: str, out: str) -> None:  # pragma: no cover - runs in the fork
@@ -360,7 +396,7 @@ def trial(
     start, goal = ("stock", "patched") if op == "apply" else ("patched", "stock")
     tree = scn.fresh(start, work)
     journal_file = tree / ".patchkit/journal.json" if in_commit else None
-    code, out = run_cli([op, *scn.args(tree, op)], plan, signals_at, from_file=journal_file)
+    code, out = run_cli([op, *scn.args(tree, op)], plan, signals_at, from_file=journal_file, served=True)
     tally.trials[f"{op} {kind}"] += 1
     where = f"{op} plan={plan!r} signals={signals_at}"
     last = plan.rsplit(":", 1)[-1] if plan else None
@@ -381,7 +417,7 @@ def trial(
             )
     launch_says(scn, tree, where, "the trial", tally)
     following = NEXT[turn % len(NEXT)]
-    again, said = run_cli([following, *scn.args(tree, following)])
+    again, said = run_cli([following, *scn.args(tree, following)], served=True)
     state = scn.whole(tree)
     launch_says(scn, tree, where, f"`{following}`", tally)
     if (tree / ".patchkit/journal.json").exists():
@@ -413,8 +449,18 @@ def installed_guard(tree: Path) -> object | None:
     spec = importlib.util.spec_from_file_location(f"trial_guard_{os.getpid()}", module)
     assert spec is not None and spec.loader is not None
     loaded = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(loaded)
+    if sys.dont_write_bytecode and not os.path.exists(importlib.util.cache_from_source(str(module))):
+        exec(_guard_code(str(module), module.read_bytes()), loaded.__dict__)  # what exec_module runs here
+    else:  # the loader reads the bytecode there, or writes it
+        spec.loader.exec_module(loaded)
     return loaded
+
+
+@functools.lru_cache(maxsize=8)
+def _guard_code(path: str, source: bytes) -> types.CodeType:
+    """The guard's code as its loader compiles it from a tree with no bytecode (source_to_code): the same
+    bytes at the same path give the same code, and the trials' trees have the same path (~13 ms a compile)."""
+    return compile(source, path, "exec", dont_inherit=True)
 
 
 def guard_says(scn: Scenario, tree: Path, where: str, after: str, tally: Tally) -> None:
@@ -485,7 +531,7 @@ def commit_steps(scn: Scenario, work: Path, op: str) -> int:
     while high - low > 1:
         middle = (low + high) // 2
         tree = scn.fresh("stock" if op == "apply" else "patched", work)
-        code, _ = run_cli([op, *scn.args(tree, op)], f"{middle}:kill")
+        code, _ = run_cli([op, *scn.args(tree, op)], f"{middle}:kill", served=True)
         low, high = (middle, high) if code == -signal.SIGKILL else (low, middle)
     return low
 
@@ -525,7 +571,7 @@ def random_trials(scn: Scenario, work: Path, op: str, count: int, rng: random.Ra
     then a SIGKILL a moment later (inside the rollback it started)."""
     tree = scn.fresh("stock" if op == "apply" else "patched", work)
     started = time.monotonic()
-    code, out = run_cli([op, *scn.args(tree, op)])
+    code, out = run_cli([op, *scn.args(tree, op)], served=True)
     assert code == 0, out
     full = time.monotonic() - started
     for i in range(count):
@@ -669,7 +715,7 @@ def double_ctrl_c_trials(scn: Scenario, work: Path, count: int, rng: random.Rand
         if not reached and (code != 0 or state != "stock"):
             tally.failures.append(f"{where}: none reached it, yet exit {code}, tree {state}: {out.strip()[-300:]}")
         following = NEXT[i % len(NEXT)]
-        again, said_next = run_cli([following, *scn.args(tree, following)])
+        again, said_next = run_cli([following, *scn.args(tree, following)], served=True)
         if (tree / ".patchkit/journal.json").exists() or scn.whole(tree) is None:
             tally.failures.append(f"{where}: after `{following}` (exit {again}): {said_next.strip()[-300:]}")
 
@@ -701,7 +747,7 @@ def full_disk_trials(scn: Scenario, mount: Path, tally: Tally, frees: list[int])
         for leave in frees:
             tree = scn.fresh(start, mount / "tree")
             filler = fill(mount, leave)
-            code, out = run_cli([op, *scn.args(tree, op)])
+            code, out = run_cli([op, *scn.args(tree, op)], served=True)
             state, journal = scn.whole(tree), (tree / ".patchkit/journal.json").exists()
             tally.trials[f"{op} of a {start} tree on a full disk, exit {code}"] += 1
             if code not in (0, 4) or journal or state != (goal if code == 0 else start) or "Traceback" in out:
@@ -709,7 +755,7 @@ def full_disk_trials(scn: Scenario, mount: Path, tally: Tally, frees: list[int])
                     f"{op} with {leave} bytes free: exit {code}, tree {state}, journal {journal}: {out.strip()[-300:]}"
                 )
             filler.unlink()
-            again, said = run_cli(["status", *scn.args(tree)])
+            again, said = run_cli(["status", *scn.args(tree)], served=True)
             if scn.whole(tree) != state or (tree / ".patchkit/journal.json").exists():
                 tally.failures.append(
                     f"{op} with {leave} bytes free, then status (exit {again}): {said.strip()[-300:]}"

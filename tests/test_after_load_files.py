@@ -413,8 +413,9 @@ def test_thousands_of_refused_adapters_are_a_few_lines(tmp_path):
     )
     assert failed[3].message.endswith(" +1,996 more") and len(failed[3].message) < 300, failed[3].message
     assert failed[3].fix == failed[0].fix
-    assert [f.message for f in found if f.ok] == [
+    assert [f.message for f in found if f.result == "pass"] == [
         f"--lora-modules {good}: its config and adapter_model.bin read as vLLM reads them"
     ]
+    assert [f.message.split(":")[1] for f in found if f.result == "cannot judge"] == [f" --lora-modules {good}"]
     few_bad = parse(["vllm", "serve", "m", "--enable-lora", "--lora-modules", *modules[:4]], "0.16.0")
     assert len(late_file_findings(few_bad, "command", lambda: "utf-8")) == 4  # four: each said

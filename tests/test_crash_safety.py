@@ -45,7 +45,7 @@ def steps(scenario):
         while high - low > 1:
             middle = (low + high) // 2
             tree = scenario.fresh("stock" if op == "apply" else "patched", scenario.base / "work")
-            code, _ = ct.run_cli([op, *scenario.args(tree, op)], f"{middle}:kill")
+            code, _ = ct.run_cli([op, *scenario.args(tree, op)], f"{middle}:kill", served=True)
             low, high = (middle, high) if code == -signal.SIGKILL else (low, middle)
         found[op] = low
     return found

@@ -318,6 +318,70 @@ def test_a_driver_killed_in_phase_two_leaves_every_node_stock_and_status_says_so
         os.utime(source, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
 
 
+def written_by(fleet, driver: subprocess.Popen, before: list) -> None:
+    """Every node's tree written (the directory nodes applied, the interpreter node in its probe)."""
+    written = time.monotonic() + 3
+    while time.monotonic() < written and any(snapshot(t) == b for t, b in zip(fleet.trees, before, strict=True)):
+        time.sleep(0.1)
+    assert [snapshot(tree) == stock for tree, stock in zip(fleet.trees, before, strict=True)] == [False] * 3
+
+
+def test_a_driver_stopped_in_phase_two_past_the_lease_still_commits(fleet):
+    """fleet29: a driver stopped (SIGSTOP: Ctrl-Z, a swap storm, a starved machine) for longer
+    than the lease lost its commit: its heartbeat thread stopped with it, the nodes gave up and
+    rolled back (exit 4, safe, and spurious). A keeper Ray ends with the driver's process beats
+    for it while it is stopped: resumed, it commits. (A driver killed still leaves every node
+    stock: test_a_driver_killed_in_phase_two_leaves_every_node_stock_and_status_says_so.)"""
+    fleet.stock()
+    before = [snapshot(tree) for tree in fleet.trees]
+    driver, lib = fleet.slow_apply_started("stopped")
+    try:
+        written_by(fleet, driver, before)
+        driver.send_signal(signal.SIGSTOP)
+        time.sleep(LEASE + 8)
+        driver.send_signal(signal.SIGCONT)
+        stdout, _ = driver.communicate(timeout=120)
+    finally:
+        driver.send_signal(signal.SIGCONT)
+        driver.kill()
+    assert driver.returncode == 0, stdout
+    assert {n["state"] for n in json.loads(stdout)["nodes"]} == {"applied"}
+    assert [snapshot(tree) != stock for tree, stock in zip(fleet.trees, before, strict=True)] == [True] * 3
+    done, after = fleet.run("revert", "--patches", lib)
+    assert done.returncode == 0 and after["state"] == "reverted"
+    assert [snapshot(tree) for tree in fleet.trees] == before
+
+
+def test_a_second_fleet_apply_beside_an_undecided_one_refuses_in_bounded_time_and_the_first_commits(fleet):
+    """fleet29: a second `fleet apply` while the first's writes are undecided (its driver stopped,
+    and held by its keeper): the second's steps waited for the first's decision up to --timeout
+    (600 s), or, where the first's driver was given up on, ran on the nodes it rolled back. It
+    refuses within the lease and a few seconds, exit 4, writing nothing and naming the first's
+    driver; the first, resumed, commits on every node."""
+    fleet.stock()
+    before = [snapshot(tree) for tree in fleet.trees]
+    first, lib = fleet.slow_apply_started("first-of-two")
+    try:
+        written_by(fleet, first, before)
+        first.send_signal(signal.SIGSTOP)
+        started = time.monotonic()
+        second, document = fleet.run("apply", "--patches", lib)
+        took = time.monotonic() - started
+        first.send_signal(signal.SIGCONT)
+        stdout, _ = first.communicate(timeout=120)
+    finally:
+        first.send_signal(signal.SIGCONT)
+        first.kill()
+    assert second.returncode == 4 and "another fleet apply is under way" in document["error"], second.stdout
+    assert took < LEASE + 45, took
+    assert document["phase"] == "prepare" and f"pid {first.pid}" in second.stdout
+    assert "let the other fleet apply end" in document["hint"]
+    assert first.returncode == 0 and {n["state"] for n in json.loads(stdout)["nodes"]} == {"applied"}, stdout
+    done, after = fleet.run("revert", "--patches", lib)
+    assert done.returncode == 0 and after["state"] == "reverted"
+    assert [snapshot(tree) for tree in fleet.trees] == before
+
+
 def test_sigterm_as_the_driver_disconnects_is_absorbed_and_the_document_printed(fleet):
     """The nodes all applied, the driver disconnecting from Ray (ray.shutdown, a few hundred ms; made
     slow here): a SIGTERM then ended it at once, exit 143 and no document, though every node was

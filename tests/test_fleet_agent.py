@@ -18,6 +18,8 @@ from helpers import MODEL_PY, SPEC_PY, make_patch, patched_spec, record_rows, ru
 
 from patchkit.cli.main import run_in_process
 from patchkit.fleet import node
+from patchkit.fleet.cluster import RayRunner
+from patchkit.fleet.protocol import Node
 
 MODEL = "vllm/models/model.py"
 
@@ -657,3 +659,121 @@ def test_an_aborted_run_that_wrote_nothing_here_holds_the_agent_no_longer(short_
     assert not agent.ended.wait(0.5)  # held, its driver alive: no decision yet
     ledger.put_new(node.decision_key("run-1"), node.ABORT)  # another node gave up on it
     assert agent.ended.wait(10) and "run-1" not in agent.holds
+
+
+def beating(ledger: MemoryLedger, run: str) -> threading.Event:
+    """`run`'s driver alive and undecided: its heartbeat every 0.1 s until the event is set."""
+    stopped = threading.Event()
+
+    def beat(count: int = 0) -> None:
+        while not stopped.wait(0.1):
+            count += 1
+            ledger.put(node.beat_key(run), str(count))
+
+    ledger.put(node.beat_key(run), "0")
+    threading.Thread(target=beat, daemon=True).start()
+    return stopped
+
+
+def test_an_apply_of_a_second_fleet_run_where_the_first_is_undecided_refuses_at_once(tmp_path, short_lease):
+    """fleet29: two `fleet apply`s at once, each undecided on a node where the other then stepped,
+    waited for each other's decision up to --timeout (600 s), then ran on the other's write. The
+    second run's apply never waits there (a wait may be a cycle): it refuses, writing nothing, and
+    names the other run's driver; the first run's write stays undecided, its own."""
+    tree, _, request = written_tree(tmp_path)
+    ledger = MemoryLedger()
+    agent = Decided(ledger)
+    stop = beating(ledger, "run-1")
+    try:
+        assert agent.step("run-1", 60, "t1", "apply", {**request, "driver": "host-a pid 11"})["ok"]
+        started = time.monotonic()
+        second = agent.step("run-2", 60, "t2", "apply", {**request, "timeout": 8, "driver": "host-b pid 22"})
+        assert time.monotonic() - started < 2, second
+        assert (second["state"], second["ok"]) == ("busy", False), second
+        assert "host-a pid 11" in second["detail"], second
+        assert list(agent.undecided) == ["run-1"] and spec_of(tree) == patched_spec()
+    finally:
+        stop.set()
+
+
+def test_an_apply_queued_behind_another_runs_apply_never_builds_on_its_undecided_write(tmp_path, short_lease):
+    """The second run's apply came while the first's was running (its write not yet undecided):
+    it waited its turn and then applied on that write ("already applied", so its driver would
+    commit a node the first run's rollback then reverts). It refuses, as one that came after."""
+    tree, _, request = written_tree(tmp_path)
+    ledger = MemoryLedger()
+    started, go = threading.Event(), threading.Event()
+
+    def slow_first(args):
+        if args[0] == "apply" and not started.is_set():
+            started.set()
+            go.wait(10)
+        return run_in_process(args)
+
+    agent = Decided(ledger)
+    agent.patchkit = slow_first
+    stop = beating(ledger, "run-1")
+    answers: dict[str, dict] = {}
+    try:
+        first = threading.Thread(target=lambda: answers.update(a=agent.step("run-1", 60, "t1", "apply", request)))
+        first.start()
+        assert started.wait(10)
+        second = threading.Thread(target=lambda: answers.update(b=agent.step("run-2", 60, "t2", "apply", request)))
+        second.start()
+        time.sleep(0.5)  # the second waits for the first's turn
+        go.set()
+        first.join(30)
+        second.join(30)
+        assert answers["a"]["state"] == "applied" and answers["b"]["state"] == "busy", answers
+        assert list(agent.undecided) == ["run-1"] and spec_of(tree) == patched_spec()
+    finally:
+        stop.set()
+        go.set()
+
+
+@pytest.mark.parametrize(("step", "runs"), [("status", True), ("revert", False), ("prepare", False)])
+def test_another_commands_step_waits_a_bounded_time_for_a_live_runs_decision(tmp_path, short_lease, step, runs):
+    """A driver alive and undecided (slow, or stopped and still held by its heartbeat): another
+    command's step waited up to --timeout for it. It waits the lease and a few seconds: then a
+    status runs and says the write is undecided; a write (revert, phase 1 of an apply) refuses."""
+    tree, _, request = written_tree(tmp_path)
+    ledger = MemoryLedger()
+    agent = Decided(ledger)
+    stop = beating(ledger, "run-1")
+    try:
+        assert agent.step("run-1", 60, "t1", "apply", {**request, "driver": "host-a pid 11"})["ok"]
+        started = time.monotonic()
+        answer = agent.step("run-2", 60, "t2", step, {**request, "timeout": 30, "extra": []})
+        waited = time.monotonic() - started
+        assert node.LEASE <= waited < node.LEASE + 10, waited
+        if runs:
+            assert answer["state"] == "applied" and "undecided" in answer["detail"], answer
+        else:
+            assert (answer["state"], answer["ok"]) == ("busy", False) and "host-a pid 11" in answer["detail"], answer
+        assert list(agent.undecided) == ["run-1"] and spec_of(tree) == patched_spec()
+    finally:
+        stop.set()
+
+
+def test_a_driver_back_after_its_node_rolled_back_and_its_agent_ended_is_told_the_nodes_revert(tmp_path, short_lease):
+    """fleet29: a driver stopped past what its nodes wait (they rolled back on their own), then
+    resumed: its rollback's revert went to an agent that had ended meanwhile (its run's hold
+    dropped), and the row said "the revert failed (ActorDiedError...)", with a revert to run on a
+    node already stock. The agent records its own rollback in the cluster's store; the driver
+    reads it there for a node whose revert did not pass."""
+    tree, _, request = written_tree(tmp_path)
+    ledger = MemoryLedger()
+    agent = Decided(ledger)
+    agent.where = "node-1"
+    ledger.put(node.beat_key("run-1"), "0")
+    applied = agent.step("run-1", 60, "t1", "apply", request)
+    assert applied["ok"], applied
+    assert wait_until(agent.ended.is_set)  # rolled back (no beat for the lease), then nothing held it
+    assert spec_of(tree) == SPEC_PY
+    driver = object.__new__(RayRunner)
+    driver.ledger, driver.run_id = ledger, "run-1"
+    report = driver._reverted_by_its_node(Node("node-1", "10.0.0.1"), {**request, "set_name": applied["set"]})
+    assert (report.state, report.ok) == ("reverted", True) and "rolled back by its node" in report.detail
+    assert report.document is None  # the record keeps the row, not the node's whole document
+    assert driver._reverted_by_its_node(Node("node-2", "10.0.0.2"), {**request, "set_name": applied["set"]}) is None
+    assert driver._reverted_by_its_node(Node("node-1", "10.0.0.1"), {**request, "set_name": "other"}) is None

@@ -539,3 +539,58 @@ def test_a_node_silent_in_a_fleet_revert_is_not_said_unwritten_and_is_told_what_
     assert "`patchkit fleet status --patches /lib --set demo --address 10.0.0.1:6379`" in silent["hint"]
     assert "`patchkit fleet revert --patches /lib --set demo --address 10.0.0.1:6379`" in silent["hint"]
     assert silent["hint"] in result.error.hint
+
+
+BUSY = {
+    "state": "busy",
+    "ok": False,
+    "exit_code": None,
+    "detail": "another fleet apply (driver: host-a pid 11) has written here and not yet committed",
+}
+
+
+@pytest.mark.parametrize("phase", ["prepare", "apply"])
+def test_a_node_busy_with_another_fleet_apply_is_exit_4_every_node_left_as_it_was(phase):
+    """fleet29: a node where another fleet apply's write is undecided refuses this run's step
+    (phase 1: nothing written anywhere; phase 2: every node this run wrote is reverted): a cluster
+    in use (exit 4), never a failed check, and the fix is to let the other run end."""
+    fleet = SimulatedFleet()
+    fleet.faults[(3, phase)] = BUSY
+    result = fleet_apply(fleet, NODES, {**REQUEST, "address": "10.0.0.1:6379"})
+    assert result.error.exit_code == TARGET_PROBLEM, result.error.message
+    assert f"another fleet apply is under way on {result.reports[3].named()} (busy)" in result.error.message
+    assert "let the other fleet apply end" in result.error.hint
+    assert "`patchkit fleet status --address 10.0.0.1:6379`" in result.error.hint
+    assert fleet.applied == set() and result.reports[3].detail == BUSY["detail"]
+    if phase == "prepare":
+        assert "nothing was written on any node" in result.error.message and fleet.steps("apply") == []
+    else:
+        assert "every node this run wrote was reverted" in result.error.message and fleet.decisions == [False]
+
+
+def test_a_fleet_revert_on_a_node_busy_with_another_fleet_apply_is_exit_4():
+    fleet = SimulatedFleet()
+    fleet.faults[(5, "revert")] = BUSY
+    result = run_each(fleet, "revert", NODES, REQUEST)
+    assert result.error.exit_code == TARGET_PROBLEM and "another fleet apply is under way" in result.error.message
+
+
+def test_each_rolled_back_row_says_why_it_was_reverted():
+    """A rolled-back row said "applied, then reverted: another node failed" whatever undid it: an
+    interrupt, a commit the nodes gave up on, a node's own rollback (none had failed)."""
+    interrupted = SimulatedFleet()
+    interrupted.interrupt_during = "apply"
+    assert {r.detail for r in fleet_apply(interrupted, NODES, REQUEST).reports} == {
+        "applied, then reverted: interrupted"
+    }
+    failing = SimulatedFleet()
+    failing.faults[(7, "apply")] = {"state": "conflict", "ok": False, "exit_code": 1, "detail": "edited"}
+    result = fleet_apply(failing, NODES, REQUEST)
+    assert result.reports[0].detail == "applied, then reverted: another node failed"
+    given_up = SimulatedFleet()
+    given_up.gave_up = True
+    own = "rolled back by its node: no word from this run for 10 s"
+    given_up.faults[(3, "revert")] = {"state": "reverted", "ok": True, "exit_code": 0, "detail": own}
+    result = fleet_apply(given_up, NODES, REQUEST)
+    assert result.reports[0].detail == "applied, then reverted: this run's commit did not stand"
+    assert result.reports[3].detail == "applied, then " + own

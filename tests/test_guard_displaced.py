@@ -143,8 +143,12 @@ LINE = (
 )
 
 
+# importlib's Sectioned cuts lines with str.splitlines, as _values_of does: \x0c, \x85, \u2028 too
+ENDINGS = ["\n", "\r\n", "\r", "\x0c", "\x85", "\u2028", "\x1c", "\x0b"]
+
+
 @settings(max_examples=examples(300), deadline=None)
-@given(lines=st.lists(LINE, max_size=8), ending=st.sampled_from(["\n", "\r\n", "\r"]))
+@given(lines=st.lists(LINE, max_size=8), ending=st.sampled_from(ENDINGS))
 def test_the_entry_points_are_read_as_importlib_reads_them(lines, ending):
     text = ending.join(lines)
     try:

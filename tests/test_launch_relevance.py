@@ -225,6 +225,36 @@ def test_run_apply_on_a_drifted_tree_names_the_drifted_set_with_its_fix_in_one_s
     assert again.returncode == 4 and "cannot run vllm" in again.stderr, again.stdout + again.stderr
 
 
+def test_run_apply_and_its_preflight_give_one_fix_for_a_drifted_set_every_launch_needs(setup, tmp_path):
+    """A set with no [needed_by] (every launch needs it), drifted: `run --apply`'s summary said revert
+    --set tools --force, then apply --set tools; its preflight's tree-state finding, in the same output,
+    revert --force, then apply of the whole tree. One fix now, status's (the sets the record chose)."""
+    tree, lib, target, drafter = setup
+    manifest = lib / "tools" / "set.toml"
+    manifest.write_text(manifest.read_text().replace('[needed_by]\ntool_call_parsers = ["demo", "demo_v2"]\n', ""))
+    assert run_cli_writing("apply", "--target", tree, "--patches", lib, "--no-import").returncode == 0
+    with open(tree / PARSER, "a") as edited:
+        edited.write("# a user's edit\n")
+    no_vllm = {**os.environ, "PATH": str(tmp_path / "empty")}
+    launch = ["run", "--apply", "--target", tree, "--patches", lib, "--", *serve(target, drafter)]
+    done = run_cli(*launch, env=no_vllm)
+    assert done.returncode == 1 and "not launched: the preflight failed" in done.stderr, done.stdout + done.stderr
+    summary = next(line for line in done.stdout.splitlines() if "set(s) applied" in line)
+    finding = done.stdout.splitlines().index(f"tree-state: changed after patchkit wrote them: {PARSER}")
+    fix = done.stdout.splitlines()[finding + 1].removeprefix("  fix: ")
+    assert summary == f"0 set(s) applied; tools changed after apply ({PARSER}): {fix}", done.stdout
+    revert, apply = (
+        f"patchkit revert --target {tree} --patches {lib} --force",
+        f"patchkit apply --target {tree} --patches {lib}",
+    )
+    assert fix == f"run `{revert}` (keeps a copy of the edits), then `{apply}`", fix  # as `status` says it
+    for command in (revert, apply):
+        step = run_cli_judged(*shlex.split(command)[1:])  # as printed
+        assert step.returncode == 0, command + step.stdout + step.stderr
+    again = run_cli(*launch, env=no_vllm)
+    assert again.returncode == 4 and "cannot run vllm" in again.stderr, again.stdout + again.stderr
+
+
 def test_a_drifted_set_is_one_tree_state_failure_with_its_own_fix(setup):
     """A drift of eagle3's file was said twice: as eagle3's drift and as the guard's refusal in every
     other set's finding. The launch that needs eagle3 gets one tree-state failure; a launch that does

@@ -29,6 +29,7 @@ from launch_fixtures import (
     write_model,
 )
 
+from patchkit.launch import weights
 from patchkit.launch.weights import weights_problem
 
 
@@ -265,3 +266,24 @@ def test_weights_only_of_a_format_the_launchs_load_format_leaves_out_name_droppi
     assert "it holds pytorch_model.bin, which it leaves out" in finding["message"], finding
     assert finding["fix"].startswith("drop --load-format safetensors (auto loads pytorch_model.bin)"), finding
     assert models_findings(preflight(tree, library, *launch)) == []  # auto: loaded
+
+
+@pytest.mark.parametrize(
+    ("load_format", "held", "said"),
+    [
+        ("pt", "pytorch_model.bin", "no weight file --load-format pt loads (*.pt); it holds pytorch_model.bin"),
+        ("npcache", "model.safetensors", "no weight file --load-format npcache loads (*.bin, *.pt); it holds model."),
+        ("hf", "optimizer.bin", "no weight file vLLM loads (*.safetensors, *.bin, *.pt)"),
+    ],
+)
+def test_a_directory_without_the_formats_weights_is_listed_once_per_pattern(
+    tmp_path, monkeypatch, load_format, held, said
+):
+    """The other-format question of a failure asked again the patterns the format's own globs had
+    (npcache: *.bin and *.pt twice; a directory of many files is read once per glob)."""
+    (tmp_path / held).write_bytes(b"x")
+    asked: list[str] = []
+    real = weights.glob.glob
+    monkeypatch.setattr(weights.glob, "glob", lambda pattern: asked.append(os.path.basename(pattern)) or real(pattern))
+    assert str(weights_problem(str(tmp_path), load_format)).startswith(said)
+    assert sorted(asked) == sorted(set(asked)), asked

@@ -102,6 +102,76 @@ def test_a_file_the_new_series_no_longer_patches_goes_back_to_stock(tree, scratc
     whole_then_reverted_to(stock, tree, "--patches", fewer)
 
 
+def plan_lines(result) -> list[str]:
+    """The plan table of a piped apply --dry-run, from its title to its last line."""
+    lines = result.stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("plan: "))
+    end = next(i for i, line in enumerate(lines) if line.startswith("dry run: "))
+    return [" ".join(line.split()) for line in lines[start:end]]
+
+
+def planned_row(result, path: str) -> str:
+    return next(line for line in plan_lines(result) if line.startswith(path + " "))
+
+
+def test_the_plan_of_an_update_says_which_patches_are_there_already(tree, scratch, tmp_path):
+    """The update is planned on stock bytes, yet its table says what happens: a patch the earlier
+    apply wrote, unchanged since, is `applied` (no file row: its change stays); the changed one
+    `apply`; the JSON plan says the same."""
+    old, new = libraries(tmp_path, tree, scratch)
+    assert pk("apply", "--target", tree, "--patches", old).returncode == 0
+    planned = pk("apply", "--dry-run", "--target", tree, "--patches", new)
+    assert planned.returncode == 0, planned.stdout + planned.stderr
+    assert plan_lines(planned) == [
+        "plan: would change 1 file(s)",
+        "file hunks lines",
+        "0001-change.patch applied",
+        "0002-change.patch apply",
+        planned_row(planned, SPEC),
+    ], planned.stdout
+    assert planned_row(planned, SPEC).startswith(f"{SPEC} 1 "), planned.stdout  # its one hunk
+    document = json.loads(pk("apply", "--dry-run", "--target", tree, "--patches", new, "--format", "json").stdout)
+    assert [(step["patch"], step["state"]) for step in document["plan"]] == [
+        ("0001-change.patch", "applied"),
+        ("0002-change.patch", "apply"),
+    ], document["plan"]
+
+
+def test_the_plan_of_an_update_names_the_file_going_back_to_stock(tree, scratch, tmp_path):
+    """A file the earlier series patched and the library's does not: the table's count holds it,
+    and so does a row of its own, under the earlier series' change taken out."""
+    old, _ = libraries(tmp_path, tree, scratch)
+    fewer = write_library(tmp_path / "fewer", {"0.16.0": [make_patch(scratch, tree, {SPEC: DEEPSEEK_KIMI})]})
+    assert pk("apply", "--target", tree, "--patches", old).returncode == 0
+    planned = pk("apply", "--dry-run", "--target", tree, "--patches", fewer)
+    assert planned.returncode == 0, planned.stdout + planned.stderr
+    lines = plan_lines(planned)
+    assert lines[0] == "plan: would change 2 file(s)" and lines[1].startswith("file hunks lines"), lines
+    assert lines[2:4] == ["0001-change.patch apply", planned_row(planned, SPEC)], lines
+    assert lines[3].startswith(f"{SPEC} 1 "), lines
+    assert lines[4:] == ["the earlier series' change revert", f"{MODEL} back to stock"], lines
+    assert pk("apply", "--target", tree, "--patches", fewer).returncode == 0
+    assert (tree / MODEL).read_text() == MODEL_PY  # the row said true
+
+
+def test_verify_says_why_it_fails_and_its_fix_then_passes(tree, scratch, tmp_path):
+    """verify's last line on a set applied from another library says why it fails and to run the fix
+    it prints (its checks pass on the earlier series: "FAILED: 4 checks passed" read as a pass);
+    that fix, run, leaves verify passing."""
+    old, new = libraries(tmp_path, tree, scratch)
+    assert pk("apply", "--target", tree, "--patches", old).returncode == 0
+    checked = pk("verify", "--target", tree, "--patches", new)
+    lines = checked.stdout.splitlines()
+    assert checked.returncode == 1, checked.stdout + checked.stderr
+    assert lines[-1] == "verify: FAILED: applied from another library (0002 changed): run the fix above", lines
+    assert len(lines[-1]) <= 80  # a terminal's one line
+    fix = next(line for line in lines if line.strip().startswith("fix: "))
+    assert fix.strip() == f"fix: `patchkit apply --target {tree} --patches {new}` updates it", lines
+    assert pk("apply", "--target", tree, "--patches", new).returncode == 0
+    again = pk("verify", "--target", tree, "--patches", new)
+    assert again.returncode == 0 and again.stdout.splitlines()[-1].startswith("verify: ok: "), again.stdout
+
+
 def whole_then_reverted_to(stock: dict, tree: Path, *source: object) -> None:
     """status finds the tree whole (exit 0), and revert gives the stock files back exactly."""
     assert pk("status", "--target", tree, *source).returncode == 0
@@ -289,20 +359,20 @@ def test_a_crash_at_each_step_of_the_update_leaves_one_library_or_the_other(tmp_
             shutil.rmtree(work, ignore_errors=True)
             shutil.copytree(earlier, work, symlinks=True)
             code, out = ct.run_cli(
-                ["apply", "--target", str(work), "--patches", str(new), "--no-import"], f"{n}:{mode}"
+                ["apply", "--target", str(work), "--patches", str(new), "--no-import"], f"{n}:{mode}", served=True
             )
             left = next((name for name, known in prints.items() if known == ct.fingerprint(work)), "mixed")
             # a full disk rolls back at once; a SIGKILL leaves the journal the next command recovers from
             assert left == ("updated" if code == 0 else "earlier") or mode == "kill", (n, mode, code, out)
             following = ct.NEXT[(n + (mode == "raise")) % len(ct.NEXT)]
             library = [] if following == "recover" else ["--patches", str(new)]  # recover: the tree alone
-            again, said = ct.run_cli([following, "--target", str(work), *library])
+            again, said = ct.run_cli([following, "--target", str(work), *library], served=True)
             left = next((name for name, known in prints.items() if known == ct.fingerprint(work)), "mixed")
             assert not (work / ".patchkit/journal.json").exists(), (n, mode, following, said)
             assert left in wanted.get(following, {"earlier", "updated"}), (n, mode, following, again, said)
             if following == "revert" or code == 0:
                 continue
-            assert ct.run_cli(["revert", "--target", str(work), "--patches", str(new)])[0] == 0, (n, mode)
+            assert ct.run_cli(["revert", "--target", str(work), "--patches", str(new)], served=True)[0] == 0, (n, mode)
             assert ct.fingerprint(work) == prints["stock"], (n, mode)
         if code == 0:  # past the commit's last step
             break

@@ -125,6 +125,24 @@ def test_locate_of_a_plain_install_never_imports_importlib_metadata(python, tmp_
     assert "importlib.metadata" not in imports
 
 
+@pytest.mark.parametrize("python", PYTHONS, ids=lambda p: p.parent.parent.name)
+def test_locate_imports_no_module_for_its_annotations_alone(python, tmp_path):
+    """typing (~4.5 ms of each run: every --python command asks it) is no import of locate.py's: its
+    annotations are never evaluated. What the interpreter's own start-up imports is not locate's."""
+    site = tmp_path / "site"
+    (site / "vllm").mkdir(parents=True)
+    dist(site, "vllm-0.16.0.dist-info")
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(site), "ANSWER": str(tmp_path / "answer.json")}
+    answer, imports = run_locate(python, env)
+    assert answer["version"] == "0.16.0"
+    bare = subprocess.run(
+        [str(python), "-B", "-X", "importtime", "-c", "pass"], capture_output=True, text=True, env=env, cwd="/"
+    )
+    start_up = {line.rpartition("|")[2].strip() for line in bare.stderr.splitlines()}
+    own = {line.rpartition("|")[2].strip() for line in imports.splitlines()} - start_up
+    assert "json" in own and "typing" not in own, sorted(own)
+
+
 def test_a_finder_that_finds_distributions_is_asked_as_importlib_metadata_asks_it(tmp_path):
     """An editable install's finder, or any on sys.meta_path that declares find_distributions, may name
     another distribution than the directories do: importlib.metadata answers, with that finder's."""

@@ -170,6 +170,7 @@ def hub(tmp_path, monkeypatch):
         "org/m": {"main": [COMMIT_MAIN, WHOLE], "v2": [COMMIT_V2, WHOLE]},
         "org/d": {"r3": [COMMIT_V2, {**WHOLE, "config.json": json.dumps(DRAFTER)}]},
         "org/lora": {"main": [COMMIT_MAIN, {"adapter_config.json": ADAPTER, "adapter_model.safetensors": WEIGHTS}]},
+        "org/gen": {"main": [COMMIT_MAIN, {**WHOLE, "generation_config.json": '{"top_p": 0.9}'}]},
     }
     (tmp_path / "hub.json").write_text(json.dumps(remote))
     bin_dir, log = tmp_path / "bin", tmp_path / "hf.log"
@@ -286,6 +287,21 @@ def test_an_offline_lora_adapter_is_fetched_into_the_launch_s_cache(tmp_path, hu
     said, _ = follow(finding.fix, hub)
     assert said == ["download", "org/lora", "--cache-dir", str(cache)]
     assert [f for f in late_file_findings(parse(argv, "0.16.0"), "command", lambda: "utf-8") if not f.ok] == []
+
+
+def test_an_offline_generation_config_hub_id_is_fetched_into_the_launch_s_cache(tmp_path, hub):
+    """lows28: the fix said only "give a directory holding generation_config.json"; now the `hf download`
+    of the two files vLLM reads of it (generation_config.json, else config.json), into the launch's cache."""
+    cache = tmp_path / "gen cache"
+    argv = ["env", "HF_HUB_OFFLINE=1", f"HF_HUB_CACHE={cache}", "vllm", "serve", "m", "--generation-config", "org/gen"]
+    [finding] = late_file_findings(parse(argv, "0.16.0"), "command", lambda: "utf-8")
+    assert f"{cache} holds no snapshot of it" in finding.message and finding.fix is not None, finding
+    said, _ = follow(finding.fix, hub)
+    assert said == ["download", "org/gen", "generation_config.json", "config.json", "--cache-dir", str(cache)]
+    assert [f for f in late_file_findings(parse(argv, "0.16.0"), "command", lambda: "utf-8") if not f.ok] == []
+    assert finding.fix.endswith(
+        ", or give a directory holding generation_config.json (or a model's config.json), or auto / vllm"
+    )
 
 
 def test_a_remote_code_file_is_fetched_into_transformers_cache_at_the_revision(tmp_path, hub):

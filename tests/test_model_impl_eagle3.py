@@ -21,8 +21,6 @@ from launch_fixtures import DEEPSEEK_V3, DRAFTER, REGISTRY, REGISTRY_PY, applied
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from patchkit.distinfo.entry_points import _headers
-
 BACKEND = "vllm/model_executor/models/transformers"
 BASE_PY = textwrap.dedent("""\
     class Base(nn.Module, VllmModel, SupportsPP, SupportsEagle3):
@@ -122,7 +120,8 @@ def test_model_impl_transformers_is_judged_on_the_backend_and_its_transformers(s
 def test_the_highest_requirement_is_named_and_a_version_that_meets_it_passes(site):
     tree = site[0]
     backend(tree, "5.2.0", "5.0.0")
-    found = supports(site, "--model-impl", "transformers", target=write_model(tree.parent / "dense", DEEPSEEK_V3))
+    dense = write_model(tree.parent / "dense", {**DEEPSEEK_V3, "n_routed_experts": 0})  # 0: vLLM's get_num_experts
+    found = supports(site, "--model-impl", "transformers", target=dense)
     assert "TransformersForCausalLM, which needs transformers>=5.2.0 (Eagle3 support);" in found["message"], found
     transformers(tree, "5.2.0")
     found = supports(site, "--model-impl", "transformers")
@@ -204,9 +203,15 @@ def test_a_transformers_that_cannot_be_read_cannot_judge(site, version, said):
     assert found["result"] == "cannot judge" and said in found["message"], found
 
 
-def test_metadata_headers_stop_at_the_description_and_drop_folded_lines():
-    text = "Name: transformers\nVersion: 4.57.6\nSummary: one\n  folded: no\n\nVersion: 9.9.9\n"
-    assert _headers(text) == [("Name", "transformers"), ("Version", "4.57.6"), ("Summary", "one")]
+def test_the_launchs_transformers_is_the_version_importlib_reads(site):
+    """A line break str.splitlines knows and email does not (\\u2028) in a METADATA value hides no
+    Version: importlib.metadata.version() reads the Version after it."""
+    tree = site[0]
+    pin(tree, "transformers>=4.56.0")
+    metadata = "Metadata-Version: 2.1\nName: transformers\nSummary: a\u2028Version: 9.9.9\nVersion: 4.57.6\n"
+    (tree / "transformers-4.57.6.dist-info" / "METADATA").write_text(metadata, encoding="utf-8")
+    found = supports(site, "--model-impl", "transformers")
+    assert found["result"] == "fail" and "the launch's Python has 4.57.6: vLLM fails" in found["message"], found
 
 
 def test_hf_overrides_naming_an_architecture_vllm_does_not_register_goes_to_the_backend(site):
@@ -241,3 +246,67 @@ def test_a_transformers_that_cannot_be_read_fails_where_vllms_own_requirement_ex
     found = with_unreadable_transformers(site, version)
     assert found["result"] == "fail", found
     assert "which this vLLM's own requirement transformers<5,>=4.56.0 excludes" in found["message"], found
+
+
+# transformers' auto mapping and DeepseekV3Config as 4.57 lays them out (the launch's transformers beside vllm/),
+# and vLLM's own config registry (model types it reads with a class of its own)
+AUTO = textwrap.dedent("""\
+    CONFIG_MAPPING_NAMES = OrderedDict[str, str](
+        [
+            ("deepseek_v3", "DeepseekV3Config"),
+            ("llama", "LlamaConfig"),
+        ]
+    )
+    SPECIAL_MODEL_TYPE_TO_MODULE_NAME = OrderedDict[str, str]([("openai-gpt", "openai")])
+    """)
+DEEPSEEK_V3_CONFIG = textwrap.dedent("""\
+    class DeepseekV3Config(PreTrainedConfig):
+        model_type = "deepseek_v3"
+
+        def __init__(self, vocab_size=129280, hidden_size=7168, n_routed_experts=EXPERTS, num_experts_per_tok=8, **kwargs):
+            self.n_routed_experts = n_routed_experts
+    """)
+VLLM_CONFIGS = 'from x import y\n_CONFIG_REGISTRY = LazyConfigDict(\n    chatglm="ChatGLMConfig",\n    OWN="X",\n)\n'
+
+
+def config_classes(tree, experts: str = "256", own: str = "kimi_k25") -> None:
+    """The transformers config sources patchkit reads the target's config class defaults from."""
+    (tree / "transformers/models/auto").mkdir(parents=True, exist_ok=True)
+    (tree / "transformers/models/auto/configuration_auto.py").write_text(AUTO)
+    (tree / "transformers/models/deepseek_v3").mkdir(parents=True, exist_ok=True)
+    source = DEEPSEEK_V3_CONFIG.replace("EXPERTS", experts)
+    (tree / "transformers/models/deepseek_v3/configuration_deepseek_v3.py").write_text(source)
+    (tree / "vllm/transformers_utils").mkdir(parents=True, exist_ok=True)
+    (tree / "vllm/transformers_utils/config.py").write_text(VLLM_CONFIGS.replace("OWN", own))
+
+
+HEDGE = "(or TransformersMoEForCausalLM, if its config class defaults to experts)"
+
+
+@pytest.mark.parametrize(
+    ("config", "experts", "own", "built"),
+    [
+        ({}, "256", "kimi_k25", "TransformersMoEForCausalLM,"),  # DeepseekV3Config's default: 256 experts
+        ({}, "None", "kimi_k25", "TransformersForCausalLM,"),  # a class defaulting to none
+        ({"n_routed_experts": 8}, None, "kimi_k25", "TransformersMoEForCausalLM,"),  # config.json tells
+        ({}, None, "kimi_k25", f"TransformersForCausalLM {HEDGE},"),  # no transformers sources to read
+        ({}, "256", "deepseek_v3", f"TransformersForCausalLM {HEDGE},"),  # vLLM's own class for it: not read
+        ({"num_experts": 0, "n_routed_experts": 8}, None, "kimi_k25", "TransformersForCausalLM,"),  # the first: 0
+        ({"num_experts": [4, 4]}, None, "kimi_k25", "TransformersMoEForCausalLM,"),  # a list: its first
+        ({"n_routed_experts": 0, "block_configs": [{"block_type": "moe", "n_routed_experts": 8}]}, None, "x", "MoE"),
+    ],
+)
+def test_the_backend_class_named_is_the_one_vllm_picks_by_its_config_classs_expert_count(
+    site, config, experts, own, built
+):
+    """review38 A8 (Low): vLLM's get_num_experts reads the config object, whose class gives defaults config.json
+    leaves out (a DeepSeek-V3 config.json without n_routed_experts: DeepseekV3Config's 256, so
+    TransformersMoEForCausalLM); said as "or" where the class is not readable here."""
+    tree = site[0]
+    if experts is not None:
+        config_classes(tree, experts, own)
+    target = {k: v for k, v in {**MOE_TARGET, **config}.items() if k != "n_routed_experts" or k in config}
+    found = supports(site, "--model-impl", "transformers", target=write_model(tree.parent / "t", target))
+    assert f"vLLM builds the target as its Transformers backend's {built}" in found["message"] or (
+        built == "MoE" and "backend's TransformersMoEForCausalLM," in found["message"]
+    ), found

@@ -39,6 +39,7 @@ from launch_fixtures import (
     serve,
     write_eagle3_setup,
     write_model,
+    write_weights,
 )
 
 from patchkit.base.errors import BadInput
@@ -125,6 +126,40 @@ def test_each_drafter_mismatch_is_named(setup, tmp_path, change, check):
     assert_clean_failure(done, 1)
     assert failed(done) == {check}
     assert findings(done)[check]["fix"]
+
+
+# the patched forward as 0.26+'s deepseek_v2.py has it: after its loop, the last layer's output for the id
+# num_hidden_layers (`self.end_layer`)
+FINAL_OUTPUT_FORWARD = DEEPSEEK_PATCHED.replace(
+    "        return [x for _ in self.aux_hidden_state_layers]",
+    "        aux = [x for idx in range(self.end_layer) if idx in self.aux_hidden_state_layers]\n"
+    "        if self.end_layer in self.aux_hidden_state_layers:\n"
+    "            aux.append(x)\n"
+    "        return aux",
+)
+
+
+@pytest.mark.parametrize(
+    ("forward", "layers", "says"),
+    [
+        (FINAL_OUTPUT_FORWARD, [1, 29, 61], "are within the target's 61 layers (61: the last layer's output, as"),
+        (FINAL_OUTPUT_FORWARD, [1, 29, 62], "[62] above the target's 61 layers (61: the last layer's output"),
+        (FINAL_OUTPUT_FORWARD, [1, 29, 60], "are below the target's 61 layers"),
+        (DEEPSEEK_PATCHED, [1, 29, 61], "[61] not below the target's 61 layers"),
+    ],
+)
+def test_an_aux_layer_id_of_the_last_layers_output_is_judged_by_the_trees_forward(tmp_path, forward, layers, says):
+    """0.26+'s deepseek_v2.py forward hands the drafter the last layer's output for the id num_hidden_layers;
+    a forward without that branch hands none for it (the drafter's fc then lacks a state)."""
+    tree, library = write_eagle3_setup(tmp_path, patched={DEEPSEEK: forward})
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    target = write_model(tmp_path / "target", DEEPSEEK_V3)
+    drafter = write_model(tmp_path / "drafter", {**DRAFTER, "eagle_aux_hidden_state_layer_ids": layers})
+    done = preflight(tree, library, *serve(target, drafter))
+    found = findings(done)["drafter-aux-layers"]
+    assert says in found["message"], found
+    assert found["ok"] is ("above" not in says and "not below" not in says), found
+    assert done.returncode == (0 if found["ok"] else 1), done.stdout
 
 
 def _changed(config: dict, change: dict) -> dict:
@@ -1618,6 +1653,182 @@ def test_a_drafter_whose_activation_the_trees_llama_mlp_refuses_fails(setup, tmp
     assert f"its hidden_act '{shown}' is not silu" in finding["message"]
     assert "after the target's load" in finding["message"]
     assert "trained with hidden_act silu" in finding["fix"]
+
+
+# llama.py's LlamaAttention and llama_eagle3.py's draft-layer count as 0.11-0.34 have them: a non-empty
+# layer_types is indexed by the draft layer, from 0, and asserted to hold it
+LLAMA_ATTENTION = """
+class LlamaAttention(nn.Module):
+    def __init__(self, config, hidden_size, num_heads, num_kv_heads, prefix=""):
+        layer_idx = extract_layer_index(prefix)
+        if layer_types := getattr(config, "layer_types", None):
+            if hasattr(config, "target_layer_count"):
+                effective_layer_idx = layer_idx - config.target_layer_count
+            else:
+                effective_layer_idx = layer_idx
+            assert effective_layer_idx < len(layer_types), "out of bounds for layer_types"
+"""
+EAGLE3_LAYER_COUNT = "self.config.target_layer_count = target_layer_num\n"
+
+
+@pytest.mark.parametrize(
+    ("layer_types", "layers", "says"),
+    [
+        (["full_attention"], 2, "its layer_types gives 1 entry for its 2 layers"),
+        ({"0": "full_attention"}, 1, "its layer_types is no list"),  # vLLM indexes it by 0: KeyError
+        (5, 1, "its layer_types is no list"),  # len(5): TypeError
+        ("a", 3, "its layer_types is no list"),  # a string shorter than the layers: the assert
+        (["full_attention"] * 2, 2, None),
+        (["full_attention"] * 4, 1, None),  # more than its layers: the first read
+        ([], 2, None),  # empty: vLLM reads none
+        ("full_attention", 2, None),  # a long enough string builds (indexed by character)
+    ],
+)
+def test_a_drafter_layer_types_shorter_than_its_layers_fails(setup, tmp_path, layer_types, layers, says):
+    """vLLM builds the drafter's LlamaAttention only after the target's load; it asserts each draft layer
+    has a layer_types entry (review38 B5's class)."""
+    tree, library, models = setup
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    (tree / "vllm" / "model_executor" / "models" / "llama.py").write_text(LLAMA_ATTENTION)
+    (tree / "vllm" / "model_executor" / "models" / "llama_eagle3.py").write_text(EAGLE3_LAYER_COUNT)
+    drafter = write_model(tmp_path / "drafter", {**DRAFTER, "layer_types": layer_types, "num_hidden_layers": layers})
+    done = preflight(tree, library, *serve(models["deepseek"], drafter))
+    if says is None:
+        assert done.returncode == 0 and failed(done) == set(), done.stdout
+        return
+    assert_clean_failure(done, 1)
+    assert failed(done) == {"drafter-architecture"}, done.stdout
+    finding = findings(done)["drafter-architecture"]
+    assert says in finding["message"] and "after the target's load" in finding["message"]
+    assert (
+        finding["fix"]
+        == f"give the drafter's config.json layer_types one entry a layer ({layers}), or drop layer_types"
+    )
+
+
+@pytest.mark.parametrize("where", ["llama.py", "llama_eagle3.py", "registry"])
+def test_a_short_layer_types_is_not_judged_where_the_tree_does_not_show_the_rule(setup, tmp_path, where):
+    """No assert in llama.py, no draft-layer count in llama_eagle3.py (layer_types then indexed otherwise), or a
+    drafter class not built of llama.py's layers: not judged."""
+    tree, library, models = setup
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    models_dir = tree / "vllm" / "model_executor" / "models"
+    (models_dir / "llama.py").write_text("" if where == "llama.py" else LLAMA_ATTENTION)
+    (models_dir / "llama_eagle3.py").write_text("" if where == "llama_eagle3.py" else EAGLE3_LAYER_COUNT)
+    if where == "registry":
+        registry = models_dir / "registry.py"
+        registry.write_text(
+            registry.read_text().replace(
+                '("llama_eagle3", "Eagle3LlamaForCausalLM")', '("qwen3_eagle3", "Eagle3Qwen3ForCausalLM")'
+            )
+        )
+    drafter = write_model(tmp_path / "drafter", {**DRAFTER, "layer_types": ["full_attention"], "num_hidden_layers": 2})
+    done = preflight(tree, library, *serve(models["deepseek"], drafter))
+    assert done.returncode == 0 and failed(done) == set(), done.stdout
+
+
+# llama_eagle3.py's layout as 0.13-0.18 have it (layer 0's q/k/v take embeds and hidden states, 2 x hidden
+# size; the fc 3 x the target's hidden size; a checkpoint's midlayer is layer 0; d2t the draft-to-target map)
+EAGLE3_WEIGHTS = """
+qkv_input_size = 2 * self.hidden_size if layer_idx == 0 else self.hidden_size
+fc_input_size = self.config.hidden_size * 3
+name = name.replace("midlayer.", "layers.0.")
+if "d2t" in name:
+"""
+# a small drafter of DeepSeek-V3 (hidden 7168): 4 heads of 16, 2 KV heads, 512 draft ids
+SMALL_DRAFTER = {**DRAFTER, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2}
+SMALL_DRAFTER |= {"intermediate_size": 128, "draft_vocab_size": 512}
+FC = [64, 3 * 7168]
+SMALL_WEIGHTS = {
+    "d2t": [512],
+    "t2d": [129280],
+    "lm_head.weight": [512, 64],
+    "fc.weight": FC,
+    "norm.weight": [64],
+    "midlayer.self_attn.q_proj.weight": [64, 128],
+    "midlayer.self_attn.k_proj.weight": [32, 128],
+    "midlayer.self_attn.v_proj.weight": [32, 128],
+    "midlayer.self_attn.o_proj.weight": [64, 64],
+    "midlayer.mlp.gate_proj.weight": [128, 64],
+    "midlayer.mlp.up_proj.weight": [128, 64],
+    "midlayer.mlp.down_proj.weight": [64, 128],
+    "midlayer.input_layernorm.weight": [64],
+    "midlayer.post_attention_layernorm.weight": [64],
+    "midlayer.hidden_norm.weight": [64],
+}
+
+TRAINED_WITH_HEAD_DIM_8 = {
+    "midlayer.self_attn.q_proj.weight": [32, 128],
+    "midlayer.self_attn.k_proj.weight": [16, 128],
+    "midlayer.self_attn.v_proj.weight": [16, 128],
+    "midlayer.self_attn.o_proj.weight": [64, 32],
+}
+
+
+@pytest.mark.parametrize(
+    ("change", "config", "says"),
+    [
+        ({}, {}, None),
+        (
+            {"fc.weight": [64, 3 * 4096]},
+            {},
+            "fc.weight is [64, 12288] (model.safetensors), where its config.json builds [64, 21504]",
+        ),
+        ({"lm_head.weight": [1024, 64]}, {}, "lm_head.weight is [1024, 64]"),  # draft_vocab_size 512: an assert
+        ({"d2t": [1000]}, {}, "d2t is [1000] (model.safetensors), where its config.json builds [512]"),
+        ({"midlayer.self_attn.q_proj.weight": [32, 128]}, {}, "builds [at least 64, 128]"),  # trained with head_dim 8
+        ({"midlayer.self_attn.q_proj.weight": [64, 64]}, {}, "builds [at least 64, 128]"),  # layer 0 takes 2 x 64
+        ({"midlayer.self_attn.o_proj.weight": [64, 32]}, {}, "builds [64, at least 64]"),
+        ({"midlayer.mlp.down_proj.weight": [32, 128]}, {}, "builds [64, at least 128]"),
+        ({"midlayer.hidden_norm.weight": [32]}, {}, "builds [64]"),
+        ({"embed_tokens.weight": [1000, 64]}, {}, "embed_tokens.weight is [1000, 64]"),
+        ({"layers.1.mlp.up_proj.weight": [128, 64]}, {}, "its weights hold layers.1.mlp.up_proj.weight"),
+        ({"fc.weight": [64, 64]}, {"eagle_config": {"use_aux_hidden_state": False}}, None),  # vLLM skips fc.
+        ({"t2d": [7]}, {}, None),  # vLLM skips it
+        ({"midlayer.self_attn.q_proj.weight": [128, 128]}, {}, None),  # larger: its loader narrows it
+        ({"midlayer.self_attn.k_proj.weight": [64, 128]}, {}, None),
+        (TRAINED_WITH_HEAD_DIM_8, {"head_dim": 8}, None),  # head_dim read from the config (else 64 // 4)
+        ({"midlayer.self_attn.q_proj.weight": [32, 128]}, {"num_attention_heads": None}, None),  # heads not given
+        ({"fc.weight": [64, 64]}, {"quantization_config": {"quant_method": "fp8"}}, None),  # quantized: not judged
+        ({"layers.0.self_attn.q_proj.weight": [64, 128]}, {"num_hidden_layers": 2}, None),
+    ],
+)
+def test_drafter_weights_whose_shapes_its_config_does_not_build_fail(setup, tmp_path, change, config, says):
+    """vLLM loads the drafter's weights (llama_eagle3.py's loaders) only after the target's load; the
+    safetensors header gives each tensor's shape (review38 B5's class)."""
+    tree, library, models = setup
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    (tree / "vllm" / "model_executor" / "models" / "llama_eagle3.py").write_text(EAGLE3_WEIGHTS)
+    drafter = write_model(tmp_path / "drafter", _changed(SMALL_DRAFTER, config))
+    write_weights(drafter, {**SMALL_WEIGHTS, **change})
+    done = preflight(tree, library, *serve(models["deepseek"], drafter))
+    if says is None:
+        assert done.returncode == 0 and failed(done) == set(), done.stdout
+        return
+    assert_clean_failure(done, 1)
+    assert failed(done) == {"drafter-architecture"}, done.stdout
+    finding = findings(done)["drafter-architecture"]
+    assert says in finding["message"] and "after the target's load" in finding["message"], finding
+    assert "config.json" in finding["fix"]
+
+
+@pytest.mark.parametrize("where", ["layout", "bin", "index"])
+def test_drafter_weights_are_not_judged_where_the_tree_or_the_files_do_not_tell(setup, tmp_path, where):
+    """Another llama_eagle3.py layout; weights vLLM does not read as safetensors; a shard its index leaves out."""
+    tree, library, models = setup
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    eagle3 = EAGLE3_WEIGHTS.replace("name.replace", "name.rename") if where == "layout" else EAGLE3_WEIGHTS
+    (tree / "vllm" / "model_executor" / "models" / "llama_eagle3.py").write_text(eagle3)
+    drafter = write_model(tmp_path / "drafter", SMALL_DRAFTER)
+    write_weights(drafter, {**SMALL_WEIGHTS, "fc.weight": [64, 64]})
+    if where == "bin":
+        (drafter / "model.safetensors").rename(drafter / "pytorch_model.bin")
+    if where == "index":
+        (drafter / "model.safetensors").rename(drafter / "old.safetensors")
+        write_weights(drafter, SMALL_WEIGHTS)
+        (drafter / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"d2t": "model.safetensors"}}))
+    done = preflight(tree, library, *serve(models["deepseek"], drafter))
+    assert done.returncode == 0 and failed(done) == set(), done.stdout
 
 
 # quantization/__init__.py and two method modules as 0.16.0 lays them out (a method mapped to its class,

@@ -78,3 +78,23 @@ def test_a_llama_drafter_trained_on_layer_0_fails_where_stock_llama_adds_a_resid
     if fails:
         assert "include layer 0" in found["drafter-aux-layers"]["message"]
         assert "llama.py" in found["drafter-aux-layers"]["message"]
+
+
+@pytest.mark.release
+@pytest.mark.parametrize(("version", "accepted"), [("0.26.0", True), ("0.16.0", False)])
+def test_an_aux_layer_id_of_the_last_layers_output_passes_where_the_releases_forward_hands_it(
+    tmp_path, version, accepted
+):
+    """0.26.0's deepseek_v2.py forward hands the drafter the last layer's output for the id num_hidden_layers
+    (`if self.end_layer in self.aux_hidden_state_layers`); 0.16.0's hands none for it (review38 B5's class)."""
+    done = run_cli("fetch", version, "--all", "--dest", tmp_path / "tree")
+    assert done.returncode == 0, done.stderr
+    drafter = write_model(tmp_path / "drafter", {**DRAFTER, "eagle_aux_hidden_state_layer_ids": [1, 29, 61]})
+    launch = serve(write_model(tmp_path / "dsv3", DEEPSEEK_V3), drafter)
+    done = run_cli_read_only(
+        "preflight", "--target", tmp_path / "tree", "--no-import", "--format", "json", "--", *launch
+    )
+    [found] = [f for f in json.loads(done.stdout)["findings"] if f["check"] == "drafter-aux-layers"]
+    assert found["ok"] is accepted, found
+    said = "(61: the last layer's output, as this vLLM's deepseek_v2.py hands it)" if accepted else "not below"
+    assert said in found["message"], found

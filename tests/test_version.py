@@ -261,21 +261,6 @@ def test_a_python_that_is_not_an_interpreter_is_a_clean_target_error(tmp_path, p
     assert why in done.stderr
 
 
-def test_metadata_headers_are_read_as_core_metadata_is_written():
-    from patchkit.tree.version import _headers
-
-    text = "Metadata-Version: 2.1\nName: vllm\nSummary: a long\n  folded summary: Version: 9.9\nVersion:  0.16.0 \n\nVersion: 1.0\n"
-    assert _headers(text) == {
-        "metadata-version": "2.1",
-        "name": "vllm",
-        "summary": "a long folded summary: Version: 9.9",
-        "version": "0.16.0",
-    }
-    # lines end at \n only, as email reads them; a folded Version is the value with its fold (it will not parse)
-    assert _headers("Name: vllm\nSummary: a\x0cVersion: 9.9\nVersion: 0.16.0\n")["version"] == "0.16.0"
-    assert _headers("Name: vllm\nVersion: 0.16.0\n  .post1\n")["version"] == "0.16.0 .post1"
-
-
 @pytest.mark.parametrize(
     "metadata",
     [

@@ -117,7 +117,9 @@ def test_the_adapters_headers_share_one_budget_a_launch(tmp_path, monkeypatch):
     monkeypatch.setattr(weights, "HEADER_BUDGET", 2 * length + 10)
     command = parse(["vllm", "serve", "m", "--enable-lora", "--max-lora-rank", "8", "--lora-modules", *modules])
     found = late_file_findings(command, "command", lambda: "utf-8")
-    assert [f.ok for f in found] == [True] * 5, found
+    assert all(f.ok for f in found), found
+    found = [f for f in found if f.result == "pass"]  # each adapter's layers (no LoRA names): not judged
+    assert len(found) == 5, found
     assert [n for n in read if n > 64] == [8 + length] * 2, read
     assert [f.message.endswith("patchkit parses up to 0 MB of adapter headers)") for f in found] == [False] * 2 + [
         True

@@ -25,6 +25,7 @@ from patchkit.base import hints
 from patchkit.base.errors import TargetError, escaped
 from patchkit.launch.engine import few_named
 from patchkit.launch.findings import Finding, cannot_judge
+from patchkit.launch.weights import drafter_tensors
 from patchkit.series.requirements import Target
 
 if TYPE_CHECKING:
@@ -41,6 +42,16 @@ NOTE_ROOM = 60  # columns for the names of the general plugins not judged
 SIZE_FIX = "give the config.json a positive whole-number size: the check cannot judge without one"
 EAGLE3_DRAFTER = f"{MODELS_DIR}/llama_eagle3.py"
 LLAMA = f"{MODELS_DIR}/llama.py"  # the drafter's decoder layer and MLP (llama_eagle3.py subclasses them)
+LLAMA_DRAFTER = "llama_eagle3"  # the module of the EAGLE-3 drafter built of llama.py's layers
+LAYER_TYPES_RULE = b"effective_layer_idx < len(layer_types)"  # LlamaAttention's assert (0.11-0.34)
+DRAFT_LAYERS = b"target_layer_count"  # llama_eagle3.py: layer_types indexed by draft layer, from 0
+# llama_eagle3.py's layout whose weight names and shapes _weights_unfit holds the drafter's weights to (0.13-0.18;
+# checked on 0.16.0 by loading weights into vLLM's own drafter on CPU): layer 0's q/k/v take 2 x hidden size
+WEIGHTS_LAYOUT = (
+    b"qkv_input_size = 2 * self.hidden_size if layer_idx == 0 else self.hidden_size",
+    b'name.replace("midlayer.", "layers.0.")',
+    b'"d2t"',
+)
 QUANTIZATION = "vllm/model_executor/layers/quantization"  # where vLLM maps methods to config classes
 HEADS_FIX = "give a -tp that divides the drafter's heads and the target's, or a drafter whose heads it divides"
 # The drafter's fc takes 3 aux hidden states (3 x hidden size) in every release up to 0.18.x; 0.22.0
@@ -62,6 +73,8 @@ FALLBACK = "vLLM registers no class of its own for"
 BACKEND_FILES = (f"{MODELS_DIR}/transformers/base.py", f"{MODELS_DIR}/transformers.py")
 BACKEND_MOE = f"{MODELS_DIR}/transformers/moe.py"
 EXPERT_KEYS = ("num_experts", "moe_num_experts", "n_routed_experts", "num_local_experts")  # vLLM's get_num_experts
+TRANSFORMERS_AUTO = "transformers/models/auto/configuration_auto.py"  # model_type -> config class (beside vllm/)
+VLLM_CONFIGS = "vllm/transformers_utils/config.py"  # _CONFIG_REGISTRY: the model types vLLM reads with its own class
 
 
 # The other methods whose drafter vLLM loads through the proposer's load_model (EagleProposer: eagle,
@@ -175,15 +188,89 @@ def _backend_class(launch, arch: str) -> tuple[str, str] | None:
     return None
 
 
-def _backend_name(launch) -> str:
+def _backend_name(launch, moe: bool | None = None) -> str:
     """The backend class vLLM picks for a generating model (ModelConfig._get_transformers_backend_cls):
-    MultiModal for a nested text config, MoE for a model with experts, of those the tree registers."""
+    MultiModal for a nested text config, MoE for a model with experts (`moe`: else as _has_experts tells;
+    untold, the plain class), of those the tree registers."""
     text = launch.target.text_config
     multimodal = "MultiModal" if text is not launch.target.config else ""
-    moe = "MoE" if any(_whole(text.get(key)) and text[key] > 0 for key in EXPERT_KEYS) else ""
+    moe = _has_experts(launch) if moe is None else moe
     table = launch.registry().get(BACKEND_TABLE, {})
-    named = [f"Transformers{multimodal}{moe}ForCausalLM", "TransformersForMultimodalLM" if multimodal else ""]
+    named = [f"Transformers{multimodal}{'MoE' if moe else ''}ForCausalLM"]
+    named.append("TransformersForMultimodalLM" if multimodal else "")
     return next((name for name in named if name in table), "TransformersForCausalLM")
+
+
+def _has_experts(launch) -> bool | None:
+    """vLLM's get_num_experts() > 0 on the target's text config: the first of EXPERT_KEYS the config has
+    (a list: its first), from config.json or else its config class's defaults (a DeepSeek-V3 config.json
+    without n_routed_experts has DeepseekV3Config's 256); none or 0, the MoE blocks of block_configs.
+    None: the config class's defaults are not readable here (no transformers beside vllm/)."""
+    text = launch.target.text_config
+    defaults = {} if any(key in text for key in EXPERT_KEYS) else _config_defaults(launch, text.get("model_type"))
+    if defaults is None:
+        return None
+    given = {**defaults, **text}
+    value = next((given[key] for key in EXPERT_KEYS if key in given), 0)
+    value = value[0] if isinstance(value, list) and value else value
+    if _whole(value) and value > 0:
+        return True
+    blocks = text.get("block_configs")
+    experts = [b.get("n_routed_experts") for b in blocks or [] if isinstance(b, dict) and b.get("block_type") == "moe"]
+    return any(_whole(n) and n > 0 for n in experts)
+
+
+def _config_defaults(launch, model_type: object) -> dict[str, object] | None:
+    """The __init__ defaults of the transformers config class vLLM reads `model_type` with (transformers'
+    CONFIG_MAPPING_NAMES, read from the launch's site-packages beside vllm/), {} for a model_type it does
+    not map; None where not readable, or where vLLM registers a config class of its own for it."""
+    auto = _parsed(launch.read(TRANSFORMERS_AUTO))
+    own = _parsed(launch.read(VLLM_CONFIGS))
+    if auto is None or own is None or not isinstance(model_type, str):
+        return None
+    registered = {
+        k.arg for n in ast.walk(own) if isinstance(n, ast.Call) and _named(n.func, "LazyConfigDict") for k in n.keywords
+    }
+    if model_type in registered:
+        return None
+    pairs = dict(_string_pairs(auto, "CONFIG_MAPPING_NAMES"))
+    if model_type not in pairs:
+        return {}
+    module = dict(_string_pairs(auto, "SPECIAL_MODEL_TYPE_TO_MODULE_NAME")).get(
+        model_type, model_type.replace("-", "_")
+    )
+    source = _parsed(launch.read(f"transformers/models/{module}/configuration_{module}.py"))
+    init = next(
+        (
+            m
+            for c in ast.walk(source or ast.Module([], []))
+            if isinstance(c, ast.ClassDef) and c.name == pairs[model_type]
+            for m in c.body
+            if isinstance(m, ast.FunctionDef) and m.name == "__init__"
+        ),
+        None,
+    )
+    if init is None:
+        return None
+    args = init.args.args[len(init.args.args) - len(init.args.defaults) :] + init.args.kwonlyargs
+    values = [*init.args.defaults, *init.args.kw_defaults]
+    return {arg.arg: value.value for arg, value in zip(args, values, strict=False) if isinstance(value, ast.Constant)}
+
+
+def _string_pairs(tree: ast.Module, name: str) -> list[tuple[str, str]]:
+    """The ("a", "b") pairs of the module-level `name = OrderedDict([...])` (transformers' auto mappings)."""
+    for node in tree.body:
+        if isinstance(node, ast.Assign | ast.AnnAssign) and name in _names(
+            *(node.targets if isinstance(node, ast.Assign) else [node.target])
+        ):
+            return [
+                (e.elts[0].value, e.elts[1].value)
+                for e in ast.walk(node.value)
+                if isinstance(e, ast.Tuple)
+                and len(e.elts) == 2
+                and all(isinstance(x, ast.Constant) and isinstance(x.value, str) for x in e.elts)
+            ]
+    return []
 
 
 def _backend_eagle3(launch, cls: str, why: str) -> Finding:
@@ -200,6 +287,10 @@ def _backend_eagle3(launch, cls: str, why: str) -> Finding:
             f"run {hints.command('status')}",
         )
     built = f"{why}: vLLM builds the target as its Transformers backend's {cls}"
+    other = _backend_name(launch, moe=True)  # where vLLM picks the class by the config (not one registered)
+    picked = why == "--model-impl transformers" or why.startswith(FALLBACK)
+    if picked and cls != other and _has_experts(launch) is None:  # config.json does not tell, its class unread
+        built += f" (or {other}, if its config class defaults to experts)"
     needs = _backend_needs(source, "set_aux_hidden_state_layers", "Eagle3 support")
     if needs is None:
         return Finding(
@@ -420,7 +511,11 @@ def drafter_architecture(launch) -> Finding:
     built = next((name for name in _built_names(launch.drafter) if any(name in t for t in tables.values())), None)
     if built is not None:
         registered = f"drafter architecture {built} is registered for EAGLE-3"
-        unbuilt = _heads_unsplit(launch) or _activation_refused(launch) or _quant_config_unfound(launch)
+        # llama.py's rules hold only for the drafter class built of its layers (0.22+ has other EAGLE-3 drafters)
+        llama = (_activation_refused, _layer_types_refused, _weights_unfit)
+        llama = llama if table.get(built, ("",))[0] == LLAMA_DRAFTER else ()
+        rules = (_heads_unsplit, *llama, _quant_config_unfound)
+        unbuilt = next((found for rule in rules if (found := rule(launch)) is not None), None)
         if unbuilt is None:
             return Finding("drafter-architecture", True, registered)
         message = f"{registered}, but {unbuilt[0]}: vLLM fails building it, after the target's load"
@@ -474,6 +569,128 @@ def _activation_refused(launch) -> tuple[str, str] | None:
         return None
     fix = f"use an EAGLE-3 drafter trained with hidden_act {taken}, the only one this vLLM's drafter layer takes"
     return f"its hidden_act '{escaped(act)}' is not {taken}, the only activation llama.py's LlamaMLP takes", fix
+
+
+def _layer_types_refused(launch) -> tuple[str, str] | None:
+    """llama.py's LlamaAttention indexes a non-empty layer_types by the draft layer (llama_eagle3.py's
+    target_layer_count makes it count from 0) and asserts the index is in it: (what fails, fix) when the
+    drafter's config.json gives fewer entries than its layers, or no list; None where vLLM reads none (an
+    empty or absent one) or the tree does not show that rule."""
+    config = launch.drafter.config
+    given, layers = config.get("layer_types"), config.get("num_hidden_layers")
+    if not given or not _whole(layers) or layers <= 0 or (isinstance(given, list | str) and len(given) >= layers):
+        return None  # a string is indexed by character: long enough, it builds
+    shown = LAYER_TYPES_RULE in (launch.read(LLAMA) or b"") and DRAFT_LAYERS in (launch.read(EAGLE3_DRAFTER) or b"")
+    if not shown:
+        return None
+    fix = f"give the drafter's config.json layer_types one entry a layer ({layers}), or drop layer_types"
+    if not isinstance(given, list):
+        return "its layer_types is no list (llama.py's LlamaAttention reads one entry a layer)", fix
+    entries = f"{len(given)} entr{'y' if len(given) == 1 else 'ies'}"
+    return f"its layer_types gives {entries} for its {layers} layers (llama.py asserts one a layer)", fix
+
+
+def _weights_unfit(launch) -> tuple[str, str] | None:
+    """vLLM loads the drafter's weights into the modules its config.json builds (llama_eagle3.py), after
+    the target's load; a tensor whose shape a module's loader refuses (an assert; a narrow to the size it
+    shards over -tp, where a larger one loads in part), or a layer past its num_hidden_layers (a KeyError),
+    fails the launch. (what fails, fix) for the first; None where none does, or the check cannot tell."""
+    config = launch.drafter.config
+    quantized = (launch.command.speculative_config or {}).get("quantization") or config.get("quantization_config")
+    source = launch.read(EAGLE3_DRAFTER) or b""
+    if quantized is not None or not all(mark in source for mark in WEIGHTS_LAYOUT) or _fc_hidden_states(launch) is None:
+        return None  # quantized tensors are packed, with scales: other shapes
+    tensors = drafter_tensors(launch.command) or {}
+    sizes = _drafter_sizes(config)
+    unfit = [
+        (name, file, shape, taken)
+        for name, (file, shape) in sorted(tensors.items())
+        if (taken := _taken(name, sizes)) is not None and not _fits(shape, taken)
+    ]
+    if not unfit:
+        return None
+    name, file, shape, taken = unfit[0]
+    more = f" (and {len(unfit) - 1} more)" if len(unfit) > 1 else ""
+    if isinstance(taken, int):
+        why = f"its weights hold {escaped(name)} ({escaped(file)}), past its num_hidden_layers {taken}{more}"
+        return (
+            why,
+            "give the drafter's config.json the num_hidden_layers its weights hold, or the config saved with them",
+        )
+    wanted = ", ".join(f"at least {size}" if least else str(size) for size, least in taken)
+    why = f"its weights' {escaped(name)} is {shape} ({escaped(file)}), where its config.json builds [{wanted}]{more}"
+    return why, "give the drafter the config.json saved with its weights (this one's sizes do not build them)"
+
+
+def _drafter_sizes(config: dict) -> dict[str, int | None]:
+    """The sizes the drafter's modules are built with, as vLLM reads its config (None: not given, so
+    not judged here, though LlamaConfig would default it)."""
+    hidden, heads = _size(config, "hidden_size"), _size(config, "num_attention_heads")
+    head_dim = _size(config, "head_dim") or (hidden // heads if hidden and heads else None)
+    kv = _size(config, "num_key_value_heads", "num_attention_heads")
+    target = _size(config, "target_hidden_size", "hidden_size")
+    return {
+        "hidden": hidden,
+        "q": heads * head_dim if heads and head_dim else None,
+        "kv": kv * head_dim if kv and head_dim else None,
+        "inter": _size(config, "intermediate_size"),
+        "vocab": _size(config, "vocab_size"),
+        "draft": _size(config, "draft_vocab_size", "vocab_size"),
+        "fc": FC_HIDDEN_STATES * target if target and _uses_aux_hidden_states(config) else None,
+        "layers": _size(config, "num_hidden_layers"),
+    }
+
+
+# each module's weight by its name under a layer: (key of the output size, sharded), (key of the input size,
+# sharded); "in" is the layer's input (2 x hidden size at layer 0); a norm's one dimension is the hidden size
+LAYER_WEIGHTS = {
+    "self_attn.q_proj.weight": (("q", True), ("in", False)),
+    "self_attn.k_proj.weight": (("kv", True), ("in", False)),
+    "self_attn.v_proj.weight": (("kv", True), ("in", False)),
+    "self_attn.o_proj.weight": (("hidden", False), ("q", True)),
+    "mlp.gate_proj.weight": (("inter", True), ("hidden", False)),
+    "mlp.up_proj.weight": (("inter", True), ("hidden", False)),
+    "mlp.down_proj.weight": (("hidden", False), ("inter", True)),
+}
+NORMS = ("input_layernorm.weight", "post_attention_layernorm.weight", "hidden_norm.weight")
+TOP_WEIGHTS = {  # llama_eagle3.py's own modules: replicated or vocabulary-sharded, each dimension exact
+    "d2t": ("draft",),
+    "lm_head.weight": ("draft", "hidden"),
+    "embed_tokens.weight": ("vocab", "hidden"),
+    "fc.weight": ("hidden", "fc"),
+    "norm.weight": ("hidden",),
+}
+
+
+def _taken(name: str, sizes: dict[str, int | None]) -> list[tuple[int, bool]] | int | None:
+    """What vLLM's module takes for the checkpoint tensor `name`: each dimension (size, at least: a
+    dimension sharded over -tp is narrowed, so a larger one loads); an int: the drafter's layer count,
+    which the tensor's layer is past; None: not judged (skipped by vLLM, or a size not given)."""
+    layer = re.fullmatch(r"(?:midlayer|layers\.(\d+))\.(.+)", name)
+    if layer is None:
+        keys: tuple[tuple[str, bool], ...] = tuple((key, False) for key in TOP_WEIGHTS.get(name, ("-",)))
+    else:
+        index = int(layer[1] or 0)
+        if (
+            sizes["layers"] is not None
+            and index >= sizes["layers"]
+            and "scale" not in name
+            and "zero_point" not in name
+        ):
+            return sizes["layers"]
+        hidden = sizes["hidden"]
+        sizes = {**sizes, "in": hidden * (2 if index == 0 else 1) if hidden else None}
+        keys = LAYER_WEIGHTS.get(layer[2]) or ((("hidden", False),) if layer[2] in NORMS else (("-", False),))
+    taken = [(sizes.get(key), least) for key, least in keys]
+    return [(size, least) for size, least in taken if size is not None] if all(s for s, _ in taken) else None
+
+
+def _fits(shape: list[int], taken: list[tuple[int, bool]] | int) -> bool:
+    if isinstance(taken, int):
+        return False
+    return len(shape) == len(taken) and all(
+        dim >= size if least else dim == size for dim, (size, least) in zip(shape, taken, strict=False)
+    )
 
 
 def _mlp_activation(source: bytes | None) -> str | None:
@@ -581,23 +798,32 @@ def aux_layers(launch) -> Finding:
     if not _whole(count) or not all(_whole(n) for n in layers):
         message = f"cannot judge: layers {layers}, target layers {count} (each must be a whole number)"
         return Finding("drafter-aux-layers", False, message, LAYERS_FIX)
-    beyond = [n for n in layers if not 0 <= n < count]
+    final = _final_output_taken(launch)  # the id num_hidden_layers: the last layer's output, where the tree takes it
+    top = count if final else count - 1
+    beyond = [n for n in layers if not 0 <= n <= top]
+    last = f" ({count}: the last layer's output, as this vLLM's {final} hands it)" if final else ""
     if beyond:
-        message = f"drafter's eagle_aux_hidden_state_layer_ids {beyond} not below the target's {count} layers"
+        where = f"above the target's {count} layers{last}" if final else f"not below the target's {count} layers"
+        message = f"drafter's eagle_aux_hidden_state_layer_ids {beyond} {where}"
         return Finding("drafter-aux-layers", False, message, DRAFTER_FIX)
-    passed = f"aux layers {layers} are below the target's {count} layers"
-    return _aux_count(launch, f"aux layers {layers}", layers, count, passed)
+    held = (
+        f"within the target's {count} layers{last}"
+        if final and count in layers
+        else f"below the target's {count} layers"
+    )
+    return _aux_count(launch, f"aux layers {layers}", layers, top, f"aux layers {layers} are {held}")
 
 
-def _aux_count(launch, named: str, layers: list[int], count: int, passed: str) -> Finding:
-    """The target returns one hidden state per distinct layer id below its layer count (none past the
-    last layer), and the drafter's fc takes exactly FC_HIDDEN_STATES of them: another number loads and
-    serves until the first request's proposal, which fails on the fc's shape."""
+def _aux_count(launch, named: str, layers: list[int], top: int, passed: str) -> Finding:
+    """The target returns one hidden state per distinct layer id up to `top` (its last layer; one more
+    where its forward hands the last layer's output), and the drafter's fc takes exactly FC_HIDDEN_STATES of
+    them: another number loads and serves until the first request's proposal, which fails on the fc's shape."""
+    count = launch.target.text_config.get("num_hidden_layers")
     refused = _partition_refused(launch, count)
     if refused is not None:
         return refused
     first = _last_stage_start(launch, count)
-    taken = sorted({n for n in layers if first <= n < count})
+    taken = sorted({n for n in layers if first <= n <= top})
     unguarded = _residual_added_unguarded(launch) if 0 in taken else None
     if unguarded is not None:
         message = (
@@ -613,7 +839,7 @@ def _aux_count(launch, named: str, layers: list[int], count: int, passed: str) -
         f"takes {FC_HIDDEN_STATES}: vLLM fails at the first request"
     )
     fix = f"give the drafter's eagle_aux_hidden_state_layer_ids 3 distinct layers below {count}, as it was trained"
-    if first > 0 and len({n for n in layers if 0 <= n < count}) == FC_HIDDEN_STATES:  # its layers are right
+    if first > 0 and len({n for n in layers if 0 <= n <= top}) == FC_HIDDEN_STATES:  # its layers are right
         fix = "serve without -pp (give its GPUs to -tp): this vLLM hands the drafter the last stage's states alone"
     return Finding("drafter-aux-layers", False, message, fix)
 
@@ -623,16 +849,42 @@ def _aux_count(launch, named: str, layers: list[int], count: int, passed: str) -
 FORWARD_MODULE = {"KimiK25ForConditionalGeneration": "deepseek_v2"}
 
 
-def _residual_added_unguarded(launch) -> str | None:
-    """The target's model file (e.g. deepseek_v2.py) when its forward hands the drafter hidden_states +
-    residual with no `residual is None` test: before the first layer the residual is None, so layer 0
-    raises TypeError. None when the file guards it, lacks such a loop, or cannot be read."""
+def _forward_file(launch) -> tuple[str, ast.Module] | None:
+    """(file name, parsed) of the target's model file whose forward hands the drafter its hidden states;
+    None when the architecture is not registered or the file is unreadable."""
     arch = target_architecture(launch)
     where = _model_class(launch.registry(), arch) if arch else None
     module = FORWARD_MODULE.get(arch or "") or (where[0] if where else None)
     tree = _parsed(launch.read(f"{MODELS_DIR}/{module}.py") if module else None)
-    loops = [node for node in ast.walk(tree) if isinstance(node, ast.For)] if tree else []
-    return f"{module}.py" if any(_adds_residual_unguarded(loop) for loop in loops) else None
+    return (f"{module}.py", tree) if tree is not None else None
+
+
+def _residual_added_unguarded(launch) -> str | None:
+    """The target's model file (e.g. deepseek_v2.py) when its forward hands the drafter hidden_states +
+    residual with no `residual is None` test: before the first layer the residual is None, so layer 0
+    raises TypeError. None when the file guards it, lacks such a loop, or cannot be read."""
+    found = _forward_file(launch)
+    loops = [node for node in ast.walk(found[1]) if isinstance(node, ast.For)] if found else []
+    return found[0] if found and any(_adds_residual_unguarded(loop) for loop in loops) else None
+
+
+def _final_output_taken(launch) -> str | None:
+    """The target's model file when its forward also hands the drafter the last layer's output for the id
+    num_hidden_layers (`if self.end_layer in self.aux_hidden_state_layers:` after its loop, 0.26+'s
+    deepseek_v2.py); None where it hands states of layers below its count alone."""
+    found = _forward_file(launch)
+    for node in ast.walk(found[1]) if found else ():
+        test = node.test if isinstance(node, ast.If) else None
+        if (
+            isinstance(test, ast.Compare)
+            and isinstance(test.left, ast.Attribute)
+            and test.left.attr == "end_layer"
+            and isinstance(test.ops[0], ast.In)
+            and isinstance(test.comparators[0], ast.Attribute)
+            and test.comparators[0].attr == "aux_hidden_state_layers"
+        ):
+            return found[0] if found else None
+    return None
 
 
 def _adds_residual_unguarded(loop: ast.For) -> bool:
@@ -757,7 +1009,9 @@ def _default_aux_layers(launch, config: dict, count: object) -> Finding:
         message = f"drafter names no eagle_aux_hidden_state_layer_ids: vLLM uses the target's default layers {default}"
         if not _whole(count):
             return Finding("drafter-aux-layers", True, message)
-        return _aux_count(launch, f"the target's default layers {default}", [2, count // 2, count - 3], count, message)
+        return _aux_count(
+            launch, f"the target's default layers {default}", [2, count // 2, count - 3], count - 1, message
+        )
     message = (
         f"vLLM never reads the drafter's {ignored[0]} {ignored[1]!r} (only a non-empty top-level list): "
         f"it uses the target's default layers {default}"

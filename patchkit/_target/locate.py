@@ -14,10 +14,12 @@ import json
 import os
 import stat
 import sys
-from typing import TYPE_CHECKING, Any
 
+# typing.TYPE_CHECKING without typing's import (~4.5 ms of each run: every --python command); mypy reads it as True
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     import importlib.metadata
+    from typing import Any
 
 
 def work(request: dict[str, Any]) -> dict[str, Any]:

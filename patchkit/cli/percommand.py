@@ -30,7 +30,7 @@ MEMOS: dict[str, tuple[str, ...]] = {
     "patchkit.launch.serve_parser": ("_load_spec", "_parser"),
     "patchkit.launch.shortcut": ("_own_code",),
     "patchkit.launch.speculative": ("_fields",),
-    "patchkit.launch.weights": ("_JUDGED",),
+    "patchkit.launch.weights": ("_JUDGED", "_PARTS"),
     "patchkit.store.state": ("_hashed", "_hashed_bytes", "_kept", "_parsed", "_walked"),
     "patchkit.tree.target": (
         "_ASKED_HERE",

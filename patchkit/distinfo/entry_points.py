@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from patchkit.base.fsutil import NotRegularFile, read_regular
+from patchkit.tree.version import metadata_headers
 
 if TYPE_CHECKING:
     import importlib.metadata
@@ -128,21 +129,8 @@ def distribution_headers(places: Iterable[str], name: str) -> list[tuple[str, st
             text = _read_text(info, "METADATA", METADATA_LIMIT) or _read_text(info, "PKG-INFO", METADATA_LIMIT)
         except Unreadable:
             return None
-        return None if text is None else _headers(text)
+        return None if text is None else metadata_headers(text)
     return None
-
-
-def _headers(text: str) -> list[tuple[str, str]]:
-    """The header fields of a METADATA text: up to the first blank line (the description after it);
-    a folded line (one that starts with white space) belongs to the field before it, and is dropped."""
-    fields = []
-    for line in text.splitlines():
-        if not line.strip():
-            break
-        key, colon, value = line.partition(":")
-        if colon and not line[:1].isspace():
-            fields.append((key.strip(), value.strip()))
-    return fields
 
 
 def _values_of(text: str, group: str, name: str) -> list[str]:
@@ -251,10 +239,10 @@ def _distribution_name(info: str) -> str | None:
         return normalize(stem.partition("-")[0])
     try:
         text = _read_text(info, "METADATA", METADATA_LIMIT) or _read_text(info, "PKG-INFO", METADATA_LIMIT)
-        name = None if text is None else _text_distribution()(text, "METADATA").metadata["Name"]
     except Unreadable:
         return None
-    return normalize(name) if isinstance(name, str) else None
+    name = next((value for key, value in metadata_headers(text or "") if key.lower() == "name"), None)
+    return None if name is None else normalize(name)
 
 
 @functools.cache

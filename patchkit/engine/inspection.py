@@ -700,6 +700,20 @@ def chosen_sets(state: State, version: Version | None) -> tuple[str, ...]:
     return names if left_out and set(names) <= set(library) else ()
 
 
+def set_drift_fix(resolved: Resolved, status: TreeStatus) -> str:
+    """The fix of a drifted set, one for `run --apply`'s summary and preflight's finding: revert --force,
+    then apply, of the set alone where only some launches need it (set.toml's [needed_by], as
+    apply_fix names it) and revert takes it alone (not one set of a wheel of several); else status's
+    (the sets the record chose); a file reached through a symlink: its hand repair."""
+    if status.linked and status.symlink_fix:
+        return status.drift_fix
+    if getattr(resolved.selection.patch_set, "needed_by", None) is None or status.whole_wheel:
+        return f"run {status.drift_fix}"
+    chosen = hints.for_set(resolved.set_name)
+    revert, apply = hints.command("revert", "--force", chosen=chosen), hints.command("apply", chosen=chosen)
+    return f"run {revert} (it keeps a copy of your edits), then {apply}"
+
+
 def apply_of(names: tuple[str, ...]) -> str:
     """apply of these sets, where the user named none (their choice stands) and there are some."""
     opts = hints.current()

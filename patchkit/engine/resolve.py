@@ -174,6 +174,10 @@ def _upstream_in_stock(tgt: Target, selection: Selection) -> Selection:
     if selection.kind != SelectionKind.PATCH or not selection.patches:
         return selection
     root = tgt.root
+    if os.path.lexists(journal_path(root)):
+        # an apply cut short wrote these files (a kill before its record): the command's lock rolls
+        # it back before it reads them, so they are judged as the set's, never as upstream's
+        return selection
     # the record first: on a tree that records the set (run's fast path) it is ~0.3 ms, where the
     # RECORD's parse and the files' hashes it spares were ~2 ms
     candidates = _unrecorded(root, selection)

@@ -320,7 +320,7 @@ def apply_needed(
     one or none needs applying; else the one set's ApplyResult."""
     looked = [(c, inspection.inspect(c.resolved, import_probe=False)) for c in judged(chosen) if c.resolved is not None]
     needed = [c for c, status in looked if c.resolved is not None and needs_apply(c.resolved, status)]
-    drifted = [_drift_fix(c.name, status) for c, status in looked if status.drifted]
+    drifted = [_drift_said(c, status) for c, status in looked if status.drifted]
     # a set whose series does not apply (a local edit) is skipped: said, with its fix, never in silence
     drifted += [_conflict_fix(c, status) for c, status in looked if status.state == TreeState.CONFLICT]
     if not several:
@@ -345,14 +345,12 @@ def _conflict_fix(chosen: Chosen, status: TreeStatus) -> str:
     return f"{chosen.name} not applied: {inspection.local_edit_said(files, version, root, there)}; fix: {fix}"
 
 
-def _drift_fix(name: str, status: TreeStatus) -> str:
-    """A drifted set, its files and the fix (`run --apply` applies no drifted set: the edits are the user's)."""
-    files = ", ".join(status.drifted)
-    if status.linked:  # through a symlink: no command writes there
-        return f"{name} changed after apply ({files}): {status.drift_fix}"
-    chosen = hints.for_set(name)
-    revert, apply = hints.command("revert", "--force", chosen=chosen), hints.command("apply", chosen=chosen)
-    return f"{name} changed after apply ({files}): run {revert} (it keeps a copy of your edits), then {apply}"
+def _drift_said(chosen: Chosen, status: TreeStatus) -> str:
+    """A drifted set, its files and the fix preflight gives too (`run --apply` applies no drifted set:
+    the edits are the user's)."""
+    assert chosen.resolved is not None
+    fix = inspection.set_drift_fix(chosen.resolved, status)
+    return f"{chosen.name} changed after apply ({', '.join(status.drifted)}): {fix}"
 
 
 # --------------------------------------------------------------------------- status and verify

@@ -789,6 +789,8 @@ def consistent_read(root: Path) -> Iterator[str | None]:
     try:
         if lock:
             recovered, state = _recover(root)
+            if recovered and state is not None and state.holds_nothing():
+                prune_objects(root, state)  # before the reader looks: it would name originals that go at its end
         yield recovered
     finally:
         if lock:

@@ -274,4 +274,5 @@ def plan_over_stock(root: Path, entry: Entry, patches: list[Patch]) -> Plan | No
         return None
     plan = dry_run(root, patches, stock, from_disk=True)  # each change from the bytes on disk, which it replaces
     plan.stock = stock  # what the integrity check and the record judge: not the earlier series' bytes
+    plan.kept = frozenset(p["sha256"] for p in entry.patches)
     return plan

@@ -121,10 +121,21 @@ def _session_class(
             if kwargs.get("stream"):
                 return super().send(request, **kwargs)  # type: ignore[no-any-return]
             response: requests.Response = super().send(request, **{**kwargs, "stream": True})
+            if response.is_redirect:  # not followed (allow_redirects=False): get_redirect_target dropped its body
+                return response
             with response:
                 body = _bounded_body(response, kwargs.get("timeout"), failure)
             response._content = body  # what .content, .text and .json() read: the body is consumed
             return response
+
+        def get_redirect_target(self, response: requests.Response) -> str | None:
+            """requests reads a redirect's body whole before it follows it (to free the connection),
+            bounded by neither size nor time: the body is dropped unread, the connection closed."""
+            target: str | None = super().get_redirect_target(response)
+            if target is not None and not getattr(response, "_content_consumed", True):
+                response._content = b""  # what requests' own read leaves there: nobody reads a 3xx's body
+                response.close()
+            return target
 
         # requests lets REQUESTS_CA_BUNDLE override session.verify; pip's --cert must win.
         def merge_environment_settings(

@@ -20,16 +20,18 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from patchkit.base import signals
 from patchkit.base.errors import BadInput
-from patchkit.fleet import HEARTBEAT
 from patchkit.fleet.node import (
     ABORT,
     AGENT_THREADS,
     COMMIT,
     CONTROL_THREADS,
     Agent,
+    Heartbeat,
     PatchkitRun,
     beat_key,
     decision_key,
+    recorded_revert,
+    rolled_back_key,
 )
 from patchkit.fleet.protocol import Batch, ClusterError, Node, NodeReport
 from patchkit.fleet.states import NodeState, RayFailure
@@ -151,7 +153,7 @@ def agent_class(ray: ModuleType) -> Any:
 
     class RayAgent(Agent):
         def __init__(self, hold: float, patchkit: PatchkitRun) -> None:
-            super().__init__(hold, patchkit, RayLedger(ray))
+            super().__init__(hold, patchkit, RayLedger(ray), ray.get_runtime_context().get_node_id())
 
         @control
         def claim(self, run: str, hold: float) -> dict[str, Any]:
@@ -177,6 +179,21 @@ def agent_class(ray: ModuleType) -> Any:
     # actors --filter class_name=RayAgent` matches the whole name: the one docs/fleets.md shows.
     RayAgent.__qualname__ = "RayAgent"
     return ray.remote(concurrency_groups={"control": CONTROL_THREADS})(RayAgent)
+
+
+def keeper_class(ray: ModuleType) -> Any:
+    """node.Heartbeat as a Ray actor owned by the driver (not detached: Ray ends it when the
+    driver's process ends), with num_cpus=0 so that a cluster whose CPUs are all taken runs it."""
+
+    class HeartbeatKeeper:
+        def __init__(self, run: str, seconds: float) -> None:
+            self.heartbeat = Heartbeat(RayLedger(ray), run, "keeper", seconds)
+
+        def stop(self) -> None:
+            self.heartbeat.stop()
+
+    HeartbeatKeeper.__qualname__ = "HeartbeatKeeper"
+    return ray.remote(num_cpus=0, max_restarts=0)(HeartbeatKeeper)
 
 
 class RayLedger:
@@ -221,7 +238,8 @@ class RayRunner:
         self.held: list[Any] = []  # every agent this run claimed (released at the end)
         self.own: list[Any] = []  # the agents made for this run alone (released with no keep-alive)
         self.ledger = RayLedger(ray)
-        self.beating: threading.Event | None = None  # set: this run's heartbeat stops
+        self.beating: Heartbeat | None = None  # this process's heartbeat, once phase 2 begins
+        self.keeper: Any = None  # the actor that beats beside it
 
     def alive_nodes(self) -> list[Node]:
         nodes = [Node(n["NodeID"], n.get("NodeManagerAddress", "?")) for n in self.ray.nodes() if n.get("Alive")]
@@ -236,8 +254,8 @@ class RayRunner:
                 self.stop.signum,
             )
         if step == "apply":  # the nodes' writes stay undecided until decide(): they hear from this run meanwhile
-            self._beat()
-            request = {**request, "decides": True}
+            self._beat(self._hold_seconds(request))
+            request = {**request, "decides": True, "driver": f"{socket.gethostname()} pid {os.getpid()}"}
         # The step's time limit, and a little for scheduling (an agent starting on a busy node).
         deadline = time.monotonic() + float(request["timeout"]) + 10
         answers = self._hold_agents([n for n in nodes if n not in self.agents], request, deadline)
@@ -252,7 +270,22 @@ class RayRunner:
         for node in pending.values():
             answers[node] = self._unanswered(node, step, request)
             self._give_up(node, tickets[node], timed_out=answers[node].state == NodeState.TIMED_OUT)
+        if step == "revert" and self.beating is not None:  # a rollback: a node may have rolled back on its own
+            answers.update(
+                {n: self._reverted_by_its_node(n, request) or answers[n] for n in nodes if not answers[n].ok}
+            )
         return Batch([answers[node] for node in nodes], self.stop.signum)
+
+    def _reverted_by_its_node(self, node: Node, request: dict[str, Any]) -> NodeReport | None:
+        """This run's revert where the node rolled the run back itself (its nodes gave up on this
+        driver, stopped past the lease) and its agent has ended since: the node's own revert, as
+        its agent recorded it in the cluster's store (never "the revert failed" for a node reverted)."""
+        try:
+            recorded = self.ledger.get(rolled_back_key(self.run_id, node.node_id))
+        except Exception:  # the GCS unreachable: the step's own answer stands
+            return None
+        answer = recorded_revert(recorded, request.get("set_name"))
+        return None if answer is None else NodeReport.from_node(node, answer)
 
     def decide(self, commit: bool) -> bool:
         """This run's decision on its apply, written once for every node: whether `commit` stands
@@ -263,27 +296,27 @@ class RayRunner:
         except Exception as exc:  # the GCS unreachable (Ray raises RpcError, ConnectionError...): the cluster's
             raise ClusterError(f"phase 2: cannot record this run's {wanted} in the Ray cluster: {_gist(exc)}") from None
 
-    def _beat(self) -> None:
-        """This run's heartbeat, every HEARTBEAT s until it ends: the first before any node writes."""
+    def _beat(self, seconds: float) -> None:
+        """This run's heartbeat until it ends, the first before any node writes: from this process,
+        and from a keeper beside it for at most `seconds` (it beats while this process is stopped,
+        and dies with it: Ray ends the actors a driver owns once its process is gone)."""
         if self.beating is not None:
             return
-        self.beating = threading.Event()
         with suppress(Exception):  # none written: the nodes abort what they write, and the commit says so
             self.ledger.put(beat_key(self.run_id), "0")
-
-        def beat(stopped: threading.Event, count: int = 0) -> None:
-            while not stopped.wait(HEARTBEAT):
-                count += 1
-                with suppress(Exception):  # the GCS unreachable for a moment: the next beat tries again
-                    self.ledger.put(beat_key(self.run_id), str(count))
-
-        threading.Thread(target=beat, args=(self.beating,), name="patchkit-heartbeat", daemon=True).start()
+        self.beating = Heartbeat(self.ledger, self.run_id, "driver")
+        with suppress(Exception):  # none started: this process's own beats still hold the run while it runs
+            self.keeper = keeper_class(self.ray).remote(self.run_id, seconds)
 
     def release(self, keep_alive: float) -> None:
         """Each agent this run held may end once `keep_alive` seconds have passed (0: now); the
         heartbeat ends (an apply left undecided is rolled back by its nodes)."""
+        if self.keeper is not None:  # stopped first: none of its beats comes after the key is gone
+            with suppress(Exception):  # not started yet, or gone: ended below all the same
+                self.ray.wait([self.keeper.stop.remote()], timeout=KEEPER_STOP_SECONDS)
+            self._end(self.keeper)
         if self.beating is not None:
-            self.beating.set()
+            self.beating.stop()
             with suppress(Exception):  # the GCS unreachable: the nodes find the heartbeat stopped
                 self.ledger.delete(beat_key(self.run_id))
         own = {id(agent) for agent in self.own}
@@ -435,6 +468,7 @@ class RayRunner:
 
 
 AGENT_ATTEMPTS = 5
+KEEPER_STOP_SECONDS = 2.0  # a heartbeat keeper stops at once (its creation may still be on its way)
 GIVE_UP_SECONDS = 5.0  # an agent answers a give-up at once (on its control threads)
 
 

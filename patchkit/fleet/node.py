@@ -13,6 +13,7 @@ worker (in a vLLM cluster, vLLM's environment)."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import threading
@@ -27,7 +28,7 @@ from patchkit.base.enums import Outcome, TreeState
 from patchkit.base.errors import few
 from patchkit.base.fsutil import load_json_text
 from patchkit.fetch.pipconfig import forget_settings
-from patchkit.fleet import DEFAULT_TIME_LIMIT, LEASE
+from patchkit.fleet import DEFAULT_TIME_LIMIT, HEARTBEAT, LEASE, ROLLED_BACK_BY_ITS_NODE
 from patchkit.fleet.states import NodeState
 
 # patchkit's command line run in this process: its arguments -> (exit code, stdout, stderr).
@@ -363,12 +364,65 @@ def beat_key(run: str) -> str:
     return f"fleet/{run}/beat"
 
 
+def rolled_back_key(run: str, where: str) -> str:
+    """Where a node's agent records its own rollback of a run (`where`: its node's id)."""
+    return f"fleet/{run}/rolled-back/{where}"
+
+
+def recorded_revert(recorded: str | None, set_name: str | None) -> dict[str, Any] | None:
+    """The driver's revert of `set_name`, answered by the node's own rollback as its agent recorded
+    it (None: none recorded for that set): a driver back after its agent ended is told the truth."""
+    try:
+        pairs = json.loads(recorded) if recorded is not None else []
+    except ValueError:
+        return None
+    for pair in pairs if isinstance(pairs, list) else []:
+        if isinstance(pair, list) and len(pair) == 2 and pair[0] == set_name and isinstance(pair[1], dict):
+            return by_its_node(pair[1])
+    return None
+
+
+def by_its_node(answer: dict[str, Any]) -> dict[str, Any]:
+    """A revert this node ran for a run whose driver was silent past the lease, as its driver's own."""
+    detail = f"{ROLLED_BACK_BY_ITS_NODE}: no word from this run for {LEASE:g} s"
+    return {**answer, "detail": "; ".join(d for d in (answer.get("detail"), detail) if d)}
+
+
+class Heartbeat:
+    """A fleet apply's heartbeat: `run`'s beat key written anew every HEARTBEAT s (`mark` and a
+    count: each beat differs from the last, whoever wrote it) until stopped or `seconds` have
+    passed. The driver beats on a thread of its own; a keeper beside it (cluster.py: a Ray actor
+    the driver owns, so Ray ends it with the driver's process) beats too, for at most the run's
+    time limit and a minute: a driver stopped (SIGSTOP, Ctrl-Z, starved of CPU) keeps its run
+    that long, while a driver killed is given up by its nodes once the lease has passed."""
+
+    def __init__(self, ledger: Ledger, run: str, mark: str, seconds: float | None = None) -> None:
+        self.stopped = threading.Event()
+        until = None if seconds is None else time.monotonic() + seconds
+        self.thread = threading.Thread(
+            target=self._beat, args=(ledger, beat_key(run), mark, until), name="patchkit-heartbeat", daemon=True
+        )
+        self.thread.start()
+
+    def _beat(self, ledger: Ledger, key: str, mark: str, until: float | None, count: int = 0) -> None:
+        while not self.stopped.wait(HEARTBEAT) and (until is None or time.monotonic() < until):
+            count += 1
+            with suppress(Exception):  # the GCS unreachable for a moment: the next beat tries again
+                ledger.put(key, f"{mark}-{count}")
+
+    def stop(self) -> None:
+        """No beat after this returns (one being written finishes first)."""
+        self.stopped.set()
+        self.thread.join(HEARTBEAT * 5)
+
+
 @dataclass
 class Undecided:
     """An apply this agent wrote for a fleet run whose decision has not come: the reverts that
     undo it (by set name: the driver's rollback reverts set by set), and its driver's last heartbeat."""
 
     reverts: dict[str | None, dict[str, Any]]
+    driver: str  # the run's driver, as a person finds it: its host and pid
     beat: str | None = None
     beat_seen: float = field(default_factory=time.monotonic)
 
@@ -402,9 +456,12 @@ class Agent:
     heartbeat for LEASE s: SIGKILL, OOM, a CI timeout) before committing, so that a driver killed in
     phase 2 leaves every node applied or none. Steps of other commands wait for the decision."""
 
-    def __init__(self, hold: float, patchkit: PatchkitRun, ledger: Ledger | None = None) -> None:
+    def __init__(
+        self, hold: float, patchkit: PatchkitRun, ledger: Ledger | None = None, where: str | None = None
+    ) -> None:
         self.patchkit = patchkit
         self.ledger = ledger
+        self.where = where  # its node's id: its own rollbacks are recorded in the ledger under it
         self.undecided: dict[str, Undecided] = {}  # run id -> its apply written here, awaiting its decision
         self.rolled_back: dict[str, dict[str | None, dict[str, Any]]] = {}  # run id -> this agent's reverts
         self.beats: dict[str, tuple[str | None, float]] = {}  # an aborted run's last heartbeat seen, and when
@@ -446,10 +503,10 @@ class Agent:
         with self.guard:
             self.waiting.add(ticket)
         try:
-            unsettled = self._await_decisions(run, ticket, _time_limit(request))
-            with self.one_step:
+            unsettled = self._turn(run, ticket, step, request)  # one_step is held from here
+            try:
                 with self.guard:
-                    refusal = self._refusal(ticket)
+                    refusal = self._refusal(ticket) or _busy(step, unsettled)
                     if refusal is not None:
                         return refusal
                     self.waiting.discard(ticket)
@@ -465,12 +522,28 @@ class Agent:
                 self._reverted_by_driver(run, step, request)
                 self._undecided_now(run, step, request, summary)
                 return _with_note(summary, unsettled)
+            finally:
+                self.one_step.release()
         finally:
             with self.guard:
                 self.running = None if self.running == ticket else self.running
                 self.waiting.discard(ticket)
                 if ticket not in self.given_up:  # a driver that gave up holds nothing by it
                     self.holds[run] = time.monotonic() + hold
+
+    def _turn(self, run: str, ticket: str, step: str, request: dict[str, Any]) -> list[Undecided]:
+        """This step's turn (one_step acquired), once no other fleet run's apply here is undecided
+        or the wait for it is over: the other runs' applies still undecided. Looked at again once
+        the turn is ours: an apply that ran before it, while it queued, may have written meanwhile."""
+        deadline = time.monotonic() + _decision_wait(step, request)
+        while True:
+            self._await_decisions(run, ticket, deadline)
+            self.one_step.acquire()
+            with self.guard:
+                others = [pending for other, pending in self.undecided.items() if other != run]
+                if not others or ticket in self.given_up or time.monotonic() >= deadline:
+                    return others
+            self.one_step.release()  # never wait holding it: the other run's rollback needs it
 
     def _refusal(self, ticket: str) -> dict[str, Any] | None:
         """Why a step must not start now (under the guard), if it must not."""
@@ -486,15 +559,15 @@ class Agent:
             }
         return None
 
-    def _await_decisions(self, run: str, ticket: str, seconds: float) -> list[str]:
-        """Wait (up to `seconds`) until no other fleet run's apply here is undecided: a command run
-        meanwhile would see, or build on, a write that may yet be rolled back. The runs still undecided."""
-        deadline = time.monotonic() + seconds
+    def _await_decisions(self, run: str, ticket: str, deadline: float) -> None:
+        """Wait (until `deadline`) until no other fleet run's apply here is undecided: a command run
+        meanwhile would see, or build on, a write that may yet be rolled back."""
         while True:
             with self.guard:
-                others = [r for r in self.undecided if r != run]
-                if not others or ticket in self.given_up or time.monotonic() > deadline:
-                    return others
+                if ticket in self.given_up or time.monotonic() >= deadline:
+                    return
+                if not any(other != run for other in self.undecided):
+                    return
             time.sleep(min(AGENT_TICK, 0.2))
 
     def _decision(self, run: str) -> str | None:
@@ -513,7 +586,7 @@ class Agent:
         reverts = undo_requests(request, summary)
         if reverts is not None:
             with self.guard:
-                self.undecided[run] = Undecided(reverts)
+                self.undecided[run] = Undecided(reverts, str(request.get("driver") or "a driver of another patchkit"))
 
     def _reverted_by_driver(self, run: str, step: str, request: dict[str, Any]) -> None:
         """The driver's own revert of its run's apply (its rollback): that set is no longer this agent's to undo."""
@@ -533,10 +606,7 @@ class Agent:
             return None
         with self.guard:
             answer = self.rolled_back.get(run, {}).pop(request.get("set_name"), None)
-        if answer is None:
-            return None
-        detail = f"rolled back by its node: no word from this run for {LEASE:g} s"
-        return {**answer, "detail": "; ".join(d for d in (answer.get("detail"), detail) if d)}
+        return None if answer is None else by_its_node(answer)
 
     def _settle_when_due(self) -> None:
         """Each undecided apply, settled once its run's decision is known: kept on commit; rolled
@@ -607,6 +677,10 @@ class Agent:
             with self.guard:
                 self.undecided.pop(run, None)
                 self.rolled_back[run] = answers
+        if self.ledger is not None and self.where is not None:  # for a driver back once this agent has ended
+            record = [[name, {k: v for k, v in answer.items() if k != "document"}] for name, answer in answers.items()]
+            with suppress(Exception):  # unrecorded: that driver says its revert failed there, and what to run
+                self.ledger.put(rolled_back_key(run, self.where), json.dumps(record))
 
     def give_up(self, ticket: str) -> dict[str, bool]:
         """The driver stopped waiting for the step `ticket`: if it has not started, it never will.
@@ -654,12 +728,38 @@ AGENT_TICK = 0.5  # seconds between an agent's looks at whether it is still want
 OVERDUE_GRACE = 120.0  # seconds past a step's time limit after which the agent ends itself
 
 
-def _with_note(summary: dict[str, Any], unsettled: list[str]) -> dict[str, Any]:
-    """A step run while another fleet run's apply here was still undecided (past its time limit): said in its row."""
+def _with_note(summary: dict[str, Any], unsettled: list[Undecided]) -> dict[str, Any]:
+    """A status or verify run while another fleet run's apply here was still undecided: said in its row."""
     if not unsettled:
         return summary
     note = "an apply by another fleet run is undecided here: it is rolled back unless that run commits"
     return {**summary, "detail": "; ".join(d for d in (summary.get("detail"), note) if d)}
+
+
+def _busy(step: str, unsettled: list[Undecided]) -> dict[str, Any] | None:
+    """A write (or phase 1 of one) where another fleet run's apply is undecided: refused, not run
+    on a write that may yet be rolled back (nor on one its own rollback would then undo)."""
+    if not unsettled or step not in REFUSED_WHEN_BUSY:
+        return None
+    drivers = ", ".join(dict.fromkeys(pending.driver for pending in unsettled))
+    detail = f"another fleet apply (driver: {drivers}) has written here and not yet committed"
+    return {"state": NodeState.BUSY, "ok": False, "detail": detail}
+
+
+REFUSED_WHEN_BUSY = ("apply", "prepare", "revert")
+
+
+def _decision_wait(step: str, request: dict[str, Any]) -> float:
+    """How long a step waits for another fleet run's undecided apply here to be decided: a fleet
+    apply's own apply not at all (its run holds undecided writes elsewhere, where the other run may
+    wait for it: a cycle); any other step the lease and a little (a driver gone is given up by
+    then), never as long as its time limit (a driver stopped, yet held by its heartbeat)."""
+    if step == "apply" and request.get("decides"):
+        return 0.0
+    return min(LEASE + DECISION_GRACE, _time_limit(request))
+
+
+DECISION_GRACE = 5.0  # seconds past the lease: a node's rollback of a driver given up on, in a step's wait
 
 
 def _time_limit(request: dict[str, Any]) -> float:

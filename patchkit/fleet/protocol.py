@@ -19,7 +19,7 @@ from patchkit.base import hints
 from patchkit.base.enums import Outcome, TreeState
 from patchkit.base.errors import INTERRUPTED, CheckFailed, PatchkitError, TargetError
 from patchkit.base.options import Options
-from patchkit.fleet import LEASE
+from patchkit.fleet import LEASE, ROLLED_BACK_BY_ITS_NODE
 from patchkit.fleet.states import FleetPhase, NodeState
 
 UNREACHABLE = (NodeState.LOST, NodeState.TIMED_OUT)  # the driver has no answer from the node: a cluster problem
@@ -169,7 +169,7 @@ def run_each(runner: Runner, action: str, nodes: list[Node], request: dict[str, 
     if action == "revert":
         _reverts_written(batch.reports, request)
     notes = _differing(batch.reports, request) if action == "status" else []
-    return FleetResult(action, batch.reports, error=_verdict(action, batch), notes=notes)
+    return FleetResult(action, batch.reports, error=_verdict(action, batch, request), notes=notes)
 
 
 def _differing(reports: list[NodeReport], request: dict[str, Any]) -> list[str]:
@@ -203,13 +203,16 @@ def _fleet_command(verb: str, request: dict[str, Any]) -> str:
     return hints.command(f"fleet {verb}", *(["--address", str(address)] if address else []))
 
 
-def _verdict(action: str, batch: Batch) -> PatchkitError | None:
+def _verdict(action: str, batch: Batch, request: dict[str, Any]) -> PatchkitError | None:
     if batch.signum is not None:
         lost = [r for r in batch.reports if r.unreachable]
         return Interrupted(f"fleet {action} interrupted", signum=batch.signum, hint=_nodes_hint(lost))
     lost = [r for r in batch.reports if r.unreachable]
     if lost:
         return ClusterError(f"no answer from {_names(lost)}", hint=_nodes_hint(lost) or _lost_hint())
+    busy = _busy(batch.reports, request)
+    if busy:
+        return busy
     failed = [r for r in batch.reports if not r.ok]
     if failed:
         return CheckFailed(
@@ -229,7 +232,7 @@ def fleet_apply(
 ) -> FleetResult:
     """Phase 1 everywhere, then phase 2 everywhere, rolled back on any failure (see the module's doc)."""
     prepared = runner.run("prepare", nodes, request)
-    refusal = _phase_one_refusal(prepared, require_same_version)
+    refusal = _phase_one_refusal(prepared, request, require_same_version)
     if refusal is not None:
         for report in prepared.reports:
             if report.ok:
@@ -240,12 +243,12 @@ def fleet_apply(
     for report in written.reports:  # several sets: a node that failed at one keeps those before it applied
         report.written = report.state == Outcome.APPLIED or bool(report.sets_in(Outcome.APPLIED))
         report.written = None if report.unreachable else report.written  # its apply may have landed
-    problem = _phase_two_problem(written) or _commit(runner)
+    problem = _phase_two_problem(written, request) or _commit(runner)
     if problem is None:
         return FleetResult("apply", written.reports, phase=FleetPhase.APPLY)
     with suppress(ClusterError):  # unrecorded: each node aborts on its own once this run has ended
         runner.decide(commit=False)
-    reverted = _roll_back(runner, written.reports, request)
+    reverted = _roll_back(runner, written.reports, request, _undone_because(problem, written.reports))
     unknown = [r for r in written.reports if r.written is None]
     error = _rolled_back(problem, reverted, unknown)
     return FleetResult("apply", written.reports, error=error, phase=FleetPhase.ROLLED_BACK)
@@ -260,11 +263,11 @@ def _commit(runner: Runner) -> PatchkitError | None:
         return error
     return ClusterError(  # this driver was stopped (SIGSTOP, a paused VM) past the nodes' lease
         f"phase 2: the nodes heard nothing from this run for {LEASE:g} s and gave up on it",
-        hint="run it again, and keep the driver running until it ends (a stopped driver is taken for gone)",
+        hint="run it again, and let the driver run until it ends (its nodes give up on one stopped past --timeout + 60 s)",
     )
 
 
-def _phase_one_refusal(prepared: Batch, require_same_version: bool) -> PatchkitError | None:
+def _phase_one_refusal(prepared: Batch, request: dict[str, Any], require_same_version: bool) -> PatchkitError | None:
     if prepared.signum is not None:
         return Interrupted(
             "fleet apply interrupted in phase 1: nothing was written on any node", signum=prepared.signum
@@ -274,6 +277,10 @@ def _phase_one_refusal(prepared: Batch, require_same_version: bool) -> PatchkitE
         return ClusterError(
             f"phase 1: no answer from {_names(lost)}; nothing was written on any node", hint=_lost_hint()
         )
+    busy = _busy(prepared.reports, request, "phase 1: ")
+    if busy:
+        busy.message += "; nothing was written on any node"
+        return busy
     refused = [r for r in prepared.reports if not r.ok]
     if refused:
         reasons = "; ".join(f"{r.named()}: {r.detail or r.state}" for r in refused)
@@ -329,7 +336,7 @@ def _wrongly_typed(summary: object) -> str:
     return ", ".join(odd)
 
 
-def _phase_two_problem(written: Batch) -> PatchkitError | None:
+def _phase_two_problem(written: Batch, request: dict[str, Any]) -> PatchkitError | None:
     lost = [r for r in written.reports if r.unreachable]
     for report in lost:  # interrupted or not: whoever runs this must know what to check there
         report.detail = (
@@ -341,6 +348,9 @@ def _phase_two_problem(written: Batch) -> PatchkitError | None:
         return Interrupted("fleet apply interrupted in phase 2", signum=written.signum, hint=_nodes_hint(lost))
     if lost:
         return ClusterError(f"phase 2: no answer from {_names(lost)}", hint=_nodes_hint(lost))
+    busy = _busy(written.reports, request, "phase 2: ")
+    if busy:
+        return busy
     failed = [r for r in written.reports if not r.ok]
     if failed:
         return CheckFailed(
@@ -350,7 +360,20 @@ def _phase_two_problem(written: Batch) -> PatchkitError | None:
     return None
 
 
-def _roll_back(runner: Runner, written: list[NodeReport], request: dict[str, Any]) -> list[NodeReport]:
+def _undone_because(problem: PatchkitError, written: list[NodeReport]) -> str:
+    """Why a node that applied was reverted, in its row."""
+    if isinstance(problem, Interrupted):
+        return "interrupted"
+    if any(r.state == NodeState.BUSY for r in written):
+        return "another fleet apply is under way on a node"
+    if any(r.unreachable for r in written):
+        return "a node did not answer"
+    if any(not r.ok for r in written):
+        return "another node failed"
+    return "this run's commit did not stand"
+
+
+def _roll_back(runner: Runner, written: list[NodeReport], request: dict[str, Any], why: str) -> list[NodeReport]:
     """Revert every node this run wrote (the set it wrote only); each report says how it ended.
     Returns the nodes that could not be reverted."""
     to_undo = [r for r in written if r.written]
@@ -373,7 +396,13 @@ def _roll_back(runner: Runner, written: list[NodeReport], request: dict[str, Any
             report.state, report.detail = NodeState.ROLLBACK_FAILED, _revert_failed(report, answers)
             stuck.append(report)
         elif report.ok:
-            report.state, report.detail = NodeState.ROLLED_BACK, "applied, then reverted: another node failed"
+            by_node = any(ROLLED_BACK_BY_ITS_NODE in answer.detail for _, answer in answers)
+            report.state = NodeState.ROLLED_BACK
+            report.detail = (
+                f"applied, then {ROLLED_BACK_BY_ITS_NODE}: no word from this run for {LEASE:g} s"
+                if by_node
+                else f"applied, then reverted: {why}"
+            )
         elif _ROLLED_BACK_BEFORE not in report.detail:  # it failed at a later set: its failure stays its state
             report.detail += _ROLLED_BACK_BEFORE
         report.sets = _sets_after(report.sets, answers or [])
@@ -460,6 +489,19 @@ def _nodes_hint(reports: list[NodeReport]) -> str | None:
     if len({r.hint for r in hinted}) == 1 and len(hinted) == len(reports) > 1:
         return f"on each node: {hinted[0].hint}"
     return "; ".join(f"{r.named()}: {r.hint}" for r in hinted) or None
+
+
+def _busy(reports: list[NodeReport], request: dict[str, Any], where: str = "") -> ClusterError | None:
+    """Nodes where another fleet apply's write is undecided (each row names its driver): a cluster
+    in use, not a failed check; the fix is to let that run end."""
+    busy = [r for r in reports if r.state == NodeState.BUSY]
+    if not busy:
+        return None
+    return ClusterError(
+        f"{where}another fleet apply is under way on {_names(busy)}",
+        hint=f"let the other fleet apply end ({_fleet_command('status', request)} then shows the nodes settled), "
+        "then run this again",
+    )
 
 
 def _lost_hint() -> str:

@@ -18,6 +18,7 @@ class NodeState(StrEnum):
     LOST = "lost"  # the node died, its agent crashed, or it cannot be scheduled
     TIMED_OUT = "timed-out"
     ENDING = "ending"  # its agent ended (idle) or is ending: asked again
+    BUSY = "busy"  # another fleet apply's write there is undecided: not run (a write, or phase 1 of one)
     HELD = "held"  # its agent is held for this run (a claim's answer, never shown)
     INTERRUPTED = "interrupted"  # a signal came before its answer
     ROLLED_BACK = "rolled-back"

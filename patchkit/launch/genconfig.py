@@ -15,12 +15,21 @@ import json
 import os
 import re
 from collections.abc import Sequence
+from pathlib import Path
 
 from patchkit.base.errors import PatchkitError
 from patchkit.base.fsutil import read_regular
 from patchkit.launch.command import LaunchCommand
 from patchkit.launch.findings import Finding
-from patchkit.launch.models import hf_hub_cache, hub_repo_id, offline, offline_model_path, redirected
+from patchkit.launch.models import (
+    fetched_by,
+    hf_download,
+    hf_hub_cache,
+    hub_repo_id,
+    offline,
+    offline_model_path,
+    redirected,
+)
 from patchkit.launch.weights import target_directory
 
 AT_START = "vLLM refuses the launch as it starts"
@@ -51,7 +60,8 @@ def generation_config_findings(command: LaunchCommand, check: str, architectures
     if not isinstance(value, str) or value == "" or _REMOTE_GGUF.fullmatch(value):
         return []  # "": from_pretrained reads the launch's own directory: not judged
     why = _why_not_found(command, value)
-    return [] if why is None else [Finding(check, False, f"--generation-config {value}: {why}: {AT_START}", _FIX)]
+    fix = why.fix if isinstance(why, NotCached) else _FIX
+    return [] if why is None else [Finding(check, False, f"--generation-config {value}: {why}: {AT_START}", fix)]
 
 
 def _model_own(command: LaunchCommand, check: str) -> list[Finding]:
@@ -90,8 +100,21 @@ def _why_not_found(command: LaunchCommand, value: str) -> str | None:
     try:
         snapshot = offline_model_path(value, None, command.environ, role="--generation-config")
     except PatchkitError:
-        return f"HF_HUB_OFFLINE is set, and {hf_hub_cache(command.environ)} holds no snapshot of it (revision main)"
+        return NotCached(value, hf_hub_cache(command.environ))
     return _in_directory(snapshot)
+
+
+class NotCached(str):
+    """An offline launch's --generation-config hub id with no snapshot in the launch's hub cache; `fix`
+    fetches the two files vLLM reads of it there (generation_config.json, else config.json)."""
+
+    fix = _FIX
+
+    def __new__(cls, name: str, cache: Path) -> NotCached:
+        said = super().__new__(cls, f"HF_HUB_OFFLINE is set, and {cache} holds no snapshot of it (revision main)")
+        download = hf_download(name, None, cache, files=(GENERATION, CONFIGS[0]))
+        said.fix = f"fetch it into that cache: {fetched_by(download)}, or {_FIX}"
+        return said
 
 
 def _in_directory(directory: str) -> str | None:

@@ -9,6 +9,7 @@ there, as the head's init_static_loras has every engine's workers load them (fro
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -19,12 +20,12 @@ from packaging.version import InvalidVersion, Version
 from patchkit.base.errors import SHOWN_PROBLEMS, PatchkitError, escaped, few, quoted
 from patchkit.base.fsutil import read_regular
 from patchkit.launch.command import LaunchCommand
-from patchkit.launch.findings import Finding
+from patchkit.launch.findings import Finding, cannot_judge
 from patchkit.launch.genconfig import generation_config_findings, read_on_node
 from patchkit.launch.models import fetched_by, hf_download, hf_hub_cache, hub_repo_id, offline, offline_model_path
 from patchkit.launch.tls import AFTER_LOAD, tls_findings
 from patchkit.launch.values import load_json, read_named_file
-from patchkit.launch.weights import LFS, HeaderBudget, file_problem
+from patchkit.launch.weights import LFS, HeaderBudget, file_problem, target_directory, weight_parts
 
 SSL_FILES = ("ssl-certfile", "ssl-keyfile", "ssl-ca-certs")
 ADAPTER_CONFIG = "adapter_config.json"  # what vLLM's PEFTHelper.from_local_dir reads first
@@ -48,7 +49,9 @@ def late_file_findings(
     found = generation_config_findings(command, check, architectures)
     # an adapter judged whole is a pass (no fix): counted, so preflight never says "nothing judged" of it
     lora = [
-        Finding(check, fix is None, message, fix)
+        cannot_judge(check, message, fix)
+        if isinstance(message, NotJudged)
+        else Finding(check, fix is None, message, fix)
         for message, fix in _few_refused(_lora_problems(command, encoding, ranks))
     ]
     if command.headless:
@@ -59,17 +62,25 @@ def late_file_findings(
 def _few_refused(problems: list[tuple[str, str | None]]) -> list[tuple[str, str | None]]:
     """The adapters' (message, fix): each pass, the first few refusals, then the rest as one (a
     value of thousands of adapters is a few lines, not a page for each)."""
-    refused = [(message, fix) for message, fix in problems if fix is not None]
+    refused = [(message, fix) for message, fix in problems if _refused(message, fix)]
     if len(refused) <= SHOWN_PROBLEMS + 1:
         return problems
     rest = refused[SHOWN_PROBLEMS:]
     fixes = list(dict.fromkeys(fix for _, fix in rest if fix is not None))
     message = f"{len(rest):,} more adapters vLLM refuses: {few([m for m, _ in rest], shown=1)}"
     kept, shown = [], 0
-    for message_fix in problems:  # every pass, and the first refusals, in vLLM's order
-        shown += message_fix[1] is not None
-        kept += [message_fix] if message_fix[1] is None or shown <= SHOWN_PROBLEMS else []
+    for message_fix in problems:  # every pass and what is not judged, and the first refusals, in vLLM's order
+        shown += _refused(*message_fix)
+        kept += [message_fix] if not _refused(*message_fix) or shown <= SHOWN_PROBLEMS else []
     return [*kept, (message, few(fixes, shown=2))]
+
+
+class NotJudged(str):
+    """An adapter's message that says what patchkit cannot judge of it (its fix: what would tell)."""
+
+
+def _refused(message: str, fix: str | None) -> bool:
+    return fix is not None and not isinstance(message, NotJudged)
 
 
 def _tls_file_findings(command: LaunchCommand, check: str) -> list[Finding]:
@@ -268,6 +279,7 @@ def _lora_problems(
         found.append((message, "add --enable-lora to the launch"))
     seen: set[str] = set()
     budget = HeaderBudget()  # thousands of adapters' headers are not hours of reading
+    layers = functools.partial(_target_layers, command)  # read only for an adapter with layers to judge
     for option, name, path in entries:
         if head and (not name or not path or name in seen):
             continue
@@ -279,7 +291,7 @@ def _lora_problems(
             message = f"{option} {name}={path}: the adapter name {name} is given twice, and vLLM refuses the second: {AFTER_LOAD}"
             found.append((message, "give each adapter a name of its own"))
         seen.add(name)
-        found += _lora_problem(option, path, command, encoding, (ranks, budget))
+        found += _lora_problem(option, path, command, encoding, (ranks, budget, layers))
     return found
 
 
@@ -296,13 +308,14 @@ def _lora_problem(
     path: str,
     command: LaunchCommand,
     encoding: Callable[[], str],
-    bounds: tuple[tuple[int, ...] | None, HeaderBudget],
+    bounds: tuple[tuple[int, ...] | None, HeaderBudget, Callable[[], frozenset[str] | str]],
 ) -> list[tuple[str, str | None]]:
     """What vLLM refuses of one adapter: a local one (an absolute or `~` path, or a relative one that
     exists: vLLM's get_adapter_absolute_path), or a hub id vLLM finds only in huggingface_hub's cache
     (an offline launch); a hub id online is vLLM's to download, not judged. `bounds`: the ranks the
-    release allows (None: not known) and the header bytes left to parse of the launch's adapters."""
-    ranks, budget = bounds
+    release allows (None: not known), the header bytes left to parse of the launch's adapters, and
+    the target's layers (_target_layers)."""
+    ranks, budget, layers = bounds
     cwd = command.working_directory()
     local = _home_expanded(path, command) if path.startswith("~") else os.path.join(cwd, path)
     if not (os.path.isabs(path) or path.startswith("~") or os.path.lexists(local)) and hub_repo_id(path):
@@ -324,30 +337,125 @@ def _lora_problem(
         (f"{option} {path}: its {ADAPTER_CONFIG}: {why}: {AFTER_LOAD}", fix)
         for why, fix in _peft_refusals(config, (rank, ranks), encoding, command.release)
     ]
-    return refused or _no_adapter_weights(option, path, local, budget)
+    return refused or _no_adapter_weights(option, path, local, (budget, layers))
 
 
 # What LoRAModel.from_local_checkpoint loads, in its order (os.path.isfile: a link to a file counts)
 ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin", "adapter_model.pt")
 
 
-def _no_adapter_weights(option: str, path: str, local: str, budget: HeaderBudget) -> list[tuple[str, str | None]]:
+def _no_adapter_weights(
+    option: str, path: str, local: str, read: tuple[HeaderBudget, Callable[[], frozenset[str] | str]]
+) -> list[tuple[str, str | None]]:
     """An adapter whose config vLLM accepts, but with none of the weight files it loads next, or
-    with the first of them one its reader (safe_open, torch.load) refuses before any tensor; else
-    its pass (no fix)."""
+    with the first of them one its reader (safe_open, torch.load) refuses before any tensor, or
+    whose layers the target lacks (`read`: the header budget and the target's layers); else its pass
+    (no fix), and what is not judged of its layers."""
     whole = "give the adapter's whole directory, as PEFT saved it (its weights beside adapter_config.json)"
+    budget, layers = read
     for name in ADAPTER_WEIGHTS:
         weights = os.path.join(local, name)
         if os.path.isfile(weights):
-            skipped = budget.skipped
-            why = file_problem(weights, name.endswith(".safetensors"), budget=budget)
+            skipped, keys = budget.skipped, list[list[str]]()
+            why = file_problem(weights, name.endswith(".safetensors"), budget=budget, names=keys)
             if why is None:
                 part = budget.said(adapters=True) if budget.skipped > skipped else ""
-                return [(f"{option} {path}: its config and {name} read as vLLM reads them{part}", None)]
+                saved = _saved_modules(os.path.join(local, ADAPTER_CONFIG)) if keys and keys[0] else frozenset()
+                foreign = _foreign_layers(f"{option} {path}", keys[0] if keys else None, (layers, saved), name)
+                passed = (f"{option} {path}: its config and {name} read as vLLM reads them{part}", None)
+                return foreign if foreign and not isinstance(foreign[0][0], NotJudged) else [passed, *foreign]
             fix = f"run `git lfs pull` in {path}" if LFS in why else whole
             return [(f"{option} {path}: {why}: {AFTER_LOAD}", fix)]
     said = ", ".join(ADAPTER_WEIGHTS)
     return [(f"{option} {path}: no adapter weights there (vLLM loads {said}): {AFTER_LOAD}", whole)]
+
+
+# what vLLM's is_base_embeddding_weights skips: the base weights of the adapter's embedding layers
+_BASE_EMBEDDINGS = (".embed_tokens.base_layer.weight", ".lm_head.base_layer.weight")
+# layers vLLM takes by its model class's embedding_modules, whatever the weights hold
+_EMBEDDINGS = ("embed_tokens", "lm_head")
+_OWN_MODEL = "serve the adapter on the model it was trained for, or train one on this model's layers"
+_CHECK_OWN = "check that the adapter was trained for this model"
+
+
+def _lora_module(key: str) -> str | None:
+    """The module of an adapter's tensor as vLLM's parse_fine_tuned_lora_name reads its name (the
+    model's weights mapper aside); None for a name it does not take."""
+    parts = key.split(".")
+    start = 2 if key.startswith("base_model.model.") else 0
+    if len(parts) > 1 and parts[-1] == "weight" and parts[-2] in ("lora_A", "lora_B"):
+        return ".".join(parts[start:-2])
+    if parts[-1] in ("lora_embedding_A", "lora_embedding_B"):
+        return ".".join(parts[start:-1])
+    return None
+
+
+def _foreign_layers(
+    adapter: str,
+    keys: list[str] | None,
+    against: tuple[Callable[[], frozenset[str] | str], frozenset[str]],
+    file: str,
+) -> list[tuple[str, str | None]]:
+    """What vLLM's check_unexpected_modules refuses of an adapter's tensors (`keys`; None: not read):
+    a layer (a module's last name) none of the target's weight names holds, where vLLM takes only
+    the model's LoRA-able layers, each named as its weights are. A NotJudged message for the tensors
+    vLLM judges by what the weights do not tell (experts, embeddings, names it skips or refuses, and
+    the adapter's modules_to_save, which a later release takes). `against`: the target's layers, and
+    the adapter's modules_to_save."""
+    layers, saved = against
+    if keys is None:
+        reason = f"{adapter}: its layers: the tensor names of its {file} are not read here"
+        return [(NotJudged(reason), _CHECK_OWN)]
+    judged: set[str] = set()
+    unsure: list[str] = []
+    for key in keys:
+        if key.endswith(_BASE_EMBEDDINGS) or "base_layer" in key:
+            continue  # vLLM skips them
+        module = _lora_module(key)
+        if module is None or ".experts" in module or ".mtp." in key or key.startswith("mtp."):
+            unsure.append(module or key)  # the model's class decides: its experts, skipped prefixes, mapped names
+        elif module.rsplit(".", 1)[-1] in (*_EMBEDDINGS, *saved):
+            unsure.append(module)
+        else:
+            judged.add(module.rsplit(".", 1)[-1])
+    target = layers() if judged else None
+    foreign = sorted(judged - target) if isinstance(target, frozenset) else []
+    if foreign:
+        names = few(foreign, sep=", ")
+        message = f"{adapter}: it adapts {names}, which no weight of the target names: {AFTER_LOAD}"
+        return [(message, _OWN_MODEL)]
+    if isinstance(target, str):
+        return [(NotJudged(f"{adapter}: whether the target has its layers: {target}"), _CHECK_OWN)]
+    if unsure:
+        names = few(list(dict.fromkeys(unsure)), shown=2, sep=", ")
+        reason = f"{adapter}: its {names}: vLLM takes or refuses them by the model's class, not its weight names"
+        return [(NotJudged(reason), _CHECK_OWN)]
+    return []
+
+
+def _saved_modules(config: str) -> frozenset[str]:
+    """The modules_to_save of an adapter_config.json PEFTHelper took (none where it is not read)."""
+    try:
+        saved = json.loads(read_regular(config, _LIMIT, follow_symlinks=True)).get("modules_to_save")
+    except (OSError, ValueError, RecursionError, AttributeError):
+        return frozenset()
+    return frozenset([saved] if isinstance(saved, str) else map(str, saved) if isinstance(saved, list) else ())
+
+
+def _target_layers(command: LaunchCommand) -> frozenset[str] | str:
+    """The parts of the target's weight names (every layer vLLM may take LoRA on is named so: its
+    packed layers by their parts); else why they are not read."""
+    load_format = command.optional_text("load-format") or "auto"
+    if load_format not in ("auto", "hf", "safetensors", "fastsafetensors"):
+        return f"--load-format {load_format}: patchkit reads only a Hugging Face checkpoint's weight names"
+    found = target_directory(command)
+    if found is None:
+        return f"the target {escaped(str(command.model))} is not a directory here (vLLM downloads it)"
+    name, directory, local = found
+    parts = weight_parts(os.path.join(command.working_directory(), directory), local=local and load_format == "auto")
+    if isinstance(parts, str) or not parts:
+        return f"the target {escaped(name)}: {parts or 'its weights name no tensor'}"
+    return parts
 
 
 def _max_lora_rank(command: LaunchCommand) -> int:

@@ -48,6 +48,7 @@ from patchkit.engine.inspection import (
     local_edit_fix,
     local_edit_said,
     record_of,
+    set_drift_fix,
     symlinked_bytecode_fix,
     upgrade_said,
     with_found_judged,
@@ -516,7 +517,7 @@ class _Planned(Value):
         leaves = as_its_fix_leaves(resolved, status)
         if leaves is not None:
             read, drifted = leaves
-            return cls(read, fixable=not drifted, fix=_drift_fix(resolved, status) if drifted else None)
+            return cls(read, fixable=not drifted, fix=set_drift_fix(resolved, status) if drifted else None)
         if status.state != TreeState.CONFLICT:
             return cls()
         as_fixed = _as_its_conflict_fix_leaves(resolved, status.edited_in_hunks)
@@ -1178,7 +1179,7 @@ def _state_finding(resolved: Resolved, status: TreeStatus, *, prefixed: bool = F
         return Finding(TREE, False, message, apply_fix(resolved.selection.patch_set))
     if status.drifted:  # before partly applied: apply refuses an edited file, its fix is the drift's
         files = few(status.drifted, sep=", ")
-        return Finding(TREE, False, f"changed after patchkit wrote them: {files}", _drift_fix(resolved, status))
+        return Finding(TREE, False, f"changed after patchkit wrote them: {files}", set_drift_fix(resolved, status))
     if status.other_library:  # the earlier series: apply replaces it with the library's
         message = f"the {resolved.set_name} series on vLLM {version} was {status.other_library_said}"
         return Finding(TREE, False, message, f"run {status.other_library_fix}")
@@ -1209,17 +1210,6 @@ def _reinstalled_said(status: TreeStatus) -> str:
     if not status.reinstalled:
         return ""
     return f": vLLM was reinstalled (pip wrote {', '.join(status.reinstalled)}: its RECORD lists the bytes)"
-
-
-def _drift_fix(resolved: Resolved, status: TreeStatus) -> str:
-    """revert --force, then apply: of the set alone when only some launches need it (as apply_fix); a
-    file reached through a symlink: its hand repair (no command writes through it)."""
-    if status.linked:
-        return status.drift_fix
-    patch_set = resolved.selection.patch_set
-    chosen = hints.for_set(resolved.set_name) if getattr(patch_set, "needed_by", None) is not None else None
-    revert, apply = hints.command("revert", "--force", chosen=chosen), hints.command("apply", chosen=chosen)
-    return f"run {revert} (it keeps a copy of your edits), then {apply}"
 
 
 def _shadowed(resolved: Resolved) -> str | None:

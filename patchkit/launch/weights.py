@@ -83,9 +83,9 @@ def weights_verdict(directory: str, load_format: str, *, local: bool = True) -> 
     if patterns is None:
         return None
     found: list[str] = []
-    use_safetensors = load_format in _SAFETENSORS
-    for pattern in patterns:  # as vLLM globs: the directory joined unescaped, hidden files left out
-        found = glob.glob(os.path.join(directory, pattern))
+    use_safetensors, globs = load_format in _SAFETENSORS, _Globs(directory)
+    for pattern in patterns:
+        found = globs[pattern]
         if found:
             use_safetensors = use_safetensors or pattern == "*.safetensors"
             break
@@ -104,7 +104,7 @@ def weights_verdict(directory: str, load_format: str, *, local: bool = True) -> 
     else:
         kept = [path for path in found if not path.endswith(_NOT_WEIGHTS)]
         if found and not kept:  # a training file vLLM stops its glob at, then filters out
-            later = [p for p in patterns[patterns.index(pattern) + 1 :] if glob.glob(os.path.join(directory, p))]
+            later = [p for p in patterns[patterns.index(pattern) + 1 :] if globs[p]]
             if later:
                 return _hidden(found, pattern, later)
         found = kept
@@ -112,7 +112,7 @@ def weights_verdict(directory: str, load_format: str, *, local: bool = True) -> 
     if dangling:
         return f"{escaped(os.path.basename(dangling[0]))} is a link to nothing (its file is gone)"
     if not found:
-        other = [name for pattern in PATTERNS["hf"] for name in _names(directory, pattern)]
+        other = [os.path.basename(path) for pattern in PATTERNS["hf"] for path in globs[pattern]]
         if load_format != "hf" and other:  # an explicit --load-format that leaves out the files there
             return _other_format(load_format, patterns, other)
         return f"no weight file vLLM loads ({', '.join(patterns)})"
@@ -161,8 +161,17 @@ def _other_format(load_format: str, patterns: tuple[str, ...], names: list[str])
     return said
 
 
-def _names(directory: str, pattern: str) -> list[str]:
-    return [os.path.basename(path) for path in glob.glob(os.path.join(directory, pattern))]
+class _Globs(dict[str, list[str]]):
+    """vLLM's globs in one directory (joined unescaped, hidden files left out), each pattern's made once:
+    a failure's other-format question asks again patterns the format's own globs asked."""
+
+    def __init__(self, directory: str) -> None:
+        super().__init__()
+        self.directory = directory
+
+    def __missing__(self, pattern: str) -> list[str]:
+        self[pattern] = found = glob.glob(os.path.join(self.directory, pattern))
+        return found
 
 
 def _sharded_files(command: LaunchCommand) -> tuple[str, int]:
@@ -228,13 +237,19 @@ class HeaderBudget:
 
 
 def file_problem(
-    path: str, safetensors: bool, *, padded: bool = False, budget: HeaderBudget | None = None
+    path: str,
+    safetensors: bool,
+    *,
+    padded: bool = False,
+    budget: HeaderBudget | None = None,
+    names: list[list[str]] | None = None,
 ) -> str | None:
     """Why vLLM's reader of `path` refuses it before reading any tensor: safetensors' (`safetensors`:
     its length prefix, JSON header and the data length the header declares, which the file holds
     exactly or, `padded` (fastsafetensors), at least) or torch.load's (only what is certain: a
     regular file, not empty, not a Git LFS pointer's text); None when not. `budget`: the header bytes
-    still to parse of the model's files (None: no bound but the file's own)."""
+    still to parse of the model's files (None: no bound but the file's own); `names`: given, the
+    header's tensor names are appended to it as a list once it is parsed."""
     name = escaped(os.path.basename(path))  # a file's name in a message: a newline would split its line
     try:
         info = os.stat(path)
@@ -252,7 +267,7 @@ def file_problem(
         if len(head) < 8:
             return f"{name} holds {len(head)} bytes, too few for a safetensors file's header"
         length = int.from_bytes(head[:8], "little")
-        return _safetensors_problem(path, name, length, info.st_size, padded, budget)
+        return _safetensors_problem(path, name, length, info.st_size, padded, (budget, names))
     except OSError as exc:  # a fifo, a device, no permission: vLLM's open fails too
         return f"cannot read {name} ({exc.strerror or exc})"
     except ValueError:  # a name no file can have: vLLM's glob never gives one
@@ -260,9 +275,16 @@ def file_problem(
 
 
 def _safetensors_problem(
-    path: str, name: str, length: int, size: int, padded: bool, budget: HeaderBudget | None
+    path: str,
+    name: str,
+    length: int,
+    size: int,
+    padded: bool,
+    read: tuple[HeaderBudget | None, list[list[str]] | None],
 ) -> str | None:
-    """safetensors' read_metadata on `path` (`length`: the header length its first 8 bytes say)."""
+    """safetensors' read_metadata on `path` (`length`: the header length its first 8 bytes say;
+    `read`: file_problem's budget and names)."""
+    budget, names = read
     if length > MAX_HEADER:
         return f"{name} is no safetensors file (its header length {length} is over safetensors' {MAX_HEADER})"
     if 8 + length > size:
@@ -282,6 +304,8 @@ def _safetensors_problem(
         header = None
     if not isinstance(header, dict):
         return f"{name} is no safetensors file (its header is no JSON object in UTF-8)"
+    if names is not None:
+        names.append([str(key) for key in header if key != "__metadata__"])
     if lone and not padded:
         said = f"`{_shown(lone[0])}` holds a lone surrogate escape (a \\uD800-\\uDFFF not in a pair)"
         return f"{name}: safetensors refuses its header: invalid JSON in header: {said}"
@@ -472,6 +496,59 @@ def _index_files(index: str, directory: str) -> dict[str, str] | str:
     return {name: os.path.join(directory, name) for name in names}
 
 
+def header_keys(path: str, budget: HeaderBudget | None = None) -> list[str] | None:
+    """The tensor names a safetensors file's header holds (its __metadata__ left out); None when its
+    header is not read: no such regular file, no JSON object, longer than patchkit parses, past `budget`."""
+    try:
+        length = int.from_bytes(read_regular(path, 8, follow_symlinks=True, head=True), "little")
+        if not 2 <= length <= HEADER_READ or (budget is not None and not budget.takes(length)):
+            return None
+        header = json.loads(read_regular(path, 8 + length, follow_symlinks=True, head=True)[8:].decode("utf-8"))
+    except (OSError, ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        return None
+    return [str(key) for key in header if key != "__metadata__"] if isinstance(header, dict) else None
+
+
+def weight_names(directory: str, *, local: bool = True) -> set[str] | str:
+    """The tensor names of the Hugging Face safetensors checkpoint vLLM loads from `directory` (the
+    keys of its index's weight_map, else of each *.safetensors file's header); else why they are not
+    read. `local`: as weights_verdict's (vLLM's `auto` then takes Mistral's format where it finds it)."""
+    if local and _consolidated(directory) is not False:
+        return "it may hold Mistral's consolidated format, whose weight names patchkit does not read"
+    index = os.path.join(directory, _INDEX)
+    if os.path.isfile(index):
+        try:
+            data = json.loads(read_named_file(index, INDEX_LIMIT, "weights index").decode("utf-8"))
+            return {str(name) for name in data["weight_map"]}
+        except (BadInput, OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
+            return f"its {_INDEX} is not read (no JSON object with a weight_map)"
+    found, budget = sorted(glob.glob(os.path.join(directory, "*.safetensors"))), HeaderBudget()
+    if not found:
+        return "it holds no safetensors weights, the only ones whose names patchkit reads"
+    names: set[str] = set()
+    for path in found:
+        keys = header_keys(path, budget)
+        if keys is None:
+            return f"the header of its {escaped(os.path.basename(path))} is not read"
+        names.update(keys)
+    return names
+
+
+# the parts of the weight names a command read of each directory: preflight judges the launch's
+# adapters once per set it covers, and a large model's index is read once (cli/percommand.py empties it)
+_PARTS: dict[tuple[str, bool], frozenset[str] | str] = {}
+
+
+def weight_parts(directory: str, *, local: bool = True) -> frozenset[str] | str:
+    """Every dot-separated part of the weight names weight_names reads (each layer's name is one);
+    else why they are not read."""
+    if (directory, local) not in _PARTS:
+        names = weight_names(directory, local=local)
+        parts = names if isinstance(names, str) else frozenset(p for name in names for p in name.split("."))
+        _PARTS[directory, local] = parts
+    return _PARTS[directory, local]
+
+
 # a command's verdicts on the directories it judged: preflight judges the launch once per set it
 # covers, and each header is parsed once (cli/percommand.py empties it)
 _JUDGED: dict[tuple[str, str, bool, tuple[str, int] | None], str | None] = {}
@@ -562,6 +639,53 @@ def target_directory(command: LaunchCommand) -> tuple[str, str, bool] | None:
     path = redirected(path, command.environ, command.cwd)
     shown = name if path != name and not os.path.isdir(os.path.join(command.working_directory(), name)) else path
     return (shown, path, True) if os.path.isdir(os.path.join(command.working_directory(), path)) else None
+
+
+def drafter_tensors(command: LaunchCommand) -> dict[str, tuple[str, list[int]]] | None:
+    """name -> (file name, shape) of each tensor vLLM's safetensors loader hands the drafter: its
+    directory's *.safetensors (filtered by its index) as weights_verdict finds them, each header read
+    bounded. None where not judged: no local drafter, a load format other than auto/hf/safetensors (or
+    auto's Mistral files), no safetensors file, a header not read whole (its fault is the weights
+    finding's to say)."""
+    load_format = command.optional_text("load-format") or "auto"
+    found = _drafter_directory(command)
+    if load_format not in ("auto", "hf", "safetensors") or found is None:
+        return None
+    directory = os.path.join(command.working_directory(), found[1])
+    if load_format == "auto" and _consolidated(directory) is not False:
+        return None
+    files = glob.glob(os.path.join(directory, "*.safetensors"))
+    index = os.path.join(directory, _INDEX)
+    named = _index_files(index, directory) if os.path.isfile(index) else None
+    if isinstance(named, str):
+        return None
+    kept = set(named.values()) if named is not None else set(files)
+    budget, tensors = HeaderBudget(), {}
+    for path in sorted(path for path in files if path in kept):
+        header = _header(path, budget)
+        if header is None:
+            return None
+        for key, info in header.items():
+            shape = info.get("shape") if isinstance(info, dict) and key != "__metadata__" else None
+            if isinstance(shape, list) and all(_size(dim) for dim in shape):
+                tensors[key] = (os.path.basename(path), shape)
+    return tensors or None
+
+
+def _header(path: str, budget: HeaderBudget) -> dict[str, object] | None:
+    """A safetensors file's JSON header, read bounded (None: not a regular file, too long a header for
+    the bounds, or no JSON object)."""
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return None
+        head = read_regular(path, 8, follow_symlinks=True, head=True)
+        length = int.from_bytes(head, "little") if len(head) == 8 else HEADER_READ + 1
+        if length > HEADER_READ or not budget.takes(length):
+            return None
+        header = json.loads(read_regular(path, 8 + length, follow_symlinks=True, head=True)[8:].decode("utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return None
+    return header if isinstance(header, dict) else None
 
 
 def _drafter_directory(command: LaunchCommand) -> tuple[str, str, bool] | None:

@@ -134,6 +134,22 @@ class Plan(Value):
     # planned over the stock bytes of a set applied from another library (vouched.plan_over_stock):
     # those bytes, which the disk does not hold
     stock: dict[str, bytes | None] | None = None
+    # with `stock`: the sha256 of each patch the earlier apply recorded; such a patch's change is in
+    # the tree before and after this plan, which `shown_state` says (every step is planned on stock)
+    kept: frozenset[str] = frozenset()
+
+    def shown_state(self, step: PatchStep) -> StepState:
+        """A step's state as the plan table says it: a patch the earlier apply wrote, unchanged
+        since, is `applied` (there already), not `apply`."""
+        if step.state == StepState.WILL_CHANGE and step.patch.sha256 in self.kept:
+            return StepState.ALREADY_APPLIED
+        return step.state
+
+    def undone_paths(self) -> list[str]:
+        """The files this plan changes that no patch it applies touches: an earlier series' change
+        taken out (a file back to stock, or to what the kept patches make of it)."""
+        applying = {f.patch.path for s in self.steps if self.shown_state(s) == StepState.WILL_CHANGE for f in s.files}
+        return [p for p in self.changed_paths if p not in applying] if self.stock is not None else []
 
     @property
     def conflicts(self) -> list[PatchStep]:

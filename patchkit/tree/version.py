@@ -4,8 +4,10 @@ the one rule by which a version is matched against the library's ranges (release
 from __future__ import annotations
 
 import ast
+import itertools
 import os
 import re
+import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING, overload
 
@@ -159,8 +161,8 @@ def _from_metadata(target: Target) -> DetectedVersion | None:
             f"several vLLM distributions in {target.root}: {', '.join(names)}", hint=_several_fix(target, names)
         )
     where = candidates[0].relative_to(target.root).as_posix()
-    meta = _headers(_read_metadata(target, candidates[0], where))
-    if meta.get("name", "").lower() != PACKAGE or not meta.get("version"):
+    meta = _first_values(_read_metadata(target, candidates[0], where))
+    if meta.get("name", "").strip().lower() != PACKAGE or not meta.get("version", "").strip():
         return None
     try:
         return DetectedVersion(parse(meta["version"], where), where)
@@ -216,24 +218,46 @@ def _metadata_file(directory: Path) -> Path | None:
     return next((p for p in (directory / "METADATA", directory / "PKG-INFO") if os.path.lexists(p)), None)
 
 
-def _headers(text: str) -> dict[str, str]:
-    """The first value of each header of core metadata (RFC 822 style, up to the first blank line),
-    by lower-case name. Two headers are read: email.parser would cost a start-up ~10x this."""
-    found: dict[str, str] = {}
-    last = None
-    for line in text.split("\n"):  # lines as email reads them: not at \x0c, \x85 or \u2028
-        line = line.rstrip("\r")
-        if not line:
-            break
-        if line[0] in " \t":  # folded: part of the header before (a folded Version does not parse)
-            if last is not None and found[last] is not None:
-                found[last] += " " + line.strip()
+def metadata_headers(text: str) -> list[tuple[str, str]]:
+    """The header fields (name, value), in order, importlib.metadata reads from a METADATA text: the
+    lines pathlib reads (every line end "\\n"), cut where its email parser (compat32) cuts them (at
+    "\\n" only), a folded value kept and dedented as its Message does; the description after them not.
+    By hand: email would cost a start-up ~10x this, and str.splitlines cuts where email does not."""
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    block = list(itertools.takewhile(re.compile(_HEADER_LINE).match, lines))
+    fields: list[list[str]] = []
+    current: list[str] | None = None
+    for number, line in enumerate(block):
+        if line[0] in " \t":  # folded: the field before it goes on (none: email drops the line)
+            if current is not None:
+                current.append(line)
             continue
-        name, colon, value = line.partition(":")
-        last = None
-        if colon and name.strip().lower() not in found:
-            last = name.strip().lower()
-            found[last] = value.strip()
+        current = None
+        if line.startswith("From "):  # an envelope line, or the description's first (the block's last)
+            if number == len(block) - 1:
+                break
+            continue
+        name, _, value = line.partition(":")
+        if name:  # ":x" names no field: email passes over it
+            current = [name, value.lstrip(" \t")]
+            fields.append(current)
+    return [(name, _redent("\n".join(value))) for name, *value in fields]
+
+
+# email.feedparser's headerRE: a line of the header block (an envelope line, a field, a fold)
+_HEADER_LINE = r"From |[\041-\071\073-\176]*:|[\t ]"
+
+
+def _redent(value: str) -> str:
+    """importlib.metadata's Message.redent: a folded value dedented as if its first line were too."""
+    return textwrap.dedent(" " * 8 + value) if "\n" in value else value
+
+
+def _first_values(text: str) -> dict[str, str]:
+    """The first value of each header of METADATA, by lower-case name (as email's msg[name] finds it)."""
+    found: dict[str, str] = {}
+    for name, value in metadata_headers(text):
+        found.setdefault(name.lower(), value)
     return found
 
 

@@ -342,3 +342,143 @@ def test_the_lora_ranks_read_from_the_tree_are_the_ones_vllm_allows():
     said = ask_vllm(RANKS)
     assert isinstance(said, dict)
     assert lora_ranks(Path(said["file"]).read_bytes()) == tuple(said["allowed"])
+
+
+# review38 B7: the worker's expected LoRA modules (_load_adapter: the built model's LoRA-able layers,
+# packed ones by their parts) for tiny models, built on the meta device (no weights, no run), and
+# the checkpoint names transformers' save_pretrained gives the same config
+ASK_LAYERS = r"""
+import json, os, sys, tempfile
+from vllm import platforms
+from vllm.platforms.cpu import CpuPlatform
+
+
+class _Cpu(CpuPlatform):  # MLA has no CPU backend; the model is only built (meta), never run
+    @classmethod
+    def get_attn_backend_cls(cls, selected_backend, attn_selector_config):
+        if attn_selector_config.use_mla:
+            return "vllm.v1.attention.backends.mla.triton_mla.TritonMLABackend"
+        return CpuPlatform.get_attn_backend_cls(selected_backend, attn_selector_config)
+
+
+platforms.current_platform = _Cpu()
+from vllm.distributed import init_distributed_environment, initialize_model_parallel
+init_distributed_environment(1, 0, f"file://{tempfile.mktemp()}", 0, "gloo")
+initialize_model_parallel(1, 1)
+import torch
+import transformers
+from vllm.config import ModelConfig, VllmConfig, set_current_vllm_config
+from vllm.lora.lora_model import LoRAModel
+from vllm.lora.peft_helper import PEFTHelper
+from vllm.lora.utils import get_supported_lora_modules
+from vllm.model_executor.model_loader.utils import initialize_model
+
+
+def built(directory):
+    '''The worker's expected_lora_modules (_load_adapter), mapper and skip prefixes; and the names
+    save_pretrained gives the checkpoint of the same config (tied weights left out).'''
+    config = VllmConfig(model_config=ModelConfig(model=directory, dtype="float32", enforce_eager=True))
+    with set_current_vllm_config(config), torch.device("meta"):
+        model = initialize_model(vllm_config=config)
+    packed, expected = model.packed_modules_mapping, []
+    for module in get_supported_lora_modules(model):
+        expected += packed[module] if module in packed else [module]
+        expected += [module] if module == "experts" else []
+    hf_config = transformers.AutoConfig.from_pretrained(directory)
+    with torch.device("meta"):
+        hf = transformers.AutoModelForCausalLM.from_config(hf_config)
+    tied = set(getattr(hf, "_tied_weights_keys", None) or []) if hf_config.tie_word_embeddings else set()
+    names = [k for k in hf.state_dict() if k not in tied]
+    return (set(expected), getattr(model, "hf_to_vllm_mapper", None), getattr(model, "lora_skip_prefixes", None)), names
+
+
+def refused(adapter, target):
+    expected, mapper, skip = target
+    try:
+        peft = PEFTHelper.from_local_dir(adapter, None)
+        LoRAModel.from_local_checkpoint(adapter, expected, peft, device="cpu", weights_mapper=mapper, skip_prefixes=skip)
+    except Exception as exc:
+        return f"{type(exc).__name__}: {str(exc)[:300]}"
+
+
+asked = json.loads(sys.argv[1])
+said = {}
+for directory, adapters in asked.items():
+    target, names = built(directory)
+    said[directory] = {"names": names, "expected": sorted(target[0]), "refused": {a: refused(a, target) for a in adapters}}
+print(json.dumps(said))
+"""
+
+DEEPSEEK_V3_TINY = {
+    "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "hidden_size": 256,
+    "intermediate_size": 512, "moe_intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+    "num_key_value_heads": 4, "max_position_embeddings": 1024, "vocab_size": 1000, "q_lora_rank": 64,
+    "kv_lora_rank": 32, "qk_nope_head_dim": 32, "qk_rope_head_dim": 16, "v_head_dim": 32, "n_routed_experts": 4,
+    "n_shared_experts": 1, "num_experts_per_tok": 2, "first_k_dense_replace": 1, "n_group": 1, "topk_group": 1,
+    "routed_scaling_factor": 1.0, "scoring_func": "sigmoid", "topk_method": "noaux_tc", "norm_topk_prob": True,
+}  # fmt: skip
+LAYER = "base_model.model.model.layers"
+# adapter -> the modules it holds LoRA weights for (its lora_A/lora_B, or an embedding's A/B)
+LAYER_ADAPTERS = {
+    "llama_qv": [f"{LAYER}.0.self_attn.q_proj", f"{LAYER}.0.self_attn.v_proj"],
+    "llama_all": [f"{LAYER}.0.self_attn.{m}_proj" for m in "qkvo"] + [f"{LAYER}.0.mlp.{m}_proj" for m in ("gate", "up", "down")],
+    "mla": [f"{LAYER}.0.self_attn.{m}" for m in ("q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj")],
+    "mlp": [f"{LAYER}.0.mlp.{m}_proj" for m in ("gate", "up", "down")],
+    "router": [f"{LAYER}.1.mlp.gate"],
+    "fused": [f"{LAYER}.0.self_attn.qkv_proj"],  # vLLM's own packed name
+    "gpt2": ["base_model.model.transformer.h.0.attn.c_attn"],
+    "lm_head": ["base_model.model.lm_head"],
+    "embed": ["base_model.model.model.embed_tokens:embedding"],
+    "experts": [f"{LAYER}.1.mlp.experts.0.gate_proj"],
+    "unparsed": [f"{LAYER}.0.self_attn.o_proj:default"],
+}  # fmt: skip
+
+
+def layer_adapter(directory: Path, modules: list[str]) -> str:
+    """An adapter of rank 8 with a [8, 8] F32 lora_A and lora_B for each module (`:embedding`: as
+    an embedding's lora_embedding_A/B; `:default`: saved under PEFT's adapter name, as vLLM does not read)."""
+    names = []
+    for module in modules:
+        path, _, kind = module.partition(":")
+        ends = {"embedding": ("lora_embedding_A", "lora_embedding_B"), "default": ("lora_A.default.weight",)}
+        names += [f"{path}.{end}" for end in ends.get(kind, ("lora_A.weight", "lora_B.weight"))]
+    header = {
+        n: {"dtype": "F32", "shape": [8, 8], "data_offsets": [256 * i, 256 * i + 256]} for i, n in enumerate(names)
+    }
+    directory.mkdir(parents=True)
+    (directory / "adapter_config.json").write_text(json.dumps({"r": 8, "lora_alpha": 16, "target_modules": ["q_proj"]}))
+    (directory / "adapter_model.safetensors").write_bytes(safetensors_file(header, 256 * len(names)))
+    return str(directory)
+
+
+def test_an_adapter_fails_only_where_vllm_expects_none_of_its_layers(tmp_path):
+    targets = {"llama": LLAMA, "tied": {**LLAMA, "tie_word_embeddings": True}, "deepseek": DEEPSEEK_V3_TINY}
+    for name, config in targets.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(json.dumps(config))
+    adapters = {name: layer_adapter(tmp_path / "lora" / name, modules) for name, modules in LAYER_ADAPTERS.items()}
+    asked = {str(tmp_path / name): list(adapters.values()) for name in targets}
+    said = ask_vllm(ASK_LAYERS, json.dumps(asked))
+    assert isinstance(said, dict)
+    verdicts = {}
+    for name in targets:
+        target = said[str(tmp_path / name)]
+        index = {"metadata": {}, "weight_map": {weight: "model.safetensors" for weight in target["names"]}}
+        (tmp_path / name / "model.safetensors.index.json").write_text(json.dumps(index))
+        for adapter, path in adapters.items():
+            options = ["--enable-lora", "--max-lora-rank", "8", "--lora-modules", f"a={path}"]
+            command = parse(
+                [str(VLLM_PYTHON), "-m", "vllm.entrypoints.cli.main", "serve", str(tmp_path / name), *options]
+            )
+            found = {f.result for f in late_file_findings(command, "command", lambda: "utf-8")}
+            ours = "fail" if "fail" in found else "cannot judge" if "cannot judge" in found else "pass"
+            verdicts[(name, adapter)] = (ours, target["refused"][path])
+    # never a false failure; every refusal failed or said not judged; and a refusal patchkit judges is failed
+    assert [k for k, (ours, refused) in verdicts.items() if ours == "fail" and not refused] == []
+    assert [k for k, (ours, refused) in verdicts.items() if ours == "pass" and refused] == []
+    assert {k for k, (ours, _) in verdicts.items() if ours == "cannot judge"} == {
+        *((t, a) for t in targets for a in ("lm_head", "embed", "experts", "unparsed")),
+    }, verdicts
+    ours, refused = verdicts[("deepseek", "llama_qv")]  # review38's case: a Llama adapter on DeepSeek-V3
+    assert ours == "fail" and "expected target modules in" in refused, verdicts
+    assert sum(ours == "fail" for ours, _ in verdicts.values()) >= 10, verdicts

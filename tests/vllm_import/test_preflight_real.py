@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from launch_fixtures import EMPTY_SAFETENSORS, write_model
-from vllm_overlay import ask_vllm, overlay_venv
+from launch_fixtures import EMPTY_SAFETENSORS, write_model, write_weights
+from vllm_overlay import TINY_LLAMA, ask_vllm, overlay_venv
 
 VLLM_PYTHON = os.environ.get("VLLM_PYTHON")
 
@@ -318,3 +318,186 @@ def test_a_speculative_quantization_fails_drafter_architecture_exactly_where_vll
         said = refused[f"{directory} {method}"]
         assert found["ok"] is (said is None), (directory, method, said, found)
         assert found["ok"] or f"names quantization '{method}'" in found["message"], found
+
+
+# review38 B5's class: vLLM builds the EAGLE-3 drafter (llama_eagle3.py, of llama.py's layers) and loads its
+# weights only after the target's load; both asked here on CPU, for each drafter directory in turn
+DRAFTER_BUILT = """
+import glob, json, os, sys, tempfile
+from patchkit._target.engine_config import _force_cpu_platform_when_none
+import vllm
+_force_cpu_platform_when_none()
+from vllm.config import set_current_vllm_config
+from vllm.distributed import init_distributed_environment, initialize_model_parallel
+from vllm.engine.arg_utils import EngineArgs
+from vllm.model_executor.model_loader.weight_utils import safetensors_weights_iterator
+init_distributed_environment(1, 0, f"file://{tempfile.mktemp()}", 0, "gloo")
+initialize_model_parallel(1, 1)
+from vllm.model_executor.models.llama_eagle3 import Eagle3LlamaForCausalLM
+said = {}
+for drafter in sys.argv[2:]:
+    spec = {"method": "eagle3", "model": drafter, "num_speculative_tokens": 2}
+    config = EngineArgs(model=sys.argv[1], skip_tokenizer_init=True, speculative_config=spec).create_engine_config()
+    try:
+        with set_current_vllm_config(config):
+            built = Eagle3LlamaForCausalLM(vllm_config=config)
+        built.load_weights(safetensors_weights_iterator(sorted(glob.glob(os.path.join(drafter, "*.safetensors"))), False))
+        said[drafter] = None
+    except Exception as exc:
+        said[drafter] = f"{type(exc).__name__}: {exc}"
+print(json.dumps(said))
+"""
+# a drafter for TINY_LLAMA (vLLM's EAGLE-3 whitelist takes a Llama target unpatched)
+TINY_DRAFTER = {
+    **DRAFTER,
+    "hidden_size": 256,
+    "intermediate_size": 512,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 1000,
+    "draft_vocab_size": 500,
+    "eagle_aux_hidden_state_layer_ids": [0, 1, 1],
+}
+
+
+def drafter_finding(target: Path, drafter: Path) -> dict:
+    spec = json.dumps({"method": "eagle3", "model": str(drafter), "num_speculative_tokens": 2})
+    done = patchkit(
+        "preflight", "--python", VLLM_PYTHON, "--no-import", "--format", "json", "--",
+        "vllm", "serve", str(target), "--speculative-config", spec,
+    )  # fmt: skip
+    return finding(done, "drafter-architecture")
+
+
+def test_a_drafter_layer_types_fails_drafter_architecture_exactly_where_vllm_fails_building_it(tmp_path: Path):
+    target = write_model(tmp_path / "target", TINY_LLAMA)
+    cases = {
+        "short": {"num_hidden_layers": 2, "layer_types": ["full_attention"]},
+        "whole": {"num_hidden_layers": 2, "layer_types": ["full_attention"] * 2},
+        "empty": {"num_hidden_layers": 2, "layer_types": []},
+        "number": {"layer_types": 5},
+        "object": {"layer_types": {"a": "full_attention"}},
+        "string": {"num_hidden_layers": 2, "layer_types": "full_attention"},
+        "short-string": {"num_hidden_layers": 3, "layer_types": "ab"},
+    }
+    drafters = {name: write_model(tmp_path / name, {**TINY_DRAFTER, **change}) for name, change in cases.items()}
+    refused = ask_vllm(DRAFTER_BUILT, str(target), *map(str, drafters.values()))
+    assert refused[str(drafters["whole"])] is None and "AssertionError" in refused[str(drafters["short"])], refused
+    for name, drafter in drafters.items():
+        found = drafter_finding(target, drafter)
+        said = refused[str(drafter)]
+        assert found["ok"] is (said is None), (name, said, found)
+        assert found["ok"] or "layer_types" in found["message"], found
+
+
+# TINY_DRAFTER's tensors as vLLM's llama_eagle3.py takes them (layer 0's q/k/v take 2 x 256: embeds and states)
+TINY_WEIGHTS = {
+    "d2t": [500],
+    "t2d": [1000],
+    "lm_head.weight": [500, 256],
+    "fc.weight": [256, 768],
+    "norm.weight": [256],
+    "midlayer.self_attn.q_proj.weight": [256, 512],
+    "midlayer.self_attn.k_proj.weight": [128, 512],
+    "midlayer.self_attn.v_proj.weight": [128, 512],
+    "midlayer.self_attn.o_proj.weight": [256, 256],
+    "midlayer.mlp.gate_proj.weight": [512, 256],
+    "midlayer.mlp.up_proj.weight": [512, 256],
+    "midlayer.mlp.down_proj.weight": [256, 512],
+    "midlayer.input_layernorm.weight": [256],
+    "midlayer.post_attention_layernorm.weight": [256],
+    "midlayer.hidden_norm.weight": [256],
+}
+WEIGHT_CASES = {
+    "whole": ({}, {}),
+    "fc-of-another-target": ({"fc.weight": [256, 384]}, {}),
+    "fc-out": ({"fc.weight": [128, 768]}, {}),
+    "lm-head-full-vocab": ({"lm_head.weight": [1000, 256]}, {}),
+    "lm-head-narrow": ({"lm_head.weight": [500, 128]}, {}),
+    "d2t-full-vocab": ({"d2t": [1000]}, {}),
+    "t2d-odd": ({"t2d": [7]}, {}),
+    "q-head-dim-32": ({"midlayer.self_attn.q_proj.weight": [128, 512]}, {}),
+    "q-larger": ({"midlayer.self_attn.q_proj.weight": [512, 512]}, {}),
+    "q-one-hidden": ({"midlayer.self_attn.q_proj.weight": [256, 256]}, {}),
+    "q-flat": ({"midlayer.self_attn.q_proj.weight": [256]}, {}),
+    "k-fewer-heads": ({"midlayer.self_attn.k_proj.weight": [64, 512]}, {}),
+    "v-more-heads": ({"midlayer.self_attn.v_proj.weight": [256, 512]}, {}),
+    "o-narrow": ({"midlayer.self_attn.o_proj.weight": [256, 128]}, {}),
+    "o-tall": ({"midlayer.self_attn.o_proj.weight": [512, 256]}, {}),
+    "gate-narrow": ({"midlayer.mlp.gate_proj.weight": [512, 128]}, {}),
+    "up-short": ({"midlayer.mlp.up_proj.weight": [256, 256]}, {}),
+    "down-wide": ({"midlayer.mlp.down_proj.weight": [256, 1024]}, {}),
+    "down-narrow": ({"midlayer.mlp.down_proj.weight": [256, 256]}, {}),
+    "norm": ({"norm.weight": [128]}, {}),
+    "hidden-norm": ({"midlayer.hidden_norm.weight": [128]}, {}),
+    "embed": ({"embed_tokens.weight": [1000, 256]}, {}),
+    "embed-short": ({"embed_tokens.weight": [500, 256]}, {}),
+    "second-layer": ({"layers.1.mlp.up_proj.weight": [512, 256]}, {}),
+    "two-layers": ({"layers.1.mlp.up_proj.weight": [512, 256]}, {"num_hidden_layers": 2}),
+    "head-dim-32": (
+        {"midlayer.self_attn.q_proj.weight": [128, 512], "midlayer.self_attn.k_proj.weight": [64, 512]},
+        {"head_dim": 32},
+    ),
+    "no-aux": ({"fc.weight": [256, 256]}, {"eagle_config": {"use_aux_hidden_state": False}}),
+}
+
+
+def test_drafter_weights_fail_drafter_architecture_exactly_where_vllms_loader_refuses_them(tmp_path: Path):
+    target = write_model(tmp_path / "target", TINY_LLAMA)
+    drafters = {}
+    for name, (change, config) in WEIGHT_CASES.items():
+        drafters[name] = write_model(tmp_path / name, {**TINY_DRAFTER, **config})
+        write_weights(drafters[name], {**TINY_WEIGHTS, **change})
+    refused = ask_vllm(DRAFTER_BUILT, str(target), *map(str, drafters.values()))
+    assert refused[str(drafters["whole"])] is None and refused[str(drafters["fc-of-another-target"])], refused
+    for name, drafter in drafters.items():
+        found = drafter_finding(target, drafter)
+        said = refused[str(drafter)]
+        assert found["ok"] is (said is None), (name, said, found)
+        assert found["ok"] or "its weights" in found["message"], found
+
+
+# review38 A8 (Low): the backend class vLLM itself picks for each config (its config class's defaults count)
+PICKED = """
+import json, sys
+from patchkit._target.engine_config import _force_cpu_platform_when_none
+import vllm
+_force_cpu_platform_when_none()
+from vllm.config import ModelConfig
+said = {}
+for model in sys.argv[1:]:
+    said[model] = ModelConfig(model=model, model_impl="transformers", skip_tokenizer_init=True)._architecture
+print(json.dumps(said))
+"""
+QWEN3_MOE = {
+    "architectures": ["Qwen3MoeForCausalLM"],
+    "model_type": "qwen3_moe",
+    "hidden_size": 256,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 4,
+    "vocab_size": 1000,
+}
+
+
+def test_the_backend_class_named_is_the_one_vllm_picks(tmp_path: Path):
+    dense_v3 = {k: v for k, v in TARGET.items() if k != "n_routed_experts"}  # DeepseekV3Config's default: 256
+    targets = {
+        "v3": TARGET,
+        "v3-default-experts": dense_v3,
+        "v3-first-key-zero": {**TARGET, "num_experts": 0},
+        "qwen3-moe-default-experts": QWEN3_MOE,
+        "llama": TINY_LLAMA,
+    }
+    models = {name: write_model(tmp_path / name, config) for name, config in targets.items()}
+    picked = ask_vllm(PICKED, *map(str, models.values()))
+    assert picked[str(models["v3-default-experts"])] == "TransformersMoEForCausalLM", picked
+    drafter = write_model(tmp_path / "drafter", DRAFTER)
+    spec = json.dumps({"method": "eagle3", "model": str(drafter), "num_speculative_tokens": 2})
+    for name, model in models.items():
+        done = patchkit(
+            "preflight", "--python", VLLM_PYTHON, "--no-import", "--format", "json", "--",
+            "vllm", "serve", str(model), "--model-impl", "transformers", "--speculative-config", spec,
+        )  # fmt: skip
+        found = supports(done)
+        assert f"Transformers backend's {picked[str(model)]}, which" in found["message"], (name, picked, found)

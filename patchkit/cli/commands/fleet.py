@@ -78,7 +78,9 @@ def command(
     on the nodes), else the Ray worker's interpreter there. apply is all or nothing: phase 1 plans
     and checks on every node (no writes), phase 2 writes; a failure reverts the nodes written.
     A driver killed before its commit: the nodes revert themselves once it has been silent 10 s
-    (only a node whose agent dies too keeps its write; `fleet status` then names the fix).
+    (only a node whose agent dies too keeps its write; `fleet status` then names the fix); one
+    stopped (Ctrl-Z) keeps its run --timeout + 60 s. A node where another fleet apply's write is
+    undecided is busy: a status waits 15 s at most, a write is refused (exit 4).
     The steps run in a patchkit agent on each node (a Ray actor), kept --keep-alive seconds for
     the next command. Exit 1: a node failed; 4: the cluster (cannot connect, a node lost or past the time limit);
     128 + the signal when interrupted (143 SIGTERM, 130 Ctrl-C).

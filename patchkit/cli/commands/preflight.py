@@ -317,18 +317,18 @@ def _launch_findings(
 
 def merged(results: list[PreflightResult]) -> PreflightResult:
     """Several sets' preflights as one: per check, the failures of every set (each once), else one
-    pass; tree-state, each set's own (a pass too: -v and JSON show every set judged);
-    the tree's state `partial` when the sets' differ; fixable when any set's apply would fix."""
+    pass, and what could not be judged (each once); tree-state, each set's own (a pass too: -v and
+    JSON show every set judged); the tree's state `partial` when the sets' differ; fixable when any
+    set's apply would fix."""
     first = results[0]
     by_check: dict[str, list[Finding]] = {}
     for finding in (f for r in results for f in r.findings):
         kept = by_check.setdefault(finding.check, [])
-        if (
-            finding.check != TREE and finding.ok and kept
-        ):  # one pass says it; a failure is said by every set it concerns
+        # one pass says it; a failure is said by every set it concerns, and so is what is not judged
+        if finding.check != TREE and finding.ok and finding.judged and any(f.judged for f in kept):
             continue
         if finding.check != TREE and not finding.ok:
-            kept[:] = [f for f in kept if not f.ok]
+            kept[:] = [f for f in kept if not f.ok or not f.judged]
         if all((f.ok, f.message) != (finding.ok, finding.message) for f in kept):
             kept.append(finding)
     states = {r.tree_state for r in results}

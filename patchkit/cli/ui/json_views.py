@@ -22,7 +22,7 @@ def plan_json(plan: Plan) -> list[dict[str, Any]]:
     return [
         {
             "patch": step.patch.name,
-            "state": step.state,
+            "state": plan.shown_state(step),
             "problem": step.mismatch.describe() if step.mismatch else None,
             "files": [
                 {

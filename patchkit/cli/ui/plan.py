@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from patchkit.base.enums import FileKind
+from patchkit.base.enums import FileKind, StepState
 from patchkit.cli.ui.screen import Screen
 from patchkit.cli.ui.text import STATE_STYLES, FittedTable, broken, fit_table, rich, visible, write_plainly
 
@@ -20,6 +20,7 @@ KIND_NOTES = {FileKind.ADD: "new file", FileKind.DELETE: "deleted"}
 INDENT = 2
 COLUMN_GAP = 2
 STATE = "state"  # the header over the patches' states
+UNDONE = "the earlier series' change"  # the heading over the files an update takes it out of
 
 
 def show_plan(ui: Screen, plan: Plan, *, dry_run: bool) -> None:
@@ -31,7 +32,7 @@ def show_plan(ui: Screen, plan: Plan, *, dry_run: bool) -> None:
     verb = "would change" if dry_run else "changes"
     title = f"plan: {verb} {len(plan.changed_paths)} file(s)"
     header, rows_of, numbers = (PLAN_HUNK_HEADER, hunk_rows, ()) if ui.verbose else (PLAN_FILE_HEADER, file_rows, (1,))
-    columns, sections, right = shown_columns(header, plan_sections(plan, rows_of), numbers)
+    columns, sections, right = shown_columns(header, plan_sections(plan, rows_of, len(header)), numbers)
     if not ui.terminal:
         text = plain_plan(title, columns, sections, right)
         write_plainly(lambda stdout: stdout.write(text))
@@ -138,12 +139,26 @@ def _plan_table(
     ui.out.print(text, soft_wrap=True)
 
 
-def plan_sections(plan: Plan, rows_of: Callable[[FileStep], list[tuple[str, ...]]]) -> list[PlanSection]:
-    """Per patch: its name, its state and `rows_of` each of its file steps."""
-    return [
-        (visible(step.patch.name, field=True), step.state, [row for f in step.files for row in rows_of(f)])
-        for step in plan.steps
+def plan_sections(
+    plan: Plan, rows_of: Callable[[FileStep], list[tuple[str, ...]]], columns: int = len(PLAN_FILE_HEADER)
+) -> list[PlanSection]:
+    """Per patch: its name, its state and `rows_of` each of its file steps (none for a patch whose
+    change is there already); then the files an earlier series' change is taken out of (an update
+    from another library), each with where it goes."""
+    sections: list[PlanSection] = []
+    for step in plan.steps:
+        state = plan.shown_state(step)
+        rows = [row for f in step.files for row in rows_of(f)] if state == StepState.WILL_CHANGE else []
+        sections.append((visible(step.patch.name, field=True), state, rows))
+    undone = [
+        (
+            visible(path, field=True),
+            *[""] * (columns - 2),
+            "back to stock" * (plan.content(path) == plan.stock_content(path)),
+        )
+        for path in plan.undone_paths()
     ]
+    return sections + ([(UNDONE, "revert", undone)] if undone else [])
 
 
 def file_rows(file_step: FileStep) -> list[tuple[str, ...]]:

@@ -468,6 +468,9 @@ def _verify_verdict(ui: Screen, resolved: Resolved, verified: VerifyResult, *, r
         ui.verdict(f"verify: FAILED: this build's files fail the set's checks ({own}; {counted})", ok=False)
     elif status.upstream_regression:
         ui.verdict(f"verify: FAILED: upstream regression: the stock files fail the set's checks ({counted})", ok=False)
+    elif status.other_library and all(r.status != CheckStatus.FAIL for r in results):
+        # its checks pass on the earlier series: the count alone read as a pass marked FAILED
+        ui.verdict(f"verify: FAILED: {status.other_library_said}: run the fix above", ok=False)
     else:
         # the guard's refusal is named only where no check failed, else the count alone says FAILED
         none_failed = all(r.status != CheckStatus.FAIL for r in results)
