@@ -113,11 +113,14 @@ def write_tree(root: Path, version: str = "0.16.0", files: dict[str, str | bytes
 def mark_staged(tree: Path, txid: str, *paths: str) -> None:
     """The marker (.patchkit/staged.json) a commit writes once it has staged `paths` (their
     identities as they are now) and before it replaces a file: a hand-made journal of a crash
-    after that point needs it, as a planted journal lacks it."""
+    after that point needs it, as a planted journal lacks it. Its seal covers the journal there (as a
+    commit's covers its own) when that journal's id is `txid`."""
     from patchkit.store import journal as store_journal
 
     staged = {path: store_journal.file_identity(os.lstat(tree / path)) for path in paths}
-    store_journal.mark_staged(tree, txid, staged, tick=lambda: None)
+    there = tree / ".patchkit" / "journal.json"
+    journal = json.loads(there.read_text()) if there.exists() else {}
+    store_journal.mark_staged(tree, {**journal, "id": txid}, staged, tick=lambda: None)
 
 
 def record_created(tree: Path, paths: list[str], *, their_bytes: bool = False) -> None:

@@ -60,11 +60,11 @@ def test_a_hard_exit_at_every_step_of_a_revert_leaves_a_tree_the_next_command_re
     after that used to leave a journal recovery refused ("its directory is gone"), the tree mixed."""
     for n in range(1, 200):
         tree = scenario.fresh("patched", work)
-        code, out = ct.run_cli(["revert", *scenario.args(tree)], str(n), mode="exit")
+        code, out = ct.run_cli(["revert", *scenario.args(tree)], str(n), mode="exit", served=True)
         if code == 0:
             break
         assert code == 70, out
-        _, said = ct.run_cli(["status", *scenario.args(tree), "--format", "json"])
+        _, said = ct.run_cli(["status", *scenario.args(tree), "--format", "json"], served=True)
         assert not (tree / ".patchkit/journal.json").exists(), (n, said)
         assert scenario.whole(tree) == "patched", (n, said)
         assert json.loads(said[said.index("{") :])["state"] == "applied", n

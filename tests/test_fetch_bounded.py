@@ -9,7 +9,11 @@ import threading
 import time
 
 import pytest
+import requests
 from helpers import run_cli
+
+from patchkit.base.errors import FetchError
+from patchkit.fetch import download
 
 pytestmark = pytest.mark.slow  # ~10 s of a slow server, and 256 MiB sent: make test runs them
 
@@ -119,3 +123,18 @@ def test_a_redirects_body_is_not_read_whole(tmp_path, mode):
     assert elapsed < 20 and sum(sent) < 32 << 20, (elapsed, sum(sent))  # main: 53 s; 300 MiB read
     assert "/elsewhere/simple/vllm/" in asked, asked  # followed
     assert done.returncode == 4 and "no project 'vllm'" in done.stderr, (done.returncode, done.stderr)
+
+
+def test_a_whole_wheel_sent_too_slowly_or_without_end_is_cut_off(hostile_index, tmp_path, monkeypatch):
+    """The whole-wheel download (a server without byte ranges) streamed with iter_content, which waits
+    for a full MiB: a byte each 0.5 s held it past the 2 s read timeout; an endless body filled the disk."""
+    mode, url = hostile_index
+    monkeypatch.setattr(download, "DOWNLOAD_LIMIT", 8 << 20)  # the endless body's bound, 4 GiB for real
+    dest = tmp_path / "vllm-0.99.0-py3-none-any.whl"
+    started = time.monotonic()
+    with pytest.raises(FetchError) as raised, requests.Session() as session:
+        download.download_wheel(session, f"{url}/x.whl", None, dest, timeout=2, say=lambda _: None)
+    elapsed = time.monotonic() - started
+    said = "sent more than 8 MiB" if mode == "huge" else "(under 4 KiB/s)"
+    assert said in raised.value.message and elapsed < 20, (raised.value.message, elapsed)
+    assert list(tmp_path.iterdir()) == []  # neither the wheel nor its .part

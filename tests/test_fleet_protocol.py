@@ -594,3 +594,14 @@ def test_each_rolled_back_row_says_why_it_was_reverted():
     result = fleet_apply(given_up, NODES, REQUEST)
     assert result.reports[0].detail == "applied, then reverted: this run's commit did not stand"
     assert result.reports[3].detail == "applied, then " + own
+
+
+def test_a_phase_two_that_wrote_on_no_node_says_so_not_that_it_reverted_them():
+    """Every node refused this run's apply (another fleet apply's writes there, say): the error
+    said "every node this run wrote was reverted", of a run that wrote nothing."""
+    fleet = SimulatedFleet()
+    for index in range(100):
+        fleet.faults[(index, "apply")] = BUSY
+    result = fleet_apply(fleet, NODES, REQUEST)
+    assert result.error.message.endswith("; this run wrote on no node"), result.error.message
+    assert fleet.steps("revert") == [] and fleet.applied == set()

@@ -1019,25 +1019,66 @@ def test_an_older_patchkits_recorded_guard_is_a_note_that_apply_updates(tmp_path
     which updates it. (A module not as recorded stays a failure: the catalogue's edited guards.)"""
     tree = _tree(tmp_path)
     _applied(tree)
-    module = tree.site / "patchkit_guard.py"
-    module.write_bytes(module.read_bytes().replace(b"MAX_FILE_BYTES = 64", b"MAX_FILE_BYTES = 32"))
-    older = "patchkit_guard-0.0.9.dist-info"
-    (tree.site / INFO).rename(tree.site / older)
-    metadata = tree.site / older / "METADATA"
-    metadata.write_text(metadata.read_text().replace(f"Version: {__version__}", "Version: 0.0.9"))
-    record = tree.site / older / "RECORD"  # as that patchkit wrote it: its own dist-info's rows
-    record.write_text(record.read_text().replace(INFO, older))
-    state = tree.state()
-    files = [module, *(tree.site / older).iterdir()]
-    state["guard"] = {p.relative_to(tree.site).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
-    tree.write_state(state)
-    assert load_plugins_like_vllm(tree.site).returncode == 0
+    older = _older_guard_installed(tree)
     status = tree.cli("status", "--format", "json")
     assert status.returncode == 0, status.stdout + status.stderr
     assert "patchkit apply" in " ".join(json.loads(status.stdout)["guard_notes"])
     assert tree.cli("apply", "--no-import").returncode == 0
     assert not json.loads(tree.cli("status", "--format", "json").stdout)["guard_notes"]
     assert (tree.site / INFO).is_dir() and not (tree.site / older).exists()
+
+
+OLDER_GUARD = "patchkit_guard-0.0.9.dist-info"
+
+
+def _older_guard_installed(tree: Tree) -> str:
+    """The applied tree's guard made an older patchkit's, recorded as that patchkit recorded it (its
+    module's bytes and its own dist-info): the state of every tree after a patchkit upgrade."""
+    module = tree.site / "patchkit_guard.py"
+    module.write_bytes(module.read_bytes().replace(b"MAX_FILE_BYTES = 64", b"MAX_FILE_BYTES = 32"))
+    (tree.site / INFO).rename(tree.site / OLDER_GUARD)
+    metadata = tree.site / OLDER_GUARD / "METADATA"
+    metadata.write_text(metadata.read_text().replace(f"Version: {__version__}", "Version: 0.0.9"))
+    record = tree.site / OLDER_GUARD / "RECORD"  # as that patchkit wrote it: its own dist-info's rows
+    record.write_text(record.read_text().replace(INFO, OLDER_GUARD))
+    state = tree.state()
+    files = [module, *(tree.site / OLDER_GUARD).iterdir()]
+    state["guard"] = {p.relative_to(tree.site).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
+    tree.write_state(state)
+    assert load_plugins_like_vllm(tree.site).returncode == 0
+    return OLDER_GUARD
+
+
+def test_an_apply_killed_replacing_an_older_guard_is_rolled_back_to_that_guard(tmp_path):
+    """The first apply after a patchkit upgrade replaces the tree's guard. SIGKILLed at each step of it, the
+    next command's recovery puts the older guard back, byte for byte, as every other original: the journal
+    is this user's own (its sealed marker covers it), not one that may choose what the guard becomes."""
+    tree = _tree(tmp_path)
+    _applied(tree)
+    _older_guard_installed(tree)
+    guard_files = sorted(tree.state()["guard"])
+    before = {path: (tree.site / path).read_bytes() for path in guard_files}
+    origin = tmp_path / "origin"
+    shutil.copytree(tree.site, origin, symlinks=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PATCHKIT_FAULT")} | {"PATCHKIT_FAULT_MODE": "kill"}
+    killed_after_the_guard = 0
+    for step in range(1, 200):
+        shutil.rmtree(tree.site)
+        shutil.copytree(origin, tree.site, symlinks=True)
+        apply = run_cli("apply", "--no-import", "--target", tree.site, "--patches", tree.library,
+                        env={**env, "PATCHKIT_FAULT_AFTER": str(step)})  # fmt: skip
+        if apply.returncode == 0:
+            break
+        assert apply.returncode == -9, apply.stdout + apply.stderr
+        killed_after_the_guard += (tree.site / "patchkit_guard.py").read_bytes() != before["patchkit_guard.py"]
+        status = tree.cli("status")
+        said = status.stdout + status.stderr
+        assert {path: (tree.site / path).read_bytes() for path in guard_files} == before, (step, said)
+        assert not (tree.site / INFO).exists(), (step, said)  # this patchkit's dist-info, which it created
+        assert status.returncode == 0 and load_plugins_like_vllm(tree.site).returncode == 0, (step, said)
+    else:
+        pytest.fail("the apply never finished")
+    assert killed_after_the_guard >= 2, killed_after_the_guard  # the steps that matter were reached
 
 
 def test_no_guard_removes_this_patchkits_guard_after_the_record_was_removed(tmp_path):

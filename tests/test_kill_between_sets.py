@@ -92,7 +92,7 @@ def said_between(work: Path, stock: Path, lib: list[str], guard: str) -> None:
     assert ct.run_cli(["status", "--target", str(work), *lib])[0] == 0
 
 
-@pytest.mark.parametrize("following", ["status", "apply"])
+@pytest.mark.parametrize("following", ["status", "apply", "recover"])
 def test_files_an_apply_cut_short_wrote_are_never_judged_upstream(tree, scratch, tmp_path, following):
     """A SIGKILL after an apply wrote every file of a set and before its record, on a tree no RECORD
     proves stock (a checkout): the files hold the change with no apply recorded. The next command
@@ -110,11 +110,16 @@ def test_files_an_apply_cut_short_wrote_are_never_judged_upstream(tree, scratch,
         assert code == -9, (n, out)  # the apply ends after the file is written: a kill there is found first
         if left(work, stock) == "model" and (work / ".patchkit/journal.json").exists():
             break
-    code, said = ct.run_cli([following, "--target", str(work), *lib, *(["--no-import"] * (following == "apply"))])
+    rest = [] if following == "recover" else [*lib, *(["--no-import"] * (following == "apply"))]
+    code, said = ct.run_cli([following, "--target", str(work), *rest])
     assert "rolled back an interrupted patchkit transaction" in said, said
     assert not (work / ".patchkit/journal.json").exists(), said
     assert "no apply recorded" not in said and "upstream" not in said, said
-    if following == "status":
+    if following == "recover":  # what is left to do, and where to see the tree
+        assert code == 0 and left(work, stock) == "stock", said
+        assert "note: run the apply or revert it cut short again; " in said, said
+        assert f"`patchkit status --target {work}` shows where the tree stands" in " ".join(said.split()), said
+    elif following == "status":
         assert code == 0 and said.splitlines()[-1] == "status: not-applied: 0 of 1 patch applied", said
         assert left(work, stock) == "stock"
     else:

@@ -130,6 +130,8 @@ def test_the_plan_of_an_update_says_which_patches_are_there_already(tree, scratc
         planned_row(planned, SPEC),
     ], planned.stdout
     assert planned_row(planned, SPEC).startswith(f"{SPEC} 1 "), planned.stdout  # its one hunk
+    said = next(line for line in planned.stdout.splitlines() if line.startswith("dry run: "))
+    assert said.startswith("dry run: would update from another library (0002 changed): 1 file(s) would change"), said
     document = json.loads(pk("apply", "--dry-run", "--target", tree, "--patches", new, "--format", "json").stdout)
     assert [(step["patch"], step["state"]) for step in document["plan"]] == [
         ("0001-change.patch", "applied"),

@@ -162,6 +162,46 @@ def test_an_aux_layer_id_of_the_last_layers_output_is_judged_by_the_trees_forwar
     assert done.returncode == (0 if found["ok"] else 1), done.stdout
 
 
+# 0.22-0.30's V1 model runner: it reads eagle_config's layer ids where the top-level list is empty
+V1_RUNNER_READING_NESTED = """
+def _get_eagle3_aux_layers_from_config(self):
+    layer_ids = getattr(hf_config, "eagle_aux_hidden_state_layer_ids", None)
+    if not layer_ids:
+        eagle_config = getattr(hf_config, "eagle_config", None)
+        if eagle_config and isinstance(eagle_config, dict):
+            layer_ids = eagle_config.get("eagle_aux_hidden_state_layer_ids")
+"""
+
+
+@pytest.mark.parametrize("runner", [V1_RUNNER_READING_NESTED, None])
+def test_nested_aux_layer_ids_cannot_be_judged_where_one_of_the_trees_runners_reads_them(setup, tmp_path, runner):
+    """0.22-0.30: the V1 runner reads eagle_config's ids, the V2 runner does not, and vLLM picks the runner by
+    the model and its features: not "vLLM never reads" there (a false fail); still failed where none reads them."""
+    tree, library, models = setup
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    if runner is not None:
+        (tree / "vllm/v1/worker").mkdir(parents=True)
+        (tree / "vllm/v1/worker/gpu_model_runner.py").write_text(runner)
+    nested = {
+        "eagle_aux_hidden_state_layer_ids": None,
+        "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 29, 57]},
+    }
+    drafter = write_model(tmp_path / "drafter", _changed(DRAFTER, nested))
+    done = preflight(tree, library, *serve(models["deepseek"], drafter))
+    found = findings(done)["drafter-aux-layers"]
+    assert (
+        found["fix"]
+        == "give the layers the drafter was trained on as a top-level eagle_aux_hidden_state_layer_ids list"
+    )
+    if runner is None:
+        assert done.returncode == 1 and found["result"] == "fail" and "vLLM never reads" in found["message"], found
+        return
+    assert done.returncode == 0 and found["result"] == "cannot judge", found
+    assert found["message"].startswith("cannot judge: this vLLM's V1 model runner reads the drafter's eagle_config."), (
+        found
+    )
+
+
 def _changed(config: dict, change: dict) -> dict:
     return {k: v for k, v in {**config, **change}.items() if v is not None}  # None: the key dropped
 
@@ -2137,3 +2177,73 @@ def test_stale_checked_hash_bytecode_of_the_guard_fails_a_launch_that_never_chec
     assert tree_state["fix"] == f"run `rm -f -- {pyc}` (Python compiles the source again)", tree_state
     os.unlink(pyc)
     assert findings(preflight(tree, library, *never))["tree-state"]["ok"]
+
+
+# the tree's attention backend registry and the rule its backends share, as 0.16.0 lays them out
+ATTENTION_FILES = {
+    "vllm/v1/attention/backends/registry.py": "class AttentionBackendEnum(Enum):\n"
+    '    FLASH_ATTN = "vllm.v1.attention.backends.flash_attn.FlashAttentionBackend"\n'
+    '    TRITON_MLA = "vllm.v1.attention.backends.mla.triton_mla.TritonMLABackend"\n'
+    '    FLASHMLA_SPARSE = "vllm.v1.attention.backends.mla.flashmla_sparse.FlashMLASparseBackend"\n'
+    "    FLASHMLA = (\n"
+    '        "vllm.v1.attention.backends.mla.flashmla.FlashMLABackend"\n'
+    "    )\n",
+    "vllm/v1/attention/backend.py": "class AttentionBackend:\n    def validate_configuration(cls, use_mla):\n"
+    "        if use_mla != cls.is_mla():\n"
+    '            reasons.append("MLA not supported" if use_mla else "non-MLA not supported")\n',
+}
+MLA = {"kv_lora_rank": 512}
+# 0.13-0.14: the AttentionConfig takes VLLM_ATTENTION_BACKEND over the option (set in the tree below)
+ENV_READ = "reads the variable"
+ENV_READER = 'def __post_init__(self):\n    self._set_from_env_if_set("backend", "VLLM_ATTENTION_BACKEND")\n'
+
+
+@pytest.mark.parametrize(
+    ("options", "env", "target", "drafter", "version", "says"),
+    [
+        (["--attention-backend", "TRITON_MLA"], {}, MLA, {}, None, "--attention-backend TRITON_MLA"),
+        (["--attention-backend", "flashmla"], {}, MLA, {}, None, "--attention-backend flashmla"),
+        (["--attention-config.backend", "FLASHMLA"], {}, MLA, {}, None, "--attention-config's backend FLASHMLA"),
+        (["-ac", '{"backend": "TRITON_MLA"}'], {}, MLA, {}, "0.16.0+cu129", "--attention-config's backend"),
+        (["--attention-backend", "FLASH_ATTN"], {}, MLA, {}, None, None),  # the drafter's kind
+        (["--attention-backend", "TRITON_MLA"], {}, {}, {}, None, None),  # a non-MLA target refuses it first
+        (["--attention-backend", "TRITON_MLA"], {"VLLM_MLA_DISABLE": "1"}, MLA, {}, None, None),
+        (["--attention-backend", "TRITON_MLA"], {}, MLA, MLA, None, None),  # an MLA drafter takes it
+        (["--attention-backend", "TRITON_MLA"], {}, MLA, {}, "0.16.0+rocm700", None),  # ROCm picks another
+        (["--attention-backend", "NOT_A_BACKEND"], {}, MLA, {}, None, None),  # vLLM refuses it at start
+        ([], {"VLLM_ATTENTION_BACKEND": "TRITON_MLA"}, MLA, {}, None, None),  # 0.16.0 reads no such variable
+        ([], {"VLLM_ATTENTION_BACKEND": "TRITON_MLA"}, MLA, {}, ENV_READ, "VLLM_ATTENTION_BACKEND TRITON_MLA"),
+        (["--attention-backend", "FLASH_ATTN"], {"VLLM_ATTENTION_BACKEND": "TRITON_MLA"}, MLA, {}, ENV_READ, "VLLM_"),
+        (["--attention-backend", "FLASHMLA_SPARSE"], {}, MLA, {}, None, None),  # a dense target refuses it first
+        (["--attention-backend", "FLASHMLA_SPARSE"], {}, {**MLA, "index_topk": 2048}, {}, None, "FLASHMLA_SPARSE"),
+    ],
+)
+def test_an_mla_attention_backend_the_drafter_inherits_fails(
+    setup, tmp_path, options, env, target, drafter, version, says
+):
+    """One named attention backend serves every layer: vLLM's CUDA platform raises for an MLA backend on the
+    EAGLE-3 drafter's non-MLA attention, building the drafter after the MLA target's load."""
+    tree, library, _ = setup
+    if version == ENV_READ:
+        version = None
+        (tree / "vllm" / "config" / "attention.py").write_text(ENV_READER)
+    if version is not None:  # the installed vLLM's build, as its METADATA says (before the apply records it)
+        metadata = tree / "vllm-0.16.0.dist-info" / "METADATA"
+        metadata.write_text(metadata.read_text().replace("Version: 0.16.0", f"Version: {version}"))
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    for rel, text in ATTENTION_FILES.items():
+        (tree / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tree / rel).write_text(text)
+    model = write_model(tmp_path / "target", {**DEEPSEEK_V3, **target})
+    draft = write_model(tmp_path / "drafter", {**DRAFTER, **drafter})
+    words = ["env", *(f"{k}={v}" for k, v in env.items())] if env else []
+    done = preflight(tree, library, *words, *serve(model, draft, *options))
+    if says is None:
+        assert done.returncode == 0 and failed(done) == set(), done.stdout
+        return
+    assert_clean_failure(done, 1)
+    assert failed(done) == {"drafter-architecture"}, done.stdout
+    finding = findings(done)["drafter-architecture"]
+    assert f"{says}" in finding["message"] and "is an MLA backend" in finding["message"]
+    assert "after the target's load" in finding["message"]
+    assert finding["fix"].startswith("unset VLLM_ATTENTION_BACKEND" if "VLLM_" in says else "drop --attention-")

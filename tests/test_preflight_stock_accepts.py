@@ -98,3 +98,20 @@ def test_an_aux_layer_id_of_the_last_layers_output_passes_where_the_releases_for
     assert found["ok"] is accepted, found
     said = "(61: the last layer's output, as this vLLM's deepseek_v2.py hands it)" if accepted else "not below"
     assert said in found["message"], found
+
+
+@pytest.mark.release
+@pytest.mark.parametrize(("version", "result"), [("0.26.0", "cannot judge"), ("0.16.0", "fail")])
+def test_nested_aux_layer_ids_are_judged_by_the_releases_runners(tmp_path, version, result):
+    """0.26.0's V1 model runner reads eagle_config's eagle_aux_hidden_state_layer_ids (its V2 runner does not);
+    0.16.0's runner never reads them."""
+    done = run_cli("fetch", version, "--all", "--dest", tmp_path / "tree")
+    assert done.returncode == 0, done.stderr
+    nested = {k: v for k, v in DRAFTER.items() if k != "eagle_aux_hidden_state_layer_ids"}
+    nested["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": [1, 29, 57]}
+    launch = serve(write_model(tmp_path / "dsv3", DEEPSEEK_V3), write_model(tmp_path / "drafter", nested))
+    done = run_cli_read_only(
+        "preflight", "--target", tmp_path / "tree", "--no-import", "--format", "json", "--", *launch
+    )
+    [found] = [f for f in json.loads(done.stdout)["findings"] if f["check"] == "drafter-aux-layers"]
+    assert found["result"] == result, found

@@ -14,6 +14,9 @@ from pathlib import Path
 import pytest
 from helpers import SPEC_PY, fingerprint, make_patch, mark_staged, patched_spec
 
+from patchkit.base import seal
+from patchkit.store import journal as store_journal
+
 SPEC = "vllm/config/spec.py"
 
 
@@ -119,6 +122,21 @@ def test_a_journal_may_not_choose_what_the_launch_guard_becomes(run, applied):
     assert not guard.exists() or b"__import__('os').system" not in guard.read_bytes()  # (the guard says "file system")
 
 
+def test_a_journal_edited_under_a_sealed_marker_may_not_choose_what_the_launch_guard_becomes(run, applied):
+    """This user's sealed marker vouches for the journal it was sealed with (a commit's own originals, an
+    older patchkit's guard among them, come back); a journal edited after the seal is anyone's again."""
+    tree, patch = applied
+    planted = b"def check():\n    __import__('os').system('id')\n"
+    entry = {"path": "patchkit_guard.py", "before": plant_object(tree, planted), "after": None, "staged": None}
+    sealed = {"id": "c0ffee", "previous_state": None, "files": [{**entry, "before": plant_object(tree, b"x = 1\n")}]}
+    store_journal.mark_staged(tree, sealed, {}, tick=lambda: None)
+    plant_journal(tree, entry)
+    result = run("status", "--target", tree, "--patch", patch)
+    assert "Traceback" not in result.output and result.exit_code in (0, 1), result.output
+    guard = tree / "patchkit_guard.py"
+    assert not guard.exists() or b"__import__('os').system" not in guard.read_bytes()
+
+
 @pytest.mark.parametrize("path", ["sitecustomize/__init__.py", "_distutils_hack/__init__.py"])
 def test_a_journal_may_not_restore_code_python_runs_at_start(run, applied, path):
     tree, patch = applied
@@ -150,10 +168,11 @@ def test_a_journal_mode_that_lets_every_user_write_is_refused(run, applied):
     assert result.exit_code == 2 and "permission mode" in result.output, result.output
 
 
-def test_an_older_guards_original_is_not_brought_back_but_removed(run, applied):
-    """A crash once an older guard was replaced: recovery removes the guard file the commit wrote
-    rather than refuse the journal (the older bytes are not this patchkit's guard: a journal must not
-    choose them). A file that is not what the journal says was written is kept."""
+def test_an_older_guards_original_comes_back_only_under_this_users_seal(run, applied):
+    """A crash once an older guard was replaced: with no marker this user sealed over the journal, recovery
+    removes the guard file the commit wrote rather than refuse the journal (a journal must not choose the
+    older bytes). A file that is not what the journal says was written is kept. Sealed, the journal is
+    this user's own commit's: the older guard comes back, as any original."""
     import hashlib
 
     tree, patch = applied
@@ -168,7 +187,21 @@ def test_an_older_guards_original_is_not_brought_back_but_removed(run, applied):
     plant_journal(tree, {"path": "patchkit_guard.py", "before": old_guard, "after": written, "staged": None})
     guard = tree / "patchkit_guard.py"
     guard.write_bytes(guard.read_bytes())  # after the journal, as the commit writes it
+    staged = guard.read_bytes()
+    journal = (tree / ".patchkit" / "journal.json").read_text()
     mark_staged(tree, "c0ffee", "patchkit_guard.py")
+    marker = json.loads((tree / ".patchkit" / "staged.json").read_text())
+    del marker["journal"], marker["seal"]  # sealed over the id alone, as an older patchkit sealed it
+    marker["seal"] = seal.seal(store_journal.SEAL_KIND, str(tree.resolve()), seal.canonical(marker))
+    (tree / ".patchkit" / "staged.json").write_text(json.dumps(marker))
     result = run("status", "--target", tree, "--patch", patch)
     assert result.exit_code in (0, 1), result.output
     assert not (tree / "patchkit_guard.py").exists()
+    (tree / ".patchkit" / "objects").mkdir(parents=True, exist_ok=True)  # the same crash again,
+    assert plant_object(tree, b"def check():\n    pass  # an older guard\n") == old_guard
+    (tree / ".patchkit" / "journal.json").write_text(journal)  # sealed over its journal this time
+    guard.write_bytes(staged)
+    mark_staged(tree, "c0ffee", "patchkit_guard.py")
+    result = run("status", "--target", tree, "--patch", patch)
+    assert result.exit_code in (0, 1), result.output
+    assert guard.read_bytes() == b"def check():\n    pass  # an older guard\n" != staged

@@ -87,6 +87,8 @@ def test_a_failed_runs_hint_never_wraps_the_command_it_names(short_launch, monke
     assert code in (1, 4) and not marker.exists(), shown
     error = shown[shown.index("error: not launched") :]
     assert all(line.count("`") % 2 == 0 for line in error.splitlines()), shown
+    # what to do next, on one line: the fixes the preflight printed (its hint: how to check in full)
+    assert error.splitlines()[0] == "error: not launched: the preflight failed: fix what it found, then run again"
     said = " ".join(error.split())
     assert "`patchkit preflight` with this run's options and launch checks it in full" in said, shown
     _, piped = patchkit_run(tree, library, command, env)

@@ -531,6 +531,9 @@ def test_a_dist_info_of_another_version_than_the_file_name_is_refused(tmp_path, 
         (b"Metadata-Version: 2.1\nName: vllm\n\nVersion: 0.16.0\n", "has no valid Version header"),
         (b"Metadata-Version: 2.1\nName: vllm\nVersion: 0.15.1\n", "is not vllm 0.16.0's"),
         (b"Metadata-Version: 2.1\nName: not-vllm\nVersion: 0.16.0\n", "is not vllm 0.16.0's"),
+        # read as version detection and importlib.metadata read it: the header block ends at a line that is none
+        (b"Metadata-Version: 2.1\nName: vllm\nnot a header\nVersion: 0.16.0\n", "has no valid Version header"),
+        (b"Metadata-Version: 2.1\nName: vllm\nVersion : 0.15.1\nVersion: 0.16.0\n", "has no valid Version header"),
     ],
 )
 def test_a_metadata_that_is_not_the_file_names_is_refused(tmp_path, library, metadata, why):

@@ -63,6 +63,9 @@ ABSOLUTE_LAYER_IDS = ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "KimiK25
 FC_OF_THREE = b"hidden_size * 3"
 SIZED_BY_CONFIG = b"num_aux_hidden_states"
 LAST_FC_OF_THREE = Version("0.18.999")
+NESTED_IDS = "eagle_config.eagle_aux_hidden_state_layer_ids"
+V1_RUNNER = "vllm/v1/worker/gpu_model_runner.py"  # 0.22-0.30's reads NESTED_IDS where the top level is empty
+NESTED_READ = b'eagle_config.get("eagle_aux_hidden_state_layer_ids")'
 PARTITION = "VLLM_PP_LAYER_PARTITION"
 PP_INDICES = "vllm/distributed/utils.py"  # get_pp_indices, where vLLM reads PARTITION
 # vLLM's Transformers modeling backend: one file before 0.12, a package after (Base, in base.py, is
@@ -75,6 +78,13 @@ BACKEND_MOE = f"{MODELS_DIR}/transformers/moe.py"
 EXPERT_KEYS = ("num_experts", "moe_num_experts", "n_routed_experts", "num_local_experts")  # vLLM's get_num_experts
 TRANSFORMERS_AUTO = "transformers/models/auto/configuration_auto.py"  # model_type -> config class (beside vllm/)
 VLLM_CONFIGS = "vllm/transformers_utils/config.py"  # _CONFIG_REGISTRY: the model types vLLM reads with its own class
+# where the tree maps attention backend names to classes (0.14 on; 0.12-0.13 under vllm/attention), and where
+# its backends' validate_configuration refuses a layer whose MLA-ness differs from the backend's (0.12 on)
+ATTENTION_REGISTRIES = ("vllm/v1/attention/backends/registry.py", "vllm/attention/backends/registry.py")
+ATTENTION_RULES = ("vllm/v1/attention/backend.py", "vllm/attention/backends/abstract.py")
+NON_MLA_REFUSED = b"non-MLA not supported"
+ATTENTION_ENV = "VLLM_ATTENTION_BACKEND"  # read by 0.12-0.14 (the env then wins over the option)
+ATTENTION_ENV_READERS = ("vllm/config/attention.py", "vllm/attention/selector.py")
 
 
 # The other methods whose drafter vLLM loads through the proposer's load_model (EagleProposer: eagle,
@@ -514,7 +524,7 @@ def drafter_architecture(launch) -> Finding:
         # llama.py's rules hold only for the drafter class built of its layers (0.22+ has other EAGLE-3 drafters)
         llama = (_activation_refused, _layer_types_refused, _weights_unfit)
         llama = llama if table.get(built, ("",))[0] == LLAMA_DRAFTER else ()
-        rules = (_heads_unsplit, *llama, _quant_config_unfound)
+        rules = (_heads_unsplit, *llama, _quant_config_unfound, _attention_backend_refused)
         unbuilt = next((found for rule in rules if (found := rule(launch)) is not None), None)
         if unbuilt is None:
             return Finding("drafter-architecture", True, registered)
@@ -737,6 +747,59 @@ def _quant_config_unfound(launch) -> tuple[str, str] | None:
         f"(no quantization_config in its config.json, no {' or '.join(names)})"
     )
     return why, 'drop "quantization" from --speculative-config: the drafter is not quantized'
+
+
+def _attention_backend_refused(launch) -> tuple[str, str] | None:
+    """One attention backend named for the whole launch serves the drafter's layers too: on CUDA, vLLM
+    raises for a named backend whose MLA-ness differs from the layer's. An MLA target builds and loads
+    with an MLA backend; the drafter's non-MLA layers then refuse it. (what fails, fix), else None."""
+    named = _attention_backend(launch)
+    if named is None or not _uses_mla(launch, launch.target.text_config):
+        return None  # none named, or a non-MLA target: the target's own build refuses an MLA backend first
+    source, name = named
+    if _uses_mla(launch, launch.drafter.config) or not _mla_backend(launch, name) or not _cuda_build(launch):
+        return None
+    why = f"{source} {escaped(name)} is an MLA backend, which vLLM refuses for the drafter's non-MLA attention"
+    undo = f"unset {source}" if source == ATTENTION_ENV else f"drop {source}"
+    return why, f"{undo}: vLLM then picks a backend for each layer"
+
+
+def _attention_backend(launch) -> tuple[str, str] | None:
+    """(where it is named, the name) of the attention backend the launch gives vLLM, or None."""
+    environ = launch.command.environ.get(ATTENTION_ENV)
+    if environ and any(ATTENTION_ENV.encode() in (launch.read(path) or b"") for path in ATTENTION_ENV_READERS):
+        return ATTENTION_ENV, environ
+    given = launch.command.attention_backend
+    return None if given is None else given
+
+
+def _uses_mla(launch, config: dict) -> bool:
+    """vLLM's use_mla, as its is_deepseek_mla reads a config: a kv_lora_rank, unless VLLM_MLA_DISABLE."""
+    disabled = launch.command.environ.get("VLLM_MLA_DISABLE", "0").strip()
+    return config.get("kv_lora_rank") is not None and disabled in ("", "0")
+
+
+def _mla_backend(launch, name: str) -> bool:
+    """Whether the tree's backend registry maps `name` (as vLLM looks it up: upper case) to a class of its
+    MLA package, and its backends refuse a non-MLA layer; False when the tree does not say so."""
+    if not any(NON_MLA_REFUSED in (launch.read(path) or b"") for path in ATTENTION_RULES):
+        return False
+    for path in ATTENTION_REGISTRIES:
+        tree = _parsed(launch.read(path))
+        for node in ast.walk(tree) if tree else ():
+            target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None
+            if isinstance(target, ast.Name) and target.id == name.upper():
+                path = str(node.value.value) if isinstance(node.value, ast.Constant) else ""
+                # a sparse backend (DeepSeek-V3.2's) fails a dense target first, before its load
+                return ".mla." in path and ("sparse" not in path or "index_topk" in launch.target.text_config)
+    return False
+
+
+def _cuda_build(launch) -> bool:
+    """ROCm's platform picks another backend for a layer the named one cannot serve; only a CUDA build
+    (no local version label, or a cuXYZ one) raises. An unknown version is not judged."""
+    version = launch.version
+    return version is not None and (version.local is None or version.local.startswith("cu"))
 
 
 def _quant_config_names(launch, method: str) -> list[str] | None:
@@ -1012,6 +1075,14 @@ def _default_aux_layers(launch, config: dict, count: object) -> Finding:
         return _aux_count(
             launch, f"the target's default layers {default}", [2, count // 2, count - 3], count - 1, message
         )
+    if ignored[0] == NESTED_IDS and NESTED_READ in (launch.read(V1_RUNNER) or b""):
+        # 0.22-0.30: the V1 model runner reads them there, the V2 one does not; vLLM picks the runner by the
+        # model, its features and VLLM_USE_V2_MODEL_RUNNER: a top-level list is what both read
+        reason = (
+            f"this vLLM's V1 model runner reads the drafter's {NESTED_IDS} {ignored[1]!r}, its V2 runner "
+            f"uses the target's default layers {default}: which runs depends on the model and its features"
+        )
+        return cannot_judge("drafter-aux-layers", reason, AUX_FIX)
     message = (
         f"vLLM never reads the drafter's {ignored[0]} {ignored[1]!r} (only a non-empty top-level list): "
         f"it uses the target's default layers {default}"
@@ -1025,7 +1096,7 @@ def _ignored_aux_layers(config: dict) -> tuple[str, object] | None:
         return "eagle_aux_hidden_state_layer_ids", config["eagle_aux_hidden_state_layer_ids"]
     nested = config.get("eagle_config")
     if isinstance(nested, dict) and nested.get("eagle_aux_hidden_state_layer_ids") is not None:
-        return "eagle_config.eagle_aux_hidden_state_layer_ids", nested["eagle_aux_hidden_state_layer_ids"]
+        return NESTED_IDS, nested["eagle_aux_hidden_state_layer_ids"]
     return None
 
 

@@ -399,6 +399,17 @@ class _Applying:
             verb = "would make" if dry_run else "made"
             self.warn(f"{verb} {', '.join(closed)} readable by other users (the launch guard reads them)")
 
+    def dry_run_message(self, plan: Plan, results: list[CheckResult]) -> str:
+        """Counted as apply counts them (cli count_line): the stock files' checks and the planned ones;
+        an update of a set applied from another library says so, as apply's own line does."""
+        ran = sum(r.ok and r.level != WARNING for r in results)
+        update = (
+            f"{_updated_said(self.resolved.set_name, self.changed, dry_run=True)}: " if plan.stock is not None else ""
+        )
+        return (
+            f"dry run: {update}{len(plan.changed_paths)} file(s) would change, {ran} check(s) passed; nothing written"
+        )
+
     def check_then_write(self, plan: Plan, stock: ApplyResult, *, dry_run: bool) -> ApplyResult:
         """The checks on the planned contents, which end a dry run as they would end apply."""
         assert stock.checks is not None
@@ -416,7 +427,7 @@ class _Applying:
                 error=_check_failure(f"verification of the patched files failed; {nothing}", failed),
             )
         if dry_run:
-            return replace(stock, checks=results, planned_checks=planned, message=_dry_run_message(plan, results))
+            return replace(stock, checks=results, planned_checks=planned, message=self.dry_run_message(plan, results))
         return self.write(plan, stock.checks, planned)
 
     def planned_checks(self, plan: Plan) -> list[CheckResult]:
@@ -727,12 +738,6 @@ def _same_writes(earlier: Plan, plan: Plan) -> bool:
     return earlier.touched_paths == plan.touched_paths and earlier.changes == plan.changes
 
 
-def _dry_run_message(plan: Plan, results: list[CheckResult]) -> str:
-    """Counted as apply counts them (cli count_line): the stock files' checks and the planned ones."""
-    ran = sum(r.ok and r.level != WARNING for r in results)
-    return f"dry run: {len(plan.changed_paths)} file(s) would change, {ran} check(s) passed; nothing written"
-
-
 def _check_failure(what: str, failed: list[CheckResult]) -> CheckFailed:
     return CheckFailed(what + ":\n  " + "\n  ".join(r.describe() for r in failed))
 
@@ -804,11 +809,12 @@ def _applied_said(plan: Plan) -> str:
     return f"applied {wrote} patch(es)" + (f" ({there} already there)" if there else "")
 
 
-def _updated_said(set_name: str, changed: list[str]) -> str:
-    """What an apply over another library's series (or the earlier texts of --patch files) did."""
+def _updated_said(set_name: str, changed: list[str], *, dry_run: bool = False) -> str:
+    """What an apply over another library's series (or the earlier texts of --patch files) did (or,
+    `dry_run`, would do)."""
     if is_adhoc(set_name):
-        return f"applied in place of the earlier text of {', '.join(changed)}"
-    return f"updated from another library ({', '.join(changed)} changed)"
+        return f"{'would apply' if dry_run else 'applied'} in place of the earlier text of {', '.join(changed)}"
+    return f"{'would update' if dry_run else 'updated'} from another library ({', '.join(changed)} changed)"
 
 
 def _refuse_stale_bytecode(result: ApplyResult, done: str) -> ApplyResult:

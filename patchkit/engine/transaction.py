@@ -441,7 +441,7 @@ def _write_files(root: Path, writes: list[FileWrite], journal: Journal) -> dict[
     }
     fsync_dir(objects_dir(root))  # every original is on disk before the first file is replaced
     staged = {path: (o.inode, o.size, o.mtime_ns) for path, (o, _data) in written.items()}
-    store_journal.mark_staged(root, journal["id"], staged, tick=_tick)
+    store_journal.mark_staged(root, journal, staged, tick=_tick)
     changed_dirs = {_install(root, entry) for entry in entries}
     changed_dirs |= {(root / rel).parent for entry in entries for rel in entry["created_dirs"]}
     for directory in sorted(changed_dirs):
@@ -707,8 +707,9 @@ def _checked_journal(root: Path) -> Journal | None:
         preflight(root, [entry["path"] for entry in journal["files"]])
     except BadInput as exc:
         raise journal_refusal(root, exc.message) from exc
+    vouched = store_journal.journal_sealed(root, journal)  # this user's own commit: its originals are
     for entry in journal["files"]:
-        if GUARD_PATH.fullmatch(entry["path"]) and entry["before"] is not None:
+        if GUARD_PATH.fullmatch(entry["path"]) and entry["before"] is not None and not vouched:
             entry["before"] = _guard_original(entry["path"], entry["before"])
         why = _unrestorable_directory(root, entry) if entry["before"] is not None else None
         if why:
@@ -734,10 +735,10 @@ def _unrestorable_directory(root: Path, entry: JournalEntry) -> str | None:
 
 
 def _guard_original(path: str, digest: str) -> str | None:
-    """What a rollback brings back at a path of the launch guard: its original only when it is this
-    patchkit's own bytes for that very path, else nothing (the file is removed). The guard runs in
-    every vLLM process, so a journal must not choose what it becomes; a removed guard only stops
-    guarding, and `patchkit status` says so."""
+    """What a rollback of a journal not sealed by this user brings back at a path of the launch guard:
+    its original only when it is this patchkit's own bytes for that very path, else nothing (the file
+    is removed). The guard runs in every vLLM process, so such a journal must not choose what it
+    becomes; a removed guard only stops guarding, and `patchkit status` says so."""
     own = guard_files().get(path)
     return digest if own is not None and sha256(own) == digest else None
 

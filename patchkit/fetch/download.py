@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Callable, Iterable
+import time
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import suppress
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -13,9 +14,11 @@ from typing import Any, BinaryIO
 from patchkit.base.errors import FetchError
 from patchkit.base.fsutil import NO_SPACE
 from patchkit.fetch.cache import cache_write_error, remove_entry
-from patchkit.fetch.net import Progress, redact
+from patchkit.fetch.net import SLOWEST, Progress, redact
 
 Transferred = Callable[[int, int], None]  # (bytes so far, total or 0): a progress bar's feed
+DOWNLOAD_LIMIT = 4 << 30  # a whole wheel or sdist: vLLM 0.16.0's wheel is 0.5 GB
+_HINT = "check the network and pip's index settings (PIP_INDEX_URL, pip.conf, cert)"
 
 
 def download_wheel(
@@ -43,14 +46,14 @@ def download_wheel(
             total = int(response.headers.get("Content-Length") or 0)
             say(f"downloading {dest.name}" + (f" ({total / 1e6:.0f} MB)" if total else ""))
             with _fresh(part) as out:
-                got = _copy(response.iter_content(1 << 20), out, dest.name, total, say, on_bytes)
+                got = _copy(_bounded(response, timeout, dest.name), out, dest.name, total, say, on_bytes)
     except (requests.RequestException, OSError) as e:
         _discard(part)
         if e.errno in NO_SPACE:  # the disk, not the network
             raise cache_write_error(part, e) from None
         raise FetchError(
             f"cannot download {dest.name}: {redact(str(e))}",
-            hint="check the network and pip's index settings (PIP_INDEX_URL, pip.conf, cert)",
+            hint=_HINT,
         ) from None
     except BaseException:
         _discard(part)
@@ -76,6 +79,24 @@ def download_wheel(
         _discard(part)
         raise
     return dest
+
+
+def _bounded(response: Any, timeout: float, name: str) -> Iterator[bytes]:
+    """The body as it comes (read1: whatever arrived; iter_content waits for a whole MiB, the timeout
+    being per socket read): a server sending a byte every few seconds, or without end, is cut off."""
+    started, size, grace = time.monotonic(), 0, max(timeout, 10.0)
+    while chunk := response.raw.read1(1 << 20, decode_content=True):
+        size += len(chunk)
+        elapsed = time.monotonic() - started
+        too_slow = elapsed > grace and size < SLOWEST * elapsed
+        if size > DOWNLOAD_LIMIT or too_slow:
+            said = (
+                f"{size} bytes in {elapsed:.0f} s (under {SLOWEST >> 10} KiB/s)"
+                if too_slow
+                else f"more than {DOWNLOAD_LIMIT >> 20:,} MiB"
+            )
+            raise FetchError(f"cannot download {name}: {redact(response.url)} sent {said}", hint=_HINT)
+        yield chunk
 
 
 def _copy(

@@ -250,7 +250,7 @@ def fleet_apply(
         runner.decide(commit=False)
     reverted = _roll_back(runner, written.reports, request, _undone_because(problem, written.reports))
     unknown = [r for r in written.reports if r.written is None]
-    error = _rolled_back(problem, reverted, unknown)
+    error = _rolled_back(problem, reverted, unknown, wrote=any(r.written for r in written.reports))
     return FleetResult("apply", written.reports, error=error, phase=FleetPhase.ROLLED_BACK)
 
 
@@ -458,9 +458,14 @@ def _revert_requests(request: dict[str, Any], written: list[NodeReport]) -> list
     return [({**request, "set_name": name, "extra": []}, nodes) for name, nodes in reversed(by_set.items())]
 
 
-def _rolled_back(problem: PatchkitError, stuck: list[NodeReport], unknown: list[NodeReport]) -> PatchkitError:
+def _rolled_back(
+    problem: PatchkitError, stuck: list[NodeReport], unknown: list[NodeReport], *, wrote: bool
+) -> PatchkitError:
     """The error, and what became of the nodes written: reverted, NOT reverted, or not known to be
-    (no answer came: its apply may land, or have landed)."""
+    (no answer came: its apply may land, or have landed); or none written."""
+    if not stuck and not unknown and not wrote:
+        problem.message += "; this run wrote on no node"
+        return problem
     if not stuck and not unknown:
         problem.message += "; every node this run wrote was reverted"
         return problem

@@ -216,6 +216,19 @@ class LaunchCommand(Value):
         return None if value is None or str(value) in ("", "None") else str(value)
 
     @property
+    def attention_backend(self) -> tuple[str, str] | None:
+        """(the option, the name) of the attention backend given: --attention-backend, or the "backend"
+        of --attention-config (0.13 on; vLLM refuses both at once, at start); None when neither."""
+        given = self.optional_text("attention-backend")
+        if given is not None:
+            return "--attention-backend", given
+        try:
+            backend = (self._json("attention-config") or {}).get("backend")
+        except BadInput:  # vLLM refuses it at start, before any load
+            return None
+        return ("--attention-config's backend", backend) if isinstance(backend, str) and backend else None
+
+    @property
     def tokenizer(self) -> str | None:
         value = self.options.get("tokenizer")
         return str(value) if value is not None else None

@@ -63,6 +63,7 @@ from patchkit.launch.interpreter import RefusedByPython, exec_search
 from patchkit.launch.late_files import headless_note, late_file_findings, lora_ranks, tool_server_findings
 from patchkit.launch.middleware import middleware_findings
 from patchkit.launch.models import ModelConfig, offline, offline_model_path, redirected, resolve_model, with_overrides
+from patchkit.launch.mtp import mtp_findings
 from patchkit.launch.relevance import EVERY, LaunchNeeds, launch_needs
 from patchkit.launch.serve_parser import ignored_config
 from patchkit.launch.shortcut import as_written, kept_findings
@@ -346,7 +347,7 @@ def preflight(
         return result
     result.command = command
     result.findings += _found_models_findings(result.missing, served, (target, drafter), command)
-    result.findings += _after_load_findings(command, resolved, target, result)  # never kept: files outside the tree
+    result.findings += _after_load_findings(command, resolved, (target, drafter), result)  # never kept: not tree files
     planned = _Planned.of(resolved, status) if needed else _Planned()
     result.fixable = planned.fixable
     context = LaunchContext(
@@ -770,10 +771,15 @@ def _architectures_finding(model: ModelConfig | None) -> Finding | None:
 
 
 def _after_load_findings(
-    command: LaunchCommand, resolved: Resolved, target: ModelConfig, result: PreflightResult
+    command: LaunchCommand,
+    resolved: Resolved,
+    models: tuple[ModelConfig, ModelConfig | None],
+    result: PreflightResult,
 ) -> list[Finding]:
     """Failed `command` findings for the files and servers vLLM opens only once the model has
-    loaded (or its front end as it starts); what is not judged of them said in `result.said`."""
+    loaded (or its front end as it starts), and the mtp drafter it builds then (patchkit/launch/mtp.py);
+    what is not judged of them said in `result.said`."""
+    target = models[0]
     root, architectures = resolved.target.root, target.architectures
     adapters = command.options.get("lora-modules") or command.options.get("default-mm-loras")
     ranks = lora_ranks(tree_reader(root)(LORA_CONFIG)) if adapters else None
@@ -782,7 +788,7 @@ def _after_load_findings(
     servers, noted = tool_server_findings(command, COMMAND, resolved.vllm_version, architectures, directory)
     headless = headless_note(command, architectures)
     result.said += [*([headless] if headless else []), *noted]
-    return _chat_template_findings(command, root) + late + servers
+    return _chat_template_findings(command, root) + late + servers + mtp_findings(command, *models, tree_reader(root))
 
 
 def _model_directory(command: LaunchCommand, target: ModelConfig) -> str | None:

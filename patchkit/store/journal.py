@@ -20,6 +20,7 @@ digests, modes as permission bits; a journal that fails is refused whole (exit 2
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import stat
@@ -89,9 +90,11 @@ def staged_path(root: Path) -> Path:
     return meta_dir(root) / "staged.json"
 
 
-def mark_staged(root: Path, txid: str, staged: dict[str, Identity], *, tick: Tick) -> None:
-    """The reached-order marker (see the module docstring), on disk before the first file is replaced."""
-    marker = {"id": txid, "staged": {path: list(identity) for path, identity in staged.items()}}
+def mark_staged(root: Path, journal: Journal, staged: dict[str, Identity], *, tick: Tick) -> None:
+    """The reached-order marker (see the module docstring), on disk before the first file is replaced.
+    Its seal also covers the journal's content, so a sealed marker vouches for every original it names."""
+    staged_files = {path: list(identity) for path, identity in staged.items()}
+    marker = {"id": journal["id"], "staged": staged_files, "journal": _journal_digest(journal)}
     marker["seal"] = seal.seal(SEAL_KIND, _sealed_name(root), seal.canonical(marker))
     durable_write(staged_path(root), json_text(marker, "the journal").encode(), tick=tick)
     fsync_dir(meta_dir(root))
@@ -117,6 +120,22 @@ def marker_sealed(root: Path, journal: Journal) -> bool:
         return False
     mark = marker.pop("seal", None)
     return seal.sealed(SEAL_KIND, _sealed_name(root), seal.canonical(marker), mark)
+
+
+def journal_sealed(root: Path, journal: Journal) -> bool:
+    """Whether this user's patchkit sealed this very journal (its marker's seal covers the journal's
+    content; an older patchkit's marker covers only its id, and vouches for no original)."""
+    raw = read_meta_file(staged_path(root))
+    try:
+        marker = load_json_text(raw) if raw is not None else None
+    except (ValueError, RecursionError):
+        return False
+    covered = marker.get("journal") if isinstance(marker, dict) else None
+    return covered == _journal_digest(journal) and marker_sealed(root, journal)
+
+
+def _journal_digest(journal: Journal) -> str:
+    return hashlib.sha256(seal.canonical(journal)).hexdigest()
 
 
 def file_identity(info: os.stat_result) -> Identity:

@@ -161,7 +161,7 @@ def _from_metadata(target: Target) -> DetectedVersion | None:
             f"several vLLM distributions in {target.root}: {', '.join(names)}", hint=_several_fix(target, names)
         )
     where = candidates[0].relative_to(target.root).as_posix()
-    meta = _first_values(_read_metadata(target, candidates[0], where))
+    meta = first_headers(_read_metadata(target, candidates[0], where))
     if meta.get("name", "").strip().lower() != PACKAGE or not meta.get("version", "").strip():
         return None
     try:
@@ -253,7 +253,7 @@ def _redent(value: str) -> str:
     return textwrap.dedent(" " * 8 + value) if "\n" in value else value
 
 
-def _first_values(text: str) -> dict[str, str]:
+def first_headers(text: str) -> dict[str, str]:
     """The first value of each header of METADATA, by lower-case name (as email's msg[name] finds it)."""
     found: dict[str, str] = {}
     for name, value in metadata_headers(text):

@@ -69,6 +69,7 @@ from patchkit.engine.resolve import (
     several,
     why_not,
 )
+from patchkit.tree.version import first_headers
 from patchkit.wheel import label as labels
 from patchkit.wheel import rawzip
 from patchkit.wheel.published import Held, claims_a_release, held_to_release, refuse_unpublished
@@ -974,17 +975,12 @@ def _check_no_provenance(wheel: StockWheel) -> None:
 
 def _check_metadata(wheel: StockWheel) -> None:
     """METADATA names vllm and the file name's version (what version detection then reads)."""
-    headers: dict[str, str] = {}
-    for line in wheel.read(f"{wheel.dist_info}/METADATA", METADATA_LIMIT).splitlines():
-        if not line.strip():
-            break
-        key, _, value = line.decode("utf-8", "replace").partition(":")
-        headers.setdefault(key.strip().lower(), value.strip())
+    headers = first_headers(wheel.read(f"{wheel.dist_info}/METADATA", METADATA_LIMIT).decode("utf-8", "replace"))
     try:
         version = Version(headers.get("version", ""))
     except InvalidVersion:
         raise BadInput(f"{wheel.label}: its METADATA has no valid Version header") from None
-    if canonicalize_name(headers.get("name", "")) != "vllm" or version != wheel.version:
+    if canonicalize_name(headers.get("name", "").strip()) != "vllm" or version != wheel.version:
         raise BadInput(f"{wheel.label}: its METADATA is not vllm {wheel.version}'s, as the file name says")
 
 

@@ -501,3 +501,44 @@ def test_the_backend_class_named_is_the_one_vllm_picks(tmp_path: Path):
         )  # fmt: skip
         found = supports(done)
         assert f"Transformers backend's {picked[str(model)]}, which" in found["message"], (name, picked, found)
+
+
+# review39 C4: one named attention backend serves the drafter's layers too; vLLM's CUDA platform raises for a
+# backend whose validate_configuration refuses the layer (cuda.py's get_attn_backend_cls), asked here per member
+NON_MLA_LAYER = """
+import json
+import torch
+from vllm.platforms.interface import DeviceCapability
+from vllm.v1.attention.backends.registry import AttentionBackendEnum
+said = {}
+for member in AttentionBackendEnum:
+    try:
+        cls = member.get_class()
+    except Exception:
+        continue  # not importable on this machine: not compared
+    reasons = cls.validate_configuration(
+        head_size=128, dtype=torch.bfloat16, kv_cache_dtype="auto", block_size=None, use_mla=False, has_sink=False,
+        use_sparse=False, use_mm_prefix=False, attn_type="decoder", device_capability=DeviceCapability(9, 0),
+    )
+    said[member.name] = bool(reasons)  # what cuda.py raises for
+print(json.dumps(said))
+"""
+
+
+def test_an_attention_backend_fails_drafter_architecture_exactly_where_vllm_refuses_it_for_a_non_mla_layer(
+    tmp_path: Path,
+):
+    refused = ask_vllm(NON_MLA_LAYER)
+    assert refused.get("TRITON_MLA") is True and refused.get("FLASH_ATTN") is False, refused
+    refused = {name: refuses for name, refuses in refused.items() if "SPARSE" not in name}  # a DeepSeek-V3.2 kind
+    target = write_model(tmp_path / "target", TARGET)  # MLA: a kv_lora_rank
+    drafter = write_model(tmp_path / "drafter", DRAFTER)
+    spec = json.dumps({"method": "eagle3", "model": str(drafter), "num_speculative_tokens": 2})
+    for name, refuses in refused.items():
+        done = patchkit(
+            "preflight", "--python", VLLM_PYTHON, "--no-import", "--format", "json", "--",
+            "vllm", "serve", str(target), "--speculative-config", spec, "--attention-backend", name.lower(),
+        )  # fmt: skip
+        found = finding(done, "drafter-architecture")
+        assert found["ok"] is not refuses, (name, found)
+        assert found["ok"] or f"--attention-backend {name.lower()} is an MLA backend" in found["message"], found

@@ -4,6 +4,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from patchkit.base import hints
 from patchkit.cli.commands import make_ui
 from patchkit.cli.commands.options import target_options
 from patchkit.engine.resolve import resolve_target
@@ -42,3 +43,5 @@ def command(opts: Options, quiet: bool, verbose: int, unsealed: str | None) -> N
         with target_lock(root, unsealed=Unsealed(unsealed or Unsealed.REFUSE.value)) as message:
             pass
     ui.line(message or "nothing to recover: no unfinished transaction")
+    if message:  # the tree is as before the command cut short: that command is what is left to do
+        ui.note(f"run the apply or revert it cut short again; {hints.command('status')} shows where the tree stands")

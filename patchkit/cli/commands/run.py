@@ -85,7 +85,7 @@ def _checked(
         return None
     show(ui, result, "text")
     ui.error(
-        "not launched: the preflight failed",
+        "not launched: the preflight failed: fix what it found, then run again",
         f"{_full_preflight(ui, opts, launch_command)} checks it in full",
     )
     return result
