@@ -49,6 +49,7 @@ from patchkit.engine.inspection import (
     local_edit_said,
     record_of,
     set_drift_fix,
+    symlinked_bytecode_fix,
     upgrade_said,
     with_found_judged,
 )
@@ -459,7 +460,12 @@ def prefix_findings(resolved: Resolved, status: TreeStatus, command: LaunchComma
         return []
     found: dict[str, str] = {}  # at the tree's real path and each it was named by (a symlinked site: Python keys it so)
     for site in (str(root), *names_of(root)):
-        for _rel, said, pyc in target_guard.stale_places(site, paths, EVERY_CPYTHON, prefix or "", mode):
+        try:
+            places = target_guard.stale_places(site, paths, EVERY_CPYTHON, prefix or "", mode)
+        except target_guard.TreeChanged as exc:  # a planted symlink: never followed, refused as the guard does
+            fix = symlinked_bytecode_fix(root, str(exc)) or f"run {hints.command('status')}: it names the fix"
+            return [Finding(TREE, False, str(exc), fix)]
+        for _rel, said, pyc in places:
             if prefixed_bytecode([said]) or target_guard.STALE_CHECKED in said:
                 found.setdefault(said[1:] if said.startswith("/__pycache__/") else said, pyc)
     fix = f"run {hints.remove_files(list(dict.fromkeys(found.values())))} (Python compiles the source again)"
