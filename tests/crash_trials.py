@@ -71,6 +71,9 @@ class Scenario:
     stock: Path = field(init=False)
     patched: Path = field(init=False)
     patch: Path | None = field(init=False)  # None: the library's set for the tree's release
+    guarded: bool = True  # False: applied --no-guard (judged by gate_says alone)
+    gates: tuple[str, ...] = ()  # the set's `gates`: stock whenever another file of the change is
+    set_files: tuple[str, ...] = ()  # the files of the set the gates are of (empty: every file changed)
 
     def __post_init__(self) -> None:
         warm_imports()
@@ -83,7 +86,7 @@ class Scenario:
         shutil.copytree(self.stock, self.patched, symlinks=True)
         code, out = run_cli(["apply", *self.args(self.patched, "apply")])
         assert code == 0, out
-        assert (self.patched / "patchkit_guard.py").exists(), "the scenario needs the guard installed"
+        assert (self.patched / "patchkit_guard.py").exists() == self.guarded, "the guard installed, or not"
         self.prints = {"stock": fingerprint(self.stock), "patched": fingerprint(self.patched)}
 
     def lay_out_stock(self) -> bytes | None:
@@ -97,7 +100,8 @@ class Scenario:
         patch = (
             ["--patch", str(self.patch)] if self.patch is not None and command != "recover" else []
         )  # recover: the tree alone
-        return ["--target", str(tree), *patch, *(["--no-import"] if command == "apply" else [])]
+        unguarded = ["--no-guard"] if command == "apply" and not self.guarded else []
+        return ["--target", str(tree), *patch, *(["--no-import", *unguarded] if command == "apply" else [])]
 
     def fresh(self, start: str, where: Path) -> Path:
         shutil.rmtree(where, ignore_errors=True)
@@ -120,6 +124,31 @@ class Scenario:
         """ "stock" or "patched" when the tree is exactly one of them, else None."""
         now = fingerprint(tree)
         return next((name for name, known in self.prints.items() if known == now), None)
+
+
+@dataclass
+class GatedScenario(Scenario):
+    """The scenario's change as a library set that declares vllm/config/spec.py its gate (in the
+    middle of the paths' order), applied with no guard: what vLLM starts on is the gate's word."""
+
+    guarded: bool = False
+    gates: tuple[str, ...] = ("vllm/config/spec.py",)
+
+    def lay_out_stock(self) -> None:
+        from helpers import write_library
+
+        diff = super().lay_out_stock()
+        assert diff is not None
+        self.library = write_library(self.base / "lib", {"0.16.0": [diff]})
+        manifest = self.library / "demo/set.toml"
+        declared = "gates = [" + ", ".join(f'"{gate}"' for gate in self.gates) + "]\n" if self.gates else ""
+        manifest.write_text(
+            manifest.read_text().replace('description = "test set"\n', f'description = "test set"\n{declared}')
+        )
+
+    def args(self, tree: Path, command: str = "status") -> list[str]:
+        library = ["--patches", str(self.library)] if command != "recover" else []
+        return [*super().args(tree, command), *library]
 
 
 # A real release diff, cut to a few files of each kind: vLLM 0.15.0 -> 0.16.0 deletes the package
@@ -181,6 +210,20 @@ class Eagle3Scenario(Scenario):
         from patchkit.releases.files import files_for
 
         lay_out_release(RELEASE_TO, files_for(RELEASE_TO), self.stock)
+
+
+def unguarded_eagle3(base: Path, only: str | None = "eagle3") -> Eagle3Scenario:
+    """Eagle3Scenario applied with --no-guard, judged by the eagle3 set's own `gates` (its set.toml)
+    over its own files (those of its 0.16.0 series); `only` None: every set of the library."""
+    from helpers import LIBRARY
+
+    from patchkit.series.library import load_set, select
+    from patchkit.series.patchfile import touched_paths
+    from patchkit.tree.version import parse
+
+    eagle3 = load_set(LIBRARY / "eagle3")
+    files = tuple(touched_paths(select(eagle3, parse(RELEASE_TO, "VERSION")).patches))
+    return Eagle3Scenario(base, guarded=False, gates=eagle3.gates, set_files=files, only=only)
 
 
 def warm_imports() -> None:
@@ -372,11 +415,11 @@ def trial(
             tally.failures.append(
                 f"{where}: exit {code}, said in_place={in_place}, the tree is {state}, journal={journal}: {out.strip()[-200:]}"
             )
-    guard_says(scn, tree, where, "the trial", tally)
+    launch_says(scn, tree, where, "the trial", tally)
     following = NEXT[turn % len(NEXT)]
     again, said = run_cli([following, *scn.args(tree, following)], served=True)
     state = scn.whole(tree)
-    guard_says(scn, tree, where, f"`{following}`", tally)
+    launch_says(scn, tree, where, f"`{following}`", tally)
     if (tree / ".patchkit/journal.json").exists():
         tally.failures.append(f"{where}: `{following}` left the journal (exit {again}): {said.strip()[-300:]}")
     expected = {"apply": {"patched"}, "revert": {"stock"}}.get(following, {"stock", "patched"})
@@ -436,6 +479,39 @@ def guard_says(scn: Scenario, tree: Path, where: str, after: str, tally: Tally) 
         tally.failures.append(f"{where}: after {after} a journal, yet the guard says {problems}")
     elif not journal and state is not None and problems:
         tally.failures.append(f"{where}: after {after} the tree is {state}, yet the guard refuses: {problems}")
+
+
+def launch_says(scn: Scenario, tree: Path, where: str, after: str, tally: Tally) -> None:
+    """What a `vllm serve` started now would meet: the guard's verdict (guard_says), and with no
+    guard the gates' word (gate_says)."""
+    if scn.guarded:
+        guard_says(scn, tree, where, after, tally)
+    if scn.gates:
+        gate_says(scn, tree, where, after, tally)
+
+
+_ABSENT = b"\0absent"
+
+
+def gate_says(scn: Scenario, tree: Path, where: str, after: str, tally: Tally) -> None:
+    """A tree some of whose changed files are stock must have its gates stock too: vLLM then refuses
+    the launch at start (eagle3's whitelist), never admits it to fail after the model's load."""
+    now, stock, patched = fingerprint(tree), scn.prints["stock"], scn.prints["patched"]
+    files = [
+        rel
+        for rel in sorted({*stock, *patched})
+        if rel.startswith("vllm/") and (isinstance(stock.get(rel), bytes) or isinstance(patched.get(rel), bytes))
+        if not scn.set_files or rel in scn.set_files
+        if stock.get(rel, _ABSENT) != patched.get(rel, _ABSENT)
+    ]
+    stock_now = [rel for rel in files if rel not in scn.gates and now.get(rel, _ABSENT) == stock.get(rel, _ABSENT)]
+    patched_now = [rel for rel in files if rel not in scn.gates and now.get(rel, _ABSENT) == patched.get(rel, _ABSENT)]
+    mixed = ", others mixed" if stock_now and patched_now else ""
+    for gate in scn.gates:
+        gate_stock = now.get(gate, _ABSENT) == stock.get(gate, _ABSENT)
+        tally.outcomes[f"gate after {after}: {'stock' if gate_stock else 'patched'}{mixed}"] += 1
+        if stock_now and not gate_stock:
+            tally.failures.append(f"{where}: after {after} the gate {gate} is patched, yet {stock_now[0]} is stock")
 
 
 # Python ignores an exception a signal handler raises inside a weakref callback or finalizer (it

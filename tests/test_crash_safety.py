@@ -60,11 +60,11 @@ def test_a_hard_exit_at_every_step_of_a_revert_leaves_a_tree_the_next_command_re
     after that used to leave a journal recovery refused ("its directory is gone"), the tree mixed."""
     for n in range(1, 200):
         tree = scenario.fresh("patched", work)
-        code, out = ct.run_cli(["revert", *scenario.args(tree)], str(n), mode="exit")
+        code, out = ct.run_cli(["revert", *scenario.args(tree)], str(n), mode="exit", served=True)
         if code == 0:
             break
         assert code == 70, out
-        _, said = ct.run_cli(["status", *scenario.args(tree), "--format", "json"])
+        _, said = ct.run_cli(["status", *scenario.args(tree), "--format", "json"], served=True)
         assert not (tree / ".patchkit/journal.json").exists(), (n, said)
         assert scenario.whole(tree) == "patched", (n, said)
         assert json.loads(said[said.index("{") :])["state"] == "applied", n
@@ -379,20 +379,24 @@ def test_a_kill_at_every_commit_step_leaves_a_tree_the_guard_refuses_until_recov
 
 
 @pytest.mark.release
-def test_an_eagle3_apply_killed_with_the_whitelist_alone_patched_is_refused_at_launch():
-    """Review38 B6 on real files: the kill that leaves vllm/config/speculative.py (the eagle3
-    whitelist) patched and the models stock; a launch would pass SpeculativeConfig and fail after
-    the load. The guard refuses, naming `patchkit recover`; recovered, the tree is stock and no
-    guard is left. Then a kill at every step of the set's apply and revert, judged as above."""
+def test_an_eagle3_apply_killed_with_the_models_patched_is_refused_at_launch():
+    """Review38 B6 on real files: a kill inside the set's install phase left vllm/ mixed (then the
+    whitelist, speculative.py, alone patched; since gate29 it is written last: the models patched,
+    the whitelist stock), with the guard and the journal. The guard refuses, naming `patchkit
+    recover`; recovered, the tree is stock and no guard is left. Then a kill at every step of the
+    set's apply and revert, judged as above."""
     with tempfile.TemporaryDirectory(prefix="crash-eagle3-", dir=ct.fast_scratch()) as base:
         scn = ct.Eagle3Scenario(Path(base), only="eagle3")
-        tree, stock = scn.base / "work", scn.stock / "vllm/config/speculative.py"
+        tree = scn.base / "work"
+        model = "vllm/model_executor/models/deepseek_v2.py"
         for n in range(1, 200):
             code, _ = ct.run_cli(["apply", *scn.args(scn.fresh("stock", tree), "apply")], f"{n}:kill")
-            assert code == -signal.SIGKILL, "no kill left the whitelist alone patched"
-            if (tree / "vllm/config/speculative.py").read_bytes() != stock.read_bytes():
+            assert code == -signal.SIGKILL, "no kill left the models patched and the whitelist stock"
+            if (tree / model).read_bytes() != (scn.stock / model).read_bytes():
                 break
-        assert scn.whole_vllm(tree) is None  # the models still stock
+        assert scn.whole_vllm(tree) is None  # the whitelist still stock
+        whitelist = "vllm/config/speculative.py"
+        assert (tree / whitelist).read_bytes() == (scn.stock / whitelist).read_bytes()
         guard = ct.installed_guard(tree)
         assert guard is not None
         said = guard.refusal(str(tree), guard.find_problems(str(tree)))
@@ -404,6 +408,124 @@ def test_an_eagle3_apply_killed_with_the_whitelist_alone_patched_is_refused_at_l
         for op in ("apply", "revert"):
             ct.aimed_commit(scn, scn.base / "work", op, "kill", tally)
     _clean(tally)
+
+
+@pytest.fixture(scope="module")
+def gated():
+    with tempfile.TemporaryDirectory(prefix="crash-gated-", dir=ct.fast_scratch()) as base:
+        yield ct.GatedScenario(Path(base))
+
+
+@pytest.mark.parametrize("op", ["apply", "revert"])
+def test_with_no_guard_a_kill_at_every_commit_step_leaves_the_gate_stock_while_any_file_is(gated, op):
+    """gate29: with --no-guard nothing refuses a tree a commit was killed in, and apply wrote vllm/
+    files in path order: a set's gate (eagle3's whitelist, here vllm/config/spec.py) could be
+    patched while a model file was stock, and vLLM admitted a launch that failed after the load.
+    The gate is written last by apply and first by revert (a rollback reverses either): whatever
+    step a SIGKILL (or the rollback's) cuts, the gate is stock whenever another file is."""
+    tally = ct.Tally()
+    steps = ct.aimed_commit(gated, gated.base / "work", op, "kill", tally)
+    ct.aimed_rollback(gated, gated.base / "work", op, "raise", "kill", tally, {n: 12 for n in range(1, steps, 3)})
+    _clean(tally)
+    assert not any(key.startswith("guard") for key in tally.outcomes), tally.report()  # no guard to refuse it
+    mixed = sum(count for key, count in tally.outcomes.items() if "stock, others mixed" in key)
+    assert mixed >= 3, tally.report()  # the kills did leave the other files mixed
+
+
+def test_with_no_guard_a_library_update_killed_anywhere_has_its_new_gate_only_with_every_new_file(gated):
+    """gate29: an apply from a newer library (the set's series changed: here spec.py, the gate, and
+    model.py) replaces the older one's files in one commit. Killed at any step, or in its rollback
+    at any step, the gate holds the new bytes only once every other file does (it admits nothing
+    the new files do not hold yet); recover then gives the older library's tree whole."""
+    from helpers import MODEL_PY, SPEC_PY, make_patch, write_library
+
+    newer = {
+        **ct.EDITS,
+        "vllm/config/spec.py": SPEC_PY.replace('"qwen"', '"deepseek", "kimi"'),
+        "vllm/models/model.py": MODEL_PY.replace("return x", "return x + 2"),
+    }
+    (gated.base / "scratch2").mkdir(exist_ok=True)
+    library = write_library(gated.base / "lib2", {"0.16.0": [make_patch(gated.base / "scratch2", gated.stock, newer)]})
+    manifest = library / "demo/set.toml"
+    manifest.write_text(
+        manifest.read_text().replace("\n[[releases]]", 'gates = ["vllm/config/spec.py"]\n\n[[releases]]', 1)
+    )
+    update = ["apply", "--patches", str(library), "--no-import", "--no-guard"]
+    gate, model = "vllm/config/spec.py", "vllm/models/model.py"
+    seen, plans = (
+        set(),
+        [f"{n}:kill" for n in range(1, 60)]
+        + [f"{n}:raise,{n + m}:kill" for n in range(20, 40, 2) for m in range(1, 12)],
+    )
+    for plan in plans:
+        tree = gated.fresh("patched", gated.base / "work")
+        code, out = ct.run_cli([*update, "--target", str(tree)], plan)
+        if code in (0, 4):  # the faults came after its end (updated), or the rollback got through
+            assert code == 0 or gated.whole(tree) == "patched", out
+            continue
+        assert code == -signal.SIGKILL, out
+        new = {rel: (tree / rel).read_bytes() == newer[rel].encode() for rel in (gate, model)}
+        seen.add((new[gate], new[model]))
+        assert new[model] or not new[gate], f"{plan}: the new gate with the old {model}"
+        code, out = ct.run_cli(["recover", "--target", str(tree)])
+        assert code == 0 and gated.whole(tree) == "patched", out
+    assert (False, True) in seen, seen  # a kill did land between the model and the gate
+
+
+def test_revert_writes_the_gates_its_record_marks_first_whatever_the_library_says_now(gated):
+    """gate29: the record marks the set's gates ("gate": true), and revert goes by the record (as it
+    restores what the tree records, whatever the library holds): with a library that declares no
+    gates any more, the first file a revert writes is still the gate. A mark that is no boolean is
+    a damaged record (exit 2), as any other field read back from the tree."""
+    tree = gated.fresh("patched", gated.base / "work")
+    files = json.loads((tree / ".patchkit/state.json").read_text())["entries"][0]["files"]
+    assert {path for path, shas in files.items() if "gate" in shas} == {"vllm/config/spec.py"}, files
+    assert files["vllm/config/spec.py"]["gate"] is True
+    manifest = gated.library / "demo/set.toml"
+    declared = manifest.read_text()
+    manifest.write_text(declared.replace('gates = ["vllm/config/spec.py"]\n', ""))
+    try:
+        for n in range(1, 80):
+            tree = gated.fresh("patched", gated.base / "work")
+            code, out = ct.run_cli(["revert", *gated.args(tree, "revert")], f"{n}:kill")
+            assert code == -signal.SIGKILL, f"no kill changed a file: {out[-300:]}"
+            now = ct.fingerprint(tree)
+            changed = [
+                rel
+                for rel in gated.prints["patched"]
+                if rel.endswith(".py") and now.get(rel) != gated.prints["patched"][rel]
+            ]
+            if changed:
+                break
+        assert changed == ["vllm/config/spec.py"], changed
+        tree = gated.fresh("patched", gated.base / "work")
+        state = json.loads((tree / ".patchkit/state.json").read_text())
+        state["entries"][0]["files"]["vllm/config/spec.py"]["gate"] = "yes"
+        (tree / ".patchkit/state.json").write_text(json.dumps(state))
+        code, out = ct.run_cli(["revert", *gated.args(tree, "revert")])
+        assert code == 2 and "vllm/config/spec.py: 'gate' 'yes' is not true or false" in out, out
+    finally:
+        manifest.write_text(declared)
+
+
+@pytest.mark.release
+@pytest.mark.parametrize("only", ["eagle3", None])
+def test_with_no_guard_an_eagle3_apply_or_revert_killed_anywhere_leaves_the_whitelist_stock_while_a_model_is(only):
+    """gate29 on real 0.16.0 files, no guard: the eagle3 set's gate (speculative.py, its set.toml
+    says) is written after its models by apply and before them by revert, so a kill at any step of
+    either commit (the set alone; every set of the library: a commit each, eagle3's first) leaves
+    it stock whenever a model file is. Before, apply wrote it first: the kill that left it alone
+    patched let `vllm serve` admit EAGLE-3 and fail after the load."""
+    with tempfile.TemporaryDirectory(prefix="crash-eagle3-", dir=ct.fast_scratch()) as base:
+        scn = ct.unguarded_eagle3(Path(base), only)
+        assert scn.gates == ("vllm/config/speculative.py",) and len(scn.set_files) == 4, scn
+        tally = ct.Tally()
+        for op in ("apply", "revert"):
+            ct.aimed_commit(scn, scn.base / "work", op, "kill", tally)
+    if only is None:  # a kill between two sets' commits leaves each set whole: no tree the harness calls whole
+        tally.failures = [failure for failure in tally.failures if "the gate" in failure]
+    _clean(tally)
+    assert tally.outcomes["gate after the trial: stock, others mixed"] >= 4, tally.report()
 
 
 def test_the_interrupt_report_is_per_command():

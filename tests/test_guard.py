@@ -899,10 +899,11 @@ def test_status_on_another_python_than_vllms_judges_an_unlistable_pycache_as_vll
     assert f"__pycache__/{vllms.name}" in " ".join(done.output.split()), done.output
 
 
-def test_bytecode_that_is_no_regular_file_is_never_read_and_a_symlink_is_followed_as_python_does(patched):
+def test_bytecode_that_is_no_regular_file_is_never_read_and_a_symlink_is_refused_unfollowed(patched):
     """__pycache__ is untrusted: a fifo (a read would hang) named as the module's bytecode is not
-    read. A symlink to a stale .pyc elsewhere, or a symlinked __pycache__ holding one, Python's import
-    follows: the patch never runs, so it is refused, naming the link (it was passed)."""
+    read. A symlink to a stale .pyc elsewhere, or a symlinked __pycache__, Python's import would
+    follow; Python never writes either, so the guard refuses the link without following it (gate29:
+    a deep chain behind one per recorded file cost ~10 ms a file), whatever it leads to."""
     site, _, _ = patched
     tag = sys.implementation.cache_tag
     cache = site / "vllm/models/__pycache__"
@@ -928,8 +929,11 @@ def test_bytecode_that_is_no_regular_file_is_never_read_and_a_symlink_is_followe
         return done.stdout
 
     found = problems()
-    assert f"vllm/models/__pycache__/{elsewhere.name} is unchecked-hash bytecode compiled from other bytes" in found
-    assert f"(reached through the symlink vllm/models/__pycache__/{elsewhere.name})" in found, found
+    assert f"vllm/models/__pycache__/{elsewhere.name} is a symlink, which Python never writes there" in found, found
+    assert "unchecked-hash" not in found, found  # never followed to what it points to
+    (cache / elsewhere.name).unlink()
+    (cache / elsewhere.name).symlink_to(site / "vllm/models/model.py")  # a harmless target: refused all the same
+    assert "is a symlink, which Python never writes there" in problems()
     (cache / elsewhere.name).unlink()
     # the fifo is never read, but it is refused: the import opens it before the source and waits on it
     fifo = f"vllm/models/__pycache__/model.{tag}.pyc is a fifo or a device, not bytecode: importing {MODEL} opens it"
@@ -938,7 +942,7 @@ def test_bytecode_that_is_no_regular_file_is_never_read_and_a_symlink_is_followe
     assert problems() == "[]\n"
     shutil.rmtree(cache)
     cache.symlink_to(elsewhere.parent)
-    assert "(reached through the symlink vllm/models/__pycache__)" in problems()
+    assert "vllm/models/__pycache__ is a symlink, which Python never writes there" in problems()
 
 
 def test_stale_bytecode_under_the_pycache_prefix_stops_the_launch_and_status_names_its_removal(patched, tmp_path):

@@ -1331,7 +1331,8 @@ def test_apply_fixes_the_stale_bytecode_the_guard_refuses_and_says_no_refusal_is
 
 def test_stale_bytecode_through_a_symlinked_pycache_fails_and_an_overfull_pycache_names_a_fix_that_works(tmp_path):
     """Review 16 L5: a symlinked __pycache__ holding a stale unchecked-hash .pyc was passed by the
-    guard and status (never followed), while Python follows it and the patch never runs. L1: a
+    guard and status (never followed), while Python follows it and the patch never runs (gate29: a
+    symlinked __pycache__ is refused whatever it holds, and never followed: Python makes none). L1: a
     __pycache__ of over 65,536 entries was refused with `apply` as the fix, which leaves it. Each
     fails with a fix that clears it (apply writes no bytecode through a symlink, nor empties a
     directory it did not write)."""
@@ -1343,8 +1344,8 @@ def test_stale_bytecode_through_a_symlinked_pycache_fails_and_an_overfull_pycach
     for _ in range(2):
         status = tree.cli("status")
         said = " ".join(status.stdout.split())
-        assert status.returncode == 1 and "(reached through the symlink vllm/config/__pycache__)" in said, said
-        assert f"fix: remove the symlink {cache} (Python then compiles the source), then run `patchkit status" in said
+        assert status.returncode == 1 and "vllm/config/__pycache__ is a symlink, which Python never writes" in said
+        assert f"fix: run `rm -f -- {cache}` (Python then compiles the source), then run `patchkit status" in said
         assert load_plugins_like_vllm(tree.site).returncode != 0
         assert tree.cli("apply", "--no-import").returncode in (0, 1)  # not the fix: it leaves the link
     cache.unlink()

@@ -48,6 +48,7 @@ FORMATS = {
     29: "bc3057a6e12aea7174aef66fc54d6258caf90c0df43509fbf1fb1e91516fe351",  # each recorded file (device, inode, size, mtime) hashed once, 256 MiB at most a judging
     30: "6c290e042350e770d2744e50d65385870a006e9c77a2fb33a8bc0249f2bc4147",  # each __pycache__ listed once a judging, each directory's names by module (a planted symlink expanded once; no names x files)
     31: "e75a9d8999cf2413f0e6851ae3a3162073ce349d145b70921a542099fadf2652",  # a journal in .patchkit/ (an apply or revert cut short, or running) refused: recover first
+    32: "8762b6bd980378dee15048e0861f32cae5e04b3a194c15f1623434b2c277baf8",  # a symlinked __pycache__ or .pyc of a recorded file refused, never followed
 }
 _SKIPPED = {tokenize.COMMENT, tokenize.NL, tokenize.ENCODING, tokenize.ENDMARKER}
 _STATEMENT_START = {tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, None}

@@ -146,6 +146,31 @@ def test_a_control_character_in_a_file_name_is_shown_escaped_in_the_plan_and_in_
             'name = "x"\nbehaviour_reads = "vllm/a.py"\n[[releases]]\nversions = "==0.16.0"\ndir = "a"\n',
             "`behaviour_reads` must be an array",
         ),
+        # gates (gate29): files of the set's roots a commit writes last (apply) or first (revert)
+        (
+            'name = "x"\ngates = "vllm/config/speculative.py"\n[[releases]]\nversions = "==0.16.0"\ndir = "a"\n',
+            "`gates` must be an array",
+        ),
+        (
+            'name = "x"\ngates = ["vllm/../up.py"]\n[[releases]]\nversions = "==0.16.0"\ndir = "a"\n',
+            "`gates` entry 'vllm/../up.py' contains '..' (give paths like vllm/config/speculative.py)",
+        ),
+        (
+            'name = "x"\ngates = [1]\n[[releases]]\nversions = "==0.16.0"\ndir = "a"\n',
+            "`gates` entry 1 is not a string",
+        ),
+        (
+            'name = "x"\ngates = ["setup.py"]\n[[releases]]\nversions = "==0.16.0"\ndir = "a"\n',
+            "`gates` entry 'setup.py' is outside the set's roots (vllm)",
+        ),
+        (
+            'name = "x"\ngates = ["vllm/a.py", "vllm/a.py"]\n[[releases]]\nversions = "==0.16.0"\ndir = "a"\n',
+            "`gates` names 'vllm/a.py' twice",
+        ),
+        (
+            'name = "x"\ngate = []\n[[releases]]\nversions = "==0.16.0"\ndir = "a"\n',
+            "no field `gate` (did you mean `gates`?)",
+        ),
         # the behaviour test is a script the set ships, as `dir` and `behaviour_reads` are inside it
         (
             'name = "x"\nbehaviour = "/bin/true"\n[[releases]]\nversions = "==0.16.0"\ndir = "a"\n',

@@ -140,3 +140,15 @@ def test_the_check_finds_what_the_audit_found(tmp_path):
         f"deepseek-tool-calls/{v3}: Applied-Upstream names https://github.com/vllm-project/vllm/pull/1, "
         "set.toml's [upstream_fix] another"
     ]
+
+
+@pytest.mark.parametrize("set_name", sorted(load_library(LIBRARY)))
+def test_every_set_decides_its_gates_and_every_series_patches_each(set_name):
+    """gate29: each shipped set says which of its files vLLM checks at start (`gates`, [] for none:
+    the key left out would be a set nobody asked), and each gate is a file every one of its series
+    patches: a gate a series does not touch orders nothing, and a misspelt one would go unseen."""
+    patch_set = load_library(LIBRARY)[set_name]
+    assert "gates" in read_toml(patch_set.directory / "set.toml", "manifest"), set_name
+    for release in patch_set.releases:
+        touched = {f.path for patch in release.read_patches(patch_set.roots) for f in patch.files}
+        assert set(patch_set.gates) <= touched, (release.directory, patch_set.gates)

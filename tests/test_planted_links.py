@@ -13,6 +13,8 @@ import json
 import os
 import random
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -409,11 +411,8 @@ def kept_in_one_directory(tree: Path, outside: Path) -> list[str]:
     return paths
 
 
-def test_the_guard_lists_a_directorys_bytecode_once_not_once_a_recorded_file(applied, tmp_path, monkeypatch):
-    """A planted __pycache__ symlink (into a directory 1,000 levels deep, through more links) was listed
-    through, and so expanded, for each recorded file of its directory: 1,000 files, 34 s of every launch.
-    Python's import follows it, so the guard does: once a judging."""
-    kept_in_one_directory(applied, tmp_path / "outside")
+def listing(monkeypatch) -> list[str]:
+    """The path of each os.scandir call."""
     listed: list[str] = []
     real = os.scandir
 
@@ -422,18 +421,85 @@ def test_the_guard_lists_a_directorys_bytecode_once_not_once_a_recorded_file(app
         return real(path, *args, **kwargs)
 
     monkeypatch.setattr(os, "scandir", counted)
+    return listed
+
+
+def test_the_guard_refuses_a_planted_pycache_symlink_without_listing_it(applied, open_library, tmp_path, monkeypatch):
+    """A planted __pycache__ symlink (into a directory 1,000 levels deep, through more links) was listed
+    through, and so expanded, for each recorded file of its directory: 1,000 files, 34 s of every launch;
+    then once a judging, each .pyc in it still opened through it. Python never makes __pycache__ a
+    symlink: the guard refuses it, one lstat, neither listed nor opened; status names its removal."""
+    kept_in_one_directory(applied, tmp_path / "outside")
+    listed = listing(monkeypatch)
     calls = counting(monkeypatch)
-    assert target_guard.find_problems(str(applied)) == []
+    problems = target_guard.find_problems(str(applied))
     monkeypatch.undo()
     cache = str(applied / "vllm/zz/__pycache__")
-    assert listed.count(cache) == 1, listed.count(cache)
-    assert len([path for path in calls if path.startswith(cache)]) <= 2, [p for p in calls if p.startswith(cache)][:5]
+    assert listed.count(cache) == 0 and [path for path in calls if path.startswith(cache + "/")] == []
+    assert problems == [
+        "vllm/zz/__pycache__ is a symlink, which Python never writes there: the guard does not follow it"
+    ]
+    done = run_cli_in_process("status", "--target", applied, "--patches", open_library)
+    said = " ".join((done.stdout + done.stderr).split())
+    assert done.returncode == 1 and f"run `rm -f -- {cache}` (Python then compiles the source)" in said, said
+    os.unlink(cache)
+    assert target_guard.find_problems(str(applied)) == []
+
+
+def test_the_guard_follows_no_symlinked_pyc_of_a_recorded_file_and_status_names_their_removal(
+    applied, open_library, tmp_path, monkeypatch
+):
+    """gate29 (status28's "left"): a .pyc of each recorded file planted as a symlink into a deep chain
+    was opened through it, two or three expansions each (~10 ms a file: 10,000 files ~100 s of every
+    launch). Python never writes a symlinked .pyc: the guard refuses them, from the listing's file
+    types (nothing followed, one line however many), with and without the guard installed (status
+    judges a tree without one the same: no exit 70), and status names one command that removes all."""
+    paths = kept_in_one_directory(applied, tmp_path / "outside")
+    os.unlink(applied / "vllm/zz/__pycache__")
+    (applied / "vllm/zz/__pycache__").mkdir()
+    deep = tmp_path / "elsewhere" / ("x/" * DEEP)
+    deep.mkdir(parents=True)
+    for name in "ab":
+        (deep / name).symlink_to(deep)
+    tag = sys.implementation.cache_tag
+    (deep / f"real.{tag}.pyc").write_bytes(b"\0" * 16)
+    for i in range(len(paths)):
+        (applied / f"vllm/zz/__pycache__/x{i}.{tag}.pyc").symlink_to(deep / "a/b/a/b/a" / f"real.{tag}.pyc")
+    calls = counting(monkeypatch)
+    problems = target_guard.find_problems(str(applied))
+    monkeypatch.undo()
+    first = f"vllm/zz/__pycache__/x0.{tag}.pyc"
+    assert [path for path in calls if "elsewhere" in path or f".{tag}.pyc" in path] == []
+    assert problems == [
+        f"{first} is a symlink, which Python never writes there: the guard does not follow it ({MANY - 1} more of "
+        "the recorded files' bytecode are symlinks too)"
+    ], problems
+    fix = f"run `find {applied} -type l \\( -name __pycache__ -o -name '*.pyc' \\) -delete` (Python then compiles the sources)"
+    for guarded in (True, False):
+        if not guarded:  # uninstalled: status judges the bytecode itself (engine.guard.unguarded_stale)
+            state = json.loads((applied / ".patchkit/state.json").read_text())
+            state["guard"], state["no_guard"] = {}, True
+            (applied / ".patchkit/state.json").write_text(json.dumps(state))
+            for guard in [*applied.glob("patchkit_guard*")]:
+                shutil.rmtree(guard) if guard.is_dir() else guard.unlink()
+        done = run_cli_in_process("status", "--target", applied, "--patches", open_library)
+        said = " ".join((done.stdout + done.stderr).split())
+        assert done.returncode == 1 and f"{first} is a symlink, which Python never" in said and fix in said, (
+            guarded,
+            said,
+        )
+    subprocess.run(
+        ["find", str(applied), "-type", "l", "(", "-name", "__pycache__", "-o", "-name", "*.pyc", ")", "-delete"],
+        check=True,
+    )
+    assert run_cli_in_process("status", "--target", applied, "--patches", open_library).returncode == 0
 
 
 def test_the_guard_looks_up_what_shadows_each_recorded_file_by_its_name(applied, tmp_path, monkeypatch):
     """What may shadow a recorded file (a package or an extension module of its name) was found by testing
     every name of its directory for each recorded file there: names x files (10,000 files: 10^8 tests)."""
     kept_in_one_directory(applied, tmp_path / "outside")
+    os.unlink(applied / "vllm/zz/__pycache__")  # refused (the test above): not what this one judges
     split: list[str] = []
     real = target_guard._split
 

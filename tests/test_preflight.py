@@ -2325,3 +2325,69 @@ def test_an_mla_attention_backend_the_drafter_inherits_fails(
     assert f"{says}" in finding["message"] and "is an MLA backend" in finding["message"]
     assert "after the target's load" in finding["message"]
     assert finding["fix"].startswith("unset VLLM_ATTENTION_BACKEND" if "VLLM_" in says else "drop --attention-")
+
+
+# llama.py's LlamaDecoderLayer as 0.11-0.34 have it: the rotary table's length is the drafter's own value
+LLAMA_ROPE_TABLE = 'max_position_embeddings = getattr(config, "max_position_embeddings", 8192)\n'
+YARN = {"rope_type": "yarn", "factor": 40, "original_max_position_embeddings": 4096}
+
+
+@pytest.mark.parametrize(
+    ("target", "tokenizer", "drafter", "extra", "length"),
+    [
+        ({}, {}, {}, (), 163840),  # the target's max_position_embeddings, no rope scaling
+        ({}, {}, {}, ("--max-model-len", "4096"), 4096),
+        ({}, {}, {}, ("--max-model-len", "2048"), None),  # the fix: the table's length
+        ({}, {}, {"max_position_embeddings": 163840}, (), None),  # the other fix
+        ({}, {"model_max_length": 2048}, {}, (), 163840),  # vLLM reads the tokenizer's only for pooling models
+        ({"model_max_length": 4096}, {}, {}, (), 4096),  # the config's model_max_length wins over the least key
+        ({}, {}, {}, ("--disable-sliding-window",), None),  # capped by a sliding window: not judged here
+        ({"rope_scaling": YARN}, {"model_max_length": 131072}, {"max_position_embeddings": 131072}, (), 163840),
+        ({}, {}, {"rope_scaling": {"rope_type": "llama3", "factor": 8.0}}, (), 163840),  # llama3 keeps the length
+        ({}, {}, {"rope_scaling": {"type": "linear", "factor": 100.0}}, (), None),  # a scaled table: not judged
+        ({}, {}, {}, ("--max-model-len", "-1"), None),  # fitted to the memory: not judged
+        ({}, {}, {"max_position_embeddings": None}, (), None),  # absent: not judged
+    ],
+)
+def test_a_drafter_rotary_table_shorter_than_the_launch_max_model_len_fails(
+    setup, tmp_path, target, tokenizer, drafter, extra, length
+):
+    """vLLM 0.11-0.26 size the drafter's rotary table from its max_position_embeddings and feed it the
+    target's positions, up to max_model_len - 1: the first longer request crashes the engine (review39 C6)."""
+    tree, library, _ = setup
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    (tree / "vllm" / "model_executor" / "models" / "llama.py").write_text(LLAMA_ROPE_TABLE)
+    model = write_model(tmp_path / "target", {**DEEPSEEK_V3, "max_position_embeddings": 163840, **target})
+    (model / "tokenizer_config.json").write_text(json.dumps(tokenizer))
+    config = {k: v for k, v in {**DRAFTER, "max_position_embeddings": 2048, **drafter}.items() if v is not None}
+    done = preflight(tree, library, *serve(model, write_model(tmp_path / "drafter", config), *extra))
+    if length is None:
+        assert done.returncode == 0 and failed(done) == set(), done.stdout
+        return
+    assert_clean_failure(done, 1)
+    assert failed(done) == {"drafter-architecture"}, done.stdout
+    finding = findings(done)["drafter-architecture"]
+    held = config["max_position_embeddings"]
+    assert f"its rotary table holds {held} positions" in finding["message"]
+    assert f"up to max_model_len {length}:" in finding["message"]
+    assert finding["fix"] == (
+        f"give --max-model-len {held}, or set max_position_embeddings to {length} in the drafter's config.json"
+    )
+
+
+@pytest.mark.parametrize("where", ["llama.py", "speculative.py"])
+def test_a_short_drafter_rotary_table_passes_where_the_tree_does_not_have_the_fault(setup, tmp_path, where):
+    """0.30's speculative.py raises the drafter's max_position_embeddings to the target's length; a
+    llama.py that does not size the table from it is not judged."""
+    tree, library, _ = setup
+    if where == "speculative.py":
+        spec = tree / "vllm" / "config" / "speculative.py"
+        spec.write_text(spec.read_text() + "\n# draft_hf_config.max_position_embeddings = target_max_model_len\n")
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    (tree / "vllm" / "model_executor" / "models" / "llama.py").write_text(
+        "" if where == "llama.py" else LLAMA_ROPE_TABLE
+    )
+    model = write_model(tmp_path / "target", {**DEEPSEEK_V3, "max_position_embeddings": 163840})
+    drafter = write_model(tmp_path / "drafter", {**DRAFTER, "max_position_embeddings": 2048})
+    done = preflight(tree, library, *serve(model, drafter))
+    assert done.returncode == 0 and failed(done) == set(), done.stdout

@@ -202,7 +202,17 @@ def test_the_user_cache_directory_is_asked_of_platformdirs_once_while_its_enviro
 
 
 @pytest.mark.parametrize(
-    "word", ["NO_DIST_INFO", "NOT_BYTECODE", "PREFIXED", "SEVERAL", "SHADOWED", "STALE_BYTECODE", "THROUGH_SYMLINK"]
+    "word",
+    [
+        "NO_DIST_INFO",
+        "NOT_BYTECODE",
+        "PREFIXED",
+        "SEVERAL",
+        "SHADOWED",
+        "STALE_BYTECODE",
+        "SYMLINKED",
+        "MORE_SYMLINKED",
+    ],
 )
 def test_the_engines_words_for_the_guards_findings_are_the_guards_own(word):
     """engine.guard spells them so that a dry run need not import the guard (bench/README): the

@@ -5,7 +5,9 @@ sets (a .pth line), where Python reads it instead of __pycache__."""
 from __future__ import annotations
 
 import json
+import os
 import py_compile
+import shutil
 import sys
 from pathlib import Path
 
@@ -22,6 +24,7 @@ from helpers import (
     run_cli_writing,
     spec_library,
     stale_pyc_under_prefix,
+    write_tree,
 )
 from launch_fixtures import write_model
 
@@ -92,4 +95,33 @@ def test_without_a_guard_stale_bytecode_in_pycache_fails_status_and_preflight_an
     assert launch.returncode == 1 and "tree-state" in said and pyc.name in said, said
     fixed = run_cli_writing("apply", "--no-import", *own)
     assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    assert run_cli_read_only("status", *own).returncode == 0
+
+
+def test_without_a_guard_bytecode_the_guard_refuses_to_judge_fails_status_with_its_fix_never_exit_70(tmp_path):
+    """gate29: status judges an unguarded tree's bytecode with the guard's code, outside the guard's
+    own catch (engine.guard.unguarded_stale): a __pycache__ no Python wrote (over 65,536 entries, or a
+    symlink) raised out of it as an internal error, exit 70. Now it fails (exit 1) as what it is, with
+    no word of a guard refusing (none is installed) and the fix; removed, status passes."""
+    tree = tmp_path / "site"
+    write_tree(tree)
+    library = spec_library(tmp_path / "scratch")
+    own = ("--target", tree, "--patches", library)
+    assert run_cli_writing("apply", "--no-guard", "--no-import", *own).returncode == 0
+    cache = tree / "vllm/config/__pycache__"
+    cache.mkdir()
+    for index in range(65_537):
+        os.mknod(f"{cache}/x{index}")
+    status = run_cli_read_only("status", *own)
+    said = " ".join((status.stdout + status.stderr).split())
+    assert status.returncode == 1 and "holds more than 65536 files: not what Python writes" in said, said
+    assert "no launch guard runs, and the bytecode a launch may load cannot be judged" in said, said
+    assert "the launch guard refuses" not in said and f"fix: remove {cache}" in said, said
+    shutil.rmtree(cache)
+    (tmp_path / "elsewhere").mkdir()
+    cache.symlink_to(tmp_path / "elsewhere")
+    status = run_cli_read_only("status", *own)
+    said = " ".join((status.stdout + status.stderr).split())
+    assert status.returncode == 1 and f"run `rm -f -- {cache}`" in said, said
+    cache.unlink()
     assert run_cli_read_only("status", *own).returncode == 0

@@ -42,7 +42,7 @@ ENV = "PATCHKIT_GUARD"
 # The number of the guard's checks: patchkit tells an older build's guard that judges a tree as it
 # does (the same number: a note, `apply` updates it) from one that may not (a failure until `apply`).
 # tests/test_guard_format.py holds it to this module's code: a change of the code bumps it.
-GUARD_FORMAT = 31
+GUARD_FORMAT = 32
 MAX_RECORD_BYTES = 16 * 1024 * 1024
 if TYPE_CHECKING:  # (vllm version or None, {path: recorded sha256 or None}, {path: its original's sha256 or None})
     Record = tuple[str | None, dict[str, str | None], dict[str, str | None]]
@@ -410,17 +410,23 @@ def stale_places(
     kinds = _UNCHECKED_KINDS.get(mode, (_UNCHECKED_HASH,))
     mirrors = prefix_mirrors(site, sys.pycache_prefix if prefix is None else prefix)
     found, hashes, spent = [], {}, [0]  # type: list[tuple[str, str, str]], dict[tuple[int, ...], bytes | None], list[int]
-    listed = {}  # type: dict[str, dict[str, list[str]] | None]
+    listed = {}  # type: dict[str, dict[str, list[tuple[str, bool]]] | None]
+    links = []  # type: list[str]
     for rel in paths:
         directory, _, name = rel.rpartition("/")
         if not name.endswith(".py"):
             continue
         places = [
             (os.path.join(mirror, directory), os.path.join(mirror, directory, ""), PREFIXED) for mirror in mirrors
-        ] or [(os.path.join(site, directory, "__pycache__"), directory + "/__pycache__/", "")]
+        ] or [(os.path.join(site, directory, "__pycache__"), (directory + "/__pycache__/").lstrip("/"), "")]
         for cache, shown, where in places:
-            for pyc in _compiled(cache, name[: -len(".py")], tags, listed):
-                if _blocks(os.path.join(cache, pyc), pyc, tags):
+            if not where and cache not in listed and os.path.islink(cache):  # one lstat a directory
+                links.append(shown[:-1])
+                listed[cache] = {}
+            for pyc, linked in _compiled(cache, name[: -len(".py")], tags, listed):
+                if linked:  # never followed: one planted per recorded file was a deep expansion each
+                    links.append(shown + pyc + where)
+                elif _blocks(os.path.join(cache, pyc), pyc, tags):
                     found.append(
                         (rel, shown + pyc + where + " " + NOT_BYTECODE + rel + WAITS, os.path.join(cache, pyc))
                     )
@@ -428,8 +434,10 @@ def stale_places(
                     checked = _flags(os.path.join(cache, pyc)) == _CHECKED_HASH
                     kind, runs = (STALE_CHECKED, NEVER_CHECKED) if checked else (STALE_BYTECODE, RUNS_IN_ITS_PLACE)
                     said = shown + pyc + where + " " + kind + " " + rel + runs
-                    said += "" if where else _through_link(site, directory + "/__pycache__", pyc)
                     found.append((rel, said, os.path.join(cache, pyc)))
+    if links:
+        more = " (" + format(len(links) - 1, ",") + MORE_SYMLINKED + ")" if len(links) > 1 else ""
+        raise TreeChanged(links[0] + SYMLINKED + more)
     return found
 
 
@@ -514,27 +522,22 @@ def _keyed_source(
         return hashes[key]
 
 
-THROUGH_SYMLINK = " (reached through the symlink "  # apply writes no bytecode through one: the user removes it
-
-
-def _through_link(site: str, cache: str, pyc: str) -> str:
-    """Where a stale .pyc is reached through a symlink (its __pycache__, or itself): that link."""
-    for rel in (cache, cache + "/" + pyc):
-        if os.path.islink(os.path.join(site, rel)):
-            return THROUGH_SYMLINK + rel + ")"
-    return ""
+# A symlinked __pycache__ or .pyc: Python writes neither (it makes the directory, and renames each
+# .pyc into place), so one is planted; the import would follow it, the guard does not (a deep chain
+# was ~10 ms a file): refused, its removal the fix (patchkit.engine.inspection names it)
+SYMLINKED = " is a symlink, which Python never writes there: the guard does not follow it"
+MORE_SYMLINKED = " more of the recorded files' bytecode are symlinks too"
 
 
 def _compiled(
     cache: str,
     stem: str,
     tags: Iterable[str] | None = None,
-    listed: dict[str, dict[str, list[str]] | None] | None = None,
-) -> list[str]:
+    listed: dict[str, dict[str, list[tuple[str, bool]]] | None] | None = None,
+) -> list[tuple[str, bool]]:
     """The names in `cache` of a module `stem`'s bytecode, any interpreter's and optimization's
-    (`stem.<tag>.pyc`, `stem.<tag>.opt-N.pyc`); `cache` a symlink to a directory is listed, as
-    Python's import follows it. `listed`: each cache's .pyc names by stem, listed once a call (the
-    recorded files of a directory share it: a planted symlink is expanded once, not once a file)."""
+    (`stem.<tag>.pyc`, `stem.<tag>.opt-N.pyc`), each with whether it is a symlink. `listed`: each
+    cache's .pyc names by stem, listed once a call (the recorded files of a directory share it)."""
     listed = {} if listed is None else listed
     if cache not in listed:
         listed[cache] = _pyc_names(cache)
@@ -542,23 +545,24 @@ def _compiled(
     if names is None:  # not ours to list (root's under umask 027): Python opens only its own names there
         return _own_compiled(cache, stem, tags)
     found = []
-    for name in names.get(stem, ()):
+    for name, linked in names.get(stem, ()):
         parts = name[len(stem) + 1 : -len(".pyc")].split(".")
         if len(parts) == 1 or (len(parts) == 2 and parts[1].startswith("opt-")):
-            found.append(name)
+            found.append((name, linked))
     return sorted(found)
 
 
-def _pyc_names(cache: str) -> dict[str, list[str]] | None:
-    """The .pyc names in the directory `cache`, by the module name before their first dot (none: no
-    directory; None: not ours to list), bounded."""
+def _pyc_names(cache: str) -> dict[str, list[tuple[str, bool]]] | None:
+    """The .pyc names in the directory `cache`, by the module name before their first dot, each with
+    whether it is a symlink (the listing's file type: nothing followed) (none: no directory; None:
+    not ours to list), bounded."""
     if not os.path.isdir(cache):
         return {}
     try:
         entries = os.scandir(cache)
     except OSError:
         return None
-    found = {}  # type: dict[str, list[str]]
+    found = {}  # type: dict[str, list[tuple[str, bool]]]
     with entries:
         for count, entry in enumerate(entries):
             if count >= _MAX_CACHE_ENTRIES:
@@ -566,11 +570,18 @@ def _pyc_names(cache: str) -> dict[str, list[str]] | None:
                     cache + " holds more than " + str(_MAX_CACHE_ENTRIES) + " files: not what Python writes"
                 )
             if entry.name.endswith(".pyc"):
-                found.setdefault(entry.name.partition(".")[0], []).append(entry.name)
+                found.setdefault(entry.name.partition(".")[0], []).append((entry.name, _is_link(entry)))
     return found
 
 
-def _own_compiled(cache: str, stem: str, tags: Iterable[str] | None = None) -> list[str]:
+def _is_link(entry: os.DirEntry[str]) -> bool:
+    try:
+        return entry.is_symlink()
+    except OSError:
+        return False
+
+
+def _own_compiled(cache: str, stem: str, tags: Iterable[str] | None = None) -> list[tuple[str, bool]]:
     """The names this interpreter would load `stem`'s bytecode by (any optimization), of those it can
     open: what an unlistable __pycache__ can hand this launch's imports. `tags`: another interpreter's
     (patchkit's status judging for vLLM's Python, which may be another version)."""
@@ -578,7 +589,8 @@ def _own_compiled(cache: str, stem: str, tags: Iterable[str] | None = None) -> l
     if tags is None:
         tags = [own] if own is not None else []  # None: it writes and reads no bytecode
     names = [stem + "." + tag + suffix for tag in tags for suffix in (".pyc", ".opt-1.pyc", ".opt-2.pyc")]
-    return [name for name in names if _header(os.path.join(cache, name)) is not None]
+    linked = [(name, True) for name in names if os.path.islink(os.path.join(cache, name))]
+    return linked or [(name, False) for name in names if _header(os.path.join(cache, name)) is not None]
 
 
 def _flags(pyc: str) -> int | None:

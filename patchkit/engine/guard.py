@@ -315,6 +315,7 @@ UPGRADED_LEAD = "the launch guard is from before an upgrade of patchkit: "
 NEWER_LEAD = "the launch guard is a newer patchkit build's: "
 GUARD_REFUSES = "the launch guard refuses this tree: "
 UNGUARDED_STALE_LEAD = "no launch guard runs, and a launch loads stale bytecode: "
+UNGUARDED_UNJUDGED_LEAD = "no launch guard runs, and the bytecode a launch may load cannot be judged: "
 NOT_OURS = "the installed launch guard is not this patchkit's: "
 INSTEAD_OF_GUARD = "is imported instead of " + MODULE  # a file vLLM imports in the guard's place
 # another plugin of the guard's entry point name, loaded after it: vLLM keeps one plugin per name, the last
@@ -343,6 +344,8 @@ def refusal_text(problems: list[str], guarded: bool = True) -> str:
     `guarded`: no guard is installed, and the problems are what the launch runs unrefused."""
     if not guarded and all(_stale_prefixed(p) or STALE_BYTECODE in p for p in problems):
         lead = UNGUARDED_STALE_LEAD
+    elif not guarded and all(SYMLINKED in p or CACHE_OVERFULL.search(p) for p in problems):
+        lead = UNGUARDED_UNJUDGED_LEAD  # unguarded_stale's refusal: no guard is there to refuse
     elif any(INSTEAD_OF_GUARD in p or DISPLACES_GUARD in p for p in problems):
         lead = SHADOWED_LEAD
     elif any(_OWN_STALE in p for p in problems):
@@ -473,7 +476,10 @@ def unguarded_stale(root: Path, state: State | None, prefix: str | None, mode: s
         return []
     # one reached through a symlink is said as that (its repair first): where it leads is never listed
     recorded = [path for path in recorded if not through_a_symlink(root, path)]
-    found = [said for _rel, said in _stale_bytecode(root, recorded, prefix, mode)]
+    try:
+        found = [said for _rel, said in _stale_bytecode(root, recorded, prefix, mode)]
+    except _target_guard().TreeChanged as exc:  # a planted symlink, a cache no Python wrote: refused as the guard does
+        return [str(exc)]
     return [said for said in dict.fromkeys(found) if _stale_prefixed(said) or (not prefix and STALE_BYTECODE in said)]
 
 
@@ -484,8 +490,12 @@ def own_stale_bytecode(root: Path, prefix: str, mode: str = "default") -> list[s
 
 
 def with_stale_bytecode(root: Path, paths: list[str], prefix: str) -> list[str]:
-    """Those of `paths` whose bytecode status judges stale (or a fifo or device), as the guard's own."""
-    return list(dict.fromkeys(rel for rel, _said in _stale_bytecode(root, paths, prefix)))
+    """Those of `paths` whose bytecode status judges stale (or a fifo or device), as the guard's own
+    (none where it refuses to judge them: a planted symlink; status says that)."""
+    try:
+        return list(dict.fromkeys(rel for rel, _said in _stale_bytecode(root, paths, prefix)))
+    except _target_guard().TreeChanged:
+        return []
 
 
 def _stale_bytecode(root: Path, paths: list[str], prefix: str, mode: str = "default") -> Iterator[tuple[str, str]]:
@@ -837,7 +847,9 @@ def several_vllms_refusal(root: Path) -> TargetError | None:
 SEVERAL = "several vLLM distributions are installed"  # the guard's words for several vllm-*.dist-info (its fix is SEVERAL_FIX)
 SHADOWED = "is imported instead of"  # a package or extension module imported instead of a recorded file
 STALE_BYTECODE = "is unchecked-hash bytecode compiled from other bytes than"  # a stale unchecked-hash .pyc of a recorded file (apply fixes it)
-THROUGH_SYMLINK = " (reached through the symlink "  # that .pyc reached through a symlink (apply writes through none)
+# a symlinked __pycache__ or .pyc of a recorded file, never followed (apply writes through none): removed by hand
+SYMLINKED = " is a symlink, which Python never writes there: the guard does not follow it"
+MORE_SYMLINKED = " more of the recorded files' bytecode are symlinks too"
 CACHE_OVERFULL = LazyPattern(r"(\S+/__pycache__) holds more than [0-9]+ files")  # no cache Python wrote
 _PREFIXED_STALE = PREFIXED + " " + STALE_BYTECODE
 # a stale checked-hash .pyc, which only a launch's Python run with --check-hash-based-pycs never loads
@@ -857,7 +869,11 @@ def stale_under_prefix(root: Path, paths: list[str], prefix: str | None) -> list
     # the tree as named too (a symlinked site): the path Python keys the launch's bytecode by
     found: dict[str, str] = {}
     for site in (str(root), *names_of(root)):
-        for rel, _said, pyc in _target_guard().stale_places(site, paths, EVERY_CPYTHON, prefix, "default"):
+        try:
+            places = _target_guard().stale_places(site, paths, EVERY_CPYTHON, prefix, "default")
+        except _target_guard().TreeChanged:  # a planted symlink there: removed by hand (status says so)
+            continue
+        for rel, _said, pyc in places:
             found.setdefault(pyc, rel)
     return [(rel, Path(pyc)) for pyc, rel in found.items()]
 

@@ -26,6 +26,7 @@ from patchkit.engine.guard import (
     CHANGED_SINCE,
     DISPLACES_GUARD,
     ENTRY_POINT_NAME,
+    MORE_SYMLINKED,
     NEWER_GUARD,
     NO_DIST_INFO,
     NO_VERSION_READ,
@@ -36,7 +37,7 @@ from patchkit.engine.guard import (
     SEVERAL_FIX,
     SHADOWED,
     STALE_BYTECODE,
-    THROUGH_SYMLINK,
+    SYMLINKED,
     UNKNOWN_GUARD,
     UNRECORDED_GUARD,
     is_installed,
@@ -847,16 +848,28 @@ def _symlink_fix(root: Path, refused: list[str], state: State | None) -> str | N
         found = first_symlink(root, rel, plain)
         if found is not None:
             return hints.replace_symlink(found[0], directory=found[1])
-    # a stale .pyc Python reaches through a symlink: apply's bytecode fix writes through none
-    linked = [
-        problem.partition(THROUGH_SYMLINK)[2].removesuffix(")") for problem in refused if THROUGH_SYMLINK in problem
-    ]
-    if linked:
-        return f"remove the symlink {root / linked[0]} (Python then compiles the source)"
+    # a symlinked __pycache__ or .pyc, which the guard does not follow: apply's bytecode fix writes through none
+    linked = next((problem for problem in refused if SYMLINKED in problem), None)
+    if linked is not None:
+        return symlinked_bytecode_fix(root, linked)
     # a fifo or a device named as a recorded file's bytecode: the import would wait on it; no command removes it
     blocking = [p.partition(" " + NOT_BYTECODE)[0].removesuffix(PREFIXED) for p in refused if NOT_BYTECODE in p]
     paths = [str(root / path) if not os.path.isabs(path) else path for path in blocking]
     return f"run {hints.remove_files(paths)} (Python writes its bytecode again)" if paths else None
+
+
+def symlinked_bytecode_fix(root: Path, problem: str) -> str | None:
+    """The removal of the symlinked bytecode the guard refuses: the one it names, or with more, every
+    symlinked __pycache__ and .pyc in the tree (or the prefix's directory it names): Python writes none.
+    None: `problem` is no such refusal."""
+    if SYMLINKED not in problem:
+        return None
+    first = problem.partition(SYMLINKED)[0]
+    path = Path(first.removesuffix(PREFIXED)) if first.endswith(PREFIXED) else root / first
+    if MORE_SYMLINKED not in problem:
+        return f"run {hints.remove_files([str(path)])} (Python then compiles the source)"
+    where = shlex.quote(str(path.parent if first.endswith(PREFIXED) else root))
+    return f"run `find {where} -type l \\( -name __pycache__ -o -name '*.pyc' \\) -delete` (Python then compiles the sources)"
 
 
 def _series_of_recorded(state: State | None, version: Version | None) -> dict[str, tuple[str, ...]]:

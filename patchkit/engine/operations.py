@@ -51,7 +51,6 @@ from patchkit.engine.guard import (
     STALE_BYTECODE,
     STALE_GUARD,
     STOPS_EVERY_LAUNCH,
-    THROUGH_SYMLINK,
     dist_info,
     foreign_files,
     install_changes,
@@ -504,7 +503,7 @@ class _Applying:
         refused = guard_refusal(root, self.resolved.set_name, self.state, written, self.resolved.vllm_version)
         # what the dry run's apply would fix: stale bytecode in __pycache__ (none reached through a
         # symlink), and another build's guard it updates
-        apply_fixes = [p for p in refused[0] if STALE_BYTECODE in p and THROUGH_SYMLINK not in p] if refused else []
+        apply_fixes = [p for p in refused[0] if STALE_BYTECODE in p] if refused else []
         apply_fixes += [p for p in refused[0] if self.guard_was and any(s in p for s in STALE_GUARD)] if refused else []
         left = [p for p in refused[0] if not (dry_run and p in apply_fixes)] if refused is not None else []
         refused = (left, refused[1]) if refused is not None and left else None
@@ -540,7 +539,7 @@ class _Applying:
             )
         if any(r.failed for r in on_disk):
             self.show(bytecode)
-            commit_changes(root, all_changes, state, undo=True)
+            commit_changes(root, all_changes, state, undo=True, first=resolved.gates)
             self.show(fix_bytecode(resolved.target, changes))  # the rollback rewrote the sources once more
             return self.result(
                 Outcome.CHECK_FAILED,
@@ -585,7 +584,8 @@ class _Applying:
         self.keep_replaced_guard()
         changes = {**plan.changes, **guard_changes}
         save_originals(root, originals)  # before the record that names them
-        return changes, state, commit_changes(root, changes, new_state, origins=plan.view.origins), new_state
+        landed = commit_changes(root, changes, new_state, origins=plan.view.origins, last=resolved.gates)
+        return changes, state, landed, new_state
 
     def settle_record(self, *, dry_run: bool = False) -> bool:
         """On a tree the series is applied to as it is: drop the records an upgrade of vLLM made
@@ -1440,7 +1440,10 @@ class _Reverting:
         alone = self.alone
         saved = keep_copies(root, copied) if copied else None
         modes = _recorded_modes(self.undo.entries, plan.changes)
-        commit_changes(root, {**plan.changes, **guard_changes}, new_state, origins=view.origins, modes=modes)
+        gates = {path for entry in self.undo.entries for path, shas in entry.files.items() if shas.get("gate")}
+        commit_changes(
+            root, {**plan.changes, **guard_changes}, new_state, origins=view.origins, modes=modes, first=gates
+        )
         bytecode = fix_bytecode(self.target, plan.changes) + _fix_guard_bytecode(self.target, guard_changes)
         files = sorted(plan.changes)
         result = RevertResult(

@@ -58,6 +58,12 @@ class Resolved(Value):
         """The detected (or given) release, a packaging Version; None when unknown."""
         return self.version.version if self.version else None
 
+    @property
+    def gates(self) -> frozenset[str]:
+        """The set's files vLLM checks at start (set.toml's `gates`): none for an ad-hoc --patch."""
+        patch_set = self.selection.patch_set
+        return frozenset(patch_set.gates) if patch_set is not None else frozenset()
+
     def apply_record(self, changes: dict[str, tuple[bytes | None, bytes | None]], previous: Entry | None) -> Entry:
         """The state entry an apply of this series with these changes writes."""
 
@@ -71,6 +77,7 @@ class Resolved(Value):
             changes=changes,
             library=patch_set.directory.parent if patch_set else None,
             root=self.target.root,
+            gates=self.gates,
         )
 
 
@@ -215,6 +222,8 @@ def _unrecorded(root: Path, selection: Selection) -> list[Patch]:
     entry for the set, or one an upgrade of vLLM made stale; none in a maintainer's workspace (its
     record says patchkit wrote the series there)."""
     if (root / WORKSPACE_RECORD).is_file():  # a maintainer's workspace: patchkit wrote the series there
+        return []
+    if os.path.lexists(journal_path(root)):  # patchkit's own commit, cut short: the command's lock rolls it back
         return []
     entry = read_state(root).entry(selection.set_name)
     if entry is None or stale_note(root, entry, selection.version) is not None:

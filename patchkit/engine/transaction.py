@@ -46,7 +46,7 @@ import shlex
 import signal
 import stat
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -298,28 +298,35 @@ def commit_changes(
     undo: bool = False,
     origins: Mapping[str, Origin] | None = None,
     modes: Mapping[str, int] | None = None,
+    first: Collection[str] = (),
+    last: Collection[str] = (),
 ) -> dict[str, tuple[Landed, bytes]]:
     """commit() a plan's changes (path -> (before, after)), or with `undo` their reverse. `origins`:
     the files the befores were read from (plan.View.origins), so that originals can be linked.
-    `modes`: the permission bits a file written gets (a revert's recorded originals')."""
+    `modes`: the permission bits a file written gets (a revert's recorded originals'). `first`,
+    `last`: the sets' `gates` (files vLLM checks at start) written before every other file (a
+    revert, an undo: they go back to stock) or after (an apply: they are patched), see _order."""
     origins, modes = origins or {}, modes or {}
     writes = [
         FileWrite(p, after, before) if undo else FileWrite(p, before, after, origins.get(p), modes.get(p))
         for p, (before, after) in sorted(changes.items())
     ]
-    landed = commit(root, sorted(writes, key=_guard_order), new_state)
+    landed = commit(root, sorted(writes, key=lambda w: _order(w.path, w.after is None, first, last)), new_state)
     if undo:
         signals.note(signals.UNDONE)
     return landed
 
 
-def _guard_order(write: FileWrite) -> int:
-    """The launch guard's files are written first and removed last (sorted() keeps the paths'
-    order otherwise): every tree a commit cut short leaves, and its rollback, holds the guard,
-    which refuses a launch while the journal is there."""
-    if not GUARD_PATH.fullmatch(write.path):
-        return 1
-    return 2 if write.after is None else 0
+def _order(path: str, removed: bool, first: Collection[str], last: Collection[str]) -> int:
+    """Where a write goes (sorted() keeps the paths' order otherwise). The launch guard's files are
+    written first and removed last: every tree a commit cut short leaves, and its rollback, holds
+    the guard, which refuses a launch while the journal is there. A gate goes last when the commit
+    patches (apply), first when it restores (revert, undo): a tree cut short anywhere, or rolled
+    back part-way (the reverse order), has its gates stock while any other file is, so that with no
+    guard vLLM refuses the launch at start (EAGLE-3 not whitelisted), not after the model loaded."""
+    if GUARD_PATH.fullmatch(path):
+        return 4 if removed else 0
+    return 1 if path in first else 3 if path in last else 2
 
 
 def save_originals(root: Path, originals: Mapping[str, bytes]) -> None:
@@ -700,7 +707,7 @@ def _checked_journal(root: Path) -> Journal | None:
         preflight(root, [entry["path"] for entry in journal["files"]])
     except BadInput as exc:
         raise journal_refusal(root, exc.message) from exc
-    vouched = store_journal.journal_sealed(root, journal)  # this user's own commit: its originals are
+    vouched = store_journal.journal_sealed(root, journal)  # this user's own commit: an older guard comes back
     for entry in journal["files"]:
         if GUARD_PATH.fullmatch(entry["path"]) and entry["before"] is not None and not vouched:
             entry["before"] = _guard_original(entry["path"], entry["before"])

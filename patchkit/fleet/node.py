@@ -13,7 +13,6 @@ worker (in a vLLM cluster, vLLM's environment)."""
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import threading
@@ -26,7 +25,7 @@ from typing import Any, Protocol
 
 from patchkit.base.enums import Outcome, TreeState
 from patchkit.base.errors import few
-from patchkit.base.fsutil import load_json_text
+from patchkit.base.fsutil import json_text, load_json_text
 from patchkit.fetch.pipconfig import forget_settings
 from patchkit.fleet import DEFAULT_TIME_LIMIT, HEARTBEAT, LEASE, ROLLED_BACK_BY_ITS_NODE
 from patchkit.fleet.states import NodeState
@@ -373,8 +372,8 @@ def recorded_revert(recorded: str | None, set_name: str | None) -> dict[str, Any
     """The driver's revert of `set_name`, answered by the node's own rollback as its agent recorded
     it (None: none recorded for that set): a driver back after its agent ended is told the truth."""
     try:
-        pairs = json.loads(recorded) if recorded is not None else []
-    except ValueError:
+        pairs = load_json_text(recorded) if recorded is not None else []
+    except (ValueError, RecursionError):
         return None
     for pair in pairs if isinstance(pairs, list) else []:
         if isinstance(pair, list) and len(pair) == 2 and pair[0] == set_name and isinstance(pair[1], dict):
@@ -680,7 +679,7 @@ class Agent:
         if self.ledger is not None and self.where is not None:  # for a driver back once this agent has ended
             record = [[name, {k: v for k, v in answer.items() if k != "document"}] for name, answer in answers.items()]
             with suppress(Exception):  # unrecorded: that driver says its revert failed there, and what to run
-                self.ledger.put(rolled_back_key(run, self.where), json.dumps(record))
+                self.ledger.put(rolled_back_key(run, self.where), json_text(record, "a rollback record"))
 
     def give_up(self, ticket: str) -> dict[str, bool]:
         """The driver stopped waiting for the step `ticket`: if it has not started, it never will.

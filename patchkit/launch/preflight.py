@@ -49,6 +49,7 @@ from patchkit.engine.inspection import (
     local_edit_said,
     record_of,
     set_drift_fix,
+    symlinked_bytecode_fix,
     upgrade_said,
     with_found_judged,
 )
@@ -62,6 +63,7 @@ from patchkit.launch.interpreter import RefusedByPython, exec_search
 from patchkit.launch.late_files import headless_note, late_file_findings, lora_ranks, tool_server_findings
 from patchkit.launch.middleware import middleware_findings
 from patchkit.launch.models import ModelConfig, offline, offline_model_path, redirected, resolve_model, with_overrides
+from patchkit.launch.mtp import mtp_findings
 from patchkit.launch.relevance import EVERY, LaunchNeeds, launch_needs
 from patchkit.launch.serve_parser import ignored_config
 from patchkit.launch.shortcut import as_written, kept_findings
@@ -69,7 +71,7 @@ from patchkit.launch.speculative import speculative_findings
 from patchkit.launch.speculators import drafter_config, speculator
 from patchkit.launch.validation import CHECK as VALIDATION
 from patchkit.launch.validation import engine_validation
-from patchkit.launch.weights import target_directory, tokenizer_findings, weight_findings
+from patchkit.launch.weights import as_findings, target_directory, tokenizer_findings, weight_findings
 from patchkit.series import dry_run, library
 from patchkit.series.library import PatchSetDef
 from patchkit.series.patchfile import touched_paths
@@ -345,7 +347,7 @@ def preflight(
         return result
     result.command = command
     result.findings += _found_models_findings(result.missing, served, (target, drafter), command)
-    result.findings += _after_load_findings(command, resolved, target, result)  # never kept: files outside the tree
+    result.findings += _after_load_findings(command, resolved, (target, drafter), result)  # never kept: not tree files
     planned = _Planned.of(resolved, status) if needed else _Planned()
     result.fixable = planned.fixable
     context = LaunchContext(
@@ -458,7 +460,12 @@ def prefix_findings(resolved: Resolved, status: TreeStatus, command: LaunchComma
         return []
     found: dict[str, str] = {}  # at the tree's real path and each it was named by (a symlinked site: Python keys it so)
     for site in (str(root), *names_of(root)):
-        for _rel, said, pyc in target_guard.stale_places(site, paths, EVERY_CPYTHON, prefix or "", mode):
+        try:
+            places = target_guard.stale_places(site, paths, EVERY_CPYTHON, prefix or "", mode)
+        except target_guard.TreeChanged as exc:  # a planted symlink: never followed, refused as the guard does
+            fix = symlinked_bytecode_fix(root, str(exc)) or f"run {hints.command('status')}: it names the fix"
+            return [Finding(TREE, False, str(exc), fix)]
+        for _rel, said, pyc in places:
             if prefixed_bytecode([said]) or target_guard.STALE_CHECKED in said:
                 found.setdefault(said[1:] if said.startswith("/__pycache__/") else said, pyc)
     fix = f"run {hints.remove_files(list(dict.fromkeys(found.values())))} (Python compiles the source again)"
@@ -488,10 +495,7 @@ def _found_models_findings(
     found = [_model_finding(exc) for exc in missing]
     found += [served] if served is not None else []
     found += [f for f in (_architectures_finding(m) for m in models) if f is not None]
-    tokenizers = [
-        Finding(MODELS, ok, message, fix, note=note) for ok, message, fix, note in tokenizer_findings(command)
-    ]
-    return found + weight_findings(command, models[0], MODELS) + tokenizers
+    return found + weight_findings(command, models[0], MODELS) + as_findings(MODELS, tokenizer_findings(command))
 
 
 @dataclass(eq=False, repr=False)
@@ -764,10 +768,15 @@ def _architectures_finding(model: ModelConfig | None) -> Finding | None:
 
 
 def _after_load_findings(
-    command: LaunchCommand, resolved: Resolved, target: ModelConfig, result: PreflightResult
+    command: LaunchCommand,
+    resolved: Resolved,
+    models: tuple[ModelConfig, ModelConfig | None],
+    result: PreflightResult,
 ) -> list[Finding]:
     """Failed `command` findings for the files and servers vLLM opens only once the model has
-    loaded (or its front end as it starts); what is not judged of them said in `result.said`."""
+    loaded (or its front end as it starts), and the mtp drafter it builds then (patchkit/launch/mtp.py);
+    what is not judged of them said in `result.said`."""
+    target = models[0]
     root, architectures = resolved.target.root, target.architectures
     adapters = command.options.get("lora-modules") or command.options.get("default-mm-loras")
     ranks = lora_ranks(tree_reader(root)(LORA_CONFIG)) if adapters else None
@@ -776,7 +785,7 @@ def _after_load_findings(
     servers, noted = tool_server_findings(command, COMMAND, resolved.vllm_version, architectures, directory)
     headless = headless_note(command, architectures)
     result.said += [*([headless] if headless else []), *noted]
-    return _chat_template_findings(command, root) + late + servers
+    return _chat_template_findings(command, root) + late + servers + mtp_findings(command, *models, tree_reader(root))
 
 
 def _model_directory(command: LaunchCommand, target: ModelConfig) -> str | None:

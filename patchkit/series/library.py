@@ -1,7 +1,7 @@
 """The patch library: named sets, each with versioned patch series per vLLM release.
 
     <root>/<set>/set.toml             name, description, supported, upstream, probe, contract, launch,
-                                      behaviour, behaviour_reads, [needed_by], [[releases]]
+                                      behaviour, behaviour_reads, gates, [needed_by], [[releases]]
     <root>/<set>/<dir>/series         patch file names in apply order, each with its sha256
                                       ("0001-x.patch sha256:<hex>"; '#' starts a comment)
     <root>/<set>/<dir>/NNNN-name.patch  DEP-3 header, then a git-style unified diff
@@ -292,6 +292,9 @@ class PatchSetDef(FrozenValue):
     # release files the behaviour test reads besides those it judges (fetched with them; absent: skipped)
     behaviour_reads: tuple[str, ...] = ()
     needed_by: LaunchRule | None = None  # which launches need it (preflight, run); None: every launch
+    # the files vLLM reads at start, before the model loads, that admit what the set enables (eagle3's
+    # whitelist): an apply writes them last, a revert first, so a commit cut short leaves them stock
+    gates: tuple[str, ...] = ()
     pending_fix: str | None = None  # [upstream_fix]'s pull request while its state is "pending"
 
 
@@ -327,6 +330,7 @@ _MANIFEST_FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
     "behaviour": ((str,), False),
     "behaviour_reads": ((list,), False),
     "needed_by": ((dict,), False),
+    "gates": ((list,), False),
     "upstream_fix": ((dict,), False),  # where upstream's fix stands (issue, pull request): for people to read
 }
 _TOML_TYPES: dict[type, str] = {str: "a string", list: "an array", dict: "a table"}
@@ -356,6 +360,8 @@ def _manifest_problems(data: dict[str, Any]) -> list[str]:
         problems.append("`roots` must be an array of package names")
     if isinstance(data.get("behaviour_reads"), list):
         problems += _behaviour_reads_problems(data["behaviour_reads"], "behaviour" in data)
+    if isinstance(data.get("gates"), list):
+        problems += _gates_problems(data["gates"], data.get("roots", DEFAULT_ROOTS))
     for key in ("probe", "launch", "behaviour"):  # a script the set ships, inside its directory
         if isinstance(data.get(key), str) and unsafe_reason(data[key]):
             problems.append(
@@ -378,6 +384,21 @@ def _behaviour_reads_problems(paths: list[object], has_behaviour: bool) -> list[
         why = unsafe_reason(wrong[0]) if isinstance(wrong[0], str) else "is not a string"
         return [f"`behaviour_reads` entry {quoted(repr(wrong[0]))} {why} (give paths like vllm/parser/utils.py)"]
     return []
+
+
+def _gates_problems(paths: list[object], roots: object) -> list[str]:
+    """`gates`: files the series patches (relative POSIX paths under the set's roots, e.g.
+    vllm/config/speculative.py), each named once."""
+    wrong = [p for p in paths if not isinstance(p, str) or unsafe_reason(p)]
+    if wrong:
+        why = unsafe_reason(wrong[0]) if isinstance(wrong[0], str) else "is not a string"
+        return [f"`gates` entry {quoted(repr(wrong[0]))} {why} (give paths like vllm/config/speculative.py)"]
+    tops = tuple(roots) if isinstance(roots, list) else DEFAULT_ROOTS
+    outside = [p for p in paths if isinstance(p, str) and p.split("/", 1)[0] not in tops]
+    if outside:
+        return [f"`gates` entry {quoted(repr(outside[0]))} is outside the set's roots ({', '.join(map(str, tops))})"]
+    twice = [p for p in paths if paths.count(p) > 1]
+    return [f"`gates` names {quoted(repr(twice[0]))} twice"] if twice else []
 
 
 UPSTREAM_FIX = ("state", "issue", "pull_request")  # [upstream_fix]: each a string
@@ -490,6 +511,7 @@ def load_set(directory: Path) -> PatchSetDef:
             behaviour=_probe_script(data.get("behaviour"), directory, manifest, "behaviour test"),
             behaviour_reads=tuple(data.get("behaviour_reads", ())),
             needed_by=_launch_rule(data.get("needed_by")),
+            gates=tuple(data.get("gates", ())),
             pending_fix=_pending_fix(data.get("upstream_fix")),
         )
     except (KeyError, TypeError) as exc:

@@ -6,9 +6,9 @@ directories its commit creates or removes) and holds the previous state.json, wh
 also keeps under a second name so that a rollback renames it back and needs no new space.
 
 Beside it, <root>/.patchkit/staged.json, the reached-order marker: written once every original is
-saved and every new content staged, before the first file is replaced, with the journal's id and
-each staged file's identity (inode, size, mtime: a rename keeps them), sealed with this user's
-key (patchkit.base.seal). A journal without it replaced nothing, whatever the tree holds; with
+saved and every new content staged, before the first file is replaced, with the journal's id, the
+sha256 of its content and each staged file's identity (inode, size, mtime: a rename keeps them),
+sealed with this user's key (patchkit.base.seal). A journal without it replaced nothing, whatever the tree holds; with
 it, the files before the first one still staged were replaced, and a file with its staged
 identity is the very file the commit put there. Only a marker whose seal verifies says so (an
 identity alone is anyone's `stat`): recovery refuses a journal whose marker does not verify.

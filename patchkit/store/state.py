@@ -16,9 +16,11 @@ state.json:
     {"format": 1, "entries": [{"set", "vllm_version", "release", "applied_at",
       "patches": [{"name", "sha256", "path"}],   ("path": an ad-hoc patch's, where it was applied from)
       "library": path,        (a library set's: the library it was applied from; absent in older records)
-      "files": {path: {"before": sha|null, "after": sha|null, "mode": int}}}],
+      "files": {path: {"before": sha|null, "after": sha|null, "mode": int, "gate": true}}}],
                               ("mode": the original's permission bits, which revert puts back;
-                               absent in older records and for a file patchkit created)
+                               absent in older records and for a file patchkit created;
+                               "gate": one of the set's `gates`, which revert writes first; absent
+                               otherwise)
      "guard": {path: sha},   (the launch guard's files, patchkit/engine/guard.py; absent when none)
      "guard_replaced": {path: sha},  (a user's own file at a guard path that `apply --guard` replaced:
                               its bytes are kept in objects/, and revert puts them back)
@@ -356,6 +358,7 @@ class RecordedFile(_Hashes, total=False):
     # true: apply found the file patched with no record of it, and its "before" is what reversing
     # the set's hunks gave, not a file apply saw (revert says so unless vLLM's RECORD vouches for it)
     found: bool
+    gate: bool  # true: one of the set's `gates` (set.toml), which a revert writes first
 
 
 # What a recorded mode may hold: permission bits only (never setuid, setgid or sticky).
@@ -557,11 +560,13 @@ def record_apply(
     changes: dict[str, tuple[bytes | None, bytes | None]],
     library: Path | None = None,
     root: Path | None = None,
+    gates: frozenset[str] = frozenset(),
 ) -> Entry:
     """The entry an apply records: each file's original hash and permission bits (kept from an
     earlier apply of the same set) and the hash written now. `library`: the library the set was
     read from (for hints given where another library is at hand). `root`: the tree, whose files
-    are still the originals (their modes are read there)."""
+    are still the originals (their modes are read there). `gates`: the set's files a revert writes
+    first (marked so in the record: a revert goes by the record, whatever the library holds)."""
 
     files = dict(previous.files) if previous else {}
     hash_side_by_side([content for pair in changes.values() for content in pair])
@@ -569,11 +574,14 @@ def record_apply(
         earlier = files.get(path)
         if earlier is not None:
             files[path] = {**earlier, "after": sha256(after)}
-            continue
-        files[path] = {"before": sha256(before), "after": sha256(after)}
-        mode = _original_mode(root, path) if before is not None and root is not None else None
-        if mode is not None:
-            files[path]["mode"] = mode
+        else:
+            files[path] = {"before": sha256(before), "after": sha256(after)}
+            mode = _original_mode(root, path) if before is not None and root is not None else None
+            if mode is not None:
+                files[path]["mode"] = mode
+        files[path].pop("gate", None)  # as the set declares it now (a library update may change it)
+        if path in gates:
+            files[path]["gate"] = True
     return Entry(
         set_name=set_name,
         vllm_version=vllm_version,
@@ -852,6 +860,8 @@ def _checked_entry(data: object, origin: Path) -> Entry:
         checked_digest(shas["before"], origin)
         checked_digest(shas["after"], origin)
         _checked_mode(shas.get("mode", 0), path, origin)
+        if not isinstance(shas.get("gate", True), bool):
+            raise _damaged(origin, f"{escaped(path)}: 'gate' {quoted(repr(shas['gate']))} is not true or false")
     if is_adhoc(data["set"]):
         _checked_adhoc_paths(files, origin)
     return Entry.from_json(data)

@@ -582,3 +582,92 @@ def test_an_attention_backend_fails_drafter_architecture_exactly_where_vllm_refu
         found = finding(done, "drafter-architecture")
         assert found["ok"] is not refuses, (name, found)
         assert found["ok"] or f"--attention-backend {name.lower()} is an MLA backend" in found["message"], found
+
+
+# review39 C6: vLLM builds the EAGLE-3 drafter (on CPU here) and gathers its rotary table at the last position
+# the target's max_model_len admits, as its propose step does for a request that long
+DRAFTER_POSITIONS = """
+import json, sys, tempfile
+import torch
+from patchkit._target.engine_config import _force_cpu_platform_when_none
+import vllm
+_force_cpu_platform_when_none()
+from vllm.config import set_current_vllm_config
+from vllm.distributed import init_distributed_environment, initialize_model_parallel
+from vllm.engine.arg_utils import EngineArgs
+init_distributed_environment(1, 0, f"file://{tempfile.mktemp()}", 0, "gloo")
+initialize_model_parallel(1, 1)
+from vllm.model_executor.models.llama_eagle3 import Eagle3LlamaForCausalLM
+said = {}
+for case in json.loads(sys.argv[1]):
+    target, drafter, length = case
+    spec = {"method": "eagle3", "model": drafter, "num_speculative_tokens": 2}
+    args = EngineArgs(model=target, skip_tokenizer_init=True, speculative_config=spec, max_model_len=length)
+    config = args.create_engine_config()
+    with set_current_vllm_config(config):
+        built = Eagle3LlamaForCausalLM(vllm_config=config)
+    table = built.model.layers[0].self_attn.rotary_emb.cos_sin_cache
+    last = config.model_config.max_model_len - 1
+    try:
+        table.index_select(0, torch.tensor([last]))
+        said[json.dumps(case)] = None
+    except (IndexError, RuntimeError) as exc:
+        said[json.dumps(case)] = f"{len(table)} rows, position {last}: {exc}"
+print(json.dumps(said))
+"""
+
+
+def test_a_drafter_rotary_table_shorter_than_max_model_len_fails_exactly_where_vllm_indexes_past_it(tmp_path: Path):
+    targets = {
+        "plain": write_model(tmp_path / "plain", TINY_LLAMA),  # max_position_embeddings 1024
+        "linear": write_model(tmp_path / "linear", {**TINY_LLAMA, "rope_scaling": {"type": "linear", "factor": 4.0}}),
+        "yarn": write_model(
+            tmp_path / "yarn",
+            {
+                **TINY_LLAMA,
+                "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 512},
+            },
+        ),
+    }
+    (targets["plain"] / "tokenizer_config.json").write_text(json.dumps({"model_max_length": 256}))  # not read
+    llama3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0}
+    drafters = {
+        name: write_model(tmp_path / f"d{name}", {**TINY_DRAFTER, **change})
+        for name, change in {
+            "512": {"max_position_embeddings": 512},
+            "1024": {"max_position_embeddings": 1024},
+            "2048": {"max_position_embeddings": 2048},
+            "llama3-512": {
+                "max_position_embeddings": 512,
+                "rope_scaling": {**llama3, "original_max_position_embeddings": 256},
+            },
+        }.items()
+    }
+    cases = [
+        (str(targets[t]), str(drafters[d]), length)
+        for t, d, length in [
+            ("plain", "512", None),
+            ("plain", "512", 512),
+            ("plain", "512", 768),
+            ("plain", "1024", None),
+            ("plain", "llama3-512", None),
+            ("linear", "2048", None),
+            ("linear", "2048", 2048),
+            ("yarn", "1024", None),
+            ("yarn", "2048", None),
+        ]
+    ]
+    refused = ask_vllm(DRAFTER_POSITIONS, json.dumps(cases))
+    assert refused[json.dumps(cases[0])] and refused[json.dumps(cases[1])] is None, refused
+    for case in cases:
+        target, drafter, length = case
+        spec = json.dumps({"method": "eagle3", "model": drafter, "num_speculative_tokens": 2})
+        given = ("--max-model-len", str(length)) if length else ()
+        done = patchkit(
+            "preflight", "--python", VLLM_PYTHON, "--no-import", "--format", "json", "--",
+            "vllm", "serve", target, "--speculative-config", spec, *given,
+        )  # fmt: skip
+        found = finding(done, "drafter-architecture")
+        said = refused[json.dumps(case)]
+        assert found["ok"] is (said is None), (case, said, found)
+        assert found["ok"] or "its rotary table holds" in found["message"], found
