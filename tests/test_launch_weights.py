@@ -287,3 +287,33 @@ def test_a_directory_without_the_formats_weights_is_listed_once_per_pattern(
     monkeypatch.setattr(weights.glob, "glob", lambda pattern: asked.append(os.path.basename(pattern)) or real(pattern))
     assert str(weights_problem(str(tmp_path), load_format)).startswith(said)
     assert sorted(asked) == sorted(set(asked)), asked
+
+
+def _many_files(directory: Path, count: int) -> None:
+    """`count` empty files under directory/cache (a cached data set, say): inodes only, no data."""
+    (directory / "cache").mkdir()
+    for i in range(count):
+        os.mknod(directory / "cache" / f"s{i:06d}.arrow")
+
+
+def test_a_drafter_tree_past_the_walk_bound_is_never_a_silent_pass(tmp_path):
+    """review39 C10: past WALK_LIMIT files, which format vLLM's auto loads is not told (Mistral's, for a
+    consolidated*.safetensors at any depth): the models finding vanished, and an LFS pointer passed. Neither
+    format loads then: it fails; the weights loadable by one: "cannot judge", with what lets it judge."""
+    tree, library = write_eagle3_setup(tmp_path)
+    target = write_model(tmp_path / "ds", DEEPSEEK_V3)
+    drafter = write_model(tmp_path / "dr", DRAFTER)
+    (drafter / WEIGHTS).write_text(LFS_POINTER)
+    _many_files(drafter, weights.WALK_LIMIT + 50)
+    done = preflight(tree, library, *serve(target, drafter))
+    [finding] = models_findings(done)
+    assert done.returncode == 1, done.stdout
+    assert "model.safetensors is a Git LFS pointer" in finding["message"], finding
+    assert finding["fix"].startswith(f"run `git lfs pull` in {drafter}"), finding
+    (drafter / WEIGHTS).write_bytes(safetensors_file(ONE_TENSOR, 8))
+    done = preflight(tree, library, *serve(target, drafter))
+    assert models_findings(done) == [], done.stdout
+    [said] = [f for f in json.loads(done.stdout)["findings"] if f["check"] == "models" and "dr'" in f["message"]]
+    assert said["result"] == "cannot judge", said
+    assert f"more than {weights.WALK_LIMIT:,} files under it" in said["message"], said
+    assert str(drafter) in said["fix"], said

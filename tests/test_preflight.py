@@ -1871,6 +1871,84 @@ def test_drafter_weights_are_not_judged_where_the_tree_or_the_files_do_not_tell(
     assert done.returncode == 0 and failed(done) == set(), done.stdout
 
 
+# llama_eagle3.py's renames of tensor names and its qkv bias rule, llama.py's o_proj and MLP bias rules (0.16.0)
+EAGLE3_NAMES = (
+    EAGLE3_WEIGHTS
+    + """
+qkv_bias = getattr(config, "attention_bias", False)
+if "t2d" in name:
+elif "lm_head" not in name:
+    name = "model." + name
+"""
+)
+LLAMA_BIASES = 'bias_o_proj = attention_bias\nbias=getattr(config, "mlp_bias", False)\n'
+QKV_BIASES = {f"midlayer.self_attn.{p}_proj.bias": [n] for p, n in (("q", 64), ("k", 32), ("v", 32))}
+
+
+@pytest.mark.parametrize(
+    ("change", "config", "says"),
+    [
+        (QKV_BIASES, {}, "its weights hold midlayer.self_attn.k_proj.bias (model.safetensors) (and 2 more)"),
+        (QKV_BIASES, {"attention_bias": True}, None),
+        ({"midlayer.self_attn.o_proj.bias": [64]}, {}, "midlayer.self_attn.o_proj.bias"),
+        ({"midlayer.self_attn.o_proj.bias": [64]}, {"bias": True}, None),  # llama.py: attention_bias or bias
+        ({"midlayer.self_attn.q_proj.bias": [64]}, {"bias": True}, "q_proj.bias"),  # the drafter's qkv: not bias
+        ({"midlayer.mlp.up_proj.bias": [128]}, {}, "midlayer.mlp.up_proj.bias"),
+        ({"midlayer.mlp.up_proj.bias": [128]}, {"mlp_bias": True}, None),
+        ({"lm_head.bias": [512]}, {}, "its weights hold lm_head.bias"),
+        ({"extra_head.weight": [64, 64]}, {}, "its weights hold extra_head.weight"),
+        ({"midlayer.self_attn.q_norm.weight": [16]}, {}, "midlayer.self_attn.q_norm.weight"),
+        ({"model.embed_tokens.weight": [129280, 64]}, {}, "model.embed_tokens.weight"),
+        ("model.", {}, "its weights hold model.d2t (model.safetensors) (and 12 more)"),
+        ("layers.0.", {}, None),  # the speculators layout: layers.0.* as built
+        ({"midlayer.self_attn.rotary_emb.inv_freq": [8], "mask_hidden": [192]}, {}, None),  # vLLM skips them
+        ({"embed_tokens.weight": [129280, 64]}, {}, None),
+        ({"fc.weight": [64, 64]}, {"eagle_config": {"use_aux_hidden_state": False}}, None),  # skipped: "fc."
+    ],
+)
+def test_drafter_weights_whose_names_the_built_drafter_has_no_parameter_for_fail(setup, tmp_path, change, config, says):
+    """vLLM's llama_eagle3.py renames each tensor's name and looks it up among the parameters its
+    config builds, after the target's load: a bias the config does not build, a head it has not, a
+    layout it does not map (review39 C9)."""
+    tree, library, models = setup
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    (tree / "vllm" / "model_executor" / "models" / "llama_eagle3.py").write_text(EAGLE3_NAMES)
+    (tree / "vllm" / "model_executor" / "models" / "llama.py").write_text(LLAMA_BIASES)
+    drafter = write_model(tmp_path / "drafter", _changed(SMALL_DRAFTER, config))
+    weights = {**SMALL_WEIGHTS, **change} if isinstance(change, dict) else _renamed(SMALL_WEIGHTS, change)
+    write_weights(drafter, weights)
+    done = preflight(tree, library, *serve(models["deepseek"], drafter))
+    if says is None:
+        assert done.returncode == 0 and failed(done) == set(), done.stdout
+        return
+    assert_clean_failure(done, 1)
+    assert failed(done) == {"drafter-architecture"}, done.stdout
+    finding = findings(done)["drafter-architecture"]
+    assert says in finding["message"] and "no parameter for" in finding["message"], finding
+    assert "after the target's load" in finding["message"] and "names vLLM maps" in finding["fix"], finding
+
+
+def _renamed(weights: dict, prefix: str) -> dict:
+    """Every tensor but lm_head's under `prefix`; layers.0. takes midlayer.'s place."""
+    if prefix == "layers.0.":
+        return {name.replace("midlayer.", prefix): shape for name, shape in weights.items()}
+    return {name if name.startswith("lm_head") else prefix + name: shape for name, shape in weights.items()}
+
+
+@pytest.mark.parametrize("where", ["names", "qkv-bias"])
+def test_drafter_weight_names_are_not_judged_where_the_tree_does_not_show_the_renames(setup, tmp_path, where):
+    """A llama_eagle3.py without 0.16.0's renames, or (0.13.0) without its qkv bias rule: not judged."""
+    tree, library, models = setup
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    marker = '"model." + name' if where == "names" else 'getattr(config, "attention_bias", False)'
+    eagle3 = EAGLE3_NAMES.replace(marker, "False" if where == "qkv-bias" else '"model." + nom')
+    (tree / "vllm" / "model_executor" / "models" / "llama_eagle3.py").write_text(eagle3)
+    drafter = write_model(tmp_path / "drafter", SMALL_DRAFTER)
+    write_weights(drafter, {**SMALL_WEIGHTS, **QKV_BIASES, **({"extra_head.weight": [64]} if where == "names" else {})})
+    done = preflight(tree, library, *serve(models["deepseek"], drafter))
+    assert done.returncode == 0 and failed(done) == set(), done.stdout
+
+
 # quantization/__init__.py and two method modules as 0.16.0 lays them out (a method mapped to its class,
 # imported from its module; get_config_filenames the files get_quant_config looks for)
 QUANT_INIT = """

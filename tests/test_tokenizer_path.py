@@ -17,6 +17,8 @@ import pytest
 from helpers import run_cli_in_process
 from launch_fixtures import DEEPSEEK_V3, DRAFTER, TOKENIZER, applied, serve, write_eagle3_setup, write_model
 
+from patchkit.launch import weights
+
 
 @pytest.fixture
 def launch(tmp_path):
@@ -96,3 +98,29 @@ def test_a_gguf_file_is_a_tokenizer_vllm_reads(launch, tmp_path):
     gguf = tmp_path / "model-q4"
     gguf.write_bytes(b"GGUF" + b"\0" * 64)  # by its magic, as vLLM's check_gguf_file tells one
     assert models(launch, "--tokenizer", str(gguf)) == []
+
+
+def test_a_tokenizer_directory_past_the_listing_bound_is_said_not_passed(launch, tmp_path, monkeypatch):
+    """review39 C10's class: past WALK_LIMIT entries with no tokenizer file among those read, the check
+    said nothing (as if one were there); now "cannot judge". The bound made small (the run is in-process)."""
+    monkeypatch.setattr(weights, "WALK_LIMIT", 1000)
+    path = tmp_path / "tok-many"
+    path.mkdir()
+    for i in range(1010):
+        os.mknod(path / f"a{i:04d}.arrow")
+    command = serve(launch[2], launch[3], "--tokenizer", str(path))
+    done = run_cli_in_process(
+        "preflight", "--target", launch[0], "--patches", launch[1], "--no-import", "--format", "json", "--", *command
+    )
+    [said] = [
+        f for f in json.loads(done.stdout)["findings"] if f["check"] == "models" and "--tokenizer" in f["message"]
+    ]
+    assert said["result"] == "cannot judge" and said["ok"], said
+    assert "more than 1,000 entries in it, none of the first a tokenizer file" in said["message"], said
+    assert str(path) in said["fix"], said
+    for name in os.listdir(path)[:20]:  # under the bound: judged (no tokenizer file: fails)
+        (path / name).unlink()
+    assert [f["message"] for f in models(launch, "--tokenizer", str(path))] == [
+        f"--tokenizer {path}: the directory holds no tokenizer file ({weights.SOME_TOKENIZER_FILES}): "
+        "vLLM fails loading it at start"
+    ]

@@ -60,6 +60,12 @@ WEIGHTS_LAYOUT = (
     b'name.replace("midlayer.", "layers.0.")',
     b'"d2t"',
 )
+# llama_eagle3.py's renames of the drafter's tensor names before its loaders look each up (0.13-0.18): t2d
+# skipped, d2t renamed, any name but lm_head's put under the inner model; _unmapped judges names only there
+NAMES_LAYOUT = (b'"t2d" in name', b'"lm_head" not in name', b'name = "model." + name')
+QKV_BIAS = b'qkv_bias = getattr(config, "attention_bias", False)'  # llama_eagle3.py (0.16.0); 0.13.0 has none
+O_BIAS = b"bias_o_proj = attention_bias"  # llama.py: attention_bias (or bias) adds o_proj's bias
+MLP_BIAS = b'bias=getattr(config, "mlp_bias", False)'  # llama.py's LlamaMLP
 QUANTIZATION = "vllm/model_executor/layers/quantization"  # where vLLM maps methods to config classes
 HEADS_FIX = "give a -tp that divides the drafter's heads and the target's, or a drafter whose heads it divides"
 # The drafter's fc takes 3 aux hidden states (3 x hidden size) in every release up to 0.18.x; 0.22.0
@@ -688,7 +694,7 @@ def _weights_unfit(launch) -> tuple[str, str] | None:
         if (taken := _taken(name, sizes)) is not None and not _fits(shape, taken)
     ]
     if not unfit:
-        return None
+        return _unmapped(launch, tensors, source)
     name, file, shape, taken = unfit[0]
     more = f" (and {len(unfit) - 1} more)" if len(unfit) > 1 else ""
     if isinstance(taken, int):
@@ -700,6 +706,66 @@ def _weights_unfit(launch) -> tuple[str, str] | None:
     wanted = ", ".join(f"at least {size}" if least else str(size) for size, least in taken)
     why = f"its weights' {escaped(name)} is {shape} ({escaped(file)}), where its config.json builds [{wanted}]{more}"
     return why, "give the drafter the config.json saved with its weights (this one's sizes do not build them)"
+
+
+def _unmapped(launch, tensors: dict, source: bytes) -> tuple[str, str] | None:
+    """llama_eagle3.py renames each tensor's name and looks it up among the drafter's parameters (a
+    KeyError or ValueError for a name it has none for, after the target's load): (what fails, fix) for
+    names that map to none, as the tree's renames and the config's bias keys build them; None else."""
+    if not all(mark in source for mark in NAMES_LAYOUT):
+        return None
+    llama = launch.read(LLAMA) or b""
+    config = launch.drafter.config
+    layer, top = _built_parameters(config, QKV_BIAS in source, O_BIAS in llama, MLP_BIAS in llama)
+    skipped = (*SKIPPED, *(() if any("d2t" in name for name in tensors) else ("draft_id_to_target_id",)))
+    skipped += () if _uses_aux_hidden_states(config) else ("fc.",)
+    unmapped = []
+    for name in sorted(tensors):
+        looked = _looked_up(name, skipped)
+        in_layer = re.fullmatch(r"model\.layers\.\d+\.(.+)", looked or "")
+        if looked is not None and looked not in top and not (in_layer and in_layer[1] in layer):
+            unmapped.append(name)
+    if not unmapped:
+        return None
+    file = tensors[unmapped[0]][0]
+    more = f" (and {len(unmapped) - 1} more)" if len(unmapped) > 1 else ""
+    why = f"its weights hold {escaped(unmapped[0])} ({escaped(file)}){more}, which vLLM's drafter has no parameter for"
+    fix = "give the drafter the config.json saved with its weights, or save them under the names vLLM maps"
+    return why, f"{fix} (midlayer.* or layers.N.*, fc, norm, lm_head, d2t)"
+
+
+def _built_parameters(config: dict, qkv_bias: bool, o_bias: bool, mlp_bias: bool) -> tuple[set[str], set[str]]:
+    """The parameter names llama_eagle3.py's drafter has: a layer's (under model.layers.N., N judged by
+    _taken) and the rest; a bias whose rule the tree does not show counts as built (not judged)."""
+    attention = bool(config.get("attention_bias"))
+    layer = {"self_attn.qkv_proj.weight", "self_attn.o_proj.weight", "mlp.gate_up_proj.weight"}
+    layer |= {"mlp.down_proj.weight", *NORMS}
+    layer |= {"self_attn.qkv_proj.bias"} if attention or not qkv_bias else set()
+    layer |= {"self_attn.o_proj.bias"} if attention or config.get("bias") or not o_bias else set()
+    layer |= {"mlp.gate_up_proj.bias", "mlp.down_proj.bias"} if config.get("mlp_bias") or not mlp_bias else set()
+    inner = ("embed_tokens.weight", "norm.weight", "fc.weight")
+    return layer, {"lm_head.weight", "draft_id_to_target_id", *(f"model.{name}" for name in inner)}
+
+
+STACKED = ((".q_proj", ".qkv_proj"), (".k_proj", ".qkv_proj"), (".v_proj", ".qkv_proj"))
+STACKED += ((".gate_proj", ".gate_up_proj"), (".up_proj", ".gate_up_proj"))
+# names vLLM skips (t2d, mask_hidden, AutoWeightsLoader's rotary buffers) or that are not judged here (scales)
+SKIPPED = ("mask_hidden", "rotary", "scale", "zero_point", "t2d")
+
+
+def _looked_up(name: str, skipped: tuple[str, ...]) -> str | None:
+    """The name llama_eagle3.py's loaders look `name` up by (0.16.0's renames); None: skipped."""
+    if any(part in name for part in skipped):
+        return None
+    if "d2t" in name:
+        looked = name.replace("d2t", "draft_id_to_target_id")
+    elif "lm_head" in name:
+        looked = name
+    else:
+        inner = name.replace("midlayer.", "layers.0.")
+        stacked = next(((part, param) for part, param in STACKED if part in inner), None)
+        looked = "model." + (inner.replace(*stacked) if stacked else inner)
+    return None if any(part in looked for part in skipped) else looked
 
 
 def _drafter_sizes(config: dict) -> dict[str, int | None]:

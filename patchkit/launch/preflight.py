@@ -71,7 +71,7 @@ from patchkit.launch.speculative import speculative_findings
 from patchkit.launch.speculators import drafter_config, speculator
 from patchkit.launch.validation import CHECK as VALIDATION
 from patchkit.launch.validation import engine_validation
-from patchkit.launch.weights import target_directory, tokenizer_findings, weight_findings
+from patchkit.launch.weights import as_findings, target_directory, tokenizer_findings, weight_findings
 from patchkit.series import dry_run, library
 from patchkit.series.library import PatchSetDef
 from patchkit.series.patchfile import touched_paths
@@ -495,10 +495,7 @@ def _found_models_findings(
     found = [_model_finding(exc) for exc in missing]
     found += [served] if served is not None else []
     found += [f for f in (_architectures_finding(m) for m in models) if f is not None]
-    tokenizers = [
-        Finding(MODELS, ok, message, fix, note=note) for ok, message, fix, note in tokenizer_findings(command)
-    ]
-    return found + weight_findings(command, models[0], MODELS) + tokenizers
+    return found + weight_findings(command, models[0], MODELS) + as_findings(MODELS, tokenizer_findings(command))
 
 
 @dataclass(eq=False, repr=False)

@@ -69,15 +69,15 @@ def weights_problem(directory: str, load_format: str, *, local: bool = True) -> 
     load format is not DefaultModelLoader's. `local`: vLLM names the directory itself (its `auto`
     then looks for Mistral's consolidated*.safetensors at any depth; not in a snapshot it finds offline)."""
     why = weights_verdict(directory, load_format, local=local)
-    return None if isinstance(why, Judged) else why
+    return None if isinstance(why, Judged | Unjudged) else why
 
 
 def weights_verdict(directory: str, load_format: str, *, local: bool = True) -> str | None:
     """weights_problem's answer, with a Judged for weights judged and found loadable (None: not judged)."""
     if load_format == "auto":
         mistral = _consolidated(directory) if local else False
-        if mistral is None:  # too large a tree to tell which format vLLM picks
-            return None
+        if mistral is None:
+            return _too_large_verdict(directory)
         load_format = "mistral" if mistral else "hf"
     patterns = PATTERNS.get(load_format)
     if patterns is None:
@@ -124,6 +124,18 @@ def weights_verdict(directory: str, load_format: str, *, local: bool = True) -> 
     if not bad:
         return Judged(budget.said())
     return Damaged(bad[0] + (f" (and {len(bad) - 1} more weight files)" if len(bad) > 1 else ""))
+
+
+def _too_large_verdict(directory: str) -> str:
+    """A tree too large to walk hides whether vLLM's auto takes Mistral's format (a consolidated*.safetensors
+    at any depth) or Hugging Face's: hf's problem when neither loads (vLLM fails either way), else Unjudged."""
+    hf = weights_verdict(directory, "hf")
+    if hf is not None and not isinstance(hf, Judged) and not isinstance(weights_verdict(directory, "mistral"), Judged):
+        return hf
+    return Unjudged(
+        f"more than {WALK_LIMIT:,} files under it: patchkit cannot tell which format vLLM's auto loads "
+        "(Mistral's if a consolidated*.safetensors is at any depth)"
+    )
 
 
 def _hidden(found: list[str], pattern: str, later: list[str]) -> Hidden:
@@ -200,6 +212,10 @@ def _sharded_verdict(directory: str, pattern: str, ranks: int) -> str | None:
 
 class Damaged(str):
     """A weights problem that is a weight file there vLLM's reader refuses (its fix fetches it again)."""
+
+
+class Unjudged(str):
+    """Weights not judged, and why: preflight says so ("cannot judge"), never a silent pass."""
 
 
 class Judged(str):
@@ -513,7 +529,10 @@ def weight_names(directory: str, *, local: bool = True) -> set[str] | str:
     """The tensor names of the Hugging Face safetensors checkpoint vLLM loads from `directory` (the
     keys of its index's weight_map, else of each *.safetensors file's header); else why they are not
     read. `local`: as weights_verdict's (vLLM's `auto` then takes Mistral's format where it finds it)."""
-    if local and _consolidated(directory) is not False:
+    mistral = _consolidated(directory) if local else False
+    if mistral is None:
+        return f"more than {WALK_LIMIT:,} files are under it, too many to tell which format vLLM loads"
+    if mistral:
         return "it may hold Mistral's consolidated format, whose weight names patchkit does not read"
     index = os.path.join(directory, _INDEX)
     if os.path.isfile(index):
@@ -575,12 +594,20 @@ def weight_findings(command: LaunchCommand, target: ModelConfig, check: str) -> 
     drafter = _drafter_directory(command)
     if drafter is not None:
         found += _problem(command, "drafter", *drafter, load_format, "the launch fails once the target has loaded")
-    return [Finding(check, ok, message, fix, note=note) for ok, message, fix, note in found]
+    return as_findings(check, found)
+
+
+def as_findings(check: str, found: list[tuple[bool | None, str, str | None, bool]]) -> list[Finding]:
+    """`check`'s findings of (ok, message, fix, note) tuples; ok None: not judged (a bound patchkit hit)."""
+    return [
+        Finding(check, ok is not False, message, fix, judged=ok is not None, note=note)
+        for ok, message, fix, note in found
+    ]
 
 
 def _problem(
     command: LaunchCommand, role: str, name: str, directory: str, local: bool, load_format: str, when: str
-) -> list[tuple[bool, str, str | None, bool]]:
+) -> list[tuple[bool | None, str, str | None, bool]]:
     """The finding for `name`, whose weights vLLM loads from `directory` (`name` itself, or its
     cached snapshot: the fix then fetches the model whole); none where they are not judged."""
     sharded = _sharded_files(command) if load_format == SHARDED else None
@@ -595,6 +622,9 @@ def _problem(
     place = "" if directory == name else f" (its cached snapshot {directory})"
     if why is None:
         return []
+    if isinstance(why, Unjudged):  # the check's bound: said, with what lets it judge
+        fix = f"move what is not the {role}'s out of {directory}, or check by hand that vLLM finds its weights"
+        return [(None, f"cannot judge: {role} '{name}'{place}: {why}", fix, False)]
     if isinstance(why, Judged):  # a pass counted: preflight then says what it judged, not "nothing judged"
         message = f"{role} '{name}'{place}: its weights are there, as vLLM's loader reads them"
         return [(True, f"{message}; {why}" if why else message, None, bool(why))]
@@ -718,7 +748,7 @@ TOKENIZER_MODES = ("auto", "hf", "slow")  # the modes that load through AutoToke
 SOME_TOKENIZER_FILES = "tokenizer.json, tokenizer_config.json, tokenizer.model, vocab.json, ..."
 
 
-def tokenizer_findings(command: LaunchCommand) -> list[tuple[bool, str, str | None, bool]]:
+def tokenizer_findings(command: LaunchCommand) -> list[tuple[bool | None, str, str | None, bool]]:
     """A failed finding (as weight_findings's) when the tokenizer vLLM loads at start (--tokenizer,
     else the model's own directory) is a local path that holds none: a directory with no tokenizer
     file, or no directory at all (a GGUF file aside: vLLM reads its tokenizer). A hub id, a cached
@@ -739,6 +769,10 @@ def tokenizer_findings(command: LaunchCommand) -> list[tuple[bool, str, str | No
             "or give --tokenizer the directory (or hub id) that holds them"
         )
     why = _no_tokenizer(os.path.join(command.working_directory(), path))
+    if isinstance(why, Unjudged):
+        return [
+            (None, f"cannot judge: {said}: {why}", f"check by hand that {escaped(path)} holds its tokenizer", False)
+        ]
     return [] if why is None else [(False, f"{said}: {why}: vLLM fails loading it at start", fix, False)]
 
 
@@ -754,8 +788,10 @@ def _no_tokenizer(path: str) -> str | None:
                 names = [entry.name for _, entry in zip(range(WALK_LIMIT), entries, strict=False)]
         except OSError:
             return None
-        if len(names) == WALK_LIMIT or any(_tokenizer_file(name) for name in names):
+        if any(_tokenizer_file(name) for name in names):
             return None
+        if len(names) == WALK_LIMIT:  # past the bound, a tokenizer file may still be there
+            return Unjudged(f"more than {WALK_LIMIT:,} entries in it, none of the first a tokenizer file")
         return f"the directory holds no tokenizer file ({SOME_TOKENIZER_FILES})"
     if not stat.S_ISREG(info.st_mode):
         kind = "a fifo" if stat.S_ISFIFO(info.st_mode) else "a device" if stat.S_ISCHR(info.st_mode) else "no file"

@@ -457,6 +457,46 @@ def test_drafter_weights_fail_drafter_architecture_exactly_where_vllms_loader_re
         assert found["ok"] or "its weights" in found["message"], found
 
 
+# review39 C9: tensor names the built drafter has no parameter for, as llama_eagle3.py renames them
+QKV_BIASES = {"midlayer.self_attn.q_proj.bias": [256], "midlayer.self_attn.k_proj.bias": [128]}
+NAME_CASES = {
+    "whole": (TINY_WEIGHTS, {}),
+    "qk-bias": ({**TINY_WEIGHTS, **QKV_BIASES}, {}),
+    "qk-bias-built": ({**TINY_WEIGHTS, **QKV_BIASES}, {"attention_bias": True}),
+    "qk-bias-of-bias": ({**TINY_WEIGHTS, **QKV_BIASES}, {"bias": True}),
+    "o-bias": ({**TINY_WEIGHTS, "midlayer.self_attn.o_proj.bias": [256]}, {}),
+    "o-bias-of-bias": ({**TINY_WEIGHTS, "midlayer.self_attn.o_proj.bias": [256]}, {"bias": True}),
+    "mlp-bias": ({**TINY_WEIGHTS, "midlayer.mlp.gate_proj.bias": [512]}, {}),
+    "mlp-bias-built": ({**TINY_WEIGHTS, "midlayer.mlp.down_proj.bias": [256]}, {"mlp_bias": True}),
+    "lm-head-bias": ({**TINY_WEIGHTS, "lm_head.bias": [500]}, {}),
+    "extra-head": ({**TINY_WEIGHTS, "extra_head.weight": [256, 256]}, {}),
+    "q-norm": ({**TINY_WEIGHTS, "midlayer.self_attn.q_norm.weight": [64]}, {}),
+    "inv-freq": ({**TINY_WEIGHTS, "midlayer.self_attn.rotary_emb.inv_freq": [32]}, {}),
+    "mask-hidden": ({**TINY_WEIGHTS, "mask_hidden": [768]}, {}),
+    "model-prefix": ({k if k.startswith("lm_head") else f"model.{k}": v for k, v in TINY_WEIGHTS.items()}, {}),
+    "layers-0": ({k.replace("midlayer.", "layers.0."): v for k, v in TINY_WEIGHTS.items()}, {}),
+    "model-embed": ({**TINY_WEIGHTS, "model.embed_tokens.weight": [1000, 256]}, {}),
+    "model-lm-head": ({**TINY_WEIGHTS, "model.lm_head.weight": [500, 256]}, {}),
+    "mapping-unnamed": ({**TINY_WEIGHTS, "draft_id_to_target_id": [500], "d2t": None}, {}),
+    "fc-unbuilt": (TINY_WEIGHTS, {"eagle_config": {"use_aux_hidden_state": False}}),
+}
+
+
+def test_drafter_weight_names_fail_drafter_architecture_exactly_where_vllms_loader_has_no_parameter(tmp_path: Path):
+    target = write_model(tmp_path / "target", TINY_LLAMA)
+    drafters = {}
+    for name, (weights, config) in NAME_CASES.items():
+        drafters[name] = write_model(tmp_path / name, {**TINY_DRAFTER, **config})
+        write_weights(drafters[name], {k: v for k, v in weights.items() if v is not None})
+    refused = ask_vllm(DRAFTER_BUILT, str(target), *map(str, drafters.values()))
+    assert refused[str(drafters["whole"])] is None and "KeyError" in refused[str(drafters["qk-bias"])], refused
+    for name, drafter in drafters.items():
+        found = drafter_finding(target, drafter)
+        said = refused[str(drafter)]
+        assert found["ok"] is (said is None), (name, said, found)
+        assert found["ok"] or "no parameter for" in found["message"], found
+
+
 # review38 A8 (Low): the backend class vLLM itself picks for each config (its config class's defaults count)
 PICKED = """
 import json, sys
