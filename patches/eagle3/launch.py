@@ -522,7 +522,7 @@ def drafter_architecture(launch) -> Finding:
     if built is not None:
         registered = f"drafter architecture {built} is registered for EAGLE-3"
         # llama.py's rules hold only for the drafter class built of its layers (0.22+ has other EAGLE-3 drafters)
-        llama = (_activation_refused, _layer_types_refused, _weights_unfit)
+        llama = (_mlp_unsplit, _activation_refused, _layer_types_refused, _weights_unfit)
         llama = llama if table.get(built, ("",))[0] == LLAMA_DRAFTER else ()
         rules = (_heads_unsplit, *llama, _quant_config_unfound, _attention_backend_refused)
         unbuilt = next((found for rule in rules if (found := rule(launch)) is not None), None)
@@ -566,6 +566,31 @@ def _heads_unsplit(launch) -> tuple[str, str] | None:
     if _whole(kv) and kv > 0 and (kv % tp if kv >= tp else tp % kv):
         return f"its {kv} KV heads do not split over -tp {tp}", HEADS_FIX
     return None
+
+
+def _mlp_unsplit(launch) -> tuple[str, str] | None:
+    """llama.py's LlamaMLP splits intermediate_size over the -tp group (its column- and row-parallel
+    linears divide it, asserting): (what fails, fix) when -tp does not divide the drafter's, where the
+    tree's LlamaMLP shows that split; else None."""
+    tp, size = launch.command.tensor_parallel_size, launch.drafter.config.get("intermediate_size")
+    if tp <= 1 or not _whole(size) or size <= 0 or not size % tp or not _mlp_split(launch.read(LLAMA)):
+        return None
+    fix = f"give a -tp that divides the drafter's intermediate_size {size} and its heads, or another drafter"
+    return f"its intermediate_size {size} does not divide by -tp {tp} (llama.py's LlamaMLP splits it)", fix
+
+
+def _mlp_split(source: bytes | None) -> bool:
+    """Whether llama.py's LlamaMLP builds a tensor-parallel linear (a *ParallelLinear) of intermediate_size."""
+    tree = _parsed(source)
+    classes = [node for node in ast.walk(tree) if isinstance(node, ast.ClassDef)] if tree else []
+    calls = [n for cls in classes if cls.name == "LlamaMLP" for n in ast.walk(cls) if isinstance(n, ast.Call)]
+    return any(
+        isinstance(call.func, ast.Name)
+        and call.func.id.endswith("ParallelLinear")
+        and "intermediate_size"
+        in {n.id for a in (*call.args, *call.keywords) for n in ast.walk(a) if isinstance(n, ast.Name)}
+        for call in calls
+    )
 
 
 def _activation_refused(launch) -> tuple[str, str] | None:
