@@ -42,6 +42,7 @@ NOTE_ROOM = 60  # columns for the names of the general plugins not judged
 SIZE_FIX = "give the config.json a positive whole-number size: the check cannot judge without one"
 EAGLE3_DRAFTER = f"{MODELS_DIR}/llama_eagle3.py"
 LLAMA = f"{MODELS_DIR}/llama.py"  # the drafter's decoder layer and MLP (llama_eagle3.py subclasses them)
+ROPE = "vllm/model_executor/layers/rotary_embedding/__init__.py"  # get_rope: a branch per RoPE type
 LLAMA_DRAFTER = "llama_eagle3"  # the module of the EAGLE-3 drafter built of llama.py's layers
 LAYER_TYPES_RULE = b"effective_layer_idx < len(layer_types)"  # LlamaAttention's assert (0.11-0.34)
 DRAFT_LAYERS = b"target_layer_count"  # llama_eagle3.py: layer_types indexed by draft layer, from 0
@@ -522,7 +523,7 @@ def drafter_architecture(launch) -> Finding:
     if built is not None:
         registered = f"drafter architecture {built} is registered for EAGLE-3"
         # llama.py's rules hold only for the drafter class built of its layers (0.22+ has other EAGLE-3 drafters)
-        llama = (_mlp_unsplit, _activation_refused, _layer_types_refused, _weights_unfit)
+        llama = (_mlp_unsplit, _activation_refused, _rope_unknown, _layer_types_refused, _weights_unfit)
         llama = llama if table.get(built, ("",))[0] == LLAMA_DRAFTER else ()
         rules = (_heads_unsplit, *llama, _quant_config_unfound, _attention_backend_refused)
         unbuilt = next((found for rule in rules if (found := rule(launch)) is not None), None)
@@ -591,6 +592,37 @@ def _mlp_split(source: bytes | None) -> bool:
         in {n.id for a in (*call.args, *call.keywords) for n in ast.walk(a) if isinstance(n, ast.Name)}
         for call in calls
     )
+
+
+def _rope_unknown(launch) -> tuple[str, str] | None:
+    """llama.py's LlamaAttention builds its rotary embedding with the tree's get_rope, which raises for a
+    RoPE type it has no branch for: (what fails, fix) when the drafter's config.json gives one (vLLM reads
+    rope_scaling, else rope_parameters; "type" for "rope_type", su and mrope renamed); None where the tree's
+    get_rope shows no branches or the type is not one string (absent: default; per layer type: not judged)."""
+    config = launch.drafter.config
+    given = config.get("rope_scaling") or config.get("rope_parameters")
+    kind = given.get("rope_type", given.get("type")) if isinstance(given, dict) else None
+    kind = {"su": "longrope", "mrope": "default"}.get(kind, kind) if isinstance(kind, str) else None
+    known = _rope_types(launch.read(ROPE))
+    if kind is None or not known or kind in known:
+        return None
+    fix = f"use a drafter whose config.json gives a RoPE type this vLLM's get_rope builds ({', '.join(known)})"
+    return f"its RoPE type '{escaped(kind)}' is none the tree's get_rope builds", fix
+
+
+def _rope_types(source: bytes | None) -> list[str]:
+    """The RoPE types get_rope has a branch for (`scaling_type == "yarn"`, `scaling_type in [...]`), in order."""
+    tree = _parsed(source)
+    functions = [node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)] if tree else []
+    tests = [n for f in functions if f.name == "get_rope" for n in ast.walk(f) if isinstance(n, ast.Compare)]
+    found = [
+        node.value
+        for test in tests
+        if _names(test.left) == {"scaling_type"} and isinstance(test.ops[0], ast.Eq | ast.In)
+        for node in ast.walk(test.comparators[0])
+        if isinstance(node, ast.Constant) and isinstance(node.value, str)
+    ]
+    return list(dict.fromkeys(found))
 
 
 def _activation_refused(launch) -> tuple[str, str] | None:

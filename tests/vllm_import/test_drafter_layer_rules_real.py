@@ -1,6 +1,7 @@
-"""Opt-in (`make test-vllm`): the drafter-architecture rule on intermediate_size (review39 C7) holds a
-drafter exactly where the real vLLM's LlamaMLP (the EAGLE-3 drafter's MLP) refuses it: built on CPU with
-the tensor-parallel size given to vLLM's linear layers, it asserts at the split, or gets past it."""
+"""Opt-in (`make test-vllm`): drafter-architecture's rules on the drafter's layers hold a drafter exactly
+where the real vLLM refuses it. intermediate_size (review39 C7): vLLM's LlamaMLP built on CPU with the
+tensor-parallel size given to its linear layers asserts at the split, or gets past it. RoPE type (C5):
+the types read from the tree's get_rope are the ones it builds, and no other."""
 
 from __future__ import annotations
 
@@ -46,3 +47,26 @@ def test_the_rule_refuses_exactly_the_sizes_vllms_llama_mlp_refuses():
     said = ask_vllm(BUILD, json.dumps(CASES))
     assert isinstance(said, list) and "built" not in said[:-1], said
     assert [s == "refused" for s in said] == [tp > 1 and size % tp != 0 for size, tp in CASES], said
+
+
+# vLLM's get_rope asked with each RoPE type: whether it raises for the type itself ("Unknown RoPE scaling
+# type"); a known type missing its own parameters raises otherwise, which is not the rule's to judge
+GET_ROPE = """
+import json, sys, torch
+from vllm.model_executor.layers.rotary_embedding import get_rope
+said = []
+for kind in json.loads(sys.argv[1]):
+    try:
+        get_rope(128, 4096, True, {"rope_type": kind, "factor": 2.0}, torch.float32)
+        said.append(True)
+    except Exception as exc:
+        said.append(not str(exc).startswith("Unknown RoPE scaling type"))
+print(json.dumps(said))
+"""
+
+
+def test_the_rope_types_read_are_the_ones_vllms_get_rope_builds():
+    checks = _load_script(default_root() / "eagle3" / "launch.py")
+    known = checks._rope_types((site_packages(VLLM_PYTHON) / checks.ROPE).read_bytes())
+    others = ["longrope_v2", "su", "mrope", "dynamic_ntk", "Yarn", ""]
+    assert ask_vllm(GET_ROPE, json.dumps(known + others)) == [True] * len(known) + [False] * len(others)
