@@ -42,6 +42,7 @@ NOTE_ROOM = 60  # columns for the names of the general plugins not judged
 SIZE_FIX = "give the config.json a positive whole-number size: the check cannot judge without one"
 EAGLE3_DRAFTER = f"{MODELS_DIR}/llama_eagle3.py"
 LLAMA = f"{MODELS_DIR}/llama.py"  # the drafter's decoder layer and MLP (llama_eagle3.py subclasses them)
+ROPE = "vllm/model_executor/layers/rotary_embedding/__init__.py"  # get_rope: a branch per RoPE type
 LLAMA_DRAFTER = "llama_eagle3"  # the module of the EAGLE-3 drafter built of llama.py's layers
 ROPE_TABLE_RULE = b'max_position_embeddings = getattr(config, "max_position_embeddings"'  # llama.py 0.11-0.34
 SPECULATIVE = "vllm/config/speculative.py"
@@ -536,7 +537,7 @@ def drafter_architecture(launch) -> Finding:
     if built is not None:
         registered = f"drafter architecture {built} is registered for EAGLE-3"
         # llama.py's rules hold only for the drafter class built of its layers (0.22+ has other EAGLE-3 drafters)
-        llama = (_activation_refused, _layer_types_refused, _weights_unfit)
+        llama = (_mlp_unsplit, _activation_refused, _rope_unknown, _layer_types_refused, _weights_unfit)
         llama = llama if table.get(built, ("",))[0] == LLAMA_DRAFTER else ()
         rules = (_heads_unsplit, *llama, _quant_config_unfound, _attention_backend_refused)
         unbuilt = next((found for rule in rules if (found := rule(launch)) is not None), None)
@@ -642,6 +643,62 @@ def _max_model_len(launch) -> int | None:
     if kind == "yarn":
         derived = rope.get("original_max_position_embeddings")
     return int(derived * (1 if kind == "llama3" else factor)) if _whole(derived) else None
+
+
+def _mlp_unsplit(launch) -> tuple[str, str] | None:
+    """llama.py's LlamaMLP splits intermediate_size over the -tp group (its column- and row-parallel
+    linears divide it, asserting): (what fails, fix) when -tp does not divide the drafter's, where the
+    tree's LlamaMLP shows that split; else None."""
+    tp, size = launch.command.tensor_parallel_size, launch.drafter.config.get("intermediate_size")
+    if tp <= 1 or not _whole(size) or size <= 0 or not size % tp or not _mlp_split(launch.read(LLAMA)):
+        return None
+    fix = f"give a -tp that divides the drafter's intermediate_size {size} and its heads, or another drafter"
+    return f"its intermediate_size {size} does not divide by -tp {tp} (llama.py's LlamaMLP splits it)", fix
+
+
+def _mlp_split(source: bytes | None) -> bool:
+    """Whether llama.py's LlamaMLP builds a tensor-parallel linear (a *ParallelLinear) of intermediate_size."""
+    tree = _parsed(source)
+    classes = [node for node in ast.walk(tree) if isinstance(node, ast.ClassDef)] if tree else []
+    calls = [n for cls in classes if cls.name == "LlamaMLP" for n in ast.walk(cls) if isinstance(n, ast.Call)]
+    return any(
+        isinstance(call.func, ast.Name)
+        and call.func.id.endswith("ParallelLinear")
+        and "intermediate_size"
+        in {n.id for a in (*call.args, *call.keywords) for n in ast.walk(a) if isinstance(n, ast.Name)}
+        for call in calls
+    )
+
+
+def _rope_unknown(launch) -> tuple[str, str] | None:
+    """llama.py's LlamaAttention builds its rotary embedding with the tree's get_rope, which raises for a
+    RoPE type it has no branch for: (what fails, fix) when the drafter's config.json gives one (vLLM reads
+    rope_scaling, else rope_parameters; "type" for "rope_type", su and mrope renamed); None where the tree's
+    get_rope shows no branches or the type is not one string (absent: default; per layer type: not judged)."""
+    config = launch.drafter.config
+    given = config.get("rope_scaling") or config.get("rope_parameters")
+    kind = given.get("rope_type", given.get("type")) if isinstance(given, dict) else None
+    kind = {"su": "longrope", "mrope": "default"}.get(kind, kind) if isinstance(kind, str) else None
+    known = _rope_types(launch.read(ROPE))
+    if kind is None or not known or kind in known:
+        return None
+    fix = f"use a drafter whose config.json gives a RoPE type this vLLM's get_rope builds ({', '.join(known)})"
+    return f"its RoPE type '{escaped(kind)}' is none the tree's get_rope builds", fix
+
+
+def _rope_types(source: bytes | None) -> list[str]:
+    """The RoPE types get_rope has a branch for (`scaling_type == "yarn"`, `scaling_type in [...]`), in order."""
+    tree = _parsed(source)
+    functions = [node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)] if tree else []
+    tests = [n for f in functions if f.name == "get_rope" for n in ast.walk(f) if isinstance(n, ast.Compare)]
+    found = [
+        node.value
+        for test in tests
+        if _names(test.left) == {"scaling_type"} and isinstance(test.ops[0], ast.Eq | ast.In)
+        for node in ast.walk(test.comparators[0])
+        if isinstance(node, ast.Constant) and isinstance(node.value, str)
+    ]
+    return list(dict.fromkeys(found))
 
 
 def _activation_refused(launch) -> tuple[str, str] | None:
