@@ -190,3 +190,13 @@ def test_the_token_count_rule_holds_for_every_mtp_model_the_tree_names(tmp_path)
     found = _mtp(tmp_path, qwen3_next, TARGET_WEIGHTS, {"method": "qwen3_next_mtp", "num_speculative_tokens": 5})
     assert [(f["check"], f["ok"]) for f in found] == [("speculative-config", False)], found
     assert found[0]["fix"] == 'give "num_speculative_tokens" 4 or 6', found
+
+
+def test_a_text_config_that_says_it_has_no_mtp_layers_fails(tmp_path):
+    kimi_k25 = {
+        "architectures": ["KimiK25ForConditionalGeneration"],
+        "model_type": "kimi_k25",
+        "text_config": {**DEEPSEEK_V3, "model_type": "kimi_k2", "num_nextn_predict_layers": 0},  # Kimi-K2.5's own
+    }
+    found = _mtp(tmp_path, kimi_k25, TARGET_WEIGHTS, {"method": "mtp", "num_speculative_tokens": 1})
+    assert [(f["check"], f["ok"]) for f in found] == [("speculative-config", False)], found

@@ -65,8 +65,9 @@ def mtp_findings(
     config = drafter.config if drafter is not None else _own_config(command, target)
     if isinstance(config, str):
         return [cannot_judge(MODELS, f"the mtp drafter {escaped(name)}: {config}", None)]
-    layers = config.get(LAYERS_KEY)
-    if type(layers) is int and layers == 0:  # Kimi-K2's own config says so
+    text = config.get("text_config") if LAYERS_KEY not in config else None
+    layers = text.get(LAYERS_KEY) if isinstance(text, dict) else config.get(LAYERS_KEY)
+    if type(layers) is int and layers == 0:  # Kimi-K2's own config says so (Kimi-K2.5's text_config)
         return [_no_mtp_layers(name)]
     built = mtp_drafter(read(SPEC_FILE), config)
     if built is None:
