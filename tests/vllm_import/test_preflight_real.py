@@ -671,3 +671,40 @@ def test_a_drafter_rotary_table_shorter_than_max_model_len_fails_exactly_where_v
         said = refused[json.dumps(case)]
         assert found["ok"] is (said is None), (case, said, found)
         assert found["ok"] or "its rotary table holds" in found["message"], found
+
+
+# review39 C11: with no lm_head tensor vLLM hands the drafter the target's lm_head (_maybe_share_lm_head);
+# the drafter's LogitsProcessor keeps the first draft_vocab_size columns, so a smaller draft vocabulary
+# drafts (no shape error); one larger than the target's head does not (drafter-vocabulary fails it)
+SHARED_HEAD = DRAFTER_BUILT.replace(
+    "said[drafter] = None",
+    """import torch
+        from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
+        target = config.model_config.hf_config
+        with set_current_vllm_config(config):
+            head = ParallelLMHead(target.vocab_size, target.hidden_size)
+        rows = torch.randn(head.weight.shape[0], target.hidden_size)
+        # CPU's lm_head method needs a post-load step; the product is what it computes
+        head.quant_method = type("Plain", (), {"apply": staticmethod(lambda layer, x, bias=None: x @ rows.T)})()
+        built.lm_head = head
+        said[drafter] = None if built.compute_logits(torch.randn(2, target.hidden_size)).shape[1] else "empty\"""",
+)
+
+
+def test_a_drafter_without_lm_head_fails_exactly_where_vllms_drafted_logits_do_with_the_targets_head(tmp_path: Path):
+    target = write_model(tmp_path / "target", TINY_LLAMA)
+    drafters = {}
+    for draft in (500, 1000, 2000):
+        drafters[draft] = write_model(tmp_path / f"draft-{draft}", {**TINY_DRAFTER, "draft_vocab_size": draft})
+        weights = {name: shape for name, shape in TINY_WEIGHTS.items() if name != "lm_head.weight"}
+        write_weights(drafters[draft], {**weights, "d2t": [draft]})
+    said = ask_vllm(SHARED_HEAD, str(target), *map(str, drafters.values()))
+    assert said[str(drafters[500])] is None and "shape mismatch" in said[str(drafters[2000])], said
+    for drafter in drafters.values():
+        spec = json.dumps({"method": "eagle3", "model": str(drafter), "num_speculative_tokens": 2})
+        done = patchkit(
+            "preflight", "--python", VLLM_PYTHON, "--no-import", "--format", "json", "--",
+            "vllm", "serve", str(target), "--speculative-config", spec,
+        )  # fmt: skip
+        found = [finding(done, check) for check in ("drafter-architecture", "drafter-vocabulary")]
+        assert all(each["ok"] for each in found) is (said[str(drafter)] is None), (drafter, said, found)
