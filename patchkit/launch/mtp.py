@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import ast
 import os
-from dataclasses import dataclass
 from typing import Any
 
 from patchkit.base.errors import BadInput, TargetError, escaped
+from patchkit.base.values import FrozenValue, frozen
 from patchkit.launch.command import LaunchCommand
 from patchkit.launch.engine import Reader
 from patchkit.launch.findings import Finding, cannot_judge
@@ -33,8 +33,8 @@ NO_MTP_FIX = "serve it without the mtp method (with an EAGLE-3 drafter, or none)
 UNKNOWN = object()  # a value the reading cannot tell (a condition of it: the rules are not read)
 
 
-@dataclass(frozen=True)
-class Absent:
+@frozen
+class Absent(FrozenValue):
     """getattr(hf_config, key, default) where config.json has no `key`: `default`, unless the config
     class gives one (transformers' DeepseekV3Config gives none; a model's own remote code may)."""
 
@@ -42,8 +42,8 @@ class Absent:
     default: object
 
 
-@dataclass(frozen=True)
-class MtpDrafter:
+@frozen
+class MtpDrafter(FrozenValue):
     """What hf_config_override makes of a config: its model_type, and n_predict (None: not set)."""
 
     model_type: object
