@@ -14,10 +14,11 @@ from typing import Any
 from patchkit.base.errors import BadInput, TargetError, escaped
 from patchkit.base.values import FrozenValue, frozen
 from patchkit.launch.command import LaunchCommand
+from patchkit.launch.drafter_weights import quantization
 from patchkit.launch.engine import Reader
 from patchkit.launch.findings import Finding, cannot_judge
 from patchkit.launch.models import ModelConfig, resolve_model
-from patchkit.launch.weights import _drafter_directory, target_directory, weight_names
+from patchkit.launch.weights import drafter_directory, target_directory, weight_names
 
 SPEC_FILE = "vllm/config/speculative.py"
 MODELS_DIR = "vllm/model_executor/models"
@@ -134,7 +135,7 @@ def _deepseek(
     first = config.get("num_hidden_layers")
     if type(count) is not int or count <= 0 or type(first) is not int or _quantized(command, config, named):
         return []  # quantized: vLLM loads it without the strict check (nothing fails there)
-    where = _drafter_directory(command) if named else target_directory(command)
+    where = drafter_directory(command) if named else target_directory(command)
     load_format = command.optional_text("load-format") or "auto"
     if where is None or load_format not in LOAD_FORMATS:
         return []  # a hub id vLLM downloads, or a loader the models finding names as not judged
@@ -158,18 +159,13 @@ def _deepseek(
 
 def _quantized(command: LaunchCommand, config: dict[str, Any], named: bool) -> bool:
     """Whether vLLM's draft model config is quantized (get_quant_config then loads it without the
-    strict check): --quantization, the speculative config's own, or a quantization_config (its
-    text_config's, a ModelOpt hf_quant_config.json beside it)."""
+    strict check): --quantization, the speculative config's own, or what the checkpoint's files say
+    as vLLM reads them (drafter_weights.quantization: a compression_config too)."""
     spec = command.speculative_config or {}
-    text = config.get("text_config")
     if command.optional_text("quantization") is not None or spec.get("quantization"):
         return True
-    if config.get("quantization_config") is not None or (isinstance(text, dict) and text.get("quantization_config")):
-        return True
-    where = _drafter_directory(command) if named else target_directory(command)
-    return where is not None and os.path.exists(
-        os.path.join(command.working_directory(), where[1], "hf_quant_config.json")
-    )
+    where = drafter_directory(command) if named else target_directory(command)
+    return quantization(config, os.path.join(command.working_directory(), where[1]) if where else None) is not None
 
 
 RULE = "get_spec_layer_idx_from_weight_name"
