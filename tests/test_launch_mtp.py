@@ -105,6 +105,15 @@ def test_a_quantized_checkpoint_is_loaded_without_the_strict_check(tmp_path):
     assert _mtp(tmp_path / "option", V3, TARGET_WEIGHTS, None, "--quantization", "fp8") == []
 
 
+def test_a_checkpoint_quantized_as_vllm_reads_it_is_loaded_without_the_strict_check(tmp_path):
+    """vLLM's ModelConfig takes a compression_config (compressed-tensors' older key), a text_config's
+    quantization_config, or ModelOpt's hf_quant_config.json as the model's quantization too."""
+    compressed = {**V3, "compression_config": {"quant_method": "compressed-tensors", "format": "float-quantized"}}
+    assert _mtp(tmp_path / "compression", compressed, TARGET_WEIGHTS) == []
+    text = {**V3, "text_config": {"quantization_config": {"quant_method": "fp8"}}}
+    assert _mtp(tmp_path / "text", text, TARGET_WEIGHTS) == []
+
+
 def test_the_weights_of_two_mtp_layers_are_looked_for_from_the_last_layer_on(tmp_path):
     two = {**V3, "num_nextn_predict_layers": 2}
     found = _mtp(tmp_path / "second", two, {**TARGET_WEIGHTS, "model.layers.62.enorm.weight": [2]})
