@@ -2324,7 +2324,71 @@ def test_an_mla_attention_backend_the_drafter_inherits_fails(
     finding = findings(done)["drafter-architecture"]
     assert f"{says}" in finding["message"] and "is an MLA backend" in finding["message"]
     assert "after the target's load" in finding["message"]
-    assert finding["fix"].startswith("unset VLLM_ATTENTION_BACKEND" if "VLLM_" in says else "drop --attention-")
+    # the variable is the command's own (its `env` prefix): dropped there, not unset in the shell
+    assert finding["fix"].startswith(
+        "drop VLLM_ATTENTION_BACKEND=TRITON_MLA from the command" if "VLLM_" in says else "drop --attention-"
+    )
+
+
+@pytest.mark.parametrize(
+    ("yaml", "options", "says", "fix"),
+    [
+        (
+            "attention-backend: TRITON_MLA\n",
+            [],
+            "{file}'s attention-backend TRITON_MLA",
+            "drop attention-backend from {file}",
+        ),
+        (
+            "attention_backend: flashmla\n",
+            [],
+            "{file}'s attention_backend flashmla",
+            "drop attention_backend from {file}",
+        ),
+        (
+            "attention-config:\n  backend: TRITON_MLA\n",
+            [],
+            "{file}'s attention-config's backend TRITON_MLA",
+            "drop attention-config's backend from {file}",
+        ),
+        (  # both: vLLM takes the command line's, and the file's is there once that is dropped
+            "attention-backend: TRITON_MLA\n",
+            ["--attention-backend", "FLASHMLA"],
+            "--attention-backend FLASHMLA",
+            "drop --attention-backend and attention-backend from {file}",
+        ),
+        ("attention-backend: TRITON_MLA\n", ["--attention-backend", "FLASH_ATTN"], None, None),  # the command's wins
+        (  # the file's FLASH_ATTN would fail the MLA target at start: both go
+            "attention-backend: FLASH_ATTN\n",
+            ["--attention_backend=TRITON_MLA"],
+            "--attention-backend TRITON_MLA",
+            "drop --attention-backend and attention-backend from {file}",
+        ),
+    ],
+)
+def test_an_mla_attention_backend_from_the_config_file_is_named_where_it_is_given(
+    setup, tmp_path, yaml, options, says, fix
+):
+    """A backend given in the launch's --config YAML: the finding names the file's key, and its fix drops
+    that key (the command line has no --attention-backend to drop); one given in both is dropped from both."""
+    tree, library, _ = setup
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    for rel, text in ATTENTION_FILES.items():
+        (tree / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tree / rel).write_text(text)
+    model = write_model(tmp_path / "target", {**DEEPSEEK_V3, **MLA})
+    draft = write_model(tmp_path / "drafter", DRAFTER)
+    config = tmp_path / "serve.yaml"
+    config.write_text(yaml)
+    done = preflight(tree, library, *serve(model, draft, "--config", str(config), *options))
+    if says is None:
+        assert done.returncode == 0 and failed(done) == set(), done.stdout
+        return
+    assert_clean_failure(done, 1)
+    assert failed(done) == {"drafter-architecture"}, done.stdout
+    finding = findings(done)["drafter-architecture"]
+    assert f"but {says.format(file=config)} is an MLA backend" in finding["message"], finding
+    assert finding["fix"].startswith(fix.format(file=config) + " (the --config file): "), finding
 
 
 # llama.py's LlamaDecoderLayer as 0.11-0.34 have it: the rotary table's length is the drafter's own value

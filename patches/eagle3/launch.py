@@ -949,21 +949,22 @@ def _attention_backend_refused(launch) -> tuple[str, str] | None:
     named = _attention_backend(launch)
     if named is None or not _uses_mla(launch, launch.target.text_config):
         return None  # none named, or a non-MLA target: the target's own build refuses an MLA backend first
-    source, name = named
+    source, undo, name = named
     if _uses_mla(launch, launch.drafter.config) or not _mla_backend(launch, name) or not _cuda_build(launch):
         return None
     why = f"{source} {escaped(name)} is an MLA backend, which vLLM refuses for the drafter's non-MLA attention"
-    undo = f"unset {source}" if source == ATTENTION_ENV else f"drop {source}"
     return why, f"{undo}: vLLM then picks a backend for each layer"
 
 
-def _attention_backend(launch) -> tuple[str, str] | None:
-    """(where it is named, the name) of the attention backend the launch gives vLLM, or None."""
-    environ = launch.command.environ.get(ATTENTION_ENV)
+def _attention_backend(launch) -> tuple[str, str, str] | None:
+    """(where it is named, how to drop it, the name) of the attention backend the launch gives vLLM, or None."""
+    command = launch.command
+    environ = command.environ.get(ATTENTION_ENV)
     if environ and any(ATTENTION_ENV.encode() in (launch.read(path) or b"") for path in ATTENTION_ENV_READERS):
-        return ATTENTION_ENV, environ
-    given = launch.command.attention_backend
-    return None if given is None else given
+        # the command's own `env` prefix, or the environment it is started in
+        given = f"drop {ATTENTION_ENV}={escaped(environ)} from the command" if ATTENTION_ENV in command.env else None
+        return ATTENTION_ENV, given or f"unset {ATTENTION_ENV}", environ
+    return command.attention_backend
 
 
 def _uses_mla(launch, config: dict) -> bool:
