@@ -2330,6 +2330,24 @@ def test_an_mla_attention_backend_the_drafter_inherits_fails(
     )
 
 
+def test_an_mla_attention_backend_the_launch_inherits_is_unset_in_the_shell(setup, tmp_path):
+    """VLLM_ATTENTION_BACKEND from the environment patchkit runs in (not the command's `env` prefix):
+    the fix unsets it there."""
+    tree, library, _ = setup
+    (tree / "vllm" / "config" / "attention.py").write_text(ENV_READER)
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    for rel, text in ATTENTION_FILES.items():
+        (tree / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tree / rel).write_text(text)
+    model = write_model(tmp_path / "target", {**DEEPSEEK_V3, **MLA})
+    draft = write_model(tmp_path / "drafter", DRAFTER)
+    done = preflight(tree, library, *serve(model, draft), env={"VLLM_ATTENTION_BACKEND": "TRITON_MLA"})
+    assert_clean_failure(done, 1)
+    finding = findings(done)["drafter-architecture"]
+    assert "but VLLM_ATTENTION_BACKEND TRITON_MLA is an MLA backend" in finding["message"], finding
+    assert finding["fix"].startswith("unset VLLM_ATTENTION_BACKEND: "), finding
+
+
 @pytest.mark.parametrize(
     ("yaml", "options", "says", "fix"),
     [
