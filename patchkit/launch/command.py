@@ -77,7 +77,7 @@ class LaunchCommand(Value):
     config_ignored: str | None = None  # `--config=FILE`, which vLLM ignores (serve_parser.ignored_config)
     config_file: str | None = None  # `--config FILE`
     in_config: dict[str, str] = field(default_factory=dict)  # option -> its key in that file (serve_parser.Reading)
-    from_config: frozenset[str] = frozenset()  # those whose value is the file's (the command line gives them not)
+    from_config: tuple[str, ...] = ()  # those whose value is the file's (the command line gives them not)
     python_flags: list[str] = field(default_factory=list)  # `python -E -m ...`: the interpreter's options
     xoptions: list[str] = field(default_factory=list)  # `python -X NAME[=VALUE]`: each value, in order
     hash_pycs: str = "default"  # `python --check-hash-based-pycs MODE`: never loads checked-hash .pyc unchecked

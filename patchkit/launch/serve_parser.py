@@ -52,7 +52,7 @@ class Reading(FrozenValue):
     config_ignored: str | None = None  # `--config=FILE`: vLLM reads nothing of it (ignored_config's words)
     config_file: str | None = None  # `--config FILE`, as given
     in_config: dict[str, str] = field(default_factory=dict)  # option (dashed) -> its key in that file, as written
-    from_config: frozenset[str] = frozenset()  # those of them the command line does not give (the file's value)
+    from_config: tuple[str, ...] = ()  # those of them the command line does not give (the file's value), sorted
 
 
 @frozen
@@ -121,7 +121,7 @@ def read(arguments: list[str], *, serve: bool, spec: Spec) -> Reading:
     in_config = {dest: key for key, words in config for dest in _given(parser, words, release)}
     from_config = set(in_config) - _given(parser, rest, release) if in_config else set()  # the command line wins
     model = None if found is None else str(found)
-    return Reading(options, model, notes, tuple(unread), ignored, config_file, in_config, frozenset(from_config))
+    return Reading(options, model, notes, tuple(unread), ignored, config_file, in_config, tuple(sorted(from_config)))
 
 
 def _given(parser: argparse.ArgumentParser, args: list[str], release: Version) -> set[str]:
