@@ -34,6 +34,8 @@ from launch_fixtures import (
     EMPTY_SAFETENSORS,
     KIMI_DRAFTER,
     KIMI_K25,
+    REGISTRY,
+    REGISTRY_PY,
     apply_fix,
     findings,
     serve,
@@ -725,7 +727,6 @@ def test_a_refs_main_that_leaves_the_cache_is_not_followed(setup, tmp_path):
 
 
 def test_a_registry_symlinked_out_of_the_tree_is_not_read(setup, tmp_path):
-    from launch_fixtures import REGISTRY, REGISTRY_PY
 
     tree, library, models = setup
     assert run_cli_writing("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
@@ -778,7 +779,6 @@ def test_supports_eagle3_is_asked_of_vllm_itself_on_stock_and_after_apply(setup)
 def test_vllms_own_answer_wins_over_the_static_reading(setup, tmp_path):
     """A class that gets SupportsEagle3 from a mixin in another module: the static reading (one module)
     cannot see it; vLLM's supports_eagle3() can, and is the verdict."""
-    from launch_fixtures import REGISTRY, REGISTRY_PY
 
     tree, library, models = setup
     env = make_importable(tree)
@@ -1577,6 +1577,34 @@ def test_eagle3_under_pipeline_parallelism_counts_the_last_stages_layers_alone(
     finding = findings(done)["drafter-aux-layers"]
     assert f"give {taken} hidden state(s) of the last pipeline stage's layers" in finding["message"]
     assert "serve without -pp" in finding["fix"]  # the drafter's 3 layers are right: the pipeline is not
+
+
+@pytest.mark.parametrize(
+    ("architecture", "module", "counted"),
+    [
+        ("DeepseekV32ForCausalLM", "deepseek_v2", True),  # V3.2: vLLM builds deepseek_v2's DeepseekV3ForCausalLM
+        ("AcmeMoeForCausalLM", "deepseek_v2", True),
+        ("DeepseekV3ForCausalLM", "llama", False),  # the name alone decides nothing: the registry's module does
+    ],
+)
+def test_the_last_stage_rule_follows_the_class_the_registry_builds(setup, tmp_path, architecture, module, counted):
+    """Whether the target's forward counts aux layer ids from the model's first layer on every pipeline stage is
+    the patched deepseek_v2 forward's, whatever config.json calls the architecture."""
+
+    tree, library, _ = setup
+    assert run_cli_judged("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    registered = REGISTRY_PY.replace(
+        '    "DeepseekV3ForCausalLM": ("deepseek_v2", "DeepseekV3ForCausalLM"),\n',
+        f'    "{architecture}": ("{module}", "DeepseekV3ForCausalLM"),\n',
+    )
+    assert registered != REGISTRY_PY
+    (tree / REGISTRY).write_text(registered)
+    target = write_model(tmp_path / "target", {**DEEPSEEK_V3, "architectures": [architecture]})
+    drafter = write_model(tmp_path / "drafter", {**DRAFTER, "eagle_aux_hidden_state_layer_ids": [1, 29, 57]})
+    done = preflight(tree, library, *serve(target, drafter, "-pp", "2"))
+    assert ("drafter-aux-layers" in failed(done)) is counted, done.stdout
+    if counted:
+        assert "give 1 hidden state(s) of the last pipeline stage's layers" in findings(done)["drafter-aux-layers"]["message"]
 
 
 @pytest.mark.parametrize(

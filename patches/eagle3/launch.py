@@ -72,9 +72,10 @@ HEADS_FIX = "give a -tp that divides the drafter's heads and the target's, or a 
 # The drafter's fc takes 3 aux hidden states (3 x hidden size) in every release up to 0.18.x; 0.22.0
 # sizes it from the drafter's config instead, so the count is judged only where the tree shows the 3.
 FC_HIDDEN_STATES = 3
-# the targets whose forward (as this set patches it) counts layer ids from the model's first layer on every
-# pipeline stage (stock Llama-family forwards count from the stage's own first layer)
-ABSOLUTE_LAYER_IDS = ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "KimiK25ForConditionalGeneration")
+# the model file whose forward (as this set patches it) counts layer ids from the model's first layer on
+# every pipeline stage (stock Llama-family forwards count from the stage's own first layer); judged by the
+# module the tree's registry maps an architecture to, as vLLM builds it, not by config.json's spelling
+ABSOLUTE_LAYER_IDS = "deepseek_v2"
 FC_OF_THREE = b"hidden_size * 3"
 SIZED_BY_CONFIG = b"num_aux_hidden_states"
 LAST_FC_OF_THREE = Version("0.18.999")
@@ -1106,12 +1107,18 @@ def _aux_count(launch, named: str, layers: list[int], top: int, passed: str) -> 
 FORWARD_MODULE = {"KimiK25ForConditionalGeneration": "deepseek_v2"}
 
 
+def _forward_module(launch) -> str | None:
+    """The module (e.g. deepseek_v2) whose forward hands the drafter the target's hidden states; None when
+    the architecture is not registered."""
+    arch = target_architecture(launch)
+    where = _model_class(launch.registry(), arch) if arch else None
+    return FORWARD_MODULE.get(arch or "") or (where[0] if where else None)
+
+
 def _forward_file(launch) -> tuple[str, ast.Module] | None:
     """(file name, parsed) of the target's model file whose forward hands the drafter its hidden states;
     None when the architecture is not registered or the file is unreadable."""
-    arch = target_architecture(launch)
-    where = _model_class(launch.registry(), arch) if arch else None
-    module = FORWARD_MODULE.get(arch or "") or (where[0] if where else None)
+    module = _forward_module(launch)
     tree = _parsed(launch.read(f"{MODELS_DIR}/{module}.py") if module else None)
     return (f"{module}.py", tree) if tree is not None else None
 
@@ -1183,7 +1190,7 @@ def _last_stage_start(launch, count: int) -> int:
     """The first layer of the last pipeline stage, which alone holds the drafter and hands it hidden states:
     the earlier stages pass on only hidden_states and residual (0: one stage, or a partition vLLM refuses)."""
     stages = _whole_option(launch.command.options.get("pipeline-parallel-size", 1))
-    if stages is None or stages <= 1 or target_architecture(launch) not in ABSOLUTE_LAYER_IDS:
+    if stages is None or stages <= 1 or _forward_module(launch) != ABSOLUTE_LAYER_IDS:
         return 0
     given = launch.command.environ.get(PARTITION)
     if given is not None:  # vLLM's get_pp_indices: one count a stage, summing to the layers (else refused)
