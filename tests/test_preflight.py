@@ -2485,6 +2485,33 @@ def test_a_drafter_rotary_table_shorter_than_the_launch_max_model_len_fails(
     )
 
 
+# model.py's _get_and_verify_max_len as 0.14+ have it: -1 (auto) starts from the derived length
+AUTO_FIT_RULE = "if max_model_len is None or max_model_len == -1:\n    max_model_len = int(derived_max_model_len)\n"
+
+
+@pytest.mark.parametrize(("given", "fitted"), [("-1", True), ("auto", True), ("-1", False), ("auto", False)])
+def test_a_short_drafter_rotary_table_fails_under_auto_fit_where_it_starts_from_the_derived_length(
+    setup, tmp_path, given, fitted
+):
+    """--max-model-len auto/-1 is the target's derived length on trees whose model.py starts there (the engine
+    lowers it only where the KV cache cannot hold it): a short drafter table is no silent pass."""
+    tree, library, _ = setup
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    (tree / "vllm" / "model_executor" / "models" / "llama.py").write_text(LLAMA_ROPE_TABLE)
+    (tree / "vllm" / "config" / "model.py").write_text(AUTO_FIT_RULE if fitted else "")
+    model = write_model(tmp_path / "target", {**DEEPSEEK_V3, "max_position_embeddings": 163840})
+    drafter = write_model(tmp_path / "drafter", {**DRAFTER, "max_position_embeddings": 2048})
+    done = preflight(tree, library, *serve(model, drafter, "--max-model-len", given))
+    if not fitted:  # a tree without auto-fit (0.11-0.13 refuse -1 at config time): not judged by this rule
+        assert "drafter-architecture" not in failed(done), done.stdout
+        return
+    assert_clean_failure(done, 1)
+    finding = findings(done)["drafter-architecture"]
+    assert "its rotary table holds 2048 positions" in finding["message"], finding
+    assert "up to max_model_len 163840:" in finding["message"], finding
+    assert finding["fix"].startswith("give --max-model-len 2048"), finding
+
+
 @pytest.mark.parametrize("where", ["llama.py", "speculative.py"])
 def test_a_short_drafter_rotary_table_passes_where_the_tree_does_not_have_the_fault(setup, tmp_path, where):
     """0.30's speculative.py raises the drafter's max_position_embeddings to the target's length; a
