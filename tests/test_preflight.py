@@ -1604,7 +1604,10 @@ def test_the_last_stage_rule_follows_the_class_the_registry_builds(setup, tmp_pa
     done = preflight(tree, library, *serve(target, drafter, "-pp", "2"))
     assert ("drafter-aux-layers" in failed(done)) is counted, done.stdout
     if counted:
-        assert "give 1 hidden state(s) of the last pipeline stage's layers" in findings(done)["drafter-aux-layers"]["message"]
+        assert (
+            "give 1 hidden state(s) of the last pipeline stage's layers"
+            in findings(done)["drafter-aux-layers"]["message"]
+        )
 
 
 @pytest.mark.parametrize(
