@@ -25,6 +25,7 @@ from patchkit.base import hints
 from patchkit.base.errors import TargetError, escaped
 from patchkit.launch.engine import few_named
 from patchkit.launch.findings import Finding, cannot_judge
+from patchkit.launch.microbatch import microbatch_findings
 from patchkit.launch.weights import drafter_tensors
 from patchkit.series.requirements import Target
 
@@ -123,6 +124,7 @@ def checks(launch) -> list[Finding]:
         return []
     found = [whitelist(launch), supports_eagle3(launch)]
     found += image_token(launch)
+    found += microbatch_findings(launch, lambda: _has_experts(launch))  # the target's output, split
     if launch.drafter is not None:
         found += [drafter_architecture(launch), hidden_size(launch), aux_layers(launch), vocabulary(launch)]
     return found
