@@ -362,7 +362,9 @@ def test_the_reading_follows_0_34s_set_condition_and_a_returned_text_config(tmp_
     found = _mtp_in(
         tree, library, tmp_path / "omni", omni, TARGET_WEIGHTS, {"method": "mtp", "num_speculative_tokens": 3}
     )
-    assert [(f["check"], f["ok"]) for f in found if f["result"] != "cannot judge"] == [("speculative-config", False)], found
+    assert [(f["check"], f["ok"]) for f in found if f["result"] != "cannot judge"] == [("speculative-config", False)], (
+        found
+    )
     assert "the model's 2 MTP layers" in found[0]["message"], found
 
 
