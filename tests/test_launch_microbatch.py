@@ -145,6 +145,10 @@ def test_runners_whose_joins_differ_are_judged_by_the_one_picked(tmp_path, env, 
     assert found is not None and found["result"] == result, found
     if result == "cannot judge":
         assert "vLLM picks its V1 or V2 model runner" in found["message"], found
+        assert (
+            found["fix"]
+            == "set VLLM_USE_V2_MODEL_RUNNER=0 (V1) or =1 (V2) in the launch, or drop --enable-dbo: vLLM then runs each batch whole"
+        ), found
 
 
 def test_a_v2_runner_picked_that_splits_nothing_passes(tmp_path):
@@ -168,7 +172,14 @@ def test_a_v2_runner_picked_that_splits_nothing_passes(tmp_path):
 def test_what_the_tree_or_launch_does_not_say_cannot_be_judged(tmp_path, files, options, said):
     found = micro_batching(tmp_path, {**STOCK, **files}, *options)
     assert found is not None and found["result"] == "cannot judge" and said in found["message"], found
-    assert found["fix"], found
+    assert (
+        found["fix"].endswith("drop --enable-dbo: vLLM then runs each batch whole")
+        or "--max-num-batched-tokens" in found["fix"]
+        or "--dbo-decode-token-threshold" in found["fix"]
+    ), found
+    if "the tree has no" in said:
+        assert found["fix"].startswith("lay out the whole release (`patchkit fetch "), found
+        assert " 0.16.0 --all --dest " in found["fix"], found
 
 
 def test_a_target_whose_expert_count_is_not_read_cannot_be_judged_where_dense_ranks_run_apart(tmp_path):
