@@ -120,7 +120,8 @@ def checks(launch) -> list[Finding]:
         return []
     found = [whitelist(launch), supports_eagle3(launch)]
     found += image_token(launch)
-    found += microbatch_findings(launch, lambda: _has_experts(launch))  # the target's output, split
+    aux = launch.drafter is None or _uses_aux_hidden_states(launch.drafter.config)  # the target's output, split:
+    found += microbatch_findings(launch, lambda: _has_experts(launch), aux)
     if launch.drafter is not None:
         found += [drafter_architecture(launch), hidden_size(launch), aux_layers(launch), vocabulary(launch)]
     return found

@@ -37,11 +37,14 @@ RUNNERS_DIFFER = "vLLM picks its V1 or V2 model runner by the model and its feat
 Verdict = tuple[bool | None, str]  # (joins EAGLE-3's output, or None: not read; what the join does)
 
 
-def microbatch_findings(launch: LaunchContext, has_experts: Callable[[], bool | None]) -> list[Finding]:
-    """The micro-batching finding of an EAGLE-3 launch; none when vLLM never splits its batches.
+def microbatch_findings(
+    launch: LaunchContext, has_experts: Callable[[], bool | None], aux: bool = True
+) -> list[Finding]:
+    """The micro-batching finding of an EAGLE-3 launch; none when vLLM never splits its batches, or
+    when the target returns no aux hidden states (`aux` False: the drafter's eagle_config says so).
     `has_experts`: vLLM's get_num_experts() > 0 on the target (None: not readable)."""
     split = _split(launch.command)
-    if split is None:
+    if split is None or not aux:
         return []
     given, dp = split
     said = f"{given} with -dp {dp}"
