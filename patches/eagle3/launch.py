@@ -25,6 +25,7 @@ from patchkit.base import hints
 from patchkit.base.errors import TargetError, escaped
 from patchkit.launch.engine import few_named
 from patchkit.launch.findings import Finding, cannot_judge
+from patchkit.launch.microbatch import microbatch_findings
 from patchkit.launch.weights import drafter_tensors
 from patchkit.series.requirements import Target
 
@@ -47,6 +48,14 @@ LLAMA_DRAFTER = "llama_eagle3"  # the module of the EAGLE-3 drafter built of lla
 ROPE_TABLE_RULE = b'max_position_embeddings = getattr(config, "max_position_embeddings"'  # llama.py 0.11-0.34
 SPECULATIVE = "vllm/config/speculative.py"
 DRAFTER_RAISED = b"max_position_embeddings"  # 0.30's speculative.py raises the drafter's to the target's length
+MODEL_CONFIG = "vllm/config/model.py"
+MODEL_CONFIG_CLASSES = (
+    f"{MODELS_DIR}/config.py"  # MODELS_CONFIG_MAP: a class per architecture that may change the engine's config
+)
+SPARSE_MLA_CACHE = "fp8_ds_mla"  # DeepSeek-V3.2's KV-cache format: only its sparse-MLA backends take it
+# _get_and_verify_max_len (0.14+): --max-model-len -1/auto starts from the derived length, which the engine
+# lowers later only where the KV cache cannot hold it (0.11-0.13 refuse -1 at config time)
+AUTO_FIT = b"max_model_len is None or max_model_len == -1"
 # the config keys vLLM derives max_model_len from (the least it finds), as 0.11-0.34 list them
 MAX_LEN_KEYS = (
     "max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
@@ -72,9 +81,10 @@ HEADS_FIX = "give a -tp that divides the drafter's heads and the target's, or a 
 # The drafter's fc takes 3 aux hidden states (3 x hidden size) in every release up to 0.18.x; 0.22.0
 # sizes it from the drafter's config instead, so the count is judged only where the tree shows the 3.
 FC_HIDDEN_STATES = 3
-# the targets whose forward (as this set patches it) counts layer ids from the model's first layer on every
-# pipeline stage (stock Llama-family forwards count from the stage's own first layer)
-ABSOLUTE_LAYER_IDS = ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "KimiK25ForConditionalGeneration")
+# the model file whose forward (as this set patches it) counts layer ids from the model's first layer on
+# every pipeline stage (stock Llama-family forwards count from the stage's own first layer); judged by the
+# module the tree's registry maps an architecture to, as vLLM builds it, not by config.json's spelling
+ABSOLUTE_LAYER_IDS = "deepseek_v2"
 FC_OF_THREE = b"hidden_size * 3"
 SIZED_BY_CONFIG = b"num_aux_hidden_states"
 LAST_FC_OF_THREE = Version("0.18.999")
@@ -114,6 +124,7 @@ def checks(launch) -> list[Finding]:
         return []
     found = [whitelist(launch), supports_eagle3(launch)]
     found += image_token(launch)
+    found += microbatch_findings(launch, lambda: _has_experts(launch))  # the target's output, split
     if launch.drafter is not None:
         found += [drafter_architecture(launch), hidden_size(launch), aux_layers(launch), vocabulary(launch)]
     return found
@@ -541,9 +552,9 @@ def drafter_architecture(launch) -> Finding:
         llama = llama if table.get(built, ("",))[0] == LLAMA_DRAFTER else ()
         rules = (_heads_unsplit, *llama, _quant_config_unfound, _attention_backend_refused)
         unbuilt = next((found for rule in rules if (found := rule(launch)) is not None), None)
-        short = _positions_unserved(launch) if llama else None
-        if unbuilt is None and short is not None:
-            return Finding("drafter-architecture", False, f"{registered}, but {short[0]}", short[1])
+        later = (_positions_unserved(launch) if llama else None) or _cache_format_refused(launch)
+        if unbuilt is None and later is not None:
+            return Finding("drafter-architecture", False, f"{registered}, but {later[0]}", later[1])
         if unbuilt is None:
             return Finding("drafter-architecture", True, registered)
         message = f"{registered}, but {unbuilt[0]}: vLLM fails building it, after the target's load"
@@ -622,8 +633,11 @@ def _plain_rope(config: dict) -> bool:
 def _max_model_len(launch) -> int | None:
     """The launch's max_model_len as vLLM's _get_and_verify_max_len sets it: --max-model-len, else the
     target's derived one (the least of its length keys, scaled by its rope factor; the tokenizer's
-    model_max_length counts for pooling models only); None where it is not sure (auto-fit -1)."""
+    model_max_length counts for pooling models only), -1 (auto) as the derived one where the tree fits it
+    from there; None where it is not sure."""
     given = launch.command.options.get("max-model-len")
+    if given == -1 and AUTO_FIT in (launch.read(MODEL_CONFIG) or b""):
+        given = None
     if given is not None:
         return given if _whole(given) and given > 0 else None
     if launch.command.options.get("disable-sliding-window"):
@@ -956,6 +970,57 @@ def _attention_backend_refused(launch) -> tuple[str, str] | None:
     return why, f"{undo}: vLLM then picks a backend for each layer"
 
 
+def _cache_format_refused(launch) -> tuple[str, str] | None:
+    """The drafter's attention takes the engine's KV-cache format, and the target's config class in the
+    tree's models/config.py (DeepSeek-V3.2's, 0.11-0.17) rewrites an fp8 one to its sparse-MLA format, which
+    no non-MLA backend takes: FlashAttention's forward raises on it, the others refuse it. (why, fix), else None."""
+    dtype = launch.command.options.get("kv-cache-dtype")
+    arch = target_architecture(launch)
+    if not isinstance(dtype, str) or not dtype.startswith("fp8") or arch is None:
+        return None
+    if not _rewrites_cache_format(_parsed(launch.read(MODEL_CONFIG_CLASSES)), arch):
+        return None
+    where, undo = launch.command.where("kv-cache-dtype", f"--kv-cache-dtype {escaped(dtype)}")
+    why = (
+        f"with {where} vLLM stores {escaped(arch)}'s KV cache as {SPARSE_MLA_CACHE}, which the drafter's "
+        "attention cannot take: vLLM fails after the target's load"
+    )
+    return why, f"{undo} (the drafter shares the engine's KV-cache format)"
+
+
+def _rewrites_cache_format(tree: ast.Module | None, arch: str) -> bool:
+    """Whether MODELS_CONFIG_MAP's class for `arch` sets cache_dtype to the sparse-MLA format."""
+    table = next(
+        (
+            node.value
+            for node in (tree.body if tree else ())
+            if isinstance(node, ast.AnnAssign | ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == "MODELS_CONFIG_MAP" for t in _targets(node))
+            and isinstance(node.value, ast.Dict)
+        ),
+        None,
+    )
+    pairs = zip(table.keys, table.values, strict=True) if table else ()
+    named = next(
+        (v.id for k, v in pairs if isinstance(k, ast.Constant) and k.value == arch and isinstance(v, ast.Name)), None
+    )
+    classes = [
+        node for node in (tree.body if tree and named else ()) if isinstance(node, ast.ClassDef) and node.name == named
+    ]
+    return any(
+        isinstance(node, ast.Assign)
+        and any(isinstance(t, ast.Attribute) and t.attr == "cache_dtype" for t in node.targets)
+        and isinstance(node.value, ast.Constant)
+        and node.value.value == SPARSE_MLA_CACHE
+        for found in classes
+        for node in ast.walk(found)
+    )
+
+
+def _targets(node: ast.AnnAssign | ast.Assign) -> list[ast.expr]:
+    return node.targets if isinstance(node, ast.Assign) else [node.target]
+
+
 def _attention_backend(launch) -> tuple[str, str, str] | None:
     """(where it is named, how to drop it, the name) of the attention backend the launch gives vLLM, or None."""
     command = launch.command
@@ -1106,12 +1171,18 @@ def _aux_count(launch, named: str, layers: list[int], top: int, passed: str) -> 
 FORWARD_MODULE = {"KimiK25ForConditionalGeneration": "deepseek_v2"}
 
 
+def _forward_module(launch) -> str | None:
+    """The module (e.g. deepseek_v2) whose forward hands the drafter the target's hidden states; None when
+    the architecture is not registered."""
+    arch = target_architecture(launch)
+    where = _model_class(launch.registry(), arch) if arch else None
+    return FORWARD_MODULE.get(arch or "") or (where[0] if where else None)
+
+
 def _forward_file(launch) -> tuple[str, ast.Module] | None:
     """(file name, parsed) of the target's model file whose forward hands the drafter its hidden states;
     None when the architecture is not registered or the file is unreadable."""
-    arch = target_architecture(launch)
-    where = _model_class(launch.registry(), arch) if arch else None
-    module = FORWARD_MODULE.get(arch or "") or (where[0] if where else None)
+    module = _forward_module(launch)
     tree = _parsed(launch.read(f"{MODELS_DIR}/{module}.py") if module else None)
     return (f"{module}.py", tree) if tree is not None else None
 
@@ -1183,7 +1254,7 @@ def _last_stage_start(launch, count: int) -> int:
     """The first layer of the last pipeline stage, which alone holds the drafter and hands it hidden states:
     the earlier stages pass on only hidden_states and residual (0: one stage, or a partition vLLM refuses)."""
     stages = _whole_option(launch.command.options.get("pipeline-parallel-size", 1))
-    if stages is None or stages <= 1 or target_architecture(launch) not in ABSOLUTE_LAYER_IDS:
+    if stages is None or stages <= 1 or _forward_module(launch) != ABSOLUTE_LAYER_IDS:
         return 0
     given = launch.command.environ.get(PARTITION)
     if given is not None:  # vLLM's get_pp_indices: one count a stage, summing to the layers (else refused)
