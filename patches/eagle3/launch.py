@@ -49,6 +49,10 @@ ROPE_TABLE_RULE = b'max_position_embeddings = getattr(config, "max_position_embe
 SPECULATIVE = "vllm/config/speculative.py"
 DRAFTER_RAISED = b"max_position_embeddings"  # 0.30's speculative.py raises the drafter's to the target's length
 MODEL_CONFIG = "vllm/config/model.py"
+MODEL_CONFIG_CLASSES = (
+    f"{MODELS_DIR}/config.py"  # MODELS_CONFIG_MAP: a class per architecture that may change the engine's config
+)
+SPARSE_MLA_CACHE = "fp8_ds_mla"  # DeepSeek-V3.2's KV-cache format: only its sparse-MLA backends take it
 # _get_and_verify_max_len (0.14+): --max-model-len -1/auto starts from the derived length, which the engine
 # lowers later only where the KV cache cannot hold it (0.11-0.13 refuse -1 at config time)
 AUTO_FIT = b"max_model_len is None or max_model_len == -1"
@@ -549,9 +553,9 @@ def drafter_architecture(launch) -> Finding:
         llama = llama if table.get(built, ("",))[0] == LLAMA_DRAFTER else ()
         rules = (_heads_unsplit, *llama, _quant_config_unfound, _attention_backend_refused)
         unbuilt = next((found for rule in rules if (found := rule(launch)) is not None), None)
-        short = _positions_unserved(launch) if llama else None
-        if unbuilt is None and short is not None:
-            return Finding("drafter-architecture", False, f"{registered}, but {short[0]}", short[1])
+        later = (_positions_unserved(launch) if llama else None) or _cache_format_refused(launch)
+        if unbuilt is None and later is not None:
+            return Finding("drafter-architecture", False, f"{registered}, but {later[0]}", later[1])
         if unbuilt is None:
             return Finding("drafter-architecture", True, registered)
         message = f"{registered}, but {unbuilt[0]}: vLLM fails building it, after the target's load"
@@ -965,6 +969,57 @@ def _attention_backend_refused(launch) -> tuple[str, str] | None:
         return None
     why = f"{source} {escaped(name)} is an MLA backend, which vLLM refuses for the drafter's non-MLA attention"
     return why, f"{undo}: vLLM then picks a backend for each layer"
+
+
+def _cache_format_refused(launch) -> tuple[str, str] | None:
+    """The drafter's attention takes the engine's KV-cache format, and the target's config class in the
+    tree's models/config.py (DeepSeek-V3.2's, 0.11-0.17) rewrites an fp8 one to its sparse-MLA format, which
+    no non-MLA backend takes: FlashAttention's forward raises on it, the others refuse it. (why, fix), else None."""
+    dtype = launch.command.options.get("kv-cache-dtype")
+    arch = target_architecture(launch)
+    if not isinstance(dtype, str) or not dtype.startswith("fp8") or arch is None:
+        return None
+    if not _rewrites_cache_format(_parsed(launch.read(MODEL_CONFIG_CLASSES)), arch):
+        return None
+    where, undo = launch.command.where("kv-cache-dtype", f"--kv-cache-dtype {escaped(dtype)}")
+    why = (
+        f"with {where} vLLM stores {escaped(arch)}'s KV cache as {SPARSE_MLA_CACHE}, which the drafter's "
+        "attention cannot take: vLLM fails after the target's load"
+    )
+    return why, f"{undo} (the drafter shares the engine's KV-cache format)"
+
+
+def _rewrites_cache_format(tree: ast.Module | None, arch: str) -> bool:
+    """Whether MODELS_CONFIG_MAP's class for `arch` sets cache_dtype to the sparse-MLA format."""
+    table = next(
+        (
+            node.value
+            for node in (tree.body if tree else ())
+            if isinstance(node, ast.AnnAssign | ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == "MODELS_CONFIG_MAP" for t in _targets(node))
+            and isinstance(node.value, ast.Dict)
+        ),
+        None,
+    )
+    pairs = zip(table.keys, table.values, strict=True) if table else ()
+    named = next(
+        (v.id for k, v in pairs if isinstance(k, ast.Constant) and k.value == arch and isinstance(v, ast.Name)), None
+    )
+    classes = [
+        node for node in (tree.body if tree and named else ()) if isinstance(node, ast.ClassDef) and node.name == named
+    ]
+    return any(
+        isinstance(node, ast.Assign)
+        and any(isinstance(t, ast.Attribute) and t.attr == "cache_dtype" for t in node.targets)
+        and isinstance(node.value, ast.Constant)
+        and node.value.value == SPARSE_MLA_CACHE
+        for found in classes
+        for node in ast.walk(found)
+    )
+
+
+def _targets(node: ast.AnnAssign | ast.Assign) -> list[ast.expr]:
+    return node.targets if isinstance(node, ast.Assign) else [node.target]
 
 
 def _attention_backend(launch) -> tuple[str, str, str] | None:
