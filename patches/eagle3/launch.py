@@ -125,7 +125,8 @@ def checks(launch) -> list[Finding]:
         return []
     found = [whitelist(launch), supports_eagle3(launch)]
     found += image_token(launch)
-    found += microbatch_findings(launch, lambda: _has_experts(launch))  # the target's output, split
+    aux = launch.drafter is None or _uses_aux_hidden_states(launch.drafter.config)  # the target's output, split:
+    found += microbatch_findings(launch, lambda: _has_experts(launch), aux)
     if launch.drafter is not None:
         built = drafter_architecture(launch)
         found += [built, *(_weights_unjudged(launch) if built.ok else [])]  # a failure's fix comes first
