@@ -23,6 +23,7 @@ from packaging.version import InvalidVersion, Version
 
 from patchkit.base import hints
 from patchkit.base.errors import TargetError, escaped
+from patchkit.launch.drafter_attention import positions_unserved, sliding_under_mla, sliding_unbuilt
 from patchkit.launch.engine import few_named
 from patchkit.launch.findings import Finding, cannot_judge
 from patchkit.launch.weights import drafter_tensors
@@ -44,14 +45,6 @@ EAGLE3_DRAFTER = f"{MODELS_DIR}/llama_eagle3.py"
 LLAMA = f"{MODELS_DIR}/llama.py"  # the drafter's decoder layer and MLP (llama_eagle3.py subclasses them)
 ROPE = "vllm/model_executor/layers/rotary_embedding/__init__.py"  # get_rope: a branch per RoPE type
 LLAMA_DRAFTER = "llama_eagle3"  # the module of the EAGLE-3 drafter built of llama.py's layers
-ROPE_TABLE_RULE = b'max_position_embeddings = getattr(config, "max_position_embeddings"'  # llama.py 0.11-0.34
-SPECULATIVE = "vllm/config/speculative.py"
-DRAFTER_RAISED = b"max_position_embeddings"  # 0.30's speculative.py raises the drafter's to the target's length
-# the config keys vLLM derives max_model_len from (the least it finds), as 0.11-0.34 list them
-MAX_LEN_KEYS = (
-    "max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
-    "max_target_positions", "max_sequence_length", "max_seq_length", "seq_len",
-)  # fmt: skip
 LAYER_TYPES_RULE = b"effective_layer_idx < len(layer_types)"  # LlamaAttention's assert (0.11-0.34)
 DRAFT_LAYERS = b"target_layer_count"  # llama_eagle3.py: layer_types indexed by draft layer, from 0
 # llama_eagle3.py's layout whose weight names and shapes _weights_unfit holds the drafter's weights to (0.13-0.18;
@@ -537,13 +530,17 @@ def drafter_architecture(launch) -> Finding:
     if built is not None:
         registered = f"drafter architecture {built} is registered for EAGLE-3"
         # llama.py's rules hold only for the drafter class built of its layers (0.22+ has other EAGLE-3 drafters)
-        llama = (_mlp_unsplit, _activation_refused, _rope_unknown, _layer_types_refused, _weights_unfit)
+        llama = (_mlp_unsplit, _activation_refused, _rope_unknown, _layer_types_refused, _sliding, _weights_unfit)
         llama = llama if table.get(built, ("",))[0] == LLAMA_DRAFTER else ()
         rules = (_heads_unsplit, *llama, _quant_config_unfound, _attention_backend_refused)
         unbuilt = next((found for rule in rules if (found := rule(launch)) is not None), None)
-        short = _positions_unserved(launch) if llama else None
+        short = positions_unserved(launch, _drafter_defaults(launch)) if llama else None
         if unbuilt is None and short is not None:
             return Finding("drafter-architecture", False, f"{registered}, but {short[0]}", short[1])
+        mla = sliding_under_mla(launch, _uses_mla(launch, launch.target.text_config)) if llama else None
+        if unbuilt is None and mla is not None:
+            fix = "give the drafter's layer_types full_attention: an MLA target has no sliding window"
+            return Finding("drafter-architecture", False, f"{registered}, but {mla}", fix)
         if unbuilt is None:
             return Finding("drafter-architecture", True, registered)
         message = f"{registered}, but {unbuilt[0]}: vLLM fails building it, after the target's load"
@@ -586,63 +583,13 @@ def _heads_unsplit(launch) -> tuple[str, str] | None:
     return None
 
 
-def _positions_unserved(launch) -> tuple[str, str] | None:
-    """llama.py sizes the drafter's rotary table from its own max_position_embeddings, and vLLM feeds
-    it the target's positions, up to max_model_len - 1 (vLLM #48894; 0.30's speculative.py raises the
-    drafter's value): (what fails, fix) when the table is shorter; None where this cannot be told."""
-    given = launch.drafter.config.get("max_position_embeddings")
-    if not _whole(given) or given <= 0 or not _plain_rope(launch.drafter.config):
-        return None  # absent, or a scaled table (yarn, linear: other lengths): not judged
-    speculative = launch.read(SPECULATIVE)
-    if ROPE_TABLE_RULE not in (launch.read(LLAMA) or b"") or speculative is None or DRAFTER_RAISED in speculative:
-        return None
-    length = _max_model_len(launch)
-    if length is None or length <= given:
-        return None
-    why = (
-        f"its rotary table holds {given} positions (max_position_embeddings) and vLLM feeds it the target's, "
-        f"up to max_model_len {length}: the first request past {given} tokens crashes the engine (vLLM #48894)"
-    )
-    fix = f"give --max-model-len {given}, or set max_position_embeddings to {length} in the drafter's config.json"
-    return why, fix
+def _drafter_defaults(launch) -> dict[str, object] | None:
+    """The __init__ defaults of the drafter's config class (what vLLM reads where its config.json is silent)."""
+    return _config_defaults(launch, launch.drafter.config.get("model_type"))
 
 
-def _plain_rope(config: dict) -> bool:
-    """Whether get_rope builds a table of max_position_embeddings rows for this config: no scaling, or
-    llama3's (which rescales frequencies, not the length)."""
-    rope = config.get("rope_parameters") or config.get("rope_scaling")
-    if rope is None:
-        return config.get("dual_chunk_attention_config") is None
-    kind = rope.get("rope_type", rope.get("type")) if isinstance(rope, dict) else None
-    return (
-        kind in ("default", "llama3") and "mrope_section" not in rope and not config.get("dual_chunk_attention_config")
-    )
-
-
-def _max_model_len(launch) -> int | None:
-    """The launch's max_model_len as vLLM's _get_and_verify_max_len sets it: --max-model-len, else the
-    target's derived one (the least of its length keys, scaled by its rope factor; the tokenizer's
-    model_max_length counts for pooling models only); None where it is not sure (auto-fit -1)."""
-    given = launch.command.options.get("max-model-len")
-    if given is not None:
-        return given if _whole(given) and given > 0 else None
-    if launch.command.options.get("disable-sliding-window"):
-        return None  # the sliding window then caps it
-    text = launch.target.text_config
-    lengths = [text[key] for key in MAX_LEN_KEYS if text.get(key) is not None]
-    if not lengths or not all(_whole(n) and n > 0 for n in lengths) or "gemma3" in str(text.get("model_type")):
-        return None
-    derived = text["model_max_length"] if text.get("model_max_length") else min(lengths)
-    rope = text.get("rope_parameters") or text.get("rope_scaling")
-    if rope is None:
-        return int(derived)
-    kind = rope.get("rope_type", rope.get("type")) if isinstance(rope, dict) else None
-    factor = rope.get("factor", 1.0) if isinstance(rope, dict) else None
-    if kind in (None, "longrope", "su") or not isinstance(factor, int | float) or factor < 1:
-        return None  # nested per layer type, or longrope's own default: not judged
-    if kind == "yarn":
-        derived = rope.get("original_max_position_embeddings")
-    return int(derived * (1 if kind == "llama3" else factor)) if _whole(derived) else None
+def _sliding(launch) -> tuple[str, str] | None:
+    return sliding_unbuilt(launch, _drafter_defaults(launch))
 
 
 def _mlp_unsplit(launch) -> tuple[str, str] | None:

@@ -1,0 +1,190 @@
+"""The EAGLE-3 drafter's attention as llama.py builds it (the eagle3 set's drafter-architecture check):
+the length of its rotary table against the positions vLLM feeds it, and its sliding-window layers.
+Read from the installed tree, statically; each rule is judged only where the tree shows it."""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any, TypeGuard
+
+from patchkit.base.errors import escaped
+from patchkit.launch.engine import LaunchContext
+
+LLAMA = "vllm/model_executor/models/llama.py"
+SPECULATIVE = "vllm/config/speculative.py"
+ROPE_TABLE_RULE = b'max_position_embeddings = getattr(config, "max_position_embeddings"'  # llama.py 0.11-0.34
+DRAFTER_RAISED = b"max_position_embeddings"  # 0.30's speculative.py raises the drafter's to the target's length
+# the config keys vLLM derives max_model_len from (the least it finds), as 0.11-0.34 list them
+MAX_LEN_KEYS = (
+    "max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
+    "max_target_positions", "max_sequence_length", "max_seq_length", "seq_len",
+)  # fmt: skip
+ROPE_DIR = "vllm/model_executor/layers/rotary_embedding"
+# RoPE types whose class sizes its table other than max_position_embeddings rows, as 0.11-0.18 build them
+# (0.22's dynamic keeps max_position_embeddings rows): (file, the line that sizes it, whitespace dropped;
+# the config key the table starts from). get_rope passes yarn's their original_max_position_embeddings.
+SCALED_TABLES = {
+    "linear": (
+        "linear_scaling_rope.py",
+        b"max_len=self.max_position_embeddings*scaling_factor",
+        "max_position_embeddings",
+    ),
+    "dynamic": (
+        "dynamic_ntk_scaling_rope.py",
+        b"max_len=self.max_position_embeddings*self.scaling_factor",
+        "max_position_embeddings",
+    ),
+    "yarn": (
+        "yarn_scaling_rope.py",
+        b"torch.arange(self.max_position_embeddings*self.scaling_factor,",
+        "original_max_position_embeddings",
+    ),
+    "deepseek_yarn": (
+        "deepseek_scaling_rope.py",
+        b"torch.arange(self.max_position_embeddings*self.scaling_factor,",
+        "original_max_position_embeddings",
+    ),
+}
+PLAIN_TABLES = ("default", "llama3")  # max_position_embeddings rows (llama3 rescales frequencies only)
+SLIDING_READ = b"sliding_window = config.sliding_window"  # LlamaAttention, for a layer typed sliding_attention
+# the assert vLLM's KV cache spec makes of a sliding layer in an MLA model (the target's use_mla), in
+# gpu_model_runner.py (0.11), attention/layer.py (0.12-0.15), layers/attention/attention.py (0.16 on)
+MLA_SLIDING = b"MLA is not supported for sliding"
+MLA_SLIDING_FILES = (
+    "vllm/model_executor/layers/attention/attention.py",
+    "vllm/attention/layer.py",
+    "vllm/v1/worker/gpu_model_runner.py",
+)
+SLIDING_FIX = "give the drafter's config.json a sliding_window (a number), or layer_types of full_attention"
+
+
+def positions_unserved(launch: LaunchContext, defaults: dict[str, Any] | None) -> tuple[str, str] | None:
+    """llama.py sizes the drafter's rotary table from its own config (max_position_embeddings, else its
+    config class's default: `defaults`), and vLLM feeds it the target's positions, up to max_model_len - 1
+    (vLLM #48894; 0.30's speculative.py raises the drafter's value): (what fails, fix) when the table is
+    shorter; None where this cannot be told."""
+    config = launch.drafter.config if launch.drafter is not None else {}
+    given = config.get("max_position_embeddings", (defaults or {}).get("max_position_embeddings"))
+    if not _whole(given) or given <= 0:
+        return None  # absent, with no default read: not judged
+    speculative = launch.read(SPECULATIVE)
+    if ROPE_TABLE_RULE not in (launch.read(LLAMA) or b"") or speculative is None or DRAFTER_RAISED in speculative:
+        return None
+    rows = _table_rows(launch, config, given)
+    length = max_model_len(launch)
+    if rows is None or length is None or length <= rows:
+        return None
+    kind = _rope(config)
+    if kind in SCALED_TABLES:
+        held = f"its {kind} RoPE scaling"  # another max_position_embeddings would change its frequencies too
+        fix = f"give --max-model-len {rows}, or use a drafter whose rotary table holds {length} positions"
+    else:
+        held = "max_position_embeddings" + ("" if "max_position_embeddings" in config else ", its config's default")
+        fix = f"give --max-model-len {rows}, or set max_position_embeddings to {length} in the drafter's config.json"
+    why = (
+        f"its rotary table holds {rows} positions ({held}) and vLLM feeds it the target's, "
+        f"up to max_model_len {length}: the first request past {rows} tokens crashes the engine (vLLM #48894)"
+    )
+    return why, fix
+
+
+def _rope(config: dict[str, Any]) -> str | None:
+    """The drafter's RoPE type as vLLM reads it (rope_scaling, else rope_parameters; "type" for rope_type)."""
+    rope = config.get("rope_scaling") or config.get("rope_parameters")
+    kind = rope.get("rope_type", rope.get("type")) if isinstance(rope, dict) else None
+    return kind if isinstance(kind, str) else None
+
+
+def _table_rows(launch: LaunchContext, config: dict[str, Any], given: int) -> int | None:
+    """The rows of the drafter's rotary table as the tree's get_rope builds it for `config`; None where
+    not known (a per-layer or multimodal rope, dual-chunk attention, a type sized otherwise)."""
+    rope = config.get("rope_scaling") or config.get("rope_parameters")
+    if config.get("dual_chunk_attention_config"):
+        return None
+    if rope is None:
+        return given
+    kind = _rope(config)
+    if not isinstance(rope, dict) or "mrope_section" in rope or kind is None:
+        return None
+    if kind in PLAIN_TABLES:
+        return given
+    sized = SCALED_TABLES.get(kind)
+    source = launch.read(f"{ROPE_DIR}/{sized[0]}") if sized else None
+    if sized is None or source is None or sized[1] not in re.sub(rb"\s+", b"", source):
+        return None
+    factor = rope.get("factor")
+    start = given if sized[2] == "max_position_embeddings" else config.get(sized[2], rope.get(sized[2]))
+    if kind == "dynamic" and "alpha" in rope:
+        return None  # get_rope builds its alpha class then
+    if not isinstance(factor, int | float) or isinstance(factor, bool) or not _whole(start) or start <= 0:
+        return None  # vLLM refuses these building the config, before the target's load
+    return math.ceil(start * factor)  # torch.arange of a float product
+
+
+def max_model_len(launch: LaunchContext) -> int | None:
+    """The launch's max_model_len as vLLM's _get_and_verify_max_len sets it: --max-model-len, else the
+    target's derived one (the least of its length keys, scaled by its rope factor; the tokenizer's
+    model_max_length counts for pooling models only); None where it is not sure (auto-fit -1)."""
+    given = launch.command.options.get("max-model-len")
+    if given is not None:
+        return given if _whole(given) and given > 0 else None
+    if launch.command.options.get("disable-sliding-window"):
+        return None  # the sliding window then caps it
+    text = launch.target.text_config
+    lengths = [text[key] for key in MAX_LEN_KEYS if text.get(key) is not None]
+    if not lengths or not all(_whole(n) and n > 0 for n in lengths) or "gemma3" in str(text.get("model_type")):
+        return None
+    derived = text["model_max_length"] if text.get("model_max_length") else min(lengths)
+    rope = text.get("rope_parameters") or text.get("rope_scaling")
+    if rope is None:
+        return int(derived)
+    kind = rope.get("rope_type", rope.get("type")) if isinstance(rope, dict) else None
+    factor = rope.get("factor", 1.0) if isinstance(rope, dict) else None
+    if kind in (None, "longrope", "su") or not isinstance(factor, int | float) or factor < 1:
+        return None  # nested per layer type, or longrope's own default: not judged
+    if kind == "yarn":
+        derived = rope.get("original_max_position_embeddings")
+    return int(derived * (1 if kind == "llama3" else factor)) if _whole(derived) else None
+
+
+def sliding_unbuilt(launch: LaunchContext, defaults: dict[str, Any] | None) -> tuple[str, str] | None:
+    """llama.py's LlamaAttention reads config.sliding_window for a layer layer_types calls
+    sliding_attention: an AttributeError building it when the config (and its class's defaults:
+    `defaults`) has none, a TypeError building its attention when it is no number. (what fails, fix)."""
+    if not _sliding_layer(launch):
+        return None
+    config = launch.drafter.config if launch.drafter is not None else {}
+    window = config.get("sliding_window", (defaults or {}).get("sliding_window", ...))
+    if window is ... and defaults is not None:
+        return "a layer_types entry is sliding_attention but it gives no sliding_window", SLIDING_FIX
+    if window is ... or window is None or isinstance(window, int | float):
+        return None  # None: vLLM builds the layer with full attention
+    return f"its sliding_window {escaped(repr(window))[:20]} is no number", SLIDING_FIX
+
+
+def sliding_under_mla(launch: LaunchContext, mla: bool) -> str | None:
+    """vLLM's KV cache spec asserts that an MLA model (the target's use_mla: `mla`) has no sliding layer,
+    once the drafter has loaded too: what fails, where the tree shows that assert; else None."""
+    window = (launch.drafter.config if launch.drafter is not None else {}).get("sliding_window")
+    if not mla or window is None or not _sliding_layer(launch):
+        return None
+    if not any(MLA_SLIDING in (launch.read(path) or b"") for path in MLA_SLIDING_FILES):
+        return None
+    return (
+        "a layer_types entry is sliding_attention, and vLLM's KV cache asserts no sliding window "
+        "under an MLA target: it fails after the target's load"
+    )
+
+
+def _sliding_layer(launch: LaunchContext) -> bool:
+    """Whether llama.py reads sliding_window for one of the drafter's layers (layer_types, by draft layer)."""
+    config = launch.drafter.config if launch.drafter is not None else {}
+    types, layers = config.get("layer_types"), config.get("num_hidden_layers", 1)
+    if not isinstance(types, list) or not _whole(layers) or SLIDING_READ not in (launch.read(LLAMA) or b""):
+        return False
+    return "sliding_attention" in types[:layers]
+
+
+def _whole(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
