@@ -2415,7 +2415,10 @@ ROPE_CLASSES = {
         "        t = torch.arange(\n            self.max_position_embeddings * self.scaling_factor, dtype=torch.float32\n"
     ),
 }
-DYNAMIC_0_22 = "        t = torch.arange(self.max_position_embeddings, dtype=torch.float)\n"
+DYNAMIC_0_22 = (
+    "    def _compute_cos_sin_cache(self):\n        t = torch.arange(self.max_position_embeddings, dtype=torch.float)\n"
+)
+NTK = "class NTKScalingRotaryEmbedding(RotaryEmbedding):\n    def _compute_inv_freq(self, base):\n        pass\n"
 
 
 def drafter_attention_tree(setup, files: dict[str, str]):
@@ -2477,20 +2480,23 @@ def test_a_drafter_without_max_position_embeddings_is_held_to_its_config_classs_
         ({"rope_type": "linear", "factor": 1.3}, ROPE_CLASSES, 2663, None),  # ceil(2662.4): arange of a float
         ({"rope_type": "linear", "factor": 1.3}, ROPE_CLASSES, 2664, 2663),
         ({"rope_type": "dynamic", "factor": 2.0}, ROPE_CLASSES, 4097, 4096),
-        ({"rope_type": "dynamic", "factor": 2.0}, {"dynamic_ntk_scaling_rope.py": DYNAMIC_0_22}, 4097, None),
+        ({"rope_type": "dynamic", "factor": 2.0}, {"dynamic_ntk_scaling_rope.py": DYNAMIC_0_22}, 2049, 2048),
+        ({"rope_type": "dynamic", "factor": 2.0}, {"dynamic_ntk_scaling_rope.py": DYNAMIC_0_22}, 2048, None),
         ({"rope_type": "dynamic", "alpha": 2.0, "factor": 2.0}, ROPE_CLASSES, 4097, None),  # alpha's class
         # yarn's table is original_max_position_embeddings x factor, whatever max_position_embeddings says
         ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 1024}, ROPE_CLASSES, 4097, 4096),
         ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 1024}, ROPE_CLASSES, 4096, None),
         ({"rope_type": "yarn", "factor": 4.0}, ROPE_CLASSES, 4097, None),  # vLLM refuses it building the config
         ({"rope_type": "linear", "factor": 4.0}, {}, 8193, None),  # the tree shows no sizing: not judged
-        ({"rope_type": "ntk", "factor": 4.0}, ROPE_CLASSES, 8193, None),  # not judged
+        ({"rope_type": "ntk", "factor": 4.0}, {"ntk_scaling_rope.py": NTK}, 2049, 2048),  # base's table
+        ({"rope_type": "ntk", "factor": 4.0}, {"ntk_scaling_rope.py": NTK + DYNAMIC_0_22}, 2049, None),  # its own table
+        ({"rope_type": "longrope", "factor": 4.0}, ROPE_CLASSES, 8193, None),  # not judged
     ],
 )
 def test_a_drafter_scaled_rotary_table_shorter_than_max_model_len_fails(setup, tmp_path, rope, classes, length, rows):
     """get_rope sizes a scaled drafter table by its RoPE class (linear and dynamic: max_position_embeddings x
-    factor in 0.11-0.18; yarn: original_max_position_embeddings x factor), and vLLM feeds it the target's
-    positions up to max_model_len - 1 (review39 C6, a scaled table)."""
+    factor in 0.11-0.18, 0.22's dynamic and ntk: max_position_embeddings; yarn: original_max_position_embeddings
+    x factor), and vLLM feeds it the target's positions up to max_model_len - 1 (review39 C6, a scaled table)."""
     rotary = "vllm/model_executor/layers/rotary_embedding/"
     tree, library = drafter_attention_tree(setup, {rotary + name: text for name, text in classes.items()})
     model = write_model(tmp_path / "target", {**DEEPSEEK_V3, "max_position_embeddings": 163840})

@@ -21,31 +21,20 @@ MAX_LEN_KEYS = (
     "max_target_positions", "max_sequence_length", "max_seq_length", "seq_len",
 )  # fmt: skip
 ROPE_DIR = "vllm/model_executor/layers/rotary_embedding"
-# RoPE types whose class sizes its table other than max_position_embeddings rows, as 0.11-0.18 build them
-# (0.22's dynamic keeps max_position_embeddings rows): (file, the line that sizes it, whitespace dropped;
-# the config key the table starts from). get_rope passes yarn's their original_max_position_embeddings.
-SCALED_TABLES = {
-    "linear": (
-        "linear_scaling_rope.py",
-        b"max_len=self.max_position_embeddings*scaling_factor",
-        "max_position_embeddings",
-    ),
-    "dynamic": (
-        "dynamic_ntk_scaling_rope.py",
-        b"max_len=self.max_position_embeddings*self.scaling_factor",
-        "max_position_embeddings",
-    ),
-    "yarn": (
-        "yarn_scaling_rope.py",
-        b"torch.arange(self.max_position_embeddings*self.scaling_factor,",
-        "original_max_position_embeddings",
-    ),
-    "deepseek_yarn": (
-        "deepseek_scaling_rope.py",
-        b"torch.arange(self.max_position_embeddings*self.scaling_factor,",
-        "original_max_position_embeddings",
-    ),
-}
+MPE = "max_position_embeddings"
+# The drafter tables of scaled RoPE types, as the tree's class sizes them: (type, its file, the line that
+# shows it (whitespace dropped), a line it must lack, the config key the table starts from, whether the
+# factor multiplies it). get_rope passes yarn's classes original_max_position_embeddings; the first
+# entry of a type whose line the tree shows counts (0.11-0.18's dynamic scales, 0.22's does not).
+ARANGE_FACTOR = b"torch.arange(self.max_position_embeddings*self.scaling_factor,"
+ROPE_TABLES = (
+    ("linear", "linear_scaling_rope.py", b"max_len=self.max_position_embeddings*scaling_factor", None, MPE, True),
+    ("dynamic", "dynamic_ntk_scaling_rope.py", b"max_len=self.max_position_embeddings*self.scaling_factor", None, MPE, True),
+    ("dynamic", "dynamic_ntk_scaling_rope.py", b"t=torch.arange(self.max_position_embeddings,dtype", None, MPE, False),
+    ("yarn", "yarn_scaling_rope.py", ARANGE_FACTOR, None, "original_max_position_embeddings", True),
+    ("deepseek_yarn", "deepseek_scaling_rope.py", ARANGE_FACTOR, None, "original_max_position_embeddings", True),
+    ("ntk", "ntk_scaling_rope.py", b"(RotaryEmbedding):", b"def_compute_cos_sin_cache", MPE, False),  # base's table
+)  # fmt: skip
 PLAIN_TABLES = ("default", "llama3")  # max_position_embeddings rows (llama3 rescales frequencies only)
 SLIDING_READ = b"sliding_window = config.sliding_window"  # LlamaAttention, for a layer typed sliding_attention
 # the assert vLLM's KV cache spec makes of a sliding layer in an MLA model (the target's use_mla), in
@@ -76,7 +65,7 @@ def positions_unserved(launch: LaunchContext, defaults: dict[str, Any] | None) -
     if rows is None or length is None or length <= rows:
         return None
     kind = _rope(config)
-    if kind in SCALED_TABLES:
+    if kind not in (None, *PLAIN_TABLES):
         held = f"its {kind} RoPE scaling"  # another max_position_embeddings would change its frequencies too
         fix = f"give --max-model-len {rows}, or use a drafter whose rotary table holds {length} positions"
     else:
@@ -109,14 +98,20 @@ def _table_rows(launch: LaunchContext, config: dict[str, Any], given: int) -> in
         return None
     if kind in PLAIN_TABLES:
         return given
-    sized = SCALED_TABLES.get(kind)
-    source = launch.read(f"{ROPE_DIR}/{sized[0]}") if sized else None
-    if sized is None or source is None or sized[1] not in re.sub(rb"\s+", b"", source):
-        return None
-    factor = rope.get("factor")
-    start = given if sized[2] == "max_position_embeddings" else config.get(sized[2], rope.get(sized[2]))
-    if kind == "dynamic" and "alpha" in rope:
-        return None  # get_rope builds its alpha class then
+    sources = {name: launch.read(f"{ROPE_DIR}/{name}") for type_, name, *_ in ROPE_TABLES if type_ == kind}
+    flat = {name: re.sub(rb"\s+", b"", text) for name, text in sources.items() if text is not None}
+    sized = next(
+        (
+            (key, scaled)
+            for type_, name, shows, lacks, key, scaled in ROPE_TABLES
+            if type_ == kind and name in flat and shows in flat[name] and (lacks is None or lacks not in flat[name])
+        ),
+        None,
+    )
+    if sized is None or (kind == "dynamic" and "alpha" in rope):
+        return None  # a type sized otherwise, or none the tree shows; dynamic with alpha: another class
+    factor = rope.get("factor") if sized[1] else 1
+    start = given if sized[0] == MPE else config.get(sized[0], rope.get(sized[0]))
     if not isinstance(factor, int | float) or isinstance(factor, bool) or not _whole(start) or start <= 0:
         return None  # vLLM refuses these building the config, before the target's load
     return math.ceil(start * factor)  # torch.arange of a float product
