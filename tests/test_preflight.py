@@ -2420,10 +2420,17 @@ DYNAMIC_0_22 = (
 )
 NTK = "class NTKScalingRotaryEmbedding(RotaryEmbedding):\n    def _compute_inv_freq(self, base):\n        pass\n"
 
+VLLM_OWN_LLAMA = "_CONFIG_REGISTRY = LazyConfigDict(llama='X')"  # a registry where vLLM reads llama itself
+RAISED = "\n# draft_hf_config.max_position_embeddings = target_max_model_len\n"  # as 0.30's speculative.py
+
 
 def drafter_attention_tree(setup, files: dict[str, str]):
-    """The applied stand-in tree with llama.py's rotary and sliding-window reads, and `files`."""
+    """The applied stand-in tree with llama.py's rotary and sliding-window reads, and `files` (with "raised":
+    a speculative.py that raises the drafter's max_position_embeddings, as 0.30's does)."""
     tree, library, _ = setup
+    if files.pop("raised", None) is not None:  # before the apply, which records the file as it writes it
+        spec = tree / "vllm" / "config" / "speculative.py"
+        spec.write_text(spec.read_text() + RAISED)
     assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     sliding = "                sliding_window = config.sliding_window\n"
     files = {"vllm/model_executor/models/llama.py": LLAMA_ROPE_TABLE + sliding, **files}
@@ -2438,31 +2445,30 @@ def drafter_attention_tree(setup, files: dict[str, str]):
     [
         (LLAMA_CONFIG_SOURCES, (), 2048),  # LlamaConfig's default sizes the table
         (LLAMA_CONFIG_SOURCES, ("--max-model-len", "2048"), None),
-        (
-            {
-                **LLAMA_CONFIG_SOURCES,
-                "vllm/transformers_utils/config.py": "_CONFIG_REGISTRY = LazyConfigDict(llama='X')",
-            },
-            (),
-            None,
-        ),
-        ({}, (), None),  # no transformers sources to read the default from: not judged
+        ({**LLAMA_CONFIG_SOURCES, "vllm/transformers_utils/config.py": VLLM_OWN_LLAMA}, (), "model_type 'llama'"),
+        ({}, (), "no transformers/ beside vllm/"),  # no sources to read the default from
+        ({}, ("--max-model-len", "-1"), None),  # no length to hold it to: nothing to read
+        ({"raised": ""}, (), None),  # 0.30 raises any max_position_embeddings
     ],
 )
 def test_a_drafter_without_max_position_embeddings_is_held_to_its_config_classs_default(
     setup, tmp_path, sources, extra, rows
 ):
     """vLLM reads the drafter's config.json with its transformers config class, whose default (LlamaConfig's
-    2048) then sizes the drafter's rotary table (review39 C6, its absent value)."""
-    tree, library = drafter_attention_tree(setup, sources)
+    2048) then sizes the drafter's rotary table (review39 C6, its absent value); where that default cannot
+    be read, the check says it cannot judge, and what lets it."""
+    tree, library = drafter_attention_tree(setup, {**sources})
     model = write_model(tmp_path / "target", {**DEEPSEEK_V3, "max_position_embeddings": 163840})
     drafter = write_model(tmp_path / "drafter", DRAFTER)  # no max_position_embeddings
     done = preflight(tree, library, *serve(model, drafter, *extra))
-    if rows is None:
+    finding = findings(done)["drafter-architecture"]
+    if not isinstance(rows, int):
         assert done.returncode == 0 and failed(done) == set(), done.stdout
+        assert (finding["result"] == "pass") is (rows is None), finding
+        assert rows is None or (finding["message"].startswith("cannot judge: ") and rows in finding["message"])
+        assert rows is None or finding["fix"].startswith("set max_position_embeddings in the drafter's config.json")
         return
     assert_clean_failure(done, 1)
-    finding = findings(done)["drafter-architecture"]
     assert (
         f"its rotary table holds {rows} positions (max_position_embeddings, its config's default)" in finding["message"]
     ), finding
@@ -2491,6 +2497,14 @@ def test_a_drafter_without_max_position_embeddings_is_held_to_its_config_classs_
         ({"rope_type": "ntk", "factor": 4.0}, {"ntk_scaling_rope.py": NTK}, 2049, 2048),  # base's table
         ({"rope_type": "ntk", "factor": 4.0}, {"ntk_scaling_rope.py": NTK + DYNAMIC_0_22}, 2049, None),  # its own table
         ({"rope_type": "longrope", "factor": 4.0}, ROPE_CLASSES, 8193, None),  # not judged
+        # 0.30's speculative.py raises max_position_embeddings to max_model_len: yarn's table does not start there
+        ({"rope_type": "linear", "factor": 4.0}, {**ROPE_CLASSES, "raised": ""}, 8193, None),
+        (
+            {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 1024},
+            {**ROPE_CLASSES, "raised": ""},
+            4097,
+            4096,
+        ),
     ],
 )
 def test_a_drafter_scaled_rotary_table_shorter_than_max_model_len_fails(setup, tmp_path, rope, classes, length, rows):
@@ -2498,7 +2512,8 @@ def test_a_drafter_scaled_rotary_table_shorter_than_max_model_len_fails(setup, t
     factor in 0.11-0.18, 0.22's dynamic and ntk: max_position_embeddings; yarn: original_max_position_embeddings
     x factor), and vLLM feeds it the target's positions up to max_model_len - 1 (review39 C6, a scaled table)."""
     rotary = "vllm/model_executor/layers/rotary_embedding/"
-    tree, library = drafter_attention_tree(setup, {rotary + name: text for name, text in classes.items()})
+    files = {name if name == "raised" else rotary + name: text for name, text in classes.items()}
+    tree, library = drafter_attention_tree(setup, files)
     model = write_model(tmp_path / "target", {**DEEPSEEK_V3, "max_position_embeddings": 163840})
     drafter = write_model(tmp_path / "drafter", {**DRAFTER, "max_position_embeddings": 2048, "rope_scaling": rope})
     done = preflight(tree, library, *serve(model, drafter, "--max-model-len", str(length)))
@@ -2522,7 +2537,7 @@ MLA_ASSERT = 'assert not vllm_config.model_config.use_mla, (\n    "MLA is not su
     ("drafter", "target", "sources", "says"),
     [
         ({}, {}, LLAMA_CONFIG_SOURCES, "but it gives no sliding_window"),  # AttributeError building it
-        ({}, {}, {}, None),  # the config class's defaults unread: not judged
+        ({}, {}, {}, "cannot judge: "),  # the config class's defaults unread: what lets it judge
         ({"sliding_window": "128"}, {}, {}, "its sliding_window '128' is no number"),  # TypeError
         ({"sliding_window": [128]}, {}, {}, "its sliding_window [128] is no number"),
         ({"sliding_window": None}, {}, {}, None),  # vLLM builds a full-attention layer
@@ -2544,10 +2559,12 @@ def test_a_drafter_sliding_layer_vllm_cannot_build_or_serve_fails(setup, tmp_pat
     model = write_model(tmp_path / "target", {**DEEPSEEK_V3, **target})
     config = {**DRAFTER, "max_position_embeddings": 163840, "layer_types": ["sliding_attention"], **drafter}
     done = preflight(tree, library, *serve(model, write_model(tmp_path / "drafter", config)))
-    if says is None:
+    finding = findings(done)["drafter-architecture"]
+    if says is None or says == "cannot judge: ":
         assert done.returncode == 0 and failed(done) == set(), done.stdout
+        assert (finding["result"] == "pass") is (says is None), finding
+        assert says is None or (finding["message"].startswith(says) and "gives no sliding_window" in finding["message"])
         return
     assert_clean_failure(done, 1)
-    finding = findings(done)["drafter-architecture"]
     assert says in finding["message"] and "after the target's load" in finding["message"], finding
     assert "full_attention" in finding["fix"], finding

@@ -23,7 +23,7 @@ from packaging.version import InvalidVersion, Version
 
 from patchkit.base import hints
 from patchkit.base.errors import TargetError, escaped
-from patchkit.launch.drafter_attention import positions_unserved, sliding_under_mla, sliding_unbuilt
+from patchkit.launch.drafter_attention import positions_unserved, sliding_under_mla, sliding_unbuilt, unjudged
 from patchkit.launch.engine import few_named
 from patchkit.launch.findings import Finding, cannot_judge
 from patchkit.launch.weights import drafter_tensors
@@ -530,17 +530,23 @@ def drafter_architecture(launch) -> Finding:
     if built is not None:
         registered = f"drafter architecture {built} is registered for EAGLE-3"
         # llama.py's rules hold only for the drafter class built of its layers (0.22+ has other EAGLE-3 drafters)
-        llama = (_mlp_unsplit, _activation_refused, _rope_unknown, _layer_types_refused, _sliding, _weights_unfit)
+        # llama.py's layers read the drafter's config class's defaults where its config.json is silent
+        defaults = _drafter_defaults(launch) if table.get(built, ("",))[0] == LLAMA_DRAFTER else None
+        sliding = lambda launch: sliding_unbuilt(launch, defaults)  # noqa: E731
+        llama = (_mlp_unsplit, _activation_refused, _rope_unknown, _layer_types_refused, sliding, _weights_unfit)
         llama = llama if table.get(built, ("",))[0] == LLAMA_DRAFTER else ()
         rules = (_heads_unsplit, *llama, _quant_config_unfound, _attention_backend_refused)
         unbuilt = next((found for rule in rules if (found := rule(launch)) is not None), None)
-        short = positions_unserved(launch, _drafter_defaults(launch)) if llama else None
+        short = positions_unserved(launch, defaults) if llama else None
         if unbuilt is None and short is not None:
             return Finding("drafter-architecture", False, f"{registered}, but {short[0]}", short[1])
         mla = sliding_under_mla(launch, _uses_mla(launch, launch.target.text_config)) if llama else None
         if unbuilt is None and mla is not None:
             fix = "give the drafter's layer_types full_attention: an MLA target has no sliding window"
             return Finding("drafter-architecture", False, f"{registered}, but {mla}", fix)
+        unread = unjudged(launch, defaults) if llama else None
+        if unbuilt is None and unread is not None:
+            return cannot_judge("drafter-architecture", f"{registered}, but {unread[0]}", unread[1])
         if unbuilt is None:
             return Finding("drafter-architecture", True, registered)
         message = f"{registered}, but {unbuilt[0]}: vLLM fails building it, after the target's load"
@@ -586,10 +592,6 @@ def _heads_unsplit(launch) -> tuple[str, str] | None:
 def _drafter_defaults(launch) -> dict[str, object] | None:
     """The __init__ defaults of the drafter's config class (what vLLM reads where its config.json is silent)."""
     return _config_defaults(launch, launch.drafter.config.get("model_type"))
-
-
-def _sliding(launch) -> tuple[str, str] | None:
-    return sliding_unbuilt(launch, _drafter_defaults(launch))
 
 
 def _mlp_unsplit(launch) -> tuple[str, str] | None:

@@ -13,6 +13,7 @@ from patchkit.launch.engine import LaunchContext
 
 LLAMA = "vllm/model_executor/models/llama.py"
 SPECULATIVE = "vllm/config/speculative.py"
+TRANSFORMERS_AUTO = "transformers/models/auto/configuration_auto.py"  # where config classes are named
 ROPE_TABLE_RULE = b'max_position_embeddings = getattr(config, "max_position_embeddings"'  # llama.py 0.11-0.34
 DRAFTER_RAISED = b"max_position_embeddings"  # 0.30's speculative.py raises the drafter's to the target's length
 # the config keys vLLM derives max_model_len from (the least it finds), as 0.11-0.34 list them
@@ -50,32 +51,52 @@ SLIDING_FIX = "give the drafter's config.json a sliding_window (a number), or la
 
 def positions_unserved(launch: LaunchContext, defaults: dict[str, Any] | None) -> tuple[str, str] | None:
     """llama.py sizes the drafter's rotary table from its own config (max_position_embeddings, else its
-    config class's default: `defaults`), and vLLM feeds it the target's positions, up to max_model_len - 1
-    (vLLM #48894; 0.30's speculative.py raises the drafter's value): (what fails, fix) when the table is
+    config class's default: `defaults`; yarn's from original_max_position_embeddings), and vLLM feeds it
+    the target's positions, up to max_model_len - 1 (vLLM #48894; 0.30's speculative.py raises the drafter's
+    max_position_embeddings, which yarn's table does not start from): (what fails, fix) when the table is
     shorter; None where this cannot be told."""
     config = launch.drafter.config if launch.drafter is not None else {}
-    given = config.get("max_position_embeddings", (defaults or {}).get("max_position_embeddings"))
-    if not _whole(given) or given <= 0:
-        return None  # absent, with no default read: not judged
-    speculative = launch.read(SPECULATIVE)
-    if ROPE_TABLE_RULE not in (launch.read(LLAMA) or b"") or speculative is None or DRAFTER_RAISED in speculative:
+    table = _table(launch, config)
+    if table is None or (table[0] == MPE and DRAFTER_RAISED in (launch.read(SPECULATIVE) or b"")):
         return None
-    rows = _table_rows(launch, config, given)
+    rope = config.get("rope_scaling") or config.get("rope_parameters") or {}
+    start = config.get(MPE, (defaults or {}).get(MPE)) if table[0] == MPE else config.get(table[0], rope.get(table[0]))
     length = max_model_len(launch)
-    if rows is None or length is None or length <= rows:
-        return None
+    if not _whole(start) or start <= 0 or length is None or length <= (rows := math.ceil(start * table[1])):
+        return None  # absent, with no default read (unjudged says so), or odd: vLLM refuses it at start
     kind = _rope(config)
     if kind not in (None, *PLAIN_TABLES):
         held = f"its {kind} RoPE scaling"  # another max_position_embeddings would change its frequencies too
         fix = f"give --max-model-len {rows}, or use a drafter whose rotary table holds {length} positions"
     else:
-        held = "max_position_embeddings" + ("" if "max_position_embeddings" in config else ", its config's default")
+        held = MPE + ("" if MPE in config else ", its config's default")
         fix = f"give --max-model-len {rows}, or set max_position_embeddings to {length} in the drafter's config.json"
     why = (
         f"its rotary table holds {rows} positions ({held}) and vLLM feeds it the target's, "
         f"up to max_model_len {length}: the first request past {rows} tokens crashes the engine (vLLM #48894)"
     )
     return why, fix
+
+
+def unjudged(launch: LaunchContext, defaults: dict[str, Any] | None) -> tuple[str, str] | None:
+    """(why, what gives it) where a rule here needs the drafter's config class's default (`defaults`:
+    None, not read) because its config.json is silent: the rotary table's length, a sliding window."""
+    config = launch.drafter.config if launch.drafter is not None else {}
+    if defaults is not None:
+        return None
+    table, missing = _table(launch, config), None
+    raised = DRAFTER_RAISED in (launch.read(SPECULATIVE) or b"")
+    if table is not None and table[0] == MPE and MPE not in config and not raised and max_model_len(launch):
+        missing = MPE
+    elif _sliding_layer(launch) and "sliding_window" not in config:
+        missing = "sliding_window"
+    if missing is None:
+        return None
+    unread = launch.read(TRANSFORMERS_AUTO) is None
+    where = "no transformers/ beside vllm/" if unread else f"model_type {escaped(repr(config.get('model_type')))}"
+    gives = f"set {missing} in the drafter's config.json"
+    gives += ", or give --python PATH (the launch's interpreter)" if unread else ""
+    return f"its config.json gives no {missing}, and its config class's default is not read ({where})", gives
 
 
 def _rope(config: dict[str, Any]) -> str | None:
@@ -85,19 +106,20 @@ def _rope(config: dict[str, Any]) -> str | None:
     return kind if isinstance(kind, str) else None
 
 
-def _table_rows(launch: LaunchContext, config: dict[str, Any], given: int) -> int | None:
-    """The rows of the drafter's rotary table as the tree's get_rope builds it for `config`; None where
-    not known (a per-layer or multimodal rope, dual-chunk attention, a type sized otherwise)."""
+def _table(launch: LaunchContext, config: dict[str, Any]) -> tuple[str, float] | None:
+    """(the config key the drafter's rotary table starts from, the factor its rows are that times) as the
+    tree's llama.py and get_rope build it for `config`; None where not known (a per-layer or multimodal
+    rope, dual-chunk attention, a type sized otherwise, a llama.py not sizing it from the config)."""
     rope = config.get("rope_scaling") or config.get("rope_parameters")
-    if config.get("dual_chunk_attention_config"):
+    if config.get("dual_chunk_attention_config") or ROPE_TABLE_RULE not in (launch.read(LLAMA) or b""):
         return None
     if rope is None:
-        return given
+        return MPE, 1
     kind = _rope(config)
     if not isinstance(rope, dict) or "mrope_section" in rope or kind is None:
         return None
     if kind in PLAIN_TABLES:
-        return given
+        return MPE, 1
     sources = {name: launch.read(f"{ROPE_DIR}/{name}") for type_, name, *_ in ROPE_TABLES if type_ == kind}
     flat = {name: re.sub(rb"\s+", b"", text) for name, text in sources.items() if text is not None}
     sized = next(
@@ -111,10 +133,9 @@ def _table_rows(launch: LaunchContext, config: dict[str, Any], given: int) -> in
     if sized is None or (kind == "dynamic" and "alpha" in rope):
         return None  # a type sized otherwise, or none the tree shows; dynamic with alpha: another class
     factor = rope.get("factor") if sized[1] else 1
-    start = given if sized[0] == MPE else config.get(sized[0], rope.get(sized[0]))
-    if not isinstance(factor, int | float) or isinstance(factor, bool) or not _whole(start) or start <= 0:
-        return None  # vLLM refuses these building the config, before the target's load
-    return math.ceil(start * factor)  # torch.arange of a float product
+    if not isinstance(factor, int | float) or isinstance(factor, bool):
+        return None  # vLLM refuses it building the config, before the target's load
+    return sized[0], factor  # rows: ceil(start x factor), torch.arange of a float product
 
 
 def max_model_len(launch: LaunchContext) -> int | None:
