@@ -2530,6 +2530,7 @@ def test_a_drafter_scaled_rotary_table_shorter_than_max_model_len_fails(setup, t
     )
 
 
+SLIDING_FIX = "give the drafter's config.json a sliding_window (a number), or layer_types of full_attention"
 MLA_ASSERT = 'assert not vllm_config.model_config.use_mla, (\n    "MLA is not supported for slidingwindow"\n)\n'
 
 
@@ -2538,6 +2539,9 @@ MLA_ASSERT = 'assert not vllm_config.model_config.use_mla, (\n    "MLA is not su
     [
         ({}, {}, LLAMA_CONFIG_SOURCES, "but it gives no sliding_window"),  # AttributeError building it
         ({}, {}, {}, "cannot judge: "),  # the config class's defaults unread: what lets it judge
+        ({}, {"kv_lora_rank": 512}, {}, "cannot judge: "),  # under MLA: full attention is the one sure fix
+        ({}, {"kv_lora_rank": 512}, LLAMA_CONFIG_SOURCES, "but it gives no sliding_window"),
+        ({"sliding_window": "128"}, {"kv_lora_rank": 512}, {}, "its sliding_window '128' is no number"),
         ({"sliding_window": "128"}, {}, {}, "its sliding_window '128' is no number"),  # TypeError
         ({"sliding_window": [128]}, {}, {}, "its sliding_window [128] is no number"),
         ({"sliding_window": None}, {}, {}, None),  # vLLM builds a full-attention layer
@@ -2564,7 +2568,9 @@ def test_a_drafter_sliding_layer_vllm_cannot_build_or_serve_fails(setup, tmp_pat
         assert done.returncode == 0 and failed(done) == set(), done.stdout
         assert (finding["result"] == "pass") is (says is None), finding
         assert says is None or (finding["message"].startswith(says) and "gives no sliding_window" in finding["message"])
-        return
-    assert_clean_failure(done, 1)
-    assert says in finding["message"] and "after the target's load" in finding["message"], finding
-    assert "full_attention" in finding["fix"], finding
+    else:
+        assert_clean_failure(done, 1)
+        assert says in finding["message"] and "after the target's load" in finding["message"], finding
+    mla = "give the drafter's layer_types full_attention: an MLA target has no sliding window"
+    other = "set sliding_window in the drafter's config.json" if says == "cannot judge: " else SLIDING_FIX
+    assert says is None or finding["fix"].startswith(mla if "kv_lora_rank" in target else other), finding

@@ -532,7 +532,8 @@ def drafter_architecture(launch) -> Finding:
         # llama.py's rules hold only for the drafter class built of its layers (0.22+ has other EAGLE-3 drafters)
         # llama.py's layers read the drafter's config class's defaults where its config.json is silent
         defaults = _drafter_defaults(launch) if table.get(built, ("",))[0] == LLAMA_DRAFTER else None
-        sliding = lambda launch: sliding_unbuilt(launch, defaults)  # noqa: E731
+        mla = _uses_mla(launch, launch.target.text_config)
+        sliding = lambda launch: sliding_unbuilt(launch, defaults, mla)  # noqa: E731
         llama = (_mlp_unsplit, _activation_refused, _rope_unknown, _layer_types_refused, sliding, _weights_unfit)
         llama = llama if table.get(built, ("",))[0] == LLAMA_DRAFTER else ()
         rules = (_heads_unsplit, *llama, _quant_config_unfound, _attention_backend_refused)
@@ -540,11 +541,10 @@ def drafter_architecture(launch) -> Finding:
         short = positions_unserved(launch, defaults) if llama else None
         if unbuilt is None and short is not None:
             return Finding("drafter-architecture", False, f"{registered}, but {short[0]}", short[1])
-        mla = sliding_under_mla(launch, _uses_mla(launch, launch.target.text_config)) if llama else None
-        if unbuilt is None and mla is not None:
-            fix = "give the drafter's layer_types full_attention: an MLA target has no sliding window"
-            return Finding("drafter-architecture", False, f"{registered}, but {mla}", fix)
-        unread = unjudged(launch, defaults) if llama else None
+        cached = sliding_under_mla(launch, mla) if llama else None
+        if unbuilt is None and cached is not None:
+            return Finding("drafter-architecture", False, f"{registered}, but {cached[0]}", cached[1])
+        unread = unjudged(launch, defaults, mla) if llama else None
         if unbuilt is None and unread is not None:
             return cannot_judge("drafter-architecture", f"{registered}, but {unread[0]}", unread[1])
         if unbuilt is None:

@@ -47,6 +47,7 @@ MLA_SLIDING_FILES = (
     "vllm/v1/worker/gpu_model_runner.py",
 )
 SLIDING_FIX = "give the drafter's config.json a sliding_window (a number), or layer_types of full_attention"
+MLA_FIX = "give the drafter's layer_types full_attention: an MLA target has no sliding window"
 
 
 def positions_unserved(launch: LaunchContext, defaults: dict[str, Any] | None) -> tuple[str, str] | None:
@@ -78,9 +79,10 @@ def positions_unserved(launch: LaunchContext, defaults: dict[str, Any] | None) -
     return why, fix
 
 
-def unjudged(launch: LaunchContext, defaults: dict[str, Any] | None) -> tuple[str, str] | None:
+def unjudged(launch: LaunchContext, defaults: dict[str, Any] | None, mla: bool) -> tuple[str, str] | None:
     """(why, what gives it) where a rule here needs the drafter's config class's default (`defaults`:
-    None, not read) because its config.json is silent: the rotary table's length, a sliding window."""
+    None, not read) because its config.json is silent: the rotary table's length, a sliding window (under
+    an MLA target, `mla`, only full attention is sure to serve)."""
     config = launch.drafter.config if launch.drafter is not None else {}
     if defaults is not None:
         return None
@@ -94,7 +96,7 @@ def unjudged(launch: LaunchContext, defaults: dict[str, Any] | None) -> tuple[st
         return None
     unread = launch.read(TRANSFORMERS_AUTO) is None
     where = "no transformers/ beside vllm/" if unread else f"model_type {escaped(repr(config.get('model_type')))}"
-    gives = f"set {missing} in the drafter's config.json"
+    gives = MLA_FIX if mla and missing != MPE else f"set {missing} in the drafter's config.json"
     gives += ", or give --python PATH (the launch's interpreter)" if unread else ""
     return f"its config.json gives no {missing}, and its config class's default is not read ({where})", gives
 
@@ -164,33 +166,36 @@ def max_model_len(launch: LaunchContext) -> int | None:
     return int(derived * (1 if kind == "llama3" else factor)) if _whole(derived) else None
 
 
-def sliding_unbuilt(launch: LaunchContext, defaults: dict[str, Any] | None) -> tuple[str, str] | None:
+def sliding_unbuilt(launch: LaunchContext, defaults: dict[str, Any] | None, mla: bool) -> tuple[str, str] | None:
     """llama.py's LlamaAttention reads config.sliding_window for a layer layer_types calls
     sliding_attention: an AttributeError building it when the config (and its class's defaults:
-    `defaults`) has none, a TypeError building its attention when it is no number. (what fails, fix)."""
+    `defaults`) has none, a TypeError building its attention when it is no number. (what fails, fix):
+    under an MLA target (`mla`) the fix is full attention, as sliding_under_mla says."""
     if not _sliding_layer(launch):
         return None
+    fix = MLA_FIX if mla else SLIDING_FIX
     config = launch.drafter.config if launch.drafter is not None else {}
     window = config.get("sliding_window", (defaults or {}).get("sliding_window", ...))
     if window is ... and defaults is not None:
-        return "a layer_types entry is sliding_attention but it gives no sliding_window", SLIDING_FIX
+        return "a layer_types entry is sliding_attention but it gives no sliding_window", fix
     if window is ... or window is None or isinstance(window, int | float):
         return None  # None: vLLM builds the layer with full attention
-    return f"its sliding_window {escaped(repr(window))[:20]} is no number", SLIDING_FIX
+    return f"its sliding_window {escaped(repr(window))[:20]} is no number", fix
 
 
-def sliding_under_mla(launch: LaunchContext, mla: bool) -> str | None:
+def sliding_under_mla(launch: LaunchContext, mla: bool) -> tuple[str, str] | None:
     """vLLM's KV cache spec asserts that an MLA model (the target's use_mla: `mla`) has no sliding layer,
-    once the drafter has loaded too: what fails, where the tree shows that assert; else None."""
+    once the drafter has loaded too: (what fails, fix), where the tree shows that assert; else None."""
     window = (launch.drafter.config if launch.drafter is not None else {}).get("sliding_window")
     if not mla or window is None or not _sliding_layer(launch):
         return None
     if not any(MLA_SLIDING in (launch.read(path) or b"") for path in MLA_SLIDING_FILES):
         return None
-    return (
+    why = (
         "a layer_types entry is sliding_attention, and vLLM's KV cache asserts no sliding window "
         "under an MLA target: it fails after the target's load"
     )
+    return why, MLA_FIX
 
 
 def _sliding_layer(launch: LaunchContext) -> bool:
