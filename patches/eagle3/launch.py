@@ -26,6 +26,7 @@ from patchkit.base.errors import TargetError, escaped
 from patchkit.launch.drafter_attention import positions_unserved, sliding_under_mla, sliding_unbuilt, unjudged
 from patchkit.launch.engine import few_named
 from patchkit.launch.findings import Finding, cannot_judge
+from patchkit.launch.microbatch import microbatch_findings
 from patchkit.launch.weights import drafter_tensors
 from patchkit.series.requirements import Target
 
@@ -45,6 +46,10 @@ EAGLE3_DRAFTER = f"{MODELS_DIR}/llama_eagle3.py"
 LLAMA = f"{MODELS_DIR}/llama.py"  # the drafter's decoder layer and MLP (llama_eagle3.py subclasses them)
 ROPE = "vllm/model_executor/layers/rotary_embedding/__init__.py"  # get_rope: a branch per RoPE type
 LLAMA_DRAFTER = "llama_eagle3"  # the module of the EAGLE-3 drafter built of llama.py's layers
+MODEL_CONFIG_CLASSES = (
+    f"{MODELS_DIR}/config.py"  # MODELS_CONFIG_MAP: a class per architecture that may change the engine's config
+)
+SPARSE_MLA_CACHE = "fp8_ds_mla"  # DeepSeek-V3.2's KV-cache format: only its sparse-MLA backends take it
 LAYER_TYPES_RULE = b"effective_layer_idx < len(layer_types)"  # LlamaAttention's assert (0.11-0.34)
 DRAFT_LAYERS = b"target_layer_count"  # llama_eagle3.py: layer_types indexed by draft layer, from 0
 # llama_eagle3.py's layout whose weight names and shapes _weights_unfit holds the drafter's weights to (0.13-0.18;
@@ -65,9 +70,10 @@ HEADS_FIX = "give a -tp that divides the drafter's heads and the target's, or a 
 # The drafter's fc takes 3 aux hidden states (3 x hidden size) in every release up to 0.18.x; 0.22.0
 # sizes it from the drafter's config instead, so the count is judged only where the tree shows the 3.
 FC_HIDDEN_STATES = 3
-# the targets whose forward (as this set patches it) counts layer ids from the model's first layer on every
-# pipeline stage (stock Llama-family forwards count from the stage's own first layer)
-ABSOLUTE_LAYER_IDS = ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "KimiK25ForConditionalGeneration")
+# the model file whose forward (as this set patches it) counts layer ids from the model's first layer on
+# every pipeline stage (stock Llama-family forwards count from the stage's own first layer); judged by the
+# module the tree's registry maps an architecture to, as vLLM builds it, not by config.json's spelling
+ABSOLUTE_LAYER_IDS = "deepseek_v2"
 FC_OF_THREE = b"hidden_size * 3"
 SIZED_BY_CONFIG = b"num_aux_hidden_states"
 LAST_FC_OF_THREE = Version("0.18.999")
@@ -107,6 +113,7 @@ def checks(launch) -> list[Finding]:
         return []
     found = [whitelist(launch), supports_eagle3(launch)]
     found += image_token(launch)
+    found += microbatch_findings(launch, lambda: _has_experts(launch))  # the target's output, split
     if launch.drafter is not None:
         found += [drafter_architecture(launch), hidden_size(launch), aux_layers(launch), vocabulary(launch)]
     return found
@@ -538,12 +545,10 @@ def drafter_architecture(launch) -> Finding:
         llama = llama if table.get(built, ("",))[0] == LLAMA_DRAFTER else ()
         rules = (_heads_unsplit, *llama, _quant_config_unfound, _attention_backend_refused)
         unbuilt = next((found for rule in rules if (found := rule(launch)) is not None), None)
-        short = positions_unserved(launch, defaults) if llama else None
-        if unbuilt is None and short is not None:
-            return Finding("drafter-architecture", False, f"{registered}, but {short[0]}", short[1])
-        cached = sliding_under_mla(launch, mla) if llama else None
-        if unbuilt is None and cached is not None:
-            return Finding("drafter-architecture", False, f"{registered}, but {cached[0]}", cached[1])
+        later = (positions_unserved(launch, defaults) if llama else None) or _cache_format_refused(launch)
+        later = later or (sliding_under_mla(launch, mla) if llama else None)
+        if unbuilt is None and later is not None:
+            return Finding("drafter-architecture", False, f"{registered}, but {later[0]}", later[1])
         unread = unjudged(launch, defaults, mla) if llama else None
         if unbuilt is None and unread is not None:
             return cannot_judge("drafter-architecture", f"{registered}, but {unread[0]}", unread[1])
@@ -898,21 +903,73 @@ def _attention_backend_refused(launch) -> tuple[str, str] | None:
     named = _attention_backend(launch)
     if named is None or not _uses_mla(launch, launch.target.text_config):
         return None  # none named, or a non-MLA target: the target's own build refuses an MLA backend first
-    source, name = named
+    source, undo, name = named
     if _uses_mla(launch, launch.drafter.config) or not _mla_backend(launch, name) or not _cuda_build(launch):
         return None
     why = f"{source} {escaped(name)} is an MLA backend, which vLLM refuses for the drafter's non-MLA attention"
-    undo = f"unset {source}" if source == ATTENTION_ENV else f"drop {source}"
     return why, f"{undo}: vLLM then picks a backend for each layer"
 
 
-def _attention_backend(launch) -> tuple[str, str] | None:
-    """(where it is named, the name) of the attention backend the launch gives vLLM, or None."""
-    environ = launch.command.environ.get(ATTENTION_ENV)
+def _cache_format_refused(launch) -> tuple[str, str] | None:
+    """The drafter's attention takes the engine's KV-cache format, and the target's config class in the
+    tree's models/config.py (DeepSeek-V3.2's, 0.11-0.17) rewrites an fp8 one to its sparse-MLA format, which
+    no non-MLA backend takes: FlashAttention's forward raises on it, the others refuse it. (why, fix), else None."""
+    dtype = launch.command.options.get("kv-cache-dtype")
+    arch = target_architecture(launch)
+    if not isinstance(dtype, str) or not dtype.startswith("fp8") or arch is None:
+        return None
+    if not _rewrites_cache_format(_parsed(launch.read(MODEL_CONFIG_CLASSES)), arch):
+        return None
+    where, undo = launch.command.where("kv-cache-dtype", f"--kv-cache-dtype {escaped(dtype)}")
+    why = (
+        f"with {where} vLLM stores {escaped(arch)}'s KV cache as {SPARSE_MLA_CACHE}, which the drafter's "
+        "attention cannot take: vLLM fails after the target's load"
+    )
+    return why, f"{undo} (the drafter shares the engine's KV-cache format)"
+
+
+def _rewrites_cache_format(tree: ast.Module | None, arch: str) -> bool:
+    """Whether MODELS_CONFIG_MAP's class for `arch` sets cache_dtype to the sparse-MLA format."""
+    table = next(
+        (
+            node.value
+            for node in (tree.body if tree else ())
+            if isinstance(node, ast.AnnAssign | ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == "MODELS_CONFIG_MAP" for t in _targets(node))
+            and isinstance(node.value, ast.Dict)
+        ),
+        None,
+    )
+    pairs = zip(table.keys, table.values, strict=True) if table else ()
+    named = next(
+        (v.id for k, v in pairs if isinstance(k, ast.Constant) and k.value == arch and isinstance(v, ast.Name)), None
+    )
+    classes = [
+        node for node in (tree.body if tree and named else ()) if isinstance(node, ast.ClassDef) and node.name == named
+    ]
+    return any(
+        isinstance(node, ast.Assign)
+        and any(isinstance(t, ast.Attribute) and t.attr == "cache_dtype" for t in node.targets)
+        and isinstance(node.value, ast.Constant)
+        and node.value.value == SPARSE_MLA_CACHE
+        for found in classes
+        for node in ast.walk(found)
+    )
+
+
+def _targets(node: ast.AnnAssign | ast.Assign) -> list[ast.expr]:
+    return node.targets if isinstance(node, ast.Assign) else [node.target]
+
+
+def _attention_backend(launch) -> tuple[str, str, str] | None:
+    """(where it is named, how to drop it, the name) of the attention backend the launch gives vLLM, or None."""
+    command = launch.command
+    environ = command.environ.get(ATTENTION_ENV)
     if environ and any(ATTENTION_ENV.encode() in (launch.read(path) or b"") for path in ATTENTION_ENV_READERS):
-        return ATTENTION_ENV, environ
-    given = launch.command.attention_backend
-    return None if given is None else given
+        # the command's own `env` prefix, or the environment it is started in
+        given = f"drop {ATTENTION_ENV}={escaped(environ)} from the command" if ATTENTION_ENV in command.env else None
+        return ATTENTION_ENV, given or f"unset {ATTENTION_ENV}", environ
+    return command.attention_backend
 
 
 def _uses_mla(launch, config: dict) -> bool:
@@ -1054,12 +1111,18 @@ def _aux_count(launch, named: str, layers: list[int], top: int, passed: str) -> 
 FORWARD_MODULE = {"KimiK25ForConditionalGeneration": "deepseek_v2"}
 
 
+def _forward_module(launch) -> str | None:
+    """The module (e.g. deepseek_v2) whose forward hands the drafter the target's hidden states; None when
+    the architecture is not registered."""
+    arch = target_architecture(launch)
+    where = _model_class(launch.registry(), arch) if arch else None
+    return FORWARD_MODULE.get(arch or "") or (where[0] if where else None)
+
+
 def _forward_file(launch) -> tuple[str, ast.Module] | None:
     """(file name, parsed) of the target's model file whose forward hands the drafter its hidden states;
     None when the architecture is not registered or the file is unreadable."""
-    arch = target_architecture(launch)
-    where = _model_class(launch.registry(), arch) if arch else None
-    module = FORWARD_MODULE.get(arch or "") or (where[0] if where else None)
+    module = _forward_module(launch)
     tree = _parsed(launch.read(f"{MODELS_DIR}/{module}.py") if module else None)
     return (f"{module}.py", tree) if tree is not None else None
 
@@ -1131,7 +1194,7 @@ def _last_stage_start(launch, count: int) -> int:
     """The first layer of the last pipeline stage, which alone holds the drafter and hands it hidden states:
     the earlier stages pass on only hidden_states and residual (0: one stage, or a partition vLLM refuses)."""
     stages = _whole_option(launch.command.options.get("pipeline-parallel-size", 1))
-    if stages is None or stages <= 1 or target_architecture(launch) not in ABSOLUTE_LAYER_IDS:
+    if stages is None or stages <= 1 or _forward_module(launch) != ABSOLUTE_LAYER_IDS:
         return 0
     given = launch.command.environ.get(PARTITION)
     if given is not None:  # vLLM's get_pp_indices: one count a stage, summing to the layers (else refused)

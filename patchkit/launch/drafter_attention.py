@@ -16,6 +16,10 @@ SPECULATIVE = "vllm/config/speculative.py"
 TRANSFORMERS_AUTO = "transformers/models/auto/configuration_auto.py"  # where config classes are named
 ROPE_TABLE_RULE = b'max_position_embeddings = getattr(config, "max_position_embeddings"'  # llama.py 0.11-0.34
 DRAFTER_RAISED = b"max_position_embeddings"  # 0.30's speculative.py raises the drafter's to the target's length
+MODEL_CONFIG = "vllm/config/model.py"
+# _get_and_verify_max_len (0.14+): --max-model-len -1/auto starts from the derived length, which the engine
+# lowers later only where the KV cache cannot hold it (0.11-0.13 refuse -1 at config time)
+AUTO_FIT = b"max_model_len is None or max_model_len == -1"
 # the config keys vLLM derives max_model_len from (the least it finds), as 0.11-0.34 list them
 MAX_LEN_KEYS = (
     "max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
@@ -143,8 +147,11 @@ def _table(launch: LaunchContext, config: dict[str, Any]) -> tuple[str, float] |
 def max_model_len(launch: LaunchContext) -> int | None:
     """The launch's max_model_len as vLLM's _get_and_verify_max_len sets it: --max-model-len, else the
     target's derived one (the least of its length keys, scaled by its rope factor; the tokenizer's
-    model_max_length counts for pooling models only); None where it is not sure (auto-fit -1)."""
+    model_max_length counts for pooling models only), -1 (auto) as the derived one where the tree fits it
+    from there; None where it is not sure."""
     given = launch.command.options.get("max-model-len")
+    if given == -1 and AUTO_FIT in (launch.read(MODEL_CONFIG) or b""):
+        given = None
     if given is not None:
         return given if _whole(given) and given > 0 else None
     if launch.command.options.get("disable-sliding-window"):
