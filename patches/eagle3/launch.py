@@ -23,6 +23,7 @@ from packaging.version import InvalidVersion, Version
 
 from patchkit.base import hints
 from patchkit.base.errors import TargetError, escaped
+from patchkit.launch.drafter_weights import weights_unjudged
 from patchkit.launch.engine import few_named
 from patchkit.launch.findings import Finding, cannot_judge
 from patchkit.launch.microbatch import microbatch_findings
@@ -124,9 +125,12 @@ def checks(launch) -> list[Finding]:
         return []
     found = [whitelist(launch), supports_eagle3(launch)]
     found += image_token(launch)
-    found += microbatch_findings(launch, lambda: _has_experts(launch))  # the target's output, split
+    aux = launch.drafter is None or _uses_aux_hidden_states(launch.drafter.config)  # the target's output, split:
+    found += microbatch_findings(launch, lambda: _has_experts(launch), aux)
     if launch.drafter is not None:
-        found += [drafter_architecture(launch), hidden_size(launch), aux_layers(launch), vocabulary(launch)]
+        built = drafter_architecture(launch)
+        found += [built, *(_weights_unjudged(launch) if built.ok else [])]  # a failure's fix comes first
+        found += [hidden_size(launch), aux_layers(launch), vocabulary(launch)]
     return found
 
 
@@ -751,13 +755,13 @@ def _weights_unfit(launch) -> tuple[str, str] | None:
     """vLLM loads the drafter's weights into the modules its config.json builds (llama_eagle3.py), after
     the target's load; a tensor whose shape a module's loader refuses (an assert; a narrow to the size it
     shards over -tp, where a larger one loads in part), or a layer past its num_hidden_layers (a KeyError),
-    fails the launch. (what fails, fix) for the first; None where none does, or the check cannot tell."""
+    fails the launch. (what fails, fix) for the first; None where none does, or the check cannot tell
+    (_weights_unjudged says why)."""
     config = launch.drafter.config
-    quantized = (launch.command.speculative_config or {}).get("quantization") or config.get("quantization_config")
     source = launch.read(EAGLE3_DRAFTER) or b""
-    if quantized is not None or not all(mark in source for mark in WEIGHTS_LAYOUT) or _fc_hidden_states(launch) is None:
+    tensors = drafter_tensors(launch.command)
+    if not isinstance(tensors, dict) or weights_unjudged(launch, LLAMA_DRAFTER, _layout_unread(launch)) is not None:
         return None  # quantized tensors are packed, with scales: other shapes
-    tensors = drafter_tensors(launch.command) or {}
     sizes = _drafter_sizes(config)
     unfit = [
         (name, file, shape, taken)
@@ -777,6 +781,27 @@ def _weights_unfit(launch) -> tuple[str, str] | None:
     wanted = ", ".join(f"at least {size}" if least else str(size) for size, least in taken)
     why = f"its weights' {escaped(name)} is {shape} ({escaped(file)}), where its config.json builds [{wanted}]{more}"
     return why, "give the drafter the config.json saved with its weights (this one's sizes do not build them)"
+
+
+def _weights_unjudged(launch) -> list[Finding]:
+    """A cannot-judge finding for a registered drafter whose weights no rule here holds (another drafter
+    class, a llama_eagle3.py of another layout, quantized or torch weights); none for a tree without the file."""
+    table = launch.registry().get(SPECULATIVE_TABLE, {})
+    built = next((name for name in _built_names(launch.drafter) if name in table), None)
+    if built is None or launch.read(EAGLE3_DRAFTER) is None:
+        return []  # not registered: drafter-architecture fails; no drafter file: a tree of parts
+    unjudged = weights_unjudged(launch, table[built][0], _layout_unread(launch))
+    return [] if unjudged is None else [unjudged]
+
+
+def _layout_unread(launch) -> str | None:
+    """Why the tree's llama_eagle3.py is not the layout _weights_unfit reads (0.12-0.18's); None: it is."""
+    source = launch.read(EAGLE3_DRAFTER) or b""
+    if not all(mark in source for mark in WEIGHTS_LAYOUT):
+        return "this vLLM's llama_eagle3.py maps them otherwise than the layout patchkit reads (0.12-0.18's)"
+    if _fc_hidden_states(launch) is None:
+        return "this vLLM's llama_eagle3.py sizes its fc from the drafter's config, which patchkit does not read"
+    return None
 
 
 def _unmapped(launch, tensors: dict, source: bytes) -> tuple[str, str] | None:
@@ -820,14 +845,16 @@ def _built_parameters(config: dict, qkv_bias: bool, o_bias: bool, mlp_bias: bool
 
 STACKED = ((".q_proj", ".qkv_proj"), (".k_proj", ".qkv_proj"), (".v_proj", ".qkv_proj"))
 STACKED += ((".gate_proj", ".gate_up_proj"), (".up_proj", ".gate_up_proj"))
-# names vLLM skips (t2d, mask_hidden, AutoWeightsLoader's rotary buffers) or that are not judged here (scales)
-SKIPPED = ("mask_hidden", "rotary", "scale", "zero_point", "t2d")
+# names vLLM skips (t2d, mask_hidden, AutoWeightsLoader's rotary buffers); an unquantized drafter's other
+# scales are looked up as any name (a KeyError: measured on 0.16.0), but for the attention's own
+KV_SCALES = tuple(f".{qkv}_{kind}" for qkv in ("q", "k", "v", "kv") for kind in ("scale", "zero_point"))
+SKIPPED = ("mask_hidden", "rotary", "t2d")
 
 
 def _looked_up(name: str, skipped: tuple[str, ...]) -> str | None:
     """The name llama_eagle3.py's loaders look `name` up by (0.16.0's renames); None: skipped."""
-    if any(part in name for part in skipped):
-        return None
+    if any(part in name for part in skipped) or name.endswith(KV_SCALES):
+        return None  # maybe_remap_kv_scale_name maps a q/k/v scale to the attention's, or skips it
     if "d2t" in name:
         looked = name.replace("d2t", "draft_id_to_target_id")
     elif "lm_head" in name:
