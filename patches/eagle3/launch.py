@@ -23,12 +23,13 @@ from packaging.version import InvalidVersion, Version
 
 from patchkit.base import hints
 from patchkit.base.errors import TargetError, escaped
-from patchkit.launch.drafter_attention import positions_unserved, sliding_under_mla, sliding_unbuilt, unjudged
+from patchkit.launch.drafter_attention import positions_unserved, sliding_unbuilt, sliding_under_mla, unjudged
 from patchkit.launch.drafter_weights import weights_unjudged
 from patchkit.launch.engine import few_named
 from patchkit.launch.findings import Finding, cannot_judge
 from patchkit.launch.microbatch import microbatch_findings
-from patchkit.launch.weights import drafter_tensors
+from patchkit.launch.torch_names import torch_tensors
+from patchkit.launch.weights import TorchFiles, drafter_tensors
 from patchkit.series.requirements import Target
 
 if TYPE_CHECKING:
@@ -699,8 +700,8 @@ def _weights_unfit(launch) -> tuple[str, str] | None:
     (_weights_unjudged says why)."""
     config = launch.drafter.config
     source = launch.read(EAGLE3_DRAFTER) or b""
-    tensors = drafter_tensors(launch.command)
-    if not isinstance(tensors, dict) or weights_unjudged(launch, LLAMA_DRAFTER, _layout_unread(launch)) is not None:
+    tensors = _drafter_weights(launch)
+    if not isinstance(tensors, dict) or weights_unjudged(launch, LLAMA_DRAFTER, _layout_unread(launch), tensors):
         return None  # quantized tensors are packed, with scales: other shapes
     sizes = _drafter_sizes(config)
     unfit = [
@@ -730,8 +731,22 @@ def _weights_unjudged(launch) -> list[Finding]:
     built = next((name for name in _built_names(launch.drafter) if name in table), None)
     if built is None or launch.read(EAGLE3_DRAFTER) is None:
         return []  # not registered: drafter-architecture fails; no drafter file: a tree of parts
-    unjudged = weights_unjudged(launch, table[built][0], _layout_unread(launch))
+    unjudged = weights_unjudged(launch, table[built][0], _layout_unread(launch), _drafter_weights(launch))
     return [] if unjudged is None else [unjudged]
+
+
+def _drafter_weights(launch) -> dict | str | None:
+    """drafter_tensors', a torch file's state dict read too (torch_names), as vLLM's pt iterator loads it."""
+    tensors = drafter_tensors(launch.command)
+    if not isinstance(tensors, TorchFiles):
+        return tensors
+    read = {}
+    for path in tensors.paths:
+        found = torch_tensors(path)
+        if found is None:
+            return tensors  # why: a pickle not read
+        read.update({name: (os.path.basename(path), shape) for name, shape in found.items()})
+    return read
 
 
 def _layout_unread(launch) -> str | None:
