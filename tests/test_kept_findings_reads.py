@@ -1,0 +1,193 @@
+"""review40a D1: `run`'s fast path keeps a set's launch findings under a key over the command, the models'
+config.json and the tree files the checks read; what else they read (a drafter's weights headers and
+index, its directory's listing, the launch's transformers METADATA) is recorded as questions with their
+answers (patchkit/launch/observed.py), and a warm run takes the kept findings only while each question
+gets the same answer. Each test: a run that launches, one file changed (config.json as it was), and the
+next run must refuse the launch as a fresh preflight does."""
+
+from __future__ import annotations
+
+import json
+import os
+import textwrap
+from pathlib import Path
+
+import pytest
+from helpers import run_cli_writing
+from launch_fixtures import DEEPSEEK_V3, DRAFTER, REGISTRY, REGISTRY_PY, patchkit_run, serve, write_eagle3_setup
+from launch_fixtures import write_model, write_weights
+
+MODELS = "vllm/model_executor/models"
+# llama_eagle3.py's and llama.py's lines the drafter's weight rules read (0.16.0's layout, written here)
+EAGLE3_PY = textwrap.dedent("""\
+    qkv_input_size = 2 * self.hidden_size if layer_idx == 0 else self.hidden_size
+    qkv_bias = getattr(config, "attention_bias", False)
+    self.fc = ReplicatedLinear(self.config.hidden_size * 3, self.config.hidden_size)
+    def load_weights(self, weights):
+        for name, tensor in weights:
+            name = name.replace("midlayer.", "layers.0.")
+            if "t2d" in name:
+                continue
+            if "d2t" in name:
+                name = name.replace("d2t", "draft_id_to_target_id")
+            elif "lm_head" not in name:
+                name = "model." + name
+    """)
+LLAMA_PY = 'bias_o_proj = attention_bias\nself.gate_up_proj = Linear(bias=getattr(config, "mlp_bias", False))\n'
+# a drafter of its own: hidden 48, 3 heads of 16, one KV head, 40 draft ids, for a 7168-wide target
+SMALL = {**DRAFTER, "hidden_size": 48, "num_attention_heads": 3, "num_key_value_heads": 1}
+SMALL |= {"intermediate_size": 80, "draft_vocab_size": 40}
+TENSORS = {
+    "d2t": [40],
+    "lm_head.weight": [40, 48],
+    "fc.weight": [48, 3 * 7168],
+    "norm.weight": [48],
+    "midlayer.self_attn.q_proj.weight": [48, 96],
+    "midlayer.self_attn.k_proj.weight": [16, 96],
+    "midlayer.self_attn.v_proj.weight": [16, 96],
+    "midlayer.self_attn.o_proj.weight": [48, 48],
+    "midlayer.mlp.gate_proj.weight": [80, 48],
+    "midlayer.mlp.up_proj.weight": [80, 48],
+    "midlayer.mlp.down_proj.weight": [48, 80],
+    "midlayer.input_layernorm.weight": [48],
+    "midlayer.post_attention_layernorm.weight": [48],
+    "midlayer.hidden_norm.weight": [48],
+}
+
+
+@pytest.fixture
+def warm(tmp_path):
+    """(tree, library, target, drafter, env, marker): the eagle3 set applied, the tree's drafter files
+    as 0.16.0 lays them out, a stand-in `vllm` that touches `marker`, a cache of the test's own."""
+    tree, library = write_eagle3_setup(tmp_path)
+    assert run_cli_writing("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    (tree / MODELS / "llama_eagle3.py").write_text(EAGLE3_PY)
+    (tree / MODELS / "llama.py").write_text(LLAMA_PY)
+    bin_dir, marker = tmp_path / "bin", tmp_path / "launched"
+    bin_dir.mkdir()
+    (bin_dir / "vllm").write_text(f"#!/bin/sh\ntouch {marker}\nexit 7\n")
+    (bin_dir / "vllm").chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    env |= {"PATCHKIT_CACHE_DIR": str(tmp_path / "cache")}
+    env.pop("PATCHKIT_DEBUG", None)
+    target = write_model(tmp_path / "target", DEEPSEEK_V3)
+    drafter = write_model(tmp_path / "drafter", SMALL)
+    write_weights(drafter, TENSORS)
+    return tree, library, target, drafter, env, marker
+
+
+def launch(target: Path, drafter: Path, **spec: object) -> list[str]:
+    given = {"method": "eagle3", "model": str(drafter), "num_speculative_tokens": 3, **spec}
+    return ["vllm", "serve", str(target), "--speculative-config", json.dumps(given)]
+
+
+def run(warm, command: list[str]) -> tuple[int, str]:
+    """`patchkit run` of `command`: (its exit status, its stdout), the marker removed after a launch."""
+    tree, library, _, _, env, marker = warm
+    done = patchkit_run(tree, library, command, env)[1]
+    launched = marker.exists()
+    assert launched == (done.returncode == 7), (done.returncode, done.stdout, done.stderr)
+    marker.unlink(missing_ok=True)
+    return done.returncode, done.stdout
+
+
+def kept_entries(warm) -> int:
+    return len(list(Path(warm[4]["PATCHKIT_CACHE_DIR"], "launch-findings").glob("*.json")))
+
+
+@pytest.mark.parametrize(
+    ("changed", "says"),
+    [
+        ({"midlayer.self_attn.v_proj.bias": [16]}, "which vLLM's drafter has no parameter for"),  # a head re-saved
+        ({"fc.weight": [48, 3 * 4096]}, "where its config.json builds [48, 21504]"),  # trained for another target
+        ({"layers.1.mlp.up_proj.weight": [80, 48]}, "past its num_hidden_layers 1"),
+    ],
+)
+def test_a_drafters_weights_replaced_after_a_run_are_judged_again(warm, changed, says):
+    """The drafter's model.safetensors replaced, its config.json as it was: the warm run must not launch
+    on the verdict kept for the weights before."""
+    _, _, target, drafter, _, _ = warm
+    command = launch(target, drafter)
+    assert run(warm, command)[0] == 7
+    assert run(warm, command)[0] == 7 and kept_entries(warm) == 1  # warm: the kept findings answer
+    write_weights(drafter, {**TENSORS, **changed})
+    status, stdout = run(warm, command)
+    assert status == 1 and "drafter-architecture" in stdout and says in stdout, stdout
+    write_weights(drafter, TENSORS)
+    assert run(warm, command)[0] == 7
+
+
+def test_a_drafters_shard_index_changed_after_a_run_is_judged_again(warm):
+    """vLLM loads the shards its model.safetensors.index.json names: an index that names one more (whose
+    tensor the drafter has no parameter for) fails the launch, the shards on disk as they were."""
+    _, _, target, drafter, _, _ = warm
+    write_weights(drafter, {"lm_head.bias": [40]})
+    (drafter / "model.safetensors").rename(drafter / "extra.safetensors")
+    write_weights(drafter, TENSORS)
+    index = drafter / "model.safetensors.index.json"
+    index.write_text(json.dumps({"weight_map": {"d2t": "model.safetensors"}}))
+    command = launch(target, drafter)
+    assert run(warm, command)[0] == 7
+    index.write_text(json.dumps({"weight_map": {"d2t": "model.safetensors", "lm_head.bias": "extra.safetensors"}}))
+    status, stdout = run(warm, command)
+    assert status == 1 and "its weights hold lm_head.bias (extra.safetensors)" in stdout, stdout
+
+
+# quantization/__init__.py and a method's module as the tree maps them (0.16.0's layout, written here)
+QUANTIZATION = "vllm/model_executor/layers/quantization"
+QUANT_INIT = textwrap.dedent("""\
+    def get_quantization_config(quantization: str):
+        from .gptq import GPTQConfig
+        method_to_config = {"gptq": GPTQConfig}
+        return method_to_config[quantization]
+    """)
+GPTQ = 'class GPTQConfig:\n    def get_config_filenames():\n        return ["quantize_config.json"]\n'
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        pytest.param(lambda d: (d / "v2-quantize_config.json").write_text("{}"), "holds 2 quantization", id="added"),
+        pytest.param(lambda d: (d / "quantize_config.json").unlink(), "no quantize_config.json", id="removed"),
+    ],
+)
+def test_a_drafters_quantization_files_changed_after_a_run_are_listed_again(warm, change, says):
+    """vLLM's get_quant_config globs the drafter's directory for the one *.json the method names: a
+    second one added, or the one removed, after a run that launched, fails the next."""
+    tree, _, target, drafter, _, _ = warm
+    (tree / QUANTIZATION).mkdir(parents=True, exist_ok=True)
+    (tree / QUANTIZATION / "__init__.py").write_text(QUANT_INIT)
+    (tree / QUANTIZATION / "gptq.py").write_text(GPTQ)
+    (drafter / "quantize_config.json").write_text('{"bits": 4}')
+    command = launch(target, drafter, quantization="gptq")
+    assert run(warm, command)[0] == 7
+    change(drafter)
+    status, stdout = run(warm, command)
+    assert status == 1 and "drafter-architecture" in stdout and says in stdout, stdout
+
+
+BACKEND_BASE = textwrap.dedent("""\
+    class Base(nn.Module, VllmModel, SupportsPP, SupportsEagle3):
+        def set_aux_hidden_state_layers(self, layers):
+            self.check_version("4.99.1", "Eagle3 support")
+    """)
+BACKEND_TABLE = '_TRANSFORMERS_BACKEND_MODELS = {"TransformersForCausalLM": ("transformers", "TransformersForCausalLM")}\n'
+
+
+def test_the_launchs_transformers_changed_after_a_run_is_read_again(warm):
+    """Under --model-impl transformers vLLM builds its Transformers backend, whose EAGLE-3 needs the
+    transformers the backend names: the launch's transformers downgraded after a run (its METADATA, a
+    file of the site, not of the tree the checks read) fails the next."""
+    tree, _, target, _, _, _ = warm
+    (tree / MODELS / "transformers").mkdir()
+    (tree / MODELS / "transformers" / "base.py").write_text(BACKEND_BASE)
+    (tree / REGISTRY).write_text(REGISTRY_PY + BACKEND_TABLE)
+    info = tree / "transformers-4.99.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: transformers\nVersion: 4.99.1\n")
+    dense = write_model(target.parent / "dense", {**DEEPSEEK_V3, "n_routed_experts": 0})
+    command = serve(dense, write_model(target.parent / "plain-drafter", DRAFTER), "--model-impl", "transformers")
+    assert run(warm, command)[0] == 7
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: transformers\nVersion: 4.98.0\n")
+    status, stdout = run(warm, command)
+    assert status == 1 and "needs transformers>=4.99.1" in stdout and "has 4.98.0" in stdout, stdout
