@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -16,6 +19,8 @@ import pytest
 from helpers import run_cli_writing
 from launch_fixtures import DEEPSEEK_V3, DRAFTER, REGISTRY, REGISTRY_PY, patchkit_run, serve, write_eagle3_setup
 from launch_fixtures import write_model, write_weights
+
+import patchkit
 
 MODELS = "vllm/model_executor/models"
 # llama_eagle3.py's and llama.py's lines the drafter's weight rules read (0.16.0's layout, written here)
@@ -191,3 +196,114 @@ def test_the_launchs_transformers_changed_after_a_run_is_read_again(warm):
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: transformers\nVersion: 4.98.0\n")
     status, stdout = run(warm, command)
     assert status == 1 and "needs transformers>=4.99.1" in stdout and "has 4.98.0" in stdout, stdout
+
+
+# `run` with its exec replaced and each file-system access made while the set's launch findings are found
+# (inside observed.recording) listed on stderr: opens, listings (audit events) and stats (os.stat, os.lstat).
+TRACED_RUN = """
+import json, os, sys
+from contextlib import contextmanager
+from patchkit.cli.main import main
+from patchkit.launch import observed
+touched, active = [], []
+def hook(event, args):
+    if active and event in ("open", "os.listdir", "os.scandir", "glob.glob") and isinstance(args[0], (str, bytes, os.PathLike)):
+        touched.append([event, os.path.abspath(os.fsdecode(args[0]))])
+sys.addaudithook(hook)
+def traced(real):
+    def stat(path, *args, **kwargs):
+        if active and not isinstance(path, int):
+            touched.append([real.__name__, os.path.abspath(os.fsdecode(path))])
+        return real(path, *args, **kwargs)
+    return stat
+os.stat, os.lstat = traced(os.stat), traced(os.lstat)
+plain = observed.recording
+@contextmanager
+def recording():
+    with plain() as seen:
+        active.append(1)
+        try:
+            yield seen
+        finally:
+            active.clear()
+observed.recording = recording
+os.execvp = lambda *_: sys.exit(0)
+sys.argv = ["patchkit", "run", *sys.argv[1:]]
+try:
+    main()
+finally:
+    print(json.dumps(touched), file=sys.stderr)
+"""
+
+
+def traced_run(warm, command: list[str]) -> tuple[list[list[str]], dict]:
+    """(each access the set's launch findings made, the kept entry): a cold run, its findings kept."""
+    tree, library, _, _, env, _ = warm
+    args = ["--target", str(tree), "--patches", str(library), "--", *command]
+    done = subprocess.run([sys.executable, "-P", "-c", TRACED_RUN, *args], capture_output=True, text=True, env=env)
+    assert done.returncode in (0, 1), done.stdout + done.stderr  # launched or refused: its findings kept
+    (entry,) = Path(env["PATCHKIT_CACHE_DIR"], "launch-findings").glob("*.json")
+    return json.loads(done.stderr.strip().splitlines()[-1]), json.loads(entry.read_text())["entry"]
+
+
+def uncovered(touched: list[list[str]], kept: dict, places: list[Path], own: list[Path]) -> list[list[str]]:
+    """The accesses no recorded question or tree read accounts for: an open, a file read (of the tree,
+    or a read question); a listing, a glob or walk question of that directory; a stat, any question's
+    path, a directory on the way to one, or what a listing holds. A question noted whole (the launch's
+    METADATA, its Python) accounts for what is under the launch's import path and PATH (`places`);
+    Python's and patchkit's own modules (its code is in the key) and the set's files (hashed into the
+    key) are `own`."""
+    read = [Path(kept["root"], path) for path in kept["reads"]]
+    named, listed, whole = list(read), [], list(own)
+    for question in kept["seen"]:
+        kind, *args = json.loads(question)
+        if kind in ("glob", "walk"):
+            listed.append(Path(os.path.dirname(args[0]) if kind == "glob" else args[0]))
+        elif kind in ("distribution", "launch_python"):
+            whole += places
+        else:
+            (read if kind == "read" else named).append(Path(args[0]))
+    named += read + listed
+
+    def covered(event: str, path: Path) -> bool:
+        if any(path.is_relative_to(p) for p in whole):
+            return True
+        if event == "open":
+            return path in read
+        if event in ("os.scandir", "os.listdir", "glob.glob"):
+            return path in listed or path.parent in listed and event == "glob.glob"
+        return any(p.is_relative_to(path) for p in named) or any(path.is_relative_to(p) for p in listed)
+
+    return [[event, path] for event, path in touched if not covered(event, Path(path))]
+
+
+def test_every_read_the_launch_checks_make_is_a_tree_read_or_a_recorded_question(warm):
+    """The class of D1: while the set's launch findings are found, every file opened, listed or
+    statted outside Python's own modules is a tree file read through LaunchContext.read or a question
+    recorded through patchkit.launch.observed (else a change to it would leave the kept verdict
+    standing). The launch reaches every rule that reads beyond config.json: a drafter with an index
+    and shards, a quantized drafter's directory listed, the Transformers backend's transformers."""
+    tree, library, target, drafter, _, _ = warm
+    (tree / MODELS / "transformers").mkdir()
+    (tree / MODELS / "transformers" / "base.py").write_text(BACKEND_BASE)
+    (tree / REGISTRY).write_text(REGISTRY_PY + BACKEND_TABLE)
+    info = tree / "transformers-4.90.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: transformers\nVersion: 4.90.0\n")
+    (drafter / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"d2t": "model.safetensors"}}))
+    (tree / QUANTIZATION).mkdir(parents=True, exist_ok=True)
+    (tree / QUANTIZATION / "__init__.py").write_text(QUANT_INIT)
+    (tree / QUANTIZATION / "gptq.py").write_text(GPTQ)
+    (drafter / "quantize_config.json").write_text('{"bits": 4}')
+    dense = write_model(target.parent / "dense", {**DEEPSEEK_V3, "n_routed_experts": 0})
+    places = [tree, warm[4]["PATH"].split(os.pathsep)[0]]
+    for command in (
+        launch(dense, drafter) + ["--model-impl", "transformers"],
+        launch(target, drafter, quantization="gptq"),
+    ):
+        shutil.rmtree(warm[4]["PATCHKIT_CACHE_DIR"], ignore_errors=True)
+        touched, kept = traced_run(warm, command)
+        kinds = {json.loads(question)[0] for question in kept["seen"]}
+        assert kinds >= ({"glob", "isdir"} if "quantization" in command[-1] else {"read", "walk", "distribution"})
+        own = [Path(sys.prefix), Path(sys.base_prefix), Path(patchkit.__file__).parent.parent, library]
+        assert uncovered(touched, {**kept, "root": tree}, [Path(p) for p in places], own) == []
