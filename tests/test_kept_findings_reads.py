@@ -21,6 +21,9 @@ from launch_fixtures import DEEPSEEK_V3, DRAFTER, REGISTRY, REGISTRY_PY, patchki
 from launch_fixtures import write_model, write_weights
 
 import patchkit
+from patchkit.launch import observed
+from patchkit.launch.command import parse
+from patchkit.launch.weights import drafter_tensors
 
 MODELS = "vllm/model_executor/models"
 # llama_eagle3.py's and llama.py's lines the drafter's weight rules read (0.16.0's layout, written here)
@@ -307,3 +310,38 @@ def test_every_read_the_launch_checks_make_is_a_tree_read_or_a_recorded_question
         assert kinds >= ({"glob", "isdir"} if "quantization" in command[-1] else {"read", "walk", "distribution"})
         own = [Path(sys.prefix), Path(sys.base_prefix), Path(patchkit.__file__).parent.parent, library]
         assert uncovered(touched, {**kept, "root": tree}, [Path(p) for p in places], own) == []
+
+
+def _flip_header_byte(directory: Path, name: str) -> None:
+    """A shape's digit in the file's header changed (its length as it was)."""
+    path = directory / name
+    data = path.read_bytes()
+    at = data.index(b"[16, 96]")
+    path.write_bytes(data[:at] + b"[17, 96]" + data[at + 8 :])
+
+
+CHANGES = {
+    "a header's shape": lambda d: _flip_header_byte(d, "model.safetensors"),
+    "a shard added": lambda d: (d / "more.safetensors").write_bytes((d / "model.safetensors").read_bytes()),
+    "the shard removed": lambda d: (d / "model.safetensors").unlink(),
+    "an index added": lambda d: (d / "model.safetensors.index.json").write_text('{"weight_map": {}}'),
+    "Mistral's files below it": lambda d: (d / "sub").mkdir() or (d / "sub" / "consolidated.safetensors").write_text(""),
+    "the directory made a file": lambda d: shutil.rmtree(d) or d.write_text(""),
+}
+
+
+@pytest.mark.parametrize("change", CHANGES)
+def test_a_recording_of_the_drafters_weights_fails_for_each_change_to_what_they_were_read_from(tmp_path, change):
+    """drafter_tensors, recorded: the recording holds while the drafter's files are as read, and fails
+    for any change that could change what it reads (each one alone), which is what makes `run` judge
+    the launch again."""
+    drafter = write_model(tmp_path / "drafter", SMALL)
+    write_weights(drafter, TENSORS)
+    spec = json.dumps({"method": "eagle3", "model": str(drafter), "num_speculative_tokens": 3})
+    command = parse(["vllm", "serve", str(tmp_path), "--speculative-config", spec], "0.16.0")
+    with observed.recording() as seen:
+        tensors = drafter_tensors(command)
+    assert tensors is not None and tensors["d2t"] == ("model.safetensors", [40])
+    assert observed.holds(json.loads(json.dumps(seen)))  # as kept: JSON
+    CHANGES[change](drafter)
+    assert not observed.holds(seen)
