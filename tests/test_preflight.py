@@ -34,6 +34,8 @@ from launch_fixtures import (
     EMPTY_SAFETENSORS,
     KIMI_DRAFTER,
     KIMI_K25,
+    REGISTRY,
+    REGISTRY_PY,
     apply_fix,
     findings,
     serve,
@@ -725,7 +727,6 @@ def test_a_refs_main_that_leaves_the_cache_is_not_followed(setup, tmp_path):
 
 
 def test_a_registry_symlinked_out_of_the_tree_is_not_read(setup, tmp_path):
-    from launch_fixtures import REGISTRY, REGISTRY_PY
 
     tree, library, models = setup
     assert run_cli_writing("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
@@ -778,7 +779,6 @@ def test_supports_eagle3_is_asked_of_vllm_itself_on_stock_and_after_apply(setup)
 def test_vllms_own_answer_wins_over_the_static_reading(setup, tmp_path):
     """A class that gets SupportsEagle3 from a mixin in another module: the static reading (one module)
     cannot see it; vLLM's supports_eagle3() can, and is the verdict."""
-    from launch_fixtures import REGISTRY, REGISTRY_PY
 
     tree, library, models = setup
     env = make_importable(tree)
@@ -1580,6 +1580,37 @@ def test_eagle3_under_pipeline_parallelism_counts_the_last_stages_layers_alone(
 
 
 @pytest.mark.parametrize(
+    ("architecture", "module", "counted"),
+    [
+        ("DeepseekV32ForCausalLM", "deepseek_v2", True),  # V3.2: vLLM builds deepseek_v2's DeepseekV3ForCausalLM
+        ("AcmeMoeForCausalLM", "deepseek_v2", True),
+        ("DeepseekV3ForCausalLM", "llama", False),  # the name alone decides nothing: the registry's module does
+    ],
+)
+def test_the_last_stage_rule_follows_the_class_the_registry_builds(setup, tmp_path, architecture, module, counted):
+    """Whether the target's forward counts aux layer ids from the model's first layer on every pipeline stage is
+    the patched deepseek_v2 forward's, whatever config.json calls the architecture."""
+
+    tree, library, _ = setup
+    assert run_cli_judged("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    registered = REGISTRY_PY.replace(
+        '    "DeepseekV3ForCausalLM": ("deepseek_v2", "DeepseekV3ForCausalLM"),\n',
+        f'    "{architecture}": ("{module}", "DeepseekV3ForCausalLM"),\n',
+    )
+    assert registered != REGISTRY_PY
+    (tree / REGISTRY).write_text(registered)
+    target = write_model(tmp_path / "target", {**DEEPSEEK_V3, "architectures": [architecture]})
+    drafter = write_model(tmp_path / "drafter", {**DRAFTER, "eagle_aux_hidden_state_layer_ids": [1, 29, 57]})
+    done = preflight(tree, library, *serve(target, drafter, "-pp", "2"))
+    assert ("drafter-aux-layers" in failed(done)) is counted, done.stdout
+    if counted:
+        assert (
+            "give 1 hidden state(s) of the last pipeline stage's layers"
+            in findings(done)["drafter-aux-layers"]["message"]
+        )
+
+
+@pytest.mark.parametrize(
     ("layers", "stages", "partition"),
     [([31, 45, 60], "2", None), ([1, 29, 57], "1", None), ([10, 20, 30], "2", "5,56"), ([1, 29, 57], "2", "1,60")],
 )
@@ -2324,7 +2355,89 @@ def test_an_mla_attention_backend_the_drafter_inherits_fails(
     finding = findings(done)["drafter-architecture"]
     assert f"{says}" in finding["message"] and "is an MLA backend" in finding["message"]
     assert "after the target's load" in finding["message"]
-    assert finding["fix"].startswith("unset VLLM_ATTENTION_BACKEND" if "VLLM_" in says else "drop --attention-")
+    # the variable is the command's own (its `env` prefix): dropped there, not unset in the shell
+    assert finding["fix"].startswith(
+        "drop VLLM_ATTENTION_BACKEND=TRITON_MLA from the command" if "VLLM_" in says else "drop --attention-"
+    )
+
+
+def test_an_mla_attention_backend_the_launch_inherits_is_unset_in_the_shell(setup, tmp_path):
+    """VLLM_ATTENTION_BACKEND from the environment patchkit runs in (not the command's `env` prefix):
+    the fix unsets it there."""
+    tree, library, _ = setup
+    (tree / "vllm" / "config" / "attention.py").write_text(ENV_READER)
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    for rel, text in ATTENTION_FILES.items():
+        (tree / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tree / rel).write_text(text)
+    model = write_model(tmp_path / "target", {**DEEPSEEK_V3, **MLA})
+    draft = write_model(tmp_path / "drafter", DRAFTER)
+    done = preflight(tree, library, *serve(model, draft), env={"VLLM_ATTENTION_BACKEND": "TRITON_MLA"})
+    assert_clean_failure(done, 1)
+    finding = findings(done)["drafter-architecture"]
+    assert "but VLLM_ATTENTION_BACKEND TRITON_MLA is an MLA backend" in finding["message"], finding
+    assert finding["fix"].startswith("unset VLLM_ATTENTION_BACKEND: "), finding
+
+
+@pytest.mark.parametrize(
+    ("yaml", "options", "says", "fix"),
+    [
+        (
+            "attention-backend: TRITON_MLA\n",
+            [],
+            "{file}'s attention-backend TRITON_MLA",
+            "drop attention-backend from {file}",
+        ),
+        (
+            "attention_backend: flashmla\n",
+            [],
+            "{file}'s attention_backend flashmla",
+            "drop attention_backend from {file}",
+        ),
+        (
+            "attention-config:\n  backend: TRITON_MLA\n",
+            [],
+            "{file}'s attention-config's backend TRITON_MLA",
+            "drop attention-config's backend from {file}",
+        ),
+        (  # both: vLLM takes the command line's, and the file's is there once that is dropped
+            "attention-backend: TRITON_MLA\n",
+            ["--attention-backend", "FLASHMLA"],
+            "--attention-backend FLASHMLA",
+            "drop --attention-backend and attention-backend from {file}",
+        ),
+        ("attention-backend: TRITON_MLA\n", ["--attention-backend", "FLASH_ATTN"], None, None),  # the command's wins
+        (  # the file's FLASH_ATTN would fail the MLA target at start: both go
+            "attention-backend: FLASH_ATTN\n",
+            ["--attention_backend=TRITON_MLA"],
+            "--attention-backend TRITON_MLA",
+            "drop --attention-backend and attention-backend from {file}",
+        ),
+    ],
+)
+def test_an_mla_attention_backend_from_the_config_file_is_named_where_it_is_given(
+    setup, tmp_path, yaml, options, says, fix
+):
+    """A backend given in the launch's --config YAML: the finding names the file's key, and its fix drops
+    that key (the command line has no --attention-backend to drop); one given in both is dropped from both."""
+    tree, library, _ = setup
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    for rel, text in ATTENTION_FILES.items():
+        (tree / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tree / rel).write_text(text)
+    model = write_model(tmp_path / "target", {**DEEPSEEK_V3, **MLA})
+    draft = write_model(tmp_path / "drafter", DRAFTER)
+    config = tmp_path / "serve.yaml"
+    config.write_text(yaml)
+    done = preflight(tree, library, *serve(model, draft, "--config", str(config), *options))
+    if says is None:
+        assert done.returncode == 0 and failed(done) == set(), done.stdout
+        return
+    assert_clean_failure(done, 1)
+    assert failed(done) == {"drafter-architecture"}, done.stdout
+    finding = findings(done)["drafter-architecture"]
+    assert f"but {says.format(file=config)} is an MLA backend" in finding["message"], finding
+    assert finding["fix"].startswith(fix.format(file=config) + " (the --config file): "), finding
 
 
 # llama.py's LlamaDecoderLayer as 0.11-0.34 have it: the rotary table's length is the drafter's own value
@@ -2373,6 +2486,33 @@ def test_a_drafter_rotary_table_shorter_than_the_launch_max_model_len_fails(
     assert finding["fix"] == (
         f"give --max-model-len {held}, or set max_position_embeddings to {length} in the drafter's config.json"
     )
+
+
+# model.py's _get_and_verify_max_len as 0.14+ have it: -1 (auto) starts from the derived length
+AUTO_FIT_RULE = "if max_model_len is None or max_model_len == -1:\n    max_model_len = int(derived_max_model_len)\n"
+
+
+@pytest.mark.parametrize(("given", "fitted"), [("-1", True), ("auto", True), ("-1", False), ("auto", False)])
+def test_a_short_drafter_rotary_table_fails_under_auto_fit_where_it_starts_from_the_derived_length(
+    setup, tmp_path, given, fitted
+):
+    """--max-model-len auto/-1 is the target's derived length on trees whose model.py starts there (the engine
+    lowers it only where the KV cache cannot hold it): a short drafter table is no silent pass."""
+    tree, library, _ = setup
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    (tree / "vllm" / "model_executor" / "models" / "llama.py").write_text(LLAMA_ROPE_TABLE)
+    (tree / "vllm" / "config" / "model.py").write_text(AUTO_FIT_RULE if fitted else "")
+    model = write_model(tmp_path / "target", {**DEEPSEEK_V3, "max_position_embeddings": 163840})
+    drafter = write_model(tmp_path / "drafter", {**DRAFTER, "max_position_embeddings": 2048})
+    done = preflight(tree, library, *serve(model, drafter, "--max-model-len", given))
+    if not fitted:  # a tree without auto-fit (0.11-0.13 refuse -1 at config time): not judged by this rule
+        assert "drafter-architecture" not in failed(done), done.stdout
+        return
+    assert_clean_failure(done, 1)
+    finding = findings(done)["drafter-architecture"]
+    assert "its rotary table holds 2048 positions" in finding["message"], finding
+    assert "up to max_model_len 163840:" in finding["message"], finding
+    assert finding["fix"].startswith("give --max-model-len 2048"), finding
 
 
 @pytest.mark.parametrize("where", ["llama.py", "speculative.py"])

@@ -25,6 +25,7 @@ from patchkit.base.errors import escaped
 from patchkit.launch import observed
 from patchkit.launch.engine import few_named
 from patchkit.launch.findings import Finding, cannot_judge
+from patchkit.launch.microbatch import microbatch_findings
 from patchkit.launch.weights import drafter_tensors
 from patchkit.series.requirements import Target
 
@@ -47,6 +48,10 @@ LLAMA_DRAFTER = "llama_eagle3"  # the module of the EAGLE-3 drafter built of lla
 ROPE_TABLE_RULE = b'max_position_embeddings = getattr(config, "max_position_embeddings"'  # llama.py 0.11-0.34
 SPECULATIVE = "vllm/config/speculative.py"
 DRAFTER_RAISED = b"max_position_embeddings"  # 0.30's speculative.py raises the drafter's to the target's length
+MODEL_CONFIG = "vllm/config/model.py"
+# _get_and_verify_max_len (0.14+): --max-model-len -1/auto starts from the derived length, which the engine
+# lowers later only where the KV cache cannot hold it (0.11-0.13 refuse -1 at config time)
+AUTO_FIT = b"max_model_len is None or max_model_len == -1"
 # the config keys vLLM derives max_model_len from (the least it finds), as 0.11-0.34 list them
 MAX_LEN_KEYS = (
     "max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
@@ -72,9 +77,10 @@ HEADS_FIX = "give a -tp that divides the drafter's heads and the target's, or a 
 # The drafter's fc takes 3 aux hidden states (3 x hidden size) in every release up to 0.18.x; 0.22.0
 # sizes it from the drafter's config instead, so the count is judged only where the tree shows the 3.
 FC_HIDDEN_STATES = 3
-# the targets whose forward (as this set patches it) counts layer ids from the model's first layer on every
-# pipeline stage (stock Llama-family forwards count from the stage's own first layer)
-ABSOLUTE_LAYER_IDS = ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "KimiK25ForConditionalGeneration")
+# the model file whose forward (as this set patches it) counts layer ids from the model's first layer on
+# every pipeline stage (stock Llama-family forwards count from the stage's own first layer); judged by the
+# module the tree's registry maps an architecture to, as vLLM builds it, not by config.json's spelling
+ABSOLUTE_LAYER_IDS = "deepseek_v2"
 FC_OF_THREE = b"hidden_size * 3"
 SIZED_BY_CONFIG = b"num_aux_hidden_states"
 LAST_FC_OF_THREE = Version("0.18.999")
@@ -114,6 +120,7 @@ def checks(launch) -> list[Finding]:
         return []
     found = [whitelist(launch), supports_eagle3(launch)]
     found += image_token(launch)
+    found += microbatch_findings(launch, lambda: _has_experts(launch))  # the target's output, split
     if launch.drafter is not None:
         found += [drafter_architecture(launch), hidden_size(launch), aux_layers(launch), vocabulary(launch)]
     return found
@@ -621,8 +628,11 @@ def _plain_rope(config: dict) -> bool:
 def _max_model_len(launch) -> int | None:
     """The launch's max_model_len as vLLM's _get_and_verify_max_len sets it: --max-model-len, else the
     target's derived one (the least of its length keys, scaled by its rope factor; the tokenizer's
-    model_max_length counts for pooling models only); None where it is not sure (auto-fit -1)."""
+    model_max_length counts for pooling models only), -1 (auto) as the derived one where the tree fits it
+    from there; None where it is not sure."""
     given = launch.command.options.get("max-model-len")
+    if given == -1 and AUTO_FIT in (launch.read(MODEL_CONFIG) or b""):
+        given = None
     if given is not None:
         return given if _whole(given) and given > 0 else None
     if launch.command.options.get("disable-sliding-window"):
@@ -948,21 +958,22 @@ def _attention_backend_refused(launch) -> tuple[str, str] | None:
     named = _attention_backend(launch)
     if named is None or not _uses_mla(launch, launch.target.text_config):
         return None  # none named, or a non-MLA target: the target's own build refuses an MLA backend first
-    source, name = named
+    source, undo, name = named
     if _uses_mla(launch, launch.drafter.config) or not _mla_backend(launch, name) or not _cuda_build(launch):
         return None
     why = f"{source} {escaped(name)} is an MLA backend, which vLLM refuses for the drafter's non-MLA attention"
-    undo = f"unset {source}" if source == ATTENTION_ENV else f"drop {source}"
     return why, f"{undo}: vLLM then picks a backend for each layer"
 
 
-def _attention_backend(launch) -> tuple[str, str] | None:
-    """(where it is named, the name) of the attention backend the launch gives vLLM, or None."""
-    environ = launch.command.environ.get(ATTENTION_ENV)
+def _attention_backend(launch) -> tuple[str, str, str] | None:
+    """(where it is named, how to drop it, the name) of the attention backend the launch gives vLLM, or None."""
+    command = launch.command
+    environ = command.environ.get(ATTENTION_ENV)
     if environ and any(ATTENTION_ENV.encode() in (launch.read(path) or b"") for path in ATTENTION_ENV_READERS):
-        return ATTENTION_ENV, environ
-    given = launch.command.attention_backend
-    return None if given is None else given
+        # the command's own `env` prefix, or the environment it is started in
+        given = f"drop {ATTENTION_ENV}={escaped(environ)} from the command" if ATTENTION_ENV in command.env else None
+        return ATTENTION_ENV, given or f"unset {ATTENTION_ENV}", environ
+    return command.attention_backend
 
 
 def _uses_mla(launch, config: dict) -> bool:
@@ -1104,12 +1115,18 @@ def _aux_count(launch, named: str, layers: list[int], top: int, passed: str) -> 
 FORWARD_MODULE = {"KimiK25ForConditionalGeneration": "deepseek_v2"}
 
 
+def _forward_module(launch) -> str | None:
+    """The module (e.g. deepseek_v2) whose forward hands the drafter the target's hidden states; None when
+    the architecture is not registered."""
+    arch = target_architecture(launch)
+    where = _model_class(launch.registry(), arch) if arch else None
+    return FORWARD_MODULE.get(arch or "") or (where[0] if where else None)
+
+
 def _forward_file(launch) -> tuple[str, ast.Module] | None:
     """(file name, parsed) of the target's model file whose forward hands the drafter its hidden states;
     None when the architecture is not registered or the file is unreadable."""
-    arch = target_architecture(launch)
-    where = _model_class(launch.registry(), arch) if arch else None
-    module = FORWARD_MODULE.get(arch or "") or (where[0] if where else None)
+    module = _forward_module(launch)
     tree = _parsed(launch.read(f"{MODELS_DIR}/{module}.py") if module else None)
     return (f"{module}.py", tree) if tree is not None else None
 
@@ -1181,7 +1198,7 @@ def _last_stage_start(launch, count: int) -> int:
     """The first layer of the last pipeline stage, which alone holds the drafter and hands it hidden states:
     the earlier stages pass on only hidden_states and residual (0: one stage, or a partition vLLM refuses)."""
     stages = _whole_option(launch.command.options.get("pipeline-parallel-size", 1))
-    if stages is None or stages <= 1 or target_architecture(launch) not in ABSOLUTE_LAYER_IDS:
+    if stages is None or stages <= 1 or _forward_module(launch) != ABSOLUTE_LAYER_IDS:
         return 0
     given = launch.command.environ.get(PARTITION)
     if given is not None:  # vLLM's get_pp_indices: one count a stage, summing to the layers (else refused)
