@@ -17,8 +17,17 @@ from pathlib import Path
 
 import pytest
 from helpers import run_cli_writing
-from launch_fixtures import DEEPSEEK_V3, DRAFTER, REGISTRY, REGISTRY_PY, patchkit_run, serve, write_eagle3_setup
-from launch_fixtures import write_model, write_weights
+from launch_fixtures import (
+    DEEPSEEK_V3,
+    DRAFTER,
+    REGISTRY,
+    REGISTRY_PY,
+    patchkit_run,
+    serve,
+    write_eagle3_setup,
+    write_model,
+    write_weights,
+)
 
 import patchkit
 from patchkit.launch import observed
@@ -179,7 +188,9 @@ BACKEND_BASE = textwrap.dedent("""\
         def set_aux_hidden_state_layers(self, layers):
             self.check_version("4.99.1", "Eagle3 support")
     """)
-BACKEND_TABLE = '_TRANSFORMERS_BACKEND_MODELS = {"TransformersForCausalLM": ("transformers", "TransformersForCausalLM")}\n'
+BACKEND_TABLE = (
+    '_TRANSFORMERS_BACKEND_MODELS = {"TransformersForCausalLM": ("transformers", "TransformersForCausalLM")}\n'
+)
 
 
 def test_the_launchs_transformers_changed_after_a_run_is_read_again(warm):
@@ -274,7 +285,7 @@ def uncovered(touched: list[list[str]], kept: dict, places: list[Path], own: lis
         if event == "open":
             return path in read
         if event in ("os.scandir", "os.listdir", "glob.glob"):
-            return path in listed or path.parent in listed and event == "glob.glob"
+            return path in listed or (path.parent in listed and event == "glob.glob")
         return any(p.is_relative_to(path) for p in named) or any(path.is_relative_to(p) for p in listed)
 
     return [[event, path] for event, path in touched if not covered(event, Path(path))]
@@ -301,7 +312,7 @@ def test_every_read_the_launch_checks_make_is_a_tree_read_or_a_recorded_question
     dense = write_model(target.parent / "dense", {**DEEPSEEK_V3, "n_routed_experts": 0})
     places = [tree, warm[4]["PATH"].split(os.pathsep)[0]]
     for command in (
-        launch(dense, drafter) + ["--model-impl", "transformers"],
+        [*launch(dense, drafter), "--model-impl", "transformers"],
         launch(target, drafter, quantization="gptq"),
     ):
         shutil.rmtree(warm[4]["PATCHKIT_CACHE_DIR"], ignore_errors=True)
@@ -325,7 +336,9 @@ CHANGES = {
     "a shard added": lambda d: (d / "more.safetensors").write_bytes((d / "model.safetensors").read_bytes()),
     "the shard removed": lambda d: (d / "model.safetensors").unlink(),
     "an index added": lambda d: (d / "model.safetensors.index.json").write_text('{"weight_map": {}}'),
-    "Mistral's files below it": lambda d: (d / "sub").mkdir() or (d / "sub" / "consolidated.safetensors").write_text(""),
+    "Mistral's files below it": lambda d: (
+        (d / "sub").mkdir() or (d / "sub" / "consolidated.safetensors").write_text("")
+    ),
     "the directory made a file": lambda d: shutil.rmtree(d) or d.write_text(""),
 }
 
