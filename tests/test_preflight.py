@@ -2488,6 +2488,63 @@ def test_a_drafter_rotary_table_shorter_than_the_launch_max_model_len_fails(
     )
 
 
+# a models/config.py shaped as 0.11-0.17's: the class MODELS_CONFIG_MAP gives V3.2 rewrites an fp8 cache format
+SPARSE_CACHE_CONFIG = """\
+class SparseV32Config:
+    @classmethod
+    def verify_and_update_config(cls, vllm_config):
+        if vllm_config.cache_config.cache_dtype.startswith("fp8"):
+            vllm_config.cache_config.cache_dtype = "fp8_ds_mla"
+
+
+class OtherConfig:
+    pass
+
+
+MODELS_CONFIG_MAP: dict = {"DeepseekV32ForCausalLM": SparseV32Config, "DeepseekV3ForCausalLM": OtherConfig}
+"""
+
+
+@pytest.mark.parametrize(
+    ("architecture", "dtype", "in_file", "fails"),
+    [
+        ("DeepseekV32ForCausalLM", "fp8", False, True),
+        ("DeepseekV32ForCausalLM", "fp8_e4m3", True, True),  # from the --config file
+        ("DeepseekV32ForCausalLM", "auto", False, False),
+        ("DeepseekV3ForCausalLM", "fp8", False, False),  # its config class keeps the format
+    ],
+)
+def test_an_fp8_kv_cache_the_target_rewrites_to_its_sparse_format_fails_an_eagle3_drafter(
+    setup, tmp_path, architecture, dtype, in_file, fails
+):
+    """The drafter's attention takes the engine's KV-cache format; DeepSeek-V3.2's config class (0.11-0.17)
+    turns an fp8 one into fp8_ds_mla, which no non-MLA attention backend takes (review40a D3)."""
+    tree, library, _ = setup
+    assert run_cli_judged("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    (tree / REGISTRY).write_text(
+        REGISTRY_PY.replace(
+            '    "DeepseekV3ForCausalLM"',
+            '    "DeepseekV32ForCausalLM": ("deepseek_v2", "DeepseekV3ForCausalLM"),\n    "DeepseekV3ForCausalLM"',
+        )
+    )
+    (tree / "vllm" / "model_executor" / "models" / "config.py").write_text(SPARSE_CACHE_CONFIG)
+    target = write_model(tmp_path / "target", {**DEEPSEEK_V3, "architectures": [architecture]})
+    given = ("--kv-cache-dtype", dtype)
+    if in_file:
+        (tmp_path / "serve.yaml").write_text(f"kv-cache-dtype: {dtype}\n")
+        given = ("--config", str(tmp_path / "serve.yaml"))
+    done = preflight(tree, library, *serve(target, write_model(tmp_path / "drafter", DRAFTER), *given))
+    if not fails:
+        assert "drafter-architecture" not in failed(done), done.stdout
+        return
+    assert_clean_failure(done, 1)
+    assert failed(done) == {"drafter-architecture"}, done.stdout
+    finding = findings(done)["drafter-architecture"]
+    assert "KV cache as fp8_ds_mla, which the drafter's attention cannot take" in finding["message"], finding
+    said = f"drop kv-cache-dtype from {tmp_path / 'serve.yaml'}" if in_file else f"drop --kv-cache-dtype {dtype}"
+    assert finding["fix"].startswith(said), finding
+
+
 # model.py's _get_and_verify_max_len as 0.14+ have it: -1 (auto) starts from the derived length
 AUTO_FIT_RULE = "if max_model_len is None or max_model_len == -1:\n    max_model_len = int(derived_max_model_len)\n"
 

@@ -23,6 +23,7 @@ from packaging.version import InvalidVersion, Version
 from patchkit.base import hints
 from patchkit.base.errors import escaped
 from patchkit.launch import observed
+from patchkit.launch.drafter_weights import weights_unjudged
 from patchkit.launch.engine import few_named
 from patchkit.launch.findings import Finding, cannot_judge
 from patchkit.launch.microbatch import microbatch_findings
@@ -49,6 +50,10 @@ ROPE_TABLE_RULE = b'max_position_embeddings = getattr(config, "max_position_embe
 SPECULATIVE = "vllm/config/speculative.py"
 DRAFTER_RAISED = b"max_position_embeddings"  # 0.30's speculative.py raises the drafter's to the target's length
 MODEL_CONFIG = "vllm/config/model.py"
+MODEL_CONFIG_CLASSES = (
+    f"{MODELS_DIR}/config.py"  # MODELS_CONFIG_MAP: a class per architecture that may change the engine's config
+)
+SPARSE_MLA_CACHE = "fp8_ds_mla"  # DeepSeek-V3.2's KV-cache format: only its sparse-MLA backends take it
 # _get_and_verify_max_len (0.14+): --max-model-len -1/auto starts from the derived length, which the engine
 # lowers later only where the KV cache cannot hold it (0.11-0.13 refuse -1 at config time)
 AUTO_FIT = b"max_model_len is None or max_model_len == -1"
@@ -120,9 +125,12 @@ def checks(launch) -> list[Finding]:
         return []
     found = [whitelist(launch), supports_eagle3(launch)]
     found += image_token(launch)
-    found += microbatch_findings(launch, lambda: _has_experts(launch))  # the target's output, split
+    aux = launch.drafter is None or _uses_aux_hidden_states(launch.drafter.config)  # the target's output, split:
+    found += microbatch_findings(launch, lambda: _has_experts(launch), aux)
     if launch.drafter is not None:
-        found += [drafter_architecture(launch), hidden_size(launch), aux_layers(launch), vocabulary(launch)]
+        built = drafter_architecture(launch)
+        found += [built, *(_weights_unjudged(launch) if built.ok else [])]  # a failure's fix comes first
+        found += [hidden_size(launch), aux_layers(launch), vocabulary(launch)]
     return found
 
 
@@ -547,9 +555,9 @@ def drafter_architecture(launch) -> Finding:
         llama = llama if table.get(built, ("",))[0] == LLAMA_DRAFTER else ()
         rules = (_heads_unsplit, *llama, _quant_config_unfound, _attention_backend_refused)
         unbuilt = next((found for rule in rules if (found := rule(launch)) is not None), None)
-        short = _positions_unserved(launch) if llama else None
-        if unbuilt is None and short is not None:
-            return Finding("drafter-architecture", False, f"{registered}, but {short[0]}", short[1])
+        later = (_positions_unserved(launch) if llama else None) or _cache_format_refused(launch)
+        if unbuilt is None and later is not None:
+            return Finding("drafter-architecture", False, f"{registered}, but {later[0]}", later[1])
         if unbuilt is None:
             return Finding("drafter-architecture", True, registered)
         message = f"{registered}, but {unbuilt[0]}: vLLM fails building it, after the target's load"
@@ -746,13 +754,13 @@ def _weights_unfit(launch) -> tuple[str, str] | None:
     """vLLM loads the drafter's weights into the modules its config.json builds (llama_eagle3.py), after
     the target's load; a tensor whose shape a module's loader refuses (an assert; a narrow to the size it
     shards over -tp, where a larger one loads in part), or a layer past its num_hidden_layers (a KeyError),
-    fails the launch. (what fails, fix) for the first; None where none does, or the check cannot tell."""
+    fails the launch. (what fails, fix) for the first; None where none does, or the check cannot tell
+    (_weights_unjudged says why)."""
     config = launch.drafter.config
-    quantized = (launch.command.speculative_config or {}).get("quantization") or config.get("quantization_config")
     source = launch.read(EAGLE3_DRAFTER) or b""
-    if quantized is not None or not all(mark in source for mark in WEIGHTS_LAYOUT) or _fc_hidden_states(launch) is None:
+    tensors = drafter_tensors(launch.command)
+    if not isinstance(tensors, dict) or weights_unjudged(launch, LLAMA_DRAFTER, _layout_unread(launch)) is not None:
         return None  # quantized tensors are packed, with scales: other shapes
-    tensors = drafter_tensors(launch.command) or {}
     sizes = _drafter_sizes(config)
     unfit = [
         (name, file, shape, taken)
@@ -772,6 +780,27 @@ def _weights_unfit(launch) -> tuple[str, str] | None:
     wanted = ", ".join(f"at least {size}" if least else str(size) for size, least in taken)
     why = f"its weights' {escaped(name)} is {shape} ({escaped(file)}), where its config.json builds [{wanted}]{more}"
     return why, "give the drafter the config.json saved with its weights (this one's sizes do not build them)"
+
+
+def _weights_unjudged(launch) -> list[Finding]:
+    """A cannot-judge finding for a registered drafter whose weights no rule here holds (another drafter
+    class, a llama_eagle3.py of another layout, quantized or torch weights); none for a tree without the file."""
+    table = launch.registry().get(SPECULATIVE_TABLE, {})
+    built = next((name for name in _built_names(launch.drafter) if name in table), None)
+    if built is None or launch.read(EAGLE3_DRAFTER) is None:
+        return []  # not registered: drafter-architecture fails; no drafter file: a tree of parts
+    unjudged = weights_unjudged(launch, table[built][0], _layout_unread(launch))
+    return [] if unjudged is None else [unjudged]
+
+
+def _layout_unread(launch) -> str | None:
+    """Why the tree's llama_eagle3.py is not the layout _weights_unfit reads (0.12-0.18's); None: it is."""
+    source = launch.read(EAGLE3_DRAFTER) or b""
+    if not all(mark in source for mark in WEIGHTS_LAYOUT):
+        return "this vLLM's llama_eagle3.py maps them otherwise than the layout patchkit reads (0.12-0.18's)"
+    if _fc_hidden_states(launch) is None:
+        return "this vLLM's llama_eagle3.py sizes its fc from the drafter's config, which patchkit does not read"
+    return None
 
 
 def _unmapped(launch, tensors: dict, source: bytes) -> tuple[str, str] | None:
@@ -815,14 +844,16 @@ def _built_parameters(config: dict, qkv_bias: bool, o_bias: bool, mlp_bias: bool
 
 STACKED = ((".q_proj", ".qkv_proj"), (".k_proj", ".qkv_proj"), (".v_proj", ".qkv_proj"))
 STACKED += ((".gate_proj", ".gate_up_proj"), (".up_proj", ".gate_up_proj"))
-# names vLLM skips (t2d, mask_hidden, AutoWeightsLoader's rotary buffers) or that are not judged here (scales)
-SKIPPED = ("mask_hidden", "rotary", "scale", "zero_point", "t2d")
+# names vLLM skips (t2d, mask_hidden, AutoWeightsLoader's rotary buffers); an unquantized drafter's other
+# scales are looked up as any name (a KeyError: measured on 0.16.0), but for the attention's own
+KV_SCALES = tuple(f".{qkv}_{kind}" for qkv in ("q", "k", "v", "kv") for kind in ("scale", "zero_point"))
+SKIPPED = ("mask_hidden", "rotary", "t2d")
 
 
 def _looked_up(name: str, skipped: tuple[str, ...]) -> str | None:
     """The name llama_eagle3.py's loaders look `name` up by (0.16.0's renames); None: skipped."""
-    if any(part in name for part in skipped):
-        return None
+    if any(part in name for part in skipped) or name.endswith(KV_SCALES):
+        return None  # maybe_remap_kv_scale_name maps a q/k/v scale to the attention's, or skips it
     if "d2t" in name:
         looked = name.replace("d2t", "draft_id_to_target_id")
     elif "lm_head" in name:
@@ -963,6 +994,57 @@ def _attention_backend_refused(launch) -> tuple[str, str] | None:
         return None
     why = f"{source} {escaped(name)} is an MLA backend, which vLLM refuses for the drafter's non-MLA attention"
     return why, f"{undo}: vLLM then picks a backend for each layer"
+
+
+def _cache_format_refused(launch) -> tuple[str, str] | None:
+    """The drafter's attention takes the engine's KV-cache format, and the target's config class in the
+    tree's models/config.py (DeepSeek-V3.2's, 0.11-0.17) rewrites an fp8 one to its sparse-MLA format, which
+    no non-MLA backend takes: FlashAttention's forward raises on it, the others refuse it. (why, fix), else None."""
+    dtype = launch.command.options.get("kv-cache-dtype")
+    arch = target_architecture(launch)
+    if not isinstance(dtype, str) or not dtype.startswith("fp8") or arch is None:
+        return None
+    if not _rewrites_cache_format(_parsed(launch.read(MODEL_CONFIG_CLASSES)), arch):
+        return None
+    where, undo = launch.command.where("kv-cache-dtype", f"--kv-cache-dtype {escaped(dtype)}")
+    why = (
+        f"with {where} vLLM stores {escaped(arch)}'s KV cache as {SPARSE_MLA_CACHE}, which the drafter's "
+        "attention cannot take: vLLM fails after the target's load"
+    )
+    return why, f"{undo} (the drafter shares the engine's KV-cache format)"
+
+
+def _rewrites_cache_format(tree: ast.Module | None, arch: str) -> bool:
+    """Whether MODELS_CONFIG_MAP's class for `arch` sets cache_dtype to the sparse-MLA format."""
+    table = next(
+        (
+            node.value
+            for node in (tree.body if tree else ())
+            if isinstance(node, ast.AnnAssign | ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == "MODELS_CONFIG_MAP" for t in _targets(node))
+            and isinstance(node.value, ast.Dict)
+        ),
+        None,
+    )
+    pairs = zip(table.keys, table.values, strict=True) if table else ()
+    named = next(
+        (v.id for k, v in pairs if isinstance(k, ast.Constant) and k.value == arch and isinstance(v, ast.Name)), None
+    )
+    classes = [
+        node for node in (tree.body if tree and named else ()) if isinstance(node, ast.ClassDef) and node.name == named
+    ]
+    return any(
+        isinstance(node, ast.Assign)
+        and any(isinstance(t, ast.Attribute) and t.attr == "cache_dtype" for t in node.targets)
+        and isinstance(node.value, ast.Constant)
+        and node.value.value == SPARSE_MLA_CACHE
+        for found in classes
+        for node in ast.walk(found)
+    )
+
+
+def _targets(node: ast.AnnAssign | ast.Assign) -> list[ast.expr]:
+    return node.targets if isinstance(node, ast.Assign) else [node.target]
 
 
 def _attention_backend(launch) -> tuple[str, str, str] | None:

@@ -898,6 +898,7 @@ class VerifyResult(Value):
             and not status.drifted
             and not status.guard
             and not status.hanging
+            and not status.unjudged_bytecode
         )
 
     @property

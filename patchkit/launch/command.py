@@ -225,16 +225,16 @@ class LaunchCommand(Value):
         command line or in its --config file; None when neither."""
         given = self.optional_text("attention-backend")
         if given is not None:
-            return *self._where("attention-backend", "--attention-backend"), given
+            return *self.where("attention-backend", "--attention-backend"), given
         try:
             backend = (self._json("attention-config") or {}).get("backend")
         except BadInput:  # vLLM refuses it at start, before any load
             return None
         if not isinstance(backend, str) or not backend:
             return None
-        return *self._where("attention-config", "--attention-config's backend", "'s backend"), backend
+        return *self.where("attention-config", "--attention-config's backend", "'s backend"), backend
 
-    def _where(self, option: str, said: str, part: str = "") -> tuple[str, str]:
+    def where(self, option: str, said: str, part: str = "") -> tuple[str, str]:
         """(where `option` is given, how to drop it): `said` on the command line, or its key (and `part`
         of its value) in the --config file, or both (vLLM takes the command line's: dropping it leaves the file's)."""
         key = self.in_config.get(option)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable
 
+from patchkit.base import hints
 from patchkit.launch.command import LaunchCommand
 from patchkit.launch.engine import LaunchContext
 from patchkit.launch.findings import Finding, cannot_judge
@@ -31,21 +32,26 @@ THRESHOLDS = ("dbo-decode-token-threshold", "dbo-prefill-token-threshold")
 # (EngineArgs.get_batch_defaults, 0.11-0.34: 2048, 8192 on a large GPU)
 SERVED_BATCH = 2048
 EXPERTS_FIX = "judge a whole site-packages (transformers beside vllm/), or give config.json its expert count"
+UNLAID = f"the tree has no {V1_WRAPPER} nor {V2_UBATCH} (only the patched files?)"
+RUNNERS_DIFFER = "vLLM picks its V1 or V2 model runner by the model and its features, and their joins differ"
 Verdict = tuple[bool | None, str]  # (joins EAGLE-3's output, or None: not read; what the join does)
 
 
-def microbatch_findings(launch: LaunchContext, has_experts: Callable[[], bool | None]) -> list[Finding]:
-    """The micro-batching finding of an EAGLE-3 launch; none when vLLM never splits its batches.
+def microbatch_findings(
+    launch: LaunchContext, has_experts: Callable[[], bool | None], aux: bool = True
+) -> list[Finding]:
+    """The micro-batching finding of an EAGLE-3 launch; none when vLLM never splits its batches, or
+    when the target returns no aux hidden states (`aux` False: the drafter's eagle_config says so).
     `has_experts`: vLLM's get_num_experts() > 0 on the target (None: not readable)."""
     split = _split(launch.command)
-    if split is None:
+    if split is None or not aux:
         return []
     given, dp = split
     said = f"{given} with -dp {dp}"
     fix = f"drop {given}: vLLM then runs each batch whole"
     joins, how = _join(launch)
     if joins is None:
-        return [cannot_judge(CHECK, f"{said}: {how}", fix)]
+        return [cannot_judge(CHECK, f"{said}: {how}", _unjudged_fix(launch, how, fix))]
     if joins:
         return [Finding(CHECK, True, f"{said}: {how}")]
     if MOE_ONLY in (launch.read(ENGINE_CORE) or b""):  # a dense model's -dp ranks run apart: no split
@@ -61,6 +67,16 @@ def microbatch_findings(launch: LaunchContext, has_experts: Callable[[], bool | 
     output = "an EAGLE-3 target's (hidden states, aux hidden states)"
     message = f"{said}: {how}: {output} raises TypeError there, after the load"
     return [Finding(CHECK, False, message, fix)]
+
+
+def _unjudged_fix(launch: LaunchContext, how: str, fix: str) -> str:
+    """What gives an unread join its judgement: the runner named, the whole release laid out; else `fix`."""
+    if how == RUNNERS_DIFFER:
+        return f"set {V2_ENV}=0 (V1) or =1 (V2) in the launch, or {fix}"
+    if how == UNLAID:
+        whole = hints.command("fetch", str(launch.version or "VERSION"), "--all", "--dest", str(launch.root))
+        return f"lay out the whole release ({whole}), or {fix}"
+    return fix
 
 
 def _split(command: LaunchCommand) -> tuple[str, int] | None:
@@ -125,10 +141,10 @@ def _join(launch: LaunchContext) -> Verdict:
             return v2 or (None, f"{V2_ENV}={chosen} picks the V2 model runner, whose join is not read")
         return True, f"{V2_ENV}={chosen} picks vLLM's V2 model runner, which splits no batch here"
     if v1 is None or v2 is None or chosen in ("0", "false"):
-        return v1 or v2 or (None, f"the tree has no {V1_WRAPPER} nor {V2_UBATCH} (only the patched files?)")
+        return v1 or v2 or (None, UNLAID)
     if v1[0] == v2[0]:
         return v1
-    return None, "vLLM picks its V1 or V2 model runner by the model and its features, and their joins differ"
+    return None, RUNNERS_DIFFER
 
 
 def _v1_join(source: bytes | None) -> Verdict | None:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from launch_fixtures import EMPTY_SAFETENSORS, write_model, write_weights
-from vllm_overlay import TINY_LLAMA, ask_vllm, overlay_venv
+from vllm_overlay import DRAFTER_BUILT, TINY_DRAFTER, TINY_LLAMA, TINY_WEIGHTS, ask_vllm, overlay_venv
 
 VLLM_PYTHON = os.environ.get("VLLM_PYTHON")
 
@@ -320,46 +320,6 @@ def test_a_speculative_quantization_fails_drafter_architecture_exactly_where_vll
         assert found["ok"] or f"names quantization '{method}'" in found["message"], found
 
 
-# review38 B5's class: vLLM builds the EAGLE-3 drafter (llama_eagle3.py, of llama.py's layers) and loads its
-# weights only after the target's load; both asked here on CPU, for each drafter directory in turn
-DRAFTER_BUILT = """
-import glob, json, os, sys, tempfile
-from patchkit._target.engine_config import _force_cpu_platform_when_none
-import vllm
-_force_cpu_platform_when_none()
-from vllm.config import set_current_vllm_config
-from vllm.distributed import init_distributed_environment, initialize_model_parallel
-from vllm.engine.arg_utils import EngineArgs
-from vllm.model_executor.model_loader.weight_utils import safetensors_weights_iterator
-init_distributed_environment(1, 0, f"file://{tempfile.mktemp()}", 0, "gloo")
-initialize_model_parallel(1, 1)
-from vllm.model_executor.models.llama_eagle3 import Eagle3LlamaForCausalLM
-said = {}
-for drafter in sys.argv[2:]:
-    spec = {"method": "eagle3", "model": drafter, "num_speculative_tokens": 2}
-    config = EngineArgs(model=sys.argv[1], skip_tokenizer_init=True, speculative_config=spec).create_engine_config()
-    try:
-        with set_current_vllm_config(config):
-            built = Eagle3LlamaForCausalLM(vllm_config=config)
-        built.load_weights(safetensors_weights_iterator(sorted(glob.glob(os.path.join(drafter, "*.safetensors"))), False))
-        said[drafter] = None
-    except Exception as exc:
-        said[drafter] = f"{type(exc).__name__}: {exc}"
-print(json.dumps(said))
-"""
-# a drafter for TINY_LLAMA (vLLM's EAGLE-3 whitelist takes a Llama target unpatched)
-TINY_DRAFTER = {
-    **DRAFTER,
-    "hidden_size": 256,
-    "intermediate_size": 512,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "vocab_size": 1000,
-    "draft_vocab_size": 500,
-    "eagle_aux_hidden_state_layer_ids": [0, 1, 1],
-}
-
-
 def drafter_finding(target: Path, drafter: Path) -> dict:
     spec = json.dumps({"method": "eagle3", "model": str(drafter), "num_speculative_tokens": 2})
     done = patchkit(
@@ -390,24 +350,6 @@ def test_a_drafter_layer_types_fails_drafter_architecture_exactly_where_vllm_fai
         assert found["ok"] or "layer_types" in found["message"], found
 
 
-# TINY_DRAFTER's tensors as vLLM's llama_eagle3.py takes them (layer 0's q/k/v take 2 x 256: embeds and states)
-TINY_WEIGHTS = {
-    "d2t": [500],
-    "t2d": [1000],
-    "lm_head.weight": [500, 256],
-    "fc.weight": [256, 768],
-    "norm.weight": [256],
-    "midlayer.self_attn.q_proj.weight": [256, 512],
-    "midlayer.self_attn.k_proj.weight": [128, 512],
-    "midlayer.self_attn.v_proj.weight": [128, 512],
-    "midlayer.self_attn.o_proj.weight": [256, 256],
-    "midlayer.mlp.gate_proj.weight": [512, 256],
-    "midlayer.mlp.up_proj.weight": [512, 256],
-    "midlayer.mlp.down_proj.weight": [256, 512],
-    "midlayer.input_layernorm.weight": [256],
-    "midlayer.post_attention_layernorm.weight": [256],
-    "midlayer.hidden_norm.weight": [256],
-}
 WEIGHT_CASES = {
     "whole": ({}, {}),
     "fc-of-another-target": ({"fc.weight": [256, 384]}, {}),
