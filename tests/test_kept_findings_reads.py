@@ -358,3 +358,17 @@ def test_a_recording_of_the_drafters_weights_fails_for_each_change_to_what_they_
     assert observed.holds(json.loads(json.dumps(seen)))  # as kept: JSON
     CHANGES[change](drafter)
     assert not observed.holds(seen)
+
+
+def test_a_drafters_modelopt_quantization_file_removed_after_a_run_is_looked_for_again(warm):
+    """ModelOpt's hf_quant_config.json beside config.json makes vLLM read the drafter as quantized (its
+    weights' names then not judged); removed after a run, the weights are judged again, and a tensor the
+    drafter has no parameter for fails the launch."""
+    _, _, target, drafter, _, _ = warm
+    write_weights(drafter, {**TENSORS, "midlayer.mlp.gate_proj.bias": [80]})
+    (drafter / "hf_quant_config.json").write_text('{"quantization": {"quant_algo": "FP8"}}')
+    command = launch(target, drafter)
+    assert run(warm, command)[0] == 7
+    (drafter / "hf_quant_config.json").unlink()
+    status, stdout = run(warm, command)
+    assert status == 1 and "midlayer.mlp.gate_proj.bias" in stdout and "no parameter for" in stdout, stdout
