@@ -23,6 +23,7 @@ from packaging.version import InvalidVersion, Version
 from patchkit.base import hints
 from patchkit.base.errors import escaped
 from patchkit.launch import observed
+from patchkit.launch.drafter_attention import positions_unserved, sliding_under_mla, sliding_unbuilt, unjudged
 from patchkit.launch.drafter_weights import weights_unjudged
 from patchkit.launch.engine import few_named
 from patchkit.launch.findings import Finding, cannot_judge
@@ -46,22 +47,10 @@ EAGLE3_DRAFTER = f"{MODELS_DIR}/llama_eagle3.py"
 LLAMA = f"{MODELS_DIR}/llama.py"  # the drafter's decoder layer and MLP (llama_eagle3.py subclasses them)
 ROPE = "vllm/model_executor/layers/rotary_embedding/__init__.py"  # get_rope: a branch per RoPE type
 LLAMA_DRAFTER = "llama_eagle3"  # the module of the EAGLE-3 drafter built of llama.py's layers
-ROPE_TABLE_RULE = b'max_position_embeddings = getattr(config, "max_position_embeddings"'  # llama.py 0.11-0.34
-SPECULATIVE = "vllm/config/speculative.py"
-DRAFTER_RAISED = b"max_position_embeddings"  # 0.30's speculative.py raises the drafter's to the target's length
-MODEL_CONFIG = "vllm/config/model.py"
 MODEL_CONFIG_CLASSES = (
     f"{MODELS_DIR}/config.py"  # MODELS_CONFIG_MAP: a class per architecture that may change the engine's config
 )
 SPARSE_MLA_CACHE = "fp8_ds_mla"  # DeepSeek-V3.2's KV-cache format: only its sparse-MLA backends take it
-# _get_and_verify_max_len (0.14+): --max-model-len -1/auto starts from the derived length, which the engine
-# lowers later only where the KV cache cannot hold it (0.11-0.13 refuse -1 at config time)
-AUTO_FIT = b"max_model_len is None or max_model_len == -1"
-# the config keys vLLM derives max_model_len from (the least it finds), as 0.11-0.34 list them
-MAX_LEN_KEYS = (
-    "max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
-    "max_target_positions", "max_sequence_length", "max_seq_length", "seq_len",
-)  # fmt: skip
 LAYER_TYPES_RULE = b"effective_layer_idx < len(layer_types)"  # LlamaAttention's assert (0.11-0.34)
 DRAFT_LAYERS = b"target_layer_count"  # llama_eagle3.py: layer_types indexed by draft layer, from 0
 # llama_eagle3.py's layout whose weight names and shapes _weights_unfit holds the drafter's weights to (0.13-0.18;
@@ -551,13 +540,21 @@ def drafter_architecture(launch) -> Finding:
     if built is not None:
         registered = f"drafter architecture {built} is registered for EAGLE-3"
         # llama.py's rules hold only for the drafter class built of its layers (0.22+ has other EAGLE-3 drafters)
-        llama = (_mlp_unsplit, _activation_refused, _rope_unknown, _layer_types_refused, _weights_unfit)
+        # llama.py's layers read the drafter's config class's defaults where its config.json is silent
+        defaults = _drafter_defaults(launch) if table.get(built, ("",))[0] == LLAMA_DRAFTER else None
+        mla = _uses_mla(launch, launch.target.text_config)
+        sliding = lambda launch: sliding_unbuilt(launch, defaults, mla)  # noqa: E731
+        llama = (_mlp_unsplit, _activation_refused, _rope_unknown, _layer_types_refused, sliding, _weights_unfit)
         llama = llama if table.get(built, ("",))[0] == LLAMA_DRAFTER else ()
         rules = (_heads_unsplit, *llama, _quant_config_unfound, _attention_backend_refused)
         unbuilt = next((found for rule in rules if (found := rule(launch)) is not None), None)
-        later = (_positions_unserved(launch) if llama else None) or _cache_format_refused(launch)
+        later = (positions_unserved(launch, defaults) if llama else None) or _cache_format_refused(launch)
+        later = later or (sliding_under_mla(launch, mla) if llama else None)
         if unbuilt is None and later is not None:
             return Finding("drafter-architecture", False, f"{registered}, but {later[0]}", later[1])
+        unread = unjudged(launch, defaults, mla) if llama else None
+        if unbuilt is None and unread is not None:
+            return cannot_judge("drafter-architecture", f"{registered}, but {unread[0]}", unread[1])
         if unbuilt is None:
             return Finding("drafter-architecture", True, registered)
         message = f"{registered}, but {unbuilt[0]}: vLLM fails building it, after the target's load"
@@ -600,66 +597,9 @@ def _heads_unsplit(launch) -> tuple[str, str] | None:
     return None
 
 
-def _positions_unserved(launch) -> tuple[str, str] | None:
-    """llama.py sizes the drafter's rotary table from its own max_position_embeddings, and vLLM feeds
-    it the target's positions, up to max_model_len - 1 (vLLM #48894; 0.30's speculative.py raises the
-    drafter's value): (what fails, fix) when the table is shorter; None where this cannot be told."""
-    given = launch.drafter.config.get("max_position_embeddings")
-    if not _whole(given) or given <= 0 or not _plain_rope(launch.drafter.config):
-        return None  # absent, or a scaled table (yarn, linear: other lengths): not judged
-    speculative = launch.read(SPECULATIVE)
-    if ROPE_TABLE_RULE not in (launch.read(LLAMA) or b"") or speculative is None or DRAFTER_RAISED in speculative:
-        return None
-    length = _max_model_len(launch)
-    if length is None or length <= given:
-        return None
-    why = (
-        f"its rotary table holds {given} positions (max_position_embeddings) and vLLM feeds it the target's, "
-        f"up to max_model_len {length}: the first request past {given} tokens crashes the engine (vLLM #48894)"
-    )
-    fix = f"give --max-model-len {given}, or set max_position_embeddings to {length} in the drafter's config.json"
-    return why, fix
-
-
-def _plain_rope(config: dict) -> bool:
-    """Whether get_rope builds a table of max_position_embeddings rows for this config: no scaling, or
-    llama3's (which rescales frequencies, not the length)."""
-    rope = config.get("rope_parameters") or config.get("rope_scaling")
-    if rope is None:
-        return config.get("dual_chunk_attention_config") is None
-    kind = rope.get("rope_type", rope.get("type")) if isinstance(rope, dict) else None
-    return (
-        kind in ("default", "llama3") and "mrope_section" not in rope and not config.get("dual_chunk_attention_config")
-    )
-
-
-def _max_model_len(launch) -> int | None:
-    """The launch's max_model_len as vLLM's _get_and_verify_max_len sets it: --max-model-len, else the
-    target's derived one (the least of its length keys, scaled by its rope factor; the tokenizer's
-    model_max_length counts for pooling models only), -1 (auto) as the derived one where the tree fits it
-    from there; None where it is not sure."""
-    given = launch.command.options.get("max-model-len")
-    if given == -1 and AUTO_FIT in (launch.read(MODEL_CONFIG) or b""):
-        given = None
-    if given is not None:
-        return given if _whole(given) and given > 0 else None
-    if launch.command.options.get("disable-sliding-window"):
-        return None  # the sliding window then caps it
-    text = launch.target.text_config
-    lengths = [text[key] for key in MAX_LEN_KEYS if text.get(key) is not None]
-    if not lengths or not all(_whole(n) and n > 0 for n in lengths) or "gemma3" in str(text.get("model_type")):
-        return None
-    derived = text["model_max_length"] if text.get("model_max_length") else min(lengths)
-    rope = text.get("rope_parameters") or text.get("rope_scaling")
-    if rope is None:
-        return int(derived)
-    kind = rope.get("rope_type", rope.get("type")) if isinstance(rope, dict) else None
-    factor = rope.get("factor", 1.0) if isinstance(rope, dict) else None
-    if kind in (None, "longrope", "su") or not isinstance(factor, int | float) or factor < 1:
-        return None  # nested per layer type, or longrope's own default: not judged
-    if kind == "yarn":
-        derived = rope.get("original_max_position_embeddings")
-    return int(derived * (1 if kind == "llama3" else factor)) if _whole(derived) else None
+def _drafter_defaults(launch) -> dict[str, object] | None:
+    """The __init__ defaults of the drafter's config class (what vLLM reads where its config.json is silent)."""
+    return _config_defaults(launch, launch.drafter.config.get("model_type"))
 
 
 def _mlp_unsplit(launch) -> tuple[str, str] | None:

@@ -650,3 +650,92 @@ def test_a_drafter_without_lm_head_fails_exactly_where_vllms_drafted_logits_do_w
         )  # fmt: skip
         found = [finding(done, check) for check in ("drafter-architecture", "drafter-vocabulary")]
         assert all(each["ok"] for each in found) is (said[str(drafter)] is None), (drafter, said, found)
+
+
+# review39 C6's rest: the drafter's rotary table sized by its config class's default (LlamaConfig's 2048) or
+# by its RoPE scaling (linear, dynamic: x factor; ntk: max_position_embeddings; yarn: its original x factor)
+def test_a_drafter_table_by_its_default_or_its_scaling_fails_exactly_where_vllm_indexes_past_it(tmp_path: Path):
+    targets = {
+        "1k": write_model(tmp_path / "t1k", TINY_LLAMA),
+        "4k": write_model(tmp_path / "t4k", {**TINY_LLAMA, "max_position_embeddings": 4096}),
+    }
+    yarn = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 256}
+    configs = {
+        "default": {k: v for k, v in TINY_DRAFTER.items() if k != "max_position_embeddings"},
+        "linear": {**TINY_DRAFTER, "max_position_embeddings": 512, "rope_scaling": {"type": "linear", "factor": 4.0}},
+        "linear-half": {**TINY_DRAFTER, "rope_scaling": {"rope_type": "linear", "factor": 0.5}},  # 4096 x 0.5
+        "dynamic": {**TINY_DRAFTER, "max_position_embeddings": 512, "rope_scaling": {"type": "dynamic", "factor": 4}},
+        "ntk": {**TINY_DRAFTER, "max_position_embeddings": 512, "rope_scaling": {"rope_type": "ntk", "factor": 4.0}},
+        "yarn": {**TINY_DRAFTER, "rope_scaling": yarn},  # 256 x 4, whatever max_position_embeddings (4096) says
+    }
+    drafters = {name: write_model(tmp_path / f"d-{name}", config) for name, config in configs.items()}
+    cases = [(str(targets[t]), str(drafters[d]), None) for t in targets for d in drafters]
+    cases += [(str(targets["4k"]), str(drafters[d]), length) for d, length in [("default", 2048), ("yarn", 1024)]]
+    refused = ask_vllm(DRAFTER_POSITIONS, json.dumps(cases))
+    assert refused[json.dumps(cases[6])] and refused[json.dumps(cases[0])] is None, refused  # default: 4k, 1k
+    for case in cases:
+        target, drafter, length = case
+        spec = json.dumps({"method": "eagle3", "model": drafter, "num_speculative_tokens": 2})
+        given = ("--max-model-len", str(length)) if length else ()
+        done = patchkit(
+            "preflight", "--python", VLLM_PYTHON, "--no-import", "--format", "json", "--",
+            "vllm", "serve", target, "--speculative-config", spec, *given,
+        )  # fmt: skip
+        found = finding(done, "drafter-architecture")
+        said = refused[json.dumps(list(case))]
+        assert found["ok"] is (said is None), (case, said, found)
+        assert found["ok"] or "its rotary table holds" in found["message"], found
+
+
+# llama.py reads config.sliding_window for a sliding_attention layer as it builds the drafter; vLLM's KV cache
+# spec (get_kv_cache_spec, after the loads) asserts that an MLA model has no sliding layer
+SLIDING_BUILT = DRAFTER_BUILT.replace(
+    "        said[drafter] = None",
+    "        for layer in built.model.layers:\n"
+    "            layer.self_attn.attn.get_kv_cache_spec(config)\n"
+    "        said[drafter] = None",
+)
+
+
+def test_a_drafter_sliding_layer_fails_exactly_where_vllm_fails_building_or_caching_it(tmp_path: Path):
+    sliding = {"layer_types": ["sliding_attention"]}
+    cases = {
+        "none": sliding,
+        "text": {**sliding, "sliding_window": "128"},
+        "list": {**sliding, "sliding_window": [128]},
+        "null": {**sliding, "sliding_window": None},
+        "128": {**sliding, "sliding_window": 128},
+        "full": {"layer_types": ["full_attention"], "sliding_window": 128},
+    }
+    llama = write_model(tmp_path / "llama", TINY_LLAMA)
+    drafters = {name: write_model(tmp_path / name, {**TINY_DRAFTER, **change}) for name, change in cases.items()}
+    refused = ask_vllm(SLIDING_BUILT, str(llama), *map(str, drafters.values()))
+    assert "AttributeError" in refused[str(drafters["none"])] and refused[str(drafters["128"])] is None, refused
+    for name, drafter in drafters.items():
+        found = drafter_finding(llama, drafter)
+        assert found["ok"] is (refused[str(drafter)] is None), (name, refused, found)
+        assert found["ok"] or "sliding" in found["message"], found
+    # an MLA target (DeepSeek-V3, where the set is applied): the KV cache spec's assert
+    python = overlay_venv(str(VLLM_PYTHON), tmp_path / "venv")
+    applied = subprocess.run(
+        [sys.executable, "-m", "patchkit", "apply", "--python", str(python), "--set", "eagle3"], capture_output=True
+    )
+    assert applied.returncode == 0, applied.stdout[-3000:]
+    target = write_model(tmp_path / "deepseek", TARGET)
+    mla = {name: write_model(tmp_path / f"mla-{name}", {**DRAFTER, **cases[name]}) for name in ("128", "full")}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(Path(__file__).parents[2])}
+    asked = subprocess.run(
+        [str(python), "-B", "-c", SLIDING_BUILT, str(target), *map(str, mla.values())],
+        capture_output=True, text=True, timeout=1200, env=env, check=True,
+    )  # fmt: skip
+    refused = json.loads(asked.stdout.strip().splitlines()[-1])
+    assert "MLA is not supported for sliding" in refused[str(mla["128"])] and refused[str(mla["full"])] is None
+    for name, drafter in mla.items():
+        spec = json.dumps({"method": "eagle3", "model": str(drafter), "num_speculative_tokens": 2})
+        done = patchkit(
+            "preflight", "--python", python, "--no-import", "--format", "json", "--",
+            "vllm", "serve", str(target), "--speculative-config", spec,
+        )  # fmt: skip
+        found = finding(done, "drafter-architecture")
+        assert found["ok"] is (refused[str(drafter)] is None), (name, refused, found)
+        assert found["ok"] or "under an MLA target" in found["message"], found
