@@ -738,9 +738,9 @@ def _layout_unread(launch) -> str | None:
     """Why the tree's llama_eagle3.py is not the layout _weights_unfit reads (0.12-0.18's); None: it is."""
     source = launch.read(EAGLE3_DRAFTER) or b""
     if not all(mark in source for mark in WEIGHTS_LAYOUT):
-        return "this vLLM's llama_eagle3.py maps them otherwise than the layout patchkit reads (0.12-0.18's)"
+        return "this vLLM's llama_eagle3.py maps their names otherwise (patchkit reads 0.12-0.18's)"
     if _fc_hidden_states(launch) is None:
-        return "this vLLM's llama_eagle3.py sizes its fc from the drafter's config, which patchkit does not read"
+        return "this vLLM's llama_eagle3.py sizes its fc from the drafter's config (not read)"
     return None
 
 

@@ -18,6 +18,7 @@ from patchkit.launch.weights import drafter_directory, drafter_tensors
 QUANT_FILE = "hf_quant_config.json"  # ModelOpt 0.29 and before: vLLM's get_config reads it as quantization_config
 QUANT_KEYS = ("quantization_config", "compression_config")  # the second: compressed-tensors' older key
 CHECK = "drafter-architecture"
+CHECK_BY_HAND = "check by hand that the drafter's config.json is the one saved with its weights"
 
 
 def quantization(config: dict[str, Any], directory: str | None) -> str | None:
@@ -55,18 +56,14 @@ def weights_unjudged(launch: LaunchContext, module: str, layout: str | None) -> 
         return None
     name = escaped(drafter.name)
     if module != "llama_eagle3":
-        why = (
-            f"vLLM builds it from {escaped(module)}.py, whose layers and weights patchkit does not read "
-            "(only llama_eagle3.py's: its weights, rotary table, activation and -tp splits are not judged)"
-        )
-        return cannot_judge(CHECK, f"drafter '{name}': {why}", None)
-    if layout is not None:
-        return cannot_judge(CHECK, f"drafter '{name}': its weights' names and shapes: {layout}", None)
-    quantized = drafter_quantization(launch.command, drafter.config)
+        why = f"vLLM builds it from {escaped(module)}.py, whose rules patchkit does not read (weights, RoPE, -tp)"
+        return cannot_judge(CHECK, f"drafter '{name}': {why}", CHECK_BY_HAND)
+    quantized = drafter_quantization(launch.command, drafter.config) if layout is None else None
+    tensors = drafter_tensors(launch.command) if layout is None and quantized is None else {}
     if quantized is not None:
-        why = f"its weights are quantized ({escaped(quantized)}), whose names and shapes patchkit does not judge"
-        return cannot_judge(CHECK, f"drafter '{name}': {why}", None)
-    tensors = drafter_tensors(launch.command)
-    if isinstance(tensors, str):
-        return cannot_judge(CHECK, f"drafter '{name}': its weights' names and shapes: {tensors}", None)
-    return None
+        said = f"its weights are quantized ({escaped(quantized)}): their names and shapes are not judged"
+        return cannot_judge(CHECK, f"drafter '{name}': {said}", CHECK_BY_HAND)
+    unread = layout if layout is not None else tensors if isinstance(tensors, str) else None
+    if unread is None:
+        return None
+    return cannot_judge(CHECK, f"drafter '{name}': its weights are not judged: {unread}", CHECK_BY_HAND)
