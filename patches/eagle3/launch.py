@@ -50,6 +50,9 @@ LLAMA_DRAFTER = "llama_eagle3"  # the module of the EAGLE-3 drafter built of lla
 MODEL_CONFIG_CLASSES = (
     f"{MODELS_DIR}/config.py"  # MODELS_CONFIG_MAP: a class per architecture that may change the engine's config
 )
+EAGLE_PROPOSER = "vllm/v1/spec_decode/eagle.py"
+TOP_TOKENS_ASKED = b'hasattr(self.model, "get_top_tokens")'  # load_model's check (0.17-0.18)
+TOP_TOKENS_DEFINED = b"def get_top_tokens("
 SPARSE_MLA_CACHE = "fp8_ds_mla"  # DeepSeek-V3.2's KV-cache format: only its sparse-MLA backends take it
 LAYER_TYPES_RULE = b"effective_layer_idx < len(layer_types)"  # LlamaAttention's assert (0.11-0.34)
 DRAFT_LAYERS = b"target_layer_count"  # llama_eagle3.py: layer_types indexed by draft layer, from 0
@@ -546,7 +549,8 @@ def drafter_architecture(launch) -> Finding:
         sliding = lambda launch: sliding_unbuilt(launch, defaults, mla)  # noqa: E731
         llama = (_mlp_unsplit, _activation_refused, _rope_unknown, _layer_types_refused, sliding, _weights_unfit)
         llama = llama if table.get(built, ("",))[0] == LLAMA_DRAFTER else ()
-        rules = (_heads_unsplit, *llama, _quant_config_unfound, _attention_backend_refused)
+        top = lambda launch: _top_tokens_missing(launch, table.get(built, ("",))[0])  # noqa: E731
+        rules = (_heads_unsplit, *llama, _quant_config_unfound, _attention_backend_refused, top)
         unbuilt = next((found for rule in rules if (found := rule(launch)) is not None), None)
         later = (positions_unserved(launch, defaults) if llama else None) or _cache_format_refused(launch)
         later = later or (sliding_under_mla(launch, mla) if llama else None)
@@ -934,6 +938,26 @@ def _attention_backend_refused(launch) -> tuple[str, str] | None:
         return None
     why = f"{source} {escaped(name)} is an MLA backend, which vLLM refuses for the drafter's non-MLA attention"
     return why, f"{undo}: vLLM then picks a backend for each layer"
+
+
+def _top_tokens_missing(launch, module: str) -> tuple[str, str] | None:
+    """The speculative config's use_local_argmax_reduction makes the tree's EAGLE proposer (0.17-0.18) ask
+    the drafter for get_top_tokens() in load_model, raising where its class has none: (why, fix), else None.
+    The drafter's module and llama.py (whose LlamaForCausalLM the Llama-layer drafters extend) are read."""
+    asked = (launch.command.speculative_config or {}).get("use_local_argmax_reduction")
+    if not _pydantic_true(asked) or TOP_TOKENS_ASKED not in (launch.read(EAGLE_PROPOSER) or b""):
+        return None
+    if any(TOP_TOKENS_DEFINED in (launch.read(f"{MODELS_DIR}/{name}.py") or b"") for name in (module, "llama")):
+        return None
+    why = f"use_local_argmax_reduction asks its class for get_top_tokens(), which {module}.py does not define"
+    return why, 'drop "use_local_argmax_reduction" from --speculative-config: this drafter cannot use it'
+
+
+def _pydantic_true(value: object) -> bool:
+    """What pydantic's lax bool takes as True (a JSON true, 1, or such a string)."""
+    if isinstance(value, str):
+        return value.strip().lower() in ("true", "1", "yes", "on", "y", "t")
+    return value is True or (type(value) is int and value == 1)
 
 
 def _cache_format_refused(launch) -> tuple[str, str] | None:
