@@ -2488,6 +2488,46 @@ def test_a_drafter_rotary_table_shorter_than_the_launch_max_model_len_fails(
     )
 
 
+# the V2 model runner's EAGLE step as 0.12-0.16 have it (abridged): no aux hidden states reach the speculator
+V2_RUNNER_UNFED = """\
+class GPUModelRunner:
+    def propose_draft(self, hidden_states):
+        return self.speculator.propose(
+            hidden_states,
+            None,  # aux_hidden_states
+        )
+"""
+
+
+@pytest.mark.parametrize(
+    ("environ", "runner", "fails"),
+    [
+        ({"VLLM_USE_V2_MODEL_RUNNER": "1"}, V2_RUNNER_UNFED, True),
+        ({"VLLM_USE_V2_MODEL_RUNNER": "2"}, V2_RUNNER_UNFED, True),  # vLLM's bool(int(...))
+        ({"VLLM_USE_V2_MODEL_RUNNER": "0"}, V2_RUNNER_UNFED, False),
+        ({}, V2_RUNNER_UNFED, False),
+        ({"VLLM_USE_V2_MODEL_RUNNER": "1"}, V2_RUNNER_UNFED.replace("None,  # aux", "aux,  # aux"), False),
+    ],
+)
+def test_the_v2_model_runner_that_feeds_no_aux_hidden_states_fails_an_eagle3_drafter(
+    setup, tmp_path, environ, runner, fails
+):
+    """VLLM_USE_V2_MODEL_RUNNER picks vLLM's V2 runner, whose EAGLE step in 0.12-0.16 gives the drafter no
+    aux hidden states: its drafts fail after the target's load (review40a D5)."""
+    tree, library, models = setup
+    assert run_cli_judged("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    (tree / "vllm" / "v1" / "worker" / "gpu").mkdir(parents=True, exist_ok=True)
+    (tree / "vllm" / "v1" / "worker" / "gpu" / "model_runner.py").write_text(runner)
+    prefix = ["env", *(f"{k}={v}" for k, v in environ.items())]
+    done = preflight(tree, library, *prefix, *serve(models["deepseek"], models["drafter"]))
+    assert ("drafter-architecture" in failed(done)) is fails, done.stdout
+    if fails:
+        finding = findings(done)["drafter-architecture"]
+        given = environ["VLLM_USE_V2_MODEL_RUNNER"]
+        assert f"VLLM_USE_V2_MODEL_RUNNER={given} picks vLLM's V2 model runner" in finding["message"], finding
+        assert finding["fix"].startswith(f"drop VLLM_USE_V2_MODEL_RUNNER={given} from the command"), finding
+
+
 # the EAGLE proposer's load_model as 0.17-0.18 have it (abridged): use_local_argmax_reduction needs get_top_tokens
 PROPOSER_ASKING = """\
 class EagleProposer:

@@ -51,6 +51,9 @@ MODEL_CONFIG_CLASSES = (
     f"{MODELS_DIR}/config.py"  # MODELS_CONFIG_MAP: a class per architecture that may change the engine's config
 )
 EAGLE_PROPOSER = "vllm/v1/spec_decode/eagle.py"
+V2_RUNNER_ENV = "VLLM_USE_V2_MODEL_RUNNER"
+V2_RUNNER = "vllm/v1/worker/gpu/model_runner.py"
+V2_RUNNER_UNFED = b"None,  # aux_hidden_states"  # 0.12-0.16's V2 runner calls its speculator so
 TOP_TOKENS_ASKED = b'hasattr(self.model, "get_top_tokens")'  # load_model's check (0.17-0.18)
 TOP_TOKENS_DEFINED = b"def get_top_tokens("
 SPARSE_MLA_CACHE = "fp8_ds_mla"  # DeepSeek-V3.2's KV-cache format: only its sparse-MLA backends take it
@@ -553,6 +556,7 @@ def drafter_architecture(launch) -> Finding:
         rules = (_heads_unsplit, *llama, _quant_config_unfound, _attention_backend_refused, top)
         unbuilt = next((found for rule in rules if (found := rule(launch)) is not None), None)
         later = (positions_unserved(launch, defaults) if llama else None) or _cache_format_refused(launch)
+        later = later or _v2_runner_unfed(launch)
         later = later or (sliding_under_mla(launch, mla) if llama else None)
         if unbuilt is None and later is not None:
             return Finding("drafter-architecture", False, f"{registered}, but {later[0]}", later[1])
@@ -938,6 +942,25 @@ def _attention_backend_refused(launch) -> tuple[str, str] | None:
         return None
     why = f"{source} {escaped(name)} is an MLA backend, which vLLM refuses for the drafter's non-MLA attention"
     return why, f"{undo}: vLLM then picks a backend for each layer"
+
+
+def _v2_runner_unfed(launch) -> tuple[str, str] | None:
+    """VLLM_USE_V2_MODEL_RUNNER (vLLM's bool(int(...)) of it) picks the V2 model runner, whose EAGLE step in
+    0.12-0.16 hands the drafter no aux hidden states (the literal None the tree's runner passes): (why, fix)."""
+    command = launch.command
+    given = command.environ.get(V2_RUNNER_ENV)
+    try:
+        chosen = given is not None and int(given) != 0
+    except ValueError:
+        return None  # vLLM's envs raise on it at start: refused before any load
+    if not chosen or V2_RUNNER_UNFED not in (launch.read(V2_RUNNER) or b""):
+        return None
+    why = (
+        f"{V2_RUNNER_ENV}={escaped(given)} picks vLLM's V2 model runner, which hands an EAGLE-3 drafter none "
+        "of the target's aux hidden states: its drafts fail, after the target's load"
+    )
+    undo = f"drop {V2_RUNNER_ENV}={escaped(given)} from the command" if V2_RUNNER_ENV in command.env else None
+    return why, f"{undo or f'unset {V2_RUNNER_ENV}'}: vLLM then runs its V1 model runner"
 
 
 def _top_tokens_missing(launch, module: str) -> tuple[str, str] | None:
