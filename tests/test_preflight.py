@@ -2780,3 +2780,49 @@ def test_a_drafter_sliding_layer_vllm_cannot_build_or_serve_fails(setup, tmp_pat
     mla = "give the drafter's layer_types full_attention: an MLA target has no sliding window"
     other = "set sliding_window in the drafter's config.json" if says == "cannot judge: " else SLIDING_FIX
     assert says is None or finding["fix"].startswith(mla if "kv_lora_rank" in target else other), finding
+
+
+# get_rope's range check and patch_rope_parameters' names, as 0.13-0.34 write them
+PARTIAL_FILES = {
+    "vllm/model_executor/layers/rotary_embedding/__init__.py": (
+        "    if partial_rotary_factor <= 0.0 or partial_rotary_factor > 1.0:\n        raise ValueError()\n"
+    ),
+    "vllm/transformers_utils/config.py": 'names = ["partial_rotary_factor", "rotary_pct", "rotary_emb_fraction"]\n',
+}
+
+
+@pytest.mark.parametrize(
+    ("drafter", "version", "files", "says"),
+    [
+        ({"partial_rotary_factor": 1.5}, "4.57.6", PARTIAL_FILES, "its partial_rotary_factor 1.5 is not above 0"),
+        ({"partial_rotary_factor": 0}, "4.57.6", PARTIAL_FILES, "its partial_rotary_factor 0 is not above 0"),
+        ({"rotary_pct": -0.5}, "4.57.6", PARTIAL_FILES, "its rotary_pct -0.5 is not above 0"),
+        ({"rope_scaling": {"rope_type": "default", "partial_rotary_factor": 2}}, "4.57.6", PARTIAL_FILES, "factor 2"),
+        ({"partial_rotary_factor": "half"}, "4.57.6", PARTIAL_FILES, "its partial_rotary_factor 'half' is not"),
+        ({"partial_rotary_factor": 0.5}, "4.57.6", PARTIAL_FILES, None),
+        ({"partial_rotary_factor": 1}, "4.57.6", PARTIAL_FILES, None),
+        ({"partial_rotary_factor": None, "rotary_pct": 2.0}, "4.57.6", PARTIAL_FILES, None),  # the first name wins
+        ({"partial_rotary_factor": 1.5}, "5.0.0", PARTIAL_FILES, None),  # transformers 5 may refuse it at start
+        ({"partial_rotary_factor": 1.5}, None, PARTIAL_FILES, None),  # no transformers read: not judged
+        ({"partial_rotary_factor": 1.5}, "4.57.6", {}, None),  # the tree shows neither step
+    ],
+)
+def test_a_drafter_partial_rotary_factor_get_rope_refuses_fails(setup, tmp_path, drafter, version, files, says):
+    """vLLM copies the drafter's partial_rotary_factor (or rotary_pct, rotary_emb_fraction: the first it has)
+    into its RoPE parameters, and get_rope raises for one outside (0, 1], building the drafter after the target's
+    load (measured on vLLM 0.16.0 with transformers 4.57.6)."""
+    tree, library = drafter_attention_tree(setup, dict(files))
+    if version is not None:
+        info = tree / "transformers-4.57.6.dist-info"
+        info.mkdir(exist_ok=True)
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: transformers\nVersion: {version}\n\n")
+    model = write_model(tmp_path / "target", {**DEEPSEEK_V3, "max_position_embeddings": 163840})
+    config = {**DRAFTER, "max_position_embeddings": 163840, **drafter}
+    done = preflight(tree, library, *serve(model, write_model(tmp_path / "drafter", config)))
+    finding = findings(done)["drafter-architecture"]
+    if says is None:
+        assert done.returncode == 0 and failed(done) == set(), done.stdout
+        return
+    assert_clean_failure(done, 1)
+    assert says in finding["message"] and "after the target's load" in finding["message"], finding
+    assert finding["fix"].startswith("give the drafter's config.json a ") and "above 0 and at most 1" in finding["fix"]
