@@ -75,16 +75,22 @@
    state.json names --planted-files (default 300) created files more, reached through a planted symlink into a
    directory 1,000 levels deep, or hard links to one 32 MB file, vs the same count absent in a real directory
    (goal: a few times the reference at most; review36 N14-b and N14-c: 60-300x).
+19. Planted bytecode (`--only planted-pyc`): `status -q` on an applied 0.16.0 tree with --pyc-files (default 3,000)
+   modules more, vllm/zz/xN.py, each with a __pycache__ .pyc that is a symlink through a chain of 11 planted links
+   into a directory 1,000 levels deep, the modules unrecorded and recorded, vs the same tree with those .pyc regular
+   files (goal: a few times the reference at most; session 29: 13 s of status's 18 s followed every link).
 
 --only picks rows by name: dry-run (1), eagle3-dry-run (1), help (2), apply (3), sets-apply (3), fetch (4), checks (5), verify (6),
 large-file (7), guard (8), preflight (9), run (10), wheel (11), fleet (12), real-wheel (13),
-large-record (16), deep-record (17), planted (18), startup (14), locate (15).
+large-record (16), deep-record (17), planted (18), planted-pyc (19), startup (14), locate (15).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import io
+import itertools
 import json
 import os
 import random
@@ -593,6 +599,46 @@ def planted_rows(work: Path, runs: int, files: int) -> list[str]:
         f"| {took[shape] / took['reference']:.1f}x | a few times the reference at most |"
         for shape in ("symlinked", "hard-linked")
         for name, took in (("status -q", status), ("the guard's verdict", guard))
+    ]
+
+
+def planted_pyc_rows(work: Path, runs: int, files: int) -> list[str]:
+    """`status -q` on an applied 0.16.0 tree with `files` modules more (vllm/zz/xN.py) whose bytecode is
+    a symlink through 11 planted links into a directory 1,000 levels deep (gate29's shape), the modules
+    unrecorded (status's own scan for a .pyc the import hangs on) and recorded (the guard refuses them);
+    the reference: the same modules (as recorded) with regular .pyc files. Goal: a few times the reference at most."""
+    base = applied_0_16(work, "pyc-0")
+    deep = work / "pyc-deep"
+    deep.mkdir()
+    for _ in range(1000):  # one at a time: mkdir(parents=True) recurses once a level
+        deep = deep / "x"
+        deep.mkdir()
+    for name in "ab":
+        (deep / name).symlink_to(deep)
+    (deep / "real.pyc").write_bytes(b"\0" * 16)
+    rng, sites = random.Random(1), {}
+    for shape, linked in itertools.product(("unrecorded", "recorded"), (False, True)):
+        paths = [f"vllm/zz/x{i}.py" for i in range(files)]
+        site = sites[shape, linked] = recording_more(
+            base, work / f"pyc-{shape}-{linked}", paths if shape == "recorded" else []
+        )
+        (site / "vllm/zz/__pycache__").mkdir(parents=True)
+        for rel in paths:
+            (site / rel).write_text("X = 1\n")
+            pyc = site / "vllm/zz/__pycache__" / f"{Path(rel).stem}.{sys.implementation.cache_tag}.pyc"
+            if not linked:
+                pyc.write_bytes(b"\0" * 16)
+            else:
+                pyc.symlink_to(deep / "/".join(rng.choice("ab") for _ in range(11)) / "real.pyc")
+        state = site / ".patchkit" / "state.json"  # the modules as recorded: the guard refuses only their .pyc
+        state.write_text(state.read_text().replace("ab" * 32, hashlib.sha256(b"X = 1\n").hexdigest()))
+    status = {shape: statistics.median(_status_took(site) for _ in range(runs)) for shape, site in sites.items()}
+    subprocess.run(["rm", "-rf", str(work / "pyc-deep")], check=True)  # shutil.rmtree recurses a level
+    return [
+        f"| `status -q`, applied 0.16.0 with {files:,} modules more whose .pyc are planted symlinks, {shape} "
+        f"| {status[shape, True]:.3f} s | the same with regular .pyc: {status[shape, False]:.3f} s "
+        f"| {status[shape, True] / status[shape, False]:.1f}x | a few times the reference at most |"
+        for shape in ("unrecorded", "recorded")
     ]
 
 
@@ -1210,6 +1256,7 @@ ROWS = (
     "large-record",
     "deep-record",
     "planted",
+    "planted-pyc",
     "startup",
     "locate",
 )
@@ -1231,6 +1278,7 @@ def main() -> None:
     parser.add_argument("--record-files", type=int, default=2000, help="the large-record row's smaller count")
     parser.add_argument("--deep-files", type=int, default=1000, help="the deep-record row's recorded files")
     parser.add_argument("--planted-files", type=int, default=300, help="the planted row's recorded files")
+    parser.add_argument("--pyc-files", type=int, default=3000, help="the planted-pyc row's modules")
     parser.add_argument(
         "--before-locate",
         nargs="+",
@@ -1282,6 +1330,8 @@ def main() -> None:
             rows.extend(deep_record_rows(work, runs, args.deep_files))
         if "planted" in chosen:
             rows.extend(planted_rows(work, runs, args.planted_files))
+        if "planted-pyc" in chosen:
+            rows.extend(planted_pyc_rows(work, runs, args.pyc_files))
         if "startup" in chosen:
             rows.extend(startup_rows(work / "startup", runs, args.before))
         if "locate" in chosen:

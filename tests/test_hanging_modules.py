@@ -25,7 +25,7 @@ from launch_fixtures import (
     write_model,
 )
 
-from patchkit.tree.modules import hanging_modules, scanned_once
+from patchkit.tree.modules import MOST_JUDGED, hanging_modules, scanned_once
 
 LIMIT = 60  # seconds: every command here answers in a few
 
@@ -117,10 +117,10 @@ def test_only_what_the_import_opens_counts(site):
     _stand_in(site / "vllm" / "__pycache__" / f"__init__.{other}.pyc", "fifo")
     _stand_in(site / "vllm" / "__pycache__" / f"gone.{TAG}.pyc", "fifo")
     (site / "vllm" / "__pycache__" / f"spec.{TAG}.pyc").symlink_to(site / "nowhere")
-    assert hanging_modules(site, [TAG]) == []
+    assert hanging_modules(site, [TAG]).paths == []
     _stand_in(_pyc(site, "vllm/config/spec.py"), "fifo")
-    assert hanging_modules(site, [TAG]) == [f"vllm/config/__pycache__/spec.{TAG}.pyc"]
-    assert hanging_modules(site, [other]) == [f"vllm/__pycache__/__init__.{other}.pyc"]  # that Python's
+    assert hanging_modules(site, [TAG]).paths == [f"vllm/config/__pycache__/spec.{TAG}.pyc"]
+    assert hanging_modules(site, [other]).paths == [f"vllm/__pycache__/__init__.{other}.pyc"]  # that Python's
 
 
 def test_preflight_refuses_the_launch_and_asks_vllm_nothing(tmp_path):
@@ -179,8 +179,78 @@ def test_within_one_command_a_trees_scan_is_told_again_and_after_it_made_anew(tm
     _stand_in(pyc, "fifo")
     found = [str(pyc.relative_to(tmp_path))]
     with scanned_once():
-        assert hanging_modules(tmp_path, [TAG]) == found
-        assert hanging_modules(tmp_path, [TAG], ["vllm/a.py"]) == []
+        assert hanging_modules(tmp_path, [TAG]).paths == found
+        assert hanging_modules(tmp_path, [TAG], ["vllm/a.py"]).paths == []
         pyc.unlink()
-        assert hanging_modules(tmp_path, [TAG]) == found  # once a command: patchkit removes none
-    assert hanging_modules(tmp_path, [TAG]) == []
+        assert hanging_modules(tmp_path, [TAG]).paths == found  # once a command: patchkit removes none
+    assert hanging_modules(tmp_path, [TAG]).paths == []
+
+
+def _linked_modules(site: Path, count: int, target: Path) -> list[Path]:
+    """`count` modules vllm/zz/xN.py more, each .pyc a symlink to `target` (Python writes none such)."""
+    (site / "vllm/zz").mkdir(parents=True, exist_ok=True)
+    pycs = []
+    for index in range(count):
+        (site / f"vllm/zz/x{index}.py").write_text("X = 1\n")
+        pyc = _pyc(site, f"vllm/zz/x{index}.py")
+        pyc.parent.mkdir(exist_ok=True)
+        pyc.symlink_to(target)
+        pycs.append(pyc)
+    return pycs
+
+
+def test_past_the_bytecode_it_looks_through_status_says_the_rest_unjudged_and_never_passes(site, tmp_path):
+    """Each .pyc that is not a regular file is looked through (a stat following its links: a planted
+    chain made 3,000 of them 13 s of status): past MOST_JUDGED the rest are not, and status fails saying
+    so, with the removal that ends it, even where the one that hangs is among those not looked at."""
+    site, diff = site
+    real = tmp_path / "real.pyc"
+    real.write_bytes(b"\0" * 16)
+    pycs = _linked_modules(site, MOST_JUDGED + 40, real)
+    with scanned_once():
+        scan = hanging_modules(site, [TAG])
+    assert scan.paths == [] and len(scan.unjudged) == 40, scan.unjudged
+    for last in (False, True):
+        if last:  # every link now leads to /dev/zero: the import hangs on the first it opens
+            for pyc in pycs:
+                pyc.unlink()
+                _stand_in(pyc, "zero")
+        done = _patchkit("status", "--target", site, "--patch", diff)
+        assert done.returncode == 1, done.stdout + done.stderr
+        lines = done.stdout.splitlines()
+        assert (
+            f"and 39 more .pyc are not regular files, which Python never writes: patchkit looked through {MOST_JUDGED}"
+            in done.stdout
+        ), done.stdout
+        removal = f"`find {site / 'vllm'} -path '*/__pycache__/*.pyc' ! -type f ! -type d -delete`"
+        assert f"fix: run {removal} (Python writes its bytecode again)" in done.stdout, done.stdout
+        assert "the launch " + ("hangs" if last else "may hang") + " in its import" in lines[-1], lines[-1]
+    subprocess.run(
+        ["find", site / "vllm", "-path", "*/__pycache__/*.pyc", "!", "-type", "f", "!", "-type", "d", "-delete"],
+        check=True,
+    )
+    assert _patchkit("status", "--target", site, "--patch", diff).returncode == 0
+
+
+def test_the_scan_follows_at_most_its_bound_of_links_and_none_of_a_recorded_source(tmp_path, monkeypatch):
+    """The work is bounded by what is looked through, not by what a tree holds: os.stat (which follows a
+    link) is called for at most MOST_JUDGED .pyc, and for none whose source the guard judges (recorded)."""
+    (tmp_path / "vllm").mkdir()
+    real = tmp_path / "real.pyc"
+    real.write_bytes(b"\0" * 16)
+    pycs = _linked_modules(tmp_path, 500, real)
+    followed = []
+    stat = os.stat
+
+    def counted(path, *args, **kwargs):
+        if str(path).endswith(".pyc"):
+            followed.append(str(path))
+        return stat(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "stat", counted)
+    assert len(hanging_modules(tmp_path, [TAG]).unjudged) == 500 - MOST_JUDGED
+    assert len(followed) == MOST_JUDGED, len(followed)
+    followed.clear()
+    recorded = [f"vllm/zz/x{index}.py" for index in range(len(pycs))]
+    assert not hanging_modules(tmp_path, [TAG], recorded)
+    assert followed == []

@@ -21,6 +21,7 @@ RELEASES = ["0.11.0", "0.11.1", "0.11.2", "0.12.0", "0.13.0", "0.14.0", "0.14.1"
 RELEASES += ["0.17.0", "0.17.1"]
 STOCK_FAULTS = {"tree-state", "whitelist", "supports-eagle3"}
 KIMI_K25_SINCE = Version("0.15.0")
+MODEL_CONFIG_CLASSES = "vllm/model_executor/models/config.py"
 
 
 def failed(done) -> dict[str, dict]:
@@ -93,3 +94,21 @@ def test_a_speculative_field_vllm_bounds_is_held_statically(tmp_path, fields, tp
         return
     assert_clean_failure(done, 1)
     assert said in failed(done)["speculative-config"]["message"], done.stdout
+
+
+@pytest.mark.parametrize("release", ["0.11.0", "0.16.0", "0.17.1"])
+def test_an_fp8_kv_cache_on_deepseek_v32_fails_an_eagle3_drafter_on_the_real_files(tmp_path, release):
+    """The release's own models/config.py turns V3.2's fp8 KV cache into fp8_ds_mla for the whole engine,
+    the drafter's non-MLA attention included: an fp8 --kv-cache-dtype fails, auto passes."""
+    site = tmp_path / "site"
+    lay_out_release(release, sorted({*files_for(release), REGISTRY, MODEL_CONFIG_CLASSES}), site)
+    assert run_cli("apply", "--target", site, "--no-import").returncode == 0
+    v32 = {**DEEPSEEK_V3, "architectures": ["DeepseekV32ForCausalLM"], "model_type": "deepseek_v32", "index_topk": 2048}
+    launch = serve(write_model(tmp_path / "v32", v32), write_model(tmp_path / "drafter", DRAFTER))
+    preflight = ["preflight", "--target", site, "--format", "json", "--no-import", "--", *launch]
+    done = run_cli(*preflight, "--kv-cache-dtype", "fp8")
+    assert_clean_failure(done, 1)
+    assert set(failed(done)) == {"drafter-architecture"}, done.stdout
+    assert "fp8_ds_mla" in failed(done)["drafter-architecture"]["message"]
+    done = run_cli(*preflight, "--kv-cache-dtype", "auto")
+    assert done.returncode == 0, done.stdout

@@ -23,8 +23,11 @@ from packaging.version import InvalidVersion, Version
 
 from patchkit.base import hints
 from patchkit.base.errors import TargetError, escaped
+from patchkit.launch.drafter_attention import positions_unserved, sliding_under_mla, sliding_unbuilt, unjudged
+from patchkit.launch.drafter_weights import weights_unjudged
 from patchkit.launch.engine import few_named
 from patchkit.launch.findings import Finding, cannot_judge
+from patchkit.launch.microbatch import microbatch_findings
 from patchkit.launch.weights import drafter_tensors
 from patchkit.series.requirements import Target
 
@@ -44,14 +47,10 @@ EAGLE3_DRAFTER = f"{MODELS_DIR}/llama_eagle3.py"
 LLAMA = f"{MODELS_DIR}/llama.py"  # the drafter's decoder layer and MLP (llama_eagle3.py subclasses them)
 ROPE = "vllm/model_executor/layers/rotary_embedding/__init__.py"  # get_rope: a branch per RoPE type
 LLAMA_DRAFTER = "llama_eagle3"  # the module of the EAGLE-3 drafter built of llama.py's layers
-ROPE_TABLE_RULE = b'max_position_embeddings = getattr(config, "max_position_embeddings"'  # llama.py 0.11-0.34
-SPECULATIVE = "vllm/config/speculative.py"
-DRAFTER_RAISED = b"max_position_embeddings"  # 0.30's speculative.py raises the drafter's to the target's length
-# the config keys vLLM derives max_model_len from (the least it finds), as 0.11-0.34 list them
-MAX_LEN_KEYS = (
-    "max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
-    "max_target_positions", "max_sequence_length", "max_seq_length", "seq_len",
-)  # fmt: skip
+MODEL_CONFIG_CLASSES = (
+    f"{MODELS_DIR}/config.py"  # MODELS_CONFIG_MAP: a class per architecture that may change the engine's config
+)
+SPARSE_MLA_CACHE = "fp8_ds_mla"  # DeepSeek-V3.2's KV-cache format: only its sparse-MLA backends take it
 LAYER_TYPES_RULE = b"effective_layer_idx < len(layer_types)"  # LlamaAttention's assert (0.11-0.34)
 DRAFT_LAYERS = b"target_layer_count"  # llama_eagle3.py: layer_types indexed by draft layer, from 0
 # llama_eagle3.py's layout whose weight names and shapes _weights_unfit holds the drafter's weights to (0.13-0.18;
@@ -72,9 +71,10 @@ HEADS_FIX = "give a -tp that divides the drafter's heads and the target's, or a 
 # The drafter's fc takes 3 aux hidden states (3 x hidden size) in every release up to 0.18.x; 0.22.0
 # sizes it from the drafter's config instead, so the count is judged only where the tree shows the 3.
 FC_HIDDEN_STATES = 3
-# the targets whose forward (as this set patches it) counts layer ids from the model's first layer on every
-# pipeline stage (stock Llama-family forwards count from the stage's own first layer)
-ABSOLUTE_LAYER_IDS = ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "KimiK25ForConditionalGeneration")
+# the model file whose forward (as this set patches it) counts layer ids from the model's first layer on
+# every pipeline stage (stock Llama-family forwards count from the stage's own first layer); judged by the
+# module the tree's registry maps an architecture to, as vLLM builds it, not by config.json's spelling
+ABSOLUTE_LAYER_IDS = "deepseek_v2"
 FC_OF_THREE = b"hidden_size * 3"
 SIZED_BY_CONFIG = b"num_aux_hidden_states"
 LAST_FC_OF_THREE = Version("0.18.999")
@@ -114,8 +114,12 @@ def checks(launch) -> list[Finding]:
         return []
     found = [whitelist(launch), supports_eagle3(launch)]
     found += image_token(launch)
+    aux = launch.drafter is None or _uses_aux_hidden_states(launch.drafter.config)  # the target's output, split:
+    found += microbatch_findings(launch, lambda: _has_experts(launch), aux)
     if launch.drafter is not None:
-        found += [drafter_architecture(launch), hidden_size(launch), aux_layers(launch), vocabulary(launch)]
+        built = drafter_architecture(launch)
+        found += [built, *(_weights_unjudged(launch) if built.ok else [])]  # a failure's fix comes first
+        found += [hidden_size(launch), aux_layers(launch), vocabulary(launch)]
     return found
 
 
@@ -537,13 +541,21 @@ def drafter_architecture(launch) -> Finding:
     if built is not None:
         registered = f"drafter architecture {built} is registered for EAGLE-3"
         # llama.py's rules hold only for the drafter class built of its layers (0.22+ has other EAGLE-3 drafters)
-        llama = (_mlp_unsplit, _activation_refused, _rope_unknown, _layer_types_refused, _weights_unfit)
+        # llama.py's layers read the drafter's config class's defaults where its config.json is silent
+        defaults = _drafter_defaults(launch) if table.get(built, ("",))[0] == LLAMA_DRAFTER else None
+        mla = _uses_mla(launch, launch.target.text_config)
+        sliding = lambda launch: sliding_unbuilt(launch, defaults, mla)  # noqa: E731
+        llama = (_mlp_unsplit, _activation_refused, _rope_unknown, _layer_types_refused, sliding, _weights_unfit)
         llama = llama if table.get(built, ("",))[0] == LLAMA_DRAFTER else ()
         rules = (_heads_unsplit, *llama, _quant_config_unfound, _attention_backend_refused)
         unbuilt = next((found for rule in rules if (found := rule(launch)) is not None), None)
-        short = _positions_unserved(launch) if llama else None
-        if unbuilt is None and short is not None:
-            return Finding("drafter-architecture", False, f"{registered}, but {short[0]}", short[1])
+        later = (positions_unserved(launch, defaults) if llama else None) or _cache_format_refused(launch)
+        later = later or (sliding_under_mla(launch, mla) if llama else None)
+        if unbuilt is None and later is not None:
+            return Finding("drafter-architecture", False, f"{registered}, but {later[0]}", later[1])
+        unread = unjudged(launch, defaults, mla) if llama else None
+        if unbuilt is None and unread is not None:
+            return cannot_judge("drafter-architecture", f"{registered}, but {unread[0]}", unread[1])
         if unbuilt is None:
             return Finding("drafter-architecture", True, registered)
         message = f"{registered}, but {unbuilt[0]}: vLLM fails building it, after the target's load"
@@ -586,63 +598,9 @@ def _heads_unsplit(launch) -> tuple[str, str] | None:
     return None
 
 
-def _positions_unserved(launch) -> tuple[str, str] | None:
-    """llama.py sizes the drafter's rotary table from its own max_position_embeddings, and vLLM feeds
-    it the target's positions, up to max_model_len - 1 (vLLM #48894; 0.30's speculative.py raises the
-    drafter's value): (what fails, fix) when the table is shorter; None where this cannot be told."""
-    given = launch.drafter.config.get("max_position_embeddings")
-    if not _whole(given) or given <= 0 or not _plain_rope(launch.drafter.config):
-        return None  # absent, or a scaled table (yarn, linear: other lengths): not judged
-    speculative = launch.read(SPECULATIVE)
-    if ROPE_TABLE_RULE not in (launch.read(LLAMA) or b"") or speculative is None or DRAFTER_RAISED in speculative:
-        return None
-    length = _max_model_len(launch)
-    if length is None or length <= given:
-        return None
-    why = (
-        f"its rotary table holds {given} positions (max_position_embeddings) and vLLM feeds it the target's, "
-        f"up to max_model_len {length}: the first request past {given} tokens crashes the engine (vLLM #48894)"
-    )
-    fix = f"give --max-model-len {given}, or set max_position_embeddings to {length} in the drafter's config.json"
-    return why, fix
-
-
-def _plain_rope(config: dict) -> bool:
-    """Whether get_rope builds a table of max_position_embeddings rows for this config: no scaling, or
-    llama3's (which rescales frequencies, not the length)."""
-    rope = config.get("rope_parameters") or config.get("rope_scaling")
-    if rope is None:
-        return config.get("dual_chunk_attention_config") is None
-    kind = rope.get("rope_type", rope.get("type")) if isinstance(rope, dict) else None
-    return (
-        kind in ("default", "llama3") and "mrope_section" not in rope and not config.get("dual_chunk_attention_config")
-    )
-
-
-def _max_model_len(launch) -> int | None:
-    """The launch's max_model_len as vLLM's _get_and_verify_max_len sets it: --max-model-len, else the
-    target's derived one (the least of its length keys, scaled by its rope factor; the tokenizer's
-    model_max_length counts for pooling models only); None where it is not sure (auto-fit -1)."""
-    given = launch.command.options.get("max-model-len")
-    if given is not None:
-        return given if _whole(given) and given > 0 else None
-    if launch.command.options.get("disable-sliding-window"):
-        return None  # the sliding window then caps it
-    text = launch.target.text_config
-    lengths = [text[key] for key in MAX_LEN_KEYS if text.get(key) is not None]
-    if not lengths or not all(_whole(n) and n > 0 for n in lengths) or "gemma3" in str(text.get("model_type")):
-        return None
-    derived = text["model_max_length"] if text.get("model_max_length") else min(lengths)
-    rope = text.get("rope_parameters") or text.get("rope_scaling")
-    if rope is None:
-        return int(derived)
-    kind = rope.get("rope_type", rope.get("type")) if isinstance(rope, dict) else None
-    factor = rope.get("factor", 1.0) if isinstance(rope, dict) else None
-    if kind in (None, "longrope", "su") or not isinstance(factor, int | float) or factor < 1:
-        return None  # nested per layer type, or longrope's own default: not judged
-    if kind == "yarn":
-        derived = rope.get("original_max_position_embeddings")
-    return int(derived * (1 if kind == "llama3" else factor)) if _whole(derived) else None
+def _drafter_defaults(launch) -> dict[str, object] | None:
+    """The __init__ defaults of the drafter's config class (what vLLM reads where its config.json is silent)."""
+    return _config_defaults(launch, launch.drafter.config.get("model_type"))
 
 
 def _mlp_unsplit(launch) -> tuple[str, str] | None:
@@ -737,13 +695,13 @@ def _weights_unfit(launch) -> tuple[str, str] | None:
     """vLLM loads the drafter's weights into the modules its config.json builds (llama_eagle3.py), after
     the target's load; a tensor whose shape a module's loader refuses (an assert; a narrow to the size it
     shards over -tp, where a larger one loads in part), or a layer past its num_hidden_layers (a KeyError),
-    fails the launch. (what fails, fix) for the first; None where none does, or the check cannot tell."""
+    fails the launch. (what fails, fix) for the first; None where none does, or the check cannot tell
+    (_weights_unjudged says why)."""
     config = launch.drafter.config
-    quantized = (launch.command.speculative_config or {}).get("quantization") or config.get("quantization_config")
     source = launch.read(EAGLE3_DRAFTER) or b""
-    if quantized is not None or not all(mark in source for mark in WEIGHTS_LAYOUT) or _fc_hidden_states(launch) is None:
+    tensors = drafter_tensors(launch.command)
+    if not isinstance(tensors, dict) or weights_unjudged(launch, LLAMA_DRAFTER, _layout_unread(launch)) is not None:
         return None  # quantized tensors are packed, with scales: other shapes
-    tensors = drafter_tensors(launch.command) or {}
     sizes = _drafter_sizes(config)
     unfit = [
         (name, file, shape, taken)
@@ -763,6 +721,27 @@ def _weights_unfit(launch) -> tuple[str, str] | None:
     wanted = ", ".join(f"at least {size}" if least else str(size) for size, least in taken)
     why = f"its weights' {escaped(name)} is {shape} ({escaped(file)}), where its config.json builds [{wanted}]{more}"
     return why, "give the drafter the config.json saved with its weights (this one's sizes do not build them)"
+
+
+def _weights_unjudged(launch) -> list[Finding]:
+    """A cannot-judge finding for a registered drafter whose weights no rule here holds (another drafter
+    class, a llama_eagle3.py of another layout, quantized or torch weights); none for a tree without the file."""
+    table = launch.registry().get(SPECULATIVE_TABLE, {})
+    built = next((name for name in _built_names(launch.drafter) if name in table), None)
+    if built is None or launch.read(EAGLE3_DRAFTER) is None:
+        return []  # not registered: drafter-architecture fails; no drafter file: a tree of parts
+    unjudged = weights_unjudged(launch, table[built][0], _layout_unread(launch))
+    return [] if unjudged is None else [unjudged]
+
+
+def _layout_unread(launch) -> str | None:
+    """Why the tree's llama_eagle3.py is not the layout _weights_unfit reads (0.12-0.18's); None: it is."""
+    source = launch.read(EAGLE3_DRAFTER) or b""
+    if not all(mark in source for mark in WEIGHTS_LAYOUT):
+        return "this vLLM's llama_eagle3.py maps their names otherwise (patchkit reads 0.12-0.18's)"
+    if _fc_hidden_states(launch) is None:
+        return "this vLLM's llama_eagle3.py sizes its fc from the drafter's config (not read)"
+    return None
 
 
 def _unmapped(launch, tensors: dict, source: bytes) -> tuple[str, str] | None:
@@ -806,14 +785,16 @@ def _built_parameters(config: dict, qkv_bias: bool, o_bias: bool, mlp_bias: bool
 
 STACKED = ((".q_proj", ".qkv_proj"), (".k_proj", ".qkv_proj"), (".v_proj", ".qkv_proj"))
 STACKED += ((".gate_proj", ".gate_up_proj"), (".up_proj", ".gate_up_proj"))
-# names vLLM skips (t2d, mask_hidden, AutoWeightsLoader's rotary buffers) or that are not judged here (scales)
-SKIPPED = ("mask_hidden", "rotary", "scale", "zero_point", "t2d")
+# names vLLM skips (t2d, mask_hidden, AutoWeightsLoader's rotary buffers); an unquantized drafter's other
+# scales are looked up as any name (a KeyError: measured on 0.16.0), but for the attention's own
+KV_SCALES = tuple(f".{qkv}_{kind}" for qkv in ("q", "k", "v", "kv") for kind in ("scale", "zero_point"))
+SKIPPED = ("mask_hidden", "rotary", "t2d")
 
 
 def _looked_up(name: str, skipped: tuple[str, ...]) -> str | None:
     """The name llama_eagle3.py's loaders look `name` up by (0.16.0's renames); None: skipped."""
-    if any(part in name for part in skipped):
-        return None
+    if any(part in name for part in skipped) or name.endswith(KV_SCALES):
+        return None  # maybe_remap_kv_scale_name maps a q/k/v scale to the attention's, or skips it
     if "d2t" in name:
         looked = name.replace("d2t", "draft_id_to_target_id")
     elif "lm_head" in name:
@@ -949,21 +930,73 @@ def _attention_backend_refused(launch) -> tuple[str, str] | None:
     named = _attention_backend(launch)
     if named is None or not _uses_mla(launch, launch.target.text_config):
         return None  # none named, or a non-MLA target: the target's own build refuses an MLA backend first
-    source, name = named
+    source, undo, name = named
     if _uses_mla(launch, launch.drafter.config) or not _mla_backend(launch, name) or not _cuda_build(launch):
         return None
     why = f"{source} {escaped(name)} is an MLA backend, which vLLM refuses for the drafter's non-MLA attention"
-    undo = f"unset {source}" if source == ATTENTION_ENV else f"drop {source}"
     return why, f"{undo}: vLLM then picks a backend for each layer"
 
 
-def _attention_backend(launch) -> tuple[str, str] | None:
-    """(where it is named, the name) of the attention backend the launch gives vLLM, or None."""
-    environ = launch.command.environ.get(ATTENTION_ENV)
+def _cache_format_refused(launch) -> tuple[str, str] | None:
+    """The drafter's attention takes the engine's KV-cache format, and the target's config class in the
+    tree's models/config.py (DeepSeek-V3.2's, 0.11-0.17) rewrites an fp8 one to its sparse-MLA format, which
+    no non-MLA backend takes: FlashAttention's forward raises on it, the others refuse it. (why, fix), else None."""
+    dtype = launch.command.options.get("kv-cache-dtype")
+    arch = target_architecture(launch)
+    if not isinstance(dtype, str) or not dtype.startswith("fp8") or arch is None:
+        return None
+    if not _rewrites_cache_format(_parsed(launch.read(MODEL_CONFIG_CLASSES)), arch):
+        return None
+    where, undo = launch.command.where("kv-cache-dtype", f"--kv-cache-dtype {escaped(dtype)}")
+    why = (
+        f"with {where} vLLM stores {escaped(arch)}'s KV cache as {SPARSE_MLA_CACHE}, which the drafter's "
+        "attention cannot take: vLLM fails after the target's load"
+    )
+    return why, f"{undo} (the drafter shares the engine's KV-cache format)"
+
+
+def _rewrites_cache_format(tree: ast.Module | None, arch: str) -> bool:
+    """Whether MODELS_CONFIG_MAP's class for `arch` sets cache_dtype to the sparse-MLA format."""
+    table = next(
+        (
+            node.value
+            for node in (tree.body if tree else ())
+            if isinstance(node, ast.AnnAssign | ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == "MODELS_CONFIG_MAP" for t in _targets(node))
+            and isinstance(node.value, ast.Dict)
+        ),
+        None,
+    )
+    pairs = zip(table.keys, table.values, strict=True) if table else ()
+    named = next(
+        (v.id for k, v in pairs if isinstance(k, ast.Constant) and k.value == arch and isinstance(v, ast.Name)), None
+    )
+    classes = [
+        node for node in (tree.body if tree and named else ()) if isinstance(node, ast.ClassDef) and node.name == named
+    ]
+    return any(
+        isinstance(node, ast.Assign)
+        and any(isinstance(t, ast.Attribute) and t.attr == "cache_dtype" for t in node.targets)
+        and isinstance(node.value, ast.Constant)
+        and node.value.value == SPARSE_MLA_CACHE
+        for found in classes
+        for node in ast.walk(found)
+    )
+
+
+def _targets(node: ast.AnnAssign | ast.Assign) -> list[ast.expr]:
+    return node.targets if isinstance(node, ast.Assign) else [node.target]
+
+
+def _attention_backend(launch) -> tuple[str, str, str] | None:
+    """(where it is named, how to drop it, the name) of the attention backend the launch gives vLLM, or None."""
+    command = launch.command
+    environ = command.environ.get(ATTENTION_ENV)
     if environ and any(ATTENTION_ENV.encode() in (launch.read(path) or b"") for path in ATTENTION_ENV_READERS):
-        return ATTENTION_ENV, environ
-    given = launch.command.attention_backend
-    return None if given is None else given
+        # the command's own `env` prefix, or the environment it is started in
+        given = f"drop {ATTENTION_ENV}={escaped(environ)} from the command" if ATTENTION_ENV in command.env else None
+        return ATTENTION_ENV, given or f"unset {ATTENTION_ENV}", environ
+    return command.attention_backend
 
 
 def _uses_mla(launch, config: dict) -> bool:
@@ -1105,12 +1138,18 @@ def _aux_count(launch, named: str, layers: list[int], top: int, passed: str) -> 
 FORWARD_MODULE = {"KimiK25ForConditionalGeneration": "deepseek_v2"}
 
 
+def _forward_module(launch) -> str | None:
+    """The module (e.g. deepseek_v2) whose forward hands the drafter the target's hidden states; None when
+    the architecture is not registered."""
+    arch = target_architecture(launch)
+    where = _model_class(launch.registry(), arch) if arch else None
+    return FORWARD_MODULE.get(arch or "") or (where[0] if where else None)
+
+
 def _forward_file(launch) -> tuple[str, ast.Module] | None:
     """(file name, parsed) of the target's model file whose forward hands the drafter its hidden states;
     None when the architecture is not registered or the file is unreadable."""
-    arch = target_architecture(launch)
-    where = _model_class(launch.registry(), arch) if arch else None
-    module = FORWARD_MODULE.get(arch or "") or (where[0] if where else None)
+    module = _forward_module(launch)
     tree = _parsed(launch.read(f"{MODELS_DIR}/{module}.py") if module else None)
     return (f"{module}.py", tree) if tree is not None else None
 
@@ -1182,7 +1221,7 @@ def _last_stage_start(launch, count: int) -> int:
     """The first layer of the last pipeline stage, which alone holds the drafter and hands it hidden states:
     the earlier stages pass on only hidden_states and residual (0: one stage, or a partition vLLM refuses)."""
     stages = _whole_option(launch.command.options.get("pipeline-parallel-size", 1))
-    if stages is None or stages <= 1 or target_architecture(launch) not in ABSOLUTE_LAYER_IDS:
+    if stages is None or stages <= 1 or _forward_module(launch) != ABSOLUTE_LAYER_IDS:
         return 0
     given = launch.command.environ.get(PARTITION)
     if given is not None:  # vLLM's get_pp_indices: one count a stage, summing to the layers (else refused)

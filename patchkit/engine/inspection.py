@@ -146,6 +146,8 @@ class TreeStatus(Value):
     guard_missing: str | None = None  # the recorded guard is gone (missing_guard): no launch is checked
     # modules that are a fifo or a device (tree.modules): the launch's import hangs on them, before the guard
     hanging: list[str] = field(default_factory=list)
+    # bytecode not a regular file past what a scan looks through (tree.modules.Scan): the import may hang
+    unjudged_bytecode: list[str] = field(default_factory=list)
     # the guard refuses recorded files only for holding their originals again (a same-version reinstall
     # of vLLM), every recorded file: apply records them again
     all_stock_again: bool = False
@@ -429,6 +431,7 @@ class TreeStatus(Value):
             or self.not_stock
             or self.found_edited
             or self.hanging
+            or self.unjudged_bytecode
             or self.other_library  # the tree lacks a change the library now holds (a fix, say): a CI gate fails
         ):
             return Outcome.CHECK_FAILED
@@ -789,11 +792,15 @@ def _guard_fields(
         "recorded_sets": _recorded_sets(state) if refused or missing or stale else (),
         **series,
         "guard_missing": missing,
-        "hanging": hanging_modules(
-            root, launch_tags(root), [p for e in (state.entries if state else []) for p in e.files]
-        ),
+        **_hanging(root, state),
         "symlink_fix": _symlink_fix(root, refused, state),
     }
+
+
+def _hanging(root: Path, state: State | None) -> dict[str, list[str]]:
+    """TreeStatus' hanging and unjudged_bytecode: the recorded files' bytecode is the guard's to judge."""
+    scan = hanging_modules(root, launch_tags(root), [p for e in (state.entries if state else []) for p in e.files])
+    return {"hanging": scan.paths, "unjudged_bytecode": scan.unjudged}
 
 
 def records_unjudged(state: State | None) -> list[str]:

@@ -24,7 +24,7 @@ from typing import Any
 from packaging.version import Version
 
 from patchkit.base import hints
-from patchkit.base.errors import BadInput, TargetError
+from patchkit.base.errors import BadInput, TargetError, escaped
 from patchkit.base.values import Value
 from patchkit.launch.interpreter import cannot_tell, exec_search, read_python_options, script_python
 from patchkit.launch.models import redirected
@@ -75,6 +75,9 @@ class LaunchCommand(Value):
     exact: bool = True  # that parser is the installed release's own (else the nearest recorded one)
     unread: list[str] = field(default_factory=list)  # arguments that parser does not know (not exact)
     config_ignored: str | None = None  # `--config=FILE`, which vLLM ignores (serve_parser.ignored_config)
+    config_file: str | None = None  # `--config FILE`
+    in_config: dict[str, str] = field(default_factory=dict)  # option -> its key in that file (serve_parser.Reading)
+    from_config: tuple[str, ...] = ()  # those whose value is the file's (the command line gives them not)
     python_flags: list[str] = field(default_factory=list)  # `python -E -m ...`: the interpreter's options
     xoptions: list[str] = field(default_factory=list)  # `python -X NAME[=VALUE]`: each value, in order
     hash_pycs: str = "default"  # `python --check-hash-based-pycs MODE`: never loads checked-hash .pyc unchecked
@@ -216,17 +219,32 @@ class LaunchCommand(Value):
         return None if value is None or str(value) in ("", "None") else str(value)
 
     @property
-    def attention_backend(self) -> tuple[str, str] | None:
-        """(the option, the name) of the attention backend given: --attention-backend, or the "backend"
-        of --attention-config (0.13 on; vLLM refuses both at once, at start); None when neither."""
+    def attention_backend(self) -> tuple[str, str, str] | None:
+        """(where it is named, how to drop it, the name) of the attention backend given: --attention-backend,
+        or the "backend" of --attention-config (0.13 on; vLLM refuses both at once, at start), on the
+        command line or in its --config file; None when neither."""
         given = self.optional_text("attention-backend")
         if given is not None:
-            return "--attention-backend", given
+            return *self.where("attention-backend", "--attention-backend"), given
         try:
             backend = (self._json("attention-config") or {}).get("backend")
         except BadInput:  # vLLM refuses it at start, before any load
             return None
-        return ("--attention-config's backend", backend) if isinstance(backend, str) and backend else None
+        if not isinstance(backend, str) or not backend:
+            return None
+        return *self.where("attention-config", "--attention-config's backend", "'s backend"), backend
+
+    def where(self, option: str, said: str, part: str = "") -> tuple[str, str]:
+        """(where `option` is given, how to drop it): `said` on the command line, or its key (and `part`
+        of its value) in the --config file, or both (vLLM takes the command line's: dropping it leaves the file's)."""
+        key = self.in_config.get(option)
+        if key is None:
+            return said, f"drop {said}"
+        file = escaped(str(self.config_file))
+        in_file = f"{escaped(key)}{part} from {file} (the --config file)"
+        if option in self.from_config:
+            return f"{file}'s {escaped(key)}{part}", f"drop {in_file}"
+        return said, f"drop {said} and {in_file}"
 
     @property
     def tokenizer(self) -> str | None:
@@ -647,6 +665,9 @@ def read(command: LaunchCommand, version: Version | str | None = None) -> Launch
         exact=spec.exact,
         unread=list(reading.unread),
         config_ignored=reading.config_ignored,
+        config_file=reading.config_file,
+        in_config=reading.in_config,
+        from_config=reading.from_config,
     )
     _ = read.speculative_config, read.hf_overrides, read.tensor_parallel_size  # each read now: exit 2
     return read

@@ -76,7 +76,7 @@ from patchkit.series import dry_run, library
 from patchkit.series.library import PatchSetDef
 from patchkit.series.patchfile import touched_paths
 from patchkit.store.state import State, read_state
-from patchkit.tree.modules import hanging_fix, hanging_modules, hanging_said
+from patchkit.tree.modules import hanging_fix, hanging_modules, hanging_said, unjudged_fix, unjudged_said
 from patchkit.tree.target import (
     Launch,
     Target,
@@ -672,11 +672,10 @@ def vllm_validation(resolved: Resolved, result: PreflightResult, another: str) -
         return cannot_judge(VALIDATION, f"not run: {another}", whose_vllm_fix(resolved.target.package_dir))
     if result.loader_fails:  # asked, vLLM would read that file too: the finding above names it
         return cannot_judge(VALIDATION, f"not run: {result.loader_fails}", "fix the launch-target finding above")
-    hanging = hanging_modules(resolved.target.root, launch_tags(resolved.target.root))
-    if hanging:  # vLLM's import would wait on it: the tree-state finding names it and its fix
-        return cannot_judge(
-            VALIDATION, f"not run: importing vLLM would hang on {hanging[0]}", "fix the tree-state finding above"
-        )
+    scan = hanging_modules(resolved.target.root, launch_tags(resolved.target.root))
+    if scan:  # vLLM's import would (or may) wait on it: the tree-state finding names it and its fix
+        hangs = f"would hang on {scan.paths[0]}" if scan.paths else f"may hang on {scan.unjudged[0]} (not looked at)"
+        return cannot_judge(VALIDATION, f"not run: importing vLLM {hangs}", "fix the tree-state finding above")
     if result.missing:  # vLLM would look for the model on the hub: patchkit never downloads
         return cannot_judge(
             VALIDATION,
@@ -1041,8 +1040,9 @@ def tree_findings(resolved: Resolved, status: TreeStatus, needs: LaunchNeeds, re
     for any recorded set); otherwise its state is noted in `result.unused`. A recorded guard that is
     gone fails a launch that would load it: the launch the user guarded runs unchecked."""
     gone = [_guard_gone(status)] if needs.guard_runs and status.guard_missing else []
-    root, hanging = resolved.target.root, status.hanging
+    root, hanging, unjudged = resolved.target.root, status.hanging, status.unjudged_bytecode
     hangs = [Finding(TREE, False, hanging_said(hanging), hanging_fix(root, hanging))] if hanging else []
+    hangs += [Finding(TREE, False, unjudged_said(unjudged), unjudged_fix(root))] if unjudged else []
     return hangs + gone + _set_state_findings(resolved, status, needs, result)
 
 

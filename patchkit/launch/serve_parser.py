@@ -22,6 +22,7 @@ import json
 import re
 import shlex
 from collections.abc import Collection, Sequence
+from dataclasses import field
 from functools import cache
 from pathlib import Path
 from typing import Any, NoReturn
@@ -49,6 +50,9 @@ class Reading(FrozenValue):
     notes: tuple[str, ...]  # what vLLM reads otherwise than it was written
     unread: tuple[str, ...] = ()  # arguments the (lenient) spec does not know: its release may read them
     config_ignored: str | None = None  # `--config=FILE`: vLLM reads nothing of it (ignored_config's words)
+    config_file: str | None = None  # `--config FILE`, as given
+    in_config: dict[str, str] = field(default_factory=dict)  # option (dashed) -> its key in that file, as written
+    from_config: tuple[str, ...] = ()  # those of them the command line does not give (the file's value), sorted
 
 
 @frozen
@@ -92,8 +96,9 @@ def read(arguments: list[str], *, serve: bool, spec: Spec) -> Reading:
     args = _model_to_front(arguments, release) if serve else list(arguments)
     ignored = next((a for a in args if a.startswith("--config=")), None)
     args = [a for a in args if a != ignored]  # vLLM serves without the file's options
+    config_file, config, rest = None, list[tuple[str, list[str]]](), list[str]()
     if "--config" in args:
-        args = _with_config_file(args, serve, _negations(spec.release, serve))
+        args, config_file, config, rest = _with_config_file(args, serve, _negations(spec.release, serve))
     if serve and release >= Version("0.17.0"):
         _positional_model_with_served_name(args)
     plain, dotted = _dotted_objects(_renamed(args, release))
@@ -113,7 +118,22 @@ def read(arguments: list[str], *, serve: bool, spec: Spec) -> Reading:
     if found is None and ignored is not None:  # the file was to name the model: no launch without it
         message, fix = ignored_config(ignored)
         raise BadInput(message, hint=fix)
-    return Reading(options, None if found is None else str(found), notes, tuple(unread), ignored)
+    in_config = {dest: key for key, words in config for dest in _given(parser, words, release)}
+    from_config = set(in_config) - _given(parser, rest, release) if in_config else set()  # the command line wins
+    model = None if found is None else str(found)
+    return Reading(options, model, notes, tuple(unread), ignored, config_file, in_config, tuple(sorted(from_config)))
+
+
+def _given(parser: argparse.ArgumentParser, args: list[str], release: Version) -> set[str]:
+    """The options (dashed) `args` give (a part of the launch's arguments, read whole already)."""
+    if not args:
+        return set()
+    plain, dotted = _dotted_objects(_renamed(args, release))
+    try:
+        namespace, _ = parser.parse_known_args(plain + [a for k, v in dotted.items() for a in (k, json.dumps(v))])
+    except BadInput:  # a part alone is hardly refused where the whole was not; then nothing is claimed
+        return set()
+    return {dest.replace("_", "-") for dest in vars(namespace)}
 
 
 def _bounded(args: list[str]) -> list[str]:
@@ -195,40 +215,46 @@ def ignored_config(given: str) -> tuple[str, str]:
     )
 
 
-def _with_config_file(args: list[str], serve: bool, negations: frozenset[str]) -> list[str]:
+def _with_config_file(
+    args: list[str], serve: bool, negations: frozenset[str]
+) -> tuple[list[str], str, list[tuple[str, list[str]]], list[str]]:
     """`--config FILE.yaml`: its keys spliced in where vLLM puts them (after `vllm serve`'s
-    positional MODEL, before the rest, which wins)."""
+    positional MODEL, before the rest, which wins); (the arguments, FILE, the file's keys with the
+    words each becomes, the rest)."""
     if args.count("--config") > 1:
         raise BadInput("--config is given more than once (vLLM takes one config file)")
     index = args.index("--config")
     if index == len(args) - 1:
         raise BadInput("--config names no file")
-    config = _config_file_args(args[index + 1], negations)
+    keys = _config_file_args(args[index + 1], negations)
+    config = [word for _, words in keys for word in words]
     rest = args[:index] + args[index + 2 :]
     if not serve:
-        return config + rest if args[0].startswith("-") else rest[:1] + config + rest[1:]
+        spliced = config + rest if args[0].startswith("-") else rest[:1] + config + rest[1:]
+        return spliced, args[index + 1], keys, rest
     model_in_cli = bool(args) and not args[0].startswith("-")
     if not model_in_cli and "--model" not in config:
         raise BadInput("the launch command names no model (positional MODEL, or `model` in the config file)")
-    return rest[:1] + config + rest[1:] if model_in_cli else config + rest
+    return (rest[:1] + config + rest[1:] if model_in_cli else config + rest), args[index + 1], keys, rest
 
 
-def _config_file_args(path: str, negations: frozenset[str]) -> list[str]:
-    """The options of a YAML config file as vLLM's load_config_file makes them."""
+def _config_file_args(path: str, negations: frozenset[str]) -> list[tuple[str, list[str]]]:
+    """The options of a YAML config file as vLLM's load_config_file makes them: each key with its words."""
     if path.rsplit(".", 1)[-1] not in ("yaml", "yml"):
         raise BadInput(f"--config {path}: vLLM reads only a .yaml or .yml config file")
     data = load_yaml_config(path)
-    args: list[str] = []
+    keys: list[tuple[str, list[str]]] = []
     for key, value in data.items():
         if isinstance(value, bool):
-            args += [f"--{key}"] if value else [f"--no-{key}"] if f"--no-{key}" in negations else []
+            args = [f"--{key}"] if value else [f"--no-{key}"] if f"--no-{key}" in negations else []
         elif isinstance(value, list):
-            args += [f"--{key}", *map(str, value)] if value else []
+            args = [f"--{key}", *map(str, value)] if value else []
         elif isinstance(value, dict):
-            args += [f"--{key}", _as_json(value, f"--config {path}: {key}")]
+            args = [f"--{key}", _as_json(value, f"--config {path}: {key}")]
         else:
-            args += [f"--{key}", str(value)]
-    return args
+            args = [f"--{key}", str(value)]
+        keys.append((str(key), args))
+    return keys
 
 
 def _as_json(value: dict[str, Any], what: str) -> str:

@@ -87,6 +87,7 @@ def status_json(resolved: Resolved, status: TreeStatus, where: Location | None =
         "not_stock": {r.path: r.message for r in status.not_stock},  # apply refuses these on integrity
         "found_not_stock": status.found_edited,  # found applied, unrecorded, not stock beyond it: apply refuses
         "hanging": status.hanging,  # a fifo or device as a module: the launch's import hangs on it
+        "unjudged_bytecode": status.unjudged_bytecode,  # .pyc not regular files, past those looked through
         "stale": status.stale,
         # applied from another library (or --patch files' earlier texts): what changed, and its fix
         **(

@@ -28,7 +28,7 @@ from patchkit.engine.inspection import (
     upgrade_said,
 )
 from patchkit.engine.resolve import in_stock_fix, unrecorded_fix
-from patchkit.tree.modules import hanging_fix, hanging_said
+from patchkit.tree.modules import hanging_fix, hanging_said, unjudged_fix, unjudged_said
 from patchkit.tree.target import stock_files_command
 from patchkit.tree.version import release_version
 
@@ -178,8 +178,10 @@ def status_failures(resolved: Resolved, status: TreeStatus) -> list[Failure]:
         )
         for note, it in _stale_said(status.stale)
     ]
-    if status.hanging:  # first: no other fix is tried while the launch hangs
-        root = resolved.target.root
+    root = resolved.target.root
+    if status.unjudged_bytecode:  # first: no other fix is tried while the launch may hang
+        failures.insert(0, Failure(HANGS, unjudged_said(status.unjudged_bytecode), fix=unjudged_fix(root)))
+    if status.hanging:
         failures.insert(0, Failure(HANGS, hanging_said(status.hanging), fix=hanging_fix(root, status.hanging)))
     if status.guard:
         failures.append(
@@ -479,9 +481,16 @@ def _verify_verdict(ui: Screen, resolved: Resolved, verified: VerifyResult, *, r
             if status.guard
             else "the launch guard refuses the tree"
         )
-        refused = "the launch hangs in its import" if status.hanging else refused
-        above = f"; {refused} (above)" if (refused_above or status.hanging) and none_failed else ""
+        refused = _hangs_said(status) or refused
+        above = f"; {refused} (above)" if (refused_above or _hangs_said(status)) and none_failed else ""
         ui.verdict(f"verify: FAILED: {counted}{above}", ok=False)
+
+
+def _hangs_said(status: TreeStatus) -> str:
+    """The summary's words for bytecode the launch's import hangs (or may hang) on; "" when none."""
+    if status.hanging:
+        return "the launch hangs in its import"
+    return "the launch may hang in its import" if status.unjudged_bytecode else ""
 
 
 def another_release(resolved: Resolved) -> str:
@@ -547,7 +556,7 @@ def status_problems(status: TreeStatus, *, guard: bool = True) -> list[str]:
         "upstream regression" if status.upstream_regression else "",
         f"{len(status.not_stock)} file(s) not stock" if status.not_stock else "",
         "a file edited beyond the set's change (no record): apply refuses it" if status.found_edited else "",
-        "the launch hangs in its import" if status.hanging else "",
+        _hangs_said(status),
         status.other_library_said if status.other_library else "",
     ]
     return [p for p in problems if p]
