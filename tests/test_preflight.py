@@ -2615,6 +2615,9 @@ ROPE_CLASSES = {
 DYNAMIC_0_22 = (
     "    def _compute_cos_sin_cache(self):\n        t = torch.arange(self.max_position_embeddings, dtype=torch.float)\n"
 )
+LONGROPE_CLASS = {
+    "phi3_long_rope_scaled_rope.py": "        long_short_cache = torch.cat([short_cache, long_cache], dim=0)\n"
+}
 NTK = "class NTKScalingRotaryEmbedding(RotaryEmbedding):\n    def _compute_inv_freq(self, base):\n        pass\n"
 
 VLLM_OWN_LLAMA = "_CONFIG_REGISTRY = LazyConfigDict(llama='X')"  # a registry where vLLM reads llama itself
@@ -2693,7 +2696,13 @@ def test_a_drafter_without_max_position_embeddings_is_held_to_its_config_classs_
         ({"rope_type": "linear", "factor": 4.0}, {}, 8193, None),  # the tree shows no sizing: not judged
         ({"rope_type": "ntk", "factor": 4.0}, {"ntk_scaling_rope.py": NTK}, 2049, 2048),  # base's table
         ({"rope_type": "ntk", "factor": 4.0}, {"ntk_scaling_rope.py": NTK + DYNAMIC_0_22}, 2049, None),  # its own table
-        ({"rope_type": "longrope", "factor": 4.0}, ROPE_CLASSES, 8193, None),  # not judged
+        ({"rope_type": "longrope", "original_max_position_embeddings": 1024}, ROPE_CLASSES, 8193, None),  # unshown
+        # longrope: max_position_embeddings positions once max_model_len passes the original (short) length
+        ({"rope_type": "longrope", "original_max_position_embeddings": 1024}, LONGROPE_CLASS, 2049, 2048),
+        ({"rope_type": "longrope", "original_max_position_embeddings": 1024}, LONGROPE_CLASS, 2048, None),
+        ({"type": "su", "original_max_position_embeddings": 4096}, LONGROPE_CLASS, 4096, None),  # the short table
+        ({"type": "su", "original_max_position_embeddings": 4096}, LONGROPE_CLASS, 4097, 2048),
+        ({"rope_type": "longrope"}, LONGROPE_CLASS, 4097, None),  # no original length: not judged
         # 0.30's speculative.py raises max_position_embeddings to max_model_len: yarn's table does not start there
         ({"rope_type": "linear", "factor": 4.0}, {**ROPE_CLASSES, "raised": ""}, 8193, None),
         (

@@ -39,7 +39,10 @@ ROPE_TABLES = (
     ("yarn", "yarn_scaling_rope.py", ARANGE_FACTOR, None, "original_max_position_embeddings", True),
     ("deepseek_yarn", "deepseek_scaling_rope.py", ARANGE_FACTOR, None, "original_max_position_embeddings", True),
     ("ntk", "ntk_scaling_rope.py", b"(RotaryEmbedding):", b"def_compute_cos_sin_cache", MPE, False),  # base's table
+    # short table (original rows), then long (max_position_embeddings rows), entered at position + original
+    ("longrope", "phi3_long_rope_scaled_rope.py", b"long_short_cache=torch.cat([short_cache,long_cache]", None, MPE, False),
 )  # fmt: skip
+LONGROPE = ("longrope", "su")  # vLLM renames su longrope
 PLAIN_TABLES = ("default", "llama3")  # max_position_embeddings rows (llama3 rescales frequencies only)
 SLIDING_READ = b"sliding_window = config.sliding_window"  # LlamaAttention, for a layer typed sliding_attention
 # the assert vLLM's KV cache spec makes of a sliding layer in an MLA model (the target's use_mla), in
@@ -58,8 +61,9 @@ def positions_unserved(launch: LaunchContext, defaults: dict[str, Any] | None) -
     """llama.py sizes the drafter's rotary table from its own config (max_position_embeddings, else its
     config class's default: `defaults`; yarn's from original_max_position_embeddings), and vLLM feeds it
     the target's positions, up to max_model_len - 1 (vLLM #48894; 0.30's speculative.py raises the drafter's
-    max_position_embeddings, which yarn's table does not start from): (what fails, fix) when the table is
-    shorter; None where this cannot be told."""
+    max_position_embeddings, which yarn's table does not start from; longrope's long table is read once
+    max_model_len passes its original length): (what fails, fix) when the table is shorter; None where
+    this cannot be told."""
     config = launch.drafter.config if launch.drafter is not None else {}
     table = _table(launch, config)
     if table is None or (table[0] == MPE and DRAFTER_RAISED in (launch.read(SPECULATIVE) or b"")):
@@ -70,6 +74,9 @@ def positions_unserved(launch: LaunchContext, defaults: dict[str, Any] | None) -
     if not _whole(start) or start <= 0 or length is None or length <= (rows := math.ceil(start * table[1])):
         return None  # absent, with no default read (unjudged says so), or odd: vLLM refuses it at start
     kind = _rope(config)
+    original = config.get("original_max_position_embeddings", rope.get("original_max_position_embeddings"))
+    if kind in LONGROPE and (not _whole(original) or length <= original):
+        return None  # up to its original length longrope reads the short table alone
     if kind not in (None, *PLAIN_TABLES):
         held = f"its {kind} RoPE scaling"  # another max_position_embeddings would change its frequencies too
         fix = f"give --max-model-len {rows}, or use a drafter whose rotary table holds {length} positions"
@@ -126,6 +133,7 @@ def _table(launch: LaunchContext, config: dict[str, Any]) -> tuple[str, float] |
         return None
     if kind in PLAIN_TABLES:
         return MPE, 1
+    kind = "longrope" if kind in LONGROPE else kind
     sources = {name: launch.read(f"{ROPE_DIR}/{name}") for type_, name, *_ in ROPE_TABLES if type_ == kind}
     flat = {name: re.sub(rb"\s+", b"", text) for name, text in sources.items() if text is not None}
     sized = next(
