@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import glob
 import os
 import re
 import shlex
@@ -22,7 +21,8 @@ from typing import TYPE_CHECKING
 from packaging.version import InvalidVersion, Version
 
 from patchkit.base import hints
-from patchkit.base.errors import TargetError, escaped
+from patchkit.base.errors import escaped
+from patchkit.launch import observed
 from patchkit.launch.drafter_attention import positions_unserved, sliding_under_mla, sliding_unbuilt, unjudged
 from patchkit.launch.drafter_weights import weights_unjudged
 from patchkit.launch.engine import few_named
@@ -415,9 +415,8 @@ def _backend_fix(launch, why: str, need: Version | None = None) -> str:
     lower = [s for s in pin or () if s.operator in (">=", ">") and _version(s.version) < need]  # implied by need
     specifier_set = _specifiers().SpecifierSet
     wanted = str(specifier_set(f">={need}") & specifier_set([s for s in pin or () if s not in lower]))
-    try:
-        python = launch.command.launch_python()[0]
-    except TargetError:
+    python = launch.launch_python()
+    if python is None:
         return f"install transformers{wanted} into the Python vLLM runs in"
     return (
         f"install transformers{wanted}: `{shlex.quote(python)} -m pip install {shlex.quote('transformers' + wanted)}`"
@@ -908,9 +907,9 @@ def _quant_config_unfound(launch) -> tuple[str, str] | None:
         return None
     local = Path(launch.drafter.name)
     names = _quant_config_names(launch, method) if config.get("compression_config") is None else None
-    if not names or not local.is_dir():
+    if not names or not observed.isdir(local):
         return None  # a method needing no file, one not judged here, or a hub drafter (vLLM downloads its *.json)
-    found = [f for f in glob.glob(os.path.join(local, "*.json")) if any(f.endswith(name) for name in names)]
+    found = [f for f in observed.glob(os.path.join(local, "*.json")) if any(f.endswith(name) for name in names)]
     if len(found) == 1:
         return None
     if found:

@@ -10,6 +10,7 @@ import os
 from typing import Any
 
 from patchkit.base.errors import escaped
+from patchkit.launch import observed
 from patchkit.launch.command import LaunchCommand
 from patchkit.launch.engine import LaunchContext
 from patchkit.launch.findings import Finding, cannot_judge
@@ -32,7 +33,7 @@ def quantization(config: dict[str, Any], directory: str | None) -> str | None:
             if given is not None:
                 method = given.get("quant_method") if isinstance(given, dict) else None
                 return method if isinstance(method, str) and method else key
-    if directory is not None and os.path.isfile(os.path.join(directory, QUANT_FILE)):
+    if directory is not None and observed.isfile(os.path.join(directory, QUANT_FILE)):  # kept findings: recorded
         return f"ModelOpt's {QUANT_FILE}"
     return None
 
