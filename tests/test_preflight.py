@@ -90,6 +90,17 @@ def failed(done) -> set[str]:
     return {name for name, f in findings(done).items() if not f["ok"]}
 
 
+def drafter_verdict(done, *, fails: bool) -> dict | None:
+    """A drafter test's verdict: None when the launch passes every check (`fails` false), else its
+    drafter-architecture finding, the one check failed (exit 1, said cleanly)."""
+    if not fails:
+        assert done.returncode == 0 and failed(done) == set(), done.stdout
+        return None
+    assert_clean_failure(done, 1)
+    assert failed(done) == {"drafter-architecture"}, done.stdout
+    return findings(done)["drafter-architecture"]
+
+
 @pytest.mark.parametrize("version", ["0.16.0", "0.17.0"])
 @pytest.mark.parametrize(("model", "faults"), [("kimi", STOCK_FAULTS_KIMI), ("deepseek", STOCK_FAULTS_DEEPSEEK)])
 def test_stock_tree_every_fault_in_one_run_then_passes_after_apply(tmp_path, version, model, faults):
@@ -1660,11 +1671,9 @@ def test_a_drafter_whose_heads_the_tensor_parallel_size_cannot_split_fails(setup
     drafter = write_model(
         tmp_path / "drafter", _changed(DRAFTER, {"num_attention_heads": heads, "num_key_value_heads": kv_heads})
     )
-    done = preflight(tree, library, *serve(models["deepseek"], drafter, "-tp", str(tp)))
-    assert_clean_failure(done, 1)
-    assert failed(done) == {"drafter-architecture"}, done.stdout
-    assert says in findings(done)["drafter-architecture"]["message"]
-    assert "-tp that divides" in findings(done)["drafter-architecture"]["fix"]
+    finding = drafter_verdict(preflight(tree, library, *serve(models["deepseek"], drafter, "-tp", str(tp))), fails=True)
+    assert says in finding["message"]
+    assert "-tp that divides" in finding["fix"]
 
 
 @pytest.mark.parametrize(("heads", "kv_heads", "tp"), [(56, 8, 8), (64, 8, 16), (48, 3, 6), (56, 8, 1)])
@@ -1714,12 +1723,9 @@ def test_a_drafter_whose_activation_the_trees_llama_mlp_refuses_fails(setup, tmp
         (tree / "vllm" / "model_executor" / "models" / "llama.py").write_text(llama)
     drafter = write_model(tmp_path / "drafter", _changed(DRAFTER, {"hidden_act": act}))
     done = preflight(tree, library, *serve(models["deepseek"], drafter))
-    if not fails:
-        assert done.returncode == 0 and failed(done) == set(), done.stdout
+    finding = drafter_verdict(done, fails=fails)
+    if finding is None:
         return
-    assert_clean_failure(done, 1)
-    assert failed(done) == {"drafter-architecture"}, done.stdout
-    finding = findings(done)["drafter-architecture"]
     shown = act.replace("\u202e", "\\u202e")
     assert f"its hidden_act '{shown}' is not silu" in finding["message"]
     assert "after the target's load" in finding["message"]
@@ -1764,12 +1770,9 @@ def test_a_drafter_layer_types_shorter_than_its_layers_fails(setup, tmp_path, la
     (tree / "vllm" / "model_executor" / "models" / "llama_eagle3.py").write_text(EAGLE3_LAYER_COUNT)
     drafter = write_model(tmp_path / "drafter", {**DRAFTER, "layer_types": layer_types, "num_hidden_layers": layers})
     done = preflight(tree, library, *serve(models["deepseek"], drafter))
-    if says is None:
-        assert done.returncode == 0 and failed(done) == set(), done.stdout
+    finding = drafter_verdict(done, fails=says is not None)
+    if finding is None:
         return
-    assert_clean_failure(done, 1)
-    assert failed(done) == {"drafter-architecture"}, done.stdout
-    finding = findings(done)["drafter-architecture"]
     assert says in finding["message"] and "after the target's load" in finding["message"]
     assert (
         finding["fix"]
@@ -1873,12 +1876,9 @@ def test_drafter_weights_whose_shapes_its_config_does_not_build_fail(setup, tmp_
     drafter = write_model(tmp_path / "drafter", _changed(SMALL_DRAFTER, config))
     write_weights(drafter, {**SMALL_WEIGHTS, **change})
     done = preflight(tree, library, *serve(models["deepseek"], drafter))
-    if says is None:
-        assert done.returncode == 0 and failed(done) == set(), done.stdout
+    finding = drafter_verdict(done, fails=says is not None)
+    if finding is None:
         return
-    assert_clean_failure(done, 1)
-    assert failed(done) == {"drafter-architecture"}, done.stdout
-    finding = findings(done)["drafter-architecture"]
     assert says in finding["message"] and "after the target's load" in finding["message"], finding
     assert "config.json" in finding["fix"]
 
@@ -1949,12 +1949,9 @@ def test_drafter_weights_whose_names_the_built_drafter_has_no_parameter_for_fail
     weights = {**SMALL_WEIGHTS, **change} if isinstance(change, dict) else _renamed(SMALL_WEIGHTS, change)
     write_weights(drafter, weights)
     done = preflight(tree, library, *serve(models["deepseek"], drafter))
-    if says is None:
-        assert done.returncode == 0 and failed(done) == set(), done.stdout
+    finding = drafter_verdict(done, fails=says is not None)
+    if finding is None:
         return
-    assert_clean_failure(done, 1)
-    assert failed(done) == {"drafter-architecture"}, done.stdout
-    finding = findings(done)["drafter-architecture"]
     assert says in finding["message"] and "no parameter for" in finding["message"], finding
     assert "after the target's load" in finding["message"] and "names vLLM maps" in finding["fix"], finding
 
@@ -2024,12 +2021,9 @@ def test_a_speculative_quantization_the_drafter_has_no_config_for_fails(setup, t
         (drafter / name).write_text("{}")
     spec = json.dumps({"method": "eagle3", "model": str(drafter), "num_speculative_tokens": 3, "quantization": method})
     done = preflight(tree, library, "vllm", "serve", str(models["deepseek"]), "--speculative-config", spec)
-    if says is None:
-        assert done.returncode == 0 and failed(done) == set(), done.stdout
+    finding = drafter_verdict(done, fails=says is not None)
+    if finding is None:
         return
-    assert_clean_failure(done, 1)
-    assert failed(done) == {"drafter-architecture"}, done.stdout
-    finding = findings(done)["drafter-architecture"]
     assert says in finding["message"] and "after the target's load" in finding["message"]
     assert ("keep one of" if "holds" in says else 'drop "quantization"') in finding["fix"]
 
@@ -2347,12 +2341,9 @@ def test_an_mla_attention_backend_the_drafter_inherits_fails(
     draft = write_model(tmp_path / "drafter", {**DRAFTER, **drafter})
     words = ["env", *(f"{k}={v}" for k, v in env.items())] if env else []
     done = preflight(tree, library, *words, *serve(model, draft, *options))
-    if says is None:
-        assert done.returncode == 0 and failed(done) == set(), done.stdout
+    finding = drafter_verdict(done, fails=says is not None)
+    if finding is None:
         return
-    assert_clean_failure(done, 1)
-    assert failed(done) == {"drafter-architecture"}, done.stdout
-    finding = findings(done)["drafter-architecture"]
     assert f"{says}" in finding["message"] and "is an MLA backend" in finding["message"]
     assert "after the target's load" in finding["message"]
     # the variable is the command's own (its `env` prefix): dropped there, not unset in the shell
@@ -2430,12 +2421,9 @@ def test_an_mla_attention_backend_from_the_config_file_is_named_where_it_is_give
     config = tmp_path / "serve.yaml"
     config.write_text(yaml)
     done = preflight(tree, library, *serve(model, draft, "--config", str(config), *options))
-    if says is None:
-        assert done.returncode == 0 and failed(done) == set(), done.stdout
+    finding = drafter_verdict(done, fails=says is not None)
+    if finding is None:
         return
-    assert_clean_failure(done, 1)
-    assert failed(done) == {"drafter-architecture"}, done.stdout
-    finding = findings(done)["drafter-architecture"]
     assert f"but {says.format(file=config)} is an MLA backend" in finding["message"], finding
     assert finding["fix"].startswith(fix.format(file=config) + " (the --config file): "), finding
 
@@ -2474,12 +2462,9 @@ def test_a_drafter_rotary_table_shorter_than_the_launch_max_model_len_fails(
     (model / "tokenizer_config.json").write_text(json.dumps(tokenizer))
     config = {k: v for k, v in {**DRAFTER, "max_position_embeddings": 2048, **drafter}.items() if v is not None}
     done = preflight(tree, library, *serve(model, write_model(tmp_path / "drafter", config), *extra))
-    if length is None:
-        assert done.returncode == 0 and failed(done) == set(), done.stdout
+    finding = drafter_verdict(done, fails=length is not None)
+    if finding is None:
         return
-    assert_clean_failure(done, 1)
-    assert failed(done) == {"drafter-architecture"}, done.stdout
-    finding = findings(done)["drafter-architecture"]
     held = config["max_position_embeddings"]
     assert f"its rotary table holds {held} positions" in finding["message"]
     assert f"up to max_model_len {length}:" in finding["message"]
@@ -2864,3 +2849,49 @@ def test_a_drafter_sliding_layer_vllm_cannot_build_or_serve_fails(setup, tmp_pat
     mla = "give the drafter's layer_types full_attention: an MLA target has no sliding window"
     other = "set sliding_window in the drafter's config.json" if says == "cannot judge: " else SLIDING_FIX
     assert says is None or finding["fix"].startswith(mla if "kv_lora_rank" in target else other), finding
+
+
+# get_rope's range check and patch_rope_parameters' names, as 0.13-0.34 write them
+PARTIAL_FILES = {
+    "vllm/model_executor/layers/rotary_embedding/__init__.py": (
+        "    if partial_rotary_factor <= 0.0 or partial_rotary_factor > 1.0:\n        raise ValueError()\n"
+    ),
+    "vllm/transformers_utils/config.py": 'names = ["partial_rotary_factor", "rotary_pct", "rotary_emb_fraction"]\n',
+}
+
+
+@pytest.mark.parametrize(
+    ("drafter", "version", "files", "says"),
+    [
+        ({"partial_rotary_factor": 1.5}, "4.57.6", PARTIAL_FILES, "its partial_rotary_factor 1.5 is not above 0"),
+        ({"partial_rotary_factor": 0}, "4.57.6", PARTIAL_FILES, "its partial_rotary_factor 0 is not above 0"),
+        ({"rotary_pct": -0.5}, "4.57.6", PARTIAL_FILES, "its rotary_pct -0.5 is not above 0"),
+        ({"rope_scaling": {"rope_type": "default", "partial_rotary_factor": 2}}, "4.57.6", PARTIAL_FILES, "factor 2"),
+        ({"partial_rotary_factor": "half"}, "4.57.6", PARTIAL_FILES, "its partial_rotary_factor 'half' is not"),
+        ({"partial_rotary_factor": 0.5}, "4.57.6", PARTIAL_FILES, None),
+        ({"partial_rotary_factor": 1}, "4.57.6", PARTIAL_FILES, None),
+        ({"partial_rotary_factor": None, "rotary_pct": 2.0}, "4.57.6", PARTIAL_FILES, None),  # the first name wins
+        ({"partial_rotary_factor": 1.5}, "5.0.0", PARTIAL_FILES, None),  # transformers 5 may refuse it at start
+        ({"partial_rotary_factor": 1.5}, None, PARTIAL_FILES, None),  # no transformers read: not judged
+        ({"partial_rotary_factor": 1.5}, "4.57.6", {}, None),  # the tree shows neither step
+    ],
+)
+def test_a_drafter_partial_rotary_factor_get_rope_refuses_fails(setup, tmp_path, drafter, version, files, says):
+    """vLLM copies the drafter's partial_rotary_factor (or rotary_pct, rotary_emb_fraction: the first it has)
+    into its RoPE parameters, and get_rope raises for one outside (0, 1], building the drafter after the target's
+    load (measured on vLLM 0.16.0 with transformers 4.57.6)."""
+    tree, library = drafter_attention_tree(setup, dict(files))
+    if version is not None:
+        info = tree / "transformers-4.57.6.dist-info"
+        info.mkdir(exist_ok=True)
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: transformers\nVersion: {version}\n\n")
+    model = write_model(tmp_path / "target", {**DEEPSEEK_V3, "max_position_embeddings": 163840})
+    config = {**DRAFTER, "max_position_embeddings": 163840, **drafter}
+    done = preflight(tree, library, *serve(model, write_model(tmp_path / "drafter", config)))
+    finding = findings(done)["drafter-architecture"]
+    if says is None:
+        assert done.returncode == 0 and failed(done) == set(), done.stdout
+        return
+    assert_clean_failure(done, 1)
+    assert says in finding["message"] and "after the target's load" in finding["message"], finding
+    assert finding["fix"].startswith("give the drafter's config.json a ") and "above 0 and at most 1" in finding["fix"]

@@ -23,7 +23,13 @@ from packaging.version import InvalidVersion, Version
 from patchkit.base import hints
 from patchkit.base.errors import escaped
 from patchkit.launch import observed
-from patchkit.launch.drafter_attention import positions_unserved, sliding_under_mla, sliding_unbuilt, unjudged
+from patchkit.launch.drafter_attention import (
+    partial_refused,
+    positions_unserved,
+    sliding_under_mla,
+    sliding_unbuilt,
+    unjudged,
+)
 from patchkit.launch.drafter_weights import weights_unjudged
 from patchkit.launch.engine import few_named
 from patchkit.launch.findings import Finding, cannot_judge
@@ -550,7 +556,8 @@ def drafter_architecture(launch) -> Finding:
         defaults = _drafter_defaults(launch) if table.get(built, ("",))[0] == LLAMA_DRAFTER else None
         mla = _uses_mla(launch, launch.target.text_config)
         sliding = lambda launch: sliding_unbuilt(launch, defaults, mla)  # noqa: E731
-        llama = (_mlp_unsplit, _activation_refused, _rope_unknown, _layer_types_refused, sliding, _weights_unfit)
+        llama = (_mlp_unsplit, _activation_refused, _rope_unknown, partial_refused, _layer_types_refused, sliding)
+        llama = (*llama, _weights_unfit)
         llama = llama if table.get(built, ("",))[0] == LLAMA_DRAFTER else ()
         top = lambda launch: _top_tokens_missing(launch, table.get(built, ("",))[0])  # noqa: E731
         rules = (_heads_unsplit, *llama, _quant_config_unfound, _attention_backend_refused, top)
