@@ -112,10 +112,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             if page is None:
                 return self._send(404, b"not found", head=head)
             return self._send(200, page.encode(), {"Content-Type": "text/html; charset=utf-8"}, head)
-        m = re.fullmatch(r"/(range|norange|tailonly)/files/([^/]+)", path)
+        m = re.fullmatch(r"/(range|norange|tailonly|cut|cutall)/files/([^/]+)", path)
         if not m or m.group(2) not in srv.files:
             return self._send(404, b"not found", head=head)
         data = srv.files[m.group(2)]
+        if (m.group(1) == "cutall" and not head) or (m.group(1) == "cut" and rng and not head):
+            return self._cut(data, rng)
         if m.group(1) == "norange" or not rng:
             return self._send(200, data, {"Content-Type": "application/octet-stream", "Accept-Ranges": "none"}, head)
         size = len(data)
@@ -136,6 +138,24 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self._send(
             206, data[start : end + 1], {"Content-Range": f"bytes {start}-{end}/{size}", "Accept-Ranges": "bytes"}, head
         )
+
+    def _cut(self, data: bytes, rng: str | None):
+        """The connection breaks half-way through the body (a proxy reset, a dropped link): the
+        headers promise the whole range (or file), half of it comes, then the socket closes."""
+        mr = re.fullmatch(r"bytes=(\d*)-(\d*)", (rng or "").strip())
+        if mr and mr.group(1):
+            start, end = int(mr.group(1)), min(int(mr.group(2) or len(data) - 1), len(data) - 1)
+        elif mr and mr.group(2):
+            start, end = max(0, len(data) - int(mr.group(2))), len(data) - 1
+        body = data[start : end + 1] if mr else data
+        self.send_response(206 if mr else 200)
+        if mr:
+            self.send_header("Content-Range", f"bytes {start}-{end}/{len(data)}")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body[: len(body) // 2])
+        self.wfile.flush()
+        self.close_connection = True
 
 
 class IndexServer(http.server.ThreadingHTTPServer):
@@ -159,7 +179,7 @@ class IndexServer(http.server.ThreadingHTTPServer):
         """Serve ``data`` as ``filename`` and list it on the ``/<prefix>/simple/vllm/`` page."""
         self.files[filename] = data
         digest = sha256 or hashlib.sha256(data).hexdigest()
-        kind = prefix if prefix in ("norange", "tailonly") else "range"
+        kind = prefix if prefix in ("norange", "tailonly", "cut", "cutall") else "range"
         links = [f'<a href="{self.url}/{kind}/files/{filename}#sha256={digest}">{filename}</a>', *extra]
         old = self.pages.get((prefix, "vllm"), "")
         body = old.replace("</body></html>", "") or "<!DOCTYPE html><html><body>\n"

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from helpers import examples
+from helpers import examples, run_cli
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -1126,3 +1126,32 @@ def test_a_dest_out_of_inodes_is_said_as_such_and_the_same_command_completes_it(
     remount(64)
     laid = release_files.lay_out_said(tree, dest)[0]
     assert all((dest / rel).read_bytes() == (tree / rel).read_bytes() for rel in laid)
+
+
+def test_a_range_body_cut_mid_way_falls_back_to_the_whole_wheel(server, cache, monkeypatch):
+    # urllib3's ProtocolError from a raw body read escaped every handler: exit 70, "a patchkit bug" (review40b M3)
+    server.publish(WHEEL, build_wheel(), prefix="cut")
+    use_index(monkeypatch, server.index("cut"))
+    msgs: list[str] = []
+    tree = fetch.release_tree(
+        VERSION, ["vllm/config/speculative.py", "vllm/v1/spec_decode/eagle.py"], progress=msgs.append
+    )
+    assert (tree / "vllm/config/speculative.py").read_bytes() == FILES["vllm/config/speculative.py"]
+    assert (tree / "vllm/v1/spec_decode/eagle.py").read_bytes() == FILES["vllm/v1/spec_decode/eagle.py"]
+    assert fetch.last_fetch_stats.full_download
+    assert (cache / "releases" / VERSION / WHEEL).read_bytes() == server.files[WHEEL]
+
+
+def test_a_connection_that_breaks_every_time_is_a_network_failure_exit_4(server, cache, monkeypatch, tmp_path):
+    server.publish(WHEEL, build_wheel(), prefix="cutall")
+    use_index(monkeypatch, server.index("cutall"))
+    with pytest.raises(FetchError, match=f"cannot download {WHEEL}") as raised:
+        fetch.release_tree(VERSION, ["vllm/config/speculative.py"])
+    assert raised.value.exit_code == 4
+    rel = cache / "releases" / VERSION
+    assert not (rel / WHEEL).exists() and not list(rel.glob("*.part"))
+    done = run_cli(
+        "fetch", VERSION, "--all", "--dest", tmp_path / "tree", env={"PIP_INDEX_URL": server.index("cutall")}
+    )
+    assert done.returncode == 4, done.stderr
+    assert "patchkit bug" not in done.stderr and "check the network" in done.stderr, done.stderr

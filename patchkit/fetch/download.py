@@ -14,7 +14,7 @@ from typing import Any, BinaryIO
 from patchkit.base.errors import FetchError
 from patchkit.base.fsutil import NO_SPACE
 from patchkit.fetch.cache import cache_write_error, remove_entry
-from patchkit.fetch.net import SLOWEST, Progress, redact
+from patchkit.fetch.net import SLOWEST, Progress, network_errors, redact
 
 Transferred = Callable[[int, int], None]  # (bytes so far, total or 0): a progress bar's feed
 DOWNLOAD_LIMIT = 4 << 30  # a whole wheel or sdist: vLLM 0.16.0's wheel is 0.5 GB
@@ -47,9 +47,9 @@ def download_wheel(
             say(f"downloading {dest.name}" + (f" ({total / 1e6:.0f} MB)" if total else ""))
             with _fresh(part) as out:
                 got = _copy(_bounded(response, timeout, dest.name), out, dest.name, total, say, on_bytes)
-    except (requests.RequestException, OSError) as e:
+    except network_errors(requests) as e:
         _discard(part)
-        if e.errno in NO_SPACE:  # the disk, not the network
+        if isinstance(e, OSError) and e.errno in NO_SPACE:  # the disk, not the network
             raise cache_write_error(part, e) from None
         raise FetchError(
             f"cannot download {dest.name}: {redact(str(e))}",

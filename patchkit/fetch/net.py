@@ -5,6 +5,7 @@ requests and urllib3 are imported only when a session is made (a cache miss).
 
 from __future__ import annotations
 
+import http.client
 import re
 import time
 import urllib.parse
@@ -86,7 +87,7 @@ def make_session(settings: PipSettings, stats: FetchStats | None) -> requests.Se
     # lazy: the network stack loads only for a fetch (requests.adapters has urllib3's Retry, its stubs too)
     import requests.adapters
 
-    session = _session_class(requests.Session, settings.cert, requests.RequestException)()
+    session = _session_class(requests.Session, settings.cert, requests.RequestException, network_errors(requests))()
     session.headers["User-Agent"] = f"patchkit/{__version__} (+requests)"
     if settings.client_cert:
         session.cert = settings.client_cert
@@ -110,8 +111,17 @@ def make_session(settings: PipSettings, stats: FetchStats | None) -> requests.Se
     return session
 
 
+def network_errors(requests: Any) -> tuple[type[BaseException], ...]:
+    """What a cut or broken connection raises past requests' own wrapping: a raw body read (urllib3's
+    ProtocolError, ReadTimeoutError, ...) and http.client's IncompleteRead; sockets and TLS raise OSError."""
+    return (requests.RequestException, requests.exceptions.BaseHTTPError, http.client.HTTPException, OSError)
+
+
 def _session_class(
-    base: type[requests.Session], pip_cert: str | None, failure: type[requests.RequestException]
+    base: type[requests.Session],
+    pip_cert: str | None,
+    failure: type[requests.RequestException],
+    broken: tuple[type[BaseException], ...],
 ) -> type[requests.Session]:
     class _Session(base):  # type: ignore[misc,valid-type]
         def send(self, request: requests.PreparedRequest, **kwargs: Any) -> requests.Response:
@@ -124,7 +134,12 @@ def _session_class(
             if response.is_redirect:  # not followed (allow_redirects=False): get_redirect_target dropped its body
                 return response
             with response:
-                body = _bounded_body(response, kwargs.get("timeout"), failure)
+                try:
+                    body = _bounded_body(response, kwargs.get("timeout"), failure)
+                except failure:
+                    raise
+                except broken as e:  # a body cut mid-way: requests wraps this only in iter_content
+                    raise failure(f"{redact(response.url)} broke off: {redact(str(e))}", response=response) from e
             response._content = body  # what .content, .text and .json() read: the body is consumed
             return response
 

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from contextlib import suppress
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from patchkit.fetch.net import Progress, redact
+from patchkit.fetch.net import Progress, network_errors, redact
 from patchkit.fetch.zipread import Blobs, member_from_run
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -52,6 +52,7 @@ def _remote_errors() -> tuple[type[BaseException], ...]:
     if not _REMOTE_ERRORS:
         _REMOTE_ERRORS = (
             _remotezip().RemoteZipError,
+            *network_errors(_remotezip().requests),
             zipfile.BadZipFile,
             OSError,
             EOFError,
