@@ -26,10 +26,11 @@ from patchkit.launch import observed
 from patchkit.launch.drafter_attention import (
     partial_refused,
     positions_unserved,
-    sliding_under_mla,
     sliding_unbuilt,
+    sliding_under_mla,
     unjudged,
 )
+from patchkit.launch.drafter_nulls import null_refused
 from patchkit.launch.drafter_weights import weights_unjudged
 from patchkit.launch.engine import few_named
 from patchkit.launch.findings import Finding, cannot_judge
@@ -550,7 +551,8 @@ def drafter_architecture(launch) -> Finding:
         defaults = _drafter_defaults(launch) if table.get(built, ("",))[0] == LLAMA_DRAFTER else None
         mla = _uses_mla(launch, launch.target.text_config)
         sliding = lambda launch: sliding_unbuilt(launch, defaults, mla)  # noqa: E731
-        llama = (_mlp_unsplit, _activation_refused, _rope_unknown, partial_refused, _layer_types_refused, sliding)
+        llama = (null_refused, _mlp_unsplit, _activation_refused, _rope_unknown, partial_refused, _layer_types_refused)
+        llama = (*llama, sliding)
         llama = (*llama, _weights_unfit)
         llama = llama if table.get(built, ("",))[0] == LLAMA_DRAFTER else ()
         rules = (_heads_unsplit, *llama, _quant_config_unfound, _attention_backend_refused)
@@ -669,11 +671,12 @@ def _activation_refused(launch) -> tuple[str, str] | None:
     """The EAGLE-3 drafter's layers are llama.py's, whose LlamaMLP raises for any hidden_act but the one
     it names (silu in 0.16.0): (what fails, fix) when the drafter's config.json gives another, else None."""
     act = launch.drafter.config.get("hidden_act")
-    if not isinstance(act, str):
-        return None  # absent: the config class's default (silu for Llama)
+    if act is None:
+        return None  # absent: the config class's default (silu for Llama); null: null_refused's
     taken = _mlp_activation(launch.read(LLAMA))
     if taken is None or act == taken:
         return None
+    act = act if isinstance(act, str) else repr(act)  # LlamaMLP compares any value to the name
     fix = f"use an EAGLE-3 drafter trained with hidden_act {taken}, the only one this vLLM's drafter layer takes"
     return f"its hidden_act '{escaped(act)}' is not {taken}, the only activation llama.py's LlamaMLP takes", fix
 
