@@ -23,7 +23,7 @@ from packaging.version import InvalidVersion, Version
 
 from patchkit.base import hints
 from patchkit.base.errors import TargetError, escaped
-from patchkit.launch.engine import few_named
+from patchkit.launch.engine import apply_fix, few_named
 from patchkit.launch.findings import Finding, cannot_judge
 from patchkit.launch.microbatch import microbatch_findings
 from patchkit.launch.weights import drafter_tensors
@@ -110,6 +110,10 @@ ATTENTION_RULES = ("vllm/v1/attention/backend.py", "vllm/attention/backends/abst
 NON_MLA_REFUSED = b"non-MLA not supported"
 ATTENTION_ENV = "VLLM_ATTENTION_BACKEND"  # read by 0.12-0.14 (the env then wins over the option)
 ATTENTION_ENV_READERS = ("vllm/config/attention.py", "vllm/attention/selector.py")
+# the set's 0006 (0.13-0.17): in an MLA model's engine the selector gives a non-MLA layer (the drafter's)
+# the platform's own choice instead of an MLA backend set for the whole engine, named or Blackwell's default
+SELECTORS = ("vllm/v1/attention/selector.py", "vllm/attention/selector.py")
+LAYER_BACKEND_CHOSEN = b"def _engine_backend_for_layer("
 
 
 # The other methods whose drafter vLLM loads through the proposer's load_model (EagleProposer: eagle,
@@ -967,8 +971,18 @@ def _attention_backend_refused(launch) -> tuple[str, str] | None:
     source, undo, name = named
     if _uses_mla(launch, launch.drafter.config) or not _mla_backend(launch, name) or not _cuda_build(launch):
         return None
+    if _layers_choose_their_own(launch.read):
+        return None
     why = f"{source} {escaped(name)} is an MLA backend, which vLLM refuses for the drafter's non-MLA attention"
+    if launch.read_planned is not None and _layers_choose_their_own(launch.read_planned):
+        return why, launch.planned_fix or apply_fix(launch.patch_set)
     return why, f"{undo}: vLLM then picks a backend for each layer"
+
+
+def _layers_choose_their_own(read) -> bool:
+    """Whether the tree's selector (patched by the set's 0006) gives an MLA model's non-MLA layers the
+    platform's choice instead of an engine-wide MLA backend."""
+    return any(LAYER_BACKEND_CHOSEN in (read(path) or b"") for path in SELECTORS)
 
 
 def _cache_format_refused(launch) -> tuple[str, str] | None:
