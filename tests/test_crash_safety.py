@@ -508,6 +508,58 @@ def test_revert_writes_the_gates_its_record_marks_first_whatever_the_library_say
         manifest.write_text(declared)
 
 
+def _as_an_older_patchkit_recorded(tree: Path) -> None:
+    """The tree's record as patchkit wrote it before gate29 (7fb7ec01: state.json's format 1 held no
+    "gate" key; record_apply wrote none): every mark taken out, nothing else changed."""
+    state_file = tree / ".patchkit/state.json"
+    state = json.loads(state_file.read_text())
+    for entry in state["entries"]:
+        for shas in entry["files"].values():
+            shas.pop("gate", None)
+    state_file.write_text(json.dumps(state))
+
+
+def _first_written(gated, op: str, start: str, extra=()) -> list[str]:
+    """The .py files a kill at the first step that changes one left changed (op on a tree recorded
+    as an older patchkit wrote it)."""
+    for n in range(1, 80):
+        tree = gated.fresh(start, gated.base / "work")
+        _as_an_older_patchkit_recorded(tree)
+        code, out = ct.run_cli([op, *gated.args(tree, op), *extra], f"{n}:kill")
+        assert code == -signal.SIGKILL, f"no kill changed a file: {out[-300:]}"
+        now = ct.fingerprint(tree)
+        changed = [
+            rel for rel in gated.prints[start] if rel.endswith(".py") and now.get(rel) != gated.prints[start][rel]
+        ]
+        if changed:
+            return changed
+    raise AssertionError("no step changed a file")
+
+
+def test_a_record_an_older_patchkit_wrote_reverts_byte_for_byte_its_gate_first(gated):
+    """A record written before gate marks existed (no "gate" in it): revert writes the gate its set
+    declares in the library it was applied from first (before: path order, the gate in the middle), and
+    gives the stock tree byte for byte; a kill anywhere, then recover, gives the applied tree back whole."""
+    assert _first_written(gated, "revert", "patched") == ["vllm/config/spec.py"]
+    tree = gated.fresh("patched", gated.base / "work")
+    _as_an_older_patchkit_recorded(tree)
+    code, out = ct.run_cli(["revert", *gated.args(tree, "revert")])
+    assert code == 0 and gated.whole(tree) == "stock", out
+    for n in range(1, 300, 5):
+        tree = gated.fresh("patched", gated.base / "work")
+        _as_an_older_patchkit_recorded(tree)
+        record = (tree / ".patchkit/state.json").read_bytes()
+        code, out = ct.run_cli(["revert", *gated.args(tree, "revert")], f"{n}:kill")
+        if code == 0:
+            break
+        assert code == -signal.SIGKILL, out
+        code, out = ct.run_cli(["recover", *gated.args(tree, "recover")])
+        assert code == 0 and gated.whole(tree) == "patched", out
+        assert (tree / ".patchkit/state.json").read_bytes() == record  # the older record, as it was
+    else:
+        raise AssertionError("every kill came before the revert's end")
+
+
 @pytest.mark.release
 @pytest.mark.parametrize("only", ["eagle3", None])
 def test_with_no_guard_an_eagle3_apply_or_revert_killed_anywhere_leaves_the_whitelist_stock_while_a_model_is(only):

@@ -23,6 +23,14 @@ class SpeculativeConfig:
         if hf_config.model_type == "deepseek_mtp":
             n_predict = getattr(hf_config, "num_nextn_predict_layers", None)
             hf_config.update({"n_predict": n_predict, "architectures": ["DeepSeekMTPModel"]})
+        if hf_config.architectures[0] == "Glm4MoeForCausalLM":
+            hf_config.model_type = "glm4_moe_mtp"
+            n_predict = getattr(hf_config, "num_nextn_predict_layers", None)
+            hf_config.update({"n_predict": n_predict, "architectures": ["Glm4MoeMTPModel"]})
+        if hf_config.architectures[0] == "Glm4MoeLiteForCausalLM":
+            hf_config.model_type = "glm4_moe_lite_mtp"
+            n_predict = getattr(hf_config, "num_nextn_predict_layers", None)
+            hf_config.update({"num_hidden_layers": 0, "n_predict": n_predict, "architectures": ["Glm4MoeLiteMTPModel"]})
         if hf_config.model_type == "qwen3_next":
             hf_config.model_type = "qwen3_next_mtp"
             n_predict = getattr(hf_config, "num_nextn_predict_layers", None)
@@ -37,6 +45,16 @@ class DeepSeekMultiTokenPredictor:
     def __init__(self, config):
         self.mtp_start_layer_idx = config.num_hidden_layers
         self.num_mtp_layers = config.num_nextn_predict_layers
+
+class DeepSeekMTP:
+    def load_weights(self, weights):
+        loaded_params = set()
+        for name, loaded_weight in weights:
+            spec_layer = get_spec_layer_idx_from_weight_name(self.config, name)
+            if spec_layer is None:
+                continue
+            loaded_params.add(name)
+        return loaded_params
 """,
     "vllm/model_executor/models/deepseek_v2.py": """
 def get_spec_layer_idx_from_weight_name(config, weight_name):
@@ -54,25 +72,35 @@ def load_weights(model, model_config, loaded_weights, weights_to_load):
             raise ValueError("Following weights were not initialized from checkpoint")
 """,
 }
+# the MTP drafter classes as vLLM 0.16.0's registry maps them to their modules
+MTP_REGISTERED = """_SPECULATIVE_DECODING_MODELS = {
+    "DeepSeekMTPModel": ("deepseek_mtp", "DeepSeekMTP"),
+    "Glm4MoeMTPModel": ("glm4_moe_mtp", "Glm4MoeMTP"),
+    "Glm4MoeLiteMTPModel": ("glm4_moe_lite_mtp", "Glm4MoeLiteMTP"),
+    "Qwen3NextMTP": ("qwen3_next_mtp", "Qwen3NextMTP"),"""
 V3 = {**DEEPSEEK_V3, "num_nextn_predict_layers": 1}  # DeepSeek-V3's own: one MTP layer, model.layers.61.*
 TARGET_WEIGHTS = {"model.embed_tokens.weight": [8, 2], "model.layers.60.mlp.gate.weight": [2, 2]}
 MTP_WEIGHTS = {"model.layers.61.eh_proj.weight": [2, 4], "model.layers.61.enorm.weight": [2]}
 
 
-def _tree(tmp_path: Path) -> tuple[Path, Path]:
+def _tree(tmp_path: Path, files: dict[str, str] | None = None) -> tuple[Path, Path]:
     tree, library = write_eagle3_setup(tmp_path)
     with (tree / SPEC).open("a") as spec:
         spec.write(RULES)
-    for name, text in FILES.items():
+    registry = tree / "vllm" / "model_executor" / "models" / "registry.py"
+    registry.write_text(registry.read_text().replace("_SPECULATIVE_DECODING_MODELS = {", MTP_REGISTERED))
+    for name, text in {**FILES, **(files or {})}.items():
         (tree / name).parent.mkdir(parents=True, exist_ok=True)
         (tree / name).write_text(text)
     return tree, library
 
 
-def _mtp(tmp_path: Path, config: dict, weights: dict, spec: dict | None = None, *extra: str) -> list[dict]:
+def _mtp(
+    tmp_path: Path, config: dict, weights: dict, spec: dict | None = None, *extra: str, files: dict | None = None
+) -> list[dict]:
     """The models and speculative-config findings of a `vllm serve` of a model with `config` and
-    `weights`, its own MTP layers drafting (`spec`: the --speculative-config)."""
-    tree, library = _tree(tmp_path)
+    `weights`, its own MTP layers drafting (`spec`: the --speculative-config; `files`: the tree's, changed)."""
+    tree, library = _tree(tmp_path, files)
     model = write_model(tmp_path / "model", config)
     write_weights(model, weights)
     spec = spec or {"method": "mtp", "num_speculative_tokens": 1}
@@ -103,6 +131,15 @@ def test_a_quantized_checkpoint_is_loaded_without_the_strict_check(tmp_path):
     quantized = {**V3, "quantization_config": {"quant_method": "fp8"}}
     assert _mtp(tmp_path / "config", quantized, TARGET_WEIGHTS) == []
     assert _mtp(tmp_path / "option", V3, TARGET_WEIGHTS, None, "--quantization", "fp8") == []
+
+
+def test_a_checkpoint_quantized_as_vllm_reads_it_is_loaded_without_the_strict_check(tmp_path):
+    """vLLM's ModelConfig takes a compression_config (compressed-tensors' older key), a text_config's
+    quantization_config, or ModelOpt's hf_quant_config.json as the model's quantization too."""
+    compressed = {**V3, "compression_config": {"quant_method": "compressed-tensors", "format": "float-quantized"}}
+    assert _mtp(tmp_path / "compression", compressed, TARGET_WEIGHTS) == []
+    text = {**V3, "text_config": {"quantization_config": {"quant_method": "fp8"}}}
+    assert _mtp(tmp_path / "text", text, TARGET_WEIGHTS) == []
 
 
 def test_the_weights_of_two_mtp_layers_are_looked_for_from_the_last_layer_on(tmp_path):
@@ -165,9 +202,12 @@ def test_a_tree_without_the_rules_cannot_judge_and_never_fails(tmp_path):
     assert "hf_config_override" in found[0]["message"], found
 
 
-def test_another_models_mtp_layers_are_left_to_vllms_own_validation(tmp_path):
+def test_another_models_mtp_layers_whose_rule_is_not_read_cannot_be_judged(tmp_path):
+    """Qwen3-Next's drafter takes its MTP layer's weights by their mtp. prefix, a rule not read: said, not passed."""
     qwen3_next = {"architectures": ["Qwen3NextForCausalLM"], "model_type": "qwen3_next", "num_hidden_layers": 48}
-    assert _mtp(tmp_path, {**qwen3_next, "num_nextn_predict_layers": 1}, TARGET_WEIGHTS) == []
+    found = _mtp(tmp_path, {**qwen3_next, "num_nextn_predict_layers": 1}, TARGET_WEIGHTS)
+    assert [(f["check"], f["result"]) for f in found] == [("models", "cannot judge")], found
+    assert "qwen3_next_mtp.py" in found[0]["message"] and "MTP layers" in found[0]["message"], found
 
 
 def test_a_token_count_the_mtp_layers_do_not_divide_is_refused_statically(tmp_path):
@@ -188,6 +228,7 @@ def test_a_token_count_the_mtp_layers_do_not_divide_is_refused_statically(tmp_pa
 def test_the_token_count_rule_holds_for_every_mtp_model_the_tree_names(tmp_path):
     qwen3_next = {"architectures": ["Qwen3NextForCausalLM"], "model_type": "qwen3_next", "num_nextn_predict_layers": 2}
     found = _mtp(tmp_path, qwen3_next, TARGET_WEIGHTS, {"method": "qwen3_next_mtp", "num_speculative_tokens": 5})
+    found = [f for f in found if f["result"] != "cannot judge"]  # Qwen3-Next's weight rule is not read
     assert [(f["check"], f["ok"]) for f in found] == [("speculative-config", False)], found
     assert found[0]["fix"] == 'give "num_speculative_tokens" 4 or 6', found
 
@@ -200,3 +241,139 @@ def test_a_text_config_that_says_it_has_no_mtp_layers_fails(tmp_path):
     }
     found = _mtp(tmp_path, kimi_k25, TARGET_WEIGHTS, {"method": "mtp", "num_speculative_tokens": 1})
     assert [(f["check"], f["ok"]) for f in found] == [("speculative-config", False)], found
+
+
+# GLM-4.5's MTP drafter (glm4_moe_mtp.py, 0.16.0): its layer's weights are any name holding layers.{L}.
+GLM_FILES = {
+    f"vllm/model_executor/models/{module}_mtp.py": f"""
+from .{module} import Glm4MoeDecoderLayer, get_spec_layer_idx_from_weight_name
+
+class Glm4MoeMTP:
+    def load_weights(self, weights):
+        loaded_params = set()
+        for name, loaded_weight in weights:
+            spec_layer = get_spec_layer_idx_from_weight_name(self.config, name)
+            if spec_layer is None:
+                continue
+            loaded_params.add(name)
+        return loaded_params
+"""
+    for module in ("glm4_moe", "glm4_moe_lite")
+} | {
+    f"vllm/model_executor/models/{module}.py": """
+def get_spec_layer_idx_from_weight_name(config, weight_name):
+    if hasattr(config, "num_nextn_predict_layers") and (config.num_nextn_predict_layers > 0):
+        layer_idx = config.num_hidden_layers
+        for i in range(config.num_nextn_predict_layers):
+            if f"layers.{layer_idx + i}." in weight_name:
+                return layer_idx + i
+    return None
+"""
+    for module in ("glm4_moe", "glm4_moe_lite")
+}
+GLM = {"architectures": ["Glm4MoeForCausalLM"], "model_type": "glm4_moe", "num_hidden_layers": 46}
+GLM |= {"num_nextn_predict_layers": 1}
+
+
+def test_glm_45s_checkpoint_without_its_mtp_layers_weights_fails(tmp_path):
+    """GLM-4.5(-Air) re-uploads that drop the MTP layer: vLLM's strict check fails the mtp drafter's load."""
+    found = _mtp(tmp_path / "without", GLM, TARGET_WEIGHTS, files=GLM_FILES)
+    assert [f["ok"] for f in found] == [False], found
+    assert "holds no weights of its MTP layer (layers.46.*)" in found[0]["message"], found
+    weights = {**TARGET_WEIGHTS, "model.layers.46.eh_proj.weight": [2, 4]}  # matched anywhere in the name
+    assert [f["ok"] for f in _mtp(tmp_path / "with", GLM, weights, files=GLM_FILES)] == [True]
+
+
+def test_a_drafter_config_whose_layer_count_the_override_changes_cannot_be_judged(tmp_path):
+    """hf_config_override sets GLM-4.7-Flash's (glm4_moe_lite) num_hidden_layers to 0: not judged."""
+    lite = {**GLM, "architectures": ["Glm4MoeLiteForCausalLM"], "model_type": "glm4_moe_lite"}
+    found = _mtp(tmp_path, lite, TARGET_WEIGHTS, files=GLM_FILES)
+    assert [f["result"] for f in found] == ["cannot judge"], found
+
+
+# 0.26's layout: deepseek_mtp.py takes the rule from utils.py, which binds its counts by :=
+UTILS_RULE = """
+def get_spec_layer_idx_from_weight_name(config, weight_name):
+    if not (n := getattr(config, "num_nextn_predict_layers", 0)):
+        return None
+    base = config.num_hidden_layers
+    for i in range(n):
+        if weight_name.startswith((f"model.layers.{base + i}.", f"layers.{base + i}.")):
+            return base + i
+    return None
+"""
+
+
+def test_the_rule_read_from_utils_as_0_26_lays_it_out(tmp_path):
+    """0.26's deepseek_mtp.py imports the rule from utils.py, which names its counts otherwise (n, base)."""
+    mtp = FILES["vllm/model_executor/models/deepseek_mtp.py"].replace("from .deepseek_v2 import", "from .utils import")
+    files = {"vllm/model_executor/models/deepseek_mtp.py": mtp, "vllm/model_executor/models/utils.py": UTILS_RULE}
+    found = _mtp(tmp_path / "without", V3, TARGET_WEIGHTS, files=files)
+    assert [f["ok"] for f in found] == [False] and "(model.layers.61.*)" in found[0]["message"], found
+    weights = {**TARGET_WEIGHTS, "layers.61.enorm.weight": [2]}
+    assert [f["ok"] for f in _mtp(tmp_path / "with", V3, weights, files=files)] == [True]
+
+
+def test_a_drafter_class_outside_the_models_directory_cannot_be_judged(tmp_path):
+    """0.30's DeepSeek-V3.2 MTP drafter (DeepseekV32MTPModel) is built from vllm/models/deepseek_v32: not read."""
+    tree, library = _tree(tmp_path)
+    (tree / SPEC).write_text((tree / SPEC).read_text().replace('["DeepSeekMTPModel"]', '["DeepseekV32MTPModel"]'))
+    registry = tree / "vllm" / "model_executor" / "models" / "registry.py"
+    entry = '"DeepseekV32MTPModel": ("vllm.models.deepseek_v32", "DeepseekV32MTP"),\n'
+    registry.write_text(
+        registry.read_text().replace("_SPECULATIVE_DECODING_MODELS = {", "_SPECULATIVE_DECODING_MODELS = {" + entry)
+    )
+    model = write_model(tmp_path / "model", V3)
+    write_weights(model, TARGET_WEIGHTS)
+    spec = json.dumps({"method": "mtp", "num_speculative_tokens": 1})
+    done = run_cli_judged(
+        "preflight", "--target", tree, "--patches", library, "--no-import", "--format", "json",
+        "--", "vllm", "serve", str(model), "--speculative-config", spec,
+    )  # fmt: skip
+    found = [f for f in json.loads(done.stdout)["findings"] if "MTP layer" in f["message"]]
+    assert [f["result"] for f in found] == ["cannot judge"] and "DeepseekV32MTPModel" in found[0]["message"], found
+
+
+# 0.34's hf_config_override: a branch whose condition intersects a set with the config's architectures comes
+# first; 0.22's NemotronH branch returns its text_config, which the rest then changes
+RULES_034 = RULES.replace(
+    "        initial_architecture = hf_config.architectures[0]\n",
+    """        initial_architecture = hf_config.architectures[0]
+        if hf_config.model_type in ("step5",) or {"Step5ForCausalLM"}.intersection(
+            getattr(hf_config, "architectures", None) or []
+        ):
+            hf_config.model_type = "step5_mtp"
+        if hf_config.architectures[0] == "NemotronH_Super_Omni_Reasoning_V3":
+            hf_config = hf_config.text_config
+            n_predict = getattr(hf_config, "num_nextn_predict_layers", 1)
+            hf_config.update({"n_predict": n_predict})
+            return hf_config
+""",
+)
+
+
+def test_the_reading_follows_0_34s_set_condition_and_a_returned_text_config(tmp_path):
+    tree, library = _tree(tmp_path / "tree")
+    (tree / SPEC).write_text((tree / SPEC).read_text().replace(RULES, RULES_034))
+    found = _mtp_in(tree, library, tmp_path / "v3", V3, TARGET_WEIGHTS, {"method": "mtp", "num_speculative_tokens": 1})
+    assert [f["ok"] for f in found] == [False] and "model.layers.61.*" in found[0]["message"], found
+    omni = {"architectures": ["NemotronH_Super_Omni_Reasoning_V3"], "model_type": "nemotron_h_omni"}
+    omni |= {"text_config": {"model_type": "nemotron_h", "num_nextn_predict_layers": 2}}
+    found = _mtp_in(
+        tree, library, tmp_path / "omni", omni, TARGET_WEIGHTS, {"method": "mtp", "num_speculative_tokens": 3}
+    )
+    assert [(f["check"], f["ok"]) for f in found if f["result"] != "cannot judge"] == [("speculative-config", False)], (
+        found
+    )
+    assert "the model's 2 MTP layers" in found[0]["message"], found
+
+
+def _mtp_in(tree: Path, library: Path, where: Path, config: dict, weights: dict, spec: dict) -> list[dict]:
+    model = write_model(where, config)
+    write_weights(model, weights)
+    done = run_cli_judged(
+        "preflight", "--target", tree, "--patches", library, "--no-import", "--format", "json",
+        "--", "vllm", "serve", str(model), "--speculative-config", json.dumps(spec),
+    )  # fmt: skip
+    found = json.loads(done.stdout)["findings"]
+    return [f for f in found if any(word in f["message"] for word in ("MTP layer", "mtp drafter", "multiple of"))]

@@ -87,6 +87,30 @@ def test_apply_updates_a_set_applied_from_another_library(tree, scratch, tmp_pat
     assert snapshot(tree) == stock
 
 
+def test_the_summary_of_several_sets_says_updated_for_a_set_moved_to_this_librarys_series(tree, scratch, tmp_path):
+    """Several sets in one run: a set applied from another library that the run moves to this one's
+    series is "updated from another library" in the run's last line, not counted as applied; a set the
+    run applies to stock files is "applied" (before: "2 set(s) applied (demo, model)")."""
+    old = write_library(tmp_path / "old", {"0.16.0": [make_patch(scratch, tree, {SPEC: DEEPSEEK})]}, name="demo")
+    new = write_library(tmp_path / "new", {"0.16.0": [make_patch(scratch, tree, {SPEC: DEEPSEEK_KIMI})]}, name="demo")
+    write_library(new, {"0.16.0": [make_patch(scratch, tree, {MODEL: EAGLE})]}, name="model")
+    stock = snapshot(tree)
+    assert pk("apply", "--target", tree, "--patches", old).returncode == 0
+    would = pk("apply", "--dry-run", "--target", tree, "--patches", new)
+    summary = "1 set(s) {} (model); 1 set(s) {} from another library (demo)"
+    assert would.stdout.splitlines()[-1] == summary.format("would apply", "would be updated"), would.stdout
+    done = pk("apply", "--target", tree, "--patches", new)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.splitlines()[-1] == summary.format("applied", "updated"), done.stdout
+    assert (tree / SPEC).read_text() == DEEPSEEK_KIMI and (tree / MODEL).read_text() == EAGLE
+    again = pk("apply", "--target", tree, "--patches", new)
+    assert again.stdout.splitlines()[-1] == "0 set(s) applied; demo already-applied, model already-applied", (
+        again.stdout
+    )
+    assert pk("revert", "--target", tree, "--patches", new).returncode == 0
+    assert snapshot(tree) == stock
+
+
 def test_a_file_the_new_series_no_longer_patches_goes_back_to_stock(tree, scratch, tmp_path):
     old, _ = libraries(tmp_path, tree, scratch)
     fewer = write_library(tmp_path / "fewer", {"0.16.0": [make_patch(scratch, tree, {SPEC: DEEPSEEK_KIMI})]})

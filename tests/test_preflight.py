@@ -2588,3 +2588,186 @@ def test_a_short_drafter_rotary_table_passes_where_the_tree_does_not_have_the_fa
     drafter = write_model(tmp_path / "drafter", {**DRAFTER, "max_position_embeddings": 2048})
     done = preflight(tree, library, *serve(model, drafter))
     assert done.returncode == 0 and failed(done) == set(), done.stdout
+
+
+# transformers' sources the drafter's config class defaults are read from (as 4.57 lays them out), and
+# vLLM's own config registry, which does not take model_type llama
+LLAMA_CONFIG_SOURCES = {
+    "transformers/models/auto/configuration_auto.py": (
+        'CONFIG_MAPPING_NAMES = OrderedDict[str, str]([("llama", "LlamaConfig")])\n'
+        "SPECIAL_MODEL_TYPE_TO_MODULE_NAME = OrderedDict[str, str]([])\n"
+    ),
+    "transformers/models/llama/configuration_llama.py": (
+        "class LlamaConfig(PretrainedConfig):\n"
+        "    def __init__(self, vocab_size=32000, hidden_size=4096, max_position_embeddings=2048, **kwargs):\n"
+        "        self.max_position_embeddings = max_position_embeddings\n"
+    ),
+    "vllm/transformers_utils/config.py": '_CONFIG_REGISTRY = LazyConfigDict(\n    eagle="EAGLEConfig",\n)\n',
+}
+# the rotary classes' table lines as 0.11-0.18 write them (0.22's dynamic one keeps max_position_embeddings rows)
+ROPE_CLASSES = {
+    "linear_scaling_rope.py": "            max_len = self.max_position_embeddings * scaling_factor\n",
+    "dynamic_ntk_scaling_rope.py": "        max_len = self.max_position_embeddings * self.scaling_factor\n",
+    "yarn_scaling_rope.py": (
+        "        t = torch.arange(\n            self.max_position_embeddings * self.scaling_factor, dtype=torch.float32\n"
+    ),
+}
+DYNAMIC_0_22 = (
+    "    def _compute_cos_sin_cache(self):\n        t = torch.arange(self.max_position_embeddings, dtype=torch.float)\n"
+)
+NTK = "class NTKScalingRotaryEmbedding(RotaryEmbedding):\n    def _compute_inv_freq(self, base):\n        pass\n"
+
+VLLM_OWN_LLAMA = "_CONFIG_REGISTRY = LazyConfigDict(llama='X')"  # a registry where vLLM reads llama itself
+RAISED = "\n# draft_hf_config.max_position_embeddings = target_max_model_len\n"  # as 0.30's speculative.py
+
+
+def drafter_attention_tree(setup, files: dict[str, str]):
+    """The applied stand-in tree with llama.py's rotary and sliding-window reads, and `files` (with "raised":
+    a speculative.py that raises the drafter's max_position_embeddings, as 0.30's does)."""
+    tree, library, _ = setup
+    if files.pop("raised", None) is not None:  # before the apply, which records the file as it writes it
+        spec = tree / "vllm" / "config" / "speculative.py"
+        spec.write_text(spec.read_text() + RAISED)
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    sliding = "                sliding_window = config.sliding_window\n"
+    files = {"vllm/model_executor/models/llama.py": LLAMA_ROPE_TABLE + sliding, **files}
+    for rel, text in files.items():
+        (tree / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tree / rel).write_text(text)
+    return tree, library
+
+
+@pytest.mark.parametrize(
+    ("sources", "extra", "rows"),
+    [
+        (LLAMA_CONFIG_SOURCES, (), 2048),  # LlamaConfig's default sizes the table
+        (LLAMA_CONFIG_SOURCES, ("--max-model-len", "2048"), None),
+        ({**LLAMA_CONFIG_SOURCES, "vllm/transformers_utils/config.py": VLLM_OWN_LLAMA}, (), "model_type 'llama'"),
+        ({}, (), "no transformers/ beside vllm/"),  # no sources to read the default from
+        ({}, ("--max-model-len", "-1"), None),  # no length to hold it to: nothing to read
+        ({"raised": ""}, (), None),  # 0.30 raises any max_position_embeddings
+    ],
+)
+def test_a_drafter_without_max_position_embeddings_is_held_to_its_config_classs_default(
+    setup, tmp_path, sources, extra, rows
+):
+    """vLLM reads the drafter's config.json with its transformers config class, whose default (LlamaConfig's
+    2048) then sizes the drafter's rotary table (review39 C6, its absent value); where that default cannot
+    be read, the check says it cannot judge, and what lets it."""
+    tree, library = drafter_attention_tree(setup, {**sources})
+    model = write_model(tmp_path / "target", {**DEEPSEEK_V3, "max_position_embeddings": 163840})
+    drafter = write_model(tmp_path / "drafter", DRAFTER)  # no max_position_embeddings
+    done = preflight(tree, library, *serve(model, drafter, *extra))
+    finding = findings(done)["drafter-architecture"]
+    if not isinstance(rows, int):
+        assert done.returncode == 0 and failed(done) == set(), done.stdout
+        assert (finding["result"] == "pass") is (rows is None), finding
+        assert rows is None or (finding["message"].startswith("cannot judge: ") and rows in finding["message"])
+        assert rows is None or finding["fix"].startswith("set max_position_embeddings in the drafter's config.json")
+        return
+    assert_clean_failure(done, 1)
+    assert (
+        f"its rotary table holds {rows} positions (max_position_embeddings, its config's default)" in finding["message"]
+    ), finding
+    assert finding["fix"] == (
+        f"give --max-model-len {rows}, or set max_position_embeddings to 163840 in the drafter's config.json"
+    )
+
+
+@pytest.mark.parametrize(
+    ("rope", "classes", "length", "rows"),
+    [
+        ({"rope_type": "linear", "factor": 4.0}, ROPE_CLASSES, 8193, 8192),  # 2048 x 4
+        ({"rope_type": "linear", "factor": 4.0}, ROPE_CLASSES, 8192, None),
+        ({"type": "linear", "factor": 0.5}, ROPE_CLASSES, 2048, 1024),  # a factor below 1 shortens it
+        ({"rope_type": "linear", "factor": 1.3}, ROPE_CLASSES, 2663, None),  # ceil(2662.4): arange of a float
+        ({"rope_type": "linear", "factor": 1.3}, ROPE_CLASSES, 2664, 2663),
+        ({"rope_type": "dynamic", "factor": 2.0}, ROPE_CLASSES, 4097, 4096),
+        ({"rope_type": "dynamic", "factor": 2.0}, {"dynamic_ntk_scaling_rope.py": DYNAMIC_0_22}, 2049, 2048),
+        ({"rope_type": "dynamic", "factor": 2.0}, {"dynamic_ntk_scaling_rope.py": DYNAMIC_0_22}, 2048, None),
+        ({"rope_type": "dynamic", "alpha": 2.0, "factor": 2.0}, ROPE_CLASSES, 4097, None),  # alpha's class
+        # yarn's table is original_max_position_embeddings x factor, whatever max_position_embeddings says
+        ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 1024}, ROPE_CLASSES, 4097, 4096),
+        ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 1024}, ROPE_CLASSES, 4096, None),
+        ({"rope_type": "yarn", "factor": 4.0}, ROPE_CLASSES, 4097, None),  # vLLM refuses it building the config
+        ({"rope_type": "linear", "factor": 4.0}, {}, 8193, None),  # the tree shows no sizing: not judged
+        ({"rope_type": "ntk", "factor": 4.0}, {"ntk_scaling_rope.py": NTK}, 2049, 2048),  # base's table
+        ({"rope_type": "ntk", "factor": 4.0}, {"ntk_scaling_rope.py": NTK + DYNAMIC_0_22}, 2049, None),  # its own table
+        ({"rope_type": "longrope", "factor": 4.0}, ROPE_CLASSES, 8193, None),  # not judged
+        # 0.30's speculative.py raises max_position_embeddings to max_model_len: yarn's table does not start there
+        ({"rope_type": "linear", "factor": 4.0}, {**ROPE_CLASSES, "raised": ""}, 8193, None),
+        (
+            {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 1024},
+            {**ROPE_CLASSES, "raised": ""},
+            4097,
+            4096,
+        ),
+    ],
+)
+def test_a_drafter_scaled_rotary_table_shorter_than_max_model_len_fails(setup, tmp_path, rope, classes, length, rows):
+    """get_rope sizes a scaled drafter table by its RoPE class (linear and dynamic: max_position_embeddings x
+    factor in 0.11-0.18, 0.22's dynamic and ntk: max_position_embeddings; yarn: original_max_position_embeddings
+    x factor), and vLLM feeds it the target's positions up to max_model_len - 1 (review39 C6, a scaled table)."""
+    rotary = "vllm/model_executor/layers/rotary_embedding/"
+    files = {name if name == "raised" else rotary + name: text for name, text in classes.items()}
+    tree, library = drafter_attention_tree(setup, files)
+    model = write_model(tmp_path / "target", {**DEEPSEEK_V3, "max_position_embeddings": 163840})
+    drafter = write_model(tmp_path / "drafter", {**DRAFTER, "max_position_embeddings": 2048, "rope_scaling": rope})
+    done = preflight(tree, library, *serve(model, drafter, "--max-model-len", str(length)))
+    if rows is None:
+        assert done.returncode == 0 and failed(done) == set(), done.stdout
+        return
+    assert_clean_failure(done, 1)
+    finding = findings(done)["drafter-architecture"]
+    kind = rope.get("rope_type", rope.get("type"))
+    assert f"its rotary table holds {rows} positions (its {kind} RoPE scaling)" in finding["message"], finding
+    assert f"up to max_model_len {length}:" in finding["message"], finding
+    assert finding["fix"] == (
+        f"give --max-model-len {rows}, or use a drafter whose rotary table holds {length} positions"
+    )
+
+
+SLIDING_FIX = "give the drafter's config.json a sliding_window (a number), or layer_types of full_attention"
+MLA_ASSERT = 'assert not vllm_config.model_config.use_mla, (\n    "MLA is not supported for slidingwindow"\n)\n'
+
+
+@pytest.mark.parametrize(
+    ("drafter", "target", "sources", "says"),
+    [
+        ({}, {}, LLAMA_CONFIG_SOURCES, "but it gives no sliding_window"),  # AttributeError building it
+        ({}, {}, {}, "cannot judge: "),  # the config class's defaults unread: what lets it judge
+        ({}, {"kv_lora_rank": 512}, {}, "cannot judge: "),  # under MLA: full attention is the one sure fix
+        ({}, {"kv_lora_rank": 512}, LLAMA_CONFIG_SOURCES, "but it gives no sliding_window"),
+        ({"sliding_window": "128"}, {"kv_lora_rank": 512}, {}, "its sliding_window '128' is no number"),
+        ({"sliding_window": "128"}, {}, {}, "its sliding_window '128' is no number"),  # TypeError
+        ({"sliding_window": [128]}, {}, {}, "its sliding_window [128] is no number"),
+        ({"sliding_window": None}, {}, {}, None),  # vLLM builds a full-attention layer
+        ({"sliding_window": 128}, {}, {}, None),
+        ({"sliding_window": 128}, {"kv_lora_rank": 512}, {}, None),  # the tree shows no MLA assert
+        ({"sliding_window": 128}, {"kv_lora_rank": 512}, {"vllm/attention/layer.py": MLA_ASSERT}, "an MLA target"),
+        ({"sliding_window": 128, "layer_types": ["full_attention"]}, {"kv_lora_rank": 512}, {}, None),
+        ({"sliding_window": 128, "layer_types": ["full_attention", "sliding_attention"]}, {}, {}, None),  # layer 2
+    ],
+)
+def test_a_drafter_sliding_layer_vllm_cannot_build_or_serve_fails(setup, tmp_path, drafter, target, sources, says):
+    """llama.py reads config.sliding_window for a layer typed sliding_attention (AttributeError without one,
+    TypeError when no number, building the drafter after the target's load); vLLM's KV cache asserts no
+    sliding layer under an MLA target (DeepSeek-V3, Kimi-K2), after both loads."""
+    sources = {**sources}
+    if "vllm/attention/layer.py" in sources:
+        sources["vllm/model_executor/layers/attention/attention.py"] = sources.pop("vllm/attention/layer.py")
+    tree, library = drafter_attention_tree(setup, sources)
+    model = write_model(tmp_path / "target", {**DEEPSEEK_V3, **target})
+    config = {**DRAFTER, "max_position_embeddings": 163840, "layer_types": ["sliding_attention"], **drafter}
+    done = preflight(tree, library, *serve(model, write_model(tmp_path / "drafter", config)))
+    finding = findings(done)["drafter-architecture"]
+    if says is None or says == "cannot judge: ":
+        assert done.returncode == 0 and failed(done) == set(), done.stdout
+        assert (finding["result"] == "pass") is (says is None), finding
+        assert says is None or (finding["message"].startswith(says) and "gives no sliding_window" in finding["message"])
+    else:
+        assert_clean_failure(done, 1)
+        assert says in finding["message"] and "after the target's load" in finding["message"], finding
+    mla = "give the drafter's layer_types full_attention: an MLA target has no sliding window"
+    other = "set sliding_window in the drafter's config.json" if says == "cannot judge: " else SLIDING_FIX
+    assert says is None or finding["fix"].startswith(mla if "kv_lora_rank" in target else other), finding

@@ -23,6 +23,8 @@ from packaging.version import InvalidVersion, Version
 
 from patchkit.base import hints
 from patchkit.base.errors import TargetError, escaped
+from patchkit.launch.drafter_attention import positions_unserved, sliding_under_mla, sliding_unbuilt, unjudged
+from patchkit.launch.drafter_weights import weights_unjudged
 from patchkit.launch.engine import apply_fix, few_named
 from patchkit.launch.findings import Finding, cannot_judge
 from patchkit.launch.microbatch import microbatch_findings
@@ -45,22 +47,10 @@ EAGLE3_DRAFTER = f"{MODELS_DIR}/llama_eagle3.py"
 LLAMA = f"{MODELS_DIR}/llama.py"  # the drafter's decoder layer and MLP (llama_eagle3.py subclasses them)
 ROPE = "vllm/model_executor/layers/rotary_embedding/__init__.py"  # get_rope: a branch per RoPE type
 LLAMA_DRAFTER = "llama_eagle3"  # the module of the EAGLE-3 drafter built of llama.py's layers
-ROPE_TABLE_RULE = b'max_position_embeddings = getattr(config, "max_position_embeddings"'  # llama.py 0.11-0.34
-SPECULATIVE = "vllm/config/speculative.py"
-DRAFTER_RAISED = b"max_position_embeddings"  # 0.30's speculative.py raises the drafter's to the target's length
-MODEL_CONFIG = "vllm/config/model.py"
 MODEL_CONFIG_CLASSES = (
     f"{MODELS_DIR}/config.py"  # MODELS_CONFIG_MAP: a class per architecture that may change the engine's config
 )
 SPARSE_MLA_CACHE = "fp8_ds_mla"  # DeepSeek-V3.2's KV-cache format: only its sparse-MLA backends take it
-# _get_and_verify_max_len (0.14+): --max-model-len -1/auto starts from the derived length, which the engine
-# lowers later only where the KV cache cannot hold it (0.11-0.13 refuse -1 at config time)
-AUTO_FIT = b"max_model_len is None or max_model_len == -1"
-# the config keys vLLM derives max_model_len from (the least it finds), as 0.11-0.34 list them
-MAX_LEN_KEYS = (
-    "max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
-    "max_target_positions", "max_sequence_length", "max_seq_length", "seq_len",
-)  # fmt: skip
 LAYER_TYPES_RULE = b"effective_layer_idx < len(layer_types)"  # LlamaAttention's assert (0.11-0.34)
 DRAFT_LAYERS = b"target_layer_count"  # llama_eagle3.py: layer_types indexed by draft layer, from 0
 # llama_eagle3.py's layout whose weight names and shapes _weights_unfit holds the drafter's weights to (0.13-0.18;
@@ -131,7 +121,9 @@ def checks(launch) -> list[Finding]:
     aux = launch.drafter is None or _uses_aux_hidden_states(launch.drafter.config)  # the target's output, split:
     found += microbatch_findings(launch, lambda: _has_experts(launch), aux)
     if launch.drafter is not None:
-        found += [drafter_architecture(launch), hidden_size(launch), aux_layers(launch), vocabulary(launch)]
+        built = drafter_architecture(launch)
+        found += [built, *(_weights_unjudged(launch) if built.ok else [])]  # a failure's fix comes first
+        found += [hidden_size(launch), aux_layers(launch), vocabulary(launch)]
     return found
 
 
@@ -553,13 +545,21 @@ def drafter_architecture(launch) -> Finding:
     if built is not None:
         registered = f"drafter architecture {built} is registered for EAGLE-3"
         # llama.py's rules hold only for the drafter class built of its layers (0.22+ has other EAGLE-3 drafters)
-        llama = (_mlp_unsplit, _activation_refused, _rope_unknown, _layer_types_refused, _weights_unfit)
+        # llama.py's layers read the drafter's config class's defaults where its config.json is silent
+        defaults = _drafter_defaults(launch) if table.get(built, ("",))[0] == LLAMA_DRAFTER else None
+        mla = _uses_mla(launch, launch.target.text_config)
+        sliding = lambda launch: sliding_unbuilt(launch, defaults, mla)  # noqa: E731
+        llama = (_mlp_unsplit, _activation_refused, _rope_unknown, _layer_types_refused, sliding, _weights_unfit)
         llama = llama if table.get(built, ("",))[0] == LLAMA_DRAFTER else ()
         rules = (_heads_unsplit, *llama, _quant_config_unfound, _attention_backend_refused)
         unbuilt = next((found for rule in rules if (found := rule(launch)) is not None), None)
-        later = (_positions_unserved(launch) if llama else None) or _cache_format_refused(launch)
+        later = (positions_unserved(launch, defaults) if llama else None) or _cache_format_refused(launch)
+        later = later or (sliding_under_mla(launch, mla) if llama else None)
         if unbuilt is None and later is not None:
             return Finding("drafter-architecture", False, f"{registered}, but {later[0]}", later[1])
+        unread = unjudged(launch, defaults, mla) if llama else None
+        if unbuilt is None and unread is not None:
+            return cannot_judge("drafter-architecture", f"{registered}, but {unread[0]}", unread[1])
         if unbuilt is None:
             return Finding("drafter-architecture", True, registered)
         message = f"{registered}, but {unbuilt[0]}: vLLM fails building it, after the target's load"
@@ -602,66 +602,9 @@ def _heads_unsplit(launch) -> tuple[str, str] | None:
     return None
 
 
-def _positions_unserved(launch) -> tuple[str, str] | None:
-    """llama.py sizes the drafter's rotary table from its own max_position_embeddings, and vLLM feeds
-    it the target's positions, up to max_model_len - 1 (vLLM #48894; 0.30's speculative.py raises the
-    drafter's value): (what fails, fix) when the table is shorter; None where this cannot be told."""
-    given = launch.drafter.config.get("max_position_embeddings")
-    if not _whole(given) or given <= 0 or not _plain_rope(launch.drafter.config):
-        return None  # absent, or a scaled table (yarn, linear: other lengths): not judged
-    speculative = launch.read(SPECULATIVE)
-    if ROPE_TABLE_RULE not in (launch.read(LLAMA) or b"") or speculative is None or DRAFTER_RAISED in speculative:
-        return None
-    length = _max_model_len(launch)
-    if length is None or length <= given:
-        return None
-    why = (
-        f"its rotary table holds {given} positions (max_position_embeddings) and vLLM feeds it the target's, "
-        f"up to max_model_len {length}: the first request past {given} tokens crashes the engine (vLLM #48894)"
-    )
-    fix = f"give --max-model-len {given}, or set max_position_embeddings to {length} in the drafter's config.json"
-    return why, fix
-
-
-def _plain_rope(config: dict) -> bool:
-    """Whether get_rope builds a table of max_position_embeddings rows for this config: no scaling, or
-    llama3's (which rescales frequencies, not the length)."""
-    rope = config.get("rope_parameters") or config.get("rope_scaling")
-    if rope is None:
-        return config.get("dual_chunk_attention_config") is None
-    kind = rope.get("rope_type", rope.get("type")) if isinstance(rope, dict) else None
-    return (
-        kind in ("default", "llama3") and "mrope_section" not in rope and not config.get("dual_chunk_attention_config")
-    )
-
-
-def _max_model_len(launch) -> int | None:
-    """The launch's max_model_len as vLLM's _get_and_verify_max_len sets it: --max-model-len, else the
-    target's derived one (the least of its length keys, scaled by its rope factor; the tokenizer's
-    model_max_length counts for pooling models only), -1 (auto) as the derived one where the tree fits it
-    from there; None where it is not sure."""
-    given = launch.command.options.get("max-model-len")
-    if given == -1 and AUTO_FIT in (launch.read(MODEL_CONFIG) or b""):
-        given = None
-    if given is not None:
-        return given if _whole(given) and given > 0 else None
-    if launch.command.options.get("disable-sliding-window"):
-        return None  # the sliding window then caps it
-    text = launch.target.text_config
-    lengths = [text[key] for key in MAX_LEN_KEYS if text.get(key) is not None]
-    if not lengths or not all(_whole(n) and n > 0 for n in lengths) or "gemma3" in str(text.get("model_type")):
-        return None
-    derived = text["model_max_length"] if text.get("model_max_length") else min(lengths)
-    rope = text.get("rope_parameters") or text.get("rope_scaling")
-    if rope is None:
-        return int(derived)
-    kind = rope.get("rope_type", rope.get("type")) if isinstance(rope, dict) else None
-    factor = rope.get("factor", 1.0) if isinstance(rope, dict) else None
-    if kind in (None, "longrope", "su") or not isinstance(factor, int | float) or factor < 1:
-        return None  # nested per layer type, or longrope's own default: not judged
-    if kind == "yarn":
-        derived = rope.get("original_max_position_embeddings")
-    return int(derived * (1 if kind == "llama3" else factor)) if _whole(derived) else None
+def _drafter_defaults(launch) -> dict[str, object] | None:
+    """The __init__ defaults of the drafter's config class (what vLLM reads where its config.json is silent)."""
+    return _config_defaults(launch, launch.drafter.config.get("model_type"))
 
 
 def _mlp_unsplit(launch) -> tuple[str, str] | None:
@@ -756,13 +699,13 @@ def _weights_unfit(launch) -> tuple[str, str] | None:
     """vLLM loads the drafter's weights into the modules its config.json builds (llama_eagle3.py), after
     the target's load; a tensor whose shape a module's loader refuses (an assert; a narrow to the size it
     shards over -tp, where a larger one loads in part), or a layer past its num_hidden_layers (a KeyError),
-    fails the launch. (what fails, fix) for the first; None where none does, or the check cannot tell."""
+    fails the launch. (what fails, fix) for the first; None where none does, or the check cannot tell
+    (_weights_unjudged says why)."""
     config = launch.drafter.config
-    quantized = (launch.command.speculative_config or {}).get("quantization") or config.get("quantization_config")
     source = launch.read(EAGLE3_DRAFTER) or b""
-    if quantized is not None or not all(mark in source for mark in WEIGHTS_LAYOUT) or _fc_hidden_states(launch) is None:
+    tensors = drafter_tensors(launch.command)
+    if not isinstance(tensors, dict) or weights_unjudged(launch, LLAMA_DRAFTER, _layout_unread(launch)) is not None:
         return None  # quantized tensors are packed, with scales: other shapes
-    tensors = drafter_tensors(launch.command) or {}
     sizes = _drafter_sizes(config)
     unfit = [
         (name, file, shape, taken)
@@ -782,6 +725,27 @@ def _weights_unfit(launch) -> tuple[str, str] | None:
     wanted = ", ".join(f"at least {size}" if least else str(size) for size, least in taken)
     why = f"its weights' {escaped(name)} is {shape} ({escaped(file)}), where its config.json builds [{wanted}]{more}"
     return why, "give the drafter the config.json saved with its weights (this one's sizes do not build them)"
+
+
+def _weights_unjudged(launch) -> list[Finding]:
+    """A cannot-judge finding for a registered drafter whose weights no rule here holds (another drafter
+    class, a llama_eagle3.py of another layout, quantized or torch weights); none for a tree without the file."""
+    table = launch.registry().get(SPECULATIVE_TABLE, {})
+    built = next((name for name in _built_names(launch.drafter) if name in table), None)
+    if built is None or launch.read(EAGLE3_DRAFTER) is None:
+        return []  # not registered: drafter-architecture fails; no drafter file: a tree of parts
+    unjudged = weights_unjudged(launch, table[built][0], _layout_unread(launch))
+    return [] if unjudged is None else [unjudged]
+
+
+def _layout_unread(launch) -> str | None:
+    """Why the tree's llama_eagle3.py is not the layout _weights_unfit reads (0.12-0.18's); None: it is."""
+    source = launch.read(EAGLE3_DRAFTER) or b""
+    if not all(mark in source for mark in WEIGHTS_LAYOUT):
+        return "this vLLM's llama_eagle3.py maps their names otherwise (patchkit reads 0.12-0.18's)"
+    if _fc_hidden_states(launch) is None:
+        return "this vLLM's llama_eagle3.py sizes its fc from the drafter's config (not read)"
+    return None
 
 
 def _unmapped(launch, tensors: dict, source: bytes) -> tuple[str, str] | None:
@@ -825,14 +789,16 @@ def _built_parameters(config: dict, qkv_bias: bool, o_bias: bool, mlp_bias: bool
 
 STACKED = ((".q_proj", ".qkv_proj"), (".k_proj", ".qkv_proj"), (".v_proj", ".qkv_proj"))
 STACKED += ((".gate_proj", ".gate_up_proj"), (".up_proj", ".gate_up_proj"))
-# names vLLM skips (t2d, mask_hidden, AutoWeightsLoader's rotary buffers) or that are not judged here (scales)
-SKIPPED = ("mask_hidden", "rotary", "scale", "zero_point", "t2d")
+# names vLLM skips (t2d, mask_hidden, AutoWeightsLoader's rotary buffers); an unquantized drafter's other
+# scales are looked up as any name (a KeyError: measured on 0.16.0), but for the attention's own
+KV_SCALES = tuple(f".{qkv}_{kind}" for qkv in ("q", "k", "v", "kv") for kind in ("scale", "zero_point"))
+SKIPPED = ("mask_hidden", "rotary", "t2d")
 
 
 def _looked_up(name: str, skipped: tuple[str, ...]) -> str | None:
     """The name llama_eagle3.py's loaders look `name` up by (0.16.0's renames); None: skipped."""
-    if any(part in name for part in skipped):
-        return None
+    if any(part in name for part in skipped) or name.endswith(KV_SCALES):
+        return None  # maybe_remap_kv_scale_name maps a q/k/v scale to the attention's, or skips it
     if "d2t" in name:
         looked = name.replace("d2t", "draft_id_to_target_id")
     elif "lm_head" in name:
@@ -964,7 +930,8 @@ def _quant_config_unfound(launch) -> tuple[str, str] | None:
 def _attention_backend_refused(launch) -> tuple[str, str] | None:
     """One attention backend named for the whole launch serves the drafter's layers too: on CUDA, vLLM
     raises for a named backend whose MLA-ness differs from the layer's. An MLA target builds and loads
-    with an MLA backend; the drafter's non-MLA layers then refuse it. (what fails, fix), else None."""
+    with an MLA backend; the drafter's non-MLA layers then refuse it, unless the tree's selector carries
+    the set's 0006, which gives them the platform's choice. (what fails, fix), else None."""
     named = _attention_backend(launch)
     if named is None or not _uses_mla(launch, launch.target.text_config):
         return None  # none named, or a non-MLA target: the target's own build refuses an MLA backend first

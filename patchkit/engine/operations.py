@@ -106,7 +106,7 @@ from patchkit.engine.transaction import (
 from patchkit.engine.unrecorded_edits import edited_unrecorded, unproven, unproven_found
 from patchkit.engine.vouched import adopted_earlier, changed_since, patches_at_hand, plan_over_stock, refuse_unvouched
 from patchkit.series.hunks import made_file, reverse_file
-from patchkit.series.library import adhoc_set_name
+from patchkit.series.library import adhoc_set_name, load_library
 from patchkit.series.patchfile import Patch, read_patch, touched_paths
 from patchkit.series.plan import (
     PatchStep,
@@ -1441,7 +1441,7 @@ class _Reverting:
         alone = self.alone
         saved = keep_copies(root, copied) if copied else None
         modes = _recorded_modes(self.undo.entries, plan.changes)
-        gates = {path for entry in self.undo.entries for path, shas in entry.files.items() if shas.get("gate")}
+        gates = {path for entry in self.undo.entries for path in _gates_of(entry)}
         commit_changes(
             root, {**plan.changes, **guard_changes}, new_state, origins=view.origins, modes=modes, first=gates
         )
@@ -1683,6 +1683,20 @@ def _restore_from_record(view: View, undo: _Undo, patches: list[Patch], *, force
         restored.notes += from_wheel.notes
         restored.unvouched += from_wheel.unvouched
     return restored
+
+
+def _gates_of(entry: Entry) -> set[str]:
+    """The files of `entry` a revert writes first: those its record marks as gates. A record written
+    before the marks existed (no file marked) takes the `gates` its set declares in the library it was
+    applied from, where that library is at hand: a gate sorting after a model would otherwise go last."""
+    marked = {path for path, shas in entry.files.items() if shas.get("gate")}
+    if marked or entry.library is None or is_adhoc(entry.set_name):
+        return marked
+    try:
+        declared = load_library(Path(entry.library)).get(entry.set_name)
+    except (PatchkitError, OSError):  # gone, damaged: path order, as before the marks
+        return set()
+    return set(declared.gates if declared is not None else ()) & set(entry.files)
 
 
 def _recorded_modes(entries: list[Entry], changes: Changes) -> dict[str, int]:

@@ -233,8 +233,15 @@ def _summary(done: list[SetApplied], *, dry_run: bool) -> str:
     recorded = [
         d.chosen.name for d in done if d.result is not None and d.result.recorded and d.chosen.name not in applied
     ]
+    # a set applied from another library that this run moved to this one's series: updated, not applied
+    updated = [d.chosen.name for d in done if d.chosen.name in applied and _updates_library(d)]
+    fresh = [name for name in applied if name not in updated]
     verb = "would apply" if dry_run else "applied"
-    said = [f"{len(applied)} set(s) {verb}" + (f" ({', '.join(applied)})" if applied else "")]
+    said = [f"{len(fresh)} set(s) {verb}" + (f" ({', '.join(fresh)})" if fresh else "")] if fresh or not updated else []
+    if updated:
+        said.append(
+            f"{len(updated)} set(s) {'would be updated' if dry_run else 'updated'} from another library ({', '.join(updated)})"
+        )
     if recorded:
         found = (
             f"{'would record' if dry_run else 'recorded'} {len(recorded)} set(s) found applied ({', '.join(recorded)})"
@@ -242,6 +249,12 @@ def _summary(done: list[SetApplied], *, dry_run: bool) -> str:
         said = [*said, found] if applied else [found]
     others = [f"{d.chosen.name} {d.state}" for d in done if d.chosen.name not in applied + recorded]
     return "; ".join(said) + (f"; {', '.join(others)}" if others else "")
+
+
+def _updates_library(done: SetApplied) -> bool:
+    """The set's apply replaced (or would) the series of another library it was applied from."""
+    plan = done.result.plan if done.result is not None else None
+    return plan is not None and plan.stock is not None and not is_adhoc(done.chosen.name)
 
 
 NOTHING_WRITTEN = "nothing was written"  # a set's refusal: true of that set only, once another wrote

@@ -312,6 +312,11 @@ def _tree_file(path: Path) -> bytes | None:
         return None
 
 
+def registry_tables(read: Reader) -> dict[str, dict[str, tuple[str, str]]]:
+    """The tables of the model registry the tree `read` gives (LaunchContext.registry's, unkept)."""
+    return _registry_tables(read(REGISTRY))
+
+
 def _registry_tables(data: bytes | None) -> dict[str, dict[str, tuple[str, str]]]:
     if data is None:
         return {}

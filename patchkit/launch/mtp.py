@@ -14,10 +14,11 @@ from typing import Any
 from patchkit.base.errors import BadInput, TargetError, escaped
 from patchkit.base.values import FrozenValue, frozen
 from patchkit.launch.command import LaunchCommand
-from patchkit.launch.engine import Reader
+from patchkit.launch.drafter_weights import quantization
+from patchkit.launch.engine import Reader, registry_tables
 from patchkit.launch.findings import Finding, cannot_judge
 from patchkit.launch.models import ModelConfig, resolve_model
-from patchkit.launch.weights import _drafter_directory, target_directory, weight_names
+from patchkit.launch.weights import drafter_directory, target_directory, weight_names
 
 SPEC_FILE = "vllm/config/speculative.py"
 MODELS_DIR = "vllm/model_executor/models"
@@ -31,6 +32,7 @@ LOAD_FORMATS = ("auto", "hf", "safetensors", "fastsafetensors")  # DefaultModelL
 MODELS, SPECULATIVE = "models", "speculative-config"
 NO_MTP_FIX = "serve it without the mtp method (with an EAGLE-3 drafter, or none)"
 UNKNOWN = object()  # a value the reading cannot tell (a condition of it: the rules are not read)
+RETURNED = "return"  # where _ran keeps the value a return statement gives (a keyword: no name of the code's)
 
 
 @frozen
@@ -48,6 +50,8 @@ class MtpDrafter(FrozenValue):
 
     model_type: object
     n_predict: object  # an int, None, an Absent, or another JSON value
+    layers: object  # the built config's num_hidden_layers (MiMo's and GLM-Lite's are set to 0)
+    architecture: object  # the class vLLM's registry builds it as (DeepSeekMTPModel, Glm4MoeMTPModel, ...)
 
 
 def mtp_findings(
@@ -73,10 +77,7 @@ def mtp_findings(
     if built is None:
         why = f"the tree's {SPEC_FILE} (hf_config_override) is not read"
         return [cannot_judge(MODELS, f"the mtp drafter of {escaped(name)}: {why}", "give --python PATH")]
-    found = _divisibility(built, tokens, name)
-    if built.model_type != DEEPSEEK:
-        return found  # other MTP models name their layers' weights otherwise: vLLM's own validation judges
-    return found + _deepseek(command, config, built, name, read, model is not None)
+    return _divisibility(built, tokens, name) + _mtp_layers(command, config, built, name, read, model is not None)
 
 
 def _no_mtp_layers(name: str) -> Finding:
@@ -114,13 +115,15 @@ def _divisibility(built: MtpDrafter, tokens: object, name: str) -> list[Finding]
     return [Finding(SPECULATIVE, False, message, f'give "num_speculative_tokens" {" or ".join(map(str, fixes))}')]
 
 
-def _deepseek(
+def _mtp_layers(
     command: LaunchCommand, config: dict[str, Any], built: MtpDrafter, name: str, read: Reader, named: bool
 ) -> list[Finding]:
-    """DeepSeekMTP's own faults once the target has loaded: no num_nextn_predict_layers to read
-    (DeepSeekMultiTokenPredictor reads it unguarded), or, unquantized, none of its layers' weights."""
+    """The MTP drafter's own faults once the target has loaded: DeepSeek's without num_nextn_predict_layers
+    to read (DeepSeekMultiTokenPredictor reads it unguarded); unquantized, none of its layers' weights, as
+    its module's get_spec_layer_idx_from_weight_name takes them (DeepSeek's, GLM's, Step's: a cannot-judge
+    for a module whose rule is not read)."""
     count, shown = built.n_predict, escaped(name)
-    if isinstance(count, Absent):
+    if isinstance(count, Absent) and built.model_type == DEEPSEEK:
         source = read(DEEPSEEK_MTP)
         auto = config.get("auto_map")
         if command.trust_remote_code and isinstance(auto, dict) and "AutoConfig" in auto:
@@ -132,22 +135,29 @@ def _deepseek(
         fix = f"add {LAYERS_KEY} to its config.json (DeepSeek-V3's is 1), or drop the mtp method"
         return [Finding(MODELS, False, message, fix)]
     first = config.get("num_hidden_layers")
-    if type(count) is not int or count <= 0 or type(first) is not int or _quantized(command, config, named):
-        return []  # quantized: vLLM loads it without the strict check (nothing fails there)
-    where = _drafter_directory(command) if named else target_directory(command)
+    where = drafter_directory(command) if named else target_directory(command)
     load_format = command.optional_text("load-format") or "auto"
-    if where is None or load_format not in LOAD_FORMATS:
-        return []  # a hub id vLLM downloads, or a loader the models finding names as not judged
-    prefixes = spec_layer_prefixes(read)
+    if where is None or load_format not in LOAD_FORMATS or _quantized(command, config, named):
+        return []  # a hub id vLLM downloads, a loader the models finding names; quantized: no strict check
+    if type(count) is not int or count <= 0 or type(first) is not int:
+        given = f"its config gives no whole {LAYERS_KEY} and num_hidden_layers"
+        unread = str(built.model_type).endswith("mtp") and count != 0
+        return [cannot_judge(MODELS, f"the weights of {shown}'s MTP layers: {given}", None)] if unread else []
+    entry = registry_tables(read).get("_SPECULATIVE_DECODING_MODELS", {}).get(str(built.architecture))
+    where_built = entry[0] if entry else "no registry entry"
+    plain = "." not in where_built and entry is not None  # 0.30's vllm.models.* packages: not read
+    module = f"{MODELS_DIR}/{where_built}.py" if plain else f"{built.architecture}: {where_built}"
+    rule = spec_layer_rule(read, module) if plain and built.layers == first else None
     names = weight_names(os.path.join(command.working_directory(), where[1]))
-    if prefixes is None or STRICT not in (read(LOADER) or b""):
-        names = f"the tree's rule for their names ({DEEPSEEK_MTP}) is not read"
+    if rule is None or STRICT not in (read(LOADER) or b""):
+        names = f"the tree's rule for their names ({escaped(module)}) is not read"
     if isinstance(names, str):
         return [cannot_judge(MODELS, f"the weights of {shown}'s MTP layers: {names}", None)]
-    assert prefixes is not None
+    assert rule is not None
+    prefixes, anywhere = rule
     wanted = tuple(f"{prefix}{first + i}." for i in range(count) for prefix in prefixes)
     layers = f"{wanted[0]}*" if count == 1 else f"{wanted[0]}* to {prefixes[0]}{first + count - 1}.*"
-    if any(weight.startswith(wanted) for weight in names):
+    if any(weight.startswith(wanted) or (anywhere and any(w in weight for w in wanted)) for weight in names):
         return [Finding(MODELS, True, f"mtp drafter {shown}: the weights of its MTP layers ({layers}) are there")]
     plural = "s" if count > 1 else ""
     message = (
@@ -158,31 +168,35 @@ def _deepseek(
 
 def _quantized(command: LaunchCommand, config: dict[str, Any], named: bool) -> bool:
     """Whether vLLM's draft model config is quantized (get_quant_config then loads it without the
-    strict check): --quantization, the speculative config's own, or a quantization_config (its
-    text_config's, a ModelOpt hf_quant_config.json beside it)."""
+    strict check): --quantization, the speculative config's own, or what the checkpoint's files say
+    as vLLM reads them (drafter_weights.quantization: a compression_config too)."""
     spec = command.speculative_config or {}
-    text = config.get("text_config")
     if command.optional_text("quantization") is not None or spec.get("quantization"):
         return True
-    if config.get("quantization_config") is not None or (isinstance(text, dict) and text.get("quantization_config")):
-        return True
-    where = _drafter_directory(command) if named else target_directory(command)
-    return where is not None and os.path.exists(
-        os.path.join(command.working_directory(), where[1], "hf_quant_config.json")
-    )
+    where = drafter_directory(command) if named else target_directory(command)
+    return quantization(config, os.path.join(command.working_directory(), where[1]) if where else None) is not None
 
 
 RULE = "get_spec_layer_idx_from_weight_name"
+LOADED = "return loaded_params"  # the module's load_weights returns what it loaded: the strict check runs
 
 
 def spec_layer_prefixes(read: Reader) -> tuple[str, ...] | None:
-    """The prefixes vLLM's DeepSeek MTP drafter takes its layers' weights by (model.layers.{L}.: L
-    from num_hidden_layers on, one per MTP layer), read from the tree's get_spec_layer_idx_from_weight_name
-    (deepseek_v2.py's, which deepseek_mtp.py imports); None when the rule is not read."""
-    tree = _parsed(read(DEEPSEEK_MTP))
+    """The prefixes DeepSeek's MTP drafter takes its layers' weights by (spec_layer_rule's)."""
+    rule = spec_layer_rule(read, DEEPSEEK_MTP)
+    return None if rule is None else rule[0]
+
+
+def spec_layer_rule(read: Reader, module: str) -> tuple[tuple[str, ...], bool] | None:
+    """The prefixes an MTP drafter's `module` takes its layers' weights by (model.layers.{L}.: L from
+    num_hidden_layers on, one per MTP layer), and whether a name holding one anywhere counts (GLM's
+    `in`, not startswith): read from get_spec_layer_idx_from_weight_name, in the module or the sibling
+    it imports it from (deepseek_v2.py up to 0.22, utils.py from 0.26), where the module skips other
+    weights and returns what it loaded; None when the rule is not read."""
+    tree = _parsed(read(module))
     function = _function(tree, RULE)
     if function is None and tree is not None:
-        module = next(
+        imported = next(
             (
                 node.module
                 for node in tree.body
@@ -191,22 +205,47 @@ def spec_layer_prefixes(read: Reader) -> tuple[str, ...] | None:
             ),
             None,
         )
-        function = _function(_parsed(read(f"{MODELS_DIR}/{module}.py")), RULE) if module else None
-    if function is None:
+        function = _function(_parsed(read(f"{MODELS_DIR}/{imported}.py")), RULE) if imported else None
+    source = read(module) or b""
+    if function is None or RULE.encode() not in source or b"spec_layer is None" not in source:
         return None
-    text = ast.unparse(function)
-    if "layer_idx = config.num_hidden_layers" not in text or f"range(config.{LAYERS_KEY})" not in text:
-        return None
-    prefixes = []
+    return _prefixes(function) if LOADED.encode() in source else None
+
+
+def _prefixes(function: ast.FunctionDef) -> tuple[tuple[str, ...], bool] | None:
+    """The f-string prefixes `f"{prefix}{base + i}."` the rule matches, base bound to config.num_hidden_layers
+    and i looping over range(num_nextn_predict_layers) (given as config's, or a name bound to it)."""
+    bases, counts = set(), {f"config.{LAYERS_KEY}"}
     for node in ast.walk(function):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "startswith":
-            parts = node.args[0].values if len(node.args) == 1 and isinstance(node.args[0], ast.JoinedStr) else []
-            if len(parts) != 3 or ast.unparse(parts[1]) != "{layer_idx + i}" or ast.unparse(parts[2]) != "'.'":
-                return None
-            if not (isinstance(parts[0], ast.Constant) and isinstance(parts[0].value, str)):
-                return None
-            prefixes.append(parts[0].value)
-    return tuple(prefixes) or None
+        bound = [(node.targets[0], node.value)] if isinstance(node, ast.Assign) and len(node.targets) == 1 else []
+        bound += [(node.target, node.value)] if isinstance(node, ast.NamedExpr) else []
+        for target, value in bound:
+            text = ast.unparse(value)
+            if isinstance(target, ast.Name) and text == "config.num_hidden_layers":
+                bases.add(target.id)
+            if isinstance(target, ast.Name) and text.startswith(f"getattr(config, '{LAYERS_KEY}'"):
+                counts.add(target.id)
+    ranges = {f"range({count})" for count in counts}
+    steps = {
+        node.target.id
+        for node in ast.walk(function)
+        if isinstance(node, ast.For) and isinstance(node.target, ast.Name) and ast.unparse(node.iter) in ranges
+    }
+    shapes = {f"{{{base} + {step}}}" for base in bases for step in steps}
+    prefixes, anywhere = [], False
+    for node in ast.walk(function):
+        if not isinstance(node, ast.JoinedStr):
+            continue
+        parts = node.values
+        if len(parts) != 3 or ast.unparse(parts[1]) not in shapes or ast.unparse(parts[2]) != "'.'":
+            return None
+        if not (isinstance(parts[0], ast.Constant) and isinstance(parts[0].value, str)):
+            return None
+        prefixes.append(parts[0].value)
+    for node in ast.walk(function):
+        if isinstance(node, ast.Compare) and isinstance(node.left, ast.JoinedStr):
+            anywhere = anywhere or isinstance(node.ops[0], ast.In)
+    return (tuple(dict.fromkeys(prefixes)), anywhere) if prefixes else None
 
 
 def _parsed(source: bytes | None) -> ast.Module | None:
@@ -246,13 +285,19 @@ def mtp_drafter(source: bytes | None, config: dict[str, Any]) -> MtpDrafter | No
         names[param.arg] = default.value if isinstance(default, ast.Constant) else UNKNOWN
     if _ran(function.body, names) is False:
         return None
-    return MtpDrafter(hf.get("model_type"), hf.get("n_predict"))
+    hf = names.get(RETURNED, hf)  # type: ignore[assignment]
+    if not isinstance(hf, _Config):
+        return None
+    built = hf.get("architectures")
+    first = built[0] if isinstance(built, list) and built else None
+    return MtpDrafter(hf.get("model_type"), hf.get("n_predict"), hf.get("num_hidden_layers"), first)
 
 
 def _ran(statements: list[ast.stmt], names: dict[str, object]) -> bool | None:
     """Run `statements`: True when they ran through, False where one is not read, None on a return."""
     for node in statements:
-        if isinstance(node, ast.Return):
+        if isinstance(node, ast.Return):  # the config it returns (NemotronH's: its text_config)
+            names[RETURNED] = _value(node.value, names) if node.value is not None else UNKNOWN
             return None
         if isinstance(node, ast.If):
             test = _value(node.test, names)
@@ -315,6 +360,12 @@ def _value(node: ast.expr, names: dict[str, object]) -> object:
         owner, index = _value(node.value, names), _value(node.slice, names)
         ok = isinstance(owner, list) and type(index) is int and -len(owner) <= index < len(owner)
         return owner[index] if ok else UNKNOWN  # type: ignore[index]
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "intersection":
+        owner = _value(node.func.value, names) if isinstance(node.func.value, ast.Set) else UNKNOWN
+        other = _value(node.args[0], names) if len(node.args) == 1 else UNKNOWN
+        if not isinstance(owner, tuple) or not isinstance(other, (list, tuple)):
+            return UNKNOWN  # {...}.intersection(a list) alone is read
+        return tuple(item for item in owner if item in other)
     if isinstance(node, ast.Call):
         return _getattr(node, names)
     if isinstance(node, ast.IfExp):

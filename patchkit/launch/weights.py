@@ -591,7 +591,7 @@ def weight_findings(command: LaunchCommand, target: ModelConfig, check: str) -> 
     model = target_directory(command)
     if model is not None:
         found += _problem(command, "model", *model, load_format, "the load fails at its start")
-    drafter = _drafter_directory(command)
+    drafter = drafter_directory(command)
     if drafter is not None:
         found += _problem(command, "drafter", *drafter, load_format, "the launch fails once the target has loaded")
     return as_findings(check, found)
@@ -671,35 +671,45 @@ def target_directory(command: LaunchCommand) -> tuple[str, str, bool] | None:
     return (shown, path, True) if os.path.isdir(os.path.join(command.working_directory(), path)) else None
 
 
-def drafter_tensors(command: LaunchCommand) -> dict[str, tuple[str, list[int]]] | None:
+def drafter_tensors(command: LaunchCommand) -> dict[str, tuple[str, list[int]]] | str | None:
     """name -> (file name, shape) of each tensor vLLM's safetensors loader hands the drafter: its
     directory's *.safetensors (filtered by its index) as weights_verdict finds them, each header read
-    bounded. None where not judged: no local drafter, a load format other than auto/hf/safetensors (or
-    auto's Mistral files), no safetensors file, a header not read whole (its fault is the weights
-    finding's to say)."""
+    bounded. Else why they are not read (a load format other than auto/hf/safetensors, auto's Mistral
+    files, torch files, a header past the bounds); None where nothing is to be said: no local drafter
+    (vLLM downloads it), an index vLLM refuses (the weights finding says it)."""
     load_format = command.optional_text("load-format") or "auto"
-    found = _drafter_directory(command)
-    if load_format not in ("auto", "hf", "safetensors") or found is None:
+    found = drafter_directory(command)
+    if found is None:
         return None
+    if load_format not in ("auto", "hf", "safetensors"):
+        return f"--load-format {escaped(load_format)}: patchkit reads the tensor names of safetensors files only"
     directory = os.path.join(command.working_directory(), found[1])
     if load_format == "auto" and _consolidated(directory) is not False:
-        return None
+        return "its weights are Mistral's consolidated*.safetensors, whose layout patchkit does not read"
     files = glob.glob(os.path.join(directory, "*.safetensors"))
     index = os.path.join(directory, _INDEX)
     named = _index_files(index, directory) if os.path.isfile(index) else None
     if isinstance(named, str):
         return None
+    if not files:
+        torch = sorted(
+            os.path.basename(path)
+            for pattern in ("*.bin", "*.pt")
+            for path in glob.glob(os.path.join(directory, pattern))
+        )
+        held = f"its weights are torch files ({few(torch, sep=', ')})" if torch else "it holds no safetensors file"
+        return f"{held}: patchkit reads the tensor names of safetensors files only"
     kept = set(named.values()) if named is not None else set(files)
     budget, tensors = HeaderBudget(), {}
     for path in sorted(path for path in files if path in kept):
         header = _header(path, budget)
         if header is None:
-            return None
+            return f"the header of its {escaped(os.path.basename(path))} is not read whole (patchkit's bounds)"
         for key, info in header.items():
             shape = info.get("shape") if isinstance(info, dict) and key != "__metadata__" else None
             if isinstance(shape, list) and all(_size(dim) for dim in shape):
                 tensors[key] = (os.path.basename(path), shape)
-    return tensors or None
+    return tensors
 
 
 def _header(path: str, budget: HeaderBudget) -> dict[str, object] | None:
@@ -718,7 +728,7 @@ def _header(path: str, budget: HeaderBudget) -> dict[str, object] | None:
     return header if isinstance(header, dict) else None
 
 
-def _drafter_directory(command: LaunchCommand) -> tuple[str, str, bool] | None:
+def drafter_directory(command: LaunchCommand) -> tuple[str, str, bool] | None:
     """(name, directory, named by the launch) of the drafter's weights: its directory, or offline
     the snapshot snapshot_download(local_files_only) finds under --download-dir or the hub cache."""
     spec = command.speculative_config or {}

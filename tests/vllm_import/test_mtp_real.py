@@ -15,7 +15,7 @@ from vllm_overlay import ask_vllm, site_packages
 from patchkit.launch.command import parse
 from patchkit.launch.engine import tree_reader
 from patchkit.launch.models import resolve_model
-from patchkit.launch.mtp import SPEC_FILE, Absent, mtp_drafter, mtp_findings, spec_layer_prefixes
+from patchkit.launch.mtp import SPEC_FILE, Absent, mtp_drafter, mtp_findings, spec_layer_prefixes, spec_layer_rule
 
 VLLM_PYTHON = os.environ.get("VLLM_PYTHON")
 
@@ -128,3 +128,34 @@ def test_the_mtp_token_count_is_refused_where_vllm_refuses_it_at_start(tmp_path)
         ours = mtp_findings(command, resolve_model(model, {}), None, tree_reader(site))
         failed = [f for f in ours if f.check == "speculative-config" and not f.ok]
         assert bool(failed) == (refused[name] is not None), (name, refused[name], ours)
+
+
+# every MTP drafter module of the installed vLLM whose weights' rule is read, held to its own function
+RULE_ASK = textwrap.dedent("""\
+    import importlib, json, sys, types
+    modules, names = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+    out = {}
+    for module in modules:
+        rule = importlib.import_module(f"vllm.model_executor.models.{module}").get_spec_layer_idx_from_weight_name
+        for n in (1, 2):
+            config = types.SimpleNamespace(num_hidden_layers=61, num_nextn_predict_layers=n)
+            out[f"{module}/{n}"] = [rule(config, name) is not None for name in names]
+    print(json.dumps(out))
+""")
+RULE_NAMES = [*NAMES, "model.language_model.layers.61.x", "mtp.layers.61.x", "layers.62.x", "model.layers.63.x"]
+
+
+def test_each_mtp_drafters_weight_rule_read_is_vllms():
+    read = tree_reader(site_packages(str(VLLM_PYTHON)))
+    models = site_packages(str(VLLM_PYTHON)) / "vllm" / "model_executor" / "models"
+    rules = {p.stem: spec_layer_rule(read, f"vllm/model_executor/models/{p.name}") for p in models.glob("*_mtp.py")}
+    read_ones = sorted(module for module, rule in rules.items() if rule is not None)
+    assert {"deepseek_mtp", "glm4_moe_mtp"} <= set(read_ones), rules
+    asked = ask_vllm(RULE_ASK, json.dumps(read_ones), json.dumps(RULE_NAMES))
+    assert isinstance(asked, dict)
+    for module in read_ones:
+        prefixes, anywhere = rules[module]  # type: ignore[misc]
+        for n in (1, 2):
+            wanted = tuple(f"{p}{61 + i}." for i in range(n) for p in prefixes)
+            ours = [name.startswith(wanted) or (anywhere and any(w in name for w in wanted)) for name in RULE_NAMES]
+            assert ours == asked[f"{module}/{n}"], (module, n, ours)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from launch_fixtures import EMPTY_SAFETENSORS, write_model, write_weights
-from vllm_overlay import TINY_LLAMA, ask_vllm, overlay_venv
+from vllm_overlay import DRAFTER_BUILT, TINY_DRAFTER, TINY_LLAMA, TINY_WEIGHTS, ask_vllm, overlay_venv
 
 VLLM_PYTHON = os.environ.get("VLLM_PYTHON")
 
@@ -320,46 +320,6 @@ def test_a_speculative_quantization_fails_drafter_architecture_exactly_where_vll
         assert found["ok"] or f"names quantization '{method}'" in found["message"], found
 
 
-# review38 B5's class: vLLM builds the EAGLE-3 drafter (llama_eagle3.py, of llama.py's layers) and loads its
-# weights only after the target's load; both asked here on CPU, for each drafter directory in turn
-DRAFTER_BUILT = """
-import glob, json, os, sys, tempfile
-from patchkit._target.engine_config import _force_cpu_platform_when_none
-import vllm
-_force_cpu_platform_when_none()
-from vllm.config import set_current_vllm_config
-from vllm.distributed import init_distributed_environment, initialize_model_parallel
-from vllm.engine.arg_utils import EngineArgs
-from vllm.model_executor.model_loader.weight_utils import safetensors_weights_iterator
-init_distributed_environment(1, 0, f"file://{tempfile.mktemp()}", 0, "gloo")
-initialize_model_parallel(1, 1)
-from vllm.model_executor.models.llama_eagle3 import Eagle3LlamaForCausalLM
-said = {}
-for drafter in sys.argv[2:]:
-    spec = {"method": "eagle3", "model": drafter, "num_speculative_tokens": 2}
-    config = EngineArgs(model=sys.argv[1], skip_tokenizer_init=True, speculative_config=spec).create_engine_config()
-    try:
-        with set_current_vllm_config(config):
-            built = Eagle3LlamaForCausalLM(vllm_config=config)
-        built.load_weights(safetensors_weights_iterator(sorted(glob.glob(os.path.join(drafter, "*.safetensors"))), False))
-        said[drafter] = None
-    except Exception as exc:
-        said[drafter] = f"{type(exc).__name__}: {exc}"
-print(json.dumps(said))
-"""
-# a drafter for TINY_LLAMA (vLLM's EAGLE-3 whitelist takes a Llama target unpatched)
-TINY_DRAFTER = {
-    **DRAFTER,
-    "hidden_size": 256,
-    "intermediate_size": 512,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "vocab_size": 1000,
-    "draft_vocab_size": 500,
-    "eagle_aux_hidden_state_layer_ids": [0, 1, 1],
-}
-
-
 def drafter_finding(target: Path, drafter: Path) -> dict:
     spec = json.dumps({"method": "eagle3", "model": str(drafter), "num_speculative_tokens": 2})
     done = patchkit(
@@ -390,24 +350,6 @@ def test_a_drafter_layer_types_fails_drafter_architecture_exactly_where_vllm_fai
         assert found["ok"] or "layer_types" in found["message"], found
 
 
-# TINY_DRAFTER's tensors as vLLM's llama_eagle3.py takes them (layer 0's q/k/v take 2 x 256: embeds and states)
-TINY_WEIGHTS = {
-    "d2t": [500],
-    "t2d": [1000],
-    "lm_head.weight": [500, 256],
-    "fc.weight": [256, 768],
-    "norm.weight": [256],
-    "midlayer.self_attn.q_proj.weight": [256, 512],
-    "midlayer.self_attn.k_proj.weight": [128, 512],
-    "midlayer.self_attn.v_proj.weight": [128, 512],
-    "midlayer.self_attn.o_proj.weight": [256, 256],
-    "midlayer.mlp.gate_proj.weight": [512, 256],
-    "midlayer.mlp.up_proj.weight": [512, 256],
-    "midlayer.mlp.down_proj.weight": [256, 512],
-    "midlayer.input_layernorm.weight": [256],
-    "midlayer.post_attention_layernorm.weight": [256],
-    "midlayer.hidden_norm.weight": [256],
-}
 WEIGHT_CASES = {
     "whole": ({}, {}),
     "fc-of-another-target": ({"fc.weight": [256, 384]}, {}),
@@ -708,3 +650,92 @@ def test_a_drafter_without_lm_head_fails_exactly_where_vllms_drafted_logits_do_w
         )  # fmt: skip
         found = [finding(done, check) for check in ("drafter-architecture", "drafter-vocabulary")]
         assert all(each["ok"] for each in found) is (said[str(drafter)] is None), (drafter, said, found)
+
+
+# review39 C6's rest: the drafter's rotary table sized by its config class's default (LlamaConfig's 2048) or
+# by its RoPE scaling (linear, dynamic: x factor; ntk: max_position_embeddings; yarn: its original x factor)
+def test_a_drafter_table_by_its_default_or_its_scaling_fails_exactly_where_vllm_indexes_past_it(tmp_path: Path):
+    targets = {
+        "1k": write_model(tmp_path / "t1k", TINY_LLAMA),
+        "4k": write_model(tmp_path / "t4k", {**TINY_LLAMA, "max_position_embeddings": 4096}),
+    }
+    yarn = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 256}
+    configs = {
+        "default": {k: v for k, v in TINY_DRAFTER.items() if k != "max_position_embeddings"},
+        "linear": {**TINY_DRAFTER, "max_position_embeddings": 512, "rope_scaling": {"type": "linear", "factor": 4.0}},
+        "linear-half": {**TINY_DRAFTER, "rope_scaling": {"rope_type": "linear", "factor": 0.5}},  # 4096 x 0.5
+        "dynamic": {**TINY_DRAFTER, "max_position_embeddings": 512, "rope_scaling": {"type": "dynamic", "factor": 4}},
+        "ntk": {**TINY_DRAFTER, "max_position_embeddings": 512, "rope_scaling": {"rope_type": "ntk", "factor": 4.0}},
+        "yarn": {**TINY_DRAFTER, "rope_scaling": yarn},  # 256 x 4, whatever max_position_embeddings (4096) says
+    }
+    drafters = {name: write_model(tmp_path / f"d-{name}", config) for name, config in configs.items()}
+    cases = [(str(targets[t]), str(drafters[d]), None) for t in targets for d in drafters]
+    cases += [(str(targets["4k"]), str(drafters[d]), length) for d, length in [("default", 2048), ("yarn", 1024)]]
+    refused = ask_vllm(DRAFTER_POSITIONS, json.dumps(cases))
+    assert refused[json.dumps(cases[6])] and refused[json.dumps(cases[0])] is None, refused  # default: 4k, 1k
+    for case in cases:
+        target, drafter, length = case
+        spec = json.dumps({"method": "eagle3", "model": drafter, "num_speculative_tokens": 2})
+        given = ("--max-model-len", str(length)) if length else ()
+        done = patchkit(
+            "preflight", "--python", VLLM_PYTHON, "--no-import", "--format", "json", "--",
+            "vllm", "serve", target, "--speculative-config", spec, *given,
+        )  # fmt: skip
+        found = finding(done, "drafter-architecture")
+        said = refused[json.dumps(list(case))]
+        assert found["ok"] is (said is None), (case, said, found)
+        assert found["ok"] or "its rotary table holds" in found["message"], found
+
+
+# llama.py reads config.sliding_window for a sliding_attention layer as it builds the drafter; vLLM's KV cache
+# spec (get_kv_cache_spec, after the loads) asserts that an MLA model has no sliding layer
+SLIDING_BUILT = DRAFTER_BUILT.replace(
+    "        said[drafter] = None",
+    "        for layer in built.model.layers:\n"
+    "            layer.self_attn.attn.get_kv_cache_spec(config)\n"
+    "        said[drafter] = None",
+)
+
+
+def test_a_drafter_sliding_layer_fails_exactly_where_vllm_fails_building_or_caching_it(tmp_path: Path):
+    sliding = {"layer_types": ["sliding_attention"]}
+    cases = {
+        "none": sliding,
+        "text": {**sliding, "sliding_window": "128"},
+        "list": {**sliding, "sliding_window": [128]},
+        "null": {**sliding, "sliding_window": None},
+        "128": {**sliding, "sliding_window": 128},
+        "full": {"layer_types": ["full_attention"], "sliding_window": 128},
+    }
+    llama = write_model(tmp_path / "llama", TINY_LLAMA)
+    drafters = {name: write_model(tmp_path / name, {**TINY_DRAFTER, **change}) for name, change in cases.items()}
+    refused = ask_vllm(SLIDING_BUILT, str(llama), *map(str, drafters.values()))
+    assert "AttributeError" in refused[str(drafters["none"])] and refused[str(drafters["128"])] is None, refused
+    for name, drafter in drafters.items():
+        found = drafter_finding(llama, drafter)
+        assert found["ok"] is (refused[str(drafter)] is None), (name, refused, found)
+        assert found["ok"] or "sliding" in found["message"], found
+    # an MLA target (DeepSeek-V3, where the set is applied): the KV cache spec's assert
+    python = overlay_venv(str(VLLM_PYTHON), tmp_path / "venv")
+    applied = subprocess.run(
+        [sys.executable, "-m", "patchkit", "apply", "--python", str(python), "--set", "eagle3"], capture_output=True
+    )
+    assert applied.returncode == 0, applied.stdout[-3000:]
+    target = write_model(tmp_path / "deepseek", TARGET)
+    mla = {name: write_model(tmp_path / f"mla-{name}", {**DRAFTER, **cases[name]}) for name in ("128", "full")}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(Path(__file__).parents[2])}
+    asked = subprocess.run(
+        [str(python), "-B", "-c", SLIDING_BUILT, str(target), *map(str, mla.values())],
+        capture_output=True, text=True, timeout=1200, env=env, check=True,
+    )  # fmt: skip
+    refused = json.loads(asked.stdout.strip().splitlines()[-1])
+    assert "MLA is not supported for sliding" in refused[str(mla["128"])] and refused[str(mla["full"])] is None
+    for name, drafter in mla.items():
+        spec = json.dumps({"method": "eagle3", "model": str(drafter), "num_speculative_tokens": 2})
+        done = patchkit(
+            "preflight", "--python", python, "--no-import", "--format", "json", "--",
+            "vllm", "serve", str(target), "--speculative-config", spec,
+        )  # fmt: skip
+        found = finding(done, "drafter-architecture")
+        assert found["ok"] is (refused[str(drafter)] is None), (name, refused, found)
+        assert found["ok"] or "under an MLA target" in found["message"], found

@@ -106,3 +106,67 @@ def ask_vllm(script: str, *args: str) -> object:
         [str(VLLM_PYTHON), "-B", "-c", script, *args], capture_output=True, text=True, timeout=1200, env=env, check=True
     )
     return json.loads(asked.stdout.strip().splitlines()[-1])
+
+
+# review38 B5's class: vLLM builds the EAGLE-3 drafter (llama_eagle3.py, of llama.py's layers) and loads its
+# weights only after the target's load; both asked here on CPU, for each drafter directory in turn
+DRAFTER_BUILT = """
+import glob, json, os, sys, tempfile
+from patchkit._target.engine_config import _force_cpu_platform_when_none
+import vllm
+_force_cpu_platform_when_none()
+from vllm.config import set_current_vllm_config
+from vllm.distributed import init_distributed_environment, initialize_model_parallel
+from vllm.engine.arg_utils import EngineArgs
+from vllm.model_executor.model_loader.weight_utils import safetensors_weights_iterator
+init_distributed_environment(1, 0, f"file://{tempfile.mktemp()}", 0, "gloo")
+initialize_model_parallel(1, 1)
+from vllm.model_executor.models.llama_eagle3 import Eagle3LlamaForCausalLM
+said = {}
+for drafter in sys.argv[2:]:
+    spec = {"method": "eagle3", "model": drafter, "num_speculative_tokens": 2}
+    config = EngineArgs(model=sys.argv[1], skip_tokenizer_init=True, speculative_config=spec).create_engine_config()
+    try:
+        with set_current_vllm_config(config):
+            built = Eagle3LlamaForCausalLM(vllm_config=config)
+        built.load_weights(safetensors_weights_iterator(sorted(glob.glob(os.path.join(drafter, "*.safetensors"))), False))
+        said[drafter] = None
+    except Exception as exc:
+        said[drafter] = f"{type(exc).__name__}: {exc}"
+print(json.dumps(said))
+"""
+# a drafter for TINY_LLAMA (vLLM's EAGLE-3 whitelist takes a Llama target unpatched)
+TINY_DRAFTER = {
+    "architectures": ["LlamaForCausalLMEagle3"],
+    "model_type": "llama",
+    "num_hidden_layers": 1,
+    "max_position_embeddings": 4096,
+    "torch_dtype": "bfloat16",
+    "hidden_size": 256,
+    "intermediate_size": 512,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 1000,
+    "draft_vocab_size": 500,
+    "eagle_aux_hidden_state_layer_ids": [0, 1, 1],
+}
+
+
+# TINY_DRAFTER's tensors as vLLM's llama_eagle3.py takes them (layer 0's q/k/v take 2 x 256: embeds and states)
+TINY_WEIGHTS = {
+    "d2t": [500],
+    "t2d": [1000],
+    "lm_head.weight": [500, 256],
+    "fc.weight": [256, 768],
+    "norm.weight": [256],
+    "midlayer.self_attn.q_proj.weight": [256, 512],
+    "midlayer.self_attn.k_proj.weight": [128, 512],
+    "midlayer.self_attn.v_proj.weight": [128, 512],
+    "midlayer.self_attn.o_proj.weight": [256, 256],
+    "midlayer.mlp.gate_proj.weight": [512, 256],
+    "midlayer.mlp.up_proj.weight": [512, 256],
+    "midlayer.mlp.down_proj.weight": [256, 512],
+    "midlayer.input_layernorm.weight": [256],
+    "midlayer.post_attention_layernorm.weight": [256],
+    "midlayer.hidden_norm.weight": [256],
+}
