@@ -131,7 +131,9 @@ def test_on_blackwell_the_drafter_gets_a_backend_of_its_own_once_applied(tmp_pat
     assert stock["layers"] == {"target": [576, True], "drafter": [128, False]}, stock
     blackwell, hopper = stock["10.0"], stock["9.0"]
     assert blackwell["engine"] == blackwell["target"] == "FLASHINFER_MLA", stock
-    assert blackwell["drafter"].startswith("refused: Selected backend") and "non-MLA not supported" in blackwell["drafter"]
+    assert (
+        blackwell["drafter"].startswith("refused: Selected backend") and "non-MLA not supported" in blackwell["drafter"]
+    )
     assert hopper["engine"] is None and not hopper["drafter"].startswith("refused"), stock
 
     assert patchkit(python, "apply").returncode == 0
