@@ -76,10 +76,8 @@ def contract(tree: Path, version: str) -> list:
 
 
 def expected_requirements(version: str) -> int:
-    """speculative.py: 1 (while the whitelist exists); eagle/proposer: 2; deepseek_v2.py: 6; kimi_k25.py: 3;
-    the attention selector: 1 (0.13-0.17, where the CUDA platform sets an MLA backend for the engine)."""
-    selector = 1 if has_engine_mla_default(version) else 0
-    return (1 if has_whitelist(version) else 0) + 6 + (2 + 3 if has_kimi(version) else 0) + selector
+    """speculative.py: 1 (while the whitelist exists); eagle/proposer: 2; deepseek_v2.py: 6; kimi_k25.py: 3."""
+    return (1 if has_whitelist(version) else 0) + 6 + (2 + 3 if has_kimi(version) else 0)
 
 
 def has_engine_mla_default(version: str) -> bool:
