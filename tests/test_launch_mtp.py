@@ -368,12 +368,27 @@ def test_the_reading_follows_0_34s_set_condition_and_a_returned_text_config(tmp_
     assert "the model's 2 MTP layers" in found[0]["message"], found
 
 
-def _mtp_in(tree: Path, library: Path, where: Path, config: dict, weights: dict, spec: dict) -> list[dict]:
+def _mtp_in(tree: Path, library: Path, where: Path, config: dict, weights: dict, spec: dict, *extra: str) -> list[dict]:
     model = write_model(where, config)
     write_weights(model, weights)
     done = run_cli_judged(
         "preflight", "--target", tree, "--patches", library, "--no-import", "--format", "json",
-        "--", "vllm", "serve", str(model), "--speculative-config", json.dumps(spec),
+        "--", "vllm", "serve", str(model), "--speculative-config", json.dumps(spec), *extra,
     )  # fmt: skip
     found = json.loads(done.stdout)["findings"]
     return [f for f in found if any(word in f["message"] for word in ("MTP layer", "mtp drafter", "multiple of"))]
+
+
+def test_0_34s_transformers_backend_overrides_cannot_be_judged(tmp_path):
+    """0.34 hands hf_config_override the Transformers backend's own overrides for --model-impl transformers."""
+    tree, library = _tree(tmp_path / "tree")
+    rules = RULES.replace(
+        "def hf_config_override(hf_config):", "def hf_config_override(hf_config, transformers_mtp_overrides=None):"
+    )
+    (tree / SPEC).write_text((tree / SPEC).read_text().replace(RULES, rules))
+    spec = {"method": "mtp", "num_speculative_tokens": 1}
+    found = _mtp_in(tree, library, tmp_path / "impl", V3, TARGET_WEIGHTS, spec, "--model-impl", "transformers")
+    assert [f["result"] for f in found] == ["cannot judge"] and "--model-impl transformers" in found[0]["message"], (
+        found
+    )
+    assert [f["ok"] for f in _mtp_in(tree, library, tmp_path / "vllm", V3, TARGET_WEIGHTS, spec)] == [False]

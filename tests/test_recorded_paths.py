@@ -205,3 +205,40 @@ def test_an_older_guards_original_comes_back_only_under_this_users_seal(run, app
     result = run("status", "--target", tree, "--patch", patch)
     assert result.exit_code in (0, 1), result.output
     assert guard.read_bytes() == b"def check():\n    pass  # an older guard\n" != staged
+
+
+def test_each_sentence_recovery_says_of_a_guard_it_may_not_restore_is_true(run, applied):
+    """review39 C3's words. Recovery may not take an older guard back from a journal no seal of this user's
+    covers, so it removes the guard file the commit wrote: it says it removed the launch guard's file it
+    replaced, not "a file it had created" (there was one before); status then says the file is gone, not
+    "pip uninstall patchkit-guard?" (no one ran it). And a guard file the journal names as there before,
+    untouched (a kill before the commit replaced it), is no file it kept "changed since": it is not listed."""
+    tree, patch = applied
+    older = b"def check():\n    pass  # an older guard\n"
+    old_guard = plant_object(tree, older)
+    guard = tree / "patchkit_guard.py"
+    guard.write_bytes(older)  # the older guard in place, never replaced: a kill before the marker
+    plant_journal(tree, {"path": "patchkit_guard.py", "before": old_guard, "after": "0" * 64, "staged": None})
+    result = run("status", "--target", tree, "--patch", patch)
+    assert "rolled back an interrupted patchkit transaction: no file had changed yet" in result.output, result.output
+    assert "kept" not in result.output and guard.read_bytes() == older, result.output
+    written = guard.read_bytes().replace(b"an older", b"this")
+    guard.write_bytes(written)  # what the commit wrote, after the journal
+    plant_object(tree, older)
+    entry = {"path": "patchkit_guard.py", "before": old_guard, "after": sha(written), "staged": None}
+    record = (tree / ".patchkit" / "state.json").read_text()  # the commit's record to return to: the guard in it
+    journal = {"id": "c0ffee", "previous_state": record, "files": [entry]}
+    (tree / ".patchkit" / "journal.json").write_text(json.dumps(journal))
+    mark_staged(tree, "c0ffee", "patchkit_guard.py")
+    marker = json.loads((tree / ".patchkit" / "staged.json").read_text())
+    del marker["journal"], marker["seal"]  # sealed over the id alone, as an older patchkit sealed it
+    marker["seal"] = seal.seal(store_journal.SEAL_KIND, str(tree.resolve()), seal.canonical(marker))
+    (tree / ".patchkit" / "staged.json").write_text(json.dumps(marker))
+    result = run("status", "--target", tree, "--patch", patch)
+    said = " ".join(result.output.split())
+    assert not guard.exists(), said
+    assert "it had created removed" not in said, said
+    assert "the launch guard's 1 file(s) it replaced removed, not restored" in said, said
+    assert "`patchkit apply` installs this patchkit's guard" in said, said
+    again = " ".join(run("status", "--target", tree, "--patch", patch).output.split())
+    assert "pip uninstall" not in again and "no longer loads (patchkit_guard.py is gone)" in again, again

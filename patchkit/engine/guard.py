@@ -796,7 +796,7 @@ def missing_guard(root: Path, state: State | None) -> str | None:
     changed = [] if gone else [path for path, digest in recorded.items() if _digest(root, path) != digest]
     if not (gone or changed) or is_installed(root):
         return None
-    why = "pip uninstall patchkit-guard?" if gone else f"{changed[0]} {CHANGED_SINCE}"
+    why = f"{gone[0]} is gone" if gone else f"{changed[0]} {CHANGED_SINCE}"
     return f"{GUARD_GONE} ({why}): vLLM launches this tree unchecked"
 
 

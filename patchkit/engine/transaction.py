@@ -612,11 +612,19 @@ class _Count(Value):
 
     restored: int = 0
     removed: int = 0
+    guard_removed: int = 0  # a guard file whose original the journal may not choose (UNVOUCHED): not created by it
 
     def said(self) -> str:
         parts = [f"{self.restored} file(s) restored"] if self.restored else []
         parts += [f"{self.removed} file(s) it had created removed"] if self.removed else []
+        parts += [_GUARD_REMOVED.format(self.guard_removed)] if self.guard_removed else []
         return ", ".join(parts) or "no file had changed yet"
+
+
+_GUARD_REMOVED = (
+    "the launch guard's {} file(s) it replaced removed, not restored (no seal of this user's vouches for the "
+    "guard's bytes the journal names): `patchkit apply` installs this patchkit's guard"
+)
 
 
 def _evidence(root: Path, journal: Journal) -> _Evidence:
@@ -710,7 +718,9 @@ def _checked_journal(root: Path) -> Journal | None:
     vouched = store_journal.journal_sealed(root, journal)  # this user's own commit: an older guard comes back
     for entry in journal["files"]:
         if GUARD_PATH.fullmatch(entry["path"]) and entry["before"] is not None and not vouched:
-            entry["before"] = _guard_original(entry["path"], entry["before"])
+            claimed, entry["before"] = entry["before"], _guard_original(entry["path"], entry["before"])
+            if entry["before"] is None:  # in memory only: what the rollback says of this file
+                entry[UNVOUCHED] = claimed
         why = _unrestorable_directory(root, entry) if entry["before"] is not None else None
         if why:
             raise journal_refusal(
@@ -732,6 +742,10 @@ def _unrestorable_directory(root: Path, entry: JournalEntry) -> str | None:
     if "/" not in top and not GUARD_PATH.fullmatch(top):
         return f"restoring it would make a new package {top!r}"
     return None
+
+
+# a journal entry's key, in memory only: the guard original a journal not sealed by this user names
+UNVOUCHED = "unvouched_before"
 
 
 def _guard_original(path: str, digest: str) -> str | None:
@@ -1038,7 +1052,8 @@ class _Undoing:
             (self.root / entry["staged"]).unlink(missing_ok=True)
         current = file_sha(self.root, entry["path"])
         if current != entry["before"] and not self.ours(entry, current):
-            self.kept.append(entry["path"])
+            if current != entry.get(UNVOUCHED):  # else the file the journal names as there before, untouched
+                self.kept.append(entry["path"])
             if entry["before"] is not None:
                 self.uses[entry["before"]] -= 1
         elif entry["before"] is None:
@@ -1052,7 +1067,10 @@ class _Undoing:
             self.set_aside(entry, move=True)
             _faults.tick()
             full.unlink(missing_ok=True)  # gone already when kept aside
-            self.count.removed += 1
+            if UNVOUCHED in entry:
+                self.count.guard_removed += 1
+            else:
+                self.count.removed += 1
             self.changed.add(full.parent)
         for rel in reversed(entry.get("created_dirs", [])):
             with suppress(OSError):

@@ -8,6 +8,8 @@ import math
 import re
 from typing import Any, TypeGuard
 
+from packaging.version import InvalidVersion, Version
+
 from patchkit.base.errors import escaped
 from patchkit.launch.engine import LaunchContext
 
@@ -17,6 +19,11 @@ TRANSFORMERS_AUTO = "transformers/models/auto/configuration_auto.py"  # where co
 ROPE_TABLE_RULE = b'max_position_embeddings = getattr(config, "max_position_embeddings"'  # llama.py 0.11-0.34
 DRAFTER_RAISED = b"max_position_embeddings"  # 0.30's speculative.py raises the drafter's to the target's length
 MODEL_CONFIG = "vllm/config/model.py"
+ROPE = "vllm/model_executor/layers/rotary_embedding/__init__.py"  # get_rope
+PARTIAL_CHECKED = b"partial_rotary_factor <= 0.0 or partial_rotary_factor > 1.0"  # get_rope's ValueError
+VLLM_CONFIGS = "vllm/transformers_utils/config.py"  # patch_rope_parameters: the names it copies in, in order
+PARTIAL_NAMES = ("partial_rotary_factor", "rotary_pct", "rotary_emb_fraction")
+PARTIAL_READ = b'names = ["partial_rotary_factor", "rotary_pct", "rotary_emb_fraction"]'
 # _get_and_verify_max_len (0.14+): --max-model-len -1/auto starts from the derived length, which the engine
 # lowers later only where the KV cache cannot hold it (0.11-0.13 refuse -1 at config time)
 AUTO_FIT = b"max_model_len is None or max_model_len == -1"
@@ -39,7 +46,10 @@ ROPE_TABLES = (
     ("yarn", "yarn_scaling_rope.py", ARANGE_FACTOR, None, "original_max_position_embeddings", True),
     ("deepseek_yarn", "deepseek_scaling_rope.py", ARANGE_FACTOR, None, "original_max_position_embeddings", True),
     ("ntk", "ntk_scaling_rope.py", b"(RotaryEmbedding):", b"def_compute_cos_sin_cache", MPE, False),  # base's table
+    # short table (original rows), then long (max_position_embeddings rows), entered at position + original
+    ("longrope", "phi3_long_rope_scaled_rope.py", b"long_short_cache=torch.cat([short_cache,long_cache]", None, MPE, False),
 )  # fmt: skip
+LONGROPE = ("longrope", "su")  # vLLM renames su longrope
 PLAIN_TABLES = ("default", "llama3")  # max_position_embeddings rows (llama3 rescales frequencies only)
 SLIDING_READ = b"sliding_window = config.sliding_window"  # LlamaAttention, for a layer typed sliding_attention
 # the assert vLLM's KV cache spec makes of a sliding layer in an MLA model (the target's use_mla), in
@@ -58,8 +68,9 @@ def positions_unserved(launch: LaunchContext, defaults: dict[str, Any] | None) -
     """llama.py sizes the drafter's rotary table from its own config (max_position_embeddings, else its
     config class's default: `defaults`; yarn's from original_max_position_embeddings), and vLLM feeds it
     the target's positions, up to max_model_len - 1 (vLLM #48894; 0.30's speculative.py raises the drafter's
-    max_position_embeddings, which yarn's table does not start from): (what fails, fix) when the table is
-    shorter; None where this cannot be told."""
+    max_position_embeddings, which yarn's table does not start from; longrope's long table is read once
+    max_model_len passes its original length): (what fails, fix) when the table is shorter; None where
+    this cannot be told."""
     config = launch.drafter.config if launch.drafter is not None else {}
     table = _table(launch, config)
     if table is None or (table[0] == MPE and DRAFTER_RAISED in (launch.read(SPECULATIVE) or b"")):
@@ -70,6 +81,9 @@ def positions_unserved(launch: LaunchContext, defaults: dict[str, Any] | None) -
     if not _whole(start) or start <= 0 or length is None or length <= (rows := math.ceil(start * table[1])):
         return None  # absent, with no default read (unjudged says so), or odd: vLLM refuses it at start
     kind = _rope(config)
+    original = config.get("original_max_position_embeddings", rope.get("original_max_position_embeddings"))
+    if kind in LONGROPE and (not _whole(original) or length <= original):
+        return None  # up to its original length longrope reads the short table alone
     if kind not in (None, *PLAIN_TABLES):
         held = f"its {kind} RoPE scaling"  # another max_position_embeddings would change its frequencies too
         fix = f"give --max-model-len {rows}, or use a drafter whose rotary table holds {length} positions"
@@ -105,6 +119,28 @@ def unjudged(launch: LaunchContext, defaults: dict[str, Any] | None, mla: bool) 
     return f"its config.json gives no {missing}, and its config class's default is not read ({where})", gives
 
 
+def partial_refused(launch: LaunchContext) -> tuple[str, str] | None:
+    """get_rope raises for a partial_rotary_factor outside (0, 1] (a TypeError comparing one that is no
+    number) as it builds the drafter's attention: vLLM copies the first of its names the config has into
+    the RoPE parameters (with the launch's transformers < 5; 5 may refuse it earlier, at start).
+    (what fails, fix) where the tree shows both steps and that transformers; else None."""
+    config = launch.drafter.config if launch.drafter is not None else {}
+    named = next((name for name in PARTIAL_NAMES if name in config), None)
+    rope = config.get("rope_scaling") or config.get("rope_parameters")
+    value = config[named] if named is not None else None
+    if value is None and isinstance(rope, dict):
+        named, value = "partial_rotary_factor", rope.get("partial_rotary_factor")
+    transformers = _version(launch.distribution("transformers"))
+    if value is None or transformers is None or transformers.major >= 5:
+        return None
+    if isinstance(value, int | float) and not isinstance(value, bool) and 0 < value <= 1:
+        return None
+    if PARTIAL_CHECKED not in (launch.read(ROPE) or b"") or PARTIAL_READ not in (launch.read(VLLM_CONFIGS) or b""):
+        return None
+    fix = f"give the drafter's config.json a {named} above 0 and at most 1 (the share of each head rotated)"
+    return f"its {named} {escaped(repr(value))[:20]} is not above 0 and at most 1 (get_rope raises)", fix
+
+
 def _rope(config: dict[str, Any]) -> str | None:
     """The drafter's RoPE type as vLLM reads it (rope_scaling, else rope_parameters; "type" for rope_type)."""
     rope = config.get("rope_scaling") or config.get("rope_parameters")
@@ -126,6 +162,7 @@ def _table(launch: LaunchContext, config: dict[str, Any]) -> tuple[str, float] |
         return None
     if kind in PLAIN_TABLES:
         return MPE, 1
+    kind = "longrope" if kind in LONGROPE else kind
     sources = {name: launch.read(f"{ROPE_DIR}/{name}") for type_, name, *_ in ROPE_TABLES if type_ == kind}
     flat = {name: re.sub(rb"\s+", b"", text) for name, text in sources.items() if text is not None}
     sized = next(
@@ -212,6 +249,15 @@ def _sliding_layer(launch: LaunchContext) -> bool:
     if not isinstance(types, list) or not _whole(layers) or SLIDING_READ not in (launch.read(LLAMA) or b""):
         return False
     return "sliding_attention" in types[:layers]
+
+
+def _version(fields: list[tuple[str, str]] | None) -> Version | None:
+    """The Version a distribution's METADATA gives (untrusted text); None where none or not one."""
+    said = next((value for key, value in fields or [] if key.lower() == "version"), None)
+    try:
+        return Version(said) if said is not None else None
+    except InvalidVersion:
+        return None
 
 
 def _whole(value: object) -> TypeGuard[int]:

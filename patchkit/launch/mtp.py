@@ -32,6 +32,7 @@ LOAD_FORMATS = ("auto", "hf", "safetensors", "fastsafetensors")  # DefaultModelL
 MODELS, SPECULATIVE = "models", "speculative-config"
 NO_MTP_FIX = "serve it without the mtp method (with an EAGLE-3 drafter, or none)"
 UNKNOWN = object()  # a value the reading cannot tell (a condition of it: the rules are not read)
+BACKEND_OVERRIDES = b"transformers_mtp_overrides"  # 0.34's: given for a Transformers-backend target
 RETURNED = "return"  # where _ran keeps the value a return statement gives (a keyword: no name of the code's)
 
 
@@ -73,9 +74,12 @@ def mtp_findings(
     layers = text.get(LAYERS_KEY) if isinstance(text, dict) else config.get(LAYERS_KEY)
     if type(layers) is int and layers == 0:  # Kimi-K2's own config says so (Kimi-K2.5's text_config)
         return [_no_mtp_layers(name)]
-    built = mtp_drafter(read(SPEC_FILE), config)
-    if built is None:
+    source = read(SPEC_FILE)
+    built = mtp_drafter(source, config)
+    backend = command.optional_text("model-impl") == "transformers" and BACKEND_OVERRIDES in (source or b"")
+    if built is None or backend:  # 0.34: the Transformers backend's overrides replace the reading's rules
         why = f"the tree's {SPEC_FILE} (hf_config_override) is not read"
+        why += " for --model-impl transformers" if backend else ""
         return [cannot_judge(MODELS, f"the mtp drafter of {escaped(name)}: {why}", "give --python PATH")]
     return _divisibility(built, tokens, name) + _mtp_layers(command, config, built, name, read, model is not None)
 

@@ -739,3 +739,83 @@ def test_a_drafter_sliding_layer_fails_exactly_where_vllm_fails_building_or_cach
         found = finding(done, "drafter-architecture")
         assert found["ok"] is (refused[str(drafter)] is None), (name, refused, found)
         assert found["ok"] or "under an MLA target" in found["message"], found
+
+
+# longrope's table is two (the original length's, then max_position_embeddings'), and vLLM's get_rope memo is
+# keyed without the max_model_len it reads: the rotary forward itself is run, the memo emptied a case
+LONGROPE_POSITIONS = (
+    DRAFTER_POSITIONS.replace(
+        "    target, drafter, length = case\n",
+        "    target, drafter, length = case\n"
+        "    from vllm.model_executor.layers import rotary_embedding\n"
+        "    rotary_embedding._ROPE_DICT.clear()\n",
+    )
+    .replace(
+        "    table = built.model.layers[0].self_attn.rotary_emb.cos_sin_cache\n",
+        "    attention = built.model.layers[0].self_attn\n"
+        "    query = torch.randn(1, attention.num_heads * attention.head_dim)\n"
+        "    key = torch.randn(1, attention.num_kv_heads * attention.head_dim)\n",
+    )
+    .replace(
+        "        table.index_select(0, torch.tensor([last]))\n",
+        "        attention.rotary_emb(torch.tensor([last]), query, key)\n",
+    )
+    .replace('f"{len(table)} rows, position {last}: {exc}"', 'f"position {last}: {exc}"')
+)
+
+
+def test_a_longrope_drafter_fails_exactly_where_vllms_rotary_forward_indexes_past_its_tables(tmp_path: Path):
+    targets = {
+        "1k": write_model(tmp_path / "t1k", TINY_LLAMA),
+        "4k": write_model(tmp_path / "t4k", {**TINY_LLAMA, "max_position_embeddings": 4096}),
+    }
+    longrope = {"rope_type": "longrope", "short_factor": [1.0] * 32, "long_factor": [2.0] * 32}
+    drafters = {
+        original: write_model(
+            tmp_path / f"d-{original}",
+            {
+                **TINY_DRAFTER,
+                "max_position_embeddings": 512,
+                "rope_scaling": {**longrope, "original_max_position_embeddings": original},
+            },
+        )
+        for original in (256, 2048)
+    }
+    cases = [(str(targets[t]), str(drafters[d]), None) for t in targets for d in drafters]
+    cases += [(str(targets["4k"]), str(drafters[d]), length) for d, length in [(256, 512), (2048, 2048), (2048, 2049)]]
+    refused = ask_vllm(LONGROPE_POSITIONS, json.dumps(cases))
+    assert refused[json.dumps(list(cases[0]))] and refused[json.dumps(list(cases[1]))] is None, refused
+    for case in cases:
+        target, drafter, length = case
+        spec = json.dumps({"method": "eagle3", "model": drafter, "num_speculative_tokens": 2})
+        given = ("--max-model-len", str(length)) if length else ()
+        done = patchkit(
+            "preflight", "--python", VLLM_PYTHON, "--no-import", "--format", "json", "--",
+            "vllm", "serve", target, "--speculative-config", spec, *given,
+        )  # fmt: skip
+        found = finding(done, "drafter-architecture")
+        said = refused[json.dumps(list(case))]
+        assert found["ok"] is (said is None), (case, said, found)
+        assert found["ok"] or "(its longrope RoPE scaling)" in found["message"], found
+
+
+def test_a_drafter_partial_rotary_factor_fails_exactly_where_vllms_get_rope_refuses_it(tmp_path: Path):
+    target = write_model(tmp_path / "target", TINY_LLAMA)
+    cases = {
+        "over": {"partial_rotary_factor": 1.5},
+        "zero": {"partial_rotary_factor": 0},
+        "half": {"partial_rotary_factor": 0.5},
+        "whole": {"partial_rotary_factor": 1},
+        "text": {"partial_rotary_factor": "half"},
+        "pct": {"rotary_pct": 2.0},
+        "shadowed": {"partial_rotary_factor": None, "rotary_pct": 2.0},
+        "in-rope": {"rope_scaling": {"rope_type": "default", "partial_rotary_factor": 2.0}},
+    }
+    drafters = {name: write_model(tmp_path / name, {**TINY_DRAFTER, **change}) for name, change in cases.items()}
+    refused = ask_vllm(DRAFTER_BUILT, str(target), *map(str, drafters.values()))
+    assert "must be between 0.0 and 1.0" in refused[str(drafters["over"])], refused
+    assert refused[str(drafters["half"])] is None, refused
+    for name, drafter in drafters.items():
+        found = drafter_finding(target, drafter)
+        assert found["ok"] is (refused[str(drafter)] is None), (name, refused, found)
+        assert found["ok"] or "is not above 0 and at most 1" in found["message"], found
