@@ -13,7 +13,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from helpers import make_patch, run_cli_writing, snapshot, write_library, write_tree, write_wheel
+from helpers import make_patch, run_cli, run_cli_writing, snapshot, write_library, write_tree, write_wheel
 
 SPEC = "vllm/config/gate.py"
 MODEL = "vllm/models/big.py"
@@ -119,8 +119,6 @@ def test_diffs_that_keep_the_set_whole_or_its_gate_stock_still_apply(tmp_path, t
 
 
 def test_a_wheel_of_the_whitelist_patch_alone_is_refused(tmp_path, toy):
-    from helpers import run_cli
-
     stock = write_wheel(tmp_path / "in", files={SPEC: STOCK_SPEC.encode(), MODEL: STOCK_MODEL.encode()})
     out = tmp_path / "out"
     done = run_cli("wheel", stock, "--out", out, "--patches", toy["lib"], "--patch", toy["whitelist"])
