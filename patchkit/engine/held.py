@@ -66,7 +66,10 @@ def _broken(
             return None
         before = dict(zip(map(id, reqs), judged(reqs, read[0], version), strict=True))
         failing = [(req, verdict) for req, verdict in failing if before[id(req)].ok]
-    return failing[0][1] if failing else None
+    if not failing:
+        return None
+    req, verdict = failing[0]  # said without its reason: the refusal says what fails and why
+    return replace(verdict, message=verdict.message.removesuffix(f" (needed because: {req.reason})"))
 
 
 def _refusal(patch_set: PatchSetDef, broken: CheckResult, *, recorded: bool) -> BreaksSet:
@@ -75,11 +78,11 @@ def _refusal(patch_set: PatchSetDef, broken: CheckResult, *, recorded: bool) -> 
     if patch_set.gates:
         gate = patch_set.gates[0]
         what = (
-            f"this write leaves {gate} (set {name}'s gate) admitting what {name} enables while "
-            f"{broken.path} lacks its part: {broken.message}; vLLM would fail only after the model load"
+            f"with this diff {gate}, set {name}'s gate, admits what {name} enables while {broken.path} "
+            f"lacks its part ({broken.message}): vLLM would fail after the model load"
         )
     else:
-        what = f"this write undoes set {name}'s change in {broken.path}: {broken.message}"
+        what = f"this diff undoes set {name}'s change in {broken.path} ({broken.message})"
     if recorded:
         fix = f"to drop {name}, revert it whole: {hints.command('revert', chosen=chosen)}"
     else:

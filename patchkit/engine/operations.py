@@ -1294,8 +1294,8 @@ class _Reverting:
         entry = self.state.entry(name)
         assert entry is not None
         raise Conflict(
-            f"{escaped(hit[0])} belongs to set {name}'s record, which no diff given here is: reversing it "
-            f"would leave {name} half-reverted; nothing was written",
+            f"{escaped(hit[0])} is in set {name}'s record, not this diff's: reversing it there would "
+            f"leave {name} half-reverted; nothing was written",
             hint=f"to undo {name}: {hints.command('revert', chosen=selection_of(entry))}",
         )
 
