@@ -739,6 +739,10 @@ def launch_setup(work: Path) -> tuple[Path, list[str]]:
     for name, config in (("kimi", KIMI_LIKE), ("drafter", DRAFTER_LIKE)):
         (work / name).mkdir()
         (work / name / "config.json").write_text(json.dumps(config))
+        # a weight file (a safetensors header of no tensors) and a tokenizer file: the preflight finds
+        # the weights vLLM loads and the tokenizer it reads at start, or refuses the launch
+        (work / name / "model.safetensors").write_bytes((2).to_bytes(8, "little") + b"{}")
+        (work / name / "tokenizer_config.json").write_text("{}")
     spec = json.dumps({"method": "eagle3", "model": str(work / "drafter"), "num_speculative_tokens": 5})
     return site, ["vllm", "serve", str(work / "kimi"), "--trust-remote-code", "--speculative-config", spec]
 

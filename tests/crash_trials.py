@@ -36,7 +36,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 from cli_server import Running, start_patchkit
-from helpers import MODEL_PY, SPEC_PY, make_patch, write_tree
+from helpers import MODEL_PY, READ_ONLY_COMMANDS, SPEC_PY, WRITING_COMMANDS, make_patch, run_cli_judged, write_tree
 
 OLD_PACKAGE = {  # deleted by the patch: three directories go
     "vllm/old/__init__.py": "",
@@ -292,6 +292,16 @@ def run_cli(
     return code, text
 
 
+def then(args: list[str]) -> tuple[int, str]:
+    """The command after a trial, judged by its exit code, its output and the tree it leaves (no fault plan,
+    no signal): status, apply and revert in this process where CONTRIBUTING's rules allow (run_cli_judged:
+    a fork costs several times the command here), recover a process served as run_cli's."""
+    if args[0] not in (*READ_ONLY_COMMANDS, *WRITING_COMMANDS):
+        return run_cli(args, served=True)
+    done = run_cli_judged(*args)
+    return done.returncode, done.stdout + done.stderr
+
+
 def _signalled(running: Running, signals_at: list[tuple[float, int]] | None, from_file: Path | None) -> int:
     """run_cli's signals sent to a served command (from `from_file`'s creation, where given); its exit code."""
     while from_file is not None and signals_at and not from_file.exists():  # the delays count from its creation
@@ -417,7 +427,7 @@ def trial(
             )
     launch_says(scn, tree, where, "the trial", tally)
     following = NEXT[turn % len(NEXT)]
-    again, said = run_cli([following, *scn.args(tree, following)], served=True)
+    again, said = then([following, *scn.args(tree, following)])
     state = scn.whole(tree)
     launch_says(scn, tree, where, f"`{following}`", tally)
     if (tree / ".patchkit/journal.json").exists():
@@ -715,7 +725,7 @@ def double_ctrl_c_trials(scn: Scenario, work: Path, count: int, rng: random.Rand
         if not reached and (code != 0 or state != "stock"):
             tally.failures.append(f"{where}: none reached it, yet exit {code}, tree {state}: {out.strip()[-300:]}")
         following = NEXT[i % len(NEXT)]
-        again, said_next = run_cli([following, *scn.args(tree, following)], served=True)
+        again, said_next = then([following, *scn.args(tree, following)])
         if (tree / ".patchkit/journal.json").exists() or scn.whole(tree) is None:
             tally.failures.append(f"{where}: after `{following}` (exit {again}): {said_next.strip()[-300:]}")
 
@@ -755,7 +765,7 @@ def full_disk_trials(scn: Scenario, mount: Path, tally: Tally, frees: list[int])
                     f"{op} with {leave} bytes free: exit {code}, tree {state}, journal {journal}: {out.strip()[-300:]}"
                 )
             filler.unlink()
-            again, said = run_cli(["status", *scn.args(tree)], served=True)
+            again, said = then(["status", *scn.args(tree)])
             if scn.whole(tree) != state or (tree / ".patchkit/journal.json").exists():
                 tally.failures.append(
                     f"{op} with {leave} bytes free, then status (exit {again}): {said.strip()[-300:]}"

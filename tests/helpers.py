@@ -42,6 +42,7 @@ from hypothesis import strategies as st
 from packaging.version import Version
 
 from patchkit import fetch
+from patchkit.base import signals
 from patchkit.base.errors import FetchError
 from patchkit.cli import percommand
 from patchkit.cli.main import cli, run_in_process
@@ -350,6 +351,7 @@ def run_cli_in_process(*args: object, env: dict[str, str] | None = None, cwd: Pa
         code, out, err = run_in_process(argv)
     finally:
         percommand.forget()
+        signals.new_run()  # a fork of this process (a crash trial's) starts with no command's interrupt report
         os.chdir(here)
         os.environ.clear()
         os.environ.update(environ)

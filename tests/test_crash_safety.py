@@ -20,7 +20,7 @@ from pathlib import Path
 
 import crash_trials as ct
 import pytest
-from helpers import mark_staged, record_rows
+from helpers import mark_staged, record_rows, run_cli_judged
 
 from patchkit.base import seal, signals
 
@@ -64,10 +64,10 @@ def test_a_hard_exit_at_every_step_of_a_revert_leaves_a_tree_the_next_command_re
         if code == 0:
             break
         assert code == 70, out
-        _, said = ct.run_cli(["status", *scenario.args(tree), "--format", "json"], served=True)
+        said = run_cli_judged("status", *scenario.args(tree), "--format", "json")
         assert not (tree / ".patchkit/journal.json").exists(), (n, said)
         assert scenario.whole(tree) == "patched", (n, said)
-        assert json.loads(said[said.index("{") :])["state"] == "applied", n
+        assert json.loads(said.stdout)["state"] == "applied", n
     assert n > 20
 
 
@@ -459,7 +459,7 @@ def test_with_no_guard_a_library_update_killed_anywhere_has_its_new_gate_only_wi
     )
     for plan in plans:
         tree = gated.fresh("patched", gated.base / "work")
-        code, out = ct.run_cli([*update, "--target", str(tree)], plan)
+        code, out = ct.run_cli([*update, "--target", str(tree)], plan, served=True)
         if code in (0, 4):  # the faults came after its end (updated), or the rollback got through
             assert code == 0 or gated.whole(tree) == "patched", out
             continue
@@ -467,7 +467,7 @@ def test_with_no_guard_a_library_update_killed_anywhere_has_its_new_gate_only_wi
         new = {rel: (tree / rel).read_bytes() == newer[rel].encode() for rel in (gate, model)}
         seen.add((new[gate], new[model]))
         assert new[model] or not new[gate], f"{plan}: the new gate with the old {model}"
-        code, out = ct.run_cli(["recover", "--target", str(tree)])
+        code, out = ct.run_cli(["recover", "--target", str(tree)], served=True)
         assert code == 0 and gated.whole(tree) == "patched", out
     assert (False, True) in seen, seen  # a kill did land between the model and the gate
 
@@ -487,7 +487,7 @@ def test_revert_writes_the_gates_its_record_marks_first_whatever_the_library_say
     try:
         for n in range(1, 80):
             tree = gated.fresh("patched", gated.base / "work")
-            code, out = ct.run_cli(["revert", *gated.args(tree, "revert")], f"{n}:kill")
+            code, out = ct.run_cli(["revert", *gated.args(tree, "revert")], f"{n}:kill", served=True)
             assert code == -signal.SIGKILL, f"no kill changed a file: {out[-300:]}"
             now = ct.fingerprint(tree)
             changed = [

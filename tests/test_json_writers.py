@@ -58,6 +58,7 @@ def test_no_module_writes_json_but_through_json_text():
     allowed = {
         "base/fsutil.py",  # json_text itself, and load_json_text's check that a string is text
         "launch/shortcut.py",  # a sha256 of the launch's inputs
+        "launch/observed.py",  # a question's words as a key, and a sha256 of its answer
         "launch/genconfig.py", "launch/preflight.py", "launch/late_files.py",  # quoted in a message
         "launch/serve_parser.py", "launch/toolparsers.py",  # a value as vLLM's own json.dumps makes it
         "launch/tls.py", "launch/middleware.py", "tree/target.py",  # a request to a child process

@@ -47,7 +47,7 @@ def test_a_kill_at_each_step_of_a_two_set_apply_leaves_the_first_set_or_both(tre
     for n in range(1, 300):
         shutil.rmtree(work, ignore_errors=True)
         shutil.copytree(stock, work)
-        code, out = ct.run_cli(["apply", "--target", str(work), *lib, "--no-import", guard], f"{n}:kill")
+        code, out = ct.run_cli(["apply", "--target", str(work), *lib, "--no-import", guard], f"{n}:kill", served=True)
         journal = (work / ".patchkit/journal.json").exists()
         if code == 0:
             assert left(work, stock) == "model+spec" and not journal, out
@@ -58,7 +58,7 @@ def test_a_kill_at_each_step_of_a_two_set_apply_leaves_the_first_set_or_both(tre
             said_between(work, stock, lib, guard)
             continue
         following = ct.NEXT[n % len(ct.NEXT)]
-        again, said = ct.run_cli([following, "--target", str(work), *([] if following == "recover" else lib)])
+        again, said = ct.then([following, "--target", str(work), *([] if following == "recover" else lib)])
         assert not (work / ".patchkit/journal.json").exists(), (n, following, said)
         wanted = {"apply": {"model+spec"}, "revert": {"stock"}}.get(following, {"stock", "model", "model+spec"})
         assert left(work, stock) in wanted, (n, following, again, said)
@@ -106,7 +106,7 @@ def test_files_an_apply_cut_short_wrote_are_never_judged_upstream(tree, scratch,
     for n in range(1, 300):
         shutil.rmtree(work, ignore_errors=True)
         shutil.copytree(stock, work)
-        code, out = ct.run_cli(["apply", "--target", str(work), *lib, "--no-import"], f"{n}:kill")
+        code, out = ct.run_cli(["apply", "--target", str(work), *lib, "--no-import"], f"{n}:kill", served=True)
         assert code == -9, (n, out)  # the apply ends after the file is written: a kill there is found first
         if left(work, stock) == "model" and (work / ".patchkit/journal.json").exists():
             break
@@ -141,11 +141,11 @@ def test_status_after_a_killed_first_apply_names_nothing_its_rollback_removes(tr
     for n in range(1, 300):
         shutil.rmtree(work, ignore_errors=True)
         shutil.copytree(stock, work)
-        if ct.run_cli(["apply", "--target", str(work), *lib, "--no-import"], f"{n}:kill")[0] == 0:
+        if ct.run_cli(["apply", "--target", str(work), *lib, "--no-import"], f"{n}:kill", served=True)[0] == 0:
             break
         objects = work / ".patchkit/objects"
         held += objects.is_dir() and any(objects.iterdir())
-        code, said = ct.run_cli(["status", "--target", str(work), *lib])
+        code, said = ct.then(["status", "--target", str(work), *lib])
         if not (work / ".patchkit").exists():  # rolled back whole: nothing of patchkit's is left to name
             assert ".patchkit" not in said and "revert" not in said, (n, said)
             assert code == 0 and left(work, stock) == "stock", (n, said)

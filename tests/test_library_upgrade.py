@@ -392,13 +392,13 @@ def test_a_crash_at_each_step_of_the_update_leaves_one_library_or_the_other(tmp_
             assert left == ("updated" if code == 0 else "earlier") or mode == "kill", (n, mode, code, out)
             following = ct.NEXT[(n + (mode == "raise")) % len(ct.NEXT)]
             library = [] if following == "recover" else ["--patches", str(new)]  # recover: the tree alone
-            again, said = ct.run_cli([following, "--target", str(work), *library], served=True)
+            again, said = ct.then([following, "--target", str(work), *library])
             left = next((name for name, known in prints.items() if known == ct.fingerprint(work)), "mixed")
             assert not (work / ".patchkit/journal.json").exists(), (n, mode, following, said)
             assert left in wanted.get(following, {"earlier", "updated"}), (n, mode, following, again, said)
             if following == "revert" or code == 0:
                 continue
-            assert ct.run_cli(["revert", "--target", str(work), "--patches", str(new)], served=True)[0] == 0, (n, mode)
+            assert ct.then(["revert", "--target", str(work), "--patches", str(new)])[0] == 0, (n, mode)
             assert ct.fingerprint(work) == prints["stock"], (n, mode)
         if code == 0:  # past the commit's last step
             break

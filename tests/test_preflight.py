@@ -90,6 +90,17 @@ def failed(done) -> set[str]:
     return {name for name, f in findings(done).items() if not f["ok"]}
 
 
+def drafter_verdict(done, *, fails: bool) -> dict | None:
+    """A drafter test's verdict: None when the launch passes every check (`fails` false), else its
+    drafter-architecture finding, the one check failed (exit 1, said cleanly)."""
+    if not fails:
+        assert done.returncode == 0 and failed(done) == set(), done.stdout
+        return None
+    assert_clean_failure(done, 1)
+    assert failed(done) == {"drafter-architecture"}, done.stdout
+    return findings(done)["drafter-architecture"]
+
+
 @pytest.mark.parametrize("version", ["0.16.0", "0.17.0"])
 @pytest.mark.parametrize(("model", "faults"), [("kimi", STOCK_FAULTS_KIMI), ("deepseek", STOCK_FAULTS_DEEPSEEK)])
 def test_stock_tree_every_fault_in_one_run_then_passes_after_apply(tmp_path, version, model, faults):
@@ -1660,11 +1671,9 @@ def test_a_drafter_whose_heads_the_tensor_parallel_size_cannot_split_fails(setup
     drafter = write_model(
         tmp_path / "drafter", _changed(DRAFTER, {"num_attention_heads": heads, "num_key_value_heads": kv_heads})
     )
-    done = preflight(tree, library, *serve(models["deepseek"], drafter, "-tp", str(tp)))
-    assert_clean_failure(done, 1)
-    assert failed(done) == {"drafter-architecture"}, done.stdout
-    assert says in findings(done)["drafter-architecture"]["message"]
-    assert "-tp that divides" in findings(done)["drafter-architecture"]["fix"]
+    finding = drafter_verdict(preflight(tree, library, *serve(models["deepseek"], drafter, "-tp", str(tp))), fails=True)
+    assert says in finding["message"]
+    assert "-tp that divides" in finding["fix"]
 
 
 @pytest.mark.parametrize(("heads", "kv_heads", "tp"), [(56, 8, 8), (64, 8, 16), (48, 3, 6), (56, 8, 1)])
@@ -1714,12 +1723,9 @@ def test_a_drafter_whose_activation_the_trees_llama_mlp_refuses_fails(setup, tmp
         (tree / "vllm" / "model_executor" / "models" / "llama.py").write_text(llama)
     drafter = write_model(tmp_path / "drafter", _changed(DRAFTER, {"hidden_act": act}))
     done = preflight(tree, library, *serve(models["deepseek"], drafter))
-    if not fails:
-        assert done.returncode == 0 and failed(done) == set(), done.stdout
+    finding = drafter_verdict(done, fails=fails)
+    if finding is None:
         return
-    assert_clean_failure(done, 1)
-    assert failed(done) == {"drafter-architecture"}, done.stdout
-    finding = findings(done)["drafter-architecture"]
     shown = act.replace("\u202e", "\\u202e")
     assert f"its hidden_act '{shown}' is not silu" in finding["message"]
     assert "after the target's load" in finding["message"]
@@ -1764,12 +1770,9 @@ def test_a_drafter_layer_types_shorter_than_its_layers_fails(setup, tmp_path, la
     (tree / "vllm" / "model_executor" / "models" / "llama_eagle3.py").write_text(EAGLE3_LAYER_COUNT)
     drafter = write_model(tmp_path / "drafter", {**DRAFTER, "layer_types": layer_types, "num_hidden_layers": layers})
     done = preflight(tree, library, *serve(models["deepseek"], drafter))
-    if says is None:
-        assert done.returncode == 0 and failed(done) == set(), done.stdout
+    finding = drafter_verdict(done, fails=says is not None)
+    if finding is None:
         return
-    assert_clean_failure(done, 1)
-    assert failed(done) == {"drafter-architecture"}, done.stdout
-    finding = findings(done)["drafter-architecture"]
     assert says in finding["message"] and "after the target's load" in finding["message"]
     assert (
         finding["fix"]
@@ -1873,12 +1876,9 @@ def test_drafter_weights_whose_shapes_its_config_does_not_build_fail(setup, tmp_
     drafter = write_model(tmp_path / "drafter", _changed(SMALL_DRAFTER, config))
     write_weights(drafter, {**SMALL_WEIGHTS, **change})
     done = preflight(tree, library, *serve(models["deepseek"], drafter))
-    if says is None:
-        assert done.returncode == 0 and failed(done) == set(), done.stdout
+    finding = drafter_verdict(done, fails=says is not None)
+    if finding is None:
         return
-    assert_clean_failure(done, 1)
-    assert failed(done) == {"drafter-architecture"}, done.stdout
-    finding = findings(done)["drafter-architecture"]
     assert says in finding["message"] and "after the target's load" in finding["message"], finding
     assert "config.json" in finding["fix"]
 
@@ -1949,12 +1949,9 @@ def test_drafter_weights_whose_names_the_built_drafter_has_no_parameter_for_fail
     weights = {**SMALL_WEIGHTS, **change} if isinstance(change, dict) else _renamed(SMALL_WEIGHTS, change)
     write_weights(drafter, weights)
     done = preflight(tree, library, *serve(models["deepseek"], drafter))
-    if says is None:
-        assert done.returncode == 0 and failed(done) == set(), done.stdout
+    finding = drafter_verdict(done, fails=says is not None)
+    if finding is None:
         return
-    assert_clean_failure(done, 1)
-    assert failed(done) == {"drafter-architecture"}, done.stdout
-    finding = findings(done)["drafter-architecture"]
     assert says in finding["message"] and "no parameter for" in finding["message"], finding
     assert "after the target's load" in finding["message"] and "names vLLM maps" in finding["fix"], finding
 
@@ -2024,12 +2021,9 @@ def test_a_speculative_quantization_the_drafter_has_no_config_for_fails(setup, t
         (drafter / name).write_text("{}")
     spec = json.dumps({"method": "eagle3", "model": str(drafter), "num_speculative_tokens": 3, "quantization": method})
     done = preflight(tree, library, "vllm", "serve", str(models["deepseek"]), "--speculative-config", spec)
-    if says is None:
-        assert done.returncode == 0 and failed(done) == set(), done.stdout
+    finding = drafter_verdict(done, fails=says is not None)
+    if finding is None:
         return
-    assert_clean_failure(done, 1)
-    assert failed(done) == {"drafter-architecture"}, done.stdout
-    finding = findings(done)["drafter-architecture"]
     assert says in finding["message"] and "after the target's load" in finding["message"]
     assert ("keep one of" if "holds" in says else 'drop "quantization"') in finding["fix"]
 
@@ -2347,12 +2341,9 @@ def test_an_mla_attention_backend_the_drafter_inherits_fails(
     draft = write_model(tmp_path / "drafter", {**DRAFTER, **drafter})
     words = ["env", *(f"{k}={v}" for k, v in env.items())] if env else []
     done = preflight(tree, library, *words, *serve(model, draft, *options))
-    if says is None:
-        assert done.returncode == 0 and failed(done) == set(), done.stdout
+    finding = drafter_verdict(done, fails=says is not None)
+    if finding is None:
         return
-    assert_clean_failure(done, 1)
-    assert failed(done) == {"drafter-architecture"}, done.stdout
-    finding = findings(done)["drafter-architecture"]
     assert f"{says}" in finding["message"] and "is an MLA backend" in finding["message"]
     assert "after the target's load" in finding["message"]
     # the variable is the command's own (its `env` prefix): dropped there, not unset in the shell
@@ -2430,12 +2421,9 @@ def test_an_mla_attention_backend_from_the_config_file_is_named_where_it_is_give
     config = tmp_path / "serve.yaml"
     config.write_text(yaml)
     done = preflight(tree, library, *serve(model, draft, "--config", str(config), *options))
-    if says is None:
-        assert done.returncode == 0 and failed(done) == set(), done.stdout
+    finding = drafter_verdict(done, fails=says is not None)
+    if finding is None:
         return
-    assert_clean_failure(done, 1)
-    assert failed(done) == {"drafter-architecture"}, done.stdout
-    finding = findings(done)["drafter-architecture"]
     assert f"but {says.format(file=config)} is an MLA backend" in finding["message"], finding
     assert finding["fix"].startswith(fix.format(file=config) + " (the --config file): "), finding
 
@@ -2474,18 +2462,99 @@ def test_a_drafter_rotary_table_shorter_than_the_launch_max_model_len_fails(
     (model / "tokenizer_config.json").write_text(json.dumps(tokenizer))
     config = {k: v for k, v in {**DRAFTER, "max_position_embeddings": 2048, **drafter}.items() if v is not None}
     done = preflight(tree, library, *serve(model, write_model(tmp_path / "drafter", config), *extra))
-    if length is None:
-        assert done.returncode == 0 and failed(done) == set(), done.stdout
+    finding = drafter_verdict(done, fails=length is not None)
+    if finding is None:
         return
-    assert_clean_failure(done, 1)
-    assert failed(done) == {"drafter-architecture"}, done.stdout
-    finding = findings(done)["drafter-architecture"]
     held = config["max_position_embeddings"]
     assert f"its rotary table holds {held} positions" in finding["message"]
     assert f"up to max_model_len {length}:" in finding["message"]
     assert finding["fix"] == (
         f"give --max-model-len {held}, or set max_position_embeddings to {length} in the drafter's config.json"
     )
+
+
+# the V2 model runner's EAGLE step as 0.12-0.16 have it (abridged): no aux hidden states reach the speculator
+V2_RUNNER_UNFED = """\
+class GPUModelRunner:
+    def propose_draft(self, hidden_states):
+        return self.speculator.propose(
+            hidden_states,
+            None,  # aux_hidden_states
+        )
+"""
+
+
+@pytest.mark.parametrize(
+    ("environ", "runner", "fails"),
+    [
+        ({"VLLM_USE_V2_MODEL_RUNNER": "1"}, V2_RUNNER_UNFED, True),
+        ({"VLLM_USE_V2_MODEL_RUNNER": "2"}, V2_RUNNER_UNFED, True),  # vLLM's bool(int(...))
+        ({"VLLM_USE_V2_MODEL_RUNNER": "0"}, V2_RUNNER_UNFED, False),
+        ({}, V2_RUNNER_UNFED, False),
+        ({"VLLM_USE_V2_MODEL_RUNNER": "1"}, V2_RUNNER_UNFED.replace("None,  # aux", "aux,  # aux"), False),
+    ],
+)
+def test_the_v2_model_runner_that_feeds_no_aux_hidden_states_fails_an_eagle3_drafter(
+    setup, tmp_path, environ, runner, fails
+):
+    """VLLM_USE_V2_MODEL_RUNNER picks vLLM's V2 runner, whose EAGLE step in 0.12-0.16 gives the drafter no
+    aux hidden states: its drafts fail after the target's load (review40a D5)."""
+    tree, library, models = setup
+    assert run_cli_judged("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    (tree / "vllm" / "v1" / "worker" / "gpu").mkdir(parents=True, exist_ok=True)
+    (tree / "vllm" / "v1" / "worker" / "gpu" / "model_runner.py").write_text(runner)
+    prefix = ["env", *(f"{k}={v}" for k, v in environ.items())]
+    done = preflight(tree, library, *prefix, *serve(models["deepseek"], models["drafter"]))
+    assert ("drafter-architecture" in failed(done)) is fails, done.stdout
+    if fails:
+        finding = findings(done)["drafter-architecture"]
+        given = environ["VLLM_USE_V2_MODEL_RUNNER"]
+        assert f"VLLM_USE_V2_MODEL_RUNNER={given} picks vLLM's V2 model runner" in finding["message"], finding
+        assert finding["fix"].startswith(f"drop VLLM_USE_V2_MODEL_RUNNER={given} from the command"), finding
+
+
+# the EAGLE proposer's load_model as 0.17-0.18 have it (abridged): use_local_argmax_reduction needs get_top_tokens
+PROPOSER_ASKING = """\
+class EagleProposer:
+    def load_model(self, target):
+        if self.use_local_argmax_reduction:
+            if not hasattr(self.model, "get_top_tokens"):
+                raise ValueError("use_local_argmax_reduction is enabled but draft model does not implement it")
+"""
+
+
+@pytest.mark.parametrize(
+    ("asked", "proposer", "defined", "fails"),
+    [
+        (True, PROPOSER_ASKING, False, True),
+        ("yes", PROPOSER_ASKING, False, True),  # pydantic's lax bool
+        (False, PROPOSER_ASKING, False, False),
+        (True, PROPOSER_ASKING, True, False),  # the drafter's class defines it
+        (True, "class EagleProposer:\n    pass\n", False, False),  # a proposer that never asks (0.16)
+    ],
+)
+def test_local_argmax_reduction_fails_a_drafter_class_without_get_top_tokens(
+    setup, tmp_path, asked, proposer, defined, fails
+):
+    """vLLM 0.17's EAGLE proposer raises in load_model, after the target's load, where the speculative config
+    asks for use_local_argmax_reduction and the drafter's class has no get_top_tokens() (review40a D13)."""
+    tree, library, models = setup
+    assert run_cli_judged("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    (tree / "vllm" / "v1" / "spec_decode").mkdir(parents=True, exist_ok=True)
+    (tree / "vllm" / "v1" / "spec_decode" / "eagle.py").write_text(proposer)
+    drafter_file = tree / "vllm" / "model_executor" / "models" / "llama_eagle3.py"
+    if defined:
+        drafter_file.write_text(
+            "class Eagle3LlamaForCausalLM:\n    def get_top_tokens(self, hidden_states):\n        pass\n"
+        )
+    spec = {"method": "eagle3", "model": str(models["drafter"]), "num_speculative_tokens": 3}
+    spec["use_local_argmax_reduction"] = asked
+    done = preflight(tree, library, "vllm", "serve", str(models["deepseek"]), "--speculative-config", json.dumps(spec))
+    assert ("drafter-architecture" in failed(done)) is fails, done.stdout
+    if fails:
+        finding = findings(done)["drafter-architecture"]
+        assert "get_top_tokens(), which llama_eagle3.py does not define" in finding["message"], finding
+        assert finding["fix"].startswith('drop "use_local_argmax_reduction"'), finding
 
 
 # a models/config.py shaped as 0.11-0.17's: the class MODELS_CONFIG_MAP gives V3.2 rewrites an fp8 cache format
@@ -2780,3 +2849,49 @@ def test_a_drafter_sliding_layer_vllm_cannot_build_or_serve_fails(setup, tmp_pat
     mla = "give the drafter's layer_types full_attention: an MLA target has no sliding window"
     other = "set sliding_window in the drafter's config.json" if says == "cannot judge: " else SLIDING_FIX
     assert says is None or finding["fix"].startswith(mla if "kv_lora_rank" in target else other), finding
+
+
+# get_rope's range check and patch_rope_parameters' names, as 0.13-0.34 write them
+PARTIAL_FILES = {
+    "vllm/model_executor/layers/rotary_embedding/__init__.py": (
+        "    if partial_rotary_factor <= 0.0 or partial_rotary_factor > 1.0:\n        raise ValueError()\n"
+    ),
+    "vllm/transformers_utils/config.py": 'names = ["partial_rotary_factor", "rotary_pct", "rotary_emb_fraction"]\n',
+}
+
+
+@pytest.mark.parametrize(
+    ("drafter", "version", "files", "says"),
+    [
+        ({"partial_rotary_factor": 1.5}, "4.57.6", PARTIAL_FILES, "its partial_rotary_factor 1.5 is not above 0"),
+        ({"partial_rotary_factor": 0}, "4.57.6", PARTIAL_FILES, "its partial_rotary_factor 0 is not above 0"),
+        ({"rotary_pct": -0.5}, "4.57.6", PARTIAL_FILES, "its rotary_pct -0.5 is not above 0"),
+        ({"rope_scaling": {"rope_type": "default", "partial_rotary_factor": 2}}, "4.57.6", PARTIAL_FILES, "factor 2"),
+        ({"partial_rotary_factor": "half"}, "4.57.6", PARTIAL_FILES, "its partial_rotary_factor 'half' is not"),
+        ({"partial_rotary_factor": 0.5}, "4.57.6", PARTIAL_FILES, None),
+        ({"partial_rotary_factor": 1}, "4.57.6", PARTIAL_FILES, None),
+        ({"partial_rotary_factor": None, "rotary_pct": 2.0}, "4.57.6", PARTIAL_FILES, None),  # the first name wins
+        ({"partial_rotary_factor": 1.5}, "5.0.0", PARTIAL_FILES, None),  # transformers 5 may refuse it at start
+        ({"partial_rotary_factor": 1.5}, None, PARTIAL_FILES, None),  # no transformers read: not judged
+        ({"partial_rotary_factor": 1.5}, "4.57.6", {}, None),  # the tree shows neither step
+    ],
+)
+def test_a_drafter_partial_rotary_factor_get_rope_refuses_fails(setup, tmp_path, drafter, version, files, says):
+    """vLLM copies the drafter's partial_rotary_factor (or rotary_pct, rotary_emb_fraction: the first it has)
+    into its RoPE parameters, and get_rope raises for one outside (0, 1], building the drafter after the target's
+    load (measured on vLLM 0.16.0 with transformers 4.57.6)."""
+    tree, library = drafter_attention_tree(setup, dict(files))
+    if version is not None:
+        info = tree / "transformers-4.57.6.dist-info"
+        info.mkdir(exist_ok=True)
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: transformers\nVersion: {version}\n\n")
+    model = write_model(tmp_path / "target", {**DEEPSEEK_V3, "max_position_embeddings": 163840})
+    config = {**DRAFTER, "max_position_embeddings": 163840, **drafter}
+    done = preflight(tree, library, *serve(model, write_model(tmp_path / "drafter", config)))
+    finding = findings(done)["drafter-architecture"]
+    if says is None:
+        assert done.returncode == 0 and failed(done) == set(), done.stdout
+        return
+    assert_clean_failure(done, 1)
+    assert says in finding["message"] and "after the target's load" in finding["message"], finding
+    assert finding["fix"].startswith("give the drafter's config.json a ") and "above 0 and at most 1" in finding["fix"]

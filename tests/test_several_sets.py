@@ -25,6 +25,7 @@ from helpers import (
     make_patch,
     patched_spec,
     pip_install,
+    run_cli_judged,
     run_cli_read_only,
     run_cli_writing,
     snapshot,
@@ -831,6 +832,8 @@ def _patchkit_crashing(*args: object, fault: int = 0, mode: str = "exit") -> sub
     """`python -m patchkit ARGS` in a process of its own, which ends (`mode`: exit, term...) at its
     `fault`th filesystem step."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PATCHKIT_FAULT")}
+    if not fault and len(env) == len(os.environ):  # nothing to end it: judged by its output and files alone
+        return run_cli_judged(*args)
     if fault:
         env |= {"PATCHKIT_FAULT_AFTER": str(fault), "PATCHKIT_FAULT_MODE": mode}
     return run_patchkit([str(a) for a in args], env, None, 120)

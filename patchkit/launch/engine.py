@@ -29,6 +29,7 @@ from patchkit.base.hashing import sha256
 from patchkit.base.values import Value
 from patchkit.distinfo.entry_points import Found, distribution_headers, group_entry_points, pth_directories
 from patchkit.engine.guard import ENTRY_POINT_GROUP
+from patchkit.launch import observed
 from patchkit.launch.command import LaunchCommand
 from patchkit.launch.findings import Finding, VllmVerdict, cannot_judge
 from patchkit.launch.models import ModelConfig
@@ -108,7 +109,7 @@ class LaunchContext(Value):
     def lacks(self, check: str, path: str) -> Finding | None:
         """The finding of a check that reads `path` when the tree lacks it (a tree from `patchkit
         fetch --dest` holds only the set's files): it cannot judge, and says what gives the file."""
-        if os.path.lexists(self.root / path) or self.read(path) is not None:  # there, if unreadable: judged
+        if observed.lexists(self.root / path) or self.read(path) is not None:  # there, if unreadable: judged
             return None
         version = self.version or "VERSION"
         whole = hints.command("fetch", str(version), "--all", "--dest", str(self.root))
@@ -150,7 +151,22 @@ class LaunchContext(Value):
         Untrusted text: read once, bounded, never blocking; the caller judges each value."""
         if name not in self._distributions:
             self._distributions[name] = distribution_headers(import_path(self.command, self.root), name)
+        observed.noted("distribution", [name], self._distributions[name])  # kept findings: asked again
         return self._distributions[name]
+
+    def launch_python(self) -> str | None:
+        """The Python that runs the launch (LaunchCommand.launch_python); None when that cannot be told."""
+        try:
+            python: str | None = self.command.launch_python()[0]
+        except TargetError:
+            python = None
+        observed.noted("launch_python", [], python)  # kept findings: asked again
+        return python
+
+    def still_read(self, seen: object) -> bool:
+        """Whether every question a recording (observed.recording) of this launch's checks holds
+        gets the same answer now."""
+        return observed.holds(seen, {"distribution": self.distribution, "launch_python": self.launch_python})
 
     def requirements(self, kind: str) -> list[Requirement]:
         """The set's contract entries of one kind that apply to the installed release."""

@@ -25,6 +25,7 @@ from typing import Any
 from patchkit.base.errors import BadInput, TargetError, quoted
 from patchkit.base.fsutil import unsafe_reason
 from patchkit.base.values import Value
+from patchkit.launch import observed
 from patchkit.launch.values import REF_LIMIT, file_name, load_json, read_head, read_named_file
 
 CONFIG = "config.json"
@@ -432,7 +433,7 @@ def _offline_snapshot(storage: Path, revision: str, role: str, name: str) -> Pat
     commit its refs/ file holds (read as it is); the snapshot when it exists, else None."""
     commit = revision if _COMMIT.match(revision) else None
     ref = storage / "refs" / revision
-    if commit is None and os.path.exists(ref):
+    if commit is None and observed.exists(ref):
         try:
             commit = _ref_commit(storage, revision, role, name)
         except FileNotFoundError:
@@ -440,7 +441,7 @@ def _offline_snapshot(storage: Path, revision: str, role: str, name: str) -> Pat
     if commit is None or "\0" in commit:
         return None
     snapshot = storage / "snapshots" / commit
-    return snapshot if os.path.exists(snapshot) else None
+    return snapshot if observed.exists(snapshot) else None
 
 
 def redirected(name: str, environ: dict[str, str], cwd: str | None = None) -> str:
@@ -450,7 +451,7 @@ def redirected(name: str, environ: dict[str, str], cwd: str | None = None) -> st
     if not setting:
         return name
     path = os.path.join(cwd or os.getcwd(), setting)
-    if not os.path.exists(path):  # vLLM too goes on without it
+    if not observed.exists(path):  # vLLM too goes on without it
         return name
     try:
         raw = read_named_file(path, REDIRECT_LIMIT, "VLLM_MODEL_REDIRECT_PATH")

@@ -16,8 +16,10 @@
   the installed arg_utils.py and SpeculativeConfig) and the set's launch script's on an installed
   tree depend on the launch (its options, the models' configs), the installed version, the set's
   files, patchkit's code and the tree files they read. An entry is kept under a key over all but
-  the last, with the sha256 of each tree file read; it answers only when each of those files still
-  has that hash, and only when sealed with this user's key (patchkit.base.seal): the cache is
+  the last, with the sha256 of each tree file read and each question the checks asked of files
+  outside the tree (patchkit.launch.observed: a drafter's weights headers, a listing of its directory,
+  a distribution's METADATA), with its answer; it answers only when each of those files still has that
+  hash and each question gets that answer, and only when sealed with this user's key (patchkit.base.seal): the cache is
   untrusted input, a shortcut for findings this user's patchkit made.
 - **patchkit's code, named by its files' stat.** Each source file's path, size, inode, and
   modification and change times: no write to a file leaves its change time (ctime) as it was, and
@@ -49,6 +51,7 @@ from patchkit.base.usercache import cache_dir, prune, touch, usable_cache_dir
 from patchkit.engine.guard import launch_refusal, launch_tags, missing_guard
 from patchkit.engine.inspection import TreeStatus
 from patchkit.engine.resolve import Resolved
+from patchkit.launch import observed
 from patchkit.launch.command import LaunchCommand
 from patchkit.launch.engine import LaunchContext
 from patchkit.launch.findings import CANNOT_JUDGE, Finding
@@ -144,8 +147,9 @@ def kept_findings(context: LaunchContext, find: Callable[[LaunchContext], list[F
     if found is not None:
         return found
     context.reads = {}
-    found = find(context)
-    _keep(directory, path, key, found, context.reads)
+    with observed.recording() as seen:  # what they read outside the tree: a drafter's weights, a listing
+        found = find(context)
+    _keep(directory, path, key, found, context.reads, seen)
     return found
 
 
@@ -256,6 +260,8 @@ def _recall(directory: Path, path: Path, key: str, context: LaunchContext) -> li
         reads = data["reads"]
         if not isinstance(reads, dict) or any(sha256(context.read(p)) != sha for p, sha in reads.items()):
             return None
+        if not context.still_read(data["seen"]):
+            return None
     except (
         OSError,
         ValueError,
@@ -282,9 +288,11 @@ def _finding(data: dict[str, Any]) -> Finding:
     return finding
 
 
-def _keep(directory: Path, path: Path, key: str, findings: list[Finding], reads: dict[str, str | None]) -> None:
+def _keep(
+    directory: Path, path: Path, key: str, findings: list[Finding], reads: dict[str, str | None], seen: dict[str, str]
+) -> None:
 
-    data = {"findings": [f.to_json() for f in findings], "reads": reads}
+    data = {"findings": [f.to_json() for f in findings], "reads": reads, "seen": seen}
     entry = {"seal": seal.seal(KIND, key, seal.canonical(data)), "entry": data}
     with suppress(OSError):  # a cache that cannot be written only costs time
         directory.mkdir(parents=True, exist_ok=True)

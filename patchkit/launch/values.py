@@ -16,7 +16,8 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from patchkit.base.errors import BadInput
-from patchkit.base.fsutil import NotRegularFile, read_regular
+from patchkit.base.fsutil import NotRegularFile
+from patchkit.launch import observed
 
 if TYPE_CHECKING:  # pragma: no cover
     from yaml.events import Event
@@ -33,7 +34,7 @@ def read_named_file(path: Path | str, limit: int, what: str) -> bytes:
     """A regular file a launch names (symlinks followed, as vLLM follows them), at most `limit`
     bytes: FileNotFoundError when absent; BadInput for a fifo, a device, a directory or a larger file."""
     try:
-        return read_regular(path, limit, follow_symlinks=True)
+        return observed.read_regular(path, limit, follow_symlinks=True)  # a drafter's index: kept findings read it
     except FileNotFoundError:
         raise
     except NotRegularFile as exc:
@@ -71,7 +72,7 @@ def file_name(text: str, what: str) -> str:
 def read_head(path: Path | str, size: int) -> bytes:
     """The first `size` bytes of a regular file (b"" for anything else: absent, a fifo, a device)."""
     try:
-        return read_regular(path, size, follow_symlinks=True, head=True)
+        return observed.read_regular(path, size, follow_symlinks=True, head=True)
     except (OSError, ValueError):  # ValueError: a name no file can have (a NUL)
         return b""
 

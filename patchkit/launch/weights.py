@@ -19,6 +19,7 @@ from pathlib import Path
 
 from patchkit.base.errors import BadInput, TargetError, escaped, few
 from patchkit.base.fsutil import read_regular
+from patchkit.launch import observed
 from patchkit.launch.command import LaunchCommand
 from patchkit.launch.findings import Finding, cannot_judge
 from patchkit.launch.models import (
@@ -492,7 +493,7 @@ def _consolidated(directory: str) -> bool | None:
     """Whether a consolidated*.safetensors file is under `directory` at any depth (vLLM's `auto` then
     loads Mistral's format); None when the tree is too large to walk."""
     seen = 0
-    for _, _, files in os.walk(directory):
+    for _, files in observed.walk(directory, WALK_LIMIT):
         seen += len(files) + 1
         if any(fnmatch.fnmatch(f, "consolidated*.safetensors") for f in files):
             return True
@@ -516,10 +517,12 @@ def header_keys(path: str, budget: HeaderBudget | None = None) -> list[str] | No
     """The tensor names a safetensors file's header holds (its __metadata__ left out); None when its
     header is not read: no such regular file, no JSON object, longer than patchkit parses, past `budget`."""
     try:
-        length = int.from_bytes(read_regular(path, 8, follow_symlinks=True, head=True), "little")
+        length = int.from_bytes(observed.read_regular(path, 8, follow_symlinks=True, head=True), "little")
         if not 2 <= length <= HEADER_READ or (budget is not None and not budget.takes(length)):
             return None
-        header = json.loads(read_regular(path, 8 + length, follow_symlinks=True, head=True)[8:].decode("utf-8"))
+        header = json.loads(
+            observed.read_regular(path, 8 + length, follow_symlinks=True, head=True)[8:].decode("utf-8")
+        )
     except (OSError, ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
         return None
     return [str(key) for key in header if key != "__metadata__"] if isinstance(header, dict) else None
@@ -535,13 +538,13 @@ def weight_names(directory: str, *, local: bool = True) -> set[str] | str:
     if mistral:
         return "it may hold Mistral's consolidated format, whose weight names patchkit does not read"
     index = os.path.join(directory, _INDEX)
-    if os.path.isfile(index):
+    if observed.isfile(index):
         try:
             data = json.loads(read_named_file(index, INDEX_LIMIT, "weights index").decode("utf-8"))
             return {str(name) for name in data["weight_map"]}
         except (BadInput, OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
             return f"its {_INDEX} is not read (no JSON object with a weight_map)"
-    found, budget = sorted(glob.glob(os.path.join(directory, "*.safetensors"))), HeaderBudget()
+    found, budget = observed.glob(os.path.join(directory, "*.safetensors")), HeaderBudget()
     if not found:
         return "it holds no safetensors weights, the only ones whose names patchkit reads"
     names: set[str] = set()
@@ -633,9 +636,11 @@ def _problem(
         fix = f"move {why.files} out of {directory} (vLLM then reaches the weights)"
     elif isinstance(why, NotSharded):
         also = " too (it loads with the launch's --load-format)" if role == "drafter" else ""
-        fix = f"pre-shard it{also} with vLLM's examples/offline_inference/save_sharded_state.py, or drop --load-format"
+        dropped = command.where("load-format", "--load-format")[1]  # where the launch gives it: a --config file too
+        fix = f"pre-shard it{also} with vLLM's examples/offline_inference/save_sharded_state.py, or {dropped}"
     elif isinstance(why, OtherFormat):
-        fix = f"drop --load-format {load_format} (auto loads {why.files}), or convert the {role}'s weights to it"
+        dropped = command.where("load-format", f"--load-format {load_format}")[1]
+        fix = f"{dropped} (auto loads {why.files}), or convert the {role}'s weights to it"
     elif directory == name and LFS in why:
         fix = f"run `git lfs pull` in {name} (it fetches the weights the pointers name)"
     elif directory == name:
@@ -686,19 +691,14 @@ def drafter_tensors(command: LaunchCommand) -> dict[str, tuple[str, list[int]]] 
     directory = os.path.join(command.working_directory(), found[1])
     if load_format == "auto" and _consolidated(directory) is not False:
         return "its weights are Mistral's consolidated*.safetensors, whose layout patchkit does not read"
-    files = glob.glob(os.path.join(directory, "*.safetensors"))
+    # each read through observed: run's kept findings hold while these files say the same
+    files = observed.glob(os.path.join(directory, "*.safetensors"))
     index = os.path.join(directory, _INDEX)
-    named = _index_files(index, directory) if os.path.isfile(index) else None
+    named = _index_files(index, directory) if observed.isfile(index) else None
     if isinstance(named, str):
         return None
     if not files:
-        torch = sorted(
-            os.path.basename(path)
-            for pattern in ("*.bin", "*.pt")
-            for path in glob.glob(os.path.join(directory, pattern))
-        )
-        held = f"its weights are torch files ({few(torch, sep=', ')})" if torch else "it holds no safetensors file"
-        return f"{held}: patchkit reads the tensor names of safetensors files only"
+        return _torch_files(directory) if load_format != "safetensors" else "it holds no safetensors file"
     kept = set(named.values()) if named is not None else set(files)
     budget, tensors = HeaderBudget(), {}
     for path in sorted(path for path in files if path in kept):
@@ -712,17 +712,42 @@ def drafter_tensors(command: LaunchCommand) -> dict[str, tuple[str, list[int]]] 
     return tensors
 
 
+class TorchFiles(str):
+    """The drafter's weights are torch files (`paths`, as vLLM's hf glob takes them): their names are read
+    apart (torch_names, imported only by the launch checks that read them)."""
+
+    paths: tuple[str, ...] = ()
+
+
+def _torch_files(directory: str) -> str | None:
+    """Why a drafter without safetensors files has no names read here: the torch files vLLM's glob takes
+    (*.bin but training files, else *.pt), or none (its weights finding says it)."""
+    found = observed.glob(os.path.join(directory, "*.bin"))
+    kept = [path for path in found if not path.endswith(_NOT_WEIGHTS)]
+    if found and not kept:
+        return None  # vLLM stops at the training files and finds no weights: the weights finding fails it
+    paths = sorted(kept or observed.glob(os.path.join(directory, "*.pt")))
+    if not paths:
+        return "it holds no safetensors file"
+    names = few([os.path.basename(path) for path in paths], sep=", ")
+    said = TorchFiles(f"they are torch files ({names}), whose pickle patchkit does not read")
+    said.paths = tuple(paths)
+    return said
+
+
 def _header(path: str, budget: HeaderBudget) -> dict[str, object] | None:
     """A safetensors file's JSON header, read bounded (None: not a regular file, too long a header for
     the bounds, or no JSON object)."""
     try:
-        if not stat.S_ISREG(os.stat(path).st_mode):
+        if not observed.regular(path):
             return None
-        head = read_regular(path, 8, follow_symlinks=True, head=True)
+        head = observed.read_regular(path, 8, follow_symlinks=True, head=True)
         length = int.from_bytes(head, "little") if len(head) == 8 else HEADER_READ + 1
         if length > HEADER_READ or not budget.takes(length):
             return None
-        header = json.loads(read_regular(path, 8 + length, follow_symlinks=True, head=True)[8:].decode("utf-8"))
+        header = json.loads(
+            observed.read_regular(path, 8 + length, follow_symlinks=True, head=True)[8:].decode("utf-8")
+        )
     except (OSError, ValueError, RecursionError):
         return None
     return header if isinstance(header, dict) else None
@@ -736,7 +761,7 @@ def drafter_directory(command: LaunchCommand) -> tuple[str, str, bool] | None:
     if not isinstance(drafter, str) or not drafter or drafter in ("ngram", "[ngram]"):
         return None
     name = redirected(drafter, command.environ, command.cwd)
-    if os.path.isdir(os.path.join(command.working_directory(), name)):
+    if observed.isdir(os.path.join(command.working_directory(), name)):
         return name, name, True
     if not offline(command.environ) or name.count("/") != 1:
         return None
