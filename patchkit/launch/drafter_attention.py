@@ -8,6 +8,8 @@ import math
 import re
 from typing import Any, TypeGuard
 
+from packaging.version import InvalidVersion, Version
+
 from patchkit.base.errors import escaped
 from patchkit.launch.engine import LaunchContext
 
@@ -17,6 +19,11 @@ TRANSFORMERS_AUTO = "transformers/models/auto/configuration_auto.py"  # where co
 ROPE_TABLE_RULE = b'max_position_embeddings = getattr(config, "max_position_embeddings"'  # llama.py 0.11-0.34
 DRAFTER_RAISED = b"max_position_embeddings"  # 0.30's speculative.py raises the drafter's to the target's length
 MODEL_CONFIG = "vllm/config/model.py"
+ROPE = "vllm/model_executor/layers/rotary_embedding/__init__.py"  # get_rope
+PARTIAL_CHECKED = b"partial_rotary_factor <= 0.0 or partial_rotary_factor > 1.0"  # get_rope's ValueError
+VLLM_CONFIGS = "vllm/transformers_utils/config.py"  # patch_rope_parameters: the names it copies in, in order
+PARTIAL_NAMES = ("partial_rotary_factor", "rotary_pct", "rotary_emb_fraction")
+PARTIAL_READ = b'names = ["partial_rotary_factor", "rotary_pct", "rotary_emb_fraction"]'
 # _get_and_verify_max_len (0.14+): --max-model-len -1/auto starts from the derived length, which the engine
 # lowers later only where the KV cache cannot hold it (0.11-0.13 refuse -1 at config time)
 AUTO_FIT = b"max_model_len is None or max_model_len == -1"
@@ -110,6 +117,28 @@ def unjudged(launch: LaunchContext, defaults: dict[str, Any] | None, mla: bool) 
     gives = MLA_FIX if mla and missing != MPE else f"set {missing} in the drafter's config.json"
     gives += ", or give --python PATH (the launch's interpreter)" if unread else ""
     return f"its config.json gives no {missing}, and its config class's default is not read ({where})", gives
+
+
+def partial_refused(launch: LaunchContext) -> tuple[str, str] | None:
+    """get_rope raises for a partial_rotary_factor outside (0, 1] (a TypeError comparing one that is no
+    number) as it builds the drafter's attention: vLLM copies the first of its names the config has into
+    the RoPE parameters (with the launch's transformers < 5; 5 may refuse it earlier, at start).
+    (what fails, fix) where the tree shows both steps and that transformers; else None."""
+    config = launch.drafter.config if launch.drafter is not None else {}
+    named = next((name for name in PARTIAL_NAMES if name in config), None)
+    rope = config.get("rope_scaling") or config.get("rope_parameters")
+    value = config[named] if named is not None else None
+    if value is None and isinstance(rope, dict):
+        named, value = "partial_rotary_factor", rope.get("partial_rotary_factor")
+    transformers = _version(launch.distribution("transformers"))
+    if value is None or transformers is None or transformers.major >= 5:
+        return None
+    if isinstance(value, int | float) and not isinstance(value, bool) and 0 < value <= 1:
+        return None
+    if PARTIAL_CHECKED not in (launch.read(ROPE) or b"") or PARTIAL_READ not in (launch.read(VLLM_CONFIGS) or b""):
+        return None
+    fix = f"give the drafter's config.json a {named} above 0 and at most 1 (the share of each head rotated)"
+    return f"its {named} {escaped(repr(value))[:20]} is not above 0 and at most 1 (get_rope raises)", fix
 
 
 def _rope(config: dict[str, Any]) -> str | None:
@@ -220,6 +249,15 @@ def _sliding_layer(launch: LaunchContext) -> bool:
     if not isinstance(types, list) or not _whole(layers) or SLIDING_READ not in (launch.read(LLAMA) or b""):
         return False
     return "sliding_attention" in types[:layers]
+
+
+def _version(fields: list[tuple[str, str]] | None) -> Version | None:
+    """The Version a distribution's METADATA gives (untrusted text); None where none or not one."""
+    said = next((value for key, value in fields or [] if key.lower() == "version"), None)
+    try:
+        return Version(said) if said is not None else None
+    except InvalidVersion:
+        return None
 
 
 def _whole(value: object) -> TypeGuard[int]:

@@ -797,3 +797,25 @@ def test_a_longrope_drafter_fails_exactly_where_vllms_rotary_forward_indexes_pas
         said = refused[json.dumps(list(case))]
         assert found["ok"] is (said is None), (case, said, found)
         assert found["ok"] or "(its longrope RoPE scaling)" in found["message"], found
+
+
+def test_a_drafter_partial_rotary_factor_fails_exactly_where_vllms_get_rope_refuses_it(tmp_path: Path):
+    target = write_model(tmp_path / "target", TINY_LLAMA)
+    cases = {
+        "over": {"partial_rotary_factor": 1.5},
+        "zero": {"partial_rotary_factor": 0},
+        "half": {"partial_rotary_factor": 0.5},
+        "whole": {"partial_rotary_factor": 1},
+        "text": {"partial_rotary_factor": "half"},
+        "pct": {"rotary_pct": 2.0},
+        "shadowed": {"partial_rotary_factor": None, "rotary_pct": 2.0},
+        "in-rope": {"rope_scaling": {"rope_type": "default", "partial_rotary_factor": 2.0}},
+    }
+    drafters = {name: write_model(tmp_path / name, {**TINY_DRAFTER, **change}) for name, change in cases.items()}
+    refused = ask_vllm(DRAFTER_BUILT, str(target), *map(str, drafters.values()))
+    assert "must be between 0.0 and 1.0" in refused[str(drafters["over"])], refused
+    assert refused[str(drafters["half"])] is None, refused
+    for name, drafter in drafters.items():
+        found = drafter_finding(target, drafter)
+        assert found["ok"] is (refused[str(drafter)] is None), (name, refused, found)
+        assert found["ok"] or "is not above 0 and at most 1" in found["message"], found
