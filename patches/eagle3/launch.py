@@ -191,7 +191,7 @@ def supports_eagle3(launch) -> Finding:
         requirement = launch.requirement(file=f"{MODELS_DIR}/{module}.py", kind="base", **{"class": cls}, base=SUPPORTS)
         return launch.evaluate(requirement, read)
 
-    fix = "drop --model-impl terratorch" if arch == "Terratorch" else None
+    fix = launch.command.where("model-impl", "--model-impl terratorch")[1] if arch == "Terratorch" else None
     static = launch.lacks("supports-eagle3", REGISTRY) or launch.judge("supports-eagle3", judgement, fix)
     verdict = launch.model_interface(_asked_for(launch, arch), "supports_eagle3")
     plugins = launch.general_plugins() if verdict.result is None else []
@@ -422,7 +422,8 @@ def _backend_fix(launch, why: str, need: Version | None = None) -> str:
         a for a in launch.target.architectures if (_model_class(tables, a) or (BACKEND_MODULE,))[0] != BACKEND_MODULE
     ]
     if why == "--model-impl transformers" and native:
-        return f"drop --model-impl transformers: vLLM then builds its own {native[0]}"
+        dropped = launch.command.where("model-impl", "--model-impl transformers")[1]  # a --config file's too
+        return f"{dropped}: vLLM then builds its own {native[0]}"
     pin = _vllm_pin(launch)
     if need is None:
         return "serve it without --speculative-config: its Transformers backend has no EAGLE-3 in this vLLM"
