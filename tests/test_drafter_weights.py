@@ -8,7 +8,10 @@ tests/vllm_import/test_drafter_weights_real.py holds the same cases to vLLM 0.16
 
 from __future__ import annotations
 
+import io
 import json
+import struct
+import zipfile
 
 import pytest
 from helpers import run_cli_in_process, run_cli_judged
@@ -77,6 +80,9 @@ def drafter_findings(tmp_path, tree, config: dict, weights: dict | None, *, file
     if weights is None:
         (drafter / "model.safetensors").unlink()
         (drafter / "pytorch_model.bin").write_bytes(b"PK\x03\x04" + b"\x00" * 60)
+    elif isinstance(weights, tuple):  # torch files: pytorch_model.bin's tensors
+        (drafter / "model.safetensors").unlink()
+        (drafter / "pytorch_model.bin").write_bytes(torch_file(weights[0]))
     else:
         write_weights(drafter, weights)
     for name, text in (files or {}).items():
@@ -176,3 +182,51 @@ def test_a_drafter_of_another_layout_or_class_cannot_be_judged(tmp_path, tree, w
 def test_a_drafter_judged_whole_says_nothing_more(tmp_path, tree):
     code, found = drafter_findings(tmp_path, tree, {}, SMALL_WEIGHTS)
     assert code == 0 and [f["result"] for f in found] == ["pass"], found
+
+
+def _text(value: str) -> bytes:
+    return b"X" + struct.pack("<I", len(value.encode())) + value.encode()  # BINUNICODE
+
+
+def _ints(values: list[int]) -> bytes:
+    return b"(" + b"".join(b"J" + struct.pack("<i", v) for v in values) + b"t"  # MARK, BININT..., TUPLE
+
+
+def torch_file(shapes: dict[str, list[int]]) -> bytes:
+    """What torch.save(state_dict) writes (its zip, its data.pkl as torch 2 pickles it), storages left empty."""
+    pickled = b"\x80\x02}("  # PROTO 2, EMPTY_DICT, MARK
+    for index, (name, shape) in enumerate(shapes.items()):
+        storage = (
+            b"("
+            + _text("storage")
+            + b"ctorch\nBFloat16Storage\n"
+            + _text(str(index))
+            + _text("cpu")
+            + b"J\x01\x00\x00\x00tQ"
+        )
+        strides = [1] * len(shape)
+        hooks = b"ccollections\nOrderedDict\n)R"
+        arguments = b"(" + storage + b"J\x00\x00\x00\x00" + _ints(shape) + _ints(strides) + b"\x89" + hooks + b"t"
+        pickled += _text(name) + b"ctorch._utils\n_rebuild_tensor_v2\n" + arguments + b"R"
+    pickled += b"u."  # SETITEMS, STOP
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as archive:
+        archive.writestr("archive/data.pkl", pickled)
+        archive.writestr("archive/version", "3\n")
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        ({}, None),
+        ({"extra_head.weight": [64, 64]}, "its weights hold extra_head.weight (pytorch_model.bin)"),
+        ({"fc.weight": [64, 3 * 4096]}, "fc.weight is [64, 12288] (pytorch_model.bin)"),
+        ({"midlayer.self_attn.q_proj.weight_scale": [1]}, "q_proj.weight_scale (pytorch_model.bin)"),
+    ],
+)
+def test_torch_weights_are_judged_as_vllm_loads_their_state_dict(tmp_path, tree, change, says):
+    """yuhuili's EAGLE-3 drafters ship pytorch_model.bin: vLLM's pt iterator hands the drafter its state dict."""
+    code, found = drafter_findings(tmp_path, tree, {}, ({**SMALL_WEIGHTS, **change},))
+    assert [f["result"] for f in found] == (["pass"] if says is None else ["fail"]), found
+    assert code == (0 if says is None else 1) and (says is None or says in found[0]["message"]), found

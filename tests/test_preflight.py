@@ -2473,6 +2473,90 @@ def test_a_drafter_rotary_table_shorter_than_the_launch_max_model_len_fails(
     )
 
 
+# the V2 model runner's EAGLE step as 0.12-0.16 have it (abridged): no aux hidden states reach the speculator
+V2_RUNNER_UNFED = """\
+class GPUModelRunner:
+    def propose_draft(self, hidden_states):
+        return self.speculator.propose(
+            hidden_states,
+            None,  # aux_hidden_states
+        )
+"""
+
+
+@pytest.mark.parametrize(
+    ("environ", "runner", "fails"),
+    [
+        ({"VLLM_USE_V2_MODEL_RUNNER": "1"}, V2_RUNNER_UNFED, True),
+        ({"VLLM_USE_V2_MODEL_RUNNER": "2"}, V2_RUNNER_UNFED, True),  # vLLM's bool(int(...))
+        ({"VLLM_USE_V2_MODEL_RUNNER": "0"}, V2_RUNNER_UNFED, False),
+        ({}, V2_RUNNER_UNFED, False),
+        ({"VLLM_USE_V2_MODEL_RUNNER": "1"}, V2_RUNNER_UNFED.replace("None,  # aux", "aux,  # aux"), False),
+    ],
+)
+def test_the_v2_model_runner_that_feeds_no_aux_hidden_states_fails_an_eagle3_drafter(
+    setup, tmp_path, environ, runner, fails
+):
+    """VLLM_USE_V2_MODEL_RUNNER picks vLLM's V2 runner, whose EAGLE step in 0.12-0.16 gives the drafter no
+    aux hidden states: its drafts fail after the target's load (review40a D5)."""
+    tree, library, models = setup
+    assert run_cli_judged("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    (tree / "vllm" / "v1" / "worker" / "gpu").mkdir(parents=True, exist_ok=True)
+    (tree / "vllm" / "v1" / "worker" / "gpu" / "model_runner.py").write_text(runner)
+    prefix = ["env", *(f"{k}={v}" for k, v in environ.items())]
+    done = preflight(tree, library, *prefix, *serve(models["deepseek"], models["drafter"]))
+    assert ("drafter-architecture" in failed(done)) is fails, done.stdout
+    if fails:
+        finding = findings(done)["drafter-architecture"]
+        given = environ["VLLM_USE_V2_MODEL_RUNNER"]
+        assert f"VLLM_USE_V2_MODEL_RUNNER={given} picks vLLM's V2 model runner" in finding["message"], finding
+        assert finding["fix"].startswith(f"drop VLLM_USE_V2_MODEL_RUNNER={given} from the command"), finding
+
+
+# the EAGLE proposer's load_model as 0.17-0.18 have it (abridged): use_local_argmax_reduction needs get_top_tokens
+PROPOSER_ASKING = """\
+class EagleProposer:
+    def load_model(self, target):
+        if self.use_local_argmax_reduction:
+            if not hasattr(self.model, "get_top_tokens"):
+                raise ValueError("use_local_argmax_reduction is enabled but draft model does not implement it")
+"""
+
+
+@pytest.mark.parametrize(
+    ("asked", "proposer", "defined", "fails"),
+    [
+        (True, PROPOSER_ASKING, False, True),
+        ("yes", PROPOSER_ASKING, False, True),  # pydantic's lax bool
+        (False, PROPOSER_ASKING, False, False),
+        (True, PROPOSER_ASKING, True, False),  # the drafter's class defines it
+        (True, "class EagleProposer:\n    pass\n", False, False),  # a proposer that never asks (0.16)
+    ],
+)
+def test_local_argmax_reduction_fails_a_drafter_class_without_get_top_tokens(
+    setup, tmp_path, asked, proposer, defined, fails
+):
+    """vLLM 0.17's EAGLE proposer raises in load_model, after the target's load, where the speculative config
+    asks for use_local_argmax_reduction and the drafter's class has no get_top_tokens() (review40a D13)."""
+    tree, library, models = setup
+    assert run_cli_judged("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    (tree / "vllm" / "v1" / "spec_decode").mkdir(parents=True, exist_ok=True)
+    (tree / "vllm" / "v1" / "spec_decode" / "eagle.py").write_text(proposer)
+    drafter_file = tree / "vllm" / "model_executor" / "models" / "llama_eagle3.py"
+    if defined:
+        drafter_file.write_text(
+            "class Eagle3LlamaForCausalLM:\n    def get_top_tokens(self, hidden_states):\n        pass\n"
+        )
+    spec = {"method": "eagle3", "model": str(models["drafter"]), "num_speculative_tokens": 3}
+    spec["use_local_argmax_reduction"] = asked
+    done = preflight(tree, library, "vllm", "serve", str(models["deepseek"]), "--speculative-config", json.dumps(spec))
+    assert ("drafter-architecture" in failed(done)) is fails, done.stdout
+    if fails:
+        finding = findings(done)["drafter-architecture"]
+        assert "get_top_tokens(), which llama_eagle3.py does not define" in finding["message"], finding
+        assert finding["fix"].startswith('drop "use_local_argmax_reduction"'), finding
+
+
 # a models/config.py shaped as 0.11-0.17's: the class MODELS_CONFIG_MAP gives V3.2 rewrites an fp8 cache format
 SPARSE_CACHE_CONFIG = """\
 class SparseV32Config:

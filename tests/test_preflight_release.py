@@ -112,3 +112,24 @@ def test_an_fp8_kv_cache_on_deepseek_v32_fails_an_eagle3_drafter_on_the_real_fil
     assert "fp8_ds_mla" in failed(done)["drafter-architecture"]["message"]
     done = run_cli(*preflight, "--kv-cache-dtype", "auto")
     assert done.returncode == 0, done.stdout
+
+
+@pytest.mark.parametrize(("release", "fails"), [("0.16.0", False), ("0.17.1", True)])
+def test_local_argmax_reduction_on_the_real_files(tmp_path, release, fails):
+    """0.17's EAGLE proposer asks the drafter for get_top_tokens() under use_local_argmax_reduction; the
+    release's Llama-layer EAGLE-3 drafter defines none (0.16's proposer does not ask)."""
+    site = tmp_path / "site"
+    models = "vllm/model_executor/models"
+    wanted = {REGISTRY, "vllm/v1/spec_decode/eagle.py", f"{models}/llama_eagle3.py", f"{models}/llama.py"}
+    lay_out_release(release, sorted({*files_for(release), *wanted}), site)
+    assert run_cli("apply", "--target", site, "--no-import").returncode == 0
+    spec = {"method": "eagle3", "model": "", "num_speculative_tokens": 3, "use_local_argmax_reduction": True}
+    spec["model"] = str(write_model(tmp_path / "drafter", DRAFTER))
+    target = write_model(tmp_path / "deepseek", DEEPSEEK_V3)
+    launch = ["vllm", "serve", str(target), "--speculative-config", json.dumps(spec)]
+    done = run_cli("preflight", "--target", site, "--format", "json", "--no-import", "--", *launch)
+    if not fails:  # 0.16's SpeculativeConfig has no such field: the speculative-config finding refuses it instead
+        assert "drafter-architecture" not in failed(done), done.stdout
+        return
+    assert set(failed(done)) == {"drafter-architecture"}, done.stdout
+    assert "get_top_tokens()" in failed(done)["drafter-architecture"]["message"]

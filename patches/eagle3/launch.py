@@ -32,10 +32,11 @@ from patchkit.launch.drafter_attention import (
 )
 from patchkit.launch.drafter_nulls import null_refused
 from patchkit.launch.drafter_weights import weights_unjudged
-from patchkit.launch.engine import few_named
+from patchkit.launch.engine import apply_fix, few_named
 from patchkit.launch.findings import Finding, cannot_judge
 from patchkit.launch.microbatch import microbatch_findings
-from patchkit.launch.weights import drafter_tensors
+from patchkit.launch.torch_names import torch_tensors
+from patchkit.launch.weights import TorchFiles, drafter_tensors
 from patchkit.series.requirements import Target
 
 if TYPE_CHECKING:
@@ -57,6 +58,12 @@ LLAMA_DRAFTER = "llama_eagle3"  # the module of the EAGLE-3 drafter built of lla
 MODEL_CONFIG_CLASSES = (
     f"{MODELS_DIR}/config.py"  # MODELS_CONFIG_MAP: a class per architecture that may change the engine's config
 )
+EAGLE_PROPOSER = "vllm/v1/spec_decode/eagle.py"
+V2_RUNNER_ENV = "VLLM_USE_V2_MODEL_RUNNER"
+V2_RUNNER = "vllm/v1/worker/gpu/model_runner.py"
+V2_RUNNER_UNFED = b"None,  # aux_hidden_states"  # 0.12-0.16's V2 runner calls its speculator so
+TOP_TOKENS_ASKED = b'hasattr(self.model, "get_top_tokens")'  # load_model's check (0.17-0.18)
+TOP_TOKENS_DEFINED = b"def get_top_tokens("
 SPARSE_MLA_CACHE = "fp8_ds_mla"  # DeepSeek-V3.2's KV-cache format: only its sparse-MLA backends take it
 LAYER_TYPES_RULE = b"effective_layer_idx < len(layer_types)"  # LlamaAttention's assert (0.11-0.34)
 DRAFT_LAYERS = b"target_layer_count"  # llama_eagle3.py: layer_types indexed by draft layer, from 0
@@ -107,6 +114,10 @@ ATTENTION_RULES = ("vllm/v1/attention/backend.py", "vllm/attention/backends/abst
 NON_MLA_REFUSED = b"non-MLA not supported"
 ATTENTION_ENV = "VLLM_ATTENTION_BACKEND"  # read by 0.12-0.14 (the env then wins over the option)
 ATTENTION_ENV_READERS = ("vllm/config/attention.py", "vllm/attention/selector.py")
+# the set's 0006 (0.13-0.17): in an MLA model's engine the selector gives a non-MLA layer (the drafter's)
+# the platform's own choice instead of an MLA backend set for the whole engine, named or Blackwell's default
+SELECTORS = ("vllm/v1/attention/selector.py", "vllm/attention/selector.py")
+LAYER_BACKEND_CHOSEN = b"def _engine_backend_for_layer("
 
 
 # The other methods whose drafter vLLM loads through the proposer's load_model (EagleProposer: eagle,
@@ -181,7 +192,7 @@ def supports_eagle3(launch) -> Finding:
         requirement = launch.requirement(file=f"{MODELS_DIR}/{module}.py", kind="base", **{"class": cls}, base=SUPPORTS)
         return launch.evaluate(requirement, read)
 
-    fix = "drop --model-impl terratorch" if arch == "Terratorch" else None
+    fix = launch.command.where("model-impl", "--model-impl terratorch")[1] if arch == "Terratorch" else None
     static = launch.lacks("supports-eagle3", REGISTRY) or launch.judge("supports-eagle3", judgement, fix)
     verdict = launch.model_interface(_asked_for(launch, arch), "supports_eagle3")
     plugins = launch.general_plugins() if verdict.result is None else []
@@ -412,7 +423,8 @@ def _backend_fix(launch, why: str, need: Version | None = None) -> str:
         a for a in launch.target.architectures if (_model_class(tables, a) or (BACKEND_MODULE,))[0] != BACKEND_MODULE
     ]
     if why == "--model-impl transformers" and native:
-        return f"drop --model-impl transformers: vLLM then builds its own {native[0]}"
+        dropped = launch.command.where("model-impl", "--model-impl transformers")[1]  # a --config file's too
+        return f"{dropped}: vLLM then builds its own {native[0]}"
     pin = _vllm_pin(launch)
     if need is None:
         return "serve it without --speculative-config: its Transformers backend has no EAGLE-3 in this vLLM"
@@ -555,9 +567,11 @@ def drafter_architecture(launch) -> Finding:
         llama = (*llama, sliding)
         llama = (*llama, _weights_unfit)
         llama = llama if table.get(built, ("",))[0] == LLAMA_DRAFTER else ()
-        rules = (_heads_unsplit, *llama, _quant_config_unfound, _attention_backend_refused)
+        top = lambda launch: _top_tokens_missing(launch, table.get(built, ("",))[0])  # noqa: E731
+        rules = (_heads_unsplit, *llama, _quant_config_unfound, _attention_backend_refused, top)
         unbuilt = next((found for rule in rules if (found := rule(launch)) is not None), None)
         later = (positions_unserved(launch, defaults) if llama else None) or _cache_format_refused(launch)
+        later = later or _v2_runner_unfed(launch)
         later = later or (sliding_under_mla(launch, mla) if llama else None)
         if unbuilt is None and later is not None:
             return Finding("drafter-architecture", False, f"{registered}, but {later[0]}", later[1])
@@ -708,8 +722,8 @@ def _weights_unfit(launch) -> tuple[str, str] | None:
     (_weights_unjudged says why)."""
     config = launch.drafter.config
     source = launch.read(EAGLE3_DRAFTER) or b""
-    tensors = drafter_tensors(launch.command)
-    if not isinstance(tensors, dict) or weights_unjudged(launch, LLAMA_DRAFTER, _layout_unread(launch)) is not None:
+    tensors = _drafter_weights(launch)
+    if not isinstance(tensors, dict) or weights_unjudged(launch, LLAMA_DRAFTER, _layout_unread(launch), tensors):
         return None  # quantized tensors are packed, with scales: other shapes
     sizes = _drafter_sizes(config)
     unfit = [
@@ -739,8 +753,22 @@ def _weights_unjudged(launch) -> list[Finding]:
     built = next((name for name in _built_names(launch.drafter) if name in table), None)
     if built is None or launch.read(EAGLE3_DRAFTER) is None:
         return []  # not registered: drafter-architecture fails; no drafter file: a tree of parts
-    unjudged = weights_unjudged(launch, table[built][0], _layout_unread(launch))
+    unjudged = weights_unjudged(launch, table[built][0], _layout_unread(launch), _drafter_weights(launch))
     return [] if unjudged is None else [unjudged]
+
+
+def _drafter_weights(launch) -> dict | str | None:
+    """drafter_tensors', a torch file's state dict read too (torch_names), as vLLM's pt iterator loads it."""
+    tensors = drafter_tensors(launch.command)
+    if not isinstance(tensors, TorchFiles):
+        return tensors
+    read = {}
+    for path in tensors.paths:
+        found = torch_tensors(path)
+        if found is None:
+            return tensors  # why: a pickle not read
+        read.update({name: (os.path.basename(path), shape) for name, shape in found.items()})
+    return read
 
 
 def _layout_unread(launch) -> str | None:
@@ -935,15 +963,65 @@ def _quant_config_unfound(launch) -> tuple[str, str] | None:
 def _attention_backend_refused(launch) -> tuple[str, str] | None:
     """One attention backend named for the whole launch serves the drafter's layers too: on CUDA, vLLM
     raises for a named backend whose MLA-ness differs from the layer's. An MLA target builds and loads
-    with an MLA backend; the drafter's non-MLA layers then refuse it. (what fails, fix), else None."""
+    with an MLA backend; the drafter's non-MLA layers then refuse it, unless the tree's selector carries
+    the set's 0006, which gives them the platform's choice. (what fails, fix), else None."""
     named = _attention_backend(launch)
     if named is None or not _uses_mla(launch, launch.target.text_config):
         return None  # none named, or a non-MLA target: the target's own build refuses an MLA backend first
     source, undo, name = named
     if _uses_mla(launch, launch.drafter.config) or not _mla_backend(launch, name) or not _cuda_build(launch):
         return None
+    if _layers_choose_their_own(launch.read):
+        return None
     why = f"{source} {escaped(name)} is an MLA backend, which vLLM refuses for the drafter's non-MLA attention"
+    if launch.read_planned is not None and _layers_choose_their_own(launch.read_planned):
+        return why, launch.planned_fix or apply_fix(launch.patch_set)
     return why, f"{undo}: vLLM then picks a backend for each layer"
+
+
+def _layers_choose_their_own(read) -> bool:
+    """Whether the tree's selector (patched by the set's 0006) gives an MLA model's non-MLA layers the
+    platform's choice instead of an engine-wide MLA backend."""
+    return any(LAYER_BACKEND_CHOSEN in (read(path) or b"") for path in SELECTORS)
+
+
+def _v2_runner_unfed(launch) -> tuple[str, str] | None:
+    """VLLM_USE_V2_MODEL_RUNNER (vLLM's bool(int(...)) of it) picks the V2 model runner, whose EAGLE step in
+    0.12-0.16 hands the drafter no aux hidden states (the literal None the tree's runner passes): (why, fix)."""
+    command = launch.command
+    given = command.environ.get(V2_RUNNER_ENV)
+    try:
+        chosen = given is not None and int(given) != 0
+    except ValueError:
+        return None  # vLLM's envs raise on it at start: refused before any load
+    if not chosen or V2_RUNNER_UNFED not in (launch.read(V2_RUNNER) or b""):
+        return None
+    why = (
+        f"{V2_RUNNER_ENV}={escaped(given)} picks vLLM's V2 model runner, which hands an EAGLE-3 drafter none "
+        "of the target's aux hidden states: its drafts fail, after the target's load"
+    )
+    undo = f"drop {V2_RUNNER_ENV}={escaped(given)} from the command" if V2_RUNNER_ENV in command.env else None
+    return why, f"{undo or f'unset {V2_RUNNER_ENV}'}: vLLM then runs its V1 model runner"
+
+
+def _top_tokens_missing(launch, module: str) -> tuple[str, str] | None:
+    """The speculative config's use_local_argmax_reduction makes the tree's EAGLE proposer (0.17-0.18) ask
+    the drafter for get_top_tokens() in load_model, raising where its class has none: (why, fix), else None.
+    The drafter's module and llama.py (whose LlamaForCausalLM the Llama-layer drafters extend) are read."""
+    asked = (launch.command.speculative_config or {}).get("use_local_argmax_reduction")
+    if not _pydantic_true(asked) or TOP_TOKENS_ASKED not in (launch.read(EAGLE_PROPOSER) or b""):
+        return None
+    if any(TOP_TOKENS_DEFINED in (launch.read(f"{MODELS_DIR}/{name}.py") or b"") for name in (module, "llama")):
+        return None
+    why = f"use_local_argmax_reduction asks its class for get_top_tokens(), which {module}.py does not define"
+    return why, 'drop "use_local_argmax_reduction" from --speculative-config: this drafter cannot use it'
+
+
+def _pydantic_true(value: object) -> bool:
+    """What pydantic's lax bool takes as True (a JSON true, 1, or such a string)."""
+    if isinstance(value, str):
+        return value.strip().lower() in ("true", "1", "yes", "on", "y", "t")
+    return value is True or (type(value) is int and value == 1)
 
 
 def _cache_format_refused(launch) -> tuple[str, str] | None:

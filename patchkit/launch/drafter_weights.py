@@ -14,7 +14,7 @@ from patchkit.launch import observed
 from patchkit.launch.command import LaunchCommand
 from patchkit.launch.engine import LaunchContext
 from patchkit.launch.findings import Finding, cannot_judge
-from patchkit.launch.weights import drafter_directory, drafter_tensors
+from patchkit.launch.weights import drafter_directory
 
 QUANT_FILE = "hf_quant_config.json"  # ModelOpt 0.29 and before: vLLM's get_config reads it as quantization_config
 QUANT_KEYS = ("quantization_config", "compression_config")  # the second: compressed-tensors' older key
@@ -48,10 +48,13 @@ def drafter_quantization(command: LaunchCommand, config: dict[str, Any]) -> str 
     return quantization(config, os.path.join(command.working_directory(), found[1]) if found else None)
 
 
-def weights_unjudged(launch: LaunchContext, module: str, layout: str | None) -> Finding | None:
+def weights_unjudged(
+    launch: LaunchContext, module: str, layout: str | None, tensors: dict[str, Any] | str | None
+) -> Finding | None:
     """The cannot-judge finding for an EAGLE-3 drafter whose weights' names and shapes no rule holds:
     `module` is the drafter class's module in the tree's registry, `layout` why the tree's
-    llama_eagle3.py is not read (None: read); None when they are judged, or there is nothing to read."""
+    llama_eagle3.py is not read (None: read), `tensors` its weights read (or why not: drafter_tensors');
+    None when they are judged, or there is nothing to read."""
     drafter = launch.drafter
     if drafter is None:
         return None
@@ -60,7 +63,6 @@ def weights_unjudged(launch: LaunchContext, module: str, layout: str | None) -> 
         why = f"vLLM builds it from {escaped(module)}.py, whose rules patchkit does not read (weights, RoPE, -tp)"
         return cannot_judge(CHECK, f"drafter '{name}': {why}", CHECK_BY_HAND)
     quantized = drafter_quantization(launch.command, drafter.config) if layout is None else None
-    tensors = drafter_tensors(launch.command) if layout is None and quantized is None else {}
     if quantized is not None:
         said = f"its weights are quantized ({escaped(quantized)}): their names and shapes are not judged"
         return cannot_judge(CHECK, f"drafter '{name}': {said}", CHECK_BY_HAND)

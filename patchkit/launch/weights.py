@@ -636,9 +636,11 @@ def _problem(
         fix = f"move {why.files} out of {directory} (vLLM then reaches the weights)"
     elif isinstance(why, NotSharded):
         also = " too (it loads with the launch's --load-format)" if role == "drafter" else ""
-        fix = f"pre-shard it{also} with vLLM's examples/offline_inference/save_sharded_state.py, or drop --load-format"
+        dropped = command.where("load-format", "--load-format")[1]  # where the launch gives it: a --config file too
+        fix = f"pre-shard it{also} with vLLM's examples/offline_inference/save_sharded_state.py, or {dropped}"
     elif isinstance(why, OtherFormat):
-        fix = f"drop --load-format {load_format} (auto loads {why.files}), or convert the {role}'s weights to it"
+        dropped = command.where("load-format", f"--load-format {load_format}")[1]
+        fix = f"{dropped} (auto loads {why.files}), or convert the {role}'s weights to it"
     elif directory == name and LFS in why:
         fix = f"run `git lfs pull` in {name} (it fetches the weights the pointers name)"
     elif directory == name:
@@ -696,13 +698,7 @@ def drafter_tensors(command: LaunchCommand) -> dict[str, tuple[str, list[int]]] 
     if isinstance(named, str):
         return None
     if not files:
-        torch = sorted(
-            os.path.basename(path)
-            for pattern in ("*.bin", "*.pt")
-            for path in observed.glob(os.path.join(directory, pattern))
-        )
-        held = f"its weights are torch files ({few(torch, sep=', ')})" if torch else "it holds no safetensors file"
-        return f"{held}: patchkit reads the tensor names of safetensors files only"
+        return _torch_files(directory) if load_format != "safetensors" else "it holds no safetensors file"
     kept = set(named.values()) if named is not None else set(files)
     budget, tensors = HeaderBudget(), {}
     for path in sorted(path for path in files if path in kept):
@@ -714,6 +710,29 @@ def drafter_tensors(command: LaunchCommand) -> dict[str, tuple[str, list[int]]] 
             if isinstance(shape, list) and all(_size(dim) for dim in shape):
                 tensors[key] = (os.path.basename(path), shape)
     return tensors
+
+
+class TorchFiles(str):
+    """The drafter's weights are torch files (`paths`, as vLLM's hf glob takes them): their names are read
+    apart (torch_names, imported only by the launch checks that read them)."""
+
+    paths: tuple[str, ...] = ()
+
+
+def _torch_files(directory: str) -> str | None:
+    """Why a drafter without safetensors files has no names read here: the torch files vLLM's glob takes
+    (*.bin but training files, else *.pt), or none (its weights finding says it)."""
+    found = observed.glob(os.path.join(directory, "*.bin"))
+    kept = [path for path in found if not path.endswith(_NOT_WEIGHTS)]
+    if found and not kept:
+        return None  # vLLM stops at the training files and finds no weights: the weights finding fails it
+    paths = sorted(kept or observed.glob(os.path.join(directory, "*.pt")))
+    if not paths:
+        return "it holds no safetensors file"
+    names = few([os.path.basename(path) for path in paths], sep=", ")
+    said = TorchFiles(f"they are torch files ({names}), whose pickle patchkit does not read")
+    said.paths = tuple(paths)
+    return said
 
 
 def _header(path: str, budget: HeaderBudget) -> dict[str, object] | None:

@@ -75,3 +75,35 @@ def test_drafter_scales_and_quantized_weights_fail_exactly_where_vllms_loader_ra
         said, unjudged = refused[str(drafter)], CASES[name][3]
         assert all(f["ok"] for f in found) is (said is None), (name, said, found)
         assert any(f["result"] == "cannot judge" for f in found) is unjudged, (name, found)
+
+
+# vLLM's own drafter loading torch files (pytorch_model.bin, as yuhuili's EAGLE-3 drafters ship), written by torch.save
+SAVED = """
+import json, sys, torch
+for path, shapes in json.loads(sys.argv[1]).items():
+    torch.save({name: torch.zeros(shape, dtype=torch.bfloat16) for name, shape in shapes.items()}, path)
+print("{}")
+"""
+BIN_BUILT = DRAFTER_BUILT.replace("safetensors_weights_iterator", "pt_weights_iterator").replace(
+    '"*.safetensors"', '"*.bin"'
+)
+BIN_CASES = {
+    "bin-whole": TINY_WEIGHTS,
+    "bin-extra-head": {**TINY_WEIGHTS, "extra_head.weight": [256, 256]},
+    "bin-weight-scale": {**TINY_WEIGHTS, "midlayer.self_attn.q_proj.weight_scale": [1]},
+    "bin-fc-of-another-target": {**TINY_WEIGHTS, "fc.weight": [256, 384]},
+}
+
+
+def test_a_torch_file_drafter_fails_exactly_where_vllms_loader_raises(tmp_path: Path):
+    target = write_model(tmp_path / "target", TINY_LLAMA)
+    drafters = {name: write_model(tmp_path / name, TINY_DRAFTER) for name in BIN_CASES}
+    for drafter in drafters.values():
+        (drafter / "model.safetensors").unlink()
+    ask_vllm(SAVED, json.dumps({str(d / "pytorch_model.bin"): BIN_CASES[n] for n, d in drafters.items()}))
+    refused = ask_vllm(BIN_BUILT, str(target), *map(str, drafters.values()))
+    assert refused[str(drafters["bin-whole"])] is None and refused[str(drafters["bin-extra-head"])], refused
+    for name, drafter in drafters.items():
+        found = drafter_findings(target, drafter)
+        said = refused[str(drafter)]
+        assert [f["result"] for f in found] == (["pass"] if said is None else ["fail"]), (name, said, found)
