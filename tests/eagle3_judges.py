@@ -80,6 +80,14 @@ def expected_requirements(version: str) -> int:
     return (1 if has_whitelist(version) else 0) + 6 + (2 + 3 if has_kimi(version) else 0)
 
 
+def has_engine_mla_default(version: str) -> bool:
+    return Version("0.13.0") <= Version(version) < Version("0.18.0")
+
+
+def selector_file(version: str) -> str:
+    return "vllm/attention/selector.py" if Version(version) < Version("0.14.0") else "vllm/v1/attention/selector.py"
+
+
 # --- reading and running pieces of the real code -----------------------------------------------
 
 

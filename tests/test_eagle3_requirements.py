@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import json
 import shutil
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -35,11 +36,13 @@ from eagle3_judges import (
     eagle3_accepts,
     expected_requirements,
     find,
+    has_engine_mla_default,
     has_kimi,
     has_whitelist,
     imported_names,
     proposer_file,
     reference_forward,
+    selector_file,
     source,
     stock,
     stock_paths,
@@ -196,6 +199,82 @@ def test_kimi_k25_delegates_supports_eagle3_to_its_language_model(patched, versi
     else:  # a DeepseekV2ForCausalLM: delegate
         assert calls == [(4, 5)] and not hasattr(language_model, "aux_hidden_state_layers")
         assert layers == (3, 4, 5)
+
+
+# --- 5. (0.13-0.17) the drafter's layers are not bound by the engine's MLA backend --------------
+
+CUDA = "vllm/platforms/cuda.py"
+ENGINE_BACKEND = "vllm_config.attention_config.backend"
+
+
+def blackwell_default(version: str) -> tuple[str, int]:
+    """(the backend, its line): the MLA backend CudaPlatformBase.check_and_update_config sets for the whole
+    engine, under `is_device_capability_family(100)` (Blackwell), when none is given."""
+    text = source(release_tree(version, [CUDA]), CUDA)
+    found = [
+        (ast.unparse(node.value), node.lineno)
+        for branch in ast.walk(find(ast.parse(text), "CudaPlatformBase.check_and_update_config"))
+        if isinstance(branch, ast.If) and "is_device_capability_family(100)" in ast.unparse(branch.test)
+        for node in branch.body
+        if isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == ENGINE_BACKEND
+    ]
+    assert len(found) == 1, found
+    return found[0]
+
+
+class Backend:
+    def __init__(self, name: str, mla: bool | None):
+        self.name, self.mla = name, mla
+
+    def get_class(self):
+        if self.mla is None:
+            raise ImportError(self.name)
+        return SimpleNamespace(is_mla=lambda: self.mla)
+
+
+def selected(text: str, backend: Backend | None, model_mla: bool, layer_mla: bool, monkeypatch) -> object:
+    """The backend the release's get_attn_backend hands the platform for one layer (run with stand-ins)."""
+    config = SimpleNamespace(attention_config=SimpleNamespace(backend=backend), model_config=SimpleNamespace())
+    config.model_config.use_mla = model_mla
+    monkeypatch.setitem(sys.modules, "vllm.config", SimpleNamespace(get_current_vllm_config=lambda: config))
+    namespace = {
+        "get_args": lambda t: (),
+        "cast": lambda t, v: v,
+        "CacheDType": str,
+        "AttentionSelectorConfig": SimpleNamespace,
+        "AttentionType": SimpleNamespace(DECODER="decoder"),
+        "_cached_get_attn_backend": lambda backend, attn_selector_config, **more: backend,
+    }
+    if "def _engine_backend_for_layer(" in text:
+        namespace["_engine_backend_for_layer"] = compile_function(text, "_engine_backend_for_layer")
+    get_attn_backend = compile_function(text, "get_attn_backend", namespace)
+    return get_attn_backend(head_size=128, dtype="bfloat16", kv_cache_dtype=None, block_size=None, use_mla=layer_mla)
+
+
+@pytest.mark.parametrize("version", [v for v in SUPPORTED_RELEASES if has_engine_mla_default(v)])
+def test_the_drafters_layers_get_the_platforms_choice_under_the_engines_mla_backend(patched, version, monkeypatch):
+    default, line = blackwell_default(version)
+    assert default == (
+        "AttentionBackendEnum.CUTLASS_MLA" if version < "0.15" else "AttentionBackendEnum.FLASHINFER_MLA"
+    )
+    engine = Backend(default.rsplit(".", 1)[1], mla=True)
+    stock_text, patched_text = (
+        source(stock(version), selector_file(version)),
+        source(patched(version), selector_file(version)),
+    )
+    # stock: the drafter's non-MLA layer is handed the engine's MLA backend (cuda.py:{line}), which it refuses
+    assert selected(stock_text, engine, model_mla=True, layer_mla=False, monkeypatch=monkeypatch) is engine, line
+    # patched: the platform picks it one; the target's MLA layers keep the backend vLLM set
+    assert selected(patched_text, engine, model_mla=True, layer_mla=False, monkeypatch=monkeypatch) is None
+    assert selected(patched_text, engine, model_mla=True, layer_mla=True, monkeypatch=monkeypatch) is engine
+    # as stock: a non-MLA model's layers under a named MLA backend (its own build fails), a named non-MLA
+    # backend, none set, and a backend that cannot be loaded (the platform says so)
+    assert selected(patched_text, engine, model_mla=False, layer_mla=False, monkeypatch=monkeypatch) is engine
+    flash = Backend("FLASH_ATTN", mla=False)
+    assert selected(patched_text, flash, model_mla=True, layer_mla=False, monkeypatch=monkeypatch) is flash
+    assert selected(patched_text, None, model_mla=True, layer_mla=False, monkeypatch=monkeypatch) is None
+    unloadable = Backend("FLASHINFER_MLA", mla=None)
+    assert selected(patched_text, unloadable, model_mla=True, layer_mla=False, monkeypatch=monkeypatch) is unloadable
 
 
 # --- the declared contract ---------------------------------------------------------------------

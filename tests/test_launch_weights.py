@@ -266,6 +266,10 @@ def test_weights_only_of_a_format_the_launchs_load_format_leaves_out_name_droppi
     assert "it holds pytorch_model.bin, which it leaves out" in finding["message"], finding
     assert finding["fix"].startswith("drop --load-format safetensors (auto loads pytorch_model.bin)"), finding
     assert models_findings(preflight(tree, library, *launch)) == []  # auto: loaded
+    config = tmp_path / "serve.yaml"  # given in the launch's --config file: dropped there (no such option to drop)
+    config.write_text("load_format: safetensors\n")
+    [finding] = models_findings(preflight(tree, library, *launch, "--config", str(config)))
+    assert finding["fix"].startswith(f"drop load_format from {config} (the --config file) (auto loads"), finding
 
 
 @pytest.mark.parametrize(

@@ -647,6 +647,26 @@ def upstream_then_ours(text: str) -> str:
     )
 
 
+CONFLICT = r"<<<<<<< [^\n]*\n(.*?)=======\n(.*?)>>>>>>> [^\n]*\n"
+
+
+def theirs_then_the_layers_backend(text: str) -> str:
+    """Resolve each conflict block by keeping the new release's lines, where 0.17 passes the engine's
+    backend straight to the cache (0.16.0 named it backend_enum first, the line 0006 changes): the
+    patch's helper then takes the backend's place there, as the library's 0.17.0 series reads."""
+    text = re.sub(CONFLICT, lambda m: m.group(2), text, flags=re.S)
+    engine = "backend=vllm_config.attention_config.backend,"
+    assert text.count(engine) == 1, text
+    return text.replace(engine, "backend=_engine_backend_for_layer(vllm_config, use_mla),")
+
+
+# how each file the real 0.16.0 -> 0.17.x port conflicts in is resolved by hand
+RESOLUTIONS = {
+    "vllm/config/speculative.py": upstream_then_ours,  # 0.17 appended "nemotron_h" where 0.16.0's patch appends
+    "vllm/v1/attention/selector.py": theirs_then_the_layers_backend,
+}
+
+
 def test_port_help_says_a_library_of_several_sets_needs_set(run):
     # port carries one set: with the installed library's three it refuses to guess ("choose one with --set")
     result = run("port", "--help")
@@ -666,11 +686,11 @@ def test_porting_the_real_0_16_0_set_gives_the_library_series(run, tmp_path, ver
     result = run("port", *args, "--format", "json")
     report = json.loads(result.stdout)
     conflicted = {m["path"] for m in report["merges"] if m["conflicts"]}
-    assert conflicted <= {"vllm/config/speculative.py"}, report["merges"]
-    if conflicted:  # 0.17 appended "nemotron_h" where 0.16.0's patch appends its four entries
+    assert conflicted <= set(RESOLUTIONS), report["merges"]
+    if conflicted:
         assert result.exit_code == 1 and report["outcome"] == "conflicts"
         for path in conflicted:
-            (ws / path).write_text(upstream_then_ours((ws / path).read_text()))
+            (ws / path).write_text(RESOLUTIONS[path]((ws / path).read_text()))
         result = run("refresh", ws)
     assert result.exit_code == 0, result.output
 

@@ -115,6 +115,13 @@ def test_model_impl_transformers_is_judged_on_the_backend_and_its_transformers(s
         "vLLM fails loading the target"
     )
     assert found["fix"] == "drop --model-impl transformers: vLLM then builds its own DeepseekV3ForCausalLM"
+    config = site[0].parent / "serve.yaml"  # given in the launch's --config file: dropped there
+    config.write_text("model-impl: transformers\n")
+    found = supports(site, "--config", str(config))
+    assert (
+        found["fix"]
+        == f"drop model-impl from {config} (the --config file): vLLM then builds its own DeepseekV3ForCausalLM"
+    )
 
 
 def test_the_highest_requirement_is_named_and_a_version_that_meets_it_passes(site):

@@ -239,6 +239,6 @@ def test_each_sentence_recovery_says_of_a_guard_it_may_not_restore_is_true(run, 
     assert not guard.exists(), said
     assert "it had created removed" not in said, said
     assert "the launch guard's 1 file(s) it replaced removed, not restored" in said, said
-    assert "`patchkit apply` installs this patchkit's guard" in said, said
+    assert f"`patchkit apply --target {tree} --patch {patch}` installs this patchkit's guard" in said, said
     again = " ".join(run("status", "--target", tree, "--patch", patch).output.split())
     assert "pip uninstall" not in again and "no longer loads (patchkit_guard.py is gone)" in again, again

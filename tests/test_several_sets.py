@@ -186,9 +186,9 @@ def test_a_command_judging_several_sets_scans_the_trees_bytecode_once(run, tree,
     """Issue 21: the scan for bytecode that hangs the import is the tree's, the same for every set:
     done once a command (~3-7 ms each), not once a set (status) or twice a set (verify)."""
     assert run("apply", "--target", tree, "--patches", library).exit_code == 0
-    scans = []  # the guard's own __pycache__ is listed first in each scan, and alone of its modules
-    listed = modules_mod._hanging_in
-    monkeypatch.setattr(modules_mod, "_hanging_in", lambda *a: (scans.append(a) if len(a) > 2 else 0) or listed(*a))
+    scans = []  # one _scan a tree walk: the guard's own __pycache__, then vllm's
+    scanning = modules_mod._scan
+    monkeypatch.setattr(modules_mod, "_scan", lambda *a: scans.append(a) or scanning(*a))
     result = run(*command, "--target", tree, "--patches", library)
     assert result.exit_code == 0, result.output
     assert len(scans) == 1, len(scans)

@@ -78,7 +78,7 @@ def test_a_dry_run_of_the_library_series_runs_the_checks_and_says_they_passed(fe
     ran = {c["check"] for c in document["checks"]}
     assert {"integrity", "syntax", "names", "contract"} <= ran
     text = run_cli_writing("apply", "--dry-run", "--target", fetched, "--set", "eagle3")
-    assert text.stdout.splitlines()[-1].startswith("dry run: 4 file(s) would change, 24 check(s) passed")
+    assert text.stdout.splitlines()[-1].startswith("dry run: 5 file(s) would change, 27 check(s) passed")
 
 
 def test_a_dry_run_counts_the_checks_apply_counts_and_shows_them_with_v(fetched):
@@ -202,7 +202,7 @@ def test_a_patch_a_drifted_file_no_longer_holds_is_not_called_applied(fetched):
     assert_clean_failure(done, 1)
     row = next(" ".join(line.split()) for line in done.stdout.splitlines() if line.startswith(ACCEPT[:20]))
     assert "not-applied" in row, done.stdout
-    assert f"3 of 4 patches applied; 1 file drifted ({ACCEPT} no longer in it)" in done.stdout, done.stdout
+    assert f"4 of 5 patches applied; 1 file drifted ({ACCEPT} no longer in it)" in done.stdout, done.stdout
     assert "partial" not in done.stdout, done.stdout  # the drift is the failure, with its fix
     document = json.loads(
         run_cli_read_only("status", "--target", fetched, "--set", "eagle3", "--format", "json").stdout

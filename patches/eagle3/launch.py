@@ -26,12 +26,13 @@ from patchkit.launch import observed
 from patchkit.launch.drafter_attention import (
     partial_refused,
     positions_unserved,
-    sliding_under_mla,
     sliding_unbuilt,
+    sliding_under_mla,
     unjudged,
 )
+from patchkit.launch.drafter_nulls import null_refused
 from patchkit.launch.drafter_weights import weights_unjudged
-from patchkit.launch.engine import few_named
+from patchkit.launch.engine import apply_fix, few_named
 from patchkit.launch.findings import Finding, cannot_judge
 from patchkit.launch.microbatch import microbatch_findings
 from patchkit.launch.torch_names import torch_tensors
@@ -113,6 +114,10 @@ ATTENTION_RULES = ("vllm/v1/attention/backend.py", "vllm/attention/backends/abst
 NON_MLA_REFUSED = b"non-MLA not supported"
 ATTENTION_ENV = "VLLM_ATTENTION_BACKEND"  # read by 0.12-0.14 (the env then wins over the option)
 ATTENTION_ENV_READERS = ("vllm/config/attention.py", "vllm/attention/selector.py")
+# the set's 0006 (0.13-0.17): in an MLA model's engine the selector gives a non-MLA layer (the drafter's)
+# the platform's own choice instead of an MLA backend set for the whole engine, named or Blackwell's default
+SELECTORS = ("vllm/v1/attention/selector.py", "vllm/attention/selector.py")
+LAYER_BACKEND_CHOSEN = b"def _engine_backend_for_layer("
 
 
 # The other methods whose drafter vLLM loads through the proposer's load_model (EagleProposer: eagle,
@@ -187,7 +192,7 @@ def supports_eagle3(launch) -> Finding:
         requirement = launch.requirement(file=f"{MODELS_DIR}/{module}.py", kind="base", **{"class": cls}, base=SUPPORTS)
         return launch.evaluate(requirement, read)
 
-    fix = "drop --model-impl terratorch" if arch == "Terratorch" else None
+    fix = launch.command.where("model-impl", "--model-impl terratorch")[1] if arch == "Terratorch" else None
     static = launch.lacks("supports-eagle3", REGISTRY) or launch.judge("supports-eagle3", judgement, fix)
     verdict = launch.model_interface(_asked_for(launch, arch), "supports_eagle3")
     plugins = launch.general_plugins() if verdict.result is None else []
@@ -418,7 +423,8 @@ def _backend_fix(launch, why: str, need: Version | None = None) -> str:
         a for a in launch.target.architectures if (_model_class(tables, a) or (BACKEND_MODULE,))[0] != BACKEND_MODULE
     ]
     if why == "--model-impl transformers" and native:
-        return f"drop --model-impl transformers: vLLM then builds its own {native[0]}"
+        dropped = launch.command.where("model-impl", "--model-impl transformers")[1]  # a --config file's too
+        return f"{dropped}: vLLM then builds its own {native[0]}"
     pin = _vllm_pin(launch)
     if need is None:
         return "serve it without --speculative-config: its Transformers backend has no EAGLE-3 in this vLLM"
@@ -557,7 +563,8 @@ def drafter_architecture(launch) -> Finding:
         defaults = _drafter_defaults(launch) if table.get(built, ("",))[0] == LLAMA_DRAFTER else None
         mla = _uses_mla(launch, launch.target.text_config)
         sliding = lambda launch: sliding_unbuilt(launch, defaults, mla)  # noqa: E731
-        llama = (_mlp_unsplit, _activation_refused, _rope_unknown, partial_refused, _layer_types_refused, sliding)
+        llama = (null_refused, _mlp_unsplit, _activation_refused, _rope_unknown, partial_refused, _layer_types_refused)
+        llama = (*llama, sliding)
         llama = (*llama, _weights_unfit)
         llama = llama if table.get(built, ("",))[0] == LLAMA_DRAFTER else ()
         top = lambda launch: _top_tokens_missing(launch, table.get(built, ("",))[0])  # noqa: E731
@@ -678,11 +685,12 @@ def _activation_refused(launch) -> tuple[str, str] | None:
     """The EAGLE-3 drafter's layers are llama.py's, whose LlamaMLP raises for any hidden_act but the one
     it names (silu in 0.16.0): (what fails, fix) when the drafter's config.json gives another, else None."""
     act = launch.drafter.config.get("hidden_act")
-    if not isinstance(act, str):
-        return None  # absent: the config class's default (silu for Llama)
+    if act is None:
+        return None  # absent: the config class's default (silu for Llama); null: null_refused's
     taken = _mlp_activation(launch.read(LLAMA))
     if taken is None or act == taken:
         return None
+    act = act if isinstance(act, str) else repr(act)  # LlamaMLP compares any value to the name
     fix = f"use an EAGLE-3 drafter trained with hidden_act {taken}, the only one this vLLM's drafter layer takes"
     return f"its hidden_act '{escaped(act)}' is not {taken}, the only activation llama.py's LlamaMLP takes", fix
 
@@ -955,15 +963,26 @@ def _quant_config_unfound(launch) -> tuple[str, str] | None:
 def _attention_backend_refused(launch) -> tuple[str, str] | None:
     """One attention backend named for the whole launch serves the drafter's layers too: on CUDA, vLLM
     raises for a named backend whose MLA-ness differs from the layer's. An MLA target builds and loads
-    with an MLA backend; the drafter's non-MLA layers then refuse it. (what fails, fix), else None."""
+    with an MLA backend; the drafter's non-MLA layers then refuse it, unless the tree's selector carries
+    the set's 0006, which gives them the platform's choice. (what fails, fix), else None."""
     named = _attention_backend(launch)
     if named is None or not _uses_mla(launch, launch.target.text_config):
         return None  # none named, or a non-MLA target: the target's own build refuses an MLA backend first
     source, undo, name = named
     if _uses_mla(launch, launch.drafter.config) or not _mla_backend(launch, name) or not _cuda_build(launch):
         return None
+    if _layers_choose_their_own(launch.read):
+        return None
     why = f"{source} {escaped(name)} is an MLA backend, which vLLM refuses for the drafter's non-MLA attention"
+    if launch.read_planned is not None and _layers_choose_their_own(launch.read_planned):
+        return why, launch.planned_fix or apply_fix(launch.patch_set)
     return why, f"{undo}: vLLM then picks a backend for each layer"
+
+
+def _layers_choose_their_own(read) -> bool:
+    """Whether the tree's selector (patched by the set's 0006) gives an MLA model's non-MLA layers the
+    platform's choice instead of an engine-wide MLA backend."""
+    return any(LAYER_BACKEND_CHOSEN in (read(path) or b"") for path in SELECTORS)
 
 
 def _v2_runner_unfed(launch) -> tuple[str, str] | None:

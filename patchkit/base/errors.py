@@ -146,6 +146,14 @@ class Drift(CheckFailed):
     """A patched file was edited after patchkit wrote it."""
 
 
+class BreaksSet(CheckFailed):
+    """A write that is not a set's own would break that set (engine/held.py): `set_name` names it."""
+
+    def __init__(self, message: str, *, hint: str | None = None, set_name: str = ""):
+        super().__init__(message, hint=hint)
+        self.set_name = set_name
+
+
 def drift_refused(changed: Mapping[str, str], one: Callable[[str, str], str], several: str, *, restores: str) -> Drift:
     """The Drift refusing to write over the files in `changed` (path -> how it changed, or "" where
     that goes unsaid). One file: `one(path, how)`. Several: `several` (the count is the caller's), then

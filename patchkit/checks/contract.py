@@ -561,3 +561,15 @@ EVALUATORS: dict[str, Callable[[Requirement, Module], Verdict]] = {
     "model-types": check_model_types,
     "guarded-read": check_guarded_read,
 }
+
+
+def judged(
+    requirements: list[Requirement], read: Callable[[str], bytes | None], version: Version | None
+) -> list[CheckResult]:
+    """Each requirement's verdict on the contents `read` gives (path -> bytes, None: absent), in order:
+    another set's contract held against a write that is not that set's (engine/held.py)."""
+    by_file: dict[str, list[Requirement]] = {}
+    for req in requirements:
+        by_file.setdefault(req.file, []).append(req)
+    verdicts = {file: iter(_file_verdicts(reqs, read(file), version)) for file, reqs in by_file.items()}
+    return [next(verdicts[req.file]) for req in requirements]

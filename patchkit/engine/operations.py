@@ -69,6 +69,7 @@ from patchkit.engine.guard import (
     unseen_guard_note,
     with_stale_bytecode,
 )
+from patchkit.engine.held import refuse_breaking
 from patchkit.engine.inspection import (
     TreeStatus,
     apply_of,
@@ -332,6 +333,7 @@ class _Applying:
             )
         shadow.refuse(root, self.patches)  # else the patch would never be what runs
         self.refuse_writing_under_later_sets(state, plan.changed_paths)
+        self.refuse_breaking_sets(state, plan)
         self.found = self.found_unrecorded(plan)
         if not plan.changed_paths:
             return self.already_applied(plan, dry_run=dry_run)
@@ -457,6 +459,12 @@ class _Applying:
             hint=f"{hints.command('revert', chosen=selection_of(later))}, then apply {this} again "
             f"({hints.command('apply')}), then {hints.command('apply', chosen=selection_of(later))}",
         )
+
+    def refuse_breaking_sets(self, state: State, plan: Plan) -> None:
+        """An ad-hoc diff is held to the contract of each library set whose files it writes (held.py)."""
+        recorded = {e.set_name: list(e.files) for e in state.entries if e.set_name not in self.stale}
+        reads = (plan.disk_content, plan.content)
+        refuse_breaking(self.resolved.held_by, self.resolved.vllm_version, plan.changed_paths, reads, recorded)
 
     def already_applied(self, plan: Plan, *, dry_run: bool) -> ApplyResult:
         """No file of the series to write; but the record is brought up to the tree (see
@@ -1217,6 +1225,7 @@ class _Reverting:
         refused = self.refused(plan, unrecorded)
         if refused is not None:
             return refused
+        self.refuse_writing_under_records(plan, unrecorded)
         unsure = list(restored.unvouched)  # a patched wheel's, on its own word: a copy is kept
         if undo.wheel is None:  # a patched wheel's RECORD lists its patched files: no stock to tell edits by
             installed = undo.installed
@@ -1271,6 +1280,23 @@ class _Reverting:
                 "cannot reverse the series; nothing was written:\n  " + plan.describe_conflicts("\n  "),
                 hint=_unnamed_conflict_hint(self.root) if self.undo.entries else _unrecorded_conflict_hint(self.root),
             ),
+        )
+
+    def refuse_writing_under_records(self, plan: Plan, unrecorded: list[Patch]) -> None:
+        """Diffs no record holds are reversed only where no other set's record names the file: that
+        set's record would still call it patched (eagle3 half-reverted, its gate admitting)."""
+        reverting = {e.set_name for e in self.undo.entries} | set(self.undo.stale)
+        owned = {p: e.set_name for e in self.state.entries if e.set_name not in reverting for p in e.files}
+        hit = sorted(p for p in set(plan.changes) & set(touched_paths(unrecorded)) if p in owned)
+        if not hit:
+            return
+        name = owned[hit[0]]
+        entry = self.state.entry(name)
+        assert entry is not None
+        raise Conflict(
+            f"{escaped(hit[0])} is in set {name}'s record, not this diff's: reversing it there would "
+            f"leave {name} half-reverted; nothing was written",
+            hint=f"to undo {name}: {hints.command('revert', chosen=selection_of(entry))}",
         )
 
     def record_after(self) -> tuple[dict[str, tuple[bytes | None, bytes | None]], State, str]:

@@ -44,6 +44,8 @@ class Resolved(Value):
     version: DetectedVersion | None
     selection: Selection
     notes: list[str] = field(default_factory=list)
+    # an ad-hoc --patch: the library's sets whose contracts its writes are held to (engine/held.py)
+    held_by: tuple[PatchSetDef, ...] = ()
 
     @property
     def patches(self) -> list[Patch]:
@@ -99,7 +101,8 @@ def resolve(
         found = _detect_quietly(tgt, opts.vllm_version)
         selection = library.adhoc_selection(list(opts.adhoc), found.version if found else None)
         _refuse_over_earlier_text(tgt.root, opts.adhoc, selection.set_name)
-        return Resolved(tgt, found, selection)
+        held_by = tuple(library.load_library(library.locate(opts.library).path).values())
+        return Resolved(tgt, found, selection, held_by=held_by)
     detected = detected or version_mod.detect(tgt, opts.vllm_version)
     wheel = None if opts.vllm_version else _installed_wheel(tgt.root)
     if wheel is not None and len(wheel.set_names) > 1:  # a wheel of several sets: the one asked for, if it holds it

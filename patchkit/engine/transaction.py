@@ -617,13 +617,13 @@ class _Count(Value):
     def said(self) -> str:
         parts = [f"{self.restored} file(s) restored"] if self.restored else []
         parts += [f"{self.removed} file(s) it had created removed"] if self.removed else []
-        parts += [_GUARD_REMOVED.format(self.guard_removed)] if self.guard_removed else []
+        parts += [_GUARD_REMOVED.format(self.guard_removed, hints.command("apply"))] if self.guard_removed else []
         return ", ".join(parts) or "no file had changed yet"
 
 
 _GUARD_REMOVED = (
     "the launch guard's {} file(s) it replaced removed, not restored (no seal of this user's vouches for the "
-    "guard's bytes the journal names): `patchkit apply` installs this patchkit's guard"
+    "guard's bytes the journal names): {} installs this patchkit's guard"
 )
 
 

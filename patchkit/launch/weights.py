@@ -636,9 +636,11 @@ def _problem(
         fix = f"move {why.files} out of {directory} (vLLM then reaches the weights)"
     elif isinstance(why, NotSharded):
         also = " too (it loads with the launch's --load-format)" if role == "drafter" else ""
-        fix = f"pre-shard it{also} with vLLM's examples/offline_inference/save_sharded_state.py, or drop --load-format"
+        dropped = command.where("load-format", "--load-format")[1]  # where the launch gives it: a --config file too
+        fix = f"pre-shard it{also} with vLLM's examples/offline_inference/save_sharded_state.py, or {dropped}"
     elif isinstance(why, OtherFormat):
-        fix = f"drop --load-format {load_format} (auto loads {why.files}), or convert the {role}'s weights to it"
+        dropped = command.where("load-format", f"--load-format {load_format}")[1]
+        fix = f"{dropped} (auto loads {why.files}), or convert the {role}'s weights to it"
     elif directory == name and LFS in why:
         fix = f"run `git lfs pull` in {name} (it fetches the weights the pointers name)"
     elif directory == name:

@@ -52,7 +52,7 @@ from packaging.version import InvalidVersion, Version
 from patchkit import __version__
 from patchkit.base import fsutil, hints, signals
 from patchkit.base.enums import Outcome, SelectionKind
-from patchkit.base.errors import BadInput, CheckFailed, FetchError, NoPatchSet, PatchkitError, TargetError
+from patchkit.base.errors import BadInput, BreaksSet, CheckFailed, FetchError, NoPatchSet, PatchkitError, TargetError
 from patchkit.base.options import Options
 from patchkit.checks import ERROR, LARGEST_PARSED, WARNING, CheckResult, integrity, probe, shadow
 from patchkit.distinfo.entry_points import parse_entry_points
@@ -894,7 +894,11 @@ def _plan_and_check(
         resolved=resolved,
     )
 
-    dry = apply_series(resolved, dry_run=True, import_probe=False)  # apply's checks on the planned contents
+    try:
+        dry = apply_series(resolved, dry_run=True, import_probe=False)  # apply's checks on the planned contents
+    except BreaksSet as exc:  # the wheel's own fix: no tree to apply the set to
+        exc.hint = f"build the whole set's wheel: `--set {exc.set_name}` in place of --patch"
+        raise _nothing_written(exc) from None
     result.warnings += dry.warnings
     result.plan, result.checks = dry.plan, list(dry.checks or [])
     if dry.error is not None and not dry.planned_checks:  # refused before the checks (a conflict, integrity)
@@ -987,9 +991,9 @@ def _check_metadata(wheel: StockWheel) -> None:
 def _needed(resolved: Resolved, patches: list[Patch]) -> list[str]:
     """The files the plan and the checks read: every path the series names, the contract's files."""
     paths = {p for patch in patches for f in patch.files for p in (f.source_path, f.target_path) if p}
-    patch_set = resolved.selection.patch_set
-    if patch_set is not None:
-        paths |= {req.file for req in patch_set.contract if req.applies_to(resolved.vllm_version)}
+    for patch_set in (resolved.selection.patch_set, *resolved.held_by):  # held_by: an ad-hoc diff's (held.py)
+        if patch_set is not None:
+            paths |= {req.file for req in patch_set.contract if req.applies_to(resolved.vllm_version)}
     return sorted(paths)
 
 

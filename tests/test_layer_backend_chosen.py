@@ -1,0 +1,100 @@
+"""review40a D11: on Blackwell vLLM 0.13-0.17 set one MLA attention backend for a DeepSeek/Kimi
+engine, and a named one (C4) does the same anywhere; the EAGLE-3 drafter's non-MLA layers then refuse
+it. The eagle3 set's 0006 makes the selector give such a layer the platform's own choice, so the
+drafter-architecture finding fails a named MLA backend only where the tree's selector lacks that
+change, and names `patchkit apply` where the series brings it."""
+
+from __future__ import annotations
+
+import pytest
+from helpers import assert_clean_failure, make_patch, run_cli, run_cli_in_process
+from launch_fixtures import DEEPSEEK_V3, DRAFTER, apply_fix, findings, serve, write_eagle3_setup, write_model
+
+# the tree's attention backend registry and the rule its backends share, as 0.16.0 lays them out
+ATTENTION_FILES = {
+    "vllm/v1/attention/backends/registry.py": "class AttentionBackendEnum(Enum):\n"
+    '    FLASH_ATTN = "vllm.v1.attention.backends.flash_attn.FlashAttentionBackend"\n'
+    '    TRITON_MLA = "vllm.v1.attention.backends.mla.triton_mla.TritonMLABackend"\n',
+    "vllm/v1/attention/backend.py": "class AttentionBackend:\n    def validate_configuration(cls, use_mla):\n"
+    "        if use_mla != cls.is_mla():\n"
+    '            reasons.append("MLA not supported" if use_mla else "non-MLA not supported")\n',
+}
+# a selector's get_attn_backend: as stock binds every layer to the engine's backend, as 0006 leaves it
+STOCK_SELECTOR = (
+    "def get_attn_backend(head_size, use_mla=False):\n"
+    "    backend_enum = get_current_vllm_config().attention_config.backend\n"
+    "    return _cached_get_attn_backend(backend=backend_enum)\n"
+)
+CHOSEN_SELECTOR = (
+    "def get_attn_backend(head_size, use_mla=False):\n"
+    "    vllm_config = get_current_vllm_config()\n"
+    "    backend_enum = _engine_backend_for_layer(vllm_config, use_mla)\n"
+    "    return _cached_get_attn_backend(backend=backend_enum)\n\n\n"
+    "def _engine_backend_for_layer(vllm_config, use_mla):\n"
+    "    backend = vllm_config.attention_config.backend\n"
+    "    if backend is None or use_mla or not vllm_config.model_config.use_mla:\n"
+    "        return backend\n"
+    "    return None if backend.get_class().is_mla() else backend\n"
+)
+MLA_TARGET = {**DEEPSEEK_V3, "kv_lora_rank": 512}
+NAMED = ("--attention-backend", "TRITON_MLA")
+
+
+def preflight(tree, library, *command):
+    return run_cli_in_process(
+        "preflight", "--target", tree, "--patches", library, "--format", "json", "--no-import", "--", *command
+    )
+
+
+def laid_out(tmp_path, selector: str | None, where: str = "vllm/v1/attention/selector.py"):
+    """(tree, library, launch): the eagle3 setup applied, the backend files, and `selector` at `where`."""
+    tree, library = write_eagle3_setup(tmp_path)
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    for rel, text in {**ATTENTION_FILES, **({where: selector} if selector is not None else {})}.items():
+        (tree / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tree / rel).write_text(text)
+    launch = serve(write_model(tmp_path / "target", MLA_TARGET), write_model(tmp_path / "drafter", DRAFTER), *NAMED)
+    return tree, library, launch
+
+
+@pytest.mark.parametrize("selector", [None, STOCK_SELECTOR])
+def test_a_named_mla_backend_fails_where_the_selector_binds_every_layer(tmp_path, selector):
+    tree, library, launch = laid_out(tmp_path, selector)
+    done = preflight(tree, library, *launch)
+    assert_clean_failure(done, 1)
+    finding = findings(done)["drafter-architecture"]
+    assert not finding["ok"] and "--attention-backend TRITON_MLA is an MLA backend" in finding["message"], finding
+    assert finding["fix"] == "drop --attention-backend: vLLM then picks a backend for each layer", finding
+
+
+@pytest.mark.parametrize("where", ["vllm/v1/attention/selector.py", "vllm/attention/selector.py"])
+def test_a_named_mla_backend_passes_where_the_selector_lets_the_drafter_choose(tmp_path, where):
+    """0.14-0.17 keep the selector in vllm/v1/attention/, 0.13 in vllm/attention/."""
+    tree, library, launch = laid_out(tmp_path, CHOSEN_SELECTOR, where)
+    done = preflight(tree, library, *launch)
+    assert done.returncode == 0, done.stdout
+    assert findings(done)["drafter-architecture"]["ok"]
+
+
+def test_the_fix_is_apply_where_the_series_brings_the_change(tmp_path):
+    """A stock tree whose series patches the selector: apply is the fix (on Blackwell dropping the
+    option is not enough: vLLM sets an MLA backend for the engine itself), and after it the launch passes."""
+    tree, library = write_eagle3_setup(tmp_path)
+    selector = "vllm/v1/attention/selector.py"
+    for rel, text in {**ATTENTION_FILES, selector: STOCK_SELECTOR}.items():
+        (tree / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tree / rel).write_text(text)
+    diff = make_patch(tmp_path, tree, {selector: CHOSEN_SELECTOR}, header="Description: layers choose\n")
+    (library / "eagle3" / "0.16.0" / "0002-selector.patch").write_bytes(diff)
+    with open(library / "eagle3" / "0.16.0" / "series", "a") as series:
+        series.write("0002-selector.patch\n")
+    launch = serve(write_model(tmp_path / "target", MLA_TARGET), write_model(tmp_path / "drafter", DRAFTER), *NAMED)
+
+    done = preflight(tree, library, *launch)
+    assert_clean_failure(done, 1)
+    finding = findings(done)["drafter-architecture"]
+    assert not finding["ok"] and "is an MLA backend" in finding["message"], finding
+    assert finding["fix"] == apply_fix(tree, library), finding
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    done = preflight(tree, library, *launch)
+    assert done.returncode == 0, done.stdout
