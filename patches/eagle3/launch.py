@@ -561,7 +561,7 @@ def drafter_architecture(launch) -> Finding:
         # llama.py's rules hold only for the drafter class built of its layers (0.22+ has other EAGLE-3 drafters)
         # llama.py's layers read the drafter's config class's defaults where its config.json is silent
         defaults = _drafter_defaults(launch) if table.get(built, ("",))[0] == LLAMA_DRAFTER else None
-        mla = _uses_mla(launch, launch.target.text_config)
+        mla = launch.command.uses_mla(launch.target.text_config)
         sliding = lambda launch: sliding_unbuilt(launch, defaults, mla)  # noqa: E731
         llama = (null_refused, _mlp_unsplit, _activation_refused, _rope_unknown, partial_refused, _layer_types_refused)
         llama = (*llama, sliding)
@@ -966,10 +966,10 @@ def _attention_backend_refused(launch) -> tuple[str, str] | None:
     with an MLA backend; the drafter's non-MLA layers then refuse it, unless the tree's selector carries
     the set's 0006, which gives them the platform's choice. (what fails, fix), else None."""
     named = _attention_backend(launch)
-    if named is None or not _uses_mla(launch, launch.target.text_config):
+    if named is None or not launch.command.uses_mla(launch.target.text_config):
         return None  # none named, or a non-MLA target: the target's own build refuses an MLA backend first
     source, undo, name = named
-    if _uses_mla(launch, launch.drafter.config) or not _mla_backend(launch, name) or not _cuda_build(launch):
+    if launch.command.uses_mla(launch.drafter.config) or not _mla_backend(launch, name) or not _cuda_build(launch):
         return None
     if _layers_choose_their_own(launch.read):
         return None
@@ -1084,12 +1084,6 @@ def _attention_backend(launch) -> tuple[str, str, str] | None:
         given = f"drop {ATTENTION_ENV}={escaped(environ)} from the command" if ATTENTION_ENV in command.env else None
         return ATTENTION_ENV, given or f"unset {ATTENTION_ENV}", environ
     return command.attention_backend
-
-
-def _uses_mla(launch, config: dict) -> bool:
-    """vLLM's use_mla, as its is_deepseek_mla reads a config: a kv_lora_rank, unless VLLM_MLA_DISABLE."""
-    disabled = launch.command.environ.get("VLLM_MLA_DISABLE", "0").strip()
-    return config.get("kv_lora_rank") is not None and disabled in ("", "0")
 
 
 def _mla_backend(launch, name: str) -> bool:

@@ -93,6 +93,12 @@ class LaunchCommand(Value):
         os.environ decodes every variable, and a `run` of three sets asked ~45 times."""
         return {} if self.clean_env else {k: v for k, v in os.environ.items() if k not in self.unset}
 
+    def uses_mla(self, config: dict[str, Any]) -> bool:
+        """vLLM's use_mla for a model config, as its is_deepseek_mla reads it: a kv_lora_rank, unless the
+        launch's VLLM_MLA_DISABLE says otherwise."""
+        disabled = self.environ.get("VLLM_MLA_DISABLE", "0").strip()
+        return config.get("kv_lora_rank") is not None and disabled in ("", "0")
+
     @property
     def sets_search_path(self) -> bool:
         """Whether the command itself says the PATH its program is looked up on (`env -i`, `env -u

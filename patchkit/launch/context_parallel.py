@@ -69,7 +69,7 @@ def _layer_kinds(context: LaunchContext) -> set[str]:
     """The kinds of attention layer the launch builds: the target's, and an EAGLE drafter's (never MLA),
     an MTP drafter's (the target's), a draft model's (its own config's)."""
     command = context.command
-    target = "MLA" if _mla(context, context.target.text_config) else "non-MLA"
+    target = "MLA" if command.uses_mla(context.target.text_config) else "non-MLA"
     method = command.speculative_method
     if method in NO_DRAFTER_LAYERS:
         return {target}
@@ -77,13 +77,7 @@ def _layer_kinds(context: LaunchContext) -> set[str]:
         return {target, "non-MLA"}
     if method == "mtp" or context.drafter is None:
         return {target}
-    return {target, "MLA" if _mla(context, context.drafter.config) else "non-MLA"}
-
-
-def _mla(context: LaunchContext, config: dict[str, object]) -> bool:
-    """vLLM's use_mla (is_deepseek_mla): a kv_lora_rank, unless VLLM_MLA_DISABLE."""
-    disabled = context.command.environ.get("VLLM_MLA_DISABLE", "0").strip()
-    return config.get("kv_lora_rank") is not None and disabled in ("", "0")
+    return {target, "MLA" if command.uses_mla(context.drafter.config) else "non-MLA"}
 
 
 def _declares(source: bytes | None) -> bool:
