@@ -35,6 +35,7 @@ from patchkit.launch.drafter_weights import weights_unjudged
 from patchkit.launch.engine import apply_fix, few_named
 from patchkit.launch.findings import Finding, cannot_judge
 from patchkit.launch.microbatch import microbatch_findings
+from patchkit.launch.parallel_drafting import mask_hidden_missing
 from patchkit.launch.torch_names import torch_tensors
 from patchkit.launch.weights import TorchFiles, drafter_tensors
 from patchkit.series.requirements import Target
@@ -565,7 +566,7 @@ def drafter_architecture(launch) -> Finding:
         sliding = lambda launch: sliding_unbuilt(launch, defaults, mla)  # noqa: E731
         llama = (null_refused, _mlp_unsplit, _activation_refused, _rope_unknown, partial_refused, _layer_types_refused)
         llama = (*llama, sliding)
-        llama = (*llama, _weights_unfit)
+        llama = (*llama, _weights_unfit, lambda launch: mask_hidden_missing(launch, _drafter_weights(launch)))
         llama = llama if table.get(built, ("",))[0] == LLAMA_DRAFTER else ()
         top = lambda launch: _top_tokens_missing(launch, table.get(built, ("",))[0])  # noqa: E731
         rules = (_heads_unsplit, *llama, _quant_config_unfound, _attention_backend_refused, top)
