@@ -10,8 +10,8 @@ import math
 from typing import Any
 
 from patchkit.base.errors import escaped
+from patchkit.launch.model_files import EAGLE3_DRAFTER
 
-EAGLE3_DRAFTER = "vllm/model_executor/models/llama_eagle3.py"
 MASK = "mask_hidden"
 MASK_REQUIRED = b"mask_hidden not found in weights"  # llama_eagle3.py's load_weights raises so (0.16-0.17)
 # the buffer it copies the tensor into: 1 x (3 if it takes aux hidden states, else 1) x hidden_size
