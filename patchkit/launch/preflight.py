@@ -72,6 +72,7 @@ from patchkit.launch.speculative import speculative_findings
 from patchkit.launch.speculators import drafter_config, speculator
 from patchkit.launch.validation import CHECK as VALIDATION
 from patchkit.launch.validation import engine_validation
+from patchkit.launch.vllm_env import refused_flags
 from patchkit.launch.weights import as_findings, target_directory, tokenizer_findings, weight_findings
 from patchkit.series import dry_run, library
 from patchkit.series.library import PatchSetDef
@@ -1017,9 +1018,8 @@ def command_findings(context: LaunchContext) -> list[Finding]:
         if declared is not None and f'"{option}"'.encode() not in declared:
             message = f"the installed vLLM has no option {option} ({ARG_UTILS} declares none): it refuses the command"
             found.append(Finding(COMMAND, False, message, f"write --{ALIASES[option[1:]]}"))
-    return (
-        found + bounds_findings(COMMAND, context) + speculative_findings(context) + context_parallel_findings(context)
-    )
+    found += bounds_findings(COMMAND, context) + speculative_findings(context) + context_parallel_findings(context)
+    return found + refused_flags(command.environ, context.read)
 
 
 def _lenient_reading(command: LaunchCommand, version: Version | None) -> Finding:
