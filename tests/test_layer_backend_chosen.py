@@ -136,6 +136,20 @@ def test_a_named_cutlass_mla_fails_where_the_drafter_gets_flashinfer_and_passes_
     said = "--attention-backend CUTLASS_MLA takes kernel blocks of 128, FlashInfer (the drafter's backend on Blackwell)"
     assert not finding["ok"] and said in finding["message"] and "16, 32, 64: none is common" in finding["message"]
     assert finding["fix"] == "drop --attention-backend: vLLM then picks a backend for each layer", finding
+    # where the tree has FLASHINFER_MLA (0.13-0.17), naming it is the fix (dropping the option gives
+    # CUTLASS_MLA again on 0.13/0.14's Blackwell)
+    flashinfer_mla = {
+        "vllm/v1/attention/backends/mla/flashinfer_mla.py": "class FlashInferMLABackend(MLACommonBackend):\n"
+        "    @staticmethod\n    def get_supported_kernel_block_sizes() -> list[int | MultipleOf]:\n"
+        "        return [32, 64]\n",
+        "vllm/v1/attention/backends/registry.py": KERNEL_BLOCKS["vllm/v1/attention/backends/registry.py"]
+        + '    FLASHINFER_MLA = "vllm.v1.attention.backends.mla.flashinfer_mla.FlashInferMLABackend"\n',
+    }
+    for rel, text in flashinfer_mla.items():
+        (tree / rel).write_text(text)
+    finding = findings(preflight(tree, library, *launch))["drafter-architecture"]
+    assert not finding["ok"] and said in finding["message"], finding
+    assert finding["fix"] == "name FLASHINFER_MLA in place of CUTLASS_MLA: FlashInfer takes its kernel blocks too"
 
     tree, library, launch = laid_out(tmp_path / "revised", BLOCKS_SELECTOR, named=CUTLASS)
     done = preflight(tree, library, *launch)

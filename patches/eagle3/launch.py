@@ -123,6 +123,7 @@ LAYER_BACKEND_CHOSEN = b"def _engine_backend_for_layer("
 # layers share one KV cache group); the 0006 before it gave Blackwell's first non-MLA choice, FlashInfer
 LAYER_BLOCKS_SHARED = b"def _backend_sharing_blocks("
 BLACKWELL_FIRST = "FLASHINFER"
+SHARING_MLA = "FLASHINFER_MLA"  # Blackwell's MLA backend whose kernel blocks (32, 64) FlashInfer takes
 
 
 # The other methods whose drafter vLLM loads through the proposer's load_model (EagleProposer: eagle,
@@ -969,7 +970,9 @@ def _attention_backend_refused(launch) -> tuple[str, str] | None:
     """One attention backend named for the whole launch serves the drafter's layers too: on CUDA, vLLM
     raises for a named backend whose MLA-ness differs from the layer's. An MLA target builds and loads
     with an MLA backend; the drafter's non-MLA layers then refuse it, unless the tree's selector carries
-    the set's 0006, which gives them the platform's choice. (what fails, fix), else None."""
+    the set's 0006, which gives them a backend of the platform's choice that shares the MLA backend's KV
+    cache blocks (the older 0006 gave FlashInfer on Blackwell, which CUTLASS_MLA's do not suit). (what
+    fails, fix), else None."""
     named = _attention_backend(launch)
     if named is None or not launch.command.uses_mla(launch.target.text_config):
         return None  # none named, or a non-MLA target: the target's own build refuses an MLA backend first
@@ -979,14 +982,19 @@ def _attention_backend_refused(launch) -> tuple[str, str] | None:
     if (unshared := _layers_unserved(launch.read, name)) is None:
         return None
     why = f"{source} {escaped(name)} is an MLA backend, which vLLM refuses for the drafter's non-MLA attention"
+    fix = f"{undo}: vLLM then picks a backend for each layer"
     if unshared:
         why = (
             f"{source} {escaped(name)} takes kernel blocks of {unshared[0]}, FlashInfer (the drafter's backend on "
             f"Blackwell) of {unshared[1]}: none is common, and vLLM fails after the target's load"
         )
+        sharing = kernel_block_sizes(launch.read, ATTENTION_REGISTRIES, SHARING_MLA)
+        chosen = kernel_block_sizes(launch.read, ATTENTION_REGISTRIES, BLACKWELL_FIRST) or []
+        if sharing and share_a_kernel_block(sharing, chosen):  # on 0.13/0.14 dropping it gives CUTLASS_MLA again
+            fix = f"name {SHARING_MLA} in place of {escaped(name)}: FlashInfer takes its kernel blocks too"
     if launch.read_planned is not None and _layers_unserved(launch.read_planned, name) is None:
         return why, launch.planned_fix or apply_fix(launch.patch_set)
-    return why, f"{undo}: vLLM then picks a backend for each layer"
+    return why, fix
 
 
 def _layers_unserved(read, name: str) -> tuple[str, str] | tuple[()] | None:
