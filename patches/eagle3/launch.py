@@ -30,6 +30,7 @@ from patchkit.launch.drafter_attention import (
     sliding_under_mla,
     unjudged,
 )
+from patchkit.launch.drafter_embedding import embedding_shared
 from patchkit.launch.drafter_nulls import null_refused
 from patchkit.launch.drafter_quant import target_quantization
 from patchkit.launch.drafter_weights import weights_unjudged
@@ -1153,6 +1154,9 @@ def hidden_size(launch) -> Finding:
     if wanted is None or actual is None:
         message = f"cannot judge: the drafter expects hidden size {_shown(wanted)}, the target has {_shown(actual)}"
         return Finding("drafter-hidden-size", False, message, SIZE_FIX)
+    shared = embedding_shared(launch, actual, _drafter_weights(launch)) if wanted == actual else None
+    if shared is not None:
+        return shared
     message = f"drafter expects hidden size {wanted}, target has {actual}"
     return Finding("drafter-hidden-size", wanted == actual, message, None if wanted == actual else DRAFTER_FIX)
 
