@@ -183,6 +183,21 @@ def _added_a_file(tree: Tree) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+def added_a_file_by_an_older_patchkit(tree: Tree) -> None:
+    """An older patchkit's --patch apply: its record has no "held" mark (no set's contract held it), so
+    the guard cannot judge it; status names this patchkit's apply of the same diff, which marks it."""
+    _added_a_file(tree)
+    state = tree.state()
+    for entry in state["entries"]:
+        entry.pop("held", None)
+    tree.write_state(state)
+
+
+def added_a_file_by_an_older_patchkit_then_upgraded(tree: Tree) -> None:
+    added_a_file_by_an_older_patchkit(tree)
+    pip_install(tree.site, "0.17.0", stock_files("0.17.0"))
+
+
 def added_a_file_then_upgraded(tree: Tree) -> None:
     _added_a_file(tree)
     pip_install(tree.site, "0.17.0", stock_files("0.17.0"))
@@ -751,6 +766,8 @@ CATALOGUE: list[Callable[[Tree], None]] = [
     upgraded_to_uncovered,
     upgraded_to_a_release_without_a_patched_file,
     downgraded_to_a_release_without_a_patched_file,
+    added_a_file_by_an_older_patchkit,
+    added_a_file_by_an_older_patchkit_then_upgraded,
     added_a_file_then_upgraded,
     added_a_file_then_upgraded_keeping_it,
     patched_wheel,

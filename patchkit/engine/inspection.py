@@ -950,7 +950,7 @@ def guard_refusal(
     fields = _guard_fields(root, set_name, state, written=written, version=version)
     if not fields["guard"]:
         return None
-    found = TreeStatus(TreeState.APPLIED, **fields)
+    found = TreeStatus(TreeState.APPLIED, **fields, record=state)
     return found.guard, found.guard_fix
 
 

@@ -584,6 +584,9 @@ class _Applying:
         written_only = [r for r in on_disk if r not in results]  # what only the written files show: the probe
         self.show(bytecode + written_only)  # one count of the checks on the files written
         done = _applied_said(plan) if plan.stock is None else _updated_said(self.resolved.set_name, self.changed)
+        if self.judge_guard and any(is_adhoc(e.set_name) and not e.held for e in new_state.entries):
+            self.state = new_state  # an older patchkit's --patch record the guard refuses: its fix is said
+            self.warn_of_what_the_guard_refuses()
         applied = self.result(
             Outcome.APPLIED,
             f"{done}: {len(changes)} file(s) changed" + self.guard_said(),
