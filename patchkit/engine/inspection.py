@@ -350,9 +350,8 @@ class TreeStatus(Value):
                 f"run {self.fix_command('revert', '--force')} (it keeps a copy of the edits), then {self.apply_chosen}"
             )
         shadowed = [problem for problem in self.guard if SHADOWED in problem]
-        if shadowed and len(shadowed) == len(
-            self.guard
-        ):  # apply refuses until that file is gone: the fix is the user's
+        # apply refuses until that file is gone: the fix is the user's
+        if shadowed and len(shadowed) == len(self.guard):
             return shadow.fix(shadowed[0].partition(" ")[0])
         if all(STALE_BYTECODE in problem for problem in self.guard):  # apply's bytecode fix, as after a write
             return _bytecode_fix(self.guard)
