@@ -157,6 +157,17 @@ def test_an_older_patchkits_harmless_patch_is_held_by_applying_it_again(toy):
     assert status(toy).returncode == 0
 
 
+def test_apply_of_a_set_over_an_older_patchkits_patch_record_says_the_guard_still_refuses(toy, tmp_path):
+    addon = tmp_path / "addon.patch"
+    addon.write_text("--- /dev/null\n+++ b/vllm/my_addon.py\n@@ -0,0 +1 @@\n+ADDON = 1\n")
+    older_patchkits_patch_apply(toy, addon)
+    done = cli(toy, "apply", "--set", "gated")
+    words = " ".join((done.stdout + done.stderr).split())
+    assert done.returncode == 0 and "the launch guard still refuses the tree" in words, words
+    assert f"--patch {addon}`" in words and target_guard.UNHELD in words, words
+    assert load_plugins_like_vllm(toy["site"]).returncode != 0  # as it says
+
+
 def test_a_patch_this_patchkit_applies_is_recorded_held_and_launches(toy):
     done = cli(toy, "apply", "--patch", toy["model_only"])
     assert done.returncode == 0, done.stdout + done.stderr

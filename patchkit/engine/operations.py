@@ -522,6 +522,18 @@ class _Applying:
             self.result(Outcome.ALREADY_APPLIED, message, plan=plan, checks=bytecode), "already applied"
         )
 
+    def unheld_left(self, state: State) -> str:
+        """An older patchkit's --patch record this apply leaves (the guard refuses it): the warning that
+        names its fix, and the words the result line ends with ("" when there is none)."""
+        if not (self.judge_guard and any(is_adhoc(e.set_name) and not e.held for e in state.entries)):
+            return ""
+        self.state = state  # the record as written: the guard judges it
+        return (
+            "; the launch guard still refuses the tree (see the warning)"
+            if self.warn_of_what_the_guard_refuses()
+            else ""
+        )
+
     def warn_of_what_the_guard_refuses(self, *, dry_run: bool = False) -> bool:
         """This set has nothing to write, but the guard may still refuse the tree for another set's
         file (a patched wheel's set, another record): "nothing to do" alone would hide it. True: it
@@ -584,12 +596,9 @@ class _Applying:
         written_only = [r for r in on_disk if r not in results]  # what only the written files show: the probe
         self.show(bytecode + written_only)  # one count of the checks on the files written
         done = _applied_said(plan) if plan.stock is None else _updated_said(self.resolved.set_name, self.changed)
-        if self.judge_guard and any(is_adhoc(e.set_name) and not e.held for e in new_state.entries):
-            self.state = new_state  # an older patchkit's --patch record the guard refuses: its fix is said
-            self.warn_of_what_the_guard_refuses()
         applied = self.result(
             Outcome.APPLIED,
-            f"{done}: {len(changes)} file(s) changed" + self.guard_said(),
+            f"{done}: {len(changes)} file(s) changed" + self.guard_said() + self.unheld_left(new_state),
             plan=plan,
             checks=stock + on_disk + bytecode,
             planned_checks=planned,
