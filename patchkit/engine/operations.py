@@ -643,10 +643,8 @@ class _Applying:
         earlier = settled.entry(self.resolved.set_name)
         if self.changed and earlier is not None:  # another library's patches that made the same bytes: now this one's
             settled = settled.with_entry(self.resolved.apply_record({}, earlier))
-        elif earlier is not None and is_adhoc(earlier.set_name) and not earlier.held:
-            settled = settled.with_entry(
-                replace(earlier, held=True)
-            )  # an older patchkit's, held by refuse_breaking_sets
+        elif earlier is not None and is_adhoc(earlier.set_name) and not earlier.held:  # refuse_breaking_sets held it
+            settled = settled.with_entry(replace(earlier, held=True))
         settled, originals = self.found_applied(settled)
         guard_changes, settled = self.with_guard(settled)
         settled = settled.with_wheel(_guarded_wheel(root, settled))
