@@ -30,12 +30,16 @@ from patchkit.launch.drafter_attention import (
     sliding_under_mla,
     unjudged,
 )
+from patchkit.launch.drafter_embedding import embedding_shared
 from patchkit.launch.drafter_nulls import null_refused
+from patchkit.launch.drafter_quant import target_quantization
 from patchkit.launch.drafter_weights import weights_unjudged
 from patchkit.launch.engine import apply_fix, few_named
 from patchkit.launch.findings import Finding, cannot_judge
 from patchkit.launch.kernel_blocks import kernel_block_sizes, share_a_kernel_block
 from patchkit.launch.microbatch import microbatch_findings
+from patchkit.launch.model_files import EAGLE3_DRAFTER, LLAMA, LLAMA_DRAFTER, MODELS_DIR, REGISTRY
+from patchkit.launch.parallel_drafting import mask_hidden_missing
 from patchkit.launch.torch_names import torch_tensors
 from patchkit.launch.weights import TorchFiles, drafter_tensors
 from patchkit.series.requirements import Target
@@ -45,17 +49,12 @@ if TYPE_CHECKING:
 
 SUPPORTS = "SupportsEagle3"
 SPECULATIVE_TABLE = "_SPECULATIVE_DECODING_MODELS"
-MODELS_DIR = "vllm/model_executor/models"
-REGISTRY = f"{MODELS_DIR}/registry.py"  # where vLLM registers architectures (read statically)
 DRAFTER_FIX = "use an EAGLE-3 drafter trained for this target model"
 AUX_FIX = "give the layers the drafter was trained on as a top-level eagle_aux_hidden_state_layer_ids list"
 LAYERS_FIX = "give the config.json whole-number layer ids and num_hidden_layers: the check cannot judge without them"
 NOTE_ROOM = 60  # columns for the names of the general plugins not judged
 SIZE_FIX = "give the config.json a positive whole-number size: the check cannot judge without one"
-EAGLE3_DRAFTER = f"{MODELS_DIR}/llama_eagle3.py"
-LLAMA = f"{MODELS_DIR}/llama.py"  # the drafter's decoder layer and MLP (llama_eagle3.py subclasses them)
 ROPE = "vllm/model_executor/layers/rotary_embedding/__init__.py"  # get_rope: a branch per RoPE type
-LLAMA_DRAFTER = "llama_eagle3"  # the module of the EAGLE-3 drafter built of llama.py's layers
 MODEL_CONFIG_CLASSES = (
     f"{MODELS_DIR}/config.py"  # MODELS_CONFIG_MAP: a class per architecture that may change the engine's config
 )
@@ -571,7 +570,7 @@ def drafter_architecture(launch) -> Finding:
         sliding = lambda launch: sliding_unbuilt(launch, defaults, mla)  # noqa: E731
         llama = (null_refused, _mlp_unsplit, _activation_refused, _rope_unknown, partial_refused, _layer_types_refused)
         llama = (*llama, sliding)
-        llama = (*llama, _weights_unfit)
+        llama = (*llama, _weights_unfit, lambda launch: mask_hidden_missing(launch, _drafter_weights(launch)))
         llama = llama if table.get(built, ("",))[0] == LLAMA_DRAFTER else ()
         top = lambda launch: _top_tokens_missing(launch, table.get(built, ("",))[0])  # noqa: E731
         rules = (_heads_unsplit, *llama, _quant_config_unfound, _attention_backend_refused, top)
@@ -579,9 +578,13 @@ def drafter_architecture(launch) -> Finding:
         later = (positions_unserved(launch, defaults) if llama else None) or _cache_format_refused(launch)
         later = later or _v2_runner_unfed(launch)
         later = later or (sliding_under_mla(launch, mla) if llama else None)
+        quantized = target_quantization(launch) if llama else None  # (fails, why, fix): the target's, taken
+        later = later or (quantized[1:] if quantized and quantized[0] else None)
         if unbuilt is None and later is not None:
             return Finding("drafter-architecture", False, f"{registered}, but {later[0]}", later[1])
-        unread = unjudged(launch, defaults, mla) if llama else None
+        unread = (unjudged(launch, defaults, mla) if llama else None) or (
+            quantized[1:] if quantized and not quantized[0] else None
+        )
         if unbuilt is None and unread is not None:
             return cannot_judge("drafter-architecture", f"{registered}, but {unread[0]}", unread[1])
         if unbuilt is None:
@@ -1182,6 +1185,9 @@ def hidden_size(launch) -> Finding:
     if wanted is None or actual is None:
         message = f"cannot judge: the drafter expects hidden size {_shown(wanted)}, the target has {_shown(actual)}"
         return Finding("drafter-hidden-size", False, message, SIZE_FIX)
+    shared = embedding_shared(launch, actual, _drafter_weights(launch)) if wanted == actual else None
+    if shared is not None:
+        return shared
     message = f"drafter expects hidden size {wanted}, target has {actual}"
     return Finding("drafter-hidden-size", wanted == actual, message, None if wanted == actual else DRAFTER_FIX)
 
