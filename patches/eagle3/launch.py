@@ -33,6 +33,7 @@ from patchkit.launch.drafter_attention import (
 from patchkit.launch.drafter_embedding import embedding_shared
 from patchkit.launch.drafter_load import drafter_load_format
 from patchkit.launch.drafter_nulls import null_refused
+from patchkit.launch.drafter_quant import target_quantization
 from patchkit.launch.drafter_weights import weights_unjudged
 from patchkit.launch.engine import apply_fix, few_named
 from patchkit.launch.findings import Finding, cannot_judge
@@ -572,9 +573,13 @@ def drafter_architecture(launch) -> Finding:
         later = (positions_unserved(launch, defaults) if llama else None) or _cache_format_refused(launch)
         later = later or _v2_runner_unfed(launch)
         later = later or (sliding_under_mla(launch, mla) if llama else None)
+        quantized = target_quantization(launch) if llama else None  # (fails, why, fix): the target's, taken
+        later = later or (quantized[1:] if quantized and quantized[0] else None)
         if unbuilt is None and later is not None:
             return Finding("drafter-architecture", False, f"{registered}, but {later[0]}", later[1])
-        unread = unjudged(launch, defaults, mla) if llama else None
+        unread = (unjudged(launch, defaults, mla) if llama else None) or (
+            quantized[1:] if quantized and not quantized[0] else None
+        )
         if unbuilt is None and unread is not None:
             return cannot_judge("drafter-architecture", f"{registered}, but {unread[0]}", unread[1])
         if unbuilt is None:

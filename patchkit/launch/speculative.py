@@ -24,7 +24,7 @@ OLD_MTP_TYPES = "MTP_MODEL_TYPES"  # 0.11's: a tuple
 NO_DRAFTER_NEEDED = ("mtp", "ngram", "[ngram]", "suffix")  # methods whose model vLLM fills in itself
 DRAFTER_FIX = 'give "model" the drafter\'s path or hub id'
 DETECTED_TYPES = ("medusa", "mlp_speculator", "longcat_flash_mtp")  # a drafter model_type naming its method
-DRAFT_MODEL_KEPT = b'elif self.method == "draft_model":'  # 0.15 on: a drafter of no other method runs as one
+DRAFT_MODEL_REFUSED = b"Speculative decoding with draft model is not"  # 0.11-0.14 raise it for any drafter left
 
 
 def speculative_findings(context: LaunchContext) -> list[Finding]:
@@ -202,15 +202,15 @@ def _method_detected(model: str, method: str | None, mtp_types: set[str], contex
     """Whether vLLM's SpeculativeConfig settles on a method for a drafter given as `model` (the same
     chain in 0.11-0.17): eagle or eagle3 given is kept; else "eagle-" or "eagle3" in the drafter's
     name (redirected); else its model_type as hf_config_override leaves it (medusa, an MTP type);
-    else draft_model given where the tree takes it. Any other method given (mtp, medusa) is replaced
+    else draft_model given, unless the tree refuses it (0.11-0.14). Any other method given (mtp, medusa) is replaced
     by that chain, and vLLM raises where it finds none. An unknown drafter config is not judged here."""
     if method in ("eagle", "eagle3"):
         return True
     name = context.command.draft_model_name(model).lower()
     if "eagle-" in name or "eagle3" in name:
         return True
-    if method == "draft_model" and DRAFT_MODEL_KEPT in (context.read(SPEC_FILE) or b""):
-        return True
+    if method == "draft_model" and DRAFT_MODEL_REFUSED not in (context.read(SPEC_FILE) or b""):
+        return True  # kept (0.15 on), or a tree that does not show it refused
     if context.drafter is None:
         return True
     model_type = _built_model_type(context)
