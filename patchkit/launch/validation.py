@@ -9,7 +9,7 @@ import os
 import re
 from typing import Any
 
-from patchkit.base.enums import WorkerStatus
+from patchkit.base.enums import BuildStatus, WorkerStatus
 from patchkit.launch.command import LaunchCommand
 from patchkit.launch.findings import Finding, VllmVerdict, cannot_judge
 from patchkit.launch.genconfig import AT_START  # the generation config: vLLM's front end reads it as it starts
@@ -81,9 +81,14 @@ BUILD_GIVES = (
 
 def _building(partial: dict[str, Any]) -> bool:
     drafter = partial.get("drafter")
-    return (
-        worker_status(partial) == WorkerStatus.OK and isinstance(drafter, dict) and drafter.get("status") == "building"
-    )
+    building = isinstance(drafter, dict) and _built(drafter) == BuildStatus.BUILDING
+    return worker_status(partial) == WorkerStatus.OK and building
+
+
+def _built(drafter: dict[str, Any]) -> BuildStatus | None:
+    """The build's status as the enum (None: none, or unknown)."""
+    said = drafter.get("status")
+    return BuildStatus(said) if isinstance(said, str) and said in tuple(BuildStatus) else None
 
 
 def drafter_finding(answer: dict[str, Any]) -> Finding | None:
@@ -94,15 +99,15 @@ def drafter_finding(answer: dict[str, Any]) -> Finding | None:
         return None
     method, model, named = (_short(built.get(key)) for key in ("method", "model", "class"))
     drafter = f"the {method} drafter {model}"
-    status = built.get("status")
-    if status == "built" and built.get("loaded") is True:
+    built_as = _built(built)
+    if built_as == BuildStatus.BUILT and built.get("loaded") is True:
         said = (
             f"vLLM builds {drafter} ({named}) and loads its weights' names, shapes and dtypes (read from the headers)"
         )
         return Finding(BUILD, True, said)
-    if status == "built":
+    if built_as == BuildStatus.BUILT:
         return Finding(BUILD, True, f"vLLM builds {drafter} ({named}); with --load-format dummy it loads no weights")
-    if status == "failed":
+    if built_as == BuildStatus.FAILED:
         error = vllm_words(str(built.get("error", "")))
         what = (
             f"load the weights of {drafter} into {named or 'its class'}"
