@@ -72,6 +72,8 @@ class Drafter:
         config = json.load(open(os.path.join(vllm_config.speculative_config.draft_model_config.model, "config.json")))
         if config.get("hang"):
             time.sleep(600)
+        if config.get("max_position_embeddings", 1) is None:  # torch's refusal lists signatures that name devices
+            raise TypeError("arange() received an invalid combination of arguments:\\n * (torch.device device = None)")
         width = config["hidden_size"]
         self.params = {"fc.weight": (width, 3 * config["target_hidden_size"]), "norm.weight": (width,)}
         self.params["mlp.weight"] = (config["intermediate_size"] % 64, width)
@@ -208,6 +210,7 @@ def test_a_drafter_vllm_builds_and_loads_passes_and_no_tensor_data_is_read(root)
     ("config", "weights", "said"),
     [
         ({**DRAFTER, "intermediate_size": None}, WEIGHTS, "vLLM cannot build the eagle3 drafter"),
+        ({**DRAFTER, "max_position_embeddings": None}, WEIGHTS, "vLLM cannot build the eagle3 drafter"),
         (DRAFTER, {**WEIGHTS, "fc.weight": [64, 64]}, "vLLM cannot load the weights of the eagle3 drafter"),
         (DRAFTER, {**WEIGHTS, "nonesuch.weight": [4]}, "vLLM cannot load the weights of the eagle3 drafter"),
     ],

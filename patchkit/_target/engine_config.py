@@ -104,8 +104,9 @@ def drafter_built(config: Any, answer: dict[str, Any], seconds: object, forced: 
     if not isinstance(seconds, (int, float)) or seconds <= 0:
         return None
 
-    def platform(exc: BaseException) -> bool:
-        words = _BUILD_PLACE.search(str(exc)) is not None or (forced and _PLATFORM_WORDS.search(str(exc)) is not None)
+    def platform(exc: BaseException) -> bool:  # its first line: torch lists signatures that name devices after it
+        line = (str(exc).strip().splitlines() or [""])[0]
+        words = _BUILD_PLACE.search(line) is not None or (forced and _PLATFORM_WORDS.search(line) is not None)
         return words or (forced and _raised_in_cpu_platform(exc))
 
     try:

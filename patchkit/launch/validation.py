@@ -108,7 +108,7 @@ def drafter_finding(answer: dict[str, Any]) -> Finding | None:
     if built_as == BuildStatus.BUILT:
         return Finding(BUILD, True, f"vLLM builds {drafter} ({named}); with --load-format dummy it loads no weights")
     if built_as == BuildStatus.FAILED:
-        error = vllm_words(str(built.get("error", "")))
+        error = _first_line(str(built.get("error", "")))
         what = (
             f"load the weights of {drafter} into {named or 'its class'}"
             if built.get("stage") == "load"
@@ -118,7 +118,8 @@ def drafter_finding(answer: dict[str, Any]) -> Finding | None:
             "mend the drafter's config.json or weights where vLLM's error points, or use a drafter made for this target"
         )
         return Finding(BUILD, False, f"vLLM cannot {what}: {error}: the launch fails once the target has loaded", fix)
-    return cannot_judge(BUILD, f"vLLM's build of {drafter}: {_short(built.get('reason'), 400)}", BUILD_GIVES)
+    reason = _short(vllm_words(str(built.get("reason", "not said"))), 400)
+    return cannot_judge(BUILD, f"vLLM's build of {drafter}: {reason}", BUILD_GIVES)
 
 
 def _short(value: object, limit: int = 200) -> str:
