@@ -17,11 +17,11 @@ from patchkit.launch.command import LaunchCommand
 from patchkit.launch.drafter_weights import quantization
 from patchkit.launch.engine import Reader, registry_tables
 from patchkit.launch.findings import Finding, cannot_judge
+from patchkit.launch.model_files import MODELS_DIR
 from patchkit.launch.models import ModelConfig, resolve_model
 from patchkit.launch.weights import drafter_directory, target_directory, weight_names
 
 SPEC_FILE = "vllm/config/speculative.py"
-MODELS_DIR = "vllm/model_executor/models"
 DEEPSEEK_MTP = f"{MODELS_DIR}/deepseek_mtp.py"
 LOADER = "vllm/model_executor/model_loader/default_loader.py"
 STRICT = b"model_config.quantization is None"  # DefaultModelLoader's strict check: unquantized models only

@@ -58,6 +58,7 @@ from patchkit.launch import toolparsers
 from patchkit.launch.bounds import bounds_findings
 from patchkit.launch.command import ALIASES, LaunchCommand
 from patchkit.launch.context_parallel import context_parallel_findings
+from patchkit.launch.eagle_one import eagle1_findings
 from patchkit.launch.engine import LaunchContext, Reader, apply_fix, launch_python_version, set_checks, tree_reader
 from patchkit.launch.findings import Finding, cannot_judge
 from patchkit.launch.interpreter import RefusedByPython, exec_search
@@ -1020,9 +1021,8 @@ def command_findings(context: LaunchContext) -> list[Finding]:
         if declared is not None and f'"{option}"'.encode() not in declared:
             message = f"the installed vLLM has no option {option} ({ARG_UTILS} declares none): it refuses the command"
             found.append(Finding(COMMAND, False, message, f"write --{ALIASES[option[1:]]}"))
-    return (
-        found + bounds_findings(COMMAND, context) + speculative_findings(context) + context_parallel_findings(context)
-    )
+    found += bounds_findings(COMMAND, context) + speculative_findings(context) + eagle1_findings(context)
+    return found + context_parallel_findings(context)
 
 
 def _lenient_reading(command: LaunchCommand, version: Version | None) -> Finding:
