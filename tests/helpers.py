@@ -232,6 +232,26 @@ def write_library(
     return root
 
 
+# copy_with_bytecode's bytecode of each source it copied, by (path, mtime, size): made once a process
+_BYTECODE: dict[tuple[Path, int, int], bytes] = {}
+
+
+def copy_with_bytecode(source: Path, dest: Path) -> None:
+    """`source` (a library's script) copied to `dest` with its mtime, and beside it in __pycache__ the bytecode
+    an installed library holds (pip compiles it): a load runs it, as an installed one's does, instead of
+    compiling the script again (eagle3's launch.py: ~18 ms of CPU a load where PYTHONDONTWRITEBYTECODE is set).
+    The bytecode is checked against `dest`'s mtime and size at each load, as any __pycache__ is."""
+    shutil.copy2(source, dest)
+    pyc = Path(importlib.util.cache_from_source(str(dest)))
+    pyc.parent.mkdir(exist_ok=True)
+    made = dest.stat()
+    key = (source.resolve(), made.st_mtime_ns, made.st_size)
+    if key not in _BYTECODE:
+        py_compile.compile(str(dest), cfile=str(pyc), doraise=True)
+        _BYTECODE[key] = pyc.read_bytes()
+    pyc.write_bytes(_BYTECODE[key])
+
+
 def snapshot(root: Path) -> dict[str, bytes]:
     """Every file under vllm/, for byte-for-byte comparisons."""
     return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted((root / "vllm").rglob("*")) if p.is_file()}

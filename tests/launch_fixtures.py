@@ -18,7 +18,15 @@ from pathlib import Path
 
 import pytest
 from cli_server import run_patchkit_with_pid
-from helpers import make_patch, run_cli_in_process, run_cli_judged, stale_pyc_under_prefix, write_library, write_tree
+from helpers import (
+    copy_with_bytecode,
+    make_patch,
+    run_cli_in_process,
+    run_cli_judged,
+    stale_pyc_under_prefix,
+    write_library,
+    write_tree,
+)
 from packaging.version import Version
 
 from patchkit.series.library import default_root
@@ -187,8 +195,8 @@ def write_eagle3_setup(tmp: Path, version: str = "0.16.0", patched: dict[str, st
     real = default_root() / "eagle3"
     library = tmp / "library"
     (library / "eagle3" / version).mkdir(parents=True)
-    for name in ("contract.toml", "launch.py"):
-        shutil.copy(real / name, library / "eagle3" / name)
+    shutil.copy(real / "contract.toml", library / "eagle3" / "contract.toml")
+    copy_with_bytecode(real / "launch.py", library / "eagle3" / "launch.py")
     (library / "eagle3" / version / "0001-eagle3.patch").write_bytes(patch)
     (library / "eagle3" / version / "series").write_text("0001-eagle3.patch\n")
     # from 0.18.0 the set is upstream: its series then covers a release before (never under upstream's range)

@@ -37,6 +37,7 @@ from patchkit.launch.drafter_quant import target_quantization
 from patchkit.launch.drafter_weights import weights_unjudged
 from patchkit.launch.engine import apply_fix, few_named
 from patchkit.launch.findings import Finding, cannot_judge
+from patchkit.launch.kernel_blocks import kernel_block_sizes, share_a_kernel_block
 from patchkit.launch.microbatch import microbatch_findings
 from patchkit.launch.model_files import EAGLE3_DRAFTER, LLAMA, LLAMA_DRAFTER, MODELS_DIR, REGISTRY
 from patchkit.launch.parallel_drafting import mask_hidden_missing
@@ -118,6 +119,11 @@ ATTENTION_ENV_READERS = ("vllm/config/attention.py", "vllm/attention/selector.py
 # the platform's own choice instead of an MLA backend set for the whole engine, named or Blackwell's default
 SELECTORS = ("vllm/v1/attention/selector.py", "vllm/attention/selector.py")
 LAYER_BACKEND_CHOSEN = b"def _engine_backend_for_layer("
+# 0006 since 2026-12-05: only among the backends that share a kernel block size with the MLA one (the
+# layers share one KV cache group); the 0006 before it gave Blackwell's first non-MLA choice, FlashInfer
+LAYER_BLOCKS_SHARED = b"def _backend_sharing_blocks("
+BLACKWELL_FIRST = "FLASHINFER"
+SHARING_MLA = "FLASHINFER_MLA"  # Blackwell's MLA backend whose kernel blocks (32, 64) FlashInfer takes
 
 
 # The other methods whose drafter vLLM loads through the proposer's load_model (EagleProposer: eagle,
@@ -968,25 +974,50 @@ def _attention_backend_refused(launch) -> tuple[str, str] | None:
     """One attention backend named for the whole launch serves the drafter's layers too: on CUDA, vLLM
     raises for a named backend whose MLA-ness differs from the layer's. An MLA target builds and loads
     with an MLA backend; the drafter's non-MLA layers then refuse it, unless the tree's selector carries
-    the set's 0006, which gives them the platform's choice. (what fails, fix), else None."""
+    the set's 0006, which gives them a backend of the platform's choice that shares the MLA backend's KV
+    cache blocks (the older 0006 gave FlashInfer on Blackwell, which CUTLASS_MLA's do not suit). (what
+    fails, fix), else None."""
     named = _attention_backend(launch)
     if named is None or not launch.command.uses_mla(launch.target.text_config):
         return None  # none named, or a non-MLA target: the target's own build refuses an MLA backend first
     source, undo, name = named
     if launch.command.uses_mla(launch.drafter.config) or not _mla_backend(launch, name) or not _cuda_build(launch):
         return None
-    if _layers_choose_their_own(launch.read):
+    if (unshared := _layers_unserved(launch.read, name)) is None:
         return None
     why = f"{source} {escaped(name)} is an MLA backend, which vLLM refuses for the drafter's non-MLA attention"
-    if launch.read_planned is not None and _layers_choose_their_own(launch.read_planned):
+    fix = f"{undo}: vLLM then picks a backend for each layer"
+    if unshared:
+        why = (
+            f"{source} {escaped(name)} takes kernel blocks of {unshared[0]}, FlashInfer (the drafter's backend on "
+            f"Blackwell) of {unshared[1]}: none is common, and vLLM fails after the target's load"
+        )
+        sharing = kernel_block_sizes(launch.read, ATTENTION_REGISTRIES, SHARING_MLA)
+        chosen = kernel_block_sizes(launch.read, ATTENTION_REGISTRIES, BLACKWELL_FIRST) or []
+        if sharing and share_a_kernel_block(sharing, chosen):  # on 0.13/0.14 dropping it gives CUTLASS_MLA again
+            fix = f"name {SHARING_MLA} in place of {escaped(name)}: FlashInfer takes its kernel blocks too"
+    if launch.read_planned is not None and _layers_unserved(launch.read_planned, name) is None:
         return why, launch.planned_fix or apply_fix(launch.patch_set)
-    return why, f"{undo}: vLLM then picks a backend for each layer"
+    return why, fix
 
 
-def _layers_choose_their_own(read) -> bool:
-    """Whether the tree's selector (patched by the set's 0006) gives an MLA model's non-MLA layers the
-    platform's choice instead of an engine-wide MLA backend."""
-    return any(LAYER_BACKEND_CHOSEN in (read(path) or b"") for path in SELECTORS)
+def _layers_unserved(read, name: str) -> tuple[str, str] | tuple[()] | None:
+    """None where the tree's selector (patched by the set's 0006) gives an MLA model's non-MLA layers a
+    backend of their own that shares a kernel block size with `name`'s; else () where it binds them to
+    the engine's backend, or the two backends' sizes where the older 0006 gives them FlashInfer."""
+    selector = b"".join(read(path) or b"" for path in SELECTORS)
+    if LAYER_BLOCKS_SHARED in selector:
+        return None
+    if LAYER_BACKEND_CHOSEN not in selector:
+        return ()
+    named = kernel_block_sizes(read, ATTENTION_REGISTRIES, name)
+    chosen = kernel_block_sizes(read, ATTENTION_REGISTRIES, BLACKWELL_FIRST)
+    if named is None or chosen is None or share_a_kernel_block(named, chosen):
+        return None
+    said = [
+        ", ".join(str(s) if isinstance(s, int) else f"multiples of {s[1]}" for s in sizes) for sizes in (named, chosen)
+    ]
+    return said[0], said[1]
 
 
 def _v2_runner_unfed(launch) -> tuple[str, str] | None:
