@@ -31,6 +31,7 @@ from patchkit.launch.drafter_attention import (
     unjudged,
 )
 from patchkit.launch.drafter_embedding import embedding_shared
+from patchkit.launch.drafter_load import drafter_load_format
 from patchkit.launch.drafter_nulls import null_refused
 from patchkit.launch.drafter_quant import target_quantization
 from patchkit.launch.drafter_weights import weights_unjudged
@@ -769,7 +770,7 @@ def _weights_unjudged(launch) -> list[Finding]:
 
 def _drafter_weights(launch) -> dict | str | None:
     """drafter_tensors', a torch file's state dict read too (torch_names), as vLLM's pt iterator loads it."""
-    tensors = drafter_tensors(launch.command)
+    tensors = drafter_tensors(launch.command, drafter_load_format(launch.command, launch.read))
     if not isinstance(tensors, TorchFiles):
         return tensors
     read = {}
