@@ -564,6 +564,19 @@ def deep_record_rows(work: Path, runs: int, files: int) -> list[str]:
     ]
 
 
+def symlink_maze(top: Path) -> Path:
+    """A directory 1,000 levels below `top` whose links a and b lead to itself again: any path of a/b parts
+    under it exists, as deep as wanted."""
+    deep = top
+    deep.mkdir()
+    for _ in range(1000):  # one at a time: mkdir(parents=True) recurses once a level
+        deep = deep / "x"
+        deep.mkdir()
+    for name in "ab":
+        (deep / name).symlink_to(deep)
+    return deep
+
+
 def planted_rows(work: Path, runs: int, files: int) -> list[str]:
     """`status -q` and the guard on an applied 0.16.0 tree whose record names `files` created files more
     (review36 N14-b, N14-c): reached through a planted symlink into a directory 1,000 levels deep (a and
@@ -571,13 +584,7 @@ def planted_rows(work: Path, runs: int, files: int) -> list[str]:
     reference: the same count of files in one real directory, absent. Goal: about the reference (each
     symlink expanded was 0.1-0.35 s a file; each link hashed again, its whole size)."""
     base = applied_0_16(work, "planted-0")
-    deep = work / "planted-deep"
-    deep.mkdir()
-    for _ in range(1000):  # one at a time: mkdir(parents=True) recurses once a level
-        deep = deep / "x"
-        deep.mkdir()
-    for name in "ab":
-        (deep / name).symlink_to(deep)
+    deep = symlink_maze(work / "planted-deep")
     rng, sites = random.Random(1), {}
     for shape in ("reference", "symlinked", "hard-linked"):
         paths = [f"vllm/zz/x{i}.py" for i in range(files)]
@@ -608,13 +615,7 @@ def planted_pyc_rows(work: Path, runs: int, files: int) -> list[str]:
     unrecorded (status's own scan for a .pyc the import hangs on) and recorded (the guard refuses them);
     the reference: the same modules (as recorded) with regular .pyc files. Goal: a few times the reference at most."""
     base = applied_0_16(work, "pyc-0")
-    deep = work / "pyc-deep"
-    deep.mkdir()
-    for _ in range(1000):  # one at a time: mkdir(parents=True) recurses once a level
-        deep = deep / "x"
-        deep.mkdir()
-    for name in "ab":
-        (deep / name).symlink_to(deep)
+    deep = symlink_maze(work / "pyc-deep")
     (deep / "real.pyc").write_bytes(b"\0" * 16)
     rng, sites = random.Random(1), {}
     for shape, linked in itertools.product(("unrecorded", "recorded"), (False, True)):

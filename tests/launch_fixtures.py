@@ -18,7 +18,15 @@ from pathlib import Path
 
 import pytest
 from cli_server import run_patchkit_with_pid
-from helpers import copy_with_bytecode, make_patch, run_cli_judged, stale_pyc_under_prefix, write_library, write_tree
+from helpers import (
+    copy_with_bytecode,
+    make_patch,
+    run_cli_in_process,
+    run_cli_judged,
+    stale_pyc_under_prefix,
+    write_library,
+    write_tree,
+)
 from packaging.version import Version
 
 from patchkit.series.library import default_root
@@ -224,6 +232,29 @@ DRAFTER = {
     "draft_vocab_size": 32000,
     "eagle_aux_hidden_state_layer_ids": [1, 29, 57],
 }
+
+
+def eagle3_tensors(
+    hidden: int, kv_width: int, intermediate: int, draft_vocab: int, target_hidden: int, target_vocab: int | None
+) -> dict[str, list[int]]:
+    """The tensor shapes of a one-layer EAGLE-3 drafter as its checkpoint names them (layer 0's q/k/v take the
+    embeddings and the states: twice `hidden`); `target_vocab` None: no t2d."""
+    q_input = 2 * hidden
+    tensors = {"d2t": [draft_vocab], **({"t2d": [target_vocab]} if target_vocab else {})}
+    tensors |= {
+        "lm_head.weight": [draft_vocab, hidden],
+        "fc.weight": [hidden, 3 * target_hidden],
+        "norm.weight": [hidden],
+    }
+    attention = {"q_proj": hidden, "k_proj": kv_width, "v_proj": kv_width}
+    tensors |= {f"midlayer.self_attn.{name}.weight": [rows, q_input] for name, rows in attention.items()}
+    tensors |= {"midlayer.self_attn.o_proj.weight": [hidden, hidden]}
+    tensors |= {f"midlayer.mlp.{name}.weight": [intermediate, hidden] for name in ("gate_proj", "up_proj")}
+    tensors |= {"midlayer.mlp.down_proj.weight": [hidden, intermediate]}
+    norms = ("input_layernorm", "post_attention_layernorm", "hidden_norm")
+    return tensors | {f"midlayer.{name}.weight": [hidden] for name in norms}
+
+
 # a drafter trained for Kimi-K2.5: its vocabulary is the target's (DRAFTER's is DeepSeek-V3's)
 KIMI_DRAFTER = {**DRAFTER, "vocab_size": KIMI_K25["text_config"]["vocab_size"]}
 
@@ -496,6 +527,24 @@ def apply_fix(tree: Path, library: Path, python: str | None = None) -> str:
 
 def applied(tree: Path, library: Path) -> None:
     assert run_cli_judged("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+
+
+def applied_finding(tmp_path: Path, files: dict[str, str | None], command: list[str], check: str) -> dict | None:
+    """The `check` finding (None: none) of a static preflight of `command` on a 0.16.0 stand-in tree with eagle3
+    applied and `files` written into it (None: left out); a failing finding fails the command."""
+    tree, library = write_eagle3_setup(tmp_path)
+    applied(tree, library)
+    for path, text in files.items():
+        if text is not None:
+            (tree / path).parent.mkdir(parents=True, exist_ok=True)
+            (tree / path).write_text(text)
+    done = run_cli_in_process(
+        "preflight", "--target", tree, "--patches", library, "--no-import", "--format", "json", "--", *command
+    )
+    assert done.returncode in (0, 1), done.stdout + done.stderr
+    found = [f for f in json.loads(done.stdout)["findings"] if f["check"] == check]
+    assert len(found) <= 1 and (done.returncode == 1 or all(f["result"] != "fail" for f in found)), done.stdout
+    return found[0] if found else None
 
 
 # Named by `name=`: a test that takes `launch` then shadows no name its module imports.

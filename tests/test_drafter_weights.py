@@ -15,7 +15,7 @@ import zipfile
 
 import pytest
 from helpers import run_cli_in_process, run_cli_judged
-from launch_fixtures import DEEPSEEK_V3, DRAFTER, serve, write_eagle3_setup, write_model, write_weights
+from launch_fixtures import DEEPSEEK_V3, DRAFTER, eagle3_tensors, serve, write_eagle3_setup, write_model, write_weights
 
 MODELS = "vllm/model_executor/models"
 # llama_eagle3.py's layout (0.16.0) and llama.py's bias rules, as tests/test_preflight.py writes them
@@ -32,23 +32,7 @@ elif "lm_head" not in name:
 LLAMA_BIASES = 'bias_o_proj = attention_bias\nbias=getattr(config, "mlp_bias", False)\n'
 SMALL_DRAFTER = {**DRAFTER, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2}
 SMALL_DRAFTER |= {"intermediate_size": 128, "draft_vocab_size": 512}
-SMALL_WEIGHTS = {
-    "d2t": [512],
-    "t2d": [129280],
-    "lm_head.weight": [512, 64],
-    "fc.weight": [64, 3 * 7168],
-    "norm.weight": [64],
-    "midlayer.self_attn.q_proj.weight": [64, 128],
-    "midlayer.self_attn.k_proj.weight": [32, 128],
-    "midlayer.self_attn.v_proj.weight": [32, 128],
-    "midlayer.self_attn.o_proj.weight": [64, 64],
-    "midlayer.mlp.gate_proj.weight": [128, 64],
-    "midlayer.mlp.up_proj.weight": [128, 64],
-    "midlayer.mlp.down_proj.weight": [64, 128],
-    "midlayer.input_layernorm.weight": [64],
-    "midlayer.post_attention_layernorm.weight": [64],
-    "midlayer.hidden_norm.weight": [64],
-}
+SMALL_WEIGHTS = eagle3_tensors(64, 32, 128, 512, 7168, 129280)
 # compressed-tensors' pack-quantized layout (W4A16): each projection's weight packed 8 to an int32, scales by group
 PACKED = {name: shape for name, shape in SMALL_WEIGHTS.items() if "proj.weight" not in name}
 for _name, (_rows, _cols) in ((n, s) for n, s in SMALL_WEIGHTS.items() if "proj.weight" in n):

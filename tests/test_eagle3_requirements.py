@@ -222,31 +222,79 @@ def blackwell_default(version: str) -> tuple[str, int]:
     return found[0]
 
 
+REGISTRIES = ("vllm/v1/attention/backends/registry.py", "vllm/attention/backends/registry.py")
+# the backends the sizes matter for: Blackwell's MLA defaults and the platform's non-MLA choices
+SIZED = ("CUTLASS_MLA", "FLASHINFER_MLA", "FLASHINFER", "FLASH_ATTN", "TRITON_ATTN", "FLEX_ATTENTION")
+
+
+def kernel_blocks(version: str) -> dict[str, list]:
+    """name -> the kernel block sizes each backend's own get_supported_kernel_block_sizes lists in the
+    release (None where its class inherits them), read with the launch rule's reader."""
+    from patchkit.launch.kernel_blocks import _registered, kernel_block_sizes
+
+    def read_in(tree: Path):
+        return lambda path: (tree / path).read_bytes() if (tree / path).is_file() else None
+
+    registries = release_tree(version, [p for p in REGISTRIES if Version(version) >= Version("0.14") or "v1" not in p])
+    modules = [_registered(read_in(registries), REGISTRIES, name) for name in SIZED]
+    files = [f"{m.rpartition('.')[0].replace('.', '/')}.py" for m in modules if m]
+    tree = release_tree(version, [*files, *(p for p in REGISTRIES if (registries / p).is_file())])
+    return {name: kernel_block_sizes(read_in(tree), REGISTRIES, name) for name in SIZED}
+
+
+def blackwell_non_mla_priorities(version: str) -> list[str]:
+    """The platform's non-MLA backends on 10.x, in its priority order (the release's cuda.py)."""
+    text = source(release_tree(version, [CUDA]), CUDA)
+    names = SimpleNamespace(**{name: name for name in SIZED})
+    capability = SimpleNamespace(major=10, minor=0)
+    return compile_function(text, "_get_backend_priorities", {"AttentionBackendEnum": names})(False, capability)
+
+
 class Backend:
-    def __init__(self, name: str, mla: bool | None):
+    def __init__(self, name: str, mla: bool | None, sizes: list | None = None):
         self.name, self.mla = name, mla
+        # vLLM's MultipleOf is read by its .base; a class that lists none inherits MultipleOf(1)
+        taken = [s if isinstance(s, int) else SimpleNamespace(base=s[1]) for s in sizes or [("multiple", 1)]]
+        self.sizes = taken
 
     def get_class(self):
         if self.mla is None:
             raise ImportError(self.name)
-        return SimpleNamespace(is_mla=lambda: self.mla)
+        return SimpleNamespace(is_mla=lambda: self.mla, get_supported_kernel_block_sizes=lambda: self.sizes)
 
 
-def selected(text: str, backend: Backend | None, model_mla: bool, layer_mla: bool, monkeypatch) -> object:
-    """The backend the release's get_attn_backend hands the platform for one layer (run with stand-ins)."""
+class SelectorConfig(SimpleNamespace):
+    def _replace(self, **changed):
+        return SelectorConfig(**{**vars(self), **changed})
+
+
+def selected(text: str, backend, model_mla: bool, layer_mla: bool, monkeypatch, block=16, platform=None):
+    """The backend the release's get_attn_backend hands the platform for one layer (run with stand-ins;
+    `platform`: the CUDA platform's get_valid_backends, as a list of backends in its priority order)."""
     config = SimpleNamespace(attention_config=SimpleNamespace(backend=backend), model_config=SimpleNamespace())
-    config.model_config.use_mla = model_mla
+    config.model_config.use_mla, config.cache_config = model_mla, SimpleNamespace(block_size=block)
     monkeypatch.setitem(sys.modules, "vllm.config", SimpleNamespace(get_current_vllm_config=lambda: config))
+    cuda = SimpleNamespace(
+        get_device_capability=lambda: SimpleNamespace(major=10, minor=0),
+        get_valid_backends=lambda device_capability, attn_selector_config, **more: (
+            [(b, i) for i, b in enumerate(platform or ())],
+            {},
+        ),
+    )
+    monkeypatch.setitem(sys.modules, "vllm.platforms", SimpleNamespace(current_platform=cuda))
     namespace = {
         "get_args": lambda t: (),
         "cast": lambda t, v: v,
         "CacheDType": str,
-        "AttentionSelectorConfig": SimpleNamespace,
+        "AttentionSelectorConfig": SelectorConfig,
         "AttentionType": SimpleNamespace(DECODER="decoder"),
         "_cached_get_attn_backend": lambda backend, attn_selector_config, **more: backend,
     }
-    if "def _engine_backend_for_layer(" in text:
-        namespace["_engine_backend_for_layer"] = compile_function(text, "_engine_backend_for_layer")
+    helpers = ("_engine_backend_for_layer", "_backend_sharing_blocks", "_share_kernel_block")
+    for helper in (h for h in helpers if f"def {h}(" in text):
+        namespace[helper] = compile_function(text, helper, namespace)
+    for helper in (h for h in helpers if h in namespace):
+        namespace[helper].__globals__.update(namespace)  # each compiled into its own copy: let them call each other
     get_attn_backend = compile_function(text, "get_attn_backend", namespace)
     return get_attn_backend(head_size=128, dtype="bfloat16", kv_cache_dtype=None, block_size=None, use_mla=layer_mla)
 
@@ -257,24 +305,44 @@ def test_the_drafters_layers_get_the_platforms_choice_under_the_engines_mla_back
     assert default == (
         "AttentionBackendEnum.CUTLASS_MLA" if version < "0.15" else "AttentionBackendEnum.FLASHINFER_MLA"
     )
-    engine = Backend(default.rsplit(".", 1)[1], mla=True)
+    sizes = kernel_blocks(version)
+    assert sizes["CUTLASS_MLA"] == [128] and sizes["FLASHINFER"] == [16, 32, 64], sizes
+    assert sizes["FLASHINFER_MLA"] == [32, 64] and sizes["FLASH_ATTN"] == [("multiple", 16)], sizes
+    priorities = blackwell_non_mla_priorities(version)
+    assert priorities[:2] == ["FLASHINFER", "FLASH_ATTN"], priorities
+    platform = [Backend(name, mla=False, sizes=sizes[name]) for name in priorities]
+    # the engine's block size as check_and_update_config forces it for the default (cuda.py:{line})
+    name = default.rsplit(".", 1)[1]
+    engine, block = Backend(name, mla=True, sizes=sizes[name]), 128 if name == "CUTLASS_MLA" else 64
     stock_text, patched_text = (
         source(stock(version), selector_file(version)),
         source(patched(version), selector_file(version)),
     )
-    # stock: the drafter's non-MLA layer is handed the engine's MLA backend (cuda.py:{line}), which it refuses
-    assert selected(stock_text, engine, model_mla=True, layer_mla=False, monkeypatch=monkeypatch) is engine, line
-    # patched: the platform picks it one; the target's MLA layers keep the backend vLLM set
-    assert selected(patched_text, engine, model_mla=True, layer_mla=False, monkeypatch=monkeypatch) is None
-    assert selected(patched_text, engine, model_mla=True, layer_mla=True, monkeypatch=monkeypatch) is engine
+
+    def pick(text, backend, model_mla=True, layer_mla=False, block=block):
+        return selected(text, backend, model_mla, layer_mla, monkeypatch, block, platform)
+
+    # stock: the drafter's non-MLA layer is handed the engine's MLA backend, which it refuses
+    assert pick(stock_text, engine) is engine, line
+    # patched: the platform's first choice whose kernel blocks meet the engine backend's: FlashInfer
+    # under FLASHINFER_MLA (64), FlashAttention under CUTLASS_MLA (128 only: FlashInfer takes at most 64)
+    want = "FLASH_ATTN" if name == "CUTLASS_MLA" else "FLASHINFER"
+    assert pick(patched_text, engine).name == want, (version, name)
+    cutlass = Backend("CUTLASS_MLA", mla=True, sizes=sizes["CUTLASS_MLA"])
+    assert pick(patched_text, cutlass, block=128).name == "FLASH_ATTN"  # named (every release)
+    assert pick(patched_text, cutlass, block=256).name == "FLASH_ATTN"  # --block-size 256: kernel 128
+    # no valid backend shares one: the platform's choice (None), which then reports it
+    assert selected(patched_text, cutlass, True, False, monkeypatch, 128, platform[:1]) is None
+    # the target's MLA layers keep the backend vLLM set
+    assert pick(patched_text, engine, layer_mla=True) is engine
     # as stock: a non-MLA model's layers under a named MLA backend (its own build fails), a named non-MLA
     # backend, none set, and a backend that cannot be loaded (the platform says so)
-    assert selected(patched_text, engine, model_mla=False, layer_mla=False, monkeypatch=monkeypatch) is engine
+    assert pick(patched_text, engine, model_mla=False) is engine
     flash = Backend("FLASH_ATTN", mla=False)
-    assert selected(patched_text, flash, model_mla=True, layer_mla=False, monkeypatch=monkeypatch) is flash
-    assert selected(patched_text, None, model_mla=True, layer_mla=False, monkeypatch=monkeypatch) is None
+    assert pick(patched_text, flash) is flash
+    assert pick(patched_text, None) is None
     unloadable = Backend("FLASHINFER_MLA", mla=None)
-    assert selected(patched_text, unloadable, model_mla=True, layer_mla=False, monkeypatch=monkeypatch) is unloadable
+    assert pick(patched_text, unloadable) is unloadable
 
 
 # --- the declared contract ---------------------------------------------------------------------

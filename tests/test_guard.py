@@ -32,12 +32,12 @@ from helpers import (
 )
 from launch_fixtures import write_model
 
-from patchkit import __version__
 from patchkit._target import guard as target_guard
 from patchkit.engine import transaction
+from patchkit.engine.guard import GUARD_VERSION, dist_info
 
 MODEL = "vllm/models/model.py"
-INFO = f"patchkit_guard-{__version__}.dist-info"
+INFO = dist_info()
 GUARD_SOURCE = Path(__file__).parents[1] / "patchkit" / "_target" / "guard.py"
 
 
@@ -163,7 +163,7 @@ def test_pip_uninstall_removes_the_guard(tmp_path, scratch):
         "--disable-pip-version-check",
     ]
     listed = subprocess.run([*pip, "list", "--format", "json"], capture_output=True, text=True, check=True)
-    assert {"name": "patchkit-guard", "version": __version__} in json.loads(listed.stdout)
+    assert {"name": "patchkit-guard", "version": GUARD_VERSION} in json.loads(listed.stdout)
     gone = subprocess.run([*pip, "uninstall", "-y", "patchkit-guard"], capture_output=True, text=True)
     assert gone.returncode == 0 and "Successfully uninstalled" in gone.stdout, gone.stdout + gone.stderr
     assert not (site / "patchkit_guard.py").exists() and not (site / INFO).exists()
@@ -765,12 +765,12 @@ def test_revert_still_removes_an_older_patchkits_guard_it_recorded(patched):
     for path in list(state["guard"]):
         data = (site / path).read_bytes()
         if "/" in path:
-            new = site / path.replace(__version__, "0.0.1")
+            new = site / path.replace(GUARD_VERSION, "0.0.1")
             new.parent.mkdir(exist_ok=True)
-            data = data.replace(__version__.encode(), b"0.0.1")
+            data = data.replace(GUARD_VERSION.encode(), b"0.0.1")
             new.write_bytes(data)
             (site / path).unlink()
-            path = path.replace(__version__, "0.0.1")
+            path = path.replace(GUARD_VERSION, "0.0.1")
         older[path] = hashlib.sha256(data).hexdigest()
     (site / INFO).rmdir()
     state["guard"] = older

@@ -51,10 +51,11 @@ from helpers import (
 from launch_fixtures import write_model
 
 from patchkit import __version__
+from patchkit.engine.guard import GUARD_VERSION, dist_info
 
 SPEC = "vllm/config/spec.py"
 MODEL = "vllm/models/model.py"
-INFO = f"patchkit_guard-{__version__}.dist-info"
+INFO = dist_info()
 SET = "demo"
 
 
@@ -180,6 +181,21 @@ def _added_a_file(tree: Tree) -> None:
     addon.write_text(f"--- /dev/null\n+++ b/{ADDON}\n@@ -0,0 +1 @@\n+ADDON = 1\n")
     done = run_cli_writing("apply", "--no-import", "--target", tree.site, "--patch", addon)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def added_a_file_by_an_older_patchkit(tree: Tree) -> None:
+    """An older patchkit's --patch apply: its record has no "held" mark (no set's contract held it), so
+    the guard cannot judge it; status names this patchkit's apply of the same diff, which marks it."""
+    _added_a_file(tree)
+    state = tree.state()
+    for entry in state["entries"]:
+        entry.pop("held", None)
+    tree.write_state(state)
+
+
+def added_a_file_by_an_older_patchkit_then_upgraded(tree: Tree) -> None:
+    added_a_file_by_an_older_patchkit(tree)
+    pip_install(tree.site, "0.17.0", stock_files("0.17.0"))
 
 
 def added_a_file_then_upgraded(tree: Tree) -> None:
@@ -750,6 +766,8 @@ CATALOGUE: list[Callable[[Tree], None]] = [
     upgraded_to_uncovered,
     upgraded_to_a_release_without_a_patched_file,
     downgraded_to_a_release_without_a_patched_file,
+    added_a_file_by_an_older_patchkit,
+    added_a_file_by_an_older_patchkit_then_upgraded,
     added_a_file_then_upgraded,
     added_a_file_then_upgraded_keeping_it,
     patched_wheel,
@@ -1038,7 +1056,7 @@ def _older_guard_installed(tree: Tree) -> str:
     module.write_bytes(module.read_bytes().replace(b"MAX_FILE_BYTES = 64", b"MAX_FILE_BYTES = 32"))
     (tree.site / INFO).rename(tree.site / OLDER_GUARD)
     metadata = tree.site / OLDER_GUARD / "METADATA"
-    metadata.write_text(metadata.read_text().replace(f"Version: {__version__}", "Version: 0.0.9"))
+    metadata.write_text(metadata.read_text().replace(f"Version: {GUARD_VERSION}", "Version: 0.0.9"))
     record = tree.site / OLDER_GUARD / "RECORD"  # as that patchkit wrote it: its own dist-info's rows
     record.write_text(record.read_text().replace(INFO, OLDER_GUARD))
     state = tree.state()
@@ -1233,7 +1251,7 @@ def test_several_vllm_dist_infos_keep_the_guard_and_status_never_calls_the_tree_
     status = tree.cli("status", "--vllm-version", "0.16.0")
     assert status.returncode == 1 and "remove the stale vllm-*.dist-info directories" in status.stdout, status.stdout
 
-    shutil.rmtree(tree.site / f"patchkit_guard-{__version__}.dist-info")  # as an older patchkit's apply left it
+    shutil.rmtree(tree.site / dist_info())  # as an older patchkit's apply left it
     (tree.site / "patchkit_guard.py").unlink()
     tree.write_state({**record, "guard": {}})
     status = tree.cli("status", "--vllm-version", "0.16.0")
@@ -1296,7 +1314,7 @@ def test_an_older_builds_guard_whose_record_was_lost_is_known_by_its_record_and_
     older = "patchkit_guard-0.0.9.dist-info"
     (tree.site / INFO).rename(tree.site / older)
     metadata = tree.site / older / "METADATA"
-    metadata.write_text(metadata.read_text().replace(f"Version: {__version__}", "Version: 0.0.9"))
+    metadata.write_text(metadata.read_text().replace(f"Version: {GUARD_VERSION}", "Version: 0.0.9"))
     module = tree.site / "patchkit_guard.py"
     module.write_bytes(module.read_bytes() + b"\n# patchkit 0.0.9\n")
     rows = [_record_line(p.relative_to(tree.site).as_posix(), p.read_bytes()) for p in (module, metadata)]

@@ -14,10 +14,10 @@ from helpers import (
     write_tree,
 )
 
-from patchkit import __version__
+from patchkit.engine.guard import dist_info
 
 MODEL = "vllm/models/model.py"
-ENTRY_POINTS = f"patchkit_guard-{__version__}.dist-info/entry_points.txt"
+ENTRY_POINTS = f"{dist_info()}/entry_points.txt"
 
 
 @pytest.mark.parametrize("attribute", ["nothing", "imported_sites"])

@@ -49,6 +49,7 @@ FORMATS = {
     30: "6c290e042350e770d2744e50d65385870a006e9c77a2fb33a8bc0249f2bc4147",  # each __pycache__ listed once a judging, each directory's names by module (a planted symlink expanded once; no names x files)
     31: "e75a9d8999cf2413f0e6851ae3a3162073ce349d145b70921a542099fadf2652",  # a journal in .patchkit/ (an apply or revert cut short, or running) refused: recover first
     32: "8762b6bd980378dee15048e0861f32cae5e04b3a194c15f1623434b2c277baf8",  # a symlinked __pycache__ or .pyc of a recorded file refused, never followed
+    33: "d49aedce21dd1928f64131544dd65976ffd39740e500cd4b902ec7491c22f042",  # an older patchkit's --patch record (no "held" mark) refused; the guard's version 0.1.0+patchkit
 }
 _SKIPPED = {tokenize.COMMENT, tokenize.NL, tokenize.ENCODING, tokenize.ENDMARKER}
 _STATEMENT_START = {tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, None}

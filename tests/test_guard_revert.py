@@ -17,10 +17,10 @@ from helpers import (
     write_tree,
 )
 
-from patchkit import __version__
+from patchkit.engine.guard import dist_info
 
 MODEL = "vllm/models/model.py"
-INFO = f"patchkit_guard-{__version__}.dist-info"
+INFO = dist_info()
 GUARD_SOURCE = Path(__file__).parents[1] / "patchkit" / "_target" / "guard.py"
 USERS_OWN = b"# my own plugin, not patchkit's\ndef check():\n    return None\n"
 

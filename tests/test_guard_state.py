@@ -31,6 +31,7 @@ VALID = {
             "applied_at": "2026-01-01T00:00:00+00:00",
             "patches": [{"name": "0001.patch", "sha256": DIGEST, "path": "/lib/0001.patch"}],
             "library": "/lib",
+            "held": True,
             "files": {"vllm/config/spec.py": {"before": DIGEST, "after": "cd" * 32, "mode": 0o644}},
         }
     ],
@@ -82,6 +83,7 @@ EDGE_VALUES = [
     f"{INFO}/METADATA",
     "patchkit_guard-abc.dist-info/RECORD",
     "patchkit_guard-0.2.dist-info/RECORD",
+    "patchkit_guard-0.1.0+patchkit.dist-info/RECORD",
     "\u2028",
     "vllm/" + "d/" * 30 + "x.py",  # as deep as a recorded path may be
     "vllm/" + "d/" * 31 + "x.py",  # deeper

@@ -22,6 +22,7 @@ from launch_fixtures import (
     DRAFTER,
     REGISTRY,
     REGISTRY_PY,
+    eagle3_tensors,
     patchkit_run,
     serve,
     write_eagle3_setup,
@@ -54,22 +55,7 @@ LLAMA_PY = 'bias_o_proj = attention_bias\nself.gate_up_proj = Linear(bias=getatt
 # a drafter of its own: hidden 48, 3 heads of 16, one KV head, 40 draft ids, for a 7168-wide target
 SMALL = {**DRAFTER, "hidden_size": 48, "num_attention_heads": 3, "num_key_value_heads": 1}
 SMALL |= {"intermediate_size": 80, "draft_vocab_size": 40}
-TENSORS = {
-    "d2t": [40],
-    "lm_head.weight": [40, 48],
-    "fc.weight": [48, 3 * 7168],
-    "norm.weight": [48],
-    "midlayer.self_attn.q_proj.weight": [48, 96],
-    "midlayer.self_attn.k_proj.weight": [16, 96],
-    "midlayer.self_attn.v_proj.weight": [16, 96],
-    "midlayer.self_attn.o_proj.weight": [48, 48],
-    "midlayer.mlp.gate_proj.weight": [80, 48],
-    "midlayer.mlp.up_proj.weight": [80, 48],
-    "midlayer.mlp.down_proj.weight": [48, 80],
-    "midlayer.input_layernorm.weight": [48],
-    "midlayer.post_attention_layernorm.weight": [48],
-    "midlayer.hidden_norm.weight": [48],
-}
+TENSORS = eagle3_tensors(48, 16, 80, 40, 7168, None)
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import json
 
 import pytest
 from helpers import lay_out_release, run_cli_in_process
-from launch_fixtures import DEEPSEEK_V3, DRAFTER, applied, write_eagle3_setup, write_model
+from launch_fixtures import DEEPSEEK_V3, DRAFTER, applied_finding, write_model
 
 from patchkit.launch.context_parallel import KINDS
 
@@ -39,25 +39,11 @@ STOCK = {
 def context_parallel(tmp_path, files: dict[str, str | None], speculative: str | None, *options: str) -> dict | None:
     """The context-parallel finding (None: none) of preflight on a 0.16.0 stand-in tree applied, with
     `files` written into it (None: left out), of a DeepSeek-V3 (MLA) launch with `options`."""
-    tree, library = write_eagle3_setup(tmp_path)
-    applied(tree, library)
-    for path, text in files.items():
-        if text is not None:
-            (tree / path).parent.mkdir(parents=True, exist_ok=True)
-            (tree / path).write_text(text)
     target, drafter = write_model(tmp_path / "tgt", MLA), write_model(tmp_path / "dr", DRAFTER)
     command = ["vllm", "serve", str(target), *options]
     if speculative is not None:
         command += ["--speculative-config", speculative.replace("DRAFTER", str(drafter))]
-    done = run_cli_in_process(
-        "preflight", "--target", tree, "--patches", library, "--no-import", "--format", "json", "--", *command
-    )
-    assert done.returncode in (0, 1), done.stdout + done.stderr
-    found = [f for f in json.loads(done.stdout)["findings"] if f["check"] == "context-parallel"]
-    assert len(found) <= 1, done.stdout
-    if found and found[0]["result"] == "fail":
-        assert done.returncode == 1, done.stdout
-    return found[0] if found else None
+    return applied_finding(tmp_path, files, command, "context-parallel")
 
 
 @pytest.mark.parametrize(

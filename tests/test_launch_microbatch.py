@@ -7,11 +7,8 @@ as the tree's join, split rules and thresholds say."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
-from helpers import run_cli_in_process
-from launch_fixtures import DEEPSEEK_V3, DRAFTER, applied, serve, write_eagle3_setup, write_model
+from launch_fixtures import DEEPSEEK_V3, DRAFTER, applied_finding, serve, write_model
 
 WRAPPER = "vllm/v1/worker/gpu_ubatch_wrapper.py"
 V2_UTILS = "vllm/v1/worker/gpu/ubatch_utils.py"
@@ -80,20 +77,8 @@ def micro_batching(
 ) -> dict | None:
     """The micro-batching finding (None: none) of preflight on a 0.16.0 stand-in tree applied, with
     `files` written into it (None: left out), of an EAGLE-3 launch with `options`."""
-    tree, library = write_eagle3_setup(tmp_path)
-    applied(tree, library)
-    for path, text in files.items():
-        if text is not None:
-            (tree / path).parent.mkdir(parents=True, exist_ok=True)
-            (tree / path).write_text(text)
     command = ["env", *env, *serve(write_model(tmp_path / "tgt", target), write_model(tmp_path / "dr", drafter))]
-    done = run_cli_in_process(
-        "preflight", "--target", tree, "--patches", library, "--no-import", "--format", "json", "--", *command, *options
-    )
-    assert done.returncode in (0, 1), done.stdout + done.stderr
-    found = [f for f in json.loads(done.stdout)["findings"] if f["check"] == "micro-batching"]
-    assert len(found) <= 1 and (done.returncode == 1 or all(f["result"] != "fail" for f in found)), done.stdout
-    return found[0] if found else None
+    return applied_finding(tmp_path, files, [*command, *options], "micro-batching")
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 from helpers import run_cli_judged
-from launch_fixtures import DEEPSEEK_V3, SPEC, write_eagle3_setup, write_model, write_weights
+from launch_fixtures import DEEPSEEK_V3, DRAFTER, SPEC, write_eagle3_setup, write_model, write_weights
 
 RULES = """
 class SpeculativeConfig:
@@ -392,3 +392,38 @@ def test_0_34s_transformers_backend_overrides_cannot_be_judged(tmp_path):
         found
     )
     assert [f["ok"] for f in _mtp_in(tree, library, tmp_path / "vllm", V3, TARGET_WEIGHTS, spec)] == [False]
+
+
+def _speculative(tmp_path: Path, spec: dict) -> list[dict]:
+    """The speculative-config findings of a `vllm serve` of DeepSeek-V3 (its MTP layers' weights
+    held) with --speculative-config `spec`."""
+    tree, library = _tree(tmp_path)
+    model = write_model(tmp_path / "model", V3)
+    write_weights(model, {**TARGET_WEIGHTS, **MTP_WEIGHTS})
+    done = run_cli_judged(
+        "preflight", "--target", tree, "--patches", library, "--no-import", "--format", "json",
+        "--", "vllm", "serve", str(model), "--speculative-config", json.dumps(spec),
+    )  # fmt: skip
+    return [f for f in json.loads(done.stdout)["findings"] if f["check"] == "speculative-config"]
+
+
+def test_the_mtp_method_given_with_an_eagle3_head_is_refused(tmp_path):
+    """With a "model", vLLM replaces a method other than eagle/eagle3 by the one the drafter names:
+    an EAGLE-3 head named "head" (model_type llama) names none, and vLLM raises ("Unsupported
+    speculative method: 'mtp'") before the target loads; named ...eagle3... it runs as eagle3."""
+    head = write_model(tmp_path / "head", DRAFTER)
+    found = _speculative(tmp_path / "plain", {"method": "mtp", "model": str(head), "num_speculative_tokens": 3})
+    assert [f["ok"] for f in found] == [False], found
+    assert f"method mtp is replaced by the one the drafter {head} names" in found[0]["message"], found
+    assert '"eagle3" for an EAGLE-3 head' in found[0]["fix"] and 'drop "model"' in found[0]["fix"], found
+    named = write_model(tmp_path / "head-eagle3", DRAFTER)
+    assert _speculative(tmp_path / "named", {"method": "mtp", "model": str(named), "num_speculative_tokens": 3}) == []
+
+
+def test_a_checkpoint_whose_mtp_type_the_override_makes_names_its_method(tmp_path):
+    """hf_config_override turns DeepSeek-V3's model_type into deepseek_mtp before vLLM reads the
+    method from it: given as the drafter, with or without a method, it is not refused."""
+    model = str(tmp_path / "none" / "model")
+    assert _speculative(tmp_path / "none", {"model": model, "num_speculative_tokens": 1}) == []
+    model = str(tmp_path / "mtp" / "model")
+    assert _speculative(tmp_path / "mtp", {"method": "mtp", "model": model, "num_speculative_tokens": 1}) == []

@@ -36,6 +36,28 @@ CHOSEN_SELECTOR = (
     "        return backend\n"
     "    return None if backend.get_class().is_mla() else backend\n"
 )
+# 0006 as revised (2026-12-05): the non-MLA layer's backend shares a kernel block size with the MLA one
+BLOCKS_SELECTOR = CHOSEN_SELECTOR.replace(
+    "    return None if backend.get_class().is_mla() else backend\n",
+    "    engine = backend.get_class()\n"
+    "    return _backend_sharing_blocks(vllm_config, engine) if engine.is_mla() else backend\n\n\n"
+    "def _backend_sharing_blocks(vllm_config, engine):\n"
+    "    from vllm.platforms import current_platform\n\n"
+    "    return next(iter(current_platform.get_valid_backends()))\n",
+)
+# CUTLASS_MLA's and FlashInfer's classes and their kernel block sizes, as 0.13-0.17 write them
+KERNEL_BLOCKS = {
+    "vllm/v1/attention/backends/mla/cutlass_mla.py": "class CutlassMLABackend(MLACommonBackend):\n"
+    "    @staticmethod\n    def get_supported_kernel_block_sizes() -> list[int | MultipleOf]:\n"
+    "        return [128]\n",
+    "vllm/v1/attention/backends/flashinfer.py": "class FlashInferBackend(AttentionBackend):\n"
+    "    @staticmethod\n    def get_supported_kernel_block_sizes() -> list[int | MultipleOf]:\n"
+    "        return [16, 32, 64]\n",
+    "vllm/v1/attention/backends/registry.py": ATTENTION_FILES["vllm/v1/attention/backends/registry.py"]
+    + '    CUTLASS_MLA = "vllm.v1.attention.backends.mla.cutlass_mla.CutlassMLABackend"\n'
+    + '    FLASHINFER = "vllm.v1.attention.backends.flashinfer.FlashInferBackend"\n',
+}
+CUTLASS = ("--attention-backend", "CUTLASS_MLA")
 MLA_TARGET = {**DEEPSEEK_V3, "kv_lora_rank": 512}
 NAMED = ("--attention-backend", "TRITON_MLA")
 
@@ -46,14 +68,14 @@ def preflight(tree, library, *command):
     )
 
 
-def laid_out(tmp_path, selector: str | None, where: str = "vllm/v1/attention/selector.py"):
+def laid_out(tmp_path, selector: str | None, where: str = "vllm/v1/attention/selector.py", named=NAMED):
     """(tree, library, launch): the eagle3 setup applied, the backend files, and `selector` at `where`."""
     tree, library = write_eagle3_setup(tmp_path)
     assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
-    for rel, text in {**ATTENTION_FILES, **({where: selector} if selector is not None else {})}.items():
+    for rel, text in {**ATTENTION_FILES, **KERNEL_BLOCKS, **({where: selector} if selector else {})}.items():
         (tree / rel).parent.mkdir(parents=True, exist_ok=True)
         (tree / rel).write_text(text)
-    launch = serve(write_model(tmp_path / "target", MLA_TARGET), write_model(tmp_path / "drafter", DRAFTER), *NAMED)
+    launch = serve(write_model(tmp_path / "target", MLA_TARGET), write_model(tmp_path / "drafter", DRAFTER), *named)
     return tree, library, launch
 
 
@@ -67,10 +89,12 @@ def test_a_named_mla_backend_fails_where_the_selector_binds_every_layer(tmp_path
     assert finding["fix"] == "drop --attention-backend: vLLM then picks a backend for each layer", finding
 
 
+@pytest.mark.parametrize("selector", [CHOSEN_SELECTOR, BLOCKS_SELECTOR])
 @pytest.mark.parametrize("where", ["vllm/v1/attention/selector.py", "vllm/attention/selector.py"])
-def test_a_named_mla_backend_passes_where_the_selector_lets_the_drafter_choose(tmp_path, where):
-    """0.14-0.17 keep the selector in vllm/v1/attention/, 0.13 in vllm/attention/."""
-    tree, library, launch = laid_out(tmp_path, CHOSEN_SELECTOR, where)
+def test_a_named_mla_backend_passes_where_the_selector_lets_the_drafter_choose(tmp_path, where, selector):
+    """0.14-0.17 keep the selector in vllm/v1/attention/, 0.13 in vllm/attention/. TRITON_MLA's class
+    lists no kernel block sizes of its own (any): the older 0006's FlashInfer shares them."""
+    tree, library, launch = laid_out(tmp_path, selector, where)
     done = preflight(tree, library, *launch)
     assert done.returncode == 0, done.stdout
     assert findings(done)["drafter-architecture"]["ok"]
@@ -94,6 +118,62 @@ def test_the_fix_is_apply_where_the_series_brings_the_change(tmp_path):
     assert_clean_failure(done, 1)
     finding = findings(done)["drafter-architecture"]
     assert not finding["ok"] and "is an MLA backend" in finding["message"], finding
+    assert finding["fix"] == apply_fix(tree, library), finding
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    done = preflight(tree, library, *launch)
+    assert done.returncode == 0, done.stdout
+
+
+def test_a_named_cutlass_mla_fails_where_the_drafter_gets_flashinfer_and_passes_where_it_shares_blocks(tmp_path):
+    """review D15: CUTLASS_MLA forces the engine's block size to 128 and takes kernel blocks of 128
+    only; the 0006 before 2026-12-05 gave the drafter the platform's first choice on Blackwell,
+    FlashInfer (16, 32, 64), and vLLM's model runner raised "No common block size for 128" after the
+    target's load. The revised 0006 gives it a backend that shares one (FlashAttention's multiples of 16)."""
+    tree, library, launch = laid_out(tmp_path / "older", CHOSEN_SELECTOR, named=CUTLASS)
+    done = preflight(tree, library, *launch)
+    assert_clean_failure(done, 1)
+    finding = findings(done)["drafter-architecture"]
+    said = "--attention-backend CUTLASS_MLA takes kernel blocks of 128, FlashInfer (the drafter's backend on Blackwell)"
+    assert not finding["ok"] and said in finding["message"] and "16, 32, 64: none is common" in finding["message"]
+    assert finding["fix"] == "drop --attention-backend: vLLM then picks a backend for each layer", finding
+    # where the tree has FLASHINFER_MLA (0.13-0.17), naming it is the fix (dropping the option gives
+    # CUTLASS_MLA again on 0.13/0.14's Blackwell)
+    flashinfer_mla = {
+        "vllm/v1/attention/backends/mla/flashinfer_mla.py": "class FlashInferMLABackend(MLACommonBackend):\n"
+        "    @staticmethod\n    def get_supported_kernel_block_sizes() -> list[int | MultipleOf]:\n"
+        "        return [32, 64]\n",
+        "vllm/v1/attention/backends/registry.py": KERNEL_BLOCKS["vllm/v1/attention/backends/registry.py"]
+        + '    FLASHINFER_MLA = "vllm.v1.attention.backends.mla.flashinfer_mla.FlashInferMLABackend"\n',
+    }
+    for rel, text in flashinfer_mla.items():
+        (tree / rel).write_text(text)
+    finding = findings(preflight(tree, library, *launch))["drafter-architecture"]
+    assert not finding["ok"] and said in finding["message"], finding
+    assert finding["fix"] == "name FLASHINFER_MLA in place of CUTLASS_MLA: FlashInfer takes its kernel blocks too"
+
+    tree, library, launch = laid_out(tmp_path / "revised", BLOCKS_SELECTOR, named=CUTLASS)
+    done = preflight(tree, library, *launch)
+    assert done.returncode == 0, done.stdout
+    assert findings(done)["drafter-architecture"]["ok"]
+
+
+def test_a_tree_with_the_older_0006_is_fixed_by_the_series_that_brings_the_revised_one(tmp_path):
+    """The series patches the selector as the revised 0006 does: its fix (apply) is the finding's."""
+    tree, library = write_eagle3_setup(tmp_path)
+    selector = "vllm/v1/attention/selector.py"
+    for rel, text in {**ATTENTION_FILES, **KERNEL_BLOCKS, selector: CHOSEN_SELECTOR}.items():
+        (tree / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tree / rel).write_text(text)
+    diff = make_patch(tmp_path, tree, {selector: BLOCKS_SELECTOR}, header="Description: blocks shared\n")
+    (library / "eagle3" / "0.16.0" / "0002-selector.patch").write_bytes(diff)
+    with open(library / "eagle3" / "0.16.0" / "series", "a") as series:
+        series.write("0002-selector.patch\n")
+    launch = serve(write_model(tmp_path / "target", MLA_TARGET), write_model(tmp_path / "drafter", DRAFTER), *CUTLASS)
+
+    done = preflight(tree, library, *launch)
+    assert_clean_failure(done, 1)
+    finding = findings(done)["drafter-architecture"]
+    assert not finding["ok"] and "none is common" in finding["message"], finding
     assert finding["fix"] == apply_fix(tree, library), finding
     assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     done = preflight(tree, library, *launch)

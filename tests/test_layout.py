@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import patchkit
+from patchkit.launch import model_files
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -582,3 +583,18 @@ def test_a_long_function_is_found_wherever_it_stands(tmp_path):
         "c.py:2 inner (61 lines)",
         "sub/b.py:3 m (61 lines)",
     ]
+
+
+def test_the_trees_model_file_paths_have_one_home():
+    """The launch rules name vLLM's model files (llama.py, llama_eagle3.py, the registry) through
+    patchkit/launch/model_files.py: a path spelt again elsewhere may drift from the one the rules read."""
+    homed = {value for name, value in vars(model_files).items() if name.isupper() and isinstance(value, str)}
+    sources = [*PACKAGE.rglob("*.py"), *(PACKAGE.parent / "patches").rglob("*.py")]
+    spelt = sorted(
+        f"{path.relative_to(PACKAGE.parent)}:{node.lineno}: {node.value}"
+        for path in sources
+        if path.name != "model_files.py"
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Constant) and node.value in homed
+    )
+    assert not spelt, spelt

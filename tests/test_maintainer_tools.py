@@ -657,7 +657,7 @@ def theirs_then_the_layers_backend(text: str) -> str:
     text = re.sub(CONFLICT, lambda m: m.group(2), text, flags=re.S)
     engine = "backend=vllm_config.attention_config.backend,"
     assert text.count(engine) == 1, text
-    return text.replace(engine, "backend=_engine_backend_for_layer(vllm_config, use_mla),")
+    return text.replace(engine, "backend=_engine_backend_for_layer(vllm_config, attn_selector_config),")
 
 
 # how each file the real 0.16.0 -> 0.17.x port conflicts in is resolved by hand

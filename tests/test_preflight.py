@@ -37,6 +37,7 @@ from launch_fixtures import (
     REGISTRY,
     REGISTRY_PY,
     apply_fix,
+    eagle3_tensors,
     findings,
     serve,
     write_eagle3_setup,
@@ -1812,24 +1813,7 @@ if "d2t" in name:
 # a small drafter of DeepSeek-V3 (hidden 7168): 4 heads of 16, 2 KV heads, 512 draft ids
 SMALL_DRAFTER = {**DRAFTER, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2}
 SMALL_DRAFTER |= {"intermediate_size": 128, "draft_vocab_size": 512}
-FC = [64, 3 * 7168]
-SMALL_WEIGHTS = {
-    "d2t": [512],
-    "t2d": [129280],
-    "lm_head.weight": [512, 64],
-    "fc.weight": FC,
-    "norm.weight": [64],
-    "midlayer.self_attn.q_proj.weight": [64, 128],
-    "midlayer.self_attn.k_proj.weight": [32, 128],
-    "midlayer.self_attn.v_proj.weight": [32, 128],
-    "midlayer.self_attn.o_proj.weight": [64, 64],
-    "midlayer.mlp.gate_proj.weight": [128, 64],
-    "midlayer.mlp.up_proj.weight": [128, 64],
-    "midlayer.mlp.down_proj.weight": [64, 128],
-    "midlayer.input_layernorm.weight": [64],
-    "midlayer.post_attention_layernorm.weight": [64],
-    "midlayer.hidden_norm.weight": [64],
-}
+SMALL_WEIGHTS = eagle3_tensors(64, 32, 128, 512, 7168, 129280)
 
 TRAINED_WITH_HEAD_DIM_8 = {
     "midlayer.self_attn.q_proj.weight": [32, 128],

@@ -133,3 +133,66 @@ def test_local_argmax_reduction_on_the_real_files(tmp_path, release, fails):
         return
     assert set(failed(done)) == {"drafter-architecture"}, done.stdout
     assert "get_top_tokens()" in failed(done)["drafter-architecture"]["message"]
+
+
+@pytest.mark.parametrize("release", ["0.11.0", "0.13.0", "0.16.0", "0.17.1"])
+def test_an_eagle3_head_vllm_runs_as_eagle1_fails_on_the_real_files(tmp_path, release):
+    """ "eagle-" in the drafter's name makes it EAGLE-1 to the release's SpeculativeConfig: its EAGLEConfig
+    names an LlamaForCausalLMEagle3 head EagleLlamaForCausalLMEagle3 (no registry holds it); an
+    Eagle3LlamaForCausalLM one is built and fed the target's last hidden state (its proposer combines
+    aux hidden states under eagle3 only). "method": "eagle3" passes both."""
+    site = tmp_path / "site"
+    wanted = {REGISTRY, "vllm/transformers_utils/configs/eagle.py", "vllm/v1/spec_decode/eagle.py"}
+    lay_out_release(release, sorted({*files_for(release), *wanted}), site)
+    assert run_cli("apply", "--target", site, "--no-import").returncode == 0
+    target = write_model(tmp_path / "deepseek", DEEPSEEK_V3)
+    for architecture, said in (
+        ("LlamaForCausalLMEagle3", "EagleLlamaForCausalLMEagle3, which it does not register"),
+        ("Eagle3LlamaForCausalLM", "builds Eagle3LlamaForCausalLM and feeds it the target's last hidden state"),
+    ):
+        drafter = write_model(tmp_path / architecture / "EAGLE-3-head", {**DRAFTER, "architectures": [architecture]})
+        for method, fails in ((None, True), ("eagle3", False)):
+            spec = {"model": str(drafter), "num_speculative_tokens": 3, **({"method": method} if method else {})}
+            launch = ["vllm", "serve", str(target), "--speculative-config", json.dumps(spec)]
+            done = run_cli("preflight", "--target", site, "--format", "json", "--no-import", "--", *launch)
+            found = failed(done).get("drafter-architecture", {"message": ""})
+            assert (said in found["message"]) is fails, (method, done.stdout)
+
+
+@pytest.mark.parametrize(("release", "fails"), [("0.11.0", True), ("0.11.1", False), ("0.16.0", False)])
+def test_an_unquantized_drafter_under_an_fp8_target_on_the_real_files(tmp_path, release, fails):
+    """0.11.0's llama_eagle3.py builds the drafter's layers with the target's quantization config; 0.11.1
+    on with the drafter's own (get_draft_quant_config)."""
+    site = tmp_path / "site"
+    models = "vllm/model_executor/models"
+    lay_out_release(
+        release, sorted({*files_for(release), REGISTRY, f"{models}/llama_eagle3.py", f"{models}/llama.py"}), site
+    )
+    assert run_cli("apply", "--target", site, "--no-import").returncode == 0
+    fp8 = {**DEEPSEEK_V3, "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}}
+    launch = serve(write_model(tmp_path / "deepseek", fp8), write_model(tmp_path / "drafter", DRAFTER))
+    done = run_cli("preflight", "--target", site, "--format", "json", "--no-import", "--", *launch)
+    found = failed(done).get("drafter-architecture", {"message": ""})
+    assert ("with the target's quantization (fp8, from its checkpoint)" in found["message"]) is fails, done.stdout
+
+
+@pytest.mark.parametrize("release", ["0.11.0", "0.13.0", "0.15.0", "0.16.0", "0.17.1"])
+def test_the_method_vllm_tells_from_a_given_drafter_on_the_real_files(tmp_path, release):
+    """With a "model", the release's SpeculativeConfig replaces any method but eagle/eagle3 by the one
+    the drafter names: mtp with an EAGLE-3 head is refused (draft_model too before 0.15); a DeepSeek-V3 checkpoint (deepseek_mtp once
+    hf_config_override has read it) names mtp, with or without the method."""
+    site = tmp_path / "site"
+    lay_out_release(release, sorted({*files_for(release), REGISTRY}), site)
+    assert run_cli("apply", "--target", site, "--no-import").returncode == 0
+    v3 = write_model(tmp_path / "deepseek", {**DEEPSEEK_V3, "num_nextn_predict_layers": 1})
+    head = write_model(tmp_path / "head", DRAFTER)
+    for spec, refused in (
+        ({"method": "mtp", "model": str(head)}, True),
+        ({"method": "mtp", "model": str(v3)}, False),
+        ({"model": str(v3)}, False),
+        ({"method": "draft_model", "model": str(head)}, Version(release) < Version("0.15.0")),  # kept from 0.15
+    ):
+        launch = ["vllm", "serve", str(v3), "--speculative-config", json.dumps({**spec, "num_speculative_tokens": 1})]
+        done = run_cli("preflight", "--target", site, "--format", "json", "--no-import", "--", *launch)
+        found = failed(done).get("speculative-config", {"message": ""})
+        assert ("names none" in found["message"]) is refused, (spec, done.stdout)

@@ -30,11 +30,17 @@ from patchkit.launch.drafter_attention import (
     sliding_under_mla,
     unjudged,
 )
+from patchkit.launch.drafter_embedding import embedding_shared
+from patchkit.launch.drafter_load import drafter_load_format
 from patchkit.launch.drafter_nulls import null_refused
+from patchkit.launch.drafter_quant import target_quantization
 from patchkit.launch.drafter_weights import weights_unjudged
 from patchkit.launch.engine import apply_fix, few_named
 from patchkit.launch.findings import Finding, cannot_judge
+from patchkit.launch.kernel_blocks import kernel_block_sizes, share_a_kernel_block
 from patchkit.launch.microbatch import microbatch_findings
+from patchkit.launch.model_files import EAGLE3_DRAFTER, LLAMA, LLAMA_DRAFTER, MODELS_DIR, REGISTRY
+from patchkit.launch.parallel_drafting import mask_hidden_missing
 from patchkit.launch.torch_names import torch_tensors
 from patchkit.launch.weights import TorchFiles, drafter_tensors
 from patchkit.series.requirements import Target
@@ -44,17 +50,12 @@ if TYPE_CHECKING:
 
 SUPPORTS = "SupportsEagle3"
 SPECULATIVE_TABLE = "_SPECULATIVE_DECODING_MODELS"
-MODELS_DIR = "vllm/model_executor/models"
-REGISTRY = f"{MODELS_DIR}/registry.py"  # where vLLM registers architectures (read statically)
 DRAFTER_FIX = "use an EAGLE-3 drafter trained for this target model"
 AUX_FIX = "give the layers the drafter was trained on as a top-level eagle_aux_hidden_state_layer_ids list"
 LAYERS_FIX = "give the config.json whole-number layer ids and num_hidden_layers: the check cannot judge without them"
 NOTE_ROOM = 60  # columns for the names of the general plugins not judged
 SIZE_FIX = "give the config.json a positive whole-number size: the check cannot judge without one"
-EAGLE3_DRAFTER = f"{MODELS_DIR}/llama_eagle3.py"
-LLAMA = f"{MODELS_DIR}/llama.py"  # the drafter's decoder layer and MLP (llama_eagle3.py subclasses them)
 ROPE = "vllm/model_executor/layers/rotary_embedding/__init__.py"  # get_rope: a branch per RoPE type
-LLAMA_DRAFTER = "llama_eagle3"  # the module of the EAGLE-3 drafter built of llama.py's layers
 MODEL_CONFIG_CLASSES = (
     f"{MODELS_DIR}/config.py"  # MODELS_CONFIG_MAP: a class per architecture that may change the engine's config
 )
@@ -118,6 +119,11 @@ ATTENTION_ENV_READERS = ("vllm/config/attention.py", "vllm/attention/selector.py
 # the platform's own choice instead of an MLA backend set for the whole engine, named or Blackwell's default
 SELECTORS = ("vllm/v1/attention/selector.py", "vllm/attention/selector.py")
 LAYER_BACKEND_CHOSEN = b"def _engine_backend_for_layer("
+# 0006 since 2026-12-05: only among the backends that share a kernel block size with the MLA one (the
+# layers share one KV cache group); the 0006 before it gave Blackwell's first non-MLA choice, FlashInfer
+LAYER_BLOCKS_SHARED = b"def _backend_sharing_blocks("
+BLACKWELL_FIRST = "FLASHINFER"
+SHARING_MLA = "FLASHINFER_MLA"  # Blackwell's MLA backend whose kernel blocks (32, 64) FlashInfer takes
 
 
 # The other methods whose drafter vLLM loads through the proposer's load_model (EagleProposer: eagle,
@@ -565,7 +571,7 @@ def drafter_architecture(launch) -> Finding:
         sliding = lambda launch: sliding_unbuilt(launch, defaults, mla)  # noqa: E731
         llama = (null_refused, _mlp_unsplit, _activation_refused, _rope_unknown, partial_refused, _layer_types_refused)
         llama = (*llama, sliding)
-        llama = (*llama, _weights_unfit)
+        llama = (*llama, _weights_unfit, lambda launch: mask_hidden_missing(launch, _drafter_weights(launch)))
         llama = llama if table.get(built, ("",))[0] == LLAMA_DRAFTER else ()
         top = lambda launch: _top_tokens_missing(launch, table.get(built, ("",))[0])  # noqa: E731
         rules = (_heads_unsplit, *llama, _quant_config_unfound, _attention_backend_refused, top)
@@ -573,9 +579,13 @@ def drafter_architecture(launch) -> Finding:
         later = (positions_unserved(launch, defaults) if llama else None) or _cache_format_refused(launch)
         later = later or _v2_runner_unfed(launch)
         later = later or (sliding_under_mla(launch, mla) if llama else None)
+        quantized = target_quantization(launch) if llama else None  # (fails, why, fix): the target's, taken
+        later = later or (quantized[1:] if quantized and quantized[0] else None)
         if unbuilt is None and later is not None:
             return Finding("drafter-architecture", False, f"{registered}, but {later[0]}", later[1])
-        unread = unjudged(launch, defaults, mla) if llama else None
+        unread = (unjudged(launch, defaults, mla) if llama else None) or (
+            quantized[1:] if quantized and not quantized[0] else None
+        )
         if unbuilt is None and unread is not None:
             return cannot_judge("drafter-architecture", f"{registered}, but {unread[0]}", unread[1])
         if unbuilt is None:
@@ -759,7 +769,7 @@ def _weights_unjudged(launch) -> list[Finding]:
 
 def _drafter_weights(launch) -> dict | str | None:
     """drafter_tensors', a torch file's state dict read too (torch_names), as vLLM's pt iterator loads it."""
-    tensors = drafter_tensors(launch.command)
+    tensors = drafter_tensors(launch.command, drafter_load_format(launch.command, launch.read))
     if not isinstance(tensors, TorchFiles):
         return tensors
     read = {}
@@ -964,25 +974,50 @@ def _attention_backend_refused(launch) -> tuple[str, str] | None:
     """One attention backend named for the whole launch serves the drafter's layers too: on CUDA, vLLM
     raises for a named backend whose MLA-ness differs from the layer's. An MLA target builds and loads
     with an MLA backend; the drafter's non-MLA layers then refuse it, unless the tree's selector carries
-    the set's 0006, which gives them the platform's choice. (what fails, fix), else None."""
+    the set's 0006, which gives them a backend of the platform's choice that shares the MLA backend's KV
+    cache blocks (the older 0006 gave FlashInfer on Blackwell, which CUTLASS_MLA's do not suit). (what
+    fails, fix), else None."""
     named = _attention_backend(launch)
     if named is None or not launch.command.uses_mla(launch.target.text_config):
         return None  # none named, or a non-MLA target: the target's own build refuses an MLA backend first
     source, undo, name = named
     if launch.command.uses_mla(launch.drafter.config) or not _mla_backend(launch, name) or not _cuda_build(launch):
         return None
-    if _layers_choose_their_own(launch.read):
+    if (unshared := _layers_unserved(launch.read, name)) is None:
         return None
     why = f"{source} {escaped(name)} is an MLA backend, which vLLM refuses for the drafter's non-MLA attention"
-    if launch.read_planned is not None and _layers_choose_their_own(launch.read_planned):
+    fix = f"{undo}: vLLM then picks a backend for each layer"
+    if unshared:
+        why = (
+            f"{source} {escaped(name)} takes kernel blocks of {unshared[0]}, FlashInfer (the drafter's backend on "
+            f"Blackwell) of {unshared[1]}: none is common, and vLLM fails after the target's load"
+        )
+        sharing = kernel_block_sizes(launch.read, ATTENTION_REGISTRIES, SHARING_MLA)
+        chosen = kernel_block_sizes(launch.read, ATTENTION_REGISTRIES, BLACKWELL_FIRST) or []
+        if sharing and share_a_kernel_block(sharing, chosen):  # on 0.13/0.14 dropping it gives CUTLASS_MLA again
+            fix = f"name {SHARING_MLA} in place of {escaped(name)}: FlashInfer takes its kernel blocks too"
+    if launch.read_planned is not None and _layers_unserved(launch.read_planned, name) is None:
         return why, launch.planned_fix or apply_fix(launch.patch_set)
-    return why, f"{undo}: vLLM then picks a backend for each layer"
+    return why, fix
 
 
-def _layers_choose_their_own(read) -> bool:
-    """Whether the tree's selector (patched by the set's 0006) gives an MLA model's non-MLA layers the
-    platform's choice instead of an engine-wide MLA backend."""
-    return any(LAYER_BACKEND_CHOSEN in (read(path) or b"") for path in SELECTORS)
+def _layers_unserved(read, name: str) -> tuple[str, str] | tuple[()] | None:
+    """None where the tree's selector (patched by the set's 0006) gives an MLA model's non-MLA layers a
+    backend of their own that shares a kernel block size with `name`'s; else () where it binds them to
+    the engine's backend, or the two backends' sizes where the older 0006 gives them FlashInfer."""
+    selector = b"".join(read(path) or b"" for path in SELECTORS)
+    if LAYER_BLOCKS_SHARED in selector:
+        return None
+    if LAYER_BACKEND_CHOSEN not in selector:
+        return ()
+    named = kernel_block_sizes(read, ATTENTION_REGISTRIES, name)
+    chosen = kernel_block_sizes(read, ATTENTION_REGISTRIES, BLACKWELL_FIRST)
+    if named is None or chosen is None or share_a_kernel_block(named, chosen):
+        return None
+    said = [
+        ", ".join(str(s) if isinstance(s, int) else f"multiples of {s[1]}" for s in sizes) for sizes in (named, chosen)
+    ]
+    return said[0], said[1]
 
 
 def _v2_runner_unfed(launch) -> tuple[str, str] | None:
@@ -1151,6 +1186,9 @@ def hidden_size(launch) -> Finding:
     if wanted is None or actual is None:
         message = f"cannot judge: the drafter expects hidden size {_shown(wanted)}, the target has {_shown(actual)}"
         return Finding("drafter-hidden-size", False, message, SIZE_FIX)
+    shared = embedding_shared(launch, actual, _drafter_weights(launch)) if wanted == actual else None
+    if shared is not None:
+        return shared
     message = f"drafter expects hidden size {wanted}, target has {actual}"
     return Finding("drafter-hidden-size", wanted == actual, message, None if wanted == actual else DRAFTER_FIX)
 

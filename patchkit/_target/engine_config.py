@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import importlib.util
 import inspect
 import io
 import json
@@ -87,7 +88,39 @@ def work(request: dict[str, Any]) -> dict[str, Any]:
     late = after_load_refusal(args, config, launch_offline, headless=bool(request.get("headless")))
     if late is not None:
         return {"status": "after-load", **late, "reading": reading, "cpu": forced}
-    return {"status": "ok", "reading": reading, "cpu": forced}
+    answer = {"status": "ok", "reading": reading, "cpu": forced}
+    drafter = drafter_built(config, answer, request.get("build_within"), forced)
+    return answer if drafter is None else {**answer, "drafter": drafter}
+
+
+# an error of the meta build that blames where it runs (a kernel, a device), not the drafter
+_BUILD_PLACE = re.compile(r"(?i:\bmeta\b|\bcuda\b|\bdevice\b|\bgpu\b)")
+
+
+def drafter_built(config: Any, answer: dict[str, Any], seconds: object, forced: bool) -> dict[str, Any] | None:
+    """drafter_build.py's verdict on the launch's drafter (None: none built), within `seconds` (the
+    request's build_within; none or 0: not built). The answer file says the build is running while
+    it runs (one that hangs or ends the process is named by it)."""
+    if not isinstance(seconds, (int, float)) or seconds <= 0:
+        return None
+
+    def platform(exc: BaseException) -> bool:  # its first line: torch lists signatures that name devices after it
+        line = (str(exc).strip().splitlines() or [""])[0]
+        words = _BUILD_PLACE.search(line) is not None or (forced and _PLATFORM_WORDS.search(line) is not None)
+        return words or (forced and _raised_in_cpu_platform(exc))
+
+    try:
+        path = os.path.join(os.path.dirname(os.path.realpath(__file__)), "drafter_build.py")
+        spec = importlib.util.spec_from_file_location("patchkit_drafter_build", path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    except Exception as exc:  # patchkit's own file, not the launch: said, never a verdict
+        return {"status": "cannot", "reason": f"patchkit's drafter build does not load: {_error_text(exc)}"}
+    if ANSWER:
+        write_answer(ANSWER[0], {**answer, "drafter": {"status": "building"}})
+    built: dict[str, Any] | None = module.build(config, float(seconds), _error_text, platform)
+    return built
 
 
 def _engine_config(engine_args: Any, headless: bool) -> Any:

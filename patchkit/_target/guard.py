@@ -42,7 +42,7 @@ ENV = "PATCHKIT_GUARD"
 # The number of the guard's checks: patchkit tells an older build's guard that judges a tree as it
 # does (the same number: a note, `apply` updates it) from one that may not (a failure until `apply`).
 # tests/test_guard_format.py holds it to this module's code: a change of the code bumps it.
-GUARD_FORMAT = 32
+GUARD_FORMAT = 33
 MAX_RECORD_BYTES = 16 * 1024 * 1024
 if TYPE_CHECKING:  # (vllm version or None, {path: recorded sha256 or None}, {path: its original's sha256 or None})
     Record = tuple[str | None, dict[str, str | None], dict[str, str | None]]
@@ -637,10 +637,29 @@ def _state_records(site: str) -> list[Record]:
         raise TreeChanged(path + " is damaged (" + damage + ")")
     entries = data.get("entries", [])
     wheel = data.get("wheel")
+    unheld = [entry for entry in entries if entry["set"].startswith("adhoc-") and not entry.get("held")]
+    if unheld:  # no patchkit held its diffs to the sets' contracts: what vLLM fails on after the load is unknown
+        raise TreeChanged(_unheld(unheld[0]))
     records = [_entry_record(entry) for entry in entries]
     _refuse_created_stock_files(site, path, _created(entries))
     # the patched wheel this guard was installed on (no apply recorded): its version is what must run
     return records + ([(wheel, {}, {})] if wheel else [])
+
+
+# a --patch apply an older patchkit recorded: written before a --patch diff was held to the library sets'
+# contracts (patchkit.engine.held), so it may have left a set's gate admitting what its other files
+# lack (eagle3's whitelist without the model's SupportsEagle3), which vLLM fails on only after the model
+# load; the guard cannot judge the contracts, a patchkit can (its apply of the same files marks it held)
+UNHELD = "was applied by a patchkit that did not hold --patch diffs to the patch sets' contracts"
+UNHELD_WHY = (
+    ": the guard cannot judge whether it leaves a set half-applied (EAGLE-3's whitelist without its model"
+    " support passes vLLM's config check and fails after the model load)"
+)
+
+
+def _unheld(entry: dict[str, Any]) -> str:
+    names = [os.path.basename(patch["name"]) for patch in entry.get("patches", [])] or ["?"]
+    return "--patch file" + ("s " if len(names) > 1 else " ") + ", ".join(names) + " " + UNHELD + UNHELD_WHY
 
 
 def _created(entries: list[dict[str, Any]]) -> list[str]:
@@ -865,6 +884,8 @@ def _entry_damage(entry: object) -> str | None:
             return repr(patch.get("sha256")) + " is not a sha256 hex digest"
         if not _is_absolute(patch.get("path", "/")):
             return _absolute_damage(patch.get("path"), "a recorded patch's path")
+    if not isinstance(entry.get("held", False), bool):
+        return "'held' is not true or false"
     if not _is_absolute(entry.get("library", "/")):
         return _absolute_damage(entry.get("library"), "a recorded library's path")
     files = entry.get("files")

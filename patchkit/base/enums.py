@@ -140,3 +140,12 @@ class WorkerStatus(StrEnum):
     PLUGIN_FAILED = "plugin-failed"
     PLUGIN_RUNNING = "plugin-running"
     MIDDLEWARE_IMPORTING = "middleware-importing"  # the answer file while a --middleware module imports
+
+
+class BuildStatus(StrEnum):
+    """engine_config's verdict on the drafter it built (_target/drafter_build.py), read in launch.validation."""
+
+    BUILT = "built"
+    FAILED = "failed"  # vLLM's build or load raised: the launch fails there
+    CANNOT = "cannot"  # not attempted, or not to a verdict (its reason)
+    BUILDING = "building"  # the answer file while the build runs

@@ -60,8 +60,21 @@ def _target_guard() -> ModuleType:
     return import_module("patchkit._target.guard")
 
 
+# The guard distribution's version: patchkit's with a local label (PEP 440), which no public index
+# serves (PyPI refuses local versions): `pip freeze` in a patched venv prints `patchkit-guard==0.1.0+patchkit`,
+# a pin `pip install -r` fails on (no such distribution) rather than one it installs from an index.
+LOCAL_LABEL = "patchkit"
+GUARD_VERSION = f"{__version__}{'.' if '+' in __version__ else '+'}{LOCAL_LABEL}"
+
+
 def dist_info() -> str:
-    return f"patchkit_guard-{__version__}.dist-info"
+    return f"patchkit_guard-{GUARD_VERSION}.dist-info"
+
+
+def builds_version(info: str) -> str:
+    """The patchkit version whose guard a guard dist-info's name is (its local label dropped)."""
+    version = info.removeprefix("patchkit_guard-").removesuffix(".dist-info")
+    return version.removesuffix("." + LOCAL_LABEL).removesuffix("+" + LOCAL_LABEL)
 
 
 def is_site_packages(root: Path) -> bool:
@@ -86,7 +99,7 @@ def guard_files() -> dict[str, bytes]:
     files = {
         MODULE: module,
         f"{info}/METADATA": (
-            f"Metadata-Version: 2.1\nName: {DISTRIBUTION}\nVersion: {__version__}\n"
+            f"Metadata-Version: 2.1\nName: {DISTRIBUTION}\nVersion: {GUARD_VERSION}\n"
             "Summary: patchkit's launch guard: refuses a vLLM tree that changed since `patchkit apply`\n"
         ).encode(),
         f"{info}/INSTALLER": INSTALLER,
@@ -659,7 +672,7 @@ def older_guard(root: Path, state: State | None = None) -> tuple[str, int] | Non
     module = _current_bounded(root, MODULE, ENTRY_POINTS_BYTES) if info is not None else None
     if info is None or module is None:
         return None
-    return info.removeprefix("patchkit_guard-").removesuffix(".dist-info"), guard_format(module)
+    return builds_version(info), guard_format(module)
 
 
 def _recorded_build(root: Path, recorded: dict[str, str]) -> str | None:
@@ -884,6 +897,8 @@ def prefixed_bytecode(problems: list[str]) -> list[str]:
     return [problem.partition(PREFIXED + " ")[0] for problem in problems if _stale_prefixed(problem)]
 
 
+# an ad-hoc --patch apply an older patchkit recorded without holding it to the sets' contracts (the guard's UNHELD)
+UNHELD = "was applied by a patchkit that did not hold --patch diffs to the patch sets' contracts"
 SEVERAL_FIX = "remove the stale vllm-*.dist-info directories (pip left them; keep the installed vLLM's)"
 
 

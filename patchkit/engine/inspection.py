@@ -38,6 +38,7 @@ from patchkit.engine.guard import (
     SHADOWED,
     STALE_BYTECODE,
     SYMLINKED,
+    UNHELD,
     UNKNOWN_GUARD,
     UNRECORDED_GUARD,
     is_installed,
@@ -273,6 +274,20 @@ class TreeStatus(Value):
             f"(vLLM then runs the guard's), then run {hints.command('status')}"
         )
 
+    def _unheld_fix(self) -> str | None:
+        """The fix of an older patchkit's --patch apply the guard cannot judge: this patchkit's apply of
+        the same files holds them to the sets' contracts, and records them held or names the set they break."""
+        if not any(UNHELD in problem for problem in self.guard) or self.record is None:
+            return None
+        entry = next((e for e in self.record.entries if is_adhoc(e.set_name) and not e.held), None)
+        if entry is None:
+            return None
+        apply, revert = (hints.command(verb, chosen=selection_of(entry)) for verb in ("apply", "revert"))
+        return (
+            f"run {apply} (it holds the diffs to the sets' contracts: they are recorded held, or refused with "
+            f"the set they break named), or undo them: {revert}"
+        )
+
     def _dist_info_fix(self) -> str | None:
         """The fix of a refusal for vLLM's dist-info: several (apply refuses until one is left), or none
         (the guard cannot tell the version: apply removes it, as it installs none on such a tree)."""
@@ -297,6 +312,8 @@ class TreeStatus(Value):
             )
         if self.symlink_fix:  # apply and revert refuse to write through it: a hand repair
             return f"{self.symlink_fix}, then run {hints.command('status')}"
+        if (unheld := self._unheld_fix()) is not None:
+            return unheld
         if (gaps := self._no_series_fix()) is not None:  # apply refuses a set with no series
             return gaps
         if self.all_stock_again:  # apply patches them again, and records it
@@ -333,9 +350,8 @@ class TreeStatus(Value):
                 f"run {self.fix_command('revert', '--force')} (it keeps a copy of the edits), then {self.apply_chosen}"
             )
         shadowed = [problem for problem in self.guard if SHADOWED in problem]
-        if shadowed and len(shadowed) == len(
-            self.guard
-        ):  # apply refuses until that file is gone: the fix is the user's
+        # apply refuses until that file is gone: the fix is the user's
+        if shadowed and len(shadowed) == len(self.guard):
             return shadow.fix(shadowed[0].partition(" ")[0])
         if all(STALE_BYTECODE in problem for problem in self.guard):  # apply's bytecode fix, as after a write
             return _bytecode_fix(self.guard)
@@ -933,7 +949,7 @@ def guard_refusal(
     fields = _guard_fields(root, set_name, state, written=written, version=version)
     if not fields["guard"]:
         return None
-    found = TreeStatus(TreeState.APPLIED, **fields)
+    found = TreeStatus(TreeState.APPLIED, **fields, record=state)
     return found.guard, found.guard_fix
 
 

@@ -27,7 +27,17 @@ from packaging.version import Version
 from patchkit import __version__, fetch
 from patchkit.base import hints
 from patchkit.base.enums import Outcome, SelectionKind, StepState, TreeState
-from patchkit.base.errors import BadInput, CheckFailed, Conflict, Drift, NoPatchSet, PatchkitError, escaped, few
+from patchkit.base.errors import (
+    BadInput,
+    BreaksSet,
+    CheckFailed,
+    Conflict,
+    Drift,
+    NoPatchSet,
+    PatchkitError,
+    escaped,
+    few,
+)
 from patchkit.base.fsutil import Landed, read_file
 from patchkit.base.hashing import sha256
 from patchkit.base.heads import Heads
@@ -461,10 +471,20 @@ class _Applying:
         )
 
     def refuse_breaking_sets(self, state: State, plan: Plan) -> None:
-        """An ad-hoc diff is held to the contract of each library set whose files it writes (held.py)."""
+        """An ad-hoc diff is held to the contract of each library set whose files it touches (held.py):
+        those it writes, and those an earlier apply of it wrote (the record marks it held: Entry.held)."""
+        if not is_adhoc(self.resolved.set_name):
+            return
         recorded = {e.set_name: list(e.files) for e in state.entries if e.set_name not in self.stale}
         reads = (plan.disk_content, plan.content)
-        refuse_breaking(self.resolved.held_by, self.resolved.vllm_version, plan.changed_paths, reads, recorded)
+        earlier = state.entry(self.resolved.set_name)
+        touched = {*plan.changed_paths, *plan.touched_paths, *(earlier.files if earlier is not None else ())}
+        try:
+            refuse_breaking(self.resolved.held_by, self.resolved.vllm_version, touched, reads, recorded)
+        except BreaksSet as exc:
+            if earlier is not None and not earlier.held and not plan.changed_paths:  # an older patchkit's apply
+                exc.hint = f"revert it first ({hints.command('revert', chosen=selection_of(earlier))}), then {exc.hint}"
+            raise
 
     def already_applied(self, plan: Plan, *, dry_run: bool) -> ApplyResult:
         """No file of the series to write; but the record is brought up to the tree (see
@@ -500,6 +520,18 @@ class _Applying:
             return self.result(Outcome.ALREADY_APPLIED, message, plan=plan, checks=[])
         return _refuse_stale_bytecode(
             self.result(Outcome.ALREADY_APPLIED, message, plan=plan, checks=bytecode), "already applied"
+        )
+
+    def unheld_left(self, state: State) -> str:
+        """An older patchkit's --patch record this apply leaves (the guard refuses it): the warning that
+        names its fix, and the words the result line ends with ("" when there is none)."""
+        if not (self.judge_guard and any(is_adhoc(e.set_name) and not e.held for e in state.entries)):
+            return ""
+        self.state = state  # the record as written: the guard judges it
+        return (
+            "; the launch guard still refuses the tree (see the warning)"
+            if self.warn_of_what_the_guard_refuses()
+            else ""
         )
 
     def warn_of_what_the_guard_refuses(self, *, dry_run: bool = False) -> bool:
@@ -566,7 +598,7 @@ class _Applying:
         done = _applied_said(plan) if plan.stock is None else _updated_said(self.resolved.set_name, self.changed)
         applied = self.result(
             Outcome.APPLIED,
-            f"{done}: {len(changes)} file(s) changed" + self.guard_said(),
+            f"{done}: {len(changes)} file(s) changed" + self.guard_said() + self.unheld_left(new_state),
             plan=plan,
             checks=stock + on_disk + bytecode,
             planned_checks=planned,
@@ -611,6 +643,8 @@ class _Applying:
         earlier = settled.entry(self.resolved.set_name)
         if self.changed and earlier is not None:  # another library's patches that made the same bytes: now this one's
             settled = settled.with_entry(self.resolved.apply_record({}, earlier))
+        elif earlier is not None and is_adhoc(earlier.set_name) and not earlier.held:  # refuse_breaking_sets held it
+            settled = settled.with_entry(replace(earlier, held=True))
         settled, originals = self.found_applied(settled)
         guard_changes, settled = self.with_guard(settled)
         settled = settled.with_wheel(_guarded_wheel(root, settled))

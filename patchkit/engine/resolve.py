@@ -25,7 +25,15 @@ from patchkit.series import dry_run, library
 from patchkit.series.library import PatchSetDef, Selection
 from patchkit.series.patchfile import Patch, touched_paths
 from patchkit.store.journal import journal_path
-from patchkit.store.state import WORKSPACE_RECORD, Entry, applied_on, earlier_applies, read_state, record_apply
+from patchkit.store.state import (
+    WORKSPACE_RECORD,
+    Entry,
+    applied_on,
+    earlier_applies,
+    is_adhoc,
+    read_state,
+    record_apply,
+)
 from patchkit.tree import target as target_mod
 from patchkit.tree import version as version_mod
 from patchkit.tree.target import Target, checkout_restore
@@ -80,6 +88,7 @@ class Resolved(Value):
             library=patch_set.directory.parent if patch_set else None,
             root=self.target.root,
             gates=self.gates,
+            held=is_adhoc(self.set_name),  # an ad-hoc apply holds its files to the sets' contracts first
         )
 
 

@@ -353,6 +353,8 @@ def frame(argv: list[str], invoked: tuple[str, list[str]] | None = None) -> Laun
             "no launch command given",
             hint=f"give it after --: {hints.command('preflight', '--', 'vllm', 'serve', 'MODEL')}",
         )
+    if re.match(_ENV_ASSIGNMENT, argv[0]):
+        raise _assigned(argv, invoked)
     prefix = _EnvPrefix()
     rest = prefix.read(argv) if Path(argv[0]).name == "env" else argv
     if not rest:
@@ -421,6 +423,24 @@ def _wrapped(env: list[str], rest: list[str], invoked: tuple[str, list[str]] | N
         f"not a vLLM launch: '{rest[0]}' runs the launch, and patchkit reads only the launch itself",
         hint=f"check it with {_pasted(check)}; launch it with {rest[0]} before patchkit: {_pasted([*wrapper, *run])} "
         f"(run execs the launch, so {rest[0]}'s setting holds for vLLM)",
+    )
+
+
+def _assigned(argv: list[str], invoked: tuple[str, list[str]] | None) -> BadInput:
+    """The refusal of `NAME=VALUE ... vllm serve M`: a shell gives the launch's environment so, but
+    patchkit execs the launch itself, no shell between. The hint writes the assignments as env takes
+    them, in the launch (preflight judges them there too), or before patchkit, as the shell's own (not
+    a PYTHON* variable: before patchkit it would reach patchkit's own Python too)."""
+    count = next((i for i, word in enumerate(argv) if not re.match(_ENV_ASSIGNMENT, word)), len(argv))
+    assigned, launch = argv[:count], argv[count:] or ["vllm", "serve", "MODEL"]
+    verb = 1 if invoked is not None and invoked[0] == "preflight" else 0
+    inside, outside = (_named_again(invoked, words)[verb] for words in (["env", *assigned, *launch], launch))
+    hint = f"write them as env takes them: {_pasted(inside)}"
+    if not any(word.startswith("PYTHON") for word in assigned):
+        hint += f", or before patchkit: {_pasted([*assigned, *outside])}"
+    return BadInput(
+        f"not a vLLM launch: '{argv[0]}' is a shell's variable assignment, and patchkit runs the launch with no shell",
+        hint=hint,
     )
 
 

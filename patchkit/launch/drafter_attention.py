@@ -12,8 +12,8 @@ from packaging.version import InvalidVersion, Version
 
 from patchkit.base.errors import escaped
 from patchkit.launch.engine import LaunchContext
+from patchkit.launch.model_files import LLAMA
 
-LLAMA = "vllm/model_executor/models/llama.py"
 SPECULATIVE = "vllm/config/speculative.py"
 TRANSFORMERS_AUTO = "transformers/models/auto/configuration_auto.py"  # where config classes are named
 ROPE_TABLE_RULE = b'max_position_embeddings = getattr(config, "max_position_embeddings"'  # llama.py 0.11-0.34

@@ -10,9 +10,7 @@ import re
 from typing import Any
 
 from patchkit.base.errors import escaped
-
-LLAMA = "vllm/model_executor/models/llama.py"
-EAGLE3_DRAFTER = "vllm/model_executor/models/llama_eagle3.py"
+from patchkit.launch.model_files import EAGLE3_DRAFTER, LLAMA
 
 # key -> (the file vLLM reads it in, the read that takes a None on to a failure)
 READS = {

@@ -14,6 +14,7 @@ from patchkit.launch import observed
 from patchkit.launch.command import LaunchCommand
 from patchkit.launch.engine import LaunchContext
 from patchkit.launch.findings import Finding, cannot_judge
+from patchkit.launch.model_files import LLAMA_DRAFTER
 from patchkit.launch.weights import drafter_directory
 
 QUANT_FILE = "hf_quant_config.json"  # ModelOpt 0.29 and before: vLLM's get_config reads it as quantization_config
@@ -59,7 +60,7 @@ def weights_unjudged(
     if drafter is None:
         return None
     name = escaped(drafter.name)
-    if module != "llama_eagle3":
+    if module != LLAMA_DRAFTER:
         why = f"vLLM builds it from {escaped(module)}.py, whose rules patchkit does not read (weights, RoPE, -tp)"
         return cannot_judge(CHECK, f"drafter '{name}': {why}", CHECK_BY_HAND)
     quantized = drafter_quantization(launch.command, drafter.config) if layout is None else None

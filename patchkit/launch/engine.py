@@ -32,12 +32,12 @@ from patchkit.engine.guard import ENTRY_POINT_GROUP
 from patchkit.launch import observed
 from patchkit.launch.command import LaunchCommand
 from patchkit.launch.findings import Finding, VllmVerdict, cannot_judge
+from patchkit.launch.model_files import REGISTRY
 from patchkit.launch.models import ModelConfig
 from patchkit.launch.validation import model_interface
 from patchkit.series.requirements import Requirement, parse_requirements
 from patchkit.tree.target import flag_letters
 
-REGISTRY = "vllm/model_executor/models/registry.py"
 TREE_FILE_LIMIT = 64 << 20  # a vLLM source file the checks read: the largest is well under 1 MB
 PTH_LIMIT = 1 << 20  # a .pth file, a pyvenv.cfg
 GUARD_MODULE = "patchkit_guard"  # the guard's entry point: patchkit_guard:check

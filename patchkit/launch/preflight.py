@@ -58,6 +58,8 @@ from patchkit.launch import toolparsers
 from patchkit.launch.bounds import bounds_findings
 from patchkit.launch.command import ALIASES, LaunchCommand
 from patchkit.launch.context_parallel import context_parallel_findings
+from patchkit.launch.drafter_load import drafter_load_format
+from patchkit.launch.eagle_one import eagle1_findings
 from patchkit.launch.engine import LaunchContext, Reader, apply_fix, launch_python_version, set_checks, tree_reader
 from patchkit.launch.findings import Finding, cannot_judge
 from patchkit.launch.interpreter import RefusedByPython, exec_search
@@ -70,8 +72,8 @@ from patchkit.launch.serve_parser import ignored_config
 from patchkit.launch.shortcut import as_written, kept_findings
 from patchkit.launch.speculative import speculative_findings
 from patchkit.launch.speculators import drafter_config, speculator
+from patchkit.launch.validation import BUILD, engine_findings
 from patchkit.launch.validation import CHECK as VALIDATION
-from patchkit.launch.validation import engine_validation
 from patchkit.launch.weights import as_findings, target_directory, tokenizer_findings, weight_findings
 from patchkit.series import dry_run, library
 from patchkit.series.library import PatchSetDef
@@ -347,7 +349,7 @@ def preflight(
         result.findings += [_model_finding(missing) for missing in result.missing]
         return result
     result.command = command
-    result.findings += _found_models_findings(result.missing, served, (target, drafter), command)
+    result.findings += _found_models_findings(result.missing, served, (target, drafter), command, resolved.target.root)
     result.findings += _after_load_findings(command, resolved, (target, drafter), result)  # never kept: not tree files
     planned = _Planned.of(resolved, status) if needed else _Planned()
     result.fixable = planned.fixable
@@ -490,13 +492,19 @@ def _found_models_findings(
     served: Finding | None,
     models: tuple[ModelConfig, ModelConfig | None],
     command: LaunchCommand,
+    root: Path,
 ) -> list[Finding]:
     """With the target found: a drafter found nowhere, the speculator note, architectures vLLM refuses,
-    a model directory where vLLM's loader would find no weights, a tokenizer path that holds none."""
+    a model directory where vLLM's loader would find no weights (the drafter's as the tree at `root` loads it),
+    a tokenizer path that holds none."""
     found = [_model_finding(exc) for exc in missing]
     found += [served] if served is not None else []
     found += [f for f in (_architectures_finding(m) for m in models) if f is not None]
-    return found + weight_findings(command, models[0], MODELS) + as_findings(MODELS, tokenizer_findings(command))
+    return (
+        found
+        + weight_findings(command, models[0], MODELS, drafter_load_format(command, tree_reader(root)))
+        + as_findings(MODELS, tokenizer_findings(command))
+    )
 
 
 @dataclass(eq=False, repr=False)
@@ -660,31 +668,34 @@ def another_vllm(target: Target) -> str:
     return f"--python {target.python} imports vLLM from {target.python_vllm}, not from the --target tree {target.package_dir}"
 
 
-def vllm_validation(resolved: Resolved, result: PreflightResult, another: str) -> Finding:
+def vllm_validation(resolved: Resolved, result: PreflightResult, another: str) -> list[Finding]:
     """vLLM's own create_engine_config() on the launch as written (a worker importing vLLM: the
     caller runs it without the tree's lock, which a concurrent `run` or `apply` waits for). `another`:
-    another_vllm() of the tree."""
+    another_vllm() of the tree. Then, when vLLM accepts it and it names a drafter model, vLLM's
+    own build of that drafter (drafter-build)."""
 
     if resolved.target.python is None:  # a --target tree: no model found later would let it run
         gives = "give --python PATH, the interpreter of the venv whose vLLM you launch (vLLM is asked there about its own files)"
         also = ", once the models above are found" if result.missing else ""
-        return cannot_judge(VALIDATION, "not run: no interpreter known for this target", gives + also)
+        return [cannot_judge(VALIDATION, "not run: no interpreter known for this target", gives + also)]
     if another:  # its answer would be about another vLLM's files
-        return cannot_judge(VALIDATION, f"not run: {another}", whose_vllm_fix(resolved.target.package_dir))
+        return [cannot_judge(VALIDATION, f"not run: {another}", whose_vllm_fix(resolved.target.package_dir))]
     if result.loader_fails:  # asked, vLLM would read that file too: the finding above names it
-        return cannot_judge(VALIDATION, f"not run: {result.loader_fails}", "fix the launch-target finding above")
+        return [cannot_judge(VALIDATION, f"not run: {result.loader_fails}", "fix the launch-target finding above")]
     scan = hanging_modules(resolved.target.root, launch_tags(resolved.target.root))
     if scan:  # vLLM's import would (or may) wait on it: the tree-state finding names it and its fix
         hangs = f"would hang on {scan.paths[0]}" if scan.paths else f"may hang on {scan.unjudged[0]} (not looked at)"
-        return cannot_judge(VALIDATION, f"not run: importing vLLM {hangs}", "fix the tree-state finding above")
+        return [cannot_judge(VALIDATION, f"not run: importing vLLM {hangs}", "fix the tree-state finding above")]
     if result.missing:  # vLLM would look for the model on the hub: patchkit never downloads
-        return cannot_judge(
-            VALIDATION,
-            "not run: a model, drafter or tokenizer above is not on this machine",
-            "put it where the models finding looked, then run preflight again",
-        )
+        return [
+            cannot_judge(
+                VALIDATION,
+                "not run: a model, drafter or tokenizer above is not on this machine",
+                "put it where the models finding looked, then run preflight again",
+            )
+        ]
     launched = result.launched or result.command
-    return engine_validation(resolved.target.python, launched, fix=apply_fix() if result.fixable else None)
+    return engine_findings(resolved.target.python, launched, fix=apply_fix() if result.fixable else None)
 
 
 def _model_finding(missing: TargetError) -> Finding:
@@ -697,7 +708,7 @@ def _model_finding(missing: TargetError) -> Finding:
 
 # The order a person gets a launch going in: the command as written, the models it names, the tree
 # it imports, that tree's patches (and the checks they settle), then vLLM's own validation.
-_FIX_ORDER = {COMMAND: 0, MODELS: 1, LAUNCH_TARGET: 2, TREE: 3, VALIDATION: 5}
+_FIX_ORDER = {COMMAND: 0, MODELS: 1, LAUNCH_TARGET: 2, TREE: 3, VALIDATION: 5, BUILD: 6}
 
 
 def in_fix_order(findings: list[Finding]) -> list[Finding]:
@@ -1017,9 +1028,8 @@ def command_findings(context: LaunchContext) -> list[Finding]:
         if declared is not None and f'"{option}"'.encode() not in declared:
             message = f"the installed vLLM has no option {option} ({ARG_UTILS} declares none): it refuses the command"
             found.append(Finding(COMMAND, False, message, f"write --{ALIASES[option[1:]]}"))
-    return (
-        found + bounds_findings(COMMAND, context) + speculative_findings(context) + context_parallel_findings(context)
-    )
+    found += bounds_findings(COMMAND, context) + speculative_findings(context) + eagle1_findings(context)
+    return found + context_parallel_findings(context)
 
 
 def _lenient_reading(command: LaunchCommand, version: Version | None) -> Finding:

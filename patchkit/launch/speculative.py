@@ -14,14 +14,17 @@ from typing import Any
 
 from patchkit.launch.engine import LaunchContext
 from patchkit.launch.findings import Finding
+from patchkit.launch.mtp import mtp_drafter
 
 SPEC_FILE = "vllm/config/speculative.py"
 CHECK = "speculative-config"
 METHODS = "SpeculativeMethod"
 MTP_TYPES = "MTPModelTypes"
+OLD_MTP_TYPES = "MTP_MODEL_TYPES"  # 0.11's: a tuple
 NO_DRAFTER_NEEDED = ("mtp", "ngram", "[ngram]", "suffix")  # methods whose model vLLM fills in itself
 DRAFTER_FIX = 'give "model" the drafter\'s path or hub id'
 DETECTED_TYPES = ("medusa", "mlp_speculator", "longcat_flash_mtp")  # a drafter model_type naming its method
+DRAFT_MODEL_REFUSED = b"Speculative decoding with draft model is not"  # 0.11-0.14 raise it for any drafter left
 
 
 def speculative_findings(context: LaunchContext) -> list[Finding]:
@@ -39,7 +42,7 @@ def speculative_findings(context: LaunchContext) -> list[Finding]:
         refusal
         for refusal in (
             _unknown_key(spec, config_fields(source)),
-            _refusal(spec, methods, literals.get(MTP_TYPES, set()), context),
+            _refusal(spec, methods, literals.get(MTP_TYPES, literals.get(OLD_MTP_TYPES, set())), context),
             _out_of_bounds(spec, field_bounds(source)),
             _not_text(spec, string_fields(source)),
             _draft_tensor_parallel_size(spec, source, context),
@@ -107,16 +110,13 @@ def _refusal(
     if model == "":
         return 'model "" names no drafter', DRAFTER_FIX
     method = "mtp" if method in mtp_types else method  # a str here: one of its methods
-    if method in NO_DRAFTER_NEEDED:
+    if method in NO_DRAFTER_NEEDED and (method != "mtp" or model is None):
         return None  # vLLM's own validation judges these: their model is the target's or none
     if model is None:
         given = "num_speculative_tokens given but" if tokens is not None else "no num_speculative_tokens and"
         return f'{given} no "model" (method {method})', DRAFTER_FIX
-    if method is None and model not in ("ngram", "[ngram]") and not _method_detected(model, mtp_types, context):
-        return (
-            f"no method, and the drafter {model} names none (by its name or model_type)",
-            'give "method" (e.g. "eagle3")',
-        )
+    if model not in ("ngram", "[ngram]") and not _method_detected(model, method, mtp_types, context):
+        return _undetected(model, method)
     if tokens is None and context.drafter is not None and context.drafter.get("n_predict") is None:
         return "no num_speculative_tokens, and the drafter's config has no n_predict", 'give "num_speculative_tokens"'
     return None
@@ -198,16 +198,45 @@ def _token_count(value: object) -> int | bool | None:
     return False
 
 
-def _method_detected(model: str, mtp_types: set[str], context: LaunchContext) -> bool:
-    """vLLM's detection without a method: "eagle-" or "eagle3" in the drafter's name (redirected),
-    else its model_type (taken as detected when the drafter's config is unknown: not judged here)."""
+def _method_detected(model: str, method: str | None, mtp_types: set[str], context: LaunchContext) -> bool:
+    """Whether vLLM's SpeculativeConfig settles on a method for a drafter given as `model` (the same
+    chain in 0.11-0.17): eagle or eagle3 given is kept; else "eagle-" or "eagle3" in the drafter's
+    name (redirected); else its model_type as hf_config_override leaves it (medusa, an MTP type);
+    else draft_model given, unless the tree refuses it (0.11-0.14). Any other method given (mtp, medusa) is replaced
+    by that chain, and vLLM raises where it finds none. An unknown drafter config is not judged here."""
+    if method in ("eagle", "eagle3"):
+        return True
     name = context.command.draft_model_name(model).lower()
     if "eagle-" in name or "eagle3" in name:
         return True
+    if method == "draft_model" and DRAFT_MODEL_REFUSED not in (context.read(SPEC_FILE) or b""):
+        return True  # kept (0.15 on), or a tree that does not show it refused
     if context.drafter is None:
         return True
-    model_type = context.drafter.get("model_type")
-    return isinstance(model_type, str) and (model_type in DETECTED_TYPES or model_type in mtp_types)
+    model_type = _built_model_type(context)
+    return model_type is None or model_type in DETECTED_TYPES or model_type in mtp_types
+
+
+def _built_model_type(context: LaunchContext) -> object:
+    """The drafter's model_type as vLLM's draft ModelConfig holds it: hf_config_override applied where
+    the tree has one (a DeepSeek-V3 checkpoint becomes deepseek_mtp); None where it is not read."""
+    config = context.drafter.config if context.drafter is not None else {}
+    source = context.read(SPEC_FILE) or b""
+    if b"def hf_config_override" not in source or not isinstance(config.get("architectures"), list):
+        return config.get("model_type")  # no override; or none read, as vLLM's reading of the config fails first
+    built = mtp_drafter(source, config) if config["architectures"] else None
+    return None if built is None else built.model_type
+
+
+def _undetected(model: str, method: str | None) -> tuple[str, str]:
+    if method is None:
+        return (
+            f"no method, and the drafter {model} names none (by its name or model_type)",
+            'give "method" (e.g. "eagle3")',
+        )
+    why = f"method {method} is replaced by the one the drafter {model} names (by its name or model_type), and it names none"
+    fix = 'give the drafter\'s own "method" ("eagle3" for an EAGLE-3 head)'
+    return why, fix + ('; for the target\'s own MTP layers drop "model"' if method == "mtp" else "")
 
 
 def literal_tables(source: bytes | None) -> dict[str, set[str]]:
@@ -292,6 +321,8 @@ def field_bounds(source: bytes | None) -> dict[str, dict[str, int]]:
 
 
 def _literal_members(value: ast.expr) -> list[ast.expr] | None:
+    if isinstance(value, ast.Tuple) and value.elts and all(isinstance(e, ast.Constant) for e in value.elts):
+        return list(value.elts)  # 0.11's MTP_MODEL_TYPES: a tuple of strings
     if not (isinstance(value, ast.Subscript) and isinstance(value.value, ast.Name) and value.value.id == "Literal"):
         return None
     inner = value.slice

@@ -9,7 +9,7 @@ import os
 import re
 from typing import Any
 
-from patchkit.base.enums import WorkerStatus
+from patchkit.base.enums import BuildStatus, WorkerStatus
 from patchkit.launch.command import LaunchCommand
 from patchkit.launch.findings import Finding, VllmVerdict, cannot_judge
 from patchkit.launch.genconfig import AT_START  # the generation config: vLLM's front end reads it as it starts
@@ -24,9 +24,15 @@ _MISSING_FILE = re.compile(r"does not appear to have a file named ([\w\-]{1,100}
 
 
 def engine_validation(python: str | None, command: LaunchCommand, *, fix: str | None = None) -> Finding:
+    """vLLM's own validation of the launch (the first of engine_findings())."""
+    return engine_findings(python, command, fix=fix)[0]
 
+
+def engine_findings(python: str | None, command: LaunchCommand, *, fix: str | None = None) -> list[Finding]:
+    """vLLM's validation of the launch, then (when it accepts it and names a drafter model) vLLM's
+    own build of the drafter and load of its weights' headers (drafter-build)."""
     if python is None:
-        return cannot_judge(CHECK, "not run: no interpreter known for this target", "give --python PATH")
+        return [cannot_judge(CHECK, "not run: no interpreter known for this target", "give --python PATH")]
     request = {
         "arguments": command.arguments,
         "serve": command.serve,
@@ -34,6 +40,7 @@ def engine_validation(python: str | None, command: LaunchCommand, *, fix: str | 
         "cwd": command.working_directory(),
         "first_path": command.first_path(),
         "headless": command.headless,
+        "build_within": BUILD_WITHIN,
     }
     try:
         answer = run_worker(
@@ -51,14 +58,74 @@ def engine_validation(python: str | None, command: LaunchCommand, *, fix: str | 
     except WorkerFailed as exc:
         stopped = plugin_stopped(exc.partial, exc) or middleware_stopped(exc.partial, exc)
         if stopped is not None:
-            return Finding(CHECK, False, *stopped)
+            return [Finding(CHECK, False, *stopped)]
+        if _building(exc.partial):  # vLLM accepted the launch; the drafter's build hung or ended the worker
+            said = cannot_judge(BUILD, f"vLLM's build of the drafter did not end: {exc.message}", BUILD_GIVES)
+            return [_verdict(python, command, {**exc.partial, "drafter": None}, fix), said]
         if exc.status is not None and exc.status < 0:  # killed: no verdict on the launch, and skipping it is no fix
-            return Finding(CHECK, False, exc.message, exc.hint)
-        return Finding(CHECK, False, exc.message, "rerun with --no-import to skip vLLM's own validation")
+            return [Finding(CHECK, False, exc.message, exc.hint)]
+        return [Finding(CHECK, False, exc.message, "rerun with --no-import to skip vLLM's own validation")]
     stopped = plugin_stopped(answer) or middleware_stopped(answer)
     if stopped is not None:
-        return Finding(CHECK, False, *stopped)
-    return _verdict(python, command, answer, fix)
+        return [Finding(CHECK, False, *stopped)]
+    built = drafter_finding(answer) if worker_status(answer) == WorkerStatus.OK else None
+    return [_verdict(python, command, answer, fix), *([built] if built is not None else [])]
+
+
+BUILD = "drafter-build"
+BUILD_WITHIN = 60.0  # seconds for the drafter's build and load (the worker's TIMEOUT bounds the whole)
+BUILD_GIVES = (
+    "the static drafter checks still judge it; run preflight where the launch runs (its accelerator) for vLLM's build"
+)
+
+
+def _building(partial: dict[str, Any]) -> bool:
+    drafter = partial.get("drafter")
+    building = isinstance(drafter, dict) and _built(drafter) == BuildStatus.BUILDING
+    return worker_status(partial) == WorkerStatus.OK and building
+
+
+def _built(drafter: dict[str, Any]) -> BuildStatus | None:
+    """The build's status as the enum (None: none, or unknown)."""
+    said = drafter.get("status")
+    return BuildStatus(said) if isinstance(said, str) and said in tuple(BuildStatus) else None
+
+
+def drafter_finding(answer: dict[str, Any]) -> Finding | None:
+    """The drafter-build finding of the worker's answer (patchkit/_target/drafter_build.py's), or
+    None when it built none (no drafter model named)."""
+    built = answer.get("drafter")
+    if not isinstance(built, dict):
+        return None
+    method, model, named = (_short(built.get(key)) for key in ("method", "model", "class"))
+    drafter = f"the {method} drafter {model}"
+    built_as = _built(built)
+    if built_as == BuildStatus.BUILT and built.get("loaded") is True:
+        said = (
+            f"vLLM builds {drafter} ({named}) and loads its weights' names, shapes and dtypes (read from the headers)"
+        )
+        return Finding(BUILD, True, said)
+    if built_as == BuildStatus.BUILT:
+        return Finding(BUILD, True, f"vLLM builds {drafter} ({named}); with --load-format dummy it loads no weights")
+    if built_as == BuildStatus.FAILED:
+        error = _first_line(str(built.get("error", "")))
+        what = (
+            f"load the weights of {drafter} into {named or 'its class'}"
+            if built.get("stage") == "load"
+            else f"build {drafter}"
+        )
+        fix = (
+            "mend the drafter's config.json or weights where vLLM's error points, or use a drafter made for this target"
+        )
+        return Finding(BUILD, False, f"vLLM cannot {what}: {error}: the launch fails once the target has loaded", fix)
+    reason = _short(vllm_words(str(built.get("reason", "not said"))), 400)
+    return cannot_judge(BUILD, f"vLLM's build of {drafter}: {reason}", BUILD_GIVES)
+
+
+def _short(value: object, limit: int = 200) -> str:
+    """A text of the worker's answer, bounded (it comes from the launch's files)."""
+    text = "" if value is None else str(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 CPU = "judged on the CPU platform: no accelerator found"  # the clause every verdict on it ends with

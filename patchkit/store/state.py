@@ -376,6 +376,9 @@ class Entry(Value):
     patches: list[RecordedPatch]
     files: dict[str, RecordedFile]  # path -> its hashes
     library: str | None = None  # a library set: the absolute path of the library it was applied from
+    # a --patch apply's: its writes were held to the library sets' contracts (engine/held.py); an older
+    # patchkit's record has no mark, and the guard refuses it (it cannot judge the contracts)
+    held: bool = False
 
     def to_json(self) -> dict[str, Any]:
         data = {
@@ -386,7 +389,8 @@ class Entry(Value):
             "patches": self.patches,
             "files": self.files,
         }
-        return data if self.library is None else {**data, "library": self.library}
+        data = data if self.library is None else {**data, "library": self.library}
+        return {**data, "held": True} if self.held else data
 
     def without_files(self, paths: Iterable[str]) -> Entry:
         """The entry with no record of `paths` (pip wrote them since: an apply records them afresh)."""
@@ -403,6 +407,7 @@ class Entry(Value):
             data.get("patches", []),
             data["files"],
             data.get("library"),
+            data.get("held", False),
         )
 
 
@@ -561,12 +566,14 @@ def record_apply(
     library: Path | None = None,
     root: Path | None = None,
     gates: frozenset[str] = frozenset(),
+    held: bool = False,
 ) -> Entry:
     """The entry an apply records: each file's original hash and permission bits (kept from an
     earlier apply of the same set) and the hash written now. `library`: the library the set was
     read from (for hints given where another library is at hand). `root`: the tree, whose files
     are still the originals (their modes are read there). `gates`: the set's files a revert writes
-    first (marked so in the record: a revert goes by the record, whatever the library holds)."""
+    first (marked so in the record: a revert goes by the record, whatever the library holds).
+    `held`: a --patch apply's files were held to the library sets' contracts (Entry.held)."""
 
     files = dict(previous.files) if previous else {}
     hash_side_by_side([content for pair in changes.values() for content in pair])
@@ -590,6 +597,7 @@ def record_apply(
         patches=[_recorded_patch(p, adhoc=is_adhoc(set_name)) for p in patches],
         files=files,
         library=_recorded_library(library),
+        held=held,
     )
 
 
@@ -851,6 +859,8 @@ def _checked_entry(data: object, origin: Path) -> Entry:
             )
         checked_digest(patch.get("sha256"), origin, optional=False)
         _checked_absolute(patch.get("path", "/"), "a recorded patch's path", origin)
+    if not isinstance(data.get("held", False), bool):
+        raise _damaged(origin, "'held' is not true or false")
     _checked_library(data.get("library", "/"), origin)
     files = _require(data, "files", dict, origin)
     for path, shas in files.items():

@@ -75,12 +75,15 @@ ASK = textwrap.dedent("""\
             return _made(*a, **k)
         setattr(torch, name, on_cpu)
     sys.modules.setdefault("vllm._C", types.ModuleType("vllm._C"))  # needs libcuda; not called here
+    # CUTLASS_MLA's module sizes a workspace by the device's SM count when imported
+    torch.cuda.get_device_properties = lambda device=None: types.SimpleNamespace(multi_processor_count=148)
     import vllm.platforms
     from vllm.config import set_current_vllm_config
     from vllm.platforms.cuda import CudaPlatform
     from vllm.platforms.interface import DeviceCapability
     from vllm.v1.attention import selector
     from vllm.v1.attention.backends.registry import AttentionBackendEnum
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
     vllm.platforms._current_platform = CudaPlatform()
     found = {"layers": layers}
     for cap in ((9, 0), (10, 0)):
@@ -91,12 +94,23 @@ ASK = textwrap.dedent("""\
         CudaPlatform.check_and_update_config(config)
         selector._cached_get_attn_backend.cache_clear()
         chosen = {"engine": getattr(config.attention_config.backend, "name", None)}
+        classes = []
         with set_current_vllm_config(config):
             for layer, (head, mla) in layers.items():
                 try:
-                    chosen[layer] = selector.get_attn_backend(head, torch.bfloat16, "auto", None, use_mla=mla).get_name()
+                    classes.append(selector.get_attn_backend(head, torch.bfloat16, "auto", None, use_mla=mla))
+                    chosen[layer] = classes[-1].get_name()
                 except ValueError as exc:
                     chosen[layer] = f"refused: {exc}"
+            # the target's and the drafter's layers share one KV cache group: the model runner's own
+            # choice of one kernel block size for its backends, from the engine's block size
+            block = config.cache_config.block_size
+            groups = [types.SimpleNamespace(backend=backend) for backend in classes]
+            try:
+                kernel = GPUModelRunner.select_common_block_size(block, groups) if len(groups) == 2 else None
+            except ValueError as exc:
+                kernel = f"refused: {exc}"
+        chosen["blocks"] = [block, kernel]
         found[f"{cap[0]}.{cap[1]}"] = chosen
     print(json.dumps(found))
 """)
@@ -162,3 +176,31 @@ def test_once_applied_a_named_mla_backend_binds_only_an_mla_models_mla_layers(tm
     assert named["9.0"]["drafter"] == "FLASH_ATTN", named  # the platform's first non-MLA choice on 9.0
     assert named["10.0"]["drafter"] == "FLASHINFER", named
     assert chosen(python, llama, named="TRITON_MLA")["9.0"]["target"].startswith("refused: Selected backend")
+
+
+def test_once_applied_a_named_cutlass_mla_gives_the_drafter_a_backend_sharing_its_kv_cache_blocks(tmp_path):
+    """CUTLASS_MLA (named; 0.13/0.14's Blackwell default) makes check_and_update_config force the
+    engine's block size to 128, and takes kernel blocks of 128 only: the platform's first non-MLA
+    choice on 10.x, FlashInfer (16, 32, 64), shares none with it, and the model runner's
+    select_common_block_size raised "No common block size for 128" after the target's load. Applied,
+    the drafter gets the first valid backend that shares one; on 9.0 (no CUTLASS_MLA) nothing changes."""
+    python = overlay_venv(str(VLLM_PYTHON), tmp_path / "venv")
+    target, drafter = write_model(tmp_path / "target", TARGET), write_model(tmp_path / "drafter", DRAFTER)
+    stock = chosen(python, target, named="CUTLASS_MLA")
+    blackwell, hopper = stock["10.0"], stock["9.0"]
+    assert blackwell["engine"] == blackwell["target"] == "CUTLASS_MLA" and blackwell["blocks"][0] == 128, stock
+    assert blackwell["drafter"].startswith("refused: Selected backend"), stock
+    assert hopper["target"].startswith("refused: Selected backend"), stock  # CUTLASS_MLA is 10.x only
+
+    assert patchkit(python, "apply").returncode == 0
+    named = chosen(python, target, {**EAGLE3, "model": drafter}, named="CUTLASS_MLA")
+    blackwell = named["10.0"]
+    assert blackwell["engine"] == blackwell["target"] == "CUTLASS_MLA", named
+    # FlashInfer (the platform's first) cannot split 128 as CUTLASS_MLA does; FlashAttention (next) can
+    assert blackwell["drafter"] == "FLASH_ATTN", named
+    assert blackwell["blocks"] == [128, 128], named  # vLLM's own select_common_block_size accepts them
+    assert named["9.0"]["target"] == hopper["target"], named  # the target's own layers still refuse it
+    # the Blackwell default from 0.15 (FLASHINFER_MLA, block 64) keeps the drafter on FlashInfer
+    default = chosen(python, target, {**EAGLE3, "model": drafter})["10.0"]
+    assert default["target"] == "FLASHINFER_MLA" and default["drafter"] == "FLASHINFER", default
+    assert default["blocks"] == [64, 64], default

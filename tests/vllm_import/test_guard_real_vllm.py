@@ -13,7 +13,9 @@ from __future__ import annotations
 import base64
 import csv
 import hashlib
+import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -201,3 +203,45 @@ def test_a_guard_in_another_site_judges_the_vllm_vllm_imported_by_its_record(tmp
         edited.write_bytes(original)
         reverted = patchkit(python, "revert")
     assert reverted.returncode == 0, reverted.stdout[-3000:] + reverted.stderr[-3000:]
+
+
+REPO = Path(__file__).resolve().parents[2]
+WHITELIST = "0001-speculative-accept-deepseek-kimi-eagle3-targets.patch"  # eagle3's gate in 0.16.0's series
+
+
+def test_an_older_patchkits_eagle3_whitelist_alone_is_stopped_before_the_load(tmp_path, python):
+    """eagle3's whitelist patch applied alone through --patch by a patchkit from before --patch diffs
+    were held to the sets' contracts (its record has no "held" mark): vLLM's own plugin loading stops
+    it in the guard's words, where vLLM would have refused EAGLE-3 only after the model load; this
+    patchkit's apply of it refuses, naming the revert and the whole set, which clear it."""
+    site = site_packages(python)
+    before = top_level(site)
+    whitelist = REPO / "patches/eagle3/0.16.0" / WHITELIST
+    plain = tmp_path / "plain"  # a library without eagle3: no contract held the diff, as an older patchkit held none
+    shutil.copytree(REPO / "patches/deepseek-tool-calls", plain / "deepseek-tool-calls")
+    (plain / "library.toml").write_text('order = ["deepseek-tool-calls"]\n')
+    applied = patchkit(python, "apply", "--no-import", "--patches", str(plain), "--patch", str(whitelist))
+    assert applied.returncode == 0, applied.stdout[-3000:] + applied.stderr[-3000:]
+    record = site / ".patchkit/state.json"
+    state = json.loads(record.read_text())
+    assert [entry.pop("held") for entry in state["entries"]] == [True]
+    record.write_text(json.dumps(state))
+    model = tmp_path / "model"
+    model.mkdir()
+    try:
+        stopped, took = engine_args(python, model)
+        assert stopped.returncode != 0 and "TreeChanged" in stopped.stderr, stopped.stderr[-3000:]
+        assert WHITELIST in stopped.stderr and "did not hold --patch diffs" in stopped.stderr, stopped.stderr[-3000:]
+        assert took < 120, f"the guard stopped the launch after {took:.0f} s"
+        again = patchkit(python, "apply", "--no-import", "--patch", str(whitelist))
+        said = " ".join((again.stdout + again.stderr).split())
+        assert again.returncode == 1 and "patchkit revert" in said and "--set eagle3" in said, said[-3000:]
+        assert patchkit(python, "revert", "--patch", str(whitelist)).returncode == 0
+        whole = patchkit(python, "apply", "--no-import", "--set", "eagle3")
+        assert whole.returncode == 0, whole.stdout[-3000:] + whole.stderr[-3000:]
+        healthy, _ = engine_args(python, model)
+        assert "patchkit guard" not in healthy.stdout + healthy.stderr, healthy.stderr[-3000:]
+    finally:
+        reverted = patchkit(python, "revert")
+    assert reverted.returncode == 0, reverted.stdout[-3000:] + reverted.stderr[-3000:]
+    assert top_level(site) == before

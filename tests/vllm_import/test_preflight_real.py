@@ -85,6 +85,23 @@ def python(tmp_path: Path) -> Path:
     return overlay_venv(VLLM_PYTHON, tmp_path / "venv")
 
 
+def assert_drafter_verdicts(cases: list, refused: dict, words: str) -> None:
+    """Each (target, drafter, --max-model-len or None) case's drafter-architecture finding agrees with what
+    vLLM said of it (`refused`: None where it built the drafter); a failure says `words`."""
+    for case in cases:
+        target, drafter, length = case
+        spec = json.dumps({"method": "eagle3", "model": drafter, "num_speculative_tokens": 2})
+        given = ("--max-model-len", str(length)) if length else ()
+        done = patchkit(
+            "preflight", "--python", VLLM_PYTHON, "--no-import", "--format", "json", "--",
+            "vllm", "serve", target, "--speculative-config", spec, *given,
+        )  # fmt: skip
+        found = finding(done, "drafter-architecture")
+        said = refused[json.dumps(list(case))]
+        assert found["ok"] is (said is None), (case, said, found)
+        assert found["ok"] or words in found["message"], found
+
+
 def test_vllms_own_validation_fails_on_stock_and_passes_after_apply(tmp_path: Path, python: Path):
     for name, config in (("target", TARGET), ("drafter", DRAFTER)):
         (tmp_path / name).mkdir()
@@ -673,18 +690,7 @@ def test_a_drafter_table_by_its_default_or_its_scaling_fails_exactly_where_vllm_
     cases += [(str(targets["4k"]), str(drafters[d]), length) for d, length in [("default", 2048), ("yarn", 1024)]]
     refused = ask_vllm(DRAFTER_POSITIONS, json.dumps(cases))
     assert refused[json.dumps(cases[6])] and refused[json.dumps(cases[0])] is None, refused  # default: 4k, 1k
-    for case in cases:
-        target, drafter, length = case
-        spec = json.dumps({"method": "eagle3", "model": drafter, "num_speculative_tokens": 2})
-        given = ("--max-model-len", str(length)) if length else ()
-        done = patchkit(
-            "preflight", "--python", VLLM_PYTHON, "--no-import", "--format", "json", "--",
-            "vllm", "serve", target, "--speculative-config", spec, *given,
-        )  # fmt: skip
-        found = finding(done, "drafter-architecture")
-        said = refused[json.dumps(list(case))]
-        assert found["ok"] is (said is None), (case, said, found)
-        assert found["ok"] or "its rotary table holds" in found["message"], found
+    assert_drafter_verdicts(cases, refused, "its rotary table holds")
 
 
 # llama.py reads config.sliding_window for a sliding_attention layer as it builds the drafter; vLLM's KV cache
@@ -785,18 +791,7 @@ def test_a_longrope_drafter_fails_exactly_where_vllms_rotary_forward_indexes_pas
     cases += [(str(targets["4k"]), str(drafters[d]), length) for d, length in [(256, 512), (2048, 2048), (2048, 2049)]]
     refused = ask_vllm(LONGROPE_POSITIONS, json.dumps(cases))
     assert refused[json.dumps(list(cases[0]))] and refused[json.dumps(list(cases[1]))] is None, refused
-    for case in cases:
-        target, drafter, length = case
-        spec = json.dumps({"method": "eagle3", "model": drafter, "num_speculative_tokens": 2})
-        given = ("--max-model-len", str(length)) if length else ()
-        done = patchkit(
-            "preflight", "--python", VLLM_PYTHON, "--no-import", "--format", "json", "--",
-            "vllm", "serve", target, "--speculative-config", spec, *given,
-        )  # fmt: skip
-        found = finding(done, "drafter-architecture")
-        said = refused[json.dumps(list(case))]
-        assert found["ok"] is (said is None), (case, said, found)
-        assert found["ok"] or "(its longrope RoPE scaling)" in found["message"], found
+    assert_drafter_verdicts(cases, refused, "(its longrope RoPE scaling)")
 
 
 def test_a_drafter_partial_rotary_factor_fails_exactly_where_vllms_get_rope_refuses_it(tmp_path: Path):

@@ -63,6 +63,11 @@ SPECS = {
     "revision-null": {"method": "eagle3", "model": "DRAFTER", "num_speculative_tokens": 3, "revision": None},
     "code-revision-float": {"method": "eagle3", "model": "DRAFTER", "num_speculative_tokens": 3, "code_revision": 1.5},
     "tree-list": {"method": "eagle3", "model": "DRAFTER", "num_speculative_tokens": 3, "speculative_token_tree": [1]},
+    # a method but eagle/eagle3 given with a model is replaced by the one the drafter names (none: refused)
+    "mtp-with-head": {"method": "mtp", "model": "DRAFTER", "num_speculative_tokens": 3},
+    "mtp-with-named-head": {"method": "mtp", "model": "NAMED", "num_speculative_tokens": 3},
+    "medusa-with-head": {"method": "medusa", "model": "DRAFTER", "num_speculative_tokens": 3},
+    "draft-model-head": {"method": "draft_model", "model": "DRAFTER", "num_speculative_tokens": 3},
 }
 ASK_VLLM = textwrap.dedent("""\
     import json, sys

@@ -19,6 +19,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from launch_fixtures import eagle3_tensors
+
 VLLM_PYTHON = os.environ.get("VLLM_PYTHON")  # the real vLLM venv's interpreter (`make test-vllm` sets it)
 
 PYTEST_DISTRIBUTIONS = ("pytest", "pluggy", "iniconfig")  # packaging and pygments: the vLLM venv's own
@@ -153,20 +155,4 @@ TINY_DRAFTER = {
 
 
 # TINY_DRAFTER's tensors as vLLM's llama_eagle3.py takes them (layer 0's q/k/v take 2 x 256: embeds and states)
-TINY_WEIGHTS = {
-    "d2t": [500],
-    "t2d": [1000],
-    "lm_head.weight": [500, 256],
-    "fc.weight": [256, 768],
-    "norm.weight": [256],
-    "midlayer.self_attn.q_proj.weight": [256, 512],
-    "midlayer.self_attn.k_proj.weight": [128, 512],
-    "midlayer.self_attn.v_proj.weight": [128, 512],
-    "midlayer.self_attn.o_proj.weight": [256, 256],
-    "midlayer.mlp.gate_proj.weight": [512, 256],
-    "midlayer.mlp.up_proj.weight": [512, 256],
-    "midlayer.mlp.down_proj.weight": [256, 512],
-    "midlayer.input_layernorm.weight": [256],
-    "midlayer.post_attention_layernorm.weight": [256],
-    "midlayer.hidden_norm.weight": [256],
-}
+TINY_WEIGHTS = eagle3_tensors(256, 128, 512, 500, 256, 1000)

@@ -310,7 +310,7 @@ def _launch_findings(
     unused = unused_parser_note(launch_command)
     result.said += [unused] if unused else []
     if not no_import:  # vLLM's import takes seconds to minutes: not under the lock
-        result.findings.append(vllm_validation(resolved, result, another))
+        result.findings += vllm_validation(resolved, result, another)
     result.findings = in_fix_order(one_apply(result.findings, names))
     return result
 

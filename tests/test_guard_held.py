@@ -1,0 +1,320 @@
+"""The launch guard's distribution version and the guard's half of the --patch contract (issue 20).
+
+The guard's dist-info carries a local version label (0.1.0+patchkit): `pip freeze` in a patched site
+prints a pin no public index serves, so `pip install -r` of it never installs an index's package of
+that name. A guard an older patchkit wrote (0.1.0, an earlier check format) is replaced by apply and
+removed by revert byte for byte, also when either is killed at any step.
+
+A --patch apply is held to the library sets' contracts (engine/held.py) and its record says so
+("held"); the record of an older patchkit's --patch apply has no mark, so the guard cannot judge
+whether it left a set half-applied (a gate admitting what the set's model lacks: vLLM fails after the
+model load) and refuses it; status names this patchkit's apply of the same diffs, which marks it
+held or refuses naming the set it breaks and its fix (revert it, apply the whole set).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import zipfile
+from pathlib import Path
+
+import pytest
+from helpers import load_plugins_like_vllm, make_patch, run_cli, run_cli_read_only, run_cli_writing, write_library
+
+from patchkit import __version__
+from patchkit._target import guard as target_guard
+from patchkit.engine.guard import GUARD_VERSION, dist_info
+
+SPEC = "vllm/config/gate.py"
+MODEL = "vllm/models/big.py"
+STOCK_SPEC = textwrap.dedent("""\
+    def verify(model_type):
+        supported = ["llama", "qwen"]
+        if not any(entry in model_type for entry in supported):
+            raise ValueError(model_type)
+    """)
+STOCK_MODEL = textwrap.dedent("""\
+    from .interfaces import SupportsLoRA
+
+
+    class BigForCausalLM(SupportsLoRA):
+        pass
+    """)
+WIDE_SPEC = STOCK_SPEC.replace('"qwen"]', '"qwen", "bigmodel"]')
+EAGLE_MODEL = STOCK_MODEL.replace("import SupportsLoRA", "import SupportsEagle3, SupportsLoRA").replace(
+    "(SupportsLoRA)", "(SupportsLoRA, SupportsEagle3)"
+)
+CONTRACT = textwrap.dedent(f"""\
+    gates = ["{SPEC}"]
+
+    [[contract]]
+    file = "{SPEC}"
+    kind = "model-types"
+    function = "verify"
+    variable = "supported"
+    model_types = ["bigmodel"]
+
+    [[contract]]
+    file = "{MODEL}"
+    kind = "base"
+    class = "BigForCausalLM"
+    base = "SupportsEagle3"
+    """)
+OLD_INFO = f"patchkit_guard-{__version__}.dist-info"  # what patchkit wrote before the label
+
+
+def write_site(root: Path) -> Path:
+    """A vLLM 0.16.0 site-packages of the toy files (vllm/, its dist-info): the guard goes in."""
+    for rel, text in {"vllm/__init__.py": "", SPEC: STOCK_SPEC, MODEL: STOCK_MODEL}.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    (root / "vllm-0.16.0.dist-info").mkdir()
+    (root / "vllm-0.16.0.dist-info/METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 0.16.0\n")
+    return root
+
+
+@pytest.fixture
+def toy(tmp_path: Path) -> dict[str, Path]:
+    """The gated library (0001 the whitelist, its gate; 0002 the model), the same set with no contract
+    (what an older patchkit held a --patch apply to: nothing), a diff of the model alone, and a site."""
+    stock = write_site(tmp_path / "stock")
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    whitelist = make_patch(scratch, stock, {SPEC: WIDE_SPEC})
+    model = make_patch(scratch, stock, {MODEL: EAGLE_MODEL})
+    lib = write_library(tmp_path / "lib", {"0.16.0": [whitelist, model]}, name="gated")
+    text = (lib / "gated/set.toml").read_text()
+    head, releases = text.split("\n[[releases]]", 1)
+    (lib / "gated/set.toml").write_text(f"{head}\n{CONTRACT}\n[[releases]]{releases}")
+    plain = write_library(tmp_path / "plain", {"0.16.0": [whitelist, model]}, name="gated")
+    files = {"lib": lib, "plain": plain, "whitelist": lib / "gated/0.16.0/0001-change.patch"}
+    files["model_only"] = tmp_path / "model_only.patch"
+    files["model_only"].write_bytes(make_patch(scratch, stock, {MODEL: STOCK_MODEL + "# site tweak\n"}))
+    files["site"] = write_site(tmp_path / "site")
+    return files
+
+
+def older_patchkits_patch_apply(toy: dict[str, Path], diff: Path) -> None:
+    """The record an older patchkit's `apply --patch` left: held to no contract, no "held" mark."""
+    done = run_cli_writing("apply", "--no-import", "--target", toy["site"], "--patches", toy["plain"], "--patch", diff)
+    assert done.returncode == 0, done.stdout + done.stderr
+    path = toy["site"] / ".patchkit/state.json"
+    state = json.loads(path.read_text())
+    for entry in state["entries"]:
+        entry.pop("held", None)
+    path.write_text(json.dumps(state))
+
+
+def cli(toy: dict[str, Path], *args: object):
+    no_import = ("--no-import",) if args[0] == "apply" else ()
+    return run_cli_writing(args[0], *no_import, "--target", toy["site"], "--patches", toy["lib"], *args[1:])
+
+
+def status(toy: dict[str, Path]):
+    return run_cli_read_only("status", "--target", toy["site"], "--patches", toy["lib"], "--format", "json")
+
+
+def test_an_older_patchkits_whitelist_alone_is_refused_at_launch_and_the_fix_named_clears_it(toy):
+    older_patchkits_patch_apply(toy, toy["whitelist"])
+    refused = load_plugins_like_vllm(toy["site"])
+    assert refused.returncode != 0 and target_guard.UNHELD in refused.stderr, refused.stderr[-2000:]
+    assert "0001-change.patch" in refused.stderr and "patchkit status" in refused.stderr
+    said = status(toy)
+    assert said.returncode == 1, said.stdout + said.stderr
+    fix = json.loads(said.stdout)["guard"]["fix"]
+    assert fix.startswith("run `patchkit apply ") and f"--patch {toy['whitelist']}`" in fix, fix
+    assert "patchkit revert " in fix, fix
+    before = (toy["site"] / SPEC).read_bytes(), (toy["site"] / ".patchkit/state.json").read_bytes()
+    again = cli(toy, "apply", "--patch", toy["whitelist"])  # the fix status names: this patchkit holds it
+    words = " ".join((again.stdout + again.stderr).split())
+    assert again.returncode == 1 and "gate" in words and MODEL in words, words
+    revert, apply = words.index("`patchkit revert "), words.index("`patchkit apply ")
+    assert revert < apply and f"--patch {toy['whitelist']}`" in words[revert:apply] and "--set gated`" in words[apply:]
+    assert ((toy["site"] / SPEC).read_bytes(), (toy["site"] / ".patchkit/state.json").read_bytes()) == before
+    assert cli(toy, "revert", "--patch", toy["whitelist"]).returncode == 0
+    assert cli(toy, "apply", "--set", "gated").returncode == 0
+    assert load_plugins_like_vllm(toy["site"]).returncode == 0
+    assert status(toy).returncode == 0
+
+
+def test_an_older_patchkits_harmless_patch_is_held_by_applying_it_again(toy):
+    older_patchkits_patch_apply(toy, toy["model_only"])
+    assert load_plugins_like_vllm(toy["site"]).returncode != 0  # the guard cannot judge it
+    said = status(toy)
+    assert said.returncode == 1 and "--patch" in json.loads(said.stdout)["guard"]["fix"], said.stdout
+    done = cli(toy, "apply", "--patch", toy["model_only"])
+    assert done.returncode == 0, done.stdout + done.stderr
+    [entry] = json.loads((toy["site"] / ".patchkit/state.json").read_text())["entries"]
+    assert entry["held"] is True and (toy["site"] / MODEL).read_text().endswith("# site tweak\n")
+    assert load_plugins_like_vllm(toy["site"]).returncode == 0
+    assert status(toy).returncode == 0
+
+
+def test_apply_of_a_set_over_an_older_patchkits_patch_record_says_the_guard_still_refuses(toy, tmp_path):
+    addon = tmp_path / "addon.patch"
+    addon.write_text("--- /dev/null\n+++ b/vllm/my_addon.py\n@@ -0,0 +1 @@\n+ADDON = 1\n")
+    older_patchkits_patch_apply(toy, addon)
+    done = cli(toy, "apply", "--set", "gated")
+    words = " ".join((done.stdout + done.stderr).split())
+    assert done.returncode == 0 and "the launch guard still refuses the tree" in words, words
+    assert f"--patch {addon}`" in words and target_guard.UNHELD in words, words
+    assert load_plugins_like_vllm(toy["site"]).returncode != 0  # as it says
+
+
+def test_a_patch_this_patchkit_applies_is_recorded_held_and_launches(toy):
+    done = cli(toy, "apply", "--patch", toy["model_only"])
+    assert done.returncode == 0, done.stdout + done.stderr
+    [entry] = json.loads((toy["site"] / ".patchkit/state.json").read_text())["entries"]
+    assert entry["set"].startswith("adhoc-") and entry["held"] is True
+    assert load_plugins_like_vllm(toy["site"]).returncode == 0
+
+
+def test_a_held_mark_that_is_no_bool_is_damaged_for_the_guard_and_the_commands(toy):
+    assert cli(toy, "apply", "--patch", toy["model_only"]).returncode == 0
+    path = toy["site"] / ".patchkit/state.json"
+    state = json.loads(path.read_text())
+    state["entries"][0]["held"] = "yes"
+    path.write_text(json.dumps(state))
+    refused = load_plugins_like_vllm(toy["site"])
+    assert refused.returncode != 0 and "'held' is not true or false" in refused.stderr, refused.stderr[-2000:]
+    said = status(toy)
+    assert said.returncode == 2 and "'held' is not true or false" in said.stdout + said.stderr
+
+
+# -- the guard's version --------------------------------------------------------------------------
+
+
+def _pip(*args: str) -> subprocess.CompletedProcess:
+    """pip of this interpreter with no user or site configuration (no index but the one given)."""
+    return subprocess.run(
+        [sys.executable, "-m", "pip", "--isolated", "--disable-pip-version-check", "--no-input", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def _index_serving(where: Path, version: str) -> Path:
+    """A find-links index holding a wheel `patchkit-guard` of `version` (a package of that name)."""
+    where.mkdir()
+    info = f"patchkit_guard-{version}.dist-info"
+    members = {
+        "patchkit_guard.py": b"def check():\n    pass\n",
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: patchkit-guard\nVersion: {version}\n".encode(),
+        f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    rows = [
+        f"{name},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},{len(data)}"
+        for name, data in members.items()
+    ]
+    with zipfile.ZipFile(where / f"patchkit_guard-{version}-py3-none-any.whl", "w") as wheel:
+        for name, data in members.items():
+            wheel.writestr(name, data)
+        wheel.writestr(f"{info}/RECORD", "\n".join([*rows, f"{info}/RECORD,,"]) + "\n")
+    return where
+
+
+def test_pip_freeze_of_a_guarded_site_pins_a_guard_no_index_serves(toy, tmp_path):
+    assert cli(toy, "apply", "--set", "gated").returncode == 0
+    assert (toy["site"] / dist_info()).is_dir() and "+" in dist_info()
+    frozen = _pip("freeze", "--path", str(toy["site"]))
+    assert frozen.returncode == 0, frozen.stderr
+    [pin] = [line for line in frozen.stdout.splitlines() if line.startswith("patchkit-guard")]
+    assert pin == f"patchkit-guard=={__version__}+patchkit" == f"patchkit-guard=={GUARD_VERSION}"
+    index = _index_serving(tmp_path / "index", __version__)  # an index with a package of the guard's name
+    (tmp_path / "requirements.txt").write_text(pin + "\n")
+    install = ("install", "--dry-run", "--no-deps", "--no-index", "--find-links", str(index))
+    pinned = _pip(*install, "-r", str(tmp_path / "requirements.txt"))
+    assert pinned.returncode != 0 and f"No matching distribution found for {pin}" in pinned.stderr, pinned.stderr
+    public = _pip(*install, f"patchkit-guard=={__version__}")  # the unlabelled pin that index serves
+    assert public.returncode == 0 and f"Would install patchkit-guard-{__version__}" in public.stdout, public.stderr
+
+
+def _older_guard(site: Path) -> dict[str, bytes]:
+    """The applied site's guard made the one patchkit wrote before its version had the label, of
+    the check format before this one's, recorded as it recorded it: its files, path -> bytes."""
+    module = site / "patchkit_guard.py"
+    own = f"GUARD_FORMAT = {target_guard.GUARD_FORMAT}\n".encode()
+    module.write_bytes(module.read_bytes().replace(own, f"GUARD_FORMAT = {target_guard.GUARD_FORMAT - 1}\n".encode()))
+    (site / dist_info()).rename(site / OLD_INFO)
+    metadata = site / OLD_INFO / "METADATA"
+    metadata.write_text(metadata.read_text().replace(f"Version: {GUARD_VERSION}\n", f"Version: {__version__}\n"))
+    names = [module, *(site / OLD_INFO / name for name in ("METADATA", "INSTALLER", "entry_points.txt"))]
+    rows = []
+    for path in names:
+        data = path.read_bytes()
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        rows.append(f"{path.relative_to(site).as_posix()},sha256={digest},{len(data)}")
+    (site / OLD_INFO / "RECORD").write_text("\n".join([*rows, f"{OLD_INFO}/RECORD,,"]) + "\n")
+    files = {p.relative_to(site).as_posix(): p.read_bytes() for p in [*names, site / OLD_INFO / "RECORD"]}
+    state = json.loads((site / ".patchkit/state.json").read_text())
+    state["guard"] = {path: hashlib.sha256(data).hexdigest() for path, data in files.items()}
+    (site / ".patchkit/state.json").write_text(json.dumps(state))
+    assert load_plugins_like_vllm(site).returncode == 0
+    return files
+
+
+def everything(site: Path) -> dict[str, bytes]:
+    """Every file of the site outside .patchkit/ and bytecode caches, for byte-for-byte comparisons."""
+    return {
+        p.relative_to(site).as_posix(): p.read_bytes()
+        for p in sorted(site.rglob("*"))
+        if p.is_file() and ".patchkit" not in p.parts and "__pycache__" not in p.parts
+    }
+
+
+def test_an_older_patchkits_unlabelled_guard_is_replaced_by_apply_and_removed_by_revert(toy, tmp_path):
+    before = everything(toy["site"])
+    assert cli(toy, "apply", "--set", "gated").returncode == 0
+    older = _older_guard(toy["site"])
+    said = status(toy)
+    assert said.returncode == 1 and "older patchkit's launch guard" in said.stdout, said.stdout
+    copy = tmp_path / "copy"
+    shutil.copytree(toy["site"], copy, symlinks=True)
+    done = cli(toy, "apply")
+    assert done.returncode == 0 and "launch guard updated" in done.stdout, done.stdout + done.stderr
+    assert not (toy["site"] / OLD_INFO).exists() and (toy["site"] / dist_info()).is_dir()
+    assert load_plugins_like_vllm(toy["site"]).returncode == 0 and status(toy).returncode == 0
+    reverted = run_cli_writing("revert", "--target", copy, "--patches", toy["lib"])
+    assert reverted.returncode == 0, reverted.stdout + reverted.stderr
+    assert everything(copy) == before and not set(older) & set(everything(copy))
+
+
+@pytest.mark.parametrize("verb", ["apply", "revert"])
+def test_apply_or_revert_of_an_older_unlabelled_guard_killed_at_any_step_ends_as_before_or_done(toy, tmp_path, verb):
+    stock = everything(toy["site"])
+    assert cli(toy, "apply", "--set", "gated").returncode == 0
+    older = _older_guard(toy["site"])
+    origin = tmp_path / "origin"
+    shutil.copytree(toy["site"], origin, symlinks=True)
+    as_before = everything(origin)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PATCHKIT_FAULT")} | {"PATCHKIT_FAULT_MODE": "kill"}
+    site, killed = toy["site"], 0
+    for step in range(1, 200):
+        shutil.rmtree(site)
+        shutil.copytree(origin, site, symlinks=True)
+        no_import = ("--no-import",) if verb == "apply" else ()
+        done = run_cli(verb, *no_import, "--target", site, "--patches", toy["lib"],
+                       env={**env, "PATCHKIT_FAULT_AFTER": str(step)})  # fmt: skip
+        if done.returncode == 0:
+            break
+        assert done.returncode == -9, done.stdout + done.stderr
+        killed += 1
+        said = run_cli_read_only("status", "--target", site, "--patches", toy["lib"])  # recovers first
+        assert everything(site) == as_before, (step, said.stdout + said.stderr)
+        assert all((site / path).read_bytes() == data for path, data in older.items()), step
+    else:
+        pytest.fail(f"the {verb} never finished")
+    assert killed >= 2, killed
+    if verb == "apply":
+        assert not (site / OLD_INFO).exists() and (site / dist_info()).is_dir()
+        assert load_plugins_like_vllm(site).returncode == 0
+    else:
+        assert everything(site) == stock

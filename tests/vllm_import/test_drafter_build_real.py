@@ -1,0 +1,132 @@
+"""Opt-in (`make test-vllm`): preflight's drafter-build on vLLM 0.16.0 itself. Once create_engine_config()
+accepts the launch, patchkit/_target/drafter_build.py builds the EAGLE-3 drafter with the class vLLM's
+registry picks, on the meta device, and runs the launch's loader over meta tensors made from the
+safetensors headers: a drafter vLLM builds and loads passes; one vLLM cannot build or load fails with
+vLLM's own error (the class the static rules chased one key at a time)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from launch_fixtures import write_model, write_weights
+from vllm_overlay import TINY_DRAFTER, TINY_LLAMA, TINY_WEIGHTS, VLLM_PYTHON, ask_vllm, overlay_venv, patchkit
+
+from patchkit.launch.validation import BUILD, drafter_finding
+
+pytestmark = pytest.mark.skipif(not VLLM_PYTHON, reason="needs a venv with vLLM: run `make test-vllm`")
+
+# engine_config.work() as preflight runs it (`vllm serve TARGET --speculative-config ...`), for each drafter
+ASK = """
+import json, sys
+from patchkit._target import engine_config
+said = {}
+for drafter in sys.argv[2:]:
+    spec = json.dumps({"method": "eagle3", "model": drafter, "num_speculative_tokens": 2})
+    args = [sys.argv[1], "--speculative-config", spec, "--max-model-len", "512"]
+    said[drafter] = engine_config.work({"arguments": args, "serve": True, "args": args, "cwd": "/", "build_within": 300})
+print(json.dumps(said))
+"""
+DRAFTER = {**TINY_DRAFTER, "eagle_aux_hidden_state_layer_ids": [1, 1, 1]}
+# the drafters, each as vLLM takes or refuses it, and the words of vLLM's own error
+CASES: dict[str, tuple[dict[str, object], dict[str, list[int]], str | None]] = {
+    "good": (DRAFTER, TINY_WEIGHTS, None),
+    "with_embed": (DRAFTER, {**TINY_WEIGHTS, "embed_tokens.weight": [1000, 256]}, None),
+    "null_size": ({**DRAFTER, "intermediate_size": None}, TINY_WEIGHTS, "vLLM cannot build the eagle3 drafter"),
+    "wrong_shape": (
+        DRAFTER,
+        {**TINY_WEIGHTS, "fc.weight": [256, 512]},
+        "Tried to load weights of size torch.Size([256, 512])to a parameter of size torch.Size([256, 768])",
+    ),
+    "no_parameter": (
+        DRAFTER,
+        {**TINY_WEIGHTS, "midlayer.nonesuch.weight": [4]},
+        "KeyError: 'layers.0.nonesuch.weight'",
+    ),
+}
+
+
+def drafters(root: Path) -> dict[str, str]:
+    made = {}
+    for name, (config, weights, _) in CASES.items():
+        write_weights(write_model(root / name, config), weights)
+        made[name] = str(root / name)
+    return made
+
+
+def test_vllm_builds_and_loads_the_drafters_it_takes_and_fails_the_ones_it_refuses(tmp_path: Path):
+    target = str(write_model(tmp_path / "target", TINY_LLAMA))
+    made = drafters(tmp_path)
+    said = ask_vllm(ASK, target, *made.values())
+    assert isinstance(said, dict)
+    for name, (_, _, refused) in CASES.items():
+        answer = said[made[name]]
+        assert answer["status"] == "ok", (name, answer)
+        found = drafter_finding(answer)
+        assert found is not None and found.check == BUILD and found.judged, (name, answer)
+        if refused is None:
+            assert found.ok and "Eagle3LlamaForCausalLM" in found.message, (name, found)
+        else:
+            assert not found.ok and refused in found.message, (name, found)
+    assert "TypeError" in said[made["null_size"]]["drafter"]["error"]
+
+
+def run_patchkit(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "patchkit", *args], capture_output=True, text=True, timeout=900)
+
+
+def finding(done, check: str) -> dict[str, object] | None:
+    found = [f for f in json.loads(done.stdout)["findings"] if f["check"] == check]
+    return found[0] if found else None
+
+
+def test_preflight_fails_a_drafter_vllm_cannot_load_and_without_import_builds_nothing(tmp_path: Path):
+    target = str(write_model(tmp_path / "target", TINY_LLAMA))
+    made = drafters(tmp_path)
+    spec = json.dumps({"method": "eagle3", "model": made["no_parameter"], "num_speculative_tokens": 2})
+    serve = ["vllm", "serve", target, "--speculative-config", spec, "--max-model-len", "512"]
+    done = run_patchkit("preflight", "--python", str(VLLM_PYTHON), "--format", "json", "--", *serve)
+    built = finding(done, BUILD)
+    assert done.returncode == 1 and built is not None and not built["ok"], done.stdout[-3000:] + done.stderr[-3000:]
+    assert "KeyError: 'layers.0.nonesuch.weight'" in str(built["message"]), built
+    skipped = run_patchkit("preflight", "--python", str(VLLM_PYTHON), "--no-import", "--format", "json", "--", *serve)
+    assert finding(skipped, BUILD) is None, skipped.stdout
+
+
+# DeepSeek-V3's shape (MLA), small: vLLM builds an EAGLE-3 drafter for it once the eagle3 set is applied
+DEEPSEEK_V3_TINY = {
+    "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "hidden_size": 256,
+    "intermediate_size": 512, "moe_intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+    "num_key_value_heads": 4, "max_position_embeddings": 1024, "vocab_size": 1000, "q_lora_rank": 64,
+    "kv_lora_rank": 32, "qk_nope_head_dim": 32, "qk_rope_head_dim": 16, "v_head_dim": 32, "n_routed_experts": 4,
+    "n_shared_experts": 1, "num_experts_per_tok": 2, "first_k_dense_replace": 1, "n_group": 1, "topk_group": 1,
+    "routed_scaling_factor": 1.0, "scoring_func": "sigmoid", "topk_method": "noaux_tc", "norm_topk_prob": True,
+    "torch_dtype": "bfloat16",
+}  # fmt: skip
+
+
+def ask(python: Path, script: str, *args: str) -> dict[str, object]:
+    """ask_vllm's answer from another interpreter (an overlay's)."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(Path(__file__).parents[2])}
+    asked = subprocess.run(
+        [str(python), "-B", "-c", script, *args], capture_output=True, text=True, timeout=1200, env=env, check=True
+    )
+    said = json.loads(asked.stdout.strip().splitlines()[-1])
+    assert isinstance(said, dict)
+    return said
+
+
+def test_an_eagle3_drafter_of_an_mla_target_builds_once_the_set_is_applied(tmp_path: Path):
+    python = overlay_venv(str(VLLM_PYTHON), tmp_path / "venv")
+    done = patchkit(python, "apply", "--set", "eagle3")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    target = str(write_model(tmp_path / "target", DEEPSEEK_V3_TINY))
+    made = drafters(tmp_path)
+    said = ask(python, ASK, target, made["good"], made["wrong_shape"])
+    good, wrong = (drafter_finding(said[made[name]]) for name in ("good", "wrong_shape"))  # type: ignore[arg-type]
+    assert good is not None and good.ok and good.judged, said
+    assert wrong is not None and not wrong.ok and "Tried to load weights of size" in wrong.message, said

@@ -1,0 +1,56 @@
+"""Opt-in (`make test-vllm`): an EAGLE-3 drafter under parallel_drafting, held to vLLM 0.16.0's own drafter
+built and loaded on CPU (vllm_overlay's DRAFTER_BUILT with the speculative config's parallel_drafting):
+preflight fails drafter-architecture exactly where vLLM's load_weights raises (no mask_hidden, or one of
+another size), and passes the drafter whose mask_hidden it takes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from launch_fixtures import write_model, write_weights
+from vllm_overlay import DRAFTER_BUILT, TINY_DRAFTER, TINY_LLAMA, TINY_WEIGHTS, ask_vllm
+
+VLLM_PYTHON = os.environ.get("VLLM_PYTHON")
+
+pytestmark = pytest.mark.skipif(not VLLM_PYTHON, reason="needs a venv with vLLM: run `make test-vllm`")
+
+SPEC = {"method": "eagle3", "num_speculative_tokens": 2, "parallel_drafting": True}
+PARALLEL_BUILT = DRAFTER_BUILT.replace(
+    '"num_speculative_tokens": 2}', '"num_speculative_tokens": 2, "parallel_drafting": True}'
+)
+CASES = {
+    "no-mask": TINY_WEIGHTS,
+    "mask": {**TINY_WEIGHTS, "mask_hidden": [1, 3 * 256]},
+    "short-mask": {**TINY_WEIGHTS, "mask_hidden": [1, 256]},
+}
+
+
+def drafter_findings(target: Path, drafter: Path) -> list[dict]:
+    spec = json.dumps({**SPEC, "model": str(drafter)})
+    done = subprocess.run(
+        [sys.executable, "-m", "patchkit", "preflight", "--python", VLLM_PYTHON, "--no-import", "--format", "json",
+         "--", "vllm", "serve", str(target), "--speculative-config", spec],
+        capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    return [f for f in json.loads(done.stdout)["findings"] if f["check"] == "drafter-architecture"]
+
+
+def test_parallel_drafting_fails_exactly_where_vllms_drafter_load_raises(tmp_path: Path):
+    assert PARALLEL_BUILT != DRAFTER_BUILT
+    target = write_model(tmp_path / "target", TINY_LLAMA)
+    drafters = {}
+    for name, weights in CASES.items():
+        drafters[name] = write_model(tmp_path / name, TINY_DRAFTER)
+        write_weights(drafters[name], weights)
+    refused = ask_vllm(PARALLEL_BUILT, str(target), *map(str, drafters.values()))
+    assert "mask_hidden not found in weights" in refused[str(drafters["no-mask"])], refused
+    assert refused[str(drafters["mask"])] is None and refused[str(drafters["short-mask"])], refused
+    for name, drafter in drafters.items():
+        found = drafter_findings(target, drafter)
+        said = refused[str(drafter)]
+        assert [f["result"] for f in found] == (["pass"] if said is None else ["fail"]), (name, said, found)
