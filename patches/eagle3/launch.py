@@ -42,6 +42,7 @@ from patchkit.launch.microbatch import microbatch_findings
 from patchkit.launch.model_files import EAGLE3_DRAFTER, LLAMA, LLAMA_DRAFTER, MODELS_DIR, REGISTRY
 from patchkit.launch.parallel_drafting import mask_hidden_missing
 from patchkit.launch.torch_names import torch_tensors
+from patchkit.launch.vllm_env import int_flag
 from patchkit.launch.weights import TorchFiles, drafter_tensors
 from patchkit.series.requirements import Target
 
@@ -1026,7 +1027,7 @@ def _v2_runner_unfed(launch) -> tuple[str, str] | None:
     command = launch.command
     given = command.environ.get(V2_RUNNER_ENV)
     try:
-        chosen = given is not None and int(given) != 0
+        chosen = int_flag(command.environ, V2_RUNNER_ENV, None)
     except ValueError:
         return None  # vLLM's envs raise on it at start: refused before any load
     if not chosen or V2_RUNNER_UNFED not in (launch.read(V2_RUNNER) or b""):

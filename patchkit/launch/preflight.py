@@ -75,6 +75,7 @@ from patchkit.launch.speculative import speculative_findings
 from patchkit.launch.speculators import drafter_config, speculator
 from patchkit.launch.validation import BUILD, engine_findings
 from patchkit.launch.validation import CHECK as VALIDATION
+from patchkit.launch.vllm_env import refused_flags
 from patchkit.launch.weights import as_findings, target_directory, tokenizer_findings, weight_findings
 from patchkit.series import dry_run, library
 from patchkit.series.library import PatchSetDef
@@ -1031,7 +1032,7 @@ def command_findings(context: LaunchContext) -> list[Finding]:
             found.append(Finding(COMMAND, False, message, f"write --{ALIASES[option[1:]]}"))
     found += bounds_findings(COMMAND, context) + speculative_findings(context) + eagle1_findings(context)
     found += proposer_findings(context)
-    return found + context_parallel_findings(context)
+    return found + context_parallel_findings(context) + refused_flags(command.environ, context.read)
 
 
 def _lenient_reading(command: LaunchCommand, version: Version | None) -> Finding:
