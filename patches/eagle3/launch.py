@@ -31,6 +31,7 @@ from patchkit.launch.drafter_attention import (
     unjudged,
 )
 from patchkit.launch.drafter_embedding import embedding_shared
+from patchkit.launch.drafter_load import drafter_load_format
 from patchkit.launch.drafter_nulls import null_refused
 from patchkit.launch.drafter_quant import target_quantization
 from patchkit.launch.drafter_types import boolean_unjudged, mistyped
@@ -42,6 +43,7 @@ from patchkit.launch.microbatch import microbatch_findings
 from patchkit.launch.model_files import EAGLE3_DRAFTER, LLAMA, LLAMA_DRAFTER, MODELS_DIR, REGISTRY
 from patchkit.launch.parallel_drafting import mask_hidden_missing
 from patchkit.launch.torch_names import torch_tensors
+from patchkit.launch.vllm_env import int_flag
 from patchkit.launch.weights import TorchFiles, drafter_tensors
 from patchkit.series.requirements import Target
 
@@ -773,7 +775,7 @@ def _weights_unjudged(launch) -> list[Finding]:
 
 def _drafter_weights(launch) -> dict | str | None:
     """drafter_tensors', a torch file's state dict read too (torch_names), as vLLM's pt iterator loads it."""
-    tensors = drafter_tensors(launch.command)
+    tensors = drafter_tensors(launch.command, drafter_load_format(launch.command, launch.read))
     if not isinstance(tensors, TorchFiles):
         return tensors
     read = {}
@@ -1030,7 +1032,7 @@ def _v2_runner_unfed(launch) -> tuple[str, str] | None:
     command = launch.command
     given = command.environ.get(V2_RUNNER_ENV)
     try:
-        chosen = given is not None and int(given) != 0
+        chosen = int_flag(command.environ, V2_RUNNER_ENV, None)
     except ValueError:
         return None  # vLLM's envs raise on it at start: refused before any load
     if not chosen or V2_RUNNER_UNFED not in (launch.read(V2_RUNNER) or b""):

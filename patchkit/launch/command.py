@@ -31,6 +31,7 @@ from patchkit.launch.models import redirected
 from patchkit.launch.serve_parser import read as read_arguments
 from patchkit.launch.serve_parser import spec_for
 from patchkit.launch.values import load_json
+from patchkit.launch.vllm_env import MLA_DISABLE, int_flag
 
 API_SERVER = "vllm.entrypoints.openai.api_server"
 CLI = "vllm.entrypoints.cli.main"  # the `vllm` script's module: `python -m CLI serve` is `vllm serve`
@@ -96,8 +97,11 @@ class LaunchCommand(Value):
     def uses_mla(self, config: dict[str, Any]) -> bool:
         """vLLM's use_mla for a model config, as its is_deepseek_mla reads it: a kv_lora_rank, unless the
         launch's VLLM_MLA_DISABLE says otherwise."""
-        disabled = self.environ.get("VLLM_MLA_DISABLE", "0").strip()
-        return config.get("kv_lora_rank") is not None and disabled in ("", "0")
+        try:
+            disabled = int_flag(self.environ, MLA_DISABLE)
+        except ValueError:  # vLLM raises reading it, at start (the vllm-environment finding)
+            disabled = False
+        return config.get("kv_lora_rank") is not None and not disabled
 
     @property
     def sets_search_path(self) -> bool:

@@ -14,6 +14,7 @@ from typing import Any
 from patchkit.base.errors import BadInput, TargetError, escaped
 from patchkit.base.values import FrozenValue, frozen
 from patchkit.launch.command import LaunchCommand
+from patchkit.launch.drafter_load import drafter_load_format
 from patchkit.launch.drafter_weights import quantization
 from patchkit.launch.engine import Reader, registry_tables
 from patchkit.launch.findings import Finding, cannot_judge
@@ -140,7 +141,7 @@ def _mtp_layers(
         return [Finding(MODELS, False, message, fix)]
     first = config.get("num_hidden_layers")
     where = drafter_directory(command) if named else target_directory(command)
-    load_format = command.optional_text("load-format") or "auto"
+    load_format = drafter_load_format(command, read)  # the MTP layers load with the drafter's loader
     if where is None or load_format not in LOAD_FORMATS or _quantized(command, config, named):
         return []  # a hub id vLLM downloads, a loader the models finding names; quantized: no strict check
     if type(count) is not int or count <= 0 or type(first) is not int:
