@@ -7,7 +7,6 @@ fails hidden_size, draft_vocab_size and target_hidden_size there and may run els
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from patchkit.base.errors import escaped
@@ -47,7 +46,7 @@ def boolean_unjudged(config: dict[str, Any]) -> tuple[str, str] | None:
         value = config.get(key)
         if isinstance(value, bool) and not (value is True and key in TRUE_REFUSED):
             return (
-                f"its config.json gives {escaped(key)} as {json.dumps(value)}, which vLLM takes as {int(value)}",
+                f"its config.json gives {escaped(key)} as {_shown(value)}, which vLLM takes as {int(value)}",
                 _fix(key, value),
             )
     return None
@@ -55,7 +54,14 @@ def boolean_unjudged(config: dict[str, Any]) -> tuple[str, str] | None:
 
 def _said(key: str, value: object) -> str:
     kind = "a string" if isinstance(value, str) else "a float" if isinstance(value, float) else "a boolean"
-    return f"its config.json gives {escaped(key)} as {escaped(json.dumps(value))[:40]} ({kind}), which vLLM computes with as given: it fails"
+    return f"its config.json gives {escaped(key)} as {escaped(_shown(value))[:40]} ({kind}), which vLLM computes with as given: it fails"
+
+
+def _shown(value: object) -> str:
+    """The value as config.json spells it (true, "14336", 14336.0)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return f'"{value}"' if isinstance(value, str) else repr(value)
 
 
 def _fix(key: str, value: object) -> str:
