@@ -34,6 +34,7 @@ from patchkit.launch.drafter_embedding import embedding_shared
 from patchkit.launch.drafter_load import drafter_load_format
 from patchkit.launch.drafter_nulls import null_refused
 from patchkit.launch.drafter_quant import target_quantization
+from patchkit.launch.drafter_types import boolean_unjudged, mistyped
 from patchkit.launch.drafter_weights import weights_unjudged
 from patchkit.launch.engine import apply_fix, few_named
 from patchkit.launch.findings import Finding, cannot_judge
@@ -575,6 +576,9 @@ def drafter_architecture(launch) -> Finding:
         llama = (*llama, _weights_unfit, lambda launch: mask_hidden_missing(launch, _drafter_weights(launch)))
         llama = llama if table.get(built, ("",))[0] == LLAMA_DRAFTER else ()
         top = lambda launch: _top_tokens_missing(launch, table.get(built, ("",))[0])  # noqa: E731
+        typed = mistyped(launch.drafter.config) if llama else None  # before the rules that read the sizes
+        if typed is not None:
+            return Finding("drafter-architecture", False, f"{registered}, but {typed[0]}", typed[1])
         rules = (_heads_unsplit, *llama, _quant_config_unfound, _attention_backend_refused, top)
         unbuilt = next((found for rule in rules if (found := rule(launch)) is not None), None)
         later = (positions_unserved(launch, defaults) if llama else None) or _cache_format_refused(launch)
@@ -587,6 +591,7 @@ def drafter_architecture(launch) -> Finding:
         unread = (unjudged(launch, defaults, mla) if llama else None) or (
             quantized[1:] if quantized and not quantized[0] else None
         )
+        unread = unread or (boolean_unjudged(launch.drafter.config) if llama else None)
         if unbuilt is None and unread is not None:
             return cannot_judge("drafter-architecture", f"{registered}, but {unread[0]}", unread[1])
         if unbuilt is None:
