@@ -18,7 +18,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from patchkit.base import hints
 from patchkit.base.errors import escaped
@@ -386,7 +386,7 @@ def _backend_needs(source: bytes, function: str, feature: str) -> list[tuple[Ver
         if isinstance(first, ast.Constant) and isinstance(first.value, str):
             try:
                 found.append((Version(first.value), feature))
-            except InvalidVersion:
+            except ValueError:
                 continue
     return found
 
@@ -414,7 +414,7 @@ def _held_to_transformers(launch, built: str, needs: list[tuple[Version, str]], 
         )
     try:
         installed = Version(said)
-    except InvalidVersion:
+    except ValueError:
         reason = f"{wanted}; the launch's transformers gives version '{escaped(said)}'"
         return cannot_judge("supports-eagle3", reason, _backend_fix(launch, why, need))
     if installed < need:
@@ -469,7 +469,7 @@ def _normal(name: str) -> str:
 def _version(text: str) -> Version:
     try:
         return Version(text)
-    except InvalidVersion:
+    except ValueError:
         return Version("0")
 
 
@@ -497,7 +497,7 @@ def _admits(pin: SpecifierSet, need: Version) -> bool:
     for spec in pin:
         try:
             at = Version(spec.version.removesuffix(".*"))
-        except InvalidVersion:
+        except ValueError:
             continue
         major, minor, micro = (*at.release, 0, 0)[:3]
         tried += [at, Version(f"{major}.{minor}.{micro + 1}"), Version(f"{major}.{minor + 1}"), Version(f"{major + 1}")]
@@ -1192,7 +1192,10 @@ def hidden_size(launch) -> Finding:
     if wanted is None or actual is None:
         message = f"cannot judge: the drafter expects hidden size {_shown(wanted)}, the target has {_shown(actual)}"
         return Finding("drafter-hidden-size", False, message, SIZE_FIX)
-    shared = embedding_shared(launch, actual, _drafter_weights(launch)) if wanted == actual else None
+    table = launch.registry().get(SPECULATIVE_TABLE, {})
+    built = next((name for name in _built_names(launch.drafter) if name in table), None)
+    llama = built is not None and table[built][0] == LLAMA_DRAFTER  # the assert is llama_eagle3.py's
+    shared = embedding_shared(launch, actual, _drafter_weights(launch)) if wanted == actual and llama else None
     if shared is not None:
         return shared
     message = f"drafter expects hidden size {wanted}, target has {actual}"
