@@ -22,8 +22,9 @@ REWRITTEN := $(VENV)/.plugins-rewritten
 # test-fast's temporary directories (pytest's tmp_path: trees written and fsynced file by file) on tmpfs where
 # /dev/shm has 2 GB free: less CPU than on a disk. A passed test's directory is removed at its end (~1 GB a run
 # kept in memory otherwise). Not for the release tier, which writes GBs there (real wheels).
-# Each run makes its own root there (pytest keeps 3 numbered directories a user under one root: runs side by
-# side removed each other's), removed once the run passed; a failed run's says where it is.
+# Each run its own --basetemp there (pytest keeps 3 numbered directories a user under one root: runs side by
+# side removed each other's), as long a name as pytest-of-root/pytest-12 (tests fit paths in 80 columns and in
+# capped messages); removed once the run passed, a failed run's named.
 TMPFS = $(shell [ -d /dev/shm ] && [ -w /dev/shm ] && df -Pk /dev/shm | awk 'NR == 2 && $$4 > 2097152 { print "/dev/shm" }')
 FAST_ROOT = $${PYTEST_DEBUG_TEMPROOT:-$(or $(TMPFS),$${TMPDIR:-/tmp})}
 FAST_KEEP = -o tmp_path_retention_policy=failed
@@ -64,9 +65,9 @@ test: $(VENV)/.installed $(REWRITTEN)
 
 test-fast: $(VENV)/.installed $(REWRITTEN)
 	$(COMPILE)
-	@root=$$(mktemp -d "$(FAST_ROOT)/patchkit-test-fast.XXXXXX") || exit 2; \
-	PYTEST_DEBUG_TEMPROOT=$$root $(PY) -m pytest -q $(XDIST) $(FAST_KEEP) $(FAST_PROFILE) -m "not release and not slow" $(PYTEST_ARGS); \
-	code=$$?; if [ $$code = 0 ]; then rm -rf "$$root"; else echo "test-fast: its temporary directories are in $$root"; fi; exit $$code
+	@base=$$(mktemp -d "$(FAST_ROOT)/pytest-fast-XXXXXXXXXXXX") || exit 2; \
+	$(PY) -m pytest -q $(XDIST) --basetemp="$$base" $(FAST_KEEP) $(FAST_PROFILE) -m "not release and not slow" $(PYTEST_ARGS); \
+	code=$$?; if [ $$code = 0 ]; then rm -rf "$$base"; else echo "test-fast: its temporary directories are in $$base"; fi; exit $$code
 
 test-release: $(VENV)/.installed $(REWRITTEN)
 	$(COMPILE)

@@ -294,8 +294,8 @@ def run_cli(
 
 def then(args: list[str]) -> tuple[int, str]:
     """The command after a trial, judged by its exit code, its output and the tree it leaves (no fault plan,
-    no signal): status, apply and revert in this process where CONTRIBUTING's rules allow (run_cli_judged:
-    a fork costs several times the command here), recover a process served as run_cli's."""
+    no signal): status, apply, revert and recover in this process where CONTRIBUTING's rules allow
+    (run_cli_judged: a fork costs several times the command here), any other a process served as run_cli's."""
     if args[0] not in (*READ_ONLY_COMMANDS, *WRITING_COMMANDS):
         return run_cli(args, served=True)
     done = run_cli_judged(*args)

@@ -392,12 +392,13 @@ def run_cli_read_only(*args: object, env: dict[str, str] | None = None, cwd: Pat
 
 
 # The commands that write a tree run_cli_writing may run in this process (CONTRIBUTING): those fleet's node
-# agent runs in its own process (cli.run_in_process). `run` execs the launch: always a process.
-WRITING_COMMANDS = ("apply", "revert")
+# agent runs in its own process (cli.run_in_process), and recover, whose rollback of a journal they run first
+# there. `run` execs the launch: always a process.
+WRITING_COMMANDS = ("apply", "revert", "recover")
 
 
 def run_cli_writing(*args: object, env: dict[str, str] | None = None, cwd: Path | None = None):
-    """apply or revert judged by its exit code, its output and the files it leaves alone: in this process
+    """apply, revert or recover judged by its exit code, its output and the files it leaves alone: in this process
     (run_cli_in_process) where run_cli would fork it from the server as it is (run_cli_read_only's rule: no
     start-up, PYTHONPATH or fault plan of its own), else run_cli's process. Not for a test of a signal, a
     terminal, a process's limits or its exit: those run_cli."""
@@ -408,7 +409,7 @@ def run_cli_writing(*args: object, env: dict[str, str] | None = None, cwd: Path 
 
 def run_cli_judged(*args: object, env: dict[str, str] | None = None, cwd: Path | None = None):
     """A command judged by its exit code, its output and the files it leaves alone: status, verify and
-    preflight as run_cli_read_only, apply and revert as run_cli_writing, any other as run_cli."""
+    preflight as run_cli_read_only, apply, revert and recover as run_cli_writing, any other as run_cli."""
     if str(args[0]) in READ_ONLY_COMMANDS:
         return run_cli_read_only(*args, env=env, cwd=cwd)
     return (run_cli_writing if str(args[0]) in WRITING_COMMANDS else run_cli)(*args, env=env, cwd=cwd)

@@ -467,7 +467,7 @@ def test_with_no_guard_a_library_update_killed_anywhere_has_its_new_gate_only_wi
         new = {rel: (tree / rel).read_bytes() == newer[rel].encode() for rel in (gate, model)}
         seen.add((new[gate], new[model]))
         assert new[model] or not new[gate], f"{plan}: the new gate with the old {model}"
-        code, out = ct.run_cli(["recover", "--target", str(tree)], served=True)
+        code, out = ct.then(["recover", "--target", str(tree)])
         assert code == 0 and gated.whole(tree) == "patched", out
     assert (False, True) in seen, seen  # a kill did land between the model and the gate
 
@@ -549,11 +549,11 @@ def test_a_record_an_older_patchkit_wrote_reverts_byte_for_byte_its_gate_first(g
         tree = gated.fresh("patched", gated.base / "work")
         _as_an_older_patchkit_recorded(tree)
         record = (tree / ".patchkit/state.json").read_bytes()
-        code, out = ct.run_cli(["revert", *gated.args(tree, "revert")], f"{n}:kill")
+        code, out = ct.run_cli(["revert", *gated.args(tree, "revert")], f"{n}:kill", served=True)
         if code == 0:
             break
         assert code == -signal.SIGKILL, out
-        code, out = ct.run_cli(["recover", *gated.args(tree, "recover")])
+        code, out = ct.then(["recover", *gated.args(tree, "recover")])
         assert code == 0 and gated.whole(tree) == "patched", out
         assert (tree / ".patchkit/state.json").read_bytes() == record  # the older record, as it was
     else:

@@ -324,3 +324,30 @@ def test_a_tools_run_hint_keeps_the_users_own_command_whatever_its_first_word(pr
     assert put == tool
     assert checked == [*tool, first, "-q", "preflight", "--no-import", "--", "vllm", "serve", "M"], checked
     assert pasted[: len(tool) + 2] == [*tool, first.replace(program, "patchkit"), "run"], pasted
+
+
+@pytest.mark.parametrize(
+    ("argv", "assigned", "before"),
+    [
+        (["CUDA_VISIBLE_DEVICES=0,1", "vllm", "serve", "M"], ["CUDA_VISIBLE_DEVICES=0,1"], True),
+        (["A=1", "B=x y", "/v/bin/vllm", "serve", "M", "--port", "9"], ["A=1", "B=x y"], True),
+        (["PYTHONPATH=/x", "vllm", "serve", "M"], ["PYTHONPATH=/x"], False),  # before patchkit it moves patchkit
+    ],
+)
+def test_a_shells_variable_assignment_before_the_launch_is_refused_naming_env(argv, assigned, before):
+    """A shell takes NAME=VALUE before a command as the command's environment; patchkit execs the
+    launch with no shell: the hint writes it as env takes it (read and judged there), or before patchkit."""
+    hint = hint_of(argv)
+    named = [shlex.split(said) for said in re.findall(r"`([^`]*)`", hint)]
+    launch = argv[len(assigned) :]
+    assert named[0] == ["patchkit", "run", "--", "env", *assigned, *launch], hint
+    assert frame(named[0][3:]).env == dict(word.split("=", 1) for word in assigned)
+    assert named[1:] == ([[*assigned, "patchkit", "run", "--", *launch]] if before else []), hint
+
+
+def test_preflight_of_a_launch_behind_an_assignment_says_what_to_do():
+    done = run_cli_in_process("preflight", "--no-import", "--", "CUDA_VISIBLE_DEVICES=0,1", "vllm", "serve", "M")
+    assert done.returncode == 2, done.stderr
+    said = " ".join(done.stderr.split())
+    assert "`patchkit preflight --no-import -- env CUDA_VISIBLE_DEVICES=0,1 vllm serve M`" in said, said
+    assert "`CUDA_VISIBLE_DEVICES=0,1 patchkit preflight --no-import -- vllm serve M`" in said, said

@@ -146,3 +146,31 @@ def test_apply_and_revert_run_here_where_a_fork_would_serve_them_and_write_what_
     assert "PATCHKIT_FAULT_AFTER='x' is ignored" in done.stderr
     with pytest.raises(AssertionError, match="not a command run_cli_writing runs"):
         helpers.run_cli_writing("run", *target)
+
+
+def test_recover_runs_here_where_a_fork_would_serve_it_and_writes_what_the_process_writes(
+    tree, open_library, monkeypatch
+):
+    """helpers.run_cli_writing runs recover too (the rollback of a journal apply and revert run first): an apply
+    cut short by a hard exit, then its journal recovered by a process and here from the same tree (put back
+    between them): the same exit code, output and files."""
+    where: list[str] = []
+    monkeypatch.setattr(
+        helpers, "run_cli_in_process", lambda *a, **k: where.append("here") or run_cli_in_process(*a, **k)
+    )
+    monkeypatch.setattr(helpers, "run_cli", lambda *a, **k: where.append("process") or run_cli(*a, **k))
+    cut = run_cli(
+        "apply", "--no-import", "--target", tree, "--patches", open_library, env={"PATCHKIT_FAULT_AFTER": "5:exit"}
+    )
+    assert cut.returncode == 70 and (tree / ".patchkit/journal.json").is_file(), cut.stdout + cut.stderr
+    crashed = tree.with_name("crashed")
+    shutil.copytree(tree, crashed, symlinks=True)
+    process = run_cli("recover", "--target", tree)
+    left = _files(tree)
+    shutil.rmtree(tree)
+    shutil.copytree(crashed, tree, symlinks=True)
+    here = helpers.run_cli_writing("recover", "--target", tree)
+    assert (here.returncode, here.stdout, here.stderr) == (process.returncode, process.stdout, process.stderr)
+    assert _files(tree) == left and process.returncode == 0, process.stdout + process.stderr
+    assert "rolled back" in process.stdout + process.stderr and not (tree / ".patchkit/journal.json").exists()
+    assert where == ["here"]

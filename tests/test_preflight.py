@@ -2295,6 +2295,10 @@ ENV_READER = 'def __post_init__(self):\n    self._set_from_env_if_set("backend",
         (["--attention-backend", "FLASH_ATTN"], {}, MLA, {}, None, None),  # the drafter's kind
         (["--attention-backend", "TRITON_MLA"], {}, {}, {}, None, None),  # a non-MLA target refuses it first
         (["--attention-backend", "TRITON_MLA"], {"VLLM_MLA_DISABLE": "1"}, MLA, {}, None, None),
+        # vLLM's bool(int(...)) of it: MLA stays on
+        (["--attention-backend", "TRITON_MLA"], {"VLLM_MLA_DISABLE": "00"}, MLA, {}, None, "--attention-backend"),
+        (["--attention-backend", "TRITON_MLA"], {"VLLM_MLA_DISABLE": "+0"}, MLA, {}, None, "--attention-backend"),
+        (["--attention-backend", "TRITON_MLA"], {"VLLM_MLA_DISABLE": " 1 "}, MLA, {}, None, None),
         (["--attention-backend", "TRITON_MLA"], {}, MLA, MLA, None, None),  # an MLA drafter takes it
         (["--attention-backend", "TRITON_MLA"], {}, MLA, {}, "0.16.0+rocm700", None),  # ROCm picks another
         (["--attention-backend", "NOT_A_BACKEND"], {}, MLA, {}, None, None),  # vLLM refuses it at start

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from patchkit.base import hints
 from patchkit.base.enums import Holder, Outcome, PatchState, SelectionKind, StepState, TreeState
@@ -1388,7 +1388,7 @@ def newest_release(patch_set: PatchSetDef) -> Release | None:
         for spec in release.versions:
             try:
                 named.append(Version(spec.version.removesuffix(".*")))
-            except InvalidVersion:
+            except ValueError:
                 continue
         return max(named, default=Version("0"))
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from patchkit.base import hints
 from patchkit.base.enums import Holder, SelectionKind, StepState
@@ -167,7 +167,7 @@ def _as_applied(tgt: Target, set_name: str, detected: DetectedVersion) -> tuple[
         return detected, []
     try:
         applied = Version(entry.vllm_version)
-    except InvalidVersion:  # the record is read back from the tree: said by status, not trusted here
+    except ValueError:  # the record is read back from the tree: said by status, not trusted here
         return detected, []
     if stale_note(tgt.root, entry, detected.version) is not None:
         return detected, []

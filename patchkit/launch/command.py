@@ -31,6 +31,7 @@ from patchkit.launch.models import redirected
 from patchkit.launch.serve_parser import read as read_arguments
 from patchkit.launch.serve_parser import spec_for
 from patchkit.launch.values import load_json
+from patchkit.launch.vllm_env import MLA_DISABLE, int_flag
 
 API_SERVER = "vllm.entrypoints.openai.api_server"
 CLI = "vllm.entrypoints.cli.main"  # the `vllm` script's module: `python -m CLI serve` is `vllm serve`
@@ -96,8 +97,11 @@ class LaunchCommand(Value):
     def uses_mla(self, config: dict[str, Any]) -> bool:
         """vLLM's use_mla for a model config, as its is_deepseek_mla reads it: a kv_lora_rank, unless the
         launch's VLLM_MLA_DISABLE says otherwise."""
-        disabled = self.environ.get("VLLM_MLA_DISABLE", "0").strip()
-        return config.get("kv_lora_rank") is not None and disabled in ("", "0")
+        try:
+            disabled = int_flag(self.environ, MLA_DISABLE)
+        except ValueError:  # vLLM raises reading it, at start (the vllm-environment finding)
+            disabled = False
+        return config.get("kv_lora_rank") is not None and not disabled
 
     @property
     def sets_search_path(self) -> bool:
@@ -353,6 +357,8 @@ def frame(argv: list[str], invoked: tuple[str, list[str]] | None = None) -> Laun
             "no launch command given",
             hint=f"give it after --: {hints.command('preflight', '--', 'vllm', 'serve', 'MODEL')}",
         )
+    if re.match(_ENV_ASSIGNMENT, argv[0]):
+        raise _assigned(argv, invoked)
     prefix = _EnvPrefix()
     rest = prefix.read(argv) if Path(argv[0]).name == "env" else argv
     if not rest:
@@ -421,6 +427,24 @@ def _wrapped(env: list[str], rest: list[str], invoked: tuple[str, list[str]] | N
         f"not a vLLM launch: '{rest[0]}' runs the launch, and patchkit reads only the launch itself",
         hint=f"check it with {_pasted(check)}; launch it with {rest[0]} before patchkit: {_pasted([*wrapper, *run])} "
         f"(run execs the launch, so {rest[0]}'s setting holds for vLLM)",
+    )
+
+
+def _assigned(argv: list[str], invoked: tuple[str, list[str]] | None) -> BadInput:
+    """The refusal of `NAME=VALUE ... vllm serve M`: a shell gives the launch's environment so, but
+    patchkit execs the launch itself, no shell between. The hint writes the assignments as env takes
+    them, in the launch (preflight judges them there too), or before patchkit, as the shell's own (not
+    a PYTHON* variable: before patchkit it would reach patchkit's own Python too)."""
+    count = next((i for i, word in enumerate(argv) if not re.match(_ENV_ASSIGNMENT, word)), len(argv))
+    assigned, launch = argv[:count], argv[count:] or ["vllm", "serve", "MODEL"]
+    verb = 1 if invoked is not None and invoked[0] == "preflight" else 0
+    inside, outside = (_named_again(invoked, words)[verb] for words in (["env", *assigned, *launch], launch))
+    hint = f"write them as env takes them: {_pasted(inside)}"
+    if not any(word.startswith("PYTHON") for word in assigned):
+        hint += f", or before patchkit: {_pasted([*assigned, *outside])}"
+    return BadInput(
+        f"not a vLLM launch: '{argv[0]}' is a shell's variable assignment, and patchkit runs the launch with no shell",
+        hint=hint,
     )
 
 

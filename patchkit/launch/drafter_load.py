@@ -9,13 +9,13 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from patchkit.launch.command import LaunchCommand
+from patchkit.launch.vllm_env import V2_RUNNER, int_flag
 
 EAGLE_PROPOSER = "vllm/v1/spec_decode/eagle.py"
 DRAFT_MODEL_PROPOSER = "vllm/v1/spec_decode/draft_model.py"
 V2_SPECULATOR = "vllm/v1/worker/gpu/spec_decode/eagle/utils.py"  # load_eagle_model (0.17)
 OWN_LOAD = b"speculative_config.draft_load_config"
 KEY = "draft_load_config"
-V2_ENV = "VLLM_USE_V2_MODEL_RUNNER"  # envs.py: bool(int(value)), default 0 (0.17)
 EAGLE_METHODS = ("eagle", "eagle3", "mtp")
 LOAD_DEFAULT = "auto"  # LoadConfig.load_format's default (0.11-0.17)
 
@@ -64,6 +64,6 @@ def _proposer_file(command: LaunchCommand) -> str | None:
 
 def _v2_runner(command: LaunchCommand) -> bool:
     try:
-        return int(command.environ.get(V2_ENV, "0").strip() or "0") != 0
+        return bool(int_flag(command.environ, V2_RUNNER))
     except ValueError:  # vLLM's envs raise on it: not the runner that loads
         return False

@@ -10,18 +10,20 @@ whether a batch can reach the split thresholds."""
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from patchkit.base import hints
+from patchkit.base.errors import escaped
 from patchkit.launch.command import LaunchCommand
 from patchkit.launch.engine import LaunchContext
 from patchkit.launch.findings import Finding, cannot_judge
+from patchkit.launch.vllm_env import V2_RUNNER as V2_ENV
+from patchkit.launch.vllm_env import int_flag
 
 CHECK = "micro-batching"
 V1_WRAPPER = "vllm/v1/worker/gpu_ubatch_wrapper.py"  # UBatchWrapper, the V1 model runner's
 V2_UBATCH = "vllm/v1/worker/gpu/ubatch_utils.py"  # UBatchRunner, the V2 model runner's (0.30 on)
 V2_RUNNER = "vllm/v1/worker/gpu/model_runner.py"
-V2_ENV = "VLLM_USE_V2_MODEL_RUNNER"
 V1_PARTS = "sorted_results"  # UBatchWrapper's list of the parts' outputs, which it joins
 V2_JOIN = "merge_ubatch_outputs"
 ENGINE_CORE = "vllm/v1/engine/core.py"
@@ -135,16 +137,25 @@ def _join(launch: LaunchContext) -> Verdict:
     or the tree has no V1 wrapper; both there and vLLM choosing, judged only where they agree."""
     v1 = _v1_join(launch.read(V1_WRAPPER))
     v2 = _v2_join(launch.read(V2_UBATCH))
-    chosen = launch.command.environ.get(V2_ENV, "").strip().lower()
-    if chosen in ("1", "true") and launch.read(V2_RUNNER) is not None:
+    chosen = _runner_chosen(launch.command.environ)
+    given = escaped(launch.command.environ.get(V2_ENV, "").strip())
+    if chosen and launch.read(V2_RUNNER) is not None:
         if v2 is not None or b"ubatch" in (launch.read(V2_RUNNER) or b""):
-            return v2 or (None, f"{V2_ENV}={chosen} picks the V2 model runner, whose join is not read")
-        return True, f"{V2_ENV}={chosen} picks vLLM's V2 model runner, which splits no batch here"
-    if v1 is None or v2 is None or chosen in ("0", "false"):
+            return v2 or (None, f"{V2_ENV}={given} picks the V2 model runner, whose join is not read")
+        return True, f"{V2_ENV}={given} picks vLLM's V2 model runner, which splits no batch here"
+    if v1 is None or v2 is None or chosen is False:
         return v1 or v2 or (None, UNLAID)
     if v1[0] == v2[0]:
         return v1
     return None, RUNNERS_DIFFER
+
+
+def _runner_chosen(environ: Mapping[str, str]) -> bool | None:
+    """VLLM_USE_V2_MODEL_RUNNER as vLLM reads it; None: unset, or a value vLLM refuses at start."""
+    try:
+        return int_flag(environ, V2_ENV, None)
+    except ValueError:  # the vllm-environment finding fails the launch
+        return None
 
 
 def _v1_join(source: bytes | None) -> Verdict | None:

@@ -58,6 +58,7 @@ from patchkit.launch import toolparsers
 from patchkit.launch.bounds import bounds_findings
 from patchkit.launch.command import ALIASES, LaunchCommand
 from patchkit.launch.context_parallel import context_parallel_findings
+from patchkit.launch.drafter_load import drafter_load_format
 from patchkit.launch.eagle_one import eagle1_findings
 from patchkit.launch.engine import LaunchContext, Reader, apply_fix, launch_python_version, set_checks, tree_reader
 from patchkit.launch.findings import Finding, cannot_judge
@@ -66,6 +67,7 @@ from patchkit.launch.late_files import headless_note, late_file_findings, lora_r
 from patchkit.launch.middleware import middleware_findings
 from patchkit.launch.models import ModelConfig, offline, offline_model_path, redirected, resolve_model, with_overrides
 from patchkit.launch.mtp import mtp_findings
+from patchkit.launch.proposer_start import proposer_findings
 from patchkit.launch.relevance import EVERY, LaunchNeeds, launch_needs
 from patchkit.launch.serve_parser import ignored_config
 from patchkit.launch.shortcut import as_written, kept_findings
@@ -73,6 +75,7 @@ from patchkit.launch.speculative import speculative_findings
 from patchkit.launch.speculators import drafter_config, speculator
 from patchkit.launch.validation import BUILD, engine_findings
 from patchkit.launch.validation import CHECK as VALIDATION
+from patchkit.launch.vllm_env import refused_flags
 from patchkit.launch.weights import as_findings, target_directory, tokenizer_findings, weight_findings
 from patchkit.series import dry_run, library
 from patchkit.series.library import PatchSetDef
@@ -348,7 +351,7 @@ def preflight(
         result.findings += [_model_finding(missing) for missing in result.missing]
         return result
     result.command = command
-    result.findings += _found_models_findings(result.missing, served, (target, drafter), command)
+    result.findings += _found_models_findings(result.missing, served, (target, drafter), command, resolved.target.root)
     result.findings += _after_load_findings(command, resolved, (target, drafter), result)  # never kept: not tree files
     planned = _Planned.of(resolved, status) if needed else _Planned()
     result.fixable = planned.fixable
@@ -491,13 +494,19 @@ def _found_models_findings(
     served: Finding | None,
     models: tuple[ModelConfig, ModelConfig | None],
     command: LaunchCommand,
+    root: Path,
 ) -> list[Finding]:
     """With the target found: a drafter found nowhere, the speculator note, architectures vLLM refuses,
-    a model directory where vLLM's loader would find no weights, a tokenizer path that holds none."""
+    a model directory where vLLM's loader would find no weights (the drafter's as the tree at `root` loads it),
+    a tokenizer path that holds none."""
     found = [_model_finding(exc) for exc in missing]
     found += [served] if served is not None else []
     found += [f for f in (_architectures_finding(m) for m in models) if f is not None]
-    return found + weight_findings(command, models[0], MODELS) + as_findings(MODELS, tokenizer_findings(command))
+    return (
+        found
+        + weight_findings(command, models[0], MODELS, drafter_load_format(command, tree_reader(root)))
+        + as_findings(MODELS, tokenizer_findings(command))
+    )
 
 
 @dataclass(eq=False, repr=False)
@@ -1022,7 +1031,8 @@ def command_findings(context: LaunchContext) -> list[Finding]:
             message = f"the installed vLLM has no option {option} ({ARG_UTILS} declares none): it refuses the command"
             found.append(Finding(COMMAND, False, message, f"write --{ALIASES[option[1:]]}"))
     found += bounds_findings(COMMAND, context) + speculative_findings(context) + eagle1_findings(context)
-    return found + context_parallel_findings(context)
+    found += proposer_findings(context)
+    return found + context_parallel_findings(context) + refused_flags(command.environ, context.read)
 
 
 def _lenient_reading(command: LaunchCommand, version: Version | None) -> Finding:

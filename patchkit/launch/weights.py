@@ -576,28 +576,39 @@ def weight_parts(directory: str, *, local: bool = True) -> frozenset[str] | str:
 _JUDGED: dict[tuple[str, str, bool, tuple[str, int] | None], str | None] = {}
 
 
-def weight_findings(command: LaunchCommand, target: ModelConfig, check: str) -> list[Finding]:
+def weight_findings(
+    command: LaunchCommand, target: ModelConfig, check: str, drafter_format: str | None = None
+) -> list[Finding]:
     """The `check` findings for the target and the drafter whose weights were judged: failed when vLLM
     would find no weights to load in the directory it loads them from; a pass is a note when it was
-    judged only in part; a loader patchkit does not model is said, never passed in silence."""
-    load_format = command.optional_text("load-format") or "auto"
-    quantization = target.get("quantization_config")
-    method = quantization.get("quant_method") if isinstance(quantization, dict) else None
-    if load_format == NO_WEIGHTS:  # random values: no file is read, nothing can be missing
-        return []
-    if "bitsandbytes" in (command.options.get("quantization"), method) and load_format in (*PATTERNS, "auto"):
-        load_format = "bitsandbytes"  # BitsAndBytesModelLoader's own files
-    if load_format not in (*PATTERNS, "auto", SHARDED):
+    judged only in part; a loader patchkit does not model is said, never passed in silence.
+    `drafter_format`: the load format vLLM loads the drafter with (drafter_load; None: the launch's)."""
+    load_format = _loader(command, target, command.optional_text("load-format") or "auto")
+    if load_format not in (NO_WEIGHTS, *PATTERNS, "auto", SHARDED):
         reason = f"--load-format {load_format}: patchkit does not read what that loader loads"
         return [cannot_judge(check, reason, "check that the model and the drafter hold what it loads")]
     found = []
     model = target_directory(command)
-    if model is not None:
+    if model is not None and load_format != NO_WEIGHTS:
         found += _problem(command, "model", *model, load_format, "the load fails at its start")
     drafter = drafter_directory(command)
-    if drafter is not None:
-        found += _problem(command, "drafter", *drafter, load_format, "the launch fails once the target has loaded")
+    own = load_format if drafter_format is None else _loader(command, target, drafter_format)
+    if drafter is not None and own not in (NO_WEIGHTS, *PATTERNS, "auto", SHARDED):
+        reason = f"drafter '{escaped(drafter[0])}': its load format {escaped(own)}: patchkit does not read what that loader loads"
+        return [*as_findings(check, found), cannot_judge(check, reason, "check that the drafter holds what it loads")]
+    if drafter is not None and own != NO_WEIGHTS:  # random values: no file is read, nothing can be missing
+        found += _problem(command, "drafter", *drafter, own, "the launch fails once the target has loaded")
     return as_findings(check, found)
+
+
+def _loader(command: LaunchCommand, target: ModelConfig, load_format: str) -> str:
+    """The loader `load_format` picks: BitsAndBytesModelLoader's own files where the launch or the
+    target's config quantizes with bitsandbytes."""
+    quantization = target.get("quantization_config")
+    method = quantization.get("quant_method") if isinstance(quantization, dict) else None
+    if "bitsandbytes" in (command.options.get("quantization"), method) and load_format in (*PATTERNS, "auto"):
+        return "bitsandbytes"
+    return load_format
 
 
 def as_findings(check: str, found: list[tuple[bool | None, str, str | None, bool]]) -> list[Finding]:
@@ -676,18 +687,23 @@ def target_directory(command: LaunchCommand) -> tuple[str, str, bool] | None:
     return (shown, path, True) if os.path.isdir(os.path.join(command.working_directory(), path)) else None
 
 
-def drafter_tensors(command: LaunchCommand) -> dict[str, tuple[str, list[int]]] | str | None:
+def drafter_tensors(
+    command: LaunchCommand, load_format: str | None = None
+) -> dict[str, tuple[str, list[int]]] | str | None:
     """name -> (file name, shape) of each tensor vLLM's safetensors loader hands the drafter: its
     directory's *.safetensors (filtered by its index) as weights_verdict finds them, each header read
     bounded. Else why they are not read (a load format other than auto/hf/safetensors, auto's Mistral
     files, torch files, a header past the bounds); None where nothing is to be said: no local drafter
-    (vLLM downloads it), an index vLLM refuses (the weights finding says it)."""
-    load_format = command.optional_text("load-format") or "auto"
+    (vLLM downloads it), an index vLLM refuses (the weights finding says it). `load_format`: the one
+    vLLM loads the drafter with (drafter_load; None: the launch's)."""
+    launch_format = command.optional_text("load-format") or "auto"
+    load_format = launch_format if load_format is None else load_format
     found = drafter_directory(command)
     if found is None:
         return None
     if load_format not in ("auto", "hf", "safetensors"):
-        return f"--load-format {escaped(load_format)}: patchkit reads the tensor names of safetensors files only"
+        given = "--load-format" if load_format == launch_format else "its own load format (draft_load_config)"
+        return f"{given} {escaped(load_format)}: patchkit reads the tensor names of safetensors files only"
     directory = os.path.join(command.working_directory(), found[1])
     if load_format == "auto" and _consolidated(directory) is not False:
         return "its weights are Mistral's consolidated*.safetensors, whose layout patchkit does not read"

@@ -1,0 +1,73 @@
+"""vLLM's integer environment flags read as its envs.py reads them, bool(int(value)): a value int() takes
+that a "set and not 0" test misreads ("00", "+0", a Unicode zero) decides the launch rules as vLLM does, and
+one int() refuses ("true", "yes", "") fails the launch: vLLM raises reading the variable, at start."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from helpers import lay_out_release, run_cli_in_process
+from launch_fixtures import DEEPSEEK_V3, DRAFTER, applied_finding, serve, write_model
+
+from patchkit.launch.vllm_env import CHECK, ENVS
+
+EAGLE3 = '{"method":"eagle3","model":"DRAFTER","num_speculative_tokens":3}'
+# the entries' shapes as 0.12-0.30 spell them: int() directly, or through maybe_convert_bool
+ENVS_READ_BY_INT = (
+    "environment_variables = {\n"
+    '    "VLLM_MLA_DISABLE": lambda: bool(int(os.getenv("VLLM_MLA_DISABLE", "0"))),\n'
+    "    # a comment between two entries\n"
+    '    "VLLM_USE_V2_MODEL_RUNNER": lambda: maybe_convert_bool(\n'
+    '        os.getenv("VLLM_USE_V2_MODEL_RUNNER", None)\n'
+    "    ),\n"
+    '    "VLLM_HOST_IP": lambda: os.getenv("VLLM_HOST_IP", ""),\n'
+    "}\n"
+)
+ENVS_READ_AS_TEXT = ENVS_READ_BY_INT.replace('bool(int(os.getenv("VLLM_MLA_DISABLE", "0")))', 'os.getenv("X") == "1"')
+
+
+def environment_finding(tmp_path, envs: str | None, *assignments: str) -> dict | None:
+    target = write_model(tmp_path / "tgt", {**DEEPSEEK_V3, "kv_lora_rank": 512})
+    command = ["env", *assignments, *serve(target, write_model(tmp_path / "dr", DRAFTER))]
+    return applied_finding(tmp_path, {ENVS: envs}, command, CHECK)
+
+
+@pytest.mark.parametrize("value", ["true", "yes", "", "0x1", "1.0", "on"])
+@pytest.mark.parametrize("name", ["VLLM_MLA_DISABLE", "VLLM_USE_V2_MODEL_RUNNER"])
+def test_a_flag_int_refuses_fails_the_launch(tmp_path, name, value):
+    found = environment_finding(tmp_path, ENVS_READ_BY_INT, f"{name}={value}")
+    assert found is not None and found["result"] == "fail", found
+    assert f"{name}={value!r} is not an integer: vLLM's envs.py reads it with int(), which raises" in found["message"]
+    assert found["fix"] == f"give {name}=1 or {name}=0, or unset it"
+
+
+@pytest.mark.parametrize("value", ["0", "00", "+0", " 1 ", "0_0", "\u0660", "-1"])
+def test_a_flag_int_takes_is_no_finding(tmp_path, value):
+    assert environment_finding(tmp_path, ENVS_READ_BY_INT, f"VLLM_MLA_DISABLE={value}") is None
+
+
+@pytest.mark.parametrize("envs", [ENVS_READ_AS_TEXT, None])
+def test_a_tree_that_does_not_show_int_reading_it_is_not_judged_by_it(tmp_path, envs):
+    assert environment_finding(tmp_path, envs, "VLLM_MLA_DISABLE=true") is None
+
+
+@pytest.mark.release
+@pytest.mark.parametrize(
+    ("release", "refused"),
+    [
+        ("0.11.0", ["VLLM_MLA_DISABLE"]),  # no V2 model runner yet
+        ("0.16.0", ["VLLM_MLA_DISABLE", "VLLM_USE_V2_MODEL_RUNNER"]),
+        ("0.22.0", ["VLLM_MLA_DISABLE", "VLLM_USE_V2_MODEL_RUNNER"]),  # maybe_convert_bool
+        ("0.34.0", ["VLLM_MLA_DISABLE"]),  # the variable is gone
+    ],
+)
+def test_the_real_envs_of_a_release_decide_it(tmp_path, release, refused):
+    site = lay_out_release(release, [ENVS], tmp_path / "site")
+    target = write_model(tmp_path / "tgt", {**DEEPSEEK_V3, "kv_lora_rank": 512})
+    command = ["env", "VLLM_MLA_DISABLE=true", "VLLM_USE_V2_MODEL_RUNNER=yes"]
+    command += serve(target, write_model(tmp_path / "dr", DRAFTER))
+    done = run_cli_in_process("preflight", "--target", site, "--no-import", "--format", "json", "--", *command)
+    found = [f for f in json.loads(done.stdout)["findings"] if f["check"] == CHECK]
+    assert [f["message"].split("=")[0] for f in found] == refused, done.stdout
+    assert done.returncode == 1, done.stdout
