@@ -11,7 +11,9 @@ import json
 from pathlib import Path
 
 from helpers import run_cli_judged
-from launch_fixtures import DEEPSEEK_V3, DRAFTER, SPEC, write_eagle3_setup, write_model, write_weights
+from launch_fixtures import DEEPSEEK_V3, DRAFTER, KIMI_K25, SPEC, write_eagle3_setup, write_model, write_weights
+
+from patchkit.series.library import default_root
 
 RULES = """
 class SpeculativeConfig:
@@ -483,3 +485,28 @@ def test_each_rule_reads_the_method_vllm_infers_not_the_one_written(tmp_path):
         assert _judged(tmp_path / method, name, config, None) == given, method
     failed = {check for check, result, message in _judged(tmp_path / "mtp", "dm2", NARROW_V3, None) if result == "fail"}
     assert {"models", "drafter-hidden-size"} <= failed, failed
+
+
+def test_the_sets_a_launch_needs_follow_the_method_vllm_infers(tmp_path):
+    """The eagle3 set's rule (its real [needed_by]: mtp under a Kimi-K2.5 target needs it) reads the
+    method vLLM infers from a DeepSeek-V3-type drafter checkpoint, as it reads "method": "mtp" written."""
+    tree, library = write_eagle3_setup(tmp_path)  # the eagle3 series not applied: a failure only where needed
+    with (tree / SPEC).open("a") as spec_file:
+        spec_file.write(RULES)
+    rule = (default_root() / "eagle3" / "set.toml").read_text()
+    with (library / "eagle3" / "set.toml").open("a") as toml:
+        toml.write("\n" + rule[rule.index("[needed_by]") : rule.index("[[releases]]")])
+    target, drafter = write_model(tmp_path / "target", KIMI_K25), write_model(tmp_path / "dm2", V3)
+    documents = []
+    for method in ("mtp", None):
+        spec = {"model": str(drafter), "num_speculative_tokens": 1, **({"method": method} if method else {})}
+        done = run_cli_judged(
+            "preflight", "--target", tree, "--patches", library, "--no-import", "--format", "json",
+            "--", "vllm", "serve", str(target), "--speculative-config", json.dumps(spec),
+        )  # fmt: skip
+        documents.append(json.loads(done.stdout))
+    given, omitted = documents
+    failed = {f["check"] for f in given["findings"] if f["result"] == "fail"}
+    assert {"tree-state", "image-token"} <= failed, given  # needed: not applied fails, its launch checks run
+    assert omitted.get("unused_sets") == given.get("unused_sets"), omitted
+    assert omitted["findings"] == given["findings"], omitted
