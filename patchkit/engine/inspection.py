@@ -53,6 +53,7 @@ from patchkit.engine.guard import (
     unrecorded_guard_notes,
     unseen_guard_note,
 )
+from patchkit.engine.held import unheld_breaks
 from patchkit.engine.stale import PIP_WROTE, PIP_WROTE_ALL, pip_wrote, stale_entries, stale_note
 from patchkit.engine.vouched import adopted_earlier, changed_since, needs_force, not_made_by_the_series, plan_over_stock
 from patchkit.series import dry_run
@@ -178,6 +179,9 @@ class TreeStatus(Value):
     other_library: list[str] = field(default_factory=list)
     updatable: bool = False
     earlier_texts: bool = False  # of --patch files edited since their apply (their names, not numbers)
+    # an older patchkit's --patch records the guard refuses (no "held" mark): the set each breaks (held.py;
+    # None: none, any apply marks it held; "": cannot be judged)
+    unheld_breaks: dict[str, str | None] = field(default_factory=dict)
 
     def fix_command(self, verb: str, *args: str) -> str:
         """`hints.command` for a fix: without --set where the set's files came with a wheel of
@@ -283,6 +287,10 @@ class TreeStatus(Value):
         if entry is None:
             return None
         apply, revert = (hints.command(verb, chosen=selection_of(entry)) for verb in ("apply", "revert"))
+        broken = self.unheld_breaks.get(entry.set_name)
+        if broken:  # its apply would be refused too: the set goes in whole once the diff is out
+            whole = hints.command("apply", chosen=replace(hints.current(), adhoc=(), set_name=broken))
+            return f"run {revert} (it leaves set {broken} half-applied: vLLM would fail after the model load), then {whole}"
         return (
             f"run {apply} (it holds the diffs to the sets' contracts: they are recorded held, or refused with "
             f"the set they break named), or undo them: {revert}"
@@ -810,7 +818,23 @@ def _guard_fields(
         "guard_missing": missing,
         **_hanging(root, state),
         "symlink_fix": _symlink_fix(root, refused, state),
+        "unheld_breaks": _unheld_breaks(root, state, version) if any(UNHELD in p for p in refused) else {},
     }
+
+
+def _unheld_breaks(root: Path, state: State | None, version: Version | None) -> dict[str, str | None]:
+    """TreeStatus.unheld_breaks: the older --patch records judged by the library at hand on the tree."""
+    if state is None:
+        return {}
+    try:
+        sets = tuple(load_library(locate(hints.current().library).path).values())
+    except PatchkitError:
+        sets = ()
+
+    def read(path: str) -> bytes | None:
+        return read_file(root / path, follow_symlinks=False)
+
+    return unheld_breaks(root, state, sets, version, read)
 
 
 def _hanging(root: Path, state: State | None) -> dict[str, list[str]]:
