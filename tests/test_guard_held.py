@@ -197,6 +197,35 @@ def test_an_older_patchkits_record_that_breaks_a_set_stays_unheld_and_the_fix_re
     assert load_plugins_like_vllm(toy["site"]).returncode == 0 and status(toy).returncode == 0
 
 
+def test_an_apply_that_marks_an_older_record_held_killed_at_any_step_ends_as_before_or_done(toy, tmp_path):
+    addon = tmp_path / "addon.patch"
+    addon.write_text("--- /dev/null\n+++ b/vllm/my_addon.py\n@@ -0,0 +1 @@\n+ADDON = 1\n")
+    older_patchkits_patch_apply(toy, addon)
+    origin = tmp_path / "origin"
+    shutil.copytree(toy["site"], origin, symlinks=True)
+    as_before = everything(origin)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PATCHKIT_FAULT")} | {"PATCHKIT_FAULT_MODE": "kill"}
+    site, killed = toy["site"], 0
+    for step in range(1, 200):
+        shutil.rmtree(site)
+        shutil.copytree(origin, site, symlinks=True)
+        done = run_cli("apply", "--no-import", "--target", site, "--patches", toy["lib"], "--set", "gated",
+                       env={**env, "PATCHKIT_FAULT_AFTER": str(step)})  # fmt: skip
+        if done.returncode == 0:
+            break
+        assert done.returncode == -9, done.stdout + done.stderr
+        killed += 1
+        said = run_cli_read_only("status", "--target", site, "--patches", toy["lib"])  # recovers first
+        assert everything(site) == as_before, (step, said.stdout + said.stderr)
+        entries = json.loads((site / ".patchkit/state.json").read_text())["entries"]
+        assert [e.get("held") for e in entries] == [None], (step, entries)  # the record as before, unmarked
+    else:
+        pytest.fail("the apply never finished")
+    assert killed >= 2, killed
+    entries = json.loads((site / ".patchkit/state.json").read_text())["entries"]
+    assert [e.get("held") for e in entries] == [True, None] and load_plugins_like_vllm(site).returncode == 0
+
+
 def test_a_patch_this_patchkit_applies_is_recorded_held_and_launches(toy):
     done = cli(toy, "apply", "--patch", toy["model_only"])
     assert done.returncode == 0, done.stdout + done.stderr

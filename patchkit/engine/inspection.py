@@ -6,6 +6,7 @@ import os
 import shlex
 import stat
 from dataclasses import dataclass, field, replace
+from importlib import import_module
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -53,7 +54,6 @@ from patchkit.engine.guard import (
     unrecorded_guard_notes,
     unseen_guard_note,
 )
-from patchkit.engine.held import unheld_breaks
 from patchkit.engine.stale import PIP_WROTE, PIP_WROTE_ALL, pip_wrote, stale_entries, stale_note
 from patchkit.engine.vouched import adopted_earlier, changed_since, needs_force, not_made_by_the_series, plan_over_stock
 from patchkit.series import dry_run
@@ -834,7 +834,10 @@ def _unheld_breaks(root: Path, state: State | None, version: Version | None) -> 
     def read(path: str) -> bytes | None:
         return read_file(root / path, follow_symlinks=False)
 
-    return unheld_breaks(root, state, sets, version, read)
+    # loaded here only: it parses the sets' contracts, which no start-up path (`run`'s fast one) needs
+    held = import_module("patchkit.engine.held")
+    breaks: dict[str, str | None] = held.unheld_breaks(root, state, sets, version, read)
+    return breaks
 
 
 def _hanging(root: Path, state: State | None) -> dict[str, list[str]]:
