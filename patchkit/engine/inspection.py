@@ -283,14 +283,23 @@ class TreeStatus(Value):
         the same files holds them to the sets' contracts, and records them held or names the set they break."""
         if not any(UNHELD in problem for problem in self.guard) or self.record is None:
             return None
-        entry = next((e for e in self.record.entries if is_adhoc(e.set_name) and not e.held), None)
-        if entry is None:
+        unheld = [e for e in self.record.entries if is_adhoc(e.set_name) and not e.held]
+        breaks = [self.unheld_breaks.get(e.set_name, "") for e in unheld]
+        if not unheld:
             return None
-        apply, revert = (hints.command(verb, chosen=selection_of(entry)) for verb in ("apply", "revert"))
-        broken = self.unheld_breaks.get(entry.set_name)
-        if broken:  # its apply would be refused too: the set goes in whole once the diff is out
+        entry = next((e for e, broken in zip(unheld, breaks, strict=True) if broken), None)
+        if entry is not None:  # its apply would be refused too: the set goes in whole once the diff is out
+            broken = self.unheld_breaks[entry.set_name]
             whole = hints.command("apply", chosen=replace(hints.current(), adhoc=(), set_name=broken))
+            revert = hints.command("revert", chosen=selection_of(entry))
             return f"run {revert} (it leaves set {broken} half-applied: vLLM would fail after the model load), then {whole}"
+        if all(broken is None for broken in breaks):  # any apply of this patchkit marks them held
+            chosen = next((e for e in self.record.entries if not is_adhoc(e.set_name)), unheld[0])
+            return (
+                f"run {hints.command('apply', chosen=selection_of(chosen))} (it records them held: they break no set's contract)"
+            )
+        entry = next(e for e, broken in zip(unheld, breaks, strict=True) if broken == "")
+        apply, revert = (hints.command(verb, chosen=selection_of(entry)) for verb in ("apply", "revert"))
         return (
             f"run {apply} (it holds the diffs to the sets' contracts: they are recorded held, or refused with "
             f"the set they break named), or undo them: {revert}"
