@@ -73,3 +73,73 @@ def test_a_registered_eagle3_class_whose_feeding_is_not_read_cannot_be_judged(tm
 def test_a_tree_whose_eagle_config_is_not_read_cannot_judge(tmp_path):
     [found] = _architecture(tmp_path, "EAGLE-3-head", None, renames=False)
     assert found["result"] == "cannot judge" and f"{EAGLE_CONFIG} is not read" in found["message"], found
+
+
+PROPOSER = "vllm/v1/spec_decode/eagle.py"
+FEEDS = """
+class EagleProposer:
+    def __init__(self, vllm_config):
+        self.hidden_size = self.draft_model_config.get_hidden_size()
+
+    def set_inputs_first_pass(self, target_hidden_states, num_tokens):
+        self.hidden_states[:num_tokens] = target_hidden_states
+"""
+DEEPSEEK_EAGLE1 = {**DEEPSEEK_V3, "architectures": ["DeepSeekMTPModel"], "num_hidden_layers": 1, "hidden_size": 128}
+LLAMA_EAGLE1 = {**EAGLE1, "hidden_size": 128, "target_hidden_size": 7168}
+
+
+def _width(tmp_path: Path, config: dict, method: str, feeds: str | None = FEEDS) -> list[dict]:
+    """The drafter-hidden-size findings of a DeepSeek-V3 launch (hidden_size 7168) whose drafter has
+    `config`, under `method`, on a tree whose proposer file holds `feeds`."""
+    tree, library = write_eagle3_setup(tmp_path)
+    if feeds is not None:
+        (tree / PROPOSER).parent.mkdir(parents=True, exist_ok=True)
+        (tree / PROPOSER).write_text(feeds)
+    drafter = write_model(tmp_path / "head", config)
+    spec = {"method": method, "model": str(drafter), "num_speculative_tokens": 3}
+    target = write_model(tmp_path / "target", DEEPSEEK_V3)
+    done = run_cli_judged(
+        "preflight", "--target", tree, "--patches", library, "--no-import", "--format", "json",
+        "--", "vllm", "serve", str(target), "--speculative-config", json.dumps(spec),
+    )  # fmt: skip
+    return [f for f in json.loads(done.stdout)["findings"] if f["check"] == "drafter-hidden-size"]
+
+
+def test_a_deepseek_eagle1_head_of_another_hidden_size_fails(tmp_path):
+    [found] = _width(tmp_path, DEEPSEEK_EAGLE1, "eagle")
+    assert not found["ok"] and found["result"] != "cannot judge", found
+    assert "(method eagle) has hidden_size 128, the target 7168" in found["message"], found
+    assert "copies the target's 7168-wide hidden states into the drafter's 128-wide buffer" in found["message"]
+    assert found["fix"] == "use a drafter made for this target (hidden_size 7168)", found
+
+
+def test_a_llama_eagle1_head_is_held_to_its_own_hidden_size_not_target_hidden_size(tmp_path):
+    """EAGLE-1's classes and proposer read hidden_size only: a target_hidden_size does not widen them."""
+    [found] = _width(tmp_path, LLAMA_EAGLE1, "eagle")
+    assert not found["ok"] and "has hidden_size 128, the target 7168" in found["message"], found
+
+
+def test_a_separate_mtp_checkpoint_of_another_hidden_size_fails(tmp_path):
+    [found] = _width(tmp_path, DEEPSEEK_EAGLE1, "mtp")
+    assert not found["ok"] and "(method mtp) has hidden_size 128" in found["message"], found
+
+
+def test_an_eagle1_head_of_the_targets_hidden_size_passes(tmp_path):
+    assert _width(tmp_path, {**DEEPSEEK_EAGLE1, "hidden_size": 7168}, "eagle") == []
+
+
+def test_an_eagle_config_drafter_takes_its_inner_models_hidden_size(tmp_path):
+    config = {"model_type": "eagle", "architectures": ["EagleLlamaForCausalLM"], "model": {**EAGLE1, "hidden_size": 64}}
+    [found] = _width(tmp_path, config, "eagle")
+    assert not found["ok"] and "has hidden_size 64, the target 7168" in found["message"], found
+
+
+def test_a_tree_whose_proposer_is_not_read_cannot_judge_the_width(tmp_path):
+    [found] = _width(tmp_path, DEEPSEEK_EAGLE1, "eagle", feeds=None)
+    assert found["result"] == "cannot judge" and "proposer feeds it is not read" in found["message"], found
+
+
+def test_a_drafter_without_a_hidden_size_cannot_be_judged(tmp_path):
+    config = {k: v for k, v in DEEPSEEK_EAGLE1.items() if k != "hidden_size"}
+    [found] = _width(tmp_path, config, "eagle")
+    assert found["result"] == "cannot judge" and "its hidden_size (none)" in found["message"], found

@@ -159,6 +159,25 @@ def test_an_eagle3_head_vllm_runs_as_eagle1_fails_on_the_real_files(tmp_path, re
             assert (said in found["message"]) is fails, (method, done.stdout)
 
 
+@pytest.mark.parametrize("release", ["0.11.0", "0.16.0", "0.17.1"])
+def test_an_eagle1_head_of_another_hidden_size_fails_on_the_real_files(tmp_path, release):
+    """The release's EAGLE-1 proposer copies the target's hidden states into a buffer of the drafter's
+    hidden_size (eagle.py): a DeepSeek EAGLE-1 head 128 wide under a 7168-wide target fails, under
+    eagle and as a separate mtp checkpoint; one of the target's width passes."""
+    site = tmp_path / "site"
+    lay_out_release(release, sorted({*files_for(release), REGISTRY, "vllm/v1/spec_decode/eagle.py"}), site)
+    assert run_cli("apply", "--target", site, "--no-import").returncode == 0
+    target = write_model(tmp_path / "deepseek", DEEPSEEK_V3)
+    for method, width, fails in (("eagle", 128, True), ("mtp", 128, True), ("eagle", 7168, False)):
+        head = {**DEEPSEEK_V3, "architectures": ["DeepSeekMTPModel"], "num_hidden_layers": 1, "hidden_size": width}
+        drafter = write_model(tmp_path / f"{method}{width}", head)
+        spec = {"method": method, "model": str(drafter), "num_speculative_tokens": 1}
+        launch = ["vllm", "serve", str(target), "--speculative-config", json.dumps(spec)]
+        done = run_cli("preflight", "--target", site, "--format", "json", "--no-import", "--", *launch)
+        found = failed(done).get("drafter-hidden-size", {"message": ""})
+        assert ("copies the target's 7168-wide hidden states" in found["message"]) is fails, (method, done.stdout)
+
+
 @pytest.mark.parametrize(("release", "fails"), [("0.11.0", True), ("0.11.1", False), ("0.16.0", False)])
 def test_an_unquantized_drafter_under_an_fp8_target_on_the_real_files(tmp_path, release, fails):
     """0.11.0's llama_eagle3.py builds the drafter's layers with the target's quantization config; 0.11.1

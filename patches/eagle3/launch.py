@@ -18,7 +18,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from patchkit.base import hints
 from patchkit.base.errors import escaped
@@ -34,6 +34,7 @@ from patchkit.launch.drafter_embedding import embedding_shared
 from patchkit.launch.drafter_load import drafter_load_format
 from patchkit.launch.drafter_nulls import null_refused
 from patchkit.launch.drafter_quant import target_quantization
+from patchkit.launch.drafter_types import boolean_unjudged, mistyped
 from patchkit.launch.drafter_weights import weights_unjudged
 from patchkit.launch.engine import apply_fix, few_named
 from patchkit.launch.findings import Finding, cannot_judge
@@ -385,7 +386,7 @@ def _backend_needs(source: bytes, function: str, feature: str) -> list[tuple[Ver
         if isinstance(first, ast.Constant) and isinstance(first.value, str):
             try:
                 found.append((Version(first.value), feature))
-            except InvalidVersion:
+            except ValueError:
                 continue
     return found
 
@@ -413,7 +414,7 @@ def _held_to_transformers(launch, built: str, needs: list[tuple[Version, str]], 
         )
     try:
         installed = Version(said)
-    except InvalidVersion:
+    except ValueError:
         reason = f"{wanted}; the launch's transformers gives version '{escaped(said)}'"
         return cannot_judge("supports-eagle3", reason, _backend_fix(launch, why, need))
     if installed < need:
@@ -468,7 +469,7 @@ def _normal(name: str) -> str:
 def _version(text: str) -> Version:
     try:
         return Version(text)
-    except InvalidVersion:
+    except ValueError:
         return Version("0")
 
 
@@ -496,7 +497,7 @@ def _admits(pin: SpecifierSet, need: Version) -> bool:
     for spec in pin:
         try:
             at = Version(spec.version.removesuffix(".*"))
-        except InvalidVersion:
+        except ValueError:
             continue
         major, minor, micro = (*at.release, 0, 0)[:3]
         tried += [at, Version(f"{major}.{minor}.{micro + 1}"), Version(f"{major}.{minor + 1}"), Version(f"{major + 1}")]
@@ -575,6 +576,9 @@ def drafter_architecture(launch) -> Finding:
         llama = (*llama, _weights_unfit, lambda launch: mask_hidden_missing(launch, _drafter_weights(launch)))
         llama = llama if table.get(built, ("",))[0] == LLAMA_DRAFTER else ()
         top = lambda launch: _top_tokens_missing(launch, table.get(built, ("",))[0])  # noqa: E731
+        typed = mistyped(launch.drafter.config) if llama else None  # before the rules that read the sizes
+        if typed is not None:
+            return Finding("drafter-architecture", False, f"{registered}, but {typed[0]}", typed[1])
         rules = (_heads_unsplit, *llama, _quant_config_unfound, _attention_backend_refused, top)
         unbuilt = next((found for rule in rules if (found := rule(launch)) is not None), None)
         later = (positions_unserved(launch, defaults) if llama else None) or _cache_format_refused(launch)
@@ -587,6 +591,7 @@ def drafter_architecture(launch) -> Finding:
         unread = (unjudged(launch, defaults, mla) if llama else None) or (
             quantized[1:] if quantized and not quantized[0] else None
         )
+        unread = unread or (boolean_unjudged(launch.drafter.config) if llama else None)
         if unbuilt is None and unread is not None:
             return cannot_judge("drafter-architecture", f"{registered}, but {unread[0]}", unread[1])
         if unbuilt is None:
@@ -1187,7 +1192,10 @@ def hidden_size(launch) -> Finding:
     if wanted is None or actual is None:
         message = f"cannot judge: the drafter expects hidden size {_shown(wanted)}, the target has {_shown(actual)}"
         return Finding("drafter-hidden-size", False, message, SIZE_FIX)
-    shared = embedding_shared(launch, actual, _drafter_weights(launch)) if wanted == actual else None
+    table = launch.registry().get(SPECULATIVE_TABLE, {})
+    built = next((name for name in _built_names(launch.drafter) if name in table), None)
+    llama = built is not None and table[built][0] == LLAMA_DRAFTER  # the assert is llama_eagle3.py's
+    shared = embedding_shared(launch, actual, _drafter_weights(launch)) if wanted == actual and llama else None
     if shared is not None:
         return shared
     message = f"drafter expects hidden size {wanted}, target has {actual}"

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from patchkit.base import fsutil, hints
 from patchkit.base.enums import FileKind
@@ -146,7 +146,7 @@ def find(root: Path) -> Provenance | None:
         checked_path(path, origin, guard=False)
     try:
         Version(record.vllm_version)
-    except InvalidVersion:
+    except ValueError:
         raise _refuse(
             f"{dist_info}/{PROVENANCE}", f"has a vllm_version {quoted(repr(record.vllm_version))} that is not a version"
         ) from None
@@ -194,7 +194,7 @@ def _labelled(stock: str, label: str) -> Version | None:
     the stock version has already is extended with '.'), or None when it cannot be one."""
     try:
         release, local = Version(stock), Version(f"0+{label}").local
-    except InvalidVersion:
+    except ValueError:
         return None
     if not local:
         return None
@@ -206,7 +206,7 @@ def _version_of(dist_info: str) -> Version | None:
     text = dist_info[: -len(".dist-info")].partition("-")[2]
     try:
         return Version(text)
-    except InvalidVersion:
+    except ValueError:
         return None
 
 

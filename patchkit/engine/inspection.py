@@ -10,7 +10,7 @@ from importlib import import_module
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from patchkit.base import hints
 from patchkit.base.enums import Holder, Outcome, PatchState, SelectionKind, StepState, TreeState
@@ -1424,7 +1424,7 @@ def newest_release(patch_set: PatchSetDef) -> Release | None:
         for spec in release.versions:
             try:
                 named.append(Version(spec.version.removesuffix(".*")))
-            except InvalidVersion:
+            except ValueError:
                 continue
         return max(named, default=Version("0"))
 

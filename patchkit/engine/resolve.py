@@ -8,7 +8,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from patchkit.base import hints
 from patchkit.base.enums import Holder, SelectionKind, StepState
@@ -167,7 +167,7 @@ def _as_applied(tgt: Target, set_name: str, detected: DetectedVersion) -> tuple[
         return detected, []
     try:
         applied = Version(entry.vllm_version)
-    except InvalidVersion:  # the record is read back from the tree: said by status, not trusted here
+    except ValueError:  # the record is read back from the tree: said by status, not trusted here
         return detected, []
     if stale_note(tgt.root, entry, detected.version) is not None:
         return detected, []
@@ -395,9 +395,8 @@ def resolve_sets(opts: Options, target: Target, *, sets: dict[str, PatchSetDef] 
     if not any(c.kind in (SelectionKind.PATCH, SelectionKind.UPSTREAM) for c in chosen):
         named = [loaded[c.name] for c in chosen]
         said = library.outside_every_range(str(detected.version), named) or "; ".join(why_not(c) for c in chosen)
-        raise NoPatchSet(
-            f"no set of the library covers this vLLM: {said}", hint=f"{hints.command('list')} shows each set's range"
-        )
+        hint = f"{hints.command('list')} shows each set's range"
+        raise unsupported(target.root, f"no set of the library covers this vLLM: {said}", hint)
     return chosen
 
 

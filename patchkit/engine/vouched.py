@@ -16,7 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from patchkit.base import hints
 from patchkit.base.errors import BadInput, PatchkitError
@@ -106,7 +106,7 @@ def _own_touched(recorded: frozenset[tuple[str, str]], patches: Sequence[Patch])
 def _covering(patch_set: PatchSetDef, version: str | None) -> list[Release]:
     try:
         found = Version(version) if version else None
-    except InvalidVersion:
+    except ValueError:
         return []
     return [r for r in patch_set.releases if found is not None and r.covers(found)]
 

@@ -20,7 +20,7 @@ from contextlib import AbstractContextManager, suppress
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from patchkit.base import seal
 from patchkit.base.errors import BadInput, FetchError
@@ -53,14 +53,21 @@ def without_userinfo(url: str) -> str:
     return urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
 
 
+LONGEST_VERSION = 100
+
+
 def normalize_version(version: str) -> str:
     """The release number in PEP 440's normal form (the cache key), with three numbers as vLLM's
     releases have, where PEP 440 holds it the same version (0.16 and 0.16.0.0 are 0.16.0, as pip
     finds them; 0.16.0.1 stays); BadInput for anything else."""
 
+    text = str(version).strip()
+    if len(text) > LONGEST_VERSION:  # it names the cache's directories: a file name holds 255 bytes
+        said = f"not a vLLM version patchkit can fetch: {len(text):,} characters (at most {LONGEST_VERSION})"
+        raise BadInput(said, hint="use a release number such as 0.16.0")
     try:
-        parsed = Version(str(version).strip())
-    except InvalidVersion:
+        parsed = Version(text)
+    except ValueError:  # InvalidVersion, or a number of more digits than int() converts
         raise BadInput(f"not a valid vLLM version: {version!r}", hint="use a release number such as 0.16.0") from None
     release = list(parsed.release)
     while len(release) > _RELEASE_NUMBERS and release[-1] == 0:  # trailing zeros: equal under PEP 440

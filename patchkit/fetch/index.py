@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from patchkit.base.errors import FetchError, IndexNotRead, NoIndex
 from patchkit.fetch import net  # called as net.*, so that a test can stub the network in one place
@@ -64,7 +64,7 @@ def _available_versions() -> list[Version]:
                 continue
             try:
                 version = Version(pkg.version)
-            except InvalidVersion:
+            except ValueError:
                 continue
             if not version.is_prerelease and not version.is_devrelease:
                 found.add(version)

@@ -17,7 +17,7 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from patchkit.base import seal
 from patchkit.base.errors import FetchError
@@ -156,5 +156,5 @@ def _find(ver: str, name: str, settings: Any, session: Any, say: Progress) -> di
 def _is_version(listed: str | None, ver: str) -> bool:
     try:
         return listed is not None and Version(listed) == Version(ver)
-    except InvalidVersion:
+    except ValueError:
         return False

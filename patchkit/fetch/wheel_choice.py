@@ -9,7 +9,7 @@ from contextlib import suppress
 from typing import TYPE_CHECKING, Any
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from patchkit.base.errors import FetchError
 from patchkit.fetch.cache import PROJECT
@@ -94,7 +94,7 @@ def _no_wheel_error(ver: str, pages: Pages, wanted: str = "") -> FetchError:
     on_index = set()
     for _index, page in pages:
         for pkg in page.packages:
-            with suppress(InvalidVersion, TypeError):
+            with suppress(ValueError, TypeError):
                 on_index.add((Version(pkg.version), pkg.filename.endswith(".whl")))
     hint = "check the version number; `pip index versions vllm` lists what the index has"
     close = sorted(

@@ -8,7 +8,7 @@ import math
 import re
 from typing import Any, TypeGuard
 
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from patchkit.base.errors import escaped
 from patchkit.launch.engine import LaunchContext
@@ -256,7 +256,7 @@ def _version(fields: list[tuple[str, str]] | None) -> Version | None:
     said = next((value for key, value in fields or [] if key.lower() == "version"), None)
     try:
         return Version(said) if said is not None else None
-    except InvalidVersion:
+    except ValueError:
         return None
 
 

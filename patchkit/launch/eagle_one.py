@@ -4,7 +4,10 @@ SpeculativeConfig takes from "eagle-" in the drafter's name, which it tests befo
 (kept when it starts with Eagle): an EAGLE-3 head's LlamaForCausalLMEagle3 becomes
 EagleLlamaForCausalLMEagle3, which no registry holds; an Eagle3LlamaForCausalLM is built, but the
 EAGLE-1 proposer feeds it the target's last hidden state, not the aux hidden states it was trained
-on. Both are read from the tree's files; where they differ, "cannot judge"."""
+on. Both are read from the tree's files; where they differ, "cannot judge".
+Any other drafter under eagle or mtp (EAGLE-1 heads, a separate MTP checkpoint) is held to the target's
+hidden size: the proposer copies the target's hidden states, unconverted, into a buffer as wide as the
+drafter's hidden_size (only eagle3 combines them first)."""
 
 from __future__ import annotations
 
@@ -16,20 +19,27 @@ from patchkit.launch.findings import Finding, cannot_judge
 EAGLE_CONFIG = "vllm/transformers_utils/configs/eagle.py"
 EAGLE1_NAMED = b'f"Eagle{arch}" if not arch.startswith("Eagle")'  # EAGLEConfig's rename under eagle (0.11-0.17)
 PROPOSER = "vllm/v1/spec_decode/eagle.py"
+BASE_PROPOSER = "vllm/v1/spec_decode/llm_base_proposer.py"  # 0.22+: the rules moved here
 AUX_ONLY_UNDER_EAGLE3 = b'if self.method == "eagle3":'  # the proposer combines aux hidden states only then
 CHECK = "drafter-architecture"
 FIX = 'write "method": "eagle3" in --speculative-config'
+WIDTH_CHECK = "drafter-hidden-size"
+DRAFTER_WIDE = b"self.hidden_size = self.draft_model_config.get_hidden_size()"  # the buffer's width
+COPIED = b"self.hidden_states[:num_tokens] = target_hidden_states"  # the target's states, as they come
+WIDENED = b"hc_mult"  # DeepSeek-V4's MTP widens the buffer by the config's hc_mult: not judged
+FED_AS_THEY_COME = ("eagle", "mtp")
 
 
 def eagle1_findings(launch: Any) -> list[Finding]:
     """A failed drafter-architecture finding for an EAGLE-3 head (an architecture named Eagle3) that
-    vLLM runs under method eagle; none for other drafters or methods."""
-    drafter = launch.drafter
-    if drafter is None or launch.command.speculative_method != "eagle":
+    vLLM runs under method eagle; for other drafters under eagle or mtp, their hidden size held to the
+    target's; none for other methods."""
+    drafter, method = launch.drafter, launch.command.speculative_method
+    if drafter is None or method not in FED_AS_THEY_COME:
         return []
     archs = [a for a in drafter.architectures if isinstance(a, str)]
-    if not any(a.startswith("Eagle3") or a.endswith("Eagle3") for a in archs):
-        return []  # an EAGLE-1 drafter, or one whose kind its config does not say
+    if method != "eagle" or not any(a.startswith("Eagle3") or a.endswith("Eagle3") for a in archs):
+        return _width_findings(launch, method)  # an EAGLE-1 drafter, an MTP one, or one whose kind it does not say
     head = f"drafter '{escaped(drafter.name)}' is an EAGLE-3 head, but vLLM runs it as EAGLE-1 ({_why(launch)})"
     if drafter.config.get("model_type") == "eagle":
         built = archs  # a config of vLLM's own EAGLEConfig is not renamed
@@ -53,3 +63,41 @@ def _why(launch: Any) -> str:
     if given == "eagle":
         return 'method "eagle" given'
     return f'"eagle-" in its name {escaped(launch.command.draft_model_name(str((launch.command.speculative_config or {}).get("model"))))}'
+
+
+def _width_findings(launch: Any, method: str) -> list[Finding]:
+    """A failed drafter-hidden-size finding when the drafter's hidden_size is not the target's (under
+    eagle or mtp); "cannot judge" when either size or the tree's proposer is not read plainly."""
+    drafter, target = launch.drafter, launch.target
+    wide, fed = _hidden_size(drafter.config), target.text_config.get("hidden_size")
+    if wide == fed and type(wide) is int:
+        return []
+    head = f"drafter '{escaped(drafter.name)}' (method {method})"
+    fix = f"use a drafter made for this target (hidden_size {fed})" if type(fed) is int else None
+    if type(wide) is not int or type(fed) is not int or wide <= 0 or fed <= 0:
+        said = f"{head}: its hidden_size {_shown(wide)} or the target's {_shown(fed)} is not a size"
+        return [cannot_judge(WIDTH_CHECK, said, fix or "give both config.json files a hidden_size")]
+    sources = [(path, launch.read(path) or b"") for path in (BASE_PROPOSER, PROPOSER)]
+    path, rules = next(((p, s) for p, s in sources if DRAFTER_WIDE in s and COPIED in s), (PROPOSER, b""))
+    if not rules or (WIDENED in rules and any(WIDENED.decode() in c for c in (drafter.config, target.text_config))):
+        said = f"{head} has hidden_size {wide}, the target {fed}, and how the tree's proposer feeds it is not read"
+        return [cannot_judge(WIDTH_CHECK, said, fix)]
+    said = (
+        f"{head} has hidden_size {wide}, the target {fed}: vLLM's proposer ({path}) copies the target's"
+        f" {fed}-wide hidden states into the drafter's {wide}-wide buffer and fails after the target's load"
+    )
+    return [Finding(WIDTH_CHECK, False, said, fix)]
+
+
+def _hidden_size(config: dict[str, Any]) -> object:
+    """The drafter's hidden_size as vLLM's EAGLEConfig gives it: its own, else (a config of model_type
+    eagle) its inner model's; a multimodal drafter's text config's."""
+    inner = config.get("model")
+    if config.get("model_type") == "eagle" and isinstance(inner, dict) and "hidden_size" not in config:
+        return inner.get("hidden_size")
+    text = config.get("text_config")
+    return (text if isinstance(text, dict) else config).get("hidden_size")
+
+
+def _shown(value: object) -> str:
+    return escaped(repr(value)) if value is not None else "(none)"

@@ -15,7 +15,7 @@ import os
 import re
 from collections.abc import Callable, Sequence
 
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from patchkit.base.errors import SHOWN_PROBLEMS, PatchkitError, escaped, few, quoted
 from patchkit.base.fsutil import read_regular
@@ -539,7 +539,7 @@ def _unsupported_saved(saved: object, release: str | None) -> str | None:
         return None
     try:
         strict = release is not None and Version(release) <= Version("0.16.0")
-    except InvalidVersion:
+    except ValueError:
         strict = False
     if strict or not isinstance(saved, (list, str)):
         return json.dumps(saved)[:60]

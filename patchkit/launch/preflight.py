@@ -67,6 +67,7 @@ from patchkit.launch.late_files import headless_note, late_file_findings, lora_r
 from patchkit.launch.middleware import middleware_findings
 from patchkit.launch.models import ModelConfig, offline, offline_model_path, redirected, resolve_model, with_overrides
 from patchkit.launch.mtp import mtp_findings
+from patchkit.launch.proposer_start import proposer_findings
 from patchkit.launch.relevance import EVERY, LaunchNeeds, launch_needs
 from patchkit.launch.serve_parser import ignored_config
 from patchkit.launch.shortcut import as_written, kept_findings
@@ -1030,6 +1031,7 @@ def command_findings(context: LaunchContext) -> list[Finding]:
             message = f"the installed vLLM has no option {option} ({ARG_UTILS} declares none): it refuses the command"
             found.append(Finding(COMMAND, False, message, f"write --{ALIASES[option[1:]]}"))
     found += bounds_findings(COMMAND, context) + speculative_findings(context) + eagle1_findings(context)
+    found += proposer_findings(context)
     return found + context_parallel_findings(context) + refused_flags(command.environ, context.read)
 
 

@@ -27,7 +27,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any, NoReturn
 
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from patchkit.base.errors import BadInput
 from patchkit.base.values import FrozenValue, Shown, frozen
@@ -75,7 +75,7 @@ def spec_for(version: Version | str | None) -> Spec:
     releases = recorded_releases()
     try:
         wanted = release_version(Version(str(version))) if version is not None else None
-    except InvalidVersion:
+    except ValueError:
         wanted = None
     if wanted is not None and wanted in releases:  # 0.16 and 0.16.0.0 are 0.16.0: its file's name
         return _load_spec(str(releases[releases.index(wanted)]), exact=True)

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from patchkit.base import hints
 from patchkit.base.errors import BadInput
@@ -231,7 +231,7 @@ def _release(version: object) -> Version | None:
     """The release `version` builds on (0.16.0+cu129: 0.16.0); None when unknown."""
     try:
         return release_version(Version(str(version))) if version else None
-    except InvalidVersion:
+    except ValueError:
         return None
 
 

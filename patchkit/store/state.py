@@ -43,7 +43,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Protocol, TypedDict
 
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from patchkit.base import hints
 from patchkit.base.errors import TreeRefused, escaped, quoted
@@ -802,7 +802,7 @@ def _checked_wheel(wheel: object, origin: Path) -> str | None:
         raise _damaged(origin, "'wheel' is not a vLLM version")
     try:
         Version(wheel)
-    except InvalidVersion:
+    except ValueError:
         raise _damaged(origin, f"'wheel' is {quoted(repr(wheel))}, not a vLLM version") from None
     return wheel
 
@@ -832,7 +832,7 @@ def _checked_guard_path(path: object, origin: Path) -> str:
     version = path.partition("/")[0].removeprefix("patchkit_guard-").removesuffix(".dist-info") if "/" in path else "0"
     try:
         Version(version)
-    except InvalidVersion:
+    except ValueError:
         raise _damaged(
             origin, f"its guard record names {quoted(repr(path))}, whose version {quoted(repr(version))} is no version"
         ) from None

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, overload
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from patchkit.base import hints
 from patchkit.base.errors import BadInput, PatchkitError, TargetError, quoted
@@ -28,6 +28,8 @@ if TYPE_CHECKING:  # pragma: no cover
 # METADATA's headers come first; a file larger than this is read only this far (vLLM's is ~20 kB).
 METADATA_HEAD = 1 << 20
 
+SHOWN_VERSION = 60  # characters of an invalid version a message shows
+
 
 @frozen
 class DetectedVersion(FrozenValue):
@@ -42,8 +44,9 @@ class DetectedVersion(FrozenValue):
 def parse(text: str, origin: str) -> Version:
     try:
         return Version(text.strip())
-    except InvalidVersion as exc:
-        raise BadInput(f"{origin}: {quoted(repr(text))} is not a valid version") from exc
+    except ValueError as exc:  # InvalidVersion, or a number of more digits than int() converts
+        shown = text if len(text) <= SHOWN_VERSION else f"{text[:SHOWN_VERSION]}... ({len(text):,} characters)"
+        raise BadInput(f"{origin}: {quoted(repr(shown))} is not a valid version") from exc
 
 
 def release_version(version: Version) -> Version:

@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from patchkit import __version__
 from patchkit.base import fsutil, hints, signals
@@ -762,7 +762,7 @@ def _dist_info(members: list[rawzip.Member], version: Version, label: str) -> st
     name, _, text = stem.partition("-")
     try:
         matches = canonicalize_name(name) == "vllm" and Version(text) == version
-    except InvalidVersion:
+    except ValueError:
         matches = False
     if not matches:
         raise BadInput(f"{label}: its dist-info {found[0]} is not vllm {version}'s, as the file name says")
@@ -982,7 +982,7 @@ def _check_metadata(wheel: StockWheel) -> None:
     headers = first_headers(wheel.read(f"{wheel.dist_info}/METADATA", METADATA_LIMIT).decode("utf-8", "replace"))
     try:
         version = Version(headers.get("version", ""))
-    except InvalidVersion:
+    except ValueError:
         raise BadInput(f"{wheel.label}: its METADATA has no valid Version header") from None
     if canonicalize_name(headers.get("name", "").strip()) != "vllm" or version != wheel.version:
         raise BadInput(f"{wheel.label}: its METADATA is not vllm {wheel.version}'s, as the file name says")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from patchkit.base.errors import BadInput
 
@@ -36,7 +36,7 @@ def normalized_label(label: str) -> str:
     text = label[1:] if label.startswith("+") else label
     try:
         local = Version(f"0+{text}").local
-    except InvalidVersion:
+    except ValueError:
         local = None
     if not text or not local:
         raise BadInput(

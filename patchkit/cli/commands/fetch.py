@@ -6,16 +6,21 @@ import click
 
 from patchkit import fetch
 from patchkit.base import hints
-from patchkit.base.errors import NoPatchSet
+from patchkit.base.errors import BadInput, NoPatchSet
 from patchkit.base.options import Options
 from patchkit.cli.commands import make_ui
-from patchkit.cli.commands.options import all_python_option, force_option, library_options, output_options
+from patchkit.cli.commands.options import all_python_option, force_option, library_options, os_refuses, output_options
 from patchkit.releases.files import files_for, lay_out_said, not_covered, replaced_said
 
 
 @click.command()
 @click.argument("version")
-@click.option("--dest", metavar="DIR", help="Also lay the files out under DIR (usable as --target DIR).")
+@click.option(
+    "--dest",
+    metavar="DIR",
+    callback=os_refuses(BadInput, "--dest"),
+    help="Also lay the files out under DIR (usable as --target DIR).",
+)
 @all_python_option("Fetch every vllm/**/*.py, not only the patched files.")
 @force_option("Overwrite files in --dest DIR that hold other contents.")
 @library_options

@@ -4,7 +4,9 @@ Kept import-light: `patchkit COMMAND --help` loads this (click only)."""
 
 from __future__ import annotations
 
+import errno
 import functools
+import os
 from collections.abc import Callable, Collection, Iterable
 from typing import Any, TypeVar, overload
 
@@ -12,6 +14,7 @@ import click
 
 from patchkit.base import hints
 from patchkit.base.enums import OutputFormat
+from patchkit.base.errors import BadInput, PatchkitError, TargetError, escaped
 from patchkit.base.options import CHOSEN_FORMAT, Options
 from patchkit.tree.modules import scanned_once
 
@@ -21,10 +24,41 @@ Command = Callable[..., Any]  # a command function: target_options changes its p
 FORMATS = (OutputFormat.TEXT, OutputFormat.JSON)
 VERSION_HELP = "Override the detected vLLM version."
 
+
+# what the OS says of a path itself (not of a file patchkit would read): no command can use such a path
+PATH_REFUSALS = (errno.ENAMETOOLONG, errno.ELOOP, errno.EACCES, errno.EPERM, errno.ENOTDIR)
+SHOWN_PATH = 120  # characters of a refused path a message shows (a refused path may be thousands long)
+
+
+def os_refuses(
+    error: type[PatchkitError], what: str, *, paths_only: bool = False
+) -> Callable[[click.Context, click.Parameter, Any], Any]:
+    """A callback that stops a command whose `what` path the OS refuses to look up (too long, a
+    symlink loop, a directory it may not search) with `error`, before any command works with it; a
+    path that does not exist is left to the command (a --dest it creates, a target it reports).
+    paths_only: a value without a slash or a .whl ending is no path (wheel's VERSION) and not looked up."""
+
+    def check(ctx: click.Context, param: click.Parameter, given: Any) -> Any:
+        is_path = isinstance(given, str) and bool(given) and ("/" in given or given.endswith(".whl"))
+        if isinstance(given, str) and given and (is_path or not paths_only):
+            try:
+                os.stat(given)
+            except OSError as exc:
+                if exc.errno in PATH_REFUSALS:
+                    shown = given if len(given) <= SHOWN_PATH else f"{given[: SHOWN_PATH // 2]}...{given[-40:]}"
+                    raise error(f"{what} {escaped(shown)}: {os.strerror(exc.errno)}") from None
+            except ValueError:  # a NUL in the path: click's own
+                pass
+        return given
+
+    return check
+
+
 target = click.option(
     "--target",
     "target_dir",
     metavar="DIR",
+    callback=os_refuses(TargetError, "target directory"),
     help="Directory containing the vllm/ package (site-packages, unpacked wheel, checkout).",
 )
 python = click.option(
@@ -37,6 +71,7 @@ patches = click.option(
     "--patches",
     "library",
     metavar="DIR",
+    callback=os_refuses(BadInput, "patch library"),
     help="A patch library root (default: $PATCHKIT_LIBRARY, else the installed library).",
 )
 patch = click.option(

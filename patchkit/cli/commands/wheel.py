@@ -14,7 +14,7 @@ from patchkit.base.enums import OutputFormat
 from patchkit.base.errors import BadInput, IndexNotRead, NoIndex, NoPatchSet
 from patchkit.base.options import Options
 from patchkit.cli.commands import make_ui
-from patchkit.cli.commands.options import format_option, output_options, patch, patches, set_names
+from patchkit.cli.commands.options import format_option, os_refuses, output_options, patch, patches, set_names
 from patchkit.cli.ui.console import UI
 from patchkit.cli.ui.reports import show_checks
 from patchkit.engine.resolve import several
@@ -30,8 +30,16 @@ _THIS_MACHINE = "this-machine"
 
 
 @click.command()
-@click.argument("source", metavar="VERSION|WHEEL_FILE")
-@click.option("--out", "out_dir", metavar="DIR", default=".", show_default=True, help="Where the patched wheel goes.")
+@click.argument("source", metavar="VERSION|WHEEL_FILE", callback=os_refuses(BadInput, "wheel", paths_only=True))
+@click.option(
+    "--out",
+    "out_dir",
+    metavar="DIR",
+    callback=os_refuses(BadInput, "--out"),
+    default=".",
+    show_default=True,
+    help="Where the patched wheel goes.",
+)
 @click.option(
     "--local-label",
     metavar="LABEL",
@@ -154,7 +162,11 @@ def _stock_wheel(
     named_a_file = source.endswith(".whl") or "/" in source  # else a version, even if a directory has its name
     if named_a_file and path.exists() and not path.is_file():
         raise BadInput(f"{source} is not a regular file: give the path of a wheel file, or a version")
-    if path.is_file():
+    try:
+        is_file = path.is_file()
+    except OSError:  # a name the OS refuses to look up (too long): no file of that name
+        is_file = False
+    if is_file:
         if platform:
             raise BadInput("--platform chooses the wheel of a VERSION; a wheel file has its own")
         return path, None

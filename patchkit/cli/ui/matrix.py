@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from packaging.specifiers import SpecifierSet
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from patchkit.base.enums import ReleaseOutcome, StrEnum
 from patchkit.cli.ui.text import write_plainly
@@ -145,7 +145,7 @@ def _named(specifier: str) -> list[Version]:
     named = []
     for clause in SpecifierSet(specifier):
         if clause.operator != "!=" and not clause.version.endswith(".*"):
-            with suppress(InvalidVersion):
+            with suppress(ValueError):
                 named.append(Version(clause.version))
     return named
 
