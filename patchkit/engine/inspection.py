@@ -295,9 +295,7 @@ class TreeStatus(Value):
             return f"run {revert} (it leaves set {broken} half-applied: vLLM would fail after the model load), then {whole}"
         if all(broken is None for broken in breaks):  # any apply of this patchkit marks them held
             chosen = next((e for e in self.record.entries if not is_adhoc(e.set_name)), unheld[0])
-            return (
-                f"run {hints.command('apply', chosen=selection_of(chosen))} (it records them held: they break no set's contract)"
-            )
+            return f"run {hints.command('apply', chosen=selection_of(chosen))} (it records them held: they break no set's contract)"
         entry = next(e for e, broken in zip(unheld, breaks, strict=True) if broken == "")
         apply, revert = (hints.command(verb, chosen=selection_of(entry)) for verb in ("apply", "revert"))
         return (
