@@ -97,3 +97,13 @@ def test_a_tree_without_the_rules_cannot_judge(tmp_path, tree):
     (tree[0] / DRAFTER_FILE).write_text("# another layout\n")
     found = hidden_size_finding(tmp_path, tree, NARROW, LAYER)
     assert found["result"] == "cannot judge" and "is not read from this tree" in found["message"], found
+
+
+def test_a_drafter_of_another_class_is_not_held_to_llama_eagle3s_assert(tmp_path, tree):
+    registry = tree[0] / "vllm/model_executor/models/registry.py"
+    registry.write_text(
+        registry.read_text().replace(
+            '"LlamaForCausalLMEagle3": ("llama_eagle3"', '"LlamaForCausalLMEagle3": ("other_eagle3"'
+        )
+    )
+    assert hidden_size_finding(tmp_path, tree, NARROW, LAYER)["result"] == "pass"

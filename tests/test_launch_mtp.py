@@ -173,6 +173,16 @@ def test_the_checkpoint_named_as_the_drafter_is_held_the_same(tmp_path):
     assert "holds no weights of its MTP layer (model.layers.61.*)" in found[0]["message"], found
 
 
+def test_the_checkpoint_named_as_the_drafter_without_a_method_is_held_the_same(tmp_path):
+    """vLLM tells mtp from the drafter's model_type once hf_config_override has made DeepSeek-V3's
+    deepseek_mtp: with no method, or another one its name does not replace, the MTP rules hold."""
+    for method in (None, "draft_model"):
+        spec = {"model": str(tmp_path / str(method) / "model"), "num_speculative_tokens": 1}
+        found = _mtp(tmp_path / str(method), V3, TARGET_WEIGHTS, {**spec, **({"method": method} if method else {})})
+        assert [f["ok"] for f in found] == [False], (method, found)
+        assert "holds no weights of its MTP layer (model.layers.61.*)" in found[0]["message"], found
+
+
 def test_hf_overrides_do_not_reach_the_drafters_config(tmp_path):
     """vLLM's draft ModelConfig reads config.json with hf_config_override alone: --hf-overrides
     give the target a num_nextn_predict_layers, never the drafter."""

@@ -1192,7 +1192,10 @@ def hidden_size(launch) -> Finding:
     if wanted is None or actual is None:
         message = f"cannot judge: the drafter expects hidden size {_shown(wanted)}, the target has {_shown(actual)}"
         return Finding("drafter-hidden-size", False, message, SIZE_FIX)
-    shared = embedding_shared(launch, actual, _drafter_weights(launch)) if wanted == actual else None
+    table = launch.registry().get(SPECULATIVE_TABLE, {})
+    built = next((name for name in _built_names(launch.drafter) if name in table), None)
+    llama = built is not None and table[built][0] == LLAMA_DRAFTER  # the assert is llama_eagle3.py's
+    shared = embedding_shared(launch, actual, _drafter_weights(launch)) if wanted == actual and llama else None
     if shared is not None:
         return shared
     message = f"drafter expects hidden size {wanted}, target has {actual}"

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import importlib.util
+import inspect
 import json
 import os
 import re
@@ -54,10 +56,16 @@ class OutOfTime(BaseException):  # not an Exception: vLLM's own `except Exceptio
 
 
 def build(
-    config: Any, seconds: float, said: Callable[[BaseException], str], platform: Callable[[BaseException], bool]
+    config: Any,
+    seconds: float,
+    said: Callable[[BaseException], str],
+    platform: Callable[[BaseException], bool],
+    *,
+    forced: bool = False,
 ) -> dict[str, Any] | None:
     """The drafter's verdict (the module's answer), or None when the launch names no drafter model.
-    `said`: an exception's text; `platform`: whether it is the forced platform's own refusal."""
+    `said`: an exception's text; `platform`: whether it is the forced platform's own refusal;
+    `forced`: the CPU platform was forced (its MLA layers are then built with MLA_BACKEND's class)."""
     spec = getattr(config, "speculative_config", None)
     draft = getattr(spec, "draft_model_config", None)
     if spec is None or draft is None:
@@ -69,7 +77,7 @@ def build(
     stage = ["setup"]
     try:
         with _bounded(seconds):
-            _built(config, spec, method, stage, answer)
+            _built(config, spec, method, stage, answer, forced)
     except NotJudged as exc:
         return {**answer, "status": "cannot", "reason": str(exc)}
     except OutOfTime:
@@ -89,7 +97,7 @@ def build(
     return {**answer, "status": "built"}
 
 
-def _built(config: Any, spec: Any, method: str, stage: list[str], answer: dict[str, Any]) -> None:
+def _built(config: Any, spec: Any, method: str, stage: list[str], answer: dict[str, Any], forced: bool) -> None:
     """Build the drafter as the proposer's get_model() does, then load the headers' meta tensors
     with the launch's loader; "class" and "loaded" set in `answer` as they are known (stage[0] says
     how far it got, for a raise: "setup", vLLM's modules and distributed state; "build"; "load")."""
@@ -108,7 +116,7 @@ def _built(config: Any, spec: Any, method: str, stage: list[str], answer: dict[s
     load_config = getattr(spec, "draft_load_config", None) or vllm_config.load_config
     stage[0] = "build"
     tagged = tag(METHODS[method]) if tag is not None else contextlib.nullcontext()
-    with current(vllm_config), tagged, torch.device("meta"), dtyped(model_config.dtype):
+    with current(vllm_config), tagged, torch.device("meta"), dtyped(model_config.dtype), _mla_on_cpu(forced):
         model = initialize(vllm_config=vllm_config, model_config=model_config, prefix=prefix)
     answer["class"] = named = f"{type(model).__module__}.{type(model).__name__}"
     loader = loaders.get_model_loader(load_config)
@@ -122,6 +130,39 @@ def _built(config: Any, spec: Any, method: str, stage: list[str], answer: dict[s
     stage[0] = "load"
     with _meta_weights(torch), current(vllm_config), torch.device("meta"), dtyped(model_config.dtype):
         loader.load_weights(model, model_config)
+
+
+# a GPU MLA backend's class: the forced CPU platform builds no MLA layer (the drafter is only built,
+# on the meta device, never run)
+MLA_BACKEND = "vllm.v1.attention.backends.mla.triton_mla.TritonMLABackend"
+
+
+@contextlib.contextmanager
+def _mla_on_cpu(forced: bool) -> Iterator[None]:
+    """While it lasts, the forced CPU platform gives MLA_BACKEND for an MLA layer (as a GPU
+    platform gives one of its MLA backends); every other layer's backend is its own."""
+    if not forced:
+        yield
+        return
+    platform: Any = getattr(importlib.import_module("vllm.platforms"), "current_platform", None)
+    original = getattr(platform, "get_attn_backend_cls", None)
+    if original is None or importlib.util.find_spec(MLA_BACKEND.rpartition(".")[0]) is None:
+        yield
+        return
+    signature = inspect.signature(original)
+
+    def chosen(*args: Any, **kwargs: Any) -> Any:
+        asked = signature.bind_partial(*args, **kwargs).arguments
+        selector = asked.get("attn_selector_config")
+        if asked.get("use_mla") is True or getattr(selector, "use_mla", False) is True:
+            return MLA_BACKEND
+        return original(*args, **kwargs)
+
+    platform.get_attn_backend_cls = chosen
+    try:
+        yield
+    finally:
+        del platform.get_attn_backend_cls
 
 
 def _single_process() -> None:

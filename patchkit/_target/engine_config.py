@@ -119,7 +119,7 @@ def drafter_built(config: Any, answer: dict[str, Any], seconds: object, forced: 
         return {"status": "cannot", "reason": f"patchkit's drafter build does not load: {_error_text(exc)}"}
     if ANSWER:
         write_answer(ANSWER[0], {**answer, "drafter": {"status": "building"}})
-    built: dict[str, Any] | None = module.build(config, float(seconds), _error_text, platform)
+    built: dict[str, Any] | None = module.build(config, float(seconds), _error_text, platform, forced=forced)
     return built
 
 

@@ -130,3 +130,86 @@ def test_an_eagle3_drafter_of_an_mla_target_builds_once_the_set_is_applied(tmp_p
     good, wrong = (drafter_finding(said[made[name]]) for name in ("good", "wrong_shape"))  # type: ignore[arg-type]
     assert good is not None and good.ok and good.judged, said
     assert wrong is not None and not wrong.ok and "Tried to load weights of size" in wrong.message, said
+
+
+# transformers' checkpoint names of a model (its layer 1, DeepSeek-V3's first MoE layer, is the MTP
+# block's shape), built on the meta device
+HF_NAMES = """
+import json, sys, torch, transformers
+config = transformers.AutoConfig.from_pretrained(sys.argv[1])
+with torch.device("meta"):
+    hf = transformers.AutoModelForCausalLM.from_config(config)
+print(json.dumps({name: list(tensor.shape) for name, tensor in hf.state_dict().items()}))
+"""
+ASK_MTP = ASK.replace(
+    '"method": "eagle3", "model": drafter, "num_speculative_tokens": 2', '"method": "mtp", "num_speculative_tokens": 1'
+)
+
+
+def mtp_checkpoint(directory: Path, drop: str | None = None, shape: tuple[str, list[int]] | None = None) -> str:
+    """DeepSeek-V3 tiny with one MTP layer (layer 2): the target's tensors, the MTP block's as layer 1's,
+    and the MTP layer's own; `drop` leaves one out, `shape` gives one another shape."""
+    write_model(directory, {**DEEPSEEK_V3_TINY, "num_nextn_predict_layers": 1})
+    names = ask_vllm(HF_NAMES, str(directory))
+    assert isinstance(names, dict)
+    hidden, vocab = DEEPSEEK_V3_TINY["hidden_size"], DEEPSEEK_V3_TINY["vocab_size"]
+    weights = {**names, **{n.replace(".layers.1.", ".layers.2."): s for n, s in names.items() if ".layers.1." in n}}
+    mtp = {"enorm.weight": [hidden], "hnorm.weight": [hidden], "eh_proj.weight": [hidden, 2 * hidden]}
+    mtp |= {"shared_head.norm.weight": [hidden], "shared_head.head.weight": [vocab, hidden]}
+    mtp |= {"embed_tokens.weight": [vocab, hidden]}  # as DeepSeek-V3's own checkpoint holds it for layer 61
+    weights |= {f"model.layers.2.{name}": size for name, size in mtp.items()}
+    weights.pop(drop, None)
+    weights |= dict([shape]) if shape else {}
+    write_weights(directory, weights)
+    return str(directory)
+
+
+def test_an_mtp_drafter_of_an_mla_target_is_built_and_its_checkpoint_loaded(tmp_path: Path):
+    """The forced CPU platform builds no MLA layer: the MTP block is built with a GPU MLA backend's
+    class (meta, never run); a checkpoint without an MTP tensor fails with vLLM's own strict check."""
+    assert ASK_MTP != ASK
+    good = mtp_checkpoint(tmp_path / "good")
+    short = mtp_checkpoint(tmp_path / "short", drop="model.layers.2.eh_proj.weight")
+    wrong = mtp_checkpoint(tmp_path / "wrong", shape=("model.layers.2.eh_proj.weight", [256, 256]))
+    said = {model: ask_vllm(ASK_MTP, model, "-")["-"] for model in (good, short, wrong)}  # type: ignore[index]
+    found = {model: drafter_finding(answer) for model, answer in said.items()}
+    assert found[good] is not None and found[good].ok and found[good].judged, said[good]
+    assert "DeepSeekMTP" in found[good].message, found[good]
+    assert found[short] is not None and not found[short].ok, said[short]
+    assert "Following weights were not initialized from checkpoint" in found[short].message, found[short]
+    assert found[wrong] is not None and not found[wrong].ok, said[wrong]
+    assert (
+        "Attempted to load weight (torch.Size([256, 256])) into parameter (torch.Size([256, 512]))"
+        in found[wrong].message
+    )
+
+
+def llama_weights(hidden: int = 256, layers: int = 2) -> dict[str, list[int]]:
+    """TINY_LLAMA's checkpoint tensors (4 heads, 4 key-value heads, intermediate 512)."""
+    weights = {
+        "model.embed_tokens.weight": [1000, hidden],
+        "model.norm.weight": [hidden],
+        "lm_head.weight": [1000, hidden],
+    }
+    for layer in range(layers):
+        named = {f"self_attn.{p}_proj.weight": [hidden, hidden] for p in "qkvo"}
+        named |= {"mlp.gate_proj.weight": [512, hidden], "mlp.up_proj.weight": [512, hidden]}
+        named |= {"mlp.down_proj.weight": [hidden, 512], "input_layernorm.weight": [hidden]}
+        named |= {"post_attention_layernorm.weight": [hidden]}
+        weights |= {f"model.layers.{layer}.{name}": size for name, size in named.items()}
+    return weights
+
+
+def test_a_draft_model_is_built_with_its_own_config_and_its_checkpoint_loaded(tmp_path: Path):
+    target = str(write_model(tmp_path / "target", TINY_LLAMA))
+    good, bad = (write_model(tmp_path / name, TINY_LLAMA) for name in ("good", "bad"))
+    write_weights(good, llama_weights())
+    write_weights(bad, {**llama_weights(), "model.norm.weight": [257]})
+    script = ASK.replace('"method": "eagle3"', '"method": "draft_model"')
+    assert script != ASK
+    said = ask_vllm(script, target, str(good), str(bad))
+    assert isinstance(said, dict)
+    passed, failed = drafter_finding(said[str(good)]), drafter_finding(said[str(bad)])
+    assert passed is not None and passed.ok and passed.judged and "LlamaForCausalLM" in passed.message, said
+    assert failed is not None and not failed.ok, said
+    assert "Attempted to load weight (torch.Size([257])) into parameter (torch.Size([256]))" in failed.message, said
