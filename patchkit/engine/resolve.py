@@ -395,9 +395,8 @@ def resolve_sets(opts: Options, target: Target, *, sets: dict[str, PatchSetDef] 
     if not any(c.kind in (SelectionKind.PATCH, SelectionKind.UPSTREAM) for c in chosen):
         named = [loaded[c.name] for c in chosen]
         said = library.outside_every_range(str(detected.version), named) or "; ".join(why_not(c) for c in chosen)
-        raise NoPatchSet(
-            f"no set of the library covers this vLLM: {said}", hint=f"{hints.command('list')} shows each set's range"
-        )
+        hint = f"{hints.command('list')} shows each set's range"
+        raise unsupported(target.root, f"no set of the library covers this vLLM: {said}", hint)
     return chosen
 
 

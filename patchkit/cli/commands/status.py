@@ -7,7 +7,7 @@ import click
 
 from patchkit.base import hints
 from patchkit.base.enums import Outcome, TreeState
-from patchkit.base.errors import NoPatchSet
+from patchkit.base.errors import NoPatchSet, few
 from patchkit.cli.commands import make_ui, resolve_telling
 from patchkit.cli.commands.options import format_option, target_options
 from patchkit.cli.ui.console import UI
@@ -72,7 +72,10 @@ def command(opts: Options, quiet: bool, verbose: int, fmt: str) -> inspection.Tr
         elif status.checks:
             ui.line(f"checks   {sum(r.ok for r in status.checks)} passed on {checked_files(resolved)}", style="green")
     if status.state == TreeState.UNSUPPORTED and not ui.json_mode:
-        ui.error(resolved.selection.note or "unsupported vLLM version")
+        refused = (
+            f"the launch guard refuses this tree ({few(status.guard)}): {status.guard_fix}" if status.guard else None
+        )
+        ui.error(resolved.selection.note or "unsupported vLLM version", hint=refused)
     elif not ui.json_mode:
         verdict, good = status_verdict(status)
         ui.verdict(verdict, ok=good)
