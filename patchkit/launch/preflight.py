@@ -70,6 +70,7 @@ from patchkit.launch.models import ModelConfig, offline, offline_model_path, red
 from patchkit.launch.mtp import mtp_findings
 from patchkit.launch.proposer_start import proposer_findings
 from patchkit.launch.relevance import EVERY, LaunchNeeds, launch_needs
+from patchkit.launch.remote_code import remote_code_findings
 from patchkit.launch.serve_parser import ignored_config
 from patchkit.launch.shortcut import as_written, kept_findings
 from patchkit.launch.speculative import speculative_findings
@@ -498,6 +499,7 @@ def _found_models_findings(
     root: Path,
 ) -> list[Finding]:
     """With the target found: a drafter found nowhere, the speculator note, architectures vLLM refuses,
+    a config vLLM reads only with --trust-remote-code,
     a model directory where vLLM's loader would find no weights (the drafter's as the tree at `root` loads it),
     a tokenizer path that holds none."""
     found = [_model_finding(exc) for exc in missing]
@@ -505,6 +507,7 @@ def _found_models_findings(
     found += [f for f in (_architectures_finding(m) for m in models) if f is not None]
     return (
         found
+        + remote_code_findings(command, models, tree_reader(root))
         + weight_findings(command, models[0], MODELS, drafter_load_format(command, tree_reader(root)))
         + as_findings(MODELS, tokenizer_findings(command))
     )
