@@ -197,6 +197,39 @@ def test_an_older_patchkits_record_that_breaks_a_set_stays_unheld_and_the_fix_re
     assert load_plugins_like_vllm(toy["site"]).returncode == 0 and status(toy).returncode == 0
 
 
+def test_an_older_patchkits_record_that_undoes_a_recorded_sets_change_stays_unheld(toy, tmp_path):
+    """A set without gates is held to what its recorded apply made hold: an older --patch record that
+    undid its change (judged against the original that record saved) is not marked held."""
+    tooled = STOCK_MODEL + "TOOL = 1\n"
+    scratch = tmp_path / "tools_scratch"
+    scratch.mkdir()
+    libs = {}
+    for name, contract in (
+        ("lib", f'contract = [{{file = "{MODEL}", kind = "imported", names = ["TOOL"]}}]\n'),
+        ("plain", ""),
+    ):
+        lib = write_library(
+            tmp_path / f"tools_{name}", {"0.16.0": [make_patch(scratch, toy["site"], {MODEL: tooled})]}, name="tools"
+        )
+        text = (lib / "tools/set.toml").read_text()
+        head, releases = text.split("\n[[releases]]", 1)
+        (lib / "tools/set.toml").write_text(f"{head}\n{contract}\n[[releases]]{releases}")
+        libs[name] = lib
+    site = toy["site"]
+    assert run_cli_writing("apply", "--no-import", "--target", site, "--patches", libs["lib"]).returncode == 0
+    undo = tmp_path / "undo.patch"
+    undo.write_bytes(make_patch(scratch, site, {MODEL: STOCK_MODEL + "# no tool\n"}))
+    older_patchkits_patch_apply({**toy, "plain": libs["plain"]}, undo)
+    addon = tmp_path / "addon.patch"
+    addon.write_text("--- /dev/null\n+++ b/vllm/my_addon.py\n@@ -0,0 +1 @@\n+ADDON = 1\n")
+    done = run_cli_writing("apply", "--no-import", "--target", site, "--patches", libs["lib"], "--patch", addon)
+    words = " ".join((done.stdout + done.stderr).split())
+    assert done.returncode == 0 and "the launch guard still refuses the tree" in words, words
+    assert f"--patch {undo}`" in words and "set tools half-applied" in words and "--set tools`" in words, words
+    held = [e.get("held") for e in json.loads((site / ".patchkit/state.json").read_text())["entries"]]
+    assert held == [None, None, True], held  # tools (a library set), the undo (unmarked), the addon
+
+
 def test_an_apply_that_marks_an_older_record_held_killed_at_any_step_ends_as_before_or_done(toy, tmp_path):
     addon = tmp_path / "addon.patch"
     addon.write_text("--- /dev/null\n+++ b/vllm/my_addon.py\n@@ -0,0 +1 @@\n+ADDON = 1\n")

@@ -292,7 +292,7 @@ class TreeStatus(Value):
             broken = self.unheld_breaks[entry.set_name]
             whole = hints.command("apply", chosen=replace(hints.current(), adhoc=(), set_name=broken))
             revert = hints.command("revert", chosen=selection_of(entry))
-            return f"run {revert} (it leaves set {broken} half-applied: vLLM would fail after the model load), then {whole}"
+            return f"run {revert} (it leaves set {broken} half-applied: its contract fails), then {whole}"
         if all(broken is None for broken in breaks):  # any apply of this patchkit marks them held
             chosen = next((e for e in self.record.entries if not is_adhoc(e.set_name)), unheld[0])
             return f"run {hints.command('apply', chosen=selection_of(chosen))} (it records them held: they break no set's contract)"
