@@ -15,7 +15,7 @@ from typing import Any
 
 from patchkit.launch.engine import LaunchContext
 from patchkit.launch.findings import Finding
-from patchkit.launch.mtp import mtp_drafter
+from patchkit.launch.method import built_model_type
 
 SPEC_FILE = "vllm/config/speculative.py"
 CHECK = "speculative-config"
@@ -229,19 +229,8 @@ def _method_detected(model: str, method: str | None, mtp_types: set[str], contex
         return True  # kept (0.15 on), or a tree that does not show it refused
     if context.drafter is None:
         return True
-    model_type = _built_model_type(context)
+    model_type = built_model_type(context.drafter.config, context.read)
     return model_type is None or model_type in DETECTED_TYPES or model_type in mtp_types
-
-
-def _built_model_type(context: LaunchContext) -> object:
-    """The drafter's model_type as vLLM's draft ModelConfig holds it: hf_config_override applied where
-    the tree has one (a DeepSeek-V3 checkpoint becomes deepseek_mtp); None where it is not read."""
-    config = context.drafter.config if context.drafter is not None else {}
-    source = context.read(SPEC_FILE) or b""
-    if b"def hf_config_override" not in source or not isinstance(config.get("architectures"), list):
-        return config.get("model_type")  # no override; or none read, as vLLM's reading of the config fails first
-    built = mtp_drafter(source, config) if config["architectures"] else None
-    return None if built is None else built.model_type
 
 
 def _undetected(model: str, method: str | None) -> tuple[str, str]:
