@@ -12,7 +12,8 @@ size-limited, checked field by field, each text against its sha256), and its pat
 the recorded-path rule, since revert writes them. It is believed only where a patched wheel's
 install put it: a dist-info whose version is the release's with the label it names, whose RECORD
 lists each file as it says the wheel holds it; and a set it names that the library at hand holds
-must be that set's series for the release (patch names and sha256). Anything else is BadInput
+is either that set's series for the release (patch names and sha256) or an older series of it
+(an earlier library's: status says so, revert works from the wheel's texts). Anything else is BadInput
 naming the file and the fix. Even then, revert keeps a copy of each file it deletes or overwrites
 on the wheel's own word alone (its texts reversed, where the library's patches are not the same),
 and replaces a file only when it is what the wheel's patches make of the original it puts back.
@@ -47,7 +48,7 @@ from patchkit.series.hunks import made_file, reverse_file
 from patchkit.series.library import PATCH, PatchSetDef, Selection, load_chosen, load_library, locate, select
 from patchkit.series.patchfile import DEFAULT_ROOTS, Patch, parse_patch, touched_paths
 from patchkit.series.plan import View, plan_apply, plan_revert
-from patchkit.store.state import checked_path
+from patchkit.store.state import checked_path, read_state
 from patchkit.tree.target import vllm_metadata_dirs
 
 MAX_PATCH_BYTES = 64 << 20
@@ -212,10 +213,10 @@ def _version_of(dist_info: str) -> Version | None:
 
 def held_sets(found: Provenance, library: str | Path | None) -> bool:
     """Whether every set the record names is `library`'s own series for its release (patch names
-    and sha256, in order). A set the library holds with other patches, or with no series for that
-    release, is refused: a record read back from the tree could put the library's set name over
-    any patch. A set the library lacks (a wheel built with another library) leaves the wheel's own
-    texts as the only word on it: False, as for `--patch` files."""
+    and sha256, in order). A set the library holds with no series for that release is refused. One
+    it holds with other patches (an earlier library's series: older_series) or lacks (a wheel built
+    with another library) leaves the wheel's own texts, each held to its sha256 and the install to
+    its RECORD, as the only word on it: False, as for `--patch` files (revert keeps what it replaces)."""
     names = found.set_names
     if not names:
         return False
@@ -229,14 +230,40 @@ def held_sets(found: Provenance, library: str | Path | None) -> bool:
             held = False
             continue
         shipped = found.patch_hashes if len(names) == 1 else _hashes_of(found, name)
-        if _series_hashes(sets[name], Version(found.vllm_version)) != shipped:
+        series = _series_hashes(sets[name], Version(found.vllm_version))
+        if series is None:
             raise untrusted(
                 found,
-                f"names set {name}, but its patches are not {name}'s series for vLLM "
-                f"{Version(found.vllm_version).public} in the library at {locate(library).path}",
+                f"names set {name}, but the library at {locate(library).path} has no series of {name} "
+                f"for vLLM {Version(found.vllm_version).public}",
                 library=True,
             )
+        held = held and series == shipped  # else an older series of the set: its own texts vouch for it
     return held
+
+
+def older_series(found: Provenance, set_name: str, library: str | Path | None) -> list[str]:
+    """The patches (numbers) by which the wheel's series of `set_name` differs from the library's
+    series of that set for its release: an earlier patchkit's library built the wheel. Empty: the
+    same series, or a set (or series) the library does not hold."""
+    if set_name not in found.set_names:
+        return []
+    try:
+        patch_set = load_library(locate(library).path).get(set_name)
+    except PatchkitError:
+        return []
+    series = None if patch_set is None else _series_hashes(patch_set, Version(found.vllm_version))
+    shipped = found.patch_hashes if len(found.set_names) == 1 else _hashes_of(found, set_name)
+    if series is None or series == shipped:
+        return []
+    ours, theirs = {d for _n, d in shipped}, {d for _n, d in series}
+    changed = [n for n, d in shipped if d not in theirs] + [n for n, d in series if d not in ours]
+    return sorted({_number(n) for n in changed} or {_number(n) for n, _d in series})
+
+
+def _number(name: str) -> str:
+    head = name.split("-", 1)[0]
+    return head if head.isdigit() else name
 
 
 def _hashes_of(found: Provenance, name: str) -> tuple[tuple[str, str], ...]:
@@ -322,6 +349,9 @@ def selection(found: Provenance, version: Version, library: str | Path | None) -
         and tuple((p.name, p.sha256) for p in chosen.patches) == found.patch_hashes
     ):
         return chosen, f"{found.describe()}; its series is the library's"
+    if chosen is not None and chosen.kind == PATCH and _past_the_wheel(found):
+        # reverted, or applied since: the wheel's earlier series is not what the files hold
+        return chosen, f"{found.describe()}; reverted or applied since, so the library's series is judged"
     chosen = Selection(found.name, PATCH, Version(Version(str(version)).public), patches, patch_set=patch_set)
     return chosen, f"{found.describe()}; its series is read from there"
 
@@ -345,6 +375,18 @@ def stock_hashes(root: Path, record: dict[str, str]) -> dict[str, str]:
         else:
             out[path] = record_digest(bytes.fromhex(shas.stock_sha256), "sha256")
     return out
+
+
+def _past_the_wheel(found: Provenance) -> bool:
+    """Whether the set was applied since the install (recorded), or every file the wheel patched
+    holds its stock bytes again (a revert), read as stock_again does."""
+    if read_state(found.root).entry(found.name) is not None:
+        return True
+    read = lambda path: fsutil.read_file(path, follow_symlinks=False)  # noqa: E731
+    return bool(found.files) and all(
+        shas.stock_sha256 is not None and sha256(read(found.root / p)) == shas.stock_sha256
+        for p, shas in found.files.items()
+    )
 
 
 def stock_again(root: Path, read: Callable[[Path], bytes | None]) -> Provenance | None:
