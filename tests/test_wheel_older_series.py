@@ -8,7 +8,17 @@ from __future__ import annotations
 import json
 
 import pytest
-from helpers import SPEC_PY, install, make_patch, patched_spec, write_library, write_tree, write_wheel
+from helpers import (
+    SPEC_PY,
+    install,
+    make_patch,
+    patched_spec,
+    snapshot,
+    stock_files_fetched,
+    write_library,
+    write_tree,
+    write_wheel,
+)
 
 SPEC = "vllm/config/spec.py"
 LATER_SPEC = patched_spec().replace('    "deepseek",\n', '    "deepseek",\n    "mimo",\n')
@@ -50,6 +60,7 @@ def test_status_and_verify_call_it_the_older_series_with_the_fix(run, tmp_path, 
 def test_revert_puts_stock_back_from_the_wheels_own_texts(run, tmp_path, libraries):
     old, new = libraries
     site = installed(run, tmp_path, old)
+    stock_files_fetched({SPEC: SPEC_PY.encode()})  # the release's own file vouches for the original
     done = run("revert", "--target", site, "--patches", new)
     assert done.exit_code == 0, done.output
     assert (site / SPEC).read_text() == SPEC_PY
@@ -65,3 +76,15 @@ def test_a_wheel_whose_own_text_does_not_match_its_sha256_is_still_refused(run, 
     text.write_bytes(text.read_bytes() + b"\n")
     done = run("status", "--target", site, "--patches", new)
     assert done.exit_code == 2, done.output
+
+
+def test_revert_does_not_put_back_what_only_the_wheels_texts_vouch_for(run, tmp_path, libraries):
+    """The release's stock files not at hand: the wheel's texts reversed are a record read back from
+    the tree, naming the library's set over another series; nothing is written (exit 4, the fetch)."""
+    old, new = libraries
+    site = installed(run, tmp_path, old)
+    before = snapshot(site)
+    done = run("revert", "--target", site, "--patches", new)
+    assert done.exit_code == 4, done.output
+    assert "could not be fetched" in done.output and "patchkit fetch" in done.output, done.output
+    assert snapshot(site) == before

@@ -39,7 +39,7 @@ from packaging.version import Version
 
 from patchkit.base import fsutil, hints
 from patchkit.base.enums import FileKind
-from patchkit.base.errors import BadInput, PatchkitError, drift_refused, escaped, quoted
+from patchkit.base.errors import BadInput, FetchError, PatchkitError, drift_refused, escaped, quoted
 from patchkit.base.hashing import sha256
 from patchkit.distinfo.provenance import PATCH_DIR, FileRecord, read_provenance
 from patchkit.distinfo.provenance import Provenance as Record
@@ -66,6 +66,9 @@ class Provenance:
     # every set it names is the library's own series (patch names and sha256): reversing them vouches
     # for a stock file; else only the wheel's texts do, and revert keeps a copy of what it replaces
     library_held: bool = False
+    # a set it names is the library's with another series (an earlier library's): only the release's
+    # own files vouch for the originals revert puts back, never its texts reversed alone
+    older: bool = False
 
     @property
     def origin(self) -> str:
@@ -92,7 +95,7 @@ class Provenance:
         alone = replace(self.record, set_name=name, patches=chosen.patches, sets=())
         touched = {p for patch in Provenance(self.root, self.dist_info, alone).patches() for p in _paths(patch)}
         files = {path: shas for path, shas in self.record.files.items() if path in touched}
-        return Provenance(self.root, self.dist_info, replace(alone, files=files), self.library_held)
+        return Provenance(self.root, self.dist_info, replace(alone, files=files), self.library_held, self.older)
 
     @property
     def files(self) -> dict[str, FileRecord]:
@@ -156,7 +159,11 @@ def find(root: Path) -> Provenance | None:
     wrong = _unlike_the_series(record.files, found.patches())
     if wrong:
         raise _refuse(f"{dist_info}/{PROVENANCE}", f"lists {wrong} otherwise than its own patches touch it")
-    return replace(found, library_held=held_sets(found, hints.current().library))
+    library = hints.current().library
+    held = held_sets(found, library)
+    return replace(
+        found, library_held=held, older=not held and any(older_series(found, n, library) for n in found.set_names)
+    )
 
 
 def _held_to_the_install(found: Provenance) -> None:
@@ -556,12 +563,28 @@ def _originals(
             raise untrusted(
                 found, f"says the wheel patched {escaped(path)}, but it holds vLLM {found.vllm_version}'s own file"
             )
+        if found.older:
+            raise _unvouched_original(found, path, fetched=data is not None)
         out[path] = _reversed(found, path, wanted[path])
         alone.append(path)
         done.notes.append(f"{escaped(path)}: restored by reverse-applying the wheel's patches (sha256 checked)")
     if not found.library_held:
         done.unvouched += sorted(p for p in alone if p not in done.edited and view.read(p) is not None)
     return out
+
+
+def _unvouched_original(found: Provenance, path: str, *, fetched: bool) -> PatchkitError:
+    """The refusal to put back an original of an earlier series' wheel on its own texts' word: the
+    release's file is not the one its record names (bad input), or could not be had (environment)."""
+    if fetched:
+        return untrusted(
+            found, f"records a stock {escaped(path)} that is not vLLM {found.vllm_version}'s own file", library=True
+        )
+    return FetchError(
+        f"vLLM {found.vllm_version}'s stock {escaped(path)} could not be fetched: only the release's files vouch "
+        f"for the originals of an earlier series of {found.name}, so nothing was reverted",
+        hint=f"run {hints.command('fetch', found.vllm_version)} where the index is reachable, then revert again",
+    )
 
 
 def _fetched(found: Provenance, paths: list[str], notes: list[str], fetch_release: FetchRelease) -> dict[str, bytes]:
