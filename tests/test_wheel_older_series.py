@@ -61,9 +61,14 @@ def test_revert_puts_stock_back_from_the_wheels_own_texts(run, tmp_path, librari
     old, new = libraries
     site = installed(run, tmp_path, old)
     stock_files_fetched({SPEC: SPEC_PY.encode()})  # the release's own file vouches for the original
+    over = run("apply", "--target", site, "--patches", new)  # never "already applied" over the earlier series
+    assert over.exit_code == 1 and "nothing was applied" in over.output and "revert" in over.output, over.output
+    assert (site / SPEC).read_text() == patched_spec()
     done = run("revert", "--target", site, "--patches", new)
     assert done.exit_code == 0, done.output
     assert (site / SPEC).read_text() == SPEC_PY
+    reverted = run("status", "--target", site, "--patches", new)
+    assert "another library" not in reverted.output, reverted.output
     assert run("apply", "--target", site, "--patches", new).exit_code == 0
     assert (site / SPEC).read_text() == LATER_SPEC
     assert run("status", "--target", site, "--patches", new).exit_code == 0

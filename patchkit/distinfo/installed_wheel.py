@@ -384,6 +384,15 @@ def stock_hashes(root: Path, record: dict[str, str]) -> dict[str, str]:
     return out
 
 
+def earlier_series(root: Path, set_name: str) -> list[str]:
+    """The patches (numbers) the library (the user's) changed since it built the wheel whose earlier
+    series of `set_name` the tree still holds; empty once reverted or applied since, or for another."""
+    found = find(root)
+    if found is None or not found.older or _past_the_wheel(found):
+        return []
+    return older_series(found, set_name, hints.current().library)
+
+
 def _past_the_wheel(found: Provenance) -> bool:
     """Whether the set was applied since the install (recorded), or every file the wheel patched
     holds its stock bytes again (a revert), read as stock_again does."""

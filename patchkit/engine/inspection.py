@@ -620,11 +620,7 @@ def _other_library(
 def _older_wheel_series(resolved: Resolved, fields: dict[str, Any]) -> None:
     """A patched wheel's install whose series of the set is an earlier library's (its own texts
     judge it): the patches the library changed since, into `fields`, with revert as the fix."""
-    reader = installed_wheel_reader()
-    found = reader.find(resolved.target.root)
-    if found is None:
-        return
-    changed = reader.older_series(found, resolved.set_name, hints.current().library)
+    changed = installed_wheel_reader().earlier_series(resolved.target.root, resolved.set_name)
     if changed:
         fields.update(other_library=changed, updatable=False, from_wheel=True)
 
