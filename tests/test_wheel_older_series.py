@@ -19,6 +19,7 @@ from helpers import (
     write_tree,
     write_wheel,
 )
+from launch_fixtures import write_model
 
 SPEC = "vllm/config/spec.py"
 LATER_SPEC = patched_spec().replace('    "deepseek",\n', '    "deepseek",\n    "mimo",\n')
@@ -55,6 +56,14 @@ def test_status_and_verify_call_it_the_older_series_with_the_fix(run, tmp_path, 
     assert "applied from another library (0001 changed)" in " ".join(said.output.split()), said.output
     verify = run("verify", "--target", site, "--patches", new, "--no-import")
     assert verify.exit_code == 1, verify.output
+
+    model = write_model(tmp_path / "model", {"model_type": "llama", "architectures": ["LlamaForCausalLM"]})
+    launch = ["--", "vllm", "serve", str(model)]
+    said = run("preflight", "--target", site, "--patches", new, "--no-import", "--format", "json", *launch)
+    assert said.exit_code == 1, said.output
+    failed = [f for f in json.loads(said.output)["findings"] if not f["ok"]]
+    assert any("applied from another library (0001 changed)" in f["message"] for f in failed), failed
+    assert all("revert" in f["fix"] for f in failed if "another library" in f["message"]), failed
 
 
 def test_revert_puts_stock_back_from_the_wheels_own_texts(run, tmp_path, libraries):
