@@ -72,6 +72,8 @@ class Drafter:
         config = json.load(open(os.path.join(vllm_config.speculative_config.draft_model_config.model, "config.json")))
         if config.get("hang"):
             time.sleep(600)
+        if config.get("allocate"):  # 3 GiB: past the memory bound
+            self.kept = bytearray(3 << 30)
         if config.get("max_position_embeddings", 1) is None:  # torch's refusal lists signatures that name devices
             raise TypeError("arange() received an invalid combination of arguments:\\n * (torch.device device = None)")
         width = config["hidden_size"]
@@ -255,6 +257,11 @@ def test_a_build_past_its_time_bound_is_not_judged_and_the_launch_still_validate
     validated, built = found(root, drafter(root, "hangs", {**DRAFTER, "hang": True}, WEIGHTS))
     assert validated.ok and validated.judged, validated
     assert built.ok and not built.judged and "the build did not finish within 2 s" in built.message, built
+
+
+def test_a_build_past_its_memory_bound_is_not_judged(root):
+    _, built = found(root, drafter(root, "big", {**DRAFTER, "allocate": True}, WEIGHTS))
+    assert built.ok and not built.judged and "the build needs more than 2 GiB" in built.message, built
 
 
 def test_a_worker_killed_while_it_builds_keeps_the_validation_and_judges_no_drafter(root, monkeypatch):

@@ -42,7 +42,7 @@ def drafter_models_findings(tmp_path, setup, spec: dict, *options: str, env=()) 
     )  # fmt: skip
     assert done.returncode in (0, 1), done.stdout + done.stderr
     found = json.loads(done.stdout)["findings"]
-    return [f for f in found if f["check"] == "models" and f["message"].startswith(f"drafter '{drafter}'")]
+    return [f for f in found if f["check"] == "models" and f"drafter '{drafter}'" in f["message"]]
 
 
 @pytest.mark.parametrize("own", [{"load_format": "auto"}, {}, {"load_format": "safetensors"}])
@@ -70,3 +70,11 @@ def test_elsewhere_the_drafter_loads_with_the_launchs_format(tmp_path, trees, tr
     assert drafter_models_findings(tmp_path, trees[tree], spec, "--load-format", "dummy", env=env) == []
     fails = drafter_models_findings(tmp_path / "auto", trees[tree], spec, env=env)
     assert [f["result"] for f in fails] == ["fail"], fails
+
+
+def test_the_drafters_own_loaders_formats_are_said_not_judged(tmp_path, trees):
+    for own in ("sharded_state", "tensorizer"):
+        spec = {"draft_load_config": {"load_format": own}}
+        found = drafter_models_findings(tmp_path / own, trees["own"], spec, "--load-format", "dummy")
+        assert [f["result"] for f in found] == ["cannot judge"], found
+        assert f"what its load format {own} loads" in found[0]["message"], found

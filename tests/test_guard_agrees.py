@@ -198,6 +198,21 @@ def added_a_file_by_an_older_patchkit_then_upgraded(tree: Tree) -> None:
     pip_install(tree.site, "0.17.0", stock_files("0.17.0"))
 
 
+def added_a_file_by_an_older_patchkit_under_its_guard(tree: Tree) -> None:
+    """An older patchkit's --patch record under the guard that patchkit installed, which had no rule for
+    it (the tree launched): the apply that updates the guard judges the record as a new diff is judged,
+    and marks it held where it breaks no set's contract, so the tree launches after it as before."""
+    added_a_file_by_an_older_patchkit(tree)
+    _rebuilt_guard(tree, _before_held_marks)
+
+
+def _before_held_marks(module: bytes) -> bytes:
+    """A guard of the check format before the "held" mark: an unmarked --patch record passes it."""
+    older = module.replace(b"raise TreeChanged(_unheld(unheld[0]))", b"pass")
+    assert older != module
+    return re.sub(rb"\nGUARD_FORMAT = ([0-9]+)\n", lambda m: b"\nGUARD_FORMAT = %d\n" % (int(m[1]) - 1), older)
+
+
 def added_a_file_then_upgraded(tree: Tree) -> None:
     _added_a_file(tree)
     pip_install(tree.site, "0.17.0", stock_files("0.17.0"))
@@ -768,6 +783,7 @@ CATALOGUE: list[Callable[[Tree], None]] = [
     downgraded_to_a_release_without_a_patched_file,
     added_a_file_by_an_older_patchkit,
     added_a_file_by_an_older_patchkit_then_upgraded,
+    added_a_file_by_an_older_patchkit_under_its_guard,
     added_a_file_then_upgraded,
     added_a_file_then_upgraded_keeping_it,
     patched_wheel,
@@ -921,6 +937,7 @@ def test_the_guard_refuses_exactly_when_the_commands_fail_and_the_named_fix_clea
         upgraded_to_upstream,
         patched_wheel_over_applied,
         record_names_another_version,
+        added_a_file_by_an_older_patchkit,
         guarded_patched_wheel_then_stock,
         guarded_patched_wheel_then_upstream,
     ],
@@ -934,6 +951,19 @@ def test_run_apply_settles_a_tree_the_guard_refuses_and_launches(tmp_path, build
     done = run_cli("run", "--apply", "--target", tree.site, "--patches", tree.library, *launch)
     assert done.returncode == 0, done.stdout + done.stderr
     assert load_plugins_like_vllm(tree.site).returncode == 0
+
+
+def test_a_tree_an_older_patchkits_patch_record_launched_launches_after_an_apply(tmp_path):
+    """The apply that updates an older guard (which had no rule for an unmarked --patch record) marks
+    a record that breaks no set held: a tree that launched before it launches after it."""
+    tree = _tree(tmp_path)
+    added_a_file_by_an_older_patchkit_under_its_guard(tree)
+    assert load_plugins_like_vllm(tree.site).returncode == 0
+    done = tree.cli("apply", "--no-import")
+    assert done.returncode == 0 and "still refuses" not in done.stdout + done.stderr, done.stdout + done.stderr
+    assert load_plugins_like_vllm(tree.site).returncode == 0
+    assert [tree.cli(command).returncode for command in ("status", "verify")] == [0, 0]
+    assert (tree.site / ADDON).read_text() == "ADDON = 1\n"
 
 
 @pytest.mark.parametrize("build", GUARDED_WHEEL_REPLACED, ids=lambda build: build.__name__)

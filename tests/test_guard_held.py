@@ -129,10 +129,10 @@ def test_an_older_patchkits_whitelist_alone_is_refused_at_launch_and_the_fix_nam
     said = status(toy)
     assert said.returncode == 1, said.stdout + said.stderr
     fix = json.loads(said.stdout)["guard"]["fix"]
-    assert fix.startswith("run `patchkit apply ") and f"--patch {toy['whitelist']}`" in fix, fix
-    assert "patchkit revert " in fix, fix
+    assert fix.startswith("run `patchkit revert ") and f"--patch {toy['whitelist']}`" in fix, fix
+    assert "set gated half-applied" in fix and fix.endswith("--set gated`"), fix  # judged: it breaks gated
     before = (toy["site"] / SPEC).read_bytes(), (toy["site"] / ".patchkit/state.json").read_bytes()
-    again = cli(toy, "apply", "--patch", toy["whitelist"])  # the fix status names: this patchkit holds it
+    again = cli(toy, "apply", "--patch", toy["whitelist"])  # this patchkit holds it, and refuses it
     words = " ".join((again.stdout + again.stderr).split())
     assert again.returncode == 1 and "gate" in words and MODEL in words, words
     revert, apply = words.index("`patchkit revert "), words.index("`patchkit apply ")
@@ -157,15 +157,106 @@ def test_an_older_patchkits_harmless_patch_is_held_by_applying_it_again(toy):
     assert status(toy).returncode == 0
 
 
-def test_apply_of_a_set_over_an_older_patchkits_patch_record_says_the_guard_still_refuses(toy, tmp_path):
+def test_an_older_patchkits_patch_record_of_no_sets_file_is_held_by_the_apply_of_a_set(toy, tmp_path):
+    (toy["site"] / "vllm/envs.py").write_text("X = 1\n")  # a site fix to a file no set writes
+    sitefix = tmp_path / "sitefix.patch"
+    sitefix.write_text("--- a/vllm/envs.py\n+++ b/vllm/envs.py\n@@ -1 +1,2 @@\n X = 1\n+Y = 2\n")
+    older_patchkits_patch_apply(toy, sitefix)
+    dry = cli(toy, "apply", "--set", "gated", "--dry-run")
+    assert dry.returncode == 0 and "still refuses" not in dry.stdout + dry.stderr, dry.stdout + dry.stderr
+    done = cli(toy, "apply", "--set", "gated")
+    words = " ".join((done.stdout + done.stderr).split())
+    assert done.returncode == 0 and "still refuses" not in words, words
+    entries = json.loads((toy["site"] / ".patchkit/state.json").read_text())["entries"]
+    assert [(e["set"].startswith("adhoc-"), e.get("held")) for e in entries] == [(True, True), (False, None)]
+    assert load_plugins_like_vllm(toy["site"]).returncode == 0  # the tree launches, as it did before the apply
+    assert status(toy).returncode == 0
+    assert (toy["site"] / "vllm/envs.py").read_text() == "X = 1\nY = 2\n"
+
+
+def test_an_older_patchkits_record_that_breaks_a_set_stays_unheld_and_the_fix_reverts_it_then_applies_the_set(
+    toy, tmp_path
+):
+    older_patchkits_patch_apply(toy, toy["whitelist"])  # the gate admits, the model lacks its part
+    addon = tmp_path / "addon.patch"
+    addon.write_text("--- /dev/null\n+++ b/vllm/my_addon.py\n@@ -0,0 +1 @@\n+ADDON = 1\n")
+    done = cli(toy, "apply", "--patch", addon)
+    words = " ".join((done.stdout + done.stderr).split())
+    assert done.returncode == 0 and "the launch guard still refuses the tree" in words, words
+    revert, apply = words.index("`patchkit revert "), words.index("`patchkit apply ")
+    assert revert < apply and f"--patch {toy['whitelist']}`" in words[revert:apply], words
+    assert "set gated half-applied" in words and "--set gated`" in words[apply:], words
+    held = {e["set"]: e.get("held") for e in json.loads((toy["site"] / ".patchkit/state.json").read_text())["entries"]}
+    assert sorted(held.values(), key=str) == [None, True], held  # the addon held, the whitelist alone not
+    assert load_plugins_like_vllm(toy["site"]).returncode != 0
+    said = status(toy)
+    fix = json.loads(said.stdout)["guard"]["fix"]
+    assert said.returncode == 1 and f"--patch {toy['whitelist']}`" in fix and "--set gated`" in fix, said.stdout
+    assert cli(toy, "revert", "--patch", toy["whitelist"]).returncode == 0
+    assert cli(toy, "apply", "--set", "gated").returncode == 0
+    assert load_plugins_like_vllm(toy["site"]).returncode == 0 and status(toy).returncode == 0
+
+
+def test_an_older_patchkits_record_that_undoes_a_recorded_sets_change_stays_unheld(toy, tmp_path):
+    """A set without gates is held to what its recorded apply made hold: an older --patch record that
+    undid its change (judged against the original that record saved) is not marked held."""
+    tooled = STOCK_MODEL + "TOOL = 1\n"
+    scratch = tmp_path / "tools_scratch"
+    scratch.mkdir()
+    libs = {}
+    for name, contract in (
+        ("lib", f'contract = [{{file = "{MODEL}", kind = "imported", names = ["TOOL"]}}]\n'),
+        ("plain", ""),
+    ):
+        lib = write_library(
+            tmp_path / f"tools_{name}", {"0.16.0": [make_patch(scratch, toy["site"], {MODEL: tooled})]}, name="tools"
+        )
+        text = (lib / "tools/set.toml").read_text()
+        head, releases = text.split("\n[[releases]]", 1)
+        (lib / "tools/set.toml").write_text(f"{head}\n{contract}\n[[releases]]{releases}")
+        libs[name] = lib
+    site = toy["site"]
+    assert run_cli_writing("apply", "--no-import", "--target", site, "--patches", libs["lib"]).returncode == 0
+    undo = tmp_path / "undo.patch"
+    undo.write_bytes(make_patch(scratch, site, {MODEL: STOCK_MODEL + "# no tool\n"}))
+    older_patchkits_patch_apply({**toy, "plain": libs["plain"]}, undo)
+    addon = tmp_path / "addon.patch"
+    addon.write_text("--- /dev/null\n+++ b/vllm/my_addon.py\n@@ -0,0 +1 @@\n+ADDON = 1\n")
+    done = run_cli_writing("apply", "--no-import", "--target", site, "--patches", libs["lib"], "--patch", addon)
+    words = " ".join((done.stdout + done.stderr).split())
+    assert done.returncode == 0 and "the launch guard still refuses the tree" in words, words
+    assert f"--patch {undo}`" in words and "set tools half-applied" in words and "--set tools`" in words, words
+    held = [e.get("held") for e in json.loads((site / ".patchkit/state.json").read_text())["entries"]]
+    assert held == [None, None, True], held  # tools (a library set), the undo (unmarked), the addon
+
+
+def test_an_apply_that_marks_an_older_record_held_killed_at_any_step_ends_as_before_or_done(toy, tmp_path):
     addon = tmp_path / "addon.patch"
     addon.write_text("--- /dev/null\n+++ b/vllm/my_addon.py\n@@ -0,0 +1 @@\n+ADDON = 1\n")
     older_patchkits_patch_apply(toy, addon)
-    done = cli(toy, "apply", "--set", "gated")
-    words = " ".join((done.stdout + done.stderr).split())
-    assert done.returncode == 0 and "the launch guard still refuses the tree" in words, words
-    assert f"--patch {addon}`" in words and target_guard.UNHELD in words, words
-    assert load_plugins_like_vllm(toy["site"]).returncode != 0  # as it says
+    origin = tmp_path / "origin"
+    shutil.copytree(toy["site"], origin, symlinks=True)
+    as_before = everything(origin)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PATCHKIT_FAULT")} | {"PATCHKIT_FAULT_MODE": "kill"}
+    site, killed = toy["site"], 0
+    for step in range(1, 200):
+        shutil.rmtree(site)
+        shutil.copytree(origin, site, symlinks=True)
+        done = run_cli("apply", "--no-import", "--target", site, "--patches", toy["lib"], "--set", "gated",
+                       env={**env, "PATCHKIT_FAULT_AFTER": str(step)})  # fmt: skip
+        if done.returncode == 0:
+            break
+        assert done.returncode == -9, done.stdout + done.stderr
+        killed += 1
+        said = run_cli_read_only("status", "--target", site, "--patches", toy["lib"])  # recovers first
+        assert everything(site) == as_before, (step, said.stdout + said.stderr)
+        entries = json.loads((site / ".patchkit/state.json").read_text())["entries"]
+        assert [e.get("held") for e in entries] == [None], (step, entries)  # the record as before, unmarked
+    else:
+        pytest.fail("the apply never finished")
+    assert killed >= 2, killed
+    entries = json.loads((site / ".patchkit/state.json").read_text())["entries"]
+    assert [e.get("held") for e in entries] == [True, None] and load_plugins_like_vllm(site).returncode == 0
 
 
 def test_a_patch_this_patchkit_applies_is_recorded_held_and_launches(toy):

@@ -11,7 +11,9 @@ import json
 from pathlib import Path
 
 from helpers import run_cli_judged
-from launch_fixtures import DEEPSEEK_V3, DRAFTER, SPEC, write_eagle3_setup, write_model, write_weights
+from launch_fixtures import DEEPSEEK_V3, DRAFTER, KIMI_K25, SPEC, write_eagle3_setup, write_model, write_weights
+
+from patchkit.series.library import default_root
 
 RULES = """
 class SpeculativeConfig:
@@ -437,3 +439,74 @@ def test_a_checkpoint_whose_mtp_type_the_override_makes_names_its_method(tmp_pat
     assert _speculative(tmp_path / "none", {"model": model, "num_speculative_tokens": 1}) == []
     model = str(tmp_path / "mtp" / "model")
     assert _speculative(tmp_path / "mtp", {"method": "mtp", "model": model, "num_speculative_tokens": 1}) == []
+
+
+PROPOSER = "vllm/v1/spec_decode/eagle.py"
+FEEDS = """
+class EagleProposer:
+    def __init__(self, vllm_config):
+        self.hidden_size = self.draft_model_config.get_hidden_size()
+
+    def set_inputs_first_pass(self, target_hidden_states, num_tokens):
+        self.hidden_states[:num_tokens] = target_hidden_states
+"""
+NARROW_V3 = {**V3, "hidden_size": 128}  # a DeepSeek-V3-type checkpoint of another width: vLLM infers mtp
+NARROW_EAGLE1 = {**DEEPSEEK_V3, "architectures": ["DeepSeekMTPModel"], "num_hidden_layers": 1, "hidden_size": 128}
+# each drafter kind (its directory's name, its config) and the method vLLM 0.16.0's SpeculativeConfig infers for it
+INFERRED = {
+    "mtp": ("dm2", NARROW_V3),
+    "eagle": ("EAGLE-head", NARROW_EAGLE1),
+    "eagle3": ("head-eagle3", {**DRAFTER, "hidden_size": 128}),
+}
+
+
+def _judged(tmp_path: Path, name: str, config: dict, method: str | None) -> list[tuple[str, str, str]]:
+    """Every finding (check, result, message) of a DeepSeek-V3 launch whose drafter, named `name`, has
+    `config`, with `method` given (None: omitted)."""
+    tree, library = tmp_path / "tree" / "site", tmp_path / "tree" / "library"
+    if not tree.exists():
+        assert _tree(tmp_path / "tree", {PROPOSER: FEEDS}) == (tree, library)
+        write_weights(write_model(tmp_path / "target", V3), {**TARGET_WEIGHTS, **MTP_WEIGHTS})
+        write_weights(write_model(tmp_path / name, config), TARGET_WEIGHTS)
+    spec = {"model": str(tmp_path / name), "num_speculative_tokens": 1, **({"method": method} if method else {})}
+    done = run_cli_judged(
+        "preflight", "--target", tree, "--patches", library, "--no-import", "--format", "json",
+        "--", "vllm", "serve", str(tmp_path / "target"), "--speculative-config", json.dumps(spec),
+    )  # fmt: skip
+    return [(f["check"], f["result"], f["message"]) for f in json.loads(done.stdout)["findings"]]
+
+
+def test_each_rule_reads_the_method_vllm_infers_not_the_one_written(tmp_path):
+    """For each drafter kind, the launch with no method is judged as the one with the method vLLM
+    infers for it given: a DeepSeek-V3-type checkpoint of another width, without its MTP layer's
+    weights, fails the same findings whether "method": "mtp" is written or not."""
+    for method, (name, config) in INFERRED.items():
+        given = _judged(tmp_path / method, name, config, method)
+        assert _judged(tmp_path / method, name, config, None) == given, method
+    failed = {check for check, result, message in _judged(tmp_path / "mtp", "dm2", NARROW_V3, None) if result == "fail"}
+    assert {"models", "drafter-hidden-size"} <= failed, failed
+
+
+def test_the_sets_a_launch_needs_follow_the_method_vllm_infers(tmp_path):
+    """The eagle3 set's rule (its real [needed_by]: mtp under a Kimi-K2.5 target needs it) reads the
+    method vLLM infers from a DeepSeek-V3-type drafter checkpoint, as it reads "method": "mtp" written."""
+    tree, library = write_eagle3_setup(tmp_path)  # the eagle3 series not applied: a failure only where needed
+    with (tree / SPEC).open("a") as spec_file:
+        spec_file.write(RULES)
+    rule = (default_root() / "eagle3" / "set.toml").read_text()
+    with (library / "eagle3" / "set.toml").open("a") as toml:
+        toml.write("\n" + rule[rule.index("[needed_by]") : rule.index("[[releases]]")])
+    target, drafter = write_model(tmp_path / "target", KIMI_K25), write_model(tmp_path / "dm2", V3)
+    documents = []
+    for method in ("mtp", None):
+        spec = {"model": str(drafter), "num_speculative_tokens": 1, **({"method": method} if method else {})}
+        done = run_cli_judged(
+            "preflight", "--target", tree, "--patches", library, "--no-import", "--format", "json",
+            "--", "vllm", "serve", str(target), "--speculative-config", json.dumps(spec),
+        )  # fmt: skip
+        documents.append(json.loads(done.stdout))
+    given, omitted = documents
+    failed = {f["check"] for f in given["findings"] if f["result"] == "fail"}
+    assert {"tree-state", "image-token"} <= failed, given  # needed: not applied fails, its launch checks run
+    assert omitted.get("unused_sets") == given.get("unused_sets"), omitted
+    assert omitted["findings"] == given["findings"], omitted

@@ -96,6 +96,23 @@ def test_a_speculative_field_vllm_bounds_is_held_statically(tmp_path, fields, tp
     assert said in failed(done)["speculative-config"]["message"], done.stdout
 
 
+@pytest.mark.parametrize("release", ["0.15.0", "0.16.0", "0.17.1"])
+def test_a_draft_model_of_another_vocabulary_is_refused_on_the_real_files(tmp_path, release):
+    """The release's SpeculativeConfig (verify_equal_vocab_size_if_draft_model) refuses a draft_model
+    drafter whose vocab_size is not the target's, at start; one of the same vocabulary passes it."""
+    site = tmp_path / "site"
+    lay_out_release(release, sorted({*files_for(release), REGISTRY}), site)
+    target = write_model(tmp_path / "deepseek", DEEPSEEK_V3)
+    for vocab, fails in ((512, True), (DEEPSEEK_V3["vocab_size"], False)):
+        drafter = write_model(tmp_path / f"dm{vocab}", {**DEEPSEEK_V3, "num_hidden_layers": 1, "vocab_size": vocab})
+        spec = {"method": "draft_model", "model": str(drafter), "num_speculative_tokens": 2}
+        launch = ["vllm", "serve", str(target), "--speculative-config", json.dumps(spec)]
+        done = run_cli("preflight", "--target", site, "--format", "json", "--no-import", "--", *launch)
+        found = failed(done).get("speculative-config", {"message": ""})
+        said = "under method draft_model the drafter's vocab_size 512 is not the target's 129280"
+        assert (said in found["message"]) is fails, done.stdout
+
+
 @pytest.mark.parametrize("release", ["0.11.0", "0.16.0", "0.17.1"])
 def test_an_fp8_kv_cache_on_deepseek_v32_fails_an_eagle3_drafter_on_the_real_files(tmp_path, release):
     """The release's own models/config.py turns V3.2's fp8 KV cache into fp8_ds_mla for the whole engine,

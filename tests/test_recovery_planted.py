@@ -291,3 +291,16 @@ def test_a_planted_journal_of_no_files_erases_no_record(tmp_path, key, way):
     assert (tree / ".patchkit/state.json").read_bytes() == ours, said
     assert (code == 2) is (way == "status"), said
     assert (tree / ".patchkit/objects" / sha256(SPEC_PY.encode())).exists()
+
+
+@pytest.mark.parametrize("order", [("--discard", "--roll-back"), ("--roll-back", "--discard")])
+def test_the_two_answers_to_an_unsealed_journal_exclude_each_other(tmp_path, order):
+    """`recover --discard --roll-back` asks for opposite things: refused as a usage error, the tree and its
+    journal as they were (click kept the last of the two and rolled back)."""
+    tree = _tree(tmp_path)
+    _plant(tree, [_created_mine(), _edited_spec(SPEC_PY.encode())], [SPEC_PY.encode()])
+    _planted_marker(tree, ["mydata/notes.py", SPEC])
+    code, said = _run(tree, "recover", *order)
+    assert code == 2 and "--roll-back and --discard exclude each other" in said, said
+    assert (tree / "mydata/notes.py").read_bytes() == MINE and (tree / SPEC).read_bytes() == HOTFIX
+    assert (tree / ".patchkit/journal.json").exists() and not (tree / ".patchkit/saved").exists()

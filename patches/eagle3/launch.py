@@ -39,6 +39,7 @@ from patchkit.launch.drafter_weights import weights_unjudged
 from patchkit.launch.engine import apply_fix, few_named
 from patchkit.launch.findings import Finding, cannot_judge
 from patchkit.launch.kernel_blocks import kernel_block_sizes, share_a_kernel_block
+from patchkit.launch.method import settled_method
 from patchkit.launch.microbatch import microbatch_findings
 from patchkit.launch.model_files import EAGLE3_DRAFTER, LLAMA, LLAMA_DRAFTER, MODELS_DIR, REGISTRY
 from patchkit.launch.parallel_drafting import mask_hidden_missing
@@ -134,9 +135,10 @@ PROPOSER_METHODS = ("eagle", "mtp", "draft_model")
 
 
 def checks(launch) -> list[Finding]:
-    if launch.command.speculative_method in PROPOSER_METHODS:
+    method = settled_method(launch.command, launch.drafter, launch.read)
+    if method in PROPOSER_METHODS:
         return image_token(launch)
-    if launch.command.speculative_method != "eagle3":
+    if method != "eagle3":
         return []
     found = [whitelist(launch), supports_eagle3(launch)]
     found += image_token(launch)

@@ -4,21 +4,27 @@ held to the contract of each library set whose files it touches.
 A set with `gates` (eagle3's whitelist) is safe while its gate refuses at start or every file holds
 the change; a write that leaves the gate admitting and another file of the set without its part
 makes the one state vLLM accepts at config time and fails on after the model load: refused. A set
-without gates is held to what its recorded apply made hold: a write may not undo it."""
+without gates is held to what its recorded apply made hold: a write may not undo it.
+
+An older patchkit's --patch record (no "held" mark: the guard refuses it) is judged the same way from
+its file list, the tree as this apply leaves it and the originals it saved (unheld_breaks)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import replace
+from pathlib import Path
 
 from packaging.version import Version
 
 from patchkit.base import hints
-from patchkit.base.errors import BreaksSet
+from patchkit.base.errors import BreaksSet, PatchkitError
 from patchkit.checks import CheckResult
 from patchkit.checks.contract import judged
 from patchkit.series.library import PatchSetDef
 from patchkit.series.requirements import Requirement
+from patchkit.store.objects import read_object
+from patchkit.store.state import Entry, State, is_adhoc
 
 Read = Callable[[str], bytes | None]
 
@@ -37,6 +43,64 @@ def refuse_breaking(
         broken = _broken(patch_set, version, paths, read, recorded.get(patch_set.name))
         if broken is not None:
             raise _refusal(patch_set, broken, recorded=patch_set.name in recorded)
+
+
+def unheld_breaks(
+    root: Path, state: State, sets: Collection[PatchSetDef], version: Version | None, read: Read
+) -> dict[str, str | None]:
+    """Each older patchkit's --patch record in `state` (no "held" mark): the set its writes break, judged
+    as refuse_breaking judges a new diff's (None: none, it may be marked held). `read`: the tree as it
+    is (or as the apply at hand leaves it); before a write, the original the record saved. "" where it
+    cannot be judged (no library, an original missing or damaged): the mark is not given."""
+    recorded = {entry.set_name: list(entry.files) for entry in state.entries}
+    found: dict[str, str | None] = {}
+    for entry in state.entries:
+        if is_adhoc(entry.set_name) and not entry.held:
+            found[entry.set_name] = _breaks(root, entry, sets, version, read, recorded)
+    return found
+
+
+def _breaks(
+    root: Path,
+    entry: Entry,
+    sets: Collection[PatchSetDef],
+    version: Version | None,
+    read: Read,
+    recorded: Mapping[str, Collection[str]],
+) -> str | None:
+    """unheld_breaks of one record."""
+    if not sets or version is None:
+        return ""
+    reads = (_before(root, entry, read), read)
+    try:
+        broken = [
+            s.name for s in sets if _broken(s, version, set(entry.files), reads, recorded.get(s.name)) is not None
+        ]
+    except (PatchkitError, OSError):  # an original the record names is missing or damaged, a file unreadable
+        return ""
+    return broken[0] if broken else None
+
+
+def marked_held(state: State, breaks: Mapping[str, str | None]) -> State:
+    """`state` with each --patch record that breaks no set (unheld_breaks: None) marked held."""
+    for name, broken in breaks.items():
+        entry = state.entry(name)
+        if broken is None and entry is not None:
+            state = state.with_entry(replace(entry, held=True))
+    return state
+
+
+def _before(root: Path, entry: Entry, read: Read) -> Read:
+    """The contents before the record's writes: its saved originals (None: a file it created)."""
+
+    def before(path: str) -> bytes | None:
+        shas = entry.files.get(path)
+        if shas is None:
+            return read(path)
+        digest = shas.get("before")
+        return None if digest is None else read_object(root, digest)
+
+    return before
 
 
 def _broken(

@@ -6,6 +6,7 @@ import os
 import shlex
 import stat
 from dataclasses import dataclass, field, replace
+from importlib import import_module
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -179,6 +180,9 @@ class TreeStatus(Value):
     updatable: bool = False
     earlier_texts: bool = False  # of --patch files edited since their apply (their names, not numbers)
     from_wheel: bool = False  # the earlier series came with a patched wheel: revert works from its texts
+    # an older patchkit's --patch records the guard refuses (no "held" mark): the set each breaks (held.py;
+    # None: none, any apply marks it held; "": cannot be judged)
+    unheld_breaks: dict[str, str | None] = field(default_factory=dict)
 
     def fix_command(self, verb: str, *args: str) -> str:
         """`hints.command` for a fix: without --set where the set's files came with a wheel of
@@ -282,9 +286,20 @@ class TreeStatus(Value):
         the same files holds them to the sets' contracts, and records them held or names the set they break."""
         if not any(UNHELD in problem for problem in self.guard) or self.record is None:
             return None
-        entry = next((e for e in self.record.entries if is_adhoc(e.set_name) and not e.held), None)
-        if entry is None:
+        unheld = [e for e in self.record.entries if is_adhoc(e.set_name) and not e.held]
+        breaks = [self.unheld_breaks.get(e.set_name, "") for e in unheld]
+        if not unheld:
             return None
+        entry = next((e for e, broken in zip(unheld, breaks, strict=True) if broken), None)
+        if entry is not None:  # its apply would be refused too: the set goes in whole once the diff is out
+            broken = self.unheld_breaks[entry.set_name]
+            whole = hints.command("apply", chosen=replace(hints.current(), adhoc=(), set_name=broken))
+            revert = hints.command("revert", chosen=selection_of(entry))
+            return f"run {revert} (it leaves set {broken} half-applied: its contract fails), then {whole}"
+        if all(broken is None for broken in breaks):  # any apply of this patchkit marks them held
+            chosen = next((e for e in self.record.entries if not is_adhoc(e.set_name)), unheld[0])
+            return f"run {hints.command('apply', chosen=selection_of(chosen))} (it records them held: they break no set's contract)"
+        entry = next(e for e, broken in zip(unheld, breaks, strict=True) if broken == "")
         apply, revert = (hints.command(verb, chosen=selection_of(entry)) for verb in ("apply", "revert"))
         return (
             f"run {apply} (it holds the diffs to the sets' contracts: they are recorded held, or refused with "
@@ -824,7 +839,26 @@ def _guard_fields(
         "guard_missing": missing,
         **_hanging(root, state),
         "symlink_fix": _symlink_fix(root, refused, state),
+        "unheld_breaks": _unheld_breaks(root, state, version) if any(UNHELD in p for p in refused) else {},
     }
+
+
+def _unheld_breaks(root: Path, state: State | None, version: Version | None) -> dict[str, str | None]:
+    """TreeStatus.unheld_breaks: the older --patch records judged by the library at hand on the tree."""
+    if state is None:
+        return {}
+    try:
+        sets = tuple(load_library(locate(hints.current().library).path).values())
+    except PatchkitError:
+        sets = ()
+
+    def read(path: str) -> bytes | None:
+        return read_file(root / path, follow_symlinks=False)
+
+    # loaded here only: it parses the sets' contracts, which no start-up path (`run`'s fast one) needs
+    held = import_module("patchkit.engine.held")
+    breaks: dict[str, str | None] = held.unheld_breaks(root, state, sets, version, read)
+    return breaks
 
 
 def _hanging(root: Path, state: State | None) -> dict[str, list[str]]:

@@ -79,7 +79,7 @@ from patchkit.engine.guard import (
     unseen_guard_note,
     with_stale_bytecode,
 )
-from patchkit.engine.held import refuse_breaking
+from patchkit.engine.held import marked_held, refuse_breaking, unheld_breaks
 from patchkit.engine.inspection import (
     TreeStatus,
     apply_of,
@@ -117,7 +117,7 @@ from patchkit.engine.transaction import (
 from patchkit.engine.unrecorded_edits import edited_unrecorded, unproven, unproven_found
 from patchkit.engine.vouched import adopted_earlier, changed_since, patches_at_hand, plan_over_stock, refuse_unvouched
 from patchkit.series.hunks import made_file, reverse_file
-from patchkit.series.library import adhoc_set_name, load_library
+from patchkit.series.library import adhoc_set_name, load_library, locate
 from patchkit.series.patchfile import Patch, read_patch, touched_paths
 from patchkit.series.plan import (
     PatchStep,
@@ -514,7 +514,7 @@ class _Applying:
             message = (
                 f"already applied; {len(self.made_readable)} file(s) {'would be ' if dry_run else ''}made readable"
             )
-        if self.settle_record(dry_run=dry_run):
+        if self.settle_record(plan.content, dry_run=dry_run):
             noun, verb = ("launch guard", self.guard_verb()) if self.guard_installed else ("record", "updated")
             noun, verb = ("launch guard", "removed") if self.guard_removed else (noun, verb)
             message = f"already applied; {noun} {'would be ' if dry_run else ''}{verb}"
@@ -635,7 +635,8 @@ class _Applying:
         entry = resolved.apply_record(plan.changes, state.entry(resolved.set_name) or found)
         if plan.stock is not None:  # another library's series replaced: a file put back to stock is no longer patched
             entry = replace(entry, files={p: f for p, f in entry.files.items() if f["after"] != f["before"]})
-        guard_changes, new_state = self.with_guard(state.with_entry(entry).with_chosen(self.chosen))
+        recorded = self.held_earlier(state.with_entry(entry).with_chosen(self.chosen), plan.content)
+        guard_changes, new_state = self.with_guard(recorded)
         _refuse_a_record_too_large(root, new_state)
         self.keep_replaced_guard()
         changes = {**plan.changes, **guard_changes}
@@ -643,7 +644,7 @@ class _Applying:
         landed = commit_changes(root, changes, new_state, origins=plan.view.origins, last=resolved.gates)
         return changes, state, landed, new_state
 
-    def settle_record(self, *, dry_run: bool = False) -> bool:
+    def settle_record(self, read: Callable[[str], bytes | None], *, dry_run: bool = False) -> bool:
         """On a tree the series is applied to as it is: drop the records an upgrade of vLLM made
         stale, record this set's apply for the installed version (pip replaced the dist-info under
         the same files: a patched wheel, a rebuild), and install the guard where it is missing.
@@ -662,6 +663,7 @@ class _Applying:
         elif earlier is not None and is_adhoc(earlier.set_name) and not earlier.held:  # refuse_breaking_sets held it
             settled = settled.with_entry(replace(earlier, held=True))
         settled, originals = self.found_applied(settled)
+        settled = self.held_earlier(settled, read)
         guard_changes, settled = self.with_guard(settled)
         settled = settled.with_wheel(_guarded_wheel(root, settled))
         if settled == state and not guard_changes:
@@ -674,6 +676,22 @@ class _Applying:
             _fix_guard_bytecode(self.resolved.target, guard_changes)
             self.state = settled  # the record as it now is (the guard's check reads it)
         return True
+
+    def held_earlier(self, state: State, read: Callable[[str], bytes | None]) -> State:
+        """An older patchkit's --patch records (no "held" mark: the guard refuses them) in the record
+        this apply writes, judged as a new diff is (engine/held.py) on the tree it leaves (`read`):
+        those that break no library set's contract marked held; the others stay as they are (the
+        guard refuses them: the warning names the set and the fix)."""
+        if not any(is_adhoc(e.set_name) and not e.held for e in state.entries):
+            return state
+        sets = self.resolved.held_by
+        if not sets:
+            try:
+                sets = tuple(load_library(locate(hints.current().library).path).values())
+            except PatchkitError:  # no library to judge them by: they stay unmarked
+                return state
+        root, version = self.resolved.target.root, self.resolved.vllm_version
+        return marked_held(state, unheld_breaks(root, state, sets, version, read))
 
     def found_applied(self, state: State) -> tuple[State, dict[str, bytes]]:
         """A series found applied that the tree does not record (its .patchkit/ lost or emptied, the

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from patchkit.launch.engine import LaunchContext
 from patchkit.launch.findings import Finding, cannot_judge
+from patchkit.launch.method import settled_method
 
 CHECK = "context-parallel"
 CP_UTILS = "vllm/v1/worker/cp_utils.py"
@@ -70,7 +71,7 @@ def _layer_kinds(context: LaunchContext) -> set[str]:
     an MTP drafter's (the target's), a draft model's (its own config's)."""
     command = context.command
     target = "MLA" if command.uses_mla(context.target.text_config) else "non-MLA"
-    method = command.speculative_method
+    method = settled_method(command, context.drafter, context.read)
     if method in NO_DRAFTER_LAYERS:
         return {target}
     if method in ("eagle", "eagle3"):

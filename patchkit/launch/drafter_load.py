@@ -32,7 +32,11 @@ def drafter_load_format(command: LaunchCommand, read: Callable[[str], bytes | No
     if own is None:
         return launch_load_format(command)
     given = own.get("load_format")
-    return given if isinstance(given, str) and given else LOAD_DEFAULT
+    return OwnFormat(given if isinstance(given, str) and given else LOAD_DEFAULT)
+
+
+class OwnFormat(str):
+    """A load format draft_load_config gives the drafter (its loader's other settings are its own too)."""
 
 
 def said(command: LaunchCommand, read: Callable[[str], bytes | None]) -> str:

@@ -15,6 +15,7 @@ from typing import Any
 
 from patchkit.base.errors import escaped
 from patchkit.launch.findings import Finding, cannot_judge
+from patchkit.launch.method import settled_method
 
 EAGLE_CONFIG = "vllm/transformers_utils/configs/eagle.py"
 EAGLE1_NAMED = b'f"Eagle{arch}" if not arch.startswith("Eagle")'  # EAGLEConfig's rename under eagle (0.11-0.17)
@@ -34,7 +35,7 @@ def eagle1_findings(launch: Any) -> list[Finding]:
     """A failed drafter-architecture finding for an EAGLE-3 head (an architecture named Eagle3) that
     vLLM runs under method eagle; for other drafters under eagle or mtp, their hidden size held to the
     target's; none for other methods."""
-    drafter, method = launch.drafter, launch.command.speculative_method
+    drafter, method = launch.drafter, settled_method(launch.command, launch.drafter, launch.read)
     if drafter is None or method not in FED_AS_THEY_COME:
         return []
     archs = [a for a in drafter.architectures if isinstance(a, str)]

@@ -57,13 +57,14 @@ class MtpDrafter(FrozenValue):
 
 
 def mtp_findings(
-    command: LaunchCommand, target: ModelConfig, drafter: ModelConfig | None, read: Reader
+    command: LaunchCommand, target: ModelConfig, drafter: ModelConfig | None, read: Reader, method: str | None
 ) -> list[Finding]:
-    """The findings on the mtp drafter vLLM builds for the launch (none for other methods): read from
-    the tree `read` gives and the checkpoint's own files (never kept: files outside the tree)."""
+    """The findings on the mtp drafter vLLM builds for the launch (none when `method`, the one vLLM
+    settles on: patchkit/launch/method.py, is another): read from the tree `read` gives and the
+    checkpoint's own files (never kept: files outside the tree)."""
     spec = command.speculative_config or {}
     model, tokens = spec.get("model"), spec.get("num_speculative_tokens")
-    if not _settles_mtp(command, drafter, read) or (model is None and tokens is None):
+    if method != "mtp" or (model is None and tokens is None):
         return []  # vLLM fills in the target as the drafter only when num_speculative_tokens is given
     if model is not None and drafter is None:
         return []  # a drafter found nowhere, or no name: the models finding says it
@@ -83,19 +84,6 @@ def mtp_findings(
         why += " for --model-impl transformers" if backend else ""
         return [cannot_judge(MODELS, f"the mtp drafter of {escaped(name)}: {why}", "give --python PATH")]
     return _divisibility(built, tokens, name) + _mtp_layers(command, config, built, name, read, model is not None)
-
-
-def _settles_mtp(command: LaunchCommand, drafter: ModelConfig | None, read: Reader) -> bool:
-    """Whether vLLM's SpeculativeConfig settles on mtp: given so, or, for a drafter whose name names
-    no method, told from its model_type as hf_config_override leaves it (a DeepSeek-V3 checkpoint is
-    deepseek_mtp: each of its MTPModelTypes but mtp is NAME_mtp), whatever else the method given."""
-    method = command.speculative_method
-    if method == "mtp":
-        return True
-    if method in ("eagle", "eagle3", "ngram", "[ngram]", "suffix") or drafter is None:
-        return False
-    built = mtp_drafter(read(SPEC_FILE), drafter.config)
-    return built is not None and isinstance(built.model_type, str) and built.model_type.endswith("_mtp")
 
 
 def _no_mtp_layers(name: str) -> Finding:

@@ -64,11 +64,13 @@ from patchkit.launch.engine import LaunchContext, Reader, apply_fix, launch_pyth
 from patchkit.launch.findings import Finding, cannot_judge
 from patchkit.launch.interpreter import RefusedByPython, exec_search
 from patchkit.launch.late_files import headless_note, late_file_findings, lora_ranks, tool_server_findings
+from patchkit.launch.method import settled_method
 from patchkit.launch.middleware import middleware_findings
 from patchkit.launch.models import ModelConfig, offline, offline_model_path, redirected, resolve_model, with_overrides
 from patchkit.launch.mtp import mtp_findings
 from patchkit.launch.proposer_start import proposer_findings
 from patchkit.launch.relevance import EVERY, LaunchNeeds, launch_needs
+from patchkit.launch.remote_code import remote_code_findings
 from patchkit.launch.serve_parser import ignored_config
 from patchkit.launch.shortcut import as_written, kept_findings
 from patchkit.launch.speculative import speculative_findings
@@ -497,6 +499,7 @@ def _found_models_findings(
     root: Path,
 ) -> list[Finding]:
     """With the target found: a drafter found nowhere, the speculator note, architectures vLLM refuses,
+    a config vLLM reads only with --trust-remote-code,
     a model directory where vLLM's loader would find no weights (the drafter's as the tree at `root` loads it),
     a tokenizer path that holds none."""
     found = [_model_finding(exc) for exc in missing]
@@ -504,6 +507,7 @@ def _found_models_findings(
     found += [f for f in (_architectures_finding(m) for m in models) if f is not None]
     return (
         found
+        + remote_code_findings(command, models, tree_reader(root))
         + weight_findings(command, models[0], MODELS, drafter_load_format(command, tree_reader(root)))
         + as_findings(MODELS, tokenizer_findings(command))
     )
@@ -538,16 +542,18 @@ class _Planned(Value):
 
 
 def needs_of(
-    opts: Options, sets: dict[str, PatchSetDef] | None, command: LaunchCommand, version: Version | None = None
+    opts: Options, sets: dict[str, PatchSetDef] | None, command: LaunchCommand, version: Version | None, root: Path
 ) -> LaunchNeeds:
     """Which of the library's sets (`sets`, else loaded; every set, whatever --set narrows the checks
-    to: the guard refuses for any recorded one) the launch as vLLM serves it needs. `version`: the
-    tree's, when known: a set whose rule names the launch counts as named only where it has a series,
-    or is in its range without one (a launch that needs it cannot be made safe)."""
+    to: the guard refuses for any recorded one) the launch as vLLM serves it needs, its method read
+    from the tree at `root`. `version`: the tree's, when known: a set whose rule names the launch
+    counts as named only where it has a series, or is in its range without one (a launch that needs
+    it cannot be made safe)."""
     if sets is None and not opts.adhoc:
         sets = library.load_library(library.locate(opts.library).path)
-    served, architectures = as_served(command)
-    needs = launch_needs((sets or {}).values(), served, architectures, version)
+    served, architectures, drafter = as_served(command)
+    method = settled_method(served, drafter, tree_reader(root))
+    needs = launch_needs((sets or {}).values(), served, method, architectures, version)
     if version is None or sets is None:
         return needs
     named = {name: said for name, said in needs.named.items() if library.to_judge(sets[name], version)}
@@ -595,15 +601,15 @@ def recorded_whole(root: Path, version: Version | None, recorded: State | None =
     return {entry.set_name for entry in recorded.entries if entry.vllm_version == str(version)}
 
 
-def as_served(command: LaunchCommand) -> tuple[LaunchCommand, list[str]]:
-    """The command as vLLM serves it (a speculators-format model's own speculative config in place)
-    and its target model's architectures; as written, and none, when a model cannot be read (the
-    preflight names that first)."""
+def as_served(command: LaunchCommand) -> tuple[LaunchCommand, list[str], ModelConfig | None]:
+    """The command as vLLM serves it (a speculators-format model's own speculative config in place),
+    its target model's architectures and its drafter's config; as written, none and None, when a
+    model cannot be read (the preflight names that first)."""
     try:
-        target, _, _, served = _models(command)
+        target, drafter, _, served = _models(command)
     except (TargetError, BadInput):
-        return command, []
-    return served, target.architectures
+        return command, [], None
+    return served, target.architectures, drafter
 
 
 def launch_findings(context: LaunchContext) -> list[Finding]:
@@ -798,7 +804,9 @@ def _after_load_findings(
     servers, noted = tool_server_findings(command, COMMAND, resolved.vllm_version, architectures, directory)
     headless = headless_note(command, architectures)
     result.said += [*([headless] if headless else []), *noted]
-    return _chat_template_findings(command, root) + late + servers + mtp_findings(command, *models, tree_reader(root))
+    read = tree_reader(root)
+    drafted = mtp_findings(command, *models, read, settled_method(command, models[1], read))
+    return _chat_template_findings(command, root) + late + servers + drafted
 
 
 def _model_directory(command: LaunchCommand, target: ModelConfig) -> str | None:

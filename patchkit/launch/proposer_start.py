@@ -12,6 +12,7 @@ from __future__ import annotations
 from patchkit.base.errors import escaped
 from patchkit.launch.engine import LaunchContext
 from patchkit.launch.findings import Finding, cannot_judge
+from patchkit.launch.method import settled_method
 from patchkit.launch.parallel_drafting import parallel_drafting
 
 CHECK = "speculative-config"
@@ -30,7 +31,7 @@ TEXT_ONLY_OPTIONS = ("limit-mm-per-prompt", "language-model-only", "enable-mm-em
 
 def proposer_findings(context: LaunchContext) -> list[Finding]:
     """The failing (or cannot-judge) findings for what the tree's proposer refuses at the runner's start."""
-    method = context.command.speculative_method
+    method = settled_method(context.command, context.drafter, context.read)
     found = [_token_missing(context, method), _draft_tp_refused(context, method), _multimodal_refused(context, method)]
     return [finding for finding in found if finding is not None]
 

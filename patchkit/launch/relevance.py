@@ -39,14 +39,18 @@ def unneeded_reason(patch_set: PatchSetDef | None, launch: LaunchFacts) -> str |
 
 
 def facts(
-    command: LaunchCommand, target_architectures: Iterable[str] = (), version: Version | None = None
+    command: LaunchCommand,
+    method: str | None,
+    target_architectures: Iterable[str] = (),
+    version: Version | None = None,
 ) -> LaunchFacts:
-    """What the rule reads of a launch as vLLM serves it (`target_architectures`: its target model's;
-    `version`: the tree's vLLM, when known)."""
+    """What the rule reads of a launch as vLLM serves it (`method`: the speculative method vLLM settles
+    on, patchkit/launch/method.py; `target_architectures`: its target model's; `version`: the tree's
+    vLLM, when known)."""
     # vLLM builds the named tool parser only under --enable-auto-tool-choice, and only in an API
     # server (a headless node runs none): else no parser runs
     parser = command.optional_text("tool-call-parser") if command.auto_tool_choice and not command.headless else None
-    return LaunchFacts(command.speculative_method, parser, tuple(target_architectures), version)
+    return LaunchFacts(method, parser, tuple(target_architectures), version)
 
 
 def unused_parser_note(command: LaunchCommand) -> str | None:
@@ -93,12 +97,13 @@ class LaunchNeeds(FrozenValue):
 def launch_needs(
     sets: Iterable[PatchSetDef],
     command: LaunchCommand,
+    method: str | None,
     target_architectures: Iterable[str] = (),
     version: Version | None = None,
 ) -> LaunchNeeds:
     """What `command` (as vLLM serves it: a speculators-format model's config in place), whose target
     model has `target_architectures`, needs of `sets` on vLLM `version` (None: not known)."""
-    launch = facts(command, target_architectures, version)
+    launch = facts(command, method, target_architectures, version)
     sets = list(sets)
     reasons = {s.name: unneeded_reason(s, launch) for s in sets}
     unneeded = {name: reason for name, reason in reasons.items() if reason is not None}

@@ -3,7 +3,8 @@ from vllm/config/speculative.py): it refuses, before any model loads, a method i
 Literal does not name (pydantic matches it exactly: "Eagle3" is refused), an empty drafter model, a
 num_speculative_tokens without a drafter for a method that needs one, no method where the drafter
 says none it knows (its name, or its model_type), a whole-number field outside its declared bounds
-(disable_by_batch_size under 2), and a draft_tensor_parallel_size other than 1 or the target's."""
+(disable_by_batch_size under 2), a draft_tensor_parallel_size other than 1 or the target's, and under
+method draft_model a drafter whose vocab_size is not the target's."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import Any
 
 from patchkit.launch.engine import LaunchContext
 from patchkit.launch.findings import Finding
-from patchkit.launch.mtp import mtp_drafter
+from patchkit.launch.method import built_model_type
 
 SPEC_FILE = "vllm/config/speculative.py"
 CHECK = "speculative-config"
@@ -24,6 +25,7 @@ OLD_MTP_TYPES = "MTP_MODEL_TYPES"  # 0.11's: a tuple
 NO_DRAFTER_NEEDED = ("mtp", "ngram", "[ngram]", "suffix")  # methods whose model vLLM fills in itself
 DRAFTER_FIX = 'give "model" the drafter\'s path or hub id'
 DETECTED_TYPES = ("medusa", "mlp_speculator", "longcat_flash_mtp")  # a drafter model_type naming its method
+VOCAB_RULE = b"self.verify_equal_vocab_size_if_draft_model()"  # 0.15 on, at the end of _verify_args
 DRAFT_MODEL_REFUSED = b"Speculative decoding with draft model is not"  # 0.11-0.14 raise it for any drafter left
 
 
@@ -46,6 +48,7 @@ def speculative_findings(context: LaunchContext) -> list[Finding]:
             _out_of_bounds(spec, field_bounds(source)),
             _not_text(spec, string_fields(source)),
             _draft_tensor_parallel_size(spec, source, context),
+            _draft_vocab(source, context),
         )
         if refusal is not None
     ]  # each, not the first: every fault in one run
@@ -178,6 +181,19 @@ def _draft_tensor_parallel_size(
 _LAX_INT = re.compile(r"[+-]?[0-9](?:_?[0-9])*(?:\.0+)?")  # a string pydantic reads as an int
 
 
+def _draft_vocab(source: bytes | None, context: LaunchContext) -> tuple[str, str] | None:
+    """Under method draft_model SpeculativeConfig refuses a drafter whose vocab_size (its text config's)
+    is not the target's; a size either config does not give is left to vLLM's own validation."""
+    drafter = context.drafter
+    if drafter is None or context.command.speculative_method != "draft_model" or VOCAB_RULE not in (source or b""):
+        return None
+    ours, theirs = drafter.text_config.get("vocab_size"), context.target.text_config.get("vocab_size")
+    if type(ours) is not int or type(theirs) is not int or ours == theirs:
+        return None
+    said = f"under method draft_model the drafter's vocab_size {ours} is not the target's {theirs}"
+    return said, f"use a drafter with the target's tokenizer (vocab_size {theirs}), or another method"
+
+
 def _token_count(value: object) -> int | bool | None:
     """num_speculative_tokens as pydantic's lax int reads it: the count; False when it reads none
     (a fraction, a list, a text pydantic cannot read as one); None when absent."""
@@ -213,19 +229,8 @@ def _method_detected(model: str, method: str | None, mtp_types: set[str], contex
         return True  # kept (0.15 on), or a tree that does not show it refused
     if context.drafter is None:
         return True
-    model_type = _built_model_type(context)
+    model_type = built_model_type(context.drafter.config, context.read)
     return model_type is None or model_type in DETECTED_TYPES or model_type in mtp_types
-
-
-def _built_model_type(context: LaunchContext) -> object:
-    """The drafter's model_type as vLLM's draft ModelConfig holds it: hf_config_override applied where
-    the tree has one (a DeepSeek-V3 checkpoint becomes deepseek_mtp); None where it is not read."""
-    config = context.drafter.config if context.drafter is not None else {}
-    source = context.read(SPEC_FILE) or b""
-    if b"def hf_config_override" not in source or not isinstance(config.get("architectures"), list):
-        return config.get("model_type")  # no override; or none read, as vLLM's reading of the config fails first
-    built = mtp_drafter(source, config) if config["architectures"] else None
-    return None if built is None else built.model_type
 
 
 def _undetected(model: str, method: str | None) -> tuple[str, str]:

@@ -21,6 +21,7 @@ from patchkit.base.errors import BadInput, TargetError, escaped, few
 from patchkit.base.fsutil import read_regular
 from patchkit.launch import observed
 from patchkit.launch.command import LaunchCommand
+from patchkit.launch.drafter_load import OwnFormat
 from patchkit.launch.findings import Finding, cannot_judge
 from patchkit.launch.models import (
     WALK_LIMIT,
@@ -593,12 +594,18 @@ def weight_findings(
         found += _problem(command, "model", *model, load_format, "the load fails at its start")
     drafter = drafter_directory(command)
     own = load_format if drafter_format is None else _loader(command, target, drafter_format)
-    if drafter is not None and own not in (NO_WEIGHTS, *PATTERNS, "auto", SHARDED):
-        reason = f"drafter '{escaped(drafter[0])}': its load format {escaped(own)}: patchkit does not read what that loader loads"
+    if drafter is not None and (own not in (NO_WEIGHTS, *PATTERNS, "auto", SHARDED) or _own_sharded(own)):
+        unread = "draft_load_config's pattern and -tp ranks are not read" if _own_sharded(own) else "not read"
+        reason = f"drafter '{escaped(drafter[0])}': what its load format {escaped(own)} loads: {unread}"
         return [*as_findings(check, found), cannot_judge(check, reason, "check that the drafter holds what it loads")]
     if drafter is not None and own != NO_WEIGHTS:  # random values: no file is read, nothing can be missing
         found += _problem(command, "drafter", *drafter, own, "the launch fails once the target has loaded")
     return as_findings(check, found)
+
+
+def _own_sharded(load_format: str) -> bool:
+    """draft_load_config's sharded_state: its pattern and ranks are the drafter's loader's own (not read)."""
+    return isinstance(load_format, OwnFormat) and load_format == SHARDED
 
 
 def _loader(command: LaunchCommand, target: ModelConfig, load_format: str) -> str:

@@ -125,7 +125,7 @@ def test_the_mtp_token_count_is_refused_where_vllm_refuses_it_at_start(tmp_path)
     assert isinstance(refused, dict)
     for name, (model, spec) in cases.items():
         command = parse(["vllm", "serve", model, "--speculative-config", json.dumps(spec)])
-        ours = mtp_findings(command, resolve_model(model, {}), None, tree_reader(site))
+        ours = mtp_findings(command, resolve_model(model, {}), None, tree_reader(site), "mtp")
         failed = [f for f in ours if f.check == "speculative-config" and not f.ok]
         assert bool(failed) == (refused[name] is not None), (name, refused[name], ours)
 

@@ -27,6 +27,7 @@ from patchkit.store.state import read_state
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from pathlib import Path
 
     from packaging.version import Version
 
@@ -186,7 +187,9 @@ def _recorded(covering: list[Chosen]) -> set[str]:
 
 
 def apply_for_launch(
-    ui: UI, chosen: Options, launch_needs: Callable[[Version | None, dict[str, PatchSetDef] | None], LaunchNeeds]
+    ui: UI,
+    chosen: Options,
+    launch_needs: Callable[[Version | None, dict[str, PatchSetDef] | None, Path], LaunchNeeds],
 ) -> ApplyResult | SetsApplied | None:
     """`run --apply`: each covering set (or each --set) that the launch needs (`launch_needs`, of the
     tree's version and the library's sets: set.toml's [needed_by]) and that needs it applied as
@@ -197,12 +200,14 @@ def apply_for_launch(
         ui.knows(target_json(target))
         covering = resolve_sets(chosen, target, sets=sets)
         engine.several.require_order(chosen, covering, sets)
+        root = target.root
     else:
         resolved = resolve_telling(ui, chosen, sets=sets)
         covering = [Chosen(resolved.set_name, resolved)]
+        root = resolved.target.root
     many = len(covering) > 1
     version = next((c.resolved.vllm_version for c in covering if c.resolved is not None), None)
-    needs = launch_needs(version, sets)
+    needs = launch_needs(version, sets, root)
     if any(needs.needs(c.name) for c in no_series(covering)):  # no apply makes the tree safe for it:
         return None  # nothing written, and the preflight fails naming the set (tree-state)
     recorded = _recorded(covering) if needs.guard_runs else set()

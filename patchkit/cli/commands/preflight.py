@@ -135,7 +135,7 @@ def _preflight(
     another = another_vllm(resolved.target)  # told once: the note, each preflight, vLLM's validation
     _whose_vllm(ui, resolved.target, another, no_import)
     launch_command = read(launch_command, resolved.vllm_version)
-    needs = needs_of(chosen, sets, launch_command, resolved.vllm_version)
+    needs = needs_of(chosen, sets, launch_command, resolved.vllm_version, resolved.target.root)
     needs = replace(needs, judged=frozenset([resolved.set_name]))
     recorded = recorded_state(resolved.target.root) if shortcut else None
     result = _set_findings(
@@ -220,7 +220,7 @@ def _preflight_of_sets(
     every = resolve_sets(chosen, target, sets=sets)
     covering = [c.resolved for c in judged(every) if c.resolved is not None]
     launch_command = read(launch_command, covering[0].vllm_version)
-    needs = needs_of(chosen, sets, launch_command, covering[0].vllm_version)
+    needs = needs_of(chosen, sets, launch_command, covering[0].vllm_version, target.root)
     # a set the launch needs with no series for this vLLM: its tree-state fails, its launch checks
     # run on the files as they are (as for an upstream release), in the library's order
     gaps = {c.name: c.gap for c in no_series(every) if c.gap is not None and needs.needs(c.name)}

@@ -17,22 +17,25 @@ if TYPE_CHECKING:
 @click.command()
 @click.option(
     "--roll-back",
-    "unsealed",
-    flag_value=Unsealed.ROLL_BACK.value,
+    "roll_back",
+    is_flag=True,
     help="Roll back a journal whose marker is not sealed with your key (recovery refuses it otherwise), "
     "keeping a copy of each file it replaces or removes in .patchkit/saved/. For an apply or revert "
     "of yours that was cut short.",
 )
 @click.option(
     "--discard",
-    "unsealed",
-    flag_value=Unsealed.DISCARD.value,
+    "discard",
+    is_flag=True,
     help="Remove a journal whose marker is not sealed with your key, changing no file and not the record. "
     "For a journal no apply or revert of yours left.",
 )
 @target_options(without={"vllm_version", "library", "adhoc", "set_name", "verbose"})  # the tree alone
-def command(opts: Options, quiet: bool, verbose: int, unsealed: str | None) -> None:
+def command(opts: Options, quiet: bool, verbose: int, roll_back: bool, discard: bool) -> None:
     """Roll back a transaction that a crash left unfinished (other commands do this first too)."""
+    if roll_back and discard:  # opposite answers to one question: click would keep the last one given
+        raise click.UsageError("--roll-back and --discard exclude each other: give one")
+    unsealed = Unsealed.ROLL_BACK if roll_back else Unsealed.DISCARD if discard else Unsealed.REFUSE
     ui = make_ui("text", quiet, verbose)
     root = resolve_target(opts).root
     message, settled = None, False
@@ -40,7 +43,7 @@ def command(opts: Options, quiet: bool, verbose: int, unsealed: str | None) -> N
         with read_only_view(root, "recover") as settled:
             pass
     if not settled:
-        with target_lock(root, unsealed=Unsealed(unsealed or Unsealed.REFUSE.value)) as message:
+        with target_lock(root, unsealed=unsealed) as message:
             pass
     ui.line(message or "nothing to recover: no unfinished transaction")
     if message:  # the tree is as before the command cut short: that command is what is left to do

@@ -142,7 +142,7 @@ def _apply_when_not_applied(ui: UI, opts: Options, launch_command: LaunchCommand
 
     with hints.selected(chosen):  # the tree the launch imports: its hints name it
         return apply_for_launch(
-            ui, chosen, lambda version, sets: needs_of(chosen, sets, read(launch_command, version), version)
+            ui, chosen, lambda version, sets, root: needs_of(chosen, sets, read(launch_command, version), version, root)
         )
 
 

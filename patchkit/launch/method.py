@@ -1,0 +1,43 @@
+"""The speculative method vLLM settles on for a launch: the one place every method-keyed rule reads it.
+
+vLLM's SpeculativeConfig (config/speculative.py, 0.11 on) keeps eagle/eagle3 given; else it tells the
+method from the drafter's name ("eagle-": eagle; "eagle3": eagle3), then from its model_type as
+hf_config_override leaves it (medusa, mlp_speculator, an MTP type: mtp). A DeepSeek-V3 checkpoint
+named as the drafter with no method is served as mtp: a rule keyed on the method written misses it.
+"""
+
+from __future__ import annotations
+
+from patchkit.launch.command import LaunchCommand
+from patchkit.launch.engine import Reader
+from patchkit.launch.models import ModelConfig
+from patchkit.launch.mtp import SPEC_FILE, mtp_drafter
+
+KEPT = ("eagle", "eagle3", "ngram", "[ngram]", "suffix")  # given or told from the name: no model_type read
+TOLD_BY_TYPE = ("medusa", "mlp_speculator")  # a drafter model_type that names its own method
+
+
+def settled_method(command: LaunchCommand, drafter: ModelConfig | None, read: Reader) -> str | None:
+    """The method vLLM serves the launch with: LaunchCommand.speculative_method (the method given, or
+    the one the drafter's name says), else what the drafter's model_type says (its config read as
+    the tree's hf_config_override leaves it; not read: the method as named)."""
+    named = command.speculative_method
+    if named in KEPT or named == "mtp" or drafter is None:
+        return named
+    model_type = built_model_type(drafter.config, read)
+    if not isinstance(model_type, str):
+        return named
+    if model_type.endswith("_mtp") or model_type == "mtp":
+        return "mtp"
+    return model_type if model_type in TOLD_BY_TYPE else named
+
+
+def built_model_type(config: dict[str, object], read: Reader) -> object:
+    """The drafter's model_type as vLLM's draft ModelConfig holds it: hf_config_override applied where
+    the tree has one (a DeepSeek-V3 checkpoint becomes deepseek_mtp); None where it is not read."""
+    source = read(SPEC_FILE) or b""
+    architectures = config.get("architectures")
+    if b"def hf_config_override" not in source or not isinstance(architectures, list):
+        return config.get("model_type")  # no override; or none read, as vLLM's reading of the config fails first
+    built = mtp_drafter(source, config) if architectures else None
+    return None if built is None else built.model_type

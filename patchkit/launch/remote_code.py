@@ -1,0 +1,95 @@
+"""A model whose config.json has an auto_map AutoConfig and a model_type that neither the tree's vLLM
+(_CONFIG_REGISTRY, vllm/transformers_utils/config.py) nor the launch's transformers (CONFIG_MAPPING_NAMES)
+knows (moonshotai/Kimi-K2's kimi_k2): without --trust-remote-code vLLM's HFConfigParser hands it to
+transformers' AutoConfig, which refuses to run the model's own configuration file, and vLLM refuses the
+launch at start (the same in 0.11-0.34). The draft model is read with the target's trust_remote_code.
+Both tables are read from the tree's files; where they are not, "cannot judge"."""
+
+from __future__ import annotations
+
+import ast
+from typing import Any
+
+from patchkit.base.errors import escaped
+from patchkit.launch.command import LaunchCommand
+from patchkit.launch.findings import Finding, cannot_judge
+from patchkit.launch.models import ModelConfig
+
+CHECK = "models"
+VLLM_CONFIGS = "vllm/transformers_utils/config.py"
+TRANSFORMERS_AUTO = "transformers/models/auto/configuration_auto.py"  # beside vllm/ in the launch's site-packages
+REGISTRY_FIRST = b"if model_type in _CONFIG_REGISTRY:"  # vLLM's own class first, else AutoConfig
+REFUSED = b"requires you to execute the configuration file"  # transformers' refusal, which vLLM re-raises
+FIX = "add --trust-remote-code (vLLM then runs the configuration file config.json's auto_map names)"
+
+
+def remote_code_findings(
+    command: LaunchCommand, models: tuple[ModelConfig, ModelConfig | None], read: Any
+) -> list[Finding]:
+    """A failed models finding for each model vLLM refuses to read without --trust-remote-code."""
+    if command.trust_remote_code or (command.options.get("config-format") or "auto") not in ("auto", "hf"):
+        return []
+    found = []
+    for role, model in zip(("target", "drafter"), models, strict=True):
+        finding = _finding(role, model, command, read) if model is not None else None
+        found += [finding] if finding is not None else []
+    return found
+
+
+def _finding(role: str, model: ModelConfig, command: LaunchCommand, read: Any) -> Finding | None:
+    auto = model.get("auto_map")
+    if not isinstance(auto, dict) or "AutoConfig" not in auto or model.path.name != "config.json":
+        return None  # transformers reads it with its own classes, or refuses it for another reason
+    model_type = model.get("model_type")
+    if model_type is None and model.get("speculators_config") is not None:
+        model_type = "speculators"  # as HFConfigParser names it
+    head = f"the {role} {escaped(model.name)} (model_type {escaped(repr(model_type))}, auto_map AutoConfig)"
+    if role == "target" and "model_type" in command.hf_overrides:
+        return cannot_judge(CHECK, f"{head}: --hf-overrides sets model_type, which patchkit does not follow", FIX)
+    source = read(VLLM_CONFIGS) or b""
+    registry = _keywords(source, "LazyConfigDict") if REGISTRY_FIRST in source and REFUSED in source else None
+    known = _first_strings(read(TRANSFORMERS_AUTO), "CONFIG_MAPPING_NAMES")
+    if not registry or not known:
+        why = f"{head}: whether vLLM reads it without --trust-remote-code is not read from {VLLM_CONFIGS}"
+        return cannot_judge(CHECK, f"{why} and {TRANSFORMERS_AUTO}", FIX)
+    if model_type in registry or model_type in known:
+        return None
+    said = (
+        f"{head}: neither vLLM's config registry ({VLLM_CONFIGS}) nor the launch's transformers knows the"
+        " model_type, and without --trust-remote-code transformers refuses to run the model's own"
+        " configuration file: vLLM refuses the launch at start"
+    )
+    return Finding(CHECK, False, said, FIX)
+
+
+def _keywords(source: bytes, call: str) -> set[str]:
+    """The keyword names of the module's `call(...)` calls (vLLM's LazyConfigDict(kimi_k25=..., ...))."""
+    tree = _parsed(source)
+    return {
+        k.arg
+        for node in ast.walk(tree or ast.Module([], []))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == call
+        for k in node.keywords
+        if k.arg is not None
+    }
+
+
+def _first_strings(source: bytes | None, name: str) -> set[str]:
+    """The first strings of the ("a", "b") pairs assigned to module-level `name` (transformers' mappings)."""
+    tree = _parsed(source)
+    for node in tree.body if tree else []:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
+            return {
+                e.elts[0].value
+                for e in ast.walk(node.value)
+                if isinstance(e, ast.Tuple) and len(e.elts) == 2 and isinstance(e.elts[0], ast.Constant)
+                and isinstance(e.elts[0].value, str)
+            }  # fmt: skip
+    return set()
+
+
+def _parsed(source: bytes | None) -> ast.Module | None:
+    try:
+        return ast.parse(source) if source else None
+    except (SyntaxError, ValueError):
+        return None

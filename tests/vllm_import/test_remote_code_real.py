@@ -1,0 +1,62 @@
+"""Opt-in (`make test-vllm`): a target whose config.json has an auto_map AutoConfig, held to vLLM 0.16.0's
+own EngineArgs.create_engine_config() on CPU without --trust-remote-code: a model_type neither its config
+registry nor its transformers knows (Kimi-K2's kimi_k2) is refused; one transformers knows (deepseek_v3)
+is read. Static preflight (patchkit/launch/remote_code.py) fails exactly the refused one."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from launch_fixtures import write_model
+from vllm_overlay import TINY_LLAMA, ask_vllm
+
+VLLM_PYTHON = os.environ.get("VLLM_PYTHON")
+
+pytestmark = pytest.mark.skipif(not VLLM_PYTHON, reason="needs a venv with vLLM: run `make test-vllm`")
+
+ASK = textwrap.dedent("""\
+    import json, sys
+    from patchkit._target.engine_config import _force_cpu_platform_when_none
+    import vllm
+    _force_cpu_platform_when_none()
+    from vllm.engine.arg_utils import EngineArgs
+    said = {}
+    for model in sys.argv[1:]:
+        try:
+            EngineArgs(model=model, skip_tokenizer_init=True).create_engine_config()
+            said[model] = None
+        except Exception as exc:
+            said[model] = f"{type(exc).__name__}: {exc}"[:400]
+    print(json.dumps(said))
+    """)
+AUTO_MAP = {"AutoConfig": "configuration_deepseek.DeepseekV3Config"}
+TARGETS = {
+    "kimi_k2": {**TINY_LLAMA, "model_type": "kimi_k2", "auto_map": AUTO_MAP},
+    "llama": {**TINY_LLAMA, "auto_map": {"AutoConfig": "configuration_llama.LlamaConfig"}},
+}
+
+
+def models_findings(target: Path) -> list[dict]:
+    done = subprocess.run(
+        [sys.executable, "-m", "patchkit", "preflight", "--python", str(VLLM_PYTHON), "--no-import", "--format", "json",
+         "--", "vllm", "serve", str(target)],
+        capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    return [f for f in json.loads(done.stdout)["findings"] if f["check"] == "models" and "auto_map" in f["message"]]
+
+
+def test_a_config_only_remote_code_reads_is_refused_exactly_where_vllm_refuses_it(tmp_path: Path):
+    targets = {name: write_model(tmp_path / name, config) for name, config in TARGETS.items()}
+    said = ask_vllm(ASK, *map(str, targets.values()))
+    refused = said[str(targets["kimi_k2"])]
+    assert refused is not None and "contains custom code which must be executed" in refused, said
+    assert said[str(targets["llama"])] is None, said
+    [found] = models_findings(targets["kimi_k2"])
+    assert found["result"] == "fail" and found["fix"].startswith("add --trust-remote-code"), found
+    assert models_findings(targets["llama"]) == []
