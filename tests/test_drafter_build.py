@@ -304,3 +304,36 @@ def test_the_worker_is_told_its_bound_and_no_build_without_one():
     assert engine_config.drafter_built(object(), {}, None, True) is None
     assert engine_config.drafter_built(object(), {}, 0, True) is None
     assert os.path.isfile(Path(engine_config.__file__).with_name("drafter_build.py"))
+
+
+# vLLM's distributed state not yet made: the build makes it, its gloo file store where the URL says (as torch's does)
+FIRST_PROCESS_GROUP = """
+import os
+STARTED = []
+
+
+def model_parallel_is_initialized():
+    return bool(STARTED)
+
+
+def init_distributed_environment(world_size, rank, url, local_rank, backend):
+    with open(url.removeprefix("file://"), "w") as store:
+        store.write("gloo")
+
+
+def initialize_model_parallel(*sizes):
+    STARTED.append(sizes)
+"""
+
+
+def test_the_builds_own_distributed_state_leaves_no_directory_behind(root, tmp_path):
+    (root / "lib/vllm/distributed/parallel_state.py").write_text(FIRST_PROCESS_GROUP)
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    model = drafter(root, "good", DRAFTER, WEIGHTS)
+    spec = json.dumps({"method": "eagle3", "model": model, "num_speculative_tokens": 2})
+    launch = ["env", f"TMPDIR={scratch}", f"PYTHONPATH={root / 'lib'}", sys.executable, "-m"]
+    launch += ["vllm.entrypoints.openai.api_server", "--model", str(root), "--speculative-config", spec]
+    _, built = engine_findings(sys.executable, parse(launch, "0.16.0"))
+    assert (built.check, built.ok, built.judged) == (BUILD, True, True), built
+    assert list(scratch.iterdir()) == [], list(scratch.iterdir())

@@ -38,13 +38,18 @@ AUTO_MAP = {"AutoConfig": "configuration_deepseek.DeepseekV3Config"}
 KIMI_K2 = {**DEEPSEEK_V3, "model_type": "kimi_k2", "auto_map": AUTO_MAP}
 
 
-def _models(tmp_path: Path, target: dict, *flags: str, drafter: dict | None = None, files: bool = True) -> list[dict]:
-    """The models findings about trust_remote_code of a launch of `target` (and `drafter`)."""
+def _models(
+    tmp_path: Path, target: dict, *flags: str, drafter: dict | None = None, files: bool = True, code: bool = False
+) -> list[dict]:
+    """The models findings about trust_remote_code of a launch of `target` (and `drafter`); `code`: the
+    target's directory holds the module its auto_map names."""
     tree, library = write_eagle3_setup(tmp_path)
     for path, text in ((VLLM_CONFIGS, REGISTRY), (TRANSFORMERS_AUTO, MAPPING)) if files else ():
         (tree / path).parent.mkdir(parents=True, exist_ok=True)
         (tree / path).write_text(text)
     served = write_model(tmp_path / "target", target)
+    if code:
+        (served / "configuration_deepseek.py").write_text("class DeepseekV3Config: ...\n")
     spec = []
     if drafter is not None:
         head = write_model(tmp_path / "head", drafter)
@@ -69,7 +74,25 @@ def test_a_kimi_k2_target_without_trust_remote_code_fails(tmp_path):
 
 
 def test_trust_remote_code_given_passes(tmp_path):
-    assert _models(tmp_path, KIMI_K2, "--trust-remote-code") == []
+    assert _models(tmp_path, KIMI_K2, "--trust-remote-code", code=True) == []
+
+
+def test_trust_remote_code_without_the_module_auto_map_names_fails(tmp_path):
+    [found] = _models(tmp_path, KIMI_K2, "--trust-remote-code")
+    assert not found["ok"] and found["result"] != "cannot judge", found
+    assert "with --trust-remote-code vLLM runs configuration_deepseek.py" in found["message"], found
+    assert "the model's directory holds none: vLLM refuses the launch at start" in found["message"], found
+    assert found["fix"].startswith("put configuration_deepseek.py into "), found
+
+
+def test_a_model_type_vllm_reads_with_its_own_class_needs_no_module(tmp_path):
+    k25 = {**KIMI_K25, "auto_map": {"AutoConfig": "configuration_kimi.KimiK25Config"}}
+    assert _models(tmp_path, k25, "--trust-remote-code") == []
+
+
+def test_a_module_of_another_repository_is_not_judged(tmp_path):
+    other = {**KIMI_K2, "auto_map": {"AutoConfig": "deepseek-ai/DeepSeek-V3--configuration_deepseek.DeepseekV3Config"}}
+    assert _models(tmp_path, other, "--trust-remote-code") == []
 
 
 def test_a_model_type_transformers_or_vllm_knows_passes_with_an_auto_map(tmp_path):

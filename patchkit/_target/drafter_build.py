@@ -19,6 +19,7 @@ import inspect
 import json
 import os
 import re
+import shutil
 import signal
 import stat
 import tempfile
@@ -76,7 +77,7 @@ def build(
         return {**answer, "status": "cannot", "reason": f"vLLM's {method} drafter is not built here"}
     stage = ["setup"]
     try:
-        with _bounded(seconds):
+        with _bounded(seconds), _scratch_removed():
             _built(config, spec, method, stage, answer, forced)
     except NotJudged as exc:
         return {**answer, "status": "cannot", "reason": str(exc)}
@@ -165,12 +166,26 @@ def _mla_on_cpu(forced: bool) -> Iterator[None]:
         del platform.get_attn_backend_cls
 
 
+SCRATCH: list[str] = []  # the directories _single_process made
+
+
+@contextlib.contextmanager
+def _scratch_removed() -> Iterator[None]:
+    try:
+        yield
+    finally:
+        while SCRATCH:
+            shutil.rmtree(SCRATCH.pop(), ignore_errors=True)
+
+
 def _single_process() -> None:
-    """vLLM's distributed state as one process with gloo (what the layers' constructors ask of it)."""
+    """vLLM's distributed state as one process with gloo (what the layers' constructors ask of it); its
+    file store's directory is removed once the build is over (the worker ends with os._exit: no atexit)."""
     state: Any = importlib.import_module("vllm.distributed.parallel_state")
     if state.model_parallel_is_initialized():
         return
     scratch = tempfile.mkdtemp(prefix="patchkit-drafter-")
+    SCRATCH.append(scratch)
     state.init_distributed_environment(1, 0, f"file://{os.path.join(scratch, 'init')}", 0, "gloo")
     state.initialize_model_parallel(1, 1)
 

@@ -3,14 +3,18 @@
 knows (moonshotai/Kimi-K2's kimi_k2): without --trust-remote-code vLLM's HFConfigParser hands it to
 transformers' AutoConfig, which refuses to run the model's own configuration file, and vLLM refuses the
 launch at start (the same in 0.11-0.34). The draft model is read with the target's trust_remote_code.
+With --trust-remote-code transformers runs the module that AutoConfig entry names, from the model's
+directory: a local directory without it is refused at start too.
 Both tables are read from the tree's files; where they are not, "cannot judge"."""
 
 from __future__ import annotations
 
 import ast
+import os
 from typing import Any
 
 from patchkit.base.errors import escaped
+from patchkit.launch import observed
 from patchkit.launch.command import LaunchCommand
 from patchkit.launch.findings import Finding, cannot_judge
 from patchkit.launch.models import ModelConfig
@@ -27,11 +31,12 @@ def remote_code_findings(
     command: LaunchCommand, models: tuple[ModelConfig, ModelConfig | None], read: Any
 ) -> list[Finding]:
     """A failed models finding for each model vLLM refuses to read without --trust-remote-code."""
-    if command.trust_remote_code or (command.options.get("config-format") or "auto") not in ("auto", "hf"):
+    if (command.options.get("config-format") or "auto") not in ("auto", "hf"):
         return []
+    judge = _code_absent if command.trust_remote_code else _finding
     found = []
     for role, model in zip(("target", "drafter"), models, strict=True):
-        finding = _finding(role, model, command, read) if model is not None else None
+        finding = judge(role, model, command, read) if model is not None else None
         found += [finding] if finding is not None else []
     return found
 
@@ -60,6 +65,30 @@ def _finding(role: str, model: ModelConfig, command: LaunchCommand, read: Any) -
         " configuration file: vLLM refuses the launch at start"
     )
     return Finding(CHECK, False, said, FIX)
+
+
+def _code_absent(role: str, model: ModelConfig, command: LaunchCommand, read: Any) -> Finding | None:
+    """A local model directory without the module auto_map's AutoConfig names ("module.Class"; one
+    of another repository, "repo--module.Class", is fetched: not judged), for a model_type vLLM
+    does not read with its own class."""
+    auto = model.get("auto_map")
+    named = auto.get("AutoConfig") if isinstance(auto, dict) else None
+    directory = os.path.join(command.working_directory(), model.name)
+    if not isinstance(named, str) or "--" in named or named.count(".") != 1 or not observed.isdir(directory):
+        return None
+    module = f"{named.split('.')[0]}.py"
+    if observed.isfile(os.path.join(directory, module)) or model.path.name != "config.json":
+        return None
+    head = f"the {role} {escaped(model.name)}: with --trust-remote-code vLLM runs {escaped(module)}, which"
+    said = f"{head} config.json's auto_map names, and the model's directory holds none"
+    source = read(VLLM_CONFIGS) or b""
+    registry = _keywords(source, "LazyConfigDict") if REGISTRY_FIRST in source else None
+    fix = f"put {module} into {escaped(model.name)} (it comes with the model's files on the hub)"
+    if not registry:
+        return cannot_judge(CHECK, f"{said}; whether vLLM reads it so is not read from {VLLM_CONFIGS}", fix)
+    if model.get("model_type") in registry:
+        return None  # vLLM reads it with its own class
+    return Finding(CHECK, False, f"{said}: vLLM refuses the launch at start", fix)
 
 
 def _keywords(source: bytes, call: str) -> set[str]:

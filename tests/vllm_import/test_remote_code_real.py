@@ -1,7 +1,7 @@
 """Opt-in (`make test-vllm`): a target whose config.json has an auto_map AutoConfig, held to vLLM 0.16.0's
 own EngineArgs.create_engine_config() on CPU without --trust-remote-code: a model_type neither its config
-registry nor its transformers knows (Kimi-K2's kimi_k2) is refused; one transformers knows (deepseek_v3)
-is read. Static preflight (patchkit/launch/remote_code.py) fails exactly the refused one."""
+registry nor its transformers knows (Kimi-K2's kimi_k2) is refused; one transformers knows is read;
+with --trust-remote-code, a directory without the module auto_map names is refused. Static preflight (patchkit/launch/remote_code.py) fails exactly the refused one."""
 
 from __future__ import annotations
 
@@ -27,9 +27,10 @@ ASK = textwrap.dedent("""\
     _force_cpu_platform_when_none()
     from vllm.engine.arg_utils import EngineArgs
     said = {}
-    for model in sys.argv[1:]:
+    trust = sys.argv[1] == "trust"
+    for model in sys.argv[2:]:
         try:
-            EngineArgs(model=model, skip_tokenizer_init=True).create_engine_config()
+            EngineArgs(model=model, skip_tokenizer_init=True, trust_remote_code=trust).create_engine_config()
             said[model] = None
         except Exception as exc:
             said[model] = f"{type(exc).__name__}: {exc}"[:400]
@@ -42,10 +43,10 @@ TARGETS = {
 }
 
 
-def models_findings(target: Path) -> list[dict]:
+def models_findings(target: Path, *flags: str) -> list[dict]:
     done = subprocess.run(
         [sys.executable, "-m", "patchkit", "preflight", "--python", str(VLLM_PYTHON), "--no-import", "--format", "json",
-         "--", "vllm", "serve", str(target)],
+         "--", "vllm", "serve", str(target), *flags],
         capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     return [f for f in json.loads(done.stdout)["findings"] if f["check"] == "models" and "auto_map" in f["message"]]
@@ -53,10 +54,19 @@ def models_findings(target: Path) -> list[dict]:
 
 def test_a_config_only_remote_code_reads_is_refused_exactly_where_vllm_refuses_it(tmp_path: Path):
     targets = {name: write_model(tmp_path / name, config) for name, config in TARGETS.items()}
-    said = ask_vllm(ASK, *map(str, targets.values()))
+    said = ask_vllm(ASK, "no", *map(str, targets.values()))
     refused = said[str(targets["kimi_k2"])]
     assert refused is not None and "contains custom code which must be executed" in refused, said
     assert said[str(targets["llama"])] is None, said
     [found] = models_findings(targets["kimi_k2"])
     assert found["result"] == "fail" and found["fix"].startswith("add --trust-remote-code"), found
     assert models_findings(targets["llama"]) == []
+
+
+def test_trust_remote_code_without_the_module_auto_map_names_is_refused_as_vllm_refuses_it(tmp_path: Path):
+    """With --trust-remote-code transformers runs the module auto_map names, from the model's directory."""
+    target = write_model(tmp_path / "kimi_k2", TARGETS["kimi_k2"])
+    said = ask_vllm(ASK, "trust", str(target))
+    assert "configuration_deepseek.py" in (said[str(target)] or ""), said
+    [found] = models_findings(target, "--trust-remote-code")
+    assert found["result"] == "fail" and found["fix"].startswith("put configuration_deepseek.py into"), found
