@@ -398,9 +398,9 @@ def _past_the_wheel(found: Provenance) -> bool:
     holds its stock bytes again (a revert), read as stock_again does."""
     if read_state(found.root).entry(found.name) is not None:
         return True
-    read = lambda path: fsutil.read_file(path, follow_symlinks=False)  # noqa: E731
     return bool(found.files) and all(
-        shas.stock_sha256 is not None and sha256(read(found.root / p)) == shas.stock_sha256
+        shas.stock_sha256 is not None
+        and sha256(fsutil.read_file(found.root / p, follow_symlinks=False)) == shas.stock_sha256
         for p, shas in found.files.items()
     )
 
