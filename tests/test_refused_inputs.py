@@ -39,7 +39,6 @@ def test_a_library_destination_or_wheel_the_os_refuses_is_bad_input(tmp_path, lo
     refused(run_cli("fetch", "0.16.0", "--dest", loop / "x"), 2, "--dest")
     refused(run_cli("wheel", loop / "x.whl"), 2, "wheel")
     refused(run_cli("wheel", tmp_path / f"{LONG_NAME}.whl"), 2, ": File name too long")
-    refused(run_cli("wheel", "0.16.0", "--out", loop), 2, "--out")
 
 
 def test_a_tree_version_of_more_digits_than_int_converts_is_bad_input(tmp_path):

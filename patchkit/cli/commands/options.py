@@ -26,7 +26,7 @@ VERSION_HELP = "Override the detected vLLM version."
 
 
 # what the OS says of a path itself (not of a file patchkit would read): no command can use such a path
-PATH_REFUSALS = (errno.ENAMETOOLONG, errno.ELOOP, errno.EACCES, errno.EPERM, errno.ENOTDIR)
+PATH_REFUSALS = (errno.ENAMETOOLONG, errno.ELOOP, errno.EACCES, errno.EPERM)
 SHOWN_PATH = 120  # characters of a refused path a message shows (a refused path may be thousands long)
 
 

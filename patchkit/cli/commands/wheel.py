@@ -35,7 +35,6 @@ _THIS_MACHINE = "this-machine"
     "--out",
     "out_dir",
     metavar="DIR",
-    callback=os_refuses(BadInput, "--out"),
     default=".",
     show_default=True,
     help="Where the patched wheel goes.",
