@@ -11,7 +11,17 @@ import json
 
 import pytest
 from helpers import run_cli_in_process, run_cli_judged
-from launch_fixtures import DEEPSEEK_V3, DRAFTER, EAGLE, EAGLE_PATCHED, WEIGHTS, serve, write_eagle3_setup, write_model
+from launch_fixtures import (
+    DEEPSEEK_V3,
+    DRAFTER,
+    EAGLE,
+    EAGLE_PATCHED,
+    SPEC,
+    WEIGHTS,
+    serve,
+    write_eagle3_setup,
+    write_model,
+)
 
 # the 0.17 proposer's _get_model, as the tree holds it (abridged)
 OWN_LOAD = "\n# get_model(model_config=..., load_config=self.speculative_config.draft_load_config)\n"
@@ -78,3 +88,40 @@ def test_the_drafters_own_loaders_formats_are_said_not_judged(tmp_path, trees):
         found = drafter_models_findings(tmp_path / own, trees["own"], spec, "--load-format", "dummy")
         assert [f["result"] for f in found] == ["cannot judge"], found
         assert f"what its load format {own} loads" in found[0]["message"], found
+
+
+# SpeculativeConfig.hf_config_override as 0.17.0 gives DeepSeek-V3's (abridged): what makes vLLM infer mtp
+OVERRIDE = """
+class SpeculativeConfig:
+    @staticmethod
+    def hf_config_override(hf_config):
+        if hf_config.model_type in ("deepseek_v3", "deepseek_v32"):
+            hf_config.model_type = "deepseek_mtp"
+        if hf_config.model_type == "deepseek_mtp":
+            n_predict = getattr(hf_config, "num_nextn_predict_layers", None)
+            hf_config.update({"n_predict": n_predict, "architectures": ["DeepSeekMTPModel"]})
+        return hf_config
+"""
+
+
+def test_an_mtp_drafter_vllm_infers_loads_with_its_draft_load_config_as_one_named_so(tmp_path, trees):
+    """A DeepSeek-V3-type checkpoint named as the drafter with no method is served as mtp by the
+    EagleProposer, which loads it with draft_load_config: judged as with "method": "mtp" written."""
+    tree, library = trees["own"]
+    with (tree / SPEC).open("a") as spec:
+        spec.write(OVERRIDE)
+    target = write_model(tmp_path / "target", DEEPSEEK_V3)
+    drafter = write_model(tmp_path / "dm", {**DEEPSEEK_V3, "num_nextn_predict_layers": 1})
+    (drafter / WEIGHTS).unlink()
+    found = {}
+    for method, own in (("mtp", "dummy"), (None, "dummy"), ("mtp", "auto")):
+        given = {"method": method} if method else {}
+        spec = {"model": str(drafter), "num_speculative_tokens": 1, "draft_load_config": {"load_format": own}}
+        done = run_cli_in_process(
+            "preflight", "--target", tree, "--patches", library, "--format", "json", "--no-import", "--",
+            "vllm", "serve", str(target), "--speculative-config", json.dumps({**spec, **given}),
+        )  # fmt: skip
+        assert done.returncode in (0, 1), done.stdout + done.stderr
+        found[method, own] = [f for f in json.loads(done.stdout)["findings"] if f"'{drafter}'" in f["message"]]
+    assert [f["result"] for f in found["mtp", "auto"]] == ["fail"], found  # loaded for real: no weight file
+    assert found["mtp", "dummy"] == found[None, "dummy"] == [], found  # loaded dummy: no file asked of it

@@ -510,3 +510,39 @@ def test_the_sets_a_launch_needs_follow_the_method_vllm_infers(tmp_path):
     assert {"tree-state", "image-token"} <= failed, given  # needed: not applied fails, its launch checks run
     assert omitted.get("unused_sets") == given.get("unused_sets"), omitted
     assert omitted["findings"] == given["findings"], omitted
+
+
+METHODS = """
+MTPModelTypes = Literal["deepseek_mtp", "mtp"]
+EagleModelTypes = Literal["eagle", "eagle3", MTPModelTypes]
+SpeculativeMethod = Literal["ngram", "medusa", "mlp_speculator", "draft_model", "suffix", EagleModelTypes]
+"""
+
+
+def test_a_checkpoint_vllm_serves_as_mtp_under_draft_model_written_is_not_held_to_draft_models_rule(tmp_path):
+    """ "method": "draft_model" with a DeepSeek-V3-type checkpoint is mtp to vLLM (its model_type is told
+    before draft_model is kept): the draft_model vocab rule does not apply, as with "mtp" written."""
+    other_vocab = {**V3, "vocab_size": 1000}
+    tree, library = _tree(tmp_path / "tree")
+    with (tree / SPEC).open("a") as spec_file:  # its methods and the rule's call, as 0.16.0 holds them
+        spec_file.write(METHODS + "\n# self.verify_equal_vocab_size_if_draft_model()\n")
+    write_weights(write_model(tmp_path / "target", V3), {**TARGET_WEIGHTS, **MTP_WEIGHTS})
+    write_weights(write_model(tmp_path / "dm", other_vocab), {**TARGET_WEIGHTS, **MTP_WEIGHTS})
+    found = {}
+    for method in ("mtp", "draft_model"):
+        spec = {"method": method, "model": str(tmp_path / "dm"), "num_speculative_tokens": 1}
+        done = run_cli_judged(
+            "preflight", "--target", tree, "--patches", library, "--no-import", "--format", "json",
+            "--", "vllm", "serve", str(tmp_path / "target"), "--speculative-config", json.dumps(spec),
+        )  # fmt: skip
+        found[method] = json.loads(done.stdout)["findings"]
+    assert all("vocab_size" not in f["message"] for f in found["draft_model"]), found
+    small = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 7168, "vocab_size": 1000}
+    control = {**spec, "model": str(write_model(tmp_path / "small", small))}  # a draft model proper: held to it
+    done = run_cli_judged(
+        "preflight", "--target", tree, "--patches", library, "--no-import", "--format", "json",
+        "--", "vllm", "serve", str(tmp_path / "target"), "--speculative-config", json.dumps(control),
+    )  # fmt: skip
+    said = [f["message"] for f in json.loads(done.stdout)["findings"] if f["check"] == "speculative-config"]
+    assert any("drafter's vocab_size 1000 is not the target's 129280" in m for m in said), said
+    assert found["draft_model"] == found["mtp"], found

@@ -24,10 +24,12 @@ WORKERS = sorted(p for p in WORKERS_DIR.glob("*.py") if p.name != "__init__.py")
 
 
 def test_every_worker_is_there():
-    # guard: not run by run_worker, but copied into the target (`apply`'s launch guard), held to the same rules
+    # guard: not run by run_worker, but copied into the target (`apply`'s launch guard), held to the same rules;
+    # drafter_build: engine_config's, loaded beside it by path
     assert {p.stem for p in WORKERS} == {
         "bytecode",
         "compile_sources",
+        "drafter_build",
         "engine_config",
         "guard",
         "import_probe",

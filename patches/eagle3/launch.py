@@ -777,7 +777,8 @@ def _weights_unjudged(launch) -> list[Finding]:
 
 def _drafter_weights(launch) -> dict | str | None:
     """drafter_tensors', a torch file's state dict read too (torch_names), as vLLM's pt iterator loads it."""
-    tensors = drafter_tensors(launch.command, drafter_load_format(launch.command, launch.read))
+    method = settled_method(launch.command, launch.drafter, launch.read)
+    tensors = drafter_tensors(launch.command, drafter_load_format(launch.command, launch.read, method))
     if not isinstance(tensors, TorchFiles):
         return tensors
     read = {}

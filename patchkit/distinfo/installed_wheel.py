@@ -12,7 +12,8 @@ size-limited, checked field by field, each text against its sha256), and its pat
 the recorded-path rule, since revert writes them. It is believed only where a patched wheel's
 install put it: a dist-info whose version is the release's with the label it names, whose RECORD
 lists each file as it says the wheel holds it; and a set it names that the library at hand holds
-must be that set's series for the release (patch names and sha256). Anything else is BadInput
+is either that set's series for the release (patch names and sha256) or an older series of it
+(an earlier library's: status says so, revert works from the wheel's texts). Anything else is BadInput
 naming the file and the fix. Even then, revert keeps a copy of each file it deletes or overwrites
 on the wheel's own word alone (its texts reversed, where the library's patches are not the same),
 and replaces a file only when it is what the wheel's patches make of the original it puts back.
@@ -38,7 +39,7 @@ from packaging.version import Version
 
 from patchkit.base import fsutil, hints
 from patchkit.base.enums import FileKind
-from patchkit.base.errors import BadInput, PatchkitError, drift_refused, escaped, quoted
+from patchkit.base.errors import BadInput, FetchError, PatchkitError, drift_refused, escaped, quoted
 from patchkit.base.hashing import sha256
 from patchkit.distinfo.provenance import PATCH_DIR, FileRecord, read_provenance
 from patchkit.distinfo.provenance import Provenance as Record
@@ -47,7 +48,7 @@ from patchkit.series.hunks import made_file, reverse_file
 from patchkit.series.library import PATCH, PatchSetDef, Selection, load_chosen, load_library, locate, select
 from patchkit.series.patchfile import DEFAULT_ROOTS, Patch, parse_patch, touched_paths
 from patchkit.series.plan import View, plan_apply, plan_revert
-from patchkit.store.state import checked_path
+from patchkit.store.state import checked_path, read_state
 from patchkit.tree.target import vllm_metadata_dirs
 
 MAX_PATCH_BYTES = 64 << 20
@@ -65,6 +66,9 @@ class Provenance:
     # every set it names is the library's own series (patch names and sha256): reversing them vouches
     # for a stock file; else only the wheel's texts do, and revert keeps a copy of what it replaces
     library_held: bool = False
+    # a set it names is the library's with another series (an earlier library's): only the release's
+    # own files vouch for the originals revert puts back, never its texts reversed alone
+    older: bool = False
 
     @property
     def origin(self) -> str:
@@ -91,7 +95,7 @@ class Provenance:
         alone = replace(self.record, set_name=name, patches=chosen.patches, sets=())
         touched = {p for patch in Provenance(self.root, self.dist_info, alone).patches() for p in _paths(patch)}
         files = {path: shas for path, shas in self.record.files.items() if path in touched}
-        return Provenance(self.root, self.dist_info, replace(alone, files=files), self.library_held)
+        return Provenance(self.root, self.dist_info, replace(alone, files=files), self.library_held, self.older)
 
     @property
     def files(self) -> dict[str, FileRecord]:
@@ -155,7 +159,11 @@ def find(root: Path) -> Provenance | None:
     wrong = _unlike_the_series(record.files, found.patches())
     if wrong:
         raise _refuse(f"{dist_info}/{PROVENANCE}", f"lists {wrong} otherwise than its own patches touch it")
-    return replace(found, library_held=held_sets(found, hints.current().library))
+    library = hints.current().library
+    held = held_sets(found, library)
+    return replace(
+        found, library_held=held, older=not held and any(older_series(found, n, library) for n in found.set_names)
+    )
 
 
 def _held_to_the_install(found: Provenance) -> None:
@@ -212,10 +220,10 @@ def _version_of(dist_info: str) -> Version | None:
 
 def held_sets(found: Provenance, library: str | Path | None) -> bool:
     """Whether every set the record names is `library`'s own series for its release (patch names
-    and sha256, in order). A set the library holds with other patches, or with no series for that
-    release, is refused: a record read back from the tree could put the library's set name over
-    any patch. A set the library lacks (a wheel built with another library) leaves the wheel's own
-    texts as the only word on it: False, as for `--patch` files."""
+    and sha256, in order). A set the library holds with no series for that release is refused. One
+    it holds with other patches (an earlier library's series: older_series) or lacks (a wheel built
+    with another library) leaves the wheel's own texts, each held to its sha256 and the install to
+    its RECORD, as the only word on it: False, as for `--patch` files (revert keeps what it replaces)."""
     names = found.set_names
     if not names:
         return False
@@ -229,14 +237,40 @@ def held_sets(found: Provenance, library: str | Path | None) -> bool:
             held = False
             continue
         shipped = found.patch_hashes if len(names) == 1 else _hashes_of(found, name)
-        if _series_hashes(sets[name], Version(found.vllm_version)) != shipped:
+        series = _series_hashes(sets[name], Version(found.vllm_version))
+        if series is None:
             raise untrusted(
                 found,
-                f"names set {name}, but its patches are not {name}'s series for vLLM "
-                f"{Version(found.vllm_version).public} in the library at {locate(library).path}",
+                f"names set {name}, but the library at {locate(library).path} has no series of {name} "
+                f"for vLLM {Version(found.vllm_version).public}",
                 library=True,
             )
+        held = held and series == shipped  # else an older series of the set: its own texts vouch for it
     return held
+
+
+def older_series(found: Provenance, set_name: str, library: str | Path | None) -> list[str]:
+    """The patches (numbers) by which the wheel's series of `set_name` differs from the library's
+    series of that set for its release: an earlier patchkit's library built the wheel. Empty: the
+    same series, or a set (or series) the library does not hold."""
+    if set_name not in found.set_names:
+        return []
+    try:
+        patch_set = load_library(locate(library).path).get(set_name)
+    except PatchkitError:
+        return []
+    series = None if patch_set is None else _series_hashes(patch_set, Version(found.vllm_version))
+    shipped = found.patch_hashes if len(found.set_names) == 1 else _hashes_of(found, set_name)
+    if series is None or series == shipped:
+        return []
+    ours, theirs = {d for _n, d in shipped}, {d for _n, d in series}
+    changed = [n for n, d in shipped if d not in theirs] + [n for n, d in series if d not in ours]
+    return sorted({_number(n) for n in changed} or {_number(n) for n, _d in series})
+
+
+def _number(name: str) -> str:
+    head = name.split("-", 1)[0]
+    return head if head.isdigit() else name
 
 
 def _hashes_of(found: Provenance, name: str) -> tuple[tuple[str, str], ...]:
@@ -322,6 +356,9 @@ def selection(found: Provenance, version: Version, library: str | Path | None) -
         and tuple((p.name, p.sha256) for p in chosen.patches) == found.patch_hashes
     ):
         return chosen, f"{found.describe()}; its series is the library's"
+    if chosen is not None and chosen.kind == PATCH and _past_the_wheel(found):
+        # reverted, or applied since: the wheel's earlier series is not what the files hold
+        return chosen, f"{found.describe()}; reverted or applied since, so the library's series is judged"
     chosen = Selection(found.name, PATCH, Version(Version(str(version)).public), patches, patch_set=patch_set)
     return chosen, f"{found.describe()}; its series is read from there"
 
@@ -345,6 +382,27 @@ def stock_hashes(root: Path, record: dict[str, str]) -> dict[str, str]:
         else:
             out[path] = record_digest(bytes.fromhex(shas.stock_sha256), "sha256")
     return out
+
+
+def earlier_series(root: Path, set_name: str) -> list[str]:
+    """The patches (numbers) the library (the user's) changed since it built the wheel whose earlier
+    series of `set_name` the tree still holds; empty once reverted or applied since, or for another."""
+    found = find(root)
+    if found is None or not found.older or _past_the_wheel(found):
+        return []
+    return older_series(found, set_name, hints.current().library)
+
+
+def _past_the_wheel(found: Provenance) -> bool:
+    """Whether the set was applied since the install (recorded), or every file the wheel patched
+    holds its stock bytes again (a revert), read as stock_again does."""
+    if read_state(found.root).entry(found.name) is not None:
+        return True
+    return bool(found.files) and all(
+        shas.stock_sha256 is not None
+        and sha256(fsutil.read_file(found.root / p, follow_symlinks=False)) == shas.stock_sha256
+        for p, shas in found.files.items()
+    )
 
 
 def stock_again(root: Path, read: Callable[[Path], bytes | None]) -> Provenance | None:
@@ -514,12 +572,28 @@ def _originals(
             raise untrusted(
                 found, f"says the wheel patched {escaped(path)}, but it holds vLLM {found.vllm_version}'s own file"
             )
+        if found.older:
+            raise _unvouched_original(found, path, fetched=data is not None)
         out[path] = _reversed(found, path, wanted[path])
         alone.append(path)
         done.notes.append(f"{escaped(path)}: restored by reverse-applying the wheel's patches (sha256 checked)")
     if not found.library_held:
         done.unvouched += sorted(p for p in alone if p not in done.edited and view.read(p) is not None)
     return out
+
+
+def _unvouched_original(found: Provenance, path: str, *, fetched: bool) -> PatchkitError:
+    """The refusal to put back an original of an earlier series' wheel on its own texts' word: the
+    release's file is not the one its record names (bad input), or could not be had (environment)."""
+    if fetched:
+        return untrusted(
+            found, f"records a stock {escaped(path)} that is not vLLM {found.vllm_version}'s own file", library=True
+        )
+    return FetchError(
+        f"vLLM {found.vllm_version}'s stock {escaped(path)} could not be fetched: only the release's files vouch "
+        f"for the originals of an earlier series of {found.name}, so nothing was reverted",
+        hint=f"run {hints.command('fetch', found.vllm_version)} where the index is reachable, then revert again",
+    )
 
 
 def _fetched(found: Provenance, paths: list[str], notes: list[str], fetch_release: FetchRelease) -> dict[str, bytes]:

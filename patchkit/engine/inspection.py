@@ -179,6 +179,7 @@ class TreeStatus(Value):
     other_library: list[str] = field(default_factory=list)
     updatable: bool = False
     earlier_texts: bool = False  # of --patch files edited since their apply (their names, not numbers)
+    from_wheel: bool = False  # the earlier series came with a patched wheel: revert works from its texts
     # an older patchkit's --patch records the guard refuses (no "held" mark): the set each breaks (held.py;
     # None: none, any apply marks it held; "": cannot be judged)
     unheld_breaks: dict[str, str | None] = field(default_factory=dict)
@@ -205,6 +206,8 @@ class TreeStatus(Value):
         """apply plans the series on the stock files a revert restores; where it cannot, that revert first."""
         if self.updatable:
             return f"{self.fix_command('apply')} updates it"
+        if self.from_wheel:
+            return f"{self.fix_command('revert')} (from the wheel's own patch texts), then {self.apply_chosen}"
         return f"{self.fix_command('revert', '--force')} (only the record vouches for the originals), then {self.apply_chosen}"
 
     @property
@@ -612,6 +615,9 @@ def _other_library(
     Then it is the earlier series whole (`found`'s state and reports so said), not a conflict. Its files
     drifted, or its record stale: that is what is said."""
     entry = state.entry(resolved.set_name)
+    if entry is None and not drifted and has_provenance(resolved.target.root):
+        _older_wheel_series(resolved, fields)
+        return found
     changed = [] if drifted or resolved.set_name in stale else changed_since(entry, resolved.patches)
     if not changed or entry is None:
         return found
@@ -624,6 +630,14 @@ def _other_library(
     return TreeState.APPLIED, [
         replace(r, state=PatchState.NOT_APPLIED if r.problem else r.state, problem=None) for r in found[1]
     ]
+
+
+def _older_wheel_series(resolved: Resolved, fields: dict[str, Any]) -> None:
+    """A patched wheel's install whose series of the set is an earlier library's (its own texts
+    judge it): the patches the library changed since, into `fields`, with revert as the fix."""
+    changed = installed_wheel_reader().earlier_series(resolved.target.root, resolved.set_name)
+    if changed:
+        fields.update(other_library=changed, updatable=False, from_wheel=True)
 
 
 def _unrefused(linked: list[str], refused: list[str]) -> list[str]:

@@ -244,6 +244,7 @@ def apply_series(
     (what the guard refuses is judged once, after the last: a later set may settle it)."""
 
     patches = require_patches(resolved)
+    _refuse_over_an_earlier_wheel(resolved)
     if resolved.selection.kind == SelectionKind.UPSTREAM:
         return _settle_upstream(resolved, dry_run=dry_run, watch=watch or Unwatched())
     applying = _Applying(resolved, patches, watch or Unwatched(), timed, import_probe, guard, guard_choice, checked)
@@ -258,6 +259,21 @@ def apply_series(
         if recovered:
             applying.warn(recovered)
         return applying.run(state, dry_run=dry_run, force=force)
+
+
+def _refuse_over_an_earlier_wheel(resolved: Resolved) -> None:
+    """A patched wheel's earlier series of the set (an earlier library's): apply does not call it
+    applied, nor writes this library's over it; revert puts the release's files back first."""
+    root = resolved.target.root
+    if not has_provenance(root):
+        return
+    changed = installed_wheel_reader().earlier_series(root, resolved.set_name)
+    if changed:
+        raise CheckFailed(
+            f"the {resolved.set_name} series on vLLM {resolved.vllm_version} came with a wheel of another library "
+            f"({', '.join(changed)} changed): nothing was applied",
+            hint=f"run {hints.command('revert')} (from the wheel's own patch texts), then {hints.command('apply')}",
+        )
 
 
 # a step of one command, never compared nor printed: no __eq__ or __repr__ compiled at every start-up
@@ -947,7 +963,8 @@ class VerifyResult(Value):
     @property
     def ok(self) -> bool:
         """As status: a partial tree fails (exit 1) even where its checks pass once applied."""
-        return self.passes_if_applied and self.status.state != TreeState.PARTIAL
+        # an earlier library's series (a patched wheel's, whose own texts it is judged by): not this one's
+        return self.passes_if_applied and self.status.state != TreeState.PARTIAL and not self.status.other_library
 
     @property
     def passes_if_applied(self) -> bool:

@@ -12,6 +12,7 @@ from typing import Any
 from patchkit.base.errors import escaped
 from patchkit.launch import drafter_load
 from patchkit.launch.findings import Finding, cannot_judge
+from patchkit.launch.method import settled_method
 from patchkit.launch.model_files import EAGLE3_DRAFTER
 
 CHECK = "drafter-hidden-size"
@@ -40,9 +41,10 @@ def embedding_shared(launch: Any, target_hidden: int, tensors: dict[str, Any] | 
     if str(stages).strip() != "1":
         why = f"{said}; with -pp {escaped(str(stages))} vLLM loads its embedding apart from the target's"
         return cannot_judge(CHECK, f"{why}, which patchkit does not judge", FIX)
-    load_format = drafter_load.drafter_load_format(launch.command, launch.read)
+    method = settled_method(launch.command, launch.drafter, launch.read)
+    load_format = drafter_load.drafter_load_format(launch.command, launch.read, method)
     if load_format == "dummy":
-        held = f"{drafter_load.said(launch.command, launch.read)} loads none of its weights"
+        held = f"{drafter_load.said(launch.command, launch.read, method)} loads none of its weights"
     elif not isinstance(tensors, dict):
         why = f"{said}, and whether its weights hold {OWN} is not read: {tensors or 'vLLM downloads them'}"
         return cannot_judge(CHECK, why, FIX)

@@ -24,11 +24,11 @@ def launch_load_format(command: LaunchCommand) -> str:
     return command.optional_text("load-format") or LOAD_DEFAULT
 
 
-def drafter_load_format(command: LaunchCommand, read: Callable[[str], bytes | None]) -> str:
+def drafter_load_format(command: LaunchCommand, read: Callable[[str], bytes | None], method: str | None) -> str:
     """The load format of the loader vLLM loads the drafter with: draft_load_config's where the
-    speculative config gives one and the tree's proposer for the launch's method hands it to its
-    loader; else the launch's --load-format."""
-    own = _own(command, read)
+    speculative config gives one and the tree's proposer for the launch's `method` (the one vLLM
+    settles on: patchkit/launch/method.py) hands it to its loader; else the launch's --load-format."""
+    own = _own(command, read, method)
     if own is None:
         return launch_load_format(command)
     given = own.get("load_format")
@@ -39,26 +39,25 @@ class OwnFormat(str):
     """A load format draft_load_config gives the drafter (its loader's other settings are its own too)."""
 
 
-def said(command: LaunchCommand, read: Callable[[str], bytes | None]) -> str:
+def said(command: LaunchCommand, read: Callable[[str], bytes | None], method: str | None) -> str:
     """Where the drafter's load format comes from, as a message says it."""
-    load_format = drafter_load_format(command, read)
-    if _own(command, read) is not None:
+    load_format = drafter_load_format(command, read, method)
+    if _own(command, read, method) is not None:
         return f"--speculative-config's {KEY} (load_format {load_format})"
     return f"--load-format {load_format}"
 
 
-def _own(command: LaunchCommand, read: Callable[[str], bytes | None]) -> dict[str, object] | None:
+def _own(command: LaunchCommand, read: Callable[[str], bytes | None], method: str | None) -> dict[str, object] | None:
     """The speculative config's draft_load_config where the tree's proposer loads the drafter with it."""
     own = (command.speculative_config or {}).get(KEY)
-    path = _proposer_file(command)
+    path = _proposer_file(command, method)
     if not isinstance(own, dict) or path is None or OWN_LOAD not in (read(path) or b""):
         return None
     return own
 
 
-def _proposer_file(command: LaunchCommand) -> str | None:
+def _proposer_file(command: LaunchCommand, method: str | None) -> str | None:
     """The tree file of the proposer that loads the launch's drafter (V1's, or the V2 runner's)."""
-    method = command.speculative_method
     if method == "draft_model":
         return DRAFT_MODEL_PROPOSER
     if method not in EAGLE_METHODS:

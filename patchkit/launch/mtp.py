@@ -142,7 +142,7 @@ def _mtp_layers(
         return [Finding(MODELS, False, message, fix)]
     first = config.get("num_hidden_layers")
     where = drafter_directory(command) if named else target_directory(command)
-    load_format = drafter_load_format(command, read)  # the MTP layers load with the drafter's loader
+    load_format = drafter_load_format(command, read, "mtp")  # the MTP layers load with the drafter's loader
     if where is None or load_format not in LOAD_FORMATS or _quantized(command, config, named):
         return []  # a hub id vLLM downloads, a loader the models finding names; quantized: no strict check
     if type(count) is not int or count <= 0 or type(first) is not int:

@@ -505,10 +505,12 @@ def _found_models_findings(
     found = [_model_finding(exc) for exc in missing]
     found += [served] if served is not None else []
     found += [f for f in (_architectures_finding(m) for m in models) if f is not None]
+    read = tree_reader(root)
+    method = settled_method(command, models[1], read)
     return (
         found
-        + remote_code_findings(command, models, tree_reader(root))
-        + weight_findings(command, models[0], MODELS, drafter_load_format(command, tree_reader(root)))
+        + remote_code_findings(command, models, read)
+        + weight_findings(command, models[0], MODELS, drafter_load_format(command, read, method))
         + as_findings(MODELS, tokenizer_findings(command))
     )
 

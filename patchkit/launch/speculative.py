@@ -15,7 +15,7 @@ from typing import Any
 
 from patchkit.launch.engine import LaunchContext
 from patchkit.launch.findings import Finding
-from patchkit.launch.method import built_model_type
+from patchkit.launch.method import built_model_type, settled_method
 
 SPEC_FILE = "vllm/config/speculative.py"
 CHECK = "speculative-config"
@@ -185,7 +185,8 @@ def _draft_vocab(source: bytes | None, context: LaunchContext) -> tuple[str, str
     """Under method draft_model SpeculativeConfig refuses a drafter whose vocab_size (its text config's)
     is not the target's; a size either config does not give is left to vLLM's own validation."""
     drafter = context.drafter
-    if drafter is None or context.command.speculative_method != "draft_model" or VOCAB_RULE not in (source or b""):
+    method = settled_method(context.command, drafter, context.read)
+    if drafter is None or method != "draft_model" or VOCAB_RULE not in (source or b""):
         return None
     ours, theirs = drafter.text_config.get("vocab_size"), context.target.text_config.get("vocab_size")
     if type(ours) is not int or type(theirs) is not int or ours == theirs:

@@ -1,0 +1,104 @@
+"""A vLLM installed from a wheel one library built, judged with another whose series of the same
+set changed since (a patchkit upgrade changed a patch): the install is that set's older series,
+patchkit's own work, never "bad input" (exit 2). status and verify fail (exit 1) naming the fix,
+and revert puts the stock files back from the wheel's own patch texts."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from helpers import (
+    SPEC_PY,
+    install,
+    make_patch,
+    patched_spec,
+    snapshot,
+    stock_files_fetched,
+    write_library,
+    write_tree,
+    write_wheel,
+)
+from launch_fixtures import write_model
+
+SPEC = "vllm/config/spec.py"
+LATER_SPEC = patched_spec().replace('    "deepseek",\n', '    "deepseek",\n    "mimo",\n')
+
+
+@pytest.fixture
+def libraries(tmp_path):
+    """`spec` patches 0.16.0 in both; the later library's 0001 adds one more model."""
+    tree = write_tree(tmp_path / "stock")
+    old = write_library(tmp_path / "old", {"0.16.0": [make_patch(tmp_path, tree, {SPEC: patched_spec()})]}, name="spec")
+    new = write_library(tmp_path / "new", {"0.16.0": [make_patch(tmp_path, tree, {SPEC: LATER_SPEC})]}, name="spec")
+    return old, new
+
+
+def installed(run, tmp_path, library):
+    done = run("wheel", write_wheel(tmp_path / "in"), "--out", tmp_path / "out", "--patches", library)
+    assert done.exit_code == 0, done.output
+    return install(next((tmp_path / "out").iterdir()), tmp_path / "prefix")
+
+
+def test_status_and_verify_call_it_the_older_series_with_the_fix(run, tmp_path, libraries):
+    old, new = libraries
+    site = installed(run, tmp_path, old)
+    assert run("status", "--target", site, "--patches", old).exit_code == 0
+
+    status = run("status", "--target", site, "--patches", new, "--format", "json")
+    assert status.exit_code == 1, status.output
+    document = json.loads(status.stdout)
+    assert document["other_library"]["changed"] == ["0001"], document
+    assert "revert" in document["other_library"]["fix"], document
+
+    said = run("status", "--target", site, "--patches", new)
+    assert said.exit_code == 1 and "not believed" not in said.output, said.output
+    assert "applied from another library (0001 changed)" in " ".join(said.output.split()), said.output
+    verify = run("verify", "--target", site, "--patches", new, "--no-import")
+    assert verify.exit_code == 1, verify.output
+
+    model = write_model(tmp_path / "model", {"model_type": "llama", "architectures": ["LlamaForCausalLM"]})
+    launch = ["--", "vllm", "serve", str(model)]
+    said = run("preflight", "--target", site, "--patches", new, "--no-import", "--format", "json", *launch)
+    assert said.exit_code == 1, said.output
+    failed = [f for f in json.loads(said.output)["findings"] if not f["ok"]]
+    assert any("applied from another library (0001 changed)" in f["message"] for f in failed), failed
+    assert all("revert" in f["fix"] for f in failed if "another library" in f["message"]), failed
+
+
+def test_revert_puts_stock_back_from_the_wheels_own_texts(run, tmp_path, libraries):
+    old, new = libraries
+    site = installed(run, tmp_path, old)
+    stock_files_fetched({SPEC: SPEC_PY.encode()})  # the release's own file vouches for the original
+    over = run("apply", "--target", site, "--patches", new)  # never "already applied" over the earlier series
+    assert over.exit_code == 1 and "nothing was applied" in over.output and "revert" in over.output, over.output
+    assert (site / SPEC).read_text() == patched_spec()
+    done = run("revert", "--target", site, "--patches", new)
+    assert done.exit_code == 0, done.output
+    assert (site / SPEC).read_text() == SPEC_PY
+    reverted = run("status", "--target", site, "--patches", new)
+    assert "another library" not in reverted.output, reverted.output
+    assert run("apply", "--target", site, "--patches", new).exit_code == 0
+    assert (site / SPEC).read_text() == LATER_SPEC
+    assert run("status", "--target", site, "--patches", new).exit_code == 0
+
+
+def test_a_wheel_whose_own_text_does_not_match_its_sha256_is_still_refused(run, tmp_path, libraries):
+    old, new = libraries
+    site = installed(run, tmp_path, old)
+    text = next(site.glob("vllm-*.dist-info/patchkit/**/0001-*.patch"))
+    text.write_bytes(text.read_bytes() + b"\n")
+    done = run("status", "--target", site, "--patches", new)
+    assert done.exit_code == 2, done.output
+
+
+def test_revert_does_not_put_back_what_only_the_wheels_texts_vouch_for(run, tmp_path, libraries):
+    """The release's stock files not at hand: the wheel's texts reversed are a record read back from
+    the tree, naming the library's set over another series; nothing is written (exit 4, the fetch)."""
+    old, new = libraries
+    site = installed(run, tmp_path, old)
+    before = snapshot(site)
+    done = run("revert", "--target", site, "--patches", new)
+    assert done.exit_code == 4, done.output
+    assert "could not be fetched" in done.output and "patchkit fetch" in done.output, done.output
+    assert snapshot(site) == before
