@@ -143,3 +143,16 @@ def test_a_drafter_without_a_hidden_size_cannot_be_judged(tmp_path):
     config = {k: v for k, v in DEEPSEEK_EAGLE1.items() if k != "hidden_size"}
     [found] = _width(tmp_path, config, "eagle")
     assert found["result"] == "cannot judge" and "its hidden_size (none)" in found["message"], found
+
+
+def test_an_eagle1_head_whose_eagle_class_vllm_does_not_register_fails(tmp_path):
+    """EAGLEConfig names a DeepseekV3ForCausalLM head EagleDeepseekV3ForCausalLM, which no registry holds."""
+    config = {**EAGLE1, "architectures": ["DeepseekV3ForCausalLM"]}
+    [found] = _architecture(tmp_path, "head", "eagle", config)
+    assert not found["ok"] and found["result"] != "cannot judge", found
+    assert "vLLM names its class EagleDeepseekV3ForCausalLM, which its registry does not hold" in found["message"]
+    assert found["fix"].startswith("use a drafter made for method eagle"), found
+
+
+def test_an_eagle1_head_vllm_registers_passes_the_class_rule(tmp_path):
+    assert _architecture(tmp_path, "head", "eagle", EAGLE1) == []

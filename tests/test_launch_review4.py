@@ -266,7 +266,7 @@ def test_the_method_is_told_from_the_redirected_drafter_name(tmp_path, written, 
     for offline_switch in ("0", "1"):  # the drafter is redirected offline too
         argv = ["env", f"VLLM_MODEL_REDIRECT_PATH={table}", f"HF_HUB_OFFLINE={offline_switch}", "vllm", "serve", "m"]
         command = parse([*argv, "--speculative-config", json.dumps({"model": written, "num_speculative_tokens": 3})])
-        assert command.speculative_method == method
+        assert command.named_method == method
 
 
 def test_a_drafter_whose_redirected_name_names_no_method_fails_the_speculative_config(tmp_path, models):

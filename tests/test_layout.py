@@ -598,3 +598,18 @@ def test_the_trees_model_file_paths_have_one_home():
         if isinstance(node, ast.Constant) and node.value in homed
     )
     assert not spelt, spelt
+
+
+def test_the_speculative_method_rules_read_has_one_home():
+    """A rule keyed on the speculative method reads the one vLLM settles on (patchkit/launch/method.py's
+    settled_method: the drafter's model_type too), never the command's named method, which misses an mtp
+    vLLM infers from a DeepSeek-V3-type drafter checkpoint."""
+    sources = [*PACKAGE.rglob("*.py"), *(PACKAGE.parent / "patches").rglob("*.py")]
+    read = sorted(
+        f"{path.relative_to(PACKAGE.parent)}:{node.lineno}: .{node.attr}"
+        for path in sources
+        if path != PACKAGE / "launch" / "method.py"
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Attribute) and node.attr in ("named_method", "speculative_method")
+    )
+    assert not read, read

@@ -1390,7 +1390,7 @@ def test_the_releases_own_speculative_flags_are_merged_into_the_speculative_conf
     command = parse(["vllm", "serve", "org/m", *flags], "0.32.0")
     assert command.exact and command.release == "0.32.0"
     assert command.speculative_config == {"method": "eagle3", "model": "org/d", "num_speculative_tokens": 3}
-    assert command.speculative_method == "eagle3"
+    assert command.named_method == "eagle3"
     partly = parse(["vllm", "serve", "org/m", "--spec-model", "org/d", "-sc", '{"method": "eagle3"}'], "0.32.0")
     assert partly.speculative_config == {"method": "eagle3", "model": "org/d"}
     with pytest.raises(BadInput, match="--spec-model and --speculative-config's 'model' exclude each other"):

@@ -104,7 +104,8 @@ def test_a_draft_model_of_another_vocabulary_is_refused_on_the_real_files(tmp_pa
     lay_out_release(release, sorted({*files_for(release), REGISTRY}), site)
     target = write_model(tmp_path / "deepseek", DEEPSEEK_V3)
     for vocab, fails in ((512, True), (DEEPSEEK_V3["vocab_size"], False)):
-        drafter = write_model(tmp_path / f"dm{vocab}", {**DEEPSEEK_V3, "num_hidden_layers": 1, "vocab_size": vocab})
+        llama = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 1}
+        drafter = write_model(tmp_path / f"dm{vocab}", {**llama, "hidden_size": 4096, "vocab_size": vocab})
         spec = {"method": "draft_model", "model": str(drafter), "num_speculative_tokens": 2}
         launch = ["vllm", "serve", str(target), "--speculative-config", json.dumps(spec)]
         done = run_cli("preflight", "--target", site, "--format", "json", "--no-import", "--", *launch)

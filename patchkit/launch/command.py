@@ -194,11 +194,12 @@ class LaunchCommand(Value):
         return {**merged, **flags}
 
     @property
-    def speculative_method(self) -> str | None:
-        """The method vLLM's SpeculativeConfig settles on (config/speculative.py, the same rule in
-        every release 0.11.0-0.33.0): a method other than eagle/eagle3, ngram or suffix, or none, is
-        replaced by what the drafter's name says ("eagle-" in it: eagle; else "eagle3": eagle3). A
-        model's own MTP method (deepseek_mtp, ...) is mtp, as vLLM renames it."""
+    def named_method(self) -> str | None:
+        """The method as the command names it (config/speculative.py, the same rule in every release
+        0.11.0-0.33.0): a method other than eagle/eagle3, ngram or suffix, or none, is replaced by what
+        the drafter's name says ("eagle-" in it: eagle; else "eagle3": eagle3). A model's own MTP method
+        (deepseek_mtp, ...) is mtp, as vLLM renames it. Not what vLLM settles on where the drafter's
+        model_type tells it: rules read patchkit/launch/method.py's settled_method."""
         spec = self.speculative_config or {}
         method, drafter = _mtp(spec.get("method")), spec.get("model")
         if method in ("eagle", "eagle3", "ngram", "[ngram]", "suffix") or not isinstance(drafter, str):

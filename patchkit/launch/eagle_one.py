@@ -40,7 +40,8 @@ def eagle1_findings(launch: Any) -> list[Finding]:
         return []
     archs = [a for a in drafter.architectures if isinstance(a, str)]
     if method != "eagle" or not any(a.startswith("Eagle3") or a.endswith("Eagle3") for a in archs):
-        return _width_findings(launch, method)  # an EAGLE-1 drafter, an MTP one, or one whose kind it does not say
+        unbuilt = _unbuilt(launch, archs) if method == "eagle" else []
+        return unbuilt + _width_findings(launch, method)  # an EAGLE-1 drafter, an MTP one, or one of no kind said
     head = f"drafter '{escaped(drafter.name)}' is an EAGLE-3 head, but vLLM runs it as EAGLE-1 ({_why(launch)})"
     if drafter.config.get("model_type") == "eagle":
         built = archs  # a config of vLLM's own EAGLEConfig is not renamed
@@ -57,6 +58,27 @@ def eagle1_findings(launch: Any) -> list[Finding]:
         return [cannot_judge(CHECK, f"{head}: the tree's {PROPOSER} is not read", FIX)]
     said = f"{head}: it builds {registered[0]} and feeds it the target's last hidden state, not the aux hidden states it was trained on"
     return [Finding(CHECK, False, said, FIX)]
+
+
+def _unbuilt(launch: Any, archs: list[str]) -> list[Finding]:
+    """An EAGLE-1 head whose Eagle<architecture> names no class of the tree's registry: vLLM's
+    SpeculativeConfig refuses it at start. Not judged where the renaming or the registry is not read,
+    or where the config's auto_map may give the class."""
+    drafter = launch.drafter
+    if not archs or drafter.config.get("model_type") == "eagle" or "auto_map" in drafter.config:
+        return []
+    tables = launch.registry().values()
+    if not any(tables) or EAGLE1_NAMED not in (launch.read(EAGLE_CONFIG) or b""):
+        return []
+    built = [a if a.startswith("Eagle") else f"Eagle{a}" for a in archs]
+    if any(name in table for table in tables for name in built):
+        return []
+    said = (
+        f"drafter '{escaped(drafter.name)}' runs as EAGLE-1 ({_why(launch)}): vLLM names its class"
+        f" {', '.join(escaped(b) for b in built)}, which its registry does not hold, and refuses the launch at start"
+    )
+    fix = "use a drafter made for method eagle (vLLM builds EAGLE-1 heads as Eagle<architecture>), or the method it was made for"
+    return [Finding(CHECK, False, said, fix)]
 
 
 def _why(launch: Any) -> str:

@@ -18,10 +18,10 @@ TOLD_BY_TYPE = ("medusa", "mlp_speculator")  # a drafter model_type that names i
 
 
 def settled_method(command: LaunchCommand, drafter: ModelConfig | None, read: Reader) -> str | None:
-    """The method vLLM serves the launch with: LaunchCommand.speculative_method (the method given, or
+    """The method vLLM serves the launch with: LaunchCommand.named_method (the method given, or
     the one the drafter's name says), else what the drafter's model_type says (its config read as
     the tree's hf_config_override leaves it; not read: the method as named)."""
-    named = command.speculative_method
+    named = command.named_method
     if named in KEPT or named == "mtp" or drafter is None:
         return named
     model_type = built_model_type(drafter.config, read)

@@ -68,3 +68,17 @@ def test_the_eagle1_buffer_is_as_wide_as_the_heads_hidden_size(tmp_path: Path):
         assert (
             not narrower or "copies the target's 256-wide hidden states into the drafter's 128-wide" in found[0].message
         )
+
+
+def test_an_eagle1_head_whose_eagle_class_is_unregistered_is_refused_as_vllm_refuses_it(tmp_path: Path):
+    """EAGLEConfig names a MistralForCausalLM head EagleMistralForCausalLM, which vLLM 0.16.0 refuses."""
+    target = write_model(tmp_path / "target", TINY_LLAMA)
+    head = write_model(tmp_path / "mistral", {**HEAD, "architectures": ["MistralForCausalLM"]})
+    said = ask_vllm(ASK, str(target), str(head))
+    assert "EagleMistralForCausalLM" in said[str(head)] and "not supported" in said[str(head)], said
+    spec = json.dumps({"method": "eagle", "model": str(head), "num_speculative_tokens": 2})
+    command = parse(["vllm", "serve", str(target), "--speculative-config", spec])
+    drafter = resolve_model(str(head), {}, role="drafter")
+    context = LaunchContext(command, resolve_model(str(target), {}), drafter, site_packages(VLLM_PYTHON), None, None)
+    found = [f for f in eagle1_findings(context) if f.check == "drafter-architecture"]
+    assert [f.result for f in found] == ["fail"] and "EagleMistralForCausalLM" in found[0].message, found
