@@ -28,8 +28,6 @@ if TYPE_CHECKING:  # pragma: no cover
 # METADATA's headers come first; a file larger than this is read only this far (vLLM's is ~20 kB).
 METADATA_HEAD = 1 << 20
 
-SHOWN_VERSION = 60  # characters of an invalid version a message shows
-
 
 @frozen
 class DetectedVersion(FrozenValue):
@@ -45,8 +43,7 @@ def parse(text: str, origin: str) -> Version:
     try:
         return Version(text.strip())
     except ValueError as exc:  # InvalidVersion, or a number of more digits than int() converts
-        shown = text if len(text) <= SHOWN_VERSION else f"{text[:SHOWN_VERSION]}... ({len(text):,} characters)"
-        raise BadInput(f"{origin}: {quoted(repr(shown))} is not a valid version") from exc
+        raise BadInput(f"{origin}: {quoted(repr(text))} is not a valid version") from exc
 
 
 def release_version(version: Version) -> Version:
