@@ -44,6 +44,7 @@ from patchkit.launch.microbatch import microbatch_findings
 from patchkit.launch.model_files import EAGLE3_DRAFTER, LLAMA, LLAMA_DRAFTER, MODELS_DIR, REGISTRY
 from patchkit.launch.parallel_drafting import mask_hidden_missing
 from patchkit.launch.torch_names import torch_tensors
+from patchkit.checks.parsed import python_tree
 from patchkit.launch.vllm_env import int_flag
 from patchkit.launch.weights import TorchFiles, drafter_tensors
 from patchkit.series.requirements import Target
@@ -281,8 +282,8 @@ def _config_defaults(launch, model_type: object) -> dict[str, object] | None:
     """The __init__ defaults of the transformers config class vLLM reads `model_type` with (transformers'
     CONFIG_MAPPING_NAMES, read from the launch's site-packages beside vllm/), {} for a model_type it does
     not map; None where not readable, or where vLLM registers a config class of its own for it."""
-    auto = _parsed(launch.read(TRANSFORMERS_AUTO))
-    own = _parsed(launch.read(VLLM_CONFIGS))
+    auto = python_tree(launch.read(TRANSFORMERS_AUTO))
+    own = python_tree(launch.read(VLLM_CONFIGS))
     if auto is None or own is None or not isinstance(model_type, str):
         return None
     registered = {
@@ -296,7 +297,7 @@ def _config_defaults(launch, model_type: object) -> dict[str, object] | None:
     module = dict(_string_pairs(auto, "SPECIAL_MODEL_TYPE_TO_MODULE_NAME")).get(
         model_type, model_type.replace("-", "_")
     )
-    source = _parsed(launch.read(f"transformers/models/{module}/configuration_{module}.py"))
+    source = python_tree(launch.read(f"transformers/models/{module}/configuration_{module}.py"))
     init = next(
         (
             m
@@ -369,7 +370,7 @@ def _backend_needs(source: bytes, function: str, feature: str) -> list[tuple[Ver
     """(version, feature) of each check_version("X", ...) call `function` (a method of the file's
     classes) always makes; None when the file's classes do not implement SupportsEagle3 (the function read for
     EAGLE-3) or define no such function."""
-    tree = _parsed(source)
+    tree = python_tree(source)
     if tree is None:
         return None
     classes = [node for node in tree.body if isinstance(node, ast.ClassDef)]
@@ -656,7 +657,7 @@ def _mlp_unsplit(launch) -> tuple[str, str] | None:
 
 def _mlp_split(source: bytes | None) -> bool:
     """Whether llama.py's LlamaMLP builds a tensor-parallel linear (a *ParallelLinear) of intermediate_size."""
-    tree = _parsed(source)
+    tree = python_tree(source)
     classes = [node for node in ast.walk(tree) if isinstance(node, ast.ClassDef)] if tree else []
     calls = [n for cls in classes if cls.name == "LlamaMLP" for n in ast.walk(cls) if isinstance(n, ast.Call)]
     return any(
@@ -686,7 +687,7 @@ def _rope_unknown(launch) -> tuple[str, str] | None:
 
 def _rope_types(source: bytes | None) -> list[str]:
     """The RoPE types get_rope has a branch for (`scaling_type == "yarn"`, `scaling_type in [...]`), in order."""
-    tree = _parsed(source)
+    tree = python_tree(source)
     functions = [node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)] if tree else []
     tests = [n for f in functions if f.name == "get_rope" for n in ast.walk(f) if isinstance(n, ast.Compare)]
     found = [
@@ -936,7 +937,7 @@ def _fits(shape: list[int], taken: list[tuple[int, bool]] | int) -> bool:
 def _mlp_activation(source: bytes | None) -> str | None:
     """The one activation llama.py's LlamaMLP accepts (`if hidden_act != "silu": raise ...`); None when the
     file is absent or unreadable, or its LlamaMLP has no such rule (a vLLM that takes more)."""
-    tree = _parsed(source)
+    tree = python_tree(source)
     classes = [node for node in ast.walk(tree) if isinstance(node, ast.ClassDef)] if tree else []
     for node in (n for cls in classes if cls.name == "LlamaMLP" for n in ast.walk(cls)):
         test = node.test if isinstance(node, ast.If) else None
@@ -1076,7 +1077,7 @@ def _cache_format_refused(launch) -> tuple[str, str] | None:
     arch = target_architecture(launch)
     if not isinstance(dtype, str) or not dtype.startswith("fp8") or arch is None:
         return None
-    if not _rewrites_cache_format(_parsed(launch.read(MODEL_CONFIG_CLASSES)), arch):
+    if not _rewrites_cache_format(python_tree(launch.read(MODEL_CONFIG_CLASSES)), arch):
         return None
     where, undo = launch.command.where("kv-cache-dtype", f"--kv-cache-dtype {escaped(dtype)}")
     why = (
@@ -1136,7 +1137,7 @@ def _mla_backend(launch, name: str) -> bool:
     if not any(NON_MLA_REFUSED in (launch.read(path) or b"") for path in ATTENTION_RULES):
         return False
     for path in ATTENTION_REGISTRIES:
-        tree = _parsed(launch.read(path))
+        tree = python_tree(launch.read(path))
         for node in ast.walk(tree) if tree else ():
             target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None
             if isinstance(target, ast.Name) and target.id == name.upper():
@@ -1156,7 +1157,7 @@ def _cuda_build(launch) -> bool:
 def _quant_config_names(launch, method: str) -> list[str] | None:
     """The file names `method`'s class gives in get_config_filenames (quantization/__init__.py maps the
     method to the class, imported from its module); None when the tree does not say them plainly."""
-    source = _parsed(launch.read(f"{QUANTIZATION}/__init__.py"))
+    source = python_tree(launch.read(f"{QUANTIZATION}/__init__.py"))
     cls = next(
         (
             value.id
@@ -1172,7 +1173,7 @@ def _quant_config_names(launch, method: str) -> list[str] | None:
     if cls is None or module is None or not module.module:
         return None
     where = module.module.replace(".", "/")
-    defining = _parsed(launch.read(f"{QUANTIZATION}/{where}.py" if module.level else f"{where}.py"))
+    defining = python_tree(launch.read(f"{QUANTIZATION}/{where}.py" if module.level else f"{where}.py"))
     for node in ast.walk(defining or ast.Module([], [])):
         if isinstance(node, ast.FunctionDef) and node.name == "get_config_filenames":
             returned = [n.value for n in ast.walk(node) if isinstance(n, ast.Return)]
@@ -1182,11 +1183,6 @@ def _quant_config_names(launch, method: str) -> list[str] | None:
     return None
 
 
-def _parsed(source: bytes | None) -> ast.Module | None:
-    try:
-        return ast.parse(source) if source else None
-    except (SyntaxError, ValueError):
-        return None
 
 
 def hidden_size(launch) -> Finding:
@@ -1281,7 +1277,7 @@ def _forward_file(launch) -> tuple[str, ast.Module] | None:
     """(file name, parsed) of the target's model file whose forward hands the drafter its hidden states;
     None when the architecture is not registered or the file is unreadable."""
     module = _forward_module(launch)
-    tree = _parsed(launch.read(f"{MODELS_DIR}/{module}.py") if module else None)
+    tree = python_tree(launch.read(f"{MODELS_DIR}/{module}.py") if module else None)
     return (f"{module}.py", tree) if tree is not None else None
 
 

@@ -22,6 +22,15 @@ def parsed(data: bytes, path: str) -> ast.Module | Exception:
     return _kept(data, path) if len(data) <= LARGEST_KEPT else _parse(data, path)
 
 
+def python_tree(data: bytes | None, path: str = "<tree file>") -> ast.Module | None:
+    """parsed()'s tree of a tree file a rule reads; None for no file, an empty one, or one no Python
+    parses (a hostile file nested past the parser's depth is not read, and never a crash)."""
+    if not data:
+        return None
+    tree = parsed(data, path)
+    return None if isinstance(tree, Exception) else tree
+
+
 @lru_cache(maxsize=16)
 def _kept(data: bytes, path: str) -> ast.Module | Exception:
     return _parse(data, path)

@@ -27,6 +27,7 @@ from patchkit.base.errors import BadInput, TargetError, escaped, more_said
 from patchkit.base.fsutil import inside, judged_inside, read_regular, unsafe_reason
 from patchkit.base.hashing import sha256
 from patchkit.base.values import Value
+from patchkit.checks.parsed import python_tree
 from patchkit.distinfo.entry_points import Found, distribution_headers, group_entry_points, pth_directories
 from patchkit.engine.guard import ENTRY_POINT_GROUP
 from patchkit.launch import observed
@@ -334,11 +335,8 @@ def registry_tables(read: Reader) -> dict[str, dict[str, tuple[str, str]]]:
 
 
 def _registry_tables(data: bytes | None) -> dict[str, dict[str, tuple[str, str]]]:
-    if data is None:
-        return {}
-    try:
-        tree = ast.parse(data)
-    except (SyntaxError, ValueError):
+    tree = python_tree(data)
+    if tree is None:
         return {}
     tables: dict[str, dict[str, tuple[str, str]]] = {}
     for node in tree.body:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 
+from patchkit.checks.parsed import python_tree
 from patchkit.launch.engine import Reader
 
 # A size as a backend's get_supported_kernel_block_sizes lists it: an int, or ("multiple", base) for
@@ -22,7 +23,7 @@ def kernel_block_sizes(read: Reader, registries: tuple[str, ...], name: str) -> 
     if where is None:
         return None
     module, _, cls = where.rpartition(".")
-    tree = _parsed(read(f"{module.replace('.', '/')}.py"))
+    tree = python_tree(read(f"{module.replace('.', '/')}.py"))
     found = next((n for n in (tree.body if tree else ()) if isinstance(n, ast.ClassDef) and n.name == cls), None)
     method = next(
         (
@@ -66,17 +67,10 @@ def _size(node: ast.expr) -> Size | None:
 def _registered(read: Reader, registries: tuple[str, ...], name: str) -> str | None:
     """The dotted class path the tree's backend registry gives `name`."""
     for path in registries:
-        tree = _parsed(read(path))
+        tree = python_tree(read(path))
         for node in ast.walk(tree) if tree else ():
             target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None
             if isinstance(target, ast.Name) and target.id == name and isinstance(node, ast.Assign):
                 value = node.value
                 return value.value if isinstance(value, ast.Constant) and isinstance(value.value, str) else None
     return None
-
-
-def _parsed(source: bytes | None) -> ast.Module | None:
-    try:
-        return ast.parse(source) if source else None
-    except (SyntaxError, ValueError):
-        return None

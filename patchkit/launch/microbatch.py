@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 
 from patchkit.base import hints
 from patchkit.base.errors import escaped
+from patchkit.checks.parsed import python_tree
 from patchkit.launch.command import LaunchCommand
 from patchkit.launch.engine import LaunchContext
 from patchkit.launch.findings import Finding, cannot_judge
@@ -118,7 +119,7 @@ def _reached(launch: LaunchContext, said: str) -> list[Finding] | None:
 
 def _defaults(source: bytes | None) -> dict[str, int]:
     """The thresholds' defaults in the tree's ParallelConfig (`name: int = 32`, or Field(default=32))."""
-    tree = _parsed(source)
+    tree = python_tree(source)
     found: dict[str, int] = {}
     for node in ast.walk(tree) if tree is not None else ():
         if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
@@ -160,7 +161,7 @@ def _runner_chosen(environ: Mapping[str, str]) -> bool | None:
 
 def _v1_join(source: bytes | None) -> Verdict | None:
     """UBatchWrapper's join of `sorted_results`: torch.cat itself, or a function of the module."""
-    tree = _parsed(source)
+    tree = python_tree(source)
     if tree is None:
         return None
     classes = [node for node in tree.body if isinstance(node, ast.ClassDef)]  # a join function's own calls aside
@@ -175,7 +176,7 @@ def _v1_join(source: bytes | None) -> Verdict | None:
 
 
 def _v2_join(source: bytes | None) -> Verdict | None:
-    tree = _parsed(source)
+    tree = python_tree(source)
     return None if tree is None else _joined_by(_function(tree, V2_JOIN), V2_UBATCH)
 
 
@@ -233,15 +234,6 @@ def _is_cat(func: ast.expr) -> bool:
 
 def _function(tree: ast.Module, name: str) -> ast.FunctionDef | None:
     return next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name), None)
-
-
-def _parsed(source: bytes | None) -> ast.Module | None:
-    if source is None:
-        return None
-    try:
-        return ast.parse(source)
-    except (SyntaxError, ValueError):
-        return None
 
 
 def _whole(value: object) -> int | None:

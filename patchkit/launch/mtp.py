@@ -13,6 +13,7 @@ from typing import Any
 
 from patchkit.base.errors import BadInput, TargetError, escaped
 from patchkit.base.values import FrozenValue, frozen
+from patchkit.checks.parsed import python_tree
 from patchkit.launch.command import LaunchCommand
 from patchkit.launch.drafter_load import drafter_load_format
 from patchkit.launch.drafter_weights import quantization
@@ -199,7 +200,7 @@ def spec_layer_rule(read: Reader, module: str) -> tuple[tuple[str, ...], bool] |
     `in`, not startswith): read from get_spec_layer_idx_from_weight_name, in the module or the sibling
     it imports it from (deepseek_v2.py up to 0.22, utils.py from 0.26), where the module skips other
     weights and returns what it loaded; None when the rule is not read."""
-    tree = _parsed(read(module))
+    tree = python_tree(read(module))
     function = _function(tree, RULE)
     if function is None and tree is not None:
         imported = next(
@@ -211,7 +212,7 @@ def spec_layer_rule(read: Reader, module: str) -> tuple[tuple[str, ...], bool] |
             ),
             None,
         )
-        function = _function(_parsed(read(f"{MODELS_DIR}/{imported}.py")), RULE) if imported else None
+        function = _function(python_tree(read(f"{MODELS_DIR}/{imported}.py")), RULE) if imported else None
     source = read(module) or b""
     if function is None or RULE.encode() not in source or b"spec_layer is None" not in source:
         return None
@@ -254,13 +255,6 @@ def _prefixes(function: ast.FunctionDef) -> tuple[tuple[str, ...], bool] | None:
     return (tuple(dict.fromkeys(prefixes)), anywhere) if prefixes else None
 
 
-def _parsed(source: bytes | None) -> ast.Module | None:
-    try:
-        return ast.parse(source) if source is not None else None
-    except (SyntaxError, ValueError):
-        return None
-
-
 def _function(tree: ast.AST | None, name: str) -> ast.FunctionDef | None:
     """The function `name` at the top of `tree` or in one of its classes."""
     nodes = [] if tree is None else list(ast.iter_child_nodes(tree))
@@ -279,7 +273,7 @@ def mtp_drafter(source: bytes | None, config: dict[str, Any]) -> MtpDrafter | No
     """What the tree's SpeculativeConfig.hf_config_override makes of `config`, run over its statements
     as Python would (model_type and architectures compared, renamed, n_predict read); None where a
     statement or a condition is of a shape this reading does not know."""
-    function = _function(_parsed(source), "hf_config_override")
+    function = _function(python_tree(source), "hf_config_override")
     if function is None or not function.args.args:
         return None
     hf, params = _Config(config), function.args.args

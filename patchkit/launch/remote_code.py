@@ -14,6 +14,7 @@ import os
 from typing import Any
 
 from patchkit.base.errors import escaped
+from patchkit.checks.parsed import python_tree
 from patchkit.launch import observed
 from patchkit.launch.command import LaunchCommand
 from patchkit.launch.findings import Finding, cannot_judge
@@ -93,7 +94,7 @@ def _code_absent(role: str, model: ModelConfig, command: LaunchCommand, read: An
 
 def _keywords(source: bytes, call: str) -> set[str]:
     """The keyword names of the module's `call(...)` calls (vLLM's LazyConfigDict(kimi_k25=..., ...))."""
-    tree = _parsed(source)
+    tree = python_tree(source)
     return {
         k.arg
         for node in ast.walk(tree or ast.Module([], []))
@@ -105,7 +106,7 @@ def _keywords(source: bytes, call: str) -> set[str]:
 
 def _first_strings(source: bytes | None, name: str) -> set[str]:
     """The first strings of the ("a", "b") pairs assigned to module-level `name` (transformers' mappings)."""
-    tree = _parsed(source)
+    tree = python_tree(source)
     for node in tree.body if tree else []:
         if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
             return {
@@ -115,10 +116,3 @@ def _first_strings(source: bytes | None, name: str) -> set[str]:
                 and isinstance(e.elts[0].value, str)
             }  # fmt: skip
     return set()
-
-
-def _parsed(source: bytes | None) -> ast.Module | None:
-    try:
-        return ast.parse(source) if source else None
-    except (SyntaxError, ValueError):
-        return None

@@ -13,6 +13,7 @@ import functools
 import re
 from typing import Any
 
+from patchkit.checks.parsed import python_tree
 from patchkit.launch.engine import LaunchContext
 from patchkit.launch.findings import Finding
 from patchkit.launch.method import built_model_type, settled_method
@@ -248,11 +249,8 @@ def _undetected(model: str, method: str | None) -> tuple[str, str]:
 def literal_tables(source: bytes | None) -> dict[str, set[str]]:
     """Each module-level `NAME = Literal[...]` of `source`, its strings with the Literals it names
     resolved (SpeculativeMethod names EagleModelTypes, which names MTPModelTypes)."""
-    if source is None:
-        return {}
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
+    tree = python_tree(source)
+    if tree is None:
         return {}
     raw: dict[str, list[ast.expr]] = {}
     for node in tree.body:
@@ -294,11 +292,8 @@ def _annotations(source: bytes | None) -> dict[str, ast.expr]:
 @functools.lru_cache(maxsize=2)
 def _fields(source: bytes | None) -> tuple[ast.AnnAssign, ...]:
     """The annotated statements of class SpeculativeConfig in `source`, parsed once a file."""
-    try:
-        tree = ast.parse(source or b"")
-    except (SyntaxError, ValueError):
-        return ()
-    for node in tree.body:
+    tree = python_tree(source)
+    for node in tree.body if tree is not None else ():
         if isinstance(node, ast.ClassDef) and node.name == "SpeculativeConfig":
             return tuple(f for f in node.body if isinstance(f, ast.AnnAssign))
     return ()

@@ -27,6 +27,7 @@ from patchkit.base import hints
 from patchkit.base.errors import BadInput
 from patchkit.base.fsutil import inside, read_regular
 from patchkit.base.values import FrozenValue, frozen
+from patchkit.checks.parsed import python_tree
 from patchkit.launch.engine import TREE_FILE_LIMIT
 from patchkit.launch.findings import Finding, cannot_judge
 from patchkit.launch.values import closest, load_json
@@ -67,7 +68,7 @@ def registered(read: Reader, kind: ParserKind = TOOL) -> tuple[str, set[str]] | 
     """(the registry's path, the parser names it registers), or None when the tree holds no registry
     patchkit can read whole (a tree from `fetch --dest` has none): then nothing is judged."""
     for path in kind.registries:
-        tree = _parsed(read(path))
+        tree = python_tree(read(path))
         if tree is None:
             continue
         names = _table(tree, kind.table)
@@ -365,15 +366,6 @@ def _closest(name: str, names: set[str]) -> str | None:
     return closest(name, sorted(names), cutoff=0.75)
 
 
-def _parsed(data: bytes | None) -> ast.Module | None:
-    if data is None:
-        return None
-    try:
-        return ast.parse(data)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return None
-
-
 def _table(tree: ast.Module, table: str) -> set[str] | None:
     """The keys of the module's `TABLE = {...}` (None: it has no such table)."""
     for node in tree.body:
@@ -391,7 +383,7 @@ def _decorated(tree: ast.Module, package: str, read: Reader) -> set[str]:
     modules = [n.module for n in tree.body if isinstance(n, ast.ImportFrom) and n.level == 1 and n.module]
     names: set[str] = set()
     for module in modules[:_MAX_MODULES]:
-        parsed = _parsed(read(f"{package}/{module}.py"))
+        parsed = python_tree(read(f"{package}/{module}.py"))
         if parsed is None:
             return set()
         names |= _registered_by(parsed)
