@@ -174,7 +174,8 @@ _SETTING = re.compile(r"VLLM_[A-Z0-9_]{1,80}")
 def settings_blamed(answer: dict[str, Any]) -> str:
     """The launch's VLLM_* variables the worker found vLLM's import raises with ("" none), as a text."""
     said = answer.get("variables")
-    names = [name for name in said[:20] if isinstance(name, str) and _SETTING.fullmatch(name)] if isinstance(said, list) else []
+    said = said[:20] if isinstance(said, list) else []
+    names = [name for name in said if isinstance(name, str) and _SETTING.fullmatch(name)]
     return ", ".join(names)
 
 
