@@ -156,3 +156,52 @@ def test_an_eagle1_head_whose_eagle_class_vllm_does_not_register_fails(tmp_path)
 
 def test_an_eagle1_head_vllm_registers_passes_the_class_rule(tmp_path):
     assert _architecture(tmp_path, "head", "eagle", EAGLE1) == []
+
+
+def _heads(tmp_path: Path, config: dict, tp: str, method: str = "eagle") -> list[dict]:
+    """The drafter-architecture findings of a DeepSeek-V3 launch under -tp `tp` whose drafter has `config`."""
+    tree, library = write_eagle3_setup(tmp_path)
+    (tree / PROPOSER).parent.mkdir(parents=True, exist_ok=True)
+    (tree / PROPOSER).write_text(FEEDS)
+    drafter = write_model(tmp_path / "head", config)
+    spec = {"method": method, "model": str(drafter), "num_speculative_tokens": 3}
+    target = write_model(tmp_path / "target", DEEPSEEK_V3)
+    done = run_cli_judged(
+        "preflight", "--target", tree, "--patches", library, "--no-import", "--format", "json",
+        "--", "vllm", "serve", str(target), "-tp", tp, "--speculative-config", json.dumps(spec),
+    )  # fmt: skip
+    return [f for f in json.loads(done.stdout)["findings"] if f["check"] == "drafter-architecture"]
+
+
+SIX_HEADS = {**DEEPSEEK_EAGLE1, "hidden_size": 7168, "num_attention_heads": 6, "num_key_value_heads": 6}
+
+
+def test_an_eagle1_head_whose_heads_tp_does_not_divide_fails(tmp_path):
+    [found] = _heads(tmp_path, SIX_HEADS, "4")
+    assert not found["ok"], found
+    assert "runs as EAGLE-1" in found["message"] and "its 6 attention heads do not divide by -tp 4" in found["message"]
+    assert "after the target's load" in found["message"], found
+    assert found["fix"].startswith("give a -tp that divides the drafter's heads"), found
+
+
+def test_an_eagle1_llama_head_whose_kv_heads_tp_does_not_split_fails(tmp_path):
+    config = {**EAGLE1, "hidden_size": 7168, "num_attention_heads": 8, "num_key_value_heads": 3}
+    [found] = _heads(tmp_path, config, "4")
+    assert not found["ok"] and "its 3 KV heads do not split over -tp 4" in found["message"], found
+
+
+def test_an_mla_eagle1_head_is_held_to_its_heads_only(tmp_path):
+    """DeepseekV2MLAAttention asserts on num_heads alone: its num_key_value_heads is not split."""
+    config = {**SIX_HEADS, "num_attention_heads": 8, "num_key_value_heads": 3, "kv_lora_rank": 512}
+    assert _heads(tmp_path, config, "4") == []
+
+
+def test_an_eagle_config_head_is_held_to_its_inner_models_heads(tmp_path):
+    inner = {**EAGLE1, "num_attention_heads": 6, "num_key_value_heads": 6}
+    config = {"model_type": "eagle", "architectures": ["EagleLlamaForCausalLM"], "model": inner}
+    [found] = _heads(tmp_path, config, "4")
+    assert not found["ok"] and "its 6 attention heads do not divide by -tp 4" in found["message"], found
+
+
+def test_an_eagle1_head_whose_heads_tp_divides_passes(tmp_path):
+    assert _heads(tmp_path, SIX_HEADS, "2") == []

@@ -22,6 +22,7 @@ from packaging.version import Version
 
 from patchkit.base import hints
 from patchkit.base.errors import escaped
+from patchkit.checks.parsed import python_tree
 from patchkit.launch import observed
 from patchkit.launch.drafter_attention import (
     partial_refused,
@@ -31,6 +32,7 @@ from patchkit.launch.drafter_attention import (
     unjudged,
 )
 from patchkit.launch.drafter_embedding import embedding_shared
+from patchkit.launch.drafter_heads import heads_unsplit
 from patchkit.launch.drafter_load import drafter_load_format
 from patchkit.launch.drafter_nulls import null_refused
 from patchkit.launch.drafter_quant import target_quantization
@@ -44,7 +46,6 @@ from patchkit.launch.microbatch import microbatch_findings
 from patchkit.launch.model_files import EAGLE3_DRAFTER, LLAMA, LLAMA_DRAFTER, MODELS_DIR, REGISTRY
 from patchkit.launch.parallel_drafting import mask_hidden_missing
 from patchkit.launch.torch_names import torch_tensors
-from patchkit.checks.parsed import python_tree
 from patchkit.launch.vllm_env import int_flag
 from patchkit.launch.weights import TorchFiles, drafter_tensors
 from patchkit.series.requirements import Target
@@ -86,7 +87,6 @@ QKV_BIAS = b'qkv_bias = getattr(config, "attention_bias", False)'  # llama_eagle
 O_BIAS = b"bias_o_proj = attention_bias"  # llama.py: attention_bias (or bias) adds o_proj's bias
 MLP_BIAS = b'bias=getattr(config, "mlp_bias", False)'  # llama.py's LlamaMLP
 QUANTIZATION = "vllm/model_executor/layers/quantization"  # where vLLM maps methods to config classes
-HEADS_FIX = "give a -tp that divides the drafter's heads and the target's, or a drafter whose heads it divides"
 # The drafter's fc takes 3 aux hidden states (3 x hidden size) in every release up to 0.18.x; 0.22.0
 # sizes it from the drafter's config instead, so the count is judged only where the tree shows the 3.
 FC_HIDDEN_STATES = 3
@@ -624,19 +624,8 @@ def _built_names(drafter) -> list[str]:
 
 
 def _heads_unsplit(launch) -> tuple[str, str] | None:
-    """vLLM builds the drafter in the target's tensor-parallel group, whose attention asserts that -tp
-    divides its heads, and its KV heads (or is divided by them when fewer): (what fails, fix), else None."""
-    tp = launch.command.tensor_parallel_size
-    heads = launch.drafter.config.get("num_attention_heads")
-    if tp <= 1 or not _whole(heads) or heads <= 0:
-        return None  # absent or odd: the drafter's own load names it
-    kv = launch.drafter.config.get("num_key_value_heads")
-    kv = heads if kv is None else kv
-    if heads % tp:
-        return f"its {heads} attention heads do not divide by -tp {tp}", HEADS_FIX
-    if _whole(kv) and kv > 0 and (kv % tp if kv >= tp else tp % kv):
-        return f"its {kv} KV heads do not split over -tp {tp}", HEADS_FIX
-    return None
+    """-tp against the drafter's attention heads (patchkit/launch/drafter_heads.py)."""
+    return heads_unsplit(launch.drafter.config, launch.command.tensor_parallel_size)
 
 
 def _drafter_defaults(launch) -> dict[str, object] | None:

@@ -4,7 +4,8 @@ SpeculativeConfig takes from "eagle-" in the drafter's name, which it tests befo
 (kept when it starts with Eagle): an EAGLE-3 head's LlamaForCausalLMEagle3 becomes
 EagleLlamaForCausalLMEagle3, which no registry holds; an Eagle3LlamaForCausalLM is built, but the
 EAGLE-1 proposer feeds it the target's last hidden state, not the aux hidden states it was trained
-on. Both are read from the tree's files; where they differ, "cannot judge".
+on. Both are read from the tree's files; where they differ, "cannot judge". Any other EAGLE-1 head
+is held to -tp splitting its attention heads (patchkit/launch/drafter_heads.py).
 Any other drafter under eagle or mtp (EAGLE-1 heads, a separate MTP checkpoint) is held to the target's
 hidden size: the proposer copies the target's hidden states, unconverted, into a buffer as wide as the
 drafter's hidden_size (only eagle3 combines them first)."""
@@ -14,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from patchkit.base.errors import escaped
+from patchkit.launch.drafter_heads import heads_unsplit
 from patchkit.launch.findings import Finding, cannot_judge
 from patchkit.launch.method import settled_method
 
@@ -40,7 +42,7 @@ def eagle1_findings(launch: Any) -> list[Finding]:
         return []
     archs = [a for a in drafter.architectures if isinstance(a, str)]
     if method != "eagle" or not any(a.startswith("Eagle3") or a.endswith("Eagle3") for a in archs):
-        unbuilt = _unbuilt(launch, archs) if method == "eagle" else []
+        unbuilt = (_unbuilt(launch, archs) or _unsplit(launch)) if method == "eagle" else []
         return unbuilt + _width_findings(launch, method)  # an EAGLE-1 drafter, an MTP one, or one of no kind said
     head = f"drafter '{escaped(drafter.name)}' is an EAGLE-3 head, but vLLM runs it as EAGLE-1 ({_why(launch)})"
     if drafter.config.get("model_type") == "eagle":
@@ -79,6 +81,19 @@ def _unbuilt(launch: Any, archs: list[str]) -> list[Finding]:
     )
     fix = "use a drafter made for method eagle (vLLM builds EAGLE-1 heads as Eagle<architecture>), or the method it was made for"
     return [Finding(CHECK, False, said, fix)]
+
+
+def _unsplit(launch: Any) -> list[Finding]:
+    """An EAGLE-1 head whose attention heads the launch's -tp does not split: vLLM asserts building it
+    in the target's tensor-parallel group. An EAGLEConfig (model_type eagle) is judged by its inner model."""
+    config, inner = launch.drafter.config, launch.drafter.config.get("model")
+    if config.get("model_type") == "eagle" and isinstance(inner, dict) and "num_attention_heads" not in config:
+        config = inner
+    found = heads_unsplit(config, launch.command.tensor_parallel_size, launch.command.uses_mla(config))
+    if found is None:
+        return []
+    said = f"drafter '{escaped(launch.drafter.name)}' runs as EAGLE-1 ({_why(launch)}), but {found[0]}"
+    return [Finding(CHECK, False, f"{said}: vLLM fails building it, after the target's load", found[1])]
 
 
 def _why(launch: Any) -> str:
