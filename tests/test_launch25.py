@@ -191,7 +191,9 @@ def unused(done) -> dict[str, str]:
 @pytest.mark.release
 def test_a_kimi_k25_draft_model_launch_on_0_15_needs_no_eagle3_and_on_0_16_does(tmp_path):
     kimi = write_model(tmp_path / "kimi", KIMI_K25)
-    drafter = write_model(tmp_path / "drafter", {**DEEPSEEK_V3, "num_hidden_layers": 2, "vocab_size": 163840})
+    # a Llama drafter of Kimi's vocabulary: a DeepSeek-V3 checkpoint is served as mtp whatever the method written
+    llama = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 1024}
+    drafter = write_model(tmp_path / "drafter", {**llama, "num_hidden_layers": 2, "vocab_size": 163840})
     spec = json.dumps({"method": "draft_model", "model": str(drafter), "num_speculative_tokens": 1})
     launch = ["vllm", "serve", str(kimi), "--trust-remote-code", "--speculative-config", spec]
     for release, needed in (("0.15.0", False), ("0.15.1", False), ("0.16.0", True)):
