@@ -585,6 +585,39 @@ def test_vllm_validation_cannot_judge_when_vllm_does_not_import(setup):
     assert check["message"].startswith("cannot judge: not run: vLLM does not import")
 
 
+# vllm/__init__.py of a stand-in vLLM whose import configures its logger as 0.16.0's vllm/logger.py does:
+# a level logging does not know raises (VLLM_LOGGING_LEVEL=verbose), and so does every import when `always`
+IMPORT_READS_LEVEL = """
+import logging.config
+import os
+
+always = {always}
+level = os.environ.get("VLLM_LOGGING_LEVEL", "INFO").upper()
+logging.config.dictConfig({{"version": 1, "handlers": {{"vllm": {{"class": "logging.NullHandler", "level": level}}}}}})
+if always:
+    raise RuntimeError("no torch here")
+"""
+
+
+@pytest.mark.parametrize("always", [False, True])
+def test_vllm_that_does_not_import_under_the_launchs_own_setting_fails_naming_it(setup, tmp_path, always):
+    tree, library, models = setup
+    fake = write_engine_args(tmp_path / "fake", ENVIRONMENT_ARG_UTILS)
+    (fake / "vllm" / "__init__.py").write_text(IMPORT_READS_LEVEL.format(always=always))
+    base = ["preflight", "--target", tree, "--python", sys.executable, "--patches", library, "--format", "json", "--"]
+    settings = ["VLLM_LOGGING_LEVEL=verbose", "VLLM_OTHER=1"]
+    done = run_cli_read_only(*base, "env", *settings, f"PYTHONPATH={fake}", "vllm", "serve", str(models["deepseek"]))
+    check = findings(done)["vllm-validation"]
+    if always:  # it imports in no environment: as a vLLM that does not import here
+        assert check["ok"] and check["result"] == "cannot judge", check
+        assert "VLLM_LOGGING_LEVEL" not in check["message"], check
+        return
+    assert done.returncode == 1 and not check["ok"], check
+    assert "VLLM_LOGGING_LEVEL (it imports without)" in check["message"], check
+    assert "Unable to configure handler 'vllm'" in check["message"], check
+    assert check["fix"] == "correct or unset VLLM_LOGGING_LEVEL", check
+
+
 def test_drift_after_apply_fails_the_tree_state(setup):
     tree, library, models = setup
     assert run_cli_writing("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0

@@ -45,12 +45,10 @@ def work(request: dict[str, Any]) -> dict[str, Any]:
     launch_offline = _offline(os.environ)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    try:
-        importlib.import_module("vllm")
-        forced = _force_cpu_platform_when_none()  # before the modules that keep vllm.platforms.current_platform
-        AsyncEngineArgs = importlib.import_module("vllm.engine.arg_utils").AsyncEngineArgs
-    except Exception as exc:  # vLLM does not import here: the validation is skipped, not failed
-        return {"status": "no-vllm", "error": f"{type(exc).__name__}: {exc}"}
+    imported = _engine_args_imported()
+    if isinstance(imported, dict):  # vLLM does not import here: skipped, unless the launch's own VLLM_* raise
+        return imported
+    forced, AsyncEngineArgs = imported
     try:  # first, as 0.16.0's add_cli_args runs them (a plugin may add choices to the parser)
         load_general_plugins(importlib.import_module("vllm.plugins"))
     except PluginFailed as failed:
@@ -357,6 +355,49 @@ def _parser_class() -> type[argparse.ArgumentParser]:
         if found is not None:
             return found
     return argparse.ArgumentParser
+
+
+def _engine_args_imported() -> tuple[bool, Any] | dict[str, Any]:
+    """(whether the CPU platform was forced, vLLM's AsyncEngineArgs), or the answer when vLLM does not
+    import: with the launch's VLLM_* settings its package import raises with (vLLM reads some at import)."""
+    try:
+        importlib.import_module("vllm")
+    except Exception as exc:
+        return {"status": "no-vllm", "error": f"{type(exc).__name__}: {exc}", "variables": settings_blamed()}
+    try:
+        forced = _force_cpu_platform_when_none()  # before the modules that keep vllm.platforms.current_platform
+        return forced, importlib.import_module("vllm.engine.arg_utils").AsyncEngineArgs
+    except Exception as exc:
+        return {"status": "no-vllm", "error": f"{type(exc).__name__}: {exc}"}
+
+
+TRIED_ALONE = 16  # VLLM_* variables imported with one at a time; past that, all of them are named
+
+
+def settings_blamed() -> list[str]:
+    """The launch's VLLM_* variables that make vLLM's import raise, when it imports without them all
+    (vLLM reads some at import: VLLM_LOGGING_LEVEL, VLLM_LOGGING_CONFIG_PATH); each one it does not import
+    with alone, or all of them when only their combination raises. None: it does not import without them either."""
+    names = sorted(name for name in os.environ if name.startswith("VLLM_"))
+    if not names or not _imports_without(names):
+        return []
+    alone = [name for name in names[:TRIED_ALONE] if not _imports_without([n for n in names if n != name])]
+    return alone or names
+
+
+def _imports_without(names: list[str]) -> bool:
+    """Whether vLLM's package imports afresh (its modules dropped; torch and the rest kept) with `names`
+    unset. Only the package: a second import of its deeper modules registers torch ops twice and raises."""
+    saved = {name: os.environ.pop(name) for name in names if name in os.environ}
+    try:
+        for module in [m for m in sys.modules if m == "vllm" or m.startswith("vllm.")]:
+            del sys.modules[module]
+        importlib.import_module("vllm")
+        return True
+    except Exception:  # the import's own failure is the answer
+        return False
+    finally:
+        os.environ.update(saved)
 
 
 def _force_cpu_platform_when_none() -> bool:

@@ -139,6 +139,10 @@ def _verdict(python: str, command: LaunchCommand, answer: dict[str, Any], fix: s
     if differs:
         message = f"vLLM's parser reads the command otherwise than patchkit did: {differs}"
         return Finding(CHECK, False, message, "patchkit's reading is wrong here: report it, with the command")
+    blamed = settings_blamed(answer) if status == WorkerStatus.NO_VLLM else ""
+    if blamed:
+        message = f"vLLM does not import in the launch's environment, for its {blamed} (it imports without): {error}"
+        return Finding(CHECK, False, f"{message}: the launch fails at start", f"correct or unset {blamed}")
     if status == WorkerStatus.NO_VLLM:
         return cannot_judge(
             CHECK,
@@ -162,6 +166,17 @@ def _verdict(python: str, command: LaunchCommand, answer: dict[str, Any], fix: s
             else found
         )
     return dataclasses.replace(found, message=f"{found.message} ({CPU})") if forced else found
+
+
+_SETTING = re.compile(r"VLLM_[A-Z0-9_]{1,80}")
+
+
+def settings_blamed(answer: dict[str, Any]) -> str:
+    """The launch's VLLM_* variables the worker found vLLM's import raises with ("" none), as a text."""
+    said = answer.get("variables")
+    said = said[:20] if isinstance(said, list) else []
+    names = [name for name in said if isinstance(name, str) and _SETTING.fullmatch(name)]
+    return ", ".join(names)
 
 
 AFTER_LOAD = "vLLM refuses the launch once the model has loaded"
