@@ -205,3 +205,18 @@ def test_an_eagle_config_head_is_held_to_its_inner_models_heads(tmp_path):
 
 def test_an_eagle1_head_whose_heads_tp_divides_passes(tmp_path):
     assert _heads(tmp_path, SIX_HEADS, "2") == []
+
+
+def test_an_eagle1_head_of_another_vocabulary_cannot_be_judged(tmp_path):
+    """EAGLE-1's proposer may share the target's embedding and lm_head (decided at load from the weights)."""
+    tree, library = write_eagle3_setup(tmp_path)
+    drafter = write_model(tmp_path / "head", {**DEEPSEEK_EAGLE1, "hidden_size": 7168, "vocab_size": 32000})
+    spec = {"method": "eagle", "model": str(drafter), "num_speculative_tokens": 3}
+    target = write_model(tmp_path / "target", DEEPSEEK_V3)
+    done = run_cli_judged(
+        "preflight", "--target", tree, "--patches", library, "--no-import", "--format", "json",
+        "--", "vllm", "serve", str(target), "--speculative-config", json.dumps(spec),
+    )  # fmt: skip
+    [found] = [f for f in json.loads(done.stdout)["findings"] if f["check"] == "drafter-vocabulary"]
+    assert "cannot judge" in json.dumps(found), found
+    assert "its vocab_size 32000, the target's 129280" in found["message"], found

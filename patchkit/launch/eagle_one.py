@@ -42,7 +42,7 @@ def eagle1_findings(launch: Any) -> list[Finding]:
         return []
     archs = [a for a in drafter.architectures if isinstance(a, str)]
     if method != "eagle" or not any(a.startswith("Eagle3") or a.endswith("Eagle3") for a in archs):
-        unbuilt = (_unbuilt(launch, archs) or _unsplit(launch)) if method == "eagle" else []
+        unbuilt = (_unbuilt(launch, archs) or _unsplit(launch)) + _vocabulary(launch) if method == "eagle" else []
         return unbuilt + _width_findings(launch, method)  # an EAGLE-1 drafter, an MTP one, or one of no kind said
     head = f"drafter '{escaped(drafter.name)}' is an EAGLE-3 head, but vLLM runs it as EAGLE-1 ({_why(launch)})"
     if drafter.config.get("model_type") == "eagle":
@@ -94,6 +94,23 @@ def _unsplit(launch: Any) -> list[Finding]:
         return []
     said = f"drafter '{escaped(launch.drafter.name)}' runs as EAGLE-1 ({_why(launch)}), but {found[0]}"
     return [Finding(CHECK, False, f"{said}: vLLM fails building it, after the target's load", found[1])]
+
+
+def _vocabulary(launch: Any) -> list[Finding]:
+    """An EAGLE-1 head of a vocab_size not the target's: "cannot judge". Unlike EAGLE-3's, its proposer
+    takes the target's embedding and lm_head in place of the head's when the head's weights lack them
+    or equal the target's, which only the load shows."""
+    config, inner = launch.drafter.config, launch.drafter.config.get("model")
+    if config.get("model_type") == "eagle" and isinstance(inner, dict) and "vocab_size" not in config:
+        config = inner
+    own, target = config.get("vocab_size"), launch.target.text_config.get("vocab_size")
+    if own == target and type(own) is int:
+        return []
+    said = (
+        f"drafter '{escaped(launch.drafter.name)}' runs as EAGLE-1 ({_why(launch)}): its vocab_size {_shown(own)},"
+        f" the target's {_shown(target)}; whether vLLM shares the target's embedding with it is known only at load"
+    )
+    return [cannot_judge("drafter-vocabulary", said, "use a drafter made for this target's vocabulary")]
 
 
 def _why(launch: Any) -> str:

@@ -814,3 +814,29 @@ def test_a_drafter_partial_rotary_factor_fails_exactly_where_vllms_get_rope_refu
         found = drafter_finding(target, drafter)
         assert found["ok"] is (refused[str(drafter)] is None), (name, refused, found)
         assert found["ok"] or "is not above 0 and at most 1" in found["message"], found
+
+
+@pytest.mark.parametrize(
+    ("setting", "said"),
+    [
+        ("VLLM_LOGGING_LEVEL=verbose", "Unable to configure handler 'vllm'"),
+        ("VLLM_LOGGING_CONFIG_PATH=/nonexistent/logging.json", "Could not load logging config"),
+    ],
+)
+def test_a_launch_setting_vllms_import_raises_with_fails_vllm_validation_naming_it(tmp_path: Path, setting, said):
+    """vLLM's logger reads these at import (vllm/logger.py): the launch dies at import every time, while
+    the same interpreter imports vLLM without them; the finding names the variable, not another --python."""
+    assert VLLM_PYTHON
+    name = setting.split("=")[0]
+    imported = [VLLM_PYTHON, "-c", "import vllm"]
+    assert subprocess.run(["env", setting, *imported], capture_output=True, timeout=600).returncode != 0
+    assert subprocess.run(imported, capture_output=True, timeout=600).returncode == 0
+    (tmp_path / "target").mkdir()
+    (tmp_path / "target" / "config.json").write_text(json.dumps(TARGET))
+    (tmp_path / "target" / "model.safetensors").write_bytes(EMPTY_SAFETENSORS)
+    serve = ["env", setting, "vllm", "serve", str(tmp_path / "target"), "--skip-tokenizer-init"]
+    done = patchkit("preflight", "--python", VLLM_PYTHON, "--format", "json", "--", *serve)
+    found = finding(done, "vllm-validation")
+    assert done.returncode == 1 and not found["ok"], found
+    assert f"for its {name} (it imports without)" in found["message"] and said in found["message"], found
+    assert found["fix"] == f"correct or unset {name}", found
