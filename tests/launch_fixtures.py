@@ -529,6 +529,16 @@ def applied(tree: Path, library: Path) -> None:
     assert run_cli_judged("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
 
 
+def speculative_launch(tree: Path, library: Path, served: Path | str, spec: dict, *extra: str) -> dict:
+    """The JSON document of a static preflight (judged: run_cli_judged) of `vllm serve SERVED
+    --speculative-config SPEC EXTRA...` on `tree` with `library`."""
+    done = run_cli_judged(
+        "preflight", "--target", tree, "--patches", library, "--no-import", "--format", "json",
+        "--", "vllm", "serve", str(served), "--speculative-config", json.dumps(spec), *extra,
+    )  # fmt: skip
+    return json.loads(done.stdout)
+
+
 def applied_finding(tmp_path: Path, files: dict[str, str | None], command: list[str], check: str) -> dict | None:
     """The `check` finding (None: none) of a static preflight of `command` on a 0.16.0 stand-in tree with eagle3
     applied and `files` written into it (None: left out); a failing finding fails the command."""

@@ -9,8 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from helpers import run_cli_judged
-from launch_fixtures import DEEPSEEK_V3, DRAFTER, write_eagle3_setup, write_model
+from launch_fixtures import DEEPSEEK_V3, DRAFTER, speculative_launch, write_eagle3_setup, write_model
 
 EAGLE_CONFIG = "vllm/transformers_utils/configs/eagle.py"
 RENAMES = """
@@ -33,11 +32,8 @@ def _architecture(tmp_path: Path, name: str, method: str | None, config: dict = 
     drafter = write_model(tmp_path / name, config)
     spec = {"model": str(drafter), "num_speculative_tokens": 3, **({"method": method} if method else {})}
     target = write_model(tmp_path / "target", DEEPSEEK_V3)
-    done = run_cli_judged(
-        "preflight", "--target", tree, "--patches", library, "--no-import", "--format", "json",
-        "--", "vllm", "serve", str(target), "--speculative-config", json.dumps(spec),
-    )  # fmt: skip
-    return [f for f in json.loads(done.stdout)["findings"] if f["check"] == "drafter-architecture"]
+    judged = speculative_launch(tree, library, target, spec)
+    return [f for f in judged["findings"] if f["check"] == "drafter-architecture"]
 
 
 def test_an_eagle3_head_named_eagle_dash_is_run_as_eagle1_and_fails(tmp_path):
@@ -98,11 +94,8 @@ def _width(tmp_path: Path, config: dict, method: str, feeds: str | None = FEEDS)
     drafter = write_model(tmp_path / "head", config)
     spec = {"method": method, "model": str(drafter), "num_speculative_tokens": 3}
     target = write_model(tmp_path / "target", DEEPSEEK_V3)
-    done = run_cli_judged(
-        "preflight", "--target", tree, "--patches", library, "--no-import", "--format", "json",
-        "--", "vllm", "serve", str(target), "--speculative-config", json.dumps(spec),
-    )  # fmt: skip
-    return [f for f in json.loads(done.stdout)["findings"] if f["check"] == "drafter-hidden-size"]
+    judged = speculative_launch(tree, library, target, spec)
+    return [f for f in judged["findings"] if f["check"] == "drafter-hidden-size"]
 
 
 def test_a_deepseek_eagle1_head_of_another_hidden_size_fails(tmp_path):
@@ -166,11 +159,8 @@ def _heads(tmp_path: Path, config: dict, tp: str, method: str = "eagle") -> list
     drafter = write_model(tmp_path / "head", config)
     spec = {"method": method, "model": str(drafter), "num_speculative_tokens": 3}
     target = write_model(tmp_path / "target", DEEPSEEK_V3)
-    done = run_cli_judged(
-        "preflight", "--target", tree, "--patches", library, "--no-import", "--format", "json",
-        "--", "vllm", "serve", str(target), "-tp", tp, "--speculative-config", json.dumps(spec),
-    )  # fmt: skip
-    return [f for f in json.loads(done.stdout)["findings"] if f["check"] == "drafter-architecture"]
+    judged = speculative_launch(tree, library, target, spec, "-tp", tp)
+    return [f for f in judged["findings"] if f["check"] == "drafter-architecture"]
 
 
 SIX_HEADS = {**DEEPSEEK_EAGLE1, "hidden_size": 7168, "num_attention_heads": 6, "num_key_value_heads": 6}
@@ -213,10 +203,7 @@ def test_an_eagle1_head_of_another_vocabulary_cannot_be_judged(tmp_path):
     drafter = write_model(tmp_path / "head", {**DEEPSEEK_EAGLE1, "hidden_size": 7168, "vocab_size": 32000})
     spec = {"method": "eagle", "model": str(drafter), "num_speculative_tokens": 3}
     target = write_model(tmp_path / "target", DEEPSEEK_V3)
-    done = run_cli_judged(
-        "preflight", "--target", tree, "--patches", library, "--no-import", "--format", "json",
-        "--", "vllm", "serve", str(target), "--speculative-config", json.dumps(spec),
-    )  # fmt: skip
-    [found] = [f for f in json.loads(done.stdout)["findings"] if f["check"] == "drafter-vocabulary"]
+    judged = speculative_launch(tree, library, target, spec)
+    [found] = [f for f in judged["findings"] if f["check"] == "drafter-vocabulary"]
     assert "cannot judge" in json.dumps(found), found
     assert "its vocab_size 32000, the target's 129280" in found["message"], found

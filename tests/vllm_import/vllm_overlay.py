@@ -17,6 +17,7 @@ import os
 import shutil
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 from launch_fixtures import eagle3_tensors
@@ -108,6 +109,45 @@ def ask_vllm(script: str, *args: str) -> object:
         [str(VLLM_PYTHON), "-B", "-c", script, *args], capture_output=True, text=True, timeout=1200, env=env, check=True
     )
     return json.loads(asked.stdout.strip().splitlines()[-1])
+
+
+def preflight_findings(*launch: str, static: bool = True) -> list[dict]:
+    """Every finding of this checkout's `patchkit preflight` of `launch` on the real vLLM venv's
+    interpreter (--python); static: without importing vLLM (--no-import)."""
+    no_import = ["--no-import"] if static else []
+    done = subprocess.run(
+        [sys.executable, "-m", "patchkit", "preflight", "--python", str(VLLM_PYTHON), *no_import, "--format", "json",
+         "--", *launch],
+        capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    return json.loads(done.stdout)["findings"]
+
+
+# the head of a script for ask_vllm: vLLM imported with its CPU platform forced
+ON_CPU = """\
+import json, sys
+from patchkit._target.engine_config import _force_cpu_platform_when_none
+import vllm
+_force_cpu_platform_when_none()
+"""
+
+
+def engine_configs(method: str, answer: str, cut: int) -> str:
+    """A script for ask_vllm: for each drafter (argv[2:]) vLLM's own EngineArgs(model=argv[1],
+    skip_tokenizer_init=True, a speculative config of `method`).create_engine_config() on CPU; it says,
+    of each, `answer` (an expression of the engine's `config`) or its error's words (cut to `cut`)."""
+    return ON_CPU + textwrap.dedent(f"""\
+        from vllm.engine.arg_utils import EngineArgs
+        said = {{}}
+        for drafter in sys.argv[2:]:
+            spec = {{"method": "{method}", "model": drafter, "num_speculative_tokens": 2}}
+            try:
+                config = EngineArgs(model=sys.argv[1], skip_tokenizer_init=True, speculative_config=spec).create_engine_config()
+                said[drafter] = {answer}
+            except Exception as exc:
+                said[drafter] = f"{{type(exc).__name__}}: {{exc}}"[:{cut}]
+        print(json.dumps(said))
+        """)
 
 
 # review38 B5's class: vLLM builds the EAGLE-3 drafter (llama_eagle3.py, of llama.py's layers) and loads its
