@@ -545,10 +545,8 @@ def hunk_header_mutation(draw, raw: bytes) -> bytes:
 
 
 # vLLM's loader (vllm/plugins/__init__.py): entry_points(group=...), load() each (one that fails
-# to load is logged and left out), call each.
-LOAD_LIKE_VLLM = """
-import sys
-sys.path.insert(0, sys.argv[1])
+# to load is logged and left out) into `plugins`; the scripts below then call each.
+PLUGINS_LOADED = """
 from importlib.metadata import entry_points
 plugins = {}
 for ep in entry_points(group="vllm.general_plugins"):
@@ -556,6 +554,11 @@ for ep in entry_points(group="vllm.general_plugins"):
         plugins[ep.name] = ep.load()
     except Exception as exc:
         print("Failed to load plugin", ep.name, exc, file=sys.stderr)
+"""
+LOAD_LIKE_VLLM = f"""
+import sys
+sys.path.insert(0, sys.argv[1])
+{PLUGINS_LOADED}
 for func in plugins.values():
     func()
 print(sorted(plugins))

@@ -11,8 +11,11 @@ import json
 from pathlib import Path
 
 from launch_fixtures import (
+    DEEPSEEK_EAGLE1,
     DEEPSEEK_V3,
     DRAFTER,
+    EAGLE,
+    EAGLE1_FEEDS,
     KIMI_K25,
     SPEC,
     speculative_launch,
@@ -432,21 +435,11 @@ def test_a_checkpoint_whose_mtp_type_the_override_makes_names_its_method(tmp_pat
     assert _speculative(tmp_path / "mtp", {"method": "mtp", "model": model, "num_speculative_tokens": 1}) == []
 
 
-PROPOSER = "vllm/v1/spec_decode/eagle.py"
-FEEDS = """
-class EagleProposer:
-    def __init__(self, vllm_config):
-        self.hidden_size = self.draft_model_config.get_hidden_size()
-
-    def set_inputs_first_pass(self, target_hidden_states, num_tokens):
-        self.hidden_states[:num_tokens] = target_hidden_states
-"""
 NARROW_V3 = {**V3, "hidden_size": 128}  # a DeepSeek-V3-type checkpoint of another width: vLLM infers mtp
-NARROW_EAGLE1 = {**DEEPSEEK_V3, "architectures": ["DeepSeekMTPModel"], "num_hidden_layers": 1, "hidden_size": 128}
 # each drafter kind (its directory's name, its config) and the method vLLM 0.16.0's SpeculativeConfig infers for it
 INFERRED = {
     "mtp": ("dm2", NARROW_V3),
-    "eagle": ("EAGLE-head", NARROW_EAGLE1),
+    "eagle": ("EAGLE-head", DEEPSEEK_EAGLE1),
     "eagle3": ("head-eagle3", {**DRAFTER, "hidden_size": 128}),
 }
 
@@ -456,7 +449,7 @@ def _judged(tmp_path: Path, name: str, config: dict, method: str | None) -> list
     `config`, with `method` given (None: omitted)."""
     tree, library = tmp_path / "tree" / "site", tmp_path / "tree" / "library"
     if not tree.exists():
-        assert _tree(tmp_path / "tree", {PROPOSER: FEEDS}) == (tree, library)
+        assert _tree(tmp_path / "tree", {EAGLE: EAGLE1_FEEDS}) == (tree, library)
         write_weights(write_model(tmp_path / "target", V3), {**TARGET_WEIGHTS, **MTP_WEIGHTS})
         write_weights(write_model(tmp_path / name, config), TARGET_WEIGHTS)
     spec = {"model": str(tmp_path / name), "num_speculative_tokens": 1, **({"method": method} if method else {})}
