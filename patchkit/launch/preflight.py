@@ -69,6 +69,7 @@ from patchkit.launch.middleware import middleware_findings
 from patchkit.launch.models import ModelConfig, offline, offline_model_path, redirected, resolve_model, with_overrides
 from patchkit.launch.mtp import mtp_findings
 from patchkit.launch.proposer_start import proposer_findings
+from patchkit.launch.ray_nodes import ray_note
 from patchkit.launch.relevance import EVERY, LaunchNeeds, launch_needs
 from patchkit.launch.remote_code import remote_code_findings
 from patchkit.launch.serve_parser import ignored_config
@@ -804,8 +805,8 @@ def _after_load_findings(
     late = late_file_findings(command, COMMAND, lambda: launch_text_encoding(command), ranks, architectures)
     directory = _model_directory(command, target)
     servers, noted = tool_server_findings(command, COMMAND, resolved.vllm_version, architectures, directory)
-    headless = headless_note(command, architectures)
-    result.said += [*([headless] if headless else []), *noted]
+    headless, ray = headless_note(command, architectures), ray_note(command)
+    result.said += [note for note in (headless, ray) if note] + noted
     read = tree_reader(root)
     drafted = mtp_findings(command, *models, read, settled_method(command, models[1], read))
     return _chat_template_findings(command, root) + late + servers + drafted
