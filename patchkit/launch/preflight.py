@@ -76,6 +76,7 @@ from patchkit.launch.serve_parser import ignored_config
 from patchkit.launch.shortcut import as_written, kept_findings
 from patchkit.launch.speculative import speculative_findings
 from patchkit.launch.speculators import drafter_config, speculator
+from patchkit.launch.target_heads import target_heads_findings
 from patchkit.launch.validation import BUILD, engine_findings
 from patchkit.launch.validation import CHECK as VALIDATION
 from patchkit.launch.vllm_env import refused_flags
@@ -510,6 +511,7 @@ def _found_models_findings(
     method = settled_method(command, models[1], read)
     return (
         found
+        + target_heads_findings(command, models[0])
         + remote_code_findings(command, models, read)
         + weight_findings(command, models[0], MODELS, drafter_load_format(command, read, method))
         + as_findings(MODELS, tokenizer_findings(command))
