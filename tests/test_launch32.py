@@ -7,7 +7,16 @@ from pathlib import Path
 
 import pytest
 from helpers import run_cli_read_only
-from launch_fixtures import DEEPSEEK_V3, DRAFTER, applied, applied_finding, serve, write_eagle3_setup, write_model
+from launch_fixtures import (  # noqa: F401  (the fixture `setup`)
+    DEEPSEEK_V3,
+    DRAFTER,
+    applied,
+    applied_finding,
+    eagle3_and_tools,
+    serve,
+    write_eagle3_setup,
+    write_model,
+)
 
 
 def preflight_notes(tree: Path, lib: Path, *launch: str) -> tuple[int, list[str], list[str]]:
@@ -157,3 +166,29 @@ def test_micro_batching_without_a_backend_vllm_takes_is_refused_at_start(tmp_pat
         assert "at start" not in found["message"], found
     else:
         assert f"vLLM refuses micro-batching at start with the {at_start} all2all backend" in found["message"], found
+
+
+# --- F7: a tool-call parser the release does not register needs no tool-call set ----------------------
+
+REGISTRY = "vllm/tool_parsers/__init__.py"
+
+
+@pytest.mark.parametrize(("parser", "needed"), [("demo", True), ("demo_v2", False)])
+def test_a_tool_call_parser_the_release_lacks_asks_for_no_tool_call_set(setup, parser, needed):
+    """vLLM refuses --tool-call-parser NAME at start where its registry holds no NAME (demo_v2, which
+    the tools set serves where a release has it): the command finding says so; that set is no fix
+    here (it adds no such parser), so it is not asked for."""
+    tree, lib, target, _ = setup
+    (tree / REGISTRY).write_text('_TOOL_PARSERS_TO_REGISTER = {\n    "demo": ("demo_tool_parser", "Demo")\n}\n')
+    launch = ["vllm", "serve", str(target), "--enable-auto-tool-choice", "--tool-call-parser", parser]
+    done = run_cli_read_only(
+        "preflight", "--target", tree, "--patches", lib, "--no-import", "--format", "json", "--", *launch
+    )
+    failed = {f["check"]: f for f in json.loads(done.stdout)["findings"] if not f["ok"]}
+    assert done.returncode == 1, done.stdout
+    tools = "tree-state" in failed and "tools" in failed["tree-state"]["message"]
+    assert tools is needed, failed
+    assert ("command" in failed) is not needed, failed
+    if not needed:
+        assert "registers no tool-call parser of that name" in failed["command"]["message"], failed
+        assert "demo_v2" in failed["command"]["message"] and "tools" not in (failed["command"]["fix"] or "")

@@ -557,8 +557,10 @@ def needs_of(
     if sets is None and not opts.adhoc:
         sets = library.load_library(library.locate(opts.library).path)
     served, architectures, drafter = as_served(command)
-    method = settled_method(served, drafter, tree_reader(root))
-    needs = launch_needs((sets or {}).values(), served, method, architectures, version)
+    read = tree_reader(root)
+    method = settled_method(served, drafter, read)
+    refused = toolparsers.tool_parser_refused(served.options, read)  # the command finding says so
+    needs = launch_needs((sets or {}).values(), served, method, architectures, version, parser_refused=refused)
     if version is None or sets is None:
         return needs
     named = {name: said for name, said in needs.named.items() if library.to_judge(sets[name], version)}
