@@ -11,6 +11,7 @@ import hmac
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -654,6 +655,13 @@ def test_a_forced_revert_that_cannot_keep_the_edits_on_a_full_disk_is_exit_4(sce
     code, out = ct.run_cli(["revert", "--force", *scenario.args(tree)])
     assert code == 4 and "cannot keep copies of your edits" in out, out
     assert ct.fingerprint(tree) == edited and not (tree / ".patchkit/journal.json").exists()
+    # the hint says how much room the forced revert needs, and where (as apply's full disk does): that much is enough
+    said = re.search(r"it needs about ([\d.]+) (KB|MB) free on the device holding (\S+): make room", out)
+    assert said and said[3] == str(tree), out
+    (small_disk / "filler").unlink()
+    ct.fill(small_disk, int(float(said[1]) * (1000 if said[2] == "KB" else 1_000_000)))
+    code, out = ct.run_cli(["revert", "--force", *scenario.args(tree)])
+    assert code == 0 and "were saved under" in out, out
 
 
 def test_a_signal_deferred_by_a_step_acts_once_it_ends_and_an_ignored_one_stays_ignored():
