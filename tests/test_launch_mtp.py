@@ -546,3 +546,25 @@ def test_a_checkpoint_vllm_serves_as_mtp_under_draft_model_written_is_not_held_t
     said = [f["message"] for f in json.loads(done.stdout)["findings"] if f["check"] == "speculative-config"]
     assert any("drafter's vocab_size 1000 is not the target's 129280" in m for m in said), said
     assert found["draft_model"] == found["mtp"], found
+
+
+def test_a_drafter_type_named_like_mtp_that_the_tree_does_not_list_stays_a_draft_model(tmp_path):
+    """vLLM serves a drafter as mtp only where its model_type is one of the tree's MTPModelTypes: a
+    "qwen3_5_mtp" drafter (0.17's type) under "method": "draft_model" on a tree that does not list it is
+    a draft model, held to draft_model's vocab rule; as a method written, a type the tree lists is mtp."""
+    tree, library = _tree(tmp_path / "tree")
+    with (tree / SPEC).open("a") as spec_file:
+        spec_file.write(METHODS + "\n# self.verify_equal_vocab_size_if_draft_model()\n")
+    write_weights(write_model(tmp_path / "target", V3), {**TARGET_WEIGHTS, **MTP_WEIGHTS})
+    small = {"architectures": ["LlamaForCausalLM"], "model_type": "qwen3_5_mtp", "hidden_size": 7168}
+    drafter = write_model(tmp_path / "q", {**small, "vocab_size": 1000})
+    said = {}
+    for method in ("draft_model", "deepseek_mtp"):
+        spec = {"method": method, "model": str(drafter), "num_speculative_tokens": 1}
+        done = run_cli_judged(
+            "preflight", "--target", tree, "--patches", library, "--no-import", "--format", "json",
+            "--", "vllm", "serve", str(tmp_path / "target"), "--speculative-config", json.dumps(spec),
+        )  # fmt: skip
+        said[method] = [f["message"] for f in json.loads(done.stdout)["findings"] if f["result"] == "fail"]
+    assert any("drafter's vocab_size 1000 is not the target's 129280" in m for m in said["draft_model"]), said
+    assert all("vocab_size 1000" not in m for m in said["deepseek_mtp"]), said  # mtp: not draft_model's rule
