@@ -74,6 +74,10 @@ def load_weights(model, model_config, loaded_weights, weights_to_load):
             raise ValueError("Following weights were not initialized from checkpoint")
 """,
 }
+# the model types the tree serves as mtp (a method given as one is renamed mtp), of those RULES names
+MTP_TYPES = """
+MTPModelTypes = Literal["deepseek_mtp", "glm4_moe_mtp", "glm4_moe_lite_mtp", "qwen3_next_mtp", "mtp"]
+"""
 # the MTP drafter classes as vLLM 0.16.0's registry maps them to their modules
 MTP_REGISTERED = """_SPECULATIVE_DECODING_MODELS = {
     "DeepSeekMTPModel": ("deepseek_mtp", "DeepSeekMTP"),
@@ -88,7 +92,7 @@ MTP_WEIGHTS = {"model.layers.61.eh_proj.weight": [2, 4], "model.layers.61.enorm.
 def _tree(tmp_path: Path, files: dict[str, str] | None = None) -> tuple[Path, Path]:
     tree, library = write_eagle3_setup(tmp_path)
     with (tree / SPEC).open("a") as spec:
-        spec.write(RULES)
+        spec.write(RULES + MTP_TYPES)
     registry = tree / "vllm" / "model_executor" / "models" / "registry.py"
     registry.write_text(registry.read_text().replace("_SPECULATIVE_DECODING_MODELS = {", MTP_REGISTERED))
     for name, text in {**FILES, **(files or {})}.items():
