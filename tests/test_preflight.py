@@ -2318,6 +2318,18 @@ ENV_READ = "reads the variable"
 ENV_READER = 'def __post_init__(self):\n    self._set_from_env_if_set("backend", "VLLM_ATTENTION_BACKEND")\n'
 
 
+def mla_models(tree: Path, library: Path, tmp_path: Path, target: dict, drafter: dict) -> tuple[Path, Path]:
+    """(target, drafter): the eagle3 set applied to `tree` with its attention files, a DeepSeek-V3
+    target and an EAGLE-3 drafter of these changes."""
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    for rel, text in ATTENTION_FILES.items():
+        (tree / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tree / rel).write_text(text)
+    return write_model(tmp_path / "target", {**DEEPSEEK_V3, **target}), write_model(
+        tmp_path / "drafter", {**DRAFTER, **drafter}
+    )
+
+
 @pytest.mark.parametrize(
     ("options", "env", "target", "drafter", "version", "says"),
     [
@@ -2354,12 +2366,7 @@ def test_an_mla_attention_backend_the_drafter_inherits_fails(
     if version is not None:  # the installed vLLM's build, as its METADATA says (before the apply records it)
         metadata = tree / "vllm-0.16.0.dist-info" / "METADATA"
         metadata.write_text(metadata.read_text().replace("Version: 0.16.0", f"Version: {version}"))
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
-    for rel, text in ATTENTION_FILES.items():
-        (tree / rel).parent.mkdir(parents=True, exist_ok=True)
-        (tree / rel).write_text(text)
-    model = write_model(tmp_path / "target", {**DEEPSEEK_V3, **target})
-    draft = write_model(tmp_path / "drafter", {**DRAFTER, **drafter})
+    model, draft = mla_models(tree, library, tmp_path, target, drafter)
     words = ["env", *(f"{k}={v}" for k, v in env.items())] if env else []
     done = preflight(tree, library, *words, *serve(model, draft, *options))
     finding = drafter_verdict(done, fails=says is not None)
@@ -2378,12 +2385,7 @@ def test_an_mla_attention_backend_the_launch_inherits_is_unset_in_the_shell(setu
     the fix unsets it there."""
     tree, library, _ = setup
     (tree / "vllm" / "config" / "attention.py").write_text(ENV_READER)
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
-    for rel, text in ATTENTION_FILES.items():
-        (tree / rel).parent.mkdir(parents=True, exist_ok=True)
-        (tree / rel).write_text(text)
-    model = write_model(tmp_path / "target", {**DEEPSEEK_V3, **MLA})
-    draft = write_model(tmp_path / "drafter", DRAFTER)
+    model, draft = mla_models(tree, library, tmp_path, MLA, {})
     done = preflight(tree, library, *serve(model, draft), env={"VLLM_ATTENTION_BACKEND": "TRITON_MLA"})
     assert_clean_failure(done, 1)
     finding = findings(done)["drafter-architecture"]
@@ -2433,12 +2435,7 @@ def test_an_mla_attention_backend_from_the_config_file_is_named_where_it_is_give
     """A backend given in the launch's --config YAML: the finding names the file's key, and its fix drops
     that key (the command line has no --attention-backend to drop); one given in both is dropped from both."""
     tree, library, _ = setup
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
-    for rel, text in ATTENTION_FILES.items():
-        (tree / rel).parent.mkdir(parents=True, exist_ok=True)
-        (tree / rel).write_text(text)
-    model = write_model(tmp_path / "target", {**DEEPSEEK_V3, **MLA})
-    draft = write_model(tmp_path / "drafter", DRAFTER)
+    model, draft = mla_models(tree, library, tmp_path, MLA, {})
     config = tmp_path / "serve.yaml"
     config.write_text(yaml)
     done = preflight(tree, library, *serve(model, draft, "--config", str(config), *options))

@@ -14,7 +14,16 @@ from pathlib import Path
 
 import pytest
 from launch_fixtures import write_model, write_weights
-from vllm_overlay import TINY_DRAFTER, TINY_LLAMA, TINY_WEIGHTS, VLLM_PYTHON, ask_vllm, overlay_venv, patchkit
+from vllm_overlay import (
+    TINY_DEEPSEEK_V3,
+    TINY_DRAFTER,
+    TINY_LLAMA,
+    TINY_WEIGHTS,
+    VLLM_PYTHON,
+    ask_vllm,
+    overlay_venv,
+    patchkit,
+)
 
 from patchkit.launch.validation import BUILD, drafter_finding
 
@@ -97,16 +106,8 @@ def test_preflight_fails_a_drafter_vllm_cannot_load_and_without_import_builds_no
     assert finding(skipped, BUILD) is None, skipped.stdout
 
 
-# DeepSeek-V3's shape (MLA), small: vLLM builds an EAGLE-3 drafter for it once the eagle3 set is applied
-DEEPSEEK_V3_TINY = {
-    "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "hidden_size": 256,
-    "intermediate_size": 512, "moe_intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
-    "num_key_value_heads": 4, "max_position_embeddings": 1024, "vocab_size": 1000, "q_lora_rank": 64,
-    "kv_lora_rank": 32, "qk_nope_head_dim": 32, "qk_rope_head_dim": 16, "v_head_dim": 32, "n_routed_experts": 4,
-    "n_shared_experts": 1, "num_experts_per_tok": 2, "first_k_dense_replace": 1, "n_group": 1, "topk_group": 1,
-    "routed_scaling_factor": 1.0, "scoring_func": "sigmoid", "topk_method": "noaux_tc", "norm_topk_prob": True,
-    "torch_dtype": "bfloat16",
-}  # fmt: skip
+# vLLM builds an EAGLE-3 drafter for it once the eagle3 set is applied
+DEEPSEEK_V3_TINY = {**TINY_DEEPSEEK_V3, "torch_dtype": "bfloat16"}
 
 
 def ask(python: Path, script: str, *args: str) -> dict[str, object]:
