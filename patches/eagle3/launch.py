@@ -45,6 +45,7 @@ from patchkit.launch.method import settled_method
 from patchkit.launch.microbatch import microbatch_findings
 from patchkit.launch.model_files import EAGLE3_DRAFTER, LLAMA, LLAMA_DRAFTER, MODELS_DIR, REGISTRY
 from patchkit.launch.parallel_drafting import mask_hidden_missing
+from patchkit.launch.target_heads import tp_refused
 from patchkit.launch.torch_names import torch_tensors
 from patchkit.launch.vllm_env import int_flag
 from patchkit.launch.weights import TorchFiles, drafter_tensors
@@ -624,8 +625,10 @@ def _built_names(drafter) -> list[str]:
 
 
 def _heads_unsplit(launch) -> tuple[str, str] | None:
-    """-tp against the drafter's attention heads (patchkit/launch/drafter_heads.py)."""
-    return heads_unsplit(launch.drafter.config, launch.command.tensor_parallel_size)
+    """-tp against the drafter's attention heads (patchkit/launch/drafter_heads.py); not when the
+    target's refuse it: vLLM refuses the launch at start then (patchkit/launch/target_heads.py)."""
+    tp = launch.command.tensor_parallel_size
+    return None if tp_refused(launch.target, tp) else heads_unsplit(launch.drafter.config, tp)
 
 
 def _drafter_defaults(launch) -> dict[str, object] | None:
@@ -1170,8 +1173,6 @@ def _quant_config_names(launch, method: str) -> list[str] | None:
             if isinstance(names, ast.List) and all(isinstance(n, ast.Constant) for n in names.elts):
                 return [str(n.value) for n in names.elts]
     return None
-
-
 
 
 def hidden_size(launch) -> Finding:

@@ -19,6 +19,7 @@ from patchkit.launch.drafter_heads import heads_unsplit
 from patchkit.launch.eagle_one_weights import weights_unjudged
 from patchkit.launch.findings import Finding, cannot_judge
 from patchkit.launch.method import settled_method
+from patchkit.launch.target_heads import tp_refused
 
 EAGLE_CONFIG = "vllm/transformers_utils/configs/eagle.py"
 EAGLE1_NAMED = b'f"Eagle{arch}" if not arch.startswith("Eagle")'  # EAGLEConfig's rename under eagle (0.11-0.17)
@@ -106,7 +107,8 @@ def _unsplit(launch: Any) -> list[Finding]:
     config, inner = launch.drafter.config, launch.drafter.config.get("model")
     if config.get("model_type") == "eagle" and isinstance(inner, dict) and "num_attention_heads" not in config:
         config = inner
-    found = heads_unsplit(config, launch.command.tensor_parallel_size, launch.command.uses_mla(config))
+    tp = launch.command.tensor_parallel_size
+    found = None if tp_refused(launch.target, tp) else heads_unsplit(config, tp, launch.command.uses_mla(config))
     if found is None:
         return []
     said = f"drafter '{escaped(launch.drafter.name)}' runs as EAGLE-1 ({_why(launch)}), but {found[0]}"

@@ -38,7 +38,7 @@ def read_named_file(path: Path | str, limit: int, what: str) -> bytes:
     except FileNotFoundError:
         raise
     except NotRegularFile as exc:
-        if exc.errno == errno.ENOTDIR:  # a file on the way: no such file
+        if exc.errno in (errno.ENOTDIR, errno.ENAMETOOLONG):  # a file on the way, a name too long: no such file
             raise FileNotFoundError(errno.ENOENT, "no such file", str(path)) from None
         if exc.errno == errno.EFBIG:  # vLLM reads any size: the limit is patchkit's bound on what it reads
             raise BadInput(
@@ -50,8 +50,6 @@ def read_named_file(path: Path | str, limit: int, what: str) -> bytes:
             hint=f"put the file itself there (vLLM reads {path} as a file too), then run the same command again",
         ) from None
     except OSError as exc:
-        if exc.errno == errno.ENAMETOOLONG:  # a name no file can have: absent, as transformers finds it
-            raise FileNotFoundError(errno.ENOENT, "no such file", str(path)) from None
         raise BadInput(f"{what} {path}: cannot read it: {exc.strerror or exc}") from None
     except ValueError:  # a NUL, a lone surrogate: os.open refuses the name itself
         raise BadInput(f"{what} {str(path)!a}: {NO_FILE_NAME}") from None
