@@ -536,10 +536,7 @@ def test_a_drafter_type_named_like_mtp_that_the_tree_does_not_list_stays_a_draft
     said = {}
     for method in ("draft_model", "deepseek_mtp"):
         spec = {"method": method, "model": str(drafter), "num_speculative_tokens": 1}
-        done = run_cli_judged(
-            "preflight", "--target", tree, "--patches", library, "--no-import", "--format", "json",
-            "--", "vllm", "serve", str(tmp_path / "target"), "--speculative-config", json.dumps(spec),
-        )  # fmt: skip
-        said[method] = [f["message"] for f in json.loads(done.stdout)["findings"] if f["result"] == "fail"]
+        judged = speculative_launch(tree, library, tmp_path / "target", spec)
+        said[method] = [f["message"] for f in judged["findings"] if f["result"] == "fail"]
     assert any("drafter's vocab_size 1000 is not the target's 129280" in m for m in said["draft_model"]), said
     assert all("vocab_size 1000" not in m for m in said["deepseek_mtp"]), said  # mtp: not draft_model's rule

@@ -70,7 +70,7 @@ def _eagle1_head(launch: Any, archs: list[str]) -> list[Finding]:
     unbuilt = _unbuilt(launch, archs)
     if any(not f.ok for f in unbuilt):
         return unbuilt + _vocabulary(launch)  # refused at start: nothing is built
-    return [*unbuilt, *_unsplit(launch), *_vocabulary(launch), weights_unjudged(launch, _why(launch))]
+    return [*unbuilt, *_unsplit(launch), *_vocabulary(launch), weights_unjudged(launch)]
 
 
 def _unbuilt(launch: Any, archs: list[str]) -> list[Finding]:
@@ -81,7 +81,7 @@ def _unbuilt(launch: Any, archs: list[str]) -> list[Finding]:
     if not archs or drafter.config.get("model_type") == "eagle":
         return []
     tables = launch.registry().values()
-    head = f"drafter '{escaped(drafter.name)}' runs as EAGLE-1 ({_why(launch)})"
+    head = f"drafter '{escaped(drafter.name)}' runs as EAGLE-1"
     if "auto_map" in drafter.config or not any(tables) or EAGLE1_NAMED not in (launch.read(EAGLE_CONFIG) or b""):
         unread = (
             "its config's auto_map may give it"
@@ -94,7 +94,7 @@ def _unbuilt(launch: Any, archs: list[str]) -> list[Finding]:
     if any(name in table for table in tables for name in built):
         return []
     said = (
-        f"{head}: vLLM names its class"
+        f"{head} ({_why(launch)}): vLLM names its class"
         f" {', '.join(escaped(b) for b in built)}, which its registry does not hold, and refuses the launch at start"
     )
     fix = "use a drafter made for method eagle (vLLM builds EAGLE-1 heads as Eagle<architecture>), or the method it was made for"

@@ -17,10 +17,10 @@ GIVES = (
 )
 
 
-def weights_unjudged(launch: Any, why: str) -> Finding:
-    """The cannot-judge finding for the EAGLE-1 head of `launch` (`why`: what makes it EAGLE-1)."""
+def weights_unjudged(launch: Any) -> Finding:
+    """The cannot-judge finding for the EAGLE-1 head of `launch`."""
     said = (
-        f"drafter '{escaped(launch.drafter.name)}' runs as EAGLE-1 ({why}): its weights' names and shapes are"
+        f"drafter '{escaped(launch.drafter.name)}' runs as EAGLE-1: its weights' names and shapes are"
         " not held to its config.json statically (vLLM loads them after the target's load)"
     )
     return cannot_judge(CHECK, said, GIVES)
