@@ -44,8 +44,8 @@ def eagle1_findings(launch: Any) -> list[Finding]:
         return []
     archs = [a for a in drafter.architectures if isinstance(a, str)]
     if method != "eagle" or not any(a.startswith("Eagle3") or a.endswith("Eagle3") for a in archs):
-        head = _eagle1_head(launch, archs) if method == "eagle" else []
-        return head + _width_findings(launch, method)  # an EAGLE-1 drafter, an MTP one, or one of no kind said
+        eagle1 = _eagle1_head(launch, archs) if method == "eagle" else []
+        return eagle1 + _width_findings(launch, method)  # an EAGLE-1 drafter, an MTP one, or one of no kind said
     head = f"drafter '{escaped(drafter.name)}' is an EAGLE-3 head, but vLLM runs it as EAGLE-1 ({_why(launch)})"
     if drafter.config.get("model_type") == "eagle":
         built = archs  # a config of vLLM's own EAGLEConfig is not renamed
