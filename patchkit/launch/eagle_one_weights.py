@@ -12,8 +12,8 @@ from patchkit.launch.findings import Finding, cannot_judge
 
 CHECK = "drafter-architecture"
 GIVES = (
-    "run `patchkit preflight` where vLLM imports (without --no-import): vLLM builds and loads the drafter"
-    " there (drafter-build); or check by hand that the drafter's config.json is the one saved with its weights"
+    "preflight without --no-import, where vLLM imports, builds and loads the drafter (drafter-build);"
+    " or check by hand that the drafter's config.json is the one saved with its weights"
 )
 
 
