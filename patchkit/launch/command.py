@@ -198,10 +198,10 @@ class LaunchCommand(Value):
         """The method as the command names it (config/speculative.py, the same rule in every release
         0.11.0-0.33.0): a method other than eagle/eagle3, ngram or suffix, or none, is replaced by what
         the drafter's name says ("eagle-" in it: eagle; else "eagle3": eagle3). A model's own MTP method
-        (deepseek_mtp, ...) is mtp, as vLLM renames it. Not what vLLM settles on where the drafter's
-        model_type tells it: rules read patchkit/launch/method.py's settled_method."""
+        (deepseek_mtp, ...) is kept as written: which are mtp is the tree's table. Not what vLLM settles
+        on: rules read patchkit/launch/method.py's settled_method."""
         spec = self.speculative_config or {}
-        method, drafter = _mtp(spec.get("method")), spec.get("model")
+        method, drafter = spec.get("method"), spec.get("model")
         if method in ("eagle", "eagle3", "ngram", "[ngram]", "suffix") or not isinstance(drafter, str):
             return method if isinstance(method, str) else None
         if drafter in ("ngram", "[ngram]"):
@@ -865,9 +865,3 @@ def _env_refused(option: str, *, known: bool) -> BadInput:
         f"patchkit does not read env's {option} option",
         hint="write the launch without it: env [-i] [-u NAME] [NAME=VALUE ...] COMMAND",
     )
-
-
-def _mtp(method: object) -> object:
-    """vLLM renames a model's own MTP method (deprecated deepseek_mtp, mimo_mtp, ...: its MTPModelTypes,
-    every one named NAME_mtp) to mtp before anything reads it."""
-    return "mtp" if isinstance(method, str) and method.endswith("_mtp") else method
