@@ -43,6 +43,7 @@ from patchkit.launch.drafter_types import boolean_unjudged, mistyped
 from patchkit.launch.drafter_weights import weights_unjudged
 from patchkit.launch.engine import few_named
 from patchkit.launch.findings import Finding, cannot_judge
+from patchkit.launch.lax import lax_true
 from patchkit.launch.method import settled_method
 from patchkit.launch.microbatch import microbatch_findings
 from patchkit.launch.model_files import EAGLE3_DRAFTER, LLAMA, LLAMA_DRAFTER, MODELS_DIR, REGISTRY
@@ -951,19 +952,12 @@ def _top_tokens_missing(launch, module: str) -> tuple[str, str] | None:
     the drafter for get_top_tokens() in load_model, raising where its class has none: (why, fix), else None.
     The drafter's module and llama.py (whose LlamaForCausalLM the Llama-layer drafters extend) are read."""
     asked = (launch.command.speculative_config or {}).get("use_local_argmax_reduction")
-    if not _pydantic_true(asked) or TOP_TOKENS_ASKED not in (launch.read(EAGLE_PROPOSER) or b""):
+    if not lax_true(asked) or TOP_TOKENS_ASKED not in (launch.read(EAGLE_PROPOSER) or b""):
         return None
     if any(TOP_TOKENS_DEFINED in (launch.read(f"{MODELS_DIR}/{name}.py") or b"") for name in (module, "llama")):
         return None
     why = f"use_local_argmax_reduction asks its class for get_top_tokens(), which {module}.py does not define"
     return why, 'drop "use_local_argmax_reduction" from --speculative-config: this drafter cannot use it'
-
-
-def _pydantic_true(value: object) -> bool:
-    """What pydantic's lax bool takes as True (a JSON true, 1, or such a string)."""
-    if isinstance(value, str):
-        return value.strip().lower() in ("true", "1", "yes", "on", "y", "t")
-    return value is True or (type(value) is int and value == 1)
 
 
 def _quant_config_names(launch, method: str) -> list[str] | None:
