@@ -243,3 +243,20 @@ def test_a_damaged_original_names_the_command_for_this_release_and_tree(run, sce
     (tree / "vllm-0.16.0.dist-info/RECORD").write_text("")  # a laid-out tree: METADATA and RECORD only
     said = " ".join(run("revert", "--target", tree, "--patch", patch, "--force").output.split())
     assert f"patchkit fetch 0.16.0 --dest {tree} --force" in said, said
+
+
+def test_a_file_in_objects_that_no_digest_names_is_kept_and_said(scene):
+    """Review 41b L6: a full revert deleted any file in .patchkit/objects/ (a README, say), though
+    objects are named by their sha256 only and the prune removes only patchkit's own entries. It
+    stays, as other unknown files in .patchkit/ do, and revert says so and how it goes."""
+    tree, patch = scene
+    assert run_cli_writing("apply", "--target", tree, "--patch", patch).returncode == 0
+    readme = tree / ".patchkit" / "objects" / "README"
+    readme.write_text("the team's notes\n")
+    done = run_cli_writing("revert", "--target", tree, "--patch", patch)
+    said = " ".join(done.stderr.split())
+    assert done.returncode == 0 and (tree / MODEL).read_text() == MODEL_PY, done.stdout + done.stderr
+    assert readme.read_text() == "the team's notes\n"
+    assert sorted(p.name for p in (tree / ".patchkit").rglob("*")) == ["README", "objects"]
+    assert "kept 1 file(s)" in said and "objects/README" in said, said
+    assert f"rm -r {tree / '.patchkit'}" in said, said

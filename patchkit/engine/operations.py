@@ -136,6 +136,7 @@ from patchkit.store.state import (
     State,
     earlier_applies,
     is_adhoc,
+    left_in_store,
     meta_dir,
     read_state,
     remove_empty_store,
@@ -1235,10 +1236,24 @@ def _without_empty_record(root: Path, result: RevertResult, found: State) -> lis
         return []
     prune_objects(root, record)  # no record names them, and a journal was recovered first
     kept = remove_empty_store(root, record)
+    said = _left_in_store_said(root)
     if kept is None or result.saved is not None:  # this revert's copies are named on their own
-        return []
+        return said
     # a reminder, not a fault: the copies are the user's, so say how they go once not wanted
-    return [f"copies of your edits from an earlier `revert --force` stay; `rm -r {kept}` deletes them"]
+    return [*said, f"copies of your edits from an earlier `revert --force` stay; `rm -r {kept}` deletes them"]
+
+
+def _left_in_store_said(root: Path) -> list[str]:
+    """Files in .patchkit/ that patchkit did not write (no object's name, no file of its own) stay,
+    and so does .patchkit/: said, with the command that removes them once not wanted."""
+    left = left_in_store(root)
+    if not left:
+        return []
+    meta = meta_dir(root)
+    return [
+        f"kept {len(left)} file(s) in {meta} that patchkit did not write ({few(left, sep=', ')}), and {meta} with "
+        f"them; `rm -r {shlex.quote(str(meta))}` deletes them if you do not need them"
+    ]
 
 
 def _revert_locked(
