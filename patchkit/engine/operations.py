@@ -523,9 +523,10 @@ class _Applying:
                 found = f"already applied, with no record of it; {'would be ' if dry_run else ''}recorded"
                 message = found + (f"; {noun} {'would be ' if dry_run else ''}{verb}" if noun != "record" else "")
         # before the guard is judged: a stale .pyc it refuses is what this fixes; the guard's own too, a
-        # stale .pyc of it is what vLLM runs (status names apply as the fix)
+        # stale .pyc of it is what vLLM runs (status names apply as the fix). This run wrote none of
+        # the files: only what status judges stale is touched (a pip-compiled .pyc is fresh)
         target = self.resolved.target
-        bytecode = [] if dry_run else self.show(fix_bytecode(target, plan.touched_paths, [MODULE]))
+        bytecode = [] if dry_run else self.show(fix_bytecode(target, [], [*plan.touched_paths, MODULE]))
         fixed = sorted({r.path or "" for r in bytecode if r.ok and any(w in r.message for w in _BYTECODE_FIXED)})
         if fixed and message.endswith(": nothing to do"):  # what it did is said, not "nothing"
             message = f"already applied; stale bytecode of {', '.join(fixed)} fixed (-v shows each)"
