@@ -56,7 +56,7 @@ from packaging.version import Version
 
 from patchkit import fetch
 from patchkit.base import hints, locks, notes, seal, signals
-from patchkit.base.errors import BadInput, LockBusy, PatchkitError, TargetError, TreeRefused, escaped
+from patchkit.base.errors import BadInput, LockBusy, PatchkitError, TargetError, TreeRefused, escaped, few
 from patchkit.base.fsutil import (
     NO_SPACE,
     Landed,
@@ -380,11 +380,12 @@ def _committed_or_rolled_back(
     except BaseException as exc:
         if committed:  # a signal that waited for the commit point: the change is in place
             raise
-        _roll_back_failed_commit(root, journal, writes, exc)
+        left = _roll_back_failed_commit(root, journal, writes, exc)
         if isinstance(exc, OSError):
             where = f" ({exc.filename})" if exc.filename else ""
             raise TargetError(
-                f"writing the tree failed: {exc.strerror or exc}{where}; every file was rolled back",
+                f"writing the tree failed: {exc.strerror or exc}{where}; every file was rolled back"
+                + (f", but {left}" if left else ""),
                 hint=_no_space_hint(root, writes) if exc.errno in NO_SPACE else None,
             ) from exc
         raise
@@ -458,20 +459,43 @@ def _write_files(root: Path, writes: list[FileWrite], journal: Journal) -> dict[
     return _landed(root, written)
 
 
-def _roll_back_failed_commit(root: Path, journal: Journal, writes: list[FileWrite], cause: BaseException) -> None:
+def _roll_back_failed_commit(root: Path, journal: Journal, writes: list[FileWrite], cause: BaseException) -> str:
+    """The rollback of a failed commit; what it could not remove, said ("" when nothing): in the
+    error of a failed write, else as a warning (an interrupt says its own words)."""
     with signals.deferred():  # a second Ctrl-C cannot cut the rollback: it acts once it ends
-        _rollback_or_keep_journal(root, journal, _in_memory(writes), cause)
+        left = _rollback_or_keep_journal(root, journal, _in_memory(writes), cause)
         signals.note(signals.ROLLED_BACK)
         _forget_objects(root, journal)
+    said = _left_said(root, left)
+    if said and not isinstance(cause, OSError):
+        notes.say(f"warning: {said}")
+    return said
 
 
-def _rollback_or_keep_journal(root: Path, journal: Journal, originals: dict[str, bytes], cause: BaseException) -> None:
-    """Roll back a failed commit; when even that fails (the disk, the machine), keep the journal
-    for the next command and say so (exit 4), never a traceback."""
+def _rollback_or_keep_journal(
+    root: Path, journal: Journal, originals: dict[str, bytes], cause: BaseException
+) -> dict[str, str]:
+    """Roll back a failed commit (the directories it could not remove, see _Undoing.left_directories);
+    when even that fails (the disk, the machine), keep the journal for the next command and say so
+    (exit 4), never a traceback."""
     try:
-        _rollback(root, journal, originals)
+        return _rollback(root, journal, originals).left
     except OSError as exc:
         raise _unfinished_rollback(root, exc) from cause
+
+
+def _left_said(root: Path, left: dict[str, str]) -> str:
+    """The directories a rollback created and could not remove, each with why, and the command that
+    removes them once empty, deepest first (a file written there since is someone else's: `rmdir`
+    keeps it)."""
+    if not left:
+        return ""
+    them = "it" if len(left) == 1 else "them"
+    what = "the directory" if len(left) == 1 else f"{len(left)} directories"
+    order = sorted(left, key=lambda rel: (-rel.count("/"), rel))
+    command = "`" + shlex.join(["rmdir", "--", *(str(root / rel) for rel in order)]) + "`"
+    why = few([f"{rel} ({left[rel]})" for rel in order], sep=", ")
+    return f"could not remove {what} the transaction had created: {why}; {command} removes {them} once empty"
 
 
 def _unfinished_rollback(root: Path, exc: OSError) -> TargetError:
@@ -549,6 +573,8 @@ def _recover(root: Path, unsealed: Unsealed = Unsealed.REFUSE) -> tuple[str | No
     if listed_kept:
         files = "file" if len(listed_kept) == 1 else "files"
         said += f"\nkept, an installed distribution's own {files}:{one_a_line(listed_kept, every or '')}"
+    if undoing.left:
+        said += f"\n{_left_said(root, undoing.left)}"
     for how, paths in sorted(undoing.rebuilt.items()):
         said += f"\nthe saved original of {_one_or_count(paths)} was damaged or missing: made again from {how}"
         said += f" (sha256 checked):{one_a_line(paths, '')}" if len(paths) > 1 else " (sha256 checked)"
@@ -1088,6 +1114,7 @@ def _rollback(
     undoing = _Undoing.of(root, journal, originals or {}, evidence)
     for entry in reversed(journal.get("files", [])):
         undoing.undo(entry)
+    undoing.left_directories()
     sealed = evidence is None or evidence.sealed  # a failing commit's own rollback knows what it did
     store_journal.restore_state(root, journal, sealed=sealed, tick=_tick)
     for directory in sorted(undoing.changed):
@@ -1134,6 +1161,8 @@ class _Undoing:
     changed: set[Path] = field(default_factory=set)  # directories whose entries changed
     kept: list[str] = field(default_factory=list)
     rebuilt: dict[str, list[str]] = field(default_factory=dict)  # how -> the lost originals made so (_rebuilt_original)
+    emptied: set[str] = field(default_factory=set)  # the directories it created that remove_created removes
+    left: dict[str, str] = field(default_factory=dict)  # those it could not remove -> why (left_directories)
     aside: Aside = field(init=False)
 
     def __post_init__(self) -> None:
@@ -1191,8 +1220,22 @@ class _Undoing:
                 self.count.removed += 1
             self.changed.add(full.parent)
         for rel in reversed(entry.get("created_dirs", [])):
-            with suppress(OSError):
+            self.emptied.add(rel)
+            with suppress(OSError):  # a sibling still there: tried again once every file is undone
                 (self.root / rel).rmdir()
+
+    def left_directories(self) -> None:
+        """The directories the commit created, removed once every file is undone (deepest first); one
+        that cannot be (an I/O error, a file written there since) is left and said, with its cause.
+        One holding a file the rollback keeps stays: that file is said."""
+        holding = {"/".join(p.split("/")[:n]) for p in self.kept for n in range(1, p.count("/") + 1)}
+        for rel in sorted(self.emptied - holding, key=lambda d: (-d.count("/"), d)):
+            try:
+                (self.root / rel).rmdir()
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                self.left[rel] = exc.strerror or str(exc)
 
     def put_original_back(self, entry: JournalEntry) -> None:
         for rel in entry.get("removed_dirs", []):
