@@ -1432,11 +1432,27 @@ def _default_aux_layers(launch, config: dict, count: object) -> Finding:
             f"uses the target's default layers {default}: which runs depends on the model and its features"
         )
         return cannot_judge("drafter-aux-layers", reason, AUX_FIX)
+    if ignored[0] == NESTED_IDS:  # vLLM serves it, on other states than the drafter was trained on
+        return _nested_aux_layers(launch, ignored[1], count, default)
     message = (
         f"vLLM never reads the drafter's {ignored[0]} {ignored[1]!r} (only a non-empty top-level list): "
         f"it uses the target's default layers {default}"
     )
     return Finding("drafter-aux-layers", False, message, AUX_FIX)
+
+
+def _nested_aux_layers(launch, ids: object, count: object, default: str) -> Finding:
+    """Layer ids only under eagle_config: vLLM ignores them and serves the launch on the target's default
+    layers (drafts fewer accepted, answers the target's), so a pass said as a note; the default layers
+    still held to what the drafter's fc takes."""
+    message = (
+        f"vLLM ignores the drafter's {NESTED_IDS} {ids!r} and uses the target's layers {default}; to have it "
+        "use the drafter's, put that list at the top level of its config.json as eagle_aux_hidden_state_layer_ids"
+    )
+    if not _whole(count):
+        return Finding("drafter-aux-layers", True, message, note=True)
+    found = _aux_count(launch, f"the target's default layers {default}", [2, count // 2, count - 3], count - 1, message)
+    return Finding(found.check, True, message, note=True) if found.ok else found
 
 
 def _ignored_aux_layers(config: dict) -> tuple[str, object] | None:
