@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 from pathlib import Path
 
 import pytest
+import yaml
 from helpers import run_cli_read_only
 from launch_fixtures import (  # noqa: F401  (the fixture `setup`)
     DEEPSEEK_V3,
@@ -17,6 +19,8 @@ from launch_fixtures import (  # noqa: F401  (the fixture `setup`)
     write_eagle3_setup,
     write_model,
 )
+
+from patchkit.launch.command import parse
 
 
 def preflight_notes(tree: Path, lib: Path, *launch: str) -> tuple[int, list[str], list[str]]:
@@ -192,3 +196,26 @@ def test_a_tool_call_parser_the_release_lacks_asks_for_no_tool_call_set(setup, p
     if not needed:
         assert "registers no tool-call parser of that name" in failed["command"]["message"], failed
         assert "demo_v2" in failed["command"]["message"] and "tools" not in (failed["command"]["fix"] or "")
+
+
+# --- F3: --config YAML timestamps are the text written, as `vllm serve` reads them --------------------
+
+YAML_DATES = (
+    "speculative-config:\n  model: /m/d\n  revision: 2024-01-01\n  when: 2001-12-14t21:59:43.10-05:00\n"
+    "  spaced: 2001-12-14 21:59:43.10 -5\n"
+)
+
+
+def test_config_yaml_timestamps_are_read_as_the_text_written(tmp_path):
+    """lm-format-enforcer, imported with vLLM's serve parser, has SafeLoader build timestamps as strings:
+    vLLM reads the text as written (tests/vllm_import/test_serve_parser_real.py asks it); patchkit built
+    dates and refused the launch (exit 2: not JSON serializable)."""
+    (tmp_path / "c.yaml").write_text(YAML_DATES)
+    command = parse(["vllm", "serve", "/m/a", "--config", str(tmp_path / "c.yaml")], "0.16.0")
+    assert command.speculative_config == {
+        "model": "/m/d",
+        "revision": "2024-01-01",
+        "when": "2001-12-14t21:59:43.10-05:00",
+        "spaced": "2001-12-14 21:59:43.10 -5",
+    }
+    assert yaml.safe_load("a: 2024-01-01") == {"a": datetime.date(2024, 1, 1)}  # PyYAML's own loader untouched
