@@ -299,10 +299,11 @@ def _nested_aux_layers(launch: LaunchContext, ids: object, count: object, defaul
 
 
 def _ignored_aux_layers(config: dict[str, Any]) -> tuple[str, object] | None:
-    """(where, value) of layer ids the drafter's config gives where vLLM does not take them."""
-    if config.get("eagle_aux_hidden_state_layer_ids") is not None:
-        return "eagle_aux_hidden_state_layer_ids", config["eagle_aux_hidden_state_layer_ids"]
-    nested = config.get("eagle_config")
-    if isinstance(nested, dict) and nested.get("eagle_aux_hidden_state_layer_ids") is not None:
-        return NESTED_IDS, nested["eagle_aux_hidden_state_layer_ids"]
-    return None
+    """(where, value) of layer ids the drafter's config gives where vLLM does not take them: eagle_config's
+    where the top level gives none or an empty list."""
+    key = "eagle_aux_hidden_state_layer_ids"
+    top, nested = config.get(key), config.get("eagle_config")
+    inner = nested.get(key) if isinstance(nested, dict) else None
+    if top is not None and not (top == [] and inner is not None):
+        return key, top
+    return (NESTED_IDS, inner) if inner is not None else None
