@@ -106,6 +106,7 @@ from patchkit.engine.resolve import Resolved, judged, require_patches, resolve, 
 from patchkit.engine.stale import pip_wrote, stale_entries, stale_note
 from patchkit.engine.transaction import (
     commit_changes,
+    commit_needs,
     consistent_read,
     lock_timeout,
     locked_record,
@@ -1550,12 +1551,11 @@ class _Reverting:
         root = self.root
         unlike, copied = self.to_keep(plan, restored, unsure)
         alone = self.alone
-        saved = keep_copies(root, copied) if copied else None
+        changes = {**plan.changes, **guard_changes}
+        saved = keep_copies(root, copied, after=commit_needs(changes)) if copied else None  # a full disk: the sum
         modes = _recorded_modes(self.undo.entries, plan.changes)
         gates = {path for entry in self.undo.entries for path in _gates_of(entry)}
-        commit_changes(
-            root, {**plan.changes, **guard_changes}, new_state, origins=view.origins, modes=modes, first=gates
-        )
+        commit_changes(root, changes, new_state, origins=view.origins, modes=modes, first=gates)
         bytecode = fix_bytecode(self.target, plan.changes) + _fix_guard_bytecode(self.target, guard_changes)
         files = sorted(plan.changes)
         result = RevertResult(

@@ -61,12 +61,12 @@ from patchkit.base.fsutil import (
     NO_SPACE,
     Landed,
     Origin,
+    blocks,
     fsync,
     fsync_dir,
     moved_package,
+    no_space_hint,
     read_file,
-    room_on,
-    size_said,
     unsafe_reason,
 )
 from patchkit.base.hashing import sha256
@@ -411,26 +411,22 @@ def _unwritable_hint(root: Path, exc: OSError) -> str:
 
 
 def _no_space_hint(root: Path, writes: list[FileWrite]) -> str:
+    return no_space_hint(root, *_needs(writes))
+
+
+def commit_needs(changes: Mapping[str, tuple[bytes | None, bytes | None]]) -> tuple[int, int]:
+    """What commit_changes(changes) needs free: bytes and inodes (see _needs)."""
+    return _needs([FileWrite(p, before, after) for p, (before, after) in changes.items()])
+
+
+def _needs(writes: list[FileWrite]) -> tuple[int, int]:
     """What a commit on a full disk needs: room for every new content it stages, in whole 4 KB
     blocks (the originals it keeps are hard links where the file system allows), and 128 KB for the
     record, the journal and directories; and an inode for each file it creates (a staged content, a
-    saved original, the record's and journal's files and directories). A device out of inodes with
-    bytes to spare is said as such: freeing megabytes would not help."""
-    need = sum(-(-len(w.after) // 4096) * 4096 for w in writes if w.after is not None) + (128 << 10)
+    saved original, the record's and journal's files and directories)."""
+    need = sum(blocks(len(w.after)) for w in writes if w.after is not None) + (128 << 10)
     files = sum((w.after is not None) + (w.before is not None) for w in writes) + 16
-    free, inodes = room_on(root) or (0, None)
-    again = "then run the same command again"
-    if inodes is not None and inodes < files and free >= need:
-        return (
-            f"the device holding {root} is out of inodes (one per file), not space ({size_said(free)} free): "
-            f"it needs about {files} free inodes and has {inodes}; remove some files there (`df -i` counts "
-            f"them), {again}"
-        )
-    if inodes is not None and inodes < files:
-        return (
-            f"it needs about {size_said(need)} and {files} inodes free on the device holding {root}: make room, {again}"
-        )
-    return f"it needs about {size_said(need)} free on the device holding {root}: make room, {again}"
+    return need, files
 
 
 def _journal(root: Path, writes: list[FileWrite], previous: bytes | None) -> Journal:
