@@ -79,7 +79,7 @@ from patchkit.engine.guard import (
     unseen_guard_note,
     with_stale_bytecode,
 )
-from patchkit.engine.held import marked_held, refuse_breaking, unheld_breaks
+from patchkit.engine.held import marked_held, refuse_breaking, unheld_breaks, wheel_breaks
 from patchkit.engine.inspection import (
     TreeStatus,
     apply_of,
@@ -306,6 +306,7 @@ class _Applying:
     guard_refuses: tuple[list[str], str] | None = None  # what the guard still refuses once applied, and its fix
     reinstalled: list[str] = field(default_factory=list)  # the set's recorded files pip wrote since (pip_wrote)
     changed: list[str] = field(default_factory=list)  # applied from another library: the patches it changed
+    wheel_unheld: bool = False  # the installed `wheel --patch` build breaks a set's contract, or cannot be judged
 
     def warn(self, text: str) -> None:
         self.warnings.append(text)
@@ -541,7 +542,8 @@ class _Applying:
     def unheld_left(self, state: State) -> str:
         """An older patchkit's --patch record this apply leaves (the guard refuses it): the warning that
         names its fix, and the words the result line ends with ("" when there is none)."""
-        if not (self.judge_guard and any(is_adhoc(e.set_name) and not e.held for e in state.entries)):
+        unheld = self.wheel_unheld or any(is_adhoc(e.set_name) and not e.held for e in state.entries)
+        if not (self.judge_guard and unheld):
             return ""
         self.state = state  # the record as written: the guard judges it
         return (
@@ -636,6 +638,7 @@ class _Applying:
         if plan.stock is not None:  # another library's series replaced: a file put back to stock is no longer patched
             entry = replace(entry, files={p: f for p, f in entry.files.items() if f["after"] != f["before"]})
         recorded = self.held_earlier(state.with_entry(entry).with_chosen(self.chosen), plan.content)
+        recorded = self.wheel_judged(recorded, plan.content)
         guard_changes, new_state = self.with_guard(recorded)
         _refuse_a_record_too_large(root, new_state)
         self.keep_replaced_guard()
@@ -663,7 +666,7 @@ class _Applying:
         elif earlier is not None and is_adhoc(earlier.set_name) and not earlier.held:  # refuse_breaking_sets held it
             settled = settled.with_entry(replace(earlier, held=True))
         settled, originals = self.found_applied(settled)
-        settled = self.held_earlier(settled, read)
+        settled = self.wheel_judged(self.held_earlier(settled, read), read)
         guard_changes, settled = self.with_guard(settled)
         settled = settled.with_wheel(_guarded_wheel(root, settled))
         if settled == state and not guard_changes:
@@ -684,14 +687,31 @@ class _Applying:
         guard refuses them: the warning names the set and the fix)."""
         if not any(is_adhoc(e.set_name) and not e.held for e in state.entries):
             return state
-        sets = self.resolved.held_by
-        if not sets:
-            try:
-                sets = tuple(load_library(locate(hints.current().library).path).values())
-            except PatchkitError:  # no library to judge them by: they stay unmarked
-                return state
+        sets = self.judging_sets()
+        if not sets:  # no library to judge them by: they stay unmarked
+            return state
         root, version = self.resolved.target.root, self.resolved.vllm_version
         return marked_held(state, unheld_breaks(root, state, sets, version, read))
+
+    def wheel_judged(self, state: State, read: Callable[[str], bytes | None]) -> State:
+        """The installed `wheel --patch` build (an older patchkit's held its diffs to no contract: the
+        guard refuses it unless the record names it held), judged as held_earlier judges a record:
+        its patchkit.json's digest recorded held where it breaks no set's contract, else none."""
+        root = self.resolved.target.root
+        judged = (
+            wheel_breaks(root, self.judging_sets(), self.resolved.vllm_version, read) if has_provenance(root) else None
+        )
+        self.wheel_unheld = judged is not None and judged[1] is not None
+        return state.with_wheel_held(judged[0] if judged is not None and judged[1] is None else None)
+
+    def judging_sets(self) -> tuple[PatchSetDef, ...]:
+        """The library sets an ad-hoc diff is held to (none: no library at hand)."""
+        if self.resolved.held_by:
+            return tuple(self.resolved.held_by)
+        try:
+            return tuple(load_library(locate(hints.current().library).path).values())
+        except PatchkitError:
+            return ()
 
     def found_applied(self, state: State) -> tuple[State, dict[str, bytes]]:
         """A series found applied that the tree does not record (its .patchkit/ lost or emptied, the
