@@ -5,11 +5,16 @@ and revert puts the stock files back from the wheel's own patch texts."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
+import shlex
 
 import pytest
 from helpers import (
     SPEC_PY,
+    STOCK_FILES,
+    TAGS,
     install,
     make_patch,
     patched_spec,
@@ -20,6 +25,8 @@ from helpers import (
     write_wheel,
 )
 from launch_fixtures import write_model
+
+from index_server import IndexServer, build_wheel, isolate_cache, use_index  # isort: skip
 
 SPEC = "vllm/config/spec.py"
 LATER_SPEC = patched_spec().replace('    "deepseek",\n', '    "deepseek",\n    "mimo",\n')
@@ -101,4 +108,46 @@ def test_revert_does_not_put_back_what_only_the_wheels_texts_vouch_for(run, tmp_
     done = run("revert", "--target", site, "--patches", new)
     assert done.exit_code == 4, done.output
     assert "could not be fetched" in done.output and "patchkit fetch" in done.output, done.output
+    assert snapshot(site) == before
+
+
+def test_revert_offline_names_a_command_that_reverts_once_the_index_is_reachable(run, tmp_path, libraries, monkeypatch):
+    """The hint of the offline refusal is a command that works: run as printed once the index serves
+    the release, it puts the stock files back (it used to be `patchkit fetch --patches NEW 0.16.0`,
+    which fetches what the library at hand needs, not what the wheel patched)."""
+    old, new = libraries
+    site = installed(run, tmp_path, old)
+    refused = run("revert", "--target", site, "--patches", new)
+    assert refused.exit_code == 4, refused.output
+    hint = re.search(r"run `(patchkit [^`]*)` again", " ".join(refused.output.split()))
+    assert hint, refused.output
+    server = IndexServer()
+    try:
+        isolate_cache(tmp_path, monkeypatch)
+        server.publish(f"vllm-0.16.0-{TAGS}.whl", build_wheel(STOCK_FILES, version="0.16.0", blob_size=0))
+        use_index(monkeypatch, server.index())
+        done = run(*shlex.split(hint.group(1))[1:])
+    finally:
+        server.stop()
+    assert done.exit_code == 0, done.output
+    assert (site / SPEC).read_text() == SPEC_PY
+
+
+def test_revert_refuses_a_wheel_whose_recorded_stock_file_is_not_the_releases(run, tmp_path, libraries):
+    """An earlier series' wheel whose record names a stock sha256 the release's own file does not have:
+    only the release's files vouch for its originals, so nothing is written (exit 2), and the fix is the
+    stock release reinstalled (no --patches DIR makes that file the release's)."""
+    old, new = libraries
+    site = installed(run, tmp_path, old)
+    provenance = next(site.glob("vllm-*.dist-info/patchkit.json"))
+    record = json.loads(provenance.read_text())
+    record["files"][SPEC]["stock_sha256"] = hashlib.sha256(SPEC_PY.encode() + b"# another build\n").hexdigest()
+    provenance.write_text(json.dumps(record))
+    stock_files_fetched({SPEC: SPEC_PY.encode()})  # the release's own file, which the record does not name
+    before = snapshot(site)
+    done = run("revert", "--target", site, "--patches", new)
+    words = " ".join(done.output.split())
+    assert done.exit_code == 2, done.output
+    assert f"records a stock {SPEC} that is not vLLM 0.16.0's own file: not believed" in words, words
+    assert "pip install --force-reinstall --no-deps vllm==0.16.0" in words and "--patches DIR" not in words, words
     assert snapshot(site) == before

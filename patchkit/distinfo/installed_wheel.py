@@ -585,14 +585,13 @@ def _originals(
 def _unvouched_original(found: Provenance, path: str, *, fetched: bool) -> PatchkitError:
     """The refusal to put back an original of an earlier series' wheel on its own texts' word: the
     release's file is not the one its record names (bad input), or could not be had (environment)."""
-    if fetched:
-        return untrusted(
-            found, f"records a stock {escaped(path)} that is not vLLM {found.vllm_version}'s own file", library=True
-        )
+    if fetched:  # not another library's record: no --patches DIR makes it the release's file
+        return untrusted(found, f"records a stock {escaped(path)} that is not vLLM {found.vllm_version}'s own file")
     return FetchError(
         f"vLLM {found.vllm_version}'s stock {escaped(path)} could not be fetched: only the release's files vouch "
         f"for the originals of an earlier series of {found.name}, so nothing was reverted",
-        hint=f"run {hints.command('fetch', found.vllm_version)} where the index is reachable, then revert again",
+        # the revert fetches exactly the wheel's files; `patchkit fetch` only those a library set names
+        hint=f"once the package index is reachable, run {hints.command('revert')} again: it fetches them",
     )
 
 
