@@ -656,10 +656,13 @@ def _other_library(
 
 def _older_wheel_series(resolved: Resolved, fields: dict[str, Any]) -> None:
     """A patched wheel's install whose series of the set is an earlier library's (its own texts
-    judge it): the patches the library changed since, into `fields`, with revert as the fix."""
-    changed = installed_wheel_reader().earlier_series(resolved.target.root, resolved.set_name)
+    judge it): the patches the library changed since, into `fields`, with apply as the fix (a wheel of
+    several sets: revert first, it reverts them together)."""
+    reader = installed_wheel_reader()
+    changed = reader.earlier_series(resolved.target.root, resolved.set_name)
     if changed:
-        fields.update(other_library=changed, updatable=False, from_wheel=True)
+        one = reader.updates_in_one_step(resolved.target.root)
+        fields.update(other_library=changed, updatable=one, from_wheel=True)
 
 
 def _unrefused(linked: list[str], refused: list[str]) -> list[str]:
