@@ -13,6 +13,7 @@ import shlex
 
 import pytest
 from helpers import (
+    MODEL_PY,
     SPEC_PY,
     STOCK_FILES,
     TAGS,
@@ -31,6 +32,7 @@ from launch_fixtures import write_model
 from index_server import IndexServer, build_wheel, isolate_cache, use_index  # isort: skip
 
 SPEC = "vllm/config/spec.py"
+MODEL = "vllm/models/model.py"
 LATER_SPEC = patched_spec().replace('    "deepseek",\n', '    "deepseek",\n    "mimo",\n')
 
 
@@ -181,3 +183,29 @@ def test_apply_over_the_wheels_earlier_series_offline_writes_nothing_and_names_i
     assert done.exit_code == 4 and "could not be fetched" in words and "nothing was applied" in words, words
     assert re.search(r"run `patchkit apply [^`]*` again", words), words
     assert snapshot(site) == before
+
+
+def test_apply_replaces_one_sets_earlier_series_of_a_wheel_of_several_in_one_step(run, tmp_path):
+    """A wheel of every set (what `patchkit wheel` builds by default), one set's series changed since:
+    apply replaces that set's series over the release's files of it; the other set, unchanged, stays
+    the wheel's; revert puts every stock file back."""
+    tree = write_tree(tmp_path / "stock")
+    model = MODEL_PY + "# tuned\n"
+    libraries = []
+    for name, spec in (("old", patched_spec()), ("new", LATER_SPEC)):
+        lib = write_library(tmp_path / name, {"0.16.0": [make_patch(tmp_path, tree, {SPEC: spec})]}, name="spec")
+        write_library(lib, {"0.16.0": [make_patch(tmp_path, tree, {MODEL: model})]}, name="model")
+        libraries.append(lib)
+    old, new = libraries
+    site = installed(run, tmp_path, old)
+    stock_files_fetched({SPEC: SPEC_PY.encode(), MODEL: MODEL_PY.encode()})
+    said = run("status", "--target", site, "--patches", new)
+    assert said.exit_code == 1 and "updates it" in said.output, said.output
+    done = run("apply", "--target", site, "--patches", new)
+    assert done.exit_code == 0, done.output
+    assert ((site / SPEC).read_text(), (site / MODEL).read_text()) == (LATER_SPEC, model)
+    said = run("status", "--target", site, "--patches", new)
+    assert said.exit_code == 0, said.output
+    assert load_plugins_like_vllm(site).returncode == 0
+    assert run("revert", "--target", site, "--patches", new).exit_code == 0
+    assert ((site / SPEC).read_text(), (site / MODEL).read_text()) == (SPEC_PY, MODEL_PY)

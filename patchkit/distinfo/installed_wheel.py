@@ -388,9 +388,10 @@ def earlier_series(root: Path, set_name: str) -> list[str]:
     """The patches (numbers) the library (the user's) changed since it built the wheel whose earlier
     series of `set_name` the tree still holds; empty once reverted or applied since, or for another."""
     found = find(root)
-    if found is None or not found.older or _past_the_wheel(found):
+    if found is None or not found.older or set_name not in found.set_names:
         return []
-    return older_series(found, set_name, hints.current().library)
+    alone = found.for_set(set_name) if len(found.set_names) > 1 else found  # applied since: that set's record
+    return [] if _past_the_wheel(alone) else older_series(found, set_name, hints.current().library)
 
 
 @dataclass(frozen=True)
@@ -410,23 +411,30 @@ def earlier_wheel_stock(root: Path, set_name: str, fetch_release: FetchRelease) 
     refuses them, naming apply): apply plans the library's series on them, so that it replaces the
     earlier one in one transaction. None: no such wheel."""
     found = find(root)
-    if found is None or not found.older or len(found.set_names) != 1 or _past_the_wheel(found):
+    if found is None or not updates_in_one_step(root, set_name):
         return None
     library = hints.current().library
-    changed = older_series(found, set_name, library)
+    changed = earlier_series(root, set_name)
     if not changed:
         return None
+    alone = found.for_set(set_name) if len(found.set_names) > 1 else found
     chosen = select(load_chosen(library, set_name), Version(found.vllm_version))
     view = View(root)
-    restore_stock(view, found, force=False, fetch_release=fetch_release, verb="apply")
-    return EarlierWheel(changed, {path: view.read(path) for path in sorted(found.files)}, chosen)
+    restore_stock(view, alone, force=False, fetch_release=fetch_release, verb="apply")
+    return EarlierWheel(changed, {path: view.read(path) for path in sorted(alone.files)}, chosen)
 
 
-def updates_in_one_step(root: Path) -> bool:
-    """Whether apply replaces the wheel's earlier series in one step (earlier_wheel_stock): a wheel of
-    one set. Of several, revert goes first (it reverts them together)."""
+def updates_in_one_step(root: Path, set_name: str) -> bool:
+    """Whether apply replaces the wheel's earlier series of `set_name` in one step (earlier_wheel_stock):
+    the wheel's one set, or one of several whose files no other set of it patches (else revert goes
+    first: the stock files of a file two sets patched would drop the other's change)."""
     found = find(root)
-    return found is not None and len(found.set_names) == 1
+    if found is None or set_name not in found.set_names:
+        return False
+    if len(found.set_names) == 1:
+        return True
+    own = set(found.for_set(set_name).files)
+    return not any(own & set(found.for_set(other).files) for other in found.set_names if other != set_name)
 
 
 def _past_the_wheel(found: Provenance) -> bool:

@@ -656,12 +656,12 @@ def _other_library(
 
 def _older_wheel_series(resolved: Resolved, fields: dict[str, Any]) -> None:
     """A patched wheel's install whose series of the set is an earlier library's (its own texts
-    judge it): the patches the library changed since, into `fields`, with apply as the fix (a wheel of
-    several sets: revert first, it reverts them together)."""
+    judge it): the patches the library changed since, into `fields`, with apply as the fix (a set that
+    shares a file with another set of the wheel: revert first, it reverts them together)."""
     reader = installed_wheel_reader()
     changed = reader.earlier_series(resolved.target.root, resolved.set_name)
     if changed:
-        one = reader.updates_in_one_step(resolved.target.root)
+        one = reader.updates_in_one_step(resolved.target.root, resolved.set_name)
         fields.update(other_library=changed, updatable=one, from_wheel=True)
 
 

@@ -268,13 +268,13 @@ def apply_series(
 def _over_an_earlier_wheel(resolved: Resolved) -> EarlierWheel | None:
     """A patched wheel's earlier series of the set (an earlier library's): the patches the library
     changed, the release's stock files of the wheel's on which apply plans the library's series, and
-    that series (installed_wheel.earlier_wheel_stock). A wheel of several sets: refused, revert puts
-    the release's files back first (it reverts them together)."""
+    that series (installed_wheel.earlier_wheel_stock). A set of a wheel of several that shares a file
+    with another: refused, revert puts the release's files back first (it reverts them together)."""
     root = resolved.target.root
     if not has_provenance(root):
         return None
     reader = installed_wheel_reader()
-    if reader.updates_in_one_step(root):
+    if reader.updates_in_one_step(root, resolved.set_name):
         found: EarlierWheel | None = reader.earlier_wheel_stock(root, resolved.set_name, fetch.release_tree)
         return found
     changed = reader.earlier_series(root, resolved.set_name)
