@@ -337,11 +337,12 @@ class _Output:
 
     def __exit__(self, *exc_info: object) -> None:
         with signals.deferred():  # the file goes whole, under the name it has
-            if self.fd >= 0:
-                os.close(self.fd)
-                self.fd = -1
+            fd, self.fd = self.fd, -1
+            if fd >= 0:  # the temporary file was made (and is under its own name)
+                os.close(fd)
+                if not self.committed:
+                    self.temporary.unlink(missing_ok=True)
             if not self.committed:
-                self.temporary.unlink(missing_ok=True)
                 _remove_empty(self.created)  # no empty --out this run made, nor its parents
 
     def wait(self, copies: list[Future[None] | Future[bool]]) -> None:
