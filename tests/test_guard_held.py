@@ -21,11 +21,18 @@ import os
 import shutil
 import subprocess
 import sys
-import textwrap
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from helpers import GATED_CONTRACT as CONTRACT
+from helpers import GATED_EAGLE_MODEL as EAGLE_MODEL
+from helpers import GATED_MODEL as MODEL
+from helpers import GATED_SPEC as SPEC
+from helpers import GATED_STOCK_MODEL as STOCK_MODEL
+from helpers import GATED_STOCK_SPEC as STOCK_SPEC
+from helpers import GATED_WIDE_SPEC as WIDE_SPEC
 from helpers import (
     load_plugins_like_vllm,
     make_patch,
@@ -41,41 +48,6 @@ from patchkit._target import guard as target_guard
 from patchkit.engine import guard as guard_words
 from patchkit.engine.guard import GUARD_VERSION, dist_info
 
-SPEC = "vllm/config/gate.py"
-MODEL = "vllm/models/big.py"
-STOCK_SPEC = textwrap.dedent("""\
-    def verify(model_type):
-        supported = ["llama", "qwen"]
-        if not any(entry in model_type for entry in supported):
-            raise ValueError(model_type)
-    """)
-STOCK_MODEL = textwrap.dedent("""\
-    from .interfaces import SupportsLoRA
-
-
-    class BigForCausalLM(SupportsLoRA):
-        pass
-    """)
-WIDE_SPEC = STOCK_SPEC.replace('"qwen"]', '"qwen", "bigmodel"]')
-EAGLE_MODEL = STOCK_MODEL.replace("import SupportsLoRA", "import SupportsEagle3, SupportsLoRA").replace(
-    "(SupportsLoRA)", "(SupportsLoRA, SupportsEagle3)"
-)
-CONTRACT = textwrap.dedent(f"""\
-    gates = ["{SPEC}"]
-
-    [[contract]]
-    file = "{SPEC}"
-    kind = "model-types"
-    function = "verify"
-    variable = "supported"
-    model_types = ["bigmodel"]
-
-    [[contract]]
-    file = "{MODEL}"
-    kind = "base"
-    class = "BigForCausalLM"
-    base = "SupportsEagle3"
-    """)
 OLD_INFO = f"patchkit_guard-{__version__}.dist-info"  # what patchkit wrote before the label
 
 
@@ -243,26 +215,13 @@ def test_an_apply_that_marks_an_older_record_held_killed_at_any_step_ends_as_bef
     addon = tmp_path / "addon.patch"
     addon.write_text("--- /dev/null\n+++ b/vllm/my_addon.py\n@@ -0,0 +1 @@\n+ADDON = 1\n")
     older_patchkits_patch_apply(toy, addon)
-    origin = tmp_path / "origin"
-    shutil.copytree(toy["site"], origin, symlinks=True)
-    as_before = everything(origin)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PATCHKIT_FAULT")} | {"PATCHKIT_FAULT_MODE": "kill"}
-    site, killed = toy["site"], 0
-    for step in range(1, 200):
-        shutil.rmtree(site)
-        shutil.copytree(origin, site, symlinks=True)
-        done = run_cli("apply", "--no-import", "--target", site, "--patches", toy["lib"], "--set", "gated",
-                       env={**env, "PATCHKIT_FAULT_AFTER": str(step)})  # fmt: skip
-        if done.returncode == 0:
-            break
-        assert done.returncode == -9, done.stdout + done.stderr
-        killed += 1
-        said = run_cli_read_only("status", "--target", site, "--patches", toy["lib"])  # recovers first
-        assert everything(site) == as_before, (step, said.stdout + said.stderr)
+
+    def unmarked(site: Path, step: int) -> None:
         entries = json.loads((site / ".patchkit/state.json").read_text())["entries"]
         assert [e.get("held") for e in entries] == [None], (step, entries)  # the record as before, unmarked
-    else:
-        pytest.fail("the apply never finished")
+
+    site = toy["site"]
+    killed = killed_at_each_step(toy, tmp_path, ["apply", "--no-import", "--set", "gated"], unmarked)
     assert killed >= 2, killed
     entries = json.loads((site / ".patchkit/state.json").read_text())["entries"]
     assert [e.get("held") for e in entries] == [True, None] and load_plugins_like_vllm(site).returncode == 0
@@ -370,6 +329,28 @@ def everything(site: Path) -> dict[str, bytes]:
     }
 
 
+def killed_at_each_step(toy: dict[str, Path], tmp_path: Path, args: list[str], judge: Callable) -> int:
+    """The CLI's `args` on the toy's site (and library), run from the site as it is now killed after step
+    1, 2, ... until a run finishes: after each kill, status recovers the site as it was, and `judge(site,
+    step)` holds. How many runs were killed."""
+    site, origin = toy["site"], tmp_path / "origin"
+    shutil.copytree(site, origin, symlinks=True)
+    as_before = everything(origin)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PATCHKIT_FAULT")} | {"PATCHKIT_FAULT_MODE": "kill"}
+    for step in range(1, 200):
+        shutil.rmtree(site)
+        shutil.copytree(origin, site, symlinks=True)
+        done = run_cli(args[0], *args[1:], "--target", site, "--patches", toy["lib"],
+                       env={**env, "PATCHKIT_FAULT_AFTER": str(step)})  # fmt: skip
+        if done.returncode == 0:
+            return step - 1
+        assert done.returncode == -9, done.stdout + done.stderr
+        said = run_cli_read_only("status", "--target", site, "--patches", toy["lib"])  # recovers first
+        assert everything(site) == as_before, (step, said.stdout + said.stderr)
+        judge(site, step)
+    pytest.fail(f"the {args[0]} never finished")
+
+
 def test_an_older_patchkits_unlabelled_guard_is_replaced_by_apply_and_removed_by_revert(toy, tmp_path):
     before = everything(toy["site"])
     assert cli(toy, "apply", "--set", "gated").returncode == 0
@@ -392,26 +373,13 @@ def test_apply_or_revert_of_an_older_unlabelled_guard_killed_at_any_step_ends_as
     stock = everything(toy["site"])
     assert cli(toy, "apply", "--set", "gated").returncode == 0
     older = _older_guard(toy["site"])
-    origin = tmp_path / "origin"
-    shutil.copytree(toy["site"], origin, symlinks=True)
-    as_before = everything(origin)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PATCHKIT_FAULT")} | {"PATCHKIT_FAULT_MODE": "kill"}
-    site, killed = toy["site"], 0
-    for step in range(1, 200):
-        shutil.rmtree(site)
-        shutil.copytree(origin, site, symlinks=True)
-        no_import = ("--no-import",) if verb == "apply" else ()
-        done = run_cli(verb, *no_import, "--target", site, "--patches", toy["lib"],
-                       env={**env, "PATCHKIT_FAULT_AFTER": str(step)})  # fmt: skip
-        if done.returncode == 0:
-            break
-        assert done.returncode == -9, done.stdout + done.stderr
-        killed += 1
-        said = run_cli_read_only("status", "--target", site, "--patches", toy["lib"])  # recovers first
-        assert everything(site) == as_before, (step, said.stdout + said.stderr)
+
+    def older_kept(site: Path, step: int) -> None:
         assert all((site / path).read_bytes() == data for path, data in older.items()), step
-    else:
-        pytest.fail(f"the {verb} never finished")
+
+    site = toy["site"]
+    no_import = ["--no-import"] if verb == "apply" else []
+    killed = killed_at_each_step(toy, tmp_path, [verb, *no_import], older_kept)
     assert killed >= 2, killed
     if verb == "apply":
         assert not (site / OLD_INFO).exists() and (site / dist_info()).is_dir()

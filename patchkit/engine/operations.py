@@ -106,6 +106,7 @@ from patchkit.engine.resolve import Resolved, judged, require_patches, resolve, 
 from patchkit.engine.stale import pip_wrote, stale_entries, stale_note
 from patchkit.engine.transaction import (
     commit_changes,
+    commit_needs,
     consistent_read,
     lock_timeout,
     locked_record,
@@ -137,6 +138,7 @@ from patchkit.store.state import (
     State,
     earlier_applies,
     is_adhoc,
+    left_in_store,
     meta_dir,
     read_state,
     remove_empty_store,
@@ -550,9 +552,10 @@ class _Applying:
                 found = f"already applied, with no record of it; {'would be ' if dry_run else ''}recorded"
                 message = found + (f"; {noun} {'would be ' if dry_run else ''}{verb}" if noun != "record" else "")
         # before the guard is judged: a stale .pyc it refuses is what this fixes; the guard's own too, a
-        # stale .pyc of it is what vLLM runs (status names apply as the fix)
+        # stale .pyc of it is what vLLM runs (status names apply as the fix). This run wrote none of
+        # the files: only what status judges stale is touched (a pip-compiled .pyc is fresh)
         target = self.resolved.target
-        bytecode = [] if dry_run else self.show(fix_bytecode(target, plan.touched_paths, [MODULE]))
+        bytecode = [] if dry_run else self.show(fix_bytecode(target, [], [*plan.touched_paths, MODULE]))
         fixed = sorted({r.path or "" for r in bytecode if r.ok and any(w in r.message for w in _BYTECODE_FIXED)})
         if fixed and message.endswith(": nothing to do"):  # what it did is said, not "nothing"
             message = f"already applied; stale bytecode of {', '.join(fixed)} fixed (-v shows each)"
@@ -1282,10 +1285,24 @@ def _without_empty_record(root: Path, result: RevertResult, found: State) -> lis
         return []
     prune_objects(root, record)  # no record names them, and a journal was recovered first
     kept = remove_empty_store(root, record)
+    said = _left_in_store_said(root)
     if kept is None or result.saved is not None:  # this revert's copies are named on their own
-        return []
+        return said
     # a reminder, not a fault: the copies are the user's, so say how they go once not wanted
-    return [f"copies of your edits from an earlier `revert --force` stay; `rm -r {kept}` deletes them"]
+    return [*said, f"copies of your edits from an earlier `revert --force` stay; `rm -r {kept}` deletes them"]
+
+
+def _left_in_store_said(root: Path) -> list[str]:
+    """Files in .patchkit/ that patchkit did not write (no object's name, no file of its own) stay,
+    and so does .patchkit/: said, with the command that removes them once not wanted."""
+    left = left_in_store(root)
+    if not left:
+        return []
+    meta = meta_dir(root)
+    return [
+        f"kept {len(left)} file(s) in {meta} that patchkit did not write ({few(left, sep=', ')}), and {meta} with "
+        f"them; `rm -r {shlex.quote(str(meta))}` deletes them if you do not need them"
+    ]
 
 
 def _revert_locked(
@@ -1581,12 +1598,11 @@ class _Reverting:
         root = self.root
         unlike, copied = self.to_keep(plan, restored, unsure)
         alone = self.alone
-        saved = keep_copies(root, copied) if copied else None
+        changes = {**plan.changes, **guard_changes}
+        saved = keep_copies(root, copied, after=commit_needs(changes)) if copied else None  # a full disk: the sum
         modes = _recorded_modes(self.undo.entries, plan.changes)
         gates = {path for entry in self.undo.entries for path in _gates_of(entry)}
-        commit_changes(
-            root, {**plan.changes, **guard_changes}, new_state, origins=view.origins, modes=modes, first=gates
-        )
+        commit_changes(root, changes, new_state, origins=view.origins, modes=modes, first=gates)
         bytecode = fix_bytecode(self.target, plan.changes) + _fix_guard_bytecode(self.target, guard_changes)
         files = sorted(plan.changes)
         result = RevertResult(

@@ -10,7 +10,7 @@ import os
 import textwrap
 
 import pytest
-from vllm_overlay import ask_vllm, site_packages
+from vllm_overlay import REFUSED, ask_vllm, site_packages
 
 from patchkit.launch.command import parse
 from patchkit.launch.engine import tree_reader
@@ -93,21 +93,6 @@ DEEPSEEK_V3 = {
     "rms_norm_eps": 1e-6, "torch_dtype": "bfloat16", "hidden_act": "silu", "rope_theta": 10000,
     "n_group": 8, "topk_group": 4, "topk_method": "noaux_tc", "scoring_func": "sigmoid",
 }  # fmt: skip
-START = textwrap.dedent("""\
-    import json, sys
-    from patchkit._target.engine_config import _force_cpu_platform_when_none
-    import vllm
-    _force_cpu_platform_when_none()
-    from vllm.engine.arg_utils import EngineArgs
-    refused = {}
-    for name, (target, spec) in json.loads(sys.argv[1]).items():
-        try:
-            EngineArgs(model=target, speculative_config=spec, skip_tokenizer_init=True).create_engine_config()
-            refused[name] = None
-        except Exception as exc:
-            refused[name] = f"{type(exc).__name__}: {exc}"[:300]
-    print(json.dumps(refused))
-    """)
 
 
 def test_the_mtp_token_count_is_refused_where_vllm_refuses_it_at_start(tmp_path):
@@ -121,7 +106,7 @@ def test_the_mtp_token_count_is_refused_where_vllm_refuses_it_at_start(tmp_path)
         (model / "config.json").write_text(json.dumps({**DEEPSEEK_V3, "num_nextn_predict_layers": layers}))
         for tokens in (1, 2, 3, 4, 6):
             cases[f"{layers}-{tokens}"] = (str(model), {"method": "mtp", "num_speculative_tokens": tokens})
-    refused = ask_vllm(START, json.dumps(cases))
+    refused = ask_vllm(REFUSED, json.dumps(cases))
     assert isinstance(refused, dict)
     for name, (model, spec) in cases.items():
         command = parse(["vllm", "serve", model, "--speculative-config", json.dumps(spec)])
