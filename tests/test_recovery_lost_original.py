@@ -86,20 +86,21 @@ def _damage(tree: Path, data: bytes) -> None:
     obj.write_bytes(b"damaged\n")
 
 
-@pytest.mark.parametrize("where", ["--patch", "library"])
+@pytest.mark.parametrize("where", ["--patch", "library", "library in the tree"])
 def test_a_revert_cut_short_whose_patched_original_is_damaged_is_rolled_back(tmp_path, scratch, where):
     """The revert replaced spec.py with its stock bytes and died; the saved original it needs to roll
     back (the patched spec.py) is then damaged. Every command exited 2, and the hint's fetch --force
-    kept the recorded file. Recovery now makes it again from the recorded patches (sha256 checked)."""
+    kept the recorded file. Recovery now makes it again from the recorded patches (sha256 checked),
+    from the user's library too when it lies in the tree (patchkit installed beside vLLM)."""
     tree = write_tree(tmp_path / "site")
-    stock = _tree_files(tree)
     diff = make_patch(scratch, tree, PATCHED)
-    if where == "library":
-        library = write_library(tmp_path / "lib", {"0.16.0": [diff]})
+    if where.startswith("library"):
+        library = write_library((tree / "patchkit" if "tree" in where else tmp_path) / "lib", {"0.16.0": [diff]})
         chosen: list[object] = ["--patches", library, "--set", "demo"]
     else:
         (tmp_path / "site.diff").write_bytes(diff)
         chosen = ["--patch", tmp_path / "site.diff"]
+    stock = _tree_files(tree)
     assert _patchkit("apply", "--target", tree, *chosen, "--no-import").returncode == 0
     patched = _tree_files(tree)
     _crash_after_the_first_replace(tree, ["revert", "--target", tree, *chosen], SPEC, SPEC_PY.encode())

@@ -73,7 +73,7 @@ from patchkit.base.hashing import sha256
 from patchkit.base.values import FrozenValue, Value, frozen
 from patchkit.distinfo.record import listings
 from patchkit.engine.guard import guard_files
-from patchkit.engine.vouched import needs_force, patches_at_hand
+from patchkit.engine.vouched import needs_force, patches_at_hand, recorded_in_library
 from patchkit.series.hunks import made_file
 from patchkit.store import journal as store_journal
 from patchkit.store.journal import (
@@ -112,6 +112,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from filelock import BaseFileLock
 
     from patchkit.base.options import Options
+    from patchkit.series.patchfile import Patch
 
 LOCK_TIMEOUT_ENV, DEFAULT_LOCK_TIMEOUT = "PATCHKIT_LOCK_TIMEOUT", 60.0
 _WRITABLE_HINT = "patchkit records its state inside the target tree; it must be writable"
@@ -856,14 +857,14 @@ def _needed_originals(
 def _rebuilt_original(root: Path, journal: Journal, entry: JournalEntry) -> tuple[bytes | None, str]:
     """A lost original made again, kept only when its sha256 is the journal's, and what it was made
     from: this patchkit's own guard file; vLLM's stock file (an apply's original); or a patched file
-    (a revert's, an update's) as the patches its record names make it, at hand outside the tree
-    (engine.vouched.patches_at_hand), from the stock bytes (see _stock_candidates). None: it cannot be."""
+    (a revert's, an update's) as the patches its record names make it (_recorded_patches), from the
+    stock bytes (see _stock_candidates). None: it cannot be."""
     path, digest = entry["path"], entry["before"]
     own = guard_files().get(path) if GUARD_PATH.fullmatch(path) else None
     if own is not None and sha256(own) == digest:
         return own, "this patchkit's launch guard"
     recorded = [e for e in store_journal.previous_state(root, journal).entries if _wrote(e, path, digest)]
-    makers = [patches for e in recorded if (patches := patches_at_hand(e, root))]
+    makers = [patches for e in recorded if (patches := _recorded_patches(e, root))]
     for base, what in _stock_candidates(root, path, [e.files[path].get("before") for e in recorded]):
         if sha256(base) == digest:
             return base, what
@@ -872,6 +873,14 @@ def _rebuilt_original(root: Path, journal: Journal, entry: JournalEntry) -> tupl
             if made is not None and sha256(made) == digest:
                 return made, "the patches its record names"
     return None, ""
+
+
+def _recorded_patches(entry: Entry, root: Path) -> list[Patch]:
+    """The patches `entry` records, at hand: where its record says (patches_at_hand), else a library
+    set's in the user's library (--patches, else the one patchkit finds; a revert reads it too),
+    which may lie in the tree: patchkit installed beside vLLM. Each is held to its recorded sha256."""
+    found = patches_at_hand(entry, root)
+    return found or ([] if is_adhoc(entry.set_name) else recorded_in_library(entry, hints.current().library))
 
 
 def _wrote(entry: Entry, path: str, digest: str) -> bool:
