@@ -146,8 +146,8 @@ DIVISIBILITY = "is not divisible by"  # vLLM's ensure_divisibility: a size -tp d
 def _ranks(config: Any, spec: Any, method: str) -> int:
     """The tensor-parallel size vLLM builds the drafter with: the draft's own for draft_model (its
     proposer's config of its own), else the target's group."""
-    parallel = spec.draft_parallel_config if method == "draft_model" else config.parallel_config
-    ranks = getattr(parallel, "tensor_parallel_size", 1)
+    parallel = getattr(spec, "draft_parallel_config", None) if method == "draft_model" else None
+    ranks = getattr(parallel or getattr(config, "parallel_config", None), "tensor_parallel_size", 1)
     return ranks if isinstance(ranks, int) and ranks > 1 else 1
 
 
