@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import datetime
 import json
+import os
 from pathlib import Path
 
 import pytest
+import yaml
 from helpers import run_cli_read_only
 from launch_fixtures import (  # noqa: F401  (the fixture `setup`)
     DEEPSEEK_V3,
@@ -17,6 +20,8 @@ from launch_fixtures import (  # noqa: F401  (the fixture `setup`)
     write_eagle3_setup,
     write_model,
 )
+
+from patchkit.launch.command import parse
 
 
 def preflight_notes(tree: Path, lib: Path, *launch: str) -> tuple[int, list[str], list[str]]:
@@ -192,3 +197,85 @@ def test_a_tool_call_parser_the_release_lacks_asks_for_no_tool_call_set(setup, p
     if not needed:
         assert "registers no tool-call parser of that name" in failed["command"]["message"], failed
         assert "demo_v2" in failed["command"]["message"] and "tools" not in (failed["command"]["fix"] or "")
+
+
+# --- F3: --config YAML timestamps are the text written, as `vllm serve` reads them --------------------
+
+YAML_DATES = (
+    "speculative-config:\n  model: /m/d\n  revision: 2024-01-01\n  when: 2001-12-14t21:59:43.10-05:00\n"
+    "  spaced: 2001-12-14 21:59:43.10 -5\n"
+)
+
+
+def test_config_yaml_timestamps_are_read_as_the_text_written(tmp_path):
+    """lm-format-enforcer, imported with vLLM's serve parser, has SafeLoader build timestamps as strings:
+    vLLM reads the text as written (tests/vllm_import/test_serve_parser_real.py asks it); patchkit built
+    dates and refused the launch (exit 2: not JSON serializable)."""
+    (tmp_path / "c.yaml").write_text(YAML_DATES)
+    command = parse(["vllm", "serve", "/m/a", "--config", str(tmp_path / "c.yaml")], "0.16.0")
+    assert command.speculative_config == {
+        "model": "/m/d",
+        "revision": "2024-01-01",
+        "when": "2001-12-14t21:59:43.10-05:00",
+        "spaced": "2001-12-14 21:59:43.10 -5",
+    }
+    assert yaml.safe_load("a: 2024-01-01") == {"a": datetime.date(2024, 1, 1)}  # PyYAML's own loader untouched
+
+
+# --- F9: a tool parser plugin built on a patched parser needs its set -----------------------------------
+
+USES_THE_PATCHED_PARSER = [
+    "from vllm.tool_parsers.demo_tool_parser import parse\n",
+    "import vllm.tool_parsers.demo_tool_parser as demo\n",
+    "from vllm.tool_parsers import demo_tool_parser\n",
+    "from vllm.tool_parsers import ToolParserManager\nBase = ToolParserManager.get_tool_parser('demo')\n",
+]
+
+
+@pytest.mark.parametrize("plugin", USES_THE_PATCHED_PARSER)
+def test_a_tool_parser_plugin_built_on_a_patched_parser_needs_its_set(setup, tmp_path, plugin):
+    """review41a F9: the plugin's parser (its own name) builds on the parser the tools set patches: the
+    launch streams through the patched file, so the set is needed, never "not used by this launch"."""
+    tree, lib, target, _ = setup
+    (tmp_path / "mine.py").write_text(plugin + "@ToolParserManager.register_module('mine')\nclass Mine:\n    pass\n")
+    launch = [*PLUGIN_LAUNCH(target), str(tmp_path / "mine.py")]
+    code, notes, _ = preflight_notes(tree, lib, *launch)
+    done = run_cli_read_only(
+        "preflight", "--target", tree, "--patches", lib, "--no-import", "--format", "json", "--", *launch
+    )
+    failed = [f for f in json.loads(done.stdout)["findings"] if not f["ok"] and f["check"] == "tree-state"]
+    assert code == 1 and len(failed) == 1 and "tools" in failed[0]["message"], done.stdout
+    assert not any("tools" in note for note in notes if note.startswith("not used by this launch")), notes
+
+
+def PLUGIN_LAUNCH(target: Path) -> list[str]:
+    return [
+        "vllm",
+        "serve",
+        str(target),
+        "--enable-auto-tool-choice",
+        "--tool-call-parser",
+        "mine",
+        "--tool-parser-plugin",
+    ]
+
+
+def test_a_tool_parser_plugin_of_its_own_leaves_the_set_unused_and_one_unread_is_not_judged(setup, tmp_path):
+    """A plugin that builds on no patched parser: the set is not used (noted, as before). One patchkit
+    cannot read (bytecode; a fifo, never opened blocking): not "not used" but "cannot judge"."""
+    tree, lib, target, _ = setup
+    (tmp_path / "own.py").write_text("import json\n@ToolParserManager.register_module('mine')\nclass Mine:\n    pass\n")
+    code, notes, _ = preflight_notes(tree, lib, *PLUGIN_LAUNCH(target), str(tmp_path / "own.py"))
+    assert code == 0 and any(n.startswith("not used by this launch: ") and "tools" in n for n in notes), notes
+    (tmp_path / "own.pyc").write_bytes(b"\x00" * 16)
+    os.mkfifo(tmp_path / "fifo.py")
+    for plugin in ("own.pyc", "fifo.py"):
+        launch = [*PLUGIN_LAUNCH(target), str(tmp_path / plugin)]
+        done = run_cli_read_only(
+            "preflight", "--target", tree, "--patches", lib, "--no-import", "--format", "json", "--", *launch
+        )
+        document = json.loads(done.stdout)
+        tree_state = [f for f in document["findings"] if f["check"] == "tree-state" and f["result"] == "cannot judge"]
+        assert done.returncode == 0 and len(tree_state) == 1, done.stdout
+        assert "may build on a tool parser the tools set patches, which is not applied here" in tree_state[0]["message"]
+        assert not any("tools" in note for note in document["notes"] if note.startswith("not used")), document

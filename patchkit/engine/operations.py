@@ -137,6 +137,7 @@ from patchkit.store.state import (
     State,
     earlier_applies,
     is_adhoc,
+    left_in_store,
     meta_dir,
     read_state,
     remove_empty_store,
@@ -523,9 +524,10 @@ class _Applying:
                 found = f"already applied, with no record of it; {'would be ' if dry_run else ''}recorded"
                 message = found + (f"; {noun} {'would be ' if dry_run else ''}{verb}" if noun != "record" else "")
         # before the guard is judged: a stale .pyc it refuses is what this fixes; the guard's own too, a
-        # stale .pyc of it is what vLLM runs (status names apply as the fix)
+        # stale .pyc of it is what vLLM runs (status names apply as the fix). This run wrote none of
+        # the files: only what status judges stale is touched (a pip-compiled .pyc is fresh)
         target = self.resolved.target
-        bytecode = [] if dry_run else self.show(fix_bytecode(target, plan.touched_paths, [MODULE]))
+        bytecode = [] if dry_run else self.show(fix_bytecode(target, [], [*plan.touched_paths, MODULE]))
         fixed = sorted({r.path or "" for r in bytecode if r.ok and any(w in r.message for w in _BYTECODE_FIXED)})
         if fixed and message.endswith(": nothing to do"):  # what it did is said, not "nothing"
             message = f"already applied; stale bytecode of {', '.join(fixed)} fixed (-v shows each)"
@@ -1236,10 +1238,24 @@ def _without_empty_record(root: Path, result: RevertResult, found: State) -> lis
         return []
     prune_objects(root, record)  # no record names them, and a journal was recovered first
     kept = remove_empty_store(root, record)
+    said = _left_in_store_said(root)
     if kept is None or result.saved is not None:  # this revert's copies are named on their own
-        return []
+        return said
     # a reminder, not a fault: the copies are the user's, so say how they go once not wanted
-    return [f"copies of your edits from an earlier `revert --force` stay; `rm -r {kept}` deletes them"]
+    return [*said, f"copies of your edits from an earlier `revert --force` stay; `rm -r {kept}` deletes them"]
+
+
+def _left_in_store_said(root: Path) -> list[str]:
+    """Files in .patchkit/ that patchkit did not write (no object's name, no file of its own) stay,
+    and so does .patchkit/: said, with the command that removes them once not wanted."""
+    left = left_in_store(root)
+    if not left:
+        return []
+    meta = meta_dir(root)
+    return [
+        f"kept {len(left)} file(s) in {meta} that patchkit did not write ({few(left, sep=', ')}), and {meta} with "
+        f"them; `rm -r {shlex.quote(str(meta))}` deletes them if you do not need them"
+    ]
 
 
 def _revert_locked(

@@ -274,6 +274,8 @@ def _default_aux_layers(launch: LaunchContext, config: dict[str, Any], count: ob
             f"uses the target's default layers {default}: which runs depends on the model and its features"
         )
         return cannot_judge("drafter-aux-layers", reason, AUX_FIX)
+    if ignored[0] == NESTED_IDS:  # vLLM serves it, on other states than the drafter was trained on
+        return _nested_aux_layers(launch, ignored[1], count, default)
     message = (
         f"vLLM never reads the drafter's {ignored[0]} {ignored[1]!r} (only a non-empty top-level list): "
         f"it uses the target's default layers {default}"
@@ -281,11 +283,27 @@ def _default_aux_layers(launch: LaunchContext, config: dict[str, Any], count: ob
     return Finding("drafter-aux-layers", False, message, AUX_FIX)
 
 
+def _nested_aux_layers(launch: LaunchContext, ids: object, count: object, default: str) -> Finding:
+    """Layer ids only under eagle_config: vLLM ignores them and serves the launch on the target's default
+    layers (drafts fewer accepted, answers the target's), so a pass said as a note; the default layers
+    still held to what the drafter's fc takes."""
+    message = (
+        f"vLLM ignores the drafter's {NESTED_IDS} {ids!r} and uses the target's layers {default}; to have it "
+        "use the drafter's, put that list at the top level of its config.json as eagle_aux_hidden_state_layer_ids"
+    )
+    if not isinstance(count, int) or not whole(count):
+        return Finding("drafter-aux-layers", True, message, note=True)
+    layers = [2, count // 2, count - 3]
+    found = _aux_count(launch, f"the target's default layers {default}", layers, count, count - 1, message)
+    return Finding(found.check, True, message, note=True) if found.ok else found
+
+
 def _ignored_aux_layers(config: dict[str, Any]) -> tuple[str, object] | None:
-    """(where, value) of layer ids the drafter's config gives where vLLM does not take them."""
-    if config.get("eagle_aux_hidden_state_layer_ids") is not None:
-        return "eagle_aux_hidden_state_layer_ids", config["eagle_aux_hidden_state_layer_ids"]
-    nested = config.get("eagle_config")
-    if isinstance(nested, dict) and nested.get("eagle_aux_hidden_state_layer_ids") is not None:
-        return NESTED_IDS, nested["eagle_aux_hidden_state_layer_ids"]
-    return None
+    """(where, value) of layer ids the drafter's config gives where vLLM does not take them: eagle_config's
+    where the top level gives none or an empty list."""
+    key = "eagle_aux_hidden_state_layer_ids"
+    top, nested = config.get(key), config.get("eagle_config")
+    inner = nested.get(key) if isinstance(nested, dict) else None
+    if top is not None and not (top == [] and inner is not None):
+        return key, top
+    return (NESTED_IDS, inner) if inner is not None else None

@@ -442,7 +442,8 @@ def _assigned(argv: list[str], invoked: tuple[str, list[str]] | None) -> BadInpu
     inside, outside = (_named_again(invoked, words)[verb] for words in (["env", *assigned, *launch], launch))
     hint = f"write them as env takes them: {_pasted(inside)}"
     if not any(word.startswith("PYTHON") for word in assigned):
-        hint += f", or before patchkit: {_pasted([*assigned, *outside])}"
+        before = " ".join(_shell_assignment(word) for word in assigned)
+        hint += f", or before patchkit: `{before} {shlex.join(outside)}`"
     return BadInput(
         f"not a vLLM launch: '{argv[0]}' is a shell's variable assignment, and patchkit runs the launch with no shell",
         hint=hint,
@@ -451,6 +452,13 @@ def _assigned(argv: list[str], invoked: tuple[str, list[str]] | None) -> BadInpu
 
 def _pasted(words: list[str]) -> str:
     return "`" + shlex.join(words) + "`"
+
+
+def _shell_assignment(word: str) -> str:
+    """NAME=VALUE as a shell takes it for an assignment: the value quoted, never the name (a
+    quoted `NAME=` is run as a command)."""
+    name, value = word.split("=", 1)
+    return f"{name}={shlex.quote(value)}"
 
 
 # programs whose `run` runs a command in an environment they pick, activate and may first install

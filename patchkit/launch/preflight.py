@@ -68,6 +68,7 @@ from patchkit.launch.method import settled_method
 from patchkit.launch.middleware import middleware_findings
 from patchkit.launch.models import ModelConfig, offline, offline_model_path, redirected, resolve_model, with_overrides
 from patchkit.launch.mtp import mtp_findings
+from patchkit.launch.parser_plugin import with_plugin_needs
 from patchkit.launch.proposer_start import proposer_findings
 from patchkit.launch.ray_nodes import ray_note
 from patchkit.launch.relevance import EVERY, LaunchNeeds, launch_needs
@@ -561,6 +562,7 @@ def needs_of(
     method = settled_method(served, drafter, read)
     refused = toolparsers.tool_parser_refused(served.options, read)  # the command finding says so
     needs = launch_needs((sets or {}).values(), served, method, architectures, version, parser_refused=refused)
+    needs = with_plugin_needs(needs, sets or {}, served, version, read)
     if version is None or sets is None:
         return needs
     named = {name: said for name, said in needs.named.items() if library.to_judge(sets[name], version)}
@@ -1106,6 +1108,8 @@ def _set_state_findings(
             refusal.fix, refusal.restores = f"run {revert} (it keeps a copy of the edits), then {apply}", None
         return [refusal] if unsaid else []
     words = _state_words(status)
+    if words and resolved.set_name in needs.maybe:  # the launch's tool parser plugin may use it
+        return [_maybe_used(resolved.set_name, needs.maybe[resolved.set_name], words)]
     if words:
         result.unused[resolved.set_name] = words
         result.guard_off = result.guard_off or (None if needs.guard_runs or not status.drifted else needs.guard_off)
@@ -1120,6 +1124,16 @@ def _not_said_by_judged(resolved: Resolved, status: TreeStatus, needs: LaunchNee
     files = [path for e in record_of(resolved.target.root, status).entries if e.set_name in said for path in e.files]
     said_there = naming(status.guard, files)
     return [problem for problem in status.guard if problem not in said_there]
+
+
+def _maybe_used(name: str, why: str, words: str) -> Finding:
+    """Cannot judge whether a set the launch names no parser of is used: its tool parser plugin,
+    unread, may build on a parser the set patches (and the set is `words`)."""
+    reason = f"{why}, and it may build on a tool parser the {name} set patches, which is {words} here"
+    apply = hints.command("apply", chosen=hints.for_set(name))
+    return cannot_judge(
+        TREE, reason, f"run {apply} (it serves the plugin's parser if built on vLLM's), or check the plugin by hand"
+    )
 
 
 def _state_words(status: TreeStatus) -> str | None:

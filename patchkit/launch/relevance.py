@@ -93,6 +93,8 @@ class LaunchNeeds(FrozenValue):
     guard_off: str = ""  # how the launch turns the guard off (guard_off_words), when it does
     judged: frozenset[str] = frozenset()  # the sets this run judges (each needed one says its own drift)
     named: dict[str, str] = field(default_factory=dict)  # the sets whose rule names this launch -> what it names
+    # unneeded sets the launch's tool parser plugin may use, patchkit cannot read it -> why (parser_plugin.py)
+    maybe: dict[str, str] = field(default_factory=dict)
 
     def needs(self, set_name: str) -> bool:
         return set_name not in self.unneeded

@@ -135,6 +135,26 @@ def remove_empty_store(root: Path, record: State) -> Path | None:
     return saved if saved.is_dir() else None
 
 
+def left_in_store(root: Path) -> list[str]:
+    """What .patchkit/ still holds once remove_empty_store ran, saved/ aside (said on its own): files
+    patchkit did not write there (relative to .patchkit/), which it keeps; sorted, objects/ entered once."""
+    meta = meta_dir(root)
+    left: list[str] = []
+    for name in _listed(meta):
+        if name == "saved":
+            continue
+        inside = _listed(meta / name) if name == "objects" and not (meta / name).is_symlink() else []
+        left += [f"{name}/{item}" for item in inside] or [name]
+    return left
+
+
+def _listed(directory: Path) -> list[str]:
+    try:
+        return sorted(os.listdir(directory)) if directory.is_dir() else []
+    except OSError:
+        return []
+
+
 def check_meta_dir(root: Path) -> None:
     """Refuse a .patchkit/ that would send patchkit's reads or writes elsewhere: a symlink, or a
     state file, lock or store of the wrong kind (a symlink, a directory, a fifo). Runs before
