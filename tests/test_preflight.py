@@ -2665,7 +2665,8 @@ def test_a_short_drafter_rotary_table_fails_under_auto_fit_where_it_starts_from_
     setup, tmp_path, given, fitted
 ):
     """--max-model-len auto/-1 is the target's derived length on trees whose model.py starts there (the engine
-    lowers it only where the KV cache cannot hold it): a short drafter table is no silent pass."""
+    lowers it only where the KV cache cannot hold it): a short drafter table is no silent pass, and the
+    words say vLLM picks the length by the memory free at start (review41a F10)."""
     tree, library, _ = setup
     assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     (tree / "vllm" / "model_executor" / "models" / "llama.py").write_text(LLAMA_ROPE_TABLE)
@@ -2679,8 +2680,11 @@ def test_a_short_drafter_rotary_table_fails_under_auto_fit_where_it_starts_from_
     assert_clean_failure(done, 1)
     finding = findings(done)["drafter-architecture"]
     assert "its rotary table holds 2048 positions" in finding["message"], finding
-    assert "up to max_model_len 163840:" in finding["message"], finding
-    assert finding["fix"].startswith("give --max-model-len 2048"), finding
+    assert (
+        "up to the max_model_len vLLM picks at start by the GPU memory free (auto; at most the target's 163840): "
+        "where that is above 2048, the first request past 2048 tokens crashes the engine"
+    ) in finding["message"], finding
+    assert finding["fix"].startswith("give --max-model-len 2048 in place of auto"), finding
 
 
 @pytest.mark.parametrize("where", ["llama.py", "speculative.py"])
