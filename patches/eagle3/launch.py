@@ -25,7 +25,7 @@ from patchkit.base.errors import escaped
 from patchkit.checks.parsed import names, python_tree
 from patchkit.launch import observed
 from patchkit.launch.attention_backend import attention_backend_refused, cache_format_refused
-from patchkit.launch.aux_layers import FC_HIDDEN_STATES, aux_layers, fc_hidden_states, uses_aux_hidden_states
+from patchkit.launch.aux_layers import aux_layers, uses_aux_hidden_states
 from patchkit.launch.drafter_attention import (
     partial_refused,
     positions_unserved,
@@ -35,7 +35,7 @@ from patchkit.launch.drafter_attention import (
 )
 from patchkit.launch.drafter_embedding import embedding_shared
 from patchkit.launch.drafter_heads import heads_unsplit
-from patchkit.launch.drafter_load import drafter_load_format
+from patchkit.launch.drafter_layout import drafter_weights, layout_unread, weights_unfit
 from patchkit.launch.drafter_nulls import null_refused
 from patchkit.launch.drafter_quant import target_quantization
 from patchkit.launch.drafter_sizes import DRAFTER_FIX, SIZE_FIX, shown, size, vocabulary, whole
@@ -43,15 +43,14 @@ from patchkit.launch.drafter_types import boolean_unjudged, mistyped
 from patchkit.launch.drafter_weights import weights_unjudged
 from patchkit.launch.engine import few_named
 from patchkit.launch.findings import Finding, cannot_judge
+from patchkit.launch.llama_layers import activation_refused, layer_types_refused, mlp_unsplit, rope_unknown
 from patchkit.launch.method import settled_method
 from patchkit.launch.microbatch import microbatch_findings
-from patchkit.launch.model_files import EAGLE3_DRAFTER, LLAMA, LLAMA_DRAFTER, MODELS_DIR, REGISTRY
+from patchkit.launch.model_files import EAGLE3_DRAFTER, LLAMA_DRAFTER, MODELS_DIR, REGISTRY
 from patchkit.launch.parallel_drafting import mask_hidden_missing
 from patchkit.launch.target_class import SPECULATIVE_TABLE, model_class, target_architecture
 from patchkit.launch.target_heads import tp_refused
-from patchkit.launch.torch_names import torch_tensors
 from patchkit.launch.vllm_env import int_flag
-from patchkit.launch.weights import TorchFiles, drafter_tensors
 from patchkit.series.requirements import Target
 
 if TYPE_CHECKING:
@@ -59,16 +58,13 @@ if TYPE_CHECKING:
 
 SUPPORTS = "SupportsEagle3"
 NOTE_ROOM = 60  # columns for the names of the general plugins not judged
-ROPE = "vllm/model_executor/layers/rotary_embedding/__init__.py"  # get_rope: a branch per RoPE type
 EAGLE_PROPOSER = "vllm/v1/spec_decode/eagle.py"
 V2_RUNNER_ENV = "VLLM_USE_V2_MODEL_RUNNER"
 V2_RUNNER = "vllm/v1/worker/gpu/model_runner.py"
 V2_RUNNER_UNFED = b"None,  # aux_hidden_states"  # 0.12-0.16's V2 runner calls its speculator so
 TOP_TOKENS_ASKED = b'hasattr(self.model, "get_top_tokens")'  # load_model's check (0.17-0.18)
 TOP_TOKENS_DEFINED = b"def get_top_tokens("
-LAYER_TYPES_RULE = b"effective_layer_idx < len(layer_types)"  # LlamaAttention's assert (0.11-0.34)
-DRAFT_LAYERS = b"target_layer_count"  # llama_eagle3.py: layer_types indexed by draft layer, from 0
-# llama_eagle3.py's layout whose weight names and shapes _weights_unfit holds the drafter's weights to (0.13-0.18;
+# llama_eagle3.py's layout whose weight names and shapes weights_unfit holds the drafter's weights to (0.13-0.18;
 # checked on 0.16.0 by loading weights into vLLM's own drafter on CPU): layer 0's q/k/v take 2 x hidden size
 WEIGHTS_LAYOUT = (
     b"qkv_input_size = 2 * self.hidden_size if layer_idx == 0 else self.hidden_size",
@@ -530,9 +526,9 @@ def drafter_architecture(launch) -> Finding:
         defaults = _drafter_defaults(launch) if table.get(built, ("",))[0] == LLAMA_DRAFTER else None
         mla = launch.command.uses_mla(launch.target.text_config, launch.read)
         sliding = lambda launch: sliding_unbuilt(launch, defaults, mla)  # noqa: E731
-        llama = (null_refused, _mlp_unsplit, _activation_refused, _rope_unknown, partial_refused, _layer_types_refused)
+        llama = (null_refused, mlp_unsplit, activation_refused, rope_unknown, partial_refused, layer_types_refused)
         llama = (*llama, sliding)
-        llama = (*llama, _weights_unfit, lambda launch: mask_hidden_missing(launch, _drafter_weights(launch)))
+        llama = (*llama, weights_unfit, lambda launch: mask_hidden_missing(launch, drafter_weights(launch)))
         llama = llama if table.get(built, ("",))[0] == LLAMA_DRAFTER else ()
         top = lambda launch: _top_tokens_missing(launch, table.get(built, ("",))[0])  # noqa: E731
         typed = mistyped(launch.drafter.config) if llama else None  # before the rules that read the sizes
@@ -591,127 +587,6 @@ def _drafter_defaults(launch) -> dict[str, object] | None:
     return _config_defaults(launch, launch.drafter.config.get("model_type"))
 
 
-def _mlp_unsplit(launch) -> tuple[str, str] | None:
-    """llama.py's LlamaMLP splits intermediate_size over the -tp group (its column- and row-parallel
-    linears divide it, asserting): (what fails, fix) when -tp does not divide the drafter's, where the
-    tree's LlamaMLP shows that split; else None."""
-    tp, size = launch.command.tensor_parallel_size, launch.drafter.config.get("intermediate_size")
-    if tp <= 1 or not whole(size) or size <= 0 or not size % tp or not _mlp_split(launch.read(LLAMA)):
-        return None
-    fix = f"give a -tp that divides the drafter's intermediate_size {size} and its heads, or another drafter"
-    return f"its intermediate_size {size} does not divide by -tp {tp} (llama.py's LlamaMLP splits it)", fix
-
-
-def _mlp_split(source: bytes | None) -> bool:
-    """Whether llama.py's LlamaMLP builds a tensor-parallel linear (a *ParallelLinear) of intermediate_size."""
-    tree = python_tree(source)
-    classes = [node for node in ast.walk(tree) if isinstance(node, ast.ClassDef)] if tree else []
-    calls = [n for cls in classes if cls.name == "LlamaMLP" for n in ast.walk(cls) if isinstance(n, ast.Call)]
-    return any(
-        isinstance(call.func, ast.Name)
-        and call.func.id.endswith("ParallelLinear")
-        and "intermediate_size"
-        in {n.id for a in (*call.args, *call.keywords) for n in ast.walk(a) if isinstance(n, ast.Name)}
-        for call in calls
-    )
-
-
-def _rope_unknown(launch) -> tuple[str, str] | None:
-    """llama.py's LlamaAttention builds its rotary embedding with the tree's get_rope, which raises for a
-    RoPE type it has no branch for: (what fails, fix) when the drafter's config.json gives one (vLLM reads
-    rope_scaling, else rope_parameters; "type" for "rope_type", su and mrope renamed); None where the tree's
-    get_rope shows no branches or the type is not one string (absent: default; per layer type: not judged)."""
-    config = launch.drafter.config
-    given = config.get("rope_scaling") or config.get("rope_parameters")
-    kind = given.get("rope_type", given.get("type")) if isinstance(given, dict) else None
-    kind = {"su": "longrope", "mrope": "default"}.get(kind, kind) if isinstance(kind, str) else None
-    known = _rope_types(launch.read(ROPE))
-    if kind is None or not known or kind in known:
-        return None
-    fix = f"use a drafter whose config.json gives a RoPE type this vLLM's get_rope builds ({', '.join(known)})"
-    return f"its RoPE type '{escaped(kind)}' is none the tree's get_rope builds", fix
-
-
-def _rope_types(source: bytes | None) -> list[str]:
-    """The RoPE types get_rope has a branch for (`scaling_type == "yarn"`, `scaling_type in [...]`), in order."""
-    tree = python_tree(source)
-    functions = [node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)] if tree else []
-    tests = [n for f in functions if f.name == "get_rope" for n in ast.walk(f) if isinstance(n, ast.Compare)]
-    found = [
-        node.value
-        for test in tests
-        if names(test.left) == {"scaling_type"} and isinstance(test.ops[0], ast.Eq | ast.In)
-        for node in ast.walk(test.comparators[0])
-        if isinstance(node, ast.Constant) and isinstance(node.value, str)
-    ]
-    return list(dict.fromkeys(found))
-
-
-def _activation_refused(launch) -> tuple[str, str] | None:
-    """The EAGLE-3 drafter's layers are llama.py's, whose LlamaMLP raises for any hidden_act but the one
-    it names (silu in 0.16.0): (what fails, fix) when the drafter's config.json gives another, else None."""
-    act = launch.drafter.config.get("hidden_act")
-    if act is None:
-        return None  # absent: the config class's default (silu for Llama); null: null_refused's
-    taken = _mlp_activation(launch.read(LLAMA))
-    if taken is None or act == taken:
-        return None
-    act = act if isinstance(act, str) else repr(act)  # LlamaMLP compares any value to the name
-    fix = f"use an EAGLE-3 drafter trained with hidden_act {taken}, the only one this vLLM's drafter layer takes"
-    return f"its hidden_act '{escaped(act)}' is not {taken}, the only activation llama.py's LlamaMLP takes", fix
-
-
-def _layer_types_refused(launch) -> tuple[str, str] | None:
-    """llama.py's LlamaAttention indexes a non-empty layer_types by the draft layer (llama_eagle3.py's
-    target_layer_count makes it count from 0) and asserts the index is in it: (what fails, fix) when the
-    drafter's config.json gives fewer entries than its layers, or no list; None where vLLM reads none (an
-    empty or absent one) or the tree does not show that rule."""
-    config = launch.drafter.config
-    given, layers = config.get("layer_types"), config.get("num_hidden_layers")
-    if not given or not whole(layers) or layers <= 0 or (isinstance(given, list | str) and len(given) >= layers):
-        return None  # a string is indexed by character: long enough, it builds
-    shown = LAYER_TYPES_RULE in (launch.read(LLAMA) or b"") and DRAFT_LAYERS in (launch.read(EAGLE3_DRAFTER) or b"")
-    if not shown:
-        return None
-    fix = f"give the drafter's config.json layer_types one entry a layer ({layers}), or drop layer_types"
-    if not isinstance(given, list):
-        return "its layer_types is no list (llama.py's LlamaAttention reads one entry a layer)", fix
-    entries = f"{len(given)} entr{'y' if len(given) == 1 else 'ies'}"
-    return f"its layer_types gives {entries} for its {layers} layers (llama.py asserts one a layer)", fix
-
-
-def _weights_unfit(launch) -> tuple[str, str] | None:
-    """vLLM loads the drafter's weights into the modules its config.json builds (llama_eagle3.py), after
-    the target's load; a tensor whose shape a module's loader refuses (an assert; a narrow to the size it
-    shards over -tp, where a larger one loads in part), or a layer past its num_hidden_layers (a KeyError),
-    fails the launch. (what fails, fix) for the first; None where none does, or the check cannot tell
-    (_weights_unjudged says why)."""
-    config = launch.drafter.config
-    source = launch.read(EAGLE3_DRAFTER) or b""
-    tensors = _drafter_weights(launch)
-    if not isinstance(tensors, dict) or weights_unjudged(launch, LLAMA_DRAFTER, _layout_unread(launch), tensors):
-        return None  # quantized tensors are packed, with scales: other shapes
-    sizes = _drafter_sizes(config)
-    unfit = [
-        (name, file, shape, taken)
-        for name, (file, shape) in sorted(tensors.items())
-        if (taken := _taken(name, sizes)) is not None and not _fits(shape, taken)
-    ]
-    if not unfit:
-        return _unmapped(launch, tensors, source)
-    name, file, shape, taken = unfit[0]
-    more = f" (and {len(unfit) - 1} more)" if len(unfit) > 1 else ""
-    if isinstance(taken, int):
-        why = f"its weights hold {escaped(name)} ({escaped(file)}), past its num_hidden_layers {taken}{more}"
-        return (
-            why,
-            "give the drafter's config.json the num_hidden_layers its weights hold, or the config saved with them",
-        )
-    wanted = ", ".join(f"at least {size}" if least else str(size) for size, least in taken)
-    why = f"its weights' {escaped(name)} is {shape} ({escaped(file)}), where its config.json builds [{wanted}]{more}"
-    return why, "give the drafter the config.json saved with its weights (this one's sizes do not build them)"
-
-
 def _weights_unjudged(launch) -> list[Finding]:
     """A cannot-judge finding for a registered drafter whose weights no rule here holds (another drafter
     class, a llama_eagle3.py of another layout, quantized or torch weights); none for a tree without the file."""
@@ -719,185 +594,8 @@ def _weights_unjudged(launch) -> list[Finding]:
     built = next((name for name in _built_names(launch.drafter) if name in table), None)
     if built is None or launch.read(EAGLE3_DRAFTER) is None:
         return []  # not registered: drafter-architecture fails; no drafter file: a tree of parts
-    unjudged = weights_unjudged(launch, table[built][0], _layout_unread(launch), _drafter_weights(launch))
+    unjudged = weights_unjudged(launch, table[built][0], layout_unread(launch), drafter_weights(launch))
     return [] if unjudged is None else [unjudged]
-
-
-def _drafter_weights(launch) -> dict | str | None:
-    """drafter_tensors', a torch file's state dict read too (torch_names), as vLLM's pt iterator loads it."""
-    method = settled_method(launch.command, launch.drafter, launch.read)
-    tensors = drafter_tensors(launch.command, drafter_load_format(launch.command, launch.read, method))
-    if not isinstance(tensors, TorchFiles):
-        return tensors
-    read = {}
-    for path in tensors.paths:
-        found = torch_tensors(path)
-        if found is None:
-            return tensors  # why: a pickle not read
-        read.update({name: (os.path.basename(path), shape) for name, shape in found.items()})
-    return read
-
-
-def _layout_unread(launch) -> str | None:
-    """Why the tree's llama_eagle3.py is not the layout _weights_unfit reads (0.12-0.18's); None: it is."""
-    source = launch.read(EAGLE3_DRAFTER) or b""
-    if not all(mark in source for mark in WEIGHTS_LAYOUT):
-        return "this vLLM's llama_eagle3.py maps their names otherwise (patchkit reads 0.12-0.18's)"
-    if fc_hidden_states(launch) is None:
-        return "this vLLM's llama_eagle3.py sizes its fc from the drafter's config (not read)"
-    return None
-
-
-def _unmapped(launch, tensors: dict, source: bytes) -> tuple[str, str] | None:
-    """llama_eagle3.py renames each tensor's name and looks it up among the drafter's parameters (a
-    KeyError or ValueError for a name it has none for, after the target's load): (what fails, fix) for
-    names that map to none, as the tree's renames and the config's bias keys build them; None else."""
-    if not all(mark in source for mark in NAMES_LAYOUT):
-        return None
-    llama = launch.read(LLAMA) or b""
-    config = launch.drafter.config
-    layer, top = _built_parameters(config, QKV_BIAS in source, O_BIAS in llama, MLP_BIAS in llama)
-    skipped = (*SKIPPED, *(() if any("d2t" in name for name in tensors) else ("draft_id_to_target_id",)))
-    skipped += () if uses_aux_hidden_states(config) else ("fc.",)
-    unmapped = []
-    for name in sorted(tensors):
-        looked = _looked_up(name, skipped)
-        in_layer = re.fullmatch(r"model\.layers\.\d+\.(.+)", looked or "")
-        if looked is not None and looked not in top and not (in_layer and in_layer[1] in layer):
-            unmapped.append(name)
-    if not unmapped:
-        return None
-    file = tensors[unmapped[0]][0]
-    more = f" (and {len(unmapped) - 1} more)" if len(unmapped) > 1 else ""
-    why = f"its weights hold {escaped(unmapped[0])} ({escaped(file)}){more}, which vLLM's drafter has no parameter for"
-    fix = "give the drafter the config.json saved with its weights, or save them under the names vLLM maps"
-    return why, f"{fix} (midlayer.* or layers.N.*, fc, norm, lm_head, d2t)"
-
-
-def _built_parameters(config: dict, qkv_bias: bool, o_bias: bool, mlp_bias: bool) -> tuple[set[str], set[str]]:
-    """The parameter names llama_eagle3.py's drafter has: a layer's (under model.layers.N., N judged by
-    _taken) and the rest; a bias whose rule the tree does not show counts as built (not judged)."""
-    attention = bool(config.get("attention_bias"))
-    layer = {"self_attn.qkv_proj.weight", "self_attn.o_proj.weight", "mlp.gate_up_proj.weight"}
-    layer |= {"mlp.down_proj.weight", *NORMS}
-    layer |= {"self_attn.qkv_proj.bias"} if attention or not qkv_bias else set()
-    layer |= {"self_attn.o_proj.bias"} if attention or config.get("bias") or not o_bias else set()
-    layer |= {"mlp.gate_up_proj.bias", "mlp.down_proj.bias"} if config.get("mlp_bias") or not mlp_bias else set()
-    inner = ("embed_tokens.weight", "norm.weight", "fc.weight")
-    return layer, {"lm_head.weight", "draft_id_to_target_id", *(f"model.{name}" for name in inner)}
-
-
-STACKED = ((".q_proj", ".qkv_proj"), (".k_proj", ".qkv_proj"), (".v_proj", ".qkv_proj"))
-STACKED += ((".gate_proj", ".gate_up_proj"), (".up_proj", ".gate_up_proj"))
-# names vLLM skips (t2d, mask_hidden, AutoWeightsLoader's rotary buffers); an unquantized drafter's other
-# scales are looked up as any name (a KeyError: measured on 0.16.0), but for the attention's own
-KV_SCALES = tuple(f".{qkv}_{kind}" for qkv in ("q", "k", "v", "kv") for kind in ("scale", "zero_point"))
-SKIPPED = ("mask_hidden", "rotary", "t2d")
-
-
-def _looked_up(name: str, skipped: tuple[str, ...]) -> str | None:
-    """The name llama_eagle3.py's loaders look `name` up by (0.16.0's renames); None: skipped."""
-    if any(part in name for part in skipped) or name.endswith(KV_SCALES):
-        return None  # maybe_remap_kv_scale_name maps a q/k/v scale to the attention's, or skips it
-    if "d2t" in name:
-        looked = name.replace("d2t", "draft_id_to_target_id")
-    elif "lm_head" in name:
-        looked = name
-    else:
-        inner = name.replace("midlayer.", "layers.0.")
-        stacked = next(((part, param) for part, param in STACKED if part in inner), None)
-        looked = "model." + (inner.replace(*stacked) if stacked else inner)
-    return None if any(part in looked for part in skipped) else looked
-
-
-def _drafter_sizes(config: dict) -> dict[str, int | None]:
-    """The sizes the drafter's modules are built with, as vLLM reads its config (None: not given, so
-    not judged here, though LlamaConfig would default it)."""
-    hidden, heads = size(config, "hidden_size"), size(config, "num_attention_heads")
-    head_dim = size(config, "head_dim") or (hidden // heads if hidden and heads else None)
-    kv = size(config, "num_key_value_heads", "num_attention_heads")
-    target = size(config, "target_hidden_size", "hidden_size")
-    return {
-        "hidden": hidden,
-        "q": heads * head_dim if heads and head_dim else None,
-        "kv": kv * head_dim if kv and head_dim else None,
-        "inter": size(config, "intermediate_size"),
-        "vocab": size(config, "vocab_size"),
-        "draft": size(config, "draft_vocab_size", "vocab_size"),
-        "fc": FC_HIDDEN_STATES * target if target and uses_aux_hidden_states(config) else None,
-        "layers": size(config, "num_hidden_layers"),
-    }
-
-
-# each module's weight by its name under a layer: (key of the output size, sharded), (key of the input size,
-# sharded); "in" is the layer's input (2 x hidden size at layer 0); a norm's one dimension is the hidden size
-LAYER_WEIGHTS = {
-    "self_attn.q_proj.weight": (("q", True), ("in", False)),
-    "self_attn.k_proj.weight": (("kv", True), ("in", False)),
-    "self_attn.v_proj.weight": (("kv", True), ("in", False)),
-    "self_attn.o_proj.weight": (("hidden", False), ("q", True)),
-    "mlp.gate_proj.weight": (("inter", True), ("hidden", False)),
-    "mlp.up_proj.weight": (("inter", True), ("hidden", False)),
-    "mlp.down_proj.weight": (("hidden", False), ("inter", True)),
-}
-NORMS = ("input_layernorm.weight", "post_attention_layernorm.weight", "hidden_norm.weight")
-TOP_WEIGHTS = {  # llama_eagle3.py's own modules: replicated or vocabulary-sharded, each dimension exact
-    "d2t": ("draft",),
-    "lm_head.weight": ("draft", "hidden"),
-    "embed_tokens.weight": ("vocab", "hidden"),
-    "fc.weight": ("hidden", "fc"),
-    "norm.weight": ("hidden",),
-}
-
-
-def _taken(name: str, sizes: dict[str, int | None]) -> list[tuple[int, bool]] | int | None:
-    """What vLLM's module takes for the checkpoint tensor `name`: each dimension (size, at least: a
-    dimension sharded over -tp is narrowed, so a larger one loads); an int: the drafter's layer count,
-    which the tensor's layer is past; None: not judged (skipped by vLLM, or a size not given)."""
-    layer = re.fullmatch(r"(?:midlayer|layers\.(\d+))\.(.+)", name)
-    if layer is None:
-        keys: tuple[tuple[str, bool], ...] = tuple((key, False) for key in TOP_WEIGHTS.get(name, ("-",)))
-    else:
-        index = int(layer[1] or 0)
-        if (
-            sizes["layers"] is not None
-            and index >= sizes["layers"]
-            and "scale" not in name
-            and "zero_point" not in name
-        ):
-            return sizes["layers"]
-        hidden = sizes["hidden"]
-        sizes = {**sizes, "in": hidden * (2 if index == 0 else 1) if hidden else None}
-        keys = LAYER_WEIGHTS.get(layer[2]) or ((("hidden", False),) if layer[2] in NORMS else (("-", False),))
-    taken = [(sizes.get(key), least) for key, least in keys]
-    return [(size, least) for size, least in taken if size is not None] if all(s for s, _ in taken) else None
-
-
-def _fits(shape: list[int], taken: list[tuple[int, bool]] | int) -> bool:
-    if isinstance(taken, int):
-        return False
-    return len(shape) == len(taken) and all(
-        dim >= size if least else dim == size for dim, (size, least) in zip(shape, taken, strict=False)
-    )
-
-
-def _mlp_activation(source: bytes | None) -> str | None:
-    """The one activation llama.py's LlamaMLP accepts (`if hidden_act != "silu": raise ...`); None when the
-    file is absent or unreadable, or its LlamaMLP has no such rule (a vLLM that takes more)."""
-    tree = python_tree(source)
-    classes = [node for node in ast.walk(tree) if isinstance(node, ast.ClassDef)] if tree else []
-    for node in (n for cls in classes if cls.name == "LlamaMLP" for n in ast.walk(cls)):
-        test = node.test if isinstance(node, ast.If) else None
-        if (
-            isinstance(test, ast.Compare)
-            and names(test.left) == {"hidden_act"}
-            and isinstance(test.ops[0], ast.NotEq)
-            and isinstance(test.comparators[0], ast.Constant)
-            and isinstance(test.comparators[0].value, str)
-            and any(isinstance(statement, ast.Raise) for statement in node.body)
-        ):
-            return test.comparators[0].value
-    return None
 
 
 def _quant_config_unfound(launch) -> tuple[str, str] | None:
@@ -1004,7 +702,7 @@ def hidden_size(launch) -> Finding:
     table = launch.registry().get(SPECULATIVE_TABLE, {})
     built = next((name for name in _built_names(launch.drafter) if name in table), None)
     llama = built is not None and table[built][0] == LLAMA_DRAFTER  # the assert is llama_eagle3.py's
-    shared = embedding_shared(launch, actual, _drafter_weights(launch)) if wanted == actual and llama else None
+    shared = embedding_shared(launch, actual, drafter_weights(launch)) if wanted == actual and llama else None
     if shared is not None:
         return shared
     message = f"drafter expects hidden size {wanted}, target has {actual}"

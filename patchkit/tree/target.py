@@ -867,12 +867,15 @@ def same_interpreter(python: str | None) -> bool:
         return False
 
 
-def stock_files_command(tree: Path, version: object | None, selection: Options | None = None) -> str:
+def stock_files_command(
+    tree: Path, version: object | None, selection: Options | None = None, *, every: bool = False
+) -> str:
     """The command that puts a tree's stock files back: for a tree `patchkit fetch --dest` laid out
     (its dist-info holds only METADATA and RECORD: no INSTALLER or WHEEL, which installers write),
     laying it out again; for an installed vLLM, reinstalling it. Without `version`, the one the
     tree's own dist-info names: never the word VERSION where the tree says it. `selection`: what
-    the fetch takes (a set's: it then lays out that set's files only)."""
+    the fetch takes (a set's: it then lays out that set's files only); `every`: every file of the
+    release (--all), for files that may be no set's."""
     dirs = vllm_metadata_dirs(tree)
     if version is None and len(dirs) == 1:
         version = dirs[0].name[len("vllm-") :].rsplit(".", 1)[0]
@@ -880,7 +883,10 @@ def stock_files_command(tree: Path, version: object | None, selection: Options |
     exact = [d for d in with_record if version is not None and d.name.lower() == f"vllm-{version}.dist-info".lower()]
     chosen = next(iter(exact or with_record or dirs), None)  # RECORD removed: the dist-info still tells how it came
     if chosen is not None and not any((chosen / name).exists() for name in ("INSTALLER", "WHEEL")):
-        return hints.command("fetch", str(version or "VERSION"), "--dest", str(tree), "--force", chosen=selection)
+        every_file = ["--all"] if every else []
+        return hints.command(
+            "fetch", str(version or "VERSION"), "--dest", str(tree), "--force", *every_file, chosen=selection
+        )
     return hints.pip_reinstall(version)
 
 
