@@ -109,7 +109,11 @@ def _unsplit(launch: Any) -> list[Finding]:
     if config.get("model_type") == "eagle" and isinstance(inner, dict) and "num_attention_heads" not in config:
         config = inner
     tp = launch.command.tensor_parallel_size
-    found = None if tp_refused(launch.target, tp) else heads_unsplit(config, tp, launch.command.uses_mla(config))
+    found = (
+        None
+        if tp_refused(launch.target, tp)
+        else heads_unsplit(config, tp, launch.command.uses_mla(launch.drafter.config, launch.read, eagle=True))
+    )
     if found is None:
         return []
     said = f"drafter '{escaped(launch.drafter.name)}' runs as EAGLE-1 ({_why(launch)}), but {found[0]}"
