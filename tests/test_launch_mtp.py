@@ -85,6 +85,10 @@ def load_weights(model, model_config, loaded_weights, weights_to_load):
             raise ValueError("Following weights were not initialized from checkpoint")
 """,
 }
+# the model types the tree serves as mtp (a method given as one is renamed mtp), of those RULES names
+MTP_TYPES = """
+MTPModelTypes = Literal["deepseek_mtp", "glm4_moe_mtp", "glm4_moe_lite_mtp", "qwen3_next_mtp", "mtp"]
+"""
 # the MTP drafter classes as vLLM 0.16.0's registry maps them to their modules
 MTP_REGISTERED = """_SPECULATIVE_DECODING_MODELS = {
     "DeepSeekMTPModel": ("deepseek_mtp", "DeepSeekMTP"),
@@ -99,7 +103,7 @@ MTP_WEIGHTS = {"model.layers.61.eh_proj.weight": [2, 4], "model.layers.61.enorm.
 def _tree(tmp_path: Path, files: dict[str, str] | None = None) -> tuple[Path, Path]:
     tree, library = write_eagle3_setup(tmp_path)
     with (tree / SPEC).open("a") as spec:
-        spec.write(RULES)
+        spec.write(RULES + MTP_TYPES)
     registry = tree / "vllm" / "model_executor" / "models" / "registry.py"
     registry.write_text(registry.read_text().replace("_SPECULATIVE_DECODING_MODELS = {", MTP_REGISTERED))
     for name, text in {**FILES, **(files or {})}.items():
@@ -517,3 +521,22 @@ def test_a_checkpoint_vllm_serves_as_mtp_under_draft_model_written_is_not_held_t
     said = [f["message"] for f in judged["findings"] if f["check"] == "speculative-config"]
     assert any("drafter's vocab_size 1000 is not the target's 129280" in m for m in said), said
     assert found["draft_model"] == found["mtp"], found
+
+
+def test_a_drafter_type_named_like_mtp_that_the_tree_does_not_list_stays_a_draft_model(tmp_path):
+    """vLLM serves a drafter as mtp only where its model_type is one of the tree's MTPModelTypes: a
+    "qwen3_5_mtp" drafter (0.17's type) under "method": "draft_model" on a tree that does not list it is
+    a draft model, held to draft_model's vocab rule; as a method written, a type the tree lists is mtp."""
+    tree, library = _tree(tmp_path / "tree")
+    with (tree / SPEC).open("a") as spec_file:
+        spec_file.write(METHODS + "\n# self.verify_equal_vocab_size_if_draft_model()\n")
+    write_weights(write_model(tmp_path / "target", V3), {**TARGET_WEIGHTS, **MTP_WEIGHTS})
+    small = {"architectures": ["LlamaForCausalLM"], "model_type": "qwen3_5_mtp", "hidden_size": 7168}
+    drafter = write_model(tmp_path / "q", {**small, "vocab_size": 1000})
+    said = {}
+    for method in ("draft_model", "deepseek_mtp"):
+        spec = {"method": method, "model": str(drafter), "num_speculative_tokens": 1}
+        judged = speculative_launch(tree, library, tmp_path / "target", spec)
+        said[method] = [f["message"] for f in judged["findings"] if f["result"] == "fail"]
+    assert any("drafter's vocab_size 1000 is not the target's 129280" in m for m in said["draft_model"]), said
+    assert all("vocab_size 1000" not in m for m in said["deepseek_mtp"]), said  # mtp: not draft_model's rule

@@ -40,6 +40,7 @@ from patchkit.engine.guard import (
     STALE_BYTECODE,
     SYMLINKED,
     UNHELD,
+    UNHELD_WHEEL,
     UNKNOWN_GUARD,
     UNRECORDED_GUARD,
     is_installed,
@@ -183,6 +184,9 @@ class TreeStatus(Value):
     # an older patchkit's --patch records the guard refuses (no "held" mark): the set each breaks (held.py;
     # None: none, any apply marks it held; "": cannot be judged)
     unheld_breaks: dict[str, str | None] = field(default_factory=dict)
+    # an older patchkit's `wheel --patch` build the guard refuses: the set its files break (held.py;
+    # None: none, any apply records it held; "": cannot be judged)
+    wheel_breaks: str | None = ""
 
     def fix_command(self, verb: str, *args: str) -> str:
         """`hints.command` for a fix: without --set where the set's files came with a wheel of
@@ -284,6 +288,8 @@ class TreeStatus(Value):
     def _unheld_fix(self) -> str | None:
         """The fix of an older patchkit's --patch apply the guard cannot judge: this patchkit's apply of
         the same files holds them to the sets' contracts, and records them held or names the set they break."""
+        if any(UNHELD_WHEEL in problem for problem in self.guard):
+            return self._unheld_wheel_fix()
         if not any(UNHELD in problem for problem in self.guard) or self.record is None:
             return None
         unheld = [e for e in self.record.entries if is_adhoc(e.set_name) and not e.held]
@@ -305,6 +311,22 @@ class TreeStatus(Value):
             f"run {apply} (it holds the diffs to the sets' contracts: they are recorded held, or refused with "
             f"the set they break named), or undo them: {revert}"
         )
+
+    def _unheld_wheel_fix(self) -> str:
+        """The fix of an older patchkit's `wheel --patch` build the guard cannot judge: this patchkit's
+        apply holds its files to the sets' contracts and records it held; one that breaks a set goes
+        by revert (the wheel's files back to stock), then the whole set."""
+        revert = hints.command("revert", chosen=_without_a_set())
+        if self.wheel_breaks:
+            whole = hints.command("apply", chosen=replace(hints.current(), adhoc=(), set_name=self.wheel_breaks))
+            return (
+                f"run {revert} (it puts back the stock files of the wheel's, which leave set "
+                f"{self.wheel_breaks} half-applied), then {whole}"
+            )
+        if self.wheel_breaks is None:
+            apply = hints.command("apply", chosen=_without_a_set())
+            return f"run {apply} (it records the wheel held: its patches break no set's contract)"
+        return f"run {revert} (it puts the wheel's files back to stock: no library at hand judges them)"
 
     def _dist_info_fix(self) -> str | None:
         """The fix of a refusal for vLLM's dist-info: several (apply refuses until one is left), or none
@@ -634,10 +656,13 @@ def _other_library(
 
 def _older_wheel_series(resolved: Resolved, fields: dict[str, Any]) -> None:
     """A patched wheel's install whose series of the set is an earlier library's (its own texts
-    judge it): the patches the library changed since, into `fields`, with revert as the fix."""
-    changed = installed_wheel_reader().earlier_series(resolved.target.root, resolved.set_name)
+    judge it): the patches the library changed since, into `fields`, with apply as the fix (a set that
+    shares a file with another set of the wheel: revert first, it reverts them together)."""
+    reader = installed_wheel_reader()
+    changed = reader.earlier_series(resolved.target.root, resolved.set_name)
     if changed:
-        fields.update(other_library=changed, updatable=False, from_wheel=True)
+        one = reader.updates_in_one_step(resolved.target.root, resolved.set_name)
+        fields.update(other_library=changed, updatable=one, from_wheel=True)
 
 
 def _unrefused(linked: list[str], refused: list[str]) -> list[str]:
@@ -840,7 +865,23 @@ def _guard_fields(
         **_hanging(root, state),
         "symlink_fix": _symlink_fix(root, refused, state),
         "unheld_breaks": _unheld_breaks(root, state, version) if any(UNHELD in p for p in refused) else {},
+        "wheel_breaks": _wheel_breaks(root, version) if any(UNHELD_WHEEL in p for p in refused) else "",
     }
+
+
+def _wheel_breaks(root: Path, version: Version | None) -> str | None:
+    """TreeStatus.wheel_breaks: the installed `wheel --patch` build judged by the library at hand on the tree."""
+    try:
+        sets = tuple(load_library(locate(hints.current().library).path).values())
+    except PatchkitError:
+        sets = ()
+
+    def read(path: str) -> bytes | None:
+        return read_file(root / path, follow_symlinks=False)
+
+    held = import_module("patchkit.engine.held")  # as _unheld_breaks: no start-up path parses contracts
+    judged: tuple[str, str | None] | None = held.wheel_breaks(root, sets, version, read)
+    return "" if judged is None else judged[1]
 
 
 def _unheld_breaks(root: Path, state: State | None, version: Version | None) -> dict[str, str | None]:
