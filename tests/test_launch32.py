@@ -5,11 +5,12 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
-from helpers import run_cli_read_only
+from helpers import run_cli_in_process, run_cli_read_only
 from launch_fixtures import (  # noqa: F401  (the fixture `setup`)
     DEEPSEEK_V3,
     DRAFTER,
@@ -22,6 +23,7 @@ from launch_fixtures import (  # noqa: F401  (the fixture `setup`)
 )
 
 from patchkit.launch.command import parse
+from patchkit.tree import target
 
 
 def preflight_notes(tree: Path, lib: Path, *launch: str) -> tuple[int, list[str], list[str]]:
@@ -279,3 +281,32 @@ def test_a_tool_parser_plugin_of_its_own_leaves_the_set_unused_and_one_unread_is
         assert done.returncode == 0 and len(tree_state) == 1, done.stdout
         assert "may build on a tool parser the tools set patches, which is not applied here" in tree_state[0]["message"]
         assert not any("tools" in note for note in document["notes"] if note.startswith("not used")), document
+
+
+# --- F4: a launch's Python that does not answer which pycache prefix it sets: cannot judge -------------
+
+
+def test_a_launch_python_that_does_not_say_its_pycache_prefix_in_time_leaves_the_bytecode_unjudged(
+    tmp_path, monkeypatch
+):
+    """review41a F4: the launch's start-up (a sitecustomize its PYTHONPATH adds, which may set a prefix)
+    never ends, so the question goes unanswered: tree-state says cannot judge, naming the time and the
+    start-up code, not a silent pass on the static scan's answer."""
+    monkeypatch.setattr(target, "LAUNCH_QUESTION", 3.0)
+    monkeypatch.setattr(target, "LAUNCH_BUDGET", 9.0)
+    slow = tmp_path / "slow"
+    slow.mkdir()
+    (slow / "sitecustomize.py").write_text("import time\ntime.sleep(300)\n")
+    tree, lib = write_eagle3_setup(tmp_path)
+    applied(tree, lib)
+    launch = serve(write_model(tmp_path / "t", DEEPSEEK_V3), write_model(tmp_path / "d", DRAFTER))
+    launch = ["env", f"PYTHONPATH={slow}", sys.executable, "-m", "vllm.entrypoints.cli.main", *launch[1:]]
+    done = run_cli_in_process(
+        "preflight", "--no-import", "--target", tree, "--patches", lib, "--format", "json", "--", *launch
+    )
+    unjudged = [
+        f for f in json.loads(done.stdout)["findings"] if f["check"] == "tree-state" and f["result"] == "cannot judge"
+    ]
+    assert len(unjudged) == 1, done.stdout
+    assert "asked which pycache prefix its start-up code sets, gave no answer" in unjudged[0]["message"]
+    assert "within 3 s" in unjudged[0]["message"] and str(slow / "sitecustomize.py") in unjudged[0]["fix"], unjudged

@@ -2665,7 +2665,8 @@ def test_a_short_drafter_rotary_table_fails_under_auto_fit_where_it_starts_from_
     setup, tmp_path, given, fitted
 ):
     """--max-model-len auto/-1 is the target's derived length on trees whose model.py starts there (the engine
-    lowers it only where the KV cache cannot hold it): a short drafter table is no silent pass."""
+    lowers it only where the KV cache cannot hold it): a short drafter table is no silent pass, and the
+    words say vLLM picks the length by the memory free at start (review41a F10)."""
     tree, library, _ = setup
     assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     (tree / "vllm" / "model_executor" / "models" / "llama.py").write_text(LLAMA_ROPE_TABLE)
@@ -2679,8 +2680,11 @@ def test_a_short_drafter_rotary_table_fails_under_auto_fit_where_it_starts_from_
     assert_clean_failure(done, 1)
     finding = findings(done)["drafter-architecture"]
     assert "its rotary table holds 2048 positions" in finding["message"], finding
-    assert "up to max_model_len 163840:" in finding["message"], finding
-    assert finding["fix"].startswith("give --max-model-len 2048"), finding
+    assert (
+        "up to the max_model_len vLLM picks at start by the GPU memory free (auto; at most the target's 163840): "
+        "where that is above 2048, the first request past 2048 tokens crashes the engine"
+    ) in finding["message"], finding
+    assert finding["fix"].startswith("give --max-model-len 2048 in place of auto"), finding
 
 
 @pytest.mark.parametrize("where", ["llama.py", "speculative.py"])
@@ -2891,6 +2895,50 @@ def test_a_drafter_sliding_layer_vllm_cannot_build_or_serve_fails(setup, tmp_pat
     mla = "give the drafter's layer_types full_attention: an MLA target has no sliding window"
     other = "set sliding_window in the drafter's config.json" if says == "cannot judge: " else SLIDING_FIX
     assert says is None or finding["fix"].startswith(mla if "kv_lora_rank" in target else other), finding
+
+
+# vLLM's is_deepseek_mla as 0.16-0.21 write it (abridged): MLA only for the model types it lists
+IS_DEEPSEEK_MLA = """
+class ModelArchConfigConvertorBase:
+    def is_deepseek_mla(self) -> bool:
+        if not hasattr(self.hf_text_config, "model_type"):
+            return False
+        elif self.hf_text_config.model_type in ("deepseek_v2", "deepseek_v3", "kimi_k2"):
+            return self.hf_text_config.kv_lora_rank is not None
+        elif self.hf_text_config.model_type == "eagle":
+            return (
+                self.hf_text_config.model.model_type in ("deepseek_v2", "deepseek_v3")
+                and self.hf_text_config.kv_lora_rank is not None
+            )
+        return False
+"""
+MLA_RULE = "vllm/transformers_utils/model_arch_config_convertor.py"
+
+
+@pytest.mark.parametrize(
+    ("target", "rule", "mla"),
+    [
+        ({"kv_lora_rank": 512}, IS_DEEPSEEK_MLA, True),  # deepseek_v3: listed
+        (
+            {"model_type": "llama", "kv_lora_rank": 512},
+            IS_DEEPSEEK_MLA,
+            False,
+        ),  # not listed: vLLM's attention is not MLA
+        ({"model_type": "llama", "kv_lora_rank": 512}, None, True),  # the rule not read: any kv_lora_rank
+        ({"model_type": "deepseek_v3", "kv_lora_rank": None}, IS_DEEPSEEK_MLA, True),  # left out: the class's 512
+    ],
+)
+def test_an_mla_target_is_told_by_the_trees_own_rule(setup, tmp_path, target, rule, mla):
+    """review41a F1: vLLM's is_deepseek_mla counts MLA only for the model types it lists (a kv_lora_rank
+    besides); patchkit took any kv_lora_rank. The sliding-layer-under-MLA rule follows the tree's rule."""
+    sources = {"vllm/model_executor/layers/attention/attention.py": MLA_ASSERT, **({MLA_RULE: rule} if rule else {})}
+    tree, library = drafter_attention_tree(setup, sources)
+    model = write_model(tmp_path / "target", {k: v for k, v in {**DEEPSEEK_V3, **target}.items() if v is not None})
+    config = {**DRAFTER, "max_position_embeddings": 163840, "layer_types": ["sliding_attention"], "sliding_window": 128}
+    done = preflight(tree, library, *serve(model, write_model(tmp_path / "drafter", config)))
+    finding = findings(done)["drafter-architecture"]
+    assert ("an MLA target" in finding["message"]) is mla, finding
+    assert done.returncode == (1 if mla else 0), done.stdout
 
 
 # get_rope's range check and patch_rope_parameters' names, as 0.13-0.34 write them

@@ -515,7 +515,7 @@ def drafter_architecture(launch) -> Finding:
         # llama.py's rules hold only for the drafter class built of its layers (0.22+ has other EAGLE-3 drafters)
         # llama.py's layers read the drafter's config class's defaults where its config.json is silent
         defaults = _drafter_defaults(launch) if table.get(built, ("",))[0] == LLAMA_DRAFTER else None
-        mla = launch.command.uses_mla(launch.target.text_config)
+        mla = launch.command.uses_mla(launch.target.text_config, launch.read)
         sliding = lambda launch: sliding_unbuilt(launch, defaults, mla)  # noqa: E731
         llama = (null_refused, mlp_unsplit, activation_refused, rope_unknown, partial_refused, layer_types_refused)
         llama = (*llama, sliding)

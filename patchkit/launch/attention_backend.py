@@ -45,11 +45,15 @@ def attention_backend_refused(launch: LaunchContext) -> tuple[str, str] | None:
     cache blocks (the older 0006 gave FlashInfer on Blackwell, which CUTLASS_MLA's do not suit). (what
     fails, fix), else None."""
     named = _attention_backend(launch)
-    if named is None or not launch.command.uses_mla(launch.target.text_config):
+    if named is None or not launch.command.uses_mla(launch.target.text_config, launch.read):
         return None  # none named, or a non-MLA target: the target's own build refuses an MLA backend first
     source, undo, name = named
     drafter = launch.drafter.config if launch.drafter is not None else {}
-    if launch.command.uses_mla(drafter) or not _mla_backend(launch, name) or not _cuda_build(launch):
+    if (
+        launch.command.uses_mla(drafter, launch.read, eagle=True)
+        or not _mla_backend(launch, name)
+        or not _cuda_build(launch)
+    ):
         return None
     if (unshared := _layers_unserved(launch.read, name)) is None:
         return None

@@ -27,6 +27,7 @@ from patchkit.base import hints
 from patchkit.base.errors import BadInput, TargetError, escaped
 from patchkit.base.values import Value
 from patchkit.launch.interpreter import cannot_tell, exec_search, read_python_options, script_python
+from patchkit.launch.mla import Reader, deepseek_mla
 from patchkit.launch.models import redirected
 from patchkit.launch.serve_parser import read as read_arguments
 from patchkit.launch.serve_parser import spec_for
@@ -94,14 +95,15 @@ class LaunchCommand(Value):
         os.environ decodes every variable, and a `run` of three sets asked ~45 times."""
         return {} if self.clean_env else {k: v for k, v in os.environ.items() if k not in self.unset}
 
-    def uses_mla(self, config: dict[str, Any]) -> bool:
-        """vLLM's use_mla for a model config, as its is_deepseek_mla reads it: a kv_lora_rank, unless the
-        launch's VLLM_MLA_DISABLE says otherwise."""
+    def uses_mla(self, config: dict[str, Any], read: Reader | None = None, *, eagle: bool = False) -> bool:
+        """vLLM's use_mla for a model config: its is_deepseek_mla, by the tree's rule where `read` shows it
+        (patchkit/launch/mla.py; `eagle`: a drafter under eagle or eagle3), unless the launch's
+        VLLM_MLA_DISABLE says otherwise."""
         try:
             disabled = int_flag(self.environ, MLA_DISABLE)
         except ValueError:  # vLLM raises reading it, at start (the vllm-environment finding)
             disabled = False
-        return config.get("kv_lora_rank") is not None and not disabled
+        return not disabled and deepseek_mla(config, read, eagle=eagle)
 
     @property
     def sets_search_path(self) -> bool:

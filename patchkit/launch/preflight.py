@@ -95,6 +95,7 @@ from patchkit.tree.target import (
     from_interpreter,
     launch_prefix,
     names_of,
+    prefix_unanswered,
     startup_code,
 )
 
@@ -346,8 +347,7 @@ def preflight(
     result = PreflightResult(command, tree_state=str(status.state), launched=command)
     needed = needs.needs(resolved.set_name)
     result.findings += tree_findings(resolved, status, needs, result)
-    stale = prefix_findings(resolved, status, command) if (needed or needs.guard_runs) and result.ok else []
-    result.findings = stale or result.findings  # in place of the passing tree-state finding
+    result.findings = _with_prefix_judged(resolved, status, command, result.findings, needed or needs.guard_runs)
     result.findings += _parser_findings(resolved, command)
     try:
         target, drafter, served, command = _models(command, result.missing)
@@ -447,14 +447,50 @@ def command_prefix(root: Path, command: LaunchCommand) -> str:
     interpreter's start-up sets, asked in the launch's environment (`env VAR=...`, `env -i`, `-C DIR`)
     and with its options (a .pth line may read any variable it gives), else the command's (-X
     pycache_prefix, PYTHONPYCACHEPREFIX)."""
+    return launch_prefix(root, _launch_of(command))
+
+
+def _launch_of(command: LaunchCommand) -> Launch:
+    """The launch as far as the pycache prefix it reads bytecode under goes (tree/target.py's Launch)."""
     given = command.pycache_prefix()
     try:
         python, options = command.launch_python()
     except TargetError:  # not found: its exec fails by itself, and no start-up of it is asked
-        return launch_prefix(root, Launch(None, {}, [], "", None, False, given))
+        return Launch(None, {}, [], "", None, False, given)
     changed = command.clean_env or bool(command.env or command.unset or command.cwd)
     cwd, first = command.working_directory(), command.first_path()
-    return launch_prefix(root, Launch(python, command.environ, options, cwd, first, changed, given))
+    return Launch(python, command.environ, options, cwd, first, changed, given)
+
+
+def _with_prefix_judged(
+    resolved: Resolved, status: TreeStatus, command: LaunchCommand, findings: list[Finding], judged: bool
+) -> list[Finding]:
+    """The tree findings with the bytecode under the launch's pycache prefix judged, where the launch needs
+    the set or the guard runs (`judged`): stale bytecode there in place of the passing ones, or a prefix
+    its Python did not say in time as "cannot judge"."""
+    if not judged:
+        return findings
+    stale = prefix_findings(resolved, status, command) if all(f.ok for f in findings) else []
+    unasked = None if stale else prefix_unasked(resolved, command)
+    return stale or findings + ([unasked] if unasked is not None else [])
+
+
+def prefix_unasked(resolved: Resolved, command: LaunchCommand) -> Finding | None:
+    """Cannot judge the bytecode under a pycache prefix the launch's start-up may set, when its Python,
+    asked which, did not answer in time (the prefix was then taken from the static scan of its site)."""
+    launch = _launch_of(command)
+    why = prefix_unanswered(resolved.target.root, launch)
+    if why is None or launch.python is None:
+        return None
+    said = (
+        f"the launch's Python, asked which pycache prefix its start-up code sets, gave no answer ({why}): stale "
+        "bytecode under a prefix that code sets is not judged (the launch runs the same start-up)"
+    )
+    fix = _slow_start_fix(resolved, command, launch.python, launch.options)
+    gives = (
+        fix or "make the start-up code of the launch's Python (its site's .pth files, sitecustomize) finish promptly"
+    )
+    return cannot_judge(TREE, said, gives)
 
 
 def prefix_findings(resolved: Resolved, status: TreeStatus, command: LaunchCommand) -> list[Finding]:
