@@ -5,6 +5,7 @@ command refuses with a hint, and the commands the hint names really bring the tr
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -181,3 +182,30 @@ def test_an_apply_cut_short_offline_names_a_fetch_that_lays_out_the_lost_file(tm
         done = _patchkit(*words[1:])
         assert done.returncode == 0, done.stdout + done.stderr
     assert _tree_files(tree) == stock and not (tree / ".patchkit/journal.json").exists()
+
+
+def test_a_lost_original_of_an_older_guard_leaves_no_guard_and_names_apply(applied):
+    """An apply replacing an older patchkit's guard, cut short after the replace, its saved copy of the
+    older guard then lost: nothing makes that original again (it is no guard of this patchkit's), and
+    the hint's fetch of the stock files lays out no guard. The rollback removes the file instead (the
+    guard only stops guarding: status says so) and names the apply that installs this patchkit's."""
+    tree, diff, _stock = applied
+    guard = tree / "patchkit_guard.py"
+    own = guard.read_bytes()
+    older = own + b"# an older patchkit's guard\n"
+    guard.write_bytes(older)
+    record = json.loads((tree / ".patchkit/state.json").read_text())
+    record["guard"]["patchkit_guard.py"] = sha256(older)
+    (tree / ".patchkit/state.json").write_text(json.dumps(record))
+    _crash_after_the_first_replace(tree, ["apply", "--target", tree, "--patch", diff, "--no-import"], guard.name, own)
+    (tree / ".patchkit/objects" / sha256(older)).unlink()
+    done = _patchkit("status", "--target", tree, "--patch", diff)
+    said = " ".join(done.stderr.split())
+    assert done.returncode in (0, 1), done.stdout + done.stderr
+    assert "the launch guard's 1 file(s) it replaced removed, not restored (the saved original is damaged" in said
+    assert not guard.exists() and not (tree / ".patchkit/journal.json").exists()
+    [apply] = [c for c in re.findall(r"`([^`]+)`", said) if c.startswith("patchkit apply")]
+    again = _patchkit(*shlex.split(apply)[1:], "--no-import")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert guard.read_bytes() == own
+    assert _patchkit("status", "--target", tree, "--patch", diff).returncode == 0

@@ -650,14 +650,20 @@ class _Count(Value):
     restored: int = 0
     removed: int = 0
     guard_removed: int = 0  # a guard file whose original the journal may not choose (UNVOUCHED): not created by it
+    guard_lost: int = 0  # a guard file whose original is lost (LOST_GUARD): removed, not restored
 
     def said(self) -> str:
         parts = [f"{self.restored} file(s) restored"] if self.restored else []
         parts += [f"{self.removed} file(s) it had created removed"] if self.removed else []
         parts += [_GUARD_REMOVED.format(self.guard_removed, hints.command("apply"))] if self.guard_removed else []
+        parts += [_GUARD_LOST.format(self.guard_lost, hints.command("apply"))] if self.guard_lost else []
         return ", ".join(parts) or "no file had changed yet"
 
 
+_GUARD_LOST = (
+    "the launch guard's {} file(s) it replaced removed, not restored (the saved original is damaged or missing, and "
+    "is not this patchkit's guard): {} installs this patchkit's guard"
+)
 _GUARD_REMOVED = (
     "the launch guard's {} file(s) it replaced removed, not restored (no seal of this user's vouches for the "
     "guard's bytes the journal names): {} installs this patchkit's guard"
@@ -816,6 +822,8 @@ def _unrestorable_directory(root: Path, entry: JournalEntry) -> str | None:
 
 # a journal entry's key, in memory only: the guard original a journal not sealed by this user names
 UNVOUCHED = "unvouched_before"
+# the same for a guard original that is lost (and no guard of this patchkit's): the file is removed
+LOST_GUARD = "lost_before"
 
 
 def _guard_original(path: str, digest: str) -> str | None:
@@ -844,7 +852,9 @@ def _needed_originals(
             needed[entry["before"]] = read_object(root, entry["before"])
         except BadInput:
             again, how = _rebuilt_original(root, journal, entry)
-            if again is None:
+            if again is None and GUARD_PATH.fullmatch(entry["path"]):  # it only stops guarding; apply puts it back
+                entry[LOST_GUARD], entry["before"] = entry["before"], None
+            elif again is None:
                 lost.append(entry["path"])
             else:
                 needed[entry["before"]] = again
@@ -1221,6 +1231,8 @@ class _Undoing:
             full.unlink(missing_ok=True)  # gone already when kept aside
             if UNVOUCHED in entry:
                 self.count.guard_removed += 1
+            elif LOST_GUARD in entry:
+                self.count.guard_lost += 1
             else:
                 self.count.removed += 1
             self.changed.add(full.parent)
