@@ -239,3 +239,13 @@ def test_an_eagle1_heads_class_is_not_known_where_the_renaming_or_its_auto_map_i
         ]
         assert [f["result"] for f in found] == ["cannot judge"] and why in found[0]["message"], (where, found)
         assert found[0]["fix"] == "check that vLLM's registry holds EagleLlamaForCausalLM", found
+
+
+def test_a_separate_mtp_checkpoint_whose_heads_tp_does_not_divide_fails(tmp_path):
+    """Under method mtp a checkpoint of its own is built in the target's tensor-parallel group as an
+    EAGLE-1 head is: -tp 4 does not divide its 6 heads (MLA: its KV heads are not split); -tp 2 does."""
+    [found] = _heads(tmp_path / "four", SIX_HEADS, "4", "mtp")
+    assert not found["ok"] and "(method mtp, a checkpoint of its own)" in found["message"], found
+    assert "its 6 attention heads do not divide by -tp 4" in found["message"], found
+    assert found["fix"].startswith("give a -tp that divides the drafter's heads"), found
+    assert _heads(tmp_path / "two", SIX_HEADS, "2", "mtp") == []

@@ -19,6 +19,7 @@ from patchkit.launch.drafter_heads import heads_unsplit
 from patchkit.launch.eagle_one_weights import weights_unjudged
 from patchkit.launch.findings import Finding, cannot_judge
 from patchkit.launch.method import settled_method
+from patchkit.launch.mtp_heads import mtp_heads_findings
 from patchkit.launch.target_heads import tp_refused
 
 EAGLE_CONFIG = "vllm/transformers_utils/configs/eagle.py"
@@ -44,8 +45,8 @@ def eagle1_findings(launch: Any) -> list[Finding]:
         return []
     archs = [a for a in drafter.architectures if isinstance(a, str)]
     if method != "eagle" or not any(a.startswith("Eagle3") or a.endswith("Eagle3") for a in archs):
-        eagle1 = _eagle1_head(launch, archs) if method == "eagle" else []
-        return eagle1 + _width_findings(launch, method)  # an EAGLE-1 drafter, an MTP one, or one of no kind said
+        heads = _eagle1_head(launch, archs) if method == "eagle" else mtp_heads_findings(launch)
+        return heads + _width_findings(launch, method)  # an EAGLE-1 drafter, an MTP one, or one of no kind said
     head = f"drafter '{escaped(drafter.name)}' is an EAGLE-3 head, but vLLM runs it as EAGLE-1 ({_why(launch)})"
     if drafter.config.get("model_type") == "eagle":
         built = archs  # a config of vLLM's own EAGLEConfig is not renamed

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from launch_fixtures import write_model, write_weights
+from launch_fixtures import eagle3_tensors, write_model, write_weights
 from vllm_overlay import (
     TINY_DEEPSEEK_V3,
     TINY_DRAFTER,
@@ -255,3 +255,22 @@ def test_vllm_builds_and_loads_an_eagle1_head_and_fails_one_whose_weights_its_co
             assert found.ok and "EagleLlamaForCausalLM" in found.message, (name, found)
         else:
             assert not found.ok and refused in found.message, (name, found)
+
+
+def test_under_tp_the_drafter_is_built_again_as_rank_0_and_a_size_tp_does_not_split_fails(tmp_path: Path):
+    """-tp 4: vLLM builds the drafter in the target's tensor-parallel group, each rank a shard; the build
+    whole passes an intermediate_size of 510, which 4 ranks do not split (MergedColumnParallelLinear
+    asserts it, building): built again as rank 0 of 4, it fails; 512 passes."""
+    target = str(write_model(tmp_path / "target", TINY_LLAMA))
+    made = {}
+    for size in (512, 510):
+        config = {**DRAFTER, "intermediate_size": size}
+        write_weights(write_model(tmp_path / str(size), config), eagle3_tensors(256, 128, size, 500, 256, 1000))
+        made[size] = str(tmp_path / str(size))
+    four = ASK.replace('"--max-model-len", "512"]', '"--max-model-len", "512", "-tp", "4"]')
+    said = ask_vllm(four, target, *made.values())
+    assert isinstance(said, dict)
+    good, split = (drafter_finding(said[made[size]]) for size in (512, 510))
+    assert good is not None and good.ok and good.judged and "as rank 0 of -tp 4" in good.message, said[made[512]]
+    assert split is not None and not split.ok and "output_size % self.tp_size == 0" in split.message, said[made[510]]
+    assert "with -tp 4" in split.message, split

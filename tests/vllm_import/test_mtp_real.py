@@ -10,7 +10,7 @@ import os
 import textwrap
 
 import pytest
-from vllm_overlay import REFUSED, ask_vllm, site_packages
+from vllm_overlay import REFUSED, ask_vllm, preflight_findings, site_packages
 
 from patchkit.launch.command import parse
 from patchkit.launch.engine import tree_reader
@@ -144,3 +144,28 @@ def test_each_mtp_drafters_weight_rule_read_is_vllms():
             wanted = tuple(f"{p}{61 + i}." for i in range(n) for p in prefixes)
             ours = [name.startswith(wanted) or (anywhere and any(w in name for w in wanted)) for name in RULE_NAMES]
             assert ours == asked[f"{module}/{n}"], (module, n, ours)
+
+
+def test_a_separate_mtp_checkpoint_whose_heads_tp_does_not_divide_is_refused_as_vllm_refuses_it(tmp_path):
+    """vLLM verifies the draft ModelConfig with the draft tensor-parallel size (-tp) at start: a DeepSeek-V3
+    checkpoint of its own with 6 heads under -tp 4 is refused, one with 8 is taken; the static finding agrees."""
+    (tmp_path / "target").mkdir()
+    (tmp_path / "target" / "config.json").write_text(json.dumps(DEEPSEEK_V3))
+    cases = {}
+    for heads in (6, 8):
+        model = tmp_path / f"heads{heads}"
+        model.mkdir()
+        (model / "config.json").write_text(json.dumps({**DEEPSEEK_V3, "num_attention_heads": heads}))
+        cases[str(heads)] = (
+            str(tmp_path / "target"),
+            {"method": "mtp", "model": str(model), "num_speculative_tokens": 1},
+        )
+    on_four = REFUSED.replace("skip_tokenizer_init=True", "skip_tokenizer_init=True, tensor_parallel_size=4")
+    refused = ask_vllm(on_four, json.dumps(cases))
+    assert isinstance(refused, dict) and refused["8"] is None, refused
+    assert "Total number of attention heads (6) must be divisible by tensor parallel size (4)" in str(refused["6"])
+    for name, (target, spec) in cases.items():
+        found = preflight_findings("vllm", "serve", target, "-tp", "4", "--speculative-config", json.dumps(spec))
+        said = [f for f in found if f["check"] == "drafter-architecture" and not f["ok"]]
+        assert bool(said) == (refused[name] is not None), (name, said)
+        assert all("refuses the launch at start" in f["message"] for f in said), said
