@@ -111,6 +111,15 @@ def open_library(tree, scratch) -> Path:
 
 
 @pytest.fixture
+def diff_applied(run, tree, tmp_path) -> tuple[Path, Path]:
+    """(tree, patch): `tree` with spec.py patched by one diff (`apply --patch`), and the diff."""
+    patch = tmp_path / "deepseek.diff"
+    patch.write_bytes(helpers.make_patch(tmp_path, tree, {helpers.SPEC: helpers.patched_spec()}))
+    assert run("apply", "--target", tree, "--patch", patch).exit_code == 0
+    return tree, patch
+
+
+@pytest.fixture
 def server():
     """A local package index (index_server.py) that the fetcher's tests publish wheels on."""
     index = IndexServer()

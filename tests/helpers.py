@@ -77,6 +77,44 @@ SPEC = "vllm/config/spec.py"
 MODEL = "vllm/models/model.py"
 EAGLE_MODEL = MODEL_PY.replace("SupportsPP):", "SupportsPP):  # eagle\n")
 
+# The toy set `gated`, eagle3's shape: a whitelist (its gate, read when vLLM builds its config) and a
+# model class that must support what the whitelist admits (its contract.toml: CONTRACT).
+GATED_SPEC = "vllm/config/gate.py"
+GATED_MODEL = "vllm/models/big.py"
+GATED_STOCK_SPEC = textwrap.dedent("""\
+    def verify(model_type):
+        supported = ["llama", "qwen"]
+        if not any(entry in model_type for entry in supported):
+            raise ValueError(model_type)
+    """)
+GATED_STOCK_MODEL = textwrap.dedent("""\
+    from .interfaces import SupportsLoRA
+
+
+    class BigForCausalLM(SupportsLoRA):
+        pass
+    """)
+GATED_WIDE_SPEC = GATED_STOCK_SPEC.replace('"qwen"]', '"qwen", "bigmodel"]')
+GATED_EAGLE_MODEL = GATED_STOCK_MODEL.replace("import SupportsLoRA", "import SupportsEagle3, SupportsLoRA").replace(
+    "(SupportsLoRA)", "(SupportsLoRA, SupportsEagle3)"
+)
+GATED_CONTRACT = textwrap.dedent(f"""\
+    gates = ["{GATED_SPEC}"]
+
+    [[contract]]
+    file = "{GATED_SPEC}"
+    kind = "model-types"
+    function = "verify"
+    variable = "supported"
+    model_types = ["bigmodel"]
+
+    [[contract]]
+    file = "{GATED_MODEL}"
+    kind = "base"
+    class = "BigForCausalLM"
+    base = "SupportsEagle3"
+    """)
+
 
 # The releases the eagle3 set patches (its set.toml's `supported` up to `upstream`): what the
 # release-tier tests fetch and prove it on.
@@ -507,10 +545,8 @@ def hunk_header_mutation(draw, raw: bytes) -> bytes:
 
 
 # vLLM's loader (vllm/plugins/__init__.py): entry_points(group=...), load() each (one that fails
-# to load is logged and left out), call each.
-LOAD_LIKE_VLLM = """
-import sys
-sys.path.insert(0, sys.argv[1])
+# to load is logged and left out) into `plugins`; the scripts below then call each.
+PLUGINS_LOADED = """
 from importlib.metadata import entry_points
 plugins = {}
 for ep in entry_points(group="vllm.general_plugins"):
@@ -518,6 +554,11 @@ for ep in entry_points(group="vllm.general_plugins"):
         plugins[ep.name] = ep.load()
     except Exception as exc:
         print("Failed to load plugin", ep.name, exc, file=sys.stderr)
+"""
+LOAD_LIKE_VLLM = f"""
+import sys
+sys.path.insert(0, sys.argv[1])
+{PLUGINS_LOADED}
 for func in plugins.values():
     func()
 print(sorted(plugins))
@@ -994,3 +1035,29 @@ def mutated(record: object, place: tuple, value: object, *, as_key: bool, drop: 
     else:
         parent[last] = value
     return record
+
+
+def double_ctrl_c_in_the_lock(monkeypatch) -> list[int]:
+    """A Ctrl-C once filelock has locked the file, a second in the release its rollback of that take
+    runs: filelock 4 raises the two together as one BaseExceptionGroup ("lock acquisition cleanup
+    failed"). The signals sent (a filelock that rolls nothing back never sends the second)."""
+    from filelock import FileLock
+
+    real_acquire, real_release = FileLock._acquire, FileLock._release
+    sent: list[int] = []
+
+    def acquire(self):
+        real_acquire(self)
+        if not sent:
+            sent.append(1)
+            os.kill(os.getpid(), signal.SIGINT)
+
+    def release(self):
+        if len(sent) == 1:
+            sent.append(2)
+            os.kill(os.getpid(), signal.SIGINT)
+        real_release(self)
+
+    monkeypatch.setattr(FileLock, "_acquire", acquire)
+    monkeypatch.setattr(FileLock, "_release", release)
+    return sent

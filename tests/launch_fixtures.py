@@ -257,6 +257,17 @@ def eagle3_tensors(
 
 # a drafter trained for Kimi-K2.5: its vocabulary is the target's (DRAFTER's is DeepSeek-V3's)
 KIMI_DRAFTER = {**DRAFTER, "vocab_size": KIMI_K25["text_config"]["vocab_size"]}
+# the EAGLE-1 proposer (EAGLE) as 0.16.0 sizes its buffer (the drafter's hidden size) and fills it (the target's states)
+EAGLE1_FEEDS = """
+class EagleProposer:
+    def __init__(self, vllm_config):
+        self.hidden_size = self.draft_model_config.get_hidden_size()
+
+    def set_inputs_first_pass(self, target_hidden_states, num_tokens):
+        self.hidden_states[:num_tokens] = target_hidden_states
+"""
+# a DeepSeek EAGLE-1 head narrower (128) than its DeepSeek-V3 target (7168)
+DEEPSEEK_EAGLE1 = {**DEEPSEEK_V3, "architectures": ["DeepSeekMTPModel"], "num_hidden_layers": 1, "hidden_size": 128}
 
 
 WEIGHTS = "model.safetensors"  # a name vLLM's DefaultModelLoader globs for (*.safetensors)
@@ -527,6 +538,16 @@ def apply_fix(tree: Path, library: Path, python: str | None = None) -> str:
 
 def applied(tree: Path, library: Path) -> None:
     assert run_cli_judged("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+
+
+def speculative_launch(tree: Path, library: Path, served: Path | str, spec: dict, *extra: str) -> dict:
+    """The JSON document of a static preflight (judged: run_cli_judged) of `vllm serve SERVED
+    --speculative-config SPEC EXTRA...` on `tree` with `library`."""
+    done = run_cli_judged(
+        "preflight", "--target", tree, "--patches", library, "--no-import", "--format", "json",
+        "--", "vllm", "serve", str(served), "--speculative-config", json.dumps(spec), *extra,
+    )  # fmt: skip
+    return json.loads(done.stdout)
 
 
 def applied_finding(tmp_path: Path, files: dict[str, str | None], command: list[str], check: str) -> dict | None:

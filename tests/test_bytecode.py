@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import importlib.util
 import json
 import os
@@ -121,18 +122,42 @@ def test_verify_reports_a_stale_unchecked_pyc_and_leaves_it(run, tmp_path, flag_
     assert pyc.read_bytes() == stale
 
 
-def test_a_pyc_that_cannot_be_rebuilt_is_exit_1_naming_the_file(run, monkeypatch, flag_tree, library):
-    compile_unchecked(flag_tree)
+def test_a_pyc_that_can_be_neither_rebuilt_nor_removed_is_exit_1_naming_the_file(run, monkeypatch, flag_tree, library):
+    pyc = compile_unchecked(flag_tree)
 
     def refuse(*args, **kwargs):
         raise OSError(30, "Read-only file system")
 
+    real_remove = os.remove
+
+    def remove(path, *args, **kwargs):
+        if str(path) == str(pyc):
+            refuse()
+        real_remove(path, *args, **kwargs)
+
     monkeypatch.setattr(py_compile, "compile", refuse)
+    monkeypatch.setattr(os, "remove", remove)
     result = run("apply", "--target", flag_tree, "--patches", library)
     assert result.exit_code == 1
     assert FLAG in result.output and "could not recompile it" in result.output
     assert "Read-only file system" in result.output
     assert (flag_tree / FLAG).read_text() == PATCHED  # the change itself is in place
+
+
+def test_a_stale_pyc_that_cannot_be_rebuilt_for_want_of_room_is_removed(run, monkeypatch, flag_tree, library):
+    """A full disk: the rebuilt pyc is written beside the stale one, which stays; removing it needs no
+    room, and Python then runs the patched source (review 41b L5: exit 1, the stale code kept)."""
+    pyc = compile_unchecked(flag_tree)
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(py_compile, "compile", full)
+    result = run("apply", "--target", flag_tree, "--patches", library, "--format", "json")
+    assert result.exit_code == 0, result.output
+    assert not pyc.exists() and imported_value(flag_tree) == "patched"
+    [row] = bytecode_rows(json.loads(result.stdout))
+    assert row["ok"] and "could not recompile it (No space left on device): removed" in row["message"]
 
 
 def test_timestamp_pycs_are_left_to_python(run, flag_tree, library):

@@ -10,7 +10,9 @@ import hashlib
 import hmac
 import json
 import os
+import py_compile
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -20,7 +22,7 @@ from pathlib import Path
 
 import crash_trials as ct
 import pytest
-from helpers import mark_staged, record_rows, run_cli_judged
+from helpers import double_ctrl_c_in_the_lock, mark_staged, record_rows, run_cli_judged
 
 from patchkit.base import seal, signals
 
@@ -654,6 +656,40 @@ def test_a_forced_revert_that_cannot_keep_the_edits_on_a_full_disk_is_exit_4(sce
     code, out = ct.run_cli(["revert", "--force", *scenario.args(tree)])
     assert code == 4 and "cannot keep copies of your edits" in out, out
     assert ct.fingerprint(tree) == edited and not (tree / ".patchkit/journal.json").exists()
+    # the hint says how much room the forced revert needs, and where (as apply's full disk does): that much is enough
+    said = re.search(r"it needs about ([\d.]+) (KB|MB) free on the device holding (\S+): make room", out)
+    assert said and said[3] == str(tree), out
+    (small_disk / "filler").unlink()
+    ct.fill(small_disk, int(float(said[1]) * (1000 if said[2] == "KB" else 1_000_000)))
+    code, out = ct.run_cli(["revert", "--force", *scenario.args(tree)])
+    assert code == 0 and "were saved under" in out, out
+
+
+def test_a_stale_unchecked_hash_pyc_that_cannot_be_recompiled_on_a_full_disk_is_removed(scenario, small_disk):
+    """Review 41b L5: apply at 0 KB free found the stale pyc, could not rebuild it (the new one is
+    written beside it) and exited 1 with the stale code still what Python runs; removing it needs no room."""
+    tree = scenario.fresh("patched", small_disk / "tree")
+    pyc = tree / "vllm/config/__pycache__" / f"spec.{sys.implementation.cache_tag}.pyc"
+    mode = py_compile.PycInvalidationMode.UNCHECKED_HASH
+    py_compile.compile(
+        str(scenario.stock / "vllm/config/spec.py"), cfile=str(pyc), doraise=True, invalidation_mode=mode
+    )
+    ct.fill(small_disk, 0)
+    code, out = ct.run_cli(["apply", "-v", *scenario.args(tree, "apply")])
+    assert code == 0 and not pyc.exists(), out
+    assert "spec.py" in out and "could not recompile it (No space left on device): removed" in out, out
+    assert ct.fingerprint(tree) == scenario.prints["patched"]
+
+
+def test_a_double_ctrl_c_inside_the_locks_take_ends_130_with_the_line(scenario, work, monkeypatch):
+    """filelock raised the two interrupts as one BaseExceptionGroup, which no `except KeyboardInterrupt`
+    caught: the double Ctrl-C trials' revert exit 99 (a traceback and exit 1 from the console script)."""
+    double_ctrl_c_in_the_lock(monkeypatch)
+    tree = scenario.fresh("patched", work)
+    code, out = ct.run_cli(["revert", *scenario.args(tree, "revert")])  # forked: the patched filelock
+    assert code == 130 and out.count("error: interrupted before any change") == 1, out
+    assert "Traceback" not in out and "trial child" not in out, out
+    assert scenario.whole(tree) == "patched" and not (tree / ".patchkit/journal.json").exists()
 
 
 def test_a_signal_deferred_by_a_step_acts_once_it_ends_and_an_ignored_one_stays_ignored():

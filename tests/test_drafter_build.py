@@ -55,9 +55,14 @@ def empty(shape, dtype, device):
 # constructors take them (None: a TypeError), its load_weights as vLLM's (a name without a parameter:
 # KeyError; another shape: an AssertionError), and a build that hangs when the config asks it to
 MODELS = """
-import contextlib, json, os, time
+import contextlib, json, os, time, types
 
 current = []
+TP = types.SimpleNamespace(world_size=1)  # the tensor-parallel group: one process
+
+
+def get_tp_group():
+    return TP
 
 
 @contextlib.contextmanager
@@ -79,6 +84,7 @@ class Drafter:
         width = config["hidden_size"]
         self.params = {"fc.weight": (width, 3 * config["target_hidden_size"]), "norm.weight": (width,)}
         self.params["mlp.weight"] = (config["intermediate_size"] % 64, width)
+        assert config["intermediate_size"] % TP.world_size == 0  # a layer's bare assert on its shard's size
 
     def load_weights(self, weights):
         for name, tensor in weights:
@@ -135,6 +141,7 @@ ARG_UTILS = engine_args(
     '"--model"',
     '"--speculative-config", type=json.loads, default=None',
     '"--load-format", default="auto"',
+    '"--tensor-parallel-size", type=int, default=1',
     head="import json\nimport types",
     config="""
         spec = self.values["speculative_config"]
@@ -143,7 +150,8 @@ ARG_UTILS = engine_args(
             return types.SimpleNamespace(load_config=load)
         draft = types.SimpleNamespace(model=spec["model"], dtype="bfloat16")
         speculative = types.SimpleNamespace(method=spec["method"], draft_model_config=draft)
-        return types.SimpleNamespace(speculative_config=speculative, load_config=load)
+        parallel = types.SimpleNamespace(tensor_parallel_size=self.values["tensor_parallel_size"])
+        return types.SimpleNamespace(speculative_config=speculative, load_config=load, parallel_config=parallel)
     """,
 )
 MODULES = {
@@ -156,7 +164,7 @@ MODULES = {
     "vllm/compilation/__init__.py": "",
     "vllm/compilation/backends.py": "from vllm.models import set_model_tag\n",
     "vllm/distributed/__init__.py": "",
-    "vllm/distributed/parallel_state.py": "from vllm.models import model_parallel_is_initialized\n",
+    "vllm/distributed/parallel_state.py": "from vllm.models import get_tp_group, model_parallel_is_initialized\n",
     "vllm/model_executor/__init__.py": "",
     "vllm/model_executor/model_loader/__init__.py": LOADERS,
     "vllm/model_executor/model_loader/default_loader.py": DEFAULT_LOADER,
@@ -337,3 +345,16 @@ def test_the_builds_own_distributed_state_leaves_no_directory_behind(root, tmp_p
     _, built = engine_findings(sys.executable, parse(launch, "0.16.0"))
     assert (built.check, built.ok, built.judged) == (BUILD, True, True), built
     assert list(scratch.iterdir()) == [], list(scratch.iterdir())
+
+
+def test_under_tp_the_drafter_is_built_again_as_rank_0_and_a_size_it_does_not_split_fails(root):
+    """Built whole it passes; as rank 0 of -tp 4 its layer's assert on the shard's size (130 over 4) fails,
+    naming where; -tp 2 splits it and the pass says so."""
+    model = drafter(root, "odd", {**DRAFTER, "intermediate_size": 130}, {**WEIGHTS, "mlp.weight": [2, 64]})
+    _, four = found(root, model, "--tensor-parallel-size", "4")
+    assert (four.check, four.ok, four.judged) == (BUILD, False, True), four
+    assert "with -tp 4" in four.message and "% TP.world_size == 0" in four.message, four
+    _, two = found(root, model, "--tensor-parallel-size", "2")
+    assert two.ok and two.judged and "(as rank 0 of -tp 2 too)" in two.message, two
+    _, whole = found(root, model)
+    assert whole.ok and whole.judged and "rank 0" not in whole.message, whole

@@ -5,11 +5,9 @@ hold the line each release's files have (tests/test_preflight_release.py: the re
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from helpers import run_cli_judged
-from launch_fixtures import DEEPSEEK_V3, DRAFTER, write_eagle3_setup, write_model
+from launch_fixtures import DEEPSEEK_V3, DRAFTER, speculative_launch, write_eagle3_setup, write_model
 
 MODELS = "vllm/model_executor/models"
 TAKES_TARGETS = """
@@ -34,11 +32,8 @@ def _architecture(tmp_path: Path, drafter_file: str, target: dict, drafter: dict
         (tree / name).write_text(text)
     spec = {"method": "eagle3", "model": str(write_model(tmp_path / "drafter", drafter)), "num_speculative_tokens": 3}
     served = write_model(tmp_path / "target", target)
-    done = run_cli_judged(
-        "preflight", "--target", tree, "--patches", library, "--no-import", "--format", "json",
-        "--", "vllm", "serve", str(served), "--speculative-config", json.dumps(spec), *extra,
-    )  # fmt: skip
-    return [f for f in json.loads(done.stdout)["findings"] if "the target's quantization" in f["message"]]
+    judged = speculative_launch(tree, library, served, spec, *extra)
+    return [f for f in judged["findings"] if "the target's quantization" in f["message"]]
 
 
 def test_an_unquantized_drafter_under_a_checkpoint_quantized_target_fails_where_the_tree_takes_the_targets(tmp_path):

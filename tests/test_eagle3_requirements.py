@@ -52,6 +52,7 @@ from helpers import SUPPORTED_RELEASES, lay_out_release, make_patch, snapshot, w
 from packaging.version import Version
 
 from patchkit.fetch import release_tree
+from patchkit.launch import aux_layers
 from patchkit.releases.files import files_for
 
 pytestmark = pytest.mark.release
@@ -493,20 +494,11 @@ def test_from_0_34_0_no_proposer_reads_the_targets_image_token_index():
     assert reads_of(source(stock("0.33.0"), PROPOSER_034), "image_token_index")
 
 
-def _eagle3_launch_checks():
-    """The eagle3 set's launch script, loaded as patchkit loads it (by path)."""
-    from patchkit.launch.engine import _load_script
-    from patchkit.series.library import default_root
-
-    return _load_script(default_root() / "eagle3" / "launch.py")
-
-
 @pytest.mark.parametrize("version", [*SUPPORTED_RELEASES, "0.18.0", "0.22.0", "0.34.0"])
 def test_the_aux_layer_count_is_held_to_three_where_the_releases_drafter_takes_three(version):
     """drafter-aux-layers holds a drafter to 3 aux layers where the release's EAGLE-3 drafter builds its fc of
     3 x hidden size (through 0.18.x), never where it sizes it from the drafter's config (0.22.0 on)."""
-    checks = _eagle3_launch_checks()
-    text = (release_tree(version, [checks.EAGLE3_DRAFTER]) / checks.EAGLE3_DRAFTER).read_bytes()
-    takes_three = checks.FC_OF_THREE in text and checks.SIZED_BY_CONFIG not in text
-    assert takes_three is (Version(version) <= checks.LAST_FC_OF_THREE), version
+    text = (release_tree(version, [aux_layers.EAGLE3_DRAFTER]) / aux_layers.EAGLE3_DRAFTER).read_bytes()
+    takes_three = aux_layers.FC_OF_THREE in text and aux_layers.SIZED_BY_CONFIG not in text
+    assert takes_three is (Version(version) <= aux_layers.LAST_FC_OF_THREE), version
     assert takes_three is (b"target_hidden_size * 3" in text), version  # the fc the check reads

@@ -244,6 +244,35 @@ def patched_wheel(tree: Tree) -> None:
     pip_install(tree.site, f"0.16.0+patchkit.{SET}", new, dist_files)
 
 
+def _patch_wheel(tree: Tree, tweak: str) -> None:
+    """What `pip install` of an older patchkit's `wheel --patch` build leaves (a provenance naming no
+    set: its diff was held to no set's contract), the set's change plus `tweak`."""
+    stock = stock_files("0.16.0")
+    new = {**patched(stock), SPEC: patched(stock)[SPEC] + tweak}
+    patch = make_patch(tree.site.parent, tree.library.parent / "stock" / "0.16.0", {SPEC: new[SPEC]})
+    digest = hashlib.sha256(patch).hexdigest()
+    label = "patchkit.adhoc." + hashlib.sha256(digest.encode()).hexdigest()[:12]
+    provenance = {
+        "schema_version": 1,
+        "patchkit": "0.1.0",
+        "vllm_version": "0.16.0",
+        "label": label,
+        "set": None,
+        "patches": [{"name": "tweak.patch", "sha256": digest}],
+        "files": {SPEC: {"stock_sha256": sha(stock[SPEC]), "patched_sha256": sha(new[SPEC])}},
+    }
+    dist_files = {"patchkit.json": json.dumps(provenance).encode(), "patchkit/tweak.patch": patch}
+    pip_install(tree.site, f"0.16.0+{label}", new, dist_files)
+
+
+def unheld_patch_wheel_under_the_guard(tree: Tree) -> None:
+    """An older patchkit's `wheel --patch` build installed by pip over the one an apply guarded (and
+    recorded held): the guard cannot judge the new one until an apply of this patchkit holds it."""
+    _patch_wheel(tree, "# tweak 1\n")
+    _applied(tree)
+    _patch_wheel(tree, "# tweak 2\n")
+
+
 def patched_wheel_over_applied(tree: Tree) -> None:
     _applied(tree)
     patched_wheel(tree)
@@ -791,6 +820,7 @@ CATALOGUE: list[Callable[[Tree], None]] = [
     patched_wheel_over_another_release,
     guarded_patched_wheel,
     *GUARDED_WHEEL_REPLACED,
+    unheld_patch_wheel_under_the_guard,
     guard_uninstalled_by_pip,
     reinstalled_same_version,
     reinstalled_another_build,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from cli_server import run_python_code
-from helpers import MODEL, examples, run_cli, run_cli_writing
+from helpers import MODEL, PLUGINS_LOADED, examples, run_cli, run_cli_writing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -23,17 +23,11 @@ from patchkit.engine.guard import launch_verdict
 # vLLM 0.16.0's load_plugins_by_group and load_general_plugins, on the site as the launch's Python
 # adds it (site.addsitedir: its .pth files processed), after the directories named next (as
 # PYTHONPATH's); what it called is printed
-LOAD_AS_VLLM = """
+LOAD_AS_VLLM = f"""
 import site, sys
 sys.path[:0] = sys.argv[2:]
 site.addsitedir(sys.argv[1])
-from importlib.metadata import entry_points
-plugins = {}
-for plugin in entry_points(group="vllm.general_plugins"):
-    try:
-        plugins[plugin.name] = plugin.load()
-    except Exception as exc:
-        print("Failed to load plugin", plugin.name, exc, file=sys.stderr)
+{PLUGINS_LOADED}
 for name, func in plugins.items():
     print(name, func.__module__)
     func()

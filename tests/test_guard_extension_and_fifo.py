@@ -92,3 +92,23 @@ def test_an_apply_that_fixes_stale_bytecode_says_so_not_nothing_to_do(site):
     assert done.returncode == 0 and "nothing to do" not in said, said
     assert f"already applied; stale bytecode of {MODEL} fixed" in said, said
     assert load_plugins_like_vllm(site).returncode == 0
+
+
+def test_an_apply_on_an_applied_tree_leaves_a_fresh_timestamp_pyc_and_says_nothing_to_do(site):
+    """Review 41b L1: `apply` on an applied tree whose patched module someone else compiled (pip
+    compiles an installed wheel; here py_compile, a timestamp .pyc that fits its source) said "stale
+    bytecode of ... fixed" and rewrote it: the fixer's rule for a file this run just wrote (a pyc
+    of its second and size may hold other bytes) was applied to a file this run did not write."""
+    import py_compile
+
+    site, diff = site
+    pyc = site / "vllm/models/__pycache__" / f"model.{sys.implementation.cache_tag}.pyc"
+    pyc.parent.mkdir(exist_ok=True)
+    py_compile.compile(str(site / MODEL), cfile=str(pyc), doraise=True)  # timestamp: Python re-validates it
+    before = pyc.read_bytes(), pyc.stat().st_ino, pyc.stat().st_mtime_ns
+    assert load_plugins_like_vllm(site).returncode == 0
+    done = run_cli_writing("apply", "--target", site, "--patch", diff)
+    said = " ".join(done.stdout.split())
+    assert done.returncode == 0 and "already applied: nothing to do" in said, said
+    assert "stale" not in said, said
+    assert (pyc.read_bytes(), pyc.stat().st_ino, pyc.stat().st_mtime_ns) == before

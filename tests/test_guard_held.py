@@ -21,52 +21,33 @@ import os
 import shutil
 import subprocess
 import sys
-import textwrap
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from helpers import load_plugins_like_vllm, make_patch, run_cli, run_cli_read_only, run_cli_writing, write_library
+from helpers import GATED_CONTRACT as CONTRACT
+from helpers import GATED_EAGLE_MODEL as EAGLE_MODEL
+from helpers import GATED_MODEL as MODEL
+from helpers import GATED_SPEC as SPEC
+from helpers import GATED_STOCK_MODEL as STOCK_MODEL
+from helpers import GATED_STOCK_SPEC as STOCK_SPEC
+from helpers import GATED_WIDE_SPEC as WIDE_SPEC
+from helpers import (
+    load_plugins_like_vllm,
+    make_patch,
+    pip_install,
+    run_cli,
+    run_cli_read_only,
+    run_cli_writing,
+    write_library,
+)
 
 from patchkit import __version__
 from patchkit._target import guard as target_guard
+from patchkit.engine import guard as guard_words
 from patchkit.engine.guard import GUARD_VERSION, dist_info
 
-SPEC = "vllm/config/gate.py"
-MODEL = "vllm/models/big.py"
-STOCK_SPEC = textwrap.dedent("""\
-    def verify(model_type):
-        supported = ["llama", "qwen"]
-        if not any(entry in model_type for entry in supported):
-            raise ValueError(model_type)
-    """)
-STOCK_MODEL = textwrap.dedent("""\
-    from .interfaces import SupportsLoRA
-
-
-    class BigForCausalLM(SupportsLoRA):
-        pass
-    """)
-WIDE_SPEC = STOCK_SPEC.replace('"qwen"]', '"qwen", "bigmodel"]')
-EAGLE_MODEL = STOCK_MODEL.replace("import SupportsLoRA", "import SupportsEagle3, SupportsLoRA").replace(
-    "(SupportsLoRA)", "(SupportsLoRA, SupportsEagle3)"
-)
-CONTRACT = textwrap.dedent(f"""\
-    gates = ["{SPEC}"]
-
-    [[contract]]
-    file = "{SPEC}"
-    kind = "model-types"
-    function = "verify"
-    variable = "supported"
-    model_types = ["bigmodel"]
-
-    [[contract]]
-    file = "{MODEL}"
-    kind = "base"
-    class = "BigForCausalLM"
-    base = "SupportsEagle3"
-    """)
 OLD_INFO = f"patchkit_guard-{__version__}.dist-info"  # what patchkit wrote before the label
 
 
@@ -234,26 +215,13 @@ def test_an_apply_that_marks_an_older_record_held_killed_at_any_step_ends_as_bef
     addon = tmp_path / "addon.patch"
     addon.write_text("--- /dev/null\n+++ b/vllm/my_addon.py\n@@ -0,0 +1 @@\n+ADDON = 1\n")
     older_patchkits_patch_apply(toy, addon)
-    origin = tmp_path / "origin"
-    shutil.copytree(toy["site"], origin, symlinks=True)
-    as_before = everything(origin)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PATCHKIT_FAULT")} | {"PATCHKIT_FAULT_MODE": "kill"}
-    site, killed = toy["site"], 0
-    for step in range(1, 200):
-        shutil.rmtree(site)
-        shutil.copytree(origin, site, symlinks=True)
-        done = run_cli("apply", "--no-import", "--target", site, "--patches", toy["lib"], "--set", "gated",
-                       env={**env, "PATCHKIT_FAULT_AFTER": str(step)})  # fmt: skip
-        if done.returncode == 0:
-            break
-        assert done.returncode == -9, done.stdout + done.stderr
-        killed += 1
-        said = run_cli_read_only("status", "--target", site, "--patches", toy["lib"])  # recovers first
-        assert everything(site) == as_before, (step, said.stdout + said.stderr)
+
+    def unmarked(site: Path, step: int) -> None:
         entries = json.loads((site / ".patchkit/state.json").read_text())["entries"]
         assert [e.get("held") for e in entries] == [None], (step, entries)  # the record as before, unmarked
-    else:
-        pytest.fail("the apply never finished")
+
+    site = toy["site"]
+    killed = killed_at_each_step(toy, tmp_path, ["apply", "--no-import", "--set", "gated"], unmarked)
     assert killed >= 2, killed
     entries = json.loads((site / ".patchkit/state.json").read_text())["entries"]
     assert [e.get("held") for e in entries] == [True, None] and load_plugins_like_vllm(site).returncode == 0
@@ -361,6 +329,28 @@ def everything(site: Path) -> dict[str, bytes]:
     }
 
 
+def killed_at_each_step(toy: dict[str, Path], tmp_path: Path, args: list[str], judge: Callable) -> int:
+    """The CLI's `args` on the toy's site (and library), run from the site as it is now killed after step
+    1, 2, ... until a run finishes: after each kill, status recovers the site as it was, and `judge(site,
+    step)` holds. How many runs were killed."""
+    site, origin = toy["site"], tmp_path / "origin"
+    shutil.copytree(site, origin, symlinks=True)
+    as_before = everything(origin)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PATCHKIT_FAULT")} | {"PATCHKIT_FAULT_MODE": "kill"}
+    for step in range(1, 200):
+        shutil.rmtree(site)
+        shutil.copytree(origin, site, symlinks=True)
+        done = run_cli(args[0], *args[1:], "--target", site, "--patches", toy["lib"],
+                       env={**env, "PATCHKIT_FAULT_AFTER": str(step)})  # fmt: skip
+        if done.returncode == 0:
+            return step - 1
+        assert done.returncode == -9, done.stdout + done.stderr
+        said = run_cli_read_only("status", "--target", site, "--patches", toy["lib"])  # recovers first
+        assert everything(site) == as_before, (step, said.stdout + said.stderr)
+        judge(site, step)
+    pytest.fail(f"the {args[0]} never finished")
+
+
 def test_an_older_patchkits_unlabelled_guard_is_replaced_by_apply_and_removed_by_revert(toy, tmp_path):
     before = everything(toy["site"])
     assert cli(toy, "apply", "--set", "gated").returncode == 0
@@ -383,29 +373,149 @@ def test_apply_or_revert_of_an_older_unlabelled_guard_killed_at_any_step_ends_as
     stock = everything(toy["site"])
     assert cli(toy, "apply", "--set", "gated").returncode == 0
     older = _older_guard(toy["site"])
-    origin = tmp_path / "origin"
-    shutil.copytree(toy["site"], origin, symlinks=True)
-    as_before = everything(origin)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PATCHKIT_FAULT")} | {"PATCHKIT_FAULT_MODE": "kill"}
-    site, killed = toy["site"], 0
-    for step in range(1, 200):
-        shutil.rmtree(site)
-        shutil.copytree(origin, site, symlinks=True)
-        no_import = ("--no-import",) if verb == "apply" else ()
-        done = run_cli(verb, *no_import, "--target", site, "--patches", toy["lib"],
-                       env={**env, "PATCHKIT_FAULT_AFTER": str(step)})  # fmt: skip
-        if done.returncode == 0:
-            break
-        assert done.returncode == -9, done.stdout + done.stderr
-        killed += 1
-        said = run_cli_read_only("status", "--target", site, "--patches", toy["lib"])  # recovers first
-        assert everything(site) == as_before, (step, said.stdout + said.stderr)
+
+    def older_kept(site: Path, step: int) -> None:
         assert all((site / path).read_bytes() == data for path, data in older.items()), step
-    else:
-        pytest.fail(f"the {verb} never finished")
+
+    site = toy["site"]
+    no_import = ["--no-import"] if verb == "apply" else []
+    killed = killed_at_each_step(toy, tmp_path, [verb, *no_import], older_kept)
     assert killed >= 2, killed
     if verb == "apply":
         assert not (site / OLD_INFO).exists() and (site / dist_info()).is_dir()
         assert load_plugins_like_vllm(site).returncode == 0
     else:
         assert everything(site) == stock
+
+
+# -- an older patchkit's `wheel --patch` build -----------------------------------------------------
+
+
+def older_patchkits_patch_wheel(toy: dict[str, Path], *diffs: Path) -> None:
+    """What `pip install` of an older patchkit's `wheel --patch` build of `diffs` leaves in the toy site:
+    the patched files, the labelled version, a provenance naming no set and no mark of the contracts."""
+    site, stock = toy["site"], {SPEC: STOCK_SPEC, MODEL: STOCK_MODEL}
+    texts = [diff.read_bytes() for diff in diffs]
+    new = {
+        SPEC: WIDE_SPEC if any(b"bigmodel" in text for text in texts) else STOCK_SPEC,
+        MODEL: EAGLE_MODEL if any(b"SupportsEagle3" in text for text in texts) else STOCK_MODEL,
+    }
+    if any(b"# site tweak" in text for text in texts):
+        new[MODEL] += "# site tweak\n"
+    patches = [{"name": d.name, "sha256": hashlib.sha256(t).hexdigest()} for d, t in zip(diffs, texts, strict=True)]
+    label = "patchkit.adhoc." + hashlib.sha256("\n".join(p["sha256"] for p in patches).encode()).hexdigest()[:12]
+    files = {
+        rel: {"stock_sha256": _sha(stock[rel]), "patched_sha256": _sha(new[rel])}
+        for rel in stock
+        if new[rel] != stock[rel]
+    }
+    provenance = {"schema_version": 1, "patchkit": "0.1.0", "vllm_version": "0.16.0", "label": label, "set": None,
+                  "patches": patches, "files": files}  # fmt: skip
+    shipped = {f"patchkit/{diff.name}": text for diff, text in zip(diffs, texts, strict=True)}
+    pip_install(
+        site,
+        f"0.16.0+{label}",
+        {"vllm/__init__.py": "", **new},
+        {"patchkit.json": json.dumps(provenance).encode(), **shipped},
+    )
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _guard_fix(said: subprocess.CompletedProcess) -> str:
+    """The guard's fix in status's JSON, of one set or the first of several."""
+    data = json.loads(said.stdout)
+    return str((data["sets"][0] if "sets" in data else data)["guard"]["fix"])
+
+
+def _addon(tmp_path: Path) -> Path:
+    addon = tmp_path / "addon.patch"
+    addon.write_text("--- /dev/null\n+++ b/vllm/my_addon.py\n@@ -0,0 +1 @@\n+ADDON = 1\n")
+    return addon
+
+
+def test_an_older_patchkits_patch_wheel_that_breaks_a_set_is_refused_at_launch_and_the_fix_named_clears_it(
+    toy, tmp_path
+):
+    """M6: a wheel of the gate alone (eagle3's whitelist without the model's support) passed the guard
+    any apply installed; now the guard refuses it as it refuses such a record, apply and status say so
+    and name the fix (the wheel's files back to stock, then the whole set), and following it launches."""
+    older_patchkits_patch_wheel(toy, toy["whitelist"])
+    tools = b"--- /dev/null\n+++ b/vllm/tools.py\n@@ -0,0 +1 @@\n+TOOL = 1\n"
+    write_library(toy["lib"], {"0.16.0": [tools]}, name="tools")
+    done = cli(toy, "apply", "--set", "tools")  # any apply installs the guard
+    words = " ".join((done.stdout + done.stderr).split())
+    assert done.returncode == 0 and "the launch guard still refuses the tree" in words, words
+    assert "set gated half-applied" in words and words.index("`patchkit revert ") < words.index("--set gated`"), words
+    assert "wheel_held" not in json.loads((toy["site"] / ".patchkit/state.json").read_text())
+    refused = load_plugins_like_vllm(toy["site"])
+    assert refused.returncode != 0 and target_guard.UNHELD_WHEEL in refused.stderr, refused.stderr[-2000:]
+    assert "0001-change.patch" in refused.stderr and "patchkit status" in refused.stderr
+    for verb in ("status", "verify"):
+        said = run_cli_read_only(verb, "--target", toy["site"], "--patches", toy["lib"], "--format", "json")
+        assert said.returncode == 1, (verb, said.stdout + said.stderr)
+    fix = _guard_fix(status(toy))
+    assert (
+        fix.startswith("run `patchkit revert ") and "set gated half-applied" in fix and fix.endswith("--set gated`")
+    ), fix
+    undone = cli(toy, "revert")
+    assert undone.returncode == 0, undone.stdout + undone.stderr
+    assert (toy["site"] / SPEC).read_text() == STOCK_SPEC
+    assert cli(toy, "apply", "--set", "gated").returncode == 0
+    assert load_plugins_like_vllm(toy["site"]).returncode == 0 and status(toy).returncode == 0
+
+
+def test_an_older_patchkits_harmless_patch_wheel_is_recorded_held_by_any_apply(toy, tmp_path):
+    """A wheel that breaks no set's contract launches under the guard the apply installs: the apply
+    records its patchkit.json held; another wheel installed since is refused until an apply holds it."""
+    older_patchkits_patch_wheel(toy, toy["model_only"])
+    done = cli(toy, "apply", "--patch", _addon(tmp_path))
+    words = " ".join((done.stdout + done.stderr).split())
+    assert done.returncode == 0 and "still refuses" not in words, words
+    provenance = next(toy["site"].glob("vllm-*.dist-info/patchkit.json")).read_bytes()
+    state = json.loads((toy["site"] / ".patchkit/state.json").read_text())
+    assert state["wheel_held"] == hashlib.sha256(provenance).hexdigest()
+    assert load_plugins_like_vllm(toy["site"]).returncode == 0 and status(toy).returncode == 0
+    older_patchkits_patch_wheel(toy, toy["lib"] / "gated/0.16.0/0002-change.patch")  # the model alone
+    refused = load_plugins_like_vllm(toy["site"])
+    assert refused.returncode != 0 and target_guard.UNHELD_WHEEL in refused.stderr, refused.stderr[-2000:]
+    said = status(toy)
+    fix = json.loads(said.stdout)["guard"]["fix"]
+    assert said.returncode == 1 and fix.startswith("run `patchkit apply ") and "records the wheel held" in fix, fix
+    again = cli(toy, "apply")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert load_plugins_like_vllm(toy["site"]).returncode == 0 and status(toy).returncode == 0
+
+
+def test_a_wheel_held_mark_that_is_no_digest_is_damaged_for_the_guard_and_the_commands(toy, tmp_path):
+    older_patchkits_patch_wheel(toy, toy["model_only"])
+    assert cli(toy, "apply", "--patch", _addon(tmp_path)).returncode == 0
+    path = toy["site"] / ".patchkit/state.json"
+    state = json.loads(path.read_text())
+    state["wheel_held"] = "yes"
+    path.write_text(json.dumps(state))
+    refused = load_plugins_like_vllm(toy["site"])
+    assert refused.returncode != 0 and "'wheel_held' is not a sha256 hex digest" in refused.stderr, refused.stderr
+    said = status(toy)
+    assert said.returncode == 2 and "'wheel_held' is not a sha256 hex digest" in said.stdout + said.stderr
+
+
+def test_the_commands_know_the_guards_words_for_an_unheld_wheel():
+    assert guard_words.UNHELD_WHEEL == target_guard.UNHELD_WHEEL and guard_words.UNHELD == target_guard.UNHELD
+
+
+def test_an_apply_that_records_a_patch_wheel_held_killed_at_any_step_ends_as_before_or_done(toy, tmp_path):
+    """The wheel's held mark goes into the record in the apply's one transaction: killed at any step,
+    the tree is as before (no record of it, no guard), or done (held, and the guard lets it launch)."""
+    older_patchkits_patch_wheel(toy, toy["model_only"])
+
+    def unmarked(site: Path, step: int) -> None:
+        record = site / ".patchkit/state.json"
+        assert not record.exists() or "wheel_held" not in json.loads(record.read_text()), step
+
+    killed = killed_at_each_step(toy, tmp_path, ["apply", "--no-import", "--patch", _addon(tmp_path)], unmarked)
+    assert killed >= 2, killed
+    assert "wheel_held" in json.loads((toy["site"] / ".patchkit/state.json").read_text())
+    assert load_plugins_like_vllm(toy["site"]).returncode == 0

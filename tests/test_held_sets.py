@@ -9,47 +9,17 @@ diff undoing the model's part, a wheel of the whitelist patch) is refused, nothi
 
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 
 import pytest
+from helpers import GATED_CONTRACT as CONTRACT
+from helpers import GATED_EAGLE_MODEL as EAGLE_MODEL
+from helpers import GATED_MODEL as MODEL
+from helpers import GATED_SPEC as SPEC
+from helpers import GATED_STOCK_MODEL as STOCK_MODEL
+from helpers import GATED_STOCK_SPEC as STOCK_SPEC
+from helpers import GATED_WIDE_SPEC as WIDE_SPEC
 from helpers import make_patch, run_cli, run_cli_writing, snapshot, write_library, write_tree, write_wheel
-
-SPEC = "vllm/config/gate.py"
-MODEL = "vllm/models/big.py"
-STOCK_SPEC = textwrap.dedent("""\
-    def verify(model_type):
-        supported = ["llama", "qwen"]
-        if not any(entry in model_type for entry in supported):
-            raise ValueError(model_type)
-    """)
-STOCK_MODEL = textwrap.dedent("""\
-    from .interfaces import SupportsLoRA
-
-
-    class BigForCausalLM(SupportsLoRA):
-        pass
-    """)
-WIDE_SPEC = STOCK_SPEC.replace('"qwen"]', '"qwen", "bigmodel"]')
-EAGLE_MODEL = STOCK_MODEL.replace("import SupportsLoRA", "import SupportsEagle3, SupportsLoRA").replace(
-    "(SupportsLoRA)", "(SupportsLoRA, SupportsEagle3)"
-)
-CONTRACT = textwrap.dedent(f"""\
-    gates = ["{SPEC}"]
-
-    [[contract]]
-    file = "{SPEC}"
-    kind = "model-types"
-    function = "verify"
-    variable = "supported"
-    model_types = ["bigmodel"]
-
-    [[contract]]
-    file = "{MODEL}"
-    kind = "base"
-    class = "BigForCausalLM"
-    base = "SupportsEagle3"
-    """)
 
 
 @pytest.fixture

@@ -10,8 +10,19 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from helpers import run_cli_judged
-from launch_fixtures import DEEPSEEK_V3, DRAFTER, KIMI_K25, SPEC, write_eagle3_setup, write_model, write_weights
+from launch_fixtures import (
+    DEEPSEEK_EAGLE1,
+    DEEPSEEK_V3,
+    DRAFTER,
+    EAGLE,
+    EAGLE1_FEEDS,
+    KIMI_K25,
+    SPEC,
+    speculative_launch,
+    write_eagle3_setup,
+    write_model,
+    write_weights,
+)
 
 from patchkit.series.library import default_root
 
@@ -74,6 +85,10 @@ def load_weights(model, model_config, loaded_weights, weights_to_load):
             raise ValueError("Following weights were not initialized from checkpoint")
 """,
 }
+# the model types the tree serves as mtp (a method given as one is renamed mtp), of those RULES names
+MTP_TYPES = """
+MTPModelTypes = Literal["deepseek_mtp", "glm4_moe_mtp", "glm4_moe_lite_mtp", "qwen3_next_mtp", "mtp"]
+"""
 # the MTP drafter classes as vLLM 0.16.0's registry maps them to their modules
 MTP_REGISTERED = """_SPECULATIVE_DECODING_MODELS = {
     "DeepSeekMTPModel": ("deepseek_mtp", "DeepSeekMTP"),
@@ -88,7 +103,7 @@ MTP_WEIGHTS = {"model.layers.61.eh_proj.weight": [2, 4], "model.layers.61.enorm.
 def _tree(tmp_path: Path, files: dict[str, str] | None = None) -> tuple[Path, Path]:
     tree, library = write_eagle3_setup(tmp_path)
     with (tree / SPEC).open("a") as spec:
-        spec.write(RULES)
+        spec.write(RULES + MTP_TYPES)
     registry = tree / "vllm" / "model_executor" / "models" / "registry.py"
     registry.write_text(registry.read_text().replace("_SPECULATIVE_DECODING_MODELS = {", MTP_REGISTERED))
     for name, text in {**FILES, **(files or {})}.items():
@@ -106,11 +121,7 @@ def _mtp(
     model = write_model(tmp_path / "model", config)
     write_weights(model, weights)
     spec = spec or {"method": "mtp", "num_speculative_tokens": 1}
-    done = run_cli_judged(
-        "preflight", "--target", tree, "--patches", library, "--no-import", "--format", "json",
-        "--", "vllm", "serve", str(model), "--speculative-config", json.dumps(spec), *extra,
-    )  # fmt: skip
-    found = json.loads(done.stdout)["findings"]
+    found = speculative_launch(tree, library, model, spec, *extra)["findings"]
     return [f for f in found if any(word in f["message"] for word in ("MTP layer", "mtp drafter", "multiple of"))]
 
 
@@ -204,12 +215,9 @@ def test_a_config_class_of_the_models_own_code_cannot_be_judged(tmp_path):
 def test_a_tree_without_the_rules_cannot_judge_and_never_fails(tmp_path):
     tree, library = write_eagle3_setup(tmp_path)  # its speculative.py has no hf_config_override
     model = write_model(tmp_path / "model", V3)
-    spec = json.dumps({"method": "mtp", "num_speculative_tokens": 1})
-    done = run_cli_judged(
-        "preflight", "--target", tree, "--patches", library, "--no-import", "--format", "json",
-        "--", "vllm", "serve", str(model), "--speculative-config", spec,
-    )  # fmt: skip
-    found = [f for f in json.loads(done.stdout)["findings"] if "mtp drafter" in f["message"]]
+    spec = {"method": "mtp", "num_speculative_tokens": 1}
+    judged = speculative_launch(tree, library, model, spec)
+    found = [f for f in judged["findings"] if "mtp drafter" in f["message"]]
     assert [f["result"] for f in found] == ["cannot judge"], found
     assert "hf_config_override" in found[0]["message"], found
 
@@ -337,12 +345,9 @@ def test_a_drafter_class_outside_the_models_directory_cannot_be_judged(tmp_path)
     )
     model = write_model(tmp_path / "model", V3)
     write_weights(model, TARGET_WEIGHTS)
-    spec = json.dumps({"method": "mtp", "num_speculative_tokens": 1})
-    done = run_cli_judged(
-        "preflight", "--target", tree, "--patches", library, "--no-import", "--format", "json",
-        "--", "vllm", "serve", str(model), "--speculative-config", spec,
-    )  # fmt: skip
-    found = [f for f in json.loads(done.stdout)["findings"] if "MTP layer" in f["message"]]
+    spec = {"method": "mtp", "num_speculative_tokens": 1}
+    judged = speculative_launch(tree, library, model, spec)
+    found = [f for f in judged["findings"] if "MTP layer" in f["message"]]
     assert [f["result"] for f in found] == ["cannot judge"] and "DeepseekV32MTPModel" in found[0]["message"], found
 
 
@@ -383,11 +388,7 @@ def test_the_reading_follows_0_34s_set_condition_and_a_returned_text_config(tmp_
 def _mtp_in(tree: Path, library: Path, where: Path, config: dict, weights: dict, spec: dict, *extra: str) -> list[dict]:
     model = write_model(where, config)
     write_weights(model, weights)
-    done = run_cli_judged(
-        "preflight", "--target", tree, "--patches", library, "--no-import", "--format", "json",
-        "--", "vllm", "serve", str(model), "--speculative-config", json.dumps(spec), *extra,
-    )  # fmt: skip
-    found = json.loads(done.stdout)["findings"]
+    found = speculative_launch(tree, library, model, spec, *extra)["findings"]
     return [f for f in found if any(word in f["message"] for word in ("MTP layer", "mtp drafter", "multiple of"))]
 
 
@@ -412,11 +413,8 @@ def _speculative(tmp_path: Path, spec: dict) -> list[dict]:
     tree, library = _tree(tmp_path)
     model = write_model(tmp_path / "model", V3)
     write_weights(model, {**TARGET_WEIGHTS, **MTP_WEIGHTS})
-    done = run_cli_judged(
-        "preflight", "--target", tree, "--patches", library, "--no-import", "--format", "json",
-        "--", "vllm", "serve", str(model), "--speculative-config", json.dumps(spec),
-    )  # fmt: skip
-    return [f for f in json.loads(done.stdout)["findings"] if f["check"] == "speculative-config"]
+    judged = speculative_launch(tree, library, model, spec)
+    return [f for f in judged["findings"] if f["check"] == "speculative-config"]
 
 
 def test_the_mtp_method_given_with_an_eagle3_head_is_refused(tmp_path):
@@ -441,21 +439,11 @@ def test_a_checkpoint_whose_mtp_type_the_override_makes_names_its_method(tmp_pat
     assert _speculative(tmp_path / "mtp", {"method": "mtp", "model": model, "num_speculative_tokens": 1}) == []
 
 
-PROPOSER = "vllm/v1/spec_decode/eagle.py"
-FEEDS = """
-class EagleProposer:
-    def __init__(self, vllm_config):
-        self.hidden_size = self.draft_model_config.get_hidden_size()
-
-    def set_inputs_first_pass(self, target_hidden_states, num_tokens):
-        self.hidden_states[:num_tokens] = target_hidden_states
-"""
 NARROW_V3 = {**V3, "hidden_size": 128}  # a DeepSeek-V3-type checkpoint of another width: vLLM infers mtp
-NARROW_EAGLE1 = {**DEEPSEEK_V3, "architectures": ["DeepSeekMTPModel"], "num_hidden_layers": 1, "hidden_size": 128}
 # each drafter kind (its directory's name, its config) and the method vLLM 0.16.0's SpeculativeConfig infers for it
 INFERRED = {
     "mtp": ("dm2", NARROW_V3),
-    "eagle": ("EAGLE-head", NARROW_EAGLE1),
+    "eagle": ("EAGLE-head", DEEPSEEK_EAGLE1),
     "eagle3": ("head-eagle3", {**DRAFTER, "hidden_size": 128}),
 }
 
@@ -465,15 +453,12 @@ def _judged(tmp_path: Path, name: str, config: dict, method: str | None) -> list
     `config`, with `method` given (None: omitted)."""
     tree, library = tmp_path / "tree" / "site", tmp_path / "tree" / "library"
     if not tree.exists():
-        assert _tree(tmp_path / "tree", {PROPOSER: FEEDS}) == (tree, library)
+        assert _tree(tmp_path / "tree", {EAGLE: EAGLE1_FEEDS}) == (tree, library)
         write_weights(write_model(tmp_path / "target", V3), {**TARGET_WEIGHTS, **MTP_WEIGHTS})
         write_weights(write_model(tmp_path / name, config), TARGET_WEIGHTS)
     spec = {"model": str(tmp_path / name), "num_speculative_tokens": 1, **({"method": method} if method else {})}
-    done = run_cli_judged(
-        "preflight", "--target", tree, "--patches", library, "--no-import", "--format", "json",
-        "--", "vllm", "serve", str(tmp_path / "target"), "--speculative-config", json.dumps(spec),
-    )  # fmt: skip
-    return [(f["check"], f["result"], f["message"]) for f in json.loads(done.stdout)["findings"]]
+    judged = speculative_launch(tree, library, tmp_path / "target", spec)
+    return [(f["check"], f["result"], f["message"]) for f in judged["findings"]]
 
 
 def test_each_rule_reads_the_method_vllm_infers_not_the_one_written(tmp_path):
@@ -500,11 +485,7 @@ def test_the_sets_a_launch_needs_follow_the_method_vllm_infers(tmp_path):
     documents = []
     for method in ("mtp", None):
         spec = {"model": str(drafter), "num_speculative_tokens": 1, **({"method": method} if method else {})}
-        done = run_cli_judged(
-            "preflight", "--target", tree, "--patches", library, "--no-import", "--format", "json",
-            "--", "vllm", "serve", str(target), "--speculative-config", json.dumps(spec),
-        )  # fmt: skip
-        documents.append(json.loads(done.stdout))
+        documents.append(speculative_launch(tree, library, target, spec))
     given, omitted = documents
     failed = {f["check"] for f in given["findings"] if f["result"] == "fail"}
     assert {"tree-state", "image-token"} <= failed, given  # needed: not applied fails, its launch checks run
@@ -531,18 +512,31 @@ def test_a_checkpoint_vllm_serves_as_mtp_under_draft_model_written_is_not_held_t
     found = {}
     for method in ("mtp", "draft_model"):
         spec = {"method": method, "model": str(tmp_path / "dm"), "num_speculative_tokens": 1}
-        done = run_cli_judged(
-            "preflight", "--target", tree, "--patches", library, "--no-import", "--format", "json",
-            "--", "vllm", "serve", str(tmp_path / "target"), "--speculative-config", json.dumps(spec),
-        )  # fmt: skip
-        found[method] = json.loads(done.stdout)["findings"]
+        judged = speculative_launch(tree, library, tmp_path / "target", spec)
+        found[method] = judged["findings"]
     assert all("vocab_size" not in f["message"] for f in found["draft_model"]), found
     small = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 7168, "vocab_size": 1000}
     control = {**spec, "model": str(write_model(tmp_path / "small", small))}  # a draft model proper: held to it
-    done = run_cli_judged(
-        "preflight", "--target", tree, "--patches", library, "--no-import", "--format", "json",
-        "--", "vllm", "serve", str(tmp_path / "target"), "--speculative-config", json.dumps(control),
-    )  # fmt: skip
-    said = [f["message"] for f in json.loads(done.stdout)["findings"] if f["check"] == "speculative-config"]
+    judged = speculative_launch(tree, library, tmp_path / "target", control)
+    said = [f["message"] for f in judged["findings"] if f["check"] == "speculative-config"]
     assert any("drafter's vocab_size 1000 is not the target's 129280" in m for m in said), said
     assert found["draft_model"] == found["mtp"], found
+
+
+def test_a_drafter_type_named_like_mtp_that_the_tree_does_not_list_stays_a_draft_model(tmp_path):
+    """vLLM serves a drafter as mtp only where its model_type is one of the tree's MTPModelTypes: a
+    "qwen3_5_mtp" drafter (0.17's type) under "method": "draft_model" on a tree that does not list it is
+    a draft model, held to draft_model's vocab rule; as a method written, a type the tree lists is mtp."""
+    tree, library = _tree(tmp_path / "tree")
+    with (tree / SPEC).open("a") as spec_file:
+        spec_file.write(METHODS + "\n# self.verify_equal_vocab_size_if_draft_model()\n")
+    write_weights(write_model(tmp_path / "target", V3), {**TARGET_WEIGHTS, **MTP_WEIGHTS})
+    small = {"architectures": ["LlamaForCausalLM"], "model_type": "qwen3_5_mtp", "hidden_size": 7168}
+    drafter = write_model(tmp_path / "q", {**small, "vocab_size": 1000})
+    said = {}
+    for method in ("draft_model", "deepseek_mtp"):
+        spec = {"method": method, "model": str(drafter), "num_speculative_tokens": 1}
+        judged = speculative_launch(tree, library, tmp_path / "target", spec)
+        said[method] = [f["message"] for f in judged["findings"] if f["result"] == "fail"]
+    assert any("drafter's vocab_size 1000 is not the target's 129280" in m for m in said["draft_model"]), said
+    assert all("vocab_size 1000" not in m for m in said["deepseek_mtp"]), said  # mtp: not draft_model's rule

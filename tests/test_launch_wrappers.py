@@ -331,6 +331,11 @@ def test_a_tools_run_hint_keeps_the_users_own_command_whatever_its_first_word(pr
     [
         (["CUDA_VISIBLE_DEVICES=0,1", "vllm", "serve", "M"], ["CUDA_VISIBLE_DEVICES=0,1"], True),
         (["A=1", "B=x y", "/v/bin/vllm", "serve", "M", "--port", "9"], ["A=1", "B=x y"], True),
+        (
+            ["NCCL_SOCKET_IFNAME=^lo,docker0", "C=it's $HOME", "vllm", "serve", "M"],
+            ["NCCL_SOCKET_IFNAME=^lo,docker0", "C=it's $HOME"],
+            True,
+        ),
         (["PYTHONPATH=/x", "vllm", "serve", "M"], ["PYTHONPATH=/x"], False),  # before patchkit it moves patchkit
     ],
 )
@@ -343,6 +348,13 @@ def test_a_shells_variable_assignment_before_the_launch_is_refused_naming_env(ar
     assert named[0] == ["patchkit", "run", "--", "env", *assigned, *launch], hint
     assert frame(named[0][3:]).env == dict(word.split("=", 1) for word in assigned)
     assert named[1:] == ([[*assigned, "patchkit", "run", "--", *launch]] if before else []), hint
+    if before:  # the line pasted into a shell gives patchkit those variables (a quoted NAME= is a command)
+        names = [word.split("=", 1)[0] for word in assigned]
+        line = re.findall(r"`([^`]*)`", hint)[1]
+        printed = " ".join(f'"${name}"' for name in names)
+        script = f'patchkit() {{ printf "%s\\n" {printed}; }}; {line}'
+        shown = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True)
+        assert shown.stdout.splitlines() == [word.split("=", 1)[1] for word in assigned], (line, shown)
 
 
 def test_preflight_of_a_launch_behind_an_assignment_says_what_to_do():

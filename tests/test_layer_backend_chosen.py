@@ -60,6 +60,7 @@ KERNEL_BLOCKS = {
 CUTLASS = ("--attention-backend", "CUTLASS_MLA")
 MLA_TARGET = {**DEEPSEEK_V3, "kv_lora_rank": 512}
 NAMED = ("--attention-backend", "TRITON_MLA")
+SELECTOR = "vllm/v1/attention/selector.py"
 
 
 def preflight(tree, library, *command):
@@ -68,7 +69,7 @@ def preflight(tree, library, *command):
     )
 
 
-def laid_out(tmp_path, selector: str | None, where: str = "vllm/v1/attention/selector.py", named=NAMED):
+def laid_out(tmp_path, selector: str | None, where: str = SELECTOR, named=NAMED):
     """(tree, library, launch): the eagle3 setup applied, the backend files, and `selector` at `where`."""
     tree, library = write_eagle3_setup(tmp_path)
     assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
@@ -77,6 +78,33 @@ def laid_out(tmp_path, selector: str | None, where: str = "vllm/v1/attention/sel
         (tree / rel).write_text(text)
     launch = serve(write_model(tmp_path / "target", MLA_TARGET), write_model(tmp_path / "drafter", DRAFTER), *named)
     return tree, library, launch
+
+
+def series_brings(tmp_path, stock: str, patched: str, what: str, named, files=None):
+    """(tree, library, launch): the eagle3 setup, not applied, with the backend files (and `files`) and the
+    selector `stock`, whose series then brings a diff of the selector to `patched` (its description `what`)."""
+    tree, library = write_eagle3_setup(tmp_path)
+    for rel, text in {**ATTENTION_FILES, **(files or {}), SELECTOR: stock}.items():
+        (tree / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tree / rel).write_text(text)
+    diff = make_patch(tmp_path, tree, {SELECTOR: patched}, header=f"Description: {what}\n")
+    (library / "eagle3" / "0.16.0" / "0002-selector.patch").write_bytes(diff)
+    with open(library / "eagle3" / "0.16.0" / "series", "a") as series:
+        series.write("0002-selector.patch\n")
+    launch = serve(write_model(tmp_path / "target", MLA_TARGET), write_model(tmp_path / "drafter", DRAFTER), *named)
+    return tree, library, launch
+
+
+def assert_apply_is_the_fix(tree, library, launch, words: str) -> None:
+    """The launch fails drafter-architecture saying `words`, its fix is apply, and after the apply it passes."""
+    done = preflight(tree, library, *launch)
+    assert_clean_failure(done, 1)
+    finding = findings(done)["drafter-architecture"]
+    assert not finding["ok"] and words in finding["message"], finding
+    assert finding["fix"] == apply_fix(tree, library), finding
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    done = preflight(tree, library, *launch)
+    assert done.returncode == 0, done.stdout
 
 
 @pytest.mark.parametrize("selector", [None, STOCK_SELECTOR])
@@ -103,25 +131,8 @@ def test_a_named_mla_backend_passes_where_the_selector_lets_the_drafter_choose(t
 def test_the_fix_is_apply_where_the_series_brings_the_change(tmp_path):
     """A stock tree whose series patches the selector: apply is the fix (on Blackwell dropping the
     option is not enough: vLLM sets an MLA backend for the engine itself), and after it the launch passes."""
-    tree, library = write_eagle3_setup(tmp_path)
-    selector = "vllm/v1/attention/selector.py"
-    for rel, text in {**ATTENTION_FILES, selector: STOCK_SELECTOR}.items():
-        (tree / rel).parent.mkdir(parents=True, exist_ok=True)
-        (tree / rel).write_text(text)
-    diff = make_patch(tmp_path, tree, {selector: CHOSEN_SELECTOR}, header="Description: layers choose\n")
-    (library / "eagle3" / "0.16.0" / "0002-selector.patch").write_bytes(diff)
-    with open(library / "eagle3" / "0.16.0" / "series", "a") as series:
-        series.write("0002-selector.patch\n")
-    launch = serve(write_model(tmp_path / "target", MLA_TARGET), write_model(tmp_path / "drafter", DRAFTER), *NAMED)
-
-    done = preflight(tree, library, *launch)
-    assert_clean_failure(done, 1)
-    finding = findings(done)["drafter-architecture"]
-    assert not finding["ok"] and "is an MLA backend" in finding["message"], finding
-    assert finding["fix"] == apply_fix(tree, library), finding
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
-    done = preflight(tree, library, *launch)
-    assert done.returncode == 0, done.stdout
+    tree, library, launch = series_brings(tmp_path, STOCK_SELECTOR, CHOSEN_SELECTOR, "layers choose", NAMED)
+    assert_apply_is_the_fix(tree, library, launch, "is an MLA backend")
 
 
 def test_a_named_cutlass_mla_fails_where_the_drafter_gets_flashinfer_and_passes_where_it_shares_blocks(tmp_path):
@@ -159,22 +170,7 @@ def test_a_named_cutlass_mla_fails_where_the_drafter_gets_flashinfer_and_passes_
 
 def test_a_tree_with_the_older_0006_is_fixed_by_the_series_that_brings_the_revised_one(tmp_path):
     """The series patches the selector as the revised 0006 does: its fix (apply) is the finding's."""
-    tree, library = write_eagle3_setup(tmp_path)
-    selector = "vllm/v1/attention/selector.py"
-    for rel, text in {**ATTENTION_FILES, **KERNEL_BLOCKS, selector: CHOSEN_SELECTOR}.items():
-        (tree / rel).parent.mkdir(parents=True, exist_ok=True)
-        (tree / rel).write_text(text)
-    diff = make_patch(tmp_path, tree, {selector: BLOCKS_SELECTOR}, header="Description: blocks shared\n")
-    (library / "eagle3" / "0.16.0" / "0002-selector.patch").write_bytes(diff)
-    with open(library / "eagle3" / "0.16.0" / "series", "a") as series:
-        series.write("0002-selector.patch\n")
-    launch = serve(write_model(tmp_path / "target", MLA_TARGET), write_model(tmp_path / "drafter", DRAFTER), *CUTLASS)
-
-    done = preflight(tree, library, *launch)
-    assert_clean_failure(done, 1)
-    finding = findings(done)["drafter-architecture"]
-    assert not finding["ok"] and "none is common" in finding["message"], finding
-    assert finding["fix"] == apply_fix(tree, library), finding
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
-    done = preflight(tree, library, *launch)
-    assert done.returncode == 0, done.stdout
+    tree, library, launch = series_brings(
+        tmp_path, CHOSEN_SELECTOR, BLOCKS_SELECTOR, "blocks shared", CUTLASS, KERNEL_BLOCKS
+    )
+    assert_apply_is_the_fix(tree, library, launch, "none is common")

@@ -190,7 +190,8 @@ def _get_eagle3_aux_layers_from_config(self):
 @pytest.mark.parametrize("runner", [V1_RUNNER_READING_NESTED, None])
 def test_nested_aux_layer_ids_cannot_be_judged_where_one_of_the_trees_runners_reads_them(setup, tmp_path, runner):
     """0.22-0.30: the V1 runner reads eagle_config's ids, the V2 runner does not, and vLLM picks the runner by
-    the model and its features: not "vLLM never reads" there (a false fail); still failed where none reads them."""
+    the model and its features: not "vLLM never reads" there (a false fail). Where none reads them vLLM
+    serves the launch on the target's default layers (review41a F8): a pass, said as a note with the fix."""
     tree, library, models = setup
     assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     if runner is not None:
@@ -203,13 +204,22 @@ def test_nested_aux_layer_ids_cannot_be_judged_where_one_of_the_trees_runners_re
     drafter = write_model(tmp_path / "drafter", _changed(DRAFTER, nested))
     done = preflight(tree, library, *serve(models["deepseek"], drafter))
     found = findings(done)["drafter-aux-layers"]
+    if runner is None:
+        assert done.returncode == 0 and found["result"] == "pass", found
+        assert found["message"] == (
+            "vLLM ignores the drafter's eagle_config.eagle_aux_hidden_state_layer_ids [1, 29, 57] and uses the "
+            "target's layers (2, 30, 58); to have it use the drafter's, put that list at the top level of its "
+            "config.json as eagle_aux_hidden_state_layer_ids"
+        )
+        assert found["message"] in json.loads(done.stdout)["notes"], done.stdout
+        text = preflight(tree, library, *serve(models["deepseek"], drafter), fmt="text")
+        said = " ".join((text.stdout + text.stderr).split())
+        assert text.returncode == 0 and f"note: {found['message']}" in said, said
+        return
     assert (
         found["fix"]
         == "give the layers the drafter was trained on as a top-level eagle_aux_hidden_state_layer_ids list"
     )
-    if runner is None:
-        assert done.returncode == 1 and found["result"] == "fail" and "vLLM never reads" in found["message"], found
-        return
     assert done.returncode == 0 and found["result"] == "cannot judge", found
     assert found["message"].startswith("cannot judge: this vLLM's V1 model runner reads the drafter's eagle_config."), (
         found
@@ -1540,22 +1550,36 @@ def test_a_speculators_model_with_hf_config_path_is_still_served_as_its_verifier
 
 
 @pytest.mark.parametrize(
-    "change",
+    ("change", "served"),
     [
-        {"eagle_aux_hidden_state_layer_ids": None, "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 29, 57]}},
-        {"eagle_aux_hidden_state_layer_ids": [], "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 29, 57]}},
-        {"eagle_aux_hidden_state_layer_ids": 29},
+        (
+            {
+                "eagle_aux_hidden_state_layer_ids": None,
+                "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 29, 57]},
+            },
+            True,
+        ),
+        (
+            {"eagle_aux_hidden_state_layer_ids": [], "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 29, 57]}},
+            True,
+        ),
+        ({"eagle_aux_hidden_state_layer_ids": 29}, False),
     ],
 )
-def test_aux_layers_vllm_never_reads_fail_naming_the_default_it_uses(setup, tmp_path, change):
-    """vLLM 0.16.0's model runner reads only a non-empty top-level list; else the target's default."""
+def test_aux_layers_vllm_never_reads_name_the_default_it_uses(setup, tmp_path, change, served):
+    """vLLM 0.16.0's model runner reads only a non-empty top-level list; else the target's default. Ids only
+    in eagle_config (the top level empty or silent) it serves so (review41a F8): a pass said as a note."""
     tree, library, models = setup
     assert run_cli_writing("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     drafter = write_model(tmp_path / "nested-drafter", _changed(DRAFTER, change))
     done = preflight(tree, library, *serve(models["deepseek"], drafter))
+    assert "(2, 30, 58)" in findings(done)["drafter-aux-layers"]["message"]
+    if served:
+        assert done.returncode == 0 and findings(done)["drafter-aux-layers"]["result"] == "pass", done.stdout
+        assert "vLLM ignores the drafter's eagle_config" in findings(done)["drafter-aux-layers"]["message"]
+        return
     assert_clean_failure(done, 1)
     assert failed(done) == {"drafter-aux-layers"}, done.stdout
-    assert "(2, 30, 58)" in findings(done)["drafter-aux-layers"]["message"]
 
 
 @pytest.mark.parametrize(
@@ -2318,6 +2342,18 @@ ENV_READ = "reads the variable"
 ENV_READER = 'def __post_init__(self):\n    self._set_from_env_if_set("backend", "VLLM_ATTENTION_BACKEND")\n'
 
 
+def mla_models(tree: Path, library: Path, tmp_path: Path, target: dict, drafter: dict) -> tuple[Path, Path]:
+    """(target, drafter): the eagle3 set applied to `tree` with its attention files, a DeepSeek-V3
+    target and an EAGLE-3 drafter of these changes."""
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    for rel, text in ATTENTION_FILES.items():
+        (tree / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tree / rel).write_text(text)
+    return write_model(tmp_path / "target", {**DEEPSEEK_V3, **target}), write_model(
+        tmp_path / "drafter", {**DRAFTER, **drafter}
+    )
+
+
 @pytest.mark.parametrize(
     ("options", "env", "target", "drafter", "version", "says"),
     [
@@ -2354,12 +2390,7 @@ def test_an_mla_attention_backend_the_drafter_inherits_fails(
     if version is not None:  # the installed vLLM's build, as its METADATA says (before the apply records it)
         metadata = tree / "vllm-0.16.0.dist-info" / "METADATA"
         metadata.write_text(metadata.read_text().replace("Version: 0.16.0", f"Version: {version}"))
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
-    for rel, text in ATTENTION_FILES.items():
-        (tree / rel).parent.mkdir(parents=True, exist_ok=True)
-        (tree / rel).write_text(text)
-    model = write_model(tmp_path / "target", {**DEEPSEEK_V3, **target})
-    draft = write_model(tmp_path / "drafter", {**DRAFTER, **drafter})
+    model, draft = mla_models(tree, library, tmp_path, target, drafter)
     words = ["env", *(f"{k}={v}" for k, v in env.items())] if env else []
     done = preflight(tree, library, *words, *serve(model, draft, *options))
     finding = drafter_verdict(done, fails=says is not None)
@@ -2378,12 +2409,7 @@ def test_an_mla_attention_backend_the_launch_inherits_is_unset_in_the_shell(setu
     the fix unsets it there."""
     tree, library, _ = setup
     (tree / "vllm" / "config" / "attention.py").write_text(ENV_READER)
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
-    for rel, text in ATTENTION_FILES.items():
-        (tree / rel).parent.mkdir(parents=True, exist_ok=True)
-        (tree / rel).write_text(text)
-    model = write_model(tmp_path / "target", {**DEEPSEEK_V3, **MLA})
-    draft = write_model(tmp_path / "drafter", DRAFTER)
+    model, draft = mla_models(tree, library, tmp_path, MLA, {})
     done = preflight(tree, library, *serve(model, draft), env={"VLLM_ATTENTION_BACKEND": "TRITON_MLA"})
     assert_clean_failure(done, 1)
     finding = findings(done)["drafter-architecture"]
@@ -2433,12 +2459,7 @@ def test_an_mla_attention_backend_from_the_config_file_is_named_where_it_is_give
     """A backend given in the launch's --config YAML: the finding names the file's key, and its fix drops
     that key (the command line has no --attention-backend to drop); one given in both is dropped from both."""
     tree, library, _ = setup
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
-    for rel, text in ATTENTION_FILES.items():
-        (tree / rel).parent.mkdir(parents=True, exist_ok=True)
-        (tree / rel).write_text(text)
-    model = write_model(tmp_path / "target", {**DEEPSEEK_V3, **MLA})
-    draft = write_model(tmp_path / "drafter", DRAFTER)
+    model, draft = mla_models(tree, library, tmp_path, MLA, {})
     config = tmp_path / "serve.yaml"
     config.write_text(yaml)
     done = preflight(tree, library, *serve(model, draft, "--config", str(config), *options))
@@ -2644,7 +2665,8 @@ def test_a_short_drafter_rotary_table_fails_under_auto_fit_where_it_starts_from_
     setup, tmp_path, given, fitted
 ):
     """--max-model-len auto/-1 is the target's derived length on trees whose model.py starts there (the engine
-    lowers it only where the KV cache cannot hold it): a short drafter table is no silent pass."""
+    lowers it only where the KV cache cannot hold it): a short drafter table is no silent pass, and the
+    words say vLLM picks the length by the memory free at start (review41a F10)."""
     tree, library, _ = setup
     assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     (tree / "vllm" / "model_executor" / "models" / "llama.py").write_text(LLAMA_ROPE_TABLE)
@@ -2658,8 +2680,11 @@ def test_a_short_drafter_rotary_table_fails_under_auto_fit_where_it_starts_from_
     assert_clean_failure(done, 1)
     finding = findings(done)["drafter-architecture"]
     assert "its rotary table holds 2048 positions" in finding["message"], finding
-    assert "up to max_model_len 163840:" in finding["message"], finding
-    assert finding["fix"].startswith("give --max-model-len 2048"), finding
+    assert (
+        "up to the max_model_len vLLM picks at start by the GPU memory free (auto; at most the target's 163840): "
+        "where that is above 2048, the first request past 2048 tokens crashes the engine"
+    ) in finding["message"], finding
+    assert finding["fix"].startswith("give --max-model-len 2048 in place of auto"), finding
 
 
 @pytest.mark.parametrize("where", ["llama.py", "speculative.py"])
@@ -2870,6 +2895,50 @@ def test_a_drafter_sliding_layer_vllm_cannot_build_or_serve_fails(setup, tmp_pat
     mla = "give the drafter's layer_types full_attention: an MLA target has no sliding window"
     other = "set sliding_window in the drafter's config.json" if says == "cannot judge: " else SLIDING_FIX
     assert says is None or finding["fix"].startswith(mla if "kv_lora_rank" in target else other), finding
+
+
+# vLLM's is_deepseek_mla as 0.16-0.21 write it (abridged): MLA only for the model types it lists
+IS_DEEPSEEK_MLA = """
+class ModelArchConfigConvertorBase:
+    def is_deepseek_mla(self) -> bool:
+        if not hasattr(self.hf_text_config, "model_type"):
+            return False
+        elif self.hf_text_config.model_type in ("deepseek_v2", "deepseek_v3", "kimi_k2"):
+            return self.hf_text_config.kv_lora_rank is not None
+        elif self.hf_text_config.model_type == "eagle":
+            return (
+                self.hf_text_config.model.model_type in ("deepseek_v2", "deepseek_v3")
+                and self.hf_text_config.kv_lora_rank is not None
+            )
+        return False
+"""
+MLA_RULE = "vllm/transformers_utils/model_arch_config_convertor.py"
+
+
+@pytest.mark.parametrize(
+    ("target", "rule", "mla"),
+    [
+        ({"kv_lora_rank": 512}, IS_DEEPSEEK_MLA, True),  # deepseek_v3: listed
+        (
+            {"model_type": "llama", "kv_lora_rank": 512},
+            IS_DEEPSEEK_MLA,
+            False,
+        ),  # not listed: vLLM's attention is not MLA
+        ({"model_type": "llama", "kv_lora_rank": 512}, None, True),  # the rule not read: any kv_lora_rank
+        ({"model_type": "deepseek_v3", "kv_lora_rank": None}, IS_DEEPSEEK_MLA, True),  # left out: the class's 512
+    ],
+)
+def test_an_mla_target_is_told_by_the_trees_own_rule(setup, tmp_path, target, rule, mla):
+    """review41a F1: vLLM's is_deepseek_mla counts MLA only for the model types it lists (a kv_lora_rank
+    besides); patchkit took any kv_lora_rank. The sliding-layer-under-MLA rule follows the tree's rule."""
+    sources = {"vllm/model_executor/layers/attention/attention.py": MLA_ASSERT, **({MLA_RULE: rule} if rule else {})}
+    tree, library = drafter_attention_tree(setup, sources)
+    model = write_model(tmp_path / "target", {k: v for k, v in {**DEEPSEEK_V3, **target}.items() if v is not None})
+    config = {**DRAFTER, "max_position_embeddings": 163840, "layer_types": ["sliding_attention"], "sliding_window": 128}
+    done = preflight(tree, library, *serve(model, write_model(tmp_path / "drafter", config)))
+    finding = findings(done)["drafter-architecture"]
+    assert ("an MLA target" in finding["message"]) is mla, finding
+    assert done.returncode == (1 if mla else 0), done.stdout
 
 
 # get_rope's range check and patch_rope_parameters' names, as 0.13-0.34 write them

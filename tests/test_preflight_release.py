@@ -233,3 +233,36 @@ def test_the_method_vllm_tells_from_a_given_drafter_on_the_real_files(tmp_path, 
         done = run_cli("preflight", "--target", site, "--format", "json", "--no-import", "--", *launch)
         found = failed(done).get("speculative-config", {"message": ""})
         assert ("names none" in found["message"]) is refused, (spec, done.stdout)
+
+
+@pytest.mark.parametrize("release", ["0.22.0", "0.26.0", "0.30.0", "0.34.0"])
+def test_an_eagle1_heads_class_is_held_to_the_registry_of_later_releases(tmp_path, release):
+    """0.18 on (to 0.34.0) EAGLEConfig still names an EAGLE-1 head's class Eagle<architecture> (0.34 wraps
+    the draft config in it from its EagleSpeculatorConfig) and vLLM refuses a name its registry lacks:
+    EagleQwen2ForCausalLM fails; EagleLlamaForCausalLM is registered; a tree without the renaming cannot judge."""
+    site = tmp_path / "site"
+    renaming = "vllm/transformers_utils/configs/eagle.py"
+    lay_out_release(release, [REGISTRY, renaming, "vllm/config/speculative.py"], site)
+    target = write_model(
+        tmp_path / "target", {**DRAFTER, "architectures": ["LlamaForCausalLM"], "num_hidden_layers": 4}
+    )
+    said = {}
+    for architecture in ("Qwen2ForCausalLM", "LlamaForCausalLM", "unread"):
+        if architecture == "unread":
+            (site / renaming).unlink()
+        head = {**DRAFTER, "architectures": [architecture.replace("unread", "LlamaForCausalLM")]}
+        spec = {
+            "method": "eagle",
+            "model": str(write_model(tmp_path / architecture, head)),
+            "num_speculative_tokens": 1,
+        }
+        launch = ["vllm", "serve", str(target), "--speculative-config", json.dumps(spec)]
+        done = run_cli("preflight", "--target", site, "--format", "json", "--no-import", "--", *launch)
+        found = json.loads(done.stdout)["findings"]
+        said[architecture] = [
+            f for f in found if f["check"] == "drafter-architecture" and "weights'" not in f["message"]
+        ]
+    assert [f["result"] for f in said["Qwen2ForCausalLM"]] == ["fail"], said
+    assert "EagleQwen2ForCausalLM, which its registry does not hold" in said["Qwen2ForCausalLM"][0]["message"]
+    assert said["LlamaForCausalLM"] == [], said
+    assert [f["result"] for f in said["unread"]] == ["cannot judge"], said

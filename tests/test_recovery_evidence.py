@@ -380,7 +380,8 @@ def test_a_fetched_tree_whose_record_was_removed_is_told_to_fetch_it_again(crash
     tree = _moved(tree, tmp_path / "moved")
     done = _patchkit("recover", "--target", tree, "--roll-back")
     assert done.returncode == 2, done.stderr
-    assert f"`patchkit fetch 0.16.0 --dest {tree} --force`" in done.stderr and "pip" not in done.stderr, done.stderr
+    fetch = f"`patchkit fetch 0.16.0 --dest {tree} --force --all`"
+    assert fetch in done.stderr and "pip" not in done.stderr, done.stderr
     assert f"The saved originals are in {tree}/.patchkit/objects" in done.stderr, done.stderr
     assert _deepest_brackets(done.stderr) <= 1, done.stderr
 

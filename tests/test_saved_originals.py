@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
+import shlex
 import stat
 import threading
 from collections import Counter
@@ -17,7 +19,18 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from helpers import MODEL_PY, fingerprint, make_patch, run_cli_writing, write_tree
+from helpers import (
+    MODEL_PY,
+    OFFLINE,
+    STOCK_FILES,
+    fingerprint,
+    make_patch,
+    run_cli_judged,
+    run_cli_writing,
+    stock_files_fetched,
+    write_tree,
+    write_wheel,
+)
 
 from patchkit.base import hashing
 from patchkit.base.hashing import sha256
@@ -243,3 +256,49 @@ def test_a_damaged_original_names_the_command_for_this_release_and_tree(run, sce
     (tree / "vllm-0.16.0.dist-info/RECORD").write_text("")  # a laid-out tree: METADATA and RECORD only
     said = " ".join(run("revert", "--target", tree, "--patch", patch, "--force").output.split())
     assert f"patchkit fetch 0.16.0 --dest {tree} --force" in said, said
+
+
+def test_a_file_in_objects_that_no_digest_names_is_kept_and_said(scene):
+    """Review 41b L6: a full revert deleted any file in .patchkit/objects/ (a README, say), though
+    objects are named by their sha256 only and the prune removes only patchkit's own entries. It
+    stays, as other unknown files in .patchkit/ do, and revert says so and how it goes."""
+    tree, patch = scene
+    assert run_cli_writing("apply", "--target", tree, "--patch", patch).returncode == 0
+    readme = tree / ".patchkit" / "objects" / "README"
+    readme.write_text("the team's notes\n")
+    status = run_cli_judged("status", "--target", tree, "--patch", patch)
+    noted = " ".join(status.stdout.split())
+    assert status.returncode == 0 and ".patchkit/objects/ holds README: no saved original of patchkit's" in noted, noted
+    done = run_cli_writing("revert", "--target", tree, "--patch", patch)
+    said = " ".join(done.stderr.split())
+    assert done.returncode == 0 and (tree / MODEL).read_text() == MODEL_PY, done.stdout + done.stderr
+    assert readme.read_text() == "the team's notes\n"
+    assert sorted(p.name for p in (tree / ".patchkit").rglob("*")) == ["README", "objects"]
+    assert "kept 1 file(s)" in said and "objects/README" in said, said
+    assert f"rm -r {tree / '.patchkit'}" in said, said
+    after = " ".join(run_cli_judged("status", "--target", tree, "--patch", patch).stdout.split())
+    assert "holds README: no saved original" in after and "revert` removes" not in after, after
+
+
+def test_the_fetch_a_damaged_original_of_a_patch_file_names_lays_that_file_out(scene, tmp_path):
+    """The class of review 41b M5 in revert: a --patch apply's saved original damaged, its file edited
+    since (nothing reverses), so revert refused, naming `fetch VERSION --dest T --force`, which lays
+    out the sets' files only: the --patch file's stays as it is, and revert refuses again. The named
+    fetch now takes every file (--all); run as said, revert --force then puts the stock file back."""
+    tree, patch = scene
+    (tree / "vllm/__init__.py").write_bytes(STOCK_FILES["vllm/__init__.py"])  # the release's own
+    assert run_cli_writing("apply", "--target", tree, "--patch", patch, "--no-import").returncode == 0
+    saved_original(tree).chmod(0o644)
+    saved_original(tree).write_text("damaged\n")
+    (tree / MODEL).write_text(PATCHED_MODEL + "# edited by hand\n")
+    refused = run_cli_writing("revert", "--target", tree, "--patch", patch, "--force", env=OFFLINE)
+    assert refused.returncode == 2 and "is corrupt" in refused.stderr, refused.stdout + refused.stderr
+    [fetch] = re.findall(r"`(patchkit fetch [^`]+)`", " ".join(refused.stderr.split()))
+    assert shlex.split(fetch) == ["patchkit", "fetch", "0.16.0", "--dest", str(tree), "--force", "--all"]
+    write_wheel(tmp_path / "wheel")  # the release's files, as the index serves them
+    stock_files_fetched({p: d for p, d in STOCK_FILES.items() if p.endswith(".py")})
+    fetched = run_cli_judged(*shlex.split(fetch)[1:], env=OFFLINE)
+    assert fetched.returncode == 0, fetched.stdout + fetched.stderr
+    done = run_cli_writing("revert", "--target", tree, "--patch", patch, "--force", env=OFFLINE)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (tree / MODEL).read_text() == MODEL_PY

@@ -207,3 +207,69 @@ def test_out_of_inodes_said_without_a_mount(monkeypatch, run, big_change):
         result = run("apply", "--target", tree, "--patch", patch)
         assert result.exit_code == 4 and said in " ".join(result.output.split()), result.output
         assert snapshot(tree) == stock
+
+
+def test_a_rollback_that_cannot_remove_a_directory_it_created_says_which_and_how(monkeypatch, run, big_change):
+    """Review 41b L2: a commit that fails (ENOSPC) after it created vllm/brand/new/ is rolled back,
+    but the rmdir of that directory fails (EIO here; a file written there meanwhile in life): it was
+    left, empty, and the error said "every file was rolled back" (an empty directory imports as a
+    namespace package). It is said, with the command that removes it, which then does."""
+    tree, patch = big_change
+    stock = snapshot(tree)
+    real_rmdir, failing = os.rmdir, [True]
+
+    def rmdir(path, *args, **kwargs):
+        if failing[0] and "brand" in str(path) and os.path.isdir(path):
+            raise OSError(5, os.strerror(5), str(path))
+        return real_rmdir(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "rmdir", rmdir)
+    for n in range(1, 200):
+        _with_fault(monkeypatch, n)
+        result = run("apply", "--target", tree, "--patch", patch)
+        assert result.exit_code == 4, (n, result.output)
+        if (tree / "vllm/brand/new").exists():
+            break
+        if (tree / "vllm/brand").exists():  # cut short before it made new/: left, said, removed for the next run
+            real_rmdir(tree / "vllm/brand")
+    said = " ".join(result.output.split())
+    assert "every file was rolled back, but could not remove 2 directories the transaction had created" in said, said
+    assert "vllm/brand/new (Input/output error), vllm/brand (Input/output error)" in said, said
+    failing[0] = False
+    [command] = [c for c in re.findall(r"`([^`]+)`", said) if c.startswith("rmdir")]
+    assert command == f"rmdir -- {tree}/vllm/brand/new {tree}/vllm/brand", said
+    for directory in command.split()[2:]:  # as the shell runs it: one after another
+        os.rmdir(directory)
+    assert snapshot(tree) == stock and not (tree / "vllm/brand").exists()
+
+
+def test_a_recovery_that_cannot_remove_a_directory_the_crash_left_says_which(monkeypatch, run, big_change):
+    """The same directory after a crash (the apply killed once it made vllm/brand/new/): the next
+    command's recovery rolls back every file; a directory it cannot remove is said with its fix."""
+    tree, patch = big_change
+    stock = snapshot(tree)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PATCHKIT_FAULT")}
+    for n in range(1, 40):
+        fault = {**env, "PATCHKIT_FAULT_AFTER": str(n), "PATCHKIT_FAULT_MODE": "exit"}
+        died = run_patchkit(["apply", "--target", str(tree), "--patch", str(patch)], fault, None, 300)
+        assert died.returncode == 70, died.stderr
+        if (tree / "vllm/brand/new").exists():
+            break
+        assert run("status", "--target", tree, "--patch", patch).exit_code == 0  # recovered: again one step on
+    real_rmdir = os.rmdir
+
+    def rmdir(path):
+        if "brand" in str(path):
+            raise OSError(5, os.strerror(5), str(path))
+        real_rmdir(path)
+
+    monkeypatch.setattr(os, "rmdir", rmdir)
+    result = run("status", "--target", tree, "--patch", patch)
+    said = " ".join(result.output.split())
+    assert result.exit_code == 0 and "rolled back an interrupted patchkit transaction" in said, said
+    assert "could not remove 2 directories the transaction had created: vllm/brand/new (Input/output error)" in said
+    assert f"`rmdir -- {tree}/vllm/brand/new {tree}/vllm/brand` removes them once empty" in said, said
+    monkeypatch.setattr(os, "rmdir", real_rmdir)
+    real_rmdir(tree / "vllm/brand/new")
+    real_rmdir(tree / "vllm/brand")
+    assert snapshot(tree) == stock

@@ -35,15 +35,6 @@ def sha(text: str | bytes) -> str:
 
 
 @pytest.fixture
-def applied(run, tree, tmp_path) -> tuple[Path, Path]:
-    """The tree with spec.py patched by patchkit, and the patch."""
-    patch = tmp_path / "deepseek.diff"
-    patch.write_bytes(make_patch(tmp_path, tree, {SPEC: patched_spec()}))
-    assert run("apply", "--target", tree, "--patch", patch).exit_code == 0
-    return tree, patch
-
-
-@pytest.fixture
 def outside(tmp_path) -> Path:
     """A directory beside the tree that nothing may touch."""
     where = tmp_path / "elsewhere"
@@ -63,8 +54,10 @@ def _plant_journal(tree: Path, files: list[dict], txid: str = "9f8e7d") -> Path:
 
 
 @pytest.mark.parametrize("command", ["status", "verify", "apply", "revert", "recover"])
-def test_a_journal_with_a_dotdot_path_is_refused_by_every_command_with_nothing_touched(run, applied, outside, command):
-    tree, patch = applied
+def test_a_journal_with_a_dotdot_path_is_refused_by_every_command_with_nothing_touched(
+    run, diff_applied, outside, command
+):
+    tree, patch = diff_applied
     # Rolled back, this entry would "restore" a file two levels above vllm/ (created by the apply: unlink it).
     entry = {"path": "vllm/config/../../../elsewhere/secret.py", "before": None, "after": sha("x"), "staged": None}
     journal = _plant_journal(tree, [entry])
@@ -76,8 +69,8 @@ def test_a_journal_with_a_dotdot_path_is_refused_by_every_command_with_nothing_t
     assert fingerprint(tree) == tree_before and fingerprint(outside) == outside_before and journal.exists()
 
 
-def test_a_journal_whose_staged_file_is_elsewhere_is_refused(run, applied, outside):
-    tree, _ = applied
+def test_a_journal_whose_staged_file_is_elsewhere_is_refused(run, diff_applied, outside):
+    tree, _ = diff_applied
     _plant_journal(
         tree, [{"path": SPEC, "before": sha(SPEC_PY), "after": sha(patched_spec()), "staged": "vllm/config/spec.py"}]
     )
@@ -87,8 +80,8 @@ def test_a_journal_whose_staged_file_is_elsewhere_is_refused(run, applied, outsi
     assert fingerprint(tree) == before
 
 
-def test_a_journal_needing_a_missing_original_is_refused_before_any_file_is_restored(run, applied):
-    tree, _ = applied
+def test_a_journal_needing_a_missing_original_is_refused_before_any_file_is_restored(run, diff_applied):
+    tree, _ = diff_applied
     # Two files "changed": the one rolled back first (the last) has its original, the other not. Neither may be restored.
     _plant_journal(
         tree,
@@ -106,9 +99,9 @@ def test_a_journal_needing_a_missing_original_is_refused_before_any_file_is_rest
     assert fingerprint(tree) == before
 
 
-def test_a_valid_journal_still_rolls_back_with_its_staged_file(run, applied):
+def test_a_valid_journal_still_rolls_back_with_its_staged_file(run, diff_applied):
     """SPEC replaced by the commit, MODEL's new content still staged (half written) when it died."""
-    tree, patch = applied
+    tree, patch = diff_applied
     staged = tree / "vllm" / "models" / ".model.py.patchkit-ab12.tmp"
     staged.write_text("half written\n")
     files = [
@@ -132,8 +125,8 @@ def test_a_valid_journal_still_rolls_back_with_its_staged_file(run, applied):
     "path", ["vllm/../../elsewhere/secret.py", "vllm\\..\\..\\elsewhere\\secret.py", "/etc/hostname", "vllm//x.py"]
 )
 @pytest.mark.parametrize("command", [("status",), ("revert", "--force")])
-def test_state_with_an_unsafe_path_is_refused_before_any_read_or_write(run, applied, outside, path, command):
-    tree, patch = applied
+def test_state_with_an_unsafe_path_is_refused_before_any_read_or_write(run, diff_applied, outside, path, command):
+    tree, patch = diff_applied
     state_file = tree / ".patchkit" / "state.json"
     state = json.loads(state_file.read_text())
     state["entries"][0]["files"][path] = {"before": sha("TOKEN = 'x'\n"), "after": sha("TOKEN = 'not for the tree'\n")}
@@ -160,8 +153,8 @@ def test_a_symlinked_patchkit_dir_is_refused_before_writing_anything(run, tree, 
 
 
 @pytest.mark.parametrize("name", ["lock", "state.json", "journal.json", "objects", "saved"])
-def test_a_symlink_inside_patchkit_dir_is_refused(run, applied, outside, name):
-    tree, patch = applied
+def test_a_symlink_inside_patchkit_dir_is_refused(run, diff_applied, outside, name):
+    tree, patch = diff_applied
     planted = tree / ".patchkit" / name
     if planted.is_dir():
         for child in planted.iterdir():
@@ -198,8 +191,8 @@ _BAD_STATES = {
 
 
 @pytest.mark.parametrize("data", list(_BAD_STATES.values()), ids=list(_BAD_STATES))
-def test_state_of_the_wrong_shape_is_a_clean_exit_2(run, applied, data):
-    tree, patch = applied
+def test_state_of_the_wrong_shape_is_a_clean_exit_2(run, diff_applied, data):
+    tree, patch = diff_applied
     (tree / ".patchkit" / "state.json").write_text(json.dumps(data))
     for command in (("status",), ("revert", "--force"), ("apply",)):
         result = run(*command, "--target", tree, "--patch", patch)
@@ -223,8 +216,8 @@ _BAD_JOURNALS = {
 
 
 @pytest.mark.parametrize("data", list(_BAD_JOURNALS.values()), ids=list(_BAD_JOURNALS))
-def test_journal_of_the_wrong_shape_is_a_clean_exit_2(run, applied, data):
-    tree, _ = applied
+def test_journal_of_the_wrong_shape_is_a_clean_exit_2(run, diff_applied, data):
+    tree, _ = diff_applied
     (tree / ".patchkit" / "journal.json").write_text(json.dumps(data))
     before = fingerprint(tree)
     result = run("status", "--target", tree)
@@ -233,10 +226,10 @@ def test_journal_of_the_wrong_shape_is_a_clean_exit_2(run, applied, data):
 
 
 @pytest.mark.parametrize("name", ["state.json", "journal.json"])
-def test_a_huge_record_is_refused_without_being_parsed(run, applied, name):
+def test_a_huge_record_is_refused_without_being_parsed(run, diff_applied, name):
     from patchkit.store.state import MAX_RECORD_BYTES
 
-    tree, _ = applied
+    tree, _ = diff_applied
     (tree / ".patchkit" / name).write_bytes(b"[" + b"0," * (MAX_RECORD_BYTES // 2) + b"0]")
     result = run("status", "--target", tree)
     assert result.exit_code == 2 and f"larger than {MAX_RECORD_BYTES} bytes" in result.output
@@ -245,8 +238,8 @@ def test_a_huge_record_is_refused_without_being_parsed(run, applied, name):
 # -- defect 12: temporary files a killed patchkit left behind ---------------------------------------------
 
 
-def test_recovery_removes_patchkit_temp_files_of_managed_files_only(run, applied, outside):
-    tree, patch = applied
+def test_recovery_removes_patchkit_temp_files_of_managed_files_only(run, diff_applied, outside):
+    tree, patch = diff_applied
     meta = tree / ".patchkit"
     leftovers = [
         tree / "vllm" / "config" / ".spec.py.patchkit-0a1b2c3d.tmp",

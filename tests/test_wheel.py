@@ -1366,3 +1366,27 @@ def test_a_record_row_without_a_hash_is_said_to_be_listed_without_one(tmp_path, 
     assert_nothing_written(done, tmp_path / "out", 1)
     said = " ".join((done.stdout + done.stderr).split())
     assert "lists it without a hash" in said and "not listed in" not in said, said
+
+
+@pytest.mark.parametrize("renamed", ["scratch", "output"])
+@pytest.mark.parametrize(("signum", "code"), [("SIGTERM", 143), ("SIGINT", 130)])
+def test_a_signal_at_a_temporary_names_rename_leaves_nothing_and_says_so(tmp_path, library, renamed, signum, code):
+    """A signal that lands during the rename that gives the scratch tree or the temporary wheel its
+    name (as strace's `-e inject=rename:signal=SIGTERM` lands it) is handled once the rename is done:
+    the file or directory goes under whichever name it then has, and "left nothing" is true."""
+    target = r"\.tmp" if renamed == "output" else "patchkit-wheel-"
+    hook = (
+        "import os, re, signal\n"
+        "rename = os.rename\n"
+        "def aimed(src, dst, *args, **kwargs):\n"
+        "    rename(src, dst, *args, **kwargs)\n"
+        f"    if re.search({target!r}, os.fspath(dst)): os.kill(os.getpid(), signal.{signum})\n"
+        "os.rename = aimed\n"
+    )
+    out, temp = tmp_path / "out", tmp_path / "temp"
+    temp.mkdir()
+    stock = write_wheel(tmp_path / "in")
+    done = _cli_with(hook, "wheel", stock, "--out", out, "--patches", library, env={"TMPDIR": str(temp)})
+    assert_clean_failure(done, code)
+    assert "interrupted before the wheel was written: this run left nothing in --out" in done.stderr
+    assert os.listdir(temp) == [] and not out.exists(), (os.listdir(temp), out.exists() and os.listdir(out))

@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import os
 import re
 import shlex
-from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
@@ -22,8 +20,9 @@ from packaging.version import Version
 
 from patchkit.base import hints
 from patchkit.base.errors import escaped
-from patchkit.checks.parsed import python_tree
-from patchkit.launch import observed
+from patchkit.checks.parsed import names, python_tree
+from patchkit.launch.attention_backend import attention_backend_refused, cache_format_refused
+from patchkit.launch.aux_layers import aux_layers, uses_aux_hidden_states
 from patchkit.launch.drafter_attention import (
     partial_refused,
     positions_unserved,
@@ -32,48 +31,32 @@ from patchkit.launch.drafter_attention import (
     unjudged,
 )
 from patchkit.launch.drafter_embedding import embedding_shared
+from patchkit.launch.drafter_feeds import top_tokens_missing, v2_runner_unfed
 from patchkit.launch.drafter_heads import heads_unsplit
-from patchkit.launch.drafter_load import drafter_load_format
+from patchkit.launch.drafter_layout import drafter_weights, layout_unread, weights_unfit
 from patchkit.launch.drafter_nulls import null_refused
 from patchkit.launch.drafter_quant import target_quantization
+from patchkit.launch.drafter_quant_files import quant_config_unfound
+from patchkit.launch.drafter_sizes import DRAFTER_FIX, SIZE_FIX, shown, size, vocabulary, whole
 from patchkit.launch.drafter_types import boolean_unjudged, mistyped
 from patchkit.launch.drafter_weights import weights_unjudged
-from patchkit.launch.engine import apply_fix, few_named
+from patchkit.launch.engine import few_named
 from patchkit.launch.findings import Finding, cannot_judge
-from patchkit.launch.kernel_blocks import kernel_block_sizes, share_a_kernel_block
+from patchkit.launch.llama_layers import activation_refused, layer_types_refused, mlp_unsplit, rope_unknown
 from patchkit.launch.method import settled_method
 from patchkit.launch.microbatch import microbatch_findings
-from patchkit.launch.model_files import EAGLE3_DRAFTER, LLAMA, LLAMA_DRAFTER, MODELS_DIR, REGISTRY
+from patchkit.launch.model_files import EAGLE3_DRAFTER, LLAMA_DRAFTER, MODELS_DIR, REGISTRY
 from patchkit.launch.parallel_drafting import mask_hidden_missing
-from patchkit.launch.torch_names import torch_tensors
-from patchkit.launch.vllm_env import int_flag
-from patchkit.launch.weights import TorchFiles, drafter_tensors
+from patchkit.launch.target_class import SPECULATIVE_TABLE, model_class, target_architecture
+from patchkit.launch.target_heads import tp_refused
 from patchkit.series.requirements import Target
 
 if TYPE_CHECKING:
     from packaging.specifiers import SpecifierSet
 
 SUPPORTS = "SupportsEagle3"
-SPECULATIVE_TABLE = "_SPECULATIVE_DECODING_MODELS"
-DRAFTER_FIX = "use an EAGLE-3 drafter trained for this target model"
-AUX_FIX = "give the layers the drafter was trained on as a top-level eagle_aux_hidden_state_layer_ids list"
-LAYERS_FIX = "give the config.json whole-number layer ids and num_hidden_layers: the check cannot judge without them"
 NOTE_ROOM = 60  # columns for the names of the general plugins not judged
-SIZE_FIX = "give the config.json a positive whole-number size: the check cannot judge without one"
-ROPE = "vllm/model_executor/layers/rotary_embedding/__init__.py"  # get_rope: a branch per RoPE type
-MODEL_CONFIG_CLASSES = (
-    f"{MODELS_DIR}/config.py"  # MODELS_CONFIG_MAP: a class per architecture that may change the engine's config
-)
-EAGLE_PROPOSER = "vllm/v1/spec_decode/eagle.py"
-V2_RUNNER_ENV = "VLLM_USE_V2_MODEL_RUNNER"
-V2_RUNNER = "vllm/v1/worker/gpu/model_runner.py"
-V2_RUNNER_UNFED = b"None,  # aux_hidden_states"  # 0.12-0.16's V2 runner calls its speculator so
-TOP_TOKENS_ASKED = b'hasattr(self.model, "get_top_tokens")'  # load_model's check (0.17-0.18)
-TOP_TOKENS_DEFINED = b"def get_top_tokens("
-SPARSE_MLA_CACHE = "fp8_ds_mla"  # DeepSeek-V3.2's KV-cache format: only its sparse-MLA backends take it
-LAYER_TYPES_RULE = b"effective_layer_idx < len(layer_types)"  # LlamaAttention's assert (0.11-0.34)
-DRAFT_LAYERS = b"target_layer_count"  # llama_eagle3.py: layer_types indexed by draft layer, from 0
-# llama_eagle3.py's layout whose weight names and shapes _weights_unfit holds the drafter's weights to (0.13-0.18;
+# llama_eagle3.py's layout whose weight names and shapes weights_unfit holds the drafter's weights to (0.13-0.18;
 # checked on 0.16.0 by loading weights into vLLM's own drafter on CPU): layer 0's q/k/v take 2 x hidden size
 WEIGHTS_LAYOUT = (
     b"qkv_input_size = 2 * self.hidden_size if layer_idx == 0 else self.hidden_size",
@@ -86,22 +69,6 @@ NAMES_LAYOUT = (b'"t2d" in name', b'"lm_head" not in name', b'name = "model." + 
 QKV_BIAS = b'qkv_bias = getattr(config, "attention_bias", False)'  # llama_eagle3.py (0.16.0); 0.13.0 has none
 O_BIAS = b"bias_o_proj = attention_bias"  # llama.py: attention_bias (or bias) adds o_proj's bias
 MLP_BIAS = b'bias=getattr(config, "mlp_bias", False)'  # llama.py's LlamaMLP
-QUANTIZATION = "vllm/model_executor/layers/quantization"  # where vLLM maps methods to config classes
-# The drafter's fc takes 3 aux hidden states (3 x hidden size) in every release up to 0.18.x; 0.22.0
-# sizes it from the drafter's config instead, so the count is judged only where the tree shows the 3.
-FC_HIDDEN_STATES = 3
-# the model file whose forward (as this set patches it) counts layer ids from the model's first layer on
-# every pipeline stage (stock Llama-family forwards count from the stage's own first layer); judged by the
-# module the tree's registry maps an architecture to, as vLLM builds it, not by config.json's spelling
-ABSOLUTE_LAYER_IDS = "deepseek_v2"
-FC_OF_THREE = b"hidden_size * 3"
-SIZED_BY_CONFIG = b"num_aux_hidden_states"
-LAST_FC_OF_THREE = Version("0.18.999")
-NESTED_IDS = "eagle_config.eagle_aux_hidden_state_layer_ids"
-V1_RUNNER = "vllm/v1/worker/gpu_model_runner.py"  # 0.22-0.30's reads NESTED_IDS where the top level is empty
-NESTED_READ = b'eagle_config.get("eagle_aux_hidden_state_layer_ids")'
-PARTITION = "VLLM_PP_LAYER_PARTITION"
-PP_INDICES = "vllm/distributed/utils.py"  # get_pp_indices, where vLLM reads PARTITION
 # vLLM's Transformers modeling backend: one file before 0.12, a package after (Base, in base.py, is
 # where SupportsEagle3 and set_aux_hidden_state_layers are, from 0.13)
 BACKEND_MODULE = "transformers"
@@ -112,22 +79,6 @@ BACKEND_MOE = f"{MODELS_DIR}/transformers/moe.py"
 EXPERT_KEYS = ("num_experts", "moe_num_experts", "n_routed_experts", "num_local_experts")  # vLLM's get_num_experts
 TRANSFORMERS_AUTO = "transformers/models/auto/configuration_auto.py"  # model_type -> config class (beside vllm/)
 VLLM_CONFIGS = "vllm/transformers_utils/config.py"  # _CONFIG_REGISTRY: the model types vLLM reads with its own class
-# where the tree maps attention backend names to classes (0.14 on; 0.12-0.13 under vllm/attention), and where
-# its backends' validate_configuration refuses a layer whose MLA-ness differs from the backend's (0.12 on)
-ATTENTION_REGISTRIES = ("vllm/v1/attention/backends/registry.py", "vllm/attention/backends/registry.py")
-ATTENTION_RULES = ("vllm/v1/attention/backend.py", "vllm/attention/backends/abstract.py")
-NON_MLA_REFUSED = b"non-MLA not supported"
-ATTENTION_ENV = "VLLM_ATTENTION_BACKEND"  # read by 0.12-0.14 (the env then wins over the option)
-ATTENTION_ENV_READERS = ("vllm/config/attention.py", "vllm/attention/selector.py")
-# the set's 0006 (0.13-0.17): in an MLA model's engine the selector gives a non-MLA layer (the drafter's)
-# the platform's own choice instead of an MLA backend set for the whole engine, named or Blackwell's default
-SELECTORS = ("vllm/v1/attention/selector.py", "vllm/attention/selector.py")
-LAYER_BACKEND_CHOSEN = b"def _engine_backend_for_layer("
-# 0006 since 2026-12-05: only among the backends that share a kernel block size with the MLA one (the
-# layers share one KV cache group); the 0006 before it gave Blackwell's first non-MLA choice, FlashInfer
-LAYER_BLOCKS_SHARED = b"def _backend_sharing_blocks("
-BLACKWELL_FIRST = "FLASHINFER"
-SHARING_MLA = "FLASHINFER_MLA"  # Blackwell's MLA backend whose kernel blocks (32, 64) FlashInfer takes
 
 
 # The other methods whose drafter vLLM loads through the proposer's load_model (EagleProposer: eagle,
@@ -143,12 +94,13 @@ def checks(launch) -> list[Finding]:
         return []
     found = [whitelist(launch), supports_eagle3(launch)]
     found += image_token(launch)
-    aux = launch.drafter is None or _uses_aux_hidden_states(launch.drafter.config)  # the target's output, split:
+    aux = launch.drafter is None or uses_aux_hidden_states(launch.drafter.config)  # the target's output, split:
     found += microbatch_findings(launch, lambda: _has_experts(launch), aux)
     if launch.drafter is not None:
         built = drafter_architecture(launch)
         found += [built, *(_weights_unjudged(launch) if built.ok else [])]  # a failure's fix comes first
-        found += [hidden_size(launch), aux_layers(launch), vocabulary(launch)]
+        drafter = launch.drafter.config
+        found += [hidden_size(launch), aux_layers(launch, drafter), vocabulary(launch, drafter)]
     return found
 
 
@@ -196,7 +148,7 @@ def supports_eagle3(launch) -> Finding:
         arch = "Terratorch"
 
     def judgement(read):
-        where = _model_class(launch.registry(read), arch)
+        where = model_class(launch.registry(read), arch)
         if where is None:
             return False, f"the installed vLLM does not register the target architecture {arch}"
         module, cls = where
@@ -214,15 +166,6 @@ def supports_eagle3(launch) -> Finding:
     return _held_to_vllm(static, verdict)
 
 
-def target_architecture(launch) -> str | None:
-    """The target's architecture vLLM builds: of config.json's, in order, the first the installed
-    registry holds (ModelRegistry.resolve_model_cls); none registered, the first (for the message)."""
-    archs = launch.target.architectures
-    tables = launch.registry()
-    registered = [arch for arch in archs if _model_class(tables, arch) is not None]
-    return (registered or archs or [None])[0]
-
-
 def _asked_for(launch, arch: str) -> list[str]:
     """The architectures vLLM itself is asked about: config.json's, of which it builds the first it
     loads; under --model-impl terratorch its Terratorch class, whatever the config names."""
@@ -235,7 +178,7 @@ def _backend_class(launch, arch: str) -> tuple[str, str] | None:
     none of config.json's architectures; an architecture it registers as the backend (SmolLM3).
     None: vLLM builds a class of its own."""
     tables = launch.registry()
-    where = _model_class(tables, arch)
+    where = model_class(tables, arch)
     impl = launch.command.options.get("model-impl", "auto")
     if where is not None and where[0] == BACKEND_MODULE and impl != "terratorch":
         return where[1], f"vLLM registers {arch} as its Transformers backend's {where[1]}"
@@ -271,11 +214,11 @@ def _has_experts(launch) -> bool | None:
     given = {**defaults, **text}
     value = next((given[key] for key in EXPERT_KEYS if key in given), 0)
     value = value[0] if isinstance(value, list) and value else value
-    if _whole(value) and value > 0:
+    if whole(value) and value > 0:
         return True
     blocks = text.get("block_configs")
     experts = [b.get("n_routed_experts") for b in blocks or [] if isinstance(b, dict) and b.get("block_type") == "moe"]
-    return any(_whole(n) and n > 0 for n in experts)
+    return any(whole(n) and n > 0 for n in experts)
 
 
 def _config_defaults(launch, model_type: object) -> dict[str, object] | None:
@@ -318,7 +261,7 @@ def _config_defaults(launch, model_type: object) -> dict[str, object] | None:
 def _string_pairs(tree: ast.Module, name: str) -> list[tuple[str, str]]:
     """The ("a", "b") pairs of the module-level `name = OrderedDict([...])` (transformers' auto mappings)."""
     for node in tree.body:
-        if isinstance(node, ast.Assign | ast.AnnAssign) and name in _names(
+        if isinstance(node, ast.Assign | ast.AnnAssign) and name in names(
             *(node.targets if isinstance(node, ast.Assign) else [node.target])
         ):
             return [
@@ -431,7 +374,7 @@ def _backend_fix(launch, why: str, need: Version | None = None) -> str:
     backend needs, within this vLLM's own requirement (its METADATA); else no EAGLE-3."""
     tables = launch.registry()
     native = [
-        a for a in launch.target.architectures if (_model_class(tables, a) or (BACKEND_MODULE,))[0] != BACKEND_MODULE
+        a for a in launch.target.architectures if (model_class(tables, a) or (BACKEND_MODULE,))[0] != BACKEND_MODULE
     ]
     if why == "--model-impl transformers" and native:
         dropped = launch.command.where("model-impl", "--model-impl transformers")[1]  # a --config file's too
@@ -572,20 +515,20 @@ def drafter_architecture(launch) -> Finding:
         # llama.py's rules hold only for the drafter class built of its layers (0.22+ has other EAGLE-3 drafters)
         # llama.py's layers read the drafter's config class's defaults where its config.json is silent
         defaults = _drafter_defaults(launch) if table.get(built, ("",))[0] == LLAMA_DRAFTER else None
-        mla = launch.command.uses_mla(launch.target.text_config)
+        mla = launch.command.uses_mla(launch.target.text_config, launch.read)
         sliding = lambda launch: sliding_unbuilt(launch, defaults, mla)  # noqa: E731
-        llama = (null_refused, _mlp_unsplit, _activation_refused, _rope_unknown, partial_refused, _layer_types_refused)
+        llama = (null_refused, mlp_unsplit, activation_refused, rope_unknown, partial_refused, layer_types_refused)
         llama = (*llama, sliding)
-        llama = (*llama, _weights_unfit, lambda launch: mask_hidden_missing(launch, _drafter_weights(launch)))
+        llama = (*llama, weights_unfit, lambda launch: mask_hidden_missing(launch, drafter_weights(launch)))
         llama = llama if table.get(built, ("",))[0] == LLAMA_DRAFTER else ()
-        top = lambda launch: _top_tokens_missing(launch, table.get(built, ("",))[0])  # noqa: E731
+        top = lambda launch: top_tokens_missing(launch, table.get(built, ("",))[0])  # noqa: E731
         typed = mistyped(launch.drafter.config) if llama else None  # before the rules that read the sizes
         if typed is not None:
             return Finding("drafter-architecture", False, f"{registered}, but {typed[0]}", typed[1])
-        rules = (_heads_unsplit, *llama, _quant_config_unfound, _attention_backend_refused, top)
+        rules = (_heads_unsplit, *llama, quant_config_unfound, attention_backend_refused, top)
         unbuilt = next((found for rule in rules if (found := rule(launch)) is not None), None)
-        later = (positions_unserved(launch, defaults) if llama else None) or _cache_format_refused(launch)
-        later = later or _v2_runner_unfed(launch)
+        later = (positions_unserved(launch, defaults) if llama else None) or cache_format_refused(launch)
+        later = later or v2_runner_unfed(launch)
         later = later or (sliding_under_mla(launch, mla) if llama else None)
         quantized = target_quantization(launch) if llama else None  # (fails, why, fix): the target's, taken
         later = later or (quantized[1:] if quantized and quantized[0] else None)
@@ -624,134 +567,15 @@ def _built_names(drafter) -> list[str]:
 
 
 def _heads_unsplit(launch) -> tuple[str, str] | None:
-    """-tp against the drafter's attention heads (patchkit/launch/drafter_heads.py)."""
-    return heads_unsplit(launch.drafter.config, launch.command.tensor_parallel_size)
+    """-tp against the drafter's attention heads (patchkit/launch/drafter_heads.py); not when the
+    target's refuse it: vLLM refuses the launch at start then (patchkit/launch/target_heads.py)."""
+    tp = launch.command.tensor_parallel_size
+    return None if tp_refused(launch.target, tp) else heads_unsplit(launch.drafter.config, tp)
 
 
 def _drafter_defaults(launch) -> dict[str, object] | None:
     """The __init__ defaults of the drafter's config class (what vLLM reads where its config.json is silent)."""
     return _config_defaults(launch, launch.drafter.config.get("model_type"))
-
-
-def _mlp_unsplit(launch) -> tuple[str, str] | None:
-    """llama.py's LlamaMLP splits intermediate_size over the -tp group (its column- and row-parallel
-    linears divide it, asserting): (what fails, fix) when -tp does not divide the drafter's, where the
-    tree's LlamaMLP shows that split; else None."""
-    tp, size = launch.command.tensor_parallel_size, launch.drafter.config.get("intermediate_size")
-    if tp <= 1 or not _whole(size) or size <= 0 or not size % tp or not _mlp_split(launch.read(LLAMA)):
-        return None
-    fix = f"give a -tp that divides the drafter's intermediate_size {size} and its heads, or another drafter"
-    return f"its intermediate_size {size} does not divide by -tp {tp} (llama.py's LlamaMLP splits it)", fix
-
-
-def _mlp_split(source: bytes | None) -> bool:
-    """Whether llama.py's LlamaMLP builds a tensor-parallel linear (a *ParallelLinear) of intermediate_size."""
-    tree = python_tree(source)
-    classes = [node for node in ast.walk(tree) if isinstance(node, ast.ClassDef)] if tree else []
-    calls = [n for cls in classes if cls.name == "LlamaMLP" for n in ast.walk(cls) if isinstance(n, ast.Call)]
-    return any(
-        isinstance(call.func, ast.Name)
-        and call.func.id.endswith("ParallelLinear")
-        and "intermediate_size"
-        in {n.id for a in (*call.args, *call.keywords) for n in ast.walk(a) if isinstance(n, ast.Name)}
-        for call in calls
-    )
-
-
-def _rope_unknown(launch) -> tuple[str, str] | None:
-    """llama.py's LlamaAttention builds its rotary embedding with the tree's get_rope, which raises for a
-    RoPE type it has no branch for: (what fails, fix) when the drafter's config.json gives one (vLLM reads
-    rope_scaling, else rope_parameters; "type" for "rope_type", su and mrope renamed); None where the tree's
-    get_rope shows no branches or the type is not one string (absent: default; per layer type: not judged)."""
-    config = launch.drafter.config
-    given = config.get("rope_scaling") or config.get("rope_parameters")
-    kind = given.get("rope_type", given.get("type")) if isinstance(given, dict) else None
-    kind = {"su": "longrope", "mrope": "default"}.get(kind, kind) if isinstance(kind, str) else None
-    known = _rope_types(launch.read(ROPE))
-    if kind is None or not known or kind in known:
-        return None
-    fix = f"use a drafter whose config.json gives a RoPE type this vLLM's get_rope builds ({', '.join(known)})"
-    return f"its RoPE type '{escaped(kind)}' is none the tree's get_rope builds", fix
-
-
-def _rope_types(source: bytes | None) -> list[str]:
-    """The RoPE types get_rope has a branch for (`scaling_type == "yarn"`, `scaling_type in [...]`), in order."""
-    tree = python_tree(source)
-    functions = [node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)] if tree else []
-    tests = [n for f in functions if f.name == "get_rope" for n in ast.walk(f) if isinstance(n, ast.Compare)]
-    found = [
-        node.value
-        for test in tests
-        if _names(test.left) == {"scaling_type"} and isinstance(test.ops[0], ast.Eq | ast.In)
-        for node in ast.walk(test.comparators[0])
-        if isinstance(node, ast.Constant) and isinstance(node.value, str)
-    ]
-    return list(dict.fromkeys(found))
-
-
-def _activation_refused(launch) -> tuple[str, str] | None:
-    """The EAGLE-3 drafter's layers are llama.py's, whose LlamaMLP raises for any hidden_act but the one
-    it names (silu in 0.16.0): (what fails, fix) when the drafter's config.json gives another, else None."""
-    act = launch.drafter.config.get("hidden_act")
-    if act is None:
-        return None  # absent: the config class's default (silu for Llama); null: null_refused's
-    taken = _mlp_activation(launch.read(LLAMA))
-    if taken is None or act == taken:
-        return None
-    act = act if isinstance(act, str) else repr(act)  # LlamaMLP compares any value to the name
-    fix = f"use an EAGLE-3 drafter trained with hidden_act {taken}, the only one this vLLM's drafter layer takes"
-    return f"its hidden_act '{escaped(act)}' is not {taken}, the only activation llama.py's LlamaMLP takes", fix
-
-
-def _layer_types_refused(launch) -> tuple[str, str] | None:
-    """llama.py's LlamaAttention indexes a non-empty layer_types by the draft layer (llama_eagle3.py's
-    target_layer_count makes it count from 0) and asserts the index is in it: (what fails, fix) when the
-    drafter's config.json gives fewer entries than its layers, or no list; None where vLLM reads none (an
-    empty or absent one) or the tree does not show that rule."""
-    config = launch.drafter.config
-    given, layers = config.get("layer_types"), config.get("num_hidden_layers")
-    if not given or not _whole(layers) or layers <= 0 or (isinstance(given, list | str) and len(given) >= layers):
-        return None  # a string is indexed by character: long enough, it builds
-    shown = LAYER_TYPES_RULE in (launch.read(LLAMA) or b"") and DRAFT_LAYERS in (launch.read(EAGLE3_DRAFTER) or b"")
-    if not shown:
-        return None
-    fix = f"give the drafter's config.json layer_types one entry a layer ({layers}), or drop layer_types"
-    if not isinstance(given, list):
-        return "its layer_types is no list (llama.py's LlamaAttention reads one entry a layer)", fix
-    entries = f"{len(given)} entr{'y' if len(given) == 1 else 'ies'}"
-    return f"its layer_types gives {entries} for its {layers} layers (llama.py asserts one a layer)", fix
-
-
-def _weights_unfit(launch) -> tuple[str, str] | None:
-    """vLLM loads the drafter's weights into the modules its config.json builds (llama_eagle3.py), after
-    the target's load; a tensor whose shape a module's loader refuses (an assert; a narrow to the size it
-    shards over -tp, where a larger one loads in part), or a layer past its num_hidden_layers (a KeyError),
-    fails the launch. (what fails, fix) for the first; None where none does, or the check cannot tell
-    (_weights_unjudged says why)."""
-    config = launch.drafter.config
-    source = launch.read(EAGLE3_DRAFTER) or b""
-    tensors = _drafter_weights(launch)
-    if not isinstance(tensors, dict) or weights_unjudged(launch, LLAMA_DRAFTER, _layout_unread(launch), tensors):
-        return None  # quantized tensors are packed, with scales: other shapes
-    sizes = _drafter_sizes(config)
-    unfit = [
-        (name, file, shape, taken)
-        for name, (file, shape) in sorted(tensors.items())
-        if (taken := _taken(name, sizes)) is not None and not _fits(shape, taken)
-    ]
-    if not unfit:
-        return _unmapped(launch, tensors, source)
-    name, file, shape, taken = unfit[0]
-    more = f" (and {len(unfit) - 1} more)" if len(unfit) > 1 else ""
-    if isinstance(taken, int):
-        why = f"its weights hold {escaped(name)} ({escaped(file)}), past its num_hidden_layers {taken}{more}"
-        return (
-            why,
-            "give the drafter's config.json the num_hidden_layers its weights hold, or the config saved with them",
-        )
-    wanted = ", ".join(f"at least {size}" if least else str(size) for size, least in taken)
-    why = f"its weights' {escaped(name)} is {shape} ({escaped(file)}), where its config.json builds [{wanted}]{more}"
-    return why, "give the drafter the config.json saved with its weights (this one's sizes do not build them)"
 
 
 def _weights_unjudged(launch) -> list[Finding]:
@@ -761,742 +585,27 @@ def _weights_unjudged(launch) -> list[Finding]:
     built = next((name for name in _built_names(launch.drafter) if name in table), None)
     if built is None or launch.read(EAGLE3_DRAFTER) is None:
         return []  # not registered: drafter-architecture fails; no drafter file: a tree of parts
-    unjudged = weights_unjudged(launch, table[built][0], _layout_unread(launch), _drafter_weights(launch))
+    unjudged = weights_unjudged(launch, table[built][0], layout_unread(launch), drafter_weights(launch))
     return [] if unjudged is None else [unjudged]
 
 
-def _drafter_weights(launch) -> dict | str | None:
-    """drafter_tensors', a torch file's state dict read too (torch_names), as vLLM's pt iterator loads it."""
-    method = settled_method(launch.command, launch.drafter, launch.read)
-    tensors = drafter_tensors(launch.command, drafter_load_format(launch.command, launch.read, method))
-    if not isinstance(tensors, TorchFiles):
-        return tensors
-    read = {}
-    for path in tensors.paths:
-        found = torch_tensors(path)
-        if found is None:
-            return tensors  # why: a pickle not read
-        read.update({name: (os.path.basename(path), shape) for name, shape in found.items()})
-    return read
-
-
-def _layout_unread(launch) -> str | None:
-    """Why the tree's llama_eagle3.py is not the layout _weights_unfit reads (0.12-0.18's); None: it is."""
-    source = launch.read(EAGLE3_DRAFTER) or b""
-    if not all(mark in source for mark in WEIGHTS_LAYOUT):
-        return "this vLLM's llama_eagle3.py maps their names otherwise (patchkit reads 0.12-0.18's)"
-    if _fc_hidden_states(launch) is None:
-        return "this vLLM's llama_eagle3.py sizes its fc from the drafter's config (not read)"
-    return None
-
-
-def _unmapped(launch, tensors: dict, source: bytes) -> tuple[str, str] | None:
-    """llama_eagle3.py renames each tensor's name and looks it up among the drafter's parameters (a
-    KeyError or ValueError for a name it has none for, after the target's load): (what fails, fix) for
-    names that map to none, as the tree's renames and the config's bias keys build them; None else."""
-    if not all(mark in source for mark in NAMES_LAYOUT):
-        return None
-    llama = launch.read(LLAMA) or b""
-    config = launch.drafter.config
-    layer, top = _built_parameters(config, QKV_BIAS in source, O_BIAS in llama, MLP_BIAS in llama)
-    skipped = (*SKIPPED, *(() if any("d2t" in name for name in tensors) else ("draft_id_to_target_id",)))
-    skipped += () if _uses_aux_hidden_states(config) else ("fc.",)
-    unmapped = []
-    for name in sorted(tensors):
-        looked = _looked_up(name, skipped)
-        in_layer = re.fullmatch(r"model\.layers\.\d+\.(.+)", looked or "")
-        if looked is not None and looked not in top and not (in_layer and in_layer[1] in layer):
-            unmapped.append(name)
-    if not unmapped:
-        return None
-    file = tensors[unmapped[0]][0]
-    more = f" (and {len(unmapped) - 1} more)" if len(unmapped) > 1 else ""
-    why = f"its weights hold {escaped(unmapped[0])} ({escaped(file)}){more}, which vLLM's drafter has no parameter for"
-    fix = "give the drafter the config.json saved with its weights, or save them under the names vLLM maps"
-    return why, f"{fix} (midlayer.* or layers.N.*, fc, norm, lm_head, d2t)"
-
-
-def _built_parameters(config: dict, qkv_bias: bool, o_bias: bool, mlp_bias: bool) -> tuple[set[str], set[str]]:
-    """The parameter names llama_eagle3.py's drafter has: a layer's (under model.layers.N., N judged by
-    _taken) and the rest; a bias whose rule the tree does not show counts as built (not judged)."""
-    attention = bool(config.get("attention_bias"))
-    layer = {"self_attn.qkv_proj.weight", "self_attn.o_proj.weight", "mlp.gate_up_proj.weight"}
-    layer |= {"mlp.down_proj.weight", *NORMS}
-    layer |= {"self_attn.qkv_proj.bias"} if attention or not qkv_bias else set()
-    layer |= {"self_attn.o_proj.bias"} if attention or config.get("bias") or not o_bias else set()
-    layer |= {"mlp.gate_up_proj.bias", "mlp.down_proj.bias"} if config.get("mlp_bias") or not mlp_bias else set()
-    inner = ("embed_tokens.weight", "norm.weight", "fc.weight")
-    return layer, {"lm_head.weight", "draft_id_to_target_id", *(f"model.{name}" for name in inner)}
-
-
-STACKED = ((".q_proj", ".qkv_proj"), (".k_proj", ".qkv_proj"), (".v_proj", ".qkv_proj"))
-STACKED += ((".gate_proj", ".gate_up_proj"), (".up_proj", ".gate_up_proj"))
-# names vLLM skips (t2d, mask_hidden, AutoWeightsLoader's rotary buffers); an unquantized drafter's other
-# scales are looked up as any name (a KeyError: measured on 0.16.0), but for the attention's own
-KV_SCALES = tuple(f".{qkv}_{kind}" for qkv in ("q", "k", "v", "kv") for kind in ("scale", "zero_point"))
-SKIPPED = ("mask_hidden", "rotary", "t2d")
-
-
-def _looked_up(name: str, skipped: tuple[str, ...]) -> str | None:
-    """The name llama_eagle3.py's loaders look `name` up by (0.16.0's renames); None: skipped."""
-    if any(part in name for part in skipped) or name.endswith(KV_SCALES):
-        return None  # maybe_remap_kv_scale_name maps a q/k/v scale to the attention's, or skips it
-    if "d2t" in name:
-        looked = name.replace("d2t", "draft_id_to_target_id")
-    elif "lm_head" in name:
-        looked = name
-    else:
-        inner = name.replace("midlayer.", "layers.0.")
-        stacked = next(((part, param) for part, param in STACKED if part in inner), None)
-        looked = "model." + (inner.replace(*stacked) if stacked else inner)
-    return None if any(part in looked for part in skipped) else looked
-
-
-def _drafter_sizes(config: dict) -> dict[str, int | None]:
-    """The sizes the drafter's modules are built with, as vLLM reads its config (None: not given, so
-    not judged here, though LlamaConfig would default it)."""
-    hidden, heads = _size(config, "hidden_size"), _size(config, "num_attention_heads")
-    head_dim = _size(config, "head_dim") or (hidden // heads if hidden and heads else None)
-    kv = _size(config, "num_key_value_heads", "num_attention_heads")
-    target = _size(config, "target_hidden_size", "hidden_size")
-    return {
-        "hidden": hidden,
-        "q": heads * head_dim if heads and head_dim else None,
-        "kv": kv * head_dim if kv and head_dim else None,
-        "inter": _size(config, "intermediate_size"),
-        "vocab": _size(config, "vocab_size"),
-        "draft": _size(config, "draft_vocab_size", "vocab_size"),
-        "fc": FC_HIDDEN_STATES * target if target and _uses_aux_hidden_states(config) else None,
-        "layers": _size(config, "num_hidden_layers"),
-    }
-
-
-# each module's weight by its name under a layer: (key of the output size, sharded), (key of the input size,
-# sharded); "in" is the layer's input (2 x hidden size at layer 0); a norm's one dimension is the hidden size
-LAYER_WEIGHTS = {
-    "self_attn.q_proj.weight": (("q", True), ("in", False)),
-    "self_attn.k_proj.weight": (("kv", True), ("in", False)),
-    "self_attn.v_proj.weight": (("kv", True), ("in", False)),
-    "self_attn.o_proj.weight": (("hidden", False), ("q", True)),
-    "mlp.gate_proj.weight": (("inter", True), ("hidden", False)),
-    "mlp.up_proj.weight": (("inter", True), ("hidden", False)),
-    "mlp.down_proj.weight": (("hidden", False), ("inter", True)),
-}
-NORMS = ("input_layernorm.weight", "post_attention_layernorm.weight", "hidden_norm.weight")
-TOP_WEIGHTS = {  # llama_eagle3.py's own modules: replicated or vocabulary-sharded, each dimension exact
-    "d2t": ("draft",),
-    "lm_head.weight": ("draft", "hidden"),
-    "embed_tokens.weight": ("vocab", "hidden"),
-    "fc.weight": ("hidden", "fc"),
-    "norm.weight": ("hidden",),
-}
-
-
-def _taken(name: str, sizes: dict[str, int | None]) -> list[tuple[int, bool]] | int | None:
-    """What vLLM's module takes for the checkpoint tensor `name`: each dimension (size, at least: a
-    dimension sharded over -tp is narrowed, so a larger one loads); an int: the drafter's layer count,
-    which the tensor's layer is past; None: not judged (skipped by vLLM, or a size not given)."""
-    layer = re.fullmatch(r"(?:midlayer|layers\.(\d+))\.(.+)", name)
-    if layer is None:
-        keys: tuple[tuple[str, bool], ...] = tuple((key, False) for key in TOP_WEIGHTS.get(name, ("-",)))
-    else:
-        index = int(layer[1] or 0)
-        if (
-            sizes["layers"] is not None
-            and index >= sizes["layers"]
-            and "scale" not in name
-            and "zero_point" not in name
-        ):
-            return sizes["layers"]
-        hidden = sizes["hidden"]
-        sizes = {**sizes, "in": hidden * (2 if index == 0 else 1) if hidden else None}
-        keys = LAYER_WEIGHTS.get(layer[2]) or ((("hidden", False),) if layer[2] in NORMS else (("-", False),))
-    taken = [(sizes.get(key), least) for key, least in keys]
-    return [(size, least) for size, least in taken if size is not None] if all(s for s, _ in taken) else None
-
-
-def _fits(shape: list[int], taken: list[tuple[int, bool]] | int) -> bool:
-    if isinstance(taken, int):
-        return False
-    return len(shape) == len(taken) and all(
-        dim >= size if least else dim == size for dim, (size, least) in zip(shape, taken, strict=False)
-    )
-
-
-def _mlp_activation(source: bytes | None) -> str | None:
-    """The one activation llama.py's LlamaMLP accepts (`if hidden_act != "silu": raise ...`); None when the
-    file is absent or unreadable, or its LlamaMLP has no such rule (a vLLM that takes more)."""
-    tree = python_tree(source)
-    classes = [node for node in ast.walk(tree) if isinstance(node, ast.ClassDef)] if tree else []
-    for node in (n for cls in classes if cls.name == "LlamaMLP" for n in ast.walk(cls)):
-        test = node.test if isinstance(node, ast.If) else None
-        if (
-            isinstance(test, ast.Compare)
-            and _names(test.left) == {"hidden_act"}
-            and isinstance(test.ops[0], ast.NotEq)
-            and isinstance(test.comparators[0], ast.Constant)
-            and isinstance(test.comparators[0].value, str)
-            and any(isinstance(statement, ast.Raise) for statement in node.body)
-        ):
-            return test.comparators[0].value
-    return None
-
-
-def _quant_config_unfound(launch) -> tuple[str, str] | None:
-    """The speculative config's "quantization" is the drafter's own (get_draft_quant_config, read only when
-    vLLM builds the drafter): with no quantization_config in its config.json, vLLM's get_quant_config looks
-    for exactly one *.json in its directory ending in a name the method's class gives, else raises."""
-    method = (launch.command.speculative_config or {}).get("quantization")
-    config = launch.drafter.config
-    text = config.get("text_config")
-    held = [config, text if isinstance(text, dict) else {}]
-    if not isinstance(method, str) or any(c.get("quantization_config") is not None for c in held):
-        return None
-    local = Path(launch.drafter.name)
-    names = _quant_config_names(launch, method) if config.get("compression_config") is None else None
-    if not names or not observed.isdir(local):
-        return None  # a method needing no file, one not judged here, or a hub drafter (vLLM downloads its *.json)
-    found = [f for f in observed.glob(os.path.join(local, "*.json")) if any(f.endswith(name) for name in names)]
-    if len(found) == 1:
-        return None
-    if found:
-        why = f"its directory holds {len(found)} quantization files for {escaped(method)} (vLLM takes exactly one)"
-        return why, f"keep one of {', '.join(escaped(Path(f).name) for f in found)} in the drafter's directory"
-    why = (
-        f"--speculative-config names quantization '{escaped(method)}' and the drafter has no config for it "
-        f"(no quantization_config in its config.json, no {' or '.join(names)})"
-    )
-    return why, 'drop "quantization" from --speculative-config: the drafter is not quantized'
-
-
-def _attention_backend_refused(launch) -> tuple[str, str] | None:
-    """One attention backend named for the whole launch serves the drafter's layers too: on CUDA, vLLM
-    raises for a named backend whose MLA-ness differs from the layer's. An MLA target builds and loads
-    with an MLA backend; the drafter's non-MLA layers then refuse it, unless the tree's selector carries
-    the set's 0006, which gives them a backend of the platform's choice that shares the MLA backend's KV
-    cache blocks (the older 0006 gave FlashInfer on Blackwell, which CUTLASS_MLA's do not suit). (what
-    fails, fix), else None."""
-    named = _attention_backend(launch)
-    if named is None or not launch.command.uses_mla(launch.target.text_config):
-        return None  # none named, or a non-MLA target: the target's own build refuses an MLA backend first
-    source, undo, name = named
-    if launch.command.uses_mla(launch.drafter.config) or not _mla_backend(launch, name) or not _cuda_build(launch):
-        return None
-    if (unshared := _layers_unserved(launch.read, name)) is None:
-        return None
-    why = f"{source} {escaped(name)} is an MLA backend, which vLLM refuses for the drafter's non-MLA attention"
-    fix = f"{undo}: vLLM then picks a backend for each layer"
-    if unshared:
-        why = (
-            f"{source} {escaped(name)} takes kernel blocks of {unshared[0]}, FlashInfer (the drafter's backend on "
-            f"Blackwell) of {unshared[1]}: none is common, and vLLM fails after the target's load"
-        )
-        sharing = kernel_block_sizes(launch.read, ATTENTION_REGISTRIES, SHARING_MLA)
-        chosen = kernel_block_sizes(launch.read, ATTENTION_REGISTRIES, BLACKWELL_FIRST) or []
-        if sharing and share_a_kernel_block(sharing, chosen):  # on 0.13/0.14 dropping it gives CUTLASS_MLA again
-            fix = f"name {SHARING_MLA} in place of {escaped(name)}: FlashInfer takes its kernel blocks too"
-    if launch.read_planned is not None and _layers_unserved(launch.read_planned, name) is None:
-        return why, launch.planned_fix or apply_fix(launch.patch_set)
-    return why, fix
-
-
-def _layers_unserved(read, name: str) -> tuple[str, str] | tuple[()] | None:
-    """None where the tree's selector (patched by the set's 0006) gives an MLA model's non-MLA layers a
-    backend of their own that shares a kernel block size with `name`'s; else () where it binds them to
-    the engine's backend, or the two backends' sizes where the older 0006 gives them FlashInfer."""
-    selector = b"".join(read(path) or b"" for path in SELECTORS)
-    if LAYER_BLOCKS_SHARED in selector:
-        return None
-    if LAYER_BACKEND_CHOSEN not in selector:
-        return ()
-    named = kernel_block_sizes(read, ATTENTION_REGISTRIES, name)
-    chosen = kernel_block_sizes(read, ATTENTION_REGISTRIES, BLACKWELL_FIRST)
-    if named is None or chosen is None or share_a_kernel_block(named, chosen):
-        return None
-    said = [
-        ", ".join(str(s) if isinstance(s, int) else f"multiples of {s[1]}" for s in sizes) for sizes in (named, chosen)
-    ]
-    return said[0], said[1]
-
-
-def _v2_runner_unfed(launch) -> tuple[str, str] | None:
-    """VLLM_USE_V2_MODEL_RUNNER (vLLM's bool(int(...)) of it) picks the V2 model runner, whose EAGLE step in
-    0.12-0.16 hands the drafter no aux hidden states (the literal None the tree's runner passes): (why, fix)."""
-    command = launch.command
-    given = command.environ.get(V2_RUNNER_ENV)
-    try:
-        chosen = int_flag(command.environ, V2_RUNNER_ENV, None)
-    except ValueError:
-        return None  # vLLM's envs raise on it at start: refused before any load
-    if not chosen or V2_RUNNER_UNFED not in (launch.read(V2_RUNNER) or b""):
-        return None
-    why = (
-        f"{V2_RUNNER_ENV}={escaped(given)} picks vLLM's V2 model runner, which hands an EAGLE-3 drafter none "
-        "of the target's aux hidden states: its drafts fail, after the target's load"
-    )
-    undo = f"drop {V2_RUNNER_ENV}={escaped(given)} from the command" if V2_RUNNER_ENV in command.env else None
-    return why, f"{undo or f'unset {V2_RUNNER_ENV}'}: vLLM then runs its V1 model runner"
-
-
-def _top_tokens_missing(launch, module: str) -> tuple[str, str] | None:
-    """The speculative config's use_local_argmax_reduction makes the tree's EAGLE proposer (0.17-0.18) ask
-    the drafter for get_top_tokens() in load_model, raising where its class has none: (why, fix), else None.
-    The drafter's module and llama.py (whose LlamaForCausalLM the Llama-layer drafters extend) are read."""
-    asked = (launch.command.speculative_config or {}).get("use_local_argmax_reduction")
-    if not _pydantic_true(asked) or TOP_TOKENS_ASKED not in (launch.read(EAGLE_PROPOSER) or b""):
-        return None
-    if any(TOP_TOKENS_DEFINED in (launch.read(f"{MODELS_DIR}/{name}.py") or b"") for name in (module, "llama")):
-        return None
-    why = f"use_local_argmax_reduction asks its class for get_top_tokens(), which {module}.py does not define"
-    return why, 'drop "use_local_argmax_reduction" from --speculative-config: this drafter cannot use it'
-
-
-def _pydantic_true(value: object) -> bool:
-    """What pydantic's lax bool takes as True (a JSON true, 1, or such a string)."""
-    if isinstance(value, str):
-        return value.strip().lower() in ("true", "1", "yes", "on", "y", "t")
-    return value is True or (type(value) is int and value == 1)
-
-
-def _cache_format_refused(launch) -> tuple[str, str] | None:
-    """The drafter's attention takes the engine's KV-cache format, and the target's config class in the
-    tree's models/config.py (DeepSeek-V3.2's, 0.11-0.17) rewrites an fp8 one to its sparse-MLA format, which
-    no non-MLA backend takes: FlashAttention's forward raises on it, the others refuse it. (why, fix), else None."""
-    dtype = launch.command.options.get("kv-cache-dtype")
-    arch = target_architecture(launch)
-    if not isinstance(dtype, str) or not dtype.startswith("fp8") or arch is None:
-        return None
-    if not _rewrites_cache_format(python_tree(launch.read(MODEL_CONFIG_CLASSES)), arch):
-        return None
-    where, undo = launch.command.where("kv-cache-dtype", f"--kv-cache-dtype {escaped(dtype)}")
-    why = (
-        f"with {where} vLLM stores {escaped(arch)}'s KV cache as {SPARSE_MLA_CACHE}, which the drafter's "
-        "attention cannot take: vLLM fails after the target's load"
-    )
-    return why, f"{undo} (the drafter shares the engine's KV-cache format)"
-
-
-def _rewrites_cache_format(tree: ast.Module | None, arch: str) -> bool:
-    """Whether MODELS_CONFIG_MAP's class for `arch` sets cache_dtype to the sparse-MLA format."""
-    table = next(
-        (
-            node.value
-            for node in (tree.body if tree else ())
-            if isinstance(node, ast.AnnAssign | ast.Assign)
-            and any(isinstance(t, ast.Name) and t.id == "MODELS_CONFIG_MAP" for t in _targets(node))
-            and isinstance(node.value, ast.Dict)
-        ),
-        None,
-    )
-    pairs = zip(table.keys, table.values, strict=True) if table else ()
-    named = next(
-        (v.id for k, v in pairs if isinstance(k, ast.Constant) and k.value == arch and isinstance(v, ast.Name)), None
-    )
-    classes = [
-        node for node in (tree.body if tree and named else ()) if isinstance(node, ast.ClassDef) and node.name == named
-    ]
-    return any(
-        isinstance(node, ast.Assign)
-        and any(isinstance(t, ast.Attribute) and t.attr == "cache_dtype" for t in node.targets)
-        and isinstance(node.value, ast.Constant)
-        and node.value.value == SPARSE_MLA_CACHE
-        for found in classes
-        for node in ast.walk(found)
-    )
-
-
-def _targets(node: ast.AnnAssign | ast.Assign) -> list[ast.expr]:
-    return node.targets if isinstance(node, ast.Assign) else [node.target]
-
-
-def _attention_backend(launch) -> tuple[str, str, str] | None:
-    """(where it is named, how to drop it, the name) of the attention backend the launch gives vLLM, or None."""
-    command = launch.command
-    environ = command.environ.get(ATTENTION_ENV)
-    if environ and any(ATTENTION_ENV.encode() in (launch.read(path) or b"") for path in ATTENTION_ENV_READERS):
-        # the command's own `env` prefix, or the environment it is started in
-        given = f"drop {ATTENTION_ENV}={escaped(environ)} from the command" if ATTENTION_ENV in command.env else None
-        return ATTENTION_ENV, given or f"unset {ATTENTION_ENV}", environ
-    return command.attention_backend
-
-
-def _mla_backend(launch, name: str) -> bool:
-    """Whether the tree's backend registry maps `name` (as vLLM looks it up: upper case) to a class of its
-    MLA package, and its backends refuse a non-MLA layer; False when the tree does not say so."""
-    if not any(NON_MLA_REFUSED in (launch.read(path) or b"") for path in ATTENTION_RULES):
-        return False
-    for path in ATTENTION_REGISTRIES:
-        tree = python_tree(launch.read(path))
-        for node in ast.walk(tree) if tree else ():
-            target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None
-            if isinstance(target, ast.Name) and target.id == name.upper():
-                path = str(node.value.value) if isinstance(node.value, ast.Constant) else ""
-                # a sparse backend (DeepSeek-V3.2's) fails a dense target first, before its load
-                return ".mla." in path and ("sparse" not in path or "index_topk" in launch.target.text_config)
-    return False
-
-
-def _cuda_build(launch) -> bool:
-    """ROCm's platform picks another backend for a layer the named one cannot serve; only a CUDA build
-    (no local version label, or a cuXYZ one) raises. An unknown version is not judged."""
-    version = launch.version
-    return version is not None and (version.local is None or version.local.startswith("cu"))
-
-
-def _quant_config_names(launch, method: str) -> list[str] | None:
-    """The file names `method`'s class gives in get_config_filenames (quantization/__init__.py maps the
-    method to the class, imported from its module); None when the tree does not say them plainly."""
-    source = python_tree(launch.read(f"{QUANTIZATION}/__init__.py"))
-    cls = next(
-        (
-            value.id
-            for node in ast.walk(source or ast.Module([], []))
-            if isinstance(node, ast.Dict)
-            for key, value in zip(node.keys, node.values, strict=True)
-            if isinstance(key, ast.Constant) and key.value == method and isinstance(value, ast.Name)
-        ),
-        None,
-    )
-    imports = [node for node in ast.walk(source or ast.Module([], [])) if isinstance(node, ast.ImportFrom)]
-    module = next((node for node in imports if any(alias.name == cls for alias in node.names)), None)
-    if cls is None or module is None or not module.module:
-        return None
-    where = module.module.replace(".", "/")
-    defining = python_tree(launch.read(f"{QUANTIZATION}/{where}.py" if module.level else f"{where}.py"))
-    for node in ast.walk(defining or ast.Module([], [])):
-        if isinstance(node, ast.FunctionDef) and node.name == "get_config_filenames":
-            returned = [n.value for n in ast.walk(node) if isinstance(n, ast.Return)]
-            names = returned[0] if len(returned) == 1 else None
-            if isinstance(names, ast.List) and all(isinstance(n, ast.Constant) for n in names.elts):
-                return [str(n.value) for n in names.elts]
-    return None
-
-
-
-
 def hidden_size(launch) -> Finding:
-    wanted = _size(launch.drafter.config, "target_hidden_size", "hidden_size")
-    actual = _size(launch.target.text_config, "hidden_size")
+    wanted = size(launch.drafter.config, "target_hidden_size", "hidden_size")
+    actual = size(launch.target.text_config, "hidden_size")
     if wanted is None or actual is None:
-        message = f"cannot judge: the drafter expects hidden size {_shown(wanted)}, the target has {_shown(actual)}"
+        message = f"cannot judge: the drafter expects hidden size {shown(wanted)}, the target has {shown(actual)}"
         return Finding("drafter-hidden-size", False, message, SIZE_FIX)
     table = launch.registry().get(SPECULATIVE_TABLE, {})
     built = next((name for name in _built_names(launch.drafter) if name in table), None)
     llama = built is not None and table[built][0] == LLAMA_DRAFTER  # the assert is llama_eagle3.py's
-    shared = embedding_shared(launch, actual, _drafter_weights(launch)) if wanted == actual and llama else None
+    shared = embedding_shared(launch, actual, drafter_weights(launch)) if wanted == actual and llama else None
     if shared is not None:
         return shared
     message = f"drafter expects hidden size {wanted}, target has {actual}"
     return Finding("drafter-hidden-size", wanted == actual, message, None if wanted == actual else DRAFTER_FIX)
 
 
-def aux_layers(launch) -> Finding:
-    """The layers vLLM's model runner takes: the drafter config's top-level
-    eagle_aux_hidden_state_layer_ids when a non-empty list, else the target's default (2, n//2, n-3)."""
-    config = launch.drafter.config
-    if not _uses_aux_hidden_states(config):  # vLLM then feeds it the last layer's state alone
-        return Finding("drafter-aux-layers", True, "the drafter takes no aux hidden states (use_aux_hidden_state off)")
-    layers = config.get("eagle_aux_hidden_state_layer_ids")
-    count = launch.target.text_config.get("num_hidden_layers")
-    if not (layers and isinstance(layers, list)):
-        return _default_aux_layers(launch, config, count)
-    if not _whole(count) or not all(_whole(n) for n in layers):
-        message = f"cannot judge: layers {layers}, target layers {count} (each must be a whole number)"
-        return Finding("drafter-aux-layers", False, message, LAYERS_FIX)
-    final = _final_output_taken(launch)  # the id num_hidden_layers: the last layer's output, where the tree takes it
-    top = count if final else count - 1
-    beyond = [n for n in layers if not 0 <= n <= top]
-    last = f" ({count}: the last layer's output, as this vLLM's {final} hands it)" if final else ""
-    if beyond:
-        where = f"above the target's {count} layers{last}" if final else f"not below the target's {count} layers"
-        message = f"drafter's eagle_aux_hidden_state_layer_ids {beyond} {where}"
-        return Finding("drafter-aux-layers", False, message, DRAFTER_FIX)
-    held = (
-        f"within the target's {count} layers{last}"
-        if final and count in layers
-        else f"below the target's {count} layers"
-    )
-    return _aux_count(launch, f"aux layers {layers}", layers, top, f"aux layers {layers} are {held}")
-
-
-def _aux_count(launch, named: str, layers: list[int], top: int, passed: str) -> Finding:
-    """The target returns one hidden state per distinct layer id up to `top` (its last layer; one more
-    where its forward hands the last layer's output), and the drafter's fc takes exactly FC_HIDDEN_STATES of
-    them: another number loads and serves until the first request's proposal, which fails on the fc's shape."""
-    count = launch.target.text_config.get("num_hidden_layers")
-    refused = _partition_refused(launch, count)
-    if refused is not None:
-        return refused
-    first = _last_stage_start(launch, count)
-    taken = sorted({n for n in layers if first <= n <= top})
-    unguarded = _residual_added_unguarded(launch) if 0 in taken else None
-    if unguarded is not None:
-        message = (
-            f"{named} include layer 0, where this vLLM's {unguarded} forward adds a residual that is "
-            "still None: vLLM fails in its start-up run, after the loads"
-        )
-        return Finding("drafter-aux-layers", False, message, "use a drafter trained on layers from 1 up")
-    if _fc_hidden_states(launch) is None or len(taken) == FC_HIDDEN_STATES:
-        return Finding("drafter-aux-layers", True, passed)
-    held = f"the target's {count} layers" if first == 0 else f"the last pipeline stage's layers {first}-{count - 1}"
-    message = (
-        f"{named} give {len(taken)} hidden state(s) of {held}; this vLLM's EAGLE-3 drafter "
-        f"takes {FC_HIDDEN_STATES}: vLLM fails at the first request"
-    )
-    fix = f"give the drafter's eagle_aux_hidden_state_layer_ids 3 distinct layers below {count}, as it was trained"
-    if first > 0 and len({n for n in layers if 0 <= n <= top}) == FC_HIDDEN_STATES:  # its layers are right
-        fix = "serve without -pp (give its GPUs to -tp): this vLLM hands the drafter the last stage's states alone"
-    return Finding("drafter-aux-layers", False, message, fix)
-
-
-# the targets whose aux hidden states come from another module's forward (Kimi-K2.5's language model
-# is vLLM's DeepseekV2Model)
-FORWARD_MODULE = {"KimiK25ForConditionalGeneration": "deepseek_v2"}
-
-
-def _forward_module(launch) -> str | None:
-    """The module (e.g. deepseek_v2) whose forward hands the drafter the target's hidden states; None when
-    the architecture is not registered."""
-    arch = target_architecture(launch)
-    where = _model_class(launch.registry(), arch) if arch else None
-    return FORWARD_MODULE.get(arch or "") or (where[0] if where else None)
-
-
-def _forward_file(launch) -> tuple[str, ast.Module] | None:
-    """(file name, parsed) of the target's model file whose forward hands the drafter its hidden states;
-    None when the architecture is not registered or the file is unreadable."""
-    module = _forward_module(launch)
-    tree = python_tree(launch.read(f"{MODELS_DIR}/{module}.py") if module else None)
-    return (f"{module}.py", tree) if tree is not None else None
-
-
-def _residual_added_unguarded(launch) -> str | None:
-    """The target's model file (e.g. deepseek_v2.py) when its forward hands the drafter hidden_states +
-    residual with no `residual is None` test: before the first layer the residual is None, so layer 0
-    raises TypeError. None when the file guards it, lacks such a loop, or cannot be read."""
-    found = _forward_file(launch)
-    loops = [node for node in ast.walk(found[1]) if isinstance(node, ast.For)] if found else []
-    return found[0] if found and any(_adds_residual_unguarded(loop) for loop in loops) else None
-
-
-def _final_output_taken(launch) -> str | None:
-    """The target's model file when its forward also hands the drafter the last layer's output for the id
-    num_hidden_layers (`if self.end_layer in self.aux_hidden_state_layers:` after its loop, 0.26+'s
-    deepseek_v2.py); None where it hands states of layers below its count alone."""
-    found = _forward_file(launch)
-    for node in ast.walk(found[1]) if found else ():
-        test = node.test if isinstance(node, ast.If) else None
-        if (
-            isinstance(test, ast.Compare)
-            and isinstance(test.left, ast.Attribute)
-            and test.left.attr == "end_layer"
-            and isinstance(test.ops[0], ast.In)
-            and isinstance(test.comparators[0], ast.Attribute)
-            and test.comparators[0].attr == "aux_hidden_state_layers"
-        ):
-            return found[0] if found else None
-    return None
-
-
-def _adds_residual_unguarded(loop: ast.For) -> bool:
-    """`for idx, layer in ...: if idx in self.aux_hidden_state_layers: ... hidden_states + residual` with
-    no `residual is None` / `is not None` test in that branch."""
-    indices = {node.id for node in ast.walk(loop.target) if isinstance(node, ast.Name)}
-    for branch in (node for node in ast.walk(loop) if isinstance(node, ast.If)):
-        test = branch.test
-        if not (
-            isinstance(test, ast.Compare)
-            and isinstance(test.left, ast.Name)
-            and test.left.id in indices
-            and isinstance(test.ops[0], ast.In)
-            and isinstance(test.comparators[0], ast.Attribute)
-            and test.comparators[0].attr == "aux_hidden_state_layers"
-        ):
-            continue
-        inside = [node for statement in branch.body for node in ast.walk(statement)]
-        adds = any(
-            isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add) and "residual" in _names(node.left, node.right)
-            for node in inside
-        )
-        tested = any(
-            isinstance(node, ast.Compare)
-            and isinstance(node.ops[0], ast.Is | ast.IsNot)
-            and "residual" in _names(node.left)
-            for node in inside
-        )
-        if adds and not tested:
-            return True
-    return False
-
-
-def _names(*nodes: ast.AST) -> set[str]:
-    return {node.id for node in nodes if isinstance(node, ast.Name)}
-
-
-def _last_stage_start(launch, count: int) -> int:
-    """The first layer of the last pipeline stage, which alone holds the drafter and hands it hidden states:
-    the earlier stages pass on only hidden_states and residual (0: one stage, or a partition vLLM refuses)."""
-    stages = _whole_option(launch.command.options.get("pipeline-parallel-size", 1))
-    if stages is None or stages <= 1 or _forward_module(launch) != ABSOLUTE_LAYER_IDS:
-        return 0
-    given = launch.command.environ.get(PARTITION)
-    if given is not None:  # vLLM's get_pp_indices: one count a stage, summing to the layers (else refused)
-        parts = _partition(given)
-        return count - parts[-1] if parts and len(parts) == stages and sum(parts) == count else 0
-    last = count // stages  # the remainder goes to the stages before the last
-    return count - last
-
-
-def _partition(given: str) -> list[int] | None:
-    """VLLM_PP_LAYER_PARTITION's layer counts as get_pp_indices reads them (int() of each
-    comma-separated part); None where it raises "Invalid partition string"."""
-    try:
-        return [int(part) for part in given.split(",")]
-    except ValueError:
-        return None
-
-
-def _partition_refused(launch, count: int) -> Finding | None:
-    """A VLLM_PP_LAYER_PARTITION the tree's get_pp_indices refuses, as it builds the target's layers
-    (on every stage, -pp 1 too: it is read whenever set): vLLM's words, or cannot judge where the tree
-    does not show the rule. None: not given, or accepted."""
-    given = launch.command.environ.get(PARTITION)
-    if given is None:
-        return None
-    stages = _whole_option(launch.command.options.get("pipeline-parallel-size", 1))
-    parts = _partition(given)
-    if parts is None:
-        why = f"Invalid partition string: {given}"
-    elif stages is not None and len(parts) != stages:
-        why = f"len(partitions)={len(parts)} does not match pp_size={stages}."
-    elif sum(parts) != count:
-        why = f"sum(partitions)={sum(parts)} does not match num_hidden_layers={count}."
-    else:
-        return None
-    shown = f"{PARTITION}={escaped(given)!r}"
-    fix = f"give {PARTITION} {stages or 'one'} whole layer count(s), one a pipeline stage, summing to {count}, or unset it"
-    rule = launch.read(PP_INDICES) or b""
-    if PARTITION.encode() not in rule or b"def get_pp_indices" not in rule:
-        return cannot_judge(
-            "drafter-aux-layers", f"{shown}: the tree's {PP_INDICES} does not show how vLLM reads it", fix
-        )
-    message = f"{shown}: vLLM's get_pp_indices refuses it as it builds the target ({escaped(why)})"
-    return Finding("drafter-aux-layers", False, message, fix)
-
-
-def _whole_option(value: object) -> int | None:
-    try:
-        return int(str(value).strip())
-    except ValueError:
-        return None
-
-
-def _uses_aux_hidden_states(config: dict) -> bool:
-    """vLLM's EagleProposer: eagle_config's use_aux_hidden_state (default on) when eagle_config is a dict."""
-    nested = config.get("eagle_config")
-    return bool(nested.get("use_aux_hidden_state", True)) if isinstance(nested, dict) else True
-
-
-def _fc_hidden_states(launch) -> int | None:
-    """FC_HIDDEN_STATES where this vLLM's drafter builds its fc of 3 hidden states; None where it sizes it
-    from the drafter's config, or cannot be told (no drafter file in a tree of a later release)."""
-    data = launch.read(EAGLE3_DRAFTER)
-    if data is None:
-        known = launch.version is not None and launch.version <= LAST_FC_OF_THREE
-        return FC_HIDDEN_STATES if known else None
-    return FC_HIDDEN_STATES if FC_OF_THREE in data and SIZED_BY_CONFIG not in data else None
-
-
-def _default_aux_layers(launch, config: dict, count: object) -> Finding:
-    """No layers vLLM reads: it takes the target's default, which a drafter naming layers elsewhere
-    (eagle_config, an empty list, a number) was not trained on."""
-    default = (
-        f"(2, {count // 2}, {count - 3})"
-        if isinstance(count, int) and _whole(count)
-        else "(2, n//2, n-3 of the target's layers)"
-    )
-    ignored = _ignored_aux_layers(config)
-    if ignored is None:
-        message = f"drafter names no eagle_aux_hidden_state_layer_ids: vLLM uses the target's default layers {default}"
-        if not _whole(count):
-            return Finding("drafter-aux-layers", True, message)
-        return _aux_count(
-            launch, f"the target's default layers {default}", [2, count // 2, count - 3], count - 1, message
-        )
-    if ignored[0] == NESTED_IDS and NESTED_READ in (launch.read(V1_RUNNER) or b""):
-        # 0.22-0.30: the V1 model runner reads them there, the V2 one does not; vLLM picks the runner by the
-        # model, its features and VLLM_USE_V2_MODEL_RUNNER: a top-level list is what both read
-        reason = (
-            f"this vLLM's V1 model runner reads the drafter's {NESTED_IDS} {ignored[1]!r}, its V2 runner "
-            f"uses the target's default layers {default}: which runs depends on the model and its features"
-        )
-        return cannot_judge("drafter-aux-layers", reason, AUX_FIX)
-    message = (
-        f"vLLM never reads the drafter's {ignored[0]} {ignored[1]!r} (only a non-empty top-level list): "
-        f"it uses the target's default layers {default}"
-    )
-    return Finding("drafter-aux-layers", False, message, AUX_FIX)
-
-
-def _ignored_aux_layers(config: dict) -> tuple[str, object] | None:
-    """(where, value) of layer ids the drafter's config gives where vLLM does not take them."""
-    if config.get("eagle_aux_hidden_state_layer_ids") is not None:
-        return "eagle_aux_hidden_state_layer_ids", config["eagle_aux_hidden_state_layer_ids"]
-    nested = config.get("eagle_config")
-    if isinstance(nested, dict) and nested.get("eagle_aux_hidden_state_layer_ids") is not None:
-        return NESTED_IDS, nested["eagle_aux_hidden_state_layer_ids"]
-    return None
-
-
-def vocabulary(launch) -> Finding:
-    """vLLM's EAGLE-3 drafter (Eagle3LlamaForCausalLM, llama_eagle3.py) embeds the target's token ids
-    in a table of its own vocab_size, and scatters its draft_vocab_size logits (by d2t) into a row of
-    vocab_size ids the target then verifies: vocab_size must be the target's, draft_vocab_size (default
-    vocab_size) no larger (newuser16 3: a DeepSeek drafter, 129280, passed for Kimi-K2.5, 163840)."""
-    own = _size(launch.drafter.config, "vocab_size")
-    draft = _size(launch.drafter.config, "draft_vocab_size", "vocab_size")
-    target = _size(launch.target.text_config, "vocab_size")
-    if own is None or draft is None or target is None:
-        message = (
-            f"cannot judge: drafter vocab_size {_shown(own)}, draft_vocab_size {_shown(draft)}, "
-            f"target vocab_size {_shown(target)}"
-        )
-        return Finding("drafter-vocabulary", False, message, SIZE_FIX)
-    message = f"drafter vocab_size {own} (draft_vocab_size {draft}), target vocab_size {target}"
-    if own != target:
-        why = (
-            "the drafter's must be the target's: it embeds the target's token ids and drafts ids of its own vocabulary"
-        )
-        return Finding("drafter-vocabulary", False, f"{message}: {why}", DRAFTER_FIX)
-    if draft > own:
-        why = "draft_vocab_size is larger than vocab_size, into which d2t maps each draft id"
-        return Finding("drafter-vocabulary", False, f"{message}: {why}", DRAFTER_FIX)
-    return Finding("drafter-vocabulary", True, message)
-
-
 # --- helpers -------------------------------------------------------------------------------------
-
-
-def _size(config: dict, *keys: str) -> int | None:
-    """The first of `keys` the config gives (vLLM's order), when it is a positive whole number; else
-    None: a size that is absent or of another kind cannot be compared, so no check passes on it."""
-    value = next((config[key] for key in keys if config.get(key) is not None), None)
-    return value if _whole(value) and value > 0 else None
-
-
-def _whole(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _shown(size: int | None) -> str:
-    return "none (absent or not a positive whole number)" if size is None else str(size)
-
-
-def _model_class(tables: dict, arch: str) -> tuple[str, str] | None:
-    for name, table in tables.items():
-        if name != SPECULATIVE_TABLE and arch in table:
-            return table[arch]
-    return None
 
 
 def _with(requirement, **changes):

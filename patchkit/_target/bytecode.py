@@ -141,6 +141,20 @@ def _fix(out: Outcome, job: Job, blob: bytes) -> None:
             out["action"] = "removed"
     except (OSError, py_compile.PyCompileError) as exc:
         out["error"] = str(exc)
+        if rebuild:
+            _remove_instead(out, job, getattr(exc, "strerror", None) or str(exc))
+
+
+def _remove_instead(out: Outcome, job: Job, why: str) -> None:
+    """A stale pyc that could not be rebuilt (a full disk: the new one is written beside it first)
+    is removed: that needs no room, and Python then compiles the source. Never through a symlink."""
+    if os.path.islink(os.path.dirname(job["pyc"])) or os.path.islink(job["pyc"]):
+        return
+    try:
+        os.remove(job["pyc"])
+    except OSError:
+        return
+    out["not_recompiled"], out["error"], out["action"] = why, None, "removed"
 
 
 def _compiled_as(blob: bytes) -> str | None:

@@ -24,6 +24,7 @@ import signal
 import stat
 import tempfile
 import threading
+import traceback
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -78,7 +79,13 @@ def build(
     stage = ["setup"]
     try:
         with _bounded(seconds), _scratch_removed():
+            known = set(_layers(config))
             _built(config, spec, method, stage, answer, forced)
+            ranks = _ranks(config, spec, method)
+            if ranks > 1:  # once whole (every name and shape), then as rank 0 of the launch's -tp: its shards
+                for name in set(_layers(config)) - known:  # the first build's layers: vLLM refuses a name twice
+                    del _layers(config)[name]
+                return _as_rank_zero(config, spec, method, answer, forced, ranks, said)
     except NotJudged as exc:
         return {**answer, "status": "cannot", "reason": str(exc)}
     except OutOfTime:
@@ -131,6 +138,61 @@ def _built(config: Any, spec: Any, method: str, stage: list[str], answer: dict[s
     stage[0] = "load"
     with _meta_weights(torch), current(vllm_config), torch.device("meta"), dtyped(model_config.dtype):
         loader.load_weights(model, model_config)
+
+
+DIVISIBILITY = "is not divisible by"  # vLLM's ensure_divisibility: a size -tp does not split
+
+
+def _ranks(config: Any, spec: Any, method: str) -> int:
+    """The tensor-parallel size vLLM builds the drafter with: the draft's own for draft_model (its
+    proposer's config of its own), else the target's group."""
+    parallel = getattr(spec, "draft_parallel_config", None) if method == "draft_model" else None
+    ranks = getattr(parallel or getattr(config, "parallel_config", None), "tensor_parallel_size", 1)
+    return ranks if isinstance(ranks, int) and ranks > 1 else 1
+
+
+def _asserted(exc: BaseException) -> str:
+    """Where vLLM raised (its file, line and source line): a bare assert says nothing else."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return "where not known"
+    last = frames[-1]
+    return f"{last.filename.rpartition('/vllm/')[2] or last.filename}:{last.lineno}: {(last.line or '').strip()[:160]}"
+
+
+def _layers(config: Any) -> dict[str, Any]:
+    """The layers vLLM's config registers by name as they are built (its static forward context)."""
+    context = getattr(getattr(config, "compilation_config", None), "static_forward_context", None)
+    return context if isinstance(context, dict) else {}
+
+
+def _as_rank_zero(
+    config: Any,
+    spec: Any,
+    method: str,
+    answer: dict[str, Any],
+    forced: bool,
+    ranks: int,
+    said: Callable[[BaseException], str],
+) -> dict[str, Any]:
+    """The drafter built and loaded again as rank 0 of `ranks` (the one process's tensor-parallel group
+    says so while it lasts: each layer takes its shard, as on that rank). A size -tp does not split
+    (vLLM's ensure_divisibility; a layer's bare assert on its shard sizes, building) fails; any other
+    error of this stand-in group is not judged."""
+    group: Any = importlib.import_module("vllm.distributed.parallel_state").get_tp_group()
+    whole, stage = group.world_size, ["build"]
+    group.world_size = ranks
+    try:
+        _built(config, spec, method, stage, dict(answer), forced)
+    except Exception as exc:
+        if DIVISIBILITY in str(exc) or (isinstance(exc, AssertionError) and stage[0] == "build"):
+            error = f"{said(exc)} ({_asserted(exc)}) with -tp {ranks}"
+            return {**answer, "status": "failed", "stage": stage[0], "error": error, "ranks": ranks}
+        why = f"built whole; as one of {ranks} tensor-parallel ranks the {stage[0]} is not judged here: {said(exc)}"
+        return {**answer, "status": "cannot", "reason": why}
+    finally:
+        group.world_size = whole
+    return {**answer, "status": "built", "ranks": ranks}
 
 
 # a GPU MLA backend's class: the forced CPU platform builds no MLA layer (the drafter is only built,

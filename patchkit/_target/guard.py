@@ -42,7 +42,7 @@ ENV = "PATCHKIT_GUARD"
 # The number of the guard's checks: patchkit tells an older build's guard that judges a tree as it
 # does (the same number: a note, `apply` updates it) from one that may not (a failure until `apply`).
 # tests/test_guard_format.py holds it to this module's code: a change of the code bumps it.
-GUARD_FORMAT = 33
+GUARD_FORMAT = 34
 MAX_RECORD_BYTES = 16 * 1024 * 1024
 if TYPE_CHECKING:  # (vllm version or None, {path: recorded sha256 or None}, {path: its original's sha256 or None})
     Record = tuple[str | None, dict[str, str | None], dict[str, str | None]]
@@ -838,6 +838,8 @@ def state_damage(data: object) -> str | None:
         return "'wheel' is not a vLLM version"
     if found is None and wheel is not None and not _VERSION.fullmatch(wheel):
         return "'wheel' is " + repr(wheel) + ", not a vLLM version"
+    if found is None and not (data.get("wheel_held") is None or _is_digest(data.get("wheel_held"))):
+        return "'wheel_held' is not a sha256 hex digest"
     return found
 
 
@@ -1021,7 +1023,38 @@ def _wheel_records(site: str) -> list[Record]:
         patched[rel], stock[rel] = shas["patched_sha256"], shas["stock_sha256"]
     _held_to_the_install(site, found[0], data, patched)
     _shipped_patches(os.path.join(site, found[0]), data)
-    return [] if not _differing(site, stock) else [(None, patched, {})]
+    if not _differing(site, stock):
+        return []
+    if data.get("set", "") is None and _wheel_held(site) != _provenance_digest(path):
+        raise TreeChanged(_unheld_wheel(data))
+    return [(None, patched, {})]
+
+
+# a `wheel --patch` build (no set) an older patchkit made before its diffs were held to the sets'
+# contracts: an apply of this patchkit judges it (patchkit.engine.held) and records its digest held
+UNHELD_WHEEL = "came in a `patchkit wheel --patch` build that no apply of this patchkit held to the sets' contracts"
+
+
+def _unheld_wheel(data: dict[str, Any]) -> str:
+    names = [patch["name"] for patch in data["patches"]]
+    return "--patch file" + ("s " if len(names) > 1 else " ") + ", ".join(names) + " " + UNHELD_WHEEL + UNHELD_WHY
+
+
+def _provenance_digest(path: str) -> str:
+    raw = _read_regular(path, MAX_RECORD_BYTES)
+    return hashlib.sha256(raw or b"").hexdigest()
+
+
+def _wheel_held(site: str) -> object:
+    """The digest of the --patch wheel's patchkit.json an apply held (state.json's "wheel_held")."""
+    if os.path.lexists(os.path.join(site, ".patchkit")):
+        _refuse_odd_store(site)
+    path = os.path.join(site, ".patchkit", "state.json")
+    data = _read_json(path)
+    damage = None if data is None else state_damage(data)
+    if damage is not None:
+        raise TreeChanged(path + " is damaged (" + damage + ")")
+    return data.get("wheel_held") if isinstance(data, dict) else None
 
 
 def _shipped_patches(dist_info: str, data: dict[str, Any]) -> None:

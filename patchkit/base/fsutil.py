@@ -406,6 +406,29 @@ def room_on(path: Path | str) -> tuple[int, int | None] | None:
     return st.f_bavail * st.f_frsize, (st.f_favail if st.f_files else None)
 
 
+def no_space_hint(root: Path, need: int, files: int) -> str:
+    """What a command needs on a full device: `need` bytes and `files` inodes on the device holding
+    `root`. A device out of inodes with bytes to spare is said as such: freeing megabytes would not help."""
+    free, inodes = room_on(root) or (0, None)
+    again = "then run the same command again"
+    if inodes is not None and inodes < files and free >= need:
+        return (
+            f"the device holding {root} is out of inodes (one per file), not space ({size_said(free)} free): "
+            f"it needs about {files} free inodes and has {inodes}; remove some files there (`df -i` counts "
+            f"them), {again}"
+        )
+    if inodes is not None and inodes < files:
+        return (
+            f"it needs about {size_said(need)} and {files} inodes free on the device holding {root}: make room, {again}"
+        )
+    return f"it needs about {size_said(need)} free on the device holding {root}: make room, {again}"
+
+
+def blocks(n: int) -> int:
+    """The bytes `n` bytes take on disk, in whole 4 KB blocks."""
+    return -(-n // 4096) * 4096
+
+
 def size_said(n: int) -> str:
     """A byte count as a person frees space, rounded up (less would not do): KB below 0.1 MB, else
     MB with one decimal."""

@@ -6,7 +6,7 @@ patched module would silently keep running its stock code. After apply and rever
 fix() looks at every `__pycache__/<module>.<tag>[.opt-N].pyc` and legacy `<module>.pyc` of the changed
 files and
   - recompiles a stale one whose tag is the target interpreter's, with that interpreter and the
-    pyc's own invalidation mode and optimization level;
+    pyc's own invalidation mode and optimization level, else (a full disk) removes it: that needs no room;
   - removes a stale one of another interpreter (it cannot be rebuilt here; Python rebuilds it);
   - removes a legacy one (only imported once the source is gone) and those of deleted sources;
   - treats a checked-hash pyc as an unchecked-hash one: Python re-validates it against the new source,
@@ -150,6 +150,8 @@ def _describe(item: Item, tag: str, fix: bool) -> tuple[str, str | None]:
         return f"{kind}, stale; could not {item.get('attempt') or 'fix'} it: {item['error']}", ERROR
     if action == "recompiled":
         return f"{kind}, stale: recompiled with {tag}", None
+    if action == "removed" and item.get("not_recompiled"):  # removing needs no room: Python compiles the source
+        return f"{kind}, stale; could not recompile it ({item['not_recompiled']}): removed", None
     if action == "removed":
         return f"{kind}, {_why_removed(item)}: removed", None
     if item["legacy"]:  # left alone by scan()

@@ -43,3 +43,8 @@ def _parse(data: bytes, path: str) -> ast.Module | Exception:
             return ast.parse(data, filename=path)
     except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
         return exc
+
+
+def names(*nodes: ast.AST) -> set[str]:
+    """The names (ast.Name ids) among `nodes` themselves, not their children."""
+    return {node.id for node in nodes if isinstance(node, ast.Name)}

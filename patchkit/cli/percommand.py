@@ -36,6 +36,7 @@ MEMOS: dict[str, tuple[str, ...]] = {
         "_ASKED_HERE",
         "_LAUNCH_DEADLINES",
         "_LAUNCH_PROBES",
+        "_LAUNCH_UNANSWERED",
         "_NAMED_AS",
         "_STARTUP_PREFIX",
         "_STARTUP_TIMED_OUT",

@@ -388,9 +388,53 @@ def earlier_series(root: Path, set_name: str) -> list[str]:
     """The patches (numbers) the library (the user's) changed since it built the wheel whose earlier
     series of `set_name` the tree still holds; empty once reverted or applied since, or for another."""
     found = find(root)
-    if found is None or not found.older or _past_the_wheel(found):
+    if found is None or not found.older or set_name not in found.set_names:
         return []
-    return older_series(found, set_name, hints.current().library)
+    alone = found.for_set(set_name) if len(found.set_names) > 1 else found  # applied since: that set's record
+    return [] if _past_the_wheel(alone) else older_series(found, set_name, hints.current().library)
+
+
+@dataclass(frozen=True)
+class EarlierWheel:
+    """A patched wheel's earlier series of a set, as apply replaces it: the patches the library
+    changed, the release's stock bytes of every file the wheel patched (None: one it created), and
+    the library's series of the set for the release."""
+
+    changed: list[str]
+    stock: dict[str, bytes | None]
+    selection: Selection
+
+
+def earlier_wheel_stock(root: Path, set_name: str, fetch_release: FetchRelease) -> EarlierWheel | None:
+    """earlier_series of a wheel of that one set, with the stock files each the release's own as
+    revert would put them back (the drift and the originals nothing vouches for refused as revert
+    refuses them, naming apply): apply plans the library's series on them, so that it replaces the
+    earlier one in one transaction. None: no such wheel."""
+    found = find(root)
+    if found is None or not updates_in_one_step(root, set_name):
+        return None
+    library = hints.current().library
+    changed = earlier_series(root, set_name)
+    if not changed:
+        return None
+    alone = found.for_set(set_name) if len(found.set_names) > 1 else found
+    chosen = select(load_chosen(library, set_name), Version(found.vllm_version))
+    view = View(root)
+    restore_stock(view, alone, force=False, fetch_release=fetch_release, verb="apply")
+    return EarlierWheel(changed, {path: view.read(path) for path in sorted(alone.files)}, chosen)
+
+
+def updates_in_one_step(root: Path, set_name: str) -> bool:
+    """Whether apply replaces the wheel's earlier series of `set_name` in one step (earlier_wheel_stock):
+    the wheel's one set, or one of several whose files no other set of it patches (else revert goes
+    first: the stock files of a file two sets patched would drop the other's change)."""
+    found = find(root)
+    if found is None or set_name not in found.set_names:
+        return False
+    if len(found.set_names) == 1:
+        return True
+    own = set(found.for_set(set_name).files)
+    return not any(own & set(found.for_set(other).files) for other in found.set_names if other != set_name)
 
 
 def _past_the_wheel(found: Provenance) -> bool:
@@ -475,14 +519,17 @@ class StockRestore:
     unvouched: list[str] = field(default_factory=list)
 
 
-def restore_stock(view: View, found: Provenance, *, force: bool, fetch_release: FetchRelease) -> StockRestore:
+def restore_stock(
+    view: View, found: Provenance, *, force: bool, fetch_release: FetchRelease, verb: str = "revert"
+) -> StockRestore:
     """Put the stock files into `view` for every file the wheel patched. The originals
     are the release's own files (fetch cache, else the index; checked against the release's RECORD
     by the fetcher), each held to the provenance's stock sha256; when they cannot be fetched, the
     shipped patches are reverse-applied and held to the same sha256. A file that is neither the
     patched nor the stock one, or not what the patches make of that original, is drift (with
     `force`: restored, and listed to be kept aside).
-    `fetch_release` is patchkit.fetch.release_tree, handed down (the fetcher stands above this module)."""
+    `fetch_release` is patchkit.fetch.release_tree, handed down (the fetcher stands above this module);
+    `verb`: the command that puts them back (revert, or apply over them: earlier_wheel_stock)."""
     done = StockRestore([], [])
     todo = []
     changed = {}  # edited or deleted since the install: each named
@@ -498,7 +545,7 @@ def restore_stock(view: View, found: Provenance, *, force: bool, fetch_release: 
         todo.append(path)
     if changed and not force:
         _refuse_changed(changed)
-    originals = _originals(view, found, todo, done, fetch_release) if todo else {}
+    originals = _originals(view, found, todo, done, (fetch_release, verb)) if todo else {}
     _hold_to_the_series(view, found, originals, done, force=force)
     for path in todo:
         view.write(path, originals[path])
@@ -553,7 +600,7 @@ def _unlike_the_output(view: View, found: Provenance, originals: dict[str, bytes
 
 
 def _originals(
-    view: View, found: Provenance, paths: list[str], done: StockRestore, fetch_release: FetchRelease
+    view: View, found: Provenance, paths: list[str], done: StockRestore, fetching: tuple[FetchRelease, str]
 ) -> dict[str, bytes | None]:
     """The stock bytes of `paths` (None: a file the wheel created). Where nothing but the wheel's
     own record vouches for them (no library series of the same patches, not the release's file),
@@ -561,7 +608,7 @@ def _originals(
     wanted = {p: found.files[p].stock_sha256 for p in paths}
     out: dict[str, bytes | None] = {p: None for p, digest in wanted.items() if digest is None}
     needed = [p for p in paths if p not in out]
-    fetched = _fetched(found, needed, done.notes, fetch_release) if needed else {}
+    fetched = _fetched(found, needed, done.notes, fetching[0]) if needed else {}
     alone = list(out)  # a created file's deletion: only the patches say the release lacks it
     for path in needed:
         data = fetched.get(path)
@@ -573,7 +620,7 @@ def _originals(
                 found, f"says the wheel patched {escaped(path)}, but it holds vLLM {found.vllm_version}'s own file"
             )
         if found.older:
-            raise _unvouched_original(found, path, fetched=data is not None)
+            raise _unvouched_original(found, path, fetched=data is not None, verb=fetching[1])
         out[path] = _reversed(found, path, wanted[path])
         alone.append(path)
         done.notes.append(f"{escaped(path)}: restored by reverse-applying the wheel's patches (sha256 checked)")
@@ -582,17 +629,22 @@ def _originals(
     return out
 
 
-def _unvouched_original(found: Provenance, path: str, *, fetched: bool) -> PatchkitError:
+def _unvouched_original(found: Provenance, path: str, *, fetched: bool, verb: str) -> PatchkitError:
     """The refusal to put back an original of an earlier series' wheel on its own texts' word: the
     release's file is not the one its record names (bad input), or could not be had (environment)."""
-    if fetched:
-        return untrusted(
-            found, f"records a stock {escaped(path)} that is not vLLM {found.vllm_version}'s own file", library=True
+    if fetched:  # not another library's record: no --patches DIR makes it the release's file
+        return untrusted(found, f"records a stock {escaped(path)} that is not vLLM {found.vllm_version}'s own file")
+    # the command fetches exactly the wheel's files; `patchkit fetch` only those a library set names
+    hint = f"once the package index is reachable, run {hints.command(verb)} again: it fetches them"
+    if Version(found.vllm_version).local:  # a local build (+cu129): no public index serves its files
+        hint = (
+            f"a local build is on no public index: reinstall it from where it came "
+            f"({hints.pip_reinstall(found.vllm_version)}), then run {hints.command('apply')}"
         )
     return FetchError(
         f"vLLM {found.vllm_version}'s stock {escaped(path)} could not be fetched: only the release's files vouch "
-        f"for the originals of an earlier series of {found.name}, so nothing was reverted",
-        hint=f"run {hints.command('fetch', found.vllm_version)} where the index is reachable, then revert again",
+        f"for the originals of an earlier series of {found.name}, so nothing was {'applied' if verb == 'apply' else 'reverted'}",
+        hint=hint,
     )
 
 

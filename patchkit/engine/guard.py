@@ -899,6 +899,8 @@ def prefixed_bytecode(problems: list[str]) -> list[str]:
 
 # an ad-hoc --patch apply an older patchkit recorded without holding it to the sets' contracts (the guard's UNHELD)
 UNHELD = "was applied by a patchkit that did not hold --patch diffs to the patch sets' contracts"
+# an older patchkit's `wheel --patch` build installed, its patchkit.json recorded held by no apply (the guard's UNHELD_WHEEL)
+UNHELD_WHEEL = "came in a `patchkit wheel --patch` build that no apply of this patchkit held to the sets' contracts"
 SEVERAL_FIX = "remove the stale vllm-*.dist-info directories (pip left them; keep the installed vLLM's)"
 
 

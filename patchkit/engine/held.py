@@ -7,7 +7,9 @@ makes the one state vLLM accepts at config time and fails on after the model loa
 without gates is held to what its recorded apply made hold: a write may not undo it.
 
 An older patchkit's --patch record (no "held" mark: the guard refuses it) is judged the same way from
-its file list, the tree as this apply leaves it and the originals it saved (unheld_breaks)."""
+its file list, the tree as this apply leaves it and the originals it saved (unheld_breaks); an installed
+`wheel --patch` build (no set: the guard refuses it unless the record names its patchkit.json held)
+from the files its provenance lists (wheel_breaks)."""
 
 from __future__ import annotations
 
@@ -17,16 +19,20 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from patchkit.base import hints
+from patchkit.base import fsutil, hints
 from patchkit.base.errors import BreaksSet, PatchkitError
+from patchkit.base.hashing import sha256
 from patchkit.checks import CheckResult
 from patchkit.checks.contract import judged
+from patchkit.distinfo import installed_wheel_reader
+from patchkit.distinfo.record import PROVENANCE, has_provenance
 from patchkit.series.library import PatchSetDef
 from patchkit.series.requirements import Requirement
 from patchkit.store.objects import read_object
 from patchkit.store.state import Entry, State, is_adhoc
 
 Read = Callable[[str], bytes | None]
+_PROVENANCE_BYTES = 16 << 20  # patchkit.distinfo.provenance.LIMIT (that module is loaded only for a wheel)
 
 
 def refuse_breaking(
@@ -79,6 +85,33 @@ def _breaks(
     except (PatchkitError, OSError):  # an original the record names is missing or damaged, a file unreadable
         return ""
     return broken[0] if broken else None
+
+
+def wheel_breaks(
+    root: Path, sets: Collection[PatchSetDef], version: Version | None, read: Read
+) -> tuple[str, str | None] | None:
+    """The installed `wheel --patch` build's (its provenance names no set): the sha256 of its
+    patchkit.json, and the set its files break, judged as unheld_breaks judges a record on the tree
+    as `read` gives it (None: none, it may be recorded held; "": it cannot be judged). Only a set with
+    gates is at stake: a recorded set's apply came after the wheel, it cannot undo that. None: no such
+    wheel (or one the commands refuse on their own)."""
+    if not has_provenance(root):
+        return None
+    try:
+        found = installed_wheel_reader().find(root)
+        if found is None or found.set_names:
+            return None
+        digest = str(sha256(fsutil.read_regular(root / found.dist_info / PROVENANCE, _PROVENANCE_BYTES)))
+    except (PatchkitError, OSError):
+        return None
+    if not sets or version is None:
+        return digest, ""
+    paths = set(found.files)
+    try:
+        broken = [s.name for s in sets if s.gates and _broken(s, version, paths, (read, read), None) is not None]
+    except (PatchkitError, OSError):  # a file unreadable
+        return digest, ""
+    return digest, broken[0] if broken else None
 
 
 def marked_held(state: State, breaks: Mapping[str, str | None]) -> State:

@@ -18,6 +18,7 @@ from patchkit.base.errors import PatchkitError, escaped, few
 from patchkit.base.fsutil import Landed, first_symlink, read_file
 from patchkit.base.heads import Heads
 from patchkit.base.options import Options
+from patchkit.base.patterns import LazyPattern
 from patchkit.base.values import Value
 from patchkit.checks import LARGEST_PARSED, CheckContext, shadow
 from patchkit.distinfo import installed_wheel_reader, tree_record, unlike_stock
@@ -40,6 +41,7 @@ from patchkit.engine.guard import (
     STALE_BYTECODE,
     SYMLINKED,
     UNHELD,
+    UNHELD_WHEEL,
     UNKNOWN_GUARD,
     UNRECORDED_GUARD,
     is_installed,
@@ -62,6 +64,7 @@ from patchkit.series.library import PatchSetDef, has_series, load_library, locat
 from patchkit.series.patchfile import touched_paths
 from patchkit.store.objects import read_object
 from patchkit.store.state import (
+    DIGEST,
     META_DIR,
     THROUGH_A_SYMLINK,
     Entry,
@@ -183,6 +186,9 @@ class TreeStatus(Value):
     # an older patchkit's --patch records the guard refuses (no "held" mark): the set each breaks (held.py;
     # None: none, any apply marks it held; "": cannot be judged)
     unheld_breaks: dict[str, str | None] = field(default_factory=dict)
+    # an older patchkit's `wheel --patch` build the guard refuses: the set its files break (held.py;
+    # None: none, any apply records it held; "": cannot be judged)
+    wheel_breaks: str | None = ""
 
     def fix_command(self, verb: str, *args: str) -> str:
         """`hints.command` for a fix: without --set where the set's files came with a wheel of
@@ -284,6 +290,8 @@ class TreeStatus(Value):
     def _unheld_fix(self) -> str | None:
         """The fix of an older patchkit's --patch apply the guard cannot judge: this patchkit's apply of
         the same files holds them to the sets' contracts, and records them held or names the set they break."""
+        if any(UNHELD_WHEEL in problem for problem in self.guard):
+            return self._unheld_wheel_fix()
         if not any(UNHELD in problem for problem in self.guard) or self.record is None:
             return None
         unheld = [e for e in self.record.entries if is_adhoc(e.set_name) and not e.held]
@@ -305,6 +313,22 @@ class TreeStatus(Value):
             f"run {apply} (it holds the diffs to the sets' contracts: they are recorded held, or refused with "
             f"the set they break named), or undo them: {revert}"
         )
+
+    def _unheld_wheel_fix(self) -> str:
+        """The fix of an older patchkit's `wheel --patch` build the guard cannot judge: this patchkit's
+        apply holds its files to the sets' contracts and records it held; one that breaks a set goes
+        by revert (the wheel's files back to stock), then the whole set."""
+        revert = hints.command("revert", chosen=_without_a_set())
+        if self.wheel_breaks:
+            whole = hints.command("apply", chosen=replace(hints.current(), adhoc=(), set_name=self.wheel_breaks))
+            return (
+                f"run {revert} (it puts back the stock files of the wheel's, which leave set "
+                f"{self.wheel_breaks} half-applied), then {whole}"
+            )
+        if self.wheel_breaks is None:
+            apply = hints.command("apply", chosen=_without_a_set())
+            return f"run {apply} (it records the wheel held: its patches break no set's contract)"
+        return f"run {revert} (it puts the wheel's files back to stock: no library at hand judges them)"
 
     def _dist_info_fix(self) -> str | None:
         """The fix of a refusal for vLLM's dist-info: several (apply refuses until one is left), or none
@@ -634,10 +658,13 @@ def _other_library(
 
 def _older_wheel_series(resolved: Resolved, fields: dict[str, Any]) -> None:
     """A patched wheel's install whose series of the set is an earlier library's (its own texts
-    judge it): the patches the library changed since, into `fields`, with revert as the fix."""
-    changed = installed_wheel_reader().earlier_series(resolved.target.root, resolved.set_name)
+    judge it): the patches the library changed since, into `fields`, with apply as the fix (a set that
+    shares a file with another set of the wheel: revert first, it reverts them together)."""
+    reader = installed_wheel_reader()
+    changed = reader.earlier_series(resolved.target.root, resolved.set_name)
     if changed:
-        fields.update(other_library=changed, updatable=False, from_wheel=True)
+        one = reader.updates_in_one_step(resolved.target.root, resolved.set_name)
+        fields.update(other_library=changed, updatable=one, from_wheel=True)
 
 
 def _unrefused(linked: list[str], refused: list[str]) -> list[str]:
@@ -827,7 +854,7 @@ def _guard_fields(
         "guard_notes": older_guard_notes(root, state)
         + unrecorded_guard_notes(root, state)
         + _wheel_without_guard(root, state),
-        "store_notes": left_by_a_killed_command(root, state) + records_unjudged(state),
+        "store_notes": left_by_a_killed_command(root, state) + unknown_in_objects(root) + records_unjudged(state),
         "guard_installed": is_installed(root),
         "others_fix": _others_fix(state, set_name, refused, verdict.stock_again, version)
         if state is not None
@@ -840,7 +867,23 @@ def _guard_fields(
         **_hanging(root, state),
         "symlink_fix": _symlink_fix(root, refused, state),
         "unheld_breaks": _unheld_breaks(root, state, version) if any(UNHELD in p for p in refused) else {},
+        "wheel_breaks": _wheel_breaks(root, version) if any(UNHELD_WHEEL in p for p in refused) else "",
     }
+
+
+def _wheel_breaks(root: Path, version: Version | None) -> str | None:
+    """TreeStatus.wheel_breaks: the installed `wheel --patch` build judged by the library at hand on the tree."""
+    try:
+        sets = tuple(load_library(locate(hints.current().library).path).values())
+    except PatchkitError:
+        sets = ()
+
+    def read(path: str) -> bytes | None:
+        return read_file(root / path, follow_symlinks=False)
+
+    held = import_module("patchkit.engine.held")  # as _unheld_breaks: no start-up path parses contracts
+    judged: tuple[str, str | None] | None = held.wheel_breaks(root, sets, version, read)
+    return "" if judged is None else judged[1]
 
 
 def _unheld_breaks(root: Path, state: State | None, version: Version | None) -> dict[str, str | None]:
@@ -1065,14 +1108,35 @@ def left_by_a_killed_command(root: Path, state: State | None) -> list[str]:
         return []
     objects = meta / "objects"
     try:
-        held = len(os.listdir(objects)) if objects.is_dir() and not objects.is_symlink() else 0
+        names = os.listdir(objects) if objects.is_dir() and not objects.is_symlink() else []
         empty = not os.listdir(meta)
     except OSError:
         return []
+    held = sum(1 for name in names if DIGEST.fullmatch(name))  # another name is no object: revert keeps it
     revert = hints.command("revert")
     if held:
         return [f"{META_DIR}/objects/ holds {held} file(s) no record names: {revert} removes them"]
     return [f"{META_DIR}/ is empty: {revert} removes it"] if empty else []
+
+
+def unknown_in_objects(root: Path) -> list[str]:
+    """The files in .patchkit/objects/ no object can be (not named by a sha256, nor patchkit's own
+    temporary name): every command keeps them, revert too, and .patchkit/ with them."""
+    objects = meta_dir(root) / "objects"
+    try:
+        names = os.listdir(objects) if objects.is_dir() and not objects.is_symlink() else []
+    except OSError:
+        return []
+    unknown = sorted(n for n in names if not DIGEST.fullmatch(n) and not _OBJECT_TEMP.fullmatch(n))
+    if not unknown:
+        return []
+    return [
+        f"{META_DIR}/objects/ holds {few(unknown, sep=', ')}: no saved original of patchkit's (those are named by "
+        "their sha256), so every command keeps it; remove it yourself if you do not need it"
+    ]
+
+
+_OBJECT_TEMP = LazyPattern(r"\.[0-9a-f]{64}\.patchkit-[0-9A-Za-z]+\.tmp")  # store.objects' link, store.state's write
 
 
 def _others_fix(

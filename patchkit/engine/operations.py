@@ -79,7 +79,7 @@ from patchkit.engine.guard import (
     unseen_guard_note,
     with_stale_bytecode,
 )
-from patchkit.engine.held import marked_held, refuse_breaking, unheld_breaks
+from patchkit.engine.held import marked_held, refuse_breaking, unheld_breaks, wheel_breaks
 from patchkit.engine.inspection import (
     TreeStatus,
     apply_of,
@@ -106,6 +106,7 @@ from patchkit.engine.resolve import Resolved, judged, require_patches, resolve, 
 from patchkit.engine.stale import pip_wrote, stale_entries, stale_note
 from patchkit.engine.transaction import (
     commit_changes,
+    commit_needs,
     consistent_read,
     lock_timeout,
     locked_record,
@@ -116,6 +117,7 @@ from patchkit.engine.transaction import (
 )
 from patchkit.engine.unrecorded_edits import edited_unrecorded, unproven, unproven_found
 from patchkit.engine.vouched import adopted_earlier, changed_since, patches_at_hand, plan_over_stock, refuse_unvouched
+from patchkit.series import dry_run as plan_holding
 from patchkit.series.hunks import made_file, reverse_file
 from patchkit.series.library import adhoc_set_name, load_library, locate
 from patchkit.series.patchfile import Patch, read_patch, touched_paths
@@ -136,6 +138,7 @@ from patchkit.store.state import (
     State,
     earlier_applies,
     is_adhoc,
+    left_in_store,
     meta_dir,
     read_state,
     remove_empty_store,
@@ -147,7 +150,7 @@ from patchkit.tree.target import Target, checkout_restore, launch_prefix, stock_
 from patchkit.tree.version import detect
 
 if TYPE_CHECKING:  # pragma: no cover
-    from patchkit.distinfo.installed_wheel import Provenance
+    from patchkit.distinfo.installed_wheel import EarlierWheel, Provenance
     from patchkit.engine.guard import Changes
     from patchkit.series.library import PatchSetDef
 
@@ -243,12 +246,15 @@ def apply_series(
     by default this set alone. `judge_guard`: False for a set a later set of the same run follows
     (what the guard refuses is judged once, after the last: a later set may settle it)."""
 
+    over_wheel = _over_an_earlier_wheel(resolved)
+    if over_wheel is not None:  # the library's series, in place of the wheel's
+        resolved = replace(resolved, selection=over_wheel.selection)
     patches = require_patches(resolved)
-    _refuse_over_an_earlier_wheel(resolved)
     if resolved.selection.kind == SelectionKind.UPSTREAM:
         return _settle_upstream(resolved, dry_run=dry_run, watch=watch or Unwatched())
     applying = _Applying(resolved, patches, watch or Unwatched(), timed, import_probe, guard, guard_choice, checked)
     applying.chosen = (*chosen, resolved.set_name)
+    applying.over_wheel = over_wheel
     applying.judge_guard = judge_guard
     if dry_run:
         with read_only_view(resolved.target.root) as settled:
@@ -261,19 +267,26 @@ def apply_series(
         return applying.run(state, dry_run=dry_run, force=force)
 
 
-def _refuse_over_an_earlier_wheel(resolved: Resolved) -> None:
-    """A patched wheel's earlier series of the set (an earlier library's): apply does not call it
-    applied, nor writes this library's over it; revert puts the release's files back first."""
+def _over_an_earlier_wheel(resolved: Resolved) -> EarlierWheel | None:
+    """A patched wheel's earlier series of the set (an earlier library's): the patches the library
+    changed, the release's stock files of the wheel's on which apply plans the library's series, and
+    that series (installed_wheel.earlier_wheel_stock). A set of a wheel of several that shares a file
+    with another: refused, revert puts the release's files back first (it reverts them together)."""
     root = resolved.target.root
     if not has_provenance(root):
-        return
-    changed = installed_wheel_reader().earlier_series(root, resolved.set_name)
+        return None
+    reader = installed_wheel_reader()
+    if reader.updates_in_one_step(root, resolved.set_name):
+        found: EarlierWheel | None = reader.earlier_wheel_stock(root, resolved.set_name, fetch.release_tree)
+        return found
+    changed = reader.earlier_series(root, resolved.set_name)
     if changed:
         raise CheckFailed(
             f"the {resolved.set_name} series on vLLM {resolved.vllm_version} came with a wheel of another library "
             f"({', '.join(changed)} changed): nothing was applied",
             hint=f"run {hints.command('revert')} (from the wheel's own patch texts), then {hints.command('apply')}",
         )
+    return None
 
 
 # a step of one command, never compared nor printed: no __eq__ or __repr__ compiled at every start-up
@@ -306,6 +319,8 @@ class _Applying:
     guard_refuses: tuple[list[str], str] | None = None  # what the guard still refuses once applied, and its fix
     reinstalled: list[str] = field(default_factory=list)  # the set's recorded files pip wrote since (pip_wrote)
     changed: list[str] = field(default_factory=list)  # applied from another library: the patches it changed
+    over_wheel: EarlierWheel | None = None  # a patched wheel's earlier series of the set: planned over its stock
+    wheel_unheld: bool = False  # the installed `wheel --patch` build breaks a set's contract, or cannot be judged
 
     def warn(self, text: str) -> None:
         self.warnings.append(text)
@@ -338,7 +353,9 @@ class _Applying:
             self.warn(f"{said}: {f'apply would discard {them}' if dry_run else 'discarded'}")
         self.reinstalled = self.pip_wrote(state, dry_run=dry_run)
         if self.resolved.set_name not in self.stale:
-            self.changed = changed_since(state.entry(self.resolved.set_name), self.patches)
+            self.changed = changed_since(state.entry(self.resolved.set_name), self.patches) or (
+                self.over_wheel.changed if self.over_wheel else []
+            )
         drifted = drifted_files(self.resolved, state)
         if drifted:
             raise Drift(
@@ -360,7 +377,7 @@ class _Applying:
         shadow.refuse(root, self.patches)  # else the patch would never be what runs
         self.refuse_writing_under_later_sets(state, plan.changed_paths)
         self.refuse_breaking_sets(state, plan)
-        self.found = self.found_unrecorded(plan)
+        self.found = self.over_the_wheel(plan) if self.over_wheel else self.found_unrecorded(plan)
         if not plan.changed_paths:
             return self.already_applied(plan, dry_run=dry_run)
         preflight(root, plan.changed_paths, writable=not dry_run)  # the dry run refuses what apply would
@@ -375,8 +392,21 @@ class _Applying:
         series replaces the earlier one in this one transaction (the originals not at hand: on disk)."""
         root = self.resolved.target.root
         entry = self.state.entry(self.resolved.set_name)
+        if self.over_wheel is not None:  # a patched wheel's earlier series: on the release's stock files
+            plan = plan_holding(root, self.patches, self.over_wheel.stock, from_disk=True)
+            plan.stock = self.over_wheel.stock
+            return plan
         over_stock = plan_over_stock(root, entry, self.patches) if self.changed and entry is not None else None
         return over_stock or plan_apply(root, self.patches)
+
+    def over_the_wheel(self, plan: Plan) -> tuple[Entry | None, dict[str, bytes]]:
+        """The entry that records the wheel's files as the stock files they replace (an apply found
+        over them), so the record's originals are the release's, and those stock files (digest -> bytes)."""
+        stock = self.over_wheel.stock if self.over_wheel else {}
+        entry = self.resolved.apply_record(
+            {p: (data, plan.view.original_content(p)) for p, data in stock.items()}, None
+        )
+        return entry, {str(sha256(data)): data for data in stock.values() if data is not None}
 
     def pip_wrote(self, state: State, *, dry_run: bool) -> list[str]:
         """The set's recorded files pip wrote since its apply (vLLM reinstalled, another build of the
@@ -522,9 +552,10 @@ class _Applying:
                 found = f"already applied, with no record of it; {'would be ' if dry_run else ''}recorded"
                 message = found + (f"; {noun} {'would be ' if dry_run else ''}{verb}" if noun != "record" else "")
         # before the guard is judged: a stale .pyc it refuses is what this fixes; the guard's own too, a
-        # stale .pyc of it is what vLLM runs (status names apply as the fix)
+        # stale .pyc of it is what vLLM runs (status names apply as the fix). This run wrote none of
+        # the files: only what status judges stale is touched (a pip-compiled .pyc is fresh)
         target = self.resolved.target
-        bytecode = [] if dry_run else self.show(fix_bytecode(target, plan.touched_paths, [MODULE]))
+        bytecode = [] if dry_run else self.show(fix_bytecode(target, [], [*plan.touched_paths, MODULE]))
         fixed = sorted({r.path or "" for r in bytecode if r.ok and any(w in r.message for w in _BYTECODE_FIXED)})
         if fixed and message.endswith(": nothing to do"):  # what it did is said, not "nothing"
             message = f"already applied; stale bytecode of {', '.join(fixed)} fixed (-v shows each)"
@@ -541,7 +572,8 @@ class _Applying:
     def unheld_left(self, state: State) -> str:
         """An older patchkit's --patch record this apply leaves (the guard refuses it): the warning that
         names its fix, and the words the result line ends with ("" when there is none)."""
-        if not (self.judge_guard and any(is_adhoc(e.set_name) and not e.held for e in state.entries)):
+        unheld = self.wheel_unheld or any(is_adhoc(e.set_name) and not e.held for e in state.entries)
+        if not (self.judge_guard and unheld):
             return ""
         self.state = state  # the record as written: the guard judges it
         return (
@@ -636,6 +668,7 @@ class _Applying:
         if plan.stock is not None:  # another library's series replaced: a file put back to stock is no longer patched
             entry = replace(entry, files={p: f for p, f in entry.files.items() if f["after"] != f["before"]})
         recorded = self.held_earlier(state.with_entry(entry).with_chosen(self.chosen), plan.content)
+        recorded = self.wheel_judged(recorded, plan.content)
         guard_changes, new_state = self.with_guard(recorded)
         _refuse_a_record_too_large(root, new_state)
         self.keep_replaced_guard()
@@ -663,7 +696,7 @@ class _Applying:
         elif earlier is not None and is_adhoc(earlier.set_name) and not earlier.held:  # refuse_breaking_sets held it
             settled = settled.with_entry(replace(earlier, held=True))
         settled, originals = self.found_applied(settled)
-        settled = self.held_earlier(settled, read)
+        settled = self.wheel_judged(self.held_earlier(settled, read), read)
         guard_changes, settled = self.with_guard(settled)
         settled = settled.with_wheel(_guarded_wheel(root, settled))
         if settled == state and not guard_changes:
@@ -684,14 +717,31 @@ class _Applying:
         guard refuses them: the warning names the set and the fix)."""
         if not any(is_adhoc(e.set_name) and not e.held for e in state.entries):
             return state
-        sets = self.resolved.held_by
-        if not sets:
-            try:
-                sets = tuple(load_library(locate(hints.current().library).path).values())
-            except PatchkitError:  # no library to judge them by: they stay unmarked
-                return state
+        sets = self.judging_sets()
+        if not sets:  # no library to judge them by: they stay unmarked
+            return state
         root, version = self.resolved.target.root, self.resolved.vllm_version
         return marked_held(state, unheld_breaks(root, state, sets, version, read))
+
+    def wheel_judged(self, state: State, read: Callable[[str], bytes | None]) -> State:
+        """The installed `wheel --patch` build (an older patchkit's held its diffs to no contract: the
+        guard refuses it unless the record names it held), judged as held_earlier judges a record:
+        its patchkit.json's digest recorded held where it breaks no set's contract, else none."""
+        root = self.resolved.target.root
+        judged = (
+            wheel_breaks(root, self.judging_sets(), self.resolved.vllm_version, read) if has_provenance(root) else None
+        )
+        self.wheel_unheld = judged is not None and judged[1] is not None
+        return state.with_wheel_held(judged[0] if judged is not None and judged[1] is None else None)
+
+    def judging_sets(self) -> tuple[PatchSetDef, ...]:
+        """The library sets an ad-hoc diff is held to (none: no library at hand)."""
+        if self.resolved.held_by:
+            return tuple(self.resolved.held_by)
+        try:
+            return tuple(load_library(locate(hints.current().library).path).values())
+        except PatchkitError:
+            return ()
 
     def found_applied(self, state: State) -> tuple[State, dict[str, bytes]]:
         """A series found applied that the tree does not record (its .patchkit/ lost or emptied, the
@@ -1235,10 +1285,24 @@ def _without_empty_record(root: Path, result: RevertResult, found: State) -> lis
         return []
     prune_objects(root, record)  # no record names them, and a journal was recovered first
     kept = remove_empty_store(root, record)
+    said = _left_in_store_said(root)
     if kept is None or result.saved is not None:  # this revert's copies are named on their own
-        return []
+        return said
     # a reminder, not a fault: the copies are the user's, so say how they go once not wanted
-    return [f"copies of your edits from an earlier `revert --force` stay; `rm -r {kept}` deletes them"]
+    return [*said, f"copies of your edits from an earlier `revert --force` stay; `rm -r {kept}` deletes them"]
+
+
+def _left_in_store_said(root: Path) -> list[str]:
+    """Files in .patchkit/ that patchkit did not write (no object's name, no file of its own) stay,
+    and so does .patchkit/: said, with the command that removes them once not wanted."""
+    left = left_in_store(root)
+    if not left:
+        return []
+    meta = meta_dir(root)
+    return [
+        f"kept {len(left)} file(s) in {meta} that patchkit did not write ({few(left, sep=', ')}), and {meta} with "
+        f"them; `rm -r {shlex.quote(str(meta))}` deletes them if you do not need them"
+    ]
 
 
 def _revert_locked(
@@ -1534,12 +1598,11 @@ class _Reverting:
         root = self.root
         unlike, copied = self.to_keep(plan, restored, unsure)
         alone = self.alone
-        saved = keep_copies(root, copied) if copied else None
+        changes = {**plan.changes, **guard_changes}
+        saved = keep_copies(root, copied, after=commit_needs(changes)) if copied else None  # a full disk: the sum
         modes = _recorded_modes(self.undo.entries, plan.changes)
         gates = {path for entry in self.undo.entries for path in _gates_of(entry)}
-        commit_changes(
-            root, {**plan.changes, **guard_changes}, new_state, origins=view.origins, modes=modes, first=gates
-        )
+        commit_changes(root, changes, new_state, origins=view.origins, modes=modes, first=gates)
         bytecode = fix_bytecode(self.target, plan.changes) + _fix_guard_bytecode(self.target, guard_changes)
         files = sorted(plan.changes)
         result = RevertResult(

@@ -46,30 +46,35 @@ import shlex
 import signal
 import stat
 from collections import Counter
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from packaging.version import Version
+
+from patchkit import fetch
 from patchkit.base import hints, locks, notes, seal, signals
-from patchkit.base.errors import BadInput, LockBusy, TargetError, TreeRefused, escaped
+from patchkit.base.errors import BadInput, LockBusy, PatchkitError, TargetError, TreeRefused, escaped, few
 from patchkit.base.fsutil import (
     NO_SPACE,
     Landed,
     Origin,
+    blocks,
     fsync,
     fsync_dir,
     moved_package,
+    no_space_hint,
     read_file,
-    room_on,
-    size_said,
     unsafe_reason,
 )
 from patchkit.base.hashing import sha256
 from patchkit.base.values import FrozenValue, Value, frozen
 from patchkit.distinfo.record import listings
 from patchkit.engine.guard import guard_files
+from patchkit.engine.vouched import needs_force, patches_at_hand, recorded_in_library
+from patchkit.series.hunks import made_file
 from patchkit.store import journal as store_journal
 from patchkit.store.journal import (
     UNSETTLED,
@@ -87,22 +92,27 @@ from patchkit.store.state import (
     PERMISSIONS,
     READABLE_DIR_MODE,
     READABLE_FILE_MODE,
+    Entry,
     State,
     check_meta_dir,
     checked_path,
     durable_write,
+    is_adhoc,
     meta_dir,
     read_meta_file,
     read_state,
     remove_empty_store,
     state_path,
 )
-from patchkit.tree.target import stock_files_command
+from patchkit.tree.target import stock_files_command, vllm_metadata_dirs
 
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Mapping
 
     from filelock import BaseFileLock
+
+    from patchkit.base.options import Options
+    from patchkit.series.patchfile import Patch
 
 LOCK_TIMEOUT_ENV, DEFAULT_LOCK_TIMEOUT = "PATCHKIT_LOCK_TIMEOUT", 60.0
 _WRITABLE_HINT = "patchkit records its state inside the target tree; it must be writable"
@@ -371,11 +381,12 @@ def _committed_or_rolled_back(
     except BaseException as exc:
         if committed:  # a signal that waited for the commit point: the change is in place
             raise
-        _roll_back_failed_commit(root, journal, writes, exc)
+        left = _roll_back_failed_commit(root, journal, writes, exc)
         if isinstance(exc, OSError):
             where = f" ({exc.filename})" if exc.filename else ""
             raise TargetError(
-                f"writing the tree failed: {exc.strerror or exc}{where}; every file was rolled back",
+                f"writing the tree failed: {exc.strerror or exc}{where}; every file was rolled back"
+                + (f", but {left}" if left else ""),
                 hint=_no_space_hint(root, writes) if exc.errno in NO_SPACE else None,
             ) from exc
         raise
@@ -401,26 +412,22 @@ def _unwritable_hint(root: Path, exc: OSError) -> str:
 
 
 def _no_space_hint(root: Path, writes: list[FileWrite]) -> str:
+    return no_space_hint(root, *_needs(writes))
+
+
+def commit_needs(changes: Mapping[str, tuple[bytes | None, bytes | None]]) -> tuple[int, int]:
+    """What commit_changes(changes) needs free: bytes and inodes (see _needs)."""
+    return _needs([FileWrite(p, before, after) for p, (before, after) in changes.items()])
+
+
+def _needs(writes: list[FileWrite]) -> tuple[int, int]:
     """What a commit on a full disk needs: room for every new content it stages, in whole 4 KB
     blocks (the originals it keeps are hard links where the file system allows), and 128 KB for the
     record, the journal and directories; and an inode for each file it creates (a staged content, a
-    saved original, the record's and journal's files and directories). A device out of inodes with
-    bytes to spare is said as such: freeing megabytes would not help."""
-    need = sum(-(-len(w.after) // 4096) * 4096 for w in writes if w.after is not None) + (128 << 10)
+    saved original, the record's and journal's files and directories)."""
+    need = sum(blocks(len(w.after)) for w in writes if w.after is not None) + (128 << 10)
     files = sum((w.after is not None) + (w.before is not None) for w in writes) + 16
-    free, inodes = room_on(root) or (0, None)
-    again = "then run the same command again"
-    if inodes is not None and inodes < files and free >= need:
-        return (
-            f"the device holding {root} is out of inodes (one per file), not space ({size_said(free)} free): "
-            f"it needs about {files} free inodes and has {inodes}; remove some files there (`df -i` counts "
-            f"them), {again}"
-        )
-    if inodes is not None and inodes < files:
-        return (
-            f"it needs about {size_said(need)} and {files} inodes free on the device holding {root}: make room, {again}"
-        )
-    return f"it needs about {size_said(need)} free on the device holding {root}: make room, {again}"
+    return need, files
 
 
 def _journal(root: Path, writes: list[FileWrite], previous: bytes | None) -> Journal:
@@ -449,20 +456,43 @@ def _write_files(root: Path, writes: list[FileWrite], journal: Journal) -> dict[
     return _landed(root, written)
 
 
-def _roll_back_failed_commit(root: Path, journal: Journal, writes: list[FileWrite], cause: BaseException) -> None:
+def _roll_back_failed_commit(root: Path, journal: Journal, writes: list[FileWrite], cause: BaseException) -> str:
+    """The rollback of a failed commit; what it could not remove, said ("" when nothing): in the
+    error of a failed write, else as a warning (an interrupt says its own words)."""
     with signals.deferred():  # a second Ctrl-C cannot cut the rollback: it acts once it ends
-        _rollback_or_keep_journal(root, journal, _in_memory(writes), cause)
+        left = _rollback_or_keep_journal(root, journal, _in_memory(writes), cause)
         signals.note(signals.ROLLED_BACK)
         _forget_objects(root, journal)
+    said = _left_said(root, left)
+    if said and not isinstance(cause, OSError):
+        notes.say(f"warning: {said}")
+    return said
 
 
-def _rollback_or_keep_journal(root: Path, journal: Journal, originals: dict[str, bytes], cause: BaseException) -> None:
-    """Roll back a failed commit; when even that fails (the disk, the machine), keep the journal
-    for the next command and say so (exit 4), never a traceback."""
+def _rollback_or_keep_journal(
+    root: Path, journal: Journal, originals: dict[str, bytes], cause: BaseException
+) -> dict[str, str]:
+    """Roll back a failed commit (the directories it could not remove, see _Undoing.left_directories);
+    when even that fails (the disk, the machine), keep the journal for the next command and say so
+    (exit 4), never a traceback."""
     try:
-        _rollback(root, journal, originals)
+        return _rollback(root, journal, originals).left
     except OSError as exc:
         raise _unfinished_rollback(root, exc) from cause
+
+
+def _left_said(root: Path, left: dict[str, str]) -> str:
+    """The directories a rollback created and could not remove, each with why, and the command that
+    removes them once empty, deepest first (a file written there since is someone else's: `rmdir`
+    keeps it)."""
+    if not left:
+        return ""
+    them = "it" if len(left) == 1 else "them"
+    what = "the directory" if len(left) == 1 else f"{len(left)} directories"
+    order = sorted(left, key=lambda rel: (-rel.count("/"), rel))
+    command = "`" + shlex.join(["rmdir", "--", *(str(root / rel) for rel in order)]) + "`"
+    why = few([f"{rel} ({left[rel]})" for rel in order], sep=", ")
+    return f"could not remove {what} the transaction had created: {why}; {command} removes {them} once empty"
 
 
 def _unfinished_rollback(root: Path, exc: OSError) -> TargetError:
@@ -540,6 +570,11 @@ def _recover(root: Path, unsealed: Unsealed = Unsealed.REFUSE) -> tuple[str | No
     if listed_kept:
         files = "file" if len(listed_kept) == 1 else "files"
         said += f"\nkept, an installed distribution's own {files}:{one_a_line(listed_kept, every or '')}"
+    if undoing.left:
+        said += f"\n{_left_said(root, undoing.left)}"
+    for how, paths in sorted(undoing.rebuilt.items()):
+        said += f"\nthe saved original of {_one_or_count(paths)} was damaged or missing: made again from {how}"
+        said += f" (sha256 checked):{one_a_line(paths, '')}" if len(paths) > 1 else " (sha256 checked)"
     return said + undoing.aside.said(), state
 
 
@@ -557,12 +592,14 @@ def _kept_list(root: Path, journal: Journal, paths: list[str]) -> str | None:
 
 
 def _roll_back_interrupted(root: Path, journal: Journal, evidence: _Evidence) -> _Undoing:
-    needed = _needed_originals(root, journal, evidence.written)
+    needed, rebuilt = _needed_originals(root, journal, evidence.written)
     try:
         with signals.deferred():  # a second Ctrl-C cannot cut it: it ends, then the signal acts
-            return _rollback(root, journal, needed, evidence)
+            undoing = _rollback(root, journal, needed, evidence)
     except OSError as exc:
         raise _unfinished_rollback(root, exc) from exc
+    undoing.rebuilt = rebuilt
+    return undoing
 
 
 def _discard(root: Path, journal: Journal) -> str:
@@ -613,14 +650,20 @@ class _Count(Value):
     restored: int = 0
     removed: int = 0
     guard_removed: int = 0  # a guard file whose original the journal may not choose (UNVOUCHED): not created by it
+    guard_lost: int = 0  # a guard file whose original is lost (LOST_GUARD): removed, not restored
 
     def said(self) -> str:
         parts = [f"{self.restored} file(s) restored"] if self.restored else []
         parts += [f"{self.removed} file(s) it had created removed"] if self.removed else []
         parts += [_GUARD_REMOVED.format(self.guard_removed, hints.command("apply"))] if self.guard_removed else []
+        parts += [_GUARD_LOST.format(self.guard_lost, hints.command("apply"))] if self.guard_lost else []
         return ", ".join(parts) or "no file had changed yet"
 
 
+_GUARD_LOST = (
+    "the launch guard's {} file(s) it replaced removed, not restored (the saved original is damaged or missing, and "
+    "is not this patchkit's guard): {} installs this patchkit's guard"
+)
 _GUARD_REMOVED = (
     "the launch guard's {} file(s) it replaced removed, not restored (no seal of this user's vouches for the "
     "guard's bytes the journal names): {} installs this patchkit's guard"
@@ -676,10 +719,43 @@ def _undecided_hint(root: Path, paths: list[str], journal: Journal) -> str:
     )
     if all(path in created for path in paths):  # vLLM's stock files back would leave these as they are
         return said
+    finish = _finishing_revert(root, paths, journal)
+    if finish is not None:  # the record names them patched: fetch keeps them, and recover fails again
+        return (
+            f"{said}. If one was, the record still names {'it' if len(paths) == 1 else 'them'} as patchkit "
+            f"patched {'it' if len(paths) == 1 else 'them'}: {forget}, then {finish} takes "
+            f"{'it' if len(paths) == 1 else 'them'} back to stock from the saved originals that are whole"
+        )
     return (
-        f"{said}. If one was, put the stock files back with {stock_files_command(root, None)}, then run "
-        f"{hints.command('recover')}. The saved originals are in {objects_dir(root)}"
+        f"{said}. If one was, put the stock files back with {stock_files_command(root, None, every=True)}, then "
+        f"run {hints.command('recover')}. The saved originals are in {objects_dir(root)}"
     )
+
+
+def _finishing_revert(root: Path, paths: list[str], journal: Journal) -> str | None:
+    """The revert that takes the lost files to stock once the journal is gone, when the record it
+    started from names each as patched with the lost bytes (a revert or an update cut short): of
+    their sets, with --force when a file is not the record's stock (an update's newer bytes: a copy
+    is kept) or only the record vouches for an original (engine.vouched.needs_force). None: a lost
+    file no record names so (vLLM's stock files back do then)."""
+    entries = store_journal.previous_state(root, journal).entries
+    lost = {entry["path"]: entry["before"] for entry in journal["files"] if entry["path"] in paths}
+    owners: dict[str, Entry] = {}
+    force = False
+    for path, digest in lost.items():
+        owner = next((e for e in entries if path in e.files and e.files[path].get("after") == digest), None)
+        if owner is None:
+            return None
+        owners[owner.set_name] = owner
+        force |= file_sha(root, path) != owner.files[path].get("before") or needs_force(root, owner)
+    chosen = hints.for_set(None) if len(owners) > 1 else _chosen(next(iter(owners.values())))
+    return hints.command("revert", *(["--force"] if force else []), chosen=chosen)
+
+
+def _chosen(entry: Entry) -> Options:
+    """The selection of one recorded set: a library set in the library it was applied from, an
+    ad-hoc one by its recorded name (its --patch file may be gone)."""
+    return hints.for_set(entry.set_name, library=None if is_adhoc(entry.set_name) else entry.library)
 
 
 def _kept_by_the_record(root: Path, journal: Journal) -> set[str]:
@@ -746,6 +822,8 @@ def _unrestorable_directory(root: Path, entry: JournalEntry) -> str | None:
 
 # a journal entry's key, in memory only: the guard original a journal not sealed by this user names
 UNVOUCHED = "unvouched_before"
+# the same for a guard original that is lost (and no guard of this patchkit's): the file is removed
+LOST_GUARD = "lost_before"
 
 
 def _guard_original(path: str, digest: str) -> str | None:
@@ -757,11 +835,14 @@ def _guard_original(path: str, digest: str) -> str | None:
     return digest if own is not None and sha256(own) == digest else None
 
 
-def _needed_originals(root: Path, journal: Journal, written: frozenset[str]) -> dict[str, bytes]:
+def _needed_originals(
+    root: Path, journal: Journal, written: frozenset[str]
+) -> tuple[dict[str, bytes], dict[str, list[str]]]:
     """Every original the rollback will put back, read and checked by sha256 before it starts; no
-    other (a file it keeps needs none, so a lost original of one stops nothing). One that cannot
-    be read stops recovery before it touches a file (_undecided)."""
-    needed, lost = {}, []
+    other (a file it keeps needs none, so a lost original of one stops nothing). A damaged or
+    missing one is rebuilt where it can be (_rebuilt_original: the paths are returned, to be said);
+    one that cannot stops recovery before it touches a file (_undecided)."""
+    needed, lost, rebuilt = {}, [], dict[str, list[str]]()
     for entry in journal["files"]:
         if entry["before"] is None or entry["path"] not in written:
             continue
@@ -770,10 +851,87 @@ def _needed_originals(root: Path, journal: Journal, written: frozenset[str]) -> 
         try:
             needed[entry["before"]] = read_object(root, entry["before"])
         except BadInput:
-            lost.append(entry["path"])
+            again, how = _rebuilt_original(root, journal, entry)
+            if again is None and GUARD_PATH.fullmatch(entry["path"]):  # it only stops guarding; apply puts it back
+                entry[LOST_GUARD], entry["before"] = entry["before"], None
+            elif again is None:
+                lost.append(entry["path"])
+            else:
+                needed[entry["before"]] = again
+                rebuilt.setdefault(how, []).append(entry["path"])
     if lost:
         raise _undecided(root, sorted(lost), journal)
-    return needed
+    return needed, {how: sorted(paths) for how, paths in rebuilt.items()}
+
+
+def _rebuilt_original(root: Path, journal: Journal, entry: JournalEntry) -> tuple[bytes | None, str]:
+    """A lost original made again, kept only when its sha256 is the journal's, and what it was made
+    from: this patchkit's own guard file; vLLM's stock file (an apply's original); or a patched file
+    (a revert's, an update's) as the patches its record names make it (_recorded_patches), from the
+    stock bytes (see _stock_candidates). None: it cannot be."""
+    path, digest = entry["path"], entry["before"]
+    own = guard_files().get(path) if GUARD_PATH.fullmatch(path) else None
+    if own is not None and sha256(own) == digest:
+        return own, "this patchkit's launch guard"
+    recorded = [e for e in store_journal.previous_state(root, journal).entries if _wrote(e, path, digest)]
+    makers = [patches for e in recorded if (patches := _recorded_patches(e, root))]
+    for base, what in _stock_candidates(root, path, [e.files[path].get("before") for e in recorded]):
+        if sha256(base) == digest:
+            return base, what
+        for patches in makers:
+            made = made_file(_only(path, base), path, patches)
+            if made is not None and sha256(made) == digest:
+                return made, "the patches its record names"
+    return None, ""
+
+
+def _recorded_patches(entry: Entry, root: Path) -> list[Patch]:
+    """The patches `entry` records, at hand: where its record says (patches_at_hand), else a library
+    set's in the user's library (--patches, else the one patchkit finds; a revert reads it too),
+    which may lie in the tree: patchkit installed beside vLLM. Each is held to its recorded sha256."""
+    found = patches_at_hand(entry, root)
+    return found or ([] if is_adhoc(entry.set_name) else recorded_in_library(entry, hints.current().library))
+
+
+def _wrote(entry: Entry, path: str, digest: str) -> bool:
+    """Whether the record `entry` says its apply left `path` holding `digest`'s bytes."""
+    return path in entry.files and entry.files[path].get("after") == digest
+
+
+def _stock_candidates(root: Path, path: str, saved: list[str | None]) -> Iterator[tuple[bytes, str]]:
+    """What the file may have held before any patch, most likely first, and where it is: the tree's
+    file (a revert cut short wrote the stock bytes back), the originals its records saved (`saved`:
+    digests), then the release's own file by patchkit's fetcher (cached; checked against its RECORD)."""
+    with suppress(OSError):
+        current = read_file(root / path)
+        if current is not None:
+            yield current, "the tree's file"
+    for digest in filter(None, saved):  # None: a file its patches created, no stock to start from
+        with suppress(BadInput):
+            yield read_object(root, digest), "a saved original"
+    release = _stock_release(root)
+    if release is not None:
+        try:
+            stock = read_file(fetch.release_tree(release, [path]) / path)
+        except (PatchkitError, OSError):  # offline, not in the wheel: the hint names the way on
+            return
+        if stock is not None:
+            yield stock, f"vLLM {release}'s own file"
+
+
+def _stock_release(root: Path) -> str | None:
+    """The release whose wheel holds the tree's stock files: its one vLLM dist-info's version, less
+    a local label (a patched wheel's, a rebuild's). None: none, several, or no version."""
+    dirs = vllm_metadata_dirs(root)
+    try:
+        return Version(dirs[0].name.partition("-")[2].rpartition(".")[0]).public if len(dirs) == 1 else None
+    except ValueError:
+        return None
+
+
+def _only(path: str, data: bytes) -> Callable[[str], bytes | None]:
+    """A reader of one file: `data` at `path`, nothing elsewhere."""
+    return lambda name: data if name == path else None
 
 
 @contextmanager
@@ -971,6 +1129,7 @@ def _rollback(
     undoing = _Undoing.of(root, journal, originals or {}, evidence)
     for entry in reversed(journal.get("files", [])):
         undoing.undo(entry)
+    undoing.left_directories()
     sealed = evidence is None or evidence.sealed  # a failing commit's own rollback knows what it did
     store_journal.restore_state(root, journal, sealed=sealed, tick=_tick)
     for directory in sorted(undoing.changed):
@@ -1016,6 +1175,9 @@ class _Undoing:
     count: _Count = field(default_factory=_Count)
     changed: set[Path] = field(default_factory=set)  # directories whose entries changed
     kept: list[str] = field(default_factory=list)
+    rebuilt: dict[str, list[str]] = field(default_factory=dict)  # how -> the lost originals made so (_rebuilt_original)
+    emptied: set[str] = field(default_factory=set)  # the directories it created that remove_created removes
+    left: dict[str, str] = field(default_factory=dict)  # those it could not remove -> why (left_directories)
     aside: Aside = field(init=False)
 
     def __post_init__(self) -> None:
@@ -1069,12 +1231,28 @@ class _Undoing:
             full.unlink(missing_ok=True)  # gone already when kept aside
             if UNVOUCHED in entry:
                 self.count.guard_removed += 1
+            elif LOST_GUARD in entry:
+                self.count.guard_lost += 1
             else:
                 self.count.removed += 1
             self.changed.add(full.parent)
         for rel in reversed(entry.get("created_dirs", [])):
-            with suppress(OSError):
+            self.emptied.add(rel)
+            with suppress(OSError):  # a sibling still there: tried again once every file is undone
                 (self.root / rel).rmdir()
+
+    def left_directories(self) -> None:
+        """The directories the commit created, removed once every file is undone (deepest first); one
+        that cannot be (an I/O error, a file written there since) is left and said, with its cause.
+        One holding a file the rollback keeps stays: that file is said."""
+        holding = {"/".join(p.split("/")[:n]) for p in self.kept for n in range(1, p.count("/") + 1)}
+        for rel in sorted(self.emptied - holding, key=lambda d: (-d.count("/"), d)):
+            try:
+                (self.root / rel).rmdir()
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                self.left[rel] = exc.strerror or str(exc)
 
     def put_original_back(self, entry: JournalEntry) -> None:
         for rel in entry.get("removed_dirs", []):

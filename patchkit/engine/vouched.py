@@ -133,9 +133,15 @@ def _in_recorded_library(entry: Entry, root: Path) -> list[Patch]:
     """The patches the entry records (by name and sha256) in the library it names, still there."""
     if entry.library is None or Path(entry.library).resolve().is_relative_to(root.resolve()):
         return []
+    return recorded_in_library(entry, entry.library)
+
+
+def recorded_in_library(entry: Entry, library: str | None) -> list[Patch]:
+    """The patches a library set's record names (by name and sha256) in `library` (None: the one
+    patchkit finds), in its series' order; none when it holds other bytes or cannot be read."""
     recorded = {(p["name"], p["sha256"]) for p in entry.patches}
     try:
-        patch_set = load_library(locate(entry.library).path).get(entry.set_name)
+        patch_set = load_library(locate(library).path).get(entry.set_name)
         series = [p for r in patch_set.releases for p in r.read_patches(patch_set.roots)] if patch_set else []
     except (OSError, PatchkitError):  # gone, moved, damaged: nothing at hand
         return []

@@ -27,6 +27,7 @@ from patchkit.base import hints
 from patchkit.base.errors import BadInput, TargetError, escaped
 from patchkit.base.values import Value
 from patchkit.launch.interpreter import cannot_tell, exec_search, read_python_options, script_python
+from patchkit.launch.mla import Reader, deepseek_mla
 from patchkit.launch.models import redirected
 from patchkit.launch.serve_parser import read as read_arguments
 from patchkit.launch.serve_parser import spec_for
@@ -94,14 +95,15 @@ class LaunchCommand(Value):
         os.environ decodes every variable, and a `run` of three sets asked ~45 times."""
         return {} if self.clean_env else {k: v for k, v in os.environ.items() if k not in self.unset}
 
-    def uses_mla(self, config: dict[str, Any]) -> bool:
-        """vLLM's use_mla for a model config, as its is_deepseek_mla reads it: a kv_lora_rank, unless the
-        launch's VLLM_MLA_DISABLE says otherwise."""
+    def uses_mla(self, config: dict[str, Any], read: Reader | None = None, *, eagle: bool = False) -> bool:
+        """vLLM's use_mla for a model config: its is_deepseek_mla, by the tree's rule where `read` shows it
+        (patchkit/launch/mla.py; `eagle`: a drafter under eagle or eagle3), unless the launch's
+        VLLM_MLA_DISABLE says otherwise."""
         try:
             disabled = int_flag(self.environ, MLA_DISABLE)
         except ValueError:  # vLLM raises reading it, at start (the vllm-environment finding)
             disabled = False
-        return config.get("kv_lora_rank") is not None and not disabled
+        return not disabled and deepseek_mla(config, read, eagle=eagle)
 
     @property
     def sets_search_path(self) -> bool:
@@ -198,10 +200,10 @@ class LaunchCommand(Value):
         """The method as the command names it (config/speculative.py, the same rule in every release
         0.11.0-0.33.0): a method other than eagle/eagle3, ngram or suffix, or none, is replaced by what
         the drafter's name says ("eagle-" in it: eagle; else "eagle3": eagle3). A model's own MTP method
-        (deepseek_mtp, ...) is mtp, as vLLM renames it. Not what vLLM settles on where the drafter's
-        model_type tells it: rules read patchkit/launch/method.py's settled_method."""
+        (deepseek_mtp, ...) is kept as written: which are mtp is the tree's table. Not what vLLM settles
+        on: rules read patchkit/launch/method.py's settled_method."""
         spec = self.speculative_config or {}
-        method, drafter = _mtp(spec.get("method")), spec.get("model")
+        method, drafter = spec.get("method"), spec.get("model")
         if method in ("eagle", "eagle3", "ngram", "[ngram]", "suffix") or not isinstance(drafter, str):
             return method if isinstance(method, str) else None
         if drafter in ("ngram", "[ngram]"):
@@ -442,7 +444,8 @@ def _assigned(argv: list[str], invoked: tuple[str, list[str]] | None) -> BadInpu
     inside, outside = (_named_again(invoked, words)[verb] for words in (["env", *assigned, *launch], launch))
     hint = f"write them as env takes them: {_pasted(inside)}"
     if not any(word.startswith("PYTHON") for word in assigned):
-        hint += f", or before patchkit: {_pasted([*assigned, *outside])}"
+        before = " ".join(_shell_assignment(word) for word in assigned)
+        hint += f", or before patchkit: `{before} {shlex.join(outside)}`"
     return BadInput(
         f"not a vLLM launch: '{argv[0]}' is a shell's variable assignment, and patchkit runs the launch with no shell",
         hint=hint,
@@ -451,6 +454,13 @@ def _assigned(argv: list[str], invoked: tuple[str, list[str]] | None) -> BadInpu
 
 def _pasted(words: list[str]) -> str:
     return "`" + shlex.join(words) + "`"
+
+
+def _shell_assignment(word: str) -> str:
+    """NAME=VALUE as a shell takes it for an assignment: the value quoted, never the name (a
+    quoted `NAME=` is run as a command)."""
+    name, value = word.split("=", 1)
+    return f"{name}={shlex.quote(value)}"
 
 
 # programs whose `run` runs a command in an environment they pick, activate and may first install
@@ -857,9 +867,3 @@ def _env_refused(option: str, *, known: bool) -> BadInput:
         f"patchkit does not read env's {option} option",
         hint="write the launch without it: env [-i] [-u NAME] [NAME=VALUE ...] COMMAND",
     )
-
-
-def _mtp(method: object) -> object:
-    """vLLM renames a model's own MTP method (deprecated deepseek_mtp, mimo_mtp, ...: its MTPModelTypes,
-    every one named NAME_mtp) to mtp before anything reads it."""
-    return "mtp" if isinstance(method, str) and method.endswith("_mtp") else method

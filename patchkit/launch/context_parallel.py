@@ -70,7 +70,7 @@ def _layer_kinds(context: LaunchContext) -> set[str]:
     """The kinds of attention layer the launch builds: the target's, and an EAGLE drafter's (never MLA),
     an MTP drafter's (the target's), a draft model's (its own config's)."""
     command = context.command
-    target = "MLA" if command.uses_mla(context.target.text_config) else "non-MLA"
+    target = "MLA" if command.uses_mla(context.target.text_config, context.read) else "non-MLA"
     method = settled_method(command, context.drafter, context.read)
     if method in NO_DRAFTER_LAYERS:
         return {target}
@@ -78,7 +78,7 @@ def _layer_kinds(context: LaunchContext) -> set[str]:
         return {target, "non-MLA"}
     if method == "mtp" or context.drafter is None:
         return {target}
-    return {target, "MLA" if command.uses_mla(context.drafter.config) else "non-MLA"}
+    return {target, "MLA" if command.uses_mla(context.drafter.config, context.read) else "non-MLA"}
 
 
 def _declares(source: bytes | None) -> bool:

@@ -90,11 +90,15 @@ def positions_unserved(launch: LaunchContext, defaults: dict[str, Any] | None) -
     else:
         held = MPE + ("" if MPE in config else ", its config's default")
         fix = f"give --max-model-len {rows}, or set max_position_embeddings to {length} in the drafter's config.json"
-    why = (
-        f"its rotary table holds {rows} positions ({held}) and vLLM feeds it the target's, "
-        f"up to max_model_len {length}: the first request past {rows} tokens crashes the engine (vLLM #48894)"
-    )
-    return why, fix
+    if launch.command.options.get("max-model-len") == -1:  # auto: vLLM fits it to the memory free, at start
+        fix = fix.replace(f"give --max-model-len {rows}", f"give --max-model-len {rows} in place of auto")
+        up_to = (
+            f"up to the max_model_len vLLM picks at start by the GPU memory free (auto; at most the target's {length}): "
+            f"where that is above {rows}, the first request past {rows} tokens crashes the engine (vLLM #48894)"
+        )
+    else:
+        up_to = f"up to max_model_len {length}: the first request past {rows} tokens crashes the engine (vLLM #48894)"
+    return f"its rotary table holds {rows} positions ({held}) and vLLM feeds it the target's, {up_to}", fix
 
 
 def unjudged(launch: LaunchContext, defaults: dict[str, Any] | None, mla: bool) -> tuple[str, str] | None:

@@ -16,8 +16,11 @@ from typing import Any
 
 from patchkit.base.errors import escaped
 from patchkit.launch.drafter_heads import heads_unsplit
+from patchkit.launch.eagle_one_weights import weights_unjudged
 from patchkit.launch.findings import Finding, cannot_judge
 from patchkit.launch.method import settled_method
+from patchkit.launch.mtp_heads import mtp_heads_findings
+from patchkit.launch.target_heads import tp_refused
 
 EAGLE_CONFIG = "vllm/transformers_utils/configs/eagle.py"
 EAGLE1_NAMED = b'f"Eagle{arch}" if not arch.startswith("Eagle")'  # EAGLEConfig's rename under eagle (0.11-0.17)
@@ -42,8 +45,8 @@ def eagle1_findings(launch: Any) -> list[Finding]:
         return []
     archs = [a for a in drafter.architectures if isinstance(a, str)]
     if method != "eagle" or not any(a.startswith("Eagle3") or a.endswith("Eagle3") for a in archs):
-        unbuilt = (_unbuilt(launch, archs) or _unsplit(launch)) + _vocabulary(launch) if method == "eagle" else []
-        return unbuilt + _width_findings(launch, method)  # an EAGLE-1 drafter, an MTP one, or one of no kind said
+        heads = _eagle1_head(launch, archs) if method == "eagle" else mtp_heads_findings(launch)
+        return heads + _width_findings(launch, method)  # an EAGLE-1 drafter, an MTP one, or one of no kind said
     head = f"drafter '{escaped(drafter.name)}' is an EAGLE-3 head, but vLLM runs it as EAGLE-1 ({_why(launch)})"
     if drafter.config.get("model_type") == "eagle":
         built = archs  # a config of vLLM's own EAGLEConfig is not renamed
@@ -62,21 +65,37 @@ def eagle1_findings(launch: Any) -> list[Finding]:
     return [Finding(CHECK, False, said, FIX)]
 
 
+def _eagle1_head(launch: Any, archs: list[str]) -> list[Finding]:
+    """The findings of an EAGLE-1 head: its class (registered, its heads split by -tp), its vocabulary,
+    and its weights (not judged statically, once its class is not refused)."""
+    unbuilt = _unbuilt(launch, archs)
+    if any(not f.ok for f in unbuilt):
+        return unbuilt + _vocabulary(launch)  # refused at start: nothing is built
+    return [*unbuilt, *_unsplit(launch), *_vocabulary(launch), weights_unjudged(launch)]
+
+
 def _unbuilt(launch: Any, archs: list[str]) -> list[Finding]:
     """An EAGLE-1 head whose Eagle<architecture> names no class of the tree's registry: vLLM's
-    SpeculativeConfig refuses it at start. Not judged where the renaming or the registry is not read,
-    or where the config's auto_map may give the class."""
+    SpeculativeConfig refuses it at start (the same renaming in EAGLEConfig 0.11-0.34). "cannot judge"
+    where the renaming or the registry is not read, or the config's auto_map may give the class."""
     drafter = launch.drafter
-    if not archs or drafter.config.get("model_type") == "eagle" or "auto_map" in drafter.config:
+    if not archs or drafter.config.get("model_type") == "eagle":
         return []
     tables = launch.registry().values()
-    if not any(tables) or EAGLE1_NAMED not in (launch.read(EAGLE_CONFIG) or b""):
-        return []
+    head = f"drafter '{escaped(drafter.name)}' runs as EAGLE-1"
+    if "auto_map" in drafter.config or not any(tables) or EAGLE1_NAMED not in (launch.read(EAGLE_CONFIG) or b""):
+        unread = (
+            "its config's auto_map may give it"
+            if "auto_map" in drafter.config
+            else f"the tree's {EAGLE_CONFIG} (its renaming) or registry is not read"
+        )
+        said = f"{head}: whether vLLM has the class it names for it (Eagle<architecture>) is not known: {unread}"
+        return [cannot_judge(CHECK, said, f"check that vLLM's registry holds Eagle{escaped(archs[0])}")]
     built = [a if a.startswith("Eagle") else f"Eagle{a}" for a in archs]
     if any(name in table for table in tables for name in built):
         return []
     said = (
-        f"drafter '{escaped(drafter.name)}' runs as EAGLE-1 ({_why(launch)}): vLLM names its class"
+        f"{head} ({_why(launch)}): vLLM names its class"
         f" {', '.join(escaped(b) for b in built)}, which its registry does not hold, and refuses the launch at start"
     )
     fix = "use a drafter made for method eagle (vLLM builds EAGLE-1 heads as Eagle<architecture>), or the method it was made for"
@@ -89,7 +108,12 @@ def _unsplit(launch: Any) -> list[Finding]:
     config, inner = launch.drafter.config, launch.drafter.config.get("model")
     if config.get("model_type") == "eagle" and isinstance(inner, dict) and "num_attention_heads" not in config:
         config = inner
-    found = heads_unsplit(config, launch.command.tensor_parallel_size, launch.command.uses_mla(config))
+    tp = launch.command.tensor_parallel_size
+    found = (
+        None
+        if tp_refused(launch.target, tp)
+        else heads_unsplit(config, tp, launch.command.uses_mla(launch.drafter.config, launch.read, eagle=True))
+    )
     if found is None:
         return []
     said = f"drafter '{escaped(launch.drafter.name)}' runs as EAGLE-1 ({_why(launch)}), but {found[0]}"

@@ -2,8 +2,9 @@
 
 vLLM's SpeculativeConfig (config/speculative.py, 0.11 on) keeps eagle/eagle3 given; else it tells the
 method from the drafter's name ("eagle-": eagle; "eagle3": eagle3), then from its model_type as
-hf_config_override leaves it (medusa, mlp_speculator, an MTP type: mtp). A DeepSeek-V3 checkpoint
-named as the drafter with no method is served as mtp: a rule keyed on the method written misses it.
+hf_config_override leaves it (medusa, mlp_speculator, one of the tree's MTPModelTypes: mtp). A
+DeepSeek-V3 checkpoint named as the drafter with no method is served as mtp: a rule keyed on the
+method written misses it.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from patchkit.launch.command import LaunchCommand
 from patchkit.launch.engine import Reader
 from patchkit.launch.models import ModelConfig
 from patchkit.launch.mtp import SPEC_FILE, mtp_drafter
+from patchkit.launch.spec_literals import mtp_model_types
 
 KEPT = ("eagle", "eagle3", "ngram", "[ngram]", "suffix")  # given or told from the name: no model_type read
 TOLD_BY_TYPE = ("medusa", "mlp_speculator")  # a drafter model_type that names its own method
@@ -19,17 +21,29 @@ TOLD_BY_TYPE = ("medusa", "mlp_speculator")  # a drafter model_type that names i
 
 def settled_method(command: LaunchCommand, drafter: ModelConfig | None, read: Reader) -> str | None:
     """The method vLLM serves the launch with: LaunchCommand.named_method (the method given, or
-    the one the drafter's name says), else what the drafter's model_type says (its config read as
-    the tree's hf_config_override leaves it; not read: the method as named)."""
+    the one the drafter's name says; a model's own MTP method renamed mtp), else what the drafter's
+    model_type says (its config read as the tree's hf_config_override leaves it; not read: the
+    method as named). Which model types are mtp is the tree's own table (mtp_model_types)."""
+    types = mtp_model_types(read(SPEC_FILE))
     named = command.named_method
+    named = "mtp" if named is not None and _served_as_mtp(named, types) else named
     if named in KEPT or named == "mtp" or drafter is None:
         return named
     model_type = built_model_type(drafter.config, read)
     if not isinstance(model_type, str):
         return named
-    if model_type.endswith("_mtp") or model_type == "mtp":
+    if _served_as_mtp(model_type, types):
         return "mtp"
     return model_type if model_type in TOLD_BY_TYPE else named
+
+
+def _served_as_mtp(model_type: str, types: set[str] | None) -> bool:
+    """Whether vLLM serves `model_type` as mtp: one of the tree's MTP model types (a `foo_mtp` it does
+    not list is not: under draft_model it stays a draft model). A tree whose table is not read (another
+    layout): told by the name, as every release's types are named."""
+    if types is None:
+        return model_type.endswith("_mtp") or model_type == "mtp"
+    return model_type in types
 
 
 def built_model_type(config: dict[str, object], read: Reader) -> object:

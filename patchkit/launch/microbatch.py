@@ -30,6 +30,11 @@ V2_JOIN = "merge_ubatch_outputs"
 ENGINE_CORE = "vllm/v1/engine/core.py"
 MOE_ONLY = b"data_parallel and vllm_config.model_config.is_moe"  # else a -dp rank runs alone (DP 1)
 PARALLEL = "vllm/config/parallel.py"  # ParallelConfig: the split thresholds' defaults
+# VllmConfig, whose __post_init__ asserts micro-batching's all2all backend at start (0.11: config/__init__.py)
+VLLM_CONFIGS = ("vllm/config/vllm.py", "vllm/config/__init__.py")
+REFUSES = b"Microbatching currently only supports"
+A2A_ENV = "VLLM_ALL2ALL_BACKEND"
+A2A_DEFAULT = "allgather_reducescatter"  # ParallelConfig's (and the variable's) default, 0.11-0.34
 THRESHOLDS = ("dbo-decode-token-threshold", "dbo-prefill-token-threshold")
 # vLLM's serve batches at least this many tokens on a GPU when --max-num-batched-tokens is not given
 # (EngineArgs.get_batch_defaults, 0.11-0.34: 2048, 8192 on a large GPU)
@@ -68,8 +73,71 @@ def microbatch_findings(
     if reached is not None:
         return reached
     output = "an EAGLE-3 target's (hidden states, aux hidden states)"
+    refused = _refused_at_start(launch)
+    if refused is not None:
+        message = f"{said}: {refused}; with one it takes, {how}: {output} raises TypeError there, after the load"
+        return [Finding(CHECK, False, message, fix)]
     message = f"{said}: {how}: {output} raises TypeError there, after the load"
     return [Finding(CHECK, False, message, fix)]
+
+
+def _refused_at_start(launch: LaunchContext) -> str | None:
+    """What VllmConfig's assert on micro-batching's all2all backend (read from the tree) says of the
+    launch's backend, when it refuses it at start; None: taken, or the assert not read."""
+    found = next(((path, source) for path in VLLM_CONFIGS if REFUSES in (source := launch.read(path) or b"")), None)
+    accepted = _accepted_backends(found[1]) if found else set()
+    if found is None or not accepted:
+        return None
+    backend = _backend(launch, found[1])
+    if backend in accepted:
+        return None
+    takes = ", ".join(sorted(accepted))
+    return f"vLLM refuses micro-batching at start with the {escaped(backend)} all2all backend (it takes {takes}: {found[0]})"
+
+
+def _backend(launch: LaunchContext, config: bytes) -> str:
+    """The all2all backend vLLM runs: --all2all-backend, else VLLM_ALL2ALL_BACKEND where the release
+    reads it (0.11-0.15), else the default."""
+    given = launch.command.options.get("all2all-backend")
+    if isinstance(given, str) and given not in ("", "None"):
+        return given
+    reads_env = A2A_ENV.encode() in config + (launch.read(PARALLEL) or b"")
+    return launch.command.environ.get(A2A_ENV, A2A_DEFAULT) if reads_env else A2A_DEFAULT
+
+
+def _accepted_backends(source: bytes) -> set[str]:
+    """The backends the assert holding REFUSES takes: its `in [...]` list, or the lists assigned to the
+    name it tests against (those every branch takes: 0.34's differ by platform)."""
+    tree = python_tree(source)
+    if tree is None:
+        return set()
+    asserts = [n for n in ast.walk(tree) if isinstance(n, ast.Assert)]
+    said = REFUSES.decode()
+    for node in asserts:
+        if node.msg is None or not any(
+            isinstance(c, ast.Constant) and isinstance(c.value, str) and said in c.value for c in ast.walk(node.msg)
+        ):
+            continue
+        test = node.test
+        if not (isinstance(test, ast.Compare) and isinstance(test.ops[0], ast.In)):
+            return set()
+        against = test.comparators[0]
+        if isinstance(against, ast.Name):
+            lists = [a.value for a in ast.walk(tree) if isinstance(a, ast.Assign) and _assigns(a, against.id)]
+            taken = [_strings(value) for value in lists]
+            return set.intersection(*taken) if taken else set()
+        return _strings(against)
+    return set()
+
+
+def _assigns(node: ast.Assign, name: str) -> bool:
+    return any(isinstance(t, ast.Name) and t.id == name for t in node.targets)
+
+
+def _strings(node: ast.expr) -> set[str]:
+    if not isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+        return set()
+    return {e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)}
 
 
 def _unjudged_fix(launch: LaunchContext, how: str, fix: str) -> str:

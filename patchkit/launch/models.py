@@ -13,6 +13,7 @@ looked at; a config.json that is not a JSON object is BadInput (exit 2).
 
 from __future__ import annotations
 
+import errno
 import fnmatch
 import json
 import os
@@ -116,6 +117,7 @@ def resolve_model(
         file_name(revision, f"{role} '{name}': revision")
     source = file_name(config_path, "--hf-config-path") if config_path else name
     local = Path(source)  # never ~-expanded: neither vLLM nor transformers expands it
+    _refuse_too_long(local, role, source)
     _refuse_a_file(local, role, source)
     if os.path.isdir(local):
         _refuse_other_formats(local, config_format, role, source)
@@ -214,6 +216,20 @@ def _fetch_hint(name: str, revision: str | None, environ: dict[str, str]) -> str
         return f"preflight needs the model's config.json (vLLM downloads the rest): {fetched_by(download)}"
     whole = fetched_by(hf_download(name, revision, hf_hub_cache(environ)), "weights too: preflight reads their heads")
     return f"an offline launch needs the whole model in the cache: {whole}"
+
+
+def _refuse_too_long(path: Path, role: str, name: str) -> None:
+    """A path the file system refuses as too long (a name in it, or the whole): no model is there,
+    for vLLM either (it then takes the name for a hub id, which it is not). Named once, its head only."""
+    try:
+        os.stat(path)
+    except OSError as exc:
+        if exc.errno == errno.ENAMETOOLONG:
+            raise TargetError(
+                f"{role} '{quoted(name, 80)}': the path is longer than the file system allows ({exc.strerror}): "
+                "no model is there, and vLLM finds none either",
+                hint="give the model's directory by a path the file system takes (a shorter one, or a symlink to it)",
+            ) from None
 
 
 def _refuse_a_file(path: Path, role: str, name: str) -> None:

@@ -68,13 +68,16 @@ from patchkit.launch.method import settled_method
 from patchkit.launch.middleware import middleware_findings
 from patchkit.launch.models import ModelConfig, offline, offline_model_path, redirected, resolve_model, with_overrides
 from patchkit.launch.mtp import mtp_findings
+from patchkit.launch.parser_plugin import with_plugin_needs
 from patchkit.launch.proposer_start import proposer_findings
+from patchkit.launch.ray_nodes import ray_note
 from patchkit.launch.relevance import EVERY, LaunchNeeds, launch_needs
 from patchkit.launch.remote_code import remote_code_findings
 from patchkit.launch.serve_parser import ignored_config
 from patchkit.launch.shortcut import as_written, kept_findings
 from patchkit.launch.speculative import speculative_findings
 from patchkit.launch.speculators import drafter_config, speculator
+from patchkit.launch.target_heads import target_heads_findings
 from patchkit.launch.validation import BUILD, engine_findings
 from patchkit.launch.validation import CHECK as VALIDATION
 from patchkit.launch.vllm_env import refused_flags
@@ -92,6 +95,7 @@ from patchkit.tree.target import (
     from_interpreter,
     launch_prefix,
     names_of,
+    prefix_unanswered,
     startup_code,
 )
 
@@ -343,8 +347,7 @@ def preflight(
     result = PreflightResult(command, tree_state=str(status.state), launched=command)
     needed = needs.needs(resolved.set_name)
     result.findings += tree_findings(resolved, status, needs, result)
-    stale = prefix_findings(resolved, status, command) if (needed or needs.guard_runs) and result.ok else []
-    result.findings = stale or result.findings  # in place of the passing tree-state finding
+    result.findings = _with_prefix_judged(resolved, status, command, result.findings, needed or needs.guard_runs)
     result.findings += _parser_findings(resolved, command)
     try:
         target, drafter, served, command = _models(command, result.missing)
@@ -444,14 +447,50 @@ def command_prefix(root: Path, command: LaunchCommand) -> str:
     interpreter's start-up sets, asked in the launch's environment (`env VAR=...`, `env -i`, `-C DIR`)
     and with its options (a .pth line may read any variable it gives), else the command's (-X
     pycache_prefix, PYTHONPYCACHEPREFIX)."""
+    return launch_prefix(root, _launch_of(command))
+
+
+def _launch_of(command: LaunchCommand) -> Launch:
+    """The launch as far as the pycache prefix it reads bytecode under goes (tree/target.py's Launch)."""
     given = command.pycache_prefix()
     try:
         python, options = command.launch_python()
     except TargetError:  # not found: its exec fails by itself, and no start-up of it is asked
-        return launch_prefix(root, Launch(None, {}, [], "", None, False, given))
+        return Launch(None, {}, [], "", None, False, given)
     changed = command.clean_env or bool(command.env or command.unset or command.cwd)
     cwd, first = command.working_directory(), command.first_path()
-    return launch_prefix(root, Launch(python, command.environ, options, cwd, first, changed, given))
+    return Launch(python, command.environ, options, cwd, first, changed, given)
+
+
+def _with_prefix_judged(
+    resolved: Resolved, status: TreeStatus, command: LaunchCommand, findings: list[Finding], judged: bool
+) -> list[Finding]:
+    """The tree findings with the bytecode under the launch's pycache prefix judged, where the launch needs
+    the set or the guard runs (`judged`): stale bytecode there in place of the passing ones, or a prefix
+    its Python did not say in time as "cannot judge"."""
+    if not judged:
+        return findings
+    stale = prefix_findings(resolved, status, command) if all(f.ok for f in findings) else []
+    unasked = None if stale else prefix_unasked(resolved, command)
+    return stale or findings + ([unasked] if unasked is not None else [])
+
+
+def prefix_unasked(resolved: Resolved, command: LaunchCommand) -> Finding | None:
+    """Cannot judge the bytecode under a pycache prefix the launch's start-up may set, when its Python,
+    asked which, did not answer in time (the prefix was then taken from the static scan of its site)."""
+    launch = _launch_of(command)
+    why = prefix_unanswered(resolved.target.root, launch)
+    if why is None or launch.python is None:
+        return None
+    said = (
+        f"the launch's Python, asked which pycache prefix its start-up code sets, gave no answer ({why}): stale "
+        "bytecode under a prefix that code sets is not judged (the launch runs the same start-up)"
+    )
+    fix = _slow_start_fix(resolved, command, launch.python, launch.options)
+    gives = (
+        fix or "make the start-up code of the launch's Python (its site's .pth files, sitecustomize) finish promptly"
+    )
+    return cannot_judge(TREE, said, gives)
 
 
 def prefix_findings(resolved: Resolved, status: TreeStatus, command: LaunchCommand) -> list[Finding]:
@@ -509,6 +548,7 @@ def _found_models_findings(
     method = settled_method(command, models[1], read)
     return (
         found
+        + target_heads_findings(command, models[0])
         + remote_code_findings(command, models, read)
         + weight_findings(command, models[0], MODELS, drafter_load_format(command, read, method))
         + as_findings(MODELS, tokenizer_findings(command))
@@ -554,8 +594,11 @@ def needs_of(
     if sets is None and not opts.adhoc:
         sets = library.load_library(library.locate(opts.library).path)
     served, architectures, drafter = as_served(command)
-    method = settled_method(served, drafter, tree_reader(root))
-    needs = launch_needs((sets or {}).values(), served, method, architectures, version)
+    read = tree_reader(root)
+    method = settled_method(served, drafter, read)
+    refused = toolparsers.tool_parser_refused(served.options, read)  # the command finding says so
+    needs = launch_needs((sets or {}).values(), served, method, architectures, version, parser_refused=refused)
+    needs = with_plugin_needs(needs, sets or {}, served, version, read)
     if version is None or sets is None:
         return needs
     named = {name: said for name, said in needs.named.items() if library.to_judge(sets[name], version)}
@@ -804,8 +847,8 @@ def _after_load_findings(
     late = late_file_findings(command, COMMAND, lambda: launch_text_encoding(command), ranks, architectures)
     directory = _model_directory(command, target)
     servers, noted = tool_server_findings(command, COMMAND, resolved.vllm_version, architectures, directory)
-    headless = headless_note(command, architectures)
-    result.said += [*([headless] if headless else []), *noted]
+    headless, ray = headless_note(command, architectures), ray_note(command)
+    result.said += [note for note in (headless, ray) if note] + noted
     read = tree_reader(root)
     drafted = mtp_findings(command, *models, read, settled_method(command, models[1], read))
     return _chat_template_findings(command, root) + late + servers + drafted
@@ -1101,6 +1144,8 @@ def _set_state_findings(
             refusal.fix, refusal.restores = f"run {revert} (it keeps a copy of the edits), then {apply}", None
         return [refusal] if unsaid else []
     words = _state_words(status)
+    if words and resolved.set_name in needs.maybe:  # the launch's tool parser plugin may use it
+        return [_maybe_used(resolved.set_name, needs.maybe[resolved.set_name], words)]
     if words:
         result.unused[resolved.set_name] = words
         result.guard_off = result.guard_off or (None if needs.guard_runs or not status.drifted else needs.guard_off)
@@ -1115,6 +1160,16 @@ def _not_said_by_judged(resolved: Resolved, status: TreeStatus, needs: LaunchNee
     files = [path for e in record_of(resolved.target.root, status).entries if e.set_name in said for path in e.files]
     said_there = naming(status.guard, files)
     return [problem for problem in status.guard if problem not in said_there]
+
+
+def _maybe_used(name: str, why: str, words: str) -> Finding:
+    """Cannot judge whether a set the launch names no parser of is used: its tool parser plugin,
+    unread, may build on a parser the set patches (and the set is `words`)."""
+    reason = f"{why}, and it may build on a tool parser the {name} set patches, which is {words} here"
+    apply = hints.command("apply", chosen=hints.for_set(name))
+    return cannot_judge(
+        TREE, reason, f"run {apply} (it serves the plugin's parser if built on vLLM's), or check the plugin by hand"
+    )
 
 
 def _state_words(status: TreeStatus) -> str | None:

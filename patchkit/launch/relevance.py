@@ -43,13 +43,17 @@ def facts(
     method: str | None,
     target_architectures: Iterable[str] = (),
     version: Version | None = None,
+    *,
+    parser_refused: bool = False,
 ) -> LaunchFacts:
     """What the rule reads of a launch as vLLM serves it (`method`: the speculative method vLLM settles
     on, patchkit/launch/method.py; `target_architectures`: its target model's; `version`: the tree's
-    vLLM, when known)."""
+    vLLM, when known; `parser_refused`: the release registers no tool parser of the name given, so
+    vLLM refuses the launch at start and no tool-call set could serve it)."""
     # vLLM builds the named tool parser only under --enable-auto-tool-choice, and only in an API
     # server (a headless node runs none): else no parser runs
-    parser = command.optional_text("tool-call-parser") if command.auto_tool_choice and not command.headless else None
+    builds = command.auto_tool_choice and not command.headless and not parser_refused
+    parser = command.optional_text("tool-call-parser") if builds else None
     return LaunchFacts(method, parser, tuple(target_architectures), version)
 
 
@@ -89,6 +93,8 @@ class LaunchNeeds(FrozenValue):
     guard_off: str = ""  # how the launch turns the guard off (guard_off_words), when it does
     judged: frozenset[str] = frozenset()  # the sets this run judges (each needed one says its own drift)
     named: dict[str, str] = field(default_factory=dict)  # the sets whose rule names this launch -> what it names
+    # unneeded sets the launch's tool parser plugin may use, patchkit cannot read it -> why (parser_plugin.py)
+    maybe: dict[str, str] = field(default_factory=dict)
 
     def needs(self, set_name: str) -> bool:
         return set_name not in self.unneeded
@@ -100,10 +106,13 @@ def launch_needs(
     method: str | None,
     target_architectures: Iterable[str] = (),
     version: Version | None = None,
+    *,
+    parser_refused: bool = False,
 ) -> LaunchNeeds:
     """What `command` (as vLLM serves it: a speculators-format model's config in place), whose target
-    model has `target_architectures`, needs of `sets` on vLLM `version` (None: not known)."""
-    launch = facts(command, method, target_architectures, version)
+    model has `target_architectures`, needs of `sets` on vLLM `version` (None: not known);
+    `parser_refused`: as facts() takes it."""
+    launch = facts(command, method, target_architectures, version, parser_refused=parser_refused)
     sets = list(sets)
     reasons = {s.name: unneeded_reason(s, launch) for s in sets}
     unneeded = {name: reason for name, reason in reasons.items() if reason is not None}

@@ -17,12 +17,11 @@ from patchkit.checks.parsed import python_tree
 from patchkit.launch.engine import LaunchContext
 from patchkit.launch.findings import Finding
 from patchkit.launch.method import built_model_type, settled_method
+from patchkit.launch.spec_literals import MTP_TYPES, OLD_MTP_TYPES, literal_tables
 
 SPEC_FILE = "vllm/config/speculative.py"
 CHECK = "speculative-config"
 METHODS = "SpeculativeMethod"
-MTP_TYPES = "MTPModelTypes"
-OLD_MTP_TYPES = "MTP_MODEL_TYPES"  # 0.11's: a tuple
 NO_DRAFTER_NEEDED = ("mtp", "ngram", "[ngram]", "suffix")  # methods whose model vLLM fills in itself
 DRAFTER_FIX = 'give "model" the drafter\'s path or hub id'
 DETECTED_TYPES = ("medusa", "mlp_speculator", "longcat_flash_mtp")  # a drafter model_type naming its method
@@ -246,21 +245,6 @@ def _undetected(model: str, method: str | None) -> tuple[str, str]:
     return why, fix + ('; for the target\'s own MTP layers drop "model"' if method == "mtp" else "")
 
 
-def literal_tables(source: bytes | None) -> dict[str, set[str]]:
-    """Each module-level `NAME = Literal[...]` of `source`, its strings with the Literals it names
-    resolved (SpeculativeMethod names EagleModelTypes, which names MTPModelTypes)."""
-    tree = python_tree(source)
-    if tree is None:
-        return {}
-    raw: dict[str, list[ast.expr]] = {}
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            members = _literal_members(node.value)
-            if members is not None:
-                raw[node.targets[0].id] = members
-    return {name: values for name in raw if (values := _resolved(name, raw, set())) is not None}
-
-
 def config_fields(source: bytes | None) -> set[str]:
     """The annotated fields of class SpeculativeConfig in `source` (empty when none are found)."""
     return set(_annotations(source))
@@ -319,29 +303,3 @@ def field_bounds(source: bytes | None) -> dict[str, dict[str, int]]:
             if found:
                 bounds[node.target.id] = found
     return bounds
-
-
-def _literal_members(value: ast.expr) -> list[ast.expr] | None:
-    if isinstance(value, ast.Tuple) and value.elts and all(isinstance(e, ast.Constant) for e in value.elts):
-        return list(value.elts)  # 0.11's MTP_MODEL_TYPES: a tuple of strings
-    if not (isinstance(value, ast.Subscript) and isinstance(value.value, ast.Name) and value.value.id == "Literal"):
-        return None
-    inner = value.slice
-    return list(inner.elts) if isinstance(inner, ast.Tuple) else [inner]
-
-
-def _resolved(name: str, raw: dict[str, list[ast.expr]], seen: set[str]) -> set[str] | None:
-    """The strings of Literal `name`; None when a member is neither a string nor a Literal of the
-    module (the set is then not known whole)."""
-    if name in seen or name not in raw:
-        return None
-    values: set[str] = set()
-    for member in raw[name]:
-        if isinstance(member, ast.Constant) and isinstance(member.value, str):
-            values.add(member.value)
-            continue
-        inner = _resolved(member.id, raw, seen | {name}) if isinstance(member, ast.Name) else None
-        if inner is None:
-            return None
-        values |= inner
-    return values

@@ -88,6 +88,14 @@ def findings(
     return [*_not_strings(check, options), *(f for f in found if f is not None)]
 
 
+def tool_parser_refused(options: dict[str, object], read: Reader) -> bool:
+    """Whether vLLM refuses the launch's --tool-call-parser at start as a name its release does not
+    register: the tree's registry read, the name not in it, and no --tool-parser-plugin that may add it."""
+    named = next((n for n in given(options, None) if n.kind is TOOL), None)
+    found = registered(read, TOOL) if named is not None and named.plugin is None else None
+    return found is not None and named is not None and named.name not in found[1]
+
+
 _STRING_KEYS = ("reasoning_parser", "reasoning_parser_plugin")  # typed `str` in StructuredOutputsConfig
 
 

@@ -98,7 +98,8 @@ def drafter_finding(answer: dict[str, Any]) -> Finding | None:
     if not isinstance(built, dict):
         return None
     method, model, named = (_short(built.get(key)) for key in ("method", "model", "class"))
-    drafter = f"the {method} drafter {model}"
+    ranks = built.get("ranks")
+    drafter = f"the {method} drafter {model}" + (f" (as rank 0 of -tp {ranks} too)" if type(ranks) is int else "")
     built_as = _built(built)
     if built_as == BuildStatus.BUILT and built.get("loaded") is True:
         said = (

@@ -27,6 +27,7 @@ MAX_DEPTH = 64  # far beyond any vLLM config (they nest 3 or 4 deep), far below 
 MAX_NODES = 100_000  # values in one document, aliases expanded (a YAML alias bomb expands to 10^8)
 CONFIG_FILE_LIMIT = 1 << 20  # a `--config` YAML: options, a few KB
 REF_LIMIT = 4096  # a hub cache's refs/main: a commit hash
+TIMESTAMP_TAG, STR_TAG = "tag:yaml.org,2002:timestamp", "tag:yaml.org,2002:str"
 NO_FILE_NAME = "no file name can hold it (a NUL or a lone surrogate)"
 
 
@@ -38,7 +39,7 @@ def read_named_file(path: Path | str, limit: int, what: str) -> bytes:
     except FileNotFoundError:
         raise
     except NotRegularFile as exc:
-        if exc.errno == errno.ENOTDIR:  # a file on the way: no such file
+        if exc.errno in (errno.ENOTDIR, errno.ENAMETOOLONG):  # a file on the way, a name too long: no such file
             raise FileNotFoundError(errno.ENOENT, "no such file", str(path)) from None
         if exc.errno == errno.EFBIG:  # vLLM reads any size: the limit is patchkit's bound on what it reads
             raise BadInput(
@@ -50,8 +51,6 @@ def read_named_file(path: Path | str, limit: int, what: str) -> bytes:
             hint=f"put the file itself there (vLLM reads {path} as a file too), then run the same command again",
         ) from None
     except OSError as exc:
-        if exc.errno == errno.ENAMETOOLONG:  # a name no file can have: absent, as transformers finds it
-            raise FileNotFoundError(errno.ENOENT, "no such file", str(path)) from None
         raise BadInput(f"{what} {path}: cannot read it: {exc.strerror or exc}") from None
     except ValueError:  # a NUL, a lone surrogate: os.open refuses the name itself
         raise BadInput(f"{what} {str(path)!a}: {NO_FILE_NAME}") from None
@@ -108,7 +107,7 @@ def load_yaml_config(path: str) -> dict[str, Any]:
     try:
         text = raw.decode("utf-8")
         _check_bounds(yaml, text, where)
-        data = yaml.load(text, Loader=yaml.SafeLoader)  # vLLM's yaml.safe_load
+        data = _safe_load(yaml, text)
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
         raise BadInput(f"{where}: not valid YAML (vLLM's yaml.safe_load refuses it): {exc}") from None
     except (RecursionError, ValueError) as exc:
@@ -116,6 +115,19 @@ def load_yaml_config(path: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise BadInput(f"{where}: expected a mapping of option names to values (vLLM fails on anything else)")
     return within_limits(data, where)
+
+
+def _safe_load(yaml: ModuleType, text: str) -> Any:
+    """vLLM's yaml.safe_load as its CLI runs it: a timestamp (`2024-01-01`) read as the text written,
+    for lm-format-enforcer (a vLLM requirement, imported with `vllm serve`'s parser) makes SafeLoader
+    construct timestamps as strings at its import (jsonschemaobjectutil.py)."""
+    loader = yaml.SafeLoader(text)
+    constructors = loader.yaml_constructors
+    loader.yaml_constructors = {**constructors, TIMESTAMP_TAG: constructors[STR_TAG]}  # this loader's alone
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
 
 
 def within_limits(value: _Value, what: str) -> _Value:

@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 from patchkit.base import hints, signals
 from patchkit.base.errors import BadInput, FetchError, NoPatchSet, PatchkitError, TargetError
-from patchkit.base.fsutil import NO_SPACE, atomic_write, room_on, size_said
+from patchkit.base.fsutil import NO_SPACE, atomic_write, blocks, room_on, size_said
 from patchkit.base.hashing import sha256
 from patchkit.distinfo.record import parse_record
 from patchkit.engine.inspection import upstream_check_paths
@@ -129,7 +129,8 @@ def lay_out_said(
     to_write = [rel for rel in files if rel in differing or (rel not in patched and not (root / rel).exists())]
     # --force: what it replaces may be an edit, or patchkit's patch of a file that was not stock
     # (a set applied with --force): a copy is kept, before any file is written
-    saved = keep_copies(root, differing, untouched="nothing was laid out") if differing else None
+    needs = (sum(blocks(len(files[rel])) for rel in to_write), len(to_write))
+    saved = keep_copies(root, differing, untouched="nothing was laid out", after=needs) if differing else None
     resumed = marked_release(root)
     mark = _dist_info(tree).removeprefix("vllm-").removesuffix(".dist-info") + (" --all" if paths is None else "")
     written: list[str] = []

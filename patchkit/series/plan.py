@@ -295,7 +295,7 @@ def restore_recorded(
             restored.alone.append(path)  # only the record vouches for it: a copy is kept
         if current != shas["after"] and content is not None:  # (--force) a deleted file has nothing to keep
             restored.edited.append(path)
-        view.write(path, _original(view, path, shas["before"], own, restored.notes))
+        view.write(path, _original(view, path, shas["before"], own, restored.notes, every=is_adhoc(entry.set_name)))
     if unmade:
         restored.notes.append(
             f"kept {len(unmade)} file(s) the record of {shown_set(entry)} says patchkit created, though none of the "
@@ -380,7 +380,11 @@ def _creates(patches: list[Patch], path: str) -> bool:
     return any(f.target_path == path and f.source_path != path for p in patches for f in p.files)
 
 
-def _original(view: View, path: str, digest: str | None, patches: list[Patch], notes: list[str]) -> bytes | None:
+def _original(
+    view: View, path: str, digest: str | None, patches: list[Patch], notes: list[str], *, every: bool
+) -> bytes | None:
+    """The original `digest` of `path`: its saved object, else the patches reversed (sha256 checked).
+    `every`: the file may be no set's (a --patch apply's), so the fix the refusal names fetches every file."""
     if digest is None:
         return None
     try:
@@ -391,7 +395,7 @@ def _original(view: View, path: str, digest: str | None, patches: list[Patch], n
             raise BadInput(
                 f"{damaged.message}, and reverse-applying the recorded patches does not give the original "
                 f"of {escaped(path)} back",
-                hint=f"put the stock files back ({stock_files_command(view.root, None)})",
+                hint=f"put the stock files back ({stock_files_command(view.root, None, every=every)})",
             ) from damaged
         notes.append(f"{damaged.message}: {escaped(path)} was restored by reverse-applying the series (sha256 checked)")
         return rebuilt

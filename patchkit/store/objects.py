@@ -144,10 +144,11 @@ def take_object(root: Path, digest: str, full: Path, mode: int | None) -> bool:
 
 
 def prune_objects(root: Path, state: State) -> None:
-    """Remove the objects `state` names no original of."""
+    """Remove the objects `state` names no original of. Only names an object can have (a digest): a
+    file of another name there is no object of patchkit's, so it stays (and .patchkit/ with it)."""
     keep = state.referenced_objects()
     store = objects_dir(root)
     if store.is_dir() and not store.is_symlink():
         for obj in store.iterdir():
-            if obj.name not in keep and not obj.is_dir():
+            if obj.name not in keep and DIGEST.fullmatch(obj.name) and not obj.is_dir():
                 obj.unlink(missing_ok=True)

@@ -14,7 +14,7 @@ from datetime import datetime
 from pathlib import Path
 
 from patchkit.base.errors import BadInput, TargetError, escaped
-from patchkit.base.fsutil import atomic_write, inside, read_file
+from patchkit.base.fsutil import NO_SPACE, atomic_write, blocks, inside, no_space_hint, read_file
 from patchkit.store.state import meta_dir
 
 
@@ -33,9 +33,12 @@ def _copies_dir(root: Path) -> Path:
     return Path(tempfile.mkdtemp(prefix=datetime.now().strftime("%Y%m%dT%H%M%S-"), dir=saved))
 
 
-def keep_copies(root: Path, paths: list[str], *, untouched: str = "nothing was reverted") -> Path:
+def keep_copies(
+    root: Path, paths: list[str], *, untouched: str = "nothing was reverted", after: tuple[int, int] = (0, 0)
+) -> Path:
     """Copies of the files a forced revert (or `fetch --dest --force`) overwrites, under
-    .patchkit/saved/<time>-<random>/. `untouched`: what a failure to keep them says of the tree."""
+    .patchkit/saved/<time>-<random>/. `untouched`: what a failure to keep them says of the tree;
+    `after`: the bytes and inodes the command needs once they are kept (a full disk's hint says the sum)."""
     try:
         where = _copies_dir(root)
         for path in paths:
@@ -47,8 +50,25 @@ def keep_copies(root: Path, paths: list[str], *, untouched: str = "nothing was r
             atomic_write(where / path, data, mode=0o600)
     except OSError as exc:  # a full disk: before any tree file changed
         saved = meta_dir(root) / "saved"
-        raise TargetError(f"cannot keep copies of your edits in {saved}: {exc.strerror}; {untouched}") from exc
+        hint = no_space_hint(root, *_needs(root, paths, after)) if exc.errno in NO_SPACE else None
+        raise TargetError(
+            f"cannot keep copies of your edits in {saved}: {exc.strerror}; {untouched}", hint=hint
+        ) from exc
     return where
+
+
+def _needs(root: Path, paths: list[str], after: tuple[int, int]) -> tuple[int, int]:
+    """The copies' bytes (whole blocks) and inodes, with a block and an inode for each directory
+    they go in, plus what the command needs `after` them."""
+    sizes = []
+    for path in paths:
+        try:
+            sizes.append(os.lstat(root / path).st_size)
+        except OSError:  # gone since: no copy to make
+            sizes.append(0)
+    directories = {Path(path).parent for path in paths} | {Path(".")}
+    need = sum(blocks(size) for size in sizes) + blocks(1) * (len(directories) + 1) + after[0]
+    return need, len(paths) + len(directories) + 1 + after[1]
 
 
 def remove_if_empty(root: Path) -> None:

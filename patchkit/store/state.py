@@ -26,6 +26,9 @@ state.json:
                               its bytes are kept in objects/, and revert puts them back)
      "wheel": version,       (the patched wheel's vLLM version the guard was installed on, no set
                               recorded: the guard refuses another; absent otherwise)
+     "wheel_held": sha,      (the sha256 of the installed `wheel --patch` build's patchkit.json an apply
+                              held to the sets' contracts (engine/held.py): the guard refuses such a
+                              wheel's files without it; absent otherwise)
      "no_guard": true}       (an apply was told --no-guard; absent otherwise)
 """
 
@@ -133,6 +136,26 @@ def remove_empty_store(root: Path, record: State) -> Path | None:
             remove()
     saved = meta / "saved"
     return saved if saved.is_dir() else None
+
+
+def left_in_store(root: Path) -> list[str]:
+    """What .patchkit/ still holds once remove_empty_store ran, saved/ aside (said on its own): files
+    patchkit did not write there (relative to .patchkit/), which it keeps; sorted, objects/ entered once."""
+    meta = meta_dir(root)
+    left: list[str] = []
+    for name in _listed(meta):
+        if name == "saved":
+            continue
+        inside = _listed(meta / name) if name == "objects" and not (meta / name).is_symlink() else []
+        left += [f"{name}/{item}" for item in inside] or [name]
+    return left
+
+
+def _listed(directory: Path) -> list[str]:
+    try:
+        return sorted(os.listdir(directory)) if directory.is_dir() else []
+    except OSError:
+        return []
 
 
 def check_meta_dir(root: Path) -> None:
@@ -428,6 +451,8 @@ class State(Value):
     chosen: tuple[str, ...] | None = None
     # the sets `revert --set` took out of the record (no longer chosen): said so, not "no apply chose"
     reverted: tuple[str, ...] = ()
+    # the sha256 of the installed --patch wheel's patchkit.json an apply found to break no set's contract
+    wheel_held: str | None = None
 
     def entry(self, set_name: str) -> Entry | None:
         return next((e for e in self.entries if e.set_name == set_name), None)
@@ -493,7 +518,13 @@ class State(Value):
         """The state with the guard's files; without a guard, no wheel is guarded either, and a
         user's file the guard replaced is kept only while the guard holds its path."""
         replaced = {path: sha for path, sha in self.guard_replaced.items() if path in guard}
-        return replace(self, guard=guard, wheel=self.wheel if guard else None, guard_replaced=replaced)
+        return replace(
+            self,
+            guard=guard,
+            wheel=self.wheel if guard else None,
+            guard_replaced=replaced,
+            wheel_held=self.wheel_held if guard else None,
+        )
 
     def with_guard_replaced(self, replaced: dict[str, str]) -> State:
         """The state that also keeps these users' files (path -> sha256) the guard replaced."""
@@ -501,6 +532,9 @@ class State(Value):
 
     def with_wheel(self, version: str | None) -> State:
         return replace(self, wheel=version)
+
+    def with_wheel_held(self, digest: str | None) -> State:
+        return replace(self, wheel_held=digest)
 
     def with_version(self, set_name: str, version: str | None) -> State:
         """The state with `set_name`'s entry recorded for `version`, in its place among the others."""
@@ -523,6 +557,8 @@ class State(Value):
             data["chosen"] = list(self.chosen)
         if self.reverted:
             data["reverted"] = list(self.reverted)
+        if self.wheel_held:
+            data["wheel_held"] = self.wheel_held
         return (json_text(data, "the state file", indent=1, sort_keys=True) + "\n").encode()
 
     def later(self, entry: Entry) -> list[Entry]:
@@ -758,6 +794,7 @@ def parse_state(raw: bytes, origin: Path) -> State:
         replaced,
         _checked_chosen(data.get("chosen"), origin),
         _checked_chosen(data.get("reverted"), origin, "reverted") or (),
+        _checked_wheel_held(data.get("wheel_held"), origin),
     )
 
 
@@ -805,6 +842,15 @@ def _checked_wheel(wheel: object, origin: Path) -> str | None:
     except ValueError:
         raise _damaged(origin, f"'wheel' is {quoted(repr(wheel))}, not a vLLM version") from None
     return wheel
+
+
+def _checked_wheel_held(digest: object, origin: Path) -> str | None:
+    """The held --patch wheel's patchkit.json sha256 (State.wheel_held), or None."""
+    if digest is None:
+        return None
+    if not isinstance(digest, str) or not DIGEST.fullmatch(digest):
+        raise _damaged(origin, "'wheel_held' is not a sha256 hex digest")
+    return digest
 
 
 def _checked_guard(guard: object, origin: Path) -> dict[str, str]:

@@ -98,6 +98,8 @@ def _note_startup_prefix(root: Path, info: dict[str, Any], cwd: str | None) -> N
 _ProbeKey = tuple[Path, str, tuple[tuple[str, str], ...], tuple[str, ...], str, str | None]
 # (root, python, env items, options, cwd, first path) -> what locate answered there ({}: it could not be asked)
 _LAUNCH_PROBES: dict[_ProbeKey, dict[str, Any]] = {}
+# the same key -> why that question got no answer in time (its start-up hangs or is slow): not judged
+_LAUNCH_UNANSWERED: dict[_ProbeKey, str] = {}
 LAUNCH_QUESTION = 60.0  # seconds one question to a launch's Python may take, its start-up included
 LAUNCH_BUDGET = 180.0  # seconds all of a command's questions to one launch's Python may take together
 # (python, its environment, options, directory) -> when the budget of its questions runs out
@@ -165,14 +167,17 @@ def _launch_startup_prefix(root: Path, launch: Launch) -> str | None:
     known = startup_prefix(root)
     if python is None or not (launch.changed or options):
         return known
-    key = (root, python, tuple(sorted(env.items())), tuple(options), cwd, first_path)
+    key = _probe_key(root, launch)
     # decided and asked once a command (preflight asks per set and per finding): the site and the
     # PYTHONPATH are scanned once; {} is "not asked" (no start-up code may set one, or it cannot be asked)
     if key not in _LAUNCH_PROBES:
         _LAUNCH_PROBES[key] = {}
         if known is not None or _startup_may_set_prefix(root, launch):
-            with contextlib.suppress(TargetError):  # it cannot be asked: judged as before
+            try:
                 _LAUNCH_PROBES[key] = _probe(python, env, first_path, options, cwd)
+            except TargetError as exc:  # it cannot be asked: judged as before, a timeout said (prefix_unanswered)
+                if isinstance(exc, WorkerFailed) and exc.timed_out:
+                    _LAUNCH_UNANSWERED[key] = exc.message
     info = _LAUNCH_PROBES[key]
     if not info:
         return known
@@ -183,6 +188,23 @@ def _launch_startup_prefix(root: Path, launch: Launch) -> str | None:
     if info.get("prefix_set_at_startup") is not True or not isinstance(prefix, (str, type(None))):
         return None
     return os.path.join(cwd, prefix) if prefix else ""
+
+
+def _probe_key(root: Path, launch: Launch) -> _ProbeKey:
+    return (
+        root,
+        launch.python or "",
+        tuple(sorted(launch.env.items())),
+        tuple(launch.options),
+        launch.cwd,
+        launch.first_path,
+    )
+
+
+def prefix_unanswered(root: Path, launch: Launch) -> str | None:
+    """Why the launch's interpreter gave no answer in time when asked which pycache prefix its start-up
+    sets for `root` (launch_prefix then took the static scan's); None: it answered, or was not asked."""
+    return _LAUNCH_UNANSWERED.get(_probe_key(root, launch)) if launch.python is not None else None
 
 
 # Where each tree's interpreter was asked in patchkit's own environment (that python, that
@@ -845,12 +867,15 @@ def same_interpreter(python: str | None) -> bool:
         return False
 
 
-def stock_files_command(tree: Path, version: object | None, selection: Options | None = None) -> str:
+def stock_files_command(
+    tree: Path, version: object | None, selection: Options | None = None, *, every: bool = False
+) -> str:
     """The command that puts a tree's stock files back: for a tree `patchkit fetch --dest` laid out
     (its dist-info holds only METADATA and RECORD: no INSTALLER or WHEEL, which installers write),
     laying it out again; for an installed vLLM, reinstalling it. Without `version`, the one the
     tree's own dist-info names: never the word VERSION where the tree says it. `selection`: what
-    the fetch takes (a set's: it then lays out that set's files only)."""
+    the fetch takes (a set's: it then lays out that set's files only); `every`: every file of the
+    release (--all), for files that may be no set's."""
     dirs = vllm_metadata_dirs(tree)
     if version is None and len(dirs) == 1:
         version = dirs[0].name[len("vllm-") :].rsplit(".", 1)[0]
@@ -858,7 +883,10 @@ def stock_files_command(tree: Path, version: object | None, selection: Options |
     exact = [d for d in with_record if version is not None and d.name.lower() == f"vllm-{version}.dist-info".lower()]
     chosen = next(iter(exact or with_record or dirs), None)  # RECORD removed: the dist-info still tells how it came
     if chosen is not None and not any((chosen / name).exists() for name in ("INSTALLER", "WHEEL")):
-        return hints.command("fetch", str(version or "VERSION"), "--dest", str(tree), "--force", chosen=selection)
+        every_file = ["--all"] if every else []
+        return hints.command(
+            "fetch", str(version or "VERSION"), "--dest", str(tree), "--force", *every_file, chosen=selection
+        )
     return hints.pip_reinstall(version)
 
 

@@ -293,37 +293,57 @@ class _Output:
 
     def __init__(self, out_dir: Path, stock_name: str, say: Say, again: str | None = None):
         token = secrets.token_hex(4)
+        self.out_dir, self.say = out_dir, say
         self.temporary = out_dir / f".{stock_name}.patchkit-{token}.tmp"
+        # Locked under a name the sweep of leftovers ignores, then renamed: it never sees it unlocked.
+        self.pending = out_dir / f".{stock_name}.patchkit-{token}.new"
         self.committed = False
         self.again = again or "`patchkit wheel` again"
-        self.created = _make_out_dir(out_dir)
-        # Locked under a name the sweep of leftovers ignores, then renamed: it never sees it unlocked.
-        pending = out_dir / f".{stock_name}.patchkit-{token}.new"
-        try:
-            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-            self.fd = os.open(pending, flags, 0o644)
-        except OSError as exc:
-            _remove_empty(self.created)
-            raise TargetError(f"cannot write into {out_dir}: {exc.strerror}", hint=_out_hint(out_dir)) from None
-        try:
-            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            os.rename(pending, self.temporary)
-        except OSError as exc:
-            os.close(self.fd)
-            pending.unlink(missing_ok=True)
-            _remove_empty(self.created)
-            raise TargetError(f"cannot write into {out_dir}: {exc.strerror}", hint=_out_hint(out_dir)) from None
-        for name in _remove_leftovers(out_dir):
-            say(f"removed {out_dir / name}, left by an interrupted patchkit wheel")
+        self.created: list[Path] = []
+        self.fd = -1
 
     def __enter__(self) -> _Output:
+        # made here, not in __init__: a signal raised before `with` has the object leaves no file behind
+        try:
+            with signals.deferred():  # one that lands meanwhile is raised once the file has one name
+                self.created = _make_out_dir(self.out_dir)
+                self.fd = self._open_locked()
+        except BaseException:
+            self.__exit__()
+            raise
+        for name in _remove_leftovers(self.out_dir):
+            self.say(f"removed {self.out_dir / name}, left by an interrupted patchkit wheel")
         return self
 
+    def _open_locked(self) -> int:
+        """The temporary file, created locked under the pending name and renamed to its own."""
+        try:
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+            fd = os.open(self.pending, flags, 0o644)
+        except OSError as exc:
+            raise TargetError(
+                f"cannot write into {self.out_dir}: {exc.strerror}", hint=_out_hint(self.out_dir)
+            ) from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            os.rename(self.pending, self.temporary)
+        except OSError as exc:
+            os.close(fd)
+            self.pending.unlink(missing_ok=True)
+            raise TargetError(
+                f"cannot write into {self.out_dir}: {exc.strerror}", hint=_out_hint(self.out_dir)
+            ) from None
+        return fd
+
     def __exit__(self, *exc_info: object) -> None:
-        os.close(self.fd)
-        if not self.committed:
-            self.temporary.unlink(missing_ok=True)
-            _remove_empty(self.created)  # no empty --out this run made, nor its parents
+        with signals.deferred():  # the file goes whole, under the name it has
+            fd, self.fd = self.fd, -1
+            if fd >= 0:  # the temporary file was made (and is under its own name)
+                os.close(fd)
+                if not self.committed:
+                    self.temporary.unlink(missing_ok=True)
+            if not self.committed:
+                _remove_empty(self.created)  # no empty --out this run made, nor its parents
 
     def wait(self, copies: list[Future[None] | Future[bool]]) -> None:
         """The jobs' end (the copies, the members' hashes); an OSError (a full disk) as the write failure it is."""
@@ -509,6 +529,26 @@ def _scratch_tree(say: Say) -> Iterator[Path]:
     locked while in use (as the temporary wheel is) so that a later run can remove one a killed
     run left; removed afterwards."""
     temp = Path(tempfile.gettempdir())
+    made: list[tuple[int, Path]] = []
+    try:
+        with signals.deferred():  # a signal that lands meanwhile is raised once the tree has one name
+            made.append(_new_scratch(temp))
+    except BaseException:
+        for fd, path in made:
+            _scratch_gone(fd, path)
+        raise
+    fd, path = made[0]
+    try:
+        for name in _abandoned_scratch(temp):
+            say(f"removed {temp / name}, left by a killed patchkit wheel")
+        yield path
+    finally:
+        _scratch_gone(fd, path)
+
+
+def _new_scratch(temp: Path) -> tuple[int, Path]:
+    """A new scratch tree in `temp`, marked and locked before it is renamed to the name a sweep knows:
+    its open descriptor and that name."""
     try:
         pending = Path(tempfile.mkdtemp(prefix=f".{_SCRATCH_PREFIX}new-", dir=temp))
     except OSError as exc:
@@ -531,14 +571,13 @@ def _scratch_tree(say: Say) -> Iterator[Path]:
         os.close(fd)
         shutil.rmtree(pending, ignore_errors=True)
         raise scratch_error(temp, exc) from None
-    try:
-        for name in _abandoned_scratch(temp):
-            say(f"removed {temp / name}, left by a killed patchkit wheel")
-        yield path
-    finally:
-        with contextlib.suppress(OSError):  # what is left keeps its marker: a later sweep removes it
-            _remove_scratch(path)
-        os.close(fd)
+    return fd, path
+
+
+def _scratch_gone(fd: int, path: Path) -> None:
+    with contextlib.suppress(OSError):  # what is left keeps its marker: a later sweep removes it
+        _remove_scratch(path)
+    os.close(fd)
 
 
 def _remove_scratch(path: Path) -> None:

@@ -22,7 +22,7 @@ from launch_fixtures import (
     tls_files,
     torch_file,
 )
-from vllm_overlay import TINY_LLAMA, ask_vllm
+from vllm_overlay import TINY_DEEPSEEK_V3, TINY_LLAMA, ask_vllm
 
 from patchkit.launch.command import parse
 from patchkit.launch.late_files import late_file_findings, lora_ranks
@@ -409,14 +409,6 @@ for directory, adapters in asked.items():
 print(json.dumps(said))
 """
 
-DEEPSEEK_V3_TINY = {
-    "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "hidden_size": 256,
-    "intermediate_size": 512, "moe_intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
-    "num_key_value_heads": 4, "max_position_embeddings": 1024, "vocab_size": 1000, "q_lora_rank": 64,
-    "kv_lora_rank": 32, "qk_nope_head_dim": 32, "qk_rope_head_dim": 16, "v_head_dim": 32, "n_routed_experts": 4,
-    "n_shared_experts": 1, "num_experts_per_tok": 2, "first_k_dense_replace": 1, "n_group": 1, "topk_group": 1,
-    "routed_scaling_factor": 1.0, "scoring_func": "sigmoid", "topk_method": "noaux_tc", "norm_topk_prob": True,
-}  # fmt: skip
 LAYER = "base_model.model.model.layers"
 # adapter -> the modules it holds LoRA weights for (its lora_A/lora_B, or an embedding's A/B)
 LAYER_ADAPTERS = {
@@ -452,7 +444,7 @@ def layer_adapter(directory: Path, modules: list[str]) -> str:
 
 
 def test_an_adapter_fails_only_where_vllm_expects_none_of_its_layers(tmp_path):
-    targets = {"llama": LLAMA, "tied": {**LLAMA, "tie_word_embeddings": True}, "deepseek": DEEPSEEK_V3_TINY}
+    targets = {"llama": LLAMA, "tied": {**LLAMA, "tie_word_embeddings": True}, "deepseek": TINY_DEEPSEEK_V3}
     for name, config in targets.items():
         (tmp_path / name).mkdir()
         (tmp_path / name / "config.json").write_text(json.dumps(config))

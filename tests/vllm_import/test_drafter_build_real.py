@@ -13,8 +13,17 @@ import sys
 from pathlib import Path
 
 import pytest
-from launch_fixtures import write_model, write_weights
-from vllm_overlay import TINY_DRAFTER, TINY_LLAMA, TINY_WEIGHTS, VLLM_PYTHON, ask_vllm, overlay_venv, patchkit
+from launch_fixtures import eagle3_tensors, write_model, write_weights
+from vllm_overlay import (
+    TINY_DEEPSEEK_V3,
+    TINY_DRAFTER,
+    TINY_LLAMA,
+    TINY_WEIGHTS,
+    VLLM_PYTHON,
+    ask_vllm,
+    overlay_venv,
+    patchkit,
+)
 
 from patchkit.launch.validation import BUILD, drafter_finding
 
@@ -97,16 +106,8 @@ def test_preflight_fails_a_drafter_vllm_cannot_load_and_without_import_builds_no
     assert finding(skipped, BUILD) is None, skipped.stdout
 
 
-# DeepSeek-V3's shape (MLA), small: vLLM builds an EAGLE-3 drafter for it once the eagle3 set is applied
-DEEPSEEK_V3_TINY = {
-    "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "hidden_size": 256,
-    "intermediate_size": 512, "moe_intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
-    "num_key_value_heads": 4, "max_position_embeddings": 1024, "vocab_size": 1000, "q_lora_rank": 64,
-    "kv_lora_rank": 32, "qk_nope_head_dim": 32, "qk_rope_head_dim": 16, "v_head_dim": 32, "n_routed_experts": 4,
-    "n_shared_experts": 1, "num_experts_per_tok": 2, "first_k_dense_replace": 1, "n_group": 1, "topk_group": 1,
-    "routed_scaling_factor": 1.0, "scoring_func": "sigmoid", "topk_method": "noaux_tc", "norm_topk_prob": True,
-    "torch_dtype": "bfloat16",
-}  # fmt: skip
+# vLLM builds an EAGLE-3 drafter for it once the eagle3 set is applied
+DEEPSEEK_V3_TINY = {**TINY_DEEPSEEK_V3, "torch_dtype": "bfloat16"}
 
 
 def ask(python: Path, script: str, *args: str) -> dict[str, object]:
@@ -213,3 +214,63 @@ def test_a_draft_model_is_built_with_its_own_config_and_its_checkpoint_loaded(tm
     assert passed is not None and passed.ok and passed.judged and "LlamaForCausalLM" in passed.message, said
     assert failed is not None and not failed.ok, said
     assert "Attempted to load weight (torch.Size([257])) into parameter (torch.Size([256]))" in failed.message, said
+
+
+# an EAGLE-1 head for TINY_LLAMA (llama_eagle.py's EagleLlamaForCausalLM: fc takes embeds and states, 2 x 256;
+# layer 0 has no input_layernorm), its tensors as EAGLE-1 checkpoints name them
+EAGLE1 = {**TINY_DRAFTER, "architectures": ["LlamaForCausalLM"]}
+EAGLE1.pop("draft_vocab_size")
+EAGLE1.pop("eagle_aux_hidden_state_layer_ids")
+EAGLE1_WEIGHTS = {
+    "fc.weight": [256, 512],
+    "layers.0.self_attn.q_proj.weight": [256, 256],
+    "layers.0.self_attn.k_proj.weight": [128, 256],
+    "layers.0.self_attn.v_proj.weight": [128, 256],
+    "layers.0.self_attn.o_proj.weight": [256, 256],
+    "layers.0.mlp.gate_proj.weight": [512, 256],
+    "layers.0.mlp.up_proj.weight": [512, 256],
+    "layers.0.mlp.down_proj.weight": [256, 512],
+    "layers.0.post_attention_layernorm.weight": [256],
+}
+
+
+def test_vllm_builds_and_loads_an_eagle1_head_and_fails_one_whose_weights_its_config_does_not_build(tmp_path: Path):
+    """The EAGLE-1 drafter is built and loaded as the EAGLE-3 one is (the static path says cannot judge)."""
+    target = str(write_model(tmp_path / "target", TINY_LLAMA))
+    cases = {
+        "good": (EAGLE1_WEIGHTS, None),
+        "fc_wide": ({**EAGLE1_WEIGHTS, "fc.weight": [256, 768]}, "to a parameter of size torch.Size([256, 512])"),
+        "second_layer": ({**EAGLE1_WEIGHTS, "layers.1.mlp.up_proj.weight": [512, 256]}, "KeyError"),
+    }
+    made = {}
+    for name, (weights, _) in cases.items():
+        write_weights(write_model(tmp_path / name, EAGLE1), weights)
+        made[name] = str(tmp_path / name)
+    said = ask_vllm(ASK.replace('"method": "eagle3"', '"method": "eagle"'), target, *made.values())
+    assert isinstance(said, dict)
+    for name, (_, refused) in cases.items():
+        found = drafter_finding(said[made[name]])
+        assert found is not None and found.check == BUILD and found.judged, (name, said[made[name]])
+        if refused is None:
+            assert found.ok and "EagleLlamaForCausalLM" in found.message, (name, found)
+        else:
+            assert not found.ok and refused in found.message, (name, found)
+
+
+def test_under_tp_the_drafter_is_built_again_as_rank_0_and_a_size_tp_does_not_split_fails(tmp_path: Path):
+    """-tp 4: vLLM builds the drafter in the target's tensor-parallel group, each rank a shard; the build
+    whole passes an intermediate_size of 510, which 4 ranks do not split (MergedColumnParallelLinear
+    asserts it, building): built again as rank 0 of 4, it fails; 512 passes."""
+    target = str(write_model(tmp_path / "target", TINY_LLAMA))
+    made = {}
+    for size in (512, 510):
+        config = {**DRAFTER, "intermediate_size": size}
+        write_weights(write_model(tmp_path / str(size), config), eagle3_tensors(256, 128, size, 500, 256, 1000))
+        made[size] = str(tmp_path / str(size))
+    four = ASK.replace('"--max-model-len", "512"]', '"--max-model-len", "512", "-tp", "4"]')
+    said = ask_vllm(four, target, *made.values())
+    assert isinstance(said, dict)
+    good, split = (drafter_finding(said[made[size]]) for size in (512, 510))
+    assert good is not None and good.ok and good.judged and "as rank 0 of -tp 4" in good.message, said[made[512]]
+    assert split is not None and not split.ok and "output_size % self.tp_size == 0" in split.message, said[made[510]]
+    assert "with -tp 4" in split.message, split

@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from launch_fixtures import eagle3_tensors, write_model, write_weights
-from vllm_overlay import DRAFTER_BUILT, TINY_DRAFTER, TINY_LLAMA, ask_vllm
+from vllm_overlay import DRAFTER_BUILT, TINY_DRAFTER, TINY_LLAMA, ask_vllm, preflight_findings
 
 VLLM_PYTHON = os.environ.get("VLLM_PYTHON")
 
@@ -47,12 +45,8 @@ CASES = {"no-embedding": WEIGHTS, "own-embedding": {**WEIGHTS, "embed_tokens.wei
 
 def hidden_size_finding(target: Path, drafter: Path) -> dict:
     spec = json.dumps({"method": "eagle3", "model": str(drafter), "num_speculative_tokens": 2})
-    done = subprocess.run(
-        [sys.executable, "-m", "patchkit", "preflight", "--python", VLLM_PYTHON, "--no-import", "--format", "json",
-         "--", "vllm", "serve", str(target), "--speculative-config", spec],
-        capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
-    return next(f for f in json.loads(done.stdout)["findings"] if f["check"] == "drafter-hidden-size")
+    found = preflight_findings("vllm", "serve", str(target), "--speculative-config", spec)
+    return next(f for f in found if f["check"] == "drafter-hidden-size")
 
 
 def test_a_narrow_drafter_fails_exactly_where_vllms_shared_embedding_asserts(tmp_path: Path):

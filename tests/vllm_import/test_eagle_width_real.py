@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import json
 import os
-import textwrap
 from pathlib import Path
 
 import pytest
 from launch_fixtures import write_model
-from vllm_overlay import TINY_DRAFTER, TINY_LLAMA, ask_vllm, site_packages
+from vllm_overlay import TINY_DRAFTER, TINY_LLAMA, ask_vllm, engine_configs, site_packages
 
 from patchkit.launch.command import parse
 from patchkit.launch.eagle_one import eagle1_findings
@@ -24,23 +23,10 @@ VLLM_PYTHON = os.environ.get("VLLM_PYTHON")
 
 pytestmark = pytest.mark.skipif(not VLLM_PYTHON, reason="needs a venv with vLLM: run `make test-vllm`")
 
-ASK = textwrap.dedent("""\
-    import json, sys
-    from patchkit._target.engine_config import _force_cpu_platform_when_none
-    import vllm
-    _force_cpu_platform_when_none()
-    from vllm.engine.arg_utils import EngineArgs
-    said = {}
-    for drafter in sys.argv[2:]:
-        spec = {"method": "eagle", "model": drafter, "num_speculative_tokens": 2}
-        try:
-            config = EngineArgs(model=sys.argv[1], skip_tokenizer_init=True, speculative_config=spec).create_engine_config()
-            draft = config.speculative_config.draft_model_config
-            said[drafter] = [draft.architectures, draft.get_hidden_size(), config.model_config.get_hidden_size()]
-        except Exception as exc:
-            said[drafter] = f"{type(exc).__name__}: {exc}"[:300]
-    print(json.dumps(said))
-    """)
+DRAFT = "config.speculative_config.draft_model_config"
+ASK = engine_configs(
+    "eagle", f"[{DRAFT}.architectures, {DRAFT}.get_hidden_size(), config.model_config.get_hidden_size()]", 300
+)
 HEAD = {**TINY_DRAFTER, "architectures": ["LlamaForCausalLM"]}
 HEADS = {
     "narrow": {**HEAD, "hidden_size": 128, "target_hidden_size": 256},

@@ -8,14 +8,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 from launch_fixtures import DATA_PARALLEL_CASES
-from vllm_overlay import TINY_LLAMA, ask_vllm
+from vllm_overlay import TINY_LLAMA, ask_vllm, preflight_findings
 
 from patchkit.base.errors import BadInput
 from patchkit.launch.command import parse
@@ -83,11 +81,7 @@ def validation(tmp_path: Path, *options: str) -> dict:
     (model / "model.safetensors").write_bytes(b"")
     vllm = str(Path(str(VLLM_PYTHON)).with_name("vllm"))
     launch = [vllm, "serve", str(model), "--skip-tokenizer-init", *options]
-    done = subprocess.run(
-        [sys.executable, "-m", "patchkit", "preflight", "--format", "json", "--python", str(VLLM_PYTHON), "--", *launch],
-        capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
-    [found] = [f for f in json.loads(done.stdout)["findings"] if f["check"] == "vllm-validation"]
+    [found] = [f for f in preflight_findings(*launch, static=False) if f["check"] == "vllm-validation"]
     return found
 
 

@@ -82,3 +82,34 @@ def test_the_method_the_rules_read_is_the_one_vllm_settles_on(tmp_path: Path):
         judged += 1
     assert settled["deepseek-dm-None"] == settled["llama-dm-None"] == "mtp", settled
     assert settled["llama-head-eagle3-None"] == "eagle3" and judged >= len(cases) // 2, settled
+
+
+# a drafter of its own config class (auto_map; --trust-remote-code) of a model_type named like an MTP type:
+# 0.17's "qwen3_5_mtp", which 0.16.0's MTPModelTypes does not list, and "ernie_mtp", which it does
+OWN_CONFIG = 'from transformers import LlamaConfig\n\n\nclass OwnConfig(LlamaConfig):\n    model_type = "{}"\n'
+
+
+def test_only_the_model_types_the_release_lists_are_mtp(tmp_path: Path):
+    (tmp_path / "llama").mkdir()
+    (tmp_path / "llama" / "config.json").write_text(json.dumps(TARGETS["llama"]))
+    cases = {}
+    for model_type in ("qwen3_5_mtp", "ernie_mtp"):
+        drafter = tmp_path / model_type
+        drafter.mkdir()
+        auto = {"auto_map": {"AutoConfig": "configuration_own.OwnConfig"}, "num_nextn_predict_layers": 1}
+        (drafter / "config.json").write_text(json.dumps({**HEAD, **auto, "model_type": model_type}))
+        (drafter / "configuration_own.py").write_text(OWN_CONFIG.format(model_type))
+        for method in (None, "draft_model", "mtp"):
+            spec = {"model": str(drafter), "num_speculative_tokens": 1, **({"method": method} if method else {})}
+            cases[f"{model_type}-{method}"] = (str(tmp_path / "llama"), spec)
+    settled = ask_vllm(
+        ASK.replace("skip_tokenizer_init=True", "skip_tokenizer_init=True, trust_remote_code=True"), json.dumps(cases)
+    )
+    assert isinstance(settled, dict)
+    assert settled["qwen3_5_mtp-draft_model"] == "draft_model" and settled["ernie_mtp-draft_model"] == "mtp", settled
+    read = tree_reader(site_packages(str(VLLM_PYTHON)))
+    for case, (model, spec) in cases.items():
+        if str(settled[case]).startswith("refused: "):
+            continue
+        command = parse(["vllm", "serve", model, "--trust-remote-code", "--speculative-config", json.dumps(spec)])
+        assert settled_method(command, resolve_model(spec["model"], {}, role="drafter"), read) == settled[case], case

@@ -10,7 +10,7 @@ import os
 import textwrap
 
 import pytest
-from vllm_overlay import ask_vllm, site_packages
+from vllm_overlay import REFUSED, ask_vllm, preflight_findings, site_packages
 
 from patchkit.launch.command import parse
 from patchkit.launch.engine import tree_reader
@@ -93,21 +93,6 @@ DEEPSEEK_V3 = {
     "rms_norm_eps": 1e-6, "torch_dtype": "bfloat16", "hidden_act": "silu", "rope_theta": 10000,
     "n_group": 8, "topk_group": 4, "topk_method": "noaux_tc", "scoring_func": "sigmoid",
 }  # fmt: skip
-START = textwrap.dedent("""\
-    import json, sys
-    from patchkit._target.engine_config import _force_cpu_platform_when_none
-    import vllm
-    _force_cpu_platform_when_none()
-    from vllm.engine.arg_utils import EngineArgs
-    refused = {}
-    for name, (target, spec) in json.loads(sys.argv[1]).items():
-        try:
-            EngineArgs(model=target, speculative_config=spec, skip_tokenizer_init=True).create_engine_config()
-            refused[name] = None
-        except Exception as exc:
-            refused[name] = f"{type(exc).__name__}: {exc}"[:300]
-    print(json.dumps(refused))
-    """)
 
 
 def test_the_mtp_token_count_is_refused_where_vllm_refuses_it_at_start(tmp_path):
@@ -121,7 +106,7 @@ def test_the_mtp_token_count_is_refused_where_vllm_refuses_it_at_start(tmp_path)
         (model / "config.json").write_text(json.dumps({**DEEPSEEK_V3, "num_nextn_predict_layers": layers}))
         for tokens in (1, 2, 3, 4, 6):
             cases[f"{layers}-{tokens}"] = (str(model), {"method": "mtp", "num_speculative_tokens": tokens})
-    refused = ask_vllm(START, json.dumps(cases))
+    refused = ask_vllm(REFUSED, json.dumps(cases))
     assert isinstance(refused, dict)
     for name, (model, spec) in cases.items():
         command = parse(["vllm", "serve", model, "--speculative-config", json.dumps(spec)])
@@ -159,3 +144,28 @@ def test_each_mtp_drafters_weight_rule_read_is_vllms():
             wanted = tuple(f"{p}{61 + i}." for i in range(n) for p in prefixes)
             ours = [name.startswith(wanted) or (anywhere and any(w in name for w in wanted)) for name in RULE_NAMES]
             assert ours == asked[f"{module}/{n}"], (module, n, ours)
+
+
+def test_a_separate_mtp_checkpoint_whose_heads_tp_does_not_divide_is_refused_as_vllm_refuses_it(tmp_path):
+    """vLLM verifies the draft ModelConfig with the draft tensor-parallel size (-tp) at start: a DeepSeek-V3
+    checkpoint of its own with 6 heads under -tp 4 is refused, one with 8 is taken; the static finding agrees."""
+    (tmp_path / "target").mkdir()
+    (tmp_path / "target" / "config.json").write_text(json.dumps(DEEPSEEK_V3))
+    cases = {}
+    for heads in (6, 8):
+        model = tmp_path / f"heads{heads}"
+        model.mkdir()
+        (model / "config.json").write_text(json.dumps({**DEEPSEEK_V3, "num_attention_heads": heads}))
+        cases[str(heads)] = (
+            str(tmp_path / "target"),
+            {"method": "mtp", "model": str(model), "num_speculative_tokens": 1},
+        )
+    on_four = REFUSED.replace("skip_tokenizer_init=True", "skip_tokenizer_init=True, tensor_parallel_size=4")
+    refused = ask_vllm(on_four, json.dumps(cases))
+    assert isinstance(refused, dict) and refused["8"] is None, refused
+    assert "Total number of attention heads (6) must be divisible by tensor parallel size (4)" in str(refused["6"])
+    for name, (target, spec) in cases.items():
+        found = preflight_findings("vllm", "serve", target, "-tp", "4", "--speculative-config", json.dumps(spec))
+        said = [f for f in found if f["check"] == "drafter-architecture" and not f["ok"]]
+        assert bool(said) == (refused[name] is not None), (name, said)
+        assert all("refuses the launch at start" in f["message"] for f in said), said

@@ -7,13 +7,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from launch_fixtures import write_model, write_weights
-from vllm_overlay import DRAFTER_BUILT, TINY_DRAFTER, TINY_LLAMA, TINY_WEIGHTS, ask_vllm
+from vllm_overlay import DRAFTER_BUILT, TINY_DRAFTER, TINY_LLAMA, TINY_WEIGHTS, ask_vllm, preflight_findings
 
 VLLM_PYTHON = os.environ.get("VLLM_PYTHON")
 
@@ -32,12 +30,8 @@ CASES = {
 
 def drafter_findings(target: Path, drafter: Path) -> list[dict]:
     spec = json.dumps({**SPEC, "model": str(drafter)})
-    done = subprocess.run(
-        [sys.executable, "-m", "patchkit", "preflight", "--python", VLLM_PYTHON, "--no-import", "--format", "json",
-         "--", "vllm", "serve", str(target), "--speculative-config", spec],
-        capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
-    return [f for f in json.loads(done.stdout)["findings"] if f["check"] == "drafter-architecture"]
+    found = preflight_findings("vllm", "serve", str(target), "--speculative-config", spec)
+    return [f for f in found if f["check"] == "drafter-architecture"]
 
 
 def test_parallel_drafting_fails_exactly_where_vllms_drafter_load_raises(tmp_path: Path):

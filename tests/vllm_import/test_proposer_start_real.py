@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from launch_fixtures import write_model
-from vllm_overlay import TINY_DRAFTER, TINY_LLAMA, ask_vllm
+from vllm_overlay import TINY_DRAFTER, TINY_LLAMA, ask_vllm, preflight_findings
 
 VLLM_PYTHON = os.environ.get("VLLM_PYTHON")
 
@@ -52,12 +50,8 @@ print(json.dumps(said))
 
 
 def spec_findings(target: Path, spec: dict, *options: str) -> list[dict]:
-    done = subprocess.run(
-        [sys.executable, "-m", "patchkit", "preflight", "--python", VLLM_PYTHON, "--no-import", "--format", "json",
-         "--", "vllm", "serve", str(target), "--speculative-config", json.dumps(spec), *options],
-        capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
-    return [f for f in json.loads(done.stdout)["findings"] if f["check"] == "speculative-config"]
+    found = preflight_findings("vllm", "serve", str(target), "--speculative-config", json.dumps(spec), *options)
+    return [f for f in found if f["check"] == "speculative-config"]
 
 
 def test_the_proposers_start_refusals_are_failed_exactly_where_vllm_raises(tmp_path: Path):

@@ -5,16 +5,13 @@ with --trust-remote-code, a directory without the module auto_map names is refus
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 from launch_fixtures import write_model
-from vllm_overlay import TINY_LLAMA, ask_vllm
+from vllm_overlay import TINY_LLAMA, ask_vllm, preflight_findings
 
 VLLM_PYTHON = os.environ.get("VLLM_PYTHON")
 
@@ -44,12 +41,8 @@ TARGETS = {
 
 
 def models_findings(target: Path, *flags: str) -> list[dict]:
-    done = subprocess.run(
-        [sys.executable, "-m", "patchkit", "preflight", "--python", str(VLLM_PYTHON), "--no-import", "--format", "json",
-         "--", "vllm", "serve", str(target), *flags],
-        capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
-    return [f for f in json.loads(done.stdout)["findings"] if f["check"] == "models" and "auto_map" in f["message"]]
+    found = preflight_findings("vllm", "serve", str(target), *flags)
+    return [f for f in found if f["check"] == "models" and "auto_map" in f["message"]]
 
 
 def test_a_config_only_remote_code_reads_is_refused_exactly_where_vllm_refuses_it(tmp_path: Path):

@@ -95,3 +95,18 @@ def test_an_optional_options_none_or_nothing_is_read_as_vllm_reads_it(tmp_path):
         command = parse(["vllm", "serve", *line], VERSION)
         ours = {option.replace("-", "_"): command.optional_text(option) for option in OPTIONAL}
         assert ours == {name: theirs[name] for name in ours}, line
+
+
+def test_config_yaml_timestamps_are_read_as_vllms_serve_parser_reads_them(tmp_path):
+    """review41a F3: with `vllm serve`'s parser imported, lm-format-enforcer has made SafeLoader build
+    timestamps as strings: a date in a --config YAML is its text, in vLLM and in patchkit alike."""
+    config = tmp_path / "dates.yaml"
+    config.write_text(
+        "speculative-config:\n  model: /m/d\n  revision: 2024-01-01\n  when: 2001-12-14t21:59:43.10-05:00\n"
+        "max-model-len: 4096\nrevision: 2024-01-02\n"
+    )
+    line = ["org/m", "--config", str(config)]
+    [theirs] = vllm_readings([line], tmp_path)
+    assert theirs["speculative_config"]["revision"] == "2024-01-01", theirs
+    assert theirs["revision"] == "2024-01-02", theirs
+    agree(line, patchkit_reading(line, VERSION), theirs)

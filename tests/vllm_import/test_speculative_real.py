@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import json
 import os
-import textwrap
 from pathlib import Path
 
 import pytest
-from vllm_overlay import TINY_LLAMA, ask_vllm, site_packages
+from vllm_overlay import REFUSED, TINY_LLAMA, ask_vllm, site_packages
 
 from patchkit.launch.command import parse
 from patchkit.launch.engine import LaunchContext
@@ -69,22 +68,6 @@ SPECS = {
     "medusa-with-head": {"method": "medusa", "model": "DRAFTER", "num_speculative_tokens": 3},
     "draft-model-head": {"method": "draft_model", "model": "DRAFTER", "num_speculative_tokens": 3},
 }
-ASK_VLLM = textwrap.dedent("""\
-    import json, sys
-    from patchkit._target.engine_config import _force_cpu_platform_when_none
-    import vllm
-    _force_cpu_platform_when_none()
-    from vllm.engine.arg_utils import EngineArgs
-    target, specs = sys.argv[1], json.loads(sys.argv[2])
-    refused = {}
-    for name, spec in specs.items():
-        try:
-            EngineArgs(model=target, speculative_config=spec, skip_tokenizer_init=True).create_engine_config()
-            refused[name] = None
-        except Exception as exc:
-            refused[name] = f"{type(exc).__name__}: {exc}"[:300]
-    print(json.dumps(refused))
-    """)
 
 
 def test_the_speculative_config_finding_fails_what_vllm_refuses_and_only_that(tmp_path: Path):
@@ -96,7 +79,7 @@ def test_the_speculative_config_finding_fails_what_vllm_refuses_and_only_that(tm
     names = {"DRAFTER": paths["drafter"], "NAMED": paths["x-eagle3"]}
     specs = {n: {k: names.get(v, v) if isinstance(v, str) else v for k, v in s.items()} for n, s in SPECS.items()}
     site = site_packages(VLLM_PYTHON)
-    vllm_refused = ask_vllm(ASK_VLLM, paths["target"], json.dumps(specs))
+    vllm_refused = ask_vllm(REFUSED, json.dumps({name: [paths["target"], spec] for name, spec in specs.items()}))
     for name, spec in specs.items():
         command = parse(["vllm", "serve", paths["target"], "--speculative-config", json.dumps(spec)])
         model = spec.get("model")

@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from launch_fixtures import EMPTY_SAFETENSORS
-from vllm_overlay import TINY_LLAMA
+from vllm_overlay import TINY_LLAMA, preflight_findings
 
 VLLM_PYTHON = os.environ.get("VLLM_PYTHON")
 
@@ -38,11 +36,7 @@ def validation(tmp_path: Path, *options: str) -> dict:
         )
     vllm = str(Path(str(VLLM_PYTHON)).with_name("vllm"))
     launch = ["env", f"PYTHONPATH={tmp_path / 'pp'}", vllm, "serve", str(model), "--skip-tokenizer-init", *options]
-    done = subprocess.run(
-        [sys.executable, "-m", "patchkit", "preflight", "--format", "json", "--python", str(VLLM_PYTHON), "--", *launch],
-        capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
-    [found] = [f for f in json.loads(done.stdout)["findings"] if f["check"] == "vllm-validation"]
+    [found] = [f for f in preflight_findings(*launch, static=False) if f["check"] == "vllm-validation"]
     return found
 
 

@@ -17,6 +17,7 @@ import os
 import shutil
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 from launch_fixtures import eagle3_tensors
@@ -37,6 +38,16 @@ TINY_LLAMA = {
     "vocab_size": 1000,
     "torch_dtype": "bfloat16",
 }
+
+# DeepSeek-V3's shape (MLA), small
+TINY_DEEPSEEK_V3 = {
+    "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "hidden_size": 256,
+    "intermediate_size": 512, "moe_intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+    "num_key_value_heads": 4, "max_position_embeddings": 1024, "vocab_size": 1000, "q_lora_rank": 64,
+    "kv_lora_rank": 32, "qk_nope_head_dim": 32, "qk_rope_head_dim": 16, "v_head_dim": 32, "n_routed_experts": 4,
+    "n_shared_experts": 1, "num_experts_per_tok": 2, "first_k_dense_replace": 1, "n_group": 1, "topk_group": 1,
+    "routed_scaling_factor": 1.0, "scoring_func": "sigmoid", "topk_method": "noaux_tc", "norm_topk_prob": True,
+}  # fmt: skip
 
 
 def site_packages(python: str | Path) -> Path:
@@ -109,6 +120,59 @@ def ask_vllm(script: str, *args: str) -> object:
     )
     return json.loads(asked.stdout.strip().splitlines()[-1])
 
+
+def preflight_findings(*launch: str, static: bool = True) -> list[dict]:
+    """Every finding of this checkout's `patchkit preflight` of `launch` on the real vLLM venv's
+    interpreter (--python); static: without importing vLLM (--no-import)."""
+    no_import = ["--no-import"] if static else []
+    done = subprocess.run(
+        [sys.executable, "-m", "patchkit", "preflight", "--python", str(VLLM_PYTHON), *no_import, "--format", "json",
+         "--", *launch],
+        capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    return json.loads(done.stdout)["findings"]
+
+
+# the head of a script for ask_vllm: vLLM imported with its CPU platform forced
+ON_CPU = """\
+import json, sys
+from patchkit._target.engine_config import _force_cpu_platform_when_none
+import vllm
+_force_cpu_platform_when_none()
+"""
+
+
+def engine_configs(method: str, answer: str, cut: int) -> str:
+    """A script for ask_vllm: for each drafter (argv[2:]) vLLM's own EngineArgs(model=argv[1],
+    skip_tokenizer_init=True, a speculative config of `method`).create_engine_config() on CPU; it says,
+    of each, `answer` (an expression of the engine's `config`) or its error's words (cut to `cut`)."""
+    return ON_CPU + textwrap.dedent(f"""\
+        from vllm.engine.arg_utils import EngineArgs
+        said = {{}}
+        for drafter in sys.argv[2:]:
+            spec = {{"method": "{method}", "model": drafter, "num_speculative_tokens": 2}}
+            try:
+                config = EngineArgs(model=sys.argv[1], skip_tokenizer_init=True, speculative_config=spec).create_engine_config()
+                said[drafter] = {answer}
+            except Exception as exc:
+                said[drafter] = f"{{type(exc).__name__}}: {{exc}}"[:{cut}]
+        print(json.dumps(said))
+        """)
+
+
+# ask_vllm(REFUSED, json.dumps({name: [target, speculative config]})): of each, vLLM's own
+# EngineArgs.create_engine_config() on CPU: None where it takes it, else its error's words
+REFUSED = ON_CPU + textwrap.dedent("""\
+    from vllm.engine.arg_utils import EngineArgs
+    refused = {}
+    for name, (target, spec) in json.loads(sys.argv[1]).items():
+        try:
+            EngineArgs(model=target, speculative_config=spec, skip_tokenizer_init=True).create_engine_config()
+            refused[name] = None
+        except Exception as exc:
+            refused[name] = f"{type(exc).__name__}: {exc}"[:300]
+    print(json.dumps(refused))
+    """)
 
 # review38 B5's class: vLLM builds the EAGLE-3 drafter (llama_eagle3.py, of llama.py's layers) and loads its
 # weights only after the target's load; both asked here on CPU, for each drafter directory in turn

@@ -1,0 +1,41 @@
+"""A separate mtp checkpoint ("model" given under method mtp) against the draft tensor-parallel size:
+vLLM builds it in the target's tensor-parallel group (draft_tensor_parallel_size is 1 or -tp, else
+-tp), and SpeculativeConfig verifies the draft ModelConfig with that size at start
+(verify_with_parallel_config, 0.11-0.34: -tp must divide its attention heads); its attention then
+asserts on its KV heads too (not for MLA) building it, after the target's load."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from patchkit.base.errors import escaped
+from patchkit.launch.drafter_heads import heads_unsplit
+from patchkit.launch.findings import Finding
+from patchkit.launch.target_heads import tp_refused
+
+CHECK = "drafter-architecture"
+SPEC_FILE = "vllm/config/speculative.py"
+VERIFIED = b"self.draft_model_config.verify_with_parallel_config("  # at start, every release read
+
+
+def mtp_heads_findings(launch: Any) -> list[Finding]:
+    """A failed finding (in a list) for a separate mtp checkpoint whose heads the draft tensor-parallel
+    size does not split; none where it does, or the target's heads already refuse -tp at start."""
+    command, drafter = launch.command, launch.drafter
+    tp = command.tensor_parallel_size
+    if drafter is None or tp_refused(launch.target, tp):
+        return []
+    if (command.speculative_config or {}).get("draft_tensor_parallel_size") == 1:
+        return []  # built alone: nothing to split
+    config = drafter.text_config
+    found = heads_unsplit(config, tp, command.uses_mla(config))
+    if found is None:
+        return []
+    at_start = "attention heads" in found[0] and VERIFIED in (launch.read(SPEC_FILE) or b"")
+    when = (
+        "vLLM refuses the launch at start (its draft ModelConfig's verify_with_parallel_config)"
+        if at_start
+        else "vLLM fails building it, after the target's load"
+    )
+    said = f"drafter '{escaped(drafter.name)}' (method mtp, a checkpoint of its own): {found[0]}: {when}"
+    return [Finding(CHECK, False, said, found[1])]

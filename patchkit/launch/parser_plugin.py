@@ -1,0 +1,133 @@
+"""A --tool-parser-plugin: a file of the user's that vLLM's API server imports before it looks the
+--tool-call-parser name up. Its parser may be built on one vLLM ships (a subclass of KimiK2ToolParser
+registered under a name of its own): the tool-call set that patches that parser then serves the
+launch, whatever name it gives. Read statically, bounded and never blocking (through observed.py):
+its imports of a parser module the set patches (or of a class defined there, from the parsers'
+package), or a string naming a parser the set serves (ToolParserManager.get_tool_parser("kimi_k2")).
+A plugin patchkit cannot read (bytecode, an extension, a fifo, syntax its Python lacks) may use it."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import os
+from collections.abc import Callable, Iterable
+
+from packaging.version import Version
+
+from patchkit.base.errors import PatchkitError, escaped
+from patchkit.checks.parsed import python_tree
+from patchkit.launch import observed
+from patchkit.launch.command import LaunchCommand
+from patchkit.launch.relevance import LaunchNeeds
+from patchkit.series import library
+from patchkit.series.library import LaunchRule, PatchSetDef
+from patchkit.series.patchfile import touched_paths
+
+PLUGIN_LIMIT = 4 << 20  # a parser plugin: a few KB of Python; a larger file is not judged
+OPTION = "tool-parser-plugin"
+# where the releases keep the tool parsers (0.13 on, before): a patched file there is a parser module
+PARSER_PACKAGES = ("vllm/tool_parsers/", "vllm/entrypoints/openai/tool_parsers/")
+
+Reader = Callable[[str], "bytes | None"]
+Use = tuple[bool | None, str]  # (the plugin uses the set: True, False, None: cannot tell; what it found)
+
+
+def plugin_path(command: LaunchCommand) -> str | None:
+    """The plugin file vLLM imports for the tool parser (None: none): --tool-parser-plugin of more than
+    3 characters (api_server's `len(...) > 3`), under --enable-auto-tool-choice, where an API server runs."""
+    value = command.options.get(OPTION)
+    if not command.auto_tool_choice or command.headless or not isinstance(value, str) or len(value) <= 3:
+        return None
+    return value
+
+
+def with_plugin_needs(
+    needs: LaunchNeeds, sets: dict[str, PatchSetDef], command: LaunchCommand, version: Version | None, read: Reader
+) -> LaunchNeeds:
+    """`needs` with each tool-call set the launch's tool parser plugin uses needed (named by what the
+    plugin does), and each it may use, unread, in `maybe` (never "not used by this launch")."""
+    if plugin_path(command) is None or version is None:
+        return needs
+    unneeded, named, maybe = dict(needs.unneeded), dict(needs.named), dict(needs.maybe)
+    for name in needs.unneeded:
+        parsers = _parsers(sets[name].needed_by) if name in sets else ()
+        try:
+            patched = touched_paths(library.select(sets[name], version).patches) if parsers else []
+        except PatchkitError:  # no series for this release: nothing of the set's to judge
+            patched = []
+        use = plugin_use(command, patched, parsers, read)
+        if use is not None and use[0]:
+            del unneeded[name]
+            named[name] = use[1]
+        elif use is not None and use[0] is None:
+            maybe[name] = use[1]
+    return dataclasses.replace(needs, unneeded=unneeded, named=named, maybe=maybe)
+
+
+def _parsers(rule: LaunchRule | None) -> tuple[str, ...]:
+    """The tool parser names a set's rule serves (alone, or in a `when` entry)."""
+    if rule is None:
+        return ()
+    return (*rule.tool_call_parsers, *(name for entry in rule.when for name in entry.tool_call_parsers))
+
+
+def plugin_use(command: LaunchCommand, patched: Iterable[str], parsers: Iterable[str], read: Reader) -> Use | None:
+    """Whether the launch's tool parser plugin uses a set that patches the tree's files `patched` and
+    serves the parser names `parsers` (None: no plugin in the launch, or the set patches no parser)."""
+    given = plugin_path(command)
+    modules = {
+        path[:-3].replace("/", "."): path
+        for path in patched
+        if path.startswith(PARSER_PACKAGES) and path.endswith(".py")
+    }
+    modules = {module: path for module, path in modules.items() if not module.endswith(".__init__")}
+    if given is None or not modules:
+        return None
+    where = os.path.join(command.working_directory(), given)
+    shown = f"--{OPTION} {escaped(given)}"
+    if not given.endswith(".py"):
+        return (None, f"{shown} is not Python source patchkit reads") if observed.exists(where) else (False, "")
+    try:
+        data = observed.read_regular(where, PLUGIN_LIMIT, follow_symlinks=True)
+    except FileNotFoundError:
+        return False, ""  # vLLM logs the failed import and carries on: nothing of it runs
+    except (OSError, ValueError) as exc:
+        return None, f"{shown} cannot be read ({getattr(exc, 'strerror', None) or exc})"
+    if not data.strip():
+        return False, ""
+    tree = python_tree(data)
+    if tree is None:
+        return None, f"{shown} is not Python patchkit's parser reads"
+    classes = {name: module for module, path in modules.items() for name in _classes(read(path))}
+    found = _imported(tree, modules, classes) or _named(tree, set(parsers))
+    return (True, f"{shown} {found}") if found else (False, "")
+
+
+def _imported(tree: ast.Module, modules: dict[str, str], classes: dict[str, str]) -> str | None:
+    """How the plugin imports a patched parser module (or a class of one, from its package)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name in modules:
+                    return f"imports {alias.name}"
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for alias in node.names:
+                if node.module in modules or f"{node.module}.{alias.name}" in modules:
+                    return f"imports {node.module}"
+                if alias.name in classes and classes[alias.name].rpartition(".")[0] == node.module:
+                    return f"imports {alias.name} (vLLM's, from {classes[alias.name]})"
+    return None
+
+
+def _named(tree: ast.Module, parsers: set[str]) -> str | None:
+    """A string the plugin holds that is a parser name the set serves (a lookup by name)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in parsers:
+            return f"names the tool parser {node.value!r}"
+    return None
+
+
+def _classes(source: bytes | None) -> set[str]:
+    tree = python_tree(source)
+    return {node.name for node in tree.body if isinstance(node, ast.ClassDef)} if tree is not None else set()

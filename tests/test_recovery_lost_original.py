@@ -1,0 +1,211 @@
+"""A crash leaves a journal whose saved original is then damaged or lost (review 41b M5): recovery
+makes that original again where it can, sha256 checked (a patched file from the patches its record
+names, a stock file from vLLM's own release file), and rolls back as usual. Where it cannot, every
+command refuses with a hint, and the commands the hint names really bring the tree back."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from cli_server import run_patchkit
+from helpers import (
+    MODEL_PY,
+    OFFLINE,
+    SPEC_PY,
+    STOCK_FILES,
+    make_patch,
+    snapshot,
+    stock_files_fetched,
+    write_library,
+    write_tree,
+    write_wheel,
+)
+
+from patchkit.base.hashing import sha256
+
+SPEC = "vllm/config/spec.py"
+MODEL = "vllm/models/model.py"
+PATCHED = {SPEC: SPEC_PY.replace('"qwen"', '"deepseek"'), MODEL: MODEL_PY.replace("return x", "return x + 1")}
+
+
+def _patchkit(*args: object, fault: str = "") -> subprocess.CompletedProcess:
+    """`python -m patchkit ARGS` in a process of its own, which the fault ends (os._exit: a SIGKILL)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PATCHKIT_FAULT")} | OFFLINE
+    if fault:
+        env |= {"PATCHKIT_FAULT_AFTER": fault, "PATCHKIT_FAULT_MODE": "exit"}
+    return run_patchkit([str(a) for a in args], env, None, 120)
+
+
+def _tree_files(tree: Path) -> dict[str, bytes]:
+    return {path: data for path, data in snapshot(tree).items() if not path.startswith(".patchkit/")}
+
+
+def _crash_after_the_first_replace(tree: Path, command: list[object], first: str, written: bytes) -> None:
+    """Run `command` on `tree` with a fault at the first step that leaves `first` holding `written`
+    with the journal still there (the commit cut short right after that replace); found by bisection
+    on copies (every later step leaves it written too, as the fault rolls nothing back)."""
+    keep = tree.parent / f"{tree.name}-before"
+    shutil.copytree(tree, keep, symlinks=True)
+
+    def replaced(step: int) -> bool:
+        shutil.rmtree(tree)
+        shutil.copytree(keep, tree, symlinks=True)
+        died = _patchkit(*command, fault=str(step))
+        assert died.returncode in (0, 70), died.stdout + died.stderr  # 0: the command has fewer steps
+        return died.returncode == 0 or (tree / first).read_bytes() == written
+
+    low, high = 1, 64
+    assert replaced(high)
+    while low < high:
+        middle = (low + high) // 2
+        low, high = (low, middle) if replaced(middle) else (middle + 1, high)
+    assert replaced(low) and (tree / ".patchkit/journal.json").exists()  # it died, right after that replace
+
+
+@pytest.fixture
+def applied(tmp_path, scratch) -> tuple[Path, Path, dict[str, bytes]]:
+    """A tree with a --patch diff of two files applied (and the guard): the tree, the diff, its stock files."""
+    tree = write_tree(tmp_path / "site")
+    stock = _tree_files(tree)
+    diff = tmp_path / "site.diff"
+    diff.write_bytes(make_patch(scratch, tree, PATCHED))
+    assert _patchkit("apply", "--target", tree, "--patch", diff, "--no-import").returncode == 0
+    return tree, diff, stock
+
+
+def _damage(tree: Path, data: bytes) -> None:
+    """The saved original holding `data` overwritten (a disk error, a user's mistake): not its bytes."""
+    obj = tree / ".patchkit/objects" / sha256(data)
+    obj.unlink()
+    obj.write_bytes(b"damaged\n")
+
+
+@pytest.mark.parametrize("where", ["--patch", "library", "library in the tree"])
+def test_a_revert_cut_short_whose_patched_original_is_damaged_is_rolled_back(tmp_path, scratch, where):
+    """The revert replaced spec.py with its stock bytes and died; the saved original it needs to roll
+    back (the patched spec.py) is then damaged. Every command exited 2, and the hint's fetch --force
+    kept the recorded file. Recovery now makes it again from the recorded patches (sha256 checked),
+    from the user's library too when it lies in the tree (patchkit installed beside vLLM)."""
+    tree = write_tree(tmp_path / "site")
+    diff = make_patch(scratch, tree, PATCHED)
+    if where.startswith("library"):
+        library = write_library((tree / "patchkit" if "tree" in where else tmp_path) / "lib", {"0.16.0": [diff]})
+        chosen: list[object] = ["--patches", library, "--set", "demo"]
+    else:
+        (tmp_path / "site.diff").write_bytes(diff)
+        chosen = ["--patch", tmp_path / "site.diff"]
+    stock = _tree_files(tree)
+    assert _patchkit("apply", "--target", tree, *chosen, "--no-import").returncode == 0
+    patched = _tree_files(tree)
+    _crash_after_the_first_replace(tree, ["revert", "--target", tree, *chosen], SPEC, SPEC_PY.encode())
+    _damage(tree, PATCHED[SPEC].encode())
+
+    done = _patchkit("status", "--target", tree, *chosen)
+    said = " ".join(done.stderr.split())
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"the saved original of {SPEC} was damaged or missing: made again from the patches its record" in said
+    assert _tree_files(tree) == patched and not (tree / ".patchkit/journal.json").exists()
+    assert _patchkit("revert", "--target", tree, *chosen).returncode == 0
+    assert _tree_files(tree) == stock
+
+
+def test_a_damaged_original_no_patch_at_hand_makes_again_names_a_revert_that_works(applied):
+    """The same with the --patch file gone: nothing makes the original again, so every command
+    refuses; the fix the hint named (fetch --force, then recover) changed nothing. The hint now
+    names the journal's removal and the revert that finishes it: run as said, the tree is stock."""
+    tree, diff, stock = applied
+    _crash_after_the_first_replace(tree, ["revert", "--target", tree, "--patch", diff], SPEC, SPEC_PY.encode())
+    _damage(tree, PATCHED[SPEC].encode())
+    diff.rename(diff.with_suffix(".gone"))
+    for command in (["status"], ["recover"], ["revert"], ["apply", "--no-import"]):
+        refused = _patchkit(*command, "--target", tree)
+        assert refused.returncode == 2 and f"the saved original of {SPEC} is damaged" in refused.stderr
+    hint = " ".join(refused.stderr.split()).split("If one was", 1)[1]
+    assert "fetch" not in hint, hint
+    forget, finish = re.findall(r"`([^`]+)`", hint)
+    assert forget == shlex.join(["rm", "--", str(tree / ".patchkit/journal.json")]), hint
+    subprocess.run(shlex.split(forget), check=True)
+    words = shlex.split(finish)
+    assert words[:2] == ["patchkit", "revert"], hint
+    done = _patchkit(*words[1:])
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert _tree_files(tree) == stock
+    assert not (tree / ".patchkit/journal.json").exists()
+
+
+def test_an_apply_cut_short_whose_stock_original_is_damaged_takes_vllms_own_file(applied, tmp_path):
+    """An apply cut short after it patched spec.py, its saved stock original then damaged: the
+    release's own spec.py (patchkit's fetcher, checked against the wheel's RECORD) is that
+    original, by its sha256, and the rollback puts it back."""
+    tree, diff, stock = applied
+    assert _patchkit("revert", "--target", tree, "--patch", diff).returncode == 0
+    write_wheel(tmp_path / "wheel")  # the release's wheel, published in the test's cache
+    stock_files_fetched({p: d for p, d in STOCK_FILES.items() if p == SPEC})
+    command: list[object] = ["apply", "--target", tree, "--patch", diff, "--no-import"]
+    _crash_after_the_first_replace(tree, command, SPEC, PATCHED[SPEC].encode())
+    _damage(tree, SPEC_PY.encode())
+    done = _patchkit("status", "--target", tree, "--patch", diff)
+    said = " ".join(done.stderr.split())
+    assert done.returncode in (0, 1), done.stdout + done.stderr
+    assert f"the saved original of {SPEC} was damaged or missing: made again from vLLM 0.16.0's own file" in said
+    assert _tree_files(tree) == stock and not (tree / ".patchkit/journal.json").exists()
+
+
+def test_an_apply_cut_short_offline_names_a_fetch_that_lays_out_the_lost_file(tmp_path, scratch):
+    """The apply's stock original damaged and the release's file out of reach (offline, not cached):
+    refused, and the hint names the stock files' fetch, then recover. Its fetch took only the sets'
+    files (`--all` now: the lost file may be no set's); run as said once the index answers, the
+    tree is stock."""
+    python_files = {p: d for p, d in STOCK_FILES.items() if p.endswith(".py")}
+    tree = write_tree(tmp_path / "site", files=dict(python_files))
+    stock = _tree_files(tree)
+    diff = tmp_path / "site.diff"
+    diff.write_bytes(make_patch(scratch, tree, PATCHED))
+    command: list[object] = ["apply", "--target", tree, "--patch", diff, "--no-import"]
+    _crash_after_the_first_replace(tree, command, SPEC, PATCHED[SPEC].encode())
+    _damage(tree, SPEC_PY.encode())
+    refused = _patchkit("status", "--target", tree)
+    assert refused.returncode == 2 and f"the saved original of {SPEC} is damaged" in refused.stderr
+    fetched, recover = re.findall(r"`([^`]+)`", " ".join(refused.stderr.split()).split("If one was", 1)[1])
+    assert shlex.split(fetched) == ["patchkit", "fetch", "0.16.0", "--dest", str(tree), "--force", "--all"]
+    assert shlex.split(recover) == ["patchkit", "recover", "--target", str(tree)]
+    write_wheel(tmp_path / "wheel")  # the index answers again: the release's files in the cache
+    stock_files_fetched(python_files)
+    for words in (shlex.split(fetched), shlex.split(recover)):
+        done = _patchkit(*words[1:])
+        assert done.returncode == 0, done.stdout + done.stderr
+    assert _tree_files(tree) == stock and not (tree / ".patchkit/journal.json").exists()
+
+
+def test_a_lost_original_of_an_older_guard_leaves_no_guard_and_names_apply(applied):
+    """An apply replacing an older patchkit's guard, cut short after the replace, its saved copy of the
+    older guard then lost: nothing makes that original again (it is no guard of this patchkit's), and
+    the hint's fetch of the stock files lays out no guard. The rollback removes the file instead (the
+    guard only stops guarding: status says so) and names the apply that installs this patchkit's."""
+    tree, diff, _stock = applied
+    guard = tree / "patchkit_guard.py"
+    own = guard.read_bytes()
+    older = own + b"# an older patchkit's guard\n"
+    guard.write_bytes(older)
+    record = json.loads((tree / ".patchkit/state.json").read_text())
+    record["guard"]["patchkit_guard.py"] = sha256(older)
+    (tree / ".patchkit/state.json").write_text(json.dumps(record))
+    _crash_after_the_first_replace(tree, ["apply", "--target", tree, "--patch", diff, "--no-import"], guard.name, own)
+    (tree / ".patchkit/objects" / sha256(older)).unlink()
+    done = _patchkit("status", "--target", tree, "--patch", diff)
+    said = " ".join(done.stderr.split())
+    assert done.returncode in (0, 1), done.stdout + done.stderr
+    assert "the launch guard's 1 file(s) it replaced removed, not restored (the saved original is damaged" in said
+    assert not guard.exists() and not (tree / ".patchkit/journal.json").exists()
+    [apply] = [c for c in re.findall(r"`([^`]+)`", said) if c.startswith("patchkit apply")]
+    again = _patchkit(*shlex.split(apply)[1:], "--no-import")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert guard.read_bytes() == own
+    assert _patchkit("status", "--target", tree, "--patch", diff).returncode == 0
