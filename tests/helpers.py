@@ -1035,3 +1035,29 @@ def mutated(record: object, place: tuple, value: object, *, as_key: bool, drop: 
     else:
         parent[last] = value
     return record
+
+
+def double_ctrl_c_in_the_lock(monkeypatch) -> list[int]:
+    """A Ctrl-C once filelock has locked the file, a second in the release its rollback of that take
+    runs: filelock 4 raises the two together as one BaseExceptionGroup ("lock acquisition cleanup
+    failed"). The signals sent (a filelock that rolls nothing back never sends the second)."""
+    from filelock import FileLock
+
+    real_acquire, real_release = FileLock._acquire, FileLock._release
+    sent: list[int] = []
+
+    def acquire(self):
+        real_acquire(self)
+        if not sent:
+            sent.append(1)
+            os.kill(os.getpid(), signal.SIGINT)
+
+    def release(self):
+        if len(sent) == 1:
+            sent.append(2)
+            os.kill(os.getpid(), signal.SIGINT)
+        real_release(self)
+
+    monkeypatch.setattr(FileLock, "_acquire", acquire)
+    monkeypatch.setattr(FileLock, "_release", release)
+    return sent

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import crash_trials as ct
 import pytest
-from helpers import mark_staged, record_rows, run_cli_judged
+from helpers import double_ctrl_c_in_the_lock, mark_staged, record_rows, run_cli_judged
 
 from patchkit.base import seal, signals
 
@@ -679,6 +679,17 @@ def test_a_stale_unchecked_hash_pyc_that_cannot_be_recompiled_on_a_full_disk_is_
     assert code == 0 and not pyc.exists(), out
     assert "spec.py" in out and "could not recompile it (No space left on device): removed" in out, out
     assert ct.fingerprint(tree) == scenario.prints["patched"]
+
+
+def test_a_double_ctrl_c_inside_the_locks_take_ends_130_with_the_line(scenario, work, monkeypatch):
+    """filelock raised the two interrupts as one BaseExceptionGroup, which no `except KeyboardInterrupt`
+    caught: the double Ctrl-C trials' revert exit 99 (a traceback and exit 1 from the console script)."""
+    double_ctrl_c_in_the_lock(monkeypatch)
+    tree = scenario.fresh("patched", work)
+    code, out = ct.run_cli(["revert", *scenario.args(tree, "revert")])  # forked: the patched filelock
+    assert code == 130 and out.count("error: interrupted before any change") == 1, out
+    assert "Traceback" not in out and "trial child" not in out, out
+    assert scenario.whole(tree) == "patched" and not (tree / ".patchkit/journal.json").exists()
 
 
 def test_a_signal_deferred_by_a_step_acts_once_it_ends_and_an_ignored_one_stays_ignored():

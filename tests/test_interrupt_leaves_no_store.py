@@ -5,6 +5,7 @@ taken) changed nothing, so it leaves no .patchkit/ behind (new-user 22, H2: an a
 from __future__ import annotations
 
 import pytest
+from helpers import double_ctrl_c_in_the_lock
 
 from patchkit.base import locks, signals
 from patchkit.engine.transaction import locked_record
@@ -36,3 +37,14 @@ def test_an_interrupt_on_a_tree_with_a_record_keeps_its_store(tree, monkeypatch)
     with pytest.raises(KeyboardInterrupt), locked_record(tree):
         pass
     assert (meta_dir(tree) / "state.json").exists()
+
+
+def test_a_double_ctrl_c_inside_the_locks_take_is_an_interrupt_and_leaves_no_store(tree, monkeypatch):
+    """The group escaped every `except KeyboardInterrupt`: the crash trials' revert exit 99, 1 in 300
+    (a traceback and exit 1 from the console script), and a fresh tree kept the .patchkit/ made for the lock."""
+    sent = double_ctrl_c_in_the_lock(monkeypatch)
+    with signals.handled(), pytest.raises(signals.Interrupted), locked_record(tree):
+        pass
+    if sent != [1, 2]:
+        pytest.skip("this filelock does not roll back an interrupted take")
+    assert not meta_dir(tree).exists(), sorted(p.name for p in meta_dir(tree).iterdir())

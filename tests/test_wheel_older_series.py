@@ -10,6 +10,7 @@ import hashlib
 import json
 import re
 import shlex
+import shutil
 
 import pytest
 from helpers import (
@@ -209,3 +210,25 @@ def test_apply_replaces_one_sets_earlier_series_of_a_wheel_of_several_in_one_ste
     assert load_plugins_like_vllm(site).returncode == 0
     assert run("revert", "--target", site, "--patches", new).exit_code == 0
     assert ((site / SPEC).read_text(), (site / MODEL).read_text()) == (SPEC_PY, MODEL_PY)
+
+
+def test_an_earlier_series_wheel_of_a_local_build_names_its_reinstall(run, tmp_path, libraries):
+    """A wheel built from a local build (`0.16.0+lab`): no public index serves its stock files, so
+    "once the index is reachable" would never come; the hint is the build's reinstall, then apply,
+    and following it (pip's uninstall and install of the build) the library's series applies."""
+    old, new = libraries
+    stock = write_wheel(tmp_path / "in", "0.16.0+lab", published=False)
+    done = run("wheel", stock, "--out", tmp_path / "out", "--patches", old)
+    assert done.exit_code == 0, done.output
+    site = install(next((tmp_path / "out").iterdir()), tmp_path / "prefix")
+    before = snapshot(site)
+    refused = run("apply", "--target", site, "--patches", new)
+    words = " ".join(refused.output.split())
+    assert refused.exit_code == 4 and "pip install --force-reinstall --no-deps vllm==0.16.0+lab" in words, words
+    assert "once the package index is reachable" not in words and snapshot(site) == before, words
+    shutil.rmtree(site / "vllm")  # pip's --force-reinstall: the patched wheel uninstalled, the build installed
+    shutil.rmtree(next(site.glob("vllm-*.dist-info")))
+    (tmp_path / "prefix/scripts/vllm").unlink()
+    install(stock, tmp_path / "prefix")
+    assert run("apply", "--target", site, "--patches", new).exit_code == 0
+    assert (site / SPEC).read_text() == LATER_SPEC

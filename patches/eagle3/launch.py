@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import os
 import re
 import shlex
-from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
@@ -23,7 +21,6 @@ from packaging.version import Version
 from patchkit.base import hints
 from patchkit.base.errors import escaped
 from patchkit.checks.parsed import names, python_tree
-from patchkit.launch import observed
 from patchkit.launch.attention_backend import attention_backend_refused, cache_format_refused
 from patchkit.launch.aux_layers import aux_layers, uses_aux_hidden_states
 from patchkit.launch.drafter_attention import (
@@ -34,10 +31,12 @@ from patchkit.launch.drafter_attention import (
     unjudged,
 )
 from patchkit.launch.drafter_embedding import embedding_shared
+from patchkit.launch.drafter_feeds import top_tokens_missing, v2_runner_unfed
 from patchkit.launch.drafter_heads import heads_unsplit
 from patchkit.launch.drafter_layout import drafter_weights, layout_unread, weights_unfit
 from patchkit.launch.drafter_nulls import null_refused
 from patchkit.launch.drafter_quant import target_quantization
+from patchkit.launch.drafter_quant_files import quant_config_unfound
 from patchkit.launch.drafter_sizes import DRAFTER_FIX, SIZE_FIX, shown, size, vocabulary, whole
 from patchkit.launch.drafter_types import boolean_unjudged, mistyped
 from patchkit.launch.drafter_weights import weights_unjudged
@@ -50,7 +49,6 @@ from patchkit.launch.model_files import EAGLE3_DRAFTER, LLAMA_DRAFTER, MODELS_DI
 from patchkit.launch.parallel_drafting import mask_hidden_missing
 from patchkit.launch.target_class import SPECULATIVE_TABLE, model_class, target_architecture
 from patchkit.launch.target_heads import tp_refused
-from patchkit.launch.vllm_env import int_flag
 from patchkit.series.requirements import Target
 
 if TYPE_CHECKING:
@@ -58,12 +56,6 @@ if TYPE_CHECKING:
 
 SUPPORTS = "SupportsEagle3"
 NOTE_ROOM = 60  # columns for the names of the general plugins not judged
-EAGLE_PROPOSER = "vllm/v1/spec_decode/eagle.py"
-V2_RUNNER_ENV = "VLLM_USE_V2_MODEL_RUNNER"
-V2_RUNNER = "vllm/v1/worker/gpu/model_runner.py"
-V2_RUNNER_UNFED = b"None,  # aux_hidden_states"  # 0.12-0.16's V2 runner calls its speculator so
-TOP_TOKENS_ASKED = b'hasattr(self.model, "get_top_tokens")'  # load_model's check (0.17-0.18)
-TOP_TOKENS_DEFINED = b"def get_top_tokens("
 # llama_eagle3.py's layout whose weight names and shapes weights_unfit holds the drafter's weights to (0.13-0.18;
 # checked on 0.16.0 by loading weights into vLLM's own drafter on CPU): layer 0's q/k/v take 2 x hidden size
 WEIGHTS_LAYOUT = (
@@ -77,7 +69,6 @@ NAMES_LAYOUT = (b'"t2d" in name', b'"lm_head" not in name', b'name = "model." + 
 QKV_BIAS = b'qkv_bias = getattr(config, "attention_bias", False)'  # llama_eagle3.py (0.16.0); 0.13.0 has none
 O_BIAS = b"bias_o_proj = attention_bias"  # llama.py: attention_bias (or bias) adds o_proj's bias
 MLP_BIAS = b'bias=getattr(config, "mlp_bias", False)'  # llama.py's LlamaMLP
-QUANTIZATION = "vllm/model_executor/layers/quantization"  # where vLLM maps methods to config classes
 # vLLM's Transformers modeling backend: one file before 0.12, a package after (Base, in base.py, is
 # where SupportsEagle3 and set_aux_hidden_state_layers are, from 0.13)
 BACKEND_MODULE = "transformers"
@@ -530,14 +521,14 @@ def drafter_architecture(launch) -> Finding:
         llama = (*llama, sliding)
         llama = (*llama, weights_unfit, lambda launch: mask_hidden_missing(launch, drafter_weights(launch)))
         llama = llama if table.get(built, ("",))[0] == LLAMA_DRAFTER else ()
-        top = lambda launch: _top_tokens_missing(launch, table.get(built, ("",))[0])  # noqa: E731
+        top = lambda launch: top_tokens_missing(launch, table.get(built, ("",))[0])  # noqa: E731
         typed = mistyped(launch.drafter.config) if llama else None  # before the rules that read the sizes
         if typed is not None:
             return Finding("drafter-architecture", False, f"{registered}, but {typed[0]}", typed[1])
-        rules = (_heads_unsplit, *llama, _quant_config_unfound, attention_backend_refused, top)
+        rules = (_heads_unsplit, *llama, quant_config_unfound, attention_backend_refused, top)
         unbuilt = next((found for rule in rules if (found := rule(launch)) is not None), None)
         later = (positions_unserved(launch, defaults) if llama else None) or cache_format_refused(launch)
-        later = later or _v2_runner_unfed(launch)
+        later = later or v2_runner_unfed(launch)
         later = later or (sliding_under_mla(launch, mla) if llama else None)
         quantized = target_quantization(launch) if llama else None  # (fails, why, fix): the target's, taken
         later = later or (quantized[1:] if quantized and quantized[0] else None)
@@ -596,101 +587,6 @@ def _weights_unjudged(launch) -> list[Finding]:
         return []  # not registered: drafter-architecture fails; no drafter file: a tree of parts
     unjudged = weights_unjudged(launch, table[built][0], layout_unread(launch), drafter_weights(launch))
     return [] if unjudged is None else [unjudged]
-
-
-def _quant_config_unfound(launch) -> tuple[str, str] | None:
-    """The speculative config's "quantization" is the drafter's own (get_draft_quant_config, read only when
-    vLLM builds the drafter): with no quantization_config in its config.json, vLLM's get_quant_config looks
-    for exactly one *.json in its directory ending in a name the method's class gives, else raises."""
-    method = (launch.command.speculative_config or {}).get("quantization")
-    config = launch.drafter.config
-    text = config.get("text_config")
-    held = [config, text if isinstance(text, dict) else {}]
-    if not isinstance(method, str) or any(c.get("quantization_config") is not None for c in held):
-        return None
-    local = Path(launch.drafter.name)
-    names = _quant_config_names(launch, method) if config.get("compression_config") is None else None
-    if not names or not observed.isdir(local):
-        return None  # a method needing no file, one not judged here, or a hub drafter (vLLM downloads its *.json)
-    found = [f for f in observed.glob(os.path.join(local, "*.json")) if any(f.endswith(name) for name in names)]
-    if len(found) == 1:
-        return None
-    if found:
-        why = f"its directory holds {len(found)} quantization files for {escaped(method)} (vLLM takes exactly one)"
-        return why, f"keep one of {', '.join(escaped(Path(f).name) for f in found)} in the drafter's directory"
-    why = (
-        f"--speculative-config names quantization '{escaped(method)}' and the drafter has no config for it "
-        f"(no quantization_config in its config.json, no {' or '.join(names)})"
-    )
-    return why, 'drop "quantization" from --speculative-config: the drafter is not quantized'
-
-
-def _v2_runner_unfed(launch) -> tuple[str, str] | None:
-    """VLLM_USE_V2_MODEL_RUNNER (vLLM's bool(int(...)) of it) picks the V2 model runner, whose EAGLE step in
-    0.12-0.16 hands the drafter no aux hidden states (the literal None the tree's runner passes): (why, fix)."""
-    command = launch.command
-    given = command.environ.get(V2_RUNNER_ENV)
-    try:
-        chosen = int_flag(command.environ, V2_RUNNER_ENV, None)
-    except ValueError:
-        return None  # vLLM's envs raise on it at start: refused before any load
-    if not chosen or V2_RUNNER_UNFED not in (launch.read(V2_RUNNER) or b""):
-        return None
-    why = (
-        f"{V2_RUNNER_ENV}={escaped(given)} picks vLLM's V2 model runner, which hands an EAGLE-3 drafter none "
-        "of the target's aux hidden states: its drafts fail, after the target's load"
-    )
-    undo = f"drop {V2_RUNNER_ENV}={escaped(given)} from the command" if V2_RUNNER_ENV in command.env else None
-    return why, f"{undo or f'unset {V2_RUNNER_ENV}'}: vLLM then runs its V1 model runner"
-
-
-def _top_tokens_missing(launch, module: str) -> tuple[str, str] | None:
-    """The speculative config's use_local_argmax_reduction makes the tree's EAGLE proposer (0.17-0.18) ask
-    the drafter for get_top_tokens() in load_model, raising where its class has none: (why, fix), else None.
-    The drafter's module and llama.py (whose LlamaForCausalLM the Llama-layer drafters extend) are read."""
-    asked = (launch.command.speculative_config or {}).get("use_local_argmax_reduction")
-    if not _pydantic_true(asked) or TOP_TOKENS_ASKED not in (launch.read(EAGLE_PROPOSER) or b""):
-        return None
-    if any(TOP_TOKENS_DEFINED in (launch.read(f"{MODELS_DIR}/{name}.py") or b"") for name in (module, "llama")):
-        return None
-    why = f"use_local_argmax_reduction asks its class for get_top_tokens(), which {module}.py does not define"
-    return why, 'drop "use_local_argmax_reduction" from --speculative-config: this drafter cannot use it'
-
-
-def _pydantic_true(value: object) -> bool:
-    """What pydantic's lax bool takes as True (a JSON true, 1, or such a string)."""
-    if isinstance(value, str):
-        return value.strip().lower() in ("true", "1", "yes", "on", "y", "t")
-    return value is True or (type(value) is int and value == 1)
-
-
-def _quant_config_names(launch, method: str) -> list[str] | None:
-    """The file names `method`'s class gives in get_config_filenames (quantization/__init__.py maps the
-    method to the class, imported from its module); None when the tree does not say them plainly."""
-    source = python_tree(launch.read(f"{QUANTIZATION}/__init__.py"))
-    cls = next(
-        (
-            value.id
-            for node in ast.walk(source or ast.Module([], []))
-            if isinstance(node, ast.Dict)
-            for key, value in zip(node.keys, node.values, strict=True)
-            if isinstance(key, ast.Constant) and key.value == method and isinstance(value, ast.Name)
-        ),
-        None,
-    )
-    imports = [node for node in ast.walk(source or ast.Module([], [])) if isinstance(node, ast.ImportFrom)]
-    module = next((node for node in imports if any(alias.name == cls for alias in node.names)), None)
-    if cls is None or module is None or not module.module:
-        return None
-    where = module.module.replace(".", "/")
-    defining = python_tree(launch.read(f"{QUANTIZATION}/{where}.py" if module.level else f"{where}.py"))
-    for node in ast.walk(defining or ast.Module([], [])):
-        if isinstance(node, ast.FunctionDef) and node.name == "get_config_filenames":
-            returned = [n.value for n in ast.walk(node) if isinstance(n, ast.Return)]
-            names = returned[0] if len(returned) == 1 else None
-            if isinstance(names, ast.List) and all(isinstance(n, ast.Constant) for n in names.elts):
-                return [str(n.value) for n in names.elts]
-    return None
 
 
 def hidden_size(launch) -> Finding:

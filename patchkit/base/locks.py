@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from patchkit.base import signals
 from patchkit.base.errors import BadInput
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -85,6 +86,11 @@ def acquire(
             continue
         except OSError as exc:
             raise unusable(exc) from exc
+        except BaseException as exc:  # a double Ctrl-C in the take: raised as the interrupt it is
+            interrupt = signals.grouped_interrupt(exc)
+            if interrupt is None:
+                raise
+            raise interrupt from None
         if _still_the_file(lock, path):
             return lock
         lock.release()

@@ -25,14 +25,31 @@ class Interrupted(KeyboardInterrupt):
 
 def interrupt_within(exc: BaseException) -> Interrupted | None:
     """The Interrupted an exception carries as its cause or context (Python 3.11 wraps one raised in a class
-    body's __set_name__, as a lazy import runs, in a RuntimeError), else None."""
+    body's __set_name__, as a lazy import runs, in a RuntimeError) or in its group, else None."""
     seen: set[int] = set()
     found: BaseException | None = exc
     while found is not None and id(found) not in seen:
         if isinstance(found, Interrupted):
             return found
+        grouped = grouped_interrupt(found)
+        if grouped is not None:
+            return grouped
         seen.add(id(found))
         found = found.__cause__ or found.__context__
+    return None
+
+
+def grouped_interrupt(exc: BaseException) -> Interrupted | None:
+    """The first Interrupted in an exception group, else None. filelock raises a Ctrl-C that cut its
+    take of a lock and a second one that cut the take's rollback together, as one BaseExceptionGroup:
+    no `except KeyboardInterrupt` catches it."""
+    members = getattr(exc, "exceptions", None)
+    if not isinstance(members, tuple):
+        return None
+    for member in members:
+        found = member if isinstance(member, Interrupted) else grouped_interrupt(member)
+        if found is not None:
+            return found
     return None
 
 

@@ -288,6 +288,11 @@ def _command_exit_code(invoke: Callable[[click.Context], Any], ctx: click.Contex
             "this is a patchkit bug; rerun with PATCHKIT_DEBUG=1 for the traceback and report it",
         )
         return INTERNAL_ERROR
+    except BaseException as exc:  # a group of a library's holding a signal's raise (a double Ctrl-C)
+        grouped = signals.grouped_interrupt(exc)
+        if grouped is None:
+            raise
+        return _interrupted(grouped, run)
 
 
 def _interrupted(exc: BaseException, run: Run) -> int:

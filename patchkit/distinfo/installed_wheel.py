@@ -634,11 +634,17 @@ def _unvouched_original(found: Provenance, path: str, *, fetched: bool, verb: st
     release's file is not the one its record names (bad input), or could not be had (environment)."""
     if fetched:  # not another library's record: no --patches DIR makes it the release's file
         return untrusted(found, f"records a stock {escaped(path)} that is not vLLM {found.vllm_version}'s own file")
+    # the command fetches exactly the wheel's files; `patchkit fetch` only those a library set names
+    hint = f"once the package index is reachable, run {hints.command(verb)} again: it fetches them"
+    if Version(found.vllm_version).local:  # a local build (+cu129): no public index serves its files
+        hint = (
+            f"a local build is on no public index: reinstall it from where it came "
+            f"({hints.pip_reinstall(found.vllm_version)}), then run {hints.command('apply')}"
+        )
     return FetchError(
         f"vLLM {found.vllm_version}'s stock {escaped(path)} could not be fetched: only the release's files vouch "
         f"for the originals of an earlier series of {found.name}, so nothing was {'applied' if verb == 'apply' else 'reverted'}",
-        # the command fetches exactly the wheel's files; `patchkit fetch` only those a library set names
-        hint=f"once the package index is reachable, run {hints.command(verb)} again: it fetches them",
+        hint=hint,
     )
 
 
