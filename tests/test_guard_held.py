@@ -504,3 +504,18 @@ def test_a_wheel_held_mark_that_is_no_digest_is_damaged_for_the_guard_and_the_co
 
 def test_the_commands_know_the_guards_words_for_an_unheld_wheel():
     assert guard_words.UNHELD_WHEEL == target_guard.UNHELD_WHEEL and guard_words.UNHELD == target_guard.UNHELD
+
+
+def test_an_apply_that_records_a_patch_wheel_held_killed_at_any_step_ends_as_before_or_done(toy, tmp_path):
+    """The wheel's held mark goes into the record in the apply's one transaction: killed at any step,
+    the tree is as before (no record of it, no guard), or done (held, and the guard lets it launch)."""
+    older_patchkits_patch_wheel(toy, toy["model_only"])
+
+    def unmarked(site: Path, step: int) -> None:
+        record = site / ".patchkit/state.json"
+        assert not record.exists() or "wheel_held" not in json.loads(record.read_text()), step
+
+    killed = killed_at_each_step(toy, tmp_path, ["apply", "--no-import", "--patch", _addon(tmp_path)], unmarked)
+    assert killed >= 2, killed
+    assert "wheel_held" in json.loads((toy["site"] / ".patchkit/state.json").read_text())
+    assert load_plugins_like_vllm(toy["site"]).returncode == 0

@@ -86,6 +86,27 @@ def test_a_tp_the_targets_heads_refuse_is_the_targets_refusal_at_start(tmp_path)
     assert drafted is not None and "its 4 attention heads do not divide by -tp 8" in drafted["message"], drafted
 
 
+# llama.py's LlamaMLP as 0.11-0.34 build it (abridged): its linears split intermediate_size over -tp
+LLAMA_MLP = """
+class LlamaMLP:
+    def __init__(self, hidden_size, intermediate_size):
+        self.gate_up_proj = MergedColumnParallelLinear(hidden_size, [intermediate_size] * 2)
+"""
+
+
+@pytest.mark.parametrize(("tp", "after_load"), [("3", False), ("4", True)])
+def test_a_drafter_mlp_split_is_not_said_where_the_target_refuses_the_tp_at_start(tmp_path, tp, after_load):
+    """The same for the drafter's intermediate_size: with a -tp the target's 8 heads refuse, vLLM never
+    builds the drafter (seen on the 0.16.0 tree: "does not divide by -tp 3 ... after the target's load")."""
+    target = write_model(tmp_path / "t", {**DEEPSEEK_V3, "num_attention_heads": 8})
+    drafter = write_model(tmp_path / "d", {**DRAFTER, "num_attention_heads": 12, "intermediate_size": 514})
+    launch = [*serve(target, drafter)[:-4], "--speculative-config", serve(target, drafter)[-1], "-tp", tp]
+    files = {"vllm/model_executor/models/llama.py": LLAMA_MLP}
+    drafted = applied_finding(tmp_path, files, launch, "drafter-architecture")
+    said = drafted is not None and f"intermediate_size 514 does not divide by -tp {tp}" in drafted["message"]
+    assert said is after_load, drafted
+
+
 def test_a_model_path_too_long_for_the_file_system_is_said_once_with_a_fix_that_works(tmp_path):
     """ENAMETOOLONG: no model can be there (vLLM then takes the name for a hub id and refuses it); the
     message named the path twice, whole, and said to put a file there."""

@@ -266,6 +266,9 @@ def test_a_file_in_objects_that_no_digest_names_is_kept_and_said(scene):
     assert run_cli_writing("apply", "--target", tree, "--patch", patch).returncode == 0
     readme = tree / ".patchkit" / "objects" / "README"
     readme.write_text("the team's notes\n")
+    status = run_cli_judged("status", "--target", tree, "--patch", patch)
+    noted = " ".join(status.stdout.split())
+    assert status.returncode == 0 and ".patchkit/objects/ holds README: no saved original of patchkit's" in noted, noted
     done = run_cli_writing("revert", "--target", tree, "--patch", patch)
     said = " ".join(done.stderr.split())
     assert done.returncode == 0 and (tree / MODEL).read_text() == MODEL_PY, done.stdout + done.stderr
@@ -273,6 +276,8 @@ def test_a_file_in_objects_that_no_digest_names_is_kept_and_said(scene):
     assert sorted(p.name for p in (tree / ".patchkit").rglob("*")) == ["README", "objects"]
     assert "kept 1 file(s)" in said and "objects/README" in said, said
     assert f"rm -r {tree / '.patchkit'}" in said, said
+    after = " ".join(run_cli_judged("status", "--target", tree, "--patch", patch).stdout.split())
+    assert "holds README: no saved original" in after and "revert` removes" not in after, after
 
 
 def test_the_fetch_a_damaged_original_of_a_patch_file_names_lays_that_file_out(scene, tmp_path):

@@ -18,6 +18,7 @@ from patchkit.base.errors import PatchkitError, escaped, few
 from patchkit.base.fsutil import Landed, first_symlink, read_file
 from patchkit.base.heads import Heads
 from patchkit.base.options import Options
+from patchkit.base.patterns import LazyPattern
 from patchkit.base.values import Value
 from patchkit.checks import LARGEST_PARSED, CheckContext, shadow
 from patchkit.distinfo import installed_wheel_reader, tree_record, unlike_stock
@@ -63,6 +64,7 @@ from patchkit.series.library import PatchSetDef, has_series, load_library, locat
 from patchkit.series.patchfile import touched_paths
 from patchkit.store.objects import read_object
 from patchkit.store.state import (
+    DIGEST,
     META_DIR,
     THROUGH_A_SYMLINK,
     Entry,
@@ -852,7 +854,7 @@ def _guard_fields(
         "guard_notes": older_guard_notes(root, state)
         + unrecorded_guard_notes(root, state)
         + _wheel_without_guard(root, state),
-        "store_notes": left_by_a_killed_command(root, state) + records_unjudged(state),
+        "store_notes": left_by_a_killed_command(root, state) + unknown_in_objects(root) + records_unjudged(state),
         "guard_installed": is_installed(root),
         "others_fix": _others_fix(state, set_name, refused, verdict.stock_again, version)
         if state is not None
@@ -1106,14 +1108,35 @@ def left_by_a_killed_command(root: Path, state: State | None) -> list[str]:
         return []
     objects = meta / "objects"
     try:
-        held = len(os.listdir(objects)) if objects.is_dir() and not objects.is_symlink() else 0
+        names = os.listdir(objects) if objects.is_dir() and not objects.is_symlink() else []
         empty = not os.listdir(meta)
     except OSError:
         return []
+    held = sum(1 for name in names if DIGEST.fullmatch(name))  # another name is no object: revert keeps it
     revert = hints.command("revert")
     if held:
         return [f"{META_DIR}/objects/ holds {held} file(s) no record names: {revert} removes them"]
     return [f"{META_DIR}/ is empty: {revert} removes it"] if empty else []
+
+
+def unknown_in_objects(root: Path) -> list[str]:
+    """The files in .patchkit/objects/ no object can be (not named by a sha256, nor patchkit's own
+    temporary name): every command keeps them, revert too, and .patchkit/ with them."""
+    objects = meta_dir(root) / "objects"
+    try:
+        names = os.listdir(objects) if objects.is_dir() and not objects.is_symlink() else []
+    except OSError:
+        return []
+    unknown = sorted(n for n in names if not DIGEST.fullmatch(n) and not _OBJECT_TEMP.fullmatch(n))
+    if not unknown:
+        return []
+    return [
+        f"{META_DIR}/objects/ holds {few(unknown, sep=', ')}: no saved original of patchkit's (those are named by "
+        "their sha256), so every command keeps it; remove it yourself if you do not need it"
+    ]
+
+
+_OBJECT_TEMP = LazyPattern(r"\.[0-9a-f]{64}\.patchkit-[0-9A-Za-z]+\.tmp")  # store.objects' link, store.state's write
 
 
 def _others_fix(

@@ -13,6 +13,7 @@ from patchkit.checks.parsed import names, python_tree
 from patchkit.launch.drafter_sizes import whole
 from patchkit.launch.engine import LaunchContext
 from patchkit.launch.model_files import EAGLE3_DRAFTER, LLAMA
+from patchkit.launch.target_heads import tp_refused
 
 ROPE = "vllm/model_executor/layers/rotary_embedding/__init__.py"  # get_rope: a branch per RoPE type
 LAYER_TYPES_RULE = b"effective_layer_idx < len(layer_types)"  # LlamaAttention's assert (0.11-0.34)
@@ -22,9 +23,12 @@ DRAFT_LAYERS = b"target_layer_count"  # llama_eagle3.py: layer_types indexed by 
 def mlp_unsplit(launch: LaunchContext) -> tuple[str, str] | None:
     """llama.py's LlamaMLP splits intermediate_size over the -tp group (its column- and row-parallel
     linears divide it, asserting): (what fails, fix) when -tp does not divide the drafter's, where the
-    tree's LlamaMLP shows that split; else None."""
+    tree's LlamaMLP shows that split; else None (and where the target's heads refuse that -tp: vLLM
+    refuses the launch at start, patchkit/launch/target_heads.py)."""
     tp, size = launch.command.tensor_parallel_size, _drafter(launch).get("intermediate_size")
     if tp <= 1 or not whole(size) or size <= 0 or not size % tp or not _mlp_split(launch.read(LLAMA)):
+        return None
+    if tp_refused(launch.target, tp):
         return None
     fix = f"give a -tp that divides the drafter's intermediate_size {size} and its heads, or another drafter"
     return f"its intermediate_size {size} does not divide by -tp {tp} (llama.py's LlamaMLP splits it)", fix
