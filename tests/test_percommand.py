@@ -11,10 +11,12 @@ import sys
 import helpers
 import pytest
 from helpers import MODEL, run_cli, run_cli_in_process
+from launch_fixtures import write_eagle3_setup
 
 from patchkit.base import seal
 from patchkit.cli import percommand
 from patchkit.cli.main import run_in_process
+from patchkit.launch import serve_parser
 
 
 def held() -> dict[str, object]:
@@ -24,6 +26,8 @@ def held() -> dict[str, object]:
         if not name.startswith("patchkit") or module is None:
             continue
         for attr, value in list(vars(module).items()):
+            if attr in percommand.KEPT.get(name, ()):
+                continue
             if isinstance(value, (dict, list, set)):
                 found[f"{name}.{attr}"] = repr(value)
             elif callable(getattr(value, "cache_info", None)):
@@ -51,6 +55,22 @@ def test_every_memo_a_command_fills_is_forgotten_before_the_next(tree, open_libr
         percommand.forget()
     changed = {name for name, value in held().items() if before.get(name, value) != value}
     assert changed == set(), f"memos a command fills that cli/percommand.py does not name: {sorted(changed)}"
+
+
+def test_the_recorded_serve_parser_is_built_once_a_process_not_once_a_command(tmp_path):
+    """cli.percommand.KEPT: vLLM's serve parser as patchkit records it is decided by patchkit's own files, so a
+    command run after another in one process (fleet's node agent, run_cli_in_process) reads the launch with the
+    parser already built, and reads it as a new process does."""
+    tree, library = write_eagle3_setup(tmp_path)
+    command = ("preflight", "--no-import", "--target", tree, "--patches", library, "--format", "json", "--")
+    launch = ("vllm", "serve", "org/m", "--max-model-len", "4096")
+    first = run_cli_in_process(*command, *launch)
+    built = serve_parser._parser.cache_info().misses
+    again = run_cli_in_process(*command, *launch)
+    assert serve_parser._parser.cache_info().misses == built > 0, "the parser was built again"
+    assert (again.returncode, again.stdout) == (first.returncode, first.stdout)
+    alone = run_cli(*command, *launch)  # a process of its own
+    assert (alone.returncode, alone.stdout) == (first.returncode, first.stdout)
 
 
 def test_a_second_command_in_process_reads_its_own_state_directory_and_sees_the_tree_changed(

@@ -2,8 +2,9 @@
 
 A command run in a process that ran others (fleet's node agent, cli.run_in_process) starts from none of it,
 as a new process would: a memo of one command (where a tree's interpreter was asked, the pycache prefix its
-start-up sets, the seal key of its state directory) may be stale for the next. Only modules already imported
-hold any: nothing is imported here. tests/test_percommand.py fails on a memo a command fills that is not named.
+start-up sets, the seal key of its state directory) may be stale for the next; but for KEPT, what patchkit's
+own files alone decide. Only modules already imported hold any: nothing is imported here.
+tests/test_percommand.py fails on a memo a command fills that is not named.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ MEMOS: dict[str, tuple[str, ...]] = {
     "patchkit.engine.vouched": ("_TOUCHED",),
     "patchkit.fetch.cache": ("_SOUND_STATES", "_record_of"),
     "patchkit.fetch.pipconfig": ("_CACHE",),
-    "patchkit.launch.serve_parser": ("_load_spec", "_parser"),
     "patchkit.launch.shortcut": ("_own_code",),
     "patchkit.launch.speculative": ("_fields",),
     "patchkit.launch.weights": ("_JUDGED", "_PARTS"),
@@ -41,6 +41,12 @@ MEMOS: dict[str, tuple[str, ...]] = {
         "_STARTUP_PREFIX",
         "_STARTUP_TIMED_OUT",
     ),
+}
+
+# Memos of what patchkit's own package files alone decide, never stale: kept across commands. vLLM's serve
+# parser as recorded (patchkit/launch/specs): rebuilding its ~200 options was ~5% of a preflight in process.
+KEPT: dict[str, tuple[str, ...]] = {
+    "patchkit.launch.serve_parser": ("_load_spec", "_parser"),
 }
 
 

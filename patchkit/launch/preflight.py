@@ -64,6 +64,7 @@ from patchkit.launch.engine import LaunchContext, Reader, apply_fix, launch_pyth
 from patchkit.launch.findings import Finding, cannot_judge
 from patchkit.launch.interpreter import RefusedByPython, exec_search
 from patchkit.launch.late_files import headless_note, late_file_findings, lora_ranks, tool_server_findings
+from patchkit.launch.logging_env import logging_findings
 from patchkit.launch.method import settled_method
 from patchkit.launch.middleware import middleware_findings
 from patchkit.launch.models import ModelConfig, offline, offline_model_path, redirected, resolve_model, with_overrides
@@ -1085,6 +1086,7 @@ def command_findings(context: LaunchContext) -> list[Finding]:
             found.append(Finding(COMMAND, False, message, f"write --{ALIASES[option[1:]]}"))
     found += bounds_findings(COMMAND, context) + speculative_findings(context) + eagle1_findings(context)
     found += proposer_findings(context)
+    found += logging_findings(command.environ, command.working_directory(), context.read)
     return found + context_parallel_findings(context) + refused_flags(command.environ, context.read)
 
 

@@ -805,11 +805,14 @@ def test_a_drafter_partial_rotary_factor_fails_exactly_where_vllms_get_rope_refu
         assert found["ok"] or "is not above 0 and at most 1" in found["message"], found
 
 
+LOGGING_SETTINGS = ["VLLM_LOGGING_LEVEL=verbose", "VLLM_LOGGING_CONFIG_PATH=/nonexistent/logging.json"]
+
+
 @pytest.mark.parametrize(
     ("setting", "said"),
     [
-        ("VLLM_LOGGING_LEVEL=verbose", "Unable to configure handler 'vllm'"),
-        ("VLLM_LOGGING_CONFIG_PATH=/nonexistent/logging.json", "Could not load logging config"),
+        (LOGGING_SETTINGS[0], "Unable to configure handler 'vllm'"),
+        (LOGGING_SETTINGS[1], "Could not load logging config"),
     ],
 )
 def test_a_launch_setting_vllms_import_raises_with_fails_vllm_validation_naming_it(tmp_path: Path, setting, said):
@@ -829,3 +832,20 @@ def test_a_launch_setting_vllms_import_raises_with_fails_vllm_validation_naming_
     assert done.returncode == 1 and not found["ok"], found
     assert f"for its {name} (it imports without)" in found["message"] and said in found["message"], found
     assert found["fix"] == f"correct or unset {name}", found
+
+
+@pytest.mark.parametrize("setting", LOGGING_SETTINGS)
+def test_a_launch_setting_vllms_import_raises_with_fails_without_importing_it_too(tmp_path: Path, setting):
+    """The same settings, judged statically (`run`'s way, --no-import) from the installed logger.py and
+    envs.py: vLLM dies importing itself with each (checked), and the static finding fails it."""
+    assert VLLM_PYTHON
+    assert subprocess.run(
+        ["env", setting, VLLM_PYTHON, "-c", "import vllm"], capture_output=True, timeout=600
+    ).returncode
+    (tmp_path / "target").mkdir()
+    (tmp_path / "target" / "config.json").write_text(json.dumps(TARGET))
+    serve = ["env", setting, "vllm", "serve", str(tmp_path / "target"), "--skip-tokenizer-init"]
+    done = patchkit("preflight", "--python", VLLM_PYTHON, "--no-import", "--format", "json", "--", *serve)
+    found = finding(done, "vllm-environment")
+    assert done.returncode == 1 and found["result"] == "fail", done.stdout[-2000:]
+    assert setting.split("=")[0] in found["message"] and "every vLLM command fails at start" in found["message"]

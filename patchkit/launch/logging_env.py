@@ -1,0 +1,77 @@
+"""The VLLM_* settings vLLM reads as `import vllm` runs (0.11-0.33: vllm/logger.py configures logging
+at import, from envs.py's VLLM_CONFIGURE_LOGGING, VLLM_LOGGING_LEVEL and VLLM_LOGGING_CONFIG_PATH): a
+value it raises on stops every vLLM command before it starts. Preflight's import path finds any such
+variable by importing vLLM (vllm-validation); `run` and --no-import judge these three statically, as
+the tree's logger.py and envs.py read them, and say "cannot judge" where the tree reads them otherwise."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Mapping
+
+from patchkit.base.errors import escaped
+from patchkit.launch import observed
+from patchkit.launch.findings import Finding, cannot_judge
+
+CHECK = "vllm-environment"
+LOGGER, ENVS = "vllm/logger.py", "vllm/envs.py"
+CONFIGURE, LEVEL, CONFIG_PATH = "VLLM_CONFIGURE_LOGGING", "VLLM_LOGGING_LEVEL", "VLLM_LOGGING_CONFIG_PATH"
+AT_IMPORT = b"\n_configure_vllm_root_logger()\n"  # called as the module runs (0.34 configures from the args)
+MARKS = (
+    (ENVS, b'int(os.getenv("VLLM_CONFIGURE_LOGGING", "1"))'),
+    (ENVS, b'os.getenv("VLLM_LOGGING_LEVEL", "INFO").upper()'),
+    (LOGGER, b"Could not load logging config. File does not exist"),
+    (LOGGER, b"if not isinstance(custom_config, dict):"),
+)
+LEVELS = ("CRITICAL", "FATAL", "ERROR", "WARN", "WARNING", "INFO", "DEBUG", "NOTSET")  # logging's names
+CONFIG_BOUND = 1 << 20
+AT_START = "vLLM raises configuring its logging as it is imported: every vLLM command fails at start"
+
+
+def logging_findings(environ: Mapping[str, str], cwd: str, read: Callable[[str], bytes | None]) -> list[Finding]:
+    """A failing finding where vLLM's logging set-up raises on the launch's settings; "cannot judge"
+    where the tree does not read them as judged here, or the config file's content is dictConfig's."""
+    given = [name for name in (CONFIGURE, LEVEL, CONFIG_PATH) if name in environ]
+    if not given:
+        return []
+    sources = {path: read(path) or b"" for path in (LOGGER, ENVS)}
+    if AT_IMPORT not in sources[LOGGER] or not all(mark in sources[path] for path, mark in MARKS):
+        why = f"how this vLLM reads {', '.join(given)} (its logger.py, envs.py) is not read"
+        return [cannot_judge(CHECK, why, "preflight without --no-import, where vLLM imports with them")]
+    try:
+        configure = bool(int(environ.get(CONFIGURE, "1")))
+    except ValueError:
+        why = f"{CONFIGURE}={escaped(environ[CONFIGURE])!r} is not an integer: {AT_START}"
+        return [Finding(CHECK, False, why, f"give {CONFIGURE}=1 or {CONFIGURE}=0, or unset it")]
+    path = environ.get(CONFIG_PATH)
+    if path and not configure:
+        why = f"{CONFIG_PATH} is given with {CONFIGURE}=0: {AT_START}"
+        return [Finding(CHECK, False, why, f"unset {CONFIGURE} or {CONFIG_PATH}")]
+    if path:
+        return _config_file(os.path.join(cwd, path))
+    level = environ.get(LEVEL, "INFO").upper()
+    if configure and level not in LEVELS:
+        why = f"{LEVEL}={escaped(environ[LEVEL])!r} names no logging level: {AT_START}"
+        return [Finding(CHECK, False, why, f"give {LEVEL} one of DEBUG, INFO, WARNING, ERROR, CRITICAL, or unset it")]
+    return []
+
+
+def _config_file(path: str) -> list[Finding]:
+    """vLLM's reading of VLLM_LOGGING_CONFIG_PATH: it must exist and hold a JSON object."""
+    shown, fix = escaped(path), f"give {CONFIG_PATH} a JSON file of a logging config, or unset it"
+    if not observed.exists(path):
+        return [Finding(CHECK, False, f"{CONFIG_PATH} {shown} does not exist: {AT_START}", fix)]
+    try:
+        data = observed.read_regular(path, CONFIG_BOUND, follow_symlinks=True) if observed.regular(path) else b""
+    except OSError:  # not searchable, gone since: vLLM's own open says
+        data = b""
+    if not data:
+        return [cannot_judge(CHECK, f"{CONFIG_PATH} {shown} is not read (no regular file, empty, or over 1 MiB)", fix)]
+    try:
+        config = json.loads(data)
+    except ValueError:  # JSONDecodeError and UnicodeDecodeError alike
+        return [Finding(CHECK, False, f"{CONFIG_PATH} {shown} holds no JSON: {AT_START}", fix)]
+    if not isinstance(config, dict):
+        return [Finding(CHECK, False, f"{CONFIG_PATH} {shown} holds no JSON object: {AT_START}", fix)]
+    return [cannot_judge(CHECK, f"the logging config in {CONFIG_PATH} {shown} is dictConfig's to judge", fix)]

@@ -1,0 +1,76 @@
+"""`run` and --no-import: the VLLM_* settings vLLM's import reads to configure its logging
+(patchkit/launch/logging_env.py), judged as the tree's logger.py and envs.py read them."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+from helpers import run_cli_judged
+from launch_fixtures import DEEPSEEK_V3, write_eagle3_setup, write_model
+
+# the lines of the tree's envs.py and logger.py the rule reads (0.12-0.33's shape)
+ENVS = textwrap.dedent("""\
+    environment_variables = {
+        "VLLM_CONFIGURE_LOGGING": lambda: bool(int(os.getenv("VLLM_CONFIGURE_LOGGING", "1"))),
+        "VLLM_LOGGING_LEVEL": lambda: os.getenv("VLLM_LOGGING_LEVEL", "INFO").upper(),
+    }
+    """)
+LOGGER = textwrap.dedent("""\
+    def _configure_vllm_root_logger():
+        if VLLM_LOGGING_CONFIG_PATH:
+            if not path.exists(VLLM_LOGGING_CONFIG_PATH):
+                raise RuntimeError("Could not load logging config. File does not exist: %s")
+            if not isinstance(custom_config, dict):
+                raise ValueError("Invalid logging config.")
+
+
+    _configure_vllm_root_logger()
+    """)
+
+
+def _findings(tmp_path: Path, *settings: str, logger: str = LOGGER) -> list[dict]:
+    tree, library = write_eagle3_setup(tmp_path)
+    (tree / "vllm" / "envs.py").write_text(ENVS)
+    (tree / "vllm" / "logger.py").write_text(logger)
+    target = write_model(tmp_path / "target", DEEPSEEK_V3)
+    done = run_cli_judged(
+        "preflight", "--target", tree, "--patches", library, "--no-import", "--format", "json",
+        "--", "env", *settings, "vllm", "serve", str(target),
+    )  # fmt: skip
+    return [f for f in json.loads(done.stdout)["findings"] if f["check"] == "vllm-environment"]
+
+
+@pytest.mark.parametrize(
+    ("settings", "said"),
+    [
+        (("VLLM_LOGGING_LEVEL=verbose",), "VLLM_LOGGING_LEVEL='verbose' names no logging level"),
+        (("VLLM_CONFIGURE_LOGGING=yes",), "VLLM_CONFIGURE_LOGGING='yes' is not an integer"),
+        (("VLLM_LOGGING_CONFIG_PATH=/nonexistent/log.json",), "/nonexistent/log.json does not exist"),
+        (("VLLM_CONFIGURE_LOGGING=0", "VLLM_LOGGING_CONFIG_PATH=x.json"), "is given with VLLM_CONFIGURE_LOGGING=0"),
+    ],
+)
+def test_a_logging_setting_vllms_import_raises_on_fails_statically(tmp_path, settings, said):
+    [found] = _findings(tmp_path, *settings)
+    assert found["result"] == "fail" and said in found["message"], found
+    assert "every vLLM command fails at start" in found["message"], found
+
+
+def test_a_config_file_of_no_json_object_fails_and_of_one_cannot_be_judged(tmp_path):
+    for name, text, result in (
+        ("list.json", "[]", "fail"),
+        ("bad.json", "{", "fail"),
+        ("ok.json", "{}", "cannot judge"),
+    ):
+        (tmp_path / name).write_text(text)
+        [found] = _findings(tmp_path / name.replace(".", "_"), f"VLLM_LOGGING_CONFIG_PATH={tmp_path / name}")
+        assert found["result"] == result, (name, found)
+
+
+def test_settings_vllm_takes_pass_and_a_tree_read_otherwise_cannot_judge(tmp_path):
+    assert _findings(tmp_path / "fine", "VLLM_LOGGING_LEVEL=debug", "VLLM_CONFIGURE_LOGGING=0") == []
+    assert _findings(tmp_path / "off", "VLLM_LOGGING_LEVEL=verbose", "VLLM_CONFIGURE_LOGGING=0") == []
+    [found] = _findings(tmp_path / "other", "VLLM_LOGGING_LEVEL=verbose", logger=LOGGER.replace("\n_configure", "\n# "))
+    assert found["result"] == "cannot judge" and "VLLM_LOGGING_LEVEL" in found["message"], found
