@@ -8,10 +8,9 @@ from __future__ import annotations
 from patchkit.base.errors import escaped
 from patchkit.launch.engine import LaunchContext
 from patchkit.launch.lax import lax_true
-from patchkit.launch.model_files import MODELS_DIR
+from patchkit.launch.model_files import EAGLE_PROPOSER, MODELS_DIR
 from patchkit.launch.vllm_env import int_flag
 
-EAGLE_PROPOSER = "vllm/v1/spec_decode/eagle.py"
 V2_RUNNER_ENV = "VLLM_USE_V2_MODEL_RUNNER"
 V2_RUNNER = "vllm/v1/worker/gpu/model_runner.py"
 V2_RUNNER_UNFED = b"None,  # aux_hidden_states"  # 0.12-0.16's V2 runner calls its speculator so
