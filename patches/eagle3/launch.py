@@ -20,7 +20,7 @@ from packaging.version import Version
 
 from patchkit.base import hints
 from patchkit.base.errors import escaped
-from patchkit.checks.parsed import names, python_tree
+from patchkit.checks.parsed import python_tree
 from patchkit.launch.attention_backend import attention_backend_refused, cache_format_refused
 from patchkit.launch.aux_layers import aux_layers, uses_aux_hidden_states
 from patchkit.launch.drafter_attention import (
@@ -37,7 +37,7 @@ from patchkit.launch.drafter_layout import drafter_weights, layout_unread, weigh
 from patchkit.launch.drafter_nulls import null_refused
 from patchkit.launch.drafter_quant import target_quantization
 from patchkit.launch.drafter_quant_files import quant_config_unfound
-from patchkit.launch.drafter_sizes import DRAFTER_FIX, SIZE_FIX, shown, size, vocabulary, whole
+from patchkit.launch.drafter_sizes import DRAFTER_FIX, SIZE_FIX, shown, size, vocabulary
 from patchkit.launch.drafter_types import boolean_unjudged, mistyped
 from patchkit.launch.drafter_weights import weights_unjudged
 from patchkit.launch.engine import few_named
@@ -49,6 +49,15 @@ from patchkit.launch.model_files import EAGLE3_DRAFTER, LLAMA_DRAFTER, MODELS_DI
 from patchkit.launch.parallel_drafting import mask_hidden_missing
 from patchkit.launch.target_class import SPECULATIVE_TABLE, model_class, target_architecture
 from patchkit.launch.target_heads import tp_refused
+from patchkit.launch.transformers_backend import (
+    BACKEND_MODULE,
+    FALLBACK,
+    backend_class,
+    backend_name,
+    called,
+    config_defaults,
+    has_experts,
+)
 from patchkit.series.requirements import Target
 
 if TYPE_CHECKING:
@@ -56,29 +65,10 @@ if TYPE_CHECKING:
 
 SUPPORTS = "SupportsEagle3"
 NOTE_ROOM = 60  # columns for the names of the general plugins not judged
-# llama_eagle3.py's layout whose weight names and shapes weights_unfit holds the drafter's weights to (0.13-0.18;
-# checked on 0.16.0 by loading weights into vLLM's own drafter on CPU): layer 0's q/k/v take 2 x hidden size
-WEIGHTS_LAYOUT = (
-    b"qkv_input_size = 2 * self.hidden_size if layer_idx == 0 else self.hidden_size",
-    b'name.replace("midlayer.", "layers.0.")',
-    b'"d2t"',
-)
-# llama_eagle3.py's renames of the drafter's tensor names before its loaders look each up (0.13-0.18): t2d
-# skipped, d2t renamed, any name but lm_head's put under the inner model; _unmapped judges names only there
-NAMES_LAYOUT = (b'"t2d" in name', b'"lm_head" not in name', b'name = "model." + name')
-QKV_BIAS = b'qkv_bias = getattr(config, "attention_bias", False)'  # llama_eagle3.py (0.16.0); 0.13.0 has none
-O_BIAS = b"bias_o_proj = attention_bias"  # llama.py: attention_bias (or bias) adds o_proj's bias
-MLP_BIAS = b'bias=getattr(config, "mlp_bias", False)'  # llama.py's LlamaMLP
 # vLLM's Transformers modeling backend: one file before 0.12, a package after (Base, in base.py, is
 # where SupportsEagle3 and set_aux_hidden_state_layers are, from 0.13)
-BACKEND_MODULE = "transformers"
-BACKEND_TABLE = "_TRANSFORMERS_BACKEND_MODELS"
-FALLBACK = "vLLM registers no class of its own for"
 BACKEND_FILES = (f"{MODELS_DIR}/transformers/base.py", f"{MODELS_DIR}/transformers.py")
 BACKEND_MOE = f"{MODELS_DIR}/transformers/moe.py"
-EXPERT_KEYS = ("num_experts", "moe_num_experts", "n_routed_experts", "num_local_experts")  # vLLM's get_num_experts
-TRANSFORMERS_AUTO = "transformers/models/auto/configuration_auto.py"  # model_type -> config class (beside vllm/)
-VLLM_CONFIGS = "vllm/transformers_utils/config.py"  # _CONFIG_REGISTRY: the model types vLLM reads with its own class
 
 
 # The other methods whose drafter vLLM loads through the proposer's load_model (EagleProposer: eagle,
@@ -95,7 +85,7 @@ def checks(launch) -> list[Finding]:
     found = [whitelist(launch), supports_eagle3(launch)]
     found += image_token(launch)
     aux = launch.drafter is None or uses_aux_hidden_states(launch.drafter.config)  # the target's output, split:
-    found += microbatch_findings(launch, lambda: _has_experts(launch), aux)
+    found += microbatch_findings(launch, lambda: has_experts(launch), aux)
     if launch.drafter is not None:
         built = drafter_architecture(launch)
         found += [built, *(_weights_unjudged(launch) if built.ok else [])]  # a failure's fix comes first
@@ -141,7 +131,7 @@ def supports_eagle3(launch) -> Finding:
     arch = target_architecture(launch)
     if arch is None:
         return Finding("supports-eagle3", False, f"{launch.target.path} names no architecture")
-    backend = _backend_class(launch, arch)
+    backend = backend_class(launch, arch)
     if backend is not None:  # the native class's answer is about a class vLLM does not build
         return _backend_eagle3(launch, *backend)
     if launch.command.options.get("model-impl") == "terratorch":  # vLLM builds its Terratorch class
@@ -172,108 +162,6 @@ def _asked_for(launch, arch: str) -> list[str]:
     return [arch] if arch == "Terratorch" else launch.target.architectures
 
 
-def _backend_class(launch, arch: str) -> tuple[str, str] | None:
-    """(class, why) when vLLM builds the target as its Transformers modeling backend's class
-    (ModelRegistry.resolve_model_cls): --model-impl transformers; auto (the default) when it registers
-    none of config.json's architectures; an architecture it registers as the backend (SmolLM3).
-    None: vLLM builds a class of its own."""
-    tables = launch.registry()
-    where = model_class(tables, arch)
-    impl = launch.command.options.get("model-impl", "auto")
-    if where is not None and where[0] == BACKEND_MODULE and impl != "terratorch":
-        return where[1], f"vLLM registers {arch} as its Transformers backend's {where[1]}"
-    if impl == "transformers":
-        return _backend_name(launch), "--model-impl transformers"
-    if impl == "auto" and where is None and BACKEND_TABLE in tables:  # a vLLM with a backend to fall back to
-        return _backend_name(launch), f"{FALLBACK} {arch}"
-    return None
-
-
-def _backend_name(launch, moe: bool | None = None) -> str:
-    """The backend class vLLM picks for a generating model (ModelConfig._get_transformers_backend_cls):
-    MultiModal for a nested text config, MoE for a model with experts (`moe`: else as _has_experts tells;
-    untold, the plain class), of those the tree registers."""
-    text = launch.target.text_config
-    multimodal = "MultiModal" if text is not launch.target.config else ""
-    moe = _has_experts(launch) if moe is None else moe
-    table = launch.registry().get(BACKEND_TABLE, {})
-    named = [f"Transformers{multimodal}{'MoE' if moe else ''}ForCausalLM"]
-    named.append("TransformersForMultimodalLM" if multimodal else "")
-    return next((name for name in named if name in table), "TransformersForCausalLM")
-
-
-def _has_experts(launch) -> bool | None:
-    """vLLM's get_num_experts() > 0 on the target's text config: the first of EXPERT_KEYS the config has
-    (a list: its first), from config.json or else its config class's defaults (a DeepSeek-V3 config.json
-    without n_routed_experts has DeepseekV3Config's 256); none or 0, the MoE blocks of block_configs.
-    None: the config class's defaults are not readable here (no transformers beside vllm/)."""
-    text = launch.target.text_config
-    defaults = {} if any(key in text for key in EXPERT_KEYS) else _config_defaults(launch, text.get("model_type"))
-    if defaults is None:
-        return None
-    given = {**defaults, **text}
-    value = next((given[key] for key in EXPERT_KEYS if key in given), 0)
-    value = value[0] if isinstance(value, list) and value else value
-    if whole(value) and value > 0:
-        return True
-    blocks = text.get("block_configs")
-    experts = [b.get("n_routed_experts") for b in blocks or [] if isinstance(b, dict) and b.get("block_type") == "moe"]
-    return any(whole(n) and n > 0 for n in experts)
-
-
-def _config_defaults(launch, model_type: object) -> dict[str, object] | None:
-    """The __init__ defaults of the transformers config class vLLM reads `model_type` with (transformers'
-    CONFIG_MAPPING_NAMES, read from the launch's site-packages beside vllm/), {} for a model_type it does
-    not map; None where not readable, or where vLLM registers a config class of its own for it."""
-    auto = python_tree(launch.read(TRANSFORMERS_AUTO))
-    own = python_tree(launch.read(VLLM_CONFIGS))
-    if auto is None or own is None or not isinstance(model_type, str):
-        return None
-    registered = {
-        k.arg for n in ast.walk(own) if isinstance(n, ast.Call) and _named(n.func, "LazyConfigDict") for k in n.keywords
-    }
-    if model_type in registered:
-        return None
-    pairs = dict(_string_pairs(auto, "CONFIG_MAPPING_NAMES"))
-    if model_type not in pairs:
-        return {}
-    module = dict(_string_pairs(auto, "SPECIAL_MODEL_TYPE_TO_MODULE_NAME")).get(
-        model_type, model_type.replace("-", "_")
-    )
-    source = python_tree(launch.read(f"transformers/models/{module}/configuration_{module}.py"))
-    init = next(
-        (
-            m
-            for c in ast.walk(source or ast.Module([], []))
-            if isinstance(c, ast.ClassDef) and c.name == pairs[model_type]
-            for m in c.body
-            if isinstance(m, ast.FunctionDef) and m.name == "__init__"
-        ),
-        None,
-    )
-    if init is None:
-        return None
-    args = init.args.args[len(init.args.args) - len(init.args.defaults) :] + init.args.kwonlyargs
-    values = [*init.args.defaults, *init.args.kw_defaults]
-    return {arg.arg: value.value for arg, value in zip(args, values, strict=False) if isinstance(value, ast.Constant)}
-
-
-def _string_pairs(tree: ast.Module, name: str) -> list[tuple[str, str]]:
-    """The ("a", "b") pairs of the module-level `name = OrderedDict([...])` (transformers' auto mappings)."""
-    for node in tree.body:
-        if isinstance(node, ast.Assign | ast.AnnAssign) and name in names(
-            *(node.targets if isinstance(node, ast.Assign) else [node.target])
-        ):
-            return [
-                (e.elts[0].value, e.elts[1].value)
-                for e in ast.walk(node.value)
-                if isinstance(e, ast.Tuple)
-                and len(e.elts) == 2
-                and all(isinstance(x, ast.Constant) and isinstance(x.value, str) for x in e.elts)
-            ]
-    return []
-
-
 def _backend_eagle3(launch, cls: str, why: str) -> Finding:
     """The backend's EAGLE-3, as the tree's backend files declare it: the interface (none before
     0.13), and the transformers its check_version() calls need (set_aux_hidden_state_layers; an MoE
@@ -288,9 +176,9 @@ def _backend_eagle3(launch, cls: str, why: str) -> Finding:
             f"run {hints.command('status')}",
         )
     built = f"{why}: vLLM builds the target as its Transformers backend's {cls}"
-    other = _backend_name(launch, moe=True)  # where vLLM picks the class by the config (not one registered)
+    other = backend_name(launch, moe=True)  # where vLLM picks the class by the config (not one registered)
     picked = why == "--model-impl transformers" or why.startswith(FALLBACK)
-    if picked and cls != other and _has_experts(launch) is None:  # config.json does not tell, its class unread
+    if picked and cls != other and has_experts(launch) is None:  # config.json does not tell, its class unread
         built += f" (or {other}, if its config class defaults to experts)"
     needs = _backend_needs(source, "set_aux_hidden_state_layers", "Eagle3 support")
     if needs is None:
@@ -325,7 +213,7 @@ def _backend_needs(source: bytes, function: str, feature: str) -> list[tuple[Ver
         return None
     # the calls every run makes: a statement of the method's own body (not one under an `if`: 0.34.0's Aria check)
     statements = [n.value for m in methods for n in m.body if isinstance(n, ast.Expr)]
-    calls = [n for n in statements if isinstance(n, ast.Call) and _named(n.func, "check_version")]
+    calls = [n for n in statements if isinstance(n, ast.Call) and called(n.func, "check_version")]
     found = []
     for call in calls:
         first = call.args[0] if call.args else None
@@ -450,10 +338,6 @@ def _admits(pin: SpecifierSet, need: Version) -> bool:
     return any(version >= need and pin.contains(version, prereleases=True) for version in tried)
 
 
-def _named(func: ast.expr, name: str) -> bool:
-    return (isinstance(func, ast.Attribute) and func.attr == name) or (isinstance(func, ast.Name) and func.id == name)
-
-
 def _held_to_vllm(static: Finding, verdict) -> Finding:
     """The static finding, then vLLM's own answer when it gave one: vLLM's answer is the verdict."""
     if verdict.result is None:
@@ -575,7 +459,7 @@ def _heads_unsplit(launch) -> tuple[str, str] | None:
 
 def _drafter_defaults(launch) -> dict[str, object] | None:
     """The __init__ defaults of the drafter's config class (what vLLM reads where its config.json is silent)."""
-    return _config_defaults(launch, launch.drafter.config.get("model_type"))
+    return config_defaults(launch, launch.drafter.config.get("model_type"))
 
 
 def _weights_unjudged(launch) -> list[Finding]:
