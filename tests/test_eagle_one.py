@@ -259,11 +259,12 @@ def test_a_separate_mtp_checkpoint_whose_heads_tp_does_not_divide_fails(tmp_path
 
 def test_heads_tp_does_not_divide_are_refused_at_start_where_the_tree_verifies_the_draft_config(tmp_path):
     """SpeculativeConfig verifies the draft ModelConfig with -tp before any load (vLLM 0.16.0: "Total number
-    of attention heads (6) must be divisible by tensor parallel size (4)"): said so, for EAGLE-1 and mtp;
+    of attention heads (6) must be divisible by tensor parallel size (4)"): said so, for EAGLE-1, mtp, EAGLE-3;
     KV heads are an attention's assert, building it."""
-    for method in ("eagle", "mtp"):
-        [found] = _heads(tmp_path / method, SIX_HEADS, "4", method, verified=True)
-        assert not found["ok"] and "vLLM refuses the launch at start" in found["message"], found
+    eagle3 = {**DRAFTER, "num_attention_heads": 6, "num_key_value_heads": 6}
+    for method, config in (("eagle", SIX_HEADS), ("mtp", SIX_HEADS), ("eagle3", eagle3)):
+        found = [f for f in _heads(tmp_path / method, config, "4", method, verified=True) if not f["ok"]]
+        assert "vLLM refuses the launch at start" in found[0]["message"], (method, found)
     kv = {**EAGLE1, "hidden_size": 7168, "num_attention_heads": 8, "num_key_value_heads": 3}
     [found] = _heads(tmp_path / "kv", kv, "4", verified=True)
     assert (
