@@ -10,7 +10,7 @@ import json
 
 import pytest
 from helpers import assert_clean_failure, lay_out_release, run_cli
-from launch_fixtures import DEEPSEEK_V3, DRAFTER, KIMI_DRAFTER, KIMI_K25, REGISTRY, serve, write_model
+from launch_fixtures import DEEPSEEK_V3, DRAFTER, KIMI_DRAFTER, KIMI_K25, REGISTRY, WEIGHTS, serve, write_model
 from packaging.version import Version
 
 from patchkit.releases.files import files_for
@@ -266,3 +266,30 @@ def test_an_eagle1_heads_class_is_held_to_the_registry_of_later_releases(tmp_pat
     assert "EagleQwen2ForCausalLM, which its registry does not hold" in said["Qwen2ForCausalLM"][0]["message"]
     assert said["LlamaForCausalLM"] == [], said
     assert [f["result"] for f in said["unread"]] == ["cannot judge"], said
+
+
+def test_the_drafters_own_load_config_of_0_17_decides_its_load_on_the_real_files(tmp_path):
+    """0.17.1's EagleProposer loads the drafter with --speculative-config's draft_load_config (its
+    eagle.py, fetched): a drafter without weight files under --load-format dummy fails when its own
+    load config loads it for real (load_format auto, or none given), and passes when it is dummy;
+    0.16.0's SpeculativeConfig has no such field and refuses the key."""
+    files = ["vllm/v1/spec_decode/eagle.py", "vllm/v1/spec_decode/draft_model.py", "vllm/config/speculative.py"]
+    target = write_model(tmp_path / "deepseek", DEEPSEEK_V3)
+    drafter = write_model(tmp_path / "head-eagle3", DRAFTER)
+    (drafter / WEIGHTS).unlink()
+    said = {}
+    for release in ("0.17.1", "0.16.0"):
+        site = tmp_path / release
+        lay_out_release(release, sorted({*files_for(release), REGISTRY, *files}), site)
+        assert run_cli("apply", "--target", site, "--no-import").returncode == 0
+        for own in ({}, {"load_format": "auto"}, {"load_format": "dummy"}):
+            spec = {"method": "eagle3", "model": str(drafter), "num_speculative_tokens": 3, "draft_load_config": own}
+            launch = ["vllm", "serve", str(target), "--load-format", "dummy", "--speculative-config", json.dumps(spec)]
+            done = run_cli("preflight", "--target", site, "--format", "json", "--no-import", "--", *launch)
+            found = json.loads(done.stdout)["findings"]
+            drafter_files = [f for f in found if f["check"] == "models" and f"drafter '{drafter}'" in f["message"]]
+            refused = [f for f in found if f["check"] == "speculative-config" and not f["ok"]]
+            said[release, own.get("load_format")] = ([f["result"] for f in drafter_files], refused)
+    assert said["0.17.1", None][0] == said["0.17.1", "auto"][0] == ["fail"], said  # loaded for real: no weight file
+    assert said["0.17.1", "dummy"] == ([], []), said
+    assert all("it has no field draft_load_config" in r[0]["message"] for k, (_, r) in said.items() if k[0] == "0.16.0")

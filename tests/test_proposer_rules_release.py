@@ -31,6 +31,7 @@ MARKS = {
     "pard_token required": ("proposer", proposer_start.TOKEN_REQUIRED, {"0.16.0", "0.17.0"}),
     "multimodal refused": ("proposer", proposer_start.MULTIMODAL_REFUSED, {"0.16.0", "0.17.0"}),
     "extra slots": ("proposer", proposer_start.EXTRA_SLOTS, {"0.16.0", "0.17.0"}),
+    "padding refused": ("proposer", proposer_start.PADDING_REFUSED, {"0.16.0", "0.17.0"}),
     "draft -tp refused": ("draft_model", proposer_start.TP_REFUSED, {"0.15.0", "0.15.1", "0.16.0", "0.17.0"}),
     "multimodal refused, draft_model": ("draft_model", proposer_start.MULTIMODAL_REFUSED, {"0.15.0", "0.15.1"}),
 }

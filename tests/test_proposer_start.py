@@ -98,3 +98,41 @@ def test_a_target_made_text_only_cannot_be_judged_and_one_token_is_not_refused(t
     assert [f["result"] for f in found] == ["cannot judge"], found
     one = {"method": "eagle3", "parallel_drafting": True, "num_speculative_tokens": 1}
     assert spec_findings(tmp_path / "one", tree, one, target=KIMI_K25, drafter={**DRAFTER, "pard_token": 0}) == []
+
+
+@pytest.mark.parametrize("given", ["1", " 1 ", 1.0, "1.00", True])
+def test_a_draft_tp_pydantic_reads_as_1_is_refused_as_1(tmp_path, tree, given):
+    """vLLM's field is an int read in pydantic's lax mode: "1" and 1.0 are 1, refused under -tp 8."""
+    [found] = spec_findings(tmp_path, tree, {"method": "draft_model", "draft_tensor_parallel_size": given}, "-tp", "8")
+    assert found["result"] == "fail", found
+    assert "draft_tensor_parallel_size 1 under -tp 8" in found["message"], found
+
+
+@pytest.mark.parametrize("asked", [True, "yes", "TRUE", 1, "on"])
+@pytest.mark.parametrize("base", [False, True])  # 0.16's eagle.py, or 0.22's llm_base_proposer.py
+def test_an_unpadded_drafter_batch_with_extra_slots_fails(tmp_path, tree, asked, base):
+    if base:
+        proposer = tree[0] / "vllm/v1/spec_decode/llm_base_proposer.py"
+        proposer.write_text(BASE)
+        (tree[0] / EAGLE).write_text(EAGLE_PATCHED)
+    spec = {"method": "draft_model", "disable_padded_drafter_batch": asked}
+    [found] = spec_findings(tmp_path, tree, spec)
+    assert found["result"] == "fail", found
+    assert "disable_padded_drafter_batch with method draft_model" in found["message"], found
+    assert found["fix"] == 'drop "disable_padded_drafter_batch" from --speculative-config', found
+    parallel = {"method": "eagle3", "parallel_drafting": True, "disable_padded_drafter_batch": asked}
+    [found] = spec_findings(tmp_path / "parallel", tree, parallel, drafter={**DRAFTER, "pard_token": 0})
+    assert "disable_padded_drafter_batch with parallel_drafting" in found["message"], found
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"method": "draft_model", "disable_padded_drafter_batch": False},
+        {"method": "draft_model", "disable_padded_drafter_batch": " true"},  # pydantic refuses it: not True
+        {"method": "eagle3", "disable_padded_drafter_batch": True},  # no extra slots: eagle3 takes it
+        {"method": "eagle3", "parallel_drafting": True, "num_speculative_tokens": 1, "disable_padded_drafter_batch": 1},
+    ],
+)
+def test_a_padded_batch_or_a_proposer_without_extra_slots_passes(tmp_path, tree, spec):
+    assert spec_findings(tmp_path, tree, spec, drafter={**DRAFTER, "pard_token": 0}) == []

@@ -426,8 +426,9 @@ def earlier_wheel_stock(root: Path, set_name: str, fetch_release: FetchRelease) 
 
 def updates_in_one_step(root: Path, set_name: str) -> bool:
     """Whether apply replaces the wheel's earlier series of `set_name` in one step (earlier_wheel_stock):
-    the wheel's one set, or one of several whose files no other set of it patches (else revert goes
-    first: the stock files of a file two sets patched would drop the other's change)."""
+    the wheel's one set, or one of several whose files no other set of it patches (`patchkit wheel`
+    builds no other; a record read back from the tree may say otherwise: revert goes first then, the
+    stock file of a file two sets patched would drop the other's change)."""
     found = find(root)
     if found is None or set_name not in found.set_names:
         return False

@@ -13,10 +13,9 @@ from patchkit.base.errors import escaped
 from patchkit.launch import drafter_load
 from patchkit.launch.findings import Finding, cannot_judge
 from patchkit.launch.method import settled_method
-from patchkit.launch.model_files import EAGLE3_DRAFTER
+from patchkit.launch.model_files import EAGLE3_DRAFTER, EAGLE_PROPOSER
 
 CHECK = "drafter-hidden-size"
-EAGLE_PROPOSER = "vllm/v1/spec_decode/eagle.py"
 WIDTHS_ASSERTED = b"assert hidden_states.shape[-1] == input_embeds.shape[-1]"
 SHARED_UNLESS_OWN = b"has_own_embed_tokens"  # the proposer's rule: share unless the weights held embed_tokens
 OWN = "embed_tokens"

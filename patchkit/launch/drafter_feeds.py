@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from patchkit.base.errors import escaped
 from patchkit.launch.engine import LaunchContext
-from patchkit.launch.model_files import MODELS_DIR
+from patchkit.launch.lax import lax_true
+from patchkit.launch.model_files import EAGLE_PROPOSER, MODELS_DIR
 from patchkit.launch.vllm_env import int_flag
 
-EAGLE_PROPOSER = "vllm/v1/spec_decode/eagle.py"
 V2_RUNNER_ENV = "VLLM_USE_V2_MODEL_RUNNER"
 V2_RUNNER = "vllm/v1/worker/gpu/model_runner.py"
 V2_RUNNER_UNFED = b"None,  # aux_hidden_states"  # 0.12-0.16's V2 runner calls its speculator so
@@ -42,16 +42,9 @@ def top_tokens_missing(launch: LaunchContext, module: str) -> tuple[str, str] | 
     the drafter for get_top_tokens() in load_model, raising where its class has none: (why, fix), else None.
     The drafter's module and llama.py (whose LlamaForCausalLM the Llama-layer drafters extend) are read."""
     asked = (launch.command.speculative_config or {}).get("use_local_argmax_reduction")
-    if not _pydantic_true(asked) or TOP_TOKENS_ASKED not in (launch.read(EAGLE_PROPOSER) or b""):
+    if not lax_true(asked) or TOP_TOKENS_ASKED not in (launch.read(EAGLE_PROPOSER) or b""):
         return None
     if any(TOP_TOKENS_DEFINED in (launch.read(f"{MODELS_DIR}/{name}.py") or b"") for name in (module, "llama")):
         return None
     why = f"use_local_argmax_reduction asks its class for get_top_tokens(), which {module}.py does not define"
     return why, 'drop "use_local_argmax_reduction" from --speculative-config: this drafter cannot use it'
-
-
-def _pydantic_true(value: object) -> bool:
-    """What pydantic's lax bool takes as True (a JSON true, 1, or such a string)."""
-    if isinstance(value, str):
-        return value.strip().lower() in ("true", "1", "yes", "on", "y", "t")
-    return value is True or (type(value) is int and value == 1)

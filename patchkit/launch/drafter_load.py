@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from patchkit.launch.command import LaunchCommand
+from patchkit.launch.model_files import EAGLE_PROPOSER
 from patchkit.launch.vllm_env import V2_RUNNER, int_flag
 
-EAGLE_PROPOSER = "vllm/v1/spec_decode/eagle.py"
 DRAFT_MODEL_PROPOSER = "vllm/v1/spec_decode/draft_model.py"
 V2_SPECULATOR = "vllm/v1/worker/gpu/spec_decode/eagle/utils.py"  # load_eagle_model (0.17)
 OWN_LOAD = b"speculative_config.draft_load_config"

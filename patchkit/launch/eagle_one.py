@@ -19,13 +19,12 @@ from patchkit.launch.drafter_heads import heads_unsplit
 from patchkit.launch.eagle_one_weights import weights_unjudged
 from patchkit.launch.findings import Finding, cannot_judge
 from patchkit.launch.method import settled_method
+from patchkit.launch.model_files import BASE_PROPOSER, EAGLE_PROPOSER
 from patchkit.launch.mtp_heads import mtp_heads_findings
 from patchkit.launch.target_heads import tp_refused
 
 EAGLE_CONFIG = "vllm/transformers_utils/configs/eagle.py"
 EAGLE1_NAMED = b'f"Eagle{arch}" if not arch.startswith("Eagle")'  # EAGLEConfig's rename under eagle (0.11-0.17)
-PROPOSER = "vllm/v1/spec_decode/eagle.py"
-BASE_PROPOSER = "vllm/v1/spec_decode/llm_base_proposer.py"  # 0.22+: the rules moved here
 AUX_ONLY_UNDER_EAGLE3 = b'if self.method == "eagle3":'  # the proposer combines aux hidden states only then
 CHECK = "drafter-architecture"
 FIX = 'write "method": "eagle3" in --speculative-config'
@@ -59,8 +58,8 @@ def eagle1_findings(launch: Any) -> list[Finding]:
     if not registered:
         said = f"{head}: it names the class {', '.join(built)}, which it does not register, and fails"
         return [Finding(CHECK, False, said, FIX)]
-    if AUX_ONLY_UNDER_EAGLE3 not in (launch.read(PROPOSER) or b""):
-        return [cannot_judge(CHECK, f"{head}: the tree's {PROPOSER} is not read", FIX)]
+    if AUX_ONLY_UNDER_EAGLE3 not in (launch.read(EAGLE_PROPOSER) or b""):
+        return [cannot_judge(CHECK, f"{head}: the tree's {EAGLE_PROPOSER} is not read", FIX)]
     said = f"{head}: it builds {registered[0]} and feeds it the target's last hidden state, not the aux hidden states it was trained on"
     return [Finding(CHECK, False, said, FIX)]
 
@@ -156,8 +155,8 @@ def _width_findings(launch: Any, method: str) -> list[Finding]:
     if type(wide) is not int or type(fed) is not int or wide <= 0 or fed <= 0:
         said = f"{head}: its hidden_size {_shown(wide)} or the target's {_shown(fed)} is not a size"
         return [cannot_judge(WIDTH_CHECK, said, fix or "give both config.json files a hidden_size")]
-    sources = [(path, launch.read(path) or b"") for path in (BASE_PROPOSER, PROPOSER)]
-    path, rules = next(((p, s) for p, s in sources if DRAFTER_WIDE in s and COPIED in s), (PROPOSER, b""))
+    sources = [(path, launch.read(path) or b"") for path in (BASE_PROPOSER, EAGLE_PROPOSER)]
+    path, rules = next(((p, s) for p, s in sources if DRAFTER_WIDE in s and COPIED in s), (EAGLE_PROPOSER, b""))
     if not rules or (WIDENED in rules and any(WIDENED.decode() in c for c in (drafter.config, target.text_config))):
         said = f"{head} has hidden_size {wide}, the target {fed}, and how the tree's proposer feeds it is not read"
         return [cannot_judge(WIDTH_CHECK, said, fix)]

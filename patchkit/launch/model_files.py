@@ -8,3 +8,6 @@ REGISTRY = f"{MODELS_DIR}/registry.py"  # where vLLM registers architectures (re
 LLAMA = f"{MODELS_DIR}/llama.py"  # the drafter's decoder layer and MLP (llama_eagle3.py subclasses them)
 EAGLE3_DRAFTER = f"{MODELS_DIR}/llama_eagle3.py"
 LLAMA_DRAFTER = "llama_eagle3"  # the module of the EAGLE-3 drafter built of llama.py's layers
+SPEC_DECODE = "vllm/v1/spec_decode"
+EAGLE_PROPOSER = f"{SPEC_DECODE}/eagle.py"  # the EAGLE proposer (0.11-0.21: its rules; 0.22 on: a subclass)
+BASE_PROPOSER = f"{SPEC_DECODE}/llm_base_proposer.py"  # 0.22 on: the proposers' shared start and rules

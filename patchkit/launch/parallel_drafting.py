@@ -10,6 +10,7 @@ import math
 from typing import Any
 
 from patchkit.base.errors import escaped
+from patchkit.launch.lax import lax_true
 from patchkit.launch.model_files import EAGLE3_DRAFTER
 
 MASK = "mask_hidden"
@@ -21,14 +22,7 @@ MASK_FIX = "drop parallel_drafting from --speculative-config, or use a drafter t
 
 def parallel_drafting(command: Any) -> bool:
     """Whether the speculative config asks for parallel drafting (pydantic's lax bool of its value)."""
-    return pydantic_true((command.speculative_config or {}).get("parallel_drafting"))
-
-
-def pydantic_true(value: object) -> bool:
-    """What pydantic's lax bool takes as True (a JSON true, 1, or such a string)."""
-    if isinstance(value, str):
-        return value.strip().lower() in ("true", "1", "yes", "on", "y", "t")
-    return value is True or (type(value) in (int, float) and value == 1)
+    return lax_true((command.speculative_config or {}).get("parallel_drafting"))
 
 
 def mask_hidden_missing(launch: Any, tensors: dict[str, Any] | str | None) -> tuple[str, str] | None:

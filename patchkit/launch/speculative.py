@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import ast
 import functools
-import re
 from typing import Any
 
 from patchkit.checks.parsed import python_tree
 from patchkit.launch.engine import LaunchContext
 from patchkit.launch.findings import Finding
+from patchkit.launch.lax import lax_int
 from patchkit.launch.method import built_model_type, settled_method
 from patchkit.launch.spec_literals import MTP_TYPES, OLD_MTP_TYPES, literal_tables
 
@@ -107,7 +107,7 @@ def _refusal(
         return "it takes no tensor_parallel_size", 'write "draft_tensor_parallel_size"'
     if model is not None and not isinstance(model, str):
         return f"model {model!r} is not a string", DRAFTER_FIX
-    count = _token_count(tokens)
+    count = lax_int(tokens)
     if count is not None and (count is False or count <= 0):
         return f"num_speculative_tokens {tokens!r} is no count above 0", 'give "num_speculative_tokens" a count above 0'
     if model == "":
@@ -129,7 +129,7 @@ def _out_of_bounds(spec: dict[str, Any], bounds: dict[str, dict[str, int]]) -> t
     """A whole-number field outside the bounds its `Field(ge=, gt=, le=, lt=)` declares (pydantic
     refuses it: disable_by_batch_size 1 under ge=2), or no whole number at all."""
     for key, bound in sorted(bounds.items()):
-        value = _token_count(spec.get(key))
+        value = lax_int(spec.get(key))
         if value is None or key == "num_speculative_tokens":  # absent, or judged by _refusal
             continue
         if value is False or not all(_holds(value, rule, limit) for rule, limit in bound.items()):
@@ -165,7 +165,7 @@ def _draft_tensor_parallel_size(
 ) -> tuple[str, str] | None:
     """A drafter's draft_tensor_parallel_size is 1 or the target's -tp (vLLM's
     _verify_and_get_draft_tp, for every method with a drafter model: not ngram or suffix)."""
-    value = _token_count(spec.get("draft_tensor_parallel_size"))
+    value = lax_int(spec.get("draft_tensor_parallel_size"))
     if not isinstance(value, int) or isinstance(value, bool) or b"_verify_and_get_draft_tp" not in (source or b""):
         return None
     target = context.command.tensor_parallel_size
@@ -176,9 +176,6 @@ def _draft_tensor_parallel_size(
         f"draft_tensor_parallel_size {value} is neither 1 nor the target's tensor parallel size ({target})",
         f'give "draft_tensor_parallel_size" {allowed}, or drop it',
     )
-
-
-_LAX_INT = re.compile(r"[+-]?[0-9](?:_?[0-9])*(?:\.0+)?")  # a string pydantic reads as an int
 
 
 def _draft_vocab(source: bytes | None, context: LaunchContext) -> tuple[str, str] | None:
@@ -193,26 +190,6 @@ def _draft_vocab(source: bytes | None, context: LaunchContext) -> tuple[str, str
         return None
     said = f"under method draft_model the drafter's vocab_size {ours} is not the target's {theirs}"
     return said, f"use a drafter with the target's tokenizer (vocab_size {theirs}), or another method"
-
-
-def _token_count(value: object) -> int | bool | None:
-    """num_speculative_tokens as pydantic's lax int reads it: the count; False when it reads none
-    (a fraction, a list, a text pydantic cannot read as one); None when absent."""
-    if value is None or isinstance(value, bool):
-        return None if value is None else int(value)
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float):
-        return int(value) if value.is_integer() else False
-    if isinstance(value, str):  # pydantic's lax reading: "7", " +7 ", "1_000", "7.00"; not "0x7", "7k", "7.5"
-        text = value.strip()
-        if not _LAX_INT.fullmatch(text):
-            return False
-        try:
-            return int(text.split(".")[0])
-        except ValueError:  # more digits than Python converts: not judged here
-            return None
-    return False
 
 
 def _method_detected(model: str, method: str | None, mtp_types: set[str], context: LaunchContext) -> bool:
