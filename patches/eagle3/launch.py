@@ -5,6 +5,10 @@ Each fault the engineer this set comes from met one model load at a time is a fi
 whitelist, the proposer's image_token_index read, SupportsEagle3, and the drafter's shape.
 SupportsEagle3 is also asked of vLLM itself (its supports_eagle3() on the class its ModelRegistry
 resolves) when the preflight may import vLLM; that answer is then the verdict.
+
+This script is loaded by path (engine._load_script), so the rules it shares with patchkit live in
+patchkit/launch/, a module for each thing judged (aux_layers, attention_backend, drafter_layout,
+llama_layers, transformers_backend, ...); here are the set's own rules (its contract's) and the wiring.
 """
 
 from __future__ import annotations
