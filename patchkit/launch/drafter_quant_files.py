@@ -37,8 +37,8 @@ def quant_config_unfound(launch: LaunchContext) -> tuple[str, str] | None:
         return None
     local = Path(launch.drafter.name)
     if method != "gguf" and config.get("compression_config") is None and overrides_unguarded(launch.read):
-        found = drafter_directory(launch.command)
-        directory = os.path.join(launch.command.working_directory(), found[1]) if found else None
+        where = drafter_directory(launch.command)
+        directory = os.path.join(launch.command.working_directory(), where[1]) if where else None
         if quantization(config, directory) is None:
             why = (
                 f"--speculative-config names quantization '{escaped(method)}' and the drafter's config.json has no "
