@@ -15,6 +15,7 @@ from launch_fixtures import (
     DRAFTER,
     EAGLE,
     EAGLE1_FEEDS,
+    SPEC,
     speculative_launch,
     write_eagle3_setup,
     write_model,
@@ -158,11 +159,15 @@ def test_an_eagle1_head_vllm_registers_passes_the_class_rule(tmp_path):
     assert _judged(_architecture(tmp_path, "head", "eagle", EAGLE1)) == []
 
 
-def _heads(tmp_path: Path, config: dict, tp: str, method: str = "eagle") -> list[dict]:
-    """The drafter-architecture findings of a DeepSeek-V3 launch under -tp `tp` whose drafter has `config`."""
+def _heads(tmp_path: Path, config: dict, tp: str, method: str = "eagle", verified: bool = False) -> list[dict]:
+    """The drafter-architecture findings of a DeepSeek-V3 launch under -tp `tp` whose drafter has `config`
+    (`verified`: the tree's SpeculativeConfig verifies the draft config with -tp at start, as 0.11-0.34's do)."""
     tree, library = write_eagle3_setup(tmp_path)
     (tree / EAGLE).parent.mkdir(parents=True, exist_ok=True)
     (tree / EAGLE).write_text(EAGLE1_FEEDS)
+    if verified:
+        with (tree / SPEC).open("a") as spec_file:
+            spec_file.write(VERIFIED)
     drafter = write_model(tmp_path / "head", config)
     spec = {"method": method, "model": str(drafter), "num_speculative_tokens": 3}
     target = write_model(tmp_path / "target", DEEPSEEK_V3)
@@ -170,6 +175,7 @@ def _heads(tmp_path: Path, config: dict, tp: str, method: str = "eagle") -> list
     return _judged([f for f in judged["findings"] if f["check"] == "drafter-architecture"])
 
 
+VERIFIED = "\n# self.draft_model_config.verify_with_parallel_config(self.draft_parallel_config)\n"
 SIX_HEADS = {**DEEPSEEK_EAGLE1, "hidden_size": 7168, "num_attention_heads": 6, "num_key_value_heads": 6}
 
 
@@ -249,3 +255,18 @@ def test_a_separate_mtp_checkpoint_whose_heads_tp_does_not_divide_fails(tmp_path
     assert "its 6 attention heads do not divide by -tp 4" in found["message"], found
     assert found["fix"].startswith("give a -tp that divides the drafter's heads"), found
     assert _heads(tmp_path / "two", SIX_HEADS, "2", "mtp") == []
+
+
+def test_heads_tp_does_not_divide_are_refused_at_start_where_the_tree_verifies_the_draft_config(tmp_path):
+    """SpeculativeConfig verifies the draft ModelConfig with -tp before any load (vLLM 0.16.0: "Total number
+    of attention heads (6) must be divisible by tensor parallel size (4)"): said so, for EAGLE-1, mtp, EAGLE-3;
+    KV heads are an attention's assert, building it."""
+    eagle3 = {**DRAFTER, "num_attention_heads": 6, "num_key_value_heads": 6}
+    for method, config in (("eagle", SIX_HEADS), ("mtp", SIX_HEADS), ("eagle3", eagle3)):
+        found = [f for f in _heads(tmp_path / method, config, "4", method, verified=True) if not f["ok"]]
+        assert "vLLM refuses the launch at start" in found[0]["message"], (method, found)
+    kv = {**EAGLE1, "hidden_size": 7168, "num_attention_heads": 8, "num_key_value_heads": 3}
+    [found] = _heads(tmp_path / "kv", kv, "4", verified=True)
+    assert (
+        "its 3 KV heads do not split over -tp 4" in found["message"] and "after the target's load" in found["message"]
+    )

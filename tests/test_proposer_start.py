@@ -74,20 +74,25 @@ def test_draft_model_with_a_draft_tp_of_1_under_tp_8_fails(tmp_path, tree):
     assert spec_findings(tmp_path / "eagle3", tree, {**spec, "method": "eagle3"}, "-tp", "8") == []
 
 
+DRAFT_MODEL_FIX = "use a drafter method that takes a multimodal target (eagle3), or serve it text-only"
+PARALLEL_FIX = 'drop "parallel_drafting", or give "num_speculative_tokens" 1, or serve it text-only'
+
+
 @pytest.mark.parametrize(
-    ("spec", "draft_model_file"),
+    ("spec", "draft_model_file", "fix"),
     [
-        ({"method": "draft_model"}, DRAFT_TP),  # 0.16: the base proposer needs extra slots for draft_model
-        ({"method": "eagle3", "parallel_drafting": True, "num_speculative_tokens": 3}, DRAFT_TP),
-        ({"method": "draft_model"}, DRAFT_015),  # 0.15: DraftModelProposer's own refusal
+        ({"method": "draft_model"}, DRAFT_TP, DRAFT_MODEL_FIX),  # 0.16: the base proposer's extra slots
+        ({"method": "eagle3", "parallel_drafting": True, "num_speculative_tokens": 3}, DRAFT_TP, PARALLEL_FIX),
+        ({"method": "draft_model"}, DRAFT_015, DRAFT_MODEL_FIX),  # 0.15: DraftModelProposer's own refusal
     ],
 )
-def test_draft_model_on_a_multimodal_target_fails(tmp_path, tree, spec, draft_model_file):
+def test_draft_model_on_a_multimodal_target_fails(tmp_path, tree, spec, draft_model_file, fix):
     (tree[0] / DRAFT_MODEL).write_text(draft_model_file)
     drafter = {**DRAFTER, "pard_token": 0}
     found = spec_findings(tmp_path, tree, spec, target=KIMI_K25, drafter=drafter)
     assert [f["result"] for f in found] == ["fail"], found
     assert "on the multimodal target KimiK25ForConditionalGeneration" in found[0]["message"], found
+    assert found[0]["fix"].startswith(fix), found  # parallel drafting under eagle3: not "use eagle3"
     assert spec_findings(tmp_path / "text", tree, spec, drafter=drafter) == []  # DeepSeek-V3: text only
 
 
@@ -96,8 +101,10 @@ def test_a_target_made_text_only_cannot_be_judged_and_one_token_is_not_refused(t
         tmp_path, tree, {"method": "draft_model"}, "--limit-mm-per-prompt", '{"image": 0}', target=KIMI_K25
     )
     assert [f["result"] for f in found] == ["cannot judge"], found
-    one = {"method": "eagle3", "parallel_drafting": True, "num_speculative_tokens": 1}
-    assert spec_findings(tmp_path / "one", tree, one, target=KIMI_K25, drafter={**DRAFTER, "pard_token": 0}) == []
+    for tokens in (1, "1", " 1", 1.0):  # pydantic's lax int: vLLM reads each as 1
+        one = {"method": "eagle3", "parallel_drafting": True, "num_speculative_tokens": tokens}
+        drafter = {**DRAFTER, "pard_token": 0}
+        assert spec_findings(tmp_path / f"one{tokens!r}", tree, one, target=KIMI_K25, drafter=drafter) == [], tokens
 
 
 @pytest.mark.parametrize("given", ["1", " 1 ", 1.0, "1.00", True])

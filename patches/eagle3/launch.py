@@ -5,6 +5,10 @@ Each fault the engineer this set comes from met one model load at a time is a fi
 whitelist, the proposer's image_token_index read, SupportsEagle3, and the drafter's shape.
 SupportsEagle3 is also asked of vLLM itself (its supports_eagle3() on the class its ModelRegistry
 resolves) when the preflight may import vLLM; that answer is then the verdict.
+
+This script is loaded by path (engine._load_script), so the rules it shares with patchkit live in
+patchkit/launch/, a module for each thing judged (aux_layers, attention_backend, drafter_layout,
+llama_layers, transformers_backend, ...); here are the set's own rules (its contract's) and the wiring.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from patchkit.launch.drafter_attention import (
 )
 from patchkit.launch.drafter_embedding import embedding_shared
 from patchkit.launch.drafter_feeds import top_tokens_missing, v2_runner_unfed
-from patchkit.launch.drafter_heads import heads_unsplit
+from patchkit.launch.drafter_heads import heads_unsplit, when_refused
 from patchkit.launch.drafter_layout import drafter_weights, layout_unread, weights_unfit
 from patchkit.launch.drafter_nulls import null_refused
 from patchkit.launch.drafter_quant import target_quantization
@@ -409,8 +413,9 @@ def drafter_architecture(launch) -> Finding:
         typed = mistyped(launch.drafter.config) if llama else None  # before the rules that read the sizes
         if typed is not None:
             return Finding("drafter-architecture", False, f"{registered}, but {typed[0]}", typed[1])
-        rules = (_heads_unsplit, *llama, quant_config_unfound, attention_backend_refused, top)
-        unbuilt = next((found for rule in rules if (found := rule(launch)) is not None), None)
+        heads = _heads_unsplit(launch)
+        rules = (*llama, quant_config_unfound, attention_backend_refused, top)
+        unbuilt = heads or next((found for rule in rules if (found := rule(launch)) is not None), None)
         later = (positions_unserved(launch, defaults) if llama else None) or cache_format_refused(launch)
         later = later or v2_runner_unfed(launch)
         later = later or (sliding_under_mla(launch, mla) if llama else None)
@@ -426,7 +431,9 @@ def drafter_architecture(launch) -> Finding:
             return cannot_judge("drafter-architecture", f"{registered}, but {unread[0]}", unread[1])
         if unbuilt is None:
             return Finding("drafter-architecture", True, registered)
-        message = f"{registered}, but {unbuilt[0]}: vLLM fails building it, after the target's load"
+        spec = launch.command.speculative_config or {}
+        when = when_refused(heads, spec, launch.read) if heads else "vLLM fails building it, after the target's load"
+        message = f"{registered}, but {unbuilt[0]}: {when}"
         return Finding("drafter-architecture", False, message, unbuilt[1])
     known = ", ".join(sorted(n for n, (module, _) in table.items() if "eagle3" in module.lower())) or "none"
     names = _built_names(launch.drafter)

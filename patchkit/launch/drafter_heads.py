@@ -5,8 +5,11 @@ the heads alone. The assert fires building the drafter, after the target's load.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+SPEC_FILE = "vllm/config/speculative.py"
+VERIFIED = b"self.draft_model_config.verify_with_parallel_config("  # at start, every release read (0.11-0.34)
 HEADS_FIX = "give a -tp that divides the drafter's heads and the target's, or a drafter whose heads it divides"
 
 
@@ -26,3 +29,13 @@ def heads_unsplit(config: dict[str, Any], tp: int, mla: bool = False) -> tuple[s
 
 def _positive(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def when_refused(found: tuple[str, str], spec: dict[str, Any], read: Callable[[str], bytes | None]) -> str:
+    """When vLLM refuses the drafter `found` says -tp does not split: at start where -tp does not divide
+    its attention heads and the tree's SpeculativeConfig verifies the draft config with -tp (its
+    draft_tensor_parallel_size not 1); else building it, after the target's load (an attention's assert)."""
+    verified = VERIFIED in (read(SPEC_FILE) or b"") and spec.get("draft_tensor_parallel_size") != 1
+    if "attention heads" in found[0] and verified:
+        return "vLLM refuses the launch at start (its draft ModelConfig's verify_with_parallel_config)"
+    return "vLLM fails building it, after the target's load"

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from patchkit.base.errors import escaped
-from patchkit.launch.drafter_heads import heads_unsplit
+from patchkit.launch.drafter_heads import heads_unsplit, when_refused
 from patchkit.launch.eagle_one_weights import weights_unjudged
 from patchkit.launch.findings import Finding, cannot_judge
 from patchkit.launch.method import settled_method
@@ -116,7 +116,8 @@ def _unsplit(launch: Any) -> list[Finding]:
     if found is None:
         return []
     said = f"drafter '{escaped(launch.drafter.name)}' runs as EAGLE-1 ({_why(launch)}), but {found[0]}"
-    return [Finding(CHECK, False, f"{said}: vLLM fails building it, after the target's load", found[1])]
+    when = when_refused(found, launch.command.speculative_config or {}, launch.read)
+    return [Finding(CHECK, False, f"{said}: {when}", found[1])]
 
 
 def _vocabulary(launch: Any) -> list[Finding]:

@@ -9,13 +9,11 @@ from __future__ import annotations
 from typing import Any
 
 from patchkit.base.errors import escaped
-from patchkit.launch.drafter_heads import heads_unsplit
+from patchkit.launch.drafter_heads import heads_unsplit, when_refused
 from patchkit.launch.findings import Finding
 from patchkit.launch.target_heads import tp_refused
 
 CHECK = "drafter-architecture"
-SPEC_FILE = "vllm/config/speculative.py"
-VERIFIED = b"self.draft_model_config.verify_with_parallel_config("  # at start, every release read
 
 
 def mtp_heads_findings(launch: Any) -> list[Finding]:
@@ -31,11 +29,6 @@ def mtp_heads_findings(launch: Any) -> list[Finding]:
     found = heads_unsplit(config, tp, command.uses_mla(config))
     if found is None:
         return []
-    at_start = "attention heads" in found[0] and VERIFIED in (launch.read(SPEC_FILE) or b"")
-    when = (
-        "vLLM refuses the launch at start (its draft ModelConfig's verify_with_parallel_config)"
-        if at_start
-        else "vLLM fails building it, after the target's load"
-    )
+    when = when_refused(found, command.speculative_config or {}, launch.read)
     said = f"drafter '{escaped(drafter.name)}' (method mtp, a checkpoint of its own): {found[0]}: {when}"
     return [Finding(CHECK, False, said, found[1])]

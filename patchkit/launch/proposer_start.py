@@ -102,9 +102,11 @@ def _multimodal_refused(context: LaunchContext, method: str | None) -> Finding |
         why = f"{said}: whether {', '.join(given)} leaves it text-only is not judged"
         return cannot_judge(CHECK, why, "check that every modality's limit is 0 (--limit-mm-per-prompt)")
     message = f"{said}: vLLM's proposer does not support multimodal models, and refuses it {AT_START}"
-    fix = (
-        "use a drafter method that takes a multimodal target (eagle3), or serve it text-only (each modality's limit 0)"
-    )
+    text_only = "serve it text-only (each modality's limit 0)"
+    if method == "draft_model":
+        fix = f"use a drafter method that takes a multimodal target (eagle3), or {text_only}"
+    else:  # parallel drafting of several tokens: the method in use is not the cause
+        fix = f'drop "parallel_drafting", or give "num_speculative_tokens" 1, or {text_only}'
     return Finding(CHECK, False, message, fix)
 
 
