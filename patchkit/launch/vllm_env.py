@@ -22,14 +22,18 @@ V2_RUNNER = "VLLM_USE_V2_MODEL_RUNNER"
 PORT = "VLLM_PORT"
 # read as vLLM starts in every release (the port by the executor's get_open_port)
 READ_AT_START = (MLA_DISABLE, V2_RUNNER, PORT)
-NUMBER_CALLS = {
+NUMBER_CALLS: dict[str, Callable[[str], object]] = {
     "int": int,
     "maybe_convert_int": int,
     "maybe_convert_bool": int,
     "float": float,
     "json.loads": json.loads,
 }
-KINDS = {int: ("an integer", "int()"), float: ("a number", "float()"), json.loads: ("JSON", "json.loads()")}
+KINDS: dict[Callable[[str], object], tuple[str, str]] = {
+    int: ("an integer", "int()"),
+    float: ("a number", "float()"),
+    json.loads: ("JSON", "json.loads()"),
+}
 CHOICE_CALLS = {"env_with_choices": False, "env_list_with_choices": True, "env_set_with_choices": True}
 # a conversion: (converter, or None for choices; whether a flag, 1 or 0; choices; case-sensitive; a list)
 Conversion = tuple[Callable[[str], object] | None, bool, tuple[str, ...], bool, bool]
@@ -68,9 +72,10 @@ def conversions(envs: bytes) -> dict[str, Conversion]:
     functions = {node.name: node for node in module.body if isinstance(node, ast.FunctionDef)}
     found: dict[str, Conversion] = {}
     for node in module.body:
-        target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None
-        target = node.target if isinstance(node, ast.AnnAssign) else target
-        if isinstance(target, ast.Name) and target.id == "environment_variables" and isinstance(node.value, ast.Dict):
+        if not isinstance(node, ast.Assign | ast.AnnAssign) or not isinstance(node.value, ast.Dict):
+            continue
+        target = node.target if isinstance(node, ast.AnnAssign) else node.targets[0]
+        if isinstance(target, ast.Name) and target.id == "environment_variables":
             for key, value in zip(node.value.keys, node.value.values, strict=True):
                 if isinstance(key, ast.Constant) and isinstance(key.value, str):
                     conversion = _conversion(key.value, functions.get(getattr(value, "id", "")) or value)
@@ -82,14 +87,15 @@ def conversions(envs: bytes) -> dict[str, Conversion]:
 def _conversion(name: str, entry: ast.AST) -> Conversion | None:
     """How `entry` (a lambda, a module function, a call of env_*_with_choices) converts `name`."""
     if isinstance(entry, ast.Call) and isinstance(entry.func, ast.Name) and entry.func.id in CHOICE_CALLS:
-        return _choices(name, entry)
+        return _choices(name, entry, entry.func.id)
     flag = False
-    converter = None
+    converter: Callable[[str], object] | None = None
     read_names = {n.id for n in ast.walk(entry) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
     for node in ast.walk(entry):
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name | ast.Attribute) and node.args):
             continue
-        call = node.func.id if isinstance(node.func, ast.Name) else f"json.{node.func.attr}"
+        owner = node.func.value if isinstance(node.func, ast.Attribute) else None
+        call = node.func.id if isinstance(node.func, ast.Name) else f"{getattr(owner, 'id', '')}.{node.func.attr}"
         reads = _reads(node.args[0], name) or (isinstance(node.args[0], ast.Name) and node.args[0].id in read_names)
         if call in NUMBER_CALLS and reads:
             converter = NUMBER_CALLS[call]
@@ -98,10 +104,10 @@ def _conversion(name: str, entry: ast.AST) -> Conversion | None:
     return None if converter is None else (converter, flag, (), True, False)
 
 
-def _choices(name: str, call: ast.Call) -> Conversion | None:
+def _choices(name: str, call: ast.Call, function: str) -> Conversion | None:
     """env_with_choices(name, default, [choices], case_sensitive): None where the choices are not a
     literal list (a callable vLLM resolves late) or the call names another variable."""
-    args = list(call.args) + [None] * 4
+    args: list[ast.expr | None] = [*call.args, None, None, None, None]
     sensitive_node = args[3] or next((k.value for k in call.keywords if k.arg == "case_sensitive"), None)
     choices_node = args[2] or next((k.value for k in call.keywords if k.arg == "choices"), None)
     first = args[0]
@@ -111,15 +117,16 @@ def _choices(name: str, call: ast.Call) -> Conversion | None:
     if len(choices) != len(choices_node.elts):
         return None
     sensitive = not (isinstance(sensitive_node, ast.Constant) and sensitive_node.value is False)
-    return (None, False, choices, sensitive, CHOICE_CALLS[call.func.id])  # type: ignore[union-attr]
+    return (None, False, choices, sensitive, CHOICE_CALLS[function])
 
 
 def _reads(node: ast.AST, name: str) -> bool:
     """Whether `node` is os.getenv(name, ...), os.environ.get(name, ...) or os.environ[name]."""
+    key: ast.expr | None = None
     if isinstance(node, ast.Subscript):
         key = node.slice
-    elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args:
-        key = node.args[0] if node.func.attr in ("getenv", "get") else None
+    elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("getenv", "get"):
+        key = node.args[0] if node.args else None
     else:
         return False
     return isinstance(key, ast.Constant) and key.value == name

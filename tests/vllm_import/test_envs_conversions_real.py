@@ -13,7 +13,7 @@ import pytest
 
 from patchkit.launch.vllm_env import conversions, refusal
 
-VLLM_PYTHON = os.environ.get("VLLM_PYTHON")
+VLLM_PYTHON = os.environ.get("VLLM_PYTHON", "")
 
 pytestmark = pytest.mark.skipif(not VLLM_PYTHON, reason="needs a venv with vLLM: run `make test-vllm`")
 
@@ -41,7 +41,7 @@ print(json.dumps(said))
 """
 
 
-def test_refusals_agree_with_vllms_envs_on_every_entry(tmp_path):
+def test_refusals_agree_with_vllms_envs_on_every_entry(tmp_path: Path) -> None:
     clean = {k: v for k, v in os.environ.items() if k not in ("VLLM_PORT", "VERBOSE", "LOCAL_RANK")}
     done = subprocess.run(
         [VLLM_PYTHON, "-c", ASKED, json.dumps(VALUES)],
