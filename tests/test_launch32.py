@@ -304,6 +304,31 @@ def test_a_tool_parser_plugin_of_its_own_leaves_the_set_unused_and_one_unread_is
         assert not any("tools" in note for note in document["notes"] if note.startswith("not used")), document
 
 
+BY_A_COMPUTED_NAME = [
+    "import importlib\nparser = importlib.import_module('vllm.tool_parsers.' + 'demo_tool_parser')\n",
+    "from importlib import import_module as load\nparser = load(NAME)\n",
+    "parser = __import__(NAME, fromlist=['x'])\n",
+    "import importlib.util\nspec = importlib.util.find_spec(NAME)\n",
+]
+
+
+@pytest.mark.parametrize("plugin", BY_A_COMPUTED_NAME)
+def test_a_tool_parser_plugin_that_imports_by_a_computed_name_leaves_the_set_unjudged(setup, tmp_path, plugin):
+    """review42a R17: a plugin that takes its base parser through importlib or __import__ (a string or a
+    computed name) may build on the patched parser: the set is "cannot judge", never "not used"."""
+    tree, lib, target, _ = setup
+    (tmp_path / "dyn.py").write_text(plugin + "@ToolParserManager.register_module('mine')\nclass Mine:\n    pass\n")
+    launch = [*PLUGIN_LAUNCH(target), str(tmp_path / "dyn.py")]
+    done = run_cli_read_only(
+        "preflight", "--target", tree, "--patches", lib, "--no-import", "--format", "json", "--", *launch
+    )
+    document = json.loads(done.stdout)
+    tree_state = [f for f in document["findings"] if f["check"] == "tree-state" and f["result"] == "cannot judge"]
+    assert done.returncode == 0 and len(tree_state) == 1, done.stdout
+    assert "imports modules by a name it computes" in tree_state[0]["message"], tree_state
+    assert not any("tools" in note for note in document["notes"] if note.startswith("not used")), document
+
+
 # --- F4: a launch's Python that does not answer which pycache prefix it sets: cannot judge -------------
 
 

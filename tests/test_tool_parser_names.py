@@ -381,6 +381,25 @@ def test_a_plugin_vllm_cannot_import_leaves_the_parser_name_held(launch, plugin)
         assert done.returncode == 1 and not found["ok"] and "registers no" in found["message"], done.stdout
 
 
+@pytest.mark.parametrize("make", ["fifo", "large"])
+def test_a_plugin_patchkit_cannot_read_cannot_be_judged_not_held_against_the_name(launch, make):
+    """review42a R17: a source plugin patchkit does not read (a fifo, never opened blocking; over the read
+    limit) may register the name: cannot judge, not "registers no tool-call parser" failed."""
+    tree, library, model = launch
+    plugin = tree.parent / "unread.py"
+    if make == "fifo":
+        os.mkfifo(plugin)
+    else:
+        with plugin.open("wb") as sparse:
+            sparse.truncate(TREE_FILE_LIMIT + 1)
+    options = ("--enable-auto-tool-choice", "--tool-call-parser", "mine", "--tool-parser-plugin", "unread.py")
+    done, (found,) = preflight(tree, library, model, *options)
+    assert found["result"] == "cannot judge" and found["ok"], done.stdout
+    assert "which it imports first, may: patchkit does not read it: not a regular file" in found["message"] or (
+        make == "large" and "larger than" in found["message"]
+    ), found
+
+
 def test_a_plugin_that_names_no_such_parser_cannot_be_judged_never_a_pass(launch):
     """The plugin vLLM imports may register the name in a way patchkit does not read (it runs nothing):
     said as cannot judge, with what to make sure of, not a silent pass."""

@@ -4,7 +4,8 @@ registered under a name of its own): the tool-call set that patches that parser 
 launch, whatever name it gives. Read statically, bounded and never blocking (through observed.py):
 its imports of a parser module the set patches (or of a class defined there, from the parsers'
 package), or a string naming a parser the set serves (ToolParserManager.get_tool_parser("kimi_k2")).
-A plugin patchkit cannot read (bytecode, an extension, a fifo, syntax its Python lacks) may use it."""
+A plugin patchkit cannot read (bytecode, an extension, a fifo, syntax its Python lacks), or one that
+imports by a name it computes (importlib, __import__), may use it."""
 
 from __future__ import annotations
 
@@ -101,7 +102,10 @@ def plugin_use(command: LaunchCommand, patched: Iterable[str], parsers: Iterable
         return None, f"{shown} is not Python patchkit's parser reads"
     classes = {name: module for module, path in modules.items() for name in _classes(read(path))}
     found = _imported(tree, modules, classes) or _named(tree, set(parsers))
-    return (True, f"{shown} {found}") if found else (False, "")
+    if found:
+        return True, f"{shown} {found}"
+    dynamic = _by_name(tree)
+    return (None, f"{shown} imports modules by a name it computes ({dynamic})") if dynamic else (False, "")
 
 
 def _imported(tree: ast.Module, modules: dict[str, str], classes: dict[str, str]) -> str | None:
@@ -117,6 +121,21 @@ def _imported(tree: ast.Module, modules: dict[str, str], classes: dict[str, str]
                     return f"imports {node.module}"
                 if alias.name in classes and classes[alias.name].rpartition(".")[0] == node.module:
                     return f"imports {alias.name} (vLLM's, from {classes[alias.name]})"
+    return None
+
+
+def _by_name(tree: ast.Module) -> str | None:
+    """What the plugin imports modules by a string or computed name with (importlib, __import__):
+    which module that is, patchkit does not judge."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import) and any(a.name.partition(".")[0] == "importlib" for a in node.names):
+            return "importlib"
+        if isinstance(node, ast.ImportFrom) and (node.module or "").partition(".")[0] == "importlib":
+            return "importlib"
+        if (isinstance(node, ast.Name) and node.id == "__import__") or (
+            isinstance(node, ast.Attribute) and node.attr == "__import__"
+        ):
+            return "__import__"
     return None
 
 

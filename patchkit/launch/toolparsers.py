@@ -175,8 +175,8 @@ class Plugin(FrozenValue):
     def given(cls, value: object, *, same_python: bool = False) -> Plugin | None:
         """The plugin an option names, when vLLM imports one: a name of more than 3 characters
         (api_server's `len(...) > 3`) of a file spec_from_file_location loads (source, bytecode, an
-        extension). vLLM logs a failed import and carries on, so a missing or unreadable file, or
-        source that does not parse, registers nothing: the name is still held. Source that
+        extension). vLLM logs a failed import and carries on, so a missing file, or source that
+        does not parse, registers nothing: the name is still held. Source that
         patchkit's Python cannot parse may parse in vLLM's newer one (`same_python`: the launch's
         Python is patchkit's version, so it cannot)."""
         if not isinstance(value, str) or len(value) <= 3 or not value.endswith(_LOADABLE):
@@ -185,8 +185,11 @@ class Plugin(FrozenValue):
             return cls(value, frozenset(), _COMPILED) if _regular(value) else None
         try:  # relative to the directory the launch runs in, as vLLM's import reads it
             data = read_regular(value, TREE_FILE_LIMIT, follow_symlinks=True)
-        except (OSError, ValueError):
+        except (FileNotFoundError, NotADirectoryError):
             return None
+        except (OSError, ValueError) as exc:  # a fifo, a device, too large: vLLM may load it all the same
+            why = f"patchkit does not read it: {getattr(exc, 'strerror', None) or exc}"
+            return None if os.path.isdir(value) else cls(value, frozenset(), why)
         try:
             parsed = ast.parse(data)
         except SyntaxError:
