@@ -2084,6 +2084,51 @@ def test_a_speculative_quantization_the_drafter_has_no_config_for_fails(setup, t
     assert ("keep one of" if "holds" in says else 'drop "quantization"') in finding["fix"]
 
 
+# get_quant_config's read of hf_overrides as 0.12-0.17 write it (no guard for the draft config's function), and
+# as 0.22 on guard it
+UNGUARDED = "def get_quant_config(model_config, load_config):\n    return model_config.hf_overrides.get('f', None)\n"
+GUARDED = (
+    "def get_quant_config(model_config, load_config):\n    hf_overrides = model_config.hf_overrides\n"
+    "    if not isinstance(hf_overrides, dict):\n        raise ValueError('x')\n    return hf_overrides.get('f')\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("utils", "method", "files", "change", "fails"),
+    [
+        (UNGUARDED, "fp8", [], {}, True),
+        (UNGUARDED, "awq", ["quant_config.json"], {}, True),  # its file found, but vLLM fails before it looks
+        (GUARDED, "fp8", [], {}, False),
+        (GUARDED, "awq", ["quant_config.json"], {}, False),
+        (UNGUARDED, "fp8", [], {"quantization_config": {"quant_method": "fp8"}}, False),
+        (UNGUARDED, "fp8", ["hf_quant_config.json"], {}, False),  # ModelOpt's: vLLM reads it as the config's
+    ],
+)
+def test_a_speculative_quantization_fails_where_the_tree_reads_hf_overrides_unguarded(
+    setup, tmp_path, utils, method, files, change, fails
+):
+    """0.12-0.17: the draft config's hf_overrides is a function; get_quant_config calls .get on it (review42a R5)."""
+    tree, library, models = setup
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    quantization = tree / "vllm" / "model_executor" / "layers" / "quantization"
+    for name, text in {"__init__.py": QUANT_INIT, **QUANT_FILES}.items():
+        (quantization / name).parent.mkdir(parents=True, exist_ok=True)
+        (quantization / name).write_text(text)
+    (tree / "vllm" / "model_executor" / "model_loader").mkdir(parents=True, exist_ok=True)
+    (tree / "vllm" / "model_executor" / "model_loader" / "weight_utils.py").write_text(utils)
+    drafter = write_model(tmp_path / "drafter", {**DRAFTER, **change})
+    for name in files:
+        (drafter / name).write_text("{}")
+    spec = json.dumps({"method": "eagle3", "model": str(drafter), "num_speculative_tokens": 3, "quantization": method})
+    done = preflight(tree, library, "vllm", "serve", str(models["deepseek"]), "--speculative-config", spec)
+    finding = drafter_verdict(done, fails=fails)
+    if not fails:
+        assert finding is None or "hf_overrides" not in finding["message"], finding
+        return
+    assert finding is not None and "hf_overrides" in finding["message"], done.stdout
+    assert "after the target's load" in finding["message"] and 'drop "quantization"' in finding["fix"], finding
+
+
 @pytest.mark.parametrize(
     ("fc", "fails"),
     [
