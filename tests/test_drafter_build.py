@@ -358,3 +358,11 @@ def test_under_tp_the_drafter_is_built_again_as_rank_0_and_a_size_it_does_not_sp
     assert two.ok and two.judged and "(as rank 0 of -tp 2 too)" in two.message, two
     _, whole = found(root, model)
     assert whole.ok and whole.judged and "rank 0" not in whole.message, whole
+
+
+def test_the_unread_speculative_quantization_is_fixed_by_dropping_it_not_by_mending_the_config():
+    """0.12-0.17's get_quant_config on a drafter whose config.json has no quantization_config."""
+    error = "AttributeError: 'function' object has no attribute 'get'"
+    built = drafter_finding({"status": "ok", "drafter": {"status": "failed", "stage": "build", "error": error}})
+    assert built is not None and not built.ok and built.fix is not None, built
+    assert 'drop "quantization" from --speculative-config' in built.fix and "mend" not in built.fix, built

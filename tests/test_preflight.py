@@ -1734,6 +1734,21 @@ def test_a_drafter_whose_heads_the_tensor_parallel_size_cannot_split_fails(setup
     assert "-tp that divides" in finding["fix"]
 
 
+@pytest.mark.parametrize(("heads", "kv_heads", "tp"), [(48, 5, 1), (48, 96, 1), (48, 36, 4), (40, 16, 8)])
+def test_a_drafter_whose_kv_heads_do_not_divide_its_heads_fails_at_any_tp(setup, tmp_path, heads, kv_heads, tp):
+    """review42a R6: vLLM's Attention asserts num_heads % num_kv_heads == 0 building the drafter (after the
+    target's load), KV heads above the heads included; the static path checked them against -tp only."""
+    tree, library, models = setup
+    assert run_cli_judged("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    drafter = write_model(
+        tmp_path / "drafter", {**DRAFTER, "num_attention_heads": heads, "num_key_value_heads": kv_heads}
+    )
+    finding = drafter_verdict(preflight(tree, library, *serve(models["deepseek"], drafter, "-tp", str(tp))), fails=True)
+    assert f"its {kv_heads} KV heads do not divide its {heads} heads" in finding["message"], finding
+    assert "after the target's load" in finding["message"], finding
+    assert "num_key_value_heads must divide num_attention_heads" in finding["fix"], finding
+
+
 @pytest.mark.parametrize(("heads", "kv_heads", "tp"), [(56, 8, 8), (64, 8, 16), (48, 3, 6), (56, 8, 1)])
 def test_a_drafter_whose_heads_the_tensor_parallel_size_splits_passes(setup, tmp_path, heads, kv_heads, tp):
     tree, library, models = setup
@@ -2067,6 +2082,51 @@ def test_a_speculative_quantization_the_drafter_has_no_config_for_fails(setup, t
         return
     assert says in finding["message"] and "after the target's load" in finding["message"]
     assert ("keep one of" if "holds" in says else 'drop "quantization"') in finding["fix"]
+
+
+# get_quant_config's read of hf_overrides as 0.12-0.17 write it (no guard for the draft config's function), and
+# as 0.22 on guard it
+UNGUARDED = "def get_quant_config(model_config, load_config):\n    return model_config.hf_overrides.get('f', None)\n"
+GUARDED = (
+    "def get_quant_config(model_config, load_config):\n    hf_overrides = model_config.hf_overrides\n"
+    "    if not isinstance(hf_overrides, dict):\n        raise ValueError('x')\n    return hf_overrides.get('f')\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("utils", "method", "files", "change", "fails"),
+    [
+        (UNGUARDED, "fp8", [], {}, True),
+        (UNGUARDED, "awq", ["quant_config.json"], {}, True),  # its file found, but vLLM fails before it looks
+        (GUARDED, "fp8", [], {}, False),
+        (GUARDED, "awq", ["quant_config.json"], {}, False),
+        (UNGUARDED, "fp8", [], {"quantization_config": {"quant_method": "fp8"}}, False),
+        (UNGUARDED, "fp8", ["hf_quant_config.json"], {}, False),  # ModelOpt's: vLLM reads it as the config's
+    ],
+)
+def test_a_speculative_quantization_fails_where_the_tree_reads_hf_overrides_unguarded(
+    setup, tmp_path, utils, method, files, change, fails
+):
+    """0.12-0.17: the draft config's hf_overrides is a function; get_quant_config calls .get on it (review42a R5)."""
+    tree, library, models = setup
+    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    quantization = tree / "vllm" / "model_executor" / "layers" / "quantization"
+    for name, text in {"__init__.py": QUANT_INIT, **QUANT_FILES}.items():
+        (quantization / name).parent.mkdir(parents=True, exist_ok=True)
+        (quantization / name).write_text(text)
+    (tree / "vllm" / "model_executor" / "model_loader").mkdir(parents=True, exist_ok=True)
+    (tree / "vllm" / "model_executor" / "model_loader" / "weight_utils.py").write_text(utils)
+    drafter = write_model(tmp_path / "drafter", {**DRAFTER, **change})
+    for name in files:
+        (drafter / name).write_text("{}")
+    spec = json.dumps({"method": "eagle3", "model": str(drafter), "num_speculative_tokens": 3, "quantization": method})
+    done = preflight(tree, library, "vllm", "serve", str(models["deepseek"]), "--speculative-config", spec)
+    finding = drafter_verdict(done, fails=fails)
+    if not fails:
+        assert finding is None or "hf_overrides" not in finding["message"], finding
+        return
+    assert finding is not None and "hf_overrides" in finding["message"], done.stdout
+    assert "after the target's load" in finding["message"] and 'drop "quantization"' in finding["fix"], finding
 
 
 @pytest.mark.parametrize(

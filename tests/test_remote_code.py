@@ -118,3 +118,15 @@ def test_a_tree_whose_tables_are_not_read_cannot_judge(tmp_path):
 def test_hf_overrides_setting_the_model_type_cannot_be_judged(tmp_path):
     [found] = _models(tmp_path, KIMI_K2, "--hf-overrides", '{"model_type": "deepseek_v3"}')
     assert found["result"] == "cannot judge" and "--hf-overrides sets model_type" in found["message"], found
+
+
+def test_with_hf_config_path_the_module_is_looked_for_where_vllm_reads_the_config(tmp_path):
+    """vLLM reads the config from --hf-config-path, and transformers runs its auto_map module there (review42a R16)."""
+    config = write_model(tmp_path / "hcp", KIMI_K2)
+    (config / "configuration_deepseek.py").write_text("class DeepseekV3Config: ...\n")
+    flags = ("--trust-remote-code", "--hf-config-path", str(config))
+    assert _models(tmp_path / "a", KIMI_K2, *flags) == []
+    bare = write_model(tmp_path / "bare", KIMI_K2)
+    [found] = _models(tmp_path / "b", KIMI_K2, "--trust-remote-code", "--hf-config-path", str(bare), code=True)
+    assert not found["ok"] and "--hf-config-path's directory holds none" in found["message"], found
+    assert found["fix"].startswith(f"put configuration_deepseek.py into {bare}"), found

@@ -12,9 +12,15 @@ from pathlib import Path
 from patchkit.base.errors import escaped
 from patchkit.checks.parsed import python_tree
 from patchkit.launch import observed
-from patchkit.launch.engine import LaunchContext
+from patchkit.launch.drafter_weights import quantization
+from patchkit.launch.engine import LaunchContext, Reader
+from patchkit.launch.weights import drafter_directory
 
 QUANTIZATION = "vllm/model_executor/layers/quantization"  # where vLLM maps methods to config classes
+WEIGHT_UTILS = "vllm/model_executor/model_loader/weight_utils.py"  # get_quant_config
+OVERRIDES_READ = "hf_overrides.get("  # the draft config's hf_overrides is a function: AttributeError unguarded
+OVERRIDES_GUARDS = ("isinstance(hf_overrides", "callable(hf_overrides")  # 0.22 on
+UNREAD_FIX = 'drop "quantization" from --speculative-config (vLLM reads the drafter\'s own from its config.json)'
 
 
 def quant_config_unfound(launch: LaunchContext) -> tuple[str, str] | None:
@@ -30,6 +36,16 @@ def quant_config_unfound(launch: LaunchContext) -> tuple[str, str] | None:
     if not isinstance(method, str) or any(c.get("quantization_config") is not None for c in held):
         return None
     local = Path(launch.drafter.name)
+    if method != "gguf" and config.get("compression_config") is None and overrides_unguarded(launch.read):
+        where = drafter_directory(launch.command)
+        directory = os.path.join(launch.command.working_directory(), where[1]) if where else None
+        if quantization(config, directory) is None:
+            why = (
+                f"--speculative-config names quantization '{escaped(method)}' and the drafter's config.json has no "
+                "quantization_config: the tree's get_quant_config then reads the draft config's hf_overrides, "
+                "a function (AttributeError)"
+            )
+            return why, UNREAD_FIX
     names = _quant_config_names(launch, method) if config.get("compression_config") is None else None
     if not names or not observed.isdir(local):
         return None  # a method needing no file, one not judged here, or a hub drafter (vLLM downloads its *.json)
@@ -44,6 +60,22 @@ def quant_config_unfound(launch: LaunchContext) -> tuple[str, str] | None:
         f"(no quantization_config in its config.json, no {' or '.join(names)})"
     )
     return why, 'drop "quantization" from --speculative-config: the drafter is not quantized'
+
+
+def overrides_unguarded(read: Reader) -> bool:
+    """Whether the tree's get_quant_config reads hf_overrides.get( with no guard for a non-dict (0.12-0.17):
+    the draft ModelConfig's hf_overrides is SpeculativeConfig.hf_config_override, a function."""
+    source = python_tree(read(WEIGHT_UTILS))
+    found = next(
+        (
+            node
+            for node in ast.walk(source or ast.Module([], []))
+            if isinstance(node, ast.FunctionDef) and node.name == "get_quant_config"
+        ),
+        None,
+    )
+    text = ast.unparse(found) if found is not None else ""
+    return OVERRIDES_READ in text and not any(guard in text for guard in OVERRIDES_GUARDS)
 
 
 def _quant_config_names(launch: LaunchContext, method: str) -> list[str] | None:

@@ -18,7 +18,7 @@ from patchkit.checks.parsed import python_tree
 from patchkit.launch import observed
 from patchkit.launch.command import LaunchCommand
 from patchkit.launch.findings import Finding, cannot_judge
-from patchkit.launch.models import ModelConfig
+from patchkit.launch.models import ModelConfig, redirected
 
 CHECK = "models"
 VLLM_CONFIGS = "vllm/transformers_utils/config.py"
@@ -74,17 +74,21 @@ def _code_absent(role: str, model: ModelConfig, command: LaunchCommand, read: An
     does not read with its own class."""
     auto = model.get("auto_map")
     named = auto.get("AutoConfig") if isinstance(auto, dict) else None
-    directory = os.path.join(command.working_directory(), model.name)
+    # vLLM reads the target's config (and so runs its module) from --hf-config-path when given
+    config_path = command.optional_text("hf-config-path") if role == "target" else None
+    where = redirected(config_path, command.environ, command.cwd) if config_path is not None else model.name
+    holder = "--hf-config-path's directory" if config_path is not None else "the model's directory"
+    directory = os.path.join(command.working_directory(), where)
     if not isinstance(named, str) or "--" in named or named.count(".") != 1 or not observed.isdir(directory):
         return None
     module = f"{named.split('.')[0]}.py"
     if observed.isfile(os.path.join(directory, module)) or model.path.name != "config.json":
         return None
     head = f"the {role} {escaped(model.name)}: with --trust-remote-code vLLM runs {escaped(module)}, which"
-    said = f"{head} config.json's auto_map names, and the model's directory holds none"
+    said = f"{head} config.json's auto_map names, and {holder} holds none"
     source = read(VLLM_CONFIGS) or b""
     registry = _keywords(source, "LazyConfigDict") if REGISTRY_FIRST in source else None
-    fix = f"put {module} into {escaped(model.name)} (it comes with the model's files on the hub)"
+    fix = f"put {module} into {escaped(where)} (it comes with the model's files on the hub)"
     if not registry:
         return cannot_judge(CHECK, f"{said}; whether vLLM reads it so is not read from {VLLM_CONFIGS}", fix)
     if model.get("model_type") in registry:

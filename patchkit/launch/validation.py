@@ -73,6 +73,8 @@ def engine_findings(python: str | None, command: LaunchCommand, *, fix: str | No
 
 
 BUILD = "drafter-build"
+# get_quant_config (0.12-0.17) on a drafter whose config.json has no quantization_config
+OVERRIDES_FAILED = "'function' object has no attribute 'get'"
 BUILD_WITHIN = 60.0  # seconds for the drafter's build and load (the worker's TIMEOUT bounds the whole)
 BUILD_GIVES = (
     "the static drafter checks still judge it; run preflight where the launch runs (its accelerator) for vLLM's build"
@@ -117,6 +119,8 @@ def drafter_finding(answer: dict[str, Any]) -> Finding | None:
         )
         fix = (
             "mend the drafter's config.json or weights where vLLM's error points, or use a drafter made for this target"
+            if OVERRIDES_FAILED not in error
+            else 'drop "quantization" from --speculative-config (vLLM reads the drafter\'s own from its config.json)'
         )
         return Finding(BUILD, False, f"vLLM cannot {what}: {error}: the launch fails once the target has loaded", fix)
     reason = _short(vllm_words(str(built.get("reason", "not said"))), 400)

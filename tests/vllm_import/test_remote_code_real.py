@@ -63,3 +63,35 @@ def test_trust_remote_code_without_the_module_auto_map_names_is_refused_as_vllm_
     assert "configuration_deepseek.py" in (said[str(target)] or ""), said
     [found] = models_findings(target, "--trust-remote-code")
     assert found["result"] == "fail" and found["fix"].startswith("put configuration_deepseek.py into"), found
+
+
+ASK_CONFIG_PATH = textwrap.dedent("""\
+    import json, sys
+    from patchkit._target.engine_config import _force_cpu_platform_when_none
+    import vllm
+    _force_cpu_platform_when_none()
+    from vllm.engine.arg_utils import EngineArgs
+    try:
+        EngineArgs(
+            model=sys.argv[1], hf_config_path=sys.argv[2], skip_tokenizer_init=True, trust_remote_code=True
+        ).create_engine_config()
+        print(json.dumps({"said": None}))
+    except Exception as exc:
+        print(json.dumps({"said": f"{type(exc).__name__}: {exc}"[:400]}))
+    """)
+RE_EXPORT = "from transformers.models.deepseek_v3.configuration_deepseek_v3 import DeepseekV3Config\n"
+
+
+def test_with_hf_config_path_the_module_is_run_from_its_directory_as_vllm_runs_it(tmp_path: Path):
+    """vLLM reads the config, and transformers runs auto_map's module, from --hf-config-path (review42a R16)."""
+    target = write_model(tmp_path / "kimi_k2", TARGETS["kimi_k2"])
+    config = write_model(tmp_path / "hcp", TARGETS["kimi_k2"])
+    (config / "configuration_deepseek.py").write_text(RE_EXPORT)
+    assert ask_vllm(ASK_CONFIG_PATH, str(target), str(config)) == {"said": None}
+    assert models_findings(target, "--trust-remote-code", "--hf-config-path", str(config)) == []
+    (target / "configuration_deepseek.py").write_text(RE_EXPORT)
+    (config / "configuration_deepseek.py").unlink()
+    said = ask_vllm(ASK_CONFIG_PATH, str(target), str(config))["said"]
+    assert "configuration_deepseek.py" in (said or ""), said
+    [found] = models_findings(target, "--trust-remote-code", "--hf-config-path", str(config))
+    assert found["result"] == "fail" and f"into {config}" in found["fix"], found
