@@ -71,3 +71,81 @@ def test_the_real_envs_of_a_release_decide_it(tmp_path, release, refused):
     found = [f for f in json.loads(done.stdout)["findings"] if f["check"] == CHECK]
     assert [f["message"].split("=")[0] for f in found] == refused, done.stdout
     assert done.returncode == 1, done.stdout
+
+
+# every entry of environment_variables is read after the load where envs.py has enable_envs_cache (0.12+)
+ENVS_CACHED = (
+    "def get_vllm_port():\n"
+    '    port = os.getenv("VLLM_PORT", "0")\n'
+    "    return int(port)\n"
+    "environment_variables: dict = {\n"
+    '    "CMAKE_BUILD_TYPE": env_with_choices("CMAKE_BUILD_TYPE", None, ["Debug", "Release", "RelWithDebInfo"]),\n'
+    '    "VERBOSE": lambda: bool(int(os.getenv("VERBOSE", "0"))),\n'
+    '    "LOCAL_RANK": lambda: int(os.environ.get("LOCAL_RANK", "0")),\n'
+    '    "VLLM_PORT": get_vllm_port,\n'
+    '    "VLLM_X_MODE": env_with_choices("VLLM_X_MODE", "a", ["a", "b"], case_sensitive=False),\n'
+    '    "VLLM_X_LIST": env_list_with_choices("VLLM_X_LIST", [], ["a", "b"]),\n'
+    '    "VLLM_X_TEXT": lambda: os.getenv("VLLM_X_TEXT", ""),\n'
+    "}\n"
+    "def enable_envs_cache():\n"
+    "    pass\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("assignment", "fix"),
+    [
+        ("VERBOSE=true", "give VERBOSE=1 or VERBOSE=0, or unset it"),
+        ("LOCAL_RANK=", "give LOCAL_RANK an integer, or unset it"),
+        ("CMAKE_BUILD_TYPE=release", "give CMAKE_BUILD_TYPE among Debug, Release, RelWithDebInfo, or unset it"),
+        ("VLLM_X_MODE=c", "give VLLM_X_MODE among a, b, or unset it"),
+        ("VLLM_X_LIST=a,c", "give VLLM_X_LIST comma-separated values among a, b, or unset it"),
+        ("VLLM_PORT=tcp://10.0.0.1:8000", "unset VLLM_PORT or give it a port number (Kubernetes sets"),
+    ],
+)
+def test_any_entry_its_conversion_refuses_fails_the_launch(tmp_path, assignment, fix):
+    found = environment_finding(tmp_path, ENVS_CACHED, assignment)
+    assert found is not None and found["result"] == "fail", found
+    assert found["message"].startswith(assignment.split("=")[0] + "=") and "vLLM stops" in found["message"], found
+    assert found["fix"].startswith(fix), found
+
+
+@pytest.mark.parametrize(
+    "assignment", ["VERBOSE=00", "LOCAL_RANK= 3 ", "CMAKE_BUILD_TYPE=Release", "VLLM_X_MODE=B", "VLLM_X_LIST=a, b,"]
+)
+def test_a_value_the_conversion_takes_is_no_finding(tmp_path, assignment):
+    assert environment_finding(tmp_path, ENVS_CACHED, "VLLM_X_TEXT=true", assignment) is None
+
+
+def test_without_enable_envs_cache_only_what_is_read_at_start_is_judged(tmp_path):
+    envs = ENVS_CACHED.replace("def enable_envs_cache", "def other")
+    assert environment_finding(tmp_path / "a", envs, "VERBOSE=true") is None
+    found = environment_finding(tmp_path / "b", envs, "VLLM_PORT=tcp://10.0.0.1:8000")
+    assert found is not None and "vLLM stops as it starts" in found["message"], found
+
+
+def test_patchkits_own_environment_the_launch_inherits_is_judged(tmp_path, monkeypatch):
+    monkeypatch.setenv("VERBOSE", "true")
+    found = environment_finding(tmp_path / "a", ENVS_CACHED)
+    assert found is not None and found["message"].startswith("VERBOSE='true' is not an integer"), found
+    assert environment_finding(tmp_path / "b", ENVS_CACHED, "-u", "VERBOSE") is None
+
+
+@pytest.mark.release
+@pytest.mark.parametrize(
+    ("release", "refused"),
+    [
+        ("0.11.0", ["VLLM_PORT"]),  # no enable_envs_cache: only what vLLM reads as it starts
+        ("0.16.0", ["CMAKE_BUILD_TYPE", "LOCAL_RANK", "VERBOSE", "VLLM_PORT", "VLLM_USE_DEEP_GEMM"]),
+        ("0.34.0", ["CMAKE_BUILD_TYPE", "LOCAL_RANK", "VERBOSE", "VLLM_PORT", "VLLM_USE_DEEP_GEMM"]),
+    ],
+)
+def test_every_entry_of_a_releases_envs_is_judged(tmp_path, release, refused):
+    site = lay_out_release(release, [ENVS], tmp_path / "site")
+    target = write_model(tmp_path / "tgt", {**DEEPSEEK_V3, "kv_lora_rank": 512})
+    command = ["env", "VLLM_USE_DEEP_GEMM=true", "VERBOSE=yes", "CMAKE_BUILD_TYPE=release", "LOCAL_RANK="]
+    command += ["VLLM_PORT=tcp://10.0.0.1:8000", *serve(target, write_model(tmp_path / "dr", DRAFTER))]
+    done = run_cli_in_process("preflight", "--target", site, "--no-import", "--format", "json", "--", *command)
+    found = [f for f in json.loads(done.stdout)["findings"] if f["check"] == CHECK]
+    assert [f["message"].split("=")[0] for f in found] == refused, done.stdout
+    assert done.returncode == 1, done.stdout

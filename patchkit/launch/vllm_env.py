@@ -1,21 +1,42 @@
-"""vLLM's integer flags as its envs.py reads them: bool(int(value)) (VLLM_MLA_DISABLE,
-VLLM_USE_V2_MODEL_RUNNER in every release 0.11-0.34; maybe_convert_bool is the same with None for
-unset). Python's int() takes what a "set and not 0" test misreads: "00", "+0", " 0 ", "0_0", any
-Unicode zero digit; and it raises on "true", "yes", "", which stops vLLM as it starts."""
+"""vLLM's environment variables as its envs.py converts them. Integer flags are bool(int(value))
+(VLLM_MLA_DISABLE, VLLM_USE_V2_MODEL_RUNNER in every release 0.11-0.34; maybe_convert_bool is the same
+with None for unset). Python's int() takes what a "set and not 0" test misreads: "00", "+0", " 0 ",
+"0_0", any Unicode zero digit; and it raises on "true", "yes", "". From 0.12 vLLM's
+enable_envs_cache() reads every entry of envs.environment_variables right after the model's load, so
+a value an entry's conversion refuses stops the launch whether it uses the variable or not."""
 
 from __future__ import annotations
 
-import re
+import ast
+import json
 from collections.abc import Callable, Mapping
 
 from patchkit.base.errors import escaped
+from patchkit.checks.parsed import python_tree
 from patchkit.launch.findings import Finding
 
 CHECK = "vllm-environment"
 ENVS = "vllm/envs.py"
 MLA_DISABLE = "VLLM_MLA_DISABLE"
 V2_RUNNER = "VLLM_USE_V2_MODEL_RUNNER"
-INT_FLAGS = (MLA_DISABLE, V2_RUNNER)
+PORT = "VLLM_PORT"
+# read as vLLM starts in every release (the port by the executor's get_open_port)
+READ_AT_START = (MLA_DISABLE, V2_RUNNER, PORT)
+NUMBER_CALLS: dict[str, Callable[[str], object]] = {
+    "int": int,
+    "maybe_convert_int": int,
+    "maybe_convert_bool": int,
+    "float": float,
+    "json.loads": json.loads,
+}
+KINDS: dict[Callable[[str], object], tuple[str, str]] = {
+    int: ("an integer", "int()"),
+    float: ("a number", "float()"),
+    json.loads: ("JSON", "json.loads()"),
+}
+CHOICE_CALLS = {"env_with_choices": False, "env_list_with_choices": True, "env_set_with_choices": True}
+# a conversion: (converter, or None for choices; whether a flag, 1 or 0; choices; case-sensitive; a list)
+Conversion = tuple[Callable[[str], object] | None, bool, tuple[str, ...], bool, bool]
 
 
 def int_flag(environ: Mapping[str, str], name: str, default: str | None = "0") -> bool | None:
@@ -26,30 +47,121 @@ def int_flag(environ: Mapping[str, str], name: str, default: str | None = "0") -
 
 
 def refused_flags(environ: Mapping[str, str], read: Callable[[str], bytes | None]) -> list[Finding]:
-    """A failing finding for each integer flag the launch sets to what int() refuses, where the tree's
-    envs.py reads it with int() (vLLM raises as it reads the variable, at start)."""
+    """A failing finding for each variable of the tree's envs.py the launch sets (its `env` prefix or
+    patchkit's own environment) to what the entry's conversion refuses: vLLM raises reading it."""
     envs = read(ENVS) or b""
+    every = b"def enable_envs_cache(" in envs  # 0.12+: every entry is read after the load
     found = []
-    for name in INT_FLAGS:
+    for name, conversion in sorted(conversions(envs).items()):
         value = environ.get(name)
-        if value is None or not _read_by_int(envs, name):
+        if value is None or not (every or name in READ_AT_START):
             continue
-        try:
-            int(value)
-        except ValueError:
-            why = f"{name}={escaped(value)!r} is not an integer: vLLM's envs.py reads it with int(), which raises"
-            found.append(Finding(CHECK, False, why, f"give {name}=1 or {name}=0, or unset it"))
+        why = refusal(name, value, conversion)
+        if why is not None:
+            when = "as it starts" if name in READ_AT_START else "right after the model's load (enable_envs_cache)"
+            found.append(Finding(CHECK, False, f"{why}: vLLM stops {when}", _fix(name, value, conversion)))
     return found
 
 
-def _read_by_int(envs: bytes, name: str) -> bool:
-    """Whether the tree's envs.py entry for `name` converts it with int() (directly or through
-    maybe_convert_bool, which is bool(int(value)))."""
-    key = b'"' + name.encode() + b'":'
-    start = envs.find(key)
-    if start < 0:
+def conversions(envs: bytes) -> dict[str, Conversion]:
+    """Each entry of the tree's envs.py `environment_variables` dict that converts its variable so that
+    a value can be refused: int()/float()/maybe_convert_*() of its os.getenv, or env_*_with_choices."""
+    module = python_tree(envs, ENVS)
+    if module is None:
+        return {}
+    functions = {node.name: node for node in module.body if isinstance(node, ast.FunctionDef)}
+    found: dict[str, Conversion] = {}
+    for node in module.body:
+        if not isinstance(node, ast.Assign | ast.AnnAssign) or not isinstance(node.value, ast.Dict):
+            continue
+        target = node.target if isinstance(node, ast.AnnAssign) else node.targets[0]
+        if isinstance(target, ast.Name) and target.id == "environment_variables":
+            for key, value in zip(node.value.keys, node.value.values, strict=True):
+                if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                    conversion = _conversion(key.value, functions.get(getattr(value, "id", "")) or value)
+                    if conversion is not None:
+                        found[key.value] = conversion
+    return found
+
+
+def _conversion(name: str, entry: ast.AST) -> Conversion | None:
+    """How `entry` (a lambda, a module function, a call of env_*_with_choices) converts `name`."""
+    if isinstance(entry, ast.Call) and isinstance(entry.func, ast.Name) and entry.func.id in CHOICE_CALLS:
+        return _choices(name, entry, entry.func.id)
+    flag = False
+    converter: Callable[[str], object] | None = None
+    read_names = {n.id for n in ast.walk(entry) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    for node in ast.walk(entry):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name | ast.Attribute) and node.args):
+            continue
+        owner = node.func.value if isinstance(node.func, ast.Attribute) else None
+        call = node.func.id if isinstance(node.func, ast.Name) else f"{getattr(owner, 'id', '')}.{node.func.attr}"
+        reads = _reads(node.args[0], name) or (isinstance(node.args[0], ast.Name) and node.args[0].id in read_names)
+        if call in NUMBER_CALLS and reads:
+            converter = NUMBER_CALLS[call]
+        if call == "maybe_convert_bool" or (call == "bool" and _calls(node.args[0], "int")):
+            flag = True
+    return None if converter is None else (converter, flag, (), True, False)
+
+
+def _choices(name: str, call: ast.Call, function: str) -> Conversion | None:
+    """env_with_choices(name, default, [choices], case_sensitive): None where the choices are not a
+    literal list (a callable vLLM resolves late) or the call names another variable."""
+    args: list[ast.expr | None] = [*call.args, None, None, None, None]
+    sensitive_node = args[3] or next((k.value for k in call.keywords if k.arg == "case_sensitive"), None)
+    choices_node = args[2] or next((k.value for k in call.keywords if k.arg == "choices"), None)
+    first = args[0]
+    if not (isinstance(first, ast.Constant) and first.value == name and isinstance(choices_node, ast.List | ast.Tuple)):
+        return None
+    choices = tuple(e.value for e in choices_node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str))
+    if len(choices) != len(choices_node.elts):
+        return None
+    sensitive = not (isinstance(sensitive_node, ast.Constant) and sensitive_node.value is False)
+    return (None, False, choices, sensitive, CHOICE_CALLS[function])
+
+
+def _reads(node: ast.AST, name: str) -> bool:
+    """Whether `node` is os.getenv(name, ...), os.environ.get(name, ...) or os.environ[name]."""
+    key: ast.expr | None = None
+    if isinstance(node, ast.Subscript):
+        key = node.slice
+    elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("getenv", "get"):
+        key = node.args[0] if node.args else None
+    else:
         return False
-    entry = envs[start + len(key) : start + len(key) + 300]
-    following = re.search(rb'\n\s*"[A-Z0-9_]+":', entry)
-    entry = entry[: following.start()] if following else entry
-    return re.search(rb"\bint\(|maybe_convert_bool\(", entry) is not None
+    return isinstance(key, ast.Constant) and key.value == name
+
+
+def _calls(node: ast.AST, function: str) -> bool:
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == function
+
+
+def refusal(name: str, value: str, conversion: Conversion) -> str | None:
+    """Why vLLM's conversion refuses `value` (None: it takes it)."""
+    converter, _, choices, sensitive, listed = conversion
+    shown = f"{name}={escaped(value)!r}"
+    if converter is not None:
+        try:
+            converter(value)
+        except ValueError:
+            kind, call = KINDS[converter]
+            return f"{shown} is not {kind}: vLLM's envs.py reads it with {call}, which raises"
+        return None
+    given = [v.strip() for v in value.split(",") if v.strip()] if listed else [value]
+    allowed = choices if sensitive else tuple(c.lower() for c in choices)
+    wrong = [v for v in given if (v if sensitive else v.lower()) not in allowed]
+    return f"{shown} is not among its choices {', '.join(choices)}: vLLM's envs.py raises" if wrong else None
+
+
+def _fix(name: str, value: str, conversion: Conversion) -> str:
+    converter, flag, choices, _, listed = conversion
+    if name == PORT and "://" in value:
+        return (
+            f"unset {PORT} or give it a port number (Kubernetes sets {PORT}=tcp://... in every pod of a "
+            "namespace with a Service named vllm: rename the Service or set enableServiceLinks: false)"
+        )
+    if converter is None:
+        return f"give {name} {'comma-separated values ' if listed else ''}among {', '.join(choices)}, or unset it"
+    if flag:
+        return f"give {name}=1 or {name}=0, or unset it"
+    return f"give {name} {KINDS[converter][0]}, or unset it"

@@ -48,7 +48,8 @@ def test_the_eagle1_buffer_is_as_wide_as_the_heads_hidden_size(tmp_path: Path):
         spec = json.dumps({"method": "eagle", "model": str(head), "num_speculative_tokens": 2})
         command = parse(["vllm", "serve", str(target), "--speculative-config", spec])
         drafter = resolve_model(str(head), {}, role="drafter")
-        found = eagle1_findings(LaunchContext(command, resolve_model(str(target), {}), drafter, site, None, None))
+        context = LaunchContext(command, resolve_model(str(target), {}), drafter, site, None, None)
+        found = [f for f in eagle1_findings(context) if f.judged]  # its weights: cannot judge statically
         narrower = widths[name][1] != widths[name][2]
         assert [f.result for f in found] == (["fail"] if narrower else []), (name, found)
         assert (
