@@ -1734,6 +1734,21 @@ def test_a_drafter_whose_heads_the_tensor_parallel_size_cannot_split_fails(setup
     assert "-tp that divides" in finding["fix"]
 
 
+@pytest.mark.parametrize(("heads", "kv_heads", "tp"), [(48, 5, 1), (48, 96, 1), (48, 36, 4), (40, 16, 8)])
+def test_a_drafter_whose_kv_heads_do_not_divide_its_heads_fails_at_any_tp(setup, tmp_path, heads, kv_heads, tp):
+    """review42a R6: vLLM's Attention asserts num_heads % num_kv_heads == 0 building the drafter (after the
+    target's load), KV heads above the heads included; the static path checked them against -tp only."""
+    tree, library, models = setup
+    assert run_cli_judged("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    drafter = write_model(
+        tmp_path / "drafter", {**DRAFTER, "num_attention_heads": heads, "num_key_value_heads": kv_heads}
+    )
+    finding = drafter_verdict(preflight(tree, library, *serve(models["deepseek"], drafter, "-tp", str(tp))), fails=True)
+    assert f"its {kv_heads} KV heads do not divide its {heads} heads" in finding["message"], finding
+    assert "after the target's load" in finding["message"], finding
+    assert "num_key_value_heads must divide num_attention_heads" in finding["fix"], finding
+
+
 @pytest.mark.parametrize(("heads", "kv_heads", "tp"), [(56, 8, 8), (64, 8, 16), (48, 3, 6), (56, 8, 1)])
 def test_a_drafter_whose_heads_the_tensor_parallel_size_splits_passes(setup, tmp_path, heads, kv_heads, tp):
     tree, library, models = setup
