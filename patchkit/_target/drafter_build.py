@@ -27,7 +27,7 @@ import tempfile
 import threading
 import traceback
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TypeGuard
 
 try:
     import resource
@@ -312,7 +312,7 @@ def _meta_tensors(torch: Any, files: list[str]) -> Iterator[tuple[str, Any]]:
             )
 
 
-def _shape(shape: object) -> bool:
+def _shape(shape: object) -> TypeGuard[list[int]]:
     return isinstance(shape, list) and len(shape) <= 16 and all(type(n) is int and 0 <= n < 1 << 48 for n in shape)
 
 
