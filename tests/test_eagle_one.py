@@ -270,3 +270,21 @@ def test_heads_tp_does_not_divide_are_refused_at_start_where_the_tree_verifies_t
     assert (
         "its 3 KV heads do not split over -tp 4" in found["message"] and "after the target's load" in found["message"]
     )
+
+
+UNGUARDED = "def get_quant_config(model_config, load_config):\n    return model_config.hf_overrides.get('f', None)\n"
+
+
+def test_an_eagle1_head_given_a_quantization_it_has_no_config_for_fails(tmp_path):
+    """llama_eagle.py builds the head with get_draft_quant_config; 0.12-0.17 read hf_overrides unguarded (review42a R5)."""
+    tree, library = write_eagle3_setup(tmp_path)
+    (tree / EAGLE_CONFIG).parent.mkdir(parents=True)
+    (tree / EAGLE_CONFIG).write_text(RENAMES)
+    (tree / "vllm/model_executor/model_loader").mkdir(parents=True, exist_ok=True)
+    (tree / "vllm/model_executor/model_loader/weight_utils.py").write_text(UNGUARDED)
+    drafter = write_model(tmp_path / "head", EAGLE1)
+    spec = {"method": "eagle", "model": str(drafter), "num_speculative_tokens": 3, "quantization": "fp8"}
+    judged = speculative_launch(tree, library, write_model(tmp_path / "target", DEEPSEEK_V3), spec)
+    [found] = _judged([f for f in judged["findings"] if f["check"] == "drafter-architecture"])
+    assert not found["ok"] and "hf_overrides" in found["message"], found
+    assert 'drop "quantization" from --speculative-config' in found["fix"], found

@@ -16,6 +16,7 @@ from typing import Any
 
 from patchkit.base.errors import escaped
 from patchkit.launch.drafter_heads import heads_unsplit, when_refused
+from patchkit.launch.drafter_quant_files import quant_config_unfound
 from patchkit.launch.eagle_one_weights import weights_unjudged
 from patchkit.launch.findings import Finding, cannot_judge
 from patchkit.launch.method import settled_method
@@ -70,7 +71,20 @@ def _eagle1_head(launch: Any, archs: list[str]) -> list[Finding]:
     unbuilt = _unbuilt(launch, archs)
     if any(not f.ok for f in unbuilt):
         return unbuilt + _vocabulary(launch)  # refused at start: nothing is built
-    return [*unbuilt, *_unsplit(launch), *_vocabulary(launch), weights_unjudged(launch)]
+    quant = quant_config_unfound(launch)  # llama_eagle.py builds it with the drafter's own quantization too
+    unread = (
+        []
+        if quant is None
+        else [
+            Finding(
+                CHECK,
+                False,
+                f"the EAGLE-1 drafter {escaped(launch.drafter.name)}: {quant[0]}: vLLM fails building it, after the target's load",
+                quant[1],
+            )
+        ]
+    )
+    return [*unbuilt, *_unsplit(launch), *_vocabulary(launch), *unread, weights_unjudged(launch)]
 
 
 def _unbuilt(launch: Any, archs: list[str]) -> list[Finding]:
