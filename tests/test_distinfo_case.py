@@ -144,7 +144,7 @@ def test_the_launch_guard_reads_a_patched_wheels_record_under_a_renamed_dist_inf
     (root / dist / "patchkit" / "0001-mine.patch").write_bytes(b"the patch\n")
     patches = [{"name": "0001-mine.patch", "sha256": hashlib.sha256(b"the patch\n").hexdigest()}]
     record = {"schema_version": 1, "patchkit": "0.1.0", "vllm_version": "0.16.0", "label": "patchkit.mine"}
-    record |= {"set": None, "patches": patches, "files": {"vllm/config/spec.py": shas}}
+    record |= {"set": "mine", "patches": patches, "files": {"vllm/config/spec.py": shas}}
     (root / dist / PROVENANCE).write_text(json.dumps(record))
     listed = base64.urlsafe_b64encode(bytes.fromhex(patched)).rstrip(b"=").decode()
     (root / dist / "RECORD").write_text(f"vllm/config/spec.py,sha256={listed},1\n")

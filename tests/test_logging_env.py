@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import textwrap
 from pathlib import Path
 
@@ -67,6 +68,21 @@ def test_a_config_file_of_no_json_object_fails_and_of_one_cannot_be_judged(tmp_p
         (tmp_path / name).write_text(text)
         [found] = _findings(tmp_path / name.replace(".", "_"), f"VLLM_LOGGING_CONFIG_PATH={tmp_path / name}")
         assert found["result"] == result, (name, found)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "directory", "oversized"])
+def test_a_config_path_vllms_import_cannot_read_fails_statically_without_reading_it(tmp_path, kind):
+    path = tmp_path / "logging.json"
+    if kind == "fifo":
+        os.mkfifo(path)  # a read of it would block this test
+    elif kind == "device":
+        path.symlink_to("/dev/zero")
+    elif kind == "directory":
+        path.mkdir()
+    else:
+        path.write_text("{" + " " * (1 << 20) + "}")
+    [found] = _findings(tmp_path / "setup", f"VLLM_LOGGING_CONFIG_PATH={path}")
+    assert found["result"] == "fail" and found["message"].startswith(f"VLLM_LOGGING_CONFIG_PATH {path} is "), found
 
 
 def test_settings_vllm_takes_pass_and_a_tree_read_otherwise_cannot_judge(tmp_path):

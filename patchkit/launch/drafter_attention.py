@@ -13,25 +13,17 @@ from packaging.version import Version
 from patchkit.base.errors import escaped
 from patchkit.launch.engine import LaunchContext
 from patchkit.launch.model_files import LLAMA
+from patchkit.launch.spec_limits import max_model_len
 
 SPECULATIVE = "vllm/config/speculative.py"
 TRANSFORMERS_AUTO = "transformers/models/auto/configuration_auto.py"  # where config classes are named
 ROPE_TABLE_RULE = b'max_position_embeddings = getattr(config, "max_position_embeddings"'  # llama.py 0.11-0.34
 DRAFTER_RAISED = b"max_position_embeddings"  # 0.30's speculative.py raises the drafter's to the target's length
-MODEL_CONFIG = "vllm/config/model.py"
 ROPE = "vllm/model_executor/layers/rotary_embedding/__init__.py"  # get_rope
 PARTIAL_CHECKED = b"partial_rotary_factor <= 0.0 or partial_rotary_factor > 1.0"  # get_rope's ValueError
 VLLM_CONFIGS = "vllm/transformers_utils/config.py"  # patch_rope_parameters: the names it copies in, in order
 PARTIAL_NAMES = ("partial_rotary_factor", "rotary_pct", "rotary_emb_fraction")
 PARTIAL_READ = b'names = ["partial_rotary_factor", "rotary_pct", "rotary_emb_fraction"]'
-# _get_and_verify_max_len (0.14+): --max-model-len -1/auto starts from the derived length, which the engine
-# lowers later only where the KV cache cannot hold it (0.11-0.13 refuse -1 at config time)
-AUTO_FIT = b"max_model_len is None or max_model_len == -1"
-# the config keys vLLM derives max_model_len from (the least it finds), as 0.11-0.34 list them
-MAX_LEN_KEYS = (
-    "max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
-    "max_target_positions", "max_sequence_length", "max_seq_length", "seq_len",
-)  # fmt: skip
 ROPE_DIR = "vllm/model_executor/layers/rotary_embedding"
 MPE = "max_position_embeddings"
 # The drafter tables of scaled RoPE types, as the tree's class sizes them: (type, its file, the line that
@@ -183,35 +175,6 @@ def _table(launch: LaunchContext, config: dict[str, Any]) -> tuple[str, float] |
     if not isinstance(factor, int | float) or isinstance(factor, bool):
         return None  # vLLM refuses it building the config, before the target's load
     return sized[0], factor  # rows: ceil(start x factor), torch.arange of a float product
-
-
-def max_model_len(launch: LaunchContext) -> int | None:
-    """The launch's max_model_len as vLLM's _get_and_verify_max_len sets it: --max-model-len, else the
-    target's derived one (the least of its length keys, scaled by its rope factor; the tokenizer's
-    model_max_length counts for pooling models only), -1 (auto) as the derived one where the tree fits it
-    from there; None where it is not sure."""
-    given = launch.command.options.get("max-model-len")
-    if given == -1 and AUTO_FIT in (launch.read(MODEL_CONFIG) or b""):
-        given = None
-    if given is not None:
-        return given if _whole(given) and given > 0 else None
-    if launch.command.options.get("disable-sliding-window"):
-        return None  # the sliding window then caps it
-    text = launch.target.text_config
-    lengths = [text[key] for key in MAX_LEN_KEYS if text.get(key) is not None]
-    if not lengths or not all(_whole(n) and n > 0 for n in lengths) or "gemma3" in str(text.get("model_type")):
-        return None
-    derived = text["model_max_length"] if text.get("model_max_length") else min(lengths)
-    rope = text.get("rope_parameters") or text.get("rope_scaling")
-    if rope is None:
-        return int(derived)
-    kind = rope.get("rope_type", rope.get("type")) if isinstance(rope, dict) else None
-    factor = rope.get("factor", 1.0) if isinstance(rope, dict) else None
-    if kind in (None, "longrope", "su") or not isinstance(factor, int | float) or factor < 1:
-        return None  # nested per layer type, or longrope's own default: not judged
-    if kind == "yarn":
-        derived = rope.get("original_max_position_embeddings")
-    return int(derived * (1 if kind == "llama3" else factor)) if _whole(derived) else None
 
 
 def sliding_unbuilt(launch: LaunchContext, defaults: dict[str, Any] | None, mla: bool) -> tuple[str, str] | None:

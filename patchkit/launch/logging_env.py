@@ -63,11 +63,14 @@ def _config_file(path: str) -> list[Finding]:
     if not observed.exists(path):
         return [Finding(CHECK, False, f"{CONFIG_PATH} {shown} does not exist: {AT_START}", fix)]
     try:
-        data = observed.read_regular(path, CONFIG_BOUND, follow_symlinks=True) if observed.regular(path) else b""
+        unread = _unreadable(path)
+        data = b"" if unread else observed.read_regular(path, CONFIG_BOUND, follow_symlinks=True)
     except OSError:  # not searchable, gone since: vLLM's own open says
-        data = b""
+        unread, data = None, b""
+    if unread:
+        return [Finding(CHECK, False, f"{CONFIG_PATH} {shown} {unread}", fix)]
     if not data:
-        return [cannot_judge(CHECK, f"{CONFIG_PATH} {shown} is not read (no regular file, empty, or over 1 MiB)", fix)]
+        return [cannot_judge(CHECK, f"{CONFIG_PATH} {shown} is not read (empty, or gone since)", fix)]
     try:
         config = json.loads(data)
     except ValueError:  # JSONDecodeError and UnicodeDecodeError alike
@@ -75,3 +78,15 @@ def _config_file(path: str) -> list[Finding]:
     if not isinstance(config, dict):
         return [Finding(CHECK, False, f"{CONFIG_PATH} {shown} holds no JSON object: {AT_START}", fix)]
     return [cannot_judge(CHECK, f"the logging config in {CONFIG_PATH} {shown} is dictConfig's to judge", fix)]
+
+
+def _unreadable(path: str) -> str | None:
+    """Why vLLM's import cannot read the config file at `path` (None: it can): vLLM opens it and reads
+    it to its end as `import vllm` runs, so a fifo blocks every start and a device fills memory."""
+    if observed.isdir(path):
+        return "is a directory: vLLM's open of it raises as it is imported"
+    if not observed.regular(path):
+        return "is no regular file: vLLM's import reads it to its end (a fifo blocks it, a device fills memory)"
+    if len(observed.read_regular(path, CONFIG_BOUND + 1, follow_symlinks=True, head=True)) > CONFIG_BOUND:
+        return "is over 1 MiB: vLLM's import reads it whole into memory"
+    return None

@@ -4,7 +4,8 @@ Literal does not name (pydantic matches it exactly: "Eagle3" is refused), an emp
 num_speculative_tokens without a drafter for a method that needs one, no method where the drafter
 says none it knows (its name, or its model_type), a whole-number field outside its declared bounds
 (disable_by_batch_size under 2), a draft_tensor_parallel_size other than 1 or the target's, and under
-method draft_model a drafter whose vocab_size is not the target's."""
+method draft_model a drafter whose vocab_size is not the target's; spec_limits: a max_model_len above
+the drafter's or the target's, method suffix without arctic_inference."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from patchkit.launch.engine import LaunchContext
 from patchkit.launch.findings import Finding
 from patchkit.launch.lax import lax_int
 from patchkit.launch.method import built_model_type, settled_method
+from patchkit.launch.spec_limits import length_refused, suffix_refused
 from patchkit.launch.spec_literals import MTP_TYPES, OLD_MTP_TYPES, literal_tables
 
 SPEC_FILE = "vllm/config/speculative.py"
@@ -49,6 +51,8 @@ def speculative_findings(context: LaunchContext) -> list[Finding]:
             _not_text(spec, string_fields(source)),
             _draft_tensor_parallel_size(spec, source, context),
             _draft_vocab(source, context),
+            length_refused(spec, source, context),
+            suffix_refused(spec, source, context),
         )
         if refusal is not None
     ]  # each, not the first: every fault in one run

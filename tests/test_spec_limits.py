@@ -1,0 +1,71 @@
+"""SpeculativeConfig's start-up refusals that the drafter's config and the launch's environment decide
+(patchkit/launch/spec_limits.py, review42a R7): a "max_model_len" above the drafter's derived length or
+the target's (_maybe_override_draft_max_model_len), and method "suffix" where the launch's Python finds
+no arctic_inference (_validate_suffix_decoding). vLLM 0.16.0 raises both in create_engine_config."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from helpers import run_cli_judged
+from launch_fixtures import DEEPSEEK_V3, DRAFTER, SPEC, findings, write_eagle3_setup, write_model
+
+# the lines of speculative.py each rule reads the tree's refusal from, as 0.12-0.34 write them
+LENGTH_RULE = '\nraise ValueError(f"{speculative_max_model_len=} cannot be larger than {draft_max_model_len=}")\n'
+SUFFIX_RULE = "\ndef _validate_suffix_decoding(self):\n    if not has_arctic_inference():\n        raise ImportError\n"
+
+
+def _speculative(tmp_path, spec: dict, *, drafter_len: int, target_len: int, rules: str = "", module=False):
+    tree, library = write_eagle3_setup(tmp_path)
+    stock = (tree / SPEC).read_text(encoding="utf-8")
+    field = "    quantization: str | None = None\n"
+    (tree / SPEC).write_text(stock.replace(field, f"{field}    max_model_len: int | None = None\n") + rules)
+    if module:
+        (tree / "arctic_inference").mkdir()
+        (tree / "arctic_inference" / "__init__.py").write_text("")
+    model = write_model(tmp_path / "target", {**DEEPSEEK_V3, "max_position_embeddings": target_len})
+    drafter = write_model(tmp_path / "drafter", {**DRAFTER, "max_position_embeddings": drafter_len})
+    spec = {**spec, "model": str(drafter)} if spec.get("method") != "suffix" else spec
+    done = run_cli_judged(
+        "preflight", "--target", tree, "--patches", library, "--no-import", "--format", "json",
+        "--", "vllm", "serve", str(model), "--speculative-config", json.dumps(spec),
+    )  # fmt: skip
+    return findings(done).get("speculative-config")
+
+
+@pytest.mark.parametrize(
+    ("given", "drafter_len", "target_len", "says"),
+    [
+        (100000, 4096, 163840, "its max_model_len 100000 is above the drafter's 4096"),
+        (100000, 200000, 8192, "its max_model_len 100000 is above the target's 8192"),
+        (4096, 4096, 163840, None),
+    ],
+)
+def test_a_speculative_max_model_len_above_the_drafters_or_targets_fails(
+    tmp_path, given, drafter_len, target_len, says
+):
+    spec = {"method": "eagle3", "num_speculative_tokens": 3, "max_model_len": given}
+    found = _speculative(tmp_path, spec, drafter_len=drafter_len, target_len=target_len, rules=LENGTH_RULE)
+    if says is None:
+        assert found is None or found["ok"], found
+        return
+    assert found is not None and not found["ok"] and says in found["message"], found
+    assert 'lower "max_model_len" in --speculative-config' in found["fix"], found
+
+
+def test_a_tree_without_the_length_rule_is_not_held_to_it(tmp_path):
+    spec = {"method": "eagle3", "num_speculative_tokens": 3, "max_model_len": 100000}
+    found = _speculative(tmp_path, spec, drafter_len=4096, target_len=163840)
+    assert found is None or found["ok"], found
+
+
+@pytest.mark.parametrize("module", [False, True])
+def test_suffix_without_arctic_inference_fails(tmp_path, module):
+    spec = {"method": "suffix", "num_speculative_tokens": 3}
+    found = _speculative(tmp_path, spec, drafter_len=4096, target_len=4096, rules=SUFFIX_RULE, module=module)
+    if module:
+        assert found is None or found["ok"], found
+        return
+    assert found is not None and not found["ok"] and "arctic_inference" in found["message"], found
+    assert "install arctic-inference" in found["fix"], found
