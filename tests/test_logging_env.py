@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import textwrap
 from pathlib import Path
 
@@ -90,3 +91,22 @@ def test_settings_vllm_takes_pass_and_a_tree_read_otherwise_cannot_judge(tmp_pat
     assert _findings(tmp_path / "off", "VLLM_LOGGING_LEVEL=verbose", "VLLM_CONFIGURE_LOGGING=0") == []
     [found] = _findings(tmp_path / "other", "VLLM_LOGGING_LEVEL=verbose", logger=LOGGER.replace("\n_configure", "\n# "))
     assert found["result"] == "cannot judge" and "VLLM_LOGGING_LEVEL" in found["message"], found
+
+
+def test_the_import_path_does_not_import_vllm_with_a_config_path_it_cannot_read(tmp_path):
+    fifo = tmp_path / "logging.fifo"
+    os.mkfifo(fifo)  # an import of vLLM reading it would block until the worker's time-out
+    tree, library = write_eagle3_setup(tmp_path / "setup")
+    (tree / "vllm" / "envs.py").write_text(ENVS)
+    (tree / "vllm" / "logger.py").write_text(LOGGER)
+    target = write_model(tmp_path / "target", DEEPSEEK_V3)
+    done = run_cli_judged(
+        "preflight", "--target", tree, "--patches", library, "--python", sys.executable, "--format", "json",
+        "--", "env", f"VLLM_LOGGING_CONFIG_PATH={fifo}", "vllm", "serve", str(target),
+    )  # fmt: skip
+    found = {f["check"]: f for f in json.loads(done.stdout)["findings"]}
+    assert found["vllm-environment"]["result"] == "fail", done.stdout
+    said = found["vllm-validation"]
+    assert said["result"] == "cannot judge" and said["message"].startswith(
+        "cannot judge: not run: VLLM_LOGGING_CONFIG_PATH"
+    ), said

@@ -209,3 +209,21 @@ def test_a_lost_original_of_an_older_guard_leaves_no_guard_and_names_apply(appli
     assert again.returncode == 0, again.stdout + again.stderr
     assert guard.read_bytes() == own
     assert _patchkit("status", "--target", tree, "--patch", diff).returncode == 0
+
+
+def test_a_revert_whose_stock_originals_are_damaged_takes_vllms_own_files(applied, tmp_path):
+    """No crash: the --patch record's saved stock originals damaged and its diff moved away. revert
+    refused and named a fetch --force that keeps the patched files (a loop); it now takes the
+    release's own files (patchkit's fetcher, checked against the wheel's RECORD) where their sha256 is
+    the record's, and the tree is stock."""
+    tree, diff, stock = applied
+    for path in (SPEC, MODEL):
+        _damage(tree, stock[path])
+    diff.rename(diff.with_suffix(".gone"))
+    write_wheel(tmp_path / "wheel")  # the release's wheel, published in the test's cache
+    stock_files_fetched({p: d for p, d in STOCK_FILES.items() if p in (SPEC, MODEL)})
+    done = _patchkit("revert", "--target", tree)
+    said = " ".join(done.stderr.split())
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"{SPEC} was restored from vLLM 0.16.0's own file (sha256 checked)" in said, said
+    assert _tree_files(tree) == stock

@@ -14,6 +14,7 @@ unsupported version) are raised.
 
 from __future__ import annotations
 
+import functools
 import os
 import shlex
 from collections.abc import Callable, Iterable, Sequence
@@ -113,6 +114,7 @@ from patchkit.engine.transaction import (
     never_locked,
     preflight,
     read_only_view,
+    release_original,
     save_originals,
 )
 from patchkit.engine.unrecorded_edits import edited_unrecorded, unproven, unproven_found
@@ -1499,7 +1501,7 @@ class _Reverting:
             for p in patches_at_hand(e, self.root)
             if p.sha256 not in {g.sha256 for g in given}
         ]
-        restored = {path for e in self.undo.entries for path in e.files}
+        restored = {path for e in self.undo.entries for path in e.files} - view.from_release
         written = {path: data for path, data in _written(changes).items() if path in restored}
         listed = _tree_record(self.root, list(written))
         # vouched for: vLLM's RECORD lists these very bytes (a path it lists with others' is no proof)
@@ -1829,6 +1831,7 @@ def _restore_from_record(view: View, undo: _Undo, patches: list[Patch], *, force
     """The originals the record saved back in `view` (the last applied first: its "before" is what
     the earlier one wrote), or a patched wheel's stock files."""
     restored = Restored()
+    view.stock = functools.partial(release_original, view.root)
     for index, entry in reversed(list(enumerate(undo.entries))):
         later = undo.entries[index + 1 :]  # reverted one by one, last first, before this one alone
         first = tuple(hints.command("revert", chosen=selection_of(e)) for e in reversed(later))

@@ -909,14 +909,22 @@ def _stock_candidates(root: Path, path: str, saved: list[str | None]) -> Iterato
     for digest in filter(None, saved):  # None: a file its patches created, no stock to start from
         with suppress(BadInput):
             yield read_object(root, digest), "a saved original"
+    found = release_original(root, path)
+    if found is not None:
+        yield found
+
+
+def release_original(root: Path, path: str) -> tuple[bytes, str] | None:
+    """The release's own file at `path` by patchkit's fetcher (cached; checked against its RECORD), and
+    where it is from; None offline, or where the tree's release or the file is not known."""
     release = _stock_release(root)
-    if release is not None:
-        try:
-            stock = read_file(fetch.release_tree(release, [path]) / path)
-        except (PatchkitError, OSError):  # offline, not in the wheel: the hint names the way on
-            return
-        if stock is not None:
-            yield stock, f"vLLM {release}'s own file"
+    if release is None:
+        return None
+    try:
+        stock = read_file(fetch.release_tree(release, [path]) / path)
+    except (PatchkitError, OSError):  # offline, not in the wheel: the hint names the way on
+        return None
+    return None if stock is None else (stock, f"vLLM {release}'s own file")
 
 
 def _stock_release(root: Path) -> str | None:

@@ -80,6 +80,19 @@ def _config_file(path: str) -> list[Finding]:
     return [cannot_judge(CHECK, f"the logging config in {CONFIG_PATH} {shown} is dictConfig's to judge", fix)]
 
 
+def import_blocker(environ: Mapping[str, str], cwd: str) -> str | None:
+    """The launch's VLLM_LOGGING_CONFIG_PATH when vLLM's import cannot read it (a fifo would block an
+    import of vLLM in the launch's environment, a device fill its memory): not imported then."""
+    path = environ.get(CONFIG_PATH)
+    if not path:
+        return None
+    try:
+        unread = _unreadable(os.path.join(cwd, path)) if observed.exists(os.path.join(cwd, path)) else None
+    except OSError:
+        return None
+    return f"{CONFIG_PATH} {escaped(path)} {unread}" if unread else None
+
+
 def _unreadable(path: str) -> str | None:
     """Why vLLM's import cannot read the config file at `path` (None: it can): vLLM opens it and reads
     it to its end as `import vllm` runs, so a fifo blocks every start and a device fills memory."""

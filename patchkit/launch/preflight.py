@@ -64,7 +64,7 @@ from patchkit.launch.engine import LaunchContext, Reader, apply_fix, launch_pyth
 from patchkit.launch.findings import Finding, cannot_judge
 from patchkit.launch.interpreter import RefusedByPython, exec_search
 from patchkit.launch.late_files import headless_note, late_file_findings, lora_ranks, tool_server_findings
-from patchkit.launch.logging_env import logging_findings
+from patchkit.launch.logging_env import import_blocker, logging_findings
 from patchkit.launch.method import settled_method
 from patchkit.launch.middleware import middleware_findings
 from patchkit.launch.models import ModelConfig, offline, offline_model_path, redirected, resolve_model, with_overrides
@@ -749,6 +749,9 @@ def vllm_validation(resolved: Resolved, result: PreflightResult, another: str) -
             )
         ]
     launched = result.launched or result.command
+    blocker = import_blocker(launched.environ, launched.working_directory())
+    if blocker:  # an import of vLLM with it would block or fill memory: the vllm-environment finding names it
+        return [cannot_judge(VALIDATION, f"not run: {blocker}", "fix the vllm-environment finding above")]
     return engine_findings(resolved.target.python, launched, fix=apply_fix() if result.fixable else None)
 
 

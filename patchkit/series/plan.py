@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -74,6 +75,9 @@ class View:
         self.original: dict[str, bytes | None] = {}
         self.current: dict[str, bytes | FileStep | None] = {}  # a FileStep: content not made yet
         self.origins: dict[str, Origin] = {}  # the file each original was read from
+        # the release's own file at a path, and where it is from: a lost saved original's last source
+        self.stock: Callable[[str], tuple[bytes, str] | None] | None = None
+        self.from_release: set[str] = set()  # originals taken from the release's own files (so vouched for)
 
     @classmethod
     def holding(cls, root: Path, contents: dict[str, bytes | None]) -> View:
@@ -392,6 +396,11 @@ def _original(
     except BadInput as damaged:
         rebuilt = reverse_file(view.read, path, patches)
         if rebuilt is None or sha256(rebuilt) != digest:
+            released = view.stock(path) if view.stock is not None else None
+            if released is not None and sha256(released[0]) == digest:
+                notes.append(f"{damaged.message}: {escaped(path)} was restored from {released[1]} (sha256 checked)")
+                view.from_release.add(path)
+                return released[0]
             raise BadInput(
                 f"{damaged.message}, and reverse-applying the recorded patches does not give the original "
                 f"of {escaped(path)} back",
