@@ -17,6 +17,7 @@ import importlib
 import importlib.util
 import inspect
 import json
+import math
 import os
 import re
 import shutil
@@ -26,7 +27,7 @@ import tempfile
 import threading
 import traceback
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TypeGuard
 
 try:
     import resource
@@ -286,7 +287,7 @@ def _meta_weights(torch: Any) -> Iterator[None]:
 
 def _meta_tensors(torch: Any, files: list[str]) -> Iterator[tuple[str, Any]]:
     """(name, a meta tensor of its dtype and shape) for each tensor of each file, in the files'
-    order, names sorted in a file (as safetensors' safe_open gives them)."""
+    order, names sorted in a file (as safetensors' safe_open gives them); a one-element one is a CPU zero."""
     total = 0
     for path in files:
         header, size = _header(path)
@@ -301,10 +302,17 @@ def _meta_tensors(torch: Any, files: list[str]) -> Iterator[tuple[str, Any]]:
             shape = entry.get("shape") if isinstance(entry, dict) else None
             if not isinstance(dtype, torch.dtype) or not _shape(shape):
                 raise NotJudged(f"{path}: {name[:100]}: a dtype or shape this build cannot read")
-            yield name, torch.empty(shape, dtype=dtype, device="meta")
+            # vLLM's loader calls .item() on a one-element weight (an FP8 drafter's k_scale): a real zero, a few bytes
+            small = math.prod(shape) == 1
+            yield (
+                name,
+                torch.zeros(shape, dtype=dtype, device="cpu")
+                if small
+                else torch.empty(shape, dtype=dtype, device="meta"),
+            )
 
 
-def _shape(shape: object) -> bool:
+def _shape(shape: object) -> TypeGuard[list[int]]:
     return isinstance(shape, list) and len(shape) <= 16 and all(type(n) is int and 0 <= n < 1 << 48 for n in shape)
 
 

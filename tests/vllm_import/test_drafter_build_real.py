@@ -274,3 +274,17 @@ def test_under_tp_the_drafter_is_built_again_as_rank_0_and_a_size_tp_does_not_sp
     assert good is not None and good.ok and good.judged and "as rank 0 of -tp 4" in good.message, said[made[512]]
     assert split is not None and not split.ok and "output_size % self.tp_size == 0" in split.message, said[made[510]]
     assert "with -tp 4" in split.message, split
+
+
+def test_an_fp8_drafter_with_one_element_kv_scales_is_built_and_loaded(tmp_path: Path):
+    """vLLM's default_weight_loader calls .item() on a one-element weight (an FP8 drafter's k_scale and
+    v_scale): the build gives such entries real zeros, so the drafter is judged (review42a R4)."""
+    target = str(write_model(tmp_path / "target", TINY_LLAMA))
+    fp8 = {**DRAFTER, "quantization_config": {"quant_method": "fp8", "activation_scheme": "dynamic"}}
+    scales = {name.replace(".weight", ".weight_scale"): [] for name in TINY_WEIGHTS if name.endswith("proj.weight")}
+    kv = {"midlayer.self_attn.k_scale": [], "midlayer.self_attn.v_scale": []}
+    drafter = write_model(tmp_path / "fp8", fp8)
+    write_weights(drafter, {**TINY_WEIGHTS, **scales, **kv})
+    answer = ask_vllm(ASK, target, str(drafter))[str(drafter)]
+    found = drafter_finding(answer)
+    assert found is not None and found.ok and found.judged and "loads its weights" in found.message, answer
