@@ -142,6 +142,21 @@ def test_each_drafter_mismatch_is_named(setup, tmp_path, change, check):
     assert findings(done)[check]["fix"]
 
 
+@pytest.mark.parametrize(("hidden", "target_hidden", "fails"), [(4096, 7168, True), (7168, 4096, False)])
+def test_a_drafter_without_aux_hidden_states_is_held_to_its_own_hidden_size(
+    setup, tmp_path, hidden, target_hidden, fails
+):
+    """review42a R9: with eagle_config's use_aux_hidden_state off llama_eagle3.py builds no fc and takes the
+    target's hidden states as they are: its own hidden_size must be the target's, not target_hidden_size."""
+    tree, library, models = setup
+    assert run_cli_writing("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    config = {"hidden_size": hidden, "target_hidden_size": target_hidden, "eagle_config": {"use_aux_hidden_state": 0}}
+    drafter = write_model(tmp_path / "drafter", {**DRAFTER, **config})
+    found = findings(preflight(tree, library, *serve(models["deepseek"], drafter)))["drafter-hidden-size"]
+    assert found["ok"] is not fails and found["message"].startswith(f"drafter expects hidden size {hidden} "), found
+    assert "use_aux_hidden_state is off" in found["message"], found
+
+
 # the patched forward as 0.26+'s deepseek_v2.py has it: after its loop, the last layer's output for the id
 # num_hidden_layers (`self.end_layer`)
 FINAL_OUTPUT_FORWARD = DEEPSEEK_PATCHED.replace(
@@ -1932,6 +1947,9 @@ def test_drafter_weights_whose_shapes_its_config_does_not_build_fail(setup, tmp_
     drafter = write_model(tmp_path / "drafter", _changed(SMALL_DRAFTER, config))
     write_weights(drafter, {**SMALL_WEIGHTS, **change})
     done = preflight(tree, library, *serve(models["deepseek"], drafter))
+    if "eagle_config" in config:  # no fc: the 64-wide head takes the 7168-wide states, and fails on that alone
+        assert failed(done) == {"drafter-hidden-size"}, done.stdout
+        return
     finding = drafter_verdict(done, fails=says is not None)
     if finding is None:
         return
@@ -2005,6 +2023,9 @@ def test_drafter_weights_whose_names_the_built_drafter_has_no_parameter_for_fail
     weights = {**SMALL_WEIGHTS, **change} if isinstance(change, dict) else _renamed(SMALL_WEIGHTS, change)
     write_weights(drafter, weights)
     done = preflight(tree, library, *serve(models["deepseek"], drafter))
+    if "eagle_config" in config:  # no fc: the 64-wide head takes the 7168-wide states, and fails on that alone
+        assert failed(done) == {"drafter-hidden-size"}, done.stdout
+        return
     finding = drafter_verdict(done, fails=says is not None)
     if finding is None:
         return

@@ -481,18 +481,21 @@ def _weights_unjudged(launch) -> list[Finding]:
 
 
 def hidden_size(launch) -> Finding:
-    wanted = size(launch.drafter.config, "target_hidden_size", "hidden_size")
+    table = launch.registry().get(SPECULATIVE_TABLE, {})
+    built = next((name for name in _built_names(launch.drafter) if name in table), None)
+    llama = built is not None and table[built][0] == LLAMA_DRAFTER  # the assert is llama_eagle3.py's
+    # without aux hidden states llama_eagle3.py builds no fc: the target's states enter as they are
+    own = llama and not uses_aux_hidden_states(launch.drafter.config)
+    wanted = size(launch.drafter.config, *(() if own else ("target_hidden_size",)), "hidden_size")
     actual = size(launch.target.text_config, "hidden_size")
     if wanted is None or actual is None:
         message = f"cannot judge: the drafter expects hidden size {shown(wanted)}, the target has {shown(actual)}"
         return Finding("drafter-hidden-size", False, message, SIZE_FIX)
-    table = launch.registry().get(SPECULATIVE_TABLE, {})
-    built = next((name for name in _built_names(launch.drafter) if name in table), None)
-    llama = built is not None and table[built][0] == LLAMA_DRAFTER  # the assert is llama_eagle3.py's
     shared = embedding_shared(launch, actual, drafter_weights(launch)) if wanted == actual and llama else None
     if shared is not None:
         return shared
-    message = f"drafter expects hidden size {wanted}, target has {actual}"
+    why = " (its own hidden_size: eagle_config's use_aux_hidden_state is off, so it takes no fc)" if own else ""
+    message = f"drafter expects hidden size {wanted}{why}, target has {actual}"
     return Finding("drafter-hidden-size", wanted == actual, message, None if wanted == actual else DRAFTER_FIX)
 
 
