@@ -113,7 +113,9 @@ def test_a_drafter_read_only_with_remote_code_fails(tmp_path):
 def test_a_tree_whose_tables_are_not_read_cannot_judge(tmp_path):
     [found] = _models(tmp_path, KIMI_K2, files=False)
     assert found["result"] == "cannot judge" and TRANSFORMERS_AUTO in found["message"], found
-    assert found["fix"].startswith("if neither vLLM nor the launch's transformers knows model_type 'kimi_k2', add"), found
+    assert found["fix"].startswith("if neither vLLM nor the launch's transformers knows model_type 'kimi_k2', add"), (
+        found
+    )
 
 
 def test_hf_overrides_setting_the_model_type_cannot_be_judged(tmp_path):
