@@ -113,11 +113,15 @@ def test_a_drafter_read_only_with_remote_code_fails(tmp_path):
 def test_a_tree_whose_tables_are_not_read_cannot_judge(tmp_path):
     [found] = _models(tmp_path, KIMI_K2, files=False)
     assert found["result"] == "cannot judge" and TRANSFORMERS_AUTO in found["message"], found
+    assert found["fix"].startswith("if neither vLLM nor the launch's transformers knows model_type 'kimi_k2', add"), (
+        found
+    )
 
 
 def test_hf_overrides_setting_the_model_type_cannot_be_judged(tmp_path):
     [found] = _models(tmp_path, KIMI_K2, "--hf-overrides", '{"model_type": "deepseek_v3"}')
     assert found["result"] == "cannot judge" and "--hf-overrides sets model_type" in found["message"], found
+    assert found["fix"].startswith("if neither vLLM nor the launch's transformers knows the model_type"), found
 
 
 def test_with_hf_config_path_the_module_is_looked_for_where_vllm_reads_the_config(tmp_path):

@@ -42,6 +42,12 @@ def remote_code_findings(
     return found
 
 
+def _unjudged_fix(model_type: str) -> str:
+    """What to check where patchkit cannot tell whether vLLM reads the config without remote code: the
+    flag is needed only where neither vLLM nor the launch's transformers knows the model_type."""
+    return f"if neither vLLM nor the launch's transformers knows {escaped(model_type)}, {FIX}"
+
+
 def _finding(role: str, model: ModelConfig, command: LaunchCommand, read: Any) -> Finding | None:
     auto = model.get("auto_map")
     if not isinstance(auto, dict) or "AutoConfig" not in auto or model.path.name != "config.json":
@@ -51,13 +57,14 @@ def _finding(role: str, model: ModelConfig, command: LaunchCommand, read: Any) -
         model_type = "speculators"  # as HFConfigParser names it
     head = f"the {role} {escaped(model.name)} (model_type {escaped(repr(model_type))}, auto_map AutoConfig)"
     if role == "target" and "model_type" in command.hf_overrides:
-        return cannot_judge(CHECK, f"{head}: --hf-overrides sets model_type, which patchkit does not follow", FIX)
+        why = f"{head}: --hf-overrides sets model_type, which patchkit does not follow"
+        return cannot_judge(CHECK, why, _unjudged_fix("the model_type --hf-overrides sets"))
     source = read(VLLM_CONFIGS) or b""
     registry = _keywords(source, "LazyConfigDict") if REGISTRY_FIRST in source and REFUSED in source else None
     known = _first_strings(read(TRANSFORMERS_AUTO), "CONFIG_MAPPING_NAMES")
     if not registry or not known:
         why = f"{head}: whether vLLM reads it without --trust-remote-code is not read from {VLLM_CONFIGS}"
-        return cannot_judge(CHECK, f"{why} and {TRANSFORMERS_AUTO}", FIX)
+        return cannot_judge(CHECK, f"{why} and {TRANSFORMERS_AUTO}", _unjudged_fix(f"model_type {model_type!r}"))
     if model_type in registry or model_type in known:
         return None
     said = (
