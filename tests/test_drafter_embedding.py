@@ -74,11 +74,21 @@ def test_a_narrower_drafter_without_its_embedding_fails(tmp_path, tree):
     [
         (NARROW, {**LAYER, "embed_tokens.weight": [129280, 4096]}),  # its own: vLLM keeps it
         ({**NARROW, "hidden_size": 7168}, LAYER),  # as wide as the target: sharing fits
-        ({**NARROW, "eagle_config": {"use_aux_hidden_state": False}}, LAYER),  # no fc: not this rule's
     ],
 )
 def test_a_drafter_with_its_embedding_or_the_targets_width_passes(tmp_path, tree, config, weights):
     assert hidden_size_finding(tmp_path, tree, config, weights)["result"] == "pass"
+
+
+def test_a_drafter_without_aux_states_is_held_to_its_own_width_not_the_embeddings(tmp_path, tree):
+    """No fc (use_aux_hidden_state off): the target's states go in as they come, so the drafter's own
+    hidden_size must be the target's; the embedding rule is not the one that fails it."""
+    config = {**NARROW, "eagle_config": {"use_aux_hidden_state": False}}
+    found = hidden_size_finding(tmp_path, tree, config, LAYER)
+    assert found["result"] == "fail" and "use_aux_hidden_state is off" in found["message"], found
+    assert "no embed_tokens" not in found["message"], found
+    wide = {**config, "hidden_size": 7168}
+    assert hidden_size_finding(tmp_path / "wide", tree, wide, LAYER)["result"] == "pass"
 
 
 def test_under_pipeline_stages_it_cannot_be_judged(tmp_path, tree):

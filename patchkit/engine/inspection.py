@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shlex
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from importlib import import_module
 from pathlib import Path
@@ -873,16 +874,8 @@ def _guard_fields(
 
 def _wheel_breaks(root: Path, version: Version | None) -> str | None:
     """TreeStatus.wheel_breaks: the installed `wheel --patch` build judged by the library at hand on the tree."""
-    try:
-        sets = tuple(load_library(locate(hints.current().library).path).values())
-    except PatchkitError:
-        sets = ()
-
-    def read(path: str) -> bytes | None:
-        return read_file(root / path, follow_symlinks=False)
-
     held = import_module("patchkit.engine.held")  # as _unheld_breaks: no start-up path parses contracts
-    judged: tuple[str, str | None] | None = held.wheel_breaks(root, sets, version, read)
+    judged: tuple[str, str | None] | None = held.wheel_breaks(root, _sets_at_hand(), version, _tree_reader(root))
     return "" if judged is None else judged[1]
 
 
@@ -890,18 +883,23 @@ def _unheld_breaks(root: Path, state: State | None, version: Version | None) -> 
     """TreeStatus.unheld_breaks: the older --patch records judged by the library at hand on the tree."""
     if state is None:
         return {}
-    try:
-        sets = tuple(load_library(locate(hints.current().library).path).values())
-    except PatchkitError:
-        sets = ()
-
-    def read(path: str) -> bytes | None:
-        return read_file(root / path, follow_symlinks=False)
-
     # loaded here only: it parses the sets' contracts, which no start-up path (`run`'s fast one) needs
     held = import_module("patchkit.engine.held")
-    breaks: dict[str, str | None] = held.unheld_breaks(root, state, sets, version, read)
+    breaks: dict[str, str | None] = held.unheld_breaks(root, state, _sets_at_hand(), version, _tree_reader(root))
     return breaks
+
+
+def _sets_at_hand() -> tuple[Any, ...]:
+    """The sets of the library at hand (none where it cannot be read): what held judges a diff against."""
+    try:
+        return tuple(load_library(locate(hints.current().library).path).values())
+    except PatchkitError:
+        return ()
+
+
+def _tree_reader(root: Path) -> Callable[[str], bytes | None]:
+    """A reader of the tree's files that follows no link out of it."""
+    return lambda path: read_file(root / path, follow_symlinks=False)
 
 
 def _hanging(root: Path, state: State | None) -> dict[str, list[str]]:
