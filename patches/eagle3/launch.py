@@ -26,7 +26,7 @@ from patchkit.base import hints
 from patchkit.base.errors import escaped
 from patchkit.checks.parsed import python_tree
 from patchkit.launch.attention_backend import attention_backend_refused, cache_format_refused
-from patchkit.launch.aux_layers import aux_layers, uses_aux_hidden_states
+from patchkit.launch.aux_layers import aux_layers
 from patchkit.launch.drafter_attention import (
     partial_refused,
     positions_unserved,
@@ -50,7 +50,7 @@ from patchkit.launch.llama_layers import activation_refused, layer_types_refused
 from patchkit.launch.method import settled_method
 from patchkit.launch.microbatch import microbatch_findings
 from patchkit.launch.model_files import EAGLE3_DRAFTER, LLAMA_DRAFTER, MODELS_DIR, REGISTRY
-from patchkit.launch.parallel_drafting import mask_hidden_missing
+from patchkit.launch.parallel_drafting import mask_hidden_missing, uses_aux_hidden_states
 from patchkit.launch.target_class import SPECULATIVE_TABLE, model_class, target_architecture
 from patchkit.launch.target_heads import tp_refused
 from patchkit.launch.transformers_backend import (

@@ -18,6 +18,7 @@ from patchkit.launch.drafter_sizes import DRAFTER_FIX, whole
 from patchkit.launch.engine import LaunchContext
 from patchkit.launch.findings import Finding, cannot_judge
 from patchkit.launch.model_files import EAGLE3_DRAFTER, MODELS_DIR
+from patchkit.launch.parallel_drafting import uses_aux_hidden_states
 from patchkit.launch.target_class import model_class, target_architecture
 
 AUX_FIX = "give the layers the drafter was trained on as a top-level eagle_aux_hidden_state_layer_ids list"
@@ -232,12 +233,6 @@ def _whole_option(value: object) -> int | None:
         return int(str(value).strip())
     except ValueError:
         return None
-
-
-def uses_aux_hidden_states(config: dict[str, Any]) -> bool:
-    """vLLM's EagleProposer: eagle_config's use_aux_hidden_state (default on) when eagle_config is a dict."""
-    nested = config.get("eagle_config")
-    return bool(nested.get("use_aux_hidden_state", True)) if isinstance(nested, dict) else True
 
 
 def fc_hidden_states(launch: LaunchContext) -> int | None:

@@ -14,6 +14,7 @@ from patchkit.launch import drafter_load
 from patchkit.launch.findings import Finding, cannot_judge
 from patchkit.launch.method import settled_method
 from patchkit.launch.model_files import EAGLE3_DRAFTER, EAGLE_PROPOSER
+from patchkit.launch.parallel_drafting import uses_aux_hidden_states
 
 CHECK = "drafter-hidden-size"
 WIDTHS_ASSERTED = b"assert hidden_states.shape[-1] == input_embeds.shape[-1]"
@@ -29,7 +30,7 @@ def embedding_shared(launch: Any, target_hidden: int, tensors: dict[str, Any] | 
     drafter_tensors reads them (or why not)."""
     config = launch.drafter.config
     hidden = config.get("hidden_size")
-    if type(hidden) is not int or hidden <= 0 or hidden == target_hidden or not _takes_aux(config):
+    if type(hidden) is not int or hidden <= 0 or hidden == target_hidden or not uses_aux_hidden_states(config):
         return None
     said = f"the drafter's own hidden_size {hidden} is not the target's {target_hidden}"
     rules = (launch.read(EAGLE3_DRAFTER) or b"", launch.read(EAGLE_PROPOSER) or b"")
@@ -56,9 +57,3 @@ def embedding_shared(launch: Any, target_hidden: int, tensors: dict[str, Any] | 
         f" asserts that width is its hidden states' ({hidden}) at its first run, after the target's load"
     )
     return Finding(CHECK, False, message, FIX)
-
-
-def _takes_aux(config: dict[str, Any]) -> bool:
-    """llama_eagle3.py's use_aux_hidden_state (its fc makes the hidden states hidden_size wide)."""
-    nested = config.get("eagle_config")
-    return bool(nested.get("use_aux_hidden_state", True)) if isinstance(nested, dict) else True

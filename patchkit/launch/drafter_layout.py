@@ -11,13 +11,14 @@ import re
 from typing import Any
 
 from patchkit.base.errors import escaped
-from patchkit.launch.aux_layers import FC_HIDDEN_STATES, fc_hidden_states, uses_aux_hidden_states
+from patchkit.launch.aux_layers import FC_HIDDEN_STATES, fc_hidden_states
 from patchkit.launch.drafter_load import drafter_load_format
 from patchkit.launch.drafter_sizes import size
 from patchkit.launch.drafter_weights import weights_unjudged
 from patchkit.launch.engine import LaunchContext
 from patchkit.launch.method import settled_method
 from patchkit.launch.model_files import EAGLE3_DRAFTER, LLAMA, LLAMA_DRAFTER
+from patchkit.launch.parallel_drafting import uses_aux_hidden_states
 from patchkit.launch.torch_names import torch_tensors
 from patchkit.launch.weights import TorchFiles, drafter_tensors
 

@@ -43,7 +43,7 @@ def mask_hidden_missing(launch: Any, tensors: dict[str, Any] | str | None) -> tu
     hidden = launch.drafter.config.get("hidden_size")
     if MASK_SIZED not in source or type(hidden) is not int or hidden <= 0:
         return None
-    wanted = (3 if _uses_aux_hidden_states(launch.drafter.config) else 1) * hidden
+    wanted = (3 if uses_aux_hidden_states(launch.drafter.config) else 1) * hidden
     for name in masks:
         file, shape = tensors[name]
         if math.prod(shape) != wanted:
@@ -52,7 +52,8 @@ def mask_hidden_missing(launch: Any, tensors: dict[str, Any] | str | None) -> tu
     return None
 
 
-def _uses_aux_hidden_states(config: dict[str, Any]) -> bool:
-    """llama_eagle3.py's use_aux_hidden_state: eagle_config's (default on) when eagle_config is a dict."""
+def uses_aux_hidden_states(config: dict[str, Any]) -> bool:
+    """llama_eagle3.py's use_aux_hidden_state (vLLM's EagleProposer reads the same): eagle_config's (default
+    on) when eagle_config is a dict; its fc then makes the hidden states hidden_size wide."""
     nested = config.get("eagle_config")
     return bool(nested.get("use_aux_hidden_state", True)) if isinstance(nested, dict) else True
