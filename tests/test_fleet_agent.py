@@ -190,6 +190,29 @@ def test_patchkit_run_in_process_answers_as_the_console_script_does(tmp_path, wh
     assert stderr == alone.stderr and "Traceback" not in stderr
 
 
+def test_patchkit_run_in_process_on_two_threads_gives_each_its_own_output(tmp_path):
+    """CI of session 32: an agent left by an earlier test rolled its run back on its own thread while
+    another agent's rollback ran: both swapped the process's sys.stdout, so one step's document went to
+    the terminal and the other read a stranger's. Steps run in one process one at a time."""
+    trees = [write_tree(tmp_path / name, "0.16.0") for name in ("a", "b")]
+    seen: list[tuple[str, object]] = []
+
+    def statuses(tree: Path) -> None:
+        for _ in range(15):
+            code, stdout, _stderr = run_in_process(["status", "--format", "json", "--target", str(tree)])
+            try:
+                seen.append((str(tree), json.loads(stdout)["target"]))
+            except (ValueError, KeyError) as exc:
+                seen.append((str(tree), repr(exc)))
+
+    threads = [threading.Thread(target=statuses, args=(tree,)) for tree in trees]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(seen) == 30 and all(asked == answered for asked, answered in seen), seen
+
+
 def test_patchkit_run_in_process_reports_a_usage_error_as_exit_2():
     code, _stdout, stderr = run_in_process(["status", "--no-such-option"])
     assert code == 2 and "status has no --no-such-option option" in stderr and "Traceback" not in stderr

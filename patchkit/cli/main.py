@@ -564,13 +564,17 @@ def cli(ctx: click.Context, quiet: bool, verbose: int) -> None:
         ctx.default_map = {name: dict(given) for name in COMMANDS}
 
 
+_ONE_COMMAND_AT_A_TIME = threading.Lock()
+
+
 def run_in_process(args: list[str]) -> tuple[int, str, str]:
     """`patchkit ARGS` in this process, as the console script runs it: (exit code, stdout, stderr).
-    What fleet's node agent runs each step with. It starts from no memo of a command run before it."""
+    What fleet's node agent runs each step with. It starts from no memo of a command run before it.
+    One at a time in a process: sys.stdout and the per-command memo are the whole process's."""
 
-    percommand.forget()
     stdout, stderr = io.StringIO(), io.StringIO()
-    with redirect_stdout(stdout), redirect_stderr(stderr):
+    with _ONE_COMMAND_AT_A_TIME, redirect_stdout(stdout), redirect_stderr(stderr):
+        percommand.forget()
         try:
             # standalone_mode=False: click returns the code a command exits with, raises its own errors
             code = cli.main(args=args, prog_name="patchkit", standalone_mode=False)
