@@ -199,7 +199,7 @@ def test_patchkit_run_in_process_on_two_threads_gives_each_its_own_output(tmp_pa
 
     def statuses(tree: Path) -> None:
         for _ in range(15):
-            code, stdout, _stderr = run_in_process(["status", "--format", "json", "--target", str(tree)])
+            _code, stdout, _stderr = run_in_process(["status", "--format", "json", "--target", str(tree)])
             try:
                 seen.append((str(tree), json.loads(stdout)["target"]))
             except (ValueError, KeyError) as exc:
