@@ -18,7 +18,7 @@ answer:  {"status": "ok" | "invalid" | "no-vllm", "error": text, "reading": {wha
        | {"status": "plugin-running", "plugin": name}: left in the answer file by a plugin that hung or
          ended the process while it ran
        | {"status": "memory", "bound": bytes}: the worker hit DATA_BOUND (no verdict)
-request {"import_only": true}: only whether `import vllm` works here: {"status": "ok" | "no-vllm" | "memory", ...}
+request {"import_only": true}: only whether vLLM's engine arguments import here: {"status": "ok" | "no-vllm" | "memory", ...}
 """
 
 from __future__ import annotations
@@ -404,8 +404,11 @@ def _engine_args_imported() -> tuple[bool, Any] | dict[str, Any]:
 
 
 def imported_alone() -> dict[str, Any]:
+    """Whether vLLM imports as _engine_args_imported() imports it (a fresh process: nothing twice)."""
     try:
         importlib.import_module("vllm")
+        _force_cpu_platform_when_none()
+        importlib.import_module("vllm.engine.arg_utils")
     except MemoryError:
         return {"status": "memory", "bound": DATA_BOUND}
     except Exception as exc:

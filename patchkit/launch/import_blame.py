@@ -1,5 +1,5 @@
-"""Which of a launch's settings make `import vllm` raise, when vLLM does not import in the launch's
-environment: torch reads TORCH_LOGS as it imports and raises on a name it does not know,
+"""Which of a launch's settings make vLLM's import raise (the package, then its engine arguments,
+as patchkit/_target/engine_config.py imports them), when vLLM does not import in the launch's environment: torch reads TORCH_LOGS as it imports and raises on a name it does not know,
 huggingface_hub int()s HF_HUB_ETAG_TIMEOUT, and so on. Each question is a fresh import in the
 target's interpreter (patchkit/_target/engine_config.py, import_only), with some settings unset: a
 package such as torch cannot be imported twice in one process."""
@@ -16,7 +16,9 @@ from patchkit.tree.target import WorkerFailed, run_worker
 BUDGET = 180.0  # seconds for all the fresh imports of one launch together
 # what the launch inherits that the libraries vLLM imports read as they import (its `env` prefix's
 # own settings are all asked about)
-READ_AT_IMPORT = re.compile(r"(?:TORCH|PYTORCH|TORCHINDUCTOR|TORCHDYNAMO|TRITON|HF|HUGGINGFACE|TRANSFORMERS|TOKENIZERS)_")
+READ_AT_IMPORT = re.compile(
+    r"(?:TORCH|PYTORCH|TORCHINDUCTOR|TORCHDYNAMO|TRITON|HF|HUGGINGFACE|TRANSFORMERS|TOKENIZERS)_"
+)
 
 
 def suspects(command: LaunchCommand) -> list[str]:
@@ -60,7 +62,7 @@ def _narrowed(names: list[str], raises_with: Callable[[list[str]], bool | None])
 
 
 def _raises(python: str, command: LaunchCommand, unset: list[str], until: float) -> bool | None:
-    """Whether `import vllm` raises in the launch's environment with `unset` unset (None: no answer)."""
+    """Whether vLLM's import raises in the launch's environment with `unset` unset (None: no answer)."""
     left = until - time.monotonic()
     if left <= 1:
         return None

@@ -69,7 +69,7 @@ def engine_findings(python: str | None, command: LaunchCommand, *, fix: str | No
     stopped = plugin_stopped(answer) or middleware_stopped(answer)
     if stopped is not None:
         return [Finding(CHECK, False, *stopped)]
-    if worker_status(answer) == WorkerStatus.NO_VLLM and answer.get("variables") == []:  # not the VLLM_* ones
+    if worker_status(answer) == WorkerStatus.NO_VLLM and not settings_blamed(answer):  # not VLLM_* ones alone
         answer = {**answer, "variables": blamed(python, command)}
     built = drafter_finding(answer) if worker_status(answer) == WorkerStatus.OK else None
     return [_verdict(python, command, answer, fix), *([built] if built is not None else [])]
