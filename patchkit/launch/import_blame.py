@@ -10,6 +10,7 @@ import re
 import time
 from collections.abc import Callable
 
+from patchkit.base.enums import WorkerStatus
 from patchkit.launch.command import LaunchCommand
 from patchkit.tree.target import WorkerFailed, run_worker
 
@@ -82,5 +83,5 @@ def _raises(python: str, command: LaunchCommand, unset: list[str], until: float)
         )
     except WorkerFailed:
         return None
-    status = answer.get("status")
-    return None if status not in ("ok", "no-vllm") else status == "no-vllm"
+    status = WorkerStatus(answer["status"]) if answer.get("status") in tuple(WorkerStatus) else None
+    return None if status not in (WorkerStatus.OK, WorkerStatus.NO_VLLM) else status == WorkerStatus.NO_VLLM
