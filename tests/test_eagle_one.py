@@ -190,7 +190,9 @@ def test_an_eagle_config_heads_class_is_named_from_its_inner_model(tmp_path, inn
         assert "which class vLLM's EAGLEConfig names for it is not known" in unjudged["message"], unjudged
 
 
-def _heads(tmp_path: Path, config: dict, tp: str, method: str = "eagle", verified: bool = False) -> list[dict]:
+def _heads(
+    tmp_path: Path, config: dict, tp: str, method: str = "eagle", verified: bool = False, extra: dict | None = None
+) -> list[dict]:
     """The drafter-architecture findings of a DeepSeek-V3 launch under -tp `tp` whose drafter has `config`
     (`verified`: the tree's SpeculativeConfig verifies the draft config with -tp at start, as 0.11-0.34's do)."""
     tree, library = write_eagle3_setup(tmp_path)
@@ -200,7 +202,7 @@ def _heads(tmp_path: Path, config: dict, tp: str, method: str = "eagle", verifie
         with (tree / SPEC).open("a") as spec_file:
             spec_file.write(VERIFIED)
     drafter = write_model(tmp_path / "head", config)
-    spec = {"method": method, "model": str(drafter), "num_speculative_tokens": 3}
+    spec = {"method": method, "model": str(drafter), "num_speculative_tokens": 3, **(extra or {})}
     target = write_model(tmp_path / "target", DEEPSEEK_V3)
     judged = speculative_launch(tree, library, target, spec, "-tp", tp)
     return _judged([f for f in judged["findings"] if f["check"] == "drafter-architecture"])
@@ -286,6 +288,12 @@ def test_a_separate_mtp_checkpoint_whose_heads_tp_does_not_divide_fails(tmp_path
     assert "its 6 attention heads do not divide by -tp 4" in found["message"], found
     assert found["fix"].startswith("give a -tp that divides the drafter's heads"), found
     assert _heads(tmp_path / "two", SIX_HEADS, "2", "mtp") == []
+
+
+@pytest.mark.parametrize("alone", [1, "1", 1.0, " 01 "])
+def test_a_separate_mtp_checkpoint_built_alone_is_not_split_however_its_draft_tp_is_written(tmp_path, alone):
+    """review43a S2: pydantic reads "1" and 1.0 as 1: the checkpoint is built alone, as vLLM 0.16.0 starts it."""
+    assert _heads(tmp_path, SIX_HEADS, "4", "mtp", extra={"draft_tensor_parallel_size": alone}) == []
 
 
 def test_heads_tp_does_not_divide_are_refused_at_start_where_the_tree_verifies_the_draft_config(tmp_path):

@@ -11,6 +11,7 @@ from typing import Any
 from patchkit.base.errors import escaped
 from patchkit.launch.drafter_heads import heads_unsplit, when_refused
 from patchkit.launch.findings import Finding
+from patchkit.launch.lax import lax_int
 from patchkit.launch.target_heads import tp_refused
 
 CHECK = "drafter-architecture"
@@ -23,7 +24,7 @@ def mtp_heads_findings(launch: Any) -> list[Finding]:
     tp = command.tensor_parallel_size
     if drafter is None or tp_refused(launch.target, tp):
         return []
-    if (command.speculative_config or {}).get("draft_tensor_parallel_size") == 1:
+    if lax_int((command.speculative_config or {}).get("draft_tensor_parallel_size")) == 1:
         return []  # built alone: nothing to split
     config = drafter.text_config
     found = heads_unsplit(config, tp, command.uses_mla(config))
