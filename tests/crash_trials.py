@@ -632,8 +632,10 @@ def console_run(args: list[str], signals_at: list[tuple[float, int]]) -> tuple[i
         if reaped:
             status = waited
             break
-        sent.append(time.monotonic())
         os.kill(pid, number)
+        # timed once the kill has returned: a harness preempted between its clock and its kill
+        # (a loaded machine) would count a signal sent after the child's last look as reached
+        sent.append(time.monotonic())
     code = os.waitstatus_to_exitcode(status if status is not None else os.waitpid(pid, 0)[1])
     global last_run_seconds
     last_run_seconds = time.monotonic() - started

@@ -139,8 +139,11 @@ def late_signal() -> int | None:
     after the command, if any."""
     if threading.current_thread() is threading.main_thread() and _held:
         signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED)
+    # pending() first: a signal that came just before the block has its handler run as that call
+    # starts, so _late holds it by the time it is read
+    waiting = pending()
     first = _late or _raised  # one raised and lost (in a finalizer): the command never saw it
-    return first[0] if first else pending()
+    return first[0] if first else waiting
 
 
 def pending() -> int | None:
