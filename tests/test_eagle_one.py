@@ -160,6 +160,36 @@ def test_an_eagle1_head_vllm_registers_passes_the_class_rule(tmp_path):
     assert _judged(_architecture(tmp_path, "head", "eagle", EAGLE1)) == []
 
 
+@pytest.mark.parametrize(
+    ("inner", "method", "said"),
+    [
+        (["DeepseekV3ForCausalLM"], None, "EagleDeepseekV3ForCausalLM"),
+        (["DeepseekV3ForCausalLM"], "eagle", "EagleDeepseekV3ForCausalLM"),
+        (["LlamaForCausalLM"], None, None),
+        (None, None, "gives no architectures"),
+        (["LlamaForCausalLM"], "medusa", "its method 'medusa' is not one patchkit reads"),
+    ],
+)
+def test_an_eagle_config_heads_class_is_named_from_its_inner_model(tmp_path, inner, method, said):
+    """drafter32's left item: a config.json of vLLM's own EAGLEConfig (model_type eagle) had no class
+    rule. EAGLEConfig names the class from the inner model's architectures by its own method (the
+    top-level architectures ignored): an unregistered one is refused at start, as for other heads."""
+    model = {**EAGLE1, **({"architectures": inner} if inner else {})}
+    model = model if inner else {k: v for k, v in model.items() if k != "architectures"}
+    config = {"model_type": "eagle", "architectures": ["EagleLlamaForCausalLM"], "model": model}
+    found = _judged(_architecture(tmp_path, "head", "eagle", {**config, **({"method": method} if method else {})}))
+    if said is None:
+        assert found == [], found
+    elif said.startswith("Eagle"):
+        [failed] = found
+        assert not failed["ok"] and failed["result"] != "cannot judge", failed
+        assert f"vLLM names its class {said}, which its registry does not hold" in failed["message"], failed
+    else:
+        [unjudged] = found
+        assert unjudged["result"] == "cannot judge" and said in unjudged["message"], unjudged
+        assert "which class vLLM's EAGLEConfig names for it is not known" in unjudged["message"], unjudged
+
+
 def _heads(
     tmp_path: Path, config: dict, tp: str, method: str = "eagle", verified: bool = False, extra: dict | None = None
 ) -> list[dict]:
