@@ -9,6 +9,7 @@ tree. A content is hashed once per run, and each file written is fsynced once.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shlex
@@ -280,6 +281,28 @@ def test_a_file_in_objects_that_no_digest_names_is_kept_and_said(scene):
     assert "holds README: no saved original" in after and "revert` removes" not in after, after
 
 
+def test_a_digest_named_symlink_in_objects_is_kept_and_said(scene, tmp_path):
+    """Review 42b F4: a symlink named by a digest in .patchkit/objects/ was removed by the revert's
+    prune without a word. patchkit writes regular files only there: it stays and is named as the
+    other entries patchkit did not write are, and its target is untouched."""
+    tree, patch = scene
+    assert run_cli_writing("apply", "--target", tree, "--patch", patch).returncode == 0
+    outside = tmp_path / "mine.txt"
+    outside.write_text("not patchkit's\n")
+    link = tree / ".patchkit" / "objects" / ("b" * 64)
+    link.symlink_to(outside)
+    status = run_cli_judged("status", "--target", tree, "--patch", patch)
+    noted = " ".join(status.stdout.split())
+    assert status.returncode == 0 and f".patchkit/objects/ holds {'b' * 64}: no saved original" in noted, noted
+    done = run_cli_writing("revert", "--target", tree, "--patch", patch)
+    said = " ".join(done.stderr.split())
+    assert done.returncode == 0 and (tree / MODEL).read_text() == MODEL_PY, done.stdout + done.stderr
+    assert link.is_symlink() and outside.read_text() == "not patchkit's\n"
+    assert "kept 1 file(s)" in said and f"objects/{'b' * 64}" in said, said
+    after = " ".join(run_cli_judged("status", "--target", tree, "--patch", patch).stdout.split())
+    assert f"holds {'b' * 64}: no saved original" in after and "revert` removes" not in after, after
+
+
 def test_the_fetch_a_damaged_original_of_a_patch_file_names_lays_that_file_out(scene, tmp_path):
     """The class of review 41b M5 in revert: a --patch apply's saved original damaged, its file edited
     since (nothing reverses), so revert refused, naming `fetch VERSION --dest T --force`, which lays
@@ -300,5 +323,34 @@ def test_the_fetch_a_damaged_original_of_a_patch_file_names_lays_that_file_out(s
     fetched = run_cli_judged(*shlex.split(fetch)[1:], env=OFFLINE)
     assert fetched.returncode == 0, fetched.stdout + fetched.stderr
     done = run_cli_writing("revert", "--target", tree, "--patch", patch, "--force", env=OFFLINE)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (tree / MODEL).read_text() == MODEL_PY
+
+
+def test_a_damaged_original_of_a_moved_patch_file_names_a_fetch_that_runs_then_the_revert(scene, tmp_path):
+    """A --patch apply's saved original damaged and its diff moved, offline: `revert --set adhoc-…`
+    (what status names after a crash) refused, naming `fetch --set adhoc-… V --dest T --force --all`,
+    which fetch refuses (an ad-hoc record is no library set). The hint names the fetch without the
+    set, says it needs the index, and the revert after it; run as said once the index answers, the
+    tree is stock."""
+    tree, patch = scene
+    (tree / "vllm/__init__.py").write_bytes(STOCK_FILES["vllm/__init__.py"])  # the release's own
+    assert run_cli_writing("apply", "--target", tree, "--patch", patch, "--no-import").returncode == 0
+    adhoc = json.loads((tree / ".patchkit/state.json").read_text())["entries"][0]["set"]
+    patch.rename(tmp_path / "elsewhere.diff")
+    saved_original(tree).chmod(0o644)
+    saved_original(tree).write_text("damaged\n")
+    refused = run_cli_writing("revert", "--target", tree, "--set", adhoc, env=OFFLINE)
+    assert refused.returncode == 2 and "is corrupt" in refused.stderr, refused.stdout + refused.stderr
+    said = " ".join(refused.stderr.split())
+    assert "package index" in said, said
+    fetch, again = re.findall(r"`(patchkit [^`]+)`", said)
+    assert shlex.split(fetch) == ["patchkit", "fetch", "0.16.0", "--dest", str(tree), "--force", "--all"], said
+    assert shlex.split(again) == ["patchkit", "revert", "--target", str(tree), "--set", adhoc], said
+    write_wheel(tmp_path / "wheel")  # the index answers again
+    stock_files_fetched({p: d for p, d in STOCK_FILES.items() if p.endswith(".py")})
+    fetched = run_cli_judged(*shlex.split(fetch)[1:], env=OFFLINE)
+    assert fetched.returncode == 0, fetched.stdout + fetched.stderr
+    done = run_cli_writing(*shlex.split(again)[1:], env=OFFLINE)
     assert done.returncode == 0, done.stdout + done.stderr
     assert (tree / MODEL).read_text() == MODEL_PY

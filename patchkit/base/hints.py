@@ -40,6 +40,8 @@ _TAKES: dict[str, tuple[str, ...]] = {
     "port": ("library", "set_name"),  # which set's series, from the stock releases
     "fleet": (*_SET, "adhoc"),  # the nodes' trees (paths on the nodes) and the set
 }
+_LIBRARY_SETS_ONLY = ("fetch", "port")
+_ADHOC = "adhoc-"  # store.state.ADHOC_PREFIX: the record's name of a --patch apply
 _FLAGS = {
     "target_dir": "--target",
     "python": "--python",
@@ -84,6 +86,8 @@ def command_words(verb: str, *args: str, chosen: Options | None = None) -> list[
     takes = _TAKES.get(verb.split()[0], ())
     for field, flag in _FLAGS.items():
         value = getattr(selection, field)
+        if field == "set_name" and verb in _LIBRARY_SETS_ONLY and str(value).startswith(_ADHOC):
+            continue  # an ad-hoc record's name: no library holds such a set
         if field in takes and value:
             words += [flag, value]
     if "adhoc" in takes:
@@ -122,10 +126,21 @@ def pip_reinstall(version: object | None) -> str:
     by the tree's interpreter when the user named it (--python) or patchkit found it, else `python
     -m pip` with a word on which one."""
     python = current().python or _INTERPRETER.get()
-    release = version or current().vllm_version or "VERSION"
+    release = release_of(version or current().vllm_version or "VERSION")
     words = [python or "python", "-m", "pip", "install", "--force-reinstall", "--no-deps", f"vllm=={release}"]
     text = "`" + shlex.join(words) + "`"
     return text if python else f"{text} (with the Python of that environment)"
+
+
+def release_of(version: object) -> str:
+    """`version` less the local label `patchkit wheel` gives (`0.16.0+cu129.patchkit.eagle3`:
+    0.16.0+cu129): a patched wheel's version is on no index, its release's stock files are."""
+    public, _, label = str(version).partition("+")
+    words = label.lower().replace("_", ".").replace("-", ".").split(".")
+    if "patchkit" not in words:
+        return str(version)
+    kept = ".".join(words[: words.index("patchkit")])
+    return f"{public}+{kept}" if kept else public
 
 
 def remove_files(paths: list[str]) -> str:

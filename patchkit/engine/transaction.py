@@ -71,7 +71,8 @@ from patchkit.base.fsutil import (
 )
 from patchkit.base.hashing import sha256
 from patchkit.base.values import FrozenValue, Value, frozen
-from patchkit.distinfo.record import listings
+from patchkit.distinfo import installed_wheel_reader
+from patchkit.distinfo.record import has_provenance, listings
 from patchkit.engine.guard import guard_files
 from patchkit.engine.vouched import needs_force, patches_at_hand, recorded_in_library
 from patchkit.series.hunks import made_file
@@ -874,15 +875,31 @@ def _rebuilt_original(root: Path, journal: Journal, entry: JournalEntry) -> tupl
     if own is not None and sha256(own) == digest:
         return own, "this patchkit's launch guard"
     recorded = [e for e in store_journal.previous_state(root, journal).entries if _wrote(e, path, digest)]
-    makers = [patches for e in recorded if (patches := _recorded_patches(e, root))]
+    makers = [(patches, "the patches its record names") for e in recorded if (patches := _recorded_patches(e, root))]
+    wheel = _wheel_patches(root, path, digest)
+    makers += [(wheel, "the patches the installed patched wheel ships")] if wheel else []
     for base, what in _stock_candidates(root, path, [e.files[path].get("before") for e in recorded]):
         if sha256(base) == digest:
             return base, what
-        for patches in makers:
+        for patches, made_from in makers:
             made = made_file(_only(path, base), path, patches)
             if made is not None and sha256(made) == digest:
-                return made, "the patches its record names"
+                return made, made_from
     return None, ""
+
+
+def _wheel_patches(root: Path, path: str, digest: str) -> list[Patch]:
+    """The patches a patched wheel's install ships in its dist-info (each held to its sha256), when its
+    provenance records `digest` as `path`'s patched bytes: the original a revert of the wheel's sets
+    replaced (no record in state.json names it). []: no such wheel, or a provenance not believed."""
+    if not has_provenance(root):
+        return []
+    try:
+        found = installed_wheel_reader().find(root)
+        shas = found.files.get(path) if found is not None else None
+        return found.patches() if shas is not None and shas.patched_sha256 == digest else []
+    except PatchkitError:
+        return []
 
 
 def _recorded_patches(entry: Entry, root: Path) -> list[Patch]:
