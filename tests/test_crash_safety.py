@@ -727,12 +727,14 @@ def test_a_signal_while_a_deferred_step_swaps_the_handlers_leaves_none_on_the_st
         return previous
 
     with signals.handled():
+        ours = {number: signal.getsignal(number) for number in signals.HANDLED}  # an xdist worker ignores SIGINT
         monkeypatch.setattr(signal, "signal", set_then_signal)
         with pytest.raises(signals.Interrupted) as raised, signals.deferred():
             ran = True
         monkeypatch.setattr(signal, "signal", real)
         assert ran and raised.value.signum == signum
-        assert all(signal.getsignal(number) is signals._raise for number in signals.HANDLED)
+        assert {number: signal.getsignal(number) for number in signals.HANDLED} == ours
+        assert ours[signal.SIGTERM] is signals._raise
 
 
 def test_a_second_signal_while_an_interrupt_is_reported_does_not_cut_the_report(monkeypatch, capsys):
