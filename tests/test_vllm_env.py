@@ -198,6 +198,7 @@ def test_a_choice_inside_deprecated_env_it_takes_is_no_finding(tmp_path, value):
 
 def json_file_finding(tmp_path, make) -> dict | None:
     """The finding for VLLM_X_QUANT naming a path `make(path)` lays out (relative: the launch's directory)."""
+    tmp_path.mkdir(exist_ok=True)
     path = tmp_path / "quant"
     make(path)
     return environment_finding(tmp_path / "run", ENVS_WRAPPED, f"VLLM_X_QUANT={path}")

@@ -100,7 +100,7 @@ def json_or_file_refusal(name: str, value: str, cwd: str, encoding: str) -> tupl
             return f"{shown} is a directory: vLLM's open of it raises", True
         if not observed.regular(path):
             return f"{shown} is no regular file: vLLM reads it to its end (a fifo blocks, a device fills memory)", True
-        data = observed.read_regular(path, FILE_BOUND + 1, follow_symlinks=True)
+        data = observed.read_regular(path, FILE_BOUND + 1, follow_symlinks=True, head=True)
     except json.JSONDecodeError:
         return f"{shown} names no file and is not JSON: vLLM's envs.py json.loads() it, which raises", True
     except (OSError, ValueError):  # unsearchable, gone since: vLLM's own open says
