@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 from helpers import lay_out_release, run_cli_in_process
 from launch_fixtures import DEEPSEEK_V3, DRAFTER, applied_finding, serve, write_model
 
-from patchkit.launch.vllm_env import CHECK, ENVS
+from patchkit.launch.vllm_env import CHECK, ENVS, conversions, json_or_file_refusal, json_str_or_file, refusal
 
 EAGLE3 = '{"method":"eagle3","model":"DRAFTER","num_speculative_tokens":3}'
 # the entries' shapes as 0.12-0.30 spell them: int() directly, or through maybe_convert_bool
@@ -227,3 +229,66 @@ def test_a_file_vllm_cannot_read_as_json_fails_and_a_fifo_is_never_opened(tmp_pa
 def test_a_json_file_over_the_bound_is_not_read_and_cannot_be_judged(tmp_path):
     found = json_file_finding(tmp_path, lambda p: p.write_text('{"pad": "' + "x" * (1 << 20) + '"}'))
     assert found is not None and found["result"] == "cannot judge" and "over 1 MiB" in found["message"], found
+
+
+# each value set alone, the getter called: "raises" (ValueError, or OSError opening a file), "takes", or
+# "other" (an import or a type error the value does not decide: not compared)
+GETTERS = """
+import importlib.util, json, os, sys
+spec = importlib.util.spec_from_file_location("envs_under_test", sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+values, base, out = json.loads(sys.argv[2]), dict(os.environ), {}
+for name, getter in module.environment_variables.items():
+    out[name] = {}
+    for value in values:
+        os.environ.clear()
+        os.environ.update(base)
+        os.environ[name] = value
+        try:
+            getter()
+            out[name][value] = "takes"
+        except (ValueError, OSError):
+            out[name][value] = "raises"
+        except Exception:
+            out[name][value] = "other"
+print(json.dumps(out))
+"""
+VALUES = ["1", "0", "true", "yes", "", "abc", "1.5", " 1", "01", "-1", "x,y", "auto", "tcp://1.2.3.4:5", "[1]", "{}"]
+VALUES += ["None", "Debug", "release", "good.json", "bad.json", "bom.json", "folder"]
+
+
+@pytest.mark.release
+@pytest.mark.parametrize("release", [f"0.{minor}.0" for minor in range(12, 35)])
+def test_every_entry_of_a_releases_envs_is_refused_exactly_where_its_getter_raises(tmp_path, release):
+    """review43a S7's differential: each entry of the release's own envs.py (exec'd alone, no vLLM)
+    with each value, patchkit's verdict against the getter's own raise: no mismatch, either way."""
+    site = lay_out_release(release, [ENVS], tmp_path / "site")
+    here = tmp_path / "cwd"
+    (here / "folder").mkdir(parents=True)
+    (here / "good.json").write_text('{"bits": 4}')
+    (here / "bad.json").write_text("bits: 4")
+    (here / "bom.json").write_bytes(b'\xef\xbb\xbf{"bits": 4}')
+    argv = [sys.executable, "-c", GETTERS, str(site / ENVS), json.dumps(VALUES)]
+    done = subprocess.run(argv, cwd=here, env={"LANG": "C.UTF-8"}, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    vllm_says = json.loads(done.stdout)
+    envs = (site / ENVS).read_bytes()
+    assert b"def enable_envs_cache(" in envs  # every entry is read after the load
+    judged = conversions(envs)
+    mismatches = []
+    for name, verdicts in vllm_says.items():
+        for value, said in verdicts.items():
+            ours = name in judged and patchkit_refuses(name, value, judged[name], str(here))
+            if said != "other" and ours != (said == "raises"):
+                mismatches.append((name, value, said))
+    assert mismatches == [], mismatches
+    assert len(judged) > 100
+
+
+def patchkit_refuses(name: str, value: str, conversion, cwd: str) -> bool:
+    if conversion[0] is json_str_or_file:
+        why, judged = json_or_file_refusal(name, value, cwd, "utf-8")
+        assert judged, why
+        return why is not None
+    return refusal(name, value, conversion) is not None
