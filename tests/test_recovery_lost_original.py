@@ -98,8 +98,9 @@ def test_a_damaged_original_no_patch_at_hand_makes_again_names_a_revert_that_wor
     hint = " ".join(refused.stderr.split()).split("If one was", 1)[1]
     assert "fetch" not in hint, hint
     forget, finish = re.findall(r"`([^`]+)`", hint)
-    assert forget == shlex.join(["rm", "--", str(tree / ".patchkit/journal.json")]), hint
-    subprocess.run(shlex.split(forget), check=True)
+    assert forget.startswith(shlex.join(["rm", "-f", "--", str(tree / ".patchkit/journal.json")])), hint
+    subprocess.run(["bash", "-c", forget], check=True)  # the staged files of its commit too (a glob)
+    assert not list(tree.rglob("*.patchkit-*.tmp"))
     words = shlex.split(finish)
     assert words[:2] == ["patchkit", "revert"], hint
     done = patchkit_faulted(*words[1:])
@@ -195,3 +196,27 @@ def test_a_revert_whose_stock_originals_are_damaged_takes_vllms_own_files(applie
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"{SPEC} was restored from vLLM 0.16.0's own file (sha256 checked)" in said, said
     assert _tree_files(tree) == stock
+
+
+def test_the_journals_removal_a_hint_names_takes_the_staged_files_of_its_commit_too(tmp_path, scratch):
+    """An apply cut short after its first replace, its stock original then lost (offline): the hint's
+    way out if no apply was cut short is to remove the journal. The commit's staged new content of the
+    file it had not replaced yet (`.model.py.patchkit-<id>.tmp`) stayed in vllm/, named by nothing.
+    The hint's `rm` takes those too (by the journal's id), and nothing else."""
+    tree = write_tree(tmp_path / "site", files={p: d for p, d in STOCK_FILES.items() if p.endswith(".py")})
+    diff = tmp_path / "site.diff"
+    diff.write_bytes(make_patch(scratch, tree, PATCHED))
+    command: list[object] = ["apply", "--target", tree, "--patch", diff, "--no-import"]
+    crash_after_the_first_replace(tree, command, SPEC, PATCHED[SPEC].encode())
+    _damage(tree, SPEC_PY.encode())
+    staged = sorted(p.relative_to(tree).as_posix() for p in tree.rglob(".*.patchkit-*.tmp"))
+    assert staged and all(p.startswith("vllm/") for p in staged), staged
+    before = {p: d for p, d in _tree_files(tree).items() if p not in staged}
+    refused = patchkit_faulted("status", "--target", tree)
+    assert refused.returncode == 2 and f"the saved original of {SPEC} is damaged" in refused.stderr
+    forget = re.findall(r"`([^`]+)`", " ".join(refused.stderr.split()))[0]
+    assert forget.startswith("rm "), forget
+    subprocess.run(["bash", "-c", forget], check=True)
+    assert not (tree / ".patchkit/journal.json").exists()
+    assert not list(tree.rglob("*.patchkit-*.tmp"))  # the staged files are gone
+    assert _tree_files(tree) == before  # and no other file

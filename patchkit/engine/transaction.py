@@ -712,10 +712,11 @@ def _undecided_hint(root: Path, paths: list[str], journal: Journal) -> str:
     """What patchkit will and will not do with the files, and the commands that go on safely: the
     journal removed (every file stays as it is), or vLLM's stock files back, then recover."""
     created = {entry["path"] for entry in journal["files"] if entry["before"] is None}
-    forget = "`" + shlex.join(["rm", "--", str(journal_path(root))]) + "`"
+    forget, staged = _forget_journal(root, journal)
     said = (
         "patchkit changes and deletes none of these files on the journal's word. If no apply or revert "
-        f"of yours was cut short here, the journal is not patchkit's: {forget} removes it (every file stays "
+        f"of yours was cut short here, the journal is not patchkit's: {forget} removes it"
+        f"{' and the new contents its commit staged' if staged else ''} (every file stays "
         f"as it is), then {hints.command('status')} judges the tree"
     )
     if all(path in created for path in paths):  # vLLM's stock files back would leave these as they are
@@ -731,6 +732,21 @@ def _undecided_hint(root: Path, paths: list[str], journal: Journal) -> str:
         f"{said}. If one was, put the stock files back with {stock_files_command(root, None, every=True)}, then "
         f"run {hints.command('recover')}. The saved originals are in {objects_dir(root)}"
     )
+
+
+def _forget_journal(root: Path, journal: Journal) -> tuple[str, bool]:
+    """The command that removes the journal, and with it the staged files its commit left (by their
+    temp name of this journal's id, `.NAME.patchkit-<id>.tmp`, a glob a directory: a release's
+    commit stages a thousand), and whether any is there; nothing else is named."""
+    where = sorted({str((root / e["staged"]).parent) for e in journal["files"] if _left_staged(root, e)})
+    globs = [f"{shlex.quote(d + '/')}.*.patchkit-{journal['id']}.tmp" for d in where]
+    words = ["rm", *(["-f"] if globs else []), "--", str(journal_path(root))]
+    return "`" + " ".join([shlex.join(words), *globs]) + "`", bool(globs)
+
+
+def _left_staged(root: Path, entry: JournalEntry) -> bool:
+    staged = entry.get("staged")  # read_journal held it to staged_name(path, id)
+    return isinstance(staged, str) and os.path.lexists(root / staged)
 
 
 def _finishing_revert(root: Path, paths: list[str], journal: Journal) -> str | None:
