@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import random
+from datetime import date
 from pathlib import Path
 
 import click
@@ -171,9 +172,11 @@ def test_a_toml_file_is_read_back_once_a_process_each_caller_its_own_copy_and_a_
     recall = library.remembered.recall
     monkeypatch.setattr(library.remembered, "recall", lambda *args: recalled.append(args) or recall(*args))
     path = tmp_path / "m.toml"
-    path.write_text("name = 'x'\n[t]\nv = [1, 2]\n")
-    library.read_toml(path, "manifest")["t"]["v"].append(3)
-    assert library.read_toml(path, "manifest") == {"name": "x", "t": {"v": [1, 2]}}
+    path.write_text("name = 'x'\n[t]\nv = [1, 2]\n[[r]]\nw = 2026-12-03\n")
+    first = library.read_toml(path, "manifest")
+    first["t"]["v"].append(3)
+    first["r"][0]["w"] = None
+    assert library.read_toml(path, "manifest") == {"name": "x", "t": {"v": [1, 2]}, "r": [{"w": date(2026, 12, 3)}]}
     assert len(recalled) == 1, "read back from the verdicts cache again"
     path.write_text("name = 'y'\n")
     assert library.read_toml(path, "manifest") == {"name": "y"} and len(recalled) == 2

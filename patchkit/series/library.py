@@ -12,7 +12,6 @@ identical share one directory.
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import os
 import shlex
@@ -678,13 +677,24 @@ def read_toml(path: Path, what: str) -> dict[str, Any]:
     except UnicodeDecodeError as exc:
         raise BadInput(f"unreadable {what} {path}: {exc}") from exc
     if text in _TOML:
-        return copy.deepcopy(_TOML[text])
+        kept: dict[str, Any] = _copied(_TOML[text])
+        return kept
     data = _parsed_toml(text, path, what)
     if len(text) <= _TOML_LARGEST:
         if len(_TOML) >= _TOML_MOST:
             _TOML.clear()
-        _TOML[text] = copy.deepcopy(data)
+        _TOML[text] = _copied(data)
     return data
+
+
+def _copied(value: Any) -> Any:
+    """A parsed TOML file's own copy: its tables and arrays new, its values (str, numbers, dates) immutable.
+    copy.deepcopy took ~4 times as long (its memo and dispatch), as long as reading the file back."""
+    if type(value) is dict:
+        return {name: _copied(item) for name, item in value.items()}
+    if type(value) is list:
+        return [_copied(item) for item in value]
+    return value
 
 
 def _parsed_toml(text: str, path: Path, what: str) -> dict[str, Any]:
