@@ -79,6 +79,7 @@ from patchkit.launch.shortcut import as_written, kept_findings
 from patchkit.launch.speculative import speculative_findings
 from patchkit.launch.speculators import drafter_config, speculator
 from patchkit.launch.target_heads import target_heads_findings
+from patchkit.launch.target_length import length_findings
 from patchkit.launch.validation import BUILD, engine_findings
 from patchkit.launch.validation import CHECK as VALIDATION
 from patchkit.launch.vllm_env import refused_flags
@@ -1088,7 +1089,7 @@ def command_findings(context: LaunchContext) -> list[Finding]:
             message = f"the installed vLLM has no option {option} ({ARG_UTILS} declares none): it refuses the command"
             found.append(Finding(COMMAND, False, message, f"write --{ALIASES[option[1:]]}"))
     found += bounds_findings(COMMAND, context) + speculative_findings(context) + eagle1_findings(context)
-    found += proposer_findings(context)
+    found += proposer_findings(context) + length_findings(COMMAND, context)
     found += logging_findings(command.environ, command.working_directory(), context.read)
     return found + context_parallel_findings(context) + refused_flags(command.environ, context.read)
 
