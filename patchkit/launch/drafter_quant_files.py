@@ -33,8 +33,8 @@ def quant_config_unfound(launch: LaunchContext) -> tuple[str, str] | None:
     config = launch.drafter.config
     text = config.get("text_config")
     held = [config, text if isinstance(text, dict) else {}]
-    if not isinstance(method, str) or any(c.get("quantization_config") is not None for c in held):
-        return None
+    if not isinstance(method, str) or not method or any(c.get("quantization_config") is not None for c in held):
+        return None  # "": quant_match's (pydantic refuses it at start where the field takes only methods)
     local = Path(launch.drafter.name)
     if method != "gguf" and config.get("compression_config") is None and overrides_unguarded(launch.read):
         where = drafter_directory(launch.command)

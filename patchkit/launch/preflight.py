@@ -71,6 +71,7 @@ from patchkit.launch.models import ModelConfig, offline, offline_model_path, red
 from patchkit.launch.mtp import mtp_findings
 from patchkit.launch.parser_plugin import with_plugin_needs
 from patchkit.launch.proposer_start import proposer_findings
+from patchkit.launch.quant_match import quantization_findings
 from patchkit.launch.ray_nodes import ray_note
 from patchkit.launch.relevance import EVERY, LaunchNeeds, launch_needs
 from patchkit.launch.remote_code import remote_code_findings
@@ -1089,7 +1090,7 @@ def command_findings(context: LaunchContext) -> list[Finding]:
             message = f"the installed vLLM has no option {option} ({ARG_UTILS} declares none): it refuses the command"
             found.append(Finding(COMMAND, False, message, f"write --{ALIASES[option[1:]]}"))
     found += bounds_findings(COMMAND, context) + speculative_findings(context) + eagle1_findings(context)
-    found += proposer_findings(context) + length_findings(COMMAND, context)
+    found += proposer_findings(context) + length_findings(COMMAND, context) + quantization_findings(COMMAND, context)
     found += logging_findings(command.environ, command.working_directory(), context.read)
     return found + context_parallel_findings(context) + refused_flags(command.environ, context.read)
 
