@@ -46,7 +46,9 @@ def quantization_findings(check: str, launch: LaunchContext) -> list[Finding]:
     return found
 
 
-def _held(check: str, launch: LaunchContext, whose: str, config: dict[str, Any], given: str, said: str) -> list[Finding]:
+def _held(
+    check: str, launch: LaunchContext, whose: str, config: dict[str, Any], given: str, said: str
+) -> list[Finding]:
     own = checkpoint_method(config)
     if own is None or own == given:
         return []
@@ -103,7 +105,9 @@ def _overrides(tree: ast.Module | None) -> list[list[ast.FunctionDef]]:
         returned = [n.value for n in ast.walk(function) if isinstance(n, ast.Return)]
         if all(value is None or (isinstance(value, ast.Constant) and value.value is None) for value in returned):
             continue
-        called = {n.func.attr for n in ast.walk(function) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)}
+        called = {
+            n.func.attr for n in ast.walk(function) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+        }
         called |= {n.func.id for n in ast.walk(function) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
         found.append([function, *(f for f in functions if f.name in called)])
     return found

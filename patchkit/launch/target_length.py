@@ -52,7 +52,9 @@ def length_findings(check: str, launch: LaunchContext) -> list[Finding]:
 def _unsure(launch: LaunchContext, given: int, derived: int | None) -> str | None:
     """Why the derived length a `given` at or below it is held to is not sure (None: it is)."""
     if derived is None:
-        return "the target's config.json gives no length vLLM's derivation is sure of (no key, or a RoPE scaling not read)"
+        return (
+            "the target's config.json gives no length vLLM's derivation is sure of (no key, or a RoPE scaling not read)"
+        )
     found = target_directory(launch.command)
     directory = os.path.join(launch.command.working_directory(), found[1]) if found else None
     if directory is not None and observed.isfile(os.path.join(directory, ENCODER_CONFIG)):
