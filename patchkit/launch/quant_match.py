@@ -11,6 +11,7 @@ import ast
 import re
 from typing import Any
 
+from patchkit.base import hints
 from patchkit.base.errors import escaped
 from patchkit.checks.parsed import python_tree
 from patchkit.launch.engine import LaunchContext
@@ -39,28 +40,33 @@ def quantization_findings(check: str, launch: LaunchContext) -> list[Finding]:
         return found
     given = launch.command.optional_text("quantization")
     if given is not None:
-        found += _held(check, launch, "the target", launch.target.config, given, f"--quantization {given}")
+        said, drop = f"--quantization {given}", "drop --quantization, or give --quantization {}"
+        found += _held(check, launch, "the target", launch.target.config, given, (said, drop))
     if isinstance(named, str) and named and launch.drafter is not None:
         said = f'--speculative-config\'s "quantization" {named}'
-        found += _held(check, launch, "the drafter", launch.drafter.config, named, said)
+        drop = 'drop "quantization" from --speculative-config, or write "quantization": "{}"'
+        found += _held(check, launch, "the drafter", launch.drafter.config, named, (said, drop))
     return found
 
 
 def _held(
-    check: str, launch: LaunchContext, whose: str, config: dict[str, Any], given: str, said: str
+    check: str, launch: LaunchContext, whose: str, config: dict[str, Any], given: str, words: tuple[str, str]
 ) -> list[Finding]:
+    """`words`: the quantization as the launch says it, and the fix's text (a "{}" for the checkpoint's)."""
+    said, drop = words
     own = checkpoint_method(config)
     if own is None or own == given:
         return []
     taken = _overridden(launch)
     if own in taken or "*" in taken or launch.general_plugins():
-        why = f"whether vLLM takes {escaped(said)} for {whose}'s {escaped(own)} checkpoint: its override chain may"
-        return [cannot_judge(check, why, f"check with `preflight` without --no-import, or give {escaped(own)}")]
+        why = f"whether vLLM takes {escaped(said)} for {whose}'s {escaped(own)} checkpoint: an override of the tree (override_quantization_method) may take it"
+        fix = f"vLLM's own validation judges it: {hints.command('preflight', '--', *launch.command.argv)}"
+        return [cannot_judge(check, why, fix)]
     why = (
         f"vLLM refuses {escaped(said)} at start: {whose}'s config.json says quant_method {escaped(own)}, "
         "and no override of the tree takes that checkpoint"
     )
-    return [Finding(check, False, why, f"give {escaped(own)}, or drop it (vLLM reads the checkpoint's own)")]
+    return [Finding(check, False, why, drop.format(escaped(own)))]
 
 
 def checkpoint_method(config: dict[str, Any]) -> str | None:
