@@ -71,10 +71,12 @@ class Decided(node.Agent):
 
 
 class Agents:
-    """The agents a test makes: each ends with its test (its threads stopped), whatever the test left it doing."""
+    """The agents a test makes, and its drivers' heartbeats: each ends with its test (its threads stopped),
+    whatever the test left it doing."""
 
     def __init__(self) -> None:
         self.made: list[node.Agent] = []
+        self.beats: list[threading.Event] = []
 
     def watched(self, hold: float) -> Watched:
         return self._kept(Watched(hold))
@@ -86,7 +88,22 @@ class Agents:
         self.made.append(agent)
         return agent
 
+    def beating(self, ledger: MemoryLedger, run: str) -> None:
+        """`run`'s driver alive and undecided: its heartbeat every 0.1 s until the test ends."""
+        stopped = threading.Event()
+        self.beats.append(stopped)
+
+        def beat(count: int = 0) -> None:
+            while not stopped.wait(0.1):
+                count += 1
+                ledger.put(node.beat_key(run), str(count))
+
+        ledger.put(node.beat_key(run), "0")
+        threading.Thread(target=beat, name=f"heartbeat-{run}", daemon=True).start()
+
     def end(self) -> None:
+        for beat in self.beats:
+            beat.set()
         for agent in self.made:
             agent.stopped.set()
         for agent in self.made:
@@ -718,18 +735,15 @@ def test_an_aborted_run_that_wrote_nothing_here_holds_the_agent_no_longer(short_
     assert agent.ended.wait(10) and "run-1" not in agent.holds
 
 
-def beating(ledger: MemoryLedger, run: str) -> threading.Event:
-    """`run`'s driver alive and undecided: its heartbeat every 0.1 s until the event is set."""
-    stopped = threading.Event()
-
-    def beat(count: int = 0) -> None:
-        while not stopped.wait(0.1):
-            count += 1
-            ledger.put(node.beat_key(run), str(count))
-
-    ledger.put(node.beat_key(run), "0")
-    threading.Thread(target=beat, daemon=True).start()
-    return stopped
+def undecided_apply(tmp_path: Path, agents: Agents) -> tuple[Path, dict, Decided]:
+    """(tree, request, agent): run-1's apply written by an agent with a ledger, its driver (host-a pid 11)
+    alive and undecided."""
+    tree, _, request = written_tree(tmp_path)
+    ledger = MemoryLedger()
+    agent = agents.decided(ledger)
+    agents.beating(ledger, "run-1")
+    assert agent.step("run-1", 60, "t1", "apply", {**request, "driver": "host-a pid 11"})["ok"]
+    return tree, request, agent
 
 
 def test_an_apply_of_a_second_fleet_run_where_the_first_is_undecided_refuses_at_once(tmp_path, short_lease, agents):
@@ -737,20 +751,13 @@ def test_an_apply_of_a_second_fleet_run_where_the_first_is_undecided_refuses_at_
     waited for each other's decision up to --timeout (600 s), then ran on the other's write. The
     second run's apply never waits there (a wait may be a cycle): it refuses, writing nothing, and
     names the other run's driver; the first run's write stays undecided, its own."""
-    tree, _, request = written_tree(tmp_path)
-    ledger = MemoryLedger()
-    agent = agents.decided(ledger)
-    stop = beating(ledger, "run-1")
-    try:
-        assert agent.step("run-1", 60, "t1", "apply", {**request, "driver": "host-a pid 11"})["ok"]
-        started = time.monotonic()
-        second = agent.step("run-2", 60, "t2", "apply", {**request, "timeout": 8, "driver": "host-b pid 22"})
-        assert time.monotonic() - started < 2, second
-        assert (second["state"], second["ok"]) == ("busy", False), second
-        assert "host-a pid 11" in second["detail"], second
-        assert list(agent.undecided) == ["run-1"] and spec_of(tree) == patched_spec()
-    finally:
-        stop.set()
+    tree, request, agent = undecided_apply(tmp_path, agents)
+    started = time.monotonic()
+    second = agent.step("run-2", 60, "t2", "apply", {**request, "timeout": 8, "driver": "host-b pid 22"})
+    assert time.monotonic() - started < 2, second
+    assert (second["state"], second["ok"]) == ("busy", False), second
+    assert "host-a pid 11" in second["detail"], second
+    assert list(agent.undecided) == ["run-1"] and spec_of(tree) == patched_spec()
 
 
 def test_an_apply_queued_behind_another_runs_apply_never_builds_on_its_undecided_write(tmp_path, short_lease, agents):
@@ -769,7 +776,7 @@ def test_an_apply_queued_behind_another_runs_apply_never_builds_on_its_undecided
 
     agent = agents.decided(ledger)
     agent.patchkit = slow_first
-    stop = beating(ledger, "run-1")
+    agents.beating(ledger, "run-1")
     answers: dict[str, dict] = {}
     try:
         first = threading.Thread(target=lambda: answers.update(a=agent.step("run-1", 60, "t1", "apply", request)))
@@ -784,7 +791,6 @@ def test_an_apply_queued_behind_another_runs_apply_never_builds_on_its_undecided
         assert answers["a"]["state"] == "applied" and answers["b"]["state"] == "busy", answers
         assert list(agent.undecided) == ["run-1"] and spec_of(tree) == patched_spec()
     finally:
-        stop.set()
         go.set()
 
 
@@ -793,23 +799,16 @@ def test_another_commands_step_waits_a_bounded_time_for_a_live_runs_decision(tmp
     """A driver alive and undecided (slow, or stopped and still held by its heartbeat): another
     command's step waited up to --timeout for it. It waits the lease and a few seconds: then a
     status runs and says the write is undecided; a write (revert, phase 1 of an apply) refuses."""
-    tree, _, request = written_tree(tmp_path)
-    ledger = MemoryLedger()
-    agent = agents.decided(ledger)
-    stop = beating(ledger, "run-1")
-    try:
-        assert agent.step("run-1", 60, "t1", "apply", {**request, "driver": "host-a pid 11"})["ok"]
-        started = time.monotonic()
-        answer = agent.step("run-2", 60, "t2", step, {**request, "timeout": 30, "extra": []})
-        waited = time.monotonic() - started
-        assert node.LEASE <= waited < node.LEASE + 10, waited
-        if runs:
-            assert answer["state"] == "applied" and "undecided" in answer["detail"], answer
-        else:
-            assert (answer["state"], answer["ok"]) == ("busy", False) and "host-a pid 11" in answer["detail"], answer
-        assert list(agent.undecided) == ["run-1"] and spec_of(tree) == patched_spec()
-    finally:
-        stop.set()
+    tree, request, agent = undecided_apply(tmp_path, agents)
+    started = time.monotonic()
+    answer = agent.step("run-2", 60, "t2", step, {**request, "timeout": 30, "extra": []})
+    waited = time.monotonic() - started
+    assert node.LEASE <= waited < node.LEASE + 10, waited
+    if runs:
+        assert answer["state"] == "applied" and "undecided" in answer["detail"], answer
+    else:
+        assert (answer["state"], answer["ok"]) == ("busy", False) and "host-a pid 11" in answer["detail"], answer
+    assert list(agent.undecided) == ["run-1"] and spec_of(tree) == patched_spec()
 
 
 def test_a_driver_back_after_its_node_rolled_back_and_its_agent_ended_is_told_the_nodes_revert(
