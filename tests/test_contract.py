@@ -14,6 +14,7 @@ from patchkit.base.errors import BadInput
 from patchkit.checks import CheckContext
 from patchkit.checks.contract import CHECK, Module, evaluate
 from patchkit.checks.parsed import LARGEST_KEPT, parsed
+from patchkit.series import requirements
 from patchkit.series.library import load_set
 from patchkit.series.requirements import Requirement, parse_requirements
 
@@ -386,6 +387,45 @@ def test_load_set_keeps_the_declarations(tmp_path, stock):
     # local labels and dev/rc builds count as the release they belong to
     assert patch_set.contract[-1].applies_to(Version("0.15.0rc1"))
     assert patch_set.contract[-1].applies_to(Version("0.15.0.dev3+g1234.cu121"))
+
+
+def test_a_contract_is_validated_once_a_process_and_again_once_its_file_changed(tmp_path, stock, monkeypatch):
+    """series.requirements keeps a contract's requirements by its entries (cli.percommand.KEPT): loading the
+    library again (each command in process, fleet's agent) does not validate the same entries again, and a
+    changed contract file is read as it now is, a malformed one refused."""
+    monkeypatch.setattr(requirements, "_PARSED", {})
+    validated = []
+    parse_entry = requirements._parse_entry
+    monkeypatch.setattr(
+        requirements, "_parse_entry", lambda entry, where: validated.append(where) or parse_entry(entry, where)
+    )
+    lib = library_with(tmp_path, stock, PATCHED)
+    first = load_set(lib / "demo").contract
+    assert len(validated) == len(first) == 9
+    assert load_set(lib / "demo").contract == first and len(validated) == 9, "the same contract was validated again"
+    contract = lib / "demo" / "contract.toml"
+    contract.write_text(CONTRACT.replace('methods = ["set_aux_layers"]', 'methods = ["set_aux_layers", "other"]'))
+    assert load_set(lib / "demo").contract[-1]["methods"] == ["set_aux_layers", "other"]
+    contract.write_text(CONTRACT.replace('access = "load"', 'access = "loads"', 1))
+    with pytest.raises(BadInput, match=r"requirement #3 \(attribute\): access 'loads' is not one of"):
+        load_set(lib / "demo")
+    contract.write_text(CONTRACT)
+    assert load_set(lib / "demo").contract == first
+
+
+def test_kept_requirements_hold_nothing_the_caller_changes_and_are_bounded(monkeypatch):
+    monkeypatch.setattr(requirements, "_PARSED", {})
+    entries = [{"file": "m.py", "kind": "imported", "names": ["A"]}]
+    [kept] = parse_requirements(entries, "test")
+    entries[0]["names"].append("B")
+    assert kept["names"] == ["A"]
+    assert parse_requirements(entries, "test")[0]["names"] == ["A", "B"]
+    assert parse_requirements([{"file": "m.py", "kind": "imported", "names": ["A"]}], "test") == (kept,)
+    with pytest.raises(BadInput, match="must be a non-empty list of strings"):  # a tuple is no TOML array
+        parse_requirements([{"file": "m.py", "kind": "imported", "names": ("A",)}], "test")
+    for n in range(requirements._PARSED_MOST + 5):
+        parse_requirements([{"file": f"m{n}.py", "kind": "imported", "names": ["A"]}], "test")
+    assert 0 < len(requirements._PARSED) <= requirements._PARSED_MOST
 
 
 # --- the check itself on sources ---------------------------------------------------------------

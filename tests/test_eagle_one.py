@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from launch_fixtures import (
     DEEPSEEK_EAGLE1,
     DEEPSEEK_V3,
@@ -159,7 +160,39 @@ def test_an_eagle1_head_vllm_registers_passes_the_class_rule(tmp_path):
     assert _judged(_architecture(tmp_path, "head", "eagle", EAGLE1)) == []
 
 
-def _heads(tmp_path: Path, config: dict, tp: str, method: str = "eagle", verified: bool = False) -> list[dict]:
+@pytest.mark.parametrize(
+    ("inner", "method", "said"),
+    [
+        (["DeepseekV3ForCausalLM"], None, "EagleDeepseekV3ForCausalLM"),
+        (["DeepseekV3ForCausalLM"], "eagle", "EagleDeepseekV3ForCausalLM"),
+        (["LlamaForCausalLM"], None, None),
+        (None, None, "gives no architectures"),
+        (["LlamaForCausalLM"], "medusa", "its method 'medusa' is not one patchkit reads"),
+    ],
+)
+def test_an_eagle_config_heads_class_is_named_from_its_inner_model(tmp_path, inner, method, said):
+    """drafter32's left item: a config.json of vLLM's own EAGLEConfig (model_type eagle) had no class
+    rule. EAGLEConfig names the class from the inner model's architectures by its own method (the
+    top-level architectures ignored): an unregistered one is refused at start, as for other heads."""
+    model = {**EAGLE1, **({"architectures": inner} if inner else {})}
+    model = model if inner else {k: v for k, v in model.items() if k != "architectures"}
+    config = {"model_type": "eagle", "architectures": ["EagleLlamaForCausalLM"], "model": model}
+    found = _judged(_architecture(tmp_path, "head", "eagle", {**config, **({"method": method} if method else {})}))
+    if said is None:
+        assert found == [], found
+    elif said.startswith("Eagle"):
+        [failed] = found
+        assert not failed["ok"] and failed["result"] != "cannot judge", failed
+        assert f"vLLM names its class {said}, which its registry does not hold" in failed["message"], failed
+    else:
+        [unjudged] = found
+        assert unjudged["result"] == "cannot judge" and said in unjudged["message"], unjudged
+        assert "which class vLLM's EAGLEConfig names for it is not known" in unjudged["message"], unjudged
+
+
+def _heads(
+    tmp_path: Path, config: dict, tp: str, method: str = "eagle", verified: bool = False, extra: dict | None = None
+) -> list[dict]:
     """The drafter-architecture findings of a DeepSeek-V3 launch under -tp `tp` whose drafter has `config`
     (`verified`: the tree's SpeculativeConfig verifies the draft config with -tp at start, as 0.11-0.34's do)."""
     tree, library = write_eagle3_setup(tmp_path)
@@ -169,7 +202,7 @@ def _heads(tmp_path: Path, config: dict, tp: str, method: str = "eagle", verifie
         with (tree / SPEC).open("a") as spec_file:
             spec_file.write(VERIFIED)
     drafter = write_model(tmp_path / "head", config)
-    spec = {"method": method, "model": str(drafter), "num_speculative_tokens": 3}
+    spec = {"method": method, "model": str(drafter), "num_speculative_tokens": 3, **(extra or {})}
     target = write_model(tmp_path / "target", DEEPSEEK_V3)
     judged = speculative_launch(tree, library, target, spec, "-tp", tp)
     return _judged([f for f in judged["findings"] if f["check"] == "drafter-architecture"])
@@ -255,6 +288,17 @@ def test_a_separate_mtp_checkpoint_whose_heads_tp_does_not_divide_fails(tmp_path
     assert "its 6 attention heads do not divide by -tp 4" in found["message"], found
     assert found["fix"].startswith("give a -tp that divides the drafter's heads"), found
     assert _heads(tmp_path / "two", SIX_HEADS, "2", "mtp") == []
+
+
+@pytest.mark.parametrize("alone", [1, "1", 1.0, " 01 "])
+def test_a_separate_mtp_checkpoint_under_draft_tp_1_is_still_split_over_the_targets_tp_after_the_load(tmp_path, alone):
+    """review43a S2: the mtp proposer builds the checkpoint in the target's group whatever
+    draft_tensor_parallel_size says; with 1 (pydantic reads "1" and 1.0 as 1) vLLM 0.16.0 starts, and
+    the split fails after the target's load, not at start."""
+    spec = {"draft_tensor_parallel_size": alone}
+    [found] = _heads(tmp_path, SIX_HEADS, "4", "mtp", verified=True, extra=spec)
+    assert not found["ok"] and "its 6 attention heads do not divide by -tp 4" in found["message"], found
+    assert "vLLM fails building it, after the target's load" in found["message"], found
 
 
 def test_heads_tp_does_not_divide_are_refused_at_start_where_the_tree_verifies_the_draft_config(tmp_path):

@@ -616,18 +616,18 @@ def test_a_partial_tree_names_one_fix_in_status_and_its_fleet_row(tmp_path):
 
 def test_an_apply_that_leaves_the_guard_refusing_says_so_in_its_row_with_the_fix(tmp_path):
     """fleet26: `apply --set model` on a tree whose other set's file was edited ends "already
-    applied; the launch guard still refuses the tree" (exit 0, a warning and its fix): the row said
-    `already-applied` and nothing else, as apply's JSON carried neither."""
+    applied; the launch guard still refuses the tree" (exit 1, as status: every launch is refused, and
+    its fix): the row said `already-applied` and nothing else, as apply's JSON carried neither."""
     tree, library = _two_sets(tmp_path)
     request = {"target": str(tree), "library": str(library)}
     assert node.run_step("apply", {**request, "extra": ["--no-import"]}, run_in_process)["ok"]
     (tree / "vllm" / "config" / "spec.py").write_text(patched_spec() + "# tuned by hand\n")
     row = node.run_step("apply", {**request, "set_name": "model", "extra": ["--no-import"]}, run_in_process)
-    assert (row["state"], row["ok"]) == ("already-applied", True), row
-    assert row["detail"].startswith("warning: the launch guard still refuses this tree: vllm/config/spec.py"), row
+    assert (row["state"], row["ok"]) == ("already-applied", False), row
+    assert row["detail"].startswith("the launch guard refuses this tree: vllm/config/spec.py"), row
     alone = ["apply", "--format", "json", "--target", str(tree), "--patches", str(library), "--set", "model"]
     code, stdout, _ = run_in_process([*alone, "--no-import"])
-    assert code == 0 and row["hint"] == json.loads(stdout)["guard"]["fix"], row
+    assert code == 1 and row["hint"] == json.loads(stdout)["guard"]["fix"], row
     assert "`patchkit revert" in row["hint"] and "--set spec --force`" in row["hint"], row["hint"]
 
 

@@ -163,7 +163,7 @@ def test_an_older_patchkits_record_that_breaks_a_set_stays_unheld_and_the_fix_re
     addon.write_text("--- /dev/null\n+++ b/vllm/my_addon.py\n@@ -0,0 +1 @@\n+ADDON = 1\n")
     done = cli(toy, "apply", "--patch", addon)
     words = " ".join((done.stdout + done.stderr).split())
-    assert done.returncode == 0 and "the launch guard still refuses the tree" in words, words
+    assert done.returncode == 1 and "the launch guard still refuses the tree" in words, words
     revert, apply = words.index("`patchkit revert "), words.index("`patchkit apply ")
     assert revert < apply and f"--patch {toy['whitelist']}`" in words[revert:apply], words
     assert "set gated half-applied" in words and "--set gated`" in words[apply:], words
@@ -205,7 +205,7 @@ def test_an_older_patchkits_record_that_undoes_a_recorded_sets_change_stays_unhe
     addon.write_text("--- /dev/null\n+++ b/vllm/my_addon.py\n@@ -0,0 +1 @@\n+ADDON = 1\n")
     done = run_cli_writing("apply", "--no-import", "--target", site, "--patches", libs["lib"], "--patch", addon)
     words = " ".join((done.stdout + done.stderr).split())
-    assert done.returncode == 0 and "the launch guard still refuses the tree" in words, words
+    assert done.returncode == 1 and "the launch guard still refuses the tree" in words, words
     assert f"--patch {undo}`" in words and "set tools half-applied" in words and "--set tools`" in words, words
     held = [e.get("held") for e in json.loads((site / ".patchkit/state.json").read_text())["entries"]]
     assert held == [None, None, True], held  # tools (a library set), the undo (unmarked), the addon
@@ -447,7 +447,7 @@ def test_an_older_patchkits_patch_wheel_that_breaks_a_set_is_refused_at_launch_a
     write_library(toy["lib"], {"0.16.0": [tools]}, name="tools")
     done = cli(toy, "apply", "--set", "tools")  # any apply installs the guard
     words = " ".join((done.stdout + done.stderr).split())
-    assert done.returncode == 0 and "the launch guard still refuses the tree" in words, words
+    assert done.returncode == 1 and "the launch guard still refuses the tree" in words, words
     assert "set gated half-applied" in words and words.index("`patchkit revert ") < words.index("--set gated`"), words
     assert "wheel_held" not in json.loads((toy["site"] / ".patchkit/state.json").read_text())
     refused = load_plugins_like_vllm(toy["site"])

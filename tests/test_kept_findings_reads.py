@@ -358,3 +358,25 @@ def test_a_drafters_modelopt_quantization_file_removed_after_a_run_is_looked_for
     (drafter / "hf_quant_config.json").unlink()
     status, stdout = run(warm, command)
     assert status == 1 and "midlayer.mlp.gate_proj.bias" in stdout and "no parameter for" in stdout, stdout
+
+
+PLUGIN = 'from vllm.tool_parsers import ToolParserManager\n@ToolParserManager.register_module("mine")\nclass Mine:\n    pass\n'
+
+
+def test_a_tool_parser_plugin_changed_after_a_run_is_read_again(warm, tmp_path):
+    """vLLM imports --tool-parser-plugin before it looks --tool-call-parser up: a run that launched on
+    the plugin's own parser name (not judged: patchkit runs no plugin), then the plugin renamed its
+    parser, then removed; each next run reads the plugin again and refuses the launch vLLM refuses."""
+    tree, _, target, drafter, _, _ = warm
+    (tree / "vllm" / "tool_parsers").mkdir()
+    (tree / "vllm" / "tool_parsers" / "__init__.py").write_text('_TOOL_PARSERS_TO_REGISTER = {"kimi_k2": ("k", "K")}\n')
+    plugin = tmp_path / "mine.py"
+    plugin.write_text(PLUGIN)
+    tools = ["--enable-auto-tool-choice", "--tool-call-parser", "mine", "--tool-parser-plugin", str(plugin)]
+    command = [*launch(target, drafter), *tools]
+    assert run(warm, command)[0] == 7 and run(warm, command)[0] == 7  # warm: the kept findings answer
+    plugin.write_text(PLUGIN.replace('"mine"', '"other"'))  # still not judged: it may register mine otherwise
+    assert run(warm, command)[0] == 7
+    plugin.unlink()  # vLLM logs the failed import and refuses the name
+    status, stdout = run(warm, command)
+    assert status == 1 and "--tool-call-parser mine: vLLM 0.16.0 registers no tool-call parser" in stdout, stdout

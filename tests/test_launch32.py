@@ -71,6 +71,63 @@ def test_a_ray_launch_says_the_other_nodes_trees_are_not_judged_here(tmp_path, w
         assert "patchkit fleet verify" in ray[0] and "not judge" in ray[0]
 
 
+# ParallelConfig.__post_init__'s pick when no backend is given, as 0.11.0 lays it out (written here), and
+# as 0.11.1 on do: the launch refused at start
+PICKS_RAY = """class ParallelConfig:
+    def __post_init__(self):
+        if self.distributed_executor_backend is None and self.world_size > 1:
+            backend = "mp"
+            if current_platform.is_tpu() and envs.VLLM_XLA_USE_SPMD:
+                backend = "uni"
+            elif (current_platform.is_cuda()
+                  and cuda_device_count_stateless() < self.world_size):
+                if not ray_found:
+                    raise ValueError("Unable to load Ray")
+                backend = "ray"
+            self.distributed_executor_backend = backend
+"""
+REFUSES = PICKS_RAY.replace(
+    'if not ray_found:\n                    raise ValueError("Unable to load Ray")\n                backend = "ray"',
+    'raise ValueError("World size is larger")',
+)
+
+
+@pytest.mark.parametrize(
+    ("parallel", "ray", "words", "world"),
+    [
+        (PICKS_RAY, True, ["-tp", "2"], 2),
+        (PICKS_RAY, True, ["-tp", "2", "--pipeline-parallel-size", "2"], 4),
+        (PICKS_RAY, True, ["-tp", "2", "--distributed-executor-backend", "mp"], None),
+        (PICKS_RAY, True, [], 4),  # serve()'s -tp 4
+        (PICKS_RAY, True, ["-tp", "1"], None),  # one worker: vLLM runs it in its own process
+        (PICKS_RAY, False, ["-tp", "2"], None),  # no Ray: vLLM refuses a world its GPUs lack
+        (REFUSES, True, ["-tp", "2"], None),
+    ],
+)
+def test_a_launch_vllm_puts_on_ray_by_itself_says_the_other_nodes_trees_are_not_judged(
+    tmp_path, parallel, ray, words, world
+):
+    """launch32 F2's rest: with no backend given, vLLM 0.11.0 starts the workers as Ray actors where
+    the node has fewer GPUs than tensor x pipeline parallel (Ray installed); patchkit cannot see the
+    GPUs, so the note says when, and how to keep the workers on this node."""
+    tree, lib = write_eagle3_setup(tmp_path)
+    applied(tree, lib)
+    (tree / "vllm" / "config").mkdir(exist_ok=True)
+    (tree / "vllm" / "config" / "parallel.py").write_text(parallel)
+    if ray:
+        (tree / "ray-2.40.0.dist-info").mkdir()
+        (tree / "ray-2.40.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: ray\nVersion: 2.40.0\n")
+    launch = serve(write_model(tmp_path / "target", DEEPSEEK_V3), write_model(tmp_path / "drafter", DRAFTER), *words)
+    _code, notes, text = preflight_notes(tree, lib, *launch)
+    said = [note for note in notes if "Ray" in note]
+    assert [note for note in text if "Ray" in note] == said
+    if world is None:
+        assert said == [], notes
+    else:
+        assert len(said) == 1 and f"starts the {world} workers" in said[0] and "patchkit fleet verify" in said[0]
+        assert f"fewer than {world} GPUs" in said[0] and "give --distributed-executor-backend mp" in said[0]
+
+
 # --- F6: what vLLM refuses at start is said so ---------------------------------------------------------
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from launch_fixtures import (
     DEEPSEEK_EAGLE1,
     DEEPSEEK_V3,
@@ -243,6 +244,18 @@ def test_a_token_count_the_mtp_layers_do_not_divide_is_refused_statically(tmp_pa
     for tokens in (1, 2, 4):
         spec = {"method": "mtp", "num_speculative_tokens": tokens}
         assert [f["ok"] for f in _mtp(tmp_path / str(tokens), two, weights, spec)] == [True], tokens
+
+
+@pytest.mark.parametrize("tokens", ["3", 3.0, " 3"])
+def test_a_token_count_written_as_text_or_a_whole_float_is_read_as_vllm_reads_it(tmp_path, tokens):
+    """review43a S3: pydantic reads "3" and 3.0 as 3, which SpeculativeConfig refuses at start under 2 MTP layers."""
+    two = {**V3, "num_nextn_predict_layers": 2}
+    weights = {**TARGET_WEIGHTS, **MTP_WEIGHTS, "model.layers.62.enorm.weight": [2]}
+    found = _mtp(tmp_path, two, weights, {"method": "mtp", "num_speculative_tokens": tokens})
+    refused = [f for f in found if f["check"] == "speculative-config" and not f["ok"]]
+    assert [f["message"] for f in refused] == [
+        "vLLM refuses num_speculative_tokens 3: not a multiple of the model's 2 MTP layers"
+    ], found
 
 
 def test_the_token_count_rule_holds_for_every_mtp_model_the_tree_names(tmp_path):

@@ -14,13 +14,14 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import assert_clean_failure, run_cli, run_cli_read_only
+from helpers import assert_clean_failure, run_cli, run_cli_read_only, write_tree
 from launch_fixtures import DEEPSEEK_V3, write_eagle3_setup, write_model
 from packaging.version import Version
 
 from patchkit.base.errors import BadInput, TargetError
 from patchkit.launch import serve_parser
 from patchkit.launch.command import frame, parse
+from patchkit.launch.engine import tree_reader
 from patchkit.launch.interpreter import script_interpreter
 from patchkit.launch.serve_parser import recorded_releases
 
@@ -130,6 +131,32 @@ def test_every_supported_release_has_a_recorded_spec():
     # The set's own releases, not its directory listing (a __pycache__ there is no release).
     supported = {r.directory.name for r in load_set(default_root() / "eagle3").releases}
     assert supported <= {str(v) for v in recorded_releases()}
+
+
+# --- the tree's files as the launch checks read them ---------------------------------------------
+
+
+def test_the_trees_files_are_read_without_resolving_a_path_and_none_through_a_symlink_out_of_it(tmp_path, monkeypatch):
+    """launch.engine.tree_reader: a file with no symlink on its way inside the tree is read with no path resolved
+    (resolving the tree and the file on each read was ~6% of a preflight); one reached through a symlink is read
+    only where the link resolves inside the tree (a moved vllm/'s own directory for its files)."""
+    outside = write_tree(tmp_path / "outside", V16, {"vllm/secret.py": "S = 1\n"}) / "vllm"
+    site = write_tree(tmp_path / "site", V16, {"vllm/a.py": "A = 1\n", "vllm/sub/b.py": "B = 1\n"})
+    (site / "vllm/out.py").symlink_to(outside / "secret.py")
+    (site / "vllm/subout").symlink_to(outside)
+    (site / "vllm/in.py").symlink_to("sub/b.py")
+    moved = tmp_path / "moved"
+    moved.mkdir()
+    (moved / "vllm").symlink_to(site / "vllm")
+    resolved = []
+    resolve = Path.resolve
+    monkeypatch.setattr(Path, "resolve", lambda path, strict=False: resolved.append(path) or resolve(path, strict))
+    for tree in (site, moved):  # a tree, and one whose vllm/ was moved away (`vllm -> /data/vllm`)
+        read, _ = tree_reader(tree), resolved.clear()
+        assert (read("vllm/a.py"), read("vllm/sub/b.py"), read("vllm/absent.py")) == (b"A = 1\n", b"B = 1\n", None)
+        assert resolved == [], "a path with no symlink on its way was resolved"
+        assert read("vllm/out.py") is read("vllm/subout/secret.py") is read("vllm/../outside/vllm/secret.py") is None
+        assert read("vllm/in.py") == b"B = 1\n" and resolved
 
 
 # --- item 4: files a launch names are read bounded, never blocking -------------------------------

@@ -47,6 +47,7 @@ from launch_fixtures import (
     write_weights,
 )
 
+from patchkit._target.engine_config import DATA_BOUND
 from patchkit.base.errors import BadInput
 from patchkit.launch import validation
 from patchkit.launch.command import parse
@@ -643,6 +644,48 @@ def test_vllm_that_does_not_import_under_the_launchs_own_setting_fails_naming_it
     assert "VLLM_LOGGING_LEVEL (it imports without)" in check["message"], check
     assert "Unable to configure handler 'vllm'" in check["message"], check
     assert check["fix"] == "correct or unset VLLM_LOGGING_LEVEL", check
+
+
+# vllm/__init__.py of a stand-in vLLM whose import reads TORCH_LOGS as torch's does (torch/_logging):
+# a name it does not know raises, so the launch dies at import whatever its interpreter
+IMPORT_READS_TORCH_LOGS = """
+import os
+
+for name in filter(None, os.environ.get("TORCH_LOGS", "").split(",")):
+    if name.strip("+-") not in ("dynamo", "inductor", "graph"):
+        raise ValueError(f"Invalid log settings: {name}")
+"""
+
+
+@pytest.mark.parametrize("inherited", [False, True])
+def test_a_non_vllm_setting_vllms_import_raises_with_fails_naming_it(setup, tmp_path, inherited):
+    """Not a VLLM_* one: a fresh import without the launch's settings tells the launch's fault from the
+    interpreter's (the fix is the setting, not another --python)."""
+    tree, library, models = setup
+    fake = write_engine_args(tmp_path / "fake", ENVIRONMENT_ARG_UTILS)
+    (fake / "vllm" / "__init__.py").write_text(IMPORT_READS_TORCH_LOGS)
+    base = ["preflight", "--target", tree, "--python", sys.executable, "--patches", library, "--format", "json", "--"]
+    settings = ["VLLM_OTHER=1", "NCCL_DEBUG=INFO", *([] if inherited else ["TORCH_LOGS=+dynamo,bogus"])]
+    launch = ["env", *settings, f"PYTHONPATH={fake}", "vllm", "serve", str(models["deepseek"])]
+    done = run_cli_read_only(*base, *launch, env={"TORCH_LOGS": "bogus"} if inherited else {})
+    check = findings(done)["vllm-validation"]
+    assert done.returncode == 1 and not check["ok"], check
+    assert "for its TORCH_LOGS (it imports without): ValueError: Invalid log settings: bogus" in check["message"]
+    said = " (TORCH_LOGS: the launch inherits it from the environment patchkit runs in)" if inherited else ""
+    assert check["fix"] == f"correct or unset TORCH_LOGS{said}", check
+
+
+def test_a_launch_whose_import_passes_the_memory_bound_cannot_be_judged(setup, tmp_path):
+    """vLLM's import holding more than the worker's bound (a file read whole at import: a device, a huge
+    config): no verdict, said as the bound, and the machine's memory is not filled (bytes(N): never touched)."""
+    tree, library, models = setup
+    fake = write_engine_args(tmp_path / "fake", ENVIRONMENT_ARG_UTILS)
+    (fake / "vllm" / "__init__.py").write_text(f"held = bytes({DATA_BOUND + (1 << 30)})\ndel held\n")
+    base = ["preflight", "--target", tree, "--python", sys.executable, "--patches", library, "--format", "json", "--"]
+    done = run_cli_read_only(*base, "env", f"PYTHONPATH={fake}", "vllm", "serve", str(models["deepseek"]))
+    check = findings(done)["vllm-validation"]
+    assert check["result"] == "cannot judge", check
+    assert f"took more than {DATA_BOUND >> 30} GiB here" in check["message"], check
 
 
 def test_drift_after_apply_fails_the_tree_state(setup):

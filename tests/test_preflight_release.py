@@ -13,6 +13,7 @@ from helpers import assert_clean_failure, lay_out_release, run_cli
 from launch_fixtures import DEEPSEEK_V3, DRAFTER, KIMI_DRAFTER, KIMI_K25, REGISTRY, WEIGHTS, serve, write_model
 from packaging.version import Version
 
+from patchkit.launch.ray_nodes import PARALLEL, picks_ray_itself
 from patchkit.releases.files import files_for
 
 pytestmark = pytest.mark.release
@@ -293,3 +294,11 @@ def test_the_drafters_own_load_config_of_0_17_decides_its_load_on_the_real_files
     assert said["0.17.1", None][0] == said["0.17.1", "auto"][0] == ["fail"], said  # loaded for real: no weight file
     assert said["0.17.1", "dummy"] == ([], []), said
     assert all("it has no field draft_load_config" in r[0]["message"] for k, (_, r) in said.items() if k[0] == "0.16.0")
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_only_the_releases_whose_parallel_config_picks_ray_itself_are_read_so(tmp_path, release):
+    """launch32 F2's rest: with no backend given and fewer GPUs than the world size, 0.11.0 takes Ray
+    (its workers on other nodes: a note); 0.11.1 on refuse the launch at start instead (no note)."""
+    site = lay_out_release(release, [PARALLEL], tmp_path / "site")
+    assert picks_ray_itself((site / PARALLEL).read_bytes()) == (release == "0.11.0")

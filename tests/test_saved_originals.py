@@ -9,6 +9,7 @@ tree. A content is hashed once per run, and each file written is fsynced once.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shlex
@@ -300,5 +301,34 @@ def test_the_fetch_a_damaged_original_of_a_patch_file_names_lays_that_file_out(s
     fetched = run_cli_judged(*shlex.split(fetch)[1:], env=OFFLINE)
     assert fetched.returncode == 0, fetched.stdout + fetched.stderr
     done = run_cli_writing("revert", "--target", tree, "--patch", patch, "--force", env=OFFLINE)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (tree / MODEL).read_text() == MODEL_PY
+
+
+def test_a_damaged_original_of_a_moved_patch_file_names_a_fetch_that_runs_then_the_revert(scene, tmp_path):
+    """A --patch apply's saved original damaged and its diff moved, offline: `revert --set adhoc-…`
+    (what status names after a crash) refused, naming `fetch --set adhoc-… V --dest T --force --all`,
+    which fetch refuses (an ad-hoc record is no library set). The hint names the fetch without the
+    set, says it needs the index, and the revert after it; run as said once the index answers, the
+    tree is stock."""
+    tree, patch = scene
+    (tree / "vllm/__init__.py").write_bytes(STOCK_FILES["vllm/__init__.py"])  # the release's own
+    assert run_cli_writing("apply", "--target", tree, "--patch", patch, "--no-import").returncode == 0
+    adhoc = json.loads((tree / ".patchkit/state.json").read_text())["entries"][0]["set"]
+    patch.rename(tmp_path / "elsewhere.diff")
+    saved_original(tree).chmod(0o644)
+    saved_original(tree).write_text("damaged\n")
+    refused = run_cli_writing("revert", "--target", tree, "--set", adhoc, env=OFFLINE)
+    assert refused.returncode == 2 and "is corrupt" in refused.stderr, refused.stdout + refused.stderr
+    said = " ".join(refused.stderr.split())
+    assert "package index" in said, said
+    fetch, again = re.findall(r"`(patchkit [^`]+)`", said)
+    assert shlex.split(fetch) == ["patchkit", "fetch", "0.16.0", "--dest", str(tree), "--force", "--all"], said
+    assert shlex.split(again) == ["patchkit", "revert", "--target", str(tree), "--set", adhoc], said
+    write_wheel(tmp_path / "wheel")  # the index answers again
+    stock_files_fetched({p: d for p, d in STOCK_FILES.items() if p.endswith(".py")})
+    fetched = run_cli_judged(*shlex.split(fetch)[1:], env=OFFLINE)
+    assert fetched.returncode == 0, fetched.stdout + fetched.stderr
+    done = run_cli_writing(*shlex.split(again)[1:], env=OFFLINE)
     assert done.returncode == 0, done.stdout + done.stderr
     assert (tree / MODEL).read_text() == MODEL_PY

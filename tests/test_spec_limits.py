@@ -54,6 +54,15 @@ def test_a_speculative_max_model_len_above_the_drafters_or_targets_fails(
     assert 'lower "max_model_len" in --speculative-config' in found["fix"], found
 
 
+@pytest.mark.parametrize("given", ["100000", 100000.0, " 100000 "])
+def test_a_speculative_max_model_len_written_as_text_or_a_whole_float_is_read_as_vllm_reads_it(tmp_path, given):
+    """review43a S1: pydantic's lax int reads "100000" and 100000.0 as 100000, and vLLM refuses it at start."""
+    spec = {"method": "eagle3", "num_speculative_tokens": 3, "max_model_len": given}
+    found = _speculative(tmp_path, spec, drafter_len=4096, target_len=163840, rules=LENGTH_RULE)
+    assert found is not None and not found["ok"], found
+    assert "its max_model_len 100000 is above the drafter's 4096" in found["message"], found
+
+
 def test_a_tree_without_the_length_rule_is_not_held_to_it(tmp_path):
     spec = {"method": "eagle3", "num_speculative_tokens": 3, "max_model_len": 100000}
     found = _speculative(tmp_path, spec, drafter_len=4096, target_len=163840)

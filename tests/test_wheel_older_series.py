@@ -232,3 +232,26 @@ def test_an_earlier_series_wheel_of_a_local_build_names_its_reinstall(run, tmp_p
     install(stock, tmp_path / "prefix")
     assert run("apply", "--target", site, "--patches", new).exit_code == 0
     assert (site / SPEC).read_text() == LATER_SPEC
+
+
+def test_status_names_the_reinstall_of_a_local_builds_earlier_series_wheel_and_it_works(run, tmp_path, libraries):
+    """status names the fix apply can carry out: of a local build's wheel (no public index serves its
+    stock files, so apply and revert exit 4) that is the build's reinstall, then apply, run as printed."""
+    old, new = libraries
+    stock = write_wheel(tmp_path / "in", "0.16.0+lab", published=False)
+    assert run("wheel", stock, "--out", tmp_path / "out", "--patches", old).exit_code == 0
+    site = install(next((tmp_path / "out").iterdir()), tmp_path / "prefix")
+    said = run("status", "--target", site, "--patches", new)
+    words = " ".join(said.output.split())
+    assert said.exit_code == 1 and "pip install --force-reinstall --no-deps vllm==0.16.0+lab" in words, words
+    assert "updates it" not in words, words
+    apply = re.search(r"vllm==0\.16\.0\+lab`.*?, then (?:run )?`(patchkit apply [^`]*)`", words)
+    assert apply, words
+    shutil.rmtree(site / "vllm")  # the named pip --force-reinstall: the patched wheel uninstalled, the build installed
+    shutil.rmtree(next(site.glob("vllm-*.dist-info")))
+    (tmp_path / "prefix/scripts/vllm").unlink()
+    install(stock, tmp_path / "prefix")
+    done = run(*shlex.split(apply.group(1))[1:])
+    assert done.exit_code == 0, done.output
+    assert (site / SPEC).read_text() == LATER_SPEC
+    assert run("status", "--target", site, "--patches", new).exit_code == 0

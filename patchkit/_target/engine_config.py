@@ -17,6 +17,8 @@ answer:  {"status": "ok" | "invalid" | "no-vllm", "error": text, "reading": {wha
          raised (vLLM's own loader runs them first, as 0.16.0's parser does)
        | {"status": "plugin-running", "plugin": name}: left in the answer file by a plugin that hung or
          ended the process while it ran
+       | {"status": "memory", "bound": bytes}: the worker hit DATA_BOUND (no verdict)
+request {"import_only": true}: only whether vLLM's engine arguments import here: {"status": "ok" | "no-vllm" | "memory", ...}
 """
 
 from __future__ import annotations
@@ -35,9 +37,18 @@ import traceback
 import types
 from typing import Any
 
+try:
+    import resource
+except ImportError:  # not on this platform: no memory bound
+    resource = None  # type: ignore[assignment]
+
 READ = ("model", "speculative_config", "tensor_parallel_size", "trust_remote_code")
 GENERAL_PLUGINS = "vllm.general_plugins"  # vllm.plugins.DEFAULT_PLUGINS_GROUP
 ANSWER: list[str] = []  # the answer file, when run by path (in-process: none)
+# the data (RLIMIT_DATA) the worker may hold when run by path: vLLM 0.16.0's import, create_engine_config()
+# and the drafter's meta build hold ~1.6 GiB (CPU platform); a file the launch makes vLLM read at import
+# must not fill the machine. Not RLIMIT_AS: CUDA reserves far more address space than it uses.
+DATA_BOUND = 8 << 30
 
 
 def work(request: dict[str, Any]) -> dict[str, Any]:
@@ -45,6 +56,15 @@ def work(request: dict[str, Any]) -> dict[str, Any]:
     launch_offline = _offline(os.environ)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    if request.get("import_only"):  # only whether vLLM's package imports in this environment
+        return imported_alone()
+    try:
+        return _judged(request, launch_offline)
+    except MemoryError:  # past DATA_BOUND (run by path): no verdict, and the machine's memory kept
+        return {"status": "memory", "bound": DATA_BOUND}
+
+
+def _judged(request: dict[str, Any], launch_offline: bool) -> dict[str, Any]:
     imported = _engine_args_imported()
     if isinstance(imported, dict):  # vLLM does not import here: skipped, unless the launch's own VLLM_* raise
         return imported
@@ -64,6 +84,8 @@ def work(request: dict[str, Any]) -> dict[str, Any]:
         with _model_names_as_launched(launch_offline):
             engine_args = AsyncEngineArgs.from_cli_args(args)
         config = _engine_config(engine_args, bool(request.get("headless")))
+    except MemoryError:
+        raise
     except Exception as exc:
         cpu_refused = forced and (_raised_in_cpu_platform(exc) or _PLATFORM_WORDS.search(str(exc)) is not None)
         on_cpu = cpu_refused and engine_args is not None
@@ -160,6 +182,8 @@ def after_load_refusal(
         # the front end reads the model's own under `vllm` too; the serving classes, under `auto`
         getattr(model_config, "try_get_generation_config", lambda: None)()
         model_config.get_diff_sampling_param()
+    except MemoryError:
+        raise
     except Exception as exc:
         return {"option": "generation-config", "value": value, "error": _error_text(exc)}
     return None
@@ -186,6 +210,8 @@ def middleware_refusal(middleware: str) -> dict[str, str] | None:
         module = importlib.import_module(module_path)
     except SystemExit as exc:  # the launch ends there too, with this status
         return {"stage": "exit", "error": repr(exc.code)}
+    except MemoryError:
+        raise
     except Exception as exc:  # the launch ends there too
         return {"stage": "import", "error": _error_text(exc)}
     finally:
@@ -255,6 +281,8 @@ def load_general_plugins(plugins: Any) -> None:  # vllm.plugins
         _running(str(name))
         try:
             func()
+        except MemoryError:
+            raise
         except (Exception, SystemExit) as exc:  # sys.exit() in a plugin: vLLM's process ends there too
             raise PluginFailed(str(name), _error_text(exc)) from exc
     _running(None)
@@ -362,13 +390,30 @@ def _engine_args_imported() -> tuple[bool, Any] | dict[str, Any]:
     import: with the launch's VLLM_* settings its package import raises with (vLLM reads some at import)."""
     try:
         importlib.import_module("vllm")
+    except MemoryError:
+        raise
     except Exception as exc:
         return {"status": "no-vllm", "error": f"{type(exc).__name__}: {exc}", "variables": settings_blamed()}
     try:
         forced = _force_cpu_platform_when_none()  # before the modules that keep vllm.platforms.current_platform
         return forced, importlib.import_module("vllm.engine.arg_utils").AsyncEngineArgs
+    except MemoryError:
+        raise
     except Exception as exc:
         return {"status": "no-vllm", "error": f"{type(exc).__name__}: {exc}"}
+
+
+def imported_alone() -> dict[str, Any]:
+    """Whether vLLM imports as _engine_args_imported() imports it (a fresh process: nothing twice)."""
+    try:
+        importlib.import_module("vllm")
+        _force_cpu_platform_when_none()
+        importlib.import_module("vllm.engine.arg_utils")
+    except MemoryError:
+        return {"status": "memory", "bound": DATA_BOUND}
+    except Exception as exc:
+        return {"status": "no-vllm", "error": f"{type(exc).__name__}: {exc}"}
+    return {"status": "ok"}
 
 
 TRIED_ALONE = 16  # VLLM_* variables imported with one at a time; past that, all of them are named
@@ -434,8 +479,22 @@ def _unshadow() -> None:
         del sys.path[0]
 
 
+def limit_data() -> None:
+    """RLIMIT_DATA lowered to DATA_BOUND (a lower one is kept)."""
+    if resource is None:
+        return
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+        bound = DATA_BOUND if hard == resource.RLIM_INFINITY else min(DATA_BOUND, hard)
+        if soft == resource.RLIM_INFINITY or soft > bound:
+            resource.setrlimit(resource.RLIMIT_DATA, (bound, hard))
+    except (OSError, ValueError):  # a limit this system does not let lower: unbounded, as before
+        pass
+
+
 if __name__ == "__main__":
     _unshadow()
+    limit_data()
     asked = json.load(sys.stdin)
     if isinstance(asked.get("first_path"), str):  # the launch's own sys.path[0], as Python puts it there
         sys.path.insert(0, asked["first_path"])

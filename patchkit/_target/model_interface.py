@@ -90,6 +90,8 @@ def load_general_plugins(plugins: Any) -> None:  # vllm.plugins
         _running(str(name))
         try:
             func()
+        except MemoryError:
+            raise
         except (Exception, SystemExit) as exc:  # sys.exit() in a plugin: vLLM's process ends there too
             raise PluginFailed(str(name), _error_text(exc)) from exc
     _running(None)

@@ -140,6 +140,7 @@ class WorkerStatus(StrEnum):
     PLUGIN_FAILED = "plugin-failed"
     PLUGIN_RUNNING = "plugin-running"
     MIDDLEWARE_IMPORTING = "middleware-importing"  # the answer file while a --middleware module imports
+    MEMORY = "memory"  # engine_config hit its memory bound (DATA_BOUND): no verdict
 
 
 class BuildStatus(StrEnum):

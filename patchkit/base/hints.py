@@ -40,6 +40,8 @@ _TAKES: dict[str, tuple[str, ...]] = {
     "port": ("library", "set_name"),  # which set's series, from the stock releases
     "fleet": (*_SET, "adhoc"),  # the nodes' trees (paths on the nodes) and the set
 }
+_LIBRARY_SETS_ONLY = ("fetch", "port")
+_ADHOC = "adhoc-"  # store.state.ADHOC_PREFIX: the record's name of a --patch apply
 _FLAGS = {
     "target_dir": "--target",
     "python": "--python",
@@ -84,6 +86,8 @@ def command_words(verb: str, *args: str, chosen: Options | None = None) -> list[
     takes = _TAKES.get(verb.split()[0], ())
     for field, flag in _FLAGS.items():
         value = getattr(selection, field)
+        if field == "set_name" and verb in _LIBRARY_SETS_ONLY and str(value).startswith(_ADHOC):
+            continue  # an ad-hoc record's name: no library holds such a set
         if field in takes and value:
             words += [flag, value]
     if "adhoc" in takes:

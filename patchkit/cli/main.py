@@ -32,6 +32,7 @@ from patchkit.base import signals  # noqa: E402
 from patchkit.base.enums import OutputFormat  # noqa: E402
 from patchkit.base.errors import (  # noqa: E402
     BROKEN_PIPE,
+    CHECK_FAILED,
     INTERNAL_ERROR,
     INTERRUPTED,
     OK,
@@ -477,7 +478,9 @@ def _exit_code(result: CommandResult | None, run: Run) -> int:
         return OK
     error: PatchkitError | None = getattr(result, "error", None)  # a result's error is a PatchkitError
     if error is None:
-        return exit_code_for(result.outcome)
+        code = exit_code_for(result.outcome)
+        # an apply that leaves the launch guard refusing the tree: a check failed, as status says
+        return CHECK_FAILED if code == OK and getattr(result, "launch_refused", False) else code
     if getattr(result, "shown", False):  # printed among the result's findings: for the JSON document only
         run.failed(error.message, error.hint)
         return error.exit_code

@@ -184,6 +184,9 @@ class TreeStatus(Value):
     updatable: bool = False
     earlier_texts: bool = False  # of --patch files edited since their apply (their names, not numbers)
     from_wheel: bool = False  # the earlier series came with a patched wheel: revert works from its texts
+    # of such a wheel built from a local build (+lab): the pip command that puts its stock files back
+    # (no public index serves them, so neither apply nor revert can fetch them)
+    reinstall: str = ""
     # an older patchkit's --patch records the guard refuses (no "held" mark): the set each breaks (held.py;
     # None: none, any apply marks it held; "": cannot be judged)
     unheld_breaks: dict[str, str | None] = field(default_factory=dict)
@@ -211,6 +214,9 @@ class TreeStatus(Value):
     @property
     def other_library_fix(self) -> str:
         """apply plans the series on the stock files a revert restores; where it cannot, that revert first."""
+        if self.reinstall:
+            where = "a local build is on no public index: reinstall it from where it came"
+            return f"{where} ({self.reinstall}), then {self.fix_command('apply')}"
         if self.updatable:
             return f"{self.fix_command('apply')} updates it"
         if self.from_wheel:
@@ -666,6 +672,9 @@ def _older_wheel_series(resolved: Resolved, fields: dict[str, Any]) -> None:
     if changed:
         one = reader.updates_in_one_step(resolved.target.root, resolved.set_name)
         fields.update(other_library=changed, updatable=one, from_wheel=True)
+        found = reader.find(resolved.target.root)
+        if found is not None and Version(found.vllm_version).local:
+            fields.update(reinstall=hints.pip_reinstall(found.vllm_version))
 
 
 def _unrefused(linked: list[str], refused: list[str]) -> list[str]:

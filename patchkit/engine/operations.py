@@ -203,6 +203,11 @@ class ApplyResult(Value):
     # already applied, and the launch guard still refuses the tree: (why, the fix), as status says them
     guard_refuses: tuple[list[str], str] | None = None
 
+    @property
+    def launch_refused(self) -> bool:
+        """The set is applied, yet every launch is refused: a check failed (exit 1), as status says."""
+        return self.guard_refuses is not None
+
 
 @dataclass(eq=False, repr=False)
 class RevertResult(Value):

@@ -125,6 +125,10 @@ class SetsApplied(Value):
     error: PatchkitError | None = None
     warnings: list[str] = field(default_factory=list)
 
+    @property
+    def launch_refused(self) -> bool:
+        return any(each.result is not None and each.result.launch_refused for each in self.sets)
+
 
 def apply_sets(
     chosen: list[Chosen],

@@ -112,9 +112,9 @@ def summarize(step: str, document: dict[str, Any] | None, code: int, stderr: str
     elif not ok and state == TreeState.APPLIED and _drifted(document):
         state = NodeState.DRIFTED  # `patchkit status` there says FAILED, and the guard refuses: never `applied`
     parts = _set_parts(document)
-    # status passes an uninstalled guard, apply a guard it leaves refusing, each with a warning and
-    # its fix: so does the row
-    unguarded = _guard_missing(document) or (_still_refused(document) if ok and step == "apply" else None)
+    # status passes an uninstalled guard with a warning and its fix: so does the row (an apply that
+    # leaves the guard refusing fails, exit 1: its row says why)
+    unguarded = _guard_missing(document)
     return {
         "state": str(state),
         "ok": ok,
@@ -215,19 +215,6 @@ def _guard_missing(document: dict[str, Any]) -> tuple[str, str | None] | None:
         if isinstance(guard, dict) and isinstance(guard.get("missing"), str) and guard["missing"]:
             fix = guard.get("missing_fix")
             return f"warning: {guard['missing']}", fix if isinstance(fix, str) and fix else None
-    return None
-
-
-def _still_refused(document: dict[str, Any]) -> tuple[str, str | None] | None:
-    """The warning an apply that passed gives when the launch guard still refuses the tree
-    ("already applied; the launch guard still refuses the tree"), and its fix."""
-    for part in _set_parts(document) or [document]:
-        refused = _guard_refuses(part)
-        if refused:
-            fix = part["guard"].get("fix")
-            return f"warning: the launch guard still refuses this tree: {few(refused)}", (
-                fix if isinstance(fix, str) and fix else None
-            )
     return None
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from patchkit.launch.lax import lax_int
+
 SPEC_FILE = "vllm/config/speculative.py"
 VERIFIED = b"self.draft_model_config.verify_with_parallel_config("  # at start, every release read (0.11-0.34)
 KV_FIX = "check the drafter's config.json: num_key_value_heads must divide num_attention_heads (as its weights do)"
@@ -38,7 +40,7 @@ def when_refused(found: tuple[str, str], spec: dict[str, Any], read: Callable[[s
     """When vLLM refuses the drafter `found` says -tp does not split: at start where -tp does not divide
     its attention heads and the tree's SpeculativeConfig verifies the draft config with -tp (its
     draft_tensor_parallel_size not 1); else building it, after the target's load (an attention's assert)."""
-    verified = VERIFIED in (read(SPEC_FILE) or b"") and spec.get("draft_tensor_parallel_size") != 1
+    verified = VERIFIED in (read(SPEC_FILE) or b"") and lax_int(spec.get("draft_tensor_parallel_size")) != 1
     if "attention heads" in found[0] and verified:
         return "vLLM refuses the launch at start (its draft ModelConfig's verify_with_parallel_config)"
     return "vLLM fails building it, after the target's load"

@@ -43,7 +43,8 @@ def eagle1_findings(launch: Any) -> list[Finding]:
     drafter, method = launch.drafter, settled_method(launch.command, launch.drafter, launch.read)
     if drafter is None or method not in FED_AS_THEY_COME:
         return []
-    archs = [a for a in drafter.architectures if isinstance(a, str)]
+    own = eagle_config_archs(drafter.config)
+    archs = own if isinstance(own, list) else [a for a in drafter.architectures if isinstance(a, str)]
     if method != "eagle" or not any(a.startswith("Eagle3") or a.endswith("Eagle3") for a in archs):
         heads = _eagle1_head(launch, archs) if method == "eagle" else mtp_heads_findings(launch)
         return heads + _width_findings(launch, method)  # an EAGLE-1 drafter, an MTP one, or one of no kind said
@@ -92,10 +93,13 @@ def _unbuilt(launch: Any, archs: list[str]) -> list[Finding]:
     SpeculativeConfig refuses it at start (the same renaming in EAGLEConfig 0.11-0.34). "cannot judge"
     where the renaming or the registry is not read, or the config's auto_map may give the class."""
     drafter = launch.drafter
-    if not archs or drafter.config.get("model_type") == "eagle":
+    own, head = eagle_config_archs(drafter.config), f"drafter '{escaped(drafter.name)}' runs as EAGLE-1"
+    if isinstance(own, str):
+        return [cannot_judge(CHECK, f"{head}: which class vLLM's EAGLEConfig names for it is not known: {own}", None)]
+    if not archs:
         return []
     tables = launch.registry().values()
-    head = f"drafter '{escaped(drafter.name)}' runs as EAGLE-1"
+    built = archs if own is not None else [a if a.startswith("Eagle") else f"Eagle{a}" for a in archs]
     if "auto_map" in drafter.config or not any(tables) or EAGLE1_NAMED not in (launch.read(EAGLE_CONFIG) or b""):
         unread = (
             "its config's auto_map may give it"
@@ -103,8 +107,7 @@ def _unbuilt(launch: Any, archs: list[str]) -> list[Finding]:
             else f"the tree's {EAGLE_CONFIG} (its renaming) or registry is not read"
         )
         said = f"{head}: whether vLLM has the class it names for it (Eagle<architecture>) is not known: {unread}"
-        return [cannot_judge(CHECK, said, f"check that vLLM's registry holds Eagle{escaped(archs[0])}")]
-    built = [a if a.startswith("Eagle") else f"Eagle{a}" for a in archs]
+        return [cannot_judge(CHECK, said, f"check that vLLM's registry holds {escaped(built[0])}")]
     if any(name in table for table in tables for name in built):
         return []
     said = (
@@ -113,6 +116,23 @@ def _unbuilt(launch: Any, archs: list[str]) -> list[Finding]:
     )
     fix = "use a drafter made for method eagle (vLLM builds EAGLE-1 heads as Eagle<architecture>), or the method it was made for"
     return [Finding(CHECK, False, said, fix)]
+
+
+def eagle_config_archs(config: dict[str, Any]) -> list[str] | str | None:
+    """The architectures vLLM's own EAGLEConfig (a config.json of model_type eagle) gives the drafter:
+    its inner model's, renamed by the config's method (eagle: Eagle<arch>; eagle3: Eagle3<arch>, as
+    0.11-0.34 do), the top-level ones ignored; why they are not read (a str); None for another config."""
+    if config.get("model_type") != "eagle":
+        return None
+    inner, method = config.get("model"), config.get("method", "eagle")
+    archs = inner.get("architectures") if isinstance(inner, dict) else None
+    if not isinstance(archs, list) or not archs or not all(isinstance(a, str) for a in archs):
+        return "its inner model (config.json's model) gives no architectures"
+    if method == "eagle":
+        return [a if a.startswith("Eagle") else f"Eagle{a}" for a in archs]
+    if method == "eagle3":
+        return [a if a.startswith("Eagle3") or a.endswith("Eagle3") else f"Eagle3{a}" for a in archs]
+    return f"its method {escaped(repr(method))} is not one patchkit reads (eagle, eagle3)"
 
 
 def _unsplit(launch: Any) -> list[Finding]:

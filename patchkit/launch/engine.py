@@ -24,7 +24,7 @@ from packaging.version import Version
 
 from patchkit.base import hints
 from patchkit.base.errors import BadInput, TargetError, escaped, more_said
-from patchkit.base.fsutil import inside, judged_inside, read_regular, unsafe_reason
+from patchkit.base.fsutil import first_symlink, inside, judged_inside, read_regular, unsafe_reason
 from patchkit.base.hashing import sha256
 from patchkit.base.values import Value
 from patchkit.checks.parsed import python_tree
@@ -82,12 +82,16 @@ class LaunchContext(Value):
     _answers: dict[tuple[tuple[str, ...], str], VllmVerdict] = field(default_factory=dict)
     _plugins: Found | None = None
     _distributions: dict[str, list[tuple[str, str]] | None] = field(default_factory=dict)
+    # one reader a context: the directories it found real are looked at once
+    _tree_read: Reader | None = field(default=None, init=False)
 
     def read(self, path: str) -> bytes | None:
         """A file of the installed tree; None when absent, unsafe, a symlink leading out of it, or
         not a regular file of at most TREE_FILE_LIMIT bytes (read bounded, never blocking)."""
 
-        data = tree_reader(self.root)(path)
+        if self._tree_read is None:
+            self._tree_read = tree_reader(self.root)
+        data = self._tree_read(path)
         if self.reads is not None:
             self.reads[path] = sha256(data)
         return data
@@ -309,14 +313,16 @@ def _own_code(module: str) -> bool:
 
 def tree_reader(root: Path) -> Callable[[str], bytes | None]:
     """A reader of the tree's files as LaunchContext.read reads them (nothing recorded)."""
+    plain: set[str] = set()  # the tree's real directories met so far: each is looked at once a reader
 
     def read(path: str) -> bytes | None:
-        # a moved vllm/ (`vllm -> /data/vllm`) is read through its link, as status judges it
-        return (
-            None
-            if unsafe_reason(path) or not inside(judged_inside(root, path), root / path)
-            else _tree_file(root / path)
-        )
+        if unsafe_reason(path):
+            return None
+        # no symlink on the way (a moved vllm/, `vllm -> /data/vllm`, is read through its link, as status
+        # judges it): the file lies inside, no path need be resolved; else it must resolve inside
+        if first_symlink(root, path, plain) is not None and not inside(judged_inside(root, path), root / path):
+            return None
+        return _tree_file(root / path)
 
     return read
 

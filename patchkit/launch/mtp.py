@@ -19,6 +19,7 @@ from patchkit.launch.drafter_load import drafter_load_format
 from patchkit.launch.drafter_weights import quantization
 from patchkit.launch.engine import Reader, registry_tables
 from patchkit.launch.findings import Finding, cannot_judge
+from patchkit.launch.lax import lax_int
 from patchkit.launch.model_files import MODELS_DIR
 from patchkit.launch.models import ModelConfig, resolve_model
 from patchkit.launch.weights import drafter_directory, target_directory, weight_names
@@ -110,6 +111,7 @@ def _divisibility(built: MtpDrafter, tokens: object, name: str) -> list[Finding]
     """SpeculativeConfig's rule (0.11 on): num_speculative_tokens above n_predict is a multiple of it;
     n_predict 0 raises ZeroDivisionError (a config without MTP layers that says so)."""
     count = built.n_predict.default if isinstance(built.n_predict, Absent) else built.n_predict
+    tokens = lax_int(tokens)  # "3" and 3.0 read as 3; False: pydantic refuses it
     if type(tokens) is not int or type(count) is not int:
         return []  # a count vLLM's own reading refuses: the speculative-config finding says it
     if count == 0:

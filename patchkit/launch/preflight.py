@@ -851,7 +851,7 @@ def _after_load_findings(
     late = late_file_findings(command, COMMAND, lambda: launch_text_encoding(command), ranks, architectures)
     directory = _model_directory(command, target)
     servers, noted = tool_server_findings(command, COMMAND, resolved.vllm_version, architectures, directory)
-    headless, ray = headless_note(command, architectures), ray_note(command)
+    headless, ray = headless_note(command, architectures), ray_note(command, root)
     result.said += [note for note in (headless, ray) if note] + noted
     read = tree_reader(root)
     drafted = mtp_findings(command, *models, read, settled_method(command, models[1], read))

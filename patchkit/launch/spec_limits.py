@@ -10,6 +10,7 @@ from typing import Any, TypeGuard
 
 from patchkit.launch import observed
 from patchkit.launch.engine import LaunchContext, import_path
+from patchkit.launch.lax import lax_int
 
 MODEL_CONFIG = "vllm/config/model.py"
 # _get_and_verify_max_len (0.14+): --max-model-len -1/auto starts from the derived length, which the engine
@@ -63,7 +64,7 @@ def derived_max_len(text: dict[str, Any]) -> int | None:
 def length_refused(spec: dict[str, Any], source: bytes | None, context: LaunchContext) -> tuple[str, str] | None:
     """(why, fix) where the speculative config's max_model_len is above the drafter's derived length or
     the target's max_model_len: vLLM raises at start; None where not, or not sure."""
-    given = spec.get("max_model_len")
+    given = lax_int(spec.get("max_model_len"))  # "5000" and 5000.0 read as 5000
     if not _whole(given) or given <= 0 or DRAFT_LONGER not in (source or b"") or spec.get("method") in NO_DRAFT_CONFIG:
         return None
     drafter = derived_max_len(context.drafter.text_config) if context.drafter is not None else None

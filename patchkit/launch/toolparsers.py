@@ -25,9 +25,10 @@ from packaging.version import Version
 
 from patchkit.base import hints
 from patchkit.base.errors import BadInput
-from patchkit.base.fsutil import inside, read_regular
+from patchkit.base.fsutil import inside
 from patchkit.base.values import FrozenValue, frozen
 from patchkit.checks.parsed import python_tree
+from patchkit.launch import observed
 from patchkit.launch.engine import TREE_FILE_LIMIT
 from patchkit.launch.findings import Finding, cannot_judge
 from patchkit.launch.values import closest, load_json
@@ -184,12 +185,12 @@ class Plugin(FrozenValue):
         if not value.endswith(_SOURCE):  # bytecode or an extension: loaded, but nothing patchkit reads
             return cls(value, frozenset(), _COMPILED) if _regular(value) else None
         try:  # relative to the directory the launch runs in, as vLLM's import reads it
-            data = read_regular(value, TREE_FILE_LIMIT, follow_symlinks=True)
+            data = observed.read_regular(value, TREE_FILE_LIMIT, follow_symlinks=True)
         except (FileNotFoundError, NotADirectoryError):
             return None
         except (OSError, ValueError) as exc:  # a fifo, a device, too large: vLLM may load it all the same
             why = f"patchkit does not read it: {getattr(exc, 'strerror', None) or exc}"
-            return None if os.path.isdir(value) else cls(value, frozenset(), why)
+            return None if observed.isdir(value) else cls(value, frozenset(), why)
         try:
             parsed = ast.parse(data)
         except SyntaxError:
@@ -207,7 +208,7 @@ def _regular(path: str) -> bool:
     """Whether `path` is a regular file (through symlinks, as the import opens it), read or not:
     an extension over the read limit loads all the same."""
     try:
-        return stat.S_ISREG(os.stat(path).st_mode)
+        return observed.regular(path)
     except (OSError, ValueError):
         return False
 

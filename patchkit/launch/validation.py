@@ -13,6 +13,7 @@ from patchkit.base.enums import BuildStatus, WorkerStatus
 from patchkit.launch.command import LaunchCommand
 from patchkit.launch.findings import Finding, VllmVerdict, cannot_judge
 from patchkit.launch.genconfig import AT_START  # the generation config: vLLM's front end reads it as it starts
+from patchkit.launch.import_blame import blamed
 from patchkit.launch.models import config_download, fetched_by, hub_cache
 from patchkit.tree.target import WorkerFailed, run_worker
 
@@ -68,6 +69,8 @@ def engine_findings(python: str | None, command: LaunchCommand, *, fix: str | No
     stopped = plugin_stopped(answer) or middleware_stopped(answer)
     if stopped is not None:
         return [Finding(CHECK, False, *stopped)]
+    if worker_status(answer) == WorkerStatus.NO_VLLM and not settings_blamed(answer):  # not VLLM_* ones alone
+        answer = {**answer, "variables": blamed(python, command)}
     built = drafter_finding(answer) if worker_status(answer) == WorkerStatus.OK else None
     return [_verdict(python, command, answer, fix), *([built] if built is not None else [])]
 
@@ -144,10 +147,26 @@ def _verdict(python: str, command: LaunchCommand, answer: dict[str, Any], fix: s
     if differs:
         message = f"vLLM's parser reads the command otherwise than patchkit did: {differs}"
         return Finding(CHECK, False, message, "patchkit's reading is wrong here: report it, with the command")
-    blamed = settings_blamed(answer) if status == WorkerStatus.NO_VLLM else ""
-    if blamed:
+    names = settings_blamed(answer) if status == WorkerStatus.NO_VLLM else []
+    if names:
+        blamed = ", ".join(names)
         message = f"vLLM does not import in the launch's environment, for its {blamed} (it imports without): {error}"
-        return Finding(CHECK, False, f"{message}: the launch fails at start", f"correct or unset {blamed}")
+        inherited = [name for name in names if name not in command.env]
+        fix = f"correct or unset {blamed}" + (
+            f" ({', '.join(inherited)}: the launch inherits it from the environment patchkit runs in)"
+            if inherited
+            else ""
+        )
+        return Finding(CHECK, False, f"{message}: the launch fails at start", fix)
+    if status == WorkerStatus.MEMORY:
+        bound = answer.get("bound")
+        gib = f"{bound / (1 << 30):g} GiB" if type(bound) is int and bound > 0 else "its memory bound"
+        return cannot_judge(
+            CHECK,
+            f"not run to the end: vLLM's import and engine config took more than {gib} here (patchkit's bound)",
+            "look for a file the launch makes vLLM read as it imports (a VLLM_* setting naming a large file or a "
+            "device), and fix that setting",
+        )
     if status == WorkerStatus.NO_VLLM:
         return cannot_judge(
             CHECK,
@@ -173,15 +192,14 @@ def _verdict(python: str, command: LaunchCommand, answer: dict[str, Any], fix: s
     return dataclasses.replace(found, message=f"{found.message} ({CPU})") if forced else found
 
 
-_SETTING = re.compile(r"VLLM_[A-Z0-9_]{1,80}")
+_SETTING = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,80}")
 
 
-def settings_blamed(answer: dict[str, Any]) -> str:
-    """The launch's VLLM_* variables the worker found vLLM's import raises with ("" none), as a text."""
+def settings_blamed(answer: dict[str, Any]) -> list[str]:
+    """The launch's settings vLLM's import raises with (the worker's VLLM_* ones, or import_blame's)."""
     said = answer.get("variables")
     said = said[:20] if isinstance(said, list) else []
-    names = [name for name in said if isinstance(name, str) and _SETTING.fullmatch(name)]
-    return ", ".join(names)
+    return [name for name in said if isinstance(name, str) and _SETTING.fullmatch(name)]
 
 
 AFTER_LOAD = "vLLM refuses the launch once the model has loaded"

@@ -299,7 +299,7 @@ def restore_recorded(
             restored.alone.append(path)  # only the record vouches for it: a copy is kept
         if current != shas["after"] and content is not None:  # (--force) a deleted file has nothing to keep
             restored.edited.append(path)
-        view.write(path, _original(view, path, shas["before"], own, restored.notes, every=is_adhoc(entry.set_name)))
+        view.write(path, _original(view, path, shas["before"], own, restored.notes, entry=entry))
     if unmade:
         restored.notes.append(
             f"kept {len(unmade)} file(s) the record of {shown_set(entry)} says patchkit created, though none of the "
@@ -385,10 +385,11 @@ def _creates(patches: list[Patch], path: str) -> bool:
 
 
 def _original(
-    view: View, path: str, digest: str | None, patches: list[Patch], notes: list[str], *, every: bool
+    view: View, path: str, digest: str | None, patches: list[Patch], notes: list[str], *, entry: Entry
 ) -> bytes | None:
-    """The original `digest` of `path`: its saved object, else the patches reversed (sha256 checked).
-    `every`: the file may be no set's (a --patch apply's), so the fix the refusal names fetches every file."""
+    """The original `digest` of `path`: its saved object, else the patches reversed, else the
+    release's own file (sha256 checked); else refused, naming the fetch that fills the release cache
+    and the revert that then reads it."""
     if digest is None:
         return None
     try:
@@ -404,10 +405,24 @@ def _original(
             raise BadInput(
                 f"{damaged.message}, and reverse-applying the recorded patches does not give the original "
                 f"of {escaped(path)} back",
-                hint=f"put the stock files back ({stock_files_command(view.root, None, every=every)})",
+                hint=_fetch_then_revert(view.root, entry),
             ) from damaged
         notes.append(f"{damaged.message}: {escaped(path)} was restored by reverse-applying the series (sha256 checked)")
         return rebuilt
+
+
+def _fetch_then_revert(root: Path, entry: Entry) -> str:
+    """The way on when only the release's own file gives an original back: the fetch that takes the
+    stock files from the package index (every file for a --patch record's: it may be no set's), then
+    the revert again, which reads them from patchkit's cache; the record's diff by --patch where it is."""
+    adhoc = is_adhoc(entry.set_name)
+    again = hints.command("revert")
+    if adhoc and entry.patches and not missing_patch_files(entry):
+        again = hints.command("revert", chosen=hints.for_set(None, recorded_patch_files(entry)))
+    return (
+        f"put the stock files back: {stock_files_command(root, None, every=adhoc)} takes vLLM's release files "
+        f"from the package index (offline: run it once the index is reachable), then run {again} again"
+    )
 
 
 def plan_revert(root: Path, patches: list[Patch], view: View | None = None, *, found_only: bool = False) -> Plan:

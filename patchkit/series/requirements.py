@@ -6,6 +6,7 @@ Below the library, so that loading a set needs nothing from the checks (which us
 
 from __future__ import annotations
 
+import copy
 from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
@@ -65,11 +66,45 @@ SCHEMA: dict[str, tuple[dict[str, str], dict[str, str]]] = {
 COMMON = {"file": STR, "kind": STR, "versions": STR, "reason": STR}
 
 
+# entries as declared (their spelling, keys in their order) -> their requirements, kept across the commands of a
+# process (cli.percommand.KEPT): each load of the library validated the same contract again (~2% of a
+# preflight in process). Keyed by the entries themselves, so a changed file is parsed again; bounded.
+_PARSED: dict[str, tuple[Requirement, ...]] = {}
+_PARSED_MOST = 64
+
+
 def parse_requirements(entries: object, origin: str) -> tuple[Requirement, ...]:
     """Validate declared entries (a list of tables); a malformed one is BadInput (exit 2)."""
     if not isinstance(entries, list):
         raise BadInput(f"{origin}: the contract must be a list of tables ([[requirement]])")
-    return tuple(_parse_entry(entry, f"{origin}: requirement #{i}") for i, entry in enumerate(entries, 1))
+    key = _key(entries)
+    kept = _PARSED.get(key) if key is not None else None
+    if kept is not None:
+        return kept
+    own = entries if key is None else copy.deepcopy(entries)  # what is kept holds nothing the caller may change
+    parsed = tuple(_parse_entry(entry, f"{origin}: requirement #{i}") for i, entry in enumerate(own, 1))
+    if key is not None:
+        if len(_PARSED) >= _PARSED_MOST:
+            _PARSED.clear()
+        _PARSED[key] = parsed
+    return parsed
+
+
+def _key(entries: list[object]) -> str | None:
+    """The entries' own spelling, for entries of TOML's plain values alone (a TOML date, or a tuple given
+    in code, is parsed each time): repr tells each type and value of those apart."""
+    try:
+        return repr(entries) if _plain(entries) else None
+    except RecursionError:
+        return None
+
+
+def _plain(value: object) -> bool:
+    if type(value) is list:
+        return all(_plain(item) for item in value)
+    if type(value) is dict:
+        return all(type(name) is str and _plain(item) for name, item in value.items())
+    return type(value) in (str, int, float, bool)
 
 
 def _parse_entry(entry: object, where: str) -> Requirement:

@@ -840,6 +840,40 @@ def test_a_launch_setting_vllms_import_raises_with_fails_vllm_validation_naming_
     assert found["fix"] == f"correct or unset {name}", found
 
 
+@pytest.mark.parametrize(
+    ("settings", "inherited", "said"),
+    [
+        (["TORCH_LOGS=bogus", "NCCL_DEBUG=INFO"], {}, "Invalid log settings: bogus"),
+        (["NCCL_DEBUG=INFO"], {"HF_HUB_ETAG_TIMEOUT": "abc"}, "invalid literal for int()"),
+    ],
+)
+def test_a_non_vllm_setting_vllms_import_raises_with_fails_naming_it(tmp_path: Path, settings, inherited, said):
+    """torch reads TORCH_LOGS and huggingface_hub HF_HUB_ETAG_TIMEOUT as they import (checked; the second
+    as vLLM imports its engine arguments, not at `import vllm`): every
+    start of the launch dies there, while the same interpreter imports vLLM without them; the finding
+    names the setting (the launch's own, or one it inherits), not another --python."""
+    assert VLLM_PYTHON
+    [name] = [s.split("=")[0] for s in settings if s.startswith(("TORCH_", "HF_"))] or list(inherited)
+    imported = [VLLM_PYTHON, "-c", "import vllm.engine.arg_utils"]
+    bad = {**os.environ, **inherited, **dict(s.split("=", 1) for s in settings)}
+    assert subprocess.run(imported, capture_output=True, timeout=600, env=bad).returncode != 0
+    (tmp_path / "target").mkdir()
+    (tmp_path / "target" / "config.json").write_text(json.dumps(TARGET))
+    (tmp_path / "target" / "model.safetensors").write_bytes(EMPTY_SAFETENSORS)
+    serve = ["env", *settings, "vllm", "serve", str(tmp_path / "target"), "--skip-tokenizer-init"]
+    done = subprocess.run(
+        [sys.executable, "-m", "patchkit", "preflight", "--python", VLLM_PYTHON, "--format", "json", "--", *serve],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, **inherited},
+    )
+    found = finding(done, "vllm-validation")
+    assert done.returncode == 1 and not found["ok"], found
+    assert f"for its {name} (it imports without)" in found["message"] and said in found["message"], found
+    assert found["fix"].startswith(f"correct or unset {name}"), found
+
+
 @pytest.mark.parametrize("setting", LOGGING_SETTINGS)
 def test_a_launch_setting_vllms_import_raises_with_fails_without_importing_it_too(tmp_path: Path, setting):
     """The same settings, judged statically (`run`'s way, --no-import) from the installed logger.py and

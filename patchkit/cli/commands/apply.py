@@ -139,7 +139,7 @@ def _finish_sets(ui: UI, result: SetsApplied) -> None:
         if each.result is not None and each.result.error is None:
             ui.line(f"{each.chosen.name}: {each.result.message}")
     if result.error is None:
-        ui.line(result.message, style="green")
+        ui.line(result.message, style=None if result.launch_refused else "green")
 
 
 def _set_json(each: SetApplied) -> dict[str, Any]:
@@ -174,7 +174,9 @@ def _finish(ui: UI, result: ApplyResult) -> None:
         checks = {"checks": [r.to_json() for r in result.checks]} if result.checks is not None else {}
         ui.json({"result": result.outcome, **plan, **checks, **_guard_json(result)})
     elif result.error is None:
-        done = result.outcome in (Outcome.APPLIED, Outcome.ALREADY_APPLIED, Outcome.UPSTREAM)
+        done = (
+            result.outcome in (Outcome.APPLIED, Outcome.ALREADY_APPLIED, Outcome.UPSTREAM) and not result.launch_refused
+        )
         ui.line(result.message, style="green" if done else None)
 
 
