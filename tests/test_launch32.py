@@ -111,14 +111,13 @@ def test_a_launch_vllm_puts_on_ray_by_itself_says_the_other_nodes_trees_are_not_
     the node has fewer GPUs than tensor x pipeline parallel (Ray installed); patchkit cannot see the
     GPUs, so the note says when, and how to keep the workers on this node."""
     tree, lib = write_eagle3_setup(tmp_path)
-    applied(tree, lib)
-    (tree / "vllm" / "config").mkdir(exist_ok=True)
-    (tree / "vllm" / "config" / "parallel.py").write_text(parallel)
+    applied(tree, lib, {"vllm/config/parallel.py": parallel})
     if ray:
         (tree / "ray-2.40.0.dist-info").mkdir()
         (tree / "ray-2.40.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: ray\nVersion: 2.40.0\n")
     launch = serve(write_model(tmp_path / "target", DEEPSEEK_V3), write_model(tmp_path / "drafter", DRAFTER), *words)
-    _code, notes, text = preflight_notes(tree, lib, *launch)
+    _code, document, text = preflight_notes(tree, lib, *launch)
+    notes = document["notes"]
     said = [note for note in notes if "Ray" in note]
     assert [note for note in text if "Ray" in note] == said
     if world is None:
