@@ -412,18 +412,14 @@ def test_a_tool_parser_plugin_that_looks_a_parser_up_by_a_computed_name_leaves_t
     package by a name it computes may build on the patched parser: "cannot judge", never "not used".
     A getattr of its own (not on vLLM's package) leaves the set unused."""
     tree, lib, target, _ = setup
-    (tmp_path / "dyn.py").write_text(plugin + "@ToolParserManager.register_module('mine')\nclass Mine:\n    pass\n")
-    launch = [*PLUGIN_LAUNCH(target), str(tmp_path / "dyn.py")]
-    done = run_cli_read_only(
-        "preflight", "--target", tree, "--patches", lib, "--no-import", "--format", "json", "--", *launch
-    )
-    document = json.loads(done.stdout)
-    tree_state = [f for f in document["findings"] if f["check"] == "tree-state" and f["result"] == "cannot judge"]
-    assert done.returncode == 0 and len(tree_state) == 1, done.stdout
+    code, document = preflight_json(tree, lib, *plugin_launch(target, tmp_path / "dyn.py", plugin))
+    tree_state = unjudged_tree_state(document)
+    assert code == 0 and len(tree_state) == 1, document
     assert "looks a tool parser up by a name it computes" in tree_state[0]["message"], tree_state
-    assert not any("tools" in note for note in document["notes"] if note.startswith("not used")), document
+    assert not any("tools" in note for note in not_used_notes(document)), document
     (tmp_path / "own.py").write_text("import json\nBase = getattr(json, NAME)\nparsers = {}\nBase = parsers[NAME]\n")
-    code, notes, _ = preflight_notes(tree, lib, *PLUGIN_LAUNCH(target), str(tmp_path / "own.py"))
+    code, document, _ = preflight_notes(tree, lib, *PLUGIN_LAUNCH(target), str(tmp_path / "own.py"))
+    notes = document["notes"]
     assert code == 0 and any(n.startswith("not used by this launch: ") and "tools" in n for n in notes), notes
 
 
