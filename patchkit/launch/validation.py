@@ -11,8 +11,7 @@ from typing import Any
 
 from patchkit.base.enums import BuildStatus, WorkerStatus
 from patchkit.launch.command import LaunchCommand
-from patchkit.launch.drafter_quant_files import UNREAD_FIX
-from patchkit.launch.findings import Finding, VllmVerdict, cannot_judge
+from patchkit.launch.findings import UNREAD_FIX, Finding, VllmVerdict, cannot_judge
 from patchkit.launch.genconfig import AT_START  # the generation config: vLLM's front end reads it as it starts
 from patchkit.launch.import_blame import blamed
 from patchkit.launch.models import config_download, fetched_by, hub_cache
