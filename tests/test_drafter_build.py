@@ -377,4 +377,5 @@ def test_the_unread_speculative_quantization_of_a_draft_model_drafter_fails_not_
     )
     assert built is not None and not built.ok and built.judged, built
     assert built.fix is not None and built.fix.startswith('drop "quantization" from --speculative-config'), built
-    assert "after the target" in built.message or "once the target has loaded" in built.message, built
+    assert "for the draft_model drafter" in built.message and "here" not in built.message, built
+    assert built.message.endswith("the launch fails once the target has loaded"), built

@@ -128,7 +128,8 @@ def drafter_finding(answer: dict[str, Any]) -> Finding | None:
         return Finding(BUILD, False, f"vLLM cannot {what}: {error}: the launch fails once the target has loaded", fix)
     reason = _short(vllm_words(str(built.get("reason", "not said"))), 400)
     if OVERRIDES_FAILED in reason:  # draft_model: create_vllm_config_for_draft_model raises it, before the build
-        message = f"vLLM cannot build the drafter's config for {drafter}: {reason}: the launch fails once the target has loaded"
+        error = reason.removeprefix("vLLM's build does not start here: ")  # drafter_build's words for its setup
+        message = f"vLLM cannot build the drafter's config for {drafter}: {error}: the launch fails once the target has loaded"
         return Finding(BUILD, False, message, UNREAD_FIX)
     return cannot_judge(BUILD, f"vLLM's build of {drafter}: {reason}", BUILD_GIVES)
 
