@@ -423,6 +423,29 @@ def test_a_tool_parser_plugin_that_looks_a_parser_up_by_a_computed_name_leaves_t
     assert code == 0 and any(n.startswith("not used by this launch: ") and "tools" in n for n in notes), notes
 
 
+def test_a_tool_parser_plugin_that_imports_a_module_of_the_users_leaves_the_set_unjudged(setup, tmp_path):
+    """launch32's F9 rest: the plugin's parser may come from a module of the user's it imports (found on
+    the launch's PYTHONPATH, before the site's packages), which patchkit does not follow: "cannot
+    judge", never "not used". Where the launch's Python finds no such module, the import fails and
+    nothing of the plugin runs: not used."""
+    tree, lib, target, _ = setup
+    (tmp_path / "own").mkdir()
+    (tmp_path / "own" / "my_parsers.py").write_text("from vllm.tool_parsers.demo_tool_parser import parse\n")
+    (tmp_path / "plugin.py").write_text("import json\nfrom my_parsers import parse\n")
+    plugin = [*PLUGIN_LAUNCH(target), str(tmp_path / "plugin.py")]
+    for pythonpath, unjudged in ((str(tmp_path / "own"), True), (str(tmp_path / "elsewhere"), False)):
+        launch = ["env", f"PYTHONPATH={pythonpath}", *plugin]
+        done = run_cli_read_only(
+            "preflight", "--target", tree, "--patches", lib, "--no-import", "--format", "json", "--", *launch
+        )
+        document = json.loads(done.stdout)
+        said = [f for f in document["findings"] if f["check"] == "tree-state" and f["result"] == "cannot judge"]
+        unused = any(n.startswith("not used by this launch: ") and "tools" in n for n in document["notes"])
+        assert done.returncode == 0 and unused != unjudged and len(said) == unjudged, done.stdout
+        if unjudged:
+            assert "imports my_parsers, a module of the user's patchkit does not follow" in said[0]["message"], said
+
+
 # --- F4: a launch's Python that does not answer which pycache prefix it sets: cannot judge -------------
 
 
