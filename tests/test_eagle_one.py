@@ -291,9 +291,14 @@ def test_a_separate_mtp_checkpoint_whose_heads_tp_does_not_divide_fails(tmp_path
 
 
 @pytest.mark.parametrize("alone", [1, "1", 1.0, " 01 "])
-def test_a_separate_mtp_checkpoint_built_alone_is_not_split_however_its_draft_tp_is_written(tmp_path, alone):
-    """review43a S2: pydantic reads "1" and 1.0 as 1: the checkpoint is built alone, as vLLM 0.16.0 starts it."""
-    assert _heads(tmp_path, SIX_HEADS, "4", "mtp", extra={"draft_tensor_parallel_size": alone}) == []
+def test_a_separate_mtp_checkpoint_under_draft_tp_1_is_still_split_over_the_targets_tp_after_the_load(tmp_path, alone):
+    """review43a S2: the mtp proposer builds the checkpoint in the target's group whatever
+    draft_tensor_parallel_size says; with 1 (pydantic reads "1" and 1.0 as 1) vLLM 0.16.0 starts, and
+    the split fails after the target's load, not at start."""
+    spec = {"draft_tensor_parallel_size": alone}
+    [found] = _heads(tmp_path, SIX_HEADS, "4", "mtp", verified=True, extra=spec)
+    assert not found["ok"] and "its 6 attention heads do not divide by -tp 4" in found["message"], found
+    assert "vLLM fails building it, after the target's load" in found["message"], found
 
 
 def test_heads_tp_does_not_divide_are_refused_at_start_where_the_tree_verifies_the_draft_config(tmp_path):

@@ -1,8 +1,9 @@
-"""A separate mtp checkpoint ("model" given under method mtp) against the draft tensor-parallel size:
-vLLM builds it in the target's tensor-parallel group (draft_tensor_parallel_size is 1 or -tp, else
--tp), and SpeculativeConfig verifies the draft ModelConfig with that size at start
-(verify_with_parallel_config, 0.11-0.34: -tp must divide its attention heads); its attention then
-asserts on its KV heads too (not for MLA) building it, after the target's load."""
+"""A separate mtp checkpoint ("model" given under method mtp) against the target's tensor-parallel
+size: vLLM's proposer builds it in the target's tensor-parallel group whatever draft_tensor_parallel_size
+says (only draft_model's proposer has a group of its own). SpeculativeConfig verifies the draft
+ModelConfig with the draft size at start (verify_with_parallel_config, 0.11-0.34: it must divide its
+attention heads): under -tp it refuses there; under draft_tensor_parallel_size 1 the split fails
+building it, after the target's load, as its KV heads' assert does (not for MLA)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ from typing import Any
 from patchkit.base.errors import escaped
 from patchkit.launch.drafter_heads import heads_unsplit, when_refused
 from patchkit.launch.findings import Finding
-from patchkit.launch.lax import lax_int
 from patchkit.launch.target_heads import tp_refused
 
 CHECK = "drafter-architecture"
@@ -24,8 +24,6 @@ def mtp_heads_findings(launch: Any) -> list[Finding]:
     tp = command.tensor_parallel_size
     if drafter is None or tp_refused(launch.target, tp):
         return []
-    if lax_int((command.speculative_config or {}).get("draft_tensor_parallel_size")) == 1:
-        return []  # built alone: nothing to split
     config = drafter.text_config
     found = heads_unsplit(config, tp, command.uses_mla(config))
     if found is None:
