@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from patchkit import fetch  # its modules load on first use: the cache's reader only, here
-from patchkit.base import hints
 from patchkit.base.enums import CheckLevel
 from patchkit.base.errors import BadInput, CheckFailed, PatchkitError
 from patchkit.base.fsutil import read_file
@@ -183,10 +182,8 @@ def refusal(failed: list[CheckResult], version: Version | None, root: Path) -> C
         + "; nothing was written:\n  "
         # the likely causes are the hint's, said once there
         + "\n  ".join(f"{r.path}: {r.message.removesuffix(f': {LIKELY_CAUSES}')}" for r in failed),
-        # a --patch diff's files may be no set's: the fetch lays out every file (--all), not the sets'
         hint=f"likely causes: {LIKELY_CAUSES}. Put the stock files back "
-        f"({stock_files_command(root, version, every=bool(hints.current().adhoc))}), or pass --force to patch "
-        "these files anyway",
+        f"({stock_files_command(root, version)}), or pass --force to patch these files anyway",
     )
 
 
