@@ -524,11 +524,16 @@ def test_a_partial_tree_names_one_fix_in_status_and_its_fleet_row(tmp_path):
         assert (row["state"], row["ok"], code) == ("partial", False, 1), row
         assert row["hint"] == json.loads(stdout)["hint"] and row["hint"].count("`patchkit") == 1, row["hint"]
         assert f"`patchkit apply --target {site} --patches {library}`" in row["hint"]
-        # verify fails a partial set as status does (audit23 F5); phase 1 is ready: its apply completes it
+        # verify fails a partial set as status does (audit23 F5). Phase 1 was ready (its apply completes
+        # it), but a failure on another node then reverted the set to stock (review43b G3): now refused,
+        # naming the node's own apply, after which phase 1 is ready
         prepared = node.run_step("prepare", request, run_in_process)
-        assert (prepared["state"], prepared["ok"]) == ("ready", True), prepared
+        assert (prepared["state"], prepared["ok"]) == ("partial", False), prepared
+        assert "rollback would revert its set to stock" in prepared["detail"], prepared
+        assert f"`patchkit apply --target {site} --patches {library}`" in prepared["hint"], prepared
         assert node.run_step("apply", {**request, "extra": ["--no-import"]}, run_in_process)["ok"]
         assert node.run_step("status", request, run_in_process)["ok"]
+        assert node.run_step("prepare", request, run_in_process)["ok"]
 
 
 def test_an_apply_that_leaves_the_guard_refusing_says_so_in_its_row_with_the_fix(tmp_path):
