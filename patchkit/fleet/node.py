@@ -240,6 +240,7 @@ def _hint(document: dict[str, Any]) -> str | None:
     own = [p for p in refusing if p.get("drifted") or p.get("stale")] or refusing
     fixes = [p["guard"].get("fix") for p in own]
     fixes += [p.get("hint") for p in parts]
+    fixes += [p["other_library"].get("fix") for p in parts if isinstance(p.get("other_library"), dict)]
     return "; ".join(dict.fromkeys(str(f) for f in fixes if isinstance(f, str) and f)) or None
 
 
@@ -281,6 +282,9 @@ def _why(document: dict[str, Any]) -> str:
         return "edited after patchkit patched it: " + ", ".join(map(str, document["drifted"]))
     if _guard_refuses(document):
         return _guard_said(document)
+    other = document.get("other_library")
+    if isinstance(other, dict) and other.get("changed"):  # its apply updates it (the hint), and is refused here
+        return f"applied from another library ({', '.join(map(str, _listed(other['changed'])))} changed)"
     return ""
 
 
