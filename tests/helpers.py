@@ -1061,3 +1061,33 @@ def double_ctrl_c_in_the_lock(monkeypatch) -> list[int]:
     monkeypatch.setattr(FileLock, "_acquire", acquire)
     monkeypatch.setattr(FileLock, "_release", release)
     return sent
+
+
+def patchkit_faulted(*args: object, fault: str = "") -> subprocess.CompletedProcess:
+    """`python -m patchkit ARGS` in a process of its own, which the fault ends (os._exit: a SIGKILL)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PATCHKIT_FAULT")} | OFFLINE
+    if fault:
+        env |= {"PATCHKIT_FAULT_AFTER": fault, "PATCHKIT_FAULT_MODE": "exit"}
+    return run_patchkit([str(a) for a in args], env, None, 120)
+
+
+def crash_after_the_first_replace(tree: Path, command: list[object], first: str, written: bytes) -> None:
+    """Run `command` on `tree` with a fault at the first step that leaves `first` holding `written`
+    with the journal still there (the commit cut short right after that replace); found by bisection
+    on copies (every later step leaves it written too, as the fault rolls nothing back)."""
+    keep = tree.parent / f"{tree.name}-before"
+    shutil.copytree(tree, keep, symlinks=True)
+
+    def replaced(step: int) -> bool:
+        shutil.rmtree(tree)
+        shutil.copytree(keep, tree, symlinks=True)
+        died = patchkit_faulted(*command, fault=str(step))
+        assert died.returncode in (0, 70), died.stdout + died.stderr  # 0: the command has fewer steps
+        return died.returncode == 0 or (tree / first).read_bytes() == written
+
+    low, high = 1, 64
+    assert replaced(high)
+    while low < high:
+        middle = (low + high) // 2
+        low, high = (low, middle) if replaced(middle) else (middle + 1, high)
+    assert replaced(low) and (tree / ".patchkit/journal.json").exists()  # it died, right after that replace

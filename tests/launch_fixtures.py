@@ -605,8 +605,9 @@ def eagle3_and_tools(tmp_path: Path) -> tuple[Path, Path, Path, Path]:
     --tool-call-parser demo or demo_v2; library.toml puts eagle3 first."""
     tree, lib = write_eagle3_setup(tmp_path)
     (tree / PARSER).parent.mkdir(parents=True, exist_ok=True)
-    (tree / PARSER).write_text("def parse(text):\n    return text\n")
-    patch = make_patch(tmp_path, tree, {PARSER: "def parse(text):\n    return text.strip()\n"})
+    parser_class = "class DemoToolParser:\n    pass\n\n\n"  # a class a plugin may build on
+    (tree / PARSER).write_text(parser_class + "def parse(text):\n    return text\n")
+    patch = make_patch(tmp_path, tree, {PARSER: parser_class + "def parse(text):\n    return text.strip()\n"})
     write_library(lib, {"0.16.0": [patch]}, name="tools", upstream=None)
     declare(lib / "eagle3", 'speculative_methods = ["eagle3"]')
     declare(lib / "tools", 'tool_call_parsers = ["demo", "demo_v2"]')

@@ -710,6 +710,31 @@ def test_a_signal_deferred_by_a_step_acts_once_it_ends_and_an_ignored_one_stays_
     assert {number: signal.getsignal(number) for number in signals.HANDLED} == before  # put back
 
 
+@pytest.mark.parametrize(("at", "signum"), [(1, signal.SIGTERM), (4, signal.SIGINT)])
+def test_a_signal_while_a_deferred_step_swaps_the_handlers_leaves_none_on_the_steps_collector(monkeypatch, at, signum):
+    """A real signal sent just after deferred() set SIGINT's handler (SIGTERM's still the command's),
+    or put SIGINT's back: signal.signal ran the command's handler before setting the next one, and it
+    raised there, leaving a handler on the step's collector (later signals lost) or the step unrun."""
+    real = signal.signal
+    calls: list[int] = []
+    ran = False
+
+    def set_then_signal(number, handler):
+        previous = real(number, handler)
+        calls.append(number)
+        if len(calls) == at:
+            os.kill(os.getpid(), signum)
+        return previous
+
+    with signals.handled():
+        monkeypatch.setattr(signal, "signal", set_then_signal)
+        with pytest.raises(signals.Interrupted) as raised, signals.deferred():
+            ran = True
+        monkeypatch.setattr(signal, "signal", real)
+        assert ran and raised.value.signum == signum
+        assert all(signal.getsignal(number) is signals._raise for number in signals.HANDLED)
+
+
 def test_a_second_signal_while_an_interrupt_is_reported_does_not_cut_the_report(monkeypatch, capsys):
     from patchkit.cli import main as cli
     from patchkit.cli.ui.run import begin_run

@@ -33,7 +33,7 @@ from helpers import (
 from launch_fixtures import write_model
 
 from patchkit._target import guard as target_guard
-from patchkit.engine import transaction
+from patchkit.engine import guard, transaction
 from patchkit.engine.guard import GUARD_VERSION, dist_info
 
 MODEL = "vllm/models/model.py"
@@ -1045,6 +1045,20 @@ def test_bytecode_under_the_pycache_prefix_is_judged_by_the_path_vllm_is_importe
     assert done.returncode != 0 and f"{pyc} (under the pycache prefix) is unchecked-hash" in done.stderr, done.stderr
     pyc.unlink()
     assert _load(link, PYTHONPYCACHEPREFIX=str(prefix)).returncode == 0
+
+
+def test_the_extension_modules_in_the_guards_place_are_looked_for_without_a_path_a_suffix(tmp_path, monkeypatch):
+    """Every command's launch verdict looks for an extension module named as the guard under each suffix the
+    launch's Python may load (~100 where the site names no Python): a Path built for each was ~40% of it."""
+    site = write_tree(tmp_path / "site")
+    suffixes = guard.launch_extensions(site)
+    (site / f"patchkit_guard{suffixes[-1]}").write_text("")
+    joined = []
+    join = Path.__truediv__
+    monkeypatch.setattr(Path, "__truediv__", lambda path, part: joined.append(part) or join(path, part))
+    [said] = guard._shadowing_module(site)
+    assert said.startswith(f"{site / ('patchkit_guard' + suffixes[-1])} is imported instead of patchkit_guard.py")
+    assert len(suffixes) > 50 and len(joined) < 5, joined
 
 
 @pytest.mark.parametrize("shadowing", ["patchkit_guard/__init__.py", "patchkit_guard.abi3.so"])

@@ -107,7 +107,7 @@ def test_the_start_up_line_is_the_one_patchkit_says_before_any_change():
 
 
 # the console script, with a Ctrl-C that lands while a finalizer runs during the revert: Python
-# prints "Exception ignored" for what the handler raised there and the command never sees it
+# drops what the handler raised there (the command never sees it) and would print its traceback
 SWALLOWED = """
 import os, signal, sys
 from patchkit.engine import operations
@@ -133,10 +133,58 @@ main()
 
 def test_an_interrupt_python_drops_in_a_finalizer_is_still_said_at_the_exit(tmp_path, scratch):
     site, done = revert_under(tmp_path, scratch, SWALLOWED)
-    assert "Exception ignored" in done.stderr, done.stderr  # the case: Python dropped the interrupt
+    assert "Exception ignored" not in done.stderr and "Traceback" not in done.stderr, done.stderr
     assert done.returncode == 130, (done.returncode, done.stderr)
     assert "interrupted after the revert was written: it is in place, the files restored" in done.stderr, done.stderr
+    assert done.stderr.count("interrupted") == 1, done.stderr
     assert (site / MODEL).read_text() == MODEL_PY
+
+
+# the console script, with a Ctrl-C that lands in importlib's module-lock weakref callback (run as an
+# import ends: a lazy import of the command's body), the first one the command runs
+IN_IMPORT_CALLBACK = """
+import os, signal, sys
+from contextlib import contextmanager
+from patchkit.base import signals
+
+real = signals.handled
+
+def probe(frame, event, _arg):
+    code = frame.f_code
+    if event == "call" and code.co_name == "cb" and code.co_filename == "<frozen importlib._bootstrap>":
+        sys.setprofile(None)
+        os.kill(os.getpid(), signal.SIGINT)  # handled at the callback's next call: inside it
+
+@contextmanager
+def handled():
+    with real():
+        sys.setprofile(probe)
+        try:
+            yield
+        finally:
+            sys.setprofile(None)
+
+signals.handled = handled
+sys.argv = ["patchkit", *sys.argv[1:]]
+from patchkit.cli.start import main
+main()
+"""
+
+
+def test_an_interrupt_in_an_imports_weakref_callback_prints_no_traceback(tmp_path, scratch):
+    """Review 42b F5: a Ctrl-C of apply printed "Exception ignored in: <function
+    _get_module_lock.<locals>.cb>" and a traceback ending in signals._raise: the handler raised inside
+    importlib's callback, where Python can only print and drop it. It is said once, at the exit."""
+    site, diff = applied_site(tmp_path, scratch, apply=False)
+    apply = ["apply", "--target", str(site), "--patch", str(diff), "--no-import"]
+    done = subprocess.run(
+        [sys.executable, "-c", IN_IMPORT_CALLBACK, *apply], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 130, (done.returncode, done.stderr)
+    assert "Exception ignored" not in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.count("error: interrupted") == 1, done.stderr
+    said = run_cli("status", "--target", site, "--patch", diff)
+    assert said.returncode == 0, said.stdout + said.stderr  # whole: applied (the line says so) or stock
 
 
 def test_an_interrupt_an_earlier_command_of_this_process_raised_is_not_the_next_ones(tmp_path, scratch):

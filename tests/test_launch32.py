@@ -309,6 +309,8 @@ USES_THE_PATCHED_PARSER = [
     "import vllm.tool_parsers.demo_tool_parser as demo\n",
     "from vllm.tool_parsers import demo_tool_parser\n",
     "from vllm.tool_parsers import ToolParserManager\nBase = ToolParserManager.get_tool_parser('demo')\n",
+    "import vllm.entrypoints.openai.tool_parsers as parsers\nBase = parsers.DemoToolParser\n",  # 0.11-0.12 export it
+    "import vllm.tool_parsers as parsers\nBase = getattr(parsers, 'DemoToolParser')\n",
 ]
 
 
@@ -384,6 +386,39 @@ def test_a_tool_parser_plugin_that_imports_by_a_computed_name_leaves_the_set_unj
     assert done.returncode == 0 and len(tree_state) == 1, done.stdout
     assert "imports modules by a name it computes" in tree_state[0]["message"], tree_state
     assert not any("tools" in note for note in document["notes"] if note.startswith("not used")), document
+
+
+LOOKED_UP_BY_A_COMPUTED_NAME = [
+    "from vllm.tool_parsers import ToolParserManager\nBase = ToolParserManager.get_tool_parser(NAME)\n",
+    "from vllm.tool_parsers import ToolParserManager as M\nBase = M.get_tool_parser(f'{KIND}_v2')\n",
+    "from vllm.tool_parsers import ToolParserManager\nBase = ToolParserManager.tool_parsers[NAME]\n",
+    "from vllm.tool_parsers import ToolParserManager\nBase = ToolParserManager.lazy_parsers.get(NAME)\n",
+    "import vllm.tool_parsers as parsers\nBase = getattr(parsers, NAME)\n",
+    "from vllm import tool_parsers\nBase = getattr(tool_parsers, NAME)\n",
+]
+
+
+@pytest.mark.parametrize("plugin", LOOKED_UP_BY_A_COMPUTED_NAME)
+def test_a_tool_parser_plugin_that_looks_a_parser_up_by_a_computed_name_leaves_the_set_unjudged(
+    setup, tmp_path, plugin
+):
+    """launch32's F9 rest: a plugin that takes its base parser from vLLM's registry or the parsers'
+    package by a name it computes may build on the patched parser: "cannot judge", never "not used".
+    A getattr of its own (not on vLLM's package) leaves the set unused."""
+    tree, lib, target, _ = setup
+    (tmp_path / "dyn.py").write_text(plugin + "@ToolParserManager.register_module('mine')\nclass Mine:\n    pass\n")
+    launch = [*PLUGIN_LAUNCH(target), str(tmp_path / "dyn.py")]
+    done = run_cli_read_only(
+        "preflight", "--target", tree, "--patches", lib, "--no-import", "--format", "json", "--", *launch
+    )
+    document = json.loads(done.stdout)
+    tree_state = [f for f in document["findings"] if f["check"] == "tree-state" and f["result"] == "cannot judge"]
+    assert done.returncode == 0 and len(tree_state) == 1, done.stdout
+    assert "looks a tool parser up by a name it computes" in tree_state[0]["message"], tree_state
+    assert not any("tools" in note for note in document["notes"] if note.startswith("not used")), document
+    (tmp_path / "own.py").write_text("import json\nBase = getattr(json, NAME)\nparsers = {}\nBase = parsers[NAME]\n")
+    code, notes, _ = preflight_notes(tree, lib, *PLUGIN_LAUNCH(target), str(tmp_path / "own.py"))
+    assert code == 0 and any(n.startswith("not used by this launch: ") and "tools" in n for n in notes), notes
 
 
 # --- F4: a launch's Python that does not answer which pycache prefix it sets: cannot judge -------------

@@ -143,3 +143,37 @@ def test_an_unpadded_drafter_batch_with_extra_slots_fails(tmp_path, tree, asked,
 )
 def test_a_padded_batch_or_a_proposer_without_extra_slots_passes(tmp_path, tree, spec):
     assert spec_findings(tmp_path, tree, spec, drafter={**DRAFTER, "pard_token": 0}) == []
+
+
+WEIGHT_UTILS = "vllm/model_executor/model_loader/weight_utils.py"
+# get_quant_config's read of hf_overrides as 0.12-0.17 write it (the draft config's is a function), and as
+# 0.22 on guard it
+UNGUARDED = "def get_quant_config(model_config, load_config):\n    return model_config.hf_overrides.get('f', None)\n"
+GUARDED = (
+    "def get_quant_config(model_config, load_config):\n    hf_overrides = model_config.hf_overrides\n"
+    "    if not isinstance(hf_overrides, dict):\n        raise ValueError('x')\n    return hf_overrides.get('f')\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("utils", "change", "fails"),
+    [
+        (UNGUARDED, {}, True),
+        (GUARDED, {}, False),
+        (UNGUARDED, {"quantization_config": {"quant_method": "fp8"}}, False),  # its own: vLLM reads that
+    ],
+)
+def test_draft_model_given_a_quantization_its_config_lacks_fails(tmp_path, tree, utils, change, fails):
+    """DraftModelProposer builds the drafter's VllmConfig with the speculative "quantization"
+    (create_vllm_config_for_draft_model): 0.12-0.17's get_quant_config calls .get on the draft
+    config's hf_overrides, a function (review42a R5, checked on vLLM 0.16.0)."""
+    (tree[0] / WEIGHT_UTILS).parent.mkdir(parents=True, exist_ok=True)
+    (tree[0] / WEIGHT_UTILS).write_text(utils)
+    found = spec_findings(
+        tmp_path, tree, {"method": "draft_model", "quantization": "fp8"}, drafter={**DRAFTER, **change}
+    )
+    said = [f for f in found if "hf_overrides" in f["message"]]
+    assert bool(said) is fails, found
+    if fails:
+        assert said[0]["result"] == "fail" and "after the target's load" in said[0]["message"], said
+        assert said[0]["fix"].startswith('drop "quantization" from --speculative-config'), said

@@ -6,21 +6,19 @@ command refuses with a hint, and the commands the hint names really bring the tr
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
-from cli_server import run_patchkit
 from helpers import (
     MODEL_PY,
-    OFFLINE,
     SPEC_PY,
     STOCK_FILES,
+    crash_after_the_first_replace,
     make_patch,
+    patchkit_faulted,
     snapshot,
     stock_files_fetched,
     write_library,
@@ -35,38 +33,8 @@ MODEL = "vllm/models/model.py"
 PATCHED = {SPEC: SPEC_PY.replace('"qwen"', '"deepseek"'), MODEL: MODEL_PY.replace("return x", "return x + 1")}
 
 
-def _patchkit(*args: object, fault: str = "") -> subprocess.CompletedProcess:
-    """`python -m patchkit ARGS` in a process of its own, which the fault ends (os._exit: a SIGKILL)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PATCHKIT_FAULT")} | OFFLINE
-    if fault:
-        env |= {"PATCHKIT_FAULT_AFTER": fault, "PATCHKIT_FAULT_MODE": "exit"}
-    return run_patchkit([str(a) for a in args], env, None, 120)
-
-
 def _tree_files(tree: Path) -> dict[str, bytes]:
     return {path: data for path, data in snapshot(tree).items() if not path.startswith(".patchkit/")}
-
-
-def _crash_after_the_first_replace(tree: Path, command: list[object], first: str, written: bytes) -> None:
-    """Run `command` on `tree` with a fault at the first step that leaves `first` holding `written`
-    with the journal still there (the commit cut short right after that replace); found by bisection
-    on copies (every later step leaves it written too, as the fault rolls nothing back)."""
-    keep = tree.parent / f"{tree.name}-before"
-    shutil.copytree(tree, keep, symlinks=True)
-
-    def replaced(step: int) -> bool:
-        shutil.rmtree(tree)
-        shutil.copytree(keep, tree, symlinks=True)
-        died = _patchkit(*command, fault=str(step))
-        assert died.returncode in (0, 70), died.stdout + died.stderr  # 0: the command has fewer steps
-        return died.returncode == 0 or (tree / first).read_bytes() == written
-
-    low, high = 1, 64
-    assert replaced(high)
-    while low < high:
-        middle = (low + high) // 2
-        low, high = (low, middle) if replaced(middle) else (middle + 1, high)
-    assert replaced(low) and (tree / ".patchkit/journal.json").exists()  # it died, right after that replace
 
 
 @pytest.fixture
@@ -76,7 +44,7 @@ def applied(tmp_path, scratch) -> tuple[Path, Path, dict[str, bytes]]:
     stock = _tree_files(tree)
     diff = tmp_path / "site.diff"
     diff.write_bytes(make_patch(scratch, tree, PATCHED))
-    assert _patchkit("apply", "--target", tree, "--patch", diff, "--no-import").returncode == 0
+    assert patchkit_faulted("apply", "--target", tree, "--patch", diff, "--no-import").returncode == 0
     return tree, diff, stock
 
 
@@ -102,17 +70,17 @@ def test_a_revert_cut_short_whose_patched_original_is_damaged_is_rolled_back(tmp
         (tmp_path / "site.diff").write_bytes(diff)
         chosen = ["--patch", tmp_path / "site.diff"]
     stock = _tree_files(tree)
-    assert _patchkit("apply", "--target", tree, *chosen, "--no-import").returncode == 0
+    assert patchkit_faulted("apply", "--target", tree, *chosen, "--no-import").returncode == 0
     patched = _tree_files(tree)
-    _crash_after_the_first_replace(tree, ["revert", "--target", tree, *chosen], SPEC, SPEC_PY.encode())
+    crash_after_the_first_replace(tree, ["revert", "--target", tree, *chosen], SPEC, SPEC_PY.encode())
     _damage(tree, PATCHED[SPEC].encode())
 
-    done = _patchkit("status", "--target", tree, *chosen)
+    done = patchkit_faulted("status", "--target", tree, *chosen)
     said = " ".join(done.stderr.split())
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"the saved original of {SPEC} was damaged or missing: made again from the patches its record" in said
     assert _tree_files(tree) == patched and not (tree / ".patchkit/journal.json").exists()
-    assert _patchkit("revert", "--target", tree, *chosen).returncode == 0
+    assert patchkit_faulted("revert", "--target", tree, *chosen).returncode == 0
     assert _tree_files(tree) == stock
 
 
@@ -121,20 +89,21 @@ def test_a_damaged_original_no_patch_at_hand_makes_again_names_a_revert_that_wor
     refuses; the fix the hint named (fetch --force, then recover) changed nothing. The hint now
     names the journal's removal and the revert that finishes it: run as said, the tree is stock."""
     tree, diff, stock = applied
-    _crash_after_the_first_replace(tree, ["revert", "--target", tree, "--patch", diff], SPEC, SPEC_PY.encode())
+    crash_after_the_first_replace(tree, ["revert", "--target", tree, "--patch", diff], SPEC, SPEC_PY.encode())
     _damage(tree, PATCHED[SPEC].encode())
     diff.rename(diff.with_suffix(".gone"))
     for command in (["status"], ["recover"], ["revert"], ["apply", "--no-import"]):
-        refused = _patchkit(*command, "--target", tree)
+        refused = patchkit_faulted(*command, "--target", tree)
         assert refused.returncode == 2 and f"the saved original of {SPEC} is damaged" in refused.stderr
     hint = " ".join(refused.stderr.split()).split("If one was", 1)[1]
     assert "fetch" not in hint, hint
     forget, finish = re.findall(r"`([^`]+)`", hint)
-    assert forget == shlex.join(["rm", "--", str(tree / ".patchkit/journal.json")]), hint
-    subprocess.run(shlex.split(forget), check=True)
+    assert forget.startswith(shlex.join(["rm", "-f", "--", str(tree / ".patchkit/journal.json")])), hint
+    subprocess.run(["bash", "-c", forget], check=True)  # the staged files of its commit too (a glob)
+    assert not list(tree.rglob("*.patchkit-*.tmp"))
     words = shlex.split(finish)
     assert words[:2] == ["patchkit", "revert"], hint
-    done = _patchkit(*words[1:])
+    done = patchkit_faulted(*words[1:])
     assert done.returncode == 0, done.stdout + done.stderr
     assert _tree_files(tree) == stock
     assert not (tree / ".patchkit/journal.json").exists()
@@ -145,13 +114,13 @@ def test_an_apply_cut_short_whose_stock_original_is_damaged_takes_vllms_own_file
     release's own spec.py (patchkit's fetcher, checked against the wheel's RECORD) is that
     original, by its sha256, and the rollback puts it back."""
     tree, diff, stock = applied
-    assert _patchkit("revert", "--target", tree, "--patch", diff).returncode == 0
+    assert patchkit_faulted("revert", "--target", tree, "--patch", diff).returncode == 0
     write_wheel(tmp_path / "wheel")  # the release's wheel, published in the test's cache
     stock_files_fetched({p: d for p, d in STOCK_FILES.items() if p == SPEC})
     command: list[object] = ["apply", "--target", tree, "--patch", diff, "--no-import"]
-    _crash_after_the_first_replace(tree, command, SPEC, PATCHED[SPEC].encode())
+    crash_after_the_first_replace(tree, command, SPEC, PATCHED[SPEC].encode())
     _damage(tree, SPEC_PY.encode())
-    done = _patchkit("status", "--target", tree, "--patch", diff)
+    done = patchkit_faulted("status", "--target", tree, "--patch", diff)
     said = " ".join(done.stderr.split())
     assert done.returncode in (0, 1), done.stdout + done.stderr
     assert f"the saved original of {SPEC} was damaged or missing: made again from vLLM 0.16.0's own file" in said
@@ -169,9 +138,9 @@ def test_an_apply_cut_short_offline_names_a_fetch_that_lays_out_the_lost_file(tm
     diff = tmp_path / "site.diff"
     diff.write_bytes(make_patch(scratch, tree, PATCHED))
     command: list[object] = ["apply", "--target", tree, "--patch", diff, "--no-import"]
-    _crash_after_the_first_replace(tree, command, SPEC, PATCHED[SPEC].encode())
+    crash_after_the_first_replace(tree, command, SPEC, PATCHED[SPEC].encode())
     _damage(tree, SPEC_PY.encode())
-    refused = _patchkit("status", "--target", tree)
+    refused = patchkit_faulted("status", "--target", tree)
     assert refused.returncode == 2 and f"the saved original of {SPEC} is damaged" in refused.stderr
     fetched, recover = re.findall(r"`([^`]+)`", " ".join(refused.stderr.split()).split("If one was", 1)[1])
     assert shlex.split(fetched) == ["patchkit", "fetch", "0.16.0", "--dest", str(tree), "--force", "--all"]
@@ -179,7 +148,7 @@ def test_an_apply_cut_short_offline_names_a_fetch_that_lays_out_the_lost_file(tm
     write_wheel(tmp_path / "wheel")  # the index answers again: the release's files in the cache
     stock_files_fetched(python_files)
     for words in (shlex.split(fetched), shlex.split(recover)):
-        done = _patchkit(*words[1:])
+        done = patchkit_faulted(*words[1:])
         assert done.returncode == 0, done.stdout + done.stderr
     assert _tree_files(tree) == stock and not (tree / ".patchkit/journal.json").exists()
 
@@ -197,18 +166,18 @@ def test_a_lost_original_of_an_older_guard_leaves_no_guard_and_names_apply(appli
     record = json.loads((tree / ".patchkit/state.json").read_text())
     record["guard"]["patchkit_guard.py"] = sha256(older)
     (tree / ".patchkit/state.json").write_text(json.dumps(record))
-    _crash_after_the_first_replace(tree, ["apply", "--target", tree, "--patch", diff, "--no-import"], guard.name, own)
+    crash_after_the_first_replace(tree, ["apply", "--target", tree, "--patch", diff, "--no-import"], guard.name, own)
     (tree / ".patchkit/objects" / sha256(older)).unlink()
-    done = _patchkit("status", "--target", tree, "--patch", diff)
+    done = patchkit_faulted("status", "--target", tree, "--patch", diff)
     said = " ".join(done.stderr.split())
     assert done.returncode in (0, 1), done.stdout + done.stderr
     assert "the launch guard's 1 file(s) it replaced removed, not restored (the saved original is damaged" in said
     assert not guard.exists() and not (tree / ".patchkit/journal.json").exists()
     [apply] = [c for c in re.findall(r"`([^`]+)`", said) if c.startswith("patchkit apply")]
-    again = _patchkit(*shlex.split(apply)[1:], "--no-import")
+    again = patchkit_faulted(*shlex.split(apply)[1:], "--no-import")
     assert again.returncode == 0, again.stdout + again.stderr
     assert guard.read_bytes() == own
-    assert _patchkit("status", "--target", tree, "--patch", diff).returncode == 0
+    assert patchkit_faulted("status", "--target", tree, "--patch", diff).returncode == 0
 
 
 def test_a_revert_whose_stock_originals_are_damaged_takes_vllms_own_files(applied, tmp_path):
@@ -222,8 +191,32 @@ def test_a_revert_whose_stock_originals_are_damaged_takes_vllms_own_files(applie
     diff.rename(diff.with_suffix(".gone"))
     write_wheel(tmp_path / "wheel")  # the release's wheel, published in the test's cache
     stock_files_fetched({p: d for p, d in STOCK_FILES.items() if p in (SPEC, MODEL)})
-    done = _patchkit("revert", "--target", tree)
+    done = patchkit_faulted("revert", "--target", tree)
     said = " ".join(done.stderr.split())
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"{SPEC} was restored from vLLM 0.16.0's own file (sha256 checked)" in said, said
     assert _tree_files(tree) == stock
+
+
+def test_the_journals_removal_a_hint_names_takes_the_staged_files_of_its_commit_too(tmp_path, scratch):
+    """An apply cut short after its first replace, its stock original then lost (offline): the hint's
+    way out if no apply was cut short is to remove the journal. The commit's staged new content of the
+    file it had not replaced yet (`.model.py.patchkit-<id>.tmp`) stayed in vllm/, named by nothing.
+    The hint's `rm` takes those too (by the journal's id), and nothing else."""
+    tree = write_tree(tmp_path / "site", files={p: d for p, d in STOCK_FILES.items() if p.endswith(".py")})
+    diff = tmp_path / "site.diff"
+    diff.write_bytes(make_patch(scratch, tree, PATCHED))
+    command: list[object] = ["apply", "--target", tree, "--patch", diff, "--no-import"]
+    crash_after_the_first_replace(tree, command, SPEC, PATCHED[SPEC].encode())
+    _damage(tree, SPEC_PY.encode())
+    staged = sorted(p.relative_to(tree).as_posix() for p in tree.rglob(".*.patchkit-*.tmp"))
+    assert staged and all(p.startswith("vllm/") for p in staged), staged
+    before = {p: d for p, d in _tree_files(tree).items() if p not in staged}
+    refused = patchkit_faulted("status", "--target", tree)
+    assert refused.returncode == 2 and f"the saved original of {SPEC} is damaged" in refused.stderr
+    forget = re.findall(r"`([^`]+)`", " ".join(refused.stderr.split()))[0]
+    assert forget.startswith("rm "), forget
+    subprocess.run(["bash", "-c", forget], check=True)
+    assert not (tree / ".patchkit/journal.json").exists()
+    assert not list(tree.rglob("*.patchkit-*.tmp"))  # the staged files are gone
+    assert _tree_files(tree) == before  # and no other file

@@ -281,6 +281,28 @@ def test_a_file_in_objects_that_no_digest_names_is_kept_and_said(scene):
     assert "holds README: no saved original" in after and "revert` removes" not in after, after
 
 
+def test_a_digest_named_symlink_in_objects_is_kept_and_said(scene, tmp_path):
+    """Review 42b F4: a symlink named by a digest in .patchkit/objects/ was removed by the revert's
+    prune without a word. patchkit writes regular files only there: it stays and is named as the
+    other entries patchkit did not write are, and its target is untouched."""
+    tree, patch = scene
+    assert run_cli_writing("apply", "--target", tree, "--patch", patch).returncode == 0
+    outside = tmp_path / "mine.txt"
+    outside.write_text("not patchkit's\n")
+    link = tree / ".patchkit" / "objects" / ("b" * 64)
+    link.symlink_to(outside)
+    status = run_cli_judged("status", "--target", tree, "--patch", patch)
+    noted = " ".join(status.stdout.split())
+    assert status.returncode == 0 and f".patchkit/objects/ holds {'b' * 64}: no saved original" in noted, noted
+    done = run_cli_writing("revert", "--target", tree, "--patch", patch)
+    said = " ".join(done.stderr.split())
+    assert done.returncode == 0 and (tree / MODEL).read_text() == MODEL_PY, done.stdout + done.stderr
+    assert link.is_symlink() and outside.read_text() == "not patchkit's\n"
+    assert "kept 1 file(s)" in said and f"objects/{'b' * 64}" in said, said
+    after = " ".join(run_cli_judged("status", "--target", tree, "--patch", patch).stdout.split())
+    assert f"holds {'b' * 64}: no saved original" in after and "revert` removes" not in after, after
+
+
 def test_the_fetch_a_damaged_original_of_a_patch_file_names_lays_that_file_out(scene, tmp_path):
     """The class of review 41b M5 in revert: a --patch apply's saved original damaged, its file edited
     since (nothing reverses), so revert refused, naming `fetch VERSION --dest T --force`, which lays

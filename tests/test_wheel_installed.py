@@ -17,17 +17,22 @@ from pathlib import Path
 import pytest
 
 from patchkit._target import guard
+from patchkit.base import hints
+from patchkit.base.options import Options
 from patchkit.distinfo import installed_record
 from patchkit.distinfo.record import parse_record
+from patchkit.tree.target import stock_files_command
 
 from helpers import (  # isort: skip
     MODEL_PY,
     OFFLINE,
     SPEC_PY,
     assert_clean_failure,
+    crash_after_the_first_replace,
     fingerprint,
     make_patch,
     patched_spec,
+    patchkit_faulted,
     pip_install,
     record_rows,
     run_cli_judged,
@@ -398,3 +403,38 @@ def test_a_provenance_path_holding_a_newline_is_said_on_one_line(tmp_path):
     assert_clean_failure(done, 2)
     assert "the entry of vllm/a\\x0ab\\u202e.py records neither" in done.stderr, done.stderr
     assert not any(line.startswith("b") for line in done.stderr.splitlines()), done.stderr
+
+
+def test_a_revert_cut_short_whose_patched_original_is_damaged_is_made_again_from_the_wheels_patches(wheel):
+    """A revert of the wheel's set cut short after it wrote spec.py's stock bytes, the saved original it
+    needs to roll back (the wheel's patched spec.py) then damaged. The rebuild looked only at records in
+    state.json (a wheel's set has none there), so every command refused, naming a pip install of the
+    wheel's own +patchkit label, which no index has. The original is made again from the patches the
+    wheel ships (sha256 checked): the rollback ends, and the revert then takes the tree to stock."""
+    spec = "vllm/config/spec.py"
+    patched = snapshot(wheel.site)
+    command: list[object] = ["revert", "--target", wheel.site, "--patches", wheel.library]
+    crash_after_the_first_replace(wheel.site, command, spec, wheel.stock[spec])
+    obj = wheel.site / ".patchkit/objects" / sha(CHANGES[spec].encode())
+    obj.unlink()
+    obj.write_bytes(b"damaged\n")
+    done = patchkit_faulted("status", "--target", wheel.site, "--patches", wheel.library)
+    said = " ".join(done.stderr.split())
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"the saved original of {spec} was damaged or missing: made again from the patches the installed" in said
+    assert snapshot(wheel.site) == patched and not (wheel.site / ".patchkit/journal.json").exists()
+    assert wheel.cli("revert", env=OFFLINE).returncode == 0
+    assert snapshot(wheel.site) == wheel.stock
+
+
+@pytest.mark.parametrize("stock_version", [STOCK, f"{STOCK}+cu129"])
+def test_the_stock_files_hint_of_a_patched_wheels_install_names_its_release(tmp_path, stock_version):
+    """Every stock_files_command/pip_reinstall hint on a tree whose vLLM is patchkit's own wheel named
+    `pip install --force-reinstall --no-deps vllm==X+patchkit.<set>` (or a fetch of it): no index has
+    that version. It names the release the wheel was built from (its own local label kept: cu129)."""
+    wheel = WheelTree(tmp_path, stock_version=stock_version)
+    (wheel.site / wheel.dist / "INSTALLER").write_text("pip\n")  # pip installed it
+    with hints.selected(Options(target_dir=str(wheel.site), python="/venv/bin/python")):
+        said = [stock_files_command(wheel.site, None), hints.pip_reinstall(wheel.version)]
+    expected = f"`/venv/bin/python -m pip install --force-reinstall --no-deps vllm=={stock_version}`"
+    assert said == [expected, expected]

@@ -126,10 +126,21 @@ def pip_reinstall(version: object | None) -> str:
     by the tree's interpreter when the user named it (--python) or patchkit found it, else `python
     -m pip` with a word on which one."""
     python = current().python or _INTERPRETER.get()
-    release = version or current().vllm_version or "VERSION"
+    release = release_of(version or current().vllm_version or "VERSION")
     words = [python or "python", "-m", "pip", "install", "--force-reinstall", "--no-deps", f"vllm=={release}"]
     text = "`" + shlex.join(words) + "`"
     return text if python else f"{text} (with the Python of that environment)"
+
+
+def release_of(version: object) -> str:
+    """`version` less the local label `patchkit wheel` gives (`0.16.0+cu129.patchkit.eagle3`:
+    0.16.0+cu129): a patched wheel's version is on no index, its release's stock files are."""
+    public, _, label = str(version).partition("+")
+    words = label.lower().replace("_", ".").replace("-", ".").split(".")
+    if "patchkit" not in words:
+        return str(version)
+    kept = ".".join(words[: words.index("patchkit")])
+    return f"{public}+{kept}" if kept else public
 
 
 def remove_files(paths: list[str]) -> str:

@@ -5,9 +5,12 @@ a signal that arrives then is raised once that step is whole (a second Ctrl-C ca
 from __future__ import annotations
 
 import signal
+import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
+from typing import Any
 
 from patchkit.base import hints
 
@@ -99,6 +102,8 @@ def handled() -> Iterator[None]:
         yield
         return
     previous = {number: signal.getsignal(number) for number in HANDLED}
+    hook = sys.unraisablehook
+    sys.unraisablehook = partial(_unraisable, hook)
     for number, handler in previous.items():
         if handler is not signal.SIG_IGN:
             signal.signal(number, _raise)
@@ -111,8 +116,17 @@ def handled() -> Iterator[None]:
                 if handler is not None:
                     late = _held and handler is not signal.SIG_IGN
                     signal.signal(number, _note_late if late else handler)
+            sys.unraisablehook = hook
         finally:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, HANDLED)
+
+
+def _unraisable(hook: Callable[[Any], object], unraisable: Any) -> None:
+    """Python drops what a handler raises inside a finalizer or weakref callback (importlib's module
+    lock's, as an import ends) and prints its traceback: ours is noted (_raise) and said at the exit
+    instead, in the usual one line. Anything else goes to the hook before."""
+    if not isinstance(unraisable.exc_value, Interrupted):
+        hook(unraisable)
 
 
 _held = False  # the process ends with this command (the console script): see hold_until_exit
@@ -168,18 +182,28 @@ def deferred() -> Iterator[None]:
         yield
         return
     pending: list[int] = []
-    previous = {number: signal.signal(number, lambda signum, _frame: pending.append(signum)) for number in HANDLED}
+    previous = _set_all(dict.fromkeys(HANDLED, lambda signum, _frame: pending.append(signum)))
     try:
         yield
     finally:
-        for restored, handler in previous.items():
-            signal.signal(restored, handler)
+        _set_all(previous)
     for signum in pending:
         handler = previous[signal.Signals(signum)]
         if callable(handler):
             handler(signum, None)  # ours (or Python's own for SIGINT) raises; a host's does its part
         elif handler is not signal.SIG_IGN:
             raise Interrupted(signum)
+
+
+def _set_all(handlers: dict[Any, Any]) -> dict[Any, Any]:
+    """Set the handlers, the signals blocked meanwhile (their mask then put back as it was: a
+    rollback's block stays), and return those they replace. signal.signal runs a pending signal's
+    handler before it sets one: one of ours raising there would leave the rest as they were."""
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED)
+    try:
+        return {number: signal.signal(number, handler) for number, handler in handlers.items()}
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
 _run = threading.local()  # per thread: fleet's agent runs commands in-process

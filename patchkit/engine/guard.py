@@ -538,7 +538,8 @@ def _shadowing_module(root: Path) -> list[str]:
     stem, loaded = MODULE.removesuffix(".py"), launch_extensions(root)  # the launch's Python's suffixes only
     inits = {"__init__.py", "__init__.pyc", *(f"__init__{suffix}" for suffix in loaded)}
     found = [f"{stem}/{name}" for name in sorted(inits & {*shadow.regular_names(root / stem)})]
-    found += [stem + suffix for suffix in loaded if os.path.isfile(root / (stem + suffix))]
+    site = os.fspath(root)  # joined as text: a Path a suffix (~100 where the site names no Python) was most of it
+    found += [stem + suffix for suffix in loaded if os.path.isfile(os.path.join(site, stem + suffix))]
     return [f"{root / found[0]} {INSTEAD_OF_GUARD}: what a launch runs cannot be told"] if found else []
 
 

@@ -63,9 +63,8 @@ from patchkit.series import dry_run
 from patchkit.series.hunks import NEW_FILE_EXISTS, RENAME_TARGET_EXISTS
 from patchkit.series.library import PatchSetDef, has_series, load_library, locate, select
 from patchkit.series.patchfile import touched_paths
-from patchkit.store.objects import read_object
+from patchkit.store.objects import is_object, read_object
 from patchkit.store.state import (
-    DIGEST,
     META_DIR,
     THROUGH_A_SYMLINK,
     Entry,
@@ -1119,7 +1118,7 @@ def left_by_a_killed_command(root: Path, state: State | None) -> list[str]:
         empty = not os.listdir(meta)
     except OSError:
         return []
-    held = sum(1 for name in names if DIGEST.fullmatch(name))  # another name is no object: revert keeps it
+    held = sum(1 for name in names if is_object(objects / name))  # anything else: revert keeps it
     revert = hints.command("revert")
     if held:
         return [f"{META_DIR}/objects/ holds {held} file(s) no record names: {revert} removes them"]
@@ -1134,12 +1133,12 @@ def unknown_in_objects(root: Path) -> list[str]:
         names = os.listdir(objects) if objects.is_dir() and not objects.is_symlink() else []
     except OSError:
         return []
-    unknown = sorted(n for n in names if not DIGEST.fullmatch(n) and not _OBJECT_TEMP.fullmatch(n))
+    unknown = sorted(n for n in names if not is_object(objects / n) and not _OBJECT_TEMP.fullmatch(n))
     if not unknown:
         return []
     return [
-        f"{META_DIR}/objects/ holds {few(unknown, sep=', ')}: no saved original of patchkit's (those are named by "
-        "their sha256), so every command keeps it; remove it yourself if you do not need it"
+        f"{META_DIR}/objects/ holds {few(unknown, sep=', ')}: no saved original of patchkit's (those are regular "
+        "files named by their sha256), so every command keeps it; remove it yourself if you do not need it"
     ]
 
 

@@ -1772,10 +1772,9 @@ def _patched_build_said(root: Path, dist_info: Path) -> str:
     """A tree installed from a patched wheel that records no apply: never "stock", and what undoes
     the wheel (a revert of it; its provenance lost, the stock wheel reinstalled)."""
     if installed_wheel_reader().find(root) is None:  # a `+patchkit…` label, its record lost
-        version, _, label = dist_info.name[len("vllm-") : -len(".dist-info")].partition("+")
-        local = label.lower().replace("_", ".").split(".")
-        stock = ".".join(local[: local.index("patchkit")] if "patchkit" in local else local)
-        undo = f"{stock_files_command(root, version + ('+' + stock if stock else ''))} puts the stock files back"
+        undo = (
+            f"{stock_files_command(root, dist_info.name[len('vllm-') : -len('.dist-info')])} puts the stock files back"
+        )
     else:
         every = hints.command("revert", chosen=replace(hints.current(), set_name=None, set_names=()))
         undo = f"{every} reverts the wheel's patches"

@@ -71,7 +71,8 @@ from patchkit.base.fsutil import (
 )
 from patchkit.base.hashing import sha256
 from patchkit.base.values import FrozenValue, Value, frozen
-from patchkit.distinfo.record import listings
+from patchkit.distinfo import installed_wheel_reader
+from patchkit.distinfo.record import has_provenance, listings
 from patchkit.engine.guard import guard_files
 from patchkit.engine.vouched import needs_force, patches_at_hand, recorded_in_library
 from patchkit.series.hunks import made_file
@@ -711,10 +712,11 @@ def _undecided_hint(root: Path, paths: list[str], journal: Journal) -> str:
     """What patchkit will and will not do with the files, and the commands that go on safely: the
     journal removed (every file stays as it is), or vLLM's stock files back, then recover."""
     created = {entry["path"] for entry in journal["files"] if entry["before"] is None}
-    forget = "`" + shlex.join(["rm", "--", str(journal_path(root))]) + "`"
+    forget, staged = _forget_journal(root, journal)
     said = (
         "patchkit changes and deletes none of these files on the journal's word. If no apply or revert "
-        f"of yours was cut short here, the journal is not patchkit's: {forget} removes it (every file stays "
+        f"of yours was cut short here, the journal is not patchkit's: {forget} removes it"
+        f"{' and the new contents its commit staged' if staged else ''} (every file stays "
         f"as it is), then {hints.command('status')} judges the tree"
     )
     if all(path in created for path in paths):  # vLLM's stock files back would leave these as they are
@@ -730,6 +732,21 @@ def _undecided_hint(root: Path, paths: list[str], journal: Journal) -> str:
         f"{said}. If one was, put the stock files back with {stock_files_command(root, None, every=True)}, then "
         f"run {hints.command('recover')}. The saved originals are in {objects_dir(root)}"
     )
+
+
+def _forget_journal(root: Path, journal: Journal) -> tuple[str, bool]:
+    """The command that removes the journal, and with it the staged files its commit left (by their
+    temp name of this journal's id, `.NAME.patchkit-<id>.tmp`, a glob a directory: a release's
+    commit stages a thousand), and whether any is there; nothing else is named."""
+    where = sorted({str((root / e["staged"]).parent) for e in journal["files"] if _left_staged(root, e)})
+    globs = [f"{shlex.quote(d + '/')}.*.patchkit-{journal['id']}.tmp" for d in where]
+    words = ["rm", *(["-f"] if globs else []), "--", str(journal_path(root))]
+    return "`" + " ".join([shlex.join(words), *globs]) + "`", bool(globs)
+
+
+def _left_staged(root: Path, entry: JournalEntry) -> bool:
+    staged = entry.get("staged")  # read_journal held it to staged_name(path, id)
+    return isinstance(staged, str) and os.path.lexists(root / staged)
 
 
 def _finishing_revert(root: Path, paths: list[str], journal: Journal) -> str | None:
@@ -874,15 +891,31 @@ def _rebuilt_original(root: Path, journal: Journal, entry: JournalEntry) -> tupl
     if own is not None and sha256(own) == digest:
         return own, "this patchkit's launch guard"
     recorded = [e for e in store_journal.previous_state(root, journal).entries if _wrote(e, path, digest)]
-    makers = [patches for e in recorded if (patches := _recorded_patches(e, root))]
+    makers = [(patches, "the patches its record names") for e in recorded if (patches := _recorded_patches(e, root))]
+    wheel = _wheel_patches(root, path, digest)
+    makers += [(wheel, "the patches the installed patched wheel ships")] if wheel else []
     for base, what in _stock_candidates(root, path, [e.files[path].get("before") for e in recorded]):
         if sha256(base) == digest:
             return base, what
-        for patches in makers:
+        for patches, made_from in makers:
             made = made_file(_only(path, base), path, patches)
             if made is not None and sha256(made) == digest:
-                return made, "the patches its record names"
+                return made, made_from
     return None, ""
+
+
+def _wheel_patches(root: Path, path: str, digest: str) -> list[Patch]:
+    """The patches a patched wheel's install ships in its dist-info (each held to its sha256), when its
+    provenance records `digest` as `path`'s patched bytes: the original a revert of the wheel's sets
+    replaced (no record in state.json names it). []: no such wheel, or a provenance not believed."""
+    if not has_provenance(root):
+        return []
+    try:
+        found = installed_wheel_reader().find(root)
+        shas = found.files.get(path) if found is not None else None
+        return found.patches() if shas is not None and shas.patched_sha256 == digest else []
+    except PatchkitError:
+        return []
 
 
 def _recorded_patches(entry: Entry, root: Path) -> list[Patch]:

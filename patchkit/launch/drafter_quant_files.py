@@ -14,12 +14,15 @@ from patchkit.checks.parsed import python_tree
 from patchkit.launch import observed
 from patchkit.launch.drafter_weights import quantization
 from patchkit.launch.engine import LaunchContext, Reader
+from patchkit.launch.findings import Finding
+from patchkit.launch.method import settled_method
 from patchkit.launch.weights import drafter_directory
 
 QUANTIZATION = "vllm/model_executor/layers/quantization"  # where vLLM maps methods to config classes
 WEIGHT_UTILS = "vllm/model_executor/model_loader/weight_utils.py"  # get_quant_config
 OVERRIDES_READ = "hf_overrides.get("  # the draft config's hf_overrides is a function: AttributeError unguarded
 OVERRIDES_GUARDS = ("isinstance(hf_overrides", "callable(hf_overrides")  # 0.22 on
+DRAFT_MODEL_CHECK = "speculative-config"  # no drafter-architecture finding for a draft_model drafter
 UNREAD_FIX = 'drop "quantization" from --speculative-config (vLLM reads the drafter\'s own from its config.json)'
 
 
@@ -60,6 +63,19 @@ def quant_config_unfound(launch: LaunchContext) -> tuple[str, str] | None:
         f"(no quantization_config in its config.json, no {' or '.join(names)})"
     )
     return why, 'drop "quantization" from --speculative-config: the drafter is not quantized'
+
+
+def draft_model_unread(context: LaunchContext) -> list[Finding]:
+    """Method draft_model: DraftModelProposer.load_model builds the drafter's VllmConfig with its own
+    quantization (create_vllm_config_for_draft_model, after the target's load), as get_quant_config
+    reads it: what quant_config_unfound finds fails there too."""
+    if settled_method(context.command, context.drafter, context.read) != "draft_model":
+        return []
+    found = quant_config_unfound(context)
+    if found is None or context.drafter is None:
+        return []
+    said = f"the draft_model drafter {escaped(context.drafter.name)}: {found[0]}: vLLM fails building it, after the target's load"
+    return [Finding(DRAFT_MODEL_CHECK, False, said, found[1])]
 
 
 def overrides_unguarded(read: Reader) -> bool:

@@ -5,7 +5,8 @@ launch, whatever name it gives. Read statically, bounded and never blocking (thr
 its imports of a parser module the set patches (or of a class defined there, from the parsers'
 package), or a string naming a parser the set serves (ToolParserManager.get_tool_parser("kimi_k2")).
 A plugin patchkit cannot read (bytecode, an extension, a fifo, syntax its Python lacks), or one that
-imports by a name it computes (importlib, __import__), may use it."""
+imports or looks a parser up by a name it computes (importlib, __import__, get_tool_parser(NAME)),
+may use it. A module of the user's that the plugin imports is not followed."""
 
 from __future__ import annotations
 
@@ -101,11 +102,14 @@ def plugin_use(command: LaunchCommand, patched: Iterable[str], parsers: Iterable
     if tree is None:
         return None, f"{shown} is not Python patchkit's parser reads"
     classes = {name: module for module, path in modules.items() for name in _classes(read(path))}
-    found = _imported(tree, modules, classes) or _named(tree, set(parsers))
+    found = _imported(tree, modules, classes) or _named(tree, {*parsers, *classes, *modules})
     if found:
         return True, f"{shown} {found}"
     dynamic = _by_name(tree)
-    return (None, f"{shown} imports modules by a name it computes ({dynamic})") if dynamic else (False, "")
+    if dynamic:
+        return None, f"{shown} imports modules by a name it computes ({dynamic})"
+    looked_up = _looked_up(tree)
+    return (None, f"{shown} looks a tool parser up by a name it computes ({looked_up})") if looked_up else (False, "")
 
 
 def _imported(tree: ast.Module, modules: dict[str, str], classes: dict[str, str]) -> str | None:
@@ -121,6 +125,8 @@ def _imported(tree: ast.Module, modules: dict[str, str], classes: dict[str, str]
                     return f"imports {node.module}"
                 if alias.name in classes and classes[alias.name].rpartition(".")[0] == node.module:
                     return f"imports {alias.name} (vLLM's, from {classes[alias.name]})"
+        elif isinstance(node, ast.Attribute) and node.attr in classes:  # tool_parsers.KimiK2ToolParser
+            return f"uses {ast.unparse(node)} (vLLM's, from {classes[node.attr]})"
     return None
 
 
@@ -139,12 +145,63 @@ def _by_name(tree: ast.Module) -> str | None:
     return None
 
 
-def _named(tree: ast.Module, parsers: set[str]) -> str | None:
-    """A string the plugin holds that is a parser name the set serves (a lookup by name)."""
+def _named(tree: ast.Module, names: set[str]) -> str | None:
+    """A string the plugin holds that is a parser name the set serves, or a patched parser module or
+    class (a lookup by name: get_tool_parser("kimi_k2"), getattr(parsers, "KimiK2ToolParser"))."""
     for node in ast.walk(tree):
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in parsers:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in names:
             return f"names the tool parser {node.value!r}"
     return None
+
+
+_REGISTRIES = ("tool_parsers", "lazy_parsers")  # ToolParserManager's tables: name -> class, name -> (module, class)
+
+
+def _looked_up(tree: ast.Module) -> str | None:
+    """How the plugin looks a parser up by a name that is no string it holds (a variable, an f-string):
+    ToolParserManager.get_tool_parser(NAME), its tables by NAME, getattr on the parsers' package.
+    Which parser that gives, patchkit does not judge."""
+    packages = _package_names(tree)
+    for node in ast.walk(tree):
+        key: ast.expr | None = None
+        if isinstance(node, ast.Call) and node.args:
+            func = node.func
+            if isinstance(func, ast.Attribute) and (
+                func.attr == "get_tool_parser" or (func.attr == "get" and _table(func.value))
+            ):
+                key = node.args[0]
+            elif isinstance(func, ast.Name) and func.id == "getattr" and len(node.args) > 1:
+                key = node.args[1] if _root(node.args[0]) in packages else None
+        elif isinstance(node, ast.Subscript) and _table(node.value):
+            key = node.slice
+        if key is not None and not (isinstance(key, ast.Constant) and isinstance(key.value, str)):
+            return ast.unparse(node)[:80]
+    return None
+
+
+def _table(node: ast.expr) -> bool:
+    return isinstance(node, ast.Attribute) and node.attr in _REGISTRIES
+
+
+def _root(node: ast.expr) -> str | None:
+    """The name an attribute chain starts from (`vllm` of vllm.tool_parsers)."""
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _package_names(tree: ast.Module) -> set[str]:
+    """The names the plugin binds to vLLM or its parsers' package (`import vllm.tool_parsers as tp`,
+    `from vllm import tool_parsers`), and ToolParserManager."""
+    bound = {"ToolParserManager"}
+    packages = {package.rstrip("/").replace("/", ".") for package in PARSER_PACKAGES}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            bound |= {a.asname or a.name.partition(".")[0] for a in node.names if a.name.partition(".")[0] == "vllm"}
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            bound |= {a.asname or a.name for a in node.names if f"{node.module}.{a.name}" in packages}
+            bound |= {a.asname or a.name for a in node.names if a.name == "ToolParserManager"}
+    return bound
 
 
 def _classes(source: bytes | None) -> set[str]:

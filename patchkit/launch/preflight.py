@@ -59,6 +59,7 @@ from patchkit.launch.bounds import bounds_findings
 from patchkit.launch.command import ALIASES, LaunchCommand
 from patchkit.launch.context_parallel import context_parallel_findings
 from patchkit.launch.drafter_load import drafter_load_format
+from patchkit.launch.drafter_quant_files import draft_model_unread
 from patchkit.launch.eagle_one import eagle1_findings
 from patchkit.launch.engine import LaunchContext, Reader, apply_fix, launch_python_version, set_checks, tree_reader
 from patchkit.launch.findings import Finding, cannot_judge
@@ -1088,7 +1089,7 @@ def command_findings(context: LaunchContext) -> list[Finding]:
             message = f"the installed vLLM has no option {option} ({ARG_UTILS} declares none): it refuses the command"
             found.append(Finding(COMMAND, False, message, f"write --{ALIASES[option[1:]]}"))
     found += bounds_findings(COMMAND, context) + speculative_findings(context) + eagle1_findings(context)
-    found += proposer_findings(context)
+    found += proposer_findings(context) + draft_model_unread(context)
     found += logging_findings(command.environ, command.working_directory(), context.read)
     return found + context_parallel_findings(context) + refused_flags(command.environ, context.read)
 

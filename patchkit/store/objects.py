@@ -143,12 +143,23 @@ def take_object(root: Path, digest: str, full: Path, mode: int | None) -> bool:
         os.close(fd)
 
 
+def is_object(path: Path) -> bool:
+    """Whether `path` (in objects/) can be patchkit's object: a regular file (not followed) named by a
+    digest. patchkit writes nothing else there: a symlink or directory of such a name is not its own."""
+    if not DIGEST.fullmatch(path.name):
+        return False
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
 def prune_objects(root: Path, state: State) -> None:
-    """Remove the objects `state` names no original of. Only names an object can have (a digest): a
-    file of another name there is no object of patchkit's, so it stays (and .patchkit/ with it)."""
+    """Remove the objects `state` names no original of. Only what an object can be (is_object): any
+    other entry there is not patchkit's, so it stays (and .patchkit/ with it)."""
     keep = state.referenced_objects()
     store = objects_dir(root)
     if store.is_dir() and not store.is_symlink():
         for obj in store.iterdir():
-            if obj.name not in keep and DIGEST.fullmatch(obj.name) and not obj.is_dir():
+            if obj.name not in keep and is_object(obj):
                 obj.unlink(missing_ok=True)

@@ -879,6 +879,7 @@ def stock_files_command(
     dirs = vllm_metadata_dirs(tree)
     if version is None and len(dirs) == 1:
         version = dirs[0].name[len("vllm-") :].rsplit(".", 1)[0]
+    version = hints.release_of(version) if version is not None else None  # a patched wheel's: its release
     with_record = [d for d in dirs if (d / "RECORD").exists()]
     exact = [d for d in with_record if version is not None and d.name.lower() == f"vllm-{version}.dist-info".lower()]
     chosen = next(iter(exact or with_record or dirs), None)  # RECORD removed: the dist-info still tells how it came

@@ -68,3 +68,40 @@ def test_the_proposers_start_refusals_are_failed_exactly_where_vllm_raises(tmp_p
     spec = {"method": "draft_model", "model": str(target), "num_speculative_tokens": 2, "draft_tensor_parallel_size": 1}
     assert [f["result"] for f in spec_findings(target, spec, "-tp", "8")] == ["fail"]
     assert spec_findings(target, {**spec, "draft_tensor_parallel_size": 8}, "-tp", "8") == []
+
+
+# DraftModelProposer.load_model's first step (after the target's load), for each drafter given "quantization"
+DRAFT_CONFIG_BUILT = """
+import json, sys
+from patchkit._target.engine_config import _force_cpu_platform_when_none
+import vllm
+_force_cpu_platform_when_none()
+from vllm.engine.arg_utils import EngineArgs
+from vllm.v1.spec_decode.utils import create_vllm_config_for_draft_model
+said = {}
+for drafter in sys.argv[2:]:
+    spec = {"method": "draft_model", "model": drafter, "num_speculative_tokens": 2, "quantization": "fp8"}
+    config = EngineArgs(model=sys.argv[1], skip_tokenizer_init=True, speculative_config=spec).create_engine_config()
+    try:
+        create_vllm_config_for_draft_model(config)
+        said[drafter] = None
+    except Exception as exc:
+        said[drafter] = f"{type(exc).__name__}: {exc}"
+print(json.dumps(said))
+"""
+
+
+def test_a_draft_model_quantization_its_config_lacks_fails_exactly_where_vllm_raises(tmp_path: Path):
+    """review42a R5 for draft_model: 0.16.0's get_quant_config calls .get on the draft config's hf_overrides
+    (a function) when the drafter's config.json holds no quantization_config; one that holds it builds."""
+    target = write_model(tmp_path / "target", TINY_LLAMA)
+    fp8 = {"quant_method": "fp8", "activation_scheme": "dynamic"}
+    drafters = {name: write_model(tmp_path / name, config) for name, config in (
+        ("plain", TINY_LLAMA), ("own", {**TINY_LLAMA, "quantization_config": fp8}))}  # fmt: skip
+    said = ask_vllm(DRAFT_CONFIG_BUILT, str(target), *map(str, drafters.values()))
+    assert "'function' object has no attribute 'get'" in said[str(drafters["plain"])], said
+    assert said[str(drafters["own"])] is None, said
+    for name, drafter in drafters.items():
+        spec = {"method": "draft_model", "model": str(drafter), "num_speculative_tokens": 2, "quantization": "fp8"}
+        found = [f for f in spec_findings(target, spec) if "hf_overrides" in f["message"]]
+        assert [f["result"] for f in found] == ([] if said[str(drafter)] is None else ["fail"]), (name, found)
