@@ -156,7 +156,7 @@ def _prepared(document: dict[str, Any], code: int, state: str, detail: str) -> t
 
 _PARTIAL_REFUSED = (
     "partial: a fleet apply's rollback would revert its set to stock, not back to what it holds; "
-    "complete it with `patchkit apply` on this node first (the hint)"
+    "complete it with the apply on this node first (the hint)"
 )
 
 
