@@ -477,9 +477,15 @@ class Agent:
         self.given_up: set[str] = set()  # tickets whose driver stopped waiting: never started
         self.retired = False  # takes no claim; ends once idle
         self.ending = False  # decided under the guard: no claim is taken after it
-        threading.Thread(target=self._end_when_unused, name="patchkit-agent-idle", daemon=True).start()
+        # Set as it ends: its threads stop with it, where its end() leaves the process running (a test's agent).
+        self.stopped = threading.Event()
+        self.threads = [threading.Thread(target=self._end_when_unused, name="patchkit-agent-idle", daemon=True)]
         if ledger is not None:
-            threading.Thread(target=self._settle_when_due, name="patchkit-agent-settle", daemon=True).start()
+            self.threads.append(
+                threading.Thread(target=self._settle_when_due, name="patchkit-agent-settle", daemon=True)
+            )
+        for thread in self.threads:
+            thread.start()
 
     def claim(self, run: str, hold: float) -> dict[str, Any]:
         """A fleet run's hold on this agent for `hold` seconds (renewed by each step). Refused
@@ -612,8 +618,7 @@ class Agent:
     def _settle_when_due(self) -> None:
         """Each undecided apply, settled once its run's decision is known: kept on commit; rolled
         back here once its driver is silent past the lease (and did not commit first)."""
-        while True:
-            time.sleep(AGENT_TICK)
+        while not self.stopped.wait(AGENT_TICK):
             with self.guard:
                 runs = list(self.undecided)
                 held = [r for r in self.holds if r != "creator" and r not in self.undecided]
@@ -700,8 +705,7 @@ class Agent:
             self.linger_until = time.monotonic() + keep_alive  # the last command's word (another's hold still counts)
 
     def _end_when_unused(self) -> None:
-        while True:
-            time.sleep(AGENT_TICK)
+        while not self.stopped.wait(AGENT_TICK):
             with self.guard:
                 now = time.monotonic()
                 held = any(t >= now for t in self.holds.values())
@@ -714,8 +718,8 @@ class Agent:
                 # is neither running nor waiting here yet)
                 self.ending = overdue or (not busy and (unwanted or (self.retired and not held)))
             if self.ending:
+                self.stopped.set()
                 self.end()
-                return
 
     def end(self) -> None:
         """This process ends (cluster.py's agent asks Ray to end it as an actor)."""
