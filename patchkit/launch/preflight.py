@@ -1091,7 +1091,9 @@ def command_findings(context: LaunchContext) -> list[Finding]:
     found += bounds_findings(COMMAND, context) + speculative_findings(context) + eagle1_findings(context)
     found += proposer_findings(context) + draft_model_unread(context)
     found += logging_findings(command.environ, command.working_directory(), context.read)
-    return found + context_parallel_findings(context) + refused_flags(command.environ, context.read)
+    found += context_parallel_findings(context)
+    cwd, encoding = command.working_directory(), locale_text_encoding(command.environ)
+    return found + refused_flags(command.environ, context.read, cwd, encoding)
 
 
 def _lenient_reading(command: LaunchCommand, version: Version | None) -> Finding:
