@@ -607,11 +607,16 @@ def test_a_partial_tree_names_one_fix_in_status_and_its_fleet_row(tmp_path):
         assert (row["state"], row["ok"], code) == ("partial", False, 1), row
         assert row["hint"] == json.loads(stdout)["hint"] and row["hint"].count("`patchkit") == 1, row["hint"]
         assert f"`patchkit apply --target {site} --patches {library}`" in row["hint"]
-        # verify fails a partial set as status does (audit23 F5); phase 1 is ready: its apply completes it
+        # verify fails a partial set as status does (audit23 F5). Phase 1 was ready (its apply completes
+        # it), but a failure on another node then reverted the set to stock (review43b G3): now refused,
+        # naming the node's own apply, after which phase 1 is ready
         prepared = node.run_step("prepare", request, run_in_process)
-        assert (prepared["state"], prepared["ok"]) == ("ready", True), prepared
+        assert (prepared["state"], prepared["ok"]) == ("partial", False), prepared
+        assert "rollback would revert its set to stock" in prepared["detail"], prepared
+        assert f"`patchkit apply --target {site} --patches {library}`" in prepared["hint"], prepared
         assert node.run_step("apply", {**request, "extra": ["--no-import"]}, run_in_process)["ok"]
         assert node.run_step("status", request, run_in_process)["ok"]
+        assert node.run_step("prepare", request, run_in_process)["ok"]
 
 
 def test_an_apply_that_leaves_the_guard_refusing_says_so_in_its_row_with_the_fix(tmp_path):
@@ -835,3 +840,31 @@ def test_a_driver_back_after_its_node_rolled_back_and_its_agent_ended_is_told_th
     assert report.document is None  # the record keeps the row, not the node's whole document
     assert driver._reverted_by_its_node(Node("node-2", "10.0.0.2"), {**request, "set_name": applied["set"]}) is None
     assert driver._reverted_by_its_node(Node("node-1", "10.0.0.1"), {**request, "set_name": "other"}) is None
+
+
+def test_phase_one_names_why_a_set_applied_from_another_library_is_refused_and_its_apply(tmp_path):
+    """Review 43b G3: a node whose set was applied from an earlier library is refused by phase 1 (a
+    rollback would revert it to stock, not to the earlier series), but its row said nothing: state
+    applied, no detail, no hint. It says why, and names the node's own apply that updates it."""
+    tree = write_tree(tmp_path / "site", "0.16.0", files={"vllm/config/spec.py": SPEC_PY, MODEL: MODEL_PY})
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    first = make_patch(tmp_path / "a", tree, {MODEL: MODEL_PY + "X = 1\n"})
+    old = write_library(
+        tmp_path / "old", {"0.16.0": [first, make_patch(tmp_path / "b", tree, {"vllm/config/spec.py": patched_spec()})]}
+    )
+    (tmp_path / "c").mkdir()
+    newer = (
+        patched_spec().replace("deepseek", "deepseek_v2") if "deepseek" in patched_spec() else patched_spec() + "# 2\n"
+    )
+    new = write_library(
+        tmp_path / "new", {"0.16.0": [first, make_patch(tmp_path / "c", tree, {"vllm/config/spec.py": newer})]}
+    )
+    assert node.run_step("apply", {"target": str(tree), "library": str(old), "extra": ["--no-import"]}, run_in_process)[
+        "ok"
+    ]
+    request = {"target": str(tree), "library": str(new)}
+    prepared = node.run_step("prepare", request, run_in_process)
+    assert not prepared["ok"] and "applied from another library (0002 changed)" in prepared["detail"], prepared
+    assert f"`patchkit apply --target {tree} --patches {new}`" in (prepared["hint"] or ""), prepared
+    assert node.run_step("apply", {**request, "extra": ["--no-import"]}, run_in_process)["ok"]
+    assert node.run_step("prepare", request, run_in_process)["ok"]

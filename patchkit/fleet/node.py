@@ -14,6 +14,7 @@ worker (in a vLLM cluster, vLLM's environment)."""
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 import threading
 import time
@@ -83,6 +84,9 @@ def run_step(step: str, request: dict[str, Any], patchkit: PatchkitRun) -> dict[
     summary = summarize(step, _document(stdout), code, stderr)
     if step == "prepare" and summary["ok"]:
         summary.update(_unwritable(summary["document"]) or {})
+    elif step == "prepare" and summary["detail"] == _PARTIAL_REFUSED:
+        target = target_arguments(request)[0]
+        summary["hint"] = "`" + shlex.join(["patchkit", "apply", *target, *_options(request)]) + "`"
     elif step == "prepare" and not summary["hint"] and summary["document"] is not None:
         # verify names a check's fix in its text only: the node's fix is what its apply would say
         summary["hint"] = (_document(patchkit(command_line("dry-run", request)[0])[1]) or {}).get("hint")
@@ -134,19 +138,26 @@ def _prepared(document: dict[str, Any], code: int, state: str, detail: str) -> t
     """Phase 1's row: ready when verify passed, or when its only fault is one the apply of phase 2
     repairs (a record an upgrade made stale, the guard's refusal of it), as `patchkit apply` does
     on that tree; else refused, named as apply would end (conflict, check-failed, or the tree's
-    state: partial, unsupported...)."""
+    state: partial, unsupported...). A partial set is refused though apply completes it: the
+    rollback (revert --set) would leave it stock, not partial."""
     if code == 0:
         return NodeState.READY, True, ""
     if _apply_repairs(document):
         return NodeState.READY, True, f"{_guard_said(document)}: the apply repairs it"
-    if _apply_completes(document):
-        return NodeState.READY, True, "partial: the apply applies the patches not applied"
+    if _apply_completes(document):  # ready, a failure elsewhere would revert it to stock: not what it had
+        return TreeState.PARTIAL, False, _PARTIAL_REFUSED
     parts = _set_parts(document) or [document]
     if any(p.get("state") == TreeState.NOT_APPLIED and _failed_checks(p) for p in parts):
         return Outcome.CHECK_FAILED, False, detail
     if any(_conflicting(p) for p in parts):
         return Outcome.CONFLICT, False, detail
     return state, False, detail
+
+
+_PARTIAL_REFUSED = (
+    "partial: a fleet apply's rollback would revert its set to stock, not back to what it holds; "
+    "complete it with the apply on this node first (the hint)"
+)
 
 
 def _apply_repairs(document: dict[str, Any]) -> bool:
@@ -229,6 +240,7 @@ def _hint(document: dict[str, Any]) -> str | None:
     own = [p for p in refusing if p.get("drifted") or p.get("stale")] or refusing
     fixes = [p["guard"].get("fix") for p in own]
     fixes += [p.get("hint") for p in parts]
+    fixes += [p["other_library"].get("fix") for p in parts if isinstance(p.get("other_library"), dict)]
     return "; ".join(dict.fromkeys(str(f) for f in fixes if isinstance(f, str) and f)) or None
 
 
@@ -270,6 +282,9 @@ def _why(document: dict[str, Any]) -> str:
         return "edited after patchkit patched it: " + ", ".join(map(str, document["drifted"]))
     if _guard_refuses(document):
         return _guard_said(document)
+    other = document.get("other_library")
+    if isinstance(other, dict) and other.get("changed"):  # its apply updates it (the hint), and is refused here
+        return f"applied from another library ({', '.join(map(str, _listed(other['changed'])))} changed)"
     return ""
 
 
