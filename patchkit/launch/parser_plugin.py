@@ -6,7 +6,8 @@ its imports of a parser module the set patches (or of a class defined there, fro
 package), or a string naming a parser the set serves (ToolParserManager.get_tool_parser("kimi_k2")).
 A plugin patchkit cannot read (bytecode, an extension, a fifo, syntax its Python lacks), or one that
 imports or looks a parser up by a name it computes (importlib, __import__, get_tool_parser(NAME)),
-may use it. A module of the user's that the plugin imports is not followed."""
+may use it; so may a module of the user's that it imports (found before the site's packages), which
+patchkit does not follow."""
 
 from __future__ import annotations
 
