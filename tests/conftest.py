@@ -7,6 +7,8 @@ import shutil
 import signal
 import sys
 import tempfile
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -164,6 +166,20 @@ def _no_behaviour_stand_ins_left():
     meta_path, dont_write_bytecode = list(sys.meta_path), sys.dont_write_bytecode
     yield
     forget_behaviour_stand_ins(meta_path, dont_write_bytecode)
+
+
+@pytest.fixture
+def no_thread_left() -> Iterator[None]:
+    """Every thread the test started (a fleet agent's among them) has ended by the end of its teardown:
+    one left running acts later, inside another test."""
+    before = set(threading.enumerate())
+    yield
+    deadline = time.monotonic() + 10
+    left = [thread for thread in threading.enumerate() if thread not in before]
+    for thread in left:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    running = [thread.name for thread in left if thread.is_alive()]
+    assert not running, f"threads this test left running: {running}"
 
 
 @pytest.fixture

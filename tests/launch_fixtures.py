@@ -314,6 +314,12 @@ def write_weights(directory: Path, shapes: dict[str, list[int]]) -> None:
     (directory / "model.safetensors").write_bytes(safetensors_file(header, start))
 
 
+def weighted_model(directory: Path, config: dict, shapes: dict[str, list[int]]) -> Path:
+    """A model directory: `config` and a model.safetensors of tensors of these shapes."""
+    write_weights(write_model(directory, config), shapes)
+    return directory
+
+
 INDEX = "model.safetensors.index.json"
 
 
@@ -536,8 +542,13 @@ def apply_fix(tree: Path, library: Path, python: str | None = None) -> str:
     return f"run `patchkit apply --target {tree}{interpreter} --patches {library}`"
 
 
-def applied(tree: Path, library: Path) -> None:
+def applied(tree: Path, library: Path, files: dict[str, str | None] | None = None) -> None:
+    """eagle3 applied to `tree`, then `files` written into it (None: left out), as a release lays them out."""
     assert run_cli_judged("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    for path, text in (files or {}).items():
+        if text is not None:
+            (tree / path).parent.mkdir(parents=True, exist_ok=True)
+            (tree / path).write_text(text)
 
 
 def speculative_launch(tree: Path, library: Path, served: Path | str, spec: dict, *extra: str) -> dict:
@@ -554,11 +565,7 @@ def applied_finding(tmp_path: Path, files: dict[str, str | None], command: list[
     """The `check` finding (None: none) of a static preflight of `command` on a 0.16.0 stand-in tree with eagle3
     applied and `files` written into it (None: left out); a failing finding fails the command."""
     tree, library = write_eagle3_setup(tmp_path)
-    applied(tree, library)
-    for path, text in files.items():
-        if text is not None:
-            (tree / path).parent.mkdir(parents=True, exist_ok=True)
-            (tree / path).write_text(text)
+    applied(tree, library, files)
     done = run_cli_in_process(
         "preflight", "--target", tree, "--patches", library, "--no-import", "--format", "json", "--", *command
     )

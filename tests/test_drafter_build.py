@@ -366,3 +366,16 @@ def test_the_unread_speculative_quantization_is_fixed_by_dropping_it_not_by_mend
     built = drafter_finding({"status": "ok", "drafter": {"status": "failed", "stage": "build", "error": error}})
     assert built is not None and not built.ok and built.fix is not None, built
     assert 'drop "quantization" from --speculative-config' in built.fix and "mend" not in built.fix, built
+
+
+def test_the_unread_speculative_quantization_of_a_draft_model_drafter_fails_not_unjudged():
+    """draft_model: create_vllm_config_for_draft_model raises it before the build starts (vLLM 0.16.0, checked):
+    the launch fails after the target's load, and the accelerator would not judge otherwise."""
+    reason = "vLLM's build does not start here: AttributeError: 'function' object has no attribute 'get'"
+    built = drafter_finding(
+        {"status": "ok", "drafter": {"status": "cannot", "method": "draft_model", "reason": reason}}
+    )
+    assert built is not None and not built.ok and built.judged, built
+    assert built.fix is not None and built.fix.startswith('drop "quantization" from --speculative-config'), built
+    assert "for the draft_model drafter" in built.message and "here" not in built.message, built
+    assert built.message.endswith("the launch fails once the target has loaded"), built

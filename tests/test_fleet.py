@@ -45,6 +45,7 @@ pytestmark = [
     pytest.mark.ray,
     pytest.mark.slow,
     pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="could not import 'ray'"),
+    pytest.mark.usefixtures("no_thread_left"),
 ]
 
 SPEC = "vllm/config/spec.py"
@@ -125,9 +126,12 @@ class Fleet:
 def fleet(tmp_path_factory):
     fleet = Fleet(tmp_path_factory.mktemp("fleet"))
     fleet.stock()
-    fleet.start()
-    yield fleet
-    fleet.cluster.shutdown()
+    try:
+        fleet.start()
+        yield fleet
+    finally:  # a start that failed midway leaves its head and nodes running too
+        if fleet.cluster is not None:
+            fleet.cluster.shutdown()
 
 
 def write_record(tree: Path) -> None:
@@ -312,10 +316,12 @@ def test_a_driver_killed_in_phase_two_leaves_every_node_stock_and_status_says_so
         while time.monotonic() < deadline and [snapshot(tree) for tree in fleet.trees] != before:
             time.sleep(0.5)
         assert [snapshot(tree) for tree in fleet.trees] == before
-        done, status = fleet.run("status", "--patches", lib)
-        assert done.returncode == 0 and {n["state"] for n in status["nodes"]} == {"not-applied"}, done.stdout
     finally:
         os.utime(source, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
+    # after patchkit is as it was: named agents started under the replaced code would be retired by the
+    # tests after this one, whose commands then ran on agents of their own (none named left to find)
+    done, status = fleet.run("status", "--patches", lib)
+    assert done.returncode == 0 and {n["state"] for n in status["nodes"]} == {"not-applied"}, done.stdout
 
 
 def written_by(fleet, driver: subprocess.Popen, before: list) -> None:
@@ -575,9 +581,12 @@ def test_a_step_past_its_time_limit_is_not_ended_while_another_commands_step_wai
     lib = fleet.library("plain", {SPEC: patched_spec()})
     slow_node.delay(20)  # past the 3 s and the driver's 10 s for scheduling
     first = fleet_status_started(fleet, "--patches", lib, "--timeout", "3")
-    slow_node.slow_step_started(first)
-    done, second = fleet.run("status", "--patches", lib, "--timeout", "120")
-    stdout, _ = first.communicate(timeout=120)
+    try:
+        slow_node.slow_step_started(first)
+        done, second = fleet.run("status", "--patches", lib, "--timeout", "120")
+        stdout, _ = first.communicate(timeout=120)
+    finally:
+        first.kill()
     assert first.returncode == 4 and slow_node.row(json.loads(stdout))["state"] == "timed-out"
     assert done.returncode == 0, second
     assert slow_node.row(second)["state"] == "not-applied" and slow_node.others(second) == {"not-applied"}
@@ -593,13 +602,14 @@ def test_an_agent_running_replaced_code_is_retired_not_killed_under_a_running_st
     stamp = source.stat()
     slow_node.delay(8)
     first = fleet_status_started(fleet, "--patches", lib)
-    slow_node.slow_step_started(first)
     try:
+        slow_node.slow_step_started(first)
         os.utime(source, ns=(stamp.st_atime_ns, stamp.st_mtime_ns + 1_000_000_000))
         done, second = fleet.run("status", "--patches", lib)
         stdout, _ = first.communicate(timeout=120)
     finally:
         os.utime(source, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
+        first.kill()
     assert done.returncode == 0 and second["state"] == "not-applied", second
     assert first.returncode == 0 and json.loads(stdout)["state"] == "not-applied", stdout
     deadline = time.monotonic() + 30

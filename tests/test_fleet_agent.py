@@ -23,6 +23,9 @@ from patchkit.fleet.protocol import Node
 
 MODEL = "vllm/models/model.py"
 
+# CI of session 32: an agent a test left alive rolled its run back on its own, minutes later, in another test.
+pytestmark = pytest.mark.usefixtures("no_thread_left")
+
 
 class Watched(node.Agent):
     """An agent whose end is recorded instead of ending the test's process."""
@@ -33,6 +36,86 @@ class Watched(node.Agent):
 
     def end(self) -> None:
         self.ended.set()
+
+
+class MemoryLedger:
+    """node.Ledger in a dict: what Ray's GCS key-value store is to the agents (put_new: first writer wins)."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, str] = {}
+        self.lock = threading.Lock()
+
+    def get(self, key):
+        return self.values.get(key)
+
+    def put(self, key, value):
+        self.values[key] = value
+
+    def put_new(self, key, value):
+        with self.lock:
+            return self.values.setdefault(key, value)
+
+    def delete(self, key):
+        self.values.pop(key, None)
+
+
+class Decided(node.Agent):
+    """An agent with a ledger (its end recorded, as Watched's)."""
+
+    def __init__(self, ledger: MemoryLedger) -> None:
+        self.ended = threading.Event()
+        super().__init__(600, run_in_process, ledger)
+
+    def end(self) -> None:
+        self.ended.set()
+
+
+class Agents:
+    """The agents a test makes, and its drivers' heartbeats: each ends with its test (its threads stopped),
+    whatever the test left it doing."""
+
+    def __init__(self) -> None:
+        self.made: list[node.Agent] = []
+        self.beats: list[threading.Event] = []
+
+    def watched(self, hold: float) -> Watched:
+        return self._kept(Watched(hold))
+
+    def decided(self, ledger: MemoryLedger) -> Decided:
+        return self._kept(Decided(ledger))
+
+    def _kept(self, agent):
+        self.made.append(agent)
+        return agent
+
+    def beating(self, ledger: MemoryLedger, run: str) -> None:
+        """`run`'s driver alive and undecided: its heartbeat every 0.1 s until the test ends."""
+        stopped = threading.Event()
+        self.beats.append(stopped)
+
+        def beat(count: int = 0) -> None:
+            while not stopped.wait(0.1):
+                count += 1
+                ledger.put(node.beat_key(run), str(count))
+
+        ledger.put(node.beat_key(run), "0")
+        threading.Thread(target=beat, name=f"heartbeat-{run}", daemon=True).start()
+
+    def end(self) -> None:
+        for beat in self.beats:
+            beat.set()
+        for agent in self.made:
+            agent.stopped.set()
+        for agent in self.made:
+            for thread in agent.threads:
+                thread.join(30)
+
+
+@pytest.fixture
+def agents():
+    made = Agents()
+    yield made
+    made.end()
 
 
 @pytest.fixture(autouse=True)
@@ -62,8 +145,8 @@ def blocking(monkeypatch):
     steps.finish.set()
 
 
-def test_an_agent_stays_while_held_and_for_the_keep_alive_then_ends():
-    agent = Watched(hold=60)
+def test_an_agent_stays_while_held_and_for_the_keep_alive_then_ends(agents):
+    agent = agents.watched(60)
     assert agent.claim("run-1", 60)["current"] is True
     assert not agent.ended.wait(0.2)
     agent.release("run-1", keep_alive=0.3)
@@ -73,8 +156,8 @@ def test_an_agent_stays_while_held_and_for_the_keep_alive_then_ends():
     assert ending["held"] is False and ending["current"] is True  # the driver asks the name again
 
 
-def test_another_runs_hold_keeps_it_after_one_release_with_no_keep_alive():
-    agent = Watched(hold=60)
+def test_another_runs_hold_keeps_it_after_one_release_with_no_keep_alive(agents):
+    agent = agents.watched(60)
     agent.claim("run-1", 60)
     agent.claim("run-2", 60)
     agent.release("run-1", keep_alive=0)
@@ -83,9 +166,9 @@ def test_another_runs_hold_keeps_it_after_one_release_with_no_keep_alive():
     assert agent.ended.wait(2)
 
 
-def test_a_busy_agent_does_not_end_though_nothing_holds_it(blocking):
+def test_a_busy_agent_does_not_end_though_nothing_holds_it(blocking, agents):
     started, finish = blocking.started, blocking.finish
-    agent = Watched(hold=60)  # its creator holds it until the step runs: no race with its end
+    agent = agents.watched(60)  # its creator holds it until the step runs: no race with its end
     worker = threading.Thread(target=agent.step, args=("run-1", 0, "ticket-1", "status", {}))
     agent.claim("run-1", 0)
     worker.start()
@@ -97,11 +180,11 @@ def test_a_busy_agent_does_not_end_though_nothing_holds_it(blocking):
     assert agent.ended.wait(30)
 
 
-def test_a_step_its_driver_gave_up_on_never_starts_and_one_running_is_named(blocking):
+def test_a_step_its_driver_gave_up_on_never_starts_and_one_running_is_named(blocking, agents):
     """Two commands' steps on one agent: one at a time. The second's driver gives up while it
     waits (its time limit): it must not run later (a write reported timed out would land)."""
     started, finish, ran = blocking.started, blocking.finish, blocking.ran
-    agent = Watched(hold=60)
+    agent = agents.watched(60)
     answers = {}
 
     def call(ticket: str) -> None:
@@ -122,9 +205,9 @@ def test_a_step_its_driver_gave_up_on_never_starts_and_one_running_is_named(bloc
     assert answers["b"]["state"] == "not-run" and answers["b"]["ok"] is False
 
 
-def test_a_running_step_given_up_on_says_whether_another_commands_step_waits(blocking):
+def test_a_running_step_given_up_on_says_whether_another_commands_step_waits(blocking, agents):
     started, finish = blocking.started, blocking.finish
-    agent = Watched(hold=60)
+    agent = agents.watched(60)
     threads = [threading.Thread(target=agent.step, args=(f"run-{t}", 60, t, "status", {})) for t in "ab"]
     threads[0].start()
     assert started.wait(5)
@@ -136,10 +219,10 @@ def test_a_running_step_given_up_on_says_whether_another_commands_step_waits(blo
         thread.join(5)
 
 
-def test_a_retired_agent_takes_no_claim_and_ends_once_the_runs_holding_it_release_it():
+def test_a_retired_agent_takes_no_claim_and_ends_once_the_runs_holding_it_release_it(agents):
     """A run that holds it may have a step on its way (sent, not yet running here): a retired agent
     ending under it would lose that node from the run; once released, no keep-alive keeps it."""
-    agent = Watched(hold=60)
+    agent = agents.watched(60)
     assert agent.claim("run-1", 600)["held"] is True
     agent.retire()
     assert agent.claim("run-2", 600) == {"held": False, "current": False, "pid": agent.claim("x", 1)["pid"]}
@@ -148,9 +231,9 @@ def test_a_retired_agent_takes_no_claim_and_ends_once_the_runs_holding_it_releas
     assert agent.ended.wait(2)
 
 
-def test_a_step_given_up_on_holds_nothing_after_it(monkeypatch):
+def test_a_step_given_up_on_holds_nothing_after_it(monkeypatch, agents):
     monkeypatch.setattr(node, "run_step", lambda step, request, patchkit: {"state": "ok", "ok": True})
-    agent = Watched(hold=0)
+    agent = agents.watched(0)
     agent.give_up("t")
     assert agent.step("run-1", 600, "t", "status", {})["state"] == "not-run"
     agent.release("creator", keep_alive=0)
@@ -171,8 +254,8 @@ def test_the_fingerprint_changes_with_any_source_file(tmp_path):
     assert node.code_fingerprint(package) != rewritten
 
 
-def test_an_agent_whose_patchkit_changed_says_it_is_not_current(monkeypatch):
-    agent = Watched(hold=60)
+def test_an_agent_whose_patchkit_changed_says_it_is_not_current(monkeypatch, agents):
+    agent = agents.watched(60)
     monkeypatch.setattr(node, "code_fingerprint", lambda: {"cli.py": (1, 2, 3)})
     assert agent.claim("run-1", 60) == {"held": False, "current": False, "pid": os.getpid()}
     assert "run-1" not in agent.holds
@@ -306,20 +389,20 @@ def test_a_verify_document_of_another_shape_is_a_refusal_not_a_crash(document):
     assert refusal is not None and refusal["state"] == "error" and "which files" in refusal["detail"]
 
 
-def test_a_step_far_past_its_time_limit_ends_the_agent(monkeypatch, blocking):
+def test_a_step_far_past_its_time_limit_ends_the_agent(monkeypatch, blocking, agents):
     """A step that hangs (its driver stopped waiting, or died) would keep the agent busy for ever,
     and every later command's step on the node would wait behind it: past its time limit and a
     grace, the agent ends itself. A step within its limit is left to run."""
     monkeypatch.setattr(node, "OVERDUE_GRACE", 0.2)
     started, finish = blocking.started, blocking.finish
-    patient = Watched(hold=60)
+    patient = agents.watched(60)
     patient.claim("run-1", 60)
     threading.Thread(target=patient.step, args=("run-1", 60, "t-1", "apply", {"timeout": 30}), daemon=True).start()
     assert started.wait(5)
     assert not patient.ended.wait(0.6)  # 30 s allowed: it runs on, held or not
 
     started.clear()
-    hung = Watched(hold=60)
+    hung = agents.watched(60)
     hung.claim("run-2", 60)
     threading.Thread(target=hung.step, args=("run-2", 60, "t-2", "apply", {"timeout": 0.1}), daemon=True).start()
     assert started.wait(5)
@@ -334,7 +417,7 @@ def test_a_time_limit_that_is_no_number_is_the_default(timeout):
     assert node._time_limit(request) == node.DEFAULT_TIME_LIMIT
 
 
-def test_a_step_queued_behind_an_overdue_one_never_starts_once_the_agent_is_ending(monkeypatch):
+def test_a_step_queued_behind_an_overdue_one_never_starts_once_the_agent_is_ending(monkeypatch, agents):
     """The hung step returns just after the agent chose to end (its end, ray.kill, is on its way):
     the step queued behind it must not start, to be cut midway by that end (an apply half written)."""
     monkeypatch.setattr(node, "OVERDUE_GRACE", 0.1)
@@ -347,7 +430,7 @@ def test_a_step_queued_behind_an_overdue_one_never_starts_once_the_agent_is_endi
         return {"state": "ok", "ok": True}
 
     monkeypatch.setattr(node, "run_step", first_hangs)
-    agent = Watched(hold=60)
+    agent = agents.watched(60)
     answers = {}
 
     def call(ticket: str, timeout: float) -> None:
@@ -524,11 +607,16 @@ def test_a_partial_tree_names_one_fix_in_status_and_its_fleet_row(tmp_path):
         assert (row["state"], row["ok"], code) == ("partial", False, 1), row
         assert row["hint"] == json.loads(stdout)["hint"] and row["hint"].count("`patchkit") == 1, row["hint"]
         assert f"`patchkit apply --target {site} --patches {library}`" in row["hint"]
-        # verify fails a partial set as status does (audit23 F5); phase 1 is ready: its apply completes it
+        # verify fails a partial set as status does (audit23 F5). Phase 1 was ready (its apply completes
+        # it), but a failure on another node then reverted the set to stock (review43b G3): now refused,
+        # naming the node's own apply, after which phase 1 is ready
         prepared = node.run_step("prepare", request, run_in_process)
-        assert (prepared["state"], prepared["ok"]) == ("ready", True), prepared
+        assert (prepared["state"], prepared["ok"]) == ("partial", False), prepared
+        assert "rollback would revert its set to stock" in prepared["detail"], prepared
+        assert f"`patchkit apply --target {site} --patches {library}`" in prepared["hint"], prepared
         assert node.run_step("apply", {**request, "extra": ["--no-import"]}, run_in_process)["ok"]
         assert node.run_step("status", request, run_in_process)["ok"]
+        assert node.run_step("prepare", request, run_in_process)["ok"]
 
 
 def test_an_apply_that_leaves_the_guard_refusing_says_so_in_its_row_with_the_fix(tmp_path):
@@ -546,38 +634,6 @@ def test_an_apply_that_leaves_the_guard_refusing_says_so_in_its_row_with_the_fix
     code, stdout, _ = run_in_process([*alone, "--no-import"])
     assert code == 1 and row["hint"] == json.loads(stdout)["guard"]["fix"], row
     assert "`patchkit revert" in row["hint"] and "--set spec --force`" in row["hint"], row["hint"]
-
-
-class MemoryLedger:
-    """node.Ledger in a dict: what Ray's GCS key-value store is to the agents (put_new: first writer wins)."""
-
-    def __init__(self) -> None:
-        self.values: dict[str, str] = {}
-        self.lock = threading.Lock()
-
-    def get(self, key):
-        return self.values.get(key)
-
-    def put(self, key, value):
-        self.values[key] = value
-
-    def put_new(self, key, value):
-        with self.lock:
-            return self.values.setdefault(key, value)
-
-    def delete(self, key):
-        self.values.pop(key, None)
-
-
-class Decided(node.Agent):
-    """An agent with a ledger (its end recorded, as Watched's)."""
-
-    def __init__(self, ledger: MemoryLedger) -> None:
-        self.ended = threading.Event()
-        super().__init__(600, run_in_process, ledger)
-
-    def end(self) -> None:
-        self.ended.set()
 
 
 @pytest.fixture
@@ -608,13 +664,13 @@ def wait_until(condition, seconds: float = 30) -> bool:
     return False
 
 
-def test_an_apply_whose_driver_goes_silent_before_its_commit_is_rolled_back_by_the_node(tmp_path, short_lease):
+def test_an_apply_whose_driver_goes_silent_before_its_commit_is_rolled_back_by_the_node(tmp_path, short_lease, agents):
     """Review 37 L-g: a driver SIGKILLed in phase 2 left each node to finish its write alone: some
     nodes applied, some not. Its heartbeat stops: the node decides abort (none had committed) and
     reverts its own write, as the driver's rollback would."""
     tree, _, request = written_tree(tmp_path)
     ledger = MemoryLedger()
-    agent = Decided(ledger)
+    agent = agents.decided(ledger)
     agent.release("creator", keep_alive=60)  # the keep-alive a command before left it
     ledger.put(node.beat_key("run-1"), "0")
     applied = agent.step("run-1", 60, "t1", "apply", request)
@@ -635,10 +691,10 @@ def test_an_apply_whose_driver_goes_silent_before_its_commit_is_rolled_back_by_t
     assert late["state"] == "not-run" and spec_of(tree) == SPEC_PY
 
 
-def test_a_committed_apply_stays_though_its_driver_then_goes_silent(tmp_path, short_lease):
+def test_a_committed_apply_stays_though_its_driver_then_goes_silent(tmp_path, short_lease, agents):
     tree, _, request = written_tree(tmp_path)
     ledger = MemoryLedger()
-    agent = Decided(ledger)
+    agent = agents.decided(ledger)
     ledger.put(node.beat_key("run-1"), "0")
     assert agent.step("run-1", 60, "t1", "apply", request)["ok"]
     assert ledger.put_new(node.decision_key("run-1"), node.COMMIT) == node.COMMIT
@@ -648,12 +704,12 @@ def test_a_committed_apply_stays_though_its_driver_then_goes_silent(tmp_path, sh
     assert spec_of(tree) == patched_spec() and ledger.get(node.decision_key("run-1")) == node.COMMIT
 
 
-def test_another_commands_step_waits_for_the_decision_and_sees_the_tree_as_decided(tmp_path, short_lease):
+def test_another_commands_step_waits_for_the_decision_and_sees_the_tree_as_decided(tmp_path, short_lease, agents):
     """A `fleet status` (or a second apply) while an apply here is undecided: it waits, so that it
     never reports, or builds on, a write that is then rolled back."""
     tree, _, request = written_tree(tmp_path)
     ledger = MemoryLedger()
-    agent = Decided(ledger)
+    agent = agents.decided(ledger)
     ledger.put(node.beat_key("run-1"), "0")
     assert agent.step("run-1", 60, "t1", "apply", request)["ok"]
     started = time.monotonic()
@@ -662,20 +718,20 @@ def test_another_commands_step_waits_for_the_decision_and_sees_the_tree_as_decid
     assert status["state"] == "not-applied" and spec_of(tree) == SPEC_PY, status
 
 
-def test_an_apply_of_a_driver_that_does_not_decide_is_final(tmp_path, short_lease):
+def test_an_apply_of_a_driver_that_does_not_decide_is_final(tmp_path, short_lease, agents):
     """An older patchkit's driver commits nothing: its nodes' writes must not be undone for it."""
     tree, _, request = written_tree(tmp_path)
-    agent = Decided(MemoryLedger())
+    agent = agents.decided(MemoryLedger())
     assert agent.step("run-1", 60, "t1", "apply", {**request, "decides": False})["ok"]
     time.sleep(1.5)
     assert agent.undecided == {} and spec_of(tree) == patched_spec()
 
 
-def test_an_aborted_run_that_wrote_nothing_here_holds_the_agent_no_longer(short_lease):
+def test_an_aborted_run_that_wrote_nothing_here_holds_the_agent_no_longer(short_lease, agents):
     """A driver killed in phase 2 whose apply failed on this node (nothing written) held the agent
     --timeout + 60 s; once its other nodes aborted it and its heartbeat stopped, it holds nothing."""
     ledger = MemoryLedger()
-    agent = Decided(ledger)
+    agent = agents.decided(ledger)
     agent.release("creator", keep_alive=0)
     agent.claim("run-1", 600)
     ledger.put(node.beat_key("run-1"), "7")
@@ -684,42 +740,32 @@ def test_an_aborted_run_that_wrote_nothing_here_holds_the_agent_no_longer(short_
     assert agent.ended.wait(10) and "run-1" not in agent.holds
 
 
-def beating(ledger: MemoryLedger, run: str) -> threading.Event:
-    """`run`'s driver alive and undecided: its heartbeat every 0.1 s until the event is set."""
-    stopped = threading.Event()
-
-    def beat(count: int = 0) -> None:
-        while not stopped.wait(0.1):
-            count += 1
-            ledger.put(node.beat_key(run), str(count))
-
-    ledger.put(node.beat_key(run), "0")
-    threading.Thread(target=beat, daemon=True).start()
-    return stopped
+def undecided_apply(tmp_path: Path, agents: Agents) -> tuple[Path, dict, Decided]:
+    """(tree, request, agent): run-1's apply written by an agent with a ledger, its driver (host-a pid 11)
+    alive and undecided."""
+    tree, _, request = written_tree(tmp_path)
+    ledger = MemoryLedger()
+    agent = agents.decided(ledger)
+    agents.beating(ledger, "run-1")
+    assert agent.step("run-1", 60, "t1", "apply", {**request, "driver": "host-a pid 11"})["ok"]
+    return tree, request, agent
 
 
-def test_an_apply_of_a_second_fleet_run_where_the_first_is_undecided_refuses_at_once(tmp_path, short_lease):
+def test_an_apply_of_a_second_fleet_run_where_the_first_is_undecided_refuses_at_once(tmp_path, short_lease, agents):
     """fleet29: two `fleet apply`s at once, each undecided on a node where the other then stepped,
     waited for each other's decision up to --timeout (600 s), then ran on the other's write. The
     second run's apply never waits there (a wait may be a cycle): it refuses, writing nothing, and
     names the other run's driver; the first run's write stays undecided, its own."""
-    tree, _, request = written_tree(tmp_path)
-    ledger = MemoryLedger()
-    agent = Decided(ledger)
-    stop = beating(ledger, "run-1")
-    try:
-        assert agent.step("run-1", 60, "t1", "apply", {**request, "driver": "host-a pid 11"})["ok"]
-        started = time.monotonic()
-        second = agent.step("run-2", 60, "t2", "apply", {**request, "timeout": 8, "driver": "host-b pid 22"})
-        assert time.monotonic() - started < 2, second
-        assert (second["state"], second["ok"]) == ("busy", False), second
-        assert "host-a pid 11" in second["detail"], second
-        assert list(agent.undecided) == ["run-1"] and spec_of(tree) == patched_spec()
-    finally:
-        stop.set()
+    tree, request, agent = undecided_apply(tmp_path, agents)
+    started = time.monotonic()
+    second = agent.step("run-2", 60, "t2", "apply", {**request, "timeout": 8, "driver": "host-b pid 22"})
+    assert time.monotonic() - started < 2, second
+    assert (second["state"], second["ok"]) == ("busy", False), second
+    assert "host-a pid 11" in second["detail"], second
+    assert list(agent.undecided) == ["run-1"] and spec_of(tree) == patched_spec()
 
 
-def test_an_apply_queued_behind_another_runs_apply_never_builds_on_its_undecided_write(tmp_path, short_lease):
+def test_an_apply_queued_behind_another_runs_apply_never_builds_on_its_undecided_write(tmp_path, short_lease, agents):
     """The second run's apply came while the first's was running (its write not yet undecided):
     it waited its turn and then applied on that write ("already applied", so its driver would
     commit a node the first run's rollback then reverts). It refuses, as one that came after."""
@@ -733,9 +779,9 @@ def test_an_apply_queued_behind_another_runs_apply_never_builds_on_its_undecided
             go.wait(10)
         return run_in_process(args)
 
-    agent = Decided(ledger)
+    agent = agents.decided(ledger)
     agent.patchkit = slow_first
-    stop = beating(ledger, "run-1")
+    agents.beating(ledger, "run-1")
     answers: dict[str, dict] = {}
     try:
         first = threading.Thread(target=lambda: answers.update(a=agent.step("run-1", 60, "t1", "apply", request)))
@@ -750,35 +796,29 @@ def test_an_apply_queued_behind_another_runs_apply_never_builds_on_its_undecided
         assert answers["a"]["state"] == "applied" and answers["b"]["state"] == "busy", answers
         assert list(agent.undecided) == ["run-1"] and spec_of(tree) == patched_spec()
     finally:
-        stop.set()
         go.set()
 
 
 @pytest.mark.parametrize(("step", "runs"), [("status", True), ("revert", False), ("prepare", False)])
-def test_another_commands_step_waits_a_bounded_time_for_a_live_runs_decision(tmp_path, short_lease, step, runs):
+def test_another_commands_step_waits_a_bounded_time_for_a_live_runs_decision(tmp_path, short_lease, step, runs, agents):
     """A driver alive and undecided (slow, or stopped and still held by its heartbeat): another
     command's step waited up to --timeout for it. It waits the lease and a few seconds: then a
     status runs and says the write is undecided; a write (revert, phase 1 of an apply) refuses."""
-    tree, _, request = written_tree(tmp_path)
-    ledger = MemoryLedger()
-    agent = Decided(ledger)
-    stop = beating(ledger, "run-1")
-    try:
-        assert agent.step("run-1", 60, "t1", "apply", {**request, "driver": "host-a pid 11"})["ok"]
-        started = time.monotonic()
-        answer = agent.step("run-2", 60, "t2", step, {**request, "timeout": 30, "extra": []})
-        waited = time.monotonic() - started
-        assert node.LEASE <= waited < node.LEASE + 10, waited
-        if runs:
-            assert answer["state"] == "applied" and "undecided" in answer["detail"], answer
-        else:
-            assert (answer["state"], answer["ok"]) == ("busy", False) and "host-a pid 11" in answer["detail"], answer
-        assert list(agent.undecided) == ["run-1"] and spec_of(tree) == patched_spec()
-    finally:
-        stop.set()
+    tree, request, agent = undecided_apply(tmp_path, agents)
+    started = time.monotonic()
+    answer = agent.step("run-2", 60, "t2", step, {**request, "timeout": 30, "extra": []})
+    waited = time.monotonic() - started
+    assert node.LEASE <= waited < node.LEASE + 10, waited
+    if runs:
+        assert answer["state"] == "applied" and "undecided" in answer["detail"], answer
+    else:
+        assert (answer["state"], answer["ok"]) == ("busy", False) and "host-a pid 11" in answer["detail"], answer
+    assert list(agent.undecided) == ["run-1"] and spec_of(tree) == patched_spec()
 
 
-def test_a_driver_back_after_its_node_rolled_back_and_its_agent_ended_is_told_the_nodes_revert(tmp_path, short_lease):
+def test_a_driver_back_after_its_node_rolled_back_and_its_agent_ended_is_told_the_nodes_revert(
+    tmp_path, short_lease, agents
+):
     """fleet29: a driver stopped past what its nodes wait (they rolled back on their own), then
     resumed: its rollback's revert went to an agent that had ended meanwhile (its run's hold
     dropped), and the row said "the revert failed (ActorDiedError...)", with a revert to run on a
@@ -786,7 +826,7 @@ def test_a_driver_back_after_its_node_rolled_back_and_its_agent_ended_is_told_th
     reads it there for a node whose revert did not pass."""
     tree, _, request = written_tree(tmp_path)
     ledger = MemoryLedger()
-    agent = Decided(ledger)
+    agent = agents.decided(ledger)
     agent.where = "node-1"
     ledger.put(node.beat_key("run-1"), "0")
     applied = agent.step("run-1", 60, "t1", "apply", request)
@@ -800,3 +840,31 @@ def test_a_driver_back_after_its_node_rolled_back_and_its_agent_ended_is_told_th
     assert report.document is None  # the record keeps the row, not the node's whole document
     assert driver._reverted_by_its_node(Node("node-2", "10.0.0.2"), {**request, "set_name": applied["set"]}) is None
     assert driver._reverted_by_its_node(Node("node-1", "10.0.0.1"), {**request, "set_name": "other"}) is None
+
+
+def test_phase_one_names_why_a_set_applied_from_another_library_is_refused_and_its_apply(tmp_path):
+    """Review 43b G3: a node whose set was applied from an earlier library is refused by phase 1 (a
+    rollback would revert it to stock, not to the earlier series), but its row said nothing: state
+    applied, no detail, no hint. It says why, and names the node's own apply that updates it."""
+    tree = write_tree(tmp_path / "site", "0.16.0", files={"vllm/config/spec.py": SPEC_PY, MODEL: MODEL_PY})
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    first = make_patch(tmp_path / "a", tree, {MODEL: MODEL_PY + "X = 1\n"})
+    old = write_library(
+        tmp_path / "old", {"0.16.0": [first, make_patch(tmp_path / "b", tree, {"vllm/config/spec.py": patched_spec()})]}
+    )
+    (tmp_path / "c").mkdir()
+    newer = (
+        patched_spec().replace("deepseek", "deepseek_v2") if "deepseek" in patched_spec() else patched_spec() + "# 2\n"
+    )
+    new = write_library(
+        tmp_path / "new", {"0.16.0": [first, make_patch(tmp_path / "c", tree, {"vllm/config/spec.py": newer})]}
+    )
+    assert node.run_step("apply", {"target": str(tree), "library": str(old), "extra": ["--no-import"]}, run_in_process)[
+        "ok"
+    ]
+    request = {"target": str(tree), "library": str(new)}
+    prepared = node.run_step("prepare", request, run_in_process)
+    assert not prepared["ok"] and "applied from another library (0002 changed)" in prepared["detail"], prepared
+    assert f"`patchkit apply --target {tree} --patches {new}`" in (prepared["hint"] or ""), prepared
+    assert node.run_step("apply", {**request, "extra": ["--no-import"]}, run_in_process)["ok"]
+    assert node.run_step("prepare", request, run_in_process)["ok"]

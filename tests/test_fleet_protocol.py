@@ -27,6 +27,7 @@ from patchkit.fleet.protocol import Batch, ClusterError, Node, NodeReport, fleet
 
 PACKAGE = Path(patchkit.__file__).parent
 NODES = [Node(f"{i:056x}", f"10.0.{i // 256}.{i % 256}") for i in range(100)]
+pytestmark = pytest.mark.usefixtures("no_thread_left")  # each simulated node's thread ends with its test
 
 
 def run_without_ray(*args: str) -> subprocess.CompletedProcess:

@@ -18,6 +18,8 @@ import base64
 import hashlib
 import json
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -38,6 +40,7 @@ from helpers import (
     make_patch,
     pip_install,
     run_cli,
+    run_cli_in_process,
     run_cli_read_only,
     run_cli_writing,
     write_library,
@@ -46,6 +49,7 @@ from helpers import (
 from patchkit import __version__
 from patchkit._target import guard as target_guard
 from patchkit.engine import guard as guard_words
+from patchkit.engine import inspection
 from patchkit.engine.guard import GUARD_VERSION, dist_info
 
 OLD_INFO = f"patchkit_guard-{__version__}.dist-info"  # what patchkit wrote before the label
@@ -464,6 +468,29 @@ def test_an_older_patchkits_patch_wheel_that_breaks_a_set_is_refused_at_launch_a
     assert undone.returncode == 0, undone.stdout + undone.stderr
     assert (toy["site"] / SPEC).read_text() == STOCK_SPEC
     assert cli(toy, "apply", "--set", "gated").returncode == 0
+    assert load_plugins_like_vllm(toy["site"]).returncode == 0 and status(toy).returncode == 0
+
+
+def test_a_patch_wheel_no_library_judges_is_fixed_by_the_revert_status_names(toy, tmp_path, monkeypatch):
+    """The guard refuses an older patchkit's `wheel --patch` build; where no library at hand can judge
+    its files (held finds no set to hold them to), status names the revert that puts the wheel's files
+    back to stock. Run as printed, the guard then passes and status too."""
+    older_patchkits_patch_wheel(toy, toy["whitelist"])
+    tools = b"--- /dev/null\n+++ b/vllm/tools.py\n@@ -0,0 +1 @@\n+TOOL = 1\n"
+    write_library(toy["lib"], {"0.16.0": [tools]}, name="tools")
+    assert cli(toy, "apply", "--set", "tools").returncode == 1  # the guard installed, and refusing
+    with monkeypatch.context() as unread:
+        unread.setattr(inspection, "_sets_at_hand", tuple)  # the library's sets not to be had
+        said = run_cli_in_process(
+            "status", "--target", toy["site"], "--patches", toy["lib"], "--set", "tools", "--format", "json"
+        )
+    assert said.returncode == 1, said.stdout + said.stderr
+    fix = _guard_fix(said)
+    assert fix.startswith("run `patchkit revert ") and "no library at hand judges them" in fix, fix
+    [revert] = re.findall(r"`(patchkit revert [^`]*)`", fix)
+    undone = run_cli_writing(*shlex.split(revert)[1:])
+    assert undone.returncode == 0, undone.stdout + undone.stderr
+    assert (toy["site"] / SPEC).read_text() == STOCK_SPEC
     assert load_plugins_like_vllm(toy["site"]).returncode == 0 and status(toy).returncode == 0
 
 

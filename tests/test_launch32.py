@@ -26,16 +26,22 @@ from patchkit.launch.command import parse
 from patchkit.tree import target
 
 
-def preflight_notes(tree: Path, lib: Path, *launch: str) -> tuple[int, list[str], list[str]]:
-    """(exit code, the JSON "notes", the text's note lines) of a --no-import preflight of `launch`."""
+def preflight_json(tree: Path, lib: Path, *launch: str) -> tuple[int, dict]:
+    """(exit code, the JSON document) of a --no-import preflight of `launch`."""
     done = run_cli_read_only(
         "preflight", "--target", tree, "--patches", lib, "--format", "json", "--no-import", "--", *launch
     )
+    return done.returncode, json.loads(done.stdout)
+
+
+def preflight_notes(tree: Path, lib: Path, *launch: str) -> tuple[int, dict, list[str]]:
+    """(exit code, the JSON document, the text's note lines) of a --no-import preflight of `launch`."""
+    code, document = preflight_json(tree, lib, *launch)
     said = run_cli_read_only("preflight", "--target", tree, "--patches", lib, "--no-import", "--", *launch)
-    assert said.returncode == done.returncode, said.stdout + said.stderr
+    assert said.returncode == code, said.stdout + said.stderr
     lines = (said.stdout + said.stderr).splitlines()
     text = [line.removeprefix("note: ") for line in lines if line.startswith("note: ")]
-    return done.returncode, json.loads(done.stdout)["notes"], text
+    return code, document, text
 
 
 @pytest.mark.parametrize(
@@ -54,7 +60,8 @@ def test_a_ray_launch_says_the_other_nodes_trees_are_not_judged_here(tmp_path, w
     tree, lib = write_eagle3_setup(tmp_path)
     applied(tree, lib)
     launch = serve(write_model(tmp_path / "target", DEEPSEEK_V3), write_model(tmp_path / "drafter", DRAFTER), *words)
-    _code, notes, text = preflight_notes(tree, lib, *launch)
+    _code, document, text = preflight_notes(tree, lib, *launch)
+    notes = document["notes"]
     ray = [note for note in notes if "Ray" in note]
     assert [note for note in text if "Ray" in note] == ray
     if named is None:
@@ -104,14 +111,13 @@ def test_a_launch_vllm_puts_on_ray_by_itself_says_the_other_nodes_trees_are_not_
     the node has fewer GPUs than tensor x pipeline parallel (Ray installed); patchkit cannot see the
     GPUs, so the note says when, and how to keep the workers on this node."""
     tree, lib = write_eagle3_setup(tmp_path)
-    applied(tree, lib)
-    (tree / "vllm" / "config").mkdir(exist_ok=True)
-    (tree / "vllm" / "config" / "parallel.py").write_text(parallel)
+    applied(tree, lib, {"vllm/config/parallel.py": parallel})
     if ray:
         (tree / "ray-2.40.0.dist-info").mkdir()
         (tree / "ray-2.40.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: ray\nVersion: 2.40.0\n")
     launch = serve(write_model(tmp_path / "target", DEEPSEEK_V3), write_model(tmp_path / "drafter", DRAFTER), *words)
-    _code, notes, text = preflight_notes(tree, lib, *launch)
+    _code, document, text = preflight_notes(tree, lib, *launch)
+    notes = document["notes"]
     said = [note for note in notes if "Ray" in note]
     assert [note for note in text if "Ray" in note] == said
     if world is None:
@@ -314,20 +320,10 @@ USES_THE_PATCHED_PARSER = [
 ]
 
 
-@pytest.mark.parametrize("plugin", USES_THE_PATCHED_PARSER)
-def test_a_tool_parser_plugin_built_on_a_patched_parser_needs_its_set(setup, tmp_path, plugin):
-    """review41a F9: the plugin's parser (its own name) builds on the parser the tools set patches: the
-    launch streams through the patched file, so the set is needed, never "not used by this launch"."""
-    tree, lib, target, _ = setup
-    (tmp_path / "mine.py").write_text(plugin + "@ToolParserManager.register_module('mine')\nclass Mine:\n    pass\n")
-    launch = [*PLUGIN_LAUNCH(target), str(tmp_path / "mine.py")]
-    code, notes, _ = preflight_notes(tree, lib, *launch)
-    done = run_cli_read_only(
-        "preflight", "--target", tree, "--patches", lib, "--no-import", "--format", "json", "--", *launch
-    )
-    failed = [f for f in json.loads(done.stdout)["findings"] if not f["ok"] and f["check"] == "tree-state"]
-    assert code == 1 and len(failed) == 1 and "tools" in failed[0]["message"], done.stdout
-    assert not any("tools" in note for note in notes if note.startswith("not used by this launch")), notes
+def plugin_launch(target: Path, plugin: Path, source: str) -> list[str]:
+    """`target` served with the tool parser plugin `plugin`: `source`, then its parser 'mine'."""
+    plugin.write_text(source + "@ToolParserManager.register_module('mine')\nclass Mine:\n    pass\n")
+    return [*PLUGIN_LAUNCH(target), str(plugin)]
 
 
 def PLUGIN_LAUNCH(target: Path) -> list[str]:
@@ -342,25 +338,40 @@ def PLUGIN_LAUNCH(target: Path) -> list[str]:
     ]
 
 
+def unjudged_tree_state(document: dict) -> list[dict]:
+    return [f for f in document["findings"] if f["check"] == "tree-state" and f["result"] == "cannot judge"]
+
+
+def not_used_notes(document: dict) -> list[str]:
+    return [note for note in document["notes"] if note.startswith("not used")]
+
+
+@pytest.mark.parametrize("plugin", USES_THE_PATCHED_PARSER)
+def test_a_tool_parser_plugin_built_on_a_patched_parser_needs_its_set(setup, tmp_path, plugin):
+    """review41a F9: the plugin's parser (its own name) builds on the parser the tools set patches: the
+    launch streams through the patched file, so the set is needed, never "not used by this launch"."""
+    tree, lib, target, _ = setup
+    code, document, _ = preflight_notes(tree, lib, *plugin_launch(target, tmp_path / "mine.py", plugin))
+    failed = [f for f in document["findings"] if not f["ok"] and f["check"] == "tree-state"]
+    assert code == 1 and len(failed) == 1 and "tools" in failed[0]["message"], document
+    assert not any("tools" in note for note in not_used_notes(document)), document["notes"]
+
+
 def test_a_tool_parser_plugin_of_its_own_leaves_the_set_unused_and_one_unread_is_not_judged(setup, tmp_path):
     """A plugin that builds on no patched parser: the set is not used (noted, as before). One patchkit
     cannot read (bytecode; a fifo, never opened blocking): not "not used" but "cannot judge"."""
     tree, lib, target, _ = setup
-    (tmp_path / "own.py").write_text("import json\n@ToolParserManager.register_module('mine')\nclass Mine:\n    pass\n")
-    code, notes, _ = preflight_notes(tree, lib, *PLUGIN_LAUNCH(target), str(tmp_path / "own.py"))
+    code, document, _ = preflight_notes(tree, lib, *plugin_launch(target, tmp_path / "own.py", "import json\n"))
+    notes = document["notes"]
     assert code == 0 and any(n.startswith("not used by this launch: ") and "tools" in n for n in notes), notes
     (tmp_path / "own.pyc").write_bytes(b"\x00" * 16)
     os.mkfifo(tmp_path / "fifo.py")
     for plugin in ("own.pyc", "fifo.py"):
-        launch = [*PLUGIN_LAUNCH(target), str(tmp_path / plugin)]
-        done = run_cli_read_only(
-            "preflight", "--target", tree, "--patches", lib, "--no-import", "--format", "json", "--", *launch
-        )
-        document = json.loads(done.stdout)
-        tree_state = [f for f in document["findings"] if f["check"] == "tree-state" and f["result"] == "cannot judge"]
-        assert done.returncode == 0 and len(tree_state) == 1, done.stdout
+        code, document = preflight_json(tree, lib, *PLUGIN_LAUNCH(target), str(tmp_path / plugin))
+        tree_state = unjudged_tree_state(document)
+        assert code == 0 and len(tree_state) == 1, document
         assert "may build on a tool parser the tools set patches, which is not applied here" in tree_state[0]["message"]
-        assert not any("tools" in note for note in document["notes"] if note.startswith("not used")), document
+        assert not any("tools" in note for note in not_used_notes(document)), document
 
 
 BY_A_COMPUTED_NAME = [
@@ -376,16 +387,11 @@ def test_a_tool_parser_plugin_that_imports_by_a_computed_name_leaves_the_set_unj
     """review42a R17: a plugin that takes its base parser through importlib or __import__ (a string or a
     computed name) may build on the patched parser: the set is "cannot judge", never "not used"."""
     tree, lib, target, _ = setup
-    (tmp_path / "dyn.py").write_text(plugin + "@ToolParserManager.register_module('mine')\nclass Mine:\n    pass\n")
-    launch = [*PLUGIN_LAUNCH(target), str(tmp_path / "dyn.py")]
-    done = run_cli_read_only(
-        "preflight", "--target", tree, "--patches", lib, "--no-import", "--format", "json", "--", *launch
-    )
-    document = json.loads(done.stdout)
-    tree_state = [f for f in document["findings"] if f["check"] == "tree-state" and f["result"] == "cannot judge"]
-    assert done.returncode == 0 and len(tree_state) == 1, done.stdout
+    code, document = preflight_json(tree, lib, *plugin_launch(target, tmp_path / "dyn.py", plugin))
+    tree_state = unjudged_tree_state(document)
+    assert code == 0 and len(tree_state) == 1, document
     assert "imports modules by a name it computes" in tree_state[0]["message"], tree_state
-    assert not any("tools" in note for note in document["notes"] if note.startswith("not used")), document
+    assert not any("tools" in note for note in not_used_notes(document)), document
 
 
 LOOKED_UP_BY_A_COMPUTED_NAME = [
@@ -406,19 +412,38 @@ def test_a_tool_parser_plugin_that_looks_a_parser_up_by_a_computed_name_leaves_t
     package by a name it computes may build on the patched parser: "cannot judge", never "not used".
     A getattr of its own (not on vLLM's package) leaves the set unused."""
     tree, lib, target, _ = setup
-    (tmp_path / "dyn.py").write_text(plugin + "@ToolParserManager.register_module('mine')\nclass Mine:\n    pass\n")
-    launch = [*PLUGIN_LAUNCH(target), str(tmp_path / "dyn.py")]
-    done = run_cli_read_only(
-        "preflight", "--target", tree, "--patches", lib, "--no-import", "--format", "json", "--", *launch
-    )
-    document = json.loads(done.stdout)
-    tree_state = [f for f in document["findings"] if f["check"] == "tree-state" and f["result"] == "cannot judge"]
-    assert done.returncode == 0 and len(tree_state) == 1, done.stdout
+    code, document = preflight_json(tree, lib, *plugin_launch(target, tmp_path / "dyn.py", plugin))
+    tree_state = unjudged_tree_state(document)
+    assert code == 0 and len(tree_state) == 1, document
     assert "looks a tool parser up by a name it computes" in tree_state[0]["message"], tree_state
-    assert not any("tools" in note for note in document["notes"] if note.startswith("not used")), document
+    assert not any("tools" in note for note in not_used_notes(document)), document
     (tmp_path / "own.py").write_text("import json\nBase = getattr(json, NAME)\nparsers = {}\nBase = parsers[NAME]\n")
-    code, notes, _ = preflight_notes(tree, lib, *PLUGIN_LAUNCH(target), str(tmp_path / "own.py"))
+    code, document, _ = preflight_notes(tree, lib, *PLUGIN_LAUNCH(target), str(tmp_path / "own.py"))
+    notes = document["notes"]
     assert code == 0 and any(n.startswith("not used by this launch: ") and "tools" in n for n in notes), notes
+
+
+def test_a_tool_parser_plugin_that_imports_a_module_of_the_users_leaves_the_set_unjudged(setup, tmp_path):
+    """launch32's F9 rest: the plugin's parser may come from a module of the user's it imports (found on
+    the launch's PYTHONPATH, before the site's packages), which patchkit does not follow: "cannot
+    judge", never "not used". Where the launch's Python finds no such module, the import fails and
+    nothing of the plugin runs: not used."""
+    tree, lib, target, _ = setup
+    (tmp_path / "own").mkdir()
+    (tmp_path / "own" / "my_parsers.py").write_text("from vllm.tool_parsers.demo_tool_parser import parse\n")
+    (tmp_path / "plugin.py").write_text("import json\nfrom my_parsers import parse\n")
+    plugin = [*PLUGIN_LAUNCH(target), str(tmp_path / "plugin.py")]
+    for pythonpath, unjudged in ((str(tmp_path / "own"), True), (str(tmp_path / "elsewhere"), False)):
+        launch = ["env", f"PYTHONPATH={pythonpath}", *plugin]
+        done = run_cli_read_only(
+            "preflight", "--target", tree, "--patches", lib, "--no-import", "--format", "json", "--", *launch
+        )
+        document = json.loads(done.stdout)
+        said = [f for f in document["findings"] if f["check"] == "tree-state" and f["result"] == "cannot judge"]
+        unused = any(n.startswith("not used by this launch: ") and "tools" in n for n in document["notes"])
+        assert done.returncode == 0 and unused != unjudged and len(said) == unjudged, done.stdout
+        if unjudged:
+            assert "imports my_parsers, a module of the user's patchkit does not follow" in said[0]["message"], said
 
 
 # --- F4: a launch's Python that does not answer which pycache prefix it sets: cannot judge -------------
@@ -442,9 +467,7 @@ def test_a_launch_python_that_does_not_say_its_pycache_prefix_in_time_leaves_the
     done = run_cli_in_process(
         "preflight", "--no-import", "--target", tree, "--patches", lib, "--format", "json", "--", *launch
     )
-    unjudged = [
-        f for f in json.loads(done.stdout)["findings"] if f["check"] == "tree-state" and f["result"] == "cannot judge"
-    ]
+    unjudged = unjudged_tree_state(json.loads(done.stdout))
     assert len(unjudged) == 1, done.stdout
     assert "asked which pycache prefix its start-up code sets, gave no answer" in unjudged[0]["message"]
     assert "within 3 s" in unjudged[0]["message"] and str(slow / "sitecustomize.py") in unjudged[0]["fix"], unjudged

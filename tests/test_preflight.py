@@ -36,10 +36,12 @@ from launch_fixtures import (
     KIMI_K25,
     REGISTRY,
     REGISTRY_PY,
+    applied,
     apply_fix,
     eagle3_tensors,
     findings,
     serve,
+    weighted_model,
     write_eagle3_setup,
     write_model,
     write_weights,
@@ -53,6 +55,9 @@ from patchkit.launch.command import parse
 STOCK_FAULTS_KIMI = {"tree-state", "whitelist", "supports-eagle3", "image-token"}
 STOCK_FAULTS_DEEPSEEK = {"tree-state", "whitelist", "supports-eagle3"}
 DRAFTER_CHECKS = {"drafter-architecture", "drafter-hidden-size", "drafter-aux-layers", "drafter-vocabulary"}
+
+EAGLE3 = "vllm/model_executor/models/llama_eagle3.py"
+LLAMA = "vllm/model_executor/models/llama.py"
 
 
 @pytest.fixture
@@ -182,7 +187,7 @@ def test_an_aux_layer_id_of_the_last_layers_output_is_judged_by_the_trees_forwar
     """0.26+'s deepseek_v2.py forward hands the drafter the last layer's output for the id num_hidden_layers;
     a forward without that branch hands none for it (the drafter's fc then lacks a state)."""
     tree, library = write_eagle3_setup(tmp_path, patched={DEEPSEEK: forward})
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    applied(tree, library)
     target = write_model(tmp_path / "target", DEEPSEEK_V3)
     drafter = write_model(tmp_path / "drafter", {**DRAFTER, "eagle_aux_hidden_state_layer_ids": layers})
     done = preflight(tree, library, *serve(target, drafter))
@@ -209,10 +214,7 @@ def test_nested_aux_layer_ids_cannot_be_judged_where_one_of_the_trees_runners_re
     the model and its features: not "vLLM never reads" there (a false fail). Where none reads them vLLM
     serves the launch on the target's default layers (review41a F8): a pass, said as a note with the fix."""
     tree, library, models = setup
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
-    if runner is not None:
-        (tree / "vllm/v1/worker").mkdir(parents=True)
-        (tree / "vllm/v1/worker/gpu_model_runner.py").write_text(runner)
+    applied(tree, library, {"vllm/v1/worker/gpu_model_runner.py": runner})
     nested = {
         "eagle_aux_hidden_state_layer_ids": None,
         "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 29, 57]},
@@ -1849,9 +1851,7 @@ class LlamaMLP(nn.Module):
 def test_a_drafter_whose_activation_the_trees_llama_mlp_refuses_fails(setup, tmp_path, llama, act, fails):
     """vLLM builds the drafter's LlamaMLP only after the target's load; it raises for a hidden_act it lacks."""
     tree, library, models = setup
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
-    if llama is not None:
-        (tree / "vllm" / "model_executor" / "models" / "llama.py").write_text(llama)
+    applied(tree, library, {LLAMA: llama})
     drafter = write_model(tmp_path / "drafter", _changed(DRAFTER, {"hidden_act": act}))
     done = preflight(tree, library, *serve(models["deepseek"], drafter))
     finding = drafter_verdict(done, fails=fails)
@@ -1896,9 +1896,7 @@ def test_a_drafter_layer_types_shorter_than_its_layers_fails(setup, tmp_path, la
     """vLLM builds the drafter's LlamaAttention only after the target's load; it asserts each draft layer
     has a layer_types entry (review38 B5's class)."""
     tree, library, models = setup
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
-    (tree / "vllm" / "model_executor" / "models" / "llama.py").write_text(LLAMA_ATTENTION)
-    (tree / "vllm" / "model_executor" / "models" / "llama_eagle3.py").write_text(EAGLE3_LAYER_COUNT)
+    applied(tree, library, {LLAMA: LLAMA_ATTENTION, EAGLE3: EAGLE3_LAYER_COUNT})
     drafter = write_model(tmp_path / "drafter", {**DRAFTER, "layer_types": layer_types, "num_hidden_layers": layers})
     done = preflight(tree, library, *serve(models["deepseek"], drafter))
     finding = drafter_verdict(done, fails=says is not None)
@@ -1916,10 +1914,9 @@ def test_a_short_layer_types_is_not_judged_where_the_tree_does_not_show_the_rule
     """No assert in llama.py, no draft-layer count in llama_eagle3.py (layer_types then indexed otherwise), or a
     drafter class not built of llama.py's layers: not judged."""
     tree, library, models = setup
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    layers = "" if where == "llama_eagle3.py" else EAGLE3_LAYER_COUNT
+    applied(tree, library, {LLAMA: "" if where == "llama.py" else LLAMA_ATTENTION, EAGLE3: layers})
     models_dir = tree / "vllm" / "model_executor" / "models"
-    (models_dir / "llama.py").write_text("" if where == "llama.py" else LLAMA_ATTENTION)
-    (models_dir / "llama_eagle3.py").write_text("" if where == "llama_eagle3.py" else EAGLE3_LAYER_COUNT)
     if where == "registry":
         registry = models_dir / "registry.py"
         registry.write_text(
@@ -1951,6 +1948,16 @@ TRAINED_WITH_HEAD_DIM_8 = {
     "midlayer.self_attn.v_proj.weight": [16, 128],
     "midlayer.self_attn.o_proj.weight": [64, 32],
 }
+
+
+def weights_verdict(done, config: dict, says: str | None) -> dict | None:
+    """drafter_verdict of a weights test (`says`: the failure expected, None: a pass). A drafter without
+    fc (use_aux_hidden_state off) fails drafter-hidden-size alone: its 64-wide head takes the 7168-wide
+    states as they come (None then too)."""
+    if "eagle_config" in config:
+        assert failed(done) == {"drafter-hidden-size"}, done.stdout
+        return None
+    return drafter_verdict(done, fails=says is not None)
 
 
 @pytest.mark.parametrize(
@@ -1985,15 +1992,9 @@ def test_drafter_weights_whose_shapes_its_config_does_not_build_fail(setup, tmp_
     """vLLM loads the drafter's weights (llama_eagle3.py's loaders) only after the target's load; the
     safetensors header gives each tensor's shape (review38 B5's class)."""
     tree, library, models = setup
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
-    (tree / "vllm" / "model_executor" / "models" / "llama_eagle3.py").write_text(EAGLE3_WEIGHTS)
-    drafter = write_model(tmp_path / "drafter", _changed(SMALL_DRAFTER, config))
-    write_weights(drafter, {**SMALL_WEIGHTS, **change})
-    done = preflight(tree, library, *serve(models["deepseek"], drafter))
-    if "eagle_config" in config:  # no fc: the 64-wide head takes the 7168-wide states, and fails on that alone
-        assert failed(done) == {"drafter-hidden-size"}, done.stdout
-        return
-    finding = drafter_verdict(done, fails=says is not None)
+    applied(tree, library, {EAGLE3: EAGLE3_WEIGHTS})
+    drafter = weighted_model(tmp_path / "drafter", _changed(SMALL_DRAFTER, config), {**SMALL_WEIGHTS, **change})
+    finding = weights_verdict(preflight(tree, library, *serve(models["deepseek"], drafter)), config, says)
     if finding is None:
         return
     assert says in finding["message"] and "after the target's load" in finding["message"], finding
@@ -2004,11 +2005,9 @@ def test_drafter_weights_whose_shapes_its_config_does_not_build_fail(setup, tmp_
 def test_drafter_weights_are_not_judged_where_the_tree_or_the_files_do_not_tell(setup, tmp_path, where):
     """Another llama_eagle3.py layout; weights vLLM does not read as safetensors; a shard its index leaves out."""
     tree, library, models = setup
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     eagle3 = EAGLE3_WEIGHTS.replace("name.replace", "name.rename") if where == "layout" else EAGLE3_WEIGHTS
-    (tree / "vllm" / "model_executor" / "models" / "llama_eagle3.py").write_text(eagle3)
-    drafter = write_model(tmp_path / "drafter", SMALL_DRAFTER)
-    write_weights(drafter, {**SMALL_WEIGHTS, "fc.weight": [64, 64]})
+    applied(tree, library, {EAGLE3: eagle3})
+    drafter = weighted_model(tmp_path / "drafter", SMALL_DRAFTER, {**SMALL_WEIGHTS, "fc.weight": [64, 64]})
     if where == "bin":
         (drafter / "model.safetensors").rename(drafter / "pytorch_model.bin")
     if where == "index":
@@ -2059,17 +2058,10 @@ def test_drafter_weights_whose_names_the_built_drafter_has_no_parameter_for_fail
     config builds, after the target's load: a bias the config does not build, a head it has not, a
     layout it does not map (review39 C9)."""
     tree, library, models = setup
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
-    (tree / "vllm" / "model_executor" / "models" / "llama_eagle3.py").write_text(EAGLE3_NAMES)
-    (tree / "vllm" / "model_executor" / "models" / "llama.py").write_text(LLAMA_BIASES)
-    drafter = write_model(tmp_path / "drafter", _changed(SMALL_DRAFTER, config))
+    applied(tree, library, {EAGLE3: EAGLE3_NAMES, LLAMA: LLAMA_BIASES})
     weights = {**SMALL_WEIGHTS, **change} if isinstance(change, dict) else _renamed(SMALL_WEIGHTS, change)
-    write_weights(drafter, weights)
-    done = preflight(tree, library, *serve(models["deepseek"], drafter))
-    if "eagle_config" in config:  # no fc: the 64-wide head takes the 7168-wide states, and fails on that alone
-        assert failed(done) == {"drafter-hidden-size"}, done.stdout
-        return
-    finding = drafter_verdict(done, fails=says is not None)
+    drafter = weighted_model(tmp_path / "drafter", _changed(SMALL_DRAFTER, config), weights)
+    finding = weights_verdict(preflight(tree, library, *serve(models["deepseek"], drafter)), config, says)
     if finding is None:
         return
     assert says in finding["message"] and "no parameter for" in finding["message"], finding
@@ -2087,12 +2079,10 @@ def _renamed(weights: dict, prefix: str) -> dict:
 def test_drafter_weight_names_are_not_judged_where_the_tree_does_not_show_the_renames(setup, tmp_path, where):
     """A llama_eagle3.py without 0.16.0's renames, or (0.13.0) without its qkv bias rule: not judged."""
     tree, library, models = setup
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     marker = '"model." + name' if where == "names" else 'getattr(config, "attention_bias", False)'
-    eagle3 = EAGLE3_NAMES.replace(marker, "False" if where == "qkv-bias" else '"model." + nom')
-    (tree / "vllm" / "model_executor" / "models" / "llama_eagle3.py").write_text(eagle3)
-    drafter = write_model(tmp_path / "drafter", SMALL_DRAFTER)
-    write_weights(drafter, {**SMALL_WEIGHTS, **QKV_BIASES, **({"extra_head.weight": [64]} if where == "names" else {})})
+    applied(tree, library, {EAGLE3: EAGLE3_NAMES.replace(marker, "False" if where == "qkv-bias" else '"model." + nom')})
+    extra_head = {"extra_head.weight": [64]} if where == "names" else {}
+    drafter = weighted_model(tmp_path / "drafter", SMALL_DRAFTER, {**SMALL_WEIGHTS, **QKV_BIASES, **extra_head})
     done = preflight(tree, library, *serve(models["deepseek"], drafter))
     assert done.returncode == 0 and failed(done) == set(), done.stdout
 
@@ -2115,6 +2105,23 @@ QUANT_FILES = {
 }
 
 
+QUANTIZATION = "vllm/model_executor/layers/quantization"
+
+
+def quantized_drafter_preflight(setup, tmp_path: Path, method: str, files: list[str], change: dict, tree_files=None):
+    """preflight of a serve of the DeepSeek-V3 target with an EAGLE-3 drafter (DRAFTER with `change`, and
+    `files` in its directory) quantized by `method`, on the applied tree with 0.16.0's quantization layout
+    and `tree_files`."""
+    tree, library, models = setup
+    layout = {f"{QUANTIZATION}/{name}": text for name, text in {"__init__.py": QUANT_INIT, **QUANT_FILES}.items()}
+    applied(tree, library, {**layout, **(tree_files or {})})
+    drafter = write_model(tmp_path / "drafter", {**DRAFTER, **change})
+    for name in files:
+        (drafter / name).write_text("{}")
+    spec = json.dumps({"method": "eagle3", "model": str(drafter), "num_speculative_tokens": 3, "quantization": method})
+    return preflight(tree, library, "vllm", "serve", str(models["deepseek"]), "--speculative-config", spec)
+
+
 @pytest.mark.parametrize(
     ("method", "files", "change", "says"),
     [
@@ -2130,17 +2137,7 @@ QUANT_FILES = {
 )
 def test_a_speculative_quantization_the_drafter_has_no_config_for_fails(setup, tmp_path, method, files, change, says):
     """vLLM reads the drafter's quantization config only building it, after the target's load (review38 B11)."""
-    tree, library, models = setup
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
-    quantization = tree / "vllm" / "model_executor" / "layers" / "quantization"
-    for name, text in {"__init__.py": QUANT_INIT, **QUANT_FILES}.items():
-        (quantization / name).parent.mkdir(parents=True, exist_ok=True)
-        (quantization / name).write_text(text)
-    drafter = write_model(tmp_path / "drafter", {**DRAFTER, **change})
-    for name in files:
-        (drafter / name).write_text("{}")
-    spec = json.dumps({"method": "eagle3", "model": str(drafter), "num_speculative_tokens": 3, "quantization": method})
-    done = preflight(tree, library, "vllm", "serve", str(models["deepseek"]), "--speculative-config", spec)
+    done = quantized_drafter_preflight(setup, tmp_path, method, files, change)
     finding = drafter_verdict(done, fails=says is not None)
     if finding is None:
         return
@@ -2172,19 +2169,9 @@ def test_a_speculative_quantization_fails_where_the_tree_reads_hf_overrides_ungu
     setup, tmp_path, utils, method, files, change, fails
 ):
     """0.12-0.17: the draft config's hf_overrides is a function; get_quant_config calls .get on it (review42a R5)."""
-    tree, library, models = setup
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
-    quantization = tree / "vllm" / "model_executor" / "layers" / "quantization"
-    for name, text in {"__init__.py": QUANT_INIT, **QUANT_FILES}.items():
-        (quantization / name).parent.mkdir(parents=True, exist_ok=True)
-        (quantization / name).write_text(text)
-    (tree / "vllm" / "model_executor" / "model_loader").mkdir(parents=True, exist_ok=True)
-    (tree / "vllm" / "model_executor" / "model_loader" / "weight_utils.py").write_text(utils)
-    drafter = write_model(tmp_path / "drafter", {**DRAFTER, **change})
-    for name in files:
-        (drafter / name).write_text("{}")
-    spec = json.dumps({"method": "eagle3", "model": str(drafter), "num_speculative_tokens": 3, "quantization": method})
-    done = preflight(tree, library, "vllm", "serve", str(models["deepseek"]), "--speculative-config", spec)
+    done = quantized_drafter_preflight(
+        setup, tmp_path, method, files, change, {"vllm/model_executor/model_loader/weight_utils.py": utils}
+    )
     finding = drafter_verdict(done, fails=fails)
     if not fails:
         assert finding is None or "hf_overrides" not in finding["message"], finding
@@ -2469,10 +2456,7 @@ ENV_READER = 'def __post_init__(self):\n    self._set_from_env_if_set("backend",
 def mla_models(tree: Path, library: Path, tmp_path: Path, target: dict, drafter: dict) -> tuple[Path, Path]:
     """(target, drafter): the eagle3 set applied to `tree` with its attention files, a DeepSeek-V3
     target and an EAGLE-3 drafter of these changes."""
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
-    for rel, text in ATTENTION_FILES.items():
-        (tree / rel).parent.mkdir(parents=True, exist_ok=True)
-        (tree / rel).write_text(text)
+    applied(tree, library, ATTENTION_FILES)
     return write_model(tmp_path / "target", {**DEEPSEEK_V3, **target}), write_model(
         tmp_path / "drafter", {**DRAFTER, **drafter}
     )
@@ -2622,8 +2606,7 @@ def test_a_drafter_rotary_table_shorter_than_the_launch_max_model_len_fails(
     """vLLM 0.11-0.26 size the drafter's rotary table from its max_position_embeddings and feed it the
     target's positions, up to max_model_len - 1: the first longer request crashes the engine (review39 C6)."""
     tree, library, _ = setup
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
-    (tree / "vllm" / "model_executor" / "models" / "llama.py").write_text(LLAMA_ROPE_TABLE)
+    applied(tree, library, {LLAMA: LLAMA_ROPE_TABLE})
     model = write_model(tmp_path / "target", {**DEEPSEEK_V3, "max_position_embeddings": 163840, **target})
     (model / "tokenizer_config.json").write_text(json.dumps(tokenizer))
     config = {k: v for k, v in {**DRAFTER, "max_position_embeddings": 2048, **drafter}.items() if v is not None}
@@ -2792,9 +2775,7 @@ def test_a_short_drafter_rotary_table_fails_under_auto_fit_where_it_starts_from_
     lowers it only where the KV cache cannot hold it): a short drafter table is no silent pass, and the
     words say vLLM picks the length by the memory free at start (review41a F10)."""
     tree, library, _ = setup
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
-    (tree / "vllm" / "model_executor" / "models" / "llama.py").write_text(LLAMA_ROPE_TABLE)
-    (tree / "vllm" / "config" / "model.py").write_text(AUTO_FIT_RULE if fitted else "")
+    applied(tree, library, {LLAMA: LLAMA_ROPE_TABLE, "vllm/config/model.py": AUTO_FIT_RULE if fitted else ""})
     model = write_model(tmp_path / "target", {**DEEPSEEK_V3, "max_position_embeddings": 163840})
     drafter = write_model(tmp_path / "drafter", {**DRAFTER, "max_position_embeddings": 2048})
     done = preflight(tree, library, *serve(model, drafter, "--max-model-len", given))
@@ -2819,10 +2800,7 @@ def test_a_short_drafter_rotary_table_passes_where_the_tree_does_not_have_the_fa
     if where == "speculative.py":
         spec = tree / "vllm" / "config" / "speculative.py"
         spec.write_text(spec.read_text() + "\n# draft_hf_config.max_position_embeddings = target_max_model_len\n")
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
-    (tree / "vllm" / "model_executor" / "models" / "llama.py").write_text(
-        "" if where == "llama.py" else LLAMA_ROPE_TABLE
-    )
+    applied(tree, library, {LLAMA: "" if where == "llama.py" else LLAMA_ROPE_TABLE})
     model = write_model(tmp_path / "target", {**DEEPSEEK_V3, "max_position_embeddings": 163840})
     drafter = write_model(tmp_path / "drafter", {**DRAFTER, "max_position_embeddings": 2048})
     done = preflight(tree, library, *serve(model, drafter))
@@ -2870,12 +2848,8 @@ def drafter_attention_tree(setup, files: dict[str, str]):
     if files.pop("raised", None) is not None:  # before the apply, which records the file as it writes it
         spec = tree / "vllm" / "config" / "speculative.py"
         spec.write_text(spec.read_text() + RAISED)
-    assert run_cli("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
     sliding = "                sliding_window = config.sliding_window\n"
-    files = {"vllm/model_executor/models/llama.py": LLAMA_ROPE_TABLE + sliding, **files}
-    for rel, text in files.items():
-        (tree / rel).parent.mkdir(parents=True, exist_ok=True)
-        (tree / rel).write_text(text)
+    applied(tree, library, {LLAMA: LLAMA_ROPE_TABLE + sliding, **files})
     return tree, library
 
 

@@ -220,3 +220,26 @@ def test_the_journals_removal_a_hint_names_takes_the_staged_files_of_its_commit_
     assert not (tree / ".patchkit/journal.json").exists()
     assert not list(tree.rglob("*.patchkit-*.tmp"))  # the staged files are gone
     assert _tree_files(tree) == before  # and no other file
+
+
+def test_an_update_cut_short_whose_earlier_patched_original_is_damaged_is_rolled_back(tmp_path, scratch):
+    """apply of a library whose series of the set changed (an update) died right after it replaced
+    spec.py, and the saved original it rolls back to (spec.py as the earlier series patched it) is
+    then damaged: recovery makes it again from the saved stock original and the earlier record's
+    patches (sha256 checked), and the tree is the earlier series' again, whole."""
+    tree = write_tree(tmp_path / "site")
+    later = {**PATCHED, SPEC: PATCHED[SPEC].replace('"deepseek"', '"deepseek", "mimo"')}
+    old = write_library(tmp_path / "old", {"0.16.0": [make_patch(scratch, tree, PATCHED)]})
+    new = write_library(tmp_path / "new", {"0.16.0": [make_patch(scratch, tree, later)]})
+    assert patchkit_faulted("apply", "--target", tree, "--patches", old, "--set", "demo", "--no-import").returncode == 0
+    earlier = _tree_files(tree)
+    update: list[object] = ["apply", "--target", tree, "--patches", new, "--set", "demo", "--no-import"]
+    crash_after_the_first_replace(tree, update, SPEC, later[SPEC].encode())
+    _damage(tree, PATCHED[SPEC].encode())
+
+    done = patchkit_faulted("status", "--target", tree, "--patches", new, "--set", "demo")
+    said = " ".join(done.stderr.split())
+    assert f"the saved original of {SPEC} was damaged or missing: made again from the patches its record" in said
+    assert _tree_files(tree) == earlier and not (tree / ".patchkit/journal.json").exists(), said
+    assert patchkit_faulted(*update).returncode == 0
+    assert (tree / SPEC).read_bytes() == later[SPEC].encode()

@@ -37,6 +37,9 @@ from launch_fixtures import (
     write_model,
 )
 
+from patchkit.launch.command import parse
+from patchkit.launch.engine import tree_reader
+from patchkit.launch.shortcut import _launch_setting
 from patchkit.store.state import read_state
 
 
@@ -279,6 +282,63 @@ def test_kept_findings_are_not_reused_for_a_launch_environment_that_imports_or_p
         _, done = patchkit_run(tree, library, command, {**env, **changed})
         assert done.returncode == 7, done.stderr
     assert len(list(kept.glob("*.json"))) == 3
+
+
+# envs.py as 0.12+ spells it: entries outside any VLLM_ prefix, each read after the model's load
+ENVS_READ_AFTER_LOAD = (
+    "environment_variables = {\n"
+    '    "VERBOSE": lambda: bool(int(os.getenv("VERBOSE", "0"))),\n'
+    '    "Q_SCALE_CONSTANT": lambda: int(os.getenv("Q_SCALE_CONSTANT", "200")),\n'
+    "}\n"
+    "def enable_envs_cache():\n"
+    "    pass\n"
+)
+
+
+def test_kept_findings_follow_every_variable_the_trees_envs_reads_in_each_order(launch, tmp_path):
+    """review43a S8: VERBOSE=true fails vllm-environment; a run without it, then with it again, and a
+    variable of envs.py set in the launch's own `env` prefix: each run's verdict is a fresh preflight's."""
+    tree, library, command, env, marker = launch
+    env, _ = own_cache(env, tmp_path)
+    env = {k: v for k, v in env.items() if k not in ("VERBOSE", "Q_SCALE_CONSTANT")}
+    assert run_cli_writing("apply", "--target", tree, "--patches", library, "--no-import").returncode == 0
+    (tree / "vllm" / "envs.py").write_text(ENVS_READ_AFTER_LOAD)
+    cases = [({"VERBOSE": "true"}, []), ({}, []), ({}, []), ({"VERBOSE": "true"}, []), ({}, ["Q_SCALE_CONSTANT=x"])]
+    cases += [({}, []), ({}, ["Q_SCALE_CONSTANT=1"])]
+    verdicts = []
+    for variables, prefix in cases:
+        launched = ["env", *prefix, *command] if prefix else command
+        fresh = run_cli_read_only(
+            "preflight",
+            "--target",
+            tree,
+            "--patches",
+            library,
+            "--no-import",
+            "--",
+            *launched,
+            env={**env, **variables},
+        )
+        _, done = patchkit_run(tree, library, launched, {**env, **variables})
+        assert done.returncode == (7 if fresh.returncode == 0 else 1), (variables, prefix, fresh.stdout, done.stdout)
+        assert marker.exists() == (fresh.returncode == 0)
+        marker.unlink(missing_ok=True)
+        verdicts.append(fresh.returncode)
+    assert verdicts == [1, 0, 0, 1, 1, 0, 0]
+
+
+@pytest.mark.parametrize(
+    "variable", ["LANG=ja_JP.eucJP", "LC_ALL=ja_JP.SJIS", "LC_CTYPE=ja_JP.SJIS", "PATH=/elsewhere", "VERBOSE=1"]
+)
+def test_the_kept_findings_key_holds_the_locale_path_and_envs_variables(variable, tmp_path):
+    """review43a S8: the chat template's encoding follows LANG/LC_*, the program's lookup PATH, the
+    vllm-environment rule every variable of the tree's envs.py: each is part of the kept entry's key."""
+    (tmp_path / "vllm").mkdir()
+    (tmp_path / "vllm" / "envs.py").write_text(ENVS_READ_AFTER_LOAD)
+    plain = parse(["/usr/bin/vllm", "serve", "m"])
+    changed = parse(["env", variable, "/usr/bin/vllm", "serve", "m"])
+    read = tree_reader(tmp_path)
+    assert _launch_setting(plain, read) != _launch_setting(changed, read)
 
 
 def test_a_launch_program_that_is_not_executable_says_which_file_and_how_to_fix_it(launch, tmp_path):

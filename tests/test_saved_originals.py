@@ -26,6 +26,7 @@ from helpers import (
     STOCK_FILES,
     fingerprint,
     make_patch,
+    record_rows,
     run_cli_judged,
     run_cli_writing,
     stock_files_fetched,
@@ -301,6 +302,30 @@ def test_a_digest_named_symlink_in_objects_is_kept_and_said(scene, tmp_path):
     assert "kept 1 file(s)" in said and f"objects/{'b' * 64}" in said, said
     after = " ".join(run_cli_judged("status", "--target", tree, "--patch", patch).stdout.split())
     assert f"holds {'b' * 64}: no saved original" in after and "revert` removes" not in after, after
+
+
+def test_the_fetch_a_patch_applys_integrity_refusal_names_lays_its_file_out(tmp_path):
+    """apply --patch of a file that is not the release's (RECORD) refuses, naming the fetch that puts
+    the stock files back; without --all that fetch laid out the sets' files only, the diff's file
+    stayed edited and apply refused again. Run as printed, the apply then goes through."""
+    tree = write_tree(tmp_path / "site")
+    for rel, data in STOCK_FILES.items():  # the release's own files, with a RECORD of them
+        if rel.endswith(".py") and (tree / rel).exists():
+            (tree / rel).write_bytes(data)
+    (tree / "vllm-0.16.0.dist-info/RECORD").write_text(record_rows(tree, "vllm-0.16.0.dist-info"))
+    stock = (tree / MODEL).read_text()
+    patch = tmp_path / "model.diff"
+    patch.write_bytes(make_patch(tmp_path, tree, {MODEL: stock.replace("return x", "return x * 2")}))
+    (tree / MODEL).write_text(stock + "# edited\n")
+    refused = run_cli_writing("apply", "--target", tree, "--patch", patch, "--no-import", env=OFFLINE)
+    assert refused.returncode == 1 and "not the stock files" in refused.stderr, refused.stdout + refused.stderr
+    [fetch] = re.findall(r"`(patchkit fetch [^`]+)`", " ".join(refused.stderr.split()))
+    write_wheel(tmp_path / "wheel")  # the release's files, as the index serves them
+    stock_files_fetched({p: d for p, d in STOCK_FILES.items() if p.endswith(".py")})
+    fetched = run_cli_judged(*shlex.split(fetch)[1:], env=OFFLINE)
+    assert fetched.returncode == 0 and (tree / MODEL).read_text() == stock, fetched.stdout + fetched.stderr
+    done = run_cli_writing("apply", "--target", tree, "--patch", patch, "--no-import", env=OFFLINE)
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
 def test_the_fetch_a_damaged_original_of_a_patch_file_names_lays_that_file_out(scene, tmp_path):

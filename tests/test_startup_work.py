@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import random
+from datetime import date
 from pathlib import Path
 
 import click
@@ -142,19 +143,46 @@ def test_a_commands_steps_have_no_generated_eq_nor_repr(step):
 
 def test_a_manifest_is_parsed_once_across_runs_and_a_changed_one_again(tmp_path, monkeypatch):
     """tomllib is pure Python (~0.4 ms a manifest, six a run): the parse of the same text is kept,
-    sealed, in the verdicts cache; another text is another key."""
+    sealed, in the verdicts cache; another text is another key. (Each load here a new process's: none kept.)"""
     monkeypatch.setenv("PATCHKIT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(library, "_TOML", {})
     parsed = []
     real = library.tomllib.loads
     monkeypatch.setattr(library.tomllib, "loads", lambda text: parsed.append(text) or real(text))
     (tmp_path / "set").mkdir()
     directory = _set_of(tmp_path / "set", ["==0.16.0", ">=0.17.0,<0.18.0"], upstream=">=0.18.0")
-    first, second = library.load_set(directory), library.load_set(directory)
+    first = library.load_set(directory)
+    library._TOML.clear()
+    second = library.load_set(directory)
     assert first == second and len(parsed) == 1
     text = (directory / "set.toml").read_text().replace("==0.16.0", "==0.16.1")
     (directory / "set.toml").write_text(text)
     assert str(library.load_set(directory).releases[0].versions) == "==0.16.1"
     assert len(parsed) == 2
+
+
+def test_a_toml_file_is_read_back_once_a_process_each_caller_its_own_copy_and_a_changed_one_again(
+    tmp_path, monkeypatch
+):
+    """series.library keeps a TOML text's parse across the commands of a process (cli.percommand.KEPT): the
+    library loaded again (each command in process, fleet's agent) is not read back from the verdicts cache."""
+    monkeypatch.setenv("PATCHKIT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(library, "_TOML", {})
+    recalled = []
+    recall = library.remembered.recall
+    monkeypatch.setattr(library.remembered, "recall", lambda *args: recalled.append(args) or recall(*args))
+    path = tmp_path / "m.toml"
+    path.write_text("name = 'x'\n[t]\nv = [1, 2]\n[[r]]\nw = 2026-12-03\n")
+    first = library.read_toml(path, "manifest")
+    first["t"]["v"].append(3)
+    first["r"][0]["w"] = None
+    assert library.read_toml(path, "manifest") == {"name": "x", "t": {"v": [1, 2]}, "r": [{"w": date(2026, 12, 3)}]}
+    assert len(recalled) == 1, "read back from the verdicts cache again"
+    path.write_text("name = 'y'\n")
+    assert library.read_toml(path, "manifest") == {"name": "y"} and len(recalled) == 2
+    path.write_text("name = \n")
+    with pytest.raises(BadInput, match="unreadable manifest"):
+        library.read_toml(path, "manifest")
 
 
 def test_a_manifest_json_cannot_hold_is_parsed_each_time(tmp_path, monkeypatch):

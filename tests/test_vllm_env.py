@@ -5,12 +5,15 @@ one int() refuses ("true", "yes", "") fails the launch: vLLM raises reading the 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 from helpers import lay_out_release, run_cli_in_process
 from launch_fixtures import DEEPSEEK_V3, DRAFTER, applied_finding, serve, write_model
 
-from patchkit.launch.vllm_env import CHECK, ENVS
+from patchkit.launch.vllm_env import CHECK, ENVS, conversions, json_or_file_refusal, json_str_or_file, refusal
 
 EAGLE3 = '{"method":"eagle3","model":"DRAFTER","num_speculative_tokens":3}'
 # the entries' shapes as 0.12-0.30 spell them: int() directly, or through maybe_convert_bool
@@ -149,3 +152,143 @@ def test_every_entry_of_a_releases_envs_is_judged(tmp_path, release, refused):
     found = [f for f in json.loads(done.stdout)["findings"] if f["check"] == CHECK]
     assert [f["message"].split("=")[0] for f in found] == refused, done.stdout
     assert done.returncode == 1, done.stdout
+
+
+# 0.22+'s shapes: an entry wrapped in deprecated_env, and a JSON value or the path of a JSON file
+ENVS_WRAPPED = (
+    "def maybe_convert_json_str_or_file(value):\n"
+    "    if value is None:\n"
+    "        return None\n"
+    "    if os.path.exists(value):\n"
+    "        with open(value) as f:\n"
+    "            return json.load(f)\n"
+    "    return json.loads(value)\n"
+    "environment_variables: dict = {\n"
+    '    "VLLM_X_BACKEND": deprecated_env(\n'
+    '        "VLLM_X_BACKEND", "v0.23", "Use --x.", env_with_choices("VLLM_X_BACKEND", "a", ["a", "b"])\n'
+    "    ),\n"
+    '    "VLLM_X_FLAG": deprecated_env("VLLM_X_FLAG", "v0.23", "Use --x.", lambda: bool(int(os.getenv("VLLM_X_FLAG", "0")))),\n'
+    '    "VLLM_X_QUANT": lambda: maybe_convert_json_str_or_file(os.environ.get("VLLM_X_QUANT", None)),\n'
+    "}\n"
+    "def enable_envs_cache():\n"
+    "    pass\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("assignment", "says", "fix"),
+    [
+        ("VLLM_X_BACKEND=c", "is not among its choices a, b", "give VLLM_X_BACKEND among a, b, or unset it"),
+        ("VLLM_X_FLAG=true", "is not an integer", "give VLLM_X_FLAG=1 or VLLM_X_FLAG=0, or unset it"),
+        ("VLLM_X_QUANT=notjson", "names no file and is not JSON", "give VLLM_X_QUANT JSON or the path of a JSON file"),
+        ("VLLM_X_QUANT=", "names no file and is not JSON", "give VLLM_X_QUANT JSON or the path of a JSON file"),
+    ],
+)
+def test_an_entry_inside_deprecated_env_or_read_as_json_or_a_file_is_judged(tmp_path, assignment, says, fix):
+    """review43a S7: 0.22's deprecated_env(NAME, ..., env_with_choices(...)) and
+    maybe_convert_json_str_or_file(os.environ.get(...)) entries were not judged (ok where vLLM raises)."""
+    found = environment_finding(tmp_path, ENVS_WRAPPED, assignment)
+    assert found is not None and found["result"] == "fail", found
+    assert says in found["message"] and "right after the model's load" in found["message"], found
+    assert found["fix"].startswith(fix), found
+
+
+@pytest.mark.parametrize("value", ["b", "a"])
+def test_a_choice_inside_deprecated_env_it_takes_is_no_finding(tmp_path, value):
+    assert environment_finding(tmp_path, ENVS_WRAPPED, f"VLLM_X_BACKEND={value}", "VLLM_X_FLAG=0") is None
+
+
+def json_file_finding(tmp_path, make) -> dict | None:
+    """The finding for VLLM_X_QUANT naming a path `make(path)` lays out (relative: the launch's directory)."""
+    tmp_path.mkdir(exist_ok=True)
+    path = tmp_path / "quant"
+    make(path)
+    return environment_finding(tmp_path / "run", ENVS_WRAPPED, f"VLLM_X_QUANT={path}")
+
+
+def test_a_json_file_vllm_reads_is_no_finding_and_a_json_value_neither(tmp_path):
+    assert json_file_finding(tmp_path / "a", lambda p: p.write_text('{"bits": 4}')) is None
+    assert environment_finding(tmp_path / "b", ENVS_WRAPPED, 'VLLM_X_QUANT={"bits": 4}') is None
+
+
+@pytest.mark.parametrize(
+    ("make", "says"),
+    [
+        (lambda p: p.write_text("bits: 4"), "holds no utf-8 JSON"),
+        (lambda p: p.write_bytes(b'\xef\xbb\xbf{"bits": 4}'), "holds no utf-8 JSON"),  # vLLM's json.load: a BOM raises
+        (lambda p: p.mkdir(), "is a directory"),
+        (os.mkfifo, "is no regular file"),
+        (lambda p: p.symlink_to("/dev/zero"), "is no regular file"),
+    ],
+)
+def test_a_file_vllm_cannot_read_as_json_fails_and_a_fifo_is_never_opened(tmp_path, make, says):
+    found = json_file_finding(tmp_path, make)
+    assert found is not None and found["result"] == "fail" and says in found["message"], found
+
+
+def test_a_json_file_over_the_bound_is_not_read_and_cannot_be_judged(tmp_path):
+    found = json_file_finding(tmp_path, lambda p: p.write_text('{"pad": "' + "x" * (1 << 20) + '"}'))
+    assert found is not None and found["result"] == "cannot judge" and "over 1 MiB" in found["message"], found
+
+
+# each value set alone, the getter called: "raises" (ValueError, or OSError opening a file), "takes", or
+# "other" (an import or a type error the value does not decide: not compared)
+GETTERS = """
+import importlib.util, json, os, sys
+spec = importlib.util.spec_from_file_location("envs_under_test", sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+values, base, out = json.loads(sys.argv[2]), dict(os.environ), {}
+for name, getter in module.environment_variables.items():
+    out[name] = {}
+    for value in values:
+        os.environ.clear()
+        os.environ.update(base)
+        os.environ[name] = value
+        try:
+            getter()
+            out[name][value] = "takes"
+        except (ValueError, OSError):
+            out[name][value] = "raises"
+        except Exception:
+            out[name][value] = "other"
+print(json.dumps(out))
+"""
+VALUES = ["1", "0", "true", "yes", "", "abc", "1.5", " 1", "01", "-1", "x,y", "auto", "tcp://1.2.3.4:5", "[1]", "{}"]
+VALUES += ["None", "Debug", "release", "good.json", "bad.json", "bom.json", "folder"]
+
+
+@pytest.mark.release
+@pytest.mark.parametrize("release", [f"0.{minor}.0" for minor in range(12, 35)])
+def test_every_entry_of_a_releases_envs_is_refused_exactly_where_its_getter_raises(tmp_path, release):
+    """review43a S7's differential: each entry of the release's own envs.py (exec'd alone, no vLLM)
+    with each value, patchkit's verdict against the getter's own raise: no mismatch, either way."""
+    site = lay_out_release(release, [ENVS], tmp_path / "site")
+    here = tmp_path / "cwd"
+    (here / "folder").mkdir(parents=True)
+    (here / "good.json").write_text('{"bits": 4}')
+    (here / "bad.json").write_text("bits: 4")
+    (here / "bom.json").write_bytes(b'\xef\xbb\xbf{"bits": 4}')
+    argv = [sys.executable, "-c", GETTERS, str(site / ENVS), json.dumps(VALUES)]
+    done = subprocess.run(argv, cwd=here, env={"LANG": "C.UTF-8"}, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    vllm_says = json.loads(done.stdout)
+    envs = (site / ENVS).read_bytes()
+    assert b"def enable_envs_cache(" in envs  # every entry is read after the load
+    judged = conversions(envs)
+    mismatches = []
+    for name, verdicts in vllm_says.items():
+        for value, said in verdicts.items():
+            ours = name in judged and patchkit_refuses(name, value, judged[name], str(here))
+            if said != "other" and ours != (said == "raises"):
+                mismatches.append((name, value, said))
+    assert mismatches == [], mismatches
+    assert len(judged) > 100
+
+
+def patchkit_refuses(name: str, value: str, conversion, cwd: str) -> bool:
+    if conversion[0] is json_str_or_file:
+        why, judged = json_or_file_refusal(name, value, cwd, "utf-8")
+        assert judged, why
+        return why is not None
+    return refusal(name, value, conversion) is not None

@@ -168,6 +168,8 @@ def test_apply_replaces_the_wheels_earlier_series_in_one_step(run, tmp_path, lib
     assert dry.exit_code == 0 and (site / SPEC).read_text() == patched_spec(), dry.output
     done = run("apply", "--target", site, "--patches", new)
     assert done.exit_code == 0 and "updated" in done.output, done.output
+    said = " ".join(done.output.split())  # the header's note: the wheel's series is not this library's
+    assert "its series is read from there (an earlier library's: this library's series of it differs)" in said, said
     assert (site / SPEC).read_text() == LATER_SPEC
     assert run("status", "--target", site, "--patches", new).exit_code == 0
     assert load_plugins_like_vllm(site).returncode == 0

@@ -45,9 +45,10 @@ MEMOS: dict[str, tuple[str, ...]] = {
 
 # Memos of what patchkit's own package files or the memo's key alone decide, never stale: kept across commands.
 # vLLM's serve parser as recorded (patchkit/launch/specs): rebuilding its ~200 options was ~5% of a preflight in
-# process; a contract's requirements, keyed by its entries.
+# process; a contract's requirements, keyed by its entries; a TOML file's parse, keyed by its text.
 KEPT: dict[str, tuple[str, ...]] = {
     "patchkit.launch.serve_parser": ("_load_spec", "_parser"),
+    "patchkit.series.library": ("_TOML",),
     "patchkit.series.requirements": ("_PARSED",),
 }
 

@@ -359,8 +359,12 @@ def selection(found: Provenance, version: Version, library: str | Path | None) -
     if chosen is not None and chosen.kind == PATCH and _past_the_wheel(found):
         # reverted, or applied since: the wheel's earlier series is not what the files hold
         return chosen, f"{found.describe()}; reverted or applied since, so the library's series is judged"
+    # the library's series of the set differs: the wheel's is an earlier library's (apply replaces it)
+    earlier = " (an earlier library's: this library's series of it differs)" * (
+        chosen is not None and chosen.kind == PATCH
+    )
     chosen = Selection(found.name, PATCH, Version(Version(str(version)).public), patches, patch_set=patch_set)
-    return chosen, f"{found.describe()}; its series is read from there"
+    return chosen, f"{found.describe()}; its series is read from there{earlier}"
 
 
 def stock_hashes(root: Path, record: dict[str, str]) -> dict[str, str]:

@@ -14,6 +14,7 @@ worker (in a vLLM cluster, vLLM's environment)."""
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 import threading
 import time
@@ -83,6 +84,9 @@ def run_step(step: str, request: dict[str, Any], patchkit: PatchkitRun) -> dict[
     summary = summarize(step, _document(stdout), code, stderr)
     if step == "prepare" and summary["ok"]:
         summary.update(_unwritable(summary["document"]) or {})
+    elif step == "prepare" and summary["detail"] == _PARTIAL_REFUSED:
+        target = target_arguments(request)[0]
+        summary["hint"] = "`" + shlex.join(["patchkit", "apply", *target, *_options(request)]) + "`"
     elif step == "prepare" and not summary["hint"] and summary["document"] is not None:
         # verify names a check's fix in its text only: the node's fix is what its apply would say
         summary["hint"] = (_document(patchkit(command_line("dry-run", request)[0])[1]) or {}).get("hint")
@@ -134,19 +138,26 @@ def _prepared(document: dict[str, Any], code: int, state: str, detail: str) -> t
     """Phase 1's row: ready when verify passed, or when its only fault is one the apply of phase 2
     repairs (a record an upgrade made stale, the guard's refusal of it), as `patchkit apply` does
     on that tree; else refused, named as apply would end (conflict, check-failed, or the tree's
-    state: partial, unsupported...)."""
+    state: partial, unsupported...). A partial set is refused though apply completes it: the
+    rollback (revert --set) would leave it stock, not partial."""
     if code == 0:
         return NodeState.READY, True, ""
     if _apply_repairs(document):
         return NodeState.READY, True, f"{_guard_said(document)}: the apply repairs it"
-    if _apply_completes(document):
-        return NodeState.READY, True, "partial: the apply applies the patches not applied"
+    if _apply_completes(document):  # ready, a failure elsewhere would revert it to stock: not what it had
+        return TreeState.PARTIAL, False, _PARTIAL_REFUSED
     parts = _set_parts(document) or [document]
     if any(p.get("state") == TreeState.NOT_APPLIED and _failed_checks(p) for p in parts):
         return Outcome.CHECK_FAILED, False, detail
     if any(_conflicting(p) for p in parts):
         return Outcome.CONFLICT, False, detail
     return state, False, detail
+
+
+_PARTIAL_REFUSED = (
+    "partial: a fleet apply's rollback would revert its set to stock, not back to what it holds; "
+    "complete it with the apply on this node first (the hint)"
+)
 
 
 def _apply_repairs(document: dict[str, Any]) -> bool:
@@ -229,6 +240,7 @@ def _hint(document: dict[str, Any]) -> str | None:
     own = [p for p in refusing if p.get("drifted") or p.get("stale")] or refusing
     fixes = [p["guard"].get("fix") for p in own]
     fixes += [p.get("hint") for p in parts]
+    fixes += [p["other_library"].get("fix") for p in parts if isinstance(p.get("other_library"), dict)]
     return "; ".join(dict.fromkeys(str(f) for f in fixes if isinstance(f, str) and f)) or None
 
 
@@ -270,6 +282,9 @@ def _why(document: dict[str, Any]) -> str:
         return "edited after patchkit patched it: " + ", ".join(map(str, document["drifted"]))
     if _guard_refuses(document):
         return _guard_said(document)
+    other = document.get("other_library")
+    if isinstance(other, dict) and other.get("changed"):  # its apply updates it (the hint), and is refused here
+        return f"applied from another library ({', '.join(map(str, _listed(other['changed'])))} changed)"
     return ""
 
 
@@ -462,9 +477,15 @@ class Agent:
         self.given_up: set[str] = set()  # tickets whose driver stopped waiting: never started
         self.retired = False  # takes no claim; ends once idle
         self.ending = False  # decided under the guard: no claim is taken after it
-        threading.Thread(target=self._end_when_unused, name="patchkit-agent-idle", daemon=True).start()
+        # Set as it ends: its threads stop with it, where its end() leaves the process running (a test's agent).
+        self.stopped = threading.Event()
+        self.threads = [threading.Thread(target=self._end_when_unused, name="patchkit-agent-idle", daemon=True)]
         if ledger is not None:
-            threading.Thread(target=self._settle_when_due, name="patchkit-agent-settle", daemon=True).start()
+            self.threads.append(
+                threading.Thread(target=self._settle_when_due, name="patchkit-agent-settle", daemon=True)
+            )
+        for thread in self.threads:
+            thread.start()
 
     def claim(self, run: str, hold: float) -> dict[str, Any]:
         """A fleet run's hold on this agent for `hold` seconds (renewed by each step). Refused
@@ -597,8 +618,7 @@ class Agent:
     def _settle_when_due(self) -> None:
         """Each undecided apply, settled once its run's decision is known: kept on commit; rolled
         back here once its driver is silent past the lease (and did not commit first)."""
-        while True:
-            time.sleep(AGENT_TICK)
+        while not self.stopped.wait(AGENT_TICK):
             with self.guard:
                 runs = list(self.undecided)
                 held = [r for r in self.holds if r != "creator" and r not in self.undecided]
@@ -685,8 +705,7 @@ class Agent:
             self.linger_until = time.monotonic() + keep_alive  # the last command's word (another's hold still counts)
 
     def _end_when_unused(self) -> None:
-        while True:
-            time.sleep(AGENT_TICK)
+        while not self.stopped.wait(AGENT_TICK):
             with self.guard:
                 now = time.monotonic()
                 held = any(t >= now for t in self.holds.values())
@@ -699,8 +718,8 @@ class Agent:
                 # is neither running nor waiting here yet)
                 self.ending = overdue or (not busy and (unwanted or (self.retired and not held)))
             if self.ending:
+                self.stopped.set()
                 self.end()
-                return
 
     def end(self) -> None:
         """This process ends (cluster.py's agent asks Ray to end it as an actor)."""

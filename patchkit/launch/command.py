@@ -364,6 +364,8 @@ def frame(argv: list[str], invoked: tuple[str, list[str]] | None = None) -> Laun
         raise _assigned(argv, invoked)
     prefix = _EnvPrefix()
     rest = prefix.read(argv) if Path(argv[0]).name == "env" else argv
+    if prefix.cwd is not None:
+        prefix.cwd = _same_directory_only(prefix, argv, invoked)
     if not rest:
         raise BadInput("the launch command names no program after `env`")
     program, args = rest[0], rest[1:]
@@ -781,6 +783,7 @@ class _EnvPrefix(Value):
     clean: bool = False
     unset: list[str] = field(default_factory=list)
     cwd: str | None = None
+    cwd_at: tuple[int, str] = (0, "")  # the word -C's directory is on, and what of it goes before it
 
     def read(self, argv: list[str]) -> list[str]:
         """The command after the prefix."""
@@ -810,13 +813,13 @@ class _EnvPrefix(Value):
             short = _ENV_LONG[matches[0]] or ""
             if short in ("-u", "-C") and not eq:
                 return self._with_value(short, argv, index + 1)
-            self._apply(short, value)
+            self._apply(short, value, (index, f"{name}="))
             return index + 1
         for position, letter in enumerate(arg[1:], start=1):
             if letter in "uC":
                 rest = arg[position + 1 :]
                 if rest:
-                    self._apply(f"-{letter}", rest)
+                    self._apply(f"-{letter}", rest, (index, arg[: position + 1]))
                     return index + 1
                 return self._with_value(f"-{letter}", argv, index + 1)
             if letter not in "iv":
@@ -827,35 +830,61 @@ class _EnvPrefix(Value):
     def _with_value(self, option: str, argv: list[str], index: int) -> int:
         if index == len(argv):
             raise BadInput(f"env's {option} needs a value: env refuses the command")
-        self._apply(option, argv[index])
+        self._apply(option, argv[index], (index, ""))
         return index + 1
 
-    def _apply(self, option: str, value: str) -> None:
+    def _apply(self, option: str, value: str, at: tuple[int, str] = (0, "")) -> None:
         if option == "-i":
             self.clean = True
         elif option == "-u":
             self.unset.append(value)
             self.env.pop(value, None)
         elif option == "-C":
-            self.cwd = _same_directory_only(value)
+            self.cwd, self.cwd_at = value, at  # env chdirs to the last one
 
 
-def _same_directory_only(directory: str) -> str:
+def _same_directory_only(prefix: _EnvPrefix, argv: list[str], invoked: tuple[str, list[str]] | None) -> str:
     """`env -C DIR`: read only when DIR is patchkit's own working directory, from which the launch's
-    relative paths (its model, --config, the program) are read."""
+    relative paths (its model, --config, the program) are read. Else refused, the hint the user's
+    own command run from DIR: its verb and options, the launch whole with DIR made absolute."""
+    directory = prefix.cwd or ""
     try:
         if os.path.samefile(directory, os.curdir):
             return os.getcwd()
     except OSError:
         pass
     where = os.path.abspath(directory)  # a relative DIR, followed from DIR, would name DIR/DIR
+    launch = list(argv)
+    at, before = prefix.cwd_at
+    launch[at] = before + where
+    verb, before_verb, flags = _own_flags(invoked)
     # from there, the user's relative --target, --patches... would name other paths: made absolute too
-    again = hints.command("preflight", "--", "env", "-C", where, "...", chosen=hints.from_anywhere()).strip("`")
+    words = hints.command_words(verb, *flags, "--", *launch, chosen=hints.from_anywhere())
+    again = shlex.join([words[0], *before_verb, *words[1:]])
     raise BadInput(
         f"env -C {directory}: the launch runs in {directory}, and patchkit reads its relative paths from "
         "its own working directory",
         hint=f"run patchkit from there, with -C made absolute: cd {shlex.quote(where)} && {again}",
     )
+
+
+# patchkit's own options that name no path: kept as given in a hint run from another directory
+_OWN_FLAGS = ("--no-import", "--apply", "--no-preflight", "--quiet", "--verbose")
+
+
+def _own_flags(invoked: tuple[str, list[str]] | None) -> tuple[str, list[str], list[str]]:
+    """The user's patchkit command (`invoked`): its verb, the -q/-v before it, and its own options
+    after it that name no path (its selection's paths are made absolute by hints.from_anywhere)."""
+    verb, words = invoked or ("preflight", ["patchkit", "preflight"])
+    at = words.index(verb) if verb in words else len(words)
+    flags: list[str] = []
+    given = words[at + 1 :]
+    for index, word in enumerate(given):
+        if word in _OWN_FLAGS or re.fullmatch("-[qv]+", word) or word.startswith("--format="):
+            flags.append(word)
+        elif word == "--format" and index + 1 < len(given):
+            flags += [word, given[index + 1]]
+    return verb, words[1:at], flags
 
 
 def _env_refused(option: str, *, known: bool) -> BadInput:

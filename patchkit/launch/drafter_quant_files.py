@@ -14,7 +14,7 @@ from patchkit.checks.parsed import python_tree
 from patchkit.launch import observed
 from patchkit.launch.drafter_weights import quantization
 from patchkit.launch.engine import LaunchContext, Reader
-from patchkit.launch.findings import Finding
+from patchkit.launch.findings import UNREAD_FIX, Finding
 from patchkit.launch.method import settled_method
 from patchkit.launch.weights import drafter_directory
 
@@ -23,7 +23,6 @@ WEIGHT_UTILS = "vllm/model_executor/model_loader/weight_utils.py"  # get_quant_c
 OVERRIDES_READ = "hf_overrides.get("  # the draft config's hf_overrides is a function: AttributeError unguarded
 OVERRIDES_GUARDS = ("isinstance(hf_overrides", "callable(hf_overrides")  # 0.22 on
 DRAFT_MODEL_CHECK = "speculative-config"  # no drafter-architecture finding for a draft_model drafter
-UNREAD_FIX = 'drop "quantization" from --speculative-config (vLLM reads the drafter\'s own from its config.json)'
 
 
 def quant_config_unfound(launch: LaunchContext) -> tuple[str, str] | None:
@@ -36,8 +35,8 @@ def quant_config_unfound(launch: LaunchContext) -> tuple[str, str] | None:
     config = launch.drafter.config
     text = config.get("text_config")
     held = [config, text if isinstance(text, dict) else {}]
-    if not isinstance(method, str) or any(c.get("quantization_config") is not None for c in held):
-        return None
+    if not isinstance(method, str) or not method or any(c.get("quantization_config") is not None for c in held):
+        return None  # "": quant_match's (pydantic refuses it at start where the field takes only methods)
     local = Path(launch.drafter.name)
     if method != "gguf" and config.get("compression_config") is None and overrides_unguarded(launch.read):
         where = drafter_directory(launch.command)

@@ -10,6 +10,9 @@ from patchkit.base.values import Value
 
 PASS, FAIL, CANNOT_JUDGE = "pass", "fail", "cannot judge"
 
+# a speculative "quantization" vLLM reads for a drafter whose config.json has none (get_quant_config, 0.12-0.17)
+UNREAD_FIX = 'drop "quantization" from --speculative-config (vLLM reads the drafter\'s own from its config.json)'
+
 
 @dataclass(eq=False, repr=False)
 class Finding(Value):

@@ -6,13 +6,15 @@ its imports of a parser module the set patches (or of a class defined there, fro
 package), or a string naming a parser the set serves (ToolParserManager.get_tool_parser("kimi_k2")).
 A plugin patchkit cannot read (bytecode, an extension, a fifo, syntax its Python lacks), or one that
 imports or looks a parser up by a name it computes (importlib, __import__, get_tool_parser(NAME)),
-may use it. A module of the user's that the plugin imports is not followed."""
+may use it; so may a module of the user's that it imports (found before the site's packages), which
+patchkit does not follow."""
 
 from __future__ import annotations
 
 import ast
 import dataclasses
 import os
+import sys
 from collections.abc import Callable, Iterable
 
 from packaging.version import Version
@@ -109,7 +111,10 @@ def plugin_use(command: LaunchCommand, patched: Iterable[str], parsers: Iterable
     if dynamic:
         return None, f"{shown} imports modules by a name it computes ({dynamic})"
     looked_up = _looked_up(tree)
-    return (None, f"{shown} looks a tool parser up by a name it computes ({looked_up})") if looked_up else (False, "")
+    if looked_up:
+        return None, f"{shown} looks a tool parser up by a name it computes ({looked_up})"
+    own = _own_module(tree, command)
+    return (None, f"{shown} imports {own}") if own else (False, "")
 
 
 def _imported(tree: ast.Module, modules: dict[str, str], classes: dict[str, str]) -> str | None:
@@ -142,6 +147,24 @@ def _by_name(tree: ast.Module) -> str | None:
             isinstance(node, ast.Attribute) and node.attr == "__import__"
         ):
             return "__import__"
+    return None
+
+
+def _own_module(tree: ast.Module, command: LaunchCommand) -> str | None:
+    """A module the plugin imports that the launch's Python finds before its site's packages (its
+    first sys.path entry, PYTHONPATH): the user's own code, which may build on a patched parser."""
+    flags = "".join(command.interpreter_settings()[0])
+    given = "" if "E" in flags or "I" in flags else command.environ.get("PYTHONPATH", "")
+    cwd = command.working_directory()
+    places = [p for p in (command.first_path(), *(os.path.join(cwd, e) for e in given.split(os.pathsep) if e)) if p]
+    names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    names |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and not n.level and n.module}
+    for top in sorted({name.partition(".")[0] for name in names} - set(sys.stdlib_module_names) - {"vllm"}):
+        for place in places:
+            where = os.path.join(place, top)
+            found = where if observed.isdir(where) else f"{where}.py" if observed.exists(f"{where}.py") else None
+            if found is not None:
+                return f"{top}, a module of the user's patchkit does not follow ({escaped(found)})"
     return None
 
 

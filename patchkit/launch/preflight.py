@@ -72,6 +72,7 @@ from patchkit.launch.models import ModelConfig, offline, offline_model_path, red
 from patchkit.launch.mtp import mtp_findings
 from patchkit.launch.parser_plugin import with_plugin_needs
 from patchkit.launch.proposer_start import proposer_findings
+from patchkit.launch.quant_match import quantization_findings
 from patchkit.launch.ray_nodes import ray_note
 from patchkit.launch.relevance import EVERY, LaunchNeeds, launch_needs
 from patchkit.launch.remote_code import remote_code_findings
@@ -80,6 +81,7 @@ from patchkit.launch.shortcut import as_written, kept_findings
 from patchkit.launch.speculative import speculative_findings
 from patchkit.launch.speculators import drafter_config, speculator
 from patchkit.launch.target_heads import target_heads_findings
+from patchkit.launch.target_length import length_findings
 from patchkit.launch.validation import BUILD, engine_findings
 from patchkit.launch.validation import CHECK as VALIDATION
 from patchkit.launch.vllm_env import refused_flags
@@ -1089,9 +1091,12 @@ def command_findings(context: LaunchContext) -> list[Finding]:
             message = f"the installed vLLM has no option {option} ({ARG_UTILS} declares none): it refuses the command"
             found.append(Finding(COMMAND, False, message, f"write --{ALIASES[option[1:]]}"))
     found += bounds_findings(COMMAND, context) + speculative_findings(context) + eagle1_findings(context)
-    found += proposer_findings(context) + draft_model_unread(context)
+    found += proposer_findings(context) + draft_model_unread(context) + length_findings(COMMAND, context)
+    found += quantization_findings(COMMAND, context)
     found += logging_findings(command.environ, command.working_directory(), context.read)
-    return found + context_parallel_findings(context) + refused_flags(command.environ, context.read)
+    found += context_parallel_findings(context)
+    cwd, encoding = command.working_directory(), locale_text_encoding(command.environ)
+    return found + refused_flags(command.environ, context.read, cwd, encoding)
 
 
 def _lenient_reading(command: LaunchCommand, version: Version | None) -> Finding:

@@ -56,6 +56,7 @@ from patchkit.launch.command import LaunchCommand
 from patchkit.launch.engine import LaunchContext
 from patchkit.launch.findings import CANNOT_JUDGE, Finding
 from patchkit.launch.models import ModelConfig
+from patchkit.launch.vllm_env import ENVS
 from patchkit.series.patchfile import touched_paths
 from patchkit.store.journal import settled_record
 from patchkit.store.state import State, parse_state, recorded_sha256, state_path
@@ -172,7 +173,7 @@ def _key(context: LaunchContext) -> str | None:
         "root": str(context.root),
         "version": str(context.version),
         "command": asdict(context.command),
-        "environment": _launch_setting(context.command),
+        "environment": _launch_setting(context.command, context.read),
         "models": [_model(context.target), _model(context.drafter)],
         "asks_vllm": context.python,  # findings with vLLM's own answers are not those without
         "plugins": context.general_plugins(),  # named in a finding vLLM was not asked for
@@ -183,15 +184,29 @@ def _key(context: LaunchContext) -> str | None:
         return None
 
 
-# the launch's variables that change what it imports or reads (a plugin, a path, a model cache)
-_SETTING_PREFIXES = ("PYTHON", "VLLM_", "HF_", "HUGGINGFACE_", "TRANSFORMERS_", "XDG_")
+# the launch's variables that change what it imports or reads (a plugin, a path, a model cache, the
+# locale a chat template is read in, the PATH its program is found on)
+_SETTING_PREFIXES = ("PYTHON", "VLLM_", "HF_", "HUGGINGFACE_", "TRANSFORMERS_", "XDG_", "LC_")
+_SETTING_NAMES = ("HOME", "LANG", "PATH")
 
 
-def _launch_setting(command: LaunchCommand) -> dict[str, object]:
-    """What of the launch's environment and working directory its findings can depend on."""
-    variables = {k: v for k, v in command.environ.items() if k.startswith(_SETTING_PREFIXES) or k == "HOME"}
+def _launch_setting(command: LaunchCommand, read: Callable[[str], bytes | None]) -> dict[str, object]:
+    """What of the launch's environment and working directory its findings can depend on: with the
+    variables above, each one the tree's envs.py names (vllm-environment judges every entry there:
+    VERBOSE, LOCAL_RANK, ...; a quoted mention is enough, a key that holds more only misses)."""
+    envs = read(ENVS) or b""
+    variables = {
+        k: v
+        for k, v in command.environ.items()
+        if k.startswith(_SETTING_PREFIXES) or k in _SETTING_NAMES or _quoted(k, envs)
+    }
     # the directory too: relative and empty PYTHONPATH entries (and relative paths) resolve against it
     return {"variables": variables, "first_path": command.first_path(), "cwd": command.working_directory()}
+
+
+def _quoted(name: str, text: bytes) -> bool:
+    word = name.encode("utf-8", "surrogateescape")
+    return b'"' + word + b'"' in text or b"'" + word + b"'" in text
 
 
 def _refuse(value: object) -> object:

@@ -11,7 +11,7 @@ from typing import Any
 
 from patchkit.base.enums import BuildStatus, WorkerStatus
 from patchkit.launch.command import LaunchCommand
-from patchkit.launch.findings import Finding, VllmVerdict, cannot_judge
+from patchkit.launch.findings import UNREAD_FIX, Finding, VllmVerdict, cannot_judge
 from patchkit.launch.genconfig import AT_START  # the generation config: vLLM's front end reads it as it starts
 from patchkit.launch.import_blame import blamed
 from patchkit.launch.models import config_download, fetched_by, hub_cache
@@ -123,10 +123,14 @@ def drafter_finding(answer: dict[str, Any]) -> Finding | None:
         fix = (
             "mend the drafter's config.json or weights where vLLM's error points, or use a drafter made for this target"
             if OVERRIDES_FAILED not in error
-            else 'drop "quantization" from --speculative-config (vLLM reads the drafter\'s own from its config.json)'
+            else UNREAD_FIX
         )
         return Finding(BUILD, False, f"vLLM cannot {what}: {error}: the launch fails once the target has loaded", fix)
     reason = _short(vllm_words(str(built.get("reason", "not said"))), 400)
+    if OVERRIDES_FAILED in reason:  # draft_model: create_vllm_config_for_draft_model raises it, before the build
+        error = reason.removeprefix("vLLM's build does not start here: ")  # drafter_build's words for its setup
+        message = f"vLLM cannot build the drafter's config for {drafter}: {error}: the launch fails once the target has loaded"
+        return Finding(BUILD, False, message, UNREAD_FIX)
     return cannot_judge(BUILD, f"vLLM's build of {drafter}: {reason}", BUILD_GIVES)
 
 

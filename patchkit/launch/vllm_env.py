@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 from collections.abc import Callable, Mapping
 
 from patchkit.base.errors import escaped
 from patchkit.checks.parsed import python_tree
-from patchkit.launch.findings import Finding
+from patchkit.launch import observed
+from patchkit.launch.findings import Finding, cannot_judge
 
 CHECK = "vllm-environment"
 ENVS = "vllm/envs.py"
@@ -22,17 +24,28 @@ V2_RUNNER = "VLLM_USE_V2_MODEL_RUNNER"
 PORT = "VLLM_PORT"
 # read as vLLM starts in every release (the port by the executor's get_open_port)
 READ_AT_START = (MLA_DISABLE, V2_RUNNER, PORT)
+FILE_BOUND = 1 << 20  # a JSON file vLLM's maybe_convert_json_str_or_file reads: larger is not read here
+
+
+def json_str_or_file(value: str) -> object:
+    """What envs.py's maybe_convert_json_str_or_file does with a value that names no file (0.22+):
+    json.loads; an existing path it opens and json.load()s instead (json_or_file_refusal)."""
+    return json.loads(value)
+
+
 NUMBER_CALLS: dict[str, Callable[[str], object]] = {
     "int": int,
     "maybe_convert_int": int,
     "maybe_convert_bool": int,
     "float": float,
     "json.loads": json.loads,
+    "maybe_convert_json_str_or_file": json_str_or_file,
 }
 KINDS: dict[Callable[[str], object], tuple[str, str]] = {
     int: ("an integer", "int()"),
     float: ("a number", "float()"),
     json.loads: ("JSON", "json.loads()"),
+    json_str_or_file: ("JSON", "json.loads()"),
 }
 CHOICE_CALLS = {"env_with_choices": False, "env_list_with_choices": True, "env_set_with_choices": True}
 # a conversion: (converter, or None for choices; whether a flag, 1 or 0; choices; case-sensitive; a list)
@@ -46,9 +59,13 @@ def int_flag(environ: Mapping[str, str], name: str, default: str | None = "0") -
     return None if value is None else bool(int(value))
 
 
-def refused_flags(environ: Mapping[str, str], read: Callable[[str], bytes | None]) -> list[Finding]:
+def refused_flags(
+    environ: Mapping[str, str], read: Callable[[str], bytes | None], cwd: str = "", encoding: str = "utf-8"
+) -> list[Finding]:
     """A failing finding for each variable of the tree's envs.py the launch sets (its `env` prefix or
-    patchkit's own environment) to what the entry's conversion refuses: vLLM raises reading it."""
+    patchkit's own environment) to what the entry's conversion refuses: vLLM raises reading it. A file
+    one names (maybe_convert_json_str_or_file) is read as the launch reads it: relative to `cwd`, in
+    its locale's `encoding`; "cannot judge" where it is not read."""
     envs = read(ENVS) or b""
     every = b"def enable_envs_cache(" in envs  # 0.12+: every entry is read after the load
     found = []
@@ -56,11 +73,47 @@ def refused_flags(environ: Mapping[str, str], read: Callable[[str], bytes | None
         value = environ.get(name)
         if value is None or not (every or name in READ_AT_START):
             continue
-        why = refusal(name, value, conversion)
-        if why is not None:
-            when = "as it starts" if name in READ_AT_START else "right after the model's load (enable_envs_cache)"
-            found.append(Finding(CHECK, False, f"{why}: vLLM stops {when}", _fix(name, value, conversion)))
+        when = "as it starts" if name in READ_AT_START else "right after the model's load (enable_envs_cache)"
+        fix = _fix(name, value, conversion)
+        if conversion[0] is json_str_or_file:
+            why, judged = json_or_file_refusal(name, value, cwd, encoding)
+        else:
+            why, judged = refusal(name, value, conversion), True
+        if not judged:
+            found.append(cannot_judge(CHECK, f"{why}: vLLM reads it right after the model's load", fix))
+        elif why is not None:
+            found.append(Finding(CHECK, False, f"{why}: vLLM stops {when}", fix))
     return found
+
+
+def json_or_file_refusal(name: str, value: str, cwd: str, encoding: str) -> tuple[str | None, bool]:
+    """(why vLLM's maybe_convert_json_str_or_file raises on `value`, whether that is judged): a path
+    that exists is opened and json.load()ed in the launch's locale encoding (read here bounded, never
+    opened where it is no regular file: a fifo would block the launch, a device fill its memory); any
+    other value is json.loads()ed (refusal)."""
+    path, shown = os.path.join(cwd, value), f"{name}={escaped(value)!r}"
+    try:
+        if not value or not observed.exists(path):
+            json.loads(value)
+            return None, True
+        if observed.isdir(path):
+            return f"{shown} is a directory: vLLM's open of it raises", True
+        if not observed.regular(path):
+            return f"{shown} is no regular file: vLLM reads it to its end (a fifo blocks, a device fills memory)", True
+        data = observed.read_regular(path, FILE_BOUND + 1, follow_symlinks=True, head=True)
+    except json.JSONDecodeError:
+        return f"{shown} names no file and is not JSON: vLLM's envs.py json.loads() it, which raises", True
+    except (OSError, ValueError):  # unsearchable, gone since: vLLM's own open says
+        return f"{shown} names a file that is not read here", False
+    if len(data) > FILE_BOUND:
+        return f"{shown} names a file over 1 MiB, not read here", False
+    try:
+        json.loads(data.decode(encoding))
+    except LookupError:
+        return f"{shown} names a file in {encoding}, which this Python cannot decode", False
+    except ValueError:  # UnicodeDecodeError and JSONDecodeError alike
+        return f"{shown} names a file that holds no {encoding} JSON: vLLM's envs.py json.load()s it, which raises", True
+    return None, True
 
 
 def conversions(envs: bytes) -> dict[str, Conversion]:
@@ -79,13 +132,25 @@ def conversions(envs: bytes) -> dict[str, Conversion]:
             for key, value in zip(node.value.keys, node.value.values, strict=True):
                 if isinstance(key, ast.Constant) and isinstance(key.value, str):
                     conversion = _conversion(key.value, functions.get(getattr(value, "id", "")) or value)
-                    if conversion is not None:
+                    if conversion is not None and (conversion[0] is not json_str_or_file or as_read(functions)):
                         found[key.value] = conversion
     return found
 
 
+def as_read(functions: dict[str, ast.FunctionDef]) -> bool:
+    """Whether the tree's maybe_convert_json_str_or_file reads its value as json_or_file_refusal does:
+    os.path.exists(value), json.load() of the file, else json.loads(value)."""
+    function = functions.get("maybe_convert_json_str_or_file")
+    called = {ast.unparse(n.func) for n in ast.walk(function) if isinstance(n, ast.Call)} if function else set()
+    return {"os.path.exists", "open", "json.load", "json.loads"} <= called
+
+
 def _conversion(name: str, entry: ast.AST) -> Conversion | None:
-    """How `entry` (a lambda, a module function, a call of env_*_with_choices) converts `name`."""
+    """How `entry` (a lambda, a module function, a call of env_*_with_choices, any of them wrapped
+    in deprecated_env(NAME, removal, replacement, getter): 0.22+) converts `name`."""
+    if _calls(entry, "deprecated_env") and isinstance(entry, ast.Call):
+        getter = next((k.value for k in entry.keywords if k.arg == "getter"), None)
+        return _conversion(name, getter or entry.args[-1]) if getter or len(entry.args) == 4 else None
     if isinstance(entry, ast.Call) and isinstance(entry.func, ast.Name) and entry.func.id in CHOICE_CALLS:
         return _choices(name, entry, entry.func.id)
     flag = False
@@ -140,6 +205,9 @@ def refusal(name: str, value: str, conversion: Conversion) -> str | None:
     """Why vLLM's conversion refuses `value` (None: it takes it)."""
     converter, _, choices, sensitive, listed = conversion
     shown = f"{name}={escaped(value)!r}"
+    if converter is json_str_or_file:  # a file this process's directory holds is read as vLLM would
+        why, judged = json_or_file_refusal(name, value, "", "utf-8")
+        return why if judged else None
     if converter is not None:
         try:
             converter(value)
@@ -164,4 +232,6 @@ def _fix(name: str, value: str, conversion: Conversion) -> str:
         return f"give {name} {'comma-separated values ' if listed else ''}among {', '.join(choices)}, or unset it"
     if flag:
         return f"give {name}=1 or {name}=0, or unset it"
+    if converter is json_str_or_file:
+        return f"give {name} JSON or the path of a JSON file, or unset it"
     return f"give {name} {KINDS[converter][0]}, or unset it"

@@ -420,8 +420,8 @@ def _fetch_then_revert(root: Path, entry: Entry) -> str:
     if adhoc and entry.patches and not missing_patch_files(entry):
         again = hints.command("revert", chosen=hints.for_set(None, recorded_patch_files(entry)))
     return (
-        f"put the stock files back: {stock_files_command(root, None, every=adhoc)} takes vLLM's release files "
-        f"from the package index (offline: run it once the index is reachable), then run {again} again"
+        f"only vLLM's own file gives it back: {stock_files_command(root, None, every=adhoc)} takes the release's "
+        f"files from the package index (offline: run it once the index is reachable), then run {again} again"
     )
 
 

@@ -875,7 +875,7 @@ def stock_files_command(
     laying it out again; for an installed vLLM, reinstalling it. Without `version`, the one the
     tree's own dist-info names: never the word VERSION where the tree says it. `selection`: what
     the fetch takes (a set's: it then lays out that set's files only); `every`: every file of the
-    release (--all), for files that may be no set's."""
+    release (--all), for files that may be no set's (a --patch selection's too)."""
     dirs = vllm_metadata_dirs(tree)
     if version is None and len(dirs) == 1:
         version = dirs[0].name[len("vllm-") :].rsplit(".", 1)[0]
@@ -884,7 +884,8 @@ def stock_files_command(
     exact = [d for d in with_record if version is not None and d.name.lower() == f"vllm-{version}.dist-info".lower()]
     chosen = next(iter(exact or with_record or dirs), None)  # RECORD removed: the dist-info still tells how it came
     if chosen is not None and not any((chosen / name).exists() for name in ("INSTALLER", "WHEEL")):
-        every_file = ["--all"] if every else []
+        # a --patch diff's files may be no set's: without --all the fetch lays out the sets' alone
+        every_file = ["--all"] if every or (selection or hints.current()).adhoc else []
         return hints.command(
             "fetch", str(version or "VERSION"), "--dest", str(tree), "--force", *every_file, chosen=selection
         )

@@ -15,36 +15,14 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from vllm_overlay import TINY_LLAMA, VLLM_PYTHON, overlay_venv, patchkit
+from vllm_overlay import TINY_LLAMA, VLLM_PYTHON, WIDE_DEEPSEEK_V3, overlay_venv, patchkit
 
 pytestmark = pytest.mark.skipif(not VLLM_PYTHON, reason="needs a venv with vLLM: run `make test-vllm`")
 
 # DeepSeek-V3's attention shape (kv_lora_rank 512, qk_nope_head_dim 128: the Blackwell default's
 # condition), two small layers
-TARGET = {
-    "architectures": ["DeepseekV3ForCausalLM"],
-    "model_type": "deepseek_v3",
-    "hidden_size": 1024,
-    "num_hidden_layers": 2,
-    "vocab_size": 1000,
-    "num_attention_heads": 8,
-    "num_key_value_heads": 8,
-    "intermediate_size": 2048,
-    "moe_intermediate_size": 256,
-    "n_routed_experts": 8,
-    "n_shared_experts": 1,
-    "num_experts_per_tok": 2,
-    "first_k_dense_replace": 1,
-    "kv_lora_rank": 512,
-    "q_lora_rank": 256,
-    "qk_nope_head_dim": 128,
-    "qk_rope_head_dim": 64,
-    "v_head_dim": 128,
-    "max_position_embeddings": 4096,
-    "n_group": 1,
-    "topk_group": 1,
-    "torch_dtype": "bfloat16",
-}
+TARGET = {**WIDE_DEEPSEEK_V3, "num_hidden_layers": 2, "vocab_size": 1000, "kv_lora_rank": 512, "q_lora_rank": 256}
+TARGET |= {"qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128, "n_group": 1, "topk_group": 1}
 DRAFTER = {
     **TINY_LLAMA,
     "architectures": ["LlamaForCausalLMEagle3"],

@@ -4,13 +4,12 @@ preflight's speculative-config finding (patchkit/launch/speculative.py) fails ex
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 import pytest
 from launch_fixtures import write_model
-from vllm_overlay import TINY_LLAMA, ask_vllm, engine_configs, preflight_findings
+from vllm_overlay import TINY_LLAMA, ask_vllm, drafted, engine_configs, speculative_findings
 
 VLLM_PYTHON = os.environ.get("VLLM_PYTHON")
 
@@ -20,9 +19,7 @@ ASK = engine_configs("draft_model", "None", 400)
 
 
 def spec_findings(target: Path, drafter: Path) -> list[dict]:
-    spec = json.dumps({"method": "draft_model", "model": str(drafter), "num_speculative_tokens": 2})
-    found = preflight_findings("vllm", "serve", str(target), "--speculative-config", spec)
-    return [f for f in found if f["check"] == "speculative-config"]
+    return speculative_findings(target, drafted(drafter, "draft_model"), "speculative-config")
 
 
 def test_a_draft_model_of_another_vocabulary_is_refused_exactly_where_vllm_refuses_it(tmp_path: Path):

@@ -6,13 +6,12 @@ embed_tokens in the weights), and gets past that assert where preflight passes i
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 import pytest
-from launch_fixtures import eagle3_tensors, write_model, write_weights
-from vllm_overlay import DRAFTER_BUILT, TINY_DRAFTER, TINY_LLAMA, ask_vllm, preflight_findings
+from launch_fixtures import eagle3_tensors, weighted_model, write_model
+from vllm_overlay import DRAFTER_BUILT, TINY_DRAFTER, TINY_LLAMA, ask_vllm, drafted, speculative_findings
 
 VLLM_PYTHON = os.environ.get("VLLM_PYTHON")
 
@@ -44,18 +43,14 @@ CASES = {"no-embedding": WEIGHTS, "own-embedding": {**WEIGHTS, "embed_tokens.wei
 
 
 def hidden_size_finding(target: Path, drafter: Path) -> dict:
-    spec = json.dumps({"method": "eagle3", "model": str(drafter), "num_speculative_tokens": 2})
-    found = preflight_findings("vllm", "serve", str(target), "--speculative-config", spec)
-    return next(f for f in found if f["check"] == "drafter-hidden-size")
+    [found] = speculative_findings(target, drafted(drafter), "drafter-hidden-size")
+    return found
 
 
 def test_a_narrow_drafter_fails_exactly_where_vllms_shared_embedding_asserts(tmp_path: Path):
     assert SHARED_RUN != DRAFTER_BUILT
     target = write_model(tmp_path / "target", TINY_LLAMA)
-    drafters = {}
-    for name, weights in CASES.items():
-        drafters[name] = write_model(tmp_path / name, NARROW)
-        write_weights(drafters[name], weights)
+    drafters = {name: weighted_model(tmp_path / name, NARROW, weights) for name, weights in CASES.items()}
     refused = ask_vllm(SHARED_RUN, str(target), *map(str, drafters.values()))
     assert refused[str(drafters["no-embedding"])].startswith("AssertionError"), refused
     assert refused[str(drafters["own-embedding"])] is None, refused

@@ -10,8 +10,8 @@ import os
 from pathlib import Path
 
 import pytest
-from launch_fixtures import write_model, write_weights
-from vllm_overlay import DRAFTER_BUILT, TINY_DRAFTER, TINY_LLAMA, TINY_WEIGHTS, ask_vllm, preflight_findings
+from launch_fixtures import weighted_model, write_model
+from vllm_overlay import DRAFTER_BUILT, TINY_DRAFTER, TINY_LLAMA, TINY_WEIGHTS, ask_vllm, drafted, speculative_findings
 
 VLLM_PYTHON = os.environ.get("VLLM_PYTHON")
 
@@ -48,17 +48,14 @@ CASES = {
 
 
 def drafter_findings(target: Path, drafter: Path) -> list[dict]:
-    spec = json.dumps({"method": "eagle3", "model": str(drafter), "num_speculative_tokens": 2})
-    found = preflight_findings("vllm", "serve", str(target), "--speculative-config", spec)
-    return [f for f in found if f["check"] == "drafter-architecture"]
+    return speculative_findings(target, drafted(drafter), "drafter-architecture")
 
 
 def test_drafter_scales_and_quantized_weights_fail_exactly_where_vllms_loader_raises(tmp_path: Path):
     target = write_model(tmp_path / "target", TINY_LLAMA)
     drafters = {}
     for name, (weights, config, modelopt, _) in CASES.items():
-        drafters[name] = write_model(tmp_path / name, {**TINY_DRAFTER, **config})
-        write_weights(drafters[name], weights)
+        drafters[name] = weighted_model(tmp_path / name, {**TINY_DRAFTER, **config}, weights)
         if modelopt is not None:
             (drafters[name] / "hf_quant_config.json").write_text(json.dumps(modelopt))
     refused = ask_vllm(DRAFTER_BUILT, str(target), *map(str, drafters.values()))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from launch_fixtures import write_model
-from vllm_overlay import TINY_DRAFTER, TINY_LLAMA, ask_vllm, site_packages
+from vllm_overlay import ENGINE_ARGS_ON_CPU, TINY_DRAFTER, TINY_LLAMA, ask_vllm, site_packages
 
 from patchkit.launch.command import parse
 from patchkit.launch.eagle_one import eagle1_findings
@@ -23,12 +23,7 @@ VLLM_PYTHON = os.environ.get("VLLM_PYTHON")
 
 pytestmark = pytest.mark.skipif(not VLLM_PYTHON, reason="needs a venv with vLLM: run `make test-vllm`")
 
-ASK = textwrap.dedent("""\
-    import json, sys
-    from patchkit._target.engine_config import _force_cpu_platform_when_none
-    import vllm
-    _force_cpu_platform_when_none()
-    from vllm.engine.arg_utils import EngineArgs
+ASK = ENGINE_ARGS_ON_CPU + textwrap.dedent("""\
     said = {}
     for name, spec in json.loads(sys.argv[2]).items():
         try:

@@ -14,7 +14,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from vllm_overlay import ask_vllm, site_packages
+from vllm_overlay import TINY_LLAMA, ask_vllm, site_packages
 
 from patchkit.base.errors import BadInput
 from patchkit.launch import bounds
@@ -27,18 +27,8 @@ VLLM_PYTHON = os.environ.get("VLLM_PYTHON")
 
 pytestmark = pytest.mark.skipif(not VLLM_PYTHON, reason="needs a venv with vLLM: run `make test-vllm`")
 
-TARGET = {
-    "architectures": ["LlamaForCausalLM"],
-    "model_type": "llama",
-    "hidden_size": 256,
-    "intermediate_size": 512,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 8,
-    "num_key_value_heads": 8,
-    "max_position_embeddings": 2048,
-    "vocab_size": 1000,
-    "torch_dtype": "float32",
-}
+TARGET = {**TINY_LLAMA, "num_attention_heads": 8, "num_key_value_heads": 8, "max_position_embeddings": 2048}
+TARGET |= {"torch_dtype": "float32"}
 FIXED = [  # beyond the bounds found: what vLLM does with parallel sizes, and configs built only on demand
     ["-tp", "0"],
     ["-tp", "-8"],

@@ -10,7 +10,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from vllm_overlay import TINY_LLAMA, ask_vllm, site_packages
+from vllm_overlay import ENGINE_ARGS_ON_CPU, TINY_LLAMA, ask_vllm, site_packages
 
 from patchkit.launch.command import parse
 from patchkit.launch.engine import tree_reader
@@ -41,12 +41,7 @@ DRAFTERS = {  # directory name: config
 # a DeepSeek-V3 target; a Llama one, for which stock vLLM 0.16.0 takes EAGLE-3 heads
 TARGETS = {"deepseek": DEEPSEEK_V3, "llama": {**HEAD, "num_hidden_layers": 2}}
 WRITTEN = (None, "mtp", "deepseek_mtp", "draft_model", "eagle", "eagle3")
-ASK = textwrap.dedent("""\
-    import json, sys
-    from patchkit._target.engine_config import _force_cpu_platform_when_none
-    import vllm
-    _force_cpu_platform_when_none()
-    from vllm.engine.arg_utils import EngineArgs
+ASK = ENGINE_ARGS_ON_CPU + textwrap.dedent("""\
     settled = {}
     for name, (target, spec) in json.loads(sys.argv[1]).items():
         try:

@@ -5,19 +5,17 @@ another size), and passes the drafter whose mask_hidden it takes."""
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 import pytest
-from launch_fixtures import write_model, write_weights
-from vllm_overlay import DRAFTER_BUILT, TINY_DRAFTER, TINY_LLAMA, TINY_WEIGHTS, ask_vllm, preflight_findings
+from launch_fixtures import weighted_model, write_model
+from vllm_overlay import DRAFTER_BUILT, TINY_DRAFTER, TINY_LLAMA, TINY_WEIGHTS, ask_vllm, drafted, speculative_findings
 
 VLLM_PYTHON = os.environ.get("VLLM_PYTHON")
 
 pytestmark = pytest.mark.skipif(not VLLM_PYTHON, reason="needs a venv with vLLM: run `make test-vllm`")
 
-SPEC = {"method": "eagle3", "num_speculative_tokens": 2, "parallel_drafting": True}
 PARALLEL_BUILT = DRAFTER_BUILT.replace(
     '"num_speculative_tokens": 2}', '"num_speculative_tokens": 2, "parallel_drafting": True}'
 )
@@ -29,18 +27,13 @@ CASES = {
 
 
 def drafter_findings(target: Path, drafter: Path) -> list[dict]:
-    spec = json.dumps({**SPEC, "model": str(drafter)})
-    found = preflight_findings("vllm", "serve", str(target), "--speculative-config", spec)
-    return [f for f in found if f["check"] == "drafter-architecture"]
+    return speculative_findings(target, drafted(drafter, parallel_drafting=True), "drafter-architecture")
 
 
 def test_parallel_drafting_fails_exactly_where_vllms_drafter_load_raises(tmp_path: Path):
     assert PARALLEL_BUILT != DRAFTER_BUILT
     target = write_model(tmp_path / "target", TINY_LLAMA)
-    drafters = {}
-    for name, weights in CASES.items():
-        drafters[name] = write_model(tmp_path / name, TINY_DRAFTER)
-        write_weights(drafters[name], weights)
+    drafters = {name: weighted_model(tmp_path / name, TINY_DRAFTER, weights) for name, weights in CASES.items()}
     refused = ask_vllm(PARALLEL_BUILT, str(target), *map(str, drafters.values()))
     assert "mask_hidden not found in weights" in refused[str(drafters["no-mask"])], refused
     assert refused[str(drafters["mask"])] is None and refused[str(drafters["short-mask"])], refused

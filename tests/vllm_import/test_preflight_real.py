@@ -15,34 +15,24 @@ from pathlib import Path
 
 import pytest
 from launch_fixtures import EMPTY_SAFETENSORS, write_model, write_weights
-from vllm_overlay import DRAFTER_BUILT, TINY_DRAFTER, TINY_LLAMA, TINY_WEIGHTS, ask_vllm, overlay_venv
+from vllm_overlay import (
+    DRAFTER_BUILT,
+    ENGINE_ARGS_ON_CPU,
+    ON_CPU,
+    TINY_DRAFTER,
+    TINY_LLAMA,
+    TINY_WEIGHTS,
+    WIDE_DEEPSEEK_V3,
+    ask_vllm,
+    overlay_venv,
+)
 
 VLLM_PYTHON = os.environ.get("VLLM_PYTHON")
 
 pytestmark = pytest.mark.skipif(not VLLM_PYTHON, reason="needs a venv with vLLM: run `make test-vllm`")
 
-TARGET = {
-    "architectures": ["DeepseekV3ForCausalLM"],
-    "model_type": "deepseek_v3",
-    "hidden_size": 1024,
-    "intermediate_size": 2048,
-    "moe_intermediate_size": 256,
-    "num_hidden_layers": 4,
-    "num_attention_heads": 8,
-    "num_key_value_heads": 8,
-    "n_routed_experts": 8,
-    "n_shared_experts": 1,
-    "num_experts_per_tok": 2,
-    "first_k_dense_replace": 1,
-    "kv_lora_rank": 64,
-    "q_lora_rank": 128,
-    "qk_nope_head_dim": 32,
-    "qk_rope_head_dim": 16,
-    "v_head_dim": 32,
-    "max_position_embeddings": 4096,
-    "vocab_size": 32000,
-    "torch_dtype": "bfloat16",
-}
+TARGET = {**WIDE_DEEPSEEK_V3, "num_hidden_layers": 4, "vocab_size": 32000, "kv_lora_rank": 64, "q_lora_rank": 128}
+TARGET |= {"qk_nope_head_dim": 32, "qk_rope_head_dim": 16, "v_head_dim": 32}
 DEEPSEEK_V3_CLASS = "vllm.model_executor.models.deepseek_v2.DeepseekV3ForCausalLM"
 DRAFTER = {
     "architectures": ["LlamaForCausalLMEagle3"],
@@ -295,12 +285,9 @@ def test_a_drafter_activation_fails_drafter_architecture_exactly_where_vllms_lla
 
 # the speculative config's quantization is the drafter's own, read only building it (after the target's
 # load): vLLM's get_draft_quant_config on the engine config vLLM makes of the launch, asked here on CPU
-DRAFT_QUANT = """
-import json, sys
-from patchkit._target.engine_config import _force_cpu_platform_when_none
-import vllm
-_force_cpu_platform_when_none()
-from vllm.engine.arg_utils import EngineArgs
+DRAFT_QUANT = (
+    ENGINE_ARGS_ON_CPU
+    + """\
 from vllm.model_executor.models.utils import get_draft_quant_config
 said = {}
 target, cases = sys.argv[1], json.loads(sys.argv[2])
@@ -314,6 +301,7 @@ for directory, method in cases:
         said[f"{directory} {method}"] = f"{type(exc).__name__}: {exc}"
 print(json.dumps(said))
 """
+)
 AWQ = {"bits": 4, "group_size": 128, "zero_point": True}
 
 
@@ -463,17 +451,16 @@ def test_drafter_weight_names_fail_drafter_architecture_exactly_where_vllms_load
 
 
 # review38 A8 (Low): the backend class vLLM itself picks for each config (its config class's defaults count)
-PICKED = """
-import json, sys
-from patchkit._target.engine_config import _force_cpu_platform_when_none
-import vllm
-_force_cpu_platform_when_none()
+PICKED = (
+    ON_CPU
+    + """\
 from vllm.config import ModelConfig
 said = {}
 for model in sys.argv[1:]:
     said[model] = ModelConfig(model=model, model_impl="transformers", skip_tokenizer_init=True)._architecture
 print(json.dumps(said))
 """
+)
 QWEN3_MOE = {
     "architectures": ["Qwen3MoeForCausalLM"],
     "model_type": "qwen3_moe",

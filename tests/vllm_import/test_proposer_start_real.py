@@ -6,13 +6,12 @@ own code on CPU: SpecDecodeBaseProposer._init_parallel_drafting_params on the dr
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 import pytest
 from launch_fixtures import write_model
-from vllm_overlay import TINY_DRAFTER, TINY_LLAMA, ask_vllm, preflight_findings
+from vllm_overlay import TINY_DRAFTER, TINY_LLAMA, ask_vllm, drafted, speculative_findings
 
 VLLM_PYTHON = os.environ.get("VLLM_PYTHON")
 
@@ -50,8 +49,7 @@ print(json.dumps(said))
 
 
 def spec_findings(target: Path, spec: dict, *options: str) -> list[dict]:
-    found = preflight_findings("vllm", "serve", str(target), "--speculative-config", json.dumps(spec), *options)
-    return [f for f in found if f["check"] == "speculative-config"]
+    return speculative_findings(target, spec, "speculative-config", *options)
 
 
 def test_the_proposers_start_refusals_are_failed_exactly_where_vllm_raises(tmp_path: Path):
@@ -62,8 +60,7 @@ def test_the_proposers_start_refusals_are_failed_exactly_where_vllm_raises(tmp_p
     assert "pard_token" in said[str(drafters["no-token"])] and said[str(drafters["token"])] is None, said
     assert said["tp"] is not None and said["tp"].startswith("ValueError"), said
     for name, drafter in drafters.items():
-        spec = {"method": "eagle3", "model": str(drafter), "num_speculative_tokens": 2, "parallel_drafting": True}
-        found = [f["result"] for f in spec_findings(target, spec)]
+        found = [f["result"] for f in spec_findings(target, drafted(drafter, parallel_drafting=True))]
         assert found == ([] if said[str(drafter)] is None else ["fail"]), (name, found)
     spec = {"method": "draft_model", "model": str(target), "num_speculative_tokens": 2, "draft_tensor_parallel_size": 1}
     assert [f["result"] for f in spec_findings(target, spec, "-tp", "8")] == ["fail"]

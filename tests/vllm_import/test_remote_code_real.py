@@ -11,18 +11,13 @@ from pathlib import Path
 
 import pytest
 from launch_fixtures import write_model
-from vllm_overlay import TINY_LLAMA, ask_vllm, preflight_findings
+from vllm_overlay import ENGINE_ARGS_ON_CPU, TINY_LLAMA, ask_vllm, preflight_findings
 
 VLLM_PYTHON = os.environ.get("VLLM_PYTHON")
 
 pytestmark = pytest.mark.skipif(not VLLM_PYTHON, reason="needs a venv with vLLM: run `make test-vllm`")
 
-ASK = textwrap.dedent("""\
-    import json, sys
-    from patchkit._target.engine_config import _force_cpu_platform_when_none
-    import vllm
-    _force_cpu_platform_when_none()
-    from vllm.engine.arg_utils import EngineArgs
+ASK = ENGINE_ARGS_ON_CPU + textwrap.dedent("""\
     said = {}
     trust = sys.argv[1] == "trust"
     for model in sys.argv[2:]:
@@ -65,12 +60,7 @@ def test_trust_remote_code_without_the_module_auto_map_names_is_refused_as_vllm_
     assert found["result"] == "fail" and found["fix"].startswith("put configuration_deepseek.py into"), found
 
 
-ASK_CONFIG_PATH = textwrap.dedent("""\
-    import json, sys
-    from patchkit._target.engine_config import _force_cpu_platform_when_none
-    import vllm
-    _force_cpu_platform_when_none()
-    from vllm.engine.arg_utils import EngineArgs
+ASK_CONFIG_PATH = ENGINE_ARGS_ON_CPU + textwrap.dedent("""\
     try:
         EngineArgs(
             model=sys.argv[1], hf_config_path=sys.argv[2], skip_tokenizer_init=True, trust_remote_code=True

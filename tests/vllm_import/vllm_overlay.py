@@ -49,6 +49,15 @@ TINY_DEEPSEEK_V3 = {
     "routed_scaling_factor": 1.0, "scoring_func": "sigmoid", "topk_method": "noaux_tc", "norm_topk_prob": True,
 }  # fmt: skip
 
+# DeepSeek-V3's shape (MLA, 8 experts) 1024 wide, with vLLM's MLA backends' head counts: each test sets its
+# depth, its vocabulary and its attention's ranks and head dims
+WIDE_DEEPSEEK_V3 = {
+    "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "hidden_size": 1024,
+    "intermediate_size": 2048, "moe_intermediate_size": 256, "num_attention_heads": 8, "num_key_value_heads": 8,
+    "n_routed_experts": 8, "n_shared_experts": 1, "num_experts_per_tok": 2, "first_k_dense_replace": 1,
+    "max_position_embeddings": 4096, "torch_dtype": "bfloat16",
+}  # fmt: skip
+
 
 def site_packages(python: str | Path) -> Path:
     done = subprocess.run(
@@ -133,6 +142,17 @@ def preflight_findings(*launch: str, static: bool = True) -> list[dict]:
     return json.loads(done.stdout)["findings"]
 
 
+def speculative_findings(target: Path, spec: dict, check: str, *options: str) -> list[dict]:
+    """The `check` findings of preflight_findings of `vllm serve TARGET --speculative-config SPEC OPTIONS`."""
+    found = preflight_findings("vllm", "serve", str(target), "--speculative-config", json.dumps(spec), *options)
+    return [f for f in found if f["check"] == check]
+
+
+def drafted(drafter: Path, method: str = "eagle3", **more: object) -> dict:
+    """A speculative config of `method` with `drafter` proposing 2 tokens."""
+    return {"method": method, "model": str(drafter), "num_speculative_tokens": 2, **more}
+
+
 # the head of a script for ask_vllm: vLLM imported with its CPU platform forced
 ON_CPU = """\
 import json, sys
@@ -140,14 +160,15 @@ from patchkit._target.engine_config import _force_cpu_platform_when_none
 import vllm
 _force_cpu_platform_when_none()
 """
+# and vLLM's EngineArgs imported
+ENGINE_ARGS_ON_CPU = ON_CPU + "from vllm.engine.arg_utils import EngineArgs\n"
 
 
 def engine_configs(method: str, answer: str, cut: int) -> str:
     """A script for ask_vllm: for each drafter (argv[2:]) vLLM's own EngineArgs(model=argv[1],
     skip_tokenizer_init=True, a speculative config of `method`).create_engine_config() on CPU; it says,
     of each, `answer` (an expression of the engine's `config`) or its error's words (cut to `cut`)."""
-    return ON_CPU + textwrap.dedent(f"""\
-        from vllm.engine.arg_utils import EngineArgs
+    return ENGINE_ARGS_ON_CPU + textwrap.dedent(f"""\
         said = {{}}
         for drafter in sys.argv[2:]:
             spec = {{"method": "{method}", "model": drafter, "num_speculative_tokens": 2}}
@@ -162,8 +183,7 @@ def engine_configs(method: str, answer: str, cut: int) -> str:
 
 # ask_vllm(REFUSED, json.dumps({name: [target, speculative config]})): of each, vLLM's own
 # EngineArgs.create_engine_config() on CPU: None where it takes it, else its error's words
-REFUSED = ON_CPU + textwrap.dedent("""\
-    from vllm.engine.arg_utils import EngineArgs
+REFUSED = ENGINE_ARGS_ON_CPU + textwrap.dedent("""\
     refused = {}
     for name, (target, spec) in json.loads(sys.argv[1]).items():
         try:

@@ -1,0 +1,184 @@
+"""Start-up refusals of vLLM with a static rule of their own (review43a S10), and the `env -C DIR`
+refusal's hint (S9). vLLM 0.16.0's own answers: tests/vllm_import/test_target_length_real.py."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+import pytest
+from helpers import run_cli_judged, run_cli_read_only
+from launch_fixtures import DEEPSEEK_V3, DRAFTER, SPEC, write_eagle3_setup, write_model
+
+# the lines of model.py (_get_and_verify_max_len) and envs.py the rule is read from, as 0.11-0.34 write them
+MODEL_RULE = """
+def _get_and_verify_max_len(max_model_len, derived_max_model_len):
+    if max_model_len is None or max_model_len == -1:
+        pass
+    elif max_model_len > derived_max_model_len:
+        if envs.VLLM_ALLOW_LONG_MAX_MODEL_LEN:
+            pass
+"""
+ENVS = """
+environment_variables = {
+    "VLLM_ALLOW_LONG_MAX_MODEL_LEN": lambda: (
+        os.environ.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "0").strip().lower()
+        in ("1", "true")
+    ),
+}
+"""
+
+
+def _command_findings(tmp_path, config: dict, *launch: str) -> list[dict]:
+    tree, library = write_eagle3_setup(tmp_path)
+    (tree / "vllm" / "config" / "model.py").write_text(MODEL_RULE)
+    (tree / "vllm" / "envs.py").write_text(ENVS)
+    model = write_model(tmp_path / "target", config)
+    words = [str(model) if word == "MODEL" else word for word in launch]
+    done = run_cli_judged(
+        "preflight", "--target", tree, "--patches", library, "--no-import", "--format", "json", "--", *words
+    )
+    return [f for f in json.loads(done.stdout)["findings"] if f["check"] == "command"]
+
+
+LONG = {**DEEPSEEK_V3, "max_position_embeddings": 4096}
+
+
+@pytest.mark.parametrize(
+    ("config", "prefix", "length", "says"),
+    [
+        (
+            LONG,
+            [],
+            "8192",
+            "vLLM refuses --max-model-len 8192 at start: it is above the target's derived max_model_len 4096",
+        ),
+        (LONG, [], "4096", None),
+        (LONG, ["env", "VLLM_ALLOW_LONG_MAX_MODEL_LEN= True "], "8192", None),
+        (
+            LONG,
+            ["env", "VLLM_ALLOW_LONG_MAX_MODEL_LEN=yes"],
+            "8192",
+            "is above the target's derived max_model_len 4096",
+        ),
+        ({**LONG, "rope_scaling": {"rope_type": "linear", "factor": 2.0}}, [], "8192", None),
+        ({**LONG, "model_max_length": 16384}, [], "16385", "derived max_model_len 16384"),
+        (DEEPSEEK_V3, [], "8192", "cannot judge: whether vLLM takes --max-model-len 8192"),
+    ],
+)
+def test_a_max_model_len_above_the_targets_derived_length_fails_unless_the_launch_allows_it(
+    tmp_path, config, prefix, length, says
+):
+    """review43a S10: vLLM's ModelConfig refuses it at start unless VLLM_ALLOW_LONG_MAX_MODEL_LEN is 1 or true."""
+    found = _command_findings(tmp_path, config, *prefix, "vllm", "serve", "MODEL", "--max-model-len", length)
+    if says is None:
+        assert not found, found
+        return
+    assert len(found) == 1 and says in found[0]["message"], found
+    if not says.startswith("cannot judge"):
+        assert not found[0]["ok"] and "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1" in found[0]["fix"], found
+
+
+def test_a_tree_without_the_length_rule_is_not_held_to_it(tmp_path):
+    tree, library = write_eagle3_setup(tmp_path)
+    model = write_model(tmp_path / "target", LONG)
+    done = run_cli_judged(
+        "preflight", "--target", tree, "--patches", library, "--no-import", "--format", "json",
+        "--", "vllm", "serve", str(model), "--max-model-len", "8192",
+    )  # fmt: skip
+    assert not [f for f in json.loads(done.stdout)["findings"] if f["check"] == "command"], done.stdout
+
+
+def test_the_env_chdir_hint_keeps_the_users_options_and_runs_as_written(tmp_path):
+    """review43a S9: the hint named `patchkit preflight -- env -C DIR ...`, --no-import and the launch dropped."""
+    tree, library = write_eagle3_setup(tmp_path)
+    assert tree == tmp_path / "site"
+    write_model(tmp_path / "sub" / "target", LONG)
+    own = ["--target", "site", "--patches", library.name, "--no-import", "--format", "json"]
+    launch = ["env", "-C", "sub", "vllm", "serve", "target"]
+    refused = run_cli_read_only("preflight", *own, "--", *launch, cwd=tmp_path)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    hint = json.loads(refused.stdout)["hint"] if refused.stdout.strip() else refused.stderr
+    directory, command = hint.split("cd ", 1)[1].split(" && ", 1)
+    words = shlex.split(command.strip().rstrip("`"))
+    assert words[:2] == ["patchkit", "preflight"] and "--no-import" in words, words
+    assert words[-7:] == ["--", "env", "-C", str(tmp_path / "sub"), "vllm", "serve", "target"], words
+    done = run_cli_read_only(*words[1:], cwd=shlex.split(directory)[0])
+    found = {f["check"]: f for f in json.loads(done.stdout)["findings"]}  # --format json kept
+    assert done.returncode == 1 and found["models"]["ok"], done.stdout  # read from there: the tree is not applied
+    assert "vllm-validation" not in found, done.stdout  # --no-import kept: vLLM not asked
+
+
+# the tree's _verify_quantization raise, and an override module as 0.16.0's quantization/__init__.py imports it
+MISMATCH_RULE = (
+    'raise ValueError("Quantization method specified in the model config does not match the quantization")\n'
+)
+QUANT_INIT = "def get_quantization_config(name):\n    from .gptq_marlin import GPTQMarlinConfig\n"
+GPTQ_MARLIN = """
+class GPTQMarlinConfig:
+    @classmethod
+    def override_quantization_method(cls, hf_quant_cfg, user_quant):
+        if cls.is_gptq_marlin_compatible(hf_quant_cfg) and user_quant in (None, "gptq_marlin"):
+            return "gptq_marlin"
+        return None
+
+    @classmethod
+    def is_gptq_marlin_compatible(cls, quant_config):
+        quant_method = quant_config.get("quant_method", "").lower()
+        return quant_method == "gptq"
+"""
+FP8 = {"quant_method": "fp8", "activation_scheme": "dynamic"}
+GPTQ = {"quant_method": "gptq", "bits": 4}
+QUANT_DRAFTER = {**DRAFTER, "quantization_config": FP8}
+
+
+def _quantized(tmp_path, config: dict, *launch: str, drafter: dict = QUANT_DRAFTER) -> list[dict]:
+    tree, library = write_eagle3_setup(tmp_path)
+    (tree / "vllm" / "config" / "model.py").write_text(MISMATCH_RULE)
+    quantization = tree / "vllm" / "model_executor" / "layers" / "quantization"
+    quantization.mkdir(parents=True)
+    (quantization / "__init__.py").write_text(QUANT_INIT)
+    (quantization / "gptq_marlin.py").write_text(GPTQ_MARLIN)
+    stock = (tree / SPEC).read_text(encoding="utf-8")
+    field = "    quantization: str | None = None\n"
+    assert field in stock
+    (tree / SPEC).write_text(stock.replace(field, "    quantization: me_quant.QuantizationMethods | None = None\n"))
+    model = write_model(tmp_path / "target", config)
+    draft = write_model(tmp_path / "drafter", drafter)
+    words = [str(model) if w == "MODEL" else w.replace("DRAFTER", str(draft)) for w in launch]
+    done = run_cli_judged(
+        "preflight", "--target", tree, "--patches", library, "--no-import", "--format", "json", "--", *words
+    )
+    return json.loads(done.stdout)["findings"]
+
+
+def _spec(**fields: object) -> str:
+    return json.dumps({"method": "eagle3", "model": "DRAFTER", "num_speculative_tokens": 3, **fields})
+
+
+@pytest.mark.parametrize(
+    ("config", "options", "says"),
+    [
+        ({**DEEPSEEK_V3, "quantization_config": FP8}, ["-q", "awq"], "vLLM refuses --quantization awq at start"),
+        ({**DEEPSEEK_V3, "quantization_config": FP8}, ["-q", "fp8"], None),
+        (DEEPSEEK_V3, ["-q", "fp8"], None),  # an unquantized checkpoint: quantized at load
+        ({**DEEPSEEK_V3, "quantization_config": GPTQ}, ["-q", "gptq_marlin"], "cannot judge: whether vLLM takes"),
+        (
+            DEEPSEEK_V3,
+            ["--speculative-config", _spec(quantization="awq")],
+            'vLLM refuses --speculative-config\'s "quantization" awq',
+        ),
+        (DEEPSEEK_V3, ["--speculative-config", _spec(quantization="fp8")], None),
+        (DEEPSEEK_V3, ["--speculative-config", _spec(quantization="")], "is not one of vLLM's quantization methods"),
+    ],
+)
+def test_a_quantization_not_the_checkpoints_own_fails_at_start(tmp_path, config, options, says):
+    """review43a S6: ModelConfig._verify_quantization refuses it unless an override of the tree takes the checkpoint."""
+    found = _quantized(tmp_path, config, "vllm", "serve", "MODEL", *options)
+    command = [f for f in found if f["check"] == "command"]
+    assert not any("AttributeError" in f["message"] for f in found), found
+    if says is None:
+        assert not command, command
+        return
+    assert len(command) == 1 and says in command[0]["message"], found
+    assert command[0]["ok"] is says.startswith("cannot judge"), command

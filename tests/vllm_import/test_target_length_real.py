@@ -1,0 +1,94 @@
+"""Opt-in (`make test-vllm`): a --max-model-len above the target's derived length (review43a S10) is
+refused by patchkit's static reading (patchkit/launch/target_length.py) exactly where the real vLLM's
+create_engine_config() refuses it (ModelConfig's _get_and_verify_max_len), CPU platform forced: over
+plain, RoPE-scaled and model_max_length configs, with and without VLLM_ALLOW_LONG_MAX_MODEL_LEN."""
+
+from __future__ import annotations
+
+import json
+import os
+import textwrap
+from pathlib import Path
+
+import pytest
+from vllm_overlay import ask_vllm, site_packages
+
+from patchkit.launch.command import parse
+from patchkit.launch.engine import LaunchContext
+from patchkit.launch.models import resolve_model
+from patchkit.launch.target_length import length_findings
+
+VLLM_PYTHON = os.environ.get("VLLM_PYTHON")
+
+pytestmark = pytest.mark.skipif(not VLLM_PYTHON, reason="needs a venv with vLLM: run `make test-vllm`")
+
+LLAMA = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 256,
+    "intermediate_size": 512,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 8,
+    "max_position_embeddings": 2048,
+    "vocab_size": 1000,
+    "torch_dtype": "float32",
+}
+TARGETS = {
+    "plain": LLAMA,
+    "linear": {**LLAMA, "rope_scaling": {"rope_type": "linear", "factor": 2.0}},
+    "own_length": {**LLAMA, "model_max_length": 8192},
+    "yarn_own": {
+        **LLAMA,
+        "rope_scaling": {"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 1024},
+        "model_max_length": 4096,
+    },
+}
+# (target, --max-model-len, VLLM_ALLOW_LONG_MAX_MODEL_LEN or None)
+LINES = [
+    ("plain", 2048, None),
+    ("plain", 2049, None),
+    ("plain", 8192, "1"),
+    ("plain", 8192, " TRUE "),
+    ("plain", 8192, "yes"),
+    ("plain", 8192, "0"),
+    ("linear", 4096, None),
+    ("linear", 4097, None),
+    ("own_length", 8192, None),
+    ("own_length", 8193, None),
+    ("yarn_own", 3000, None),
+    ("yarn_own", 4097, None),
+]
+ASK_VLLM = textwrap.dedent("""\
+    import json, os, sys
+    from patchkit._target import engine_config
+    refused = []
+    for target, length, allow in json.loads(sys.argv[1]):
+        os.environ.pop("VLLM_ALLOW_LONG_MAX_MODEL_LEN", None)
+        if allow is not None:
+            os.environ["VLLM_ALLOW_LONG_MAX_MODEL_LEN"] = allow
+        line = [target, "--max-model-len", str(length)]
+        answer = engine_config.work({"arguments": line, "serve": True, "args": line})
+        refused.append(None if answer["status"] == "ok" else answer.get("error", answer["status"])[-300:])
+    print(json.dumps(refused))
+    """)
+
+
+def test_a_max_model_len_above_the_derived_length_is_refused_where_vllm_refuses_it(tmp_path: Path):
+    for name, config in TARGETS.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(json.dumps(config))
+    lines = [(str(tmp_path / name), length, allow) for name, length, allow in LINES]
+    vllm_refused = ask_vllm(ASK_VLLM, json.dumps(lines))
+    site = site_packages(str(VLLM_PYTHON))
+    wrong = []
+    for (target, length, allow), refused in zip(lines, vllm_refused, strict=True):
+        env = ["env", f"VLLM_ALLOW_LONG_MAX_MODEL_LEN={allow}"] if allow is not None else []
+        command = parse([*env, "vllm", "serve", target, "--max-model-len", str(length)], "0.16.0")
+        context = LaunchContext(command, resolve_model(target, {}), None, site, None, None)
+        found = length_findings("command", context)
+        assert all(f.judged for f in found), found
+        if bool(found) != (refused is not None and "ALLOW_LONG_MAX_MODEL_LEN" in refused):
+            wrong.append((target, length, allow, [f.message for f in found], refused))
+    assert sum(r is not None for r in vllm_refused) >= 5, vllm_refused  # vLLM's refusals were asked
+    assert not wrong, json.dumps(wrong, indent=1)
