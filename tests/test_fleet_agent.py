@@ -816,6 +816,35 @@ def test_another_commands_step_waits_a_bounded_time_for_a_live_runs_decision(tmp
     assert list(agent.undecided) == ["run-1"] and spec_of(tree) == patched_spec()
 
 
+class SlowRecordLedger(MemoryLedger):
+    """A store whose rollback record takes a while to write, and which notes whether the agent had
+    ended before it was written."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.agent: node.Agent | None = None
+        self.ended_before_record: list[bool] = []
+
+    def put(self, key, value):
+        if "/rolled-back/" in key and self.agent is not None:
+            time.sleep(0.3)  # many of the agent's ticks: an idle thread that may end it looks meanwhile
+            self.ended_before_record.append(self.agent.ended.is_set())
+        super().put(key, value)
+
+
+def test_a_nodes_rollback_is_recorded_before_its_agent_may_end(tmp_path, short_lease, agents):
+    """tests33: the agent dropped the run from its undecided ones before it wrote the rollback record,
+    and its idle thread could end it in that gap: the driver back later found no record."""
+    tree, _, request = written_tree(tmp_path)
+    ledger = SlowRecordLedger()
+    agent = agents.decided(ledger)
+    agent.where, ledger.agent = "node-1", agent
+    ledger.put(node.beat_key("run-1"), "0")
+    assert agent.step("run-1", 60, "t1", "apply", request)["ok"]
+    assert wait_until(agent.ended.is_set)
+    assert ledger.ended_before_record == [False] and spec_of(tree) == SPEC_PY
+
+
 def test_a_driver_back_after_its_node_rolled_back_and_its_agent_ended_is_told_the_nodes_revert(
     tmp_path, short_lease, agents
 ):

@@ -680,10 +680,15 @@ class Agent:
                 return
             forget_settings()
             answers = {name: run_step("revert", request, self.patchkit) for name, request in pending.reverts.items()}
+            # recorded while the run still counts as undecided: the idle thread cannot end this agent first
+            self._record_rollback(run, answers)
             with self.guard:
                 self.undecided.pop(run, None)
                 self.rolled_back[run] = answers
-        if self.ledger is not None and self.where is not None:  # for a driver back once this agent has ended
+
+    def _record_rollback(self, run: str, answers: dict[str | None, dict[str, Any]]) -> None:
+        """The node's own rollback in the cluster's store, for a driver back once this agent has ended."""
+        if self.ledger is not None and self.where is not None:
             record = [[name, {k: v for k, v in answer.items() if k != "document"}] for name, answer in answers.items()]
             with suppress(Exception):  # unrecorded: that driver says its revert failed there, and what to run
                 self.ledger.put(rolled_back_key(run, self.where), json_text(record, "a rollback record"))
