@@ -341,8 +341,10 @@ CONSECUTIVE = ("0.15.0", "0.15.1")  # two releases whose whole diff the release 
 
 def release_diff(old: Path, new: Path, work: Path) -> bytes:
     """git's own diff of every vllm/**/*.py between two fetched releases, paths a/vllm/... b/vllm/..."""
-    shutil.copytree(old / "vllm", work / "a" / "vllm")
-    shutil.copytree(new / "vllm", work / "b" / "vllm")
+    # the cache is a shared directory: bytecode another process compiled in it is no release file
+    compiled = shutil.ignore_patterns("__pycache__", "*.pyc")
+    shutil.copytree(old / "vllm", work / "a" / "vllm", ignore=compiled)
+    shutil.copytree(new / "vllm", work / "b" / "vllm", ignore=compiled)
     done = subprocess.run(
         ["git", "diff", "--no-index", "--no-renames", "--no-prefix", "--no-color", "a", "b"],
         cwd=work,

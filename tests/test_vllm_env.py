@@ -269,7 +269,7 @@ def test_every_entry_of_a_releases_envs_is_refused_exactly_where_its_getter_rais
     (here / "good.json").write_text('{"bits": 4}')
     (here / "bad.json").write_text("bits: 4")
     (here / "bom.json").write_bytes(b'\xef\xbb\xbf{"bits": 4}')
-    argv = [sys.executable, "-c", GETTERS, str(site / ENVS), json.dumps(VALUES)]
+    argv = [sys.executable, "-B", "-c", GETTERS, str(site / ENVS), json.dumps(VALUES)]
     done = subprocess.run(argv, cwd=here, env={"LANG": "C.UTF-8"}, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     vllm_says = json.loads(done.stdout)
