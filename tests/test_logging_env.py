@@ -25,10 +25,13 @@ LOGGER = textwrap.dedent("""\
         if VLLM_LOGGING_CONFIG_PATH:
             if not path.exists(VLLM_LOGGING_CONFIG_PATH):
                 raise RuntimeError("Could not load logging config. File does not exist: %s")
+            with open(VLLM_LOGGING_CONFIG_PATH, encoding="utf-8") as file:
+                custom_config = json.loads(file.read())
             if not isinstance(custom_config, dict):
                 raise ValueError("Invalid logging config.")
 
 
+    DEFAULT_LOGGING_CONFIG = {"handlers": {"vllm": {"stream": VLLM_LOGGING_STREAM}}}
     _configure_vllm_root_logger()
     """)
 
@@ -65,25 +68,49 @@ def test_a_config_file_of_no_json_object_fails_and_of_one_cannot_be_judged(tmp_p
         ("list.json", "[]", "fail"),
         ("bad.json", "{", "fail"),
         ("ok.json", "{}", "cannot judge"),
+        ("bom.json", "\ufeff{}", "fail"),  # vLLM reads it as UTF-8 text: json.loads refuses the BOM
+        ("utf16.json", "{}".encode("utf-16").decode("latin-1"), "fail"),
     ):
-        (tmp_path / name).write_text(text)
+        (tmp_path / name).write_text(text, encoding="utf-8" if name != "utf16.json" else "latin-1")
         [found] = _findings(tmp_path / name.replace(".", "_"), f"VLLM_LOGGING_CONFIG_PATH={tmp_path / name}")
         assert found["result"] == result, (name, found)
 
 
-@pytest.mark.parametrize("kind", ["fifo", "device", "directory", "oversized"])
+@pytest.mark.parametrize("kind", ["fifo", "device", "directory"])
 def test_a_config_path_vllms_import_cannot_read_fails_statically_without_reading_it(tmp_path, kind):
     path = tmp_path / "logging.json"
     if kind == "fifo":
         os.mkfifo(path)  # a read of it would block this test
     elif kind == "device":
         path.symlink_to("/dev/zero")
-    elif kind == "directory":
-        path.mkdir()
     else:
-        path.write_text("{" + " " * (1 << 20) + "}")
+        path.mkdir()
     [found] = _findings(tmp_path / "setup", f"VLLM_LOGGING_CONFIG_PATH={path}")
     assert found["result"] == "fail" and found["message"].startswith(f"VLLM_LOGGING_CONFIG_PATH {path} is "), found
+
+
+def test_a_config_over_the_bound_is_not_read_and_cannot_be_judged_never_failed(tmp_path):
+    """review43a S4: vLLM imports a 2 MiB logging config; patchkit reads 1 MiB at most, so it says so."""
+    path = tmp_path / "logging.json"
+    path.write_text('{"version": 1, "pad": "' + "x" * (2 << 20) + '"}')
+    [found] = _findings(tmp_path / "setup", f"VLLM_LOGGING_CONFIG_PATH={path}")
+    assert found["result"] == "cannot judge" and "is over 1 MiB: not read" in found["message"], found
+    assert found["fix"] == "preflight without --no-import imports vLLM with it", found
+
+
+@pytest.mark.parametrize(
+    ("stream", "judged"),
+    [("ext://sys.bogus", True), ("cfg://handlers.x", True), ("ext://sys.stderr", False), ("bogus", False)],
+)
+def test_a_logging_stream_dictconfig_resolves_cannot_be_judged(tmp_path, stream, judged):
+    """review43a S5: dictConfig resolves an ext:// stream as vLLM is imported (ext://sys.bogus raises
+    "Unable to configure handler 'vllm'"); sys's own streams and a plain text are taken."""
+    found = _findings(tmp_path, f"VLLM_LOGGING_STREAM={stream}")
+    if not judged:
+        assert found == [], found
+        return
+    assert [f["result"] for f in found] == ["cannot judge"] and "VLLM_LOGGING_STREAM" in found[0]["message"], found
+    assert _findings(tmp_path / "off", f"VLLM_LOGGING_STREAM={stream}", "VLLM_CONFIGURE_LOGGING=0") == []
 
 
 def test_settings_vllm_takes_pass_and_a_tree_read_otherwise_cannot_judge(tmp_path):

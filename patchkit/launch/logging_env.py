@@ -1,8 +1,9 @@
 """The VLLM_* settings vLLM reads as `import vllm` runs (0.11-0.33: vllm/logger.py configures logging
-at import, from envs.py's VLLM_CONFIGURE_LOGGING, VLLM_LOGGING_LEVEL and VLLM_LOGGING_CONFIG_PATH): a
-value it raises on stops every vLLM command before it starts. Preflight's import path finds any such
-variable by importing vLLM (vllm-validation); `run` and --no-import judge these three statically, as
-the tree's logger.py and envs.py read them, and say "cannot judge" where the tree reads them otherwise."""
+at import, from envs.py's VLLM_CONFIGURE_LOGGING, VLLM_LOGGING_LEVEL, VLLM_LOGGING_STREAM and
+VLLM_LOGGING_CONFIG_PATH): a value it raises on stops every vLLM command before it starts. Preflight's
+import path finds any such variable by importing vLLM (vllm-validation); `run` and --no-import judge
+these four statically, as the tree's logger.py and envs.py read them, and say "cannot judge" where the
+tree reads them otherwise."""
 
 from __future__ import annotations
 
@@ -17,12 +18,17 @@ from patchkit.launch.findings import Finding, cannot_judge
 CHECK = "vllm-environment"
 LOGGER, ENVS = "vllm/logger.py", "vllm/envs.py"
 CONFIGURE, LEVEL, CONFIG_PATH = "VLLM_CONFIGURE_LOGGING", "VLLM_LOGGING_LEVEL", "VLLM_LOGGING_CONFIG_PATH"
+STREAM = "VLLM_LOGGING_STREAM"
+# dictConfig resolves an ext:// or cfg:// stream as it configures, and raises on one it cannot find
+STANDARD_STREAMS = ("ext://sys.stdout", "ext://sys.stderr", "ext://sys.__stdout__", "ext://sys.__stderr__")
 AT_IMPORT = b"\n_configure_vllm_root_logger()\n"  # called as the module runs (0.34 configures from the args)
 MARKS = (
     (ENVS, b'int(os.getenv("VLLM_CONFIGURE_LOGGING", "1"))'),
     (ENVS, b'os.getenv("VLLM_LOGGING_LEVEL", "INFO").upper()'),
     (LOGGER, b"Could not load logging config. File does not exist"),
     (LOGGER, b"if not isinstance(custom_config, dict):"),
+    (LOGGER, b'encoding="utf-8"'),  # the config file is read as UTF-8 text: no BOM, no UTF-16
+    (LOGGER, b"VLLM_LOGGING_STREAM"),
 )
 LEVELS = ("CRITICAL", "FATAL", "ERROR", "WARN", "WARNING", "INFO", "DEBUG", "NOTSET")  # logging's names
 CONFIG_BOUND = 1 << 20
@@ -32,7 +38,7 @@ AT_START = "vLLM raises configuring its logging as it is imported: every vLLM co
 def logging_findings(environ: Mapping[str, str], cwd: str, read: Callable[[str], bytes | None]) -> list[Finding]:
     """A failing finding where vLLM's logging set-up raises on the launch's settings; "cannot judge"
     where the tree does not read them as judged here, or the config file's content is dictConfig's."""
-    given = [name for name in (CONFIGURE, LEVEL, CONFIG_PATH) if name in environ]
+    given = [name for name in (CONFIGURE, LEVEL, STREAM, CONFIG_PATH) if name in environ]
     if not given:
         return []
     sources = {path: read(path) or b"" for path in (LOGGER, ENVS)}
@@ -54,30 +60,44 @@ def logging_findings(environ: Mapping[str, str], cwd: str, read: Callable[[str],
     if configure and level not in LEVELS:
         why = f"{LEVEL}={escaped(environ[LEVEL])!r} names no logging level: {AT_START}"
         return [Finding(CHECK, False, why, f"give {LEVEL} one of DEBUG, INFO, WARNING, ERROR, CRITICAL, or unset it")]
-    return []
+    return _stream(environ.get(STREAM)) if configure else []
+
+
+def _stream(stream: str | None) -> list[Finding]:
+    """vLLM's handler takes VLLM_LOGGING_STREAM as dictConfig's stream: a name it resolves (ext://,
+    cfg://) other than sys's own streams may be missing in the launch's Python (it raises then)."""
+    if stream is None or stream in STANDARD_STREAMS or not stream.startswith(("ext://", "cfg://")):
+        return []
+    why = f"{STREAM}={escaped(stream)!r} is resolved by logging's dictConfig as vLLM is imported"
+    return [cannot_judge(CHECK, why, f"preflight without --no-import imports vLLM with it; or unset {STREAM}")]
 
 
 def _config_file(path: str) -> list[Finding]:
-    """vLLM's reading of VLLM_LOGGING_CONFIG_PATH: it must exist and hold a JSON object."""
+    """vLLM's reading of VLLM_LOGGING_CONFIG_PATH: it must exist and hold a JSON object, as UTF-8 text."""
     shown, fix = escaped(path), f"give {CONFIG_PATH} a JSON file of a logging config, or unset it"
     if not observed.exists(path):
         return [Finding(CHECK, False, f"{CONFIG_PATH} {shown} does not exist: {AT_START}", fix)]
     try:
         unread = _unreadable(path)
-        data = b"" if unread else observed.read_regular(path, CONFIG_BOUND, follow_symlinks=True)
+        big = not unread and _oversized(path)
+        data = b"" if unread or big else observed.read_regular(path, CONFIG_BOUND, follow_symlinks=True)
     except OSError:  # not searchable, gone since: vLLM's own open says
-        unread, data = None, b""
+        unread, big, data = None, False, b""
     if unread:
         return [Finding(CHECK, False, f"{CONFIG_PATH} {shown} {unread}", fix)]
+    if big:
+        why = f"{CONFIG_PATH} {shown} is over 1 MiB: not read"
+        return [cannot_judge(CHECK, why, "preflight without --no-import imports vLLM with it")]
     if not data:
         return [cannot_judge(CHECK, f"{CONFIG_PATH} {shown} is not read (empty, or gone since)", fix)]
-    try:
-        config = json.loads(data)
+    try:  # as vLLM reads it: UTF-8 text (a BOM or UTF-16 fails), then json.loads
+        config = json.loads(data.decode("utf-8"))
     except ValueError:  # JSONDecodeError and UnicodeDecodeError alike
-        return [Finding(CHECK, False, f"{CONFIG_PATH} {shown} holds no JSON: {AT_START}", fix)]
+        return [Finding(CHECK, False, f"{CONFIG_PATH} {shown} holds no JSON in UTF-8 (no BOM): {AT_START}", fix)]
     if not isinstance(config, dict):
         return [Finding(CHECK, False, f"{CONFIG_PATH} {shown} holds no JSON object: {AT_START}", fix)]
-    return [cannot_judge(CHECK, f"the logging config in {CONFIG_PATH} {shown} is dictConfig's to judge", fix)]
+    why = f"the logging config in {CONFIG_PATH} {shown} is dictConfig's to judge as vLLM is imported"
+    return [cannot_judge(CHECK, why, "preflight without --no-import imports vLLM with it")]
 
 
 def import_blocker(environ: Mapping[str, str], cwd: str) -> str | None:
@@ -86,8 +106,10 @@ def import_blocker(environ: Mapping[str, str], cwd: str) -> str | None:
     path = environ.get(CONFIG_PATH)
     if not path:
         return None
+    full = os.path.join(cwd, path)
     try:
-        unread = _unreadable(os.path.join(cwd, path)) if observed.exists(os.path.join(cwd, path)) else None
+        unread = _unreadable(full) if observed.exists(full) else None
+        unread = unread or ("is over 1 MiB: patchkit imports vLLM with a smaller one" if _oversized(full) else None)
     except OSError:
         return None
     return f"{CONFIG_PATH} {escaped(path)} {unread}" if unread else None
@@ -100,6 +122,9 @@ def _unreadable(path: str) -> str | None:
         return "is a directory: vLLM's open of it raises as it is imported"
     if not observed.regular(path):
         return "is no regular file: vLLM's import reads it to its end (a fifo blocks it, a device fills memory)"
-    if len(observed.read_regular(path, CONFIG_BOUND + 1, follow_symlinks=True, head=True)) > CONFIG_BOUND:
-        return "is over 1 MiB: vLLM's import reads it whole into memory"
     return None
+
+
+def _oversized(path: str) -> bool:
+    """A regular config over the bound: vLLM reads it whole (and may take it); patchkit reads no more."""
+    return len(observed.read_regular(path, CONFIG_BOUND + 1, follow_symlinks=True, head=True)) > CONFIG_BOUND

@@ -861,6 +861,34 @@ def test_a_non_vllm_setting_vllms_import_raises_with_fails_naming_it(tmp_path: P
     assert found["fix"].startswith(f"correct or unset {name}"), found
 
 
+@pytest.mark.parametrize(
+    ("name", "content", "imports", "result"),
+    [
+        ("bom.json", b'\xef\xbb\xbf{"version": 1}', False, "fail"),
+        ("utf16.json", '{"version": 1}'.encode("utf-16"), False, "fail"),
+        ("big.json", b'{"version": 1, "pad": "' + b"x" * (2 << 20) + b'"}', True, "cannot judge"),
+        ("stream", b"", False, "cannot judge"),
+    ],
+)
+def test_a_logging_config_or_stream_is_judged_statically_as_vllms_import_takes_it(
+    tmp_path: Path, name, content, imports, result
+):
+    """review43a S4/S5: vLLM reads the config as UTF-8 text (a BOM or UTF-16 fails its import), takes one
+    over patchkit's 1 MiB bound, and dictConfig resolves an ext:// stream: never passed when vLLM fails."""
+    assert VLLM_PYTHON
+    config = tmp_path / name
+    config.write_bytes(content)
+    setting = "VLLM_LOGGING_STREAM=ext://sys.bogus" if name == "stream" else f"VLLM_LOGGING_CONFIG_PATH={config}"
+    imported = subprocess.run(["env", setting, VLLM_PYTHON, "-c", "import vllm"], capture_output=True, timeout=600)
+    assert (imported.returncode == 0) is imports, imported.stderr[-2000:]
+    (tmp_path / "target").mkdir()
+    (tmp_path / "target" / "config.json").write_text(json.dumps(TARGET))
+    serve = ["env", setting, "vllm", "serve", str(tmp_path / "target"), "--skip-tokenizer-init"]
+    done = patchkit("preflight", "--python", VLLM_PYTHON, "--no-import", "--format", "json", "--", *serve)
+    found = finding(done, "vllm-environment")
+    assert found["result"] == result, done.stdout[-2000:]
+
+
 @pytest.mark.parametrize("setting", LOGGING_SETTINGS)
 def test_a_launch_setting_vllms_import_raises_with_fails_without_importing_it_too(tmp_path: Path, setting):
     """The same settings, judged statically (`run`'s way, --no-import) from the installed logger.py and
