@@ -137,3 +137,11 @@ def test_the_import_path_does_not_import_vllm_with_a_config_path_it_cannot_read(
     assert said["result"] == "cannot judge" and said["message"].startswith(
         "cannot judge: not run: VLLM_LOGGING_CONFIG_PATH"
     ), said
+
+
+def test_a_config_nested_past_pythons_limit_fails_never_crashes(tmp_path):
+    """review44a T3: a RecursionError from json.loads went uncaught (exit 70)."""
+    path = tmp_path / "deep.json"
+    path.write_text("[" * 100_000)
+    [found] = _findings(tmp_path / "setup", f"VLLM_LOGGING_CONFIG_PATH={path}")
+    assert found["result"] == "fail" and "holds no JSON" in found["message"], found

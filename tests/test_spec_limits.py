@@ -11,6 +11,8 @@ import pytest
 from helpers import run_cli_judged
 from launch_fixtures import DEEPSEEK_V3, DRAFTER, SPEC, findings, write_eagle3_setup, write_model
 
+from patchkit.launch.spec_limits import derived_max_len
+
 # the lines of speculative.py each rule reads the tree's refusal from, as 0.12-0.34 write them
 LENGTH_RULE = '\nraise ValueError(f"{speculative_max_model_len=} cannot be larger than {draft_max_model_len=}")\n'
 SUFFIX_RULE = "\ndef _validate_suffix_decoding(self):\n    if not has_arctic_inference():\n        raise ImportError\n"
@@ -78,3 +80,17 @@ def test_suffix_without_arctic_inference_fails(tmp_path, module):
         return
     assert found is not None and not found["ok"] and "arctic_inference" in found["message"], found
     assert "install arctic-inference" in found["fix"], found
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"max_position_embeddings": 4096, "rope_scaling": {"rope_type": "dynamic", "factor": float("inf")}},
+        {"max_position_embeddings": 4096, "rope_scaling": {"rope_type": "dynamic", "factor": float("nan")}},
+        {"max_position_embeddings": 4096, "rope_scaling": {"rope_type": "dynamic", "factor": 1e308}},
+        {"max_position_embeddings": 10**310, "rope_scaling": {"rope_type": "dynamic", "factor": 2.0}},
+    ],
+)
+def test_a_length_or_factor_past_a_float_is_not_judged_never_a_crash(config):
+    """review44a T6: int(inf) and a 310-digit length times a float raised (exit 70 from preflight and run)."""
+    assert derived_max_len(config) is None

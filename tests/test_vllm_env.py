@@ -292,3 +292,15 @@ def patchkit_refuses(name: str, value: str, conversion, cwd: str) -> bool:
         assert judged, why
         return why is not None
     return refusal(name, value, conversion) is not None
+
+
+def test_json_nested_past_pythons_limit_is_a_refusal_never_a_crash(tmp_path):
+    """review44a T3: json.loads raised RecursionError, which nothing caught (exit 70); vLLM's own reading
+    of the value raises the same."""
+    deep = "[" * 100_000
+    assert "is not JSON" in str(refusal("VLLM_X", deep, (json.loads, None, (), True, False)))
+    why, judged = json_or_file_refusal("VLLM_HUMMING_INPUT_QUANT_CONFIG", deep, str(tmp_path), "utf-8")
+    assert judged and why is not None and "is not JSON" in why
+    (tmp_path / "deep.json").write_text(deep)
+    why, judged = json_or_file_refusal("VLLM_HUMMING_INPUT_QUANT_CONFIG", "deep.json", str(tmp_path), "utf-8")
+    assert judged and why is not None and "holds no utf-8 JSON" in why

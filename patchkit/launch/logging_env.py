@@ -92,7 +92,7 @@ def _config_file(path: str) -> list[Finding]:
         return [cannot_judge(CHECK, f"{CONFIG_PATH} {shown} is not read (empty, or gone since)", fix)]
     try:  # as vLLM reads it: UTF-8 text (a BOM or UTF-16 fails), then json.loads
         config = json.loads(data.decode("utf-8"))
-    except ValueError:  # JSONDecodeError and UnicodeDecodeError alike
+    except (ValueError, RecursionError):  # JSONDecodeError, UnicodeDecodeError, nesting past Python's limit
         return [Finding(CHECK, False, f"{CONFIG_PATH} {shown} holds no JSON in UTF-8 (no BOM): {AT_START}", fix)]
     if not isinstance(config, dict):
         return [Finding(CHECK, False, f"{CONFIG_PATH} {shown} holds no JSON object: {AT_START}", fix)]

@@ -5,6 +5,7 @@ arctic_inference (_validate_suffix_decoding). Each is read from the tree's specu
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Any, TypeGuard
 
@@ -54,11 +55,14 @@ def derived_max_len(text: dict[str, Any]) -> int | None:
         return int(derived)
     kind = rope.get("rope_type", rope.get("type")) if isinstance(rope, dict) else None
     factor = rope.get("factor", 1.0) if isinstance(rope, dict) else None
-    if kind in (None, "longrope", "su") or not isinstance(factor, int | float) or factor < 1:
-        return None  # nested per layer type, or longrope's own default: not judged
+    if kind in (None, "longrope", "su") or not isinstance(factor, int | float) or not 1 <= factor < math.inf:
+        return None  # nested per layer type, longrope's own default, or no finite factor: not judged
     if kind == "yarn":
         derived = rope.get("original_max_position_embeddings")
-    return int(derived * (1 if kind == "llama3" else factor)) if _whole(derived) else None
+    try:
+        return int(derived * (1 if kind == "llama3" else factor)) if _whole(derived) else None
+    except OverflowError:  # a length past what a float holds: not judged
+        return None
 
 
 def length_refused(spec: dict[str, Any], source: bytes | None, context: LaunchContext) -> tuple[str, str] | None:

@@ -101,7 +101,7 @@ def json_or_file_refusal(name: str, value: str, cwd: str, encoding: str) -> tupl
         if not observed.regular(path):
             return f"{shown} is no regular file: vLLM reads it to its end (a fifo blocks, a device fills memory)", True
         data = observed.read_regular(path, FILE_BOUND + 1, follow_symlinks=True, head=True)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):  # nested past Python's limit: vLLM's json.loads raises too
         return f"{shown} names no file and is not JSON: vLLM's envs.py json.loads() it, which raises", True
     except (OSError, ValueError):  # unsearchable, gone since: vLLM's own open says
         return f"{shown} names a file that is not read here", False
@@ -111,7 +111,7 @@ def json_or_file_refusal(name: str, value: str, cwd: str, encoding: str) -> tupl
         json.loads(data.decode(encoding))
     except LookupError:
         return f"{shown} names a file in {encoding}, which this Python cannot decode", False
-    except ValueError:  # UnicodeDecodeError and JSONDecodeError alike
+    except (ValueError, RecursionError):  # UnicodeDecodeError, JSONDecodeError, nesting past Python's limit
         return f"{shown} names a file that holds no {encoding} JSON: vLLM's envs.py json.load()s it, which raises", True
     return None, True
 
@@ -211,7 +211,7 @@ def refusal(name: str, value: str, conversion: Conversion) -> str | None:
     if converter is not None:
         try:
             converter(value)
-        except ValueError:
+        except (ValueError, RecursionError):  # json nested past Python's limit raises in vLLM's reading too
             kind, call = KINDS[converter]
             return f"{shown} is not {kind}: vLLM's envs.py reads it with {call}, which raises"
         return None
