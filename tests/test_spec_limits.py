@@ -18,11 +18,13 @@ LENGTH_RULE = '\nraise ValueError(f"{speculative_max_model_len=} cannot be large
 SUFFIX_RULE = "\ndef _validate_suffix_decoding(self):\n    if not has_arctic_inference():\n        raise ImportError\n"
 
 
-def _speculative(tmp_path, spec: dict, *, drafter_len: int, target_len: int, rules: str = "", module=False):
+def _speculative(
+    tmp_path, spec: dict, *, drafter_len: int, target_len: int, rules: str = "", module=False, fields: str = ""
+):
     tree, library = write_eagle3_setup(tmp_path)
     stock = (tree / SPEC).read_text(encoding="utf-8")
     field = "    quantization: str | None = None\n"
-    (tree / SPEC).write_text(stock.replace(field, f"{field}    max_model_len: int | None = None\n") + rules)
+    (tree / SPEC).write_text(stock.replace(field, f"{field}    max_model_len: int | None = None\n{fields}") + rules)
     if module:
         (tree / "arctic_inference").mkdir()
         (tree / "arctic_inference" / "__init__.py").write_text("")
@@ -94,3 +96,21 @@ def test_suffix_without_arctic_inference_fails(tmp_path, module):
 def test_a_length_or_factor_past_a_float_is_not_judged_never_a_crash(config):
     """review44a T6: int(inf) and a 310-digit length times a float raised (exit 70 from preflight and run)."""
     assert derived_max_len(config) is None
+
+
+BOOL_FIELDS = "    parallel_drafting: bool = False\n    enforce_eager: bool | None = None\n"
+
+
+@pytest.mark.parametrize(
+    ("value", "refused"), [(" true ", True), ("maybe", True), (2, True), ("yes", False), (1, False)]
+)
+def test_a_field_declared_a_bool_refuses_what_pydantic_reads_as_no_bool(tmp_path, value, refused):
+    """review44a T5: a bool field's value was never read: " true " and "maybe" passed (and `run` launched);
+    vLLM's SpeculativeConfig refuses them at start ("Input should be a valid boolean")."""
+    spec = {"method": "eagle3", "num_speculative_tokens": 3, "enforce_eager": value}
+    found = _speculative(tmp_path, spec, drafter_len=4096, target_len=4096, fields=BOOL_FIELDS)
+    if not refused:
+        assert found is None or found["ok"], found
+        return
+    assert found is not None and not found["ok"] and f"enforce_eager {value!r} is no boolean" in found["message"]
+    assert 'give "enforce_eager" true or false' in found["fix"], found

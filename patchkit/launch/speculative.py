@@ -16,7 +16,7 @@ from typing import Any
 from patchkit.checks.parsed import python_tree
 from patchkit.launch.engine import LaunchContext
 from patchkit.launch.findings import Finding
-from patchkit.launch.lax import lax_int
+from patchkit.launch.lax import lax_bool, lax_int
 from patchkit.launch.method import built_model_type, settled_method
 from patchkit.launch.spec_limits import length_refused, suffix_refused
 from patchkit.launch.spec_literals import MTP_TYPES, OLD_MTP_TYPES, literal_tables
@@ -49,6 +49,7 @@ def speculative_findings(context: LaunchContext) -> list[Finding]:
             _refusal(spec, methods, literals.get(MTP_TYPES, literals.get(OLD_MTP_TYPES, set())), context),
             _out_of_bounds(spec, field_bounds(source)),
             _not_text(spec, string_fields(source)),
+            _not_bool(spec, bool_fields(source)),
             _draft_tensor_parallel_size(spec, source, context),
             _draft_vocab(source, context),
             length_refused(spec, source, context),
@@ -160,6 +161,18 @@ def _not_text(spec: dict[str, Any], fields: set[str]) -> tuple[str, str] | None:
     )
 
 
+def _not_bool(spec: dict[str, Any], fields: set[str]) -> tuple[str, str] | None:
+    """A field declared `bool` (or optional) given a value pydantic's lax mode reads as no bool
+    (" true ", "maybe", 2): refused at start ("Input should be a valid boolean")."""
+    wrong = sorted(key for key in fields if spec.get(key) is not None and lax_bool(spec[key]) is None)
+    if not wrong:
+        return None
+    said = ", ".join(f"{key} {spec[key]!r}" for key in wrong)
+    return f"{said} {'is' if len(wrong) == 1 else 'are'} no boolean", "; ".join(
+        f'give "{key}" true or false' for key in wrong
+    )
+
+
 def _holds(value: int, rule: str, limit: int) -> bool:
     return {"ge": value >= limit, "gt": value > limit, "le": value <= limit, "lt": value < limit}[rule]
 
@@ -234,18 +247,23 @@ def config_fields(source: bytes | None) -> set[str]:
 def string_fields(source: bytes | None) -> set[str]:
     """The fields of class SpeculativeConfig in `source` annotated `str`, `str | None` or
     `Optional[str]` (revision, code_revision, ...)."""
-    return {name for name, annotation in _annotations(source).items() if _is_text(annotation)}
+    return {name for name, annotation in _annotations(source).items() if _is_type(annotation, "str")}
 
 
-def _is_text(annotation: ast.expr) -> bool:
+def bool_fields(source: bytes | None) -> set[str]:
+    """The fields annotated `bool`, `bool | None` or `Optional[bool]` (parallel_drafting, ...)."""
+    return {name for name, annotation in _annotations(source).items() if _is_type(annotation, "bool")}
+
+
+def _is_type(annotation: ast.expr, name: str) -> bool:
     if isinstance(annotation, ast.Name):
-        return annotation.id == "str"
+        return annotation.id == name
     if isinstance(annotation, ast.BinOp) and isinstance(annotation.op, ast.BitOr):
         parts = [annotation.left, annotation.right]
         none = [p for p in parts if isinstance(p, ast.Constant) and p.value is None]
-        return len(none) == 1 and _is_text(next(p for p in parts if p is not none[0]))
+        return len(none) == 1 and _is_type(next(p for p in parts if p is not none[0]), name)
     if isinstance(annotation, ast.Subscript) and isinstance(annotation.value, ast.Name):
-        return annotation.value.id == "Optional" and _is_text(annotation.slice)
+        return annotation.value.id == "Optional" and _is_type(annotation.slice, name)
     return False
 
 
