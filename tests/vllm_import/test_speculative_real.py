@@ -62,6 +62,10 @@ SPECS = {
     "revision-null": {"method": "eagle3", "model": "DRAFTER", "num_speculative_tokens": 3, "revision": None},
     "code-revision-float": {"method": "eagle3", "model": "DRAFTER", "num_speculative_tokens": 3, "code_revision": 1.5},
     "tree-list": {"method": "eagle3", "model": "DRAFTER", "num_speculative_tokens": 3, "speculative_token_tree": [1]},
+    "eager-spaced": {"method": "eagle3", "model": "DRAFTER", "num_speculative_tokens": 3, "enforce_eager": " true "},
+    "eager-maybe": {"method": "eagle3", "model": "DRAFTER", "num_speculative_tokens": 3, "enforce_eager": "maybe"},
+    "eager-2": {"method": "eagle3", "model": "DRAFTER", "num_speculative_tokens": 3, "enforce_eager": 2},
+    "eager-yes": {"method": "eagle3", "model": "DRAFTER", "num_speculative_tokens": 3, "enforce_eager": "yes"},
     # a method but eagle/eagle3 given with a model is replaced by the one the drafter names (none: refused)
     "mtp-with-head": {"method": "mtp", "model": "DRAFTER", "num_speculative_tokens": 3},
     "mtp-with-named-head": {"method": "mtp", "model": "NAMED", "num_speculative_tokens": 3},
