@@ -12,7 +12,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from vllm_overlay import ask_vllm, site_packages
+from vllm_overlay import TINY_LLAMA, ask_vllm, site_packages
 
 from patchkit.launch.command import parse
 from patchkit.launch.engine import LaunchContext
@@ -23,18 +23,7 @@ VLLM_PYTHON = os.environ.get("VLLM_PYTHON")
 
 pytestmark = pytest.mark.skipif(not VLLM_PYTHON, reason="needs a venv with vLLM: run `make test-vllm`")
 
-LLAMA = {
-    "architectures": ["LlamaForCausalLM"],
-    "model_type": "llama",
-    "hidden_size": 256,
-    "intermediate_size": 512,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 8,
-    "num_key_value_heads": 8,
-    "max_position_embeddings": 2048,
-    "vocab_size": 1000,
-    "torch_dtype": "bfloat16",
-}
+LLAMA = {**TINY_LLAMA, "num_attention_heads": 8, "num_key_value_heads": 8, "max_position_embeddings": 2048}
 FP8 = {"quant_method": "fp8", "activation_scheme": "dynamic"}
 GPTQ = {"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False, "sym": True}
 MODELS = {
