@@ -11,7 +11,7 @@ import pytest
 from helpers import run_cli_judged
 from launch_fixtures import DEEPSEEK_V3, DRAFTER, SPEC, findings, write_eagle3_setup, write_model
 
-from patchkit.launch.spec_limits import derived_max_len
+from patchkit.launch.derived_length import derived_max_len
 
 # the lines of speculative.py each rule reads the tree's refusal from, as 0.12-0.34 write them
 LENGTH_RULE = '\nraise ValueError(f"{speculative_max_model_len=} cannot be larger than {draft_max_model_len=}")\n'
