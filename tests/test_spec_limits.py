@@ -11,7 +11,7 @@ import pytest
 from helpers import run_cli_judged
 from launch_fixtures import DEEPSEEK_V3, DRAFTER, SPEC, findings, write_eagle3_setup, write_model
 
-from patchkit.launch.derived_length import derived_max_len
+from patchkit.launch.derived_length import RopeRule, derived_max_len
 
 # the lines of speculative.py each rule reads the tree's refusal from, as 0.12-0.34 write them
 LENGTH_RULE = '\nraise ValueError(f"{speculative_max_model_len=} cannot be larger than {draft_max_model_len=}")\n'
@@ -65,8 +65,11 @@ def test_a_speculative_max_model_len_above_the_drafters_or_targets_fails(
 # a 0.12-0.30 tree under transformers 4: dict overrides set after patch_rope_parameters aliased rope_scaling
 SPLIT_TREE = {
     "vllm/config/model.py": (
-        "dict_overrides[key] = value\nself._apply_dict_overrides(hf_config, dict_overrides)\n"
-        'rope_parameters = getattr(hf_config, "rope_parameters", None)\n'
+        "def _get_and_verify_max_len():\n"
+        '    rope_parameters = getattr(hf_config, "rope_parameters", None)\n'
+        '    if rope_type not in ("su", "longrope", "llama3"):\n'
+        '        if rope_type == "yarn":\n            derived_max_model_len = rp["original_max_position_embeddings"]\n'
+        "def __post_init__():\n    dict_overrides[key] = value\n    self._apply_dict_overrides(hf_config, dict_overrides)\n"
     ),
     "vllm/transformers_utils/config.py": "config.rope_parameters = rope_scaling\n",
     "transformers-4.57.6.dist-info/METADATA": "Version: 4.57.6\n",
@@ -131,7 +134,7 @@ def test_suffix_without_arctic_inference_fails(tmp_path, module):
 )
 def test_a_length_or_factor_past_a_float_is_not_judged_never_a_crash(config):
     """review44a T6: int(inf) and a 310-digit length times a float raised (exit 70 from preflight and run)."""
-    assert derived_max_len(config) is None
+    assert derived_max_len(config, RopeRule(("su", "longrope", "llama3"), True)) is None
 
 
 BOOL_FIELDS = "    parallel_drafting: bool = False\n    enforce_eager: bool | None = None\n"

@@ -16,6 +16,12 @@ from patchkit.launch.models import ModelConfig, with_overrides
 # the lines of model.py (_get_and_verify_max_len) and envs.py the rule is read from, as 0.11-0.34 write them
 MODEL_RULE = """
 def _get_and_verify_max_len(max_model_len, derived_max_model_len):
+    for rp in rope_parameters.values():
+        rope_type = rp["rope_type"]
+        if rope_type not in ("su", "longrope", "llama3"):
+            scaling_factor = rp.get("factor", scaling_factor)
+            if rope_type == "yarn":
+                derived_max_model_len = rp["original_max_position_embeddings"]
     if max_model_len is None or max_model_len == -1:
         pass
     elif max_model_len > derived_max_model_len:
@@ -87,6 +93,42 @@ def test_a_max_model_len_above_the_targets_derived_length_fails_unless_the_launc
     assert len(found) == 1 and says in found[0]["message"], found
     if not says.startswith("cannot judge"):
         assert not found[0]["ok"] and "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1" in found[0]["fix"], found
+
+
+# 0.30+: yarn (and its DeepSeek kinds) leave max_position_embeddings scaled already
+RULE_030 = MODEL_RULE.replace(
+    """not in ("su", "longrope", "llama3"):""", """not in ("su", "longrope", "llama3", "yarn", "deepseek_yarn"):"""
+).replace(
+    """            if rope_type == "yarn":\n                derived_max_model_len = rp["original_max_position_embeddings"]\n""",
+    "",
+)
+NO_ROPE_RULE = MODEL_RULE.replace("rope_type not in", "rope_kind in")
+LONGROPE = {"rope_type": "longrope", "short_factor": [1.0], "long_factor": [2.0]}
+
+
+@pytest.mark.parametrize(
+    ("config", "rule", "length", "says"),
+    [
+        ({**LONG, "rope_scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 2048}}, MODEL_RULE, "8193", "derived max_model_len 8192"),
+        ({**LONG, "rope_scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 2048}}, RULE_030, "4097", "derived max_model_len 4096"),
+        ({**LONG, "rope_scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 2048}}, RULE_030, "4096", None),
+        ({**LONG, "rope_scaling": {"type": "linear", "factor": 2.0}}, NO_ROPE_RULE, "8192", "cannot judge: whether"),
+        ({**LONG, "model_type": "gemma3_text", "rope_scaling": {"rope_type": "linear", "factor": 8.0}}, MODEL_RULE, "4097", "derived max_model_len 4096"),
+        ({**LONG, "rope_scaling": LONGROPE, "original_max_position_embeddings": 1024}, MODEL_RULE, "4097", "derived max_model_len 4096"),
+        ({**LONG, "rope_scaling": {**LONGROPE, "type": "su"}}, MODEL_RULE, "4096", None),
+    ],
+)  # fmt: skip
+def test_the_derived_length_scales_by_rope_as_the_tree_reads_it(tmp_path, config, rule, length, says):
+    """startrules33's left: yarn as the tree reads it (0.11-0.26 from its original length times the
+    factor, 0.30+ max_position_embeddings as it is), gemma3 never scaled, longrope unscaled."""
+    found = _command_findings(
+        tmp_path, config, "vllm", "serve", "MODEL", "--max-model-len", length, tree_files={"vllm/config/model.py": rule}
+    )
+    if says is None:
+        assert not found, found
+        return
+    assert len(found) == 1 and says in found[0]["message"], found
+    assert found[0]["ok"] is says.startswith("cannot judge"), found
 
 
 def test_a_tree_without_the_length_rule_is_not_held_to_it(tmp_path):

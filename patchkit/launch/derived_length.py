@@ -8,9 +8,10 @@ patch_rope_scaling, and the length reads rope_scaling: the override counts."""
 from __future__ import annotations
 
 import math
-from typing import Any, TypeGuard
+import re
+from typing import Any, NamedTuple, TypeGuard
 
-from patchkit.launch.engine import LaunchContext
+from patchkit.launch.engine import LaunchContext, Reader
 
 MODEL_CONFIG = "vllm/config/model.py"
 VLLM_CONFIGS = "vllm/transformers_utils/config.py"
@@ -28,15 +29,24 @@ ALIASED = b"config.rope_parameters = rope_scaling"
 # 0.11: every override set by config.update before patch_rope_scaling; the length reads rope_scaling
 UPDATED_FIRST = (b"config.update(hf_overrides_kw)", b"patch_rope_scaling(config)")
 READS_SCALING = b'rope_scaling = getattr(hf_config, "rope_scaling", None)'
+# _get_and_verify_max_len's RoPE types whose factor does not scale the length, and yarn's start
+UNSCALED = re.compile(rb"if rope_type not in \(([^)]{0,400})\):")
+YARN_ORIGINAL = b'if rope_type == "yarn":'
 NOT_READ = "the target's config.json gives no length vLLM's derivation is sure of (no key, or a RoPE scaling not read)"
 
 
-def target_derived(launch: LaunchContext) -> tuple[int | None, str | None]:
-    """(the target's derived length, None), or (None, why it is not sure)."""
+class RopeRule(NamedTuple):
+    unscaled: tuple[str, ...]  # longrope, llama3 ... (0.30+: yarn too)
+    yarn_original: bool  # yarn's length is its original_max_position_embeddings, scaled
+
+
+def target_derived(launch: LaunchContext, *, defaulted: bool = False) -> tuple[int | None, str | None]:
+    """(the target's derived length, None), or (None, why it is not sure); `defaulted`: the length
+    vLLM takes where --max-model-len is not given."""
     view, why = _length_view(launch)
     if view is None:
         return None, why
-    derived = derived_max_len(view)
+    derived = derived_max_len(view, rope_rule(launch.read), defaulted=defaulted)
     return (derived, None) if derived is not None else (None, NOT_READ)
 
 
@@ -90,24 +100,46 @@ def _transformers_major(launch: LaunchContext) -> int | None:
     return int(major) if major.isdigit() and len(major) < 4 else None
 
 
-def derived_max_len(text: dict[str, Any]) -> int | None:
-    """The max_model_len vLLM derives from a config with none given: the least of its length keys,
-    scaled by its rope factor; None where it is not sure (no key: a config class's default counts)."""
+def rope_rule(read: Reader) -> RopeRule | None:
+    """How the tree's _get_and_verify_max_len scales the derived length by RoPE: the types it does not
+    scale by their factor, and whether yarn starts from its original_max_position_embeddings (0.11-0.26;
+    0.30+ takes yarn's max_position_embeddings as scaled already); None where its lines are not found."""
+    source = read(MODEL_CONFIG) or b""
+    start = source.find(b"def _get_and_verify_max_len(")
+    body = source[start : source.find(b"\ndef ", start + 1)] if start >= 0 else b""
+    found = UNSCALED.search(body)
+    if found is None:
+        return None
+    unscaled = tuple(name.decode() for name in re.findall(rb'"([\w-]+)"', found.group(1)))
+    return RopeRule(unscaled, YARN_ORIGINAL in body and b'"original_max_position_embeddings"]' in body)
+
+
+def derived_max_len(text: dict[str, Any], rule: RopeRule | None, *, defaulted: bool = False) -> int | None:
+    """The max_model_len vLLM derives from a config: the least of its length keys, scaled by its rope
+    factor as the tree's `rule` says (`defaulted`: where none is given, longrope's own default counts);
+    None where it is not sure (no key: a config class's default counts; a RoPE not read)."""
     lengths = [text[key] for key in MAX_LEN_KEYS if text.get(key) is not None]
-    if not lengths or not all(whole(n) and n > 0 for n in lengths) or "gemma3" in str(text.get("model_type")):
+    if not lengths or not all(whole(n) and n > 0 for n in lengths):
         return None
     derived = text["model_max_length"] if text.get("model_max_length") else min(lengths)
     rope = text.get("rope_parameters") or text.get("rope_scaling")
-    if rope is None:
-        return int(derived)
+    if rope is None or "gemma3" in str(text.get("model_type")):
+        return int(derived)  # gemma3's length is scaled already (0.11-0.34 skip it)
     kind = rope.get("rope_type", rope.get("type")) if isinstance(rope, dict) else None
+    kind = "longrope" if kind == "su" else kind
     factor = rope.get("factor", 1.0) if isinstance(rope, dict) else None
-    if kind in (None, "longrope", "su") or not isinstance(factor, int | float) or not 1 <= factor < math.inf:
-        return None  # nested per layer type, longrope's own default, or no finite factor: not judged
-    if kind == "yarn":
+    if rule is None or not isinstance(kind, str):
+        return None  # the tree's scaling not read, or nested per layer type: not judged
+    if kind == "longrope" and defaulted:
+        derived = text.get("original_max_position_embeddings", derived)
+    if kind in rule.unscaled:
+        return int(derived) if whole(derived) else None
+    if not isinstance(factor, int | float) or not 1 <= factor < math.inf:
+        return None  # no finite factor: not judged
+    if kind == "yarn" and rule.yarn_original:
         derived = rope.get("original_max_position_embeddings")
     try:
-        return int(derived * (1 if kind == "llama3" else factor)) if whole(derived) else None
+        return int(derived * factor) if whole(derived) else None
     except OverflowError:  # a length past what a float holds: not judged
         return None
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from patchkit.launch import observed
 from patchkit.launch.derived_length import MODEL_CONFIG as MODEL_CONFIG
-from patchkit.launch.derived_length import derived_max_len, target_derived, whole
+from patchkit.launch.derived_length import derived_max_len, rope_rule, target_derived, whole
 from patchkit.launch.engine import LaunchContext, import_path
 from patchkit.launch.lax import lax_int
 
@@ -35,7 +35,7 @@ def max_model_len(launch: LaunchContext) -> int | None:
         return given if whole(given) and given > 0 else None
     if launch.command.options.get("disable-sliding-window"):
         return None  # the sliding window then caps it
-    return target_derived(launch)[0]
+    return target_derived(launch, defaulted=True)[0]
 
 
 def length_refused(spec: dict[str, Any], source: bytes | None, context: LaunchContext) -> tuple[str, str] | None:
@@ -44,7 +44,8 @@ def length_refused(spec: dict[str, Any], source: bytes | None, context: LaunchCo
     given = lax_int(spec.get("max_model_len"))  # "5000" and 5000.0 read as 5000
     if not whole(given) or given <= 0 or DRAFT_LONGER not in (source or b"") or spec.get("method") in NO_DRAFT_CONFIG:
         return None
-    drafter = derived_max_len(context.drafter.text_config) if context.drafter is not None else None
+    drafted = context.drafter.text_config if context.drafter is not None else None
+    drafter = derived_max_len(drafted, rope_rule(context.read), defaulted=True) if drafted is not None else None
     target = max_model_len(context)
     fix = 'lower "max_model_len" in --speculative-config, or drop it (vLLM then takes the lesser of the two)'
     if drafter is not None and given > drafter:
