@@ -95,6 +95,11 @@ def test_a_max_model_len_above_the_derived_length_is_refused_where_vllm_refuses_
 
 YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 2048}
 BOTH = {"max_seq_length": 512, "do_lower_case": False}
+LONGROPE = {"rope_type": "longrope", "short_factor": [1.0] * 16, "long_factor": [2.0] * 16}  # head_dim 32
+GEMMA3 = {
+    **LLAMA, "architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text", "head_dim": 32,
+    "rope_scaling": {"rope_type": "linear", "factor": 8.0}, "sliding_window": 512,
+}  # fmt: skip
 LONGER = {**LLAMA, "max_position_embeddings": 8192}
 # name -> (config.json, the model directory's other JSON files)
 OVERRIDDEN = {
@@ -103,6 +108,8 @@ OVERRIDDEN = {
     "kt3": (LONGER, {"sentence_bert_config.json": {"max_seq_length": 512}}),
     "kt4": (LONGER, {"sentence_bert_config.json": {}, "sentence_distilbert_config.json": BOTH}),
     "kt5": (LONGER, {"sentence_bert_config.json": {"max_seq_length": 9}, "sentence_roberta_config.json": BOTH}),
+    "longrope": ({**LLAMA, "rope_scaling": LONGROPE, "original_max_position_embeddings": 1024}, {}),
+    "gemma3": (GEMMA3, {}),
 }
 HALF = json.dumps({"rope_scaling": {"factor": 2.0}})
 # (target, --max-model-len, VLLM_ALLOW_LONG_MAX_MODEL_LEN or None, more options ...)
@@ -119,18 +126,23 @@ OVERRIDDEN_LINES = [
     ("kt3", 2048, None),
     ("kt4", 2048, None),
     ("kt5", 2048, None),
+    ("longrope", 2048, None),
+    ("longrope", 2049, None),
+    ("gemma3", 2048, None),
+    ("gemma3", 2049, None),
 ]
 
 
 def test_hf_overrides_and_sentence_transformers_files_reach_the_length_as_vllm_takes_them(tmp_path: Path):
     """review44a T1: an --hf-overrides rope_scaling never moves 0.16.0's derived length (rope_parameters
-    does); T7: the first non-empty Sentence Transformers file, kept only with both keys, replaces it."""
+    does); T7: the first non-empty Sentence Transformers file, kept only with both keys, replaces it;
+    longrope and gemma3 configs are not scaled by their factor."""
     for name, (config, files) in {"plain": (LLAMA, {}), **OVERRIDDEN}.items():
         (tmp_path / name).mkdir()
         for file, value in {"config.json": config, **files}.items():
             (tmp_path / name / file).write_text(json.dumps(value))
     lines = [(str(tmp_path / name), *rest) for name, *rest in OVERRIDDEN_LINES]
     vllm_refused = ask_vllm(ASK_VLLM, json.dumps(lines))
-    assert sum(r is not None for r in vllm_refused) >= 4, vllm_refused  # vLLM's refusals were asked
+    assert sum(r is not None for r in vllm_refused) >= 6, vllm_refused  # vLLM's refusals were asked
     wrong = _wrong(lines, vllm_refused)
     assert not wrong, json.dumps(wrong, indent=1)
