@@ -69,7 +69,8 @@ def _taken(name: str, value: object, keys: tuple[str, ...]) -> Encoder:
         return Encoder()  # vLLM takes no encoder config
     length = value["max_seq_length"]
     if not whole(length) or length <= 0:
-        return Encoder(name, unsure=f"its {name}'s max_seq_length {json.dumps(length)[:40]} is no length vLLM compares")
+        shown = repr(length)[:40]
+        return Encoder(name, unsure=f"its {name}'s max_seq_length {shown} is no length vLLM compares")
     return Encoder(name, length)
 
 
