@@ -123,7 +123,7 @@ def test_an_apply_cut_short_whose_stock_original_is_damaged_takes_vllms_own_file
     command: list[object] = ["apply", "--target", tree, "--patch", diff, "--no-import"]
     crash_after_the_first_replace(tree, command, SPEC, PATCHED[SPEC].encode())
     _damage(tree, SPEC_PY.encode())
-    done = patchkit_faulted("status", "--target", tree, "--patch", diff)
+    done = patchkit_faulted("status", "--target", tree)  # no --patch: the diff is not known to reverse
     said = " ".join(done.stderr.split())
     assert done.returncode in (0, 1), done.stdout + done.stderr
     assert f"the saved original of {SPEC} was damaged or missing: made again from vLLM 0.16.0's own file" in said
@@ -275,3 +275,28 @@ def test_an_unsealed_journals_roll_back_offline_names_a_way_that_ends(tmp_path, 
     done, run = follow_hints(refused, first)
     assert done.returncode == 0, (run, done.stdout + done.stderr)
     assert _tree_files(copy) == stock and not (copy / ".patchkit/journal.json").exists(), run
+
+
+@pytest.mark.parametrize("where", ["--patch", "library"])
+def test_an_apply_cut_short_offline_gets_its_lost_stock_original_from_its_series_reversed(tmp_path, scratch, where):
+    """An apply cut short after its first replace, its saved stock original then lost, offline (the
+    release's file out of reach): refused, though the tree's file holds what the apply wrote and the
+    series the user names, reversed on it, gives the lost bytes back (held to the journal's sha256)."""
+    python_files = {p: d for p, d in STOCK_FILES.items() if p.endswith(".py")}
+    tree = write_tree(tmp_path / "site", files=dict(python_files))
+    stock = _tree_files(tree)
+    diff = make_patch(scratch, tree, PATCHED)
+    if where == "library":
+        chosen: list[object] = ["--patches", write_library(tmp_path / "lib", {"0.16.0": [diff]}), "--set", "demo"]
+    else:
+        (tmp_path / "site.diff").write_bytes(diff)
+        chosen = ["--patch", tmp_path / "site.diff"]
+    crash_after_the_first_replace(
+        tree, ["apply", "--target", tree, *chosen, "--no-import"], SPEC, PATCHED[SPEC].encode()
+    )
+    _damage(tree, SPEC_PY.encode())
+    done = patchkit_faulted("status", "--target", tree, *chosen)
+    said = " ".join(done.stderr.split())
+    assert done.returncode in (0, 1), done.stdout + done.stderr
+    assert f"the saved original of {SPEC} was damaged or missing: made again from the tree's file with" in said, said
+    assert _tree_files(tree) == stock and not (tree / ".patchkit/journal.json").exists()

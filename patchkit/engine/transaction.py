@@ -74,8 +74,8 @@ from patchkit.base.values import FrozenValue, Value, frozen
 from patchkit.distinfo import installed_wheel_reader
 from patchkit.distinfo.record import has_provenance, listings
 from patchkit.engine.guard import guard_files
-from patchkit.engine.vouched import needs_force, patches_at_hand, recorded_in_library
-from patchkit.series.hunks import made_file
+from patchkit.engine.vouched import needs_force, patches_at_hand, recorded_in_library, series_at_hand
+from patchkit.series.hunks import made_file, reverse_file
 from patchkit.store import journal as store_journal
 from patchkit.store.journal import (
     UNSETTLED,
@@ -896,6 +896,9 @@ def _rebuilt_original(root: Path, journal: Journal, entry: JournalEntry) -> tupl
     makers = [(patches, "the patches its record names") for e in recorded if (patches := _recorded_patches(e, root))]
     wheel = _wheel_patches(root, path, digest)
     makers += [(wheel, "the patches the installed patched wheel ships")] if wheel else []
+    reversed_ = _reversed_apply(root, path, digest)
+    if reversed_ is not None:
+        return reversed_
     for base, what in _stock_candidates(root, path, [e.files[path].get("before") for e in recorded]):
         if sha256(base) == digest:
             return base, what
@@ -904,6 +907,21 @@ def _rebuilt_original(root: Path, journal: Journal, entry: JournalEntry) -> tupl
             if made is not None and sha256(made) == digest:
                 return made, made_from
     return None, ""
+
+
+def _reversed_apply(root: Path, path: str, digest: str) -> tuple[bytes, str] | None:
+    """An apply's lost original (the stock file) from the tree's file, which holds what the apply
+    wrote there (the journal's `after`: _needed_originals checked it), with a series the user's
+    command names reversed (series_at_hand): offline, with no saved original, this is its stock."""
+    try:
+        current = read_file(root / path)
+    except OSError:
+        return None
+    for series, what in series_at_hand(path):
+        made = reverse_file(_only(path, current), path, series)
+        if made is not None and sha256(made) == digest:
+            return made, what
+    return None
 
 
 def _wheel_patches(root: Path, path: str, digest: str) -> list[Patch]:
@@ -972,7 +990,7 @@ def _stock_release(root: Path) -> str | None:
         return None
 
 
-def _only(path: str, data: bytes) -> Callable[[str], bytes | None]:
+def _only(path: str, data: bytes | None) -> Callable[[str], bytes | None]:
     """A reader of one file: `data` at `path`, nothing elsewhere."""
     return lambda name: data if name == path else None
 
