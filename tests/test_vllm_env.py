@@ -362,7 +362,9 @@ def test_a_json_file_is_judged_in_the_encoding_the_launchs_own_python_opens_it_i
         path = tmp_path / f"{name}.json"
         path.write_bytes(data)
         loads = f"import json; json.load(open({str(path)!r}))"
-        raises = subprocess.run([sys.executable, "-c", loads], env=env, capture_output=True, check=False).returncode != 0
+        raises = (
+            subprocess.run([sys.executable, "-c", loads], env=env, capture_output=True, check=False).returncode != 0
+        )
         launch = ["env", *words, f"VLLM_X_QUANT={path}", sys.executable, "-m", "vllm.entrypoints.openai.api_server"]
         found = applied_finding(tmp_path / name, {ENVS: ENVS_WRAPPED}, [*launch, "--model", str(target)], CHECK)
         assert (found is not None and found["result"] == "fail") == raises, (name, found)
