@@ -256,7 +256,7 @@ for name, getter in module.environment_variables.items():
 print(json.dumps(out))
 """
 VALUES = ["1", "0", "true", "yes", "", "abc", "1.5", " 1", "01", "-1", "x,y", "auto", "tcp://1.2.3.4:5", "[1]", "{}"]
-VALUES += ["None", "Debug", "release", "good.json", "bad.json", "bom.json", "folder"]
+VALUES += ["None", "Debug", "release", "good.json", "bad.json", "bom.json", "folder", "1" * 5000]  # past int()'s limit
 
 
 @pytest.mark.release
