@@ -292,7 +292,8 @@ def test_a_hub_models_sentence_transformers_file_is_read_from_its_snapshot(tmp_p
         return
     assert len(found) == 1 and says in found[0]["message"], found
     assert found[0]["ok"] is says.startswith("cannot judge"), found
-    assert found[0]["ok"] or f"hf download org/kt --cache-dir {tmp_path / 'hub'}`" in found[0]["fix"], found
+    if found[0]["ok"]:  # cannot judge: the fix fetches the snapshot whole, into the cache vLLM reads
+        assert f"hf download org/kt --cache-dir {tmp_path / 'hub'}`" in found[0]["fix"], found
 
 
 def test_a_dict_override_replaces_the_configs_value_whole_and_a_nested_config_is_merged():
