@@ -132,13 +132,17 @@ GPTQ = {"quant_method": "gptq", "bits": 4}
 QUANT_DRAFTER = {**DRAFTER, "quantization_config": FP8}
 
 
-def _quantized(tmp_path, config: dict, *launch: str, drafter: dict = QUANT_DRAFTER) -> list[dict]:
+def _quantized(
+    tmp_path, config: dict, *launch: str, drafter: dict = QUANT_DRAFTER, modules: dict[str, str] | None = None
+) -> list[dict]:
     tree, library = write_eagle3_setup(tmp_path)
     (tree / "vllm" / "config" / "model.py").write_text(MISMATCH_RULE)
     quantization = tree / "vllm" / "model_executor" / "layers" / "quantization"
     quantization.mkdir(parents=True)
-    (quantization / "__init__.py").write_text(QUANT_INIT)
-    (quantization / "gptq_marlin.py").write_text(GPTQ_MARLIN)
+    modules = modules or {"__init__.py": QUANT_INIT}
+    for name, text in {"gptq_marlin.py": GPTQ_MARLIN, **modules}.items():
+        (quantization / name).parent.mkdir(parents=True, exist_ok=True)
+        (quantization / name).write_text(text)
     stock = (tree / SPEC).read_text(encoding="utf-8")
     field = "    quantization: str | None = None\n"
     assert field in stock
@@ -170,6 +174,32 @@ def _spec(**fields: object) -> str:
         ),
         (DEEPSEEK_V3, ["--speculative-config", _spec(quantization="fp8")], None),
         (DEEPSEEK_V3, ["--speculative-config", _spec(quantization="")], "is not one of vLLM's quantization methods"),
+        # review44a T2: mtp without "model": the draft ModelConfig reads the target's own checkpoint
+        (
+            {**DEEPSEEK_V3, "quantization_config": FP8},
+            ["--speculative-config", json.dumps({"method": "mtp", "num_speculative_tokens": 1, "quantization": "awq"})],
+            "vLLM refuses --speculative-config's \"quantization\" awq at start: the drafter (the target's own checkpoint)",
+        ),
+        (
+            {**DEEPSEEK_V3, "quantization_config": FP8},
+            ["--speculative-config", json.dumps({"method": "mtp", "num_speculative_tokens": 1, "quantization": "fp8"})],
+            None,
+        ),
+        # review44a L1: no quant_method (vLLM: None, which no --quantization matches); a null quantization_config
+        # beside a compression_config (vLLM's getattr falls through to it)
+        (
+            {**DEEPSEEK_V3, "quantization_config": {"bits": 4}},
+            ["-q", "fp8"],
+            "a quantization_config without quant_method",
+        ),
+        ({**DEEPSEEK_V3, "quantization_config": {"quant_method": ""}}, ["-q", "fp8"], "without quant_method"),
+        (
+            {**DEEPSEEK_V3, "quantization_config": None, "compression_config": {"quant_method": "compressed-tensors"}},
+            ["-q", "fp8"],
+            "says quant_method compressed-tensors",
+        ),
+        # the override tests the user's method, but only for a checkpoint it converts (gptq): no other is taken
+        ({**DEEPSEEK_V3, "quantization_config": FP8}, ["-q", "gptq_marlin"], "vLLM refuses --quantization gptq_marlin"),
     ],
 )
 def test_a_quantization_not_the_checkpoints_own_fails_at_start(tmp_path, config, options, says):
@@ -177,6 +207,90 @@ def test_a_quantization_not_the_checkpoints_own_fails_at_start(tmp_path, config,
     found = _quantized(tmp_path, config, "vllm", "serve", "MODEL", *options)
     command = [f for f in found if f["check"] == "command"]
     assert not any("AttributeError" in f["message"] for f in found), found
+    if says is None:
+        assert not command, command
+        return
+    assert len(command) == 1 and says in command[0]["message"], found
+    assert command[0]["ok"] is says.startswith("cannot judge"), command
+
+
+# override shapes of 0.22-0.34 (review44a T8): one keyed on the user's method alone (humming.py, 0.22's gguf.py),
+# a method tested by a call (modelopt.py's .lower().startswith("modelopt")), an override in a package (inc/)
+HUMMING = """
+class HummingConfig:
+    @classmethod
+    def override_quantization_method(cls, hf_quant_cfg, user_quant, hf_config=None):
+        if user_quant == "humming" and hf_config is not None:
+            quant_method = hf_quant_cfg.get("quant_method", None)
+            if hf_config.model_type == "gpt_oss" and quant_method == "mxfp4":
+                raise ValueError("use --moe-backend humming")
+        return "humming" if user_quant == "humming" else None
+"""
+MODELOPT = """
+class ModelOptFp8Config:
+    @staticmethod
+    def _extract_modelopt_quant_algo(hf_quant_cfg):
+        if not hf_quant_cfg.get("quant_method", "").lower().startswith("modelopt"):
+            return None
+        return str(hf_quant_cfg.get("quant_algo", "")).upper()
+
+    @classmethod
+    def override_quantization_method(cls, hf_quant_cfg, user_quant, hf_config=None):
+        algo = cls._extract_modelopt_quant_algo(hf_quant_cfg)
+        if algo is not None and algo == "FP8":
+            return "modelopt"
+        return None
+"""
+INC = """
+class INCConfig:
+    @classmethod
+    def override_quantization_method(cls, hf_quant_cfg, user_quant, hf_config=None):
+        if hf_quant_cfg.get("quant_method", None) == "auto-round":
+            return cls.get_name()
+        return None
+"""
+SHAPES = {
+    "__init__.py": QUANT_INIT + "    from .humming import HummingConfig\n    from .modelopt import ModelOptFp8Config\n"
+    "    from .inc import INCConfig\n",
+    "humming.py": HUMMING,
+    "modelopt.py": MODELOPT,
+    "inc/__init__.py": "from .inc import INCConfig\n",
+    "inc/inc.py": INC,
+}
+CT = {"quant_method": "compressed-tensors", "format": "float-quantized"}
+
+
+@pytest.mark.parametrize(
+    ("config", "options", "says"),
+    [
+        ({**DEEPSEEK_V3, "quantization_config": CT}, ["-q", "humming"], None),
+        (
+            {**DEEPSEEK_V3, "quantization_config": CT},
+            [
+                "--speculative-config",
+                json.dumps({"method": "mtp", "num_speculative_tokens": 1, "quantization": "humming"}),
+            ],
+            None,
+        ),
+        (
+            {**DEEPSEEK_V3, "quantization_config": {"quant_method": "modelopt", "quant_algo": "FP8"}},
+            ["-q", "fp8"],
+            "cannot judge: whether vLLM takes --quantization fp8 for the target's modelopt checkpoint",
+        ),
+        (
+            {**DEEPSEEK_V3, "quantization_config": {"quant_method": "modelopt_fp4", "quant_algo": "NVFP4"}},
+            ["-q", "fp8"],
+            "cannot judge",
+        ),
+        ({**DEEPSEEK_V3, "quantization_config": {"quant_method": "auto-round"}}, ["-q", "fp8"], "cannot judge"),
+        ({**DEEPSEEK_V3, "quantization_config": CT}, ["-q", "fp8"], "vLLM refuses --quantization fp8 at start"),
+        ({**DEEPSEEK_V3, "quantization_config": CT}, ["-q", "modelopt"], "vLLM refuses --quantization modelopt"),
+    ],
+)
+def test_an_override_keyed_on_the_users_method_or_tested_by_a_call_is_read(tmp_path, config, options, says):
+    """review44a T8: _verify_quantization takes a checkpoint any override returns a method for."""
+    found = _quantized(tmp_path, config, "vllm", "serve", "MODEL", *options, modules=SHAPES)
+    command = [f for f in found if f["check"] == "command"]
     if says is None:
         assert not command, command
         return
