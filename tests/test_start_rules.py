@@ -3,12 +3,22 @@ refusal's hint (S9). vLLM 0.16.0's own answers: tests/vllm_import/test_target_le
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
+import sys
 
 import pytest
-from helpers import run_cli_judged, run_cli_read_only
+from helpers import lay_out_release, run_cli_judged, run_cli_read_only
 from launch_fixtures import DEEPSEEK_V3, DRAFTER, SPEC, write_eagle3_setup, write_model
+
+from patchkit.launch.command import parse
+from patchkit.launch.engine import LaunchContext
+from patchkit.launch.findings import Finding
+from patchkit.launch.models import resolve_model
+from patchkit.launch.quant_match import decided_by_vllm, quantization_findings
+from patchkit.launch.validation import CHECK as VALIDATION
+from patchkit.launch.validation import CPU
 
 # the lines of model.py (_get_and_verify_max_len) and envs.py the rule is read from, as 0.11-0.34 write them
 MODEL_RULE = """
@@ -132,9 +142,7 @@ GPTQ = {"quant_method": "gptq", "bits": 4}
 QUANT_DRAFTER = {**DRAFTER, "quantization_config": FP8}
 
 
-def _quantized(
-    tmp_path, config: dict, *launch: str, drafter: dict = QUANT_DRAFTER, modules: dict[str, str] | None = None
-) -> list[dict]:
+def _quant_tree(tmp_path, modules: dict[str, str] | None = None):
     tree, library = write_eagle3_setup(tmp_path)
     (tree / "vllm" / "config" / "model.py").write_text(MISMATCH_RULE)
     quantization = tree / "vllm" / "model_executor" / "layers" / "quantization"
@@ -143,6 +151,13 @@ def _quantized(
     for name, text in {"gptq_marlin.py": GPTQ_MARLIN, **modules}.items():
         (quantization / name).parent.mkdir(parents=True, exist_ok=True)
         (quantization / name).write_text(text)
+    return tree, library
+
+
+def _quantized(
+    tmp_path, config: dict, *launch: str, drafter: dict = QUANT_DRAFTER, modules: dict[str, str] | None = None
+) -> list[dict]:
+    tree, library = _quant_tree(tmp_path, modules)
     stock = (tree / SPEC).read_text(encoding="utf-8")
     field = "    quantization: str | None = None\n"
     assert field in stock
@@ -296,3 +311,64 @@ def test_an_override_keyed_on_the_users_method_or_tested_by_a_call_is_read(tmp_p
         return
     assert len(command) == 1 and says in command[0]["message"], found
     assert command[0]["ok"] is says.startswith("cannot judge"), command
+
+
+def test_where_vllm_is_asked_its_validation_decides_the_quantization_left_unjudged(tmp_path):
+    """review44a T11: on the import path the cannot-judge fix named the very command just run. vLLM's own
+    validation ran its _verify_quantization: accepted on an accelerator, the finding goes; judged on the
+    CPU platform (whose overrides answer otherwise: 0.16.0's takes -q marlin for gptq there), the fix says so."""
+    tree, _ = _quant_tree(tmp_path)
+    model = write_model(tmp_path / "target", {**DEEPSEEK_V3, "quantization_config": GPTQ})
+    argv = ["vllm", "serve", str(model), "-q", "marlin"]
+    asked = LaunchContext(parse(argv, "0.16.0"), resolve_model(str(model), {}), None, tree, None, None)
+    asked.python = sys.executable
+    [static] = quantization_findings("command", asked)
+    assert not static.judged and "patchkit" not in (static.fix or "") and "vllm-validation" in (static.fix or "")
+    accepted = Finding(VALIDATION, True, "vLLM's create_engine_config() accepts the command")
+    assert decided_by_vllm([static, accepted], argv) == [accepted]
+    on_cpu = Finding(VALIDATION, True, f"{accepted.message} ({CPU})")
+    [kept, _] = decided_by_vllm([static, on_cpu], argv)
+    assert not kept.judged and "ran on the CPU platform" in (kept.fix or "") and "on the node" in (kept.fix or "")
+    refused = Finding(VALIDATION, False, "vLLM refuses the command: ...")
+    assert decided_by_vllm([static, refused], argv) == [static, refused]
+    not_asked = dataclasses.replace(asked, python=None)
+    [unasked] = quantization_findings("command", not_asked)
+    assert "`patchkit preflight" in (unasked.fix or ""), unasked  # --no-import: a preflight that asks vLLM judges it
+
+
+QUANT_DIR = "vllm/model_executor/layers/quantization"
+OVERRIDES_034 = [
+    "vllm/config/model.py",
+    *(f"{QUANT_DIR}/{name}.py" for name in ("__init__", "auto_awq", "auto_gptq", "humming", "modelopt", "moe_wna16")),
+    *(f"{QUANT_DIR}/{name}.py" for name in ("mxfp4", "inc/__init__", "inc/inc", "base_config")),
+    *(
+        f"vllm/models/{name}/{file}.py"
+        for name in ("deepseek_v4", "deepseek_v41")
+        for file in ("__init__", "quant_config")
+    ),
+]
+
+
+@pytest.mark.release
+@pytest.mark.parametrize(
+    ("quantization_config", "given", "result"),
+    [
+        (CT, "humming", None),  # HummingConfig: `"humming" if user_quant == "humming" else None`, probed first
+        ({"quant_method": "modelopt", "quant_algo": "FP8"}, "fp8", "cannot judge"),  # ModelOptFp8Config takes it
+        ({"quant_method": "auto-round"}, "fp8", "cannot judge"),  # inc/inc.py's INCConfig
+        (CT, "fp8", "fail"),  # no override of 0.34.0 takes a compressed-tensors checkpoint for -q fp8
+    ],
+)
+def test_0_34_0s_overrides_are_read_from_its_own_files(tmp_path, quantization_config, given, result):
+    """review44a T8 on 0.34.0's stock files (fetched): its override chain as _verify_quantization runs it."""
+    site = lay_out_release("0.34.0", OVERRIDES_034, tmp_path / "site")
+    model = write_model(tmp_path / "target", {**DEEPSEEK_V3, "quantization_config": quantization_config})
+    command = parse(["vllm", "serve", str(model), "-q", given], "0.34.0")
+    found = quantization_findings(
+        "command", LaunchContext(command, resolve_model(str(model), {}), None, site, None, None)
+    )
+    if result is None:
+        assert found == [], [f.message for f in found]
+        return
+    [finding] = found
+    assert finding.result == result, finding.message
