@@ -201,7 +201,7 @@ def _spec(**fields: object) -> str:
             None,
         ),
         # review44a L1: no quant_method (vLLM: None, which no --quantization matches); a null quantization_config
-        # beside a compression_config (vLLM's getattr falls through to it)
+        # (vLLM 0.16.0's transformers raises reading it, whatever compression_config holds): not judged
         (
             {**DEEPSEEK_V3, "quantization_config": {"bits": 4}},
             ["-q", "fp8"],
@@ -211,7 +211,12 @@ def _spec(**fields: object) -> str:
         (
             {**DEEPSEEK_V3, "quantization_config": None, "compression_config": {"quant_method": "compressed-tensors"}},
             ["-q", "fp8"],
-            "says quant_method compressed-tensors",
+            'cannot judge: whether vLLM takes --quantization fp8 for the target\'s checkpoint: its config.json has "quantization_config": null',
+        ),
+        (
+            {**DEEPSEEK_V3, "quantization_config": {"quant_method": None}},
+            ["-q", "fp8"],
+            "cannot judge: whether vLLM takes --quantization fp8 for the target's checkpoint: its config.json has a quant_method",
         ),
         # the override tests the user's method, but only for a checkpoint it converts (gptq): no other is taken
         ({**DEEPSEEK_V3, "quantization_config": FP8}, ["-q", "gptq_marlin"], "vLLM refuses --quantization gptq_marlin"),

@@ -72,6 +72,10 @@ def _held(
 ) -> list[Finding]:
     """`words`: the quantization as the launch says it, and the fix's text (a "{}" for the checkpoint's)."""
     said, drop = words
+    unread = unread_quantization(config)
+    if unread is not None:  # transformers' doing, not the tree's: not held to it here
+        why = f"whether vLLM takes {escaped(said)} for {whose}'s checkpoint: its config.json has {unread}, which vLLM 0.16.0 fails to read at start, given --quantization or not"
+        return [cannot_judge(check, why, "write quantization_config as an object with a quant_method text, or drop it")]
     own = checkpoint_method(config)
     if own is None or own == given:
         return []
@@ -121,14 +125,13 @@ def decided_by_vllm(findings: list[Finding], argv: list[str]) -> list[Finding]:
 
 
 def checkpoint_method(config: dict[str, Any]) -> str | None:
-    """The quant_method vLLM reads from a config's quantization_config (else compression_config, where
-    that is absent or null), of the config, else its text_config, lowercased as vLLM does ("": one
-    without quant_method, which vLLM matches with no --quantization); None: none, or one it rewrites
-    (ModelOpt's producer) or cannot read."""
+    """The quant_method vLLM reads from a config's quantization_config (else compression_config), of
+    the config, else its text_config, lowercased as vLLM does ("": one without quant_method, which vLLM
+    matches with no --quantization); None: none, one it rewrites (ModelOpt's producer), or one it
+    cannot read (unread_quantization)."""
     text = config.get("text_config")
     for held in (config, text if isinstance(text, dict) else {}):
-        quant = held.get("quantization_config")
-        quant = held.get("compression_config") if quant is None else quant
+        quant = held.get("quantization_config", held.get("compression_config"))
         if quant is None:
             continue
         producer = quant.get("producer") if isinstance(quant, dict) else None
@@ -136,4 +139,21 @@ def checkpoint_method(config: dict[str, Any]) -> str | None:
         if not isinstance(method, str) or isinstance(producer, dict):
             return None
         return method.lower().replace("compressed_tensors", "compressed-tensors")
+    return None
+
+
+def unread_quantization(config: dict[str, Any]) -> str | None:
+    """What of the config's quantization vLLM 0.16.0 (with its transformers) fails to read at start,
+    --quantization or not: "quantization_config": null (transformers' to_dict raises AttributeError,
+    whatever compression_config holds), or a quant_method that is no text (vLLM's .lower() raises)."""
+    text = config.get("text_config")
+    for held in (config, text if isinstance(text, dict) else {}):
+        if "quantization_config" in held and held["quantization_config"] is None:
+            return '"quantization_config": null'
+        quant = held.get("quantization_config", held.get("compression_config"))
+        method = quant.get("quant_method", "") if isinstance(quant, dict) else ""
+        if not isinstance(method, str):
+            return f"a quant_method that is no text ({escaped(repr(method)[:40])})"
+        if quant is not None:
+            return None
     return None

@@ -16,7 +16,7 @@ from patchkit.launch.engine import Reader
 
 QUANTIZATION = "vllm/model_executor/layers/quantization"
 OVERRIDE = b"def override_quantization_method("
-CHECKED = re.compile(r"method|algo", re.IGNORECASE)  # the names an override tests a checkpoint's method by
+CHECKED = re.compile(r"method", re.IGNORECASE)  # the names an override tests a checkpoint's method by
 TEXT_CALLS = ("lower", "upper", "strip", "casefold")  # still the method's text
 EDGE_CALLS = {"startswith": "{}*", "endswith": "*{}"}
 SELF = ("cls", "self")
@@ -29,8 +29,9 @@ def tree_overrides(read: Reader) -> tuple[set[str], set[str]]:
     anyway: set[str] = set()
     for data in _override_sources(read):
         for override in _overrides(python_tree(data)):
-            taken |= _compared(override) or {"*"}
-            anyway |= _taken_anyway(override[0])
+            given, only = _taken_anyway(override[0])
+            taken |= _compared(override) or (set() if only else {"*"})  # gguf's: the user's -q alone
+            anyway |= given
     return taken, anyway
 
 
@@ -89,18 +90,28 @@ def _overrides(tree: ast.Module | None) -> list[list[ast.FunctionDef]]:
 def _compared(functions: list[ast.FunctionDef]) -> set[str]:
     """The texts the functions test a method's name against (==, in, startswith, ...) as patterns."""
     patterns: set[str] = set()
-    for node in (n for function in functions for n in ast.walk(function)):
+    nodes = [n for function in functions for n in ast.walk(function)]
+    # a name set from the method's read (petit's `algo = (qc.get("quant_algo") or qc.get("quant_method")...`);
+    # not a quant_algo alone: a checkpoint's algorithm (FP8, NVFP4) is tested once its method is
+    read = {
+        t.id
+        for n in nodes
+        if isinstance(n, ast.Assign) and _reads_method(n.value)
+        for t in n.targets
+        if isinstance(t, ast.Name)
+    }
+    for node in nodes:
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in EDGE_CALLS:
-            if _names_method(node.func.value):
+            if _names_method(node.func.value, read):
                 edge = EDGE_CALLS[node.func.attr]
                 patterns |= {edge.format(escape(text)) for arg in node.args for text in _texts(arg)}
             continue
         if not isinstance(node, ast.Compare):
             continue
         sides = [node.left, *node.comparators]
-        if not any(_names_method(side) for side in sides):
+        if not any(_names_method(side, read) for side in sides):
             continue
-        within = any(isinstance(op, ast.In | ast.NotIn) for op in node.ops) and not _names_method(node.left)
+        within = any(isinstance(op, ast.In | ast.NotIn) for op in node.ops) and not _names_method(node.left, read)
         patterns |= {f"*{escape(text)}*" if within else escape(text) for side in sides for text in _texts(side)}
     return patterns
 
@@ -110,39 +121,51 @@ def _texts(node: ast.AST) -> set[str]:
     return {i.value.lower() for i in items if isinstance(i, ast.Constant) and isinstance(i.value, str)}
 
 
-def _names_method(node: ast.AST) -> bool:
-    """A name of a method or algorithm (quant_method, algo), a .get("quant_method") of a config, or
-    either as text (.lower(), str(...))."""
+def _names_method(node: ast.AST, read: set[str]) -> bool:
+    """A name of a method (quant_method) or one set from its read (`read`), a .get("quant_method") of
+    a config, or either as text (.lower(), str(...))."""
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in TEXT_CALLS:
-        return _names_method(node.func.value)
+        return _names_method(node.func.value, read)
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "str" and node.args:
-        return _names_method(node.args[0])
+        return _names_method(node.args[0], read)
     if isinstance(node, ast.Name):
-        return bool(CHECKED.search(node.id))
+        return bool(CHECKED.search(node.id)) or node.id in read
+    return _method_read(node)
+
+
+def _method_read(node: ast.AST) -> bool:
+    """A .get("quant_method", ...) or ["quant_method"] of a config."""
+    if isinstance(node, ast.Subscript):
+        return isinstance(node.slice, ast.Constant) and node.slice.value == "quant_method"
     if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
         return isinstance(node.func, ast.Attribute) and node.func.attr == "get" and node.args[0].value == "quant_method"
     return False
 
 
-def _taken_anyway(function: ast.FunctionDef) -> set[str]:
+def _reads_method(node: ast.AST) -> bool:
+    return any(_method_read(n) for n in ast.walk(node))
+
+
+def _taken_anyway(function: ast.FunctionDef) -> tuple[set[str], bool]:
     """The user's methods (its second parameter after cls) the override returns a method for on a path
-    whose every test, and the value returned, read that parameter alone (or names set from it alone)."""
+    whose every test, and the value returned, read that parameter alone (or names set from it alone);
+    and whether every path that returns a method is such a path."""
     params = [a.arg for a in function.args.args]
     params = params[1:] if params and params[0] in SELF else params
     if len(params) < 2:
-        return set()
+        return set(), False
     users = {params[1]}
     for node in ast.walk(function):  # is_valid_user_quant = user_quant is None or user_quant == "marlin"
         if isinstance(node, ast.Assign) and _reads_only(node.value, users):
             users |= {t.id for t in node.targets if isinstance(t, ast.Name)}
     found: set[str] = set()
-    for guards, value in _returning_paths(function.body, []):
-        if not _reads_only(value, {*users, *SELF}) or not all(_reads_only(guard, users) for guard in guards):
-            continue
+    paths = _returning_paths(function.body, [])
+    only = [(g, v) for g, v in paths if _reads_only(v, {*users, *SELF}) and all(_reads_only(t, users) for t in g)]
+    for guards, _ in only:
         constants = [n.value for guard in guards for n in ast.walk(guard) if isinstance(n, ast.Constant)]
         named = {c for c in constants if isinstance(c, str)}
         found |= named or ({"*"} if None not in constants else set())  # `if user_quant is None`: none given
-    return found
+    return found, bool(paths) and len(only) == len(paths)
 
 
 def _reads_only(node: ast.AST, names: set[str]) -> bool:
