@@ -269,9 +269,22 @@ class INCConfig:
             return cls.get_name()
         return None
 """
+PETIT = """
+class PetitNvFp4Config:
+    @classmethod
+    def override_quantization_method(cls, hf_quant_cfg, user_quant):
+        if not current_platform.is_rocm():
+            return None
+        qc = hf_quant_cfg.get("quantization", hf_quant_cfg)
+        algo = (qc.get("quant_algo") or qc.get("quant_method") or "").upper()
+        if algo in ("NVFP4", "MODELOPT_FP4", "MODELOPT"):
+            return cls.get_name()
+        return None
+"""
 SHAPES = {
     "__init__.py": QUANT_INIT + "    from .humming import HummingConfig\n    from .modelopt import ModelOptFp8Config\n"
-    "    from .inc import INCConfig\n",
+    "    from .inc import INCConfig\n    from .petit import PetitNvFp4Config\n",
+    "petit.py": PETIT,
     "humming.py": HUMMING,
     "modelopt.py": MODELOPT,
     "inc/__init__.py": "from .inc import INCConfig\n",
@@ -303,6 +316,8 @@ CT = {"quant_method": "compressed-tensors", "format": "float-quantized"}
             "cannot judge",
         ),
         ({**DEEPSEEK_V3, "quantization_config": {"quant_method": "auto-round"}}, ["-q", "fp8"], "cannot judge"),
+        # petit (0.11-0.18, ROCm): the checkpoint's quant_algo, whatever its method
+        ({**DEEPSEEK_V3, "quantization_config": {**CT, "quant_algo": "NVFP4"}}, ["-q", "fp8"], "cannot judge"),
         ({**DEEPSEEK_V3, "quantization_config": CT}, ["-q", "fp8"], "vLLM refuses --quantization fp8 at start"),
         ({**DEEPSEEK_V3, "quantization_config": CT}, ["-q", "modelopt"], "vLLM refuses --quantization modelopt"),
     ],

@@ -83,7 +83,7 @@ def _held(
     if given in anyway or "*" in anyway:  # an override returns it whatever the checkpoint: no mismatch
         return []
     kind = f"{escaped(own)} checkpoint" if own else "checkpoint (a quantization_config without quant_method)"
-    if takes(taken, own) or launch.general_plugins():
+    if takes(taken, own) or any(takes(taken, algo) for algo in _algorithms(config)) or launch.general_plugins():
         why = f"whether vLLM takes {escaped(said)} for {whose}'s {kind}: {MAY_TAKE}"
         return [cannot_judge(check, why, _judged_by(launch))]
     if not own:  # vLLM's quant_method None: no --quantization is it
@@ -140,6 +140,21 @@ def checkpoint_method(config: dict[str, Any]) -> str | None:
             return None
         return method.lower().replace("compressed_tensors", "compressed-tensors")
     return None
+
+
+def _algorithms(config: dict[str, Any]) -> set[str]:
+    """The quant_algo texts (lowercased) of the quantization vLLM reads, top-level or under "quantization":
+    0.11-0.18's petit override (ROCm) tests `quant_algo or quant_method` whatever the method."""
+    text = config.get("text_config")
+    for held in (config, text if isinstance(text, dict) else {}):
+        quant = held.get("quantization_config", held.get("compression_config"))
+        if isinstance(quant, dict):
+            inner = quant.get("quantization")
+            found = [quant.get("quant_algo"), inner.get("quant_algo") if isinstance(inner, dict) else None]
+            return {algo.lower() for algo in found if isinstance(algo, str)}
+        if quant is not None:
+            return set()
+    return set()
 
 
 def unread_quantization(config: dict[str, Any]) -> str | None:

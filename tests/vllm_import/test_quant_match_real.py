@@ -12,7 +12,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from vllm_overlay import TINY_LLAMA, ask_vllm, site_packages
+from vllm_overlay import TINY_LLAMA, ask_vllm, preflight_findings, site_packages
 
 from patchkit.launch.command import parse
 from patchkit.launch.engine import LaunchContext
@@ -111,3 +111,17 @@ def test_a_quantization_not_the_checkpoints_own_is_failed_only_where_vllm_refuse
             wrong.append((line[1:], [f.message for f in found], refused))
     assert failed >= 7, vllm_refused  # the refusals patchkit is sure of were made
     assert not wrong, json.dumps(wrong, indent=1)
+
+
+def test_on_the_import_path_vllms_validation_on_the_cpu_platform_is_said_to_leave_it_to_the_node(tmp_path: Path):
+    """review44a T11: vLLM's validation ran (here on the CPU platform, which takes -q marlin for a gptq
+    checkpoint): the static cannot-judge stays, its fix no longer the command just run but the node."""
+    (tmp_path / "gptq").mkdir()
+    (tmp_path / "gptq" / "config.json").write_text(json.dumps(MODELS["gptq"]))
+    argv = ["vllm", "serve", str(tmp_path / "gptq"), "-q", "marlin"]
+    found = {
+        f["check"]: f for f in preflight_findings(*argv, static=False) if f["check"] in ("command", "vllm-validation")
+    }
+    assert found["vllm-validation"]["ok"] and "CPU platform" in found["vllm-validation"]["message"], found
+    assert found["command"]["result"] == "cannot judge", found
+    assert "ran on the CPU platform" in found["command"]["fix"] and "on the node" in found["command"]["fix"], found
