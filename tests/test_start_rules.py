@@ -218,6 +218,20 @@ def _spec(**fields: object) -> str:
             ["-q", "fp8"],
             "cannot judge: whether vLLM takes --quantization fp8 for the target's checkpoint: its config.json has a quant_method",
         ),
+        # a producer other than ModelOpt leaves quant_method as written; ModelOpt's is set from its quant_algo
+        (
+            {**DEEPSEEK_V3, "quantization_config": {"quant_method": "fp8", "producer": {"name": "llmcompressor"}}},
+            ["-q", "awq"],
+            "vLLM refuses --quantization awq at start",
+        ),
+        (
+            {
+                **DEEPSEEK_V3,
+                "quantization_config": {"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "FP8"}},
+            },
+            ["-q", "awq"],
+            None,
+        ),
         # the override tests the user's method, but only for a checkpoint it converts (gptq): no other is taken
         ({**DEEPSEEK_V3, "quantization_config": FP8}, ["-q", "gptq_marlin"], "vLLM refuses --quantization gptq_marlin"),
     ],

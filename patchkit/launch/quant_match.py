@@ -134,12 +134,20 @@ def checkpoint_method(config: dict[str, Any]) -> str | None:
         quant = held.get("quantization_config", held.get("compression_config"))
         if quant is None:
             continue
-        producer = quant.get("producer") if isinstance(quant, dict) else None
         method = quant.get("quant_method", "") if isinstance(quant, dict) else None
-        if not isinstance(method, str) or isinstance(producer, dict):
+        if not isinstance(method, str) or _modelopt(quant):
             return None
         return method.lower().replace("compressed_tensors", "compressed-tensors")
     return None
+
+
+def _modelopt(quant: dict[str, Any]) -> bool:
+    """A ModelOpt config whose quant_method vLLM sets from its quant_algo (its producer's name, or 0.34's
+    legacy "modelopt_quant_config"): the modelopt overrides take it. Another producer's: as written."""
+    producer, inner = quant.get("producer"), quant.get("quantization")
+    return (isinstance(producer, dict) and producer.get("name") == "modelopt") or (
+        isinstance(inner, dict) and "modelopt_quant_config" in inner
+    )
 
 
 def _algorithms(config: dict[str, Any]) -> set[str]:
