@@ -1,9 +1,11 @@
 """ModelConfig's start-up refusal of a quantization that is not the checkpoint's own
 (_verify_quantization): the target's --quantization, or --speculative-config's "quantization" (the
-draft ModelConfig takes it), against the quant_method of the model's quantization_config. vLLM first
-lets its override chain (override_quantization_method: gptq -> gptq_marlin, awq -> awq_marlin, ...)
-take the checkpoint; a checkpoint method any override's module compares with is "cannot judge".
-Also the speculative "quantization": "" where the tree's field takes only QuantizationMethods."""
+draft ModelConfig takes it: the drafter's checkpoint, or for mtp without a "model" the target's own),
+against the quant_method of the model's quantization_config. vLLM first lets its override chain
+(override_quantization_method: gptq -> gptq_marlin, awq -> awq_marlin, ...) take the checkpoint: what
+it may take is read from the tree (quant_overrides); a checkpoint it may take is "cannot judge", a
+method an override returns whatever the checkpoint (humming) is taken. Also the speculative
+"quantization": "" where the tree's field takes only QuantizationMethods."""
 
 from __future__ import annotations
 
