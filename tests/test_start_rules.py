@@ -7,15 +7,16 @@ import dataclasses
 import json
 import shlex
 import sys
+from pathlib import Path
 
 import pytest
 from helpers import lay_out_release, run_cli_judged, run_cli_read_only
-from launch_fixtures import DEEPSEEK_V3, DRAFTER, SPEC, write_eagle3_setup, write_model
+from launch_fixtures import DEEPSEEK_V3, DRAFTER, KIMI_K25, SPEC, write_eagle3_setup, write_model
 
 from patchkit.launch.command import parse
 from patchkit.launch.engine import LaunchContext
 from patchkit.launch.findings import Finding
-from patchkit.launch.models import resolve_model
+from patchkit.launch.models import ModelConfig, resolve_model, with_overrides
 from patchkit.launch.quant_match import decided_by_vllm, quantization_findings
 from patchkit.launch.validation import CHECK as VALIDATION
 from patchkit.launch.validation import CPU
@@ -23,6 +24,12 @@ from patchkit.launch.validation import CPU
 # the lines of model.py (_get_and_verify_max_len) and envs.py the rule is read from, as 0.11-0.34 write them
 MODEL_RULE = """
 def _get_and_verify_max_len(max_model_len, derived_max_model_len):
+    for rp in rope_parameters.values():
+        rope_type = rp["rope_type"]
+        if rope_type not in ("su", "longrope", "llama3"):
+            scaling_factor = rp.get("factor", scaling_factor)
+            if rope_type == "yarn":
+                derived_max_model_len = rp["original_max_position_embeddings"]
     if max_model_len is None or max_model_len == -1:
         pass
     elif max_model_len > derived_max_model_len:
@@ -39,11 +46,18 @@ environment_variables = {
 """
 
 
-def _command_findings(tmp_path, config: dict, *launch: str) -> list[dict]:
+def _command_findings(
+    tmp_path, config: dict, *launch: str, tree_files: dict[str, str] | None = None, files: dict | None = None
+) -> list[dict]:
     tree, library = write_eagle3_setup(tmp_path)
     (tree / "vllm" / "config" / "model.py").write_text(MODEL_RULE)
     (tree / "vllm" / "envs.py").write_text(ENVS)
+    for name, text in (tree_files or {}).items():
+        (tree / name).parent.mkdir(parents=True, exist_ok=True)
+        (tree / name).write_text(text)
     model = write_model(tmp_path / "target", config)
+    for name, value in (files or {}).items():
+        (model / name).write_text(value if isinstance(value, str) else json.dumps(value))
     words = [str(model) if word == "MODEL" else word for word in launch]
     done = run_cli_judged(
         "preflight", "--target", tree, "--patches", library, "--no-import", "--format", "json", "--", *words
@@ -89,6 +103,42 @@ def test_a_max_model_len_above_the_targets_derived_length_fails_unless_the_launc
         assert not found[0]["ok"] and "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1" in found[0]["fix"], found
 
 
+# 0.30+: yarn (and its DeepSeek kinds) leave max_position_embeddings scaled already
+RULE_030 = MODEL_RULE.replace(
+    """not in ("su", "longrope", "llama3"):""", """not in ("su", "longrope", "llama3", "yarn", "deepseek_yarn"):"""
+).replace(
+    """            if rope_type == "yarn":\n                derived_max_model_len = rp["original_max_position_embeddings"]\n""",
+    "",
+)
+NO_ROPE_RULE = MODEL_RULE.replace("rope_type not in", "rope_kind in")
+LONGROPE = {"rope_type": "longrope", "short_factor": [1.0], "long_factor": [2.0]}
+
+
+@pytest.mark.parametrize(
+    ("config", "rule", "length", "says"),
+    [
+        ({**LONG, "rope_scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 2048}}, MODEL_RULE, "8193", "derived max_model_len 8192"),
+        ({**LONG, "rope_scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 2048}}, RULE_030, "4097", "derived max_model_len 4096"),
+        ({**LONG, "rope_scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 2048}}, RULE_030, "4096", None),
+        ({**LONG, "rope_scaling": {"type": "linear", "factor": 2.0}}, NO_ROPE_RULE, "8192", "cannot judge: whether"),
+        ({**LONG, "model_type": "gemma3_text", "rope_scaling": {"rope_type": "linear", "factor": 8.0}}, MODEL_RULE, "4097", "derived max_model_len 4096"),
+        ({**LONG, "rope_scaling": LONGROPE, "original_max_position_embeddings": 1024}, MODEL_RULE, "4097", "derived max_model_len 4096"),
+        ({**LONG, "rope_scaling": {**LONGROPE, "type": "su"}}, MODEL_RULE, "4096", None),
+    ],
+)  # fmt: skip
+def test_the_derived_length_scales_by_rope_as_the_tree_reads_it(tmp_path, config, rule, length, says):
+    """startrules33's left: yarn as the tree reads it (0.11-0.26 from its original length times the
+    factor, 0.30+ max_position_embeddings as it is), gemma3 never scaled, longrope unscaled."""
+    found = _command_findings(
+        tmp_path, config, "vllm", "serve", "MODEL", "--max-model-len", length, tree_files={"vllm/config/model.py": rule}
+    )
+    if says is None:
+        assert not found, found
+        return
+    assert len(found) == 1 and says in found[0]["message"], found
+    assert found[0]["ok"] is says.startswith("cannot judge"), found
+
+
 def test_a_tree_without_the_length_rule_is_not_held_to_it(tmp_path):
     tree, library = write_eagle3_setup(tmp_path)
     model = write_model(tmp_path / "target", LONG)
@@ -97,6 +147,146 @@ def test_a_tree_without_the_length_rule_is_not_held_to_it(tmp_path):
         "--", "vllm", "serve", str(model), "--max-model-len", "8192",
     )  # fmt: skip
     assert not [f for f in json.loads(done.stdout)["findings"] if f["check"] == "command"], done.stdout
+
+
+# how the tree applies --hf-overrides and reads RoPE for the length: 0.12-0.30 (transformers 4) and 0.11
+SPLIT_RULE = (
+    MODEL_RULE
+    + """
+def __post_init__(self):
+    for key, value in self.hf_overrides.items():
+        if isinstance(value, dict):
+            dict_overrides[key] = value
+    self._apply_dict_overrides(hf_config, dict_overrides)
+    rope_parameters = getattr(hf_config, "rope_parameters", None)
+"""
+)
+ALIASING = """
+def patch_rope_parameters(config):
+    if Version(version("transformers")) < Version("5.0.0"):
+        if (rope_scaling := getattr(config, "rope_scaling", None)) is not None:
+            config.rope_parameters = rope_scaling
+"""
+UPDATE_RULE = MODEL_RULE + '    rope_scaling = getattr(hf_config, "rope_scaling", None)\n'
+UPDATING = "def get_config():\n    config.update(hf_overrides_kw)\n    patch_rope_scaling(config)\n"
+CONFIGS = "vllm/transformers_utils/config.py"
+TRANSFORMERS = "transformers-{}.dist-info/METADATA"
+YARN = {"rope_scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096}}
+TL_YARN = {**LONG, **YARN}  # derived 16384
+V4 = {"vllm/config/model.py": SPLIT_RULE, CONFIGS: ALIASING, TRANSFORMERS.format("4.57.6"): "Version: 4.57.6\n"}
+V11 = {"vllm/config/model.py": UPDATE_RULE, CONFIGS: UPDATING}
+
+
+@pytest.mark.parametrize(
+    ("config", "tree", "length", "overrides", "says"),
+    [
+        (TL_YARN, V4, "16384", {"rope_scaling": {"factor": 2.0}}, None),
+        (TL_YARN, V4, "16385", {"rope_scaling": {"factor": 2.0}}, "derived max_model_len 16384"),
+        (TL_YARN, V4, "12000", {"rope_scaling": {**YARN["rope_scaling"], "factor": 2.0}}, None),
+        (LONG, V4, "16384", YARN, "derived max_model_len 4096"),
+        (LONG, V4, "16384", {"rope_parameters": {**YARN["rope_scaling"], "rope_type": "yarn"}}, None),
+        (LONG, V4, "8192", {"rope_parameters": {"factor": 4.0}}, "cannot judge: whether vLLM takes"),
+        (LONG, V11, "16384", YARN, None),
+        (LONG, V11, "16385", YARN, "derived max_model_len 16384"),
+        (LONG, {**V4, TRANSFORMERS.format("4.57.6"): "Version: 5.1.0\n"}, "16384", YARN, "cannot judge: whether"),
+        (
+            LONG,
+            {},
+            "16384",
+            YARN,
+            "cannot judge: whether vLLM takes --max-model-len 16384: --hf-overrides' rope_scaling",
+        ),
+        ({**LONG, "text_config": {**LONG, **YARN}}, V4, "16384", YARN, "cannot judge: whether vLLM takes"),
+        (LONG, V4, "16384", {"text_config": YARN}, "cannot judge: whether vLLM takes"),
+        (LONG, V4, "16384", {"max_position_embeddings": 16384}, None),
+    ],
+)
+def test_hf_overrides_reach_the_derived_length_as_the_tree_applies_them(
+    tmp_path, config, tree, length, overrides, says
+):
+    """review44a T1: 0.12+ sets a dict override after patch_rope_parameters aliased the config.json's
+    rope_scaling as rope_parameters, which the length reads: an overridden rope_scaling never moves it."""
+    launch = ["vllm", "serve", "MODEL", "--max-model-len", length, "--hf-overrides", json.dumps(overrides)]
+    found = _command_findings(tmp_path, config, *launch, tree_files=tree)
+    if says is None:
+        assert not found, found
+        return
+    assert len(found) == 1 and says in found[0]["message"], found
+    assert found[0]["ok"] is says.startswith("cannot judge"), found
+
+
+SENTENCE = "vllm/transformers_utils/config.py"
+TAKER = """
+def get_sentence_transformer_tokenizer_config(model, revision):
+    sentence_transformer_config_files = [
+        "sentence_bert_config.json",
+        "sentence_roberta_config.json",
+        "sentence_distilbert_config.json",
+    ]
+    if all(k in encoder_dict for k in ("max_seq_length", "do_lower_case")):
+        return encoder_dict
+"""
+TAKER_034 = TAKER.replace(
+    'all(k in encoder_dict for k in ("max_seq_length", "do_lower_case"))', '"max_seq_length" in encoder_dict'
+)
+ENCODER_RULE = MODEL_RULE + '    if encoder_config and "max_seq_length" in encoder_config:\n'
+BOTH = {"max_seq_length": 512, "do_lower_case": False}
+KT = {**LONG, "max_position_embeddings": 16384}
+
+
+@pytest.mark.parametrize(
+    ("taker", "files", "says"),
+    [
+        (
+            TAKER,
+            {"sentence_roberta_config.json": BOTH},
+            "derived max_model_len 512 (the max_seq_length of its sentence_roberta",
+        ),
+        (TAKER, {"sentence_bert_config.json": {"max_seq_length": 512}}, None),  # no do_lower_case: none taken
+        (
+            TAKER,
+            {"sentence_bert_config.json": {}, "sentence_distilbert_config.json": BOTH},
+            "derived max_model_len 512",
+        ),
+        (TAKER, {"sentence_bert_config.json": {"max_seq_length": 9}, "sentence_roberta_config.json": BOTH}, None),
+        (TAKER_034, {"sentence_bert_config.json": {"max_seq_length": 512}}, "derived max_model_len 512"),
+        (TAKER, {"sentence_roberta_config.json": {**BOTH, "max_seq_length": "512"}}, "cannot judge: whether"),
+        (TAKER, {"sentence_bert_config.json": "{not json"}, "cannot judge: whether"),
+        ("", {"sentence_bert_config.json": BOTH}, "cannot judge: whether"),
+        (TAKER, {"sentence_xlnet_config.json": BOTH}, None),  # not among this tree's names
+        (TAKER, {"sentence_roberta_config.json": {**BOTH, "max_seq_length": 4096}}, None),
+    ],
+)
+def test_the_sentence_transformers_file_vllm_takes_replaces_the_derived_length(tmp_path, taker, files, says):
+    """review44a T7, L2: the tree's names in its order, the first non-empty one taken, kept where it
+    holds the keys the tree asks for; its max_seq_length is then the derived length."""
+    tree = {"vllm/config/model.py": ENCODER_RULE, SENTENCE: taker}
+    found = _command_findings(
+        tmp_path, KT, "vllm", "serve", "MODEL", "--max-model-len", "2048", tree_files=tree, files=files
+    )
+    if says is None:
+        assert not found, found
+        return
+    assert len(found) == 1 and says in found[0]["message"], found
+    assert found[0]["ok"] is says.startswith("cannot judge"), found
+    name = next(iter(files)) if says.startswith("cannot judge") else None
+    assert name is None or name in found[0]["fix"] or name in found[0]["message"], found
+
+
+def test_a_dict_override_replaces_the_configs_value_whole_and_a_nested_config_is_merged():
+    """review44a T1: vLLM sets quantization_config / rope_scaling overrides whole (0.12+ setattr after
+    get_config, 0.11 config.update); only a nested config (text_config) is updated key by key."""
+    model = ModelConfig("m", Path("m/config.json"), {**KIMI_K25, "quantization_config": {"quant_method": "fp8"}})
+    merged = with_overrides(
+        model,
+        {
+            "quantization_config": {"activation_scheme": "static"},
+            "text_config": {"hidden_size": 64, "rope_scaling": {"factor": 2.0}},
+        },
+    )
+    assert merged.get("quantization_config") == {"activation_scheme": "static"}
+    assert merged.text_config == {**KIMI_K25["text_config"], "hidden_size": 64, "rope_scaling": {"factor": 2.0}}
+    assert merged.own == model.config and merged.overrides["text_config"]["hidden_size"] == 64
 
 
 def test_the_env_chdir_hint_keeps_the_users_options_and_runs_as_written(tmp_path):

@@ -1095,8 +1095,8 @@ def command_findings(context: LaunchContext) -> list[Finding]:
     found += quantization_findings(COMMAND, context)
     found += logging_findings(command.environ, command.working_directory(), context.read)
     found += context_parallel_findings(context)
-    cwd, encoding = command.working_directory(), locale_text_encoding(command.environ)
-    return found + refused_flags(command.environ, context.read, cwd, encoding)
+    cwd = command.working_directory()  # a file a variable names is read as text in the launch's own encoding
+    return found + refused_flags(command.environ, context.read, cwd, lambda: launch_text_encoding(command))
 
 
 def _lenient_reading(command: LaunchCommand, version: Version | None) -> Finding:
