@@ -11,6 +11,7 @@ other thread time to take it (the main thread then runs the handler as it takes 
 from __future__ import annotations
 
 import os
+import random
 import signal
 import sys
 import threading
@@ -152,32 +153,44 @@ def scenario(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def commit_steps(scenario):
-    """op -> how many steps its commit has."""
-    return {op: ct.commit_steps(scenario, scenario.base / "work", op) for op in ("apply", "revert")}
+    """op -> how many steps its commit has (found once asked: a search of a dozen runs)."""
+    found: dict[str, int] = {}
+
+    def steps(op: str) -> int:
+        if op not in found:
+            found[op] = ct.commit_steps(scenario, scenario.base / "work", op)
+        return found[op]
+
+    return steps
 
 
 @pytest.mark.parametrize("second", [signal.SIGINT, signal.SIGTERM])
 @pytest.mark.parametrize("op", ["apply", "revert"])
 def test_a_second_signal_before_the_rollback_took_over_waits_with_another_thread_alive(
-    scenario, commit_steps, op, second, monkeypatch
+    scenario, op, second, monkeypatch
 ):
-    """A first Ctrl-C cuts the commit; a second signal lands as that one's raise travels to the
-    rollback. The first one's handler blocked the signals in the main thread, so the second went
+    """A first Ctrl-C cuts the commit, its files all replaced; a second signal lands as that one's
+    raise travels to the rollback. The first one's handler blocked the signals in the main thread, so the second went
     to the other thread and its handler ran at the main thread's next line, before the rollback
     took over: the rollback skipped, the journal left, the tree mixed."""
     from patchkit.engine import transaction
 
-    real = transaction._roll_back_failed_commit
+    real_rollback, real_landed = transaction._roll_back_failed_commit, transaction._landed
 
     def a_second_signal_first(*args):
         _signal_then_settle(second)
-        return real(*args)
+        return real_rollback(*args)
+
+    def a_ctrl_c_once_written(*args):
+        os.kill(os.getpid(), signal.SIGINT)
+        return real_landed(*args)
 
     _threaded_trials(monkeypatch)  # a thread started after the first signal's block would block them too
-    monkeypatch.setattr(transaction, "_roll_back_failed_commit", a_second_signal_first)  # the fork inherits it
+    monkeypatch.setattr(transaction, "_roll_back_failed_commit", a_second_signal_first)  # the fork inherits them
+    monkeypatch.setattr(transaction, "_landed", a_ctrl_c_once_written)
     start = "stock" if op == "apply" else "patched"
     tree = scenario.fresh(start, scenario.base / "work")
-    code, out = ct.run_cli([op, *scenario.args(tree, op)], f"{commit_steps[op] - 4}:int")  # files changed by then
+    code, out = ct.run_cli([op, *scenario.args(tree, op)])
     assert code == 128 + second and "rolled back; the target is as it was before" in out, out
     assert "before any change" not in out and out.count("interrupted") == 1, out
     assert scenario.whole(tree) == start and not (tree / ".patchkit/journal.json").exists()
@@ -224,26 +237,37 @@ def _threaded_trials(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ct, "run_cli", forked_here)
 
 
-@pytest.mark.parametrize("op", ["apply", "revert"])
-def test_a_sigterm_at_every_commit_step_with_another_thread_alive(scenario, commit_steps, op, monkeypatch):
+def test_a_sigterm_in_a_rollback_with_another_thread_alive_a_sample(scenario, commit_steps, monkeypatch):
+    """A sample of the slow sweep below (files replaced by then): a Ctrl-C or a SIGTERM at a commit
+    step, then a SIGTERM at each of the rollback's first steps."""
+    work = scenario.base / "work"
+    n = commit_steps("apply") - 4
     _threaded_trials(monkeypatch)
     tally = ct.Tally()
-    assert ct.aimed_commit(scenario, scenario.base / "work", op, "term", tally) == commit_steps[op]
-    assert not tally.failures, tally.report()
+    for first in ("int", "term"):
+        for m in range(n + 1, n + 4):
+            ct.trial(scenario, work, "apply", f"{n}:{first},{m}:term", f"rollback {first}+term", tally, m)
+    assert not tally.failures and sum(tally.trials.values()) == 6, tally.report()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("op", ["apply", "revert"])
-def test_a_second_signal_at_every_rollback_step_with_another_thread_alive(scenario, commit_steps, op, monkeypatch):
-    """A Ctrl-C, a SIGTERM or a full disk at a commit step, then a SIGTERM (which the other thread
-    takes: the first one's handler blocked them in the main thread) at each step of the rollback."""
+def test_a_sigterm_at_every_commit_and_rollback_step_and_at_random_moments_with_another_thread_alive(
+    scenario, commit_steps, op, monkeypatch
+):
+    """A SIGTERM at each commit step; a Ctrl-C, a SIGTERM or a full disk at a commit step, then a
+    SIGTERM (which the other thread takes: the first one's handler blocked them in the main
+    thread) at each step of the rollback; and crash_trials' signals at random moments."""
     work = scenario.base / "work"
     tally = ct.Tally()
-    middle = commit_steps[op] // 2
+    middle = commit_steps(op) // 2
     lengths = ct.rollback_lengths(scenario, work, op, tally, [middle])
     assert lengths[middle] > 3
     _threaded_trials(monkeypatch)
+    assert ct.aimed_commit(scenario, work, op, "term", tally) == commit_steps(op)
     for first in ("int", "term", "raise"):
         ct.aimed_rollback(scenario, work, op, first, "term", tally, lengths)
+    ct.random_trials(scenario, work, op, 40, random.Random(f"{os.environ.get('PATCHKIT_CRASH_SEED', '7')}-{op}"), tally)
     assert not tally.failures, tally.report()
 
 
