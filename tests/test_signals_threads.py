@@ -269,6 +269,7 @@ def test_a_sigterm_at_every_commit_and_rollback_step_and_at_random_moments_with_
         ct.aimed_rollback(scenario, work, op, first, "term", tally, lengths)
     ct.random_trials(scenario, work, op, 40, random.Random(f"{os.environ.get('PATCHKIT_CRASH_SEED', '7')}-{op}"), tally)
     assert not tally.failures, tally.report()
+    print(tally.report())
 
 
 def test_the_threaded_trials_run_each_command_with_a_second_thread(monkeypatch, tmp_path):

@@ -64,7 +64,7 @@ def grouped_interrupt(exc: BaseException) -> Interrupted | None:
 
 def _raise(signum: int, _frame: object) -> None:
     global _cut
-    if _depth or _cut:  # a step that must end whole runs: the signal waits for its end (_act_on_waiting)
+    if _depth or _cut:  # a step that must end whole runs: the signal waits for its end (_act)
         _waiting.append(signum)
         return
     if _blocks_on_raise:  # before the raise: nothing between it and the rollback can be cut (uncut_rollback)
@@ -111,12 +111,10 @@ def uncut_rollback() -> Iterator[None]:
     finally:
         _blocks_on_raise = False
         cut, _cut = _cut, False
-        try:
-            if _mask_before:  # one this thread held acts here; one another thread took, below
-                signal.pthread_sigmask(signal.SIG_SETMASK, _mask_before.pop())
-        finally:
-            if cut:
-                _act_on_waiting()
+        waiting = _taken() if cut and not _depth else []  # inside a step still under way: at its end
+        if _mask_before:  # one this thread held acts here; one another thread took, below
+            signal.pthread_sigmask(signal.SIG_SETMASK, _mask_before.pop())
+        _act(waiting)
 
 
 @contextmanager
@@ -144,8 +142,9 @@ def handled() -> Iterator[None]:
             sys.unraisablehook = hook
         finally:
             _depth -= 1
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, HANDLED)
-        _act_on_waiting()
+            waiting = _taken()
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, HANDLED)  # one this thread held acts here
+        _act(waiting)
 
 
 def _unraisable(hook: Callable[[Any], object], unraisable: Any) -> None:
@@ -214,33 +213,35 @@ def deferred() -> Iterator[None]:
         yield
         return
     _depth += 1  # ours waits from here; every handler is swapped for _collect (a host's would act at once)
-    whole = False
     try:
         swapped = {number: _collect for number in HANDLED if signal.getsignal(number) not in _NOT_SWAPPED}
         previous = _set_all(swapped, undo_on_error=True)  # one that raised here acted before the step
         try:
             yield
-            whole = True
         finally:
             _set_all(previous)
     finally:
         _depth -= 1
-        if not whole and not _depth and not _cut:  # the step failed: its error is what the command says
-            _waiting.clear()
-    _act_on_waiting()
+        # the last step under way: what waited acts now, unless the step failed (its error is what
+        # the command says) or a rollback's signal raised (they wait for its end: uncut_rollback)
+        waiting = _taken() if not _depth and not _cut else []
+    _act(waiting)
 
 
 _NOT_SWAPPED = (signal.SIG_IGN, None)  # one ignored stays so; None: a handler set outside Python
 
 
-def _act_on_waiting() -> None:
+def _taken() -> list[int]:
+    """The signals that waited, no longer waiting."""
+    waiting = list(_waiting)
+    _waiting.clear()
+    return waiting
+
+
+def _act(waiting: list[int]) -> None:
     """The signals that waited for a step, acted on as the last step under way ends, each by the
     handler it has now: ours raises; a host's (Python's own for SIGINT) does its part; the default
     action is an Interrupted, so that the command reports it; one ignored stays ignored."""
-    if _depth or _cut:
-        return
-    waiting = list(_waiting)
-    _waiting.clear()
     for signum in waiting:
         handler = signal.getsignal(signum)
         if callable(handler):
