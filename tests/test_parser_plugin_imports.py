@@ -145,3 +145,30 @@ def test_the_releases_parser_packages_define_their_classes_or_not(tmp_path, vers
     use = parser_plugin.plugin_use(command, [parser], ["kimi_k2"], read)
     assert use == ((True, f"--tool-parser-plugin {tmp_path}/plugin.py imports KimiK2ToolParser (vLLM's, from "
                    f"{package}.kimi_k2_tool_parser)") if module is None else (False, "")), use  # fmt: skip
+
+
+def test_a_reasoning_plugin_importing_a_class_its_package_does_not_define_is_refused_too(setup, tmp_path):
+    """The reasoning parsers' package, lazy the same way: --reasoning-parser mine is refused (as vLLM
+    refuses it, when it builds the engine), the fix naming the class's own module."""
+    tree, lib, target, _ = setup
+    (tree / "vllm" / "reasoning").mkdir(parents=True)
+    (tree / "vllm" / "reasoning" / "__init__.py").write_text(
+        "from vllm.reasoning.abs_reasoning_parsers import ReasoningParser, ReasoningParserManager\n"
+        '_REASONING_PARSERS_TO_REGISTER = {"demo_r": ("demo_reasoning_parser", "DemoReasoningParser")}\n'
+    )
+    registers = "@ReasoningParserManager.register_module('mine')\nclass Mine:\n    pass\n"
+    for line, fails in (("from vllm.reasoning import DemoReasoningParser\n", True), ("import json\n", False)):
+        (tmp_path / "plugin.py").write_text("from vllm.reasoning import ReasoningParserManager\n" + line + registers)
+        options = ["--reasoning-parser", "mine", "--reasoning-parser-plugin", str(tmp_path / "plugin.py")]
+        done = run_cli_read_only(
+            "preflight", "--target", tree, "--patches", lib, "--no-import", "--format", "json", "--",
+            "vllm", "serve", str(target), *options,
+        )  # fmt: skip
+        (command,) = said(json.loads(done.stdout), "command")
+        assert command["result"] == ("fail" if fails else "cannot judge"), command
+        if fails:
+            assert (
+                "its line 2 imports DemoReasoningParser from vllm.reasoning, which defines no such name"
+                in (command["message"])
+                and "`from vllm.reasoning.demo_reasoning_parser import DemoReasoningParser`" in command["fix"]
+            ), command
