@@ -85,6 +85,7 @@ from patchkit.launch.target_length import length_findings
 from patchkit.launch.validation import BUILD, engine_findings
 from patchkit.launch.validation import CHECK as VALIDATION
 from patchkit.launch.vllm_env import refused_flags
+from patchkit.launch.warnings_env import deprecation_findings
 from patchkit.launch.weights import as_findings, target_directory, tokenizer_findings, weight_findings
 from patchkit.series import dry_run, library
 from patchkit.series.library import PatchSetDef
@@ -1095,8 +1096,9 @@ def command_findings(context: LaunchContext) -> list[Finding]:
     found += quantization_findings(COMMAND, context)
     found += logging_findings(command.environ, command.working_directory(), context.read)
     found += context_parallel_findings(context)
-    cwd, encoding = command.working_directory(), locale_text_encoding(command.environ)
-    return found + refused_flags(command.environ, context.read, cwd, encoding)
+    found += deprecation_findings(command.environ, lambda: command.interpreter_settings()[0], context.read)
+    cwd = command.working_directory()  # a file a variable names is read as text in the launch's own encoding
+    return found + refused_flags(command.environ, context.read, cwd, lambda: launch_text_encoding(command))
 
 
 def _lenient_reading(command: LaunchCommand, version: Version | None) -> Finding:

@@ -868,6 +868,8 @@ def test_a_non_vllm_setting_vllms_import_raises_with_fails_naming_it(tmp_path: P
         ("utf16.json", '{"version": 1}'.encode("utf-16"), False, "fail"),
         ("big.json", b'{"version": 1, "pad": "' + b"x" * (2 << 20) + b'"}', True, "cannot judge"),
         ("stream", b"", False, "cannot judge"),
+        ("empty.json", b"", False, "fail"),  # json.loads("") raises: it was "cannot judge" (read as "gone since")
+        ("digits.json", b'{"version": ' + b"1" * 5000 + b"}", False, "fail"),  # past int()'s digit limit
     ],
 )
 def test_a_logging_config_or_stream_is_judged_statically_as_vllms_import_takes_it(
