@@ -560,6 +560,60 @@ def test_where_vllm_is_asked_its_validation_decides_the_quantization_left_unjudg
     assert "`patchkit preflight" in (unasked.fix or ""), unasked  # --no-import: a preflight that asks vLLM judges it
 
 
+def _keyed(body: str) -> dict[str, str]:
+    """A tree whose one more override is keyed on the user's method (`u`) as `body` says."""
+    override = "class KeyedConfig:\n    @classmethod\n    def override_quantization_method(cls, hf_quant_cfg, u):\n"
+    return {"__init__.py": QUANT_INIT + "    from .keyed import KeyedConfig\n", "keyed.py": override + body}
+
+
+@pytest.mark.parametrize(
+    ("body", "given", "says"),
+    [
+        (
+            '        if u != "x":\n            return None\n        return "x"\n',
+            "x",
+            None,
+        ),  # taken whatever the checkpoint
+        (
+            '        if u != "x":\n            return None\n        return "x"\n',
+            "awq",
+            "vLLM refuses --quantization awq",
+        ),
+        (
+            '        if u == "x":\n            return None\n        return "y"\n',
+            "awq",
+            "cannot judge",
+        ),  # all but x: not told
+        ("        return cls.get_name() if u is not None else None\n", "awq", None),  # every -q given
+        (
+            '        if u is None:\n            return "y"\n        return None\n',
+            "awq",
+            "vLLM refuses --quantization awq",
+        ),
+        # a hostile tree: tests nested past Python's stack are not followed (cannot judge, never exit 70)
+        ("        return " + "'a' if u == 'b' else " * 2000 + "None\n", "awq", "cannot judge"),
+    ],
+)
+def test_an_override_keyed_on_the_users_method_alone_is_read_by_its_tests(tmp_path, body, given, says):
+    """review44a T8: which -q values such an override returns a method for, whatever the checkpoint."""
+    found = _quantized(
+        tmp_path,
+        {**DEEPSEEK_V3, "quantization_config": FP8},
+        "vllm",
+        "serve",
+        "MODEL",
+        "-q",
+        given,
+        modules=_keyed(body),
+    )
+    command = [f for f in found if f["check"] == "command"]
+    if says is None:
+        assert not command, command
+        return
+    assert len(command) == 1 and says in command[0]["message"], found
+    assert command[0]["ok"] is says.startswith("cannot judge"), command
+
+
 QUANT_DIR = "vllm/model_executor/layers/quantization"
 OVERRIDES_034 = [
     "vllm/config/model.py",

@@ -85,7 +85,8 @@ def _held(
     if given in anyway or "*" in anyway:  # an override returns it whatever the checkpoint: no mismatch
         return []
     kind = f"{escaped(own)} checkpoint" if own else "checkpoint (a quantization_config without quant_method)"
-    if takes(taken, own) or any(takes(taken, algo) for algo in _algorithms(config)) or launch.general_plugins():
+    unclear = "?" in anyway  # an override keyed on the user's method in a way not read here
+    if unclear or takes(taken, own) or any(takes(taken, a) for a in _algorithms(config)) or launch.general_plugins():
         why = f"whether vLLM takes {escaped(said)} for {whose}'s {kind}: {MAY_TAKE}"
         return [cannot_judge(check, why, _judged_by(launch))]
     if not own:  # vLLM's quant_method None: no --quantization is it

@@ -28,8 +28,13 @@ def tree_overrides(read: Reader) -> tuple[set[str], set[str]]:
     taken: set[str] = set()
     anyway: set[str] = set()
     for data in _override_sources(read):
-        for override in _overrides(python_tree(data)):
-            given, only = _taken_anyway(override[0])
+        tree = python_tree(data)
+        taken |= {"*"} if tree is None else set()  # an override no Python parses here: it may take any
+        for override in _overrides(tree):
+            try:
+                given, only = _taken_anyway(override[0])
+            except RecursionError:  # a hostile file's elif chain past the stack: read as taking every checkpoint
+                given, only = set(), False
             taken |= _compared(override) or (set() if only else {"*"})  # gguf's: the user's -q alone
             anyway |= given
     return taken, anyway
@@ -124,10 +129,13 @@ def _texts(node: ast.AST) -> set[str]:
 def _names_method(node: ast.AST, read: set[str]) -> bool:
     """A name of a method (quant_method) or one set from its read (`read`), a .get("quant_method") of
     a config, or either as text (.lower(), str(...))."""
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in TEXT_CALLS:
-        return _names_method(node.func.value, read)
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "str" and node.args:
-        return _names_method(node.args[0], read)
+    while True:  # a loop: a hostile file's chain of .lower() calls is not a recursion
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in TEXT_CALLS:
+            node = node.func.value
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "str" and node.args:
+            node = node.args[0]
+        else:
+            break
     if isinstance(node, ast.Name):
         return bool(CHECKED.search(node.id)) or node.id in read
     return _method_read(node)
@@ -148,8 +156,8 @@ def _reads_method(node: ast.AST) -> bool:
 
 def _taken_anyway(function: ast.FunctionDef) -> tuple[set[str], bool]:
     """The user's methods (its second parameter after cls) the override returns a method for on a path
-    whose every test, and the value returned, read that parameter alone (or names set from it alone);
-    and whether every path that returns a method is such a path."""
+    whose every test, and the value returned, read that parameter alone (or names set from it alone):
+    "*" every one, "?" some this reading does not tell; and whether every path returning a method is such."""
     params = [a.arg for a in function.args.args]
     params = params[1:] if params and params[0] in SELF else params
     if len(params) < 2:
@@ -160,33 +168,64 @@ def _taken_anyway(function: ast.FunctionDef) -> tuple[set[str], bool]:
             users |= {t.id for t in node.targets if isinstance(t, ast.Name)}
     found: set[str] = set()
     paths = _returning_paths(function.body, [])
-    only = [(g, v) for g, v in paths if _reads_only(v, {*users, *SELF}) and all(_reads_only(t, users) for t in g)]
+    only = [(g, v) for g, v in paths if _reads_only(v, {*users, *SELF}) and all(_reads_only(t, users) for t, _ in g)]
     for guards, _ in only:
-        constants = [n.value for guard in guards for n in ast.walk(guard) if isinstance(n, ast.Constant)]
-        named = {c for c in constants if isinstance(c, str)}
-        found |= named or ({"*"} if None not in constants else set())  # `if user_quant is None`: none given
+        values = _conjoined([_values(test, truth) for test, truth in guards])
+        found |= {"?"} if values is None else {"*"} if values is ANY else {v for v in values if isinstance(v, str)}
     return found, bool(paths) and len(only) == len(paths)
+
+
+ANY: frozenset[object] = frozenset({"*"})  # no test on the user's value
+
+
+def _values(test: ast.expr, truth: bool) -> frozenset[object] | None:
+    """The user's values (None among them: no -q) for which `test` is `truth`; ANY: every one; None:
+    not told (a test of it this reading does not follow: a name set from it, `not in` a list, ...)."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return _values(test.operand, not truth)
+    if isinstance(test, ast.BoolOp):
+        parts = [_values(value, truth) for value in test.values]
+        if isinstance(test.op, ast.And) == truth:  # all of them hold
+            return _conjoined(parts)
+        told = [part for part in parts if part is not None]  # one of them holds
+        return None if len(told) < len(parts) else ANY if ANY in told else frozenset().union(*told)
+    if not isinstance(test, ast.Compare) or len(test.ops) != 1:
+        return None
+    constants = frozenset(n.value for n in ast.walk(test) if isinstance(n, ast.Constant))
+    if isinstance(test.ops[0], ast.Eq | ast.In | ast.Is) == truth:
+        return constants
+    return ANY if constants == {None} else None  # `is not None`: any -q given
+
+
+def _conjoined(parts: list[frozenset[object] | None]) -> frozenset[object] | None:
+    found = ANY
+    for part in parts:
+        if part is None:
+            return None
+        found = part if found is ANY else found if part is ANY else found & part
+    return found
 
 
 def _reads_only(node: ast.AST, names: set[str]) -> bool:
     return all(n.id in names for n in ast.walk(node) if isinstance(n, ast.Name))
 
 
-Path = tuple[list[ast.expr], ast.expr]  # the tests on the way to a return, and the value it returns
+Guards = list[tuple[ast.expr, bool]]  # the tests on the way to a return, each with the value it takes there
+Path = tuple[Guards, ast.expr]  # and the value returned
 
 
-def _returning_paths(body: list[ast.stmt], guards: list[ast.expr]) -> list[Path]:
+def _returning_paths(body: list[ast.stmt], guards: Guards) -> list[Path]:
     """Each return of a method (not None) in `body`, with the tests guarding it: those of the ifs it
-    is in, and those of the earlier ifs that return or raise (the path passed them)."""
+    is in, and those of the earlier ifs that return or raise (the path passed them, false)."""
     paths: list[Path] = []
     for statement in body:
         if isinstance(statement, ast.Return):
             return paths + _returned(statement.value, guards)
         if isinstance(statement, ast.If):
-            paths += _returning_paths(statement.body, [*guards, statement.test])
-            paths += _returning_paths(statement.orelse, [*guards, statement.test])
+            paths += _returning_paths(statement.body, [*guards, (statement.test, True)])
+            paths += _returning_paths(statement.orelse, [*guards, (statement.test, False)])
             if _leaves(statement.body) and not statement.orelse:
-                guards = [*guards, statement.test]
+                guards = [*guards, (statement.test, False)]
             continue
         for field in ("body", "orelse", "finalbody"):
             inner = getattr(statement, field, None)
@@ -197,11 +236,12 @@ def _returning_paths(body: list[ast.stmt], guards: list[ast.expr]) -> list[Path]
     return paths
 
 
-def _returned(value: ast.expr | None, guards: list[ast.expr]) -> list[Path]:
+def _returned(value: ast.expr | None, guards: Guards) -> list[Path]:
     if value is None or (isinstance(value, ast.Constant) and value.value is None):
         return []
     if isinstance(value, ast.IfExp):
-        return _returned(value.body, [*guards, value.test]) + _returned(value.orelse, [*guards, value.test])
+        when, otherwise = [*guards, (value.test, True)], [*guards, (value.test, False)]
+        return _returned(value.body, when) + _returned(value.orelse, otherwise)
     return [(guards, value)]
 
 
