@@ -3,15 +3,23 @@ refusal's hint (S9). vLLM 0.16.0's own answers: tests/vllm_import/test_target_le
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
+import sys
 from pathlib import Path
 
 import pytest
-from helpers import run_cli_judged, run_cli_read_only
+from helpers import lay_out_release, run_cli_judged, run_cli_read_only
 from launch_fixtures import DEEPSEEK_V3, DRAFTER, KIMI_K25, SPEC, write_eagle3_setup, write_model
 
-from patchkit.launch.models import ModelConfig, with_overrides
+from patchkit.launch.command import parse
+from patchkit.launch.engine import LaunchContext
+from patchkit.launch.findings import Finding
+from patchkit.launch.models import ModelConfig, resolve_model, with_overrides
+from patchkit.launch.quant_match import decided_by_vllm, quantization_findings
+from patchkit.launch.validation import CHECK as VALIDATION
+from patchkit.launch.validation import CPU
 
 # the lines of model.py (_get_and_verify_max_len) and envs.py the rule is read from, as 0.11-0.34 write them
 MODEL_RULE = """
@@ -355,13 +363,22 @@ GPTQ = {"quant_method": "gptq", "bits": 4}
 QUANT_DRAFTER = {**DRAFTER, "quantization_config": FP8}
 
 
-def _quantized(tmp_path, config: dict, *launch: str, drafter: dict = QUANT_DRAFTER) -> list[dict]:
+def _quant_tree(tmp_path, modules: dict[str, str] | None = None):
     tree, library = write_eagle3_setup(tmp_path)
     (tree / "vllm" / "config" / "model.py").write_text(MISMATCH_RULE)
     quantization = tree / "vllm" / "model_executor" / "layers" / "quantization"
     quantization.mkdir(parents=True)
-    (quantization / "__init__.py").write_text(QUANT_INIT)
-    (quantization / "gptq_marlin.py").write_text(GPTQ_MARLIN)
+    modules = modules or {"__init__.py": QUANT_INIT}
+    for name, text in {"gptq_marlin.py": GPTQ_MARLIN, **modules}.items():
+        (quantization / name).parent.mkdir(parents=True, exist_ok=True)
+        (quantization / name).write_text(text)
+    return tree, library
+
+
+def _quantized(
+    tmp_path, config: dict, *launch: str, drafter: dict = QUANT_DRAFTER, modules: dict[str, str] | None = None
+) -> list[dict]:
+    tree, library = _quant_tree(tmp_path, modules)
     stock = (tree / SPEC).read_text(encoding="utf-8")
     field = "    quantization: str | None = None\n"
     assert field in stock
@@ -393,6 +410,51 @@ def _spec(**fields: object) -> str:
         ),
         (DEEPSEEK_V3, ["--speculative-config", _spec(quantization="fp8")], None),
         (DEEPSEEK_V3, ["--speculative-config", _spec(quantization="")], "is not one of vLLM's quantization methods"),
+        # review44a T2: mtp without "model": the draft ModelConfig reads the target's own checkpoint
+        (
+            {**DEEPSEEK_V3, "quantization_config": FP8},
+            ["--speculative-config", json.dumps({"method": "mtp", "num_speculative_tokens": 1, "quantization": "awq"})],
+            "vLLM refuses --speculative-config's \"quantization\" awq at start: the drafter (the target's own checkpoint)",
+        ),
+        (
+            {**DEEPSEEK_V3, "quantization_config": FP8},
+            ["--speculative-config", json.dumps({"method": "mtp", "num_speculative_tokens": 1, "quantization": "fp8"})],
+            None,
+        ),
+        # review44a L1: no quant_method (vLLM: None, which no --quantization matches); a null quantization_config
+        # (vLLM 0.16.0's transformers raises reading it, whatever compression_config holds): not judged
+        (
+            {**DEEPSEEK_V3, "quantization_config": {"bits": 4}},
+            ["-q", "fp8"],
+            "a quantization_config without quant_method",
+        ),
+        ({**DEEPSEEK_V3, "quantization_config": {"quant_method": ""}}, ["-q", "fp8"], "without quant_method"),
+        (
+            {**DEEPSEEK_V3, "quantization_config": None, "compression_config": {"quant_method": "compressed-tensors"}},
+            ["-q", "fp8"],
+            'cannot judge: whether vLLM takes --quantization fp8 for the target\'s checkpoint: its config.json has "quantization_config": null',
+        ),
+        (
+            {**DEEPSEEK_V3, "quantization_config": {"quant_method": None}},
+            ["-q", "fp8"],
+            "cannot judge: whether vLLM takes --quantization fp8 for the target's checkpoint: its config.json has a quant_method",
+        ),
+        # a producer other than ModelOpt leaves quant_method as written; ModelOpt's is set from its quant_algo
+        (
+            {**DEEPSEEK_V3, "quantization_config": {"quant_method": "fp8", "producer": {"name": "llmcompressor"}}},
+            ["-q", "awq"],
+            "vLLM refuses --quantization awq at start",
+        ),
+        (
+            {
+                **DEEPSEEK_V3,
+                "quantization_config": {"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "FP8"}},
+            },
+            ["-q", "awq"],
+            None,
+        ),
+        # the override tests the user's method, but only for a checkpoint it converts (gptq): no other is taken
+        ({**DEEPSEEK_V3, "quantization_config": FP8}, ["-q", "gptq_marlin"], "vLLM refuses --quantization gptq_marlin"),
     ],
 )
 def test_a_quantization_not_the_checkpoints_own_fails_at_start(tmp_path, config, options, says):
@@ -405,3 +467,217 @@ def test_a_quantization_not_the_checkpoints_own_fails_at_start(tmp_path, config,
         return
     assert len(command) == 1 and says in command[0]["message"], found
     assert command[0]["ok"] is says.startswith("cannot judge"), command
+
+
+# override shapes of 0.22-0.34 (review44a T8): one keyed on the user's method alone (humming.py, 0.22's gguf.py),
+# a method tested by a call (modelopt.py's .lower().startswith("modelopt")), an override in a package (inc/)
+HUMMING = """
+class HummingConfig:
+    @classmethod
+    def override_quantization_method(cls, hf_quant_cfg, user_quant, hf_config=None):
+        if user_quant == "humming" and hf_config is not None:
+            quant_method = hf_quant_cfg.get("quant_method", None)
+            if hf_config.model_type == "gpt_oss" and quant_method == "mxfp4":
+                raise ValueError("use --moe-backend humming")
+        return "humming" if user_quant == "humming" else None
+"""
+MODELOPT = """
+class ModelOptFp8Config:
+    @staticmethod
+    def _extract_modelopt_quant_algo(hf_quant_cfg):
+        if not hf_quant_cfg.get("quant_method", "").lower().startswith("modelopt"):
+            return None
+        return str(hf_quant_cfg.get("quant_algo", "")).upper()
+
+    @classmethod
+    def override_quantization_method(cls, hf_quant_cfg, user_quant, hf_config=None):
+        algo = cls._extract_modelopt_quant_algo(hf_quant_cfg)
+        if algo is not None and algo == "FP8":
+            return "modelopt"
+        return None
+"""
+INC = """
+class INCConfig:
+    @classmethod
+    def override_quantization_method(cls, hf_quant_cfg, user_quant, hf_config=None):
+        if hf_quant_cfg.get("quant_method", None) == "auto-round":
+            return cls.get_name()
+        return None
+"""
+PETIT = """
+class PetitNvFp4Config:
+    @classmethod
+    def override_quantization_method(cls, hf_quant_cfg, user_quant):
+        if not current_platform.is_rocm():
+            return None
+        qc = hf_quant_cfg.get("quantization", hf_quant_cfg)
+        algo = (qc.get("quant_algo") or qc.get("quant_method") or "").upper()
+        if algo in ("NVFP4", "MODELOPT_FP4", "MODELOPT"):
+            return cls.get_name()
+        return None
+"""
+SHAPES = {
+    "__init__.py": QUANT_INIT + "    from .humming import HummingConfig\n    from .modelopt import ModelOptFp8Config\n"
+    "    from .inc import INCConfig\n    from .petit import PetitNvFp4Config\n",
+    "petit.py": PETIT,
+    "humming.py": HUMMING,
+    "modelopt.py": MODELOPT,
+    "inc/__init__.py": "from .inc import INCConfig\n",
+    "inc/inc.py": INC,
+}
+CT = {"quant_method": "compressed-tensors", "format": "float-quantized"}
+
+
+@pytest.mark.parametrize(
+    ("config", "options", "says"),
+    [
+        ({**DEEPSEEK_V3, "quantization_config": CT}, ["-q", "humming"], None),
+        (
+            {**DEEPSEEK_V3, "quantization_config": CT},
+            [
+                "--speculative-config",
+                json.dumps({"method": "mtp", "num_speculative_tokens": 1, "quantization": "humming"}),
+            ],
+            None,
+        ),
+        (
+            {**DEEPSEEK_V3, "quantization_config": {"quant_method": "modelopt", "quant_algo": "FP8"}},
+            ["-q", "fp8"],
+            "cannot judge: whether vLLM takes --quantization fp8 for the target's modelopt checkpoint",
+        ),
+        (
+            {**DEEPSEEK_V3, "quantization_config": {"quant_method": "modelopt_fp4", "quant_algo": "NVFP4"}},
+            ["-q", "fp8"],
+            "cannot judge",
+        ),
+        ({**DEEPSEEK_V3, "quantization_config": {"quant_method": "auto-round"}}, ["-q", "fp8"], "cannot judge"),
+        # petit (0.11-0.18, ROCm): the checkpoint's quant_algo, whatever its method
+        ({**DEEPSEEK_V3, "quantization_config": {**CT, "quant_algo": "NVFP4"}}, ["-q", "fp8"], "cannot judge"),
+        ({**DEEPSEEK_V3, "quantization_config": CT}, ["-q", "fp8"], "vLLM refuses --quantization fp8 at start"),
+        ({**DEEPSEEK_V3, "quantization_config": CT}, ["-q", "modelopt"], "vLLM refuses --quantization modelopt"),
+    ],
+)
+def test_an_override_keyed_on_the_users_method_or_tested_by_a_call_is_read(tmp_path, config, options, says):
+    """review44a T8: _verify_quantization takes a checkpoint any override returns a method for."""
+    found = _quantized(tmp_path, config, "vllm", "serve", "MODEL", *options, modules=SHAPES)
+    command = [f for f in found if f["check"] == "command"]
+    if says is None:
+        assert not command, command
+        return
+    assert len(command) == 1 and says in command[0]["message"], found
+    assert command[0]["ok"] is says.startswith("cannot judge"), command
+
+
+def test_where_vllm_is_asked_its_validation_decides_the_quantization_left_unjudged(tmp_path):
+    """review44a T11: on the import path the cannot-judge fix named the very command just run. vLLM's own
+    validation ran its _verify_quantization: accepted on an accelerator, the finding goes; judged on the
+    CPU platform (whose overrides answer otherwise: 0.16.0's takes -q marlin for gptq there), the fix says so."""
+    tree, _ = _quant_tree(tmp_path)
+    model = write_model(tmp_path / "target", {**DEEPSEEK_V3, "quantization_config": GPTQ})
+    argv = ["vllm", "serve", str(model), "-q", "marlin"]
+    asked = LaunchContext(parse(argv, "0.16.0"), resolve_model(str(model), {}), None, tree, None, None)
+    asked.python = sys.executable
+    [static] = quantization_findings("command", asked)
+    assert not static.judged and "patchkit" not in (static.fix or "") and "vllm-validation" in (static.fix or "")
+    accepted = Finding(VALIDATION, True, "vLLM's create_engine_config() accepts the command")
+    assert decided_by_vllm([static, accepted], argv) == [accepted]
+    on_cpu = Finding(VALIDATION, True, f"{accepted.message} ({CPU})")
+    [kept, _] = decided_by_vllm([static, on_cpu], argv)
+    assert not kept.judged and "ran on the CPU platform" in (kept.fix or "") and "on the node" in (kept.fix or "")
+    refused = Finding(VALIDATION, False, "vLLM refuses the command: ...")
+    assert decided_by_vllm([static, refused], argv) == [static, refused]
+    not_asked = dataclasses.replace(asked, python=None)
+    [unasked] = quantization_findings("command", not_asked)
+    assert "`patchkit preflight" in (unasked.fix or ""), unasked  # --no-import: a preflight that asks vLLM judges it
+
+
+def _keyed(body: str) -> dict[str, str]:
+    """A tree whose one more override is keyed on the user's method (`u`) as `body` says."""
+    override = "class KeyedConfig:\n    @classmethod\n    def override_quantization_method(cls, hf_quant_cfg, u):\n"
+    return {"__init__.py": QUANT_INIT + "    from .keyed import KeyedConfig\n", "keyed.py": override + body}
+
+
+@pytest.mark.parametrize(
+    ("body", "given", "says"),
+    [
+        (
+            '        if u != "x":\n            return None\n        return "x"\n',
+            "x",
+            None,
+        ),  # taken whatever the checkpoint
+        (
+            '        if u != "x":\n            return None\n        return "x"\n',
+            "awq",
+            "vLLM refuses --quantization awq",
+        ),
+        (
+            '        if u == "x":\n            return None\n        return "y"\n',
+            "awq",
+            "cannot judge",
+        ),  # all but x: not told
+        ("        return cls.get_name() if u is not None else None\n", "awq", None),  # every -q given
+        (
+            '        if u is None:\n            return "y"\n        return None\n',
+            "awq",
+            "vLLM refuses --quantization awq",
+        ),
+        # a hostile tree: tests nested past Python's stack are not followed (cannot judge, never exit 70)
+        ("        return " + "'a' if u == 'b' else " * 2000 + "None\n", "awq", "cannot judge"),
+    ],
+)
+def test_an_override_keyed_on_the_users_method_alone_is_read_by_its_tests(tmp_path, body, given, says):
+    """review44a T8: which -q values such an override returns a method for, whatever the checkpoint."""
+    found = _quantized(
+        tmp_path,
+        {**DEEPSEEK_V3, "quantization_config": FP8},
+        "vllm",
+        "serve",
+        "MODEL",
+        "-q",
+        given,
+        modules=_keyed(body),
+    )
+    command = [f for f in found if f["check"] == "command"]
+    if says is None:
+        assert not command, command
+        return
+    assert len(command) == 1 and says in command[0]["message"], found
+    assert command[0]["ok"] is says.startswith("cannot judge"), command
+
+
+QUANT_DIR = "vllm/model_executor/layers/quantization"
+OVERRIDES_034 = [
+    "vllm/config/model.py",
+    *(f"{QUANT_DIR}/{name}.py" for name in ("__init__", "auto_awq", "auto_gptq", "humming", "modelopt", "moe_wna16")),
+    *(f"{QUANT_DIR}/{name}.py" for name in ("mxfp4", "inc/__init__", "inc/inc", "base_config")),
+    *(
+        f"vllm/models/{name}/{file}.py"
+        for name in ("deepseek_v4", "deepseek_v41")
+        for file in ("__init__", "quant_config")
+    ),
+]
+
+
+@pytest.mark.release
+@pytest.mark.parametrize(
+    ("quantization_config", "given", "result"),
+    [
+        (CT, "humming", None),  # HummingConfig: `"humming" if user_quant == "humming" else None`, probed first
+        ({"quant_method": "modelopt", "quant_algo": "FP8"}, "fp8", "cannot judge"),  # ModelOptFp8Config takes it
+        ({"quant_method": "auto-round"}, "fp8", "cannot judge"),  # inc/inc.py's INCConfig
+        (CT, "fp8", "fail"),  # no override of 0.34.0 takes a compressed-tensors checkpoint for -q fp8
+    ],
+)
+def test_0_34_0s_overrides_are_read_from_its_own_files(tmp_path, quantization_config, given, result):
+    """review44a T8 on 0.34.0's stock files (fetched): its override chain as _verify_quantization runs it."""
+    site = lay_out_release("0.34.0", OVERRIDES_034, tmp_path / "site")
+    model = write_model(tmp_path / "target", {**DEEPSEEK_V3, "quantization_config": quantization_config})
+    command = parse(["vllm", "serve", str(model), "-q", given], "0.34.0")
+    found = quantization_findings(
+        "command", LaunchContext(command, resolve_model(str(model), {}), None, site, None, None)
+    )
+    if result is None:
+        assert found == [], [f.message for f in found]
+        return
+    [finding] = found
+    assert finding.result == result, finding.message
