@@ -26,6 +26,7 @@ import textwrap
 import types
 import venv
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 from cli_server import (
@@ -1115,14 +1116,15 @@ def hint_commands(said: str) -> list[str]:
 
 
 def follow_hints(
-    refused: subprocess.CompletedProcess, *ran: str, steps: int = 8
+    refused: subprocess.CompletedProcess, *ran: str, steps: int = 8, by_hand: Callable[[str], bool] | None = None
 ) -> tuple[subprocess.CompletedProcess, list[str]]:
     """Follow `refused`'s hint as a user does: each command it names run as written, in order
     (patchkit's by patchkit_faulted, any other by bash); where one is refused, its own hint next. `ran`:
     the commands already run, the one refused last. Fails on a circle: a refusal that names a command
     run before it other than itself (a "then run it again" follows a step that changes the tree), or
     one refused again with the very words it was refused with before; and on a refusal that names no
-    command, or a chain past `steps`. Returns the last patchkit command's result and every command run."""
+    command, or a chain past `steps`. `by_hand`: does what a command the test cannot run does (a pip
+    install, say), True when it did. Returns the last patchkit command's result and every command run."""
     run, done = list(ran), refused
     refusals = {ran[-1]: " ".join(refused.stderr.split())} if ran else {}
     todo = _next_steps(refused, run)
@@ -1132,7 +1134,8 @@ def follow_hints(
         run.append(line)
         words = shlex.split(line)
         if words[0] != "patchkit":
-            subprocess.run(["bash", "-c", line], check=True)
+            if by_hand is None or not by_hand(line):
+                subprocess.run(["bash", "-c", line], check=True)
             continue
         done = patchkit_faulted(*words[1:])
         if done.returncode == 2:
