@@ -569,9 +569,9 @@ COUNT_RULES = """
 LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64, "vocab_size": 128}
 
 
-def _own_drafter(tmp_path: Path, config: dict, spec: dict, counted: bool = True) -> list[dict]:
+def _own_drafter(tmp_path: Path, config: dict, spec: dict, *extra: str, counted: bool = True) -> list[dict]:
     """The speculative-config findings of `vllm serve` of a model with `config` and --speculative-config
-    `spec`, on a tree with COUNT_RULES (counted) or without them."""
+    `spec` (and `extra`), on a tree with COUNT_RULES (counted) or without them."""
     tree, library = _tree(tmp_path)
     if counted:
         rules = (tree / SPEC).read_text()
@@ -579,7 +579,7 @@ def _own_drafter(tmp_path: Path, config: dict, spec: dict, counted: bool = True)
             rules.replace("        return hf_config\n", "        return hf_config\n" + COUNT_RULES)
         )
     model = write_model(tmp_path / "model", config)
-    judged = speculative_launch(tree, library, model, spec)
+    judged = speculative_launch(tree, library, model, spec, *extra)
     return [f for f in judged["findings"] if f["check"] == "speculative-config"]
 
 
@@ -593,6 +593,11 @@ def test_the_mtp_method_without_a_model_on_a_target_with_no_mtp_type_is_refused(
     )
     assert "drop the mtp method" in found[0]["fix"], found
     assert _own_drafter(tmp_path / "v3", V3, {"method": "mtp", "num_speculative_tokens": 1}) == []
+    # --hf-overrides do not reach the draft ModelConfig: its config.json is read as it is
+    over = ("--hf-overrides", json.dumps({"max_position_embeddings": 8192}))
+    found = _own_drafter(tmp_path / "over", LLAMA, {"method": "mtp", "num_speculative_tokens": 1}, *over)
+    assert [f["ok"] for f in found] == [False], found
+    assert _own_drafter(tmp_path / "v3over", V3, {"method": "mtp", "num_speculative_tokens": 1}, *over) == []
 
 
 @pytest.mark.parametrize("spec", [{"method": "mtp"}, {"method": "ngram"}, {"model": "ngram"}, {"model": "[ngram]"}])

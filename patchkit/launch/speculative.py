@@ -19,7 +19,7 @@ from patchkit.launch.engine import LaunchContext
 from patchkit.launch.findings import Finding
 from patchkit.launch.lax import lax_bool, lax_int
 from patchkit.launch.method import built_model_type, settled_method
-from patchkit.launch.models import ModelConfig
+from patchkit.launch.mtp import own_config
 from patchkit.launch.spec_limits import length_refused, suffix_refused
 from patchkit.launch.spec_literals import MTP_TYPES, OLD_MTP_TYPES, literal_tables
 
@@ -130,7 +130,8 @@ def _refusal(
     if model is None:
         given = "num_speculative_tokens given but" if tokens is not None else "no num_speculative_tokens and"
         return f'{given} no "model" (method {method})', DRAFTER_FIX
-    if model not in ("ngram", "[ngram]") and not _method_detected(model, method, mtp_types, context, context.drafter):
+    drafter = context.drafter.config if context.drafter is not None else None
+    if model not in ("ngram", "[ngram]") and not _method_detected(model, method, mtp_types, context, drafter):
         return _undetected(model, method)
     if tokens is None and context.drafter is not None and context.drafter.get("n_predict") is None:
         return "no num_speculative_tokens, and the drafter's config has no n_predict", 'give "num_speculative_tokens"'
@@ -226,19 +227,18 @@ def _own_drafter(method: str, tokens: object, mtp_types: set[str], context: Laun
         return None
     if tokens is None:
         return f"method {method} with no num_speculative_tokens", 'give "num_speculative_tokens"'
-    command = context.command
-    if method != "mtp" or command.hf_overrides or command.optional_text("hf-config-path") is not None:
-        return None  # the draft config is the target's config.json without the overrides: not read here
-    target = str(command.model)
-    if _method_detected(target, method, mtp_types, context, context.target):
+    own = own_config(context.command, context.target) if method == "mtp" else None
+    if not isinstance(own, dict):  # ngram; or the config.json the draft ModelConfig reads is not read: vLLM judges
         return None
-    model_type = built_model_type(context.target.config, context.read)
+    if _method_detected(str(context.command.model), method, mtp_types, context, own):
+        return None
+    model_type = built_model_type(own, context.read)
     why = f'method mtp without "model" makes the target its drafter, and its model_type {model_type!r} names no method'
     return why, 'drop the mtp method (vLLM reads no MTP layers in this model), or give "model" a drafter and its method'
 
 
 def _method_detected(
-    model: str, method: str | None, mtp_types: set[str], context: LaunchContext, drafter: ModelConfig | None
+    model: str, method: str | None, mtp_types: set[str], context: LaunchContext, drafter: dict[str, Any] | None
 ) -> bool:
     """Whether vLLM's SpeculativeConfig settles on a method for a drafter given as `model` (the same
     chain in 0.11-0.17): eagle or eagle3 given is kept; else "eagle-" or "eagle3" in the drafter's
@@ -254,7 +254,7 @@ def _method_detected(
         return True  # kept (0.15 on), or a tree that does not show it refused
     if drafter is None:
         return True
-    model_type = built_model_type(drafter.config, context.read)
+    model_type = built_model_type(drafter, context.read)
     return model_type is None or model_type in DETECTED_TYPES or model_type in mtp_types
 
 
