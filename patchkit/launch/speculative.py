@@ -19,7 +19,7 @@ from patchkit.launch.engine import LaunchContext
 from patchkit.launch.findings import Finding
 from patchkit.launch.lax import lax_bool, lax_int
 from patchkit.launch.method import built_model_type, settled_method
-from patchkit.launch.mtp import own_config
+from patchkit.launch.mtp import mtp_own_config
 from patchkit.launch.spec_limits import length_refused, suffix_refused
 from patchkit.launch.spec_literals import MTP_TYPES, OLD_MTP_TYPES, literal_tables
 
@@ -227,7 +227,7 @@ def _own_drafter(method: str, tokens: object, mtp_types: set[str], context: Laun
         return None
     if tokens is None:
         return f"method {method} with no num_speculative_tokens", 'give "num_speculative_tokens"'
-    own = own_config(context.command, context.target) if method == "mtp" else None
+    own = mtp_own_config(context.command, context.target) if method == "mtp" else None
     if not isinstance(own, dict):  # ngram; or the config.json the draft ModelConfig reads is not read: vLLM judges
         return None
     if _method_detected(str(context.command.model), method, mtp_types, context, own):
