@@ -468,3 +468,45 @@ def test_every_deprecated_entry_fails_exactly_where_its_warning_raises(tmp_path,
             found = deprecation_findings({name: "1", "PYTHONWARNINGS": filters}, list, {ENVS: envs}.get)
             assert bool(found) is raised, (filters, name, found)
             assert all(f.ok is False for f in found), found
+
+
+# huggingface_hub's constants.py, the shape of its int() conversions at import (0.3x)
+HUB_CONSTANTS = (
+    "import os\n"
+    "def _as_int(value):\n"
+    "    if value is None:\n"
+    "        return None\n"
+    "    return int(value)\n"
+    'HF_HUB_ETAG_TIMEOUT: int = _as_int(os.environ.get("HF_HUB_ETAG_TIMEOUT")) or 10\n'
+    'HF_HUB_X_RATIO = float(os.getenv("HF_HUB_X_RATIO", "0.5"))\n'
+    'HF_HUB_OFFLINE = os.environ.get("HF_HUB_OFFLINE", "0").upper() in ("1", "ON")\n'
+    "try:\n"
+    '    HF_HUB_GUARDED = int(os.environ.get("HF_HUB_GUARDED"))\n'
+    "except Exception:\n"
+    "    HF_HUB_GUARDED = 0\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("assignment", "fails"),
+    [
+        ("HF_HUB_ETAG_TIMEOUT=abc", True),
+        ("HF_HUB_ETAG_TIMEOUT=", True),  # "": not None, int("") raises
+        ("HF_HUB_ETAG_TIMEOUT= 30 ", False),
+        ("HF_HUB_X_RATIO=half", True),
+        ("HF_HUB_X_RATIO=1e-3", False),
+        ("HF_HUB_OFFLINE=maybe", False),  # read as text
+        ("HF_HUB_GUARDED=abc", False),  # inside try: not every import raises
+    ],
+)
+def test_a_hub_setting_huggingface_hubs_import_refuses_fails_statically(tmp_path, assignment, fails):
+    """envimport33's left: `run` launched with HF_HUB_ETAG_TIMEOUT=abc, which huggingface_hub's import
+    int()s (every vLLM command imports it at start); only the import path caught it."""
+    target = write_model(tmp_path / "tgt", {**DEEPSEEK_V3, "kv_lora_rank": 512})
+    command = ["env", assignment, *serve(target, write_model(tmp_path / "dr", DRAFTER))]
+    found = applied_finding(tmp_path, {"huggingface_hub/constants.py": HUB_CONSTANTS}, command, CHECK)
+    assert (found is not None and found["result"] == "fail") is fails, found
+    if fails:
+        name = assignment.split("=")[0]
+        assert "huggingface_hub/constants.py reads it with" in found["message"], found
+        assert found["fix"].startswith(f"give {name} "), found

@@ -63,6 +63,7 @@ from patchkit.launch.drafter_quant_files import draft_model_unread
 from patchkit.launch.eagle_one import eagle1_findings
 from patchkit.launch.engine import LaunchContext, Reader, apply_fix, launch_python_version, set_checks, tree_reader
 from patchkit.launch.findings import Finding, cannot_judge
+from patchkit.launch.hub_env import hub_findings
 from patchkit.launch.interpreter import RefusedByPython, exec_search
 from patchkit.launch.late_files import headless_note, late_file_findings, lora_ranks, tool_server_findings
 from patchkit.launch.logging_env import import_blocker, logging_findings
@@ -1097,6 +1098,7 @@ def command_findings(context: LaunchContext) -> list[Finding]:
     found += logging_findings(command.environ, command.working_directory(), context.read)
     found += context_parallel_findings(context)
     found += deprecation_findings(command.environ, lambda: command.interpreter_settings()[0], context.read)
+    found += hub_findings(command.environ, context.read)
     cwd = command.working_directory()  # a file a variable names is read as text in the launch's own encoding
     return found + refused_flags(command.environ, context.read, cwd, lambda: launch_text_encoding(command))
 
