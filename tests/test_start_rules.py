@@ -273,6 +273,37 @@ def test_the_sentence_transformers_file_vllm_takes_replaces_the_derived_length(t
     assert name is None or name in found[0]["fix"] or name in found[0]["message"], found
 
 
+@pytest.mark.parametrize(
+    ("files", "whole", "offline", "says"),
+    [
+        ({"sentence_roberta_config.json": BOTH}, False, False, "derived max_model_len 512"),
+        ({}, False, False, "cannot judge: whether vLLM takes --max-model-len 2048: vLLM lists the hub repo org/kt's"),
+        ({}, True, False, None),  # fetched whole: the repo holds no such file
+        ({}, False, True, None),  # offline: vLLM lists nothing
+    ],
+)
+def test_a_hub_models_sentence_transformers_file_is_read_from_its_snapshot(tmp_path, files, whole, offline, says):
+    """review44a T7: vLLM takes a cached file first (try_to_load_from_cache), else lists the hub repo's files."""
+    snapshot = write_model(tmp_path / "hub" / "models--org--kt" / "snapshots" / "c0ffee", KT)
+    (tmp_path / "hub" / "models--org--kt" / "refs").mkdir()
+    (tmp_path / "hub" / "models--org--kt" / "refs" / "main").write_text("c0ffee")
+    for name, value in files.items():
+        (snapshot / name).write_text(json.dumps(value))
+    if not whole:
+        (snapshot / "model.safetensors").unlink()
+    env = ["env", f"HF_HUB_CACHE={tmp_path / 'hub'}", *(["HF_HUB_OFFLINE=1"] if offline else [])]
+    launch = [*env, "vllm", "serve", "org/kt", "--max-model-len", "2048"]
+    tree = {"vllm/config/model.py": ENCODER_RULE, SENTENCE: TAKER}
+    found = _command_findings(tmp_path, KT, *launch, tree_files=tree)
+    if says is None:
+        assert not found, found
+        return
+    assert len(found) == 1 and says in found[0]["message"], found
+    assert found[0]["ok"] is says.startswith("cannot judge"), found
+    if found[0]["ok"]:  # cannot judge: the fix fetches the snapshot whole, into the cache vLLM reads
+        assert f"hf download org/kt --cache-dir {tmp_path / 'hub'}`" in found[0]["fix"], found
+
+
 def test_a_dict_override_replaces_the_configs_value_whole_and_a_nested_config_is_merged():
     """review44a T1: vLLM sets quantization_config / rope_scaling overrides whole (0.12+ setattr after
     get_config, 0.11 config.update); only a nested config (text_config) is updated key by key."""
@@ -312,6 +343,7 @@ def test_the_env_chdir_hint_keeps_the_users_options_and_runs_as_written(tmp_path
 # the tree's _verify_quantization raise, and an override module as 0.16.0's quantization/__init__.py imports it
 MISMATCH_RULE = (
     'raise ValueError("Quantization method specified in the model config does not match the quantization")\n'
+    'quant_method = quant_cfg.get("quant_method", "").lower()\n'
 )
 QUANT_INIT = "def get_quantization_config(name):\n    from .gptq_marlin import GPTQMarlinConfig\n"
 GPTQ_MARLIN = """
@@ -401,13 +433,16 @@ def _spec(**fields: object) -> str:
         (
             {**DEEPSEEK_V3, "quantization_config": None, "compression_config": {"quant_method": "compressed-tensors"}},
             ["-q", "fp8"],
-            'cannot judge: whether vLLM takes --quantization fp8 for the target\'s checkpoint: its config.json has "quantization_config": null',
+            'cannot judge: whether vLLM reads the target\'s config.json: it has "quantization_config": null',
         ),
+        ({**DEEPSEEK_V3, "quantization_config": None}, [], "cannot judge: whether vLLM reads the target's config.json"),
+        # a quant_method that is no text: vLLM's own .lower() on it raises, --quantization or not
         (
             {**DEEPSEEK_V3, "quantization_config": {"quant_method": None}},
             ["-q", "fp8"],
-            "cannot judge: whether vLLM takes --quantization fp8 for the target's checkpoint: its config.json has a quant_method",
+            "vLLM fails at start reading the target's config.json: its quantization has a quant_method that is no text",
         ),
+        ({**DEEPSEEK_V3, "compression_config": {"quant_method": 4}}, [], "a quant_method that is no text (4)"),
         # a producer other than ModelOpt leaves quant_method as written; ModelOpt's is set from its quant_algo
         (
             {**DEEPSEEK_V3, "quantization_config": {"quant_method": "fp8", "producer": {"name": "llmcompressor"}}},

@@ -10,11 +10,13 @@ import json
 import os
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 from patchkit.base.values import Value
 from patchkit.launch import observed
 from patchkit.launch.derived_length import VLLM_CONFIGS, whole
 from patchkit.launch.engine import LaunchContext
+from patchkit.launch.models import fetched_by, hf_download, hf_hub_cache, offline
 from patchkit.launch.weights import target_directory
 
 TAKER = b"def get_sentence_transformer_tokenizer_config("
@@ -34,22 +36,20 @@ class Encoder(Value):
     file: str | None = None
     length: int | None = None
     unsure: str | None = None
+    fix: str | None = None  # what makes it told, where not the file's own length
 
 
 def encoder_length(launch: LaunchContext) -> Encoder:
     """The Sentence Transformers file of the target's directory vLLM takes, and its max_seq_length."""
-    found = target_directory(launch.command)
-    if found is None:
-        return Encoder()  # a hub model vLLM downloads: its files are not read here
-    directory = os.path.join(launch.command.working_directory(), found[1])
+    directory, remote = _model_files(launch)
     source = launch.read(VLLM_CONFIGS) or b""
     start = source.find(TAKER)
     taker = source[start : source.find(b"\ndef ", start + 1)] if start >= 0 else b""
     names = [name.decode() for name in NAMES.findall(taker)]
     keys = next((wanted for line, wanted in TAKEN_WHEN.items() if line in taker), None)
     for name in names or ["sentence_bert_config.json"]:
-        path = os.path.join(directory, name)
-        if not observed.isfile(path):
+        path = os.path.join(directory, name) if directory is not None else None
+        if path is None or not observed.isfile(path):
             continue
         if not names or keys is None:
             return Encoder(name, unsure=f"the tree's reading of its {name} is not read here")
@@ -58,7 +58,34 @@ def encoder_length(launch: LaunchContext) -> Encoder:
             return Encoder(name, unsure=f"its {name} {unread}")
         if value:  # vLLM takes the first non-empty one
             return _taken(name, value, keys)
-    return Encoder()
+    return _listed(launch, directory) if remote else Encoder()
+
+
+def _model_files(launch: LaunchContext) -> tuple[str | None, bool]:
+    """(where vLLM finds the target's files without asking the hub, whether it then lists the hub
+    repo's files): its directory; for a hub id, the cached snapshot its config.json came from."""
+    command = launch.command
+    found = target_directory(command)
+    if found is not None:
+        return os.path.join(command.working_directory(), found[1]), False
+    snapshot = launch.target.path.parent
+    cached = snapshot.parent.name == "snapshots" and not command.optional_text("hf-config-path")
+    return (str(snapshot) if cached else None), not offline(command.environ)
+
+
+def _listed(launch: LaunchContext, snapshot: str | None) -> Encoder:
+    """An online hub model with no such file cached: vLLM lists the repo's files for one. A snapshot
+    holding the weights was fetched whole, and the repo holds none; else that is not told here."""
+    weights = ("*.safetensors", "*.bin")
+    if snapshot is not None and any(observed.glob(os.path.join(snapshot, pattern)) for pattern in weights):
+        return Encoder()
+    name = str(launch.command.model)
+    cache = str(Path(snapshot).parents[2]) if snapshot is not None else hf_hub_cache(launch.command.environ)
+    download = hf_download(name, launch.command.optional_text("revision"), cache)
+    return Encoder(
+        unsure=f"vLLM lists the hub repo {name}'s files for a Sentence Transformers file, not read here",
+        fix=f"fetch the model whole into the cache (then its files are read here): {fetched_by(download, 'weights too')}",
+    )
 
 
 def _taken(name: str, value: object, keys: tuple[str, ...]) -> Encoder:

@@ -35,9 +35,9 @@ def length_findings(check: str, launch: LaunchContext) -> list[Finding]:
     derived, unsure = target_derived(launch)
     source = "from its config.json"
     encoder = encoder_length(launch) if derived is not None else None
-    if encoder is not None and encoder.file is not None and (encoder.unsure or ENCODER_TAKEN not in rule):
+    if encoder is not None and (encoder.unsure or (encoder.file is not None and ENCODER_TAKEN not in rule)):
         why = encoder.unsure or f"the tree's use of its {encoder.file} is not read here"
-        fix = f"give --max-model-len at most the max_seq_length of its {encoder.file}, if vLLM takes it"
+        fix = encoder.fix or f"give --max-model-len at most the max_seq_length of its {encoder.file}, if vLLM takes it"
         return [cannot_judge(check, f"whether vLLM takes --max-model-len {given}: {why}", fix)]
     if encoder is not None and encoder.length is not None:
         derived, source = encoder.length, f"the max_seq_length of its {encoder.file}, which vLLM takes"
