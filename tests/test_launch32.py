@@ -315,7 +315,7 @@ USES_THE_PATCHED_PARSER = [
     "import vllm.tool_parsers.demo_tool_parser as demo\n",
     "from vllm.tool_parsers import demo_tool_parser\n",
     "from vllm.tool_parsers import ToolParserManager\nBase = ToolParserManager.get_tool_parser('demo')\n",
-    "import vllm.entrypoints.openai.tool_parsers as parsers\nBase = parsers.DemoToolParser\n",  # 0.11-0.12 export it
+    "import vllm.entrypoints.openai.tool_parsers as parsers\nBase = parsers.DemoToolParser\n",  # 0.11 binds it
     "import vllm.tool_parsers as parsers\nBase = getattr(parsers, 'DemoToolParser')\n",
 ]
 

@@ -3,7 +3,8 @@
 registered under a name of its own): the tool-call set that patches that parser then serves the
 launch, whatever name it gives. Read statically, bounded and never blocking (through observed.py):
 its imports of a parser module the set patches (or of a class defined there, from the parsers'
-package), or a string naming a parser the set serves (ToolParserManager.get_tool_parser("kimi_k2")).
+package where it defines it: an import of one it does not define stops the plugin there), or a
+string naming a parser the set serves (ToolParserManager.get_tool_parser("kimi_k2")).
 A plugin patchkit cannot read (bytecode, an extension, a fifo, syntax its Python lacks), or one that
 imports or looks a parser up by a name it computes (importlib, __import__, get_tool_parser(NAME)),
 may use it; so may a module of the user's that it imports (found before the site's packages), which
@@ -22,7 +23,7 @@ from packaging.version import Version
 
 from patchkit.base.errors import SHOWN_PROBLEMS, PatchkitError, escaped, more_said
 from patchkit.checks.parsed import python_tree
-from patchkit.launch import observed
+from patchkit.launch import observed, toolparsers
 from patchkit.launch.command import LaunchCommand
 from patchkit.launch.relevance import LaunchNeeds
 from patchkit.series import library
@@ -110,7 +111,16 @@ def plugin_use(command: LaunchCommand, patched: Iterable[str], parsers: Iterable
     tree = python_tree(data)
     if tree is None:
         return None, f"{shown} is not Python patchkit's parser reads"
-    classes = {name: module for module, path in modules.items() for name in _classes(read(path))}
+    failure = toolparsers.import_failure(tree, read)
+    if failure is not None:  # vLLM's import of it stops there: what follows never runs
+        tree = ast.Module(body=tree.body[: failure[0]], type_ignores=[])
+    unbound = toolparsers.unbound_classes(read, toolparsers.TOOL)
+    classes = {
+        name: module
+        for module, path in modules.items()
+        for name in _classes(read(path))
+        if (module.rpartition(".")[0], name) not in unbound  # the package gives no such name (0.12.0 on)
+    }
     found = _imported(tree, modules, classes) or _named(tree, {*parsers, *classes, *modules})
     if found:
         return True, f"{shown} {found}"

@@ -906,3 +906,22 @@ def test_a_launch_setting_vllms_import_raises_with_fails_without_importing_it_to
     found = finding(done, "vllm-environment")
     assert done.returncode == 1 and found["result"] == "fail", done.stdout[-2000:]
     assert setting.split("=")[0] in found["message"] and "every vLLM command fails at start" in found["message"]
+
+
+@pytest.mark.parametrize(
+    "setting", ["HF_HUB_ETAG_TIMEOUT=abc", "HF_HUB_LOCAL_DIR_AUTO_SYMLINK_THRESHOLD=", "HF_HUB_DOWNLOAD_TIMEOUT=30"]
+)
+def test_a_hub_setting_is_judged_statically_as_vllms_start_takes_it(tmp_path: Path, setting):
+    """`run`'s way (--no-import): the installed huggingface_hub's constants.py int()s these as vLLM imports
+    its engine arguments; the static finding fails exactly where that import raises."""
+    assert VLLM_PYTHON
+    imported = subprocess.run(
+        ["env", setting, VLLM_PYTHON, "-c", "import vllm.engine.arg_utils"], capture_output=True, timeout=600
+    )
+    (tmp_path / "target").mkdir()
+    (tmp_path / "target" / "config.json").write_text(json.dumps(TARGET))
+    serve = ["env", setting, "vllm", "serve", str(tmp_path / "target"), "--skip-tokenizer-init"]
+    done = patchkit("preflight", "--python", VLLM_PYTHON, "--no-import", "--format", "json", "--", *serve)
+    found = [f for f in json.loads(done.stdout)["findings"] if f["check"] == "vllm-environment"]
+    assert bool(found) is (imported.returncode != 0), (done.stdout[-2000:], imported.stderr[-1000:])
+    assert all(f["result"] == "fail" and setting.split("=")[0] in f["message"] for f in found), found
