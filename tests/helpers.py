@@ -26,6 +26,7 @@ import textwrap
 import types
 import venv
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 from cli_server import (
@@ -1115,14 +1116,21 @@ def hint_commands(said: str) -> list[str]:
 
 
 def follow_hints(
-    refused: subprocess.CompletedProcess, *ran: str, steps: int = 8
+    refused: subprocess.CompletedProcess,
+    *ran: str,
+    steps: int = 8,
+    by_hand: Callable[[str], bool] | None = None,
+    before_fetch: Callable[[], None] | None = None,
 ) -> tuple[subprocess.CompletedProcess, list[str]]:
     """Follow `refused`'s hint as a user does: each command it names run as written, in order
     (patchkit's by patchkit_faulted, any other by bash); where one is refused, its own hint next. `ran`:
     the commands already run, the one refused last. Fails on a circle: a refusal that names a command
     run before it other than itself (a "then run it again" follows a step that changes the tree), or
     one refused again with the very words it was refused with before; and on a refusal that names no
-    command, or a chain past `steps`. Returns the last patchkit command's result and every command run."""
+    command, or a chain past `steps`. `by_hand`: does what a command the test cannot run does (a pip
+    install, say), True when it did. `before_fetch`: run once before the first `patchkit fetch` (the
+    index answers once the hint says to fetch). Returns the last patchkit command's result and every
+    command run."""
     run, done = list(ran), refused
     refusals = {ran[-1]: " ".join(refused.stderr.split())} if ran else {}
     todo = _next_steps(refused, run)
@@ -1132,8 +1140,12 @@ def follow_hints(
         run.append(line)
         words = shlex.split(line)
         if words[0] != "patchkit":
-            subprocess.run(["bash", "-c", line], check=True)
+            if by_hand is None or not by_hand(line):
+                subprocess.run(["bash", "-c", line], check=True)
             continue
+        if words[1] == "fetch" and before_fetch is not None:
+            before_fetch()
+            before_fetch = None
         done = patchkit_faulted(*words[1:])
         if done.returncode == 2:
             said = " ".join(done.stderr.split())

@@ -357,6 +357,7 @@ def test_the_env_chdir_hint_keeps_the_users_options_and_runs_as_written(tmp_path
 # the tree's _verify_quantization raise, and an override module as 0.16.0's quantization/__init__.py imports it
 MISMATCH_RULE = (
     'raise ValueError("Quantization method specified in the model config does not match the quantization")\n'
+    'quant_method = quant_cfg.get("quant_method", "").lower()\n'
 )
 QUANT_INIT = "def get_quantization_config(name):\n    from .gptq_marlin import GPTQMarlinConfig\n"
 GPTQ_MARLIN = """
@@ -446,13 +447,16 @@ def _spec(**fields: object) -> str:
         (
             {**DEEPSEEK_V3, "quantization_config": None, "compression_config": {"quant_method": "compressed-tensors"}},
             ["-q", "fp8"],
-            'cannot judge: whether vLLM takes --quantization fp8 for the target\'s checkpoint: its config.json has "quantization_config": null',
+            'cannot judge: whether vLLM reads the target\'s config.json: it has "quantization_config": null',
         ),
+        ({**DEEPSEEK_V3, "quantization_config": None}, [], "cannot judge: whether vLLM reads the target's config.json"),
+        # a quant_method that is no text: vLLM's own .lower() on it raises, --quantization or not
         (
             {**DEEPSEEK_V3, "quantization_config": {"quant_method": None}},
             ["-q", "fp8"],
-            "cannot judge: whether vLLM takes --quantization fp8 for the target's checkpoint: its config.json has a quant_method",
+            "vLLM fails at start reading the target's config.json: its quantization has a quant_method that is no text",
         ),
+        ({**DEEPSEEK_V3, "compression_config": {"quant_method": 4}}, [], "a quant_method that is no text (4)"),
         # a producer other than ModelOpt leaves quant_method as written; ModelOpt's is set from its quant_algo
         (
             {**DEEPSEEK_V3, "quantization_config": {"quant_method": "fp8", "producer": {"name": "llmcompressor"}}},

@@ -28,6 +28,9 @@ SPEC_FILE = "vllm/config/speculative.py"
 MISMATCH = b"does not match the quantization"  # the raise, 0.11-0.34
 # SpeculativeConfig's field where it takes no other text (0.11-0.17; 0.22 on adds `| str`)
 METHODS_ONLY = re.compile(rb"\n    quantization: (Optional\[)?me_quant\.QuantizationMethods( \| None)?\]? = None\n")
+NO_TEXT = "a quant_method that is no text"
+LOWERED = b'.get("quant_method", "").lower()'  # vLLM's read of it: config/model.py (0.11-0.14), then CONVERTOR
+CONVERTOR = "vllm/transformers_utils/model_arch_config_convertor.py"
 MAY_TAKE = "an override of the tree (override_quantization_method) may take it"
 
 
@@ -40,6 +43,7 @@ def quantization_findings(check: str, launch: LaunchContext) -> list[Finding]:
     if named == "" and METHODS_ONLY.search(launch.read(SPEC_FILE) or b""):
         why = '--speculative-config\'s "quantization" "" is not one of vLLM\'s quantization methods: it refuses it at start'
         found.append(Finding(check, False, why, 'drop "quantization" from --speculative-config, or name a method'))
+    found += _unread_findings(check, launch)
     if MISMATCH not in (launch.read(MODEL_CONFIG) or b""):
         return found
     given = launch.command.optional_text("quantization")
@@ -51,6 +55,26 @@ def quantization_findings(check: str, launch: LaunchContext) -> list[Finding]:
         said = f'--speculative-config\'s "quantization" {named}'
         drop = 'drop "quantization" from --speculative-config, or write "quantization": "{}"'
         found += _held(check, launch, *drafted, named, (said, drop))
+    return found
+
+
+def _unread_findings(check: str, launch: LaunchContext) -> list[Finding]:
+    """A checkpoint's quantization vLLM fails to read at start whatever the command: a quant_method
+    that is no text fails (the tree calls .lower() on it); "quantization_config": null is not judged
+    (transformers' to_dict raises on it: 4.57.6, vLLM 0.16.0's; other releases of it not read)."""
+    lowered = any(LOWERED in (launch.read(path) or b"") for path in (MODEL_CONFIG, CONVERTOR))
+    models = [("the target", launch.target.config)]
+    models += [("the drafter", launch.drafter.config)] if launch.drafter is not None else []
+    found = []
+    for whose, config in models:
+        unread = unread_quantization(config)
+        fix = "write its quantization_config as an object whose quant_method is text, or drop the key"
+        if unread is not None and unread.startswith(NO_TEXT) and lowered:
+            why = f"vLLM fails at start reading {whose}'s config.json: its quantization has {unread}, whose .lower() it calls"
+            found.append(Finding(check, False, why, fix))
+        elif unread is not None:
+            why = f"whether vLLM reads {whose}'s config.json: it has {unread}, which vLLM 0.16.0 (transformers 4.57.6) fails to read at start"
+            found.append(cannot_judge(check, why, fix))
     return found
 
 
@@ -74,10 +98,8 @@ def _held(
 ) -> list[Finding]:
     """`words`: the quantization as the launch says it, and the fix's text (a "{}" for the checkpoint's)."""
     said, drop = words
-    unread = unread_quantization(config)
-    if unread is not None:  # transformers' doing, not the tree's: not held to it here
-        why = f"whether vLLM takes {escaped(said)} for {whose}'s checkpoint: its config.json has {unread}, which vLLM 0.16.0 fails to read at start, given --quantization or not"
-        return [cannot_judge(check, why, "write quantization_config as an object with a quant_method text, or drop it")]
+    if unread_quantization(config) is not None:  # _unread_findings says it, whatever the command
+        return []
     own = checkpoint_method(config)
     if own is None or own == given:
         return []
@@ -179,7 +201,7 @@ def unread_quantization(config: dict[str, Any]) -> str | None:
         quant = held.get("quantization_config", held.get("compression_config"))
         method = quant.get("quant_method", "") if isinstance(quant, dict) else ""
         if not isinstance(method, str):
-            return f"a quant_method that is no text ({escaped(repr(method)[:40])})"
+            return f"{NO_TEXT} ({escaped(repr(method)[:40])})"
         if quant is not None:
             return None
     return None
