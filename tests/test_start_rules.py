@@ -264,8 +264,12 @@ KT = {**LONG, "max_position_embeddings": 16384}
         ),
         (TAKER, {"sentence_bert_config.json": {"max_seq_length": 9}, "sentence_roberta_config.json": BOTH}, None),
         (TAKER_034, {"sentence_bert_config.json": {"max_seq_length": 512}}, "derived max_model_len 512"),
-        (TAKER, {"sentence_roberta_config.json": {**BOTH, "max_seq_length": "512"}}, "cannot judge: whether"),
-        (TAKER, {"sentence_bert_config.json": "{not json"}, "cannot judge: whether"),
+        (TAKER, {"sentence_roberta_config.json": {**BOTH, "max_seq_length": "512"}}, "max_seq_length '512', text"),
+        (
+            TAKER,
+            {"sentence_bert_config.json": "{not json"},
+            "vLLM refuses the launch at start: vLLM reads its sentence_bert",
+        ),
         ("", {"sentence_bert_config.json": BOTH}, "cannot judge: whether"),
         (TAKER, {"sentence_xlnet_config.json": BOTH}, None),  # not among this tree's names
         (TAKER, {"sentence_roberta_config.json": {**BOTH, "max_seq_length": 4096}}, None),
@@ -285,6 +289,31 @@ def test_the_sentence_transformers_file_vllm_takes_replaces_the_derived_length(t
     assert found[0]["ok"] is says.startswith("cannot judge"), found
     name = next(iter(files)) if says.startswith("cannot judge") else None
     assert name is None or name in found[0]["fix"] or name in found[0]["message"], found
+
+
+@pytest.mark.parametrize(
+    ("files", "launch", "says"),
+    [
+        ({"sentence_bert_config.json": ""}, [], "its sentence_bert_config.json at start, and its json.load raises"),
+        ({"sentence_bert_config.json": "\ufeff" + json.dumps(BOTH)}, [], "json.load raises (JSONDecodeError: Unexpected UTF-8 BOM"),
+        ({"sentence_bert_config.json": "", "sentence_xlnet_config.json": BOTH}, ["--max-model-len", "-1"], "json.load raises"),
+        ({"sentence_bert_config.json": {**BOTH, "max_seq_length": None}}, [], "max_seq_length None is no number"),
+        ({"sentence_bert_config.json": {**BOTH, "max_seq_length": "512"}}, [], None),  # int() reads it
+        ({"sentence_bert_config.json": {**BOTH, "max_seq_length": "x"}}, [], "int() of its sentence_bert_config.json"),
+        ({"sentence_bert_config.json": {"max_seq_length": None}}, [], None),  # no do_lower_case: not taken
+        ({"sentence_bert_config.json": BOTH}, [], None),
+    ],
+)  # fmt: skip
+def test_a_sentence_transformers_file_vllm_cannot_read_fails_every_launch(tmp_path, files, launch, says):
+    """review45a A1: vLLM's ModelConfig json.loads the file it takes, and int()s its max_seq_length, for every
+    launch: an empty or BOM file, or a max_seq_length null, fails it whatever --max-model-len says."""
+    tree = {"vllm/config/model.py": ENCODER_RULE, SENTENCE: TAKER}
+    found = _command_findings(tmp_path, KT, "vllm", "serve", "MODEL", *launch, tree_files=tree, files=files)
+    if says is None:
+        assert not found, found
+        return
+    assert len(found) == 1 and not found[0]["ok"] and says in found[0]["message"], found
+    assert found[0]["fix"].startswith(f"repair its {next(iter(files))} (JSON in UTF-8 without a BOM"), found
 
 
 @pytest.mark.parametrize(
