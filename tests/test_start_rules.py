@@ -162,6 +162,11 @@ def __post_init__(self):
 """
 )
 ALIASING = """
+def get_hf_text_config(config):
+    text_config = config.get_text_config()
+    if text_config is not config and not hasattr(text_config, "num_attention_heads"):
+        raise ValueError
+
 def patch_rope_parameters(config):
     if Version(version("transformers")) < Version("5.0.0"):
         if (rope_scaling := getattr(config, "rope_scaling", None)) is not None:
@@ -210,7 +215,7 @@ COMPOSITE = {**LONG, "text_config": {**LONG, "rope_scaling": {"type": "linear", 
         (COMPOSITE, V4, "8193", {"text_config": {"rope_scaling": {"type": "yarn"}}}, "derived max_model_len 8192"),
         (COMPOSITE, V4, "8192", {"rope_parameters": {"rope_type": "linear", "factor": 4.0}}, "cannot judge: whether"),
         (COMPOSITE, V11, "8192", {"text_config": {"rope_scaling": {"factor": 4.0}}}, "cannot judge: whether"),
-        (LONG, V4, "16384", {"text_config": YARN}, "cannot judge: whether vLLM takes"),
+        (LONG, V4, "16384", {"text_config": YARN}, "vLLM refuses the launch at start: --hf-overrides sets text_config"),
         (LONG, V4, "16384", {"max_position_embeddings": 16384}, None),
     ],
 )
@@ -222,6 +227,32 @@ def test_hf_overrides_reach_the_derived_length_as_the_tree_applies_them(
     a text_config's RoPE override is merged into that same dict (_update_nested), and does."""
     launch = ["vllm", "serve", "MODEL", "--max-model-len", length, "--hf-overrides", json.dumps(overrides)]
     found = _command_findings(tmp_path, config, *launch, tree_files=tree)
+    if says is None:
+        assert not found, found
+        return
+    assert len(found) == 1 and says in found[0]["message"], found
+    assert found[0]["ok"] is says.startswith("cannot judge"), found
+
+
+@pytest.mark.parametrize(
+    ("config", "tree", "launch", "says"),
+    [
+        (LONG, V4, [], "vLLM refuses the launch at start: --hf-overrides sets text_config on a config that has none"),
+        (LONG, V4, ["--max-model-len", "8192"], "vLLM refuses the launch at start: --hf-overrides sets text_config"),
+        (LONG, V11, ["--max-model-len", "8192"], "cannot judge: whether vLLM takes --max-model-len 8192: --hf-overrides sets"),
+        (LONG, V11, [], None),  # the tree's check not read: nothing said without a length
+        ({**LONG, "text_config": LONG}, V4, ["--max-model-len", "8192"], None),  # a nested config: updated key by key
+    ],
+)  # fmt: skip
+def test_a_text_config_override_of_a_config_without_one_is_set_as_a_dict_vllm_refuses(
+    tmp_path, config, tree, launch, says
+):
+    """review45a A2: _apply_dict_overrides finds no nested config to update and sets the dict; transformers
+    4's get_text_config returns it, and get_hf_text_config refuses it (no num_attention_heads)."""
+    overrides = json.dumps({"text_config": {"max_position_embeddings": 8192}})
+    found = _command_findings(
+        tmp_path, config, "vllm", "serve", "MODEL", *launch, "--hf-overrides", overrides, tree_files=tree
+    )
     if says is None:
         assert not found, found
         return

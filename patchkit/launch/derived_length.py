@@ -33,6 +33,7 @@ READS_SCALING = b'rope_scaling = getattr(hf_config, "rope_scaling", None)'
 # _get_and_verify_max_len's RoPE types whose factor does not scale the length, and yarn's start
 UNSCALED = re.compile(rb"if rope_type not in \(([^)]{0,400})\):")
 YARN_ORIGINAL = b'if rope_type == "yarn":'
+TEXT_HEADS = b'hasattr(text_config, "num_attention_heads")'  # get_hf_text_config, 0.11-0.34
 NOT_READ = "the target's config.json gives no length vLLM's derivation is sure of (no key, or a RoPE scaling not read)"
 
 
@@ -55,6 +56,8 @@ def _length_view(launch: LaunchContext) -> tuple[dict[str, Any] | None, str | No
     """The text config as the tree's length derivation reads it; (None, why) where that is not told."""
     target = launch.target
     overrides = target.overrides
+    if added_text_config(launch, judged=False) is not None:
+        return None, "--hf-overrides sets a text_config on a config that has none, as a plain dict"
     inner = overrides["text_config"] if isinstance(overrides.get("text_config"), dict) else {}
     named = [key for key in ROPE_KEYS if isinstance(overrides.get(key), dict)]
     nested = [key for key in ROPE_KEYS if isinstance(inner.get(key), dict)]
@@ -69,7 +72,7 @@ def _length_view(launch: LaunchContext) -> tuple[dict[str, Any] | None, str | No
         return target.text_config, None  # replaced whole, then read: as merged
     if not (all(line in model for line in DICT_AFTER) and READS_PARAMETERS in model and ALIASED in configs):
         return None, f"{given}: how this tree applies it to the derived length is not read"
-    if _transformers_major(launch) != 4:
+    if transformers_major(launch) != 4:
         return None, f"{given}: the launch's transformers is not 4.x, whose rope_parameters the tree reads"
     if composite and "rope_parameters" not in named:
         return _nested_aliased(target.own["text_config"], inner, target.text_config)
@@ -116,7 +119,23 @@ def _patched(loaded: dict[str, Any]) -> object:
     return rope
 
 
-def _transformers_major(launch: LaunchContext) -> int | None:
+def added_text_config(launch: LaunchContext, *, judged: bool = True) -> str | None:
+    """Why vLLM refuses a launch whose --hf-overrides give a text_config to a config that has none: it is
+    set as a plain dict (no nested config to update), which get_hf_text_config then takes as the text
+    config and refuses, having no num_attention_heads (transformers 4: get_text_config returns it).
+    `judged`: only where that is told (the tree's check, transformers 4); else wherever it is given."""
+    target = launch.target
+    if not isinstance(target.overrides.get("text_config"), dict) or isinstance(target.own.get("text_config"), dict):
+        return None
+    if judged and (TEXT_HEADS not in (launch.read(VLLM_CONFIGS) or b"") or transformers_major(launch) != 4):
+        return None
+    return (
+        "--hf-overrides sets text_config on a config that has none, as a plain dict, and the tree's "
+        "get_hf_text_config refuses a text config without num_attention_heads"
+    )
+
+
+def transformers_major(launch: LaunchContext) -> int | None:
     """The major version of the transformers the launch's Python finds; None when not told."""
     headers = launch.distribution("transformers") or []
     version = next((value for key, value in headers if key == "Version"), "")

@@ -8,7 +8,7 @@ Sentence Transformers file replaces it (sentence_config.py); where the derived l
 
 from __future__ import annotations
 
-from patchkit.launch.derived_length import MAX_LEN_KEYS, MODEL_CONFIG, target_derived, whole
+from patchkit.launch.derived_length import MAX_LEN_KEYS, MODEL_CONFIG, added_text_config, target_derived, whole
 from patchkit.launch.engine import LaunchContext
 from patchkit.launch.findings import Finding, cannot_judge
 from patchkit.launch.sentence_config import Encoder, encoder_length
@@ -36,6 +36,10 @@ def length_findings(check: str, launch: LaunchContext) -> list[Finding]:
     refused = _unreadable(launch, encoder, read_as, rule)
     if refused is not None:
         return [Finding(check, False, f"vLLM refuses the launch at start: {refused}", _repair(encoder))]
+    added = added_text_config(launch)
+    if added is not None:
+        fix = "drop text_config from --hf-overrides, and give its keys at the top level"
+        return [Finding(check, False, f"vLLM refuses the launch at start: {added}", fix)]
     if not whole(option) or option <= 0:
         return []  # -1 (auto), 0 and below: bounds.py's, and vLLM's own rules
     given = option
