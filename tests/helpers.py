@@ -13,6 +13,7 @@ import os
 import pty
 import py_compile
 import re
+import shlex
 import shutil
 import signal
 import stat
@@ -25,7 +26,7 @@ import textwrap
 import types
 import venv
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
@@ -1113,3 +1114,69 @@ def crash_after_the_first_replace(tree: Path, command: list[object], first: str,
         middle = (low + high) // 2
         low, high = (low, middle) if replaced(middle) else (middle + 1, high)
     assert replaced(low) and (tree / ".patchkit/journal.json").exists()  # it died, right after that replace
+
+
+# The words that open a hint's way on for a crash that was the user's own command (the other way is for
+# a journal that is none of patchkit's); the way ends at the words that open the other.
+_WAY_FOR_A_CRASH = ("If one was", "if an apply or revert of yours was cut short here")
+_OTHER_WAY = ("; if not,", ". If not,")
+
+
+def hint_commands(said: str) -> list[str]:
+    """The commands a refusal's hint names, in order, for a crash that was the user's (where the hint
+    names two ways on); the whole hint's where it names one."""
+    hint = " ".join(said.split()).partition("hint: ")[2]
+    for words in _WAY_FOR_A_CRASH:
+        if words in hint:
+            hint = hint.split(words, 1)[1]
+    for words in _OTHER_WAY:
+        hint = hint.split(words, 1)[0]
+    return re.findall(r"`([^`]+)`", hint)
+
+
+def follow_hints(
+    refused: subprocess.CompletedProcess,
+    *ran: str,
+    steps: int = 8,
+    by_hand: Callable[[str], bool] | None = None,
+    before_fetch: Callable[[], None] | None = None,
+) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """Follow `refused`'s hint as a user does: each command it names run as written, in order
+    (patchkit's by patchkit_faulted, any other by bash); where one is refused, its own hint next. `ran`:
+    the commands already run, the one refused last. Fails on a circle: a refusal that names a command
+    run before it other than itself (a "then run it again" follows a step that changes the tree), or
+    one refused again with the very words it was refused with before; and on a refusal that names no
+    command, or a chain past `steps`. `by_hand`: does what a command the test cannot run does (a pip
+    install, say), True when it did. `before_fetch`: run once before the first `patchkit fetch` (the
+    index answers once the hint says to fetch). Returns the last patchkit command's result and every
+    command run."""
+    run, done = list(ran), refused
+    refusals = {ran[-1]: " ".join(refused.stderr.split())} if ran else {}
+    todo = _next_steps(refused, run)
+    while todo:
+        line = todo.pop(0)
+        assert len(run) < steps, run
+        run.append(line)
+        words = shlex.split(line)
+        if words[0] != "patchkit":
+            if by_hand is None or not by_hand(line):
+                subprocess.run(["bash", "-c", line], check=True)
+            continue
+        if words[1] == "fetch" and before_fetch is not None:
+            before_fetch()
+            before_fetch = None
+        done = patchkit_faulted(*words[1:])
+        if done.returncode == 2:
+            said = " ".join(done.stderr.split())
+            assert refusals.get(line) != said, f"a circle: {line} refused again as before, after {run}:\n{said}"
+            refusals[line] = said
+            todo = _next_steps(done, run)
+    return done, run
+
+
+def _next_steps(refused: subprocess.CompletedProcess, run: list[str]) -> list[str]:
+    named = hint_commands(refused.stderr)
+    assert named, f"refused, naming no command:\n{refused.stderr}"
+    again = [line for line in named if line in run[:-1] and line != run[-1]]
+    assert not again, f"a circle: {again} named again, after {run}:\n{refused.stderr}"
+    return named

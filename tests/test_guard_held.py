@@ -547,3 +547,27 @@ def test_an_apply_that_records_a_patch_wheel_held_killed_at_any_step_ends_as_bef
     assert killed >= 2, killed
     assert "wheel_held" in json.loads((toy["site"] / ".patchkit/state.json").read_text())
     assert load_plugins_like_vllm(toy["site"]).returncode == 0
+
+
+def test_an_apply_that_writes_its_set_and_leaves_the_guard_refusing_fails_as_status_does(tmp_path):
+    """lows33 F3: apply exits 1 when the launch guard it leaves still refuses the tree. An apply that
+    wrote its set judged the guard only for an older patchkit's --patch record: with another set's
+    file edited by hand it said "applied" in green, exit 0, and its own status then FAILED. It says
+    what the guard refuses and the fix (exit 1, JSON "guard"), and the fix ends it."""
+    site = write_site(tmp_path / "site")
+    library = tmp_path / "lib"
+    edits = {"spec": {SPEC: STOCK_SPEC + "# spec set\n"}, "model": {MODEL: STOCK_MODEL + "# model set\n"}}
+    for name, edit in edits.items():
+        write_library(library, {"0.16.0": [make_patch(tmp_path, site, edit)]}, name=name)
+    chosen = ["--target", site, "--patches", library]
+    assert run_cli_writing("apply", *chosen, "--set", "spec", "--no-import").returncode == 0
+    (site / SPEC).write_text(STOCK_SPEC + "# spec set\n# tuned by hand\n")
+    done = run_cli_writing("apply", *chosen, "--set", "model", "--no-import", "--format", "json")
+    document = json.loads(done.stdout)
+    assert done.returncode == 1 and document["result"] == "applied", done.stdout + done.stderr
+    assert document["guard"]["refuses"] and SPEC in document["guard"]["refuses"][0], document["guard"]
+    assert run_cli_read_only("status", *chosen).returncode == 1
+    fix = re.findall(r"`([^`]+)`", document["guard"]["fix"])
+    for command in fix:
+        assert run_cli_writing(*shlex.split(command)[1:]).returncode == 0, command
+    assert run_cli_read_only("status", *chosen).returncode == 0

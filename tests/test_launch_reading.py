@@ -727,6 +727,46 @@ def test_env_chdir_to_patchkits_own_directory_is_read_and_another_is_refused_say
 
 
 @pytest.mark.parametrize(
+    ("given", "made", "why"),
+    [
+        ("nodir", None, "from {cwd} (no such file or directory)"),
+        ("", None, "from {cwd} (no such file or directory)"),
+        ("{cwd}/gone", None, "(no such file or directory)"),
+        ("file", "file", "from {cwd} (not a directory)"),
+        ("file/sub", "file", "from {cwd} (not a directory)"),
+    ],
+)
+def test_env_chdir_to_no_directory_is_refused_as_env_refuses_it_with_no_cd_hint(tmp_path, given, made, why):
+    """review44a T10: `env -C DIR` where env's chdir fails (DIR missing from the launch's directory, a
+    file): env refuses, the launch never runs; no `cd DIR && ...` hint (that cd fails too). Exit 2,
+    `preflight` and `run` alike."""
+    if made:
+        (tmp_path / made).write_text("")
+    directory = given.format(cwd=tmp_path)
+    for verb in ("preflight", "run"):
+        done = run_cli(verb, "--", "env", "-C", directory, "vllm", "serve", "m", cwd=tmp_path)
+        said = done.stdout + done.stderr
+        assert done.returncode == 2, said
+        expected = f"env cannot change directory to it {why.format(cwd=tmp_path)}: env refuses the launch"
+        assert expected in said and "cd " not in said, said
+        assert "give env -C a directory that exists and the launch may enter" in said, said
+
+
+def test_env_chdir_to_a_directory_the_launch_may_not_enter_is_refused(tmp_path, monkeypatch):
+    """A directory env's chdir is denied (search permission): refused as env refuses it. root enters
+    any, so the permission is taken away as os.access answers it."""
+    (tmp_path / "closed").mkdir()
+    monkeypatch.chdir(tmp_path)
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode: False if str(path) == "closed" else real(path, mode))
+    with pytest.raises(BadInput, match=re.escape("env -C closed: env cannot change directory to it from")) as refused:
+        frame(["env", "--chdir=closed", "vllm", "serve", "org/m"])
+    assert "(permission denied): env refuses the launch" in str(refused.value) and "cd " not in (
+        refused.value.hint or ""
+    )
+
+
+@pytest.mark.parametrize(
     ("argv", "says"),
     [
         (["env", "A=1", "-i", "vllm", "serve", "org/m"], "env runs '-i' as the command"),

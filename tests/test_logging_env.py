@@ -13,6 +13,8 @@ import pytest
 from helpers import run_cli_judged
 from launch_fixtures import DEEPSEEK_V3, write_eagle3_setup, write_model
 
+from patchkit.launch import observed
+
 # the lines of the tree's envs.py and logger.py the rule reads (0.12-0.33's shape)
 ENVS = textwrap.dedent("""\
     environment_variables = {
@@ -143,5 +145,77 @@ def test_a_config_nested_past_pythons_limit_fails_never_crashes(tmp_path):
     """review44a T3: a RecursionError from json.loads went uncaught (exit 70)."""
     path = tmp_path / "deep.json"
     path.write_text("[" * 100_000)
+    [found] = _findings(tmp_path / "setup", f"VLLM_LOGGING_CONFIG_PATH={path}")
+    assert found["result"] == "fail" and "holds no JSON" in found["message"], found
+
+
+def _counting_reads(monkeypatch, path: Path) -> list[int]:
+    """The bounded reads of `path` patchkit makes (through observed): one entry each, its limit."""
+    counted: list[int] = []
+    plain = observed._ASKED["read"]
+
+    def read(asked: str, limit: int, follow_symlinks: bool, head: bool) -> bytes:
+        if os.path.realpath(asked) == os.path.realpath(path):
+            counted.append(limit)
+        return plain(asked, limit, follow_symlinks, head)
+
+    monkeypatch.setitem(observed._ASKED, "read", read)
+    return counted
+
+
+@pytest.mark.parametrize("import_path", [False, True])
+def test_the_config_is_read_once_bounded_on_either_path(tmp_path, monkeypatch, import_path):
+    """It was read twice by --no-import (its first 1 MiB + 1 to tell its size, then whole) and a third
+    time by the import path (import_blocker): each read a chance to see another file."""
+    path = tmp_path / "logging.json"
+    path.write_text('{"version": 1}')
+    counted = _counting_reads(monkeypatch, path)
+    tree, library = write_eagle3_setup(tmp_path / "setup")
+    (tree / "vllm" / "envs.py").write_text(ENVS)
+    (tree / "vllm" / "logger.py").write_text(LOGGER)
+    target = write_model(tmp_path / "target", DEEPSEEK_V3)
+    how = ["--python", sys.executable] if import_path else ["--no-import"]
+    done = run_cli_judged(
+        "preflight", "--target", tree, "--patches", library, *how, "--format", "json",
+        "--", "env", f"VLLM_LOGGING_CONFIG_PATH={path}", "vllm", "serve", str(target),
+    )  # fmt: skip
+    found = {f["check"]: f for f in json.loads(done.stdout)["findings"]}
+    assert found["vllm-environment"]["result"] == "cannot judge", done.stdout  # dictConfig's to judge
+    assert counted == [(1 << 20) + 1], counted
+    assert not found.get("vllm-validation", {}).get("message", "").startswith("cannot judge: not run: VLLM_LOGGING")
+
+
+def test_a_config_over_the_bound_is_imported_with_on_the_import_path(tmp_path, monkeypatch):
+    """Its static finding says "preflight without --no-import imports vLLM with it": the import path
+    did not (it said "not run: ... over 1 MiB"); the worker's memory is bounded, and vLLM judges it."""
+    path = tmp_path / "logging.json"
+    path.write_text('{"version": 1, "pad": "' + "x" * (2 << 20) + '"}')
+    counted = _counting_reads(monkeypatch, path)
+    tree, library = write_eagle3_setup(tmp_path / "setup")
+    (tree / "vllm" / "envs.py").write_text(ENVS)
+    (tree / "vllm" / "logger.py").write_text(LOGGER)
+    target = write_model(tmp_path / "target", DEEPSEEK_V3)
+    done = run_cli_judged(
+        "preflight", "--target", tree, "--patches", library, "--python", sys.executable, "--format", "json",
+        "--", "env", f"VLLM_LOGGING_CONFIG_PATH={path}", "vllm", "serve", str(target),
+    )  # fmt: skip
+    found = {f["check"]: f for f in json.loads(done.stdout)["findings"]}
+    assert "is over 1 MiB: not read here" in found["vllm-environment"]["message"], done.stdout
+    assert "VLLM_LOGGING_CONFIG_PATH" not in found["vllm-validation"]["message"], found["vllm-validation"]
+    assert counted == [(1 << 20) + 1], counted
+
+
+@pytest.mark.parametrize("name", ["VLLM_LOGGING_LEVEL", "VLLM_CONFIGURE_LOGGING"])
+def test_a_long_value_is_quoted_cut_never_whole(tmp_path, name):
+    """review44a L4: a 5000-character value was quoted whole."""
+    [found] = _findings(tmp_path, f"{name}={'7' * 5000}")
+    assert found["result"] == "fail" and f"{name}='{'7' * 80}'... (5,000 characters)" in found["message"], found
+    assert len(found["message"]) < 400, found
+
+
+def test_an_empty_config_fails_as_vllms_json_loads_of_it_raises(tmp_path):
+    """It was "cannot judge: ... is not read (empty, or gone since)": json.loads("") raises in vLLM's import."""
+    path = tmp_path / "logging.json"
+    path.write_text("")
     [found] = _findings(tmp_path / "setup", f"VLLM_LOGGING_CONFIG_PATH={path}")
     assert found["result"] == "fail" and "holds no JSON" in found["message"], found

@@ -2581,6 +2581,16 @@ def test_an_mla_attention_backend_from_the_config_file_is_named_where_it_is_give
 # llama.py's LlamaDecoderLayer as 0.11-0.34 have it: the rotary table's length is the drafter's own value
 LLAMA_ROPE_TABLE = 'max_position_embeddings = getattr(config, "max_position_embeddings", 8192)\n'
 YARN = {"rope_type": "yarn", "factor": 40, "original_max_position_embeddings": 4096}
+# _get_and_verify_max_len's RoPE scaling as 0.12-0.26 write it (abridged)
+LENGTH_BY_ROPE = """
+def _get_and_verify_max_len(hf_config, max_model_len):
+    for rp in rope_parameters.values():
+        rope_type = rp["rope_type"]
+        if rope_type not in ("su", "longrope", "llama3"):
+            scaling_factor = rp.get("factor", scaling_factor)
+            if rope_type == "yarn":
+                derived_max_model_len = rp["original_max_position_embeddings"]
+"""
 
 
 @pytest.mark.parametrize(
@@ -2607,6 +2617,8 @@ def test_a_drafter_rotary_table_shorter_than_the_launch_max_model_len_fails(
     target's positions, up to max_model_len - 1: the first longer request crashes the engine (review39 C6)."""
     tree, library, _ = setup
     applied(tree, library, {LLAMA: LLAMA_ROPE_TABLE})
+    (tree / "vllm" / "config").mkdir(parents=True, exist_ok=True)
+    (tree / "vllm" / "config" / "model.py").write_text(LENGTH_BY_ROPE)  # the tree's scaling of the target's length
     model = write_model(tmp_path / "target", {**DEEPSEEK_V3, "max_position_embeddings": 163840, **target})
     (model / "tokenizer_config.json").write_text(json.dumps(tokenizer))
     config = {k: v for k, v in {**DRAFTER, "max_position_embeddings": 2048, **drafter}.items() if v is not None}

@@ -8,7 +8,7 @@ import json
 import os
 import stat
 
-from helpers import MODEL_PY, SPEC_PY, make_patch, write_library, write_tree
+from helpers import MODEL_PY, SPEC_PY, make_patch, run_cli_read_only, run_cli_writing, write_library, write_tree
 
 from patchkit.engine import guard
 
@@ -139,3 +139,23 @@ def test_each_directory_on_the_way_to_the_recorded_files_is_judged_once(run, tmp
     monkeypatch.undo()
     assert str(tree / "vllm") in judged and len(judged) == len(set(judged)), judged
     os.chmod(tree / "vllm/models", 0o755)
+
+
+def test_a_patched_file_closed_to_other_users_says_their_launch_is_refused_not_this_users(tmp_path, scratch):
+    """A patched file 0600 (or 0000 as root): this user's guard reads it and passes, another user's
+    launch is refused. status said "the launch guard refuses this tree", which this user's launch
+    shows untrue; it says whose launch is refused, and its fix (apply) works."""
+    tree = write_tree(tmp_path / "site")
+    patch = scratch / "spec.diff"
+    patch.write_bytes(make_patch(scratch, tree, {"vllm/config/spec.py": SPEC_PY.replace('"qwen"', '"kimi"')}))
+    assert run_cli_writing("apply", "--target", tree, "--patch", patch, "--no-import").returncode == 0
+    _closed(tree / "vllm/config/spec.py")
+    [only] = guard.launch_verdict_of(tree).problems  # the closed file alone: this user's guard reads it
+    assert only.startswith(guard.OTHERS_CANNOT_READ), only
+    status = run_cli_read_only("status", "--target", tree, "--patch", patch)
+    said = " ".join((status.stdout + status.stderr).split())
+    assert status.returncode == 1, said
+    assert "another user's launch is refused: other users (a vLLM they launch) cannot read vllm/config/spec.py" in said
+    assert "launch guard refuses" not in said, said
+    assert run_cli_writing("apply", "--target", tree, "--patch", patch, "--no-import").returncode == 0
+    assert run_cli_read_only("status", "--target", tree, "--patch", patch).returncode == 0

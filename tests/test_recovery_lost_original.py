@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -17,6 +18,8 @@ from helpers import (
     SPEC_PY,
     STOCK_FILES,
     crash_after_the_first_replace,
+    follow_hints,
+    hint_commands,
     make_patch,
     patchkit_faulted,
     snapshot,
@@ -120,7 +123,7 @@ def test_an_apply_cut_short_whose_stock_original_is_damaged_takes_vllms_own_file
     command: list[object] = ["apply", "--target", tree, "--patch", diff, "--no-import"]
     crash_after_the_first_replace(tree, command, SPEC, PATCHED[SPEC].encode())
     _damage(tree, SPEC_PY.encode())
-    done = patchkit_faulted("status", "--target", tree, "--patch", diff)
+    done = patchkit_faulted("status", "--target", tree)  # no --patch: the diff is not known to reverse
     said = " ".join(done.stderr.split())
     assert done.returncode in (0, 1), done.stdout + done.stderr
     assert f"the saved original of {SPEC} was damaged or missing: made again from vLLM 0.16.0's own file" in said
@@ -243,3 +246,98 @@ def test_an_update_cut_short_whose_earlier_patched_original_is_damaged_is_rolled
     assert _tree_files(tree) == earlier and not (tree / ".patchkit/journal.json").exists(), said
     assert patchkit_faulted(*update).returncode == 0
     assert (tree / SPEC).read_bytes() == later[SPEC].encode()
+
+
+def test_an_unsealed_journals_roll_back_offline_names_a_way_that_ends(tmp_path, scratch):
+    """A crash's journal read in a copy of the tree (its marker sealed for the other: as another user's
+    or node's key), the apply's stock original lost, offline: `recover --roll-back` named the stock
+    files' fetch, then plain `recover`, which refuses the unsealed journal and names `recover
+    --roll-back` again: a circle. Followed once the index answers, the hints now end: the tree stock."""
+    python_files = {p: d for p, d in STOCK_FILES.items() if p.endswith(".py")}
+    tree = write_tree(tmp_path / "site", files=dict(python_files))
+    stock = _tree_files(tree)
+    diff = tmp_path / "site.diff"
+    diff.write_bytes(make_patch(scratch, tree, PATCHED))
+    crash_after_the_first_replace(
+        tree, ["apply", "--target", tree, "--patch", diff, "--no-import"], SPEC, PATCHED[SPEC].encode()
+    )
+    _damage(tree, SPEC_PY.encode())
+    copy = tmp_path / "copy"
+    shutil.copytree(tree, copy, symlinks=True)
+    refused = patchkit_faulted("status", "--target", copy)
+    assert refused.returncode == 2 and "not sealed with this user's key" in refused.stderr, refused.stderr
+    first = hint_commands(refused.stderr)[0]
+    assert shlex.split(first) == ["patchkit", "recover", "--target", str(copy), "--roll-back"], first
+    refused = patchkit_faulted(*shlex.split(first)[1:])
+    assert refused.returncode == 2 and f"the saved original of {SPEC} is damaged" in refused.stderr
+    write_wheel(tmp_path / "wheel")  # the index answers again: the release's files in the cache
+    stock_files_fetched(python_files)
+    done, run = follow_hints(refused, first)
+    assert done.returncode == 0, (run, done.stdout + done.stderr)
+    assert _tree_files(copy) == stock and not (copy / ".patchkit/journal.json").exists(), run
+
+
+@pytest.mark.parametrize("where", ["--patch", "library"])
+def test_an_apply_cut_short_offline_gets_its_lost_stock_original_from_its_series_reversed(tmp_path, scratch, where):
+    """An apply cut short after its first replace, its saved stock original then lost, offline (the
+    release's file out of reach): refused, though the tree's file holds what the apply wrote and the
+    series the user names, reversed on it, gives the lost bytes back (held to the journal's sha256)."""
+    python_files = {p: d for p, d in STOCK_FILES.items() if p.endswith(".py")}
+    tree = write_tree(tmp_path / "site", files=dict(python_files))
+    stock = _tree_files(tree)
+    diff = make_patch(scratch, tree, PATCHED)
+    if where == "library":
+        chosen: list[object] = ["--patches", write_library(tmp_path / "lib", {"0.16.0": [diff]}), "--set", "demo"]
+    else:
+        (tmp_path / "site.diff").write_bytes(diff)
+        chosen = ["--patch", tmp_path / "site.diff"]
+    crash_after_the_first_replace(
+        tree, ["apply", "--target", tree, *chosen, "--no-import"], SPEC, PATCHED[SPEC].encode()
+    )
+    _damage(tree, SPEC_PY.encode())
+    done = patchkit_faulted("status", "--target", tree, *chosen)
+    said = " ".join(done.stderr.split())
+    assert done.returncode in (0, 1), done.stdout + done.stderr
+    assert f"the saved original of {SPEC} was damaged or missing: made again from the tree's file with" in said, said
+    assert _tree_files(tree) == stock and not (tree / ".patchkit/journal.json").exists()
+
+
+# Each recovery refusal a crash with a lost saved original leaves, offline (the index answers once a
+# hint says to fetch): the crash of an apply (its stock original lost) or of a revert (its patched one,
+# the --patch diff moved away: nothing makes it again), the journal sealed by this user or not (a
+# copy of the tree: another user's, node's, key's).
+@pytest.mark.parametrize("sealed", [True, False], ids=["sealed", "unsealed"])
+@pytest.mark.parametrize("crashed", ["apply", "revert"])
+def test_every_recovery_refusals_hints_end_without_a_circle(tmp_path, scratch, crashed, sealed):
+    """From `status`, the first command a user runs: each hint followed as written ends with the tree
+    stock, no journal and no staged file; no refusal names a command run before it (a circle), or
+    refuses again as before (review44b M1: `recover --roll-back` -> fetch -> `recover` ->
+    `recover --roll-back`)."""
+    python_files = {p: d for p, d in STOCK_FILES.items() if p.endswith(".py")}
+    tree = write_tree(tmp_path / "site", files=dict(python_files))
+    stock = _tree_files(tree)
+    diff = tmp_path / "site.diff"
+    diff.write_bytes(make_patch(scratch, tree, PATCHED))
+    applying: list[object] = ["apply", "--target", tree, "--patch", diff, "--no-import"]
+    if crashed == "apply":
+        crash_after_the_first_replace(tree, applying, SPEC, PATCHED[SPEC].encode())
+        _damage(tree, SPEC_PY.encode())
+    else:
+        assert patchkit_faulted(*applying).returncode == 0
+        crash_after_the_first_replace(tree, ["revert", "--target", tree, "--patch", diff], SPEC, SPEC_PY.encode())
+        _damage(tree, PATCHED[SPEC].encode())
+        diff.rename(diff.with_suffix(".gone"))
+    if not sealed:
+        shutil.copytree(tree, tmp_path / "copy", symlinks=True)
+        tree = tmp_path / "copy"
+    refused = patchkit_faulted("status", "--target", tree)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+
+    def online() -> None:  # the release's wheel and files in the test's cache: the index answers
+        write_wheel(tmp_path / "wheel")
+        stock_files_fetched(python_files)
+
+    done, run = follow_hints(refused, f"patchkit status --target {tree}", before_fetch=online)
+    assert done.returncode in (0, 1), (run, done.stdout + done.stderr)
+    assert _tree_files(tree) == stock and not (tree / ".patchkit/journal.json").exists(), run
+    assert not list(tree.rglob("*.patchkit-*.tmp")), run

@@ -11,7 +11,7 @@ import pytest
 from helpers import run_cli_judged
 from launch_fixtures import DEEPSEEK_V3, DRAFTER, SPEC, findings, write_eagle3_setup, write_model
 
-from patchkit.launch.spec_limits import derived_max_len
+from patchkit.launch.derived_length import RopeRule, derived_max_len
 
 # the lines of speculative.py each rule reads the tree's refusal from, as 0.12-0.34 write them
 LENGTH_RULE = '\nraise ValueError(f"{speculative_max_model_len=} cannot be larger than {draft_max_model_len=}")\n'
@@ -19,21 +19,25 @@ SUFFIX_RULE = "\ndef _validate_suffix_decoding(self):\n    if not has_arctic_inf
 
 
 def _speculative(
-    tmp_path, spec: dict, *, drafter_len: int, target_len: int, rules: str = "", module=False, fields: str = ""
-):
+    tmp_path, spec: dict, *, drafter_len: int, target_len: int, rules: str = "", module=False, fields: str = "",
+    tree_files: dict[str, str] | None = None, target: dict | None = None, launch: tuple[str, ...] = (),
+):  # fmt: skip
     tree, library = write_eagle3_setup(tmp_path)
+    for name, text in (tree_files or {}).items():
+        (tree / name).parent.mkdir(parents=True, exist_ok=True)
+        (tree / name).write_text(text)
     stock = (tree / SPEC).read_text(encoding="utf-8")
     field = "    quantization: str | None = None\n"
     (tree / SPEC).write_text(stock.replace(field, f"{field}    max_model_len: int | None = None\n{fields}") + rules)
     if module:
         (tree / "arctic_inference").mkdir()
         (tree / "arctic_inference" / "__init__.py").write_text("")
-    model = write_model(tmp_path / "target", {**DEEPSEEK_V3, "max_position_embeddings": target_len})
+    model = write_model(tmp_path / "target", {**DEEPSEEK_V3, "max_position_embeddings": target_len, **(target or {})})
     drafter = write_model(tmp_path / "drafter", {**DRAFTER, "max_position_embeddings": drafter_len})
     spec = {**spec, "model": str(drafter)} if spec.get("method") != "suffix" else spec
     done = run_cli_judged(
         "preflight", "--target", tree, "--patches", library, "--no-import", "--format", "json",
-        "--", "vllm", "serve", str(model), "--speculative-config", json.dumps(spec),
+        "--", "vllm", "serve", str(model), "--speculative-config", json.dumps(spec), *launch,
     )  # fmt: skip
     return findings(done).get("speculative-config")
 
@@ -56,6 +60,41 @@ def test_a_speculative_max_model_len_above_the_drafters_or_targets_fails(
         return
     assert found is not None and not found["ok"] and says in found["message"], found
     assert 'lower "max_model_len" in --speculative-config' in found["fix"], found
+
+
+# a 0.12-0.30 tree under transformers 4: dict overrides set after patch_rope_parameters aliased rope_scaling
+SPLIT_TREE = {
+    "vllm/config/model.py": (
+        "def _get_and_verify_max_len():\n"
+        '    rope_parameters = getattr(hf_config, "rope_parameters", None)\n'
+        '    if rope_type not in ("su", "longrope", "llama3"):\n'
+        '        if rope_type == "yarn":\n            derived_max_model_len = rp["original_max_position_embeddings"]\n'
+        "def __post_init__():\n    dict_overrides[key] = value\n    self._apply_dict_overrides(hf_config, dict_overrides)\n"
+    ),
+    "vllm/transformers_utils/config.py": "config.rope_parameters = rope_scaling\n",
+    "transformers-4.57.6.dist-info/METADATA": "Version: 4.57.6\n",
+}
+
+
+@pytest.mark.parametrize("overrides", [{"factor": 2.0}, {"factor": 8.0}])
+def test_the_targets_length_a_speculative_max_model_len_is_held_to_takes_hf_overrides_as_the_tree_does(
+    tmp_path, overrides
+):
+    """review44a T1: an overridden rope_scaling never moves the target's derived length on 0.12+ (here
+    16384, yarn factor 4 over 4096), so neither halves nor doubles what the drafter's max_model_len may be."""
+    spec = {"method": "eagle3", "num_speculative_tokens": 3, "max_model_len": 16384}
+    yarn = {"rope_scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096}}
+    found = _speculative(
+        tmp_path, spec, drafter_len=163840, target_len=4096, rules=LENGTH_RULE, tree_files=SPLIT_TREE, target=yarn,
+        launch=("--hf-overrides", json.dumps({"rope_scaling": overrides})),
+    )  # fmt: skip
+    assert found is None or found["ok"], found
+    spec["max_model_len"] = 16385
+    found = _speculative(
+        tmp_path / "over", spec, drafter_len=163840, target_len=4096, rules=LENGTH_RULE, tree_files=SPLIT_TREE,
+        target=yarn, launch=("--hf-overrides", json.dumps({"rope_scaling": overrides})),
+    )  # fmt: skip
+    assert found is not None and "above the target's 16384" in found["message"], found
 
 
 @pytest.mark.parametrize("given", ["100000", 100000.0, " 100000 "])
@@ -95,7 +134,7 @@ def test_suffix_without_arctic_inference_fails(tmp_path, module):
 )
 def test_a_length_or_factor_past_a_float_is_not_judged_never_a_crash(config):
     """review44a T6: int(inf) and a 310-digit length times a float raised (exit 70 from preflight and run)."""
-    assert derived_max_len(config) is None
+    assert derived_max_len(config, RopeRule(("su", "longrope", "llama3"), True)) is None
 
 
 BOOL_FIELDS = "    parallel_drafting: bool = False\n    enforce_eager: bool | None = None\n"

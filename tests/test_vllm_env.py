@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -13,7 +14,9 @@ import pytest
 from helpers import lay_out_release, run_cli_in_process
 from launch_fixtures import DEEPSEEK_V3, DRAFTER, applied_finding, serve, write_model
 
+from patchkit.launch import observed
 from patchkit.launch.vllm_env import CHECK, ENVS, conversions, json_or_file_refusal, json_str_or_file, refusal
+from patchkit.launch.warnings_env import deprecation_findings
 
 EAGLE3 = '{"method":"eagle3","model":"DRAFTER","num_speculative_tokens":3}'
 # the entries' shapes as 0.12-0.30 spell them: int() directly, or through maybe_convert_bool
@@ -214,7 +217,7 @@ def test_a_json_file_vllm_reads_is_no_finding_and_a_json_value_neither(tmp_path)
 @pytest.mark.parametrize(
     ("make", "says"),
     [
-        (lambda p: p.write_text("bits: 4"), "holds no utf-8 JSON"),
+        (lambda p: p.write_text("bits: 4"), "holds no JSON"),
         (lambda p: p.write_bytes(b'\xef\xbb\xbf{"bits": 4}'), "holds no utf-8 JSON"),  # vLLM's json.load: a BOM raises
         (lambda p: p.mkdir(), "is a directory"),
         (os.mkfifo, "is no regular file"),
@@ -255,7 +258,7 @@ for name, getter in module.environment_variables.items():
 print(json.dumps(out))
 """
 VALUES = ["1", "0", "true", "yes", "", "abc", "1.5", " 1", "01", "-1", "x,y", "auto", "tcp://1.2.3.4:5", "[1]", "{}"]
-VALUES += ["None", "Debug", "release", "good.json", "bad.json", "bom.json", "folder"]
+VALUES += ["None", "Debug", "release", "good.json", "bad.json", "bom.json", "folder", "1" * 5000]  # past int()'s limit
 
 
 @pytest.mark.release
@@ -303,4 +306,207 @@ def test_json_nested_past_pythons_limit_is_a_refusal_never_a_crash(tmp_path):
     assert judged and why is not None and "is not JSON" in why
     (tmp_path / "deep.json").write_text(deep)
     why, judged = json_or_file_refusal("VLLM_HUMMING_INPUT_QUANT_CONFIG", "deep.json", str(tmp_path), "utf-8")
-    assert judged and why is not None and "holds no utf-8 JSON" in why
+    assert judged and why is not None and "holds no JSON" in why
+
+
+def test_a_number_past_pythons_digit_limit_is_not_json_as_vllms_json_loads_says(tmp_path):
+    """review44a L3: json.loads raises a plain ValueError on a 5000-digit number (Python's int() limit),
+    not a JSONDecodeError: it was "names a file that is not read here", cannot judge."""
+    why, judged = json_or_file_refusal("VLLM_HUMMING_INPUT_QUANT_CONFIG", "1" * 5000, str(tmp_path), "utf-8")
+    assert judged and why is not None and "names no file and is not JSON" in why, why
+    found = environment_finding(tmp_path / "e2e", ENVS_WRAPPED, "VLLM_X_QUANT=" + "1" * 5000)
+    assert found is not None and found["result"] == "fail" and "is not JSON" in found["message"], found
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("VLLM_X_QUANT", "1" * 5000), ("VLLM_X_FLAG", "7" * 4999 + "x"), ("VLLM_X_BACKEND", "c" * 5000)],
+)
+def test_a_long_value_is_quoted_cut_never_whole(tmp_path, name, value):
+    """review44a L4: a 5000-character value was quoted whole."""
+    found = environment_finding(tmp_path, ENVS_WRAPPED, f"{name}={value}")
+    assert found is not None and found["result"] == "fail", found
+    assert found["message"].startswith(f"{name}={value[:80]!r}... (5,000 characters) "), found
+    assert len(found["message"]) + len(found["fix"]) < 400, found
+
+
+def test_a_json_file_a_variable_names_is_read_once(tmp_path, monkeypatch):
+    path = tmp_path / "quant.json"
+    path.write_text('{"bits": 4}')
+    counted: list[str] = []
+    plain = observed._ASKED["read"]
+
+    def read(asked: str, *rest: object) -> bytes:
+        counted.extend([asked] if os.path.realpath(asked) == str(path) else [])
+        return plain(asked, *rest)
+
+    monkeypatch.setitem(observed._ASKED, "read", read)
+    assert environment_finding(tmp_path / "run", ENVS_WRAPPED, f"VLLM_X_QUANT={path}") is None
+    assert len(counted) == 1, counted
+
+
+LAUNCH_LOCALES = [
+    ["LANG=en_US.ISO-8859-1"],  # installed here or not: only the launch's Python knows
+    ["LANG=en_US.ISO-8859-1", "PYTHONUTF8=1"],
+    ["LC_ALL=C", "PYTHONUTF8=0"],  # UTF-8 mode off under C: ASCII
+    ["LC_ALL=C.UTF-8"],
+]
+
+
+@pytest.mark.parametrize("words", LAUNCH_LOCALES)
+def test_a_json_file_is_judged_in_the_encoding_the_launchs_own_python_opens_it_in(tmp_path, words):
+    """envkeep33's left: the file was decoded in the encoding the locale variables name, where the
+    launch's Python (a locale not installed is C to it, UTF-8 mode) may open it in another; patchkit's
+    verdict agrees with a real json.load(open(path)) in that Python, on a Latin-1 and a UTF-8 file."""
+    target = write_model(tmp_path / "tgt", DEEPSEEK_V3)
+    env = {**os.environ, **dict(word.split("=", 1) for word in words)}
+    for name, data in (("latin1", '{"a": "\u00e9"}'.encode("latin-1")), ("utf8", '{"a": "\u00e9"}'.encode())):
+        path = tmp_path / f"{name}.json"
+        path.write_bytes(data)
+        loads = f"import json; json.load(open({str(path)!r}))"
+        raises = (
+            subprocess.run([sys.executable, "-c", loads], env=env, capture_output=True, check=False).returncode != 0
+        )
+        launch = ["env", *words, f"VLLM_X_QUANT={path}", sys.executable, "-m", "vllm.entrypoints.openai.api_server"]
+        found = applied_finding(tmp_path / name, {ENVS: ENVS_WRAPPED}, [*launch, "--model", str(target)], CHECK)
+        assert (found is not None and found["result"] == "fail") == raises, (name, found)
+
+
+# 0.22-0.23's deprecated_env, its warning as they write it
+ENVS_DEPRECATED = ENVS_WRAPPED.replace(
+    "environment_variables: dict = {\n",
+    "def deprecated_env(env_name, removal_version, replacement, getter):\n"
+    "    def _read():\n"
+    "        if env_name in os.environ:\n"
+    "            warnings.warn(\n"
+    '                f"{env_name} is deprecated and will be removed in "\n'
+    '                f"{removal_version}. {replacement}",\n'
+    "                FutureWarning,\n"
+    "                stacklevel=2,\n"
+    "            )\n"
+    "        return getter()\n"
+    "    return _read\n"
+    "environment_variables: dict = {\n",
+)
+
+
+@pytest.mark.parametrize(
+    ("filters", "fails"),
+    [
+        ("error", True),
+        ("error::FutureWarning", True),
+        ("e", True),  # a prefix names the action
+        ("error:vllm_x_flag is deprecated", True),  # the message's start, any case
+        ("error:::vllm.envs", True),
+        ("ignore,error", True),  # the last item comes first
+        ("error,ignore::FutureWarning", False),
+        ("error::DeprecationWarning", False),
+        ("error:::vllm", False),  # the module's whole name
+        ("error:other message", False),
+        ("error,", True),  # no empty item
+        ("error, ", False),  # " ": a default filter, first
+        ("bogus,error:::vllm.envs:0", True),
+    ],
+)
+def test_a_deprecated_variable_whose_warning_pythonwarnings_makes_an_error_fails(tmp_path, filters, fails):
+    """envkeep33's left: deprecated_env warns FutureWarning reading a variable that is set; under
+    PYTHONWARNINGS=error it raises, and the launch stops after the model's load, unseen."""
+    found = environment_finding(tmp_path, ENVS_DEPRECATED, "VLLM_X_FLAG=1", f"PYTHONWARNINGS={filters}")
+    assert (found is not None and found["result"] == "fail") is fails, found
+    if fails:
+        assert "is deprecated: vLLM's envs.py warns reading it" in found["message"], found
+        assert found["fix"].startswith("unset VLLM_X_FLAG, or leave FutureWarning out of"), found
+        assert found["fix"].endswith("(vLLM's note on VLLM_X_FLAG: Use --x.)"), found
+    assert environment_finding(tmp_path / "unset", ENVS_DEPRECATED, f"PYTHONWARNINGS={filters}") is None
+
+
+def test_a_line_number_decides_and_a_tree_that_warns_otherwise_cannot_be_judged(tmp_path):
+    found = environment_finding(tmp_path / "a", ENVS_DEPRECATED, "VLLM_X_FLAG=1", "PYTHONWARNINGS=error:::vllm.envs:7")
+    assert found is not None and found["result"] == "cannot judge" and "a line number" in found["message"], found
+    otherwise = ENVS_DEPRECATED.replace("FutureWarning", "DeprecationWarning")
+    found = environment_finding(tmp_path / "b", otherwise, "VLLM_X_FLAG=1", "PYTHONWARNINGS=error")
+    assert found is not None and found["result"] == "cannot judge", found
+
+
+WARNS = """
+import importlib.util, json, os, sys
+spec = importlib.util.spec_from_file_location("vllm.envs", sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+out = {}
+for name in json.loads(sys.argv[2]):
+    os.environ[name] = "1"
+    try:
+        getattr(module, name)
+        out[name] = False
+    except FutureWarning:
+        out[name] = True
+    except ValueError:  # the getter's own refusal of "1", after its warning
+        out[name] = False
+    del os.environ[name]
+print(json.dumps(out))
+"""
+FILTERS = ["error", "error::FutureWarning", "e", "error:::vllm.envs", "error:::vllm", "ignore,error", "error, "]
+FILTERS += ["error,ignore::FutureWarning", "error::DeprecationWarning", "error:VLLM_USE_FLASHINFER_MOE_FP8 IS", "a"]
+
+
+@pytest.mark.release
+@pytest.mark.parametrize("release", ["0.22.0", "0.23.0"])
+def test_every_deprecated_entry_fails_exactly_where_its_warning_raises(tmp_path, release):
+    """The release's own envs.py (exec'd alone as vllm.envs) under each PYTHONWARNINGS: its getter's
+    FutureWarning raised against patchkit's verdict, for every deprecated entry."""
+    site = lay_out_release(release, [ENVS], tmp_path / "site")
+    envs = (site / ENVS).read_bytes()
+    names = sorted(set(re.findall(r'deprecated_env\(\s*"(\w+)"', envs.decode())))
+    assert len(names) >= 4, names
+    for filters in FILTERS:
+        argv = [sys.executable, "-c", WARNS, str(site / ENVS), json.dumps(names)]
+        env = {"PYTHONWARNINGS": filters, "PATH": os.environ["PATH"]}
+        done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, check=False)
+        assert done.returncode == 0, done.stderr
+        for name, raised in json.loads(done.stdout).items():
+            found = deprecation_findings({name: "1", "PYTHONWARNINGS": filters}, list, {ENVS: envs}.get)
+            assert bool(found) is raised, (filters, name, found)
+            assert all(f.ok is False for f in found), found
+
+
+# huggingface_hub's constants.py, the shape of its int() conversions at import (0.3x)
+HUB_CONSTANTS = (
+    "import os\n"
+    "def _as_int(value):\n"
+    "    if value is None:\n"
+    "        return None\n"
+    "    return int(value)\n"
+    'HF_HUB_ETAG_TIMEOUT: int = _as_int(os.environ.get("HF_HUB_ETAG_TIMEOUT")) or 10\n'
+    'HF_HUB_X_RATIO = float(os.getenv("HF_HUB_X_RATIO", "0.5"))\n'
+    'HF_HUB_OFFLINE = os.environ.get("HF_HUB_OFFLINE", "0").upper() in ("1", "ON")\n'
+    "try:\n"
+    '    HF_HUB_GUARDED = int(os.environ.get("HF_HUB_GUARDED"))\n'
+    "except Exception:\n"
+    "    HF_HUB_GUARDED = 0\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("assignment", "fails"),
+    [
+        ("HF_HUB_ETAG_TIMEOUT=abc", True),
+        ("HF_HUB_ETAG_TIMEOUT=", True),  # "": not None, int("") raises
+        ("HF_HUB_ETAG_TIMEOUT= 30 ", False),
+        ("HF_HUB_X_RATIO=half", True),
+        ("HF_HUB_X_RATIO=1e-3", False),
+        ("HF_HUB_OFFLINE=maybe", False),  # read as text
+        ("HF_HUB_GUARDED=abc", False),  # inside try: not every import raises
+    ],
+)
+def test_a_hub_setting_huggingface_hubs_import_refuses_fails_statically(tmp_path, assignment, fails):
+    """envimport33's left: `run` launched with HF_HUB_ETAG_TIMEOUT=abc, which huggingface_hub's import
+    int()s (every vLLM command imports it at start); only the import path caught it."""
+    target = write_model(tmp_path / "tgt", {**DEEPSEEK_V3, "kv_lora_rank": 512})
+    command = ["env", assignment, *serve(target, write_model(tmp_path / "dr", DRAFTER))]
+    found = applied_finding(tmp_path, {"huggingface_hub/constants.py": HUB_CONSTANTS}, command, CHECK)
+    assert (found is not None and found["result"] == "fail") is fails, found
+    if fails:
+        name = assignment.split("=")[0]
+        assert "huggingface_hub/constants.py reads it with" in found["message"], found
+        assert found["fix"].startswith(f"give {name} "), found

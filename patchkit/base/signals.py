@@ -1,6 +1,12 @@
 """SIGINT, SIGTERM and SIGHUP end a command the same way: an Interrupted raised where it runs (so a
 transaction rolls back), exit 128 + the signal's number. A rollback or a commit point defers them:
-a signal that arrives then is raised once that step is whole (a second Ctrl-C cannot cut it)."""
+a signal that arrives then is raised once that step is whole (a second Ctrl-C cannot cut it).
+
+The handlers themselves defer (a step under way: the signal is noted, and acted on as it ends), not
+the signal mask alone: a mask is the calling thread's, and a process's signal goes to any thread
+that does not block it, whose C handler flags it for the main thread's Python handler to run at its
+next line. With a second thread alive (a pool, an actor's threads, an embedding), a mask set in
+the main thread only sends the signal elsewhere."""
 
 from __future__ import annotations
 
@@ -57,14 +63,27 @@ def grouped_interrupt(exc: BaseException) -> Interrupted | None:
 
 
 def _raise(signum: int, _frame: object) -> None:
+    global _cut
+    if _depth or _cut:  # a step that must end whole runs: the signal waits for its end (_act)
+        _waiting.append(signum)
+        return
     if _blocks_on_raise:  # before the raise: nothing between it and the rollback can be cut (uncut_rollback)
+        _cut = True
         _block()
     _raised.append(signum)  # Python drops what a handler raises inside a finalizer: said at the exit
     raise Interrupted(signum)
 
 
+def _collect(signum: int, _frame: object) -> None:
+    """A host's handler (Python's own, a caller's) while a step runs (deferred): called as it ends."""
+    _waiting.append(signum)
+
+
 _raised: list[int] = []
-_blocks_on_raise = False  # inside uncut_rollback(): the signal that raises blocks the next ones
+_blocks_on_raise = False  # inside uncut_rollback(): the signal that raises makes the next ones wait
+_cut = False  # inside uncut_rollback(), a signal has raised: the others wait until the block ends
+_depth = 0  # deferred() steps under way in the main thread (and handled() putting its handlers back)
+_waiting: list[int] = []  # the signals that came meanwhile, in order
 _mask_before: list[set[int | signal.Signals]] = []  # the mask the first block replaced, while blocked
 
 
@@ -76,11 +95,13 @@ def _block() -> None:
 
 @contextmanager
 def uncut_rollback() -> Iterator[None]:
-    """A transaction whose failure rolls back: the signal that interrupts it blocks the others until
-    the block ends, so that a second Ctrl-C cannot land between the raise and the rollback taking
-    over (the rollback skipped, the tree left mixed, and "before any change" said: the crash trials,
-    1 in 300). The one that waited is raised as the block ends, after the rollback."""
-    global _blocks_on_raise
+    """A transaction whose failure rolls back: once a signal has interrupted it, the others wait
+    until the block ends (their handler notes them; this thread blocks them too), so that a second
+    Ctrl-C cannot land between the raise and the rollback taking over (the rollback skipped, the
+    tree left mixed, and "before any change" said: the crash trials, 1 in 300; with a second thread
+    alive, every time it came then). The one that waited is raised as the block ends, after the
+    rollback."""
+    global _blocks_on_raise, _cut
     if threading.current_thread() is not threading.main_thread() or _blocks_on_raise:
         yield
         return
@@ -89,8 +110,11 @@ def uncut_rollback() -> Iterator[None]:
         yield
     finally:
         _blocks_on_raise = False
-        if _mask_before:
-            signal.pthread_sigmask(signal.SIG_SETMASK, _mask_before.pop())  # a waiting signal acts here
+        cut, _cut = _cut, False
+        waiting = _taken() if cut and not _depth else []  # inside a step still under way: at its end
+        if _mask_before:  # one this thread held acts here; one another thread took, below
+            signal.pthread_sigmask(signal.SIG_SETMASK, _mask_before.pop())
+        _act(waiting)
 
 
 @contextmanager
@@ -98,27 +122,29 @@ def handled() -> Iterator[None]:
     """While a command runs, the three signals raise Interrupted (a signal that was ignored, as
     under `nohup`, stays ignored); the handlers before are back after it. Only the main thread can
     set handlers: elsewhere this changes nothing."""
+    global _depth
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    _waiting.clear()  # nothing that came before this command waits for it
     previous = {number: signal.getsignal(number) for number in HANDLED}
+    _set_all({number: _raise for number, handler in previous.items() if handler is not signal.SIG_IGN}, True)
     hook = sys.unraisablehook
     sys.unraisablehook = partial(_unraisable, hook)
-    for number, handler in previous.items():
-        if handler is not signal.SIG_IGN:
-            signal.signal(number, _raise)
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED)  # none lands half-way: it waits for the old handler
+        _depth += 1  # a signal meanwhile waits, then acts by the handler put back: none lands half-way
         try:
-            for number, handler in previous.items():
-                if handler is not None:
-                    late = _held and handler is not signal.SIG_IGN
-                    signal.signal(number, _note_late if late else handler)
+            signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED)
+            late = {n: _note_late for n, h in previous.items() if _held and h not in (signal.SIG_IGN, None)}
+            _set_all({n: h for n, h in previous.items() if h is not None} | late)
             sys.unraisablehook = hook
         finally:
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, HANDLED)
+            _depth -= 1
+            waiting = _taken()
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, HANDLED)  # one this thread held acts here
+        _act(waiting)
 
 
 def _unraisable(hook: Callable[[Any], object], unraisable: Any) -> None:
@@ -180,33 +206,68 @@ def ignore_more() -> None:
 @contextmanager
 def deferred() -> Iterator[None]:
     """Run a step that must not stop half-way: a handled signal arriving meanwhile is raised (as
-    Interrupted) when it ends. Outside the main thread no handler can be set: it runs as it is."""
+    Interrupted) when it ends, whichever thread took it. Outside the main thread no handler can be
+    set: it runs as it is (a signal's handler runs in the main thread and cannot raise in this one)."""
+    global _depth
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    pending: list[int] = []
-    previous = _set_all(dict.fromkeys(HANDLED, lambda signum, _frame: pending.append(signum)))
+    _depth += 1  # ours waits from here; every handler is swapped for _collect (a host's would act at once)
     try:
-        yield
+        swapped = {number: _collect for number in HANDLED if signal.getsignal(number) not in _NOT_SWAPPED}
+        previous = _set_all(swapped, undo_on_error=True)  # one that raised here acted before the step
+        try:
+            yield
+        finally:
+            _set_all(previous)
     finally:
-        _set_all(previous)
-    for signum in pending:
-        handler = previous[signal.Signals(signum)]
+        _depth -= 1
+        # the last step under way: what waited acts now, unless the step failed (its error is what
+        # the command says) or a rollback's signal raised (they wait for its end: uncut_rollback)
+        waiting = _taken() if not _depth and not _cut else []
+    _act(waiting)
+
+
+_NOT_SWAPPED = (signal.SIG_IGN, None)  # one ignored stays so; None: a handler set outside Python
+
+
+def _taken() -> list[int]:
+    """The signals that waited, no longer waiting."""
+    waiting = list(_waiting)
+    _waiting.clear()
+    return waiting
+
+
+def _act(waiting: list[int]) -> None:
+    """The signals that waited for a step, acted on as the last step under way ends, each by the
+    handler it has now: ours raises; a host's (Python's own for SIGINT) does its part; the default
+    action is an Interrupted, so that the command reports it; one ignored stays ignored."""
+    for signum in waiting:
+        handler = signal.getsignal(signum)
         if callable(handler):
-            handler(signum, None)  # ours (or Python's own for SIGINT) raises; a host's does its part
+            handler(signum, None)
         elif handler is not signal.SIG_IGN:
             raise Interrupted(signum)
 
 
-def _set_all(handlers: dict[Any, Any]) -> dict[Any, Any]:
-    """Set the handlers, the signals blocked meanwhile (their mask then put back as it was: a
-    rollback's block stays), and return those they replace. signal.signal runs a pending signal's
-    handler before it sets one: one of ours raising there would leave the rest as they were."""
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED)
-    try:
-        return {number: signal.signal(number, handler) for number, handler in handlers.items()}
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+def _set_all(handlers: dict[Any, Any], undo_on_error: bool = False) -> dict[Any, Any]:
+    """Set each handler and return those it replaced. signal.signal first runs the handler of a
+    signal another thread took, and does not set its own when that raises (a host's may; ours
+    waits): that one is set again, and the first error raised once all are set, or, `undo_on_error`,
+    once those set are put back."""
+    replaced: dict[Any, Any] = {}
+    error: BaseException | None = None
+    for number, handler in handlers.items():
+        while number not in replaced:
+            try:
+                replaced[number] = signal.signal(number, handler)
+            except BaseException as exc:  # a handler that ran before this one was set
+                error = error or exc
+    if error is not None:
+        if undo_on_error:
+            _set_all(replaced)
+        raise error
+    return replaced
 
 
 _run = threading.local()  # per thread: fleet's agent runs commands in-process

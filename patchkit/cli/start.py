@@ -28,9 +28,16 @@ HANDLED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # base.signals.HANDLED
 def _interrupt(_signum: int, _frame: object) -> None:
     """Python's Ctrl-C before a command takes over the signals, but the ones after it wait (blocked)
     until the exit: a second one in the except clause, before the first was said, escaped as a
-    traceback (the crash trials' exit 99)."""
+    traceback (the crash trials' exit 99). The mask is this thread's: with a second thread alive,
+    a second one goes there and its handler runs here all the same; it does nothing then."""
+    if _interrupted:
+        return
+    _interrupted.append(_signum)
     signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED)
     raise KeyboardInterrupt
+
+
+_interrupted: list[int] = []  # the Ctrl-C that raised: the process ends on it
 
 
 def _interrupted_while_loading() -> None:
@@ -56,6 +63,7 @@ except KeyboardInterrupt:
 
 
 def main() -> None:
+    _interrupted.clear()  # a process forked from one that ran the console script starts its own
     try:
         if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # one ignored (nohup) stays so
             signal.signal(signal.SIGINT, _interrupt)

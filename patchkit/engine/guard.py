@@ -327,6 +327,8 @@ STALE_GUARD = (OLDER_GUARD, NEWER_GUARD)  # another build's, of other checks tha
 UPGRADED_LEAD = "the launch guard is from before an upgrade of patchkit: "
 NEWER_LEAD = "the launch guard is a newer patchkit build's: "
 GUARD_REFUSES = "the launch guard refuses this tree: "
+# what patchkit adds of another user's launch (unreadable_by_others): this user's guard may pass
+OTHERS_REFUSED_LEAD = "another user's launch is refused: "
 UNGUARDED_STALE_LEAD = "no launch guard runs, and a launch loads stale bytecode: "
 UNGUARDED_UNJUDGED_LEAD = "no launch guard runs, and the bytecode a launch may load cannot be judged: "
 NOT_OURS = "the installed launch guard is not this patchkit's: "
@@ -367,6 +369,8 @@ def refusal_text(problems: list[str], guarded: bool = True) -> str:
         lead = UPGRADED_LEAD
     elif any(NEWER_GUARD in p for p in problems):
         lead = NEWER_LEAD
+    elif all(p.startswith(OTHERS_CANNOT_READ) for p in problems):
+        lead = OTHERS_REFUSED_LEAD
     else:
         lead = NOT_OURS if any(UNKNOWN_GUARD in p for p in problems) else GUARD_REFUSES
     return lead + few(problems)

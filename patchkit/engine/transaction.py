@@ -74,8 +74,8 @@ from patchkit.base.values import FrozenValue, Value, frozen
 from patchkit.distinfo import installed_wheel_reader
 from patchkit.distinfo.record import has_provenance, listings
 from patchkit.engine.guard import guard_files
-from patchkit.engine.vouched import needs_force, patches_at_hand, recorded_in_library
-from patchkit.series.hunks import made_file
+from patchkit.engine.vouched import needs_force, patches_at_hand, recorded_in_library, series_at_hand
+from patchkit.series.hunks import made_file, reverse_file
 from patchkit.store import journal as store_journal
 from patchkit.store.journal import (
     UNSETTLED,
@@ -593,7 +593,7 @@ def _kept_list(root: Path, journal: Journal, paths: list[str]) -> str | None:
 
 
 def _roll_back_interrupted(root: Path, journal: Journal, evidence: _Evidence) -> _Undoing:
-    needed, rebuilt = _needed_originals(root, journal, evidence.written)
+    needed, rebuilt = _needed_originals(root, journal, evidence)
     try:
         with signals.deferred():  # a second Ctrl-C cannot cut it: it ends, then the signal acts
             undoing = _rollback(root, journal, needed, evidence)
@@ -690,7 +690,7 @@ def _evidence(root: Path, journal: Journal) -> _Evidence:
     return _Evidence(frozenset(e["path"] for e in files[:reached]), identities, sealed, frozenset(theirs))
 
 
-def _undecided(root: Path, paths: list[str], journal: Journal) -> TreeRefused:
+def _undecided(root: Path, paths: list[str], journal: Journal, sealed: bool) -> TreeRefused:
     """Recovery whose originals for these files cannot go back (damaged or gone) stops: the
     journal and the saved originals stay, the files are named, and so are the ways on. A journal
     is read back from the tree and may be none of patchkit's: no file is deleted on its word alone,
@@ -701,16 +701,17 @@ def _undecided(root: Path, paths: list[str], journal: Journal) -> TreeRefused:
         f"holds its sha256's bytes), so an interrupted patchkit transaction cannot be rolled back; {kept}"
         + (":" + one_a_line(paths, f"{journal_path(root)} lists every one") if len(paths) > 1 else "")
     )
-    return TreeRefused(said, hint=_undecided_hint(root, paths, journal))
+    return TreeRefused(said, hint=_undecided_hint(root, paths, journal, sealed))
 
 
 def _one_or_count(paths: list[str]) -> str:
     return paths[0] if len(paths) == 1 else f"{len(paths)} files"
 
 
-def _undecided_hint(root: Path, paths: list[str], journal: Journal) -> str:
+def _undecided_hint(root: Path, paths: list[str], journal: Journal, sealed: bool) -> str:
     """What patchkit will and will not do with the files, and the commands that go on safely: the
-    journal removed (every file stays as it is), or vLLM's stock files back, then recover."""
+    journal removed (every file stays as it is), or vLLM's stock files back, then recover (with
+    --roll-back for a journal not `sealed` by this user: plain `recover` refuses it)."""
     created = {entry["path"] for entry in journal["files"] if entry["before"] is None}
     forget, staged = _forget_journal(root, journal)
     said = (
@@ -728,10 +729,35 @@ def _undecided_hint(root: Path, paths: list[str], journal: Journal) -> str:
             f"patched {'it' if len(paths) == 1 else 'them'}: {forget}, then {finish} takes "
             f"{'it' if len(paths) == 1 else 'them'} back to stock from the saved originals that are whole"
         )
+    release = _wheel_release(root, paths, journal)
+    if release is not None:  # a revert of the wheel's sets cut short: its stock files, then no journal, end it
+        return (
+            f"{said}. If one was, it was taking the installed patched wheel's files back to stock, and the patches "
+            f"it ships cannot make the lost ones again: put the stock files back with "
+            f"{stock_files_command(root, release, every=True)}, then {forget}; {hints.command('status')} then "
+            "judges the tree"
+        )
     return (
         f"{said}. If one was, put the stock files back with {stock_files_command(root, None, every=True)}, then "
-        f"run {hints.command('recover')}. The saved originals are in {objects_dir(root)}"
+        f"run {hints.command('recover', *([] if sealed else ['--roll-back']))}. "
+        f"The saved originals are in {objects_dir(root)}"
     )
+
+
+def _wheel_release(root: Path, paths: list[str], journal: Journal) -> str | None:
+    """The release of the installed patched wheel whose provenance records each lost file patched with
+    the lost bytes (a revert of its sets cut short, which its shipped patches did not make again):
+    read as it is, believed or not, for a hint's words alone. None: no such wheel."""
+    if not has_provenance(root):
+        return None
+    lost = {entry["path"]: entry["before"] for entry in journal["files"] if entry["path"] in paths}
+    for dist_info in vllm_metadata_dirs(root):
+        with suppress(OSError, PatchkitError):
+            record = installed_wheel_reader().read_provenance(dist_info)
+            if all(p in record.files and record.files[p].patched_sha256 == d for p, d in lost.items()):
+                release: str = record.vllm_version
+                return release
+    return None
 
 
 def _forget_journal(root: Path, journal: Journal) -> tuple[str, bool]:
@@ -853,7 +879,7 @@ def _guard_original(path: str, digest: str) -> str | None:
 
 
 def _needed_originals(
-    root: Path, journal: Journal, written: frozenset[str]
+    root: Path, journal: Journal, evidence: _Evidence
 ) -> tuple[dict[str, bytes], dict[str, list[str]]]:
     """Every original the rollback will put back, read and checked by sha256 before it starts; no
     other (a file it keeps needs none, so a lost original of one stops nothing). A damaged or
@@ -861,7 +887,7 @@ def _needed_originals(
     one that cannot stops recovery before it touches a file (_undecided)."""
     needed, lost, rebuilt = {}, [], dict[str, list[str]]()
     for entry in journal["files"]:
-        if entry["before"] is None or entry["path"] not in written:
+        if entry["before"] is None or entry["path"] not in evidence.written:
             continue
         if file_sha(root, entry["path"]) != entry["after"] or entry["after"] == entry["before"]:
             continue
@@ -877,7 +903,7 @@ def _needed_originals(
                 needed[entry["before"]] = again
                 rebuilt.setdefault(how, []).append(entry["path"])
     if lost:
-        raise _undecided(root, sorted(lost), journal)
+        raise _undecided(root, sorted(lost), journal, evidence.sealed)
     return needed, {how: sorted(paths) for how, paths in rebuilt.items()}
 
 
@@ -894,6 +920,9 @@ def _rebuilt_original(root: Path, journal: Journal, entry: JournalEntry) -> tupl
     makers = [(patches, "the patches its record names") for e in recorded if (patches := _recorded_patches(e, root))]
     wheel = _wheel_patches(root, path, digest)
     makers += [(wheel, "the patches the installed patched wheel ships")] if wheel else []
+    reversed_ = _reversed_apply(root, path, digest)
+    if reversed_ is not None:
+        return reversed_
     for base, what in _stock_candidates(root, path, [e.files[path].get("before") for e in recorded]):
         if sha256(base) == digest:
             return base, what
@@ -902,6 +931,21 @@ def _rebuilt_original(root: Path, journal: Journal, entry: JournalEntry) -> tupl
             if made is not None and sha256(made) == digest:
                 return made, made_from
     return None, ""
+
+
+def _reversed_apply(root: Path, path: str, digest: str) -> tuple[bytes, str] | None:
+    """An apply's lost original (the stock file) from the tree's file, which holds what the apply
+    wrote there (the journal's `after`: _needed_originals checked it), with a series the user's
+    command names reversed (series_at_hand): offline, with no saved original, this is its stock."""
+    try:
+        current = read_file(root / path)
+    except OSError:
+        return None
+    for series, what in series_at_hand(path):
+        made = reverse_file(_only(path, current), path, series)
+        if made is not None and sha256(made) == digest:
+            return made, what
+    return None
 
 
 def _wheel_patches(root: Path, path: str, digest: str) -> list[Patch]:
@@ -970,7 +1014,7 @@ def _stock_release(root: Path) -> str | None:
         return None
 
 
-def _only(path: str, data: bytes) -> Callable[[str], bytes | None]:
+def _only(path: str, data: bytes | None) -> Callable[[str], bytes | None]:
     """A reader of one file: `data` at `path`, nothing elsewhere."""
     return lambda name: data if name == path else None
 

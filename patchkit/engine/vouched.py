@@ -11,7 +11,8 @@ held to vllm/ when it is parsed (store.state), as no --patch file changes anythi
 from __future__ import annotations
 
 import shlex
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import suppress
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -194,6 +195,30 @@ def not_made_by_the_series(root: Path, entry: Entry, known: Sequence[Patch] = ()
         except (OSError, PatchkitError):  # unreadable, its original lost: other checks say so
             continue
     return unmade
+
+
+def series_at_hand(path: str) -> Iterator[tuple[list[Patch], str]]:
+    """The series the user's command may have applied to `path`, each with its words: its --patch
+    diffs, then each release's series of each set in the user's library (--patches, else the one
+    patchkit finds) that changes it. What an apply cut short wrote is undone by reversing one; the
+    result is held to the journal's sha256 by the caller. Unreadable ones are skipped."""
+    adhoc = hints.current().adhoc
+    with suppress(OSError, PatchkitError):
+        diffs = [read_patch(Path(p), follow_symlinks=True) for p in adhoc]
+        if diffs and path in touched_paths(diffs):
+            yield diffs, "the tree's file with the --patch diffs reversed"
+    if adhoc:  # the user chose ad-hoc diffs: no library set is theirs
+        return
+    try:
+        sets = load_library(locate(hints.current().library).path).values()
+    except (OSError, PatchkitError):
+        return
+    for patch_set in sets:
+        for release in patch_set.releases:
+            with suppress(OSError, PatchkitError):
+                series = release.read_patches(patch_set.roots)
+                if path in touched_paths(series):
+                    yield series, f"the tree's file with set {patch_set.name}'s patches reversed"
 
 
 def _bytes(found: tuple[str, bytes] | str | None) -> bytes | None:

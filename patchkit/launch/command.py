@@ -13,9 +13,11 @@ release's own parser does (patchkit/launch/serve_parser.py). What cannot be read
 from __future__ import annotations
 
 import dataclasses
+import errno
 import os
 import re
 import shlex
+import stat
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -848,6 +850,13 @@ def _same_directory_only(prefix: _EnvPrefix, argv: list[str], invoked: tuple[str
     relative paths (its model, --config, the program) are read. Else refused, the hint the user's
     own command run from DIR: its verb and options, the launch whole with DIR made absolute."""
     directory = prefix.cwd or ""
+    cannot = _no_directory(directory)
+    if cannot is not None:
+        raise BadInput(
+            f"env -C {shlex.quote(escaped(directory))}: env cannot change directory to it{cannot}: env refuses "
+            "the launch, which never runs",
+            hint="give env -C a directory that exists and the launch may enter (or make it), then run the command again",
+        )
     try:
         if os.path.samefile(directory, os.curdir):
             return os.getcwd()
@@ -866,6 +875,24 @@ def _same_directory_only(prefix: _EnvPrefix, argv: list[str], invoked: tuple[str
         "its own working directory",
         hint=f"run patchkit from there, with -C made absolute: cd {shlex.quote(where)} && {again}",
     )
+
+
+def _no_directory(directory: str) -> str | None:
+    """Why env's chdir to `directory` fails, as chdir(2) says it (where from, for a relative one);
+    None when it succeeds."""
+    try:
+        mode = os.stat(directory).st_mode
+        why = None if stat.S_ISDIR(mode) else errno.ENOTDIR
+        why = why or (None if os.access(directory, os.X_OK) else errno.EACCES)
+    except OSError as exc:
+        why = exc.errno or errno.ENOENT
+    if why is None:
+        return None
+    try:
+        where = "" if os.path.isabs(directory) else f" from {escaped(os.getcwd())}"
+    except OSError:  # patchkit's own directory is gone: a relative one is found from nowhere
+        where = ""
+    return f"{where} ({os.strerror(why).lower()})"
 
 
 # patchkit's own options that name no path: kept as given in a hint run from another directory

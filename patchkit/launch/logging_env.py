@@ -7,12 +7,11 @@ tree reads them otherwise."""
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Mapping
 
-from patchkit.base.errors import escaped
 from patchkit.launch import observed
+from patchkit.launch.env_json import NOT_JSON, file_json, read_named, refused_kind, shown_path, shown_setting
 from patchkit.launch.findings import Finding, cannot_judge
 
 CHECK = "vllm-environment"
@@ -31,8 +30,8 @@ MARKS = (
     (LOGGER, b"VLLM_LOGGING_STREAM"),
 )
 LEVELS = ("CRITICAL", "FATAL", "ERROR", "WARN", "WARNING", "INFO", "DEBUG", "NOTSET")  # logging's names
-CONFIG_BOUND = 1 << 20
 AT_START = "vLLM raises configuring its logging as it is imported: every vLLM command fails at start"
+AS_IMPORTED = "as vLLM is imported: every vLLM command fails or hangs at start"
 
 
 def logging_findings(environ: Mapping[str, str], cwd: str, read: Callable[[str], bytes | None]) -> list[Finding]:
@@ -48,7 +47,7 @@ def logging_findings(environ: Mapping[str, str], cwd: str, read: Callable[[str],
     try:
         configure = bool(int(environ.get(CONFIGURE, "1")))
     except ValueError:
-        why = f"{CONFIGURE}={escaped(environ[CONFIGURE])!r} is not an integer: {AT_START}"
+        why = f"{shown_setting(CONFIGURE, environ[CONFIGURE])} is not an integer: {AT_START}"
         return [Finding(CHECK, False, why, f"give {CONFIGURE}=1 or {CONFIGURE}=0, or unset it")]
     path = environ.get(CONFIG_PATH)
     if path and not configure:
@@ -58,7 +57,7 @@ def logging_findings(environ: Mapping[str, str], cwd: str, read: Callable[[str],
         return _config_file(os.path.join(cwd, path))
     level = environ.get(LEVEL, "INFO").upper()
     if configure and level not in LEVELS:
-        why = f"{LEVEL}={escaped(environ[LEVEL])!r} names no logging level: {AT_START}"
+        why = f"{shown_setting(LEVEL, environ[LEVEL])} names no logging level: {AT_START}"
         return [Finding(CHECK, False, why, f"give {LEVEL} one of DEBUG, INFO, WARNING, ERROR, CRITICAL, or unset it")]
     return _stream(environ.get(STREAM)) if configure else []
 
@@ -68,63 +67,41 @@ def _stream(stream: str | None) -> list[Finding]:
     cfg://) other than sys's own streams may be missing in the launch's Python (it raises then)."""
     if stream is None or stream in STANDARD_STREAMS or not stream.startswith(("ext://", "cfg://")):
         return []
-    why = f"{STREAM}={escaped(stream)!r} is resolved by logging's dictConfig as vLLM is imported"
+    why = f"{shown_setting(STREAM, stream)} is resolved by logging's dictConfig as vLLM is imported"
     return [cannot_judge(CHECK, why, f"preflight without --no-import imports vLLM with it; or unset {STREAM}")]
 
 
 def _config_file(path: str) -> list[Finding]:
     """vLLM's reading of VLLM_LOGGING_CONFIG_PATH: it must exist and hold a JSON object, as UTF-8 text."""
-    shown, fix = escaped(path), f"give {CONFIG_PATH} a JSON file of a logging config, or unset it"
-    if not observed.exists(path):
+    shown, fix = shown_path(path), f"give {CONFIG_PATH} a JSON file of a logging config, or unset it"
+    imported = "preflight without --no-import imports vLLM with it"
+    named = read_named(path)
+    if named is None:
         return [Finding(CHECK, False, f"{CONFIG_PATH} {shown} does not exist: {AT_START}", fix)]
-    try:
-        unread = _unreadable(path)
-        big = not unread and _oversized(path)
-        data = b"" if unread or big else observed.read_regular(path, CONFIG_BOUND, follow_symlinks=True)
-    except OSError:  # not searchable, gone since: vLLM's own open says
-        unread, big, data = None, False, b""
-    if unread:
-        return [Finding(CHECK, False, f"{CONFIG_PATH} {shown} {unread}", fix)]
-    if big:
-        why = f"{CONFIG_PATH} {shown} is over 1 MiB: not read"
-        return [cannot_judge(CHECK, why, "preflight without --no-import imports vLLM with it")]
-    if not data:
-        return [cannot_judge(CHECK, f"{CONFIG_PATH} {shown} is not read (empty, or gone since)", fix)]
-    try:  # as vLLM reads it: UTF-8 text (a BOM or UTF-16 fails), then json.loads
-        config = json.loads(data.decode("utf-8"))
-    except (ValueError, RecursionError):  # JSONDecodeError, UnicodeDecodeError, nesting past Python's limit
+    if named.refused:
+        return [Finding(CHECK, False, f"{CONFIG_PATH} {shown} {named.refused}, {AS_IMPORTED}", fix)]
+    if named.unread:
+        return [cannot_judge(CHECK, f"{CONFIG_PATH} {shown} {named.unread}", imported)]
+    config = file_json(named.data, "utf-8")  # as vLLM reads it: UTF-8 text (a BOM or UTF-16 fails), then json.loads
+    if config is NOT_JSON:
         return [Finding(CHECK, False, f"{CONFIG_PATH} {shown} holds no JSON in UTF-8 (no BOM): {AT_START}", fix)]
     if not isinstance(config, dict):
         return [Finding(CHECK, False, f"{CONFIG_PATH} {shown} holds no JSON object: {AT_START}", fix)]
     why = f"the logging config in {CONFIG_PATH} {shown} is dictConfig's to judge as vLLM is imported"
-    return [cannot_judge(CHECK, why, "preflight without --no-import imports vLLM with it")]
+    return [cannot_judge(CHECK, why, imported)]
 
 
 def import_blocker(environ: Mapping[str, str], cwd: str) -> str | None:
     """The launch's VLLM_LOGGING_CONFIG_PATH when vLLM's import cannot read it (a fifo would block an
-    import of vLLM in the launch's environment, a device fill its memory): not imported then."""
+    import of vLLM in the launch's environment, a device fill its memory): not imported then. Told
+    from its stat: the file was read once, by logging_findings; one over the bound is imported with
+    (the worker's memory is bounded, and vLLM judges it)."""
     path = environ.get(CONFIG_PATH)
     if not path:
         return None
     full = os.path.join(cwd, path)
     try:
-        unread = _unreadable(full) if observed.exists(full) else None
-        unread = unread or ("is over 1 MiB: patchkit imports vLLM with a smaller one" if _oversized(full) else None)
+        refused = refused_kind(full) if observed.exists(full) else None
     except OSError:
         return None
-    return f"{CONFIG_PATH} {escaped(path)} {unread}" if unread else None
-
-
-def _unreadable(path: str) -> str | None:
-    """Why vLLM's import cannot read the config file at `path` (None: it can): vLLM opens it and reads
-    it to its end as `import vllm` runs, so a fifo blocks every start and a device fills memory."""
-    if observed.isdir(path):
-        return "is a directory: vLLM's open of it raises as it is imported"
-    if not observed.regular(path):
-        return "is no regular file: vLLM's import reads it to its end (a fifo blocks it, a device fills memory)"
-    return None
-
-
-def _oversized(path: str) -> bool:
-    """A regular config over the bound: vLLM reads it whole (and may take it); patchkit reads no more."""
-    return len(observed.read_regular(path, CONFIG_BOUND + 1, follow_symlinks=True, head=True)) > CONFIG_BOUND
+    return f"{CONFIG_PATH} {shown_path(path)} {refused}" if refused else None

@@ -19,7 +19,7 @@ import json
 import os
 import re
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +43,9 @@ class ModelConfig(Value):
 
     name: str  # as the command names it
     path: Path  # its config.json
-    config: dict[str, Any]
+    config: dict[str, Any]  # --hf-overrides applied
+    overrides: dict[str, Any] = field(default_factory=dict)  # the --hf-overrides applied to it
+    own: dict[str, Any] = field(default_factory=dict)  # config.json's, before them
 
     def get(self, key: str, default: Any = None) -> Any:  # config.json's values: JSON, checked where used
         return self.config.get(key, default)
@@ -365,22 +367,41 @@ def _load(name: str, path: Path, raw: bytes, overrides: dict[str, Any] | None) -
     config = load_json(text, str(path))
     if not isinstance(config, dict):
         raise BadInput(f"{path} is not a JSON object")
-    return ModelConfig(name, path, _merged(config, overrides or {}))
+    return with_overrides(ModelConfig(name, path, config, own=config), overrides or {})
 
 
 def with_overrides(model: ModelConfig, overrides: dict[str, Any]) -> ModelConfig:
-    return ModelConfig(model.name, model.path, _merged(model.config, overrides)) if overrides else model
+    if not overrides:
+        return model
+    own = model.own or model.config
+    return ModelConfig(model.name, model.path, _merged(model.config, overrides), {**model.overrides, **overrides}, own)
+
+
+# dict-valued attributes of a loaded config (get_config sets quantization_config from config.json's dict)
+NOT_NESTED = ("quantization_config", "compression_config")
 
 
 def _merged(config: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
-    """--hf-overrides, applied as vLLM applies them: nested objects merged key by key."""
+    """--hf-overrides applied as vLLM applies them: a value replaces the config's own whole (0.12+ sets
+    a dict-valued one after loading, 0.11 updates the config), save a nested config's (text_config ...),
+    which 0.12+ updates key by key, dicts in it too (_update_nested)."""
     merged = dict(config)
     for key, value in overrides.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = _merged(merged[key], value)
-        else:
-            merged[key] = value
+        nested = key.endswith("_config") and key not in NOT_NESTED
+        merged[key] = _updated(merged[key], value) if nested and _both_dicts(merged.get(key), value) else value
     return merged
+
+
+def _updated(config: dict[str, Any], updates: dict[str, Any]) -> dict[str, Any]:
+    """ModelConfig._update_nested on a nested config: a dict merged into the dict it names, key by key."""
+    merged = dict(config)
+    for key, value in updates.items():
+        merged[key] = _updated(merged[key], value) if _both_dicts(merged.get(key), value) else value
+    return merged
+
+
+def _both_dicts(held: object, value: object) -> bool:
+    return isinstance(held, dict) and isinstance(value, dict)
 
 
 REDIRECT_LIMIT = 1 << 20  # VLLM_MODEL_REDIRECT_PATH: a table of model names

@@ -71,7 +71,7 @@ def mtp_findings(
     if model is not None and drafter is None:
         return []  # a drafter found nowhere, or no name: the models finding says it
     name = drafter.name if drafter is not None else str(command.model)
-    config = drafter.config if drafter is not None else _own_config(command, target)
+    config = drafter.config if drafter is not None else mtp_own_config(command, target)
     if isinstance(config, str):
         return [cannot_judge(MODELS, f"the mtp drafter {escaped(name)}: {config}", None)]
     text = config.get("text_config") if LAYERS_KEY not in config else None
@@ -93,7 +93,7 @@ def _no_mtp_layers(name: str) -> Finding:
     return Finding(SPECULATIVE, False, message, NO_MTP_FIX)
 
 
-def _own_config(command: LaunchCommand, target: ModelConfig) -> dict[str, Any] | str:
+def mtp_own_config(command: LaunchCommand, target: ModelConfig) -> dict[str, Any] | str:
     """The target's config.json as vLLM's draft ModelConfig reads it: without --hf-overrides and
     --hf-config-path (hf_config_override is its only override), from the model's own directory."""
     if not command.hf_overrides and command.optional_text("hf-config-path") is None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import glob as globbing
 import hashlib
+import itertools
 import json
 import os
 import stat
@@ -73,6 +74,13 @@ def walk(directory: str, limit: int) -> list[tuple[str, list[str]]]:
     entries were seen (the last pair then the one past it)."""
     found = _asked("walk", _path(directory), limit)
     return [(_as_given(directory, place), list(names)) for place, names in found] if isinstance(found, list) else []
+
+
+def listing(directory: str | os.PathLike[str], limit: int) -> list[str]:
+    """The names of the first `limit` entries os.scandir(directory) gives, sorted; OSError as scandir
+    raises it (not a directory, gone). Never blocks: a fifo or device is no directory."""
+    found = _asked("listing", _path(directory), limit)
+    return list(found) if isinstance(found, list) else []
 
 
 def read_regular(
@@ -158,6 +166,11 @@ def _walked(directory: str, limit: int) -> list[tuple[str, list[str]]]:
     return found
 
 
+def _listed(directory: str, limit: int) -> list[str]:
+    with os.scandir(directory) as entries:
+        return sorted(entry.name for entry in itertools.islice(entries, limit))
+
+
 def _read(path: str, limit: int, follow_symlinks: bool, head: bool) -> bytes:
     return _read_regular(path, limit, follow_symlinks=follow_symlinks, head=head)
 
@@ -170,5 +183,6 @@ _ASKED: dict[str, Callable[..., object]] = {
     "regular": _regular,
     "glob": _globbed,
     "walk": _walked,
+    "listing": _listed,
     "read": _read,
 }

@@ -3,7 +3,8 @@
 registered under a name of its own): the tool-call set that patches that parser then serves the
 launch, whatever name it gives. Read statically, bounded and never blocking (through observed.py):
 its imports of a parser module the set patches (or of a class defined there, from the parsers'
-package), or a string naming a parser the set serves (ToolParserManager.get_tool_parser("kimi_k2")).
+package where it defines it: an import of one it does not define stops the plugin there), or a
+string naming a parser the set serves (ToolParserManager.get_tool_parser("kimi_k2")).
 A plugin patchkit cannot read (bytecode, an extension, a fifo, syntax its Python lacks), or one that
 imports or looks a parser up by a name it computes (importlib, __import__, get_tool_parser(NAME)),
 may use it; so may a module of the user's that it imports (found before the site's packages), which
@@ -13,15 +14,16 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import importlib.machinery
 import os
 import sys
 from collections.abc import Callable, Iterable
 
 from packaging.version import Version
 
-from patchkit.base.errors import PatchkitError, escaped
+from patchkit.base.errors import SHOWN_PROBLEMS, PatchkitError, escaped, more_said
 from patchkit.checks.parsed import python_tree
-from patchkit.launch import observed
+from patchkit.launch import observed, toolparsers
 from patchkit.launch.command import LaunchCommand
 from patchkit.launch.relevance import LaunchNeeds
 from patchkit.series import library
@@ -30,6 +32,12 @@ from patchkit.series.patchfile import touched_paths
 
 PLUGIN_LIMIT = 4 << 20  # a parser plugin: a few KB of Python; a larger file is not judged
 OPTION = "tool-parser-plugin"
+# the plugin's own modules looked for: the filesystem questions asked (a stat, or a listing's
+# NAMES_PER_QUESTION names: about a stat's time) before the rest is "cannot judge", ~50 ms
+QUESTIONS = 10_000
+NAMES_PER_QUESTION = 25
+LISTED = 20_000  # names of one sys.path entry listed; a larger directory has each module asked for by name
+_LOADABLE = tuple(importlib.machinery.all_suffixes())  # ".so" ends every extension's suffix, any ABI's
 # where the releases keep the tool parsers (0.13 on, before): a patched file there is a parser module
 PARSER_PACKAGES = ("vllm/tool_parsers/", "vllm/entrypoints/openai/tool_parsers/")
 
@@ -103,7 +111,16 @@ def plugin_use(command: LaunchCommand, patched: Iterable[str], parsers: Iterable
     tree = python_tree(data)
     if tree is None:
         return None, f"{shown} is not Python patchkit's parser reads"
-    classes = {name: module for module, path in modules.items() for name in _classes(read(path))}
+    failure = toolparsers.import_failure(tree, read)
+    if failure is not None:  # vLLM's import of it stops there: what follows never runs
+        tree = ast.Module(body=tree.body[: failure[0]], type_ignores=[])
+    unbound = toolparsers.unbound_classes(read, toolparsers.TOOL)
+    classes = {
+        name: module
+        for module, path in modules.items()
+        for name in _classes(read(path))
+        if (module.rpartition(".")[0], name) not in unbound  # the package gives no such name (0.12.0 on)
+    }
     found = _imported(tree, modules, classes) or _named(tree, {*parsers, *classes, *modules})
     if found:
         return True, f"{shown} {found}"
@@ -131,7 +148,7 @@ def _imported(tree: ast.Module, modules: dict[str, str], classes: dict[str, str]
                 if alias.name in classes and classes[alias.name].rpartition(".")[0] == node.module:
                     return f"imports {alias.name} (vLLM's, from {classes[alias.name]})"
         elif isinstance(node, ast.Attribute) and node.attr in classes:  # tool_parsers.KimiK2ToolParser
-            return f"uses {ast.unparse(node)} (vLLM's, from {classes[node.attr]})"
+            return f"uses {_shown(node)} (vLLM's, from {classes[node.attr]})"
     return None
 
 
@@ -152,20 +169,83 @@ def _by_name(tree: ast.Module) -> str | None:
 
 def _own_module(tree: ast.Module, command: LaunchCommand) -> str | None:
     """A module the plugin imports that the launch's Python finds before its site's packages (its
-    first sys.path entry, PYTHONPATH): the user's own code, which may build on a patched parser."""
+    first sys.path entry, PYTHONPATH): the user's own code, which may build on a patched parser.
+    Each place is listed once, as Python's finder does; past QUESTIONS, what is left is not followed."""
+    tops = sorted({name.partition(".")[0] for name in _imported_names(tree)} - set(sys.stdlib_module_names) - {"vllm"})
+    places = _own_places(command) if tops else []
+    left: int | None = QUESTIONS
+    for index, place in enumerate(places):
+        found, left = _found_in(place, tops, left) if left is not None and left > 0 else (None, None)
+        if found is not None:
+            return found
+        if left is None:
+            shown = ", ".join(tops[:SHOWN_PROBLEMS]) + more_said(len(tops) - SHOWN_PROBLEMS)
+            return (
+                f"modules ({shown}) patchkit did not look for past {index:,} of the {len(places):,} places the "
+                "launch's Python finds modules in before its site's packages (more than it asks about)"
+            )
+    return None
+
+
+def _imported_names(tree: ast.Module) -> set[str]:
+    names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    return names | {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and not n.level and n.module}
+
+
+def _own_places(command: LaunchCommand) -> list[str]:
+    """The launch's sys.path entries before its site's packages: its first one, PYTHONPATH's (not
+    with -E or -I), each once."""
     flags = "".join(command.interpreter_settings()[0])
     given = "" if "E" in flags or "I" in flags else command.environ.get("PYTHONPATH", "")
     cwd = command.working_directory()
-    places = [p for p in (command.first_path(), *(os.path.join(cwd, e) for e in given.split(os.pathsep) if e)) if p]
-    names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-    names |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and not n.level and n.module}
-    for top in sorted({name.partition(".")[0] for name in names} - set(sys.stdlib_module_names) - {"vllm"}):
-        for place in places:
-            where = os.path.join(place, top)
-            found = where if observed.isdir(where) else f"{where}.py" if observed.exists(f"{where}.py") else None
-            if found is not None:
-                return f"{top}, a module of the user's patchkit does not follow ({escaped(found)})"
-    return None
+    places = (command.first_path(), *(os.path.join(cwd, e) for e in given.split(os.pathsep) if e))
+    return list(dict.fromkeys(place for place in places if place))
+
+
+def _found_in(place: str, tops: list[str], left: int) -> tuple[str | None, int | None]:
+    """(what of `tops` the sys.path entry `place` holds, None: nothing; the questions left after,
+    None when they ran out before `place` was read whole). A listing costs a question per
+    NAMES_PER_QUESTION names; a directory too large to list has each module asked for by name."""
+    try:
+        names = observed.listing(place, LISTED + 1)
+    except NotADirectoryError:
+        if observed.isfile(place):  # zipimport reads an archive there; patchkit does not
+            return f"{tops[0]}, maybe from {escaped(place)}, an archive patchkit does not read", left - 2
+        return None, left - 2
+    except OSError:
+        return None, left - 1  # gone, or not searchable: Python finds nothing there either
+    if len(names) > LISTED:
+        return _asked_by_name(place, tops, left - 1 - LISTED // NAMES_PER_QUESTION)
+    left -= 1 + len(names) // NAMES_PER_QUESTION
+    modules = {name.partition(".")[0]: name for name in names if name.endswith(_LOADABLE)}
+    listed = set(names)
+    for top in tops:
+        if top in modules:
+            return _users(top, os.path.join(place, modules[top])), left
+        if top in listed:  # a package, or a namespace package's portion, if a directory
+            if left <= 0:
+                return None, None
+            left -= 1
+            if observed.isdir(os.path.join(place, top)):
+                return _users(top, os.path.join(place, top)), left
+    return None, left
+
+
+def _asked_by_name(place: str, tops: list[str], left: int) -> tuple[str | None, int | None]:
+    """_found_in's answer for a directory too large to list: each module's names asked for."""
+    for top in tops:
+        for name in (top, *(top + suffix for suffix in _LOADABLE)):
+            if left <= 0:
+                return None, None
+            left -= 1
+            where = os.path.join(place, name)
+            if observed.isdir(where) if name == top else observed.exists(where):
+                return _users(top, where), left
+    return None, left
+
+
+def _users(top: str, where: str) -> str:
+    return f"{top}, a module of the user's patchkit does not follow ({escaped(where)})"
 
 
 def _named(tree: ast.Module, names: set[str]) -> str | None:
@@ -198,8 +278,17 @@ def _looked_up(tree: ast.Module) -> str | None:
         elif isinstance(node, ast.Subscript) and _table(node.value):
             key = node.slice
         if key is not None and not (isinstance(key, ast.Constant) and isinstance(key.value, str)):
-            return ast.unparse(node)[:80]
+            return _shown(node)
     return None
+
+
+def _shown(node: ast.AST) -> str:
+    """The plugin's expression as a message shows it (its first 80 characters); one nested deeper than
+    ast.unparse recurses, which Python's parser still reads, by its line."""
+    try:
+        return escaped(ast.unparse(node)[:80])
+    except RecursionError:
+        return f"the expression on its line {getattr(node, 'lineno', '?')}, nested too deep to show"
 
 
 def _table(node: ast.expr) -> bool:

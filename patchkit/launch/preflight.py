@@ -63,6 +63,7 @@ from patchkit.launch.drafter_quant_files import draft_model_unread
 from patchkit.launch.eagle_one import eagle1_findings
 from patchkit.launch.engine import LaunchContext, Reader, apply_fix, launch_python_version, set_checks, tree_reader
 from patchkit.launch.findings import Finding, cannot_judge
+from patchkit.launch.hub_env import hub_findings
 from patchkit.launch.interpreter import RefusedByPython, exec_search
 from patchkit.launch.late_files import headless_note, late_file_findings, lora_ranks, tool_server_findings
 from patchkit.launch.logging_env import import_blocker, logging_findings
@@ -85,6 +86,7 @@ from patchkit.launch.target_length import length_findings
 from patchkit.launch.validation import BUILD, engine_findings
 from patchkit.launch.validation import CHECK as VALIDATION
 from patchkit.launch.vllm_env import refused_flags
+from patchkit.launch.warnings_env import deprecation_findings
 from patchkit.launch.weights import as_findings, target_directory, tokenizer_findings, weight_findings
 from patchkit.series import dry_run, library
 from patchkit.series.library import PatchSetDef
@@ -1095,8 +1097,10 @@ def command_findings(context: LaunchContext) -> list[Finding]:
     found += quantization_findings(COMMAND, context)
     found += logging_findings(command.environ, command.working_directory(), context.read)
     found += context_parallel_findings(context)
-    cwd, encoding = command.working_directory(), locale_text_encoding(command.environ)
-    return found + refused_flags(command.environ, context.read, cwd, encoding)
+    found += deprecation_findings(command.environ, lambda: command.interpreter_settings()[0], context.read)
+    found += hub_findings(command.environ, context.read)
+    cwd = command.working_directory()  # a file a variable names is read as text in the launch's own encoding
+    return found + refused_flags(command.environ, context.read, cwd, lambda: launch_text_encoding(command))
 
 
 def _lenient_reading(command: LaunchCommand, version: Version | None) -> Finding:

@@ -85,15 +85,17 @@ def findings(
     """The `check` findings for each parser name the launch gives: failed when vLLM refuses it,
     cannot judge when the tree holds no registry patchkit can read (`root`: the tree, for the fix).
     `same_python`: the launch's Python is known to be patchkit's version (Plugin.given)."""
-    found = (_judged(check, named, version, read, root) for named in given(options, version, same_python=same_python))
+    named_here = given(options, version, same_python=same_python, read=read)
+    found = (_judged(check, named, version, read, root) for named in named_here)
     return [*_not_strings(check, options), *(f for f in found if f is not None)]
 
 
 def tool_parser_refused(options: dict[str, object], read: Reader) -> bool:
     """Whether vLLM refuses the launch's --tool-call-parser at start as a name its release does not
     register: the tree's registry read, the name not in it, and no --tool-parser-plugin that may add it."""
-    named = next((n for n in given(options, None) if n.kind is TOOL), None)
-    found = registered(read, TOOL) if named is not None and named.plugin is None else None
+    named = next((n for n in given(options, None, read=read) if n.kind is TOOL), None)
+    unregistered = named is not None and (named.plugin is None or named.plugin.fails is not None)
+    found = registered(read, TOOL) if unregistered else None
     return found is not None and named is not None and named.name not in found[1]
 
 
@@ -136,26 +138,29 @@ class Named(FrozenValue):
     plugin: Plugin | None = None  # the parser file of the user's vLLM imports first (it may register the name)
 
 
-def given(options: dict[str, object], version: object, *, same_python: bool = False) -> list[Named]:
+def given(
+    options: dict[str, object], version: object, *, same_python: bool = False, read: Reader | None = None
+) -> list[Named]:
     """The parser names vLLM holds to its registries for this launch (an empty one is none: vLLM
-    skips it), each with the plugin file vLLM imports before it looks the name up, if any."""
+    skips it), each with the plugin file vLLM imports before it looks the name up, if any (`read`:
+    the tree's reader, which tells an import of the plugin's that fails there)."""
     named: list[Named] = []
     tool = options.get(TOOL.option)
     if options.get(TOOL.needs or "") and isinstance(tool, str):
-        plugin = Plugin.given(options.get(TOOL.plugin), same_python=same_python)
+        plugin = Plugin.given(options.get(TOOL.plugin), same_python=same_python, read=read)
         named.append(Named(TOOL, tool, f"--{TOOL.option} {tool}", AT_START, f"write --{TOOL.option} {{}}", plugin))
     # vLLM's start check (validate_api_server_args) reads only --structured-outputs-config's
     # reasoning_parser, with only --reasoning-parser-plugin imported; --reasoning-parser itself is
     # copied over it when vLLM builds the engine (create_engine_config), and looked up there.
     inner = _structured_reasoning_parser(options)
-    outer_plugin = Plugin.given(options.get(REASONING.plugin), same_python=same_python)
+    outer_plugin = Plugin.given(options.get(REASONING.plugin), same_python=same_python, read=read)
     if inner:
         spelt = f"--structured-outputs-config's reasoning_parser {inner}"
         named.append(Named(REASONING, inner, spelt, AT_START, "set that reasoning_parser to {}", outer_plugin))
     outer = options.get(REASONING.option)
     if isinstance(outer, str) and not _no_parser(outer, version) and outer != inner:
         plugin = outer_plugin or Plugin.given(
-            _structured(options).get("reasoning_parser_plugin"), same_python=same_python
+            _structured(options).get("reasoning_parser_plugin"), same_python=same_python, read=read
         )
         spelt = f"--{REASONING.option} {outer}"
         setting = f"write --{REASONING.option} {{}}"
@@ -171,13 +176,16 @@ class Plugin(FrozenValue):
     path: str
     names: frozenset[str]
     unread: str | None = None  # why patchkit read no decorator: bytecode, or syntax its Python lacks
+    fails: str | None = None  # the line at which vLLM's import of it fails for sure (nothing after runs)
+    mend: str = ""  # how that line imports what it means to
 
     @classmethod
-    def given(cls, value: object, *, same_python: bool = False) -> Plugin | None:
+    def given(cls, value: object, *, same_python: bool = False, read: Reader | None = None) -> Plugin | None:
         """The plugin an option names, when vLLM imports one: a name of more than 3 characters
         (api_server's `len(...) > 3`) of a file spec_from_file_location loads (source, bytecode, an
         extension). vLLM logs a failed import and carries on, so a missing file, or source that
-        does not parse, registers nothing: the name is still held. Source that
+        does not parse, registers nothing: the name is still held, as it is when an import of its
+        fails on the tree `read` reads before anything registers. Source that
         patchkit's Python cannot parse may parse in vLLM's newer one (`same_python`: the launch's
         Python is patchkit's version, so it cannot)."""
         if not isinstance(value, str) or len(value) <= 3 or not value.endswith(_LOADABLE):
@@ -197,11 +205,92 @@ class Plugin(FrozenValue):
             return None if same_python else cls(value, frozenset(), _NEWER_SYNTAX)
         except (ValueError, RecursionError, MemoryError):  # NUL bytes, nesting no Python compiles
             return None
+        failure = import_failure(parsed, read) if read is not None else None
+        if failure is not None and not _registers(parsed.body[: failure[0]]):
+            return cls(value, frozenset(), fails=failure[1], mend=failure[2])
         return cls(value, frozenset(_registered_by(parsed)))
 
 
 _COMPILED = "patchkit does not read bytecode or extension modules"
 _NEWER_SYNTAX = f"patchkit's Python {sys.version_info[0]}.{sys.version_info[1]} cannot parse it (vLLM's may be newer)"
+
+
+def import_failure(tree: ast.Module, read: Reader) -> tuple[int, str, str] | None:
+    """(its index in the body, what fails, the fix) of a plugin's first statement that raises
+    ImportError on the tree `read` reads, whatever ran before: `from PACKAGE import CLASS` at its top
+    level of a parser class the package's lazy table names (0.12.0 on) and its __init__ does not
+    bind (the class is only in its own module, which the table names)."""
+    unbound: dict[tuple[str, str], str] | None = None
+    for index, node in enumerate(tree.body):
+        if not isinstance(node, ast.ImportFrom) or node.level or not node.module:
+            continue
+        unbound = {**unbound_classes(read, TOOL), **unbound_classes(read, REASONING)} if unbound is None else unbound
+        for alias in node.names:
+            module = unbound.get((node.module, alias.name))
+            if module is not None:
+                why = (
+                    f"its line {node.lineno} imports {alias.name} from {node.module}, which defines no such name "
+                    f"(ImportError: vLLM logs it, and nothing after that line runs)"
+                )
+                written = f"from {module} import {alias.name}" + (f" as {alias.asname}" if alias.asname else "")
+                return index, why, f"import {alias.name} from its own module at line {node.lineno} (`{written}`)"
+    return None
+
+
+def unbound_classes(read: Reader, kind: ParserKind) -> dict[tuple[str, str], str]:
+    """{(the package, a class): its module} for the classes of the registry's lazy table that the
+    package's __init__ does not bind; empty when there is no table, or the __init__ may bind names
+    patchkit does not see (a module __getattr__, a star import, globals(), setattr)."""
+    for path in kind.registries:
+        tree = python_tree(read(path))
+        classes = _table_classes(tree, kind.table) if tree is not None else {}
+        bound = _bound_names(tree) if tree is not None else None
+        if classes and bound is not None:
+            package = path.rpartition("/")[0].replace("/", ".")
+            return {(package, name): f"{package}.{file}" for name, file in classes.items() if name not in bound}
+    return {}
+
+
+def _table_classes(tree: ast.Module, table: str) -> dict[str, str]:
+    """{class: its module's file name} of the module's `TABLE = {name: (file, class), ...}`."""
+    for node in tree.body:
+        target = node.target if isinstance(node, ast.AnnAssign) else None
+        targets = node.targets if isinstance(node, ast.Assign) else [target] if target is not None else []
+        value = getattr(node, "value", None)
+        if any(isinstance(t, ast.Name) and t.id == table for t in targets) and isinstance(value, ast.Dict):
+            pairs = [[getattr(e, "value", None) for e in getattr(v, "elts", ())] for v in value.values]
+            return {str(p[1]): str(p[0]) for p in pairs if len(p) == 2 and all(isinstance(e, str) for e in p)}
+    return {}
+
+
+_DYNAMIC = {"globals", "setattr", "vars", "exec", "eval", "__getattr__", "__dict__"}  # may bind any name
+
+
+def _bound_names(tree: ast.Module) -> set[str] | None:
+    """Every name the module may bind, anywhere in it (more than it binds: never fewer); None when
+    it may bind names it does not spell (a star import, a module __getattr__, globals() ...)."""
+    bound: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound |= {(a.asname or a.name).partition(".")[0] for a in node.names}
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, ast.Name):
+            bound.add(node.id)  # stored, or read: a dynamic binder (globals) is read
+        elif isinstance(node, ast.Attribute):
+            bound.add(node.attr)
+        elif isinstance(node, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar)) and node.name:
+            bound.add(node.name)
+    return None if "*" in bound or bound & _DYNAMIC else bound
+
+
+def _registers(statements: list[ast.stmt]) -> bool:
+    """Whether `statements` may register a parser (a register_* call or decorator, in any form)."""
+    return any(
+        isinstance(node, ast.Attribute) and node.attr.startswith("register")
+        for statement in statements
+        for node in ast.walk(statement)
+    )
 
 
 def _regular(path: str) -> bool:
@@ -274,12 +363,27 @@ def _judged(check: str, named: Named, version: object, read: Reader, root: Path)
     path, names = found
     if named.name in names:
         return None
+    if named.plugin is not None and named.plugin.fails is not None:
+        return _failing_plugin(check, named, named.plugin, version, path)
     if named.plugin is not None:
         return _maybe_the_plugins(check, named, version, path)
     vllm = f"vLLM {version}" if version else "this vLLM"
     what = named.kind.option.removesuffix("-parser")  # tool-call, reasoning
     message = f"{named.spelt}: {vllm} registers no {what} parser of that name ({path}): {named.refused}"
     return Finding(check, False, message, _fix(named, names))
+
+
+def _failing_plugin(check: str, named: Named, plugin: Plugin, version: object, path: str) -> Finding:
+    """A failed `check` finding for a name the registry lacks when the `plugin` vLLM imports first
+    fails at an import before it registers anything."""
+    vllm = f"vLLM {version}" if version else "this vLLM"
+    what = named.kind.option.removesuffix("-parser")
+    message = (
+        f"{named.spelt}: {vllm} registers no {what} parser of that name ({path}), and {plugin.path}, which "
+        f"it imports first, registers none either: {plugin.fails}: {named.refused}"
+    )
+    fix = f"in {plugin.path}, {plugin.mend}, then run the command again"
+    return Finding(check, False, message, fix)
 
 
 def _maybe_the_plugins(check: str, named: Named, version: object, path: str) -> Finding:

@@ -12,9 +12,8 @@ import json
 import os
 from collections.abc import Callable, Mapping
 
-from patchkit.base.errors import escaped
 from patchkit.checks.parsed import python_tree
-from patchkit.launch import observed
+from patchkit.launch.env_json import NOT_JSON, file_json, loaded, read_named, shown_setting
 from patchkit.launch.findings import Finding, cannot_judge
 
 CHECK = "vllm-environment"
@@ -24,7 +23,6 @@ V2_RUNNER = "VLLM_USE_V2_MODEL_RUNNER"
 PORT = "VLLM_PORT"
 # read as vLLM starts in every release (the port by the executor's get_open_port)
 READ_AT_START = (MLA_DISABLE, V2_RUNNER, PORT)
-FILE_BOUND = 1 << 20  # a JSON file vLLM's maybe_convert_json_str_or_file reads: larger is not read here
 
 
 def json_str_or_file(value: str) -> object:
@@ -60,12 +58,16 @@ def int_flag(environ: Mapping[str, str], name: str, default: str | None = "0") -
 
 
 def refused_flags(
-    environ: Mapping[str, str], read: Callable[[str], bytes | None], cwd: str = "", encoding: str = "utf-8"
+    environ: Mapping[str, str],
+    read: Callable[[str], bytes | None],
+    cwd: str = "",
+    encoding: str | Callable[[], str] = "utf-8",
 ) -> list[Finding]:
     """A failing finding for each variable of the tree's envs.py the launch sets (its `env` prefix or
     patchkit's own environment) to what the entry's conversion refuses: vLLM raises reading it. A file
     one names (maybe_convert_json_str_or_file) is read as the launch reads it: relative to `cwd`, in
-    its locale's `encoding`; "cannot judge" where it is not read."""
+    the `encoding` its open() reads text in (a callable: asked only for a file that is not ASCII);
+    "cannot judge" where it is not read."""
     envs = read(ENVS) or b""
     every = b"def enable_envs_cache(" in envs  # 0.12+: every entry is read after the load
     found = []
@@ -86,33 +88,27 @@ def refused_flags(
     return found
 
 
-def json_or_file_refusal(name: str, value: str, cwd: str, encoding: str) -> tuple[str | None, bool]:
+def json_or_file_refusal(name: str, value: str, cwd: str, encoding: str | Callable[[], str]) -> tuple[str | None, bool]:
     """(why vLLM's maybe_convert_json_str_or_file raises on `value`, whether that is judged): a path
-    that exists is opened and json.load()ed in the launch's locale encoding (read here bounded, never
-    opened where it is no regular file: a fifo would block the launch, a device fill its memory); any
-    other value is json.loads()ed (refusal)."""
-    path, shown = os.path.join(cwd, value), f"{name}={escaped(value)!r}"
+    that exists is opened and json.load()ed as text in the launch's `encoding` (asked for only where
+    the file is not ASCII), read here once (env_json.read_named); any other value is json.loads()ed."""
+    shown = shown_setting(name, value)
+    named = read_named(os.path.join(cwd, value)) if value else None
+    if named is None:
+        if loaded(value) is NOT_JSON:  # a JSONDecodeError, or a number past Python's digit limit
+            return f"{shown} names no file and is not JSON: vLLM's envs.py json.loads() it, which raises", True
+        return None, True
+    if named.refused:
+        return f"{shown} names a file that {named.refused}", True
+    if named.unread:
+        return f"{shown} names a file that {named.unread}", False
+    text_encoding = "ascii" if named.data.isascii() else encoding if isinstance(encoding, str) else encoding()
     try:
-        if not value or not observed.exists(path):
-            json.loads(value)
-            return None, True
-        if observed.isdir(path):
-            return f"{shown} is a directory: vLLM's open of it raises", True
-        if not observed.regular(path):
-            return f"{shown} is no regular file: vLLM reads it to its end (a fifo blocks, a device fills memory)", True
-        data = observed.read_regular(path, FILE_BOUND + 1, follow_symlinks=True, head=True)
-    except (json.JSONDecodeError, RecursionError):  # nested past Python's limit: vLLM's json.loads raises too
-        return f"{shown} names no file and is not JSON: vLLM's envs.py json.loads() it, which raises", True
-    except (OSError, ValueError):  # unsearchable, gone since: vLLM's own open says
-        return f"{shown} names a file that is not read here", False
-    if len(data) > FILE_BOUND:
-        return f"{shown} names a file over 1 MiB, not read here", False
-    try:
-        json.loads(data.decode(encoding))
+        if file_json(named.data, text_encoding) is NOT_JSON:
+            said = f"holds no {text_encoding} JSON" if text_encoding != "ascii" else "holds no JSON"
+            return f"{shown} names a file that {said}: vLLM's envs.py json.load()s it, which raises", True
     except LookupError:
-        return f"{shown} names a file in {encoding}, which this Python cannot decode", False
-    except (ValueError, RecursionError):  # UnicodeDecodeError, JSONDecodeError, nesting past Python's limit
-        return f"{shown} names a file that holds no {encoding} JSON: vLLM's envs.py json.load()s it, which raises", True
+        return f"{shown} names a file in {text_encoding}, which this Python cannot decode", False
     return None, True
 
 
@@ -204,7 +200,7 @@ def _calls(node: ast.AST, function: str) -> bool:
 def refusal(name: str, value: str, conversion: Conversion) -> str | None:
     """Why vLLM's conversion refuses `value` (None: it takes it)."""
     converter, _, choices, sensitive, listed = conversion
-    shown = f"{name}={escaped(value)!r}"
+    shown = shown_setting(name, value)
     if converter is json_str_or_file:  # a file this process's directory holds is read as vLLM would
         why, judged = json_or_file_refusal(name, value, "", "utf-8")
         return why if judged else None

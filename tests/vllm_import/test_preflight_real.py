@@ -868,6 +868,8 @@ def test_a_non_vllm_setting_vllms_import_raises_with_fails_naming_it(tmp_path: P
         ("utf16.json", '{"version": 1}'.encode("utf-16"), False, "fail"),
         ("big.json", b'{"version": 1, "pad": "' + b"x" * (2 << 20) + b'"}', True, "cannot judge"),
         ("stream", b"", False, "cannot judge"),
+        ("empty.json", b"", False, "fail"),  # json.loads("") raises: it was "cannot judge" (read as "gone since")
+        ("digits.json", b'{"version": ' + b"1" * 5000 + b"}", False, "fail"),  # past int()'s digit limit
     ],
 )
 def test_a_logging_config_or_stream_is_judged_statically_as_vllms_import_takes_it(
@@ -904,3 +906,22 @@ def test_a_launch_setting_vllms_import_raises_with_fails_without_importing_it_to
     found = finding(done, "vllm-environment")
     assert done.returncode == 1 and found["result"] == "fail", done.stdout[-2000:]
     assert setting.split("=")[0] in found["message"] and "every vLLM command fails at start" in found["message"]
+
+
+@pytest.mark.parametrize(
+    "setting", ["HF_HUB_ETAG_TIMEOUT=abc", "HF_HUB_LOCAL_DIR_AUTO_SYMLINK_THRESHOLD=", "HF_HUB_DOWNLOAD_TIMEOUT=30"]
+)
+def test_a_hub_setting_is_judged_statically_as_vllms_start_takes_it(tmp_path: Path, setting):
+    """`run`'s way (--no-import): the installed huggingface_hub's constants.py int()s these as vLLM imports
+    its engine arguments; the static finding fails exactly where that import raises."""
+    assert VLLM_PYTHON
+    imported = subprocess.run(
+        ["env", setting, VLLM_PYTHON, "-c", "import vllm.engine.arg_utils"], capture_output=True, timeout=600
+    )
+    (tmp_path / "target").mkdir()
+    (tmp_path / "target" / "config.json").write_text(json.dumps(TARGET))
+    serve = ["env", setting, "vllm", "serve", str(tmp_path / "target"), "--skip-tokenizer-init"]
+    done = patchkit("preflight", "--python", VLLM_PYTHON, "--no-import", "--format", "json", "--", *serve)
+    found = [f for f in json.loads(done.stdout)["findings"] if f["check"] == "vllm-environment"]
+    assert bool(found) is (imported.returncode != 0), (done.stdout[-2000:], imported.stderr[-1000:])
+    assert all(f["result"] == "fail" and setting.split("=")[0] in f["message"] for f in found), found

@@ -12,7 +12,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from vllm_overlay import TINY_LLAMA, ask_vllm, site_packages
+from vllm_overlay import TINY_LLAMA, ask_vllm, preflight_findings, site_packages
 
 from patchkit.launch.command import parse
 from patchkit.launch.engine import LaunchContext
@@ -26,8 +26,23 @@ pytestmark = pytest.mark.skipif(not VLLM_PYTHON, reason="needs a venv with vLLM:
 LLAMA = {**TINY_LLAMA, "num_attention_heads": 8, "num_key_value_heads": 8, "max_position_embeddings": 2048}
 FP8 = {"quant_method": "fp8", "activation_scheme": "dynamic"}
 GPTQ = {"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False, "sym": True}
+# DeepSeek-V3's own config.json with one MTP layer (create_engine_config builds no model)
+DEEPSEEK_V3 = {
+    "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "num_hidden_layers": 61,
+    "hidden_size": 7168, "num_attention_heads": 128, "num_key_value_heads": 128, "vocab_size": 129280,
+    "intermediate_size": 18432, "moe_intermediate_size": 2048, "n_routed_experts": 256, "n_shared_experts": 1,
+    "num_experts_per_tok": 8, "first_k_dense_replace": 3, "kv_lora_rank": 512, "q_lora_rank": 1536,
+    "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128, "max_position_embeddings": 4096,
+    "rms_norm_eps": 1e-6, "torch_dtype": "bfloat16", "hidden_act": "silu", "rope_theta": 10000,
+    "n_group": 8, "topk_group": 4, "topk_method": "noaux_tc", "scoring_func": "sigmoid", "num_nextn_predict_layers": 1,
+}  # fmt: skip
+CT = {"quant_method": "compressed-tensors", "format": "float-quantized", "config_groups": {}}
 MODELS = {
     "plain": LLAMA,
+    "dsv3_fp8": {**DEEPSEEK_V3, "quantization_config": FP8},
+    "no_method": {**LLAMA, "quantization_config": {"bits": 4}},
+    "null_beside_ct": {**LLAMA, "quantization_config": None, "compression_config": CT},
+    "method_null": {**LLAMA, "quantization_config": {"quant_method": None}},
     "fp8": {**LLAMA, "quantization_config": FP8},
     "gptq": {**LLAMA, "quantization_config": GPTQ},
     "drafter_fp8": {
@@ -48,6 +63,22 @@ LINES = [
     ("plain", ["--speculative-config", json.dumps({**SPEC, "quantization": "awq"})]),
     ("plain", ["--speculative-config", json.dumps({**SPEC, "quantization": "fp8"})]),
     ("plain", ["--speculative-config", json.dumps({**SPEC, "quantization": ""})]),
+    # review44a T2: mtp without "model": the draft ModelConfig is the target's own checkpoint
+    (
+        "dsv3_fp8",
+        ["--speculative-config", json.dumps({"method": "mtp", "num_speculative_tokens": 1, "quantization": "awq"})],
+    ),
+    (
+        "dsv3_fp8",
+        ["--speculative-config", json.dumps({"method": "mtp", "num_speculative_tokens": 1, "quantization": "fp8"})],
+    ),
+    # review44a L1: no quant_method (vLLM's None matches no -q); a null quantization_config beside compression_config
+    ("no_method", ["-q", "fp8"]),
+    ("null_beside_ct", ["-q", "fp8"]),
+    ("null_beside_ct", []),
+    # a quant_method that is no text: vLLM's own .lower() raises, --quantization or not
+    ("method_null", []),
+    ("method_null", ["-q", "fp8"]),
 ]
 ASK_VLLM = textwrap.dedent("""\
     import json, sys
@@ -61,7 +92,8 @@ ASK_VLLM = textwrap.dedent("""\
 
 
 def _refused_at_start(refused: str | None) -> bool:
-    return refused is not None and ("does not match the quantization" in refused or "literal_error" in refused)
+    said = ("does not match the quantization", "literal_error", "object has no attribute 'lower'")
+    return refused is not None and any(words in refused for words in said)
 
 
 def test_a_quantization_not_the_checkpoints_own_is_failed_only_where_vllm_refuses_it(tmp_path: Path):
@@ -76,12 +108,26 @@ def test_a_quantization_not_the_checkpoints_own_is_failed_only_where_vllm_refuse
     for line, refused in zip(lines, vllm_refused, strict=True):
         command = parse(["vllm", "serve", *line], "0.16.0")
         spec = command.speculative_config or {}
-        own = resolve_model(drafter, {}) if spec else None
+        own = resolve_model(drafter, {}) if spec.get("model") else None
         context = LaunchContext(command, resolve_model(line[0], {}), own, site, None, None)
         found = quantization_findings("command", context)
         fails = any(not f.ok for f in found)
         failed += fails
         if (fails and not _refused_at_start(refused)) or (not found and _refused_at_start(refused)):
             wrong.append((line[1:], [f.message for f in found], refused))
-    assert failed >= 4, vllm_refused  # the refusals patchkit is sure of were made
+    assert failed >= 9, vllm_refused  # the refusals patchkit is sure of were made
     assert not wrong, json.dumps(wrong, indent=1)
+
+
+def test_on_the_import_path_vllms_validation_on_the_cpu_platform_is_said_to_leave_it_to_the_node(tmp_path: Path):
+    """review44a T11: vLLM's validation ran (here on the CPU platform, which takes -q marlin for a gptq
+    checkpoint): the static cannot-judge stays, its fix no longer the command just run but the node."""
+    (tmp_path / "gptq").mkdir()
+    (tmp_path / "gptq" / "config.json").write_text(json.dumps(MODELS["gptq"]))
+    argv = ["vllm", "serve", str(tmp_path / "gptq"), "-q", "marlin"]
+    found = {
+        f["check"]: f for f in preflight_findings(*argv, static=False) if f["check"] in ("command", "vllm-validation")
+    }
+    assert found["vllm-validation"]["ok"] and "CPU platform" in found["vllm-validation"]["message"], found
+    assert found["command"]["result"] == "cannot judge", found
+    assert "ran on the CPU platform" in found["command"]["fix"] and "on the node" in found["command"]["fix"], found

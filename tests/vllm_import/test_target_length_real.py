@@ -15,7 +15,7 @@ from vllm_overlay import TINY_LLAMA, ask_vllm, site_packages
 
 from patchkit.launch.command import parse
 from patchkit.launch.engine import LaunchContext
-from patchkit.launch.models import resolve_model
+from patchkit.launch.models import resolve_model, with_overrides
 from patchkit.launch.target_length import length_findings
 
 VLLM_PYTHON = os.environ.get("VLLM_PYTHON")
@@ -53,15 +53,33 @@ ASK_VLLM = textwrap.dedent("""\
     import json, os, sys
     from patchkit._target import engine_config
     refused = []
-    for target, length, allow in json.loads(sys.argv[1]):
+    for target, length, allow, *more in json.loads(sys.argv[1]):
         os.environ.pop("VLLM_ALLOW_LONG_MAX_MODEL_LEN", None)
         if allow is not None:
             os.environ["VLLM_ALLOW_LONG_MAX_MODEL_LEN"] = allow
-        line = [target, "--max-model-len", str(length)]
+        line = [target, "--max-model-len", str(length), *more]
         answer = engine_config.work({"arguments": line, "serve": True, "args": line})
         refused.append(None if answer["status"] == "ok" else answer.get("error", answer["status"])[-300:])
     print(json.dumps(refused))
     """)
+
+
+def _wrong(lines: list[tuple], vllm_refused: list) -> list[tuple]:
+    """The lines where patchkit's verdict (a failure, judged) is not vLLM's (a refusal of the length)."""
+    site = site_packages(str(VLLM_PYTHON))
+    wrong = []
+    for (target, length, allow, *more), refused in zip(lines, vllm_refused, strict=True):
+        env = ["env", f"VLLM_ALLOW_LONG_MAX_MODEL_LEN={allow}"] if allow is not None else []
+        command = parse([*env, "vllm", "serve", target, "--max-model-len", str(length), *more], "0.16.0")
+        context = LaunchContext(
+            command, with_overrides(resolve_model(target, {}), command.hf_overrides), None, site, None, None
+        )
+        found = length_findings("command", context)
+        if not all(f.judged for f in found) or bool(found) != (
+            refused is not None and "ALLOW_LONG_MAX_MODEL_LEN" in refused
+        ):
+            wrong.append((target, length, allow, more, [f.message for f in found], refused))
+    return wrong
 
 
 def test_a_max_model_len_above_the_derived_length_is_refused_where_vllm_refuses_it(tmp_path: Path):
@@ -70,15 +88,61 @@ def test_a_max_model_len_above_the_derived_length_is_refused_where_vllm_refuses_
         (tmp_path / name / "config.json").write_text(json.dumps(config))
     lines = [(str(tmp_path / name), length, allow) for name, length, allow in LINES]
     vllm_refused = ask_vllm(ASK_VLLM, json.dumps(lines))
-    site = site_packages(str(VLLM_PYTHON))
-    wrong = []
-    for (target, length, allow), refused in zip(lines, vllm_refused, strict=True):
-        env = ["env", f"VLLM_ALLOW_LONG_MAX_MODEL_LEN={allow}"] if allow is not None else []
-        command = parse([*env, "vllm", "serve", target, "--max-model-len", str(length)], "0.16.0")
-        context = LaunchContext(command, resolve_model(target, {}), None, site, None, None)
-        found = length_findings("command", context)
-        assert all(f.judged for f in found), found
-        if bool(found) != (refused is not None and "ALLOW_LONG_MAX_MODEL_LEN" in refused):
-            wrong.append((target, length, allow, [f.message for f in found], refused))
     assert sum(r is not None for r in vllm_refused) >= 5, vllm_refused  # vLLM's refusals were asked
+    wrong = _wrong(lines, vllm_refused)
+    assert not wrong, json.dumps(wrong, indent=1)
+
+
+YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 2048}
+BOTH = {"max_seq_length": 512, "do_lower_case": False}
+LONGROPE = {"rope_type": "longrope", "short_factor": [1.0] * 16, "long_factor": [2.0] * 16}  # head_dim 32
+GEMMA3 = {
+    **LLAMA, "architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text", "head_dim": 32,
+    "rope_scaling": {"rope_type": "linear", "factor": 8.0}, "sliding_window": 512,
+}  # fmt: skip
+LONGER = {**LLAMA, "max_position_embeddings": 8192}
+# name -> (config.json, the model directory's other JSON files)
+OVERRIDDEN = {
+    "yarn": ({**LLAMA, "rope_scaling": YARN}, {}),  # derived 8192
+    "kt2": (LONGER, {"sentence_roberta_config.json": BOTH}),
+    "kt3": (LONGER, {"sentence_bert_config.json": {"max_seq_length": 512}}),
+    "kt4": (LONGER, {"sentence_bert_config.json": {}, "sentence_distilbert_config.json": BOTH}),
+    "kt5": (LONGER, {"sentence_bert_config.json": {"max_seq_length": 9}, "sentence_roberta_config.json": BOTH}),
+    "longrope": ({**LLAMA, "rope_scaling": LONGROPE, "original_max_position_embeddings": 1024}, {}),
+    "gemma3": (GEMMA3, {}),
+}
+HALF = json.dumps({"rope_scaling": {"factor": 2.0}})
+# (target, --max-model-len, VLLM_ALLOW_LONG_MAX_MODEL_LEN or None, more options ...)
+OVERRIDDEN_LINES = [
+    ("yarn", 8192, None, "--hf-overrides", HALF),
+    ("yarn", 8193, None, "--hf-overrides", HALF),
+    ("yarn", 8192, None, "--hf-overrides", json.dumps({"rope_scaling": {**YARN, "factor": 2.0}})),
+    ("yarn", 8192, None, "--hf-overrides.rope_scaling.factor", "2.0"),
+    ("plain", 8192, None, "--hf-overrides", json.dumps({"rope_scaling": YARN})),
+    ("plain", 8192, None, "--hf-overrides", json.dumps({"rope_parameters": YARN})),
+    ("plain", 8193, None, "--hf-overrides", json.dumps({"rope_parameters": YARN})),
+    ("kt2", 2048, None),
+    ("kt2", 512, None),
+    ("kt3", 2048, None),
+    ("kt4", 2048, None),
+    ("kt5", 2048, None),
+    ("longrope", 2048, None),
+    ("longrope", 2049, None),
+    ("gemma3", 2048, None),
+    ("gemma3", 2049, None),
+]
+
+
+def test_hf_overrides_and_sentence_transformers_files_reach_the_length_as_vllm_takes_them(tmp_path: Path):
+    """review44a T1: an --hf-overrides rope_scaling never moves 0.16.0's derived length (rope_parameters
+    does); T7: the first non-empty Sentence Transformers file, kept only with both keys, replaces it;
+    longrope and gemma3 configs are not scaled by their factor."""
+    for name, (config, files) in {"plain": (LLAMA, {}), **OVERRIDDEN}.items():
+        (tmp_path / name).mkdir()
+        for file, value in {"config.json": config, **files}.items():
+            (tmp_path / name / file).write_text(json.dumps(value))
+    lines = [(str(tmp_path / name), *rest) for name, *rest in OVERRIDDEN_LINES]
+    vllm_refused = ask_vllm(ASK_VLLM, json.dumps(lines))
+    assert sum(r is not None for r in vllm_refused) >= 6, vllm_refused  # vLLM's refusals were asked
+    wrong = _wrong(lines, vllm_refused)
     assert not wrong, json.dumps(wrong, indent=1)

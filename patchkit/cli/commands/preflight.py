@@ -36,6 +36,7 @@ from patchkit.launch.preflight import (
     tree_finding,
     vllm_validation,
 )
+from patchkit.launch.quant_match import decided_by_vllm
 from patchkit.launch.relevance import LaunchNeeds, unused_parser_note
 from patchkit.launch.shortcut import recorded_state, recorded_status
 from patchkit.store.journal import settled_record
@@ -310,7 +311,9 @@ def _launch_findings(
     unused = unused_parser_note(launch_command)
     result.said += [unused] if unused else []
     if not no_import:  # vLLM's import takes seconds to minutes: not under the lock
-        result.findings += vllm_validation(resolved, result, another)
+        result.findings = decided_by_vllm(
+            result.findings + vllm_validation(resolved, result, another), launch_command.argv
+        )
     result.findings = in_fix_order(one_apply(result.findings, names))
     return result
 

@@ -1,0 +1,148 @@
+"""The target's derived max_model_len as the tree's ModelConfig derives it (_get_and_verify_max_len):
+the least of its config's length keys, scaled by the RoPE the tree reads, where --hf-overrides are
+applied as the tree applies them. 0.12+ sets a dict-valued override after get_config, whose
+patch_rope_parameters (transformers 4) already made rope_parameters the config.json's rope_scaling:
+an overridden rope_scaling then never reaches the length. 0.11 updates the config before its
+patch_rope_scaling, and the length reads rope_scaling: the override counts."""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any, NamedTuple, TypeGuard
+
+from patchkit.launch.engine import LaunchContext, Reader
+
+MODEL_CONFIG = "vllm/config/model.py"
+VLLM_CONFIGS = "vllm/transformers_utils/config.py"
+# the config keys vLLM derives max_model_len from (the least it finds), as 0.11-0.34 list them
+MAX_LEN_KEYS = (
+    "max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
+    "max_target_positions", "max_sequence_length", "max_seq_length", "seq_len",
+)  # fmt: skip
+ROPE_KEYS = ("rope_scaling", "rope_parameters")
+# 0.12-0.34 ModelConfig.__post_init__: dict-valued overrides kept apart, set after get_config
+DICT_AFTER = (b"dict_overrides[key] = value", b"self._apply_dict_overrides(hf_config, dict_overrides)")
+READS_PARAMETERS = b'rope_parameters = getattr(hf_config, "rope_parameters", None)'  # 0.12-0.30
+# patch_rope_parameters' transformers 4 branch: the config.json's rope_scaling dict becomes rope_parameters
+ALIASED = b"config.rope_parameters = rope_scaling"
+# 0.11: every override set by config.update before patch_rope_scaling; the length reads rope_scaling
+UPDATED_FIRST = (b"config.update(hf_overrides_kw)", b"patch_rope_scaling(config)")
+READS_SCALING = b'rope_scaling = getattr(hf_config, "rope_scaling", None)'
+# _get_and_verify_max_len's RoPE types whose factor does not scale the length, and yarn's start
+UNSCALED = re.compile(rb"if rope_type not in \(([^)]{0,400})\):")
+YARN_ORIGINAL = b'if rope_type == "yarn":'
+NOT_READ = "the target's config.json gives no length vLLM's derivation is sure of (no key, or a RoPE scaling not read)"
+
+
+class RopeRule(NamedTuple):
+    unscaled: tuple[str, ...]  # longrope, llama3 ... (0.30+: yarn too)
+    yarn_original: bool  # yarn's length is its original_max_position_embeddings, scaled
+
+
+def target_derived(launch: LaunchContext, *, defaulted: bool = False) -> tuple[int | None, str | None]:
+    """(the target's derived length, None), or (None, why it is not sure); `defaulted`: the length
+    vLLM takes where --max-model-len is not given."""
+    view, why = _length_view(launch)
+    if view is None:
+        return None, why
+    derived = derived_max_len(view, rope_rule(launch.read), defaulted=defaulted)
+    return (derived, None) if derived is not None else (None, NOT_READ)
+
+
+def _length_view(launch: LaunchContext) -> tuple[dict[str, Any] | None, str | None]:
+    """The text config as the tree's length derivation reads it; (None, why) where that is not told."""
+    target = launch.target
+    overrides = target.overrides
+    named = [key for key in ROPE_KEYS if isinstance(overrides.get(key), dict)]
+    nested = [key for key, value in overrides.items() if isinstance(value, dict) and _names_rope(value)]
+    if not named and not nested:
+        return target.text_config, None
+    given = f"--hf-overrides' {(named or nested)[0]}"
+    if "text_config" in target.config or nested:
+        return None, f"{given}: how the tree applies it to a nested config's RoPE is not read"
+    model, configs = launch.read(MODEL_CONFIG) or b"", launch.read(VLLM_CONFIGS) or b""
+    if all(line in configs for line in UPDATED_FIRST) and READS_SCALING in model and DICT_AFTER[0] not in model:
+        return target.text_config, None  # replaced whole, then read: as merged
+    if not (all(line in model for line in DICT_AFTER) and READS_PARAMETERS in model and ALIASED in configs):
+        return None, f"{given}: how this tree applies it to the derived length is not read"
+    if _transformers_major(launch) != 4:
+        return None, f"{given}: the launch's transformers is not 4.x, whose rope_parameters the tree reads"
+    return _aliased(target.own, overrides)
+
+
+def _aliased(own: dict[str, Any], overrides: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
+    """The config the length reads on a 0.12+ tree under transformers 4: flat overrides applied first,
+    rope_parameters the loaded rope_scaling (else rope_parameters), unless an override sets rope_parameters."""
+    loaded = {**own, **{key: value for key, value in overrides.items() if not isinstance(value, dict)}}
+    rope = overrides.get("rope_parameters")
+    if isinstance(rope, dict) and "rope_type" not in rope:
+        return (
+            None,
+            "--hf-overrides' rope_parameters has no rope_type, which vLLM's length reads (set after its patching)",
+        )
+    if not isinstance(rope, dict):
+        rope = loaded.get("rope_scaling") if loaded.get("rope_scaling") is not None else loaded.get("rope_parameters")
+    merged = {**loaded, **{key: value for key, value in overrides.items() if isinstance(value, dict)}}
+    return {**merged, "rope_parameters": rope, "rope_scaling": None}, None
+
+
+def _names_rope(value: dict[str, Any]) -> bool:
+    """Whether a nested override (text_config ...) names a RoPE key, at any depth."""
+    return any(key in ROPE_KEYS or (isinstance(inner, dict) and _names_rope(inner)) for key, inner in value.items())
+
+
+def _transformers_major(launch: LaunchContext) -> int | None:
+    """The major version of the transformers the launch's Python finds; None when not told."""
+    headers = launch.distribution("transformers") or []
+    version = next((value for key, value in headers if key == "Version"), "")
+    major = version.split(".")[0]
+    return int(major) if major.isdigit() and len(major) < 4 else None
+
+
+def rope_rule(read: Reader) -> RopeRule | None:
+    """How the tree's _get_and_verify_max_len scales the derived length by RoPE: the types it does not
+    scale by their factor, and whether yarn starts from its original_max_position_embeddings (0.11-0.26;
+    0.30+ takes yarn's max_position_embeddings as scaled already); None where its lines are not found."""
+    source = read(MODEL_CONFIG) or b""
+    start = source.find(b"def _get_and_verify_max_len(")
+    body = source[start : source.find(b"\ndef ", start + 1)] if start >= 0 else b""
+    found = UNSCALED.search(body)
+    if found is None:
+        return None
+    unscaled = tuple(name.decode() for name in re.findall(rb'"([\w-]+)"', found.group(1)))
+    return RopeRule(unscaled, YARN_ORIGINAL in body and b'"original_max_position_embeddings"]' in body)
+
+
+def derived_max_len(text: dict[str, Any], rule: RopeRule | None, *, defaulted: bool = False) -> int | None:
+    """The max_model_len vLLM derives from a config: the least of its length keys, scaled by its rope
+    factor as the tree's `rule` says (`defaulted`: where none is given, longrope's own default counts);
+    None where it is not sure (no key: a config class's default counts; a RoPE not read)."""
+    lengths = [text[key] for key in MAX_LEN_KEYS if text.get(key) is not None]
+    if not lengths or not all(whole(n) and n > 0 for n in lengths):
+        return None
+    derived = text["model_max_length"] if text.get("model_max_length") else min(lengths)
+    rope = text.get("rope_parameters") or text.get("rope_scaling")
+    if rope is None or "gemma3" in str(text.get("model_type")):
+        return int(derived)  # gemma3's length is scaled already (0.11-0.34 skip it)
+    kind = rope.get("rope_type", rope.get("type")) if isinstance(rope, dict) else None
+    kind = "longrope" if kind == "su" else kind
+    factor = rope.get("factor", 1.0) if isinstance(rope, dict) else None
+    if rule is None or not isinstance(kind, str):
+        return None  # the tree's scaling not read, or nested per layer type: not judged
+    if kind == "longrope" and defaulted:
+        derived = text.get("original_max_position_embeddings", derived)
+    if kind in rule.unscaled:
+        return int(derived) if whole(derived) else None
+    if not isinstance(factor, int | float) or not 1 <= factor < math.inf:
+        return None  # no finite factor: not judged
+    if kind == "yarn" and rule.yarn_original:
+        derived = rope.get("original_max_position_embeddings")
+    try:
+        return int(derived * factor) if whole(derived) else None
+    except OverflowError:  # a length past what a float holds: not judged
+        return None
+
+
+def whole(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
