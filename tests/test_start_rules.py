@@ -175,6 +175,7 @@ YARN = {"rope_scaling": {"type": "yarn", "factor": 4.0, "original_max_position_e
 TL_YARN = {**LONG, **YARN}  # derived 16384
 V4 = {"vllm/config/model.py": SPLIT_RULE, CONFIGS: ALIASING, TRANSFORMERS.format("4.57.6"): "Version: 4.57.6\n"}
 V11 = {"vllm/config/model.py": UPDATE_RULE, CONFIGS: UPDATING}
+COMPOSITE = {**LONG, "text_config": {**LONG, "rope_scaling": {"type": "linear", "factor": 2.0}}}  # derived 8192
 
 
 @pytest.mark.parametrize(
@@ -196,7 +197,19 @@ V11 = {"vllm/config/model.py": UPDATE_RULE, CONFIGS: UPDATING}
             YARN,
             "cannot judge: whether vLLM takes --max-model-len 16384: --hf-overrides' rope_scaling",
         ),
-        ({**LONG, "text_config": {**LONG, **YARN}}, V4, "16384", YARN, "cannot judge: whether vLLM takes"),
+        ({**LONG, "text_config": {**LONG, **YARN}}, V4, "16384", {"rope_scaling": {"factor": 2.0}}, None),
+        (
+            {**LONG, "text_config": {**LONG, **YARN}},
+            V4,
+            "16385",
+            {"rope_scaling": {"factor": 2.0}},
+            "derived max_model_len 16384",
+        ),
+        (COMPOSITE, V4, "16384", {"text_config": {"rope_scaling": {"factor": 4.0}}}, None),
+        (COMPOSITE, V4, "16385", {"text_config": {"rope_scaling": {"factor": 4.0}}}, "derived max_model_len 16384"),
+        (COMPOSITE, V4, "8193", {"text_config": {"rope_scaling": {"type": "yarn"}}}, "derived max_model_len 8192"),
+        (COMPOSITE, V4, "8192", {"rope_parameters": {"rope_type": "linear", "factor": 4.0}}, "cannot judge: whether"),
+        (COMPOSITE, V11, "8192", {"text_config": {"rope_scaling": {"factor": 4.0}}}, "cannot judge: whether"),
         (LONG, V4, "16384", {"text_config": YARN}, "cannot judge: whether vLLM takes"),
         (LONG, V4, "16384", {"max_position_embeddings": 16384}, None),
     ],
@@ -205,7 +218,8 @@ def test_hf_overrides_reach_the_derived_length_as_the_tree_applies_them(
     tmp_path, config, tree, length, overrides, says
 ):
     """review44a T1: 0.12+ sets a dict override after patch_rope_parameters aliased the config.json's
-    rope_scaling as rope_parameters, which the length reads: an overridden rope_scaling never moves it."""
+    rope_scaling as rope_parameters, which the length reads: an overridden rope_scaling never moves it;
+    a text_config's RoPE override is merged into that same dict (_update_nested), and does."""
     launch = ["vllm", "serve", "MODEL", "--max-model-len", length, "--hf-overrides", json.dumps(overrides)]
     found = _command_findings(tmp_path, config, *launch, tree_files=tree)
     if says is None:

@@ -96,6 +96,14 @@ def test_a_max_model_len_above_the_derived_length_is_refused_where_vllm_refuses_
 YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 2048}
 BOTH = {"max_seq_length": 512, "do_lower_case": False}
 LONGROPE = {"rope_type": "longrope", "short_factor": [1.0] * 16, "long_factor": [2.0] * 16}  # head_dim 32
+LLAVA = {  # a composite: the length reads text_config's RoPE (derived 4096)
+    "architectures": ["LlavaForConditionalGeneration"], "model_type": "llava", "image_token_index": 999,
+    "text_config": {**LLAMA, "rope_scaling": {"rope_type": "linear", "factor": 2.0}},
+    "vision_config": {
+        "model_type": "clip_vision_model", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1,
+        "num_attention_heads": 2, "image_size": 32, "patch_size": 16,
+    },
+}  # fmt: skip
 GEMMA3 = {
     **LLAMA, "architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text", "head_dim": 32,
     "rope_scaling": {"rope_type": "linear", "factor": 8.0}, "sliding_window": 512,
@@ -110,6 +118,7 @@ OVERRIDDEN = {
     "kt5": (LONGER, {"sentence_bert_config.json": {"max_seq_length": 9}, "sentence_roberta_config.json": BOTH}),
     "longrope": ({**LLAMA, "rope_scaling": LONGROPE, "original_max_position_embeddings": 1024}, {}),
     "gemma3": (GEMMA3, {}),
+    "llava": (LLAVA, {}),
 }
 HALF = json.dumps({"rope_scaling": {"factor": 2.0}})
 # (target, --max-model-len, VLLM_ALLOW_LONG_MAX_MODEL_LEN or None, more options ...)
@@ -130,19 +139,24 @@ OVERRIDDEN_LINES = [
     ("longrope", 2049, None),
     ("gemma3", 2048, None),
     ("gemma3", 2049, None),
+    ("llava", 8192, None, "--hf-overrides", json.dumps({"text_config": {"rope_scaling": {"factor": 4.0}}})),
+    ("llava", 8193, None, "--hf-overrides", json.dumps({"text_config": {"rope_scaling": {"factor": 4.0}}})),
+    ("llava", 4096, None, "--hf-overrides", json.dumps({"rope_scaling": {"rope_type": "linear", "factor": 4.0}})),
+    ("llava", 4097, None, "--hf-overrides", json.dumps({"rope_scaling": {"rope_type": "linear", "factor": 4.0}})),
 ]
 
 
 def test_hf_overrides_and_sentence_transformers_files_reach_the_length_as_vllm_takes_them(tmp_path: Path):
     """review44a T1: an --hf-overrides rope_scaling never moves 0.16.0's derived length (rope_parameters
     does); T7: the first non-empty Sentence Transformers file, kept only with both keys, replaces it;
-    longrope and gemma3 configs are not scaled by their factor."""
+    longrope and gemma3 configs are not scaled by their factor; a composite's text_config RoPE override is
+    merged into what the length reads, a top-level one is not."""
     for name, (config, files) in {"plain": (LLAMA, {}), **OVERRIDDEN}.items():
         (tmp_path / name).mkdir()
         for file, value in {"config.json": config, **files}.items():
             (tmp_path / name / file).write_text(json.dumps(value))
     lines = [(str(tmp_path / name), *rest) for name, *rest in OVERRIDDEN_LINES]
     vllm_refused = ask_vllm(ASK_VLLM, json.dumps(lines))
-    assert sum(r is not None for r in vllm_refused) >= 6, vllm_refused  # vLLM's refusals were asked
+    assert sum(r is not None for r in vllm_refused) >= 8, vllm_refused  # vLLM's refusals were asked
     wrong = _wrong(lines, vllm_refused)
     assert not wrong, json.dumps(wrong, indent=1)
