@@ -26,8 +26,9 @@ import textwrap
 import types
 import venv
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 from cli_server import (
     SESSION_ENV,
@@ -51,6 +52,8 @@ from patchkit.cli.main import cli, run_in_process
 from patchkit.fetch import release_tree
 from patchkit.fetch.cache import load_state, save_state
 from patchkit.releases.files import lay_out
+
+T = TypeVar("T")
 
 SPEC_PY = textwrap.dedent('''\
     """A stand-in for a config module."""
@@ -512,6 +515,22 @@ def examples(full: int) -> int:
     if settings.get_current_profile_name() != FAST_PROFILE:
         return full
     return max(full // FAST_SHARE, min(full, 10))
+
+
+def sweep_trials(trials: Sequence[T]) -> Sequence[T]:
+    """A sweep's trials (crash steps, plans, amounts): every one under make test; under the fast profile
+    every FAST_SHARE-th from the first, and the last, as `examples` shares a property's inputs: the same
+    checks on each trial run, fewer of them. Read when the sweep runs."""
+    if settings.get_current_profile_name() != FAST_PROFILE or len(trials) <= 2:
+        return trials
+    shared = list(trials[::FAST_SHARE])
+    return shared if shared[-1] == trials[-1] else [*shared, trials[-1]]
+
+
+def sweep_count(full: int) -> int:
+    """How many of a sweep's trials a test expects an outcome of: `full` under make test, a FAST_SHARE-th
+    of it under the fast profile (sweep_trials)."""
+    return full if settings.get_current_profile_name() != FAST_PROFILE else full // FAST_SHARE
 
 
 def assert_clean_failure(done, code: int) -> None:

@@ -43,6 +43,7 @@ from helpers import (
     run_cli_in_process,
     run_cli_read_only,
     run_cli_writing,
+    sweep_trials,
     write_library,
 )
 
@@ -335,19 +336,19 @@ def everything(site: Path) -> dict[str, bytes]:
 
 def killed_at_each_step(toy: dict[str, Path], tmp_path: Path, args: list[str], judge: Callable) -> int:
     """The CLI's `args` on the toy's site (and library), run from the site as it is now killed after step
-    1, 2, ... until a run finishes: after each kill, status recovers the site as it was, and `judge(site,
-    step)` holds. How many runs were killed."""
+    1, 2, ... until a run finishes (a share of the steps under the fast profile: sweep_trials): after each
+    kill, status recovers the site as it was, and `judge(site, step)` holds. How many runs were killed."""
     site, origin = toy["site"], tmp_path / "origin"
     shutil.copytree(site, origin, symlinks=True)
     as_before = everything(origin)
     env = {k: v for k, v in os.environ.items() if not k.startswith("PATCHKIT_FAULT")} | {"PATCHKIT_FAULT_MODE": "kill"}
-    for step in range(1, 200):
+    for killed, step in enumerate(sweep_trials(range(1, 200))):
         shutil.rmtree(site)
         shutil.copytree(origin, site, symlinks=True)
         done = run_cli(args[0], *args[1:], "--target", site, "--patches", toy["lib"],
                        env={**env, "PATCHKIT_FAULT_AFTER": str(step)})  # fmt: skip
         if done.returncode == 0:
-            return step - 1
+            return killed
         assert done.returncode == -9, done.stdout + done.stderr
         said = run_cli_read_only("status", "--target", site, "--patches", toy["lib"])  # recovers first
         assert everything(site) == as_before, (step, said.stdout + said.stderr)
