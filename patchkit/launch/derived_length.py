@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 from typing import Any, NamedTuple, TypeGuard
 
 from patchkit.launch.engine import LaunchContext, Reader
@@ -33,6 +34,8 @@ READS_SCALING = b'rope_scaling = getattr(hf_config, "rope_scaling", None)'
 # _get_and_verify_max_len's RoPE types whose factor does not scale the length, and yarn's start
 UNSCALED = re.compile(rb"if rope_type not in \(([^)]{0,400})\):")
 YARN_ORIGINAL = b'if rope_type == "yarn":'
+TEXT_HEADS = b'hasattr(text_config, "num_attention_heads")'  # get_hf_text_config, 0.11-0.34
+FLOAT_MAX = sys.float_info.max  # vLLM holds the derived length as a float: a longer one fails its own reading
 NOT_READ = "the target's config.json gives no length vLLM's derivation is sure of (no key, or a RoPE scaling not read)"
 
 
@@ -55,6 +58,8 @@ def _length_view(launch: LaunchContext) -> tuple[dict[str, Any] | None, str | No
     """The text config as the tree's length derivation reads it; (None, why) where that is not told."""
     target = launch.target
     overrides = target.overrides
+    if added_text_config(launch, judged=False) is not None:
+        return None, "--hf-overrides sets a text_config on a config that has none, as a plain dict"
     inner = overrides["text_config"] if isinstance(overrides.get("text_config"), dict) else {}
     named = [key for key in ROPE_KEYS if isinstance(overrides.get(key), dict)]
     nested = [key for key in ROPE_KEYS if isinstance(inner.get(key), dict)]
@@ -69,7 +74,7 @@ def _length_view(launch: LaunchContext) -> tuple[dict[str, Any] | None, str | No
         return target.text_config, None  # replaced whole, then read: as merged
     if not (all(line in model for line in DICT_AFTER) and READS_PARAMETERS in model and ALIASED in configs):
         return None, f"{given}: how this tree applies it to the derived length is not read"
-    if _transformers_major(launch) != 4:
+    if transformers_major(launch) != 4:
         return None, f"{given}: the launch's transformers is not 4.x, whose rope_parameters the tree reads"
     if composite and "rope_parameters" not in named:
         return _nested_aliased(target.own["text_config"], inner, target.text_config)
@@ -116,7 +121,23 @@ def _patched(loaded: dict[str, Any]) -> object:
     return rope
 
 
-def _transformers_major(launch: LaunchContext) -> int | None:
+def added_text_config(launch: LaunchContext, *, judged: bool = True) -> str | None:
+    """Why vLLM refuses a launch whose --hf-overrides give a text_config to a config that has none: it is
+    set as a plain dict (no nested config to update), which get_hf_text_config then takes as the text
+    config and refuses, having no num_attention_heads (transformers 4: get_text_config returns it).
+    `judged`: only where that is told (the tree's check, transformers 4); else wherever it is given."""
+    target = launch.target
+    if not isinstance(target.overrides.get("text_config"), dict) or isinstance(target.own.get("text_config"), dict):
+        return None
+    if judged and (TEXT_HEADS not in (launch.read(VLLM_CONFIGS) or b"") or transformers_major(launch) != 4):
+        return None
+    return (
+        "--hf-overrides sets text_config on a config that has none, as a plain dict, and the tree's "
+        "get_hf_text_config refuses a text config without num_attention_heads"
+    )
+
+
+def transformers_major(launch: LaunchContext) -> int | None:
     """The major version of the transformers the launch's Python finds; None when not told."""
     headers = launch.distribution("transformers") or []
     version = next((value for key, value in headers if key == "Version"), "")
@@ -143,8 +164,8 @@ def derived_max_len(text: dict[str, Any], rule: RopeRule | None, *, defaulted: b
     factor as the tree's `rule` says (`defaulted`: where none is given, longrope's own default counts);
     None where it is not sure (no key: a config class's default counts; a RoPE not read)."""
     lengths = [text[key] for key in MAX_LEN_KEYS if text.get(key) is not None]
-    if not lengths or not all(whole(n) and n > 0 for n in lengths):
-        return None
+    if not lengths or not all(whole(n) and 0 < n <= FLOAT_MAX for n in lengths):
+        return None  # none, or one past a float: vLLM's number fields refuse it (not judged here)
     derived = text["model_max_length"] if text.get("model_max_length") else min(lengths)
     rope = text.get("rope_parameters") or text.get("rope_scaling")
     if rope is None or "gemma3" in str(text.get("model_type")):
@@ -157,15 +178,16 @@ def derived_max_len(text: dict[str, Any], rule: RopeRule | None, *, defaulted: b
     if kind == "longrope" and defaulted:
         derived = text.get("original_max_position_embeddings", derived)
     if kind in rule.unscaled:
-        return int(derived) if whole(derived) else None
+        return int(derived) if whole(derived) and derived <= FLOAT_MAX else None
     if not isinstance(factor, int | float) or not 1 <= factor < math.inf:
         return None  # no finite factor: not judged
     if kind == "yarn" and rule.yarn_original:
         derived = rope.get("original_max_position_embeddings")
     try:
-        return int(derived * factor) if whole(derived) else None
+        scaled = int(derived * factor) if whole(derived) else None
     except OverflowError:  # a length past what a float holds: not judged
         return None
+    return scaled if scaled is not None and scaled <= FLOAT_MAX else None
 
 
 def whole(value: object) -> TypeGuard[int]:

@@ -64,8 +64,9 @@ DRAFTERS = {
     "draft_fp8": {**LLAMA, "num_hidden_layers": 1, "quantization_config": QUANT["fp8"]},
     "draft_short": {**LLAMA, "num_hidden_layers": 1, "max_position_embeddings": 512},
 }
-# words of a finding patchkit says is met only after the load, or when serving (not create_engine_config's)
-NOT_AT_START = re.compile(r"after the (target's|loads?)\b|the first request")
+# words of a finding patchkit says is met after create_engine_config: when the model runner starts (its own
+# real tests hold those), after the load, or when serving
+NOT_AT_START = re.compile(r"when the model runner starts|after the (target's|loads?)\b|the first request")
 # patchkit's own requirements (a set the launch needs not applied), not vLLM's
 OWN_CHECKS = ("tree-state",)
 
@@ -103,9 +104,14 @@ def target(rng: random.Random) -> tuple[dict, dict[str, dict]]:
     return config, files
 
 
-def _max_model_len(rng: random.Random) -> list[str]:
+def _max_model_len(rng: random.Random, model: Path) -> list[str]:
     n = rng.choice(LENGTHS)
-    form = rng.choice(["plain", "plain", "K", "k", "equals", "underscore", "auto"])
+    form = rng.choice(["plain", "plain", "K", "k", "equals", "underscore", "auto", "yaml", "yaml_", "1.5K"])
+    if form.startswith("yaml"):  # a --config file, its key as the flag or as the field
+        (model / "serve.yaml").write_text(f"{'max-model-len' if form == 'yaml' else 'max_model_len'}: {n}\n")
+        return ["--config", str(model / "serve.yaml")]
+    if form == "1.5K":  # decimals with a binary suffix: vLLM's parser refuses them
+        return ["--max-model-len", "1.5K"]
     if form == "K" and n % 1024 == 0:
         return ["--max-model-len", f"{n // 1024}K"]
     if form == "k":
@@ -159,7 +165,7 @@ def launch(rng: random.Random, model: Path, models: Path, config: dict) -> tuple
     """(what follows `vllm serve`, the launch's VLLM_* settings)."""
     args = [str(model)]
     if rng.random() < 0.55:
-        args += _max_model_len(rng)
+        args += _max_model_len(rng, model)
     if rng.random() < 0.25:
         flag = rng.choice(["-q", "--quantization"])
         args += [flag, rng.choice(["fp8", "awq", "gptq", "compressed-tensors", "gptq_marlin"])]
@@ -180,27 +186,17 @@ def _quantization_given(args: list[str]) -> str | None:
     return None
 
 
-def _speculative_given(args: list[str]) -> dict:
-    return json.loads(args[args.index("--speculative-config") + 1]) if "--speculative-config" in args else {}
-
-
-def known(args: list[str], config: dict, files: dict[str, dict]) -> str | None:
-    """The rule another change is fixing, where this launch meets it: its disagreement is listed, not counted,
+def known(args: list[str], config: dict) -> str | None:
+    """The rule a change to come is to fix, where this launch meets it: its disagreement is listed, not counted,
     meanwhile (remove each line once its fix is on main)."""
-    held, given, spec = config.get("quantization_config", {}), _quantization_given(args), _speculative_given(args)
-    overrides = " ".join(a for a in args if a.startswith("{") and "speculative" not in a)
-    if files:
-        return "target_length: Sentence-Transformers files, vLLM's seven names and both keys (review44a T7, len34)"
-    if "rope_scaling" in overrides or "quantization_config" in overrides:
-        return "models: a dict --hf-overrides replaces the key whole, as vLLM sets it (review44a T1, len34)"
-    if held is None:
-        return "quant_match: a null quantization_config fails transformers' to_dict at start (diff34 D2, quant34)"
-    if not held.get("quant_method") and (given or spec.get("quantization")) and "quantization_config" in config:
-        return "quant_match: a quantization_config without quant_method is vLLM's None (review44a L1, quant34)"
-    if given not in (None, "fp8") and "quantization_config" not in config:
-        return "quant_match: -q on a checkpoint with no quantization_config nor its config file (diff34 D1, quant34)"
-    if spec.get("method") == "mtp" and "model" not in spec and spec.get("quantization"):
-        return "quant_match: mtp's own drafter held to the speculative quantization (review44a T2, quant34)"
+    held, given = config.get("quantization_config", {}), _quantization_given(args)
+    overridden = any("quantization_config" in a for a in args if a.startswith("{"))
+    if held is None and overridden:
+        return "quant_match: a null quantization_config fails at start, --hf-overrides or not (diff34 D2b)"
+    if given not in (None, "fp8") and "quantization_config" not in config and not overridden:
+        return "quant_match: -q on a checkpoint with no quantization_config nor its config file (diff34 D1)"
+    if isinstance(held, dict) and held.get("quant_method") in ("gptq", "awq") and given == held["quant_method"]:
+        return "a rule to come: the method's activation dtypes against the dtype vLLM resolves (diff34 D7)"
     return None
 
 
@@ -217,7 +213,7 @@ def write_launches(root: Path) -> list[dict]:
         for name, content in files.items():
             (model / name).write_text(json.dumps(content))
         args, env = launch(rng, model, models, config)
-        cases.append({"args": args, "env": env, "known": known(args, config, files), "config": config, "files": files})
+        cases.append({"args": args, "env": env, "known": known(args, config), "config": config, "files": files})
     return cases
 
 
@@ -238,7 +234,10 @@ def patchkit_findings(case: dict, site: Path) -> list[dict]:
     done = run_cli_read_only(
         "preflight", "--target", site, "--no-import", "--format", "json", "--", *env, "vllm", "serve", *case["args"]
     )
-    return json.loads(done.stdout)["findings"]
+    said = json.loads(done.stdout)
+    if "findings" not in said:  # refused whole (exit 2: a command vLLM's parser refuses): a failure at start
+        return [{"check": "command", "result": "fail", "message": said["error"]}]
+    return said["findings"]
 
 
 def disagreement(case: dict, answer: dict, findings: list[dict]) -> str | None:
