@@ -37,6 +37,9 @@ def quant_file_findings(check: str, launch: LaunchContext) -> list[Finding]:
     said = f"--quantization {escaped(given)}"
     fix = f"drop --quantization (the checkpoint's config.json has no quantization_config), or check the files {given} needs"
     early, keys = _function(launch.read)
+    absent = launch.lacks(check, WEIGHT_UTILS)  # a tree of only the patched files
+    if absent is not None:
+        return [absent]
     if early is None:
         return [
             cannot_judge(
