@@ -12,6 +12,7 @@ import ast
 import os
 from typing import Any
 
+from patchkit.base import hints
 from patchkit.base.errors import escaped
 from patchkit.checks.parsed import python_tree
 from patchkit.launch import observed
@@ -35,45 +36,41 @@ def quant_file_findings(check: str, launch: LaunchContext) -> list[Finding]:
     if given is None or _quantized(launch.target.config):
         return []
     said = f"--quantization {escaped(given)}"
-    fix = f"drop --quantization (the checkpoint's config.json has no quantization_config), or check the files {given} needs"
-    early, keys = _function(launch.read)
     absent = launch.lacks(check, WEIGHT_UTILS)  # a tree of only the patched files
-    if absent is not None:
-        return [absent]
-    if early is None:
-        return [
-            cannot_judge(
-                check, f"how vLLM reads {said}'s config: the tree's get_quant_config is not of a shape read here", fix
-            )
-        ]
-    if given in early:
-        return []
-    if "*" in early or launch.command.options.get("quantization-config") is not None:
-        return [
-            cannot_judge(
-                check,
-                f"how vLLM reads {said}'s config: online quantization (its shorthands, --quantization-config) is not read here",
-                fix,
-            )
-        ]
-    if keys & set(launch.target.overrides):
-        return [
-            cannot_judge(
-                check,
-                f"what vLLM reads as {said}'s config: --hf-overrides names {', '.join(sorted(keys & set(launch.target.overrides)))}",
-                fix,
-            )
-        ]
+    early, keys = _function(launch.read)
+    if absent is not None or (early is not None and given in early):
+        return [absent] if absent is not None else []
     named = _config_class(launch.read, given)
-    if named is None:
+    unread = _unread(launch, early, keys)
+    if unread is None and named is None:
         return []  # not one of the tree's methods: vLLM refuses it by name (the command finding)
-    names = _file_names(launch.read, *named) if not launch.general_plugins() else UNREAD
-    if names == UNREAD:
-        why = f"which files vLLM reads for {said} on a checkpoint without quantization_config: {named[1]}.get_config_filenames is not a literal list, or a plugin may register the method"
-        return [cannot_judge(check, why, fix)]
+    names = _file_names(launch.read, *named) if named is not None and unread is None else UNREAD
+    if isinstance(names, str):  # UNREAD
+        unread = unread or f"{named[1] if named else given}.get_config_filenames is not a literal list"
+        why = f"how vLLM reads {said}'s config on a checkpoint without quantization_config: {unread}"
+        return [cannot_judge(check, why, _judged_by(launch))]
     if not names:
-        return _built_bare(check, launch.read, named, said, fix)
-    return _searched(check, launch, given, names, (said, fix))
+        return _built_bare(check, launch, named or ("", given), said)
+    return _searched(check, launch, given, names, said)
+
+
+def _unread(launch: LaunchContext, early: set[str] | None, keys: set[str]) -> str | None:
+    """Why get_quant_config's path for the launch is not read here; None: it is."""
+    if early is None:
+        return "the tree's get_quant_config is not of a shape read here"
+    if "*" in early or launch.command.options.get("quantization-config") is not None:
+        return "online quantization (its shorthands, --quantization-config) is not read here"
+    if keys & set(launch.target.overrides):
+        return f"--hf-overrides names {', '.join(sorted(keys & set(launch.target.overrides)))}, read instead"
+    if launch.general_plugins():
+        return "a plugin may register the method"
+    return None
+
+
+def _judged_by(launch: LaunchContext) -> str:
+    if launch.python is not None:
+        return "vLLM's own validation judges it: the vllm-validation finding"
+    return f"vLLM's own validation judges it: {hints.command('preflight', '--', *launch.command.argv)}"
 
 
 def _quantized(config: dict[str, Any]) -> bool:
@@ -219,16 +216,17 @@ def _file_names(read: Reader, module: str, name: str) -> list[str] | str:
     return [i.value for i in items if isinstance(i, ast.Constant) and isinstance(i.value, str)]
 
 
-def _built_bare(check: str, read: Reader, named: tuple[str, str], said: str, fix: str) -> list[Finding]:
+def _built_bare(check: str, launch: LaunchContext, named: tuple[str, str], said: str) -> list[Finding]:
     """No file names: vLLM builds the class with no arguments; its __init__'s parameters without a default
     make that a TypeError (compressed-tensors'). Its __init__ not beside it: cannot judge."""
-    chain = _classes(read, *named) or []
+    chain = _classes(launch.read, *named) or []
     init = _method(chain, "__init__")
     if init is None:
         bases = [b.id for b in chain[-1].bases if isinstance(b, ast.Name)] if chain else []
         if bases == ["QuantizationConfig"]:
             return []  # the base class's __init__ takes no arguments (base_config.py, 0.11-0.34)
-        return [cannot_judge(check, f"whether vLLM builds {named[1]}() for {said}: its __init__ is not read here", fix)]
+        why = f"whether vLLM builds {named[1]}() for {said} on a checkpoint without quantization_config: its __init__ is not read here"
+        return [cannot_judge(check, why, _judged_by(launch))]
     args = init.args
     positional = [*args.posonlyargs, *args.args][1:]
     required = [a.arg for a in positional[: len(positional) - len(args.defaults)]]
@@ -239,30 +237,32 @@ def _built_bare(check: str, read: Reader, named: tuple[str, str], said: str, fix
         f"vLLM fails at start with {said}: the checkpoint's config.json has no quantization_config, so vLLM builds "
         f"{named[1]}() with no arguments, and it needs {', '.join(required[:6])} (TypeError)"
     )
+    fix = f"drop --quantization (the checkpoint is not quantized), or serve a checkpoint quantized with {said.split()[-1]}"
     return [Finding(check, False, why, fix)]
 
 
-def _searched(check: str, launch: LaunchContext, given: str, names: list[str], words: tuple[str, str]) -> list[Finding]:
+def _searched(check: str, launch: LaunchContext, given: str, names: list[str], said: str) -> list[Finding]:
     """get_quant_config's search of the model directory's *.json for a name ending in one of `names`."""
-    said, fix = words
+    shown = " or ".join(escaped(n) for n in names[:4])
+    fix = f"drop --quantization (the checkpoint is not quantized), or put {escaped(given)}'s config file ({escaped(names[0])}) in the model directory"
     found = target_directory(launch.command)
     if found is None:
-        why = f"whether vLLM finds {said}'s config file ({' or '.join(names)}): the model is no local directory (the hub's files are not read here)"
-        return [cannot_judge(check, why, fix)]
+        why = f"whether vLLM finds {said}'s config file ({shown}): the model is no local directory (the hub's files are not read here)"
+        return [cannot_judge(check, why, _judged_by(launch))]
     directory = os.path.join(launch.command.working_directory(), found[1])
     if observed.isfile(os.path.join(directory, MODELOPT_FILE)):
         why = f"what vLLM takes for {said}: the model directory has {MODELOPT_FILE}, which vLLM reads as its quantization_config"
-        return [cannot_judge(check, why, fix)]
+        return [cannot_judge(check, why, _judged_by(launch))]
     files = [f for f in observed.glob(os.path.join(directory, "*.json")) if any(f.endswith(n) for n in names)]
     if len(files) == 1:
-        why = f"whether {given}'s config reads {escaped(os.path.basename(files[0]))} of the model directory (vLLM's from_config of it is not read here)"
-        return [cannot_judge(check, why, None)]
+        why = f"whether {escaped(given)}'s config reads {escaped(os.path.basename(files[0]))} of the model directory (vLLM's from_config of it is not read here)"
+        return [cannot_judge(check, why, _judged_by(launch))]
     if files:
-        shown = ", ".join(escaped(os.path.basename(f)) for f in files[:4])
-        why = f'vLLM refuses {said} at start: the checkpoint\'s config.json has no quantization_config and its directory has several config files for it ({shown}: "Found multiple config files")'
-        return [Finding(check, False, why, f"keep one of them in the model directory, or {fix}")]
+        several = ", ".join(escaped(os.path.basename(f)) for f in files[:4])
+        why = f'vLLM refuses {said} at start: the checkpoint\'s config.json has no quantization_config and its directory has several config files for it ({several}: "Found multiple config files")'
+        return [Finding(check, False, why, "keep one of them in the model directory, or drop --quantization")]
     why = (
         f"vLLM refuses {said} at start: the checkpoint's config.json has no quantization_config, and its directory "
-        f'has no *.json ending in {" or ".join(names)} ("Cannot find the config file for {escaped(given)}")'
+        f'has no *.json ending in {shown} ("Cannot find the config file for {escaped(given)}")'
     )
     return [Finding(check, False, why, fix)]
