@@ -29,6 +29,7 @@ import tempfile
 import time
 import types
 from collections import Counter
+from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,7 +37,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 from cli_server import Running, start_patchkit
-from helpers import MODEL_PY, READ_ONLY_COMMANDS, SPEC_PY, WRITING_COMMANDS, make_patch, run_cli_judged, write_tree
+from helpers import (
+    MODEL_PY,
+    READ_ONLY_COMMANDS,
+    SPEC_PY,
+    WRITING_COMMANDS,
+    make_patch,
+    run_cli_judged,
+    sweep_trials,
+    write_tree,
+)
 
 OLD_PACKAGE = {  # deleted by the patch: three directories go
     "vllm/old/__init__.py": "",
@@ -546,31 +556,43 @@ def _first_codes(plan: str) -> set[int]:
 
 def commit_steps(scn: Scenario, work: Path, op: str) -> int:
     """How many steps the commit of `op` has: the last N at which a SIGKILL still stops it."""
-    low, high = 1, 1024  # a kill at `low` lands, at `high` comes after the end
+    return last_stopped(lambda n: _killed(scn, work, op, f"{n}:kill"), 1, 1024)
+
+
+def last_stopped(killed: Callable[[int], bool], low: int, high: int) -> int:
+    """The last step in [low, high) a kill still stops, `killed` telling for a step (a kill at `low` lands,
+    at `high` comes after the end): a bisection, between two steps a shared sweep tried."""
     while high - low > 1:
         middle = (low + high) // 2
-        tree = scn.fresh("stock" if op == "apply" else "patched", work)
-        code, _ = run_cli([op, *scn.args(tree, op)], f"{middle}:kill", served=True)
-        low, high = (middle, high) if code == -signal.SIGKILL else (low, middle)
+        low, high = (middle, high) if killed(middle) else (low, middle)
     return low
 
 
+def _killed(scn: Scenario, work: Path, op: str, plan: str) -> bool:
+    tree = scn.fresh("stock" if op == "apply" else "patched", work)
+    return run_cli([op, *scn.args(tree, op)], plan, served=True)[0] == -signal.SIGKILL
+
+
 def aimed_commit(scn: Scenario, work: Path, op: str, mode: str, tally: Tally, limit: int = 200) -> int:
-    """A fault of `mode` at each step of the commit of `op` in turn; how many steps it has."""
-    for n in range(1, limit):
+    """A fault of `mode` at each step of the commit of `op` in turn (a share of them under the fast
+    profile: sweep_trials); how many steps it has."""
+    tried = sweep_trials(range(1, limit))
+    for before, n in zip([0, *tried], tried, strict=False):
         if trial(scn, work, op, f"{n}:{mode}", f"commit {mode}", tally, n) == 0:
-            return n - 1
+            return last_stopped(lambda m: _killed(scn, work, op, f"{m}:kill"), before, n)
     raise AssertionError(f"{op} never got through")
 
 
 def rollback_lengths(scn: Scenario, work: Path, op: str, tally: Tally, steps: list[int]) -> dict[int, int]:
     """For a failure (ENOSPC) at each commit step n in `steps`, a SIGKILL at each step m of the
-    rollback it starts; n -> the number of steps that rollback has."""
+    rollback it starts (a share of them under the fast profile); n -> the number of steps that rollback has."""
     lengths = {}
     for n in steps:
-        for m in range(n + 1, n + 500):
+        tried = sweep_trials(range(n + 1, n + 500))
+        for before, m in zip([n, *tried], tried, strict=False):
             if trial(scn, work, op, f"{n}:raise,{m}:kill", "rollback raise+kill", tally, m) != -signal.SIGKILL:
-                lengths[n] = m - n - 1  # the kill came after the rollback's last step
+                last = last_stopped(lambda k, n=n: _killed(scn, work, op, f"{n}:raise,{k}:kill"), before, m)
+                lengths[n] = last - n  # the kill came after the rollback's last step
                 break
     return lengths
 
@@ -578,9 +600,10 @@ def rollback_lengths(scn: Scenario, work: Path, op: str, tally: Tally, steps: li
 def aimed_rollback(
     scn: Scenario, work: Path, op: str, first: str, second: str, tally: Tally, lengths: dict[int, int]
 ) -> None:
-    """A first fault at commit step n, then a second at each step of the rollback it starts."""
+    """A first fault at commit step n, then a second at each step of the rollback it starts (a share of
+    them under the fast profile)."""
     for n, length in lengths.items():
-        for m in range(n + 1, n + length + 1):
+        for m in sweep_trials(range(n + 1, n + length + 1)):
             trial(scn, work, op, f"{n}:{first},{m}:{second}", f"rollback {first}+{second}", tally, m)
 
 

@@ -26,7 +26,9 @@ import textwrap
 import types
 import venv
 import zipfile
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 from cli_server import (
     SESSION_ENV,
@@ -50,6 +52,8 @@ from patchkit.cli.main import cli, run_in_process
 from patchkit.fetch import release_tree
 from patchkit.fetch.cache import load_state, save_state
 from patchkit.releases.files import lay_out
+
+T = TypeVar("T")
 
 SPEC_PY = textwrap.dedent('''\
     """A stand-in for a config module."""
@@ -511,6 +515,22 @@ def examples(full: int) -> int:
     if settings.get_current_profile_name() != FAST_PROFILE:
         return full
     return max(full // FAST_SHARE, min(full, 10))
+
+
+def sweep_trials(trials: Sequence[T]) -> Sequence[T]:
+    """A sweep's trials (crash steps, plans, amounts): every one under make test; under the fast profile
+    every FAST_SHARE-th from the first, and the last, as `examples` shares a property's inputs: the same
+    checks on each trial run, fewer of them. Read when the sweep runs."""
+    if settings.get_current_profile_name() != FAST_PROFILE or len(trials) <= 2:
+        return trials
+    shared = list(trials[::FAST_SHARE])
+    return shared if shared[-1] == trials[-1] else [*shared, trials[-1]]
+
+
+def sweep_count(full: int) -> int:
+    """How many of a sweep's trials a test expects an outcome of: `full` under make test, a FAST_SHARE-th
+    of it under the fast profile (sweep_trials)."""
+    return full if settings.get_current_profile_name() != FAST_PROFILE else full // FAST_SHARE
 
 
 def assert_clean_failure(done, code: int) -> None:
@@ -1115,14 +1135,21 @@ def hint_commands(said: str) -> list[str]:
 
 
 def follow_hints(
-    refused: subprocess.CompletedProcess, *ran: str, steps: int = 8
+    refused: subprocess.CompletedProcess,
+    *ran: str,
+    steps: int = 8,
+    by_hand: Callable[[str], bool] | None = None,
+    before_fetch: Callable[[], None] | None = None,
 ) -> tuple[subprocess.CompletedProcess, list[str]]:
     """Follow `refused`'s hint as a user does: each command it names run as written, in order
     (patchkit's by patchkit_faulted, any other by bash); where one is refused, its own hint next. `ran`:
     the commands already run, the one refused last. Fails on a circle: a refusal that names a command
     run before it other than itself (a "then run it again" follows a step that changes the tree), or
     one refused again with the very words it was refused with before; and on a refusal that names no
-    command, or a chain past `steps`. Returns the last patchkit command's result and every command run."""
+    command, or a chain past `steps`. `by_hand`: does what a command the test cannot run does (a pip
+    install, say), True when it did. `before_fetch`: run once before the first `patchkit fetch` (the
+    index answers once the hint says to fetch). Returns the last patchkit command's result and every
+    command run."""
     run, done = list(ran), refused
     refusals = {ran[-1]: " ".join(refused.stderr.split())} if ran else {}
     todo = _next_steps(refused, run)
@@ -1132,8 +1159,12 @@ def follow_hints(
         run.append(line)
         words = shlex.split(line)
         if words[0] != "patchkit":
-            subprocess.run(["bash", "-c", line], check=True)
+            if by_hand is None or not by_hand(line):
+                subprocess.run(["bash", "-c", line], check=True)
             continue
+        if words[1] == "fetch" and before_fetch is not None:
+            before_fetch()
+            before_fetch = None
         done = patchkit_faulted(*words[1:])
         if done.returncode == 2:
             said = " ".join(done.stderr.split())

@@ -22,7 +22,17 @@ from pathlib import Path
 
 import crash_trials as ct
 import pytest
-from helpers import double_ctrl_c_in_the_lock, mark_staged, record_rows, run_cli_judged
+from helpers import (
+    FAST_PROFILE,
+    FAST_SHARE,
+    double_ctrl_c_in_the_lock,
+    mark_staged,
+    record_rows,
+    run_cli_judged,
+    sweep_count,
+    sweep_trials,
+)
+from hypothesis import settings
 
 from patchkit.base import seal, signals
 
@@ -57,10 +67,30 @@ def _clean(tally: ct.Tally) -> None:
     assert not tally.failures, tally.report()
 
 
+def test_a_shared_sweep_tries_a_share_of_the_trials_and_finds_the_steps_every_trial_finds():
+    """make test tries every trial of a sweep; the fast profile every FAST_SHARE-th and the last, and
+    bisects between two it tried to the same last step a kill stops (aimed_commit's count)."""
+    profile = settings.get_current_profile_name()
+    settings.load_profile("default")
+    try:
+        assert sweep_trials(range(1, 10)) == range(1, 10) and sweep_count(5) == 5
+        settings.load_profile(FAST_PROFILE)
+        assert list(sweep_trials(range(1, 10))) == [1, 1 + FAST_SHARE, 1 + 2 * FAST_SHARE]
+        assert sweep_trials([*range(11), 20]) == [0, 4, 8, 20] and sweep_count(5) == 5 // FAST_SHARE
+        asked: list[int] = []
+        for last in (0, 1, 36, 37, 38, 40):
+            tried = sweep_trials(range(1, 200))
+            before, end = next((b, n) for b, n in zip([0, *tried], tried, strict=False) if n > last)
+            assert ct.last_stopped(lambda n, last=last: asked.append(n) or n <= last, before, end) == last
+        assert len(asked) <= 6 * FAST_SHARE.bit_length()
+    finally:
+        settings.load_profile(profile)
+
+
 def test_a_hard_exit_at_every_step_of_a_revert_leaves_a_tree_the_next_command_restores(scenario, work):
     """A full revert removes the guard's dist-info directory and a created package first: a crash
     after that used to leave a journal recovery refused ("its directory is gone"), the tree mixed."""
-    for n in range(1, 200):
+    for n in sweep_trials(range(1, 200)):
         tree = scenario.fresh("patched", work)
         code, out = ct.run_cli(["revert", *scenario.args(tree)], str(n), mode="exit", served=True)
         if code == 0:
@@ -377,7 +407,7 @@ def test_a_kill_at_every_commit_step_leaves_a_tree_the_guard_refuses_until_recov
     tally = ct.Tally()
     ct.aimed_commit(scenario, work, op, "kill", tally)
     _clean(tally)
-    assert tally.outcomes["guard after the trial: refuses"] > 5, tally.report()  # the replaces, and more
+    assert tally.outcomes["guard after the trial: refuses"] > sweep_count(5), tally.report()  # the replaces, and more
 
 
 @pytest.mark.release
@@ -459,7 +489,7 @@ def test_with_no_guard_a_library_update_killed_anywhere_has_its_new_gate_only_wi
         [f"{n}:kill" for n in range(1, 60)]
         + [f"{n}:raise,{n + m}:kill" for n in range(20, 40, 2) for m in range(1, 12)],
     )
-    for plan in plans:
+    for plan in sweep_trials(plans):
         tree = gated.fresh("patched", gated.base / "work")
         code, out = ct.run_cli([*update, "--target", str(tree)], plan, served=True)
         if code in (0, 4):  # the faults came after its end (updated), or the rollback got through
@@ -547,7 +577,7 @@ def test_a_record_an_older_patchkit_wrote_reverts_byte_for_byte_its_gate_first(g
     _as_an_older_patchkit_recorded(tree)
     code, out = ct.run_cli(["revert", *gated.args(tree, "revert")])
     assert code == 0 and gated.whole(tree) == "stock", out
-    for n in range(1, 300, 5):
+    for n in sweep_trials(range(1, 300, 5)):
         tree = gated.fresh("patched", gated.base / "work")
         _as_an_older_patchkit_recorded(tree)
         record = (tree / ".patchkit/state.json").read_bytes()
@@ -642,7 +672,7 @@ def test_a_full_disk_at_every_amount_of_free_space_is_exit_0_or_4_never_a_mixed_
     """0 to 80 KB free, every 8 KB, and more: each apply and revert ends whole (exit 0) or rolled
     back (exit 4), never exit 70, never a journal left; a full disk used to fail the rollback too."""
     tally = ct.Tally()
-    ct.full_disk_trials(scenario, small_disk, tally, [*range(0, 80 * 1024, 8192), 120_000, 200_000])
+    ct.full_disk_trials(scenario, small_disk, tally, sweep_trials([*range(0, 80 * 1024, 8192), 120_000, 200_000]))
     _clean(tally)
     assert any("exit 4" in key for key in tally.trials) and any("exit 0" in key for key in tally.trials)
 

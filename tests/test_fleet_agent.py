@@ -14,12 +14,23 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import MODEL_PY, SPEC_PY, make_patch, patched_spec, record_rows, run_cli, write_library, write_tree
+from helpers import (
+    MODEL_PY,
+    SPEC_PY,
+    make_patch,
+    patched_spec,
+    record_rows,
+    run_cli,
+    snapshot,
+    write_library,
+    write_tree,
+)
 
+from patchkit.base.errors import CHECK_FAILED
 from patchkit.cli.main import run_in_process
 from patchkit.fleet import node
 from patchkit.fleet.cluster import RayRunner
-from patchkit.fleet.protocol import Node
+from patchkit.fleet.protocol import Batch, Node, NodeReport, fleet_apply
 
 MODEL = "vllm/models/model.py"
 
@@ -897,3 +908,49 @@ def test_phase_one_names_why_a_set_applied_from_another_library_is_refused_and_i
     assert f"`patchkit apply --target {tree} --patches {new}`" in (prepared["hint"] or ""), prepared
     assert node.run_step("apply", {**request, "extra": ["--no-import"]}, run_in_process)["ok"]
     assert node.run_step("prepare", request, run_in_process)["ok"]
+
+
+class TreesRunner:
+    """protocol.Runner over real trees, a tree a node: each step is the node agent's (node.run_step,
+    patchkit in this process) with that node's --target; `between`: run once phase 1 has ended."""
+
+    def __init__(self, trees: dict[Node, Path], between=lambda: None) -> None:
+        self.trees, self.between = trees, between
+
+    def run(self, step, nodes, request):
+        if step == "apply":
+            self.between()
+        rows = [node.run_step(step, {**request, "target": str(self.trees[n])}, run_in_process) for n in nodes]
+        return Batch([NodeReport.from_node(n, row) for n, row in zip(nodes, rows, strict=True)])
+
+    def decide(self, commit):
+        return True
+
+
+def test_a_fleet_apply_whose_node_leaves_the_guard_refusing_rolls_back_the_nodes_it_wrote(tmp_path):
+    """lows33 F3 made the apply row of a node whose set is applied but whose guard still refuses the
+    tree (another set's file edited by hand, here after phase 1) a failed node (exit 1, not ok); the
+    driver's rollback after that row was never run. It reverts the set on the node this run wrote,
+    and leaves the refusing node as it was (this run wrote nothing there): its edit, its sets."""
+    trees: dict[Node, Path] = {}
+    for index, sets in enumerate((["spec"], ["spec", "model"])):
+        tree, library = _two_sets(tmp_path / f"n{index}")
+        for name in sets:
+            request = {"target": str(tree), "library": str(library), "set_name": name, "extra": ["--no-import"]}
+            assert node.run_step("apply", request, run_in_process)["ok"]
+        trees[Node(f"{index:056x}", f"10.0.0.{index}")] = tree
+    nodes = list(trees)
+    before = {n: snapshot(tree) for n, tree in trees.items()}
+    spec = trees[nodes[1]] / "vllm/config/spec.py"
+    edited = patched_spec() + "# tuned by hand\n"
+    runner = TreesRunner(trees, between=lambda: spec.write_text(edited))
+    request = {"target": None, "python": None, "library": str(library), "set_name": "model", "timeout": 60}
+    result = fleet_apply(runner, nodes, request, apply_flags=["--no-import"])
+    wrote, refusing = result.reports
+    assert result.error is not None and result.error.exit_code == CHECK_FAILED, result.error
+    said = result.error.message
+    assert "the launch guard refuses this tree: vllm/config/spec.py" in said and "was reverted" in said, said
+    assert (wrote.state, refusing.state, refusing.ok) == ("rolled-back", "already-applied", False), result.reports
+    assert snapshot(trees[nodes[0]]) == before[nodes[0]]  # the model set this run wrote: reverted
+    assert snapshot(trees[nodes[1]]) == {**before[nodes[1]], "vllm/config/spec.py": edited.encode()}
+    assert "`patchkit revert" in (refusing.hint or ""), refusing.hint

@@ -44,6 +44,7 @@ from helpers import (
     run_cli_judged,
     run_cli_read_only,
     run_cli_writing,
+    sweep_trials,
     warm_pycache_prefix,
     write_library,
     write_tree,
@@ -1140,7 +1141,7 @@ def test_an_apply_killed_replacing_an_older_guard_is_rolled_back_to_that_guard(t
     shutil.copytree(tree.site, origin, symlinks=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith("PATCHKIT_FAULT")} | {"PATCHKIT_FAULT_MODE": "kill"}
     killed_after_the_guard = 0
-    for step in range(1, 200):
+    for step in sweep_trials(range(1, 200)):
         shutil.rmtree(tree.site)
         shutil.copytree(origin, tree.site, symlinks=True)
         apply = run_cli("apply", "--no-import", "--target", tree.site, "--patches", tree.library,

@@ -43,6 +43,7 @@ from helpers import (
     run_cli_in_process,
     run_cli_read_only,
     run_cli_writing,
+    sweep_trials,
     write_library,
 )
 
@@ -335,19 +336,19 @@ def everything(site: Path) -> dict[str, bytes]:
 
 def killed_at_each_step(toy: dict[str, Path], tmp_path: Path, args: list[str], judge: Callable) -> int:
     """The CLI's `args` on the toy's site (and library), run from the site as it is now killed after step
-    1, 2, ... until a run finishes: after each kill, status recovers the site as it was, and `judge(site,
-    step)` holds. How many runs were killed."""
+    1, 2, ... until a run finishes (a share of the steps under the fast profile: sweep_trials): after each
+    kill, status recovers the site as it was, and `judge(site, step)` holds. How many runs were killed."""
     site, origin = toy["site"], tmp_path / "origin"
     shutil.copytree(site, origin, symlinks=True)
     as_before = everything(origin)
     env = {k: v for k, v in os.environ.items() if not k.startswith("PATCHKIT_FAULT")} | {"PATCHKIT_FAULT_MODE": "kill"}
-    for step in range(1, 200):
+    for killed, step in enumerate(sweep_trials(range(1, 200))):
         shutil.rmtree(site)
         shutil.copytree(origin, site, symlinks=True)
         done = run_cli(args[0], *args[1:], "--target", site, "--patches", toy["lib"],
                        env={**env, "PATCHKIT_FAULT_AFTER": str(step)})  # fmt: skip
         if done.returncode == 0:
-            return step - 1
+            return killed
         assert done.returncode == -9, done.stdout + done.stderr
         said = run_cli_read_only("status", "--target", site, "--patches", toy["lib"])  # recovers first
         assert everything(site) == as_before, (step, said.stdout + said.stderr)
@@ -546,3 +547,27 @@ def test_an_apply_that_records_a_patch_wheel_held_killed_at_any_step_ends_as_bef
     assert killed >= 2, killed
     assert "wheel_held" in json.loads((toy["site"] / ".patchkit/state.json").read_text())
     assert load_plugins_like_vllm(toy["site"]).returncode == 0
+
+
+def test_an_apply_that_writes_its_set_and_leaves_the_guard_refusing_fails_as_status_does(tmp_path):
+    """lows33 F3: apply exits 1 when the launch guard it leaves still refuses the tree. An apply that
+    wrote its set judged the guard only for an older patchkit's --patch record: with another set's
+    file edited by hand it said "applied" in green, exit 0, and its own status then FAILED. It says
+    what the guard refuses and the fix (exit 1, JSON "guard"), and the fix ends it."""
+    site = write_site(tmp_path / "site")
+    library = tmp_path / "lib"
+    edits = {"spec": {SPEC: STOCK_SPEC + "# spec set\n"}, "model": {MODEL: STOCK_MODEL + "# model set\n"}}
+    for name, edit in edits.items():
+        write_library(library, {"0.16.0": [make_patch(tmp_path, site, edit)]}, name=name)
+    chosen = ["--target", site, "--patches", library]
+    assert run_cli_writing("apply", *chosen, "--set", "spec", "--no-import").returncode == 0
+    (site / SPEC).write_text(STOCK_SPEC + "# spec set\n# tuned by hand\n")
+    done = run_cli_writing("apply", *chosen, "--set", "model", "--no-import", "--format", "json")
+    document = json.loads(done.stdout)
+    assert done.returncode == 1 and document["result"] == "applied", done.stdout + done.stderr
+    assert document["guard"]["refuses"] and SPEC in document["guard"]["refuses"][0], document["guard"]
+    assert run_cli_read_only("status", *chosen).returncode == 1
+    fix = re.findall(r"`([^`]+)`", document["guard"]["fix"])
+    for command in fix:
+        assert run_cli_writing(*shlex.split(command)[1:]).returncode == 0, command
+    assert run_cli_read_only("status", *chosen).returncode == 0

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import crash_trials as ct
 import pytest
-from helpers import EAGLE_MODEL, MODEL, SPEC, make_patch, patched_spec, write_library
+from helpers import EAGLE_MODEL, MODEL, SPEC, make_patch, patched_spec, sweep_trials, write_library
 
 
 @pytest.fixture
@@ -44,7 +44,7 @@ def test_a_kill_at_each_step_of_a_two_set_apply_leaves_the_first_set_or_both(tre
     work = tmp_path / "work"
     lib = ["--patches", str(two_sets)]
     between = 0
-    for n in range(1, 300):
+    for n in sweep_trials(range(1, 300)):
         shutil.rmtree(work, ignore_errors=True)
         shutil.copytree(stock, work)
         code, out = ct.run_cli(["apply", "--target", str(work), *lib, "--no-import", guard], f"{n}:kill", served=True)
@@ -138,7 +138,7 @@ def test_status_after_a_killed_first_apply_names_nothing_its_rollback_removes(tr
     work = tmp_path / "work"
     lib = ["--patches", str(library)]
     held = 0
-    for n in range(1, 300):
+    for n in sweep_trials(range(1, 300)):
         shutil.rmtree(work, ignore_errors=True)
         shutil.copytree(stock, work)
         if ct.run_cli(["apply", "--target", str(work), *lib, "--no-import"], f"{n}:kill", served=True)[0] == 0:

@@ -553,3 +553,58 @@ def test_a_drafter_type_named_like_mtp_that_the_tree_does_not_list_stays_a_draft
         said[method] = [f["message"] for f in judged["findings"] if f["result"] == "fail"]
     assert any("drafter's vocab_size 1000 is not the target's 129280" in m for m in said["draft_model"]), said
     assert all("vocab_size 1000" not in m for m in said["deepseek_mtp"]), said  # mtp: not draft_model's rule
+
+
+# 0.11-0.30's SpeculativeConfig, in its shape: the target is made mtp's drafter only when a count is given,
+# and _verify_args refuses a config left without one
+COUNT_RULES = """
+    def __post_init__(self):
+        if self.model is None and self.num_speculative_tokens is not None:
+            self.model = self.target_model_config.model
+
+    def _verify_args(self):
+        if self.num_speculative_tokens is None:
+            raise ValueError("num_speculative_tokens must be provided with speculative model")
+"""
+LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64, "vocab_size": 128}
+
+
+def _own_drafter(tmp_path: Path, config: dict, spec: dict, *extra: str, counted: bool = True) -> list[dict]:
+    """The speculative-config findings of `vllm serve` of a model with `config` and --speculative-config
+    `spec` (and `extra`), on a tree with COUNT_RULES (counted) or without them."""
+    tree, library = _tree(tmp_path)
+    if counted:
+        rules = (tree / SPEC).read_text()
+        (tree / SPEC).write_text(
+            rules.replace("        return hf_config\n", "        return hf_config\n" + COUNT_RULES)
+        )
+    model = write_model(tmp_path / "model", config)
+    judged = speculative_launch(tree, library, model, spec, *extra)
+    return [f for f in judged["findings"] if f["check"] == "speculative-config"]
+
+
+def test_the_mtp_method_without_a_model_on_a_target_with_no_mtp_type_is_refused(tmp_path):
+    """Without "model" vLLM makes the target mtp's drafter and tells the method again from its config: a
+    Llama names none ("Unsupported speculative method: 'mtp'", at start); DeepSeek-V3 becomes deepseek_mtp."""
+    found = _own_drafter(tmp_path / "llama", LLAMA, {"method": "mtp", "num_speculative_tokens": 1})
+    assert [f["ok"] for f in found] == [False], found
+    assert (
+        "method mtp without \"model\" makes the target its drafter, and its model_type 'llama'" in found[0]["message"]
+    )
+    assert "drop the mtp method" in found[0]["fix"], found
+    assert _own_drafter(tmp_path / "v3", V3, {"method": "mtp", "num_speculative_tokens": 1}) == []
+    # --hf-overrides do not reach the draft ModelConfig: its config.json is read as it is
+    over = ("--hf-overrides", json.dumps({"max_position_embeddings": 8192}))
+    found = _own_drafter(tmp_path / "over", LLAMA, {"method": "mtp", "num_speculative_tokens": 1}, *over)
+    assert [f["ok"] for f in found] == [False], found
+    assert _own_drafter(tmp_path / "v3over", V3, {"method": "mtp", "num_speculative_tokens": 1}, *over) == []
+
+
+@pytest.mark.parametrize("spec", [{"method": "mtp"}, {"method": "ngram"}, {"model": "ngram"}, {"model": "[ngram]"}])
+def test_mtp_or_ngram_without_a_count_is_refused_where_the_tree_fills_the_drafter_only_with_one(tmp_path, spec):
+    found = _own_drafter(tmp_path / "counted", V3, spec)
+    assert [f["ok"] for f in found] == [False], found
+    assert "with no num_speculative_tokens" in found[0]["message"], found
+    assert found[0]["fix"] == 'give "num_speculative_tokens"', found
+    assert _own_drafter(tmp_path / "with", V3, {**spec, "num_speculative_tokens": 2}) == []
+    assert _own_drafter(tmp_path / "other", V3, spec, counted=False) == []  # another layout: vLLM judges

@@ -20,6 +20,10 @@ else:  # pragma: no cover
 
 PACKAGE = Path(patchkit.__file__).parent
 
+# Every rule below walks every module (patchkit's, the tests'): on one xdist worker, each file is parsed
+# once a run (walked), not once a worker.
+pytestmark = pytest.mark.xdist_group("layout")
+
 
 def walked(path: Path) -> tuple[ast.AST, ...]:
     """Every node of `path`'s syntax tree (ast.walk's order): the checks below each walk every module,
@@ -594,7 +598,7 @@ def test_the_trees_model_file_paths_have_one_home():
         f"{path.relative_to(PACKAGE.parent)}:{node.lineno}: {node.value}"
         for path in sources
         if path.name != "model_files.py"
-        for node in ast.walk(ast.parse(path.read_text()))
+        for node in walked(path)
         if isinstance(node, ast.Constant) and node.value in homed
     )
     assert not spelt, spelt
@@ -609,7 +613,7 @@ def test_the_speculative_method_rules_read_has_one_home():
         f"{path.relative_to(PACKAGE.parent)}:{node.lineno}: .{node.attr}"
         for path in sources
         if path != PACKAGE / "launch" / "method.py"
-        for node in ast.walk(ast.parse(path.read_text()))
+        for node in walked(path)
         if isinstance(node, ast.Attribute) and node.attr in ("named_method", "speculative_method")
     )
     assert not read, read

@@ -23,6 +23,7 @@ from helpers import (
     run_cli,
     run_cli_judged,
     snapshot,
+    sweep_trials,
     write_library,
     write_tree,
 )
@@ -380,7 +381,7 @@ def test_a_crash_at_each_step_of_the_update_leaves_one_library_or_the_other(tmp_
     work = tmp_path / "work"
     wanted = {"apply": {"updated"}, "revert": {"stock"}, "status": {"earlier", "updated"}}
     steps = 0
-    for n in range(1, 300):
+    for n in sweep_trials(range(1, 300)):
         for mode in ("kill", "raise"):
             shutil.rmtree(work, ignore_errors=True)
             shutil.copytree(earlier, work, symlinks=True)

@@ -51,6 +51,7 @@ from patchkit._target.engine_config import DATA_BOUND
 from patchkit.base.errors import BadInput
 from patchkit.launch import validation
 from patchkit.launch.command import parse
+from patchkit.launch.models import ModelConfig
 
 STOCK_FAULTS_KIMI = {"tree-state", "whitelist", "supports-eagle3", "image-token"}
 STOCK_FAULTS_DEEPSEEK = {"tree-state", "whitelist", "supports-eagle3"}
@@ -1015,12 +1016,13 @@ def test_a_short_option_the_installed_vllm_does_not_declare_is_a_finding(tmp_pat
     arg_utils = tmp_path / "vllm" / "engine" / "arg_utils.py"
     arg_utils.parent.mkdir(parents=True)
     arg_utils.write_text('parser.add_argument("--tensor-parallel-size", "-tp")\n')
+    target = ModelConfig("org/m", tmp_path / "config.json", {})  # a model with an empty config
     command = parse(["vllm", "serve", "org/m", "-tp", "2", "-sc", "{}"], "0.16.1")
-    found = command_findings(LaunchContext(command, None, None, tmp_path, None, None))  # type: ignore[arg-type]
+    found = command_findings(LaunchContext(command, target, None, tmp_path, None, None))
     [short] = [f for f in found if f.message.startswith("the installed vLLM has no option -sc")]
     assert not short.ok and short.fix == "write --speculative-config"
     command = parse(["vllm", "serve", "org/m", "-tp", "2"], "0.16.1")
-    found = command_findings(LaunchContext(command, None, None, tmp_path, None, None))  # type: ignore[arg-type]
+    found = command_findings(LaunchContext(command, target, None, tmp_path, None, None))
     assert [f.ok for f in found] == [True] and "read with 0.16.0's" in found[0].message
 
 

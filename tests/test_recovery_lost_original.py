@@ -300,3 +300,44 @@ def test_an_apply_cut_short_offline_gets_its_lost_stock_original_from_its_series
     assert done.returncode in (0, 1), done.stdout + done.stderr
     assert f"the saved original of {SPEC} was damaged or missing: made again from the tree's file with" in said, said
     assert _tree_files(tree) == stock and not (tree / ".patchkit/journal.json").exists()
+
+
+# Each recovery refusal a crash with a lost saved original leaves, offline (the index answers once a
+# hint says to fetch): the crash of an apply (its stock original lost) or of a revert (its patched one,
+# the --patch diff moved away: nothing makes it again), the journal sealed by this user or not (a
+# copy of the tree: another user's, node's, key's).
+@pytest.mark.parametrize("sealed", [True, False], ids=["sealed", "unsealed"])
+@pytest.mark.parametrize("crashed", ["apply", "revert"])
+def test_every_recovery_refusals_hints_end_without_a_circle(tmp_path, scratch, crashed, sealed):
+    """From `status`, the first command a user runs: each hint followed as written ends with the tree
+    stock, no journal and no staged file; no refusal names a command run before it (a circle), or
+    refuses again as before (review44b M1: `recover --roll-back` -> fetch -> `recover` ->
+    `recover --roll-back`)."""
+    python_files = {p: d for p, d in STOCK_FILES.items() if p.endswith(".py")}
+    tree = write_tree(tmp_path / "site", files=dict(python_files))
+    stock = _tree_files(tree)
+    diff = tmp_path / "site.diff"
+    diff.write_bytes(make_patch(scratch, tree, PATCHED))
+    applying: list[object] = ["apply", "--target", tree, "--patch", diff, "--no-import"]
+    if crashed == "apply":
+        crash_after_the_first_replace(tree, applying, SPEC, PATCHED[SPEC].encode())
+        _damage(tree, SPEC_PY.encode())
+    else:
+        assert patchkit_faulted(*applying).returncode == 0
+        crash_after_the_first_replace(tree, ["revert", "--target", tree, "--patch", diff], SPEC, SPEC_PY.encode())
+        _damage(tree, PATCHED[SPEC].encode())
+        diff.rename(diff.with_suffix(".gone"))
+    if not sealed:
+        shutil.copytree(tree, tmp_path / "copy", symlinks=True)
+        tree = tmp_path / "copy"
+    refused = patchkit_faulted("status", "--target", tree)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+
+    def online() -> None:  # the release's wheel and files in the test's cache: the index answers
+        write_wheel(tmp_path / "wheel")
+        stock_files_fetched(python_files)
+
+    done, run = follow_hints(refused, f"patchkit status --target {tree}", before_fetch=online)
+    assert done.returncode in (0, 1), (run, done.stdout + done.stderr)
+    assert _tree_files(tree) == stock and not (tree / ".patchkit/journal.json").exists(), run
+    assert not list(tree.rglob("*.patchkit-*.tmp")), run

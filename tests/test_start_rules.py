@@ -162,6 +162,11 @@ def __post_init__(self):
 """
 )
 ALIASING = """
+def get_hf_text_config(config):
+    text_config = config.get_text_config()
+    if text_config is not config and not hasattr(text_config, "num_attention_heads"):
+        raise ValueError
+
 def patch_rope_parameters(config):
     if Version(version("transformers")) < Version("5.0.0"):
         if (rope_scaling := getattr(config, "rope_scaling", None)) is not None:
@@ -175,6 +180,7 @@ YARN = {"rope_scaling": {"type": "yarn", "factor": 4.0, "original_max_position_e
 TL_YARN = {**LONG, **YARN}  # derived 16384
 V4 = {"vllm/config/model.py": SPLIT_RULE, CONFIGS: ALIASING, TRANSFORMERS.format("4.57.6"): "Version: 4.57.6\n"}
 V11 = {"vllm/config/model.py": UPDATE_RULE, CONFIGS: UPDATING}
+COMPOSITE = {**LONG, "text_config": {**LONG, "rope_scaling": {"type": "linear", "factor": 2.0}}}  # derived 8192
 
 
 @pytest.mark.parametrize(
@@ -196,8 +202,20 @@ V11 = {"vllm/config/model.py": UPDATE_RULE, CONFIGS: UPDATING}
             YARN,
             "cannot judge: whether vLLM takes --max-model-len 16384: --hf-overrides' rope_scaling",
         ),
-        ({**LONG, "text_config": {**LONG, **YARN}}, V4, "16384", YARN, "cannot judge: whether vLLM takes"),
-        (LONG, V4, "16384", {"text_config": YARN}, "cannot judge: whether vLLM takes"),
+        ({**LONG, "text_config": {**LONG, **YARN}}, V4, "16384", {"rope_scaling": {"factor": 2.0}}, None),
+        (
+            {**LONG, "text_config": {**LONG, **YARN}},
+            V4,
+            "16385",
+            {"rope_scaling": {"factor": 2.0}},
+            "derived max_model_len 16384",
+        ),
+        (COMPOSITE, V4, "16384", {"text_config": {"rope_scaling": {"factor": 4.0}}}, None),
+        (COMPOSITE, V4, "16385", {"text_config": {"rope_scaling": {"factor": 4.0}}}, "derived max_model_len 16384"),
+        (COMPOSITE, V4, "8193", {"text_config": {"rope_scaling": {"type": "yarn"}}}, "derived max_model_len 8192"),
+        (COMPOSITE, V4, "8192", {"rope_parameters": {"rope_type": "linear", "factor": 4.0}}, "cannot judge: whether"),
+        (COMPOSITE, V11, "8192", {"text_config": {"rope_scaling": {"factor": 4.0}}}, "cannot judge: whether"),
+        (LONG, V4, "16384", {"text_config": YARN}, "vLLM refuses the launch at start: --hf-overrides sets text_config"),
         (LONG, V4, "16384", {"max_position_embeddings": 16384}, None),
     ],
 )
@@ -205,9 +223,36 @@ def test_hf_overrides_reach_the_derived_length_as_the_tree_applies_them(
     tmp_path, config, tree, length, overrides, says
 ):
     """review44a T1: 0.12+ sets a dict override after patch_rope_parameters aliased the config.json's
-    rope_scaling as rope_parameters, which the length reads: an overridden rope_scaling never moves it."""
+    rope_scaling as rope_parameters, which the length reads: an overridden rope_scaling never moves it;
+    a text_config's RoPE override is merged into that same dict (_update_nested), and does."""
     launch = ["vllm", "serve", "MODEL", "--max-model-len", length, "--hf-overrides", json.dumps(overrides)]
     found = _command_findings(tmp_path, config, *launch, tree_files=tree)
+    if says is None:
+        assert not found, found
+        return
+    assert len(found) == 1 and says in found[0]["message"], found
+    assert found[0]["ok"] is says.startswith("cannot judge"), found
+
+
+@pytest.mark.parametrize(
+    ("config", "tree", "launch", "says"),
+    [
+        (LONG, V4, [], "vLLM refuses the launch at start: --hf-overrides sets text_config on a config that has none"),
+        (LONG, V4, ["--max-model-len", "8192"], "vLLM refuses the launch at start: --hf-overrides sets text_config"),
+        (LONG, V11, ["--max-model-len", "8192"], "cannot judge: whether vLLM takes --max-model-len 8192: --hf-overrides sets"),
+        (LONG, V11, [], None),  # the tree's check not read: nothing said without a length
+        ({**LONG, "text_config": LONG}, V4, ["--max-model-len", "8192"], None),  # a nested config: updated key by key
+    ],
+)  # fmt: skip
+def test_a_text_config_override_of_a_config_without_one_is_set_as_a_dict_vllm_refuses(
+    tmp_path, config, tree, launch, says
+):
+    """review45a A2: _apply_dict_overrides finds no nested config to update and sets the dict; transformers
+    4's get_text_config returns it, and get_hf_text_config refuses it (no num_attention_heads)."""
+    overrides = json.dumps({"text_config": {"max_position_embeddings": 8192}})
+    found = _command_findings(
+        tmp_path, config, "vllm", "serve", "MODEL", *launch, "--hf-overrides", overrides, tree_files=tree
+    )
     if says is None:
         assert not found, found
         return
@@ -250,8 +295,12 @@ KT = {**LONG, "max_position_embeddings": 16384}
         ),
         (TAKER, {"sentence_bert_config.json": {"max_seq_length": 9}, "sentence_roberta_config.json": BOTH}, None),
         (TAKER_034, {"sentence_bert_config.json": {"max_seq_length": 512}}, "derived max_model_len 512"),
-        (TAKER, {"sentence_roberta_config.json": {**BOTH, "max_seq_length": "512"}}, "cannot judge: whether"),
-        (TAKER, {"sentence_bert_config.json": "{not json"}, "cannot judge: whether"),
+        (TAKER, {"sentence_roberta_config.json": {**BOTH, "max_seq_length": "512"}}, "max_seq_length '512', text"),
+        (
+            TAKER,
+            {"sentence_bert_config.json": "{not json"},
+            "vLLM refuses the launch at start: vLLM reads its sentence_bert",
+        ),
         ("", {"sentence_bert_config.json": BOTH}, "cannot judge: whether"),
         (TAKER, {"sentence_xlnet_config.json": BOTH}, None),  # not among this tree's names
         (TAKER, {"sentence_roberta_config.json": {**BOTH, "max_seq_length": 4096}}, None),
@@ -271,6 +320,31 @@ def test_the_sentence_transformers_file_vllm_takes_replaces_the_derived_length(t
     assert found[0]["ok"] is says.startswith("cannot judge"), found
     name = next(iter(files)) if says.startswith("cannot judge") else None
     assert name is None or name in found[0]["fix"] or name in found[0]["message"], found
+
+
+@pytest.mark.parametrize(
+    ("files", "launch", "says"),
+    [
+        ({"sentence_bert_config.json": ""}, [], "its sentence_bert_config.json at start, and its json.load raises"),
+        ({"sentence_bert_config.json": "\ufeff" + json.dumps(BOTH)}, [], "json.load raises (JSONDecodeError: Unexpected UTF-8 BOM"),
+        ({"sentence_bert_config.json": "", "sentence_xlnet_config.json": BOTH}, ["--max-model-len", "-1"], "json.load raises"),
+        ({"sentence_bert_config.json": {**BOTH, "max_seq_length": None}}, [], "max_seq_length None is no number"),
+        ({"sentence_bert_config.json": {**BOTH, "max_seq_length": "512"}}, [], None),  # int() reads it
+        ({"sentence_bert_config.json": {**BOTH, "max_seq_length": "x"}}, [], "int() of its sentence_bert_config.json"),
+        ({"sentence_bert_config.json": {"max_seq_length": None}}, [], None),  # no do_lower_case: not taken
+        ({"sentence_bert_config.json": BOTH}, [], None),
+    ],
+)  # fmt: skip
+def test_a_sentence_transformers_file_vllm_cannot_read_fails_every_launch(tmp_path, files, launch, says):
+    """review45a A1: vLLM's ModelConfig json.loads the file it takes, and int()s its max_seq_length, for every
+    launch: an empty or BOM file, or a max_seq_length null, fails it whatever --max-model-len says."""
+    tree = {"vllm/config/model.py": ENCODER_RULE, SENTENCE: TAKER}
+    found = _command_findings(tmp_path, KT, "vllm", "serve", "MODEL", *launch, tree_files=tree, files=files)
+    if says is None:
+        assert not found, found
+        return
+    assert len(found) == 1 and not found[0]["ok"] and says in found[0]["message"], found
+    assert found[0]["fix"].startswith(f"repair its {next(iter(files))} (JSON in UTF-8 without a BOM"), found
 
 
 @pytest.mark.parametrize(

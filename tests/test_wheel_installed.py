@@ -10,6 +10,7 @@ import base64
 import hashlib
 import json
 import os
+import shlex
 import shutil
 from importlib import metadata
 from pathlib import Path
@@ -29,6 +30,7 @@ from helpers import (  # isort: skip
     SPEC_PY,
     assert_clean_failure,
     crash_after_the_first_replace,
+    follow_hints,
     fingerprint,
     make_patch,
     patched_spec,
@@ -55,14 +57,16 @@ class WheelTree:
     """A site-packages as pip leaves it after installing a patched wheel, built by hand: the stock
     tree, the series applied, the dist-info renamed to the labelled version, provenance, RECORD."""
 
-    def __init__(self, tmp: Path, *, stock_version: str = STOCK, set_name: str | None = "demo"):
+    def __init__(
+        self, tmp: Path, *, stock_version: str = STOCK, set_name: str | None = "demo", label: str | None = None
+    ):
         self.tmp = tmp
         self.stock_version = stock_version
         stock = write_tree(tmp / "stock", stock_version)
         self.stock = snapshot(stock)
         self.patch = make_patch(tmp, stock, CHANGES, header="Description: demo change\n")
         self.library = write_library(tmp / "lib", {stock_version.split("+")[0]: [self.patch]}, name="demo")
-        label = f"patchkit.{set_name or 'adhoc'}"
+        label = label or f"patchkit.{set_name or 'adhoc'}"  # `wheel --local-label`'s, else patchkit's
         base, _, local = stock_version.partition("+")
         self.version = f"{base}+{local + '.' if local else ''}{label}"
         self.site = write_tree(tmp / "site", self.version, files=CHANGES)
@@ -438,3 +442,75 @@ def test_the_stock_files_hint_of_a_patched_wheels_install_names_its_release(tmp_
         said = [stock_files_command(wheel.site, None), hints.pip_reinstall(wheel.version)]
     expected = f"`/venv/bin/python -m pip install --force-reinstall --no-deps vllm=={stock_version}`"
     assert said == [expected, expected]
+
+
+def test_a_wheel_revert_cut_short_its_shipped_patch_damaged_names_a_way_that_ends(wheel):
+    """The same cut-short revert, its saved original damaged, and the patch the wheel ships damaged
+    too: nothing makes the original again. The hint named the stock files' reinstall, then
+    `recover`, which after the reinstall refused again as before (each file holds what the revert
+    wrote: its original is still needed). The revert was taking them to stock: once the reinstall put
+    every file there, the journal's removal ends it."""
+    spec = "vllm/config/spec.py"
+    (wheel.site / wheel.dist / "INSTALLER").write_text("pip\n")  # pip installed it
+    crash_after_the_first_replace(
+        wheel.site, ["revert", "--target", wheel.site, "--patches", wheel.library], spec, wheel.stock[spec]
+    )
+    (wheel.site / ".patchkit/objects" / sha(CHANGES[spec].encode())).write_bytes(b"damaged\n")
+    shipped = wheel.site / wheel.dist / "patchkit" / "0001-change.patch"
+    shipped.write_bytes(shipped.read_bytes() + b"\n")
+    refused = patchkit_faulted("recover", "--target", wheel.site)
+    assert refused.returncode == 2 and f"the saved original of {spec} is damaged" in refused.stderr, refused.stderr
+
+    def reinstalled(line: str) -> bool:  # pip's reinstall of the stock release: its files and dist-info
+        words = shlex.split(line)
+        if words[1:4] != ["-m", "pip", "install"]:
+            return False
+        assert words[-1] == f"vllm=={STOCK}", line
+        for name in ("vllm", wheel.dist):
+            shutil.rmtree(wheel.site / name)
+        for name in ("vllm", f"vllm-{STOCK}.dist-info"):
+            shutil.copytree(wheel.tmp / "stock" / name, wheel.site / name)
+        return True
+
+    done, run = follow_hints(refused, f"patchkit recover --target {wheel.site}", by_hand=reinstalled)
+    assert shlex.split(run[-1])[1] == "status" and done.returncode != 2, (run, done.stdout + done.stderr)
+    assert snapshot(wheel.site) == wheel.stock and not (wheel.site / ".patchkit/journal.json").exists()
+    assert not list(wheel.site.rglob("*.patchkit-*.tmp"))
+    assert wheel.cli("status").returncode == 0  # its library's set: not applied, the tree stock
+
+
+@pytest.mark.parametrize("label", [None, "corp1"])
+def test_the_stock_files_hint_of_a_local_labelled_wheels_install_names_its_release(tmp_path, scratch, label):
+    """A wheel built with `--local-label corp1` has no "patchkit" in its version (0.14.1+corp1): the
+    hints that put its stock files back named `pip ... vllm==0.14.1+corp1`, which no index has. The
+    provenance (held to the dist-info's name) gives the release: they name vllm==0.14.1."""
+    wheel = WheelTree(tmp_path, label=label)
+    (wheel.site / wheel.dist / "INSTALLER").write_text("pip\n")  # pip installed it
+    (wheel.site / "vllm/__init__.py").write_text("# edited\n")  # RECORD lists it otherwise: not stock
+    diff = tmp_path / "init.diff"
+    diff.write_bytes(make_patch(scratch, wheel.site, {"vllm/__init__.py": "# edited\nX = 1\n"}))
+    refused = run_cli_judged("apply", "--target", wheel.site, "--patch", diff, "--no-import")
+    said = " ".join(refused.stderr.split())
+    assert refused.returncode == 1 and "Put the stock files back (" in said, refused.stdout + refused.stderr
+    assert f"vllm=={STOCK}`" in said and "vllm==0.14.1+" not in said, said
+
+
+def test_a_local_builds_wheel_whose_provenance_is_not_believed_is_reinstalled_from_where_it_came(tmp_path):
+    """A `wheel --patch` install of a local build (0.14.1+lab) whose RECORD lists a patched file
+    otherwise than its provenance: refused, not believed. Its hint named `pip ... vllm==0.14.1+lab`
+    as if an index had it; it says, as status's fix for such a build does, that a local build is on
+    no public index and is reinstalled from where it came."""
+    wheel = WheelTree(tmp_path, stock_version=f"{STOCK}+lab", set_name=None)
+    (wheel.site / wheel.dist / "INSTALLER").write_text("pip\n")  # pip installed it
+    record = wheel.site / wheel.dist / "RECORD"
+    rows = [
+        f"vllm/config/spec.py,sha256={'A' * 43},1" if row.startswith("vllm/config/spec.py,") else row
+        for row in record.read_text().splitlines()
+    ]
+    record.write_text("\n".join(rows) + "\n")
+    for command in ("status", "revert"):
+        refused = run_cli_judged(command, "--target", wheel.site)
+        said = " ".join(refused.stderr.split())
+        assert refused.returncode == 2 and "not believed" in said, refused.stdout + refused.stderr
+        assert "a local build is on no public index: reinstall it from where it came (`" in said, said
+        assert f"vllm=={STOCK}+lab`" in said, said

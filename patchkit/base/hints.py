@@ -25,6 +25,9 @@ _SELECTION: ContextVar[Options | None] = ContextVar("patchkit_selection", defaul
 # the interpreter of the tree the command works on, where patchkit found it without --python (the
 # one running patchkit, a venv's own beside its site-packages): a pip hint runs it
 _INTERPRETER: ContextVar[str | None] = ContextVar("patchkit_interpreter", default=None)
+# a patched wheel's installed version -> the release it was built from, as its provenance and its
+# dist-info's name agree (any label: `--local-label corp1`'s, which release_of cannot tell by its words)
+_RELEASES: ContextVar[dict[str, str] | None] = ContextVar("patchkit_releases", default=None)
 
 # What each command takes of the selection (cli/commands: target_options(without=...)); a verb not
 # listed takes none of it (workspace, refresh...).
@@ -54,12 +57,21 @@ _FLAGS = {
 @contextmanager
 def selected(opts: Options) -> Iterator[None]:
     """The user's selection for every hint built inside (one command's run)."""
-    token, known = _SELECTION.set(opts), _INTERPRETER.set(None)
+    token, known, releases = _SELECTION.set(opts), _INTERPRETER.set(None), _RELEASES.set({})
     try:
         yield
     finally:
+        _RELEASES.reset(releases)
         _INTERPRETER.reset(known)
         _SELECTION.reset(token)
+
+
+def knows_release(installed: object, release: str) -> None:
+    """The installed patched wheel's version and the release it was built from (its provenance's,
+    held to its dist-info's name): release_of gives that release for it, in this command."""
+    known = _RELEASES.get()
+    if known is not None:
+        known[_spelled(installed)] = release
 
 
 def knows_interpreter(python: str | None) -> None:
@@ -134,13 +146,31 @@ def pip_reinstall(version: object | None) -> str:
 
 def release_of(version: object) -> str:
     """`version` less the local label `patchkit wheel` gives (`0.16.0+cu129.patchkit.eagle3`:
-    0.16.0+cu129): a patched wheel's version is on no index, its release's stock files are."""
+    0.16.0+cu129), or another label the installed wheel's provenance names (knows_release): a
+    patched wheel's version is on no index, its release's stock files are."""
+    known = (_RELEASES.get() or {}).get(_spelled(version))
+    if known is not None:
+        return known
     public, _, label = str(version).partition("+")
     words = label.lower().replace("_", ".").replace("-", ".").split(".")
     if "patchkit" not in words:
         return str(version)
     kept = ".".join(words[: words.index("patchkit")])
     return f"{public}+{kept}" if kept else public
+
+
+def reinstall_vllm(version: object | None) -> str:
+    """The way vLLM's stock files come back by pip (pip_reinstall's command): a local build's (a local
+    label of its own, +lab, +cu129) is on no public index, so it is reinstalled from where it came."""
+    command = pip_reinstall(version)
+    if "+" in release_of(version or current().vllm_version or ""):
+        return f"a local build is on no public index: reinstall it from where it came ({command})"
+    return f"reinstall vLLM ({command})"
+
+
+def _spelled(version: object) -> str:
+    """A version's words as packaging normalizes a local label's (lower case, `-` and `_` as `.`)."""
+    return str(version).lower().replace("_", ".").replace("-", ".")
 
 
 def remove_files(paths: list[str]) -> str:

@@ -181,6 +181,7 @@ def _held_to_the_install(found: Provenance) -> None:
             f"is {found.dist_info}",
             installed=False,
         )
+    hints.knows_release(installed, record.vllm_version)  # a hint names the release, whatever the label
     try:
         rows = parse_record(
             read_record_file(found.root, found.root / found.dist_info / "RECORD"), only=set(record.files)
@@ -314,7 +315,7 @@ def untrusted(found: Provenance, what: str, *, installed: bool = True, library: 
     if not installed:
         remove = shlex.join(["rm", "-rf", "--", str(where / PROVENANCE), str(where / PATCH_DIR)])
         return BadInput(message, hint=f"remove it to treat the tree as the plain install it is: `{remove}`")
-    reinstall = f"reinstall vLLM ({hints.pip_reinstall(found.vllm_version)}), then {hints.command('apply')}"
+    reinstall = f"{hints.reinstall_vllm(found.vllm_version)}, then {hints.command('apply')}"
     if library:
         return BadInput(
             message, hint=f"if the wheel was built with another library, add --patches DIR; else {reinstall}"
@@ -642,10 +643,7 @@ def _unvouched_original(found: Provenance, path: str, *, fetched: bool, verb: st
     # the command fetches exactly the wheel's files; `patchkit fetch` only those a library set names
     hint = f"once the package index is reachable, run {hints.command(verb)} again: it fetches them"
     if Version(found.vllm_version).local:  # a local build (+cu129): no public index serves its files
-        hint = (
-            f"a local build is on no public index: reinstall it from where it came "
-            f"({hints.pip_reinstall(found.vllm_version)}), then run {hints.command('apply')}"
-        )
+        hint = f"{hints.reinstall_vllm(found.vllm_version)}, then run {hints.command('apply')}"
     return FetchError(
         f"vLLM {found.vllm_version}'s stock {escaped(path)} could not be fetched: only the release's files vouch "
         f"for the originals of an earlier series of {found.name}, so nothing was {'applied' if verb == 'apply' else 'reverted'}",
@@ -678,6 +676,6 @@ def _reversed(found: Provenance, path: str, digest: str | None) -> bytes:
         raise BadInput(
             f"no stock original of {escaped(path)}: the release's file is not the one {found.origin} records, "
             "and reverse-applying its patches does not give it back",
-            hint=f"reinstall vLLM ({hints.pip_reinstall(found.vllm_version)}) to get stock files",
+            hint=f"{hints.reinstall_vllm(found.vllm_version)} to get stock files",
         )
     return data

@@ -327,7 +327,6 @@ class _Applying:
     reinstalled: list[str] = field(default_factory=list)  # the set's recorded files pip wrote since (pip_wrote)
     changed: list[str] = field(default_factory=list)  # applied from another library: the patches it changed
     over_wheel: EarlierWheel | None = None  # a patched wheel's earlier series of the set: planned over its stock
-    wheel_unheld: bool = False  # the installed `wheel --patch` build breaks a set's contract, or cannot be judged
 
     def warn(self, text: str) -> None:
         self.warnings.append(text)
@@ -576,11 +575,11 @@ class _Applying:
             self.result(Outcome.ALREADY_APPLIED, message, plan=plan, checks=bytecode), "already applied"
         )
 
-    def unheld_left(self, state: State) -> str:
-        """An older patchkit's --patch record this apply leaves (the guard refuses it): the warning that
-        names its fix, and the words the result line ends with ("" when there is none)."""
-        unheld = self.wheel_unheld or any(is_adhoc(e.set_name) and not e.held for e in state.entries)
-        if not (self.judge_guard and unheld):
+    def refusing_left(self, state: State) -> str:
+        """What the launch guard still refuses once this apply wrote its set (an older patchkit's
+        --patch record, another set's file edited by hand): the warning that names its fix, and the
+        words the result line ends with ("" when there is none): a check failed, as status says."""
+        if not self.judge_guard:
             return ""
         self.state = state  # the record as written: the guard judges it
         return (
@@ -653,7 +652,7 @@ class _Applying:
         done = _applied_said(plan) if plan.stock is None else _updated_said(self.resolved.set_name, self.changed)
         applied = self.result(
             Outcome.APPLIED,
-            f"{done}: {len(changes)} file(s) changed" + self.guard_said() + self.unheld_left(new_state),
+            f"{done}: {len(changes)} file(s) changed" + self.guard_said() + self.refusing_left(new_state),
             plan=plan,
             checks=stock + on_disk + bytecode,
             planned_checks=planned,
@@ -738,7 +737,6 @@ class _Applying:
         judged = (
             wheel_breaks(root, self.judging_sets(), self.resolved.vllm_version, read) if has_provenance(root) else None
         )
-        self.wheel_unheld = judged is not None and judged[1] is not None
         return state.with_wheel_held(judged[0] if judged is not None and judged[1] is None else None)
 
     def judging_sets(self) -> tuple[PatchSetDef, ...]:

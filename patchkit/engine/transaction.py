@@ -729,11 +729,35 @@ def _undecided_hint(root: Path, paths: list[str], journal: Journal, sealed: bool
             f"patched {'it' if len(paths) == 1 else 'them'}: {forget}, then {finish} takes "
             f"{'it' if len(paths) == 1 else 'them'} back to stock from the saved originals that are whole"
         )
+    release = _wheel_release(root, paths, journal)
+    if release is not None:  # a revert of the wheel's sets cut short: its stock files, then no journal, end it
+        return (
+            f"{said}. If one was, it was taking the installed patched wheel's files back to stock, and the patches "
+            f"it ships cannot make the lost ones again: put the stock files back with "
+            f"{stock_files_command(root, release, every=True)}, then {forget}; {hints.command('status')} then "
+            "judges the tree"
+        )
     return (
         f"{said}. If one was, put the stock files back with {stock_files_command(root, None, every=True)}, then "
         f"run {hints.command('recover', *([] if sealed else ['--roll-back']))}. "
         f"The saved originals are in {objects_dir(root)}"
     )
+
+
+def _wheel_release(root: Path, paths: list[str], journal: Journal) -> str | None:
+    """The release of the installed patched wheel whose provenance records each lost file patched with
+    the lost bytes (a revert of its sets cut short, which its shipped patches did not make again):
+    read as it is, believed or not, for a hint's words alone. None: no such wheel."""
+    if not has_provenance(root):
+        return None
+    lost = {entry["path"]: entry["before"] for entry in journal["files"] if entry["path"] in paths}
+    for dist_info in vllm_metadata_dirs(root):
+        with suppress(OSError, PatchkitError):
+            record = installed_wheel_reader().read_provenance(dist_info)
+            if all(p in record.files and record.files[p].patched_sha256 == d for p, d in lost.items()):
+                release: str = record.vllm_version
+                return release
+    return None
 
 
 def _forget_journal(root: Path, journal: Journal) -> tuple[str, bool]:

@@ -12,6 +12,7 @@ import re
 from typing import Any, NamedTuple, TypeGuard
 
 from patchkit.launch.engine import LaunchContext, Reader
+from patchkit.launch.models import nested_update
 
 MODEL_CONFIG = "vllm/config/model.py"
 VLLM_CONFIGS = "vllm/transformers_utils/config.py"
@@ -32,6 +33,7 @@ READS_SCALING = b'rope_scaling = getattr(hf_config, "rope_scaling", None)'
 # _get_and_verify_max_len's RoPE types whose factor does not scale the length, and yarn's start
 UNSCALED = re.compile(rb"if rope_type not in \(([^)]{0,400})\):")
 YARN_ORIGINAL = b'if rope_type == "yarn":'
+TEXT_HEADS = b'hasattr(text_config, "num_attention_heads")'  # get_hf_text_config, 0.11-0.34
 NOT_READ = "the target's config.json gives no length vLLM's derivation is sure of (no key, or a RoPE scaling not read)"
 
 
@@ -54,20 +56,28 @@ def _length_view(launch: LaunchContext) -> tuple[dict[str, Any] | None, str | No
     """The text config as the tree's length derivation reads it; (None, why) where that is not told."""
     target = launch.target
     overrides = target.overrides
+    if added_text_config(launch, judged=False) is not None:
+        return None, "--hf-overrides sets a text_config on a config that has none, as a plain dict"
+    inner = overrides["text_config"] if isinstance(overrides.get("text_config"), dict) else {}
     named = [key for key in ROPE_KEYS if isinstance(overrides.get(key), dict)]
-    nested = [key for key, value in overrides.items() if isinstance(value, dict) and _names_rope(value)]
+    nested = [key for key in ROPE_KEYS if isinstance(inner.get(key), dict)]
     if not named and not nested:
         return target.text_config, None
-    given = f"--hf-overrides' {(named or nested)[0]}"
-    if "text_config" in target.config or nested:
-        return None, f"{given}: how the tree applies it to a nested config's RoPE is not read"
+    given = f"--hf-overrides' {(named or ['text_config'])[0]}"
+    composite = isinstance(target.own.get("text_config"), dict)
     model, configs = launch.read(MODEL_CONFIG) or b"", launch.read(VLLM_CONFIGS) or b""
     if all(line in configs for line in UPDATED_FIRST) and READS_SCALING in model and DICT_AFTER[0] not in model:
+        if composite or nested:  # a text_config override replaces it whole with a dict
+            return None, f"{given}: how this tree reads a nested config it replaced is not read"
         return target.text_config, None  # replaced whole, then read: as merged
     if not (all(line in model for line in DICT_AFTER) and READS_PARAMETERS in model and ALIASED in configs):
         return None, f"{given}: how this tree applies it to the derived length is not read"
-    if _transformers_major(launch) != 4:
+    if transformers_major(launch) != 4:
         return None, f"{given}: the launch's transformers is not 4.x, whose rope_parameters the tree reads"
+    if composite and "rope_parameters" not in named:
+        return _nested_aliased(target.own["text_config"], inner, target.text_config)
+    if composite or nested:  # a composite's class may hand its rope_parameters on to text_config; a new text_config
+        return None, f"{given}: whether the config's class hands it on to its text_config is not read"
     return _aliased(target.own, overrides)
 
 
@@ -82,17 +92,50 @@ def _aliased(own: dict[str, Any], overrides: dict[str, Any]) -> tuple[dict[str, 
             "--hf-overrides' rope_parameters has no rope_type, which vLLM's length reads (set after its patching)",
         )
     if not isinstance(rope, dict):
-        rope = loaded.get("rope_scaling") if loaded.get("rope_scaling") is not None else loaded.get("rope_parameters")
+        rope = _patched(loaded)
     merged = {**loaded, **{key: value for key, value in overrides.items() if isinstance(value, dict)}}
     return {**merged, "rope_parameters": rope, "rope_scaling": None}, None
 
 
-def _names_rope(value: dict[str, Any]) -> bool:
-    """Whether a nested override (text_config ...) names a RoPE key, at any depth."""
-    return any(key in ROPE_KEYS or (isinstance(inner, dict) and _names_rope(inner)) for key, inner in value.items())
+def _nested_aliased(
+    own: dict[str, Any], inner: dict[str, Any], merged: dict[str, Any]
+) -> tuple[dict[str, Any] | None, str | None]:
+    """A composite's text config as the length reads it on a 0.12+ tree under transformers 4:
+    _update_nested merges a text_config override's RoPE dicts into the loaded ones in place, and
+    rope_parameters is the loaded rope_scaling itself; a top-level rope_scaling never reaches it."""
+    rope = _patched(own)
+    for key in (key for key in inner if key in ROPE_KEYS and isinstance(inner[key], dict)):
+        if key == "rope_parameters" or own.get("rope_scaling") is not None:  # else set apart, unread
+            rope = nested_update(rope, inner[key]) if isinstance(rope, dict) else inner[key]
+    return {**merged, "rope_parameters": rope, "rope_scaling": None}, None
 
 
-def _transformers_major(launch: LaunchContext) -> int | None:
+def _patched(loaded: dict[str, Any]) -> object:
+    """The rope_parameters transformers 4's patch_rope_parameters leaves: the rope_scaling (else the
+    rope_parameters) of the loaded config, its legacy "type" copied to "rope_type"."""
+    rope = loaded.get("rope_scaling") if loaded.get("rope_scaling") is not None else loaded.get("rope_parameters")
+    if isinstance(rope, dict) and "rope_type" not in rope and "type" in rope:
+        return {**rope, "rope_type": rope["type"]}
+    return rope
+
+
+def added_text_config(launch: LaunchContext, *, judged: bool = True) -> str | None:
+    """Why vLLM refuses a launch whose --hf-overrides give a text_config to a config that has none: it is
+    set as a plain dict (no nested config to update), which get_hf_text_config then takes as the text
+    config and refuses, having no num_attention_heads (transformers 4: get_text_config returns it).
+    `judged`: only where that is told (the tree's check, transformers 4); else wherever it is given."""
+    target = launch.target
+    if not isinstance(target.overrides.get("text_config"), dict) or isinstance(target.own.get("text_config"), dict):
+        return None
+    if judged and (TEXT_HEADS not in (launch.read(VLLM_CONFIGS) or b"") or transformers_major(launch) != 4):
+        return None
+    return (
+        "--hf-overrides sets text_config on a config that has none, as a plain dict, and the tree's "
+        "get_hf_text_config refuses a text config without num_attention_heads"
+    )
+
+
+def transformers_major(launch: LaunchContext) -> int | None:
     """The major version of the transformers the launch's Python finds; None when not told."""
     headers = launch.distribution("transformers") or []
     version = next((value for key, value in headers if key == "Version"), "")

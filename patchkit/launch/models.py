@@ -388,15 +388,15 @@ def _merged(config: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]
     merged = dict(config)
     for key, value in overrides.items():
         nested = key.endswith("_config") and key not in NOT_NESTED
-        merged[key] = _updated(merged[key], value) if nested and _both_dicts(merged.get(key), value) else value
+        merged[key] = nested_update(merged[key], value) if nested and _both_dicts(merged.get(key), value) else value
     return merged
 
 
-def _updated(config: dict[str, Any], updates: dict[str, Any]) -> dict[str, Any]:
+def nested_update(config: dict[str, Any], updates: dict[str, Any]) -> dict[str, Any]:
     """ModelConfig._update_nested on a nested config: a dict merged into the dict it names, key by key."""
     merged = dict(config)
     for key, value in updates.items():
-        merged[key] = _updated(merged[key], value) if _both_dicts(merged.get(key), value) else value
+        merged[key] = nested_update(merged[key], value) if _both_dicts(merged.get(key), value) else value
     return merged
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from patchkit.base.values import Value
 from patchkit.launch import observed
-from patchkit.launch.derived_length import VLLM_CONFIGS, whole
+from patchkit.launch.derived_length import VLLM_CONFIGS
 from patchkit.launch.engine import LaunchContext
 from patchkit.launch.models import fetched_by, hf_download, hf_hub_cache, offline
 from patchkit.launch.weights import target_directory
@@ -26,6 +26,7 @@ TAKEN_WHEN = {
 }
 NAMES = re.compile(rb'"(sentence_[\w.-]{1,40}_config\.json)"')
 FILE_LIMIT = 1 << 20  # a file of a few keys
+REFUSED = object()  # _json's value where vLLM's json.load raises
 
 
 @dataclass(eq=False, repr=False)
@@ -34,9 +35,12 @@ class Encoder(Value):
     `file` (the file taken, or the one not read), `unsure` (why it is not told; None: it is)."""
 
     file: str | None = None
-    length: int | None = None
+    length: int | float | None = None  # its max_seq_length, a number (vLLM compares it as it is)
     unsure: str | None = None
     fix: str | None = None  # what makes it told, where not the file's own length
+    broken: str | None = None  # why vLLM's json.load of it raises, whatever the launch
+    refused: str | None = None  # why vLLM's use of its max_seq_length raises (where it reads it)
+    text: str | None = None  # a max_seq_length written as text: int() reads it, a comparison raises
 
 
 def encoder_length(launch: LaunchContext) -> Encoder:
@@ -54,6 +58,8 @@ def encoder_length(launch: LaunchContext) -> Encoder:
         if not names or keys is None:
             return Encoder(name, unsure=f"the tree's reading of its {name} is not read here")
         value, unread = _json(path)
+        if unread is not None and value is REFUSED:
+            return Encoder(name, broken=f"vLLM reads its {name} at start, and its json.load raises ({unread})")
         if unread is not None:
             return Encoder(name, unsure=f"its {name} {unread}")
         if value:  # vLLM takes the first non-empty one
@@ -95,9 +101,13 @@ def _taken(name: str, value: object, keys: tuple[str, ...]) -> Encoder:
     if not all(key in value for key in keys):
         return Encoder()  # vLLM takes no encoder config
     length = value["max_seq_length"]
-    if not whole(length) or length <= 0:
+    if isinstance(length, str):
+        return Encoder(name, text=length)
+    if not isinstance(length, int | float):  # bool is an int to vLLM too
         shown = repr(length)[:40]
-        return Encoder(name, unsure=f"its {name}'s max_seq_length {shown} is no length vLLM compares")
+        return Encoder(
+            name, refused=f"vLLM takes its {name}, whose max_seq_length {shown} is no number: int() of it raises"
+        )
     return Encoder(name, length)
 
 
@@ -109,5 +119,5 @@ def _json(path: str) -> tuple[object, str | None]:
         return None, "is not read here (no regular file, or over 1 MiB)"
     try:
         return json.loads(data.decode("utf-8")), None
-    except (UnicodeDecodeError, ValueError, RecursionError):
-        return None, "is not JSON vLLM's json.load reads: it raises at start"
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # a BOM too: json.loads refuses it, as json.load
+        return REFUSED, f"{type(exc).__name__}: {str(exc)[:80]}"

@@ -2,7 +2,8 @@
 from vllm/config/speculative.py): it refuses, before any model loads, a method its SpeculativeMethod
 Literal does not name (pydantic matches it exactly: "Eagle3" is refused), an empty drafter model, a
 num_speculative_tokens without a drafter for a method that needs one, no method where the drafter
-says none it knows (its name, or its model_type), a whole-number field outside its declared bounds
+says none it knows (its name, or its model_type), mtp without "model" on a target whose model_type names no
+method, ngram or mtp without num_speculative_tokens, a whole-number field outside its declared bounds
 (disable_by_batch_size under 2), a draft_tensor_parallel_size other than 1 or the target's, and under
 method draft_model a drafter whose vocab_size is not the target's; spec_limits: a max_model_len above
 the drafter's or the target's, method suffix without arctic_inference."""
@@ -18,6 +19,7 @@ from patchkit.launch.engine import LaunchContext
 from patchkit.launch.findings import Finding
 from patchkit.launch.lax import lax_bool, lax_int
 from patchkit.launch.method import built_model_type, settled_method
+from patchkit.launch.mtp import mtp_own_config
 from patchkit.launch.spec_limits import length_refused, suffix_refused
 from patchkit.launch.spec_literals import MTP_TYPES, OLD_MTP_TYPES, literal_tables
 
@@ -29,6 +31,10 @@ DRAFTER_FIX = 'give "model" the drafter\'s path or hub id'
 DETECTED_TYPES = ("medusa", "mlp_speculator", "longcat_flash_mtp")  # a drafter model_type naming its method
 VOCAB_RULE = b"self.verify_equal_vocab_size_if_draft_model()"  # 0.15 on, at the end of _verify_args
 DRAFT_MODEL_REFUSED = b"Speculative decoding with draft model is not"  # 0.11-0.14 raise it for any drafter left
+# 0.11-0.30: the target is made mtp's drafter only when num_speculative_tokens is given, and _verify_args
+# refuses a config left without a count
+FILLED_WITH_COUNT = b"if self.model is None and self.num_speculative_tokens is not None:"
+COUNT_NEEDED = b"num_speculative_tokens must be provided"
 
 
 def speculative_findings(context: LaunchContext) -> list[Finding]:
@@ -118,12 +124,14 @@ def _refusal(
     if model == "":
         return 'model "" names no drafter', DRAFTER_FIX
     method = "mtp" if method in mtp_types else method  # a str here: one of its methods
+    method = "ngram" if method is None and model in ("ngram", "[ngram]") else method  # as vLLM names it
     if method in NO_DRAFTER_NEEDED and (method != "mtp" or model is None):
-        return None  # vLLM's own validation judges these: their model is the target's or none
+        return _own_drafter(method, tokens, mtp_types, context)  # their model is the target's or none
     if model is None:
         given = "num_speculative_tokens given but" if tokens is not None else "no num_speculative_tokens and"
         return f'{given} no "model" (method {method})', DRAFTER_FIX
-    if model not in ("ngram", "[ngram]") and not _method_detected(model, method, mtp_types, context):
+    drafter = context.drafter.config if context.drafter is not None else None
+    if model not in ("ngram", "[ngram]") and not _method_detected(model, method, mtp_types, context, drafter):
         return _undetected(model, method)
     if tokens is None and context.drafter is not None and context.drafter.get("n_predict") is None:
         return "no num_speculative_tokens, and the drafter's config has no n_predict", 'give "num_speculative_tokens"'
@@ -209,7 +217,29 @@ def _draft_vocab(source: bytes | None, context: LaunchContext) -> tuple[str, str
     return said, f"use a drafter with the target's tokenizer (vocab_size {theirs}), or another method"
 
 
-def _method_detected(model: str, method: str | None, mtp_types: set[str], context: LaunchContext) -> bool:
+def _own_drafter(method: str, tokens: object, mtp_types: set[str], context: LaunchContext) -> tuple[str, str] | None:
+    """ngram, and mtp without "model", as SpeculativeConfig takes them where the tree makes the target mtp's
+    drafter only when num_speculative_tokens is given (0.11-0.30): without a count _verify_args refuses both;
+    with one, mtp's method is told again from the target's own config.json (hf_config_override applied) as
+    for a named drafter, and vLLM raises where that names none (a Llama). Another layout: vLLM judges."""
+    source = context.read(SPEC_FILE) or b""
+    if method not in ("mtp", "ngram", "[ngram]") or FILLED_WITH_COUNT not in source or COUNT_NEEDED not in source:
+        return None
+    if tokens is None:
+        return f"method {method} with no num_speculative_tokens", 'give "num_speculative_tokens"'
+    own = mtp_own_config(context.command, context.target) if method == "mtp" else None
+    if not isinstance(own, dict):  # ngram; or the config.json the draft ModelConfig reads is not read: vLLM judges
+        return None
+    if _method_detected(str(context.command.model), method, mtp_types, context, own):
+        return None
+    model_type = built_model_type(own, context.read)
+    why = f'method mtp without "model" makes the target its drafter, and its model_type {model_type!r} names no method'
+    return why, 'drop the mtp method (vLLM reads no MTP layers in this model), or give "model" a drafter and its method'
+
+
+def _method_detected(
+    model: str, method: str | None, mtp_types: set[str], context: LaunchContext, drafter: dict[str, Any] | None
+) -> bool:
     """Whether vLLM's SpeculativeConfig settles on a method for a drafter given as `model` (the same
     chain in 0.11-0.17): eagle or eagle3 given is kept; else "eagle-" or "eagle3" in the drafter's
     name (redirected); else its model_type as hf_config_override leaves it (medusa, an MTP type);
@@ -222,9 +252,9 @@ def _method_detected(model: str, method: str | None, mtp_types: set[str], contex
         return True
     if method == "draft_model" and DRAFT_MODEL_REFUSED not in (context.read(SPEC_FILE) or b""):
         return True  # kept (0.15 on), or a tree that does not show it refused
-    if context.drafter is None:
+    if drafter is None:
         return True
-    model_type = built_model_type(context.drafter.config, context.read)
+    model_type = built_model_type(drafter, context.read)
     return model_type is None or model_type in DETECTED_TYPES or model_type in mtp_types
 
 

@@ -71,6 +71,11 @@ SPECS = {
     "mtp-with-named-head": {"method": "mtp", "model": "NAMED", "num_speculative_tokens": 3},
     "medusa-with-head": {"method": "medusa", "model": "DRAFTER", "num_speculative_tokens": 3},
     "draft-model-head": {"method": "draft_model", "model": "DRAFTER", "num_speculative_tokens": 3},
+    # without "model": mtp makes the target (a Llama: no MTP type) its drafter; no count is refused (diff34 D4, D5)
+    "mtp-own-llama": {"method": "mtp", "num_speculative_tokens": 1},
+    "mtp-no-tokens": {"method": "mtp"},
+    "ngram-no-tokens": {"method": "ngram", "prompt_lookup_max": 3},
+    "ngram-model-no-tokens": {"model": "ngram"},
 }
 
 
@@ -87,7 +92,8 @@ def test_the_speculative_config_finding_fails_what_vllm_refuses_and_only_that(tm
     for name, spec in specs.items():
         command = parse(["vllm", "serve", paths["target"], "--speculative-config", json.dumps(spec)])
         model = spec.get("model")
-        drafter = resolve_model(model, {}, role="drafter") if isinstance(model, str) and model else None
+        named = isinstance(model, str) and model not in ("", "ngram")  # "ngram" names no drafter: the method
+        drafter = resolve_model(model, {}, role="drafter") if named else None
         context = LaunchContext(command, resolve_model(paths["target"], {}), drafter, site, None, None)
         ours = speculative_findings(context)
         assert bool(ours) == (vllm_refused[name] is not None), (name, vllm_refused[name], ours)
