@@ -18,8 +18,8 @@ from patchkit.base.errors import escaped
 from patchkit.launch.engine import LaunchContext
 from patchkit.launch.findings import Finding, cannot_judge
 from patchkit.launch.method import settled_method
-from patchkit.launch.quant_file import quant_file_findings
 from patchkit.launch.mtp import mtp_own_config
+from patchkit.launch.quant_file import quant_file_findings
 from patchkit.launch.quant_overrides import takes, tree_overrides
 from patchkit.launch.spec_limits import MODEL_CONFIG
 from patchkit.launch.validation import CHECK as VALIDATION
