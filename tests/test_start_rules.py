@@ -139,6 +139,24 @@ def test_the_derived_length_scales_by_rope_as_the_tree_reads_it(tmp_path, config
     assert found[0]["ok"] is says.startswith("cannot judge"), found
 
 
+@pytest.mark.parametrize(
+    ("config", "files"),
+    [
+        ({**LONG, "max_position_embeddings": 10**4299, "rope_scaling": {"rope_type": "dynamic", "factor": 10}}, {}),
+        ({**LONG, "rope_scaling": {"rope_type": "dynamic", "factor": 10**4299}}, {}),
+        (LONG, {"sentence_bert_config.json": {"max_seq_length": 10**4299, "do_lower_case": False}}),
+    ],
+)
+def test_a_length_of_4300_digits_is_not_judged_never_a_crash(tmp_path, config, files):
+    """review45a A5: the derived length was formatted into the fix before it was compared: past Python's
+    int-to-text limit that raised (exit 70)."""
+    tree = {"vllm/config/model.py": ENCODER_RULE, SENTENCE: TAKER}
+    found = _command_findings(
+        tmp_path, config, "vllm", "serve", "MODEL", "--max-model-len", "8192", tree_files=tree, files=files
+    )
+    assert len(found) == 1 and found[0]["message"].startswith("cannot judge: whether vLLM takes"), found
+
+
 def test_a_tree_without_the_length_rule_is_not_held_to_it(tmp_path):
     tree, library = write_eagle3_setup(tmp_path)
     model = write_model(tmp_path / "target", LONG)

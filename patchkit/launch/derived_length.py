@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 from typing import Any, NamedTuple, TypeGuard
 
 from patchkit.launch.engine import LaunchContext, Reader
@@ -34,6 +35,7 @@ READS_SCALING = b'rope_scaling = getattr(hf_config, "rope_scaling", None)'
 UNSCALED = re.compile(rb"if rope_type not in \(([^)]{0,400})\):")
 YARN_ORIGINAL = b'if rope_type == "yarn":'
 TEXT_HEADS = b'hasattr(text_config, "num_attention_heads")'  # get_hf_text_config, 0.11-0.34
+FLOAT_MAX = sys.float_info.max  # vLLM holds the derived length as a float: a longer one fails its own reading
 NOT_READ = "the target's config.json gives no length vLLM's derivation is sure of (no key, or a RoPE scaling not read)"
 
 
@@ -162,8 +164,8 @@ def derived_max_len(text: dict[str, Any], rule: RopeRule | None, *, defaulted: b
     factor as the tree's `rule` says (`defaulted`: where none is given, longrope's own default counts);
     None where it is not sure (no key: a config class's default counts; a RoPE not read)."""
     lengths = [text[key] for key in MAX_LEN_KEYS if text.get(key) is not None]
-    if not lengths or not all(whole(n) and n > 0 for n in lengths):
-        return None
+    if not lengths or not all(whole(n) and 0 < n <= FLOAT_MAX for n in lengths):
+        return None  # none, or one past a float: vLLM's number fields refuse it (not judged here)
     derived = text["model_max_length"] if text.get("model_max_length") else min(lengths)
     rope = text.get("rope_parameters") or text.get("rope_scaling")
     if rope is None or "gemma3" in str(text.get("model_type")):
@@ -176,15 +178,16 @@ def derived_max_len(text: dict[str, Any], rule: RopeRule | None, *, defaulted: b
     if kind == "longrope" and defaulted:
         derived = text.get("original_max_position_embeddings", derived)
     if kind in rule.unscaled:
-        return int(derived) if whole(derived) else None
+        return int(derived) if whole(derived) and derived <= FLOAT_MAX else None
     if not isinstance(factor, int | float) or not 1 <= factor < math.inf:
         return None  # no finite factor: not judged
     if kind == "yarn" and rule.yarn_original:
         derived = rope.get("original_max_position_embeddings")
     try:
-        return int(derived * factor) if whole(derived) else None
+        scaled = int(derived * factor) if whole(derived) else None
     except OverflowError:  # a length past what a float holds: not judged
         return None
+    return scaled if scaled is not None and scaled <= FLOAT_MAX else None
 
 
 def whole(value: object) -> TypeGuard[int]:
