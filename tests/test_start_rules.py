@@ -157,6 +157,41 @@ def test_a_length_of_4300_digits_is_not_judged_never_a_crash(tmp_path, config, f
     assert len(found) == 1 and found[0]["message"].startswith("cannot judge: whether vLLM takes"), found
 
 
+BERT = {"architectures": ["BertModel"], "model_type": "bert", "max_position_embeddings": 512}
+POOLING_RULE = (
+    MODEL_RULE
+    + """
+def get_and_verify_max_len(self, max_model_len):
+    if self.runner_type == "pooling" and getattr(self.hf_config, "position_embedding_type", "") == "absolute":
+        tokenizer_config = try_get_tokenizer_config(self.tokenizer)
+"""
+)
+
+
+@pytest.mark.parametrize(
+    ("config", "launch", "says"),
+    [
+        (BERT, ["--runner", "pooling", "--max-model-len", "256"], "derived max_model_len 128"),
+        (BERT, ["--runner", "pooling", "--max-model-len", "128"], None),
+        (BERT, ["--max-model-len", "256"], "cannot judge: whether vLLM takes --max-model-len 256: whether vLLM runs it as a pooling"),
+        ({**BERT, "architectures": ["BertForSequenceClassification"]}, ["--max-model-len", "256"], "derived max_model_len 128"),
+        ({**BERT, "position_embedding_type": "relative_key"}, ["--runner", "pooling", "--max-model-len", "256"], None),
+        ({**BERT, "model_type": "llama", "architectures": ["LlamaForCausalLM"]}, ["--max-model-len", "256"], None),
+    ],
+)  # fmt: skip
+def test_a_pooling_models_tokenizer_length_lowers_the_derived_length(tmp_path, config, launch, says):
+    """review45a A3: get_and_verify_max_len takes the least of the derived length and the tokenizer's
+    model_max_length for a pooling runner over absolute position embeddings (BertConfig's default)."""
+    files = {"tokenizer_config.json": {"model_max_length": 128}}
+    tree = {"vllm/config/model.py": POOLING_RULE}
+    found = _command_findings(tmp_path, config, "vllm", "serve", "MODEL", *launch, tree_files=tree, files=files)
+    if says is None:
+        assert not found, found
+        return
+    assert len(found) == 1 and says in found[0]["message"], found
+    assert found[0]["ok"] is says.startswith("cannot judge"), found
+
+
 def test_a_tree_without_the_length_rule_is_not_held_to_it(tmp_path):
     tree, library = write_eagle3_setup(tmp_path)
     model = write_model(tmp_path / "target", LONG)
