@@ -489,11 +489,21 @@ class GPTQMarlinConfig:
 FP8 = {"quant_method": "fp8", "activation_scheme": "dynamic"}
 GPTQ = {"quant_method": "gptq", "bits": 4}
 QUANT_DRAFTER = {**DRAFTER, "quantization_config": FP8}
+# get_quant_config's stand-in (patchkit/launch/quant_file.py reads it): fp8 needs no file of its own
+WEIGHT_UTILS = """
+def get_quant_config(model_config, load_config):
+    if model_config.quantization == "fp8":
+        return quant_cls()
+    raise ValueError(f"Cannot find the config file for {model_config.quantization}")
+    raise ValueError(f"Found multiple config files for {model_config.quantization}")
+"""
 
 
 def _quant_tree(tmp_path, modules: dict[str, str] | None = None):
     tree, library = write_eagle3_setup(tmp_path)
     (tree / "vllm" / "config" / "model.py").write_text(MISMATCH_RULE)
+    (tree / "vllm" / "model_executor" / "model_loader").mkdir(parents=True, exist_ok=True)
+    (tree / "vllm" / "model_executor" / "model_loader" / "weight_utils.py").write_text(WEIGHT_UTILS)
     quantization = tree / "vllm" / "model_executor" / "layers" / "quantization"
     quantization.mkdir(parents=True)
     modules = modules or {"__init__.py": QUANT_INIT}
