@@ -19,6 +19,7 @@ from patchkit.launch.engine import LaunchContext
 from patchkit.launch.findings import Finding, cannot_judge
 from patchkit.launch.method import settled_method
 from patchkit.launch.mtp import mtp_own_config
+from patchkit.launch.quant_file import quant_file_findings
 from patchkit.launch.quant_overrides import takes, tree_overrides
 from patchkit.launch.spec_limits import MODEL_CONFIG
 from patchkit.launch.validation import CHECK as VALIDATION
@@ -44,6 +45,7 @@ def quantization_findings(check: str, launch: LaunchContext) -> list[Finding]:
         why = '--speculative-config\'s "quantization" "" is not one of vLLM\'s quantization methods: it refuses it at start'
         found.append(Finding(check, False, why, 'drop "quantization" from --speculative-config, or name a method'))
     found += _unread_findings(check, launch)
+    found += quant_file_findings(check, launch)  # a --quantization on a checkpoint without quantization_config
     if MISMATCH not in (launch.read(MODEL_CONFIG) or b""):
         return found
     given = launch.command.optional_text("quantization")
