@@ -409,3 +409,37 @@ def test_a_symlink_planted_as_the_roots_pycache_is_the_trees_to_fix_not_the_seri
         said.count("remove what each line names (a .pyc file, or a symlink or special file where bytecode goes)") == 2
     )
     assert list(victim.iterdir()) == [] and (tree / "vllm/models/model.py").read_text() == MODEL_PY
+
+
+def test_a_changed_files_directory_is_judged_inside_with_no_path_resolved_and_none_through_a_symlink_out(
+    tmp_path, monkeypatch
+):
+    """compiled_files: a source with no symlink on its way inside the tree is looked at with no path resolved
+    (resolving the tree and the directory for each changed file); one whose directory a symlink leads out of
+    the tree is refused, its __pycache__ never listed; one through a symlink inside is looked at, resolved."""
+    tag = sys.implementation.cache_tag
+    outside = write_tree(tmp_path / "outside", "0.16.0", {"vllm/secret.py": "S = 1\n"}) / "vllm"
+    site = write_tree(tmp_path / "site", "0.16.0", {"vllm/a.py": "A = 1\n", "vllm/sub/b.py": "B = 1\n"})
+    for directory, stem in ((outside, "secret"), (site / "vllm", "a"), (site / "vllm/sub", "b")):
+        (directory / "__pycache__").mkdir()
+        (directory / f"__pycache__/{stem}.{tag}.pyc").write_bytes(b"\0" * 16)
+    (site / "vllm/subout").symlink_to(outside)
+    (site / "vllm/insub").symlink_to("sub")
+    moved = tmp_path / "moved"
+    moved.mkdir()
+    (moved / "vllm").symlink_to(site / "vllm")
+    resolved = []
+    resolve = Path.resolve
+    monkeypatch.setattr(Path, "resolve", lambda path, strict=False: resolved.append(path) or resolve(path, strict))
+    for tree in (site, moved):  # a tree, and one whose vllm/ was moved away (`vllm -> /data/vllm`)
+        plain: set[str] = set()
+        found = [item for rel in ("vllm/a.py", "vllm/sub/b.py") for item in bytecode.compiled_files(tree, rel, plain)]
+        assert [item["name"] for item in found] == [f"__pycache__/a.{tag}.pyc", f"__pycache__/b.{tag}.pyc"], found
+        assert not any("refused" in item for item in found) and resolved == [], "a plain path was resolved"
+        for rel in ("vllm/subout/secret.py", "vllm/../../outside/vllm/secret.py"):
+            assert bytecode.compiled_files(tree, rel, plain) == [
+                {"path": rel, "name": str(Path(rel).parent) + "/", "refused": "leads outside the target"}
+            ]
+        inner = bytecode.compiled_files(tree, "vllm/insub/b.py", plain)
+        assert [item["name"] for item in inner] == [f"__pycache__/b.{tag}.pyc"] and resolved, inner
+        resolved.clear()

@@ -62,6 +62,7 @@ def test_a_speculative_max_model_len_above_the_drafters_or_targets_fails(
     assert 'lower "max_model_len" in --speculative-config' in found["fix"], found
 
 
+LONGROPE = {"rope_type": "longrope", "short_factor": [1.0], "long_factor": [2.0]}
 # a 0.12-0.30 tree under transformers 4: dict overrides set after patch_rope_parameters aliased rope_scaling
 SPLIT_TREE = {
     "vllm/config/model.py": (
@@ -130,11 +131,23 @@ def test_suffix_without_arctic_inference_fails(tmp_path, module):
         {"max_position_embeddings": 4096, "rope_scaling": {"rope_type": "dynamic", "factor": float("nan")}},
         {"max_position_embeddings": 4096, "rope_scaling": {"rope_type": "dynamic", "factor": 1e308}},
         {"max_position_embeddings": 10**310, "rope_scaling": {"rope_type": "dynamic", "factor": 2.0}},
+        {"max_position_embeddings": 10**4299, "rope_scaling": {"rope_type": "dynamic", "factor": 10}},
+        {"max_position_embeddings": 4096, "rope_scaling": {"rope_type": "dynamic", "factor": 10**4299}},
+        {"max_position_embeddings": 10**4299},
     ],
 )
 def test_a_length_or_factor_past_a_float_is_not_judged_never_a_crash(config):
-    """review44a T6: int(inf) and a 310-digit length times a float raised (exit 70 from preflight and run)."""
-    assert derived_max_len(config, RopeRule(("su", "longrope", "llama3"), True)) is None
+    """review44a T6: int(inf) and a 310-digit length times a float raised (exit 70 from preflight and run);
+    review45a A5: a 4,300-digit length, then formatted in a finding, too."""
+    rule = RopeRule(("su", "longrope", "llama3"), True)
+    assert derived_max_len(config, rule) is None and derived_max_len(config, rule, defaulted=True) is None
+
+
+def test_longrope_s_default_length_past_a_float_is_not_judged():
+    """review45a A5: longrope's default (no --max-model-len) is its original_max_position_embeddings."""
+    config = {"max_position_embeddings": 4096, "original_max_position_embeddings": 10**4299, "rope_scaling": LONGROPE}
+    rule = RopeRule(("su", "longrope", "llama3"), True)
+    assert derived_max_len(config, rule) == 4096 and derived_max_len(config, rule, defaulted=True) is None
 
 
 BOOL_FIELDS = "    parallel_drafting: bool = False\n    enforce_eager: bool | None = None\n"

@@ -139,6 +139,59 @@ def test_the_derived_length_scales_by_rope_as_the_tree_reads_it(tmp_path, config
     assert found[0]["ok"] is says.startswith("cannot judge"), found
 
 
+@pytest.mark.parametrize(
+    ("config", "files"),
+    [
+        ({**LONG, "max_position_embeddings": 10**4299, "rope_scaling": {"rope_type": "dynamic", "factor": 10}}, {}),
+        ({**LONG, "rope_scaling": {"rope_type": "dynamic", "factor": 10**4299}}, {}),
+        (LONG, {"sentence_bert_config.json": {"max_seq_length": 10**4299, "do_lower_case": False}}),
+    ],
+)
+def test_a_length_of_4300_digits_is_not_judged_never_a_crash(tmp_path, config, files):
+    """review45a A5: the derived length was formatted into the fix before it was compared: past Python's
+    int-to-text limit that raised (exit 70)."""
+    tree = {"vllm/config/model.py": ENCODER_RULE, SENTENCE: TAKER}
+    found = _command_findings(
+        tmp_path, config, "vllm", "serve", "MODEL", "--max-model-len", "8192", tree_files=tree, files=files
+    )
+    assert len(found) == 1 and found[0]["message"].startswith("cannot judge: whether vLLM takes"), found
+
+
+BERT = {"architectures": ["BertModel"], "model_type": "bert", "max_position_embeddings": 512}
+POOLING_RULE = (
+    MODEL_RULE
+    + """
+def get_and_verify_max_len(self, max_model_len):
+    if self.runner_type == "pooling" and getattr(self.hf_config, "position_embedding_type", "") == "absolute":
+        tokenizer_config = try_get_tokenizer_config(self.tokenizer)
+"""
+)
+
+
+@pytest.mark.parametrize(
+    ("config", "launch", "says"),
+    [
+        (BERT, ["--runner", "pooling", "--max-model-len", "256"], "derived max_model_len 128"),
+        (BERT, ["--runner", "pooling", "--max-model-len", "128"], None),
+        (BERT, ["--max-model-len", "256"], "cannot judge: whether vLLM takes --max-model-len 256: whether vLLM runs it as a pooling"),
+        ({**BERT, "architectures": ["BertForSequenceClassification"]}, ["--max-model-len", "256"], "derived max_model_len 128"),
+        ({**BERT, "position_embedding_type": "relative_key"}, ["--runner", "pooling", "--max-model-len", "256"], None),
+        ({**BERT, "model_type": "llama", "architectures": ["LlamaForCausalLM"]}, ["--max-model-len", "256"], None),
+    ],
+)  # fmt: skip
+def test_a_pooling_models_tokenizer_length_lowers_the_derived_length(tmp_path, config, launch, says):
+    """review45a A3: get_and_verify_max_len takes the least of the derived length and the tokenizer's
+    model_max_length for a pooling runner over absolute position embeddings (BertConfig's default)."""
+    files = {"tokenizer_config.json": {"model_max_length": 128}}
+    tree = {"vllm/config/model.py": POOLING_RULE}
+    found = _command_findings(tmp_path, config, "vllm", "serve", "MODEL", *launch, tree_files=tree, files=files)
+    if says is None:
+        assert not found, found
+        return
+    assert len(found) == 1 and says in found[0]["message"], found
+    assert found[0]["ok"] is says.startswith("cannot judge"), found
+
+
 def test_a_tree_without_the_length_rule_is_not_held_to_it(tmp_path):
     tree, library = write_eagle3_setup(tmp_path)
     model = write_model(tmp_path / "target", LONG)
@@ -436,11 +489,21 @@ class GPTQMarlinConfig:
 FP8 = {"quant_method": "fp8", "activation_scheme": "dynamic"}
 GPTQ = {"quant_method": "gptq", "bits": 4}
 QUANT_DRAFTER = {**DRAFTER, "quantization_config": FP8}
+# get_quant_config's stand-in (patchkit/launch/quant_file.py reads it): fp8 needs no file of its own
+WEIGHT_UTILS = """
+def get_quant_config(model_config, load_config):
+    if model_config.quantization == "fp8":
+        return quant_cls()
+    raise ValueError(f"Cannot find the config file for {model_config.quantization}")
+    raise ValueError(f"Found multiple config files for {model_config.quantization}")
+"""
 
 
 def _quant_tree(tmp_path, modules: dict[str, str] | None = None):
     tree, library = write_eagle3_setup(tmp_path)
     (tree / "vllm" / "config" / "model.py").write_text(MISMATCH_RULE)
+    (tree / "vllm" / "model_executor" / "model_loader").mkdir(parents=True, exist_ok=True)
+    (tree / "vllm" / "model_executor" / "model_loader" / "weight_utils.py").write_text(WEIGHT_UTILS)
     quantization = tree / "vllm" / "model_executor" / "layers" / "quantization"
     quantization.mkdir(parents=True)
     modules = modules or {"__init__.py": QUANT_INIT}
@@ -759,3 +822,14 @@ def test_0_34_0s_overrides_are_read_from_its_own_files(tmp_path, quantization_co
         return
     [finding] = found
     assert finding.result == result, finding.message
+
+
+def test_a_quantization_config_override_replaces_the_checkpoints_whole_before_quantization_is_held_to_it(tmp_path):
+    """review44a T1: vLLM 0.16.0 sets --hf-overrides' quantization_config whole (no quant_method left), then
+    refuses -q fp8: "Quantization method specified in the model config (None) does not match ... (fp8)"."""
+    overrides = json.dumps({"quantization_config": {"activation_scheme": "static"}})
+    config = {**DEEPSEEK_V3, "quantization_config": FP8}
+    found = _quantized(tmp_path, config, "vllm", "serve", "MODEL", "-q", "fp8", "--hf-overrides", overrides)
+    command = [f for f in found if f["check"] == "command"]
+    assert len(command) == 1 and not command[0]["ok"], command
+    assert "--quantization fp8" in command[0]["message"], command

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from patchkit.base.errors import TargetError
-from patchkit.base.fsutil import inside, judged_inside
+from patchkit.base.fsutil import first_symlink, inside, judged_inside, unsafe_reason
 from patchkit.checks import ERROR, WARNING, CheckResult
 from patchkit.tree.target import run_worker
 
@@ -59,7 +59,8 @@ def failures(results: list[CheckResult]) -> str:
 
 
 def _report(root: Path, paths: Iterable[str], python: str | None, *, fix: bool) -> list[CheckResult]:
-    found = [item for path in sorted(paths) if path.endswith(".py") for item in compiled_files(root, path)]
+    plain: set[str] = set()
+    found = [item for path in sorted(paths) if path.endswith(".py") for item in compiled_files(root, path, plain)]
     if not found:
         return [CheckResult(NAME, None, True, "no compiled bytecode for the changed files")]
     jobs = [item for item in found if "refused" not in item]
@@ -73,12 +74,13 @@ def _report(root: Path, paths: Iterable[str], python: str | None, *, fix: bool) 
     return [_summarize(path, items, answer["tag"], fix) for path, items in by_path.items()]
 
 
-def compiled_files(root: Path, path: str) -> list[Item]:
+def compiled_files(root: Path, path: str, plain: set[str] | None = None) -> list[Item]:
     """The .pyc files of one source: every interpreter's in __pycache__, and a legacy one beside it.
-    One that may not be touched (see the module's doc) is an item with a "refused" reason instead."""
+    One that may not be touched (see the module's doc) is an item with a "refused" reason instead.
+    `plain`: the tree's directories found real so far (fsutil.first_symlink), kept across calls."""
     source = root / path
     stem = source.name[: -len(".py")]
-    if not inside(judged_inside(root, path), source.parent):
+    if not _directory_inside(root, path, plain):
         return [_refused(path, Path(path).parent.as_posix() + "/", "leads outside the target")]
     found = []
     cache = source.parent / "__pycache__"
@@ -91,6 +93,14 @@ def compiled_files(root: Path, path: str) -> list[Item]:
         optimize = int(parts[1][len("opt-") :]) if len(parts) == 2 and parts[1][4:].isdigit() else 0
         found.append(_checked(_job(path, source, pyc, parts[0], optimize, legacy=False)))
     return found + _legacy(path, source)
+
+
+def _directory_inside(root: Path, path: str, plain: set[str] | None) -> bool:
+    """Whether the source's directory lies inside the tree, symlinks resolved: at once for a plain path with
+    no symlink on its way, the source's own included (a moved vllm/'s aside), else resolved (fsutil.inside)."""
+    if unsafe_reason(path) is None and first_symlink(root, path, plain) is None:
+        return True
+    return inside(judged_inside(root, path), (root / path).parent)
 
 
 def _legacy(path: str, source: Path) -> list[Item]:

@@ -7,12 +7,17 @@ patch_rope_scaling, and the length reads rope_scaling: the override counts."""
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import re
+import sys
 from typing import Any, NamedTuple, TypeGuard
 
+from patchkit.launch import observed
 from patchkit.launch.engine import LaunchContext, Reader
 from patchkit.launch.models import nested_update
+from patchkit.launch.weights import target_directory
 
 MODEL_CONFIG = "vllm/config/model.py"
 VLLM_CONFIGS = "vllm/transformers_utils/config.py"
@@ -34,6 +39,20 @@ READS_SCALING = b'rope_scaling = getattr(hf_config, "rope_scaling", None)'
 UNSCALED = re.compile(rb"if rope_type not in \(([^)]{0,400})\):")
 YARN_ORIGINAL = b'if rope_type == "yarn":'
 TEXT_HEADS = b'hasattr(text_config, "num_attention_heads")'  # get_hf_text_config, 0.11-0.34
+FLOAT_MAX = sys.float_info.max  # vLLM holds the derived length as a float: a longer one fails its own reading
+# get_and_verify_max_len: the tokenizer's model_max_length counts for a pooling model with absolute positions
+TOKENIZER_CAP = b'"position_embedding_type", "") == "absolute"'
+TOKENIZER_CONFIG = "tokenizer_config.json"
+TOKENIZER_LIMIT = 16 << 20  # a tokenizer_config.json may carry a chat template or an added-tokens table
+# the config classes whose position_embedding_type defaults to absolute (transformers 4.57), by model_type
+ABSOLUTE_BY_DEFAULT = {
+    name: "absolute" for name in ("bert", "roberta", "xlm-roberta", "xlm-roberta-xl", "camembert", "electra", "ernie")
+}
+# architecture names vLLM's --runner auto takes for pooling (config/model.py's _SUFFIX_TO_DEFAULTS; not bare ...Model)
+POOLING_SUFFIXES = (
+    "ForTextEncoding", "EmbeddingModel", "ForSequenceClassification", "ForTokenClassification",
+    "ClassificationModel", "ForRewardModeling", "RewardModel",
+)  # fmt: skip
 NOT_READ = "the target's config.json gives no length vLLM's derivation is sure of (no key, or a RoPE scaling not read)"
 
 
@@ -48,8 +67,45 @@ def target_derived(launch: LaunchContext, *, defaulted: bool = False) -> tuple[i
     view, why = _length_view(launch)
     if view is None:
         return None, why
-    derived = derived_max_len(view, rope_rule(launch.read), defaulted=defaulted)
+    cap, why = _tokenizer_cap(launch)
+    rule = rope_rule(launch.read)
+    derived = derived_max_len(view, rule, defaulted=defaulted, cap=cap)
+    if why is not None and (cap is None or derived != derived_max_len(view, rule, defaulted=defaulted)):
+        return None, why  # the tokenizer's length may lower it, and whether it counts is not told
     return (derived, None) if derived is not None else (None, NOT_READ)
+
+
+def _tokenizer_cap(launch: LaunchContext) -> tuple[int | None, str | None]:
+    """The tokenizer_config.json model_max_length that lowers the derived length (get_and_verify_max_len:
+    a pooling runner and absolute position embeddings), and why it may not count (None: it does);
+    (None, why) where it is not read."""
+    config = launch.target.config
+    kind = config.get("position_embedding_type", ABSOLUTE_BY_DEFAULT.get(str(config.get("model_type"))))
+    runner = launch.command.optional_text("runner") or "auto"
+    if kind != "absolute" or runner == "generate" or TOKENIZER_CAP not in (launch.read(MODEL_CONFIG) or b""):
+        return None, None
+    archs = launch.target.architectures
+    pooling = runner == "pooling" or bool(archs and archs[0].endswith(POOLING_SUFFIXES))
+    unsure = (
+        None if pooling else "whether vLLM runs it as a pooling model (its tokenizer's model_max_length then lowers it)"
+    )
+    found = target_directory(launch.command)
+    where = launch.command.tokenizer or (found[1] if found is not None else None)
+    path = os.path.join(launch.command.working_directory(), where, TOKENIZER_CONFIG) if where else None
+    if path is None or not observed.isdir(os.path.dirname(path)):
+        return None, f"the tokenizer's {TOKENIZER_CONFIG} (its model_max_length lowers it) is not read here"
+    if not observed.isfile(path):
+        return None, None
+    try:
+        held = json.loads(observed.read_regular(path, TOKENIZER_LIMIT, follow_symlinks=True).decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        return None, f"the tokenizer's {TOKENIZER_CONFIG} (its model_max_length lowers it) is not read here"
+    cap = held.get("model_max_length") if isinstance(held, dict) else None
+    if cap is None:
+        return None, None
+    if not (isinstance(cap, int | float) and 0 < cap <= FLOAT_MAX):
+        return None, f"the tokenizer's {TOKENIZER_CONFIG} model_max_length {repr(cap)[:40]} is no length compared here"
+    return int(cap), unsure
 
 
 def _length_view(launch: LaunchContext) -> tuple[dict[str, Any] | None, str | None]:
@@ -157,14 +213,17 @@ def rope_rule(read: Reader) -> RopeRule | None:
     return RopeRule(unscaled, YARN_ORIGINAL in body and b'"original_max_position_embeddings"]' in body)
 
 
-def derived_max_len(text: dict[str, Any], rule: RopeRule | None, *, defaulted: bool = False) -> int | None:
+def derived_max_len(
+    text: dict[str, Any], rule: RopeRule | None, *, defaulted: bool = False, cap: int | None = None
+) -> int | None:
     """The max_model_len vLLM derives from a config: the least of its length keys, scaled by its rope
     factor as the tree's `rule` says (`defaulted`: where none is given, longrope's own default counts);
     None where it is not sure (no key: a config class's default counts; a RoPE not read)."""
     lengths = [text[key] for key in MAX_LEN_KEYS if text.get(key) is not None]
-    if not lengths or not all(whole(n) and n > 0 for n in lengths):
-        return None
+    if not lengths or not all(whole(n) and 0 < n <= FLOAT_MAX for n in lengths):
+        return None  # none, or one past a float: vLLM's number fields refuse it (not judged here)
     derived = text["model_max_length"] if text.get("model_max_length") else min(lengths)
+    derived = min(derived, cap) if cap is not None else derived  # the pooling tokenizer's, before any scaling
     rope = text.get("rope_parameters") or text.get("rope_scaling")
     if rope is None or "gemma3" in str(text.get("model_type")):
         return int(derived)  # gemma3's length is scaled already (0.11-0.34 skip it)
@@ -176,15 +235,16 @@ def derived_max_len(text: dict[str, Any], rule: RopeRule | None, *, defaulted: b
     if kind == "longrope" and defaulted:
         derived = text.get("original_max_position_embeddings", derived)
     if kind in rule.unscaled:
-        return int(derived) if whole(derived) else None
+        return int(derived) if whole(derived) and derived <= FLOAT_MAX else None
     if not isinstance(factor, int | float) or not 1 <= factor < math.inf:
         return None  # no finite factor: not judged
     if kind == "yarn" and rule.yarn_original:
         derived = rope.get("original_max_position_embeddings")
     try:
-        return int(derived * factor) if whole(derived) else None
+        scaled = int(derived * factor) if whole(derived) else None
     except OverflowError:  # a length past what a float holds: not judged
         return None
+    return scaled if scaled is not None and scaled <= FLOAT_MAX else None
 
 
 def whole(value: object) -> TypeGuard[int]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -108,6 +109,8 @@ def _taken(name: str, value: object, keys: tuple[str, ...]) -> Encoder:
         return Encoder(
             name, refused=f"vLLM takes its {name}, whose max_seq_length {shown} is no number: int() of it raises"
         )
+    if not abs(length) <= sys.float_info.max:  # NaN, or past a float: not compared here
+        return Encoder(name, unsure=f"its {name}'s max_seq_length is {'NaN' if length != length else 'past a float'}")
     return Encoder(name, length)
 
 

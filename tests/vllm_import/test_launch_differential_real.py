@@ -10,6 +10,7 @@ fails or says it cannot judge. PATCHKIT_DIFF_SEED and PATCHKIT_DIFF_CASES pick o
 
 from __future__ import annotations
 
+import collections
 import itertools
 import json
 import os
@@ -64,16 +65,19 @@ DRAFTERS = {
     "draft_fp8": {**LLAMA, "num_hidden_layers": 1, "quantization_config": QUANT["fp8"]},
     "draft_short": {**LLAMA, "num_hidden_layers": 1, "max_position_embeddings": 512},
 }
-# words of a finding patchkit says is met only after the load, or when serving (not create_engine_config's)
-NOT_AT_START = re.compile(r"after the (target's|loads?)\b|the first request")
+# words of a finding patchkit says is met after create_engine_config: when the model runner starts (its own
+# real tests hold those), after the load, or when serving
+NOT_AT_START = re.compile(r"when the model runner starts|after the (target's|loads?)\b|the first request")
 # patchkit's own requirements (a set the launch needs not applied), not vLLM's
 OWN_CHECKS = ("tree-state",)
 
 
 def _rope(rng: random.Random, length: int) -> dict:
-    kind = rng.choice(["yarn", "dynamic", "linear"])
-    rope = {rng.choice(["type", "rope_type"]): kind, "factor": rng.choice([1.0, 2.0, 4.0])}
-    if kind == "yarn":
+    kind = rng.choice(["yarn", "yarn", "dynamic", "linear", "llama3", "default"])
+    rope = {rng.choice(["type", "rope_type"]): kind, "factor": rng.choice([1.0, 2.0, 4.0, 2, 0.5])}
+    if kind == "llama3":
+        rope |= {"low_freq_factor": 1.0, "high_freq_factor": 4.0}
+    if kind in ("yarn", "llama3") or rng.random() < 0.2:
         rope["original_max_position_embeddings"] = rng.choice([length, length // 2])
     return rope
 
@@ -88,7 +92,7 @@ def target(rng: random.Random) -> tuple[dict, dict[str, dict]]:
     length = rng.choice([1024, 2048, 4096])
     config = {**rng.choice([LLAMA, LLAMA, LLAMA, DSV3]), "max_position_embeddings": length}
     if rng.random() < 0.35:
-        config["rope_scaling"] = _rope(rng, length)
+        config[rng.choice(["rope_scaling", "rope_scaling", "rope_parameters"])] = _rope(rng, length)
     for key in ("seq_length", "n_positions", "model_max_length"):
         if rng.random() < 0.12:
             config[key] = rng.choice([512, 1024, 8192])
@@ -103,9 +107,14 @@ def target(rng: random.Random) -> tuple[dict, dict[str, dict]]:
     return config, files
 
 
-def _max_model_len(rng: random.Random) -> list[str]:
+def _max_model_len(rng: random.Random, model: Path) -> list[str]:
     n = rng.choice(LENGTHS)
-    form = rng.choice(["plain", "plain", "K", "k", "equals", "underscore", "auto"])
+    form = rng.choice(["plain", "plain", "K", "k", "equals", "underscore", "auto", "yaml", "yaml_", "1.5K"])
+    if form.startswith("yaml"):  # a --config file, its key as the flag or as the field
+        (model / "serve.yaml").write_text(f"{'max-model-len' if form == 'yaml' else 'max_model_len'}: {n}\n")
+        return ["--config", str(model / "serve.yaml")]
+    if form == "1.5K":  # decimals with a binary suffix: vLLM's parser refuses them
+        return ["--max-model-len", "1.5K"]
     if form == "K" and n % 1024 == 0:
         return ["--max-model-len", f"{n // 1024}K"]
     if form == "k":
@@ -159,7 +168,7 @@ def launch(rng: random.Random, model: Path, models: Path, config: dict) -> tuple
     """(what follows `vllm serve`, the launch's VLLM_* settings)."""
     args = [str(model)]
     if rng.random() < 0.55:
-        args += _max_model_len(rng)
+        args += _max_model_len(rng, model)
     if rng.random() < 0.25:
         flag = rng.choice(["-q", "--quantization"])
         args += [flag, rng.choice(["fp8", "awq", "gptq", "compressed-tensors", "gptq_marlin"])]
@@ -169,6 +178,9 @@ def launch(rng: random.Random, model: Path, models: Path, config: dict) -> tuple
         args += ["--speculative-config", json.dumps(speculative(rng, models, config["model_type"] == "deepseek_v3"))]
     if rng.random() < 0.12:
         args += ["-tp", "2"]
+    if rng.random() < 0.08:  # vLLM reads the target's config from there (weights and tokenizer from the model)
+        other = write_model(model.with_name(model.name + "-config"), {**config, **target(rng)[0]})
+        args += ["--hf-config-path", str(other)]
     env = {"VLLM_ALLOW_LONG_MAX_MODEL_LEN": rng.choice(["1", "0", "true"])} if rng.random() < 0.08 else {}
     return args, env
 
@@ -180,27 +192,17 @@ def _quantization_given(args: list[str]) -> str | None:
     return None
 
 
-def _speculative_given(args: list[str]) -> dict:
-    return json.loads(args[args.index("--speculative-config") + 1]) if "--speculative-config" in args else {}
-
-
-def known(args: list[str], config: dict, files: dict[str, dict]) -> str | None:
-    """The rule another change is fixing, where this launch meets it: its disagreement is listed, not counted,
+def known(args: list[str], config: dict) -> str | None:
+    """The rule a change to come is to fix, where this launch meets it: its disagreement is listed, not counted,
     meanwhile (remove each line once its fix is on main)."""
-    held, given, spec = config.get("quantization_config", {}), _quantization_given(args), _speculative_given(args)
-    overrides = " ".join(a for a in args if a.startswith("{") and "speculative" not in a)
-    if files:
-        return "target_length: Sentence-Transformers files, vLLM's seven names and both keys (review44a T7, len34)"
-    if "rope_scaling" in overrides or "quantization_config" in overrides:
-        return "models: a dict --hf-overrides replaces the key whole, as vLLM sets it (review44a T1, len34)"
-    if held is None:
-        return "quant_match: a null quantization_config fails transformers' to_dict at start (diff34 D2, quant34)"
-    if not held.get("quant_method") and (given or spec.get("quantization")) and "quantization_config" in config:
-        return "quant_match: a quantization_config without quant_method is vLLM's None (review44a L1, quant34)"
-    if given not in (None, "fp8") and "quantization_config" not in config:
-        return "quant_match: -q on a checkpoint with no quantization_config nor its config file (diff34 D1, quant34)"
-    if spec.get("method") == "mtp" and "model" not in spec and spec.get("quantization"):
-        return "quant_match: mtp's own drafter held to the speculative quantization (review44a T2, quant34)"
+    held, given = config.get("quantization_config", {}), _quantization_given(args)
+    overridden = any("quantization_config" in a for a in args if a.startswith("{"))
+    if held is None and overridden:
+        return "quant_match: a null quantization_config fails at start, --hf-overrides or not (diff34 D2b)"
+    if given not in (None, "fp8") and "quantization_config" not in config and not overridden:
+        return "quant_match: -q on a checkpoint with no quantization_config nor its config file (diff34 D1)"
+    if isinstance(held, dict) and held.get("quant_method") in ("gptq", "awq") and given == held["quant_method"]:
+        return "a rule to come: the method's activation dtypes against the dtype vLLM resolves (diff34 D7)"
     return None
 
 
@@ -217,7 +219,7 @@ def write_launches(root: Path) -> list[dict]:
         for name, content in files.items():
             (model / name).write_text(json.dumps(content))
         args, env = launch(rng, model, models, config)
-        cases.append({"args": args, "env": env, "known": known(args, config, files), "config": config, "files": files})
+        cases.append({"args": args, "env": env, "known": known(args, config), "config": config, "files": files})
     return cases
 
 
@@ -238,13 +240,16 @@ def patchkit_findings(case: dict, site: Path) -> list[dict]:
     done = run_cli_read_only(
         "preflight", "--target", site, "--no-import", "--format", "json", "--", *env, "vllm", "serve", *case["args"]
     )
-    return json.loads(done.stdout)["findings"]
+    said = json.loads(done.stdout)
+    if "findings" not in said:  # refused whole (exit 2: a command vLLM's parser refuses): a failure at start
+        return [{"check": "command", "result": "fail", "message": said["error"]}]
+    return said["findings"]
 
 
-def disagreement(case: dict, answer: dict, findings: list[dict]) -> str | None:
-    """How patchkit and vLLM disagree on this launch, or None."""
+def verdict(answer: dict, findings: list[dict]) -> tuple[str, str | None]:
+    """What patchkit and vLLM say of this launch (a label), and how they disagree (None: they agree)."""
     if answer["status"] not in ("ok", "after-load", "invalid") or answer.get("cpu_refused"):
-        return None  # no verdict of vLLM's here (the forced CPU platform's own refusal, a crash)
+        return "no verdict of vLLM's", None  # the forced CPU platform's own refusal, a crash
     refused = answer["status"] == "invalid"
     failed = [
         f
@@ -253,10 +258,14 @@ def disagreement(case: dict, answer: dict, findings: list[dict]) -> str | None:
     ]
     unjudged = [f for f in findings if f["result"] == "cannot judge"]
     if failed and not refused:
-        return "patchkit fails what vLLM starts: " + " | ".join(f"{f['check']}: {f['message']}" for f in failed)
+        return "patchkit fails, vLLM starts", "patchkit fails what vLLM starts: " + " | ".join(
+            f"{f['check']}: {f['message']}" for f in failed
+        )
     if refused and not failed and not unjudged:
-        return "patchkit passes what vLLM refuses at start: " + answer["error"][-400:]
-    return None
+        return "vLLM refuses, patchkit passes", "patchkit passes what vLLM refuses at start: " + answer["error"][-400:]
+    if refused:
+        return "both refuse" if failed else "vLLM refuses, patchkit cannot judge", None
+    return "both start", None
 
 
 def test_patchkit_fails_at_start_exactly_what_vllm_refuses(tmp_path: Path):
@@ -264,15 +273,15 @@ def test_patchkit_fails_at_start_exactly_what_vllm_refuses(tmp_path: Path):
     answers = vllm_answers(cases, tmp_path / "vllm.log")
     assert len(answers) == len(cases), (tmp_path / "vllm.log").read_text()[-2000:]
     site = site_packages(str(VLLM_PYTHON))
-    wrong, refused, unknown = [], 0, []
+    wrong, unknown, tally = [], [], collections.Counter()
     for case, answer in zip(cases, answers, strict=True):
-        refused += answer["status"] == "invalid"
-        said = disagreement(case, answer, patchkit_findings(case, site))
+        label, said = verdict(answer, patchkit_findings(case, site))
+        tally[label] += 1
         if said is not None:
             (unknown if case["known"] else wrong).append({"launch": case["args"], "env": case["env"],
                 "config": case["config"], "files": case["files"], "known": case["known"], "said": said})  # fmt: skip
     out = os.environ.get("PATCHKIT_DIFF_OUT")
     if out:
-        Path(out).write_text(json.dumps({"wrong": wrong, "known": unknown}, indent=1))
-    assert refused >= CASES // 10, answers  # vLLM's refusals were asked
+        Path(out).write_text(json.dumps({"tally": tally, "wrong": wrong, "known": unknown}, indent=1))
+    assert tally["both refuse"] >= CASES // 10, tally  # refusals were asked, and patchkit's rules met them
     assert not wrong, json.dumps(wrong, indent=1)

@@ -45,6 +45,7 @@ MODELS = {
     "method_null": {**LLAMA, "quantization_config": {"quant_method": None}},
     "fp8": {**LLAMA, "quantization_config": FP8},
     "gptq": {**LLAMA, "quantization_config": GPTQ},
+    "awq_file": LLAMA,  # no quantization_config; quant_config.json beside it (FILES)
     "drafter_fp8": {
         **LLAMA,
         "architectures": ["LlamaForCausalLMEagle3"],
@@ -52,6 +53,8 @@ MODELS = {
         "quantization_config": FP8,
     },
 }
+AWQ_FILE = {"quant_method": "awq", "w_bit": 4, "q_group_size": 128, "zero_point": True, "version": "gemm"}
+FILES = {"awq_file": {"quant_config.json": AWQ_FILE}}
 SPEC = {"method": "eagle3", "model": "DRAFTER", "num_speculative_tokens": 3}
 LINES = [
     ("fp8", ["-q", "awq"]),
@@ -79,6 +82,12 @@ LINES = [
     # a quant_method that is no text: vLLM's own .lower() raises, --quantization or not
     ("method_null", []),
     ("method_null", ["-q", "fp8"]),
+    # diff34 D1: no quantization_config: get_quant_config looks for the method's own file, or builds its class bare
+    ("plain", ["-q", "awq"]),
+    ("plain", ["-q", "gptq"]),
+    ("plain", ["-q", "compressed-tensors"]),
+    ("plain", ["-q", "fp8"]),
+    ("awq_file", ["-q", "awq", "--dtype", "float16"]),  # its from_config takes the file: it starts
 ]
 ASK_VLLM = textwrap.dedent("""\
     import json, sys
@@ -92,7 +101,14 @@ ASK_VLLM = textwrap.dedent("""\
 
 
 def _refused_at_start(refused: str | None) -> bool:
-    said = ("does not match the quantization", "literal_error", "object has no attribute 'lower'")
+    said = (
+        "does not match the quantization",
+        "literal_error",
+        "object has no attribute 'lower'",
+        "'NoneType' object has no attribute 'to_dict'",  # transformers' to_dict on "quantization_config": null
+        "Cannot find the config file for",
+        "Config.__init__() missing",  # CompressedTensorsConfig() built bare: TypeError
+    )
     return refused is not None and any(words in refused for words in said)
 
 
@@ -100,6 +116,8 @@ def test_a_quantization_not_the_checkpoints_own_is_failed_only_where_vllm_refuse
     for name, config in MODELS.items():
         (tmp_path / name).mkdir()
         (tmp_path / name / "config.json").write_text(json.dumps(config))
+        for file, content in FILES.get(name, {}).items():
+            (tmp_path / name / file).write_text(json.dumps(content))
     drafter = str(tmp_path / "drafter_fp8")
     lines = [[str(tmp_path / name), *(w.replace("DRAFTER", drafter) for w in words)] for name, words in LINES]
     vllm_refused = ask_vllm(ASK_VLLM, json.dumps(lines))
@@ -115,7 +133,7 @@ def test_a_quantization_not_the_checkpoints_own_is_failed_only_where_vllm_refuse
         failed += fails
         if (fails and not _refused_at_start(refused)) or (not found and _refused_at_start(refused)):
             wrong.append((line[1:], [f.message for f in found], refused))
-    assert failed >= 9, vllm_refused  # the refusals patchkit is sure of were made
+    assert failed >= 14, vllm_refused  # the refusals patchkit is sure of were made
     assert not wrong, json.dumps(wrong, indent=1)
 
 

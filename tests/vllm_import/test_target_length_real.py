@@ -103,6 +103,10 @@ LLAVA = {  # a composite: the length reads text_config's RoPE (derived 4096)
         "num_attention_heads": 2, "image_size": 32, "patch_size": 16,
     },
 }  # fmt: skip
+BERT = {
+    "architectures": ["BertModel"], "model_type": "bert", "hidden_size": 64, "num_attention_heads": 2,
+    "num_hidden_layers": 1, "intermediate_size": 128, "vocab_size": 1000, "max_position_embeddings": 512,
+}  # fmt: skip
 GEMMA3 = {
     **LLAMA, "architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text", "head_dim": 32,
     "rope_scaling": {"rope_type": "linear", "factor": 8.0}, "sliding_window": 512,
@@ -118,6 +122,11 @@ OVERRIDDEN = {
     "longrope": ({**LLAMA, "rope_scaling": LONGROPE, "original_max_position_embeddings": 1024}, {}),
     "gemma3": (GEMMA3, {}),
     "llava": (LLAVA, {}),
+    "bert": (BERT, {"tokenizer_config.json": {"model_max_length": 128}}),
+    "bertcls": (
+        {**BERT, "architectures": ["BertForSequenceClassification"]},
+        {"tokenizer_config.json": {"model_max_length": 128}},
+    ),
     "st_empty": (LONGER, {"sentence_bert_config.json": "", "sentence_xlnet_config.json": BOTH}),
     "st_bom": (LONGER, {"sentence_bert_config.json": "\ufeff" + json.dumps(BOTH)}),
     "st_null": (LONGER, {"sentence_bert_config.json": {**BOTH, "max_seq_length": None}}),
@@ -146,6 +155,10 @@ OVERRIDDEN_LINES: list[tuple] = [
     ("llava", 8193, None, "--hf-overrides", json.dumps({"text_config": {"rope_scaling": {"factor": 4.0}}})),
     ("llava", 4096, None, "--hf-overrides", json.dumps({"rope_scaling": {"rope_type": "linear", "factor": 4.0}})),
     ("llava", 4097, None, "--hf-overrides", json.dumps({"rope_scaling": {"rope_type": "linear", "factor": 4.0}})),
+    ("bert", 256, None, "--runner", "pooling"),
+    ("bert", 128, None, "--runner", "pooling"),
+    ("bertcls", 256, None),
+    ("bertcls", 128, None),
 ]
 # whatever --max-model-len says (here none but one): review45a A1, A2
 UNREAD_LINES: list[tuple] = [
@@ -174,6 +187,6 @@ def test_hf_overrides_and_sentence_transformers_files_reach_the_length_as_vllm_t
     assert sum(r is not None for r in vllm_refused[len(lines) :]) == 5, vllm_refused  # all but st_text alone
     wrong = _wrong(unread, vllm_refused[len(lines) :], why="")  # any refusal at start
     vllm_refused = vllm_refused[: len(lines)]
-    assert sum(r is not None for r in vllm_refused) >= 8, vllm_refused  # vLLM's refusals were asked
+    assert sum(r is not None for r in vllm_refused) >= 10, vllm_refused  # vLLM's refusals were asked
     wrong += _wrong(lines, vllm_refused)
     assert not wrong, json.dumps(wrong, indent=1)
