@@ -294,8 +294,9 @@ def _not_tried(done: list[SetApplied], untried: list[str]) -> str:
     """The sets after the failed one; those whose files hold what the record says they wrote are said
     to be applied (they stay)."""
     resolved = next((d.chosen.resolved for d in done if d.chosen.resolved is not None), None)
-    state = read_state(resolved.target.root) if resolved else None
-    applied = [n for n in untried if state is not None and _holds_its_writes(resolved.target.root, state, n)]
+    root = resolved.target.root if resolved is not None else None
+    state = read_state(root) if root is not None else None
+    applied = [n for n in untried if root is not None and state is not None and _holds_its_writes(root, state, n)]
     said = f"not tried: {', '.join(untried)}"
     if not applied:
         return said
