@@ -159,3 +159,37 @@ def test_a_patched_file_closed_to_other_users_says_their_launch_is_refused_not_t
     assert "launch guard refuses" not in said, said
     assert run_cli_writing("apply", "--target", tree, "--patch", patch, "--no-import").returncode == 0
     assert run_cli_read_only("status", "--target", tree, "--patch", patch).returncode == 0
+
+
+def test_a_recorded_mode_patchkit_never_records_is_refused_and_never_written(run, tmp_path, scratch):
+    """review45b L-C: a planted mode of 0 (no one but root reads the file) or 0o777 (every local user
+    writes it) was written by revert, and status then said ok."""
+    tree = write_tree(tmp_path / "site")
+    patch = scratch / "spec.diff"
+    patch.write_bytes(make_patch(scratch, tree, {"vllm/config/spec.py": SPEC_PY.replace('"qwen"', '"kimi"')}))
+    assert run("apply", "--target", tree, "--patch", patch).exit_code == 0
+    path = tree / ".patchkit/state.json"
+    for bad in (0, 0o777, 0o200, 0o646):
+        state = json.loads(path.read_text())
+        state["entries"][0]["files"]["vllm/config/spec.py"]["mode"] = bad
+        path.write_text(json.dumps(state))
+        done = run("revert", "--target", tree, "--patch", patch)
+        assert done.exit_code == 2 and "is not a mode patchkit records" in done.output, (bad, done.output)
+        assert run("status", "--target", tree, "--patch", patch).exit_code == 2
+    assert stat.S_IMODE(os.stat(tree / "vllm/config/spec.py").st_mode) == 0o644
+
+
+def test_an_original_every_user_may_write_is_recorded_as_patchkit_writes_it(run, tmp_path, scratch):
+    """The mode apply records is one its reader takes: never other-writable (revert refused it)."""
+    tree = write_tree(tmp_path / "site")
+    spec = tree / "vllm/config/spec.py"
+    spec.chmod(0o666)
+    patch = scratch / "spec.diff"
+    patch.write_bytes(make_patch(scratch, tree, {"vllm/config/spec.py": SPEC_PY.replace('"qwen"', '"kimi"')}))
+    assert run("apply", "--target", tree, "--patch", patch).exit_code == 0
+    assert (
+        json.loads((tree / ".patchkit/state.json").read_text())["entries"][0]["files"]["vllm/config/spec.py"]["mode"]
+        == 0o664
+    )
+    assert run("revert", "--target", tree, "--patch", patch).exit_code == 0
+    assert stat.S_IMODE(os.stat(spec).st_mode) == 0o664

@@ -42,7 +42,7 @@ ENV = "PATCHKIT_GUARD"
 # The number of the guard's checks: patchkit tells an older build's guard that judges a tree as it
 # does (the same number: a note, `apply` updates it) from one that may not (a failure until `apply`).
 # tests/test_guard_format.py holds it to this module's code: a change of the code bumps it.
-GUARD_FORMAT = 34
+GUARD_FORMAT = 35
 MAX_RECORD_BYTES = 16 * 1024 * 1024
 if TYPE_CHECKING:  # (vllm version or None, {path: recorded sha256 or None}, {path: its original's sha256 or None})
     Record = tuple[str | None, dict[str, str | None], dict[str, str | None]]
@@ -940,9 +940,11 @@ def _file_damage(path: object, shas: object) -> str | None:
     for digest in (shas["before"], shas["after"]):
         if digest is not None and not _is_digest(digest):
             return repr(digest) + " is not a sha256 hex digest"
-    mode = shas.get("mode", 0)
+    mode = shas.get("mode", 0o400)  # none recorded: revert leaves the mode
     if isinstance(mode, bool) or not isinstance(mode, int) or not 0 <= mode <= 0o777:
         return path + ": 'mode' " + repr(mode) + " is not a file's permission bits (0 to 0o777)"
+    if not mode & 0o400 or mode & 0o002:  # revert would write it: never a mode apply records
+        return path + ": 'mode' " + oct(mode) + " is not a mode patchkit records"
     return None
 
 

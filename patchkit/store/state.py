@@ -386,6 +386,7 @@ class RecordedFile(_Hashes, total=False):
 
 # What a recorded mode may hold: permission bits only (never setuid, setgid or sticky).
 MODE_BITS = 0o777
+OWNER_READ = 0o400
 
 
 @dataclass(eq=False, repr=False)
@@ -643,7 +644,8 @@ def _original_mode(root: Path, path: str) -> int | None:
         info = os.lstat(root / path)
     except OSError:
         return None
-    return stat.S_IMODE(info.st_mode) & MODE_BITS if stat.S_ISREG(info.st_mode) else None
+    mode = stat.S_IMODE(info.st_mode) & PERMISSIONS  # as patchkit writes a file
+    return mode if stat.S_ISREG(info.st_mode) and mode & OWNER_READ else None
 
 
 def _recorded_library(library: Path | None) -> str | None:
@@ -915,7 +917,7 @@ def _checked_entry(data: object, origin: Path) -> Entry:
             raise _damaged(origin, f"{escaped(path)}: 'before' and 'after' hashes are required")
         checked_digest(shas["before"], origin)
         checked_digest(shas["after"], origin)
-        _checked_mode(shas.get("mode", 0), path, origin)
+        _checked_mode(shas.get("mode", OWNER_READ), path, origin)  # none recorded: revert leaves the mode
         if not isinstance(shas.get("gate", True), bool):
             raise _damaged(origin, f"{escaped(path)}: 'gate' {quoted(repr(shas['gate']))} is not true or false")
     if is_adhoc(data["set"]):
@@ -940,6 +942,12 @@ def _checked_mode(mode: object, path: str, origin: Path) -> None:
     if isinstance(mode, bool) or not isinstance(mode, int) or not 0 <= mode <= MODE_BITS:
         raise _damaged(
             origin, f"{escaped(path)}: 'mode' {quoted(repr(mode))} is not a file's permission bits (0 to 0o777)"
+        )
+    if not mode & OWNER_READ or mode & ~PERMISSIONS:  # revert would write it: never a mode apply records
+        raise _damaged(
+            origin,
+            f"{escaped(path)}: 'mode' {quoted(oct(mode))} is not a mode patchkit records "
+            "(the owner reads the file; not writable by every local user)",
         )
 
 
