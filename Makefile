@@ -28,7 +28,8 @@ REWRITTEN := $(VENV)/.plugins-rewritten
 TMPFS = $(shell [ -d /dev/shm ] && [ -w /dev/shm ] && df -Pk /dev/shm | awk 'NR == 2 && $$4 > 2097152 { print "/dev/shm" }')
 FAST_ROOT = $${PYTEST_DEBUG_TEMPROOT:-$(or $(TMPFS),$${TMPDIR:-/tmp})}
 FAST_KEEP = -o tmp_path_retention_policy=failed
-# test-fast tries each property test on a quarter of the examples make test tries (tests/helpers.py: examples).
+# test-fast tries each property test on a quarter of the examples make test tries (tests/helpers.py: examples),
+# and each crash or kill sweep on a quarter of its steps (sweep_trials): make test tries every one.
 FAST_PROFILE := --hypothesis-profile=fast
 
 .PHONY: demo test test-fast test-release bench clean lint

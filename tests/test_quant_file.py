@@ -181,3 +181,63 @@ def test_release_files_say_which_quantizations_need_their_own_config(tmp_path, v
         return
     [finding] = found
     assert finding.result == result, finding.message
+
+
+# transformers' PretrainedConfig as 4.57.6 has it (configuration_utils.py from_dict :839, to_dict :962-967)
+TRANSFORMERS = """
+class PretrainedConfig:
+    @classmethod
+    def from_dict(cls, config_dict, **kwargs):
+        config = cls(**config_dict)
+        logger.info(f"Model config {config}")
+        return config
+
+    def to_dict(self):
+        output = {}
+        if hasattr(self, "quantization_config"):
+            output["quantization_config"] = (
+                self.quantization_config.to_dict()
+                if not isinstance(self.quantization_config, dict)
+                else self.quantization_config
+            )
+        return output
+"""
+GUARDED = TRANSFORMERS.replace(
+    "if not isinstance(self.quantization_config, dict)", "if not isinstance(self.quantization_config, dict | None)"
+)
+AROUND = TRANSFORMERS.replace('if hasattr(self, "quantization_config"):', "if self.quantization_config is not None:")
+NOT_LOGGED = TRANSFORMERS.replace('logger.info(f"Model config {config}")', 'logger.info("Model config loaded")')
+
+
+@pytest.mark.parametrize(
+    ("transformers", "held", "options", "result"),
+    [
+        (TRANSFORMERS, {"quantization_config": None}, [], "fail"),
+        (TRANSFORMERS, {"quantization_config": None}, ["-q", "fp8"], "fail"),
+        (TRANSFORMERS, {"quantization_config": None, "compression_config": {"quant_method": "compressed-tensors"}}, [], "fail"),
+        (GUARDED, {"quantization_config": None}, [], "cannot judge"),
+        (AROUND, {"quantization_config": None}, [], "cannot judge"),
+        (NOT_LOGGED, {"quantization_config": None}, [], "cannot judge"),
+        (None, {"quantization_config": None}, [], "cannot judge"),  # no transformers beside vllm/
+        (TRANSFORMERS, {"text_config": {"quantization_config": None}}, [], "cannot judge"),  # a dict to from_dict
+        # null only by --hf-overrides: config.json loads; what vLLM does with the override is not read here
+        (TRANSFORMERS, {}, ["--hf-overrides", json.dumps({"quantization_config": None})], "cannot judge"),
+    ],
+)  # fmt: skip
+def test_a_null_quantization_config_fails_where_the_launchs_transformers_raises_on_it(
+    tmp_path, transformers, held, options, result
+):
+    """diff34 D2: transformers 4.57.6 (vLLM 0.16.0's) raises AttributeError loading a config.json with
+    "quantization_config": null, whatever the command; read from the transformers beside vllm/."""
+    site = _tree(tmp_path)
+    if transformers is not None:
+        (site / "transformers").mkdir()
+        (site / "transformers" / "configuration_utils.py").write_text(transformers)
+    found = _found(site, tmp_path, *options, config={**DEEPSEEK_V3, **held})
+    null = [f for f in found if '"quantization_config": null' in f.message]
+    assert len(null) == 1 and null[0].result == result, [f.message for f in found]
+    if result == "fail":
+        assert (
+            "PretrainedConfig.to_dict" in null[0].message
+            and null[0].fix == 'drop "quantization_config" from config.json'
+        )

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from crash_trials import fingerprint
-from helpers import MODEL_PY, make_patch, run_cli, write_tree
+from helpers import MODEL_PY, make_patch, run_cli, sweep_trials, write_tree
 
 MODELS = "vllm/models"
 pytestmark = pytest.mark.slow  # ~60 commands a test: make test runs it, as it does the crash trials
@@ -55,7 +55,7 @@ def test_a_rollback_across_a_mount_inside_the_tree_finishes_at_every_step(mounte
     before, goal = ("stock", "patched") if op == "apply" else ("patched", "stock")
     if op == "apply":
         assert run_cli("revert", *args).returncode == 0
-    for step in range(1, 200):
+    for step in sweep_trials(range(1, 200)):
         fault = {"PATCHKIT_FAULT_MODE": mode, "PATCHKIT_FAULT_AFTER": str(step)}
         cut = run_cli(op, *args, env=fault)
         if cut.returncode == 0:  # past the commit's last step

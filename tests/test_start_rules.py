@@ -822,3 +822,14 @@ def test_0_34_0s_overrides_are_read_from_its_own_files(tmp_path, quantization_co
         return
     [finding] = found
     assert finding.result == result, finding.message
+
+
+def test_a_quantization_config_override_replaces_the_checkpoints_whole_before_quantization_is_held_to_it(tmp_path):
+    """review44a T1: vLLM 0.16.0 sets --hf-overrides' quantization_config whole (no quant_method left), then
+    refuses -q fp8: "Quantization method specified in the model config (None) does not match ... (fp8)"."""
+    overrides = json.dumps({"quantization_config": {"activation_scheme": "static"}})
+    config = {**DEEPSEEK_V3, "quantization_config": FP8}
+    found = _quantized(tmp_path, config, "vllm", "serve", "MODEL", "-q", "fp8", "--hf-overrides", overrides)
+    command = [f for f in found if f["check"] == "command"]
+    assert len(command) == 1 and not command[0]["ok"], command
+    assert "--quantization fp8" in command[0]["message"], command

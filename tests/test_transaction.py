@@ -8,7 +8,7 @@ import os
 import re
 
 import pytest
-from helpers import MODEL_PY, SPEC_PY, make_patch, run_cli_judged, run_patchkit, snapshot, write_tree
+from helpers import MODEL_PY, SPEC_PY, make_patch, run_cli_judged, run_patchkit, snapshot, sweep_trials, write_tree
 
 from patchkit.engine import transaction
 
@@ -83,7 +83,8 @@ def test_hard_exit_at_every_operation_then_next_command_recovers(tmp_path, big_c
     target = ["--target", str(tree), "--patch", str(patch)]
     env = {k: v for k, v in os.environ.items() if not k.startswith("PATCHKIT_FAULT")}
     after = None
-    for n in range(1, 40):  # each command a process of its own (forked by cli_server), which the fault ends
+    # each command a process of its own (forked by cli_server), which the fault ends
+    for n in sweep_trials(range(1, 40)):
         fault = {**env, "PATCHKIT_FAULT_AFTER": str(n), "PATCHKIT_FAULT_MODE": "exit"}
         died = run_patchkit(["apply", *target], fault, None, 300)
         if died.returncode == 0:  # n is past the last operation: the apply completed

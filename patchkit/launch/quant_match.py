@@ -18,10 +18,12 @@ from patchkit.base.errors import escaped
 from patchkit.launch.engine import LaunchContext
 from patchkit.launch.findings import Finding, cannot_judge
 from patchkit.launch.method import settled_method
+from patchkit.launch.models import ModelConfig
 from patchkit.launch.mtp import mtp_own_config
 from patchkit.launch.quant_file import quant_file_findings
 from patchkit.launch.quant_overrides import takes, tree_overrides
 from patchkit.launch.spec_limits import MODEL_CONFIG
+from patchkit.launch.transformers_config import CONFIGURATION, null_quantization_raises
 from patchkit.launch.validation import CHECK as VALIDATION
 from patchkit.launch.validation import CPU
 
@@ -62,22 +64,36 @@ def quantization_findings(check: str, launch: LaunchContext) -> list[Finding]:
 
 def _unread_findings(check: str, launch: LaunchContext) -> list[Finding]:
     """A checkpoint's quantization vLLM fails to read at start whatever the command: a quant_method
-    that is no text fails (the tree calls .lower() on it); "quantization_config": null is not judged
-    (transformers' to_dict raises on it: 4.57.6, vLLM 0.16.0's; other releases of it not read)."""
+    that is no text fails (the tree calls .lower() on it); "quantization_config": null fails where the
+    launch's transformers' to_dict raises on it (transformers_config), else it is not judged."""
     lowered = any(LOWERED in (launch.read(path) or b"") for path in (MODEL_CONFIG, CONVERTOR))
-    models = [("the target", launch.target.config)]
-    models += [("the drafter", launch.drafter.config)] if launch.drafter is not None else []
+    models = [("the target", launch.target)]
+    models += [("the drafter", launch.drafter)] if launch.drafter is not None else []
     found = []
-    for whose, config in models:
-        unread = unread_quantization(config)
+    for whose, model in models:
+        unread = unread_quantization(model.config)
         fix = "write its quantization_config as an object whose quant_method is text, or drop the key"
         if unread is not None and unread.startswith(NO_TEXT) and lowered:
             why = f"vLLM fails at start reading {whose}'s config.json: its quantization has {unread}, whose .lower() it calls"
             found.append(Finding(check, False, why, fix))
+        elif unread is not None and _null_raises(launch, model):
+            why = (
+                f"vLLM fails at start reading {whose}'s config.json: it has {unread}, and the launch's transformers "
+                f"({CONFIGURATION}: PretrainedConfig.to_dict, run by from_dict's log line) calls .to_dict() on it: AttributeError"
+            )
+            found.append(Finding(check, False, why, 'drop "quantization_config" from config.json'))
         elif unread is not None:
             why = f"whether vLLM reads {whose}'s config.json: it has {unread}, which vLLM 0.16.0 (transformers 4.57.6) fails to read at start"
             found.append(cannot_judge(check, why, fix))
     return found
+
+
+def _null_raises(launch: LaunchContext, model: ModelConfig) -> bool:
+    """config.json's own top-level "quantization_config": null (not an override's), read by transformers'
+    from_dict (a config.json, not Mistral's params.json), whose to_dict raises on it."""
+    own = model.own or model.config
+    held = "quantization_config" in own and own["quantization_config"] is None
+    return held and model.path.name == "config.json" and null_quantization_raises(launch.read) is True
 
 
 def _draft_checkpoint(launch: LaunchContext) -> tuple[str, dict[str, Any]] | None:

@@ -105,6 +105,7 @@ def _refused_at_start(refused: str | None) -> bool:
         "does not match the quantization",
         "literal_error",
         "object has no attribute 'lower'",
+        "'NoneType' object has no attribute 'to_dict'",  # transformers' to_dict on "quantization_config": null
         "Cannot find the config file for",
         "Config.__init__() missing",  # CompressedTensorsConfig() built bare: TypeError
     )
@@ -132,7 +133,7 @@ def test_a_quantization_not_the_checkpoints_own_is_failed_only_where_vllm_refuse
         failed += fails
         if (fails and not _refused_at_start(refused)) or (not found and _refused_at_start(refused)):
             wrong.append((line[1:], [f.message for f in found], refused))
-    assert failed >= 12, vllm_refused  # the refusals patchkit is sure of were made
+    assert failed >= 14, vllm_refused  # the refusals patchkit is sure of were made
     assert not wrong, json.dumps(wrong, indent=1)
 
 
