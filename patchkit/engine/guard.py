@@ -152,9 +152,10 @@ def installed_vllm_version(root: Path) -> str | None:
         ) from None
 
 
-def replace_fix() -> str:
-    """The fix for a guard patchkit did not write, or that changed since."""
-    return f"run {hints.command('apply', '--guard')} (it replaces the guard with this patchkit's, keeping a copy in .patchkit/saved/)"
+def replace_fix(apply: str | None = None) -> str:
+    """The fix for a guard patchkit did not write, or that changed since (`apply`: the apply --guard
+    of the sets the record chose, where known)."""
+    return f"run {apply or hints.command('apply', '--guard')} (it replaces the guard with this patchkit's, keeping a copy in .patchkit/saved/)"
 
 
 def replace_hint() -> str:

@@ -241,7 +241,11 @@ class TreeStatus(Value):
     def apply_chosen(self) -> str:
         """The apply after a drift's revert --force: of the sets the record chose (a plain
         apply would apply again a set `revert --set` took out)."""
-        return self.fix_command("apply") if self.whole_wheel else apply_of(self.chosen_sets)
+        return self.apply_chosen_with()
+
+    def apply_chosen_with(self, *args: str) -> str:
+        """apply_chosen with `args` (--guard, say)."""
+        return self.fix_command("apply", *args) if self.whole_wheel else apply_of(self.chosen_sets, *args)
 
     @property
     def guard_fix(self) -> str:
@@ -365,7 +369,7 @@ class TreeStatus(Value):
         if (gaps := self._no_series_fix()) is not None:  # apply refuses a set with no series
             return gaps
         if self.all_stock_again:  # apply patches them again, and records it
-            return f"run {hints.command('apply')}"
+            return f"run {self.apply_chosen}"
         if self.others_fix and not self.drifted and not self.stale:  # a stale record: apply drops it
             return self.others_fix
         if (self.whole_wheel or self.wheel_refused) and any(problem.endswith(EDITED) for problem in self.guard):
@@ -384,15 +388,15 @@ class TreeStatus(Value):
             )
         if any(NEWER_GUARD in problem for problem in self.guard) and not self.drifted:  # apply would downgrade it
             return (
-                f"use the newer patchkit that applied this tree, or run {hints.command('apply')} "
+                f"use the newer patchkit that applied this tree, or run {self.apply_chosen} "
                 "(it replaces the launch guard with this patchkit's)"
             )
         if any(of_other_checks(problem) for problem in self.guard) and not self.drifted:  # apply replaces it
-            return f"run {hints.command('apply')} (it updates the launch guard to this patchkit's)"
+            return f"run {self.apply_chosen} (it updates the launch guard to this patchkit's)"
         if any(UNKNOWN_GUARD in problem for problem in self.guard):
             revert = self.fix_command("revert", "--force")
             first = f"run {revert} (it keeps a copy of the edits), then " if self.drifted else ""
-            return first + (replace_fix().removeprefix("run ") if first else replace_fix())
+            return first + replace_fix(self.apply_chosen_with("--guard")).removeprefix("run " if first else "")
         if self.drifted:
             return (
                 f"run {self.fix_command('revert', '--force')} (it keeps a copy of the edits), then {self.apply_chosen}"
@@ -410,7 +414,7 @@ class TreeStatus(Value):
                 f"then run {hints.command('status')}"
             )
         if all(problem.startswith(OTHERS_CANNOT_READ) for problem in self.guard):
-            return f"run {hints.command('apply')} (it makes them readable, as pip installs files)"
+            return f"run {self.apply_chosen} (it makes them readable, as pip installs files)"
         return self._stock_again_fix()
 
     def _stock_again_fix(self) -> str | None:
@@ -435,7 +439,7 @@ class TreeStatus(Value):
         upgraded = self.stale or any(UPGRADED in problem for problem in self.guard)
         if upgraded and self.no_series_sets and self.series_sets:
             return hints.command("apply", *_set_words(self.series_sets), chosen=_without_a_set())
-        return self._apply_of_recorded() if upgraded else hints.command("apply")
+        return self._apply_of_recorded() if upgraded else apply_of(self.chosen_sets)
 
     @property
     def guard_missing_fix(self) -> str:
@@ -625,7 +629,7 @@ def _inspect(resolved: Resolved, *, check_upstream: bool, import_probe: bool, ve
         stale=_named(stale, state),
         lost=lost,
         record=state,
-        chosen_sets=chosen_sets(state, resolved.vllm_version) if drifted else (),
+        chosen_sets=chosen_sets(state, resolved.vllm_version),
         reinstalled=reinstalled,
         linked=linked,
         **fields,
@@ -798,12 +802,12 @@ def set_drift_fix(resolved: Resolved, status: TreeStatus) -> str:
     return f"run {revert} (it keeps a copy of your edits), then {apply}"
 
 
-def apply_of(names: tuple[str, ...]) -> str:
-    """apply of these sets, where the user named none (their choice stands) and there are some."""
+def apply_of(names: tuple[str, ...], *args: str) -> str:
+    """apply of these sets (with `args`), where the user named none (their choice stands) and there are some."""
     opts = hints.current()
     if not names or opts.set_name or opts.set_names or opts.adhoc:
-        return hints.command("apply")
-    return hints.command("apply", *[word for name in names for word in ("--set", name)], chosen=_without_a_set())
+        return hints.command("apply", *args)
+    return hints.command("apply", *_set_words(names), *args, chosen=_without_a_set())
 
 
 def _named(stale: dict[str, str], state: State) -> list[str]:

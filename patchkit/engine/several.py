@@ -35,10 +35,11 @@ from patchkit.engine.operations import (
 from patchkit.engine.resolve import NOT_COVERED, Chosen, Resolved, judged, no_series, no_series_fix
 from patchkit.engine.transaction import consistent_read
 from patchkit.series import library
-from patchkit.store.state import Entry, State, is_adhoc, read_state
+from patchkit.store.state import Entry, State, is_adhoc, read_state, recorded_sha256
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
+    from pathlib import Path
 
     from patchkit.base.options import Options
     from patchkit.checks import Check
@@ -290,16 +291,28 @@ def _failed(done: list[SetApplied], name: str, result: ApplyResult, *, dry_run: 
 
 
 def _not_tried(done: list[SetApplied], untried: list[str]) -> str:
-    """The sets after the failed one, those the tree records as applied said so (they stay)."""
+    """The sets after the failed one; those whose files hold what the record says they wrote are said
+    to be applied (they stay)."""
     resolved = next((d.chosen.resolved for d in done if d.chosen.resolved is not None), None)
-    recorded = {e.set_name for e in read_state(resolved.target.root).entries} if resolved else set()
-    applied = [n for n in untried if n in recorded]
+    root = resolved.target.root if resolved is not None else None
+    state = read_state(root) if root is not None else None
+    applied = [n for n in untried if root is not None and state is not None and _holds_its_writes(root, state, n)]
     said = f"not tried: {', '.join(untried)}"
     if not applied:
         return said
     if applied == untried:  # their names once
         return f"{said} (already applied; {_verb(applied, 'it stays', 'they stay')} applied)"
     return f"{said} ({_listed(applied)} {_verb(applied, 'is', 'are')} already applied and {_verb(applied, 'stays', 'stay')} applied)"
+
+
+def _holds_its_writes(root: Path, state: State, name: str) -> bool:
+    """The set's recorded files hold what the last set to write each wrote there: its files, not
+    its record alone, say it is applied (pip may have put them back since)."""
+    entry = state.entry(name)
+    if entry is None or not entry.files:
+        return False
+    written = {path: shas.get("after") for e in state.entries for path, shas in e.files.items()}
+    return all(recorded_sha256(root, path) == written[path] for path in entry.files)
 
 
 def _listed(names: list[str]) -> str:
