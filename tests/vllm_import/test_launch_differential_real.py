@@ -199,8 +199,9 @@ def known(args: list[str], config: dict) -> str | None:
     overridden = any("quantization_config" in a for a in args if a.startswith("{"))
     if held is None and overridden:
         return "quant_match: a null quantization_config fails at start, --hf-overrides or not (diff34 D2b)"
-    if given not in (None, "fp8") and "quantization_config" not in config and not overridden:
-        return "quant_match: -q on a checkpoint with no quantization_config nor its config file (diff34 D1)"
+    spec = json.loads(args[args.index("--speculative-config") + 1]) if "--speculative-config" in args else {}
+    if spec.get("method") == "mtp" and "model" not in spec and overridden and isinstance(held, dict):
+        return "quant_match: mtp's own drafter, the target's overridden quantization on config.json as written (D8)"
     if isinstance(held, dict) and held.get("quant_method") in ("gptq", "awq") and given == held["quant_method"]:
         return "a rule to come: the method's activation dtypes against the dtype vLLM resolves (diff34 D7)"
     return None
