@@ -341,3 +341,24 @@ def test_every_recovery_refusals_hints_end_without_a_circle(tmp_path, scratch, c
     assert done.returncode in (0, 1), (run, done.stdout + done.stderr)
     assert _tree_files(tree) == stock and not (tree / ".patchkit/journal.json").exists(), run
     assert not list(tree.rglob("*.patchkit-*.tmp")), run
+
+
+def test_an_apply_patch_cut_short_offline_names_its_own_diff_as_the_way_that_ends_it(tmp_path, scratch):
+    """review45b L-A: offline, an `apply --patch FILE` cut short with its stock original lost: the
+    hint named a removal of the journal (the tree left mixed) or a fetch (online only); the command
+    with its --patch FILE, which rolls it back offline from the diff reversed, was not said."""
+    python_files = {p: d for p, d in STOCK_FILES.items() if p.endswith(".py")}
+    tree = write_tree(tmp_path / "site", files=dict(python_files))
+    stock = _tree_files(tree)
+    diff = tmp_path / "site.diff"
+    diff.write_bytes(make_patch(scratch, tree, PATCHED))
+    crash_after_the_first_replace(
+        tree, ["apply", "--target", tree, "--patch", diff, "--no-import"], SPEC, PATCHED[SPEC].encode()
+    )
+    _damage(tree, SPEC_PY.encode())
+    refused = patchkit_faulted("status", "--target", tree)
+    said = " ".join(refused.stderr.split())
+    assert refused.returncode == 2 and "If it was an apply --patch FILE, the same command again (or status)" in said
+    done = patchkit_faulted("status", "--target", tree, "--patch", diff)  # as the hint says, offline
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert _tree_files(tree) == stock and not (tree / ".patchkit/journal.json").exists()

@@ -739,8 +739,9 @@ def _undecided_hint(root: Path, paths: list[str], journal: Journal, sealed: bool
         )
     return (
         f"{said}. If one was, put the stock files back with {stock_files_command(root, None, every=True)}, then "
-        f"run {hints.command('recover', *([] if sealed else ['--roll-back']))}. "
-        f"The saved originals are in {objects_dir(root)}"
+        f"run {hints.command('recover', *([] if sealed else ['--roll-back']))}. If it was an apply --patch FILE, "
+        "the same command again (or status) with that --patch FILE rolls it back offline, from FILE's hunks "
+        f"reversed. The saved originals are in {objects_dir(root)}"
     )
 
 
