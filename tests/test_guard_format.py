@@ -52,6 +52,7 @@ FORMATS = {
     33: "d49aedce21dd1928f64131544dd65976ffd39740e500cd4b902ec7491c22f042",  # an older patchkit's --patch record (no "held" mark) refused; the guard's version 0.1.0+patchkit
     34: "d1f029e7cead44d661d82301b187cdef9cc100d2579a879f2e0c2712bd62c6a6",  # an older patchkit's `wheel --patch` build refused unless state.json's "wheel_held" names its patchkit.json
     35: "2cd8b3a6b43b7612c3411a71599688571bb14909f7a7cc251d7145e771ae510b",  # a recorded mode no apply records (no owner read, or every user may write) refused
+    36: "79e9329dfc5fb2463fee49fa902cc91b100d815d6d875b0d1f1790125b5e181e",  # a file hashed in pieces: no allocation of the whole bound a file
 }
 _SKIPPED = {tokenize.COMMENT, tokenize.NL, tokenize.ENCODING, tokenize.ENDMARKER}
 _STATEMENT_START = {tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, None}

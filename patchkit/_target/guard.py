@@ -42,7 +42,7 @@ ENV = "PATCHKIT_GUARD"
 # The number of the guard's checks: patchkit tells an older build's guard that judges a tree as it
 # does (the same number: a note, `apply` updates it) from one that may not (a failure until `apply`).
 # tests/test_guard_format.py holds it to this module's code: a change of the code bumps it.
-GUARD_FORMAT = 35
+GUARD_FORMAT = 36
 MAX_RECORD_BYTES = 16 * 1024 * 1024
 if TYPE_CHECKING:  # (vllm version or None, {path: recorded sha256 or None}, {path: its original's sha256 or None})
     Record = tuple[str | None, dict[str, str | None], dict[str, str | None]]
@@ -1450,11 +1450,15 @@ class _Tree:
                     raise TreeChanged(shown + " is larger than " + str(MAX_FILE_BYTES) + " bytes")
                 if self.hashed + opened[1].st_size > MAX_JUDGED_BYTES:
                     raise TreeChanged(TOO_LARGE_TOGETHER)
-                data = fh.read(MAX_FILE_BYTES + 1)
-                if len(data) > MAX_FILE_BYTES:
-                    raise TreeChanged(shown + " is larger than " + str(MAX_FILE_BYTES) + " bytes")
-                self.hashed += len(data)
-                self.digests[key] = hashlib.sha256(data).hexdigest()
+                digest, read = hashlib.sha256(), 0
+                # in pieces: one read of the bound would allocate all of it for any file
+                for piece in iter(lambda: fh.read(1 << 20), b""):
+                    read += len(piece)
+                    if read > MAX_FILE_BYTES:
+                        raise TreeChanged(shown + " is larger than " + str(MAX_FILE_BYTES) + " bytes")
+                    digest.update(piece)
+                self.hashed += read
+                self.digests[key] = digest.hexdigest()
             return self.digests[key]
 
     def size(self, rel: str) -> int | None:
