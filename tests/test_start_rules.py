@@ -530,6 +530,46 @@ def _quantized(
     return json.loads(done.stdout)["findings"]
 
 
+LOWERING = (
+    "    def validate_quantization_before(cls, value: Any) -> Any:\n"
+    "        if isinstance(value, str):\n"
+    "            return value.lower()\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("lowers", "given", "says"),
+    [(True, "FP8", None), (True, "AWQ", "--quantization awq at start"), (False, "FP8", "--quantization FP8 at start")],
+)
+def test_a_quantization_is_held_to_the_checkpoint_as_the_trees_model_config_takes_it(tmp_path, lowers, given, says):
+    """review45a A4: ModelConfig's validator lower-cases a --quantization (0.11-0.34): -q FP8 is the fp8
+    checkpoint's own method; a tree without that validator takes it as written."""
+    tree, library = _quant_tree(tmp_path)
+    (tree / "vllm" / "config" / "model.py").write_text(MISMATCH_RULE + (LOWERING if lowers else ""))
+    model = write_model(tmp_path / "target", {**DEEPSEEK_V3, "quantization_config": FP8})
+    done = run_cli_judged(
+        "preflight",
+        "--target",
+        tree,
+        "--patches",
+        library,
+        "--no-import",
+        "--format",
+        "json",
+        "--",
+        "vllm",
+        "serve",
+        str(model),
+        "-q",
+        given,
+    )
+    command = [f for f in json.loads(done.stdout)["findings"] if f["check"] == "command"]
+    if says is None:
+        assert not command, command
+    else:
+        assert len(command) == 1 and not command[0]["ok"] and says in command[0]["message"], command
+
+
 def _spec(**fields: object) -> str:
     return json.dumps({"method": "eagle3", "model": "DRAFTER", "num_speculative_tokens": 3, **fields})
 
@@ -833,3 +873,36 @@ def test_a_quantization_config_override_replaces_the_checkpoints_whole_before_qu
     command = [f for f in found if f["check"] == "command"]
     assert len(command) == 1 and not command[0]["ok"], command
     assert "--quantization fp8" in command[0]["message"], command
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"model": "[ngram]", "num_speculative_tokens": 3, "prompt_lookup_max": 4},
+        {"model": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4},
+        {"method": "ngram", "model": "no/such-drafter", "num_speculative_tokens": 3, "prompt_lookup_max": 4},
+    ],
+)
+def test_an_ngram_launchs_model_names_no_drafter_to_look_for(tmp_path, spec):
+    """review45a A8: SpeculativeConfig reads "model" "[ngram]" (or "ngram") as the n-gram method, and an n-gram
+    method drafts from the prompt: no drafter is loaded, so none is looked for (it was exit 4, "no config.json")."""
+    tree, library = write_eagle3_setup(tmp_path)
+    model = write_model(tmp_path / "target", DEEPSEEK_V3)
+    done = run_cli_judged(
+        "preflight",
+        "--target",
+        tree,
+        "--patches",
+        library,
+        "--no-import",
+        "--format",
+        "json",
+        "--",
+        "vllm",
+        "serve",
+        str(model),
+        "--speculative-config",
+        json.dumps(spec),
+    )
+    assert done.returncode in (0, 1) and "config.json" not in done.stderr, (done.stdout, done.stderr)
+    assert not any("drafter" in f["check"] and not f["ok"] for f in json.loads(done.stdout)["findings"]), done.stdout

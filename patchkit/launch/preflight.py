@@ -57,7 +57,7 @@ from patchkit.engine.resolve import Resolved, cached_stock, gap_fix
 from patchkit.launch import toolparsers
 from patchkit.launch.bounds import bounds_findings
 from patchkit.launch.command import ALIASES, LaunchCommand
-from patchkit.launch.context_parallel import context_parallel_findings
+from patchkit.launch.context_parallel import NO_DRAFTER_LAYERS, context_parallel_findings
 from patchkit.launch.drafter_load import drafter_load_format
 from patchkit.launch.drafter_quant_files import draft_model_unread
 from patchkit.launch.eagle_one import eagle1_findings
@@ -1015,6 +1015,8 @@ def _spec_drafter(command: LaunchCommand, missing: list[TargetError] | None, con
     spec = command.speculative_config or {}
     drafter_name = spec.get("model")
     if not isinstance(drafter_name, str) or not drafter_name:  # another value: the speculative-config finding
+        return None
+    if command.named_method in NO_DRAFTER_LAYERS:  # SpeculativeConfig drafts from the prompt: "model" never read
         return None
     return _found(missing, drafter_name, command, _text(spec.get("revision")), config_format)
 

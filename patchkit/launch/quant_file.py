@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 from typing import Any
 
 from patchkit.base import hints
@@ -27,12 +28,23 @@ NOT_FOUND = b"Cannot find the config file for"
 SEVERAL = b"Found multiple config files for"
 MODELOPT_FILE = "hf_quant_config.json"  # vLLM's get_config takes it as the quantization_config (ModelOpt <= 0.29)
 UNREAD = "cannot judge"
+CONFIG = "vllm/config/model.py"
+# ModelConfig's validator of the field: a text --quantization is taken lower-cased (0.11-0.34)
+LOWERS = re.compile(
+    rb"def validate_quantization_before\(cls, value: Any\) -> Any:\n +if isinstance\(value, str\):\n +return value\.lower\(\)"
+)
+
+
+def given_quantization(launch: LaunchContext) -> str | None:
+    """--quantization as the tree's ModelConfig takes it: lower-cased where its validator lower-cases it."""
+    given = launch.command.optional_text("quantization")
+    return given.lower() if given is not None and LOWERS.search(launch.read(CONFIG) or b"") else given
 
 
 def quant_file_findings(check: str, launch: LaunchContext) -> list[Finding]:
     """The target's --quantization where its config.json has no quantization: a failure where vLLM's
     get_quant_config finds no config for the method (or several); cannot judge where it is not read."""
-    given = launch.command.optional_text("quantization")
+    given = given_quantization(launch)
     if given is None or _quantized(launch.target.config):
         return []
     said = f"--quantization {escaped(given)}"

@@ -20,7 +20,7 @@ from patchkit.launch.findings import Finding, cannot_judge
 from patchkit.launch.method import settled_method
 from patchkit.launch.models import ModelConfig
 from patchkit.launch.mtp import mtp_own_config
-from patchkit.launch.quant_file import quant_file_findings
+from patchkit.launch.quant_file import given_quantization, quant_file_findings
 from patchkit.launch.quant_overrides import takes, tree_overrides
 from patchkit.launch.spec_limits import MODEL_CONFIG
 from patchkit.launch.transformers_config import CONFIGURATION, null_quantization_raises
@@ -50,7 +50,7 @@ def quantization_findings(check: str, launch: LaunchContext) -> list[Finding]:
     found += quant_file_findings(check, launch)  # a --quantization on a checkpoint without quantization_config
     if MISMATCH not in (launch.read(MODEL_CONFIG) or b""):
         return found
-    given = launch.command.optional_text("quantization")
+    given = given_quantization(launch)
     if given is not None:
         said, drop = f"--quantization {given}", "drop --quantization, or give --quantization {}"
         found += _held(check, launch, "the target", launch.target.config, given, (said, drop))

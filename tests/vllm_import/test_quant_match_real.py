@@ -61,6 +61,8 @@ LINES = [
     ("fp8", ["-q", "gptq"]),
     ("fp8", ["-q", "compressed-tensors"]),
     ("fp8", ["-q", "fp8"]),
+    ("fp8", ["-q", "FP8"]),  # ModelConfig lower-cases it: the checkpoint's own
+    ("fp8", ["-q", "AWQ"]),
     ("gptq", ["-q", "gptq_marlin"]),
     ("gptq", ["-q", "fp8"]),
     ("plain", ["--speculative-config", json.dumps({**SPEC, "quantization": "awq"})]),
