@@ -17,6 +17,12 @@ from patchkit.launch.spec_literals import mtp_model_types
 
 KEPT = ("eagle", "eagle3", "ngram", "[ngram]", "suffix")  # given or told from the name: no model_type read
 TOLD_BY_TYPE = ("medusa", "mlp_speculator")  # a drafter model_type that names its own method
+FROM_THE_PROMPT = ("ngram", "[ngram]", "suffix")  # SpeculativeConfig loads no drafter: "model" is never read
+
+
+def drafts_from_the_prompt(command: LaunchCommand) -> bool:
+    """Whether vLLM's draft comes from the prompt (n-gram, suffix), given or told from "model" ("[ngram]")."""
+    return command.named_method in FROM_THE_PROMPT
 
 
 def settled_method(command: LaunchCommand, drafter: ModelConfig | None, read: Reader) -> str | None:

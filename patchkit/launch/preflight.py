@@ -57,7 +57,7 @@ from patchkit.engine.resolve import Resolved, cached_stock, gap_fix
 from patchkit.launch import toolparsers
 from patchkit.launch.bounds import bounds_findings
 from patchkit.launch.command import ALIASES, LaunchCommand
-from patchkit.launch.context_parallel import NO_DRAFTER_LAYERS, context_parallel_findings
+from patchkit.launch.context_parallel import context_parallel_findings
 from patchkit.launch.drafter_load import drafter_load_format
 from patchkit.launch.drafter_quant_files import draft_model_unread
 from patchkit.launch.eagle_one import eagle1_findings
@@ -67,7 +67,7 @@ from patchkit.launch.hub_env import hub_findings
 from patchkit.launch.interpreter import RefusedByPython, exec_search
 from patchkit.launch.late_files import headless_note, late_file_findings, lora_ranks, tool_server_findings
 from patchkit.launch.logging_env import import_blocker, logging_findings
-from patchkit.launch.method import settled_method
+from patchkit.launch.method import drafts_from_the_prompt, settled_method
 from patchkit.launch.middleware import middleware_findings
 from patchkit.launch.models import ModelConfig, offline, offline_model_path, redirected, resolve_model, with_overrides
 from patchkit.launch.mtp import mtp_findings
@@ -1016,7 +1016,7 @@ def _spec_drafter(command: LaunchCommand, missing: list[TargetError] | None, con
     drafter_name = spec.get("model")
     if not isinstance(drafter_name, str) or not drafter_name:  # another value: the speculative-config finding
         return None
-    if command.named_method in NO_DRAFTER_LAYERS:  # SpeculativeConfig drafts from the prompt: "model" never read
+    if drafts_from_the_prompt(command):  # no drafter is loaded
         return None
     return _found(missing, drafter_name, command, _text(spec.get("revision")), config_format)
 
