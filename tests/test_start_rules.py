@@ -46,6 +46,13 @@ environment_variables = {
 """
 
 
+def _static(tree, library, *words: str):
+    """preflight --no-import --format json of the launch `words` against the tree and library."""
+    return run_cli_judged(
+        "preflight", "--target", tree, "--patches", library, "--no-import", "--format", "json", "--", *words
+    )
+
+
 def _command_findings(
     tmp_path, config: dict, *launch: str, tree_files: dict[str, str] | None = None, files: dict | None = None
 ) -> list[dict]:
@@ -59,9 +66,7 @@ def _command_findings(
     for name, value in (files or {}).items():
         (model / name).write_text(value if isinstance(value, str) else json.dumps(value))
     words = [str(model) if word == "MODEL" else word for word in launch]
-    done = run_cli_judged(
-        "preflight", "--target", tree, "--patches", library, "--no-import", "--format", "json", "--", *words
-    )
+    done = _static(tree, library, *words)
     return [f for f in json.loads(done.stdout)["findings"] if f["check"] == "command"]
 
 
@@ -524,9 +529,7 @@ def _quantized(
     model = write_model(tmp_path / "target", config)
     draft = write_model(tmp_path / "drafter", drafter)
     words = [str(model) if w == "MODEL" else w.replace("DRAFTER", str(draft)) for w in launch]
-    done = run_cli_judged(
-        "preflight", "--target", tree, "--patches", library, "--no-import", "--format", "json", "--", *words
-    )
+    done = _static(tree, library, *words)
     return json.loads(done.stdout)["findings"]
 
 
@@ -547,22 +550,7 @@ def test_a_quantization_is_held_to_the_checkpoint_as_the_trees_model_config_take
     tree, library = _quant_tree(tmp_path)
     (tree / "vllm" / "config" / "model.py").write_text(MISMATCH_RULE + (LOWERING if lowers else ""))
     model = write_model(tmp_path / "target", {**DEEPSEEK_V3, "quantization_config": FP8})
-    done = run_cli_judged(
-        "preflight",
-        "--target",
-        tree,
-        "--patches",
-        library,
-        "--no-import",
-        "--format",
-        "json",
-        "--",
-        "vllm",
-        "serve",
-        str(model),
-        "-q",
-        given,
-    )
+    done = _static(tree, library, "vllm", "serve", str(model), "-q", given)
     command = [f for f in json.loads(done.stdout)["findings"] if f["check"] == "command"]
     if says is None:
         assert not command, command
@@ -888,21 +876,6 @@ def test_an_ngram_launchs_model_names_no_drafter_to_look_for(tmp_path, spec):
     method drafts from the prompt: no drafter is loaded, so none is looked for (it was exit 4, "no config.json")."""
     tree, library = write_eagle3_setup(tmp_path)
     model = write_model(tmp_path / "target", DEEPSEEK_V3)
-    done = run_cli_judged(
-        "preflight",
-        "--target",
-        tree,
-        "--patches",
-        library,
-        "--no-import",
-        "--format",
-        "json",
-        "--",
-        "vllm",
-        "serve",
-        str(model),
-        "--speculative-config",
-        json.dumps(spec),
-    )
+    done = _static(tree, library, "vllm", "serve", str(model), "--speculative-config", json.dumps(spec))
     assert done.returncode in (0, 1) and "config.json" not in done.stderr, (done.stdout, done.stderr)
     assert not any("drafter" in f["check"] and not f["ok"] for f in json.loads(done.stdout)["findings"]), done.stdout
